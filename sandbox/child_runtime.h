@@ -1,0 +1,42 @@
+#pragma once
+// One confined child: from the fork (or exec, in spawn mode) to _exit. The
+// order of the steps is the security argument, so it lives in one place
+// (run_child) and follows DESIGN.md §3:
+//   new session, parent-death signal, fds, environment, cgroup,
+//   crash handler, wire (HELLO as root, so the ipc socket is reachable),
+//   rlimits, drop privileges, no_new_privs, seccomp (TSYNC), READY,
+//   receive the payload, run the handler (or execve), RESULT, ACK, _exit.
+#include <sys/types.h>
+
+#include <memory>
+
+#include "sandbox/handler.h"
+#include "sandbox/seccomp_filter.h"
+#include "shared/child_config.h"
+
+namespace pillbox::sandbox {
+
+// Built once per zygote (or once per spawned child): everything that
+// allocates, loads libraries or compiles.
+struct PreparedChild {
+  ChildConfig config;
+  std::unique_ptr<Handler> handler;  // null in exec mode
+  CompiledFilter filter;
+  pid_t parent_pid = 0;              // the process that forks children (for the PDEATHSIG race)
+};
+
+Expected<PreparedChild> prepare_child(const ChildConfig& config);
+
+// Where the parent put the child's streams before the fork.
+struct ChildFds {
+  int crash_write = -1;   // becomes kCrashFd
+  int stdout_fd = -1;     // exec mode: becomes fd 1 (else /dev/null)
+  int stderr_fd = -1;     // exec mode: becomes fd 2 (else /dev/null)
+};
+
+// Never returns. `enter_own_namespaces` is for spawn mode (a zygote's
+// children inherit the zygote's namespaces).
+[[noreturn]] void run_child(const PreparedChild& prepared, const TaskTicket& ticket, const ChildFds& fds,
+                            bool enter_own_namespaces);
+
+}  // namespace pillbox::sandbox

@@ -1,0 +1,121 @@
+// The "pdf-text" handler: poppler's text extraction, page by page, pages
+// joined with a form feed (like pdftotext). Malformed PDFs are what crash
+// real-world parsers; this handler runs poppler unguarded so pillbox can show
+// it contains them.
+#include <climits>
+#include <memory>
+
+#include <poppler-document.h>
+#include <poppler-global.h>
+#include <poppler-page.h>
+
+#include "sandbox/handler.h"
+
+namespace pillbox::handlers {
+
+using sandbox::HandlerResult;
+using sandbox::HandlerStatus;
+
+// Kept out of line: this frame is the bug site that crash fingerprints name
+// (poppler's own frames are a library's and may be dropped).
+[[gnu::noinline]] HandlerResult pdf_extract_text(std::string_view pdf, std::size_t max_output) {
+  if (pdf.size() > INT_MAX) {
+    return {HandlerStatus::kError, {}, "PDF too large for poppler (its length is an int)"};
+  }
+  // poppler reads straight from the payload, which outlives the document.
+  const std::unique_ptr<poppler::document> doc(
+      poppler::document::load_from_raw_data(pdf.data(), static_cast<int>(pdf.size())));
+  if (!doc) {
+    return {HandlerStatus::kError, {}, "not a PDF or unreadable: poppler could not load the document"};
+  }
+  if (doc->is_locked()) return {HandlerStatus::kError, {}, "encrypted PDF"};
+
+  std::string text;
+  for (int i = 0; i < doc->pages(); ++i) {
+    if (i > 0) text += '\f';
+    const std::unique_ptr<poppler::page> page(doc->create_page(i));
+    if (page) {
+      const poppler::byte_array utf8 = page->text().to_utf8();
+      text.append(utf8.data(), utf8.size());
+    }
+    if (text.size() > max_output) {
+      return {HandlerStatus::kOutputLimit, {},
+              "text of the first " + std::to_string(i + 1) + " pages exceeds the cap of " +
+                  std::to_string(max_output) + " bytes"};
+    }
+  }
+  return {HandlerStatus::kOk, std::move(text), {}};
+}
+
+}  // namespace pillbox::handlers
+
+namespace pillbox::sandbox {
+namespace {
+
+// A minimal valid one-page PDF with one word of text, used to warm poppler up
+// in the zygote (see make_pdf_text_handler).
+constexpr std::string_view kWarmUpPdf =
+    "%PDF-1.4\n"
+    "1 0 obj<</Type/Catalog/Pages 2 0 R>>\n"
+    "endobj\n"
+    "2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>\n"
+    "endobj\n"
+    "3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 50]/Resources<</Font<</F1 5 0 R>>>>/Contents 4 0 R>>\n"
+    "endobj\n"
+    "4 0 obj<</Length 31>>stream\n"
+    "BT/F1 12 Tf 10 20 Td(warm)Tj ET\n"
+    "endstream\n"
+    "endobj\n"
+    "5 0 obj<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>\n"
+    "endobj\n"
+    "xref\n"
+    "0 6\n"
+    "0000000000 65535 f \n"
+    "0000000009 00000 n \n"
+    "0000000053 00000 n \n"
+    "0000000103 00000 n \n"
+    "0000000213 00000 n \n"
+    "0000000290 00000 n \n"
+    "trailer<</Size 6/Root 1 0 R>>\n"
+    "startxref\n"
+    "352\n"
+    "%%EOF\n";
+
+void ignore_poppler_message(const std::string& /*message*/, void* /*closure*/) {}
+
+class PdfTextHandler final : public Handler {
+ public:
+  explicit PdfTextHandler(std::unique_ptr<poppler::document> warm) : warm_(std::move(warm)) {}
+
+  HandlerResult run(std::string_view payload, std::size_t max_output) override {
+    return handlers::pdf_extract_text(payload, max_output);
+  }
+
+ private:
+  // poppler's global state (GlobalParams) lives only while some document does;
+  // holding this one keeps it built in the zygote instead of rebuilt, with its
+  // directory scans, in every confined child.
+  std::unique_ptr<poppler::document> warm_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Handler>> make_pdf_text_handler(const HandlerArgs& args) {
+  if (!args.empty()) {
+    return Error{"handler 'pdf-text' does not take --arg '" + args.begin()->first + "' (it takes none)"};
+  }
+  // Malformed input makes poppler chatter on stderr; the handler's result
+  // already says what went wrong.
+  poppler::set_debug_error_function(ignore_poppler_message, nullptr);
+
+  // Extract text once before any fork so the one-time work (time zone, the
+  // iconv module behind to_utf8) happens here, not under seccomp.
+  std::unique_ptr<poppler::document> warm(
+      poppler::document::load_from_raw_data(kWarmUpPdf.data(), static_cast<int>(kWarmUpPdf.size())));
+  const std::unique_ptr<poppler::page> page(warm ? warm->create_page(0) : nullptr);
+  if (!page) return Error{"handler 'pdf-text': poppler could not load its built-in warm-up PDF"};
+  page->text().to_utf8();
+  return std::unique_ptr<Handler>(std::make_unique<PdfTextHandler>(std::move(warm)));
+}
+
+}  // namespace pillbox::sandbox

@@ -1,0 +1,28 @@
+#include "sandbox/privileges.h"
+
+#include <grp.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace pillbox::sandbox {
+
+Status drop_privileges(std::uint32_t uid, std::uint32_t gid) {
+  if (::setgroups(0, nullptr) != 0) return Status::error(std::string("setgroups: ") + std::strerror(errno));
+  if (::setresgid(gid, gid, gid) != 0) return Status::error(std::string("setresgid: ") + std::strerror(errno));
+  if (::setresuid(uid, uid, uid) != 0) return Status::error(std::string("setresuid: ") + std::strerror(errno));
+  if (uid != 0 && ::setuid(0) == 0) return Status::error("privilege drop is reversible (setuid(0) succeeded)");
+  return Status::ok();
+}
+
+Status set_no_new_privs() {
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    return Status::error(std::string("prctl(PR_SET_NO_NEW_PRIVS): ") + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+}  // namespace pillbox::sandbox

@@ -1,0 +1,111 @@
+#include "sandbox/seccomp_filter.h"
+
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "shared/unique_fd.h"
+
+namespace pillbox::sandbox {
+namespace {
+
+std::string errno_text(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
+
+std::uint32_t default_action(SeccompDefault d) {
+  switch (d) {
+    case SeccompDefault::kTrap: return SCMP_ACT_TRAP;
+    case SeccompDefault::kKill: return SCMP_ACT_KILL_PROCESS;
+    case SeccompDefault::kErrno: return SCMP_ACT_ERRNO(EPERM);
+  }
+  return SCMP_ACT_KILL_PROCESS;
+}
+
+}  // namespace
+
+const std::vector<std::string>& runtime_syscalls(bool exec_mode) {
+  // In-process: the ZeroMQ wire (its I/O thread polls an eventfd and a unix
+  // socket), memory management, signal delivery to the crash handler, exit.
+  static const std::vector<std::string> base = {
+      "read",        "write",         "readv",          "writev",       "close",
+      "poll",        "ppoll",         "epoll_wait",     "epoll_pwait",  "epoll_ctl",
+      "sendto",      "recvfrom",      "sendmsg",        "recvmsg",      "futex",
+      "mmap",        "munmap",        "mremap",         "madvise",      "brk",
+      "mprotect",    "exit",          "exit_group",     "rt_sigreturn", "rt_sigaction",
+      "rt_sigprocmask", "sigaltstack", "getpid",        "gettid",       "tgkill",
+      "clock_gettime", "clock_nanosleep", "nanosleep",  "gettimeofday", "sched_yield",
+      "restart_syscall", "getrandom",  "fstat",         "newfstatat",   "lseek",
+      // A ZeroMQ thread that is first scheduled after the filter is loaded
+      // (TSYNC covers it) still runs glibc's and ZeroMQ's thread start-up.
+      "rseq",        "set_robust_list", "sched_getparam", "sched_getscheduler", "sched_setscheduler",
+  };
+  // Exec mode adds what happens between the TASK frame and execve: putting
+  // the payload file in place and the last rlimit.
+  static const std::vector<std::string> exec = [] {
+    std::vector<std::string> v = base;
+    for (const char* s : {"execve", "dup2", "dup3", "fcntl", "prlimit64", "setrlimit"}) v.emplace_back(s);
+    return v;
+  }();
+  return exec_mode ? exec : base;
+}
+
+Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mode) {
+  CompiledFilter out;
+  if (!rules.enabled) return out;
+  std::unique_ptr<void, void (*)(scmp_filter_ctx)> ctx(seccomp_init(default_action(rules.default_action)),
+                                                      seccomp_release);
+  if (!ctx) return Error{"seccomp_init failed"};
+  auto allow = [&](const std::string& name) -> Status {
+    const int nr = seccomp_syscall_resolve_name(name.c_str());
+    if (nr == __NR_SCMP_ERROR) return Status::error("unknown syscall '" + name + "'");
+    const int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 0);
+    if (rc != 0 && rc != -EEXIST) return Status::error(errno_text(("seccomp_rule_add(" + name + ")").c_str(), -rc));
+    return Status::ok();
+  };
+  for (const auto& name : runtime_syscalls(exec_mode)) {
+    if (auto s = allow(name); !s) return Error{s.message()};
+  }
+  for (const auto& name : rules.allow) {
+    if (auto s = allow(name); !s) return Error{s.message()};
+  }
+  // ZeroMQ names its threads at start-up; only that prctl option is allowed
+  // unless the policy allows prctl as a whole.
+  if (std::find(rules.allow.begin(), rules.allow.end(), "prctl") == rules.allow.end()) {
+    const int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1, SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME));
+    if (rc != 0) return Error{errno_text("seccomp_rule_add(prctl PR_SET_NAME)", -rc)};
+  }
+  UniqueFd mem(::memfd_create("pillbox-bpf", MFD_CLOEXEC));
+  if (!mem.valid()) return Error{errno_text("memfd_create", errno)};
+  if (const int rc = seccomp_export_bpf(ctx.get(), mem.get()); rc != 0) {
+    return Error{errno_text("seccomp_export_bpf", -rc)};
+  }
+  const off_t size = ::lseek(mem.get(), 0, SEEK_END);
+  if (size <= 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0) return Error{"seccomp_export_bpf produced no program"};
+  out.program.resize(static_cast<std::size_t>(size) / sizeof(sock_filter));
+  if (::pread(mem.get(), out.program.data(), static_cast<std::size_t>(size), 0) != size) {
+    return Error{errno_text("reading the BPF program", errno)};
+  }
+  return out;
+}
+
+Status load_filter(const CompiledFilter& filter) {
+  if (filter.program.empty()) return Status::ok();
+  sock_fprog prog{};
+  prog.len = static_cast<unsigned short>(filter.program.size());
+  prog.filter = const_cast<sock_filter*>(filter.program.data());
+  const long rc = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+  if (rc != 0) {
+    if (rc > 0) return Status::error("seccomp TSYNC failed: thread " + std::to_string(rc) + " could not be synchronized");
+    return Status::error(errno_text("seccomp(SECCOMP_SET_MODE_FILTER)", errno));
+  }
+  return Status::ok();
+}
+
+}  // namespace pillbox::sandbox

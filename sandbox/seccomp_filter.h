@@ -1,0 +1,29 @@
+#pragma once
+// The seccomp-bpf allowlist of a child. Compiled once with libseccomp (in the
+// zygote, before any fork) into a BPF program that each child loads with one
+// seccomp(2) call, with TSYNC so ZeroMQ's threads are covered too.
+#include <linux/filter.h>
+
+#include <string>
+#include <vector>
+
+#include "shared/policy.h"
+#include "shared/status.h"
+
+namespace pillbox::sandbox {
+
+struct CompiledFilter {
+  std::vector<sock_filter> program;  // empty: seccomp disabled by the policy
+};
+
+// What pillbox's own child runtime needs after the filter is loaded (ZeroMQ
+// I/O, memory, signals, exit); always allowed in addition to the policy.
+const std::vector<std::string>& runtime_syscalls(bool exec_mode);
+
+Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mode);
+
+// Loads the program into the calling process, all threads. Needs
+// no_new_privs (or CAP_SYS_ADMIN).
+Status load_filter(const CompiledFilter& filter);
+
+}  // namespace pillbox::sandbox

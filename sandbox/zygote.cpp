@@ -1,0 +1,179 @@
+#include "sandbox/zygote.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "sandbox/child_runtime.h"
+#include "sandbox/namespaces.h"
+#include "shared/child_streams.h"
+#include "shared/control.h"
+
+namespace pillbox::sandbox {
+namespace {
+
+constexpr int kControlIn = 0;
+constexpr int kControlOut = 1;
+constexpr std::size_t kMaxControlIn = 1u << 20;  // tickets and config are small
+
+struct Running {
+  std::uint64_t seq = 0;
+  ChildStreams streams;
+};
+
+void send(const ControlMessage& m) {
+  if (!write_all(kControlOut, encode_control(m))) _exit(1);  // supervisor gone
+}
+
+void send_failed(const std::string& message) {
+  ControlMessage m;
+  m.type = ControlType::kFailed;
+  m.message = message;
+  send(m);
+}
+
+class Zygote {
+ public:
+  explicit Zygote(PreparedChild prep) : prep_(std::move(prep)) {}
+
+  int loop(int sigfd) {
+    ControlReader reader(kMaxControlIn);
+    pollfd fds[2] = {{kControlIn, POLLIN, 0}, {sigfd, POLLIN, 0}};
+    for (;;) {
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return 1;
+      }
+      if (fds[1].revents & POLLIN) reap(sigfd);
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        const bool open = reader.read_from(kControlIn);
+        while (auto msg = reader.next()) {
+          if (!*msg) {
+            send_failed("zygote: " + msg->error());
+            return shutdown(1);
+          }
+          if ((*msg)->type == ControlType::kFork) fork_child((*msg)->ticket);
+        }
+        if (!open) return shutdown(0);
+      }
+    }
+  }
+
+ private:
+  void fork_child(const TaskTicket& ticket) {
+    auto streams = open_child_streams(prep_.config.exec_mode());
+    if (!streams) return fork_failed(ticket.seq, streams.error());
+    const pid_t pid = ::fork();
+    if (pid < 0) return fork_failed(ticket.seq, std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      ChildFds fds{streams->crash_write.get(), streams->stdout_file.get(), streams->stderr_file.get()};
+      run_child(prep_, ticket, fds, /*enter_own_namespaces=*/false);
+    }
+    streams->crash_write.reset();
+    running_[pid] = Running{ticket.seq, std::move(*streams)};
+    ControlMessage m;
+    m.type = ControlType::kForked;
+    m.seq = ticket.seq;
+    m.pid = pid;
+    send(m);
+  }
+
+  void fork_failed(std::uint64_t seq, const std::string& why) {
+    ControlMessage m;
+    m.type = ControlType::kForkFailed;
+    m.seq = seq;
+    m.message = why;
+    send(m);
+  }
+
+  void reap(int sigfd) {
+    signalfd_siginfo info;
+    while (::read(sigfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    }
+    for (;;) {
+      int status = 0;
+      rusage ru{};
+      const pid_t pid = ::wait4(-1, &status, WNOHANG | __WALL, &ru);
+      if (pid <= 0) return;
+      auto it = running_.find(pid);
+      if (it == running_.end()) continue;  // an orphan reparented to us (subreaper): reaped, done
+      // The task is over: nothing it started may outlive it.
+      ::kill(-pid, SIGKILL);
+      ControlMessage m;
+      m.type = ControlType::kExited;
+      ExitReport& e = m.exit;
+      e.seq = it->second.seq;
+      e.pid = pid;
+      e.wait_status = status;
+      e.utime_us = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_utime.tv_usec);
+      e.stime_us = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_stime.tv_usec);
+      e.max_rss_kb = static_cast<std::uint64_t>(ru.ru_maxrss);
+      collect_child_streams(it->second.streams, e, prep_.config.policy.limits.output_bytes);
+      running_.erase(it);
+      send(m);
+    }
+  }
+
+  int shutdown(int code) {
+    for (auto& [pid, r] : running_) ::kill(-pid, SIGKILL), ::kill(pid, SIGKILL);
+    return code;
+  }
+
+  PreparedChild prep_;
+  std::map<pid_t, Running> running_;
+};
+
+}  // namespace
+
+int run_zygote() {
+  // Die with the supervisor; adopt orphans of our children so they can be reaped.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto config_msg = read_control_blocking(kControlIn, kMaxControlIn);
+  if (!config_msg || config_msg->type != ControlType::kConfig) {
+    send_failed("zygote: expected a config message: " + (config_msg ? std::string("wrong type") : config_msg.error()));
+    return 1;
+  }
+  auto prep = prepare_child(config_msg->config);
+  if (!prep) {
+    send_failed(prep.error());
+    return 1;
+  }
+  ControlMessage ready;
+  ready.type = ControlType::kReady;
+  ready.ready.pid = ::getpid();
+  if (prep->config.use_namespaces) {
+    NamespaceOutcome ns = enter_namespaces(prep->config.policy.isolation);
+    ready.ready.isolation = std::move(ns.entered);
+    ready.ready.warnings = std::move(ns.warnings);
+  }
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  const int sigfd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (sigfd < 0) {
+    send_failed(std::string("zygote: signalfd: ") + std::strerror(errno));
+    return 1;
+  }
+  const int flags = ::fcntl(kControlIn, F_GETFL);
+  ::fcntl(kControlIn, F_SETFL, flags | O_NONBLOCK);
+  send(ready);
+  Zygote zygote(std::move(*prep));
+  return zygote.loop(sigfd);
+}
+
+}  // namespace pillbox::sandbox

@@ -1,0 +1,37 @@
+#pragma once
+// What a child needs to know, sent once to a zygote (or with each task to a
+// spawned child): the handler, its arguments, the policy, and per task a
+// ticket naming its wire endpoint and secret.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shared/policy.h"
+#include "shared/wire.h"
+
+namespace pillbox {
+
+struct ChildConfig {
+  std::string handler;                        // built-in name, "plugin:PATH" or "exec"
+  std::map<std::string, std::string> args;    // --arg K=V
+  Policy policy;
+  std::vector<std::string> exec_argv;         // exec mode: argv[0] is an absolute path
+  bool exec_payload_as_file = false;          // exec mode: "{}" in argv -> payload file path
+  std::string crash_lib;                      // exec mode: libpillbox-crash.so to preload ("" = none)
+  bool drop_privileges = false;               // started as root: drop to sandbox_uid/gid
+  std::uint32_t sandbox_uid = 65534;
+  std::uint32_t sandbox_gid = 65534;
+  bool use_namespaces = true;                 // try net/ipc/uts (+mount for read-only fs)
+
+  bool exec_mode() const { return handler == "exec"; }
+};
+
+struct TaskTicket {
+  std::uint64_t seq = 0;                      // unique per run; names the endpoint
+  std::string endpoint;                       // ipc://RUNDIR/t<seq>
+  Secret secret{};
+  std::vector<std::string> cgroup_procs;      // cgroup.procs files to join (may be empty)
+};
+
+}  // namespace pillbox

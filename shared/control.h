@@ -1,0 +1,93 @@
+#pragma once
+// The control channel between the supervisor and a zygote (a pair of pipes
+// set up by Boost.Process), and the bootstrap pipe of a spawned child.
+// Messages are length-prefixed msgpack: u32 big-endian length, then
+// [version, type, body]. The zygote is trusted code (it never runs a
+// payload), yet the supervisor still decodes strictly and caps sizes.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/child_config.h"
+#include "shared/status.h"
+
+namespace pillbox {
+
+inline constexpr std::uint32_t kControlVersion = 1;
+
+// Prefix of setup errors caused by the user's configuration (unknown handler,
+// bad --arg, plugin that fails to load) rather than by the host; the CLI
+// reports those as usage errors (exit code 2).
+inline constexpr std::string_view kConfigErrorPrefix = "invalid handler configuration: ";
+
+enum class ControlType : std::uint8_t {
+  kConfig = 1,      // supervisor -> zygote: ChildConfig
+  kReady = 2,       // zygote -> supervisor: ZygoteReady
+  kFailed = 3,      // zygote -> supervisor: setup failed (message)
+  kFork = 4,        // supervisor -> zygote: TaskTicket
+  kForked = 5,      // zygote -> supervisor: seq, pid
+  kForkFailed = 6,  // zygote -> supervisor: seq, message
+  kExited = 7,      // zygote -> supervisor: ExitReport
+};
+
+struct ZygoteReady {
+  std::int64_t pid = 0;
+  std::vector<std::string> isolation;  // what the zygote achieved ("netns", "ipcns", ...)
+  std::vector<std::string> warnings;   // what it could not do and why
+};
+
+// Everything the parent of a child collects when it exits.
+struct ExitReport {
+  std::uint64_t seq = 0;
+  std::int64_t pid = 0;
+  std::int32_t wait_status = 0;        // as from wait4(2)
+  std::uint64_t utime_us = 0;
+  std::uint64_t stime_us = 0;
+  std::uint64_t max_rss_kb = 0;
+  std::string crash;                   // raw crash-pipe contents (hostile; capped)
+  std::string stdout_data;             // exec mode: stdout, at most output cap + 1 bytes
+  std::uint64_t stdout_size = 0;       // exec mode: the full size written
+  std::string stderr_tail;             // exec mode: last bytes of stderr
+};
+
+struct ControlMessage {
+  ControlType type = ControlType::kConfig;
+  ChildConfig config;       // kConfig
+  ZygoteReady ready;        // kReady
+  TaskTicket ticket;        // kFork
+  std::uint64_t seq = 0;    // kForked, kForkFailed
+  std::int64_t pid = 0;     // kForked
+  std::string message;      // kFailed, kForkFailed
+  ExitReport exit;          // kExited
+};
+
+// Encoded message including its length prefix.
+std::string encode_control(const ControlMessage& message);
+Expected<ControlMessage> decode_control(std::string_view body, std::size_t max_bytes);
+
+// Accumulates bytes read from a pipe and yields complete messages.
+class ControlReader {
+ public:
+  explicit ControlReader(std::size_t max_message_bytes) : max_(max_message_bytes) {}
+  // Reads what is available from a non-blocking fd. Returns false on EOF or
+  // error (then `error()` says which).
+  bool read_from(int fd);
+  // Next complete message, if any; an oversized or malformed one is an error.
+  std::optional<Expected<ControlMessage>> next();
+  const std::string& error() const { return error_; }
+
+ private:
+  std::size_t max_;
+  std::string buf_;
+  std::size_t pos_ = 0;
+  std::string error_;
+};
+
+// Writes all of `bytes` to a (blocking) fd, retrying on EINTR.
+Status write_all(int fd, std::string_view bytes);
+// Reads exactly one message from a blocking fd (the bootstrap pipe of a spawned child).
+Expected<ControlMessage> read_control_blocking(int fd, std::size_t max_bytes);
+
+}  // namespace pillbox

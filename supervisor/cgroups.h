@@ -1,0 +1,60 @@
+#pragma once
+// Per-task cgroups, parent side (the child only writes "0" to the
+// cgroup.procs files it is given). One group per job slot, reused from task
+// to task, under <own cgroup>/pillbox-<pid>/slot-N:
+//   memory: the policy's memory limit; its OOM-kill counter tells `oom` from
+//           `killed`;
+//   pids:   the policy's process limit (fork bombs), where available.
+// cgroup v1 (separate hierarchies) and v2 (unified) are both handled; when
+// neither can be used, probe() says why and the run falls back to rlimits.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/policy.h"
+#include "shared/status.h"
+
+namespace pillbox {
+
+enum class CgroupVersion { kNone, kV1, kV2 };
+
+struct CgroupProbe {
+  CgroupVersion version = CgroupVersion::kNone;
+  std::string memory_parent;  // directory where we may create groups ("" = unusable)
+  std::string pids_parent;    // same for the pids controller ("" = unusable)
+  std::string detail;         // why something is unusable, or what will be used
+};
+
+// Looks at /proc/self/cgroup and the mounted hierarchies; creates and removes
+// a probe group to prove we may.
+CgroupProbe probe_cgroups();
+
+class CgroupSlots {
+ public:
+  // Creates `slots` groups with the policy's limits. Fails only when nothing
+  // could be created; missing pids support is a warning in `detail()`.
+  static Expected<std::unique_ptr<CgroupSlots>> create(const CgroupProbe& probe, std::size_t slots,
+                                                       const Limits& limits);
+  ~CgroupSlots();  // kills what is left, removes the groups
+
+  std::vector<std::string> procs_files(std::size_t slot) const;
+  std::uint64_t oom_kills(std::size_t slot) const;  // monotonic counter of the memory group
+  // SIGKILLs every process still in the slot's groups, waits until they are gone
+  // (bounded), so the next task starts in an empty group.
+  void kill_all(std::size_t slot);
+  const std::string& detail() const { return detail_; }
+  CgroupVersion version() const { return version_; }
+
+ private:
+  CgroupSlots() = default;
+  CgroupVersion version_ = CgroupVersion::kNone;
+  std::vector<std::string> created_;           // directories to remove, deepest last
+  std::vector<std::string> memory_dirs_;       // per slot
+  std::vector<std::string> pids_dirs_;         // per slot ("" when unavailable)
+  std::string detail_;
+};
+
+std::string_view to_string(CgroupVersion v);
+
+}  // namespace pillbox

@@ -1,0 +1,164 @@
+#include "supervisor/classifier.h"
+
+#include <seccomp.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "shared/crash_report.h"
+
+namespace pillbox {
+namespace {
+
+bool is_crash_signal(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGABRT || sig == SIGTRAP;
+}
+
+std::string syscall_name(long nr, std::uint32_t arch) {
+  char* name = seccomp_syscall_resolve_num_arch(arch != 0 ? arch : SCMP_ARCH_NATIVE, static_cast<int>(nr));
+  if (name == nullptr) return "syscall " + std::to_string(nr);
+  std::string out(name);
+  std::free(name);
+  return out;
+}
+
+// The crash report of the process that died: same pid and signal as the wait
+// status says. Reports from its descendants or with a lying signal are ignored.
+std::optional<CrashReport> matching_report(const ExitReport& exit, int sig) {
+  for (auto& r : parse_crash_reports(exit.crash)) {
+    if (r.pid == exit.pid && r.signal == sig) return r;
+  }
+  return std::nullopt;
+}
+
+std::string last_line(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  const auto nl = text.rfind('\n');
+  if (nl != std::string_view::npos) text.remove_prefix(nl + 1);
+  return std::string(text.substr(0, 300));
+}
+
+void fail(Outcome& o, Kind kind, std::string message) {
+  o.kind = kind;
+  o.message = std::move(message);
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
+  Outcome o;
+  o.wall_ms = ex.wall_ms;
+  const std::uint64_t cpu_limit_ms = (ex.limits.cpu_ms + 999) / 1000 * 1000;
+
+  if (!ex.exit) {
+    fail(o, Kind::kSandboxError, ex.launch_error.empty() ? "the child never started" : ex.launch_error);
+  } else {
+    const ExitReport& exit = *ex.exit;
+    o.pid = static_cast<pid_t>(exit.pid);
+    o.cpu_ms = (exit.utime_us + exit.stime_us) / 1000;
+    o.max_rss_kb = exit.max_rss_kb;
+    const int status = exit.wait_status;
+
+    if (ex.setup_failure) {
+      fail(o, Kind::kSandboxError, "sandbox setup failed: " + *ex.setup_failure);
+    } else if (WIFSIGNALED(status)) {
+      const int sig = WTERMSIG(status);
+      o.signal = sig;
+      if (sig == SIGKILL) {
+        if (ex.killed_for_timeout) {
+          fail(o, Kind::kWallTimeout, "still running after the wall-clock limit of " + std::to_string(ex.limits.wall_ms) + " ms");
+        } else if (ex.cgroup_oom) {
+          fail(o, Kind::kOom, "killed by the cgroup OOM killer at the memory limit of " +
+                                  std::to_string(ex.limits.memory_bytes >> 20) + " MiB");
+        } else if (o.cpu_ms >= cpu_limit_ms) {
+          fail(o, Kind::kCpuLimit, "killed at the hard CPU limit after " + std::to_string(o.cpu_ms) + " ms of CPU");
+        } else if (ex.killed_for_protocol) {
+          fail(o, Kind::kProtocolError, ex.protocol_violation);
+        } else {
+          fail(o, Kind::kKilled, "killed by SIGKILL from outside pillbox");
+        }
+      } else if (sig == SIGXCPU) {
+        fail(o, Kind::kCpuLimit, "exceeded the CPU limit of " + std::to_string(cpu_limit_ms) + " ms (SIGXCPU)");
+      } else if (sig == SIGXFSZ) {
+        fail(o, Kind::kOutputLimit, "exceeded the file size limit of " + std::to_string(ex.limits.file_size_bytes) + " bytes (SIGXFSZ)");
+      } else if (sig == SIGSYS || is_crash_signal(sig)) {
+        const auto report = matching_report(exit, sig);
+        if (report) o.frames = symbolizer.symbolize(report->frames);
+        if (sig == SIGSYS) {
+          o.syscall = report && report->syscall >= 0 ? syscall_name(report->syscall, report->arch) : "unknown";
+          fail(o, Kind::kSeccompViolation,
+               "denied syscall " + o.syscall + (report ? "" : " (no crash report: the process had no pillbox crash handler)"));
+        } else if (report && (report->stack_fault || frames_recurse(o.frames))) {
+          fail(o, Kind::kStackOverflow, "stack overflow (" + signal_name(sig) + ")");
+        } else {
+          fail(o, Kind::kCrash, "killed by " + signal_name(sig) + (report ? "" : " (no crash report)"));
+        }
+        o.crash_state = crash_state(o.frames);
+      } else {
+        fail(o, Kind::kKilled, "killed by " + signal_name(sig));
+      }
+    } else {
+      const int code = WEXITSTATUS(status);
+      o.exit_code = code;
+      const std::size_t cap = ex.limits.output_bytes;
+      if (!ex.protocol_violation.empty()) {
+        fail(o, Kind::kProtocolError, ex.protocol_violation);
+      } else if (ex.exec_mode) {
+        if (ex.result) {
+          fail(o, Kind::kHandlerError, ex.result->message);
+        } else if (exit.stdout_size > cap) {
+          fail(o, Kind::kOutputLimit, "wrote " + std::to_string(exit.stdout_size) + " bytes to stdout, over the cap of " + std::to_string(cap));
+        } else if (code != 0) {
+          const std::string err = last_line(exit.stderr_tail);
+          fail(o, Kind::kHandlerError, "exit code " + std::to_string(code) + (err.empty() ? "" : ": " + err));
+        } else if (!ex.payload_delivered) {
+          fail(o, Kind::kProtocolError, "the child exited before asking for its payload");
+        } else {
+          o.output = exit.stdout_data;
+        }
+      } else if (!ex.result) {
+        fail(o, Kind::kProtocolError, "the child exited with code " + std::to_string(code) + " without sending a result");
+      } else {
+        const Frame& r = *ex.result;
+        switch (r.status) {
+          case ResultStatus::kOk:
+            if (r.data.size() > cap) fail(o, Kind::kOutputLimit, "result of " + std::to_string(r.data.size()) + " bytes over the cap of " + std::to_string(cap));
+            else o.output = r.data;
+            break;
+          case ResultStatus::kHandlerError: fail(o, Kind::kHandlerError, r.message); break;
+          case ResultStatus::kOutputLimit: fail(o, Kind::kOutputLimit, r.message); break;
+          case ResultStatus::kOutOfMemory: fail(o, Kind::kOom, r.message); break;
+        }
+      }
+    }
+  }
+
+  if (o.kind != Kind::kOk) {
+    std::string detail;
+    switch (o.kind) {
+      case Kind::kCrash:
+      case Kind::kStackOverflow:
+      case Kind::kKilled: detail = signal_name(o.signal); break;
+      case Kind::kSeccompViolation: detail = o.syscall; break;
+      case Kind::kHandlerError:
+      case Kind::kProtocolError:
+      case Kind::kSandboxError: detail = normalize_message(o.message); break;
+      case Kind::kCpuLimit:
+      case Kind::kWallTimeout:
+      case Kind::kOom:
+      case Kind::kOutputLimit:
+      case Kind::kOk: break;  // the handler is the identity (no usable stack at the kill)
+    }
+    o.fingerprint = make_fingerprint(o.kind, detail, o.crash_state, ex.handler_identity);
+  }
+  return o;
+}
+
+}  // namespace pillbox

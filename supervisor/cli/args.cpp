@@ -1,0 +1,62 @@
+#include "supervisor/cli/args.h"
+
+namespace pillbox::cli {
+
+Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<OptionSpec>& specs,
+                           const std::string& command) {
+  Args a;
+  const std::string help = " (see: pillbox " + command + " --help)";
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      a.has_dashdash_ = true;
+      for (++i; i < argc; ++i) a.after_dashdash_.emplace_back(argv[i]);
+      break;
+    }
+    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+      std::string name = arg.substr(2);
+      std::optional<std::string> inline_value;
+      if (const auto eq = name.find('='); eq != std::string::npos) {
+        inline_value = name.substr(eq + 1);
+        name.resize(eq);
+      }
+      const OptionSpec* spec = nullptr;
+      for (const auto& s : specs) {
+        if (s.name == name) spec = &s;
+      }
+      if (spec == nullptr) return Error{"unknown option --" + name + help};
+      std::string value;
+      if (spec->takes_value) {
+        if (inline_value) {
+          value = *inline_value;
+        } else if (i + 1 < argc) {
+          value = argv[++i];
+        } else {
+          return Error{"option --" + name + " needs a value" + help};
+        }
+      } else if (inline_value) {
+        return Error{"option --" + name + " takes no value" + help};
+      }
+      auto& slot = a.values_[name];
+      if (!slot.empty() && !spec->repeatable) return Error{"option --" + name + " given twice" + help};
+      slot.push_back(std::move(value));
+      continue;
+    }
+    if (arg.size() > 1 && arg[0] == '-' && arg != "-") return Error{"unknown option " + arg + help};
+    a.positional_.push_back(std::move(arg));
+  }
+  return a;
+}
+
+std::optional<std::string> Args::value(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end() || it->second.empty()) return std::nullopt;
+  return it->second.back();
+}
+
+std::vector<std::string> Args::values(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,38 @@
+#pragma once
+// A small, strict command-line parser: --name VALUE, --name=VALUE, flags,
+// positionals, and everything after "--" kept apart (the exec command).
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+
+namespace pillbox::cli {
+
+struct OptionSpec {
+  std::string name;       // without the leading "--"
+  bool takes_value = true;
+  bool repeatable = false;
+};
+
+class Args {
+ public:
+  static Expected<Args> parse(int argc, char** argv, int first, const std::vector<OptionSpec>& specs,
+                              const std::string& command);
+
+  std::optional<std::string> value(const std::string& name) const;
+  std::vector<std::string> values(const std::string& name) const;
+  bool flag(const std::string& name) const { return values_.count(name) > 0; }
+  const std::vector<std::string>& positional() const { return positional_; }
+  const std::vector<std::string>& after_dashdash() const { return after_dashdash_; }
+  bool has_dashdash() const { return has_dashdash_; }
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positional_;
+  std::vector<std::string> after_dashdash_;
+  bool has_dashdash_ = false;
+};
+
+}  // namespace pillbox::cli

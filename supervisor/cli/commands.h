@@ -1,0 +1,16 @@
+#pragma once
+// The `pillbox` subcommands. Each parses its arguments, calls the library
+// and prints; exit codes are documented in README.md:
+//   0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error.
+namespace pillbox::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailures = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitSetup = 3;
+
+int run_command(int argc, char** argv);     // pillbox run
+int doctor_command(int argc, char** argv);  // pillbox doctor
+int policy_command(int argc, char** argv);  // pillbox policy check|show
+
+}  // namespace pillbox::cli

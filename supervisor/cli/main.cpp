@@ -1,0 +1,41 @@
+// pillbox: run crash-prone work safely. Thin dispatch to the subcommands.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "supervisor/cli/commands.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: pillbox <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run        run every input in its own confined child, classify failures\n"
+    "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
+    "  policy     check or show a policy file\n"
+    "  version    print the version\n"
+    "\n"
+    "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"
+    "failed, 2 usage or input error, 3 setup error.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace pillbox::cli;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  const std::string command = argv[1];
+  if (command == "run") return run_command(argc, argv);
+  if (command == "doctor") return doctor_command(argc, argv);
+  if (command == "policy") return policy_command(argc, argv);
+  if (command == "version" || command == "--version") {
+    std::printf("pillbox %s\n", PILLBOX_VERSION);
+    return kExitOk;
+  }
+  std::fprintf(stderr, "pillbox: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return kExitUsage;
+}

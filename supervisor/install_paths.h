@@ -1,0 +1,13 @@
+#pragma once
+// Where the helper binaries live, relative to the running `pillbox`
+// executable (build tree or install prefix), overridable by environment.
+#include <string>
+
+namespace pillbox {
+
+// $PILLBOX_SANDBOX, else pillbox-sandbox next to pillbox, else ../libexec/pillbox/.
+std::string find_sandbox_binary();
+// $PILLBOX_CRASH_LIB, else libpillbox-crash.so next to pillbox, else ../lib/pillbox/. "" if none.
+std::string find_crash_library();
+
+}  // namespace pillbox

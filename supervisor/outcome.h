@@ -1,0 +1,54 @@
+#pragma once
+// What happened to one task (Execution: the raw facts gathered by the
+// dispatcher) and what it means (Outcome: the classification, DESIGN.md §1).
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/control.h"
+#include "shared/failure_kind.h"
+#include "shared/fingerprint.h"
+#include "shared/policy.h"
+#include "shared/wire.h"
+
+namespace pillbox {
+
+struct Execution {
+  bool exec_mode = false;
+  Limits limits;
+  std::string handler_identity;          // part of every fingerprint
+  std::optional<ExitReport> exit;        // absent when the child never ran
+  std::string launch_error;              // fork failed, zygote lost
+  std::uint64_t wall_ms = 0;
+  bool killed_for_timeout = false;       // the supervisor hit the wall deadline
+  bool killed_for_protocol = false;      // the supervisor killed it for a protocol violation
+  std::optional<Frame> result;           // validated RESULT frame
+  std::optional<std::string> setup_failure;  // SETUP_FAILED before the payload was sent
+  std::string protocol_violation;        // first violation seen on the wire
+  bool payload_delivered = false;
+  bool cgroup_oom = false;               // the slot's OOM-kill counter moved
+};
+
+struct Outcome {
+  Kind kind = Kind::kOk;
+  int signal = 0;                        // terminating signal (0: none)
+  int exit_code = -1;                    // exit code when it exited (-1: signaled or never ran)
+  std::string syscall;                   // seccomp-violation: the denied syscall
+  std::vector<std::string> crash_state;
+  std::vector<SymbolizedFrame> frames;   // innermost first (crash kinds)
+  std::string fingerprint;               // "" for ok
+  std::string message;
+  std::uint64_t cpu_ms = 0;
+  std::uint64_t wall_ms = 0;
+  std::uint64_t max_rss_kb = 0;
+  std::string output;                    // the handler's result (ok only)
+  pid_t pid = 0;
+};
+
+// "SIGSEGV" for 11; "signal 99" for unknown numbers.
+std::string signal_name(int sig);
+
+}  // namespace pillbox

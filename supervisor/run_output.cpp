@@ -1,0 +1,126 @@
+#include "supervisor/run_output.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "shared/base64.h"
+
+namespace pillbox {
+namespace {
+
+std::string join_state(const std::vector<std::string>& state) {
+  std::string s;
+  for (const auto& f : state) s += (s.empty() ? "" : " < ") + f;
+  return s;
+}
+
+std::string frame_text(const SymbolizedFrame& f) {
+  std::ostringstream os;
+  const auto slash = f.module.rfind('/');
+  const std::string base = slash == std::string::npos ? f.module : f.module.substr(slash + 1);
+  os << (f.function.empty() ? "??" : f.function) << " (" << (base.empty() ? "?" : base) << "+0x" << std::hex
+     << f.offset << ")";
+  return os.str();
+}
+
+// JSON strings must be valid UTF-8; messages may quote hostile bytes.
+std::string utf8_safe(const std::string& s) {
+  if (is_valid_utf8(s)) return s;
+  std::string out;
+  for (unsigned char c : s) out += c < 0x80 ? static_cast<char>(c) : '?';
+  return out;
+}
+
+}  // namespace
+
+std::string outcome_json(const Task& task, const Outcome& o, const std::string* output_file) {
+  using nlohmann::json;
+  json j;
+  j["key"] = utf8_safe(task.key);
+  j["status"] = o.kind == Kind::kOk ? "ok" : "failed";
+  j["kind"] = std::string(to_string(o.kind));
+  j["fingerprint"] = o.fingerprint.empty() ? json(nullptr) : json(o.fingerprint);
+  j["crash_state"] = o.crash_state;
+  j["signal"] = o.signal ? json(signal_name(o.signal)) : json(nullptr);
+  j["syscall"] = o.syscall.empty() ? json(nullptr) : json(o.syscall);
+  j["exit_code"] = o.exit_code >= 0 ? json(o.exit_code) : json(nullptr);
+  j["message"] = utf8_safe(o.message);
+  j["cpu_ms"] = o.cpu_ms;
+  j["wall_ms"] = o.wall_ms;
+  j["max_rss_kb"] = o.max_rss_kb;
+  if (!o.frames.empty()) {
+    json frames = json::array();
+    for (std::size_t i = 0; i < o.frames.size() && i < 16; ++i) frames.push_back(frame_text(o.frames[i]));
+    j["frames"] = frames;
+  }
+  if (o.kind == Kind::kOk) {
+    if (output_file != nullptr) {
+      j["output_file"] = *output_file;
+    } else if (is_valid_utf8(o.output)) {
+      j["output"] = o.output;
+    } else {
+      j["output_b64"] = base64_encode(o.output);
+    }
+  }
+  return j.dump();
+}
+
+std::string outcome_line(const Task& task, const Outcome& o) {
+  std::ostringstream os;
+  std::string kind(to_string(o.kind));
+  kind.resize(std::max<std::size_t>(kind.size(), 17), ' ');
+  os << kind << " " << task.key;
+  if (o.kind == Kind::kOk) {
+    os << "  (" << o.wall_ms << " ms)";
+  } else {
+    os << "  " << o.fingerprint;
+    if (!o.crash_state.empty()) os << "  " << join_state(o.crash_state);
+    if (!o.message.empty()) os << "  " << utf8_safe(o.message.substr(0, 200));
+  }
+  return os.str();
+}
+
+void RunSummary::add(const Task& task, const Outcome& o) {
+  ++total_;
+  ++by_kind_[o.kind];
+  if (o.kind == Kind::kOk) return;
+  ++failed_;
+  Group& g = by_fingerprint_[o.fingerprint];
+  if (g.count++ == 0) {
+    g.kind = o.kind;
+    g.crash_state = join_state(o.crash_state);
+    g.example_key = task.key;
+    g.message = o.message.substr(0, 120);
+  }
+}
+
+std::string RunSummary::render(double seconds, const RunReport& report) const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << "pillbox: " << total_ << " task" << (total_ == 1 ? "" : "s") << " in " << seconds << " s";
+  if (seconds > 0) os << " (" << static_cast<std::uint64_t>(static_cast<double>(total_) / seconds) << "/s)";
+  os << ": " << (total_ - failed_) << " ok, " << failed_ << " failed";
+  if (report.input_errors) os << ", " << report.input_errors << " input error(s)";
+  os << "\n";
+  if (!by_kind_.empty()) {
+    os << "  by kind:";
+    for (const auto& [kind, n] : by_kind_) os << "  " << to_string(kind) << " " << n;
+    os << "\n";
+  }
+  if (!by_fingerprint_.empty()) {
+    std::vector<std::pair<std::string, Group>> groups(by_fingerprint_.begin(), by_fingerprint_.end());
+    std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.second.count > b.second.count; });
+    os << "  by fingerprint:\n";
+    for (const auto& [fp, g] : groups) {
+      os << "    " << fp << "  " << to_string(g.kind) << "  x" << g.count << "  "
+         << (g.crash_state.empty() ? g.message : g.crash_state) << "  (e.g. " << g.example_key << ")\n";
+    }
+  }
+  for (const auto& w : report.warnings) os << "  warning: " << w << "\n";
+  return os.str();
+}
+
+}  // namespace pillbox

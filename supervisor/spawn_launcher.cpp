@@ -1,0 +1,218 @@
+// SpawnLauncher: fork+exec of `pillbox-sandbox --child` per task with
+// Boost.Process. The supervisor is the parent: it watches each child through
+// a pidfd and collects its wait status, rusage and streams itself.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/process.hpp>
+#include <boost/process/extend.hpp>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "shared/child_streams.h"
+#include "shared/crash_report.h"
+#include "supervisor/launcher.h"
+
+namespace pillbox {
+
+namespace bp = boost::process;
+
+namespace {
+
+constexpr int kBootstrapFd = 3;
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+}  // namespace
+
+class SpawnLauncher final : public Launcher {
+ public:
+  explicit SpawnLauncher(LauncherSettings settings) : settings_(std::move(settings)) {}
+
+  ~SpawnLauncher() override {
+    for (auto& [fd, c] : children_) {
+      ::kill(-c.pid, SIGKILL);
+      ::kill(c.pid, SIGKILL);
+      ::waitpid(c.pid, nullptr, 0);
+      ::close(fd);
+    }
+  }
+
+  // Validates the configuration once, in a child that prepares the handler
+  // and filter exactly like each task's child will, so a bad handler is one
+  // clear error instead of one sandbox-error per task.
+  Status start() override {
+    if (::access(settings_.sandbox_binary.c_str(), X_OK) != 0) {
+      return Status::error("cannot execute " + settings_.sandbox_binary + ": " + std::strerror(errno));
+    }
+    int boot[2];
+    if (::pipe2(boot, O_CLOEXEC) != 0) return Status::error(std::string("pipe2: ") + std::strerror(errno));
+    UniqueFd boot_read(boot[0]), boot_write(boot[1]);
+    ControlMessage config;
+    config.type = ControlType::kConfig;
+    config.config = settings_.config;
+    if (auto s = write_all(boot_write.get(), encode_control(config)); !s) return s;
+    boot_write.reset();
+    std::string errors;
+    int code = -1;
+    try {
+      const int boot_fd = boot_read.get();
+      bp::ipstream err;
+      bp::child c(settings_.sandbox_binary, "--check", bp::std_err > err,
+                  bp::extend::on_exec_setup = [=](auto&) {
+                    if (boot_fd == kBootstrapFd) ::fcntl(boot_fd, F_SETFD, 0);  // dup2 onto itself keeps CLOEXEC
+                    else ::dup2(boot_fd, kBootstrapFd);
+                  });
+      boot_read.reset();
+      std::string line;
+      while (std::getline(err, line)) errors += (errors.empty() ? "" : "; ") + line;
+      c.wait();
+      code = c.exit_code();
+    } catch (const std::exception& e) {
+      return Status::error("cannot run " + settings_.sandbox_binary + ": " + e.what());
+    }
+    if (code != 0) return Status::error(errors.empty() ? "configuration check failed" : errors);
+    isolation_ = {"per child (spawn mode)"};
+    return Status::ok();
+  }
+
+  Status launch(const TaskTicket& ticket) override {
+    auto streams = open_child_streams(settings_.config.exec_mode());
+    if (!streams) return fork_failed(ticket.seq, streams.error());
+    int boot[2];
+    if (::pipe2(boot, O_CLOEXEC) != 0) return fork_failed(ticket.seq, std::string("pipe2: ") + std::strerror(errno));
+    UniqueFd boot_read(boot[0]), boot_write(boot[1]);
+    const int crash_fd = streams->crash_write.get();
+    const int out_fd = streams->stdout_file.get();
+    const int err_fd = streams->stderr_file.get();
+    const int boot_fd = boot_read.get();
+    pid_t pid = -1;
+    try {
+      // Runs in the forked child before exec: put the streams at their fixed fds.
+      // Sources are first copied above every target so no dup2 clobbers
+      // another source; dup2 onto a different fd also clears FD_CLOEXEC.
+      auto setup = [=](auto&) {
+        const int boot_tmp = ::fcntl(boot_fd, F_DUPFD_CLOEXEC, kCrashFd + 1);
+        const int crash_tmp = ::fcntl(crash_fd, F_DUPFD_CLOEXEC, kCrashFd + 1);
+        const int out_tmp = out_fd >= 0 ? ::fcntl(out_fd, F_DUPFD_CLOEXEC, kCrashFd + 1) : -1;
+        const int err_tmp = err_fd >= 0 ? ::fcntl(err_fd, F_DUPFD_CLOEXEC, kCrashFd + 1) : -1;
+        ::dup2(boot_tmp, kBootstrapFd);
+        ::dup2(crash_tmp, kCrashFd);
+        if (out_tmp >= 0) ::dup2(out_tmp, 1);
+        if (err_tmp >= 0) ::dup2(err_tmp, 2);
+      };
+      bp::child c(settings_.sandbox_binary, "--child", bp::extend::on_exec_setup = setup);
+      pid = c.id();
+      c.detach();  // we reap it ourselves (wait4, for rusage)
+    } catch (const std::exception& e) {
+      return fork_failed(ticket.seq, std::string("spawn ") + settings_.sandbox_binary + ": " + e.what());
+    }
+    boot_read.reset();
+    streams->crash_write.reset();
+    ControlMessage config;
+    config.type = ControlType::kConfig;
+    config.config = settings_.config;
+    ControlMessage fork;
+    fork.type = ControlType::kFork;
+    fork.ticket = ticket;
+    // A child that died before reading gets EPIPE here; its exit is reported anyway.
+    const auto old = ::signal(SIGPIPE, SIG_IGN);
+    (void)write_all(boot_write.get(), encode_control(config) + encode_control(fork));
+    ::signal(SIGPIPE, old);
+    const int pidfd = pidfd_open(pid);
+    if (pidfd < 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return fork_failed(ticket.seq, std::string("pidfd_open: ") + std::strerror(errno));
+    }
+    ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    children_[pidfd] = Child{ticket.seq, pid, std::move(*streams)};
+    LaunchEvent ev;
+    ev.type = LaunchEvent::Type::kForked;
+    ev.seq = ticket.seq;
+    ev.pid = pid;
+    pending_.push_back(std::move(ev));
+    return Status::ok();
+  }
+
+  std::vector<int> watch_fds() const override {
+    std::vector<int> fds;
+    for (const auto& [fd, c] : children_) fds.push_back(fd);
+    return fds;
+  }
+
+  std::vector<LaunchEvent> collect() override {
+    std::vector<LaunchEvent> events = std::move(pending_);
+    pending_.clear();
+    for (auto it = children_.begin(); it != children_.end();) {
+      int status = 0;
+      rusage ru{};
+      const pid_t r = ::wait4(it->second.pid, &status, WNOHANG, &ru);
+      if (r != it->second.pid) {
+        ++it;
+        continue;
+      }
+      ::kill(-it->second.pid, SIGKILL);  // nothing the task started outlives it
+      LaunchEvent ev;
+      ev.type = LaunchEvent::Type::kExited;
+      ev.seq = it->second.seq;
+      ev.pid = it->second.pid;
+      ExitReport& e = ev.exit;
+      e.seq = it->second.seq;
+      e.pid = it->second.pid;
+      e.wait_status = status;
+      e.utime_us = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_utime.tv_usec);
+      e.stime_us = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_stime.tv_usec);
+      e.max_rss_kb = static_cast<std::uint64_t>(ru.ru_maxrss);
+      collect_child_streams(it->second.streams, e, settings_.config.policy.limits.output_bytes);
+      ::close(it->first);
+      it = children_.erase(it);
+      events.push_back(std::move(ev));
+    }
+    return events;
+  }
+
+  const std::vector<std::string>& isolation() const override { return isolation_; }
+  const std::vector<std::string>& warnings() const override { return warnings_; }
+  std::string describe() const override { return "spawn per task"; }
+
+ private:
+  struct Child {
+    std::uint64_t seq;
+    pid_t pid;
+    ChildStreams streams;
+  };
+
+  Status fork_failed(std::uint64_t seq, std::string why) {
+    LaunchEvent ev;
+    ev.type = LaunchEvent::Type::kForkFailed;
+    ev.seq = seq;
+    ev.message = std::move(why);
+    pending_.push_back(std::move(ev));
+    return Status::ok();
+  }
+
+  LauncherSettings settings_;
+  std::map<int, Child> children_;  // by pidfd
+  std::vector<LaunchEvent> pending_;
+  std::vector<std::string> isolation_;
+  std::vector<std::string> warnings_;
+};
+
+std::unique_ptr<Launcher> make_spawn_launcher(const LauncherSettings& settings) {
+  return std::make_unique<SpawnLauncher>(settings);
+}
+
+std::unique_ptr<Launcher> make_zygote_launcher(const LauncherSettings& settings);
+
+std::unique_ptr<Launcher> make_launcher(const LauncherSettings& settings) {
+  if (settings.mode == LaunchMode::kSpawn) return make_spawn_launcher(settings);
+  return make_zygote_launcher(settings);
+}
+
+}  // namespace pillbox

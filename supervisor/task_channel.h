@@ -1,0 +1,67 @@
+#pragma once
+// The supervisor's end of one task's wire: a ROUTER socket bound to a
+// private ipc:// endpoint, a monitor that reports disconnects, and the
+// protocol state machine of wire.h. Every byte from the child is hostile:
+// the first frame that breaks the protocol records a violation and the
+// dispatcher kills the child.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+#include <zmq.hpp>
+
+#include "shared/wire.h"
+
+namespace pillbox {
+
+class TaskChannel {
+ public:
+  enum class Phase { kAwaitHello, kAwaitReady, kAwaitResult, kDone };
+
+  // Binds ipc://<rundir>/t<seq>. `payload` must outlive the channel.
+  TaskChannel(zmq::context_t& ctx, const std::string& rundir, std::uint64_t seq, const Secret& secret,
+              std::string_view payload, std::size_t max_output, bool exec_mode);
+  ~TaskChannel();
+  TaskChannel(const TaskChannel&) = delete;
+  TaskChannel& operator=(const TaskChannel&) = delete;
+
+  const std::string& endpoint() const { return endpoint_; }
+  void add_poll_items(std::vector<zmq::pollitem_t>& items);
+  // Handles whatever is readable on the socket or the monitor.
+  void on_readable();
+
+  Phase phase() const { return phase_; }
+  bool payload_delivered() const { return payload_delivered_; }
+  const std::optional<Frame>& result() const { return result_; }
+  const std::optional<std::string>& setup_failure() const { return setup_failure_; }
+  const std::string& violation() const { return violation_; }
+  int ignored_frames() const { return ignored_frames_; }
+  // True once nothing more is expected from the child over the wire.
+  bool finished() const { return phase_ == Phase::kDone || !violation_.empty(); }
+
+ private:
+  void on_frame(const zmq::message_t& peer, std::string_view bytes);
+  void on_monitor_event();
+  void send(FrameType type, std::string_view data = {});
+  void violate(std::string why);
+
+  std::string endpoint_;
+  std::string path_;
+  std::uint64_t seq_;
+  Secret secret_;
+  std::string_view payload_;
+  std::size_t max_frame_;
+  bool exec_mode_;
+  zmq::socket_t sock_;
+  zmq::socket_t monitor_;
+  std::string peer_;          // routing id of the child that said HELLO
+  Phase phase_ = Phase::kAwaitHello;
+  bool payload_delivered_ = false;
+  std::optional<Frame> result_;
+  std::optional<std::string> setup_failure_;
+  std::string violation_;
+  int ignored_frames_ = 0;
+};
+
+}  // namespace pillbox

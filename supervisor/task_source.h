@@ -1,0 +1,44 @@
+#pragma once
+// Where tasks come from: files, directories (recursive) and JSON lines on
+// stdin, in the order given. Files are checked before the run starts (a
+// missing or unreadable input is a usage error, not a failed task); stdin is
+// read on its own thread so a slow producer never stalls running tasks.
+#include <cstdint>
+#include <istream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+
+namespace pillbox {
+
+inline constexpr std::size_t kMaxPayloadBytes = 1ull << 30;  // 1 GiB
+
+struct Task {
+  std::string key;
+  std::string payload;
+};
+
+class TaskSource {
+ public:
+  struct Item {
+    enum class Type { kTask, kWait, kEnd, kError };
+    Type type = Type::kEnd;
+    Task task;
+    std::string error;  // kError: one line, names the input (stdin:12: ...)
+  };
+  virtual ~TaskSource() = default;
+  // Never blocks: kWait means "poll wait_fd() and ask again".
+  virtual Item next() = 0;
+  virtual int wait_fd() const { return -1; }
+};
+
+// `inputs` are paths or "-" (JSON lines on `stdin_fd`). Errors: one line,
+// ready to print ("cannot read input 'x': No such file or directory").
+Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd = 0);
+
+// Parses one JSON line: {"key": ..., "payload": "text"} or {"payload_b64": "..."}.
+Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number);
+
+}  // namespace pillbox

@@ -1,0 +1,254 @@
+#include "shared/fingerprint.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace pillbox {
+namespace {
+
+SymbolizedFrame fn(std::string function, std::string module = "/opt/app/bin/worker",
+                   std::uint64_t offset = 0x1000) {
+  return SymbolizedFrame{std::move(module), offset, std::move(function)};
+}
+
+TEST_CASE("normalize_function: plain C names pass through") {
+  CHECK(normalize_function("parse_header") == "parse_header");
+  CHECK(normalize_function("main") == "main");
+  CHECK(normalize_function("") == "");
+}
+
+TEST_CASE("normalize_function: templates and parameter lists") {
+  CHECK(normalize_function("std::vector<int, std::allocator<int> >::at(unsigned long) const") ==
+        "std::vector::at");
+  CHECK(normalize_function("ns::Parser<char>::parse(char const*, unsigned long) &&") == "ns::Parser::parse");
+  CHECK(normalize_function("ns::f(int) noexcept") == "ns::f");
+  CHECK(normalize_function("ns::g() volatile &") == "ns::g");
+  CHECK(normalize_function("std::_Function_handler<void (int), main::{lambda(int)#1}>::_M_invoke("
+                           "std::_Any_data const&, int&&)") == "std::_Function_handler::_M_invoke");
+  // Expressions inside template arguments are parenthesized by the demangler.
+  CHECK(normalize_function("Fixed<((3)>(2))>::get()") == "Fixed::get");
+  // Function templates carry their return type.
+  CHECK(normalize_function("void ns::visit<Node>(Node&)") == "ns::visit");
+  CHECK(normalize_function("unsigned long count<char>(char const*)") == "count");
+  CHECK(normalize_function("std::basic_string<char, std::char_traits<char>, std::allocator<char> > const& "
+                           "pick<std::string>(std::string const&)") == "pick");
+  // Local entities: the enclosing function's parameters go, the scope stays.
+  CHECK(normalize_function("outer(int)::Local::run() const") == "outer::Local::run");
+}
+
+TEST_CASE("normalize_function: operators") {
+  CHECK(normalize_function("bool operator< <int>(Box<int> const&, Box<int> const&)") == "operator<");
+  CHECK(normalize_function("Box<int>::operator<(Box<int> const&) const") == "Box::operator<");
+  CHECK(normalize_function("std::basic_ostream<char, std::char_traits<char> >& std::operator<< "
+                           "<std::char_traits<char> >(std::basic_ostream<char, std::char_traits<char> >&, "
+                           "char const*)") == "std::operator<<");
+  CHECK(normalize_function("Ptr<Node>::operator->() const") == "Ptr::operator->");
+  CHECK(normalize_function("Ptr<Node>::operator->*(int Node::*)") == "Ptr::operator->*");
+  CHECK(normalize_function("Version::operator<=>(Version const&) const") == "Version::operator<=>");
+  CHECK(normalize_function("Bits::operator>>=(int)") == "Bits::operator>>=");
+  CHECK(normalize_function("Matrix::operator()(int, int)") == "Matrix::operator()");
+  CHECK(normalize_function("Table<int>::operator[](unsigned long)") == "Table::operator[]");
+  CHECK(normalize_function("operator new(unsigned long)") == "operator new");
+  CHECK(normalize_function("operator delete[](void*, unsigned long)") == "operator delete[]");
+  CHECK(normalize_function("Handle::operator bool() const") == "Handle::operator bool");
+  CHECK(normalize_function("Id::operator unsigned long() const") == "Id::operator unsigned long");
+  CHECK(normalize_function("Doc::operator std::vector<int, std::allocator<int> >() const") ==
+        "Doc::operator std::vector");
+}
+
+TEST_CASE("normalize_function: lambdas, anonymous namespaces, ABI tags, clones") {
+  CHECK(normalize_function("main::{lambda(int)#2}::operator()(int) const") == "main::{lambda}::operator()");
+  CHECK(normalize_function("run(std::vector<int, std::allocator<int> >&)::{lambda(std::vector<int, "
+                           "std::allocator<int> > const&)#1}::operator()(std::vector<int, "
+                           "std::allocator<int> > const&) const") == "run::{lambda}::operator()");
+  CHECK(normalize_function("Widget::{unnamed type#1}::reset()") == "Widget::{unnamed type}::reset");
+  CHECK(normalize_function("(anonymous namespace)::decode_block(unsigned char const*)") ==
+        "(anonymous namespace)::decode_block");
+  CHECK(normalize_function("pillbox::(anonymous namespace)::Cache<int>::get(int)") ==
+        "pillbox::(anonymous namespace)::Cache::get");
+  CHECK(normalize_function("name[abi:cxx11](Person const&)") == "name");
+  CHECK(normalize_function("std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > "
+                           "describe[abi:cxx11]<int>(int)") == "describe");
+  CHECK(normalize_function("inflate_block(z_stream*) [clone .cold]") == "inflate_block");
+  CHECK(normalize_function("ns::f(int) [clone .isra.0] [clone .cold]") == "ns::f");
+  CHECK(normalize_function("parse_header.cold") == "parse_header");
+  CHECK(normalize_function("parse_header.isra.0") == "parse_header");
+  CHECK(normalize_function("parse_header.constprop.0") == "parse_header");
+}
+
+TEST_CASE("normalize_function: malformed names do not break it") {
+  CHECK(normalize_function("broken<int") == "broken");
+  CHECK(normalize_function("broken(int") == "broken");
+  CHECK(normalize_function("x::{lambda(") == "x::{lambda}");
+  CHECK(normalize_function("operator") == "operator");
+  CHECK(normalize_function("a::operator ") == "a::operator");
+  CHECK(normalize_function(">>)}]") == ">>)}]");
+}
+
+TEST_CASE("is_ignored_frame: runtime modules") {
+  CHECK(is_ignored_frame(fn("", "/lib/x86_64-linux-gnu/libc.so.6")));
+  CHECK(is_ignored_frame(fn("whatever", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6")));
+  CHECK(is_ignored_frame(fn("", "/lib/x86_64-linux-gnu/libgcc_s.so.1")));
+  CHECK(is_ignored_frame(fn("", "/lib64/ld-linux-x86-64.so.2")));
+  CHECK(is_ignored_frame(fn("", "/lib/x86_64-linux-gnu/libm.so.6")));
+  CHECK(is_ignored_frame(fn("", "/lib/x86_64-linux-gnu/libpthread.so.0")));
+  CHECK(is_ignored_frame(fn("", "/opt/pillbox/lib/libpillbox-crash.so")));
+  CHECK(is_ignored_frame(fn("", "/usr/lib/x86_64-linux-gnu/libasan.so.8")));
+  CHECK(is_ignored_frame(fn("", "/usr/lib/x86_64-linux-gnu/libubsan.so.1")));
+  CHECK_FALSE(is_ignored_frame(fn("", "/usr/lib/x86_64-linux-gnu/libpoppler.so.126")));
+  CHECK_FALSE(is_ignored_frame(fn("", "/usr/lib/libcrypto.so.3")));
+  CHECK_FALSE(is_ignored_frame(fn("", "")));
+}
+
+TEST_CASE("is_ignored_frame: function names") {
+  for (const char* name :
+       {"abort", "raise", "gsignal", "__GI_raise", "__GI___pthread_kill", "__libc_message",
+        "__pthread_kill_implementation", "pthread_kill", "__assert_fail", "__assert_perror_fail",
+        "malloc", "calloc", "realloc", "free", "operator new(unsigned long)",
+        "operator delete(void*, unsigned long)", "operator new[](unsigned long)", "__cxa_throw",
+        "__cxa_rethrow", "std::terminate()", "__gnu_cxx::__verbose_terminate_handler()",
+        "_Unwind_Resume", "__sanitizer::Die()", "__asan_report_load8", "__ubsan_handle_builtin_unreachable",
+        "_start", "__libc_start_main", "__libc_start_call_main",
+        "pillbox::sandbox::run_handler(pillbox::Task const&)",
+        "pillbox::crash::on_fatal_signal(int, siginfo_t*, void*)"}) {
+    CAPTURE(name);
+    CHECK(is_ignored_frame(fn(name)));
+  }
+  for (const char* name : {"main", "parse_header", "pillbox::handlers::inflate(std::string_view)",
+                           "std::vector<int, std::allocator<int> >::at(unsigned long)", "freeform",
+                           "raise_error(int)", "my_malloc_wrapper"}) {
+    CAPTURE(name);
+    CHECK_FALSE(is_ignored_frame(fn(name)));
+  }
+}
+
+TEST_CASE("crash_state: drops ignored frames and keeps three") {
+  const std::vector<SymbolizedFrame> frames = {
+      fn("__pthread_kill_implementation", "/lib/x86_64-linux-gnu/libc.so.6"),
+      fn("raise", "/lib/x86_64-linux-gnu/libc.so.6"),
+      fn("abort", "/lib/x86_64-linux-gnu/libc.so.6"),
+      fn("pillbox::crash::on_fatal_signal(int)"),
+      fn("Decoder<char>::read_chunk(unsigned long) const"),
+      fn("", "/opt/app/lib/libthird.so", 0x4f2a),
+      fn("", "", 0x7f00dead),
+      fn("main"),
+  };
+  CHECK(crash_state(frames) ==
+        std::vector<std::string>{"Decoder::read_chunk", "libthird.so+0x4f2a", "0x7f00dead"});
+  CHECK(crash_state(frames, 1) == std::vector<std::string>{"Decoder::read_chunk"});
+  CHECK(crash_state(frames, 5) == std::vector<std::string>{"Decoder::read_chunk", "libthird.so+0x4f2a",
+                                                           "0x7f00dead", "main"});
+  CHECK(crash_state({}).empty());
+}
+
+TEST_CASE("crash_state: falls back to the top frames when all are ignored") {
+  const std::vector<SymbolizedFrame> frames = {
+      fn("", "/lib/x86_64-linux-gnu/libc.so.6", 0x3bfa0),
+      fn("abort(void) [clone .cold]"),
+      fn("__libc_start_main"),
+      fn("_start"),
+  };
+  CHECK(crash_state(frames) == std::vector<std::string>{"libc.so.6+0x3bfa0", "abort", "__libc_start_main"});
+}
+
+TEST_CASE("frames_recurse") {
+  std::vector<SymbolizedFrame> frames;
+  SUBCASE("one function recursing") {
+    frames.push_back(fn("crash_site"));
+    for (int i = 0; i < 20; ++i) frames.push_back(fn("walk(Node*)", "/bin/w", 0x100 + i));
+    CHECK(frames_recurse(frames));
+  }
+  SUBCASE("a cycle of three, after some non-recursive frames") {
+    frames.push_back(fn("memcpy"));
+    frames.push_back(fn("grow"));
+    for (int i = 0; i < 8; ++i) {
+      frames.push_back(fn("parse_value(Ctx&)"));
+      frames.push_back(fn("parse_array(Ctx&)"));
+      frames.push_back(fn("parse_list<int>(Ctx&)"));
+    }
+    CHECK(frames_recurse(frames));
+  }
+  SUBCASE("unsymbolized frames at the same return address recurse too") {
+    for (int i = 0; i < 10; ++i) frames.push_back(fn("", "/opt/libx.so", 0x77));
+    CHECK(frames_recurse(frames));
+  }
+  SUBCASE("seven repetitions are not enough") {
+    for (int i = 0; i < 7; ++i) {
+      frames.push_back(fn("a"));
+      frames.push_back(fn("b"));
+    }
+    frames.push_back(fn("main"));
+    CHECK_FALSE(frames_recurse(frames));
+  }
+  SUBCASE("a cycle of five is too long") {
+    for (int i = 0; i < 8; ++i) {
+      for (const char* name : {"a", "b", "c", "d", "e"}) frames.push_back(fn(name));
+    }
+    CHECK_FALSE(frames_recurse(frames));
+  }
+  SUBCASE("recursion only beyond the first 32 frames is ignored") {
+    for (int i = 0; i < 30; ++i) frames.push_back(fn("f" + std::to_string(i)));
+    for (int i = 0; i < 20; ++i) frames.push_back(fn("deep"));
+    CHECK_FALSE(frames_recurse(frames));
+  }
+  SUBCASE("an ordinary stack") {
+    for (const char* name : {"strlen", "parse", "load", "run", "main", "__libc_start_main", "_start"}) {
+      frames.push_back(fn(name));
+    }
+    CHECK_FALSE(frames_recurse(frames));
+    CHECK_FALSE(frames_recurse({}));
+  }
+}
+
+TEST_CASE("normalize_message") {
+  CHECK(normalize_message("bad byte at offset 1234") == normalize_message("bad byte at offset 99"));
+  CHECK(normalize_message("bad byte at offset 1234") == "bad byte at offset N");
+  CHECK(normalize_message("null deref at 0x7ffd1234abcd, size 16") == "null deref at 0xN, size N");
+  CHECK(normalize_message("  first line  \nsecond line 42") == "first line");
+  CHECK(normalize_message("windows line\r\nrest") == "windows line");
+  CHECK(normalize_message("   ") == "");
+  CHECK(normalize_message("0x") == "Nx");
+  CHECK(normalize_message(std::string(500, 'z')).size() == 200);
+  CHECK(normalize_message("invalid literal 'x'") != normalize_message("invalid literal 'y'"));
+}
+
+TEST_CASE("make_fingerprint") {
+  const std::vector<std::string> state = {"Decoder::read_chunk", "inflate", "main"};
+  const std::string fp = make_fingerprint(Kind::kCrash, "SIGSEGV", state, "inflate@sha256:ab12");
+  CHECK(fp.size() == 4 + 16);
+  CHECK(fp.starts_with("pb1-"));
+  CHECK(fp.find_first_not_of("0123456789abcdef", 4) == std::string::npos);
+  CHECK(fp == make_fingerprint(Kind::kCrash, "SIGSEGV", state, "inflate@sha256:ab12"));
+
+  CHECK(fp != make_fingerprint(Kind::kStackOverflow, "SIGSEGV", state, "inflate@sha256:ab12"));
+  CHECK(fp != make_fingerprint(Kind::kCrash, "SIGABRT", state, "inflate@sha256:ab12"));
+  CHECK(fp != make_fingerprint(Kind::kCrash, "SIGSEGV", {"Decoder::read_chunk", "inflate"},
+                               "inflate@sha256:ab12"));
+  CHECK(fp != make_fingerprint(Kind::kCrash, "SIGSEGV", state, "regex@sha256:ab12"));
+  // Field boundaries matter: moving text between fields changes the id.
+  CHECK(make_fingerprint(Kind::kCrash, "", {"a", "b"}, "h") !=
+        make_fingerprint(Kind::kCrash, "", {"a\x1f" "b"}, "h"));
+  CHECK(make_fingerprint(Kind::kCrash, "x", {}, "h") != make_fingerprint(Kind::kCrash, "", {"x"}, "h"));
+}
+
+TEST_CASE("same bug, different payloads: one fingerprint") {
+  // Two runs reach the same bug through different addresses and template instances.
+  const std::vector<SymbolizedFrame> run1 = {
+      fn("raise", "/lib/x86_64-linux-gnu/libc.so.6", 0x3bfa0),
+      fn("parse_chunk(unsigned char const*, unsigned long) [clone .cold]", "/bin/app", 0x1100),
+      fn("Reader<std::vector<char, std::allocator<char> > >::next()", "/bin/app", 0x2200),
+      fn("main", "/bin/app", 0x3300),
+  };
+  const std::vector<SymbolizedFrame> run2 = {
+      fn("parse_chunk(unsigned char const*, unsigned long)", "/bin/app", 0x1180),
+      fn("Reader<std::string>::next()", "/bin/app", 0x2280),
+      fn("main", "/bin/app", 0x3340),
+  };
+  CHECK(make_fingerprint(Kind::kCrash, "SIGSEGV", crash_state(run1), "h") ==
+        make_fingerprint(Kind::kCrash, "SIGSEGV", crash_state(run2), "h"));
+}
+
+}  // namespace
+}  // namespace pillbox

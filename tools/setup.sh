@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages pillbox needs to build and test, only those
+# that are missing. Safe to run repeatedly; does nothing when all are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libboost-dev libboost-filesystem-dev          # Boost.Process (header-only, needs filesystem)
+  libseccomp-dev                                # seccomp-bpf allowlists
+  libzmq3-dev cppzmq-dev                        # ZeroMQ wire
+  libmsgpack-cxx-dev                            # msgpack frames
+  libspdlog-dev doctest-dev nlohmann-json3-dev  # logging, tests, JSON lines
+  libsqlite3-dev                                # embedded store
+  libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
+  python3 gzip                                  # sample corpus generation
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages: ${missing[*]}" >&2
+  echo "setup: run as root (or: sudo apt-get install ${missing[*]})" >&2
+  exit 3
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
