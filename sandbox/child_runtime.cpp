@@ -256,7 +256,7 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     payload_fd = ::memfd_create("pillbox-payload", MFD_CLOEXEC);
     if (payload_fd < 0) fail_setup(wire, errno_text("memfd_create (payload)"));
   }
-  if (auto s = apply_rlimits(limits, current_address_space_bytes()); !s) fail_setup(wire, s.message());
+  if (auto s = apply_rlimits(limits, current_address_space_bytes(), !ticket.cgroup_procs.empty()); !s) fail_setup(wire, s.message());
   if (!cfg.exec_mode()) {
     if (auto s = apply_file_size_limit(limits.file_size_bytes); !s) fail_setup(wire, s.message());
   }

@@ -45,7 +45,7 @@ std::uint64_t current_address_space_bytes() {
   return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-Status apply_rlimits(const Limits& limits, std::uint64_t baseline_address_space) {
+Status apply_rlimits(const Limits& limits, std::uint64_t baseline_address_space, bool memory_cgroup) {
   const std::uint64_t cpu_s = (limits.cpu_ms + 999) / 1000;
   rlimit cpu{};
   cpu.rlim_cur = cpu_s;
@@ -58,7 +58,8 @@ Status apply_rlimits(const Limits& limits, std::uint64_t baseline_address_space)
   if (auto s = set(RLIMIT_NOFILE, "RLIMIT_NOFILE", limits.open_files); !s) return s;
   if (auto s = set(RLIMIT_NPROC, "RLIMIT_NPROC", limits.processes); !s) return s;
   if (address_space_limit_supported()) {
-    if (auto s = set(RLIMIT_AS, "RLIMIT_AS", baseline_address_space + limits.memory_bytes); !s) return s;
+    const std::uint64_t budget = memory_cgroup ? 2 * limits.memory_bytes : limits.memory_bytes;
+    if (auto s = set(RLIMIT_AS, "RLIMIT_AS", baseline_address_space + budget); !s) return s;
   }
   return Status::ok();
 }

@@ -16,7 +16,10 @@ std::uint64_t current_address_space_bytes();
 
 // Sets CPU, AS, NOFILE, NPROC, CORE=0, STACK. RLIMIT_FSIZE separately (exec
 // mode sets it only right before exec, after writing the payload file).
-Status apply_rlimits(const Limits& limits, std::uint64_t baseline_address_space);
+// With a memory cgroup in force, the cgroup is the memory limit (it counts
+// what is really used, and its OOM kill is reported as `oom`) and RLIMIT_AS
+// is only a backstop at twice the limit; without one, RLIMIT_AS is the limit.
+Status apply_rlimits(const Limits& limits, std::uint64_t baseline_address_space, bool memory_cgroup);
 Status apply_file_size_limit(std::uint64_t bytes);
 
 // False under AddressSanitizer, whose shadow memory reserves terabytes of

@@ -62,20 +62,22 @@ bool is_valid_module_path(std::string_view path) {
 // One report's fields, each remembered as seen so duplicates are rejected.
 class ReportBuilder {
  public:
-  // Returns an error message, or "" when the line was accepted.
-  std::string add(std::string_view key, std::string_view value) {
+  Status add(std::string_view key, std::string_view value) {
     if (key == "frame") return add_frame(value);
     const int field = field_index(key);
-    if (field < 0) return "unknown key '" + std::string(key) + "'";
-    if (seen_[field]) return "duplicated key '" + std::string(key) + "'";
+    if (field < 0) return Status::error("unknown key '" + std::string(key) + "'");
+    if (seen_[field]) return Status::error("duplicated key '" + std::string(key) + "'");
     seen_[field] = true;
-    return set(field, value) ? "" : "bad value for '" + std::string(key) + "'";
+    if (!set(field, value)) return Status::error("bad value for '" + std::string(key) + "'");
+    return Status::ok();
   }
 
-  std::string finish() const {
-    if (!seen_[kPid]) return "missing pid";
-    if (!seen_[kSignal]) return "missing signal";
-    return "";
+  // The other fields have meaningful defaults; without these two the report
+  // cannot be matched to a process or a signal.
+  Status finish() const {
+    if (!seen_[kPid]) return Status::error("missing pid");
+    if (!seen_[kSignal]) return Status::error("missing signal");
+    return Status::ok();
   }
 
   CrashReport& report() { return report_; }
@@ -124,17 +126,17 @@ class ReportBuilder {
 
   // "frame <module path> <offset>": the path may hold spaces, so the offset is
   // after the last one; an unknown module is written as an empty path.
-  std::string add_frame(std::string_view value) {
-    if (report_.frames.size() >= kMaxCrashFrames) return "too many frames";
+  Status add_frame(std::string_view value) {
+    if (report_.frames.size() >= kMaxCrashFrames) return Status::error("too many frames");
     const std::size_t space = value.rfind(' ');
     const std::string_view module = space == std::string_view::npos ? "" : value.substr(0, space);
     const std::string_view offset_text =
         space == std::string_view::npos ? value : value.substr(space + 1);
-    if (!is_valid_module_path(module)) return "bad module path";
+    if (!is_valid_module_path(module)) return Status::error("bad module path");
     const auto offset = parse_u64(offset_text);
-    if (!offset) return "bad frame offset";
+    if (!offset) return Status::error("bad frame offset");
     report_.frames.push_back(RawFrame{std::string(module), *offset});
-    return "";
+    return Status::ok();
   }
 
   CrashReport report_;
@@ -159,14 +161,13 @@ Expected<CrashReport> parse_report_lines(std::string_view text) {
     }
     if (line == kEnd) {
       if (pos != text.size()) return Error{"data after 'end'"};
-      if (std::string error = builder.finish(); !error.empty()) return Error{std::move(error)};
+      if (Status status = builder.finish(); !status) return Error{status.message()};
       return std::move(builder.report());
     }
     const std::size_t space = line.find(' ');
     if (space == std::string_view::npos) return Error{"malformed line"};
-    if (std::string error = builder.add(line.substr(0, space), line.substr(space + 1));
-        !error.empty()) {
-      return Error{std::move(error)};
+    if (Status status = builder.add(line.substr(0, space), line.substr(space + 1)); !status) {
+      return Error{status.message()};
     }
   }
   return Error{header_seen ? "missing 'end'" : "missing 'pillbox-crash 1' header"};

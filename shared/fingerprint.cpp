@@ -1,7 +1,6 @@
 #include "shared/fingerprint.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 
 #include "shared/sha256.h"
@@ -167,7 +166,9 @@ std::string hex(std::uint64_t value) {
 
 // The name a frame stands for in crash states and recursion checks.
 std::string frame_identity(const SymbolizedFrame& frame) {
-  if (!frame.function.empty()) return normalize_function(frame.function);
+  // A symbol name can normalize to nothing ("<int>" in a hostile file); the
+  // address then identifies the frame better than an empty string.
+  if (std::string name = normalize_function(frame.function); !name.empty()) return name;
   if (frame.module.empty()) return hex(frame.offset);
   return std::string(basename(frame.module)) + "+" + hex(frame.offset);
 }

@@ -72,7 +72,12 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       const int sig = WTERMSIG(status);
       o.signal = sig;
       if (sig == SIGKILL) {
-        if (ex.killed_for_timeout) {
+        if (ex.killed_for_timeout && !ex.payload_delivered) {
+          // It never asked for its payload, so the payload cannot be what hung it.
+          fail(o, Kind::kProtocolError, "no complete handshake (HELLO, READY) within the wall-clock limit of " +
+                                            std::to_string(ex.limits.wall_ms) + " ms" +
+                                            (ex.protocol_violation.empty() ? "" : ": " + ex.protocol_violation));
+        } else if (ex.killed_for_timeout) {
           fail(o, Kind::kWallTimeout, "still running after the wall-clock limit of " + std::to_string(ex.limits.wall_ms) + " ms");
         } else if (ex.cgroup_oom) {
           fail(o, Kind::kOom, "killed by the cgroup OOM killer at the memory limit of " +

@@ -20,7 +20,7 @@ std::string frame_text(const SymbolizedFrame& f) {
   std::ostringstream os;
   const auto slash = f.module.rfind('/');
   const std::string base = slash == std::string::npos ? f.module : f.module.substr(slash + 1);
-  os << (f.function.empty() ? "??" : f.function) << " (" << (base.empty() ? "?" : base) << "+0x" << std::hex
+  os << (f.function.empty() ? "??" : normalize_function(f.function)) << " (" << (base.empty() ? "?" : base) << "+0x" << std::hex
      << f.offset << ")";
   return os.str();
 }
@@ -101,7 +101,7 @@ std::string RunSummary::render(double seconds, const RunReport& report) const {
   os.setf(std::ios::fixed);
   os.precision(1);
   os << "pillbox: " << total_ << " task" << (total_ == 1 ? "" : "s") << " in " << seconds << " s";
-  if (seconds > 0) os << " (" << static_cast<std::uint64_t>(static_cast<double>(total_) / seconds) << "/s)";
+  if (seconds > 0) os << " (" << static_cast<double>(total_) / seconds << "/s)";
   os << ": " << (total_ - failed_) << " ok, " << failed_ << " failed";
   if (report.input_errors) os << ", " << report.input_errors << " input error(s)";
   os << "\n";

@@ -141,6 +141,8 @@ TEST_CASE("crash_state: drops ignored frames and keeps three") {
   CHECK(crash_state(frames, 5) == std::vector<std::string>{"Decoder::read_chunk", "libthird.so+0x4f2a",
                                                            "0x7f00dead", "main"});
   CHECK(crash_state({}).empty());
+  // A symbol that normalizes to nothing is named by its address instead.
+  CHECK(crash_state({fn("<int>", "/bin/app", 0x10)}) == std::vector<std::string>{"app+0x10"});
 }
 
 TEST_CASE("crash_state: falls back to the top frames when all are ignored") {
