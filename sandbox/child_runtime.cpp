@@ -1,7 +1,6 @@
 #include "sandbox/child_runtime.h"
 
 #include <fcntl.h>
-#include <netdb.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -12,13 +11,14 @@
 #include <new>
 #include <string>
 #include <vector>
-#include <zmq.hpp>
+#include <optional>
 
 #include "sandbox/crash/crash_capture.h"
 #include "sandbox/exit_codes.h"
 #include "sandbox/namespaces.h"
 #include "sandbox/privileges.h"
 #include "sandbox/rlimits.h"
+#include "sandbox/zmtp_client.h"
 #include "shared/control.h"
 #include "shared/crash_report.h"
 #include "shared/wire.h"
@@ -31,16 +31,14 @@ constexpr const char* kPayloadFilePath = "/proc/self/fd/3";
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Resets what a fork inherits from the zygote: blocked signals (SIGCHLD is
-// blocked there for its signalfd) and dispositions.
-void reset_signals() {
+// Undoes what the zygote itself changed: it blocks SIGCHLD (for its
+// signalfd) and ignores SIGPIPE. Everything else is at its default already
+// (reset_all_signals ran when the zygote started).
+void reset_inherited_signals() {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    signal(sig, SIG_DFL);
-  }
+  signal(SIGPIPE, SIG_DFL);
 }
 
 // Fixed fd layout: 0 = /dev/null, 1/2 = exec streams or /dev/null,
@@ -71,15 +69,10 @@ Status join_cgroups(const std::vector<std::string>& procs_files) {
   return Status::ok();
 }
 
-// The child's end of the wire.
+// The child's end of the wire: frames over a ZMTP connection.
 class Wire {
  public:
-  explicit Wire(const TaskTicket& ticket)
-      : ticket_(ticket), ctx_(1), sock_(ctx_, zmq::socket_type::dealer) {
-    sock_.set(zmq::sockopt::linger, 0);
-    sock_.set(zmq::sockopt::reconnect_ivl, -1);  // reconnecting would need socket(2) under seccomp
-    sock_.connect(ticket.endpoint);
-  }
+  Wire(const TaskTicket& ticket, ZmtpClient client) : ticket_(ticket), client_(std::move(client)) {}
 
   bool send(FrameType type, std::string data = {}, std::string message = {},
             ResultStatus status = ResultStatus::kOk) {
@@ -91,39 +84,30 @@ class Wire {
     f.data = std::move(data);
     f.message = std::move(message);
     f.status = status;
-    const std::string bytes = encode_frame(f);
-    try {
-      return sock_.send(zmq::buffer(bytes), zmq::send_flags::none).has_value();
-    } catch (const zmq::error_t&) {
-      return false;
-    }
+    return client_.send(encode_frame(f), kSendTimeoutMs).is_ok();
   }
 
-  // Waits for one frame of `type` from the supervisor, up to `timeout_ms`.
-  bool receive(FrameType type, int timeout_ms, Frame* out = nullptr) {
-    try {
-      sock_.set(zmq::sockopt::rcvtimeo, timeout_ms);
-      zmq::message_t msg;
-      if (!sock_.recv(msg, zmq::recv_flags::none)) return false;
-      // Frames from the supervisor are trusted; decoding stays strict anyway.
-      auto f = decode_frame(std::string_view(static_cast<const char*>(msg.data()), msg.size()), msg.size());
-      if (!f || f->type != type || f->task != ticket_.seq || !secrets_equal(f->secret, ticket_.secret)) return false;
-      if (out) *out = std::move(*f);
-      return true;
-    } catch (const zmq::error_t&) {
-      return false;
+  // The payload: one TASK frame from the supervisor.
+  std::optional<Frame> receive_task(int timeout_ms) {
+    auto bytes = client_.receive(timeout_ms, kMaxPayloadFrame);
+    if (!bytes) return std::nullopt;
+    // Frames from the supervisor are trusted; decoding stays strict anyway.
+    auto f = decode_frame(*bytes, bytes->size());
+    if (!f || f->type != FrameType::kTask || f->task != ticket_.seq || !secrets_equal(f->secret, ticket_.secret)) {
+      return std::nullopt;
     }
+    return std::move(*f);
   }
 
  private:
+  static constexpr int kSendTimeoutMs = 10'000;
+  static constexpr std::size_t kMaxPayloadFrame = (std::size_t{1} << 32) + kFrameOverhead;
   const TaskTicket& ticket_;
-  zmq::context_t ctx_;
-  zmq::socket_t sock_;
+  ZmtpClient client_;
 };
 
 [[noreturn]] void fail_setup(Wire& wire, const std::string& message) {
   wire.send(FrameType::kSetupFailed, {}, message);
-  wire.receive(FrameType::kAck, 2000);
   _exit(kExitSetupFailed);
 }
 
@@ -191,16 +175,7 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   ::execve(cargv[0], cargv.data(), cenv.data());
   const std::string why = errno_text("execve " + argv[0]);
   wire.send(FrameType::kResult, {}, why, ResultStatus::kHandlerError);
-  wire.receive(FrameType::kAck, 1000);
   _exit(kExitExecFailed);
-}
-
-// Things every child would otherwise do for itself after the fork: ZeroMQ
-// looks up the "tcp" protocol through NSS (dlopen of libnss_*, reading
-// /etc/nsswitch.conf and /etc/protocols) and the CPU count.
-void warm_up_libraries() {
-  ::getprotobyname("tcp");
-  ::sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 }  // namespace
@@ -217,7 +192,6 @@ Expected<PreparedChild> prepare_child(const ChildConfig& config) {
   if (!filter) return Error{"seccomp policy: " + filter.error()};
   prep.filter = std::move(*filter);
   crash::prepare();
-  warm_up_libraries();
   prep.parent_pid = ::getpid();
   return prep;
 }
@@ -227,36 +201,38 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   const Limits& limits = cfg.policy.limits;
 
   // 1. Own session and process group (the supervisor kills the group), and
-  //    die with the parent.
+  //    die with the parent. The zygote reset every other signal at start.
   ::setsid();
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != prep.parent_pid) _exit(kExitOrphaned);
-  reset_signals();
+  reset_inherited_signals();
 
   // 2. Nothing inherited but what we chose; no environment.
   if (!arrange_fds(fds)) _exit(kExitSetupFailed);
   ::clearenv();
 
-  // 3. Things that need root, gathered so the failure can be reported on the wire.
+  // 3. Things that need root, gathered so a failure can be reported on the wire.
   std::string setup_error;
   if (auto s = join_cgroups(ticket.cgroup_procs); !s) setup_error = s.message();
   if (enter_own_namespaces) enter_namespaces(cfg.policy.isolation);
   crash::arm(kCrashFd);
-
-  // 4. The wire, connected while still root (the runtime dir is 0700).
-  Wire wire(ticket);
-  if (!wire.send(FrameType::kHello)) _exit(kExitNoSupervisor);
-  const int wire_timeout_ms = static_cast<int>(std::min<std::uint64_t>(limits.wall_ms + 5000, 3'600'000));
-  if (!wire.receive(FrameType::kWelcome, wire_timeout_ms)) _exit(kExitNoSupervisor);
+  // The connection is made while still root: the runtime dir is 0700.
+  auto client = ZmtpClient::connect(ticket.endpoint);
+  if (!client) _exit(kExitNoSupervisor);
+  // The supervisor's side of the handshake arrives while we confine ourselves.
+  if (!client->start_handshake(10'000)) _exit(kExitNoSupervisor);
+  Wire wire(ticket, std::move(*client));
   if (!setup_error.empty()) fail_setup(wire, setup_error);
 
-  // 5. Confinement, most permissive step first.
+  // 4. Confinement, most permissive step first.
   int payload_fd = -1;
   if (cfg.exec_mode()) {
     payload_fd = ::memfd_create("pillbox-payload", MFD_CLOEXEC);
     if (payload_fd < 0) fail_setup(wire, errno_text("memfd_create (payload)"));
   }
-  if (auto s = apply_rlimits(limits, current_address_space_bytes(), !ticket.cgroup_procs.empty()); !s) fail_setup(wire, s.message());
+  if (auto s = apply_rlimits(limits, current_address_space_bytes(), !ticket.cgroup_procs.empty()); !s) {
+    fail_setup(wire, s.message());
+  }
   if (!cfg.exec_mode()) {
     if (auto s = apply_file_size_limit(limits.file_size_bytes); !s) fail_setup(wire, s.message());
   }
@@ -269,19 +245,19 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   }
   if (auto s = load_filter(prep.filter); !s) fail_setup(wire, s.message());
 
-  // 6. Only now the payload.
-  if (!wire.send(FrameType::kReady)) _exit(kExitNoSupervisor);
-  Frame task;
-  if (!wire.receive(FrameType::kTask, wire_timeout_ms, &task)) _exit(kExitNoSupervisor);
+  // 5. Only now the payload.
+  if (!wire.send(FrameType::kHello)) _exit(kExitNoSupervisor);
+  const int wire_timeout_ms = static_cast<int>(std::min<std::uint64_t>(limits.wall_ms + 5000, 3'600'000));
+  std::optional<Frame> task = wire.receive_task(wire_timeout_ms);
+  if (!task) _exit(kExitNoSupervisor);
 
-  if (cfg.exec_mode()) exec_program(prep, wire, payload_fd, task.data);
+  if (cfg.exec_mode()) exec_program(prep, wire, payload_fd, task->data);
 
-  Frame result = run_in_process(*prep.handler, task.data, limits.output_bytes);
+  Frame result = run_in_process(*prep.handler, task->data, limits.output_bytes);
   if (!wire.send(FrameType::kResult, std::move(result.data), std::move(result.message), result.status)) {
     _exit(kExitNoSupervisor);
   }
-  // Wait for the ACK so the result is never lost in flight when we exit.
-  wire.receive(FrameType::kAck, wire_timeout_ms);
+  // The result is in the supervisor's socket buffer; it stays readable after we exit.
   _exit(0);
 }
 

@@ -3,9 +3,9 @@
 // order of the steps is the security argument, so it lives in one place
 // (run_child) and follows DESIGN.md §3:
 //   new session, parent-death signal, fds, environment, cgroup,
-//   crash handler, wire (HELLO as root, so the ipc socket is reachable),
-//   rlimits, drop privileges, no_new_privs, seccomp (TSYNC), READY,
-//   receive the payload, run the handler (or execve), RESULT, ACK, _exit.
+//   crash handler, connect the wire (as root: the runtime dir is 0700),
+//   rlimits, drop privileges, no_new_privs, seccomp, HELLO,
+//   receive the payload, run the handler (or execve), RESULT, _exit.
 #include <sys/types.h>
 
 #include <memory>

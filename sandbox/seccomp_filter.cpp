@@ -3,11 +3,9 @@
 #include <linux/seccomp.h>
 #include <seccomp.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -31,20 +29,18 @@ std::uint32_t default_action(SeccompDefault d) {
 }  // namespace
 
 const std::vector<std::string>& runtime_syscalls(bool exec_mode) {
-  // In-process: the ZeroMQ wire (its I/O thread polls an eventfd and a unix
-  // socket), memory management, signal delivery to the crash handler, exit.
+  // In-process: the wire (one connected unix socket, blocking I/O with
+  // poll), memory management, the crash handler, exit. The child is
+  // single-threaded; nothing else of pillbox runs after the filter.
   static const std::vector<std::string> base = {
-      "read",        "write",         "readv",          "writev",       "close",
-      "poll",        "ppoll",         "epoll_wait",     "epoll_pwait",  "epoll_ctl",
-      "sendto",      "recvfrom",      "sendmsg",        "recvmsg",      "futex",
-      "mmap",        "munmap",        "mremap",         "madvise",      "brk",
-      "mprotect",    "exit",          "exit_group",     "rt_sigreturn", "rt_sigaction",
-      "rt_sigprocmask", "sigaltstack", "getpid",        "gettid",       "tgkill",
-      "clock_gettime", "clock_nanosleep", "nanosleep",  "gettimeofday", "sched_yield",
-      "restart_syscall", "getrandom",  "fstat",         "newfstatat",   "lseek",
-      // A ZeroMQ thread that is first scheduled after the filter is loaded
-      // (TSYNC covers it) still runs glibc's and ZeroMQ's thread start-up.
-      "rseq",        "set_robust_list", "sched_getparam", "sched_getscheduler", "sched_setscheduler",
+      "read",          "write",           "readv",        "writev",       "close",
+      "poll",          "ppoll",           "sendto",       "recvfrom",     "sendmsg",
+      "recvmsg",       "futex",           "mmap",         "munmap",       "mremap",
+      "madvise",       "brk",             "mprotect",     "exit",         "exit_group",
+      "rt_sigreturn",  "rt_sigaction",    "rt_sigprocmask", "sigaltstack", "getpid",
+      "gettid",        "tgkill",          "clock_gettime", "clock_nanosleep", "nanosleep",
+      "gettimeofday",  "sched_yield",     "restart_syscall", "getrandom", "fstat",
+      "newfstatat",    "lseek",
   };
   // Exec mode adds what happens between the TASK frame and execve: putting
   // the payload file in place and the last rlimit.
@@ -74,12 +70,6 @@ Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mod
   }
   for (const auto& name : rules.allow) {
     if (auto s = allow(name); !s) return Error{s.message()};
-  }
-  // ZeroMQ names its threads at start-up; only that prctl option is allowed
-  // unless the policy allows prctl as a whole.
-  if (std::find(rules.allow.begin(), rules.allow.end(), "prctl") == rules.allow.end()) {
-    const int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1, SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME));
-    if (rc != 0) return Error{errno_text("seccomp_rule_add(prctl PR_SET_NAME)", -rc)};
   }
   UniqueFd mem(::memfd_create("pillbox-bpf", MFD_CLOEXEC));
   if (!mem.valid()) return Error{errno_text("memfd_create", errno)};

@@ -1,7 +1,7 @@
 #pragma once
 // The seccomp-bpf allowlist of a child. Compiled once with libseccomp (in the
 // zygote, before any fork) into a BPF program that each child loads with one
-// seccomp(2) call, with TSYNC so ZeroMQ's threads are covered too.
+// seccomp(2) call (with TSYNC, although the child runtime is single-threaded).
 #include <linux/filter.h>
 
 #include <string>
@@ -16,7 +16,7 @@ struct CompiledFilter {
   std::vector<sock_filter> program;  // empty: seccomp disabled by the policy
 };
 
-// What pillbox's own child runtime needs after the filter is loaded (ZeroMQ
+// What pillbox's own child runtime needs after the filter is loaded (wire
 // I/O, memory, signals, exit); always allowed in addition to the policy.
 const std::vector<std::string>& runtime_syscalls(bool exec_mode);
 

@@ -1,6 +1,7 @@
 #include "sandbox/zygote.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -133,13 +134,30 @@ class Zygote {
   std::map<pid_t, Running> running_;
 };
 
+
+// Signal dispositions set to "ignore" survive exec: whatever the
+// supervisor's own parent ignored would reach every child. Reset them once
+// here so each child only undoes what the zygote itself changes.
+void reset_all_signals() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+}
+
 }  // namespace
 
 int run_zygote() {
+  // Only the control pipes and stderr are ours; anything else the
+  // supervisor's process had open is closed.
+  ::close_range(3, ~0u, 0);
+  reset_all_signals();
   // Die with the supervisor; adopt orphans of our children so they can be reaped.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
+  // One malloc arena: ZeroMQ's threads in each child would otherwise map and
+  // fault in an arena each.
+  ::mallopt(M_ARENA_MAX, 1);
 
   auto config_msg = read_control_blocking(kControlIn, kMaxControlIn);
   if (!config_msg || config_msg->type != ControlType::kConfig) {

@@ -14,17 +14,14 @@ namespace {
 std::size_t expected_length(FrameType type) {
   switch (type) {
     case FrameType::kHello: return 5;
-    case FrameType::kWelcome: return 4;
-    case FrameType::kReady: return 4;
     case FrameType::kSetupFailed: return 5;
     case FrameType::kTask: return 5;
     case FrameType::kResult: return 7;
-    case FrameType::kAck: return 4;
   }
   return 0;
 }
 
-bool valid_type(std::uint64_t t) { return t >= 1 && t <= 7; }
+bool valid_type(std::uint64_t t) { return t >= 1 && t <= 4; }
 
 std::string_view as_bytes(const msgpack::object& o, const char* what, std::size_t max) {
   if (o.type == msgpack::type::BIN) {
@@ -50,12 +47,9 @@ std::uint64_t as_uint(const msgpack::object& o, const char* what) {
 std::string_view to_string(FrameType type) {
   switch (type) {
     case FrameType::kHello: return "HELLO";
-    case FrameType::kWelcome: return "WELCOME";
-    case FrameType::kReady: return "READY";
     case FrameType::kSetupFailed: return "SETUP_FAILED";
     case FrameType::kTask: return "TASK";
     case FrameType::kResult: return "RESULT";
-    case FrameType::kAck: return "ACK";
   }
   return "?";
 }
@@ -87,10 +81,6 @@ std::string encode_frame(const Frame& f) {
       pk.pack_bin_body(f.data.data(), f.data.size());
       pk.pack_str(static_cast<std::uint32_t>(f.message.size()));
       pk.pack_str_body(f.message.data(), f.message.size());
-      break;
-    case FrameType::kWelcome:
-    case FrameType::kReady:
-    case FrameType::kAck:
       break;
   }
   return std::string(buf.data(), buf.size());
@@ -156,10 +146,6 @@ Expected<Frame> decode_frame(std::string_view bytes, std::size_t max_bytes) {
         f.message = std::string(as_bytes(arr.ptr[6], "message", kMaxMessageBytes));
         break;
       }
-      case FrameType::kWelcome:
-      case FrameType::kReady:
-      case FrameType::kAck:
-        break;
     }
     return f;
   } catch (const std::exception& e) {

@@ -7,13 +7,16 @@
 // the size cap, the exact shape of each frame type, the version, and leaves
 // the task/secret comparison to the caller (TaskChannel), which knows them.
 //
-// Conversation of one task (-> child to supervisor, <- supervisor to child):
-//   -> HELLO{pid}            the child is connected (as root, before dropping privileges)
-//   <- WELCOME               the supervisor knows the child; the child confines itself
-//   -> READY | SETUP_FAILED{message}   (sandbox-error is only believed here, before the payload)
+// Conversation of one task (-> child to supervisor, <- supervisor to child).
+// The child connects while still root, confines itself completely, then:
+//   -> HELLO{pid} | SETUP_FAILED{message}
+//                  (sandbox-error is only believed here, before the payload)
 //   <- TASK{payload}
-//   -> RESULT{status, output, message} (in-process handlers; exec programs end by exiting)
-//   <- ACK                   the child may exit now (so its result is never lost in flight)
+//   -> RESULT{status, output, message}
+//                  (in-process handlers; exec programs end by exiting; an exec
+//                  runtime whose execve fails reports it as a handler error)
+// The child writes RESULT and exits; the bytes stay readable in the
+// supervisor's socket after the child is gone, so nothing is lost in flight.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -33,12 +36,9 @@ inline constexpr std::size_t kMaxMessageBytes = 16 * 1024;  // error messages in
 
 enum class FrameType : std::uint8_t {
   kHello = 1,
-  kWelcome = 2,
-  kReady = 3,
-  kSetupFailed = 4,
-  kTask = 5,
-  kResult = 6,
-  kAck = 7,
+  kSetupFailed = 2,
+  kTask = 3,
+  kResult = 4,
 };
 
 enum class ResultStatus : std::uint8_t {

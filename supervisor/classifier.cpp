@@ -74,7 +74,7 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       if (sig == SIGKILL) {
         if (ex.killed_for_timeout && !ex.payload_delivered) {
           // It never asked for its payload, so the payload cannot be what hung it.
-          fail(o, Kind::kProtocolError, "no complete handshake (HELLO, READY) within the wall-clock limit of " +
+          fail(o, Kind::kProtocolError, "no HELLO from the child within the wall-clock limit of " +
                                             std::to_string(ex.limits.wall_ms) + " ms" +
                                             (ex.protocol_violation.empty() ? "" : ": " + ex.protocol_violation));
         } else if (ex.killed_for_timeout) {

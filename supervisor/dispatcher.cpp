@@ -3,11 +3,13 @@
 // turns every task into exactly one Outcome. Nothing a child does can block
 // it: every read is non-blocking and bounded, every wait has a deadline.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <zmq.hpp>
 
 #include "supervisor/cgroups.h"
@@ -23,6 +25,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxLauncherRestarts = 5;
+// After a child exited, how long its last frames may take to surface from
+// the socket (they are already in the kernel; this bounds a stuck reader).
+constexpr auto kDrainGrace = std::chrono::seconds(2);
 
 struct Running {
   Task task;
@@ -34,6 +39,7 @@ struct Running {
   Clock::time_point started;
   Clock::time_point deadline;
   std::uint64_t oom_kills_before = 0;
+  std::optional<Clock::time_point> drain_deadline;  // exited; waiting for its last frames
   Execution exec;
 };
 
@@ -170,10 +176,23 @@ class Dispatcher {
 
   void on_wire(Running& r) {
     r.channel->on_readable();
-    if (!r.channel->violation().empty() && !r.exec.killed_for_protocol && !r.exec.exit) {
+    if (r.exec.exit) {
+      if (ready_to_finish(r)) finish_seq(r.seq);
+      return;
+    }
+    if (!r.channel->violation().empty() && !r.exec.killed_for_protocol) {
       r.exec.killed_for_protocol = true;
       kill_task(r);
     }
+  }
+
+  // An exited child is finished when nothing more can come over its wire.
+  // A child that died of a signal is judged by the signal; an exec program
+  // answers by exiting; an in-process child's RESULT may still be on its way
+  // up from the socket until the disconnect shows everything was read.
+  static bool ready_to_finish(const Running& r) {
+    if (r.exec.exec_mode || WIFSIGNALED(r.exec.exit->wait_status)) return true;
+    return r.channel->finished();
   }
 
   // Returns an error only when the launcher cannot be restarted.
@@ -207,7 +226,11 @@ class Dispatcher {
           r.pid = ev.pid;
           r.exec.exit = std::move(ev.exit);
           r.channel->on_readable();  // anything the child sent before it died
-          finish_seq(r.seq);
+          if (ready_to_finish(r)) {
+            finish_seq(r.seq);
+          } else {
+            r.drain_deadline = Clock::now() + kDrainGrace;
+          }
           break;
         case LaunchEvent::Type::kLauncherLost:
           break;
@@ -218,18 +241,23 @@ class Dispatcher {
 
   void enforce_deadlines() {
     const auto now = Clock::now();
+    std::vector<std::uint64_t> drained;
     for (auto& [seq, r] : running_) {
-      if (!r->exec.killed_for_timeout && now >= r->deadline) {
+      if (r->drain_deadline) {
+        if (now >= *r->drain_deadline) drained.push_back(seq);
+      } else if (!r->exec.killed_for_timeout && now >= r->deadline) {
         r->exec.killed_for_timeout = true;
         kill_task(*r);
       }
     }
+    for (auto seq : drained) finish_seq(seq);
   }
 
   std::chrono::milliseconds next_timeout() const {
     auto nearest = Clock::time_point::max();
     for (const auto& [seq, r] : running_) {
-      if (!r->exec.killed_for_timeout) nearest = std::min(nearest, r->deadline);
+      if (r->drain_deadline) nearest = std::min(nearest, *r->drain_deadline);
+      else if (!r->exec.killed_for_timeout) nearest = std::min(nearest, r->deadline);
     }
     if (nearest == Clock::time_point::max()) return std::chrono::milliseconds(1000);
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(nearest - Clock::now());

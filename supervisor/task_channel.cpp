@@ -46,6 +46,36 @@ void TaskChannel::add_poll_items(std::vector<zmq::pollitem_t>& items) {
 }
 
 void TaskChannel::on_readable() {
+  drain_messages();
+  for (int i = 0; i < 16; ++i) {
+    zmq::message_t event;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
+    std::uint16_t id = 0;
+    if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+    while (event.more()) {
+      zmq::message_t rest;
+      (void)monitor_.recv(rest, zmq::recv_flags::none);
+      event.swap(rest);
+    }
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      violate("ZeroMQ handshake failed (the child sent bytes that are not ZMTP)");
+    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      // The connection's messages were queued before its end was reported:
+      // read them before judging.
+      drain_messages();
+      disconnected_ = true;
+      const bool expected = phase_ == Phase::kDone || (exec_mode_ && payload_delivered_);
+      if (!expected) {
+        violate("the child closed the wire while " +
+                std::string(phase_ == Phase::kAwaitHello ? "setting up" : "expected to send its result") +
+                " (it exited or crashed, or sent a frame over the " + std::to_string(max_frame_) +
+                "-byte cap, which ZeroMQ drops together with the connection)");
+      }
+    }
+  }
+}
+
+void TaskChannel::drain_messages() {
   // Bounded per call so one flooding child cannot starve the others.
   for (int i = 0; i < 64 && violation_.empty(); ++i) {
     zmq::message_t peer, body;
@@ -64,31 +94,6 @@ void TaskChannel::on_readable() {
     }
     if (violation_.empty()) on_frame(peer, std::string_view(static_cast<const char*>(body.data()), body.size()));
   }
-  for (int i = 0; i < 16; ++i) {
-    zmq::message_t event;
-    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
-    std::uint16_t id = 0;
-    if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
-    while (event.more()) {
-      zmq::message_t rest;
-      (void)monitor_.recv(rest, zmq::recv_flags::none);
-      event.swap(rest);
-    }
-    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-      violate("ZeroMQ handshake failed (the child sent bytes that are not ZMTP)");
-    } else if (id == ZMQ_EVENT_DISCONNECTED && phase_ != Phase::kDone) {
-      // Expected after the payload in exec mode (the program replaces the
-      // runtime) and after the final ACK; anything earlier breaks the protocol.
-      if (!(exec_mode_ && payload_delivered_)) {
-        violate("the child closed the wire in phase " +
-                std::string(phase_ == Phase::kAwaitHello    ? "hello"
-                            : phase_ == Phase::kAwaitReady ? "setup"
-                                                           : "result") +
-                " (crashed, exited early, or sent a frame over the " + std::to_string(max_frame_) +
-                "-byte cap, which ZeroMQ drops together with the connection)");
-      }
-    }
-  }
 }
 
 void TaskChannel::on_frame(const zmq::message_t& peer, std::string_view bytes) {
@@ -104,19 +109,13 @@ void TaskChannel::on_frame(const zmq::message_t& peer, std::string_view bytes) {
   const FrameType t = frame->type;
   switch (phase_) {
     case Phase::kAwaitHello:
-      if (t != FrameType::kHello) return violate(std::string("expected HELLO, got ") + std::string(to_string(t)));
       peer_ = peer_id;
-      phase_ = Phase::kAwaitReady;
-      send(FrameType::kWelcome);
-      return;
-    case Phase::kAwaitReady:
       if (t == FrameType::kSetupFailed) {
         setup_failure_ = frame->message;
         phase_ = Phase::kDone;
-        send(FrameType::kAck);
         return;
       }
-      if (t != FrameType::kReady) return violate(std::string("expected READY, got ") + std::string(to_string(t)));
+      if (t != FrameType::kHello) return violate(std::string("expected HELLO, got ") + std::string(to_string(t)));
       phase_ = Phase::kAwaitResult;
       send(FrameType::kTask, payload_);
       payload_delivered_ = true;
@@ -128,7 +127,6 @@ void TaskChannel::on_frame(const zmq::message_t& peer, std::string_view bytes) {
       }
       result_ = std::move(*frame);
       phase_ = Phase::kDone;
-      send(FrameType::kAck);
       return;
     case Phase::kDone:
       return violate(std::string("unexpected ") + std::string(to_string(t)) + " after the end of the conversation");

@@ -17,7 +17,7 @@ namespace pillbox {
 
 class TaskChannel {
  public:
-  enum class Phase { kAwaitHello, kAwaitReady, kAwaitResult, kDone };
+  enum class Phase { kAwaitHello, kAwaitResult, kDone };
 
   // Binds ipc://<rundir>/t<seq>. `payload` must outlive the channel.
   TaskChannel(zmq::context_t& ctx, const std::string& rundir, std::uint64_t seq, const Secret& secret,
@@ -37,12 +37,15 @@ class TaskChannel {
   const std::optional<std::string>& setup_failure() const { return setup_failure_; }
   const std::string& violation() const { return violation_; }
   int ignored_frames() const { return ignored_frames_; }
-  // True once nothing more is expected from the child over the wire.
-  bool finished() const { return phase_ == Phase::kDone || !violation_.empty(); }
+  // The child's connection is gone (it exited, crashed, or ZeroMQ dropped it).
+  // Everything it sent before is already readable when this turns true.
+  bool disconnected() const { return disconnected_; }
+  // True once nothing more can come from the child over the wire.
+  bool finished() const { return phase_ == Phase::kDone || !violation_.empty() || disconnected_; }
 
  private:
+  void drain_messages();
   void on_frame(const zmq::message_t& peer, std::string_view bytes);
-  void on_monitor_event();
   void send(FrameType type, std::string_view data = {});
   void violate(std::string why);
 
@@ -62,6 +65,7 @@ class TaskChannel {
   std::optional<std::string> setup_failure_;
   std::string violation_;
   int ignored_frames_ = 0;
+  bool disconnected_ = false;
 };
 
 }  // namespace pillbox
