@@ -1,5 +1,43 @@
-// pillbox doctor (placeholder replaced below in this session)
+// pillbox doctor [--json]
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/doctor.h"
+#include "supervisor/install_paths.h"
+
 namespace pillbox::cli {
-int doctor_command(int, char**) { return kExitSetup; }
+
+int doctor_command(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, 2, {{"json", false}, {"help", false}}, "doctor");
+  if (!args) {
+    std::fprintf(stderr, "pillbox doctor: %s\n", args.error().c_str());
+    return kExitUsage;
+  }
+  if (args->flag("help")) {
+    std::puts("usage: pillbox doctor [--json]\n\n"
+              "Checks what this host allows (seccomp, namespaces, cgroups, privilege drop) by trying\n"
+              "each for real, runs one task end to end, and says what pillbox falls back to where a\n"
+              "feature is missing. Exit code 0 when tasks can run here, 3 when they cannot.");
+    return kExitOk;
+  }
+  const DoctorReport report = run_doctor(find_sandbox_binary());
+  if (args->flag("json")) {
+    nlohmann::json j;
+    j["usable"] = report.usable;
+    for (const auto& c : report.checks) {
+      j["checks"].push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}, {"fallback", c.fallback}});
+    }
+    std::puts(j.dump(2).c_str());
+  } else {
+    for (const auto& c : report.checks) {
+      std::printf("%-4s %-40s %s\n", c.ok ? "ok" : "NO", c.name.c_str(), c.detail.c_str());
+      if (!c.ok && !c.fallback.empty()) std::printf("     %-40s -> %s\n", "", c.fallback.c_str());
+    }
+    std::printf("\n%s\n", report.usable ? "pillbox can run tasks on this host." : "pillbox cannot run tasks on this host (see above).");
+  }
+  return report.usable ? kExitOk : kExitSetup;
+}
+
 }  // namespace pillbox::cli

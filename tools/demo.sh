@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Quick start (a): installs what is missing, builds, and runs pillbox on the
+# bundled sample corpus of good and poison inputs (samples/). Each run below
+# is expected to end with exit code 1: some inputs are poison by design.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh
+tools/build.sh build
+pillbox=build/pillbox
+work=build/demo
+mkdir -p "$work"
+
+# Runs pillbox and accepts exit codes 0 (all ok) and 1 (some tasks failed);
+# 2 (usage) and 3 (setup) mean the demo itself is broken.
+run() {
+  echo
+  echo "\$ pillbox $*"
+  set +e
+  "$pillbox" "$@"
+  local rc=$?
+  set -e
+  if [ "$rc" -gt 1 ]; then
+    echo "demo: pillbox exited with $rc" >&2
+    exit "$rc"
+  fi
+}
+
+echo "== 1. A regex engine meets catastrophic backtracking (cpu-limit), the rest goes on"
+run run --handler regex --arg 'pattern=^(a+)+$' --cpu 2s samples/regex
+
+echo "== 2. The same engine's recursion overflows the stack on a long subject (stack-overflow)"
+run run --handler regex --arg 'pattern=(a|b)*' samples/regex-deep
+
+echo "== 3. A decompression bomb (oom) among good and corrupt gzip files"
+if [ ! -s "$work/bomb-1GiB.gz" ]; then
+  head -c 1073741824 /dev/zero | gzip -9 > "$work/bomb-1GiB.gz"   # ~1 MB that inflates to 1 GiB
+fi
+run run --handler inflate --memory 256M samples/gzip "$work/bomb-1GiB.gz"
+
+echo "== 4. PDFs through poppler: good ones give their text, broken ones a handler-error"
+run run --handler pdf-text --json samples/pdf
+
+echo "== 5. JSON lines on stdin, one JSON record per task"
+run run --handler regex --arg 'pattern=^(a+)+$' --cpu 1s --json - < samples/jsonl/tasks.jsonl
+
+echo
+echo "demo: done. Try: $pillbox doctor"
