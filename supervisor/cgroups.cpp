@@ -1,10 +1,12 @@
 #include "supervisor/cgroups.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -101,6 +103,33 @@ bool empty_group(const std::string& dir) {
   return !(in >> pid);
 }
 
+// Removes the groups of earlier runs whose supervisor died without cleaning
+// up (SIGKILL): "pillbox-<pid>" directories whose pid is gone.
+void remove_stale_groups(const std::string& parent) {
+  DIR* dir = ::opendir(parent.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.rfind("pillbox-", 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + 8, &end, 10);
+    if (end == name.c_str() + 8 || *end != '\0' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
+    const std::string base = parent + "/" + name;
+    if (DIR* slots = ::opendir(base.c_str())) {
+      while (const dirent* s = ::readdir(slots)) {
+        if (std::string(s->d_name).rfind("slot-", 0) == 0) {
+          kill_members(base + "/" + s->d_name);
+          ::rmdir((base + "/" + s->d_name).c_str());
+        }
+      }
+      ::closedir(slots);
+    }
+    ::rmdir(base.c_str());
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 std::string_view to_string(CgroupVersion v) {
@@ -170,6 +199,8 @@ CgroupProbe probe_cgroups() {
 Expected<std::unique_ptr<CgroupSlots>> CgroupSlots::create(const CgroupProbe& probe, std::size_t slots,
                                                            const Limits& limits) {
   if (probe.memory_parent.empty()) return Error{probe.detail};
+  remove_stale_groups(probe.memory_parent);
+  if (!probe.pids_parent.empty() && probe.pids_parent != probe.memory_parent) remove_stale_groups(probe.pids_parent);
   std::unique_ptr<CgroupSlots> cg(new CgroupSlots());
   cg->version_ = probe.version;
   const std::string name = "/pillbox-" + std::to_string(::getpid());

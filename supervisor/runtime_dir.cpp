@@ -1,5 +1,6 @@
 #include "supervisor/runtime_dir.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,23 @@
 
 namespace pillbox {
 namespace {
+
+// Runtime dirs of earlier runs whose supervisor was killed before it could
+// remove them: "pillbox-<pid>.XXXXXX" whose pid is gone.
+void remove_stale(const std::string& base) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("pillbox-", 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + 8, &end, 10);
+    if (end == name.c_str() + 8 || *end != '.' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || st.st_uid != ::geteuid() || !S_ISDIR(st.st_mode)) continue;
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+}
 
 bool usable_base(const std::string& dir) {
   // Endpoints must fit in sun_path (108 bytes) with room for "/pillbox.XXXXXX/t<20 digits>".
@@ -26,7 +44,8 @@ Expected<RuntimeDir> RuntimeDir::create() {
   bases.emplace_back("/tmp");
   for (const auto& base : bases) {
     if (!usable_base(base)) continue;
-    std::string templ = base + "/pillbox.XXXXXX";
+    remove_stale(base);
+    std::string templ = base + "/pillbox-" + std::to_string(::getpid()) + ".XXXXXX";
     if (::mkdtemp(templ.data()) != nullptr) {
       ::chmod(templ.c_str(), 0700);
       return RuntimeDir(templ);
