@@ -124,9 +124,9 @@ std::vector<std::string> strings(const msgpack::object& o) {
   return v;
 }
 template <class E>
-E enum_u8(const msgpack::object& o, std::uint8_t max) {
+E enum_u8(const msgpack::object& o, std::uint8_t min, std::uint8_t max) {
   const std::uint64_t v = u64(o);
-  if (v > max) throw std::runtime_error("enum value out of range");
+  if (v < min || v > max) throw std::runtime_error("enum value out of range");
   return static_cast<E>(v);
 }
 
@@ -145,10 +145,10 @@ Policy unpack_policy(const msgpack::object& o) {
   p.limits.output_bytes = u64(a.ptr[9]);
   p.isolation.network = boolean(a.ptr[10]);
   p.isolation.user = str(a.ptr[11]);
-  p.isolation.cgroup = enum_u8<CgroupMode>(a.ptr[12], 2);
-  p.isolation.filesystem = enum_u8<FilesystemMode>(a.ptr[13], 1);
+  p.isolation.cgroup = enum_u8<CgroupMode>(a.ptr[12], 0, 2);
+  p.isolation.filesystem = enum_u8<FilesystemMode>(a.ptr[13], 0, 1);
   p.seccomp.enabled = boolean(a.ptr[14]);
-  p.seccomp.default_action = enum_u8<SeccompDefault>(a.ptr[15], 2);
+  p.seccomp.default_action = enum_u8<SeccompDefault>(a.ptr[15], 0, 2);
   p.seccomp.allow = strings(a.ptr[16]);
   return p;
 }
@@ -252,7 +252,7 @@ Expected<ControlMessage> decode_control(std::string_view body, std::size_t max_b
     const auto& a = arr(oh.get(), 3, "control message");
     if (u64(a.ptr[0]) != kControlVersion) return Error{"control protocol version mismatch"};
     ControlMessage m;
-    m.type = enum_u8<ControlType>(a.ptr[1], 7);
+    m.type = enum_u8<ControlType>(a.ptr[1], 1, 7);
     const msgpack::object& b = a.ptr[2];
     switch (m.type) {
       case ControlType::kConfig: m.config = unpack_config(b); break;

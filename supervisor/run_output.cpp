@@ -25,11 +25,16 @@ std::string frame_text(const SymbolizedFrame& f) {
   return os.str();
 }
 
-// JSON strings must be valid UTF-8; messages may quote hostile bytes.
-std::string utf8_safe(const std::string& s) {
-  if (is_valid_utf8(s)) return s;
+// For a terminal: anything a hostile child put in a message, a symbol name
+// or a path (invalid UTF-8, escape sequences) is shown as '?'.
+std::string printable(std::string_view s) {
+  const bool utf8 = is_valid_utf8(s);
   std::string out;
-  for (unsigned char c : s) out += c < 0x80 ? static_cast<char>(c) : '?';
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f || (!utf8 && c >= 0x80)) out += '?';
+    else out += static_cast<char>(c);
+  }
   return out;
 }
 
@@ -38,7 +43,7 @@ std::string utf8_safe(const std::string& s) {
 std::string outcome_json(const Task& task, const Outcome& o, const std::string* output_file) {
   using nlohmann::json;
   json j;
-  j["key"] = utf8_safe(task.key);
+  j["key"] = task.key;
   j["status"] = o.kind == Kind::kOk ? "ok" : "failed";
   j["kind"] = std::string(to_string(o.kind));
   j["fingerprint"] = o.fingerprint.empty() ? json(nullptr) : json(o.fingerprint);
@@ -46,7 +51,7 @@ std::string outcome_json(const Task& task, const Outcome& o, const std::string* 
   j["signal"] = o.signal ? json(signal_name(o.signal)) : json(nullptr);
   j["syscall"] = o.syscall.empty() ? json(nullptr) : json(o.syscall);
   j["exit_code"] = o.exit_code >= 0 ? json(o.exit_code) : json(nullptr);
-  j["message"] = utf8_safe(o.message);
+  j["message"] = o.message;
   j["cpu_ms"] = o.cpu_ms;
   j["wall_ms"] = o.wall_ms;
   j["max_rss_kb"] = o.max_rss_kb;
@@ -64,20 +69,22 @@ std::string outcome_json(const Task& task, const Outcome& o, const std::string* 
       j["output_b64"] = base64_encode(o.output);
     }
   }
-  return j.dump();
+  // Strings may carry bytes a hostile child chose (messages, symbol names,
+  // module paths): invalid UTF-8 becomes U+FFFD instead of an exception.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string outcome_line(const Task& task, const Outcome& o) {
   std::ostringstream os;
   std::string kind(to_string(o.kind));
   kind.resize(std::max<std::size_t>(kind.size(), 17), ' ');
-  os << kind << " " << task.key;
+  os << kind << " " << printable(task.key);
   if (o.kind == Kind::kOk) {
     os << "  (" << o.wall_ms << " ms)";
   } else {
     os << "  " << o.fingerprint;
-    if (!o.crash_state.empty()) os << "  " << join_state(o.crash_state);
-    if (!o.message.empty()) os << "  " << utf8_safe(o.message.substr(0, 200));
+    if (!o.crash_state.empty()) os << "  " << printable(join_state(o.crash_state));
+    if (!o.message.empty()) os << "  " << printable(o.message.substr(0, 200));
   }
   return os.str();
 }
@@ -90,9 +97,9 @@ void RunSummary::add(const Task& task, const Outcome& o) {
   Group& g = by_fingerprint_[o.fingerprint];
   if (g.count++ == 0) {
     g.kind = o.kind;
-    g.crash_state = join_state(o.crash_state);
-    g.example_key = task.key;
-    g.message = o.message.substr(0, 120);
+    g.crash_state = printable(join_state(o.crash_state));
+    g.example_key = printable(task.key);
+    g.message = printable(o.message.substr(0, 120));
   }
 }
 

@@ -19,6 +19,8 @@ namespace pillbox {
 namespace {
 
 constexpr std::uint64_t kMaxModuleBytes = std::uint64_t{1} << 30;
+// Largest symbol or string table loaded (big C++ binaries stay well below).
+constexpr std::uint64_t kMaxTableBytes = std::uint64_t{128} << 20;
 // Paths come from hostile children; bound how many distinct ones we remember.
 constexpr std::size_t kMaxCachedModules = 512;
 
@@ -37,6 +39,11 @@ class ElfFile {
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    // The path comes from a possibly hostile child. Only files that a
+    // sandboxed user cannot have written are read: owned by root or by us,
+    // writable by nobody else. A crafted "library" with a gigabyte symbol
+    // table in /tmp stays unsymbolized instead of filling our memory.
+    if ((st.st_uid != 0 && st.st_uid != ::geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return false;
     size_ = static_cast<std::uint64_t>(st.st_size);
     return size_ <= kMaxModuleBytes;
   }
@@ -117,6 +124,7 @@ bool Symbolizer::Module::load_table(const ElfFile& file, const std::vector<Elf64
   if (table->sh_entsize != 0 && table->sh_entsize != sizeof(Elf64_Sym)) return false;
   const Elf64_Shdr& names = sections[table->sh_link];
   if (names.sh_type != SHT_STRTAB) return false;
+  if (names.sh_size > kMaxTableBytes || table->sh_size > kMaxTableBytes) return false;
 
   auto strings = file.read_bytes(names.sh_offset, names.sh_size);
   auto raw = file.read_bytes(table->sh_offset, table->sh_size);

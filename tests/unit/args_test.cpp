@@ -1,0 +1,146 @@
+#include "supervisor/cli/args.h"
+
+#include <doctest/doctest.h>
+
+// args.cpp is compiled into the `pillbox` executable only (CLI_SOURCES), not
+// into a library the unit binary links; compile it into this test instead.
+#include "supervisor/cli/args.cpp"
+
+#include <string>
+#include <vector>
+
+namespace pillbox::cli {
+namespace {
+
+const std::vector<OptionSpec> kSpecs = {
+    {"handler", true, false},
+    {"jobs", true, false},
+    {"arg", true, true},
+    {"json", false, false},
+    {"verbose", false, true},
+    {"out", true, false},
+};
+
+// argv as main() gets it: "pillbox run ..."; parsing starts after the subcommand.
+Expected<Args> parse(std::vector<std::string> words) {
+  words.insert(words.begin(), {"pillbox", "run"});
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  return Args::parse(static_cast<int>(words.size()), argv.data(), 2, kSpecs, "run");
+}
+
+Args ok(std::vector<std::string> words) {
+  auto a = parse(std::move(words));
+  REQUIRE_MESSAGE(a.has_value(), a.error());
+  return std::move(a.value());
+}
+
+std::string err(std::vector<std::string> words) {
+  auto a = parse(std::move(words));
+  REQUIRE_FALSE(a.has_value());
+  return a.error();
+}
+
+using Strings = std::vector<std::string>;
+
+TEST_CASE("args: nothing at all") {
+  const Args a = ok({});
+  CHECK(a.positional().empty());
+  CHECK(a.after_dashdash().empty());
+  CHECK_FALSE(a.has_dashdash());
+  CHECK_FALSE(a.value("handler").has_value());
+  CHECK(a.values("arg").empty());
+  CHECK_FALSE(a.flag("json"));
+}
+
+TEST_CASE("args: --name value and --name=value") {
+  const Args a = ok({"--handler", "regex", "--jobs=4"});
+  CHECK(a.value("handler") == std::optional<std::string>("regex"));
+  CHECK(a.value("jobs") == std::optional<std::string>("4"));
+  CHECK(a.values("handler") == Strings{"regex"});
+  CHECK(a.positional().empty());
+
+  // Only the first '=' separates; an empty inline value is a value.
+  const Args b = ok({"--arg=pattern=a=b", "--out="});
+  CHECK(a.value("out") == std::nullopt);
+  CHECK(b.values("arg") == Strings{"pattern=a=b"});
+  CHECK(b.value("out") == std::optional<std::string>(""));
+
+  // The next word is the value, even when it looks like an option or is "-".
+  const Args c = ok({"--out", "--json", "--handler", "-"});
+  CHECK(c.value("out") == std::optional<std::string>("--json"));
+  CHECK_FALSE(c.flag("json"));
+  CHECK(c.value("handler") == std::optional<std::string>("-"));
+}
+
+TEST_CASE("args: flags") {
+  const Args a = ok({"--json", "input.jsonl"});
+  CHECK(a.flag("json"));
+  CHECK_FALSE(a.flag("verbose"));
+  CHECK(a.positional() == Strings{"input.jsonl"});
+  const Args v = ok({"--verbose", "--verbose", "--verbose"});
+  CHECK(v.flag("verbose"));
+  CHECK(v.values("verbose").size() == 3);
+}
+
+TEST_CASE("args: repeatable options keep every value in order") {
+  const Args a = ok({"--arg", "k1=v1", "x", "--arg=k2=v2", "--arg", "k1=v3"});
+  CHECK(a.values("arg") == Strings{"k1=v1", "k2=v2", "k1=v3"});
+  CHECK(a.value("arg") == std::optional<std::string>("k1=v3"));  // the last one
+  CHECK(a.positional() == Strings{"x"});
+}
+
+TEST_CASE("args: positionals, in order, with '-' as a positional") {
+  const Args a = ok({"a.json", "-", "--json", "dir/", "-"});
+  CHECK(a.positional() == Strings{"a.json", "-", "dir/", "-"});
+  CHECK(a.flag("json"));
+}
+
+TEST_CASE("args: everything after -- is kept verbatim") {
+  const Args a = ok({"--handler", "exec", "in", "--", "/usr/bin/prog", "--json", "-x", "--", "{}", "--jobs=3", ""});
+  CHECK(a.has_dashdash());
+  CHECK(a.after_dashdash() == Strings{"/usr/bin/prog", "--json", "-x", "--", "{}", "--jobs=3", ""});
+  CHECK(a.positional() == Strings{"in"});
+  CHECK_FALSE(a.flag("json"));
+  CHECK_FALSE(a.value("jobs").has_value());
+  CHECK(a.value("handler") == std::optional<std::string>("exec"));
+
+  const Args empty = ok({"--"});
+  CHECK(empty.has_dashdash());
+  CHECK(empty.after_dashdash().empty());
+
+  // The value of an option may itself be "--".
+  const Args v = ok({"--out", "--", "rest"});
+  CHECK(v.value("out") == std::optional<std::string>("--"));
+  CHECK_FALSE(v.has_dashdash());
+  CHECK(v.positional() == Strings{"rest"});
+}
+
+TEST_CASE("args: errors") {
+  CHECK(err({"--bogus"}) == "unknown option --bogus (see: pillbox run --help)");
+  CHECK(err({"--bogus=1"}) == "unknown option --bogus (see: pillbox run --help)");
+  CHECK(err({"-j", "4"}) == "unknown option -j (see: pillbox run --help)");
+  CHECK(err({"in", "-x"}) == "unknown option -x (see: pillbox run --help)");
+  CHECK(err({"--JSON"}) == "unknown option --JSON (see: pillbox run --help)");
+  CHECK(err({"--jobs"}) == "option --jobs needs a value (see: pillbox run --help)");
+  CHECK(err({"--json", "--handler"}) == "option --handler needs a value (see: pillbox run --help)");
+  CHECK(err({"--json=yes"}) == "option --json takes no value (see: pillbox run --help)");
+  CHECK(err({"--json="}) == "option --json takes no value (see: pillbox run --help)");
+  CHECK(err({"--jobs", "2", "--jobs=3"}) == "option --jobs given twice (see: pillbox run --help)");
+  CHECK(err({"--json", "--json"}) == "option --json given twice (see: pillbox run --help)");
+  // An error after "--" cannot happen: the rest is not parsed.
+  CHECK(ok({"--", "--bogus"}).after_dashdash() == Strings{"--bogus"});
+}
+
+TEST_CASE("args: the command name appears in the hint") {
+  std::vector<std::string> words = {"pillbox", "quarantine", "list", "--nope"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  auto a = Args::parse(static_cast<int>(argv.size()), argv.data(), 3, {{"json", false, false}}, "quarantine list");
+  REQUIRE_FALSE(a.has_value());
+  CHECK(a.error() == "unknown option --nope (see: pillbox quarantine list --help)");
+}
+
+}  // namespace
+}  // namespace pillbox::cli
