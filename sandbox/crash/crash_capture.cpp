@@ -73,7 +73,10 @@ struct Writer {
   }
   void path(const char* s) {
     // The parser rejects control characters; never emit them.
-    for (; *s && p < end; ++s) *p++ = (static_cast<unsigned char>(*s) < 0x20) ? '?' : *s;
+    for (; *s && p < end; ++s) {
+      const auto c = static_cast<unsigned char>(*s);
+      *p++ = (c < 0x20 || c == 0x7f) ? '?' : *s;
+    }
   }
   void dec(long long v) {
     char tmp[24];
