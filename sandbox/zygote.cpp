@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
@@ -19,6 +20,7 @@
 #include "sandbox/namespaces.h"
 #include "shared/child_streams.h"
 #include "shared/control.h"
+#include "shared/process_group.h"
 
 namespace pillbox::sandbox {
 namespace {
@@ -27,9 +29,16 @@ constexpr int kControlIn = 0;
 constexpr int kControlOut = 1;
 constexpr std::size_t kMaxControlIn = 1u << 20;  // tickets and config are small
 
+// How long a finished task's process group may take to die before the task
+// is reported anyway.
+constexpr auto kDrainLimit = std::chrono::seconds(2);
+
 struct Running {
   std::uint64_t seq = 0;
   ChildStreams streams;
+  bool exited = false;  // the main process is reaped; its group is being drained
+  ExitReport exit;
+  std::chrono::steady_clock::time_point drain_deadline;
 };
 
 void send(const ControlMessage& m) {
@@ -51,10 +60,12 @@ class Zygote {
     ControlReader reader(kMaxControlIn);
     pollfd fds[2] = {{kControlIn, POLLIN, 0}, {sigfd, POLLIN, 0}};
     for (;;) {
-      if (::poll(fds, 2, -1) < 0) {
+      // While a group drains, wake up to enforce kDrainLimit even without SIGCHLD.
+      if (::poll(fds, 2, draining() ? 50 : -1) < 0) {
         if (errno == EINTR) continue;
         return 1;
       }
+      if (draining()) report_finished();
       if (fds[1].revents & POLLIN) reap(sigfd);
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const bool open = reader.read_from(kControlIn);
@@ -81,7 +92,9 @@ class Zygote {
       run_child(prep_, ticket, fds, /*enter_own_namespaces=*/false);
     }
     streams->crash_write.reset();
-    running_[pid] = Running{ticket.seq, std::move(*streams)};
+    Running& r = running_[pid];
+    r.seq = ticket.seq;
+    r.streams = std::move(*streams);
     ControlMessage m;
     m.type = ControlType::kForked;
     m.seq = ticket.seq;
@@ -105,24 +118,48 @@ class Zygote {
       int status = 0;
       rusage ru{};
       const pid_t pid = ::wait4(-1, &status, WNOHANG | __WALL, &ru);
-      if (pid <= 0) return;
+      if (pid <= 0) break;
       auto it = running_.find(pid);
       if (it == running_.end()) continue;  // an orphan reparented to us (subreaper): reaped, done
-      // The task is over: nothing it started may outlive it.
-      ::kill(-pid, SIGKILL);
-      ControlMessage m;
-      m.type = ControlType::kExited;
-      ExitReport& e = m.exit;
-      e.seq = it->second.seq;
+      Running& r = it->second;
+      r.exited = true;
+      r.drain_deadline = std::chrono::steady_clock::now() + kDrainLimit;
+      ExitReport& e = r.exit;
+      e.seq = r.seq;
       e.pid = pid;
       e.wait_status = status;
       e.utime_us = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_utime.tv_usec);
       e.stime_us = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_stime.tv_usec);
       e.max_rss_kb = static_cast<std::uint64_t>(ru.ru_maxrss);
-      collect_child_streams(it->second.streams, e, prep_.config.policy.limits.output_bytes);
-      running_.erase(it);
+    }
+    report_finished();
+  }
+
+  // A task is reported once its main process exited and the rest of its
+  // process group is dead and reaped (or kDrainLimit passed: something is
+  // stuck in the kernel, and the supervisor's cgroup sweep takes over).
+  void report_finished() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = running_.begin(); it != running_.end();) {
+      Running& r = it->second;
+      if (!r.exited || (!reap_process_group(it->first) && now < r.drain_deadline)) {
+        ++it;
+        continue;
+      }
+      ControlMessage m;
+      m.type = ControlType::kExited;
+      m.exit = std::move(r.exit);
+      collect_child_streams(r.streams, m.exit, prep_.config.policy.limits.output_bytes);
+      it = running_.erase(it);
       send(m);
     }
+  }
+
+  bool draining() const {
+    for (const auto& [pid, r] : running_) {
+      if (r.exited) return true;
+    }
+    return false;
   }
 
   int shutdown(int code) {

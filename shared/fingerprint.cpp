@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "shared/sha256.h"
 
@@ -283,10 +284,25 @@ std::vector<std::string> crash_state(const std::vector<SymbolizedFrame>& frames,
   return state;
 }
 
+std::vector<std::string> recursion_state(const std::vector<SymbolizedFrame>& frames,
+                                         std::size_t depth) {
+  std::map<std::string, int> occurrences;
+  for (const SymbolizedFrame& frame : frames) {
+    if (!is_ignored_frame(frame)) ++occurrences[frame_identity(frame)];
+  }
+  std::vector<std::string> state;  // std::map iterates in sorted order
+  for (const auto& [name, count] : occurrences) {
+    if (count >= 2 && state.size() < depth) state.push_back(name);
+  }
+  return state.empty() ? crash_state(frames, depth) : state;
+}
+
 bool frames_recurse(const std::vector<SymbolizedFrame>& frames) {
-  constexpr std::size_t kWindow = 32;
-  constexpr std::size_t kMaxCycle = 4;
-  constexpr std::size_t kMinRepeats = 8;
+  // libstdc++'s regex executor recurses through a cycle of six frames; a
+  // cycle of up to 8 repeated 4 times fits the 64 frames a report carries.
+  constexpr std::size_t kWindow = 64;
+  constexpr std::size_t kMaxCycle = 8;
+  constexpr std::size_t kMinRepeats = 4;
   std::vector<std::string> names;
   for (std::size_t i = 0; i < frames.size() && i < kWindow; ++i) {
     names.push_back(frame_identity(frames[i]));

@@ -105,7 +105,7 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
         } else {
           fail(o, Kind::kCrash, "killed by " + signal_name(sig) + (report ? "" : " (no crash report)"));
         }
-        o.crash_state = crash_state(o.frames);
+        o.crash_state = o.kind == Kind::kStackOverflow ? recursion_state(o.frames) : crash_state(o.frames);
       } else {
         fail(o, Kind::kKilled, "killed by " + signal_name(sig));
       }

@@ -110,7 +110,8 @@ class Dispatcher {
           order.push_back(r.get());
         }
       }
-      zmq::poll(items, next_timeout());
+      const auto timeout = launcher_->needs_tick() ? std::min(next_timeout(), std::chrono::milliseconds(20)) : next_timeout();
+      zmq::poll(items, timeout);
 
       // Wires first, so a RESULT that arrived before its EXITED is seen first.
       const std::size_t base = launcher_fds.size() + (source_fd >= 0 ? 1 : 0);
@@ -324,7 +325,12 @@ class Dispatcher {
 std::string handler_identity(const ChildConfig& config) {
   std::string id = config.handler;
   if (config.exec_mode()) {
-    for (const auto& a : config.exec_argv) id += " " + a;
+    // The program's name, not its absolute path: the same bug in a build at
+    // another place keeps its fingerprint.
+    for (std::size_t i = 0; i < config.exec_argv.size(); ++i) {
+      const std::string& a = config.exec_argv[i];
+      id += " " + (i == 0 ? a.substr(a.rfind('/') + 1) : a);
+    }
     return id;
   }
   for (const auto& [k, v] : config.args) id += " " + k + "=" + v;

@@ -37,6 +37,8 @@ class Launcher {
   virtual std::vector<int> watch_fds() const = 0;
   // Called when any watched fd is readable (or periodically); returns what happened.
   virtual std::vector<LaunchEvent> collect() = 0;
+  // True when collect() must be called soon even without a readable fd.
+  virtual bool needs_tick() const { return false; }
   // Namespaces and warnings of the isolation actually achieved.
   virtual const std::vector<std::string>& isolation() const = 0;
   virtual const std::vector<std::string>& warnings() const = 0;

@@ -1,8 +1,12 @@
 // SpawnLauncher: fork+exec of `pillbox-sandbox --child` per task with
 // Boost.Process. The supervisor is the parent: it watches each child through
-// a pidfd and collects its wait status, rusage and streams itself.
+// a pidfd and collects its wait status, rusage and streams itself. It also
+// becomes a child subreaper and reaps every exited child process, so a
+// program embedding run_tasks() in spawn mode should not wait for children
+// of its own at the same time.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -11,11 +15,13 @@
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 
 #include "shared/child_streams.h"
 #include "shared/crash_report.h"
+#include "shared/process_group.h"
 #include "supervisor/launcher.h"
 
 namespace pillbox {
@@ -77,6 +83,9 @@ class SpawnLauncher final : public Launcher {
       return Status::error("cannot run " + settings_.sandbox_binary + ": " + e.what());
     }
     if (code != 0) return Status::error(errors.empty() ? "configuration check failed" : errors);
+    // Processes a task leaves behind are reparented to us, not to init, so
+    // they are reaped before the next task starts (see collect()).
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     isolation_ = {"per child (spawn mode)"};
     return Status::ok();
   }
@@ -131,7 +140,11 @@ class SpawnLauncher final : public Launcher {
       return fork_failed(ticket.seq, std::string("pidfd_open: ") + std::strerror(errno));
     }
     ::fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-    children_[pidfd] = Child{ticket.seq, pid, std::move(*streams)};
+    Child child;
+    child.seq = ticket.seq;
+    child.pid = pid;
+    child.streams = std::move(*streams);
+    children_[pidfd] = std::move(child);
     LaunchEvent ev;
     ev.type = LaunchEvent::Type::kForked;
     ev.seq = ticket.seq;
@@ -149,32 +162,49 @@ class SpawnLauncher final : public Launcher {
   std::vector<LaunchEvent> collect() override {
     std::vector<LaunchEvent> events = std::move(pending_);
     pending_.clear();
-    for (auto it = children_.begin(); it != children_.end();) {
+    // Orphans of finished tasks were reparented to us (subreaper): reap them.
+    // A tracked main process reaped here is handled like one seen by its pidfd.
+    for (;;) {
       int status = 0;
       rusage ru{};
-      const pid_t r = ::wait4(it->second.pid, &status, WNOHANG, &ru);
-      if (r != it->second.pid) {
+      const pid_t pid = ::wait4(-1, &status, WNOHANG | __WALL, &ru);
+      if (pid <= 0) break;
+      for (auto& [fd, c] : children_) {
+        if (c.pid == pid && !c.exited) record_exit(c, status, ru);
+      }
+    }
+    for (auto& [fd, c] : children_) {
+      if (c.exited) continue;
+      int status = 0;
+      rusage ru{};
+      if (::wait4(c.pid, &status, WNOHANG, &ru) == c.pid) record_exit(c, status, ru);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = children_.begin(); it != children_.end();) {
+      Child& c = it->second;
+      if (!c.exited || (!reap_process_group(c.pid) && now < c.drain_deadline)) {
         ++it;
         continue;
       }
-      ::kill(-it->second.pid, SIGKILL);  // nothing the task started outlives it
       LaunchEvent ev;
       ev.type = LaunchEvent::Type::kExited;
-      ev.seq = it->second.seq;
-      ev.pid = it->second.pid;
-      ExitReport& e = ev.exit;
-      e.seq = it->second.seq;
-      e.pid = it->second.pid;
-      e.wait_status = status;
-      e.utime_us = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_utime.tv_usec);
-      e.stime_us = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_stime.tv_usec);
-      e.max_rss_kb = static_cast<std::uint64_t>(ru.ru_maxrss);
-      collect_child_streams(it->second.streams, e, settings_.config.policy.limits.output_bytes);
+      ev.seq = c.seq;
+      ev.pid = c.pid;
+      ev.exit = std::move(c.exit);
+      collect_child_streams(c.streams, ev.exit, settings_.config.policy.limits.output_bytes);
       ::close(it->first);
       it = children_.erase(it);
       events.push_back(std::move(ev));
     }
     return events;
+  }
+
+  // While a task's process group drains, wake up even without a pidfd event.
+  bool needs_tick() const override {
+    for (const auto& [fd, c] : children_) {
+      if (c.exited) return true;
+    }
+    return false;
   }
 
   const std::vector<std::string>& isolation() const override { return isolation_; }
@@ -186,7 +216,21 @@ class SpawnLauncher final : public Launcher {
     std::uint64_t seq;
     pid_t pid;
     ChildStreams streams;
+    bool exited = false;  // main process reaped; its process group is draining
+    ExitReport exit;
+    std::chrono::steady_clock::time_point drain_deadline;
   };
+
+  void record_exit(Child& c, int status, const rusage& ru) {
+    c.exited = true;
+    c.drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    c.exit.seq = c.seq;
+    c.exit.pid = c.pid;
+    c.exit.wait_status = status;
+    c.exit.utime_us = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_utime.tv_usec);
+    c.exit.stime_us = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_stime.tv_usec);
+    c.exit.max_rss_kb = static_cast<std::uint64_t>(ru.ru_maxrss);
+  }
 
   Status fork_failed(std::uint64_t seq, std::string why) {
     LaunchEvent ev;

@@ -58,7 +58,7 @@ void TaskChannel::on_readable() {
       event.swap(rest);
     }
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-      violate("ZeroMQ handshake failed (the child sent bytes that are not ZMTP)");
+      violate("the child's ZeroMQ handshake failed (it closed the connection early or sent bytes that are not ZMTP)");
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
       // The connection's messages were queued before its end was reported:
       // read them before judging.

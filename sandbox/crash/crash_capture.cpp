@@ -148,9 +148,11 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   const std::uintptr_t pc = 0, sp = 0;
 #endif
   const auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
-  // A fault just below (or at) the stack pointer is the stack guard being hit.
-  const bool stack_fault = sig == SIGSEGV && info->si_code > 0 && addr != 0 &&
-                           addr < sp + 4096 && sp - addr < (1u << 20);
+  // A fault next to the stack pointer is the stack guard being hit: just
+  // below it (a push or call), or just above it (a store into the frame that
+  // `sub rsp` just allocated past the end of the stack).
+  const bool near_sp = addr >= sp ? addr - sp < 65536 : sp - addr < (1u << 20);
+  const bool stack_fault = sig == SIGSEGV && info->si_code > 0 && addr != 0 && near_sp;
 
   Writer w;
   w.str("pillbox-crash 1\n");

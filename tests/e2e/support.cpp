@@ -1,0 +1,353 @@
+#include "tests/e2e/support.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "supervisor/cgroups.h"
+
+extern char** environ;
+
+namespace e2e {
+namespace {
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+}  // namespace
+
+// ---- RunResult -------------------------------------------------------------
+
+std::vector<std::string> RunResult::err_lines() const {
+  std::vector<std::string> lines;
+  std::istringstream in(err);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+const nlohmann::json& RunResult::record(const std::string& key) const {
+  for (const auto& r : records) {
+    if (r.value("key", std::string()) == key) return r;
+  }
+  FAIL("no record with key '" << key << "'; " << describe());
+  static const nlohmann::json none;  // not reached: FAIL throws
+  return none;
+}
+
+std::size_t RunResult::count_kind(const std::string& kind) const {
+  std::size_t n = 0;
+  for (const auto& r : records) n += r.value("kind", std::string()) == kind;
+  return n;
+}
+
+std::string RunResult::describe() const {
+  std::ostringstream os;
+  os << "pillbox exit code " << exit_code;
+  if (term_signal) os << " (killed by signal " << term_signal << ")";
+  os << "\n--- stderr ---\n" << err.substr(0, 4000) << "\n--- stdout (start) ---\n" << out.substr(0, 4000);
+  return os.str();
+}
+
+// ---- running pillbox -------------------------------------------------------
+
+std::string pillbox_binary() { return PILLBOX_BUILD_DIR "/pillbox"; }
+
+std::string fixture(const std::string& name) { return std::string(PILLBOX_BUILD_DIR "/fixtures/") + name; }
+
+RunResult run_pillbox(const std::vector<std::string>& args, const std::string& stdin_data,
+                      const std::map<std::string, std::string>& extra_env, const LineCallback& on_stdout_line,
+                      int deadline_s) {
+  ::signal(SIGPIPE, SIG_IGN);  // pillbox may stop reading stdin early
+
+  // Everything the child needs is built before fork: no allocation after it.
+  std::vector<std::string> argv_s{pillbox_binary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::map<std::string, std::string> env_map;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) env_map[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : extra_env) env_map[k] = v;
+  std::vector<std::string> env_s;
+  for (const auto& [k, v] : env_map) env_s.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  REQUIRE(::pipe2(in_pipe, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(out_pipe, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err_pipe, O_CLOEXEC) == 0);
+
+  const pid_t parent = ::getpid();
+  const auto started = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::dup2(in_pipe[0], 0);
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(in_pipe[0]);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  int in_fd = in_pipe[1], out_fd = out_pipe[0], err_fd = err_pipe[0];
+  set_nonblocking(in_fd);
+  set_nonblocking(out_fd);
+  set_nonblocking(err_fd);
+
+  RunResult result;
+  std::size_t written = 0;
+  std::size_t line_start = 0;  // start of the first incomplete stdout line
+  std::size_t line_no = 0;
+  if (stdin_data.empty()) {
+    ::close(in_fd);
+    in_fd = -1;
+  }
+  const auto deadline = started + std::chrono::seconds(deadline_s);
+  bool timed_out = false;
+  char buf[65536];
+  while (out_fd >= 0 || err_fd >= 0) {
+    pollfd fds[3];
+    int n = 0;
+    int idx_in = -1, idx_out = -1, idx_err = -1;
+    if (in_fd >= 0) { idx_in = n; fds[n++] = {in_fd, POLLOUT, 0}; }
+    if (out_fd >= 0) { idx_out = n; fds[n++] = {out_fd, POLLIN, 0}; }
+    if (err_fd >= 0) { idx_err = n; fds[n++] = {err_fd, POLLIN, 0}; }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    const int rc = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::min<long long>(left, 1000)));
+    if (rc < 0 && errno == EINTR) continue;
+    REQUIRE(rc >= 0);
+    if (idx_in >= 0 && fds[idx_in].revents) {
+      const ssize_t w = ::write(in_fd, stdin_data.data() + written, std::min<std::size_t>(stdin_data.size() - written, 1 << 16));
+      if (w > 0) written += static_cast<std::size_t>(w);
+      if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == stdin_data.size()) {
+        ::close(in_fd);
+        in_fd = -1;
+      }
+    }
+    if (idx_out >= 0 && fds[idx_out].revents) {
+      const ssize_t r = ::read(out_fd, buf, sizeof buf);
+      if (r > 0) {
+        result.out.append(buf, static_cast<std::size_t>(r));
+        for (std::size_t nl; (nl = result.out.find('\n', line_start)) != std::string::npos; line_start = nl + 1) {
+          ++line_no;
+          if (on_stdout_line) on_stdout_line(pid, line_no, std::string_view(result.out).substr(line_start, nl - line_start));
+        }
+      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        ::close(out_fd);
+        out_fd = -1;
+      }
+    }
+    if (idx_err >= 0 && fds[idx_err].revents) {
+      const ssize_t r = ::read(err_fd, buf, sizeof buf);
+      if (r > 0) {
+        result.err.append(buf, static_cast<std::size_t>(r));
+      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        ::close(err_fd);
+        err_fd = -1;
+      }
+    }
+  }
+  if (timed_out) ::kill(pid, SIGKILL);
+  for (int fd : {in_fd, out_fd, err_fd}) {
+    if (fd >= 0) ::close(fd);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.term_signal = WTERMSIG(status);
+    result.exit_code = 128 + result.term_signal;
+  }
+  if (timed_out) FAIL("pillbox still running after " << deadline_s << " s, killed; " << result.describe());
+
+  bool json = false;
+  for (const auto& a : args) {
+    if (a == "--") break;
+    json |= a == "--json";
+  }
+  if (json) {
+    std::istringstream in(result.out);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      try {
+        result.records.push_back(nlohmann::json::parse(line));
+      } catch (const nlohmann::json::exception& e) {
+        FAIL_CHECK("stdout line is not JSON (" << std::string(e.what()) << "): " << line.substr(0, 300));
+      }
+    }
+  }
+  return result;
+}
+
+// ---- files -------------------------------------------------------------------
+
+TempDir::TempDir(unsigned mode) {
+  char tmpl[] = "/tmp/pillbox-e2e-XXXXXX";
+  const char* dir = ::mkdtemp(tmpl);
+  REQUIRE(dir != nullptr);
+  path_ = dir;
+  ::chmod(path_.c_str(), mode);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::write(const std::string& name, std::string_view bytes) const {
+  const std::string p = file(name);
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  REQUIRE_MESSAGE(fd >= 0, "cannot create " << p);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    REQUIRE_MESSAGE(w > 0, "cannot write " << p);
+    done += static_cast<std::size_t>(w);
+  }
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  return p;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// ---- host features -------------------------------------------------------
+
+bool is_root() { return ::geteuid() == 0; }
+
+bool have_memory_cgroup() {
+  static const bool have = !pillbox::probe_cgroups().memory_parent.empty();
+  return have;
+}
+
+// ---- process table ---------------------------------------------------------
+
+std::vector<ProcInfo> list_processes() {
+  std::vector<ProcInfo> procs;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return procs;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    const std::string dir = std::string("/proc/") + e->d_name;
+    const std::string stat = read_small_file(dir + "/stat");
+    const auto open = stat.find('(');
+    const auto close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 4 > stat.size()) continue;  // gone
+    ProcInfo p;
+    p.pid = static_cast<pid_t>(pid);
+    p.comm = stat.substr(open + 1, close - open - 1);
+    std::istringstream rest(stat.substr(close + 2));
+    rest >> p.state >> p.ppid;
+    char target[4096];
+    const ssize_t n = ::readlink((dir + "/exe").c_str(), target, sizeof target - 1);
+    if (n > 0) p.exe.assign(target, static_cast<std::size_t>(n));
+    const std::string cmdline = read_small_file(dir + "/cmdline");
+    std::size_t start = 0;
+    while (start < cmdline.size()) {
+      const auto nul = cmdline.find('\0', start);
+      p.cmdline.push_back(cmdline.substr(start, nul == std::string::npos ? std::string::npos : nul - start));
+      if (nul == std::string::npos) break;
+      start = nul + 1;
+    }
+    procs.push_back(std::move(p));
+  }
+  ::closedir(d);
+  return procs;
+}
+
+std::vector<ProcInfo> processes_of(const std::string& path) {
+  const std::string base = std::filesystem::path(path).filename().string().substr(0, 15);
+  std::vector<ProcInfo> found;
+  for (auto& p : list_processes()) {
+    if (p.pid == ::getpid()) continue;
+    const bool exe = p.exe == path || p.exe == path + " (deleted)";
+    const bool argv0 = !p.cmdline.empty() && p.cmdline[0] == path;
+    const bool zombie = p.state == 'Z' && p.comm == base;
+    if (exe || argv0 || zombie) found.push_back(std::move(p));
+  }
+  return found;
+}
+
+std::string describe(const std::vector<ProcInfo>& procs) {
+  std::ostringstream os;
+  for (const auto& p : procs) {
+    os << "  pid " << p.pid << " ppid " << p.ppid << " state " << p.state << " comm " << p.comm << " exe "
+       << (p.exe.empty() ? "?" : p.exe) << "\n";
+  }
+  return os.str();
+}
+
+int open_fd_count(pid_t pid) {
+  DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+long vm_rss_kb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+}  // namespace e2e

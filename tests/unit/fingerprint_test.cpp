@@ -176,22 +176,28 @@ TEST_CASE("frames_recurse") {
     for (int i = 0; i < 10; ++i) frames.push_back(fn("", "/opt/libx.so", 0x77));
     CHECK(frames_recurse(frames));
   }
-  SUBCASE("seven repetitions are not enough") {
-    for (int i = 0; i < 7; ++i) {
+  SUBCASE("three repetitions are not enough") {
+    for (int i = 0; i < 3; ++i) {
       frames.push_back(fn("a"));
       frames.push_back(fn("b"));
     }
     frames.push_back(fn("main"));
     CHECK_FALSE(frames_recurse(frames));
   }
-  SUBCASE("a cycle of five is too long") {
-    for (int i = 0; i < 8; ++i) {
-      for (const char* name : {"a", "b", "c", "d", "e"}) frames.push_back(fn(name));
+  SUBCASE("a cycle of six, like libstdc++'s regex executor, is found") {
+    for (int i = 0; i < 10; ++i) {
+      for (const char* name : {"dfs", "dfs", "dfs", "rep_once_more", "dfs", "dfs"}) frames.push_back(fn(name));
+    }
+    CHECK(frames_recurse(frames));
+  }
+  SUBCASE("a cycle of nine is too long") {
+    for (int i = 0; i < 7; ++i) {
+      for (const char* name : {"a", "b", "c", "d", "e", "f", "g", "h", "i"}) frames.push_back(fn(name));
     }
     CHECK_FALSE(frames_recurse(frames));
   }
-  SUBCASE("recursion only beyond the first 32 frames is ignored") {
-    for (int i = 0; i < 30; ++i) frames.push_back(fn("f" + std::to_string(i)));
+  SUBCASE("recursion only beyond the first 64 frames is ignored") {
+    for (int i = 0; i < 62; ++i) frames.push_back(fn("f" + std::to_string(i)));
     for (int i = 0; i < 20; ++i) frames.push_back(fn("deep"));
     CHECK_FALSE(frames_recurse(frames));
   }
@@ -250,6 +256,32 @@ TEST_CASE("same bug, different payloads: one fingerprint") {
   };
   CHECK(make_fingerprint(Kind::kCrash, "SIGSEGV", crash_state(run1), "h") ==
         make_fingerprint(Kind::kCrash, "SIGSEGV", crash_state(run2), "h"));
+}
+
+TEST_CASE("recursion_state does not depend on where in the cycle the stack ran out") {
+  auto frame = [](const char* fn) { return SymbolizedFrame{"/usr/bin/prog", 0x1000, fn}; };
+  const char* cycle[] = {"Executor::_M_dfs", "Executor::_M_dfs", "Executor::_M_rep_once_more",
+                         "Executor::_M_dfs", "Executor::_M_handle_match", "Executor::_M_dfs"};
+  std::vector<std::string> first;
+  for (std::size_t phase = 0; phase < 6; ++phase) {
+    std::vector<SymbolizedFrame> frames;
+    frames.push_back(frame("malloc"));  // an ignored frame on top does not matter
+    for (std::size_t i = 0; i < 60; ++i) frames.push_back(frame(cycle[(phase + i) % 6]));
+    const auto state = recursion_state(frames);
+    if (phase == 0) first = state;
+    CHECK(state == first);
+  }
+  CHECK(first == std::vector<std::string>{"Executor::_M_dfs", "Executor::_M_handle_match", "Executor::_M_rep_once_more"});
+}
+
+TEST_CASE("recursion_state keeps only repeating functions and falls back without repeats") {
+  auto frame = [](const char* fn) { return SymbolizedFrame{"/usr/bin/prog", 0x1000, fn}; };
+  // A one-off function on top of the recursion (where the overflow struck) is not part of it.
+  std::vector<SymbolizedFrame> frames = {frame("helper_called_once"), frame("walk"), frame("walk"), frame("walk")};
+  CHECK(recursion_state(frames) == std::vector<std::string>{"walk"});
+  // No repetition at all: one huge frame; the usual crash state.
+  std::vector<SymbolizedFrame> flat = {frame("big_alloca_user"), frame("main")};
+  CHECK(recursion_state(flat) == crash_state(flat));
 }
 
 }  // namespace

@@ -1,0 +1,152 @@
+// 10 000 tasks in one run, 10 % poison of mixed kinds, from JSON lines on
+// stdin: every key is reported exactly once with the kind that was planted,
+// the supervisor neither leaks descriptors nor grows while it runs, and no
+// process of the task program outlives the run.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <map>
+
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+
+namespace {
+
+constexpr int kTasks = 10000;
+// The supervisor is measured after every record of two windows: from record
+// 1000 and from record 9000, 100 records each. Its descriptor count moves by a
+// few with the tasks in flight (each holds a socket and eventfds for a
+// moment), so a window's minimum is compared: a leak raises it, the in-flight
+// noise does not. For memory, the windows' maxima are compared.
+constexpr int kEarlySample = 1000;
+constexpr int kLateSample = 9000;
+constexpr int kWindow = 100;
+
+struct Planted {
+  std::string key;
+  std::string payload;
+  std::string kind;    // expected kind
+  std::string signal;  // expected signal ("" for none)
+};
+
+// Every 10th task is poison; of the 1000 poison tasks 20 spin until the CPU
+// limit (each costs ~1 s of CPU), the rest are split between SIGSEGV, abort()
+// and a clean rejection (exit code 3).
+std::vector<Planted> plan() {
+  std::vector<Planted> tasks;
+  tasks.reserve(kTasks);
+  for (int i = 0; i < kTasks; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "task-%05d", i);
+    Planted t{key, {}, "ok", {}};
+    if (i % 10 == 7) {
+      const int j = i / 10;
+      if (j % 50 == 25) {
+        t = {key, "L spin " + std::to_string(i), "cpu-limit", "SIGXCPU"};
+      } else if (j % 3 == 0) {
+        t = {key, "S segfault " + std::to_string(i), "crash", "SIGSEGV"};
+      } else if (j % 3 == 1) {
+        t = {key, "A abort " + std::to_string(i), "crash", "SIGABRT"};
+      } else {
+        t = {key, "E reject " + std::to_string(i), "handler-error", ""};
+      }
+    } else {
+      t.payload = "record " + std::to_string(i) + ": " + std::string(static_cast<std::size_t>(i % 97), 'x') + " end";
+    }
+    tasks.push_back(std::move(t));
+  }
+  return tasks;
+}
+
+}  // namespace
+
+TEST_CASE("10 000 tasks with 10 % mixed poison: every key once, planted kinds, no leaks") {
+  const auto tasks = plan();
+  std::string input;
+  std::map<std::string, int> planted_kinds;
+  for (const auto& t : tasks) {
+    input += nlohmann::json{{"key", t.key}, {"payload", t.payload}}.dump() + "\n";
+    ++planted_kinds[t.kind];
+  }
+  REQUIRE(planted_kinds["ok"] == 9000);
+  REQUIRE(planted_kinds["cpu-limit"] == 20);
+
+  const std::string program = e2e::fixture("mixed_poison");
+  struct Sample {
+    int fds = -1;       // minimum over the window
+    long rss_kb = -1;   // maximum over the window
+    double at_s = 0;    // when the window started
+    void add(pid_t pid, double now) {
+      const int f = e2e::open_fd_count(pid);
+      const long rss = e2e::vm_rss_kb(pid);
+      if (at_s == 0) at_s = now;
+      if (f > 0 && (fds < 0 || f < fds)) fds = f;
+      if (rss > rss_kb) rss_kb = rss;
+    }
+  } early, late;
+  const auto started = std::chrono::steady_clock::now();
+  auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  const auto r = run_pillbox({"run", "--json", "--jobs", "2", "--cpu", "1s", "--timeout", "5s", "-", "--", program}, input,
+                             {}, [&](pid_t pid, std::size_t line, std::string_view) {
+                               const auto n = static_cast<int>(line);
+                               if (n >= kEarlySample && n < kEarlySample + kWindow) early.add(pid, since_start());
+                               if (n >= kLateSample && n < kLateSample + kWindow) late.add(pid, since_start());
+                             });
+  const auto left = e2e::processes_of(program);
+
+  std::map<std::string, int> seen_keys;
+  std::map<std::string, int> kinds;
+  {
+    INFO(r.describe().substr(0, 3000));
+    CHECK(r.term_signal == 0);
+    CHECK(r.exit_code == 1);  // some failed; not a crash, not a usage or setup error
+    CHECK(r.records.size() == static_cast<std::size_t>(kTasks));
+
+    std::map<std::string, const Planted*> by_key;
+    for (const auto& t : tasks) by_key[t.key] = &t;
+    int wrong = 0;
+    for (const auto& rec : r.records) {
+      const std::string key = rec.value("key", "");
+      ++seen_keys[key];
+      ++kinds[rec.value("kind", "?")];
+      const auto it = by_key.find(key);
+      if (it == by_key.end()) {
+        FAIL_CHECK("record for a key that was never submitted: " << key);
+        continue;
+      }
+      const Planted& t = *it->second;
+      bool right = rec["kind"] == t.kind;
+      if (t.kind == "ok") right = right && rec.value("output", std::string("<none>")) == t.payload;
+      if (!t.signal.empty()) right = right && rec["signal"] == t.signal;
+      if (t.kind == "handler-error") right = right && rec["message"].get<std::string>().find("rejected record") != std::string::npos;
+      if (!right && ++wrong <= 10) FAIL_CHECK("planted " << t.kind << " " << t.signal << ", got " << rec.dump().substr(0, 500));
+    }
+    CHECK(wrong == 0);
+    int duplicates = 0;
+    for (const auto& [key, n] : seen_keys) duplicates += n > 1;
+    CHECK(duplicates == 0);
+    CHECK(seen_keys.size() == static_cast<std::size_t>(kTasks));
+    for (const auto& [kind, n] : planted_kinds) CHECK_MESSAGE(kinds[kind] == n, kind << ": planted " << n << ", reported " << kinds[kind]);
+
+    // The supervisor while it ran: same descriptors, (almost) no growth.
+    REQUIRE(early.fds > 0);
+    REQUIRE(late.fds > 0);
+    CHECK(late.fds <= early.fds + 4);
+    REQUIRE(early.rss_kb > 0);
+    REQUIRE(late.rss_kb > 0);
+    CHECK(late.rss_kb - early.rss_kb < 20 * 1024);
+
+    // Nothing of the task program is left, live or zombie.
+    CHECK_MESSAGE(left.empty(), left.size() << " process(es) of " << program << " remain:\n" << e2e::describe(left));
+  }
+  const double rate = r.seconds > 0 ? kTasks / r.seconds : 0;
+  const double steady_rate = late.at_s > early.at_s ? (kLateSample - kEarlySample) / (late.at_s - early.at_s) : 0;
+  MESSAGE("scale: " << kTasks << " tasks in " << r.seconds << " s (" << rate << " tasks/s overall, " << steady_rate
+                    << " tasks/s between records " << kEarlySample << " and " << kLateSample << ")");
+  MESSAGE("scale: supervisor open fds (window minimum) " << early.fds << " -> " << late.fds << ", VmRSS (window maximum) "
+                                                          << early.rss_kb << " kB -> " << late.rss_kb << " kB (records "
+                                                          << kEarlySample << " -> " << kLateSample << ")");
+  MESSAGE("scale: kinds ok " << kinds["ok"] << ", crash " << kinds["crash"] << ", handler-error " << kinds["handler-error"]
+                             << ", cpu-limit " << kinds["cpu-limit"] << "; leftover processes " << left.size());
+}

@@ -1,0 +1,100 @@
+#pragma once
+// Helpers shared by the end-to-end tests: run the real `pillbox` binary as a
+// subprocess, temp directories the sandbox user can read, host feature
+// probes, and /proc helpers for leak checks (processes, fds, RSS).
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace e2e {
+
+// ---- running pillbox -------------------------------------------------------
+
+struct RunResult {
+  int exit_code = -1;       // exit status, or 128 + signal when pillbox itself was killed
+  int term_signal = 0;      // the signal that killed pillbox, 0 when it exited
+  std::string out;          // all of stdout
+  std::string err;          // all of stderr
+  std::vector<nlohmann::json> records;  // stdout lines parsed as JSON (only with --json)
+  double seconds = 0;       // wall time of the whole run
+
+  // Lines of stderr (without the trailing newline), empty lines dropped.
+  std::vector<std::string> err_lines() const;
+  // The record whose "key" is `key`; fails the current test when absent.
+  const nlohmann::json& record(const std::string& key) const;
+  // Count of records whose "kind" is `kind`.
+  std::size_t count_kind(const std::string& kind) const;
+  // A short description for failure messages (exit code, stderr, first lines of stdout).
+  std::string describe() const;
+};
+
+// Called for every complete stdout line while pillbox runs: its pid (still
+// alive, not yet reaped), the 1-based line number and the line.
+using LineCallback = std::function<void(pid_t pid, std::size_t line_no, std::string_view line)>;
+
+// Runs PILLBOX_BUILD_DIR "/pillbox" with `args`, writes `stdin_data` to its
+// stdin (then closes it), captures stdout and stderr concurrently, waits for
+// it. The environment is the test's plus `extra_env`. With "--json" among the
+// args, stdout lines are parsed into `records` (a line that is not JSON fails
+// the test). A run longer than `deadline_s` is killed and fails the test.
+RunResult run_pillbox(const std::vector<std::string>& args, const std::string& stdin_data = "",
+                      const std::map<std::string, std::string>& extra_env = {},
+                      const LineCallback& on_stdout_line = {}, int deadline_s = 480);
+
+// ---- files -------------------------------------------------------------------
+
+std::string pillbox_binary();            // build/pillbox
+std::string fixture(const std::string& name);  // build/fixtures/<name>
+
+// A fresh directory under /tmp, mode 0755 (or `mode`), removed with its
+// contents at the end of the scope.
+class TempDir {
+ public:
+  explicit TempDir(unsigned mode = 0755);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Writes `bytes` to <dir>/<name> (mode 0644) and returns its path.
+  std::string write(const std::string& name, std::string_view bytes) const;
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path);
+
+// ---- host features -------------------------------------------------------
+
+bool is_root();
+bool have_memory_cgroup();  // pillbox::probe_cgroups() found a usable memory controller
+
+// ---- process table ---------------------------------------------------------
+
+struct ProcInfo {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  char state = '?';         // R, S, D, Z, T, ...
+  std::string comm;         // /proc/PID/comm (15 characters at most)
+  std::string exe;          // readlink /proc/PID/exe ("" for zombies or when unreadable)
+  std::vector<std::string> cmdline;
+};
+
+std::vector<ProcInfo> list_processes();
+// Live processes and zombies running `path`: exe or argv[0] equal to it, or a
+// zombie whose comm is the file name (zombies have neither exe nor cmdline).
+std::vector<ProcInfo> processes_of(const std::string& path);
+std::string describe(const std::vector<ProcInfo>& procs);
+
+int open_fd_count(pid_t pid);     // entries of /proc/PID/fd, -1 when unreadable
+long vm_rss_kb(pid_t pid);        // VmRSS from /proc/PID/status, -1 when unreadable
+
+}  // namespace e2e
