@@ -174,7 +174,7 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   auto cenv = c_strings(env);
   ::execve(cargv[0], cargv.data(), cenv.data());
   const std::string why = errno_text("execve " + argv[0]);
-  wire.send(FrameType::kResult, {}, why, ResultStatus::kHandlerError);
+  wire.send(FrameType::kResult, {}, why, ResultStatus::kExecFailed);
   _exit(kExitExecFailed);
 }
 
@@ -237,7 +237,7 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     if (auto s = apply_file_size_limit(limits.file_size_bytes); !s) fail_setup(wire, s.message());
   }
   if (cfg.drop_privileges) {
-    if (auto s = drop_privileges(cfg.sandbox_uid, cfg.sandbox_gid); !s) fail_setup(wire, s.message());
+    if (auto s = drop_privileges(ticket.uid, ticket.gid); !s) fail_setup(wire, s.message());
   }
   if (auto s = set_no_new_privs(); !s) fail_setup(wire, s.message());
   if (cfg.exec_mode() && ::access(cfg.exec_argv[0].c_str(), X_OK) != 0) {

@@ -32,6 +32,8 @@ struct TaskTicket {
   std::string endpoint;                       // ipc://RUNDIR/t<seq>
   Secret secret{};
   std::vector<std::string> cgroup_procs;      // cgroup.procs files to join (may be empty)
+  std::uint32_t uid = 0;                      // with drop_privileges: this task's uid and gid
+  std::uint32_t gid = 0;                      // (its slot's, from the uid pool, or sandbox_uid/gid)
 };
 
 }  // namespace pillbox

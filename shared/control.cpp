@@ -47,7 +47,9 @@ void pack_policy(Packer& pk, const Policy& p) {
   pk.pack(p.seccomp.enabled);
   pk.pack_uint8(static_cast<std::uint8_t>(p.seccomp.default_action));
   pack_strings(pk, p.seccomp.allow);
-  pk.pack_nil();  // reserved
+  pk.pack_array(2);
+  pk.pack_uint32(p.isolation.uid_pool_first);
+  pk.pack_uint32(p.isolation.uid_pool_size);
 }
 
 void pack_config(Packer& pk, const ChildConfig& c) {
@@ -70,11 +72,13 @@ void pack_config(Packer& pk, const ChildConfig& c) {
 }
 
 void pack_ticket(Packer& pk, const TaskTicket& t) {
-  pk.pack_array(4);
+  pk.pack_array(6);
   pk.pack_uint64(t.seq);
   pack_str(pk, t.endpoint);
   pack_bin(pk, std::string_view(reinterpret_cast<const char*>(t.secret.data()), t.secret.size()));
   pack_strings(pk, t.cgroup_procs);
+  pk.pack_uint32(t.uid);
+  pk.pack_uint32(t.gid);
 }
 
 void pack_exit(Packer& pk, const ExitReport& e) {
@@ -150,6 +154,9 @@ Policy unpack_policy(const msgpack::object& o) {
   p.seccomp.enabled = boolean(a.ptr[14]);
   p.seccomp.default_action = enum_u8<SeccompDefault>(a.ptr[15], 0, 2);
   p.seccomp.allow = strings(a.ptr[16]);
+  const auto& pool = arr(a.ptr[17], 2, "uid pool");
+  p.isolation.uid_pool_first = static_cast<std::uint32_t>(u64(pool.ptr[0]));
+  p.isolation.uid_pool_size = static_cast<std::uint32_t>(u64(pool.ptr[1]));
   return p;
 }
 
@@ -174,7 +181,7 @@ ChildConfig unpack_config(const msgpack::object& o) {
 }
 
 TaskTicket unpack_ticket(const msgpack::object& o) {
-  const auto& a = arr(o, 4, "ticket");
+  const auto& a = arr(o, 6, "ticket");
   TaskTicket t;
   t.seq = u64(a.ptr[0]);
   t.endpoint = str(a.ptr[1]);
@@ -182,6 +189,8 @@ TaskTicket unpack_ticket(const msgpack::object& o) {
   if (secret.size() != kSecretSize) throw std::runtime_error("ticket secret has the wrong size");
   std::memcpy(t.secret.data(), secret.data(), kSecretSize);
   t.cgroup_procs = strings(a.ptr[3]);
+  t.uid = static_cast<std::uint32_t>(u64(a.ptr[4]));
+  t.gid = static_cast<std::uint32_t>(u64(a.ptr[5]));
   return t;
 }
 

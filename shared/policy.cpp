@@ -28,6 +28,7 @@ std::string canonical_text(const Policy& p) {
   field("output_bytes", std::to_string(l.output_bytes));
   field("network", p.isolation.network ? "on" : "off");
   field("user", p.isolation.user);
+  field("uid_pool", std::to_string(p.isolation.uid_pool_first) + "+" + std::to_string(p.isolation.uid_pool_size));
   field("cgroup", to_string(p.isolation.cgroup));
   field("filesystem", to_string(p.isolation.filesystem));
   field("seccomp", p.seccomp.enabled ? "yes" : "no");

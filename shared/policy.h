@@ -39,7 +39,13 @@ enum class FilesystemMode : std::uint8_t {
 
 struct Isolation {
   bool network = false;                  // false: empty network namespace (when the host allows)
-  std::string user = "nobody";           // user to drop to when started as root
+  std::string user = "nobody";           // user to drop to when started as root (no uid_pool)
+  // When started as root: each job slot runs its children under its own uid
+  // from [uid_pool_first, uid_pool_first + uid_pool_size), claimed for the
+  // run, so tasks cannot signal each other and RLIMIT_NPROC (counted per
+  // uid) is per slot: a fork bomb cannot starve its neighbours. 0 = off.
+  std::uint32_t uid_pool_first = 0;
+  std::uint32_t uid_pool_size = 0;
   CgroupMode cgroup = CgroupMode::kAuto;
   FilesystemMode filesystem = FilesystemMode::kReadOnly;
 };

@@ -246,7 +246,7 @@ constexpr LimitKey kLimitKeys[] = {
 
 constexpr std::string_view kSectionNames[] = {"policy", "limits", "isolation", "seccomp"};
 constexpr std::string_view kPolicyKeys[] = {"name"};
-constexpr std::string_view kIsolationKeys[] = {"network", "user", "cgroup", "filesystem"};
+constexpr std::string_view kIsolationKeys[] = {"network", "user", "uid_pool", "cgroup", "filesystem"};
 constexpr std::string_view kSeccompKeys[] = {"enabled", "default", "allow", "import_oci"};
 
 std::vector<std::string_view> keys_of(std::string_view section) {
@@ -302,6 +302,33 @@ bool is_valid_policy_name(std::string_view name) {
 
 // A numeric uid, or a portable user name (the name is looked up only when
 // privileges are dropped, on the host that runs the child).
+// "FIRST-LAST": a range of unused uids, one per job slot (see policy.h).
+// Kept clear of system and login uids (< 100000) and of the 32-bit sign bit
+// that some tools mishandle.
+Status parse_uid_pool(std::string_view value, Isolation& iso) {
+  const auto dash = value.find('-');
+  auto number = [](std::string_view text, std::uint64_t& out) {
+    if (text.empty() || text.size() > 10) return false;
+    out = 0;
+    for (char c : text) {
+      if (c < '0' || c > '9') return false;
+      out = out * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return true;
+  };
+  std::uint64_t first = 0, last = 0;
+  if (dash == std::string_view::npos || !number(value.substr(0, dash), first) || !number(value.substr(dash + 1), last)) {
+    return Status::error("bad uid_pool " + quoted(value) + "; write FIRST-LAST, e.g. 2000000000-2000001023");
+  }
+  if (first < 100000 || last > 2147483646 || last < first || last - first >= 65536) {
+    return Status::error("uid_pool " + quoted(value) +
+                         " out of range; use unused uids between 100000 and 2147483646, at most 65536 of them");
+  }
+  iso.uid_pool_first = static_cast<std::uint32_t>(first);
+  iso.uid_pool_size = static_cast<std::uint32_t>(last - first + 1);
+  return Status::ok();
+}
+
 bool is_valid_user(std::string_view user) {
   if (!user.empty() && std::all_of(user.begin(), user.end(), is_digit)) {
     // (uid_t)-1 means "no change" to setresuid and cannot be a target.
@@ -477,6 +504,7 @@ class Parser {
       iso.user = std::string(value);
       return Status::ok();
     }
+    if (key == "uid_pool") return parse_uid_pool(value, iso);
     if (key == "cgroup") return parse_enum(key, value, kCgroupModes, iso.cgroup);
     if (key == "filesystem") return parse_enum(key, value, kFilesystemModes, iso.filesystem);
     if (key == "enabled") return parse_switch(key, value, "yes", "no", sec.enabled);
@@ -600,6 +628,10 @@ std::string format_policy(const Policy& p) {
   out += "\n[isolation]\n";
   line("network", p.isolation.network ? "on" : "off");
   line("user", p.isolation.user);
+  if (p.isolation.uid_pool_size > 0) {
+    line("uid_pool", std::to_string(p.isolation.uid_pool_first) + "-" +
+                         std::to_string(std::uint64_t{p.isolation.uid_pool_first} + p.isolation.uid_pool_size - 1));
+  }
   line("cgroup", to_string(p.isolation.cgroup));
   line("filesystem", to_string(p.isolation.filesystem));
 

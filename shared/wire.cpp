@@ -138,7 +138,7 @@ Expected<Frame> decode_frame(std::string_view bytes, std::size_t max_bytes) {
         break;
       case FrameType::kResult: {
         const std::uint64_t status = as_uint(arr.ptr[4], "status");
-        if (status > static_cast<std::uint64_t>(ResultStatus::kOutOfMemory)) {
+        if (status > static_cast<std::uint64_t>(ResultStatus::kExecFailed)) {
           return Error{"unknown result status " + std::to_string(status)};
         }
         f.status = static_cast<ResultStatus>(status);

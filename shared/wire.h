@@ -46,6 +46,7 @@ enum class ResultStatus : std::uint8_t {
   kHandlerError = 1,
   kOutputLimit = 2,
   kOutOfMemory = 3,  // std::bad_alloc under RLIMIT_AS
+  kExecFailed = 4,   // exec mode: execve failed before the program ran (not the payload's fault)
 };
 
 struct Frame {

@@ -117,7 +117,9 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
         fail(o, Kind::kProtocolError, ex.protocol_violation);
       } else if (ex.exec_mode) {
         if (ex.result) {
-          fail(o, Kind::kHandlerError, ex.result->message);
+          // execve failed before the program ran (EAGAIN at the process
+          // limit, a missing interpreter): the host's problem, not the payload's.
+          fail(o, Kind::kSandboxError, "cannot run the program: " + ex.result->message);
         } else if (exit.stdout_size > cap) {
           fail(o, Kind::kOutputLimit, "wrote " + std::to_string(exit.stdout_size) + " bytes to stdout, over the cap of " + std::to_string(cap));
         } else if (code != 0) {
@@ -140,6 +142,7 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
           case ResultStatus::kHandlerError: fail(o, Kind::kHandlerError, r.message); break;
           case ResultStatus::kOutputLimit: fail(o, Kind::kOutputLimit, r.message); break;
           case ResultStatus::kOutOfMemory: fail(o, Kind::kOom, r.message); break;
+          case ResultStatus::kExecFailed: fail(o, Kind::kProtocolError, "exec failure from an in-process handler"); break;
         }
       }
     }

@@ -18,6 +18,7 @@
 #include "supervisor/run.h"
 #include "supervisor/runtime_dir.h"
 #include "supervisor/task_channel.h"
+#include "supervisor/uid_pool.h"
 
 namespace pillbox {
 namespace {
@@ -71,6 +72,12 @@ class Dispatcher {
       }
     } else {
       report_.cgroups = "off (policy)";
+    }
+    const ChildConfig& config = settings_.config;
+    if (config.drop_privileges && policy.isolation.uid_pool_size > 0) {
+      auto claims = UidClaims::claim(policy.isolation.uid_pool_first, policy.isolation.uid_pool_size, settings_.jobs);
+      if (!claims) return Status::error(claims.error());
+      uids_ = std::move(*claims);
     }
     for (std::size_t i = settings_.jobs; i-- > 0;) free_slots_.push_back(i);
     return start_launcher();
@@ -155,6 +162,8 @@ class Dispatcher {
     TaskTicket ticket;
     ticket.seq = r->seq;
     ticket.secret = r->secret;
+    ticket.uid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_uid;
+    ticket.gid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_gid;
     try {
       r->channel = std::make_unique<TaskChannel>(ctx_, rundir_.path(), r->seq, r->secret, r->task.payload,
                                                  settings_.config.policy.limits.output_bytes, r->exec.exec_mode);
@@ -311,6 +320,7 @@ class Dispatcher {
   LauncherSettings launcher_settings_;
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<CgroupSlots> cgroups_;
+  std::unique_ptr<UidClaims> uids_;  // one uid per slot (policy uid_pool, as root)
   Symbolizer symbolizer_;
   std::string identity_;
   std::map<std::uint64_t, std::unique_ptr<Running>> running_;

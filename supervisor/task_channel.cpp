@@ -122,8 +122,9 @@ void TaskChannel::on_frame(const zmq::message_t& peer, std::string_view bytes) {
       return;
     case Phase::kAwaitResult:
       if (t != FrameType::kResult) return violate(std::string("expected RESULT, got ") + std::string(to_string(t)));
-      if (exec_mode_ && frame->status != ResultStatus::kHandlerError) {
-        return violate("RESULT frame from an exec-mode child (only exec failures are reported that way)");
+      if (exec_mode_ != (frame->status == ResultStatus::kExecFailed)) {
+        return violate(exec_mode_ ? "RESULT frame from an exec-mode child (only exec failures are reported that way)"
+                                  : "exec-failure RESULT from an in-process handler");
       }
       result_ = std::move(*frame);
       phase_ = Phase::kDone;

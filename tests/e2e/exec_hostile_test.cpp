@@ -268,3 +268,31 @@ TEST_CASE("a fork bomb is contained and nothing of it survives the run") {
     wait_until_gone(bomb);
   }
 }
+
+TEST_CASE("a fork bomb does not starve the tasks running beside it") {
+  // Two bombs among innocent tasks, two at a time: with the shipped policies
+  // each job slot has its own uid (uid_pool), so the bomb exhausts only its
+  // own slot's RLIMIT_NPROC and its neighbours keep forking and exec'ing.
+  std::string lines;
+  for (int i = 0; i < 12; ++i) {
+    const bool bomb = i == 0 || i == 5;
+    // Innocent tasks fork a process of their own ('P'): where all slots share
+    // one uid, the bomb's processes would make that fork fail.
+    lines += "{\"key\": \"t" + std::to_string(i) + "\", \"payload\": \"" + (bomb ? "F" : "P ") + std::to_string(i) + "\"}\n";
+  }
+  const std::string program = e2e::fixture("mixed_poison");
+  const auto r = run_pillbox({"run", "--json", "--jobs", "2", "--timeout", "3s", "-", "--", program}, lines);
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  check_no_crash_of_pillbox(r);
+  REQUIRE(r.records.size() == 12);
+  for (const auto& rec : r.records) {
+    const std::string key = rec["key"];
+    if (key == "t0" || key == "t5") {
+      CHECK(rec["kind"] != "ok");
+    } else {
+      CHECK_MESSAGE(rec["kind"] == "ok", key << ": " << rec.dump());
+    }
+  }
+  check_none_left(program);
+}

@@ -126,6 +126,13 @@ TEST_CASE("a gzip bomb is oom at the memory limit; a good gzip gives back its ex
 }
 
 TEST_CASE("with cgroups off, the gzip bomb is still oom (RLIMIT_AS, std::bad_alloc)") {
+#if defined(PILLBOX_SANITIZED)
+  // The sandbox does not apply RLIMIT_AS under AddressSanitizer (its shadow
+  // memory reserves terabytes of address space), so without a cgroup nothing
+  // limits memory in this build.
+  MESSAGE("skipped: RLIMIT_AS is not applied in the AddressSanitizer build");
+  return;
+#endif
   e2e::TempDir dir;
   const auto shown = run_pillbox({"policy", "show", "strict"});
   REQUIRE(shown.exit_code == 0);

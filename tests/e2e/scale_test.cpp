@@ -135,7 +135,13 @@ TEST_CASE("10 000 tasks with 10 % mixed poison: every key once, planted kinds, n
     CHECK(late.fds <= early.fds + 4);
     REQUIRE(early.rss_kb > 0);
     REQUIRE(late.rss_kb > 0);
+#if defined(PILLBOX_SANITIZED)
+    // AddressSanitizer keeps freed memory in a quarantine (up to 256 MiB), so
+    // RSS grows in that build whatever the code does; fds are still checked.
+    MESSAGE("skipped: RSS flatness under AddressSanitizer (its quarantine holds freed memory)");
+#else
     CHECK(late.rss_kb - early.rss_kb < 20 * 1024);
+#endif
 
     // Nothing of the task program is left, live or zombie.
     CHECK_MESSAGE(left.empty(), left.size() << " process(es) of " << program << " remain:\n" << e2e::describe(left));

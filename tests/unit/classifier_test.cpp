@@ -460,13 +460,13 @@ TEST_CASE("classifier: exec mode") {
     CHECK(o.kind == Kind::kProtocolError);
     CHECK(o.message == "the child exited before asking for its payload");
   }
-  SUBCASE("a RESULT from the exec runtime: execve failed") {
+  SUBCASE("a RESULT from the exec runtime: execve failed, which is not the payload's fault") {
     Execution ex = exited(127);
     ex.exec_mode = true;
-    ex.result = result(ResultStatus::kHandlerError, "", "execve /nope: No such file or directory");
+    ex.result = result(ResultStatus::kExecFailed, "", "execve /nope: No such file or directory");
     const Outcome o = run(ex);
-    CHECK(o.kind == Kind::kHandlerError);
-    CHECK(o.message == "execve /nope: No such file or directory");
+    CHECK(o.kind == Kind::kSandboxError);
+    CHECK(o.message == "cannot run the program: execve /nope: No such file or directory");
   }
 }
 

@@ -132,7 +132,7 @@ TEST_CASE("wire: TASK round trip keeps binary payloads byte for byte") {
 
 TEST_CASE("wire: RESULT round trip for every status") {
   for (ResultStatus status : {ResultStatus::kOk, ResultStatus::kHandlerError, ResultStatus::kOutputLimit,
-                              ResultStatus::kOutOfMemory}) {
+                              ResultStatus::kOutOfMemory, ResultStatus::kExecFailed}) {
     CAPTURE(static_cast<int>(status));
     Frame f = make(FrameType::kResult);
     f.status = status;
@@ -389,7 +389,7 @@ TEST_CASE("wire: a 4 GiB length prefix in a short buffer is an error, quickly") 
 }
 
 TEST_CASE("wire: result status out of range") {
-  for (std::uint64_t status : {std::uint64_t{4}, std::uint64_t{200}, std::uint64_t{1} << 33}) {
+  for (std::uint64_t status : {std::uint64_t{5}, std::uint64_t{200}, std::uint64_t{1} << 33}) {
     CAPTURE(status);
     const std::string bytes = raw_frame(7, kWireVersion, 4, [&](Packer& pk) {
       pack_task_and_secret(pk);

@@ -1,0 +1,35 @@
+#pragma once
+// Claims one uid per job slot from a policy's uid_pool for the lifetime of a
+// run. A claim is an flock on /run/pillbox/uids/<uid>.lock, so concurrent
+// runs never share a uid and a killed run's claims vanish with it. A claimed
+// uid that still has processes (left by a run that was killed) is cleared
+// first: every process running as it gets SIGKILL.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "shared/unique_fd.h"
+
+namespace pillbox {
+
+class UidClaims {
+ public:
+  // Claims `count` uids from [first, first + size). Fails with a message
+  // saying how many are in use when the pool cannot provide them.
+  static Expected<std::unique_ptr<UidClaims>> claim(std::uint32_t first, std::uint32_t size, std::size_t count,
+                                                    const std::string& lock_dir = "/run/pillbox/uids");
+  std::uint32_t uid(std::size_t slot) const { return uids_.at(slot); }
+  std::size_t size() const { return uids_.size(); }
+
+ private:
+  UidClaims() = default;
+  std::vector<std::uint32_t> uids_;
+  std::vector<UniqueFd> locks_;
+};
+
+// SIGKILLs every process whose real uid is `uid` (from /proc). Returns how many.
+int kill_processes_of_uid(std::uint32_t uid);
+
+}  // namespace pillbox
