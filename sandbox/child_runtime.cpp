@@ -206,6 +206,7 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != prep.parent_pid) _exit(kExitOrphaned);
   reset_inherited_signals();
+  if (prep.restore_affinity) ::sched_setaffinity(0, sizeof prep.affinity, &prep.affinity);
 
   // 2. Nothing inherited but what we chose; no environment.
   if (!arrange_fds(fds)) _exit(kExitSetupFailed);

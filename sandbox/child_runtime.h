@@ -6,6 +6,7 @@
 //   crash handler, connect the wire (as root: the runtime dir is 0700),
 //   rlimits, drop privileges, no_new_privs, seccomp, HELLO,
 //   receive the payload, run the handler (or execve), RESULT, _exit.
+#include <sched.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -23,6 +24,10 @@ struct PreparedChild {
   std::unique_ptr<Handler> handler;  // null in exec mode
   CompiledFilter filter;
   pid_t parent_pid = 0;              // the process that forks children (for the PDEATHSIG race)
+  // The CPUs a child may use. The zygote pins itself to one CPU (see
+  // zygote.cpp); each child takes back the full set.
+  bool restore_affinity = false;
+  cpu_set_t affinity{};
 };
 
 Expected<PreparedChild> prepare_child(const ChildConfig& config);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -118,7 +119,12 @@ class Dispatcher {
         }
       }
       const auto timeout = launcher_->needs_tick() ? std::min(next_timeout(), std::chrono::milliseconds(20)) : next_timeout();
-      zmq::poll(items, timeout);
+      try {
+        zmq::poll(items, timeout);
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+        continue;  // a signal: nothing became ready; look again
+      }
 
       // Wires first, so a RESULT that arrived before its EXITED is seen first.
       const std::size_t base = launcher_fds.size() + (source_fd >= 0 ? 1 : 0);
