@@ -2,7 +2,10 @@
 
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -74,7 +77,69 @@ bool make_read_only(NamespaceOutcome& out) {
   return true;
 }
 
+bool in_mount_namespace(const NamespaceOutcome& out) {
+  for (const auto& ns : out.entered) {
+    if (ns.rfind("mount", 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+namespace {
+
+// The calling process's pid in the outermost PID namespace /proc belongs to.
+int outer_pid() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      int pid = 0;
+      if (fields >> pid) return pid;
+    }
+  }
+  return ::getpid();
+}
+
+}  // namespace
+
+bool become_pid_namespace_init(NamespaceOutcome& out) {
+  if (::unshare(CLONE_NEWPID) != 0) {
+    out.warnings.push_back(std::string("pid namespace unavailable (") + std::strerror(errno) +
+                           "): children can see the host's processes; process groups, cgroups and "
+                           "per-slot uids still contain them");
+    return false;
+  }
+  const pid_t init = ::fork();
+  if (init < 0) {
+    out.warnings.push_back(std::string("pid namespace: fork failed (") + std::strerror(errno) + ")");
+    return false;
+  }
+  if (init > 0) {
+    // The bare parent: the init holds the control pipes from now on.
+    ::close(0);
+    ::close(1);
+    int status = 0;
+    while (::waitpid(init, &status, 0) < 0 && errno == EINTR) {
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  // The new init. It dies with the bare parent, which dies with the supervisor.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  out.entered.emplace_back("pid");
+  out.init_host_pid = outer_pid();  // before /proc shows only this namespace
+  // A /proc of this namespace, in a mount namespace of our own.
+  bool mount_ns = in_mount_namespace(out);
+  if (!mount_ns && ::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0) {
+    mount_ns = true;
+  }
+  if (!mount_ns || ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    out.warnings.push_back(std::string("cannot mount a /proc for the pid namespace (") + std::strerror(errno) +
+                           "): children see the host's processes in /proc (but cannot signal them)");
+  }
+  return true;
+}
 
 NamespaceOutcome enter_namespaces(const Isolation& isolation) {
   NamespaceOutcome out;

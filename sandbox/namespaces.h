@@ -11,10 +11,24 @@
 namespace pillbox::sandbox {
 
 struct NamespaceOutcome {
-  std::vector<std::string> entered;   // "net", "ipc", "uts", "mount(read-only)"
+  std::vector<std::string> entered;   // "net", "ipc", "uts", "mount(read-only)", "pid"
+  int init_host_pid = 0;              // pid namespace: the init's pid as the host sees it
   std::vector<std::string> warnings;  // "network namespace unavailable (EPERM): children share the host network"
 };
 
 NamespaceOutcome enter_namespaces(const Isolation& isolation);
+
+// Zygote only: puts every child it will fork into a new PID namespace, whose
+// init (pid 1) is a fork of the caller that goes on as the zygote. The
+// calling process stays behind as a bare parent: it waits for the init and
+// exits with its status (so it never returns here). Returns true in the new
+// init, false (with a warning in `out`) where the host refuses; then the
+// caller simply goes on in the host's PID namespace.
+//
+// Inside: children see only each other and the zygote (/proc is remounted
+// for the namespace in a private mount namespace), cannot signal anything
+// outside it, and die all at once when the zygote does.
+bool become_pid_namespace_init(NamespaceOutcome& out);
+
 
 }  // namespace pillbox::sandbox

@@ -1,7 +1,6 @@
 #include "sandbox/zygote.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -76,6 +75,7 @@ class Zygote {
             return shutdown(1);
           }
           if ((*msg)->type == ControlType::kFork) fork_child((*msg)->ticket);
+          if ((*msg)->type == ControlType::kKill) kill_task(static_cast<pid_t>((*msg)->pid));
         }
         if (!open) return shutdown(0);
       }
@@ -103,6 +103,15 @@ class Zygote {
     send(m);
   }
 
+  // Only our own running tasks: the pid comes from the supervisor, but a
+  // stale one must not hit an unrelated process.
+  void kill_task(pid_t pid) {
+    auto it = running_.find(pid);
+    if (it == running_.end() || it->second.exited) return;
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+
   void fork_failed(std::uint64_t seq, const std::string& why) {
     ControlMessage m;
     m.type = ControlType::kForkFailed;
@@ -115,14 +124,12 @@ class Zygote {
     signalfd_siginfo info;
     while (::read(sigfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
     }
-    for (;;) {
-      int status = 0;
-      rusage ru{};
-      const pid_t pid = ::wait4(-1, &status, WNOHANG | __WALL, &ru);
-      if (pid <= 0) break;
+    const auto is_task = [this](pid_t pid) {
       auto it = running_.find(pid);
-      if (it == running_.end()) continue;  // an orphan reparented to us (subreaper): reaped, done
-      Running& r = it->second;
+      return it != running_.end() && !it->second.exited;
+    };
+    reap_children(is_task, [this](pid_t pid, int status, const rusage& ru) {
+      Running& r = running_[pid];
       r.exited = true;
       r.drain_deadline = std::chrono::steady_clock::now() + kDrainLimit;
       ExitReport& e = r.exit;
@@ -132,7 +139,7 @@ class Zygote {
       e.utime_us = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_utime.tv_usec);
       e.stime_us = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_stime.tv_usec);
       e.max_rss_kb = static_cast<std::uint64_t>(ru.ru_maxrss);
-    }
+    });
     report_finished();
   }
 
@@ -143,7 +150,7 @@ class Zygote {
     const auto now = std::chrono::steady_clock::now();
     for (auto it = running_.begin(); it != running_.end();) {
       Running& r = it->second;
-      if (!r.exited || (!reap_process_group(it->first) && now < r.drain_deadline)) {
+      if (!r.exited || (!drain_process_group(it->first) && now < r.drain_deadline)) {
         ++it;
         continue;
       }
@@ -209,9 +216,6 @@ int run_zygote() {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
-  // One malloc arena: ZeroMQ's threads in each child would otherwise map and
-  // fault in an arena each.
-  ::mallopt(M_ARENA_MAX, 1);
 
   auto config_msg = read_control_blocking(kControlIn, kMaxControlIn);
   if (!config_msg || config_msg->type != ControlType::kConfig) {
@@ -225,12 +229,16 @@ int run_zygote() {
   }
   ControlMessage ready;
   ready.type = ControlType::kReady;
-  ready.ready.pid = ::getpid();
   if (prep->config.use_namespaces) {
     NamespaceOutcome ns = enter_namespaces(prep->config.policy.isolation);
+    // From here on, in a new PID namespace, this process is a fork of the
+    // original, which only waits for it (see become_pid_namespace_init).
+    if (become_pid_namespace_init(ns)) prep->parent_pid = ::getpid();  // 1: what its children see
+    ready.ready.pid = ns.init_host_pid;
     ready.ready.isolation = std::move(ns.entered);
     ready.ready.warnings = std::move(ns.warnings);
   }
+  if (ready.ready.pid == 0) ready.ready.pid = ::getpid();
 
   sigset_t mask;
   sigemptyset(&mask);

@@ -241,6 +241,7 @@ std::string encode_control(const ControlMessage& m) {
       pack_str(pk, m.message);
       break;
     case ControlType::kExited: pack_exit(pk, m.exit); break;
+    case ControlType::kKill: pk.pack_int64(m.pid); break;
   }
   std::string out(buf.data(), buf.size());
   const std::uint32_t len = static_cast<std::uint32_t>(out.size() - 4);
@@ -261,7 +262,7 @@ Expected<ControlMessage> decode_control(std::string_view body, std::size_t max_b
     const auto& a = arr(oh.get(), 3, "control message");
     if (u64(a.ptr[0]) != kControlVersion) return Error{"control protocol version mismatch"};
     ControlMessage m;
-    m.type = enum_u8<ControlType>(a.ptr[1], 1, 7);
+    m.type = enum_u8<ControlType>(a.ptr[1], 1, 8);
     const msgpack::object& b = a.ptr[2];
     switch (m.type) {
       case ControlType::kConfig: m.config = unpack_config(b); break;
@@ -287,6 +288,7 @@ Expected<ControlMessage> decode_control(std::string_view body, std::size_t max_b
         break;
       }
       case ControlType::kExited: m.exit = unpack_exit(b); break;
+      case ControlType::kKill: m.pid = i64(b); break;
     }
     if (m.type == ControlType::kConfig && m.config.handler.empty()) return Error{"config without a handler"};
     return m;

@@ -30,6 +30,7 @@ enum class ControlType : std::uint8_t {
   kForked = 5,      // zygote -> supervisor: seq, pid
   kForkFailed = 6,  // zygote -> supervisor: seq, message
   kExited = 7,      // zygote -> supervisor: ExitReport
+  kKill = 8,        // supervisor -> zygote: SIGKILL a task's process group (pid as the zygote sees it)
 };
 
 struct ZygoteReady {
@@ -58,7 +59,7 @@ struct ControlMessage {
   ZygoteReady ready;        // kReady
   TaskTicket ticket;        // kFork
   std::uint64_t seq = 0;    // kForked, kForkFailed
-  std::int64_t pid = 0;     // kForked
+  std::int64_t pid = 0;     // kForked, kKill
   std::string message;      // kFailed, kForkFailed
   ExitReport exit;          // kExited
 };

@@ -7,13 +7,30 @@
 
 namespace pillbox {
 
-bool reap_process_group(pid_t pgid) {
-  ::kill(-pgid, SIGKILL);
+void reap_children(const std::function<bool(pid_t)>& is_task,
+                   const std::function<void(pid_t, int, const rusage&)>& on_task_exit) {
+  for (;;) {
+    siginfo_t info{};
+    // Look without reaping: the zombie must hold its pid while its group is killed.
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT | __WALL) != 0 || info.si_pid == 0) return;
+    const pid_t pid = info.si_pid;
+    if (is_task(pid)) {
+      ::kill(-pid, SIGKILL);
+      int status = 0;
+      rusage ru{};
+      if (::wait4(pid, &status, __WALL, &ru) == pid) on_task_exit(pid, status, ru);
+    } else {
+      ::waitpid(pid, nullptr, __WALL);
+    }
+  }
+}
+
+bool drain_process_group(pid_t pgid) {
   for (;;) {
     const pid_t r = ::waitpid(-pgid, nullptr, WNOHANG | __WALL);
     if (r > 0) continue;
-    if (r == 0) return false;           // members alive (dying): not yet
-    return errno == ECHILD;             // no child of ours left in the group
+    if (r == 0) return false;  // members alive (dying): not yet
+    return errno == ECHILD;    // no child of ours left in the group
   }
 }
 

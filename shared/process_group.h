@@ -1,15 +1,29 @@
 #pragma once
-// Ending what a task started. When a task's main process has exited, the
-// rest of its process group is killed; its members were reparented to us
-// (we are a child subreaper) and are reaped here, so none lingers as a zombie
-// counting against the sandbox user's RLIMIT_NPROC when the next task starts.
+// Ending what a task started, without ever signalling a stranger.
+//
+// A task's main process leads its own process group. When it exits, the
+// rest of the group must die too. The group is killed while the main
+// process is still an unreaped zombie: a zombie keeps its pid, and so the
+// group id, reserved, so the kill cannot reach a process that reused the
+// number. Only then is the main process reaped. Group members were
+// reparented to us (we are a child subreaper, or the PID namespace's init)
+// and are reaped afterwards, without signalling again.
+#include <sys/resource.h>
 #include <sys/types.h>
+
+#include <functional>
 
 namespace pillbox {
 
-// SIGKILLs the group and reaps every member that is already dead. Returns
-// true when no child of ours is left in the group (the task is fully gone);
-// false means some are still dying: call again on the next SIGCHLD.
-bool reap_process_group(pid_t pgid);
+// Reaps every exited child of the calling process. For a child that
+// `is_task(pid)` names as a task's main process: SIGKILLs its process group
+// first, then reaps it and calls `on_task_exit(pid, wait_status, rusage)`.
+// Other children (orphans, group members) are simply reaped.
+void reap_children(const std::function<bool(pid_t)>& is_task,
+                   const std::function<void(pid_t, int, const rusage&)>& on_task_exit);
+
+// Reaps what is already dead in a (killed) group. True when no child of
+// ours is left in it: the task is fully gone. Never signals.
+bool drain_process_group(pid_t pgid);
 
 }  // namespace pillbox

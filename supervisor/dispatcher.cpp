@@ -280,12 +280,10 @@ class Dispatcher {
     return std::clamp(wait + std::chrono::milliseconds(1), std::chrono::milliseconds(0), std::chrono::milliseconds(1000));
   }
 
-  // SIGKILL to the child's process group (its descendants) and cgroup.
+  // SIGKILL to the child's process group (its descendants), through the
+  // launcher: a zygote's children have pids only it can name.
   void kill_task(Running& r) {
-    if (r.pid > 0) {
-      ::kill(-r.pid, SIGKILL);
-      ::kill(r.pid, SIGKILL);
-    }
+    if (r.pid > 0) launcher_->kill(r.pid);
   }
 
   void finish_seq(std::uint64_t seq) {

@@ -182,7 +182,8 @@ DoctorReport run_doctor(const std::string& sandbox_binary) {
   r.checks.push_back(check_namespace("mount", CLONE_NEWNS, "no read-only view of the file system; file permissions and the dropped uid still apply"));
   r.checks.push_back(check_namespace("ipc", CLONE_NEWIPC, "children share System V IPC"));
   r.checks.push_back(check_namespace("uts", CLONE_NEWUTS, "children see the host name"));
-  r.checks.push_back(check_namespace("pid", CLONE_NEWPID, "not used yet: process groups, cgroups and RLIMIT_NPROC contain child processes"));
+  r.checks.push_back(check_namespace("pid", CLONE_NEWPID,
+                                     "children see the host's processes; process groups, cgroups and per-slot uids still contain them"));
   r.checks.push_back(check_namespace("user", CLONE_NEWUSER, "not used yet: as root children drop to an unprivileged uid instead"));
   r.checks.push_back(check_cgroups());
   r.checks.push_back(check_pidfd());

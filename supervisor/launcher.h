@@ -33,6 +33,9 @@ class Launcher {
   virtual Status start() = 0;
   // Begins launching a child for the ticket; the outcome arrives as events.
   virtual Status launch(const TaskTicket& ticket) = 0;
+  // SIGKILLs a launched child's process group. `pid` as reported in kForked
+  // (a zygote's children live in its PID namespace: only it can name them).
+  virtual void kill(pid_t pid) = 0;
   // File descriptors to watch for readability.
   virtual std::vector<int> watch_fds() const = 0;
   // Called when any watched fd is readable (or periodically); returns what happened.

@@ -42,9 +42,11 @@ class SpawnLauncher final : public Launcher {
 
   ~SpawnLauncher() override {
     for (auto& [fd, c] : children_) {
-      ::kill(-c.pid, SIGKILL);
-      ::kill(c.pid, SIGKILL);
-      ::waitpid(c.pid, nullptr, 0);
+      if (!c.exited) {  // not reaped yet: its pid is still its own
+        ::kill(-c.pid, SIGKILL);
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+      }
       ::close(fd);
     }
   }
@@ -153,36 +155,43 @@ class SpawnLauncher final : public Launcher {
     return Status::ok();
   }
 
+  // Only a child not yet reaped: a reaped pid may belong to someone else now.
+  void kill(pid_t pid) override {
+    for (const auto& [fd, c] : children_) {
+      if (c.pid == pid && !c.exited) {
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+      }
+    }
+  }
+
+  // A pidfd stays readable once its process exited: draining children are
+  // not watched (needs_tick wakes the dispatcher for them instead).
   std::vector<int> watch_fds() const override {
     std::vector<int> fds;
-    for (const auto& [fd, c] : children_) fds.push_back(fd);
+    for (const auto& [fd, c] : children_) {
+      if (!c.exited) fds.push_back(fd);
+    }
     return fds;
   }
 
   std::vector<LaunchEvent> collect() override {
     std::vector<LaunchEvent> events = std::move(pending_);
     pending_.clear();
-    // Orphans of finished tasks were reparented to us (subreaper): reap them.
-    // A tracked main process reaped here is handled like one seen by its pidfd.
-    for (;;) {
-      int status = 0;
-      rusage ru{};
-      const pid_t pid = ::wait4(-1, &status, WNOHANG | __WALL, &ru);
-      if (pid <= 0) break;
+    // Every exited child: our tasks (their group is killed first, see
+    // reap_children) and orphans of finished tasks reparented to us.
+    const auto find_task = [this](pid_t pid) -> Child* {
       for (auto& [fd, c] : children_) {
-        if (c.pid == pid && !c.exited) record_exit(c, status, ru);
+        if (c.pid == pid && !c.exited) return &c;
       }
-    }
-    for (auto& [fd, c] : children_) {
-      if (c.exited) continue;
-      int status = 0;
-      rusage ru{};
-      if (::wait4(c.pid, &status, WNOHANG, &ru) == c.pid) record_exit(c, status, ru);
-    }
+      return nullptr;
+    };
+    reap_children([&](pid_t pid) { return find_task(pid) != nullptr; },
+                  [&](pid_t pid, int status, const rusage& ru) { record_exit(*find_task(pid), status, ru); });
     const auto now = std::chrono::steady_clock::now();
     for (auto it = children_.begin(); it != children_.end();) {
       Child& c = it->second;
-      if (!c.exited || (!reap_process_group(c.pid) && now < c.drain_deadline)) {
+      if (!c.exited || (!drain_process_group(c.pid) && now < c.drain_deadline)) {
         ++it;
         continue;
       }

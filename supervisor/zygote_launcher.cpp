@@ -70,6 +70,14 @@ class ZygoteLauncher final : public Launcher {
     return write_all(to_fd_, encode_control(m));
   }
 
+  void kill(pid_t pid) override {
+    if (to_fd_ < 0) return;
+    ControlMessage m;
+    m.type = ControlType::kKill;
+    m.pid = pid;
+    (void)write_all(to_fd_, encode_control(m));
+  }
+
   std::vector<int> watch_fds() const override {
     if (from_fd_ < 0) return {};
     return {from_fd_};

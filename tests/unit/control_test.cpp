@@ -57,6 +57,8 @@ ChildConfig full_config() {
   c.policy.limits.output_bytes = 0xffff'ffff'ffffULL;
   c.policy.isolation.network = true;
   c.policy.isolation.user = "pillbox-sandbox";
+  c.policy.isolation.uid_pool_first = 2000000000;
+  c.policy.isolation.uid_pool_size = 64;
   c.policy.isolation.cgroup = CgroupMode::kOff;
   c.policy.isolation.filesystem = FilesystemMode::kHost;
   c.policy.seccomp.enabled = false;
@@ -99,6 +101,8 @@ std::vector<ControlMessage> every_message() {
   m.ticket.endpoint = "ipc:///run/pillbox-1000/t42";
   for (std::size_t i = 0; i < kSecretSize; ++i) m.ticket.secret[i] = static_cast<std::uint8_t>(i * 17);
   m.ticket.cgroup_procs = {"/sys/fs/cgroup/pillbox/slot0/cgroup.procs", "/x/cgroup.procs"};
+  m.ticket.uid = 2000000003;
+  m.ticket.gid = 2000000004;
   v.push_back(m);
 
   m = {};
@@ -111,6 +115,11 @@ std::vector<ControlMessage> every_message() {
   m.type = ControlType::kForkFailed;
   m.seq = 43;
   m.message = "fork: Resource temporarily unavailable";
+  v.push_back(m);
+
+  m = {};
+  m.type = ControlType::kKill;
+  m.pid = 7;
   v.push_back(m);
 
   m = {};
@@ -149,6 +158,8 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(x.policy.limits.output_bytes == y.policy.limits.output_bytes);
       CHECK(x.policy.isolation.network == y.policy.isolation.network);
       CHECK(x.policy.isolation.user == y.policy.isolation.user);
+      CHECK(x.policy.isolation.uid_pool_first == y.policy.isolation.uid_pool_first);
+      CHECK(x.policy.isolation.uid_pool_size == y.policy.isolation.uid_pool_size);
       CHECK(x.policy.isolation.cgroup == y.policy.isolation.cgroup);
       CHECK(x.policy.isolation.filesystem == y.policy.isolation.filesystem);
       CHECK(x.policy.seccomp.enabled == y.policy.seccomp.enabled);
@@ -174,6 +185,8 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(a.ticket.endpoint == b.ticket.endpoint);
       CHECK(a.ticket.secret == b.ticket.secret);
       CHECK(a.ticket.cgroup_procs == b.ticket.cgroup_procs);
+      CHECK(a.ticket.uid == b.ticket.uid);
+      CHECK(a.ticket.gid == b.ticket.gid);
       break;
     case ControlType::kForked:
       CHECK(a.seq == b.seq);
@@ -194,6 +207,9 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(a.exit.stdout_data == b.exit.stdout_data);
       CHECK(a.exit.stdout_size == b.exit.stdout_size);
       CHECK(a.exit.stderr_tail == b.exit.stderr_tail);
+      break;
+    case ControlType::kKill:
+      CHECK(a.pid == b.pid);
       break;
   }
 }
@@ -277,7 +293,7 @@ TEST_CASE("control: version, type and size are checked") {
   REQUIRE_FALSE(bad_version.has_value());
   CHECK(bad_version.error() == "control protocol version mismatch");
 
-  auto bad_type = decode_control(pack(kControlVersion, 8), kCap);
+  auto bad_type = decode_control(pack(kControlVersion, 9), kCap);
   REQUIRE_FALSE(bad_type.has_value());
   CHECK(contains(bad_type.error(), "enum value out of range"));
 
@@ -334,7 +350,7 @@ TEST_CASE("control: garbage and mutated bodies never crash the decoder") {
     if (!d.has_value()) {
       ++errors;
       REQUIRE_FALSE(d.error().empty());
-    } else if (static_cast<int>(d->type) < 1 || static_cast<int>(d->type) > 7) {
+    } else if (static_cast<int>(d->type) < 1 || static_cast<int>(d->type) > 8) {
       ++invalid_types;  // decoded into a value outside the ControlType enum
     }
   }

@@ -34,23 +34,25 @@ TEST_CASE("uid_pool in a policy: parsed, range-checked, written back") {
   }
 }
 
+// Claiming a uid kills whatever still runs under it, so this test uses uids
+// far from the shipped policies' pool (a pillbox run beside it keeps its own).
 TEST_CASE("uid claims: each uid goes to one claimant at a time, and is free again after release") {
   const std::string dir = temp_dir();
   {
-    auto a = UidClaims::claim(2000000000, 4, 3, dir);
+    auto a = UidClaims::claim(2147480000, 4, 3, dir);
     REQUIRE(a.has_value());
     CHECK((*a)->size() == 3);
-    CHECK((*a)->uid(0) == 2000000000u);
-    CHECK((*a)->uid(2) == 2000000002u);
+    CHECK((*a)->uid(0) == 2147480000u);
+    CHECK((*a)->uid(2) == 2147480002u);
     // Another run gets what is left, and no more.
-    auto b = UidClaims::claim(2000000000, 4, 1, dir);
+    auto b = UidClaims::claim(2147480000, 4, 1, dir);
     REQUIRE(b.has_value());
-    CHECK((*b)->uid(0) == 2000000003u);
-    auto c = UidClaims::claim(2000000000, 4, 1, dir);
+    CHECK((*b)->uid(0) == 2147480003u);
+    auto c = UidClaims::claim(2147480000, 4, 1, dir);
     REQUIRE_FALSE(c.has_value());
     CHECK(c.error().find("4 are claimed by other pillbox runs") != std::string::npos);
   }
-  auto d = UidClaims::claim(2000000000, 4, 4, dir);
+  auto d = UidClaims::claim(2147480000, 4, 4, dir);
   REQUIRE(d.has_value());
   CHECK((*d)->size() == 4);
   std::filesystem::remove_all(dir);
