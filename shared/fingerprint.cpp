@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
+#include <set>
 
 #include "shared/sha256.h"
 
@@ -284,38 +284,83 @@ std::vector<std::string> crash_state(const std::vector<SymbolizedFrame>& frames,
   return state;
 }
 
+namespace {
+
+// A stretch of frames that repeats with a fixed period: recursion.
+struct RecursionCycle {
+  std::size_t start = 0;
+  std::size_t period = 0;
+  std::size_t span = 0;  // frames covered, counting the first turn; 0: none
+};
+
+// The longest stretch of `names` with exactly this period, if it holds at
+// least two whole turns.
+RecursionCycle longest_run(const std::vector<std::string>& names, std::size_t period) {
+  RecursionCycle best;
+  std::size_t run_start = 0;
+  for (std::size_t k = period; k <= names.size(); ++k) {
+    if (k < names.size() && names[k] == names[k - period]) continue;
+    const std::size_t span = k - run_start;  // names[run_start, k) has this period
+    if (span >= 2 * period && span > best.span) best = {run_start, period, span};
+    // names[k] breaks the pattern, so a new stretch starts after names[k - period].
+    run_start = k + 1 - period;
+  }
+  return best;
+}
+
+// The longest recursion stretch over all periods up to `max_period`; on equal
+// spans the shorter period (a cycle of 6 also "repeats" every 12).
+RecursionCycle longest_cycle(const std::vector<std::string>& names, std::size_t max_period) {
+  RecursionCycle best;
+  for (std::size_t period = 1; period <= max_period; ++period) {
+    const RecursionCycle run = longest_run(names, period);
+    if (run.span > best.span) best = run;
+  }
+  return best;
+}
+
+std::vector<std::string> frame_names(const std::vector<SymbolizedFrame>& frames, std::size_t limit) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < frames.size() && i < limit; ++i) names.push_back(frame_identity(frames[i]));
+  return names;
+}
+
+// A cycle of up to 16 frames: libstdc++'s regex executor recurses through 6
+// frames when optimized and 11 in a debug build; 4 turns of 16 fill the 64
+// frames a crash report carries.
+constexpr std::size_t kMaxCycle = 16;
+
+}  // namespace
+
 std::vector<std::string> recursion_state(const std::vector<SymbolizedFrame>& frames,
                                          std::size_t depth) {
-  std::map<std::string, int> occurrences;
-  for (const SymbolizedFrame& frame : frames) {
-    if (!is_ignored_frame(frame)) ++occurrences[frame_identity(frame)];
+  const std::vector<std::string> names = frame_names(frames, frames.size());
+  const RecursionCycle cycle = longest_cycle(names, kMaxCycle);
+  if (cycle.span == 0) return crash_state(frames, depth);
+  // The members of one turn of the cycle, sorted: the same set whichever
+  // frame of the cycle the stack ran out in. Frames above the cycle (the
+  // leaf that touched the guard page, helpers it called) are left out.
+  std::set<std::string> members;
+  std::set<std::string> ignored_members;
+  for (std::size_t i = cycle.start; i < cycle.start + cycle.period; ++i) {
+    (is_ignored_frame(frames[i]) ? ignored_members : members).insert(names[i]);
   }
-  std::vector<std::string> state;  // std::map iterates in sorted order
-  for (const auto& [name, count] : occurrences) {
-    if (count >= 2 && state.size() < depth) state.push_back(name);
+  if (members.empty()) members = std::move(ignored_members);  // recursion inside libc itself
+  std::vector<std::string> state;
+  for (const std::string& name : members) {
+    if (state.size() >= depth) break;
+    state.push_back(name);
   }
-  return state.empty() ? crash_state(frames, depth) : state;
+  return state;
 }
 
 bool frames_recurse(const std::vector<SymbolizedFrame>& frames) {
-  // libstdc++'s regex executor recurses through a cycle of six frames; a
-  // cycle of up to 8 repeated 4 times fits the 64 frames a report carries.
+  // A cycle repeated 4 times in a row within the 64 frames a report carries.
   constexpr std::size_t kWindow = 64;
-  constexpr std::size_t kMaxCycle = 8;
   constexpr std::size_t kMinRepeats = 4;
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < frames.size() && i < kWindow; ++i) {
-    names.push_back(frame_identity(frames[i]));
-  }
-  for (std::size_t cycle = 1; cycle <= kMaxCycle; ++cycle) {
-    const std::size_t span = cycle * kMinRepeats;
-    for (std::size_t start = 0; start + span <= names.size(); ++start) {
-      bool repeats = true;
-      for (std::size_t k = start + cycle; k < start + span && repeats; ++k) {
-        repeats = names[k] == names[k - cycle];
-      }
-      if (repeats) return true;
-    }
+  const std::vector<std::string> names = frame_names(frames, kWindow);
+  for (std::size_t period = 1; period <= kMaxCycle; ++period) {
+    if (longest_run(names, period).span >= period * kMinRepeats) return true;
   }
   return false;
 }

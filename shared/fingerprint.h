@@ -33,16 +33,17 @@ bool is_ignored_frame(const SymbolizedFrame& frame);
 std::vector<std::string> crash_state(const std::vector<SymbolizedFrame>& frames,
                                      std::size_t depth = 3);
 
-// True when the innermost frames hold a cycle of up to 8 frames repeated at
-// least 4 times in a row: the signature of unbounded recursion.
+// True when the innermost 64 frames hold a cycle of up to 16 frames repeated
+// at least 4 times in a row: the signature of unbounded recursion.
 bool frames_recurse(const std::vector<SymbolizedFrame>& frames);
 
 // Crash state of a stack overflow. Where the stack runs out inside a
 // recursion cycle depends on the stack's (randomized) start, so "the top
 // three frames" would differ from run to run. Instead: the meaningful
-// functions that occur at least twice in the captured frames (the cycle's
-// members), sorted, up to `depth`. Falls back to crash_state() when nothing
-// repeats (one huge frame).
+// functions of one turn of the longest recursion cycle (up to 16 frames,
+// repeated at least twice), sorted, up to `depth`. Frames above the cycle
+// are left out. Falls back to crash_state() when nothing repeats (one huge
+// frame).
 std::vector<std::string> recursion_state(const std::vector<SymbolizedFrame>& frames,
                                          std::size_t depth = 3);
 

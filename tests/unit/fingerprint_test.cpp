@@ -190,9 +190,18 @@ TEST_CASE("frames_recurse") {
     }
     CHECK(frames_recurse(frames));
   }
-  SUBCASE("a cycle of nine is too long") {
-    for (int i = 0; i < 7; ++i) {
-      for (const char* name : {"a", "b", "c", "d", "e", "f", "g", "h", "i"}) frames.push_back(fn(name));
+  SUBCASE("a cycle of eleven, the regex executor in a debug build, is found") {
+    for (int i = 0; i < 6; ++i) {
+      for (const char* name : {"dfs", "alt", "dfs", "sub_begin", "dfs", "rep_once_more", "repeat", "dfs",
+                               "sub_end", "dfs", "match"}) {
+        frames.push_back(fn(name));
+      }
+    }
+    CHECK(frames_recurse(frames));
+  }
+  SUBCASE("a cycle of seventeen is too long") {
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 17; ++k) frames.push_back(fn("f" + std::to_string(k)));
     }
     CHECK_FALSE(frames_recurse(frames));
   }
@@ -279,6 +288,19 @@ TEST_CASE("recursion_state keeps only repeating functions and falls back without
   // A one-off function on top of the recursion (where the overflow struck) is not part of it.
   std::vector<SymbolizedFrame> frames = {frame("helper_called_once"), frame("walk"), frame("walk"), frame("walk")};
   CHECK(recursion_state(frames) == std::vector<std::string>{"walk"});
+  // Helpers above the recursion may repeat too (two inlined accessors with one
+  // name); they are not part of the cycle and must not enter the state.
+  std::vector<SymbolizedFrame> deep = {frame("access"), frame("access"), frame("invoke")};
+  for (int i = 0; i < 5; ++i) {
+    for (const char* name : {"dfs", "alt", "dfs", "sub_begin", "dfs", "rep", "repeat", "dfs", "sub_end", "dfs",
+                             "match"}) {
+      deep.push_back(frame(name));
+    }
+  }
+  const std::vector<std::string> expected = {"alt", "dfs", "match"};
+  CHECK(recursion_state(deep) == expected);
+  deep.erase(deep.begin(), deep.begin() + 7);  // ran out elsewhere in the cycle, no helpers on top
+  CHECK(recursion_state(deep) == expected);
   // No repetition at all: one huge frame; the usual crash state.
   std::vector<SymbolizedFrame> flat = {frame("big_alloca_user"), frame("main")};
   CHECK(recursion_state(flat) == crash_state(flat));
