@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -215,7 +216,11 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   // 3. Things that need root, gathered so a failure can be reported on the wire.
   std::string setup_error;
   if (auto s = join_cgroups(ticket.cgroup_procs); !s) setup_error = s.message();
-  if (enter_own_namespaces) enter_namespaces(cfg.policy.isolation);
+  bool in_user_namespace = prep.in_user_namespace;
+  if (enter_own_namespaces) {
+    const NamespaceOutcome ns = enter_namespaces(cfg.policy.isolation);
+    in_user_namespace = std::find(ns.entered.begin(), ns.entered.end(), "user") != ns.entered.end();
+  }
   crash::arm(kCrashFd);
   // The connection is made while still root: the runtime dir is 0700.
   auto client = ZmtpClient::connect(ticket.endpoint);
@@ -239,6 +244,9 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   }
   if (cfg.drop_privileges) {
     if (auto s = drop_privileges(ticket.uid, ticket.gid); !s) fail_setup(wire, s.message());
+  }
+  if (in_user_namespace) {
+    if (auto s = drop_all_capabilities(); !s) fail_setup(wire, s.message());
   }
   if (auto s = set_no_new_privs(); !s) fail_setup(wire, s.message());
   if (cfg.exec_mode() && ::access(cfg.exec_argv[0].c_str(), X_OK) != 0) {

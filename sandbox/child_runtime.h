@@ -24,6 +24,7 @@ struct PreparedChild {
   std::unique_ptr<Handler> handler;  // null in exec mode
   CompiledFilter filter;
   pid_t parent_pid = 0;              // the process that forks children (for the PDEATHSIG race)
+  bool in_user_namespace = false;    // the zygote entered one: children drop their capabilities
   // The CPUs a child may use. The zygote pins itself to one CPU (see
   // zygote.cpp); each child takes back the full set.
   bool restore_affinity = false;

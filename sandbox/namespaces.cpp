@@ -102,6 +102,32 @@ int outer_pid() {
   return ::getpid();
 }
 
+bool write_proc_file(const char* path, const std::string& value) {
+  std::ofstream f(path);
+  f << value;
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+// Root inside, our own uid and gid outside; setgroups denied (required
+// before an unprivileged gid_map, and nothing here needs it).
+bool enter_user_namespace(NamespaceOutcome& out) {
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  if (::unshare(CLONE_NEWUSER) != 0) {
+    out.warnings.push_back(std::string("user namespace unavailable (") + std::strerror(errno) +
+                           "): without root, children get no network, mount or pid namespace");
+    return false;
+  }
+  if (!write_proc_file("/proc/self/setgroups", "deny") ||
+      !write_proc_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1") ||
+      !write_proc_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1")) {
+    out.warnings.push_back("user namespace: cannot write the uid/gid maps; other namespaces may be refused");
+  }
+  out.entered.emplace_back("user");
+  return true;
+}
+
 }  // namespace
 
 bool become_pid_namespace_init(NamespaceOutcome& out) {
@@ -143,6 +169,7 @@ bool become_pid_namespace_init(NamespaceOutcome& out) {
 
 NamespaceOutcome enter_namespaces(const Isolation& isolation) {
   NamespaceOutcome out;
+  if (::geteuid() != 0) enter_user_namespace(out);
   if (!isolation.network) {
     try_unshare(CLONE_NEWNET, "net", out, "children share the host network (seccomp still denies sockets in strict policies)");
   }

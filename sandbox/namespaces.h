@@ -16,6 +16,11 @@ struct NamespaceOutcome {
   std::vector<std::string> warnings;  // "network namespace unavailable (EPERM): children share the host network"
 };
 
+// Enters a user namespace first when not running as root (and the host
+// allows unprivileged user namespaces): the caller becomes root inside it,
+// mapped to its own uid outside, which lets it create the other namespaces.
+// Its children must then drop the capabilities this gives them
+// (drop_all_capabilities in privileges.h).
 NamespaceOutcome enter_namespaces(const Isolation& isolation);
 
 // Zygote only: puts every child it will fork into a new PID namespace, whose

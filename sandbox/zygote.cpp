@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -231,6 +232,7 @@ int run_zygote() {
   ready.type = ControlType::kReady;
   if (prep->config.use_namespaces) {
     NamespaceOutcome ns = enter_namespaces(prep->config.policy.isolation);
+    prep->in_user_namespace = std::find(ns.entered.begin(), ns.entered.end(), "user") != ns.entered.end();
     // From here on, in a new PID namespace, this process is a fork of the
     // original, which only waits for it (see become_pid_namespace_init).
     if (become_pid_namespace_init(ns)) prep->parent_pid = ::getpid();  // 1: what its children see

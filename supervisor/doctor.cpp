@@ -56,11 +56,16 @@ DoctorCheck check_seccomp() {
   return c;
 }
 
+// Without root the sandbox first enters a user namespace (sandbox/namespaces.cpp),
+// which is what makes the others possible: try them the same way.
 DoctorCheck check_namespace(const char* name, int flag, const char* fallback) {
   DoctorCheck c = named(std::string(name) + " namespace");
-  const int rc = in_child([flag] { return ::unshare(flag) == 0 ? 0 : errno; });
+  const bool via_user = ::geteuid() != 0 && flag != CLONE_NEWUSER;
+  const int unshare_flags = via_user ? (flag | CLONE_NEWUSER) : flag;
+  const int rc = in_child([unshare_flags] { return ::unshare(unshare_flags) == 0 ? 0 : errno; });
   c.ok = rc == 0;
-  c.detail = c.ok ? "unshare works" : "unshare refused: " + errno_name(rc);
+  c.detail = c.ok ? (via_user ? "unshare works inside a user namespace" : "unshare works")
+                  : "unshare refused: " + errno_name(rc);
   if (!c.ok) c.fallback = fallback;
   return c;
 }
@@ -184,7 +189,16 @@ DoctorReport run_doctor(const std::string& sandbox_binary) {
   r.checks.push_back(check_namespace("uts", CLONE_NEWUTS, "children see the host name"));
   r.checks.push_back(check_namespace("pid", CLONE_NEWPID,
                                      "children see the host's processes; process groups, cgroups and per-slot uids still contain them"));
-  r.checks.push_back(check_namespace("user", CLONE_NEWUSER, "not used yet: as root children drop to an unprivileged uid instead"));
+  if (::geteuid() == 0) {
+    DoctorCheck user = named("user namespace");
+    user.ok = true;
+    user.detail = "not needed as root: each job slot's children drop to their own uid from the policy's uid_pool";
+    r.checks.push_back(user);
+  } else {
+    r.checks.push_back(check_namespace("user", CLONE_NEWUSER,
+                                       "children run under your own uid with none of the namespaces above; "
+                                       "run as root for full isolation"));
+  }
   r.checks.push_back(check_cgroups());
   r.checks.push_back(check_pidfd());
   check_end_to_end(sandbox_binary, r);

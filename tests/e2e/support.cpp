@@ -80,10 +80,16 @@ std::string fixture(const std::string& name) { return std::string(PILLBOX_BUILD_
 RunResult run_pillbox(const std::vector<std::string>& args, const std::string& stdin_data,
                       const std::map<std::string, std::string>& extra_env, const LineCallback& on_stdout_line,
                       int deadline_s) {
+  return run_command(pillbox_binary(), args, stdin_data, extra_env, on_stdout_line, deadline_s);
+}
+
+RunResult run_command(const std::string& program, const std::vector<std::string>& args,
+                      const std::string& stdin_data, const std::map<std::string, std::string>& extra_env,
+                      const LineCallback& on_stdout_line, int deadline_s) {
   ::signal(SIGPIPE, SIG_IGN);  // pillbox may stop reading stdin early
 
   // Everything the child needs is built before fork: no allocation after it.
-  std::vector<std::string> argv_s{pillbox_binary()};
+  std::vector<std::string> argv_s{program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());

@@ -47,6 +47,12 @@ RunResult run_pillbox(const std::vector<std::string>& args, const std::string& s
                       const std::map<std::string, std::string>& extra_env = {},
                       const LineCallback& on_stdout_line = {}, int deadline_s = 480);
 
+// The same for any program (e.g. pillbox behind setpriv): `program` is run
+// with `args`; "--json" among them still means stdout lines are records.
+RunResult run_command(const std::string& program, const std::vector<std::string>& args,
+                      const std::string& stdin_data = "", const std::map<std::string, std::string>& extra_env = {},
+                      const LineCallback& on_stdout_line = {}, int deadline_s = 480);
+
 // ---- files -------------------------------------------------------------------
 
 std::string pillbox_binary();            // build/pillbox
