@@ -2,6 +2,11 @@
 // joined with a form feed (like pdftotext). Malformed PDFs are what crash
 // real-world parsers; this handler runs poppler unguarded so pillbox can show
 // it contains them.
+//
+// Built as its own module, libpillbox-pdf-text.so, which the zygote loads
+// only when this handler is asked for (pdf_text_loader.cpp): poppler brings
+// 22 more libraries, and every library mapped in the zygote is copied into
+// each forked child and torn down again when it exits.
 #include <climits>
 #include <memory>
 
@@ -98,9 +103,7 @@ class PdfTextHandler final : public Handler {
   std::unique_ptr<poppler::document> warm_;
 };
 
-}  // namespace
-
-Expected<std::unique_ptr<Handler>> make_pdf_text_handler(const HandlerArgs& args) {
+Expected<std::unique_ptr<Handler>> make_pdf_text_in_module(const HandlerArgs& args) {
   if (!args.empty()) {
     return Error{"handler 'pdf-text' does not take --arg '" + args.begin()->first + "' (it takes none)"};
   }
@@ -118,4 +121,12 @@ Expected<std::unique_ptr<Handler>> make_pdf_text_handler(const HandlerArgs& args
   return std::unique_ptr<Handler>(std::make_unique<PdfTextHandler>(std::move(warm)));
 }
 
+}  // namespace
 }  // namespace pillbox::sandbox
+
+// The module's one entry point, looked up by name (see pdf_text_loader.cpp).
+// Both sides are built together from this tree, so C++ types may cross.
+extern "C" [[gnu::visibility("default")]] void pillbox_pdf_text_make(
+    const pillbox::sandbox::HandlerArgs& args, pillbox::Expected<std::unique_ptr<pillbox::sandbox::Handler>>& out) {
+  out = pillbox::sandbox::make_pdf_text_in_module(args);
+}

@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,11 @@ namespace {
 
 constexpr std::size_t kNoCap = 1 << 20;
 
+// This test binary lives in tests/, not beside the module as pillbox-sandbox does.
+const bool kPdfModuleFound = ::setenv("PILLBOX_PDF_TEXT_LIB", PILLBOX_BUILD_DIR "/libpillbox-pdf-text.so", 0) == 0;
+
 std::unique_ptr<Handler> make(const std::string& name, const HandlerArgs& args = {}) {
+  REQUIRE(kPdfModuleFound);
   auto handler = make_handler(name, args);
   REQUIRE_MESSAGE(handler.has_value(), handler.error());
   return std::move(handler).value();
@@ -170,6 +175,19 @@ TEST_CASE("handlers: pdf-text rejects what is not a PDF") {
   CHECK(r.status == HandlerStatus::kError);
   CHECK(r.message == "not a PDF or unreadable: poppler could not load the document");
   CHECK(make_error("pdf-text", {{"pages", "1"}}) == "handler 'pdf-text' does not take --arg 'pages' (it takes none)");
+}
+
+TEST_CASE("handlers: pdf-text without its module says what is missing and what to do") {
+  const std::string saved = std::getenv("PILLBOX_PDF_TEXT_LIB");
+  ::setenv("PILLBOX_PDF_TEXT_LIB", "/nonexistent/libpillbox-pdf-text.so", 1);
+  const std::string missing = make_error("pdf-text", {});
+  CHECK(missing == "handler 'pdf-text' needs libpillbox-pdf-text.so, which is not installed (looked in: "
+                   "/nonexistent/libpillbox-pdf-text.so; set PILLBOX_PDF_TEXT_LIB to its path)");
+  // Something that is not the module: a shared object without the entry point.
+  ::setenv("PILLBOX_PDF_TEXT_LIB", PILLBOX_BUILD_DIR "/libpillbox-plugin-wordcount.so", 1);
+  const std::string wrong = make_error("pdf-text", {});
+  CHECK(wrong.find("is not a pillbox pdf-text module (no pillbox_pdf_text_make); rebuild pillbox") != std::string::npos);
+  ::setenv("PILLBOX_PDF_TEXT_LIB", saved.c_str(), 1);
 }
 
 TEST_CASE("handlers: inflate decompresses gzip, zlib and raw deflate") {

@@ -1,0 +1,60 @@
+// Finds and loads libpillbox-pdf-text.so, the module that holds the
+// "pdf-text" handler and the poppler libraries it needs. Loaded in the zygote
+// only when the handler is asked for, so that every other handler forks from
+// a zygote without poppler's 22 libraries mapped (see pdf_text.cpp).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "sandbox/handler.h"
+
+namespace pillbox::sandbox {
+namespace {
+
+constexpr const char* kModuleName = "libpillbox-pdf-text.so";
+constexpr const char* kEntryPoint = "pillbox_pdf_text_make";
+
+using EntryPoint = void (*)(const HandlerArgs&, Expected<std::unique_ptr<Handler>>&);
+
+// $PILLBOX_PDF_TEXT_LIB, else next to this executable (a build tree), else
+// the install layout: libexec/pillbox/pillbox-sandbox beside lib/pillbox/.
+std::vector<std::filesystem::path> module_candidates() {
+  if (const char* v = std::getenv("PILLBOX_PDF_TEXT_LIB"); v != nullptr && *v != '\0') return {v};
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
+  if (ec) return {};
+  return {dir / kModuleName, dir / "../lib/pillbox" / kModuleName, dir / "../../lib/pillbox" / kModuleName};
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Handler>> make_pdf_text_handler(const HandlerArgs& args) {
+  const std::vector<std::filesystem::path> candidates = module_candidates();
+  std::string looked;
+  for (const std::filesystem::path& path : candidates) {
+    if (!looked.empty()) looked += ", ";
+    looked += path.lexically_normal().string();
+    if (::access(path.c_str(), R_OK) != 0) continue;
+    // Never closed: the handler's code must stay mapped for every child.
+    void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (module == nullptr) {
+      return Error{"handler 'pdf-text': cannot load " + path.string() + ": " + ::dlerror() +
+                   " (is poppler installed? tools/setup.sh installs it)"};
+    }
+    auto entry = reinterpret_cast<EntryPoint>(::dlsym(module, kEntryPoint));
+    if (entry == nullptr) {
+      return Error{"handler 'pdf-text': " + path.string() + " is not a pillbox pdf-text module (no " + kEntryPoint +
+                   "); rebuild pillbox"};
+    }
+    Expected<std::unique_ptr<Handler>> handler = Error{"handler 'pdf-text': the module returned nothing"};
+    entry(args, handler);
+    return handler;
+  }
+  return Error{"handler 'pdf-text' needs " + std::string(kModuleName) + ", which is not installed (looked in: " +
+               looked + "; set PILLBOX_PDF_TEXT_LIB to its path)"};
+}
+
+}  // namespace pillbox::sandbox
