@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <set>
 
+#include "shared/crash_report.h"
 #include "shared/sha256.h"
 
 namespace pillbox {
@@ -355,14 +356,15 @@ std::vector<std::string> recursion_state(const std::vector<SymbolizedFrame>& fra
 }
 
 bool frames_recurse(const std::vector<SymbolizedFrame>& frames) {
-  // A cycle repeated 4 times in a row within the 64 frames a report carries.
-  constexpr std::size_t kWindow = 64;
-  constexpr std::size_t kMinRepeats = 4;
+  // An overflow leaves thousands of frames, so a report's whole window is
+  // taken, and one cycle fills nearly all of it (a few frames on top are where
+  // the stack ran out). A crash a few levels deep in an ordinary recursive
+  // walk has main and its callers in the window too: that is a crash.
+  constexpr std::size_t kWindow = kMaxCrashFrames;
+  constexpr std::size_t kMinSpan = kWindow * 3 / 4;
+  if (frames.size() < kWindow) return false;
   const std::vector<std::string> names = frame_names(frames, kWindow);
-  for (std::size_t period = 1; period <= kMaxCycle; ++period) {
-    if (longest_run(names, period).span >= period * kMinRepeats) return true;
-  }
-  return false;
+  return longest_cycle(names, kMaxCycle).span >= kMinSpan;
 }
 
 std::string normalize_message(std::string_view message) {

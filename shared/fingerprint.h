@@ -33,8 +33,9 @@ bool is_ignored_frame(const SymbolizedFrame& frame);
 std::vector<std::string> crash_state(const std::vector<SymbolizedFrame>& frames,
                                      std::size_t depth = 3);
 
-// True when the innermost 64 frames hold a cycle of up to 16 frames repeated
-// at least 4 times in a row: the signature of unbounded recursion.
+// True when the report's window of 64 frames is full and a cycle of up to 16
+// frames covers at least 48 of them: the signature of unbounded recursion.
+// A crash a few levels down an ordinary recursion is not one.
 bool frames_recurse(const std::vector<SymbolizedFrame>& frames);
 
 // Crash state of a stack overflow. Where the stack runs out inside a

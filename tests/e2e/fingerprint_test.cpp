@@ -75,6 +75,28 @@ TEST_CASE("crashes at one site share a fingerprint; another site gets another on
   CHECK(a_fp_by_mode["zygote"] == a_fp_by_mode["spawn"]);
 }
 
+TEST_CASE("a crash a few levels down a recursion is a crash, not a stack overflow") {
+  e2e::TempDir dir;
+  // Site C: a null write at the bottom of a walk 5 to 40 levels deep.
+  std::vector<std::string> keys;
+  for (std::size_t depth : {5, 12, 27, 40, 300}) keys.push_back(dir.write("c" + std::to_string(depth), "C" + std::string(depth - 1, 'c')));
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    std::vector<std::string> args{"run", "--json", "--mode", mode, "--jobs", "2"};
+    args.insert(args.end(), keys.begin(), keys.end());
+    args.push_back("--");
+    args.push_back(e2e::fixture("crash_sites"));
+    const auto r = run_pillbox(args);
+    INFO(r.describe());
+    REQUIRE(r.records.size() == keys.size());
+    const auto fps = fingerprints_of(r, keys, "crash");
+    CHECK_MESSAGE(fps.size() == 1, show(r));
+    for (const auto& key : keys) {
+      CHECK(r.record(key)["crash_state"] == nlohmann::json::array({"visit_leaf", "walk_tree", "walk_tree"}));
+    }
+  }
+}
+
 TEST_CASE("std::regex stack overflows on subjects of different lengths share one fingerprint") {
   e2e::TempDir dir;
   // Three lengths as the issue asks; spawn mode gets three more, because each

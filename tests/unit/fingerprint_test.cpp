@@ -156,53 +156,55 @@ TEST_CASE("crash_state: falls back to the top frames when all are ignored") {
 }
 
 TEST_CASE("frames_recurse") {
+  // A crash report carries at most 64 frames; an overflow always fills them.
   std::vector<SymbolizedFrame> frames;
-  SUBCASE("one function recursing") {
+  auto repeat_until_full = [&](std::initializer_list<const char*> cycle) {
+    while (frames.size() < 64) {
+      for (const char* name : cycle) frames.push_back(fn(name));
+    }
+  };
+  SUBCASE("one function recursing, under the frame where the stack ran out") {
     frames.push_back(fn("crash_site"));
-    for (int i = 0; i < 20; ++i) frames.push_back(fn("walk(Node*)", "/bin/w", 0x100 + i));
+    for (int i = 0; i < 70; ++i) frames.push_back(fn("walk(Node*)", "/bin/w", 0x100 + i));
     CHECK(frames_recurse(frames));
   }
   SUBCASE("a cycle of three, after some non-recursive frames") {
     frames.push_back(fn("memcpy"));
     frames.push_back(fn("grow"));
-    for (int i = 0; i < 8; ++i) {
-      frames.push_back(fn("parse_value(Ctx&)"));
-      frames.push_back(fn("parse_array(Ctx&)"));
-      frames.push_back(fn("parse_list<int>(Ctx&)"));
-    }
+    repeat_until_full({"parse_value(Ctx&)", "parse_array(Ctx&)", "parse_list<int>(Ctx&)"});
     CHECK(frames_recurse(frames));
   }
   SUBCASE("unsymbolized frames at the same return address recurse too") {
-    for (int i = 0; i < 10; ++i) frames.push_back(fn("", "/opt/libx.so", 0x77));
+    for (int i = 0; i < 64; ++i) frames.push_back(fn("", "/opt/libx.so", 0x77));
     CHECK(frames_recurse(frames));
   }
-  SUBCASE("three repetitions are not enough") {
-    for (int i = 0; i < 3; ++i) {
-      frames.push_back(fn("a"));
-      frames.push_back(fn("b"));
-    }
-    frames.push_back(fn("main"));
-    CHECK_FALSE(frames_recurse(frames));
-  }
   SUBCASE("a cycle of six, like libstdc++'s regex executor, is found") {
-    for (int i = 0; i < 10; ++i) {
-      for (const char* name : {"dfs", "dfs", "dfs", "rep_once_more", "dfs", "dfs"}) frames.push_back(fn(name));
-    }
+    repeat_until_full({"dfs", "dfs", "dfs", "rep_once_more", "dfs", "dfs"});
     CHECK(frames_recurse(frames));
   }
   SUBCASE("a cycle of eleven, the regex executor in a debug build, is found") {
-    for (int i = 0; i < 6; ++i) {
-      for (const char* name : {"dfs", "alt", "dfs", "sub_begin", "dfs", "rep_once_more", "repeat", "dfs",
-                               "sub_end", "dfs", "match"}) {
-        frames.push_back(fn(name));
-      }
-    }
+    for (const char* helper : {"access", "access", "invoke", "matches", "handle_match"}) frames.push_back(fn(helper));
+    repeat_until_full({"dfs", "alt", "dfs", "sub_begin", "dfs", "rep_once_more", "repeat", "dfs", "sub_end", "dfs",
+                       "match"});
     CHECK(frames_recurse(frames));
   }
   SUBCASE("a cycle of seventeen is too long") {
     for (int i = 0; i < 4; ++i) {
       for (int k = 0; k < 17; ++k) frames.push_back(fn("f" + std::to_string(k)));
     }
+    CHECK_FALSE(frames_recurse(frames));
+  }
+  SUBCASE("a crash a few levels down a recursive walk is not an overflow") {
+    frames.push_back(fn("visit_leaf"));
+    for (int i = 0; i < 12; ++i) frames.push_back(fn("walk(Node*)"));
+    for (const char* name : {"load", "main", "__libc_start_main", "_start"}) frames.push_back(fn(name));
+    CHECK_FALSE(frames_recurse(frames));
+  }
+  SUBCASE("a full window where the recursion covers less than three quarters") {
+    for (int i = 0; i < 20; ++i) frames.push_back(fn("f" + std::to_string(i)));
+    for (int i = 0; i < 44; ++i) frames.push_back(fn("deep"));
+    CHECK_FALSE(frames_recurse(frames));
+    frames.erase(frames.begin());  // 19 + 44, one short of the window
     CHECK_FALSE(frames_recurse(frames));
   }
   SUBCASE("recursion only beyond the first 64 frames is ignored") {
