@@ -277,14 +277,23 @@ TEST_CASE("classifier: crashes") {
     CHECK(o.message == "stack overflow (SIGSEGV)");
     CHECK(o.signal == SIGSEGV);
   }
-  SUBCASE("recursing frames make it a stack overflow") {
+  SUBCASE("a full report of recursing frames makes it a stack overflow") {
     std::string many;
-    for (int i = 0; i < 20; ++i) {
+    for (std::size_t i = 0; i < kMaxCrashFrames; ++i) {
       many += frame_line(reinterpret_cast<const void*>(&pbclassifytest::parse_header_bug), i == 0 ? 4 : 8);
     }
     Execution ex = signaled(SIGSEGV);
     ex.exit->crash = report(kPid, SIGSEGV, many);
     CHECK(run(ex).kind == Kind::kStackOverflow);
+  }
+  SUBCASE("a few recursing frames are a crash inside a recursion") {
+    std::string few;
+    for (int i = 0; i < 20; ++i) {
+      few += frame_line(reinterpret_cast<const void*>(&pbclassifytest::parse_header_bug), i == 0 ? 4 : 8);
+    }
+    Execution ex = signaled(SIGSEGV);
+    ex.exit->crash = report(kPid, SIGSEGV, few);
+    CHECK(run(ex).kind == Kind::kCrash);
   }
   SUBCASE("a report from another pid is ignored") {
     Execution ex = signaled(SIGSEGV);
