@@ -18,6 +18,7 @@
 #include <string>
 
 #include "sandbox/child_runtime.h"
+#include "sandbox/fork_server.h"
 #include "sandbox/namespaces.h"
 #include "shared/child_streams.h"
 #include "shared/control.h"
@@ -55,7 +56,7 @@ void send_failed(const std::string& message) {
 
 class Zygote {
  public:
-  explicit Zygote(PreparedChild prep) : prep_(std::move(prep)) {}
+  Zygote(PreparedChild prep, ForkServer server) : prep_(std::move(prep)), server_(std::move(server)) {}
 
   int loop(int sigfd) {
     ControlReader reader(kMaxControlIn);
@@ -67,7 +68,10 @@ class Zygote {
         return 1;
       }
       if (draining()) report_finished();
-      if (fds[1].revents & POLLIN) reap(sigfd);
+      if (fds[1].revents & POLLIN) {
+        reap(sigfd);
+        if (server_died()) return shutdown(1);
+      }
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const bool open = reader.read_from(kControlIn);
         while (auto msg = reader.next()) {
@@ -75,8 +79,9 @@ class Zygote {
             send_failed("zygote: " + msg->error());
             return shutdown(1);
           }
-          if ((*msg)->type == ControlType::kFork) fork_child((*msg)->ticket);
+          if ((*msg)->type == ControlType::kFork) fork_child(**msg);
           if ((*msg)->type == ControlType::kKill) kill_task(static_cast<pid_t>((*msg)->pid));
+          if (fatal_) return shutdown(1);
         }
         if (!open) return shutdown(0);
       }
@@ -84,15 +89,22 @@ class Zygote {
   }
 
  private:
-  void fork_child(const TaskTicket& ticket) {
+  void fork_child(const ControlMessage& request) {
+    const TaskTicket& ticket = request.ticket;
     auto streams = open_child_streams(prep_.config.exec_mode());
     if (!streams) return fork_failed(ticket.seq, streams.error());
-    const pid_t pid = ::fork();
-    if (pid < 0) return fork_failed(ticket.seq, std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      ChildFds fds{streams->crash_write.get(), streams->stdout_file.get(), streams->stderr_file.get()};
-      run_child(prep_, ticket, fds, /*enter_own_namespaces=*/false);
+    const ChildFds fds{streams->crash_write.get(), streams->stdout_file.get(), streams->stderr_file.get()};
+    const std::string encoded = encode_control(request);  // 4-byte length prefix, then the body
+    auto forked = server_.fork_child(std::string_view(encoded).substr(4), fds);
+    if (!forked && !server_.reachable()) {
+      // Not this task's problem: the supervisor restarts the zygote and
+      // reports the tasks that were running.
+      send_failed("zygote: " + forked.error());
+      fatal_ = true;
+      return;
     }
+    if (!forked) return fork_failed(ticket.seq, forked.error());
+    const pid_t pid = *forked;
     streams->crash_write.reset();
     Running& r = running_[pid];
     r.seq = ticket.seq;
@@ -164,6 +176,17 @@ class Zygote {
     }
   }
 
+  // The fork server is our child too; if it is gone, no task can start.
+  bool server_died() {
+    int status = 0;
+    if (::waitpid(server_.pid(), &status, WNOHANG) != server_.pid()) return false;
+    send_failed("zygote: its fork server died (" +
+                (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                     : "exit " + std::to_string(WEXITSTATUS(status))) +
+                ")");
+    return true;
+  }
+
   bool draining() const {
     for (const auto& [pid, r] : running_) {
       if (r.exited) return true;
@@ -177,6 +200,8 @@ class Zygote {
   }
 
   PreparedChild prep_;
+  ForkServer server_;
+  bool fatal_ = false;  // the fork server is gone: exit so the supervisor restarts us
   std::map<pid_t, Running> running_;
 };
 
@@ -246,6 +271,14 @@ int run_zygote() {
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
+  pin_to_current_cpu(*prep);
+  // After pinning: the server, which forks, runs on the zygote's CPU. Before
+  // the signalfd, which the server has no use for.
+  auto server = ForkServer::start(*prep, {kControlIn, kControlOut});
+  if (!server) {
+    send_failed("zygote: " + server.error());
+    return 1;
+  }
   const int sigfd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
   if (sigfd < 0) {
     send_failed(std::string("zygote: signalfd: ") + std::strerror(errno));
@@ -254,8 +287,7 @@ int run_zygote() {
   const int flags = ::fcntl(kControlIn, F_GETFL);
   ::fcntl(kControlIn, F_SETFL, flags | O_NONBLOCK);
   send(ready);
-  pin_to_current_cpu(*prep);
-  Zygote zygote(std::move(*prep));
+  Zygote zygote(std::move(*prep), std::move(*server));
   return zygote.loop(sigfd);
 }
 

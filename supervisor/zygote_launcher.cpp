@@ -109,6 +109,9 @@ class ZygoteLauncher final : public Launcher {
           ev.seq = ev.exit.seq;
           ev.pid = static_cast<pid_t>(ev.exit.pid);
           break;
+        case ControlType::kFailed:
+          lost(events, (*msg)->message);
+          return events;
         default:
           lost(events, "zygote sent an unexpected message");
           return events;
