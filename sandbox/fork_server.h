@@ -15,7 +15,6 @@
 // groups exactly as before, and their parent-death signal follows the zygote.
 #include <sys/types.h>
 
-#include <string_view>
 
 #include "sandbox/child_runtime.h"
 #include "shared/status.h"
@@ -30,10 +29,9 @@ class ForkServer {
   // /dev/null so that the supervisor sees them close when the zygote dies).
   static Expected<ForkServer> start(const PreparedChild& prep, std::initializer_list<int> close_in_server);
 
-  // One child for this task: `ticket_body` is the encoded kFork control
-  // message (decoded again in the child), `fds` its ends of the streams.
-  // Returns the child's pid (as this process sees it).
-  Expected<pid_t> fork_child(std::string_view ticket_body, const ChildFds& fds);
+  // One child for this task, given its ends of the streams. Returns the
+  // child's pid (as this process sees it).
+  Expected<pid_t> fork_child(const TaskTicket& ticket, const ChildFds& fds);
 
   pid_t pid() const { return pid_; }
   // False once the server stopped answering: no child can be forked any more.

@@ -79,7 +79,7 @@ class Zygote {
             send_failed("zygote: " + msg->error());
             return shutdown(1);
           }
-          if ((*msg)->type == ControlType::kFork) fork_child(**msg);
+          if ((*msg)->type == ControlType::kFork) fork_child((*msg)->ticket);
           if ((*msg)->type == ControlType::kKill) kill_task(static_cast<pid_t>((*msg)->pid));
           if (fatal_) return shutdown(1);
         }
@@ -89,13 +89,11 @@ class Zygote {
   }
 
  private:
-  void fork_child(const ControlMessage& request) {
-    const TaskTicket& ticket = request.ticket;
+  void fork_child(const TaskTicket& ticket) {
     auto streams = open_child_streams(prep_.config.exec_mode());
     if (!streams) return fork_failed(ticket.seq, streams.error());
     const ChildFds fds{streams->crash_write.get(), streams->stdout_file.get(), streams->stderr_file.get()};
-    const std::string encoded = encode_control(request);  // 4-byte length prefix, then the body
-    auto forked = server_.fork_child(std::string_view(encoded).substr(4), fds);
+    auto forked = server_.fork_child(ticket, fds);
     if (!forked && !server_.reachable()) {
       // Not this task's problem: the supervisor restarts the zygote and
       // reports the tasks that were running.
