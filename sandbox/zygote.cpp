@@ -69,8 +69,10 @@ class Zygote {
       }
       if (draining()) report_finished();
       if (fds[1].revents & POLLIN) {
-        reap(sigfd);
+        // The server first: reap_children would reap it as a stray. (Should
+        // it die between the two, the next fork request finds it gone.)
         if (server_died()) return shutdown(1);
+        reap(sigfd);
       }
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const bool open = reader.read_from(kControlIn);
