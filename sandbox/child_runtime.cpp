@@ -45,14 +45,20 @@ void reset_inherited_signals() {
 // Fixed fd layout: 0 = /dev/null, 1/2 = exec streams or /dev/null,
 // kCrashFd = crash pipe; every other fd is closed.
 bool arrange_fds(const ChildFds& fds) {
-  const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull < 0) return false;
-  if (::dup2(devnull, 0) < 0) return false;
-  if (::dup2(fds.stdout_fd >= 0 ? fds.stdout_fd : devnull, 1) < 0) return false;
-  if (::dup2(fds.stderr_fd >= 0 ? fds.stderr_fd : devnull, 2) < 0) return false;
+  // The fds we are handed may have any numbers, 0 to 2 included (when the
+  // zygote was started with one of them closed): move every one out of the
+  // way before 0, 1 and 2 are overwritten.
   if (fds.crash_write >= 0 && fds.crash_write != kCrashFd) {
     if (::dup2(fds.crash_write, kCrashFd) < 0) return false;
   }
+  const int out = fds.stdout_fd >= 0 ? ::fcntl(fds.stdout_fd, F_DUPFD_CLOEXEC, 3) : -1;
+  const int err = fds.stderr_fd >= 0 ? ::fcntl(fds.stderr_fd, F_DUPFD_CLOEXEC, 3) : -1;
+  if ((fds.stdout_fd >= 0 && out < 0) || (fds.stderr_fd >= 0 && err < 0)) return false;
+  const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0) return false;
+  if (::dup2(devnull, 0) < 0) return false;
+  if (::dup2(out >= 0 ? out : devnull, 1) < 0) return false;
+  if (::dup2(err >= 0 ? err : devnull, 2) < 0) return false;
   ::close_range(3, kCrashFd - 1, 0);
   ::close_range(kCrashFd + 1, ~0u, 0);
   return true;

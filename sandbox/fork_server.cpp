@@ -1,6 +1,7 @@
 #include "sandbox/fork_server.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -24,6 +25,11 @@ namespace {
 constexpr std::uint8_t kHasCrash = 1, kHasStdout = 2, kHasStderr = 4;
 constexpr std::size_t kMaxRequest = 64 * 1024;  // tickets are a few hundred bytes
 constexpr std::size_t kMaxFds = 3;
+constexpr std::size_t kMaxCgroupPaths = 16;
+// The server answers within a millisecond or so. One that does not was
+// stopped or is stuck (without root, a task runs under the same uid and can
+// signal it): it is killed and the zygote restarted, rather than hanging.
+constexpr int kReplyTimeoutMs = 10'000;
 
 // The ticket in a flat layout: fixed-size fields, then length-prefixed
 // strings. Decoding it in the child costs a few string copies; decoding the
@@ -75,7 +81,7 @@ bool decode_ticket(const char* p, std::size_t n, TaskTicket& t) {
   TicketReader r(p, n);
   std::uint32_t paths = 0;
   if (!r.get(t.seq) || !r.get(t.uid) || !r.get(t.gid) || !r.get(t.secret) || !r.get_str(t.endpoint) ||
-      !r.get(paths) || paths > 16) {
+      !r.get(paths) || paths > kMaxCgroupPaths) {
     return false;
   }
   t.cgroup_procs.resize(paths);
@@ -182,6 +188,7 @@ Expected<pid_t> ForkServer::fork_child(const TaskTicket& ticket, const ChildFds&
   if (fds.stdout_fd >= 0) mask |= kHasStdout, send_fds[count++] = fds.stdout_fd;
   if (fds.stderr_fd >= 0) mask |= kHasStderr, send_fds[count++] = fds.stderr_fd;
   request[0] = static_cast<char>(mask);
+  if (ticket.cgroup_procs.size() > kMaxCgroupPaths) return Error{"fork server: more than 16 cgroups for one task"};
   encode_ticket(ticket, request);
   if (request.size() > kMaxRequest) return Error{"fork server: ticket too large"};
 
@@ -205,6 +212,16 @@ Expected<pid_t> ForkServer::fork_child(const TaskTicket& ticket, const ChildFds&
   if (sent < 0) {
     reachable_ = false;
     return Error{std::string("fork server unreachable: ") + std::strerror(errno)};
+  }
+  pollfd wait_for{sock_.get(), POLLIN, 0};
+  int ready;
+  while ((ready = ::poll(&wait_for, 1, kReplyTimeoutMs)) < 0 && errno == EINTR) {
+  }
+  if (ready == 0) {
+    ::kill(pid_, SIGKILL);
+    reachable_ = false;
+    return Error{"fork server did not answer within " + std::to_string(kReplyTimeoutMs / 1000) +
+                 " s (stopped or stuck); it was killed"};
   }
   std::int64_t reply = 0;
   ssize_t got;

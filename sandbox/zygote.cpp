@@ -69,10 +69,8 @@ class Zygote {
       }
       if (draining()) report_finished();
       if (fds[1].revents & POLLIN) {
-        // The server first: reap_children would reap it as a stray. (Should
-        // it die between the two, the next fork request finds it gone.)
-        if (server_died()) return shutdown(1);
         reap(sigfd);
+        if (server_exit_) return shutdown(1);
       }
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const bool open = reader.read_from(kControlIn);
@@ -141,6 +139,14 @@ class Zygote {
       auto it = running_.find(pid);
       return it != running_.end() && !it->second.exited;
     };
+    const auto on_other_exit = [this](pid_t pid, int status) {
+      if (pid != server_.pid() || server_exit_) return;
+      server_exit_ = true;
+      send_failed("zygote: its fork server died (" +
+                  (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                       : "exit " + std::to_string(WEXITSTATUS(status))) +
+                  ")");
+    };
     reap_children(is_task, [this](pid_t pid, int status, const rusage& ru) {
       Running& r = running_[pid];
       r.exited = true;
@@ -152,7 +158,7 @@ class Zygote {
       e.utime_us = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_utime.tv_usec);
       e.stime_us = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1'000'000 + static_cast<std::uint64_t>(ru.ru_stime.tv_usec);
       e.max_rss_kb = static_cast<std::uint64_t>(ru.ru_maxrss);
-    });
+    }, on_other_exit);
     report_finished();
   }
 
@@ -176,17 +182,6 @@ class Zygote {
     }
   }
 
-  // The fork server is our child too; if it is gone, no task can start.
-  bool server_died() {
-    int status = 0;
-    if (::waitpid(server_.pid(), &status, WNOHANG) != server_.pid()) return false;
-    send_failed("zygote: its fork server died (" +
-                (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                     : "exit " + std::to_string(WEXITSTATUS(status))) +
-                ")");
-    return true;
-  }
-
   bool draining() const {
     for (const auto& [pid, r] : running_) {
       if (r.exited) return true;
@@ -201,7 +196,8 @@ class Zygote {
 
   PreparedChild prep_;
   ForkServer server_;
-  bool fatal_ = false;  // the fork server is gone: exit so the supervisor restarts us
+  bool fatal_ = false;        // the fork server stopped answering: exit so the supervisor restarts us
+  bool server_exit_ = false;  // the fork server was reaped (it is our child too)
   std::map<pid_t, Running> running_;
 };
 

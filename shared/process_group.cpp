@@ -8,7 +8,8 @@
 namespace pillbox {
 
 void reap_children(const std::function<bool(pid_t)>& is_task,
-                   const std::function<void(pid_t, int, const rusage&)>& on_task_exit) {
+                   const std::function<void(pid_t, int, const rusage&)>& on_task_exit,
+                   const std::function<void(pid_t, int)>& on_other_exit) {
   for (;;) {
     siginfo_t info{};
     // Look without reaping: the zombie must hold its pid while its group is killed.
@@ -20,7 +21,8 @@ void reap_children(const std::function<bool(pid_t)>& is_task,
       rusage ru{};
       if (::wait4(pid, &status, __WALL, &ru) == pid) on_task_exit(pid, status, ru);
     } else {
-      ::waitpid(pid, nullptr, __WALL);
+      int status = 0;
+      if (::waitpid(pid, &status, __WALL) == pid && on_other_exit) on_other_exit(pid, status);
     }
   }
 }

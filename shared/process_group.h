@@ -18,9 +18,11 @@ namespace pillbox {
 // Reaps every exited child of the calling process. For a child that
 // `is_task(pid)` names as a task's main process: SIGKILLs its process group
 // first, then reaps it and calls `on_task_exit(pid, wait_status, rusage)`.
-// Other children (orphans, group members) are simply reaped.
+// Other children (orphans, group members, a helper of the caller's) are
+// reaped, and `on_other_exit(pid, wait_status)` is called when given.
 void reap_children(const std::function<bool(pid_t)>& is_task,
-                   const std::function<void(pid_t, int, const rusage&)>& on_task_exit);
+                   const std::function<void(pid_t, int, const rusage&)>& on_task_exit,
+                   const std::function<void(pid_t, int)>& on_other_exit = {});
 
 // Reaps what is already dead in a (killed) group. True when no child of
 // ours is left in it: the task is fully gone. Never signals.

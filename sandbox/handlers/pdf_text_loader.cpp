@@ -3,9 +3,12 @@
 // only when the handler is asked for, so that every other handler forks from
 // a zygote without poppler's 22 libraries mapped (see pdf_text.cpp).
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -29,15 +32,32 @@ std::vector<std::filesystem::path> module_candidates() {
   return {dir / kModuleName, dir / "../lib/pillbox" / kModuleName, dir / "../../lib/pillbox" / kModuleName};
 }
 
+// Code loaded into a zygote that runs as root must be as trusted as the
+// zygote's own binary: owned by root (or by us) and writable by nobody else.
+std::string untrusted_reason(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::string("cannot stat it: ") + std::strerror(errno);
+  const uid_t me = ::geteuid();
+  if (st.st_uid != 0 && st.st_uid != me) return "it is owned by uid " + std::to_string(st.st_uid);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return "it is writable by group or others";
+  return {};
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Handler>> make_pdf_text_handler(const HandlerArgs& args) {
   const std::vector<std::filesystem::path> candidates = module_candidates();
+  if (candidates.size() == 1 && !candidates.front().is_absolute()) {
+    return Error{"PILLBOX_PDF_TEXT_LIB must be an absolute path (it is '" + candidates.front().string() + "')"};
+  }
   std::string looked;
   for (const std::filesystem::path& path : candidates) {
     if (!looked.empty()) looked += ", ";
     looked += path.lexically_normal().string();
     if (::access(path.c_str(), R_OK) != 0) continue;
+    if (const std::string why = untrusted_reason(path); !why.empty()) {
+      return Error{"handler 'pdf-text': refusing to load " + path.string() + ": " + why};
+    }
     // Never closed: the handler's code must stay mapped for every child.
     void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (module == nullptr) {

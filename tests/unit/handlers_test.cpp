@@ -5,8 +5,12 @@
 #define ZLIB_CONST
 #include <zlib.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -187,6 +191,16 @@ TEST_CASE("handlers: pdf-text without its module says what is missing and what t
   ::setenv("PILLBOX_PDF_TEXT_LIB", PILLBOX_BUILD_DIR "/libpillbox-plugin-wordcount.so", 1);
   const std::string wrong = make_error("pdf-text", {});
   CHECK(wrong.find("is not a pillbox pdf-text module (no pillbox_pdf_text_make); rebuild pillbox") != std::string::npos);
+  ::setenv("PILLBOX_PDF_TEXT_LIB", "libpillbox-pdf-text.so", 1);
+  CHECK(make_error("pdf-text", {}) == "PILLBOX_PDF_TEXT_LIB must be an absolute path (it is 'libpillbox-pdf-text.so')");
+  // A module anyone may rewrite is never loaded.
+  const std::string copy = "/tmp/pillbox-unit-pdf-module-" + std::to_string(::getpid()) + ".so";
+  std::filesystem::copy_file(PILLBOX_BUILD_DIR "/libpillbox-pdf-text.so", copy,
+                             std::filesystem::copy_options::overwrite_existing);
+  ::chmod(copy.c_str(), 0666);
+  ::setenv("PILLBOX_PDF_TEXT_LIB", copy.c_str(), 1);
+  CHECK(make_error("pdf-text", {}) == "handler 'pdf-text': refusing to load " + copy + ": it is writable by group or others");
+  std::filesystem::remove(copy);
   ::setenv("PILLBOX_PDF_TEXT_LIB", saved.c_str(), 1);
 }
 
