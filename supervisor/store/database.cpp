@@ -1,0 +1,119 @@
+#include "supervisor/store/database.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "shared/unique_fd.h"
+
+namespace pillbox::store {
+namespace {
+
+// Long enough for another pillbox's group commit to finish; short enough
+// that a stuck one is reported rather than waited on forever.
+constexpr int kBusyTimeoutMs = 10'000;
+
+}  // namespace
+
+Expected<Database> Database::open(const std::string& path) {
+  // Created here, not by SQLite, so that the mode is 0600 whatever the
+  // umask; SQLite gives the -wal and -shm files the database file's mode.
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return Error{"store database " + path + ": " + std::strerror(errno)};
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Error{"store database " + path + ": " + std::strerror(errno)};
+  if (!S_ISREG(st.st_mode)) return Error{"store database " + path + " is not a regular file"};
+  if (st.st_uid != ::geteuid()) {
+    return Error{"store database " + path + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user"};
+  }
+  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0600) != 0) {
+    return Error{"store database " + path + ": cannot make it 0600: " + std::strerror(errno)};
+  }
+  fd.reset();
+
+  sqlite3* raw = nullptr;
+  const int rc = ::sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr);
+  Database db(raw, path);
+  if (rc != SQLITE_OK) return Error{db.error("cannot open")};
+  ::sqlite3_extended_result_codes(raw, 1);
+  ::sqlite3_busy_timeout(raw, kBusyTimeoutMs);
+  // WAL: readers never block the writer, and a process killed mid-commit
+  // leaves the last committed state. synchronous=NORMAL is durable against
+  // process crashes (what pillbox guards against); only a power cut may
+  // lose the last commits.
+  auto mode = db.query_text("PRAGMA journal_mode=WAL");
+  if (!mode) return Error{mode.error()};
+  if (*mode != "wal") return Error{"store database " + path + ": cannot use WAL journaling (got '" + *mode + "')"};
+  if (auto s = db.exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"); !s) return Error{s.message()};
+  return db;
+}
+
+Database::Database(Database&& other) noexcept
+    : db_(std::exchange(other.db_, nullptr)), path_(std::move(other.path_)) {}
+
+Database& Database::operator=(Database&& other) noexcept {
+  if (this != &other) {
+    if (db_ != nullptr) ::sqlite3_close_v2(db_);
+    db_ = std::exchange(other.db_, nullptr);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+Database::~Database() {
+  if (db_ != nullptr) ::sqlite3_close_v2(db_);
+}
+
+std::string Database::error(const std::string& what) const {
+  return "store database " + path_ + ": " + what + ": " + (db_ != nullptr ? ::sqlite3_errmsg(db_) : "out of memory");
+}
+
+Status Database::exec(const std::string& sql) {
+  char* message = nullptr;
+  if (::sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+    std::string text = message != nullptr ? message : ::sqlite3_errmsg(db_);
+    ::sqlite3_free(message);
+    return Status::error("store database " + path_ + ": " + text);
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// Runs `sql` and hands its first row to `read`; an error when there is none.
+template <typename Read>
+auto first_row(sqlite3* db, const std::string& path, const std::string& sql, Read read)
+    -> Expected<decltype(read(static_cast<sqlite3_stmt*>(nullptr)))> {
+  sqlite3_stmt* stmt = nullptr;
+  if (::sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    return Error{"store database " + path + ": " + ::sqlite3_errmsg(db)};
+  }
+  const int rc = ::sqlite3_step(stmt);
+  if (rc != SQLITE_ROW) {
+    std::string why = rc == SQLITE_DONE ? "no row from: " + sql : std::string(::sqlite3_errmsg(db));
+    ::sqlite3_finalize(stmt);
+    return Error{"store database " + path + ": " + why};
+  }
+  auto value = read(stmt);
+  ::sqlite3_finalize(stmt);
+  return value;
+}
+
+}  // namespace
+
+Expected<std::int64_t> Database::query_int(const std::string& sql) {
+  return first_row(db_, path_, sql, [](sqlite3_stmt* s) { return static_cast<std::int64_t>(::sqlite3_column_int64(s, 0)); });
+}
+
+Expected<std::string> Database::query_text(const std::string& sql) {
+  return first_row(db_, path_, sql, [](sqlite3_stmt* s) {
+    const unsigned char* text = ::sqlite3_column_text(s, 0);
+    return text != nullptr ? std::string(reinterpret_cast<const char*>(text)) : std::string();
+  });
+}
+
+}  // namespace pillbox::store

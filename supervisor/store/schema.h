@@ -1,0 +1,18 @@
+#pragma once
+// The store's schema and its migrations. The version is SQLite's
+// `PRAGMA user_version`; each migration moves it up by one, inside the same
+// transaction, so a store is always at exactly one version.
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+
+namespace pillbox::store {
+
+// The version this build writes. A store at a higher version was written by
+// a newer pillbox and is refused, never modified.
+int schema_version();
+
+// Brings the database up to schema_version(). Concurrent pillbox processes
+// serialize on the write lock; the second one finds nothing left to do.
+Status migrate(Database& db);
+
+}  // namespace pillbox::store

@@ -1,0 +1,26 @@
+#pragma once
+// The durable store: a 0700 directory holding pillbox.db (SQLite, WAL, 0600),
+// at the current schema version. Later: the task ledger and the quarantine.
+#include <string>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+
+namespace pillbox::store {
+
+class Store {
+ public:
+  // Prepares the directory (see store_dir.h), opens the database and
+  // migrates it. `dir` is the resolved directory (resolve_store_dir).
+  static Expected<Store> open(const std::string& dir);
+
+  Database& db() { return db_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  Store(std::string dir, Database db) : dir_(std::move(dir)), db_(std::move(db)) {}
+  std::string dir_;
+  Database db_;
+};
+
+}  // namespace pillbox::store

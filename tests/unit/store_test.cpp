@@ -1,0 +1,169 @@
+// The store's directory and database: permissions, WAL, schema versions,
+// two processes opening one store at once. Real files, real SQLite.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "supervisor/store/schema.h"
+#include "supervisor/store/store.h"
+#include "supervisor/store/store_dir.h"
+
+using namespace pillbox::store;
+
+namespace {
+
+// A scratch directory, removed at the end of the scope.
+struct Scratch {
+  std::string path;
+  Scratch() {
+    char tmpl[] = "/tmp/pillbox-store-test-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~Scratch() { std::filesystem::remove_all(path); }
+};
+
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+// Sets an environment variable for one scope, restoring the old value.
+struct EnvVar {
+  std::string name;
+  std::string old;
+  bool had;
+  EnvVar(const char* n, const char* value) : name(n), had(std::getenv(n) != nullptr) {
+    if (had) old = std::getenv(n);
+    if (value != nullptr) ::setenv(n, value, 1);
+    else ::unsetenv(n);
+  }
+  ~EnvVar() {
+    if (had) ::setenv(name.c_str(), old.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("store: the directory comes from --store, then PILLBOX_STORE, then XDG_STATE_HOME, then HOME") {
+  EnvVar store("PILLBOX_STORE", "/from/env");
+  EnvVar xdg("XDG_STATE_HOME", "/xdg/state");
+  EnvVar home("HOME", "/home/op");
+  CHECK(*resolve_store_dir("/from/flag") == "/from/flag");
+  CHECK(*resolve_store_dir("") == "/from/env");
+  ::unsetenv("PILLBOX_STORE");
+  CHECK(*resolve_store_dir("") == "/xdg/state/pillbox");
+  ::unsetenv("XDG_STATE_HOME");
+  CHECK(*resolve_store_dir("") == "/home/op/.local/state/pillbox");
+  ::unsetenv("HOME");
+  CHECK(resolve_store_dir("").error() ==
+        "no store directory: give --store DIR or set PILLBOX_STORE (HOME is not set either)");
+}
+
+TEST_CASE("store: a new directory is 0700; one that others can read, a symlink or a file is refused") {
+  Scratch s;
+  const std::string dir = s.path + "/a/b/store";
+  REQUIRE(prepare_store_dir(dir).ok());
+  CHECK(mode_of(dir) == 0700);
+  CHECK(prepare_store_dir(dir).ok());  // again: nothing to do
+
+  const std::string open_dir = s.path + "/open";
+  REQUIRE(::mkdir(open_dir.c_str(), 0755) == 0);
+  ::chmod(open_dir.c_str(), 0755);
+  CHECK(prepare_store_dir(open_dir).message() ==
+        "store directory " + open_dir + " is readable or writable by others (mode 0755); it holds poison payloads: "
+        "run chmod 700 " + open_dir);
+
+  const std::string link = s.path + "/link";
+  REQUIRE(::symlink(dir.c_str(), link.c_str()) == 0);
+  CHECK(prepare_store_dir(link).message() ==
+        "store directory " + link + " is a symbolic link; give the real path with --store");
+
+  const std::string file = s.path + "/file";
+  { std::FILE* f = std::fopen(file.c_str(), "w"); REQUIRE(f != nullptr); std::fclose(f); }
+  CHECK(prepare_store_dir(file).message() == "store directory " + file + " exists and is not a directory");
+}
+
+TEST_CASE("store: the database is 0600, in WAL mode, at the current schema version") {
+  Scratch s;
+  const std::string dir = s.path + "/store";
+  {
+    auto store = Store::open(dir);
+    REQUIRE_MESSAGE(store.has_value(), store.error());
+    CHECK(*store->db().query_text("PRAGMA journal_mode") == "wal");
+    CHECK(*store->db().query_int("PRAGMA user_version") == schema_version());
+    CHECK(*store->db().query_int("PRAGMA foreign_keys") == 1);
+    CHECK(store->db().query_text("SELECT value FROM store_info WHERE key = 'created_by'")->starts_with("pillbox "));
+    REQUIRE(store->db().exec("CREATE TABLE scratch (x INTEGER); INSERT INTO scratch VALUES (1);").ok());
+    CHECK(mode_of(dir + "/pillbox.db") == 0600);
+    CHECK(mode_of(dir + "/pillbox.db-wal") == 0600);
+    CHECK(mode_of(dir + "/pillbox.db-shm") == 0600);
+  }
+  // Reopening keeps what was written and migrates nothing twice.
+  auto again = Store::open(dir);
+  REQUIRE_MESSAGE(again.has_value(), again.error());
+  CHECK(*again->db().query_int("SELECT count(*) FROM scratch") == 1);
+  CHECK(*again->db().query_int("SELECT count(*) FROM store_info WHERE key = 'created_at'") == 1);
+  CHECK(*again->db().query_text("PRAGMA integrity_check") == "ok");
+}
+
+TEST_CASE("store: a store written by a newer pillbox is refused and left as it is") {
+  Scratch s;
+  const std::string dir = s.path + "/store";
+  {
+    auto store = Store::open(dir);
+    REQUIRE(store.has_value());
+    REQUIRE(store->db().exec("PRAGMA user_version = " + std::to_string(schema_version() + 5)).ok());
+  }
+  auto newer = Store::open(dir);
+  REQUIRE_FALSE(newer.has_value());
+  CHECK(newer.error() == "store " + dir + "/pillbox.db has schema version " + std::to_string(schema_version() + 5) +
+                             ", newer than this pillbox understands (" + std::to_string(schema_version()) +
+                             "); use a newer pillbox, or another --store");
+  auto db = Database::open(dir + "/pillbox.db");
+  REQUIRE(db.has_value());
+  CHECK(*db->query_int("PRAGMA user_version") == schema_version() + 5);
+}
+
+TEST_CASE("store: a database file that is not SQLite is a clear error") {
+  Scratch s;
+  const std::string dir = s.path + "/store";
+  REQUIRE(prepare_store_dir(dir).ok());
+  { std::FILE* f = std::fopen((dir + "/pillbox.db").c_str(), "w"); REQUIRE(f != nullptr); std::fputs("not a database, just text that is long enough to have a header", f); std::fclose(f); }
+  auto store = Store::open(dir);
+  REQUIRE_FALSE(store.has_value());
+  CHECK(store.error().find("store database " + dir + "/pillbox.db") == 0);
+  CHECK(store.error().find("file is not a database") != std::string::npos);
+}
+
+TEST_CASE("store: processes opening one new store at once all get it, migrated once") {
+  Scratch s;
+  const std::string dir = s.path + "/store";
+  constexpr int kProcesses = 6;
+  pid_t pids[kProcesses];
+  for (pid_t& pid : pids) {
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      auto store = Store::open(dir);
+      _exit(store.has_value() ? 0 : 1);
+    }
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  auto store = Store::open(dir);
+  REQUIRE(store.has_value());
+  CHECK(*store->db().query_int("SELECT count(*) FROM store_info") == 2);
+  CHECK(*store->db().query_text("PRAGMA integrity_check") == "ok");
+}
