@@ -6,7 +6,6 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -223,10 +222,7 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   std::string setup_error;
   if (auto s = join_cgroups(ticket.cgroup_procs); !s) setup_error = s.message();
   bool in_user_namespace = prep.in_user_namespace;
-  if (enter_own_namespaces) {
-    const NamespaceOutcome ns = enter_namespaces(cfg.policy.isolation);
-    in_user_namespace = std::find(ns.entered.begin(), ns.entered.end(), "user") != ns.entered.end();
-  }
+  if (enter_own_namespaces) in_user_namespace = enter_namespaces(cfg.policy.isolation).entered_user;
   crash::arm(kCrashFd);
   // The connection is made while still root: the runtime dir is 0700.
   auto client = ZmtpClient::connect(ticket.endpoint);

@@ -125,6 +125,7 @@ bool enter_user_namespace(NamespaceOutcome& out) {
     out.warnings.push_back("user namespace: cannot write the uid/gid maps; other namespaces may be refused");
   }
   out.entered.emplace_back("user");
+  out.entered_user = true;
   return true;
 }
 

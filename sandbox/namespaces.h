@@ -11,7 +11,8 @@
 namespace pillbox::sandbox {
 
 struct NamespaceOutcome {
-  std::vector<std::string> entered;   // "net", "ipc", "uts", "mount(read-only)", "pid"
+  std::vector<std::string> entered;   // "user", "net", "ipc", "uts", "mount(read-only)", "pid"
+  bool entered_user = false;          // children must then drop the capabilities it gave them
   int init_host_pid = 0;              // pid namespace: the init's pid as the host sees it
   std::vector<std::string> warnings;  // "network namespace unavailable (EPERM): children share the host network"
 };

@@ -10,7 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -70,7 +69,7 @@ class Zygote {
       if (draining()) report_finished();
       if (fds[1].revents & POLLIN) {
         reap(sigfd);
-        if (server_exit_) return shutdown(1);
+        if (server_lost_) return shutdown(1);
       }
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const bool open = reader.read_from(kControlIn);
@@ -81,7 +80,7 @@ class Zygote {
           }
           if ((*msg)->type == ControlType::kFork) fork_child((*msg)->ticket);
           if ((*msg)->type == ControlType::kKill) kill_task(static_cast<pid_t>((*msg)->pid));
-          if (fatal_) return shutdown(1);
+          if (server_lost_) return shutdown(1);
         }
         if (!open) return shutdown(0);
       }
@@ -94,13 +93,7 @@ class Zygote {
     if (!streams) return fork_failed(ticket.seq, streams.error());
     const ChildFds fds{streams->crash_write.get(), streams->stdout_file.get(), streams->stderr_file.get()};
     auto forked = server_.fork_child(ticket, fds);
-    if (!forked && !server_.reachable()) {
-      // Not this task's problem: the supervisor restarts the zygote and
-      // reports the tasks that were running.
-      send_failed("zygote: " + forked.error());
-      fatal_ = true;
-      return;
-    }
+    if (!forked && !server_.reachable()) return lose_server(forked.error());
     if (!forked) return fork_failed(ticket.seq, forked.error());
     const pid_t pid = *forked;
     streams->crash_write.reset();
@@ -112,6 +105,15 @@ class Zygote {
     m.seq = ticket.seq;
     m.pid = pid;
     send(m);
+  }
+
+  // No task can start without the fork server. Not the running tasks'
+  // problem either: the zygote exits, and the supervisor restarts it and
+  // reports the tasks that were running.
+  void lose_server(const std::string& why) {
+    if (server_lost_) return;
+    server_lost_ = true;
+    send_failed("zygote: " + why);
   }
 
   // Only our own running tasks: the pid comes from the supervisor, but a
@@ -140,9 +142,8 @@ class Zygote {
       return it != running_.end() && !it->second.exited;
     };
     const auto on_other_exit = [this](pid_t pid, int status) {
-      if (pid != server_.pid() || server_exit_) return;
-      server_exit_ = true;
-      send_failed("zygote: its fork server died (" +
+      if (pid != server_.pid()) return;  // an orphan reparented to us: reaped, done
+      lose_server("its fork server died (" +
                   (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
                                        : "exit " + std::to_string(WEXITSTATUS(status))) +
                   ")");
@@ -196,18 +197,18 @@ class Zygote {
 
   PreparedChild prep_;
   ForkServer server_;
-  bool fatal_ = false;        // the fork server stopped answering: exit so the supervisor restarts us
-  bool server_exit_ = false;  // the fork server was reaped (it is our child too)
+  bool server_lost_ = false;  // died or stopped answering: shut down (see lose_server)
   std::map<pid_t, Running> running_;
 };
 
 
-// After each fork the zygote's own writes (stack, heap) take copy-on-write
-// faults, and each fault flushes the TLB on every CPU the zygote's memory
-// is live on: inter-processor interrupts that cost about a fifth of the
+// After each fork the forking process's own writes take copy-on-write
+// faults, and each fault flushes the TLB on every CPU its memory is live
+// on: inter-processor interrupts that cost about a fifth of the
 // per-task CPU on a paravirtualized host (measured: 6.9 -> 5.3 ms per echo
-// task). Running the zygote on one CPU keeps those flushes local; children
-// take back the full CPU set (PreparedChild::affinity).
+// task). Running the zygote, and so the fork server forked from it, on one
+// CPU keeps those flushes local; children take back the full CPU set
+// (PreparedChild::affinity).
 void pin_to_current_cpu(PreparedChild& prep) {
   if (::sched_getaffinity(0, sizeof prep.affinity, &prep.affinity) != 0 || CPU_COUNT(&prep.affinity) < 2) return;
   const int cpu = ::sched_getcpu();
@@ -253,7 +254,7 @@ int run_zygote() {
   ready.type = ControlType::kReady;
   if (prep->config.use_namespaces) {
     NamespaceOutcome ns = enter_namespaces(prep->config.policy.isolation);
-    prep->in_user_namespace = std::find(ns.entered.begin(), ns.entered.end(), "user") != ns.entered.end();
+    prep->in_user_namespace = ns.entered_user;
     // From here on, in a new PID namespace, this process is a fork of the
     // original, which only waits for it (see become_pid_namespace_init).
     if (become_pid_namespace_init(ns)) prep->parent_pid = ::getpid();  // 1: what its children see
