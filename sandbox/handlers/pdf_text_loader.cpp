@@ -24,12 +24,16 @@ using EntryPoint = void (*)(const HandlerArgs&, Expected<std::unique_ptr<Handler
 
 // $PILLBOX_PDF_TEXT_LIB, else next to this executable (a build tree), else
 // the install layout: libexec/pillbox/pillbox-sandbox beside lib/pillbox/.
-std::vector<std::filesystem::path> module_candidates() {
-  if (const char* v = std::getenv("PILLBOX_PDF_TEXT_LIB"); v != nullptr && *v != '\0') return {v};
+Expected<std::vector<std::filesystem::path>> module_candidates() {
+  if (const char* v = std::getenv("PILLBOX_PDF_TEXT_LIB"); v != nullptr && *v != '\0') {
+    // dlopen would search the library path for a bare name: not what was meant.
+    if (v[0] != '/') return Error{"PILLBOX_PDF_TEXT_LIB must be an absolute path (it is '" + std::string(v) + "')"};
+    return std::vector<std::filesystem::path>{v};
+  }
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
-  if (ec) return {};
-  return {dir / kModuleName, dir / "../lib/pillbox" / kModuleName, dir / "../../lib/pillbox" / kModuleName};
+  if (ec) return std::vector<std::filesystem::path>{};
+  return std::vector<std::filesystem::path>{dir / kModuleName, dir / "../lib/pillbox" / kModuleName, dir / "../../lib/pillbox" / kModuleName};
 }
 
 // Code loaded into a zygote that runs as root must be as trusted as the
@@ -46,12 +50,10 @@ std::string untrusted_reason(const std::filesystem::path& path) {
 }  // namespace
 
 Expected<std::unique_ptr<Handler>> make_pdf_text_handler(const HandlerArgs& args) {
-  const std::vector<std::filesystem::path> candidates = module_candidates();
-  if (candidates.size() == 1 && !candidates.front().is_absolute()) {
-    return Error{"PILLBOX_PDF_TEXT_LIB must be an absolute path (it is '" + candidates.front().string() + "')"};
-  }
+  const auto candidates = module_candidates();
+  if (!candidates) return Error{candidates.error()};
   std::string looked;
-  for (const std::filesystem::path& path : candidates) {
+  for (const std::filesystem::path& path : *candidates) {
     if (!looked.empty()) looked += ", ";
     looked += path.lexically_normal().string();
     if (::access(path.c_str(), R_OK) != 0) continue;
