@@ -121,8 +121,7 @@ class Zygote {
   void kill_task(pid_t pid) {
     auto it = running_.find(pid);
     if (it == running_.end() || it->second.exited) return;
-    ::kill(-pid, SIGKILL);
-    ::kill(pid, SIGKILL);
+    kill_task_group(pid);
   }
 
   void fork_failed(std::uint64_t seq, const std::string& why) {
@@ -191,7 +190,9 @@ class Zygote {
   }
 
   int shutdown(int code) {
-    for (auto& [pid, r] : running_) ::kill(-pid, SIGKILL), ::kill(pid, SIGKILL);
+    for (auto& [pid, r] : running_) {
+      if (!r.exited) kill_task_group(pid);
+    }
     return code;
   }
 

@@ -27,6 +27,11 @@ void reap_children(const std::function<bool(pid_t)>& is_task,
   }
 }
 
+void kill_task_group(pid_t pid) {
+  ::kill(-pid, SIGKILL);
+  ::kill(pid, SIGKILL);
+}
+
 bool drain_process_group(pid_t pgid) {
   for (;;) {
     const pid_t r = ::waitpid(-pgid, nullptr, WNOHANG | __WALL);

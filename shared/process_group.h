@@ -24,6 +24,11 @@ void reap_children(const std::function<bool(pid_t)>& is_task,
                    const std::function<void(pid_t, int, const rusage&)>& on_task_exit,
                    const std::function<void(pid_t, int)>& on_other_exit = {});
 
+// SIGKILLs a task: its process group, and the main process itself (in case
+// it left the group). Only for a main process not yet reaped, whose pid and
+// group id are still its own.
+void kill_task_group(pid_t pid);
+
 // Reaps what is already dead in a (killed) group. True when no child of
 // ours is left in it: the task is fully gone. Never signals.
 bool drain_process_group(pid_t pgid);

@@ -43,8 +43,7 @@ class SpawnLauncher final : public Launcher {
   ~SpawnLauncher() override {
     for (auto& [fd, c] : children_) {
       if (!c.exited) {  // not reaped yet: its pid is still its own
-        ::kill(-c.pid, SIGKILL);
-        ::kill(c.pid, SIGKILL);
+        kill_task_group(c.pid);
         ::waitpid(c.pid, nullptr, 0);
       }
       ::close(fd);
@@ -158,10 +157,7 @@ class SpawnLauncher final : public Launcher {
   // Only a child not yet reaped: a reaped pid may belong to someone else now.
   void kill(pid_t pid) override {
     for (const auto& [fd, c] : children_) {
-      if (c.pid == pid && !c.exited) {
-        ::kill(-pid, SIGKILL);
-        ::kill(pid, SIGKILL);
-      }
+      if (c.pid == pid && !c.exited) kill_task_group(pid);
     }
   }
 

@@ -238,7 +238,58 @@ TEST_CASE("a child that breaks the wire protocol is a protocol-error, never a su
   }
 }
 
-// Last in the file: when it fails, its leftovers would make the tests after it fail too.
+TEST_CASE("a killed or stopped fork server costs only the tasks running then; the run goes on") {
+  // SIGSTOP: the zygote stops waiting for the server's answer after 10 s.
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    CAPTURE(sig);
+    e2e::TempDir dir;
+    std::vector<std::string> args{"run", "--json", "--jobs", "2", "--timeout", "20s"};
+    for (int i = 0; i < 30; ++i) args.push_back(dir.write("t" + std::to_string(i), std::to_string(i)));
+    args.insert(args.end(), {"--", "/bin/sh", "-c", "sleep 0.1; cat"});
+    // After the first result: kill the fork server of this run (found by its
+    // name among this pillbox's descendants; other tests run beside this one).
+    std::string killer_error;
+    pid_t killed = 0;
+    const auto r = e2e::run_pillbox(args, "", {}, [&](pid_t pillbox, std::size_t line_no, std::string_view) {
+      if (line_no != 1) return;
+      const auto procs = e2e::list_processes();
+      auto descends_from_pillbox = [&](pid_t pid) {
+        for (int hops = 0; pid > 1 && hops < 16; ++hops) {
+          if (pid == pillbox) return true;
+          const auto it = std::find_if(procs.begin(), procs.end(), [&](const e2e::ProcInfo& p) { return p.pid == pid; });
+          if (it == procs.end()) return false;
+          pid = it->ppid;
+        }
+        return false;
+      };
+      for (const auto& p : procs) {
+        if (p.comm == "pillbox-forksrv" && descends_from_pillbox(p.pid)) {
+          if (killed != 0) killer_error = "two fork servers under one pillbox";
+          killed = p.pid;
+        }
+      }
+      if (killed == 0) killer_error = "no fork server found: " + e2e::describe(procs);
+      else if (::kill(killed, sig) != 0) killer_error = "kill failed";
+    });
+    INFO(r.describe());
+    REQUIRE_MESSAGE(killer_error.empty(), killer_error);
+    CHECK(killed != 0);
+    check_no_crash_of_pillbox(r);
+    REQUIRE(r.records.size() == 30);
+    std::set<std::string> keys;
+    for (const auto& rec : r.records) keys.insert(rec["key"].get<std::string>());
+    CHECK(keys.size() == 30);  // each task once
+    // At most the two tasks in flight are lost to it, as sandbox errors (not the payload's fault).
+    CHECK(r.count_kind("ok") >= 28);
+    CHECK(r.count_kind("ok") + r.count_kind("sandbox-error") == 30);
+    bool warned = false;
+    for (const auto& line : r.err_lines()) warned |= line.find("restarted the sandbox launcher") != std::string::npos;
+    CHECK(warned);
+  }
+}
+
+// The fork-bomb tests come last in the file: when one fails, its leftovers
+// would make the tests after it fail too.
 TEST_CASE("a fork bomb is contained and nothing of it survives the run") {
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
@@ -292,53 +343,4 @@ TEST_CASE("a fork bomb does not starve the tasks running beside it") {
     }
   }
   check_none_left(program);
-}
-
-TEST_CASE("a killed or stopped fork server costs only the tasks running then; the run goes on") {
-  // SIGSTOP: the zygote stops waiting for the server's answer after 10 s.
-  for (int sig : {SIGKILL, SIGSTOP}) {
-    CAPTURE(sig);
-    e2e::TempDir dir;
-    std::vector<std::string> args{"run", "--json", "--jobs", "2", "--timeout", "20s"};
-    for (int i = 0; i < 30; ++i) args.push_back(dir.write("t" + std::to_string(i), std::to_string(i)));
-    args.insert(args.end(), {"--", "/bin/sh", "-c", "sleep 0.1; cat"});
-    // After the first result: kill the fork server of this run (found by its
-    // name among this pillbox's descendants; other tests run beside this one).
-    std::string killer_error;
-    pid_t killed = 0;
-    const auto r = e2e::run_pillbox(args, "", {}, [&](pid_t pillbox, std::size_t line_no, std::string_view) {
-      if (line_no != 1) return;
-      const auto procs = e2e::list_processes();
-      auto descends_from_pillbox = [&](pid_t pid) {
-        for (int hops = 0; pid > 1 && hops < 16; ++hops) {
-          if (pid == pillbox) return true;
-          const auto it = std::find_if(procs.begin(), procs.end(), [&](const e2e::ProcInfo& p) { return p.pid == pid; });
-          if (it == procs.end()) return false;
-          pid = it->ppid;
-        }
-        return false;
-      };
-      for (const auto& p : procs) {
-        if (p.comm == "pillbox-forksrv" && descends_from_pillbox(p.pid)) {
-          if (killed != 0) killer_error = "two fork servers under one pillbox";
-          killed = p.pid;
-        }
-      }
-      if (killed == 0) killer_error = "no fork server found: " + e2e::describe(procs);
-      else if (::kill(killed, sig) != 0) killer_error = "kill failed";
-    });
-    INFO(r.describe());
-    REQUIRE_MESSAGE(killer_error.empty(), killer_error);
-    check_no_crash_of_pillbox(r);
-    REQUIRE(r.records.size() == 30);
-    std::set<std::string> keys;
-    for (const auto& rec : r.records) keys.insert(rec["key"].get<std::string>());
-    CHECK(keys.size() == 30);  // each task once
-    // At most the two tasks in flight are lost to it, as sandbox errors (not the payload's fault).
-    CHECK(r.count_kind("ok") >= 28);
-    CHECK(r.count_kind("ok") + r.count_kind("sandbox-error") == 30);
-    bool warned = false;
-    for (const auto& line : r.err_lines()) warned |= line.find("restarted the sandbox launcher") != std::string::npos;
-    CHECK(warned);
-  }
 }

@@ -79,7 +79,7 @@ TEST_CASE("a crash a few levels down a recursion is a crash, not a stack overflo
   e2e::TempDir dir;
   // Site C: a null write at the bottom of a walk 5 to 40 levels deep.
   std::vector<std::string> keys;
-  for (std::size_t depth : {5, 12, 27, 40, 300}) keys.push_back(dir.write("c" + std::to_string(depth), "C" + std::string(depth - 1, 'c')));
+  for (std::size_t depth : {5, 12, 27, 33, 40}) keys.push_back(dir.write("c" + std::to_string(depth), "C" + std::string(depth - 1, 'c')));
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
     std::vector<std::string> args{"run", "--json", "--mode", mode, "--jobs", "2"};

@@ -22,8 +22,10 @@ namespace {
 
 constexpr std::size_t kNoCap = 1 << 20;
 
-// This test binary lives in tests/, not beside the module as pillbox-sandbox does.
-const bool kPdfModuleFound = ::setenv("PILLBOX_PDF_TEXT_LIB", PILLBOX_BUILD_DIR "/libpillbox-pdf-text.so", 0) == 0;
+// This test binary lives in tests/, not beside the module as pillbox-sandbox
+// does: point at this build's module (never at one the environment names).
+const bool kPdfModuleFound = ::access(PILLBOX_BUILD_DIR "/libpillbox-pdf-text.so", R_OK) == 0 &&
+                             ::setenv("PILLBOX_PDF_TEXT_LIB", PILLBOX_BUILD_DIR "/libpillbox-pdf-text.so", 1) == 0;
 
 std::unique_ptr<Handler> make(const std::string& name, const HandlerArgs& args = {}) {
   REQUIRE(kPdfModuleFound);
