@@ -16,6 +16,7 @@ std::string_view to_string(Kind kind) {
     case Kind::kProtocolError: return "protocol-error";
     case Kind::kKilled: return "killed";
     case Kind::kSandboxError: return "sandbox-error";
+    case Kind::kSupervisorLost: return "supervisor-lost";
   }
   return "unknown";
 }
@@ -42,6 +43,7 @@ bool is_deterministic(Kind kind) {
     case Kind::kProtocolError:
     case Kind::kKilled:
     case Kind::kSandboxError:
+    case Kind::kSupervisorLost:
       return false;
   }
   return false;

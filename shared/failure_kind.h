@@ -20,12 +20,14 @@ enum class Kind : std::uint8_t {
   kProtocolError,     // malformed, oversized, forged or missing frames
   kKilled,            // SIGKILL (or another fatal signal) from outside
   kSandboxError,      // the sandbox could not be set up: never the payload's fault
+  kSupervisorLost,    // the supervisor itself died while the task ran (ledger: attempt never finished)
 };
 
 inline constexpr Kind kAllKinds[] = {
     Kind::kOk,           Kind::kCrash,        Kind::kStackOverflow,    Kind::kCpuLimit,
     Kind::kWallTimeout,  Kind::kOom,          Kind::kSeccompViolation, Kind::kOutputLimit,
     Kind::kHandlerError, Kind::kProtocolError, Kind::kKilled,          Kind::kSandboxError,
+    Kind::kSupervisorLost,
 };
 
 std::string_view to_string(Kind kind);

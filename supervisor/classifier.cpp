@@ -162,6 +162,7 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       case Kind::kWallTimeout:
       case Kind::kOom:
       case Kind::kOutputLimit:
+      case Kind::kSupervisorLost:
       case Kind::kOk: break;  // the handler is the identity (no usable stack at the kill)
     }
     o.fingerprint = make_fingerprint(o.kind, detail, o.crash_state, ex.handler_identity);

@@ -10,8 +10,7 @@ namespace {
 // never edit one that has shipped.
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = {
-      // 1: what wrote the store and when; later migrations add the ledger and
-      // the quarantine (issue 3).
+      // 1: what wrote the store and when.
       R"sql(
         CREATE TABLE store_info (
           key   TEXT PRIMARY KEY,
@@ -20,6 +19,97 @@ const std::vector<std::string>& migrations() {
         INSERT INTO store_info (key, value) VALUES
           ('created_at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
           ('created_by', 'pillbox )sql" PILLBOX_VERSION R"sql(');
+      )sql",
+      // 2: the task ledger (every attempt counted before it runs) and the
+      // quarantine. Times are milliseconds since the Unix epoch (UTC).
+      R"sql(
+        CREATE TABLE runs (
+          id               INTEGER PRIMARY KEY,
+          started_at       INTEGER NOT NULL,
+          pid              INTEGER NOT NULL,
+          host             TEXT NOT NULL,
+          handler_identity TEXT NOT NULL,
+          policy_identity  TEXT NOT NULL
+        );
+        -- One row per task: the handler identity it runs under, its key and
+        -- the hash of its payload. A run over the same inputs finds its rows.
+        CREATE TABLE tasks (
+          id             INTEGER PRIMARY KEY,
+          job            TEXT NOT NULL,
+          key            TEXT NOT NULL,
+          payload_sha256 TEXT NOT NULL,
+          payload_size   INTEGER NOT NULL,
+          state          TEXT NOT NULL CHECK (state IN ('pending', 'ok', 'quarantined', 'gave-up')),
+          attempts       INTEGER NOT NULL DEFAULT 0,
+          updated_at     INTEGER NOT NULL,
+          UNIQUE (job, key, payload_sha256)
+        );
+        -- Every attempt, inserted before the child starts. ended_at stays NULL
+        -- when the supervisor died while the attempt ran. charged = 0: the
+        -- failure is not held against the payload (suspected outage, give-up
+        -- budget reset).
+        CREATE TABLE attempts (
+          task_id     INTEGER NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+          n           INTEGER NOT NULL,
+          run_id      INTEGER NOT NULL,
+          started_at  INTEGER NOT NULL,
+          ended_at    INTEGER,
+          kind        TEXT,
+          fingerprint TEXT,
+          message     TEXT,
+          charged     INTEGER NOT NULL DEFAULT 1,
+          PRIMARY KEY (task_id, n)
+        ) WITHOUT ROWID;
+        -- Content-addressed payloads of quarantine records. Small ones inline;
+        -- larger ones in payloads/XX/<sha256> beside the database (data NULL).
+        CREATE TABLE payloads (
+          sha256     TEXT PRIMARY KEY,
+          size       INTEGER NOT NULL,
+          data       BLOB,
+          created_at INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE quarantine (
+          id               INTEGER PRIMARY KEY,
+          task_id          INTEGER NOT NULL REFERENCES tasks(id),
+          key              TEXT NOT NULL,
+          source           TEXT NOT NULL,
+          handler          TEXT NOT NULL,
+          handler_identity TEXT NOT NULL,
+          handler_args     TEXT NOT NULL,
+          exec_argv        TEXT NOT NULL,
+          policy_identity  TEXT NOT NULL,
+          policy           TEXT NOT NULL,
+          payload_sha256   TEXT NOT NULL REFERENCES payloads(sha256),
+          payload_size     INTEGER NOT NULL,
+          kind             TEXT NOT NULL,
+          fingerprint      TEXT NOT NULL,
+          crash_state      TEXT NOT NULL,
+          message          TEXT NOT NULL,
+          signal           INTEGER NOT NULL,
+          syscall          TEXT NOT NULL,
+          exit_code        INTEGER NOT NULL,
+          cpu_ms           INTEGER NOT NULL,
+          wall_ms          INTEGER NOT NULL,
+          max_rss_kb       INTEGER NOT NULL,
+          status           TEXT NOT NULL CHECK (status IN
+                             ('quarantined', 'replaying', 'resolved', 'failed-again', 'discarded')),
+          repeats          INTEGER NOT NULL DEFAULT 0,
+          created_at       INTEGER NOT NULL,
+          updated_at       INTEGER NOT NULL
+        );
+        CREATE INDEX quarantine_by_fingerprint ON quarantine (fingerprint, created_at);
+        CREATE INDEX quarantine_by_created ON quarantine (created_at);
+        CREATE INDEX quarantine_by_status ON quarantine (status, created_at);
+        CREATE INDEX quarantine_by_task ON quarantine (task_id);
+        CREATE TABLE audit (
+          id        INTEGER PRIMARY KEY,
+          record_id INTEGER NOT NULL REFERENCES quarantine(id) ON DELETE CASCADE,
+          at        INTEGER NOT NULL,
+          actor     TEXT NOT NULL,
+          action    TEXT NOT NULL,
+          detail    TEXT NOT NULL
+        );
+        CREATE INDEX audit_by_record ON audit (record_id, at);
       )sql",
   };
   return all;

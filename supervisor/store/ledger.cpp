@@ -1,0 +1,143 @@
+#include "supervisor/store/ledger.h"
+
+#include <unistd.h>
+
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox::store {
+
+Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity, const std::string& policy_identity) {
+  Ledger ledger(db, handler_identity);
+  struct {
+    Statement* target;
+    const char* sql;
+  } statements[] = {
+      {&ledger.find_task_, "SELECT id, state, attempts FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
+      {&ledger.find_attempts_,
+       "SELECT n, ended_at IS NOT NULL, coalesce(kind, ''), coalesce(fingerprint, ''), charged FROM attempts "
+       "WHERE task_id = ?1 ORDER BY n"},
+      {&ledger.upsert_task_,
+       "INSERT INTO tasks (job, key, payload_sha256, payload_size, state, attempts, updated_at) "
+       "VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5) "
+       "ON CONFLICT (job, key, payload_sha256) DO UPDATE SET updated_at = excluded.updated_at RETURNING id"},
+      {&ledger.bump_attempts_,
+       "UPDATE tasks SET attempts = attempts + 1, updated_at = ?2 WHERE id = ?1 RETURNING attempts"},
+      {&ledger.insert_attempt_, "INSERT INTO attempts (task_id, n, run_id, started_at) VALUES (?1, ?2, ?3, ?4)"},
+      {&ledger.end_attempt_,
+       "UPDATE attempts SET ended_at = ?3, kind = ?4, fingerprint = ?5, message = ?6, charged = ?7 "
+       "WHERE task_id = ?1 AND n = ?2"},
+      {&ledger.uncharge_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1 AND n = ?2"},
+      {&ledger.set_state_, "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = ?1"},
+  };
+  for (auto& [target, sql] : statements) {
+    auto stmt = Statement::prepare(db.handle(), sql);
+    if (!stmt) return Error{stmt.error()};
+    *target = std::move(*stmt);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  auto run = Statement::prepare(db.handle(),
+                                "INSERT INTO runs (started_at, pid, host, handler_identity, policy_identity) "
+                                "VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id");
+  if (!run) return Error{run.error()};
+  run->bind(1, now_ms()).bind(2, static_cast<std::int64_t>(::getpid())).bind(3, std::string_view(host));
+  run->bind(4, std::string_view(handler_identity)).bind(5, std::string_view(policy_identity));
+  auto row = run->step();
+  if (!row) return Error{row.error()};
+  ledger.run_id_ = run->column_int(0);
+  return ledger;
+}
+
+Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const std::string& sha) {
+  auto row = find_task_.bind(1, std::string_view(job_)).bind(2, std::string_view(key)).bind(3, std::string_view(sha)).step();
+  if (!row) return Error{row.error()};
+  if (!*row) {
+    find_task_.reset();
+    return std::optional<LedgerTask>();
+  }
+  LedgerTask t;
+  t.id = find_task_.column_int(0);
+  t.state = find_task_.column_text(1);
+  t.attempts = static_cast<std::uint32_t>(find_task_.column_int(2));
+  find_task_.reset();
+  if (t.state == "ok" || t.state == "quarantined") return std::optional<LedgerTask>(std::move(t));
+  find_attempts_.bind(1, t.id);
+  while (true) {
+    auto a = find_attempts_.step();
+    if (!a) return Error{a.error()};
+    if (!*a) break;
+    AttemptSummary s;
+    s.n = static_cast<std::uint32_t>(find_attempts_.column_int(0));
+    s.finished = find_attempts_.column_int(1) != 0;
+    s.kind = find_attempts_.column_text(2);
+    s.fingerprint = find_attempts_.column_text(3);
+    s.charged = find_attempts_.column_int(4) != 0;
+    t.history.push_back(std::move(s));
+  }
+  find_attempts_.reset();
+  return std::optional<LedgerTask>(std::move(t));
+}
+
+Status Ledger::begin() {
+  if (txn_) return Status::ok();
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Status::error(txn.error());
+  txn_.emplace(std::move(*txn));
+  return Status::ok();
+}
+
+Status Ledger::commit() {
+  if (!txn_) return Status::ok();
+  Status s = txn_->commit();
+  txn_.reset();
+  return s;
+}
+
+Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std::string& sha, std::int64_t size,
+                                               std::int64_t now) {
+  auto row = upsert_task_.bind(1, std::string_view(job_))
+                 .bind(2, std::string_view(key))
+                 .bind(3, std::string_view(sha))
+                 .bind(4, size)
+                 .bind(5, now)
+                 .step();
+  if (!row) return Error{row.error()};
+  StartedAttempt started;
+  started.task_id = upsert_task_.column_int(0);
+  upsert_task_.reset();
+  auto bumped = bump_attempts_.bind(1, started.task_id).bind(2, now).step();
+  if (!bumped) return Error{bumped.error()};
+  started.n = static_cast<std::uint32_t>(bump_attempts_.column_int(0));
+  bump_attempts_.reset();
+  if (auto s = insert_attempt_.bind(1, started.task_id)
+                   .bind(2, static_cast<std::int64_t>(started.n))
+                   .bind(3, run_id_)
+                   .bind(4, now)
+                   .run();
+      !s) {
+    return Error{s.message()};
+  }
+  return started;
+}
+
+Status Ledger::end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now, const std::string& kind,
+                           const std::string& fingerprint, const std::string& message, bool charged) {
+  return end_attempt_.bind(1, task_id)
+      .bind(2, static_cast<std::int64_t>(n))
+      .bind(3, now)
+      .bind(4, std::string_view(kind))
+      .bind(5, std::string_view(fingerprint))
+      .bind(6, std::string_view(message))
+      .bind(7, static_cast<std::int64_t>(charged ? 1 : 0))
+      .run();
+}
+
+Status Ledger::uncharge(std::int64_t task_id, std::uint32_t n) {
+  return uncharge_.bind(1, task_id).bind(2, static_cast<std::int64_t>(n)).run();
+}
+
+Status Ledger::set_state(std::int64_t task_id, const std::string& state, std::int64_t now) {
+  return set_state_.bind(1, task_id).bind(2, std::string_view(state)).bind(3, now).run();
+}
+
+}  // namespace pillbox::store

@@ -1,0 +1,82 @@
+#pragma once
+// The task ledger: every attempt of every task, counted in the database
+// before the child starts (DESIGN.md §5). A run over the same inputs with the
+// same store finds each task by (handler identity, key, payload hash): done
+// tasks are skipped, unfinished ones run again with their attempts
+// remembered, and an attempt that never finished says the supervisor died
+// while it ran.
+//
+// Writes are grouped: begin(), any number of writes, commit() — one
+// transaction (one WAL append) for everything a dispatcher turn did.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+#include "supervisor/store/statement.h"
+
+namespace pillbox::store {
+
+struct AttemptSummary {
+  std::uint32_t n = 0;
+  bool finished = false;      // false: the supervisor was lost while it ran
+  std::string kind;           // when finished
+  std::string fingerprint;
+  bool charged = true;        // false: not held against the payload
+};
+
+struct LedgerTask {
+  std::int64_t id = 0;
+  std::string state;          // pending | ok | quarantined | gave-up
+  std::uint32_t attempts = 0;
+  std::vector<AttemptSummary> history;  // oldest first
+};
+
+struct StartedAttempt {
+  std::int64_t task_id = 0;
+  std::uint32_t n = 0;
+};
+
+class Ledger {
+ public:
+  // Records this run (pid, host, what it runs) and prepares the statements.
+  static Expected<Ledger> open(Database& db, const std::string& handler_identity, const std::string& policy_identity);
+
+  std::int64_t run_id() const { return run_id_; }
+  const std::string& job() const { return job_; }
+
+  Expected<std::optional<LedgerTask>> find(const std::string& key, const std::string& payload_sha256);
+
+  Status begin();
+  Status commit();
+  bool in_batch() const { return txn_.has_value(); }
+
+  // Inside a batch. Creates the task on first sight; the attempt number is
+  // taken from the database, so concurrent runs never reuse one.
+  Expected<StartedAttempt> start_attempt(const std::string& key, const std::string& payload_sha256,
+                                         std::int64_t payload_size, std::int64_t now_ms);
+  Status end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now_ms, const std::string& kind,
+                     const std::string& fingerprint, const std::string& message, bool charged);
+  Status uncharge(std::int64_t task_id, std::uint32_t n);
+  Status set_state(std::int64_t task_id, const std::string& state, std::int64_t now_ms);
+
+ private:
+  Ledger(Database& db, std::string job) : db_(&db), job_(std::move(job)) {}
+
+  Database* db_;
+  std::string job_;
+  std::int64_t run_id_ = 0;
+  std::optional<Transaction> txn_;
+  Statement find_task_;
+  Statement find_attempts_;
+  Statement upsert_task_;
+  Statement bump_attempts_;
+  Statement insert_attempt_;
+  Statement end_attempt_;
+  Statement uncharge_;
+  Statement set_state_;
+};
+
+}  // namespace pillbox::store

@@ -1,0 +1,145 @@
+#include "supervisor/store/payload_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "shared/sha256.h"
+#include "shared/unique_fd.h"
+
+namespace pillbox::store {
+namespace {
+
+Status make_private_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::error("store: cannot create " + path + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::error("store: " + path + " is not a directory");
+  }
+  return Status::ok();
+}
+
+Expected<std::string> read_all(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return Error{"store: cannot read payload " + path + ": " + std::strerror(errno)};
+  std::string out;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error{"store: cannot read payload " + path + ": " + std::strerror(errno)};
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<PayloadStore> PayloadStore::open(Database& db, const std::string& store_dir) {
+  PayloadStore ps(db, store_dir);
+  auto exists = Statement::prepare(db.handle(), "SELECT 1 FROM payloads WHERE sha256 = ?1");
+  if (!exists) return Error{exists.error()};
+  auto insert = Statement::prepare(db.handle(),
+                                   "INSERT INTO payloads (sha256, size, data, created_at) VALUES (?1, ?2, ?3, ?4) "
+                                   "ON CONFLICT (sha256) DO NOTHING");
+  if (!insert) return Error{insert.error()};
+  ps.exists_ = std::move(*exists);
+  ps.insert_ = std::move(*insert);
+  return ps;
+}
+
+std::string PayloadStore::file_path(const std::string& sha256) const {
+  return dir_ + "/payloads/" + sha256.substr(0, 2) + "/" + sha256;
+}
+
+Expected<std::string> PayloadStore::put(std::string_view bytes, std::int64_t now_ms) {
+  const std::string sha = sha256_hex(bytes);
+  if (auto s = put(bytes, sha, now_ms); !s) return Error{s.message()};
+  return sha;
+}
+
+Status PayloadStore::put(std::string_view bytes, const std::string& sha256, std::int64_t now_ms) {
+  auto found = exists_.bind(1, std::string_view(sha256)).step();
+  if (!found) return Status::error(found.error());
+  exists_.reset();
+  if (*found) return Status::ok();
+  const bool inline_bytes = bytes.size() <= kInlinePayloadBytes;
+  if (!inline_bytes) {
+    if (auto s = write_file(bytes, sha256); !s) return s;
+  }
+  insert_.bind(1, std::string_view(sha256)).bind(2, static_cast<std::int64_t>(bytes.size())).bind(4, now_ms);
+  if (inline_bytes) insert_.bind_blob(3, bytes);
+  else insert_.bind_null(3);
+  return insert_.run();
+}
+
+Status PayloadStore::write_file(std::string_view bytes, const std::string& sha256) {
+  if (auto s = make_private_dir(dir_ + "/payloads"); !s) return s;
+  if (auto s = make_private_dir(dir_ + "/payloads/" + sha256.substr(0, 2)); !s) return s;
+  const std::string final_path = file_path(sha256);
+  const std::string temp_path = final_path + ".tmp." + std::to_string(::getpid());
+  UniqueFd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return Status::error("store: cannot write " + temp_path + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::unlink(temp_path.c_str());
+      return Status::error("store: cannot write " + temp_path + ": " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  fd.reset();
+  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temp_path.c_str());
+    return Status::error("store: cannot rename " + temp_path + ": " + why);
+  }
+  return Status::ok();
+}
+
+Expected<std::string> PayloadStore::get(const std::string& sha256) {
+  auto stmt = Statement::prepare(db_->handle(), "SELECT data, size FROM payloads WHERE sha256 = ?1");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, std::string_view(sha256)).step();
+  if (!row) return Error{row.error()};
+  if (!*row) return Error{"store: no payload " + sha256};
+  std::string bytes;
+  if (stmt->column_is_null(0)) {
+    auto file = read_all(file_path(sha256));
+    if (!file) return Error{file.error()};
+    bytes = std::move(*file);
+  } else {
+    bytes = stmt->column_text(0);
+  }
+  if (sha256_hex(bytes) != sha256) return Error{"store: payload " + sha256 + " is damaged (its hash does not match)"};
+  return bytes;
+}
+
+Expected<std::vector<std::string>> PayloadStore::remove_unreferenced(std::size_t& rows) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "DELETE FROM payloads WHERE sha256 NOT IN (SELECT payload_sha256 FROM quarantine) "
+                                 "RETURNING sha256, data IS NULL");
+  if (!stmt) return Error{stmt.error()};
+  std::vector<std::string> files;
+  rows = 0;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    ++rows;
+    if (stmt->column_int(1) != 0) files.push_back(file_path(stmt->column_text(0)));
+  }
+  return files;
+}
+
+}  // namespace pillbox::store

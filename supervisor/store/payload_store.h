@@ -1,0 +1,48 @@
+#pragma once
+// Content-addressed payloads of quarantine records, deduplicated by SHA-256.
+// Up to kInlinePayloadBytes they live in the database; larger ones in
+// <store>/payloads/XX/<sha256> (0600), written and renamed into place before
+// the row that names them commits, so a committed row never points at a
+// missing or partial file. A file left by a process killed before its commit
+// is harmless: the same bytes have the same name.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+#include "supervisor/store/statement.h"
+
+namespace pillbox::store {
+
+inline constexpr std::size_t kInlinePayloadBytes = 64 * 1024;
+
+class PayloadStore {
+ public:
+  static Expected<PayloadStore> open(Database& db, const std::string& store_dir);
+
+  // Stores `bytes` (once per hash) inside the caller's transaction; returns the hex SHA-256.
+  Expected<std::string> put(std::string_view bytes, std::int64_t now_ms);
+  // Stores bytes whose hash the caller already computed.
+  Status put(std::string_view bytes, const std::string& sha256, std::int64_t now_ms);
+  // The exact bytes, checked against their hash.
+  Expected<std::string> get(const std::string& sha256);
+  // Deletes the rows of payloads no quarantine record refers to, inside the
+  // caller's transaction, and returns the files to unlink once it commits
+  // (unlinking first could leave a committed row without its file).
+  Expected<std::vector<std::string>> remove_unreferenced(std::size_t& rows);
+
+  std::string file_path(const std::string& sha256) const;
+
+ private:
+  PayloadStore(Database& db, std::string dir) : db_(&db), dir_(std::move(dir)) {}
+  Status write_file(std::string_view bytes, const std::string& sha256);
+
+  Database* db_;
+  std::string dir_;
+  Statement exists_;
+  Statement insert_;
+};
+
+}  // namespace pillbox::store

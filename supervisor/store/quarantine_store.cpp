@@ -1,0 +1,209 @@
+#include "supervisor/store/quarantine_store.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+namespace pillbox::store {
+namespace {
+
+constexpr const char* kColumns =
+    "id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, policy, "
+    "payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, "
+    "wall_ms, max_rss_kb, status, repeats, created_at, updated_at";
+
+QuarantineRecord read_record(const Statement& s) {
+  QuarantineRecord r;
+  int c = 0;
+  r.id = s.column_int(c++);
+  QuarantineEntry& e = r.entry;
+  e.task_id = s.column_int(c++);
+  e.key = s.column_text(c++);
+  e.source = s.column_text(c++);
+  e.handler = s.column_text(c++);
+  e.handler_identity = s.column_text(c++);
+  e.handler_args = s.column_text(c++);
+  e.exec_argv = s.column_text(c++);
+  e.policy_identity = s.column_text(c++);
+  e.policy = s.column_text(c++);
+  e.payload_sha256 = s.column_text(c++);
+  e.payload_size = s.column_int(c++);
+  e.kind = s.column_text(c++);
+  e.fingerprint = s.column_text(c++);
+  e.crash_state = s.column_text(c++);
+  e.message = s.column_text(c++);
+  e.signal = s.column_int(c++);
+  e.syscall = s.column_text(c++);
+  e.exit_code = s.column_int(c++);
+  e.cpu_ms = s.column_int(c++);
+  e.wall_ms = s.column_int(c++);
+  e.max_rss_kb = s.column_int(c++);
+  r.status = s.column_text(c++);
+  r.repeats = s.column_int(c++);
+  r.created_at = s.column_int(c++);
+  r.updated_at = s.column_int(c++);
+  return r;
+}
+
+}  // namespace
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string& store_dir, std::int64_t max_records) {
+  auto payloads = PayloadStore::open(db, store_dir);
+  if (!payloads) return Error{payloads.error()};
+  QuarantineStore qs(db, std::move(*payloads), max_records);
+  struct {
+    Statement* target;
+    const char* sql;
+  } statements[] = {
+      {&qs.insert_,
+       "INSERT INTO quarantine (task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
+       "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
+       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, "
+       "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 'quarantined', ?22, ?22) "
+       "RETURNING id"},
+      {&qs.newest_of_fingerprint_, "SELECT id FROM quarantine WHERE fingerprint = ?1 ORDER BY created_at DESC LIMIT 1"},
+      {&qs.fold_, "UPDATE quarantine SET repeats = repeats + 1, updated_at = ?2 WHERE id = ?1"},
+      {&qs.audit_, "INSERT INTO audit (record_id, at, actor, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)"},
+      {&qs.evict_,
+       "DELETE FROM quarantine WHERE id = (SELECT id FROM quarantine WHERE status IN ('resolved', 'discarded') "
+       "ORDER BY created_at LIMIT 1) RETURNING id"},
+  };
+  for (auto& [target, sql] : statements) {
+    auto stmt = Statement::prepare(db.handle(), sql);
+    if (!stmt) return Error{stmt.error()};
+    *target = std::move(*stmt);
+  }
+  return qs;
+}
+
+Expected<std::int64_t> QuarantineStore::open_records() {
+  return db_->query_int("SELECT count(*) FROM quarantine WHERE status NOT IN ('resolved', 'discarded')");
+}
+
+Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::string_view payload, std::int64_t now,
+                                               const std::string& actor) {
+  InsertResult result;
+  auto known = newest_of_fingerprint_.bind(1, std::string_view(e.fingerprint)).step();
+  if (!known) return Error{known.error()};
+  const std::int64_t known_id = *known ? newest_of_fingerprint_.column_int(0) : 0;
+  newest_of_fingerprint_.reset();
+  result.new_fingerprint = known_id == 0;
+
+  if (max_records_ > 0) {
+    // Counted inside the transaction, so concurrent writers see each other.
+    auto open = open_records();
+    if (!open) return Error{open.error()};
+    if (*open >= max_records_) {
+      auto evicted = evict_.step();
+      if (!evicted) return Error{evicted.error()};
+      evict_.reset();
+      if (!*evicted && known_id != 0) {
+        if (auto s = fold_.bind(1, known_id).bind(2, now).run(); !s) return Error{s.message()};
+        if (auto s = audit(known_id, now, actor, "repeat",
+                           "store full (" + std::to_string(max_records_) + " open records): key '" + e.key +
+                               "' failed the same way; its payload " + e.payload_sha256 + " was not kept");
+            !s) {
+          return Error{s.message()};
+        }
+        result.id = known_id;
+        result.folded = true;
+        return result;
+      }
+    }
+  }
+
+  if (auto s = payloads_.put(payload, e.payload_sha256, now); !s) return Error{s.message()};
+  const std::string_view texts[] = {e.key, e.source, e.handler, e.handler_identity, e.handler_args, e.exec_argv,
+                                    e.policy_identity, e.policy, e.payload_sha256};
+  int index = 1;
+  insert_.bind(index++, e.task_id);
+  for (std::string_view t : texts) insert_.bind(index++, t);   // ?2 .. ?10
+  insert_.bind(11, e.payload_size);
+  insert_.bind(12, std::string_view(e.kind));
+  insert_.bind(13, std::string_view(e.fingerprint));
+  insert_.bind(14, std::string_view(e.crash_state));
+  insert_.bind(15, std::string_view(e.message));
+  insert_.bind(16, e.signal);
+  insert_.bind(17, std::string_view(e.syscall));
+  insert_.bind(18, e.exit_code);
+  insert_.bind(19, e.cpu_ms);
+  insert_.bind(20, e.wall_ms);
+  insert_.bind(21, e.max_rss_kb);
+  insert_.bind(22, now);
+  auto row = insert_.step();
+  if (!row) return Error{row.error()};
+  result.id = insert_.column_int(0);
+  insert_.reset();
+  return result;
+}
+
+Status QuarantineStore::audit(std::int64_t record_id, std::int64_t now, const std::string& actor,
+                              const std::string& action, const std::string& detail) {
+  return audit_.bind(1, record_id)
+      .bind(2, now)
+      .bind(3, std::string_view(actor))
+      .bind(4, std::string_view(action))
+      .bind(5, std::string_view(detail))
+      .run();
+}
+
+Expected<std::vector<QuarantineRecord>> QuarantineStore::list(const ListFilter& f) {
+  std::string sql = std::string("SELECT ") + kColumns + " FROM quarantine WHERE 1";
+  if (f.status) sql += " AND status = ?1";
+  if (f.kind) sql += " AND kind = ?2";
+  if (f.fingerprint) sql += " AND fingerprint = ?3";
+  sql += " ORDER BY created_at DESC, id DESC LIMIT ?4 OFFSET ?5";
+  auto stmt = Statement::prepare(db_->handle(), sql);
+  if (!stmt) return Error{stmt.error()};
+  if (f.status) stmt->bind(1, std::string_view(*f.status));
+  if (f.kind) stmt->bind(2, std::string_view(*f.kind));
+  if (f.fingerprint) stmt->bind(3, std::string_view(*f.fingerprint));
+  stmt->bind(4, f.limit).bind(5, f.offset);
+  std::vector<QuarantineRecord> out;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    out.push_back(read_record(*stmt));
+  }
+  return out;
+}
+
+Expected<std::optional<QuarantineRecord>> QuarantineStore::get(std::int64_t id) {
+  auto stmt = Statement::prepare(db_->handle(), std::string("SELECT ") + kColumns + " FROM quarantine WHERE id = ?1");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, id).step();
+  if (!row) return Error{row.error()};
+  if (!*row) return std::optional<QuarantineRecord>();
+  return std::optional<QuarantineRecord>(read_record(*stmt));
+}
+
+Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Error{txn.error()};
+  std::string sql = "DELETE FROM quarantine WHERE created_at < ?1";
+  if (!statuses.empty()) {
+    sql += " AND status IN (";
+    for (std::size_t i = 0; i < statuses.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 2);
+    sql += ")";
+  }
+  auto stmt = Statement::prepare(db_->handle(), sql);
+  if (!stmt) return Error{stmt.error()};
+  stmt->bind(1, cutoff_ms);
+  for (std::size_t i = 0; i < statuses.size(); ++i) stmt->bind(static_cast<int>(i + 2), std::string_view(statuses[i]));
+  if (auto s = stmt->run(); !s) return Error{s.message()};
+  PurgeResult result;
+  result.records = static_cast<std::size_t>(::sqlite3_changes(db_->handle()));
+  auto files = payloads_.remove_unreferenced(result.payloads);
+  if (!files) return Error{files.error()};
+  if (auto s = txn->commit(); !s) return Error{s.message()};
+  for (const auto& f : *files) ::unlink(f.c_str());
+  return result;
+}
+
+}  // namespace pillbox::store

@@ -1,0 +1,122 @@
+#pragma once
+// Quarantine records: what a poison payload did, under what it ran, and what
+// operators did with it since (DESIGN.md §5). A record names its payload by
+// hash (payload_store.h) and its task in the ledger, whose attempts are the
+// record's history.
+//
+// Capacity: `max_records` counts records not yet resolved or discarded.
+// When a new quarantine would go past it, in this order:
+//   1. the oldest resolved or discarded record is deleted to make room;
+//   2. otherwise, when the fingerprint is already quarantined, the newest
+//      record of that fingerprint counts one more repeat (its `repeats`) and
+//      the new payload is not kept: the bug is already on file;
+//   3. otherwise (a fingerprint never seen) the record is kept anyway: new
+//      evidence is never dropped, so the limit can be passed by new bugs only.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+#include "supervisor/store/payload_store.h"
+#include "supervisor/store/statement.h"
+
+namespace pillbox::store {
+
+inline constexpr std::int64_t kDefaultMaxRecords = 100'000;
+
+struct QuarantineEntry {
+  std::int64_t task_id = 0;
+  std::string key;
+  std::string source = "run";       // run | fuzz | import
+  std::string handler;              // echo, regex, exec, plugin:...
+  std::string handler_identity;     // part of the fingerprint
+  std::string handler_args;         // JSON object
+  std::string exec_argv;            // JSON array ("[]" for handlers)
+  std::string policy_identity;
+  std::string policy;               // the policy's text, to replay under it
+  std::string payload_sha256;
+  std::int64_t payload_size = 0;
+  std::string kind;
+  std::string fingerprint;
+  std::string crash_state;          // JSON array, innermost first
+  std::string message;
+  std::int64_t signal = 0;
+  std::string syscall;
+  std::int64_t exit_code = -1;
+  std::int64_t cpu_ms = 0;
+  std::int64_t wall_ms = 0;
+  std::int64_t max_rss_kb = 0;
+};
+
+struct QuarantineRecord {
+  std::int64_t id = 0;
+  QuarantineEntry entry;
+  std::string status;
+  std::int64_t repeats = 0;
+  std::int64_t created_at = 0;
+  std::int64_t updated_at = 0;
+};
+
+struct InsertResult {
+  std::int64_t id = 0;          // the new record, or the one the repeat was folded into
+  bool new_fingerprint = false; // no record had this fingerprint before
+  bool folded = false;          // over capacity: counted as a repeat, payload not kept
+};
+
+struct ListFilter {
+  std::optional<std::string> status;
+  std::optional<std::string> kind;
+  std::optional<std::string> fingerprint;
+  std::int64_t limit = -1;      // -1: all
+  std::int64_t offset = 0;
+};
+
+struct PurgeResult {
+  std::size_t records = 0;
+  std::size_t payloads = 0;
+};
+
+class QuarantineStore {
+ public:
+  static Expected<QuarantineStore> open(Database& db, const std::string& store_dir,
+                                        std::int64_t max_records = kDefaultMaxRecords);
+
+  // Inside the caller's transaction. `payload` is stored under
+  // entry.payload_sha256 unless the repeat is folded.
+  Expected<InsertResult> insert(const QuarantineEntry& entry, std::string_view payload, std::int64_t now_ms,
+                                const std::string& actor);
+  Status audit(std::int64_t record_id, std::int64_t now_ms, const std::string& actor, const std::string& action,
+               const std::string& detail);
+
+  // Newest first.
+  Expected<std::vector<QuarantineRecord>> list(const ListFilter& filter);
+  Expected<std::optional<QuarantineRecord>> get(std::int64_t id);
+  // Records created before `cutoff_ms` whose status is one of `statuses`
+  // (all statuses when empty), with their audit trail and payloads no other
+  // record shares. Runs its own transaction.
+  Expected<PurgeResult> purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses);
+
+  PayloadStore& payloads() { return payloads_; }
+
+ private:
+  QuarantineStore(Database& db, PayloadStore payloads, std::int64_t max_records)
+      : db_(&db), payloads_(std::move(payloads)), max_records_(max_records) {}
+  Expected<std::int64_t> open_records();
+
+  Database* db_;
+  PayloadStore payloads_;
+  std::int64_t max_records_;
+  Statement insert_;
+  Statement newest_of_fingerprint_;
+  Statement fold_;
+  Statement audit_;
+  Statement evict_;
+};
+
+// Milliseconds since the Unix epoch, the store's unit of time.
+std::int64_t now_ms();
+
+}  // namespace pillbox::store

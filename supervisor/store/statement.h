@@ -1,0 +1,73 @@
+#pragma once
+// A prepared SQLite statement: bind by position (1-based), step, read
+// columns. Prepared once and reused, so the ledger's per-task writes do not
+// parse SQL again; reset() makes it ready for the next use.
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "shared/status.h"
+
+namespace pillbox::store {
+
+class Statement {
+ public:
+  Statement() = default;
+  static Expected<Statement> prepare(sqlite3* db, const std::string& sql);
+
+  Statement(Statement&& other) noexcept;
+  Statement& operator=(Statement&& other) noexcept;
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  ~Statement();
+
+  // Binding resets a statement that has been stepped, so a reused statement
+  // needs no explicit reset() before its next bind.
+  Statement& bind(int index, std::int64_t value);
+  Statement& bind(int index, std::string_view text);
+  Statement& bind_blob(int index, std::string_view bytes);
+  Statement& bind_null(int index);
+  Statement& bind(int index, const std::optional<std::string>& text);
+
+  // True when a row is ready, false when done; an error otherwise.
+  Expected<bool> step();
+  // Steps to completion, for statements that return no rows (or whose rows
+  // are not needed).
+  Status run();
+
+  std::int64_t column_int(int index) const;
+  std::string column_text(int index) const;
+  bool column_is_null(int index) const;
+
+  void reset();
+
+ private:
+  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  void ensure_fresh();
+
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* stmt_ = nullptr;
+  bool stepped_ = false;
+};
+
+// Commits on commit(), rolls back otherwise: no path leaves a transaction
+// open. BEGIN IMMEDIATE takes the write lock at once, so a concurrent writer
+// waits in the busy handler instead of failing half-way through.
+class Transaction {
+ public:
+  static Expected<Transaction> begin(sqlite3* db);
+  Transaction(Transaction&& other) noexcept;
+  Transaction& operator=(Transaction&&) = delete;
+  Transaction(const Transaction&) = delete;
+  ~Transaction();
+  Status commit();
+
+ private:
+  explicit Transaction(sqlite3* db) : db_(db) {}
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace pillbox::store
