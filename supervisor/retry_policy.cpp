@@ -1,0 +1,70 @@
+#include "supervisor/retry_policy.h"
+
+#include <algorithm>
+
+namespace pillbox {
+namespace {
+
+bool counted(const store::AttemptSummary& a) { return a.finished && a.charged; }
+
+}  // namespace
+
+bool is_transient(const RetrySettings& settings, const Outcome& outcome) {
+  if (outcome.kind == Kind::kKilled || outcome.kind == Kind::kSandboxError) return true;
+  return outcome.kind == Kind::kHandlerError && outcome.exit_code >= 0 &&
+         settings.retry_exit_codes.count(outcome.exit_code) > 0;
+}
+
+Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history,
+                const Outcome& outcome) {
+  if (outcome.kind == Kind::kOk) return {Decision::kDone, "ok"};
+  const auto failures = static_cast<std::uint32_t>(std::count_if(history.begin(), history.end(), counted));
+  const std::string kind(to_string(outcome.kind));
+  if (is_transient(settings, outcome)) {
+    if (failures >= settings.max_attempts) {
+      return {Decision::kGiveUp, kind + " on " + std::to_string(failures) + " attempts: not the payload's fault, not quarantined"};
+    }
+    return {Decision::kRetry, kind + ": not the payload's fault"};
+  }
+  if (is_deterministic(outcome.kind)) {
+    // The counted attempt before this one (the last counted is this one).
+    const store::AttemptSummary* previous = nullptr;
+    bool seen_current = false;
+    for (auto it = history.rbegin(); it != history.rend(); ++it) {
+      if (!counted(*it)) continue;
+      if (!seen_current) {
+        seen_current = true;
+        continue;
+      }
+      previous = &*it;
+      break;
+    }
+    if (previous != nullptr && previous->fingerprint == outcome.fingerprint) {
+      return {Decision::kQuarantine, kind + " " + outcome.fingerprint + " on two attempts in a row"};
+    }
+  }
+  if (failures >= settings.max_attempts) {
+    return {Decision::kQuarantine, "failed " + std::to_string(failures) + " of " +
+                                       std::to_string(settings.max_attempts) + " attempts, last " + kind};
+  }
+  return {Decision::kRetry, kind};
+}
+
+bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history) {
+  if (history.size() < settings.max_attempts || settings.max_attempts == 0) return false;
+  return std::all_of(history.end() - settings.max_attempts, history.end(),
+                     [](const store::AttemptSummary& a) { return !a.finished; });
+}
+
+std::chrono::milliseconds backoff_delay(const RetrySettings& settings, std::uint32_t failures, std::mt19937_64& rng) {
+  const std::uint32_t doublings = std::min<std::uint32_t>(failures > 0 ? failures - 1 : 0, 32);
+  const auto base = static_cast<std::uint64_t>(std::max<std::int64_t>(settings.backoff_base.count(), 0));
+  const auto cap = static_cast<std::uint64_t>(std::max<std::int64_t>(settings.backoff_max.count(), 0));
+  std::uint64_t ceiling = base;
+  for (std::uint32_t i = 0; i < doublings && ceiling < cap; ++i) ceiling *= 2;
+  ceiling = std::min(ceiling, cap);
+  std::uniform_int_distribution<std::uint64_t> pick(0, ceiling);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(pick(rng)));
+}
+
+}  // namespace pillbox

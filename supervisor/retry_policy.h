@@ -1,0 +1,59 @@
+#pragma once
+// What to do after an attempt (DESIGN.md §5): done, retry after a backoff,
+// quarantine, or give up without blaming the payload. Pure functions of the
+// task's attempt history, so the rules are tested without processes.
+//
+//   * ok                                      -> done
+//   * not the payload's fault (killed, sandbox-error, an exec exit code named
+//     by --retry-exit-code)                   -> retry; give up (never
+//                                                quarantine) once the budget
+//                                                is spent
+//   * a deterministic kind whose fingerprint equals the previous counted
+//     attempt's                               -> quarantine at once
+//   * max_attempts counted attempts failed    -> quarantine
+//   * otherwise                               -> retry
+// Attempts during which the supervisor itself died (never finished) are not
+// failures of the payload by themselves; max_attempts of them in a row are:
+// the payload kills the supervisor, and is quarantined as supervisor-lost.
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "supervisor/outcome.h"
+#include "supervisor/store/ledger.h"
+
+namespace pillbox {
+
+struct RetrySettings {
+  std::uint32_t max_attempts = 3;
+  std::chrono::milliseconds backoff_base{1000};
+  std::chrono::milliseconds backoff_max{60000};
+  std::set<int> retry_exit_codes;  // exec mode: exit codes that mean "transient, retry"
+};
+
+enum class Decision { kDone, kRetry, kQuarantine, kGiveUp };
+
+struct Judgement {
+  Decision decision = Decision::kDone;
+  std::string reason;  // one line, for the record's audit trail and the log
+};
+
+// True when the failure is not the payload's fault.
+bool is_transient(const RetrySettings& settings, const Outcome& outcome);
+
+// `history`: the task's attempts, oldest first, ending with the one that
+// produced `outcome` (finished, charged as decided by the caller).
+Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history,
+                const Outcome& outcome);
+
+// Before running a task again: true when its last max_attempts attempts all
+// ended with the supervisor lost.
+bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history);
+
+// Full jitter: uniform in [0, min(backoff_max, backoff_base * 2^(failures-1))].
+std::chrono::milliseconds backoff_delay(const RetrySettings& settings, std::uint32_t failures, std::mt19937_64& rng);
+
+}  // namespace pillbox
