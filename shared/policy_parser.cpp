@@ -549,17 +549,12 @@ class Parser {
 
 }  // namespace
 
-Status set_limit(Limits& limits, std::string_view key, std::string_view value) {
-  auto spec = std::find_if(std::begin(kLimitKeys), std::end(kLimitKeys),
-                           [&](const LimitKey& k) { return k.key == key; });
-  if (spec == std::end(kLimitKeys)) {
-    return Status::error("unknown limit " + quoted(key) + " (known: " + join(keys_of("limits")) +
-                         ")");
-  }
-  value = trim(value);
-  const std::string name(key);
-  const Quantity q = spec->quantity;
+namespace {
 
+// A whole number with a unit of `q`, within [min, max]; errors name `name`.
+Expected<std::uint64_t> parse_quantity(Quantity q, std::string_view value, const std::string& name, std::uint64_t min,
+                                       std::uint64_t max) {
+  value = trim(value);
   std::size_t i = 0;
   std::uint64_t n = 0;
   bool overflow = false;
@@ -574,16 +569,34 @@ Status set_limit(Limits& limits, std::string_view key, std::string_view value) {
   if (q == Quantity::kSize) factor = size_factor(unit);
   if (q == Quantity::kCount && unit.empty()) factor = 1;
   if (i == 0 || !factor) {
-    return Status::error("bad " + std::string(quantity_noun(q)) + " " + quoted(value) + " for " +
-                         name + "; " + accepted_forms(q));
+    return Error{"bad " + std::string(quantity_noun(q)) + " " + quoted(value) + " for " + name + "; " +
+                 accepted_forms(q)};
   }
-  if (overflow || n > std::numeric_limits<std::uint64_t>::max() / *factor ||
-      n * *factor < spec->min || n * *factor > spec->max) {
-    return Status::error(name + " " + quoted(value) + " is out of range; use " +
-                         format_quantity(q, spec->min) + " to " + format_quantity(q, spec->max));
+  if (overflow || n > std::numeric_limits<std::uint64_t>::max() / *factor || n * *factor < min || n * *factor > max) {
+    return Error{name + " " + quoted(value) + " is out of range; use " + format_quantity(q, min) + " to " +
+                 format_quantity(q, max)};
   }
-  limits.*(spec->field) = n * *factor;
+  return n * *factor;
+}
+
+}  // namespace
+
+Status set_limit(Limits& limits, std::string_view key, std::string_view value) {
+  auto spec = std::find_if(std::begin(kLimitKeys), std::end(kLimitKeys),
+                           [&](const LimitKey& k) { return k.key == key; });
+  if (spec == std::end(kLimitKeys)) {
+    return Status::error("unknown limit " + quoted(key) + " (known: " + join(keys_of("limits")) +
+                         ")");
+  }
+  auto parsed = parse_quantity(spec->quantity, value, std::string(key), spec->min, spec->max);
+  if (!parsed) return Status::error(parsed.error());
+  limits.*(spec->field) = *parsed;
   return Status::ok();
+}
+
+Expected<std::uint64_t> parse_duration_ms(std::string_view value, const std::string& name, std::uint64_t min_ms,
+                                          std::uint64_t max_ms) {
+  return parse_quantity(Quantity::kDuration, value, name, min_ms, max_ms);
 }
 
 Expected<Policy> parse_policy(std::string_view text, std::string_view origin,

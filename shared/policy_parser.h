@@ -37,4 +37,9 @@ std::string format_policy(const Policy& policy);
 // message names the key but no file.
 Status set_limit(Limits& limits, std::string_view key, std::string_view value);
 
+// A duration in the policy's forms (500ms, 5s, 2m, 1h; a bare number is
+// seconds), in milliseconds, within [min_ms, max_ms]; errors name `name`.
+Expected<std::uint64_t> parse_duration_ms(std::string_view value, const std::string& name, std::uint64_t min_ms,
+                                          std::uint64_t max_ms);
+
 }  // namespace pillbox

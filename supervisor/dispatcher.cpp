@@ -88,6 +88,7 @@ class Dispatcher {
     bool source_done = false;
     while (true) {
       // Intake: fill free slots.
+      if (auto s = source_.prepare(source_done ? 0 : free_slots_.size()); !s) return Error{s.message()};
       bool source_waiting = false;
       while (!source_done && !free_slots_.empty()) {
         TaskSource::Item item = source_.next();
@@ -109,8 +110,8 @@ class Dispatcher {
       std::vector<zmq::pollitem_t> items;
       const std::vector<int> launcher_fds = launcher_->watch_fds();
       for (int fd : launcher_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-      const int source_fd = source_waiting ? source_.wait_fd() : -1;
-      if (source_fd >= 0) items.push_back({nullptr, source_fd, ZMQ_POLLIN, 0});
+      const std::vector<int> source_fds = source_waiting ? source_.wait_fds() : std::vector<int>{};
+      for (int fd : source_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
       std::vector<Running*> order;
       for (auto& [seq, r] : running_) {
         if (r->channel) {
@@ -127,7 +128,7 @@ class Dispatcher {
       }
 
       // Wires first, so a RESULT that arrived before its EXITED is seen first.
-      const std::size_t base = launcher_fds.size() + (source_fd >= 0 ? 1 : 0);
+      const std::size_t base = launcher_fds.size() + source_fds.size();
       for (std::size_t i = 0; i < order.size(); ++i) {
         const auto& sock = items[base + 2 * i];
         const auto& mon = items[base + 2 * i + 1];

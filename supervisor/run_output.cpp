@@ -40,7 +40,7 @@ std::string printable(std::string_view s) {
 
 }  // namespace
 
-std::string outcome_json(const Task& task, const Outcome& o, const std::string* output_file) {
+std::string outcome_json(const Task& task, const Outcome& o, const std::string* output_file, const Verdict* verdict) {
   using nlohmann::json;
   json j;
   j["key"] = task.key;
@@ -69,12 +69,18 @@ std::string outcome_json(const Task& task, const Outcome& o, const std::string* 
       j["output_b64"] = base64_encode(o.output);
     }
   }
+  if (verdict != nullptr) {
+    j["verdict"] = std::string(to_string(verdict->type));
+    j["attempts"] = verdict->attempts;
+    if (verdict->record_id != 0) j["quarantine_id"] = verdict->record_id;
+    if (verdict->type != Verdict::Type::kOk) j["verdict_reason"] = verdict->reason;
+  }
   // Strings may carry bytes a hostile child chose (messages, symbol names,
   // module paths): invalid UTF-8 becomes U+FFFD instead of an exception.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string outcome_line(const Task& task, const Outcome& o) {
+std::string outcome_line(const Task& task, const Outcome& o, const Verdict* verdict) {
   std::ostringstream os;
   std::string kind(to_string(o.kind));
   kind.resize(std::max<std::size_t>(kind.size(), 17), ' ');
@@ -85,6 +91,11 @@ std::string outcome_line(const Task& task, const Outcome& o) {
     os << "  " << o.fingerprint;
     if (!o.crash_state.empty()) os << "  " << printable(join_state(o.crash_state));
     if (!o.message.empty()) os << "  " << printable(o.message.substr(0, 200));
+  }
+  if (verdict != nullptr && (verdict->type != Verdict::Type::kOk || verdict->attempts > 1)) {
+    os << "  -> " << to_string(verdict->type);
+    if (verdict->record_id != 0) os << " #" << verdict->record_id << (verdict->folded ? " (repeat; store full)" : "");
+    os << " after " << verdict->attempts << " attempt" << (verdict->attempts == 1 ? "" : "s");
   }
   return os.str();
 }
@@ -103,15 +114,29 @@ void RunSummary::add(const Task& task, const Outcome& o) {
   }
 }
 
-std::string RunSummary::render(double seconds, const RunReport& report) const {
+std::string RunSummary::render(double seconds, const RunReport& report, const FlowReport* flow,
+                               const std::string& store_dir) const {
   std::ostringstream os;
   os.setf(std::ios::fixed);
   os.precision(1);
   os << "pillbox: " << total_ << " task" << (total_ == 1 ? "" : "s") << " in " << seconds << " s";
   if (seconds > 0) os << " (" << static_cast<double>(total_) / seconds << "/s)";
   os << ": " << (total_ - failed_) << " ok, " << failed_ << " failed";
-  if (report.input_errors) os << ", " << report.input_errors << " input error(s)";
+  const std::size_t input_errors = report.input_errors + (flow ? flow->input_errors : 0);
+  if (input_errors) os << ", " << input_errors << " input error(s)";
   os << "\n";
+  if (flow != nullptr) {
+    os << "  store: " << (store_dir.empty() ? "none (--no-store): nothing kept, nothing resumed" : store_dir) << "\n";
+    os << "  verdicts: " << flow->quarantined << (store_dir.empty() ? " poison" : " quarantined");
+    if (flow->new_fingerprints) os << " (" << flow->new_fingerprints << " new fingerprints)";
+    os << ", " << flow->retried << " needed retries, " << flow->gave_up << " gave up";
+    if (flow->held) os << ", " << flow->held << " held by a suspected outage (they run again next time)";
+    os << "\n";
+    if (flow->skipped_done || flow->skipped_quarantined) {
+      os << "  skipped: " << flow->skipped_done << " already ok and " << flow->skipped_quarantined
+         << " already quarantined in this store (--rerun runs the ok ones again)\n";
+    }
+  }
   if (!by_kind_.empty()) {
     os << "  by kind:";
     for (const auto& [kind, n] : by_kind_) os << "  " << to_string(kind) << " " << n;

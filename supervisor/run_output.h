@@ -7,22 +7,27 @@
 
 #include "supervisor/outcome.h"
 #include "supervisor/run.h"
+#include "supervisor/task_flow.h"
 #include "supervisor/task_source.h"
 
 namespace pillbox {
 
 // The record of `pillbox run --json`. The result goes in "output" (valid
 // UTF-8), "output_b64" (anything else) or, when output_file is given, only
-// its path in "output_file".
-std::string outcome_json(const Task& task, const Outcome& outcome, const std::string* output_file);
+// its path in "output_file". With a verdict: "verdict", "attempts" and, for
+// a quarantined payload, "quarantine_id".
+std::string outcome_json(const Task& task, const Outcome& outcome, const std::string* output_file,
+                         const Verdict* verdict = nullptr);
 
 // "ok      key  12 ms" / "crash   key  pb1-...  parse_header < main  killed by SIGSEGV"
-std::string outcome_line(const Task& task, const Outcome& outcome);
+// With a verdict other than ok: "... -> quarantined #12 after 2 attempts".
+std::string outcome_line(const Task& task, const Outcome& outcome, const Verdict* verdict = nullptr);
 
 class RunSummary {
  public:
   void add(const Task& task, const Outcome& outcome);
-  std::string render(double seconds, const RunReport& report) const;
+  std::string render(double seconds, const RunReport& report, const FlowReport* flow = nullptr,
+                     const std::string& store_dir = "") const;
   std::size_t failed() const { return failed_; }
 
  private:

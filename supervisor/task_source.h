@@ -18,6 +18,7 @@ inline constexpr std::size_t kMaxPayloadBytes = 1ull << 30;  // 1 GiB
 struct Task {
   std::string key;
   std::string payload;
+  std::uint64_t ref = 0;  // the task flow's handle on its bookkeeping (0: none)
 };
 
 class TaskSource {
@@ -32,6 +33,16 @@ class TaskSource {
   // Never blocks: kWait means "poll wait_fd() and ask again".
   virtual Item next() = 0;
   virtual int wait_fd() const { return -1; }
+  // Everything whose readability may end a kWait (default: wait_fd()).
+  virtual std::vector<int> wait_fds() const {
+    const int fd = wait_fd();
+    return fd >= 0 ? std::vector<int>{fd} : std::vector<int>{};
+  }
+  // Called by the dispatcher at the top of each turn with the number of free
+  // slots, before it asks next(): a source that must make its tasks durable
+  // before they run (the ledger) does it here, for the whole turn at once.
+  // An error ends the run.
+  virtual Status prepare(std::size_t /*free_slots*/) { return Status::ok(); }
 };
 
 // `inputs` are paths or "-" (JSON lines on `stdin_fd`). Errors: one line,

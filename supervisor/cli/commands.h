@@ -8,6 +8,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailures = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitSetup = 3;
+inline constexpr int kExitOutage = 4;  // run stopped by a suspected handler outage; held tasks remain
 
 int run_command(int argc, char** argv);     // pillbox run
 int doctor_command(int argc, char** argv);  // pillbox doctor

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -15,7 +17,10 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/install_paths.h"
+#include "supervisor/alert_hook.h"
+#include "supervisor/job.h"
 #include "supervisor/run.h"
+#include "supervisor/store/store_dir.h"
 #include "supervisor/run_output.h"
 
 namespace pillbox::cli {
@@ -43,12 +48,58 @@ const char* kHelp =
     "  --mode MODE         zygote (default: fork per task from a prepared process) | spawn (fork+exec per task)\n"
     "  --quiet             no per-task lines without --json, no summary\n"
     "\n"
-    "exit codes: 0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error\n";
+    "store, retries and quarantine:\n"
+    "  --store DIR         ledger and quarantine store (default: $PILLBOX_STORE, else\n"
+    "                      $XDG_STATE_HOME/pillbox, else ~/.local/state/pillbox); a run over the\n"
+    "                      same inputs and store resumes: tasks already ok or quarantined are skipped\n"
+    "  --no-store          keep nothing: no resume, poison payloads reported but not quarantined\n"
+    "  --rerun             run tasks the store already has as ok again\n"
+    "  --max-attempts N    attempts per task before it is quarantined (default 3); a deterministic\n"
+    "                      failure (crash, cpu-limit, ...) with the same fingerprint twice in a row\n"
+    "                      is quarantined at once\n"
+    "  --backoff-base D    first retry delay ceiling (default 1s); doubles per failure, full jitter\n"
+    "  --backoff-max D     retry delay ceiling (default 60s)\n"
+    "  --retry-exit-code N exec mode: exit code meaning \"transient, retry\" (repeatable); never quarantined\n"
+    "  --breaker-window N  outage detection: distinct payloads considered (default 20)\n"
+    "  --breaker-threshold F  fraction of them failing, mostly one way, that pauses intake (default 0.8)\n"
+    "  --breaker-probe-interval D  while paused, one probe task this often (default 1s)\n"
+    "  --no-breaker        never suspect an outage (e.g. for a corpus of known crashers)\n"
+    "  --quarantine-limit N  open records kept before repeats of known fingerprints are folded (default 100000)\n"
+    "  --on-quarantine CMD run CMD (sh -c) for each new quarantine record, the record as JSON on stdin\n"
+    "  --on-new-fingerprint CMD  the same, only for fingerprints the store has never seen\n"
+    "  --hook-timeout D    hooks running longer are killed (default 10s); hooks never block the run\n"
+    "\n"
+    "exit codes: 0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error,\n"
+    "            4 stopped by a suspected handler outage (held tasks run again next time)\n";
 
 const std::vector<OptionSpec> kOptions = {
     {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"timeout"}, {"cpu"}, {"memory"},
     {"max-output"}, {"json", false}, {"out"}, {"mode"}, {"quiet", false}, {"help", false},
+    {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
+    {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"},
+    {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
 };
+
+// A whole number in [min, max] for --NAME.
+Expected<long> parse_number(const std::string& name, const std::string& text, long min, long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
+    return Error{"--" + name + " expects a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
+                 ", got '" + text + "'"};
+  }
+  return n;
+}
+
+Expected<std::chrono::milliseconds> parse_delay(const Args& args, const std::string& name, std::chrono::milliseconds fallback,
+                                                std::uint64_t min_ms, std::uint64_t max_ms) {
+  auto v = args.value(name);
+  if (!v) return fallback;
+  auto ms = parse_duration_ms(*v, "--" + name, min_ms, max_ms);
+  if (!ms) return Error{ms.error()};
+  return std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+}
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "pillbox run: %s\n", message.c_str());
@@ -114,12 +165,12 @@ std::string output_name(const std::string& key, std::set<std::string>& used) {
   return name;
 }
 
-class CliSink final : public OutcomeSink {
+class CliSink final : public VerdictSink {
  public:
   CliSink(bool json, bool quiet, std::string out_dir) : json_(json), quiet_(quiet), out_dir_(std::move(out_dir)) {}
 
-  void on_outcome(const Task& task, const Outcome& outcome) override {
-    summary_.add(task, outcome);
+  void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override {
+    if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
     std::string file;
     if (!out_dir_.empty() && outcome.kind == Kind::kOk) {
       file = out_dir_ + "/" + output_name(task.key, used_names_);
@@ -131,17 +182,22 @@ class CliSink final : public OutcomeSink {
       if (f) std::fclose(f);
     }
     if (json_) {
-      const std::string line = outcome_json(task, outcome, file.empty() ? nullptr : &file);
+      const std::string line = outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict);
       std::fwrite(line.data(), 1, line.size(), stdout);
       std::fputc('\n', stdout);
       std::fflush(stdout);
     } else if (!quiet_) {
-      std::printf("%s\n", outcome_line(task, outcome).c_str());
+      std::printf("%s\n", outcome_line(task, outcome, &verdict).c_str());
       std::fflush(stdout);
     }
   }
 
   void on_input_error(const std::string& message) override { std::fprintf(stderr, "pillbox run: %s\n", message.c_str()); }
+
+  void on_notice(const std::string& message) override {
+    std::fprintf(stderr, "pillbox run: %s\n", message.c_str());
+    std::fflush(stderr);
+  }
 
   const RunSummary& summary() const { return summary_; }
   bool write_errors() const { return write_errors_; }
@@ -236,9 +292,85 @@ int run_command(int argc, char** argv) {
   auto source = open_inputs(args->positional());
   if (!source) return usage_error(source.error());
 
+  // Durability, retries, outage detection.
+  JobSettings job;
+  job.run = std::move(settings);
+  if (args->flag("no-store")) {
+    if (args->value("store")) return usage_error("give --store or --no-store, not both");
+  } else {
+    auto dir = store::resolve_store_dir(args->value("store").value_or(""));
+    if (!dir) return usage_error(dir.error());
+    job.store_dir = *dir;
+  }
+  job.rerun_done = args->flag("rerun");
+  if (auto v = args->value("max-attempts")) {
+    auto n = parse_number("max-attempts", *v, 1, 100);
+    if (!n) return usage_error(n.error());
+    job.retry.max_attempts = static_cast<std::uint32_t>(*n);
+  }
+  auto base = parse_delay(*args, "backoff-base", job.retry.backoff_base, 0, 3'600'000);
+  if (!base) return usage_error(base.error());
+  job.retry.backoff_base = *base;
+  auto cap = parse_delay(*args, "backoff-max", job.retry.backoff_max, 0, 24 * 3'600'000ull);
+  if (!cap) return usage_error(cap.error());
+  job.retry.backoff_max = *cap;
+  for (const auto& code : args->values("retry-exit-code")) {
+    if (!job.run.config.exec_mode()) return usage_error("--retry-exit-code is for exec commands (after --)");
+    auto n = parse_number("retry-exit-code", code, 1, 255);
+    if (!n) return usage_error(n.error());
+    job.retry.retry_exit_codes.insert(static_cast<int>(*n));
+  }
+  job.breaker.enabled = !args->flag("no-breaker");
+  if (auto v = args->value("breaker-window")) {
+    auto n = parse_number("breaker-window", *v, 2, 100000);
+    if (!n) return usage_error(n.error());
+    job.breaker.window = static_cast<std::size_t>(*n);
+  }
+  if (auto v = args->value("breaker-threshold")) {
+    char* end = nullptr;
+    const double f = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(f > 0.0 && f <= 1.0)) {
+      return usage_error("--breaker-threshold expects a fraction above 0 and at most 1, e.g. 0.8; got '" + *v + "'");
+    }
+    job.breaker.threshold = f;
+  }
+  auto probe = parse_delay(*args, "breaker-probe-interval", job.breaker.probe_interval, 10, 3'600'000);
+  if (!probe) return usage_error(probe.error());
+  job.breaker.probe_interval = *probe;
+  if (auto v = args->value("quarantine-limit")) {
+    auto n = parse_number("quarantine-limit", *v, 1, 1'000'000'000);
+    if (!n) return usage_error(n.error());
+    job.max_records = *n;
+  }
+  auto hook_timeout = parse_delay(*args, "hook-timeout", std::chrono::milliseconds(10'000), 100, 3'600'000);
+  if (!hook_timeout) return usage_error(hook_timeout.error());
+  std::unique_ptr<AlertHook> every_record;
+  std::unique_ptr<AlertHook> new_fingerprints;
+  if (auto cmd = args->value("on-quarantine")) every_record = std::make_unique<AlertHook>(HookSettings{*cmd, *hook_timeout});
+  if (auto cmd = args->value("on-new-fingerprint")) {
+    new_fingerprints = std::make_unique<AlertHook>(HookSettings{*cmd, *hook_timeout});
+  }
+  if ((every_record || new_fingerprints) && !job.store_dir) {
+    return usage_error("--on-quarantine and --on-new-fingerprint need a store (not --no-store)");
+  }
+  job.on_quarantine = [&](const std::string& json, bool new_fingerprint) {
+    if (every_record) every_record->fire(json);
+    if (new_fingerprints && new_fingerprint) new_fingerprints->fire(json);
+  };
+
   CliSink sink(args->flag("json"), args->flag("quiet"), out_dir);
   const auto started = std::chrono::steady_clock::now();
-  auto report = run_tasks(settings, **source, sink);
+  auto report = run_job(job, **source, sink);
+  // Hooks still running get a bounded time to finish; they never hold the exit longer.
+  std::vector<std::string> hook_problems;
+  for (auto* hook : {every_record.get(), new_fingerprints.get()}) {
+    if (hook == nullptr) continue;
+    hook->finish(*hook_timeout);
+    for (const auto& p : hook->problems()) hook_problems.push_back(p);
+    if (hook->dropped() > 0) {
+      hook_problems.push_back(std::to_string(hook->dropped()) + " hook calls never ran (queue full, or the run ended first)");
+    }
+  }
   if (!report) {
     const std::string& message = report.error();
     if (message.rfind(kConfigErrorPrefix, 0) == 0) return usage_error(message);
@@ -246,8 +378,12 @@ int run_command(int argc, char** argv) {
     return kExitSetup;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (!args->flag("quiet")) std::fputs(sink.summary().render(seconds, *report).c_str(), stderr);
-  if (report->input_errors > 0 || sink.write_errors()) return kExitUsage;
+  for (const auto& p : hook_problems) report->run.warnings.push_back(p);
+  if (!args->flag("quiet")) {
+    std::fputs(sink.summary().render(seconds, report->run, &report->flow, report->store_dir).c_str(), stderr);
+  }
+  if (report->run.input_errors > 0 || report->flow.input_errors > 0 || sink.write_errors()) return kExitUsage;
+  if (report->flow.held > 0) return kExitOutage;
   return sink.summary().failed() > 0 ? kExitFailures : kExitOk;
 }
 

@@ -8,8 +8,10 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -77,6 +79,22 @@ std::string pillbox_binary() { return PILLBOX_BUILD_DIR "/pillbox"; }
 
 std::string fixture(const std::string& name) { return std::string(PILLBOX_BUILD_DIR "/fixtures/") + name; }
 
+// Tests written for the executor (one attempt, one outcome per task) run
+// `pillbox run` without the store, retries or the breaker unless they ask for
+// them: otherwise every run would share the user's store, and skip tasks an
+// earlier test finished. Tests of the store pass --store or --no-store.
+void with_executor_defaults(std::vector<std::string>& argv) {
+  for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] != pillbox_binary() || argv[i + 1] != "run") continue;
+    const auto options_end = std::find(argv.begin() + static_cast<long>(i), argv.end(), "--");
+    const bool chooses = std::any_of(argv.begin() + static_cast<long>(i), options_end, [](const std::string& a) {
+      return a == "--store" || a.rfind("--store=", 0) == 0 || a == "--no-store";
+    });
+    if (!chooses) argv.insert(argv.begin() + static_cast<long>(i) + 2, {"--no-store", "--max-attempts", "1", "--no-breaker"});
+    return;
+  }
+}
+
 RunResult run_pillbox(const std::vector<std::string>& args, const std::string& stdin_data,
                       const std::map<std::string, std::string>& extra_env, const LineCallback& on_stdout_line,
                       int deadline_s) {
@@ -91,6 +109,7 @@ RunResult run_command(const std::string& program, const std::vector<std::string>
   // Everything the child needs is built before fork: no allocation after it.
   std::vector<std::string> argv_s{program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
+  with_executor_defaults(argv_s);
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -354,6 +373,42 @@ long vm_rss_kb(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
   }
   return -1;
+}
+
+}  // namespace e2e
+
+namespace e2e {
+
+std::vector<std::vector<std::string>> sql_rows(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(::sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  ::sqlite3_busy_timeout(db, 10'000);
+  sqlite3_stmt* stmt = nullptr;
+  INFO(sql);
+  const int prepared = ::sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr);
+  INFO(::sqlite3_errmsg(db));
+  REQUIRE(prepared == SQLITE_OK);
+  std::vector<std::vector<std::string>> rows;
+  int rc;
+  while ((rc = ::sqlite3_step(stmt)) == SQLITE_ROW) {
+    std::vector<std::string> row;
+    for (int c = 0; c < ::sqlite3_column_count(stmt); ++c) {
+      const unsigned char* text = ::sqlite3_column_text(stmt, c);
+      row.push_back(text != nullptr ? reinterpret_cast<const char*>(text) : "NULL");
+    }
+    rows.push_back(std::move(row));
+  }
+  CHECK(rc == SQLITE_DONE);
+  ::sqlite3_finalize(stmt);
+  ::sqlite3_close(db);
+  return rows;
+}
+
+long long sql_int(const std::string& db_path, const std::string& sql) {
+  const auto rows = sql_rows(db_path, sql);
+  REQUIRE(!rows.empty());
+  REQUIRE(!rows[0].empty());
+  return std::stoll(rows[0][0]);
 }
 
 }  // namespace e2e

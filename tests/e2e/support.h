@@ -78,6 +78,14 @@ class TempDir {
 
 std::string read_file(const std::string& path);
 
+// ---- the store's database (read-only queries) -----------------------------------
+
+// Rows of `sql` on the SQLite database at `db_path`, every column as text
+// (NULL as "NULL"). Fails the test on an SQL error.
+std::vector<std::vector<std::string>> sql_rows(const std::string& db_path, const std::string& sql);
+// The first column of the first row as an integer.
+long long sql_int(const std::string& db_path, const std::string& sql);
+
 // ---- host features -------------------------------------------------------
 
 bool is_root();

@@ -1,0 +1,17 @@
+#pragma once
+// A quarantine record as one JSON object: what `quarantine list --json`
+// prints and what the --on-quarantine hook reads on stdin.
+#include <string>
+
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+// `attempts` is the number of attempts the task took (0: not known here).
+std::string quarantine_record_json(const store::QuarantineRecord& record, std::uint32_t attempts,
+                                   bool new_fingerprint, const std::string& store_dir);
+
+// "2026-11-30T14:39:00.123Z"
+std::string iso_time(std::int64_t ms_since_epoch);
+
+}  // namespace pillbox

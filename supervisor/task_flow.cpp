@@ -1,0 +1,439 @@
+#include "supervisor/task_flow.h"
+
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "shared/sha256.h"
+#include "supervisor/quarantine_json.h"
+
+namespace pillbox {
+namespace {
+
+// Test hook: the supervisor aborts while handling the outcome of a task whose
+// payload contains this text, after its attempt was counted. It stands for a
+// payload that kills the supervisor itself (a bug in symbolizing its crash,
+// say); tests use it to show such a payload ends in quarantine.
+const char* const kCrashHookEnv = "PILLBOX_TEST_CRASH_SUPERVISOR_ON";
+
+Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attempts) {
+  Outcome o;
+  o.kind = Kind::kSupervisorLost;
+  o.message = "the supervisor died while this payload ran, " + std::to_string(attempts) + " times in a row";
+  o.fingerprint = make_fingerprint(o.kind, "", {}, handler_identity);
+  return o;
+}
+
+}  // namespace
+
+std::string_view to_string(Verdict::Type type) {
+  switch (type) {
+    case Verdict::Type::kOk: return "ok";
+    case Verdict::Type::kQuarantined: return "quarantined";
+    case Verdict::Type::kPoison: return "poison";
+    case Verdict::Type::kGaveUp: return "gave-up";
+    case Verdict::Type::kHeld: return "held";
+  }
+  return "unknown";
+}
+
+TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, store::Ledger* ledger,
+                   store::QuarantineStore* quarantine, QuarantineCallback on_quarantine)
+    : settings_(std::move(settings)),
+      inner_(inner),
+      out_(out),
+      ledger_(ledger),
+      quarantine_(quarantine),
+      on_quarantine_(std::move(on_quarantine)),
+      breaker_(settings_.breaker),
+      rng_(std::random_device{}()),
+      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+  if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
+}
+
+std::uint64_t TaskFlow::track(Task task, std::string sha256, std::optional<store::LedgerTask> known) {
+  const std::uint64_t ref = ++next_ref_;
+  Tracked t;
+  t.payload_id = task.key + "\n" + sha256;
+  t.task = std::move(task);
+  t.task.ref = ref;
+  t.sha256 = std::move(sha256);
+  if (known) {
+    t.task_id = known->id;
+    t.attempts = known->attempts;
+    // A task that gave up in an earlier run gets a fresh budget: what failed
+    // then was not the payload's fault.
+    if (known->state == "pending") t.history = std::move(known->history);
+  }
+  tracked_.emplace(ref, std::move(t));
+  return ref;
+}
+
+Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts) {
+  while (starts.size() < want && !inner_done_) {
+    TaskSource::Item item = inner_.next();
+    switch (item.type) {
+      case TaskSource::Item::Type::kEnd:
+        inner_done_ = true;
+        inner_waiting_ = false;
+        return Status::ok();
+      case TaskSource::Item::Type::kWait:
+        inner_waiting_ = true;
+        return Status::ok();
+      case TaskSource::Item::Type::kError:
+        ++report_.input_errors;
+        out_.on_input_error(item.error);
+        continue;
+      case TaskSource::Item::Type::kTask:
+        break;
+    }
+    inner_waiting_ = false;
+    std::string sha = sha256_hex(item.task.payload);
+    std::optional<store::LedgerTask> known;
+    if (ledger_ != nullptr) {
+      auto found = ledger_->find(item.task.key, sha);
+      if (!found) return Status::error(found.error());
+      known = std::move(*found);
+      if (known && known->state == "ok" && !settings_.rerun_done) {
+        ++report_.skipped_done;
+        continue;
+      }
+      if (known && known->state == "quarantined") {
+        ++report_.skipped_quarantined;
+        continue;
+      }
+    }
+    const std::uint64_t ref = track(std::move(item.task), std::move(sha), std::move(known));
+    Tracked& t = tracked_.at(ref);
+    if (kills_the_supervisor(settings_.retry, t.history)) {
+      quarantine(t, supervisor_lost(settings_.identity.handler_identity, settings_.retry.max_attempts),
+                 "the supervisor died during each of its last " + std::to_string(settings_.retry.max_attempts) +
+                     " attempts");
+      continue;
+    }
+    starts.push_back(ref);
+  }
+  return Status::ok();
+}
+
+Status TaskFlow::prepare(std::size_t free_slots) {
+  if (!fatal_.is_ok()) return fatal_;
+  std::uint64_t expirations = 0;
+  while (::read(timer_.get(), &expirations, sizeof expirations) > 0) {
+  }
+  const auto now = Clock::now();
+  std::vector<std::uint64_t> starts;
+  const std::size_t want = free_slots > ready_.size() ? free_slots - ready_.size() : 0;
+  if (breaker_.open()) {
+    // Intake paused: one probe at a time, with a payload not yet tried.
+    if (want > 0 && breaker_.may_probe(now)) {
+      if (auto s = take_fresh(1, starts); !s) return s;
+      if (!starts.empty()) {
+        tracked_.at(starts.front()).probe = true;
+        breaker_.probe_started();
+      }
+    }
+  } else {
+    while (starts.size() < want && !delayed_.empty() && delayed_.begin()->first <= now) {
+      starts.push_back(delayed_.begin()->second);
+      delayed_.erase(delayed_.begin());
+    }
+    if (auto s = take_fresh(want, starts); !s) return s;
+  }
+  return flush(starts);
+}
+
+Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
+  if (ledger_ != nullptr && (!writes_.empty() || !starts.empty())) {
+    if (auto s = ledger_->begin(); !s) return s;
+    for (auto& write : writes_) {
+      if (auto s = write(); !s) return s;  // the transaction rolls back; the run stops
+    }
+    const std::int64_t now = store::now_ms();
+    for (std::uint64_t ref : starts) {
+      Tracked& t = tracked_.at(ref);
+      auto started = ledger_->start_attempt(t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()), now);
+      if (!started) return Status::error(started.error());
+      t.task_id = started->task_id;
+      t.attempts = started->n;
+    }
+    if (auto s = ledger_->commit(); !s) return s;
+    ++report_.commits;
+  } else {
+    for (std::uint64_t ref : starts) ++tracked_.at(ref).attempts;
+  }
+  writes_.clear();
+  for (std::uint64_t ref : starts) {
+    Tracked& t = tracked_.at(ref);
+    store::AttemptSummary a;
+    a.n = t.attempts;
+    t.history.push_back(a);
+    ready_.push_back(ref);
+  }
+  // Verdicts that name a record are told only now that the record exists.
+  std::vector<AfterCommit> done;
+  done.swap(after_commit_);
+  for (AfterCommit& a : done) {
+    auto it = tracked_.find(a.ref);
+    if (it == tracked_.end()) continue;
+    if (a.verdict.type == Verdict::Type::kQuarantined) {
+      ++report_.quarantined;
+      if (a.verdict.new_fingerprint) ++report_.new_fingerprints;
+    }
+    out_.on_verdict(it->second.task, a.outcome, a.verdict);
+    if (on_quarantine_ && !a.record_json.empty()) on_quarantine_(a.record_json, a.verdict.new_fingerprint);
+    tracked_.erase(it);
+  }
+  return Status::ok();
+}
+
+TaskSource::Item TaskFlow::next() {
+  TaskSource::Item item;
+  if (!ready_.empty()) {
+    Tracked& t = tracked_.at(ready_.front());
+    ready_.pop_front();
+    ++in_flight_;
+    item.type = TaskSource::Item::Type::kTask;
+    item.task = t.task;
+    return item;
+  }
+  const bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && (held_.empty() || breaker_.open());
+  if (nothing_left) {
+    if (writes_.empty() && after_commit_.empty()) {
+      item.type = TaskSource::Item::Type::kEnd;
+      return item;
+    }
+    // Outcomes of this turn are not yet durable: flush now rather than wait
+    // for a wake-up that nothing would send.
+    if (auto s = flush({}); !s) fatal_ = s;
+    item.type = fatal_.is_ok() ? TaskSource::Item::Type::kEnd : TaskSource::Item::Type::kWait;
+    if (!fatal_.is_ok()) arm_timer(true);
+    return item;
+  }
+  arm_timer(false);
+  item.type = TaskSource::Item::Type::kWait;
+  return item;
+}
+
+std::vector<int> TaskFlow::wait_fds() const {
+  std::vector<int> fds{timer_.get()};
+  const bool intake_open = !breaker_.open() || breaker_.may_probe(Clock::now());
+  if (inner_waiting_ && intake_open) {
+    for (int fd : inner_.wait_fds()) fds.push_back(fd);
+  }
+  return fds;
+}
+
+void TaskFlow::arm_timer(bool now) {
+  std::optional<Clock::time_point> when;
+  if (now) when = Clock::now();
+  if (!breaker_.open() && !delayed_.empty()) when = delayed_.begin()->first;
+  if (breaker_.open() && !inner_done_) {
+    if (auto probe = breaker_.next_probe_at()) when = when ? std::min(*when, *probe) : *probe;
+  }
+  itimerspec spec{};
+  if (when) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count();
+    spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+  }
+  ::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
+  auto it = tracked_.find(task.ref);
+  if (it == tracked_.end()) return;
+  Tracked& t = it->second;
+  if (!crash_hook_.empty() && t.task.payload.find(crash_hook_) != std::string::npos) std::abort();
+  if (in_flight_ > 0) --in_flight_;
+  const auto now = Clock::now();
+  const bool failed = outcome.kind != Kind::kOk;
+
+  store::AttemptSummary& attempt = t.history.back();
+  attempt.finished = true;
+  attempt.kind = std::string(to_string(outcome.kind));
+  attempt.fingerprint = outcome.fingerprint;
+
+  bool outage = false;
+  const bool was_probe = std::exchange(t.probe, false);
+  if (breaker_.open()) {
+    if (was_probe) breaker_.probe_ended(!failed, now);
+    else breaker_.record(t.payload_id, failed, outcome.fingerprint, now);
+    outage = failed;
+    if (!breaker_.open()) release_held();
+  } else if (breaker_.record(t.payload_id, failed, outcome.fingerprint, now)) {
+    outage = true;
+    on_breaker_opened(outcome);
+  }
+  attempt.charged = !outage;
+  if (ledger_ != nullptr) {
+    writes_.push_back([this, id = t.task_id, n = attempt.n, kind = attempt.kind, fp = outcome.fingerprint,
+                       message = outcome.message, charged = attempt.charged] {
+      return ledger_->end_attempt(id, n, store::now_ms(), kind, fp, message, charged);
+    });
+  }
+  if (outage) {
+    t.last_failure = outcome;
+    held_.push_back(t.task.ref);
+    return;
+  }
+  if (!failed) {
+    settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
+    return;
+  }
+  const Judgement j = judge(settings_.retry, t.history, outcome);
+  switch (j.decision) {
+    case Decision::kRetry: {
+      t.last_failure = outcome;
+      const auto failures = static_cast<std::uint32_t>(std::count_if(
+          t.history.begin(), t.history.end(), [](const store::AttemptSummary& a) { return a.finished && a.charged; }));
+      delayed_.emplace(now + backoff_delay(settings_.retry, failures, rng_), t.task.ref);
+      return;
+    }
+    case Decision::kQuarantine:
+      quarantine(t, outcome, j.reason);
+      return;
+    case Decision::kGiveUp:
+      settle(t, outcome, Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false, j.reason});
+      return;
+    case Decision::kDone:
+      settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
+      return;
+  }
+}
+
+void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
+  if (t.attempts > 1) ++report_.retried;
+  if (ledger_ != nullptr) {
+    const char* state = verdict.type == Verdict::Type::kOk ? "ok" : verdict.type == Verdict::Type::kGaveUp ? "gave-up" : nullptr;
+    if (state != nullptr) {
+      writes_.push_back([this, id = t.task_id, state] { return ledger_->set_state(id, state, store::now_ms()); });
+    }
+  }
+  if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;
+  if (verdict.type == Verdict::Type::kPoison) ++report_.quarantined;
+  // Results are told before the ledger says "ok" (at the next commit): after
+  // a crash in between, the task runs again and its result comes twice, never
+  // not at all.
+  out_.on_verdict(t.task, outcome, verdict);
+  tracked_.erase(t.task.ref);
+}
+
+void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
+  if (t.attempts > 1) ++report_.retried;
+  if (quarantine_ == nullptr || ledger_ == nullptr) {
+    settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
+    return;
+  }
+  const std::size_t index = after_commit_.size();
+  after_commit_.push_back({t.task.ref, outcome, Verdict{Verdict::Type::kQuarantined, t.attempts, 0, false, false, reason}, ""});
+  writes_.push_back([this, ref = t.task.ref, index]() -> Status {
+    Tracked& q = tracked_.at(ref);
+    AfterCommit& a = after_commit_[index];
+    const Outcome& o = a.outcome;
+    const RunIdentity& id = settings_.identity;
+    store::QuarantineEntry e;
+    e.task_id = q.task_id;
+    e.key = q.task.key;
+    e.handler = id.handler;
+    e.handler_identity = id.handler_identity;
+    e.handler_args = id.handler_args;
+    e.exec_argv = id.exec_argv;
+    e.policy_identity = id.policy_identity;
+    e.policy = id.policy;
+    e.payload_sha256 = q.sha256;
+    e.payload_size = static_cast<std::int64_t>(q.task.payload.size());
+    e.kind = std::string(to_string(o.kind));
+    e.fingerprint = o.fingerprint;
+    e.crash_state = nlohmann::json(o.crash_state).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    e.message = o.message;
+    e.signal = o.signal;
+    e.syscall = o.syscall;
+    e.exit_code = o.exit_code;
+    e.cpu_ms = static_cast<std::int64_t>(o.cpu_ms);
+    e.wall_ms = static_cast<std::int64_t>(o.wall_ms);
+    e.max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb);
+    const std::int64_t now = store::now_ms();
+    auto inserted = quarantine_->insert(e, q.task.payload, now, settings_.actor);
+    if (!inserted) return Status::error(inserted.error());
+    a.verdict.record_id = inserted->id;
+    a.verdict.new_fingerprint = inserted->new_fingerprint;
+    a.verdict.folded = inserted->folded;
+    if (!inserted->folded) {
+      if (auto s = quarantine_->audit(inserted->id, now, settings_.actor, "quarantined",
+                                      a.verdict.reason + " (attempt " + std::to_string(q.attempts) + ")");
+          !s) {
+        return s;
+      }
+      store::QuarantineRecord record;
+      record.id = inserted->id;
+      record.entry = std::move(e);
+      record.status = "quarantined";
+      record.created_at = record.updated_at = now;
+      a.record_json = quarantine_record_json(record, q.attempts, inserted->new_fingerprint, quarantine_dir_);
+    }
+    return ledger_->set_state(q.task_id, "quarantined", now);
+  });
+}
+
+void TaskFlow::on_breaker_opened(const Outcome& outcome) {
+  ++report_.outages;
+  outage_example_ = outcome;
+  // Retries waiting for their backoff wait for the breaker instead; those
+  // that failed the outage's way are not held against their payload.
+  for (const auto& [when, ref] : delayed_) {
+    Tracked& d = tracked_.at(ref);
+    if (d.last_failure && d.last_failure->fingerprint == breaker_.dominant_fingerprint()) {
+      for (auto a = d.history.rbegin(); a != d.history.rend(); ++a) {
+        if (!a->finished) continue;
+        a->charged = false;
+        if (ledger_ != nullptr) {
+          writes_.push_back([this, id = d.task_id, n = a->n] { return ledger_->uncharge(id, n); });
+        }
+        break;
+      }
+    }
+    held_.push_back(ref);
+  }
+  delayed_.clear();
+  out_.on_notice(describe_outage());
+}
+
+std::string TaskFlow::describe_outage() const {
+  const Outcome& o = outage_example_;
+  std::string line = "handler outage suspected: " + std::to_string(breaker_.failures_when_opened()) + " of the last " +
+                     std::to_string(settings_.breaker.window) + " distinct payloads failed, most with " +
+                     breaker_.dominant_fingerprint() + " (" + std::string(to_string(o.kind));
+  if (!o.message.empty()) line += ": " + o.message.substr(0, o.message.find('\n'));
+  line += "); intake paused, not quarantining, probing one task every " +
+          std::to_string(settings_.breaker.probe_interval.count()) + " ms";
+  return line;
+}
+
+void TaskFlow::release_held() {
+  const auto now = Clock::now();
+  out_.on_notice("handler outage over: a task succeeded; " + std::to_string(held_.size()) +
+                 " held tasks run again");
+  for (std::uint64_t ref : held_) delayed_.emplace(now, ref);
+  held_.clear();
+}
+
+Status TaskFlow::finish() {
+  for (std::uint64_t ref : held_) {
+    auto it = tracked_.find(ref);
+    if (it == tracked_.end()) continue;
+    ++report_.held;
+    Outcome o = it->second.last_failure.value_or(Outcome{});
+    out_.on_verdict(it->second.task, o,
+                    Verdict{Verdict::Type::kHeld, it->second.attempts, 0, false, false,
+                            "held by a suspected handler outage; runs again in the next run over the same store"});
+  }
+  held_.clear();
+  if (!fatal_.is_ok()) return fatal_;
+  return flush({});
+}
+
+}  // namespace pillbox
