@@ -39,6 +39,7 @@ constexpr std::uint64_t kTiB = 1ull << 40;
 constexpr std::uint64_t kSecond = 1000;  // durations are kept in milliseconds
 constexpr std::uint64_t kMinute = 60 * kSecond;
 constexpr std::uint64_t kHour = 60 * kMinute;
+constexpr std::uint64_t kDay = 24 * kHour;
 
 // ---------------------------------------------------------------- text helpers
 
@@ -161,6 +162,7 @@ std::optional<std::uint64_t> duration_factor(std::string_view unit) {
   if (unit == "ms") return 1;
   if (unit == "m") return kMinute;
   if (unit == "h") return kHour;
+  if (unit == "d") return kDay;
   return std::nullopt;
 }
 
@@ -200,7 +202,7 @@ std::string format_quantity(Quantity q, std::uint64_t v) {
 std::string accepted_forms(Quantity q) {
   switch (q) {
     case Quantity::kDuration:
-      return "write a whole number with a unit: 500ms, 5s, 2m or 1h (a bare number means seconds)";
+      return "write a whole number with a unit: 500ms, 5s, 2m, 1h or 7d (a bare number means seconds)";
     case Quantity::kSize:
       return "write a whole number with an optional unit: 4096 (bytes), 64K, 256M, 1G, 256MiB "
              "(K/M/G/T are powers of 1024)";

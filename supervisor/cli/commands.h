@@ -1,7 +1,8 @@
 #pragma once
 // The `pillbox` subcommands. Each parses its arguments, calls the library
 // and prints; exit codes are documented in README.md:
-//   0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error.
+//   0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error,
+//   4 run stopped by a suspected handler outage.
 namespace pillbox::cli {
 
 inline constexpr int kExitOk = 0;
@@ -13,5 +14,6 @@ inline constexpr int kExitOutage = 4;  // run stopped by a suspected handler out
 int run_command(int argc, char** argv);     // pillbox run
 int doctor_command(int argc, char** argv);  // pillbox doctor
 int policy_command(int argc, char** argv);  // pillbox policy check|show
+int quarantine_command(int argc, char** argv);  // pillbox quarantine list|purge
 
 }  // namespace pillbox::cli

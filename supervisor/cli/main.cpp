@@ -14,10 +14,11 @@ const char* kUsage =
     "  run        run every input in its own confined child, classify failures\n"
     "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
     "  policy     check or show a policy file\n"
+    "  quarantine list or purge quarantined payloads in the store\n"
     "  version    print the version\n"
     "\n"
     "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"
-    "failed, 2 usage or input error, 3 setup error.\n";
+    "failed, 2 usage or input error, 3 setup error, 4 run stopped by a suspected outage.\n";
 
 }  // namespace
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   if (command == "run") return run_command(argc, argv);
   if (command == "doctor") return doctor_command(argc, argv);
   if (command == "policy") return policy_command(argc, argv);
+  if (command == "quarantine") return quarantine_command(argc, argv);
   if (command == "version" || command == "--version") {
     std::printf("pillbox %s\n", PILLBOX_VERSION);
     return kExitOk;
