@@ -1,5 +1,6 @@
 #include "supervisor/task_flow.h"
 
+#include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -247,7 +248,11 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   auto it = tracked_.find(task.ref);
   if (it == tracked_.end()) return;
   Tracked& t = it->second;
-  if (!crash_hook_.empty() && t.task.payload.find(crash_hook_) != std::string::npos) std::abort();
+  if (!crash_hook_.empty() && t.task.payload.find(crash_hook_) != std::string::npos) {
+    const rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);  // a test crash leaves no core file behind
+    std::abort();
+  }
   if (in_flight_ > 0) --in_flight_;
   const auto now = Clock::now();
   const bool failed = outcome.kind != Kind::kOk;

@@ -1,0 +1,176 @@
+// Nothing lost (issue 3): the supervisor killed with SIGKILL at random
+// moments and started again over the same inputs and store; a payload that
+// crashes the supervisor itself; two pillbox processes sharing one store.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+using e2e::sql_int;
+using e2e::sql_rows;
+
+namespace {
+
+std::string task_line(const std::string& key, const std::string& payload) {
+  return nlohmann::json{{"key", key}, {"payload", payload}}.dump() + "\n";
+}
+
+std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
+
+}  // namespace
+
+TEST_CASE("5000 tasks, pillbox SIGKILLed at random moments 12 times: every task ok exactly once or quarantined") {
+  constexpr int kTasks = 5000;
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  std::string input;
+  std::set<std::string> crashers;
+  for (int i = 0; i < kTasks; ++i) {
+    const std::string key = "t-" + std::to_string(i);
+    const bool crasher = i % 250 == 7;
+    if (crasher) crashers.insert(key);
+    input += task_line(key, (crasher ? "S poison " : "payload ") + std::to_string(i));
+  }
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", plugin(), "--jobs", "2", "--json",
+                                         "--backoff-base", "10ms", "-"};
+  const unsigned seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::map<std::string, std::set<std::string>> reported;  // key -> verdicts seen on stdout, over all runs
+  auto tally = [&](const e2e::RunResult& r) {
+    for (const auto& rec : r.records) reported[rec["key"]].insert(rec["verdict"].get<std::string>());
+  };
+
+  int kills = 0;
+  for (int round = 0; round < 40 && kills < 12; ++round) {
+    const std::size_t kill_at = std::uniform_int_distribution<std::size_t>(3, 300)(rng);
+    bool sent = false;
+    const auto r = run_pillbox(args, input, {}, [&](pid_t pid, std::size_t line_no, std::string_view) {
+      if (!sent && line_no == kill_at) {
+        ::kill(pid, SIGKILL);
+        sent = true;
+      }
+    });
+    tally(r);
+    if (r.term_signal == SIGKILL) {
+      ++kills;
+    } else {
+      INFO(r.describe());
+      FAIL("a run ended before it could be killed at line " << kill_at);
+    }
+  }
+  CHECK(kills >= 10);
+
+  // The last run, undisturbed, finishes the rest.
+  const auto last = run_pillbox(args, input);
+  INFO(last.describe());
+  tally(last);
+  CHECK(last.exit_code <= 1);
+
+  CHECK(sql_rows(db, "PRAGMA integrity_check") == std::vector<std::vector<std::string>>{{"ok"}});
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks") == kTasks);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'") == kTasks - static_cast<long long>(crashers.size()));
+  // ok exactly once: an attempt cut short by a kill has no outcome, never a second ok.
+  CHECK(sql_int(db, "SELECT count(*) FROM (SELECT task_id FROM attempts WHERE kind = 'ok' GROUP BY task_id "
+                    "HAVING count(*) != 1)") == 0);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks t WHERE state = 'ok' AND NOT EXISTS "
+                    "(SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.kind = 'ok')") == 0);
+  // The poison, and only the poison, is quarantined: one record each.
+  std::set<std::string> quarantined;
+  for (const auto& row : sql_rows(db, "SELECT key FROM quarantine")) {
+    CHECK_MESSAGE(quarantined.insert(row[0]).second, "quarantined twice: " << row[0]);
+  }
+  CHECK(quarantined == crashers);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'quarantined'") == static_cast<long long>(crashers.size()));
+  // Every task's verdict reached stdout at least once (at-least-once delivery).
+  CHECK(reported.size() == kTasks);
+  for (const auto& [key, verdicts] : reported) {
+    INFO(key);
+    CHECK(verdicts == std::set<std::string>{crashers.count(key) ? "quarantined" : "ok"});
+  }
+  // Attempts cut short by the kills are on record, unfinished.
+  CHECK(sql_int(db, "SELECT count(*) FROM attempts WHERE ended_at IS NULL") >= 1);
+  CHECK(sql_int(db, "SELECT count(*) FROM runs") == kills + 1);
+}
+
+TEST_CASE("a payload that crashes the supervisor is quarantined after max_attempts restarts instead of looping") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  std::string input;
+  for (int i = 1; i <= 4; ++i) input += task_line("good-" + std::to_string(i), "fine " + std::to_string(i));
+  input += task_line("killer", "this kills the supervisor");
+  const std::map<std::string, std::string> env = {{"PILLBOX_TEST_CRASH_SUPERVISOR_ON", "kills the supervisor"}};
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", plugin(), "--jobs", "1", "--json", "-"};
+  for (int restart = 1; restart <= 3; ++restart) {
+    const auto r = run_pillbox(args, input, env);
+    INFO("run " << restart << ": " << r.describe());
+    CHECK(r.term_signal == SIGABRT);
+    CHECK(sql_int(db, "SELECT attempts FROM tasks WHERE key = 'killer'") == restart);
+  }
+  const auto r = run_pillbox(args, input, env);
+  INFO(r.describe());
+  CHECK(r.term_signal == 0);
+  CHECK(r.exit_code == 1);
+  const auto& killer = r.record("killer");
+  CHECK(killer["verdict"] == "quarantined");
+  CHECK(killer["kind"] == "supervisor-lost");
+  CHECK(killer["attempts"] == 3);
+  CHECK(sql_rows(db, "SELECT kind, status FROM quarantine WHERE key = 'killer'") ==
+        std::vector<std::vector<std::string>>{{"supervisor-lost", "quarantined"}});
+  CHECK(sql_int(db, "SELECT count(*) FROM attempts a JOIN tasks t ON a.task_id = t.id "
+                    "WHERE t.key = 'killer' AND a.ended_at IS NULL") == 3);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'") == 4);
+
+  const auto after = run_pillbox(args, input, env);  // nothing left: no more crashes
+  INFO(after.describe());
+  CHECK(after.term_signal == 0);
+  CHECK(after.exit_code == 0);
+  CHECK(after.records.empty());
+}
+
+TEST_CASE("two pillbox processes sharing one store at once: no corruption, no lost record") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  std::string a_input, b_input;
+  for (int i = 0; i < 400; ++i) {
+    a_input += task_line("a-" + std::to_string(i), (i % 40 == 3 ? "S a " : "a ") + std::to_string(i));
+    b_input += task_line("b-" + std::to_string(i), (i % 40 == 5 ? "S b " : "b ") + std::to_string(i));
+  }
+  for (int i = 0; i < 50; ++i) {  // the same tasks in both inputs
+    a_input += task_line("shared-" + std::to_string(i), "shared " + std::to_string(i));
+    b_input += task_line("shared-" + std::to_string(i), "shared " + std::to_string(i));
+  }
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", plugin(), "--jobs", "2", "--json",
+                                         "--backoff-base", "10ms", "-"};
+  e2e::RunResult a, b;
+  std::thread other([&] { b = run_pillbox(args, b_input); });
+  a = run_pillbox(args, a_input);
+  other.join();
+  for (const auto* r : {&a, &b}) {
+    INFO(r->describe());
+    CHECK(r->exit_code == 1);  // the crashers
+    CHECK(r->err.find("locked") == std::string::npos);
+    CHECK(r->err.find("busy") == std::string::npos);
+  }
+  CHECK(sql_rows(db, "PRAGMA integrity_check") == std::vector<std::vector<std::string>>{{"ok"}});
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks") == 850);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'") == 830);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 20);
+  CHECK(sql_int(db, "SELECT count(DISTINCT task_id) FROM quarantine") == 20);
+  CHECK(sql_int(db, "SELECT count(*) FROM runs") == 2);
+  // Attempt numbers come from the database: a task both ran has attempts 1
+  // and 2, never two attempts numbered 1 (the primary key would refuse it).
+  CHECK(sql_int(db, "SELECT max(attempts) FROM tasks WHERE key LIKE 'shared-%'") <= 2);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks t WHERE t.attempts != (SELECT count(*) FROM attempts a "
+                    "WHERE a.task_id = t.id)") == 0);
+}
