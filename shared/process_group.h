@@ -24,6 +24,14 @@ void reap_children(const std::function<bool(pid_t)>& is_task,
                    const std::function<void(pid_t, int, const rusage&)>& on_task_exit,
                    const std::function<void(pid_t, int)>& on_other_exit = {});
 
+// Children that another thread of this process waits for itself (the alert
+// hook's commands): reap_children leaves them alone. `spawn` runs under the
+// registry's lock and returns the new child's pid (or -1), so the child is
+// registered before reap_children can see it exit. The owner calls
+// release_claimed_child once it has reaped it.
+pid_t spawn_claimed_child(const std::function<pid_t()>& spawn);
+void release_claimed_child(pid_t pid);
+
 // SIGKILLs a task: its process group, and the main process itself (in case
 // it left the group). Only for a main process not yet reaped, whose pid and
 // group id are still its own.

@@ -115,7 +115,12 @@ Expected<pid_t> spawn_hook(const std::string& command, int stdin_fd, const std::
     envp.reserve(env.size() + 1);
     for (const std::string& s : env) envp.push_back(const_cast<char*>(s.c_str()));
     envp.push_back(nullptr);
-    e = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, envp.data());
+    // Claimed while spawned: spawn mode's reaper (reap_children) must not
+    // take this child's exit status from us.
+    spawn_claimed_child([&] {
+      e = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, argv, envp.data());
+      return e == 0 ? pid : -1;
+    });
   }
   ::posix_spawnattr_destroy(&attr);
   ::posix_spawn_file_actions_destroy(&actions);
@@ -327,9 +332,11 @@ void AlertHook::run_one(const std::string& json) {
     do r = ::waitpid(pid, &status, 0);
     while (r < 0 && errno == EINTR);
     if (r != pid) {
+      release_claimed_child(pid);
       return fail(hook + ": exit status lost (the process was reaped by another part of the supervisor)");
     }
   }
+  release_claimed_child(pid);
 
   if (end == End::kTimedOut) return fail(hook + " killed after " + duration_text(settings_.timeout) + " timeout");
   if (end == End::kAborted) return fail(hook + " killed: the run ended before it finished");

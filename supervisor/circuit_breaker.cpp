@@ -18,7 +18,8 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
   if (same != window_.end()) window_.erase(same);
   window_.push_back({payload_id, failed, fingerprint});
   while (window_.size() > settings_.window) window_.pop_front();
-  if (window_.size() < settings_.window) return false;
+  // Only a failure opens it: the task that succeeded is no part of an outage.
+  if (!failed || window_.size() < settings_.window) return false;
 
   std::size_t failures = 0;
   std::map<std::string, std::size_t> by_fingerprint;

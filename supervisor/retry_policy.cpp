@@ -57,12 +57,12 @@ bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store
 }
 
 std::chrono::milliseconds backoff_delay(const RetrySettings& settings, std::uint32_t failures, std::mt19937_64& rng) {
-  const std::uint32_t doublings = std::min<std::uint32_t>(failures > 0 ? failures - 1 : 0, 32);
+  const std::uint32_t doublings = failures > 0 ? failures - 1 : 0;
   const auto base = static_cast<std::uint64_t>(std::max<std::int64_t>(settings.backoff_base.count(), 0));
   const auto cap = static_cast<std::uint64_t>(std::max<std::int64_t>(settings.backoff_max.count(), 0));
-  std::uint64_t ceiling = base;
-  for (std::uint32_t i = 0; i < doublings && ceiling < cap; ++i) ceiling *= 2;
-  ceiling = std::min(ceiling, cap);
+  std::uint64_t ceiling = std::min(base, cap);
+  // Stops at the cap, so it never overflows however many failures.
+  for (std::uint32_t i = 0; i < doublings && ceiling < cap; ++i) ceiling = ceiling > cap / 2 ? cap : ceiling * 2;
   std::uniform_int_distribution<std::uint64_t> pick(0, ceiling);
   return std::chrono::milliseconds(static_cast<std::int64_t>(pick(rng)));
 }

@@ -148,19 +148,26 @@ Status TaskFlow::prepare(std::size_t free_slots) {
 
 Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
   if (ledger_ != nullptr && (!writes_.empty() || !starts.empty())) {
-    if (auto s = ledger_->begin(); !s) return s;
+    // A failed write rolls the whole turn back and stops the run: nothing
+    // half-written, and nothing runs whose attempt is not counted.
+    auto fail = [&](Status s) {
+      ledger_->rollback();
+      fatal_ = s;
+      return s;
+    };
+    if (auto s = ledger_->begin(); !s) return fail(s);
     for (auto& write : writes_) {
-      if (auto s = write(); !s) return s;  // the transaction rolls back; the run stops
+      if (auto s = write(); !s) return fail(s);
     }
     const std::int64_t now = store::now_ms();
     for (std::uint64_t ref : starts) {
       Tracked& t = tracked_.at(ref);
       auto started = ledger_->start_attempt(t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()), now);
-      if (!started) return Status::error(started.error());
+      if (!started) return fail(Status::error(started.error()));
       t.task_id = started->task_id;
       t.attempts = started->n;
     }
-    if (auto s = ledger_->commit(); !s) return s;
+    if (auto s = ledger_->commit(); !s) return fail(s);
     ++report_.commits;
   } else {
     for (std::uint64_t ref : starts) ++tracked_.at(ref).attempts;
@@ -207,8 +214,8 @@ TaskSource::Item TaskFlow::next() {
       return item;
     }
     // Outcomes of this turn are not yet durable: flush now rather than wait
-    // for a wake-up that nothing would send.
-    if (auto s = flush({}); !s) fatal_ = s;
+    // for a wake-up that nothing would send. (On failure flush sets fatal_.)
+    (void)flush({});
     item.type = fatal_.is_ok() ? TaskSource::Item::Type::kEnd : TaskSource::Item::Type::kWait;
     if (!fatal_.is_ok()) arm_timer(true);
     return item;
@@ -231,7 +238,9 @@ void TaskFlow::arm_timer(bool now) {
   std::optional<Clock::time_point> when;
   if (now) when = Clock::now();
   if (!breaker_.open() && !delayed_.empty()) when = delayed_.begin()->first;
-  if (breaker_.open() && !inner_done_) {
+  // A probe already due waits for input (wait_fds() has the source's fds
+  // then); arming the timer for a time past would spin.
+  if (breaker_.open() && !inner_done_ && !breaker_.may_probe(Clock::now())) {
     if (auto probe = breaker_.next_probe_at()) when = when ? std::min(*when, *probe) : *probe;
   }
   itimerspec spec{};

@@ -9,6 +9,10 @@ tools/build.sh build
 pillbox=build/pillbox
 work=build/demo
 mkdir -p "$work"
+# A fresh store for every demo, so each step runs everything (a second run
+# over the same store would skip what is already done: that is resume).
+rm -rf "$work/store"
+export PILLBOX_STORE="$PWD/$work/store"
 
 # Runs pillbox and accepts exit codes 0 (all ok) and 1 (some tasks failed);
 # 2 (usage) and 3 (setup) mean the demo itself is broken.
@@ -43,5 +47,8 @@ run run --handler pdf-text --json samples/pdf
 echo "== 5. JSON lines on stdin, one JSON record per task"
 run run --handler regex --arg 'pattern=^(a+)+$' --cpu 1s --json - < samples/jsonl/tasks.jsonl
 
+echo "== 6. What was quarantined: each poison payload once, after 2 attempts with the same fingerprint"
+run quarantine list
+
 echo
-echo "demo: done. Try: $pillbox doctor"
+echo "demo: done. Store: $PILLBOX_STORE. Try: $pillbox doctor"

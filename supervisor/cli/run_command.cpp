@@ -64,7 +64,7 @@ const char* kHelp =
     "  --breaker-threshold F  fraction of them failing, mostly one way, that pauses intake (default 0.8)\n"
     "  --breaker-probe-interval D  while paused, one probe task this often (default 1s)\n"
     "  --no-breaker        never suspect an outage (e.g. for a corpus of known crashers)\n"
-    "  --quarantine-limit N  open records kept before repeats of known fingerprints are folded (default 100000)\n"
+    "  --quarantine-limit N  records kept before repeats of known fingerprints are folded (default 100000)\n"
     "  --on-quarantine CMD run CMD (sh -c) for each new quarantine record, the record as JSON on stdin\n"
     "  --on-new-fingerprint CMD  the same, only for fingerprints the store has never seen\n"
     "  --hook-timeout D    hooks running longer are killed (default 10s); hooks never block the run\n"

@@ -51,6 +51,7 @@ class Ledger {
 
   Status begin();
   Status commit();
+  void rollback() { txn_.reset(); }  // the transaction's destructor rolls it back
   bool in_batch() const { return txn_.has_value(); }
 
   // Inside a batch. Creates the task on first sight; the attempt number is

@@ -126,19 +126,22 @@ Expected<std::string> PayloadStore::get(const std::string& sha256) {
 }
 
 Expected<std::vector<std::string>> PayloadStore::remove_unreferenced(std::size_t& rows) {
-  auto stmt = Statement::prepare(db_->handle(),
-                                 "DELETE FROM payloads WHERE sha256 NOT IN (SELECT payload_sha256 FROM quarantine) "
-                                 "RETURNING sha256, data IS NULL");
-  if (!stmt) return Error{stmt.error()};
+  // Two statements, not DELETE ... RETURNING: SQLite 3.40 evaluates
+  // "data IS NULL" wrongly in a RETURNING clause on this table, and the
+  // files of large payloads would stay behind.
+  const char* kUnreferenced = "sha256 NOT IN (SELECT payload_sha256 FROM quarantine)";
+  auto select = Statement::prepare(db_->handle(), std::string("SELECT sha256, typeof(data) = 'null' FROM payloads WHERE ") +
+                                                      kUnreferenced);
+  if (!select) return Error{select.error()};
   std::vector<std::string> files;
-  rows = 0;
   while (true) {
-    auto row = stmt->step();
+    auto row = select->step();
     if (!row) return Error{row.error()};
     if (!*row) break;
-    ++rows;
-    if (stmt->column_int(1) != 0) files.push_back(file_path(stmt->column_text(0)));
+    if (select->column_int(1) != 0) files.push_back(file_path(select->column_text(0)));
   }
+  if (auto s = db_->exec(std::string("DELETE FROM payloads WHERE ") + kUnreferenced); !s) return Error{s.message()};
+  rows = static_cast<std::size_t>(::sqlite3_changes(db_->handle()));
   return files;
 }
 

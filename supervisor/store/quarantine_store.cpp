@@ -81,8 +81,8 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
   return qs;
 }
 
-Expected<std::int64_t> QuarantineStore::open_records() {
-  return db_->query_int("SELECT count(*) FROM quarantine WHERE status NOT IN ('resolved', 'discarded')");
+Expected<std::int64_t> QuarantineStore::record_count() {
+  return db_->query_int("SELECT count(*) FROM quarantine");
 }
 
 Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::string_view payload, std::int64_t now,
@@ -96,16 +96,16 @@ Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::st
 
   if (max_records_ > 0) {
     // Counted inside the transaction, so concurrent writers see each other.
-    auto open = open_records();
-    if (!open) return Error{open.error()};
-    if (*open >= max_records_) {
+    auto count = record_count();
+    if (!count) return Error{count.error()};
+    if (*count >= max_records_) {
       auto evicted = evict_.step();
       if (!evicted) return Error{evicted.error()};
       evict_.reset();
       if (!*evicted && known_id != 0) {
         if (auto s = fold_.bind(1, known_id).bind(2, now).run(); !s) return Error{s.message()};
         if (auto s = audit(known_id, now, actor, "repeat",
-                           "store full (" + std::to_string(max_records_) + " open records): key '" + e.key +
+                           "store full (" + std::to_string(max_records_) + " records): key '" + e.key +
                                "' failed the same way; its payload " + e.payload_sha256 + " was not kept");
             !s) {
           return Error{s.message()};

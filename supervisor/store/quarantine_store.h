@@ -4,8 +4,8 @@
 // hash (payload_store.h) and its task in the ledger, whose attempts are the
 // record's history.
 //
-// Capacity: `max_records` counts records not yet resolved or discarded.
-// When a new quarantine would go past it, in this order:
+// Capacity: `max_records` counts every record. When a new quarantine would
+// go past it, in this order:
 //   1. the oldest resolved or discarded record is deleted to make room;
 //   2. otherwise, when the fingerprint is already quarantined, the newest
 //      record of that fingerprint counts one more repeat (its `repeats`) and
@@ -104,7 +104,7 @@ class QuarantineStore {
  private:
   QuarantineStore(Database& db, PayloadStore payloads, std::int64_t max_records)
       : db_(&db), payloads_(std::move(payloads)), max_records_(max_records) {}
-  Expected<std::int64_t> open_records();
+  Expected<std::int64_t> record_count();
 
   Database* db_;
   PayloadStore payloads_;

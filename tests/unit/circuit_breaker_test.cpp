@@ -235,3 +235,19 @@ TEST_CASE("circuit breaker: disabled, it never opens") {
   CHECK(fail_distinct(zero, 0, 100, "fp-outage") == 0);
   CHECK_FALSE(zero.open());
 }
+
+TEST_CASE("circuit breaker: a success never opens it, even when it completes a window of failures") {
+  pillbox::BreakerSettings settings;
+  settings.window = 10;
+  settings.threshold = 0.8;
+  pillbox::CircuitBreaker breaker(settings);
+  const auto now = pillbox::CircuitBreaker::Clock::now();
+  for (int i = 0; i < 9; ++i) CHECK_FALSE(breaker.record("p" + std::to_string(i), i != 0, "pb1-outage", now));
+  // 8 failures of 9, then the 10th payload succeeds: 8 of 10 failed, but the
+  // success is no part of an outage.
+  CHECK_FALSE(breaker.record("p9", false, "", now));
+  CHECK_FALSE(breaker.open());
+  // The next failure is.
+  CHECK(breaker.record("p10", true, "pb1-outage", now));
+  CHECK(breaker.open());
+}

@@ -264,19 +264,19 @@ TEST_CASE("structural errors name the line") {
 
 TEST_CASE("bad values name the line and the accepted forms") {
   CHECK(error_of("[limits]\ncpu = 5x\n") ==
-        "t.policy:2: bad duration '5x' for cpu; write a whole number with a unit: 500ms, 5s, 2m "
-        "or 1h (a bare number means seconds)");
+        "t.policy:2: bad duration '5x' for cpu; write a whole number with a unit: 500ms, 5s, 2m, "
+        "1h or 7d (a bare number means seconds)");
   CHECK(error_of("[limits]\ncpu = 1.5s\n") ==
-        "t.policy:2: bad duration '1.5s' for cpu; write a whole number with a unit: 500ms, 5s, 2m "
-        "or 1h (a bare number means seconds)");
+        "t.policy:2: bad duration '1.5s' for cpu; write a whole number with a unit: 500ms, 5s, 2m, "
+        "1h or 7d (a bare number means seconds)");
   CHECK(starts_with(error_of("[limits]\nmemory = 12Q\n"),
                     "t.policy:2: bad size '12Q' for memory; write a whole number with an optional "
                     "unit: 4096 (bytes), 64K, 256M, 1G, 256MiB"));
   CHECK(error_of("[limits]\nopen_files = 64k\n") ==
         "t.policy:2: bad number '64k' for open_files; write a whole number such as 64");
   CHECK(error_of("[limits]\ncpu = -1s\n") ==
-        "t.policy:2: bad duration '-1s' for cpu; write a whole number with a unit: 500ms, 5s, 2m "
-        "or 1h (a bare number means seconds)");
+        "t.policy:2: bad duration '-1s' for cpu; write a whole number with a unit: 500ms, 5s, 2m, "
+        "1h or 7d (a bare number means seconds)");
 }
 
 TEST_CASE("values out of range name the line and the range") {

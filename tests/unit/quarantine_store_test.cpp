@@ -449,26 +449,30 @@ TEST_CASE("quarantine store: over capacity, the oldest resolved or discarded rec
   REQUIRE(env.qs->audit(r1, 1500, "op", "note", "looked at it").is_ok());
   env.set_status(r2, "discarded");
   env.set_status(r1, "resolved");
-  // Resolved and discarded records do not count: room for two more.
-  const std::int64_t r4 = env.add("k4", "p4", "fp-d", 4000).id;
-  const std::int64_t r5 = env.add("k5", "p5", "fp-e", 5000).id;
-  CHECK(env.count("SELECT count(*) FROM quarantine") == 5);
-  CHECK(env.count("SELECT count(*) FROM quarantine WHERE status = 'quarantined'") == 3);
-
-  // Full: the oldest of the resolved/discarded ones (r1) makes room.
-  const InsertResult r6 = env.add("k6", "p6", "fp-f", 6000);
-  CHECK_FALSE(r6.folded);
-  CHECK(r6.new_fingerprint);
-  CHECK(env.ids({}) == Ids{r6.id, r5, r4, r3, r2});
+  // Every record counts: full. The oldest of the resolved/discarded ones (r1)
+  // makes room, even for a fingerprint already on file.
+  const InsertResult r4 = env.add("k4", "p4", "fp-c", 4000);
+  CHECK_FALSE(r4.folded);
+  CHECK_FALSE(r4.new_fingerprint);
+  CHECK(env.ids({}) == Ids{r4.id, r3, r2});
   CHECK(env.count("SELECT count(*) FROM audit WHERE record_id = " + std::to_string(r1)) == 0);
   auto gone = env.qs->get(r1);
   REQUIRE(gone.has_value());
   CHECK_FALSE(gone->has_value());
 
   // Then r2, the only evictable one left.
-  const InsertResult r7 = env.add("k7", "p7", "fp-g", 7000);
+  const InsertResult r5 = env.add("k5", "p5", "fp-e", 5000);
+  CHECK_FALSE(r5.folded);
+  CHECK(r5.new_fingerprint);
+  CHECK(env.ids({}) == Ids{r5.id, r4.id, r3});
+  CHECK(env.count("SELECT count(*) FROM quarantine") == 3);
+
+  // Nothing evictable: a known fingerprint folds, a new one passes the limit.
+  CHECK(env.add("k6", "p6", "fp-c", 6000).folded);
+  CHECK(env.count("SELECT count(*) FROM quarantine") == 3);
+  const InsertResult r7 = env.add("k7", "p7", "fp-new", 7000);
   CHECK_FALSE(r7.folded);
-  CHECK(env.ids({}) == Ids{r7.id, r6.id, r5, r4, r3});
+  CHECK(env.count("SELECT count(*) FROM quarantine") == 4);
 }
 
 TEST_CASE("quarantine store: full with nothing to evict, a known fingerprint is folded into its newest record") {
@@ -563,7 +567,7 @@ TEST_CASE("quarantine store: purge removes old records of the given statuses, th
   CHECK(env.count("SELECT count(*) FROM audit WHERE record_id IN (" + std::to_string(p1) + ", " +
                   std::to_string(p3) + ")") == 0);
   CHECK(env.count("SELECT count(*) FROM audit") == 6);
-  // p3's payload is gone, row and file; the shared one stays.
+  // p3's payload row is gone, and its file; the shared one stays.
   CHECK(env.count("SELECT count(*) FROM payloads WHERE sha256 = '" + sha256_hex(big) + "'") == 0);
   CHECK_FALSE(std::filesystem::exists(big_file));
   auto kept = env.qs->payloads().get(sha256_hex(shared));

@@ -70,9 +70,9 @@ TEST_CASE("store: the directory comes from --store, then PILLBOX_STORE, then XDG
 TEST_CASE("store: a new directory is 0700; one that others can read, a symlink or a file is refused") {
   Scratch s;
   const std::string dir = s.path + "/a/b/store";
-  REQUIRE(prepare_store_dir(dir).ok());
+  REQUIRE(prepare_store_dir(dir).is_ok());
   CHECK(mode_of(dir) == 0700);
-  CHECK(prepare_store_dir(dir).ok());  // again: nothing to do
+  CHECK(prepare_store_dir(dir).is_ok());  // again: nothing to do
 
   const std::string open_dir = s.path + "/open";
   REQUIRE(::mkdir(open_dir.c_str(), 0755) == 0);
@@ -101,7 +101,7 @@ TEST_CASE("store: the database is 0600, in WAL mode, at the current schema versi
     CHECK(*store->db().query_int("PRAGMA user_version") == schema_version());
     CHECK(*store->db().query_int("PRAGMA foreign_keys") == 1);
     CHECK(store->db().query_text("SELECT value FROM store_info WHERE key = 'created_by'")->starts_with("pillbox "));
-    REQUIRE(store->db().exec("CREATE TABLE scratch (x INTEGER); INSERT INTO scratch VALUES (1);").ok());
+    REQUIRE(store->db().exec("CREATE TABLE scratch (x INTEGER); INSERT INTO scratch VALUES (1);").is_ok());
     CHECK(mode_of(dir + "/pillbox.db") == 0600);
     CHECK(mode_of(dir + "/pillbox.db-wal") == 0600);
     CHECK(mode_of(dir + "/pillbox.db-shm") == 0600);
@@ -120,7 +120,7 @@ TEST_CASE("store: a store written by a newer pillbox is refused and left as it i
   {
     auto store = Store::open(dir);
     REQUIRE(store.has_value());
-    REQUIRE(store->db().exec("PRAGMA user_version = " + std::to_string(schema_version() + 5)).ok());
+    REQUIRE(store->db().exec("PRAGMA user_version = " + std::to_string(schema_version() + 5)).is_ok());
   }
   auto newer = Store::open(dir);
   REQUIRE_FALSE(newer.has_value());
@@ -135,7 +135,7 @@ TEST_CASE("store: a store written by a newer pillbox is refused and left as it i
 TEST_CASE("store: a database file that is not SQLite is a clear error") {
   Scratch s;
   const std::string dir = s.path + "/store";
-  REQUIRE(prepare_store_dir(dir).ok());
+  REQUIRE(prepare_store_dir(dir).is_ok());
   { std::FILE* f = std::fopen((dir + "/pillbox.db").c_str(), "w"); REQUIRE(f != nullptr); std::fputs("not a database, just text that is long enough to have a header", f); std::fclose(f); }
   auto store = Store::open(dir);
   REQUIRE_FALSE(store.has_value());

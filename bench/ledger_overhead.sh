@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# bench/ledger_overhead.sh — what the task ledger (the SQLite store) costs a run.
+#
+# usage: bench/ledger_overhead.sh [BUILD_DIR] [TASKS]    (defaults: build, 2000)
+#   env: ROUNDS (default 5), JOBS (default: nproc), KEEP=1 keeps the temp dir
+#
+# Every task is an echo (a small distinct file in, the same bytes out), so the
+# task itself costs almost nothing and the ledger's share shows. Two variants,
+# run interleaved in each round, the order alternating from round to round:
+#
+#   ledger off   pillbox run --handler echo --jobs N --quiet --no-store DIR
+#   ledger on    pillbox run --handler echo --jobs N --quiet --store FRESH DIR
+#                (FRESH: a new, not yet existing store directory every round,
+#                so no task is ever skipped as already done)
+#
+# Throughput: TASKS / wall time of the whole run; median over rounds. The
+# ratio on/off is taken per round (two runs seconds apart, same noise), then
+# its median; cost = 1 - ratio = (off - on) / off. The issue's target: the
+# ledger costs under 10 % of throughput.
+# For the ledger-on runs, the store is read back afterwards with python3's
+# sqlite3 module: size of pillbox.db and rows of tasks and attempts.
+# Nothing is written into the repository; results are printed only.
+set -euo pipefail
+
+usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${1:-build}
+TASKS=${2:-2000}
+ROUNDS=${ROUNDS:-5}
+JOBS=${JOBS:-$(nproc)}
+
+[[ -d "$BUILD_DIR" ]] || BUILD_DIR="$REPO_ROOT/$BUILD_DIR"
+[[ -x "$BUILD_DIR/pillbox" && -x "$BUILD_DIR/pillbox-sandbox" ]] ||
+  { echo "ledger_overhead: no pillbox / pillbox-sandbox in $BUILD_DIR (build first)" >&2; exit 2; }
+[[ "$TASKS" =~ ^[1-9][0-9]*$ && "$ROUNDS" =~ ^[1-9][0-9]*$ && "$JOBS" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "ledger_overhead: TASKS, ROUNDS and JOBS must be positive integers" >&2; exit 2; }
+for tool in python3 awk; do
+  command -v "$tool" >/dev/null || { echo "ledger_overhead: needs $tool" >&2; exit 2; }
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/pillbox-bench.XXXXXX")
+cleanup() { if [[ "${KEEP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
+trap cleanup EXIT
+# Children run as `nobody` when pillbox runs as root: they must reach the corpus.
+chmod 0755 "$WORK"
+mkdir -p "$WORK/bin" "$WORK/corpus" "$WORK/log" "$WORK/stores"
+
+# A snapshot of the build, so that a rebuild by someone else during the run
+# cannot swap binaries between rounds (pillbox finds its helpers next to itself).
+for f in pillbox pillbox-sandbox libpillbox-crash.so; do
+  [[ -e "$BUILD_DIR/$f" ]] && cp "$BUILD_DIR/$f" "$WORK/bin/"
+done
+chmod 0755 "$WORK/bin" "$WORK/bin/"*
+PB="$WORK/bin/pillbox"
+
+# TASKS small text files, 60-250 bytes, all distinct, deterministic (as in echo_overhead.sh).
+make_corpus() {  # DIR COUNT
+  awk -v dir="$1" -v n="$2" 'BEGIN {
+    text = "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs; "
+    for (i = 0; i < n; i++) {
+      f = sprintf("%s/task-%06d.txt", dir, i)
+      printf "task %06d: %s\n", i, substr(text text, 1 + i % 40, 40 + (i * 37) % 160) > f
+      close(f)
+    }
+  }'
+}
+make_corpus "$WORK/corpus" "$TASKS"
+mkdir -p "$WORK/warm" && make_corpus "$WORK/warm" $((JOBS * 20))
+
+VARIANTS=(ledger_off ledger_on)
+
+# VARIANT OUTPUT_FLAG DIR STORE_DIR
+pillbox_run() {
+  case "$1" in
+    ledger_off) "$PB" run --handler echo --jobs "$JOBS" "$2" --no-store "$3" ;;
+    ledger_on)  "$PB" run --handler echo --jobs "$JOBS" "$2" --store "$4" "$3" ;;
+  esac
+}
+
+fail_run() {  # WHAT RC LOG
+  echo "ledger_overhead: $1 failed (exit $2); its stderr:" >&2
+  tail -n 20 "$3" >&2 || true
+  exit 1
+}
+
+# "Some tasks failed" (exit 1) is a result: the time counts, the run is listed.
+# Anything else (usage, setup error) stops the benchmark.
+check_rc() {  # VARIANT RC WHAT LOG
+  case "$2" in
+    0) return 0 ;;
+    1) echo "  WARNING: $3: some tasks did not end ok (exit $2)" >&2
+       printf '%s\t%s\n' "$1" "$3" >>"$WORK/failed_runs.tsv" ;;
+    *) fail_run "$3" "$2" "$4" ;;
+  esac
+}
+
+# Rows of the store's tables and the size of its files, as one JSON object.
+store_stats() {  # STORE_DIR
+  python3 - "$1" <<'EOF'
+import json, os, sqlite3, sys
+d = sys.argv[1]
+sizes = {f: os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.startswith("pillbox.db")}
+c = sqlite3.connect(f"file:{d}/pillbox.db?mode=ro", uri=True)
+rows = {t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "tasks", "attempts")}
+states = dict(c.execute("SELECT state, count(*) FROM tasks GROUP BY state").fetchall())
+print(json.dumps({"sizes": sizes, "rows": rows, "states": states}, sort_keys=True))
+EOF
+}
+
+# Sanity: both variants give back exactly the payload, and the ledger-on run
+# leaves one task and one finished attempt in the store.
+sample="$WORK/corpus/task-000007.txt"
+mkdir -p "$WORK/check" && cp "$sample" "$WORK/check/"
+for v in "${VARIANTS[@]}"; do
+  rc=0; out=$(pillbox_run "$v" --json "$WORK/check" "$WORK/stores/check" 2>"$WORK/log/check.$v") || rc=$?
+  [[ $rc == 0 ]] || fail_run "sanity check ($v)" "$rc" "$WORK/log/check.$v"
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); sys.exit(0 if r["kind"]=="ok" and r["output"]==open(sys.argv[2]).read() else 1)' \
+    "$out" "$sample" || { echo "ledger_overhead: $v did not echo the payload: $out" >&2; exit 1; }
+done
+python3 -c 'import json,sys; s=json.loads(sys.argv[1]); sys.exit(0 if s["rows"]["tasks"]==1 and s["rows"]["attempts"]==1 and s["states"]=={"ok":1} else 1)' \
+  "$(store_stats "$WORK/stores/check")" || { echo "ledger_overhead: the store of the sanity run is not as expected" >&2; exit 1; }
+
+fs_type=$(df -PT "$WORK/stores" | awk 'NR == 2 { print $2 }')
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "pillbox ledger benchmark: $TASKS tasks, $JOBS jobs, $ROUNDS rounds; store on $fs_type; load average before: $load_before (cores: $(nproc))" >&2
+
+# Warm-up: page cache, binaries, dynamic loader caches, SQLite's first open.
+for v in "${VARIANTS[@]}"; do
+  rc=0; pillbox_run "$v" --quiet "$WORK/warm" "$WORK/stores/warm" >/dev/null 2>"$WORK/log/warm.$v" || rc=$?
+  [[ $rc == 0 ]] || fail_run "warm-up ($v)" "$rc" "$WORK/log/warm.$v"
+done
+
+: >"$WORK/times.tsv"; : >"$WORK/failed_runs.tsv"; : >"$WORK/loads.tsv"; : >"$WORK/stores.jsonl"
+now_ns() { date +%s%N; }
+for ((r = 1; r <= ROUNDS; r++)); do
+  for ((k = 0; k < 2; k++)); do  # odd rounds: off then on; even rounds: on then off
+    v=${VARIANTS[$(((k + r - 1) % 2))]}
+    store="$WORK/stores/round-$r"   # does not exist yet: pillbox creates it (0700)
+    rc=0; t0=$(now_ns)
+    pillbox_run "$v" --quiet "$WORK/corpus" "$store" >/dev/null 2>"$WORK/log/$v.$r" || rc=$?
+    t1=$(now_ns)
+    check_rc "$v" "$rc" "$v (round $r)" "$WORK/log/$v.$r"
+    printf '%s\t%d\t%d\n' "$v" "$r" $((t1 - t0)) >>"$WORK/times.tsv"
+    printf '  round %d  %-10s %7.2f s\n' "$r" "$v" "$(awk -v ns=$((t1 - t0)) 'BEGIN{print ns/1e9}')" >&2
+  done
+  store_stats "$WORK/stores/round-$r" >>"$WORK/stores.jsonl"
+  rm -rf "$WORK/stores/round-$r"
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  printf '%d\t%s\n' "$r" "$load" >>"$WORK/loads.tsv"
+  echo "  round $r done; load average: $load" >&2
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- report ----------------------------------------------------------------
+python3 - "$WORK" "$TASKS" "$JOBS" "$ROUNDS" "$load_before" "$load_after" "$(nproc)" "$fs_type" <<'EOF'
+import json, statistics, sys
+
+work, tasks, jobs, rounds, load_before, load_after, cores, fs_type = sys.argv[1:9]
+tasks, jobs, rounds, cores = int(tasks), int(jobs), int(rounds), int(cores)
+
+names = {"ledger_off": "ledger off (--no-store)", "ledger_on": "ledger on  (--store)"}
+secs = {v: {} for v in names}
+for line in open(f"{work}/times.tsv"):
+    v, r, ns = line.split("\t")
+    secs[v][int(r)] = int(ns) / 1e9
+rs = sorted(secs["ledger_on"])
+rate = {v: [tasks / secs[v][r] for r in rs] for v in names}
+med = {v: statistics.median(rate[v]) for v in names}
+ratio = [secs["ledger_off"][r] / secs["ledger_on"][r] for r in rs]   # = on tasks/s / off tasks/s
+ratio_med = statistics.median(ratio)
+cost = (1 - ratio_med) * 100
+
+print(f"\npillbox ledger benchmark — {tasks} echo tasks, {jobs} jobs, {rounds} rounds (median); store on {fs_type}")
+print(f"{'variant':<26}{'tasks/s':>10}{'vs ledger off':>16}")
+print(f"{names['ledger_off']:<26}{med['ledger_off']:>10.0f}{1.0:>15.2f}x")
+print(f"{names['ledger_on']:<26}{med['ledger_on']:>10.0f}{ratio_med:>15.3f}x")
+
+print("\nper round (tasks/s; on/off ratio and cost in the same round):")
+for i, r in enumerate(rs):
+    first = "off first" if r % 2 == 1 else "on first "
+    print(f"  round {r} ({first})  off {rate['ledger_off'][i]:7.0f}  on {rate['ledger_on'][i]:7.0f}"
+          f"  ratio {ratio[i]:.3f}  cost {(1 - ratio[i]) * 100:5.1f} %")
+for v, label in names.items():
+    spread = (max(rate[v]) - min(rate[v])) / med[v] * 100
+    print(f"  spread of {label}: {spread:.0f}% of median")
+loads = [l.split("\t")[1].strip() for l in open(f"{work}/loads.tsv") if l.strip()]
+print("  load average (1 min) at the end of each round: " + "  ".join(loads))
+
+stores = [json.loads(l) for l in open(f"{work}/stores.jsonl") if l.strip()]
+db = statistics.median(s["sizes"].get("pillbox.db", 0) for s in stores)
+wal = statistics.median(s["sizes"].get("pillbox.db-wal", 0) for s in stores)
+att = sorted({s["rows"]["attempts"] for s in stores})
+tks = sorted({s["rows"]["tasks"] for s in stores})
+states = stores[-1]["states"]
+print(f"\nledger on, store after each run: pillbox.db {db / 1024:.0f} KiB (wal {wal / 1024:.0f} KiB), "
+      f"attempts rows {'/'.join(map(str, att))}, tasks rows {'/'.join(map(str, tks))}, "
+      f"task states {states} ({db / max(att[0], 1):.0f} bytes per attempt)")
+
+failed_runs = [l.rstrip("\n").split("\t") for l in open(f"{work}/failed_runs.tsv") if l.strip()]
+if failed_runs:
+    print("\nruns in which some tasks did not end ok (their times are still counted):")
+    for v, what in failed_runs:
+        print(f"  {what}")
+
+print(f"\ntarget: the ledger costs < 10 % of throughput — measured {cost:.1f} % "
+      f"(median on/off ratio {ratio_med:.3f}): " + ("met" if cost < 10 else "NOT met"))
+print(f"load average before: {load_before}; after: {load_after}; cores: {cores}"
+      + ("  (machine busy: load above core count)" if max(float(load_before.split()[0]), float(load_after.split()[0])) > cores else ""))
+
+raw = {"tasks": tasks, "jobs": jobs, "rounds": rounds, "cores": cores, "fs": fs_type,
+       "load_before": load_before, "load_after": load_after, "load_per_round": loads,
+       "seconds": {v: [secs[v][r] for r in rs] for v in names},
+       "tasks_per_s_median": {v: round(med[v], 1) for v in names},
+       "ratio_on_off": [round(x, 4) for x in ratio], "ratio_on_off_median": round(ratio_med, 4),
+       "cost_percent": round(cost, 2), "stores": stores, "failed_runs": [w for _, w in failed_runs]}
+print("\nraw: " + json.dumps(raw, sort_keys=True))
+EOF
