@@ -17,8 +17,13 @@
 # ratio on/off is taken per round (two runs seconds apart, same noise), then
 # its median; cost = 1 - ratio = (off - on) / off. The issue's target: the
 # ledger costs under 10 % of throughput.
+# CPU: the supervisor's own CPU time (and that of the processes it reaped) per
+# run, read from /proc/PID/stat; the ledger's extra supervisor CPU per task,
+# as a share of all the CPU a task takes without the ledger, is a second,
+# less noise-sensitive estimate of its cost on a CPU-bound box.
 # For the ledger-on runs, the store is read back afterwards with python3's
-# sqlite3 module: size of pillbox.db and rows of tasks and attempts.
+# sqlite3 module: size of pillbox.db and rows of tasks and attempts; with
+# strace, one extra untimed run counts the write transactions.
 # Nothing is written into the repository; results are printed only.
 set -euo pipefail
 
@@ -133,17 +138,45 @@ for v in "${VARIANTS[@]}"; do
 done
 
 : >"$WORK/times.tsv"; : >"$WORK/failed_runs.tsv"; : >"$WORK/loads.tsv"; : >"$WORK/stores.jsonl"
-now_ns() { date +%s%N; }
+# timed LOG VARIANT FLAG DIR STORE: one measured run of pillbox_run (stdout to
+# /dev/null, stderr to LOG). Prints, tab-separated: wall ns; CPU ms of the
+# pillbox process itself (the supervisor: dispatch, ledger, SQLite); CPU ms
+# of the descendants it reaped (zygote, fork server, tasks); exit code. CPU
+# times come from /proc/PID/stat of the exited, not yet reaped process
+# (waitid WNOWAIT), in clock ticks (10 ms). A shell function cannot be run by
+# python, so the command line is pillbox_run's, written out again here.
+timed() {
+  local log=$1 v=$2 flag=$3 dir=$4 store=$5
+  local -a cmd
+  case "$v" in
+    ledger_off) cmd=("$PB" run --handler echo --jobs "$JOBS" "$flag" --no-store "$dir") ;;
+    ledger_on)  cmd=("$PB" run --handler echo --jobs "$JOBS" "$flag" --store "$store" "$dir") ;;
+  esac
+  python3 - "$log" "${cmd[@]}" <<'PY'
+import os, subprocess, sys, time
+tick = os.sysconf("SC_CLK_TCK")
+with open(sys.argv[1], "w") as err:
+    t0 = time.monotonic_ns()
+    p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=err)
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+    t1 = time.monotonic_ns()
+    f = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
+    rc = p.wait()
+utime, stime, cutime, cstime = (int(x) for x in f[11:15])
+ms = lambda t: t * 1000 // tick
+print(f"{t1 - t0}\t{ms(utime + stime)}\t{ms(cutime + cstime)}\t{rc}")
+PY
+}
 for ((r = 1; r <= ROUNDS; r++)); do
   for ((k = 0; k < 2; k++)); do  # odd rounds: off then on; even rounds: on then off
     v=${VARIANTS[$(((k + r - 1) % 2))]}
     store="$WORK/stores/round-$r"   # does not exist yet: pillbox creates it (0700)
-    rc=0; t0=$(now_ns)
-    pillbox_run "$v" --quiet "$WORK/corpus" "$store" >/dev/null 2>"$WORK/log/$v.$r" || rc=$?
-    t1=$(now_ns)
+    res=$(timed "$WORK/log/$v.$r" "$v" --quiet "$WORK/corpus" "$store")
+    IFS=$'\t' read -r ns self_ms child_ms rc <<<"$res"
     check_rc "$v" "$rc" "$v (round $r)" "$WORK/log/$v.$r"
-    printf '%s\t%d\t%d\n' "$v" "$r" $((t1 - t0)) >>"$WORK/times.tsv"
-    printf '  round %d  %-10s %7.2f s\n' "$r" "$v" "$(awk -v ns=$((t1 - t0)) 'BEGIN{print ns/1e9}')" >&2
+    printf '%s\t%d\t%d\t%d\t%d\n' "$v" "$r" "$ns" "$self_ms" "$child_ms" >>"$WORK/times.tsv"
+    printf '  round %d  %-10s %7.2f s  (cpu: supervisor %d ms, its children %d ms)\n' "$r" "$v" \
+      "$(awk -v ns="$ns" 'BEGIN{print ns/1e9}')" "$self_ms" "$child_ms" >&2
   done
   store_stats "$WORK/stores/round-$r" >>"$WORK/stores.jsonl"
   rm -rf "$WORK/stores/round-$r"
@@ -153,18 +186,40 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# Write transactions of one more ledger-on run (not timed), when strace is
+# there: SQLite takes the WAL write lock (byte 120 of pillbox.db-shm) with
+# fcntl(F_SETLK, F_WRLCK) once per write transaction (BEGIN IMMEDIATE ... COMMIT),
+# plus a few for opening and migrating the store. Only the supervisor is traced.
+# strace slows the supervisor, so its dispatcher turns may group slightly
+# differently than in the timed runs.
+txns=-1
+if command -v strace >/dev/null; then
+  rc=0
+  strace -o "$WORK/strace.txt" -e trace=fcntl "$PB" run --handler echo --jobs "$JOBS" --quiet \
+    --store "$WORK/stores/strace" "$WORK/corpus" >/dev/null 2>"$WORK/log/strace" || rc=$?
+  if [[ $rc == 0 ]]; then
+    txns=$(grep -c 'F_SETLK, {l_type=F_WRLCK, l_whence=SEEK_SET, l_start=120, l_len=1}) = 0' "$WORK/strace.txt" || true)
+  else
+    echo "  (strace run failed, exit $rc: transactions not counted)" >&2
+  fi
+fi
+
 # --- report ----------------------------------------------------------------
-python3 - "$WORK" "$TASKS" "$JOBS" "$ROUNDS" "$load_before" "$load_after" "$(nproc)" "$fs_type" <<'EOF'
+python3 - "$WORK" "$TASKS" "$JOBS" "$ROUNDS" "$load_before" "$load_after" "$(nproc)" "$fs_type" "$txns" <<'EOF'
 import json, statistics, sys
 
-work, tasks, jobs, rounds, load_before, load_after, cores, fs_type = sys.argv[1:9]
-tasks, jobs, rounds, cores = int(tasks), int(jobs), int(rounds), int(cores)
+work, tasks, jobs, rounds, load_before, load_after, cores, fs_type, txns = sys.argv[1:10]
+tasks, jobs, rounds, cores, txns = int(tasks), int(jobs), int(rounds), int(cores), int(txns)
 
 names = {"ledger_off": "ledger off (--no-store)", "ledger_on": "ledger on  (--store)"}
 secs = {v: {} for v in names}
+cpu_self = {v: {} for v in names}   # ms, the pillbox process (supervisor)
+cpu_kids = {v: {} for v in names}   # ms, its reaped descendants (zygote, fork server, tasks)
 for line in open(f"{work}/times.tsv"):
-    v, r, ns = line.split("\t")
+    v, r, ns, self_ms, kids_ms = line.split("\t")
     secs[v][int(r)] = int(ns) / 1e9
+    cpu_self[v][int(r)] = int(self_ms)
+    cpu_kids[v][int(r)] = int(kids_ms)
 rs = sorted(secs["ledger_on"])
 rate = {v: [tasks / secs[v][r] for r in rs] for v in names}
 med = {v: statistics.median(rate[v]) for v in names}
@@ -188,6 +243,21 @@ for v, label in names.items():
 loads = [l.split("\t")[1].strip() for l in open(f"{work}/loads.tsv") if l.strip()]
 print("  load average (1 min) at the end of each round: " + "  ".join(loads))
 
+# CPU per task: less sensitive to other load than wall time. When the box is
+# CPU-bound (2 cores, 2 jobs), the supervisor's extra CPU per task over the
+# whole CPU per task is roughly what the ledger takes from throughput.
+per_task = lambda d, v: [d[v][r] / tasks for r in rs]
+extra = [(cpu_self["ledger_on"][r] - cpu_self["ledger_off"][r]) / tasks for r in rs]
+total_off = [(cpu_self["ledger_off"][r] + cpu_kids["ledger_off"][r]) / tasks for r in rs]
+print("\nCPU per task, ms (median over rounds; clock ticks of 10 ms over the whole run):")
+for v, label in names.items():
+    sv, kv = statistics.median(per_task(cpu_self, v)), statistics.median(per_task(cpu_kids, v))
+    print(f"  {label:<26}supervisor {sv:.3f}   children {kv:.3f}   total {sv + kv:.3f}")
+extra_med = statistics.median(extra)
+cpu_cost = statistics.median(e / t * 100 for e, t in zip(extra, total_off))
+print(f"  ledger's extra supervisor CPU: {extra_med:.3f} ms per task (per round: "
+      + "  ".join(f"{e:.3f}" for e in extra) + f"), {cpu_cost:.1f} % of the CPU a task takes without it")
+
 stores = [json.loads(l) for l in open(f"{work}/stores.jsonl") if l.strip()]
 db = statistics.median(s["sizes"].get("pillbox.db", 0) for s in stores)
 wal = statistics.median(s["sizes"].get("pillbox.db-wal", 0) for s in stores)
@@ -196,7 +266,9 @@ tks = sorted({s["rows"]["tasks"] for s in stores})
 states = stores[-1]["states"]
 print(f"\nledger on, store after each run: pillbox.db {db / 1024:.0f} KiB (wal {wal / 1024:.0f} KiB), "
       f"attempts rows {'/'.join(map(str, att))}, tasks rows {'/'.join(map(str, tks))}, "
-      f"task states {states} ({db / max(att[0], 1):.0f} bytes per attempt)")
+      f"task states {states} ({db / max(att[0], 1):.0f} bytes per attempt); write transactions "
+      + (f"{txns} ({txns / tasks:.2f} per task, counted in one extra run under strace)" if txns >= 0
+         else "not counted (no strace)"))
 
 failed_runs = [l.rstrip("\n").split("\t") for l in open(f"{work}/failed_runs.tsv") if l.strip()]
 if failed_runs:
@@ -214,6 +286,9 @@ raw = {"tasks": tasks, "jobs": jobs, "rounds": rounds, "cores": cores, "fs": fs_
        "seconds": {v: [secs[v][r] for r in rs] for v in names},
        "tasks_per_s_median": {v: round(med[v], 1) for v in names},
        "ratio_on_off": [round(x, 4) for x in ratio], "ratio_on_off_median": round(ratio_med, 4),
-       "cost_percent": round(cost, 2), "stores": stores, "failed_runs": [w for _, w in failed_runs]}
+       "cost_percent": round(cost, 2), "write_transactions": txns,
+       "cpu_ms": {v: {"supervisor": [cpu_self[v][r] for r in rs], "children": [cpu_kids[v][r] for r in rs]} for v in names},
+       "extra_supervisor_cpu_ms_per_task_median": round(extra_med, 4), "cpu_cost_percent": round(cpu_cost, 2),
+       "stores": stores, "failed_runs": [w for _, w in failed_runs]}
 print("\nraw: " + json.dumps(raw, sort_keys=True))
 EOF

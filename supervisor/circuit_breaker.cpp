@@ -43,6 +43,17 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
   return true;
 }
 
+bool CircuitBreaker::suspects(const std::string& fingerprint) const {
+  if (!settings_.enabled || open_) return false;
+  const std::size_t recent = std::min(window_.size(), std::max<std::size_t>(4, settings_.window / 4));
+  if (recent < 4) return false;
+  std::size_t alike = 0;
+  for (auto it = window_.end() - static_cast<long>(recent); it != window_.end(); ++it) {
+    if (it->failed && it->fingerprint == fingerprint) ++alike;
+  }
+  return static_cast<double>(alike) >= settings_.threshold * static_cast<double>(recent);
+}
+
 bool CircuitBreaker::may_probe(Clock::time_point now) const { return open_ && !probe_in_flight_ && now >= next_probe_; }
 
 void CircuitBreaker::probe_ended(bool ok, Clock::time_point now) {

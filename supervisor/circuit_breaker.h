@@ -7,6 +7,7 @@
 // and one fingerprint accounts for at least half of the failures, it opens:
 // intake pauses, the failures are not held against their payloads, and
 // single probe tasks run every `probe_interval` until one succeeds.
+// Only a failure opens it: a success is no part of an outage.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -33,6 +34,12 @@ class CircuitBreaker {
   bool record(const std::string& payload_id, bool failed, const std::string& fingerprint, Clock::time_point now);
 
   bool open() const { return open_; }
+  // Early warning, before the window is full: of the most recent
+  // max(4, window/4) distinct payloads, at least `threshold` failed with
+  // `fingerprint`. The flow then holds back quarantining that fingerprint
+  // (retrying instead), so that the first payloads of an outage are not
+  // quarantined in the moments before the breaker opens.
+  bool suspects(const std::string& fingerprint) const;
   // While open: whether a probe may start now (one at a time).
   bool may_probe(Clock::time_point now) const;
   void probe_started() { probe_in_flight_ = true; }

@@ -27,7 +27,7 @@ std::string iso_time(std::int64_t ms) {
 }
 
 std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32_t attempts, bool new_fingerprint,
-                                   const std::string& store_dir) {
+                                   const std::string& store_dir, const std::vector<store::AttemptTally>* tally) {
   using nlohmann::json;
   const store::QuarantineEntry& e = r.entry;
   json j;
@@ -56,6 +56,13 @@ std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32
   j["created_at"] = iso_time(r.created_at);
   j["updated_at"] = iso_time(r.updated_at);
   if (attempts > 0) j["attempts"] = attempts;
+  if (tally != nullptr) {
+    json by_kind = json::array();
+    for (const auto& t : *tally) {
+      by_kind.push_back({{"kind", t.kind}, {"count", t.count}, {"first", iso_time(t.first_ms)}, {"last", iso_time(t.last_ms)}});
+    }
+    j["attempts_by_kind"] = by_kind;
+  }
   j["new_fingerprint"] = new_fingerprint;
   if (!store_dir.empty()) j["store"] = store_dir;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -7,9 +7,11 @@
 
 namespace pillbox {
 
-// `attempts` is the number of attempts the task took (0: not known here).
+// `attempts` is the number of attempts the task took (0: not known here);
+// `tally`, when given, becomes "attempts_by_kind".
 std::string quarantine_record_json(const store::QuarantineRecord& record, std::uint32_t attempts,
-                                   bool new_fingerprint, const std::string& store_dir);
+                                   bool new_fingerprint, const std::string& store_dir,
+                                   const std::vector<store::AttemptTally>* tally = nullptr);
 
 // "2026-11-30T14:39:00.123Z"
 std::string iso_time(std::int64_t ms_since_epoch);

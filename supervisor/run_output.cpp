@@ -131,6 +131,7 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
     if (flow->new_fingerprints) os << " (" << flow->new_fingerprints << " new fingerprints)";
     os << ", " << flow->retried << " needed retries, " << flow->gave_up << " gave up";
     if (flow->held) os << ", " << flow->held << " held by a suspected outage (they run again next time)";
+    if (flow->deferred) os << ", " << flow->deferred << " quarantines deferred while an outage was suspected";
     os << "\n";
     if (flow->skipped_done || flow->skipped_quarantined) {
       os << "  skipped: " << flow->skipped_done << " already ok and " << flow->skipped_quarantined

@@ -308,6 +308,15 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
       return;
     }
     case Decision::kQuarantine:
+      if (breaker_.suspects(outcome.fingerprint)) {
+        // Most of the latest payloads fail just like this one: perhaps an
+        // outage about to open the breaker. Retry rather than quarantine;
+        // if it is a poison pill, a later attempt quarantines it.
+        ++report_.deferred;
+        t.last_failure = outcome;
+        delayed_.emplace(now + backoff_delay(settings_.retry, 1, rng_), t.task.ref);
+        return;
+      }
       quarantine(t, outcome, j.reason);
       return;
     case Decision::kGiveUp:
@@ -387,7 +396,9 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
       record.entry = std::move(e);
       record.status = "quarantined";
       record.created_at = record.updated_at = now;
-      a.record_json = quarantine_record_json(record, q.attempts, inserted->new_fingerprint, quarantine_dir_);
+      auto tally = quarantine_->attempt_tally(q.task_id);  // this turn's attempt ends are already written
+      if (!tally) return Status::error(tally.error());
+      a.record_json = quarantine_record_json(record, q.attempts, inserted->new_fingerprint, quarantine_dir_, &*tally);
     }
     return ledger_->set_state(q.task_id, "quarantined", now);
   });

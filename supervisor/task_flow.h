@@ -86,6 +86,7 @@ struct FlowReport {
   std::size_t gave_up = 0;
   std::size_t held = 0;                 // left for the next run by an open breaker
   std::size_t outages = 0;              // times the breaker opened
+  std::size_t deferred = 0;             // quarantines held back while an outage was suspected
   std::size_t commits = 0;              // ledger transactions
   std::size_t input_errors = 0;
 };

@@ -183,6 +183,22 @@ Expected<std::optional<QuarantineRecord>> QuarantineStore::get(std::int64_t id) 
   return std::optional<QuarantineRecord>(read_record(*stmt));
 }
 
+Expected<std::vector<AttemptTally>> QuarantineStore::attempt_tally(std::int64_t task_id) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "SELECT coalesce(kind, 'unfinished'), count(*), min(started_at), max(started_at) "
+                                 "FROM attempts WHERE task_id = ?1 GROUP BY 1 ORDER BY 3");
+  if (!stmt) return Error{stmt.error()};
+  stmt->bind(1, task_id);
+  std::vector<AttemptTally> out;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    out.push_back({stmt->column_text(0), stmt->column_int(1), stmt->column_int(2), stmt->column_int(3)});
+  }
+  return out;
+}
+
 Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Error{txn.error()};

@@ -66,6 +66,15 @@ struct InsertResult {
   bool folded = false;          // over capacity: counted as a repeat, payload not kept
 };
 
+// Like RabbitMQ's x-death: a task's attempts counted per outcome kind, with
+// the first and last time ("unfinished": the supervisor died during it).
+struct AttemptTally {
+  std::string kind;
+  std::int64_t count = 0;
+  std::int64_t first_ms = 0;
+  std::int64_t last_ms = 0;
+};
+
 struct ListFilter {
   std::optional<std::string> status;
   std::optional<std::string> kind;
@@ -94,6 +103,7 @@ class QuarantineStore {
   // Newest first.
   Expected<std::vector<QuarantineRecord>> list(const ListFilter& filter);
   Expected<std::optional<QuarantineRecord>> get(std::int64_t id);
+  Expected<std::vector<AttemptTally>> attempt_tally(std::int64_t task_id);
   // Records created before `cutoff_ms` whose status is one of `statuses`
   // (all statuses when empty), with their audit trail and payloads no other
   // record shares. Runs its own transaction.

@@ -87,8 +87,10 @@ TEST_CASE("an outage that outlasts the input holds the rest for the next run (ex
   CHECK(second.records.size() == held);
   for (const auto& rec : second.records) CHECK(rec["verdict"] == "ok");
   CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'") == static_cast<long long>(held));
-  CHECK(second.err.find("skipped: 0 already ok and " + std::to_string(quarantined) + " already quarantined") !=
-        std::string::npos);
+  if (quarantined > 0) {
+    CHECK(second.err.find("skipped: 0 already ok and " + std::to_string(quarantined) + " already quarantined") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("--no-breaker: a corpus of known crashers of one bug is quarantined, not taken for an outage") {

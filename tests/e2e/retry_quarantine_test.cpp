@@ -127,7 +127,8 @@ TEST_CASE("--on-quarantine gets each new record as JSON; --on-new-fingerprint on
   for (int i = 1; i <= 3; ++i) input += task_line("segv-" + std::to_string(i), "S crasher " + std::to_string(i));
   input += task_line("abort-1", "A crasher");
   input += task_line("good-1", "fine");
-  const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--backoff-base", "10ms",
+  // --no-breaker: four crashers in a row would look like the start of an outage.
+  const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--backoff-base", "10ms", "--no-breaker",
                               "--on-quarantine", "cat >> " + every + "; echo >> " + every,
                               "--on-new-fingerprint", "cat >> " + fresh + "; echo >> " + fresh, "-", "--",
                               e2e::fixture("poison_corpus"), markers.path()},
@@ -156,6 +157,11 @@ TEST_CASE("--on-quarantine gets each new record as JSON; --on-new-fingerprint on
     CHECK(j["attempts"] == 2);
     CHECK(j["payload_sha256"] == pillbox::sha256_hex(key == "abort-1" ? "A crasher" : "S crasher " + key.substr(5)));
     CHECK(j["store"] == store);
+    // x-death style: both attempts, per kind, with first and last time.
+    REQUIRE(j["attempts_by_kind"].size() == 1);
+    CHECK(j["attempts_by_kind"][0]["kind"] == "crash");
+    CHECK(j["attempts_by_kind"][0]["count"] == 2);
+    CHECK(j["attempts_by_kind"][0]["first"] <= j["attempts_by_kind"][0]["last"]);
   }
   // The first of a fingerprint is new; its repeats are not.
   std::size_t new_ones = 0;
@@ -170,7 +176,7 @@ TEST_CASE("a hook that hangs or fails never blocks or fails the run") {
   for (int i = 1; i <= 3; ++i) input += task_line("segv-" + std::to_string(i), "S crasher " + std::to_string(i));
   const auto started = std::chrono::steady_clock::now();
   const auto r = run_pillbox({"run", "--store", dir.path() + "/store", "--jobs", "2", "--json", "--backoff-base", "10ms",
-                              "--hook-timeout", "300ms", "--on-quarantine", "sleep 1000", "--on-new-fingerprint",
+                              "--no-breaker", "--hook-timeout", "300ms", "--on-quarantine", "sleep 1000", "--on-new-fingerprint",
                               "exit 7", "-", "--", e2e::fixture("poison_corpus"), markers.path()},
                              input);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -251,3 +251,36 @@ TEST_CASE("circuit breaker: a success never opens it, even when it completes a w
   CHECK(breaker.record("p10", true, "pb1-outage", now));
   CHECK(breaker.open());
 }
+
+TEST_CASE("circuit breaker: suspects a fingerprint when most of the latest payloads fail with it") {
+  BreakerSettings settings;
+  settings.window = 20;  // "latest" = the last max(4, 20/4) = 5 payloads
+  settings.threshold = 0.8;
+  CircuitBreaker breaker(settings);
+  const auto now = Clock::now();
+  for (int i = 0; i < 10; ++i) breaker.record("ok" + std::to_string(i), false, "", now);
+  CHECK_FALSE(breaker.suspects("pb1-x"));
+  for (int i = 0; i < 3; ++i) breaker.record("bad" + std::to_string(i), true, "pb1-x", now);
+  CHECK_FALSE(breaker.suspects("pb1-x"));  // 3 of the last 5
+  breaker.record("bad3", true, "pb1-x", now);
+  CHECK(breaker.suspects("pb1-x"));  // 4 of the last 5
+  CHECK_FALSE(breaker.suspects("pb1-y"));
+  CHECK_FALSE(breaker.open());  // 4 of 20: far from opening
+  breaker.record("ok-again", false, "", now);
+  breaker.record("ok-again-2", false, "", now);
+  CHECK_FALSE(breaker.suspects("pb1-x"));  // 3 of the last 5 again
+
+  SUBCASE("fewer than 4 payloads seen: never") {
+    CircuitBreaker fresh(settings);
+    for (int i = 0; i < 3; ++i) fresh.record("b" + std::to_string(i), true, "pb1-x", now);
+    CHECK_FALSE(fresh.suspects("pb1-x"));
+    fresh.record("b3", true, "pb1-x", now);
+    CHECK(fresh.suspects("pb1-x"));
+  }
+  SUBCASE("disabled: never") {
+    settings.enabled = false;
+    CircuitBreaker off(settings);
+    for (int i = 0; i < 10; ++i) off.record("b" + std::to_string(i), true, "pb1-x", now);
+    CHECK_FALSE(off.suspects("pb1-x"));
+  }
+}
