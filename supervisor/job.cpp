@@ -15,8 +15,9 @@ RunIdentity run_identity(const ChildConfig& config) {
   id.handler_identity = handler_identity(config);
   nlohmann::json args = nlohmann::json::object();
   for (const auto& [k, v] : config.args) args[k] = v;
-  id.handler_args = args.dump();
-  id.exec_argv = nlohmann::json(config.exec_argv).dump();
+  // Arguments are the operator's bytes, not necessarily UTF-8.
+  id.handler_args = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  id.exec_argv = nlohmann::json(config.exec_argv).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   id.policy_identity = policy_identity(config.policy);
   id.policy = format_policy(config.policy);
   return id;
@@ -53,11 +54,16 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   flow.set_store_dir(report.store_dir);
   auto run = run_tasks(settings.run, flow, flow);
   // Whatever happened, what is known goes to the ledger.
-  const Status finished = flow.finish();
+  const Status finished = flow.finish(run ? "" : run.error());
+  report.flow = flow.report();
+  if (report.flow.stop_signal != 0) {
+    report.stop_signal = report.flow.stop_signal;
+    if (!finished) return Error{finished.message()};
+    return report;
+  }
   if (!run) return Error{run.error()};
   if (!finished) return Error{finished.message()};
   report.run = std::move(*run);
-  report.flow = flow.report();
   return report;
 }
 

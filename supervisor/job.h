@@ -26,6 +26,7 @@ struct JobReport {
   RunReport run;
   FlowReport flow;
   std::string store_dir;  // "" without a store
+  int stop_signal = 0;    // SIGINT/SIGTERM stopped the run early (the report is partial)
 };
 
 // Errors: the store cannot be opened or written, or the sandbox cannot start.

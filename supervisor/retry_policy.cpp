@@ -16,13 +16,14 @@ bool is_transient(const RetrySettings& settings, const Outcome& outcome) {
 }
 
 Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history,
-                const Outcome& outcome) {
+                const Outcome& outcome, std::uint32_t transient_in_run) {
   if (outcome.kind == Kind::kOk) return {Decision::kDone, "ok"};
   const auto failures = static_cast<std::uint32_t>(std::count_if(history.begin(), history.end(), counted));
   const std::string kind(to_string(outcome.kind));
   if (is_transient(settings, outcome)) {
-    if (failures >= settings.max_attempts) {
-      return {Decision::kGiveUp, kind + " on " + std::to_string(failures) + " attempts: not the payload's fault, not quarantined"};
+    if (transient_in_run >= settings.max_attempts) {
+      return {Decision::kGiveUp, kind + " on " + std::to_string(transient_in_run) +
+                                     " attempts: not the payload's fault, not quarantined"};
     }
     return {Decision::kRetry, kind + ": not the payload's fault"};
   }
@@ -51,9 +52,17 @@ Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptS
 }
 
 bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history) {
-  if (history.size() < settings.max_attempts || settings.max_attempts == 0) return false;
-  return std::all_of(history.end() - settings.max_attempts, history.end(),
-                     [](const store::AttemptSummary& a) { return !a.finished; });
+  std::uint32_t streak = 0, solo = 0;
+  for (auto it = history.rbegin(); it != history.rend() && !it->finished; ++it) {
+    ++streak;
+    solo += it->solo ? 1 : 0;
+  }
+  return settings.max_attempts > 0 && streak >= settings.max_attempts &&
+         solo >= std::max<std::uint32_t>(1, settings.max_attempts - 1);
+}
+
+bool suspected_of_killing_the_supervisor(const std::vector<store::AttemptSummary>& history) {
+  return !history.empty() && !history.back().finished;
 }
 
 std::chrono::milliseconds backoff_delay(const RetrySettings& settings, std::uint32_t failures, std::mt19937_64& rng) {

@@ -6,15 +6,21 @@
 //   * ok                                      -> done
 //   * not the payload's fault (killed, sandbox-error, an exec exit code named
 //     by --retry-exit-code)                   -> retry; give up (never
-//                                                quarantine) once the budget
-//                                                is spent
-//   * a deterministic kind whose fingerprint equals the previous counted
+//                                                quarantine) after
+//                                                max_attempts such failures
+//                                                in this run; such attempts
+//                                                are not charged to the payload
+//   * a deterministic kind whose fingerprint equals the previous charged
 //     attempt's                               -> quarantine at once
-//   * max_attempts counted attempts failed    -> quarantine
+//   * max_attempts charged attempts failed    -> quarantine
 //   * otherwise                               -> retry
 // Attempts during which the supervisor itself died (never finished) are not
-// failures of the payload by themselves; max_attempts of them in a row are:
-// the payload kills the supervisor, and is quarantined as supervisor-lost.
+// failures of the payload by themselves: any crash of pillbox (or a SIGKILL
+// from outside) leaves every task then running with one. So a task found
+// with an unfinished last attempt runs alone (solo) the next time; when
+// max_attempts attempts in a row never finished, and max(1, max_attempts-1)
+// of them ran alone, the payload kills the supervisor: it is quarantined as
+// supervisor-lost.
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -45,13 +51,18 @@ struct Judgement {
 bool is_transient(const RetrySettings& settings, const Outcome& outcome);
 
 // `history`: the task's attempts, oldest first, ending with the one that
-// produced `outcome` (finished, charged as decided by the caller).
+// produced `outcome` (finished; charged = false when it was transient or
+// during an outage). `transient_in_run`: this task's transient failures in
+// this run, this one included.
 Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history,
-                const Outcome& outcome);
+                const Outcome& outcome, std::uint32_t transient_in_run = 0);
 
 // Before running a task again: true when its last max_attempts attempts all
-// ended with the supervisor lost.
+// ended with the supervisor lost, max(1, max_attempts - 1) of them solo.
 bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history);
+
+// True when the task's last attempt never finished: it runs alone next.
+bool suspected_of_killing_the_supervisor(const std::vector<store::AttemptSummary>& history);
 
 // Full jitter: uniform in [0, min(backoff_max, backoff_base * 2^(failures-1))].
 std::chrono::milliseconds backoff_delay(const RetrySettings& settings, std::uint32_t failures, std::mt19937_64& rng);

@@ -4,6 +4,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,13 @@ namespace {
 // payload that kills the supervisor itself (a bug in symbolizing its crash,
 // say); tests use it to show such a payload ends in quarantine.
 const char* const kCrashHookEnv = "PILLBOX_TEST_CRASH_SUPERVISOR_ON";
+
+// SIGINT/SIGTERM: the run ends at the next turn of the event loop, and the
+// attempts in flight are recorded as interrupted, not as lost (which would
+// count against their payloads). The handler only records the signal; the
+// dispatcher's poll returns EINTR and the loop comes round.
+volatile std::sig_atomic_t stop_signal_received = 0;
+extern "C" void on_stop_signal(int sig) { stop_signal_received = sig; }
 
 Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attempts) {
   Outcome o;
@@ -52,6 +60,26 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, s
       rng_(std::random_device{}()),
       timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
   if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
+  stop_signal_received = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  ::sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_sigint_);
+  ::sigaction(SIGTERM, &sa, &old_sigterm_);
+}
+
+TaskFlow::~TaskFlow() {
+  ::sigaction(SIGINT, &old_sigint_, nullptr);
+  ::sigaction(SIGTERM, &old_sigterm_, nullptr);
+}
+
+int TaskFlow::stop_signal() const { return static_cast<int>(stop_signal_received); }
+
+void TaskFlow::forget(std::uint64_t ref) {
+  auto it = tracked_.find(ref);
+  if (it == tracked_.end()) return;
+  active_payloads_.erase(it->second.payload_id);
+  tracked_.erase(it);
 }
 
 std::uint64_t TaskFlow::track(Task task, std::string sha256, std::optional<store::LedgerTask> known) {
@@ -64,10 +92,17 @@ std::uint64_t TaskFlow::track(Task task, std::string sha256, std::optional<store
   if (known) {
     t.task_id = known->id;
     t.attempts = known->attempts;
-    // A task that gave up in an earlier run gets a fresh budget: what failed
-    // then was not the payload's fault.
-    if (known->state == "pending") t.history = std::move(known->history);
+    t.history = std::move(known->history);
+    // A task that gave up in an earlier run gets a fresh budget (what failed
+    // then was not the payload's fault): its old attempts are uncharged when
+    // its next attempt starts, in the same transaction.
+    if (known->state == "gave-up") {
+      t.fresh_budget = true;
+      for (auto& a : t.history) a.charged = false;
+    }
+    t.suspect = suspected_of_killing_the_supervisor(t.history);
   }
+  active_payloads_.insert(t.payload_id);
   tracked_.emplace(ref, std::move(t));
   return ref;
 }
@@ -99,12 +134,20 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
       known = std::move(*found);
       if (known && known->state == "ok" && !settings_.rerun_done) {
         ++report_.skipped_done;
+        out_.on_skipped(item.task, "already ok in the store", 0);
         continue;
       }
       if (known && known->state == "quarantined") {
         ++report_.skipped_quarantined;
+        out_.on_skipped(item.task, "already quarantined in the store", 0);
         continue;
       }
+    }
+    if (active_payloads_.count(item.task.key + "\n" + sha) > 0) {
+      // The same key and payload twice in one input: one task, run once.
+      ++report_.skipped_repeats;
+      out_.on_skipped(item.task, "repeats an earlier input of this run", 0);
+      continue;
     }
     const std::uint64_t ref = track(std::move(item.task), std::move(sha), std::move(known));
     Tracked& t = tracked_.at(ref);
@@ -114,6 +157,12 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
                      " attempts");
       continue;
     }
+    if (t.suspect) {
+      // Alone next time, so that if pillbox dies again, it is this payload.
+      // Nothing new starts until the suspects have run.
+      suspects_.push_back(ref);
+      return Status::ok();
+    }
     starts.push_back(ref);
   }
   return Status::ok();
@@ -121,13 +170,25 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
 
 Status TaskFlow::prepare(std::size_t free_slots) {
   if (!fatal_.is_ok()) return fatal_;
+  if (const int sig = stop_signal(); sig != 0) {
+    report_.stop_signal = sig;
+    return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  }
   std::uint64_t expirations = 0;
   while (::read(timer_.get(), &expirations, sizeof expirations) > 0) {
   }
   const auto now = Clock::now();
   std::vector<std::uint64_t> starts;
   const std::size_t want = free_slots > ready_.size() ? free_slots - ready_.size() : 0;
-  if (breaker_.open()) {
+  if (solo_ref_ != 0 || !suspects_.empty()) {
+    // A suspect runs alone: wait for the others to finish, start it, start
+    // nothing else until it ends.
+    if (solo_ref_ == 0 && in_flight_ == 0 && ready_.empty() && want > 0) {
+      solo_ref_ = suspects_.front();
+      suspects_.pop_front();
+      starts.push_back(solo_ref_);
+    }
+  } else if (breaker_.open()) {
     // Intake paused: one probe at a time, with a payload not yet tried.
     if (want > 0 && breaker_.may_probe(now)) {
       if (auto s = take_fresh(1, starts); !s) return s;
@@ -147,6 +208,7 @@ Status TaskFlow::prepare(std::size_t free_slots) {
 }
 
 Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
+  std::vector<std::pair<std::uint64_t, std::string>> finished_elsewhere;
   if (ledger_ != nullptr && (!writes_.empty() || !starts.empty())) {
     // A failed write rolls the whole turn back and stops the run: nothing
     // half-written, and nothing runs whose attempt is not counted.
@@ -162,10 +224,13 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     const std::int64_t now = store::now_ms();
     for (std::uint64_t ref : starts) {
       Tracked& t = tracked_.at(ref);
-      auto started = ledger_->start_attempt(t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()), now);
+      auto started = ledger_->start_attempt(t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()), now,
+                                            ref == solo_ref_, t.fresh_budget);
       if (!started) return fail(Status::error(started.error()));
       t.task_id = started->task_id;
-      t.attempts = started->n;
+      t.attempts = started->n;  // 0: another pillbox finished it meanwhile
+      t.fresh_budget = false;
+      if (started->n == 0) finished_elsewhere.emplace_back(ref, started->state);
     }
     if (auto s = ledger_->commit(); !s) return fail(s);
     ++report_.commits;
@@ -173,11 +238,24 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     for (std::uint64_t ref : starts) ++tracked_.at(ref).attempts;
   }
   writes_.clear();
-  for (std::uint64_t ref : starts) {
+  for (const auto& [ref, state] : finished_elsewhere) {
     Tracked& t = tracked_.at(ref);
+    if (state == "ok") ++report_.skipped_done;
+    else ++report_.skipped_quarantined;
+    out_.on_skipped(t.task, "already " + state + " in the store (by another pillbox process)", 0);
+    if (t.probe) breaker_.probe_ended(false, Clock::now());  // no evidence either way: probe again later
+    if (ref == solo_ref_) solo_ref_ = 0;
+    forget(ref);
+  }
+  for (std::uint64_t ref : starts) {
+    auto it = tracked_.find(ref);
+    if (it == tracked_.end()) continue;
+    Tracked& t = it->second;
     store::AttemptSummary a;
     a.n = t.attempts;
+    a.solo = ref == solo_ref_;
     t.history.push_back(a);
+    ++t.attempts_in_run;
     ready_.push_back(ref);
   }
   // Verdicts that name a record are told only now that the record exists.
@@ -192,7 +270,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     }
     out_.on_verdict(it->second.task, a.outcome, a.verdict);
     if (on_quarantine_ && !a.record_json.empty()) on_quarantine_(a.record_json, a.verdict.new_fingerprint);
-    tracked_.erase(it);
+    forget(a.ref);
   }
   return Status::ok();
 }
@@ -207,7 +285,8 @@ TaskSource::Item TaskFlow::next() {
     item.task = t.task;
     return item;
   }
-  const bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && (held_.empty() || breaker_.open());
+  const bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && suspects_.empty() &&
+                            solo_ref_ == 0 && (held_.empty() || breaker_.open());
   if (nothing_left) {
     if (writes_.empty() && after_commit_.empty()) {
       item.type = TaskSource::Item::Type::kEnd;
@@ -220,7 +299,10 @@ TaskSource::Item TaskFlow::next() {
     if (!fatal_.is_ok()) arm_timer(true);
     return item;
   }
-  arm_timer(false);
+  // Something for prepare() to do right away (this turn's ledger writes, or
+  // a suspect that may now run alone): come round at once, not at the
+  // dispatcher's next timeout.
+  arm_timer(!writes_.empty() || !after_commit_.empty() || (!suspects_.empty() && in_flight_ == 0 && solo_ref_ == 0));
   item.type = TaskSource::Item::Type::kWait;
   return item;
 }
@@ -237,7 +319,7 @@ std::vector<int> TaskFlow::wait_fds() const {
 void TaskFlow::arm_timer(bool now) {
   std::optional<Clock::time_point> when;
   if (now) when = Clock::now();
-  if (!breaker_.open() && !delayed_.empty()) when = delayed_.begin()->first;
+  if (!breaker_.open() && !delayed_.empty()) when = when ? std::min(*when, delayed_.begin()->first) : delayed_.begin()->first;
   // A probe already due waits for input (wait_fds() has the source's fds
   // then); arming the timer for a time past would spin.
   if (breaker_.open() && !inner_done_ && !breaker_.may_probe(Clock::now())) {
@@ -263,8 +345,12 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     std::abort();
   }
   if (in_flight_ > 0) --in_flight_;
+  if (t.task.ref == solo_ref_) solo_ref_ = 0;
+  t.suspect = false;
   const auto now = Clock::now();
   const bool failed = outcome.kind != Kind::kOk;
+  const bool transient = failed && is_transient(settings_.retry, outcome);
+  if (transient) ++t.transient_in_run;
 
   store::AttemptSummary& attempt = t.history.back();
   attempt.finished = true;
@@ -282,7 +368,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     outage = true;
     on_breaker_opened(outcome);
   }
-  attempt.charged = !outage;
+  attempt.charged = !outage && !transient;
   if (ledger_ != nullptr) {
     writes_.push_back([this, id = t.task_id, n = attempt.n, kind = attempt.kind, fp = outcome.fingerprint,
                        message = outcome.message, charged = attempt.charged] {
@@ -298,7 +384,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
     return;
   }
-  const Judgement j = judge(settings_.retry, t.history, outcome);
+  const Judgement j = judge(settings_.retry, t.history, outcome, t.transient_in_run);
   switch (j.decision) {
     case Decision::kRetry: {
       t.last_failure = outcome;
@@ -329,7 +415,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
 }
 
 void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
-  if (t.attempts > 1) ++report_.retried;
+  if (t.attempts_in_run > 1) ++report_.retried;
   if (ledger_ != nullptr) {
     const char* state = verdict.type == Verdict::Type::kOk ? "ok" : verdict.type == Verdict::Type::kGaveUp ? "gave-up" : nullptr;
     if (state != nullptr) {
@@ -342,15 +428,15 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
   // a crash in between, the task runs again and its result comes twice, never
   // not at all.
   out_.on_verdict(t.task, outcome, verdict);
-  tracked_.erase(t.task.ref);
+  forget(t.task.ref);
 }
 
 void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
-  if (t.attempts > 1) ++report_.retried;
   if (quarantine_ == nullptr || ledger_ == nullptr) {
     settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
     return;
   }
+  if (t.attempts_in_run > 1) ++report_.retried;
   const std::size_t index = after_commit_.size();
   after_commit_.push_back({t.task.ref, outcome, Verdict{Verdict::Type::kQuarantined, t.attempts, 0, false, false, reason}, ""});
   writes_.push_back([this, ref = t.task.ref, index]() -> Status {
@@ -385,7 +471,7 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
     a.verdict.record_id = inserted->id;
     a.verdict.new_fingerprint = inserted->new_fingerprint;
     a.verdict.folded = inserted->folded;
-    if (!inserted->folded) {
+    if (!inserted->folded && !inserted->existing) {
       if (auto s = quarantine_->audit(inserted->id, now, settings_.actor, "quarantined",
                                       a.verdict.reason + " (attempt " + std::to_string(q.attempts) + ")");
           !s) {
@@ -446,7 +532,29 @@ void TaskFlow::release_held() {
   held_.clear();
 }
 
-Status TaskFlow::finish() {
+Status TaskFlow::finish(const std::string& run_error) {
+  // Attempts started in this run that never got an outcome (a signal or a
+  // store error ended the run, or the task never left the ready queue):
+  // recorded as interrupted and not charged, so that they do not read as
+  // "the supervisor died during it" next time.
+  if (report_.stop_signal == 0) report_.stop_signal = stop_signal();
+  const std::string why = report_.stop_signal == SIGINT    ? "pillbox was interrupted (SIGINT)"
+                          : report_.stop_signal == SIGTERM ? "pillbox was stopped (SIGTERM)"
+                                                           : "pillbox stopped early: " +
+                                                                 (fatal_.is_ok() ? run_error : fatal_.message());
+  for (auto& [ref, t] : tracked_) {
+    if (t.attempts_in_run == 0 || t.history.empty() || t.history.back().finished) continue;
+    store::AttemptSummary& a = t.history.back();
+    a.finished = true;
+    a.kind = "interrupted";
+    a.charged = false;
+    ++report_.interrupted;
+    if (ledger_ != nullptr) {
+      writes_.push_back([this, id = t.task_id, n = a.n, why] {
+        return ledger_->end_attempt(id, n, store::now_ms(), "interrupted", "", why, false);
+      });
+    }
+  }
   for (std::uint64_t ref : held_) {
     auto it = tracked_.find(ref);
     if (it == tracked_.end()) continue;
@@ -457,7 +565,13 @@ Status TaskFlow::finish() {
                             "held by a suspected handler outage; runs again in the next run over the same store"});
   }
   held_.clear();
-  if (!fatal_.is_ok()) return fatal_;
+  if (!fatal_.is_ok()) {
+    // The store failed: try once more to record what is known, then report the failure.
+    const Status failure = fatal_;
+    fatal_ = Status::ok();
+    (void)flush({});
+    return failure;
+  }
   return flush({});
 }
 

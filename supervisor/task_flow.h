@@ -12,6 +12,8 @@
 //   * per task, once: hands the verdict to a VerdictSink.
 // Without a store (--no-store) the same rules apply in memory; a poison
 // payload is then reported, not kept.
+#include <signal.h>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -20,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,9 @@ class VerdictSink {
   virtual void on_input_error(const std::string& message) = 0;
   // Run-level news: outage suspected, outage over, tasks skipped.
   virtual void on_notice(const std::string& message) = 0;
+  // A task not run: the store already has it finished (`why`), or it is a
+  // repeat of an input earlier in this run. `record_id`: its quarantine record.
+  virtual void on_skipped(const Task& /*task*/, const std::string& /*why*/, std::int64_t /*record_id*/) {}
 };
 
 // What a quarantine record says the task ran under.
@@ -87,6 +93,9 @@ struct FlowReport {
   std::size_t held = 0;                 // left for the next run by an open breaker
   std::size_t outages = 0;              // times the breaker opened
   std::size_t deferred = 0;             // quarantines held back while an outage was suspected
+  std::size_t skipped_repeats = 0;      // the same key and payload again in this run
+  std::size_t interrupted = 0;          // attempts cut short by SIGINT/SIGTERM (not held against anyone)
+  int stop_signal = 0;                  // SIGINT or SIGTERM ended the run early
   std::size_t commits = 0;              // ledger transactions
   std::size_t input_errors = 0;
 };
@@ -100,6 +109,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // `ledger` and `quarantine` are both set or both null (--no-store).
   TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, store::Ledger* ledger,
            store::QuarantineStore* quarantine, QuarantineCallback on_quarantine = {});
+  ~TaskFlow() override;
+  TaskFlow(const TaskFlow&) = delete;
+  TaskFlow& operator=(const TaskFlow&) = delete;
 
   // TaskSource
   Status prepare(std::size_t free_slots) override;
@@ -110,8 +122,12 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void on_outcome(const Task& task, const Outcome& outcome) override;
   void on_input_error(const std::string& message) override { out_.on_input_error(message); }
 
-  // After run_tasks returned: reports tasks still held and flushes the ledger.
-  Status finish();
+  // After run_tasks returned: reports tasks still held, ends attempts cut
+  // short by a signal or an error as interrupted, and flushes the ledger.
+  // `run_error`: why run_tasks stopped early ("" when it did not).
+  Status finish(const std::string& run_error = "");
+  // SIGINT/SIGTERM arrived: the run stops at the next turn (0: none).
+  int stop_signal() const;
   const FlowReport& report() const { return report_; }
   void set_store_dir(std::string dir) { quarantine_dir_ = std::move(dir); }
 
@@ -125,6 +141,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::uint32_t attempts = 0;
     std::vector<store::AttemptSummary> history;
     bool probe = false;        // running as the breaker's probe
+    bool suspect = false;      // its last attempt never finished: it runs alone
+    bool fresh_budget = false; // gave up in an earlier run: old attempts stop counting
+    std::uint32_t attempts_in_run = 0;
+    std::uint32_t transient_in_run = 0;
     std::optional<Outcome> last_failure;
   };
   struct AfterCommit {
@@ -141,6 +161,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void settle(Tracked& t, const Outcome& outcome, Verdict verdict);
   void on_breaker_opened(const Outcome& outcome);
   void release_held();
+  void forget(std::uint64_t ref);
   Status flush(const std::vector<std::uint64_t>& starts);
   void arm_timer(bool now);
   std::string describe_outage() const;
@@ -159,6 +180,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::deque<std::uint64_t> ready_;            // attempt counted; next() hands them out
   std::multimap<Clock::time_point, std::uint64_t> delayed_;  // retries waiting for their backoff
   std::deque<std::uint64_t> held_;             // failed during an outage; wait for the breaker
+  std::deque<std::uint64_t> suspects_;         // unfinished last attempt: each runs alone
+  std::uint64_t solo_ref_ = 0;                 // the suspect running alone now
+  std::set<std::string> active_payloads_;      // payload ids of tracked tasks (repeats are skipped)
   std::size_t in_flight_ = 0;
   bool inner_done_ = false;
   bool inner_waiting_ = false;
@@ -167,6 +191,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::string crash_hook_;
   std::string quarantine_dir_;  // for the record JSON
   Status fatal_;                // a ledger write failed: the run stops
+  struct sigaction old_sigint_ {};
+  struct sigaction old_sigterm_ {};
 
   std::vector<std::function<Status()>> writes_;  // ledger writes of this turn
   std::vector<AfterCommit> after_commit_;        // verdicts that name a record id

@@ -48,7 +48,16 @@ Status check_status(const std::string& s) {
 // The table column for text a payload's producer chose: no control bytes.
 std::string cell(const std::string& text, std::size_t width) {
   std::string out;
-  for (unsigned char c : text) out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {  // C1 controls in UTF-8 (e.g. U+009B, CSI)
+      out += '?';
+      ++i;
+    } else {
+      out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+    }
+  }
   if (out.size() > width) out = out.substr(0, width - 1) + "~";
   return out;
 }

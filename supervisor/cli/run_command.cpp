@@ -1,11 +1,13 @@
 // pillbox run [options] INPUT... [-- CMD ARGS...]
 #include <pwd.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -70,7 +72,8 @@ const char* kHelp =
     "  --hook-timeout D    hooks running longer are killed (default 10s); hooks never block the run\n"
     "\n"
     "exit codes: 0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error,\n"
-    "            4 stopped by a suspected handler outage (held tasks run again next time)\n";
+    "            4 stopped by a suspected handler outage (held tasks run again next time),\n"
+    "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
 const std::vector<OptionSpec> kOptions = {
     {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"timeout"}, {"cpu"}, {"memory"},
@@ -193,6 +196,15 @@ class CliSink final : public VerdictSink {
   }
 
   void on_input_error(const std::string& message) override { std::fprintf(stderr, "pillbox run: %s\n", message.c_str()); }
+
+  void on_skipped(const Task& task, const std::string& why, std::int64_t) override {
+    if (!json_) return;  // the summary counts them; a line per skipped task would bury the news
+    nlohmann::json j{{"key", task.key}, {"verdict", "skipped"}, {"verdict_reason", why}};
+    const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
 
   void on_notice(const std::string& message) override {
     std::fprintf(stderr, "pillbox run: %s\n", message.c_str());
@@ -381,6 +393,12 @@ int run_command(int argc, char** argv) {
   for (const auto& p : hook_problems) report->run.warnings.push_back(p);
   if (!args->flag("quiet")) {
     std::fputs(sink.summary().render(seconds, report->run, &report->flow, report->store_dir).c_str(), stderr);
+  }
+  if (report->stop_signal != 0) {
+    std::fprintf(stderr, "pillbox run: stopped by %s; %zu attempts in flight recorded as interrupted%s\n",
+                 report->stop_signal == SIGINT ? "SIGINT" : "SIGTERM", report->flow.interrupted,
+                 report->store_dir.empty() ? "" : " (a run over the same inputs and store finishes the rest)");
+    return 128 + report->stop_signal;
   }
   if (report->run.input_errors > 0 || report->flow.input_errors > 0 || sink.write_errors()) return kExitUsage;
   if (report->flow.held > 0) return kExitOutage;

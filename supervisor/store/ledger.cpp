@@ -14,15 +14,17 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
   } statements[] = {
       {&ledger.find_task_, "SELECT id, state, attempts FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
       {&ledger.find_attempts_,
-       "SELECT n, ended_at IS NOT NULL, coalesce(kind, ''), coalesce(fingerprint, ''), charged FROM attempts "
+       "SELECT n, ended_at IS NOT NULL, coalesce(kind, ''), coalesce(fingerprint, ''), charged, solo FROM attempts "
        "WHERE task_id = ?1 ORDER BY n"},
       {&ledger.upsert_task_,
        "INSERT INTO tasks (job, key, payload_sha256, payload_size, state, attempts, updated_at) "
        "VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5) "
-       "ON CONFLICT (job, key, payload_sha256) DO UPDATE SET updated_at = excluded.updated_at RETURNING id"},
+       "ON CONFLICT (job, key, payload_sha256) DO UPDATE SET updated_at = excluded.updated_at RETURNING id, state"},
       {&ledger.bump_attempts_,
-       "UPDATE tasks SET attempts = attempts + 1, updated_at = ?2 WHERE id = ?1 RETURNING attempts"},
-      {&ledger.insert_attempt_, "INSERT INTO attempts (task_id, n, run_id, started_at) VALUES (?1, ?2, ?3, ?4)"},
+       "UPDATE tasks SET attempts = attempts + 1, state = 'pending', updated_at = ?2 WHERE id = ?1 RETURNING attempts"},
+      {&ledger.insert_attempt_,
+       "INSERT INTO attempts (task_id, n, run_id, started_at, solo) VALUES (?1, ?2, ?3, ?4, ?5)"},
+      {&ledger.uncharge_all_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1"},
       {&ledger.end_attempt_,
        "UPDATE attempts SET ended_at = ?3, kind = ?4, fingerprint = ?5, message = ?6, charged = ?7 "
        "WHERE task_id = ?1 AND n = ?2"},
@@ -72,6 +74,7 @@ Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const s
     s.kind = find_attempts_.column_text(2);
     s.fingerprint = find_attempts_.column_text(3);
     s.charged = find_attempts_.column_int(4) != 0;
+    s.solo = find_attempts_.column_int(5) != 0;
     t.history.push_back(std::move(s));
   }
   find_attempts_.reset();
@@ -94,7 +97,7 @@ Status Ledger::commit() {
 }
 
 Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std::string& sha, std::int64_t size,
-                                               std::int64_t now) {
+                                               std::int64_t now, bool solo, bool fresh_budget) {
   auto row = upsert_task_.bind(1, std::string_view(job_))
                  .bind(2, std::string_view(key))
                  .bind(3, std::string_view(sha))
@@ -104,15 +107,22 @@ Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std
   if (!row) return Error{row.error()};
   StartedAttempt started;
   started.task_id = upsert_task_.column_int(0);
+  started.state = upsert_task_.column_text(1);
   upsert_task_.reset();
+  if (started.state == "ok" || started.state == "quarantined") return started;  // finished elsewhere meanwhile
+  if (fresh_budget) {
+    if (auto s = uncharge_all_.bind(1, started.task_id).run(); !s) return Error{s.message()};
+  }
   auto bumped = bump_attempts_.bind(1, started.task_id).bind(2, now).step();
   if (!bumped) return Error{bumped.error()};
   started.n = static_cast<std::uint32_t>(bump_attempts_.column_int(0));
+  started.state = "pending";
   bump_attempts_.reset();
   if (auto s = insert_attempt_.bind(1, started.task_id)
                    .bind(2, static_cast<std::int64_t>(started.n))
                    .bind(3, run_id_)
                    .bind(4, now)
+                   .bind(5, static_cast<std::int64_t>(solo ? 1 : 0))
                    .run();
       !s) {
     return Error{s.message()};

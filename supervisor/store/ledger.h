@@ -25,6 +25,7 @@ struct AttemptSummary {
   std::string kind;           // when finished
   std::string fingerprint;
   bool charged = true;        // false: not held against the payload
+  bool solo = false;          // ran with nothing else in flight
 };
 
 struct LedgerTask {
@@ -36,7 +37,8 @@ struct LedgerTask {
 
 struct StartedAttempt {
   std::int64_t task_id = 0;
-  std::uint32_t n = 0;
+  std::uint32_t n = 0;        // 0: not started, the task is already finished (state says how)
+  std::string state;
 };
 
 class Ledger {
@@ -55,9 +57,13 @@ class Ledger {
   bool in_batch() const { return txn_.has_value(); }
 
   // Inside a batch. Creates the task on first sight; the attempt number is
-  // taken from the database, so concurrent runs never reuse one.
+  // taken from the database, so concurrent runs never reuse one. A task
+  // another process finished meanwhile (ok or quarantined) is not started.
+  // `fresh_budget`: the task gave up in an earlier run; its earlier attempts
+  // stop counting, durably.
   Expected<StartedAttempt> start_attempt(const std::string& key, const std::string& payload_sha256,
-                                         std::int64_t payload_size, std::int64_t now_ms);
+                                         std::int64_t payload_size, std::int64_t now_ms, bool solo = false,
+                                         bool fresh_budget = false);
   Status end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now_ms, const std::string& kind,
                      const std::string& fingerprint, const std::string& message, bool charged);
   Status uncharge(std::int64_t task_id, std::uint32_t n);
@@ -78,6 +84,7 @@ class Ledger {
   Statement end_attempt_;
   Statement uncharge_;
   Statement set_state_;
+  Statement uncharge_all_;
 };
 
 }  // namespace pillbox::store

@@ -72,6 +72,9 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
       {&qs.evict_,
        "DELETE FROM quarantine WHERE id = (SELECT id FROM quarantine WHERE status IN ('resolved', 'discarded') "
        "ORDER BY created_at LIMIT 1) RETURNING id"},
+      {&qs.open_record_of_task_,
+       "SELECT id FROM quarantine WHERE task_id = ?1 AND status IN ('quarantined', 'replaying', 'failed-again') "
+       "LIMIT 1"},
   };
   for (auto& [target, sql] : statements) {
     auto stmt = Statement::prepare(db.handle(), sql);
@@ -88,6 +91,15 @@ Expected<std::int64_t> QuarantineStore::record_count() {
 Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::string_view payload, std::int64_t now,
                                                const std::string& actor) {
   InsertResult result;
+  auto mine = open_record_of_task_.bind(1, e.task_id).step();
+  if (!mine) return Error{mine.error()};
+  if (*mine) {
+    result.id = open_record_of_task_.column_int(0);
+    result.existing = true;
+    open_record_of_task_.reset();
+    return result;
+  }
+  open_record_of_task_.reset();
   auto known = newest_of_fingerprint_.bind(1, std::string_view(e.fingerprint)).step();
   if (!known) return Error{known.error()};
   const std::int64_t known_id = *known ? newest_of_fingerprint_.column_int(0) : 0;
@@ -208,17 +220,50 @@ Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::
     for (std::size_t i = 0; i < statuses.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 2);
     sql += ")";
   }
+  sql += " RETURNING task_id";
   auto stmt = Statement::prepare(db_->handle(), sql);
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, cutoff_ms);
   for (std::size_t i = 0; i < statuses.size(); ++i) stmt->bind(static_cast<int>(i + 2), std::string_view(statuses[i]));
-  if (auto s = stmt->run(); !s) return Error{s.message()};
   PurgeResult result;
-  result.records = static_cast<std::size_t>(::sqlite3_changes(db_->handle()));
+  std::vector<std::int64_t> tasks;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    ++result.records;
+    tasks.push_back(stmt->column_int(0));
+  }
+  stmt->reset();
+  // The ledger forgets a quarantined task whose evidence is gone: a later
+  // run over the same input runs it again (and quarantines it anew, with
+  // fresh evidence) instead of skipping it with nothing left to show.
+  auto forget = Statement::prepare(db_->handle(),
+                                   "DELETE FROM tasks WHERE id = ?1 AND state = 'quarantined' AND NOT EXISTS "
+                                   "(SELECT 1 FROM quarantine q WHERE q.task_id = tasks.id)");
+  if (!forget) return Error{forget.error()};
+  for (std::int64_t id : tasks) {
+    if (auto s = forget->bind(1, id).run(); !s) return Error{s.message()};
+  }
   auto files = payloads_.remove_unreferenced(result.payloads);
   if (!files) return Error{files.error()};
   if (auto s = txn->commit(); !s) return Error{s.message()};
-  for (const auto& f : *files) ::unlink(f.c_str());
+  if (files->empty()) return result;
+  // Unlinked under the write lock, and only if still unreferenced: another
+  // process may have stored the same bytes (same name) since our commit,
+  // and writes its file while holding this same lock.
+  auto unlink_txn = Transaction::begin(db_->handle());
+  if (!unlink_txn) return Error{unlink_txn.error()};
+  auto still = Statement::prepare(db_->handle(), "SELECT 1 FROM payloads WHERE sha256 = ?1");
+  if (!still) return Error{still.error()};
+  for (const auto& f : *files) {
+    const std::string sha = f.substr(f.rfind('/') + 1);
+    auto row = still->bind(1, std::string_view(sha)).step();
+    if (!row) return Error{row.error()};
+    still->reset();
+    if (!*row) ::unlink(f.c_str());
+  }
+  if (auto s = unlink_txn->commit(); !s) return Error{s.message()};
   return result;
 }
 

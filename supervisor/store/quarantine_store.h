@@ -64,6 +64,7 @@ struct InsertResult {
   std::int64_t id = 0;          // the new record, or the one the repeat was folded into
   bool new_fingerprint = false; // no record had this fingerprint before
   bool folded = false;          // over capacity: counted as a repeat, payload not kept
+  bool existing = false;        // the task already had an open record (another process made it): nothing added
 };
 
 // Like RabbitMQ's x-death: a task's attempts counted per outcome kind, with
@@ -94,7 +95,8 @@ class QuarantineStore {
                                         std::int64_t max_records = kDefaultMaxRecords);
 
   // Inside the caller's transaction. `payload` is stored under
-  // entry.payload_sha256 unless the repeat is folded.
+  // entry.payload_sha256 unless the repeat is folded. One open record per
+  // task: if the task has one already, that one is returned (existing).
   Expected<InsertResult> insert(const QuarantineEntry& entry, std::string_view payload, std::int64_t now_ms,
                                 const std::string& actor);
   Status audit(std::int64_t record_id, std::int64_t now_ms, const std::string& actor, const std::string& action,
@@ -124,6 +126,7 @@ class QuarantineStore {
   Statement fold_;
   Statement audit_;
   Statement evict_;
+  Statement open_record_of_task_;
 };
 
 // Milliseconds since the Unix epoch, the store's unit of time.

@@ -46,8 +46,10 @@ const std::vector<std::string>& migrations() {
         );
         -- Every attempt, inserted before the child starts. ended_at stays NULL
         -- when the supervisor died while the attempt ran. charged = 0: the
-        -- failure is not held against the payload (suspected outage, give-up
-        -- budget reset).
+        -- failure is not held against the payload (transient, suspected
+        -- outage, interrupted, give-up budget reset). solo = 1: nothing else
+        -- ran in this process meanwhile, so if the supervisor died during it,
+        -- this payload is to blame.
         CREATE TABLE attempts (
           task_id     INTEGER NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
           n           INTEGER NOT NULL,
@@ -58,6 +60,7 @@ const std::vector<std::string>& migrations() {
           fingerprint TEXT,
           message     TEXT,
           charged     INTEGER NOT NULL DEFAULT 1,
+          solo        INTEGER NOT NULL DEFAULT 0,
           PRIMARY KEY (task_id, n)
         ) WITHOUT ROWID;
         -- Content-addressed payloads of quarantine records. Small ones inline;
@@ -101,6 +104,9 @@ const std::vector<std::string>& migrations() {
         CREATE INDEX quarantine_by_created ON quarantine (created_at);
         CREATE INDEX quarantine_by_status ON quarantine (status, created_at);
         CREATE INDEX quarantine_by_task ON quarantine (task_id);
+        -- The foreign key's child side: without it, deleting a payload row
+        -- (purge) scans every record.
+        CREATE INDEX quarantine_by_payload ON quarantine (payload_sha256);
         CREATE TABLE audit (
           id        INTEGER PRIMARY KEY,
           record_id INTEGER NOT NULL REFERENCES quarantine(id) ON DELETE CASCADE,

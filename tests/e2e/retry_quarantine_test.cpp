@@ -109,12 +109,42 @@ TEST_CASE("good ok once, deterministic crashers quarantined after exactly 2 atte
     const auto again = run_pillbox(args, input);
     INFO(again.describe());
     CHECK(again.exit_code == 1);  // the transient failure gives up again
-    REQUIRE(again.records.size() == 1);
-    CHECK(again.records[0]["key"] == "transient-1");
-    CHECK(again.records[0]["attempts"] == 6);  // attempts are remembered across runs
+    REQUIRE(again.records.size() == 14);  // every input says what became of it
+    for (const auto& rec : again.records) {
+      INFO(rec.dump());
+      if (rec["key"] == "transient-1") {
+        CHECK(rec["verdict"] == "gave-up");
+        CHECK(rec["attempts"] == 6);  // attempts are remembered across runs
+      } else {
+        CHECK(rec["verdict"] == "skipped");
+      }
+    }
+    CHECK(again.record("segv-1")["verdict_reason"] == "already quarantined in the store");
+    CHECK(again.record("good-1")["verdict_reason"] == "already ok in the store");
     CHECK(again.err.find("skipped: 9 already ok and 4 already quarantined") != std::string::npos);
     CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 4);
   }
+
+  SUBCASE("after purge, the poison is run again and quarantined anew: evidence is never silently missing") {
+    const auto purge = run_pillbox({"quarantine", "purge", "--store", store, "--older-than", "0s"});
+    INFO(purge.describe());
+    CHECK(purge.exit_code == 0);
+    CHECK(purge.out == "purged 4 records and 4 payloads\n");
+    CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 0);
+    const auto again = run_pillbox(args, input);
+    INFO(again.describe());
+    for (const char* key : {"segv-1", "segv-2", "abort-1", "regex-1"}) CHECK(again.record(key)["verdict"] == "quarantined");
+    CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 4);
+  }
+}
+
+TEST_CASE("arguments that are not UTF-8 are kept, not a crash") {
+  e2e::TempDir dir;
+  const auto r = run_pillbox({"run", "--store", dir.path() + "/store", "--json", "-", "--", "/bin/echo", "\xff\xfe"},
+                             task_line("k", "x"));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(r.record("k")["verdict"] == "ok");
 }
 
 TEST_CASE("--on-quarantine gets each new record as JSON; --on-new-fingerprint once per fingerprint") {

@@ -20,11 +20,12 @@ namespace {
 using History = std::vector<store::AttemptSummary>;
 
 store::AttemptSummary attempt(std::uint32_t n, Kind kind, const std::string& fingerprint, bool charged = true) {
-  return store::AttemptSummary{n, true, std::string(to_string(kind)), fingerprint, charged};
+  return store::AttemptSummary{n, true, std::string(to_string(kind)), fingerprint, charged, false};
 }
 
-// An attempt during which the supervisor died: never finished.
-store::AttemptSummary lost(std::uint32_t n) { return store::AttemptSummary{n, false, "", "", true}; }
+// An attempt during which the supervisor died: never finished. `solo`: it ran
+// alone (as a task suspected of killing the supervisor does).
+store::AttemptSummary lost(std::uint32_t n, bool solo = true) { return store::AttemptSummary{n, false, "", "", true, solo}; }
 
 Outcome outcome(Kind kind, const std::string& fingerprint, int exit_code = -1) {
   Outcome o;
@@ -170,16 +171,28 @@ TEST_CASE("retry policy: killed and sandbox-error are retried, then given up at 
     CAPTURE(to_string(k));
     CHECK(is_transient(s, outcome(k, "fp")));
     const Outcome o = outcome(k, "fp");
-    CHECK(judge(s, finished({k}, {"fp"}), o).decision == Decision::kRetry);
-    CHECK(judge(s, finished({k, k}, {"fp", "fp"}), o).decision == Decision::kRetry);
-    const Judgement j = judge(s, finished({k, k, k}, {"fp", "fp", "fp"}), o);
+    // Transient attempts are not charged to the payload; the budget is this run's count.
+    const History h1 = {attempt(1, k, "fp", false)};
+    const History h3 = {attempt(1, k, "fp", false), attempt(2, k, "fp", false), attempt(3, k, "fp", false)};
+    CHECK(judge(s, h1, o, 1).decision == Decision::kRetry);
+    CHECK(judge(s, h3, o, 2).decision == Decision::kRetry);
+    const Judgement j = judge(s, h3, o, 3);
     CHECK(j.decision == Decision::kGiveUp);
     CHECK(j.reason.find("not quarantined") != std::string::npos);
-    CHECK(judge(s, finished({k, k, k, k}, {"fp", "fp", "fp", "fp"}), o).decision == Decision::kGiveUp);
+    CHECK(judge(s, h3, o, 4).decision == Decision::kGiveUp);
     // Even after earlier deterministic failures with the same fingerprint.
-    CHECK(judge(s, finished({Kind::kCrash, k}, {"fp", "fp"}), o).decision == Decision::kRetry);
-    CHECK(judge(s, finished({Kind::kCrash, Kind::kCrash, k}, {"fp", "fp", "fp"}), o).decision == Decision::kGiveUp);
+    CHECK(judge(s, {attempt(1, Kind::kCrash, "fp"), attempt(2, k, "fp", false)}, o, 1).decision == Decision::kRetry);
+    CHECK(judge(s, {attempt(1, Kind::kCrash, "fp"), attempt(2, Kind::kCrash, "fp"), attempt(3, k, "fp", false)}, o, 3)
+              .decision == Decision::kGiveUp);
   }
+}
+
+TEST_CASE("retry policy: transient failures do not count toward quarantine") {
+  const RetrySettings s = settings(3);
+  // Two transient failures, then a crash: one charged failure, not "3 of 3".
+  const History h = {attempt(1, Kind::kKilled, "k", false), attempt(2, Kind::kKilled, "k", false),
+                     attempt(3, Kind::kCrash, "fp-a")};
+  CHECK(judge(s, h, outcome(Kind::kCrash, "fp-a")).decision == Decision::kRetry);
 }
 
 TEST_CASE("retry policy: an exec exit code named by --retry-exit-code is transient; another is deterministic") {
@@ -188,12 +201,10 @@ TEST_CASE("retry policy: an exec exit code named by --retry-exit-code is transie
 
   const Outcome tempfail = outcome(Kind::kHandlerError, "fp-e", 75);
   CHECK(is_transient(s, tempfail));
-  CHECK(judge(s, finished({Kind::kHandlerError}, {"fp-e"}), tempfail).decision == Decision::kRetry);
-  CHECK(judge(s, finished({Kind::kHandlerError, Kind::kHandlerError}, {"fp-e", "fp-e"}), tempfail).decision ==
-        Decision::kRetry);
-  CHECK(judge(s, finished({Kind::kHandlerError, Kind::kHandlerError, Kind::kHandlerError}, {"fp-e", "fp-e", "fp-e"}),
-              tempfail)
-            .decision == Decision::kGiveUp);
+  const History h = {attempt(1, Kind::kHandlerError, "fp-e", false), attempt(2, Kind::kHandlerError, "fp-e", false)};
+  CHECK(judge(s, h, tempfail, 1).decision == Decision::kRetry);
+  CHECK(judge(s, h, tempfail, 2).decision == Decision::kRetry);  // uncharged: never "the same fingerprint twice"
+  CHECK(judge(s, h, tempfail, 3).decision == Decision::kGiveUp);
 
   const Outcome other = outcome(Kind::kHandlerError, "fp-e", 3);
   CHECK_FALSE(is_transient(s, other));
@@ -212,24 +223,27 @@ TEST_CASE("retry policy: an exec exit code named by --retry-exit-code is transie
   CHECK_FALSE(is_transient(settings(3), tempfail));
 }
 
-TEST_CASE("retry policy: the payload kills the supervisor only when its last max_attempts attempts never finished") {
+TEST_CASE("retry policy: the payload kills the supervisor only after max_attempts unfinished attempts, mostly solo") {
   const RetrySettings s = settings(3);
   CHECK_FALSE(kills_the_supervisor(s, {}));
   CHECK_FALSE(kills_the_supervisor(s, {lost(1)}));
   CHECK_FALSE(kills_the_supervisor(s, {lost(1), lost(2)}));
   CHECK(kills_the_supervisor(s, {lost(1), lost(2), lost(3)}));
+  // The first loss usually happens with other tasks running: not solo.
+  CHECK(kills_the_supervisor(s, {lost(1, false), lost(2), lost(3)}));
+  // Lost only while others ran: any crash of pillbox, not evidence against this payload.
+  CHECK_FALSE(kills_the_supervisor(s, {lost(1, false), lost(2, false), lost(3, false)}));
+  CHECK_FALSE(kills_the_supervisor(s, {lost(1, false), lost(2, false), lost(3)}));
   CHECK(kills_the_supervisor(s, {attempt(1, Kind::kCrash, "fp"), lost(2), lost(3), lost(4)}));
   CHECK_FALSE(kills_the_supervisor(s, {lost(1), lost(2), lost(3), attempt(4, Kind::kCrash, "fp")}));
   CHECK_FALSE(kills_the_supervisor(s, {lost(1), attempt(2, Kind::kCrash, "fp"), lost(3), lost(4)}));
   CHECK_FALSE(kills_the_supervisor(s, {lost(1), lost(2), attempt(3, Kind::kKilled, "fp", false)}));
-  // Finished but uncharged attempts are finished: they break the run.
-  CHECK_FALSE(kills_the_supervisor(s, {lost(1), attempt(2, Kind::kCrash, "fp", false), lost(3)}));
-  // Unfinished attempts count whether charged or not.
-  CHECK(kills_the_supervisor(s, {store::AttemptSummary{1, false, "", "", false}, lost(2), lost(3)}));
-
+  // max_attempts 1: one solo loss is enough; one loss among others is not.
   CHECK(kills_the_supervisor(settings(1), {lost(1)}));
-  CHECK_FALSE(kills_the_supervisor(settings(1), {lost(1), attempt(2, Kind::kOk, "")}));
-  CHECK_FALSE(kills_the_supervisor(settings(0), {lost(1), lost(2)}));
+  CHECK_FALSE(kills_the_supervisor(settings(1), {lost(1, false)}));
+  CHECK(suspected_of_killing_the_supervisor({attempt(1, Kind::kCrash, "fp"), lost(2, false)}));
+  CHECK_FALSE(suspected_of_killing_the_supervisor({lost(1), attempt(2, Kind::kCrash, "fp")}));
+  CHECK_FALSE(suspected_of_killing_the_supervisor({}));
 }
 
 TEST_CASE("retry policy: backoff_delay is full jitter within [0, min(max, base * 2^(failures-1))]") {
