@@ -16,6 +16,8 @@
 // its own (stored inline, keyed by its SHA-256), and its "quarantined" audit
 // row. 50 distinct fingerprints, crash states like
 // ["parse_header","read_block","main"], kind "crash" (SIGSEGV).
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -60,6 +62,10 @@ std::string payload_for(std::int64_t i) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the pillbox CLI does (supervisor/cli/main.cpp): keep freed heap
+  // rather than trimming it after every statement.
+  ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  ::mallopt(M_TOP_PAD, 1 << 20);
   std::int64_t records = 0, batch = 0, first = 0;
   if (argc < 4 || argc > 5 || !parse_count(argv[2], records, 1) || !parse_count(argv[3], batch, 1) ||
       (argc == 5 && !parse_count(argv[4], first, 0))) {

@@ -48,7 +48,12 @@ Expected<Database> Database::open(const std::string& path) {
   auto mode = db.query_text("PRAGMA journal_mode=WAL");
   if (!mode) return Error{mode.error()};
   if (*mode != "wal") return Error{"store database " + path + ": cannot use WAL journaling (got '" + *mode + "')"};
-  if (auto s = db.exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"); !s) return Error{s.message()};
+  // cache_size: 16 MiB instead of 2 MiB, so that a large transaction (a
+  // purge, a bulk import) keeps its dirty pages in memory until it commits
+  // instead of spilling them to the WAL page by page.
+  if (auto s = db.exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-16384;"); !s) {
+    return Error{s.message()};
+  }
   return db;
 }
 

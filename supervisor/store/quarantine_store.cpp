@@ -73,7 +73,9 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
        "DELETE FROM quarantine WHERE id = (SELECT id FROM quarantine WHERE status IN ('resolved', 'discarded') "
        "ORDER BY created_at LIMIT 1) RETURNING id"},
       {&qs.open_record_of_task_,
-       "SELECT id FROM quarantine WHERE task_id = ?1 AND status IN ('quarantined', 'replaying', 'failed-again') "
+       // "+status": look the task up by its index; without the "+" SQLite may
+       // pick the status index and scan every open record (quadratic inserts).
+       "SELECT id FROM quarantine WHERE task_id = ?1 AND +status IN ('quarantined', 'replaying', 'failed-again') "
        "LIMIT 1"},
   };
   for (auto& [target, sql] : statements) {
