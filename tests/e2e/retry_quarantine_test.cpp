@@ -206,7 +206,7 @@ TEST_CASE("a hook that hangs or fails never blocks or fails the run") {
   for (int i = 1; i <= 3; ++i) input += task_line("segv-" + std::to_string(i), "S crasher " + std::to_string(i));
   const auto started = std::chrono::steady_clock::now();
   const auto r = run_pillbox({"run", "--store", dir.path() + "/store", "--jobs", "2", "--json", "--backoff-base", "10ms",
-                              "--no-breaker", "--hook-timeout", "300ms", "--on-quarantine", "sleep 1000", "--on-new-fingerprint",
+                              "--no-breaker", "--hook-timeout", "300ms", "--on-quarantine", "sleep 1234567", "--on-new-fingerprint",
                               "exit 7", "-", "--", e2e::fixture("poison_corpus"), markers.path()},
                              input);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -214,13 +214,17 @@ TEST_CASE("a hook that hangs or fails never blocks or fails the run") {
   CHECK(r.exit_code == 1);
   CHECK(r.records.size() == 3);
   CHECK(seconds < 30);
-  CHECK(r.err.find("hook 'sleep 1000' killed after 300 ms timeout") != std::string::npos);
+  CHECK(r.err.find("hook 'sleep 1234567' killed after 300 ms timeout") != std::string::npos);
   CHECK(r.err.find("hook 'exit 7' exited with status 7") != std::string::npos);
   // Killed, not merely abandoned. (A hook's shell may fork sleep; killed with
   // its group, sleep is reparented to init, and a container's init may leave
   // it a zombie: dead, so it does not count.)
+  // (Other tests running at the same time have sleeps of their own: only
+  // this hook's, by its argument, count.)
   auto sleepers = e2e::processes_of("/usr/bin/sleep");
-  std::erase_if(sleepers, [](const e2e::ProcInfo& p) { return p.state == 'Z'; });
+  std::erase_if(sleepers, [](const e2e::ProcInfo& p) {
+    return p.state == 'Z' || p.cmdline.size() < 2 || p.cmdline[1] != "1234567";
+  });
   INFO(e2e::describe(sleepers));
   CHECK(sleepers.empty());
 }
