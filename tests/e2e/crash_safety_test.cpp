@@ -26,8 +26,18 @@ std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
 
 }  // namespace
 
+// The issue's figure, 5000 tasks, in the normal build. Under ASan/UBSan
+// (whose job here is memory errors on the same paths) 2000 tasks with kills
+// after at most 120 tasks, so that CI stays within its time budget.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kTasks = 2000;
+constexpr std::size_t kKillWithin = 120;
+#else
+constexpr int kTasks = 5000;
+constexpr std::size_t kKillWithin = 300;
+#endif
+
 TEST_CASE("5000 tasks, pillbox SIGKILLed at random moments 12 times: every task ok exactly once or quarantined") {
-  constexpr int kTasks = 5000;
   e2e::TempDir dir;
   const std::string store = dir.path() + "/store";
   const std::string db = store + "/pillbox.db";
@@ -58,7 +68,7 @@ TEST_CASE("5000 tasks, pillbox SIGKILLed at random moments 12 times: every task 
     // pillbox mostly while it reruns, alone, a task the last kill cut short,
     // and a task cut short 3 times running alone reads as one that kills
     // pillbox — rightly, but not what this test is about.)
-    const std::size_t kill_at = std::uniform_int_distribution<std::size_t>(3, 300)(rng);
+    const std::size_t kill_at = std::uniform_int_distribution<std::size_t>(3, kKillWithin)(rng);
     std::size_t ran = 0;
     bool sent = false;
     const auto r = run_pillbox(args, input, {}, [&](pid_t pid, std::size_t, std::string_view line) {
@@ -86,6 +96,7 @@ TEST_CASE("5000 tasks, pillbox SIGKILLed at random moments 12 times: every task 
 
   CHECK(sql_rows(db, "PRAGMA integrity_check") == std::vector<std::vector<std::string>>{{"ok"}});
   CHECK(sql_int(db, "SELECT count(*) FROM tasks") == kTasks);
+  MESSAGE(kTasks << " tasks, " << kills << " SIGKILLs");
   CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'") == kTasks - static_cast<long long>(crashers.size()));
   // ok exactly once: an attempt cut short by a kill has no outcome, never a second ok.
   CHECK(sql_int(db, "SELECT count(*) FROM (SELECT task_id FROM attempts WHERE kind = 'ok' GROUP BY task_id "
