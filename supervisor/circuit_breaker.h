@@ -36,9 +36,11 @@ class CircuitBreaker {
   bool open() const { return open_; }
   // Early warning, before the window is full: of the most recent
   // max(4, window/4) distinct payloads, at least `threshold` failed with
-  // `fingerprint`. The flow then holds back quarantining that fingerprint
-  // (retrying instead), so that the first payloads of an outage are not
-  // quarantined in the moments before the breaker opens.
+  // `fingerprint`. The flow then parks the payloads it would quarantine
+  // with that fingerprint, without running them, until the breaker opens
+  // (they are held) or the suspicion fades (they are quarantined), so that
+  // the first payloads of an outage are not quarantined in the moments
+  // before the breaker opens.
   bool suspects(const std::string& fingerprint) const;
   // While open: whether a probe may start now (one at a time).
   bool may_probe(Clock::time_point now) const;

@@ -285,8 +285,14 @@ TaskSource::Item TaskFlow::next() {
     item.task = t.task;
     return item;
   }
-  const bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && suspects_.empty() &&
-                            solo_ref_ == 0 && (held_.empty() || breaker_.open());
+  bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && suspects_.empty() &&
+                      solo_ref_ == 0 && (held_.empty() || breaker_.open());
+  if (nothing_left && !parked_.empty()) {
+    // Nothing left can open the breaker: the suspicion was never confirmed,
+    // and the parked tasks' verdict stands.
+    review_parked(true);
+  }
+  nothing_left = nothing_left && parked_.empty();
   if (nothing_left) {
     if (writes_.empty() && after_commit_.empty()) {
       item.type = TaskSource::Item::Type::kEnd;
@@ -367,6 +373,8 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   } else if (breaker_.record(t.payload_id, failed, outcome.fingerprint, now)) {
     outage = true;
     on_breaker_opened(outcome);
+  } else {
+    review_parked(false);
   }
   attempt.charged = !outage && !transient;
   if (ledger_ != nullptr) {
@@ -396,11 +404,14 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     case Decision::kQuarantine:
       if (breaker_.suspects(outcome.fingerprint)) {
         // Most of the latest payloads fail just like this one: perhaps an
-        // outage about to open the breaker. Retry rather than quarantine;
-        // if it is a poison pill, a later attempt quarantines it.
+        // outage about to open the breaker. Park it, without running it
+        // again (retries would crowd out the fresh payloads that let the
+        // breaker decide): the breaker opening holds it, the suspicion
+        // fading quarantines it.
         ++report_.deferred;
         t.last_failure = outcome;
-        delayed_.emplace(now + backoff_delay(settings_.retry, 1, rng_), t.task.ref);
+        t.parked_reason = j.reason;
+        parked_.push_back(t.task.ref);
         return;
       }
       quarantine(t, outcome, j.reason);
@@ -496,21 +507,42 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome) {
   // Retries waiting for their backoff wait for the breaker instead; those
   // that failed the outage's way are not held against their payload.
   for (const auto& [when, ref] : delayed_) {
-    Tracked& d = tracked_.at(ref);
-    if (d.last_failure && d.last_failure->fingerprint == breaker_.dominant_fingerprint()) {
-      for (auto a = d.history.rbegin(); a != d.history.rend(); ++a) {
-        if (!a->finished) continue;
-        a->charged = false;
-        if (ledger_ != nullptr) {
-          writes_.push_back([this, id = d.task_id, n = a->n] { return ledger_->uncharge(id, n); });
-        }
-        break;
-      }
-    }
+    uncharge_outage_failures(tracked_.at(ref));
     held_.push_back(ref);
   }
   delayed_.clear();
+  // So do the payloads parked on suspicion of this outage.
+  for (std::uint64_t ref : parked_) {
+    uncharge_outage_failures(tracked_.at(ref));
+    held_.push_back(ref);
+  }
+  parked_.clear();
   out_.on_notice(describe_outage());
+}
+
+void TaskFlow::uncharge_outage_failures(Tracked& t) {
+  const std::size_t in_run = std::min<std::size_t>(t.attempts_in_run, t.history.size());
+  for (auto a = t.history.end() - static_cast<long>(in_run); a != t.history.end(); ++a) {
+    if (!a->finished || !a->charged || a->fingerprint != breaker_.dominant_fingerprint()) continue;
+    a->charged = false;
+    if (ledger_ != nullptr) {
+      writes_.push_back([this, id = t.task_id, n = a->n] { return ledger_->uncharge(id, n); });
+    }
+  }
+}
+
+void TaskFlow::review_parked(bool all) {
+  if (parked_.empty() || breaker_.open()) return;
+  std::vector<std::uint64_t> still;
+  for (std::uint64_t ref : parked_) {
+    Tracked& t = tracked_.at(ref);
+    if (!all && breaker_.suspects(t.last_failure->fingerprint)) {
+      still.push_back(ref);
+      continue;
+    }
+    quarantine(t, *t.last_failure, t.parked_reason);
+  }
+  parked_.swap(still);
 }
 
 std::string TaskFlow::describe_outage() const {

@@ -146,6 +146,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::uint32_t attempts_in_run = 0;
     std::uint32_t transient_in_run = 0;
     std::optional<Outcome> last_failure;
+    std::string parked_reason;  // why it would be quarantined, while parked
   };
   struct AfterCommit {
     std::uint64_t ref = 0;
@@ -161,6 +162,12 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void settle(Tracked& t, const Outcome& outcome, Verdict verdict);
   void on_breaker_opened(const Outcome& outcome);
   void release_held();
+  // Parked tasks whose fingerprint the breaker no longer suspects (or all of
+  // them, `all`, when nothing left can open the breaker) are quarantined.
+  void review_parked(bool all);
+  // Attempts of this run that failed the way of the outage are not held
+  // against the payload.
+  void uncharge_outage_failures(Tracked& t);
   void forget(std::uint64_t ref);
   Status flush(const std::vector<std::uint64_t>& starts);
   void arm_timer(bool now);
@@ -180,6 +187,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::deque<std::uint64_t> ready_;            // attempt counted; next() hands them out
   std::multimap<Clock::time_point, std::uint64_t> delayed_;  // retries waiting for their backoff
   std::deque<std::uint64_t> held_;             // failed during an outage; wait for the breaker
+  std::vector<std::uint64_t> parked_;          // judged poison while an outage was suspected:
+                                               // wait, without running, for the breaker to decide
   std::deque<std::uint64_t> suspects_;         // unfinished last attempt: each runs alone
   std::uint64_t solo_ref_ = 0;                 // the suspect running alone now
   std::set<std::string> active_payloads_;      // payload ids of tracked tasks (repeats are skipped)

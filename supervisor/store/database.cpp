@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <utility>
 
@@ -16,6 +19,32 @@ namespace {
 // Long enough for another pillbox's group commit to finish; short enough
 // that a stuck one is reported rather than waited on forever.
 constexpr int kBusyTimeoutMs = 10'000;
+
+// Switches a new database to WAL. The switch needs the file to itself and
+// SQLite does not call the busy handler for it, so two pillbox processes
+// creating one store at once would see "database is locked": retry within
+// the busy timeout instead. Once the file is WAL (a property of the file),
+// nothing is switched and no lock is taken.
+Status use_wal(Database& db, sqlite3* raw, const std::string& path) {
+  auto mode = db.query_text("PRAGMA journal_mode");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+  auto pause = std::chrono::milliseconds(1);
+  while (!mode || *mode != "wal") {
+    if (!mode && (::sqlite3_errcode(raw) & 0xff) != SQLITE_BUSY && (::sqlite3_errcode(raw) & 0xff) != SQLITE_LOCKED) {
+      return Status::error(mode.error());
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (!mode) return Status::error(mode.error());
+      return Status::error("store database " + path + ": cannot use WAL journaling (still '" + *mode + "')");
+    }
+    // Another process holds the file for a moment (its own switch, or its
+    // first transaction): try again shortly, as SQLite's busy handler would.
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    mode = db.query_text("PRAGMA journal_mode=WAL");
+  }
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -45,9 +74,7 @@ Expected<Database> Database::open(const std::string& path) {
   // leaves the last committed state. synchronous=NORMAL is durable against
   // process crashes (what pillbox guards against); only a power cut may
   // lose the last commits.
-  auto mode = db.query_text("PRAGMA journal_mode=WAL");
-  if (!mode) return Error{mode.error()};
-  if (*mode != "wal") return Error{"store database " + path + ": cannot use WAL journaling (got '" + *mode + "')"};
+  if (auto s = use_wal(db, raw, path); !s) return Error{s.message()};
   // cache_size: 16 MiB instead of 2 MiB, so that a large transaction (a
   // purge, a bulk import) keeps its dirty pages in memory until it commits
   // instead of spilling them to the WAL page by page.
