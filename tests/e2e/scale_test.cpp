@@ -1,4 +1,4 @@
-// 10 000 tasks in one run, 10 % poison of mixed kinds, from JSON lines on
+// 10 000 tasks in one run (3 000 under ASan), 10 % poison of mixed kinds, from JSON lines on
 // stdin: every key is reported exactly once with the kind that was planted,
 // the supervisor neither leaks descriptors nor grows while it runs, and no
 // process of the task program outlives the run.
@@ -13,14 +13,21 @@ using e2e::run_pillbox;
 
 namespace {
 
+// 10 000 tasks in the normal build (issue 1's figure). The ASan/UBSan build
+// runs 3 000: its job is finding memory errors, which the first thousands
+// show as well as the last, and 10 000 took 5.5 of CI's 20 minutes there.
+#if defined(PILLBOX_SANITIZED)
+constexpr int kTasks = 3000;
+#else
 constexpr int kTasks = 10000;
+#endif
 // The supervisor is measured after every record of two windows: from record
-// 1000 and from record 9000, 100 records each. Its descriptor count moves by a
+// kTasks/10 and from record 9*kTasks/10, 100 records each. Its descriptor count moves by a
 // few with the tasks in flight (each holds a socket and eventfds for a
 // moment), so a window's minimum is compared: a leak raises it, the in-flight
 // noise does not. For memory, the windows' maxima are compared.
-constexpr int kEarlySample = 1000;
-constexpr int kLateSample = 9000;
+constexpr int kEarlySample = kTasks / 10;
+constexpr int kLateSample = kTasks - kTasks / 10;
 constexpr int kWindow = 100;
 
 struct Planted {
@@ -30,7 +37,7 @@ struct Planted {
   std::string signal;  // expected signal ("" for none)
 };
 
-// Every 10th task is poison; of the 1000 poison tasks 20 spin until the CPU
+// Every 10th task is poison; of every 500 poison tasks 10 spin until the CPU
 // limit (each costs ~1 s of CPU), the rest are split between SIGSEGV, abort()
 // and a clean rejection (exit code 3).
 std::vector<Planted> plan() {
@@ -61,7 +68,7 @@ std::vector<Planted> plan() {
 
 }  // namespace
 
-TEST_CASE("10 000 tasks with 10 % mixed poison: every key once, planted kinds, no leaks") {
+TEST_CASE("10 000 tasks (3 000 under ASan) with 10 % mixed poison: every key once, planted kinds, no leaks") {
   const auto tasks = plan();
   std::string input;
   std::map<std::string, int> planted_kinds;
