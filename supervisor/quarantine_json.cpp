@@ -53,6 +53,10 @@ std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32
   j["payload_size"] = e.payload_size;
   j["source"] = e.source;
   j["repeats"] = r.repeats;
+  if (!r.reproduce_verdict.empty()) {
+    j["reproduce"] = {{"verdict", r.reproduce_verdict}, {"runs", r.reproduce_runs}, {"matches", r.reproduce_matches}};
+  }
+  if (!r.minimized_sha256.empty()) j["minimized_sha256"] = r.minimized_sha256;
   j["created_at"] = iso_time(r.created_at);
   j["updated_at"] = iso_time(r.updated_at);
   if (attempts > 0) j["attempts"] = attempts;

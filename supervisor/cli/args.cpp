@@ -42,6 +42,23 @@ Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<O
       slot.push_back(std::move(value));
       continue;
     }
+    if (arg.size() == 2 && arg[0] == '-' && arg[1] != '-') {
+      const OptionSpec* spec = nullptr;
+      for (const auto& s : specs) {
+        if (s.short_name == arg[1]) spec = &s;
+      }
+      if (spec != nullptr) {
+        std::string value;
+        if (spec->takes_value) {
+          if (i + 1 >= argc) return Error{"option " + arg + " needs a value" + help};
+          value = argv[++i];
+        }
+        auto& slot = a.values_[spec->name];
+        if (!slot.empty() && !spec->repeatable) return Error{"option " + arg + " given twice" + help};
+        slot.push_back(std::move(value));
+        continue;
+      }
+    }
     if (arg.size() > 1 && arg[0] == '-' && arg != "-") return Error{"unknown option " + arg + help};
     a.positional_.push_back(std::move(arg));
   }

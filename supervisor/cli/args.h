@@ -1,5 +1,5 @@
 #pragma once
-// A small, strict command-line parser: --name VALUE, --name=VALUE, flags,
+// A small, strict command-line parser: --name VALUE, --name=VALUE, -n VALUE, flags,
 // positionals, and everything after "--" kept apart (the exec command).
 #include <map>
 #include <optional>
@@ -14,6 +14,7 @@ struct OptionSpec {
   std::string name;       // without the leading "--"
   bool takes_value = true;
   bool repeatable = false;
+  char short_name = 0;    // e.g. 'o' for -o (takes the next argument as its value)
 };
 
 class Args {

@@ -16,7 +16,7 @@ const char* kUsage =
     "  run        run every input in its own confined child, classify failures\n"
     "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
     "  policy     check or show a policy file\n"
-    "  quarantine list or purge quarantined payloads in the store\n"
+    "  quarantine list, show, stats, export, discard or purge quarantined payloads\n"
     "  version    print the version\n"
     "\n"
     "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"

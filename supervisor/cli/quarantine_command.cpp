@@ -1,6 +1,9 @@
-// pillbox quarantine list|purge: what the store holds, and retention.
-// (Issue 4 adds show, stats, export, replay and discard.)
+// pillbox quarantine: what the store holds and what operators do with it.
+// Dispatch, list, discard and purge here; show/export and stats beside it.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -8,85 +11,111 @@
 #include "shared/policy_parser.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/quarantine_json.h"
-#include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/store.h"
 #include "supervisor/store/store_dir.h"
+#include "supervisor/terminal_text.h"
+#include "supervisor/time_args.h"
+#include "supervisor/actor.h"
 
 namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox quarantine list [--status S] [--kind K] [--fingerprint FP] [--limit N] [--offset N] [--json]\n"
+    "usage: pillbox quarantine list [filters] [--limit N] [--offset N] [--json]\n"
+    "       pillbox quarantine show ID [--json]\n"
+    "       pillbox quarantine stats [filters] [--json]\n"
+    "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force]\n"
+    "       pillbox quarantine discard ID... --reason TEXT\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]...\n"
     "\n"
-    "list   quarantine records, newest first: a table, or one JSON object per line with --json\n"
-    "purge  delete records created more than DURATION ago (e.g. 30d, 12h), only those in the\n"
-    "       given statuses when --status is given (quarantined, replaying, resolved, failed-again,\n"
-    "       discarded); payloads no remaining record uses are deleted with them\n"
+    "list     records, newest first: a table, or one JSON object per line with --json\n"
+    "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
+    "         trail, and a preview of the payload that is safe for a terminal\n"
+    "stats    records grouped by fingerprint and kind, with counts and first and last seen\n"
+    "export   the exact payload bytes to FILE (- for stdout when it is not a terminal); with\n"
+    "         --bundle, FILE is a new directory holding the payload, the policy, the record\n"
+    "         and reproduce.sh, a command line that runs it again the same way\n"
+    "discard  mark records as handled without a fix; the reason goes into the audit trail\n"
+    "purge    delete records created more than DURATION ago (e.g. 30d, 12h), only those in the\n"
+    "         given statuses when --status is given; payloads no remaining record uses go too\n"
+    "\n"
+    "filters (list, stats):\n"
+    "  --status S        quarantined | replaying | resolved | failed-again | discarded\n"
+    "  --kind K          crash, cpu-limit, oom, ... (see README: failure kinds)\n"
+    "  --fingerprint FP  one fingerprint\n"
+    "  --key KEY         one task key\n"
+    "  --since WHEN      created since an age ago (24h, 7d) or a UTC date (2026-11-30[T12:00:00Z])\n"
     "\n"
     "options:\n"
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                ~/.local/state/pillbox)\n"
     "\n"
-    "exit codes: 0 done, 2 usage error, 3 the store cannot be opened\n";
+    "exit codes: 0 done, 2 usage error or no such record, 3 the store cannot be opened or written\n";
 
-const std::vector<std::string> kStatuses = {"quarantined", "replaying", "resolved", "failed-again", "discarded"};
+const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerprint"}, {"key"}, {"since"}};
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "pillbox quarantine: %s\n", message.c_str());
-  return kExitUsage;
+// The options each verb takes (besides --store and --help).
+std::vector<OptionSpec> options_of(const std::string& verb) {
+  std::vector<OptionSpec> o = {{"store"}, {"help", false}};
+  auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
+  if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
+  if (verb == "stats") add(kFilterOptions), add({{"json", false}});
+  if (verb == "show") add({{"json", false}});
+  if (verb == "export") add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}});
+  if (verb == "discard") add({{"reason"}});
+  if (verb == "purge") add({{"older-than"}, {"status", true, true}});
+  return o;
 }
 
 Status check_status(const std::string& s) {
-  for (const auto& known : kStatuses) {
+  for (const char* known : store::kRecordStatuses) {
     if (s == known) return Status::ok();
   }
   return Status::error("unknown status '" + s + "' (quarantined, replaying, resolved, failed-again, discarded)");
 }
 
-// The table column for text a payload's producer chose: no control bytes.
-std::string cell(const std::string& text, std::size_t width) {
-  std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
-    if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {  // C1 controls in UTF-8 (e.g. U+009B, CSI)
-      out += '?';
-      ++i;
-    } else {
-      out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
-    }
-  }
-  if (out.size() > width) out = out.substr(0, width - 1) + "~";
-  return out;
-}
+}  // namespace
 
-int list(const Args& args, store::QuarantineStore& q, const std::string& dir) {
+// --status/--kind/--fingerprint/--key/--since into a filter.
+Expected<store::ListFilter> read_filter(const Args& args) {
   store::ListFilter filter;
   if (auto s = args.value("status")) {
-    if (auto st = check_status(*s); !st) return usage_error(st.message());
+    if (auto st = check_status(*s); !st) return Error{st.message()};
     filter.status = *s;
   }
   if (auto k = args.value("kind")) {
-    if (!kind_from_string(*k)) return usage_error("unknown kind '" + *k + "'");
+    if (!kind_from_string(*k)) return Error{"unknown kind '" + *k + "' (see pillbox run --help)"};
     filter.kind = *k;
   }
-  if (auto f = args.value("fingerprint")) filter.fingerprint = *f;
-  for (const auto& [name, field] : {std::pair{"limit", &filter.limit}, {"offset", &filter.offset}}) {
-    if (auto v = args.value(name)) {
+  filter.fingerprint = args.value("fingerprint");
+  filter.key = args.value("key");
+  if (auto since = args.value("since")) {
+    auto ms = parse_since(*since, "--since", store::now_ms());
+    if (!ms) return Error{ms.error()};
+    filter.since_ms = *ms;
+  }
+  return filter;
+}
+
+namespace {
+
+int list(const QuarantineContext& c) {
+  auto filter = read_filter(c.args);
+  if (!filter) return quarantine_error(filter.error(), kExitUsage);
+  for (const auto& [name, field] : {std::pair{"limit", &filter->limit}, {"offset", &filter->offset}}) {
+    if (auto v = c.args.value(name)) {
       char* end = nullptr;
+      errno = 0;
       const long long n = std::strtoll(v->c_str(), &end, 10);
-      if (v->empty() || *end != '\0' || n < 0) return usage_error(std::string("--") + name + " expects a whole number");
+      if (v->empty() || *end != '\0' || n < 0 || errno != 0) {
+        return quarantine_error(std::string("--") + name + " expects a whole number, got '" + *v + "'", kExitUsage);
+      }
       *field = n;
     }
   }
-  auto records = q.list(filter);
-  if (!records) {
-    std::fprintf(stderr, "pillbox quarantine: %s\n", records.error().c_str());
-    return kExitSetup;
-  }
-  const bool json = args.flag("json");
+  const bool json = c.args.flag("json");
   std::string out;
   if (!json) {
     char line[512];
@@ -94,41 +123,90 @@ int list(const Args& args, store::QuarantineStore& q, const std::string& dir) {
                   "FINGERPRINT", "KEY");
     out += line;
   }
-  for (const auto& r : *records) {
+  std::size_t shown = 0;
+  // Streamed: a listing of 100 000 records is never in memory at once.
+  const Status s = c.quarantine.each(*filter, [&](const store::QuarantineRecord& r) {
+    ++shown;
     if (json) {
-      out += quarantine_record_json(r, 0, false, dir);
+      out += quarantine_record_json(r, 0, false, c.store_dir);
       out += '\n';
     } else {
       char line[1024];
       std::snprintf(line, sizeof line, "%-8lld %-24s %-12s %-17s %-21s %s\n", static_cast<long long>(r.id),
                     iso_time(r.created_at).c_str(), r.status.c_str(), r.entry.kind.c_str(),
-                    r.entry.fingerprint.c_str(), cell(r.entry.key, 120).c_str());
+                    table_cell(r.entry.fingerprint, 21).c_str(), table_cell(r.entry.key, 120).c_str());
       out += line;
     }
-    if (out.size() > (1 << 20)) {
+    if (out.size() > (1 << 16)) {
       std::fwrite(out.data(), 1, out.size(), stdout);
       out.clear();
     }
-  }
+    return true;
+  });
   std::fwrite(out.data(), 1, out.size(), stdout);
-  if (!json) std::fprintf(stderr, "%zu record%s\n", records->size(), records->size() == 1 ? "" : "s");
+  std::fflush(stdout);
+  if (!s) return quarantine_error(s.message(), kExitSetup);
+  if (!json) {
+    // Paging: say where this page sits in the whole.
+    auto total = c.quarantine.count(*filter);
+    const long long all = total ? static_cast<long long>(*total) : -1;
+    if (filter->limit >= 0 || filter->offset > 0) {
+      std::fprintf(stderr, "%zu record%s shown (from %lld) of %lld\n", shown, shown == 1 ? "" : "s",
+                   static_cast<long long>(filter->offset) + (shown > 0 ? 1 : 0), all);
+    } else {
+      std::fprintf(stderr, "%zu record%s\n", shown, shown == 1 ? "" : "s");
+    }
+  }
   return kExitOk;
 }
 
-int purge(const Args& args, store::QuarantineStore& q) {
-  const auto older = args.value("older-than");
-  if (!older) return usage_error("purge needs --older-than DURATION (e.g. 30d)");
+int discard(const QuarantineContext& c) {
+  const auto reason = c.args.value("reason");
+  if (!reason || reason->empty()) return quarantine_error("discard needs --reason TEXT (kept in the audit trail)", kExitUsage);
+  if (c.args.positional().empty()) return quarantine_error("discard needs at least one record ID", kExitUsage);
+  // All ids are checked before any record changes: a typo changes nothing.
+  std::vector<store::QuarantineRecord> records;
+  for (const auto& text : c.args.positional()) {
+    auto id = parse_record_id(text);
+    if (!id) return quarantine_error(id.error(), kExitUsage);
+    auto r = find_record(c.quarantine, *id);
+    if (!r) return quarantine_error(r.error(), kExitUsage);
+    if (r->status == "replaying") {
+      return quarantine_error("record " + text + " is being replayed right now; discard it when the replay is over",
+                              kExitUsage);
+    }
+    records.push_back(std::move(*r));
+  }
+  const std::string actor = actor_name("quarantine discard");
+  int changed = 0;
+  for (const auto& r : records) {
+    if (r.status == "discarded") {
+      std::printf("record %lld was already discarded\n", static_cast<long long>(r.id));
+      continue;
+    }
+    if (auto s = c.quarantine.set_status(r.id, "discarded", store::now_ms(), actor, "discarded",
+                                         *reason + " (was " + r.status + ")");
+        !s) {
+      return quarantine_error(s.message(), kExitSetup);
+    }
+    std::printf("record %lld discarded (was %s)\n", static_cast<long long>(r.id), r.status.c_str());
+    ++changed;
+  }
+  std::fprintf(stderr, "%d record%s discarded\n", changed, changed == 1 ? "" : "s");
+  return kExitOk;
+}
+
+int purge(const QuarantineContext& c) {
+  const auto older = c.args.value("older-than");
+  if (!older) return quarantine_error("purge needs --older-than DURATION (e.g. 30d)", kExitUsage);
   auto ms = parse_duration_ms(*older, "--older-than", 0, 100ull * 365 * 24 * 3600 * 1000);
-  if (!ms) return usage_error(ms.error());
-  std::vector<std::string> statuses = args.values("status");
+  if (!ms) return quarantine_error(ms.error(), kExitUsage);
+  const std::vector<std::string> statuses = c.args.values("status");
   for (const auto& s : statuses) {
-    if (auto st = check_status(s); !st) return usage_error(st.message());
+    if (auto st = check_status(s); !st) return quarantine_error(st.message(), kExitUsage);
   }
-  auto result = q.purge(store::now_ms() - static_cast<std::int64_t>(*ms), statuses);
-  if (!result) {
-    std::fprintf(stderr, "pillbox quarantine: %s\n", result.error().c_str());
-    return kExitSetup;
-  }
+  auto result = c.quarantine.purge(store::now_ms() - static_cast<std::int64_t>(*ms), statuses);
+  if (!result) return quarantine_error(result.error(), kExitSetup);
   std::printf("purged %zu record%s and %zu payload%s\n", result->records, result->records == 1 ? "" : "s",
               result->payloads, result->payloads == 1 ? "" : "s");
   return kExitOk;
@@ -136,38 +214,63 @@ int purge(const Args& args, store::QuarantineStore& q) {
 
 }  // namespace
 
+int quarantine_error(const std::string& message, int exit_code) {
+  std::fprintf(stderr, "pillbox quarantine: %s\n", message.c_str());
+  return exit_code;
+}
+
+Expected<std::int64_t> parse_record_id(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long id = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || id <= 0 || errno != 0) {
+    return Error{"'" + text + "' is not a record id (a positive number, as `pillbox quarantine list` shows)"};
+  }
+  return static_cast<std::int64_t>(id);
+}
+
+Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id) {
+  auto r = q.get(id);
+  if (!r) return Error{r.error()};
+  if (!*r) return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)"};
+  return std::move(**r);
+}
+
 int quarantine_command(int argc, char** argv) {
-  const std::vector<OptionSpec> options = {
-      {"store"}, {"status", true, true}, {"kind"}, {"fingerprint"}, {"limit"}, {"offset"},
-      {"json", false}, {"older-than"}, {"help", false},
-  };
   if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
     std::fputs(kHelp, argc < 3 ? stderr : stdout);
     return argc < 3 ? kExitUsage : kExitOk;
   }
   const std::string verb = argv[2];
-  if (verb != "list" && verb != "purge") return usage_error("unknown verb '" + verb + "' (list, purge)");
-  auto args = Args::parse(argc, argv, 3, options, "quarantine " + verb);
-  if (!args) return usage_error(args.error());
+  static const std::map<std::string, int (*)(const QuarantineContext&)> kVerbs = {
+      {"list", list},     {"show", quarantine_show},     {"stats", quarantine_stats},
+      {"export", quarantine_export}, {"discard", discard}, {"purge", purge},
+  };
+  const auto found = kVerbs.find(verb);
+  if (found == kVerbs.end()) {
+    return quarantine_error("unknown verb '" + verb + "' (list, show, stats, export, discard, purge)", kExitUsage);
+  }
+  auto args = Args::parse(argc, argv, 3, options_of(verb), "quarantine " + verb);
+  if (!args) return quarantine_error(args.error(), kExitUsage);
   if (args->flag("help")) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
-  if (verb == "list" && args->values("status").size() > 1) return usage_error("list takes one --status");
+  if (args->has_dashdash()) return quarantine_error("unexpected '--'", kExitUsage);
+  const bool takes_ids = verb == "show" || verb == "export" || verb == "discard";
+  if (!takes_ids && !args->positional().empty()) {
+    return quarantine_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
+  }
+  if ((verb == "show" || verb == "export") && args->positional().size() != 1) {
+    return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
+  }
   auto dir = store::resolve_store_dir(args->value("store").value_or(""));
-  if (!dir) return usage_error(dir.error());
-  auto opened = store::Store::open(*dir);
-  if (!opened) {
-    std::fprintf(stderr, "pillbox quarantine: %s\n", opened.error().c_str());
-    return kExitSetup;
-  }
+  if (!dir) return quarantine_error(dir.error(), kExitUsage);
+  auto opened = store::Store::open_existing(*dir);
+  if (!opened) return quarantine_error(opened.error(), kExitSetup);
   auto q = store::QuarantineStore::open(opened->db(), opened->dir());
-  if (!q) {
-    std::fprintf(stderr, "pillbox quarantine: %s\n", q.error().c_str());
-    return kExitSetup;
-  }
-  return verb == "list" ? list(*args, *q, opened->dir()) : purge(*args, *q);
+  if (!q) return quarantine_error(q.error(), kExitSetup);
+  return found->second(QuarantineContext{*args, *q, opened->dir()});
 }
 
 }  // namespace pillbox::cli

@@ -129,7 +129,10 @@ Expected<std::vector<std::string>> PayloadStore::remove_unreferenced(std::size_t
   // Two statements, not DELETE ... RETURNING: SQLite 3.40 evaluates
   // "data IS NULL" wrongly in a RETURNING clause on this table, and the
   // files of large payloads would stay behind.
-  const char* kUnreferenced = "sha256 NOT IN (SELECT payload_sha256 FROM quarantine)";
+  const char* kUnreferenced =
+      "sha256 NOT IN (SELECT payload_sha256 FROM quarantine) AND "
+      "sha256 NOT IN (SELECT minimized_sha256 FROM quarantine WHERE minimized_sha256 IS NOT NULL) AND "
+      "sha256 NOT IN (SELECT best_sha256 FROM minimize_state)";
   auto select = Statement::prepare(db_->handle(), std::string("SELECT sha256, typeof(data) = 'null' FROM payloads WHERE ") +
                                                       kUnreferenced);
   if (!select) return Error{select.error()};

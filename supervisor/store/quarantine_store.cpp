@@ -10,7 +10,8 @@ namespace {
 constexpr const char* kColumns =
     "id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, policy, "
     "payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, "
-    "wall_ms, max_rss_kb, status, repeats, created_at, updated_at";
+    "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_verdict, ''), "
+    "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, '')";
 
 QuarantineRecord read_record(const Statement& s) {
   QuarantineRecord r;
@@ -42,7 +43,30 @@ QuarantineRecord read_record(const Statement& s) {
   r.repeats = s.column_int(c++);
   r.created_at = s.column_int(c++);
   r.updated_at = s.column_int(c++);
+  r.reproduce_verdict = s.column_text(c++);
+  r.reproduce_runs = s.column_int(c++);
+  r.reproduce_matches = s.column_int(c++);
+  r.minimized_sha256 = s.column_text(c++);
   return r;
+}
+
+// The WHERE clause of a filter; parameters ?1..?5 (bind_filter binds them).
+std::string where(const ListFilter& f) {
+  std::string sql = " WHERE 1";
+  if (f.status) sql += " AND status = ?1";
+  if (f.kind) sql += " AND kind = ?2";
+  if (f.fingerprint) sql += " AND fingerprint = ?3";
+  if (f.key) sql += " AND key = ?4";
+  if (f.since_ms) sql += " AND created_at >= ?5";
+  return sql;
+}
+
+void bind_filter(Statement& stmt, const ListFilter& f) {
+  if (f.status) stmt.bind(1, std::string_view(*f.status));
+  if (f.kind) stmt.bind(2, std::string_view(*f.kind));
+  if (f.fingerprint) stmt.bind(3, std::string_view(*f.fingerprint));
+  if (f.key) stmt.bind(4, std::string_view(*f.key));
+  if (f.since_ms) stmt.bind(5, *f.since_ms);
 }
 
 }  // namespace
@@ -166,26 +190,123 @@ Status QuarantineStore::audit(std::int64_t record_id, std::int64_t now, const st
       .run();
 }
 
+Status QuarantineStore::each(const ListFilter& f, const std::function<bool(const QuarantineRecord&)>& fn) {
+  auto stmt = Statement::prepare(db_->handle(), std::string("SELECT ") + kColumns + " FROM quarantine" + where(f) +
+                                                    " ORDER BY created_at DESC, id DESC LIMIT ?6 OFFSET ?7");
+  if (!stmt) return Status::error(stmt.error());
+  bind_filter(*stmt, f);
+  stmt->bind(6, f.limit).bind(7, f.offset);
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Status::error(row.error());
+    if (!*row || !fn(read_record(*stmt))) return Status::ok();
+  }
+}
+
 Expected<std::vector<QuarantineRecord>> QuarantineStore::list(const ListFilter& f) {
-  std::string sql = std::string("SELECT ") + kColumns + " FROM quarantine WHERE 1";
-  if (f.status) sql += " AND status = ?1";
-  if (f.kind) sql += " AND kind = ?2";
-  if (f.fingerprint) sql += " AND fingerprint = ?3";
-  sql += " ORDER BY created_at DESC, id DESC LIMIT ?4 OFFSET ?5";
-  auto stmt = Statement::prepare(db_->handle(), sql);
-  if (!stmt) return Error{stmt.error()};
-  if (f.status) stmt->bind(1, std::string_view(*f.status));
-  if (f.kind) stmt->bind(2, std::string_view(*f.kind));
-  if (f.fingerprint) stmt->bind(3, std::string_view(*f.fingerprint));
-  stmt->bind(4, f.limit).bind(5, f.offset);
   std::vector<QuarantineRecord> out;
+  if (auto s = each(f, [&](const QuarantineRecord& r) {
+        out.push_back(r);
+        return true;
+      });
+      !s) {
+    return Error{s.message()};
+  }
+  return out;
+}
+
+Expected<std::int64_t> QuarantineStore::count(const ListFilter& f) {
+  auto stmt = Statement::prepare(db_->handle(), "SELECT count(*) FROM quarantine" + where(f));
+  if (!stmt) return Error{stmt.error()};
+  bind_filter(*stmt, f);
+  auto row = stmt->step();
+  if (!row) return Error{row.error()};
+  return stmt->column_int(0);
+}
+
+Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter& f) {
+  // The newest record of each group (ids grow with time) is its example.
+  auto stmt = Statement::prepare(
+      db_->handle(),
+      "SELECT g.*, q.message FROM (SELECT fingerprint, kind, count(*) AS records, "
+      "sum(status IN ('quarantined', 'failed-again', 'replaying')), sum(repeats), min(created_at), "
+      "max(max(created_at, updated_at)) AS last, max(id) AS example FROM quarantine" +
+          where(f) + " GROUP BY fingerprint, kind) g JOIN quarantine q ON q.id = g.example "
+                     "ORDER BY g.records DESC, g.last DESC");
+  if (!stmt) return Error{stmt.error()};
+  bind_filter(*stmt, f);
+  std::vector<FingerprintStats> out;
   while (true) {
     auto row = stmt->step();
     if (!row) return Error{row.error()};
     if (!*row) break;
-    out.push_back(read_record(*stmt));
+    FingerprintStats st;
+    st.fingerprint = stmt->column_text(0);
+    st.kind = stmt->column_text(1);
+    st.records = stmt->column_int(2);
+    st.open = stmt->column_int(3);
+    st.repeats = stmt->column_int(4);
+    st.first_ms = stmt->column_int(5);
+    st.last_ms = stmt->column_int(6);
+    st.example_id = stmt->column_int(7);
+    st.message = stmt->column_text(8);
+    out.push_back(std::move(st));
   }
   return out;
+}
+
+Expected<std::vector<AuditEntry>> QuarantineStore::audit_trail(std::int64_t record_id) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "SELECT at, actor, action, detail FROM audit WHERE record_id = ?1 ORDER BY at, id");
+  if (!stmt) return Error{stmt.error()};
+  stmt->bind(1, record_id);
+  std::vector<AuditEntry> out;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    out.push_back({stmt->column_int(0), stmt->column_text(1), stmt->column_text(2), stmt->column_text(3)});
+  }
+  return out;
+}
+
+Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "SELECT n, run_id, started_at, coalesce(ended_at, 0), coalesce(kind, ''), "
+                                 "coalesce(fingerprint, ''), coalesce(message, ''), charged, solo FROM attempts "
+                                 "WHERE task_id = ?1 ORDER BY n");
+  if (!stmt) return Error{stmt.error()};
+  stmt->bind(1, task_id);
+  std::vector<AttemptRow> out;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    AttemptRow a;
+    a.n = stmt->column_int(0);
+    a.run_id = stmt->column_int(1);
+    a.started_at = stmt->column_int(2);
+    a.ended_at = stmt->column_int(3);
+    a.kind = stmt->column_text(4);
+    a.fingerprint = stmt->column_text(5);
+    a.message = stmt->column_text(6);
+    a.charged = stmt->column_int(7) != 0;
+    a.solo = stmt->column_int(8) != 0;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+Status QuarantineStore::set_status(std::int64_t id, const std::string& status, std::int64_t now,
+                                   const std::string& actor, const std::string& action, const std::string& detail) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Status::error(txn.error());
+  auto stmt = Statement::prepare(db_->handle(), "UPDATE quarantine SET status = ?2, updated_at = ?3 WHERE id = ?1");
+  if (!stmt) return Status::error(stmt.error());
+  if (auto s = stmt->bind(1, id).bind(2, std::string_view(status)).bind(3, now).run(); !s) return s;
+  if (::sqlite3_changes(db_->handle()) == 0) return Status::error("no quarantine record " + std::to_string(id));
+  if (auto s = audit(id, now, actor, action, detail); !s) return s;
+  return txn->commit();
 }
 
 Expected<std::optional<QuarantineRecord>> QuarantineStore::get(std::int64_t id) {

@@ -13,6 +13,7 @@
 //   3. otherwise (a fingerprint never seen) the record is kept anyway: new
 //      evidence is never dropped, so the limit can be passed by new bugs only.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,45 @@ struct QuarantineRecord {
   std::int64_t repeats = 0;
   std::int64_t created_at = 0;
   std::int64_t updated_at = 0;
+  std::string reproduce_verdict;     // "", reliable or flaky (pillbox reproduce)
+  std::int64_t reproduce_runs = 0;
+  std::int64_t reproduce_matches = 0; // runs that ended with the record's fingerprint
+  std::string minimized_sha256;      // "" until pillbox minimize finds a smaller payload
+};
+
+inline constexpr const char* kRecordStatuses[] = {"quarantined", "replaying", "resolved", "failed-again", "discarded"};
+
+// One row of `quarantine stats`: the records of one fingerprint.
+struct FingerprintStats {
+  std::string fingerprint;
+  std::string kind;
+  std::int64_t records = 0;
+  std::int64_t open = 0;             // quarantined, failed-again or replaying
+  std::int64_t repeats = 0;          // failures folded into these records
+  std::int64_t first_ms = 0;         // first quarantined
+  std::int64_t last_ms = 0;          // last quarantined or updated
+  std::int64_t example_id = 0;       // the newest record
+  std::string message;               // the newest record's message
+};
+
+struct AuditEntry {
+  std::int64_t at = 0;
+  std::string actor;
+  std::string action;
+  std::string detail;
+};
+
+// One attempt of a task, from the ledger.
+struct AttemptRow {
+  std::int64_t n = 0;
+  std::int64_t run_id = 0;
+  std::int64_t started_at = 0;
+  std::int64_t ended_at = 0;         // 0: never ended (the supervisor died)
+  std::string kind;
+  std::string fingerprint;
+  std::string message;
+  bool charged = true;
+  bool solo = false;
 };
 
 struct InsertResult {
@@ -80,6 +120,8 @@ struct ListFilter {
   std::optional<std::string> status;
   std::optional<std::string> kind;
   std::optional<std::string> fingerprint;
+  std::optional<std::string> key;
+  std::optional<std::int64_t> since_ms;  // created at or after
   std::int64_t limit = -1;      // -1: all
   std::int64_t offset = 0;
 };
@@ -102,8 +144,19 @@ class QuarantineStore {
   Status audit(std::int64_t record_id, std::int64_t now_ms, const std::string& actor, const std::string& action,
                const std::string& detail);
 
-  // Newest first.
+  // Newest first. each() hands records over one at a time (a listing of
+  // 100 000 records need not be in memory at once); `fn` returns false to stop.
   Expected<std::vector<QuarantineRecord>> list(const ListFilter& filter);
+  Status each(const ListFilter& filter, const std::function<bool(const QuarantineRecord&)>& fn);
+  // How many records the filter matches, ignoring limit and offset.
+  Expected<std::int64_t> count(const ListFilter& filter);
+  // Records grouped by fingerprint and kind, most records first (limit and offset ignored).
+  Expected<std::vector<FingerprintStats>> stats(const ListFilter& filter);
+  Expected<std::vector<AuditEntry>> audit_trail(std::int64_t record_id);
+  Expected<std::vector<AttemptRow>> attempts(std::int64_t task_id);
+  // Sets a record's status with an audit entry, in one transaction of its own.
+  Status set_status(std::int64_t id, const std::string& status, std::int64_t now_ms, const std::string& actor,
+                    const std::string& action, const std::string& detail);
   Expected<std::optional<QuarantineRecord>> get(std::int64_t id);
   Expected<std::vector<AttemptTally>> attempt_tally(std::int64_t task_id);
   // Records created before `cutoff_ms` whose status is one of `statuses`

@@ -117,6 +117,29 @@ const std::vector<std::string>& migrations() {
         );
         CREATE INDEX audit_by_record ON audit (record_id, at);
       )sql",
+      // 3: what operators learn about a record (issue 4): how reliably it
+      // reproduces, its minimized payload, a minimization to resume, and
+      // lookups by key.
+      R"sql(
+        ALTER TABLE quarantine ADD COLUMN reproduce_verdict TEXT
+          CHECK (reproduce_verdict IS NULL OR reproduce_verdict IN ('reliable', 'flaky'));
+        ALTER TABLE quarantine ADD COLUMN reproduce_runs INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE quarantine ADD COLUMN reproduce_matches INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE quarantine ADD COLUMN minimized_sha256 TEXT REFERENCES payloads(sha256);
+        CREATE INDEX quarantine_by_key ON quarantine (key, created_at);
+        CREATE INDEX quarantine_by_minimized ON quarantine (minimized_sha256);
+        -- A minimization in progress or done: the smallest failing payload so
+        -- far and the budget spent, so that an interrupted one resumes.
+        CREATE TABLE minimize_state (
+          record_id   INTEGER PRIMARY KEY REFERENCES quarantine(id) ON DELETE CASCADE,
+          best_sha256 TEXT NOT NULL REFERENCES payloads(sha256),
+          runs        INTEGER NOT NULL,
+          elapsed_ms  INTEGER NOT NULL,
+          finished    INTEGER NOT NULL DEFAULT 0,
+          updated_at  INTEGER NOT NULL
+        );
+        CREATE INDEX minimize_state_by_payload ON minimize_state (best_sha256);
+      )sql",
   };
   return all;
 }
@@ -125,7 +148,7 @@ const std::vector<std::string>& migrations() {
 
 int schema_version() { return static_cast<int>(migrations().size()); }
 
-Status migrate(Database& db) {
+Status migrate(Database& db, int target) {
   // IMMEDIATE: take the write lock before reading the version, so two
   // processes cannot both decide to apply the same migration.
   if (auto s = db.exec("BEGIN IMMEDIATE"); !s) return s;
@@ -135,10 +158,9 @@ Status migrate(Database& db) {
   };
   auto current = db.query_int("PRAGMA user_version");
   if (!current) return rollback(Status::error(current.error()));
-  const int target = schema_version();
-  if (*current > target) {
+  if (*current > schema_version()) {
     return rollback(Status::error("store " + db.path() + " has schema version " + std::to_string(*current) +
-                                  ", newer than this pillbox understands (" + std::to_string(target) +
+                                  ", newer than this pillbox understands (" + std::to_string(schema_version()) +
                                   "); use a newer pillbox, or another --store"));
   }
   for (int version = static_cast<int>(*current) + 1; version <= target; ++version) {

@@ -11,8 +11,10 @@ namespace pillbox::store {
 // a newer pillbox and is refused, never modified.
 int schema_version();
 
-// Brings the database up to schema_version(). Concurrent pillbox processes
-// serialize on the write lock; the second one finds nothing left to do.
-Status migrate(Database& db);
+// Brings the database up to `target` (schema_version(); tests make older
+// stores with a lower one). Concurrent pillbox processes serialize on the
+// write lock; the second one finds nothing left to do.
+Status migrate(Database& db, int target);
+inline Status migrate(Database& db) { return migrate(db, schema_version()); }
 
 }  // namespace pillbox::store

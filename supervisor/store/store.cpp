@@ -1,5 +1,10 @@
 #include "supervisor/store/store.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "supervisor/store/schema.h"
 #include "supervisor/store/store_dir.h"
 
@@ -11,6 +16,20 @@ Expected<Store> Store::open(const std::string& dir) {
   if (!db) return Error{db.error()};
   if (auto s = migrate(*db); !s) return Error{s.message()};
   return Store(dir, std::move(*db));
+}
+
+Expected<Store> Store::open_existing(const std::string& dir) {
+  struct stat st {};
+  const std::string db = dir + "/pillbox.db";
+  if (::stat(dir.c_str(), &st) != 0 && errno == ENOENT) {
+    return Error{"no pillbox store at " + dir + " (`pillbox run --store " + dir +
+                 "` creates one; is --store or PILLBOX_STORE right?)"};
+  }
+  if (::stat(db.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Error{"no pillbox store at " + dir + ": it has no pillbox.db"};
+    return Error{"store database " + db + ": " + std::strerror(errno)};
+  }
+  return open(dir);
 }
 
 }  // namespace pillbox::store

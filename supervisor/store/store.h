@@ -1,6 +1,6 @@
 #pragma once
 // The durable store: a 0700 directory holding pillbox.db (SQLite, WAL, 0600),
-// at the current schema version. Later: the task ledger and the quarantine.
+// at the current schema version: the task ledger and the quarantine.
 #include <string>
 
 #include "shared/status.h"
@@ -13,6 +13,10 @@ class Store {
   // Prepares the directory (see store_dir.h), opens the database and
   // migrates it. `dir` is the resolved directory (resolve_store_dir).
   static Expected<Store> open(const std::string& dir);
+  // For commands that only look at or act on what a store holds (pillbox
+  // quarantine, reproduce, minimize): a store that does not exist is an
+  // error, not created empty.
+  static Expected<Store> open_existing(const std::string& dir);
 
   Database& db() { return db_; }
   const std::string& dir() const { return dir_; }

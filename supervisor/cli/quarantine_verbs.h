@@ -1,0 +1,31 @@
+#pragma once
+// The verbs of `pillbox quarantine`, one file each group: the dispatcher
+// (quarantine_command.cpp) opens the store and hands it to them.
+#include <string>
+
+#include "supervisor/cli/args.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox::cli {
+
+// What every verb reads: the store directory and its quarantine.
+struct QuarantineContext {
+  const Args& args;
+  store::QuarantineStore& quarantine;
+  const std::string& store_dir;
+};
+
+int quarantine_error(const std::string& message, int exit_code);  // prints "pillbox quarantine: ..."
+// A record id from the command line, or a usage error message.
+Expected<std::int64_t> parse_record_id(const std::string& text);
+// The record, or an error naming the id (exit code 2: there is no such record).
+Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id);
+
+// --status/--kind/--fingerprint/--key/--since, checked.
+Expected<store::ListFilter> read_filter(const Args& args);
+
+int quarantine_show(const QuarantineContext& c);    // show ID
+int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bundle]
+int quarantine_stats(const QuarantineContext& c);   // stats
+
+}  // namespace pillbox::cli

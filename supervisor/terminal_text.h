@@ -1,0 +1,20 @@
+#pragma once
+// Text that came from a payload or its producer, made safe to print on a
+// terminal: a quarantined payload is hostile by definition, and raw control
+// bytes (ESC, CSI, OSC) could rewrite the screen or the window title.
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace pillbox {
+
+// One table cell: control bytes (C0, DEL and UTF-8-encoded C1) become '?',
+// cut to `width` with a trailing '~'.
+std::string table_cell(std::string_view text, std::size_t width);
+
+// A preview of the first `max_bytes` of a payload, as lines that start with
+// `indent`: printable ASCII text (tabs and newlines kept) as it is, anything
+// else as a hex dump with offsets. Says how much was left out.
+std::string payload_preview(std::string_view bytes, std::size_t max_bytes, const std::string& indent);
+
+}  // namespace pillbox
