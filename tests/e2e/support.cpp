@@ -379,9 +379,11 @@ long vm_rss_kb(pid_t pid) {
 
 namespace e2e {
 
-std::vector<std::vector<std::string>> sql_rows(const std::string& db_path, const std::string& sql) {
+namespace {
+
+std::vector<std::vector<std::string>> sql_query(const std::string& db_path, const std::string& sql, int flags) {
   sqlite3* db = nullptr;
-  REQUIRE(::sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  REQUIRE(::sqlite3_open_v2(db_path.c_str(), &db, flags, nullptr) == SQLITE_OK);
   ::sqlite3_busy_timeout(db, 10'000);
   sqlite3_stmt* stmt = nullptr;
   INFO(sql);
@@ -403,6 +405,14 @@ std::vector<std::vector<std::string>> sql_rows(const std::string& db_path, const
   ::sqlite3_close(db);
   return rows;
 }
+
+}  // namespace
+
+std::vector<std::vector<std::string>> sql_rows(const std::string& db_path, const std::string& sql) {
+  return sql_query(db_path, sql, SQLITE_OPEN_READONLY);
+}
+
+void sql_write(const std::string& db_path, const std::string& sql) { sql_query(db_path, sql, SQLITE_OPEN_READWRITE); }
 
 long long sql_int(const std::string& db_path, const std::string& sql) {
   const auto rows = sql_rows(db_path, sql);

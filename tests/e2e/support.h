@@ -85,6 +85,8 @@ std::string read_file(const std::string& path);
 std::vector<std::vector<std::string>> sql_rows(const std::string& db_path, const std::string& sql);
 // The first column of the first row as an integer.
 long long sql_int(const std::string& db_path, const std::string& sql);
+// One statement that changes the database (tests that tamper with a store).
+void sql_write(const std::string& db_path, const std::string& sql);
 
 // ---- host features -------------------------------------------------------
 
