@@ -20,13 +20,6 @@ namespace {
 // say); tests use it to show such a payload ends in quarantine.
 const char* const kCrashHookEnv = "PILLBOX_TEST_CRASH_SUPERVISOR_ON";
 
-// SIGINT/SIGTERM: the run ends at the next turn of the event loop, and the
-// attempts in flight are recorded as interrupted, not as lost (which would
-// count against their payloads). The handler only records the signal; the
-// dispatcher's poll returns EINTR and the loop comes round.
-volatile std::sig_atomic_t stop_signal_received = 0;
-extern "C" void on_stop_signal(int sig) { stop_signal_received = sig; }
-
 Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attempts) {
   Outcome o;
   o.kind = Kind::kSupervisorLost;
@@ -60,20 +53,14 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, s
       rng_(std::random_device{}()),
       timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
   if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
-  stop_signal_received = 0;
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  ::sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &old_sigint_);
-  ::sigaction(SIGTERM, &sa, &old_sigterm_);
 }
 
-TaskFlow::~TaskFlow() {
-  ::sigaction(SIGINT, &old_sigint_, nullptr);
-  ::sigaction(SIGTERM, &old_sigterm_, nullptr);
-}
+TaskFlow::~TaskFlow() = default;
 
-int TaskFlow::stop_signal() const { return static_cast<int>(stop_signal_received); }
+// SIGINT/SIGTERM: the run ends at the next turn of the event loop, and the
+// attempts in flight are recorded as interrupted, not as lost (which would
+// count against their payloads).
+int TaskFlow::stop_signal() const { return stop_signals_.caught(); }
 
 void TaskFlow::forget(std::uint64_t ref) {
   auto it = tracked_.find(ref);

@@ -28,6 +28,7 @@
 
 #include "shared/unique_fd.h"
 #include "supervisor/circuit_breaker.h"
+#include "supervisor/stop_signals.h"
 #include "supervisor/retry_policy.h"
 #include "supervisor/run.h"
 #include "supervisor/store/ledger.h"
@@ -200,8 +201,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::string crash_hook_;
   std::string quarantine_dir_;  // for the record JSON
   Status fatal_;                // a ledger write failed: the run stops
-  struct sigaction old_sigint_ {};
-  struct sigaction old_sigterm_ {};
+  StopSignals stop_signals_;
 
   std::vector<std::function<Status()>> writes_;  // ledger writes of this turn
   std::vector<AfterCommit> after_commit_;        // verdicts that name a record id

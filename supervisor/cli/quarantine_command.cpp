@@ -12,9 +12,8 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/cli/store_access.h"
 #include "supervisor/quarantine_json.h"
-#include "supervisor/store/store.h"
-#include "supervisor/store/store_dir.h"
 #include "supervisor/terminal_text.h"
 #include "supervisor/time_args.h"
 #include "supervisor/actor.h"
@@ -264,13 +263,10 @@ int quarantine_command(int argc, char** argv) {
   if ((verb == "show" || verb == "export") && args->positional().size() != 1) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
   }
-  auto dir = store::resolve_store_dir(args->value("store").value_or(""));
-  if (!dir) return quarantine_error(dir.error(), kExitUsage);
-  auto opened = store::Store::open_existing(*dir);
-  if (!opened) return quarantine_error(opened.error(), kExitSetup);
-  auto q = store::QuarantineStore::open(opened->db(), opened->dir());
-  if (!q) return quarantine_error(q.error(), kExitSetup);
-  return found->second(QuarantineContext{*args, *q, opened->dir()});
+  StoreAccessError error;
+  auto access = open_existing_store(args->value("store").value_or(""), error);
+  if (!access) return quarantine_error(error.message, error.exit_code);
+  return found->second(QuarantineContext{*args, *access->quarantine, access->store.dir()});
 }
 
 }  // namespace pillbox::cli

@@ -20,6 +20,7 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/alert_hook.h"
+#include "supervisor/child_setup.h"
 #include "supervisor/job.h"
 #include "supervisor/run.h"
 #include "supervisor/store/store_dir.h"
@@ -109,52 +110,6 @@ int usage_error(const std::string& message) {
   return kExitUsage;
 }
 
-// argv[0] of an exec command, resolved like a shell would, made absolute.
-Expected<std::string> resolve_command(const std::string& name) {
-  namespace fs = std::filesystem;
-  auto executable = [](const fs::path& p) {
-    std::error_code ec;
-    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
-  };
-  if (name.find('/') != std::string::npos) {
-    std::error_code ec;
-    const fs::path p = fs::canonical(name, ec);
-    if (ec || !executable(p)) return Error{"command '" + name + "' is not an executable file"};
-    return p.string();
-  }
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    const std::size_t end = dirs.find(':', start);
-    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
-    if (executable(p)) {
-      std::error_code ec;
-      const fs::path c = fs::canonical(p, ec);
-      return (ec ? p : c).string();
-    }
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return Error{"command '" + name + "' not found in PATH"};
-}
-
-Status resolve_user(const std::string& user, ChildConfig& config) {
-  char* end = nullptr;
-  const unsigned long numeric = std::strtoul(user.c_str(), &end, 10);
-  if (!user.empty() && *end == '\0') {
-    config.sandbox_uid = static_cast<std::uint32_t>(numeric);
-    config.sandbox_gid = static_cast<std::uint32_t>(numeric);
-    return Status::ok();
-  }
-  const passwd* pw = ::getpwnam(user.c_str());
-  if (pw == nullptr) return Status::error("policy user '" + user + "' does not exist on this host");
-  config.sandbox_uid = pw->pw_uid;
-  config.sandbox_gid = pw->pw_gid;
-  return Status::ok();
-}
-
 // A file name for a task's result: the key with unsafe characters replaced,
 // unique within the directory.
 std::string output_name(const std::string& key, std::set<std::string>& used) {
@@ -233,49 +188,40 @@ int run_command(int argc, char** argv) {
     return kExitOk;
   }
   RunSettings settings;
-  ChildConfig& config = settings.config;
 
   // What runs: a handler, or a command after "--".
+  HandlerChoice choice;
   const auto handler = args->value("handler");
   if (args->has_dashdash()) {
     if (handler && *handler != "exec") return usage_error("give either --handler or a command after --, not both");
     if (args->after_dashdash().empty()) return usage_error("no command after --");
-    config.handler = "exec";
-    config.exec_argv = args->after_dashdash();
-    auto path = resolve_command(config.exec_argv[0]);
-    if (!path) return usage_error(path.error());
-    config.exec_argv[0] = *path;
-    for (const auto& a : config.exec_argv) {
-      if (a.find("{}") != std::string::npos) config.exec_payload_as_file = true;
-    }
-    config.crash_lib = find_crash_library();
+    choice.handler = "exec";
+    choice.exec_argv = args->after_dashdash();
   } else if (!handler) {
     return usage_error("--handler is required (echo, regex, pdf-text, inflate, plugin:PATH.so), or give a command after --");
   } else {
-    config.handler = *handler;
+    choice.handler = *handler;
   }
   for (const auto& kv : args->values("arg")) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) return usage_error("--arg expects KEY=VALUE, got '" + kv + "'");
-    if (config.exec_mode()) return usage_error("--arg is for handlers; an exec command takes its arguments after --");
-    if (!config.args.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second) {
+    if (choice.handler == "exec") return usage_error("--arg is for handlers; an exec command takes its arguments after --");
+    if (!choice.args.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second) {
       return usage_error("--arg " + kv.substr(0, eq) + " given twice");
     }
   }
 
   // Under which policy, with the command line's overrides.
-  auto policy = resolve_policy(args->value("policy").value_or(config.exec_mode() ? "exec" : "strict"));
+  auto policy = resolve_policy(args->value("policy").value_or(choice.handler == "exec" ? "exec" : "strict"));
   if (!policy) return usage_error(policy.error());
-  config.policy = std::move(*policy);
   for (const auto& [flag, key] : {std::pair{"timeout", "wall"}, {"cpu", "cpu"}, {"memory", "memory"}, {"max-output", "output"}}) {
     if (auto v = args->value(flag)) {
-      if (auto s = set_limit(config.policy.limits, key, *v); !s) return usage_error("--" + std::string(flag) + ": " + s.message());
+      if (auto s = set_limit(policy->limits, key, *v); !s) return usage_error("--" + std::string(flag) + ": " + s.message());
     }
   }
-  if (::geteuid() == 0) {
-    config.drop_privileges = true;
-    if (auto s = resolve_user(config.policy.isolation.user, config); !s) return usage_error(s.message());
-  }
+  auto config = make_child_config(choice, std::move(*policy));
+  if (!config) return usage_error(config.error());
+  settings.config = std::move(*config);
 
   // How.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

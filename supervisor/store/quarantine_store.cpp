@@ -334,6 +334,23 @@ Expected<std::vector<AttemptTally>> QuarantineStore::attempt_tally(std::int64_t 
   return out;
 }
 
+Status QuarantineStore::record_reproduction(std::int64_t id, const std::string& verdict, std::int64_t runs,
+                                            std::int64_t matches, std::int64_t now, const std::string& actor,
+                                            const std::string& detail) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Status::error(txn.error());
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "UPDATE quarantine SET reproduce_verdict = ?2, reproduce_runs = ?3, "
+                                 "reproduce_matches = ?4, updated_at = ?5 WHERE id = ?1");
+  if (!stmt) return Status::error(stmt.error());
+  if (auto s = stmt->bind(1, id).bind(2, std::string_view(verdict)).bind(3, runs).bind(4, matches).bind(5, now).run(); !s) {
+    return s;
+  }
+  if (::sqlite3_changes(db_->handle()) == 0) return Status::error("no quarantine record " + std::to_string(id));
+  if (auto s = audit(id, now, actor, "reproduced", detail); !s) return s;
+  return txn->commit();
+}
+
 Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Error{txn.error()};

@@ -164,6 +164,10 @@ class QuarantineStore {
   // record shares. Runs its own transaction.
   Expected<PurgeResult> purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses);
 
+  // The verdict of `pillbox reproduce`, with an audit entry, in one transaction.
+  Status record_reproduction(std::int64_t id, const std::string& verdict, std::int64_t runs, std::int64_t matches,
+                             std::int64_t now_ms, const std::string& actor, const std::string& detail);
+
   PayloadStore& payloads() { return payloads_; }
 
  private:

@@ -1,0 +1,116 @@
+#include "supervisor/child_setup.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "shared/policy_parser.h"
+#include "supervisor/install_paths.h"
+
+namespace pillbox {
+namespace {
+
+Status resolve_user(const std::string& user, ChildConfig& config) {
+  char* end = nullptr;
+  const unsigned long numeric = std::strtoul(user.c_str(), &end, 10);
+  if (!user.empty() && *end == '\0') {
+    config.sandbox_uid = static_cast<std::uint32_t>(numeric);
+    config.sandbox_gid = static_cast<std::uint32_t>(numeric);
+    return Status::ok();
+  }
+  const passwd* pw = ::getpwnam(user.c_str());
+  if (pw == nullptr) return Status::error("policy user '" + user + "' does not exist on this host");
+  config.sandbox_uid = pw->pw_uid;
+  config.sandbox_gid = pw->pw_gid;
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<std::string> resolve_command(const std::string& name) {
+  namespace fs = std::filesystem;
+  auto executable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    std::error_code ec;
+    const fs::path p = fs::canonical(name, ec);
+    if (ec || !executable(p)) return Error{"command '" + name + "' is not an executable file"};
+    return p.string();
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = dirs.find(':', start);
+    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
+    if (executable(p)) {
+      std::error_code ec;
+      const fs::path c = fs::canonical(p, ec);
+      return (ec ? p : c).string();
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return Error{"command '" + name + "' not found in PATH"};
+}
+
+Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy policy) {
+  ChildConfig config;
+  config.handler = choice.handler;
+  config.args = choice.args;
+  config.policy = std::move(policy);
+  if (config.exec_mode()) {
+    if (choice.exec_argv.empty()) return Error{"no command to run"};
+    if (!choice.args.empty()) return Error{"handler arguments are for handlers; an exec command takes its arguments after --"};
+    config.exec_argv = choice.exec_argv;
+    auto path = resolve_command(config.exec_argv[0]);
+    if (!path) return Error{path.error()};
+    config.exec_argv[0] = *path;
+    for (const auto& a : config.exec_argv) {
+      if (a.find("{}") != std::string::npos) config.exec_payload_as_file = true;
+    }
+    config.crash_lib = find_crash_library();
+  } else if (choice.handler.empty()) {
+    return Error{"no handler given"};
+  }
+  if (::geteuid() == 0) {
+    config.drop_privileges = true;
+    if (auto s = resolve_user(config.policy.isolation.user, config); !s) return Error{s.message()};
+  }
+  return config;
+}
+
+Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e) {
+  HandlerChoice choice;
+  choice.handler = e.handler;
+  if (e.handler == "exec") {
+    auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
+    if (!argv.is_array() || argv.empty()) return Error{"the record's exec command is unreadable: " + e.exec_argv};
+    for (const auto& a : argv) {
+      if (!a.is_string()) return Error{"the record's exec command is unreadable: " + e.exec_argv};
+      choice.exec_argv.push_back(a.get<std::string>());
+    }
+    return choice;
+  }
+  auto args = nlohmann::json::parse(e.handler_args, nullptr, false);
+  if (!args.is_object()) return Error{"the record's handler arguments are unreadable: " + e.handler_args};
+  for (const auto& [k, v] : args.items()) {
+    if (!v.is_string()) return Error{"the record's handler argument '" + k + "' is not text"};
+    choice.args[k] = v.get<std::string>();
+  }
+  return choice;
+}
+
+Expected<Policy> recorded_policy(const store::QuarantineEntry& e) {
+  auto policy = parse_policy(e.policy, "the record's policy (" + e.policy_identity + ")", "");
+  if (!policy) return Error{policy.error()};
+  return policy;
+}
+
+}  // namespace pillbox

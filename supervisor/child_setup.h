@@ -1,0 +1,36 @@
+#pragma once
+// Building the ChildConfig a task runs under, the same way for `pillbox run`
+// and for the commands that run a quarantined payload again (reproduce,
+// minimize, replay): from the command line, or from what a record says it ran
+// under (its handler, arguments or exec argv, and full policy text).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shared/child_config.h"
+#include "shared/status.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+// argv[0] of an exec command, resolved like a shell would, made absolute.
+Expected<std::string> resolve_command(const std::string& name);
+
+// What runs: a handler with arguments, or an exec command (handler "exec").
+struct HandlerChoice {
+  std::string handler;                       // built-in, plugin:PATH or "exec"
+  std::map<std::string, std::string> args;
+  std::vector<std::string> exec_argv;        // exec: argv[0] as given (resolved here)
+};
+
+// A complete config for `choice` under `policy`: exec argv[0] resolved, the
+// payload passed as a file when an argument holds "{}", the crash library
+// preloaded, and privileges dropped to the policy's user when run as root.
+Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy policy);
+
+// What a quarantine record ran under, parsed back: its handler or command and
+// its policy. Errors say which part of the record is unusable.
+Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry);
+Expected<Policy> recorded_policy(const store::QuarantineEntry& entry);
+
+}  // namespace pillbox

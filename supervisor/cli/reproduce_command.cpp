@@ -1,0 +1,114 @@
+// pillbox reproduce ID [--runs N]: does a quarantined payload still fail the
+// same way, every time or only sometimes? Thin over supervisor/reproduce.h.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "supervisor/actor.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/cli/store_access.h"
+#include "supervisor/progress.h"
+#include "supervisor/reproduce.h"
+#include "supervisor/stop_signals.h"
+
+namespace pillbox::cli {
+namespace {
+
+const char* kHelp =
+    "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--store DIR]\n"
+    "\n"
+    "Runs quarantine record ID's payload N times (default 5) in the sandbox, under the handler\n"
+    "and policy it was quarantined with, and counts the runs that end with its fingerprint.\n"
+    "At least half of them: `reliable`; fewer: `flaky`. The verdict is kept in the record\n"
+    "(pillbox quarantine show ID) with an audit entry. SIGINT stops it; nothing is recorded then.\n"
+    "\n"
+    "options:\n"
+    "  --runs N    how many runs (1 to 10000, default 5)\n"
+    "  --jobs N    runs at once (default: number of cores)\n"
+    "  --json      the result as one JSON object\n"
+    "  --store DIR the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox)\n"
+    "\n"
+    "exit codes: 0 reproduced (reliable or flaky), 1 not reproduced in any run, 2 usage error or\n"
+    "no such record, 3 the store or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM\n";
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "pillbox reproduce: %s\n", message.c_str());
+  return code;
+}
+
+Expected<long> whole_number(const std::string& name, const std::string& text, long min, long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
+    return Error{"--" + name + " expects a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
+                 ", got '" + text + "'"};
+  }
+  return n;
+}
+
+}  // namespace
+
+int reproduce_command(int argc, char** argv) {
+  const std::vector<OptionSpec> options = {{"runs"}, {"jobs"}, {"json", false}, {"store"}, {"help", false}};
+  auto args = Args::parse(argc, argv, 2, options, "reproduce");
+  if (!args) return fail(args.error(), kExitUsage);
+  if (args->flag("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  if (args->positional().size() != 1) return fail("give exactly one record ID (see: pillbox quarantine list)", kExitUsage);
+  auto id = parse_record_id(args->positional()[0]);
+  if (!id) return fail(id.error(), kExitUsage);
+  ReproduceSettings settings;
+  if (auto v = args->value("runs")) {
+    auto n = whole_number("runs", *v, 1, 10000);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.runs = static_cast<std::size_t>(*n);
+  }
+  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (auto v = args->value("jobs")) {
+    auto n = whole_number("jobs", *v, 1, 1024);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.jobs = static_cast<std::size_t>(*n);
+  }
+  settings.actor = actor_name("reproduce");
+
+  StoreAccessError error;
+  auto access = open_existing_store(args->value("store").value_or(""), error);
+  if (!access) return fail(error.message, error.exit_code);
+  auto record = find_record(*access->quarantine, *id);
+  if (!record) return fail(record.error(), kExitUsage);
+
+  Progress progress = Progress::on_stderr("reproduce " + std::to_string(*id), settings.runs);
+  settings.on_progress = [&](std::size_t done) { progress.update(done); };
+  auto result = reproduce_record(*access->quarantine, *id, settings);
+  progress.finish();
+  if (!result) return fail(result.error(), kExitSetup);
+  if (result->stop_signal != 0) {
+    std::fprintf(stderr, "pillbox reproduce: stopped by %s after %zu of %zu runs; nothing recorded\n",
+                 stop_signal_name(result->stop_signal), result->runs, settings.runs);
+    return 128 + result->stop_signal;
+  }
+  const std::string& fp = record->entry.fingerprint;
+  if (args->flag("json")) {
+    nlohmann::json others = nlohmann::json::array();
+    for (const auto& [what, n] : result->others) others.push_back({{"outcome", what}, {"count", n}});
+    const nlohmann::json j = {{"id", *id},           {"fingerprint", fp},      {"kind", record->entry.kind},
+                              {"runs", result->runs}, {"matches", result->matches}, {"verdict", result->verdict},
+                              {"other_outcomes", others}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("record %lld: %s: %zu of %zu runs ended with %s (%s)\n", static_cast<long long>(*id),
+                result->verdict.c_str(), result->matches, result->runs, fp.c_str(), record->entry.kind.c_str());
+    for (const auto& [what, n] : result->others) std::printf("  other outcome: %s x%zu\n", what.c_str(), n);
+  }
+  return result->matches > 0 ? kExitOk : kExitFailures;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,103 @@
+// pillbox reproduce (issue 4): a quarantined payload run again N times in the
+// sandbox under its recorded handler and policy; reliable when at least half
+// of the runs end with its fingerprint, flaky otherwise; the verdict is kept.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "shared/base64.h"
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+using e2e::sql_int;
+using e2e::sql_rows;
+
+namespace {
+
+std::string task_line(const std::string& key, const std::string& payload) {
+  return nlohmann::json{{"key", key}, {"payload_b64", pillbox::base64_encode(payload)}}.dump() + "\n";
+}
+
+}  // namespace
+
+TEST_CASE("reproduce: a deterministic crasher is reliable, and the verdict is kept in the record") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const auto run = run_pillbox({"run", "--store", store, "--handler", "plugin:" + e2e::fixture("poison_plugin.so"),
+                                "--json", "--backoff-base", "5ms", "-"},
+                               task_line("crasher", "S always"));
+  INFO(run.describe());
+  REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
+
+  const auto r = run_pillbox({"reproduce", "1", "--runs", "6", "--jobs", "2", "--json", "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  REQUIRE(r.records.size() == 1);
+  CHECK(r.records[0]["verdict"] == "reliable");
+  CHECK(r.records[0]["runs"] == 6);
+  CHECK(r.records[0]["matches"] == 6);
+  CHECK(sql_rows(db, "SELECT reproduce_verdict, reproduce_runs, reproduce_matches FROM quarantine") ==
+        std::vector<std::vector<std::string>>{{"reliable", "6", "6"}});
+  CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'reproduced' AND detail LIKE 'reliable: 6 of 6 runs%'") == 1);
+  const auto shown = run_pillbox({"quarantine", "show", "1", "--store", store});
+  CHECK(shown.out.find("reliable: 6 of 6 runs ended with this fingerprint") != std::string::npos);
+  // The record's status does not change: reproducing is looking, not fixing.
+  CHECK(sql_rows(db, "SELECT status FROM quarantine") == std::vector<std::vector<std::string>>{{"quarantined"}});
+}
+
+TEST_CASE("reproduce: a payload that crashes one time in three is flaky") {
+  e2e::TempDir dir;
+  e2e::TempDir work(01777);  // the fixture's run counter, written by the sandbox user
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  // One attempt: the first run of this payload crashes (runs 1, 4, 7, ...
+  // crash), and is quarantined at once.
+  const auto run = run_pillbox({"run", "--store", store, "--max-attempts", "1", "--json", "-", "--",
+                                e2e::fixture("poison_corpus"), work.path()},
+                               task_line("sometimes", "P one in three"));
+  INFO(run.describe());
+  REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
+  // Runs 2..10: 4, 7 and 10 crash.
+  const auto r = run_pillbox({"reproduce", "1", "--runs", "9", "--jobs", "2", "--json", "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  REQUIRE(r.records.size() == 1);
+  CHECK(r.records[0]["verdict"] == "flaky");
+  CHECK(r.records[0]["matches"] == 3);
+  CHECK(r.records[0]["runs"] == 9);
+  REQUIRE(r.records[0]["other_outcomes"].size() == 1);
+  CHECK(r.records[0]["other_outcomes"][0]["outcome"] == "ok");
+  CHECK(r.records[0]["other_outcomes"][0]["count"] == 6);
+  CHECK(sql_rows(db, "SELECT reproduce_verdict, reproduce_matches FROM quarantine") ==
+        std::vector<std::vector<std::string>>{{"flaky", "3"}});
+}
+
+TEST_CASE("reproduce: bad input is a clear error and records nothing") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  REQUIRE(run_pillbox({"run", "--store", store, "--handler", "plugin:" + e2e::fixture("poison_plugin.so"), "-"},
+                      task_line("crasher", "S always"))
+              .exit_code == 1);
+  const struct {
+    std::vector<std::string> args;
+    int exit_code;
+    const char* says;
+  } cases[] = {
+      {{"reproduce", "7"}, 2, "no quarantine record 7"},
+      {{"reproduce", "x1"}, 2, "'x1' is not a record id"},
+      {{"reproduce", "1", "--runs", "0"}, 2, "--runs expects a whole number from 1"},
+      {{"reproduce"}, 2, "give exactly one record ID"},
+  };
+  for (const auto& c : cases) {
+    auto args = c.args;
+    args.insert(args.end(), {"--store", store});
+    const auto r = run_pillbox(args);
+    INFO(r.describe());
+    CHECK(r.exit_code == c.exit_code);
+    CHECK(r.err.find(c.says) != std::string::npos);
+  }
+  CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'reproduced'") == 0);
+  CHECK(sql_int(db, "SELECT reproduce_runs FROM quarantine") == 0);
+}

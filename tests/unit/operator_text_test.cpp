@@ -1,0 +1,66 @@
+// The small pieces behind the operator commands: terminal-safe text, --since
+// parsing, the reproduce verdict and the progress line.
+#include <doctest/doctest.h>
+
+#include "supervisor/progress.h"
+#include "supervisor/reproduce.h"
+#include "supervisor/terminal_text.h"
+#include "supervisor/time_args.h"
+
+using namespace pillbox;
+
+TEST_CASE("terminal text: control bytes never pass, text stays text, binary becomes a hex dump") {
+  CHECK(table_cell("plain key", 0) == "plain key");
+  CHECK(table_cell("a\x1b[2Jb\x07", 0) == "a?[2Jb?");
+  CHECK(table_cell("x\xc2\x9b" "31m", 0) == "x?31m");      // C1 CSI in UTF-8
+  CHECK(table_cell("caf\xc3\xa9", 0) == "caf\xc3\xa9");    // other UTF-8 is kept
+  CHECK(table_cell("0123456789", 5) == "0123~");
+  CHECK(payload_preview("line one\nline two", 512, "  ") == "  | line one\n  | line two\n");
+  const std::string dump = payload_preview(std::string("S\x1b[2J\0", 6), 512, "");
+  CHECK(dump == "00000000  53 1b 5b 32 4a 00" + std::string(31, ' ') + "  |S.[2J.|\n");
+  const std::string cut = payload_preview(std::string(1000, 'a'), 10, "");
+  CHECK(cut.find("| aaaaaaaaaa\n") == 0);
+  CHECK(cut.find("(990 more bytes") != std::string::npos);
+  for (unsigned char c : payload_preview(std::string("\x00\x01\x1b\x7f\x9b\xff", 6), 512, "")) {
+    CHECK((c >= 0x20 || c == '\n'));
+  }
+}
+
+TEST_CASE("--since: an age before now, or a UTC date; anything else is refused") {
+  const std::int64_t now = 1'800'000'000'000;
+  CHECK(*parse_since("1h", "--since", now) == now - 3'600'000);
+  CHECK(*parse_since("7d", "--since", now) == now - 7 * 86'400'000LL);
+  CHECK(*parse_since("2026-11-30", "--since", now) == 1'795'996'800'000);
+  CHECK(*parse_since("2026-11-30T12:00:00Z", "--since", now) == 1'795'996'800'000 + 12 * 3'600'000LL);
+  for (const char* bad : {"", "yesterday", "2026-13-01", "2026-11-30 junk", "-1h"}) {
+    auto r = parse_since(bad, "--since", now);
+    CHECK_FALSE(r.has_value());
+    if (!r) CHECK(r.error().find("--since expects an age") == 0);
+  }
+}
+
+TEST_CASE("reproduce verdict: reliable from half the runs up, flaky below, never reliable on no match") {
+  CHECK(reproduce_verdict(10, 10) == "reliable");
+  CHECK(reproduce_verdict(10, 5) == "reliable");
+  CHECK(reproduce_verdict(9, 5) == "reliable");
+  CHECK(reproduce_verdict(9, 4) == "flaky");
+  CHECK(reproduce_verdict(9, 3) == "flaky");
+  CHECK(reproduce_verdict(1, 0) == "flaky");
+  CHECK(reproduce_verdict(1, 1) == "reliable");
+}
+
+TEST_CASE("progress line: bar, counts, rate and ETA on a terminal; no bar in logs") {
+  Progress terminal("minimize 3", 100, nullptr, true);
+  terminal.update(25, "best 812 bytes");
+  const auto later = Progress::Clock::now() + std::chrono::seconds(10);
+  const std::string line = terminal.render(later);
+  CHECK(line.find("minimize 3: [######------------------] 25/100") == 0);
+  CHECK(line.find("ETA 3") != std::string::npos);  // 75 left at ~2.5/s: about 30 s
+  CHECK(line.find("best 812 bytes") != std::string::npos);
+  Progress log("replay", 0, nullptr, false);
+  log.update(7);
+  const std::string plain = log.render(later);
+  CHECK(plain.find("replay: 7  ") == 0);
+  CHECK(plain.find('[') == std::string::npos);
+  CHECK(plain.find("ETA") == std::string::npos);
+}
