@@ -18,6 +18,7 @@ const char* kUsage =
     "  policy     check or show a policy file\n"
     "  quarantine list, show, stats, export, discard or purge quarantined payloads\n"
     "  reproduce  run a quarantined payload again N times: reliable or flaky?\n"
+    "  minimize   shrink a quarantined payload while it still fails the same way\n"
     "  version    print the version\n"
     "\n"
     "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   if (command == "policy") return policy_command(argc, argv);
   if (command == "quarantine") return quarantine_command(argc, argv);
   if (command == "reproduce") return reproduce_command(argc, argv);
+  if (command == "minimize") return minimize_command(argc, argv);
   if (command == "version" || command == "--version") {
     std::printf("pillbox %s\n", PILLBOX_VERSION);
     return kExitOk;

@@ -351,6 +351,58 @@ Status QuarantineStore::record_reproduction(std::int64_t id, const std::string& 
   return txn->commit();
 }
 
+Expected<std::optional<MinimizeState>> QuarantineStore::minimize_state(std::int64_t id) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "SELECT best_sha256, runs, elapsed_ms, finished FROM minimize_state WHERE record_id = ?1");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, id).step();
+  if (!row) return Error{row.error()};
+  if (!*row) return std::optional<MinimizeState>();
+  return std::optional<MinimizeState>(
+      MinimizeState{stmt->column_text(0), stmt->column_int(1), stmt->column_int(2), stmt->column_int(3) != 0});
+}
+
+Status QuarantineStore::save_minimize_state(std::int64_t id, std::string_view best, const MinimizeState& state,
+                                            std::int64_t now) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Status::error(txn.error());
+  if (auto s = payloads_.put(best, state.best_sha256, now); !s) return s;
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "INSERT INTO minimize_state (record_id, best_sha256, runs, elapsed_ms, finished, updated_at) "
+                                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (record_id) DO UPDATE SET "
+                                 "best_sha256 = ?2, runs = ?3, elapsed_ms = ?4, finished = ?5, updated_at = ?6");
+  if (!stmt) return Status::error(stmt.error());
+  if (auto s = stmt->bind(1, id)
+                   .bind(2, std::string_view(state.best_sha256))
+                   .bind(3, state.runs)
+                   .bind(4, state.elapsed_ms)
+                   .bind(5, std::int64_t{state.finished ? 1 : 0})
+                   .bind(6, now)
+                   .run();
+      !s) {
+    return s;
+  }
+  return txn->commit();
+}
+
+Status QuarantineStore::clear_minimize_state(std::int64_t id) {
+  auto stmt = Statement::prepare(db_->handle(), "DELETE FROM minimize_state WHERE record_id = ?1");
+  if (!stmt) return Status::error(stmt.error());
+  return stmt->bind(1, id).run();
+}
+
+Status QuarantineStore::record_minimized(std::int64_t id, const std::string& sha256, std::int64_t now,
+                                         const std::string& actor, const std::string& detail) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Status::error(txn.error());
+  auto stmt = Statement::prepare(db_->handle(), "UPDATE quarantine SET minimized_sha256 = ?2, updated_at = ?3 WHERE id = ?1");
+  if (!stmt) return Status::error(stmt.error());
+  if (auto s = stmt->bind(1, id).bind(2, std::string_view(sha256)).bind(3, now).run(); !s) return s;
+  if (::sqlite3_changes(db_->handle()) == 0) return Status::error("no quarantine record " + std::to_string(id));
+  if (auto s = audit(id, now, actor, "minimized", detail); !s) return s;
+  return txn->commit();
+}
+
 Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Error{txn.error()};

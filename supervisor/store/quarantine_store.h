@@ -126,6 +126,15 @@ struct ListFilter {
   std::int64_t offset = 0;
 };
 
+// A minimization's progress (pillbox minimize): the smallest payload found
+// so far that still fails the same way, and the budget spent on it.
+struct MinimizeState {
+  std::string best_sha256;
+  std::int64_t runs = 0;
+  std::int64_t elapsed_ms = 0;
+  bool finished = false;          // the search ran to its end (not stopped by a budget or a signal)
+};
+
 struct PurgeResult {
   std::size_t records = 0;
   std::size_t payloads = 0;
@@ -167,6 +176,14 @@ class QuarantineStore {
   // The verdict of `pillbox reproduce`, with an audit entry, in one transaction.
   Status record_reproduction(std::int64_t id, const std::string& verdict, std::int64_t runs, std::int64_t matches,
                              std::int64_t now_ms, const std::string& actor, const std::string& detail);
+
+  Expected<std::optional<MinimizeState>> minimize_state(std::int64_t id);
+  // Stores `best` (content-addressed) and the state, in one transaction.
+  Status save_minimize_state(std::int64_t id, std::string_view best, const MinimizeState& state, std::int64_t now_ms);
+  Status clear_minimize_state(std::int64_t id);
+  // The record's minimized payload (already stored) with an audit entry.
+  Status record_minimized(std::int64_t id, const std::string& sha256, std::int64_t now_ms, const std::string& actor,
+                          const std::string& detail);
 
   PayloadStore& payloads() { return payloads_; }
 

@@ -2,6 +2,7 @@
 // parsing, the reproduce verdict and the progress line.
 #include <doctest/doctest.h>
 
+#include "supervisor/minimize.h"
 #include "supervisor/progress.h"
 #include "supervisor/reproduce.h"
 #include "supervisor/terminal_text.h"
@@ -63,4 +64,27 @@ TEST_CASE("progress line: bar, counts, rate and ETA on a terminal; no bar in log
   CHECK(plain.find("replay: 7  ") == 0);
   CHECK(plain.find('[') == std::string::npos);
   CHECK(plain.find("ETA") == std::string::npos);
+}
+
+TEST_CASE("minimize: the same failure is the same fingerprint, or for resource limits the same kind") {
+  store::QuarantineEntry crash;
+  crash.kind = "crash";
+  crash.fingerprint = "pb1-aaaa";
+  Outcome o;
+  o.kind = Kind::kCrash;
+  o.fingerprint = "pb1-aaaa";
+  CHECK(same_failure(crash, o));
+  o.fingerprint = "pb1-bbbb";
+  CHECK_FALSE(same_failure(crash, o));
+  o.kind = Kind::kOk;
+  o.fingerprint = "";
+  CHECK_FALSE(same_failure(crash, o));
+  store::QuarantineEntry slow;
+  slow.kind = "cpu-limit";
+  slow.fingerprint = "pb1-cccc";
+  o.kind = Kind::kCpuLimit;
+  o.fingerprint = "pb1-dddd";  // the limit struck elsewhere: still the same failure
+  CHECK(same_failure(slow, o));
+  o.kind = Kind::kWallTimeout;
+  CHECK_FALSE(same_failure(slow, o));
 }

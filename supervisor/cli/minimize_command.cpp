@@ -1,0 +1,136 @@
+// pillbox minimize ID: the smallest payload that still fails the same way.
+// Thin over supervisor/minimize.h.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "shared/policy_parser.h"
+#include "supervisor/actor.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/cli/store_access.h"
+#include "supervisor/minimize.h"
+#include "supervisor/progress.h"
+
+namespace pillbox::cli {
+namespace {
+
+const char* kHelp =
+    "usage: pillbox minimize ID [--jobs N] [--max-runs N] [--max-time DURATION] [--restart] [--json] [--store DIR]\n"
+    "\n"
+    "Shrinks quarantine record ID's payload while it still fails the same way: the same\n"
+    "fingerprint (for cpu-limit, wall-timeout and oom, the same kind). Blocks are deleted from\n"
+    "large to small, then the bytes left are simplified, each to '0' (like afl-tmin). Every\n"
+    "candidate runs in the sandbox under the record's handler and policy, --jobs at once.\n"
+    "The smallest payload found is kept beside the original (pillbox quarantine export ID\n"
+    "--minimized -o FILE). Progress is saved after every improvement: after SIGINT, or when a\n"
+    "budget runs out, the same command resumes from the best payload so far.\n"
+    "\n"
+    "options:\n"
+    "  --jobs N            candidates at once (default: number of cores)\n"
+    "  --max-runs N        runs in all, over every session of this record (default 5000)\n"
+    "  --max-time DURATION time in all, likewise (default 5m)\n"
+    "  --restart           forget earlier progress and start again from the original\n"
+    "  --json              the result as one JSON object\n"
+    "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox)\n"
+    "\n"
+    "exit codes: 0 done (finished, or a budget ran out: see \"finished\"), 2 usage error, no such\n"
+    "record, or a payload that does not fail the same way now, 3 the store or the sandbox cannot\n"
+    "be used, 130/143 stopped by SIGINT/SIGTERM (progress kept)\n";
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "pillbox minimize: %s\n", message.c_str());
+  return code;
+}
+
+Expected<long> whole_number(const std::string& name, const std::string& text, long min, long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
+    return Error{"--" + name + " expects a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
+                 ", got '" + text + "'"};
+  }
+  return n;
+}
+
+}  // namespace
+
+int minimize_command(int argc, char** argv) {
+  const std::vector<OptionSpec> options = {{"jobs"}, {"max-runs"}, {"max-time"}, {"restart", false},
+                                           {"json", false}, {"store"}, {"help", false}};
+  auto args = Args::parse(argc, argv, 2, options, "minimize");
+  if (!args) return fail(args.error(), kExitUsage);
+  if (args->flag("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  if (args->positional().size() != 1) return fail("give exactly one record ID (see: pillbox quarantine list)", kExitUsage);
+  auto id = parse_record_id(args->positional()[0]);
+  if (!id) return fail(id.error(), kExitUsage);
+  MinimizeSettings settings;
+  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (auto v = args->value("jobs")) {
+    auto n = whole_number("jobs", *v, 1, 1024);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.jobs = static_cast<std::size_t>(*n);
+  }
+  if (auto v = args->value("max-runs")) {
+    auto n = whole_number("max-runs", *v, 1, 100'000'000);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.max_runs = *n;
+  }
+  if (auto v = args->value("max-time")) {
+    auto ms = parse_duration_ms(*v, "--max-time", 100, 30ull * 24 * 3600 * 1000);
+    if (!ms) return fail(ms.error(), kExitUsage);
+    settings.max_time = std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+  }
+  settings.restart = args->flag("restart");
+  settings.actor = actor_name("minimize");
+
+  StoreAccessError error;
+  auto access = open_existing_store(args->value("store").value_or(""), error);
+  if (!access) return fail(error.message, error.exit_code);
+  auto record = find_record(*access->quarantine, *id);
+  if (!record) return fail(record.error(), kExitUsage);
+
+  Progress progress = Progress::on_stderr("minimize " + std::to_string(*id), static_cast<std::size_t>(settings.max_runs));
+  settings.on_progress = [&](std::int64_t runs, std::size_t best) {
+    progress.update(static_cast<std::size_t>(runs), "best " + std::to_string(best) + " bytes");
+  };
+  auto result = minimize_record(*access->quarantine, *id, settings);
+  progress.finish();
+  if (!result) {
+    const bool payload_problem = result.error().find("does not fail the same way") != std::string::npos;
+    return fail("record " + std::to_string(*id) + ": " + result.error(), payload_problem ? kExitUsage : kExitSetup);
+  }
+  if (args->flag("json")) {
+    const nlohmann::json j = {{"id", *id},
+                              {"original_size", result->original_size},
+                              {"minimized_size", result->minimized_size},
+                              {"minimized_sha256", result->minimized_sha256},
+                              {"runs", result->runs},
+                              {"runs_this_session", result->runs_now},
+                              {"elapsed_ms", result->elapsed_ms},
+                              {"finished", result->finished},
+                              {"resumed", result->resumed},
+                              {"stopped_by", result->stopped_by}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("record %lld: %zu -> %zu bytes in %lld runs (%.1f s)%s%s\n", static_cast<long long>(*id),
+                result->original_size, result->minimized_size, static_cast<long long>(result->runs),
+                static_cast<double>(result->elapsed_ms) / 1000.0, result->resumed ? ", resumed" : "",
+                result->finished ? "" : (", not finished: stopped by " + result->stopped_by +
+                                         "; run the same command again to go on").c_str());
+    if (result->minimized_size < result->original_size) {
+      std::printf("  pillbox quarantine export %lld --minimized -o FILE writes it\n", static_cast<long long>(*id));
+    }
+  }
+  return result->stop_signal != 0 ? 128 + result->stop_signal : kExitOk;
+}
+
+}  // namespace pillbox::cli
