@@ -1,6 +1,11 @@
 #include "supervisor/payload_runner.h"
 
+#include <sys/timerfd.h>
+#include <unistd.h>
+
 #include <string>
+
+#include "shared/unique_fd.h"
 
 namespace pillbox {
 namespace {
@@ -9,7 +14,8 @@ namespace {
 // outcomes that may bring more are in flight, the end otherwise.
 class PlannerAdapter final : public TaskSource, public OutcomeSink {
  public:
-  explicit PlannerAdapter(PayloadPlanner& planner) : planner_(planner) {}
+  explicit PlannerAdapter(PayloadPlanner& planner)
+      : planner_(planner), timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {}
 
   Status prepare(std::size_t) override {
     if (const int sig = signals_.caught(); sig != 0) {
@@ -20,6 +26,9 @@ class PlannerAdapter final : public TaskSource, public OutcomeSink {
   }
 
   Item next() override {
+    std::uint64_t expirations = 0;
+    while (::read(timer_.get(), &expirations, sizeof expirations) > 0) {
+    }
     Item item;
     if (auto task = planner_.next()) {
       ++in_flight_;
@@ -27,10 +36,23 @@ class PlannerAdapter final : public TaskSource, public OutcomeSink {
       item.task = std::move(*task);
       return item;
     }
+    if (auto when = planner_.not_before()) {
+      // Too early (a rate limit): the timer wakes the dispatcher.
+      itimerspec spec{};
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count();
+      spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+      spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+      if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+      ::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr);
+      item.type = Item::Type::kWait;
+      return item;
+    }
     // Never "wait" with nothing in flight: nothing would wake the dispatcher.
     item.type = in_flight_ > 0 ? Item::Type::kWait : Item::Type::kEnd;
     return item;
   }
+
+  std::vector<int> wait_fds() const override { return {timer_.get()}; }
 
   void on_outcome(const Task& task, const Outcome& outcome) override {
     if (in_flight_ > 0) --in_flight_;
@@ -43,6 +65,7 @@ class PlannerAdapter final : public TaskSource, public OutcomeSink {
 
  private:
   PayloadPlanner& planner_;
+  UniqueFd timer_;
   StopSignals signals_;
   std::size_t in_flight_ = 0;
   int stop_signal_ = 0;

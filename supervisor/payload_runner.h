@@ -3,6 +3,7 @@
 // (reproduce, minimize, replay): a planner chooses each next payload from
 // the outcomes so far, and all of it runs in one dispatcher (one zygote), up
 // to `jobs` at once. Nothing here touches the store; the callers record.
+#include <chrono>
 #include <optional>
 
 #include "shared/status.h"
@@ -19,6 +20,9 @@ class PayloadPlanner {
   virtual std::optional<Task> next() = 0;
   // The outcome of a payload handed out by next(), in completion order.
   virtual void on_outcome(const Task& task, const Outcome& outcome) = 0;
+  // When next() returned nothing only because it is too early (a rate
+  // limit): when to ask again. The run does not end while this is set.
+  virtual std::optional<std::chrono::steady_clock::time_point> not_before() const { return std::nullopt; }
 };
 
 struct PlannedRunReport {

@@ -126,6 +126,11 @@ const std::vector<std::string>& migrations() {
         ALTER TABLE quarantine ADD COLUMN reproduce_runs INTEGER NOT NULL DEFAULT 0;
         ALTER TABLE quarantine ADD COLUMN reproduce_matches INTEGER NOT NULL DEFAULT 0;
         ALTER TABLE quarantine ADD COLUMN minimized_sha256 TEXT REFERENCES payloads(sha256);
+        -- A replay in progress: who claimed the record (host:pid:start time,
+        -- so a claim whose process is gone can be taken back) and the status
+        -- it goes back to if it is not replayed after all.
+        ALTER TABLE quarantine ADD COLUMN replay_claim TEXT;
+        ALTER TABLE quarantine ADD COLUMN status_before_replay TEXT;
         CREATE INDEX quarantine_by_key ON quarantine (key, created_at);
         CREATE INDEX quarantine_by_minimized ON quarantine (minimized_sha256);
         -- A minimization in progress or done: the smallest failing payload so

@@ -1,0 +1,193 @@
+#include "supervisor/store/replay_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "supervisor/store/statement.h"
+
+namespace pillbox::store {
+namespace {
+
+// Field 22 of /proc/PID/stat: when the process started (clock ticks since
+// boot). With the pid it names one process, not a later one with a reused pid.
+std::string start_time_of(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+bool claimable(const std::string& status, bool force) {
+  if (status == "quarantined" || status == "failed-again") return true;
+  return force;
+}
+
+}  // namespace
+
+std::string ReplayStore::claim_token() {
+  return host_name() + ":" + std::to_string(::getpid()) + ":" + start_time_of(::getpid());
+}
+
+Expected<std::size_t> ReplayStore::recover_abandoned(std::int64_t now, const std::string& actor) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "SELECT id, coalesce(replay_claim, '') FROM quarantine WHERE status = 'replaying'");
+  if (!stmt) return Error{stmt.error()};
+  const std::string host = host_name();
+  std::vector<std::pair<std::int64_t, std::string>> gone;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    const std::string claim = stmt->column_text(1);
+    const auto first = claim.find(':');
+    const auto second = claim.find(':', first == std::string::npos ? 0 : first + 1);
+    if (first == std::string::npos || second == std::string::npos || claim.substr(0, first) != host) continue;
+    const long pid = std::atol(claim.substr(first + 1, second - first - 1).c_str());
+    if (pid > 0 && start_time_of(pid) == claim.substr(second + 1)) continue;  // still running
+    gone.emplace_back(stmt->column_int(0), claim);
+  }
+  stmt->reset();
+  for (const auto& [id, claim] : gone) {
+    auto txn = Transaction::begin(db_->handle());
+    if (!txn) return Error{txn.error()};
+    auto back = Statement::prepare(db_->handle(),
+                                   "UPDATE quarantine SET status = coalesce(status_before_replay, 'quarantined'), "
+                                   "replay_claim = NULL, updated_at = ?2 WHERE id = ?1 AND replay_claim = ?3");
+    if (!back) return Error{back.error()};
+    if (auto s = back->bind(1, id).bind(2, now).bind(3, std::string_view(claim)).run(); !s) return Error{s.message()};
+    if (auto s = quarantine_->audit(id, now, actor, "replay abandoned",
+                                    "the replay that claimed it (" + claim + ") is gone; back to its status");
+        !s) {
+      return Error{s.message()};
+    }
+    if (auto s = txn->commit(); !s) return Error{s.message()};
+  }
+  return gone.size();
+}
+
+Expected<std::vector<QuarantineRecord>> ReplayStore::select(const ReplaySelection& sel, std::vector<std::string>& skipped) {
+  std::vector<QuarantineRecord> out;
+  if (!sel.ids.empty()) {
+    for (std::int64_t id : sel.ids) {
+      auto r = quarantine_->get(id);
+      if (!r) return Error{r.error()};
+      if (!*r) return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)"};
+      if (!claimable((*r)->status, sel.force)) {
+        skipped.push_back("record " + std::to_string(id) + " is " + (*r)->status + " (--force replays it anyway)");
+        continue;
+      }
+      out.push_back(std::move(**r));
+    }
+    return out;
+  }
+  std::size_t not_open = 0;
+  auto s = quarantine_->each(sel.filter, [&](const QuarantineRecord& r) {
+    if (claimable(r.status, sel.force)) out.push_back(r);
+    else ++not_open;
+    return true;
+  });
+  if (!s) return Error{s.message()};
+  if (not_open > 0) {
+    skipped.push_back(std::to_string(not_open) + " matching records are resolved, discarded or being replayed (--force replays them too)");
+  }
+  std::reverse(out.begin(), out.end());  // oldest first
+  return out;
+}
+
+Expected<std::vector<std::int64_t>> ReplayStore::claim(const std::vector<std::int64_t>& ids, bool force, std::int64_t now) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Error{txn.error()};
+  auto stmt = Statement::prepare(
+      db_->handle(),
+      "UPDATE quarantine SET status_before_replay = CASE WHEN status = 'replaying' THEN status_before_replay ELSE status END, "
+      "status = 'replaying', replay_claim = ?2, updated_at = ?3 WHERE id = ?1 AND "
+      "(status IN ('quarantined', 'failed-again') OR ?4)");
+  if (!stmt) return Error{stmt.error()};
+  const std::string token = claim_token();
+  std::vector<std::int64_t> claimed;
+  for (std::int64_t id : ids) {
+    if (auto s = stmt->bind(1, id).bind(2, std::string_view(token)).bind(3, now).bind(4, std::int64_t{force ? 1 : 0}).run();
+        !s) {
+      return Error{s.message()};
+    }
+    if (::sqlite3_changes(db_->handle()) == 1) claimed.push_back(id);
+  }
+  if (auto s = txn->commit(); !s) return Error{s.message()};
+  return claimed;
+}
+
+Status ReplayStore::release(std::int64_t id, std::int64_t now) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "UPDATE quarantine SET status = coalesce(status_before_replay, 'quarantined'), "
+                                 "replay_claim = NULL, updated_at = ?2 WHERE id = ?1 AND status = 'replaying' "
+                                 "AND replay_claim = ?3");
+  if (!stmt) return Status::error(stmt.error());
+  return stmt->bind(1, id).bind(2, now).bind(3, std::string_view(claim_token())).run();
+}
+
+Expected<std::int64_t> ReplayStore::start_run(const std::string& handler_identity, const std::string& policy_identity,
+                                              std::int64_t now) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "INSERT INTO runs (started_at, pid, host, handler_identity, policy_identity) "
+                                 "VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, now)
+                 .bind(2, std::int64_t{::getpid()})
+                 .bind(3, std::string_view(host_name()))
+                 .bind(4, std::string_view(handler_identity))
+                 .bind(5, std::string_view(policy_identity))
+                 .step();
+  if (!row) return Error{row.error()};
+  return stmt->column_int(0);
+}
+
+Status ReplayStore::finish(const QuarantineRecord& record, bool resolved, const ReplayAttempt& a, std::int64_t run_id,
+                           const std::string& actor, const std::string& detail) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Status::error(txn.error());
+  auto attempt = Statement::prepare(
+      db_->handle(),
+      "INSERT INTO attempts (task_id, n, run_id, started_at, ended_at, kind, fingerprint, message, charged, solo) "
+      "VALUES (?1, (SELECT coalesce(max(n), 0) + 1 FROM attempts WHERE task_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, 0, 0)");
+  if (!attempt) return Status::error(attempt.error());
+  if (auto s = attempt->bind(1, record.entry.task_id)
+                   .bind(2, run_id)
+                   .bind(3, a.started_at)
+                   .bind(4, a.ended_at)
+                   .bind(5, std::string_view(a.kind))
+                   .bind(6, std::string_view(a.fingerprint))
+                   .bind(7, std::string_view(a.message))
+                   .run();
+      !s) {
+    return s;
+  }
+  auto task = Statement::prepare(db_->handle(), "UPDATE tasks SET attempts = attempts + 1 WHERE id = ?1");
+  if (!task) return Status::error(task.error());
+  if (auto s = task->bind(1, record.entry.task_id).run(); !s) return s;
+  auto status = Statement::prepare(db_->handle(),
+                                   "UPDATE quarantine SET status = ?2, replay_claim = NULL, updated_at = ?3 WHERE id = ?1");
+  if (!status) return Status::error(status.error());
+  if (auto s = status->bind(1, record.id).bind(2, std::string_view(resolved ? "resolved" : "failed-again")).bind(3, a.ended_at).run();
+      !s) {
+    return s;
+  }
+  if (auto s = quarantine_->audit(record.id, a.ended_at, actor, "replayed", detail); !s) return s;
+  return txn->commit();
+}
+
+}  // namespace pillbox::store

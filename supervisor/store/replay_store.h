@@ -1,0 +1,64 @@
+#pragma once
+// The store's side of `pillbox quarantine replay`: choosing records, claiming
+// them (status `replaying`) so that two replays never run the same record,
+// and recording each outcome: `resolved`, or `failed-again` with the new
+// attempt appended to the task's attempts. A record claimed but not replayed
+// (a stop condition, a signal) goes back to its status; a claim whose process
+// is gone (killed) is taken back by the next replay on the same host.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox::store {
+
+struct ReplaySelection {
+  std::vector<std::int64_t> ids;          // given ids (empty: use the filter)
+  ListFilter filter;                      // --fingerprint, --kind (or --all: empty)
+  bool force = false;                     // include resolved, discarded and replaying records
+};
+
+struct ReplayAttempt {
+  std::int64_t started_at = 0;
+  std::int64_t ended_at = 0;
+  std::string kind;
+  std::string fingerprint;
+  std::string message;
+};
+
+class ReplayStore {
+ public:
+  ReplayStore(Database& db, QuarantineStore& quarantine) : db_(&db), quarantine_(&quarantine) {}
+
+  // This process's claim token: host:pid:start-time.
+  static std::string claim_token();
+  // Takes back records claimed by processes of this host that are gone.
+  // Returns how many.
+  Expected<std::size_t> recover_abandoned(std::int64_t now_ms, const std::string& actor);
+
+  // The records a replay would run, oldest first, with the statuses it may
+  // take (open ones; with force, any). Also returns, in `skipped`, the given
+  // ids it will not take and why.
+  Expected<std::vector<QuarantineRecord>> select(const ReplaySelection& selection,
+                                                 std::vector<std::string>& skipped);
+  // Claims those of `ids` still claimable, in one transaction; returns them.
+  Expected<std::vector<std::int64_t>> claim(const std::vector<std::int64_t>& ids, bool force, std::int64_t now_ms);
+  // A claimed record goes back to the status it had.
+  Status release(std::int64_t id, std::int64_t now_ms);
+  // A run row for the attempts a replay appends.
+  Expected<std::int64_t> start_run(const std::string& handler_identity, const std::string& policy_identity,
+                                   std::int64_t now_ms);
+  // The replay's outcome: resolved, or failed-again with the attempt appended.
+  Status finish(const QuarantineRecord& record, bool resolved, const ReplayAttempt& attempt, std::int64_t run_id,
+                const std::string& actor, const std::string& detail);
+
+ private:
+  Database* db_;
+  QuarantineStore* quarantine_;
+};
+
+}  // namespace pillbox::store
