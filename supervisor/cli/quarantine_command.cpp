@@ -28,6 +28,7 @@ const char* kHelp =
     "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force]\n"
     "       pillbox quarantine discard ID... --reason TEXT\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]...\n"
+    "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
     "\n"
     "list     records, newest first: a table, or one JSON object per line with --json\n"
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
@@ -40,6 +41,19 @@ const char* kHelp =
     "purge    delete records created more than DURATION ago (e.g. 30d, 12h), only those in the\n"
     "         given statuses when --status is given; payloads no remaining record uses go too\n"
     "\n"
+    "replay   run quarantined payloads again, oldest first, in batches: under their recorded\n"
+    "         handler and policy, or a new one (--handler H [--arg K=V]... | -- CMD ARGS..., --policy P).\n"
+    "         Successes become resolved, failures failed-again (the attempt is appended); what is\n"
+    "         not replayed keeps its status. Records resolved or being replayed are skipped unless\n"
+    "         --force; two replays at once never run the same record. Results go where `run` puts\n"
+    "         them (stdout, --json, --out DIR).\n"
+    "           --batch N               records claimed and judged together (default 10)\n"
+    "           --rate R                payloads started per second at most\n"
+    "           --stop-after K          stop once K replays fail again with one fingerprint\n"
+    "           --max-failure-ratio F   stop when more than F of a batch fails again (e.g. 0.2)\n"
+    "           --dry-run               show what would be replayed; change nothing\n"
+    "           --jobs N                payloads at once (default: number of cores)\n"
+    "\n"
     "filters (list, stats):\n"
     "  --status S        quarantined | replaying | resolved | failed-again | discarded\n"
     "  --kind K          crash, cpu-limit, oom, ... (see README: failure kinds)\n"
@@ -51,7 +65,8 @@ const char* kHelp =
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                ~/.local/state/pillbox)\n"
     "\n"
-    "exit codes: 0 done, 2 usage error or no such record, 3 the store cannot be opened or written\n";
+    "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
+    "condition ended it, 2 usage error or no such record, 3 the store or the sandbox cannot be used\n";
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerprint"}, {"key"}, {"since"}};
 
@@ -65,6 +80,11 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "export") add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}});
   if (verb == "discard") add({{"reason"}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}});
+  if (verb == "replay") {
+    add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
+         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
+         {"out"}});
+  }
   return o;
 }
 
@@ -243,11 +263,11 @@ int quarantine_command(int argc, char** argv) {
   const std::string verb = argv[2];
   static const std::map<std::string, int (*)(const QuarantineContext&)> kVerbs = {
       {"list", list},     {"show", quarantine_show},     {"stats", quarantine_stats},
-      {"export", quarantine_export}, {"discard", discard}, {"purge", purge},
+      {"export", quarantine_export}, {"discard", discard}, {"purge", purge}, {"replay", quarantine_replay},
   };
   const auto found = kVerbs.find(verb);
   if (found == kVerbs.end()) {
-    return quarantine_error("unknown verb '" + verb + "' (list, show, stats, export, discard, purge)", kExitUsage);
+    return quarantine_error("unknown verb '" + verb + "' (list, show, stats, export, discard, purge, replay)", kExitUsage);
   }
   auto args = Args::parse(argc, argv, 3, options_of(verb), "quarantine " + verb);
   if (!args) return quarantine_error(args.error(), kExitUsage);
@@ -255,8 +275,8 @@ int quarantine_command(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (args->has_dashdash()) return quarantine_error("unexpected '--'", kExitUsage);
-  const bool takes_ids = verb == "show" || verb == "export" || verb == "discard";
+  if (args->has_dashdash() && verb != "replay") return quarantine_error("unexpected '--'", kExitUsage);
+  const bool takes_ids = verb == "show" || verb == "export" || verb == "discard" || verb == "replay";
   if (!takes_ids && !args->positional().empty()) {
     return quarantine_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   }
@@ -266,7 +286,7 @@ int quarantine_command(int argc, char** argv) {
   StoreAccessError error;
   auto access = open_existing_store(args->value("store").value_or(""), error);
   if (!access) return quarantine_error(error.message, error.exit_code);
-  return found->second(QuarantineContext{*args, *access->quarantine, access->store.dir()});
+  return found->second(QuarantineContext{*args, *access->quarantine, access->store.dir(), access->store.db()});
 }
 
 }  // namespace pillbox::cli

@@ -13,6 +13,7 @@ struct QuarantineContext {
   const Args& args;
   store::QuarantineStore& quarantine;
   const std::string& store_dir;
+  store::Database& database;
 };
 
 int quarantine_error(const std::string& message, int exit_code);  // prints "pillbox quarantine: ..."
@@ -27,5 +28,6 @@ Expected<store::ListFilter> read_filter(const Args& args);
 int quarantine_show(const QuarantineContext& c);    // show ID
 int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bundle]
 int quarantine_stats(const QuarantineContext& c);   // stats
+int quarantine_replay(const QuarantineContext& c);  // replay
 
 }  // namespace pillbox::cli

@@ -1,0 +1,200 @@
+// pillbox quarantine replay: quarantined payloads run again in controlled
+// batches, with brakes. Thin over supervisor/replay.h.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "shared/failure_kind.h"
+#include "shared/policy_parser.h"
+#include "supervisor/actor.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/progress.h"
+#include "supervisor/quarantine_json.h"
+#include "supervisor/replay.h"
+#include "supervisor/run_output.h"
+#include "supervisor/store/replay_store.h"
+#include "supervisor/terminal_text.h"
+
+namespace pillbox::cli {
+namespace {
+
+Expected<double> positive_number(const std::string& name, const std::string& text, double max) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !(v > 0) || v > max) {
+    return Error{"--" + name + " expects a number above 0 and at most " + std::to_string(static_cast<long>(max)) +
+                 ", got '" + text + "'"};
+  }
+  return v;
+}
+
+// A result file name from a key: unsafe characters replaced, unique in the directory.
+std::string output_name(const std::string& key, std::set<std::string>& used) {
+  std::string base;
+  for (char c : key) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
+  if (base.size() > 200) base.resize(200);
+  if (base.empty() || base == "." || base == "..") base = "task";
+  std::string name = base + ".out";
+  for (int n = 2; used.count(name); ++n) name = base + "." + std::to_string(n) + ".out";
+  used.insert(name);
+  return name;
+}
+
+}  // namespace
+
+int quarantine_replay(const QuarantineContext& c) {
+  const Args& args = c.args;
+  ReplaySettings settings;
+  store::ReplaySelection& sel = settings.selection;
+  for (const auto& text : args.positional()) {
+    auto id = parse_record_id(text);
+    if (!id) return quarantine_error(id.error(), kExitUsage);
+    sel.ids.push_back(*id);
+  }
+  sel.filter.fingerprint = args.value("fingerprint");
+  if (auto k = args.value("kind")) {
+    if (!kind_from_string(*k)) return quarantine_error("unknown kind '" + *k + "'", kExitUsage);
+    sel.filter.kind = *k;
+  }
+  const bool all = args.flag("all");
+  const bool filtered = sel.filter.fingerprint || sel.filter.kind;
+  if (!sel.ids.empty() + filtered + all != 1) {
+    return quarantine_error("replay what? give record IDs, or --fingerprint FP and/or --kind K, or --all (one of these)",
+                            kExitUsage);
+  }
+  sel.force = args.flag("force");
+  if (auto v = args.value("batch")) {
+    auto n = positive_number("batch", *v, 100000);
+    if (!n) return quarantine_error(n.error(), kExitUsage);
+    settings.batch = static_cast<std::size_t>(*n);
+  }
+  if (auto v = args.value("rate")) {
+    auto n = positive_number("rate", *v, 100000);
+    if (!n) return quarantine_error(n.error(), kExitUsage);
+    settings.rate = *n;
+  }
+  if (auto v = args.value("stop-after")) {
+    auto n = positive_number("stop-after", *v, 1'000'000);
+    if (!n) return quarantine_error(n.error(), kExitUsage);
+    settings.stop_after = static_cast<std::size_t>(*n);
+  }
+  if (auto v = args.value("max-failure-ratio")) {
+    char* end = nullptr;
+    const double f = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(f >= 0.0 && f < 1.0)) {
+      return quarantine_error("--max-failure-ratio expects a fraction from 0 up to (not including) 1, e.g. 0.2; got '" +
+                                  *v + "'", kExitUsage);
+    }
+    settings.max_failure_ratio = f;
+  }
+  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (auto v = args.value("jobs")) {
+    auto n = positive_number("jobs", *v, 1024);
+    if (!n) return quarantine_error(n.error(), kExitUsage);
+    settings.jobs = static_cast<std::size_t>(*n);
+  }
+  // The fixed consumer: a new handler or command, a new policy.
+  if (args.has_dashdash()) {
+    if (args.value("handler")) return quarantine_error("give either --handler or a command after --, not both", kExitUsage);
+    if (args.after_dashdash().empty()) return quarantine_error("no command after --", kExitUsage);
+    settings.handler = HandlerChoice{"exec", {}, args.after_dashdash()};
+  } else if (auto h = args.value("handler")) {
+    settings.handler = HandlerChoice{*h, {}, {}};
+  }
+  for (const auto& kv : args.values("arg")) {
+    const auto eq = kv.find('=');
+    if (!settings.handler || settings.handler->handler == "exec") {
+      return quarantine_error("--arg goes with --handler", kExitUsage);
+    }
+    if (eq == std::string::npos || eq == 0) return quarantine_error("--arg expects KEY=VALUE, got '" + kv + "'", kExitUsage);
+    settings.handler->args[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (auto p = args.value("policy")) {
+    auto policy = resolve_policy(*p);
+    if (!policy) return quarantine_error(policy.error(), kExitUsage);
+    settings.policy = std::move(*policy);
+  }
+  const std::string out_dir = args.value("out").value_or("");
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec || ::access(out_dir.c_str(), W_OK) != 0) {
+      return quarantine_error("cannot write to --out directory '" + out_dir + "'", kExitUsage);
+    }
+  }
+  settings.actor = actor_name("quarantine replay");
+  store::ReplayStore replays(c.database, c.quarantine);
+
+  if (args.flag("dry-run")) {
+    std::vector<std::string> skipped;
+    auto plan = replay_plan(replays, settings, skipped);
+    if (!plan) return quarantine_error(plan.error(), plan.error().find("no quarantine record") == 0 ? kExitUsage : kExitSetup);
+    std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan->size(), plan->size() == 1 ? "" : "s",
+                settings.batch);
+    for (const auto& r : *plan) {
+      std::printf("  %-8lld %-12s %-17s %-21s %s\n", static_cast<long long>(r.id), r.status.c_str(), r.entry.kind.c_str(),
+                  r.entry.fingerprint.c_str(), table_cell(r.entry.key, 100).c_str());
+    }
+    for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
+    return kExitOk;
+  }
+
+  // Results go where `run` would put them: a line or a JSON object each, and
+  // the output of successful ones into --out.
+  const bool json = args.flag("json");
+  std::set<std::string> used_names;
+  bool write_errors = false;
+  Progress progress = Progress::on_stderr("replay", 0);
+  settings.on_progress = [&](std::size_t done, std::size_t total) {
+    progress.set_total(total);
+    progress.update(done);
+  };
+  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, bool resolved) {
+    Task task{r.entry.key, {}, 0};
+    std::string file;
+    if (resolved && !out_dir.empty()) {
+      file = out_dir + "/" + output_name(r.entry.key, used_names);
+      std::FILE* f = std::fopen(file.c_str(), "wbe");
+      if (f == nullptr || std::fwrite(o.output.data(), 1, o.output.size(), f) != o.output.size()) write_errors = true;
+      if (f) std::fclose(f);
+    }
+    if (json) {
+      auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
+      j["record_id"] = r.id;
+      j["replay"] = resolved ? "resolved" : "failed-again";
+      j["original_fingerprint"] = r.entry.fingerprint;
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::printf("#%-6lld %s  -> %s\n", static_cast<long long>(r.id), outcome_line(task, o).c_str(),
+                  resolved ? "resolved" : "failed-again");
+    }
+    std::fflush(stdout);
+  };
+  auto result = replay(c.quarantine, replays, settings);
+  progress.finish();
+  if (!result) {
+    return quarantine_error(result.error(), result.error().find("no quarantine record") == 0 ? kExitUsage : kExitSetup);
+  }
+  for (const auto& s : result->skipped) std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", s.c_str());
+  if (result->recovered > 0) {
+    std::fprintf(stderr, "pillbox quarantine replay: took back %zu records from a replay that is gone\n", result->recovered);
+  }
+  std::fprintf(stderr, "replay: %zu selected, %zu replayed: %zu resolved, %zu failed again; %zu left as they were%s\n",
+               result->selected, result->replayed, result->resolved, result->failed_again, result->not_replayed,
+               result->taken_by_others > 0
+                   ? (" (" + std::to_string(result->taken_by_others) + " taken by another replay)").c_str()
+                   : "");
+  if (!result->stopped_because.empty()) std::fprintf(stderr, "replay stopped: %s\n", result->stopped_because.c_str());
+  if (result->stop_signal != 0) return 128 + result->stop_signal;
+  if (write_errors) return kExitUsage;
+  return result->failed_again > 0 || !result->stopped_because.empty() ? kExitFailures : kExitOk;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,194 @@
+// pillbox quarantine replay (issue 4): controlled batches with stop
+// conditions; a still-broken handler stops after exactly K failures and
+// leaves the rest quarantined, a fixed one resolves them all; two replays at
+// once never run a record twice; abandoned claims come back.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "shared/base64.h"
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+using e2e::sql_int;
+using e2e::sql_rows;
+
+namespace {
+
+std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
+
+std::string task_line(const std::string& key, const std::string& payload) {
+  return nlohmann::json{{"key", key}, {"payload_b64", pillbox::base64_encode(payload)}}.dump() + "\n";
+}
+
+// `segv` SIGSEGV records and `abort` SIGABRT records, one attempt each.
+std::string quarantine(const e2e::TempDir& dir, int segv, int abort) {
+  const std::string store = dir.path() + "/store";
+  std::string input;
+  for (int i = 0; i < segv; ++i) input += task_line("segv-" + std::to_string(i), "S payload " + std::to_string(i));
+  for (int i = 0; i < abort; ++i) input += task_line("abort-" + std::to_string(i), "A payload " + std::to_string(i));
+  const auto run = run_pillbox({"run", "--store", store, "--handler", plugin(), "--max-attempts", "1", "--no-breaker",
+                                "--jobs", "2", "-"},
+                               input);
+  INFO(run.describe());
+  REQUIRE(sql_int(store + "/pillbox.db", "SELECT count(*) FROM quarantine") == segv + abort);
+  return store;
+}
+
+std::string fingerprint_of(const std::string& db, const std::string& key_prefix) {
+  return sql_rows(db, "SELECT DISTINCT fingerprint FROM quarantine WHERE key LIKE '" + key_prefix + "%'")[0][0];
+}
+
+long long count(const std::string& db, const std::string& where) {
+  return sql_int(db, "SELECT count(*) FROM quarantine WHERE " + where);
+}
+
+}  // namespace
+
+TEST_CASE("replay: a still-broken handler stops after exactly --stop-after 3; the fixed one resolves them all") {
+  e2e::TempDir dir;
+  const std::string store = quarantine(dir, 10, 5);
+  const std::string db = store + "/pillbox.db";
+  const std::string segv = fingerprint_of(db, "segv-");
+
+  // Dry run: what would run, nothing changed.
+  const auto dry = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--dry-run", "--store", store});
+  INFO(dry.describe());
+  CHECK(dry.exit_code == 0);
+  CHECK(dry.out.find("would replay 10 records") != std::string::npos);
+  CHECK(count(db, "status = 'quarantined'") == 15);
+
+  const auto broken = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--stop-after", "3", "--jobs", "2",
+                                   "--batch", "4", "--json", "--store", store});
+  INFO(broken.describe());
+  CHECK(broken.exit_code == 1);
+  CHECK(broken.records.size() == 3);
+  for (const auto& r : broken.records) {
+    CHECK(r["replay"] == "failed-again");
+    CHECK(r["fingerprint"] == segv);
+  }
+  CHECK(broken.err.find("replay stopped: 3 replayed payloads failed again with " + segv) != std::string::npos);
+  CHECK(count(db, "fingerprint = '" + segv + "' AND status = 'failed-again'") == 3);
+  CHECK(count(db, "fingerprint = '" + segv + "' AND status = 'quarantined'") == 7);
+  CHECK(count(db, "status = 'replaying'") == 0);
+  CHECK(count(db, "key LIKE 'abort-%' AND status = 'quarantined'") == 5);  // another fingerprint: untouched
+  // The new attempt is appended to each task's history, not charged.
+  CHECK(sql_int(db, "SELECT count(*) FROM attempts WHERE n = 2 AND charged = 0 AND kind = 'crash'") == 3);
+  CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'replayed' AND detail LIKE 'failed again: crash%'") == 3);
+
+  // The fixed handler: every record of the fingerprint (failed-again ones too) resolves.
+  const std::string out = dir.path() + "/out";
+  const auto fixed = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--handler", plugin(), "--arg",
+                                  "fixed=yes", "--jobs", "2", "--json", "--out", out, "--store", store});
+  INFO(fixed.describe());
+  CHECK(fixed.exit_code == 0);
+  CHECK(fixed.records.size() == 10);
+  std::set<std::string> keys;
+  for (const auto& r : fixed.records) {
+    CHECK(r["replay"] == "resolved");
+    CHECK(r["kind"] == "ok");
+    keys.insert(r["key"].get<std::string>());
+  }
+  CHECK(keys.size() == 10);
+  CHECK(count(db, "fingerprint = '" + segv + "' AND status = 'resolved'") == 10);
+  CHECK(e2e::read_file(out + "/segv-3.out") == "S payload 3");  // results go where `run` puts them
+  // Resolved ones are not replayed again without --force.
+  const auto again = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--store", store});
+  CHECK(again.err.find("10 matching records are resolved, discarded or being replayed") != std::string::npos);
+  CHECK(again.err.find("0 replayed") != std::string::npos);
+  const auto forced = run_pillbox({"quarantine", "replay", "1", "--force", "--handler", plugin(), "--arg", "fixed=yes",
+                                   "--store", store});
+  CHECK(forced.exit_code == 0);
+  CHECK(forced.err.find("1 replayed: 1 resolved") != std::string::npos);
+}
+
+TEST_CASE("replay: a batch whose failure ratio passes --max-failure-ratio stops the replay") {
+  e2e::TempDir dir;
+  const std::string store = quarantine(dir, 12, 0);
+  const std::string db = store + "/pillbox.db";
+  const auto r = run_pillbox({"quarantine", "replay", "--all", "--batch", "4", "--max-failure-ratio", "0.5", "--jobs",
+                              "2", "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("4 of 4 payloads of a batch failed again") != std::string::npos);
+  CHECK(count(db, "status = 'failed-again'") == 4);
+  CHECK(count(db, "status = 'quarantined'") == 8);
+}
+
+TEST_CASE("replay: two replays of the same selection at once replay each record once") {
+  e2e::TempDir dir;
+  const std::string store = quarantine(dir, 20, 10);
+  const std::string db = store + "/pillbox.db";
+  const std::vector<std::string> args = {"quarantine", "replay", "--all", "--batch", "3", "--jobs", "2", "--handler",
+                                         plugin(), "--arg", "fixed=yes", "--json", "--store", store};
+  e2e::RunResult a, b;
+  std::thread other([&] { b = run_pillbox(args); });
+  a = run_pillbox(args);
+  other.join();
+  INFO(a.describe());
+  INFO(b.describe());
+  CHECK(a.exit_code == 0);
+  CHECK(b.exit_code == 0);
+  std::multiset<std::int64_t> ids;
+  for (const auto* r : {&a, &b}) {
+    for (const auto& rec : r->records) ids.insert(rec["record_id"].get<std::int64_t>());
+  }
+  CHECK(ids.size() == 30);
+  CHECK(std::set<std::int64_t>(ids.begin(), ids.end()).size() == 30);  // none twice
+  CHECK(count(db, "status = 'resolved'") == 30);
+  CHECK(sql_int(db, "SELECT max(c) FROM (SELECT count(*) AS c FROM audit WHERE action = 'replayed' GROUP BY record_id)") == 1);
+  CHECK(sql_int(db, "SELECT count(*) FROM attempts WHERE n = 2") == 30);
+  MESSAGE("concurrent replays: " << a.records.size() << " + " << b.records.size() << " records");
+}
+
+TEST_CASE("replay: a claim left by a killed replay is taken back; --rate paces the starts") {
+  e2e::TempDir dir;
+  const std::string store = quarantine(dir, 10, 0);
+  const std::string db = store + "/pillbox.db";
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  // As if a replay (pid 2^22 + 1: never a live pid here) had been SIGKILLed mid-way.
+  e2e::sql_write(db, "UPDATE quarantine SET status = 'replaying', status_before_replay = 'quarantined', "
+                     "replay_claim = '" + std::string(host) + ":4194305:1' WHERE id <= 2");
+  const auto r = run_pillbox({"quarantine", "replay", "--all", "--rate", "20", "--jobs", "2", "--handler", plugin(),
+                              "--arg", "fixed=yes", "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("took back 2 records from a replay that is gone") != std::string::npos);
+  CHECK(count(db, "status = 'resolved'") == 10);
+  CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'replay abandoned'") == 2);
+  // 10 starts at 20 per second: at least 9 intervals of 50 ms.
+  CHECK(r.seconds >= 0.45);
+}
+
+TEST_CASE("replay: bad input is a clear error and changes nothing") {
+  e2e::TempDir dir;
+  const std::string store = quarantine(dir, 2, 0);
+  const std::string db = store + "/pillbox.db";
+  const struct {
+    std::vector<std::string> args;
+    const char* says;
+  } cases[] = {
+      {{"replay"}, "replay what?"},
+      {{"replay", "1", "--all"}, "replay what?"},
+      {{"replay", "77"}, "no quarantine record 77"},
+      {{"replay", "--all", "--rate", "fast"}, "--rate expects a number"},
+      {{"replay", "--all", "--max-failure-ratio", "1.5"}, "--max-failure-ratio expects a fraction"},
+      {{"replay", "--all", "--arg", "x=y"}, "--arg goes with --handler"},
+      {{"replay", "--all", "--policy", "nonexistent-policy"}, "nonexistent-policy"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"quarantine"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    args.insert(args.end(), {"--store", store});
+    const auto r = run_pillbox(args);
+    INFO(r.describe());
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(c.says) != std::string::npos);
+  }
+  CHECK(count(db, "status = 'quarantined'") == 2);
+  CHECK(sql_int(db, "SELECT count(*) FROM attempts") == 2);
+}
