@@ -50,5 +50,25 @@ run run --handler regex --arg 'pattern=^(a+)+$' --cpu 1s --json - < samples/json
 echo "== 6. What was quarantined: each poison payload once, after 2 attempts with the same fingerprint"
 run quarantine list
 
+echo "== 7. Grouped by the bug that made them"
+run quarantine stats
+
+# The id of the newest record of a kind (the JSON keys are sorted: "id" is a plain number).
+newest_of_kind() {
+  "$pillbox" quarantine list --kind "$1" --limit 1 --json | sed -n 's/.*"id":\([0-9]*\).*/\1/p'
+}
+slow=$(newest_of_kind cpu-limit)
+broken=$(newest_of_kind handler-error)
+
+echo "== 8. Does the catastrophic-backtracking payload fail every time? (reliable or flaky)"
+run reproduce "$slow" --runs 3
+run quarantine show "$slow"
+
+echo "== 9. The smallest broken PDF that still fails the same way"
+run minimize "$broken" --max-runs 300
+
+echo "== 10. The fix (a pattern without nested quantifiers), replayed with a stop condition"
+run quarantine replay --kind cpu-limit --handler regex --arg 'pattern=^a+$' --stop-after 2 --batch 5
+
 echo
 echo "demo: done. Store: $PILLBOX_STORE. Try: $pillbox doctor"

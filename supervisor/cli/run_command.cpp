@@ -21,6 +21,7 @@
 #include "supervisor/install_paths.h"
 #include "supervisor/alert_hook.h"
 #include "supervisor/child_setup.h"
+#include "supervisor/progress.h"
 #include "supervisor/job.h"
 #include "supervisor/run.h"
 #include "supervisor/store/store_dir.h"
@@ -129,6 +130,7 @@ class CliSink final : public VerdictSink {
 
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override {
     if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
+    if (progress_ != nullptr) progress_->update(++verdicts_);
     std::string file;
     if (!out_dir_.empty() && outcome.kind == Kind::kOk) {
       file = out_dir_ + "/" + output_name(task.key, used_names_);
@@ -167,6 +169,7 @@ class CliSink final : public VerdictSink {
   }
 
   const RunSummary& summary() const { return summary_; }
+  void set_progress(Progress* progress) { progress_ = progress; }
   bool write_errors() const { return write_errors_; }
 
  private:
@@ -176,6 +179,8 @@ class CliSink final : public VerdictSink {
   std::set<std::string> used_names_;
   RunSummary summary_;
   bool write_errors_ = false;
+  Progress* progress_ = nullptr;
+  std::size_t verdicts_ = 0;
 };
 
 }  // namespace
@@ -317,8 +322,17 @@ int run_command(int argc, char** argv) {
   };
 
   CliSink sink(args->flag("json"), args->flag("quiet"), out_dir);
+  // Progress on stderr: a line redrawn in place when stderr is a terminal and
+  // stdout is not (on one terminal the per-task lines already show it), log
+  // lines every few seconds when stderr is not a terminal; none with --quiet.
+  const bool err_tty = ::isatty(STDERR_FILENO) == 1;
+  const bool out_tty = ::isatty(STDOUT_FILENO) == 1;
+  std::FILE* progress_out = args->flag("quiet") || (err_tty && out_tty) ? nullptr : stderr;
+  Progress progress("run", 0, progress_out, err_tty);
+  sink.set_progress(&progress);
   const auto started = std::chrono::steady_clock::now();
   auto report = run_job(job, **source, sink);
+  progress.finish();
   // Hooks still running get a bounded time to finish; they never hold the exit longer.
   std::vector<std::string> hook_problems;
   for (auto* hook : {every_record.get(), new_fingerprints.get()}) {
