@@ -1,5 +1,8 @@
 #include "supervisor/cli/args.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 namespace pillbox::cli {
 
 Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<OptionSpec>& specs,
@@ -74,6 +77,17 @@ std::optional<std::string> Args::value(const std::string& name) const {
 std::vector<std::string> Args::values(const std::string& name) const {
   auto it = values_.find(name);
   return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+Expected<long> parse_whole_number(const std::string& name, const std::string& text, long min, long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
+    return Error{"--" + name + " expects a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
+                 ", got '" + text + "'"};
+  }
+  return n;
 }
 
 }  // namespace pillbox::cli

@@ -36,4 +36,7 @@ class Args {
   bool has_dashdash_ = false;
 };
 
+// A whole number in [min, max] for --NAME; the error names the option and the range.
+Expected<long> parse_whole_number(const std::string& name, const std::string& text, long min, long max);
+
 }  // namespace pillbox::cli

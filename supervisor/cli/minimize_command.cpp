@@ -47,17 +47,6 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
-Expected<long> whole_number(const std::string& name, const std::string& text, long min, long max) {
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
-    return Error{"--" + name + " expects a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
-                 ", got '" + text + "'"};
-  }
-  return n;
-}
-
 }  // namespace
 
 int minimize_command(int argc, char** argv) {
@@ -75,12 +64,12 @@ int minimize_command(int argc, char** argv) {
   MinimizeSettings settings;
   settings.jobs = std::max(1u, std::thread::hardware_concurrency());
   if (auto v = args->value("jobs")) {
-    auto n = whole_number("jobs", *v, 1, 1024);
+    auto n = parse_whole_number("jobs", *v, 1, 1024);
     if (!n) return fail(n.error(), kExitUsage);
     settings.jobs = static_cast<std::size_t>(*n);
   }
   if (auto v = args->value("max-runs")) {
-    auto n = whole_number("max-runs", *v, 1, 100'000'000);
+    auto n = parse_whole_number("max-runs", *v, 1, 100'000'000);
     if (!n) return fail(n.error(), kExitUsage);
     settings.max_runs = *n;
   }

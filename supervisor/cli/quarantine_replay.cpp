@@ -35,18 +35,6 @@ Expected<double> positive_number(const std::string& name, const std::string& tex
   return v;
 }
 
-// A result file name from a key: unsafe characters replaced, unique in the directory.
-std::string output_name(const std::string& key, std::set<std::string>& used) {
-  std::string base;
-  for (char c : key) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
-  if (base.size() > 200) base.resize(200);
-  if (base.empty() || base == "." || base == "..") base = "task";
-  std::string name = base + ".out";
-  for (int n = 2; used.count(name); ++n) name = base + "." + std::to_string(n) + ".out";
-  used.insert(name);
-  return name;
-}
-
 }  // namespace
 
 int quarantine_replay(const QuarantineContext& c) {
@@ -160,7 +148,7 @@ int quarantine_replay(const QuarantineContext& c) {
     Task task{r.entry.key, {}, 0};
     std::string file;
     if (resolved && !out_dir.empty()) {
-      file = out_dir + "/" + output_name(r.entry.key, used_names);
+      file = out_dir + "/" + result_file_name(r.entry.key, used_names);
       std::FILE* f = std::fopen(file.c_str(), "wbe");
       if (f == nullptr || std::fwrite(o.output.data(), 1, o.output.size(), f) != o.output.size()) write_errors = true;
       if (f) std::fclose(f);

@@ -41,17 +41,6 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
-Expected<long> whole_number(const std::string& name, const std::string& text, long min, long max) {
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
-    return Error{"--" + name + " expects a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
-                 ", got '" + text + "'"};
-  }
-  return n;
-}
-
 }  // namespace
 
 int reproduce_command(int argc, char** argv) {
@@ -67,13 +56,13 @@ int reproduce_command(int argc, char** argv) {
   if (!id) return fail(id.error(), kExitUsage);
   ReproduceSettings settings;
   if (auto v = args->value("runs")) {
-    auto n = whole_number("runs", *v, 1, 10000);
+    auto n = parse_whole_number("runs", *v, 1, 10000);
     if (!n) return fail(n.error(), kExitUsage);
     settings.runs = static_cast<std::size_t>(*n);
   }
   settings.jobs = std::max(1u, std::thread::hardware_concurrency());
   if (auto v = args->value("jobs")) {
-    auto n = whole_number("jobs", *v, 1, 1024);
+    auto n = parse_whole_number("jobs", *v, 1, 1024);
     if (!n) return fail(n.error(), kExitUsage);
     settings.jobs = static_cast<std::size_t>(*n);
   }

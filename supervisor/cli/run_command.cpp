@@ -85,18 +85,6 @@ const std::vector<OptionSpec> kOptions = {
     {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
 };
 
-// A whole number in [min, max] for --NAME.
-Expected<long> parse_number(const std::string& name, const std::string& text, long min, long max) {
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || n < min || n > max) {
-    return Error{"--" + name + " expects a whole number from " + std::to_string(min) + " to " + std::to_string(max) +
-                 ", got '" + text + "'"};
-  }
-  return n;
-}
-
 Expected<std::chrono::milliseconds> parse_delay(const Args& args, const std::string& name, std::chrono::milliseconds fallback,
                                                 std::uint64_t min_ms, std::uint64_t max_ms) {
   auto v = args.value(name);
@@ -111,19 +99,6 @@ int usage_error(const std::string& message) {
   return kExitUsage;
 }
 
-// A file name for a task's result: the key with unsafe characters replaced,
-// unique within the directory.
-std::string output_name(const std::string& key, std::set<std::string>& used) {
-  std::string base;
-  for (char c : key) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
-  if (base.size() > 200) base.resize(200);
-  if (base.empty() || base == "." || base == "..") base = "task";
-  std::string name = base + ".out";
-  for (int n = 2; used.count(name); ++n) name = base + "." + std::to_string(n) + ".out";
-  used.insert(name);
-  return name;
-}
-
 class CliSink final : public VerdictSink {
  public:
   CliSink(bool json, bool quiet, std::string out_dir) : json_(json), quiet_(quiet), out_dir_(std::move(out_dir)) {}
@@ -133,7 +108,7 @@ class CliSink final : public VerdictSink {
     if (progress_ != nullptr) progress_->update(++verdicts_);
     std::string file;
     if (!out_dir_.empty() && outcome.kind == Kind::kOk) {
-      file = out_dir_ + "/" + output_name(task.key, used_names_);
+      file = out_dir_ + "/" + result_file_name(task.key, used_names_);
       std::FILE* f = std::fopen(file.c_str(), "wbe");
       if (f == nullptr || std::fwrite(outcome.output.data(), 1, outcome.output.size(), f) != outcome.output.size()) {
         std::fprintf(stderr, "pillbox run: cannot write %s\n", file.c_str());
@@ -267,7 +242,7 @@ int run_command(int argc, char** argv) {
   }
   job.rerun_done = args->flag("rerun");
   if (auto v = args->value("max-attempts")) {
-    auto n = parse_number("max-attempts", *v, 1, 100);
+    auto n = parse_whole_number("max-attempts", *v, 1, 100);
     if (!n) return usage_error(n.error());
     job.retry.max_attempts = static_cast<std::uint32_t>(*n);
   }
@@ -279,13 +254,13 @@ int run_command(int argc, char** argv) {
   job.retry.backoff_max = *cap;
   for (const auto& code : args->values("retry-exit-code")) {
     if (!job.run.config.exec_mode()) return usage_error("--retry-exit-code is for exec commands (after --)");
-    auto n = parse_number("retry-exit-code", code, 1, 255);
+    auto n = parse_whole_number("retry-exit-code", code, 1, 255);
     if (!n) return usage_error(n.error());
     job.retry.retry_exit_codes.insert(static_cast<int>(*n));
   }
   job.breaker.enabled = !args->flag("no-breaker");
   if (auto v = args->value("breaker-window")) {
-    auto n = parse_number("breaker-window", *v, 2, 100000);
+    auto n = parse_whole_number("breaker-window", *v, 2, 100000);
     if (!n) return usage_error(n.error());
     job.breaker.window = static_cast<std::size_t>(*n);
   }
@@ -301,7 +276,7 @@ int run_command(int argc, char** argv) {
   if (!probe) return usage_error(probe.error());
   job.breaker.probe_interval = *probe;
   if (auto v = args->value("quarantine-limit")) {
-    auto n = parse_number("quarantine-limit", *v, 1, 1'000'000'000);
+    auto n = parse_whole_number("quarantine-limit", *v, 1, 1'000'000'000);
     if (!n) return usage_error(n.error());
     job.max_records = *n;
   }

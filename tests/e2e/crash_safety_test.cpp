@@ -13,25 +13,22 @@
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
+using e2e::task_line;
 using e2e::sql_int;
 using e2e::sql_rows;
 
 namespace {
-
-std::string task_line(const std::string& key, const std::string& payload) {
-  return nlohmann::json{{"key", key}, {"payload", payload}}.dump() + "\n";
-}
 
 std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
 
 }  // namespace
 
 // The figure, 5000 tasks, in the normal build. Under ASan/UBSan
-// (whose job here is memory errors on the same paths) 2000 tasks with kills
-// after at most 120 tasks, so that CI stays within its time budget.
+// (whose job here is memory errors on the same paths) 1200 tasks with kills
+// after at most 80 tasks, so that CI stays within its time budget.
 #if defined(__SANITIZE_ADDRESS__)
-constexpr int kTasks = 2000;
-constexpr std::size_t kKillWithin = 120;
+constexpr int kTasks = 1200;
+constexpr std::size_t kKillWithin = 80;
 #else
 constexpr int kTasks = 5000;
 constexpr std::size_t kKillWithin = 300;

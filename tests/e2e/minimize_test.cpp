@@ -12,14 +12,11 @@
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
+using e2e::task_line;
 using e2e::sql_int;
 using e2e::sql_rows;
 
 namespace {
-
-std::string task_line(const std::string& key, const std::string& payload) {
-  return nlohmann::json{{"key", key}, {"payload_b64", pillbox::base64_encode(payload)}}.dump() + "\n";
-}
 
 // 200 KiB of random bytes (never starting with a letter the fixture acts
 // on) with "P0ISONED" somewhere in the middle.

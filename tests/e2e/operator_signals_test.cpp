@@ -15,15 +15,12 @@
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
+using e2e::task_line;
 using e2e::sql_int;
 
 namespace {
 
 std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
-
-std::string task_line(const std::string& key, const std::string& payload) {
-  return nlohmann::json{{"key", key}, {"payload_b64", pillbox::base64_encode(payload)}}.dump() + "\n";
-}
 
 pillbox::store::Store open_store(const std::string& dir) {
   auto s = pillbox::store::Store::open_existing(dir);

@@ -16,16 +16,13 @@
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
+using e2e::task_line;
 using e2e::sql_int;
 using e2e::sql_rows;
 
 namespace {
 
 std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
-
-std::string task_line(const std::string& key, const std::string& payload) {
-  return nlohmann::json{{"key", key}, {"payload_b64", pillbox::base64_encode(payload)}}.dump() + "\n";
-}
 
 // Runs `input` through the poison plugin into `store` (retries on, breaker on,
 // as an operator would run it) and returns the result.

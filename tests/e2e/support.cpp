@@ -1,5 +1,7 @@
 #include "tests/e2e/support.h"
 
+#include "shared/base64.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -407,6 +409,10 @@ std::vector<std::vector<std::string>> sql_query(const std::string& db_path, cons
 }
 
 }  // namespace
+
+std::string task_line(const std::string& key, const std::string& payload) {
+  return nlohmann::json{{"key", key}, {"payload_b64", pillbox::base64_encode(payload)}}.dump() + "\n";
+}
 
 std::vector<std::vector<std::string>> sql_rows(const std::string& db_path, const std::string& sql) {
   return sql_query(db_path, sql, SQLITE_OPEN_READONLY);

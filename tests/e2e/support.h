@@ -43,6 +43,9 @@ using LineCallback = std::function<void(pid_t pid, std::size_t line_no, std::str
 // it. The environment is the test's plus `extra_env`. With "--json" among the
 // args, stdout lines are parsed into `records` (a line that is not JSON fails
 // the test). A run longer than `deadline_s` is killed and fails the test.
+// One JSON line of `pillbox run -` input: the key and the payload's exact bytes (base64).
+std::string task_line(const std::string& key, const std::string& payload);
+
 RunResult run_pillbox(const std::vector<std::string>& args, const std::string& stdin_data = "",
                       const std::map<std::string, std::string>& extra_env = {},
                       const LineCallback& on_stdout_line = {}, int deadline_s = 480);
