@@ -180,7 +180,7 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
         const std::string detail = resolved ? "resolved: ok under " + identity
                                             : "failed again: " + a.kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) +
                                                   " under " + identity;
-        if (auto s = replays.finish(r, resolved, a, run_id, settings.actor, detail); !s) return s;
+        if (auto s = replays.finish(r, resolved, a, run_id, identity, settings.actor, detail); !s) return s;
         finished.insert(r.id);
         ++result.replayed;
         if (resolved) ++result.resolved;

@@ -157,7 +157,7 @@ Expected<std::int64_t> ReplayStore::start_run(const std::string& handler_identit
 }
 
 Status ReplayStore::finish(const QuarantineRecord& record, bool resolved, const ReplayAttempt& a, std::int64_t run_id,
-                           const std::string& actor, const std::string& detail) {
+                           const std::string& handler_identity, const std::string& actor, const std::string& detail) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Status::error(txn.error());
   auto attempt = Statement::prepare(
@@ -176,9 +176,18 @@ Status ReplayStore::finish(const QuarantineRecord& record, bool resolved, const 
       !s) {
     return s;
   }
-  auto task = Statement::prepare(db_->handle(), "UPDATE tasks SET attempts = attempts + 1 WHERE id = ?1");
+  auto task = Statement::prepare(db_->handle(),
+                                 "UPDATE tasks SET attempts = attempts + 1, updated_at = ?2, state = CASE WHEN ?3 AND "
+                                 "job = ?4 AND state = 'quarantined' THEN 'ok' ELSE state END WHERE id = ?1");
   if (!task) return Status::error(task.error());
-  if (auto s = task->bind(1, record.entry.task_id).run(); !s) return s;
+  if (auto s = task->bind(1, record.entry.task_id)
+                   .bind(2, a.ended_at)
+                   .bind(3, std::int64_t{resolved ? 1 : 0})
+                   .bind(4, std::string_view(handler_identity))
+                   .run();
+      !s) {
+    return s;
+  }
   auto status = Statement::prepare(db_->handle(),
                                    "UPDATE quarantine SET status = ?2, replay_claim = NULL, updated_at = ?3 WHERE id = ?1");
   if (!status) return Status::error(status.error());

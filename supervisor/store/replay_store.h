@@ -53,8 +53,11 @@ class ReplayStore {
   Expected<std::int64_t> start_run(const std::string& handler_identity, const std::string& policy_identity,
                                    std::int64_t now_ms);
   // The replay's outcome: resolved, or failed-again with the attempt appended.
+  // A record resolved under the handler its task belongs to (`handler_identity`
+  // is the ledger's job) also marks the task ok: its work is done, and a run
+  // over the same input skips it as done rather than as quarantined.
   Status finish(const QuarantineRecord& record, bool resolved, const ReplayAttempt& attempt, std::int64_t run_id,
-                const std::string& actor, const std::string& detail);
+                const std::string& handler_identity, const std::string& actor, const std::string& detail);
 
  private:
   Database* db_;

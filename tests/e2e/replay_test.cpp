@@ -189,3 +189,34 @@ TEST_CASE("replay: bad input is a clear error and changes nothing") {
   CHECK(count(db, "status = 'quarantined'") == 2);
   CHECK(sql_int(db, "SELECT count(*) FROM attempts") == 2);
 }
+
+TEST_CASE("replay: resolved under the handler it was quarantined with, the task is done; under another, it is not") {
+  e2e::TempDir dir;
+  e2e::TempDir work(01777);
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  // Crashes on runs 1, 4, 7...: quarantined on run 1, ok on run 2 (the replay).
+  const std::vector<std::string> run_args = {"run", "--store", store, "--max-attempts", "1", "--json", "-", "--",
+                                             e2e::fixture("poison_corpus"), work.path()};
+  REQUIRE(run_pillbox(run_args, task_line("sometimes", "P one in three")).exit_code == 1);
+  const auto r = run_pillbox({"quarantine", "replay", "1", "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(count(db, "status = 'resolved'") == 1);
+  CHECK(sql_rows(db, "SELECT state, attempts FROM tasks") == std::vector<std::vector<std::string>>{{"ok", "2"}});
+  // A run over the same input skips it as done.
+  const auto again = run_pillbox(run_args, task_line("sometimes", "P one in three"));
+  INFO(again.describe());
+  CHECK(again.exit_code == 0);
+  REQUIRE(again.records.size() == 1);
+  CHECK(again.records[0]["verdict"] == "skipped");
+  CHECK(again.records[0]["verdict_reason"] == "already ok in the store");
+
+  // Resolved under a fixed handler (another identity), the old task stays as it was.
+  const std::string other = dir.path() + "/other";
+  REQUIRE(run_pillbox({"run", "--store", other, "--handler", plugin(), "--max-attempts", "1", "-"}, task_line("k", "S x"))
+              .exit_code == 1);
+  REQUIRE(run_pillbox({"quarantine", "replay", "1", "--handler", plugin(), "--arg", "fixed=yes", "--store", other})
+              .exit_code == 0);
+  CHECK(sql_rows(other + "/pillbox.db", "SELECT state FROM tasks") == std::vector<std::vector<std::string>>{{"quarantined"}});
+}
