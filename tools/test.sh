@@ -6,10 +6,15 @@ cd "$(dirname "$0")/.."
 tools/setup.sh
 jobs=$(nproc)
 
-tools/build.sh build
+# Without debug info: the same code (GCC generates identical code with and
+# without -g), about a quarter less compile time, and CI has 20 minutes.
+# Crash frames are named from ELF symbol tables, not DWARF; the fixtures keep -g.
+tools/build.sh build -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG"
 ctest --test-dir build --output-on-failure --timeout 900 -j "$jobs"
 
-tools/build.sh build-asan -DPILLBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+# Line tables only (-g1): sanitizer reports keep file:line, compiling is cheaper.
+tools/build.sh build-asan -DPILLBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
+  -DCMAKE_C_FLAGS_DEBUG="-g1"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 1800 -j "$jobs"
 echo "test: all suites passed (normal and ASan/UBSan), $jobs cores"
