@@ -113,4 +113,14 @@ Expected<Policy> recorded_policy(const store::QuarantineEntry& e) {
   return policy;
 }
 
+Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& e) {
+  auto handler = recorded_handler(e);
+  if (!handler) return Error{handler.error()};
+  auto policy = recorded_policy(e);
+  if (!policy) return Error{policy.error()};
+  auto config = make_child_config(*handler, std::move(*policy));
+  if (!config) return Error{"it cannot run here: " + config.error()};
+  return config;
+}
+
 }  // namespace pillbox

@@ -32,5 +32,7 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
 // its policy. Errors say which part of the record is unusable.
 Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry);
 Expected<Policy> recorded_policy(const store::QuarantineEntry& entry);
+// Both, made into a complete config for this host (reproduce, minimize).
+Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& entry);
 
 }  // namespace pillbox

@@ -54,12 +54,8 @@ Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, s
   const store::QuarantineRecord record = std::move(**found);
   auto payload = quarantine.payloads().get(record.entry.payload_sha256);
   if (!payload) return Error{payload.error()};
-  auto handler = recorded_handler(record.entry);
-  if (!handler) return Error{handler.error()};
-  auto policy = recorded_policy(record.entry);
-  if (!policy) return Error{policy.error()};
-  auto config = make_child_config(*handler, std::move(*policy));
-  if (!config) return Error{"record " + std::to_string(id) + " cannot run here: " + config.error()};
+  auto config = recorded_child_config(record.entry);
+  if (!config) return Error{"record " + std::to_string(id) + ": " + config.error()};
 
   RunSettings run;
   run.config = std::move(*config);

@@ -19,8 +19,6 @@ using e2e::sql_rows;
 
 namespace {
 
-std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
-
 }  // namespace
 
 // The issue's figure, 5000 tasks, in the normal build. Under ASan/UBSan
@@ -46,7 +44,7 @@ TEST_CASE("5000 tasks, pillbox SIGKILLed at random moments 12 times: every task 
     if (crasher) crashers.insert(key);
     input += task_line(key, (crasher ? "S poison " : "payload ") + std::to_string(i));
   }
-  const std::vector<std::string> args = {"run", "--store", store, "--handler", plugin(), "--jobs", "2", "--json",
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", e2e::poison_plugin(), "--jobs", "2", "--json",
                                          "--backoff-base", "10ms", "-"};
   const unsigned seed = std::random_device{}();
   INFO("seed " << seed);
@@ -126,7 +124,7 @@ TEST_CASE("a payload that crashes the supervisor is quarantined after max_attemp
   for (int i = 1; i <= 4; ++i) input += task_line("good-" + std::to_string(i), "fine " + std::to_string(i));
   input += task_line("killer", "this kills the supervisor");
   const std::map<std::string, std::string> env = {{"PILLBOX_TEST_CRASH_SUPERVISOR_ON", "kills the supervisor"}};
-  const std::vector<std::string> args = {"run", "--store", store, "--handler", plugin(), "--jobs", "1", "--json", "-"};
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", e2e::poison_plugin(), "--jobs", "1", "--json", "-"};
   for (int restart = 1; restart <= 3; ++restart) {
     const auto r = run_pillbox(args, input, env);
     INFO("run " << restart << ": " << r.describe());
@@ -168,7 +166,7 @@ TEST_CASE("with other tasks in flight when pillbox dies, only the payload that k
     if (i == 3) input += task_line("killer", "this kills the supervisor");
   }
   const std::map<std::string, std::string> env = {{"PILLBOX_TEST_CRASH_SUPERVISOR_ON", "kills the supervisor"}};
-  const std::vector<std::string> args = {"run", "--store", store, "--handler", plugin(), "--jobs", "2", "--json", "-"};
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", e2e::poison_plugin(), "--jobs", "2", "--json", "-"};
   int crashes = 0;
   e2e::RunResult last;
   for (int run = 0; run < 8; ++run) {
@@ -225,7 +223,7 @@ TEST_CASE("two pillbox processes sharing one store at once: no corruption, no lo
     a_input += task_line("shared-" + std::to_string(i), payload);
     b_input += task_line("shared-" + std::to_string(i), payload);
   }
-  const std::vector<std::string> args = {"run", "--store", store, "--handler", plugin(), "--jobs", "2", "--json",
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", e2e::poison_plugin(), "--jobs", "2", "--json",
                                          "--backoff-base", "10ms", "-"};
   e2e::RunResult a, b;
   std::thread other([&] { b = run_pillbox(args, b_input); });

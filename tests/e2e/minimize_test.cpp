@@ -29,12 +29,10 @@ std::string big_poison() {
   return bytes;
 }
 
-std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
-
 // Quarantines `payload` (one attempt) and returns the store path.
 std::string quarantined(const e2e::TempDir& dir, const std::string& payload) {
   const std::string store = dir.path() + "/store";
-  const auto run = run_pillbox({"run", "--store", store, "--handler", plugin(), "--max-attempts", "1", "--json", "-"},
+  const auto run = run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--max-attempts", "1", "--json", "-"},
                                task_line("big", payload));
   INFO(run.describe());
   REQUIRE(sql_int(store + "/pillbox.db", "SELECT count(*) FROM quarantine") == 1);
@@ -74,7 +72,7 @@ TEST_CASE("minimize: 200 KB whose crash needs one 8-byte token ends at 64 bytes 
   CHECK(original.out == payload);
 
   // The minimized payload fails the same way when run on its own.
-  const auto again = run_pillbox({"run", "--no-store", "--handler", plugin(), "--json", file});
+  const auto again = run_pillbox({"run", "--no-store", "--handler", e2e::poison_plugin(), "--json", file});
   INFO(again.describe());
   REQUIRE(again.records.size() == 1);
   CHECK(again.records[0]["fingerprint"] == fingerprint);

@@ -20,8 +20,6 @@ using e2e::sql_int;
 
 namespace {
 
-std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
-
 pillbox::store::Store open_store(const std::string& dir) {
   auto s = pillbox::store::Store::open_existing(dir);
   REQUIRE(s.has_value());
@@ -47,7 +45,7 @@ TEST_CASE("minimize: SIGINT mid-way keeps the best payload so far, and the next 
   std::string payload(64 * 1024, '\0');
   for (char& c : payload) c = static_cast<char>('a' + rng() % 26);
   payload.replace(40'000, 8, "P0ISONED");
-  REQUIRE(run_pillbox({"run", "--store", store, "--handler", plugin(), "--max-attempts", "1", "-"},
+  REQUIRE(run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--max-attempts", "1", "-"},
                       task_line("big", payload))
               .exit_code == 1);
   {
@@ -85,7 +83,7 @@ TEST_CASE("replay: SIGINT mid-way puts what was not replayed back as it was") {
   const std::string store = dir.path() + "/store";
   std::string input;
   for (int i = 0; i < 12; ++i) input += task_line("k" + std::to_string(i), "S crash " + std::to_string(i));
-  REQUIRE(run_pillbox({"run", "--store", store, "--handler", plugin(), "--max-attempts", "1", "--no-breaker", "-"}, input)
+  REQUIRE(run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--max-attempts", "1", "--no-breaker", "-"}, input)
               .exit_code == 1);
   const std::string db = store + "/pillbox.db";
   {
@@ -95,7 +93,7 @@ TEST_CASE("replay: SIGINT mid-way puts what was not replayed back as it was") {
     settings.selection.filter = {};
     settings.batch = 6;
     settings.jobs = 2;
-    settings.handler = pillbox::HandlerChoice{plugin(), {{"fixed", "yes"}}, {}};
+    settings.handler = pillbox::HandlerChoice{e2e::poison_plugin(), {{"fixed", "yes"}}, {}};
     settings.sandbox_binary = std::string(PILLBOX_BUILD_DIR) + "/pillbox-sandbox";
     settings.actor = "test";
     settings.on_result = [](const pillbox::store::QuarantineRecord&, const pillbox::Outcome&, bool) { ::raise(SIGINT); };
@@ -112,7 +110,7 @@ TEST_CASE("replay: SIGINT mid-way puts what was not replayed back as it was") {
             sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'resolved'") ==
         12);
   // The rest is replayed by the next run.
-  const auto rest = run_pillbox({"quarantine", "replay", "--all", "--handler", plugin(), "--arg", "fixed=yes", "--store", store});
+  const auto rest = run_pillbox({"quarantine", "replay", "--all", "--handler", e2e::poison_plugin(), "--arg", "fixed=yes", "--store", store});
   CHECK(rest.exit_code == 0);
   CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'resolved'") == 12);
 }

@@ -22,12 +22,10 @@ using e2e::sql_rows;
 
 namespace {
 
-std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
-
 // Runs `input` through the poison plugin into `store` (retries on, breaker on,
 // as an operator would run it) and returns the result.
 e2e::RunResult quarantine_into(const std::string& store, const std::string& input) {
-  return run_pillbox({"run", "--store", store, "--handler", plugin(), "--jobs", "2", "--json", "--backoff-base", "5ms", "-"},
+  return run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--jobs", "2", "--json", "--backoff-base", "5ms", "-"},
                      input);
 }
 
@@ -188,7 +186,7 @@ TEST_CASE("quarantine export writes byte-identical payloads: text, binary and mu
       {"text", "S a plain text record\nwith two lines\n"}, {"binary", binary}, {"big", big}};
   std::string input;
   for (const auto& [key, bytes] : payloads) input += task_line(key, bytes);
-  const auto run = run_pillbox({"run", "--store", store, "--handler", plugin(), "--jobs", "2", "--json",
+  const auto run = run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--jobs", "2", "--json",
                                 "--backoff-base", "5ms", "--memory", "512M", "-"},
                                input);
   INFO(run.describe());

@@ -19,15 +19,13 @@ using e2e::sql_rows;
 
 namespace {
 
-std::string plugin() { return "plugin:" + e2e::fixture("poison_plugin.so"); }
-
 // `segv` SIGSEGV records and `abort` SIGABRT records, one attempt each.
 std::string quarantine(const e2e::TempDir& dir, int segv, int abort) {
   const std::string store = dir.path() + "/store";
   std::string input;
   for (int i = 0; i < segv; ++i) input += task_line("segv-" + std::to_string(i), "S payload " + std::to_string(i));
   for (int i = 0; i < abort; ++i) input += task_line("abort-" + std::to_string(i), "A payload " + std::to_string(i));
-  const auto run = run_pillbox({"run", "--store", store, "--handler", plugin(), "--max-attempts", "1", "--no-breaker",
+  const auto run = run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--max-attempts", "1", "--no-breaker",
                                 "--jobs", "2", "-"},
                                input);
   INFO(run.describe());
@@ -78,7 +76,7 @@ TEST_CASE("replay: a still-broken handler stops after exactly --stop-after 3; th
 
   // The fixed handler: every record of the fingerprint (failed-again ones too) resolves.
   const std::string out = dir.path() + "/out";
-  const auto fixed = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--handler", plugin(), "--arg",
+  const auto fixed = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--handler", e2e::poison_plugin(), "--arg",
                                   "fixed=yes", "--jobs", "2", "--json", "--out", out, "--store", store});
   INFO(fixed.describe());
   CHECK(fixed.exit_code == 0);
@@ -96,7 +94,7 @@ TEST_CASE("replay: a still-broken handler stops after exactly --stop-after 3; th
   const auto again = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--store", store});
   CHECK(again.err.find("10 matching records are resolved, discarded or being replayed") != std::string::npos);
   CHECK(again.err.find("0 replayed") != std::string::npos);
-  const auto forced = run_pillbox({"quarantine", "replay", "1", "--force", "--handler", plugin(), "--arg", "fixed=yes",
+  const auto forced = run_pillbox({"quarantine", "replay", "1", "--force", "--handler", e2e::poison_plugin(), "--arg", "fixed=yes",
                                    "--store", store});
   CHECK(forced.exit_code == 0);
   CHECK(forced.err.find("1 replayed: 1 resolved") != std::string::npos);
@@ -120,7 +118,7 @@ TEST_CASE("replay: two replays of the same selection at once replay each record 
   const std::string store = quarantine(dir, 20, 10);
   const std::string db = store + "/pillbox.db";
   const std::vector<std::string> args = {"quarantine", "replay", "--all", "--batch", "3", "--jobs", "2", "--handler",
-                                         plugin(), "--arg", "fixed=yes", "--json", "--store", store};
+                                         e2e::poison_plugin(), "--arg", "fixed=yes", "--json", "--store", store};
   e2e::RunResult a, b;
   std::thread other([&] { b = run_pillbox(args); });
   a = run_pillbox(args);
@@ -150,7 +148,7 @@ TEST_CASE("replay: a claim left by a killed replay is taken back; --rate paces t
   // As if a replay (pid 2^22 + 1: never a live pid here) had been SIGKILLed mid-way.
   e2e::sql_write(db, "UPDATE quarantine SET status = 'replaying', status_before_replay = 'quarantined', "
                      "replay_claim = '" + std::string(host) + ":4194305:1' WHERE id <= 2");
-  const auto r = run_pillbox({"quarantine", "replay", "--all", "--rate", "20", "--jobs", "2", "--handler", plugin(),
+  const auto r = run_pillbox({"quarantine", "replay", "--all", "--rate", "20", "--jobs", "2", "--handler", e2e::poison_plugin(),
                               "--arg", "fixed=yes", "--store", store});
   INFO(r.describe());
   CHECK(r.exit_code == 0);
@@ -214,9 +212,9 @@ TEST_CASE("replay: resolved under the handler it was quarantined with, the task 
 
   // Resolved under a fixed handler (another identity), the old task stays as it was.
   const std::string other = dir.path() + "/other";
-  REQUIRE(run_pillbox({"run", "--store", other, "--handler", plugin(), "--max-attempts", "1", "-"}, task_line("k", "S x"))
+  REQUIRE(run_pillbox({"run", "--store", other, "--handler", e2e::poison_plugin(), "--max-attempts", "1", "-"}, task_line("k", "S x"))
               .exit_code == 1);
-  REQUIRE(run_pillbox({"quarantine", "replay", "1", "--handler", plugin(), "--arg", "fixed=yes", "--store", other})
+  REQUIRE(run_pillbox({"quarantine", "replay", "1", "--handler", e2e::poison_plugin(), "--arg", "fixed=yes", "--store", other})
               .exit_code == 0);
   CHECK(sql_rows(other + "/pillbox.db", "SELECT state FROM tasks") == std::vector<std::vector<std::string>>{{"quarantined"}});
 }

@@ -410,6 +410,8 @@ std::vector<std::vector<std::string>> sql_query(const std::string& db_path, cons
 
 }  // namespace
 
+std::string poison_plugin() { return "plugin:" + fixture("poison_plugin.so"); }
+
 std::string task_line(const std::string& key, const std::string& payload) {
   return nlohmann::json{{"key", key}, {"payload_b64", pillbox::base64_encode(payload)}}.dump() + "\n";
 }

@@ -60,6 +60,7 @@ RunResult run_command(const std::string& program, const std::vector<std::string>
 
 std::string pillbox_binary();            // build/pillbox
 std::string fixture(const std::string& name);  // build/fixtures/<name>
+std::string poison_plugin();            // "plugin:" + fixture("poison_plugin.so"), for --handler
 
 // A fresh directory under /tmp, mode 0755 (or `mode`), removed with its
 // contents at the end of the scope.
