@@ -1,0 +1,19 @@
+#pragma once
+// Fuzzing dictionaries in the AFL / libFuzzer format (`pillbox fuzz --dict`):
+// one token per line, `name="value"` or `"value"`, `#` comments, blank lines;
+// in values `\\`, `\"` and `\xNN` escapes. AFL's `name@level="value"` is read
+// (the level ignored).
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/status.h"
+
+namespace pillbox::fuzz {
+
+// Errors are one line: "ORIGIN:LINE: what is wrong".
+Expected<std::vector<std::string>> parse_dictionary(std::string_view text, std::string_view origin);
+// Reads and parses a file; a missing or unreadable file is an error naming it.
+Expected<std::vector<std::string>> load_dictionary(const std::string& path);
+
+}  // namespace pillbox::fuzz
