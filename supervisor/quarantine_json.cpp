@@ -52,6 +52,7 @@ std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32
   j["payload_sha256"] = e.payload_sha256;
   j["payload_size"] = e.payload_size;
   j["source"] = e.source;
+  if (!e.origin.empty()) j["origin"] = parse_or_string(e.origin);
   j["repeats"] = r.repeats;
   if (!r.reproduce_verdict.empty()) {
     j["reproduce"] = {{"verdict", r.reproduce_verdict}, {"runs", r.reproduce_runs}, {"matches", r.reproduce_matches}};

@@ -6,9 +6,9 @@
 
 #include <csignal>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 
 #include "shared/sha256.h"
+#include "supervisor/quarantine_entry.h"
 #include "supervisor/quarantine_json.h"
 
 namespace pillbox {
@@ -442,27 +442,9 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
     AfterCommit& a = after_commit_[index];
     const Outcome& o = a.outcome;
     const RunIdentity& id = settings_.identity;
-    store::QuarantineEntry e;
+    store::QuarantineEntry e = make_quarantine_entry(id, o, q.task.key, q.sha256,
+                                                     static_cast<std::int64_t>(q.task.payload.size()), "run");
     e.task_id = q.task_id;
-    e.key = q.task.key;
-    e.handler = id.handler;
-    e.handler_identity = id.handler_identity;
-    e.handler_args = id.handler_args;
-    e.exec_argv = id.exec_argv;
-    e.policy_identity = id.policy_identity;
-    e.policy = id.policy;
-    e.payload_sha256 = q.sha256;
-    e.payload_size = static_cast<std::int64_t>(q.task.payload.size());
-    e.kind = std::string(to_string(o.kind));
-    e.fingerprint = o.fingerprint;
-    e.crash_state = nlohmann::json(o.crash_state).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    e.message = o.message;
-    e.signal = o.signal;
-    e.syscall = o.syscall;
-    e.exit_code = o.exit_code;
-    e.cpu_ms = static_cast<std::int64_t>(o.cpu_ms);
-    e.wall_ms = static_cast<std::int64_t>(o.wall_ms);
-    e.max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb);
     const std::int64_t now = store::now_ms();
     auto inserted = quarantine_->insert(e, q.task.payload, now, settings_.actor);
     if (!inserted) return Status::error(inserted.error());

@@ -16,6 +16,7 @@ int doctor_command(int argc, char** argv);  // pillbox doctor
 int policy_command(int argc, char** argv);  // pillbox policy check|show
 int reproduce_command(int argc, char** argv);   // pillbox reproduce ID
 int minimize_command(int argc, char** argv);    // pillbox minimize ID
+int fuzz_command(int argc, char** argv);        // pillbox fuzz
 int quarantine_command(int argc, char** argv);  // pillbox quarantine list|show|stats|export|discard|purge
 
 }  // namespace pillbox::cli

@@ -16,9 +16,10 @@ const char* kUsage =
     "  run        run every input in its own confined child, classify failures\n"
     "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
     "  policy     check or show a policy file\n"
-    "  quarantine list, show, stats, export, discard or purge quarantined payloads\n"
+    "  quarantine list, show, stats, export, discard, purge, replay or import quarantined payloads\n"
     "  reproduce  run a quarantined payload again N times: reliable or flaky?\n"
     "  minimize   shrink a quarantined payload while it still fails the same way\n"
+    "  fuzz       mutate seeds and run every candidate in the sandbox; quarantine new failures\n"
     "  version    print the version\n"
     "\n"
     "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   if (command == "quarantine") return quarantine_command(argc, argv);
   if (command == "reproduce") return reproduce_command(argc, argv);
   if (command == "minimize") return minimize_command(argc, argv);
+  if (command == "fuzz") return fuzz_command(argc, argv);
   if (command == "version" || command == "--version") {
     std::printf("pillbox %s\n", PILLBOX_VERSION);
     return kExitOk;

@@ -10,6 +10,7 @@
 #include "shared/failure_kind.h"
 #include "shared/policy_parser.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
@@ -29,6 +30,7 @@ const char* kHelp =
     "       pillbox quarantine discard ID... --reason TEXT\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]...\n"
     "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
+    "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "\n"
     "list     records, newest first: a table, or one JSON object per line with --json\n"
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
@@ -54,12 +56,21 @@ const char* kHelp =
     "           --dry-run               show what would be replayed; change nothing\n"
     "           --jobs N                payloads at once (default: number of cores)\n"
     "\n"
+    "import   crash artifacts of coverage-guided fuzzers: libFuzzer's crash-*, oom-*, timeout-*,\n"
+    "         leak-* and slow-unit-* files, AFL++'s crashes/id:* and hangs/id:* (directories are\n"
+    "         searched; files named on the command line are taken whatever their name). Each runs\n"
+    "         once in the sandbox under the handler or command given (options as for `run`:\n"
+    "         --policy, --timeout, --cpu, --memory, --jobs); a failure becomes a record with source\n"
+    "         import and the file as its origin, with the fingerprint `run` gives the same bytes.\n"
+    "         An artifact that runs ok here is reported and not recorded (exit code 1).\n"
+    "\n"
     "filters (list, stats):\n"
     "  --status S        quarantined | replaying | resolved | failed-again | discarded\n"
     "  --kind K          crash, cpu-limit, oom, ... (see README: failure kinds)\n"
     "  --fingerprint FP  one fingerprint\n"
     "  --key KEY         one task key\n"
     "  --since WHEN      created since an age ago (24h, 7d) or a UTC date (2026-11-30[T12:00:00Z])\n"
+    "  --source S        run | fuzz (found by pillbox fuzz) | import (pillbox quarantine import)\n"
     "\n"
     "options:\n"
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
@@ -68,7 +79,7 @@ const char* kHelp =
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
     "condition ended it, 2 usage error or no such record, 3 the store or the sandbox cannot be used\n";
 
-const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerprint"}, {"key"}, {"since"}};
+const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerprint"}, {"key"}, {"since"}, {"source"}};
 
 // The options each verb takes (besides --store and --help).
 std::vector<OptionSpec> options_of(const std::string& verb) {
@@ -80,6 +91,7 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "export") add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}});
   if (verb == "discard") add({{"reason"}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}});
+  if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}});
   if (verb == "replay") {
     add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
          {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
@@ -97,7 +109,7 @@ Status check_status(const std::string& s) {
 
 }  // namespace
 
-// --status/--kind/--fingerprint/--key/--since into a filter.
+// --status/--kind/--fingerprint/--key/--since/--source into a filter.
 Expected<store::ListFilter> read_filter(const Args& args) {
   store::ListFilter filter;
   if (auto s = args.value("status")) {
@@ -114,6 +126,12 @@ Expected<store::ListFilter> read_filter(const Args& args) {
     auto ms = parse_since(*since, "--since", store::now_ms());
     if (!ms) return Error{ms.error()};
     filter.since_ms = *ms;
+  }
+  if (auto source = args.value("source")) {
+    if (*source != "run" && *source != "fuzz" && *source != "import") {
+      return Error{"unknown source '" + *source + "' (run, fuzz, import)"};
+    }
+    filter.source = *source;
   }
   return filter;
 }
@@ -264,10 +282,12 @@ int quarantine_command(int argc, char** argv) {
   static const std::map<std::string, int (*)(const QuarantineContext&)> kVerbs = {
       {"list", list},     {"show", quarantine_show},     {"stats", quarantine_stats},
       {"export", quarantine_export}, {"discard", discard}, {"purge", purge}, {"replay", quarantine_replay},
+      {"import", quarantine_import},
   };
   const auto found = kVerbs.find(verb);
   if (found == kVerbs.end()) {
-    return quarantine_error("unknown verb '" + verb + "' (list, show, stats, export, discard, purge, replay)", kExitUsage);
+    return quarantine_error("unknown verb '" + verb + "' (list, show, stats, export, discard, purge, replay, import)",
+                            kExitUsage);
   }
   auto args = Args::parse(argc, argv, 3, options_of(verb), "quarantine " + verb);
   if (!args) return quarantine_error(args.error(), kExitUsage);
@@ -275,8 +295,8 @@ int quarantine_command(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (args->has_dashdash() && verb != "replay") return quarantine_error("unexpected '--'", kExitUsage);
-  const bool takes_ids = verb == "show" || verb == "export" || verb == "discard" || verb == "replay";
+  if (args->has_dashdash() && verb != "replay" && verb != "import") return quarantine_error("unexpected '--'", kExitUsage);
+  const bool takes_ids = verb == "show" || verb == "export" || verb == "discard" || verb == "replay" || verb == "import";
   if (!takes_ids && !args->positional().empty()) {
     return quarantine_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   }
@@ -284,7 +304,9 @@ int quarantine_command(int argc, char** argv) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
   }
   StoreAccessError error;
-  auto access = open_existing_store(args->value("store").value_or(""), error);
+  // Import adds records and may start a store; every other verb looks at one.
+  auto access = verb == "import" ? open_or_create_store(args->value("store").value_or(""), error)
+                                 : open_existing_store(args->value("store").value_or(""), error);
   if (!access) return quarantine_error(error.message, error.exit_code);
   return found->second(QuarantineContext{*args, *access->quarantine, access->store.dir(), access->store.db()});
 }

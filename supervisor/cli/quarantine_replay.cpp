@@ -12,6 +12,7 @@
 #include "shared/failure_kind.h"
 #include "shared/policy_parser.h"
 #include "supervisor/actor.h"
+#include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/progress.h"
@@ -89,21 +90,9 @@ int quarantine_replay(const QuarantineContext& c) {
     settings.jobs = static_cast<std::size_t>(*n);
   }
   // The fixed consumer: a new handler or command, a new policy.
-  if (args.has_dashdash()) {
-    if (args.value("handler")) return quarantine_error("give either --handler or a command after --, not both", kExitUsage);
-    if (args.after_dashdash().empty()) return quarantine_error("no command after --", kExitUsage);
-    settings.handler = HandlerChoice{"exec", {}, args.after_dashdash()};
-  } else if (auto h = args.value("handler")) {
-    settings.handler = HandlerChoice{*h, {}, {}};
-  }
-  for (const auto& kv : args.values("arg")) {
-    const auto eq = kv.find('=');
-    if (!settings.handler || settings.handler->handler == "exec") {
-      return quarantine_error("--arg goes with --handler", kExitUsage);
-    }
-    if (eq == std::string::npos || eq == 0) return quarantine_error("--arg expects KEY=VALUE, got '" + kv + "'", kExitUsage);
-    settings.handler->args[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  auto choice = read_handler_choice(args);
+  if (!choice) return quarantine_error(choice.error(), kExitUsage);
+  settings.handler = std::move(*choice);
   if (auto p = args.value("policy")) {
     auto policy = resolve_policy(*p);
     if (!policy) return quarantine_error(policy.error(), kExitUsage);

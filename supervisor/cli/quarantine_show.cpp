@@ -169,6 +169,19 @@ int quarantine_show(const QuarantineContext& c) {
   field("resources", "cpu " + std::to_string(e.cpu_ms) + " ms, wall " + std::to_string(e.wall_ms) + " ms, max rss " +
                          std::to_string(e.max_rss_kb) + " KiB");
   field("payload", human_bytes(e.payload_size) + ", sha256 " + e.payload_sha256 + ", from " + e.source);
+  if (!e.origin.empty()) {
+    // fuzz: {"seed": ..., "mutations": ...}; import: {"file": ..., "tool": ...}
+    auto origin = parsed(e.origin);
+    std::string text;
+    if (origin.is_object()) {
+      for (const auto& [k, v] : origin.items()) {
+        text += (text.empty() ? "" : ", ") + k + " " + (v.is_string() ? v.get<std::string>() : v.dump());
+      }
+    } else {
+      text = e.origin;
+    }
+    field("origin", table_cell(text, 400));
+  }
   if (!r->minimized_sha256.empty()) {
     auto mini = c.quarantine.payloads().get(r->minimized_sha256);
     field("minimized", (mini ? human_bytes(static_cast<std::int64_t>(mini->size())) + ", " : std::string()) + "sha256 " +

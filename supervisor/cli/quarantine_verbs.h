@@ -29,5 +29,6 @@ int quarantine_show(const QuarantineContext& c);    // show ID
 int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bundle]
 int quarantine_stats(const QuarantineContext& c);   // stats
 int quarantine_replay(const QuarantineContext& c);  // replay
+int quarantine_import(const QuarantineContext& c);  // import FILES...
 
 }  // namespace pillbox::cli

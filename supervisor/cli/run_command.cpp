@@ -17,6 +17,7 @@
 #include "shared/control.h"
 #include "shared/policy_parser.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/alert_hook.h"
@@ -77,9 +78,8 @@ const char* kHelp =
     "            4 stopped by a suspected handler outage (held tasks run again next time),\n"
     "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
-const std::vector<OptionSpec> kOptions = {
-    {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"timeout"}, {"cpu"}, {"memory"},
-    {"max-output"}, {"json", false}, {"out"}, {"mode"}, {"quiet", false}, {"help", false},
+const std::vector<OptionSpec> kRunOptions = {
+    {"jobs"}, {"json", false}, {"out"}, {"quiet", false}, {"help", false},
     {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
     {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"},
     {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
@@ -161,7 +161,9 @@ class CliSink final : public VerdictSink {
 }  // namespace
 
 int run_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, 2, kOptions, "run");
+  std::vector<OptionSpec> options = kChildOptions;
+  options.insert(options.end(), kRunOptions.begin(), kRunOptions.end());
+  auto args = Args::parse(argc, argv, 2, options, "run");
   if (!args) return usage_error(args.error());
   if (args->flag("help")) {
     std::fputs(kHelp, stdout);
@@ -169,37 +171,9 @@ int run_command(int argc, char** argv) {
   }
   RunSettings settings;
 
-  // What runs: a handler, or a command after "--".
-  HandlerChoice choice;
-  const auto handler = args->value("handler");
-  if (args->has_dashdash()) {
-    if (handler && *handler != "exec") return usage_error("give either --handler or a command after --, not both");
-    if (args->after_dashdash().empty()) return usage_error("no command after --");
-    choice.handler = "exec";
-    choice.exec_argv = args->after_dashdash();
-  } else if (!handler) {
-    return usage_error("--handler is required (echo, regex, pdf-text, inflate, plugin:PATH.so), or give a command after --");
-  } else {
-    choice.handler = *handler;
-  }
-  for (const auto& kv : args->values("arg")) {
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) return usage_error("--arg expects KEY=VALUE, got '" + kv + "'");
-    if (choice.handler == "exec") return usage_error("--arg is for handlers; an exec command takes its arguments after --");
-    if (!choice.args.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second) {
-      return usage_error("--arg " + kv.substr(0, eq) + " given twice");
-    }
-  }
-
-  // Under which policy, with the command line's overrides.
-  auto policy = resolve_policy(args->value("policy").value_or(choice.handler == "exec" ? "exec" : "strict"));
-  if (!policy) return usage_error(policy.error());
-  for (const auto& [flag, key] : {std::pair{"timeout", "wall"}, {"cpu", "cpu"}, {"memory", "memory"}, {"max-output", "output"}}) {
-    if (auto v = args->value(flag)) {
-      if (auto s = set_limit(policy->limits, key, *v); !s) return usage_error("--" + std::string(flag) + ": " + s.message());
-    }
-  }
-  auto config = make_child_config(choice, std::move(*policy));
+  // What runs (a handler, or a command after "--"), under which policy,
+  // with the command line's overrides.
+  auto config = read_child_config(*args);
   if (!config) return usage_error(config.error());
   settings.config = std::move(*config);
 
@@ -212,10 +186,9 @@ int run_command(int argc, char** argv) {
     if (jobs->empty() || *end != '\0' || n < 1 || n > 1024) return usage_error("--jobs expects a number from 1 to 1024");
     settings.jobs = static_cast<std::size_t>(n);
   }
-  const std::string mode = args->value("mode").value_or("zygote");
-  if (mode == "zygote") settings.mode = LaunchMode::kZygote;
-  else if (mode == "spawn") settings.mode = LaunchMode::kSpawn;
-  else return usage_error("--mode expects zygote or spawn");
+  auto mode = read_launch_mode(*args);
+  if (!mode) return usage_error(mode.error());
+  settings.mode = *mode;
   settings.sandbox_binary = find_sandbox_binary();
 
   std::string out_dir = args->value("out").value_or("");

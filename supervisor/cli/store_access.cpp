@@ -5,13 +5,15 @@
 
 namespace pillbox::cli {
 
-std::unique_ptr<StoreAccess> open_existing_store(const std::string& flag, StoreAccessError& error) {
+namespace {
+
+std::unique_ptr<StoreAccess> open_store(const std::string& flag, bool create, StoreAccessError& error) {
   auto dir = store::resolve_store_dir(flag);
   if (!dir) {
     error = {dir.error(), kExitUsage};
     return nullptr;
   }
-  auto opened = store::Store::open_existing(*dir);
+  auto opened = create ? store::Store::open(*dir) : store::Store::open_existing(*dir);
   if (!opened) {
     error = {opened.error(), kExitSetup};
     return nullptr;
@@ -24,6 +26,16 @@ std::unique_ptr<StoreAccess> open_existing_store(const std::string& flag, StoreA
   }
   access->quarantine.emplace(std::move(*q));
   return access;
+}
+
+}  // namespace
+
+std::unique_ptr<StoreAccess> open_existing_store(const std::string& flag, StoreAccessError& error) {
+  return open_store(flag, false, error);
+}
+
+std::unique_ptr<StoreAccess> open_or_create_store(const std::string& flag, StoreAccessError& error) {
+  return open_store(flag, true, error);
 }
 
 }  // namespace pillbox::cli

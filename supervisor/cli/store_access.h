@@ -24,5 +24,7 @@ struct StoreAccessError {
 
 // `flag`: the --store value ("" when not given).
 std::unique_ptr<StoreAccess> open_existing_store(const std::string& flag, StoreAccessError& error);
+// For commands that add records (fuzz, quarantine import): created when missing, like `run` does.
+std::unique_ptr<StoreAccess> open_or_create_store(const std::string& flag, StoreAccessError& error);
 
 }  // namespace pillbox::cli

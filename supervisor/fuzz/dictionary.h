@@ -11,7 +11,10 @@
 
 namespace pillbox::fuzz {
 
-// Errors are one line: "ORIGIN:LINE: what is wrong".
+// The tokens in file order, duplicates dropped. Errors are one line:
+// "ORIGIN:LINE: what is wrong" (a bad escape, a raw control byte or '"' in a
+// value, an empty value "", a line that is not an entry), or "ORIGIN: no
+// entries" when there is no token at all. CRLF line endings are accepted.
 Expected<std::vector<std::string>> parse_dictionary(std::string_view text, std::string_view origin);
 // Reads and parses a file; a missing or unreadable file is an error naming it.
 Expected<std::vector<std::string>> load_dictionary(const std::string& path);

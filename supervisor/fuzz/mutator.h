@@ -20,7 +20,14 @@ class Mutator {
 
   // One candidate made from `input` by a stack of 1..16 mutations. `other` is
   // another corpus entry for splicing (empty: no splice). `how`, when given,
-  // receives the operations applied, for example "flip-bit,dict-insert".
+  // receives the operations applied, for example "flip-bit,dict-insert"
+  // (replacing its contents). The operations: flip-bit, flip-byte,
+  // random-byte, interesting-8/16/32, arith-8/16/32, delete-block,
+  // duplicate-block, insert-repeated, insert-random, overwrite-copy,
+  // splice-cut, splice-insert, dict-insert, dict-overwrite.
+  // The candidate is never empty and never longer than max_len; an `input`
+  // longer than max_len is cut to it first. An empty `input` is fine (only
+  // insertions apply to it).
   std::string mutate(std::string_view input, std::string_view other, std::string* how = nullptr);
 
   std::mt19937_64& rng() { return rng_; }

@@ -11,7 +11,7 @@ constexpr const char* kColumns =
     "id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, policy, "
     "payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, "
     "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_verdict, ''), "
-    "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, '')";
+    "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin";
 
 QuarantineRecord read_record(const Statement& s) {
   QuarantineRecord r;
@@ -47,10 +47,11 @@ QuarantineRecord read_record(const Statement& s) {
   r.reproduce_runs = s.column_int(c++);
   r.reproduce_matches = s.column_int(c++);
   r.minimized_sha256 = s.column_text(c++);
+  e.origin = s.column_text(c++);
   return r;
 }
 
-// The WHERE clause of a filter; parameters ?1..?5 (bind_filter binds them).
+// The WHERE clause of a filter; parameters ?1..?6 (bind_filter binds them).
 std::string where(const ListFilter& f) {
   std::string sql = " WHERE 1";
   if (f.status) sql += " AND status = ?1";
@@ -58,6 +59,7 @@ std::string where(const ListFilter& f) {
   if (f.fingerprint) sql += " AND fingerprint = ?3";
   if (f.key) sql += " AND key = ?4";
   if (f.since_ms) sql += " AND created_at >= ?5";
+  if (f.source) sql += " AND source = ?6";
   return sql;
 }
 
@@ -67,6 +69,7 @@ void bind_filter(Statement& stmt, const ListFilter& f) {
   if (f.fingerprint) stmt.bind(3, std::string_view(*f.fingerprint));
   if (f.key) stmt.bind(4, std::string_view(*f.key));
   if (f.since_ms) stmt.bind(5, *f.since_ms);
+  if (f.source) stmt.bind(6, std::string_view(*f.source));
 }
 
 }  // namespace
@@ -87,8 +90,9 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
       {&qs.insert_,
        "INSERT INTO quarantine (task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
        "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
-       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, "
-       "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 'quarantined', ?22, ?22) "
+       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at, origin) VALUES (?1, ?2, ?3, "
+       "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 'quarantined', ?22, ?22, "
+       "?23) "
        "RETURNING id"},
       {&qs.newest_of_fingerprint_, "SELECT id FROM quarantine WHERE fingerprint = ?1 ORDER BY created_at DESC LIMIT 1"},
       {&qs.fold_, "UPDATE quarantine SET repeats = repeats + 1, updated_at = ?2 WHERE id = ?1"},
@@ -173,11 +177,30 @@ Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::st
   insert_.bind(20, e.wall_ms);
   insert_.bind(21, e.max_rss_kb);
   insert_.bind(22, now);
+  insert_.bind(23, std::string_view(e.origin));
   auto row = insert_.step();
   if (!row) return Error{row.error()};
   result.id = insert_.column_int(0);
   insert_.reset();
   return result;
+}
+
+Expected<std::int64_t> QuarantineStore::add_repeats(const std::string& fingerprint, std::int64_t n, std::int64_t now,
+                                                    const std::string& actor, const std::string& detail) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "UPDATE quarantine SET repeats = repeats + ?2, updated_at = ?3 WHERE id = (SELECT id "
+                                 "FROM quarantine WHERE fingerprint = ?1 AND status != 'resolved' ORDER BY created_at "
+                                 "DESC, id DESC LIMIT 1) RETURNING id");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, std::string_view(fingerprint)).bind(2, n).bind(3, now).step();
+  if (!row) return Error{row.error()};
+  if (!*row) return std::int64_t{0};
+  const std::int64_t id = stmt->column_int(0);
+  stmt->reset();
+  if (!detail.empty()) {
+    if (auto s = audit(id, now, actor, "repeat", detail); !s) return Error{s.message()};
+  }
+  return id;
 }
 
 Status QuarantineStore::audit(std::int64_t record_id, std::int64_t now, const std::string& actor,

@@ -50,6 +50,7 @@ struct QuarantineEntry {
   std::int64_t cpu_ms = 0;
   std::int64_t wall_ms = 0;
   std::int64_t max_rss_kb = 0;
+  std::string origin;               // JSON object: fuzz seed and mutations, imported file ("" for run)
 };
 
 struct QuarantineRecord {
@@ -122,6 +123,7 @@ struct ListFilter {
   std::optional<std::string> fingerprint;
   std::optional<std::string> key;
   std::optional<std::int64_t> since_ms;  // created at or after
+  std::optional<std::string> source;     // run | fuzz | import
   std::int64_t limit = -1;      // -1: all
   std::int64_t offset = 0;
 };
@@ -152,6 +154,13 @@ class QuarantineStore {
                                 const std::string& actor);
   Status audit(std::int64_t record_id, std::int64_t now_ms, const std::string& actor, const std::string& action,
                const std::string& detail);
+  // A failure already on file, seen again (pillbox fuzz): `n` more repeats
+  // on the newest record of `fingerprint` that is not resolved (a resolved
+  // bug found again is news, not a repeat), with an audit entry unless
+  // `detail` is empty. Returns that
+  // record's id, or 0 when there is none. Inside the caller's transaction.
+  Expected<std::int64_t> add_repeats(const std::string& fingerprint, std::int64_t n, std::int64_t now_ms,
+                                     const std::string& actor, const std::string& detail);
 
   // Newest first. each() hands records over one at a time (a listing of
   // 100 000 records need not be in memory at once); `fn` returns false to stop.

@@ -145,6 +145,12 @@ const std::vector<std::string>& migrations() {
         );
         CREATE INDEX minimize_state_by_payload ON minimize_state (best_sha256);
       )sql",
+      // 4: where a record came from beyond `source` (issue 5): for fuzz
+      // findings the seed and the mutations, for imported artifacts the file
+      // and the fuzzer that wrote it. A JSON object; '' for run records.
+      R"sql(
+        ALTER TABLE quarantine ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return all;
 }

@@ -1,0 +1,174 @@
+#include "supervisor/artifact_import.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "supervisor/install_paths.h"
+#include "supervisor/payload_runner.h"
+#include "supervisor/run.h"
+
+namespace pillbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+// libFuzzer names artifacts <prefix><kind>-<sha1 of the input>; the prefix
+// (-artifact_prefix) may be a directory or any string, e.g. "wire-".
+const std::regex& libfuzzer_name() {
+  static const std::regex re("(crash|oom|timeout|leak|slow-unit)-[0-9a-f]{40}$");
+  return re;
+}
+
+Expected<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot read " + path + ": " + std::strerror(errno)};
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (in.bad()) return Error{"cannot read " + path + ": " + std::strerror(errno)};
+  return bytes.str();
+}
+
+class ImportPlanner final : public PayloadPlanner {
+ public:
+  ImportPlanner(FindingRecorder& recorder, const std::vector<Artifact>& artifacts, const ImportSettings& settings,
+                ImportResult& result)
+      : recorder_(recorder), artifacts_(artifacts), settings_(settings), result_(result) {}
+
+  std::optional<Task> next() override {
+    while (error_.is_ok() && next_ < artifacts_.size()) {
+      const std::size_t i = next_++;
+      auto bytes = read_file(artifacts_[i].path);
+      if (!bytes) {
+        report({artifacts_[i], "", "", "", 0, "unreadable", bytes.error()});
+        continue;
+      }
+      started_ms_[i] = store::now_ms();
+      payloads_[i] = *bytes;
+      return Task{artifacts_[i].path, std::move(*bytes), i + 1};
+    }
+    return std::nullopt;
+  }
+
+  void on_outcome(const Task& task, const Outcome& o) override {
+    const std::size_t i = task.ref - 1;
+    const Artifact& a = artifacts_[i];
+    ImportedArtifact imported{a, std::string(to_string(o.kind)), o.fingerprint, o.message, 0, "", ""};
+    if (o.kind == Kind::kSandboxError) {
+      // Not the payload's fault: the setup is broken; stop rather than misreport.
+      if (error_.is_ok()) error_ = Status::error("cannot run " + a.path + " in the sandbox: " + o.message);
+      return;
+    }
+    if (o.kind == Kind::kOk) {
+      imported.status = "ok";
+      report(std::move(imported));
+      return;
+    }
+    const nlohmann::json origin = {{"tool", a.tool}, {"artifact", a.artifact}, {"file", a.path}};
+    Finding f{a.path, payloads_[i], o, origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+              started_ms_[i], store::now_ms()};
+    payloads_.erase(i);
+    auto recorded = recorder_.record(f, "imported from " + a.path + " (" + a.tool + " " + a.artifact + ")");
+    if (!recorded) {
+      if (error_.is_ok()) error_ = Status::error(recorded.error());
+      return;
+    }
+    imported.record_id = recorded->record_id;
+    if (recorded->already) {
+      imported.status = "already";
+      imported.detail = "the store has this file's bytes as " + *recorded->already + " under this handler" +
+                        (recorded->record_id ? " (record " + std::to_string(recorded->record_id) + ")" : "");
+    } else {
+      imported.status = "imported";
+    }
+    report(std::move(imported));
+  }
+
+  const Status& error() const { return error_; }
+
+ private:
+  void report(ImportedArtifact imported) {
+    if (settings_.on_artifact) settings_.on_artifact(imported);
+    result_.artifacts.push_back(std::move(imported));
+  }
+
+  FindingRecorder& recorder_;
+  const std::vector<Artifact>& artifacts_;
+  const ImportSettings& settings_;
+  ImportResult& result_;
+  std::size_t next_ = 0;
+  std::map<std::size_t, std::int64_t> started_ms_;
+  std::map<std::size_t, std::string> payloads_;
+  Status error_;
+};
+
+}  // namespace
+
+std::optional<Artifact> recognize_artifact(const std::string& path) {
+  const fs::path p(path);
+  const std::string name = p.filename().string();
+  std::smatch m;
+  if (std::regex_search(name, m, libfuzzer_name())) {
+    return Artifact{path, "libfuzzer", m[1].str()};
+  }
+  // AFL++: <out>/<fuzzer>/crashes/id:000000,sig:11,src:...; "id_" where ':'
+  // is not allowed in file names. Its README.txt sits beside them.
+  const std::string dir = p.parent_path().filename().string();
+  if ((dir == "crashes" || dir == "hangs") && (name.rfind("id:", 0) == 0 || name.rfind("id_", 0) == 0)) {
+    return Artifact{path, "afl++", dir};
+  }
+  return std::nullopt;
+}
+
+Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored) {
+  std::vector<Artifact> found;
+  for (const auto& given : paths) {
+    std::error_code ec;
+    const fs::path absolute = fs::absolute(given, ec);
+    const auto status = fs::status(absolute, ec);
+    if (ec || !fs::exists(status)) return Error{"cannot read '" + given + "': " + (ec ? ec.message() : "No such file or directory")};
+    if (fs::is_directory(status)) {
+      std::vector<Artifact> in_dir;
+      for (fs::recursive_directory_iterator it(absolute, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_regular_file(ec)) continue;
+        if (auto a = recognize_artifact(it->path().lexically_normal().string())) {
+          in_dir.push_back(std::move(*a));
+        } else {
+          ++ignored;
+        }
+      }
+      if (ec) return Error{"cannot read directory '" + given + "': " + ec.message()};
+      std::sort(in_dir.begin(), in_dir.end(), [](const Artifact& a, const Artifact& b) { return a.path < b.path; });
+      found.insert(found.end(), in_dir.begin(), in_dir.end());
+    } else {
+      const std::string path = absolute.lexically_normal().string();
+      found.push_back(recognize_artifact(path).value_or(Artifact{path, "file", "file"}));
+    }
+  }
+  return found;
+}
+
+Expected<ImportResult> import_artifacts(FindingRecorder& recorder, const std::vector<Artifact>& artifacts,
+                                        const ImportSettings& settings) {
+  ImportResult result;
+  ImportPlanner planner(recorder, artifacts, settings, result);
+  RunSettings run;
+  run.config = settings.config;
+  run.mode = settings.mode;
+  run.jobs = std::max<std::size_t>(1, std::min(settings.jobs, artifacts.size()));
+  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  auto report = run_planned(run, planner);
+  if (!report) return Error{report.error()};
+  if (!planner.error().is_ok()) return Error{planner.error().message()};
+  result.stop_signal = report->stop_signal;
+  return result;
+}
+
+}  // namespace pillbox

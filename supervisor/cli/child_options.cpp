@@ -1,0 +1,66 @@
+#include "supervisor/cli/child_options.h"
+
+#include <string>
+#include <utility>
+
+#include "shared/policy_parser.h"
+
+namespace pillbox::cli {
+
+const std::vector<OptionSpec> kChildOptions = {{"handler"}, {"arg", true, true}, {"policy"}, {"timeout"}, {"cpu"},
+                                               {"memory"},  {"max-output"},     {"mode"}};
+
+Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args) {
+  HandlerChoice choice;
+  const auto handler = args.value("handler");
+  if (args.has_dashdash()) {
+    if (handler && *handler != "exec") return Error{"give either --handler or a command after --, not both"};
+    if (args.after_dashdash().empty()) return Error{"no command after --"};
+    choice.handler = "exec";
+    choice.exec_argv = args.after_dashdash();
+  } else if (handler) {
+    choice.handler = *handler;
+  } else {
+    if (!args.values("arg").empty()) return Error{"--arg goes with --handler"};
+    return std::optional<HandlerChoice>();
+  }
+  for (const auto& kv : args.values("arg")) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return Error{"--arg expects KEY=VALUE, got '" + kv + "'"};
+    if (choice.handler == "exec") return Error{"--arg is for handlers; an exec command takes its arguments after --"};
+    if (!choice.args.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second) {
+      return Error{"--arg " + kv.substr(0, eq) + " given twice"};
+    }
+  }
+  return std::optional<HandlerChoice>(std::move(choice));
+}
+
+Status apply_limit_overrides(const Args& args, Policy& policy) {
+  for (const auto& [flag, key] : {std::pair{"timeout", "wall"}, {"cpu", "cpu"}, {"memory", "memory"}, {"max-output", "output"}}) {
+    if (auto v = args.value(flag)) {
+      if (auto s = set_limit(policy.limits, key, *v); !s) return Status::error("--" + std::string(flag) + ": " + s.message());
+    }
+  }
+  return Status::ok();
+}
+
+Expected<ChildConfig> read_child_config(const Args& args) {
+  auto choice = read_handler_choice(args);
+  if (!choice) return Error{choice.error()};
+  if (!*choice) {
+    return Error{"--handler is required (echo, regex, pdf-text, inflate, plugin:PATH.so), or give a command after --"};
+  }
+  auto policy = resolve_policy(args.value("policy").value_or((*choice)->handler == "exec" ? "exec" : "strict"));
+  if (!policy) return Error{policy.error()};
+  if (auto s = apply_limit_overrides(args, *policy); !s) return Error{s.message()};
+  return make_child_config(**choice, std::move(*policy));
+}
+
+Expected<LaunchMode> read_launch_mode(const Args& args) {
+  const std::string mode = args.value("mode").value_or("zygote");
+  if (mode == "zygote") return LaunchMode::kZygote;
+  if (mode == "spawn") return LaunchMode::kSpawn;
+  return Error{"--mode expects zygote or spawn"};
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,31 @@
+#pragma once
+// The options that say what runs and under which limits, read the same way
+// by `run`, `fuzz` and `quarantine import`: --handler/--arg or a command
+// after --, --policy, the limit overrides and --mode.
+#include <optional>
+#include <vector>
+
+#include "shared/child_config.h"
+#include "shared/policy.h"
+#include "shared/status.h"
+#include "supervisor/child_setup.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/launcher.h"
+
+namespace pillbox::cli {
+
+// handler, arg, policy, timeout, cpu, memory, max-output, mode.
+extern const std::vector<OptionSpec> kChildOptions;
+
+// --handler/--arg or the command after --; nullopt when neither is given.
+Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args);
+// --timeout, --cpu, --memory and --max-output over `policy`'s limits.
+Status apply_limit_overrides(const Args& args, Policy& policy);
+// The whole config: the handler choice (required: the error says how to
+// give one), --policy (default: strict for handlers, exec for commands),
+// the overrides.
+Expected<ChildConfig> read_child_config(const Args& args);
+// --mode zygote|spawn.
+Expected<LaunchMode> read_launch_mode(const Args& args);
+
+}  // namespace pillbox::cli

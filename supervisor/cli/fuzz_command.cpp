@@ -1,0 +1,299 @@
+// pillbox fuzz [SEEDS...] (--handler H [--arg K=V]... | -- CMD ARGS...)
+// pillbox fuzz --from-quarantine ID | --fingerprint FP
+// Thin over supervisor/fuzz/fuzz_session.h.
+#include <poll.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "shared/policy_parser.h"
+#include "supervisor/actor.h"
+#include "supervisor/child_setup.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/cli/child_options.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/cli/store_access.h"
+#include "supervisor/fuzz/dictionary.h"
+#include "supervisor/fuzz/fuzz_session.h"
+#include "supervisor/install_paths.h"
+#include "supervisor/job.h"
+#include "supervisor/progress.h"
+#include "supervisor/task_source.h"
+#include "supervisor/terminal_text.h"
+
+namespace pillbox::cli {
+namespace {
+
+const char* kHelp =
+    "usage: pillbox fuzz [SEED...] (--handler NAME [--arg K=V]... | -- CMD ARGS...) [options]\n"
+    "       pillbox fuzz (--from-quarantine ID | --fingerprint FP) [SEED...] [options]\n"
+    "\n"
+    "Mutates seeds and runs every candidate in the sandbox, classified exactly like `run`\n"
+    "classifies a task: for handlers, plugins and programs that cannot be instrumented.\n"
+    "Mutations are stacked bit and byte flips, interesting integers, arithmetic, block\n"
+    "deletion and duplication, repeated bytes, splicing between corpus inputs, and dictionary\n"
+    "tokens. An input is kept for further mutation when it shows new behaviour from outside:\n"
+    "a new outcome kind or rejection message, or output size, CPU time or memory in a new\n"
+    "power of two (so inputs that are ever slower are followed, towards a CPU blow-up).\n"
+    "\n"
+    "A failure (crash, stack-overflow, cpu-limit, wall-timeout, oom, seccomp-violation,\n"
+    "output-limit, protocol-error, killed) whose fingerprint the store does not hold becomes a\n"
+    "quarantine record with source fuzz and its origin (seed, mutations, --seed); a known\n"
+    "fingerprint only counts as a repeat of its record. Clean rejections (handler-error) are\n"
+    "what a parser should do with garbage and are not recorded.\n"
+    "\n"
+    "seeds:\n"
+    "  SEED...                files or directories (read recursively), or - for JSON lines on stdin\n"
+    "  --from-quarantine ID   the record's payload (and its minimized payload); runs under the\n"
+    "                         record's handler and policy unless --handler/-- and --policy say otherwise\n"
+    "  --fingerprint FP       the payloads of every record with this fingerprint, likewise\n"
+    "  (no seeds at all: one empty input)\n"
+    "\n"
+    "options:\n"
+    "  --handler NAME, --arg K=V, -- CMD ARGS, --policy, --timeout, --cpu, --memory, --max-output,\n"
+    "  --mode                 what runs and under which limits, as for `pillbox run`\n"
+    "  --dict FILE            dictionary of tokens (AFL/libFuzzer format: name=\"value\"), repeatable\n"
+    "  --max-time DURATION    stop after this long (e.g. 60s, 10m)\n"
+    "  --max-runs N           stop after this many runs\n"
+    "                         (neither: run until SIGINT or SIGTERM)\n"
+    "  --max-len N            longest candidate in bytes (default: 4096, or the largest seed)\n"
+    "  --jobs N               candidates at once (default: number of cores)\n"
+    "  --seed N               random seed (default: random; printed so that a session can be repeated)\n"
+    "  --json                 each finding and the summary as JSON lines on stdout\n"
+    "  --store DIR            the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox)\n"
+    "\n"
+    "exit codes: 0 no failures found, 1 failures found (new records or repeats), 2 usage error,\n"
+    "3 the store or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM (findings kept)\n";
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "pillbox fuzz: %s\n", message.c_str());
+  return code;
+}
+
+// Every input of SEED... (files, directories, JSON lines) as a seed.
+Status read_seed_inputs(const std::vector<std::string>& inputs, std::vector<fuzz::FuzzSeed>& seeds) {
+  auto source = open_inputs(inputs);
+  if (!source) return Status::error(source.error());
+  for (;;) {
+    auto item = (*source)->next();
+    switch (item.type) {
+      case TaskSource::Item::Type::kTask:
+        seeds.push_back({"input " + item.task.key, std::move(item.task.payload)});
+        break;
+      case TaskSource::Item::Type::kWait: {
+        std::vector<pollfd> fds;
+        for (int fd : (*source)->wait_fds()) fds.push_back({fd, POLLIN, 0});
+        ::poll(fds.data(), fds.size(), -1);
+        break;
+      }
+      case TaskSource::Item::Type::kError:
+        return Status::error(item.error);
+      case TaskSource::Item::Type::kEnd:
+        return Status::ok();
+    }
+  }
+}
+
+// The seeds and config of --from-quarantine / --fingerprint: the records'
+// payloads, and what the newest of them ran under.
+Status read_record_seeds(store::QuarantineStore& quarantine, const Args& args, std::vector<fuzz::FuzzSeed>& seeds,
+                         std::optional<store::QuarantineEntry>& under) {
+  std::vector<store::QuarantineRecord> records;
+  if (auto id_text = args.value("from-quarantine")) {
+    auto id = parse_record_id(*id_text);
+    if (!id) return Status::error(id.error());
+    auto record = find_record(quarantine, *id);
+    if (!record) return Status::error(record.error());
+    records.push_back(std::move(*record));
+  }
+  if (auto fp = args.value("fingerprint")) {
+    store::ListFilter filter;
+    filter.fingerprint = *fp;
+    auto listed = quarantine.list(filter);
+    if (!listed) return Status::error(listed.error());
+    if (listed->empty()) return Status::error("no record has fingerprint " + *fp + " (see: pillbox quarantine stats)");
+    for (auto& r : *listed) records.push_back(std::move(r));
+  }
+  for (const auto& r : records) {
+    auto bytes = quarantine.payloads().get(r.entry.payload_sha256);
+    if (!bytes) return Status::error("record " + std::to_string(r.id) + ": " + bytes.error());
+    seeds.push_back({"quarantine record " + std::to_string(r.id), std::move(*bytes)});
+    if (!r.minimized_sha256.empty()) {
+      auto mini = quarantine.payloads().get(r.minimized_sha256);
+      if (mini) seeds.push_back({"quarantine record " + std::to_string(r.id) + " (minimized)", std::move(*mini)});
+    }
+  }
+  if (!records.empty()) under = records.front().entry;  // list() is newest first
+  return Status::ok();
+}
+
+// What runs: the command line's handler and policy, or else the record's.
+Expected<ChildConfig> fuzz_config(const Args& args, const std::optional<store::QuarantineEntry>& under) {
+  if (!under) return read_child_config(args);
+  auto choice = read_handler_choice(args);
+  if (!choice) return Error{choice.error()};
+  HandlerChoice handler;
+  if (*choice) {
+    handler = std::move(**choice);
+  } else {
+    auto recorded = recorded_handler(*under);
+    if (!recorded) return Error{recorded.error()};
+    handler = std::move(*recorded);
+  }
+  Policy policy;
+  if (auto name = args.value("policy")) {
+    auto p = resolve_policy(*name);
+    if (!p) return Error{p.error()};
+    policy = std::move(*p);
+  } else {
+    auto recorded = recorded_policy(*under);
+    if (!recorded) return Error{recorded.error()};
+    policy = std::move(*recorded);
+  }
+  if (auto s = apply_limit_overrides(args, policy); !s) return Error{s.message()};
+  return make_child_config(handler, std::move(policy));
+}
+
+nlohmann::json finding_json(const fuzz::FuzzFinding& f) {
+  return {{"type", "finding"}, {"record", f.record_id}, {"kind", f.kind},   {"fingerprint", f.fingerprint},
+          {"message", f.message}, {"size", f.size},    {"seed", f.seed},    {"mutations", f.mutations},
+          {"run", f.run},         {"folded", f.folded}};
+}
+
+}  // namespace
+
+int fuzz_command(int argc, char** argv) {
+  std::vector<OptionSpec> options = kChildOptions;
+  options.insert(options.end(), {{"from-quarantine"}, {"fingerprint"}, {"dict", true, true}, {"max-time"}, {"max-runs"},
+                                 {"max-len"}, {"jobs"}, {"seed"}, {"json", false}, {"store"}, {"help", false}});
+  auto args = Args::parse(argc, argv, 2, options, "fuzz");
+  if (!args) return fail(args.error(), kExitUsage);
+  if (args->flag("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  fuzz::FuzzSettings settings;
+  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (auto v = args->value("jobs")) {
+    auto n = parse_whole_number("jobs", *v, 1, 1024);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.jobs = static_cast<std::size_t>(*n);
+  }
+  if (auto v = args->value("max-runs")) {
+    auto n = parse_whole_number("max-runs", *v, 1, 1'000'000'000'000L);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.max_runs = static_cast<std::uint64_t>(*n);
+  }
+  if (auto v = args->value("max-time")) {
+    auto ms = parse_duration_ms(*v, "--max-time", 100, 365ull * 24 * 3600 * 1000);
+    if (!ms) return fail(ms.error(), kExitUsage);
+    settings.max_time = std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+  }
+  std::optional<std::size_t> max_len;
+  if (auto v = args->value("max-len")) {
+    auto n = parse_whole_number("max-len", *v, 1, 64L << 20);
+    if (!n) return fail(n.error(), kExitUsage);
+    max_len = static_cast<std::size_t>(*n);
+  }
+  if (auto v = args->value("seed")) {
+    auto n = parse_whole_number("seed", *v, 0, 0x7fffffffffffffffL);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.rng_seed = static_cast<std::uint64_t>(*n);
+  } else {
+    std::random_device random;
+    settings.rng_seed = ((static_cast<std::uint64_t>(random()) << 32) ^ random()) & 0x7fffffffffffffffULL;
+  }
+  for (const auto& path : args->values("dict")) {
+    auto tokens = fuzz::load_dictionary(path);
+    if (!tokens) return fail(tokens.error(), kExitUsage);
+    settings.dictionary.insert(settings.dictionary.end(), tokens->begin(), tokens->end());
+  }
+  auto mode = read_launch_mode(*args);
+  if (!mode) return fail(mode.error(), kExitUsage);
+  settings.mode = *mode;
+
+  StoreAccessError error;
+  auto access = open_or_create_store(args->value("store").value_or(""), error);
+  if (!access) return fail(error.message, error.exit_code);
+  std::optional<store::QuarantineEntry> under;
+  if (auto s = read_record_seeds(*access->quarantine, *args, settings.seeds, under); !s) {
+    return fail(s.message(), kExitUsage);
+  }
+  if (auto s = read_seed_inputs(args->positional(), settings.seeds); !s) return fail(s.message(), kExitUsage);
+  auto config = fuzz_config(*args, under);
+  if (!config) return fail(config.error(), kExitUsage);
+  settings.config = std::move(*config);
+  std::size_t largest = 0;
+  for (const auto& seed : settings.seeds) largest = std::max(largest, seed.bytes.size());
+  settings.max_len = max_len.value_or(std::max<std::size_t>(4096, largest));
+  settings.sandbox_binary = find_sandbox_binary();
+
+  auto recorder = FindingRecorder::open(access->store.db(), *access->quarantine, run_identity(settings.config), "fuzz",
+                                        actor_name("fuzz"));
+  if (!recorder) return fail(recorder.error(), kExitSetup);
+
+  const bool json = args->flag("json");
+  Progress progress = Progress::on_stderr("fuzz", static_cast<std::size_t>(settings.max_runs));
+  settings.on_progress = [&](const fuzz::FuzzProgress& p) {
+    progress.update(static_cast<std::size_t>(p.runs), "corpus " + std::to_string(p.corpus) + ", " +
+                                                          std::to_string(p.findings) + " new, " +
+                                                          std::to_string(p.repeats) + " repeats");
+  };
+  settings.on_finding = [&](const fuzz::FuzzFinding& f) {
+    if (json) {
+      std::printf("%s\n", finding_json(f).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::printf("%s record %lld: %s %s (%zu bytes, from %s, run %llu, mutations: %s)\n",
+                  f.folded ? "repeat (store full)" : "new fingerprint", static_cast<long long>(f.record_id),
+                  f.kind.c_str(), f.fingerprint.c_str(), f.size, f.seed.c_str(),
+                  static_cast<unsigned long long>(f.run), table_cell(f.mutations, 80).c_str());
+    }
+    std::fflush(stdout);
+  };
+  std::fprintf(stderr, "pillbox fuzz: %zu seeds, %zu dictionary tokens, --seed %llu, store %s\n", settings.seeds.size(),
+               settings.dictionary.size(), static_cast<unsigned long long>(settings.rng_seed),
+               access->store.dir().c_str());
+  auto result = fuzz::run_fuzz(*recorder, settings);
+  progress.finish();
+  if (!result) return fail(result.error(), kExitSetup);
+
+  std::uint64_t repeats = 0;
+  for (const auto& [fp, n] : result->repeats) repeats += n;
+  const double seconds = static_cast<double>(result->elapsed_ms) / 1000.0;
+  const double rate = seconds > 0 ? static_cast<double>(result->runs) / seconds : 0.0;
+  if (json) {
+    nlohmann::json kinds = nlohmann::json::object();
+    for (const auto& [k, n] : result->by_kind) kinds[k] = n;
+    nlohmann::json repeat_counts = nlohmann::json::object();
+    for (const auto& [fp, n] : result->repeats) repeat_counts[fp] = n;
+    const nlohmann::json summary = {{"type", "summary"},          {"runs", result->runs},
+                                    {"elapsed_ms", result->elapsed_ms}, {"runs_per_second", rate},
+                                    {"corpus", result->corpus},   {"features", result->features},
+                                    {"new_records", result->findings.size()}, {"repeats", repeat_counts},
+                                    {"by_kind", kinds},           {"duplicates_skipped", result->duplicates_skipped},
+                                    {"stopped_by", result->stopped_by}, {"seed", settings.rng_seed}};
+    std::printf("%s\n", summary.dump().c_str());
+  } else {
+    std::string kinds;
+    for (const auto& [k, n] : result->by_kind) kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    std::fprintf(stderr,
+                 "pillbox fuzz: %llu runs in %.1f s (%.1f runs/s), corpus %zu, %zu new records, %llu repeats of "
+                 "%zu known fingerprints; outcomes: %s; stopped by %s; --seed %llu repeats this session\n",
+                 static_cast<unsigned long long>(result->runs), seconds, rate, result->corpus, result->findings.size(),
+                 static_cast<unsigned long long>(repeats), result->repeats.size(), kinds.c_str(),
+                 result->stopped_by.empty() ? "the end of the input space" : result->stopped_by.c_str(),
+                 static_cast<unsigned long long>(settings.rng_seed));
+    if (!result->findings.empty()) {
+      std::fprintf(stderr, "  pillbox quarantine list --source fuzz shows them; pillbox minimize ID shrinks one\n");
+    }
+  }
+  if (result->stop_signal != 0) return 128 + result->stop_signal;
+  return result->findings.empty() && repeats == 0 ? kExitOk : kExitFailures;
+}
+
+}  // namespace pillbox::cli

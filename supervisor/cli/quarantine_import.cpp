@@ -1,0 +1,90 @@
+// pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)
+// Thin over supervisor/artifact_import.h.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "supervisor/actor.h"
+#include "supervisor/artifact_import.h"
+#include "supervisor/cli/child_options.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/install_paths.h"
+#include "supervisor/job.h"
+
+namespace pillbox::cli {
+
+int quarantine_import(const QuarantineContext& c) {
+  const Args& args = c.args;
+  if (args.positional().empty()) {
+    return quarantine_error("import needs artifact files or directories (libFuzzer crash-*, oom-*, timeout-*; "
+                            "AFL++ crashes/id:*)", kExitUsage);
+  }
+  auto config = read_child_config(args);
+  if (!config) return quarantine_error(config.error(), kExitUsage);
+  auto mode = read_launch_mode(args);
+  if (!mode) return quarantine_error(mode.error(), kExitUsage);
+  ImportSettings settings;
+  settings.config = std::move(*config);
+  settings.mode = *mode;
+  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (auto v = args.value("jobs")) {
+    auto n = parse_whole_number("jobs", *v, 1, 1024);
+    if (!n) return quarantine_error(n.error(), kExitUsage);
+    settings.jobs = static_cast<std::size_t>(*n);
+  }
+  std::size_t ignored = 0;
+  auto artifacts = find_artifacts(args.positional(), ignored);
+  if (!artifacts) return quarantine_error(artifacts.error(), kExitUsage);
+  if (artifacts->empty()) {
+    return quarantine_error("no crash artifacts found (" + std::to_string(ignored) +
+                                " other files ignored): looked for libFuzzer crash-/oom-/timeout-/leak-/slow-unit-<sha1> "
+                                "files and AFL++ crashes/id:* and hangs/id:* files",
+                            kExitUsage);
+  }
+  settings.sandbox_binary = find_sandbox_binary();
+  auto recorder = FindingRecorder::open(c.database, c.quarantine, run_identity(settings.config), "import",
+                                        actor_name("quarantine import"));
+  if (!recorder) return quarantine_error(recorder.error(), kExitSetup);
+
+  const bool json = args.flag("json");
+  settings.on_artifact = [&](const ImportedArtifact& a) {
+    if (json) {
+      nlohmann::json j = {{"file", a.artifact.path}, {"tool", a.artifact.tool}, {"artifact", a.artifact.artifact},
+                          {"status", a.status},      {"kind", a.outcome_kind},  {"fingerprint", a.fingerprint},
+                          {"message", a.message}};
+      if (a.record_id) j["record"] = a.record_id;
+      if (!a.detail.empty()) j["detail"] = a.detail;
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else if (a.status == "imported") {
+      std::printf("imported %s: record %lld, %s %s\n", a.artifact.path.c_str(), static_cast<long long>(a.record_id),
+                  a.outcome_kind.c_str(), a.fingerprint.c_str());
+    } else if (a.status == "already") {
+      std::printf("already on file %s: %s\n", a.artifact.path.c_str(), a.detail.c_str());
+    } else if (a.status == "ok") {
+      std::printf("not imported %s: it runs ok under this handler (the fuzzer's target differs, or the bug is fixed)\n",
+                  a.artifact.path.c_str());
+    } else {
+      std::printf("not imported %s: %s\n", a.artifact.path.c_str(), a.detail.c_str());
+    }
+    std::fflush(stdout);
+  };
+  auto result = import_artifacts(*recorder, *artifacts, settings);
+  if (!result) return quarantine_error(result.error(), kExitSetup);
+  std::size_t imported = 0, already = 0, not_failing = 0, unreadable = 0;
+  for (const auto& a : result->artifacts) {
+    if (a.status == "imported") ++imported;
+    else if (a.status == "already") ++already;
+    else if (a.status == "ok") ++not_failing;
+    else ++unreadable;
+  }
+  if (!json) {
+    std::fprintf(stderr, "pillbox quarantine: import: %zu artifacts: %zu imported, %zu already on file, %zu run ok here, "
+                 "%zu unreadable%s\n", artifacts->size(), imported, already, not_failing, unreadable,
+                 ignored ? (", " + std::to_string(ignored) + " other files ignored").c_str() : "");
+  }
+  if (result->stop_signal != 0) return 128 + result->stop_signal;
+  return not_failing + unreadable > 0 ? kExitFailures : kExitOk;
+}
+
+}  // namespace pillbox::cli

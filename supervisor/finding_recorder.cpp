@@ -1,0 +1,89 @@
+#include "supervisor/finding_recorder.h"
+
+#include "shared/sha256.h"
+#include "supervisor/quarantine_entry.h"
+
+namespace pillbox {
+
+Expected<FindingRecorder> FindingRecorder::open(store::Database& db, store::QuarantineStore& quarantine,
+                                                RunIdentity identity, std::string source, std::string actor) {
+  auto ledger = store::Ledger::open(db, identity.handler_identity, identity.policy_identity);
+  if (!ledger) return Error{ledger.error()};
+  return FindingRecorder(db, quarantine, std::move(*ledger), std::move(identity), std::move(source), std::move(actor));
+}
+
+Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::string& audit_detail) {
+  const std::string sha = sha256_hex(f.payload);
+  const auto size = static_cast<std::int64_t>(f.payload.size());
+  const std::string kind(to_string(f.outcome.kind));
+  if (auto s = ledger_.begin(); !s) return Error{s.message()};
+  // The rollback on every error path below is the ledger's transaction
+  // going out of scope uncommitted.
+  auto fail = [&](const std::string& message) -> Expected<RecordedFinding> {
+    ledger_.rollback();
+    return Error{message};
+  };
+  auto started = ledger_.start_attempt(f.key, sha, size, f.started_ms, /*solo=*/true);
+  if (!started) return fail(started.error());
+  RecordedFinding result;
+  if (started->n == 0) {
+    // Finished before under this handler and policy: nothing new to record.
+    result.already = started->state;
+    store::ListFilter same_task;
+    same_task.key = f.key;
+    auto open = quarantine_->list(same_task);
+    if (!open) return fail(open.error());
+    for (const auto& r : *open) {
+      if (r.entry.task_id == started->task_id && r.status != "resolved" && r.status != "discarded") {
+        result.record_id = r.id;
+        break;
+      }
+    }
+    ledger_.rollback();
+    return result;
+  }
+  if (auto s = ledger_.end_attempt(started->task_id, started->n, f.ended_ms, kind, f.outcome.fingerprint,
+                                   f.outcome.message, /*charged=*/true);
+      !s) {
+    return fail(s.message());
+  }
+  store::QuarantineEntry e = make_quarantine_entry(identity_, f.outcome, f.key, sha, size, source_);
+  e.task_id = started->task_id;
+  e.origin = f.origin;
+  auto inserted = quarantine_->insert(e, f.payload, f.ended_ms, actor_);
+  if (!inserted) return fail(inserted.error());
+  result.record_id = inserted->id;
+  result.new_fingerprint = inserted->new_fingerprint;
+  result.folded = inserted->folded;
+  if (!inserted->folded && !inserted->existing) {
+    if (auto s = quarantine_->audit(inserted->id, f.ended_ms, actor_, "quarantined", audit_detail); !s) {
+      return fail(s.message());
+    }
+  }
+  if (auto s = ledger_.set_state(started->task_id, "quarantined", f.ended_ms); !s) return fail(s.message());
+  if (auto s = ledger_.commit(); !s) return fail(s.message());
+  return result;
+}
+
+Expected<std::int64_t> FindingRecorder::add_repeats(const std::string& fingerprint, std::int64_t n,
+                                                    const std::string& detail) {
+  if (auto s = ledger_.begin(); !s) return Error{s.message()};
+  auto id = quarantine_->add_repeats(fingerprint, n, store::now_ms(), actor_, detail);
+  if (!id) {
+    ledger_.rollback();
+    return Error{id.error()};
+  }
+  if (auto s = ledger_.commit(); !s) return Error{s.message()};
+  return *id;
+}
+
+Status FindingRecorder::audit(std::int64_t record_id, const std::string& action, const std::string& detail) {
+  if (auto s = ledger_.begin(); !s) return s;
+  if (auto s = quarantine_->audit(record_id, store::now_ms(), actor_, action, detail); !s) {
+    ledger_.rollback();
+    return s;
+  }
+  return ledger_.commit();
+}
+
+}  // namespace pillbox

@@ -1,0 +1,47 @@
+#include "supervisor/fuzz/fuzz_corpus.h"
+
+#include <bit>
+
+#include "shared/fingerprint.h"
+
+namespace pillbox::fuzz {
+namespace {
+
+// 0 for 0, then 1 + floor(log2(n)): 1 → 1, 2..3 → 2, 4..7 → 3, ...
+int magnitude(std::uint64_t n) { return n == 0 ? 0 : static_cast<int>(std::bit_width(n)); }
+
+}  // namespace
+
+std::vector<std::string> behaviour_features(const Outcome& o) {
+  const std::string kind(to_string(o.kind));
+  std::vector<std::string> f = {"kind:" + kind};
+  // A different rejection message is a different path through the parser;
+  // numbers and addresses in it are normalized away, or every offset would
+  // count as new.
+  if (o.kind == Kind::kHandlerError) f.push_back("error:" + normalize_message(o.message));
+  if (o.exit_code >= 0) f.push_back("exit:" + std::to_string(o.exit_code));
+  f.push_back(kind + "/output:" + std::to_string(magnitude(o.output.size())));
+  f.push_back("cpu:" + std::to_string(magnitude(o.cpu_ms)));
+  f.push_back("rss:" + std::to_string(magnitude(o.max_rss_kb / 1024)));
+  return f;
+}
+
+bool FuzzCorpus::observe(const std::vector<std::string>& features) {
+  bool news = false;
+  for (const auto& f : features) news |= seen_.insert(f).second;
+  return news;
+}
+
+const CorpusEntry& FuzzCorpus::pick(std::mt19937_64& rng) const {
+  // Half the time one of the newest quarter, else any.
+  const std::size_t n = entries_.size();
+  std::uniform_int_distribution<int> coin(0, 1);
+  if (n >= 4 && coin(rng) == 0) {
+    std::uniform_int_distribution<std::size_t> newest(n - n / 4, n - 1);
+    return entries_[newest(rng)];
+  }
+  std::uniform_int_distribution<std::size_t> any(0, n - 1);
+  return entries_[any(rng)];
+}
+
+}  // namespace pillbox::fuzz

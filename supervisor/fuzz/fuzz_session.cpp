@@ -1,0 +1,290 @@
+#include "supervisor/fuzz/fuzz_session.h"
+
+#include <csignal>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "shared/sha256.h"
+#include "supervisor/fuzz/fuzz_corpus.h"
+#include "supervisor/fuzz/mutator.h"
+#include "supervisor/install_paths.h"
+#include "supervisor/payload_runner.h"
+#include "supervisor/run.h"
+
+namespace pillbox::fuzz {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs whose outcome was "the sandbox could not start" in a row before the
+// session gives up: that is a broken setup, not a finding.
+constexpr int kMaxSandboxErrorsInARow = 20;
+// Repeats are counted in memory and written at most this often (and at the
+// end): a crasher's mutations mostly crash the same way, thousands per minute.
+constexpr auto kRepeatFlushInterval = std::chrono::seconds(2);
+// Hashes of candidates already run, to skip exact repeats (small inputs
+// mutate into each other often); beyond this many the set stops growing.
+constexpr std::size_t kMaxRemembered = 4'000'000;
+
+struct Candidate {
+  std::string bytes;
+  std::string seed;
+  std::string seed_sha256;
+  std::uint32_t generation = 0;
+  std::string mutations;
+  std::uint64_t run = 0;
+  std::int64_t started_ms = 0;
+};
+
+class FuzzPlanner final : public PayloadPlanner {
+ public:
+  FuzzPlanner(FindingRecorder& recorder, const FuzzSettings& settings, FuzzResult& result)
+      : recorder_(recorder),
+        settings_(settings),
+        result_(result),
+        mutator_(settings.rng_seed, settings.dictionary, settings.max_len),
+        started_(Clock::now()),
+        last_flush_(started_) {
+    for (const auto& seed : settings.seeds) {
+      Candidate c{seed.bytes, seed.name, sha256_hex(seed.bytes), 0, "", 0, 0};
+      pending_seeds_.push_back(std::move(c));
+    }
+    if (pending_seeds_.empty()) pending_seeds_.push_back({"", "empty input", sha256_hex(""), 0, "", 0, 0});
+  }
+
+  std::optional<Task> next() override {
+    if (!error_.is_ok() || !result_.stopped_by.empty()) return std::nullopt;
+    if (settings_.max_runs > 0 && issued_ >= settings_.max_runs) {
+      result_.stopped_by = "--max-runs";
+      return std::nullopt;
+    }
+    if (settings_.max_time.count() > 0 && Clock::now() - started_ >= settings_.max_time) {
+      result_.stopped_by = "--max-time";
+      return std::nullopt;
+    }
+    Candidate c;
+    if (seed_index_ < pending_seeds_.size()) {
+      // Every seed runs once as it is, first: a seed that already fails is a finding.
+      c = pending_seeds_[seed_index_++];
+      corpus_.add({c.bytes, c.seed, c.seed_sha256, 0});
+      remember(c.bytes);
+    } else if (!make_candidate(c)) {
+      // Nothing new could be made (a tiny input space, all tried); with
+      // nothing in flight either, the session ends here.
+      if (in_flight_.empty()) result_.stopped_by = "no untried candidates left";
+      return std::nullopt;
+    }
+    c.run = ++issued_;
+    c.started_ms = store::now_ms();
+    const std::uint64_t ref = c.run;
+    Task task{"fuzz:" + std::to_string(ref), c.bytes, ref};
+    in_flight_.emplace(ref, std::move(c));
+    return task;
+  }
+
+  void on_outcome(const Task& task, const Outcome& outcome) override {
+    auto it = in_flight_.find(task.ref);
+    if (it == in_flight_.end()) return;
+    Candidate c = std::move(it->second);
+    in_flight_.erase(it);
+    ++result_.runs;
+    ++result_.by_kind[std::string(to_string(outcome.kind))];
+
+    if (outcome.kind == Kind::kSandboxError) {
+      if (++sandbox_errors_in_a_row_ >= kMaxSandboxErrorsInARow && error_.is_ok()) {
+        error_ = Status::error("the last " + std::to_string(kMaxSandboxErrorsInARow) +
+                               " runs could not start in the sandbox: " + outcome.message);
+      }
+      return;
+    }
+    sandbox_errors_in_a_row_ = 0;
+
+    const bool news = corpus_.observe(behaviour_features(outcome));
+    // Descendants of a slow failure would each cost a whole limit again.
+    const bool slow = outcome.kind == Kind::kCpuLimit || outcome.kind == Kind::kWallTimeout || outcome.kind == Kind::kOom;
+    if (news && !slow && c.generation > 0) {
+      corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation});
+    }
+    if (is_fuzz_finding(outcome.kind)) note_failure(c, outcome);
+    if (Clock::now() - last_flush_ >= kRepeatFlushInterval) flush_repeats(false);
+    if (settings_.on_progress) {
+      std::uint64_t repeats = 0;
+      for (const auto& [fp, n] : result_.repeats) repeats += n;
+      for (const auto& [fp, n] : unflushed_) repeats += n;
+      settings_.on_progress({result_.runs, corpus_.size(), result_.findings.size(), repeats});
+    }
+  }
+
+  // Writes the repeats counted since the last write: the counts only, and
+  // at the end of the session one audit entry per fingerprint (not one
+  // every few seconds, which would bury the record's history).
+  void flush_repeats(bool end_of_session) {
+    last_flush_ = Clock::now();
+    for (auto it = unflushed_.begin(); it != unflushed_.end();) {
+      auto counted = recorder_.add_repeats(it->first, static_cast<std::int64_t>(it->second), "");
+      if (!counted) {
+        if (error_.is_ok()) error_ = Status::error(counted.error());
+        return;
+      }
+      result_.repeats[it->first] += it->second;
+      it = unflushed_.erase(it);
+    }
+    if (!end_of_session) return;
+    for (const auto& [fp, n] : result_.repeats) {
+      auto record = known_.find(fp);
+      if (record == known_.end() || record->second == 0) continue;
+      const std::string detail = "pillbox fuzz (--seed " + std::to_string(settings_.rng_seed) + "): " +
+                                 std::to_string(n) + (n == 1 ? " mutated payload" : " mutated payloads") +
+                                 " failed this way";
+      if (auto s = recorder_.audit(record->second, "repeat", detail); !s && error_.is_ok()) error_ = s;
+    }
+  }
+
+  const Status& error() const { return error_; }
+  std::size_t corpus_size() const { return corpus_.size(); }
+  std::size_t features() const { return corpus_.features(); }
+
+ private:
+  bool make_candidate(Candidate& c) {
+    // A few tries to make something not run before; small inputs often
+    // mutate back into each other.
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const CorpusEntry& parent = corpus_.pick(mutator_.rng());
+      const CorpusEntry& other = corpus_.pick(mutator_.rng());
+      std::string how;
+      std::string bytes = mutator_.mutate(parent.bytes, &other == &parent ? std::string_view() : other.bytes, &how);
+      if (!remember(bytes)) {
+        ++result_.duplicates_skipped;
+        continue;
+      }
+      c = Candidate{std::move(bytes), parent.seed, parent.seed_sha256, parent.generation + 1, std::move(how), 0, 0};
+      return true;
+    }
+    return false;
+  }
+
+  // False when these bytes ran already.
+  bool remember(const std::string& bytes) {
+    const std::size_t h = std::hash<std::string_view>{}(bytes);
+    if (tried_.count(h) > 0) return false;
+    if (tried_.size() < kMaxRemembered) tried_.insert(h);
+    return true;
+  }
+
+  void note_failure(const Candidate& c, const Outcome& o) {
+    const std::string fp = o.fingerprint.empty() ? std::string(to_string(o.kind)) : o.fingerprint;
+    if (known_.count(fp) > 0) {
+      ++unflushed_[fp];
+      return;
+    }
+    // First sighting in this session: on file already (a run, an earlier
+    // session) means a repeat; otherwise a new record.
+    auto counted = recorder_.add_repeats(fp, 1, "");
+    if (!counted) {
+      if (error_.is_ok()) error_ = Status::error(counted.error());
+      return;
+    }
+    if (*counted != 0) {
+      known_[fp] = *counted;
+      ++result_.repeats[fp];
+      return;
+    }
+    const nlohmann::json origin = {{"seed", c.seed},
+                                   {"seed_sha256", c.seed_sha256},
+                                   {"generation", c.generation},
+                                   {"mutations", c.generation == 0 ? "none" : c.mutations},
+                                   {"rng_seed", settings_.rng_seed},
+                                   {"run", c.run}};
+    Finding f;
+    const std::string sha = sha256_hex(c.bytes);
+    f.key = "fuzz:" + sha.substr(0, 16);
+    f.payload = c.bytes;
+    f.outcome = o;
+    f.origin = origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    f.started_ms = c.started_ms;
+    f.ended_ms = store::now_ms();
+    auto recorded = recorder_.record(f, "found by pillbox fuzz from " + c.seed + " (generation " +
+                                            std::to_string(c.generation) + ", run " + std::to_string(c.run) + ")");
+    if (!recorded) {
+      if (error_.is_ok()) error_ = Status::error(recorded.error());
+      return;
+    }
+    known_[fp] = recorded->record_id;
+    FuzzFinding finding{recorded->record_id, std::string(to_string(o.kind)), fp, o.message, c.bytes.size(),
+                        c.seed, c.generation == 0 ? "none" : c.mutations, c.run, recorded->folded};
+    if (recorded->folded) {
+      ++result_.repeats[fp];
+    } else {
+      result_.findings.push_back(finding);
+    }
+    if (settings_.on_finding) settings_.on_finding(finding);
+  }
+
+  FindingRecorder& recorder_;
+  const FuzzSettings& settings_;
+  FuzzResult& result_;
+  Mutator mutator_;
+  FuzzCorpus corpus_;
+  std::vector<Candidate> pending_seeds_;
+  std::size_t seed_index_ = 0;
+  std::uint64_t issued_ = 0;
+  std::unordered_map<std::uint64_t, Candidate> in_flight_;
+  std::unordered_set<std::size_t> tried_;
+  std::map<std::string, std::int64_t> known_;        // fingerprint -> the record its repeats go to
+  std::map<std::string, std::uint64_t> unflushed_;   // repeats not yet written
+  int sandbox_errors_in_a_row_ = 0;
+  Clock::time_point started_;
+  Clock::time_point last_flush_;
+  Status error_;
+};
+
+}  // namespace
+
+bool is_fuzz_finding(Kind kind) {
+  switch (kind) {
+    case Kind::kCrash:
+    case Kind::kStackOverflow:
+    case Kind::kCpuLimit:
+    case Kind::kWallTimeout:
+    case Kind::kOom:
+    case Kind::kSeccompViolation:
+    case Kind::kOutputLimit:
+    case Kind::kProtocolError:
+    case Kind::kKilled:
+      return true;
+    case Kind::kOk:
+    case Kind::kHandlerError:
+    case Kind::kSandboxError:
+    case Kind::kSupervisorLost:
+      return false;
+  }
+  return false;
+}
+
+Expected<FuzzResult> run_fuzz(FindingRecorder& recorder, const FuzzSettings& settings) {
+  FuzzResult result;
+  const auto started = Clock::now();
+  FuzzPlanner planner(recorder, settings, result);
+  RunSettings run;
+  run.config = settings.config;
+  run.mode = settings.mode;
+  run.jobs = std::max<std::size_t>(1, settings.jobs);
+  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  auto report = run_planned(run, planner);
+  planner.flush_repeats(true);
+  result.elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  result.corpus = planner.corpus_size();
+  result.features = planner.features();
+  if (!report) return Error{report.error()};
+  if (!planner.error().is_ok()) return Error{planner.error().message()};
+  if (report->stop_signal != 0) {
+    result.stop_signal = report->stop_signal;
+    result.stopped_by = report->stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+  }
+  return result;
+}
+
+}  // namespace pillbox::fuzz

@@ -1,0 +1,84 @@
+#pragma once
+// pillbox fuzz: a mutation loop for targets that cannot be instrumented
+// (handlers, plugins, exec commands). Every candidate runs in the sandbox
+// exactly like a `run` task and is classified the same way; a failure with a
+// fingerprint the store does not hold becomes a quarantine record (source
+// fuzz, its seed and mutations as its origin), a known one only counts as a
+// repeat. All candidates of a session run in one dispatcher (one zygote),
+// `jobs` at once.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shared/child_config.h"
+#include "shared/status.h"
+#include "supervisor/finding_recorder.h"
+#include "supervisor/launcher.h"
+
+namespace pillbox::fuzz {
+
+struct FuzzSeed {
+  std::string name;    // "file x", "quarantine record 7": what the origin of a finding names
+  std::string bytes;
+};
+
+struct FuzzFinding {
+  std::int64_t record_id = 0;
+  std::string kind;
+  std::string fingerprint;
+  std::string message;
+  std::size_t size = 0;
+  std::string seed;
+  std::string mutations;
+  std::uint64_t run = 0;       // which run of the session found it (1-based)
+  bool folded = false;         // the store is full: counted as a repeat instead
+};
+
+struct FuzzProgress {
+  std::uint64_t runs = 0;
+  std::size_t corpus = 0;
+  std::size_t findings = 0;    // new records
+  std::uint64_t repeats = 0;   // failures of fingerprints already on file
+};
+
+struct FuzzSettings {
+  ChildConfig config;
+  LaunchMode mode = LaunchMode::kZygote;
+  std::string sandbox_binary;               // "" = find_sandbox_binary()
+  std::size_t jobs = 1;
+  std::vector<FuzzSeed> seeds;              // none: one empty input
+  std::vector<std::string> dictionary;
+  std::size_t max_len = 4096;               // no candidate is longer
+  std::uint64_t max_runs = 0;               // 0: no limit
+  std::chrono::milliseconds max_time{0};    // 0: no limit
+  std::uint64_t rng_seed = 0;
+  std::function<void(const FuzzProgress&)> on_progress;
+  std::function<void(const FuzzFinding&)> on_finding;
+};
+
+struct FuzzResult {
+  std::uint64_t runs = 0;
+  std::int64_t elapsed_ms = 0;
+  std::size_t corpus = 0;                   // inputs kept (seeds included)
+  std::size_t features = 0;                 // behaviours seen
+  std::vector<FuzzFinding> findings;        // new records, in the order found
+  std::map<std::string, std::uint64_t> repeats;  // fingerprint -> failures counted on a record already on file
+  std::map<std::string, std::uint64_t> by_kind;  // every run's outcome kind
+  std::uint64_t duplicates_skipped = 0;     // candidates equal to one already run
+  std::string stopped_by;                   // "--max-runs", "--max-time", "SIGINT", "SIGTERM"
+  int stop_signal = 0;
+};
+
+// Which outcome kinds are poison pills worth a record. Clean rejections
+// (handler-error) are what a parser should do with garbage; sandbox-error is
+// never the payload's fault.
+bool is_fuzz_finding(Kind kind);
+
+// Errors: the sandbox cannot start, every run fails to start, or the store
+// cannot be written.
+Expected<FuzzResult> run_fuzz(FindingRecorder& recorder, const FuzzSettings& settings);
+
+}  // namespace pillbox::fuzz
