@@ -61,6 +61,7 @@ const char* kHelp =
     "  --max-time DURATION    stop after this long (e.g. 60s, 10m)\n"
     "  --max-runs N           stop after this many runs\n"
     "                         (neither: run until SIGINT or SIGTERM)\n"
+    "  --stop-on-finding      stop at the first new record (candidates in flight finish)\n"
     "  --max-len N            longest candidate in bytes (default: 4096, or the largest seed)\n"
     "  --jobs N               candidates at once (default: number of cores)\n"
     "  --seed N               random seed (default: random; printed so that a session can be repeated)\n"
@@ -170,7 +171,7 @@ nlohmann::json finding_json(const fuzz::FuzzFinding& f) {
 int fuzz_command(int argc, char** argv) {
   std::vector<OptionSpec> options = kChildOptions;
   options.insert(options.end(), {{"from-quarantine"}, {"fingerprint"}, {"dict", true, true}, {"max-time"}, {"max-runs"},
-                                 {"max-len"}, {"jobs"}, {"seed"}, {"json", false}, {"store"}, {"help", false}});
+                                 {"max-len"}, {"jobs"}, {"seed"}, {"stop-on-finding", false}, {"json", false}, {"store"}, {"help", false}});
   auto args = Args::parse(argc, argv, 2, options, "fuzz");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -216,6 +217,7 @@ int fuzz_command(int argc, char** argv) {
   auto mode = read_launch_mode(*args);
   if (!mode) return fail(mode.error(), kExitUsage);
   settings.mode = *mode;
+  settings.stop_on_finding = args->flag("stop-on-finding");
 
   StoreAccessError error;
   auto access = open_or_create_store(args->value("store").value_or(""), error);

@@ -78,7 +78,7 @@ int quarantine_import(const QuarantineContext& c) {
     else if (a.status == "ok") ++not_failing;
     else ++unreadable;
   }
-  if (!json) {
+  {  // stderr: with --json too, stdout stays JSON lines
     std::fprintf(stderr, "pillbox quarantine: import: %zu artifacts: %zu imported, %zu already on file, %zu run ok here, "
                  "%zu unreadable%s\n", artifacts->size(), imported, already, not_failing, unreadable,
                  ignored ? (", " + std::to_string(ignored) + " other files ignored").c_str() : "");

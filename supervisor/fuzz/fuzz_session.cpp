@@ -219,6 +219,7 @@ class FuzzPlanner final : public PayloadPlanner {
       ++result_.repeats[fp];
     } else {
       result_.findings.push_back(finding);
+      if (settings_.stop_on_finding && result_.stopped_by.empty()) result_.stopped_by = "--stop-on-finding";
     }
     if (settings_.on_finding) settings_.on_finding(finding);
   }

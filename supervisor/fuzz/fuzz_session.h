@@ -55,6 +55,7 @@ struct FuzzSettings {
   std::uint64_t max_runs = 0;               // 0: no limit
   std::chrono::milliseconds max_time{0};    // 0: no limit
   std::uint64_t rng_seed = 0;
+  bool stop_on_finding = false;             // end the session at the first new record (like libFuzzer)
   std::function<void(const FuzzProgress&)> on_progress;
   std::function<void(const FuzzFinding&)> on_finding;
 };
@@ -68,7 +69,7 @@ struct FuzzResult {
   std::map<std::string, std::uint64_t> repeats;  // fingerprint -> failures counted on a record already on file
   std::map<std::string, std::uint64_t> by_kind;  // every run's outcome kind
   std::uint64_t duplicates_skipped = 0;     // candidates equal to one already run
-  std::string stopped_by;                   // "--max-runs", "--max-time", "SIGINT", "SIGTERM"
+  std::string stopped_by;                   // "--max-runs", "--max-time", "--stop-on-finding", "SIGINT", "SIGTERM"
   int stop_signal = 0;
 };
 

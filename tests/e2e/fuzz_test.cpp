@@ -1,0 +1,235 @@
+// pillbox fuzz and pillbox quarantine import (issue 5): a mutation loop
+// through the real sandbox finds poison pills in targets nothing instruments
+// (a backtracking regex, a program with a crash behind a magic value) and
+// quarantines them with their seed; fuzzer artifacts are imported with the
+// fingerprints `run` gives the same bytes.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "shared/sha256.h"
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+using e2e::sql_int;
+using e2e::sql_rows;
+
+namespace {
+
+// The summary line of `pillbox fuzz --json` (the last record).
+const nlohmann::json& summary_of(const e2e::RunResult& r) {
+  REQUIRE(!r.records.empty());
+  REQUIRE(r.records.back()["type"] == "summary");
+  return r.records.back();
+}
+
+// The fingerprint `pillbox run` gives `file` under `handler_args`, in a store of its own.
+std::string run_fingerprint(const std::string& file, std::vector<std::string> handler_args) {
+  e2e::TempDir dir;
+  std::vector<std::string> args = {"run", "--store", dir.path() + "/store", "--json", "--max-attempts", "1", file};
+  args.insert(args.end(), handler_args.begin(), handler_args.end());
+  const auto r = run_pillbox(args);
+  INFO(r.describe());
+  REQUIRE(r.records.size() == 1);
+  return r.records[0].value("fingerprint", "");
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: ^(a+)+$ seeded with aaaa yields a quarantined cpu-limit payload within 60 s") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const std::string seed = dir.write("aaaa.txt", "aaaa");
+  const auto r = run_pillbox({"fuzz", seed, "--handler", "regex", "--arg", "pattern=^(a+)+$", "--cpu", "1s",
+                              "--max-time", "60s", "--stop-on-finding", "--jobs", "2", "--seed", "1", "--json",
+                              "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);  // failures found
+  const auto& summary = summary_of(r);
+  CHECK(summary["stopped_by"] == "--stop-on-finding");
+  CHECK(summary["new_records"] == 1);
+  CHECK(r.seconds < 60);
+  MESSAGE("cpu-limit found after " << summary["runs"] << " runs, " << summary["elapsed_ms"] << " ms");
+  REQUIRE(r.records.front()["type"] == "finding");
+  CHECK(r.records.front()["kind"] == "cpu-limit");
+  CHECK(r.records.front()["seed"] == "input " + seed);
+
+  const auto rows = sql_rows(db, "SELECT id, kind, source, json_extract(origin, '$.seed'), "
+                                 "json_extract(origin, '$.seed_sha256'), payload_sha256 FROM quarantine");
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][1] == "cpu-limit");
+  CHECK(rows[0][2] == "fuzz");
+  CHECK(rows[0][3] == "input " + seed);
+  CHECK(rows[0][4] == pillbox::sha256_hex("aaaa"));
+  // The ledger has the task, quarantined, with the attempt that found it.
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks t JOIN quarantine q ON q.task_id = t.id WHERE t.state = 'quarantined'") == 1);
+  CHECK(sql_int(db, "SELECT count(*) FROM attempts a JOIN quarantine q ON q.task_id = a.task_id WHERE a.kind = 'cpu-limit'") == 1);
+
+  // The payload really is a poison pill: run on its own, it hits the CPU limit again.
+  const std::string payload = dir.file("found");
+  const auto exported = run_pillbox({"quarantine", "export", rows[0][0], "-o", payload, "--store", store});
+  INFO(exported.describe());
+  REQUIRE(exported.exit_code == 0);
+  const auto rerun = run_pillbox({"run", "--no-store", "--json", "--handler", "regex", "--arg", "pattern=^(a+)+$",
+                                  "--cpu", "1s", payload});
+  INFO(rerun.describe());
+  REQUIRE(rerun.records.size() == 1);
+  CHECK(rerun.records[0]["kind"] == "cpu-limit");
+}
+
+TEST_CASE("fuzz: a crash behind a 4-byte magic value is found with the dictionary; a second session only counts repeats") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const std::string seed = dir.write("hello", "hello world");
+  const std::string dict = dir.write("pbx.dict", "# the record header\nmagic=\"PBX!\"\n");
+  const std::string program = e2e::fixture("magic_crash");
+  const auto r = run_pillbox({"fuzz", seed, "--dict", dict, "--max-time", "60s", "--stop-on-finding", "--jobs", "2",
+                              "--seed", "7", "--json", "--store", store, "--", program});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  const auto& summary = summary_of(r);
+  CHECK(summary["stopped_by"] == "--stop-on-finding");
+  MESSAGE("crash found after " << summary["runs"] << " runs, " << summary["elapsed_ms"] << " ms");
+  const auto rows = sql_rows(db, "SELECT id, kind, fingerprint, crash_state, json_extract(origin, '$.mutations'), "
+                                 "repeats FROM quarantine");
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][1] == "crash");
+  CHECK(rows[0][3].find("parse_record") != std::string::npos);
+  CHECK(rows[0][4].find("dict-") != std::string::npos);  // the magic came from the dictionary
+  const std::string payload = dir.file("found");
+  REQUIRE(run_pillbox({"quarantine", "export", rows[0][0], "-o", payload, "--store", store}).exit_code == 0);
+  CHECK(e2e::read_file(payload).rfind("PBX!", 0) == 0);
+  // `run` gives the found bytes the same fingerprint.
+  CHECK(run_fingerprint(payload, {"--", program}) == rows[0][2]);
+
+  // A second session, seeded with the crasher itself: the fingerprint is on
+  // file, so its failures only count as repeats of the record.
+  const auto again = run_pillbox({"fuzz", seed, payload, "--dict", dict, "--max-runs", "150", "--jobs", "2", "--seed",
+                                  "8", "--json", "--store", store, "--", program});
+  INFO(again.describe());
+  CHECK(again.exit_code == 1);
+  const auto& s2 = summary_of(again);
+  CHECK(s2["new_records"] == 0);
+  REQUIRE(s2["repeats"].contains(rows[0][2]));
+  const long long counted = s2["repeats"][rows[0][2]].get<long long>();
+  CHECK(counted >= 1);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
+  CHECK(sql_int(db, "SELECT repeats FROM quarantine") == std::stoll(rows[0][5]) + counted);
+  // One audit entry for the session's repeats, not one per repeat.
+  CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'repeat'") == 1);
+}
+
+TEST_CASE("fuzz --from-quarantine: seeds and handler come from the record") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const auto run = run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--json", "-"},
+                               e2e::task_line("crasher", "S segv here"));
+  INFO(run.describe());
+  REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
+  const auto r = run_pillbox({"fuzz", "--from-quarantine", "1", "--max-runs", "100", "--jobs", "2", "--seed", "3",
+                              "--json", "--store", store});
+  INFO(r.describe());
+  const auto& summary = summary_of(r);
+  CHECK(summary["runs"] == 100);
+  CHECK(summary["stopped_by"] == "--max-runs");
+  // The seed itself crashes under the recorded plugin: a repeat of record 1.
+  const std::string fp = sql_rows(db, "SELECT fingerprint FROM quarantine WHERE id = 1")[0][0];
+  REQUIRE(summary["repeats"].contains(fp));
+  CHECK(sql_int(db, "SELECT repeats FROM quarantine WHERE id = 1") == summary["repeats"][fp].get<long long>());
+  // Whatever else it found is new, from that seed.
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE source = 'fuzz' AND "
+                    "json_extract(origin, '$.seed') != 'quarantine record 1'") == 0);
+}
+
+TEST_CASE("fuzz: usage errors say what to do") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::string bad_dict = dir.write("bad.dict", "magic=PBX!\n");
+  const std::vector<Case> cases = {
+      {{"fuzz", "--max-runs", "5"}, "--handler is required"},
+      {{"fuzz", "--handler", "echo", "--dict", dir.file("missing.dict")}, "cannot read dictionary"},
+      {{"fuzz", "--handler", "echo", "--dict", bad_dict}, "bad.dict:1:"},
+      {{"fuzz", "--handler", "echo", "--max-runs", "0"}, "--max-runs"},
+      {{"fuzz", "--handler", "echo", "--max-time", "soon"}, "--max-time"},
+      {{"fuzz", "--from-quarantine", "7"}, "no quarantine record 7"},
+      {{"fuzz", "--fingerprint", "pb1-0000000000000000"}, "no record has fingerprint"},
+      {{"fuzz", "--handler", "echo", dir.file("no-such-seed")}, "no-such-seed"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--store", store});
+    const auto r = run_pillbox(args);
+    INFO(r.describe());
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("quarantine import: libFuzzer and AFL++ artifacts get the fingerprints run gives the same bytes") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const std::string artifacts = dir.path() + "/artifacts";
+  // libFuzzer: crash-<sha1 of the input>; AFL++: <out>/default/crashes/id:...
+  // (libFuzzer names it by the input's SHA-1: 40 hex digits, which is what
+  // is recognized; these are not checked against the bytes.)
+  const std::string segv = "S from libFuzzer";
+  const std::string hex = pillbox::sha256_hex(segv).substr(0, 40);
+  REQUIRE(std::system(("mkdir -p " + artifacts + "/afl/default/crashes").c_str()) == 0);
+  const std::string libfuzzer_file = dir.write("artifacts/crash-" + hex, segv);
+  const std::string afl_file =
+      dir.write("artifacts/afl/default/crashes/id:000000,sig:06,src:000000,time:412,execs:1000,op:havoc,rep:4",
+                "A from AFL++");
+  dir.write("artifacts/afl/default/crashes/README.txt", "Command line used to find this crash: ...\n");
+  // A timeout artifact whose bytes run fine under this handler.
+  const std::string fine = dir.write("artifacts/timeout-0123456789abcdef0123456789abcdef01234567", "fine");
+
+  const auto r = run_pillbox({"quarantine", "import", artifacts, "--handler", e2e::poison_plugin(), "--json",
+                              "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);  // one artifact runs ok here
+  REQUIRE(r.records.size() == 3);
+  std::map<std::string, nlohmann::json> by_file;
+  for (const auto& rec : r.records) by_file[rec["file"]] = rec;
+  CHECK(by_file[libfuzzer_file]["status"] == "imported");
+  CHECK(by_file[libfuzzer_file]["tool"] == "libfuzzer");
+  CHECK(by_file[libfuzzer_file]["artifact"] == "crash");
+  CHECK(by_file[afl_file]["status"] == "imported");
+  CHECK(by_file[afl_file]["tool"] == "afl++");
+  CHECK(by_file[fine]["status"] == "ok");
+  CHECK(r.err.find("1 other files ignored") != std::string::npos);  // README.txt
+
+  const auto rows = sql_rows(db, "SELECT key, kind, fingerprint, source, json_extract(origin, '$.tool'), "
+                                 "json_extract(origin, '$.file') FROM quarantine ORDER BY key");
+  REQUIRE(rows.size() == 2);
+  for (const auto& row : rows) {
+    CHECK(row[1] == "crash");
+    CHECK(row[3] == "import");
+    CHECK(row[5] == row[0]);
+    // The same fingerprint `run` gives the same bytes under the same handler.
+    CHECK(run_fingerprint(row[0], {"--handler", e2e::poison_plugin()}) == row[2]);
+  }
+  CHECK(rows[0][2] != rows[1][2]);  // SIGSEGV and SIGABRT: two bugs
+
+  // Importing again adds nothing.
+  const auto again = run_pillbox({"quarantine", "import", libfuzzer_file, afl_file, "--handler", e2e::poison_plugin(),
+                                  "--json", "--store", store});
+  INFO(again.describe());
+  CHECK(again.exit_code == 0);
+  REQUIRE(again.records.size() == 2);
+  for (const auto& rec : again.records) CHECK(rec["status"] == "already");
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 2);
+
+  // No artifacts at all is a usage error naming what was looked for.
+  e2e::TempDir empty;
+  const auto none = run_pillbox({"quarantine", "import", empty.path(), "--handler", "echo", "--store", store});
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("no crash artifacts found") != std::string::npos);
+}

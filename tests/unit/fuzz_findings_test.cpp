@@ -1,0 +1,101 @@
+// What pillbox fuzz keeps and what import recognizes: the behaviour features
+// of an outcome (supervisor/fuzz/fuzz_corpus.h), which kinds are findings,
+// and fuzzer artifact names (supervisor/artifact_import.h).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "supervisor/artifact_import.h"
+#include "supervisor/fuzz/fuzz_corpus.h"
+#include "supervisor/fuzz/fuzz_session.h"
+
+namespace {
+
+bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+}  // namespace
+
+TEST_CASE("fuzz corpus: CPU time, output and memory count in powers of two") {
+  pillbox::Outcome o;
+  o.kind = pillbox::Kind::kOk;
+  o.cpu_ms = 0;
+  CHECK(has(pillbox::fuzz::behaviour_features(o), "cpu:0"));
+  o.cpu_ms = 1;
+  CHECK(has(pillbox::fuzz::behaviour_features(o), "cpu:1"));
+  o.cpu_ms = 5;
+  CHECK(has(pillbox::fuzz::behaviour_features(o), "cpu:3"));
+  o.cpu_ms = 7;
+  CHECK(has(pillbox::fuzz::behaviour_features(o), "cpu:3"));  // same bucket as 5: not new
+  o.cpu_ms = 8;
+  CHECK(has(pillbox::fuzz::behaviour_features(o), "cpu:4"));
+  o.output = std::string(100, 'x');
+  CHECK(has(pillbox::fuzz::behaviour_features(o), "ok/output:7"));
+  o.max_rss_kb = 3 * 1024;
+  CHECK(has(pillbox::fuzz::behaviour_features(o), "rss:2"));
+
+  pillbox::fuzz::FuzzCorpus corpus;
+  o.cpu_ms = 5;
+  CHECK(corpus.observe(pillbox::fuzz::behaviour_features(o)));
+  o.cpu_ms = 6;
+  CHECK_FALSE(corpus.observe(pillbox::fuzz::behaviour_features(o)));
+  o.cpu_ms = 9;  // twice as slow: kept
+  CHECK(corpus.observe(pillbox::fuzz::behaviour_features(o)));
+}
+
+TEST_CASE("fuzz corpus: rejection messages differ by words, not by the numbers in them") {
+  pillbox::Outcome a;
+  a.kind = pillbox::Kind::kHandlerError;
+  a.message = "bad xref at offset 1234";
+  pillbox::Outcome b = a;
+  b.message = "bad xref at offset 98765";
+  pillbox::Outcome c = a;
+  c.message = "missing trailer";
+  pillbox::fuzz::FuzzCorpus corpus;
+  CHECK(corpus.observe(pillbox::fuzz::behaviour_features(a)));
+  CHECK_FALSE(corpus.observe(pillbox::fuzz::behaviour_features(b)));
+  CHECK(corpus.observe(pillbox::fuzz::behaviour_features(c)));
+}
+
+TEST_CASE("fuzz: poison pills are findings, clean rejections and sandbox errors are not") {
+  using pillbox::Kind;
+  for (Kind k : {Kind::kCrash, Kind::kStackOverflow, Kind::kCpuLimit, Kind::kWallTimeout, Kind::kOom,
+                 Kind::kSeccompViolation, Kind::kOutputLimit, Kind::kProtocolError, Kind::kKilled}) {
+    CHECK(pillbox::fuzz::is_fuzz_finding(k));
+  }
+  for (Kind k : {Kind::kOk, Kind::kHandlerError, Kind::kSandboxError, Kind::kSupervisorLost}) {
+    CHECK_FALSE(pillbox::fuzz::is_fuzz_finding(k));
+  }
+}
+
+TEST_CASE("import: libFuzzer and AFL++ artifact names are recognized, other files are not") {
+  const std::string sha1 = "3ef71e2871fbc3548edfaa03d48d5f20c4303126";
+  struct Case {
+    std::string path;
+    std::string tool;
+    std::string artifact;
+  };
+  const std::vector<Case> known = {
+      {"/x/crash-" + sha1, "libfuzzer", "crash"},
+      {"/x/oom-" + sha1, "libfuzzer", "oom"},
+      {"/x/timeout-" + sha1, "libfuzzer", "timeout"},
+      {"/x/leak-" + sha1, "libfuzzer", "leak"},
+      {"/x/slow-unit-" + sha1, "libfuzzer", "slow-unit"},
+      {"/x/wire_frame-crash-" + sha1, "libfuzzer", "crash"},  // -artifact_prefix=wire_frame-
+      {"/out/default/crashes/id:000000,sig:11,src:000000,time:10,execs:20,op:havoc,rep:2", "afl++", "crashes"},
+      {"/out/default/hangs/id:000003,src:000001,time:99,execs:7,op:flip1,pos:0", "afl++", "hangs"},
+      {"/out/default/crashes/id_000001,sig_06", "afl++", "crashes"},
+  };
+  for (const auto& c : known) {
+    CAPTURE(c.path);
+    const auto a = pillbox::recognize_artifact(c.path);
+    REQUIRE(a.has_value());
+    CHECK(a->tool == c.tool);
+    CHECK(a->artifact == c.artifact);
+    CHECK(a->path == c.path);
+  }
+  for (const std::string& other : std::vector<std::string>{"/out/default/crashes/README.txt", "/out/default/queue/id:000000,time:0",
+                                  "/x/crash-1234", "/x/crash-" + sha1 + ".txt", "/x/seed.bin"}) {
+    CAPTURE(other);
+    CHECK_FALSE(pillbox::recognize_artifact(other).has_value());
+  }
+}
