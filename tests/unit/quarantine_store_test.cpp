@@ -172,6 +172,7 @@ TEST_CASE("quarantine store: insert and get round-trip every field") {
   e.cpu_ms = 12;
   e.wall_ms = 34;
   e.max_rss_kb = 5678;
+  e.origin = R"({"seed":"input seeds/a.bin","mutations":"flip-bit,dict-insert"})";
   auto r = env.qs->insert(e, payload, 1'700'000'000'123, "tester");
   REQUIRE_MESSAGE(r.has_value(), r.error());
   REQUIRE(env.ledger->commit().is_ok());
@@ -188,6 +189,7 @@ TEST_CASE("quarantine store: insert and get round-trip every field") {
   CHECK(g.task_id == e.task_id);
   CHECK(g.key == e.key);
   CHECK(g.source == e.source);
+  CHECK(g.origin == e.origin);
   CHECK(g.handler == e.handler);
   CHECK(g.handler_identity == e.handler_identity);
   CHECK(g.handler_args == e.handler_args);
@@ -517,6 +519,33 @@ TEST_CASE("quarantine store: full with nothing to evict, a known fingerprint is 
   CHECK(again.id == r2);
   CHECK(env.count("SELECT repeats FROM quarantine WHERE id = " + std::to_string(r2)) == 2);
   CHECK(env.count("SELECT count(*) FROM audit WHERE action = 'repeat'") == 2);
+}
+
+TEST_CASE("quarantine store: add_repeats counts on the newest unresolved record of a fingerprint") {
+  Env env;
+  CHECK(env.add("a", "payload a", "fp-1", 1000).id == 1);
+  CHECK(env.add("b", "payload b", "fp-1", 2000).id == 2);
+  CHECK(env.add("c", "payload c", "fp-2", 3000).id == 3);
+  auto counted = [&](const std::string& fp, std::int64_t n, const std::string& detail) {
+    REQUIRE(env.ledger->begin().is_ok());
+    auto id = env.qs->add_repeats(fp, n, 4000, "fuzzer", detail);
+    REQUIRE_MESSAGE(id.has_value(), id.error());
+    REQUIRE(env.ledger->commit().is_ok());
+    return *id;
+  };
+  CHECK(counted("fp-1", 5, "") == 2);  // the newest
+  CHECK(env.count("SELECT repeats FROM quarantine WHERE id = 2") == 5);
+  CHECK(env.count("SELECT repeats FROM quarantine WHERE id = 1") == 0);
+  CHECK(env.count("SELECT count(*) FROM audit") == 0);  // no detail: counts only
+  // A resolved bug seen again is news: not counted on the resolved record.
+  env.set_status(2, "resolved");
+  CHECK(counted("fp-1", 2, "fuzz session: 2 more") == 1);
+  CHECK(env.count("SELECT repeats FROM quarantine WHERE id = 1") == 2);
+  CHECK(env.count("SELECT count(*) FROM audit WHERE record_id = 1 AND action = 'repeat' AND detail = 'fuzz session: 2 more'") == 1);
+  env.set_status(1, "resolved");
+  CHECK(counted("fp-1", 1, "x") == 0);  // none open: the caller records it anew
+  CHECK(counted("fp-unknown", 1, "x") == 0);
+  CHECK(env.count("SELECT sum(repeats) FROM quarantine") == 7);
 }
 
 TEST_CASE("quarantine store: full with nothing to evict, a new fingerprint is kept anyway") {
