@@ -133,6 +133,33 @@ TEST_CASE("store: a store written by a newer pillbox is refused and left as it i
   CHECK(*db->query_int("PRAGMA user_version") == schema_version() + 5);
 }
 
+TEST_CASE("store: a version 3 store with records migrates to the current version, records intact") {
+  Scratch s;
+  const std::string dir = s.path + "/store";
+  std::filesystem::create_directory(dir);
+  ::chmod(dir.c_str(), 0700);
+  {
+    auto db = Database::open(dir + "/pillbox.db");
+    REQUIRE_MESSAGE(db.has_value(), db.error());
+    REQUIRE(migrate(*db, 3).is_ok());
+    const pillbox::Status filled = db->exec(
+        "INSERT INTO runs VALUES (1, 0, 1, 'h', 'echo', 'p');"
+        "INSERT INTO tasks VALUES (1, 'echo', 'k', 'ab', 1, 'quarantined', 1, 0);"
+        "INSERT INTO payloads VALUES ('ab', 1, x'41', 0);"
+        "INSERT INTO quarantine (id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
+        "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
+        "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at) VALUES (1, 1, 'k', 'run', "
+        "'echo', 'echo', '{}', '[]', 'p', '', 'ab', 1, 'crash', 'fp', '[]', 'm', 11, '', -1, 0, 0, 0, "
+        "'quarantined', 0, 0);");
+    REQUIRE_MESSAGE(filled.is_ok(), filled.message());
+  }
+  auto store = Store::open(dir);
+  REQUIRE_MESSAGE(store.has_value(), store.error());
+  CHECK(*store->db().query_int("PRAGMA user_version") == schema_version());
+  CHECK(*store->db().query_text("SELECT key || ':' || source || ':' || origin || ':' || status FROM quarantine") ==
+        "k:run::quarantined");
+}
+
 TEST_CASE("store: a database file that is not SQLite is a clear error") {
   Scratch s;
   const std::string dir = s.path + "/store";
