@@ -4,6 +4,7 @@
 // quarantines them with their seed; fuzzer artifacts are imported with the
 // fingerprints `run` gives the same bytes.
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -232,4 +233,43 @@ TEST_CASE("quarantine import: libFuzzer and AFL++ artifacts get the fingerprints
   const auto none = run_pillbox({"quarantine", "import", empty.path(), "--handler", "echo", "--store", store});
   CHECK(none.exit_code == 2);
   CHECK(none.err.find("no crash artifacts found") != std::string::npos);
+}
+
+TEST_CASE("fuzz: SIGINT ends a session with its repeats written; SIGKILL loses no record") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const std::string seed = dir.write("crasher", "S crashes at once");
+  const std::vector<std::string> args = {"fuzz", seed, "--handler", e2e::poison_plugin(), "--jobs", "2", "--seed", "5",
+                                         "--max-time", "120s", "--json", "--store", store};
+  // SIGINT once the seed's crash is on file.
+  const auto r = e2e::run_pillbox(args, "", {}, [](pid_t pid, std::size_t line_no, std::string_view) {
+    if (line_no == 1) ::kill(pid, SIGINT);
+  });
+  INFO(r.describe());
+  CHECK(r.exit_code == 130);
+  const auto& summary = summary_of(r);
+  CHECK(summary["stopped_by"] == "SIGINT");
+  CHECK(summary["new_records"].get<long long>() >= 1);
+  long long repeats = 0;
+  for (const auto& [fp, n] : summary["repeats"].items()) repeats += n.get<long long>();
+  // Every repeat the summary reports is in the store.
+  CHECK(sql_int(db, "SELECT sum(repeats) FROM quarantine") == repeats);
+  const long long records = sql_int(db, "SELECT count(*) FROM quarantine");
+
+  // SIGKILL in the middle of the next session: what was recorded stays, the
+  // store is sound, and the next session goes on from it.
+  // (Seeded with another crasher, whose new record prints the line that triggers the kill.)
+  std::vector<std::string> args2 = args;
+  args2[1] = dir.write("aborter", "A aborts at once");
+  const auto killed = e2e::run_pillbox(args2, "", {}, [](pid_t pid, std::size_t, std::string_view) { ::kill(pid, SIGKILL); });
+  CHECK(killed.term_signal == SIGKILL);
+  CHECK(sql_rows(db, "PRAGMA integrity_check") == std::vector<std::vector<std::string>>{{"ok"}});
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine") >= records + 1);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine q JOIN tasks t ON t.id = q.task_id WHERE t.state != 'quarantined'") == 0);
+  const auto next = e2e::run_pillbox({"fuzz", seed, "--handler", e2e::poison_plugin(), "--jobs", "2", "--max-runs", "50",
+                                      "--json", "--store", store});
+  INFO(next.describe());
+  CHECK(next.exit_code == 1);
+  CHECK(summary_of(next)["runs"] == 50);
 }
