@@ -35,6 +35,9 @@ bool names_native_arch(std::string_view arch) {
 // exist here can go into a filter (negative numbers are libseccomp's
 // placeholders for syscalls of other architectures).
 bool exists_on_native_arch(const std::string& name) {
+  // libseccomp reads a C string: "read\u0000x" (JSON may escape a NUL) would
+  // resolve as read, though it is no syscall's name (fuzz/oci_import_fuzzer.cpp).
+  if (name.find('\0') != std::string::npos) return false;
   return seccomp_syscall_resolve_name(name.c_str()) >= 0;
 }
 
@@ -178,6 +181,14 @@ std::string parse_error_text(const json::parse_error& e) {
 
 Expected<std::vector<std::string>> import_oci_seccomp(std::string_view json_text,
                                                       std::string_view origin) {
+  // nlohmann's lexer takes a NUL byte for the end of the input (nlohmann/json
+  // issue #1095), so "{...}\0anything" would import with everything from the
+  // NUL on silently ignored. No JSON text holds a raw NUL (a string escapes it
+  // as \u0000): reject it like any other malformed byte. Found by fuzzing.
+  if (const std::size_t nul = json_text.find('\0'); nul != std::string_view::npos) {
+    return Error{std::string(origin) + ": malformed JSON at byte " + std::to_string(nul + 1) +
+                 ": a NUL byte, which JSON text cannot contain"};
+  }
   try {
     const json root = json::parse(json_text.begin(), json_text.end());
     return Importer(origin).run(root);
