@@ -216,6 +216,12 @@ class InputSource final : public TaskSource {
 
 Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number) {
   const std::string where = "stdin:" + std::to_string(line_number) + ": ";
+  // nlohmann's lexer takes a NUL byte for the end of the input, so
+  // '{"key":"a","payload":"x"}\0anything' would parse with the rest
+  // silently dropped. JSON text holds no raw NUL: reject the line.
+  if (const auto nul = line.find('\0'); nul != std::string_view::npos) {
+    return Error{where + "invalid JSON at byte " + std::to_string(nul + 1) + ": a NUL byte (escape it as \\u0000)"};
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);

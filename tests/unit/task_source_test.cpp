@@ -145,6 +145,15 @@ TEST_CASE("parse_task_line: errors name the line number") {
     CHECK(contains(r.error(), c.expected));
     CHECK(r.error().find('\n') == std::string::npos);
   }
+  // A NUL byte used to end the parse early: the line after it was ignored.
+  using namespace std::string_literals;
+  for (const std::string& line : {R"({"key": "a", "payload": "x"})"s + '\0' + "garbage", "\0"s,
+                                  R"({"payload": "x)"s + '\0' + R"("})"}) {
+    auto r = parse_task_line(line, 7);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().rfind("stdin:7: invalid JSON at byte ", 0) == 0);
+    CHECK(contains(r.error(), "a NUL byte"));
+  }
 }
 
 TEST_CASE("open_inputs: a directory tree in sorted order, then a file given directly") {
