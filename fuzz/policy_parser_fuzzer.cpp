@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz/fuzz_check.h"
 #include "shared/policy_parser.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -15,11 +16,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // harness never depends on files of the machine it runs on.
   auto policy = pillbox::parse_policy(text, "fuzz.policy", "/nonexistent-pillbox-fuzz");
   if (!policy) {
-    if (policy.error().empty() || policy.error().find('\n') != std::string::npos) __builtin_trap();
+    FUZZ_CHECK(!policy.error().empty());
+    FUZZ_CHECK(policy.error().find('\n') == std::string::npos);
     return 0;
   }
   const std::string rendered = pillbox::format_policy(*policy);
   auto reparsed = pillbox::parse_policy(rendered, "fuzz.policy", "/nonexistent-pillbox-fuzz");
-  if (!reparsed || pillbox::format_policy(*reparsed) != rendered) __builtin_trap();
+  FUZZ_CHECK(reparsed.has_value());
+  FUZZ_CHECK(pillbox::format_policy(*reparsed) == rendered);
   return 0;
 }

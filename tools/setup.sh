@@ -13,6 +13,9 @@ packages=(
   libsqlite3-dev                                # embedded store
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
   python3 gzip                                  # sample corpus generation
+  clang libclang-rt-14-dev                      # fuzz/ harnesses: clang 14; libFuzzer and the sanitizer
+                                                # runtimes (only recommended by clang, so named here)
+  llvm-14                                       # llvm-symbolizer: fuzz findings with function names
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quick start (b): installs what is missing, builds, and runs the whole test
-# suite twice: a normal build, then an AddressSanitizer/UBSan build.
+# suite twice: a normal build, then an AddressSanitizer/UBSan build; between
+# the two, a short smoke run of every fuzz harness (fuzz/smoke.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -12,9 +13,14 @@ jobs=$(nproc)
 tools/build.sh build -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG"
 ctest --test-dir build --output-on-failure --timeout 900 -j "$jobs"
 
+# libFuzzer harnesses (fuzz/): a clang build of only the harnesses, then each
+# one for a fixed time from its seed corpus; a finding fails CI, its input is
+# saved in fuzz/. About 2 minutes on 2 cores (fuzz/README.md).
+fuzz/smoke.sh "${PILLBOX_FUZZ_SECONDS:-10}" build-fuzz
+
 # Line tables only (-g1): sanitizer reports keep file:line, compiling is cheaper.
 tools/build.sh build-asan -DPILLBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DCMAKE_C_FLAGS_DEBUG="-g1"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 1800 -j "$jobs"
-echo "test: all suites passed (normal and ASan/UBSan), $jobs cores"
+echo "test: all suites passed (normal, fuzz smoke and ASan/UBSan), $jobs cores"
