@@ -73,7 +73,7 @@ class ImportPlanner final : public PayloadPlanner {
     }
     const nlohmann::json origin = {{"tool", a.tool}, {"artifact", a.artifact}, {"file", a.path}};
     Finding f{a.path, payloads_[i], o, origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-              started_ms_[i], store::now_ms()};
+              started_ms_[i], store::now_ms(), settings_.jobs <= 1};
     payloads_.erase(i);
     auto recorded = recorder_.record(f, "imported from " + a.path + " (" + a.tool + " " + a.artifact + ")");
     if (!recorded) {

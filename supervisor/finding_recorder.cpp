@@ -23,8 +23,15 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
     ledger_.rollback();
     return Error{message};
   };
-  auto started = ledger_.start_attempt(f.key, sha, size, f.started_ms, /*solo=*/true);
+  auto started = ledger_.start_attempt(f.key, sha, size, f.started_ms, f.solo);
   if (!started) return fail(started.error());
+  if (started->n == 0 && started->state == "ok") {
+    // Done before (a replay resolved it), failing now: a regression, which
+    // gets a record of its own like any new failure.
+    if (auto s = ledger_.set_state(started->task_id, "pending", f.started_ms); !s) return fail(s.message());
+    started = ledger_.start_attempt(f.key, sha, size, f.started_ms, f.solo);
+    if (!started) return fail(started.error());
+  }
   RecordedFinding result;
   if (started->n == 0) {
     // Finished before under this handler and policy: nothing new to record.

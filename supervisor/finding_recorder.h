@@ -23,15 +23,16 @@ struct Finding {
   std::string origin;        // JSON object (QuarantineEntry::origin)
   std::int64_t started_ms = 0;
   std::int64_t ended_ms = 0;
+  bool solo = false;         // nothing else ran meanwhile (--jobs 1)
 };
 
 struct RecordedFinding {
   std::int64_t record_id = 0;     // 0: not recorded (see `already`)
   bool new_fingerprint = false;
   bool folded = false;            // the store is full: counted as a repeat of its fingerprint
-  // The ledger has this task finished already under the same handler and
-  // policy (imported before, or resolved by a replay): its state, and its
-  // open record if it has one.
+  // The ledger has this task quarantined already under the same handler and
+  // policy (imported before): its open record if it has one. A task that is
+  // done (ok: resolved by a replay) and fails again is recorded anew.
   std::optional<std::string> already;
 };
 

@@ -42,8 +42,8 @@ const char* kHelp =
     "power of two (so inputs that are ever slower are followed, towards a CPU blow-up).\n"
     "\n"
     "A failure (crash, stack-overflow, cpu-limit, wall-timeout, oom, seccomp-violation,\n"
-    "output-limit, protocol-error, killed) whose fingerprint the store does not hold becomes a\n"
-    "quarantine record with source fuzz and its origin (seed, mutations, --seed); a known\n"
+    "output-limit, protocol-error) whose fingerprint the store does not hold becomes a\n"
+    "quarantine record with source fuzz and its origin (seed, mutations since it, --seed); a known\n"
     "fingerprint only counts as a repeat of its record. Clean rejections (handler-error) are\n"
     "what a parser should do with garbage and are not recorded.\n"
     "\n"
@@ -64,7 +64,10 @@ const char* kHelp =
     "  --stop-on-finding      stop at the first new record (candidates in flight finish)\n"
     "  --max-len N            longest candidate in bytes (default: 4096, or the largest seed)\n"
     "  --jobs N               candidates at once (default: number of cores)\n"
-    "  --seed N               random seed (default: random; printed so that a session can be repeated)\n"
+    "  --seed N               random seed of the mutations (default: random; printed, and kept in each\n"
+    "                         finding's origin). The same seed gives the same mutations, but which\n"
+    "                         inputs are kept depends on measured CPU time and on completion order,\n"
+    "                         so two sessions can still differ\n"
     "  --json                 each finding and the summary as JSON lines on stdout\n"
     "  --store DIR            the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox)\n"
     "\n"
@@ -253,13 +256,16 @@ int fuzz_command(int argc, char** argv) {
       std::printf("%s record %lld: %s %s (%zu bytes, from %s, run %llu, mutations: %s)\n",
                   f.folded ? "repeat (store full)" : "new fingerprint", static_cast<long long>(f.record_id),
                   f.kind.c_str(), f.fingerprint.c_str(), f.size, f.seed.c_str(),
-                  static_cast<unsigned long long>(f.run), table_cell(f.mutations, 80).c_str());
+                  static_cast<unsigned long long>(f.run), table_cell(f.mutations, 120).c_str());
     }
     std::fflush(stdout);
   };
-  std::fprintf(stderr, "pillbox fuzz: %zu seeds, %zu dictionary tokens, --seed %llu, store %s\n", settings.seeds.size(),
-               settings.dictionary.size(), static_cast<unsigned long long>(settings.rng_seed),
-               access->store.dir().c_str());
+  const std::string seeds = settings.seeds.empty() ? std::string("no seeds (one empty input)")
+                                                   : std::to_string(settings.seeds.size()) +
+                                                         (settings.seeds.size() == 1 ? " seed" : " seeds");
+  std::fprintf(stderr, "pillbox fuzz: %s, %zu dictionary token%s, --seed %llu, store %s\n", seeds.c_str(),
+               settings.dictionary.size(), settings.dictionary.size() == 1 ? "" : "s",
+               static_cast<unsigned long long>(settings.rng_seed), access->store.dir().c_str());
   auto result = fuzz::run_fuzz(*recorder, settings);
   progress.finish();
   if (!result) return fail(result.error(), kExitSetup);
@@ -284,11 +290,12 @@ int fuzz_command(int argc, char** argv) {
     std::string kinds;
     for (const auto& [k, n] : result->by_kind) kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
     std::fprintf(stderr,
-                 "pillbox fuzz: %llu runs in %.1f s (%.1f runs/s), corpus %zu, %zu new records, %llu repeats of "
-                 "%zu known fingerprints; outcomes: %s; stopped by %s; --seed %llu repeats this session\n",
+                 "pillbox fuzz: %llu runs in %.1f s (%.1f runs/s), corpus %zu, %zu new record%s, %llu repeat%s of "
+                 "%zu known fingerprint%s; outcomes: %s; stopped by %s; --seed %llu\n",
                  static_cast<unsigned long long>(result->runs), seconds, rate, result->corpus, result->findings.size(),
-                 static_cast<unsigned long long>(repeats), result->repeats.size(), kinds.c_str(),
-                 result->stopped_by.empty() ? "the end of the input space" : result->stopped_by.c_str(),
+                 result->findings.size() == 1 ? "" : "s", static_cast<unsigned long long>(repeats),
+                 repeats == 1 ? "" : "s", result->repeats.size(), result->repeats.size() == 1 ? "" : "s",
+                 kinds.c_str(), result->stopped_by.empty() ? "the end of the input space" : result->stopped_by.c_str(),
                  static_cast<unsigned long long>(settings.rng_seed));
     if (!result->findings.empty()) {
       std::fprintf(stderr, "  pillbox quarantine list --source fuzz shows them; pillbox minimize ID shrinks one\n");

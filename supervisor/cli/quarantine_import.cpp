@@ -79,9 +79,9 @@ int quarantine_import(const QuarantineContext& c) {
     else ++unreadable;
   }
   {  // stderr: with --json too, stdout stays JSON lines
-    std::fprintf(stderr, "pillbox quarantine: import: %zu artifacts: %zu imported, %zu already on file, %zu run ok here, "
-                 "%zu unreadable%s\n", artifacts->size(), imported, already, not_failing, unreadable,
-                 ignored ? (", " + std::to_string(ignored) + " other files ignored").c_str() : "");
+    std::fprintf(stderr, "pillbox quarantine: import: %zu artifact%s: %zu imported, %zu already on file, %zu run ok here, "
+                 "%zu unreadable%s\n", artifacts->size(), artifacts->size() == 1 ? "" : "s", imported, already, not_failing, unreadable,
+                 ignored ? (", " + std::to_string(ignored) + (ignored == 1 ? " other file" : " other files") + " ignored").c_str() : "");
   }
   if (result->stop_signal != 0) return 128 + result->stop_signal;
   return not_failing + unreadable > 0 ? kExitFailures : kExitOk;

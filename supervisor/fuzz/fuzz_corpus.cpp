@@ -26,6 +26,22 @@ std::vector<std::string> behaviour_features(const Outcome& o) {
   return f;
 }
 
+std::string extend_lineage(const std::string& parent, const std::string& step) {
+  static const std::string kSeparator = " | ";
+  static const std::string kElided = "… | ";
+  std::string chain = parent.empty() ? step : parent + kSeparator + step;
+  std::size_t steps = 1;
+  for (std::size_t at = chain.find(kSeparator); at != std::string::npos; at = chain.find(kSeparator, at + 1)) ++steps;
+  if (chain.rfind(kElided, 0) == 0) --steps;  // the marker is not a step
+  while (steps > kMaxLineageSteps) {
+    const std::size_t from = chain.rfind(kElided, 0) == 0 ? kElided.size() : 0;
+    const std::size_t cut = chain.find(kSeparator, from);
+    chain = kElided + chain.substr(cut + kSeparator.size());
+    --steps;
+  }
+  return chain;
+}
+
 bool FuzzCorpus::observe(const std::vector<std::string>& features) {
   bool news = false;
   for (const auto& f : features) news |= seen_.insert(f).second;

@@ -23,7 +23,13 @@ struct CorpusEntry {
   std::string seed;          // the seed it descends from ("file x", "quarantine record 7")
   std::string seed_sha256;
   std::uint32_t generation = 0;  // 0: the seed itself
+  std::string lineage;       // the mutations of each generation since the seed, " | " between them
 };
+
+// `parent`'s lineage with one more generation's mutations: the newest
+// kMaxLineageSteps steps, "… | " before them when older ones were dropped.
+inline constexpr std::size_t kMaxLineageSteps = 8;
+std::string extend_lineage(const std::string& parent, const std::string& step);
 
 // The behaviour features of one outcome (strings like "cpu:5").
 std::vector<std::string> behaviour_features(const Outcome& outcome);

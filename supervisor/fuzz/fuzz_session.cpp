@@ -5,7 +5,7 @@
 #include <optional>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
+#include <vector>
 
 #include "shared/sha256.h"
 #include "supervisor/fuzz/fuzz_corpus.h"
@@ -25,16 +25,18 @@ constexpr int kMaxSandboxErrorsInARow = 20;
 // Repeats are counted in memory and written at most this often (and at the
 // end): a crasher's mutations mostly crash the same way, thousands per minute.
 constexpr auto kRepeatFlushInterval = std::chrono::seconds(2);
-// Hashes of candidates already run, to skip exact repeats (small inputs
-// mutate into each other often); beyond this many the set stops growing.
-constexpr std::size_t kMaxRemembered = 4'000'000;
+// Candidates already run are remembered in a bitmap indexed by their hash,
+// to skip exact repeats (small inputs mutate into each other often): 2^26
+// bits, 8 MiB, however long the session. A collision skips a new candidate
+// now and then (about 6 % of them after 4 million runs), never runs one twice.
+constexpr std::size_t kTriedBits = std::size_t{1} << 26;
 
 struct Candidate {
   std::string bytes;
   std::string seed;
   std::string seed_sha256;
   std::uint32_t generation = 0;
-  std::string mutations;
+  std::string mutations;     // the lineage since the seed (CorpusEntry::lineage)
   std::uint64_t run = 0;
   std::int64_t started_ms = 0;
 };
@@ -69,7 +71,7 @@ class FuzzPlanner final : public PayloadPlanner {
     if (seed_index_ < pending_seeds_.size()) {
       // Every seed runs once as it is, first: a seed that already fails is a finding.
       c = pending_seeds_[seed_index_++];
-      corpus_.add({c.bytes, c.seed, c.seed_sha256, 0});
+      corpus_.add({c.bytes, c.seed, c.seed_sha256, 0, ""});
       remember(c.bytes);
     } else if (!make_candidate(c)) {
       // Nothing new could be made (a tiny input space, all tried); with
@@ -106,7 +108,7 @@ class FuzzPlanner final : public PayloadPlanner {
     // Descendants of a slow failure would each cost a whole limit again.
     const bool slow = outcome.kind == Kind::kCpuLimit || outcome.kind == Kind::kWallTimeout || outcome.kind == Kind::kOom;
     if (news && !slow && c.generation > 0) {
-      corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation});
+      corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation, c.mutations});
     }
     if (is_fuzz_finding(outcome.kind)) note_failure(c, outcome);
     if (Clock::now() - last_flush_ >= kRepeatFlushInterval) flush_repeats(false);
@@ -160,17 +162,20 @@ class FuzzPlanner final : public PayloadPlanner {
         ++result_.duplicates_skipped;
         continue;
       }
-      c = Candidate{std::move(bytes), parent.seed, parent.seed_sha256, parent.generation + 1, std::move(how), 0, 0};
+      c = Candidate{std::move(bytes), parent.seed,        parent.seed_sha256,
+                    parent.generation + 1, extend_lineage(parent.lineage, how), 0, 0};
       return true;
     }
     return false;
   }
 
-  // False when these bytes ran already.
+  // False when these bytes ran already (or collide with bytes that did).
   bool remember(const std::string& bytes) {
-    const std::size_t h = std::hash<std::string_view>{}(bytes);
-    if (tried_.count(h) > 0) return false;
-    if (tried_.size() < kMaxRemembered) tried_.insert(h);
+    const std::size_t bit = std::hash<std::string_view>{}(bytes) % kTriedBits;
+    std::uint64_t& word = tried_[bit / 64];
+    const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
+    if ((word & mask) != 0) return false;
+    word |= mask;
     return true;
   }
 
@@ -206,6 +211,7 @@ class FuzzPlanner final : public PayloadPlanner {
     f.origin = origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     f.started_ms = c.started_ms;
     f.ended_ms = store::now_ms();
+    f.solo = settings_.jobs <= 1;
     auto recorded = recorder_.record(f, "found by pillbox fuzz from " + c.seed + " (generation " +
                                             std::to_string(c.generation) + ", run " + std::to_string(c.run) + ")");
     if (!recorded) {
@@ -233,7 +239,7 @@ class FuzzPlanner final : public PayloadPlanner {
   std::size_t seed_index_ = 0;
   std::uint64_t issued_ = 0;
   std::unordered_map<std::uint64_t, Candidate> in_flight_;
-  std::unordered_set<std::size_t> tried_;
+  std::vector<std::uint64_t> tried_ = std::vector<std::uint64_t>(kTriedBits / 64);
   std::map<std::string, std::int64_t> known_;        // fingerprint -> the record its repeats go to
   std::map<std::string, std::uint64_t> unflushed_;   // repeats not yet written
   int sandbox_errors_in_a_row_ = 0;
@@ -254,10 +260,10 @@ bool is_fuzz_finding(Kind kind) {
     case Kind::kSeccompViolation:
     case Kind::kOutputLimit:
     case Kind::kProtocolError:
-    case Kind::kKilled:
       return true;
     case Kind::kOk:
     case Kind::kHandlerError:
+    case Kind::kKilled:  // a signal from outside (the host's OOM killer, an operator): not the payload
     case Kind::kSandboxError:
     case Kind::kSupervisorLost:
       return false;

@@ -74,8 +74,8 @@ struct FuzzResult {
 };
 
 // Which outcome kinds are poison pills worth a record. Clean rejections
-// (handler-error) are what a parser should do with garbage; sandbox-error is
-// never the payload's fault.
+// (handler-error) are what a parser should do with garbage; sandbox-error and
+// killed (a signal from outside) are never the payload's fault.
 bool is_fuzz_finding(Kind kind);
 
 // Errors: the sandbox cannot start, every run fails to start, or the store

@@ -51,7 +51,8 @@ QuarantineRecord read_record(const Statement& s) {
   return r;
 }
 
-// The WHERE clause of a filter; parameters ?1..?6 (bind_filter binds them).
+// The WHERE clause of a filter; parameters ?1..?6 (bind_filter binds them;
+// callers number their own from ?20).
 std::string where(const ListFilter& f) {
   std::string sql = " WHERE 1";
   if (f.status) sql += " AND status = ?1";
@@ -215,10 +216,10 @@ Status QuarantineStore::audit(std::int64_t record_id, std::int64_t now, const st
 
 Status QuarantineStore::each(const ListFilter& f, const std::function<bool(const QuarantineRecord&)>& fn) {
   auto stmt = Statement::prepare(db_->handle(), std::string("SELECT ") + kColumns + " FROM quarantine" + where(f) +
-                                                    " ORDER BY created_at DESC, id DESC LIMIT ?6 OFFSET ?7");
+                                                    " ORDER BY created_at DESC, id DESC LIMIT ?20 OFFSET ?21");
   if (!stmt) return Status::error(stmt.error());
   bind_filter(*stmt, f);
-  stmt->bind(6, f.limit).bind(7, f.offset);
+  stmt->bind(20, f.limit).bind(21, f.offset);
   while (true) {
     auto row = stmt->step();
     if (!row) return Status::error(row.error());

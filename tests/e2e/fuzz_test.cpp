@@ -205,7 +205,7 @@ TEST_CASE("quarantine import: libFuzzer and AFL++ artifacts get the fingerprints
   CHECK(by_file[afl_file]["status"] == "imported");
   CHECK(by_file[afl_file]["tool"] == "afl++");
   CHECK(by_file[fine]["status"] == "ok");
-  CHECK(r.err.find("1 other files ignored") != std::string::npos);  // README.txt
+  CHECK(r.err.find("1 other file ignored") != std::string::npos);  // README.txt
 
   const auto rows = sql_rows(db, "SELECT key, kind, fingerprint, source, json_extract(origin, '$.tool'), "
                                  "json_extract(origin, '$.file') FROM quarantine ORDER BY key");
@@ -218,6 +218,9 @@ TEST_CASE("quarantine import: libFuzzer and AFL++ artifacts get the fingerprints
     CHECK(run_fingerprint(row[0], {"--handler", e2e::poison_plugin()}) == row[2]);
   }
   CHECK(rows[0][2] != rows[1][2]);  // SIGSEGV and SIGABRT: two bugs
+  const auto listed = run_pillbox({"quarantine", "list", "--source", "import", "--limit", "5", "--json", "--store", store});
+  CHECK(listed.records.size() == 2);
+  CHECK(run_pillbox({"quarantine", "list", "--source", "fuzz", "--json", "--store", store}).records.empty());
 
   // Importing again adds nothing.
   const auto again = run_pillbox({"quarantine", "import", libfuzzer_file, afl_file, "--handler", e2e::poison_plugin(),

@@ -56,13 +56,22 @@ TEST_CASE("fuzz corpus: rejection messages differ by words, not by the numbers i
   CHECK(corpus.observe(pillbox::fuzz::behaviour_features(c)));
 }
 
+TEST_CASE("fuzz corpus: a lineage keeps the newest steps since the seed") {
+  using pillbox::fuzz::extend_lineage;
+  CHECK(extend_lineage("", "flip-bit") == "flip-bit");
+  CHECK(extend_lineage("flip-bit", "dict-insert,arith-8") == "flip-bit | dict-insert,arith-8");
+  std::string chain;
+  for (int i = 1; i <= 12; ++i) chain = extend_lineage(chain, "op" + std::to_string(i));
+  CHECK(chain == "… | op5 | op6 | op7 | op8 | op9 | op10 | op11 | op12");
+}
+
 TEST_CASE("fuzz: poison pills are findings, clean rejections and sandbox errors are not") {
   using pillbox::Kind;
   for (Kind k : {Kind::kCrash, Kind::kStackOverflow, Kind::kCpuLimit, Kind::kWallTimeout, Kind::kOom,
-                 Kind::kSeccompViolation, Kind::kOutputLimit, Kind::kProtocolError, Kind::kKilled}) {
+                 Kind::kSeccompViolation, Kind::kOutputLimit, Kind::kProtocolError}) {
     CHECK(pillbox::fuzz::is_fuzz_finding(k));
   }
-  for (Kind k : {Kind::kOk, Kind::kHandlerError, Kind::kSandboxError, Kind::kSupervisorLost}) {
+  for (Kind k : {Kind::kOk, Kind::kHandlerError, Kind::kSandboxError, Kind::kSupervisorLost, Kind::kKilled}) {
     CHECK_FALSE(pillbox::fuzz::is_fuzz_finding(k));
   }
 }
