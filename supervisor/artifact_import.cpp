@@ -5,15 +5,14 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <sstream>
 
 #include "supervisor/install_paths.h"
 #include "supervisor/payload_runner.h"
 #include "supervisor/run.h"
+#include "supervisor/task_source.h"
 
 namespace pillbox {
 namespace {
@@ -27,15 +26,6 @@ const std::regex& libfuzzer_name() {
   return re;
 }
 
-Expected<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read " + path + ": " + std::strerror(errno)};
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (in.bad()) return Error{"cannot read " + path + ": " + std::strerror(errno)};
-  return bytes.str();
-}
-
 class ImportPlanner final : public PayloadPlanner {
  public:
   ImportPlanner(FindingRecorder& recorder, const std::vector<Artifact>& artifacts, const ImportSettings& settings,
@@ -43,15 +33,14 @@ class ImportPlanner final : public PayloadPlanner {
       : recorder_(recorder), artifacts_(artifacts), settings_(settings), result_(result) {}
 
   std::optional<Task> next() override {
-    while (error_.is_ok() && next_ < artifacts_.size()) {
+    while (next_ < artifacts_.size()) {
       const std::size_t i = next_++;
-      auto bytes = read_file(artifacts_[i].path);
+      auto bytes = read_payload_file(artifacts_[i].path);
       if (!bytes) {
         report({artifacts_[i], "", "", "", 0, "unreadable", bytes.error()});
         continue;
       }
       started_ms_[i] = store::now_ms();
-      payloads_[i] = *bytes;
       return Task{artifacts_[i].path, std::move(*bytes), i + 1};
     }
     return std::nullopt;
@@ -61,20 +50,23 @@ class ImportPlanner final : public PayloadPlanner {
     const std::size_t i = task.ref - 1;
     const Artifact& a = artifacts_[i];
     ImportedArtifact imported{a, std::string(to_string(o.kind)), o.fingerprint, o.message, 0, "", ""};
-    if (o.kind == Kind::kSandboxError) {
-      // Not the payload's fault: the setup is broken; stop rather than misreport.
-      if (error_.is_ok()) error_ = Status::error("cannot run " + a.path + " in the sandbox: " + o.message);
-      return;
-    }
+    if (!error_.is_ok()) return;  // the store failed: nothing more is recorded
     if (o.kind == Kind::kOk) {
       imported.status = "ok";
       report(std::move(imported));
       return;
     }
+    // Not the payload's doing: the sandbox could not start it, or a signal
+    // from outside (the host's OOM killer, an operator) ended it.
+    if (o.kind == Kind::kSandboxError || o.kind == Kind::kKilled || o.kind == Kind::kSupervisorLost) {
+      imported.status = "not-run";
+      imported.detail = std::string(to_string(o.kind)) + ": " + o.message + " (not the artifact's fault; import it again)";
+      report(std::move(imported));
+      return;
+    }
     const nlohmann::json origin = {{"tool", a.tool}, {"artifact", a.artifact}, {"file", a.path}};
-    Finding f{a.path, payloads_[i], o, origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+    Finding f{a.path, task.payload, o, origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
               started_ms_[i], store::now_ms(), settings_.jobs <= 1};
-    payloads_.erase(i);
     auto recorded = recorder_.record(f, "imported from " + a.path + " (" + a.tool + " " + a.artifact + ")");
     if (!recorded) {
       if (error_.is_ok()) error_ = Status::error(recorded.error());
@@ -105,7 +97,6 @@ class ImportPlanner final : public PayloadPlanner {
   ImportResult& result_;
   std::size_t next_ = 0;
   std::map<std::size_t, std::int64_t> started_ms_;
-  std::map<std::size_t, std::string> payloads_;
   Status error_;
 };
 
@@ -137,7 +128,9 @@ Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& p
     if (fs::is_directory(status)) {
       std::vector<Artifact> in_dir;
       for (fs::recursive_directory_iterator it(absolute, ec), end; !ec && it != end; it.increment(ec)) {
-        if (!it->is_regular_file(ec)) continue;
+        // Its own error code: a dangling symlink must not end the scan.
+        std::error_code entry_ec;
+        if (!it->is_regular_file(entry_ec)) continue;
         if (auto a = recognize_artifact(it->path().lexically_normal().string())) {
           in_dir.push_back(std::move(*a));
         } else {
@@ -147,6 +140,9 @@ Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& p
       if (ec) return Error{"cannot read directory '" + given + "': " + ec.message()};
       std::sort(in_dir.begin(), in_dir.end(), [](const Artifact& a, const Artifact& b) { return a.path < b.path; });
       found.insert(found.end(), in_dir.begin(), in_dir.end());
+    } else if (!fs::is_regular_file(status)) {
+      // A FIFO would block the import, a device would never end.
+      return Error{"'" + given + "' is not a regular file or a directory"};
     } else {
       const std::string path = absolute.lexically_normal().string();
       found.push_back(recognize_artifact(path).value_or(Artifact{path, "file", "file"}));

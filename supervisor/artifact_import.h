@@ -39,8 +39,10 @@ struct ImportedArtifact {
   std::string fingerprint;
   std::string message;
   std::int64_t record_id = 0;    // its record (new, or the one already on file)
-  std::string status;            // imported | already | ok (not recorded) | unreadable
-  std::string detail;            // for already and unreadable
+  // imported | already | ok (runs ok here: not recorded) | not-run (sandbox-error,
+  // killed from outside: not recorded) | unreadable
+  std::string status;
+  std::string detail;            // for already, not-run and unreadable
 };
 
 struct ImportSettings {

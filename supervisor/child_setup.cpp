@@ -113,6 +113,16 @@ Expected<Policy> recorded_policy(const store::QuarantineEntry& e) {
   return policy;
 }
 
+Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& e, const std::optional<HandlerChoice>& given) {
+  if (given) return *given;
+  return recorded_handler(e);
+}
+
+Expected<Policy> policy_or_recorded(const store::QuarantineEntry& e, const std::optional<Policy>& given) {
+  if (given) return *given;
+  return recorded_policy(e);
+}
+
 Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& e) {
   auto handler = recorded_handler(e);
   if (!handler) return Error{handler.error()};

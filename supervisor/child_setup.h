@@ -4,6 +4,7 @@
 // minimize, replay): from the command line, or from what a record says it ran
 // under (its handler, arguments or exec argv, and full policy text).
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,12 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
 // its policy. Errors say which part of the record is unusable.
 Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry);
 Expected<Policy> recorded_policy(const store::QuarantineEntry& entry);
-// Both, made into a complete config for this host (reproduce, minimize).
+// The handler and policy a record runs under now: those given (replay under
+// a fix, fuzz with another policy), else what it recorded.
+Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& entry,
+                                            const std::optional<HandlerChoice>& given);
+Expected<Policy> policy_or_recorded(const store::QuarantineEntry& entry, const std::optional<Policy>& given);
+// Both recorded, made into a complete config for this host (reproduce, minimize).
 Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& entry);
 
 }  // namespace pillbox

@@ -17,37 +17,35 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
   const auto size = static_cast<std::int64_t>(f.payload.size());
   const std::string kind(to_string(f.outcome.kind));
   if (auto s = ledger_.begin(); !s) return Error{s.message()};
-  // The rollback on every error path below is the ledger's transaction
-  // going out of scope uncommitted.
+  // Every error path below rolls back explicitly: the ledger is a member,
+  // and its next begin() would join a transaction left open.
   auto fail = [&](const std::string& message) -> Expected<RecordedFinding> {
     ledger_.rollback();
     return Error{message};
   };
   auto started = ledger_.start_attempt(f.key, sha, size, f.started_ms, f.solo);
   if (!started) return fail(started.error());
-  if (started->n == 0 && started->state == "ok") {
-    // Done before (a replay resolved it), failing now: a regression, which
-    // gets a record of its own like any new failure.
+  RecordedFinding result;
+  if (started->n == 0) {
+    // Finished before under this handler and policy. With a record that is
+    // not resolved, it is on file already (a discarded one too: the
+    // operator decided). Otherwise (done, or its record resolved since) a
+    // failure now is a regression, recorded like any new one.
+    store::ListFilter same_key;
+    same_key.key = f.key;
+    auto records = quarantine_->list(same_key);
+    if (!records) return fail(records.error());
+    for (const auto& r : *records) {
+      if (r.entry.task_id == started->task_id && r.status != "resolved") {
+        result.already = started->state;
+        result.record_id = r.id;
+        ledger_.rollback();
+        return result;
+      }
+    }
     if (auto s = ledger_.set_state(started->task_id, "pending", f.started_ms); !s) return fail(s.message());
     started = ledger_.start_attempt(f.key, sha, size, f.started_ms, f.solo);
     if (!started) return fail(started.error());
-  }
-  RecordedFinding result;
-  if (started->n == 0) {
-    // Finished before under this handler and policy: nothing new to record.
-    result.already = started->state;
-    store::ListFilter same_task;
-    same_task.key = f.key;
-    auto open = quarantine_->list(same_task);
-    if (!open) return fail(open.error());
-    for (const auto& r : *open) {
-      if (r.entry.task_id == started->task_id && r.status != "resolved" && r.status != "discarded") {
-        result.record_id = r.id;
-        break;
-      }
-    }
-    ledger_.rollback();
-    return result;
   }
   if (auto s = ledger_.end_attempt(started->task_id, started->n, f.ended_ms, kind, f.outcome.fingerprint,
                                    f.outcome.message, /*charged=*/true);

@@ -30,9 +30,10 @@ struct RecordedFinding {
   std::int64_t record_id = 0;     // 0: not recorded (see `already`)
   bool new_fingerprint = false;
   bool folded = false;            // the store is full: counted as a repeat of its fingerprint
-  // The ledger has this task quarantined already under the same handler and
-  // policy (imported before): its open record if it has one. A task that is
-  // done (ok: resolved by a replay) and fails again is recorded anew.
+  // The ledger has this task under the same handler and policy with a
+  // record that is not resolved (imported before): its state, and that
+  // record. A task done since (resolved by a replay) that fails again is
+  // recorded anew.
   std::optional<std::string> already;
 };
 

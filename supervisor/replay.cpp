@@ -92,23 +92,11 @@ class BatchPlanner final : public PayloadPlanner {
 
 // What a record replays under: the overrides, or what it recorded.
 Expected<ChildConfig> config_for(const store::QuarantineRecord& r, const ReplaySettings& settings) {
-  HandlerChoice choice;
-  if (settings.handler) {
-    choice = *settings.handler;
-  } else {
-    auto recorded = recorded_handler(r.entry);
-    if (!recorded) return Error{recorded.error()};
-    choice = std::move(*recorded);
-  }
-  Policy policy;
-  if (settings.policy) {
-    policy = *settings.policy;
-  } else {
-    auto recorded = recorded_policy(r.entry);
-    if (!recorded) return Error{recorded.error()};
-    policy = std::move(*recorded);
-  }
-  return make_child_config(choice, std::move(policy));
+  auto choice = handler_or_recorded(r.entry, settings.handler);
+  if (!choice) return Error{choice.error()};
+  auto policy = policy_or_recorded(r.entry, settings.policy);
+  if (!policy) return Error{policy.error()};
+  return make_child_config(*choice, std::move(*policy));
 }
 
 }  // namespace

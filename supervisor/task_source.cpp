@@ -22,6 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
 Expected<std::string> read_payload_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Error{"cannot read input '" + path + "': " + std::strerror(errno)};
@@ -52,6 +54,8 @@ Expected<std::string> read_payload_file(const std::string& path) {
   ::close(fd);
   return data;
 }
+
+namespace {
 
 // JSON lines from a file descriptor, parsed on a reader thread into a bounded
 // queue; an eventfd wakes the dispatcher. The state is shared with the thread,

@@ -49,6 +49,9 @@ class TaskSource {
 // ready to print ("cannot read input 'x': No such file or directory").
 Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd = 0);
 
+// A payload file's bytes, at most kMaxPayloadBytes. Errors name the file.
+Expected<std::string> read_payload_file(const std::string& path);
+
 // Parses one JSON line: {"key": ..., "payload": "text"} or {"payload_b64": "..."}.
 Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number);
 

@@ -51,7 +51,7 @@ const char* kHelp =
     "  SEED...                files or directories (read recursively), or - for JSON lines on stdin\n"
     "  --from-quarantine ID   the record's payload (and its minimized payload); runs under the\n"
     "                         record's handler and policy unless --handler/-- and --policy say otherwise\n"
-    "  --fingerprint FP       the payloads of every record with this fingerprint, likewise\n"
+    "  --fingerprint FP       the payloads of the records with this fingerprint (the newest 100), likewise\n"
     "  (no seeds at all: one empty input)\n"
     "\n"
     "options:\n"
@@ -62,6 +62,8 @@ const char* kHelp =
     "  --max-runs N           stop after this many runs\n"
     "                         (neither: run until SIGINT or SIGTERM)\n"
     "  --stop-on-finding      stop at the first new record (candidates in flight finish)\n"
+    "  --max-new-records N    stop after N new records (default 1000: a target whose every failure\n"
+    "                         gets a new fingerprint would otherwise fill the store)\n"
     "  --max-len N            longest candidate in bytes (default: 4096, or the largest seed)\n"
     "  --jobs N               candidates at once (default: number of cores)\n"
     "  --seed N               random seed of the mutations (default: random; printed, and kept in each\n"
@@ -73,6 +75,9 @@ const char* kHelp =
     "\n"
     "exit codes: 0 no failures found, 1 failures found (new records or repeats), 2 usage error,\n"
     "3 the store or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM (findings kept)\n";
+
+// --fingerprint: the newest records of it, at most this many, are seeds.
+constexpr std::int64_t kMaxRecordSeeds = 100;
 
 int fail(const std::string& message, int code) {
   std::fprintf(stderr, "pillbox fuzz: %s\n", message.c_str());
@@ -118,6 +123,7 @@ Status read_record_seeds(store::QuarantineStore& quarantine, const Args& args, s
   if (auto fp = args.value("fingerprint")) {
     store::ListFilter filter;
     filter.fingerprint = *fp;
+    filter.limit = kMaxRecordSeeds;
     auto listed = quarantine.list(filter);
     if (!listed) return Status::error(listed.error());
     if (listed->empty()) return Status::error("no record has fingerprint " + *fp + " (see: pillbox quarantine stats)");
@@ -139,28 +145,20 @@ Status read_record_seeds(store::QuarantineStore& quarantine, const Args& args, s
 // What runs: the command line's handler and policy, or else the record's.
 Expected<ChildConfig> fuzz_config(const Args& args, const std::optional<store::QuarantineEntry>& under) {
   if (!under) return read_child_config(args);
-  auto choice = read_handler_choice(args);
-  if (!choice) return Error{choice.error()};
-  HandlerChoice handler;
-  if (*choice) {
-    handler = std::move(**choice);
-  } else {
-    auto recorded = recorded_handler(*under);
-    if (!recorded) return Error{recorded.error()};
-    handler = std::move(*recorded);
-  }
-  Policy policy;
+  auto given = read_handler_choice(args);
+  if (!given) return Error{given.error()};
+  auto handler = handler_or_recorded(*under, *given);
+  if (!handler) return Error{handler.error()};
+  std::optional<Policy> given_policy;
   if (auto name = args.value("policy")) {
     auto p = resolve_policy(*name);
     if (!p) return Error{p.error()};
-    policy = std::move(*p);
-  } else {
-    auto recorded = recorded_policy(*under);
-    if (!recorded) return Error{recorded.error()};
-    policy = std::move(*recorded);
+    given_policy = std::move(*p);
   }
-  if (auto s = apply_limit_overrides(args, policy); !s) return Error{s.message()};
-  return make_child_config(handler, std::move(policy));
+  auto policy = policy_or_recorded(*under, given_policy);
+  if (!policy) return Error{policy.error()};
+  if (auto s = apply_limit_overrides(args, *policy); !s) return Error{s.message()};
+  return make_child_config(*handler, std::move(*policy));
 }
 
 nlohmann::json finding_json(const fuzz::FuzzFinding& f) {
@@ -174,7 +172,7 @@ nlohmann::json finding_json(const fuzz::FuzzFinding& f) {
 int fuzz_command(int argc, char** argv) {
   std::vector<OptionSpec> options = kChildOptions;
   options.insert(options.end(), {{"from-quarantine"}, {"fingerprint"}, {"dict", true, true}, {"max-time"}, {"max-runs"},
-                                 {"max-len"}, {"jobs"}, {"seed"}, {"stop-on-finding", false}, {"json", false}, {"store"}, {"help", false}});
+                                 {"max-len"}, {"jobs"}, {"seed"}, {"stop-on-finding", false}, {"max-new-records"}, {"json", false}, {"store"}, {"help", false}});
   auto args = Args::parse(argc, argv, 2, options, "fuzz");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -221,6 +219,11 @@ int fuzz_command(int argc, char** argv) {
   if (!mode) return fail(mode.error(), kExitUsage);
   settings.mode = *mode;
   settings.stop_on_finding = args->flag("stop-on-finding");
+  if (auto v = args->value("max-new-records")) {
+    auto n = parse_whole_number("max-new-records", *v, 1, 1'000'000);
+    if (!n) return fail(n.error(), kExitUsage);
+    settings.max_new_records = static_cast<std::size_t>(*n);
+  }
 
   StoreAccessError error;
   auto access = open_or_create_store(args->value("store").value_or(""), error);

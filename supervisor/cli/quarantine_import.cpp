@@ -11,6 +11,7 @@
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/job.h"
+#include "supervisor/terminal_text.h"
 
 namespace pillbox::cli {
 
@@ -56,34 +57,42 @@ int quarantine_import(const QuarantineContext& c) {
       if (a.record_id) j["record"] = a.record_id;
       if (!a.detail.empty()) j["detail"] = a.detail;
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    } else if (a.status == "imported") {
-      std::printf("imported %s: record %lld, %s %s\n", a.artifact.path.c_str(), static_cast<long long>(a.record_id),
-                  a.outcome_kind.c_str(), a.fingerprint.c_str());
-    } else if (a.status == "already") {
-      std::printf("already on file %s: %s\n", a.artifact.path.c_str(), a.detail.c_str());
-    } else if (a.status == "ok") {
-      std::printf("not imported %s: it runs ok under this handler (the fuzzer's target differs, or the bug is fixed)\n",
-                  a.artifact.path.c_str());
     } else {
-      std::printf("not imported %s: %s\n", a.artifact.path.c_str(), a.detail.c_str());
+      // Paths come from a fuzzer's output directory: shown safe for a terminal.
+      const std::string file = table_cell(a.artifact.path, 400);
+      if (a.status == "imported") {
+        std::printf("imported %s: record %lld, %s %s\n", file.c_str(), static_cast<long long>(a.record_id),
+                    a.outcome_kind.c_str(), a.fingerprint.c_str());
+      } else if (a.status == "already") {
+        std::printf("already on file %s: %s\n", file.c_str(), table_cell(a.detail, 400).c_str());
+      } else if (a.status == "ok") {
+        std::printf("not imported %s: it runs ok under this handler (the fuzzer's target differs, or the bug is "
+                    "fixed)\n", file.c_str());
+      } else {
+        std::printf("not imported %s: %s\n", file.c_str(), table_cell(a.detail, 400).c_str());
+      }
     }
     std::fflush(stdout);
   };
   auto result = import_artifacts(*recorder, *artifacts, settings);
   if (!result) return quarantine_error(result.error(), kExitSetup);
-  std::size_t imported = 0, already = 0, not_failing = 0, unreadable = 0;
+  std::size_t imported = 0, already = 0, not_failing = 0, not_run = 0, unreadable = 0;
   for (const auto& a : result->artifacts) {
     if (a.status == "imported") ++imported;
     else if (a.status == "already") ++already;
     else if (a.status == "ok") ++not_failing;
+    else if (a.status == "not-run") ++not_run;
     else ++unreadable;
   }
-  {  // stderr: with --json too, stdout stays JSON lines
-    std::fprintf(stderr, "pillbox quarantine: import: %zu artifact%s: %zu imported, %zu already on file, %zu run ok here, "
-                 "%zu unreadable%s\n", artifacts->size(), artifacts->size() == 1 ? "" : "s", imported, already, not_failing, unreadable,
-                 ignored ? (", " + std::to_string(ignored) + (ignored == 1 ? " other file" : " other files") + " ignored").c_str() : "");
-  }
+  // stderr: with --json too, stdout stays JSON lines.
+  std::fprintf(stderr,
+               "pillbox quarantine: import: %zu artifact%s: %zu imported, %zu already on file, %zu run ok here, "
+               "%zu not run (sandbox or outside signal), %zu unreadable%s\n",
+               artifacts->size(), artifacts->size() == 1 ? "" : "s", imported, already, not_failing, not_run, unreadable,
+               ignored ? (", " + std::to_string(ignored) + (ignored == 1 ? " other file" : " other files") + " ignored").c_str()
+                       : "");
   if (result->stop_signal != 0) return 128 + result->stop_signal;
+  if (not_run > 0) return kExitSetup;
   return not_failing + unreadable > 0 ? kExitFailures : kExitOk;
 }
 

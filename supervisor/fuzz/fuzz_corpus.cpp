@@ -42,9 +42,35 @@ std::string extend_lineage(const std::string& parent, const std::string& step) {
   return chain;
 }
 
+void FuzzCorpus::add_seed(CorpusEntry entry) {
+  bytes_ += entry.bytes.size();
+  entries_.insert(entries_.begin() + static_cast<std::ptrdiff_t>(seeds_), std::move(entry));
+  ++seeds_;
+}
+
+void FuzzCorpus::add(CorpusEntry entry, std::mt19937_64& rng) {
+  if (entries_.size() < kMaxCorpusEntries && bytes_ + entry.bytes.size() <= kMaxCorpusBytes) {
+    bytes_ += entry.bytes.size();
+    entries_.push_back(std::move(entry));
+    return;
+  }
+  if (entries_.size() <= seeds_) return;  // only seeds, and they fill it
+  std::uniform_int_distribution<std::size_t> victim(seeds_, entries_.size() - 1);
+  CorpusEntry& old = entries_[victim(rng)];
+  bytes_ = bytes_ - old.bytes.size() + entry.bytes.size();
+  old = std::move(entry);
+}
+
 bool FuzzCorpus::observe(const std::vector<std::string>& features) {
   bool news = false;
-  for (const auto& f : features) news |= seen_.insert(f).second;
+  for (const auto& f : features) {
+    const bool error = f.rfind("error:", 0) == 0;
+    if (error && error_features_ >= kMaxErrorFeatures) continue;
+    if (seen_.insert(f).second) {
+      news = true;
+      if (error) ++error_features_;
+    }
+  }
   return news;
 }
 

@@ -34,9 +34,19 @@ std::string extend_lineage(const std::string& parent, const std::string& step);
 // The behaviour features of one outcome (strings like "cpu:5").
 std::vector<std::string> behaviour_features(const Outcome& outcome);
 
+// Bounds of the corpus in a session of any length: entries and bytes (seeds
+// count too). When full, a new input replaces a random non-seed one.
+inline constexpr std::size_t kMaxCorpusEntries = 10'000;
+inline constexpr std::size_t kMaxCorpusBytes = std::size_t{256} << 20;
+// Distinct rejection messages that count as behaviour: a parser that echoes
+// its input in its errors would otherwise make every run "new".
+inline constexpr std::size_t kMaxErrorFeatures = 512;
+
 class FuzzCorpus {
  public:
-  void add(CorpusEntry entry) { entries_.push_back(std::move(entry)); }
+  // Seeds are always kept.
+  void add_seed(CorpusEntry entry);
+  void add(CorpusEntry entry, std::mt19937_64& rng);
   // Marks `features` seen; true when at least one was new.
   bool observe(const std::vector<std::string>& features);
   // A parent for the next candidate: newer entries (which showed something
@@ -48,6 +58,9 @@ class FuzzCorpus {
 
  private:
   std::vector<CorpusEntry> entries_;
+  std::size_t seeds_ = 0;
+  std::size_t bytes_ = 0;
+  std::size_t error_features_ = 0;
   std::set<std::string> seen_;
 };
 

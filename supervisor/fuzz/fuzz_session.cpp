@@ -71,7 +71,7 @@ class FuzzPlanner final : public PayloadPlanner {
     if (seed_index_ < pending_seeds_.size()) {
       // Every seed runs once as it is, first: a seed that already fails is a finding.
       c = pending_seeds_[seed_index_++];
-      corpus_.add({c.bytes, c.seed, c.seed_sha256, 0, ""});
+      corpus_.add_seed({c.bytes, c.seed, c.seed_sha256, 0, ""});
       remember(c.bytes);
     } else if (!make_candidate(c)) {
       // Nothing new could be made (a tiny input space, all tried); with
@@ -105,10 +105,11 @@ class FuzzPlanner final : public PayloadPlanner {
     sandbox_errors_in_a_row_ = 0;
 
     const bool news = corpus_.observe(behaviour_features(outcome));
-    // Descendants of a slow failure would each cost a whole limit again.
-    const bool slow = outcome.kind == Kind::kCpuLimit || outcome.kind == Kind::kWallTimeout || outcome.kind == Kind::kOom;
-    if (news && !slow && c.generation > 0) {
-      corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation, c.mutations});
+    // Inputs that fail are not mutated further: their mutations would mostly
+    // fail the same way (or each cost a whole limit again). Seeds are the
+    // exception, so that --from-quarantine finds variants.
+    if (news && !is_fuzz_finding(outcome.kind) && c.generation > 0) {
+      corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation, c.mutations}, mutator_.rng());
     }
     if (is_fuzz_finding(outcome.kind)) note_failure(c, outcome);
     if (Clock::now() - last_flush_ >= kRepeatFlushInterval) flush_repeats(false);
@@ -131,7 +132,13 @@ class FuzzPlanner final : public PayloadPlanner {
         if (error_.is_ok()) error_ = Status::error(counted.error());
         return;
       }
-      result_.repeats[it->first] += it->second;
+      if (*counted == 0) {
+        // Its record was resolved or purged meanwhile: the next sighting
+        // is recorded anew; these were counted on nothing.
+        known_.erase(it->first);
+      } else {
+        result_.repeats[it->first] += it->second;
+      }
       it = unflushed_.erase(it);
     }
     if (!end_of_session) return;
@@ -185,6 +192,15 @@ class FuzzPlanner final : public PayloadPlanner {
       ++unflushed_[fp];
       return;
     }
+    if (result_.findings.size() >= settings_.max_new_records) {
+      // A target whose every failure gets a new fingerprint (garbage crash
+      // frames, a JIT) would fill the store: stop and say so.
+      if (result_.stopped_by.empty()) {
+        result_.stopped_by = std::to_string(settings_.max_new_records) +
+                             " new records in one session (--max-new-records): are the fingerprints stable?";
+      }
+      return;
+    }
     // First sighting in this session: on file already (a run, an earlier
     // session) means a repeat; otherwise a new record.
     auto counted = recorder_.add_repeats(fp, 1, "");
@@ -205,7 +221,9 @@ class FuzzPlanner final : public PayloadPlanner {
                                    {"run", c.run}};
     Finding f;
     const std::string sha = sha256_hex(c.bytes);
-    f.key = "fuzz:" + sha.substr(0, 16);
+    // The fingerprint is part of the key: the same bytes failing another way
+    // (cpu-limit one time, wall-timeout the next) are another finding.
+    f.key = "fuzz:" + sha.substr(0, 16) + "/" + fp;
     f.payload = c.bytes;
     f.outcome = o;
     f.origin = origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -216,6 +234,12 @@ class FuzzPlanner final : public PayloadPlanner {
                                             std::to_string(c.generation) + ", run " + std::to_string(c.run) + ")");
     if (!recorded) {
       if (error_.is_ok()) error_ = Status::error(recorded.error());
+      return;
+    }
+    if (recorded->already) {
+      // Recorded meanwhile (another session on this store): a repeat.
+      if (recorded->record_id != 0) known_[fp] = recorded->record_id;
+      ++result_.repeats[fp];
       return;
     }
     known_[fp] = recorded->record_id;

@@ -56,6 +56,7 @@ struct FuzzSettings {
   std::chrono::milliseconds max_time{0};    // 0: no limit
   std::uint64_t rng_seed = 0;
   bool stop_on_finding = false;             // end the session at the first new record (like libFuzzer)
+  std::size_t max_new_records = 1000;       // end the session after this many new records
   std::function<void(const FuzzProgress&)> on_progress;
   std::function<void(const FuzzFinding&)> on_finding;
 };

@@ -56,6 +56,37 @@ TEST_CASE("fuzz corpus: rejection messages differ by words, not by the numbers i
   CHECK(corpus.observe(pillbox::fuzz::behaviour_features(c)));
 }
 
+TEST_CASE("fuzz corpus: bounded in entries and in distinct rejection messages; seeds stay") {
+  using namespace pillbox::fuzz;
+  FuzzCorpus corpus;
+  corpus.add_seed({"the seed", "input seed", "", 0, ""});
+  std::mt19937_64 rng(1);
+  for (std::size_t i = 0; i < kMaxCorpusEntries + 50; ++i) corpus.add({"entry " + std::to_string(i), "input seed", "", 1, ""}, rng);
+  CHECK(corpus.size() == kMaxCorpusEntries);
+  bool seed_kept = false;
+  for (int i = 0; i < 20000 && !seed_kept; ++i) seed_kept = corpus.pick(rng).bytes == "the seed";
+  CHECK(seed_kept);
+
+  // Messages that differ in words (a parser echoing its input): at most
+  // kMaxErrorFeatures of them count as new behaviour.
+  FuzzCorpus errors;
+  std::size_t news = 0;
+  for (std::size_t i = 0; i < kMaxErrorFeatures + 100; ++i) {
+    std::string word;
+    for (std::size_t n = i + 1; n > 0; n /= 26) word += static_cast<char>('a' + n % 26);
+    pillbox::Outcome o;
+    o.kind = pillbox::Kind::kHandlerError;
+    o.message = "unexpected token " + word;
+    const auto features = behaviour_features(o);
+    std::vector<std::string> only_error;
+    for (const auto& f : features) {
+      if (f.rfind("error:", 0) == 0) only_error.push_back(f);
+    }
+    if (errors.observe(only_error)) ++news;
+  }
+  CHECK(news == kMaxErrorFeatures);
+}
+
 TEST_CASE("fuzz corpus: a lineage keeps the newest steps since the seed") {
   using pillbox::fuzz::extend_lineage;
   CHECK(extend_lineage("", "flip-bit") == "flip-bit");
