@@ -15,8 +15,8 @@ ctest --test-dir build --output-on-failure --timeout 900 -j "$jobs"
 
 # libFuzzer harnesses (fuzz/): a clang build of only the harnesses, then each
 # one for a fixed time from its seed corpus; a finding fails CI, its input is
-# saved in fuzz/. About 2 minutes on 2 cores (fuzz/README.md).
-fuzz/smoke.sh "${PILLBOX_FUZZ_SECONDS:-10}" build-fuzz
+# saved in fuzz/. About 1 minute on 2 cores (fuzz/README.md).
+fuzz/smoke.sh "${PILLBOX_FUZZ_SECONDS:-6}" build-fuzz
 
 # Line tables only (-g1): sanitizer reports keep file:line, compiling is cheaper.
 tools/build.sh build-asan -DPILLBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
