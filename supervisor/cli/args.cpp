@@ -1,7 +1,9 @@
 #include "supervisor/cli/args.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <thread>
 
 namespace pillbox::cli {
 
@@ -88,6 +90,14 @@ Expected<long> parse_whole_number(const std::string& name, const std::string& te
                  ", got '" + text + "'"};
   }
   return n;
+}
+
+Expected<std::size_t> read_jobs(const Args& args) {
+  const auto v = args.value("jobs");
+  if (!v) return static_cast<std::size_t>(std::max(1u, std::thread::hardware_concurrency()));
+  auto n = parse_whole_number("jobs", *v, 1, 1024);
+  if (!n) return Error{n.error()};
+  return static_cast<std::size_t>(*n);
 }
 
 }  // namespace pillbox::cli

@@ -39,4 +39,7 @@ class Args {
 // A whole number in [min, max] for --NAME; the error names the option and the range.
 Expected<long> parse_whole_number(const std::string& name, const std::string& text, long min, long max);
 
+// --jobs N (1 to 1024), or the number of cores when it is not given.
+Expected<std::size_t> read_jobs(const Args& args);
+
 }  // namespace pillbox::cli

@@ -180,12 +180,9 @@ int fuzz_command(int argc, char** argv) {
     return kExitOk;
   }
   fuzz::FuzzSettings settings;
-  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (auto v = args->value("jobs")) {
-    auto n = parse_whole_number("jobs", *v, 1, 1024);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.jobs = static_cast<std::size_t>(*n);
-  }
+  auto jobs = read_jobs(*args);
+  if (!jobs) return fail(jobs.error(), kExitUsage);
+  settings.jobs = *jobs;
   if (auto v = args->value("max-runs")) {
     auto n = parse_whole_number("max-runs", *v, 1, 1'000'000'000'000L);
     if (!n) return fail(n.error(), kExitUsage);

@@ -62,12 +62,9 @@ int minimize_command(int argc, char** argv) {
   auto id = parse_record_id(args->positional()[0]);
   if (!id) return fail(id.error(), kExitUsage);
   MinimizeSettings settings;
-  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (auto v = args->value("jobs")) {
-    auto n = parse_whole_number("jobs", *v, 1, 1024);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.jobs = static_cast<std::size_t>(*n);
-  }
+  auto jobs = read_jobs(*args);
+  if (!jobs) return fail(jobs.error(), kExitUsage);
+  settings.jobs = *jobs;
   if (auto v = args->value("max-runs")) {
     auto n = parse_whole_number("max-runs", *v, 1, 100'000'000);
     if (!n) return fail(n.error(), kExitUsage);

@@ -28,12 +28,9 @@ int quarantine_import(const QuarantineContext& c) {
   ImportSettings settings;
   settings.config = std::move(*config);
   settings.mode = *mode;
-  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (auto v = args.value("jobs")) {
-    auto n = parse_whole_number("jobs", *v, 1, 1024);
-    if (!n) return quarantine_error(n.error(), kExitUsage);
-    settings.jobs = static_cast<std::size_t>(*n);
-  }
+  auto jobs = read_jobs(args);
+  if (!jobs) return quarantine_error(jobs.error(), kExitUsage);
+  settings.jobs = *jobs;
   std::size_t ignored = 0;
   auto artifacts = find_artifacts(args.positional(), ignored);
   if (!artifacts) return quarantine_error(artifacts.error(), kExitUsage);

@@ -83,12 +83,9 @@ int quarantine_replay(const QuarantineContext& c) {
     }
     settings.max_failure_ratio = f;
   }
-  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (auto v = args.value("jobs")) {
-    auto n = positive_number("jobs", *v, 1024);
-    if (!n) return quarantine_error(n.error(), kExitUsage);
-    settings.jobs = static_cast<std::size_t>(*n);
-  }
+  auto jobs = read_jobs(args);
+  if (!jobs) return quarantine_error(jobs.error(), kExitUsage);
+  settings.jobs = *jobs;
   // The fixed consumer: a new handler or command, a new policy.
   auto choice = read_handler_choice(args);
   if (!choice) return quarantine_error(choice.error(), kExitUsage);

@@ -60,12 +60,9 @@ int reproduce_command(int argc, char** argv) {
     if (!n) return fail(n.error(), kExitUsage);
     settings.runs = static_cast<std::size_t>(*n);
   }
-  settings.jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (auto v = args->value("jobs")) {
-    auto n = parse_whole_number("jobs", *v, 1, 1024);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.jobs = static_cast<std::size_t>(*n);
-  }
+  auto jobs = read_jobs(*args);
+  if (!jobs) return fail(jobs.error(), kExitUsage);
+  settings.jobs = *jobs;
   settings.actor = actor_name("reproduce");
 
   StoreAccessError error;

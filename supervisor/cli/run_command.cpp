@@ -178,14 +178,9 @@ int run_command(int argc, char** argv) {
   settings.config = std::move(*config);
 
   // How.
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  settings.jobs = cores;
-  if (auto jobs = args->value("jobs")) {
-    char* end = nullptr;
-    const long n = std::strtol(jobs->c_str(), &end, 10);
-    if (jobs->empty() || *end != '\0' || n < 1 || n > 1024) return usage_error("--jobs expects a number from 1 to 1024");
-    settings.jobs = static_cast<std::size_t>(n);
-  }
+  auto jobs = read_jobs(*args);
+  if (!jobs) return usage_error(jobs.error());
+  settings.jobs = *jobs;
   auto mode = read_launch_mode(*args);
   if (!mode) return usage_error(mode.error());
   settings.mode = *mode;

@@ -147,6 +147,31 @@ TEST_CASE("fuzz --from-quarantine: seeds and handler come from the record") {
   CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE source = 'fuzz'") == summary["new_records"].get<long long>());
 }
 
+TEST_CASE("fuzz: a bug whose record was resolved and that fails again is recorded anew") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const std::string seed = dir.write("crasher", "S crashes at once");
+  const std::vector<std::string> args = {"fuzz", seed, "--handler", e2e::poison_plugin(), "--max-runs", "20", "--jobs", "1",
+                                         "--seed", "9", "--json", "--store", store};
+  const auto first = run_pillbox(args);
+  INFO(first.describe());
+  REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine WHERE json_extract(origin, '$.generation') = 0") == 1);
+  // As a replay that resolved it under the same handler leaves it: the
+  // record resolved, its ledger task done.
+  e2e::sql_write(db, "UPDATE quarantine SET status = 'resolved' WHERE json_extract(origin, '$.generation') = 0");
+  e2e::sql_write(db, "UPDATE tasks SET state = 'ok' WHERE id = (SELECT task_id FROM quarantine WHERE "
+                     "json_extract(origin, '$.generation') = 0)");
+  const auto again = run_pillbox(args);
+  INFO(again.describe());
+  const auto rows = sql_rows(db, "SELECT status, t.state FROM quarantine q JOIN tasks t ON t.id = q.task_id WHERE "
+                                 "json_extract(q.origin, '$.generation') = 0 ORDER BY q.id");
+  // The seed's crash is a regression: a new open record beside the resolved one.
+  CHECK(rows == std::vector<std::vector<std::string>>{{"resolved", "quarantined"}, {"quarantined", "quarantined"}});
+  CHECK(summary_of(again)["new_records"].get<long long>() >= 1);
+  CHECK(again.records.front()["type"] == "finding");
+}
+
 TEST_CASE("fuzz: usage errors say what to do") {
   e2e::TempDir dir;
   const std::string store = dir.path() + "/store";
