@@ -23,6 +23,16 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
     ledger_.rollback();
     return Error{message};
   };
+  if (f.repeat_if_fingerprint_open && !f.outcome.fingerprint.empty()) {
+    auto counted = quarantine_->add_repeats(f.outcome.fingerprint, 1, f.ended_ms, actor_, "");
+    if (!counted) return fail(counted.error());
+    if (*counted != 0) {
+      if (auto s = ledger_.commit(); !s) return fail(s.message());
+      RecordedFinding result;
+      result.repeat_of = *counted;
+      return result;
+    }
+  }
   auto started = ledger_.start_attempt(f.key, sha, size, f.started_ms, f.solo);
   if (!started) return fail(started.error());
   RecordedFinding result;

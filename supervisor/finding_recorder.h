@@ -24,6 +24,11 @@ struct Finding {
   std::int64_t started_ms = 0;
   std::int64_t ended_ms = 0;
   bool solo = false;         // nothing else ran meanwhile (--jobs 1)
+  // Count it as one more repeat of an open (not resolved) record of the same
+  // fingerprint if there is one, instead of recording it. Checked in the
+  // transaction that would insert it, so two fuzz sessions on one store
+  // that meet a new fingerprint at once record it once.
+  bool repeat_if_fingerprint_open = false;
 };
 
 struct RecordedFinding {
@@ -35,6 +40,8 @@ struct RecordedFinding {
   // record. A task done since (resolved by a replay) that fails again is
   // recorded anew.
   std::optional<std::string> already;
+  // repeat_if_fingerprint_open: the open record it was counted on.
+  std::int64_t repeat_of = 0;
 };
 
 class FindingRecorder {

@@ -201,18 +201,9 @@ class FuzzPlanner final : public PayloadPlanner {
       }
       return;
     }
-    // First sighting in this session: on file already (a run, an earlier
-    // session) means a repeat; otherwise a new record.
-    auto counted = recorder_.add_repeats(fp, 1, "");
-    if (!counted) {
-      if (error_.is_ok()) error_ = Status::error(counted.error());
-      return;
-    }
-    if (*counted != 0) {
-      known_[fp] = *counted;
-      ++result_.repeats[fp];
-      return;
-    }
+    // First sighting in this session: a fingerprint with an open record (a
+    // run's, an earlier or a concurrent session's) is a repeat; the recorder
+    // decides that in the transaction that would otherwise insert it.
     const nlohmann::json origin = {{"seed", c.seed},
                                    {"seed_sha256", c.seed_sha256},
                                    {"generation", c.generation},
@@ -230,10 +221,16 @@ class FuzzPlanner final : public PayloadPlanner {
     f.started_ms = c.started_ms;
     f.ended_ms = store::now_ms();
     f.solo = settings_.jobs <= 1;
+    f.repeat_if_fingerprint_open = true;
     auto recorded = recorder_.record(f, "found by pillbox fuzz from " + c.seed + " (generation " +
                                             std::to_string(c.generation) + ", run " + std::to_string(c.run) + ")");
     if (!recorded) {
       if (error_.is_ok()) error_ = Status::error(recorded.error());
+      return;
+    }
+    if (recorded->repeat_of != 0) {
+      known_[fp] = recorded->repeat_of;
+      ++result_.repeats[fp];
       return;
     }
     if (recorded->already) {
