@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "shared/sha256.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/payload_runner.h"
 #include "supervisor/run.h"
@@ -65,8 +66,16 @@ class ImportPlanner final : public PayloadPlanner {
       return;
     }
     const nlohmann::json origin = {{"tool", a.tool}, {"artifact", a.artifact}, {"file", a.path}};
-    Finding f{a.path, task.payload, o, origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-              started_ms_[i], store::now_ms(), settings_.jobs <= 1};
+    // Keyed by content, not by file name: the same artifact downloaded again
+    // into another directory (each CI run's) is the same finding.
+    Finding f;
+    f.key = "import:" + sha256_hex(task.payload).substr(0, 16);
+    f.payload = task.payload;
+    f.outcome = o;
+    f.origin = origin.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    f.started_ms = started_ms_[i];
+    f.ended_ms = store::now_ms();
+    f.solo = settings_.jobs <= 1;
     auto recorded = recorder_.record(f, "imported from " + a.path + " (" + a.tool + " " + a.artifact + ")");
     if (!recorded) {
       if (error_.is_ok()) error_ = Status::error(recorded.error());
@@ -75,7 +84,7 @@ class ImportPlanner final : public PayloadPlanner {
     imported.record_id = recorded->record_id;
     if (recorded->already) {
       imported.status = "already";
-      imported.detail = "the store has this file's bytes as " + *recorded->already + " under this handler" +
+      imported.detail = "the store has these bytes as " + *recorded->already + " under this handler" +
                         (recorded->record_id ? " (record " + std::to_string(recorded->record_id) + ")" : "");
     } else {
       imported.status = "imported";

@@ -235,14 +235,16 @@ TEST_CASE("quarantine import: libFuzzer and AFL++ artifacts get the fingerprints
   CHECK(r.err.find("1 other file ignored") != std::string::npos);  // README.txt
 
   const auto rows = sql_rows(db, "SELECT key, kind, fingerprint, source, json_extract(origin, '$.tool'), "
-                                 "json_extract(origin, '$.file') FROM quarantine ORDER BY key");
+                                 "json_extract(origin, '$.file'), payload_sha256 FROM quarantine ORDER BY key");
   REQUIRE(rows.size() == 2);
   for (const auto& row : rows) {
     CHECK(row[1] == "crash");
     CHECK(row[3] == "import");
-    CHECK(row[5] == row[0]);
+    CHECK((row[5] == libfuzzer_file || row[5] == afl_file));
+    // Keyed by the bytes, not the file name.
+    CHECK(row[0] == "import:" + row[6].substr(0, 16));
     // The same fingerprint `run` gives the same bytes under the same handler.
-    CHECK(run_fingerprint(row[0], {"--handler", e2e::poison_plugin()}) == row[2]);
+    CHECK(run_fingerprint(row[5], {"--handler", e2e::poison_plugin()}) == row[2]);
   }
   CHECK(rows[0][2] != rows[1][2]);  // SIGSEGV and SIGABRT: two bugs
   const auto listed = run_pillbox({"quarantine", "list", "--source", "import", "--limit", "5", "--json", "--store", store});
@@ -256,6 +258,18 @@ TEST_CASE("quarantine import: libFuzzer and AFL++ artifacts get the fingerprints
   CHECK(again.exit_code == 0);
   REQUIRE(again.records.size() == 2);
   for (const auto& rec : again.records) CHECK(rec["status"] == "already");
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 2);
+
+  // The same bytes under another name, as when a later CI run's artifacts
+  // are downloaded into a directory of their own: on file already.
+  REQUIRE(std::system(("mkdir -p " + dir.path() + "/download-2").c_str()) == 0);
+  const std::string copy = dir.write("download-2/crash-" + hex, segv);
+  const auto copied = run_pillbox({"quarantine", "import", copy, "--handler", e2e::poison_plugin(), "--json",
+                                   "--store", store});
+  INFO(copied.describe());
+  CHECK(copied.exit_code == 0);
+  REQUIRE(copied.records.size() == 1);
+  CHECK(copied.records[0]["status"] == "already");
   CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 2);
 
   // No artifacts at all is a usage error naming what was looked for.
