@@ -279,6 +279,34 @@ TEST_CASE("quarantine import: libFuzzer and AFL++ artifacts get the fingerprints
   CHECK(none.err.find("no crash artifacts found") != std::string::npos);
 }
 
+TEST_CASE("quarantine import: an artifact ended by a signal from outside is not run, not recorded (exit 3)") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  REQUIRE(std::system(("mkdir -p " + dir.path() + "/artifacts").c_str()) == 0);
+  // The "parser" sends itself the signal its input names: SIGSEGV is a
+  // crash; SIGTERM is what an operator or a host's shutdown sends, never a
+  // payload's fault, so the import cannot judge that artifact.
+  const std::string segv = dir.write("artifacts/crash-" + std::string(40, 'a'), "SEGV");
+  const std::string term = dir.write("artifacts/crash-" + std::string(40, 'b'), "TERM");
+  const auto r = run_pillbox({"quarantine", "import", dir.path() + "/artifacts", "--json", "--store", store, "--",
+                              "/bin/sh", "-c", "read -r sig; kill -$sig $$"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 3);
+  REQUIRE(r.records.size() == 2);
+  std::map<std::string, nlohmann::json> by_file;
+  for (const auto& rec : r.records) by_file[rec["file"]] = rec;
+  CHECK(by_file[segv]["status"] == "imported");
+  CHECK(by_file[term]["status"] == "not-run");
+  CHECK(by_file[term]["kind"] == "killed");
+  CHECK(by_file[term]["detail"].get<std::string>().find("import it again") != std::string::npos);
+  CHECK(r.err.find("1 not run") != std::string::npos);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE json_extract(origin, '$.file') = '" + segv + "'") == 1);
+  // Nothing of it in the ledger either: it can be imported again later.
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks") == 1);
+}
+
 TEST_CASE("fuzz: SIGINT ends a session with its repeats written; SIGKILL loses no record") {
   e2e::TempDir dir;
   const std::string store = dir.path() + "/store";
