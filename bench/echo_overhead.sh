@@ -26,41 +26,21 @@
 # Nothing is written into the repository; results are printed only.
 set -euo pipefail
 
-usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
-case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+BENCH=echo_overhead
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_help "$@"
 
-REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${1:-build}
 TASKS=${2:-2000}
 ROUNDS=${ROUNDS:-3}
 JOBS=${JOBS:-$(nproc)}
 
-[[ -d "$BUILD_DIR" ]] || BUILD_DIR="$REPO_ROOT/$BUILD_DIR"
-[[ -x "$BUILD_DIR/pillbox" && -x "$BUILD_DIR/pillbox-sandbox" ]] ||
-  { echo "echo_overhead: no pillbox / pillbox-sandbox in $BUILD_DIR (build first)" >&2; exit 2; }
-[[ "$TASKS" =~ ^[1-9][0-9]*$ && "$ROUNDS" =~ ^[1-9][0-9]*$ && "$JOBS" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "echo_overhead: TASKS, ROUNDS and JOBS must be positive integers" >&2; exit 2; }
-for tool in cc python3 xargs timeout prlimit find; do
-  command -v "$tool" >/dev/null || { echo "echo_overhead: needs $tool" >&2; exit 2; }
-done
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/pillbox-bench.XXXXXX")
-cleanup() { if [[ "${KEEP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
-trap cleanup EXIT
-# Children run as `nobody` when pillbox runs as root: they must be able to
-# reach echo_stdin and the crash library.
-chmod 0755 "$WORK"
-mkdir -p "$WORK/bin" "$WORK/corpus" "$WORK/lat" "$WORK/log"
-
+bench_build_dir "$BUILD_DIR" pillbox pillbox-sandbox
+bench_positive_ints TASKS ROUNDS JOBS
+bench_need cc python3 xargs timeout prlimit find
+bench_workdir corpus lat log
 # --- binaries --------------------------------------------------------------
-# A snapshot of the build, so a rebuild by someone else during the run cannot
-# swap binaries between rounds. pillbox finds pillbox-sandbox and the crash
-# library next to itself.
-for f in pillbox pillbox-sandbox libpillbox-crash.so; do
-  [[ -e "$BUILD_DIR/$f" ]] && cp "$BUILD_DIR/$f" "$WORK/bin/"
-done
-chmod 0755 "$WORK/bin" "$WORK/bin/"*
-PB="$WORK/bin/pillbox"
+bench_snapshot_build
 
 # The peer's program, also the program pillbox execs in exec mode.
 cat >"$WORK/echo_stdin.c" <<'EOF'
@@ -151,13 +131,17 @@ PEER_LIMITS=(timeout 10 prlimit --cpu=5 --as=$((512 * 1024 * 1024)) --nofile=64 
 VARIANTS=(zygote_echo zygote_exec spawn_echo xargs_peer)
 
 # A pillbox variant with an output flag (--quiet for throughput, --json for records).
+# --no-store: what is measured is the isolation, like the peer's, which keeps
+# no ledger (ledger_overhead.sh measures that). With a store, every run after
+# the first would skip the corpus as "already ok", and the user's default
+# store would fill with benchmark tasks.
 pillbox_run() {  # VARIANT FLAG DIR
   case "$1" in
-    zygote_echo) "$PB" run --handler echo --jobs "$JOBS" "$2" "$3" ;;
+    zygote_echo) "$PB" run --no-store --handler echo --jobs "$JOBS" "$2" "$3" ;;
     # Exec mode defaults to policies/exec.policy; --timeout/--cpu/--memory give it
     # the peer's limits (wall 10s, cpu 5s, memory 512M).
-    zygote_exec) "$PB" run --jobs "$JOBS" "$2" --timeout 10s --cpu 5s --memory 512M "$3" -- "$WORK/echo_stdin" ;;
-    spawn_echo)  "$PB" run --mode spawn --handler echo --jobs "$JOBS" "$2" "$3" ;;
+    zygote_exec) "$PB" run --no-store --jobs "$JOBS" "$2" --timeout 10s --cpu 5s --memory 512M "$3" -- "$WORK/echo_stdin" ;;
+    spawn_echo)  "$PB" run --no-store --mode spawn --handler echo --jobs "$JOBS" "$2" "$3" ;;
   esac
 }
 
@@ -177,12 +161,6 @@ run_latency() {  # VARIANT ROUND
   esac
 }
 
-fail_run() {  # WHAT RC LOG
-  echo "echo_overhead: $1 failed (exit $2); its stderr:" >&2
-  tail -n 20 "$3" >&2 || true
-  exit 1
-}
-
 # In a measured run, "some tasks failed" (pillbox exit 1, xargs exit 123) is a
 # result, not a broken benchmark: keep the time, count the run as "had failed
 # tasks" in the report. Anything else (usage, setup error) stops the benchmark.
@@ -191,7 +169,7 @@ check_rc() {  # VARIANT RC WHAT LOG
     0) return 0 ;;
     1|123) echo "  WARNING: $3: some tasks did not end ok (exit $2)" >&2
            printf '%s\t%s\n' "$1" "$3" >>"$WORK/failed_runs.tsv" ;;
-    *) fail_run "$3" "$2" "$4" ;;
+    *) bench_fail_run "$3" "$2" "$4" ;;
   esac
 }
 
@@ -202,7 +180,7 @@ peer_run "$WORK/check" || { echo "echo_overhead: the peer command does not run" 
 [[ "$("$WORK/echo_stdin" <"$sample")" == "$(cat "$sample")" ]] || { echo "echo_overhead: echo_stdin is broken" >&2; exit 1; }
 for v in zygote_echo zygote_exec spawn_echo; do
   rc=0; out=$(pillbox_run "$v" --json "$WORK/check" 2>"$WORK/log/check.$v") || rc=$?
-  [[ $rc == 0 ]] || fail_run "sanity check ($v)" "$rc" "$WORK/log/check.$v"
+  [[ $rc == 0 ]] || bench_fail_run "sanity check ($v)" "$rc" "$WORK/log/check.$v"
   python3 -c 'import json,sys; r=json.loads(sys.argv[1]); sys.exit(0 if r["kind"]=="ok" and r["output"]==open(sys.argv[2]).read() else 1)' \
     "$out" "$sample" || { echo "echo_overhead: $v did not echo the payload: $out" >&2; exit 1; }
 done
@@ -213,7 +191,7 @@ echo "pillbox echo benchmark: $TASKS tasks, $JOBS jobs, $ROUNDS rounds; load ave
 # Warm-up: page cache, binaries, dynamic loader caches.
 for v in "${VARIANTS[@]}"; do
   rc=0; run_variant "$v" "$WORK/warm" >/dev/null 2>"$WORK/log/warm.$v" || rc=$?
-  [[ $rc == 0 ]] || fail_run "warm-up ($v)" "$rc" "$WORK/log/warm.$v"
+  [[ $rc == 0 ]] || bench_fail_run "warm-up ($v)" "$rc" "$WORK/log/warm.$v"
 done
 
 : >"$WORK/times.tsv"; : >"$WORK/failed_runs.tsv"; : >"$WORK/loads.tsv"

@@ -27,10 +27,10 @@
 # Nothing is written into the repository; results are printed only.
 set -euo pipefail
 
-usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
-case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+BENCH=fuzz_throughput
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_help "$@"
 
-REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${1:-build}
 FUZZ_SECONDS=${2:-10}
 ROUNDS=${ROUNDS:-3}
@@ -38,32 +38,12 @@ JOBS=${JOBS:-2}
 TASKS=${TASKS:-2000}
 SIZE=${SIZE:-64}
 
-[[ -d "$BUILD_DIR" ]] || BUILD_DIR="$REPO_ROOT/$BUILD_DIR"
-[[ -x "$BUILD_DIR/pillbox" && -x "$BUILD_DIR/pillbox-sandbox" ]] ||
-  { echo "fuzz_throughput: no pillbox / pillbox-sandbox in $BUILD_DIR (build first)" >&2; exit 2; }
-for n in "$FUZZ_SECONDS" "$ROUNDS" "$JOBS" "$TASKS" "$SIZE"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] ||
-    { echo "fuzz_throughput: SECONDS, ROUNDS, JOBS, TASKS and SIZE must be positive integers" >&2; exit 2; }
-done
-(( SIZE >= 16 )) || { echo "fuzz_throughput: SIZE must be at least 16 (the inputs carry a distinct number)" >&2; exit 2; }
-for tool in python3 awk; do
-  command -v "$tool" >/dev/null || { echo "fuzz_throughput: needs $tool" >&2; exit 2; }
-done
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/pillbox-bench.XXXXXX")
-cleanup() { if [[ "${KEEP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
-trap cleanup EXIT
-# Children run as `nobody` when pillbox runs as root: they must reach the inputs.
-chmod 0755 "$WORK"
-mkdir -p "$WORK/bin" "$WORK/corpus" "$WORK/seed" "$WORK/log" "$WORK/stores"
-
-# A snapshot of the build, so that a rebuild by someone else during the run
-# cannot swap binaries between rounds (pillbox finds its helpers next to itself).
-for f in pillbox pillbox-sandbox libpillbox-crash.so; do
-  [[ -e "$BUILD_DIR/$f" ]] && cp "$BUILD_DIR/$f" "$WORK/bin/"
-done
-chmod 0755 "$WORK/bin" "$WORK/bin/"*
-PB="$WORK/bin/pillbox"
+bench_build_dir "$BUILD_DIR" pillbox pillbox-sandbox
+bench_positive_ints FUZZ_SECONDS ROUNDS JOBS TASKS SIZE
+(( SIZE >= 16 )) || bench_die "SIZE must be at least 16 (the inputs carry a distinct number)"
+bench_need python3 awk
+bench_workdir corpus seed log stores
+bench_snapshot_build
 
 # COUNT distinct text files of exactly SIZE bytes each, deterministic.
 make_corpus() {  # DIR COUNT
@@ -92,12 +72,6 @@ run_cmd() {  # DIR
   RUN=("$PB" run --handler echo --jobs "$JOBS" --no-store --quiet "$1")
 }
 
-fail_run() {  # WHAT RC LOG
-  echo "fuzz_throughput: $1 failed (exit $2); its stderr:" >&2
-  tail -n 20 "$3" >&2 || true
-  exit 1
-}
-
 # timed OUT LOG CMD...: runs CMD (stdout to OUT, stderr to LOG) and prints,
 # tab-separated: wall ns; CPU ms of the process and of every descendant it
 # reaped (zygote, fork server, children); exit code.
@@ -119,12 +93,12 @@ PY
 # Sanity: run echoes every input; a short fuzz session ends with a summary,
 # runs ok only, and finds nothing (echo never fails).
 rc=0; out=$("$PB" run --handler echo --jobs "$JOBS" --no-store --json "$SEED_FILE" 2>"$WORK/log/check.run") || rc=$?
-[[ $rc == 0 ]] || fail_run "sanity check (run)" "$rc" "$WORK/log/check.run"
+[[ $rc == 0 ]] || bench_fail_run "sanity check (run)" "$rc" "$WORK/log/check.run"
 python3 -c 'import json,sys; r=json.loads(sys.argv[1]); sys.exit(0 if r["kind"]=="ok" and r["output"]==open(sys.argv[2]).read() else 1)' \
   "$out" "$SEED_FILE" || { echo "fuzz_throughput: run did not echo the payload: $out" >&2; exit 1; }
 fuzz_cmd "$WORK/stores/check" 1s
 rc=0; "${FUZZ[@]}" >"$WORK/log/check.fuzz.out" 2>"$WORK/log/check.fuzz" || rc=$?
-[[ $rc == 0 ]] || fail_run "sanity check (fuzz)" "$rc" "$WORK/log/check.fuzz"
+[[ $rc == 0 ]] || bench_fail_run "sanity check (fuzz)" "$rc" "$WORK/log/check.fuzz"
 python3 -c 'import json,sys; s=json.loads(open(sys.argv[1]).read().splitlines()[-1]); sys.exit(0 if s["type"]=="summary" and s["runs"]>0 and set(s["by_kind"])=={"ok"} else 1)' \
   "$WORK/log/check.fuzz.out" || { echo "fuzz_throughput: unexpected fuzz output: $(tail -n 1 "$WORK/log/check.fuzz.out")" >&2; exit 1; }
 rm -rf "$WORK/stores/check"
@@ -135,10 +109,10 @@ echo "pillbox fuzz throughput: echo, $SIZE-byte inputs, $JOBS jobs, fuzz ${FUZZ_
 # Warm-up: page cache, binaries, dynamic loader caches, SQLite's first open.
 run_cmd "$WORK/warm"
 rc=0; "${RUN[@]}" >/dev/null 2>"$WORK/log/warm.run" || rc=$?
-[[ $rc == 0 ]] || fail_run "warm-up (run)" "$rc" "$WORK/log/warm.run"
+[[ $rc == 0 ]] || bench_fail_run "warm-up (run)" "$rc" "$WORK/log/warm.run"
 fuzz_cmd "$WORK/stores/warm" 1s
 rc=0; "${FUZZ[@]}" >/dev/null 2>"$WORK/log/warm.fuzz" || rc=$?
-[[ $rc == 0 ]] || fail_run "warm-up (fuzz)" "$rc" "$WORK/log/warm.fuzz"
+[[ $rc == 0 ]] || bench_fail_run "warm-up (fuzz)" "$rc" "$WORK/log/warm.fuzz"
 rm -rf "$WORK/stores/warm"
 
 VARIANTS=(fuzz run)
@@ -159,7 +133,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     case "$rc" in
       0) ;;
       1) echo "  WARNING: $v (round $r): failures (exit 1)" >&2; printf '%s\t%d\n' "$v" "$r" >>"$WORK/failed_runs.tsv" ;;
-      *) fail_run "$v (round $r)" "$rc" "$WORK/log/$v.$r" ;;
+      *) bench_fail_run "$v (round $r)" "$rc" "$WORK/log/$v.$r" ;;
     esac
     printf '%s\t%d\t%d\t%d\n' "$v" "$r" "$ns" "$cpu_ms" >>"$WORK/times.tsv"
     printf '  round %d  %-5s %7.2f s  (cpu %d ms)\n' "$r" "$v" "$(awk -v ns="$ns" 'BEGIN{print ns/1e9}')" "$cpu_ms" >&2

@@ -27,38 +27,20 @@
 # Nothing is written into the repository; results are printed only.
 set -euo pipefail
 
-usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
-case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+BENCH=ledger_overhead
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_help "$@"
 
-REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${1:-build}
 TASKS=${2:-2000}
 ROUNDS=${ROUNDS:-5}
 JOBS=${JOBS:-$(nproc)}
 
-[[ -d "$BUILD_DIR" ]] || BUILD_DIR="$REPO_ROOT/$BUILD_DIR"
-[[ -x "$BUILD_DIR/pillbox" && -x "$BUILD_DIR/pillbox-sandbox" ]] ||
-  { echo "ledger_overhead: no pillbox / pillbox-sandbox in $BUILD_DIR (build first)" >&2; exit 2; }
-[[ "$TASKS" =~ ^[1-9][0-9]*$ && "$ROUNDS" =~ ^[1-9][0-9]*$ && "$JOBS" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "ledger_overhead: TASKS, ROUNDS and JOBS must be positive integers" >&2; exit 2; }
-for tool in python3 awk; do
-  command -v "$tool" >/dev/null || { echo "ledger_overhead: needs $tool" >&2; exit 2; }
-done
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/pillbox-bench.XXXXXX")
-cleanup() { if [[ "${KEEP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
-trap cleanup EXIT
-# Children run as `nobody` when pillbox runs as root: they must reach the corpus.
-chmod 0755 "$WORK"
-mkdir -p "$WORK/bin" "$WORK/corpus" "$WORK/log" "$WORK/stores"
-
-# A snapshot of the build, so that a rebuild by someone else during the run
-# cannot swap binaries between rounds (pillbox finds its helpers next to itself).
-for f in pillbox pillbox-sandbox libpillbox-crash.so; do
-  [[ -e "$BUILD_DIR/$f" ]] && cp "$BUILD_DIR/$f" "$WORK/bin/"
-done
-chmod 0755 "$WORK/bin" "$WORK/bin/"*
-PB="$WORK/bin/pillbox"
+bench_build_dir "$BUILD_DIR" pillbox pillbox-sandbox
+bench_positive_ints TASKS ROUNDS JOBS
+bench_need python3 awk
+bench_workdir corpus log stores
+bench_snapshot_build
 
 # TASKS small text files, 60-250 bytes, all distinct, deterministic (as in echo_overhead.sh).
 make_corpus() {  # DIR COUNT
@@ -84,12 +66,6 @@ pillbox_run() {
   esac
 }
 
-fail_run() {  # WHAT RC LOG
-  echo "ledger_overhead: $1 failed (exit $2); its stderr:" >&2
-  tail -n 20 "$3" >&2 || true
-  exit 1
-}
-
 # "Some tasks failed" (exit 1) is a result: the time counts, the run is listed.
 # Anything else (usage, setup error) stops the benchmark.
 check_rc() {  # VARIANT RC WHAT LOG
@@ -97,7 +73,7 @@ check_rc() {  # VARIANT RC WHAT LOG
     0) return 0 ;;
     1) echo "  WARNING: $3: some tasks did not end ok (exit $2)" >&2
        printf '%s\t%s\n' "$1" "$3" >>"$WORK/failed_runs.tsv" ;;
-    *) fail_run "$3" "$2" "$4" ;;
+    *) bench_fail_run "$3" "$2" "$4" ;;
   esac
 }
 
@@ -120,7 +96,7 @@ sample="$WORK/corpus/task-000007.txt"
 mkdir -p "$WORK/check" && cp "$sample" "$WORK/check/"
 for v in "${VARIANTS[@]}"; do
   rc=0; out=$(pillbox_run "$v" --json "$WORK/check" "$WORK/stores/check" 2>"$WORK/log/check.$v") || rc=$?
-  [[ $rc == 0 ]] || fail_run "sanity check ($v)" "$rc" "$WORK/log/check.$v"
+  [[ $rc == 0 ]] || bench_fail_run "sanity check ($v)" "$rc" "$WORK/log/check.$v"
   python3 -c 'import json,sys; r=json.loads(sys.argv[1]); sys.exit(0 if r["kind"]=="ok" and r["output"]==open(sys.argv[2]).read() else 1)' \
     "$out" "$sample" || { echo "ledger_overhead: $v did not echo the payload: $out" >&2; exit 1; }
 done
@@ -134,7 +110,7 @@ echo "pillbox ledger benchmark: $TASKS tasks, $JOBS jobs, $ROUNDS rounds; store 
 # Warm-up: page cache, binaries, dynamic loader caches, SQLite's first open.
 for v in "${VARIANTS[@]}"; do
   rc=0; pillbox_run "$v" --quiet "$WORK/warm" "$WORK/stores/warm" >/dev/null 2>"$WORK/log/warm.$v" || rc=$?
-  [[ $rc == 0 ]] || fail_run "warm-up ($v)" "$rc" "$WORK/log/warm.$v"
+  [[ $rc == 0 ]] || bench_fail_run "warm-up ($v)" "$rc" "$WORK/log/warm.$v"
 done
 
 : >"$WORK/times.tsv"; : >"$WORK/failed_runs.tsv"; : >"$WORK/loads.tsv"; : >"$WORK/stores.jsonl"

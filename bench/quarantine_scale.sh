@@ -25,27 +25,20 @@
 # printed only.
 set -euo pipefail
 
-usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
-case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+BENCH=quarantine_scale
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_help "$@"
 
-REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${1:-build}
 RECORDS=${2:-100000}
 ROUNDS=${ROUNDS:-3}
 SMALL=${SMALL:-5000}
 BATCH=1000
 
-[[ -d "$BUILD_DIR" ]] || BUILD_DIR="$REPO_ROOT/$BUILD_DIR"
-BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
-[[ -x "$BUILD_DIR/pillbox" ]] || { echo "quarantine_scale: no pillbox in $BUILD_DIR (build first)" >&2; exit 2; }
-[[ "$RECORDS" =~ ^[1-9][0-9]*$ && "$ROUNDS" =~ ^[1-9][0-9]*$ && "$SMALL" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "quarantine_scale: RECORDS, ROUNDS and SMALL must be positive integers" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "quarantine_scale: needs python3" >&2; exit 2; }
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/pillbox-bench.XXXXXX")
-cleanup() { if [[ "${KEEP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
-trap cleanup EXIT
-mkdir -p "$WORK/bin" "$WORK/log"
+bench_build_dir "$BUILD_DIR" pillbox
+bench_positive_ints RECORDS ROUNDS SMALL
+bench_need python3
+bench_workdir bin log
 
 # --- the insert program --------------------------------------------------------
 # The project's static libraries (copied: a rebuild during the run cannot

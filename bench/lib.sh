@@ -1,0 +1,82 @@
+# bench/lib.sh — the setup every benchmark script shares. Sourced, not run:
+#   BENCH=echo_overhead; source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# BENCH names the script in its messages. Defines REPO_ROOT and the bench_*
+# functions below; changes nothing else.
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# The script's usage: lines 2-5 of its header comment.
+bench_usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
+
+# -h/--help as the first argument prints the usage and exits.
+bench_help() {
+  case "${1:-}" in -h|--help) bench_usage; exit 0 ;; esac
+}
+
+# A usage or environment error: the message, exit 2.
+bench_die() { echo "$BENCH: $*" >&2; exit 2; }
+
+# bench_build_dir DIR FILE...: sets BUILD_DIR to DIR (relative to the
+# repository when it is not a directory from here), absolute; every FILE must
+# be an executable in it.
+bench_build_dir() {
+  local given=$1 dir=$1
+  shift
+  [[ -d "$dir" ]] || dir="$REPO_ROOT/$dir"
+  [[ -d "$dir" ]] || bench_die "no build directory $given (build first)"
+  BUILD_DIR=$(cd "$dir" && pwd)
+  local f
+  for f in "$@"; do
+    [[ -x "$BUILD_DIR/$f" ]] || bench_die "no $f in $BUILD_DIR (build first)"
+  done
+}
+
+# bench_positive_ints NAME...: each named variable holds a positive integer.
+bench_positive_ints() {
+  local name
+  for name in "$@"; do
+    [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || bench_die "$name must be a positive integer (got '${!name}')"
+  done
+}
+
+# bench_need TOOL...: each is on PATH.
+bench_need() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || bench_die "needs $tool"
+  done
+}
+
+# bench_workdir SUBDIR...: WORK, a fresh temp directory removed at exit
+# (KEEP=1 keeps it and says where), with the given subdirectories. Mode 0755:
+# the children run as `nobody` when pillbox runs as root, and must reach the
+# inputs and programs in it.
+bench_workdir() {
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/pillbox-bench.XXXXXX")
+  trap bench_cleanup EXIT
+  chmod 0755 "$WORK"
+  local sub
+  for sub in "$@"; do mkdir -p "$WORK/$sub"; done
+}
+bench_cleanup() { if [[ "${KEEP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
+
+# bench_snapshot_build: copies pillbox and its helpers (it finds them next to
+# itself) from BUILD_DIR into $WORK/bin and sets PB, so that a rebuild by
+# someone else during the run cannot swap binaries between rounds.
+bench_snapshot_build() {
+  mkdir -p "$WORK/bin"
+  local f
+  for f in pillbox pillbox-sandbox libpillbox-crash.so; do
+    if [[ -e "$BUILD_DIR/$f" ]]; then cp "$BUILD_DIR/$f" "$WORK/bin/"; fi
+  done
+  chmod 0755 "$WORK/bin" "$WORK/bin/"*
+  PB="$WORK/bin/pillbox"
+}
+
+# bench_fail_run WHAT RC LOG: a run that should not fail did; the end of its
+# stderr, exit 1.
+bench_fail_run() {
+  echo "$BENCH: $1 failed (exit $2); its stderr:" >&2
+  tail -n 20 "$3" >&2 || true
+  exit 1
+}
