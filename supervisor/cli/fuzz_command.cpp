@@ -237,6 +237,7 @@ int fuzz_command(int argc, char** argv) {
   for (const auto& seed : settings.seeds) largest = std::max(largest, seed.bytes.size());
   settings.max_len = max_len.value_or(std::max<std::size_t>(4096, largest));
   settings.sandbox_binary = find_sandbox_binary();
+  settings.journal_root = access->store.dir() + "/fuzz-inflight";
 
   auto recorder = FindingRecorder::open(access->store.db(), *access->quarantine, run_identity(settings.config), "fuzz",
                                         actor_name("fuzz"));
@@ -248,6 +249,21 @@ int fuzz_command(int argc, char** argv) {
     progress.update(static_cast<std::size_t>(p.runs), "corpus " + std::to_string(p.corpus) + ", " +
                                                           std::to_string(p.findings) + " new, " +
                                                           std::to_string(p.repeats) + " repeats");
+  };
+  settings.on_recovered = [&](std::size_t recovered, std::size_t other_identity) {
+    if (recovered > 0) {
+      std::fprintf(stderr,
+                   "pillbox fuzz: %zu candidate%s %s running when an earlier session died; %s first, one at a time\n",
+                   recovered, recovered == 1 ? "" : "s", recovered == 1 ? "was" : "were",
+                   recovered == 1 ? "it runs" : "they run");
+    }
+    if (other_identity > 0) {
+      std::fprintf(stderr,
+                   "pillbox fuzz: %zu candidate%s left by a session that died under another handler or policy %s "
+                   "kept in %s/fuzz-inflight; fuzz with that handler and policy to run %s\n",
+                   other_identity, other_identity == 1 ? "" : "s", other_identity == 1 ? "is" : "are",
+                   access->store.dir().c_str(), other_identity == 1 ? "it" : "them");
+    }
   };
   settings.on_finding = [&](const fuzz::FuzzFinding& f) {
     if (json) {

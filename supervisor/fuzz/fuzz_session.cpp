@@ -7,8 +7,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "shared/fingerprint.h"
 #include "shared/sha256.h"
 #include "supervisor/fuzz/fuzz_corpus.h"
+#include "supervisor/fuzz/inflight_journal.h"
 #include "supervisor/fuzz/mutator.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/payload_runner.h"
@@ -39,22 +41,52 @@ struct Candidate {
   std::string mutations;     // the lineage since the seed (CorpusEntry::lineage)
   std::uint64_t run = 0;
   std::int64_t started_ms = 0;
+  std::string journal_file;  // a recovered candidate: its file in the journal
+  std::string recovered_from;  // a recovered candidate: the session that died with it
 };
 
 class FuzzPlanner final : public PayloadPlanner {
  public:
-  FuzzPlanner(FindingRecorder& recorder, const FuzzSettings& settings, FuzzResult& result)
+  FuzzPlanner(FindingRecorder& recorder, const FuzzSettings& settings, FuzzResult& result, InFlightJournal* journal,
+              std::vector<RecoveredCandidate> recovered)
       : recorder_(recorder),
         settings_(settings),
         result_(result),
+        journal_(journal),
+        recovered_(std::move(recovered)),
         mutator_(settings.rng_seed, settings.dictionary, settings.max_len),
         started_(Clock::now()),
         last_flush_(started_) {
     for (const auto& seed : settings.seeds) {
-      Candidate c{seed.bytes, seed.name, sha256_hex(seed.bytes), 0, "", 0, 0};
+      Candidate c{seed.bytes, seed.name, sha256_hex(seed.bytes), 0, "", 0, 0, "", ""};
       pending_seeds_.push_back(std::move(c));
     }
-    if (pending_seeds_.empty()) pending_seeds_.push_back({"", "empty input", sha256_hex(""), 0, "", 0, 0});
+    if (pending_seeds_.empty()) pending_seeds_.push_back({"", "empty input", sha256_hex(""), 0, "", 0, 0, "", ""});
+  }
+
+  // Before the first run: recovered candidates that already took pillbox
+  // down while running alone kMaxSoloLosses times are recorded, not run.
+  void record_lost_candidates() {
+    std::vector<RecoveredCandidate> to_run;
+    for (auto& r : recovered_) {
+      if (r.solo_losses < kMaxSoloLosses) {
+        to_run.push_back(std::move(r));
+        continue;
+      }
+      Outcome o;
+      o.kind = Kind::kSupervisorLost;
+      o.message = "pillbox fuzz died while this candidate ran alone, " + std::to_string(r.solo_losses) +
+                  " times; it is not run again";
+      o.fingerprint = make_fingerprint(o.kind, "", {}, recorder_.identity().handler_identity);
+      Candidate c = recovered_candidate(r);
+      c.started_ms = store::now_ms();
+      ++result_.recovered;
+      ++result_.by_kind[std::string(to_string(o.kind))];
+      note_failure(c, o);
+      if (!error_.is_ok()) return;  // not recorded: the file stays for the next session
+      journal_->remove_file(r.file);
+    }
+    recovered_ = std::move(to_run);
   }
 
   std::optional<Task> next() override {
@@ -67,8 +99,23 @@ class FuzzPlanner final : public PayloadPlanner {
       result_.stopped_by = "--max-time";
       return std::nullopt;
     }
+    // A recovered candidate runs alone: if pillbox dies again, it is the one.
+    if (alone_in_flight_) return std::nullopt;
     Candidate c;
-    if (seed_index_ < pending_seeds_.size()) {
+    if (recovered_index_ < recovered_.size()) {
+      if (!in_flight_.empty()) return std::nullopt;
+      const RecoveredCandidate& r = recovered_[recovered_index_++];
+      auto file = journal_->mark_running_alone(r);
+      if (!file) {
+        error_ = Status::error(file.error());
+        return std::nullopt;
+      }
+      c = recovered_candidate(r);
+      c.journal_file = *file;
+      remember(c.bytes);
+      alone_in_flight_ = true;
+      ++result_.recovered;
+    } else if (seed_index_ < pending_seeds_.size()) {
       // Every seed runs once as it is, first: a seed that already fails is a finding.
       c = pending_seeds_[seed_index_++];
       corpus_.add_seed({c.bytes, c.seed, c.seed_sha256, 0, ""});
@@ -81,6 +128,12 @@ class FuzzPlanner final : public PayloadPlanner {
     }
     c.run = ++issued_;
     c.started_ms = store::now_ms();
+    if (journal_ != nullptr && c.journal_file.empty()) {
+      if (auto s = journal_->add(c.run, {c.seed, c.seed_sha256, c.generation, c.mutations}, c.bytes); !s) {
+        error_ = s;
+        return std::nullopt;
+      }
+    }
     const std::uint64_t ref = c.run;
     Task task{"fuzz:" + std::to_string(ref), c.bytes, ref};
     in_flight_.emplace(ref, std::move(c));
@@ -112,6 +165,15 @@ class FuzzPlanner final : public PayloadPlanner {
       corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation, c.mutations}, mutator_.rng());
     }
     if (is_fuzz_finding(outcome.kind)) note_failure(c, outcome);
+    // Judged (and recorded if it failed): out of the journal.
+    if (journal_ != nullptr && error_.is_ok()) {
+      if (!c.journal_file.empty()) {
+        journal_->remove_file(c.journal_file);
+      } else {
+        journal_->remove(c.run);
+      }
+    }
+    if (!c.journal_file.empty()) alone_in_flight_ = false;
     if (Clock::now() - last_flush_ >= kRepeatFlushInterval) flush_repeats(false);
     if (settings_.on_progress) {
       std::uint64_t repeats = 0;
@@ -169,8 +231,8 @@ class FuzzPlanner final : public PayloadPlanner {
         ++result_.duplicates_skipped;
         continue;
       }
-      c = Candidate{std::move(bytes), parent.seed,        parent.seed_sha256,
-                    parent.generation + 1, extend_lineage(parent.lineage, how), 0, 0};
+      c = Candidate{std::move(bytes), parent.seed, parent.seed_sha256, parent.generation + 1,
+                    extend_lineage(parent.lineage, how), 0, 0, "", ""};
       return true;
     }
     return false;
@@ -204,12 +266,13 @@ class FuzzPlanner final : public PayloadPlanner {
     // First sighting in this session: a fingerprint with an open record (a
     // run's, an earlier or a concurrent session's) is a repeat; the recorder
     // decides that in the transaction that would otherwise insert it.
-    const nlohmann::json origin = {{"seed", c.seed},
-                                   {"seed_sha256", c.seed_sha256},
-                                   {"generation", c.generation},
-                                   {"mutations", c.generation == 0 ? "none" : c.mutations},
-                                   {"rng_seed", settings_.rng_seed},
-                                   {"run", c.run}};
+    nlohmann::json origin = {{"seed", c.seed},
+                             {"seed_sha256", c.seed_sha256},
+                             {"generation", c.generation},
+                             {"mutations", c.generation == 0 ? "none" : c.mutations},
+                             {"rng_seed", settings_.rng_seed},
+                             {"run", c.run}};
+    if (!c.recovered_from.empty()) origin["recovered_from"] = "pillbox fuzz session " + c.recovered_from;
     Finding f;
     const std::string sha = sha256_hex(c.bytes);
     // The fingerprint is part of the key: the same bytes failing another way
@@ -251,9 +314,18 @@ class FuzzPlanner final : public PayloadPlanner {
     if (settings_.on_finding) settings_.on_finding(finding);
   }
 
+  static Candidate recovered_candidate(const RecoveredCandidate& r) {
+    return Candidate{r.bytes, r.origin.seed, r.origin.seed_sha256, r.origin.generation, r.origin.mutations, 0, 0, "",
+                     r.from_session};
+  }
+
   FindingRecorder& recorder_;
   const FuzzSettings& settings_;
   FuzzResult& result_;
+  InFlightJournal* journal_;                      // null: no journal
+  std::vector<RecoveredCandidate> recovered_;     // run first, one at a time
+  std::size_t recovered_index_ = 0;
+  bool alone_in_flight_ = false;
   Mutator mutator_;
   FuzzCorpus corpus_;
   std::vector<Candidate> pending_seeds_;
@@ -295,7 +367,24 @@ bool is_fuzz_finding(Kind kind) {
 Expected<FuzzResult> run_fuzz(FindingRecorder& recorder, const FuzzSettings& settings) {
   FuzzResult result;
   const auto started = Clock::now();
-  FuzzPlanner planner(recorder, settings, result);
+  std::optional<InFlightJournal> journal;
+  std::vector<RecoveredCandidate> recovered;
+  if (!settings.journal_root.empty()) {
+    const RunIdentity& id = recorder.identity();
+    auto opened = InFlightJournal::open(settings.journal_root, id.handler_identity + "\n" + id.policy_identity + "\n");
+    if (!opened) return Error{opened.error()};
+    journal.emplace(std::move(*opened));
+    std::size_t other_identity = 0;
+    auto found = journal->recover(other_identity);
+    if (!found) return Error{found.error()};
+    recovered = std::move(*found);
+    if (settings.on_recovered && (!recovered.empty() || other_identity > 0)) {
+      settings.on_recovered(recovered.size(), other_identity);
+    }
+  }
+  FuzzPlanner planner(recorder, settings, result, journal ? &*journal : nullptr, std::move(recovered));
+  planner.record_lost_candidates();
+  if (!planner.error().is_ok()) return Error{planner.error().message()};
   RunSettings run;
   run.config = settings.config;
   run.mode = settings.mode;

@@ -57,7 +57,15 @@ struct FuzzSettings {
   std::uint64_t rng_seed = 0;
   bool stop_on_finding = false;             // end the session at the first new record (like libFuzzer)
   std::size_t max_new_records = 1000;       // end the session after this many new records
+  // <store>/fuzz-inflight: where running candidates are journaled, so that
+  // the next session runs those a dead session left (inflight_journal.h).
+  // "": no journal.
+  std::string journal_root;
   std::function<void(const FuzzProgress&)> on_progress;
+  // Before the first run: how many candidates of dead sessions were
+  // recovered, and how many were left for a session under another handler or
+  // policy.
+  std::function<void(std::size_t recovered, std::size_t other_identity)> on_recovered;
   std::function<void(const FuzzFinding&)> on_finding;
 };
 
@@ -72,6 +80,7 @@ struct FuzzResult {
   std::uint64_t duplicates_skipped = 0;     // candidates equal to one already run
   std::string stopped_by;                   // "--max-runs", "--max-time", "--stop-on-finding", "SIGINT", "SIGTERM"
   int stop_signal = 0;
+  std::size_t recovered = 0;                // candidates of dead sessions run (or recorded) first
 };
 
 // Which outcome kinds are poison pills worth a record. Clean rejections

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "shared/sha256.h"
@@ -344,4 +346,100 @@ TEST_CASE("fuzz: SIGINT ends a session with its repeats written; SIGKILL loses n
   INFO(next.describe());
   CHECK(next.exit_code == 1);
   CHECK(summary_of(next)["runs"] == 50);
+}
+
+namespace {
+
+// The target of the in-flight tests: hangs on HANG, crashes on SEGV.
+const std::vector<std::string> kHangOrSegv = {"--", "/bin/sh", "-c",
+                                              "read -r x; case \"$x\" in HANG) sleep 60;; SEGV) kill -SEGV $$;; esac"};
+
+// A fuzz session on `store` SIGKILLed while the seed `hang` is running.
+void kill_a_session_running(const std::string& store, const std::string& hang, const std::string& segv) {
+  std::vector<std::string> args = {"fuzz", hang, segv, "--jobs", "2", "--timeout", "3s", "--seed", "1",
+                                   "--max-time", "120s", "--json", "--store", store};
+  args.insert(args.end(), kHangOrSegv.begin(), kHangOrSegv.end());
+  // Both seeds start at once (two jobs); SEGV's record is the first line,
+  // by which time HANG is running. SIGKILL then.
+  const auto killed = e2e::run_pillbox(args, "", {}, [](pid_t pid, std::size_t, std::string_view) { ::kill(pid, SIGKILL); });
+  INFO(killed.describe());
+  REQUIRE(killed.term_signal == SIGKILL);
+  const std::string db = store + "/pillbox.db";
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE kind = 'crash'") == 1);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE kind = 'wall-timeout'") == 0);
+}
+
+std::size_t entries_in(const std::string& dir) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& d : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: a candidate running when a session is SIGKILLed runs first in the next session, and is recorded") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const auto& target = kHangOrSegv;
+  const std::string hang = dir.write("hang", "HANG");
+  kill_a_session_running(store, hang, dir.write("segv", "SEGV"));
+
+  // The next session, with a harmless seed, runs HANG first and records it.
+  const std::string fine = dir.write("fine", "fine");
+  std::vector<std::string> next_args = {"fuzz", fine, "--jobs", "2", "--timeout", "3s", "--max-runs", "4",
+                                        "--json", "--store", store};
+  next_args.insert(next_args.end(), target.begin(), target.end());
+  const auto next = e2e::run_pillbox(next_args);
+  INFO(next.describe());
+  CHECK(next.exit_code == 1);
+  CHECK(next.err.find("running when an earlier session died") != std::string::npos);
+  const auto rows = sql_rows(db, "SELECT json_extract(origin, '$.seed'), json_extract(origin, '$.recovered_from'), "
+                                 "json_extract(origin, '$.generation') FROM quarantine WHERE kind = 'wall-timeout'");
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][0] == "input " + hang);
+  CHECK(rows[0][1].rfind("pillbox fuzz session ", 0) == 0);
+  CHECK(rows[0][2] == "0");
+  // Nothing is left in flight.
+  CHECK(entries_in(store + "/fuzz-inflight") == 0);
+}
+
+TEST_CASE("fuzz: a recovered candidate that took pillbox down while running alone twice is recorded as supervisor-lost") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const std::string hang = dir.write("hang", "HANG");
+  kill_a_session_running(store, hang, dir.write("segv", "SEGV"));
+  // Make the dead session's HANG look as a session leaves a candidate it had
+  // recovered once (one loss) and was running alone when it died: alone-1-*.
+  // (Dying a second time on cue would need a line on stdout while it runs.)
+  REQUIRE(entries_in(store + "/fuzz-inflight") == 1);
+  const auto session = std::filesystem::directory_iterator(store + "/fuzz-inflight")->path();
+  bool renamed = false;
+  for (const auto& f : std::filesystem::directory_iterator(session)) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind("run-", 0) == 0 && e2e::read_file(f.path().string()).ends_with("\nHANG")) {
+      std::filesystem::rename(f.path(), session / "alone-1-1");
+      renamed = true;
+    }
+  }
+  REQUIRE(renamed);
+
+  const std::string fine = dir.write("fine", "fine");
+  std::vector<std::string> args = {"fuzz", fine, "--jobs", "1", "--timeout", "3s", "--max-runs", "2", "--json",
+                                   "--store", store};
+  args.insert(args.end(), kHangOrSegv.begin(), kHangOrSegv.end());
+  const auto next = e2e::run_pillbox(args);
+  INFO(next.describe());
+  CHECK(next.exit_code == 1);
+  const auto rows = sql_rows(db, "SELECT json_extract(origin, '$.seed'), json_extract(origin, '$.run'), message "
+                                 "FROM quarantine WHERE kind = 'supervisor-lost'");
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][0] == "input " + hang);
+  CHECK(rows[0][1] == "0");  // not run again
+  CHECK(rows[0][2].find("2 times") != std::string::npos);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE kind = 'wall-timeout'") == 0);
+  const auto& summary = summary_of(next);
+  CHECK(summary["by_kind"]["supervisor-lost"] == 1);
+  CHECK(entries_in(store + "/fuzz-inflight") == 0);
 }

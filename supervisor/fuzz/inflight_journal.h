@@ -1,0 +1,86 @@
+#pragma once
+// The candidates a fuzz session is running right now, one file each under
+// <store>/fuzz-inflight/<session>/, so that when the session dies (SIGKILL,
+// or a candidate that somehow takes pillbox down with it) the next session
+// under the same handler and policy runs them first instead of losing them.
+// The payload only ever existed in memory: without this, the one candidate
+// that killed pillbox would leave no trace.
+//
+// A session holds an exclusive flock on its directory's `session` file; a
+// directory whose lock is free belongs to a session that is gone. Files are
+// written without fsync: they outlive the process, not a power loss.
+//
+// Recovered candidates run one at a time. One that was running alone when a
+// session died counts a loss; after kMaxSoloLosses it is not run again but
+// recorded as supervisor-lost, like a `run` task that keeps killing pillbox.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+
+namespace pillbox::fuzz {
+
+inline constexpr std::uint32_t kMaxSoloLosses = 2;
+
+// What a candidate file holds besides the payload: where it came from.
+struct JournalOrigin {
+  std::string seed;
+  std::string seed_sha256;
+  std::uint32_t generation = 0;
+  std::string mutations;
+};
+
+// A candidate left by a session that is gone, now in this session's journal.
+struct RecoveredCandidate {
+  std::string file;              // its file in this session's journal
+  std::string bytes;
+  JournalOrigin origin;
+  std::uint32_t solo_losses = 0; // sessions that died while it ran alone
+  std::string from_session;      // the directory name of the session that died
+};
+
+class InFlightJournal {
+ public:
+  // Creates this session's directory under `root` (created if missing) and
+  // locks it. `identity` names what the candidates run under (handler and
+  // policy identities): only a session with the same identity recovers them.
+  static Expected<InFlightJournal> open(const std::string& root, const std::string& identity);
+
+  InFlightJournal(InFlightJournal&& other) noexcept;
+  InFlightJournal& operator=(InFlightJournal&&) = delete;
+  InFlightJournal(const InFlightJournal&) = delete;
+  // Removes the directory: the session ended, whatever was in flight was told.
+  ~InFlightJournal();
+
+  // Moves the candidates of every gone session with this identity into this
+  // journal and returns them, oldest session first. Gone sessions with
+  // another identity are left where they are; `other_identity` counts their
+  // candidates. A directory that cannot be read is skipped and left.
+  Expected<std::vector<RecoveredCandidate>> recover(std::size_t& other_identity);
+
+  // Candidate `run` is about to run: writes it. Errors: the file cannot be written.
+  Status add(std::uint64_t run, const JournalOrigin& origin, const std::string& bytes);
+  // Candidate `run` has an outcome: removes its file.
+  void remove(std::uint64_t run);
+
+  // A recovered candidate is about to run alone: its file is renamed so that
+  // if this session dies too, the next one counts the loss. Returns the new name.
+  Expected<std::string> mark_running_alone(const RecoveredCandidate& c);
+  // A recovered candidate has an outcome (or was recorded): removes its file.
+  void remove_file(const std::string& file);
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  InFlightJournal(std::string root, std::string dir, std::string identity, int lock_fd)
+      : root_(std::move(root)), dir_(std::move(dir)), identity_(std::move(identity)), lock_fd_(lock_fd) {}
+
+  std::string root_;
+  std::string dir_;
+  std::string identity_;
+  int lock_fd_ = -1;
+  std::uint64_t recovered_ = 0;  // numbers the recovered files
+};
+
+}  // namespace pillbox::fuzz
