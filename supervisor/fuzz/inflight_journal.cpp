@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "shared/control.h"
+
 namespace pillbox::fuzz {
 namespace {
 
@@ -34,17 +36,10 @@ std::string errno_text() { return std::strerror(errno); }
 Status write_file(const std::string& path, const std::string& bytes, int flags) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0600);
   if (fd < 0) return Status::error("cannot write " + path + ": " + errno_text());
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(path.c_str());
-      return Status::error("cannot write " + path + ": " + why);
-    }
-    done += static_cast<std::size_t>(n);
+  if (auto s = write_all(fd, bytes); !s) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Status::error("cannot write " + path + ": " + s.message());
   }
   if (::close(fd) != 0) return Status::error("cannot write " + path + ": " + errno_text());
   return Status::ok();
@@ -126,22 +121,14 @@ Expected<InFlightJournal> InFlightJournal::open(const std::string& root, const s
   const int fd = ::open(session.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   // Blocking: another session's recover() may hold it for a moment, finding
   // it empty (no identity yet) and leaving it alone.
-  if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
-    const std::string why = errno_text();
+  auto give_up = [&](const std::string& message) -> Expected<InFlightJournal> {
     if (fd >= 0) ::close(fd);
-    return Error{"cannot lock " + session + ": " + why};
-  }
-  std::size_t done = 0;
-  while (done < identity.size()) {
-    const ssize_t n = ::write(fd, identity.data() + done, identity.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      return Error{"cannot write " + session + ": " + why};
-    }
-    done += static_cast<std::size_t>(n);
-  }
+    ::unlink(session.c_str());
+    ::rmdir(dir.c_str());
+    return Error{message};
+  };
+  if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return give_up("cannot lock " + session + ": " + errno_text());
+  if (auto s = write_all(fd, identity); !s) return give_up("cannot write " + session + ": " + s.message());
   return InFlightJournal(root, dir, identity, fd);
 }
 
