@@ -3,6 +3,7 @@
 #include <csignal>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -82,11 +83,15 @@ class FuzzPlanner final : public PayloadPlanner {
       c.started_ms = store::now_ms();
       ++result_.recovered;
       ++result_.by_kind[std::string(to_string(o.kind))];
-      note_failure(c, o);
+      settled_.insert(sha256_hex(c.bytes));
+      // Recorded by its bytes, not counted on an open supervisor-lost record
+      // of the handler: every payload that takes pillbox down is kept.
+      note_failure(c, o, /*by_fingerprint=*/false);
       if (!error_.is_ok()) return;  // not recorded: the file stays for the next session
       journal_->remove_file(r.file);
     }
     recovered_ = std::move(to_run);
+    for (const auto& r : recovered_) settled_.insert(sha256_hex(r.bytes));
   }
 
   std::optional<Task> next() override {
@@ -115,9 +120,8 @@ class FuzzPlanner final : public PayloadPlanner {
       remember(c.bytes);
       alone_in_flight_ = true;
       ++result_.recovered;
-    } else if (seed_index_ < pending_seeds_.size()) {
+    } else if (next_seed(c)) {
       // Every seed runs once as it is, first: a seed that already fails is a finding.
-      c = pending_seeds_[seed_index_++];
       corpus_.add_seed({c.bytes, c.seed, c.seed_sha256, 0, ""});
       remember(c.bytes);
     } else if (!make_candidate(c)) {
@@ -153,27 +157,18 @@ class FuzzPlanner final : public PayloadPlanner {
         error_ = Status::error("the last " + std::to_string(kMaxSandboxErrorsInARow) +
                                " runs could not start in the sandbox: " + outcome.message);
       }
-      return;
-    }
-    sandbox_errors_in_a_row_ = 0;
-
-    const bool news = corpus_.observe(behaviour_features(outcome));
-    // Inputs that fail are not mutated further: their mutations would mostly
-    // fail the same way (or each cost a whole limit again). Seeds are the
-    // exception, so that --from-quarantine finds variants.
-    if (news && !is_fuzz_finding(outcome.kind) && c.generation > 0) {
-      corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation, c.mutations}, mutator_.rng());
-    }
-    if (is_fuzz_finding(outcome.kind)) note_failure(c, outcome);
-    // Judged (and recorded if it failed): out of the journal.
-    if (journal_ != nullptr && error_.is_ok()) {
-      if (!c.journal_file.empty()) {
-        journal_->remove_file(c.journal_file);
-      } else {
-        journal_->remove(c.run);
+    } else {
+      sandbox_errors_in_a_row_ = 0;
+      const bool news = corpus_.observe(behaviour_features(outcome));
+      // Inputs that fail are not mutated further: their mutations would mostly
+      // fail the same way (or each cost a whole limit again). Seeds are the
+      // exception, so that --from-quarantine finds variants.
+      if (news && !is_fuzz_finding(outcome.kind) && c.generation > 0) {
+        corpus_.add({c.bytes, c.seed, c.seed_sha256, c.generation, c.mutations}, mutator_.rng());
       }
+      if (is_fuzz_finding(outcome.kind)) note_failure(c, outcome);
     }
-    if (!c.journal_file.empty()) alone_in_flight_ = false;
+    settle_journal(c);
     if (Clock::now() - last_flush_ >= kRepeatFlushInterval) flush_repeats(false);
     if (settings_.on_progress) {
       std::uint64_t repeats = 0;
@@ -248,13 +243,47 @@ class FuzzPlanner final : public PayloadPlanner {
     return true;
   }
 
-  void note_failure(const Candidate& c, const Outcome& o) {
+  // A candidate has its outcome: out of the journal once judged (and
+  // recorded if it failed). If the store could not be written, it stays,
+  // for the next session to run again.
+  void settle_journal(const Candidate& c) {
+    if (!c.journal_file.empty()) alone_in_flight_ = false;
+    if (journal_ == nullptr) return;
+    if (error_.is_ok()) {
+      if (!c.journal_file.empty()) {
+        journal_->remove_file(c.journal_file);
+      } else {
+        journal_->remove(c.run);
+      }
+    } else if (!c.journal_file.empty()) {
+      journal_->unmark_running_alone(c.journal_file);
+    } else {
+      journal_->keep(c.run);
+    }
+  }
+
+  // The next seed not already settled here (recovered, or recorded as
+  // supervisor-lost: a seed that takes pillbox down must not run again).
+  bool next_seed(Candidate& c) {
+    while (seed_index_ < pending_seeds_.size()) {
+      const Candidate& seed = pending_seeds_[seed_index_++];
+      if (settled_.count(seed.seed_sha256) > 0) continue;
+      c = seed;
+      return true;
+    }
+    return false;
+  }
+
+  // `by_fingerprint`: a failure whose fingerprint is on file is a repeat
+  // (what fuzzing finds). Otherwise the payload is recorded under its own
+  // key whatever its fingerprint (a candidate that took pillbox down).
+  void note_failure(const Candidate& c, const Outcome& o, bool by_fingerprint = true) {
     const std::string fp = o.fingerprint.empty() ? std::string(to_string(o.kind)) : o.fingerprint;
-    if (known_.count(fp) > 0) {
+    if (by_fingerprint && known_.count(fp) > 0) {
       ++unflushed_[fp];
       return;
     }
-    if (result_.findings.size() >= settings_.max_new_records) {
+    if (by_fingerprint && result_.findings.size() >= settings_.max_new_records) {
       // A target whose every failure gets a new fingerprint (garbage crash
       // frames, a JIT) would fill the store: stop and say so.
       if (result_.stopped_by.empty()) {
@@ -284,7 +313,7 @@ class FuzzPlanner final : public PayloadPlanner {
     f.started_ms = c.started_ms;
     f.ended_ms = store::now_ms();
     f.solo = settings_.jobs <= 1;
-    f.repeat_if_fingerprint_open = true;
+    f.repeat_if_fingerprint_open = by_fingerprint;
     auto recorded = recorder_.record(f, "found by pillbox fuzz from " + c.seed + " (generation " +
                                             std::to_string(c.generation) + ", run " + std::to_string(c.run) + ")");
     if (!recorded) {
@@ -326,6 +355,7 @@ class FuzzPlanner final : public PayloadPlanner {
   std::vector<RecoveredCandidate> recovered_;     // run first, one at a time
   std::size_t recovered_index_ = 0;
   bool alone_in_flight_ = false;
+  std::set<std::string> settled_;                 // SHA-256 of recovered and lost candidates
   Mutator mutator_;
   FuzzCorpus corpus_;
   std::vector<Candidate> pending_seeds_;

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "shared/control.h"
+#include "supervisor/task_source.h"
 
 namespace pillbox::fuzz {
 namespace {
@@ -28,8 +29,10 @@ namespace fs = std::filesystem;
 //   orphan-<L>-<K>        a recovered candidate, not run yet; L solo losses
 //   alone-<L>-<K>         a recovered candidate running alone
 constexpr const char* kSessionFile = "session";
-// Larger than any candidate (--max-len is at most 64 MiB) plus its header.
-constexpr std::uint64_t kMaxCandidateFile = (std::uint64_t{64} << 20) + (64 << 10);
+// Any payload (a seed may be as large as a run's payload) plus its header.
+constexpr std::uint64_t kMaxCandidateFile = std::uint64_t{kMaxPayloadBytes} + (1 << 20);
+// Generations and loss counts beyond these are not from a session of ours.
+constexpr std::uint64_t kMaxGeneration = 1'000'000'000;
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -84,7 +87,9 @@ std::optional<std::pair<JournalOrigin, std::string>> decode(const std::string& f
   try {
     o.seed = header.at("seed").get<std::string>();
     o.seed_sha256 = header.at("seed_sha256").get<std::string>();
-    o.generation = header.at("generation").get<std::uint32_t>();
+    const auto& generation = header.at("generation");
+    if (!generation.is_number_unsigned() || generation.get<std::uint64_t>() > kMaxGeneration) return std::nullopt;
+    o.generation = generation.get<std::uint32_t>();
     o.mutations = header.at("mutations").get<std::string>();
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
@@ -106,6 +111,29 @@ bool is_candidate_file(const std::string& name) {
   return name.rfind("run-", 0) == 0 || losses_in(name, "orphan-") || losses_in(name, "alone-");
 }
 
+// Run order: by the number after the last '-' (run-9 before run-10).
+bool in_run_order(const fs::path& a, const fs::path& b) {
+  auto number = [](const fs::path& p) {
+    const std::string name = p.filename().string();
+    const std::string digits = name.substr(name.rfind('-') + 1);
+    return std::make_pair(digits.size(), digits);
+  };
+  return number(a) < number(b);
+}
+
+// Removes what is left in a gone session's directory (its `session` file,
+// partial writes, anything not a candidate) and the directory itself.
+void remove_session_dir(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> left;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) left.push_back(it->path());
+  for (const auto& path : left) {
+    std::error_code remove_ec;
+    fs::remove_all(path, remove_ec);
+  }
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace
 
 Expected<InFlightJournal> InFlightJournal::open(const std::string& root, const std::string& identity) {
@@ -117,18 +145,22 @@ Expected<InFlightJournal> InFlightJournal::open(const std::string& root, const s
   std::snprintf(name, sizeof name, "%d-%08x", static_cast<int>(::getpid()), static_cast<unsigned>(random()));
   const std::string dir = root + "/" + name;
   if (::mkdir(dir.c_str(), 0700) != 0) return Error{"cannot create " + dir + ": " + errno_text()};
+  // The session file is written and locked under another name, then renamed
+  // into place: a session file another process can open is always whole and
+  // locked by its session while that lives.
+  const std::string partial = dir + "/session-new";
   const std::string session = dir + "/" + kSessionFile;
-  const int fd = ::open(session.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  // Blocking: another session's recover() may hold it for a moment, finding
-  // it empty (no identity yet) and leaving it alone.
+  const int fd = ::open(partial.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   auto give_up = [&](const std::string& message) -> Expected<InFlightJournal> {
     if (fd >= 0) ::close(fd);
+    ::unlink(partial.c_str());
     ::unlink(session.c_str());
     ::rmdir(dir.c_str());
     return Error{message};
   };
-  if (fd < 0 || ::flock(fd, LOCK_EX) != 0) return give_up("cannot lock " + session + ": " + errno_text());
-  if (auto s = write_all(fd, identity); !s) return give_up("cannot write " + session + ": " + s.message());
+  if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) return give_up("cannot lock " + partial + ": " + errno_text());
+  if (auto s = write_all(fd, identity); !s) return give_up("cannot write " + partial + ": " + s.message());
+  if (::rename(partial.c_str(), session.c_str()) != 0) return give_up("cannot rename " + partial + ": " + errno_text());
   return InFlightJournal(root, dir, identity, fd);
 }
 
@@ -187,26 +219,32 @@ Expected<std::vector<RecoveredCandidate>> InFlightJournal::recover(std::size_t& 
     }
     auto identity = read_small_file(session, 1 << 20);
     std::vector<fs::path> files;
-    std::vector<fs::path> partial;
-    for (fs::directory_iterator it(session_dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (is_candidate_file(name)) files.push_back(it->path());
-      if (name.rfind("new-", 0) == 0) partial.push_back(it->path());
+    std::error_code list_ec;
+    for (fs::directory_iterator it(session_dir, list_ec), end; !list_ec && it != end; it.increment(list_ec)) {
+      if (is_candidate_file(it->path().filename().string())) files.push_back(it->path());
     }
-    std::sort(files.begin(), files.end());
+    if (list_ec) {
+      ::close(fd);  // cannot tell what is in it: left for a later session
+      continue;
+    }
+    std::sort(files.begin(), files.end(), in_run_order);
+    if (files.empty()) {
+      remove_session_dir(session_dir);  // nothing to recover, whoever it was
+      ::close(fd);
+      continue;
+    }
     if (!identity || *identity != identity_) {
       other_identity += files.size();
       ::close(fd);
       continue;
     }
-    // Killed while writing it: it had not started, nothing to recover.
-    for (const auto& path : partial) ::unlink(path.c_str());
     bool all_moved = true;
     for (const auto& path : files) {
       const std::string name = path.filename().string();
       std::uint32_t losses = 0;
       if (auto l = losses_in(name, "orphan-")) losses = *l;
       if (auto l = losses_in(name, "alone-")) losses = *l + 1;  // it ran alone when that session died
+      losses = std::min(losses, kMaxSoloLosses);
       auto bytes = read_small_file(path.string(), kMaxCandidateFile);
       if (!bytes) {
         all_moved = false;  // cannot be read now: left for a later session
@@ -231,10 +269,7 @@ Expected<std::vector<RecoveredCandidate>> InFlightJournal::recover(std::size_t& 
       c.from_session = session_dir.filename().string();
       out.push_back(std::move(c));
     }
-    if (all_moved) {
-      ::unlink(session.c_str());
-      ::rmdir(session_dir.c_str());
-    }
+    if (all_moved) remove_session_dir(session_dir);
     ::close(fd);
   }
   return out;
@@ -262,5 +297,18 @@ Expected<std::string> InFlightJournal::mark_running_alone(const RecoveredCandida
 }
 
 void InFlightJournal::remove_file(const std::string& file) { ::unlink(file.c_str()); }
+
+void InFlightJournal::keep(std::uint64_t run) {
+  const std::string from = dir_ + "/run-" + std::to_string(run);
+  const std::string to = dir_ + "/orphan-0-" + std::to_string(++recovered_);
+  ::rename(from.c_str(), to.c_str());
+}
+
+void InFlightJournal::unmark_running_alone(const std::string& file) {
+  const fs::path path(file);
+  const std::string name = path.filename().string();
+  if (name.rfind("alone-", 0) != 0) return;
+  ::rename(file.c_str(), (path.parent_path() / ("orphan-" + name.substr(6))).c_str());
+}
 
 }  // namespace pillbox::fuzz

@@ -54,21 +54,30 @@ class InFlightJournal {
   ~InFlightJournal();
 
   // Moves the candidates of every gone session with this identity into this
-  // journal and returns them, oldest session first. Gone sessions with
-  // another identity are left where they are; `other_identity` counts their
-  // candidates. A directory that cannot be read is skipped and left.
+  // journal and returns them (sessions in name order, candidates in run
+  // order). Gone sessions with another identity are left where they are;
+  // `other_identity` counts their candidates. A candidate file that cannot
+  // be read now is left, with its directory, for a later session; a gone
+  // session's directory with no candidates left in it is removed, whatever
+  // its identity.
   Expected<std::vector<RecoveredCandidate>> recover(std::size_t& other_identity);
 
   // Candidate `run` is about to run: writes it. Errors: the file cannot be written.
   Status add(std::uint64_t run, const JournalOrigin& origin, const std::string& bytes);
   // Candidate `run` has an outcome: removes its file.
   void remove(std::uint64_t run);
+  // Candidate `run` has an outcome that could not be recorded (the store
+  // failed): kept for the next session, as a recovered candidate would be.
+  void keep(std::uint64_t run);
 
   // A recovered candidate is about to run alone: its file is renamed so that
   // if this session dies too, the next one counts the loss. Returns the new name.
   Expected<std::string> mark_running_alone(const RecoveredCandidate& c);
   // A recovered candidate has an outcome (or was recorded): removes its file.
   void remove_file(const std::string& file);
+  // A recovered candidate's outcome could not be recorded: back to waiting,
+  // with no loss counted (this session did not die).
+  void unmark_running_alone(const std::string& file);
 
   const std::string& dir() const { return dir_; }
 

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -415,31 +416,43 @@ TEST_CASE("fuzz: a recovered candidate that took pillbox down while running alon
   // (Dying a second time on cue would need a line on stdout while it runs.)
   REQUIRE(entries_in(store + "/fuzz-inflight") == 1);
   const auto session = std::filesystem::directory_iterator(store + "/fuzz-inflight")->path();
-  bool renamed = false;
+  std::string journaled;
   for (const auto& f : std::filesystem::directory_iterator(session)) {
     const std::string name = f.path().filename().string();
     if (name.rfind("run-", 0) == 0 && e2e::read_file(f.path().string()).ends_with("\nHANG")) {
+      journaled = e2e::read_file(f.path().string());
       std::filesystem::rename(f.path(), session / "alone-1-1");
-      renamed = true;
     }
   }
-  REQUIRE(renamed);
+  REQUIRE(!journaled.empty());
+  // A second such payload, other bytes: its supervisor-lost fingerprint is
+  // the same (the handler's), yet it must get a record of its own.
+  {
+    std::ofstream other((session / "alone-1-2").string(), std::ios::binary);
+    other << journaled.substr(0, journaled.size() - 4) << "HANG, other bytes";
+  }
 
   const std::string fine = dir.write("fine", "fine");
-  std::vector<std::string> args = {"fuzz", fine, "--jobs", "1", "--timeout", "3s", "--max-runs", "2", "--json",
+  // HANG is among the seeds again: recorded as supervisor-lost, it must not
+  // run again in this session either.
+  std::vector<std::string> args = {"fuzz", fine, hang, "--jobs", "1", "--timeout", "3s", "--max-runs", "3", "--json",
                                    "--store", store};
   args.insert(args.end(), kHangOrSegv.begin(), kHangOrSegv.end());
   const auto next = e2e::run_pillbox(args);
   INFO(next.describe());
   CHECK(next.exit_code == 1);
-  const auto rows = sql_rows(db, "SELECT json_extract(origin, '$.seed'), json_extract(origin, '$.run'), message "
-                                 "FROM quarantine WHERE kind = 'supervisor-lost'");
-  REQUIRE(rows.size() == 1);
-  CHECK(rows[0][0] == "input " + hang);
-  CHECK(rows[0][1] == "0");  // not run again
-  CHECK(rows[0][2].find("2 times") != std::string::npos);
+  const auto rows = sql_rows(db, "SELECT json_extract(origin, '$.seed'), json_extract(origin, '$.run'), message, "
+                                 "fingerprint FROM quarantine WHERE kind = 'supervisor-lost' ORDER BY id");
+  REQUIRE(rows.size() == 2);
+  for (const auto& row : rows) {
+    CHECK(row[0] == "input " + hang);
+    CHECK(row[1] == "0");  // not run again
+    CHECK(row[2].find("2 times") != std::string::npos);
+  }
+  CHECK(rows[0][3] == rows[1][3]);
   CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE kind = 'wall-timeout'") == 0);
   const auto& summary = summary_of(next);
-  CHECK(summary["by_kind"]["supervisor-lost"] == 1);
+  CHECK(summary["by_kind"]["supervisor-lost"] == 2);
+  CHECK(summary["by_kind"].value("wall-timeout", 0) == 0);
   CHECK(entries_in(store + "/fuzz-inflight") == 0);
 }

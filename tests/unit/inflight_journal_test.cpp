@@ -198,3 +198,43 @@ TEST_CASE("inflight journal: a half-written candidate (killed while writing it) 
   for ([[maybe_unused]] const auto& d : std::filesystem::directory_iterator(scratch.root)) ++sessions;
   CHECK(sessions == 1);  // only this one
 }
+
+TEST_CASE("inflight journal: an outcome that could not be recorded is kept; empty gone sessions are removed whoever they were") {
+  ScratchRoot scratch;
+  const std::string id = "echo\npolicy\n";
+  // A gone session under another identity with nothing in flight, and one
+  // with a stray file: removed by the next recovery, not left forever.
+  in_a_session_that_dies(scratch.root, "other\n", [](InFlightJournal& j) {
+    std::FILE* f = std::fopen((j.dir() + "/stray").c_str(), "w");
+    if (f == nullptr) return false;
+    std::fclose(f);
+    return true;
+  });
+  in_a_session_that_dies(scratch.root, id, [](InFlightJournal& j) { return j.add(1, {"s", "h", 0, ""}, "x").is_ok() && (j.remove(1), true); });
+  {
+    auto journal = InFlightJournal::open(scratch.root, id);
+    REQUIRE(journal.has_value());
+    std::size_t other = 0;
+    auto got = journal->recover(other);
+    REQUIRE(got.has_value());
+    CHECK(got->empty());
+    CHECK(other == 0);
+    std::size_t sessions = 0;
+    for ([[maybe_unused]] const auto& d : std::filesystem::directory_iterator(scratch.root)) ++sessions;
+    CHECK(sessions == 1);  // only this one
+
+    // The store failed while recording run 2's failure: kept for the next session.
+    REQUIRE(journal->add(2, {"s", "h", 4, "m"}, "unrecorded").is_ok());
+    journal->keep(2);
+    REQUIRE(journal->add(3, {"s", "h", 0, ""}, "stopped by SIGINT").is_ok());
+  }
+  auto next = InFlightJournal::open(scratch.root, id);
+  REQUIRE(next.has_value());
+  std::size_t other = 0;
+  auto got = next->recover(other);
+  REQUIRE(got.has_value());
+  REQUIRE(got->size() == 1);
+  CHECK((*got)[0].bytes == "unrecorded");
+  CHECK((*got)[0].origin.generation == 4);
+  CHECK((*got)[0].solo_losses == 0);
+}
