@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,12 @@ struct ScratchRoot {
     root = base + "/fuzz-inflight";
   }
   ~ScratchRoot() { std::filesystem::remove_all(base); }
+
+  std::size_t sessions() const {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& d : std::filesystem::directory_iterator(root)) ++n;
+    return n;
+  }
 
   std::vector<std::string> entries() const {
     std::vector<std::string> out;
@@ -57,6 +64,23 @@ void in_a_session_that_dies(const std::string& root, const std::string& identity
   REQUIRE(WEXITSTATUS(status) == 0);
 }
 
+// A new, live session on `root` under `identity`, and what it recovered.
+struct NewSession {
+  std::optional<InFlightJournal> journal;
+  std::vector<RecoveredCandidate> got;
+  std::size_t other_identity = 0;
+
+  NewSession(const std::string& root, const std::string& identity) {
+    auto opened = InFlightJournal::open(root, identity);
+    REQUIRE_MESSAGE(opened.has_value(), opened.error());
+    journal.emplace(std::move(*opened));
+    auto recovered = journal->recover(other_identity);
+    REQUIRE_MESSAGE(recovered.has_value(), recovered.error());
+    got = std::move(*recovered);
+  }
+  InFlightJournal* operator->() { return &*journal; }
+};
+
 }  // namespace
 
 TEST_CASE("inflight journal: a dead session's candidates go to the next session with the same identity") {
@@ -69,23 +93,15 @@ TEST_CASE("inflight journal: a dead session's candidates go to the next session 
 
   // Another identity sees them and leaves them.
   {
-    auto other = InFlightJournal::open(scratch.root, "regex\npolicy\n");
-    REQUIRE(other.has_value());
-    std::size_t other_identity = 0;
-    auto got = other->recover(other_identity);
-    REQUIRE(got.has_value());
-    CHECK(got->empty());
-    CHECK(other_identity == 2);
+    NewSession other(scratch.root, "regex\npolicy\n");
+    CHECK(other.got.empty());
+    CHECK(other.other_identity == 2);
   }
 
-  auto journal = InFlightJournal::open(scratch.root, "echo\npolicy\n");
-  REQUIRE(journal.has_value());
-  std::size_t other_identity = 0;
-  auto got = journal->recover(other_identity);
-  REQUIRE_MESSAGE(got.has_value(), got.error());
-  CHECK(other_identity == 0);
-  REQUIRE(got->size() == 2);
-  const RecoveredCandidate& a = (*got)[0];
+  NewSession session(scratch.root, "echo\npolicy\n");
+  CHECK(session.other_identity == 0);
+  REQUIRE(session.got.size() == 2);
+  const RecoveredCandidate& a = session.got[0];
   CHECK(a.bytes == std::string("pay\0load\n", 9));
   CHECK(a.origin.seed == "input seeds/a");
   CHECK(a.origin.seed_sha256 == "aa11");
@@ -93,21 +109,16 @@ TEST_CASE("inflight journal: a dead session's candidates go to the next session 
   CHECK(a.origin.mutations == "flip-bit | dict-insert");
   CHECK(a.solo_losses == 0);
   CHECK(!a.from_session.empty());
-  CHECK((*got)[1].bytes.empty());
-  CHECK((*got)[1].origin.seed == "input seeds/b");
+  CHECK(session.got[1].bytes.empty());
+  CHECK(session.got[1].origin.seed == "input seeds/b");
   // Moved into this session's directory; the dead one is gone.
-  for (const auto& c : *got) CHECK(std::filesystem::exists(c.file));
-  CHECK(std::filesystem::path((*got)[0].file).parent_path() == journal->dir());
-  std::size_t sessions = 0;
-  for ([[maybe_unused]] const auto& d : std::filesystem::directory_iterator(scratch.root)) ++sessions;
-  CHECK(sessions == 1);
+  for (const auto& c : session.got) CHECK(std::filesystem::exists(c.file));
+  CHECK(std::filesystem::path(a.file).parent_path() == session->dir());
+  CHECK(scratch.sessions() == 1);
 
   // A second recovery finds nothing more: this session is alive.
-  auto again = InFlightJournal::open(scratch.root, "echo\npolicy\n");
-  REQUIRE(again.has_value());
-  auto none = again->recover(other_identity);
-  REQUIRE(none.has_value());
-  CHECK(none->empty());
+  NewSession again(scratch.root, "echo\npolicy\n");
+  CHECK(again.got.empty());
 }
 
 TEST_CASE("inflight journal: only a candidate running alone when a session dies counts a loss") {
@@ -126,15 +137,9 @@ TEST_CASE("inflight journal: only a candidate running alone when a session dies 
     }
     return false;
   });
-  auto journal = InFlightJournal::open(scratch.root, id);
-  REQUIRE(journal.has_value());
-  std::size_t other = 0;
-  auto got = journal->recover(other);
-  REQUIRE_MESSAGE(got.has_value(), got.error());
-  REQUIRE(got->size() == 2);
-  for (const auto& c : *got) {
-    CHECK(c.solo_losses == (c.bytes == "KILLER" ? 1u : 0u));
-  }
+  NewSession session(scratch.root, id);
+  REQUIRE(session.got.size() == 2);
+  for (const auto& c : session.got) CHECK(c.solo_losses == (c.bytes == "KILLER" ? 1u : 0u));
 }
 
 TEST_CASE("inflight journal: a clean end removes the directory, but keeps recovered candidates not yet run") {
@@ -153,29 +158,20 @@ TEST_CASE("inflight journal: a clean end removes the directory, but keeps recove
   in_a_session_that_dies(scratch.root, id, [](InFlightJournal& j) { return j.add(1, {"s", "h", 2, "m"}, "left").is_ok(); });
   {
     // Recovers it, starts it alone, and is stopped (SIGINT) before its outcome.
-    auto journal = InFlightJournal::open(scratch.root, id);
-    REQUIRE(journal.has_value());
-    std::size_t other = 0;
-    auto got = journal->recover(other);
-    REQUIRE(got.has_value());
-    REQUIRE(got->size() == 1);
-    REQUIRE(journal->mark_running_alone((*got)[0]).has_value());
+    NewSession stopped(scratch.root, id);
+    REQUIRE(stopped.got.size() == 1);
+    REQUIRE(stopped->mark_running_alone(stopped.got[0]).has_value());
   }
   // Kept for the next session, and not counted as a loss: this one did not die.
-  auto journal = InFlightJournal::open(scratch.root, id);
-  REQUIRE(journal.has_value());
-  std::size_t other = 0;
-  auto got = journal->recover(other);
-  REQUIRE(got.has_value());
-  REQUIRE(got->size() == 1);
-  CHECK((*got)[0].bytes == "left");
-  CHECK((*got)[0].solo_losses == 0);
+  NewSession session(scratch.root, id);
+  REQUIRE(session.got.size() == 1);
+  CHECK(session.got[0].bytes == "left");
+  CHECK(session.got[0].solo_losses == 0);
 }
 
 TEST_CASE("inflight journal: a half-written candidate (killed while writing it) is dropped, and the dead directory goes") {
   ScratchRoot scratch;
   const std::string id = "echo\npolicy\n";
-  std::string dead_dir;
   in_a_session_that_dies(scratch.root, id, [&](InFlightJournal& j) {
     // As a SIGKILL between open and write leaves them: a file being written
     // (new-N), and, as only a power cut could, a whole-named one that does not decode.
@@ -187,23 +183,18 @@ TEST_CASE("inflight journal: a half-written candidate (killed while writing it) 
     std::fclose(b);
     return j.add(7, {"s", "h", 0, ""}, "whole").is_ok();
   });
-  auto journal = InFlightJournal::open(scratch.root, id);
-  REQUIRE(journal.has_value());
-  std::size_t other = 0;
-  auto got = journal->recover(other);
-  REQUIRE_MESSAGE(got.has_value(), got.error());
-  REQUIRE(got->size() == 1);
-  CHECK((*got)[0].bytes == "whole");
-  std::size_t sessions = 0;
-  for ([[maybe_unused]] const auto& d : std::filesystem::directory_iterator(scratch.root)) ++sessions;
-  CHECK(sessions == 1);  // only this one
+  NewSession session(scratch.root, id);
+  REQUIRE(session.got.size() == 1);
+  CHECK(session.got[0].bytes == "whole");
+  CHECK(scratch.sessions() == 1);  // only this one
 }
 
 TEST_CASE("inflight journal: an outcome that could not be recorded is kept; empty gone sessions are removed whoever they were") {
   ScratchRoot scratch;
   const std::string id = "echo\npolicy\n";
-  // A gone session under another identity with nothing in flight, and one
-  // with a stray file: removed by the next recovery, not left forever.
+  // A gone session under another identity with nothing in flight but a
+  // stray file, and one of ours with nothing left: both removed by the next
+  // recovery, not left forever.
   in_a_session_that_dies(scratch.root, "other\n", [](InFlightJournal& j) {
     std::FILE* f = std::fopen((j.dir() + "/stray").c_str(), "w");
     if (f == nullptr) return false;
@@ -212,29 +203,19 @@ TEST_CASE("inflight journal: an outcome that could not be recorded is kept; empt
   });
   in_a_session_that_dies(scratch.root, id, [](InFlightJournal& j) { return j.add(1, {"s", "h", 0, ""}, "x").is_ok() && (j.remove(1), true); });
   {
-    auto journal = InFlightJournal::open(scratch.root, id);
-    REQUIRE(journal.has_value());
-    std::size_t other = 0;
-    auto got = journal->recover(other);
-    REQUIRE(got.has_value());
-    CHECK(got->empty());
-    CHECK(other == 0);
-    std::size_t sessions = 0;
-    for ([[maybe_unused]] const auto& d : std::filesystem::directory_iterator(scratch.root)) ++sessions;
-    CHECK(sessions == 1);  // only this one
+    NewSession session(scratch.root, id);
+    CHECK(session.got.empty());
+    CHECK(session.other_identity == 0);
+    CHECK(scratch.sessions() == 1);  // only this one
 
     // The store failed while recording run 2's failure: kept for the next session.
-    REQUIRE(journal->add(2, {"s", "h", 4, "m"}, "unrecorded").is_ok());
-    journal->keep(2);
-    REQUIRE(journal->add(3, {"s", "h", 0, ""}, "stopped by SIGINT").is_ok());
+    REQUIRE(session->add(2, {"s", "h", 4, "m"}, "unrecorded").is_ok());
+    session->keep(2);
+    REQUIRE(session->add(3, {"s", "h", 0, ""}, "stopped by SIGINT").is_ok());
   }
-  auto next = InFlightJournal::open(scratch.root, id);
-  REQUIRE(next.has_value());
-  std::size_t other = 0;
-  auto got = next->recover(other);
-  REQUIRE(got.has_value());
-  REQUIRE(got->size() == 1);
-  CHECK((*got)[0].bytes == "unrecorded");
-  CHECK((*got)[0].origin.generation == 4);
-  CHECK((*got)[0].solo_losses == 0);
+  NewSession next(scratch.root, id);
+  REQUIRE(next.got.size() == 1);
+  CHECK(next.got[0].bytes == "unrecorded");
+  CHECK(next.got[0].origin.generation == 4);
+  CHECK(next.got[0].solo_losses == 0);
 }
