@@ -19,6 +19,8 @@ ctest --test-dir build --output-on-failure --timeout 900 -j "$jobs"
 fuzz/smoke.sh "${PILLBOX_FUZZ_SECONDS:-6}" build-fuzz
 
 # Line tables only (-g1): sanitizer reports keep file:line, compiling is cheaper.
+# The tests' own code is compiled without instrumentation (tests/CMakeLists.txt);
+# everything they test is instrumented.
 tools/build.sh build-asan -DPILLBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DCMAKE_C_FLAGS_DEBUG="-g1"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
