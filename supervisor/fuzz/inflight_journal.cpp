@@ -13,6 +13,7 @@
 #include <random>
 
 #include "shared/control.h"
+#include "supervisor/private_file.h"
 #include "supervisor/task_source.h"
 
 namespace pillbox::fuzz {
@@ -35,39 +36,6 @@ constexpr std::uint64_t kMaxCandidateFile = std::uint64_t{kMaxPayloadBytes} + (1
 constexpr std::uint64_t kMaxGeneration = 1'000'000'000;
 
 std::string errno_text() { return std::strerror(errno); }
-
-Status write_file(const std::string& path, const std::string& bytes, int flags) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0600);
-  if (fd < 0) return Status::error("cannot write " + path + ": " + errno_text());
-  if (auto s = write_all(fd, bytes); !s) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    return Status::error("cannot write " + path + ": " + s.message());
-  }
-  if (::close(fd) != 0) return Status::error("cannot write " + path + ": " + errno_text());
-  return Status::ok();
-}
-
-Expected<std::string> read_small_file(const std::string& path, std::uint64_t cap) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return Error{"cannot read " + path + ": " + errno_text()};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > cap) {
-    ::close(fd);
-    return Error{"cannot read " + path + ": not a regular file of at most " + std::to_string(cap) + " bytes"};
-  }
-  std::string out(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  out.resize(done);
-  return out;
-}
 
 std::string encode(const JournalOrigin& o, const std::string& bytes) {
   const nlohmann::json header = {{"seed", o.seed},
@@ -217,7 +185,7 @@ Expected<std::vector<RecoveredCandidate>> InFlightJournal::recover(std::size_t& 
       ::close(fd);  // alive
       continue;
     }
-    auto identity = read_small_file(session, 1 << 20);
+    auto identity = read_private_file(session, 1 << 20);
     std::vector<fs::path> files;
     std::error_code list_ec;
     for (fs::directory_iterator it(session_dir, list_ec), end; !list_ec && it != end; it.increment(list_ec)) {
@@ -245,7 +213,7 @@ Expected<std::vector<RecoveredCandidate>> InFlightJournal::recover(std::size_t& 
       if (auto l = losses_in(name, "orphan-")) losses = *l;
       if (auto l = losses_in(name, "alone-")) losses = *l + 1;  // it ran alone when that session died
       losses = std::min(losses, kMaxSoloLosses);
-      auto bytes = read_small_file(path.string(), kMaxCandidateFile);
+      auto bytes = read_private_file(path.string(), kMaxCandidateFile);
       if (!bytes) {
         all_moved = false;  // cannot be read now: left for a later session
         continue;
@@ -276,15 +244,8 @@ Expected<std::vector<RecoveredCandidate>> InFlightJournal::recover(std::size_t& 
 }
 
 Status InFlightJournal::add(std::uint64_t run, const JournalOrigin& origin, const std::string& bytes) {
-  const std::string partial = dir_ + "/new-" + std::to_string(run);
-  const std::string whole = dir_ + "/run-" + std::to_string(run);
-  if (auto s = write_file(partial, encode(origin, bytes), O_TRUNC); !s) return s;
-  if (::rename(partial.c_str(), whole.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(partial.c_str());
-    return Status::error("cannot rename " + partial + ": " + why);
-  }
-  return Status::ok();
+  return write_file_whole(dir_ + "/run-" + std::to_string(run), dir_ + "/new-" + std::to_string(run),
+                          encode(origin, bytes));
 }
 
 void InFlightJournal::remove(std::uint64_t run) { ::unlink((dir_ + "/run-" + std::to_string(run)).c_str()); }

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "shared/sha256.h"
-#include "shared/unique_fd.h"
+#include "supervisor/private_file.h"
+#include "supervisor/task_source.h"
 
 namespace pillbox::store {
 namespace {
@@ -23,21 +24,6 @@ Status make_private_dir(const std::string& path) {
     return Status::error("store: " + path + " is not a directory");
   }
   return Status::ok();
-}
-
-Expected<std::string> read_all(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return Error{"store: cannot read payload " + path + ": " + std::strerror(errno)};
-  std::string out;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error{"store: cannot read payload " + path + ": " + std::strerror(errno)};
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
 }
 
 }  // namespace
@@ -84,25 +70,8 @@ Status PayloadStore::write_file(std::string_view bytes, const std::string& sha25
   if (auto s = make_private_dir(dir_ + "/payloads"); !s) return s;
   if (auto s = make_private_dir(dir_ + "/payloads/" + sha256.substr(0, 2)); !s) return s;
   const std::string final_path = file_path(sha256);
-  const std::string temp_path = final_path + ".tmp." + std::to_string(::getpid());
-  UniqueFd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd.valid()) return Status::error("store: cannot write " + temp_path + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = std::strerror(errno);
-      ::unlink(temp_path.c_str());
-      return Status::error("store: cannot write " + temp_path + ": " + why);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  fd.reset();
-  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp_path.c_str());
-    return Status::error("store: cannot rename " + temp_path + ": " + why);
+  if (auto s = write_file_whole(final_path, final_path + ".tmp." + std::to_string(::getpid()), bytes); !s) {
+    return Status::error("store: " + s.message());
   }
   return Status::ok();
 }
@@ -115,8 +84,8 @@ Expected<std::string> PayloadStore::get(const std::string& sha256) {
   if (!*row) return Error{"store: no payload " + sha256};
   std::string bytes;
   if (stmt->column_is_null(0)) {
-    auto file = read_all(file_path(sha256));
-    if (!file) return Error{file.error()};
+    auto file = read_private_file(file_path(sha256), kMaxPayloadBytes);
+    if (!file) return Error{"store: cannot read payload " + sha256 + ": " + file.error()};
     bytes = std::move(*file);
   } else {
     bytes = stmt->column_text(0);

@@ -14,21 +14,15 @@
 #include "supervisor/finding_recorder.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/store.h"
+#include "tests/unit/scratch_dir.h"
 
 using namespace pillbox;
 
 namespace {
 
 struct ScratchStore {
-  std::string root;
-  std::string dir;
-  ScratchStore() {
-    char tmpl[] = "/tmp/pillbox-finding-recorder-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    root = tmpl;
-    dir = root + "/store";
-  }
-  ~ScratchStore() { std::filesystem::remove_all(root); }
+  test::ScratchDir scratch{"finding-recorder-test"};
+  std::string dir = scratch.path + "/store";
 };
 
 // One connection to the store with a recorder on it: one "process".

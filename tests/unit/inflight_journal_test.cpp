@@ -14,21 +14,15 @@
 #include <vector>
 
 #include "supervisor/fuzz/inflight_journal.h"
+#include "tests/unit/scratch_dir.h"
 
 using namespace pillbox::fuzz;
 
 namespace {
 
 struct ScratchRoot {
-  std::string base;
-  std::string root;
-  ScratchRoot() {
-    char tmpl[] = "/tmp/pillbox-inflight-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    base = tmpl;
-    root = base + "/fuzz-inflight";
-  }
-  ~ScratchRoot() { std::filesystem::remove_all(base); }
+  pillbox::test::ScratchDir scratch{"inflight-test"};
+  std::string root = scratch.path + "/fuzz-inflight";
 
   std::size_t sessions() const {
     std::size_t n = 0;

@@ -1,0 +1,22 @@
+#pragma once
+// Files pillbox writes for itself and reads back later (payload files of the
+// store, the fuzz in-flight journal): written whole or not at all, read only
+// as the regular files they were written as.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shared/status.h"
+
+namespace pillbox {
+
+// Writes `bytes` to `temp_path` (mode 0600, never through a symlink), then
+// renames it to `path`: a reader, or a process that outlives a kill in the
+// middle, sees the whole file or none. Errors name the file.
+Status write_file_whole(const std::string& path, const std::string& temp_path, std::string_view bytes);
+
+// The bytes of `path`, a regular file of at most `cap` bytes, opened without
+// following a symlink and without blocking on a FIFO. Errors name the file.
+Expected<std::string> read_private_file(const std::string& path, std::uint64_t cap);
+
+}  // namespace pillbox
