@@ -43,6 +43,25 @@ std::string canonical_text(const Policy& p) {
 
 }  // namespace
 
+bool names_root(std::string_view user) {
+  if (user == "root") return true;
+  return !user.empty() && user.find_first_not_of('0') == std::string_view::npos;
+}
+
+std::vector<std::string> unsafe_settings(const Policy& p) {
+  std::vector<std::string> out;
+  if (names_root(p.isolation.user) && p.isolation.uid_pool_size == 0) {
+    out.push_back("user = " + p.isolation.user +
+                  ": tasks run as root when pillbox does (no privilege drop; the seccomp "
+                  "allowlist is all that is left between a payload and the host)");
+  }
+  if (!p.seccomp.enabled) {
+    out.push_back("seccomp enabled = no: no syscall allowlist; a task may call anything its uid may "
+                  "(sockets, ptrace, execve of anything)");
+  }
+  return out;
+}
+
 std::string policy_identity(const Policy& policy) {
   return policy.name + "@" + sha256_hex(canonical_text(policy)).substr(0, 12);
 }

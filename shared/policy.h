@@ -61,10 +61,23 @@ struct SeccompRules {
 struct Policy {
   std::string name = "default";
   std::string origin;   // file path or "builtin:NAME"; for messages and records
+  // Settings that switch confinement off (unsafe_settings below) are refused
+  // unless the policy says so with `allow_unsafe = yes`: a greppable token,
+  // never a default. Not part of the identity: it permits, it does not confine.
+  bool allow_unsafe = false;
   Limits limits;
   Isolation isolation;
   SeccompRules seccomp;
 };
+
+// The settings of `policy` that take away a layer of confinement, each as
+// "KEY = VALUE: what it means" ("user = root: tasks run as root, ..."); empty
+// for a safe policy. A user name that only resolves to uid 0 on the host is
+// caught where it is resolved (supervisor/child_setup.cpp).
+std::vector<std::string> unsafe_settings(const Policy& policy);
+
+// True for `user` values that name root without a lookup: "root" and "0".
+bool names_root(std::string_view user);
 
 // Stable text identity of a policy (name + a hash of its effective content),
 // recorded with every outcome so a replay knows what it ran under.

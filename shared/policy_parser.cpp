@@ -247,7 +247,7 @@ constexpr LimitKey kLimitKeys[] = {
 // ---------------------------------------------------------------- schema
 
 constexpr std::string_view kSectionNames[] = {"policy", "limits", "isolation", "seccomp"};
-constexpr std::string_view kPolicyKeys[] = {"name"};
+constexpr std::string_view kPolicyKeys[] = {"name", "allow_unsafe"};
 constexpr std::string_view kIsolationKeys[] = {"network", "user", "uid_pool", "cgroup", "filesystem"};
 constexpr std::string_view kSeccompKeys[] = {"enabled", "default", "allow", "import_oci"};
 
@@ -404,12 +404,27 @@ class Parser {
     std::sort(allow.begin(), allow.end());
     allow.erase(std::unique(allow.begin(), allow.end()), allow.end());
     if (!name_set_) policy_.name = default_name_from_origin(origin_);
+    if (Status st = check_unsafe(); !st) return Error{st.message()};
     return std::move(policy_);
   }
 
  private:
-  Status fail(const std::string& message) const {
-    return Status::error(std::string(origin_) + ":" + std::to_string(line_no_) + ": " + message);
+  Status fail(const std::string& message) const { return fail_at(line_no_, message); }
+  Status fail_at(int line, const std::string& message) const {
+    return Status::error(std::string(origin_) + ":" + std::to_string(line) + ": " + message);
+  }
+
+  // A setting that switches confinement off must be meant: refused unless
+  // [policy] says allow_unsafe = yes. The error points at the setting.
+  Status check_unsafe() const {
+    if (policy_.allow_unsafe) return Status::ok();
+    const std::vector<std::string> unsafe = unsafe_settings(policy_);
+    if (unsafe.empty()) return Status::ok();
+    const bool user = unsafe.front().starts_with("user");
+    const auto at = first_line_.find(user ? "isolation.user" : "seccomp.enabled");
+    return fail_at(at == first_line_.end() ? line_no_ : at->second,
+                   "unsafe setting " + unsafe.front() +
+                   "; if you mean it, add 'allow_unsafe = yes' under [policy]");
   }
 
   Status parse_line(std::string_view line) {
@@ -497,6 +512,7 @@ class Parser {
       name_set_ = true;
       return Status::ok();
     }
+    if (key == "allow_unsafe") return parse_switch(key, value, "yes", "no", policy_.allow_unsafe);
     if (key == "network") return parse_switch(key, value, "on", "off", iso.network);
     if (key == "user") {
       if (!is_valid_user(value)) {
@@ -636,6 +652,7 @@ std::string format_policy(const Policy& p) {
   };
   out += "[policy]\n";
   line("name", p.name);
+  if (p.allow_unsafe) line("allow_unsafe", "yes");
 
   out += "\n[limits]\n";
   for (const LimitKey& k : kLimitKeys) line(k.key, format_quantity(k.quantity, p.limits.*(k.field)));

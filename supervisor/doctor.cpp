@@ -14,6 +14,7 @@
 #include <cstring>
 #include <functional>
 
+#include "shared/embedded_policies.h"
 #include "shared/policy_parser.h"
 #include "supervisor/cgroups.h"
 #include "supervisor/run.h"
@@ -52,7 +53,10 @@ DoctorCheck check_seccomp() {
   });
   c.ok = rc == 0;
   c.detail = c.ok ? "no_new_privs and a TSYNC filter load work" : "cannot load a filter: " + errno_name(rc);
-  if (!c.ok) c.fallback = "none: pillbox refuses to run tasks without seccomp (use a policy with [seccomp] enabled = no to run anyway)";
+  if (!c.ok) {
+    c.fallback = "none: pillbox refuses to run tasks without seccomp (a policy with [seccomp] enabled = no "
+                 "and allow_unsafe = yes runs anyway, unconfined by syscall)";
+  }
   return c;
 }
 
@@ -106,6 +110,30 @@ DoctorCheck check_pidfd() {
   if (fd >= 0) ::close(fd);
   c.detail = c.ok ? "pidfd_open works" : std::string("pidfd_open: ") + std::strerror(errno);
   if (!c.ok) c.fallback = "spawn mode is unavailable (Linux >= 5.3 needed); zygote mode still works";
+  return c;
+}
+
+DoctorCheck check_policy(const std::string& name_or_path) {
+  DoctorCheck c = named("policy " + name_or_path);
+  auto policy = resolve_policy(name_or_path);
+  if (!policy) {
+    c.detail = policy.error();
+    c.fallback = "fix the policy (pillbox policy check " + name_or_path + ")";
+    return c;
+  }
+  const std::vector<std::string> unsafe = unsafe_settings(*policy);
+  c.ok = unsafe.empty();
+  if (c.ok) {
+    c.detail = policy_identity(*policy) + ": seccomp on (" + std::to_string(policy->seccomp.allow.size()) +
+               " syscalls), tasks run as " +
+               (policy->isolation.uid_pool_size > 0 ? "one uid per job slot" : "user " + policy->isolation.user) +
+               " when pillbox is root";
+    return c;
+  }
+  c.detail = "unsafe, allowed by allow_unsafe = yes:";
+  for (const auto& u : unsafe) c.detail += " " + u + ";";
+  c.detail.pop_back();
+  c.fallback = "runs as written: tasks under this policy are not confined as the shipped policies confine them";
   return c;
 }
 
@@ -172,7 +200,7 @@ void check_end_to_end(const std::string& sandbox_binary, DoctorReport& report) {
 
 }  // namespace
 
-DoctorReport run_doctor(const std::string& sandbox_binary) {
+DoctorReport run_doctor(const std::string& sandbox_binary, const std::vector<std::string>& policies) {
   DoctorReport r;
   utsname u{};
   ::uname(&u);
@@ -201,6 +229,8 @@ DoctorReport run_doctor(const std::string& sandbox_binary) {
   }
   r.checks.push_back(check_cgroups());
   r.checks.push_back(check_pidfd());
+  for (const auto& p : embedded_policies()) r.checks.push_back(check_policy(std::string(p.name)));
+  for (const auto& p : policies) r.checks.push_back(check_policy(p));
   check_end_to_end(sandbox_binary, r);
   // Tasks can run when the end-to-end task did (it needs fork, the wire and,
   // with the shipped policies, seccomp).

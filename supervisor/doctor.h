@@ -19,7 +19,10 @@ struct DoctorReport {
   bool usable = false;   // pillbox can run tasks here at all (seccomp + fork work)
 };
 
-// `sandbox_binary` is used for the end-to-end check (one echo task through a zygote).
-DoctorReport run_doctor(const std::string& sandbox_binary);
+// `sandbox_binary` is used for the end-to-end check (one echo task through a
+// zygote). `policies` (names or files) are checked too, after the shipped
+// ones: a policy that cannot be read, or that switches confinement off with
+// allow_unsafe = yes, is a NO line (it does not make the host unusable).
+DoctorReport run_doctor(const std::string& sandbox_binary, const std::vector<std::string>& policies = {});
 
 }  // namespace pillbox

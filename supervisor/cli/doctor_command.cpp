@@ -10,19 +10,21 @@
 namespace pillbox::cli {
 
 int doctor_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, 2, {{"json", false}, {"help", false}}, "doctor");
+  auto args = Args::parse(argc, argv, 2, {{"json", false}, {"help", false}, {"policy", true, true}}, "doctor");
   if (!args) {
     std::fprintf(stderr, "pillbox doctor: %s\n", args.error().c_str());
     return kExitUsage;
   }
   if (args->flag("help")) {
-    std::puts("usage: pillbox doctor [--json]\n\n"
+    std::puts("usage: pillbox doctor [--policy NAME|FILE]... [--json]\n\n"
               "Checks what this host allows (seccomp, namespaces, cgroups, privilege drop) by trying\n"
               "each for real, runs one task end to end, and says what pillbox falls back to where a\n"
-              "feature is missing. Exit code 0 when tasks can run here, 3 when they cannot.");
+              "feature is missing. The shipped policies and each --policy are checked too: a policy\n"
+              "that switches confinement off (allow_unsafe = yes) is a NO line.\n"
+              "Exit code 0 when tasks can run here, 3 when they cannot.");
     return kExitOk;
   }
-  const DoctorReport report = run_doctor(find_sandbox_binary());
+  const DoctorReport report = run_doctor(find_sandbox_binary(), args->values("policy"));
   if (args->flag("json")) {
     nlohmann::json j;
     j["usable"] = report.usable;

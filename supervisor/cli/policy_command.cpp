@@ -10,7 +10,8 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox policy check FILE...     validate policy files; errors point at the line\n"
+    "usage: pillbox policy check NAME|FILE... validate policies; errors point at the line, unsafe\n"
+    "                                        settings (allow_unsafe = yes) are warned about\n"
     "       pillbox policy show NAME|FILE    print a policy with every default filled in\n"
     "\n"
     "Shipped policies: strict (in-process parsers), exec (arbitrary programs).\n"
@@ -26,12 +27,12 @@ int policy_command(int argc, char** argv) {
   const std::string verb = argv[2];
   if (verb == "check") {
     if (argc < 4) {
-      std::fputs("pillbox policy check: give at least one policy file\n", stderr);
+      std::fputs("pillbox policy check: give at least one policy name or file\n", stderr);
       return kExitUsage;
     }
     int rc = kExitOk;
     for (int i = 3; i < argc; ++i) {
-      auto policy = load_policy_file(argv[i]);
+      auto policy = resolve_policy(argv[i]);
       if (!policy) {
         std::fprintf(stderr, "%s\n", policy.error().c_str());
         rc = kExitUsage;
@@ -39,6 +40,9 @@ int policy_command(int argc, char** argv) {
       }
       std::printf("%s: ok (policy '%s', %zu syscalls allowed, default action %s)\n", argv[i], policy->name.c_str(),
                   policy->seccomp.allow.size(), std::string(to_string(policy->seccomp.default_action)).c_str());
+      for (const std::string& unsafe : unsafe_settings(*policy)) {
+        std::fprintf(stderr, "%s: warning: unsafe (allowed by allow_unsafe = yes): %s\n", argv[i], unsafe.c_str());
+      }
     }
     return rc;
   }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "shared/embedded_policies.h"
 #include "shared/oci_import.h"
 
 namespace pillbox {
@@ -33,6 +34,7 @@ bool contains(const std::string& s, std::string_view part) {
 // All fields but the origin, which names where a policy came from.
 void check_same(const Policy& a, const Policy& b) {
   CHECK(a.name == b.name);
+  CHECK(a.allow_unsafe == b.allow_unsafe);
   CHECK(a.limits.cpu_ms == b.limits.cpu_ms);
   CHECK(a.limits.wall_ms == b.limits.wall_ms);
   CHECK(a.limits.memory_bytes == b.limits.memory_bytes);
@@ -180,6 +182,7 @@ TEST_CASE("formatting round-trips unusual values") {
   p.limits.output_bytes = 1;
   p.isolation.cgroup = CgroupMode::kOff;
   p.seccomp.enabled = false;
+  p.allow_unsafe = true;  // seccomp off must be meant
   p.seccomp.default_action = SeccompDefault::kKill;
   for (int i = 0; i < 40; ++i) p.seccomp.allow.push_back(i % 2 ? "read" : "write");
   p.seccomp.allow.push_back("clock_nanosleep");
@@ -495,6 +498,51 @@ TEST_CASE("policy identity: name plus a hash of what confines the child") {
   Policy host_fs = a;
   host_fs.isolation.filesystem = FilesystemMode::kHost;
   CHECK(policy_identity(host_fs) != id);
+}
+
+TEST_CASE("unsafe settings are refused at their line unless allow_unsafe = yes") {
+  const std::string root = error_of("[policy]\nname = p\n[isolation]\nnetwork = off\nuser = root\n");
+  CHECK(starts_with(root, "t.policy:5: unsafe setting user = root: tasks run as root"));
+  CHECK(contains(root, "add 'allow_unsafe = yes' under [policy]"));
+  CHECK(starts_with(error_of("[isolation]\nuser = 000\n"), "t.policy:2: unsafe setting user = 000"));
+  const std::string off = error_of("[seccomp]\ndefault = trap\nenabled = no\n");
+  CHECK(starts_with(off, "t.policy:3: unsafe setting seccomp enabled = no"));
+  // A user named like root is only root when it is "root" or all zeros.
+  CHECK(parse("[isolation]\nuser = rooter\n").has_value());
+  CHECK(parse("[isolation]\nuser = 10\n").has_value());
+  // A uid pool replaces the user: root is never used then.
+  CHECK(parse("[isolation]\nuser = root\nuid_pool = 3000000-3000009\n").has_value());
+
+  // Saying so makes them parse, in either order, and survive a round trip.
+  Expected<Policy> meant = parse("[isolation]\nuser = 0\n[seccomp]\nenabled = no\n[policy]\nallow_unsafe = yes\n");
+  REQUIRE_MESSAGE(meant.has_value(), meant.error());
+  CHECK(meant->allow_unsafe);
+  CHECK(unsafe_settings(*meant).size() == 2);
+  Expected<Policy> again = parse_policy(format_policy(*meant), "formatted", "");
+  REQUIRE_MESSAGE(again.has_value(), again.error());
+  CHECK(again->allow_unsafe);
+  check_same(*meant, *again);
+  // allow_unsafe = no is the default and changes nothing.
+  CHECK(starts_with(error_of("[policy]\nallow_unsafe = no\n[isolation]\nuser = root\n"), "t.policy:4: unsafe"));
+  // It permits; it does not confine: the identity ignores it.
+  Policy a;
+  Policy b = a;
+  b.allow_unsafe = true;
+  CHECK(policy_identity(a) == policy_identity(b));
+  CHECK(unsafe_settings(a).empty());
+}
+
+TEST_CASE("only the two policies documented are shipped") {
+  std::vector<std::string> names;
+  for (const EmbeddedPolicy& p : embedded_policies()) names.emplace_back(p.name);
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"exec", "strict"});
+  for (const std::string& n : names) {
+    Expected<Policy> p = resolve_policy(n);
+    REQUIRE_MESSAGE(p.has_value(), p.error());
+    CHECK_MESSAGE(unsafe_settings(*p).empty(), n);
+    CHECK_FALSE(p->allow_unsafe);
+  }
 }
 
 TEST_CASE("to_string spellings are the format's") {
