@@ -1,0 +1,78 @@
+// Ways out of the box that a hostile task tries, in both launch modes: each
+// case is an attack a review found, kept as a test that failed before the
+// fix (docs/security.md lists them).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+
+namespace {
+
+const char* const kModes[] = {"zygote", "spawn"};
+
+// One exec-mode task: `payload` as the input file, `program` after "--".
+e2e::RunResult run_exec(const std::string& mode, std::vector<std::string> program,
+                        std::vector<std::string> options = {}, const std::string& payload = "x") {
+  e2e::TempDir dir;
+  const std::string input = dir.write("payload", payload);
+  std::vector<std::string> args{"run", "--json", "--no-store", "--mode", mode};
+  args.insert(args.end(), options.begin(), options.end());
+  args.push_back(input);
+  args.push_back("--");
+  args.insert(args.end(), program.begin(), program.end());
+  return run_pillbox(args);
+}
+
+const nlohmann::json& only_record(const e2e::RunResult& r) {
+  REQUIRE(r.records.size() == 1);
+  return r.records[0];
+}
+
+}  // namespace
+
+TEST_CASE("exec tasks cannot create namespaces: clone with namespace flags is denied, clone3 is ENOSYS") {
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    {
+      const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "clone-ns"});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "seccomp-violation");
+      CHECK(rec["syscall"] == "clone");
+    }
+    {
+      const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "clone3-ns"});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "ok");
+      CHECK(rec["output"] == "clone3-ns refused: ENOSYS\n");
+    }
+    {
+      const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "unshare"});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "seccomp-violation");
+      CHECK(rec["syscall"] == "unshare");
+    }
+    {
+      // What ordinary programs do still works: glibc falls back from clone3 to clone.
+      const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "ordinary"});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "ok");
+      CHECK(rec["output"] == "fork, thread and posix_spawn work\n");
+    }
+    {
+      // A real tool: util-linux unshare(1).
+      const auto r = run_exec(mode, {"/usr/bin/unshare", "--user", "--map-root-user", "/bin/true"});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "seccomp-violation");
+      CHECK(rec["syscall"] == "unshare");
+    }
+  }
+}
