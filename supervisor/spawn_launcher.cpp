@@ -23,6 +23,7 @@
 #include "shared/crash_report.h"
 #include "shared/process_group.h"
 #include "supervisor/launcher.h"
+#include "supervisor/sandbox_env.h"
 
 namespace pillbox {
 
@@ -38,7 +39,8 @@ int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pi
 
 class SpawnLauncher final : public Launcher {
  public:
-  explicit SpawnLauncher(LauncherSettings settings) : settings_(std::move(settings)) {}
+  explicit SpawnLauncher(LauncherSettings settings)
+      : settings_(std::move(settings)), environment_(sandbox_environment(LaunchMode::kSpawn)) {}
 
   ~SpawnLauncher() override {
     for (auto& [fd, c] : children_) {
@@ -70,7 +72,7 @@ class SpawnLauncher final : public Launcher {
     try {
       const int boot_fd = boot_read.get();
       bp::ipstream err;
-      bp::child c(settings_.sandbox_binary, "--check", bp::std_err > err,
+      bp::child c(settings_.sandbox_binary, "--check", bp::std_err > err, environment_,
                   bp::extend::on_exec_setup = [=](auto&) {
                     if (boot_fd == kBootstrapFd) ::fcntl(boot_fd, F_SETFD, 0);  // dup2 onto itself keeps CLOEXEC
                     else ::dup2(boot_fd, kBootstrapFd);
@@ -116,7 +118,7 @@ class SpawnLauncher final : public Launcher {
         if (out_tmp >= 0) ::dup2(out_tmp, 1);
         if (err_tmp >= 0) ::dup2(err_tmp, 2);
       };
-      bp::child c(settings_.sandbox_binary, "--child", bp::extend::on_exec_setup = setup);
+      bp::child c(settings_.sandbox_binary, "--child", environment_, bp::extend::on_exec_setup = setup);
       pid = c.id();
       c.detach();  // we reap it ourselves (wait4, for rusage)
     } catch (const std::exception& e) {
@@ -247,6 +249,7 @@ class SpawnLauncher final : public Launcher {
   }
 
   LauncherSettings settings_;
+  const bp::environment environment_;  // built once (supervisor/sandbox_env.h)
   std::map<int, Child> children_;  // by pidfd
   std::vector<LaunchEvent> pending_;
   std::vector<std::string> isolation_;

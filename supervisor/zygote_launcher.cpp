@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "supervisor/launcher.h"
+#include "supervisor/sandbox_env.h"
 
 namespace pillbox {
 
@@ -26,11 +27,7 @@ class ZygoteLauncher final : public Launcher {
   Status start() override {
     try {
       bp::pipe to_zygote, from_zygote;
-      // LD_BIND_NOW: every library's symbols are resolved once, in the
-      // zygote; with lazy binding each child would look them up again and
-      // copy-on-write the GOT pages, on every task.
-      auto env = boost::this_process::environment();
-      env["LD_BIND_NOW"] = "1";
+      const bp::environment env = sandbox_environment(LaunchMode::kZygote);
       child_ = bp::child(settings_.sandbox_binary, "--zygote", bp::std_in < to_zygote, bp::std_out > from_zygote, env);
       // Keep only our ends, so the zygote's exit shows as EOF.
       ::close(to_zygote.native_source());

@@ -16,7 +16,8 @@ const char* const kModes[] = {"zygote", "spawn"};
 
 // One exec-mode task: `payload` as the input file, `program` after "--".
 e2e::RunResult run_exec(const std::string& mode, std::vector<std::string> program,
-                        std::vector<std::string> options = {}, const std::string& payload = "x") {
+                        std::vector<std::string> options = {}, const std::string& payload = "x",
+                        const std::map<std::string, std::string>& env = {}) {
   e2e::TempDir dir;
   const std::string input = dir.write("payload", payload);
   std::vector<std::string> args{"run", "--json", "--no-store", "--mode", mode};
@@ -24,7 +25,7 @@ e2e::RunResult run_exec(const std::string& mode, std::vector<std::string> progra
   args.push_back(input);
   args.push_back("--");
   args.insert(args.end(), program.begin(), program.end());
-  return run_pillbox(args);
+  return run_pillbox(args, "", env);
 }
 
 const nlohmann::json& only_record(const e2e::RunResult& r) {
@@ -73,6 +74,38 @@ TEST_CASE("exec tasks cannot create namespaces: clone with namespace flags is de
       const auto& rec = only_record(r);
       CHECK(rec["kind"] == "seccomp-violation");
       CHECK(rec["syscall"] == "unshare");
+    }
+  }
+}
+
+TEST_CASE("nothing of the supervisor's environment reaches a child, in /proc/self/environ or on its stack") {
+  const std::string secret = "pillbox-secret-5e1f0c2a9b";
+  const std::string reversed(secret.rbegin(), secret.rend());
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    {
+      // An in-process handler: the plugin looks for the secret where clearenv() left it.
+      e2e::TempDir dir;
+      const std::string input = dir.write("payload", reversed);
+      const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--handler",
+                                  "plugin:" + e2e::fixture("env_probe.so"), input},
+                                 "", {{"SECRET_TOKEN", secret}});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      REQUIRE(rec["kind"] == "ok");
+      const std::string out = rec["output"];
+      CHECK_MESSAGE(out.find("environ: clean; stack: clean;") == 0, out);
+      CHECK_MESSAGE(out.find("SECRET_TOKEN") == std::string::npos, out);
+    }
+    {
+      // An exec program: a real tool prints what it was given.
+      const auto r = run_exec(mode, {"/usr/bin/env"}, {}, "x", {{"SECRET_TOKEN", secret}});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      REQUIRE(rec["kind"] == "ok");
+      const std::string out = rec["output"];
+      CHECK_MESSAGE(out.find("SECRET_TOKEN") == std::string::npos, out);
+      CHECK_MESSAGE(out.find("PATH=") != std::string::npos, out);
     }
   }
 }
