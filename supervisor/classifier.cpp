@@ -148,6 +148,22 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
     }
   }
 
+  // The memory cgroup holds the whole task tree, and its OOM-kill counter is
+  // the kernel's word: a task that failed in any way after the OOM killer
+  // took one of its processes (a shell whose child was killed exits 137; a
+  // parent sees its worker vanish and reports it) failed of memory. A setup
+  // failure, which is never the payload's, keeps its kind, and so does a
+  // wall timeout: the supervisor knows it killed the task itself.
+  if (ex.cgroup_oom && o.kind != Kind::kOk && o.kind != Kind::kOom && o.kind != Kind::kSandboxError &&
+      o.kind != Kind::kWallTimeout) {
+    const std::string then = o.message;
+    fail(o, Kind::kOom, "a process of the task was killed by the cgroup OOM killer at the memory limit of " +
+                            std::to_string(ex.limits.memory_bytes >> 20) + " MiB (then: " + then + ")");
+    o.crash_state.clear();
+    o.frames.clear();
+    o.syscall.clear();
+  }
+
   if (o.kind != Kind::kOk) {
     std::string detail;
     switch (o.kind) {

@@ -109,3 +109,25 @@ TEST_CASE("nothing of the supervisor's environment reaches a child, in /proc/sel
     }
   }
 }
+
+TEST_CASE("OOM anywhere in the task is oom: a subprocess killed by the cgroup's OOM killer") {
+  if (!e2e::have_memory_cgroup()) {
+    MESSAGE("skipped: no usable memory cgroup on this host (the OOM killer's count is a cgroup's)");
+    return;
+  }
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    // The fixture exits 137 after its worker was killed, as a shell would.
+    const auto direct = run_exec(mode, {e2e::fixture("memory_hog"), "child"}, {"--memory", "64M"});
+    // A real shell in between.
+    const auto shell = run_exec(mode, {"/bin/sh", "-c", e2e::fixture("memory_hog") + " grow; exit $?"}, {"--memory", "64M"});
+    for (const auto* r : {&direct, &shell}) {
+      INFO(r->describe());
+      const auto& rec = only_record(*r);
+      CHECK(rec["kind"] == "oom");
+      CHECK(rec["exit_code"] == 137);
+      const std::string message = rec["message"];
+      CHECK_MESSAGE(message.find("killed by the cgroup OOM killer at the memory limit of 64 MiB") != std::string::npos, message);
+    }
+  }
+}

@@ -169,6 +169,32 @@ TEST_CASE("classifier: SIGKILL rules, in order") {
     CHECK(o.kind == Kind::kOom);
     CHECK(o.message == "killed by the cgroup OOM killer at the memory limit of 512 MiB");
   }
+  SUBCASE("cgroup OOM of another process of the task: the task's failure is oom, whatever it looked like") {
+    for (Execution ex : {exited(137), exited(1), signaled(SIGSEGV), signaled(SIGKILL)}) {
+      ex.exec_mode = true;
+      ex.cgroup_oom = true;
+      ex.exit->stderr_tail = "worker died\n";
+      const Outcome o = run(ex);
+      CHECK(o.kind == Kind::kOom);
+      const bool named = o.message.find("killed by the cgroup OOM killer at the memory limit of 512 MiB") != std::string::npos;
+      CHECK_MESSAGE(named, o.message);
+      CHECK(o.crash_state.empty());
+      check_fingerprint_shape(o);
+    }
+    Execution survived = exited(0);  // it coped with the loss: its result stands
+    survived.exec_mode = true;
+    survived.cgroup_oom = true;
+    CHECK(run(survived).kind == Kind::kOk);
+    Execution setup = exited(3);
+    setup.cgroup_oom = true;
+    setup.setup_failure = "cannot join cgroup";
+    CHECK(run(setup).kind == Kind::kSandboxError);
+    // One fingerprint for the handler, whatever the task's own ending said.
+    Execution a = exited(137), b = exited(1);
+    a.exec_mode = b.exec_mode = true;
+    a.cgroup_oom = b.cgroup_oom = true;
+    CHECK(run(a).fingerprint == run(b).fingerprint);
+  }
   SUBCASE("CPU time at the hard limit") {
     Execution ex = signaled(SIGKILL);
     ex.limits.cpu_ms = 1000;
