@@ -246,6 +246,16 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   }
   if (cfg.drop_privileges) {
     if (auto s = drop_privileges(ticket.uid, ticket.gid); !s) fail_setup(wire, s.message());
+    // A change of credentials clears the parent-death signal (prctl(2)):
+    // set it again, and check that the parent did not die meanwhile.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != prep.parent_pid) _exit(kExitOrphaned);
+    // A uid from the pool belongs to this job slot alone, so every other
+    // process running as it is a leftover of the slot's earlier tasks (a
+    // setsid'd daemon escapes its process group, and without a cgroup
+    // nothing else finds it). It must be gone before this task's payload
+    // exists: kill(-1) as this uid reaches exactly those processes.
+    if (cfg.policy.isolation.uid_pool_size > 0) ::kill(-1, SIGKILL);
   }
   if (in_user_namespace) {
     if (auto s = drop_all_capabilities(); !s) fail_setup(wire, s.message());

@@ -15,6 +15,7 @@
 
 #include "supervisor/cgroups.h"
 #include "supervisor/classifier.h"
+#include "supervisor/guardian.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/run.h"
 #include "supervisor/runtime_dir.h"
@@ -81,6 +82,7 @@ class Dispatcher {
       uids_ = std::move(*claims);
     }
     for (std::size_t i = settings_.jobs; i-- > 0;) free_slots_.push_back(i);
+    if (auto s = start_guardian(); !s) return s;
     return start_launcher();
   }
 
@@ -142,6 +144,31 @@ class Dispatcher {
   }
 
  private:
+  // Before the launcher: the guardian must not hold anything of it open.
+  Status start_guardian() {
+    GuardianTargets targets;
+    if (uids_) {
+      for (std::size_t slot = 0; slot < uids_->size(); ++slot) targets.uids.push_back(uids_->uid(slot));
+      targets.keep_fds = uids_->lock_fds();
+    }
+    if (cgroups_) {
+      for (std::size_t slot = 0; slot < settings_.jobs; ++slot) {
+        for (auto& f : cgroups_->procs_files(slot)) targets.cgroup_procs.push_back(std::move(f));
+      }
+    }
+    if (targets.empty()) {
+      report_.warnings.push_back(
+          "neither a uid pool (root) nor a cgroup: if pillbox is killed, background processes a task started "
+          "outside its process group can outlive it" +
+          std::string(settings_.mode == LaunchMode::kSpawn ? " (spawn mode has no PID namespace)" : " where the zygote has no PID namespace"));
+      return Status::ok();
+    }
+    auto guardian = Guardian::start(targets);
+    if (!guardian) return Status::error(guardian.error());
+    guardian_ = std::move(*guardian);
+    return Status::ok();
+  }
+
   Status start_launcher() {
     launcher_ = make_launcher(launcher_settings_);
     if (auto s = launcher_->start(); !s) return s;
@@ -323,6 +350,9 @@ class Dispatcher {
   RuntimeDir rundir_;
   zmq::context_t ctx_;
   LauncherSettings launcher_settings_;
+  // Declared before the launcher, the cgroups and the uids, so it ends only
+  // after they cleaned up (and keeps the uids claimed until its last sweep).
+  std::unique_ptr<Guardian> guardian_;
   std::unique_ptr<Launcher> launcher_;
   std::unique_ptr<CgroupSlots> cgroups_;
   std::unique_ptr<UidClaims> uids_;  // one uid per slot (policy uid_pool, as root)

@@ -22,6 +22,12 @@ class UidClaims {
                                                     const std::string& lock_dir = "/run/pillbox/uids");
   std::uint32_t uid(std::size_t slot) const { return uids_.at(slot); }
   std::size_t size() const { return uids_.size(); }
+  // The claims' lock fds: a process holding copies keeps the uids claimed.
+  std::vector<int> lock_fds() const {
+    std::vector<int> fds;
+    for (const auto& fd : locks_) fds.push_back(fd.get());
+    return fds;
+  }
 
  private:
   UidClaims() = default;
