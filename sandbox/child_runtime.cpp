@@ -16,6 +16,7 @@
 #include "sandbox/crash/crash_capture.h"
 #include "sandbox/exit_codes.h"
 #include "sandbox/namespaces.h"
+#include "sandbox/plugin_privileges.h"
 #include "sandbox/privileges.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/zmtp_client.h"
@@ -186,10 +187,15 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 
 }  // namespace
 
-Expected<PreparedChild> prepare_child(const ChildConfig& config) {
+Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_deferred) {
   PreparedChild prep;
   prep.config = config;
-  if (!config.exec_mode()) {
+  if (load_handler_in_child(config)) {
+    bool config_error = false;
+    if (auto s = check_deferred ? check_handler_unprivileged(config, config_error) : Status::ok(); !s) {
+      return Error{(config_error ? std::string(kConfigErrorPrefix) : std::string()) + s.message()};
+    }
+  } else if (!config.exec_mode()) {
     auto handler = make_handler(config.handler, config.args);
     if (!handler) return Error{std::string(kConfigErrorPrefix) + handler.error()};
     prep.handler = std::move(*handler);
@@ -261,6 +267,15 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     if (auto s = drop_all_capabilities(); !s) fail_setup(wire, s.message());
   }
   if (auto s = set_no_new_privs(); !s) fail_setup(wire, s.message());
+  // A plugin, as root: loaded only now, as the slot's uid with no capability.
+  std::unique_ptr<Handler> loaded;
+  Handler* handler = prep.handler.get();
+  if (!cfg.exec_mode() && handler == nullptr) {
+    auto made = make_handler(cfg.handler, cfg.args);
+    if (!made) fail_setup(wire, "cannot load the handler as uid " + std::to_string(::getuid()) + ": " + made.error());
+    loaded = std::move(*made);
+    handler = loaded.get();
+  }
   if (cfg.exec_mode() && ::access(cfg.exec_argv[0].c_str(), X_OK) != 0) {
     fail_setup(wire, errno_text("cannot execute " + cfg.exec_argv[0] + " as uid " + std::to_string(::getuid())));
   }
@@ -274,7 +289,7 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
 
   if (cfg.exec_mode()) exec_program(prep, wire, payload_fd, task->data);
 
-  Frame result = run_in_process(*prep.handler, task->data, limits.output_bytes);
+  Frame result = run_in_process(*handler, task->data, limits.output_bytes);
   if (!wire.send(FrameType::kResult, std::move(result.data), std::move(result.message), result.status)) {
     _exit(kExitNoSupervisor);
   }

@@ -21,7 +21,9 @@ namespace pillbox::sandbox {
 // allocates, loads libraries or compiles.
 struct PreparedChild {
   ChildConfig config;
-  std::unique_ptr<Handler> handler;  // null in exec mode
+  // Null in exec mode, and for a plugin when running as root: each child
+  // loads it after dropping privileges (sandbox/plugin_privileges.h).
+  std::unique_ptr<Handler> handler;
   CompiledFilter filter;
   pid_t parent_pid = 0;              // the process that forks children (for the PDEATHSIG race)
   bool in_user_namespace = false;    // the zygote entered one: children drop their capabilities
@@ -31,7 +33,10 @@ struct PreparedChild {
   cpu_set_t affinity{};
 };
 
-Expected<PreparedChild> prepare_child(const ChildConfig& config);
+// `check_deferred`: a handler loaded only in the children (a plugin, as
+// root) is first checked once as an unprivileged uid (the zygote, spawn
+// mode's --check); a spawned child skips it, its launcher checked already.
+Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_deferred = true);
 
 // Where the parent put the child's streams before the fork.
 struct ChildFds {

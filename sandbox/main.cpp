@@ -26,7 +26,7 @@ int run_spawned_child() {
     std::fprintf(stderr, "pillbox-sandbox: bad bootstrap on fd %d\n", kBootstrapFd);
     return sandbox::kExitBootstrap;
   }
-  auto prep = sandbox::prepare_child(config->config);
+  auto prep = sandbox::prepare_child(config->config, /*check_deferred=*/false);
   if (!prep) {
     std::fprintf(stderr, "pillbox-sandbox: %s\n", prep.error().c_str());
     return sandbox::kExitBootstrap;

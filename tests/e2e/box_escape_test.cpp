@@ -282,3 +282,49 @@ TEST_CASE("no survivors: with cgroup = off, a task's setsid'd spy is gone before
     kill_leftovers(e2e::fixture("survivor"));
   }
 }
+
+TEST_CASE("plugin code never runs as root: constructors and init run as the slot's uid, in both modes") {
+  if (!e2e::is_root()) {
+    MESSAGE("skipped: pillbox is not root here, so a plugin cannot run as root anyway");
+    return;
+  }
+  e2e::TempDir root_only(0700);  // like /root: only root may create files here
+  const std::string plugin = "plugin:" + e2e::fixture("root_probe.so");
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    e2e::TempDir in;
+    const std::string input = in.write("payload", "x");
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--handler", plugin, "--arg",
+                                "probe_dir=" + root_only.path(), input});
+    INFO(r.describe());
+    const auto& rec = only_record(r);
+    REQUIRE(rec["kind"] == "ok");
+    const std::string out = rec["output"];
+    CHECK_MESSAGE(out.find("ctor_euid=0 ") == std::string::npos, out);
+    CHECK_MESSAGE(out.find("init_euid=0") == std::string::npos, out);
+    CHECK_MESSAGE(out.find("ctor_euid=-1") == std::string::npos, out);
+  }
+  std::vector<std::string> planted;
+  for (const auto& e : std::filesystem::directory_iterator(root_only.path())) planted.push_back(e.path().string());
+  CHECK_MESSAGE(planted.empty(), "the plugin wrote into a root-only directory: " << planted.front());
+}
+
+TEST_CASE("a plugin the task's uid cannot read is one clear error before anything runs (exit 2)") {
+  if (!e2e::is_root()) {
+    MESSAGE("skipped: needs root (tasks then run under other uids than the plugin's owner)");
+    return;
+  }
+  e2e::TempDir private_dir(0700);
+  const std::string copy = private_dir.write("probe.so", e2e::read_file(e2e::fixture("root_probe.so")));
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    e2e::TempDir in;
+    const std::string input = in.write("payload", "x");
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--handler", "plugin:" + copy, input});
+    INFO(r.describe());
+    CHECK(r.exit_code == 2);
+    CHECK(r.records.empty());
+    CHECK(r.err.find("cannot load plugin " + copy) != std::string::npos);
+    CHECK(r.err.find("plugins are loaded only after a task dropped root") != std::string::npos);
+  }
+}
