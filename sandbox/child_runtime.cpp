@@ -170,7 +170,7 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   } else {
     ::dup2(payload_fd, 0);
   }
-  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/"};
+  std::vector<std::string> env = {std::string("PATH=") + kExecTaskPath, "LANG=C.UTF-8", "HOME=/"};
   if (!cfg.crash_lib.empty()) {
     env.push_back("LD_PRELOAD=" + cfg.crash_lib);
     env.push_back("PILLBOX_CRASH_FD=" + std::to_string(kCrashFd));

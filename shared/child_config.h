@@ -12,6 +12,10 @@
 
 namespace pillbox {
 
+// The PATH an exec program gets (it inherits nothing of the supervisor's
+// environment): where `#!/usr/bin/env NAME` looks for NAME.
+inline constexpr const char* kExecTaskPath = "/usr/local/bin:/usr/bin:/bin";
+
 struct ChildConfig {
   std::string handler;                        // built-in name, "plugin:PATH" or "exec"
   std::map<std::string, std::string> args;    // --arg K=V

@@ -13,6 +13,7 @@
 #include <optional>
 #include <zmq.hpp>
 
+#include "supervisor/access_check.h"
 #include "supervisor/cgroups.h"
 #include "supervisor/classifier.h"
 #include "supervisor/guardian.h"
@@ -81,6 +82,12 @@ class Dispatcher {
       if (!claims) return Status::error(claims.error());
       uids_ = std::move(*claims);
     }
+    // As root, can a slot's uid run the command at all? (All slot uids are
+    // alike: unprivileged, no groups.) Otherwise every task would fail the
+    // same way and be charged for it.
+    const std::uint32_t task_uid = uids_ ? uids_->uid(0) : config.sandbox_uid;
+    const std::uint32_t task_gid = uids_ ? uids_->uid(0) : config.sandbox_gid;
+    if (auto s = check_command_access(config, task_uid, task_gid); !s) return s;
     for (std::size_t i = settings_.jobs; i-- > 0;) free_slots_.push_back(i);
     if (auto s = start_guardian(); !s) return s;
     return start_launcher();
