@@ -48,7 +48,7 @@ const char* kHelp =
     "         Successes become resolved, failures failed-again (the attempt is appended); what is\n"
     "         not replayed keeps its status. Records resolved or being replayed are skipped unless\n"
     "         --force; two replays at once never run the same record. Results go where `run` puts\n"
-    "         them (stdout, --json, --out DIR).\n"
+    "         them (stdout, --json, --out DIR with the file names and --out-mode of `run`).\n"
     "           --batch N               records claimed and judged together (default 10)\n"
     "           --rate R                payloads started per second at most\n"
     "           --stop-after K          stop once K replays fail again with one fingerprint\n"
@@ -96,7 +96,7 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "replay") {
     add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
          {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
-         {"out"}});
+         {"out"}, {"out-mode"}});
   }
   return o;
 }

@@ -9,8 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <cstdio>
-#include <filesystem>
-#include <set>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -26,7 +25,9 @@
 #include "supervisor/job.h"
 #include "supervisor/run.h"
 #include "supervisor/store/store_dir.h"
+#include "supervisor/result_files.h"
 #include "supervisor/run_output.h"
+#include "supervisor/terminal_text.h"
 
 namespace pillbox::cli {
 namespace {
@@ -49,7 +50,9 @@ const char* kHelp =
     "  --memory SIZE       memory limit per task, e.g. 256M (overrides the policy)\n"
     "  --max-output SIZE   largest result accepted (overrides the policy)\n"
     "  --json              one JSON object per task on stdout\n"
-    "  --out DIR           write each successful result to a file in DIR (named after the key)\n"
+    "  --out DIR           write each successful result to DIR/NAME.out, NAME the key with bytes\n"
+    "                      other than A-Z a-z 0-9 . - _ as %XX (a/b -> a%2Fb.out); see README.md\n"
+    "  --out-mode MODE     permissions of those files, octal (default 0600: only the owner reads them)\n"
     "  --mode MODE         zygote (default: fork per task from a prepared process) | spawn (fork+exec per task)\n"
     "  --quiet             no per-task lines without --json, no summary\n"
     "\n"
@@ -79,7 +82,7 @@ const char* kHelp =
     "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
 const std::vector<OptionSpec> kRunOptions = {
-    {"jobs"}, {"json", false}, {"out"}, {"quiet", false}, {"help", false},
+    {"jobs"}, {"json", false}, {"out"}, {"out-mode"}, {"quiet", false}, {"help", false},
     {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
     {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"},
     {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
@@ -101,20 +104,21 @@ int usage_error(const std::string& message) {
 
 class CliSink final : public VerdictSink {
  public:
-  CliSink(bool json, bool quiet, std::string out_dir) : json_(json), quiet_(quiet), out_dir_(std::move(out_dir)) {}
+  // `results`: where successful results go (--out), or null: into the JSON.
+  CliSink(bool json, bool quiet, ResultFiles* results) : json_(json), quiet_(quiet), results_(results) {}
 
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override {
     if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
     if (progress_ != nullptr) progress_->update(++verdicts_);
     std::string file;
-    if (!out_dir_.empty() && outcome.kind == Kind::kOk) {
-      file = out_dir_ + "/" + result_file_name(task.key, used_names_);
-      std::FILE* f = std::fopen(file.c_str(), "wbe");
-      if (f == nullptr || std::fwrite(outcome.output.data(), 1, outcome.output.size(), f) != outcome.output.size()) {
-        std::fprintf(stderr, "pillbox run: cannot write %s\n", file.c_str());
+    if (results_ != nullptr && outcome.kind == Kind::kOk) {
+      auto written = results_->write(task.key, outcome.output);
+      if (written) {
+        file = std::move(*written);
+      } else {
+        std::fprintf(stderr, "pillbox run: %s\n", table_cell(written.error(), 2000).c_str());
         write_errors_ = true;
       }
-      if (f) std::fclose(f);
     }
     if (json_) {
       const std::string line = outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict);
@@ -150,8 +154,7 @@ class CliSink final : public VerdictSink {
  private:
   bool json_;
   bool quiet_;
-  std::string out_dir_;
-  std::set<std::string> used_names_;
+  ResultFiles* results_;  // not owned; outlives the sink
   RunSummary summary_;
   bool write_errors_ = false;
   Progress* progress_ = nullptr;
@@ -186,11 +189,19 @@ int run_command(int argc, char** argv) {
   settings.mode = *mode;
   settings.sandbox_binary = find_sandbox_binary();
 
-  std::string out_dir = args->value("out").value_or("");
-  if (!out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(out_dir, ec);
-    if (ec || ::access(out_dir.c_str(), W_OK) != 0) return usage_error("cannot write to --out directory '" + out_dir + "'");
+  std::optional<ResultFiles> results;
+  if (auto dir = args->value("out")) {
+    mode_t mode = kDefaultResultMode;
+    if (auto text = args->value("out-mode")) {
+      auto m = parse_file_mode("out-mode", *text);
+      if (!m) return usage_error(m.error());
+      mode = *m;
+    }
+    auto opened = ResultFiles::open(*dir, mode);
+    if (!opened) return usage_error(opened.error());
+    results.emplace(std::move(*opened));
+  } else if (args->value("out-mode")) {
+    return usage_error("--out-mode is the mode of the files --out DIR writes: give --out too");
   }
 
   // What from.
@@ -264,7 +275,7 @@ int run_command(int argc, char** argv) {
     if (new_fingerprints && new_fingerprint) new_fingerprints->fire(json);
   };
 
-  CliSink sink(args->flag("json"), args->flag("quiet"), out_dir);
+  CliSink sink(args->flag("json"), args->flag("quiet"), results ? &*results : nullptr);
   // Progress on stderr: a line redrawn in place when stderr is a terminal and
   // stdout is not (on one terminal the per-task lines already show it), log
   // lines every few seconds when stderr is not a terminal; none with --quiet.

@@ -1,0 +1,166 @@
+// Paths pillbox does not own (issue 11, point 1): a result directory where
+// someone planted links. pillbox runs as root here, so every link it
+// followed would be a write with root's rights.
+//   --out: a planted symlink is replaced, never written through; results are
+//     0600 unless --out-mode says otherwise; distinct keys get distinct files.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+using e2e::task_line;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct stat lstat_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE_MESSAGE(::lstat(path.c_str(), &st) == 0, "no " << path);
+  return st;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+void make_dir(const std::string& path) { REQUIRE_MESSAGE(::mkdir(path.c_str(), 0755) == 0, "cannot create " << path); }
+
+void make_symlink(const std::string& target, const std::string& link) {
+  REQUIRE_MESSAGE(::symlink(target.c_str(), link.c_str()) == 0, "cannot create " << link);
+}
+
+// The one stderr line that contains `part` ("" when none does).
+std::string err_line_with(const e2e::RunResult& r, const std::string& part) {
+  for (const auto& line : r.err_lines()) {
+    if (contains(line, part)) return line;
+  }
+  return "";
+}
+
+}  // namespace
+
+// ---- point 1: results never follow links ---------------------------------
+
+TEST_CASE("--out: a symlink planted in DIR is replaced, its target is never written; results are 0600") {
+  e2e::TempDir dir;
+  const std::string out = dir.file("results");
+  make_dir(out);
+  const std::string victim = dir.write("victim", "VICTIM-UNCHANGED");
+  make_symlink(victim, out + "/k.out");                         // to a file outside DIR
+  make_symlink(dir.file("created-through-link"), out + "/n.out");  // dangling: fopen would create its target
+  const auto r = run_pillbox({"run", "--json", "--handler", "echo", "--no-store", "--out", out, "-"},
+                             task_line("k", "written by pillbox") + task_line("n", "second result"));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(e2e::read_file(victim) == "VICTIM-UNCHANGED");
+  CHECK_FALSE(exists(dir.file("created-through-link")));
+  for (const auto& [key, bytes] : {std::pair<std::string, std::string>{"k", "written by pillbox"}, {"n", "second result"}}) {
+    CAPTURE(key);
+    const std::string file = out + "/" + key + ".out";
+    CHECK(r.record(key)["output_file"] == file);
+    const struct stat st = lstat_of(file);
+    CHECK(S_ISREG(st.st_mode));  // the link itself was replaced
+    CHECK((st.st_mode & 07777) == 0600);
+    CHECK(e2e::read_file(file) == bytes);
+  }
+}
+
+TEST_CASE("--out: distinct keys get distinct files, whatever the order; the names are the documented escapes") {
+  e2e::TempDir dir;
+  const std::string out = dir.file("results");
+  const std::string long_a(300, 'x');
+  const std::string long_b = std::string(300, 'x') + "y";  // the same first 200 bytes
+  // key -> the file name README.md documents for it.
+  const std::vector<std::pair<std::string, std::string>> keys = {
+      {"a/b", "a%2Fb.out"}, {"a_b", "a_b.out"}, {"a%2Fb", "a%252Fb.out"}, {"..", "...out"}, {"", ".out"},
+      {"caf\xc3\xa9 1", "caf%C3%A9%201.out"}, {long_a, ""}, {long_b, ""}};
+  std::string forward, backward;
+  for (const auto& [key, name] : keys) {
+    const std::string line = task_line(key, "result of " + key);
+    forward += line;
+    backward = line + backward;
+  }
+  std::map<std::string, std::string> first_names;
+  for (const std::string* input : {&forward, &backward}) {
+    const auto r = run_pillbox({"run", "--json", "--handler", "echo", "--no-store", "--out", out, "-"}, *input);
+    INFO(r.describe());
+    CHECK(r.exit_code == 0);
+    REQUIRE(r.records.size() == keys.size());
+    std::set<std::string> files;
+    for (const auto& [key, name] : keys) {
+      CAPTURE(key);
+      const std::string path = r.record(key)["output_file"];
+      REQUIRE(path.rfind(out + "/", 0) == 0);
+      const std::string file_name = path.substr(out.size() + 1);
+      if (!name.empty()) CHECK(file_name == name);
+      CHECK(file_name.size() <= 255);
+      CHECK(e2e::read_file(path) == "result of " + key);
+      files.insert(file_name);
+      // A rerun in another order writes each key's result to the same file.
+      if (input == &forward) first_names[key] = file_name;
+      else CHECK(first_names[key] == file_name);
+    }
+    CHECK(files.size() == keys.size());
+  }
+}
+
+TEST_CASE("--out: a directory in the way of one result is an error for that result, the others are written") {
+  e2e::TempDir dir;
+  const std::string out = dir.file("results");
+  make_dir(out);
+  make_dir(out + "/d.out");
+  const auto r = run_pillbox({"run", "--json", "--handler", "echo", "--no-store", "--out", out, "-"},
+                             task_line("d", "blocked") + task_line("e", "fine"));
+  INFO(r.describe());
+  CHECK(r.term_signal == 0);
+  CHECK(r.exit_code == 2);
+  const std::string line = err_line_with(r, out + "/d.out");
+  CHECK_MESSAGE(contains(line, "Is a directory"), line);
+  CHECK(S_ISDIR(lstat_of(out + "/d.out").st_mode));
+  CHECK(e2e::read_file(out + "/e.out") == "fine");
+}
+
+TEST_CASE("--out-mode: results get exactly the mode asked for") {
+  e2e::TempDir dir;
+  const std::string out = dir.file("results");
+  const auto r = run_pillbox({"run", "--handler", "echo", "--no-store", "--out", out, "--out-mode", "0644", "-"},
+                             task_line("shared", "for everyone"));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK((lstat_of(out + "/shared.out").st_mode & 07777) == 0644);
+  const auto bad = run_pillbox({"run", "--handler", "echo", "--no-store", "--out", out, "--out-mode", "4755", "-"},
+                               task_line("x", "x"));
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "--out-mode"));
+}
+
+TEST_CASE("quarantine replay --out: a planted symlink is replaced, its target is never written") {
+  e2e::TempDir dir;
+  const std::string store = dir.file("store");
+  const auto run = run_pillbox({"run", "--store", store, "--handler", e2e::poison_plugin(), "--max-attempts", "1",
+                                "--no-breaker", "-"},
+                               task_line("r", "S crashes until fixed"));
+  INFO(run.describe());
+  REQUIRE(e2e::sql_int(store + "/pillbox.db", "SELECT count(*) FROM quarantine") == 1);
+  const std::string out = dir.file("results");
+  make_dir(out);
+  const std::string victim = dir.write("victim", "VICTIM-UNCHANGED");
+  make_symlink(victim, out + "/r.out");
+  const auto replay = run_pillbox({"quarantine", "replay", "--all", "--handler", e2e::poison_plugin(), "--arg", "fixed=yes",
+                                   "--out", out, "--store", store});
+  INFO(replay.describe());
+  CHECK(replay.exit_code == 0);
+  CHECK(e2e::read_file(victim) == "VICTIM-UNCHANGED");
+  const struct stat st = lstat_of(out + "/r.out");
+  CHECK(S_ISREG(st.st_mode));
+  CHECK((st.st_mode & 07777) == 0600);
+  CHECK(e2e::read_file(out + "/r.out") == "S crashes until fixed");
+}
