@@ -9,7 +9,6 @@
 #include <cstring>
 
 #include "shared/control.h"
-#include "shared/unique_fd.h"
 
 namespace pillbox {
 
@@ -54,8 +53,12 @@ Expected<std::string> read_regular_fd(int fd, std::uint64_t cap) {
   }
 }
 
+UniqueFd open_for_reading_at(int dir_fd, const std::string& path, int extra_flags) {
+  return UniqueFd(::openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | extra_flags));
+}
+
 Expected<std::string> read_regular_file_at(int dir_fd, const std::string& path, int extra_flags, std::uint64_t cap) {
-  UniqueFd fd(::openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | extra_flags));
+  UniqueFd fd = open_for_reading_at(dir_fd, path, extra_flags);
   if (!fd.valid()) return Error{std::strerror(errno)};
   return read_regular_fd(fd.get(), cap);
 }

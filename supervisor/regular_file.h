@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "shared/status.h"
+#include "shared/unique_fd.h"
 
 namespace pillbox {
 
@@ -29,9 +30,12 @@ std::string size_text(std::uint64_t bytes);
 
 // Opens `path` (relative to `dir_fd`, or AT_FDCWD) read-only with O_NONBLOCK
 // — a FIFO opens at once instead of waiting for a writer — and `extra_flags`
-// (O_NOFOLLOW: a symlink as the last component is refused, ELOOP), and reads
-// it whole if it is a regular file. More than `cap` bytes is an error
-// ("larger than the 1 GiB limit").
+// (O_NOFOLLOW: a symlink as the last component is refused with ELOOP). On
+// failure the fd is invalid and errno says why.
+UniqueFd open_for_reading_at(int dir_fd, const std::string& path, int extra_flags);
+
+// open_for_reading_at, then the whole file if it is a regular file. More
+// than `cap` bytes is an error ("larger than the 1 GiB limit").
 Expected<std::string> read_regular_file_at(int dir_fd, const std::string& path, int extra_flags, std::uint64_t cap);
 
 // The same for a file already open at `fd` (not closed here).

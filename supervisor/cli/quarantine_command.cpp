@@ -58,7 +58,8 @@ const char* kHelp =
     "\n"
     "import   crash artifacts of coverage-guided fuzzers: libFuzzer's crash-*, oom-*, timeout-*,\n"
     "         leak-* and slow-unit-* files, AFL++'s crashes/id:* and hangs/id:* (directories are\n"
-    "         searched; files named on the command line are taken whatever their name). Each runs\n"
+    "         searched, without following symlinks unless --follow-symlinks; files named on the\n"
+    "         command line are taken whatever their name; regular files only). Each runs\n"
     "         once in the sandbox under the handler or command given (options as for `run`:\n"
     "         --policy, --timeout, --cpu, --memory, --jobs); a failure becomes a record with source\n"
     "         import and the file as its origin, with the fingerprint `run` gives the same bytes.\n"
@@ -92,7 +93,7 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "export") add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}});
   if (verb == "discard") add({{"reason"}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}});
-  if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}});
+  if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}});
   if (verb == "replay") {
     add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
          {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},

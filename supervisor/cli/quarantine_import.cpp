@@ -32,7 +32,8 @@ int quarantine_import(const QuarantineContext& c) {
   if (!jobs) return quarantine_error(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
   std::size_t ignored = 0;
-  auto artifacts = find_artifacts(args.positional(), ignored);
+  auto artifacts = find_artifacts(args.positional(), ignored,
+                                  args.flag("follow-symlinks") ? SymlinksInTree::kFollow : SymlinksInTree::kRefuse);
   if (!artifacts) return quarantine_error(artifacts.error(), kExitUsage);
   if (artifacts->empty()) {
     return quarantine_error("no crash artifacts found (" + std::to_string(ignored) +

@@ -37,8 +37,11 @@ const char* kHelp =
     "       pillbox run [options] INPUT... -- CMD ARGS...   (exec mode: payload on stdin, or as a file where {} appears)\n"
     "\n"
     "Runs every input in its own confined child process and reports how each one ended.\n"
-    "INPUT is a file, a directory (read recursively), or - for JSON lines on stdin:\n"
+    "INPUT is a regular file, a directory (read recursively), or - for JSON lines on stdin:\n"
     "  {\"key\": \"id-1\", \"payload\": \"text\"}   or   {\"key\": \"id-2\", \"payload_b64\": \"...\"}\n"
+    "Anything else named here (a FIFO, a device) is refused before anything runs. In a directory,\n"
+    "symlinks are not followed and entries that are not regular files are skipped, each listed\n"
+    "on stderr as an input error (exit code 2).\n"
     "\n"
     "options:\n"
     "  --handler NAME      echo | regex | pdf-text | inflate | plugin:PATH.so (not with a command)\n"
@@ -53,6 +56,7 @@ const char* kHelp =
     "  --out DIR           write each successful result to DIR/NAME.out, NAME the key with bytes\n"
     "                      other than A-Z a-z 0-9 . - _ as %XX (a/b -> a%2Fb.out); see README.md\n"
     "  --out-mode MODE     permissions of those files, octal (default 0600: only the owner reads them)\n"
+    "  --follow-symlinks   in directories, read what symlinks point to (regular files only; anywhere)\n"
     "  --mode MODE         zygote (default: fork per task from a prepared process) | spawn (fork+exec per task)\n"
     "  --quiet             no per-task lines without --json, no summary\n"
     "\n"
@@ -82,7 +86,7 @@ const char* kHelp =
     "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
 const std::vector<OptionSpec> kRunOptions = {
-    {"jobs"}, {"json", false}, {"out"}, {"out-mode"}, {"quiet", false}, {"help", false},
+    {"jobs"}, {"json", false}, {"out"}, {"out-mode"}, {"follow-symlinks", false}, {"quiet", false}, {"help", false},
     {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
     {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"},
     {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
@@ -131,7 +135,11 @@ class CliSink final : public VerdictSink {
     }
   }
 
-  void on_input_error(const std::string& message) override { std::fprintf(stderr, "pillbox run: %s\n", message.c_str()); }
+  // Messages may name entries of an input tree someone else filled: shown
+  // safe for a terminal.
+  void on_input_error(const std::string& message) override {
+    std::fprintf(stderr, "pillbox run: %s\n", table_cell(message, 4000).c_str());
+  }
 
   void on_skipped(const Task& task, const std::string& why, std::int64_t) override {
     if (!json_) return;  // the summary counts them; a line per skipped task would bury the news
@@ -206,7 +214,8 @@ int run_command(int argc, char** argv) {
 
   // What from.
   if (args->positional().empty()) return usage_error("no inputs (give files, directories, or - for JSON lines on stdin)");
-  auto source = open_inputs(args->positional());
+  auto source = open_inputs(args->positional(), STDIN_FILENO,
+                            args->flag("follow-symlinks") ? SymlinksInTree::kFollow : SymlinksInTree::kRefuse);
   if (!source) return usage_error(source.error());
 
   // Durability, retries, outage detection.

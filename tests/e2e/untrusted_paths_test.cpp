@@ -1,9 +1,15 @@
-// Paths pillbox does not own (issue 11, point 1): a result directory where
-// someone planted links. pillbox runs as root here, so every link it
-// followed would be a write with root's rights.
+// Paths pillbox does not own (issue 11, points 1 and 8): a result directory
+// where someone planted links, and input trees holding FIFOs, devices and
+// symlinks that lead out of the tree. pillbox runs as root here, so every
+// link it followed would be a write or a read with root's rights.
 //   --out: a planted symlink is replaced, never written through; results are
 //     0600 unless --out-mode says otherwise; distinct keys get distinct files.
+//   inputs: only regular files are read; anything else named on the command
+//     line is exit 2 before anything runs; anything else inside a directory is
+//     listed and makes the run exit 2; never a hang, never a silent skip.
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
@@ -17,6 +23,10 @@ using e2e::run_pillbox;
 using e2e::task_line;
 
 namespace {
+
+// A FIFO never has a writer here: a pillbox that opens one for reading and
+// waits would hang until this deadline kills it (and fails the test).
+constexpr int kNoHangDeadlineS = 60;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -33,8 +43,21 @@ bool exists(const std::string& path) {
 
 void make_dir(const std::string& path) { REQUIRE_MESSAGE(::mkdir(path.c_str(), 0755) == 0, "cannot create " << path); }
 
+void make_fifo(const std::string& path) { REQUIRE_MESSAGE(::mkfifo(path.c_str(), 0644) == 0, "cannot create " << path); }
+
 void make_symlink(const std::string& target, const std::string& link) {
   REQUIRE_MESSAGE(::symlink(target.c_str(), link.c_str()) == 0, "cannot create " << link);
+}
+
+// A listening unix socket at `path` (the fd stays open until the test ends).
+void make_socket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  REQUIRE(path.size() < sizeof addr.sun_path);
+  path.copy(addr.sun_path, path.size());
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
 }
 
 // The one stderr line that contains `part` ("" when none does).
@@ -163,4 +186,150 @@ TEST_CASE("quarantine replay --out: a planted symlink is replaced, its target is
   CHECK(S_ISREG(st.st_mode));
   CHECK((st.st_mode & 07777) == 0600);
   CHECK(e2e::read_file(out + "/r.out") == "S crashes until fixed");
+}
+
+// ---- point 8: inputs are regular files -----------------------------------
+
+TEST_CASE("a FIFO named on the command line: exit 2 before anything runs, no hang") {
+  e2e::TempDir dir;
+  const std::string good = dir.write("good", "GOOD");
+  const std::string fifo = dir.file("fifo");
+  make_fifo(fifo);
+  const auto r = run_pillbox({"run", "--handler", "echo", "--no-store", good, fifo}, "", {}, {}, kNoHangDeadlineS);
+  INFO(r.describe());
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());  // nothing ran, not even the good input
+  const auto lines = r.err_lines();
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == "pillbox run: input '" + fifo + "' is a FIFO, not a regular file (inputs are regular files, "
+                    "directories, or - for JSON lines on stdin)");
+}
+
+TEST_CASE("/dev/zero named on the command line: exit 2 before anything runs, nothing read") {
+  e2e::TempDir dir;
+  const std::string good = dir.write("good", "GOOD");
+  const auto r = run_pillbox({"run", "--handler", "echo", "--no-store", good, "/dev/zero"}, "", {}, {}, kNoHangDeadlineS);
+  INFO(r.describe());
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  const auto lines = r.err_lines();
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == "pillbox run: input '/dev/zero' is a character device, not a regular file (inputs are regular "
+                    "files, directories, or - for JSON lines on stdin)");
+}
+
+namespace {
+
+// inputs/ with one good file and everything that is not one: a FIFO, a
+// socket, a symlink to a secret outside the tree, a symlink to a device, a
+// dangling symlink, and a symlink back up the tree (a loop when followed).
+struct HostileTree {
+  e2e::TempDir dir;
+  std::string inputs = dir.file("inputs");
+  std::string secret = dir.write("secret", "SECRET-OUTSIDE");
+  HostileTree() {
+    make_dir(inputs);
+    make_dir(inputs + "/sub");
+    dir.write("inputs/good.txt", "GOOD");
+    dir.write("inputs/sub/deep.txt", "DEEP");
+    make_fifo(inputs + "/fifo");
+    make_fifo(inputs + "/sub/fifo");
+    make_socket(inputs + "/sock");
+    make_symlink(secret, inputs + "/s");
+    make_symlink("/dev/zero", inputs + "/zero");
+    make_symlink(dir.file("nothing-here"), inputs + "/dangling");
+    make_symlink("..", inputs + "/sub/up");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("inside a directory: only regular files are read; every other entry is listed and the run exits 2") {
+  HostileTree tree;
+  const std::string& in = tree.inputs;
+  const auto r = run_pillbox({"run", "--json", "--handler", "echo", "--no-store", in}, "", {}, {}, kNoHangDeadlineS);
+  INFO(r.describe());
+  CHECK(r.exit_code == 2);
+  REQUIRE(r.records.size() == 2);
+  CHECK(r.record(in + "/good.txt")["output"] == "GOOD");
+  CHECK(r.record(in + "/sub/deep.txt")["output"] == "DEEP");
+  CHECK_FALSE(contains(r.out, "SECRET-OUTSIDE"));
+  const std::string not_followed = "a symlink, not followed (--follow-symlinks reads what it points to)";
+  for (const auto& [entry, what] : std::vector<std::pair<std::string, std::string>>{
+           {"fifo", "a FIFO, not a regular file"},
+           {"sub/fifo", "a FIFO, not a regular file"},
+           {"sock", "a socket, not a regular file"},
+           {"s", not_followed},
+           {"zero", not_followed},
+           {"dangling", not_followed},
+           {"sub/up", not_followed}}) {
+    CAPTURE(entry);
+    CHECK(err_line_with(r, "'" + in + "/" + entry + "'") == "pillbox run: skipped input '" + in + "/" + entry + "': " + what);
+  }
+  CHECK(contains(r.err, "7 input error(s)"));
+}
+
+TEST_CASE("--follow-symlinks: links to regular files are read, anything else is still listed, a loop ends") {
+  HostileTree tree;
+  const std::string& in = tree.inputs;
+  const auto r = run_pillbox({"run", "--json", "--handler", "echo", "--no-store", "--follow-symlinks", in}, "", {}, {},
+                             kNoHangDeadlineS);
+  INFO(r.describe());
+  CHECK(r.exit_code == 2);
+  REQUIRE(r.records.size() == 3);
+  CHECK(r.record(in + "/good.txt")["output"] == "GOOD");
+  CHECK(r.record(in + "/sub/deep.txt")["output"] == "DEEP");
+  CHECK(r.record(in + "/s")["output"] == "SECRET-OUTSIDE");  // asked for
+  for (const auto& [entry, what] : std::vector<std::pair<std::string, std::string>>{
+           {"fifo", "a FIFO, not a regular file"},
+           {"sock", "a socket, not a regular file"},
+           {"zero", "a character device, not a regular file"},
+           {"dangling", "a symlink to nothing"},
+           {"sub/up", "a directory already read as '" + in + "'"}}) {
+    CAPTURE(entry);
+    CHECK(err_line_with(r, "'" + in + "/" + entry + "'") == "pillbox run: skipped input '" + in + "/" + entry + "': " + what);
+  }
+}
+
+TEST_CASE("a symlink named on the command line is followed: the user chose it") {
+  e2e::TempDir dir;
+  const std::string target = dir.write("target", "NAMED");
+  const std::string link = dir.file("link");
+  make_symlink(target, link);
+  const auto r = run_pillbox({"run", "--json", "--handler", "echo", "--no-store", link});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(r.record(link)["output"] == "NAMED");
+}
+
+TEST_CASE("pillbox fuzz: a FIFO among the seeds is an error before fuzzing starts, not a hang or a silent skip") {
+  e2e::TempDir dir;
+  make_dir(dir.file("seeds"));
+  dir.write("seeds/aaaa", "aaaa");
+  make_fifo(dir.file("seeds/fifo"));
+  const auto r = run_pillbox({"fuzz", dir.file("seeds"), "--handler", "echo", "--max-runs", "5", "--store", dir.file("store")},
+                             "", {}, {}, kNoHangDeadlineS);
+  INFO(r.describe());
+  CHECK(r.exit_code == 2);
+  CHECK(err_line_with(r, "fifo") == "pillbox fuzz: skipped input '" + dir.file("seeds/fifo") + "': a FIFO, not a regular file");
+}
+
+TEST_CASE("quarantine import: a symlink in an artifact directory is not followed, and it is reported") {
+  e2e::TempDir dir;
+  make_dir(dir.file("artifacts"));
+  const std::string secret = dir.write("secret", "S SECRET-OUTSIDE");  // would crash the poison plugin if read
+  const std::string link = dir.file("artifacts/crash-" + std::string(40, 'c'));
+  make_symlink(secret, link);
+  make_fifo(dir.file("artifacts/crash-" + std::string(40, 'f')));
+  const auto r = run_pillbox({"quarantine", "import", dir.file("artifacts"), "--handler", e2e::poison_plugin(), "--json",
+                              "--store", dir.file("store")},
+                             "", {}, {}, kNoHangDeadlineS);
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);  // unreadable artifacts
+  REQUIRE(r.records.size() == 2);
+  for (const auto& rec : r.records) {
+    CHECK(rec["status"] == "unreadable");
+    CHECK_FALSE(rec.contains("record"));
+  }
+  CHECK(e2e::sql_int(dir.file("store") + "/pillbox.db", "SELECT count(*) FROM quarantine") == 0);
 }
