@@ -17,6 +17,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/fuzz/dictionary.h"
@@ -234,8 +235,9 @@ int fuzz_command(int argc, char** argv) {
   if (auto s = read_record_seeds(*access->quarantine, *args, settings.seeds, under); !s) {
     return fail(s.message(), kExitUsage);
   }
-  const auto symlinks = args->flag("follow-symlinks") ? SymlinksInTree::kFollow : SymlinksInTree::kRefuse;
-  if (auto s = read_seed_inputs(args->positional(), symlinks, settings.seeds); !s) return fail(s.message(), kExitUsage);
+  if (auto s = read_seed_inputs(args->positional(), read_symlinks_in_tree(*args), settings.seeds); !s) {
+    return fail(s.message(), kExitUsage);
+  }
   auto config = fuzz_config(*args, under);
   if (!config) return fail(config.error(), kExitUsage);
   settings.config = std::move(*config);

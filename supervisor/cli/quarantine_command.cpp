@@ -12,6 +12,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/quarantine_json.h"
@@ -96,8 +97,8 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}});
   if (verb == "replay") {
     add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
-         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
-         {"out"}, {"out-mode"}});
+         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false}});
+    add(kOutOptions);
   }
   return o;
 }

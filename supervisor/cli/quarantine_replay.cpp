@@ -13,11 +13,11 @@
 #include "supervisor/actor.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/progress.h"
 #include "supervisor/quarantine_json.h"
 #include "supervisor/replay.h"
-#include "supervisor/result_files.h"
 #include "supervisor/run_output.h"
 #include "supervisor/store/replay_store.h"
 #include "supervisor/terminal_text.h"
@@ -95,20 +95,9 @@ int quarantine_replay(const QuarantineContext& c) {
     if (!policy) return quarantine_error(policy.error(), kExitUsage);
     settings.policy = std::move(*policy);
   }
-  std::optional<ResultFiles> results;
-  if (auto dir = args.value("out")) {
-    mode_t mode = kDefaultResultMode;
-    if (auto text = args.value("out-mode")) {
-      auto m = parse_file_mode("out-mode", *text);
-      if (!m) return quarantine_error(m.error(), kExitUsage);
-      mode = *m;
-    }
-    auto opened = ResultFiles::open(*dir, mode);
-    if (!opened) return quarantine_error(opened.error(), kExitUsage);
-    results.emplace(std::move(*opened));
-  } else if (args.value("out-mode")) {
-    return quarantine_error("--out-mode is the mode of the files --out DIR writes: give --out too", kExitUsage);
-  }
+  auto out = read_result_files(args);
+  if (!out) return quarantine_error(out.error(), kExitUsage);
+  std::optional<ResultFiles> results = std::move(*out);
   settings.actor = actor_name("quarantine replay");
   store::ReplayStore replays(c.database, c.quarantine);
 

@@ -18,6 +18,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/alert_hook.h"
 #include "supervisor/child_setup.h"
@@ -86,7 +87,7 @@ const char* kHelp =
     "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
 const std::vector<OptionSpec> kRunOptions = {
-    {"jobs"}, {"json", false}, {"out"}, {"out-mode"}, {"follow-symlinks", false}, {"quiet", false}, {"help", false},
+    {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"help", false},
     {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
     {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"},
     {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
@@ -174,6 +175,7 @@ class CliSink final : public VerdictSink {
 int run_command(int argc, char** argv) {
   std::vector<OptionSpec> options = kChildOptions;
   options.insert(options.end(), kRunOptions.begin(), kRunOptions.end());
+  options.insert(options.end(), kOutOptions.begin(), kOutOptions.end());
   auto args = Args::parse(argc, argv, 2, options, "run");
   if (!args) return usage_error(args.error());
   if (args->flag("help")) {
@@ -197,25 +199,13 @@ int run_command(int argc, char** argv) {
   settings.mode = *mode;
   settings.sandbox_binary = find_sandbox_binary();
 
-  std::optional<ResultFiles> results;
-  if (auto dir = args->value("out")) {
-    mode_t mode = kDefaultResultMode;
-    if (auto text = args->value("out-mode")) {
-      auto m = parse_file_mode("out-mode", *text);
-      if (!m) return usage_error(m.error());
-      mode = *m;
-    }
-    auto opened = ResultFiles::open(*dir, mode);
-    if (!opened) return usage_error(opened.error());
-    results.emplace(std::move(*opened));
-  } else if (args->value("out-mode")) {
-    return usage_error("--out-mode is the mode of the files --out DIR writes: give --out too");
-  }
+  auto out = read_result_files(*args);
+  if (!out) return usage_error(out.error());
+  std::optional<ResultFiles> results = std::move(*out);
 
   // What from.
   if (args->positional().empty()) return usage_error("no inputs (give files, directories, or - for JSON lines on stdin)");
-  auto source = open_inputs(args->positional(), STDIN_FILENO,
-                            args->flag("follow-symlinks") ? SymlinksInTree::kFollow : SymlinksInTree::kRefuse);
+  auto source = open_inputs(args->positional(), STDIN_FILENO, read_symlinks_in_tree(*args));
   if (!source) return usage_error(source.error());
 
   // Durability, retries, outage detection.
