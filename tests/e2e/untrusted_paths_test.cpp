@@ -49,7 +49,7 @@ void make_symlink(const std::string& target, const std::string& link) {
   REQUIRE_MESSAGE(::symlink(target.c_str(), link.c_str()) == 0, "cannot create " << link);
 }
 
-// A listening unix socket at `path` (the fd stays open until the test ends).
+// A unix socket file at `path` (it stays when the socket is closed).
 void make_socket(const std::string& path) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
@@ -57,7 +57,9 @@ void make_socket(const std::string& path) {
   addr.sun_family = AF_UNIX;
   REQUIRE(path.size() < sizeof addr.sun_path);
   path.copy(addr.sun_path, path.size());
-  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  const int bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  ::close(fd);
+  REQUIRE(bound == 0);
 }
 
 // The one stderr line that contains `part` ("" when none does).
