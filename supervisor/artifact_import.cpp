@@ -36,7 +36,7 @@ class ImportPlanner final : public PayloadPlanner {
   std::optional<Task> next() override {
     while (next_ < artifacts_.size()) {
       const std::size_t i = next_++;
-      auto bytes = read_payload_file(artifacts_[i].path);
+      auto bytes = read_input(artifacts_[i].file, kMaxPayloadBytes);
       if (!bytes) {
         report({artifacts_[i], "", "", "", 0, "unreadable", bytes.error()});
         continue;
@@ -116,45 +116,45 @@ std::optional<Artifact> recognize_artifact(const std::string& path) {
   const std::string name = p.filename().string();
   std::smatch m;
   if (std::regex_search(name, m, libfuzzer_name())) {
-    return Artifact{path, "libfuzzer", m[1].str()};
+    return Artifact{path, "libfuzzer", m[1].str(), {}};
   }
   // AFL++: <out>/<fuzzer>/crashes/id:000000,sig:11,src:...; "id_" where ':'
   // is not allowed in file names. Its README.txt sits beside them.
   const std::string dir = p.parent_path().filename().string();
   if ((dir == "crashes" || dir == "hangs") && (name.rfind("id:", 0) == 0 || name.rfind("id_", 0) == 0)) {
-    return Artifact{path, "afl++", dir};
+    return Artifact{path, "afl++", dir, {}};
   }
   return std::nullopt;
 }
 
-Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored) {
+Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored,
+                                               SymlinksInTree symlinks) {
   std::vector<Artifact> found;
   for (const auto& given : paths) {
     std::error_code ec;
-    const fs::path absolute = fs::absolute(given, ec);
-    const auto status = fs::status(absolute, ec);
-    if (ec || !fs::exists(status)) return Error{"cannot read '" + given + "': " + (ec ? ec.message() : "No such file or directory")};
-    if (fs::is_directory(status)) {
-      std::vector<Artifact> in_dir;
-      for (fs::recursive_directory_iterator it(absolute, ec), end; !ec && it != end; it.increment(ec)) {
-        // Its own error code: a dangling symlink must not end the scan.
-        std::error_code entry_ec;
-        if (!it->is_regular_file(entry_ec)) continue;
-        if (auto a = recognize_artifact(it->path().lexically_normal().string())) {
-          in_dir.push_back(std::move(*a));
-        } else {
-          ++ignored;
+    const std::string absolute = fs::absolute(given, ec).string();
+    if (ec) return Error{"cannot read input '" + given + "': " + ec.message()};
+    auto listed = list_input(absolute, symlinks);
+    if (!listed) return Error{listed.error()};
+    for (auto& file : *listed) {
+      const std::string path = fs::path(file.path).lexically_normal().string();
+      if (file.path == absolute) {
+        // Named on the command line: taken whatever its name, if it is a file.
+        if (!file.skipped.empty()) {
+          return Error{"input '" + given + "' is " + file.skipped + " (give artifact files or directories)"};
         }
+        Artifact a = recognize_artifact(path).value_or(Artifact{path, "file", "file", {}});
+        a.file = std::move(file);
+        found.push_back(std::move(a));
+      } else if (auto a = recognize_artifact(path)) {
+        // Found in a directory: artifacts by their name. One that is not a
+        // regular file is kept, to be reported as unreadable (read_input
+        // says what it is), not dropped.
+        a->file = std::move(file);
+        found.push_back(std::move(*a));
+      } else {
+        ++ignored;
       }
-      if (ec) return Error{"cannot read directory '" + given + "': " + ec.message()};
-      std::sort(in_dir.begin(), in_dir.end(), [](const Artifact& a, const Artifact& b) { return a.path < b.path; });
-      found.insert(found.end(), in_dir.begin(), in_dir.end());
-    } else if (!fs::is_regular_file(status)) {
-      // A FIFO would block the import, a device would never end.
-      return Error{"'" + given + "' is not a regular file or a directory"};
-    } else {
-      const std::string path = absolute.lexically_normal().string();
-      found.push_back(recognize_artifact(path).value_or(Artifact{path, "file", "file"}));
     }
   }
   return found;

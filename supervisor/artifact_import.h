@@ -14,6 +14,7 @@
 #include "shared/child_config.h"
 #include "shared/status.h"
 #include "supervisor/finding_recorder.h"
+#include "supervisor/input_files.h"
 #include "supervisor/launcher.h"
 
 namespace pillbox {
@@ -22,6 +23,7 @@ struct Artifact {
   std::string path;      // absolute
   std::string tool;      // libfuzzer | afl++ | file (named on the command line, not recognized)
   std::string artifact;  // crash, oom, timeout, leak, slow-unit (libFuzzer); crashes, hangs (AFL++); file
+  InputEntry file;       // how it is read (find_artifacts sets it): never through a symlink in a directory
 };
 
 // The artifact a file name says it is; nullopt when it is none. `path` may
@@ -29,9 +31,14 @@ struct Artifact {
 std::optional<Artifact> recognize_artifact(const std::string& path);
 
 // Files named on the command line are taken whatever their name; directories
-// are searched recursively for recognized artifacts only. Errors: a path that
-// cannot be read. `ignored` counts files in directories that are not artifacts.
-Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored);
+// are searched recursively for recognized artifacts only (supervisor/
+// input_files.h: symlinks in them are not followed unless `symlinks` says
+// so; an artifact that is not a regular file is kept, and its import reports
+// it unreadable). Errors: a path that cannot be read, or one that is neither
+// a regular file nor a directory. `ignored` counts entries of directories
+// that are not artifacts.
+Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored,
+                                               SymlinksInTree symlinks = SymlinksInTree::kRefuse);
 
 struct ImportedArtifact {
   Artifact artifact;

@@ -10,13 +10,17 @@
 
 namespace pillbox {
 
-// Writes `bytes` to `temp_path` (mode 0600, never through a symlink), then
-// renames it to `path`: a reader, or a process that outlives a kill in the
-// middle, sees the whole file or none. Errors name the file.
+// Writes `bytes` to `temp_path` (mode 0600, never through a symlink; a file
+// left there by a writer that was killed is replaced), then renames it to
+// `path`: a reader, or a process that outlives a kill in the middle, sees
+// the whole file or none. REQUIRES: both in one directory that only pillbox
+// writes to (write_file_whole_at in regular_file.h is for any other).
+// Errors name the file.
 Status write_file_whole(const std::string& path, const std::string& temp_path, std::string_view bytes);
 
-// The bytes of `path`, a regular file of at most `cap` bytes, opened without
-// following a symlink and without blocking on a FIFO. Errors name the file.
+// The bytes of `path`, a regular file of at most `cap` bytes (counted as
+// read, not as its size claims), opened without following a symlink and
+// without blocking on a FIFO. Errors name the file.
 Expected<std::string> read_private_file(const std::string& path, std::uint64_t cap);
 
 }  // namespace pillbox

@@ -1,7 +1,6 @@
 #include "supervisor/run_output.h"
 
 #include <algorithm>
-#include <cctype>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -155,17 +154,6 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
   }
   for (const auto& w : report.warnings) os << "  warning: " << w << "\n";
   return os.str();
-}
-
-std::string result_file_name(const std::string& key, std::set<std::string>& used) {
-  std::string base;
-  for (char c : key) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
-  if (base.size() > 200) base.resize(200);
-  if (base.empty() || base == "." || base == "..") base = "task";
-  std::string name = base + ".out";
-  for (int n = 2; used.count(name); ++n) name = base + "." + std::to_string(n) + ".out";
-  used.insert(name);
-  return name;
 }
 
 }  // namespace pillbox

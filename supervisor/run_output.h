@@ -3,7 +3,6 @@
 // human form, and the end-of-run summary (counts per kind and fingerprint).
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 
 #include "supervisor/outcome.h"
@@ -23,10 +22,6 @@ std::string outcome_json(const Task& task, const Outcome& outcome, const std::st
 // "ok      key  12 ms" / "crash   key  pb1-...  parse_header < main  killed by SIGSEGV"
 // With a verdict other than ok: "... -> quarantined #12 after 2 attempts".
 std::string outcome_line(const Task& task, const Outcome& outcome, const Verdict* verdict = nullptr);
-
-// The file name of a task's result in --out: the key with unsafe characters
-// replaced, unique among `used` (which it extends).
-std::string result_file_name(const std::string& key, std::set<std::string>& used);
 
 class RunSummary {
  public:

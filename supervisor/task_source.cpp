@@ -1,16 +1,11 @@
 #include "supervisor/task_source.h"
 
-#include <fcntl.h>
 #include <sys/eventfd.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
-#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -18,43 +13,6 @@
 #include "shared/base64.h"
 
 namespace pillbox {
-namespace {
-
-namespace fs = std::filesystem;
-
-}  // namespace
-
-Expected<std::string> read_payload_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error{"cannot read input '" + path + "': " + std::strerror(errno)};
-  struct stat st {};
-  ::fstat(fd, &st);
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxPayloadBytes) {
-    ::close(fd);
-    return Error{"input '" + path + "' is larger than the 1 GiB payload limit"};
-  }
-  std::string data;
-  data.reserve(static_cast<std::size_t>(st.st_size));
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Error{"cannot read input '" + path + "': " + std::strerror(err)};
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<std::size_t>(n));
-    if (data.size() > kMaxPayloadBytes) {
-      ::close(fd);
-      return Error{"input '" + path + "' is larger than the 1 GiB payload limit"};
-    }
-  }
-  ::close(fd);
-  return data;
-}
-
 namespace {
 
 // JSON lines from a file descriptor, parsed on a reader thread into a bounded
@@ -179,7 +137,7 @@ class InputSource final : public TaskSource {
  public:
   struct Entry {
     bool is_stdin = false;
-    std::string path;
+    InputEntry file;  // when not stdin
   };
   InputSource(std::vector<Entry> entries, int stdin_fd) : entries_(std::move(entries)), stdin_fd_(stdin_fd) {}
 
@@ -189,13 +147,20 @@ class InputSource final : public TaskSource {
       if (!e.is_stdin) {
         ++index_;
         Item item;
-        auto payload = read_payload_file(e.path);
+        if (!e.file.skipped.empty()) {
+          // Found inside a directory and not a regular file: an input error,
+          // listed where it sorts, so that it is neither read nor lost.
+          item.type = Item::Type::kError;
+          item.error = "skipped input '" + e.file.path + "': " + e.file.skipped;
+          return item;
+        }
+        auto payload = read_input(e.file, kMaxPayloadBytes);
         if (!payload) {
           item.type = Item::Type::kError;
           item.error = payload.error();
         } else {
           item.type = Item::Type::kTask;
-          item.task = Task{e.path, std::move(*payload)};
+          item.task = Task{e.file.path, std::move(*payload)};
         }
         return item;
       }
@@ -263,7 +228,8 @@ Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number)
   return t;
 }
 
-Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd) {
+Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd,
+                                                  SymlinksInTree symlinks) {
   std::vector<InputSource::Entry> entries;
   bool saw_stdin = false;
   for (const auto& input : inputs) {
@@ -273,28 +239,17 @@ Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>
       entries.push_back({true, {}});
       continue;
     }
-    std::error_code ec;
-    const auto st = fs::status(input, ec);
-    if (ec || !fs::exists(st)) {
-      return Error{"cannot read input '" + input + "': " + (ec ? ec.message() : "No such file or directory")};
-    }
-    if (fs::is_directory(st)) {
-      std::vector<std::string> files;
-      fs::recursive_directory_iterator it(input, fs::directory_options::none, ec), end;
-      if (ec) return Error{"cannot read input directory '" + input + "': " + ec.message()};
-      for (; it != end; it.increment(ec)) {
-        if (ec) return Error{"cannot read input directory '" + input + "': " + ec.message()};
-        std::error_code fec;
-        if (it->is_regular_file(fec)) files.push_back(it->path().string());
+    auto listed = list_input(input, symlinks);
+    if (!listed) return Error{listed.error()};
+    for (auto& file : *listed) {
+      // Named on the command line and not a regular file: refused before
+      // anything runs, like a missing one.
+      if (file.path == input && !file.skipped.empty()) {
+        return Error{"input '" + input + "' is " + file.skipped +
+                     " (inputs are regular files, directories, or - for JSON lines on stdin)"};
       }
-      std::sort(files.begin(), files.end());
-      for (auto& f : files) entries.push_back({false, std::move(f)});
-      continue;
+      entries.push_back({false, std::move(file)});
     }
-    const int fd = ::open(input.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Error{"cannot read input '" + input + "': " + std::strerror(errno)};
-    ::close(fd);
-    entries.push_back({false, input});
   }
   if (entries.empty() && !inputs.empty()) {
     return Error{"no input files found in " + inputs.front() + (inputs.size() > 1 ? " ..." : "")};

@@ -1,8 +1,11 @@
 #pragma once
 // Where tasks come from: files, directories (recursive) and JSON lines on
-// stdin, in the order given. Files are checked before the run starts (a
-// missing or unreadable input is a usage error, not a failed task); stdin is
-// read on its own thread so a slow producer never stalls running tasks.
+// stdin, in the order given. Paths are checked before the run starts (a
+// missing or unreadable input, or one that is not a regular file or a
+// directory, is a usage error, not a failed task); entries of a directory
+// that are not regular files (supervisor/input_files.h) come out as input
+// errors where they sort. stdin is read on its own thread so a slow producer
+// never stalls running tasks.
 #include <cstdint>
 #include <istream>
 #include <memory>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/input_files.h"
 
 namespace pillbox {
 
@@ -45,12 +49,13 @@ class TaskSource {
   virtual Status prepare(std::size_t /*free_slots*/) { return Status::ok(); }
 };
 
-// `inputs` are paths or "-" (JSON lines on `stdin_fd`). Errors: one line,
-// ready to print ("cannot read input 'x': No such file or directory").
-Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd = 0);
-
-// A payload file's bytes, at most kMaxPayloadBytes. Errors name the file.
-Expected<std::string> read_payload_file(const std::string& path);
+// `inputs` are paths or "-" (JSON lines on `stdin_fd`); `symlinks` says
+// whether symlinks below a named directory are followed (--follow-symlinks).
+// Errors: one line, ready to print ("cannot read input 'x': No such file or
+// directory", "input '/dev/zero' is a character device, not a regular file
+// (...)").
+Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd = 0,
+                                                  SymlinksInTree symlinks = SymlinksInTree::kRefuse);
 
 // Parses one JSON line: {"key": ..., "payload": "text"} or {"payload_b64": "..."}.
 Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number);

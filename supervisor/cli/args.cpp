@@ -92,6 +92,15 @@ Expected<long> parse_whole_number(const std::string& name, const std::string& te
   return n;
 }
 
+Expected<unsigned> parse_file_mode(const std::string& name, const std::string& text) {
+  const bool octal = !text.empty() && text.size() <= 4 && text.find_first_not_of("01234567") == std::string::npos;
+  const unsigned long mode = octal ? std::strtoul(text.c_str(), nullptr, 8) : 0;
+  if (!octal || mode > 0777) {
+    return Error{"--" + name + " expects permission bits in octal, 0000 to 0777 (e.g. 0644), got '" + text + "'"};
+  }
+  return static_cast<unsigned>(mode);
+}
+
 Expected<std::size_t> read_jobs(const Args& args) {
   const auto v = args.value("jobs");
   if (!v) return static_cast<std::size_t>(std::max(1u, std::thread::hardware_concurrency()));

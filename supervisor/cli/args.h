@@ -39,6 +39,10 @@ class Args {
 // A whole number in [min, max] for --NAME; the error names the option and the range.
 Expected<long> parse_whole_number(const std::string& name, const std::string& text, long min, long max);
 
+// Permission bits in octal for --NAME ("0644", "600"), at most 0777: no
+// setuid, setgid or sticky bit. The error names the option.
+Expected<unsigned> parse_file_mode(const std::string& name, const std::string& text);
+
 // --jobs N (1 to 1024), or the number of cores when it is not given.
 Expected<std::size_t> read_jobs(const Args& args);
 

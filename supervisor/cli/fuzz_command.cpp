@@ -2,6 +2,7 @@
 // pillbox fuzz --from-quarantine ID | --fingerprint FP
 // Thin over supervisor/fuzz/fuzz_session.h.
 #include <poll.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/fuzz/dictionary.h"
@@ -48,7 +50,9 @@ const char* kHelp =
     "what a parser should do with garbage and are not recorded.\n"
     "\n"
     "seeds:\n"
-    "  SEED...                files or directories (read recursively), or - for JSON lines on stdin\n"
+    "  SEED...                files or directories (read recursively), or - for JSON lines on stdin;\n"
+    "                         regular files only, as for `pillbox run`: anything else is an error\n"
+    "  --follow-symlinks      in directories, read what symlinks point to (as for `pillbox run`)\n"
     "  --from-quarantine ID   the record's payload (and its minimized payload); runs under the\n"
     "                         record's handler and policy unless --handler/-- and --policy say otherwise\n"
     "  --fingerprint FP       the payloads of the records with this fingerprint (the newest 100), likewise\n"
@@ -85,8 +89,9 @@ int fail(const std::string& message, int code) {
 }
 
 // Every input of SEED... (files, directories, JSON lines) as a seed.
-Status read_seed_inputs(const std::vector<std::string>& inputs, std::vector<fuzz::FuzzSeed>& seeds) {
-  auto source = open_inputs(inputs);
+Status read_seed_inputs(const std::vector<std::string>& inputs, SymlinksInTree symlinks,
+                        std::vector<fuzz::FuzzSeed>& seeds) {
+  auto source = open_inputs(inputs, STDIN_FILENO, symlinks);
   if (!source) return Status::error(source.error());
   for (;;) {
     auto item = (*source)->next();
@@ -100,8 +105,8 @@ Status read_seed_inputs(const std::vector<std::string>& inputs, std::vector<fuzz
         ::poll(fds.data(), fds.size(), -1);
         break;
       }
-      case TaskSource::Item::Type::kError:
-        return Status::error(item.error);
+      case TaskSource::Item::Type::kError:  // may name an entry of a seed tree someone else filled
+        return Status::error(table_cell(item.error, 4000));
       case TaskSource::Item::Type::kEnd:
         return Status::ok();
     }
@@ -172,7 +177,8 @@ nlohmann::json finding_json(const fuzz::FuzzFinding& f) {
 int fuzz_command(int argc, char** argv) {
   std::vector<OptionSpec> options = kChildOptions;
   options.insert(options.end(), {{"from-quarantine"}, {"fingerprint"}, {"dict", true, true}, {"max-time"}, {"max-runs"},
-                                 {"max-len"}, {"jobs"}, {"seed"}, {"stop-on-finding", false}, {"max-new-records"}, {"json", false}, {"store"}, {"help", false}});
+                                 {"max-len"}, {"jobs"}, {"seed"}, {"stop-on-finding", false}, {"max-new-records"}, {"json", false}, {"store"}, {"follow-symlinks", false},
+                                 {"help", false}});
   auto args = Args::parse(argc, argv, 2, options, "fuzz");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -229,7 +235,9 @@ int fuzz_command(int argc, char** argv) {
   if (auto s = read_record_seeds(*access->quarantine, *args, settings.seeds, under); !s) {
     return fail(s.message(), kExitUsage);
   }
-  if (auto s = read_seed_inputs(args->positional(), settings.seeds); !s) return fail(s.message(), kExitUsage);
+  if (auto s = read_seed_inputs(args->positional(), read_symlinks_in_tree(*args), settings.seeds); !s) {
+    return fail(s.message(), kExitUsage);
+  }
   auto config = fuzz_config(*args, under);
   if (!config) return fail(config.error(), kExitUsage);
   settings.config = std::move(*config);

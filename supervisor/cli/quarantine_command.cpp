@@ -12,6 +12,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/quarantine_json.h"
@@ -48,7 +49,7 @@ const char* kHelp =
     "         Successes become resolved, failures failed-again (the attempt is appended); what is\n"
     "         not replayed keeps its status. Records resolved or being replayed are skipped unless\n"
     "         --force; two replays at once never run the same record. Results go where `run` puts\n"
-    "         them (stdout, --json, --out DIR).\n"
+    "         them (stdout, --json, --out DIR with the file names and --out-mode of `run`).\n"
     "           --batch N               records claimed and judged together (default 10)\n"
     "           --rate R                payloads started per second at most\n"
     "           --stop-after K          stop once K replays fail again with one fingerprint\n"
@@ -58,7 +59,8 @@ const char* kHelp =
     "\n"
     "import   crash artifacts of coverage-guided fuzzers: libFuzzer's crash-*, oom-*, timeout-*,\n"
     "         leak-* and slow-unit-* files, AFL++'s crashes/id:* and hangs/id:* (directories are\n"
-    "         searched; files named on the command line are taken whatever their name). Each runs\n"
+    "         searched, without following symlinks unless --follow-symlinks; files named on the\n"
+    "         command line are taken whatever their name; regular files only). Each runs\n"
     "         once in the sandbox under the handler or command given (options as for `run`:\n"
     "         --policy, --timeout, --cpu, --memory, --jobs); a failure becomes a record with source\n"
     "         import and the file as its origin, with the fingerprint `run` gives the same bytes.\n"
@@ -92,11 +94,11 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "export") add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}});
   if (verb == "discard") add({{"reason"}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}});
-  if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}});
+  if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}});
   if (verb == "replay") {
     add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
-         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
-         {"out"}});
+         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false}});
+    add(kOutOptions);
   }
   return o;
 }

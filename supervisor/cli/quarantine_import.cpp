@@ -8,6 +8,7 @@
 #include "supervisor/artifact_import.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/job.h"
@@ -32,7 +33,7 @@ int quarantine_import(const QuarantineContext& c) {
   if (!jobs) return quarantine_error(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
   std::size_t ignored = 0;
-  auto artifacts = find_artifacts(args.positional(), ignored);
+  auto artifacts = find_artifacts(args.positional(), ignored, read_symlinks_in_tree(args));
   if (!artifacts) return quarantine_error(artifacts.error(), kExitUsage);
   if (artifacts->empty()) {
     return quarantine_error("no crash artifacts found (" + std::to_string(ignored) +

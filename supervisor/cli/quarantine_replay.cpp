@@ -3,9 +3,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -14,6 +13,7 @@
 #include "supervisor/actor.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/progress.h"
 #include "supervisor/quarantine_json.h"
@@ -95,14 +95,9 @@ int quarantine_replay(const QuarantineContext& c) {
     if (!policy) return quarantine_error(policy.error(), kExitUsage);
     settings.policy = std::move(*policy);
   }
-  const std::string out_dir = args.value("out").value_or("");
-  if (!out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(out_dir, ec);
-    if (ec || ::access(out_dir.c_str(), W_OK) != 0) {
-      return quarantine_error("cannot write to --out directory '" + out_dir + "'", kExitUsage);
-    }
-  }
+  auto out = read_result_files(args);
+  if (!out) return quarantine_error(out.error(), kExitUsage);
+  std::optional<ResultFiles> results = std::move(*out);
   settings.actor = actor_name("quarantine replay");
   store::ReplayStore replays(c.database, c.quarantine);
 
@@ -123,7 +118,6 @@ int quarantine_replay(const QuarantineContext& c) {
   // Results go where `run` would put them: a line or a JSON object each, and
   // the output of successful ones into --out.
   const bool json = args.flag("json");
-  std::set<std::string> used_names;
   bool write_errors = false;
   Progress progress = Progress::on_stderr("replay", 0);
   settings.on_progress = [&](std::size_t done, std::size_t total) {
@@ -133,11 +127,14 @@ int quarantine_replay(const QuarantineContext& c) {
   settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, bool resolved) {
     Task task{r.entry.key, {}, 0};
     std::string file;
-    if (resolved && !out_dir.empty()) {
-      file = out_dir + "/" + result_file_name(r.entry.key, used_names);
-      std::FILE* f = std::fopen(file.c_str(), "wbe");
-      if (f == nullptr || std::fwrite(o.output.data(), 1, o.output.size(), f) != o.output.size()) write_errors = true;
-      if (f) std::fclose(f);
+    if (resolved && results) {
+      auto written = results->write(r.entry.key, o.output);
+      if (written) {
+        file = std::move(*written);
+      } else {
+        std::fprintf(stderr, "pillbox quarantine replay: %s\n", table_cell(written.error(), 2000).c_str());
+        write_errors = true;
+      }
     }
     if (json) {
       auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));

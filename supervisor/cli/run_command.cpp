@@ -9,8 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <cstdio>
-#include <filesystem>
-#include <set>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -19,6 +18,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
 #include "supervisor/install_paths.h"
 #include "supervisor/alert_hook.h"
 #include "supervisor/child_setup.h"
@@ -26,7 +26,9 @@
 #include "supervisor/job.h"
 #include "supervisor/run.h"
 #include "supervisor/store/store_dir.h"
+#include "supervisor/result_files.h"
 #include "supervisor/run_output.h"
+#include "supervisor/terminal_text.h"
 
 namespace pillbox::cli {
 namespace {
@@ -36,8 +38,11 @@ const char* kHelp =
     "       pillbox run [options] INPUT... -- CMD ARGS...   (exec mode: payload on stdin, or as a file where {} appears)\n"
     "\n"
     "Runs every input in its own confined child process and reports how each one ended.\n"
-    "INPUT is a file, a directory (read recursively), or - for JSON lines on stdin:\n"
+    "INPUT is a regular file, a directory (read recursively), or - for JSON lines on stdin:\n"
     "  {\"key\": \"id-1\", \"payload\": \"text\"}   or   {\"key\": \"id-2\", \"payload_b64\": \"...\"}\n"
+    "Anything else named here (a FIFO, a device) is refused before anything runs. In a directory,\n"
+    "symlinks are not followed and entries that are not regular files are skipped, each listed\n"
+    "on stderr as an input error (exit code 2).\n"
     "\n"
     "options:\n"
     "  --handler NAME      echo | regex | pdf-text | inflate | plugin:PATH.so (not with a command)\n"
@@ -49,7 +54,10 @@ const char* kHelp =
     "  --memory SIZE       memory limit per task, e.g. 256M (overrides the policy)\n"
     "  --max-output SIZE   largest result accepted (overrides the policy)\n"
     "  --json              one JSON object per task on stdout\n"
-    "  --out DIR           write each successful result to a file in DIR (named after the key)\n"
+    "  --out DIR           write each successful result to DIR/NAME.out, NAME the key with bytes\n"
+    "                      other than A-Z a-z 0-9 . - _ as %XX (a/b -> a%2Fb.out); see README.md\n"
+    "  --out-mode MODE     permissions of those files, octal (default 0600: only the owner reads them)\n"
+    "  --follow-symlinks   in directories, read what symlinks point to (regular files only; anywhere)\n"
     "  --mode MODE         zygote (default: fork per task from a prepared process) | spawn (fork+exec per task)\n"
     "  --quiet             no per-task lines without --json, no summary\n"
     "\n"
@@ -79,7 +87,7 @@ const char* kHelp =
     "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
 const std::vector<OptionSpec> kRunOptions = {
-    {"jobs"}, {"json", false}, {"out"}, {"quiet", false}, {"help", false},
+    {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"help", false},
     {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
     {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"},
     {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
@@ -101,20 +109,21 @@ int usage_error(const std::string& message) {
 
 class CliSink final : public VerdictSink {
  public:
-  CliSink(bool json, bool quiet, std::string out_dir) : json_(json), quiet_(quiet), out_dir_(std::move(out_dir)) {}
+  // `results`: where successful results go (--out), or null: into the JSON.
+  CliSink(bool json, bool quiet, ResultFiles* results) : json_(json), quiet_(quiet), results_(results) {}
 
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override {
     if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
     if (progress_ != nullptr) progress_->update(++verdicts_);
     std::string file;
-    if (!out_dir_.empty() && outcome.kind == Kind::kOk) {
-      file = out_dir_ + "/" + result_file_name(task.key, used_names_);
-      std::FILE* f = std::fopen(file.c_str(), "wbe");
-      if (f == nullptr || std::fwrite(outcome.output.data(), 1, outcome.output.size(), f) != outcome.output.size()) {
-        std::fprintf(stderr, "pillbox run: cannot write %s\n", file.c_str());
+    if (results_ != nullptr && outcome.kind == Kind::kOk) {
+      auto written = results_->write(task.key, outcome.output);
+      if (written) {
+        file = std::move(*written);
+      } else {
+        std::fprintf(stderr, "pillbox run: %s\n", table_cell(written.error(), 2000).c_str());
         write_errors_ = true;
       }
-      if (f) std::fclose(f);
     }
     if (json_) {
       const std::string line = outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict);
@@ -127,7 +136,11 @@ class CliSink final : public VerdictSink {
     }
   }
 
-  void on_input_error(const std::string& message) override { std::fprintf(stderr, "pillbox run: %s\n", message.c_str()); }
+  // Messages may name entries of an input tree someone else filled: shown
+  // safe for a terminal.
+  void on_input_error(const std::string& message) override {
+    std::fprintf(stderr, "pillbox run: %s\n", table_cell(message, 4000).c_str());
+  }
 
   void on_skipped(const Task& task, const std::string& why, std::int64_t) override {
     if (!json_) return;  // the summary counts them; a line per skipped task would bury the news
@@ -150,8 +163,7 @@ class CliSink final : public VerdictSink {
  private:
   bool json_;
   bool quiet_;
-  std::string out_dir_;
-  std::set<std::string> used_names_;
+  ResultFiles* results_;  // not owned; outlives the sink
   RunSummary summary_;
   bool write_errors_ = false;
   Progress* progress_ = nullptr;
@@ -163,6 +175,7 @@ class CliSink final : public VerdictSink {
 int run_command(int argc, char** argv) {
   std::vector<OptionSpec> options = kChildOptions;
   options.insert(options.end(), kRunOptions.begin(), kRunOptions.end());
+  options.insert(options.end(), kOutOptions.begin(), kOutOptions.end());
   auto args = Args::parse(argc, argv, 2, options, "run");
   if (!args) return usage_error(args.error());
   if (args->flag("help")) {
@@ -186,16 +199,13 @@ int run_command(int argc, char** argv) {
   settings.mode = *mode;
   settings.sandbox_binary = find_sandbox_binary();
 
-  std::string out_dir = args->value("out").value_or("");
-  if (!out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(out_dir, ec);
-    if (ec || ::access(out_dir.c_str(), W_OK) != 0) return usage_error("cannot write to --out directory '" + out_dir + "'");
-  }
+  auto out = read_result_files(*args);
+  if (!out) return usage_error(out.error());
+  std::optional<ResultFiles> results = std::move(*out);
 
   // What from.
   if (args->positional().empty()) return usage_error("no inputs (give files, directories, or - for JSON lines on stdin)");
-  auto source = open_inputs(args->positional());
+  auto source = open_inputs(args->positional(), STDIN_FILENO, read_symlinks_in_tree(*args));
   if (!source) return usage_error(source.error());
 
   // Durability, retries, outage detection.
@@ -264,7 +274,7 @@ int run_command(int argc, char** argv) {
     if (new_fingerprints && new_fingerprint) new_fingerprints->fire(json);
   };
 
-  CliSink sink(args->flag("json"), args->flag("quiet"), out_dir);
+  CliSink sink(args->flag("json"), args->flag("quiet"), results ? &*results : nullptr);
   // Progress on stderr: a line redrawn in place when stderr is a terminal and
   // stdout is not (on one terminal the per-task lines already show it), log
   // lines every few seconds when stderr is not a terminal; none with --quiet.

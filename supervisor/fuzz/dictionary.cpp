@@ -1,13 +1,12 @@
 #include "supervisor/fuzz/dictionary.h"
 
 #include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <optional>
 #include <unordered_set>
+
+#include "supervisor/regular_file.h"
 
 // The format is the one AFL (-x) and libFuzzer (-dict=) share, so existing
 // dictionaries (AFL++'s dictionaries/, OSS-Fuzz's *.dict) load unchanged:
@@ -158,27 +157,9 @@ Expected<std::vector<std::string>> parse_dictionary(std::string_view text, std::
 }
 
 Expected<std::vector<std::string>> load_dictionary(const std::string& path) {
-  const auto fail = [&path](int err) {
-    return Error{"cannot read dictionary " + path + ": " + std::strerror(err)};
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(errno);
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) {
-      text.append(buf, static_cast<std::size_t>(n));
-    } else if (n == 0) {
-      break;
-    } else if (errno != EINTR) {
-      const int err = errno;  // a directory gives EISDIR here
-      ::close(fd);
-      return fail(err);
-    }
-  }
-  ::close(fd);
-  return parse_dictionary(text, path);
+  auto text = read_regular_file_at(AT_FDCWD, path, 0, kMaxDictionaryBytes);
+  if (!text) return Error{"cannot read dictionary " + path + ": " + text.error()};
+  return parse_dictionary(*text, path);
 }
 
 }  // namespace pillbox::fuzz

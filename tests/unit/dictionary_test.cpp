@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -149,7 +150,14 @@ TEST_CASE("dictionary: load_dictionary reads a file and names it in errors") {
 
   const auto directory = load_dictionary(dir);
   REQUIRE(!directory.has_value());
-  CHECK(directory.error() == "cannot read dictionary " + std::string(dir) + ": Is a directory");
+  CHECK(directory.error() == "cannot read dictionary " + std::string(dir) + ": a directory, not a regular file");
+
+  const std::string fifo = std::string(dir) + "/fifo.dict";  // no writer: a blocking open would hang here
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const auto from_fifo = load_dictionary(fifo);
+  REQUIRE(!from_fifo.has_value());
+  CHECK(from_fifo.error() == "cannot read dictionary " + fifo + ": a FIFO, not a regular file");
+  std::remove(fifo.c_str());
 
   std::remove(path.c_str());
   rmdir(dir);

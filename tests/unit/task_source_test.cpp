@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
@@ -222,6 +223,66 @@ TEST_CASE("open_inputs: input errors") {
     CHECK(items[0].error == "cannot read input '" + gone + "': No such file or directory");
     CHECK(items[1].type == Type::kEnd);
   }
+}
+
+TEST_CASE("open_inputs: a FIFO or a device named on the command line is refused before anything is read") {
+  TempDir dir;
+  const std::string good = dir.write("good", "g");
+  const std::string fifo = (dir.path / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const auto& [named, what] : std::vector<std::pair<std::string, std::string>>{
+           {fifo, "a FIFO"}, {"/dev/zero", "a character device"}}) {
+    CAPTURE(named);
+    auto src = open_inputs({good, named});
+    REQUIRE_FALSE(src.has_value());
+    CHECK(src.error() == "input '" + named + "' is " + what +
+                             ", not a regular file (inputs are regular files, directories, or - for JSON lines on stdin)");
+  }
+}
+
+TEST_CASE("open_inputs: entries of a directory that are not regular files are input errors where they sort") {
+  TempDir dir;
+  const std::string a = dir.write("tree/a", "A");
+  const std::string c = dir.write("tree/c", "C");
+  const std::string secret = dir.write("secret", "SECRET-OUTSIDE");
+  REQUIRE(::mkfifo((dir.path / "tree/b-fifo").c_str(), 0600) == 0);
+  REQUIRE(::symlink(secret.c_str(), (dir.path / "tree/d-link").c_str()) == 0);
+  const std::string tree = (dir.path / "tree").string();
+
+  auto src = open_inputs({tree});
+  REQUIRE_MESSAGE(src.has_value(), src.error());
+  const auto items = drain(**src);
+  REQUIRE(items.size() == 5);
+  CHECK(items[0].task.key == a);
+  CHECK(items[1].type == Type::kError);
+  CHECK(items[1].error == "skipped input '" + tree + "/b-fifo': a FIFO, not a regular file");
+  CHECK(items[2].task.payload == "C");
+  CHECK(items[3].type == Type::kError);
+  CHECK(items[3].error ==
+        "skipped input '" + tree + "/d-link': a symlink, not followed (--follow-symlinks reads what it points to)");
+  CHECK(items[4].type == Type::kEnd);
+
+  auto followed = open_inputs({tree}, 0, SymlinksInTree::kFollow);
+  REQUIRE(followed.has_value());
+  const auto all = drain(**followed);
+  REQUIRE(all.size() == 5);
+  CHECK(all[1].type == Type::kError);  // still a FIFO
+  CHECK(all[3].type == Type::kTask);
+  CHECK(all[3].task.key == tree + "/d-link");
+  CHECK(all[3].task.payload == "SECRET-OUTSIDE");
+}
+
+TEST_CASE("open_inputs: a file swapped for a FIFO after the listing is an input error, not a hang") {
+  TempDir dir;
+  const std::string file = dir.write("tree/file", "F");
+  auto src = open_inputs({(dir.path / "tree").string()});
+  REQUIRE(src.has_value());
+  fs::remove(file);
+  REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+  const auto items = drain(**src);
+  REQUIRE(items.size() == 2);
+  CHECK(items[0].type == Type::kError);
+  CHECK(items[0].error == "cannot read input '" + file + "': a FIFO, not a regular file");
 }
 
 TEST_CASE("open_inputs: JSON lines from a pipe") {

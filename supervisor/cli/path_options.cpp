@@ -1,0 +1,29 @@
+#include "supervisor/cli/path_options.h"
+
+namespace pillbox::cli {
+
+const std::vector<OptionSpec> kOutOptions = {{"out"}, {"out-mode"}};
+
+Expected<std::optional<ResultFiles>> read_result_files(const Args& args) {
+  const auto dir = args.value("out");
+  const auto mode_text = args.value("out-mode");
+  if (!dir) {
+    if (mode_text) return Error{"--out-mode is the mode of the files --out DIR writes: give --out too"};
+    return std::optional<ResultFiles>();
+  }
+  mode_t mode = kDefaultResultMode;
+  if (mode_text) {
+    auto m = parse_file_mode("out-mode", *mode_text);
+    if (!m) return Error{m.error()};
+    mode = *m;
+  }
+  auto opened = ResultFiles::open(*dir, mode);
+  if (!opened) return Error{opened.error()};
+  return std::optional<ResultFiles>(std::move(*opened));
+}
+
+SymlinksInTree read_symlinks_in_tree(const Args& args) {
+  return args.flag("follow-symlinks") ? SymlinksInTree::kFollow : SymlinksInTree::kRefuse;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,54 @@
+#pragma once
+// Whole regular files, read and written through file descriptors so that
+// what is checked is what is used. A read never blocks on a FIFO, never
+// pours a device into memory, and stops at its cap whatever size the file
+// claims (/proc files claim 0 bytes; a growing file claims less than it
+// has). A write goes to a new file beside the final name and is renamed over
+// it, so a reader sees the whole file or none, and no symlink or hard link
+// planted at either name is ever written through.
+//
+// Errors are the reason alone ("a FIFO, not a regular file", "No such file
+// or directory"): each caller names the file the way its user knows it.
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shared/status.h"
+#include "shared/unique_fd.h"
+
+namespace pillbox {
+
+// What a file of this st_mode is, with its article: "a regular file",
+// "a directory", "a symlink", "a FIFO", "a socket", "a character device",
+// "a block device".
+std::string file_type_text(mode_t mode);
+
+// "1 GiB", "64 KiB", "1000 bytes": a cap as a user reads it.
+std::string size_text(std::uint64_t bytes);
+
+// Opens `path` (relative to `dir_fd`, or AT_FDCWD) read-only with O_NONBLOCK
+// — a FIFO opens at once instead of waiting for a writer — and `extra_flags`
+// (O_NOFOLLOW: a symlink as the last component is refused with ELOOP). On
+// failure the fd is invalid and errno says why.
+UniqueFd open_for_reading_at(int dir_fd, const std::string& path, int extra_flags);
+
+// open_for_reading_at, then the whole file if it is a regular file. More
+// than `cap` bytes is an error ("larger than the 1 GiB limit").
+Expected<std::string> read_regular_file_at(int dir_fd, const std::string& path, int extra_flags, std::uint64_t cap);
+
+// The same for a file already open at `fd` (not closed here).
+Expected<std::string> read_regular_fd(int fd, std::uint64_t cap);
+
+// Creates `temp_name` in `dir_fd` with O_CREAT | O_EXCL | O_NOFOLLOW (an
+// existing file, a hard link to someone else's file or a symlink there is an
+// error, never written through), mode exactly `mode` (the umask does not
+// apply), writes `bytes`, and renames it to `name` in the same directory.
+// rename(2) replaces a file or a symlink at `name` itself, never what a
+// symlink points to; a directory at `name` is an error. On any error the
+// temp file is removed. Both names may be paths relative to `dir_fd`.
+Status write_file_whole_at(int dir_fd, const std::string& name, const std::string& temp_name, std::string_view bytes,
+                           mode_t mode);
+
+}  // namespace pillbox
