@@ -275,6 +275,9 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     if (!made) fail_setup(wire, "cannot load the handler as uid " + std::to_string(::getuid()) + ": " + made.error());
     loaded = std::move(*made);
     handler = loaded.get();
+    // Its module must be in the crash handler's table, or its frames would
+    // be raw addresses (and its fingerprints change with every run).
+    crash::prepare();
   }
   if (cfg.exec_mode() && ::access(cfg.exec_argv[0].c_str(), X_OK) != 0) {
     fail_setup(wire, errno_text("cannot execute " + cfg.exec_argv[0] + " as uid " + std::to_string(::getuid())));

@@ -309,6 +309,28 @@ TEST_CASE("plugin code never runs as root: constructors and init run as the slot
   CHECK_MESSAGE(planted.empty(), "the plugin wrote into a root-only directory: " << planted.front());
 }
 
+TEST_CASE("a plugin loaded in the child still has named crash frames and a fingerprint stable across runs") {
+  // As root the plugin is loaded after the crash handler's module snapshot
+  // was first taken: it must be taken again, or its frames are raw addresses.
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    std::string fingerprints[2];
+    for (auto& fingerprint : fingerprints) {
+      e2e::TempDir in;
+      const std::string input = in.write("payload", "S crashes in parse_poison");
+      const auto r = run_pillbox({"run", "--json", "--no-store", "--max-attempts", "1", "--mode", mode, "--handler",
+                                  e2e::poison_plugin(), input});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "crash");
+      REQUIRE(!rec["crash_state"].empty());
+      CHECK(rec["crash_state"][0] == "parse_poison");
+      fingerprint = rec["fingerprint"];
+    }
+    CHECK(fingerprints[0] == fingerprints[1]);
+  }
+}
+
 TEST_CASE("a plugin the task's uid cannot read is one clear error before anything runs (exit 2)") {
   if (!e2e::is_root()) {
     MESSAGE("skipped: needs root (tasks then run under other uids than the plugin's owner)");
