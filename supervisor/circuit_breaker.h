@@ -8,11 +8,23 @@
 // intake pauses, the failures are not held against their payloads, and
 // single probe tasks run every `probe_interval` until one succeeds.
 // Only a failure opens it: a success is no part of an outage.
+//
+// A burst of poison looks the same from here: a producer's bad batch, sorted
+// together, fails one way many times in a row. The flow tells the two apart
+// with a *known-good probe*, a payload that succeeded earlier in this run:
+// if it fails now, the handler is down. If it succeeds, the handler works
+// now: the breaker closes and the held payloads run again. That alone does
+// not tell a burst from an outage that just ended; but when the breaker
+// opens again for the same fingerprint and a known-good probe succeeds
+// again, payloads failed that way while the handler worked: the fingerprint
+// is verified as the payloads' own and never opens the breaker (or raises
+// its suspicion) again in this run.
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace pillbox {
@@ -22,6 +34,9 @@ struct BreakerSettings {
   std::size_t window = 20;       // distinct payloads considered
   double threshold = 0.8;        // fraction of them failing that opens it
   std::chrono::milliseconds probe_interval{1000};
+  // Open longer than this without a success: the run stops (exit 4) with
+  // what it holds. Zero: no limit.
+  std::chrono::milliseconds max_wait{5 * 60 * 1000};
 };
 
 class CircuitBreaker {
@@ -44,10 +59,20 @@ class CircuitBreaker {
   bool suspects(const std::string& fingerprint) const;
   // While open: whether a probe may start now (one at a time).
   bool may_probe(Clock::time_point now) const;
+  // The next probe may start at once (a known-good payload is at hand: it
+  // answers the question in one task, no need to wait).
+  void probe_now(Clock::time_point now) { next_probe_ = now; }
   void probe_started() { probe_in_flight_ = true; }
-  // The end of a probe; a failed one sets the next probe time.
-  void probe_ended(bool ok, Clock::time_point now);
+  // The end of a probe; a failed one sets the next probe time. A successful
+  // `known_good` probe (a payload that succeeded earlier in this run) for a
+  // fingerprint one has cleared before verifies it (see above); returns true then.
+  bool probe_ended(bool ok, Clock::time_point now, bool known_good = false);
   std::optional<Clock::time_point> next_probe_at() const;
+  // When it opened (meaningful while open), and whether it has been open
+  // longer than `max_wait`.
+  Clock::time_point opened_at() const { return opened_at_; }
+  bool waited_too_long(Clock::time_point now) const;
+  bool verified(const std::string& fingerprint) const { return verified_.count(fingerprint) > 0; }
 
   const std::string& dominant_fingerprint() const { return dominant_; }
   std::size_t failures_when_opened() const { return failures_when_opened_; }
@@ -66,7 +91,10 @@ class CircuitBreaker {
   bool open_ = false;
   bool probe_in_flight_ = false;
   Clock::time_point next_probe_{};
+  Clock::time_point opened_at_{};
   std::string dominant_;
+  std::set<std::string> cleared_once_;  // a known-good probe ended an opening for these once
+  std::set<std::string> verified_;      // fingerprints shown to be the payloads' own
   std::size_t failures_when_opened_ = 0;
   std::size_t times_opened_ = 0;
 };

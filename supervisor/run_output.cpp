@@ -114,6 +114,16 @@ void RunSummary::add(const Task& task, const Outcome& o) {
   }
 }
 
+void RunSummary::remove(const Outcome& o) {
+  if (total_ > 0) --total_;
+  if (auto k = by_kind_.find(o.kind); k != by_kind_.end() && --k->second == 0) by_kind_.erase(k);
+  if (o.kind == Kind::kOk) return;
+  if (failed_ > 0) --failed_;
+  if (auto g = by_fingerprint_.find(o.fingerprint); g != by_fingerprint_.end() && --g->second.count == 0) {
+    by_fingerprint_.erase(g);
+  }
+}
+
 std::string RunSummary::render(double seconds, const RunReport& report, const FlowReport* flow,
                                const std::string& store_dir) const {
   std::ostringstream os;
@@ -131,8 +141,20 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
     if (flow->new_fingerprints) os << " (" << flow->new_fingerprints << " new fingerprints)";
     os << ", " << flow->retried << " needed retries, " << flow->gave_up << " gave up";
     if (flow->held) os << ", " << flow->held << " held by a suspected outage (they run again next time)";
+    if (flow->taken_back) {
+      os << ", " << flow->taken_back << " poison verdict" << (flow->taken_back == 1 ? "" : "s")
+         << " taken back (a suspected outage explained the failure)";
+    }
+    if (flow->verified_bursts) {
+      os << ", " << flow->verified_bursts << " suspected outage" << (flow->verified_bursts == 1 ? "" : "s")
+         << " shown to be a burst of poison";
+    }
     if (flow->deferred) os << ", " << flow->deferred << " quarantines deferred while an outage was suspected";
     os << "\n";
+    if (flow->stopped_by_breaker) {
+      os << "  stopped: the handler outage lasted longer than --breaker-max-wait; the rest of the input was not "
+            "read (a run over the same inputs and store goes on from here)\n";
+    }
     if (flow->skipped_done || flow->skipped_quarantined) {
       os << "  skipped: " << flow->skipped_done << " already ok and " << flow->skipped_quarantined
          << " already quarantined in this store (--rerun runs the ok ones again)\n";

@@ -26,6 +26,8 @@ std::string outcome_line(const Task& task, const Outcome& outcome, const Verdict
 class RunSummary {
  public:
   void add(const Task& task, const Outcome& outcome);
+  // An outcome added earlier no longer stands (its verdict was taken back).
+  void remove(const Outcome& outcome);
   std::string render(double seconds, const RunReport& report, const FlowReport* flow = nullptr,
                      const std::string& store_dir = "") const;
   std::size_t failed() const { return failed_; }

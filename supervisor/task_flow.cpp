@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <ctime>
 #include <cstdlib>
 
 #include "shared/sha256.h"
@@ -176,13 +177,12 @@ Status TaskFlow::prepare(std::size_t free_slots) {
       starts.push_back(solo_ref_);
     }
   } else if (breaker_.open()) {
-    // Intake paused: one probe at a time, with a payload not yet tried.
-    if (want > 0 && breaker_.may_probe(now)) {
-      if (auto s = take_fresh(1, starts); !s) return s;
-      if (!starts.empty()) {
-        tracked_.at(starts.front()).probe = true;
-        breaker_.probe_started();
-      }
+    // Intake paused: one probe at a time, until one succeeds or the wait is
+    // too long.
+    if (breaker_.waited_too_long(now)) {
+      if (!report_.stopped_by_breaker) stop_for_outage();
+    } else if (want > 0 && breaker_.may_probe(now)) {
+      if (auto s = start_probe(starts, now); !s) return s;
     }
   } else {
     while (starts.size() < want && !delayed_.empty() && delayed_.begin()->first <= now) {
@@ -254,6 +254,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     if (a.verdict.type == Verdict::Type::kQuarantined) {
       ++report_.quarantined;
       if (a.verdict.new_fingerprint) ++report_.new_fingerprints;
+      if (a.verdict.record_id != 0 && !a.verdict.folded) remember_poison(it->second, a.verdict.record_id, a.outcome);
     }
     out_.on_verdict(it->second.task, a.outcome, a.verdict);
     if (on_quarantine_ && !a.record_json.empty()) on_quarantine_(a.record_json, a.verdict.new_fingerprint);
@@ -272,8 +273,11 @@ TaskSource::Item TaskFlow::next() {
     item.task = t.task;
     return item;
   }
+  // While open, held tasks wait for a probe; once the input is used up, only
+  // a known-good probe can still end the outage (until --breaker-max-wait).
+  const bool can_still_probe = breaker_.open() && known_good_ && !report_.stopped_by_breaker;
   bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && suspects_.empty() &&
-                      solo_ref_ == 0 && (held_.empty() || breaker_.open());
+                      solo_ref_ == 0 && (held_.empty() || (breaker_.open() && !can_still_probe));
   if (nothing_left && !parked_.empty()) {
     // Nothing left can open the breaker: the suspicion was never confirmed,
     // and the parked tasks' verdict stands.
@@ -315,8 +319,12 @@ void TaskFlow::arm_timer(bool now) {
   if (!breaker_.open() && !delayed_.empty()) when = when ? std::min(*when, delayed_.begin()->first) : delayed_.begin()->first;
   // A probe already due waits for input (wait_fds() has the source's fds
   // then); arming the timer for a time past would spin.
-  if (breaker_.open() && !inner_done_ && !breaker_.may_probe(Clock::now())) {
+  if (breaker_.open() && (!inner_done_ || known_good_) && !breaker_.may_probe(Clock::now())) {
     if (auto probe = breaker_.next_probe_at()) when = when ? std::min(*when, *probe) : *probe;
+  }
+  if (breaker_.open() && settings_.breaker.max_wait.count() > 0 && !report_.stopped_by_breaker) {
+    const auto give_up = breaker_.opened_at() + settings_.breaker.max_wait;
+    when = when ? std::min(*when, give_up) : give_up;
   }
   itimerspec spec{};
   if (when) {
@@ -338,6 +346,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     std::abort();
   }
   if (in_flight_ > 0) --in_flight_;
+  if (t.probe_copy) return on_probe_copy_outcome(t, outcome);
   if (t.task.ref == solo_ref_) solo_ref_ = 0;
   t.suspect = false;
   const auto now = Clock::now();
@@ -352,11 +361,16 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
 
   bool outage = false;
   const bool was_probe = std::exchange(t.probe, false);
+  if (!failed) remember_good(t);
   if (breaker_.open()) {
     if (was_probe) breaker_.probe_ended(!failed, now);
     else breaker_.record(t.payload_id, failed, outcome.fingerprint, now);
     outage = failed;
-    if (!breaker_.open()) release_held();
+    if (!breaker_.open()) {
+      release_held();
+    } else if (was_probe) {
+      report_pause(now, &outcome);
+    }
   } else if (breaker_.record(t.payload_id, failed, outcome.fingerprint, now)) {
     outage = true;
     on_breaker_opened(outcome);
@@ -431,6 +445,7 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
 
 void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
   if (quarantine_ == nullptr || ledger_ == nullptr) {
+    remember_poison(t, 0, outcome);
     settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
     return;
   }
@@ -487,6 +502,11 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome) {
   }
   parked_.clear();
   out_.on_notice(describe_outage());
+  // And those already judged poison the outage's way, before anyone knew.
+  take_back_outage_verdicts();
+  // A payload that succeeded earlier answers "outage or burst?" in one task.
+  if (known_good_) breaker_.probe_now(Clock::now());
+  report_pause(Clock::now(), nullptr);
 }
 
 void TaskFlow::uncharge_outage_failures(Tracked& t) {
@@ -520,8 +540,16 @@ std::string TaskFlow::describe_outage() const {
                      std::to_string(settings_.breaker.window) + " distinct payloads failed, most with " +
                      breaker_.dominant_fingerprint() + " (" + std::string(to_string(o.kind));
   if (!o.message.empty()) line += ": " + o.message.substr(0, o.message.find('\n'));
-  line += "); intake paused, not quarantining, probing one task every " +
-          std::to_string(settings_.breaker.probe_interval.count()) + " ms";
+  line += "); intake paused, not quarantining; ";
+  if (known_good_) {
+    line += "probing now with " + known_good_->key + ", which succeeded earlier in this run";
+  } else {
+    line += "probing one task every " + std::to_string(settings_.breaker.probe_interval.count()) + " ms";
+  }
+  if (settings_.breaker.max_wait.count() > 0) {
+    line += "; stopping after " + std::to_string(settings_.breaker.max_wait.count() / 1000) +
+            " s without a success (--breaker-max-wait)";
+  }
   return line;
 }
 
@@ -529,8 +557,175 @@ void TaskFlow::release_held() {
   const auto now = Clock::now();
   out_.on_notice("handler outage over: a task succeeded; " + std::to_string(held_.size()) +
                  " held tasks run again");
+  out_.on_status("");
   for (std::uint64_t ref : held_) delayed_.emplace(now, ref);
   held_.clear();
+}
+
+void TaskFlow::remember_poison(const Tracked& t, std::int64_t record_id, const Outcome& outcome) {
+  // Enough for the payloads judged just before an outage opens the breaker
+  // (a window's worth, many times over); older verdicts stand.
+  constexpr std::size_t kRemembered = 256;
+  // Without a store the payload exists nowhere else; with one it is reread
+  // from the store if the verdict is taken back.
+  constexpr std::size_t kMaxKeptPayload = 1 << 20;
+  if (record_id == 0 && t.task.payload.size() > kMaxKeptPayload) return;
+  JudgedPoison p{t, record_id, outcome};
+  p.outcome.output.clear();
+  if (record_id != 0) p.task.task.payload.clear();
+  judged_poison_.push_back(std::move(p));
+  while (judged_poison_.size() > kRemembered) judged_poison_.pop_front();
+}
+
+void TaskFlow::take_back_outage_verdicts() {
+  const std::string& fingerprint = breaker_.dominant_fingerprint();
+  const std::int64_t now = store::now_ms();
+  std::vector<std::string> taken;
+  for (auto it = judged_poison_.begin(); it != judged_poison_.end();) {
+    if (it->outcome.fingerprint != fingerprint || active_payloads_.count(it->task.payload_id) > 0) {
+      ++it;
+      continue;
+    }
+    Tracked t = std::move(it->task);
+    const std::int64_t record_id = it->record_id;
+    t.last_failure = std::move(it->outcome);
+    it = judged_poison_.erase(it);
+    if (record_id != 0) {
+      auto payload = quarantine_->payloads().get(t.sha256);
+      if (!payload) {
+        out_.on_notice("cannot take back quarantine record #" + std::to_string(record_id) + ": " + payload.error());
+        continue;
+      }
+      t.task.payload = std::move(*payload);
+      const std::string detail = "released: quarantined earlier in this run with " + fingerprint +
+                                 ", the fingerprint of a suspected handler outage; the task runs again";
+      writes_.push_back([this, record_id, task_id = t.task_id, now, detail]() -> Status {
+        auto released = quarantine_->take_back(record_id, now, settings_.actor, "released", detail);
+        if (!released) return Status::error(released.error());
+        if (!*released) return Status::ok();  // an operator acted on it meanwhile: theirs stands
+        return ledger_->set_state(task_id, "pending", now);
+      });
+      taken.push_back("#" + std::to_string(record_id) + " (" + t.task.key + ")");
+    } else {
+      taken.push_back(t.task.key);
+    }
+    out_.on_taken_back(t.task, *t.last_failure,
+                       "a suspected handler outage fails payloads with " + fingerprint + "; held, it runs again",
+                       record_id);
+    uncharge_outage_failures(t);
+    const std::uint64_t ref = ++next_ref_;
+    t.task.ref = ref;
+    active_payloads_.insert(t.payload_id);
+    tracked_.emplace(ref, std::move(t));
+    held_.push_back(ref);
+    ++report_.taken_back;
+    if (report_.quarantined > 0) --report_.quarantined;
+  }
+  if (taken.empty()) return;
+  std::string list;
+  for (std::size_t i = 0; i < taken.size() && i < 10; ++i) list += (i ? ", " : "") + taken[i];
+  if (taken.size() > 10) list += ", and " + std::to_string(taken.size() - 10) + " more";
+  out_.on_notice("took back " + std::to_string(taken.size()) + " poison verdict" + (taken.size() == 1 ? "" : "s") +
+                 " of this run with the outage's fingerprint: " + list + "; held, they run again");
+}
+
+void TaskFlow::remember_good(const Tracked& t) {
+  // Small payloads only: a copy per successful task must cost next to nothing.
+  constexpr std::size_t kMaxKnownGood = 64 * 1024;
+  if (t.probe_copy || t.task.payload.size() > kMaxKnownGood) return;
+  if (!known_good_) known_good_.emplace();
+  known_good_->key = t.task.key;
+  known_good_->payload = t.task.payload;
+}
+
+Status TaskFlow::start_probe(std::vector<std::uint64_t>& starts, Clock::time_point now) {
+  if (!known_good_) {
+    // Nothing is known to work yet: the next fresh payload is the probe.
+    if (auto s = take_fresh(1, starts); !s) return s;
+    if (!starts.empty()) {
+      tracked_.at(starts.front()).probe = true;
+      breaker_.probe_started();
+    }
+    return Status::ok();
+  }
+  // A copy of a settled task: no ledger attempt (its task is done), no
+  // verdict, not in active_payloads_ (the same input may still come).
+  const std::uint64_t ref = ++next_ref_;
+  Tracked t;
+  t.task = *known_good_;
+  t.task.ref = ref;
+  t.probe_copy = true;
+  tracked_.emplace(ref, std::move(t));
+  ready_.push_back(ref);
+  breaker_.probe_started();
+  report_pause(now, nullptr);
+  return Status::ok();
+}
+
+void TaskFlow::on_probe_copy_outcome(Tracked& t, const Outcome& outcome) {
+  const auto now = Clock::now();
+  const bool ok = outcome.kind == Kind::kOk;
+  const std::string fingerprint = breaker_.dominant_fingerprint();
+  const std::string key = t.task.key;
+  const bool was_open = breaker_.open();
+  const bool verified = breaker_.probe_ended(ok, now, /*known_good=*/true);
+  tracked_.erase(t.task.ref);  // the probe is done; `t` is gone
+  if (!was_open) return;
+  if (ok && verified) {
+    ++report_.verified_bursts;
+    out_.on_notice("not an outage: " + key + ", which succeeded earlier in this run, succeeds again while payloads "
+                   "keep failing with " + fingerprint + ": those failures are the payloads' own (a burst of poison) "
+                   "and count against them from now on");
+  }
+  if (ok) {
+    if (!verified) {
+      out_.on_notice("the handler works: " + key + ", which succeeded earlier in this run, succeeds again");
+    }
+    release_held();
+    return;
+  }
+  report_pause(now, &outcome);
+}
+
+void TaskFlow::report_pause(Clock::time_point now, const Outcome* failed_probe) {
+  if (!breaker_.open()) return;
+  const auto open_for = std::chrono::duration_cast<std::chrono::seconds>(now - breaker_.opened_at()).count();
+  std::string status = "paused: handler outage suspected for " + std::to_string(open_for) + " s, " +
+                       std::to_string(held_.size()) + " held";
+  const auto wall = [now](Clock::time_point when) {
+    const auto at = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(when - now);
+    const std::time_t t = std::chrono::system_clock::to_time_t(at);
+    std::tm tm{};
+    ::localtime_r(&t, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+    return std::string(buf);
+  };
+  if (const auto next = breaker_.next_probe_at()) {
+    status += ", next probe at " + wall(std::max(*next, now));
+  } else {
+    status += ", probe running";
+  }
+  if (settings_.breaker.max_wait.count() > 0) {
+    status += ", stopping at " + wall(breaker_.opened_at() + settings_.breaker.max_wait) + " (--breaker-max-wait)";
+  }
+  out_.on_status(status);
+  // A log line when a probe failed: the first, then one every 10 s at most.
+  if (failed_probe == nullptr) return;
+  if (last_pause_notice_ != Clock::time_point{} && now - last_pause_notice_ < std::chrono::seconds(10)) return;
+  last_pause_notice_ = now;
+  out_.on_notice(status + "; the last probe failed: " + std::string(to_string(failed_probe->kind)) + " " +
+                 failed_probe->fingerprint);
+}
+
+void TaskFlow::stop_for_outage() {
+  report_.stopped_by_breaker = true;
+  inner_done_ = true;
+  out_.on_notice("handler outage suspected for longer than " +
+                 std::to_string(settings_.breaker.max_wait.count() / 1000) + " s (--breaker-max-wait): stopping; " +
+                 std::to_string(held_.size()) + " held tasks (listed as held) and the inputs not read yet run in the "
+                 "next run over the same inputs and store");
+  out_.on_status("");
 }
 
 Status TaskFlow::finish(const std::string& run_error) {

@@ -64,6 +64,14 @@ class VerdictSink {
   // A task not run: the store already has it finished (`why`), or it is a
   // repeat of an input earlier in this run. `record_id`: its quarantine record.
   virtual void on_skipped(const Task& /*task*/, const std::string& /*why*/, std::int64_t /*record_id*/) {}
+  // An earlier poison verdict on `task` (quarantined or poison, record
+  // `record_id` or 0) is taken back: a suspected outage explains the
+  // failure. The task is held and gets another verdict later.
+  virtual void on_taken_back(const Task& /*task*/, const Outcome& /*outcome*/, const std::string& /*why*/,
+                             std::int64_t /*record_id*/) {}
+  // What the run is doing when it is not simply running tasks, for a
+  // progress line: "paused: handler outage suspected ..."; "" when running.
+  virtual void on_status(const std::string& /*status*/) {}
 };
 
 // What a quarantine record says the task ran under.
@@ -94,6 +102,9 @@ struct FlowReport {
   std::size_t held = 0;                 // left for the next run by an open breaker
   std::size_t outages = 0;              // times the breaker opened
   std::size_t deferred = 0;             // quarantines held back while an outage was suspected
+  std::size_t verified_bursts = 0;      // suspected outages a known-good probe showed to be poison
+  std::size_t taken_back = 0;           // poison verdicts taken back when the breaker opened
+  bool stopped_by_breaker = false;      // open longer than --breaker-max-wait: the rest was not read
   std::size_t skipped_repeats = 0;      // the same key and payload again in this run
   std::size_t interrupted = 0;          // attempts cut short by SIGINT/SIGTERM (not held against anyone)
   int stop_signal = 0;                  // SIGINT or SIGTERM ended the run early
@@ -148,6 +159,15 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::uint32_t transient_in_run = 0;
     std::optional<Outcome> last_failure;
     std::string parked_reason;  // why it would be quarantined, while parked
+    bool probe_copy = false;   // a known-good probe: a copy of a payload that succeeded
+                               // in this run; no attempt, no verdict, only an answer
+  };
+  // A task this run judged poison, remembered (the latest few hundred) in
+  // case a suspected outage shows the judgement was the outage's.
+  struct JudgedPoison {
+    Tracked task;              // as it was when judged
+    std::int64_t record_id = 0;  // 0 without a store
+    Outcome outcome;           // the failure it was judged on
   };
   struct AfterCommit {
     std::uint64_t ref = 0;
@@ -163,6 +183,11 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void settle(Tracked& t, const Outcome& outcome, Verdict verdict);
   void on_breaker_opened(const Outcome& outcome);
   void release_held();
+  void remember_poison(const Tracked& t, std::int64_t record_id, const Outcome& outcome);
+  // The breaker opened: poison verdicts of this run with the outage's
+  // fingerprint are taken back (their records released, audit-trailed) and
+  // their tasks held like the rest.
+  void take_back_outage_verdicts();
   // Parked tasks whose fingerprint the breaker no longer suspects (or all of
   // them, `all`, when nothing left can open the breaker) are quarantined.
   void review_parked(bool all);
@@ -173,6 +198,15 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   Status flush(const std::vector<std::uint64_t>& starts);
   void arm_timer(bool now);
   std::string describe_outage() const;
+  // The breaker's probes: a copy of a payload that succeeded in this run
+  // when there is one (it tells an outage from a burst of poison in one
+  // task), else the next fresh payload.
+  Status start_probe(std::vector<std::uint64_t>& starts, Clock::time_point now);
+  void on_probe_copy_outcome(Tracked& t, const Outcome& outcome);
+  void remember_good(const Tracked& t);
+  // While paused: a notice now and then, and the status line.
+  void report_pause(Clock::time_point now, const Outcome* failed_probe);
+  void stop_for_outage();
 
   FlowSettings settings_;
   TaskSource& inner_;
@@ -198,6 +232,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   bool inner_waiting_ = false;
   std::uint64_t next_ref_ = 0;
   Outcome outage_example_;
+  std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)
+  std::deque<JudgedPoison> judged_poison_;
+  Clock::time_point last_pause_notice_{};
   std::string crash_hook_;
   std::string quarantine_dir_;  // for the record JSON
   Status fatal_;                // a ledger write failed: the run stops

@@ -75,7 +75,11 @@ const char* kHelp =
     "  --retry-exit-code N exec mode: exit code meaning \"transient, retry\" (repeatable); never quarantined\n"
     "  --breaker-window N  outage detection: distinct payloads considered (default 20)\n"
     "  --breaker-threshold F  fraction of them failing, mostly one way, that pauses intake (default 0.8)\n"
-    "  --breaker-probe-interval D  while paused, one probe task this often (default 1s)\n"
+    "  --breaker-probe-interval D  while paused, one probe task this often (default 1s); a payload that\n"
+    "                      succeeded earlier in the run is the probe when there is one (a burst of\n"
+    "                      poison then resumes at once)\n"
+    "  --breaker-max-wait D  paused longer than this: stop, exit 4, held tasks run next time\n"
+    "                      (default 5m; 0: no limit)\n"
     "  --no-breaker        never suspect an outage (e.g. for a corpus of known crashers)\n"
     "  --quarantine-limit N  records kept before repeats of known fingerprints are folded (default 100000)\n"
     "  --on-quarantine CMD run CMD (sh -c) for each new quarantine record, the record as JSON on stdin\n"
@@ -89,7 +93,7 @@ const char* kHelp =
 const std::vector<OptionSpec> kRunOptions = {
     {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"help", false},
     {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
-    {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"},
+    {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"}, {"breaker-max-wait"},
     {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
 };
 
@@ -114,7 +118,7 @@ class CliSink final : public VerdictSink {
 
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override {
     if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
-    if (progress_ != nullptr) progress_->update(++verdicts_);
+    if (progress_ != nullptr) progress_->update(++verdicts_, status_);
     std::string file;
     if (results_ != nullptr && outcome.kind == Kind::kOk) {
       auto written = results_->write(task.key, outcome.output);
@@ -157,6 +161,27 @@ class CliSink final : public VerdictSink {
   }
 
   const RunSummary& summary() const { return summary_; }
+  void on_taken_back(const Task& task, const Outcome& outcome, const std::string& why,
+                     std::int64_t record_id) override {
+    summary_.remove(outcome);
+    if (json_) {
+      nlohmann::json j{{"key", task.key}, {"verdict", "taken-back"}, {"verdict_reason", why}};
+      if (record_id != 0) j["quarantine_id"] = record_id;
+      const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+    } else if (!quiet_) {
+      std::printf("taken back        %s  -> held: %s\n", table_cell(task.key, 200).c_str(), why.c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  void on_status(const std::string& status) override {
+    status_ = status;
+    if (progress_ != nullptr) progress_->update(verdicts_, status_);
+  }
+
   void set_progress(Progress* progress) { progress_ = progress; }
   bool write_errors() const { return write_errors_; }
 
@@ -168,6 +193,7 @@ class CliSink final : public VerdictSink {
   bool write_errors_ = false;
   Progress* progress_ = nullptr;
   std::size_t verdicts_ = 0;
+  std::string status_;  // "paused: ..." while the breaker is open
 };
 
 }  // namespace
@@ -253,6 +279,9 @@ int run_command(int argc, char** argv) {
   auto probe = parse_delay(*args, "breaker-probe-interval", job.breaker.probe_interval, 10, 3'600'000);
   if (!probe) return usage_error(probe.error());
   job.breaker.probe_interval = *probe;
+  auto max_wait = parse_delay(*args, "breaker-max-wait", job.breaker.max_wait, 0, 7 * 24 * 3'600'000ull);
+  if (!max_wait) return usage_error(max_wait.error());
+  job.breaker.max_wait = *max_wait;
   if (auto v = args->value("quarantine-limit")) {
     auto n = parse_whole_number("quarantine-limit", *v, 1, 1'000'000'000);
     if (!n) return usage_error(n.error());

@@ -321,6 +321,18 @@ Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id
   return out;
 }
 
+Expected<bool> QuarantineStore::take_back(std::int64_t id, std::int64_t now, const std::string& actor,
+                                          const std::string& action, const std::string& detail) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "UPDATE quarantine SET status = 'discarded', updated_at = ?2 "
+                                 "WHERE id = ?1 AND status = 'quarantined'");
+  if (!stmt) return Error{stmt.error()};
+  if (auto s = stmt->bind(1, id).bind(2, now).run(); !s) return Error{s.message()};
+  if (::sqlite3_changes(db_->handle()) == 0) return false;
+  if (auto s = audit(id, now, actor, action, detail); !s) return Error{s.message()};
+  return true;
+}
+
 Status QuarantineStore::set_status(std::int64_t id, const std::string& status, std::int64_t now,
                                    const std::string& actor, const std::string& action, const std::string& detail) {
   auto txn = Transaction::begin(db_->handle());

@@ -172,6 +172,11 @@ class QuarantineStore {
   Expected<std::vector<FingerprintStats>> stats(const ListFilter& filter);
   Expected<std::vector<AuditEntry>> audit_trail(std::int64_t record_id);
   Expected<std::vector<AttemptRow>> attempts(std::int64_t task_id);
+  // A record made by mistake, taken back inside the caller's transaction:
+  // status 'discarded' with an audit entry `action` ("released") saying why.
+  // Only a record still 'quarantined' changes; false when it was not.
+  Expected<bool> take_back(std::int64_t id, std::int64_t now_ms, const std::string& actor, const std::string& action,
+                           const std::string& detail);
   // Sets a record's status with an audit entry, in one transaction of its own.
   Status set_status(std::int64_t id, const std::string& status, std::int64_t now_ms, const std::string& actor,
                     const std::string& action, const std::string& detail);

@@ -284,3 +284,58 @@ TEST_CASE("circuit breaker: suspects a fingerprint when most of the latest paylo
     CHECK_FALSE(off.suspects("pb1-x"));
   }
 }
+
+TEST_CASE("circuit breaker: known-good probes verify a burst of poison on the second clearing, not the first") {
+  CircuitBreaker b(settings());
+  open_it(b);
+  b.probe_now(t0);
+  CHECK(b.may_probe(t0));  // a known-good payload answers at once
+  b.probe_started();
+  // The handler works: closed, but one success could be an outage that just ended.
+  CHECK_FALSE(b.probe_ended(true, t0 + milliseconds(5), /*known_good=*/true));
+  CHECK_FALSE(b.open());
+  CHECK_FALSE(b.verified("fp-outage"));
+  // The same fingerprint fills the window again while the handler works.
+  CHECK(fail_distinct(b, 100, 10, "fp-outage") == 1);
+  b.probe_started();
+  CHECK(b.probe_ended(true, t0 + milliseconds(10), /*known_good=*/true));
+  CHECK(b.verified("fp-outage"));
+  CHECK_FALSE(b.open());
+  // Verified: its failures never open the breaker again, nor raise suspicion.
+  CHECK(fail_distinct(b, 200, 30, "fp-outage") == 0);
+  CHECK_FALSE(b.open());
+  CHECK_FALSE(b.suspects("fp-outage"));
+  // Another fingerprint still can, and the verified failures do not help it.
+  CHECK(fail_distinct(b, 300, 10, "fp-real-outage") == 1);
+  CHECK(b.dominant_fingerprint() == "fp-real-outage");
+}
+
+TEST_CASE("circuit breaker: a fresh probe that succeeds verifies nothing; a failed known-good probe keeps it open") {
+  CircuitBreaker b(settings());
+  open_it(b);
+  b.probe_started();
+  CHECK_FALSE(b.probe_ended(false, t0 + milliseconds(1000), /*known_good=*/true));
+  CHECK(b.open());
+  b.probe_started();
+  CHECK_FALSE(b.probe_ended(true, t0 + milliseconds(2000)));
+  CHECK_FALSE(b.open());
+  CHECK(fail_distinct(b, 100, 10, "fp-outage") == 1);
+  b.probe_started();
+  CHECK_FALSE(b.probe_ended(true, t0 + milliseconds(3000), /*known_good=*/true));  // the first known-good clearing
+  CHECK_FALSE(b.verified("fp-outage"));
+}
+
+TEST_CASE("circuit breaker: open longer than max_wait is waiting too long") {
+  BreakerSettings s = settings();
+  s.max_wait = milliseconds(3000);
+  CircuitBreaker b(s);
+  CHECK_FALSE(b.waited_too_long(t0 + std::chrono::hours(1)));  // closed
+  open_it(b, t0);
+  CHECK(b.opened_at() == t0);
+  CHECK_FALSE(b.waited_too_long(t0 + milliseconds(2999)));
+  CHECK(b.waited_too_long(t0 + milliseconds(3000)));
+  s.max_wait = milliseconds(0);  // no limit
+  CircuitBreaker unlimited(s);
+  open_it(unlimited, t0);
+  CHECK_FALSE(unlimited.waited_too_long(t0 + std::chrono::hours(24 * 365)));
+}
