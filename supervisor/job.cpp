@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/policy_parser.h"
+#include "supervisor/death_note.h"
 #include "supervisor/store/store.h"
 
 namespace pillbox {
@@ -44,6 +45,10 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
                                  flow_settings.identity.policy_identity);
     if (!l) return Error{l.error()};
     ledger.emplace(std::move(*l));
+    // How earlier runs died is evidence about the tasks they left unfinished;
+    // a crash of this run is noted for the next one.
+    if (auto s = ledger->record_deaths(opened->dir()); !s) return Error{s.message()};
+    if (auto s = arm_death_note(opened->dir(), ledger->run_id()); !s) return Error{s.message()};
     auto q = store::QuarantineStore::open(opened->db(), opened->dir(), settings.max_records);
     if (!q) return Error{q.error()};
     quarantine.emplace(std::move(*q));
@@ -55,6 +60,7 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   auto run = run_tasks(settings.run, flow, flow);
   // Whatever happened, what is known goes to the ledger.
   const Status finished = flow.finish(run ? "" : run.error());
+  disarm_death_note();
   report.flow = flow.report();
   if (report.flow.stop_signal != 0) {
     report.stop_signal = report.flow.stop_signal;

@@ -51,14 +51,40 @@ Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptS
   return {Decision::kRetry, kind};
 }
 
-bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history) {
-  std::uint32_t streak = 0, solo = 0;
+namespace {
+
+struct Losses {
+  std::uint32_t with_evidence = 0;
+  std::uint32_t with_evidence_solo = 0;
+  std::uint32_t unexplained_solo = 0;
+};
+
+// The unfinished attempts at the end of the history, up to the last one that
+// finished. Uncharged ones (a budget reset after a give-up) do not count.
+Losses trailing_losses(const std::vector<store::AttemptSummary>& history) {
+  Losses l;
   for (auto it = history.rbegin(); it != history.rend() && !it->finished; ++it) {
-    ++streak;
-    solo += it->solo ? 1 : 0;
+    if (!it->charged) continue;
+    if (it->lost_with_evidence) {
+      ++l.with_evidence;
+      l.with_evidence_solo += it->solo ? 1 : 0;
+    } else if (it->solo) {
+      ++l.unexplained_solo;
+    }
   }
-  return settings.max_attempts > 0 && streak >= settings.max_attempts &&
-         solo >= std::max<std::uint32_t>(1, settings.max_attempts - 1);
+  return l;
+}
+
+}  // namespace
+
+bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history) {
+  const Losses l = trailing_losses(history);
+  return settings.max_attempts > 0 && l.with_evidence >= settings.max_attempts &&
+         l.with_evidence_solo >= std::max<std::uint32_t>(1, settings.max_attempts - 1);
+}
+
+bool lost_without_evidence_too_often(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history) {
+  return settings.max_attempts > 0 && trailing_losses(history).unexplained_solo >= 2 * settings.max_attempts;
 }
 
 bool suspected_of_killing_the_supervisor(const std::vector<store::AttemptSummary>& history) {

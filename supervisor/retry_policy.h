@@ -17,10 +17,15 @@
 // Attempts during which the supervisor itself died (never finished) are not
 // failures of the payload by themselves: any crash of pillbox (or a SIGKILL
 // from outside) leaves every task then running with one. So a task found
-// with an unfinished last attempt runs alone (solo) the next time; when
-// max_attempts attempts in a row never finished, and max(1, max_attempts-1)
-// of them ran alone, the payload kills the supervisor: it is quarantined as
-// supervisor-lost.
+// with an unfinished last attempt runs alone (solo) the next time. A loss
+// counts against the payload only with evidence that pillbox itself failed
+// while it ran (a fatal signal of the supervisor's own, noted by
+// supervisor/death_note.h); a kill from outside leaves none. When
+// max_attempts such losses came in a row, max(1, max_attempts-1) of them
+// alone, the payload kills the supervisor: it is quarantined as
+// supervisor-lost. Losses without evidence are never charged; after
+// 2 x max_attempts of them in a row, each alone, the task gives up for this
+// run (never quarantined) rather than be run again forever.
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -57,9 +62,16 @@ bool is_transient(const RetrySettings& settings, const Outcome& outcome);
 Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history,
                 const Outcome& outcome, std::uint32_t transient_in_run = 0);
 
-// Before running a task again: true when its last max_attempts attempts all
-// ended with the supervisor lost, max(1, max_attempts - 1) of them solo.
+// Before running a task again: true when its latest unfinished attempts (the
+// charged ones, in a row) hold max_attempts lost with evidence,
+// max(1, max_attempts - 1) of them solo. Losses without evidence in between
+// neither count nor break the row.
 bool kills_the_supervisor(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history);
+
+// Before running a task again: true when its latest unfinished attempts hold
+// 2 x max_attempts solo losses without evidence (pillbox killed from outside
+// again and again while it ran alone): give up, never quarantine.
+bool lost_without_evidence_too_often(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history);
 
 // True when the task's last attempt never finished: it runs alone next.
 bool suspected_of_killing_the_supervisor(const std::vector<store::AttemptSummary>& history);

@@ -141,8 +141,19 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
     Tracked& t = tracked_.at(ref);
     if (kills_the_supervisor(settings_.retry, t.history)) {
       quarantine(t, supervisor_lost(settings_.identity.handler_identity, settings_.retry.max_attempts),
-                 "the supervisor died during each of its last " + std::to_string(settings_.retry.max_attempts) +
-                     " attempts");
+                 "the supervisor crashed (a fatal signal of its own) during each of its last " +
+                     std::to_string(settings_.retry.max_attempts) + " attempts");
+      continue;
+    }
+    if (lost_without_evidence_too_often(settings_.retry, t.history)) {
+      Outcome o;
+      o.kind = Kind::kSupervisorLost;
+      o.message = "pillbox died " + std::to_string(2 * settings_.retry.max_attempts) +
+                  " times while this payload ran alone, each time with no sign that it crashed itself (a kill from "
+                  "outside, the host's OOM killer)";
+      settle(t, o, Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false,
+                           o.message + ": not the payload's fault on that evidence, not quarantined; it runs again, "
+                                       "with a fresh budget, in the next run"});
       continue;
     }
     if (t.suspect) {

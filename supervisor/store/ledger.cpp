@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "supervisor/death_note.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::store {
@@ -14,8 +15,8 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
   } statements[] = {
       {&ledger.find_task_, "SELECT id, state, attempts FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
       {&ledger.find_attempts_,
-       "SELECT n, ended_at IS NOT NULL, coalesce(kind, ''), coalesce(fingerprint, ''), charged, solo FROM attempts "
-       "WHERE task_id = ?1 ORDER BY n"},
+       "SELECT a.n, a.ended_at IS NOT NULL, coalesce(a.kind, ''), coalesce(a.fingerprint, ''), a.charged, a.solo, "
+       "r.died_of IS NOT NULL FROM attempts a LEFT JOIN runs r ON r.id = a.run_id WHERE a.task_id = ?1 ORDER BY a.n"},
       {&ledger.upsert_task_,
        "INSERT INTO tasks (job, key, payload_sha256, payload_size, state, attempts, updated_at) "
        "VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5) "
@@ -75,10 +76,25 @@ Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const s
     s.fingerprint = find_attempts_.column_text(3);
     s.charged = find_attempts_.column_int(4) != 0;
     s.solo = find_attempts_.column_int(5) != 0;
+    s.lost_with_evidence = !s.finished && find_attempts_.column_int(6) != 0;
     t.history.push_back(std::move(s));
   }
   find_attempts_.reset();
   return std::optional<LedgerTask>(std::move(t));
+}
+
+Status Ledger::record_deaths(const std::string& store_dir) {
+  const std::vector<DeathNote> notes = read_death_notes(store_dir);
+  if (notes.empty()) return Status::ok();
+  auto update = Statement::prepare(db_->handle(), "UPDATE runs SET died_of = ?2 WHERE id = ?1");
+  if (!update) return Status::error(update.error());
+  for (const DeathNote& note : notes) {
+    if (auto s = update->bind(1, note.run_id).bind(2, std::string_view(note.cause)).run(); !s) return s;
+    update->reset();
+  }
+  // Only now that the ledger has them: a note is never lost between the two.
+  for (const DeathNote& note : notes) ::unlink(note.file.c_str());
+  return Status::ok();
 }
 
 Status Ledger::begin() {

@@ -26,6 +26,8 @@ struct AttemptSummary {
   std::string fingerprint;
   bool charged = true;        // false: not held against the payload
   bool solo = false;          // ran with nothing else in flight
+  bool lost_with_evidence = false;  // unfinished, and its run's supervisor died of a fatal signal
+                                    // of its own (a note), not killed from outside
 };
 
 struct LedgerTask {
@@ -47,6 +49,10 @@ class Ledger {
   static Expected<Ledger> open(Database& db, const std::string& handler_identity, const std::string& policy_identity);
 
   std::int64_t run_id() const { return run_id_; }
+
+  // Records the notes earlier runs left on how they died (runs.died_of), then
+  // removes the note files. Outside a batch.
+  Status record_deaths(const std::string& store_dir);
   const std::string& job() const { return job_; }
 
   Expected<std::optional<LedgerTask>> find(const std::string& key, const std::string& payload_sha256);

@@ -151,6 +151,13 @@ const std::vector<std::string>& migrations() {
       R"sql(
         ALTER TABLE quarantine ADD COLUMN origin TEXT NOT NULL DEFAULT '';
       )sql",
+      // 5: how a run's supervisor died, when it left evidence (issue 11): the
+      // fatal signal its handler noted (supervisor/death_note.h), e.g.
+      // 'SIGSEGV'. NULL for a run that ended normally, or was killed from
+      // outside (SIGKILL leaves no note: never evidence against a payload).
+      R"sql(
+        ALTER TABLE runs ADD COLUMN died_of TEXT;
+      )sql",
   };
   return all;
 }

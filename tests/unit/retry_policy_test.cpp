@@ -25,7 +25,12 @@ store::AttemptSummary attempt(std::uint32_t n, Kind kind, const std::string& fin
 
 // An attempt during which the supervisor died: never finished. `solo`: it ran
 // alone (as a task suspected of killing the supervisor does).
-store::AttemptSummary lost(std::uint32_t n, bool solo = true) { return store::AttemptSummary{n, false, "", "", true, solo}; }
+// An attempt during which pillbox crashed (a fatal signal of its own: evidence).
+store::AttemptSummary lost(std::uint32_t n, bool solo = true) { return store::AttemptSummary{n, false, "", "", true, solo, true}; }
+// An attempt during which pillbox was killed from outside (no evidence).
+store::AttemptSummary killed_from_outside(std::uint32_t n, bool solo = true) {
+  return store::AttemptSummary{n, false, "", "", true, solo, false};
+}
 
 Outcome outcome(Kind kind, const std::string& fingerprint, int exit_code = -1) {
   Outcome o;
@@ -244,6 +249,34 @@ TEST_CASE("retry policy: the payload kills the supervisor only after max_attempt
   CHECK(suspected_of_killing_the_supervisor({attempt(1, Kind::kCrash, "fp"), lost(2, false)}));
   CHECK_FALSE(suspected_of_killing_the_supervisor({lost(1), attempt(2, Kind::kCrash, "fp")}));
   CHECK_FALSE(suspected_of_killing_the_supervisor({}));
+}
+
+TEST_CASE("retry policy: a kill from outside is never evidence against the payload; repeated, the task gives up") {
+  const RetrySettings s = settings(3);
+  using H = std::vector<store::AttemptSummary>;
+  // Three losses alone, but pillbox was killed each time: not the payload's doing.
+  const H outside = {killed_from_outside(1, false), killed_from_outside(2), killed_from_outside(3), killed_from_outside(4)};
+  CHECK_FALSE(kills_the_supervisor(s, outside));
+  CHECK(suspected_of_killing_the_supervisor(outside));  // it still runs alone next
+  CHECK_FALSE(lost_without_evidence_too_often(s, outside));
+  // 2 x max_attempts solo losses without evidence in a row: give up.
+  H six = outside;
+  six.push_back(killed_from_outside(5));
+  CHECK_FALSE(lost_without_evidence_too_often(s, six));
+  six.push_back(killed_from_outside(6));
+  six.push_back(killed_from_outside(7));
+  CHECK(lost_without_evidence_too_often(s, six));
+  CHECK_FALSE(kills_the_supervisor(s, six));
+  // Unexplained losses between crashes neither count nor break the row.
+  CHECK(kills_the_supervisor(s, {lost(1, false), killed_from_outside(2), lost(3), killed_from_outside(4), lost(5)}));
+  // A finished attempt ends the row; a budget reset (uncharged) does not count.
+  CHECK_FALSE(lost_without_evidence_too_often(
+      s, {killed_from_outside(1), killed_from_outside(2), killed_from_outside(3), attempt(4, Kind::kCrash, "fp"),
+          killed_from_outside(5), killed_from_outside(6), killed_from_outside(7)}));
+  H reset = six;
+  for (auto& a : reset) a.charged = false;
+  CHECK_FALSE(lost_without_evidence_too_often(s, reset));
+  CHECK_FALSE(kills_the_supervisor(s, {lost(1), lost(2), {3, false, "", "", false, true, true}}));
 }
 
 TEST_CASE("retry policy: backoff_delay is full jitter within [0, min(max, base * 2^(failures-1))]") {
