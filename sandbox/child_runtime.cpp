@@ -22,6 +22,7 @@
 #include "sandbox/zmtp_client.h"
 #include "shared/control.h"
 #include "shared/crash_report.h"
+#include "shared/seccomp_notify.h"
 #include "shared/wire.h"
 
 namespace pillbox::sandbox {
@@ -43,13 +44,18 @@ void reset_inherited_signals() {
 }
 
 // Fixed fd layout: 0 = /dev/null, 1/2 = exec streams or /dev/null,
-// kCrashFd = crash pipe; every other fd is closed.
+// kCrashFd = crash pipe, kListenerSocketFd = where the seccomp listener goes
+// (closed again before anything untrusted runs); every other fd is closed.
 bool arrange_fds(const ChildFds& fds) {
+  static_assert(kListenerSocketFd == kCrashFd + 1, "the kept fds are one range");
   // The fds we are handed may have any numbers, 0 to 2 included (when the
   // zygote was started with one of them closed): move every one out of the
   // way before 0, 1 and 2 are overwritten.
   if (fds.crash_write >= 0 && fds.crash_write != kCrashFd) {
     if (::dup2(fds.crash_write, kCrashFd) < 0) return false;
+  }
+  if (fds.listener_socket >= 0 && fds.listener_socket != kListenerSocketFd) {
+    if (::dup2(fds.listener_socket, kListenerSocketFd) < 0) return false;
   }
   const int out = fds.stdout_fd >= 0 ? ::fcntl(fds.stdout_fd, F_DUPFD_CLOEXEC, 3) : -1;
   const int err = fds.stderr_fd >= 0 ? ::fcntl(fds.stderr_fd, F_DUPFD_CLOEXEC, 3) : -1;
@@ -60,7 +66,7 @@ bool arrange_fds(const ChildFds& fds) {
   if (::dup2(out >= 0 ? out : devnull, 1) < 0) return false;
   if (::dup2(err >= 0 ? err : devnull, 2) < 0) return false;
   ::close_range(3, kCrashFd - 1, 0);
-  ::close_range(kCrashFd + 1, ~0u, 0);
+  ::close_range(fds.listener_socket >= 0 ? kListenerSocketFd + 1 : kCrashFd + 1, ~0u, 0);
   return true;
 }
 
@@ -282,7 +288,15 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   if (cfg.exec_mode() && ::access(cfg.exec_argv[0].c_str(), X_OK) != 0) {
     fail_setup(wire, errno_text("cannot execute " + cfg.exec_argv[0] + " as uid " + std::to_string(::getuid())));
   }
-  if (auto s = load_filter(prep.filter); !s) fail_setup(wire, s.message());
+  auto listener = load_filter(prep.filter);
+  if (!listener) fail_setup(wire, listener.error());
+  // The kernel's listener for this task's violations goes to the parent, and
+  // neither it nor the socket stays here: the task never sees either.
+  if (fds.listener_socket >= 0) {
+    if (!send_listener(kListenerSocketFd, *listener)) fail_setup(wire, "cannot hand the seccomp listener to the parent");
+    ::close(kListenerSocketFd);
+  }
+  if (*listener >= 0) ::close(*listener);
 
   // 5. Only now the payload.
   if (!wire.send(FrameType::kHello)) _exit(kExitNoSupervisor);

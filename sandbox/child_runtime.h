@@ -4,7 +4,8 @@
 // (run_child) and follows DESIGN.md §3:
 //   new session, parent-death signal, fds, environment, cgroup,
 //   crash handler, connect the wire (as root: the runtime dir is 0700),
-//   rlimits, drop privileges, no_new_privs, seccomp, HELLO,
+//   rlimits, drop privileges, no_new_privs, seccomp (its listener handed to
+//   the parent), HELLO,
 //   receive the payload, run the handler (or execve), RESULT, _exit.
 #include <sched.h>
 #include <sys/types.h>
@@ -41,6 +42,7 @@ Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_defe
 // Where the parent put the child's streams before the fork.
 struct ChildFds {
   int crash_write = -1;   // becomes kCrashFd
+  int listener_socket = -1;  // becomes kListenerSocketFd: the seccomp listener goes to the parent over it
   int stdout_fd = -1;     // exec mode: becomes fd 1 (else /dev/null)
   int stderr_fd = -1;     // exec mode: becomes fd 2 (else /dev/null)
 };

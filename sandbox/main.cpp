@@ -12,6 +12,7 @@
 #include "sandbox/zygote.h"
 #include "shared/control.h"
 #include "shared/crash_report.h"
+#include "shared/seccomp_notify.h"
 
 namespace {
 
@@ -33,7 +34,11 @@ int run_spawned_child() {
   }
   prep->parent_pid = ::getppid();
   const bool exec = prep->config.exec_mode();
-  sandbox::ChildFds fds{kCrashFd, exec ? 1 : -1, exec ? 2 : -1};
+  sandbox::ChildFds fds;
+  fds.crash_write = kCrashFd;
+  fds.listener_socket = kListenerSocketFd;
+  fds.stdout_fd = exec ? 1 : -1;
+  fds.stderr_fd = exec ? 2 : -1;
   sandbox::run_child(*prep, ticket->ticket, fds, prep->config.use_namespaces);
 }
 

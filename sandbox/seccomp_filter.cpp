@@ -18,9 +18,11 @@ namespace {
 
 std::string errno_text(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
 
-std::uint32_t default_action(SeccompDefault d) {
+// `notify`: a denied syscall is reported to the listener rather than raised
+// as SIGSYS in the task (shared/seccomp_notify.h says why).
+std::uint32_t default_action(SeccompDefault d, bool notify) {
   switch (d) {
-    case SeccompDefault::kTrap: return SCMP_ACT_TRAP;
+    case SeccompDefault::kTrap: return notify ? SCMP_ACT_NOTIFY : SCMP_ACT_TRAP;
     case SeccompDefault::kKill: return SCMP_ACT_KILL_PROCESS;
     case SeccompDefault::kErrno: return SCMP_ACT_ERRNO(EPERM);
   }
@@ -81,10 +83,10 @@ const std::vector<std::string>& runtime_syscalls(bool exec_mode) {
   return exec_mode ? exec : base;
 }
 
-Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mode) {
-  CompiledFilter out;
-  if (!rules.enabled) return out;
-  std::unique_ptr<void, void (*)(scmp_filter_ctx)> ctx(seccomp_init(default_action(rules.default_action)),
+namespace {
+
+Expected<std::vector<sock_filter>> compile_program(const SeccompRules& rules, bool exec_mode, bool notify) {
+  std::unique_ptr<void, void (*)(scmp_filter_ctx)> ctx(seccomp_init(default_action(rules.default_action, notify)),
                                                       seccomp_release);
   if (!ctx) return Error{"seccomp_init failed"};
   auto allow = [&](const std::string& name) -> Status {
@@ -112,24 +114,66 @@ Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mod
   }
   const off_t size = ::lseek(mem.get(), 0, SEEK_END);
   if (size <= 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0) return Error{"seccomp_export_bpf produced no program"};
-  out.program.resize(static_cast<std::size_t>(size) / sizeof(sock_filter));
-  if (::pread(mem.get(), out.program.data(), static_cast<std::size_t>(size), 0) != size) {
+  std::vector<sock_filter> program(static_cast<std::size_t>(size) / sizeof(sock_filter));
+  if (::pread(mem.get(), program.data(), static_cast<std::size_t>(size), 0) != size) {
     return Error{errno_text("reading the BPF program", errno)};
   }
+  return program;
+}
+
+}  // namespace
+
+Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mode) {
+  CompiledFilter out;
+  if (!rules.enabled) return out;
+  auto trap = compile_program(rules, exec_mode, /*notify=*/false);
+  if (!trap) return Error{trap.error()};
+  if (rules.default_action != SeccompDefault::kTrap) {
+    out.program = std::move(*trap);
+    return out;
+  }
+  auto notify = compile_program(rules, exec_mode, /*notify=*/true);
+  if (!notify) {  // a libseccomp that cannot express it: SIGSYS, named by the task's report
+    out.program = std::move(*trap);
+    return out;
+  }
+  out.program = std::move(*notify);
+  out.fallback = std::move(*trap);
+  out.notifies = true;
   return out;
 }
 
-Status load_filter(const CompiledFilter& filter) {
-  if (filter.program.empty()) return Status::ok();
+namespace {
+
+long load_program(const std::vector<sock_filter>& program, unsigned long flags) {
   sock_fprog prog{};
-  prog.len = static_cast<unsigned short>(filter.program.size());
-  prog.filter = const_cast<sock_filter*>(filter.program.data());
-  const long rc = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
-  if (rc != 0) {
-    if (rc > 0) return Status::error("seccomp TSYNC failed: thread " + std::to_string(rc) + " could not be synchronized");
-    return Status::error(errno_text("seccomp(SECCOMP_SET_MODE_FILTER)", errno));
+  prog.len = static_cast<unsigned short>(program.size());
+  prog.filter = const_cast<sock_filter*>(program.data());
+  return ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+}
+
+}  // namespace
+
+Expected<int> load_filter(const CompiledFilter& filter) {
+  if (filter.program.empty()) return -1;
+  if (filter.notifies) {
+    // A listener cannot be combined with plain TSYNC; the child runtime is
+    // single-threaded here, and TSYNC_ESRCH still refuses a second thread.
+    const long listener = load_program(filter.program, SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC_ESRCH);
+    if (listener >= 0) return static_cast<int>(listener);
+    if (errno != EINVAL) return Error{errno_text("seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER)", errno)};
+    // An older kernel: no listeners (before 5.0) or no TSYNC_ESRCH (before 5.7).
+    const long rc = load_program(filter.program, SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    if (rc >= 0) return static_cast<int>(rc);
+    if (errno != EINVAL) return Error{errno_text("seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER)", errno)};
   }
-  return Status::ok();
+  const auto& program = filter.notifies ? filter.fallback : filter.program;
+  const long rc = load_program(program, SECCOMP_FILTER_FLAG_TSYNC);
+  if (rc != 0) {
+    if (rc > 0) return Error{"seccomp TSYNC failed: thread " + std::to_string(rc) + " could not be synchronized"};
+    return Error{errno_text("seccomp(SECCOMP_SET_MODE_FILTER)", errno)};
+  }
+  return -1;
 }
 
 }  // namespace pillbox::sandbox

@@ -1,7 +1,7 @@
 #pragma once
 // The seccomp-bpf allowlist of a child. Compiled once with libseccomp (in the
 // zygote, before any fork) into a BPF program that each child loads with one
-// seccomp(2) call (with TSYNC, although the child runtime is single-threaded).
+// seccomp(2) call (the child runtime is single-threaded at that point).
 #include <linux/filter.h>
 
 #include <string>
@@ -14,6 +14,12 @@ namespace pillbox::sandbox {
 
 struct CompiledFilter {
   std::vector<sock_filter> program;  // empty: seccomp disabled by the policy
+  // With `default = trap`, `program` answers a denied syscall with
+  // SECCOMP_RET_USER_NOTIF (the kernel tells a listener, shared/seccomp_notify.h);
+  // `fallback` is the same filter with SECCOMP_RET_TRAP, for a kernel that
+  // refuses a listener. Empty otherwise.
+  std::vector<sock_filter> fallback;
+  bool notifies = false;
 };
 
 // What pillbox's own child runtime needs after the filter is loaded (wire
@@ -22,8 +28,10 @@ const std::vector<std::string>& runtime_syscalls(bool exec_mode);
 
 Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mode);
 
-// Loads the program into the calling process, all threads. Needs
-// no_new_privs (or CAP_SYS_ADMIN).
-Status load_filter(const CompiledFilter& filter);
+// Loads the program into the calling process. Needs no_new_privs (or
+// CAP_SYS_ADMIN). Returns the listener of a notifying filter, or -1 (no
+// listener: seccomp disabled, a default other than trap, or the kernel
+// refused one and the fallback was loaded).
+Expected<int> load_filter(const CompiledFilter& filter);
 
 }  // namespace pillbox::sandbox

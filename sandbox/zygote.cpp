@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <vector>
 #include <string>
 
 #include "sandbox/child_runtime.h"
@@ -22,6 +23,7 @@
 #include "shared/child_streams.h"
 #include "shared/control.h"
 #include "shared/process_group.h"
+#include "shared/seccomp_notify.h"
 
 namespace pillbox::sandbox {
 namespace {
@@ -37,6 +39,7 @@ constexpr auto kDrainLimit = std::chrono::seconds(2);
 struct Running {
   std::uint64_t seq = 0;
   ChildStreams streams;
+  ViolationWatch watch;  // the kernel's word on the task's denied syscalls
   bool exited = false;  // the main process is reaped; its group is being drained
   ExitReport exit;
   std::chrono::steady_clock::time_point drain_deadline;
@@ -59,12 +62,26 @@ class Zygote {
 
   int loop(int sigfd) {
     ControlReader reader(kMaxControlIn);
-    pollfd fds[2] = {{kControlIn, POLLIN, 0}, {sigfd, POLLIN, 0}};
+    std::vector<pollfd> fds;
+    std::vector<pid_t> watched;
     for (;;) {
+      fds.assign({{kControlIn, POLLIN, 0}, {sigfd, POLLIN, 0}});
+      watched.clear();
+      for (auto& [pid, r] : running_) {
+        if (r.exited || r.watch.fd() < 0) continue;
+        fds.push_back({r.watch.fd(), POLLIN, 0});
+        watched.push_back(pid);
+      }
       // While a group drains, wake up to enforce kDrainLimit even without SIGCHLD.
-      if (::poll(fds, 2, draining() ? 50 : -1) < 0) {
+      if (::poll(fds.data(), fds.size(), draining() ? 50 : -1) < 0) {
         if (errno == EINTR) continue;
         return 1;
+      }
+      // A denied syscall: the kernel says so; the task dies at once.
+      for (std::size_t i = 0; i < watched.size(); ++i) {
+        if (fds[2 + i].revents == 0) continue;
+        Running& r = running_.at(watched[i]);
+        if (r.watch.take() && !r.exited) kill_task_group(watched[i]);
       }
       if (draining()) report_finished();
       if (fds[1].revents & POLLIN) {
@@ -91,14 +108,20 @@ class Zygote {
   void fork_child(const TaskTicket& ticket) {
     auto streams = open_child_streams(prep_.config.exec_mode());
     if (!streams) return fork_failed(ticket.seq, streams.error());
-    const ChildFds fds{streams->crash_write.get(), streams->stdout_file.get(), streams->stderr_file.get()};
+    ChildFds fds;
+    fds.crash_write = streams->crash_write.get();
+    fds.listener_socket = streams->listener_socket_child.get();
+    fds.stdout_fd = streams->stdout_file.get();
+    fds.stderr_fd = streams->stderr_file.get();
     auto forked = server_.fork_child(ticket, fds);
     if (!forked && !server_.reachable()) return lose_server(forked.error());
     if (!forked) return fork_failed(ticket.seq, forked.error());
     const pid_t pid = *forked;
     streams->crash_write.reset();
+    streams->listener_socket_child.reset();
     Running& r = running_[pid];
     r.seq = ticket.seq;
+    r.watch = ViolationWatch(std::move(streams->listener_socket));
     r.streams = std::move(*streams);
     ControlMessage m;
     m.type = ControlType::kForked;
@@ -175,6 +198,12 @@ class Zygote {
       }
       ControlMessage m;
       m.type = ControlType::kExited;
+      r.watch.take();  // a notification that came with the exit
+      r.exit.seccomp_watched = r.watch.watched();
+      if (const auto& v = r.watch.violation()) {
+        r.exit.violation_nr = v->nr;
+        r.exit.violation_arch = v->arch;
+      }
       m.exit = std::move(r.exit);
       collect_child_streams(r.streams, m.exit, prep_.config.policy.limits.output_bytes);
       it = running_.erase(it);

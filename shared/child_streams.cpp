@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "shared/crash_report.h"
+#include "shared/seccomp_notify.h"
 
 namespace pillbox {
 namespace {
@@ -37,6 +38,10 @@ Expected<ChildStreams> open_child_streams(bool exec_mode) {
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return Error{errno_text("pipe2 (crash pipe)")};
   s.crash_read.reset(p[0]);
   s.crash_write.reset(p[1]);
+  auto listener = listener_socketpair();
+  if (!listener) return Error{listener.error()};
+  s.listener_socket = std::move(listener->first);
+  s.listener_socket_child = std::move(listener->second);
   if (exec_mode) {
     const int out = ::memfd_create("pillbox-stdout", MFD_CLOEXEC);
     if (out < 0) return Error{errno_text("memfd_create (stdout)")};

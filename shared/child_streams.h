@@ -1,6 +1,7 @@
 #pragma once
 // The per-child streams its parent (the zygote, or the supervisor in spawn
-// mode) sets up before the fork and reads after the exit: the crash pipe and,
+// mode) sets up before the fork and reads after the exit: the crash pipe, the
+// socket the child hands its seccomp listener over (shared/seccomp_notify.h) and,
 // in exec mode, memfds for stdout and stderr (RLIMIT_FSIZE caps them; a flood
 // ends in SIGXFSZ rather than in the parent's memory).
 #include <cstddef>
@@ -18,6 +19,8 @@ struct ChildStreams {
   UniqueFd crash_write;   // child side: becomes kCrashFd; non-blocking so a full pipe never blocks a crash
   UniqueFd stdout_file;   // exec mode only: memfd shared by parent and child
   UniqueFd stderr_file;   // exec mode only
+  UniqueFd listener_socket;        // parent side: the child hands its seccomp listener over it
+  UniqueFd listener_socket_child;  // child side: becomes kListenerSocketFd
 };
 
 Expected<ChildStreams> open_child_streams(bool exec_mode);

@@ -82,7 +82,7 @@ void pack_ticket(Packer& pk, const TaskTicket& t) {
 }
 
 void pack_exit(Packer& pk, const ExitReport& e) {
-  pk.pack_array(10);
+  pk.pack_array(13);
   pk.pack_uint64(e.seq);
   pk.pack_int64(e.pid);
   pk.pack_int32(e.wait_status);
@@ -93,6 +93,9 @@ void pack_exit(Packer& pk, const ExitReport& e) {
   pack_bin(pk, e.stdout_data);
   pk.pack_uint64(e.stdout_size);
   pack_bin(pk, e.stderr_tail);
+  pk.pack(e.seccomp_watched);
+  pk.pack_int32(e.violation_nr);
+  pk.pack_uint32(e.violation_arch);
 }
 
 // --- decoding helpers: throw std::runtime_error on any shape mismatch.
@@ -195,7 +198,7 @@ TaskTicket unpack_ticket(const msgpack::object& o) {
 }
 
 ExitReport unpack_exit(const msgpack::object& o) {
-  const auto& a = arr(o, 10, "exit report");
+  const auto& a = arr(o, 13, "exit report");
   ExitReport e;
   e.seq = u64(a.ptr[0]);
   e.pid = i64(a.ptr[1]);
@@ -207,6 +210,9 @@ ExitReport unpack_exit(const msgpack::object& o) {
   e.stdout_data = str(a.ptr[7]);
   e.stdout_size = u64(a.ptr[8]);
   e.stderr_tail = str(a.ptr[9]);
+  e.seccomp_watched = boolean(a.ptr[10]);
+  e.violation_nr = static_cast<std::int32_t>(i64(a.ptr[11]));
+  e.violation_arch = static_cast<std::uint32_t>(u64(a.ptr[12]));
   return e;
 }
 

@@ -51,6 +51,11 @@ struct ExitReport {
   std::string stdout_data;             // exec mode: stdout, at most output cap + 1 bytes
   std::uint64_t stdout_size = 0;       // exec mode: the full size written
   std::string stderr_tail;             // exec mode: last bytes of stderr
+  // What the kernel said (shared/seccomp_notify.h): whether a seccomp
+  // listener watched the task, and the first syscall it denied (-1: none).
+  bool seccomp_watched = false;
+  std::int32_t violation_nr = -1;
+  std::uint32_t violation_arch = 0;
 };
 
 struct ControlMessage {

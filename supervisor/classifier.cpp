@@ -33,6 +33,26 @@ std::optional<CrashReport> matching_report(const ExitReport& exit, int sig) {
   return std::nullopt;
 }
 
+// What the task's own crash reports claimed that the kernel's word
+// contradicts: a report from the process the wait status is about, with
+// another signal than the one that ended it (or none ended it), or naming a
+// denied syscall the kernel's listener never saw. "" when nothing was.
+std::string discarded_claims(const ExitReport& exit) {
+  const int status = exit.wait_status;
+  for (const auto& r : parse_crash_reports(exit.crash)) {
+    if (r.pid != exit.pid) continue;  // a descendant's report: its own business
+    if (!WIFSIGNALED(status) || r.signal != WTERMSIG(status)) {
+      return "a crash report claiming " + signal_name(r.signal) + " was discarded: the process " +
+             (WIFSIGNALED(status) ? "was killed by " + signal_name(WTERMSIG(status)) : "exited normally");
+    }
+    if (r.signal == SIGSYS && exit.seccomp_watched && r.syscall >= 0) {
+      return "a crash report naming denied syscall " + syscall_name(r.syscall, r.arch) +
+             " was discarded: the kernel reported none";
+    }
+  }
+  return {};
+}
+
 std::string last_line(std::string_view text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   const auto nl = text.rfind('\n');
@@ -68,6 +88,12 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
 
     if (ex.setup_failure) {
       fail(o, Kind::kSandboxError, "sandbox setup failed: " + *ex.setup_failure);
+    } else if (exit.violation_nr >= 0) {
+      // The kernel's listener saw a denied syscall, and the task was killed
+      // for it: whatever its ending looks like, this is the verdict.
+      if (WIFSIGNALED(status)) o.signal = WTERMSIG(status);
+      o.syscall = syscall_name(exit.violation_nr, exit.violation_arch);
+      fail(o, Kind::kSeccompViolation, "denied syscall " + o.syscall + " (reported by the kernel)");
     } else if (WIFSIGNALED(status)) {
       const int sig = WTERMSIG(status);
       o.signal = sig;
@@ -93,17 +119,31 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
         fail(o, Kind::kCpuLimit, "exceeded the CPU limit of " + std::to_string(cpu_limit_ms) + " ms (SIGXCPU)");
       } else if (sig == SIGXFSZ) {
         fail(o, Kind::kOutputLimit, "exceeded the file size limit of " + std::to_string(ex.limits.file_size_bytes) + " bytes (SIGXFSZ)");
-      } else if (sig == SIGSYS || is_crash_signal(sig)) {
+      } else if (sig == SIGSYS && !exit.seccomp_watched) {
+        // No listener (a kernel without seccomp notification, or a policy
+        // whose default is kill): SIGSYS is how a violation ends, and only
+        // the task's own report can name the syscall.
         const auto report = matching_report(exit, sig);
         if (report) o.frames = symbolizer.symbolize(report->frames);
-        if (sig == SIGSYS) {
-          o.syscall = report && report->syscall >= 0 ? syscall_name(report->syscall, report->arch) : "unknown";
-          fail(o, Kind::kSeccompViolation,
-               "denied syscall " + o.syscall + (report ? "" : " (no crash report: the process had no pillbox crash handler)"));
-        } else if (report && (report->stack_fault || frames_recurse(o.frames))) {
+        o.syscall = report && report->syscall >= 0 ? syscall_name(report->syscall, report->arch) : "unknown";
+        fail(o, Kind::kSeccompViolation,
+             "denied syscall " + o.syscall +
+                 (report ? " (named by the task's own crash report: no kernel notification here)"
+                         : " (no crash report: the process had no pillbox crash handler)"));
+        o.crash_state = crash_state(o.frames);
+      } else if (sig == SIGSYS || is_crash_signal(sig)) {
+        // Under a listener a denied syscall never raises SIGSYS: a SIGSYS
+        // the task raised itself is a crash like SIGABRT, and a syscall its
+        // report names is a claim the kernel did not make.
+        const auto report = matching_report(exit, sig);
+        if (report) o.frames = symbolizer.symbolize(report->frames);
+        if (report && sig != SIGSYS && (report->stack_fault || frames_recurse(o.frames))) {
           fail(o, Kind::kStackOverflow, "stack overflow (" + signal_name(sig) + ")");
         } else {
-          fail(o, Kind::kCrash, "killed by " + signal_name(sig) + (report ? "" : " (no crash report)"));
+          fail(o, Kind::kCrash,
+               "killed by " + signal_name(sig) +
+                   (sig == SIGSYS ? " raised by the task itself (the kernel reported no denied syscall)"
+                                  : report ? "" : " (no crash report)"));
         }
         o.crash_state = o.kind == Kind::kStackOverflow ? recursion_state(o.frames) : crash_state(o.frames);
       } else {
@@ -162,6 +202,12 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
     o.crash_state.clear();
     o.frames.clear();
     o.syscall.clear();
+  }
+
+  if (ex.exit) {
+    if (const std::string note = discarded_claims(*ex.exit); !note.empty()) {
+      o.message += (o.message.empty() ? "" : " ") + std::string("[") + note + "]";
+    }
   }
 
   if (o.kind != Kind::kOk) {

@@ -60,6 +60,27 @@ DoctorCheck check_seccomp() {
   return c;
 }
 
+// A listener for the filter's denied syscalls (shared/seccomp_notify.h): the
+// kernel, not the task, then names a violation.
+DoctorCheck check_seccomp_notify() {
+  DoctorCheck c = named("seccomp notification");
+  const int rc = in_child([] {
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+    sock_filter allow_all[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+    sock_fprog prog{1, allow_all};
+    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog) < 0) return errno;
+    return 0;
+  });
+  c.ok = rc == 0;
+  c.detail = c.ok ? "a listener is handed out: the kernel names each denied syscall"
+                  : "no listener for a filter: " + errno_name(rc);
+  if (!c.ok) {
+    c.fallback = "a denied syscall raises SIGSYS and is named by the task's own crash report (a hostile task "
+                 "could forge it; the record says so)";
+  }
+  return c;
+}
+
 // Without root the sandbox first enters a user namespace (sandbox/namespaces.cpp),
 // which is what makes the others possible: try them the same way.
 DoctorCheck check_namespace(const char* name, int flag, const char* fallback) {
@@ -210,6 +231,7 @@ DoctorReport run_doctor(const std::string& sandbox_binary, const std::vector<std
   r.checks.push_back(kernel);
   r.checks.push_back(check_privileges());
   r.checks.push_back(check_seccomp());
+  r.checks.push_back(check_seccomp_notify());
   r.checks.push_back(check_namespace("network", CLONE_NEWNET,
                                      "children share the host network; seccomp still denies socket() in the shipped policies"));
   r.checks.push_back(check_namespace("mount", CLONE_NEWNS, "no read-only view of the file system; file permissions and the dropped uid still apply"));

@@ -22,6 +22,7 @@
 #include "shared/child_streams.h"
 #include "shared/crash_report.h"
 #include "shared/process_group.h"
+#include "shared/seccomp_notify.h"
 #include "supervisor/launcher.h"
 #include "supervisor/sandbox_env.h"
 
@@ -100,6 +101,7 @@ class SpawnLauncher final : public Launcher {
     if (::pipe2(boot, O_CLOEXEC) != 0) return fork_failed(ticket.seq, std::string("pipe2: ") + std::strerror(errno));
     UniqueFd boot_read(boot[0]), boot_write(boot[1]);
     const int crash_fd = streams->crash_write.get();
+    const int listener_fd = streams->listener_socket_child.get();
     const int out_fd = streams->stdout_file.get();
     const int err_fd = streams->stderr_file.get();
     const int boot_fd = boot_read.get();
@@ -109,12 +111,15 @@ class SpawnLauncher final : public Launcher {
       // Sources are first copied above every target so no dup2 clobbers
       // another source; dup2 onto a different fd also clears FD_CLOEXEC.
       auto setup = [=](auto&) {
-        const int boot_tmp = ::fcntl(boot_fd, F_DUPFD_CLOEXEC, kCrashFd + 1);
-        const int crash_tmp = ::fcntl(crash_fd, F_DUPFD_CLOEXEC, kCrashFd + 1);
-        const int out_tmp = out_fd >= 0 ? ::fcntl(out_fd, F_DUPFD_CLOEXEC, kCrashFd + 1) : -1;
-        const int err_tmp = err_fd >= 0 ? ::fcntl(err_fd, F_DUPFD_CLOEXEC, kCrashFd + 1) : -1;
+        const int above = kListenerSocketFd + 1;
+        const int boot_tmp = ::fcntl(boot_fd, F_DUPFD_CLOEXEC, above);
+        const int crash_tmp = ::fcntl(crash_fd, F_DUPFD_CLOEXEC, above);
+        const int listener_tmp = ::fcntl(listener_fd, F_DUPFD_CLOEXEC, above);
+        const int out_tmp = out_fd >= 0 ? ::fcntl(out_fd, F_DUPFD_CLOEXEC, above) : -1;
+        const int err_tmp = err_fd >= 0 ? ::fcntl(err_fd, F_DUPFD_CLOEXEC, above) : -1;
         ::dup2(boot_tmp, kBootstrapFd);
         ::dup2(crash_tmp, kCrashFd);
+        ::dup2(listener_tmp, kListenerSocketFd);
         if (out_tmp >= 0) ::dup2(out_tmp, 1);
         if (err_tmp >= 0) ::dup2(err_tmp, 2);
       };
@@ -126,6 +131,7 @@ class SpawnLauncher final : public Launcher {
     }
     boot_read.reset();
     streams->crash_write.reset();
+    streams->listener_socket_child.reset();
     ControlMessage config;
     config.type = ControlType::kConfig;
     config.config = settings_.config;
@@ -146,6 +152,7 @@ class SpawnLauncher final : public Launcher {
     Child child;
     child.seq = ticket.seq;
     child.pid = pid;
+    child.watch = ViolationWatch(std::move(streams->listener_socket));
     child.streams = std::move(*streams);
     children_[pidfd] = std::move(child);
     LaunchEvent ev;
@@ -168,7 +175,9 @@ class SpawnLauncher final : public Launcher {
   std::vector<int> watch_fds() const override {
     std::vector<int> fds;
     for (const auto& [fd, c] : children_) {
-      if (!c.exited) fds.push_back(fd);
+      if (c.exited) continue;
+      fds.push_back(fd);
+      if (c.watch.fd() >= 0) fds.push_back(c.watch.fd());
     }
     return fds;
   }
@@ -176,6 +185,10 @@ class SpawnLauncher final : public Launcher {
   std::vector<LaunchEvent> collect() override {
     std::vector<LaunchEvent> events = std::move(pending_);
     pending_.clear();
+    // A denied syscall: the kernel says so; the task dies at once.
+    for (auto& [fd, c] : children_) {
+      if (c.watch.take() && !c.exited) kill_task_group(c.pid);
+    }
     // Every exited child: our tasks (their group is killed first, see
     // reap_children) and orphans of finished tasks reparented to us.
     const auto find_task = [this](pid_t pid) -> Child* {
@@ -197,6 +210,12 @@ class SpawnLauncher final : public Launcher {
       ev.type = LaunchEvent::Type::kExited;
       ev.seq = c.seq;
       ev.pid = c.pid;
+      c.watch.take();  // a notification that came with the exit
+      c.exit.seccomp_watched = c.watch.watched();
+      if (const auto& v = c.watch.violation()) {
+        c.exit.violation_nr = v->nr;
+        c.exit.violation_arch = v->arch;
+      }
       ev.exit = std::move(c.exit);
       collect_child_streams(c.streams, ev.exit, settings_.config.policy.limits.output_bytes);
       ::close(it->first);
@@ -223,6 +242,7 @@ class SpawnLauncher final : public Launcher {
     std::uint64_t seq;
     pid_t pid;
     ChildStreams streams;
+    ViolationWatch watch;  // the kernel's word on the task's denied syscalls
     bool exited = false;  // main process reaped; its process group is draining
     ExitReport exit;
     std::chrono::steady_clock::time_point drain_deadline;

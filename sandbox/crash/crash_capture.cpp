@@ -162,8 +162,11 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   w.line_hex("addr", addr);
   w.line_hex("pc", pc);
   w.line_hex("sp", sp);
-  w.line("syscall", sig == SIGSYS ? info->si_syscall : -1);
-  w.line("arch", sig == SIGSYS ? static_cast<long long>(info->si_arch) : 0);
+  // Only a seccomp trap names a syscall; a SIGSYS raised by kill(2) does not.
+  constexpr int kSysSeccomp = 1;  // SYS_SECCOMP (asm-generic/siginfo.h; glibc does not export it)
+  const bool seccomp_trap = sig == SIGSYS && info->si_code == kSysSeccomp;
+  w.line("syscall", seccomp_trap ? info->si_syscall : -1);
+  w.line("arch", seccomp_trap ? static_cast<long long>(info->si_arch) : 0);
   w.line("stack_fault", stack_fault ? 1 : 0);
 
   // The unwinder walks through the signal trampoline into the interrupted
@@ -190,7 +193,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   // SA_RESETHAND restored the default action. Returning re-executes a
   // faulting instruction, which now kills the process with the same signal.
   // Signals that do not re-occur by themselves are raised again.
-  if (sig == SIGSYS) {
+  if (seccomp_trap) {
 #if defined(__x86_64__)
     // Retry the trapped syscall with its own arguments: the filter traps it
     // again and, with the default action, the kernel kills us with SIGSYS.

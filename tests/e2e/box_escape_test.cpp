@@ -350,3 +350,30 @@ TEST_CASE("a plugin the task's uid cannot read is one clear error before anythin
     CHECK(r.err.find("plugins are loaded only after a task dropped root") != std::string::npos);
   }
 }
+
+TEST_CASE("the kernel names the syscall: a forged crash report and a self-raised SIGSYS are a crash, not a violation") {
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    {
+      const auto r = run_exec(mode, {e2e::fixture("forge_report")});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "crash");
+      CHECK(rec["signal"] == "SIGSYS");
+      CHECK(rec["syscall"].is_null());
+      const std::string message = rec["message"];
+      CHECK_MESSAGE(message.find("raised by the task itself") != std::string::npos, message);
+      CHECK_MESSAGE(message.find("naming denied syscall reboot was discarded") != std::string::npos, message);
+    }
+    {
+      // A real denied syscall after the forged report: the kernel's name wins.
+      const auto r = run_exec(mode, {e2e::fixture("forge_report"), "real"});
+      INFO(r.describe());
+      const auto& rec = only_record(r);
+      CHECK(rec["kind"] == "seccomp-violation");
+      CHECK(rec["syscall"] == "socket");
+      const std::string message = rec["message"];
+      CHECK_MESSAGE(message.find("denied syscall socket (reported by the kernel)") == 0, message);
+    }
+  }
+}

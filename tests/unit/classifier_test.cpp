@@ -247,7 +247,46 @@ TEST_CASE("classifier: resource signals") {
   CHECK(term.signal == SIGTERM);
 }
 
-TEST_CASE("classifier: seccomp violations name the syscall") {
+TEST_CASE("classifier: the kernel names the syscall of a violation") {
+  SUBCASE("a notification from the listener is the verdict, whatever killed the task") {
+    for (Execution ex : {signaled(SIGKILL), signaled(SIGSEGV), exited(0)}) {
+      ex.exit->seccomp_watched = true;
+      ex.exit->violation_nr = 41;
+      ex.exit->violation_arch = 0;
+      const Outcome o = run(ex);
+      CHECK(o.kind == Kind::kSeccompViolation);
+      CHECK(o.syscall == "socket");
+      CHECK(o.message == "denied syscall socket (reported by the kernel)");
+      check_fingerprint_shape(o);
+    }
+  }
+  SUBCASE("under a listener, a SIGSYS the task raised itself is a crash; its forged report is discarded") {
+    Execution ex = signaled(SIGSYS);
+    ex.exit->seccomp_watched = true;
+    ex.exit->crash = report(kPid, SIGSYS, "syscall 169\narch 0\n");  // reboot
+    const Outcome o = run(ex);
+    CHECK(o.kind == Kind::kCrash);
+    CHECK(o.syscall.empty());
+    CHECK(contains(o.message, "killed by SIGSYS raised by the task itself"));
+    CHECK(contains(o.message, "[a crash report naming denied syscall reboot was discarded: the kernel reported none]"));
+  }
+  SUBCASE("a report that contradicts the wait status is discarded, and said so") {
+    Execution ex = exited(0);
+    ex.exit->crash = report(kPid, SIGSEGV, "stack_fault 0\n");
+    CHECK(contains(run(ex).message, "a crash report claiming SIGSEGV was discarded: the process exited normally"));
+    Execution killed = signaled(SIGABRT);
+    killed.exit->crash = report(kPid, SIGSEGV, "stack_fault 0\n");
+    const Outcome k = run(killed);
+    CHECK(k.kind == Kind::kCrash);
+    CHECK(k.frames.empty());
+    CHECK(contains(k.message, "a crash report claiming SIGSEGV was discarded: the process was killed by SIGABRT"));
+    Execution descendant = exited(0);  // a child process's report is its own business
+    descendant.exit->crash = report(kPid + 7, SIGSEGV, "stack_fault 0\n");
+    CHECK_FALSE(contains(run(descendant).message, "discarded"));
+  }
+}
+
+TEST_CASE("classifier: without a listener, seccomp violations are named by the task's report") {
   SUBCASE("with a crash report of the same pid") {
     Execution ex = signaled(SIGSYS);
     ex.exit->crash = report(kPid, SIGSYS, "syscall 41\narch 0\n");
@@ -255,7 +294,7 @@ TEST_CASE("classifier: seccomp violations name the syscall") {
     CHECK(o.kind == Kind::kSeccompViolation);
     CHECK(o.syscall == "socket");
     CHECK(o.signal == SIGSYS);
-    CHECK(o.message == "denied syscall socket");
+    CHECK(o.message == "denied syscall socket (named by the task's own crash report: no kernel notification here)");
     check_fingerprint_shape(o);
 
     Execution execve = signaled(SIGSYS);
