@@ -8,7 +8,7 @@
 // policy allows (reads of font and CMap files with openat, read, lseek,
 // newfstatat, close; memory; sysinfo). Without it, the first font lookup in a
 // child loaded fontconfig's configuration there: access, readlink,
-// getdents64 and fstatfs, and the task was a seccomp-violation.
+// getdents64, fstatfs and fadvise64, and the task was a seccomp-violation.
 #include <memory>
 
 #include <poppler-document.h>
