@@ -188,7 +188,9 @@ TEST_CASE("pdf-text: no font cache, or no fontconfig configuration and no fonts,
     for (const std::string mode : {"zygote", "spawn"}) {
       CAPTURE(host);
       CAPTURE(mode);
-      std::vector<std::string> args = {"--mount", "/bin/sh", "-c", mounts + "exec \"$0\" \"$@\"", e2e::pillbox_binary()};
+      // sh -c SCRIPT pillbox ARGS...: the script mounts, then execs "$0" "$@".
+      std::vector<std::string> args = {"--mount", "/bin/sh", "-c", mounts + "exec \"$0\" \"$@\"",
+                                       e2e::pillbox_binary()};
       const std::vector<std::string> run = pdf_text_run(mode, files);
       args.insert(args.end(), run.begin(), run.end());
       const e2e::RunResult r = e2e::run_command(unshare, args);
