@@ -32,9 +32,9 @@
 #endif
 
 #ifdef PILLBOX_FUZZ_PDF_TEXT
-// pdf_text.cpp is linked into this harness instead of being loaded as
-// libpillbox-pdf-text.so: this is the module's entry point, which the loader
-// (pdf_text_loader.cpp) would find with dlsym.
+// pdf_text.cpp (and its pdf_text_warm_up.cpp) is linked into this harness
+// instead of being loaded as libpillbox-pdf-text.so: this is the module's
+// entry point, which the loader (pdf_text_loader.cpp) would find with dlsym.
 extern "C" void pillbox_pdf_text_make(const pillbox::sandbox::HandlerArgs& args,
                                       pillbox::Expected<std::unique_ptr<pillbox::sandbox::Handler>>& out);
 #endif

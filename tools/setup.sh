@@ -12,7 +12,9 @@ packages=(
   libspdlog-dev doctest-dev nlohmann-json3-dev  # logging, tests, JSON lines
   libsqlite3-dev                                # embedded store
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
+  libfontconfig-dev                             # pdf-text: poppler's font lookup, loaded before any fork
   python3 gzip                                  # sample corpus generation
+  poppler-utils                                 # pdftotext: the reference tests/e2e/pdf_corpus_test.cpp compares with
   clang libclang-rt-14-dev                      # fuzz/ harnesses: clang 14; libFuzzer and the sanitizer
                                                 # runtimes (only recommended by clang, so named here)
   llvm-14                                       # llvm-symbolizer: fuzz findings with function names

@@ -3,10 +3,11 @@
 // real-world parsers; this handler runs poppler unguarded so pillbox can show
 // it contains them.
 //
-// Built as its own module, libpillbox-pdf-text.so, which the zygote loads
-// only when this handler is asked for (pdf_text_loader.cpp): poppler brings
-// 22 more libraries, and every library mapped in the zygote is copied into
-// each forked child and torn down again when it exits.
+// Built as its own module, libpillbox-pdf-text.so (with pdf_text_warm_up.cpp,
+// what poppler and fontconfig do once, before any fork), which the zygote
+// loads only when this handler is asked for (pdf_text_loader.cpp): poppler
+// brings 22 more libraries, and every library mapped in the zygote is copied
+// into each forked child and torn down again when it exits.
 #include <climits>
 #include <memory>
 
@@ -15,6 +16,7 @@
 #include <poppler-page.h>
 
 #include "sandbox/handler.h"
+#include "sandbox/handlers/pdf_text_warm_up.h"
 
 namespace pillbox::handlers {
 
@@ -57,35 +59,6 @@ using sandbox::HandlerStatus;
 namespace pillbox::sandbox {
 namespace {
 
-// A minimal valid one-page PDF with one word of text, used to warm poppler up
-// in the zygote (see make_pdf_text_handler).
-constexpr std::string_view kWarmUpPdf =
-    "%PDF-1.4\n"
-    "1 0 obj<</Type/Catalog/Pages 2 0 R>>\n"
-    "endobj\n"
-    "2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>\n"
-    "endobj\n"
-    "3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 50]/Resources<</Font<</F1 5 0 R>>>>/Contents 4 0 R>>\n"
-    "endobj\n"
-    "4 0 obj<</Length 31>>stream\n"
-    "BT/F1 12 Tf 10 20 Td(warm)Tj ET\n"
-    "endstream\n"
-    "endobj\n"
-    "5 0 obj<</Type/Font/Subtype/Type1/BaseFont/Helvetica>>\n"
-    "endobj\n"
-    "xref\n"
-    "0 6\n"
-    "0000000000 65535 f \n"
-    "0000000009 00000 n \n"
-    "0000000053 00000 n \n"
-    "0000000103 00000 n \n"
-    "0000000213 00000 n \n"
-    "0000000290 00000 n \n"
-    "trailer<</Size 6/Root 1 0 R>>\n"
-    "startxref\n"
-    "352\n"
-    "%%EOF\n";
-
 void ignore_poppler_message(const std::string& /*message*/, void* /*closure*/) {}
 
 class PdfTextHandler final : public Handler {
@@ -97,9 +70,9 @@ class PdfTextHandler final : public Handler {
   }
 
  private:
-  // poppler's global state (GlobalParams) lives only while some document does;
-  // holding this one keeps it built in the zygote instead of rebuilt, with its
-  // directory scans, in every confined child.
+  // The warm-up document: poppler's global state (GlobalParams) lives only
+  // while some document does; holding this one keeps it built in the zygote
+  // instead of rebuilt, with its directory scans, in every confined child.
   std::unique_ptr<poppler::document> warm_;
 };
 
@@ -111,14 +84,11 @@ Expected<std::unique_ptr<Handler>> make_pdf_text_in_module(const HandlerArgs& ar
   // already says what went wrong.
   poppler::set_debug_error_function(ignore_poppler_message, nullptr);
 
-  // Extract text once before any fork so the one-time work (time zone, the
-  // iconv module behind to_utf8) happens here, not under seccomp.
-  std::unique_ptr<poppler::document> warm(
-      poppler::document::load_from_raw_data(kWarmUpPdf.data(), static_cast<int>(kWarmUpPdf.size())));
-  const std::unique_ptr<poppler::page> page(warm ? warm->create_page(0) : nullptr);
-  if (!page) return Error{"handler 'pdf-text': poppler could not load its built-in warm-up PDF"};
-  page->text().to_utf8();
-  return std::unique_ptr<Handler>(std::make_unique<PdfTextHandler>(std::move(warm)));
+  // Before any fork, so that the one-time work happens here, not under
+  // seccomp (pdf_text_warm_up.h).
+  auto warm = warm_up_pdf_text();
+  if (!warm) return Error{warm.error()};
+  return std::unique_ptr<Handler>(std::make_unique<PdfTextHandler>(std::move(*warm)));
 }
 
 }  // namespace
