@@ -27,9 +27,12 @@ bool load_handler_in_child(const ChildConfig& config) {
 
 Status check_handler_unprivileged(const ChildConfig& config, bool& config_error) {
   config_error = false;
-  const Isolation& iso = config.policy.isolation;
-  const std::uint32_t uid = iso.uid_pool_size > 0 ? iso.uid_pool_first : config.sandbox_uid;
-  const std::uint32_t gid = iso.uid_pool_size > 0 ? iso.uid_pool_first : config.sandbox_gid;
+  // The policy's user (nobody), not a uid of the pool: a pool uid this run
+  // has not claimed may be another run's, whose next task kills every
+  // process of its uid (sandbox/child_runtime.cpp). Either is an
+  // unprivileged uid outside the file's owner and group, so the answer is the same.
+  const std::uint32_t uid = config.sandbox_uid;
+  const std::uint32_t gid = config.sandbox_gid;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::error(std::string("pipe2: ") + std::strerror(errno));
   UniqueFd read_end(fds[0]), write_end(fds[1]);

@@ -20,7 +20,7 @@ namespace pillbox::sandbox {
 bool load_handler_in_child(const ChildConfig& config);
 
 // Loads the handler once in a throwaway process that first drops to an
-// unprivileged uid (the policy's uid pool, else its user), so that a plugin
+// unprivileged uid (the policy's user), so that a plugin
 // that cannot be read or loaded by the task's uid, or whose init fails, is
 // one clear error before any task runs. The error says where a permission
 // is missing and why plugins are not loaded as root.
