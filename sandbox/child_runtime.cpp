@@ -17,6 +17,7 @@
 #include "sandbox/exit_codes.h"
 #include "sandbox/namespaces.h"
 #include "sandbox/plugin_privileges.h"
+#include "sandbox/private_tmp.h"
 #include "sandbox/privileges.h"
 #include "sandbox/rlimits.h"
 #include "sandbox/zmtp_client.h"
@@ -29,6 +30,7 @@ namespace pillbox::sandbox {
 namespace {
 
 constexpr int kPayloadFileFd = 3;  // exec mode with "{}": the payload file
+constexpr int kMountNsFd = 1002;   // until joined: the slot's mount namespace (private tmp, zygote mode)
 constexpr const char* kPayloadFilePath = "/proc/self/fd/3";
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
@@ -47,7 +49,7 @@ void reset_inherited_signals() {
 // kCrashFd = crash pipe, kListenerSocketFd = where the seccomp listener goes
 // (closed again before anything untrusted runs); every other fd is closed.
 bool arrange_fds(const ChildFds& fds) {
-  static_assert(kListenerSocketFd == kCrashFd + 1, "the kept fds are one range");
+  static_assert(kListenerSocketFd == kCrashFd + 1 && kMountNsFd == kListenerSocketFd + 1, "the kept fds are one range");
   // The fds we are handed may have any numbers, 0 to 2 included (when the
   // zygote was started with one of them closed): move every one out of the
   // way before 0, 1 and 2 are overwritten.
@@ -56,6 +58,9 @@ bool arrange_fds(const ChildFds& fds) {
   }
   if (fds.listener_socket >= 0 && fds.listener_socket != kListenerSocketFd) {
     if (::dup2(fds.listener_socket, kListenerSocketFd) < 0) return false;
+  }
+  if (fds.mount_ns >= 0 && fds.mount_ns != kMountNsFd) {
+    if (::dup2(fds.mount_ns, kMountNsFd) < 0) return false;
   }
   const int out = fds.stdout_fd >= 0 ? ::fcntl(fds.stdout_fd, F_DUPFD_CLOEXEC, 3) : -1;
   const int err = fds.stderr_fd >= 0 ? ::fcntl(fds.stderr_fd, F_DUPFD_CLOEXEC, 3) : -1;
@@ -66,7 +71,10 @@ bool arrange_fds(const ChildFds& fds) {
   if (::dup2(out >= 0 ? out : devnull, 1) < 0) return false;
   if (::dup2(err >= 0 ? err : devnull, 2) < 0) return false;
   ::close_range(3, kCrashFd - 1, 0);
-  ::close_range(fds.listener_socket >= 0 ? kListenerSocketFd + 1 : kCrashFd + 1, ~0u, 0);
+  // The fds past kCrashFd that were handed over stay; the rest go.
+  const int last = fds.mount_ns >= 0 ? kMountNsFd : fds.listener_socket >= 0 ? kListenerSocketFd : kCrashFd;
+  if (fds.listener_socket < 0 && fds.mount_ns >= 0) ::close(kListenerSocketFd);
+  ::close_range(static_cast<unsigned>(last) + 1, ~0u, 0);
   return true;
 }
 
@@ -177,6 +185,7 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
     ::dup2(payload_fd, 0);
   }
   std::vector<std::string> env = {std::string("PATH=") + kExecTaskPath, "LANG=C.UTF-8", "HOME=/"};
+  if (cfg.policy.isolation.tmp_bytes > 0) env.push_back("TMPDIR=/tmp");
   if (!cfg.crash_lib.empty()) {
     env.push_back("LD_PRELOAD=" + cfg.crash_lib);
     env.push_back("PILLBOX_CRASH_FD=" + std::to_string(kCrashFd));
@@ -234,7 +243,12 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   std::string setup_error;
   if (auto s = join_cgroups(ticket.cgroup_procs); !s) setup_error = s.message();
   bool in_user_namespace = prep.in_user_namespace;
-  if (enter_own_namespaces) in_user_namespace = enter_namespaces(cfg.policy.isolation).entered_user;
+  bool read_only_view = prep.read_only_view;
+  if (enter_own_namespaces) {
+    const NamespaceOutcome ns = enter_namespaces(cfg.policy.isolation);
+    in_user_namespace = ns.entered_user;
+    read_only_view = ns.read_only;
+  }
   crash::arm(kCrashFd);
   // The connection is made while still root: the runtime dir is 0700.
   auto client = ZmtpClient::connect(ticket.endpoint);
@@ -243,6 +257,17 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   if (!client->start_handshake(10'000)) _exit(kExitNoSupervisor);
   Wire wire(ticket, std::move(*client));
   if (!setup_error.empty()) fail_setup(wire, setup_error);
+  // Its own /tmp, /var/tmp and /dev/shm. Only inside a read-only view: where
+  // the host refused the mount namespace, the warnings already say the file
+  // system stays as writable as the uid allows.
+  const bool private_tmp = read_only_view && cfg.policy.isolation.tmp_bytes > 0;
+  if (fds.mount_ns >= 0) {
+    const Status joined = join_private_tmp(kMountNsFd);
+    ::close(kMountNsFd);
+    if (!joined) fail_setup(wire, joined.message());
+  } else if (private_tmp) {
+    if (auto s = enter_private_tmp(cfg.policy.isolation, cfg.keep_visible); !s) fail_setup(wire, s.message());
+  }
 
   // 4. Confinement, most permissive step first.
   int payload_fd = -1;
@@ -273,6 +298,9 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     if (auto s = drop_all_capabilities(); !s) fail_setup(wire, s.message());
   }
   if (auto s = set_no_new_privs(); !s) fail_setup(wire, s.message());
+  // A slot's namespace still holds what its previous task wrote: removed now,
+  // as this task's uid, before anything of this task runs.
+  if (fds.mount_ns >= 0) empty_private_dirs();
   // A plugin, as root: loaded only now, as the slot's uid with no capability.
   std::unique_ptr<Handler> loaded;
   Handler* handler = prep.handler.get();

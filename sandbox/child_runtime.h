@@ -4,6 +4,7 @@
 // (run_child) and follows DESIGN.md §3:
 //   new session, parent-death signal, fds, environment, cgroup,
 //   crash handler, connect the wire (as root: the runtime dir is 0700),
+//   private tmp (a mount namespace of its own, when the policy gives one),
 //   rlimits, drop privileges, no_new_privs, seccomp (its listener handed to
 //   the parent), HELLO,
 //   receive the payload, run the handler (or execve), RESULT, _exit.
@@ -28,6 +29,7 @@ struct PreparedChild {
   CompiledFilter filter;
   pid_t parent_pid = 0;              // the process that forks children (for the PDEATHSIG race)
   bool in_user_namespace = false;    // the zygote entered one: children drop their capabilities
+  bool read_only_view = false;       // the zygote's mount namespace shows the host read-only
   // The CPUs a child may use. The zygote pins itself to one CPU (see
   // zygote.cpp); each child takes back the full set.
   bool restore_affinity = false;
@@ -45,6 +47,7 @@ struct ChildFds {
   int listener_socket = -1;  // becomes kListenerSocketFd: the seccomp listener goes to the parent over it
   int stdout_fd = -1;     // exec mode: becomes fd 1 (else /dev/null)
   int stderr_fd = -1;     // exec mode: becomes fd 2 (else /dev/null)
+  int mount_ns = -1;      // zygote, private tmp: the slot's mount namespace to join (sandbox/private_tmp.h)
 };
 
 // Never returns. `enter_own_namespaces` is for spawn mode (a zygote's

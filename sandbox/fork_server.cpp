@@ -20,11 +20,11 @@
 namespace pillbox::sandbox {
 namespace {
 
-// A request: one byte saying which of the four stream fds ride along (in
+// A request: one byte saying which of the five fds ride along (in
 // SCM_RIGHTS, in this order), then the encoded kFork control message.
-constexpr std::uint8_t kHasCrash = 1, kHasStdout = 2, kHasStderr = 4, kHasListenerSocket = 8;
+constexpr std::uint8_t kHasCrash = 1, kHasStdout = 2, kHasStderr = 4, kHasListenerSocket = 8, kHasMountNs = 16;
 constexpr std::size_t kMaxRequest = 64 * 1024;  // tickets are a few hundred bytes
-constexpr std::size_t kMaxFds = 4;
+constexpr std::size_t kMaxFds = 5;
 constexpr std::size_t kMaxCgroupPaths = 16;
 // The server answers within a millisecond or so. One that does not was
 // stopped or is stuck (without root, a task runs under the same uid and can
@@ -46,6 +46,7 @@ void encode_ticket(const TaskTicket& t, std::string& out) {
   put_u64(out, t.seq);
   put_u32(out, t.uid);
   put_u32(out, t.gid);
+  put_u32(out, t.slot);
   out.append(reinterpret_cast<const char*>(t.secret.data()), t.secret.size());
   put_str(out, t.endpoint);
   put_u32(out, static_cast<std::uint32_t>(t.cgroup_procs.size()));
@@ -80,7 +81,7 @@ class TicketReader {
 bool decode_ticket(const char* p, std::size_t n, TaskTicket& t) {
   TicketReader r(p, n);
   std::uint32_t paths = 0;
-  if (!r.get(t.seq) || !r.get(t.uid) || !r.get(t.gid) || !r.get(t.secret) || !r.get_str(t.endpoint) ||
+  if (!r.get(t.seq) || !r.get(t.uid) || !r.get(t.gid) || !r.get(t.slot) || !r.get(t.secret) || !r.get_str(t.endpoint) ||
       !r.get(paths) || paths > kMaxCgroupPaths) {
     return false;
   }
@@ -104,6 +105,7 @@ bool decode_ticket(const char* p, std::size_t n, TaskTicket& t) {
   if (mask & kHasStdout) fds.stdout_fd = received[next++];
   if (mask & kHasStderr) fds.stderr_fd = received[next++];
   if (mask & kHasListenerSocket) fds.listener_socket = received[next++];
+  if (mask & kHasMountNs) fds.mount_ns = received[next++];
   run_child(prep, ticket, fds, /*enter_own_namespaces=*/false);
 }
 
@@ -122,7 +124,7 @@ bool decode_ticket(const char* p, std::size_t n, TaskTicket& t) {
     const ssize_t n = ::recvmsg(sock, &msg, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) _exit(0);  // the zygote is gone
-    int received[kMaxFds] = {-1, -1, -1, -1};
+    int received[kMaxFds] = {-1, -1, -1, -1, -1};
     std::size_t count = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -189,6 +191,7 @@ Expected<pid_t> ForkServer::fork_child(const TaskTicket& ticket, const ChildFds&
   if (fds.stdout_fd >= 0) mask |= kHasStdout, send_fds[count++] = fds.stdout_fd;
   if (fds.stderr_fd >= 0) mask |= kHasStderr, send_fds[count++] = fds.stderr_fd;
   if (fds.listener_socket >= 0) mask |= kHasListenerSocket, send_fds[count++] = fds.listener_socket;
+  if (fds.mount_ns >= 0) mask |= kHasMountNs, send_fds[count++] = fds.mount_ns;
   request[0] = static_cast<char>(mask);
   if (ticket.cgroup_procs.size() > kMaxCgroupPaths) return Error{"fork server: more than 16 cgroups for one task"};
   encode_ticket(ticket, request);

@@ -77,6 +77,19 @@ bool make_read_only(NamespaceOutcome& out) {
   return true;
 }
 
+// The policy's writable paths (its own choice, or --writable), bound onto
+// themselves and remounted read-write inside the read-only view.
+void bind_writable(const std::vector<std::string>& paths, NamespaceOutcome& out) {
+  for (const std::string& path : paths) {
+    if (::mount(path.c_str(), path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        ::mount(nullptr, path.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | preserved_flags(path),
+                nullptr) != 0) {
+      out.warnings.push_back("writable path " + path + " cannot be bound read-write (" + std::strerror(errno) +
+                             "): it stays read-only");
+    }
+  }
+}
+
 bool in_mount_namespace(const NamespaceOutcome& out) {
   for (const auto& ns : out.entered) {
     if (ns.rfind("mount", 0) == 0) return true;
@@ -178,7 +191,11 @@ NamespaceOutcome enter_namespaces(const Isolation& isolation) {
   try_unshare(CLONE_NEWUTS, "uts", out, "children see the host name");
   if (isolation.filesystem == FilesystemMode::kReadOnly) {
     if (try_unshare(CLONE_NEWNS, "mount", out, "the file system stays writable where permissions allow")) {
-      if (make_read_only(out)) out.entered.back() = "mount(read-only)";
+      if (make_read_only(out)) {
+        out.entered.back() = "mount(read-only)";
+        out.read_only = true;
+        bind_writable(isolation.writable, out);
+      }
     }
   }
   return out;

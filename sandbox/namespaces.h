@@ -13,6 +13,7 @@ namespace pillbox::sandbox {
 struct NamespaceOutcome {
   std::vector<std::string> entered;   // "user", "net", "ipc", "uts", "mount(read-only)", "pid"
   bool entered_user = false;          // children must then drop the capabilities it gave them
+  bool read_only = false;             // a mount namespace with the host read-only (policy writable paths aside)
   int init_host_pid = 0;              // pid namespace: the init's pid as the host sees it
   std::vector<std::string> warnings;  // "network namespace unavailable (EPERM): children share the host network"
 };

@@ -20,6 +20,7 @@
 #include "sandbox/child_runtime.h"
 #include "sandbox/fork_server.h"
 #include "sandbox/namespaces.h"
+#include "sandbox/private_tmp.h"
 #include "shared/child_streams.h"
 #include "shared/control.h"
 #include "shared/process_group.h"
@@ -109,6 +110,16 @@ class Zygote {
     auto streams = open_child_streams(prep_.config.exec_mode());
     if (!streams) return fork_failed(ticket.seq, streams.error());
     ChildFds fds;
+    // A private tmp: the task joins its slot's mount namespace (made once).
+    if (prep_.read_only_view && prep_.config.policy.isolation.tmp_bytes > 0) {
+      auto& ns = slot_namespaces_[ticket.slot];
+      if (!ns.valid()) {
+        auto made = make_slot_namespace(prep_.config.policy.isolation, prep_.config.keep_visible);
+        if (!made) return fork_failed(ticket.seq, made.error());
+        ns = std::move(*made);
+      }
+      fds.mount_ns = ns.get();
+    }
     fds.crash_write = streams->crash_write.get();
     fds.listener_socket = streams->listener_socket_child.get();
     fds.stdout_fd = streams->stdout_file.get();
@@ -229,6 +240,7 @@ class Zygote {
   ForkServer server_;
   bool server_lost_ = false;  // died or stopped answering: shut down (see lose_server)
   std::map<pid_t, Running> running_;
+  std::map<std::uint32_t, UniqueFd> slot_namespaces_;  // private tmp: one mount namespace per job slot
 };
 
 
@@ -285,6 +297,7 @@ int run_zygote() {
   if (prep->config.use_namespaces) {
     NamespaceOutcome ns = enter_namespaces(prep->config.policy.isolation);
     prep->in_user_namespace = ns.entered_user;
+    prep->read_only_view = ns.read_only;
     // From here on, in a new PID namespace, this process is a fork of the
     // original, which only waits for it (see become_pid_namespace_init).
     if (become_pid_namespace_init(ns)) prep->parent_pid = ::getpid();  // 1: what its children see

@@ -16,6 +16,10 @@ namespace pillbox {
 // environment): where `#!/usr/bin/env NAME` looks for NAME.
 inline constexpr const char* kExecTaskPath = "/usr/local/bin:/usr/bin:/bin";
 
+// The directories a task with a private tmp (policy `tmp`) gets its own
+// empty tmpfs at; the first is also its working directory.
+inline constexpr const char* kPrivateDirs[] = {"/tmp", "/var/tmp", "/dev/shm"};
+
 struct ChildConfig {
   std::string handler;                        // built-in name, "plugin:PATH" or "exec"
   std::map<std::string, std::string> args;    // --arg K=V
@@ -27,6 +31,11 @@ struct ChildConfig {
   std::uint32_t sandbox_uid = 65534;
   std::uint32_t sandbox_gid = 65534;
   bool use_namespaces = true;                 // try net/ipc/uts (+mount for read-only fs)
+  // Files and directories the command line names (the command, its
+  // interpreters, argument files, the crash library, a plugin) that lie
+  // under a directory a task gets privately (/tmp, /var/tmp, /dev/shm): bound
+  // read-only into the private one, so that they stay where they were named.
+  std::vector<std::string> keep_visible;
 
   bool exec_mode() const { return handler == "exec"; }
 };
@@ -38,6 +47,7 @@ struct TaskTicket {
   std::vector<std::string> cgroup_procs;      // cgroup.procs files to join (may be empty)
   std::uint32_t uid = 0;                      // with drop_privileges: this task's uid and gid
   std::uint32_t gid = 0;                      // (its slot's, from the uid pool, or sandbox_uid/gid)
+  std::uint32_t slot = 0;                     // its job slot: tasks of one slot run one at a time
 };
 
 }  // namespace pillbox

@@ -29,7 +29,7 @@ void pack_strings(Packer& pk, const std::vector<std::string>& v) {
 }
 
 void pack_policy(Packer& pk, const Policy& p) {
-  pk.pack_array(18);
+  pk.pack_array(20);
   pack_str(pk, p.name);
   pack_str(pk, p.origin);
   pk.pack_uint64(p.limits.cpu_ms);
@@ -50,10 +50,12 @@ void pack_policy(Packer& pk, const Policy& p) {
   pk.pack_array(2);
   pk.pack_uint32(p.isolation.uid_pool_first);
   pk.pack_uint32(p.isolation.uid_pool_size);
+  pk.pack_uint64(p.isolation.tmp_bytes);
+  pack_strings(pk, p.isolation.writable);
 }
 
 void pack_config(Packer& pk, const ChildConfig& c) {
-  pk.pack_array(11);
+  pk.pack_array(12);
   pack_str(pk, c.handler);
   pk.pack_map(static_cast<std::uint32_t>(c.args.size()));
   for (const auto& [k, v] : c.args) {
@@ -69,16 +71,18 @@ void pack_config(Packer& pk, const ChildConfig& c) {
   pk.pack_uint32(c.sandbox_gid);
   pk.pack(c.use_namespaces);
   pk.pack_nil();  // reserved
+  pack_strings(pk, c.keep_visible);
 }
 
 void pack_ticket(Packer& pk, const TaskTicket& t) {
-  pk.pack_array(6);
+  pk.pack_array(7);
   pk.pack_uint64(t.seq);
   pack_str(pk, t.endpoint);
   pack_bin(pk, std::string_view(reinterpret_cast<const char*>(t.secret.data()), t.secret.size()));
   pack_strings(pk, t.cgroup_procs);
   pk.pack_uint32(t.uid);
   pk.pack_uint32(t.gid);
+  pk.pack_uint32(t.slot);
 }
 
 void pack_exit(Packer& pk, const ExitReport& e) {
@@ -138,7 +142,7 @@ E enum_u8(const msgpack::object& o, std::uint8_t min, std::uint8_t max) {
 }
 
 Policy unpack_policy(const msgpack::object& o) {
-  const auto& a = arr(o, 18, "policy");
+  const auto& a = arr(o, 20, "policy");
   Policy p;
   p.name = str(a.ptr[0]);
   p.origin = str(a.ptr[1]);
@@ -160,11 +164,13 @@ Policy unpack_policy(const msgpack::object& o) {
   const auto& pool = arr(a.ptr[17], 2, "uid pool");
   p.isolation.uid_pool_first = static_cast<std::uint32_t>(u64(pool.ptr[0]));
   p.isolation.uid_pool_size = static_cast<std::uint32_t>(u64(pool.ptr[1]));
+  p.isolation.tmp_bytes = u64(a.ptr[18]);
+  p.isolation.writable = strings(a.ptr[19]);
   return p;
 }
 
 ChildConfig unpack_config(const msgpack::object& o) {
-  const auto& a = arr(o, 11, "config");
+  const auto& a = arr(o, 12, "config");
   ChildConfig c;
   c.handler = str(a.ptr[0]);
   if (a.ptr[1].type != msgpack::type::MAP) throw std::runtime_error("args: expected a map");
@@ -180,11 +186,12 @@ ChildConfig unpack_config(const msgpack::object& o) {
   c.sandbox_uid = static_cast<std::uint32_t>(u64(a.ptr[7]));
   c.sandbox_gid = static_cast<std::uint32_t>(u64(a.ptr[8]));
   c.use_namespaces = boolean(a.ptr[9]);
+  c.keep_visible = strings(a.ptr[11]);
   return c;
 }
 
 TaskTicket unpack_ticket(const msgpack::object& o) {
-  const auto& a = arr(o, 6, "ticket");
+  const auto& a = arr(o, 7, "ticket");
   TaskTicket t;
   t.seq = u64(a.ptr[0]);
   t.endpoint = str(a.ptr[1]);
@@ -194,6 +201,7 @@ TaskTicket unpack_ticket(const msgpack::object& o) {
   t.cgroup_procs = strings(a.ptr[3]);
   t.uid = static_cast<std::uint32_t>(u64(a.ptr[4]));
   t.gid = static_cast<std::uint32_t>(u64(a.ptr[5]));
+  t.slot = static_cast<std::uint32_t>(u64(a.ptr[6]));
   return t;
 }
 

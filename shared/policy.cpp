@@ -31,6 +31,10 @@ std::string canonical_text(const Policy& p) {
   field("uid_pool", std::to_string(p.isolation.uid_pool_first) + "+" + std::to_string(p.isolation.uid_pool_size));
   field("cgroup", to_string(p.isolation.cgroup));
   field("filesystem", to_string(p.isolation.filesystem));
+  // Added after the first identities were recorded: written only when set,
+  // so a policy without them keeps the identity it always had.
+  if (p.isolation.tmp_bytes != 0) field("tmp_bytes", std::to_string(p.isolation.tmp_bytes));
+  for (const std::string& path : p.isolation.writable) field("writable", path);
   field("seccomp", p.seccomp.enabled ? "yes" : "no");
   field("seccomp_default", to_string(p.seccomp.default_action));
   // Order and repetition in the allow list do not change the filter.

@@ -48,6 +48,14 @@ struct Isolation {
   std::uint32_t uid_pool_size = 0;
   CgroupMode cgroup = CgroupMode::kAuto;
   FilesystemMode filesystem = FilesystemMode::kReadOnly;
+  // With a read-only file system: each task gets its own empty tmpfs of this
+  // size at /tmp (also its working directory), /var/tmp and /dev/shm, in a
+  // mount namespace of its own, gone when the task ends; the pages it writes
+  // there count against its memory cgroup. 0: none (nothing is writable).
+  std::uint64_t tmp_bytes = 0;
+  // Host paths bound read-write into the read-only view, on purpose (absolute
+  // paths). The shipped policies bind none.
+  std::vector<std::string> writable;
 };
 
 struct SeccompRules {

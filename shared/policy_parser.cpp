@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -248,7 +249,7 @@ constexpr LimitKey kLimitKeys[] = {
 
 constexpr std::string_view kSectionNames[] = {"policy", "limits", "isolation", "seccomp"};
 constexpr std::string_view kPolicyKeys[] = {"name", "allow_unsafe"};
-constexpr std::string_view kIsolationKeys[] = {"network", "user", "uid_pool", "cgroup", "filesystem"};
+constexpr std::string_view kIsolationKeys[] = {"network", "user", "uid_pool", "cgroup", "filesystem", "tmp", "writable"};
 constexpr std::string_view kSeccompKeys[] = {"enabled", "default", "allow", "import_oci"};
 
 std::vector<std::string_view> keys_of(std::string_view section) {
@@ -262,7 +263,8 @@ std::vector<std::string_view> keys_of(std::string_view section) {
 
 // Keys whose lines add to a list instead of setting a value.
 bool is_repeatable(std::string_view section, std::string_view key) {
-  return section == "seccomp" && (key == "allow" || key == "import_oci");
+  return (section == "seccomp" && (key == "allow" || key == "import_oci")) ||
+         (section == "isolation" && key == "writable");
 }
 
 constexpr SeccompDefault kSeccompDefaults[] = {SeccompDefault::kTrap, SeccompDefault::kKill,
@@ -376,6 +378,10 @@ std::string default_name_from_origin(std::string_view origin) {
   if (stem.ends_with(".policy")) stem.remove_suffix(std::string_view(".policy").size());
   return is_valid_policy_name(stem) ? std::string(stem) : Policy{}.name;
 }
+
+// A whole number with a unit of `q`, within [min, max] (defined below).
+Expected<std::uint64_t> parse_quantity(Quantity q, std::string_view value, const std::string& name, std::uint64_t min,
+                                       std::uint64_t max);
 
 // ---------------------------------------------------------------- the parser
 
@@ -523,6 +529,17 @@ class Parser {
       return Status::ok();
     }
     if (key == "uid_pool") return parse_uid_pool(value, iso);
+    if (key == "tmp") {
+      if (lowercase(value) == "none") {
+        iso.tmp_bytes = 0;
+        return Status::ok();
+      }
+      auto size = parse_quantity(Quantity::kSize, value, "tmp", kMiB, 64 * kGiB);
+      if (!size) return Status::error(size.error() + " (or none)");
+      iso.tmp_bytes = *size;
+      return Status::ok();
+    }
+    if (key == "writable") return add_writable(iso, value);
     if (key == "cgroup") return parse_enum(key, value, kCgroupModes, iso.cgroup);
     if (key == "filesystem") return parse_enum(key, value, kFilesystemModes, iso.filesystem);
     if (key == "enabled") return parse_switch(key, value, "yes", "no", sec.enabled);
@@ -599,6 +616,29 @@ Expected<std::uint64_t> parse_quantity(Quantity q, std::string_view value, const
 
 }  // namespace
 
+Status add_writable(Isolation& isolation, std::string_view list) {
+  std::istringstream words{std::string(list)};
+  for (std::string path; words >> path;) {
+    if (!path.starts_with('/')) {
+      return Status::error("writable path " + quoted(path) + " is not absolute; write it from the root, e.g. /srv/out");
+    }
+    for (std::size_t start = 1; start <= path.size();) {
+      const std::size_t end = std::min(path.find('/', start), path.size());
+      const std::string_view part = std::string_view(path).substr(start, end - start);
+      if (part == "." || part == "..") {
+        return Status::error("writable path " + quoted(path) + " has a '" + std::string(part) +
+                             "' component; write the path it means");
+      }
+      start = end + 1;
+    }
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    if (path == "/") return Status::error("writable path '/' would make the whole file system writable; name a directory");
+    auto& w = isolation.writable;
+    if (std::find(w.begin(), w.end(), path) == w.end()) w.push_back(path);
+  }
+  return Status::ok();
+}
+
 Status set_limit(Limits& limits, std::string_view key, std::string_view value) {
   auto spec = std::find_if(std::begin(kLimitKeys), std::end(kLimitKeys),
                            [&](const LimitKey& k) { return k.key == key; });
@@ -666,6 +706,8 @@ std::string format_policy(const Policy& p) {
   }
   line("cgroup", to_string(p.isolation.cgroup));
   line("filesystem", to_string(p.isolation.filesystem));
+  if (p.isolation.tmp_bytes != 0) line("tmp", format_quantity(Quantity::kSize, p.isolation.tmp_bytes));
+  for (const std::string& path : p.isolation.writable) line("writable", path);
 
   out += "\n[seccomp]\n";
   line("enabled", p.seccomp.enabled ? "yes" : "no");

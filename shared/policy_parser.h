@@ -37,6 +37,11 @@ std::string format_policy(const Policy& policy);
 // message names the key but no file.
 Status set_limit(Limits& limits, std::string_view key, std::string_view value);
 
+// Adds `list` (absolute paths separated by blanks) to the host paths bound
+// read-write into a read-only view, as `writable = ...` in a policy file
+// does (and the CLI's --writable). No "." or ".." components, not "/".
+Status add_writable(Isolation& isolation, std::string_view list);
+
 // A duration in the policy's forms (500ms, 5s, 2m, 1h; a bare number is
 // seconds), in milliseconds, within [min_ms, max_ms]; errors name `name`.
 Expected<std::uint64_t> parse_duration_ms(std::string_view value, const std::string& name, std::uint64_t min_ms,

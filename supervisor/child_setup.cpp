@@ -3,11 +3,13 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "shared/policy_parser.h"
+#include "supervisor/access_check.h"
 #include "supervisor/install_paths.h"
 
 namespace pillbox {
@@ -26,6 +28,39 @@ Status resolve_user(const std::string& user, ChildConfig& config) {
   config.sandbox_uid = pw->pw_uid;
   config.sandbox_gid = pw->pw_gid;
   return Status::ok();
+}
+
+// An argument that names an existing file or directory relative to where
+// pillbox was started, made absolute: an exec task runs in a private working
+// directory of its own, and a record must reproduce from anywhere. Anything
+// else (a word, an option, a path that does not exist) stays as typed.
+std::string absolute_if_existing(const std::string& arg) {
+  if (arg.empty() || arg.starts_with('/') || arg.starts_with('-')) return arg;
+  std::error_code ec;
+  if (!std::filesystem::exists(arg, ec)) return arg;
+  const auto full = std::filesystem::absolute(arg, ec);
+  return ec ? arg : full.lexically_normal().string();
+}
+
+// What the command line names under the directories a task gets privately.
+std::vector<std::string> names_under_private_dirs(const ChildConfig& config) {
+  std::vector<std::string> named;
+  if (config.exec_mode()) {
+    for (const AccessNeed& n : command_access_needs(config.exec_argv, kExecTaskPath)) named.push_back(n.path);
+    if (!config.crash_lib.empty()) named.push_back(config.crash_lib);
+  } else if (config.handler.starts_with("plugin:")) {
+    named.push_back(config.handler.substr(7));
+  }
+  std::vector<std::string> out;
+  for (const std::string& path : named) {
+    std::error_code ec;
+    const std::string full = std::filesystem::absolute(path, ec).lexically_normal().string();
+    for (const char* dir : kPrivateDirs) {
+      const std::string prefix = std::string(dir) + "/";
+      if (full.rfind(prefix, 0) == 0 && std::find(out.begin(), out.end(), full) == out.end()) out.push_back(full);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -72,13 +107,18 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
     auto path = resolve_command(config.exec_argv[0]);
     if (!path) return Error{path.error()};
     config.exec_argv[0] = *path;
-    for (const auto& a : config.exec_argv) {
-      if (a.find("{}") != std::string::npos) config.exec_payload_as_file = true;
+    for (auto& a : config.exec_argv) {
+      if (a.find("{}") != std::string::npos) {
+        config.exec_payload_as_file = true;
+      } else if (&a != &config.exec_argv[0]) {
+        a = absolute_if_existing(a);
+      }
     }
     config.crash_lib = find_crash_library();
   } else if (choice.handler.empty()) {
     return Error{"no handler given"};
   }
+  config.keep_visible = names_under_private_dirs(config);
   if (::geteuid() == 0) {
     config.drop_privileges = true;
     if (auto s = resolve_user(config.policy.isolation.user, config); !s) return Error{s.message()};

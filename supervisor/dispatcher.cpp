@@ -203,6 +203,7 @@ class Dispatcher {
     TaskTicket ticket;
     ticket.seq = r->seq;
     ticket.secret = r->secret;
+    ticket.slot = static_cast<std::uint32_t>(r->slot);
     ticket.uid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_uid;
     ticket.gid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_gid;
     try {

@@ -8,7 +8,7 @@
 namespace pillbox::cli {
 
 const std::vector<OptionSpec> kChildOptions = {{"handler"}, {"arg", true, true}, {"policy"}, {"timeout"}, {"cpu"},
-                                               {"memory"},  {"max-output"},     {"mode"}};
+                                               {"memory"},  {"max-output"},     {"mode"},   {"writable", true, true}};
 
 Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args) {
   HandlerChoice choice;
@@ -40,6 +40,9 @@ Status apply_limit_overrides(const Args& args, Policy& policy) {
     if (auto v = args.value(flag)) {
       if (auto s = set_limit(policy.limits, key, *v); !s) return Status::error("--" + std::string(flag) + ": " + s.message());
     }
+  }
+  for (const auto& path : args.values("writable")) {
+    if (auto s = add_writable(policy.isolation, path); !s) return Status::error("--writable: " + s.message());
   }
   return Status::ok();
 }

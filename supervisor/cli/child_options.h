@@ -14,12 +14,13 @@
 
 namespace pillbox::cli {
 
-// handler, arg, policy, timeout, cpu, memory, max-output, mode.
+// handler, arg, policy, timeout, cpu, memory, max-output, mode, writable.
 extern const std::vector<OptionSpec> kChildOptions;
 
 // --handler/--arg or the command after --; nullopt when neither is given.
 Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args);
-// --timeout, --cpu, --memory and --max-output over `policy`'s limits.
+// --timeout, --cpu, --memory and --max-output over `policy`'s limits, and
+// --writable PATH (repeatable) added to its read-write host paths.
 Status apply_limit_overrides(const Args& args, Policy& policy);
 // The whole config: the handler choice (required: the error says how to
 // give one), --policy (default: strict for handlers, exec for commands),

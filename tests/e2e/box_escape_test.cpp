@@ -239,8 +239,8 @@ TEST_CASE("no survivors: after kill -9 of pillbox, nothing its tasks started run
     });
     e2e::TempDir in;
     const std::string input = in.write("payload", "x");
-    const auto r = run_pillbox({"run", "--json", "--no-store", "--max-attempts", "1", "--mode", mode, "--timeout", "20s", input, "--",
-                                e2e::fixture("survivor"), "plant-and-wait", dir.path()});
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--max-attempts", "1", "--mode", mode, "--timeout", "20s",
+                                "--writable", dir.path(), input, "--", e2e::fixture("survivor"), "plant-and-wait", dir.path()});
     const std::uint64_t one = 1;
     (void)!::write(stop, &one, sizeof one);
     watcher.join();
@@ -263,8 +263,8 @@ TEST_CASE("no survivors: with cgroup = off, a task's setsid'd spy is gone before
     e2e::TempDir dir(0777);
     const std::string policy = exec_policy_with(dir, "cgroup = auto", "cgroup = off");
     const std::string tasks = e2e::task_line("plant", "PLANT") + e2e::task_line("victim", "SECRET-B of the victim\n");
-    const auto r = run_pillbox({"run", "--json", "--no-store", "--jobs", "1", "--mode", mode, "--policy", policy, "-",
-                                "--", e2e::fixture("survivor"), "task", dir.path()},
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--jobs", "1", "--mode", mode, "--policy", policy,
+                                "--writable", dir.path(), "-", "--", e2e::fixture("survivor"), "task", dir.path()},
                                tasks);
     INFO(r.describe());
     CHECK(r.record("plant")["kind"] == "ok");

@@ -203,7 +203,7 @@ TEST_CASE("SIGKILL from outside is killed") {
       const pid_t pid = procs.front().pid;
       if (::kill(pid, SIGKILL) == 0) killed_pid = pid;
     });
-    const auto r = run_exec(mode, "x", {e2e::fixture("wait_for_kill"), pid_file}, {"--timeout", "20s"});
+    const auto r = run_exec(mode, "x", {e2e::fixture("wait_for_kill"), pid_file}, {"--timeout", "20s", "--writable", dir.path()});
     const std::uint64_t one = 1;
     (void)!::write(stop, &one, sizeof one);
     watcher.join();

@@ -119,7 +119,7 @@ TEST_CASE("minimize: a payload that does not fail the same way now is refused, n
   const std::string store = dir.path() + "/store";
   const std::string db = store + "/pillbox.db";
   // Crashes on runs 1, 4, 7, ...: quarantined on run 1; run 2 (minimize's check) is ok.
-  const auto run = run_pillbox({"run", "--store", store, "--max-attempts", "1", "--json", "-", "--",
+  const auto run = run_pillbox({"run", "--store", store, "--max-attempts", "1", "--json", "-", "--writable", work.path(), "--",
                                 e2e::fixture("poison_corpus"), work.path()},
                                task_line("sometimes", "P one in three"));
   REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);

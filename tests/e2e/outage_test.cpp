@@ -41,7 +41,8 @@ TEST_CASE("an outage over 200 distinct inputs opens the breaker, quarantines not
   // leave room for the jobs in flight however slow the build.
   const std::string counter = shared_counter(work);
   const std::string store = dir.path() + "/store";
-  const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--breaker-probe-interval", "100ms", "-",
+  const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--breaker-probe-interval", "100ms",
+                              "--writable", work.path(), "-",
                               "--", e2e::fixture("poison_corpus"), work.path(), counter, work.write("limit", "80")},
                              corpus(200));
   INFO(r.describe());
@@ -74,7 +75,8 @@ TEST_CASE("an outage that outlasts the input holds the rest for the next run (ex
   const std::string store = dir.path() + "/store";
   // Never healthy during the first run: 100 inputs, the outage lasts 1000 runs.
   const std::string limit = work.write("limit", "1000");
-  const std::vector<std::string> args = {"run", "--store", store, "--jobs", "2", "--json", "--breaker-probe-interval",
+  const std::vector<std::string> args = {"run", "--store", store, "--jobs", "2", "--json", "--writable", work.path(),
+                                         "--breaker-probe-interval",
                                          "20ms", "-", "--", e2e::fixture("poison_corpus"), work.path(), counter, limit};
   const auto first = run_pillbox(args, corpus(100));
   INFO(first.describe());
@@ -121,6 +123,7 @@ TEST_CASE("--no-breaker: a corpus of known crashers of one bug is quarantined, n
     input += nlohmann::json{{"key", "crasher-" + std::to_string(i)}, {"payload", "S crasher " + std::to_string(i)}}.dump() + "\n";
   }
   const auto r = run_pillbox({"run", "--store", dir.path() + "/store", "--jobs", "2", "--json", "--no-breaker",
+                              "--writable", work.path(),
                               "--backoff-base", "10ms", "-", "--", e2e::fixture("poison_corpus"), work.path()},
                              input);
   INFO(r.describe());

@@ -54,7 +54,7 @@ TEST_CASE("a deployment that breaks mid-run: poison verdicts given before the br
   for (int i = 1; i <= 150; ++i) input += line("doc-" + std::to_string(i), "document " + std::to_string(i));
   const std::string store = dir.path() + "/store";
   const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--backoff-base", "0ms",
-                              "--breaker-probe-interval", "50ms", "-", "--", e2e::fixture("poison_corpus"), work.path(),
+                              "--breaker-probe-interval", "50ms", "--writable", work.path(), "-", "--", e2e::fixture("poison_corpus"), work.path(),
                               counter, limit},
                              input);
   INFO(r.describe());
@@ -115,7 +115,8 @@ TEST_CASE("a run whose every task fails stops after --breaker-max-wait with exit
   std::string input;
   for (int i = 1; i <= 120; ++i) input += line("doc-" + std::to_string(i), "document " + std::to_string(i));
   const std::string store = dir.path() + "/store";
-  const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--breaker-probe-interval", "300ms",
+  const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--writable", work.path(),
+                              "--breaker-probe-interval", "300ms",
                               "--breaker-max-wait", "3s", "-", "--", e2e::fixture("poison_corpus"), work.path(), counter,
                               limit},
                              input);

@@ -194,7 +194,7 @@ TEST_CASE("replay: resolved under the handler it was quarantined with, the task 
   const std::string store = dir.path() + "/store";
   const std::string db = store + "/pillbox.db";
   // Crashes on runs 1, 4, 7...: quarantined on run 1, ok on run 2 (the replay).
-  const std::vector<std::string> run_args = {"run", "--store", store, "--max-attempts", "1", "--json", "-", "--",
+  const std::vector<std::string> run_args = {"run", "--store", store, "--max-attempts", "1", "--json", "-", "--writable", work.path(), "--",
                                              e2e::fixture("poison_corpus"), work.path()};
   REQUIRE(run_pillbox(run_args, task_line("sometimes", "P one in three")).exit_code == 1);
   const auto r = run_pillbox({"quarantine", "replay", "1", "--store", store});

@@ -50,7 +50,7 @@ TEST_CASE("reproduce: a payload that crashes one time in three is flaky") {
   const std::string db = store + "/pillbox.db";
   // One attempt: the first run of this payload crashes (runs 1, 4, 7, ...
   // crash), and is quarantined at once.
-  const auto run = run_pillbox({"run", "--store", store, "--max-attempts", "1", "--json", "-", "--",
+  const auto run = run_pillbox({"run", "--store", store, "--max-attempts", "1", "--json", "-", "--writable", work.path(), "--",
                                 e2e::fixture("poison_corpus"), work.path()},
                                task_line("sometimes", "P one in three"));
   INFO(run.describe());

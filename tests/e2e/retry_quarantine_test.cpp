@@ -51,7 +51,7 @@ TEST_CASE("good ok once, deterministic crashers quarantined after exactly 2 atte
   input += task_line("regex-1", "R" + std::string(28, 'a') + "b");
   input += task_line("transient-1", "T upstream busy");
   const std::vector<std::string> args = {"run", "--store", store, "--jobs", "2", "--json", "--backoff-base", "20ms",
-                                         "--cpu", "1s", "--retry-exit-code", "75", "-", "--",
+                                         "--cpu", "1s", "--retry-exit-code", "75", "-", "--writable", markers.path(), "--",
                                          e2e::fixture("poison_corpus"), markers.path()};
   const auto r = run_pillbox(args, input);
   INFO(r.describe());
@@ -157,7 +157,7 @@ TEST_CASE("--on-quarantine gets each new record as JSON; --on-new-fingerprint on
   // --no-breaker: four crashers in a row would look like the start of an outage.
   const auto r = run_pillbox({"run", "--store", store, "--jobs", "2", "--json", "--backoff-base", "10ms", "--no-breaker",
                               "--on-quarantine", "cat >> " + every + "; echo >> " + every,
-                              "--on-new-fingerprint", "cat >> " + fresh + "; echo >> " + fresh, "-", "--",
+                              "--on-new-fingerprint", "cat >> " + fresh + "; echo >> " + fresh, "-", "--writable", markers.path(), "--",
                               e2e::fixture("poison_corpus"), markers.path()},
                              input);
   INFO(r.describe());
@@ -204,7 +204,7 @@ TEST_CASE("a hook that hangs or fails never blocks or fails the run") {
   const auto started = std::chrono::steady_clock::now();
   const auto r = run_pillbox({"run", "--store", dir.path() + "/store", "--jobs", "2", "--json", "--backoff-base", "10ms",
                               "--no-breaker", "--hook-timeout", "300ms", "--on-quarantine", "sleep 1234567", "--on-new-fingerprint",
-                              "exit 7", "-", "--", e2e::fixture("poison_corpus"), markers.path()},
+                              "exit 7", "-", "--writable", markers.path(), "--", e2e::fixture("poison_corpus"), markers.path()},
                              input);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   INFO(r.describe());
@@ -234,7 +234,7 @@ TEST_CASE("the store directory is 0700 and every file in it 0600, payload files 
   const std::string big = "S" + std::string(100 * 1024, 'x');  // beyond the inline limit: a file
   unsigned wal_mode = 0, shm_mode = 0;
   const auto r = run_pillbox(
-      {"run", "--store", store, "--jobs", "1", "--json", "--backoff-base", "10ms", "-", "--",
+      {"run", "--store", store, "--jobs", "1", "--json", "--backoff-base", "10ms", "-", "--writable", markers.path(), "--",
        e2e::fixture("poison_corpus"), markers.path()},
       task_line("good-1", "fine") + task_line("big-1", big) + task_line("good-2", "fine too"), {},
       [&](pid_t, std::size_t line_no, std::string_view) {

@@ -70,8 +70,8 @@ TEST_CASE("a good payload running alone while pillbox is killed from outside, ag
   // Until GO exists, the task marks that it runs and waits to be killed with pillbox.
   const std::string script = "if [ -e " + work.path() + "/GO ]; then cat; else touch " + work.path() +
                              "/running.$$; exec sleep 60; fi";
-  const std::vector<std::string> args = {"run", "--json", "--store", store, "--jobs", "1", input, "--", "/bin/sh",
-                                         "-c", script};
+  const std::vector<std::string> args = {"run", "--json", "--store", store, "--jobs", "1", "--writable", work.path(),
+                                         input, "--", "/bin/sh", "-c", script};
   int kills = 0;
   e2e::RunResult last;
   for (int run = 0; run < 12; ++run) {

@@ -449,7 +449,10 @@ TEST_CASE("the shipped policies parse and keep their promises") {
   REQUIRE_MESSAGE(exec.has_value(), exec.error());
   CHECK(exec->name == "exec");
   CHECK(exec->limits.memory_bytes == 1ull << 30);
-  CHECK(exec->isolation.filesystem == FilesystemMode::kHost);
+  CHECK(exec->isolation.filesystem == FilesystemMode::kReadOnly);
+  CHECK(exec->isolation.tmp_bytes == 64ull << 20);
+  CHECK(exec->isolation.writable.empty());
+  CHECK(strict->isolation.tmp_bytes == 0);
   const auto& ea = exec->seccomp.allow;
   for (const char* allowed : {"execve", "clone", "wait4", "pipe2", "write", "openat"}) {
     CHECK_MESSAGE(std::find(ea.begin(), ea.end(), allowed) != ea.end(), allowed);

@@ -1,0 +1,203 @@
+#include "sandbox/private_tmp.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "shared/child_config.h"
+#include "shared/unique_fd.h"
+
+namespace pillbox::sandbox {
+namespace {
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool is_dir(const char* path) {
+  struct stat st {};
+  return ::stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool under_private_dir(const std::string& path) {
+  for (const char* dir : kPrivateDirs) {
+    if (path.rfind(std::string(dir) + "/", 0) == 0) return true;
+  }
+  return false;
+}
+
+// Creates the directories above `path` (inside the new tmpfs) and an empty
+// file or directory at `path` to bind onto.
+Status make_mount_point(const std::string& path, bool directory) {
+  for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    const std::string parent = path.substr(0, slash);
+    if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) return Status::error(errno_text("mkdir " + parent));
+  }
+  if (directory) {
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Status::error(errno_text("mkdir " + path));
+    return Status::ok();
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return Status::error(errno_text("creating " + path));
+  ::close(fd);
+  return Status::ok();
+}
+
+// In a mount namespace just unshared: the tmpfs mounts and the binds.
+Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::string>& keep_visible) {
+  // Nothing mounted here reaches the zygote's namespace or the host.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return Status::error(errno_text("private tmp: making mounts private"));
+  }
+  // What must stay visible, opened while it still is, and in this namespace
+  // (a bind's source must be a mount of the caller's own namespace).
+  // The policy's writable paths under these directories come back
+  // read-write; what the command line names, read-only, unless a writable
+  // path already shows it.
+  struct Kept {
+    std::string path;
+    UniqueFd fd;
+    bool directory = false;
+    bool writable = false;
+  };
+  std::vector<Kept> kept;
+  auto keep = [&kept](const std::string& path, bool writable) {
+    UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
+    if (!fd.valid()) return;  // gone meanwhile: the task will say so itself
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return;
+    kept.push_back({path, std::move(fd), S_ISDIR(st.st_mode), writable});
+  };
+  for (const std::string& path : isolation.writable) {
+    if (under_private_dir(path)) keep(path, true);
+  }
+  for (const std::string& path : keep_visible) {
+    bool shown = false;
+    for (const std::string& w : isolation.writable) shown = shown || path == w || path.rfind(w + "/", 0) == 0;
+    if (!shown) keep(path, false);
+  }
+  // nr_inodes bounds what emptying it costs the slot's next task (see
+  // empty_private_dirs): one inode per 4 KiB of its size.
+  const std::string options = "size=" + std::to_string(isolation.tmp_bytes) + ",nr_inodes=" +
+                              std::to_string(std::max<std::uint64_t>(1024, isolation.tmp_bytes / 4096)) + ",mode=1777";
+  for (const char* dir : kPrivateDirs) {
+    if (!is_dir(dir)) continue;  // a host without /var/tmp, say
+    if (::mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+      return Status::error(errno_text(std::string("private tmp: mounting a tmpfs on ") + dir));
+    }
+  }
+  for (Kept& k : kept) {
+    if (auto s = make_mount_point(k.path, k.directory); !s) return Status::error("private tmp: " + s.message());
+    const std::string source = "/proc/self/fd/" + std::to_string(k.fd.get());
+    const unsigned long read_only = k.writable ? 0 : MS_RDONLY;
+    if (::mount(source.c_str(), k.path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        ::mount(nullptr, k.path.c_str(), nullptr, MS_REMOUNT | MS_BIND | read_only | MS_NOSUID | MS_NODEV, nullptr) != 0) {
+      return Status::error(errno_text("private tmp: keeping " + k.path + " visible"));
+    }
+  }
+  return Status::ok();
+}
+
+// Removes what `dir_fd` holds, as the task's uid: never following a
+// symlink, never leaving the file system `dev` (a bind's target is the
+// host's: a writable path's contents are not ours to remove). What the uid
+// may not remove (the mount points made as root) stays.
+void empty_directory(int dir_fd, dev_t dev, int depth) {
+  if (depth > 64) return;
+  DIR* dir = ::fdopendir(::dup(dir_fd));
+  if (dir == nullptr) return;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  for (const std::string& name : names) {
+    struct stat st {};
+    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != dev) continue;
+    if (S_ISDIR(st.st_mode)) {
+      const int sub = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) continue;
+      struct stat again {};
+      if (::fstat(sub, &again) == 0 && again.st_dev == dev && again.st_ino == st.st_ino) empty_directory(sub, dev, depth + 1);
+      ::close(sub);
+      ::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
+    } else {
+      ::unlinkat(dir_fd, name.c_str(), 0);
+    }
+  }
+}
+
+}  // namespace
+
+Status enter_private_tmp(const Isolation& isolation, const std::vector<std::string>& keep_visible) {
+  if (::unshare(CLONE_NEWNS) != 0) return Status::error(errno_text("private tmp: unshare(CLONE_NEWNS)"));
+  if (auto s = set_up_private_dirs(isolation, keep_visible); !s) return s;
+  if (::chdir("/tmp") != 0) return Status::error(errno_text("private tmp: chdir /tmp"));
+  return Status::ok();
+}
+
+Expected<UniqueFd> make_slot_namespace(const Isolation& isolation, const std::vector<std::string>& keep_visible) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Error{errno_text("private tmp: pipe2")};
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Error{errno_text("private tmp: fork")};
+  if (pid == 0) {
+    // The namespace's first process: sets it up, says so, and waits to be
+    // killed; the namespace lives on in the fd the parent opens meanwhile.
+    read_end.reset();
+    std::string answer = "ok";
+    if (::unshare(CLONE_NEWNS) != 0) {
+      answer = errno_text("private tmp: unshare(CLONE_NEWNS)");
+    } else if (auto s = set_up_private_dirs(isolation, keep_visible); !s) {
+      answer = s.message();
+    }
+    (void)!::write(write_end.get(), answer.data(), answer.size());
+    write_end.reset();
+    for (;;) ::pause();
+  }
+  write_end.reset();
+  std::string answer;
+  char buf[512];
+  for (ssize_t n; (n = ::read(read_end.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    answer.append(buf, static_cast<std::size_t>(n));
+    if (answer == "ok") break;
+  }
+  UniqueFd ns;
+  if (answer == "ok") ns.reset(::open(("/proc/" + std::to_string(pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  const int open_errno = errno;
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  if (answer != "ok") return Error{answer.empty() ? "private tmp: the namespace's first process died" : answer};
+  if (!ns.valid()) return Error{"private tmp: opening the namespace: " + std::string(std::strerror(open_errno))};
+  return ns;
+}
+
+Status join_private_tmp(int ns_fd) {
+  if (::setns(ns_fd, CLONE_NEWNS) != 0) return Status::error(errno_text("private tmp: setns"));
+  if (::chdir("/tmp") != 0) return Status::error(errno_text("private tmp: chdir /tmp"));
+  return Status::ok();
+}
+
+void empty_private_dirs() {
+  for (const char* dir : kPrivateDirs) {
+    const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) empty_directory(fd, st.st_dev, 0);
+    ::close(fd);
+  }
+}
+
+}  // namespace pillbox::sandbox

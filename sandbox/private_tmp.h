@@ -1,0 +1,50 @@
+#pragma once
+// A task's own writable directories (child side). Under a read-only view of
+// the host (policy `filesystem = read-only`) with `tmp = SIZE`, each task
+// enters a mount namespace of its own in which /tmp, /var/tmp and /dev/shm
+// are empty tmpfs mounts of SIZE each, and /tmp is its working directory.
+// What it writes there is private (no other task, and not the host, sees
+// it), counts against its memory cgroup (tmpfs pages are charged to the
+// process that writes them), and is gone when the task's last process
+// exits, taking the mount namespace with it (spawn mode), or when the slot's
+// next task starts and the run ends (zygote mode, see below).
+//
+// What the command line names under those directories (`keep_visible`, e.g.
+// a script in /tmp) is bound read-only at its own path inside the new tmpfs,
+// opened before the tmpfs hides it; the policy's writable paths there are
+// bound back read-write.
+//
+// Runs as root (or with the capabilities of the zygote's user namespace),
+// after the wire is connected (the runtime directory may lie under /tmp)
+// and before the privilege drop.
+#include <string>
+#include <vector>
+
+#include "shared/policy.h"
+#include "shared/status.h"
+#include "shared/unique_fd.h"
+
+namespace pillbox::sandbox {
+
+// Spawn mode: a mount namespace of the child's own, set up, entered, and
+// /tmp its working directory. It dies with the task's last process.
+Status enter_private_tmp(const Isolation& isolation, const std::vector<std::string>& keep_visible);
+
+// Zygote mode: unsharing and tearing down a mount namespace per task costs
+// about 1.5 ms (measured: the teardown waits for RCU), most of a small
+// task's budget. So the zygote makes one namespace per job slot, once (in a
+// forked process that sets it up, then dies; the returned fd keeps it), and
+// each task of the slot joins it (setns, ~50 us). Tasks of one slot run one
+// after the other, each first emptying what the previous one left
+// (empty_private_dirs): never two tasks in one namespace at once, and
+// nothing of one reaches the next. The namespace ends with the zygote.
+Expected<UniqueFd> make_slot_namespace(const Isolation& isolation, const std::vector<std::string>& keep_visible);
+Status join_private_tmp(int ns_fd);
+
+// In a joined slot namespace, as the task's uid, before the payload: removes
+// what the slot's previous task left in /tmp, /var/tmp and /dev/shm (a
+// tmpfs's inodes are bounded, so is the cost), never following a symlink,
+// never crossing into a bound host path.
+void empty_private_dirs();
+
+}  // namespace pillbox::sandbox
