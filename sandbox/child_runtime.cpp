@@ -300,7 +300,9 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   if (auto s = set_no_new_privs(); !s) fail_setup(wire, s.message());
   // A slot's namespace still holds what its previous task wrote: removed now,
   // as this task's uid, before anything of this task runs.
-  if (fds.mount_ns >= 0) empty_private_dirs();
+  if (fds.mount_ns >= 0) {
+    if (auto s = empty_private_dirs(); !s) fail_setup(wire, s.message());
+  }
   // A plugin, as root: loaded only now, as the slot's uid with no capability.
   std::unique_ptr<Handler> loaded;
   Handler* handler = prep.handler.get();

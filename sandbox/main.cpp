@@ -9,6 +9,7 @@
 
 #include "sandbox/child_runtime.h"
 #include "sandbox/exit_codes.h"
+#include "sandbox/namespaces.h"
 #include "sandbox/zygote.h"
 #include "shared/control.h"
 #include "shared/crash_report.h"
@@ -55,6 +56,14 @@ int check_config() {
   if (!prep) {
     std::fprintf(stderr, "%s\n", prep.error().c_str());
     return 3;
+  }
+  // What each spawned child will get: this throwaway process enters the same
+  // namespaces, and says what the host refused, so the run can warn once
+  // (a child's own attempt has no one to tell).
+  if (config->config.use_namespaces) {
+    for (const auto& w : sandbox::enter_namespaces(config->config.policy.isolation).warnings) {
+      std::fprintf(stderr, "warning: %s\n", w.c_str());
+    }
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "sandbox/handler.h"
+#include "sandbox/namespaces.h"
 #include "sandbox/privileges.h"
 #include "sandbox/rlimits.h"
 #include "shared/control.h"
@@ -36,15 +38,19 @@ Status check_handler_unprivileged(const ChildConfig& config, bool& config_error)
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::error(std::string("pipe2: ") + std::strerror(errno));
   UniqueFd read_end(fds[0]), write_end(fds[1]);
-  const pid_t pid = ::fork();
-  if (pid < 0) return Status::error(std::string("fork: ") + std::strerror(errno));
+  // A PID namespace of its own: whatever the plugin starts while it loads
+  // dies with the check (the first process of a PID namespace takes every
+  // other one with it). The raw clone, as in the fork server: glibc's fork
+  // cannot ask for one.
+  const pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, nullptr, nullptr, 0));
+  if (pid < 0) return Status::error(std::string("clone: ") + std::strerror(errno));
   if (pid == 0) {
     read_end.reset();
     // Confined like a child before its seccomp filter, which is where the
-    // plugin's code runs in a task: no network, the policy's limits, an
-    // unprivileged uid. (Best effort for the namespaces: a host that refuses
-    // them refuses them to the tasks too.)
-    ::unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS);
+    // plugin's code runs in a task: the policy's namespaces (no network, the
+    // read-only view), its limits, an unprivileged uid. (Best effort for the
+    // namespaces: a host that refuses them refuses them to the tasks too.)
+    (void)enter_namespaces(config.policy.isolation);
     std::string error;
     bool setup_failed = true;  // until the handler itself is tried
     if (auto s = apply_rlimits(config.policy.limits, current_address_space_bytes(), false); !s) {

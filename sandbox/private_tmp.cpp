@@ -113,6 +113,7 @@ void empty_directory(int dir_fd, dev_t dev, int depth) {
   if (depth > 64) return;
   DIR* dir = ::fdopendir(::dup(dir_fd));
   if (dir == nullptr) return;
+  ::rewinddir(dir);
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(dir)) {
     const std::string name = e->d_name;
@@ -123,6 +124,9 @@ void empty_directory(int dir_fd, dev_t dev, int depth) {
     struct stat st {};
     if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != dev) continue;
     if (S_ISDIR(st.st_mode)) {
+      // A directory the previous task made unwritable (chmod 0555) would
+      // keep its contents: its owner (this uid) may make it writable again.
+      ::fchmodat(dir_fd, name.c_str(), 0700, 0);
       const int sub = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub < 0) continue;
       struct stat again {};
@@ -190,14 +194,32 @@ Status join_private_tmp(int ns_fd) {
   return Status::ok();
 }
 
-void empty_private_dirs() {
+Status empty_private_dirs() {
   for (const char* dir : kPrivateDirs) {
     const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat st {};
     if (::fstat(fd, &st) == 0) empty_directory(fd, st.st_dev, 0);
+    // Whatever the uid could not remove must be root's own (the mount
+    // points of what stays visible): anything else left is refused.
+    std::string left;
+    if (DIR* d = ::fdopendir(::dup(fd))) {
+      ::rewinddir(d);  // the dup shares the offset the emptying left at the end
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        struct stat entry {};
+        if (name == "." || name == ".." || ::fstatat(fd, name.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (entry.st_uid != 0 && entry.st_dev == st.st_dev) left = name;
+      }
+      ::closedir(d);
+    }
     ::close(fd);
+    if (!left.empty()) {
+      return Status::error(std::string("private tmp: cannot remove ") + dir + "/" + left +
+                           ", left by the slot's previous task");
+    }
   }
+  return Status::ok();
 }
 
 }  // namespace pillbox::sandbox

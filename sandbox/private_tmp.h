@@ -44,7 +44,8 @@ Status join_private_tmp(int ns_fd);
 // In a joined slot namespace, as the task's uid, before the payload: removes
 // what the slot's previous task left in /tmp, /var/tmp and /dev/shm (a
 // tmpfs's inodes are bounded, so is the cost), never following a symlink,
-// never crossing into a bound host path.
-void empty_private_dirs();
+// never crossing into a bound host path. An error when something the uid
+// cannot remove is left that is not root's own.
+Status empty_private_dirs();
 
 }  // namespace pillbox::sandbox

@@ -54,10 +54,13 @@ bool names_root(std::string_view user) {
 
 std::vector<std::string> unsafe_settings(const Policy& p) {
   std::vector<std::string> out;
-  if (names_root(p.isolation.user) && p.isolation.uid_pool_size == 0) {
+  // With a uid_pool the tasks themselves run as pool uids, but the plugin
+  // load check and a run without a pool claim still use `user`: root there
+  // is root, pool or not.
+  if (names_root(p.isolation.user)) {
     out.push_back("user = " + p.isolation.user +
-                  ": tasks run as root when pillbox does (no privilege drop; the seccomp "
-                  "allowlist is all that is left between a payload and the host)");
+                  ": tasks (or, with a uid_pool, a plugin's load check) run as root when pillbox does (no "
+                  "privilege drop; the seccomp allowlist is all that is left between a payload and the host)");
   }
   if (!p.seccomp.enabled) {
     out.push_back("seccomp enabled = no: no syscall allowlist; a task may call anything its uid may "

@@ -1,6 +1,7 @@
 #include "shared/policy_parser.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <seccomp.h>
 #include <unistd.h>
 
@@ -126,8 +127,15 @@ std::string errno_text(int err) { return std::error_code(err, std::generic_categ
 Expected<std::string> read_file_capped(const std::string& path, std::size_t cap,
                                        std::string_view what) {
   const std::string name = std::string(what) + " '" + path + "'";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named as a policy opens at once (and is refused
+  // below) instead of waiting forever for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Error{"cannot read " + name + ": " + errno_text(errno)};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Error{"cannot read " + name + ": not a regular file"};
+  }
   std::string text;
   char buf[16 << 10];
   for (;;) {

@@ -124,7 +124,7 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
     if (auto s = resolve_user(config.policy.isolation.user, config); !s) return Error{s.message()};
     // The parser refuses "root" and "0" without allow_unsafe; another name
     // for uid 0 is only known here, on the host that runs the children.
-    if (config.sandbox_uid == 0 && config.policy.isolation.uid_pool_size == 0 && !config.policy.allow_unsafe) {
+    if (config.sandbox_uid == 0 && !config.policy.allow_unsafe) {
       return Error{"policy user '" + config.policy.isolation.user +
                    "' is uid 0 on this host: tasks would run as root; choose an unprivileged user, or add "
                    "'allow_unsafe = yes' under [policy] if you mean it"};

@@ -53,6 +53,14 @@ std::string discarded_claims(const ExitReport& exit) {
   return {};
 }
 
+// A broken wire protocol is the child's doing only once it had its payload;
+// before, only pillbox's own runtime ran in it: a sandbox failure, never
+// charged to the payload.
+Kind broken_wire(const Execution& ex) { return ex.payload_delivered ? Kind::kProtocolError : Kind::kSandboxError; }
+std::string before_payload(const Execution& ex) {
+  return ex.payload_delivered ? "" : " (before the payload was sent: not the payload's fault)";
+}
+
 std::string last_line(std::string_view text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   const auto nl = text.rfind('\n');
@@ -100,7 +108,7 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       if (sig == SIGKILL) {
         if (ex.killed_for_timeout && !ex.payload_delivered) {
           // It never asked for its payload, so the payload cannot be what hung it.
-          fail(o, Kind::kProtocolError, "no HELLO from the child within the wall-clock limit of " +
+          fail(o, Kind::kSandboxError, "no HELLO from the child within the wall-clock limit of " +
                                             std::to_string(ex.limits.wall_ms) + " ms" +
                                             (ex.protocol_violation.empty() ? "" : ": " + ex.protocol_violation));
         } else if (ex.killed_for_timeout) {
@@ -111,7 +119,7 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
         } else if (o.cpu_ms >= cpu_limit_ms) {
           fail(o, Kind::kCpuLimit, "killed at the hard CPU limit after " + std::to_string(o.cpu_ms) + " ms of CPU");
         } else if (ex.killed_for_protocol) {
-          fail(o, Kind::kProtocolError, ex.protocol_violation);
+          fail(o, broken_wire(ex), ex.protocol_violation + before_payload(ex));
         } else {
           fail(o, Kind::kKilled, "killed by SIGKILL from outside pillbox");
         }
@@ -154,7 +162,13 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       o.exit_code = code;
       const std::size_t cap = ex.limits.output_bytes;
       if (!ex.protocol_violation.empty()) {
-        fail(o, Kind::kProtocolError, ex.protocol_violation);
+        fail(o, broken_wire(ex), ex.protocol_violation + before_payload(ex));
+      } else if (!ex.payload_delivered) {
+        // Whatever the exit code says, the payload never reached the child:
+        // the sandbox failed, not the payload (an exec program runs only
+        // after its payload arrived).
+        fail(o, Kind::kSandboxError, "the child exited with code " + std::to_string(code) +
+                                         " before asking for its payload (not the payload's fault)");
       } else if (ex.exec_mode) {
         if (ex.result) {
           // execve failed before the program ran (EAGAIN at the process
@@ -165,8 +179,6 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
         } else if (code != 0) {
           const std::string err = last_line(exit.stderr_tail);
           fail(o, Kind::kHandlerError, "exit code " + std::to_string(code) + (err.empty() ? "" : ": " + err));
-        } else if (!ex.payload_delivered) {
-          fail(o, Kind::kProtocolError, "the child exited before asking for its payload");
         } else {
           o.output = exit.stdout_data;
         }

@@ -112,13 +112,16 @@ DoctorCheck check_cgroups() {
 DoctorCheck check_privileges() {
   DoctorCheck c = named("privilege drop");
   if (::geteuid() != 0) {
-    c.ok = true;
-    c.detail = "not running as root: children run as uid " + std::to_string(::geteuid()) + " (nothing to drop)";
+    c.ok = false;
+    c.detail = "not running as root: tasks run as your own uid " + std::to_string(::geteuid());
+    c.fallback = "tasks of different slots can signal each other and, in spawn mode, pillbox itself; without a "
+                 "cgroup a task's background process can outlive the run: run as root for hostile input";
     return c;
   }
   const passwd* pw = ::getpwnam("nobody");
   c.ok = pw != nullptr;
-  c.detail = c.ok ? "running as root: children drop to nobody (uid " + std::to_string(pw->pw_uid) + ")"
+  c.detail = c.ok ? "running as root: each job slot's children drop to their own uid from the policy's uid_pool "
+                    "(policies without one: to their user, e.g. nobody, uid " + std::to_string(pw->pw_uid) + ")"
                   : "running as root but user 'nobody' does not exist";
   if (!c.ok) c.fallback = "set `user = UID` in the policy's [isolation] section to a numeric uid";
   return c;

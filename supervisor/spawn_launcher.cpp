@@ -69,6 +69,7 @@ class SpawnLauncher final : public Launcher {
     if (auto s = write_all(boot_write.get(), encode_control(config)); !s) return s;
     boot_write.reset();
     std::string errors;
+    std::vector<std::string> warnings;
     int code = -1;
     try {
       const int boot_fd = boot_read.get();
@@ -80,7 +81,10 @@ class SpawnLauncher final : public Launcher {
                   });
       boot_read.reset();
       std::string line;
-      while (std::getline(err, line)) errors += (errors.empty() ? "" : "; ") + line;
+      while (std::getline(err, line)) {
+        if (line.rfind("warning: ", 0) == 0) warnings.push_back(line.substr(9));
+        else errors += (errors.empty() ? "" : "; ") + line;
+      }
       c.wait();
       code = c.exit_code();
     } catch (const std::exception& e) {
@@ -91,6 +95,7 @@ class SpawnLauncher final : public Launcher {
     // they are reaped before the next task starts (see collect()).
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     isolation_ = {"per child (spawn mode)"};
+    warnings_ = std::move(warnings);
     return Status::ok();
   }
 

@@ -157,9 +157,14 @@ TEST_CASE("nothing of the supervisor's environment reaches a child, in /proc/sel
     CAPTURE(std::string(mode));
     {
       // An in-process handler: the plugin looks for the secret where clearenv() left it.
+      // (strict plus ioctl: in the sanitizer build the runtime's interceptors
+      // of the plugin's libc calls make one.)
       e2e::TempDir dir;
       const std::string input = dir.write("payload", reversed);
-      const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--handler",
+      const auto shown = run_pillbox({"policy", "show", "strict"});
+      REQUIRE(shown.exit_code == 0);
+      const std::string policy = dir.write("probe.policy", shown.out + "allow = ioctl\n");
+      const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--policy", policy, "--handler",
                                   "plugin:" + e2e::fixture("env_probe.so"), input},
                                  "", {{"SECRET_TOKEN", secret}});
       INFO(r.describe());

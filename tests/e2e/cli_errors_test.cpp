@@ -50,6 +50,17 @@ TEST_CASE("a malformed policy file: exit 2, one line naming the file and the lin
   }
 }
 
+TEST_CASE("a FIFO or a device named as a policy: exit 2 at once, one line, never a hang") {
+  e2e::TempDir dir;
+  const std::string input = dir.write("in", "x");
+  const std::string fifo = dir.file("fifo.policy");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& policy : {fifo, std::string("/dev/zero")}) {
+    const std::string line = one_error_line(run_pillbox({"run", "--handler", "echo", "--policy", policy, input}, "", {}, {}, 60));
+    CHECK_MESSAGE(contains(line, "not a regular file"), line);
+  }
+}
+
 TEST_CASE("an unknown handler: exit 2, one line naming it and listing the built-ins") {
   e2e::TempDir dir;
   const std::string input = dir.write("input", "hello");

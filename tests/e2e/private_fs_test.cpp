@@ -123,3 +123,21 @@ TEST_CASE("emptying a slot's /tmp for its next task never removes what a writabl
     CHECK(e2e::read_file(keep) == "the host's\n");
   }
 }
+
+TEST_CASE("a task cannot leave anything for the next task of its slot, not even in a directory it made unwritable") {
+  // The first task hides a file in a directory it then makes read-only (the
+  // next task's cleanup runs as the same uid); the second looks for it.
+  const std::string script =
+      "case $(cat) in first) mkdir /tmp/d /dev/shm/d; echo LEFT-BY-FIRST > /tmp/d/x; echo LEFT-BY-FIRST > /dev/shm/d/x; "
+      "chmod 0555 /tmp/d /dev/shm/d; chmod 0444 /tmp/d/x; echo done;; "
+      "second) cat /tmp/d/x /dev/shm/d/x 2>/dev/null; ls -A /tmp /dev/shm | grep -v pillbox-e2e; echo looked;; esac";
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    const auto r = run_script(mode, e2e::task_line("first", "first") + e2e::task_line("second", "second"), script);
+    INFO(r.describe());
+    CHECK(r.record("first")["output"] == "done\n");
+    CHECK(r.record("second")["kind"] == "ok");
+    const std::string seen = r.record("second")["output"];
+    CHECK_MESSAGE(seen.find("LEFT-BY-FIRST") == std::string::npos, seen);
+  }
+}

@@ -153,12 +153,12 @@ TEST_CASE("classifier: SIGKILL rules, in order") {
     CHECK(o.exit_code == -1);
     check_fingerprint_shape(o);
   }
-  SUBCASE("wall timeout before the payload: the child never said HELLO") {
+  SUBCASE("wall timeout before the payload: the child never said HELLO (the sandbox's failure, not the payload's)") {
     Execution ex = signaled(SIGKILL);
     ex.killed_for_timeout = true;
     ex.payload_delivered = false;
     const Outcome o = run(ex);
-    CHECK(o.kind == Kind::kProtocolError);
+    CHECK(o.kind == Kind::kSandboxError);
     CHECK(o.message == "no HELLO from the child within the wall-clock limit of 10000 ms");
   }
   SUBCASE("cgroup OOM") {
@@ -526,13 +526,22 @@ TEST_CASE("classifier: exec mode") {
     CHECK(o.kind == Kind::kProtocolError);
     CHECK(o.message == "unexpected frame from an exec child");
   }
-  SUBCASE("exit 0 before the payload was delivered") {
-    Execution ex = exited(0);
-    ex.exec_mode = true;
-    ex.payload_delivered = false;
-    const Outcome o = run(ex);
-    CHECK(o.kind == Kind::kProtocolError);
-    CHECK(o.message == "the child exited before asking for its payload");
+  SUBCASE("an exit before the payload was delivered is never the payload's fault, whatever its code") {
+    for (int code : {0, 1, 123}) {
+      Execution ex = exited(code);
+      ex.exec_mode = true;
+      ex.payload_delivered = false;
+      const Outcome o = run(ex);
+      CHECK(o.kind == Kind::kSandboxError);
+      CHECK(o.message == "the child exited with code " + std::to_string(code) +
+                             " before asking for its payload (not the payload's fault)");
+    }
+    Execution broken = exited(0);
+    broken.payload_delivered = false;
+    broken.protocol_violation = "a frame that is not msgpack";
+    const Outcome b = run(broken);
+    CHECK(b.kind == Kind::kSandboxError);
+    CHECK(b.message == "a frame that is not msgpack (before the payload was sent: not the payload's fault)");
   }
   SUBCASE("a RESULT from the exec runtime: execve failed, which is not the payload's fault") {
     Execution ex = exited(127);

@@ -426,7 +426,7 @@ TEST_CASE("unreadable policy files are named with the reason") {
         "cannot read policy file '/nonexistent/x.policy': No such file or directory");
   TempDir dir;
   CHECK(load_policy_file(dir.path()).error() ==
-        "cannot read policy file '" + dir.path() + "': Is a directory");
+        "cannot read policy file '" + dir.path() + "': not a regular file");
 }
 
 TEST_CASE("the shipped policies parse and keep their promises") {
@@ -505,7 +505,7 @@ TEST_CASE("policy identity: name plus a hash of what confines the child") {
 
 TEST_CASE("unsafe settings are refused at their line unless allow_unsafe = yes") {
   const std::string root = error_of("[policy]\nname = p\n[isolation]\nnetwork = off\nuser = root\n");
-  CHECK(starts_with(root, "t.policy:5: unsafe setting user = root: tasks run as root"));
+  CHECK(starts_with(root, "t.policy:5: unsafe setting user = root: tasks (or, with a uid_pool, a plugin's load check) run as root"));
   CHECK(contains(root, "add 'allow_unsafe = yes' under [policy]"));
   CHECK(starts_with(error_of("[isolation]\nuser = 000\n"), "t.policy:2: unsafe setting user = 000"));
   const std::string off = error_of("[seccomp]\ndefault = trap\nenabled = no\n");
@@ -513,8 +513,8 @@ TEST_CASE("unsafe settings are refused at their line unless allow_unsafe = yes")
   // A user named like root is only root when it is "root" or all zeros.
   CHECK(parse("[isolation]\nuser = rooter\n").has_value());
   CHECK(parse("[isolation]\nuser = 10\n").has_value());
-  // A uid pool replaces the user: root is never used then.
-  CHECK(parse("[isolation]\nuser = root\nuid_pool = 3000000-3000009\n").has_value());
+  // A uid pool does not make root safe: the plugin load check runs as `user`.
+  CHECK(starts_with(error_of("[isolation]\nuser = root\nuid_pool = 3000000-3000009\n"), "t.policy:2: unsafe"));
 
   // Saying so makes them parse, in either order, and survive a round trip.
   Expected<Policy> meant = parse("[isolation]\nuser = 0\n[seccomp]\nenabled = no\n[policy]\nallow_unsafe = yes\n");
