@@ -88,6 +88,10 @@ class Dispatcher {
     const std::uint32_t task_uid = uids_ ? uids_->uid(0) : config.sandbox_uid;
     const std::uint32_t task_gid = uids_ ? uids_->uid(0) : config.sandbox_gid;
     if (auto s = check_command_access(config, task_uid, task_gid); !s) return s;
+    if (!config.drop_privileges) {
+      report_.warnings.push_back("not running as root: tasks run as your own uid, so they can signal each other and "
+                                 "your other processes (in spawn mode pillbox itself); run as root for hostile input");
+    }
     for (std::size_t i = settings_.jobs; i-- > 0;) free_slots_.push_back(i);
     if (auto s = start_guardian(); !s) return s;
     return start_launcher();
@@ -165,9 +169,10 @@ class Dispatcher {
     }
     if (targets.empty()) {
       report_.warnings.push_back(
-          "neither a uid pool (root) nor a cgroup: if pillbox is killed, background processes a task started "
-          "outside its process group can outlive it" +
-          std::string(settings_.mode == LaunchMode::kSpawn ? " (spawn mode has no PID namespace)" : " where the zygote has no PID namespace"));
+          "neither a uid pool (root) nor a cgroup: a process a task starts outside its process group (setsid) "
+          "can outlive the task and the run" +
+          std::string(settings_.mode == LaunchMode::kSpawn ? " (spawn mode has no PID namespace)"
+                                                           : " where the zygote has no PID namespace"));
       return Status::ok();
     }
     auto guardian = Guardian::start(targets);

@@ -312,6 +312,16 @@ TEST_CASE("plugin code never runs as root: constructors and init run as the slot
   std::vector<std::string> planted;
   for (const auto& e : std::filesystem::directory_iterator(root_only.path())) planted.push_back(e.path().string());
   CHECK_MESSAGE(planted.empty(), "the plugin wrote into a root-only directory: " << planted.front());
+
+  // Not even where anyone may write: the load check sees the policy's
+  // read-only view, like the children do.
+  e2e::TempDir open_dir(0777);
+  e2e::TempDir in;
+  const auto r = run_pillbox({"run", "--json", "--no-store", "--handler", plugin, "--arg", "probe_dir=" + open_dir.path(),
+                              in.write("payload", "x")});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(std::filesystem::is_empty(open_dir.path()));
 }
 
 TEST_CASE("a plugin loaded in the child still has named crash frames and a fingerprint stable across runs") {
