@@ -1,11 +1,8 @@
 // Ways out of the box that a hostile task tries, in both launch modes: each
 // case is an attack a review found, kept as a test that failed before the
 // fix (docs/security.md lists them).
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <signal.h>
-#include <sys/inotify.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -39,60 +36,7 @@ e2e::RunResult run_exec(const std::string& mode, std::vector<std::string> progra
 
 // The shipped exec policy with `from` replaced by `to`, written into `dir`.
 std::string exec_policy_with(const e2e::TempDir& dir, const std::string& from, const std::string& to) {
-  const auto shown = run_pillbox({"policy", "show", "exec"});
-  REQUIRE(shown.exit_code == 0);
-  std::string text = shown.out;
-  const auto at = text.find(from);
-  REQUIRE_MESSAGE(at != std::string::npos, from);
-  text.replace(at, from.size(), to);
-  return dir.write("exec-edited.policy", text);
-}
-
-bool has_file_starting(const std::string& dir, const std::string& prefix) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0) return true;
-  }
-  return false;
-}
-
-// Blocks until a file whose name starts with `prefix` is in `dir`, or
-// `stop` becomes readable (false then).
-bool wait_for_file(const std::string& dir, const std::string& prefix, int stop) {
-  const int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (in < 0) return false;
-  ::inotify_add_watch(in, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
-  bool found = false;
-  while (!(found = has_file_starting(dir, prefix))) {
-    pollfd p[2] = {{in, POLLIN, 0}, {stop, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
-    if (p[1].revents) break;
-    char buf[4096];
-    while (::read(in, buf, sizeof buf) > 0) {
-    }
-  }
-  ::close(in);
-  return found;
-}
-
-// Waits until every process in `pids` has exited, at most `limit`; returns
-// the ones still running then.
-std::vector<pid_t> still_running_after(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
-  std::vector<pid_t> left;
-  std::vector<int> fds;
-  for (pid_t pid : pids) {
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (fd >= 0) fds.push_back(fd);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (std::size_t i = 0; i < fds.size(); ++i) {
-    const auto now = std::chrono::steady_clock::now();
-    const int ms = now >= deadline ? 0 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count());
-    pollfd p{fds[i], POLLIN, 0};
-    if (::poll(&p, 1, ms) == 0) left.push_back(pids[i]);
-  }
-  for (int fd : fds) ::close(fd);
-  return left;
+  return dir.write("exec-edited.policy", e2e::shipped_policy_with("exec", from, to));
 }
 
 // Cleanup after a failed check, so one bug does not fail every test after it.
@@ -220,19 +164,13 @@ TEST_CASE("no survivors: after kill -9 of pillbox, nothing its tasks started run
     std::vector<pid_t> survivors;
     std::thread watcher([&] {
       // No doctest assertions on this thread: failures go to watcher_error.
-      if (!wait_for_file(dir.path(), "spy.", stop)) {
+      if (!e2e::wait_for_file(dir.path(), "spy.", stop)) {
         watcher_error = "pillbox finished before the task planted its spy";
         return;
       }
       // This run's pillbox: the one whose command line names our directory
       // (not its guardian, a fork of it named pillbox-guard).
-      pid_t pillbox = 0;
-      for (const auto& p : e2e::processes_of(e2e::pillbox_binary())) {
-        if (p.comm != "pillbox") continue;
-        for (const auto& a : p.cmdline) {
-          if (a.find(dir.path()) != std::string::npos) pillbox = p.pid;
-        }
-      }
+      const pid_t pillbox = e2e::pillbox_naming(dir.path());
       for (const auto& p : e2e::processes_of(e2e::fixture("survivor"))) task_pids.push_back(p.pid);
       if (pillbox == 0 || task_pids.size() != 2) {
         watcher_error = "expected pillbox and two task processes (the task and its spy), found " +
@@ -240,7 +178,7 @@ TEST_CASE("no survivors: after kill -9 of pillbox, nothing its tasks started run
         return;
       }
       ::kill(pillbox, SIGKILL);
-      survivors = still_running_after(task_pids, std::chrono::seconds(2));
+      survivors = e2e::still_running_after(task_pids, std::chrono::seconds(2));
     });
     e2e::TempDir in;
     const std::string input = in.write("payload", "x");
@@ -275,14 +213,14 @@ TEST_CASE("no survivors: with cgroup = off, a task's setsid'd spy is gone before
     CHECK(r.record("plant")["kind"] == "ok");
     CHECK(r.record("plant")["output"] == "planted\n");
     CHECK(r.record("victim")["kind"] == "ok");
-    CHECK(has_file_starting(dir.path(), "spy."));
+    CHECK(e2e::has_file_starting(dir.path(), "spy."));
     std::string leaks;
     if (std::filesystem::exists(dir.file("leaks"))) leaks = e2e::read_file(dir.file("leaks"));
     CHECK_MESSAGE(leaks.find("SECRET-B") == std::string::npos, "the spy read the next task's payload: " << leaks);
     // And nothing of either task outlives the run.
     std::vector<pid_t> pids;
     for (const auto& p : e2e::processes_of(e2e::fixture("survivor"))) pids.push_back(p.pid);
-    CHECK_MESSAGE(still_running_after(pids, std::chrono::seconds(2)).empty(),
+    CHECK_MESSAGE(e2e::still_running_after(pids, std::chrono::seconds(2)).empty(),
                   "left running after the run: " << e2e::describe(e2e::processes_of(e2e::fixture("survivor"))));
     kill_leftovers(e2e::fixture("survivor"));
   }

@@ -4,10 +4,8 @@
 // max-attempts such losses it gives up (for this run only), and the next run
 // finishes it. A payload that really crashes the supervisor still ends as
 // supervisor-lost (tests/e2e/crash_safety_test.cpp): its crash leaves a note.
-#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
@@ -21,43 +19,6 @@ using e2e::run_pillbox;
 using e2e::sql_int;
 
 namespace {
-
-bool has_file(const std::string& dir, const std::string& prefix) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0) return true;
-  }
-  return false;
-}
-
-// Blocks until a file named `prefix`* is in `dir`, or `stop` is readable.
-bool wait_for_file(const std::string& dir, const std::string& prefix, int stop) {
-  const int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (in < 0) return false;
-  ::inotify_add_watch(in, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
-  bool found = false;
-  while (!(found = has_file(dir, prefix))) {
-    pollfd p[2] = {{in, POLLIN, 0}, {stop, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
-    if (p[1].revents) break;
-    char buf[4096];
-    while (::read(in, buf, sizeof buf) > 0) {
-    }
-  }
-  ::close(in);
-  return found;
-}
-
-// The pillbox (not its guardian) whose command line names `marker`.
-pid_t pillbox_naming(const std::string& marker) {
-  for (const auto& p : e2e::processes_of(e2e::pillbox_binary())) {
-    if (p.comm != "pillbox") continue;
-    for (const auto& a : p.cmdline) {
-      if (a.find(marker) != std::string::npos) return p.pid;
-    }
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -80,8 +41,8 @@ TEST_CASE("a good payload running alone while pillbox is killed from outside, ag
     REQUIRE(stop >= 0);
     bool killed = false;
     std::thread watcher([&] {
-      if (!wait_for_file(work.path(), "running.", stop)) return;
-      if (const pid_t pid = pillbox_naming(store); pid > 0) killed = ::kill(pid, SIGKILL) == 0;
+      if (!e2e::wait_for_file(work.path(), "running.", stop)) return;
+      if (const pid_t pid = e2e::pillbox_naming(store); pid > 0) killed = ::kill(pid, SIGKILL) == 0;
     });
     last = run_pillbox(args);
     const std::uint64_t one = 1;

@@ -7,7 +7,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sqlite3.h>
@@ -427,6 +429,73 @@ long long sql_int(const std::string& db_path, const std::string& sql) {
   REQUIRE(!rows.empty());
   REQUIRE(!rows[0].empty());
   return std::stoll(rows[0][0]);
+}
+
+}  // namespace e2e
+
+namespace e2e {
+
+bool has_file_starting(const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+bool wait_for_file(const std::string& dir, const std::string& prefix, int stop_fd) {
+  const int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (in < 0) return false;
+  ::inotify_add_watch(in, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
+  bool found = false;
+  while (!(found = has_file_starting(dir, prefix))) {
+    pollfd p[2] = {{in, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
+    if (p[1].revents) break;
+    char buf[4096];
+    while (::read(in, buf, sizeof buf) > 0) {
+    }
+  }
+  ::close(in);
+  return found;
+}
+
+std::string shipped_policy_with(const std::string& name, const std::string& from, const std::string& to) {
+  const auto shown = run_pillbox({"policy", "show", name});
+  REQUIRE(shown.exit_code == 0);
+  std::string text = shown.out;
+  const auto at = text.find(from);
+  REQUIRE_MESSAGE(at != std::string::npos, from);
+  text.replace(at, from.size(), to);
+  return text;
+}
+
+pid_t pillbox_naming(const std::string& marker) {
+  for (const auto& p : processes_of(pillbox_binary())) {
+    if (p.comm != "pillbox") continue;
+    for (const auto& a : p.cmdline) {
+      if (a.find(marker) != std::string::npos) return p.pid;
+    }
+  }
+  return 0;
+}
+
+std::vector<pid_t> still_running_after(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
+  std::vector<pid_t> left;
+  std::vector<std::pair<pid_t, int>> fds;
+  for (pid_t pid : pids) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) fds.emplace_back(pid, fd);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (const auto& [pid, fd] : fds) {
+    const auto now = std::chrono::steady_clock::now();
+    const int ms = now >= deadline ? 0 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count());
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms) == 0) left.push_back(pid);
+    ::close(fd);
+  }
+  return left;
 }
 
 }  // namespace e2e

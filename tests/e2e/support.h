@@ -4,6 +4,7 @@
 // probes, and /proc helpers for leak checks (processes, fds, RSS).
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -82,6 +83,18 @@ class TempDir {
 
 std::string read_file(const std::string& path);
 
+// True when `dir` holds an entry whose name starts with `prefix`.
+bool has_file_starting(const std::string& dir, const std::string& prefix);
+// Blocks (inotify, no polling) until `dir` holds an entry whose name starts
+// with `prefix`, or `stop_fd` becomes readable; true when the entry appeared.
+bool wait_for_file(const std::string& dir, const std::string& prefix, int stop_fd);
+
+// ---- policies ---------------------------------------------------------------
+
+// The text of a shipped policy (`pillbox policy show NAME`) with the first
+// `from` replaced by `to`; fails the test when `from` is not in it.
+std::string shipped_policy_with(const std::string& name, const std::string& from, const std::string& to);
+
 // ---- the store's database (read-only queries) -----------------------------------
 
 // Rows of `sql` on the SQLite database at `db_path`, every column as text
@@ -109,6 +122,12 @@ struct ProcInfo {
 };
 
 std::vector<ProcInfo> list_processes();
+// The pillbox (not its guardian, a fork of it named pillbox-guard) whose
+// command line has an argument containing `marker`; 0 when none.
+pid_t pillbox_naming(const std::string& marker);
+// Waits (pidfds, no polling) until each of `pids` has exited, at most
+// `limit` in all; returns those still running then.
+std::vector<pid_t> still_running_after(const std::vector<pid_t>& pids, std::chrono::milliseconds limit);
 // Live processes and zombies running `path`: exe or argv[0] equal to it, or a
 // zombie whose comm is the file name (zombies have neither exe nor cmdline).
 std::vector<ProcInfo> processes_of(const std::string& path);

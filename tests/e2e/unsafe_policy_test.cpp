@@ -15,15 +15,8 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The shipped exec policy with `edit` applied to its text.
 std::string exec_policy_with(const std::string& from, const std::string& to) {
-  const auto shown = run_pillbox({"policy", "show", "exec"});
-  REQUIRE(shown.exit_code == 0);
-  std::string text = shown.out;
-  const auto at = text.find(from);
-  REQUIRE_MESSAGE(at != std::string::npos, from);
-  text.replace(at, from.size(), to);
-  return text;
+  return e2e::shipped_policy_with("exec", from, to);
 }
 
 std::string without_uid_pool(std::string text) {
