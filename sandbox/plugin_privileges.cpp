@@ -42,8 +42,10 @@ Status check_handler_unprivileged(const ChildConfig& config, bool& config_error)
   // dies with the check (the first process of a PID namespace takes every
   // other one with it). The raw clone, as in the fork server: glibc's fork
   // cannot ask for one.
-  const pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, nullptr, nullptr, 0));
-  if (pid < 0) return Status::error(std::string("clone: ") + std::strerror(errno));
+  // A host that refuses PID namespaces (some containers) gets a plain fork.
+  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, nullptr, nullptr, 0));
+  if (pid < 0 && (errno == EPERM || errno == EINVAL || errno == ENOSPC)) pid = ::fork();
+  if (pid < 0) return Status::error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     read_end.reset();
     // Confined like a child before its seccomp filter, which is where the
