@@ -343,6 +343,13 @@ class Dispatcher {
     if (cgroups_) {
       ex.cgroup_oom = cgroups_->oom_kills(r->slot) > r->oom_kills_before;
       cgroups_->kill_all(r->slot);  // stragglers that left the process group
+    } else if (uids_) {
+      // Without a cgroup, the slot's uid is what names a straggler (a
+      // setsid'd daemon). The next child of the slot kills its uid's
+      // processes too, but from that uid: a straggler that SIGSTOPs its uid
+      // without pause can stop that child first, which then never asks for
+      // its payload. From root, here, nothing can stop the sweep.
+      kill_processes_of_uid(uids_->uid(r->slot));
     }
     const Outcome outcome = classify(ex, symbolizer_);
     ++report_.tasks;
