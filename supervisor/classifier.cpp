@@ -164,6 +164,13 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
     o.syscall.clear();
   }
 
+  // A child that never received its payload cannot have failed because of
+  // it: until its TASK frame is sent, nothing of the payload exists on the
+  // child's side. Its kind stays what the kernel and the wire say (a plugin
+  // whose init crashes in every child is still a crash), but the verdict
+  // must not quarantine a payload for it (retry_policy: is_transient).
+  o.before_payload = ex.exit.has_value() && !ex.payload_delivered && o.kind != Kind::kOk;
+
   if (o.kind != Kind::kOk) {
     std::string detail;
     switch (o.kind) {
