@@ -185,6 +185,36 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   _exit(kExitExecFailed);
 }
 
+// A handler prepared before any task (built-in, or a plugin without root)
+// is loaded in the zygote, whose fds 0 and 1 are its control pipes to the
+// supervisor, or in spawn mode's --child and --check, where they are still
+// the supervisor's stdin and stdout (the task list, the --json records).
+// Constructors and init that read stdin or print (debugging code in a
+// library) get /dev/null instead, for the load only. (stderr stays: it is
+// the supervisor's, and a message there is only a message.)
+Expected<std::unique_ptr<Handler>> make_handler_off_stdio(const ChildConfig& config) {
+  const int saved_in = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+  const int saved_out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+  const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0) {
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::close(devnull);
+  }
+  auto handler = make_handler(config.handler, config.args);
+  const auto restore = [](int saved, int fd) {
+    if (saved >= 0) {
+      ::dup2(saved, fd);
+      ::close(saved);
+    } else {
+      ::close(fd);  // it was closed before
+    }
+  };
+  restore(saved_in, 0);
+  restore(saved_out, 1);
+  return handler;
+}
+
 }  // namespace
 
 Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_deferred) {
@@ -196,7 +226,7 @@ Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_defe
       return Error{(config_error ? std::string(kConfigErrorPrefix) : std::string()) + s.message()};
     }
   } else if (!config.exec_mode()) {
-    auto handler = make_handler(config.handler, config.args);
+    auto handler = make_handler_off_stdio(config);
     if (!handler) return Error{std::string(kConfigErrorPrefix) + handler.error()};
     prep.handler = std::move(*handler);
   }

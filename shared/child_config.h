@@ -27,6 +27,12 @@ struct ChildConfig {
   std::uint32_t sandbox_uid = 65534;
   std::uint32_t sandbox_gid = 65534;
   bool use_namespaces = true;                 // try net/ipc/uts (+mount for read-only fs)
+  // As root with a uid pool: the uid (and gid) the handler check before the
+  // run loads a plugin as (sandbox/plugin_privileges.h). One that this run
+  // claimed: the pool's first uid may be another run's slot, whose tasks a
+  // plugin running as it could signal and whose children's kill(-1) would
+  // kill the check. 0: not given (the pool's first uid).
+  std::uint32_t check_uid = 0;
 
   bool exec_mode() const { return handler == "exec"; }
 };

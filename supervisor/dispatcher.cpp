@@ -81,6 +81,9 @@ class Dispatcher {
       auto claims = UidClaims::claim(policy.isolation.uid_pool_first, policy.isolation.uid_pool_size, settings_.jobs);
       if (!claims) return Status::error(claims.error());
       uids_ = std::move(*claims);
+      // The plugin check before the run loads the plugin as a uid of this
+      // run's own, not as the pool's first (which may be another run's slot).
+      launcher_settings_.config.check_uid = uids_->uid(0);
     }
     // As root, can a slot's uid run the command at all? (All slot uids are
     // alike: unprivileged, no groups.) Otherwise every task would fail the
