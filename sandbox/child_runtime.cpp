@@ -233,6 +233,11 @@ Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_defe
   auto filter = compile_filter(config.policy.seccomp, config.exec_mode());
   if (!filter) return Error{"seccomp policy: " + filter.error()};
   prep.filter = std::move(*filter);
+  if (load_handler_in_child(config) && config.policy.seccomp.enabled) {
+    auto before_plugin = compile_namespace_filter();
+    if (!before_plugin) return Error{"seccomp filter for loading the plugin: " + before_plugin.error()};
+    prep.plugin_load_filter = std::move(*before_plugin);
+  }
   crash::prepare();
   prep.parent_pid = ::getpid();
   return prep;
@@ -301,6 +306,10 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   std::unique_ptr<Handler> loaded;
   Handler* handler = prep.handler.get();
   if (!cfg.exec_mode() && handler == nullptr) {
+    // Its code runs before the policy's filter: without this one it could
+    // enter a new user namespace, and parse each payload with every
+    // capability there.
+    if (auto s = load_filter(prep.plugin_load_filter); !s) fail_setup(wire, s.message());
     auto made = make_handler(cfg.handler, cfg.args);
     if (!made) fail_setup(wire, "cannot load the handler as uid " + std::to_string(::getuid()) + ": " + made.error());
     loaded = std::move(*made);

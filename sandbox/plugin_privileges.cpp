@@ -18,6 +18,7 @@
 #include "sandbox/handler.h"
 #include "sandbox/privileges.h"
 #include "sandbox/rlimits.h"
+#include "sandbox/seccomp_filter.h"
 #include "shared/control.h"
 #include "shared/uid_sweep.h"
 #include "shared/unique_fd.h"
@@ -45,6 +46,14 @@ bool isolate_fds(int keep) {
   if (keep != 3 && ::dup2(keep, 3) < 0) return false;
   ::close_range(4, ~0u, 0);
   return true;
+}
+
+// As in a task's child: no new namespace for the plugin's loading code.
+Status load_namespace_filter(const ChildConfig& config) {
+  if (!config.policy.seccomp.enabled) return Status::ok();
+  auto filter = compile_namespace_filter();
+  if (!filter) return Status::error(filter.error());
+  return load_filter(*filter);
 }
 
 }  // namespace
@@ -78,6 +87,8 @@ Status check_handler_unprivileged(const ChildConfig& config, bool& config_error)
       error = "cannot check the plugin: cannot drop to uid " + std::to_string(uid) + ": " + s1.message();
     } else if (auto s2 = set_no_new_privs(); !s2) {
       error = "cannot check the plugin: " + s2.message();
+    } else if (auto s3 = load_namespace_filter(config); !s3) {
+      error = "cannot check the plugin: " + s3.message();
     } else {
       // Die with the process that checks (the uid change cleared it).
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);

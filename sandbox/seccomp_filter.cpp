@@ -55,6 +55,8 @@ Status add_conditional(scmp_filter_ctx ctx, const std::string& name, bool& handl
   return Status::ok();
 }
 
+Expected<CompiledFilter> export_program(scmp_filter_ctx ctx);
+
 }  // namespace
 
 const std::vector<std::string>& runtime_syscalls(bool exec_mode) {
@@ -105,9 +107,17 @@ Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mod
   if (const int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0); rc != 0) {
     return Error{errno_text("seccomp_rule_add(clone3)", -rc)};
   }
+  return export_program(ctx.get());
+}
+
+namespace {
+
+// The filter in `ctx` as a BPF program.
+Expected<CompiledFilter> export_program(scmp_filter_ctx ctx) {
+  CompiledFilter out;
   UniqueFd mem(::memfd_create("pillbox-bpf", MFD_CLOEXEC));
   if (!mem.valid()) return Error{errno_text("memfd_create", errno)};
-  if (const int rc = seccomp_export_bpf(ctx.get(), mem.get()); rc != 0) {
+  if (const int rc = seccomp_export_bpf(ctx, mem.get()); rc != 0) {
     return Error{errno_text("seccomp_export_bpf", -rc)};
   }
   const off_t size = ::lseek(mem.get(), 0, SEEK_END);
@@ -117,6 +127,29 @@ Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mod
     return Error{errno_text("reading the BPF program", errno)};
   }
   return out;
+}
+
+}  // namespace
+
+Expected<CompiledFilter> compile_namespace_filter() {
+  std::unique_ptr<void, void (*)(scmp_filter_ctx)> ctx(seccomp_init(SCMP_ACT_ALLOW), seccomp_release);
+  if (!ctx) return Error{"seccomp_init failed"};
+  auto deny = [&](int nr, std::uint32_t action, unsigned argc, const scmp_arg_cmp* arg) -> Status {
+    const int rc = argc == 0 ? seccomp_rule_add(ctx.get(), action, nr, 0) : seccomp_rule_add(ctx.get(), action, nr, 1, *arg);
+    if (rc != 0 && rc != -EEXIST) return Status::error(errno_text("seccomp_rule_add", -rc));
+    return Status::ok();
+  };
+  // Rules for one syscall are OR'ed: one per namespace flag ("this bit set").
+  for (int nr : {SCMP_SYS(clone), SCMP_SYS(unshare)}) {
+    for (std::uint64_t bit = 1; bit != 0; bit <<= 1) {
+      if ((kNamespaceFlags & bit) == 0) continue;
+      const scmp_arg_cmp set = SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit);
+      if (auto s = deny(nr, SCMP_ACT_ERRNO(EPERM), 1, &set); !s) return Error{s.message()};
+    }
+  }
+  if (auto s = deny(SCMP_SYS(setns), SCMP_ACT_ERRNO(EPERM), 0, nullptr); !s) return Error{s.message()};
+  if (auto s = deny(SCMP_SYS(clone3), SCMP_ACT_ERRNO(ENOSYS), 0, nullptr); !s) return Error{s.message()};
+  return export_program(ctx.get());
 }
 
 Status load_filter(const CompiledFilter& filter) {
