@@ -346,6 +346,7 @@ class Dispatcher {
     if (cgroups_) {
       ex.cgroup_oom = cgroups_->oom_kills(r->slot) > r->oom_kills_before;
       cgroups_->kill_all(r->slot);  // stragglers that left the process group
+      cgroups_->renew_if_charged(r->slot);  // tmpfs files it left must not shrink the next task's memory
     } else if (uids_) {
       // Without a cgroup, the slot's uid is what names a straggler (a
       // setsid'd daemon). The next child of the slot kills its uid's
