@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +14,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "sandbox/handler.h"
 #include "sandbox/privileges.h"
@@ -46,6 +49,31 @@ bool isolate_fds(int keep) {
   if (keep != 3 && ::dup2(keep, 3) < 0) return false;
   ::close_range(4, ~0u, 0);
   return true;
+}
+
+// Why the calling uid could make `path` name other code than it names now:
+// a directory on the way it may write (unless sticky, with the entry not
+// its own), or the file itself. "" when it cannot. Both the path as given
+// and the file it resolves to are walked.
+std::string replaceable_by_caller(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> ways{fs::absolute(path, ec).lexically_normal()};
+  if (fs::path real = fs::canonical(path, ec); !ec) ways.push_back(std::move(real));
+  for (const fs::path& way : ways) {
+    fs::path at = way.root_path();
+    for (const fs::path& part : way.relative_path()) {
+      const fs::path dir = at;
+      at /= part;
+      if (::access(dir.c_str(), W_OK) != 0) continue;
+      struct stat d {}, entry {};
+      const bool sticky = ::stat(dir.c_str(), &d) == 0 && (d.st_mode & S_ISVTX);
+      const bool own = ::lstat(at.c_str(), &entry) == 0 && entry.st_uid == ::getuid();
+      if (!sticky || own) return "it may write directory " + dir.string();
+    }
+    if (::access(at.c_str(), W_OK) == 0) return "it may write " + at.string();
+  }
+  return {};
 }
 
 // As in a task's child: no new namespace for the plugin's loading code.
@@ -94,9 +122,17 @@ Status check_handler_unprivileged(const ChildConfig& config, bool& config_error)
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) _exit(2);
       setup_failed = false;
-      if (auto handler = make_handler(config.handler, config.args); !handler) {
+      const std::string path = config.handler.substr(std::string_view("plugin:").size());
+      // Every task's child loads the plugin anew, from this path. If a task's
+      // uid could replace it (a symlink or file in a directory it may write),
+      // one task could change the code every later task runs, and what is
+      // checked here would not be what the tasks load.
+      if (const std::string why = replaceable_by_caller(path); !why.empty()) {
+        error = "plugin " + path + " could be replaced by uid " + std::to_string(uid) + ", a task's uid (" + why +
+                "): each task loads it anew, so one task could change the code every later task runs; install it "
+                "where only root may write";
+      } else if (auto handler = make_handler(config.handler, config.args); !handler) {
         error = handler.error();
-        const std::string path = config.handler.substr(std::string_view("plugin:").size());
         if (::access(path.c_str(), R_OK) != 0 && errno == EACCES) {
           error += " (as uid " + std::to_string(uid) +
                    ": plugins are loaded only after a task dropped root, so the file and every directory above it "

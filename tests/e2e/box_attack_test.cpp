@@ -327,6 +327,35 @@ TEST_CASE("a plugin that fails only after the check (its second load) never cost
   }
 }
 
+TEST_CASE("a plugin a task's uid could replace is refused before the run (the check loaded one plugin, the tasks another)") {
+  // Broke: the plugin path was a symlink in a directory the slot uids may
+  // write; a process of such a uid (here the plugin's own init, in the
+  // check) pointed it elsewhere, and every task then loaded a plugin that
+  // was never checked. Any task could have done the same to every later
+  // task, of every slot.
+  if (!e2e::is_root()) {
+    MESSAGE("skipped: without root the plugin is loaded once, in the zygote");
+    return;
+  }
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    e2e::TempDir dir(0777);
+    const std::string current = dir.file("current.so");
+    REQUIRE(::symlink(e2e::fixture("hostile_plugin.so").c_str(), current.c_str()) == 0);
+    REQUIRE(::symlink(e2e::fixture("noisy_plugin.so").c_str(), dir.file("next.so").c_str()) == 0);
+    e2e::TempDir in;
+    const std::string input = in.write("payload", "x");
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--handler", "plugin:" + current, "--arg",
+                                "swap=" + dir.path(), input});
+    INFO(r.describe());
+    CHECK(r.exit_code == 2);
+    CHECK(r.records.empty());
+    CHECK(r.err.find("plugin " + current + " could be replaced by uid ") != std::string::npos);
+    CHECK(r.err.find("it may write directory " + dir.path()) != std::string::npos);
+    CHECK(std::filesystem::read_symlink(current) == e2e::fixture("hostile_plugin.so"));  // refused before it ran
+  }
+}
+
 TEST_CASE("two runs at once: the plugin check runs as a uid of its own run, and neither run touches the other's tasks") {
   // Broke: the check loaded the plugin as the pool's first uid, which the
   // first run had claimed for its slot: the plugin's code ran as that
