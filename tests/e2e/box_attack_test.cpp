@@ -489,6 +489,65 @@ TEST_CASE("no survivors even when a leftover SIGSTOPs its uid: after kill -9 of 
   }
 }
 
+TEST_CASE("no survivors: a fork bomb running when pillbox is SIGKILLed is gone 2 s later") {
+  // Held: the guardian's kill(-1) as each slot uid is one pass no fork
+  // outruns, and its root sweep follows until none is left.
+  if (!e2e::is_root() && !e2e::have_memory_cgroup()) {
+    MESSAGE("skipped: without root and a cgroup there is no guardian");
+    return;
+  }
+  const std::string bomb = e2e::fixture("fork_bomb");
+  // Its zombies are reaped by init, in its own time, and count against
+  // RLIMIT_NPROC of their uid until then: uids of their own, far from
+  // those the other tests' runs claim first.
+  const std::map<std::string, std::string> pools = {{"zygote", "2000004000-2000004015"},
+                                                    {"spawn", "2000004016-2000004031"}};
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    e2e::TempDir dir(0777);
+    const std::string policy =
+        exec_policy_with(dir, "uid_pool = 2000000000-2000004095", "uid_pool = " + pools.at(mode));
+    const int stop = ::eventfd(0, EFD_CLOEXEC);
+    REQUIRE(stop >= 0);
+    std::string watcher_error;
+    std::vector<pid_t> left;
+    std::thread watcher([&] {
+      if (!wait_for_marks(dir.path(), "started", 1, stop)) {
+        watcher_error = "pillbox finished before the bomb started";
+        return;
+      }
+      pid_t pillbox = 0;
+      for (const auto& p : e2e::processes_of(e2e::pillbox_binary())) {
+        if (p.comm != "pillbox") continue;
+        for (const auto& a : p.cmdline) {
+          if (a.find(dir.path()) != std::string::npos) pillbox = p.pid;
+        }
+      }
+      if (pillbox == 0) {
+        watcher_error = "cannot find this run's pillbox";
+        return;
+      }
+      ::kill(pillbox, SIGKILL);
+      still_running_after(live_processes_of(bomb), std::chrono::seconds(2));
+      left = live_processes_of(bomb);  // and none forked since
+    });
+    e2e::TempDir in;
+    const std::string input = in.write("payload", "x");
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--max-attempts", "1", "--mode", mode, "--timeout", "20s",
+                                "--policy", policy, input, "--", "/bin/sh", "-c",
+                                ": > " + dir.path() + "/started.0; exec " + bomb});
+    const std::uint64_t one = 1;
+    (void)!::write(stop, &one, sizeof one);
+    watcher.join();
+    ::close(stop);
+    INFO(r.describe());
+    REQUIRE_MESSAGE(watcher_error.empty(), watcher_error);
+    CHECK(r.term_signal == SIGKILL);
+    CHECK_MESSAGE(left.empty(), left.size() << " processes of the bomb still ran 2 s after pillbox died");
+    kill_all(left);
+  }
+}
+
 TEST_CASE("no survivors with cgroup = off: a leftover that SIGSTOPs its uid costs the next task of its slot nothing") {
   // Broke (sometimes): the next child of the slot killed its uid's
   // processes itself, from the moment it had that uid, when the leftover
