@@ -200,6 +200,36 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   _exit(kExitExecFailed);
 }
 
+// A handler prepared before any task (built-in, or a plugin without root)
+// is loaded in the zygote, whose fds 0 and 1 are its control pipes to the
+// supervisor, or in spawn mode's --child and --check, where they are still
+// the supervisor's stdin and stdout (the task list, the --json records).
+// Constructors and init that read stdin or print (debugging code in a
+// library) get /dev/null instead, for the load only. (stderr stays: it is
+// the supervisor's, and a message there is only a message.)
+Expected<std::unique_ptr<Handler>> make_handler_off_stdio(const ChildConfig& config) {
+  const int saved_in = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+  const int saved_out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+  const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0) {
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::close(devnull);
+  }
+  auto handler = make_handler(config.handler, config.args);
+  const auto restore = [](int saved, int fd) {
+    if (saved >= 0) {
+      ::dup2(saved, fd);
+      ::close(saved);
+    } else {
+      ::close(fd);  // it was closed before
+    }
+  };
+  restore(saved_in, 0);
+  restore(saved_out, 1);
+  return handler;
+}
+
 }  // namespace
 
 Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_deferred) {
@@ -211,13 +241,18 @@ Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_defe
       return Error{(config_error ? std::string(kConfigErrorPrefix) : std::string()) + s.message()};
     }
   } else if (!config.exec_mode()) {
-    auto handler = make_handler(config.handler, config.args);
+    auto handler = make_handler_off_stdio(config);
     if (!handler) return Error{std::string(kConfigErrorPrefix) + handler.error()};
     prep.handler = std::move(*handler);
   }
   auto filter = compile_filter(config.policy.seccomp, config.exec_mode());
   if (!filter) return Error{"seccomp policy: " + filter.error()};
   prep.filter = std::move(*filter);
+  if (load_handler_in_child(config) && config.policy.seccomp.enabled) {
+    auto before_plugin = compile_namespace_filter();
+    if (!before_plugin) return Error{"seccomp filter for loading the plugin: " + before_plugin.error()};
+    prep.plugin_load_filter = std::move(*before_plugin);
+  }
   crash::prepare();
   prep.parent_pid = ::getpid();
   return prep;
@@ -307,6 +342,10 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   std::unique_ptr<Handler> loaded;
   Handler* handler = prep.handler.get();
   if (!cfg.exec_mode() && handler == nullptr) {
+    // Its code runs before the policy's filter: without this one it could
+    // enter a new user namespace, and parse each payload with every
+    // capability there.
+    if (auto s = load_filter(prep.plugin_load_filter); !s) fail_setup(wire, s.error());
     auto made = make_handler(cfg.handler, cfg.args);
     if (!made) fail_setup(wire, "cannot load the handler as uid " + std::to_string(::getuid()) + ": " + made.error());
     loaded = std::move(*made);

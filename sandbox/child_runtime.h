@@ -27,6 +27,9 @@ struct PreparedChild {
   // loads it after dropping privileges (sandbox/plugin_privileges.h).
   std::unique_ptr<Handler> handler;
   CompiledFilter filter;
+  // A plugin loaded in the child (as root): namespaces denied while its
+  // constructors and init run, before `filter` (compile_namespace_filter).
+  CompiledFilter plugin_load_filter;
   pid_t parent_pid = 0;              // the process that forks children (for the PDEATHSIG race)
   bool in_user_namespace = false;    // the zygote entered one: children drop their capabilities
   bool read_only_view = false;       // the zygote's mount namespace shows the host read-only

@@ -57,6 +57,9 @@ Status add_conditional(scmp_filter_ctx ctx, const std::string& name, bool& handl
   return Status::ok();
 }
 
+// The filter in `ctx` as a BPF program.
+Expected<std::vector<sock_filter>> export_program(scmp_filter_ctx ctx);
+
 }  // namespace
 
 const std::vector<std::string>& runtime_syscalls(bool exec_mode) {
@@ -89,6 +92,14 @@ Expected<std::vector<sock_filter>> compile_program(const SeccompRules& rules, bo
   std::unique_ptr<void, void (*)(scmp_filter_ctx)> ctx(seccomp_init(default_action(rules.default_action, notify)),
                                                       seccomp_release);
   if (!ctx) return Error{"seccomp_init failed"};
+  // A syscall of another ABI (int 0x80 from a 64-bit process, x32 numbers)
+  // meets the same default: named by the kernel's notification (its arch
+  // says which table), instead of a SIGSYS kill that nothing names and that
+  // would look like a SIGSYS the task raised itself.
+  if (const int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, default_action(rules.default_action, notify));
+      rc != 0) {
+    return Error{errno_text("seccomp_attr_set(SCMP_FLTATR_ACT_BADARCH)", -rc)};
+  }
   auto allow = [&](const std::string& name) -> Status {
     bool conditional = false;
     if (auto s = add_conditional(ctx.get(), name, conditional); !s || conditional) return s;
@@ -107,9 +118,13 @@ Expected<std::vector<sock_filter>> compile_program(const SeccompRules& rules, bo
   if (const int rc = seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0); rc != 0) {
     return Error{errno_text("seccomp_rule_add(clone3)", -rc)};
   }
+  return export_program(ctx.get());
+}
+
+Expected<std::vector<sock_filter>> export_program(scmp_filter_ctx ctx) {
   UniqueFd mem(::memfd_create("pillbox-bpf", MFD_CLOEXEC));
   if (!mem.valid()) return Error{errno_text("memfd_create", errno)};
-  if (const int rc = seccomp_export_bpf(ctx.get(), mem.get()); rc != 0) {
+  if (const int rc = seccomp_export_bpf(ctx, mem.get()); rc != 0) {
     return Error{errno_text("seccomp_export_bpf", -rc)};
   }
   const off_t size = ::lseek(mem.get(), 0, SEEK_END);
@@ -140,6 +155,31 @@ Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mod
   out.program = std::move(*notify);
   out.fallback = std::move(*trap);
   out.notifies = true;
+  return out;
+}
+
+Expected<CompiledFilter> compile_namespace_filter() {
+  std::unique_ptr<void, void (*)(scmp_filter_ctx)> ctx(seccomp_init(SCMP_ACT_ALLOW), seccomp_release);
+  if (!ctx) return Error{"seccomp_init failed"};
+  auto deny = [&](int nr, std::uint32_t action, unsigned argc, const scmp_arg_cmp* arg) -> Status {
+    const int rc = argc == 0 ? seccomp_rule_add(ctx.get(), action, nr, 0) : seccomp_rule_add(ctx.get(), action, nr, 1, *arg);
+    if (rc != 0 && rc != -EEXIST) return Status::error(errno_text("seccomp_rule_add", -rc));
+    return Status::ok();
+  };
+  // Rules for one syscall are OR'ed: one per namespace flag ("this bit set").
+  for (int nr : {SCMP_SYS(clone), SCMP_SYS(unshare)}) {
+    for (std::uint64_t bit = 1; bit != 0; bit <<= 1) {
+      if ((kNamespaceFlags & bit) == 0) continue;
+      const scmp_arg_cmp set = SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit);
+      if (auto s = deny(nr, SCMP_ACT_ERRNO(EPERM), 1, &set); !s) return Error{s.message()};
+    }
+  }
+  if (auto s = deny(SCMP_SYS(setns), SCMP_ACT_ERRNO(EPERM), 0, nullptr); !s) return Error{s.message()};
+  if (auto s = deny(SCMP_SYS(clone3), SCMP_ACT_ERRNO(ENOSYS), 0, nullptr); !s) return Error{s.message()};
+  auto program = export_program(ctx.get());
+  if (!program) return Error{program.error()};
+  CompiledFilter out;
+  out.program = std::move(*program);
   return out;
 }
 

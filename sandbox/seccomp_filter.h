@@ -28,6 +28,14 @@ const std::vector<std::string>& runtime_syscalls(bool exec_mode);
 
 Expected<CompiledFilter> compile_filter(const SeccompRules& rules, bool exec_mode);
 
+// Loaded before plugin code runs in a process (its constructors and init,
+// which come before the policy's filter): every syscall is allowed, except
+// those that create or enter a namespace, which fail (clone and unshare with
+// a namespace flag, setns: EPERM; clone3: ENOSYS, as in every filter). In a
+// new user namespace a plugin would hold every capability, and the code that
+// then parses each payload would run with them.
+Expected<CompiledFilter> compile_namespace_filter();
+
 // Loads the program into the calling process. Needs no_new_privs (or
 // CAP_SYS_ADMIN). Returns the listener of a notifying filter, or -1 (no
 // listener: seccomp disabled, a default other than trap, or the kernel

@@ -36,6 +36,12 @@ struct ChildConfig {
   // under a directory a task gets privately (/tmp, /var/tmp, /dev/shm): bound
   // read-only into the private one, so that they stay where they were named.
   std::vector<std::string> keep_visible;
+  // As root with a uid pool: the uid (and gid) the handler check before the
+  // run loads a plugin as (sandbox/plugin_privileges.h). One that this run
+  // claimed: the pool's first uid may be another run's slot, whose tasks a
+  // plugin running as it could signal and whose children's kill(-1) would
+  // kill the check. 0: not given (the pool's first uid).
+  std::uint32_t check_uid = 0;
 
   bool exec_mode() const { return handler == "exec"; }
 };

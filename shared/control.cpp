@@ -70,7 +70,7 @@ void pack_config(Packer& pk, const ChildConfig& c) {
   pk.pack_uint32(c.sandbox_uid);
   pk.pack_uint32(c.sandbox_gid);
   pk.pack(c.use_namespaces);
-  pk.pack_nil();  // reserved
+  pk.pack_uint32(c.check_uid);
   pack_strings(pk, c.keep_visible);
 }
 
@@ -186,6 +186,7 @@ ChildConfig unpack_config(const msgpack::object& o) {
   c.sandbox_uid = static_cast<std::uint32_t>(u64(a.ptr[7]));
   c.sandbox_gid = static_cast<std::uint32_t>(u64(a.ptr[8]));
   c.use_namespaces = boolean(a.ptr[9]);
+  c.check_uid = static_cast<std::uint32_t>(u64(a.ptr[10]));
   c.keep_visible = strings(a.ptr[11]);
   return c;
 }

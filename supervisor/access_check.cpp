@@ -37,13 +37,24 @@ bool is_dir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// The first kScriptScanBytes of a file, "" when unreadable (we are root: it
-// does not exist, or is not a file).
-std::string head_of(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!fd.valid()) return {};
+bool is_fifo(const std::string& path) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+// The first kScriptScanBytes of a file, "" when unreadable (we are root: it
+// does not exist, or is not a file). Only a regular file is opened for
+// reading: opening is an action for a device (a tape rewinds, a watchdog
+// starts, a terminal may become ours), so anything else is looked at
+// through an O_PATH fd, which opens nothing.
+std::string head_of(const std::string& path) {
+  UniqueFd where(::open(path.c_str(), O_PATH | O_CLOEXEC));
+  if (!where.valid()) return {};
+  struct stat st {};
+  if (::fstat(where.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  const std::string same = "/proc/self/fd/" + std::to_string(where.get());  // this inode, not the path again
+  UniqueFd fd(::open(same.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) return {};
   std::string text(kScriptScanBytes, '\0');
   const ssize_t n = ::read(fd.get(), text.data(), text.size());
   text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
@@ -77,10 +88,36 @@ void add(std::vector<AccessNeed>& needs, std::set<std::string>& seen, std::strin
   needs.push_back({std::move(path), mode, std::move(what)});
 }
 
+// A file or directory an argument names: the task's uid must read it (and
+// enter it, for a directory). A FIFO is refused outright: every task that
+// opens it would wait for a writer until its wall-clock limit, and be
+// charged for it.
+void add_path_argument(std::vector<AccessNeed>& needs, std::set<std::string>& seen, const std::string& path,
+                       const std::string& what) {
+  if (path.empty() || !exists(path)) return;
+  if (is_fifo(path)) {
+    add(needs, seen, path, kMissing, what + ", is a FIFO: every task that opens it would wait for a writer");
+    return;
+  }
+  add(needs, seen, path, is_dir(path) ? (R_OK | X_OK) : R_OK, what);
+}
+
 // A program and, when it is a script, its interpreter chain and what its
 // `exec` lines run.
 void add_program(std::vector<AccessNeed>& needs, std::set<std::string>& seen, const std::string& program,
                  const std::string& what, const std::string& task_path, int depth) {
+  // Each program once: a script whose exec lines (or interpreter) name
+  // itself, or each other, would otherwise be read again for every such
+  // line at every level, exponentially (thousands of lines, four levels: a
+  // check that never ends before the run starts).
+  if (seen.count(program) != 0) return;
+  // execve runs regular files only: a FIFO or a device named as an
+  // interpreter fails in every task (EACCES, whatever its mode bits say).
+  struct stat st {};
+  if (::stat(program.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    add(needs, seen, program, kMissing, what + ": it is not a regular file, so it cannot be executed");
+    return;
+  }
   const std::string text = head_of(program);
   const bool script = text.starts_with("#!");
   add(needs, seen, program, script ? (R_OK | X_OK) : X_OK, what);
@@ -121,6 +158,12 @@ void add_program(std::vector<AccessNeed>& needs, std::set<std::string>& seen, co
     const std::string target = unquote(w[1]);
     if (target.starts_with("/") && exists(target)) {
       add_program(needs, seen, target, "run by the script " + program + " (its exec line)", task_path, depth + 1);
+      // And the files it hands that program (exec /usr/bin/python3
+      // /opt/app/main.py "$@"): unreadable, every task would fail on them.
+      for (std::size_t i = 2; i < w.size(); ++i) {
+        const std::string a = unquote(w[i]);
+        if (a.starts_with("/")) add_path_argument(needs, seen, a, "named by the exec line of the script " + program);
+      }
     }
   }
 }
@@ -169,9 +212,7 @@ std::vector<AccessNeed> command_access_needs(const std::vector<std::string>& arg
       if (eq == std::string::npos) continue;
       candidate = a.substr(eq + 1);
     }
-    if (candidate.empty() || !exists(candidate)) continue;
-    const int mode = is_dir(candidate) ? (R_OK | X_OK) : R_OK;
-    add(needs, seen, candidate, mode, "argument " + std::to_string(i) + " of the command");
+    add_path_argument(needs, seen, candidate, "argument " + std::to_string(i) + " of the command");
   }
   return needs;
 }

@@ -219,20 +219,17 @@ Expected<std::unique_ptr<CgroupSlots>> CgroupSlots::create(const CgroupProbe& pr
     if (make_dir(pids_base)) cg->created_.push_back(pids_base);
     else pids_base.clear();
   }
+  cg->limits_ = limits;
+  cg->pids_in_memory_group_ = v2 && !probe.pids_parent.empty();
   for (std::size_t i = 0; i < slots; ++i) {
     const std::string slot = "/slot-" + std::to_string(i);
     const std::string mem = mem_base + slot;
     if (auto s = make_dir(mem); !s) return Error{s.message()};
     cg->created_.push_back(mem);
-    const std::string bytes = std::to_string(limits.memory_bytes);
+    if (auto s = cg->set_memory_limits(mem); !s) return Error{s.message()};
     if (v2) {
-      if (auto s = write_file(mem + "/memory.max", bytes); !s) return Error{s.message()};
-      write_file(mem + "/memory.swap.max", "0");  // absent without swap accounting: fine
-      if (!probe.pids_parent.empty()) write_file(mem + "/pids.max", std::to_string(limits.processes));
       cg->pids_dirs_.push_back("");  // same directory as memory in v2
     } else {
-      if (auto s = write_file(mem + "/memory.limit_in_bytes", bytes); !s) return Error{s.message()};
-      if (exists(mem + "/memory.memsw.limit_in_bytes")) write_file(mem + "/memory.memsw.limit_in_bytes", bytes);
       std::string pids_dir;
       if (!pids_base.empty()) {
         pids_dir = pids_base + slot;
@@ -249,6 +246,35 @@ Expected<std::unique_ptr<CgroupSlots>> CgroupSlots::create(const CgroupProbe& pr
   cg->detail_ = std::string(v2 ? "cgroup v2" : "cgroup v1") + " memory limit per task under " + mem_base +
                 (pids_base.empty() && !(v2 && !probe.pids_parent.empty()) ? " (no pids limit)" : " with a pids limit");
   return cg;
+}
+
+Status CgroupSlots::set_memory_limits(const std::string& mem) const {
+  const std::string bytes = std::to_string(limits_.memory_bytes);
+  if (version_ == CgroupVersion::kV2) {
+    if (auto s = write_file(mem + "/memory.max", bytes); !s) return s;
+    write_file(mem + "/memory.swap.max", "0");  // absent without swap accounting: fine
+    if (pids_in_memory_group_) write_file(mem + "/pids.max", std::to_string(limits_.processes));
+    return Status::ok();
+  }
+  if (auto s = write_file(mem + "/memory.limit_in_bytes", bytes); !s) return s;
+  if (exists(mem + "/memory.memsw.limit_in_bytes")) write_file(mem + "/memory.memsw.limit_in_bytes", bytes);
+  return Status::ok();
+}
+
+bool CgroupSlots::renew_if_charged(std::size_t slot) {
+  if (slot >= memory_dirs_.size()) return false;
+  const std::string& mem = memory_dirs_[slot];
+  if (counter(mem + "/memory.stat", "shmem") == 0) return false;
+  // Empty (kill_all ran), so it can go; the same path made again is a
+  // fresh group with nothing charged. The tmpfs pages stay charged to the
+  // old one, which no task uses any more, until their files are deleted.
+  if (::rmdir(mem.c_str()) != 0) return false;
+  if (!make_dir(mem) || !set_memory_limits(mem)) {
+    // Without its group the slot's tasks fail to join it (sandbox-error, never
+    // charged) rather than run without a memory limit.
+    return false;
+  }
+  return true;
 }
 
 CgroupSlots::~CgroupSlots() {

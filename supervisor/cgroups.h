@@ -1,7 +1,8 @@
 #pragma once
 // Per-task cgroups, parent side (the child only writes "0" to the
 // cgroup.procs files it is given). One group per job slot, reused from task
-// to task, under <own cgroup>/pillbox-<pid>/slot-N:
+// to task (made anew when a task left tmpfs pages charged to it), under
+// <own cgroup>/pillbox-<pid>/slot-N:
 //   memory: the policy's memory limit; its OOM-kill counter tells `oom` from
 //           `killed`;
 //   pids:   the policy's process limit (fork bombs), where available.
@@ -43,12 +44,22 @@ class CgroupSlots {
   // SIGKILLs every process still in the slot's groups, waits until they are gone
   // (bounded), so the next task starts in an empty group.
   void kill_all(std::size_t slot);
+  // After kill_all: when the slot's memory group still holds tmpfs pages
+  // (files a task wrote to /dev/shm and left there: they stay charged to the
+  // group that wrote them, and without swap nothing can reclaim them), it is
+  // replaced by a fresh one. Otherwise they would count against the next
+  // tasks of the slot, and a good payload would be killed as `oom`. True
+  // when it was replaced.
+  bool renew_if_charged(std::size_t slot);
   const std::string& detail() const { return detail_; }
   CgroupVersion version() const { return version_; }
 
  private:
   CgroupSlots() = default;
+  Status set_memory_limits(const std::string& memory_dir) const;
   CgroupVersion version_ = CgroupVersion::kNone;
+  Limits limits_;
+  bool pids_in_memory_group_ = false;          // v2 with the pids controller
   std::vector<std::string> created_;           // directories to remove, deepest last
   std::vector<std::string> memory_dirs_;       // per slot
   std::vector<std::string> pids_dirs_;         // per slot ("" when unavailable)

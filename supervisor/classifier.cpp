@@ -17,10 +17,24 @@ bool is_crash_signal(int sig) {
 }
 
 std::string syscall_name(long nr, std::uint32_t arch) {
+  // The x32 ABI shares x86_64's AUDIT_ARCH and marks its numbers with bit 30.
+  constexpr long kX32Bit = 0x40000000;
+  if (arch == SCMP_ARCH_X86_64 && (nr & kX32Bit) != 0) {
+    for (long n : {nr, nr & ~kX32Bit}) {
+      if (char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X32, static_cast<int>(n))) {
+        std::string out(name);
+        std::free(name);
+        return out + " (x32)";
+      }
+    }
+  }
   char* name = seccomp_syscall_resolve_num_arch(arch != 0 ? arch : SCMP_ARCH_NATIVE, static_cast<int>(nr));
   if (name == nullptr) return "syscall " + std::to_string(nr);
   std::string out(name);
   std::free(name);
+  // Another ABI's table (int 0x80 from a 64-bit program): said so, since
+  // its numbers and names are not the native ones.
+  if (arch == SCMP_ARCH_X86 && seccomp_arch_native() != SCMP_ARCH_X86) out += " (i386)";
   return out;
 }
 
@@ -221,6 +235,13 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       o.message += (o.message.empty() ? "" : " ") + std::string("[") + note + "]";
     }
   }
+
+  // A child that never received its payload cannot have failed because of
+  // it: until its TASK frame is sent, nothing of the payload exists on the
+  // child's side. Its kind stays what the kernel and the wire say (a plugin
+  // whose init crashes in every child is still a crash), but the verdict
+  // must not quarantine a payload for it (retry_policy: is_transient).
+  o.before_payload = ex.exit.has_value() && !ex.payload_delivered && o.kind != Kind::kOk;
 
   if (o.kind != Kind::kOk) {
     std::string detail;

@@ -81,6 +81,9 @@ class Dispatcher {
       auto claims = UidClaims::claim(policy.isolation.uid_pool_first, policy.isolation.uid_pool_size, settings_.jobs);
       if (!claims) return Status::error(claims.error());
       uids_ = std::move(*claims);
+      // The plugin check before the run loads the plugin as a uid of this
+      // run's own, not as the pool's first (which may be another run's slot).
+      launcher_settings_.config.check_uid = uids_->uid(0);
     }
     // As root, can a slot's uid run the command at all? (All slot uids are
     // alike: unprivileged, no groups.) Otherwise every task would fail the
@@ -349,6 +352,14 @@ class Dispatcher {
     if (cgroups_) {
       ex.cgroup_oom = cgroups_->oom_kills(r->slot) > r->oom_kills_before;
       cgroups_->kill_all(r->slot);  // stragglers that left the process group
+      cgroups_->renew_if_charged(r->slot);  // tmpfs files it left must not shrink the next task's memory
+    } else if (uids_) {
+      // Without a cgroup, the slot's uid is what names a straggler (a
+      // setsid'd daemon). The next child of the slot kills its uid's
+      // processes too, but from that uid: a straggler that SIGSTOPs its uid
+      // without pause can stop that child first, which then never asks for
+      // its payload. From root, here, nothing can stop the sweep.
+      kill_processes_of_uid(uids_->uid(r->slot));
     }
     const Outcome outcome = classify(ex, symbolizer_);
     ++report_.tasks;

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shared/uid_sweep.h"
+
 namespace pillbox {
 namespace {
 
@@ -31,14 +33,26 @@ void close_all_but(const std::vector<int>& keep) {
 // kill(-1) from a process whose every uid is `uid` reaches exactly the
 // processes whose real or saved uid is `uid` (kill(2): the sender's uid must
 // match the target's), in every PID namespace below ours, in one pass during
-// which nothing can fork.
+// which nothing can fork: a fork bomb cannot outrun it.
+// But from its setresuid on, the killer is within reach of those processes
+// too: one that sends SIGSTOP to its uid without pause stops it (before or
+// after it killed), and a plain waitpid would then wait forever: the
+// guardian would never finish, and a supervisor that ends its run waits for
+// the guardian. So a stopped killer is killed, and sweep() follows with
+// uid_sweep, which they cannot reach.
 void kill_uid(std::uint32_t uid) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (::setresuid(uid, uid, uid) == 0) ::kill(-1, SIGKILL);
     _exit(0);
   }
-  if (pid > 0) {
+  if (pid <= 0) return;
+  int status = 0;
+  pid_t r;
+  while ((r = ::waitpid(pid, &status, WUNTRACED)) < 0 && errno == EINTR) {
+  }
+  if (r == pid && WIFSTOPPED(status)) {
+    ::kill(pid, SIGKILL);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
   }
@@ -82,6 +96,8 @@ bool kill_listed(const char* procs_file) {
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t uid : t.uids) kill_uid(uid);
   }
+  // Then from root, which nothing of those uids can stop (about 2 s at most).
+  sweep_uids(t.uids.data(), t.uids.size(), 1000);
   // A cgroup lists a process until it has exited; SIGKILL is final, so this
   // converges within a few rounds (bounded at about 2 s).
   for (int round = 0; round < 2000; ++round) {

@@ -14,6 +14,8 @@
 // What it kills, when the supervisor's end of its pipe closes (at the end of
 // the run, or because the supervisor died):
 //   - every process running as one of the run's slot uids (the uid pool,
+//     first with kill(-1) as each uid, which no fork outruns, then from root
+//     until none is left, which no SIGSTOP can stop;
 //     root only: those uids are claimed by this run alone, and the guardian
 //     keeps their claims until it is done, so no new run can be given one
 //     while it sweeps);
@@ -49,7 +51,8 @@ class Guardian {
   static Expected<std::unique_ptr<Guardian>> start(const GuardianTargets& targets);
   // Ends the run's guard: the guardian sweeps once more (a setsid'd process
   // of the last task of a slot may still run as its uid), releases the
-  // claims it held and exits. Waits for it (about 2 s at most).
+  // claims it held and exits. Waits for it (a few seconds at most, whatever
+  // those processes do: they cannot stop the sweep, shared/uid_sweep.h).
   ~Guardian();
   Guardian(const Guardian&) = delete;
   Guardian& operator=(const Guardian&) = delete;

@@ -46,6 +46,11 @@ struct Outcome {
   std::uint64_t max_rss_kb = 0;
   std::string output;                    // the handler's result (ok only)
   pid_t pid = 0;
+  // The child failed before its payload was sent (it never asked for it:
+  // a plugin that crashes or hangs in its init in the child, a child stopped
+  // or killed by something else of its uid). Whatever the kind, the payload
+  // took no part in it: the failure is never charged to it (is_transient).
+  bool before_payload = false;
 };
 
 // "SIGSEGV" for 11; "signal 99" for unknown numbers.

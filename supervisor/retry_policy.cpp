@@ -10,7 +10,7 @@ bool counted(const store::AttemptSummary& a) { return a.finished && a.charged; }
 }  // namespace
 
 bool is_transient(const RetrySettings& settings, const Outcome& outcome) {
-  if (outcome.kind == Kind::kKilled || outcome.kind == Kind::kSandboxError) return true;
+  if (outcome.kind == Kind::kKilled || outcome.kind == Kind::kSandboxError || outcome.before_payload) return true;
   return outcome.kind == Kind::kHandlerError && outcome.exit_code >= 0 &&
          settings.retry_exit_codes.count(outcome.exit_code) > 0;
 }
@@ -19,7 +19,7 @@ Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptS
                 const Outcome& outcome, std::uint32_t transient_in_run) {
   if (outcome.kind == Kind::kOk) return {Decision::kDone, "ok"};
   const auto failures = static_cast<std::uint32_t>(std::count_if(history.begin(), history.end(), counted));
-  const std::string kind(to_string(outcome.kind));
+  const std::string kind = std::string(to_string(outcome.kind)) + (outcome.before_payload ? " before the payload was sent" : "");
   if (is_transient(settings, outcome)) {
     if (transient_in_run >= settings.max_attempts) {
       return {Decision::kGiveUp, kind + " on " + std::to_string(transient_in_run) +

@@ -74,7 +74,11 @@ class SpawnLauncher final : public Launcher {
     try {
       const int boot_fd = boot_read.get();
       bp::ipstream err;
-      bp::child c(settings_.sandbox_binary, "--check", bp::std_err > err, environment_,
+      // Not the supervisor's stdin and stdout (the task list, the records):
+      // the check loads a plugin, in a process of its own but forked from
+      // this one (sandbox/plugin_privileges.h).
+      bp::child c(settings_.sandbox_binary, "--check", bp::std_in < bp::null, bp::std_out > bp::null,
+                  bp::std_err > err, environment_,
                   bp::extend::on_exec_setup = [=](auto&) {
                     if (boot_fd == kBootstrapFd) ::fcntl(boot_fd, F_SETFD, 0);  // dup2 onto itself keeps CLOEXEC
                     else ::dup2(boot_fd, kBootstrapFd);

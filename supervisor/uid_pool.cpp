@@ -1,18 +1,15 @@
 #include "supervisor/uid_pool.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "shared/uid_sweep.h"
 
 namespace pillbox {
 
@@ -46,25 +43,9 @@ Expected<std::unique_ptr<UidClaims>> UidClaims::claim(std::uint32_t first, std::
 }
 
 int kill_processes_of_uid(std::uint32_t uid) {
-  int killed = 0;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return 0;
-  while (const dirent* e = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
-    std::ifstream status(std::string("/proc/") + e->d_name + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("Uid:", 0) != 0) continue;
-      std::istringstream fields(line.substr(4));
-      std::uint64_t real = 0;
-      if (fields >> real && real == uid && ::kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
-      break;
-    }
-  }
-  ::closedir(proc);
-  return killed;
+  // Until none is left (a leftover of a killed run may still fork), and
+  // never through a recycled pid (shared/uid_sweep.h).
+  return sweep_uids(&uid, 1, 1000);
 }
 
 }  // namespace pillbox

@@ -35,7 +35,9 @@ class UidClaims {
   std::vector<UniqueFd> locks_;
 };
 
-// SIGKILLs every process whose real uid is `uid` (from /proc). Returns how many.
+// SIGKILLs every process whose real, effective or saved uid is `uid`, as
+// root, until none is left (shared/uid_sweep.h). Returns how many
+// signals it sent.
 int kill_processes_of_uid(std::uint32_t uid);
 
 }  // namespace pillbox

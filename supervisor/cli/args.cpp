@@ -32,13 +32,17 @@ Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<O
       if (spec == nullptr) return Error{"unknown option --" + name + help};
       std::string value;
       if (spec->takes_value) {
+        char* held = nullptr;  // where argv holds the value
         if (inline_value) {
           value = *inline_value;
+          held = argv[i] + 2 + name.size() + 1;
         } else if (i + 1 < argc) {
           value = argv[++i];
+          held = argv[i];
         } else {
           return Error{"option --" + name + " needs a value" + help};
         }
+        if (spec->secret) std::fill(held, held + value.size(), '*');
       } else if (inline_value) {
         return Error{"option --" + name + " takes no value" + help};
       }

@@ -15,6 +15,11 @@ struct OptionSpec {
   bool takes_value = true;
   bool repeatable = false;
   char short_name = 0;    // e.g. 'o' for -o (takes the next argument as its value)
+  // Its value may hold a secret (a hook command with a token): once read, it
+  // is overwritten in argv. The kernel shows a process's argv to every user
+  // (/proc/PID/cmdline), and a spawn-mode task, which has no PID namespace,
+  // sees the supervisor's.
+  bool secret = false;
 };
 
 class Args {

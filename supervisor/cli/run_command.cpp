@@ -94,7 +94,9 @@ const std::vector<OptionSpec> kRunOptions = {
     {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"help", false},
     {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
     {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"}, {"breaker-max-wait"},
-    {"no-breaker", false}, {"quarantine-limit"}, {"on-quarantine"}, {"on-new-fingerprint"}, {"hook-timeout"},
+    {"no-breaker", false}, {"quarantine-limit"}, {"hook-timeout"},
+    // Hook commands may carry tokens: kept out of /proc/PID/cmdline (OptionSpec::secret).
+    {"on-quarantine", true, false, 0, true}, {"on-new-fingerprint", true, false, 0, true},
 };
 
 Expected<std::chrono::milliseconds> parse_delay(const Args& args, const std::string& name, std::chrono::milliseconds fallback,

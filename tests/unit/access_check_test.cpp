@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "tests/unit/scratch_dir.h"
@@ -71,6 +72,43 @@ TEST_CASE("access needs: an interpreter that does not exist is a need no uid mee
   const Status s = check_access_as(needs, 65534, 65534);
   REQUIRE_FALSE(s.is_ok());
   CHECK(s.message() == "cannot run the command: /opt/none/bin/python9, the interpreter of " + script + ": it does not exist");
+}
+
+TEST_CASE("access needs: a script that names itself on thousands of exec lines is read once") {
+  test::ScratchDir dir("access");
+  const std::string self = dir.path + "/self";
+  std::string text = "#!/bin/sh\nexit 0\n";
+  for (int i = 0; i < 5000; ++i) text += "exec " + self + " \"$@\"\n";
+  write(self, text, 0755);
+  const auto started = std::chrono::steady_clock::now();
+  const auto needs = command_access_needs({self}, "/usr/bin:/bin");
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(2));
+  CHECK(needs.size() == 2);  // the script and /bin/sh
+}
+
+TEST_CASE("access needs: files on an exec line, FIFOs and interpreters that are not regular files") {
+  test::ScratchDir dir("access");
+  const std::string data = write(dir.path + "/data", "x", 0600);
+  const std::string wrapper = write(dir.path + "/wrapper", "#!/bin/sh\nexec /bin/cat '" + data + "' \"$@\"\n", 0755);
+  auto needs = command_access_needs({wrapper}, "/usr/bin:/bin");
+  const AccessNeed* file = find(needs, data);
+  REQUIRE(file != nullptr);
+  CHECK(file->mode == R_OK);
+  CHECK(file->what == "named by the exec line of the script " + wrapper);
+
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0666) == 0);
+  needs = command_access_needs({"/bin/cat", fifo}, "/usr/bin:/bin");
+  const Status s = check_access_as(needs, 65534, 65534);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK(s.message() == "cannot run the command: " + fifo +
+                           ", argument 1 of the command, is a FIFO: every task that opens it would wait for a writer");
+
+  const std::string by_fifo = write(dir.path + "/by-fifo", "#!" + fifo + "\n", 0755);
+  const Status t = check_access_as(command_access_needs({by_fifo}, "/usr/bin:/bin"), 65534, 65534);
+  REQUIRE_FALSE(t.is_ok());
+  CHECK(t.message() == "cannot run the command: " + fifo + ", the interpreter of " + by_fifo +
+                           ": it is not a regular file, so it cannot be executed");
 }
 
 TEST_CASE("explain_denial names the first directory the uid cannot enter, else the file's mode") {

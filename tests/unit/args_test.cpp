@@ -74,6 +74,24 @@ TEST_CASE("args: --name value and --name=value") {
   CHECK(c.value("handler") == std::optional<std::string>("-"));
 }
 
+TEST_CASE("args: a secret option's value is read, then overwritten in argv (what /proc/PID/cmdline shows)") {
+  const std::vector<OptionSpec> specs = {{"hook", true, false, 0, true}, {"jobs"}};
+  std::vector<std::string> words = {"pillbox", "run", "--hook", "curl -H token:abc", "--hook=x", "--jobs", "2"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  // "--hook" twice is an error (not repeatable), so parse the two forms apart.
+  auto a = Args::parse(4, argv.data(), 2, specs, "run");
+  REQUIRE(a.has_value());
+  CHECK(a->value("hook") == "curl -H token:abc");
+  CHECK(std::string(argv[3]) == "*****************");
+  auto b = Args::parse(7, argv.data(), 4, specs, "run");
+  REQUIRE(b.has_value());
+  CHECK(b->value("hook") == "x");
+  CHECK(std::string(argv[4]) == "--hook=*");
+  CHECK(std::string(argv[6]) == "2");  // other values are left alone
+}
+
 TEST_CASE("args: flags") {
   const Args a = ok({"--json", "input.jsonl"});
   CHECK(a.flag("json"));

@@ -542,6 +542,7 @@ TEST_CASE("classifier: exec mode") {
     const Outcome b = run(broken);
     CHECK(b.kind == Kind::kSandboxError);
     CHECK(b.message == "a frame that is not msgpack (before the payload was sent: not the payload's fault)");
+    CHECK(b.before_payload);
   }
   SUBCASE("a RESULT from the exec runtime: execve failed, which is not the payload's fault") {
     Execution ex = exited(127);
@@ -551,6 +552,25 @@ TEST_CASE("classifier: exec mode") {
     CHECK(o.kind == Kind::kSandboxError);
     CHECK(o.message == "cannot run the program: execve /nope: No such file or directory");
   }
+}
+
+TEST_CASE("classifier: a failure before the payload was sent keeps its kind and is marked as such") {
+  // A crash, an exit or a kill of a child that never asked for its payload
+  // (a plugin's init in the child, a child stopped by a leftover of its uid).
+  for (Execution ex : {signaled(SIGSEGV), signaled(SIGKILL), exited(3), exited(1)}) {
+    ex.payload_delivered = false;
+    const Outcome o = run(ex);
+    CHECK(o.kind != Kind::kOk);
+    CHECK(o.before_payload);
+    ex.payload_delivered = true;
+    CHECK_FALSE(run(ex).before_payload);
+  }
+  Execution ok = exited(0);
+  ok.result = result(ResultStatus::kOk, "out", "");
+  CHECK_FALSE(run(ok).before_payload);
+  Execution never_started;  // no exit at all: a sandbox-error of its own
+  CHECK(run(never_started).kind == Kind::kSandboxError);
+  CHECK_FALSE(run(never_started).before_payload);
 }
 
 TEST_CASE("classifier: fingerprints") {

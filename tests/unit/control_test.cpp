@@ -71,6 +71,7 @@ ChildConfig full_config() {
   c.sandbox_uid = 1001;
   c.sandbox_gid = 0xffff'fffe;
   c.use_namespaces = false;
+  c.check_uid = 2000000007;
   return c;
 }
 
@@ -172,6 +173,7 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(x.sandbox_uid == y.sandbox_uid);
       CHECK(x.sandbox_gid == y.sandbox_gid);
       CHECK(x.use_namespaces == y.use_namespaces);
+      CHECK(x.check_uid == y.check_uid);
       break;
     }
     case ControlType::kReady:

@@ -192,6 +192,24 @@ TEST_CASE("retry policy: killed and sandbox-error are retried, then given up at 
   }
 }
 
+TEST_CASE("retry policy: any failure before the payload was sent is retried, then given up, never quarantined") {
+  const RetrySettings s = settings(3);
+  // A plugin that crashes in its init in every child: the same deterministic
+  // fingerprint every time, and still not the payload's fault.
+  for (Kind k : {Kind::kCrash, Kind::kProtocolError, Kind::kHandlerError, Kind::kOom}) {
+    CAPTURE(to_string(k));
+    Outcome o = outcome(k, "fp");
+    CHECK_FALSE(is_transient(s, o));
+    o.before_payload = true;
+    CHECK(is_transient(s, o));
+    const History h2 = {attempt(1, k, "fp", false), attempt(2, k, "fp", false)};
+    const Judgement retry = judge(s, h2, o, 2);
+    CHECK(retry.decision == Decision::kRetry);
+    CHECK(retry.reason == std::string(to_string(k)) + " before the payload was sent: not the payload's fault");
+    CHECK(judge(s, h2, o, 3).decision == Decision::kGiveUp);
+  }
+}
+
 TEST_CASE("retry policy: transient failures do not count toward quarantine") {
   const RetrySettings s = settings(3);
   // Two transient failures, then a crash: one charged failure, not "3 of 3".

@@ -1,0 +1,123 @@
+#include "shared/uid_sweep.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace pillbox {
+namespace {
+
+struct Dirent64 {
+  std::uint64_t ino;
+  std::int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[];
+};
+
+// "<pid>/status" of /proc, read through `proc` (an fd of /proc). False when
+// it cannot be read (the process is gone).
+bool read_status(int proc, const char* pid, char* buf, std::size_t size) {
+  char path[64];
+  const std::size_t n = std::strlen(pid);
+  if (n + sizeof "/status" > sizeof path) return false;
+  std::memcpy(path, pid, n);
+  std::memcpy(path + n, "/status", sizeof "/status");
+  const int fd = ::openat(proc, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::size_t used = 0;
+  while (used + 1 < size) {
+    const ssize_t r = ::read(fd, buf + used, size - 1 - used);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    used += static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+  buf[used] = '\0';
+  return used > 0;
+}
+
+// The value after "\n<key>" in a status text, or nullptr.
+const char* field(const char* status, const char* key) {
+  const char* at = std::strstr(status, key);
+  return at == nullptr ? nullptr : at + std::strlen(key);
+}
+
+// True when the status is of a live process (not a zombie) that runs as one
+// of `uids`: its real, effective or saved uid (the "Uid:" line's first three).
+bool runs_as(const char* status, const std::uint32_t* uids, std::size_t count) {
+  const char* state = field(status, "\nState:");
+  while (state != nullptr && (*state == ' ' || *state == '\t')) ++state;
+  if (state == nullptr || *state == 'Z' || *state == 'X') return false;
+  const char* p = field(status, "\nUid:");
+  if (p == nullptr) return false;
+  for (int i = 0; i < 3; ++i) {
+    while (*p == ' ' || *p == '\t') ++p;
+    if (*p < '0' || *p > '9') return false;
+    std::uint64_t id = 0;
+    while (*p >= '0' && *p <= '9') id = id * 10 + static_cast<std::uint64_t>(*p++ - '0');
+    for (std::size_t k = 0; k < count; ++k) {
+      if (id == uids[k]) return true;
+    }
+  }
+  return false;
+}
+
+// One pass over /proc; returns how many processes it signalled.
+int one_pass(const std::uint32_t* uids, std::size_t count) {
+  const int proc = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc < 0) return 0;
+  int signalled = 0;
+  alignas(8) char dents[16384];
+  char status[4096];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, proc, dents, sizeof dents);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (long at = 0; at < n;) {
+      const auto* d = reinterpret_cast<const Dirent64*>(dents + at);
+      at += d->reclen;
+      long pid = 0;
+      const char* c = d->name;
+      for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
+      if (c == d->name || *c != '\0' || pid <= 0) continue;
+      if (!read_status(proc, d->name, status, sizeof status) || !runs_as(status, uids, count)) continue;
+      // Pin the process, then look again: if the pid was recycled in
+      // between, the pidfd names the new process, whose uid is read now.
+      const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+      if (pidfd < 0) continue;
+      if (read_status(proc, d->name, status, sizeof status) && runs_as(status, uids, count) &&
+          ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) == 0) {
+        ++signalled;
+      }
+      ::close(pidfd);
+    }
+  }
+  ::close(proc);
+  return signalled;
+}
+
+}  // namespace
+
+int sweep_uids(const std::uint32_t* uids, std::size_t count, int max_passes, bool* clear) {
+  int total = 0;
+  bool none = count == 0;
+  for (int pass = 0; pass < max_passes && !none; ++pass) {
+    const int n = one_pass(uids, count);
+    total += n;
+    none = n == 0;
+    if (!none) {
+      const timespec pause{0, 1'000'000};
+      ::nanosleep(&pause, nullptr);
+    }
+  }
+  if (clear != nullptr) *clear = none;
+  return total;
+}
+
+}  // namespace pillbox
