@@ -5,12 +5,9 @@
 // failed before their fix (the comment says what broke); the others held
 // and guard against regressions.
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,13 +29,7 @@ const char* const kModes[] = {"zygote", "spawn"};
 
 // The shipped exec policy with `from` replaced by `to`, written into `dir`.
 std::string exec_policy_with(const e2e::TempDir& dir, const std::string& from, const std::string& to) {
-  const auto shown = run_pillbox({"policy", "show", "exec"});
-  REQUIRE(shown.exit_code == 0);
-  std::string text = shown.out;
-  const auto at = text.find(from);
-  REQUIRE_MESSAGE(at != std::string::npos, from);
-  text.replace(at, from.size(), to);
-  return dir.write("exec-edited.policy", text);
+  return dir.write("exec-edited.policy", e2e::shipped_policy_with("exec", from, to));
 }
 
 // Pids from the names of the files in `dir` that start with `prefix` and a
@@ -58,38 +49,10 @@ std::vector<pid_t> marked_pids(const std::string& dir, const std::string& prefix
 // Blocks until `dir` holds `count` files named "<prefix>.*", or `stop`
 // becomes readable (false then).
 bool wait_for_marks(const std::string& dir, const std::string& prefix, std::size_t count, int stop) {
-  const int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (in < 0) return false;
-  ::inotify_add_watch(in, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
-  bool found = false;
-  while (!(found = marked_pids(dir, prefix).size() >= count)) {
-    pollfd p[2] = {{in, POLLIN, 0}, {stop, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
-    if (p[1].revents) break;
-    char buf[4096];
-    while (::read(in, buf, sizeof buf) > 0) {
-    }
-  }
-  ::close(in);
-  return found;
+  return e2e::wait_in_dir(dir, [&] { return marked_pids(dir, prefix).size() >= count; }, stop);
 }
 
-// Waits until every process in `pids` has exited, at most `limit`; returns
-// the ones still running then (zombies count as exited).
-std::vector<pid_t> still_running_after(const std::vector<pid_t>& pids, std::chrono::milliseconds limit) {
-  std::vector<pid_t> left;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (pid_t pid : pids) {
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (fd < 0) continue;  // gone already
-    const auto now = std::chrono::steady_clock::now();
-    const int ms = now >= deadline ? 0 : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count());
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, ms) == 0) left.push_back(pid);
-    ::close(fd);
-  }
-  return left;
-}
+using e2e::still_running_after;
 
 // Live (not zombie) processes running `program`: the fixtures' own pids are
 // no use when they run in the zygote's PID namespace.
@@ -457,13 +420,7 @@ TEST_CASE("no survivors even when a leftover SIGSTOPs its uid: after kill -9 of 
         watcher_error = "pillbox finished before the tasks planted their stoppers";
         return;
       }
-      pid_t pillbox = 0;
-      for (const auto& p : e2e::processes_of(e2e::pillbox_binary())) {
-        if (p.comm != "pillbox") continue;
-        for (const auto& a : p.cmdline) {
-          if (a.find(dir.path()) != std::string::npos) pillbox = p.pid;
-        }
-      }
+      const pid_t pillbox = e2e::pillbox_naming(dir.path());
       for (const auto& p : e2e::list_processes()) {
         if (pillbox != 0 && p.ppid == pillbox && p.comm == "pillbox-guard") guardian = p.pid;
       }
@@ -522,13 +479,7 @@ TEST_CASE("no survivors: a fork bomb running when pillbox is SIGKILLed is gone 2
         watcher_error = "pillbox finished before the bomb started";
         return;
       }
-      pid_t pillbox = 0;
-      for (const auto& p : e2e::processes_of(e2e::pillbox_binary())) {
-        if (p.comm != "pillbox") continue;
-        for (const auto& a : p.cmdline) {
-          if (a.find(dir.path()) != std::string::npos) pillbox = p.pid;
-        }
-      }
+      const pid_t pillbox = e2e::pillbox_naming(dir.path());
       if (pillbox == 0) {
         watcher_error = "cannot find this run's pillbox";
         return;

@@ -444,11 +444,15 @@ bool has_file_starting(const std::string& dir, const std::string& prefix) {
 }
 
 bool wait_for_file(const std::string& dir, const std::string& prefix, int stop_fd) {
+  return wait_in_dir(dir, [&] { return has_file_starting(dir, prefix); }, stop_fd);
+}
+
+bool wait_in_dir(const std::string& dir, const std::function<bool()>& done, int stop_fd) {
   const int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   if (in < 0) return false;
   ::inotify_add_watch(in, dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE);
   bool found = false;
-  while (!(found = has_file_starting(dir, prefix))) {
+  while (!(found = done())) {
     pollfd p[2] = {{in, POLLIN, 0}, {stop_fd, POLLIN, 0}};
     if (::poll(p, 2, -1) < 0 && errno != EINTR) break;
     if (p[1].revents) break;

@@ -85,8 +85,11 @@ std::string read_file(const std::string& path);
 
 // True when `dir` holds an entry whose name starts with `prefix`.
 bool has_file_starting(const std::string& dir, const std::string& prefix);
-// Blocks (inotify, no polling) until `dir` holds an entry whose name starts
-// with `prefix`, or `stop_fd` becomes readable; true when the entry appeared.
+// Blocks (inotify, no polling) until `done()` holds, looking again whenever
+// an entry appears in `dir`, or until `stop_fd` becomes readable; true when
+// `done()` held.
+bool wait_in_dir(const std::string& dir, const std::function<bool()>& done, int stop_fd);
+// wait_in_dir until `dir` holds an entry whose name starts with `prefix`.
 bool wait_for_file(const std::string& dir, const std::string& prefix, int stop_fd);
 
 // ---- policies ---------------------------------------------------------------
