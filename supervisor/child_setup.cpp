@@ -48,6 +48,20 @@ std::vector<std::string> names_under_private_dirs(const ChildConfig& config) {
   if (config.exec_mode()) {
     for (const AccessNeed& n : command_access_needs(config.exec_argv, kExecTaskPath)) named.push_back(n.path);
     if (!config.crash_lib.empty()) named.push_back(config.crash_lib);
+    // Paths inside an argument, as in a shell's command string
+    // (sh -c "exec /tmp/build/tool"): each absolute word that exists.
+    for (std::size_t i = 1; i < config.exec_argv.size(); ++i) {
+      const std::string& a = config.exec_argv[i];
+      for (std::size_t at = a.find('/'); at != std::string::npos; at = a.find('/', at + 1)) {
+        if (at > 0 && std::string_view(" \t\n;|&<>()'\"`=:").find(a[at - 1]) == std::string_view::npos) continue;
+        const std::size_t end = a.find_first_of(" \t\n;|&<>()'\"`", at);
+        const std::string word = a.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        std::error_code ec;
+        if (std::filesystem::exists(word, ec)) named.push_back(word);
+        if (end == std::string::npos) break;
+        at = end;
+      }
+    }
   } else if (config.handler.starts_with("plugin:")) {
     named.push_back(config.handler.substr(7));
   }

@@ -111,7 +111,7 @@ TEST_CASE("emptying a slot's /tmp for its next task never removes what a writabl
   const std::string script =
       "case $(cat) in first) echo j > /tmp/junk; mkdir -p /tmp/d/e; echo j > /tmp/d/e/f; "
       "ln -s " + shared.path() + " /tmp/link-to-dir; ln -s " + keep + " /tmp/link-to-file; echo done;; "
-      "second) ls -A /tmp | grep -v '^pillbox-e2e' | tr '\\n' ' '; echo; cat " + keep + ";; esac";
+      "second) find /tmp -mindepth 1 -maxdepth 1 -uid $(id -u) -printf '%f '; echo; cat " + keep + ";; esac";
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
     const auto r = run_script(mode, e2e::task_line("first", "first") + e2e::task_line("second", "second"), script,
