@@ -48,12 +48,16 @@ const char* field(const char* status, const char* key) {
   return at == nullptr ? nullptr : at + std::strlen(key);
 }
 
-// True when the status is of a live process (not a zombie) that runs as one
-// of `uids`: its real, effective or saved uid (the "Uid:" line's first three).
-bool runs_as(const char* status, const std::uint32_t* uids, std::size_t count) {
+// The state letter of a status text (R, S, D, T, Z, X, ...), '?' when absent.
+char state_of(const char* status) {
   const char* state = field(status, "\nState:");
   while (state != nullptr && (*state == ' ' || *state == '\t')) ++state;
-  if (state == nullptr || *state == 'Z' || *state == 'X') return false;
+  return state == nullptr || *state == '\0' ? '?' : *state;
+}
+
+// True when the status is of a process that runs as one of `uids`: its real,
+// effective or saved uid (the "Uid:" line's first three).
+bool has_uid(const char* status, const std::uint32_t* uids, std::size_t count) {
   const char* p = field(status, "\nUid:");
   if (p == nullptr) return false;
   for (int i = 0; i < 3; ++i) {
@@ -68,13 +72,19 @@ bool runs_as(const char* status, const std::uint32_t* uids, std::size_t count) {
   return false;
 }
 
-// One pass over /proc; returns how many processes it signalled.
-int one_pass(const std::uint32_t* uids, std::size_t count) {
+// True when the status is of a live process (not a zombie) that runs as one of `uids`.
+bool runs_as(const char* status, const std::uint32_t* uids, std::size_t count) {
+  const char state = state_of(status);
+  return state != '?' && state != 'Z' && state != 'X' && has_uid(status, uids, count);
+}
+
+// Calls `visit(fd of /proc, the pid's directory name, the pid)` for every
+// process directory of /proc.
+template <typename Visit>
+void for_each_pid(Visit visit) {
   const int proc = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (proc < 0) return 0;
-  int signalled = 0;
+  if (proc < 0) return;
   alignas(8) char dents[16384];
-  char status[4096];
   for (;;) {
     const long n = ::syscall(SYS_getdents64, proc, dents, sizeof dents);
     if (n < 0 && errno == EINTR) continue;
@@ -86,19 +96,28 @@ int one_pass(const std::uint32_t* uids, std::size_t count) {
       const char* c = d->name;
       for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
       if (c == d->name || *c != '\0' || pid <= 0) continue;
-      if (!read_status(proc, d->name, status, sizeof status) || !runs_as(status, uids, count)) continue;
-      // Pin the process, then look again: if the pid was recycled in
-      // between, the pidfd names the new process, whose uid is read now.
-      const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-      if (pidfd < 0) continue;
-      if (read_status(proc, d->name, status, sizeof status) && runs_as(status, uids, count) &&
-          ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) == 0) {
-        ++signalled;
-      }
-      ::close(pidfd);
+      visit(proc, d->name, static_cast<pid_t>(pid));
     }
   }
   ::close(proc);
+}
+
+// One pass over /proc; returns how many processes it signalled.
+int one_pass(const std::uint32_t* uids, std::size_t count) {
+  int signalled = 0;
+  char status[4096];
+  for_each_pid([&](int proc, const char* name, pid_t pid) {
+    if (!read_status(proc, name, status, sizeof status) || !runs_as(status, uids, count)) return;
+    // Pin the process, then look again: if the pid was recycled in
+    // between, the pidfd names the new process, whose uid is read now.
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return;
+    if (read_status(proc, name, status, sizeof status) && runs_as(status, uids, count) &&
+        ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) == 0) {
+      ++signalled;
+    }
+    ::close(pidfd);
+  });
   return signalled;
 }
 
@@ -118,6 +137,17 @@ int sweep_uids(const std::uint32_t* uids, std::size_t count, int max_passes, boo
   }
   if (clear != nullptr) *clear = none;
   return total;
+}
+
+int count_zombies_of(std::uint32_t uid) {
+  int zombies = 0;
+  char status[4096];
+  for_each_pid([&](int proc, const char* name, pid_t) {
+    if (read_status(proc, name, status, sizeof status) && state_of(status) == 'Z' && has_uid(status, &uid, 1)) {
+      ++zombies;
+    }
+  });
+  return zombies;
 }
 
 }  // namespace pillbox

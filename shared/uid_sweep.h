@@ -27,4 +27,9 @@ namespace pillbox {
 // pass found none.
 int sweep_uids(const std::uint32_t* uids, std::size_t count, int max_passes, bool* clear = nullptr);
 
+// Zombies whose uid is `uid`: dead, but until their parent (often init,
+// which in a container may reap in its own time) collects them, they still
+// count against RLIMIT_NPROC of that uid.
+int count_zombies_of(std::uint32_t uid);
+
 }  // namespace pillbox

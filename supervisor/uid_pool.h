@@ -3,7 +3,8 @@
 // run. A claim is an flock on /run/pillbox/uids/<uid>.lock, so concurrent
 // runs never share a uid and a killed run's claims vanish with it. A claimed
 // uid that still has processes (left by a run that was killed) is cleared
-// first: every process running as it gets SIGKILL.
+// first: every process running as it gets SIGKILL; a uid whose killed
+// processes are still unreaped zombies is taken last.
 #include <cstdint>
 #include <memory>
 #include <string>

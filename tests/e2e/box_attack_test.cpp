@@ -459,7 +459,15 @@ TEST_CASE("no survivors: a fork bomb running when pillbox is SIGKILLed is gone 2
     MESSAGE("skipped: without root and a cgroup there is no guardian");
     return;
   }
-  const std::string bomb = e2e::fixture("fork_bomb");
+  // A copy of its own, under a name of its own: exec_hostile_test runs the
+  // same fixture, maybe at the same time (ctest -j), and its bomb is not
+  // this run's to kill.
+  e2e::TempDir bin;
+  const std::string bomb = bin.file("fork_bomb_held");
+  std::filesystem::copy_file(e2e::fixture("fork_bomb"), bomb);
+  std::filesystem::permissions(bomb, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                         std::filesystem::perms::others_exec);
   // Its zombies are reaped by init, in its own time, and count against
   // RLIMIT_NPROC of their uid until then: uids of their own, far from
   // those the other tests' runs claim first.

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -55,6 +57,44 @@ TEST_CASE("uid claims: each uid goes to one claimant at a time, and is free agai
   auto d = UidClaims::claim(2147480000, 4, 4, dir);
   REQUIRE(d.has_value());
   CHECK((*d)->size() == 4);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("uid claims: a uid whose dead processes are not reaped yet is taken last") {
+  // Zombies count against RLIMIT_NPROC of their uid until reaped: a fork
+  // bomb's, left to a lazy init, made the next run's first exec fail (EAGAIN).
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: without root no process can take another uid");
+    return;
+  }
+  const std::string dir = temp_dir();
+  const std::uint32_t first = 2147480010;
+  const pid_t zombie = ::fork();
+  REQUIRE(zombie >= 0);
+  if (zombie == 0) {
+    if (::setresuid(first, first, first) != 0) _exit(1);
+    _exit(0);
+  }
+  // Dead once waitid says so, and left unreaped (WNOWAIT) for the claims.
+  siginfo_t info{};
+  REQUIRE(::waitid(P_PID, static_cast<id_t>(zombie), &info, WEXITED | WNOWAIT) == 0);
+  REQUIRE(info.si_status == 0);
+  {
+    auto a = UidClaims::claim(first, 2, 1, dir);
+    REQUIRE(a.has_value());
+    CHECK((*a)->uid(0) == first + 1);
+  }
+  {
+    // With no clear uid left it is still taken: a few zombies rarely matter.
+    auto both = UidClaims::claim(first, 2, 2, dir);
+    REQUIRE(both.has_value());
+    CHECK((*both)->uid(0) == first + 1);
+    CHECK((*both)->uid(1) == first);
+  }
+  ::waitpid(zombie, nullptr, 0);
+  auto after = UidClaims::claim(first, 2, 1, dir);
+  REQUIRE(after.has_value());
+  CHECK((*after)->uid(0) == first);
   std::filesystem::remove_all(dir);
 }
 
