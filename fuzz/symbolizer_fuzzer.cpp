@@ -1,4 +1,4 @@
-// libFuzzer harness: the supervisor's ELF symbolizer (supervisor/symbolizer.cpp).
+// libFuzzer harness: the supervisor's ELF symbolizer (supervisor/classify/symbolizer.cpp).
 // A crashing child names the modules of its frames, and the supervisor reads
 // their symbol tables: any file a child can name and that passes the
 // symbolizer's ownership check (root's or ours, writable by nobody else) is
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.h"
-#include "supervisor/symbolizer.h"
+#include "supervisor/classify/symbolizer.h"
 
 namespace {
 

@@ -81,7 +81,7 @@ struct Policy {
 // The settings of `policy` that take away a layer of confinement, each as
 // "KEY = VALUE: what it means" ("user = root: tasks run as root, ..."); empty
 // for a safe policy. A user name that only resolves to uid 0 on the host is
-// caught where it is resolved (supervisor/child_setup.cpp).
+// caught where it is resolved (supervisor/exec/child_setup.cpp).
 std::vector<std::string> unsafe_settings(const Policy& policy);
 
 // True for `user` values that name root without a lookup: "root" and "0".

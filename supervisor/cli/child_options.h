@@ -8,9 +8,9 @@
 #include "shared/child_config.h"
 #include "shared/policy.h"
 #include "shared/status.h"
-#include "supervisor/child_setup.h"
+#include "supervisor/exec/child_setup.h"
 #include "supervisor/cli/args.h"
-#include "supervisor/launcher.h"
+#include "supervisor/exec/launcher.h"
 
 namespace pillbox::cli {
 

@@ -4,8 +4,8 @@
 
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
-#include "supervisor/doctor.h"
-#include "supervisor/install_paths.h"
+#include "supervisor/ops/doctor.h"
+#include "supervisor/exec/install_paths.h"
 
 namespace pillbox::cli {
 

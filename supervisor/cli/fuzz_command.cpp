@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "shared/policy_parser.h"
-#include "supervisor/actor.h"
-#include "supervisor/child_setup.h"
+#include "supervisor/store/actor.h"
+#include "supervisor/exec/child_setup.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -22,11 +22,11 @@
 #include "supervisor/cli/store_access.h"
 #include "supervisor/fuzz/dictionary.h"
 #include "supervisor/fuzz/fuzz_session.h"
-#include "supervisor/install_paths.h"
-#include "supervisor/job.h"
-#include "supervisor/progress.h"
-#include "supervisor/task_source.h"
-#include "supervisor/terminal_text.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/flow/job.h"
+#include "supervisor/flow/progress.h"
+#include "supervisor/flow/task_source.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {
 namespace {

@@ -8,13 +8,13 @@
 #include <thread>
 
 #include "shared/policy_parser.h"
-#include "supervisor/actor.h"
+#include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
-#include "supervisor/minimize.h"
-#include "supervisor/progress.h"
+#include "supervisor/ops/minimize.h"
+#include "supervisor/flow/progress.h"
 
 namespace pillbox::cli {
 namespace {

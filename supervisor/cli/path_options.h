@@ -7,8 +7,8 @@
 
 #include "shared/status.h"
 #include "supervisor/cli/args.h"
-#include "supervisor/input_files.h"
-#include "supervisor/result_files.h"
+#include "supervisor/io/input_files.h"
+#include "supervisor/io/result_files.h"
 
 namespace pillbox::cli {
 

@@ -15,10 +15,10 @@
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
-#include "supervisor/quarantine_json.h"
-#include "supervisor/terminal_text.h"
-#include "supervisor/time_args.h"
-#include "supervisor/actor.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/io/terminal_text.h"
+#include "supervisor/io/time_args.h"
+#include "supervisor/store/actor.h"
 
 namespace pillbox::cli {
 namespace {

@@ -4,15 +4,15 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "supervisor/actor.h"
-#include "supervisor/artifact_import.h"
+#include "supervisor/store/actor.h"
+#include "supervisor/ops/artifact_import.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/install_paths.h"
-#include "supervisor/job.h"
-#include "supervisor/terminal_text.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/flow/job.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {
 

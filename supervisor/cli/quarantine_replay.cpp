@@ -10,17 +10,17 @@
 
 #include "shared/failure_kind.h"
 #include "shared/policy_parser.h"
-#include "supervisor/actor.h"
+#include "supervisor/store/actor.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/progress.h"
-#include "supervisor/quarantine_json.h"
-#include "supervisor/replay.h"
-#include "supervisor/run_output.h"
+#include "supervisor/flow/progress.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/replay.h"
+#include "supervisor/flow/run_output.h"
 #include "supervisor/store/replay_store.h"
-#include "supervisor/terminal_text.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {
 namespace {

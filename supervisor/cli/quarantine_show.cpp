@@ -12,9 +12,9 @@
 #include "shared/base64.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/outcome.h"
-#include "supervisor/quarantine_json.h"
-#include "supervisor/terminal_text.h"
+#include "supervisor/classify/outcome.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/quarantine_json.h"
-#include "supervisor/terminal_text.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {
 

@@ -7,14 +7,14 @@
 #include <string>
 #include <thread>
 
-#include "supervisor/actor.h"
+#include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
-#include "supervisor/progress.h"
-#include "supervisor/reproduce.h"
-#include "supervisor/stop_signals.h"
+#include "supervisor/flow/progress.h"
+#include "supervisor/ops/reproduce.h"
+#include "supervisor/exec/stop_signals.h"
 
 namespace pillbox::cli {
 namespace {

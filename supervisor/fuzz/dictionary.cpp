@@ -6,7 +6,7 @@
 #include <optional>
 #include <unordered_set>
 
-#include "supervisor/regular_file.h"
+#include "supervisor/io/regular_file.h"
 
 // The format is the one AFL (-x) and libFuzzer (-dict=) share, so existing
 // dictionaries (AFL++'s dictionaries/, OSS-Fuzz's *.dict) load unchanged:

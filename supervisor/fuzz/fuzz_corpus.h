@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "supervisor/outcome.h"
+#include "supervisor/classify/outcome.h"
 
 namespace pillbox::fuzz {
 

@@ -13,9 +13,9 @@
 #include "supervisor/fuzz/fuzz_corpus.h"
 #include "supervisor/fuzz/inflight_journal.h"
 #include "supervisor/fuzz/mutator.h"
-#include "supervisor/install_paths.h"
-#include "supervisor/payload_runner.h"
-#include "supervisor/run.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/ops/payload_runner.h"
+#include "supervisor/exec/dispatcher.h"
 
 namespace pillbox::fuzz {
 namespace {

@@ -15,8 +15,8 @@
 
 #include "shared/child_config.h"
 #include "shared/status.h"
-#include "supervisor/finding_recorder.h"
-#include "supervisor/launcher.h"
+#include "supervisor/ops/finding_recorder.h"
+#include "supervisor/exec/launcher.h"
 
 namespace pillbox::fuzz {
 

@@ -13,8 +13,8 @@
 #include <random>
 
 #include "shared/control.h"
-#include "supervisor/private_file.h"
-#include "supervisor/task_source.h"
+#include "supervisor/io/private_file.h"
+#include "supervisor/flow/task_source.h"
 
 namespace pillbox::fuzz {
 namespace {

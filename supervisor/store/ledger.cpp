@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "supervisor/death_note.h"
+#include "supervisor/flow/death_note.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::store {

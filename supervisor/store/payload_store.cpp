@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "shared/sha256.h"
-#include "supervisor/private_file.h"
-#include "supervisor/task_source.h"
+#include "supervisor/io/private_file.h"
+#include "supervisor/flow/task_source.h"
 
 namespace pillbox::store {
 namespace {

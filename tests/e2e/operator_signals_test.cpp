@@ -9,8 +9,8 @@
 #include <random>
 
 #include "shared/base64.h"
-#include "supervisor/minimize.h"
-#include "supervisor/replay.h"
+#include "supervisor/ops/minimize.h"
+#include "supervisor/ops/replay.h"
 #include "supervisor/store/store.h"
 #include "tests/e2e/support.h"
 

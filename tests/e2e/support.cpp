@@ -24,7 +24,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "supervisor/cgroups.h"
+#include "supervisor/exec/cgroups.h"
 
 extern char** environ;
 

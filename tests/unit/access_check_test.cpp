@@ -1,6 +1,6 @@
-// What an exec command needs from the task's uid (supervisor/access_check.h):
+// What an exec command needs from the task's uid (supervisor/exec/access_check.h):
 // found as root sees the file system, explained from the modes on the path.
-#include "supervisor/access_check.h"
+#include "supervisor/exec/access_check.h"
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "shared/unique_fd.h"
-#include "supervisor/alert_hook.h"
+#include "supervisor/flow/alert_hook.h"
 
 using namespace pillbox;
 using namespace std::chrono_literals;

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "supervisor/circuit_breaker.h"
+#include "supervisor/flow/circuit_breaker.h"
 
 using namespace pillbox;
 using std::chrono::milliseconds;

@@ -1,4 +1,4 @@
-#include "supervisor/classifier.h"
+#include "supervisor/classify/classifier.h"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -1,4 +1,4 @@
-// FindingRecorder (supervisor/finding_recorder.h): how fuzz and import
+// FindingRecorder (supervisor/ops/finding_recorder.h): how fuzz and import
 // findings become records, on real SQLite stores, with several connections
 // to one store as several pillbox processes would have.
 #include <doctest/doctest.h>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "supervisor/finding_recorder.h"
+#include "supervisor/ops/finding_recorder.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/store.h"
 #include "tests/unit/scratch_dir.h"

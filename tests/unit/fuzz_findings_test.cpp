@@ -1,11 +1,11 @@
 // What pillbox fuzz keeps and what import recognizes: the behaviour features
 // of an outcome (supervisor/fuzz/fuzz_corpus.h), which kinds are findings,
-// and fuzzer artifact names (supervisor/artifact_import.h).
+// and fuzzer artifact names (supervisor/ops/artifact_import.h).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
-#include "supervisor/artifact_import.h"
+#include "supervisor/ops/artifact_import.h"
 #include "supervisor/fuzz/fuzz_corpus.h"
 #include "supervisor/fuzz/fuzz_session.h"
 

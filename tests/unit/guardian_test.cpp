@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "shared/uid_sweep.h"
-#include "supervisor/guardian.h"
+#include "supervisor/exec/guardian.h"
 
 namespace pillbox {
 namespace {

@@ -1,4 +1,4 @@
-// Input files (supervisor/input_files.h): what a named path and the tree
+// Input files (supervisor/io/input_files.h): what a named path and the tree
 // below it hold, and reading a listed file when the tree has changed since
 // it was listed (a file swapped for a FIFO or a symlink, a directory above it
 // swapped for a symlink): an error naming it, never a hang or a read
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "supervisor/input_files.h"
+#include "supervisor/io/input_files.h"
 #include "tests/unit/scratch_dir.h"
 
 namespace pillbox {

@@ -2,11 +2,11 @@
 // parsing, the reproduce verdict and the progress line.
 #include <doctest/doctest.h>
 
-#include "supervisor/minimize.h"
-#include "supervisor/progress.h"
-#include "supervisor/reproduce.h"
-#include "supervisor/terminal_text.h"
-#include "supervisor/time_args.h"
+#include "supervisor/ops/minimize.h"
+#include "supervisor/flow/progress.h"
+#include "supervisor/ops/reproduce.h"
+#include "supervisor/io/terminal_text.h"
+#include "supervisor/io/time_args.h"
 
 using namespace pillbox;
 

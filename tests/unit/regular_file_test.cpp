@@ -1,4 +1,4 @@
-// Whole regular files through a file descriptor (supervisor/regular_file.h):
+// Whole regular files through a file descriptor (supervisor/io/regular_file.h):
 // reads refuse what is not a regular file without blocking, and count the
 // cap on the bytes read; writes never go through a planted link.
 #include <doctest/doctest.h>
@@ -9,8 +9,8 @@
 #include <fstream>
 #include <string>
 
-#include "supervisor/private_file.h"
-#include "supervisor/regular_file.h"
+#include "supervisor/io/private_file.h"
+#include "supervisor/io/regular_file.h"
 #include "tests/unit/scratch_dir.h"
 
 namespace pillbox {

@@ -1,4 +1,4 @@
-// Result files of --out (supervisor/result_files.h): the key -> name mapping
+// Result files of --out (supervisor/io/result_files.h): the key -> name mapping
 // is one to one and stays a plain file name; files are created in the
 // directory opened once, never through what is planted there.
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "shared/sha256.h"
-#include "supervisor/result_files.h"
+#include "supervisor/io/result_files.h"
 #include "tests/unit/scratch_dir.h"
 
 namespace pillbox {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "supervisor/retry_policy.h"
+#include "supervisor/flow/retry_policy.h"
 
 using namespace pillbox;
 using std::chrono::milliseconds;

@@ -1,4 +1,4 @@
-#include "supervisor/run_output.h"
+#include "supervisor/flow/run_output.h"
 
 #include <signal.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "shared/base64.h"
-#include "supervisor/classifier.h"
+#include "supervisor/classify/classifier.h"
 
 namespace pillbox {
 namespace {

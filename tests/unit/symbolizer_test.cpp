@@ -1,4 +1,4 @@
-#include "supervisor/symbolizer.h"
+#include "supervisor/classify/symbolizer.h"
 
 #include <dlfcn.h>
 #include <elf.h>

@@ -1,4 +1,4 @@
-#include "supervisor/task_source.h"
+#include "supervisor/flow/task_source.h"
 
 #include <fcntl.h>
 #include <poll.h>

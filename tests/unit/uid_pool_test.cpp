@@ -7,7 +7,7 @@
 #include <string>
 
 #include "shared/policy_parser.h"
-#include "supervisor/uid_pool.h"
+#include "supervisor/exec/uid_pool.h"
 
 namespace pillbox {
 namespace {

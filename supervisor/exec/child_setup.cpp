@@ -1,0 +1,197 @@
+#include "supervisor/exec/child_setup.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "shared/policy_parser.h"
+#include "supervisor/exec/access_check.h"
+#include "supervisor/exec/install_paths.h"
+
+namespace pillbox {
+namespace {
+
+Status resolve_user(const std::string& user, ChildConfig& config) {
+  char* end = nullptr;
+  const unsigned long numeric = std::strtoul(user.c_str(), &end, 10);
+  if (!user.empty() && *end == '\0') {
+    config.sandbox_uid = static_cast<std::uint32_t>(numeric);
+    config.sandbox_gid = static_cast<std::uint32_t>(numeric);
+    return Status::ok();
+  }
+  const passwd* pw = ::getpwnam(user.c_str());
+  if (pw == nullptr) return Status::error("policy user '" + user + "' does not exist on this host");
+  config.sandbox_uid = pw->pw_uid;
+  config.sandbox_gid = pw->pw_gid;
+  return Status::ok();
+}
+
+// An argument that names an existing file or directory relative to where
+// pillbox was started, made absolute: an exec task runs in a private working
+// directory of its own, and a record must reproduce from anywhere. Anything
+// else (a word, an option, a path that does not exist) stays as typed.
+std::string absolute_if_existing(const std::string& arg) {
+  if (arg.empty() || arg.starts_with('/') || arg.starts_with('-')) return arg;
+  std::error_code ec;
+  if (!std::filesystem::exists(arg, ec)) return arg;
+  const auto full = std::filesystem::absolute(arg, ec);
+  return ec ? arg : full.lexically_normal().string();
+}
+
+// What the command line names under the directories a task gets privately.
+std::vector<std::string> names_under_private_dirs(const ChildConfig& config) {
+  std::vector<std::string> named;
+  if (config.exec_mode()) {
+    for (const AccessNeed& n : command_access_needs(config.exec_argv, kExecTaskPath)) named.push_back(n.path);
+    if (!config.crash_lib.empty()) named.push_back(config.crash_lib);
+    // Paths inside an argument, as in a shell's command string
+    // (sh -c "exec /tmp/build/tool"): each absolute word that exists.
+    for (std::size_t i = 1; i < config.exec_argv.size(); ++i) {
+      const std::string& a = config.exec_argv[i];
+      for (std::size_t at = a.find('/'); at != std::string::npos; at = a.find('/', at + 1)) {
+        if (at > 0 && std::string_view(" \t\n;|&<>()'\"`=:").find(a[at - 1]) == std::string_view::npos) continue;
+        const std::size_t end = a.find_first_of(" \t\n;|&<>()'\"`", at);
+        const std::string word = a.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        std::error_code ec;
+        if (std::filesystem::exists(word, ec)) named.push_back(word);
+        if (end == std::string::npos) break;
+        at = end;
+      }
+    }
+  } else if (config.handler.starts_with("plugin:")) {
+    named.push_back(config.handler.substr(7));
+  }
+  std::vector<std::string> out;
+  for (const std::string& path : named) {
+    std::error_code ec;
+    const std::string full = std::filesystem::absolute(path, ec).lexically_normal().string();
+    for (const char* dir : kPrivateDirs) {
+      const std::string prefix = std::string(dir) + "/";
+      if (full.rfind(prefix, 0) == 0 && std::find(out.begin(), out.end(), full) == out.end()) out.push_back(full);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<std::string> resolve_command(const std::string& name) {
+  namespace fs = std::filesystem;
+  auto executable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    std::error_code ec;
+    const fs::path p = fs::canonical(name, ec);
+    if (ec || !executable(p)) return Error{"command '" + name + "' is not an executable file"};
+    return p.string();
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = dirs.find(':', start);
+    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
+    if (executable(p)) {
+      std::error_code ec;
+      const fs::path c = fs::canonical(p, ec);
+      return (ec ? p : c).string();
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return Error{"command '" + name + "' not found in PATH"};
+}
+
+Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy policy) {
+  ChildConfig config;
+  config.handler = choice.handler;
+  config.args = choice.args;
+  config.policy = std::move(policy);
+  if (config.exec_mode()) {
+    if (choice.exec_argv.empty()) return Error{"no command to run"};
+    if (!choice.args.empty()) return Error{"handler arguments are for handlers; an exec command takes its arguments after --"};
+    config.exec_argv = choice.exec_argv;
+    auto path = resolve_command(config.exec_argv[0]);
+    if (!path) return Error{path.error()};
+    config.exec_argv[0] = *path;
+    for (auto& a : config.exec_argv) {
+      if (a.find("{}") != std::string::npos) {
+        config.exec_payload_as_file = true;
+      } else if (&a != &config.exec_argv[0]) {
+        a = absolute_if_existing(a);
+      }
+    }
+    config.crash_lib = find_crash_library();
+  } else if (choice.handler.empty()) {
+    return Error{"no handler given"};
+  }
+  config.keep_visible = names_under_private_dirs(config);
+  if (::geteuid() == 0) {
+    config.drop_privileges = true;
+    if (auto s = resolve_user(config.policy.isolation.user, config); !s) return Error{s.message()};
+    // The parser refuses "root" and "0" without allow_unsafe; another name
+    // for uid 0 is only known here, on the host that runs the children.
+    if (config.sandbox_uid == 0 && !config.policy.allow_unsafe) {
+      return Error{"policy user '" + config.policy.isolation.user +
+                   "' is uid 0 on this host: tasks would run as root; choose an unprivileged user, or add "
+                   "'allow_unsafe = yes' under [policy] if you mean it"};
+    }
+  }
+  return config;
+}
+
+Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e) {
+  HandlerChoice choice;
+  choice.handler = e.handler;
+  if (e.handler == "exec") {
+    auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
+    if (!argv.is_array() || argv.empty()) return Error{"the record's exec command is unreadable: " + e.exec_argv};
+    for (const auto& a : argv) {
+      if (!a.is_string()) return Error{"the record's exec command is unreadable: " + e.exec_argv};
+      choice.exec_argv.push_back(a.get<std::string>());
+    }
+    return choice;
+  }
+  auto args = nlohmann::json::parse(e.handler_args, nullptr, false);
+  if (!args.is_object()) return Error{"the record's handler arguments are unreadable: " + e.handler_args};
+  for (const auto& [k, v] : args.items()) {
+    if (!v.is_string()) return Error{"the record's handler argument '" + k + "' is not text"};
+    choice.args[k] = v.get<std::string>();
+  }
+  return choice;
+}
+
+Expected<Policy> recorded_policy(const store::QuarantineEntry& e) {
+  auto policy = parse_policy(e.policy, "the record's policy (" + e.policy_identity + ")", "");
+  if (!policy) return Error{policy.error()};
+  return policy;
+}
+
+Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& e, const std::optional<HandlerChoice>& given) {
+  if (given) return *given;
+  return recorded_handler(e);
+}
+
+Expected<Policy> policy_or_recorded(const store::QuarantineEntry& e, const std::optional<Policy>& given) {
+  if (given) return *given;
+  return recorded_policy(e);
+}
+
+Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& e) {
+  auto handler = recorded_handler(e);
+  if (!handler) return Error{handler.error()};
+  auto policy = recorded_policy(e);
+  if (!policy) return Error{policy.error()};
+  auto config = make_child_config(*handler, std::move(*policy));
+  if (!config) return Error{"it cannot run here: " + config.error()};
+  return config;
+}
+
+}  // namespace pillbox

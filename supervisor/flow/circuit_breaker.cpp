@@ -1,0 +1,92 @@
+#include "supervisor/flow/circuit_breaker.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pillbox {
+
+bool CircuitBreaker::record(const std::string& payload_id, bool failed, const std::string& fingerprint,
+                            Clock::time_point now) {
+  if (!settings_.enabled || settings_.window == 0) return false;
+  if (open_) {
+    if (!failed) close();
+    return false;
+  }
+  // A retry of a payload replaces its entry: one payload failing many times
+  // is a poison pill, not an outage.
+  auto same = std::find_if(window_.begin(), window_.end(), [&](const Entry& e) { return e.payload_id == payload_id; });
+  if (same != window_.end()) window_.erase(same);
+  window_.push_back({payload_id, failed, fingerprint});
+  while (window_.size() > settings_.window) window_.pop_front();
+  // Only a failure opens it: the task that succeeded is no part of an outage.
+  if (!failed || window_.size() < settings_.window) return false;
+
+  std::size_t failures = 0;
+  std::map<std::string, std::size_t> by_fingerprint;
+  for (const auto& e : window_) {
+    if (!e.failed) continue;
+    ++failures;
+    // A verified fingerprint still counts as a failure, but never as the
+    // face of an outage.
+    if (!verified(e.fingerprint)) ++by_fingerprint[e.fingerprint];
+  }
+  const auto needed = static_cast<std::size_t>(std::ceil(settings_.threshold * static_cast<double>(settings_.window)));
+  if (failures < std::max<std::size_t>(needed, 1)) return false;
+  const auto top = std::max_element(by_fingerprint.begin(), by_fingerprint.end(),
+                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (top == by_fingerprint.end() || top->second * 2 < failures) return false;  // poison pills, not one outage
+
+  open_ = true;
+  opened_at_ = now;
+  ++times_opened_;
+  dominant_ = top->first;
+  failures_when_opened_ = failures;
+  probe_in_flight_ = false;
+  next_probe_ = now + settings_.probe_interval;
+  return true;
+}
+
+bool CircuitBreaker::suspects(const std::string& fingerprint) const {
+  if (!settings_.enabled || open_ || verified(fingerprint)) return false;
+  const std::size_t recent = std::min(window_.size(), std::max<std::size_t>(4, settings_.window / 4));
+  if (recent < 4) return false;
+  std::size_t alike = 0;
+  for (auto it = window_.end() - static_cast<long>(recent); it != window_.end(); ++it) {
+    if (it->failed && it->fingerprint == fingerprint) ++alike;
+  }
+  return static_cast<double>(alike) >= settings_.threshold * static_cast<double>(recent);
+}
+
+bool CircuitBreaker::may_probe(Clock::time_point now) const { return open_ && !probe_in_flight_ && now >= next_probe_; }
+
+bool CircuitBreaker::probe_ended(bool ok, Clock::time_point now, bool known_good) {
+  probe_in_flight_ = false;
+  bool verified_now = false;
+  if (ok) {
+    if (known_good && open_ && !cleared_once_.insert(dominant_).second) {
+      verified_.insert(dominant_);
+      verified_now = true;
+    }
+    close();
+  } else {
+    next_probe_ = now + settings_.probe_interval;
+  }
+  return verified_now;
+}
+
+std::optional<CircuitBreaker::Clock::time_point> CircuitBreaker::next_probe_at() const {
+  if (!open_ || probe_in_flight_) return std::nullopt;
+  return next_probe_;
+}
+
+bool CircuitBreaker::waited_too_long(Clock::time_point now) const {
+  return open_ && settings_.max_wait.count() > 0 && now - opened_at_ >= settings_.max_wait;
+}
+
+void CircuitBreaker::close() {
+  open_ = false;
+  probe_in_flight_ = false;
+  window_.clear();
+}
+
+}  // namespace pillbox

@@ -1,0 +1,76 @@
+#include "supervisor/flow/job.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "shared/policy_parser.h"
+#include "supervisor/flow/death_note.h"
+#include "supervisor/store/store.h"
+
+namespace pillbox {
+
+RunIdentity run_identity(const ChildConfig& config) {
+  RunIdentity id;
+  id.handler = config.handler;
+  id.handler_identity = handler_identity(config);
+  nlohmann::json args = nlohmann::json::object();
+  for (const auto& [k, v] : config.args) args[k] = v;
+  // Arguments are the operator's bytes, not necessarily UTF-8.
+  id.handler_args = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  id.exec_argv = nlohmann::json(config.exec_argv).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  id.policy_identity = policy_identity(config.policy);
+  id.policy = format_policy(config.policy);
+  return id;
+}
+
+Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, VerdictSink& sink) {
+  FlowSettings flow_settings;
+  flow_settings.retry = settings.retry;
+  flow_settings.breaker = settings.breaker;
+  flow_settings.rerun_done = settings.rerun_done;
+  flow_settings.identity = run_identity(settings.run.config);
+  flow_settings.actor = "pillbox run (pid " + std::to_string(::getpid()) + ")";
+  if (settings.retry.max_attempts == 0) return Error{"--max-attempts must be at least 1"};
+
+  std::optional<store::Store> opened;
+  std::optional<store::Ledger> ledger;
+  std::optional<store::QuarantineStore> quarantine;
+  JobReport report;
+  if (settings.store_dir) {
+    auto s = store::Store::open(*settings.store_dir);
+    if (!s) return Error{s.error()};
+    opened.emplace(std::move(*s));
+    auto l = store::Ledger::open(opened->db(), flow_settings.identity.handler_identity,
+                                 flow_settings.identity.policy_identity);
+    if (!l) return Error{l.error()};
+    ledger.emplace(std::move(*l));
+    // How earlier runs died is evidence about the tasks they left unfinished;
+    // a crash of this run is noted for the next one.
+    if (auto s = ledger->record_deaths(opened->dir()); !s) return Error{s.message()};
+    if (auto s = arm_death_note(opened->dir(), ledger->run_id()); !s) return Error{s.message()};
+    auto q = store::QuarantineStore::open(opened->db(), opened->dir(), settings.max_records);
+    if (!q) return Error{q.error()};
+    quarantine.emplace(std::move(*q));
+    report.store_dir = opened->dir();
+  }
+  TaskFlow flow(flow_settings, source, sink, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr,
+                settings.on_quarantine);
+  flow.set_store_dir(report.store_dir);
+  auto run = run_tasks(settings.run, flow, flow);
+  // Whatever happened, what is known goes to the ledger.
+  const Status finished = flow.finish(run ? "" : run.error());
+  disarm_death_note();
+  report.flow = flow.report();
+  if (report.flow.stop_signal != 0) {
+    report.stop_signal = report.flow.stop_signal;
+    if (!finished) return Error{finished.message()};
+    return report;
+  }
+  if (!run) return Error{run.error()};
+  if (!finished) return Error{finished.message()};
+  report.run = std::move(*run);
+  return report;
+}
+
+}  // namespace pillbox

@@ -1,0 +1,38 @@
+#pragma once
+// The library entry point behind `pillbox run`: a source of tasks run through
+// the ledger, the retry policy and the circuit breaker (task_flow.h), each
+// attempt in its own confined child (supervisor/exec/dispatcher.h), poison payloads kept in the
+// quarantine store. The CLI is a thin layer over this; tests call it.
+#include <optional>
+#include <string>
+
+#include "shared/status.h"
+#include "supervisor/exec/dispatcher.h"
+#include "supervisor/flow/task_flow.h"
+
+namespace pillbox {
+
+struct JobSettings {
+  RunSettings run;
+  RetrySettings retry;
+  BreakerSettings breaker;
+  std::optional<std::string> store_dir;  // resolved directory; nullopt: no store (--no-store)
+  std::int64_t max_records = store::kDefaultMaxRecords;
+  QuarantineCallback on_quarantine;
+  bool rerun_done = false;               // --rerun: run tasks the ledger has as ok again
+};
+
+struct JobReport {
+  RunReport run;
+  FlowReport flow;
+  std::string store_dir;  // "" without a store
+  int stop_signal = 0;    // SIGINT/SIGTERM stopped the run early (the report is partial)
+};
+
+// Errors: the store cannot be opened or written, or the sandbox cannot start.
+Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, VerdictSink& sink);
+
+// What a quarantine record says the tasks of `config` ran under.
+RunIdentity run_identity(const ChildConfig& config);
+
+}  // namespace pillbox

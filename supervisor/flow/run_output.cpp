@@ -1,0 +1,181 @@
+#include "supervisor/flow/run_output.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "shared/base64.h"
+
+namespace pillbox {
+namespace {
+
+std::string join_state(const std::vector<std::string>& state) {
+  std::string s;
+  for (const auto& f : state) s += (s.empty() ? "" : " < ") + f;
+  return s;
+}
+
+std::string frame_text(const SymbolizedFrame& f) {
+  std::ostringstream os;
+  const auto slash = f.module.rfind('/');
+  const std::string base = slash == std::string::npos ? f.module : f.module.substr(slash + 1);
+  os << (f.function.empty() ? "??" : normalize_function(f.function)) << " (" << (base.empty() ? "?" : base) << "+0x" << std::hex
+     << f.offset << ")";
+  return os.str();
+}
+
+// For a terminal: anything a hostile child put in a message, a symbol name
+// or a path (invalid UTF-8, escape sequences) is shown as '?'.
+std::string printable(std::string_view s) {
+  const bool utf8 = is_valid_utf8(s);
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f || (!utf8 && c >= 0x80)) out += '?';
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string outcome_json(const Task& task, const Outcome& o, const std::string* output_file, const Verdict* verdict) {
+  using nlohmann::json;
+  json j;
+  j["key"] = task.key;
+  j["status"] = o.kind == Kind::kOk ? "ok" : "failed";
+  j["kind"] = std::string(to_string(o.kind));
+  j["fingerprint"] = o.fingerprint.empty() ? json(nullptr) : json(o.fingerprint);
+  j["crash_state"] = o.crash_state;
+  j["signal"] = o.signal ? json(signal_name(o.signal)) : json(nullptr);
+  j["syscall"] = o.syscall.empty() ? json(nullptr) : json(o.syscall);
+  j["exit_code"] = o.exit_code >= 0 ? json(o.exit_code) : json(nullptr);
+  j["message"] = o.message;
+  j["cpu_ms"] = o.cpu_ms;
+  j["wall_ms"] = o.wall_ms;
+  j["max_rss_kb"] = o.max_rss_kb;
+  if (!o.frames.empty()) {
+    json frames = json::array();
+    for (std::size_t i = 0; i < o.frames.size() && i < 16; ++i) frames.push_back(frame_text(o.frames[i]));
+    j["frames"] = frames;
+  }
+  if (o.kind == Kind::kOk) {
+    if (output_file != nullptr) {
+      j["output_file"] = *output_file;
+    } else if (is_valid_utf8(o.output)) {
+      j["output"] = o.output;
+    } else {
+      j["output_b64"] = base64_encode(o.output);
+    }
+  }
+  if (verdict != nullptr) {
+    j["verdict"] = std::string(to_string(verdict->type));
+    j["attempts"] = verdict->attempts;
+    if (verdict->record_id != 0) j["quarantine_id"] = verdict->record_id;
+    if (verdict->type != Verdict::Type::kOk) j["verdict_reason"] = verdict->reason;
+  }
+  // Strings may carry bytes a hostile child chose (messages, symbol names,
+  // module paths): invalid UTF-8 becomes U+FFFD instead of an exception.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string outcome_line(const Task& task, const Outcome& o, const Verdict* verdict) {
+  std::ostringstream os;
+  std::string kind(to_string(o.kind));
+  kind.resize(std::max<std::size_t>(kind.size(), 17), ' ');
+  os << kind << " " << printable(task.key);
+  if (o.kind == Kind::kOk) {
+    os << "  (" << o.wall_ms << " ms)";
+  } else {
+    os << "  " << o.fingerprint;
+    if (!o.crash_state.empty()) os << "  " << printable(join_state(o.crash_state));
+    if (!o.message.empty()) os << "  " << printable(o.message.substr(0, 200));
+  }
+  if (verdict != nullptr && (verdict->type != Verdict::Type::kOk || verdict->attempts > 1)) {
+    os << "  -> " << to_string(verdict->type);
+    if (verdict->record_id != 0) os << " #" << verdict->record_id << (verdict->folded ? " (repeat; store full)" : "");
+    os << " after " << verdict->attempts << " attempt" << (verdict->attempts == 1 ? "" : "s");
+  }
+  return os.str();
+}
+
+void RunSummary::add(const Task& task, const Outcome& o) {
+  ++total_;
+  ++by_kind_[o.kind];
+  if (o.kind == Kind::kOk) return;
+  ++failed_;
+  Group& g = by_fingerprint_[o.fingerprint];
+  if (g.count++ == 0) {
+    g.kind = o.kind;
+    g.crash_state = printable(join_state(o.crash_state));
+    g.example_key = printable(task.key);
+    g.message = printable(o.message.substr(0, 120));
+  }
+}
+
+void RunSummary::remove(const Outcome& o) {
+  if (total_ > 0) --total_;
+  if (auto k = by_kind_.find(o.kind); k != by_kind_.end() && --k->second == 0) by_kind_.erase(k);
+  if (o.kind == Kind::kOk) return;
+  if (failed_ > 0) --failed_;
+  if (auto g = by_fingerprint_.find(o.fingerprint); g != by_fingerprint_.end() && --g->second.count == 0) {
+    by_fingerprint_.erase(g);
+  }
+}
+
+std::string RunSummary::render(double seconds, const RunReport& report, const FlowReport* flow,
+                               const std::string& store_dir) const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << "pillbox: " << total_ << " task" << (total_ == 1 ? "" : "s") << " in " << seconds << " s";
+  if (seconds > 0) os << " (" << static_cast<double>(total_) / seconds << "/s)";
+  os << ": " << (total_ - failed_) << " ok, " << failed_ << " failed";
+  const std::size_t input_errors = report.input_errors + (flow ? flow->input_errors : 0);
+  if (input_errors) os << ", " << input_errors << " input error(s)";
+  os << "\n";
+  if (flow != nullptr) {
+    os << "  store: " << (store_dir.empty() ? "none (--no-store): nothing kept, nothing resumed" : store_dir) << "\n";
+    os << "  verdicts: " << flow->quarantined << (store_dir.empty() ? " poison" : " quarantined");
+    if (flow->new_fingerprints) os << " (" << flow->new_fingerprints << " new fingerprints)";
+    os << ", " << flow->retried << " needed retries, " << flow->gave_up << " gave up";
+    if (flow->held) os << ", " << flow->held << " held by a suspected outage (they run again next time)";
+    if (flow->taken_back) {
+      os << ", " << flow->taken_back << " poison verdict" << (flow->taken_back == 1 ? "" : "s")
+         << " taken back (a suspected outage explained the failure)";
+    }
+    if (flow->verified_bursts) {
+      os << ", " << flow->verified_bursts << " suspected outage" << (flow->verified_bursts == 1 ? "" : "s")
+         << " shown to be a burst of poison";
+    }
+    if (flow->deferred) os << ", " << flow->deferred << " quarantines deferred while an outage was suspected";
+    os << "\n";
+    if (flow->stopped_by_breaker) {
+      os << "  stopped: the handler outage lasted longer than --breaker-max-wait; the rest of the input was not "
+            "read (a run over the same inputs and store goes on from here)\n";
+    }
+    if (flow->skipped_done || flow->skipped_quarantined) {
+      os << "  skipped: " << flow->skipped_done << " already ok and " << flow->skipped_quarantined
+         << " already quarantined in this store (--rerun runs the ok ones again)\n";
+    }
+  }
+  if (!by_kind_.empty()) {
+    os << "  by kind:";
+    for (const auto& [kind, n] : by_kind_) os << "  " << to_string(kind) << " " << n;
+    os << "\n";
+  }
+  if (!by_fingerprint_.empty()) {
+    std::vector<std::pair<std::string, Group>> groups(by_fingerprint_.begin(), by_fingerprint_.end());
+    std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.second.count > b.second.count; });
+    os << "  by fingerprint:\n";
+    for (const auto& [fp, g] : groups) {
+      os << "    " << fp << "  " << to_string(g.kind) << "  x" << g.count << "  "
+         << (g.crash_state.empty() ? g.message : g.crash_state) << "  (e.g. " << g.example_key << ")\n";
+    }
+  }
+  for (const auto& w : report.warnings) os << "  warning: " << w << "\n";
+  return os.str();
+}
+
+}  // namespace pillbox

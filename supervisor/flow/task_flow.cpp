@@ -1,0 +1,785 @@
+#include "supervisor/flow/task_flow.h"
+
+#include <sys/resource.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <ctime>
+#include <cstdlib>
+
+#include "shared/sha256.h"
+#include "supervisor/ops/quarantine_entry.h"
+#include "supervisor/ops/quarantine_json.h"
+
+namespace pillbox {
+namespace {
+
+// Test hook: the supervisor aborts while handling the outcome of a task whose
+// payload contains this text, after its attempt was counted. It stands for a
+// payload that kills the supervisor itself (a bug in symbolizing its crash,
+// say); tests use it to show such a payload ends in quarantine.
+const char* const kCrashHookEnv = "PILLBOX_TEST_CRASH_SUPERVISOR_ON";
+
+Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attempts) {
+  Outcome o;
+  o.kind = Kind::kSupervisorLost;
+  o.message = "the supervisor died while this payload ran, " + std::to_string(attempts) + " times in a row";
+  o.fingerprint = make_fingerprint(o.kind, "", {}, handler_identity);
+  return o;
+}
+
+}  // namespace
+
+std::string_view to_string(Verdict::Type type) {
+  switch (type) {
+    case Verdict::Type::kOk: return "ok";
+    case Verdict::Type::kQuarantined: return "quarantined";
+    case Verdict::Type::kPoison: return "poison";
+    case Verdict::Type::kGaveUp: return "gave-up";
+    case Verdict::Type::kHeld: return "held";
+  }
+  return "unknown";
+}
+
+TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, store::Ledger* ledger,
+                   store::QuarantineStore* quarantine, QuarantineCallback on_quarantine)
+    : settings_(std::move(settings)),
+      inner_(inner),
+      out_(out),
+      ledger_(ledger),
+      quarantine_(quarantine),
+      on_quarantine_(std::move(on_quarantine)),
+      breaker_(settings_.breaker),
+      rng_(std::random_device{}()),
+      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+  if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
+}
+
+TaskFlow::~TaskFlow() = default;
+
+// SIGINT/SIGTERM: the run ends at the next turn of the event loop, and the
+// attempts in flight are recorded as interrupted, not as lost (which would
+// count against their payloads).
+int TaskFlow::stop_signal() const { return stop_signals_.caught(); }
+
+void TaskFlow::forget(std::uint64_t ref) {
+  auto it = tracked_.find(ref);
+  if (it == tracked_.end()) return;
+  active_payloads_.erase(it->second.payload_id);
+  tracked_.erase(it);
+}
+
+std::uint64_t TaskFlow::track(Task task, std::string sha256, std::optional<store::LedgerTask> known) {
+  const std::uint64_t ref = ++next_ref_;
+  Tracked t;
+  t.payload_id = task.key + "\n" + sha256;
+  t.task = std::move(task);
+  t.task.ref = ref;
+  t.sha256 = std::move(sha256);
+  if (known) {
+    t.task_id = known->id;
+    t.attempts = known->attempts;
+    t.history = std::move(known->history);
+    // A task that gave up in an earlier run gets a fresh budget (what failed
+    // then was not the payload's fault): its old attempts are uncharged when
+    // its next attempt starts, in the same transaction.
+    if (known->state == "gave-up") {
+      t.fresh_budget = true;
+      for (auto& a : t.history) a.charged = false;
+    }
+    t.suspect = suspected_of_killing_the_supervisor(t.history);
+  }
+  active_payloads_.insert(t.payload_id);
+  tracked_.emplace(ref, std::move(t));
+  return ref;
+}
+
+Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts) {
+  while (starts.size() < want && !inner_done_) {
+    TaskSource::Item item = inner_.next();
+    switch (item.type) {
+      case TaskSource::Item::Type::kEnd:
+        inner_done_ = true;
+        inner_waiting_ = false;
+        return Status::ok();
+      case TaskSource::Item::Type::kWait:
+        inner_waiting_ = true;
+        return Status::ok();
+      case TaskSource::Item::Type::kError:
+        ++report_.input_errors;
+        out_.on_input_error(item.error);
+        continue;
+      case TaskSource::Item::Type::kTask:
+        break;
+    }
+    inner_waiting_ = false;
+    std::string sha = sha256_hex(item.task.payload);
+    std::optional<store::LedgerTask> known;
+    if (ledger_ != nullptr) {
+      auto found = ledger_->find(item.task.key, sha);
+      if (!found) return Status::error(found.error());
+      known = std::move(*found);
+      if (known && known->state == "ok" && !settings_.rerun_done) {
+        ++report_.skipped_done;
+        out_.on_skipped(item.task, "already ok in the store", 0);
+        continue;
+      }
+      if (known && known->state == "quarantined") {
+        ++report_.skipped_quarantined;
+        out_.on_skipped(item.task, "already quarantined in the store", 0);
+        continue;
+      }
+    }
+    if (active_payloads_.count(item.task.key + "\n" + sha) > 0) {
+      // The same key and payload twice in one input: one task, run once.
+      ++report_.skipped_repeats;
+      out_.on_skipped(item.task, "repeats an earlier input of this run", 0);
+      continue;
+    }
+    const std::uint64_t ref = track(std::move(item.task), std::move(sha), std::move(known));
+    Tracked& t = tracked_.at(ref);
+    if (kills_the_supervisor(settings_.retry, t.history)) {
+      quarantine(t, supervisor_lost(settings_.identity.handler_identity, settings_.retry.max_attempts),
+                 "the supervisor crashed (a fatal signal of its own) during each of its last " +
+                     std::to_string(settings_.retry.max_attempts) + " attempts");
+      continue;
+    }
+    if (lost_without_evidence_too_often(settings_.retry, t.history)) {
+      Outcome o;
+      o.kind = Kind::kSupervisorLost;
+      o.message = "pillbox died " + std::to_string(2 * settings_.retry.max_attempts) +
+                  " times while this payload ran alone, each time with no sign that it crashed itself (a kill from "
+                  "outside, the host's OOM killer)";
+      settle(t, o, Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false,
+                           o.message + ": not the payload's fault on that evidence, not quarantined; it runs again, "
+                                       "with a fresh budget, in the next run"});
+      continue;
+    }
+    if (t.suspect) {
+      // Alone next time, so that if pillbox dies again, it is this payload.
+      // Nothing new starts until the suspects have run.
+      suspects_.push_back(ref);
+      return Status::ok();
+    }
+    starts.push_back(ref);
+  }
+  return Status::ok();
+}
+
+Status TaskFlow::prepare(std::size_t free_slots) {
+  if (!fatal_.is_ok()) return fatal_;
+  if (const int sig = stop_signal(); sig != 0) {
+    report_.stop_signal = sig;
+    return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  }
+  std::uint64_t expirations = 0;
+  while (::read(timer_.get(), &expirations, sizeof expirations) > 0) {
+  }
+  const auto now = Clock::now();
+  std::vector<std::uint64_t> starts;
+  const std::size_t want = free_slots > ready_.size() ? free_slots - ready_.size() : 0;
+  if (solo_ref_ != 0 || !suspects_.empty()) {
+    // A suspect runs alone: wait for the others to finish, start it, start
+    // nothing else until it ends.
+    if (solo_ref_ == 0 && in_flight_ == 0 && ready_.empty() && want > 0) {
+      solo_ref_ = suspects_.front();
+      suspects_.pop_front();
+      starts.push_back(solo_ref_);
+    }
+  } else if (breaker_.open()) {
+    // Intake paused: one probe at a time, until one succeeds or the wait is
+    // too long.
+    if (breaker_.waited_too_long(now)) {
+      if (!report_.stopped_by_breaker) stop_for_outage();
+    } else if (want > 0 && breaker_.may_probe(now)) {
+      if (auto s = start_probe(starts, now); !s) return s;
+    }
+  } else {
+    while (starts.size() < want && !delayed_.empty() && delayed_.begin()->first <= now) {
+      starts.push_back(delayed_.begin()->second);
+      delayed_.erase(delayed_.begin());
+    }
+    if (auto s = take_fresh(want, starts); !s) return s;
+  }
+  return flush(starts);
+}
+
+Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
+  std::vector<std::pair<std::uint64_t, std::string>> finished_elsewhere;
+  if (ledger_ != nullptr && (!writes_.empty() || !starts.empty())) {
+    // A failed write rolls the whole turn back and stops the run: nothing
+    // half-written, and nothing runs whose attempt is not counted.
+    auto fail = [&](Status s) {
+      ledger_->rollback();
+      fatal_ = s;
+      return s;
+    };
+    if (auto s = ledger_->begin(); !s) return fail(s);
+    for (auto& write : writes_) {
+      if (auto s = write(); !s) return fail(s);
+    }
+    const std::int64_t now = store::now_ms();
+    for (std::uint64_t ref : starts) {
+      Tracked& t = tracked_.at(ref);
+      auto started = ledger_->start_attempt(t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()), now,
+                                            ref == solo_ref_, t.fresh_budget);
+      if (!started) return fail(Status::error(started.error()));
+      t.task_id = started->task_id;
+      t.attempts = started->n;  // 0: another pillbox finished it meanwhile
+      t.fresh_budget = false;
+      if (started->n == 0) finished_elsewhere.emplace_back(ref, started->state);
+    }
+    if (auto s = ledger_->commit(); !s) return fail(s);
+    ++report_.commits;
+  } else {
+    for (std::uint64_t ref : starts) ++tracked_.at(ref).attempts;
+  }
+  writes_.clear();
+  for (const auto& [ref, state] : finished_elsewhere) {
+    Tracked& t = tracked_.at(ref);
+    if (state == "ok") ++report_.skipped_done;
+    else ++report_.skipped_quarantined;
+    out_.on_skipped(t.task, "already " + state + " in the store (by another pillbox process)", 0);
+    if (t.probe) breaker_.probe_ended(false, Clock::now());  // no evidence either way: probe again later
+    if (ref == solo_ref_) solo_ref_ = 0;
+    forget(ref);
+  }
+  for (std::uint64_t ref : starts) {
+    auto it = tracked_.find(ref);
+    if (it == tracked_.end()) continue;
+    Tracked& t = it->second;
+    store::AttemptSummary a;
+    a.n = t.attempts;
+    a.solo = ref == solo_ref_;
+    t.history.push_back(a);
+    ++t.attempts_in_run;
+    ready_.push_back(ref);
+  }
+  // Verdicts that name a record are told only now that the record exists.
+  std::vector<AfterCommit> done;
+  done.swap(after_commit_);
+  for (AfterCommit& a : done) {
+    auto it = tracked_.find(a.ref);
+    if (it == tracked_.end()) continue;
+    if (a.verdict.type == Verdict::Type::kQuarantined) {
+      ++report_.quarantined;
+      if (a.verdict.new_fingerprint) ++report_.new_fingerprints;
+      if (a.verdict.record_id != 0 && !a.verdict.folded) remember_poison(it->second, a.verdict.record_id, a.outcome);
+    }
+    out_.on_verdict(it->second.task, a.outcome, a.verdict);
+    if (on_quarantine_ && !a.record_json.empty()) on_quarantine_(a.record_json, a.verdict.new_fingerprint);
+    forget(a.ref);
+  }
+  return Status::ok();
+}
+
+TaskSource::Item TaskFlow::next() {
+  TaskSource::Item item;
+  if (!ready_.empty()) {
+    Tracked& t = tracked_.at(ready_.front());
+    ready_.pop_front();
+    ++in_flight_;
+    item.type = TaskSource::Item::Type::kTask;
+    item.task = t.task;
+    return item;
+  }
+  // While open, held tasks wait for a probe; once the input is used up, only
+  // a known-good probe can still end the outage (until --breaker-max-wait).
+  const bool can_still_probe = breaker_.open() && known_good_ && !report_.stopped_by_breaker;
+  bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && suspects_.empty() &&
+                      solo_ref_ == 0 && (held_.empty() || (breaker_.open() && !can_still_probe));
+  if (nothing_left && !parked_.empty()) {
+    // Nothing left can open the breaker: the suspicion was never confirmed,
+    // and the parked tasks' verdict stands.
+    review_parked(true);
+  }
+  nothing_left = nothing_left && parked_.empty();
+  if (nothing_left) {
+    if (writes_.empty() && after_commit_.empty()) {
+      item.type = TaskSource::Item::Type::kEnd;
+      return item;
+    }
+    // Outcomes of this turn are not yet durable: flush now rather than wait
+    // for a wake-up that nothing would send. (On failure flush sets fatal_.)
+    (void)flush({});
+    item.type = fatal_.is_ok() ? TaskSource::Item::Type::kEnd : TaskSource::Item::Type::kWait;
+    if (!fatal_.is_ok()) arm_timer(true);
+    return item;
+  }
+  // Something for prepare() to do right away (this turn's ledger writes, or
+  // a suspect that may now run alone): come round at once, not at the
+  // dispatcher's next timeout.
+  arm_timer(!writes_.empty() || !after_commit_.empty() || (!suspects_.empty() && in_flight_ == 0 && solo_ref_ == 0));
+  item.type = TaskSource::Item::Type::kWait;
+  return item;
+}
+
+std::vector<int> TaskFlow::wait_fds() const {
+  std::vector<int> fds{timer_.get()};
+  const bool intake_open = !breaker_.open() || breaker_.may_probe(Clock::now());
+  if (inner_waiting_ && intake_open) {
+    for (int fd : inner_.wait_fds()) fds.push_back(fd);
+  }
+  return fds;
+}
+
+void TaskFlow::arm_timer(bool now) {
+  std::optional<Clock::time_point> when;
+  if (now) when = Clock::now();
+  if (!breaker_.open() && !delayed_.empty()) when = when ? std::min(*when, delayed_.begin()->first) : delayed_.begin()->first;
+  // A probe already due waits for input (wait_fds() has the source's fds
+  // then); arming the timer for a time past would spin.
+  if (breaker_.open() && (!inner_done_ || known_good_) && !breaker_.may_probe(Clock::now())) {
+    if (auto probe = breaker_.next_probe_at()) when = when ? std::min(*when, *probe) : *probe;
+  }
+  if (breaker_.open() && settings_.breaker.max_wait.count() > 0 && !report_.stopped_by_breaker) {
+    const auto give_up = breaker_.opened_at() + settings_.breaker.max_wait;
+    when = when ? std::min(*when, give_up) : give_up;
+  }
+  itimerspec spec{};
+  if (when) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count();
+    spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+  }
+  ::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
+  auto it = tracked_.find(task.ref);
+  if (it == tracked_.end()) return;
+  Tracked& t = it->second;
+  if (!crash_hook_.empty() && t.task.payload.find(crash_hook_) != std::string::npos) {
+    const rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);  // a test crash leaves no core file behind
+    std::abort();
+  }
+  if (in_flight_ > 0) --in_flight_;
+  if (t.probe_copy) return on_probe_copy_outcome(t, outcome);
+  if (t.task.ref == solo_ref_) solo_ref_ = 0;
+  t.suspect = false;
+  const auto now = Clock::now();
+  const bool failed = outcome.kind != Kind::kOk;
+  const bool transient = failed && is_transient(settings_.retry, outcome);
+  if (transient) ++t.transient_in_run;
+
+  store::AttemptSummary& attempt = t.history.back();
+  attempt.finished = true;
+  attempt.kind = std::string(to_string(outcome.kind));
+  attempt.fingerprint = outcome.fingerprint;
+
+  bool outage = false;
+  const bool was_probe = std::exchange(t.probe, false);
+  if (!failed) remember_good(t);
+  if (breaker_.open()) {
+    if (was_probe) breaker_.probe_ended(!failed, now);
+    else breaker_.record(t.payload_id, failed, outcome.fingerprint, now);
+    outage = failed;
+    if (!breaker_.open()) {
+      release_held();
+    } else if (was_probe) {
+      report_pause(now, &outcome);
+    }
+  } else if (breaker_.record(t.payload_id, failed, outcome.fingerprint, now)) {
+    outage = true;
+    on_breaker_opened(outcome);
+  } else {
+    review_parked(false);
+  }
+  attempt.charged = !outage && !transient;
+  if (ledger_ != nullptr) {
+    writes_.push_back([this, id = t.task_id, n = attempt.n, kind = attempt.kind, fp = outcome.fingerprint,
+                       message = outcome.message, charged = attempt.charged] {
+      return ledger_->end_attempt(id, n, store::now_ms(), kind, fp, message, charged);
+    });
+  }
+  if (outage) {
+    t.last_failure = outcome;
+    held_.push_back(t.task.ref);
+    return;
+  }
+  if (!failed) {
+    settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
+    return;
+  }
+  const Judgement j = judge(settings_.retry, t.history, outcome, t.transient_in_run);
+  switch (j.decision) {
+    case Decision::kRetry: {
+      t.last_failure = outcome;
+      const auto failures = static_cast<std::uint32_t>(std::count_if(
+          t.history.begin(), t.history.end(), [](const store::AttemptSummary& a) { return a.finished && a.charged; }));
+      delayed_.emplace(now + backoff_delay(settings_.retry, failures, rng_), t.task.ref);
+      return;
+    }
+    case Decision::kQuarantine:
+      if (breaker_.suspects(outcome.fingerprint)) {
+        // Most of the latest payloads fail just like this one: perhaps an
+        // outage about to open the breaker. Park it, without running it
+        // again (retries would crowd out the fresh payloads that let the
+        // breaker decide): the breaker opening holds it, the suspicion
+        // fading quarantines it.
+        ++report_.deferred;
+        t.last_failure = outcome;
+        t.parked_reason = j.reason;
+        parked_.push_back(t.task.ref);
+        return;
+      }
+      quarantine(t, outcome, j.reason);
+      return;
+    case Decision::kGiveUp:
+      settle(t, outcome, Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false, j.reason});
+      return;
+    case Decision::kDone:
+      settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
+      return;
+  }
+}
+
+void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
+  if (t.attempts_in_run > 1) ++report_.retried;
+  if (ledger_ != nullptr) {
+    const char* state = verdict.type == Verdict::Type::kOk ? "ok" : verdict.type == Verdict::Type::kGaveUp ? "gave-up" : nullptr;
+    if (state != nullptr) {
+      writes_.push_back([this, id = t.task_id, state] { return ledger_->set_state(id, state, store::now_ms()); });
+    }
+  }
+  if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;
+  if (verdict.type == Verdict::Type::kPoison) ++report_.quarantined;
+  // Results are told before the ledger says "ok" (at the next commit): after
+  // a crash in between, the task runs again and its result comes twice, never
+  // not at all.
+  out_.on_verdict(t.task, outcome, verdict);
+  forget(t.task.ref);
+}
+
+void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
+  if (quarantine_ == nullptr || ledger_ == nullptr) {
+    remember_poison(t, 0, outcome);
+    settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
+    return;
+  }
+  if (t.attempts_in_run > 1) ++report_.retried;
+  const std::size_t index = after_commit_.size();
+  after_commit_.push_back({t.task.ref, outcome, Verdict{Verdict::Type::kQuarantined, t.attempts, 0, false, false, reason}, ""});
+  writes_.push_back([this, ref = t.task.ref, index]() -> Status {
+    Tracked& q = tracked_.at(ref);
+    AfterCommit& a = after_commit_[index];
+    const Outcome& o = a.outcome;
+    const RunIdentity& id = settings_.identity;
+    store::QuarantineEntry e = make_quarantine_entry(id, o, q.task.key, q.sha256,
+                                                     static_cast<std::int64_t>(q.task.payload.size()), "run");
+    e.task_id = q.task_id;
+    const std::int64_t now = store::now_ms();
+    auto inserted = quarantine_->insert(e, q.task.payload, now, settings_.actor);
+    if (!inserted) return Status::error(inserted.error());
+    a.verdict.record_id = inserted->id;
+    a.verdict.new_fingerprint = inserted->new_fingerprint;
+    a.verdict.folded = inserted->folded;
+    if (!inserted->folded && !inserted->existing) {
+      if (auto s = quarantine_->audit(inserted->id, now, settings_.actor, "quarantined",
+                                      a.verdict.reason + " (attempt " + std::to_string(q.attempts) + ")");
+          !s) {
+        return s;
+      }
+      store::QuarantineRecord record;
+      record.id = inserted->id;
+      record.entry = std::move(e);
+      record.status = "quarantined";
+      record.created_at = record.updated_at = now;
+      auto tally = quarantine_->attempt_tally(q.task_id);  // this turn's attempt ends are already written
+      if (!tally) return Status::error(tally.error());
+      a.record_json = quarantine_record_json(record, q.attempts, inserted->new_fingerprint, quarantine_dir_, &*tally);
+    }
+    return ledger_->set_state(q.task_id, "quarantined", now);
+  });
+}
+
+void TaskFlow::on_breaker_opened(const Outcome& outcome) {
+  ++report_.outages;
+  outage_example_ = outcome;
+  // Retries waiting for their backoff wait for the breaker instead; those
+  // that failed the outage's way are not held against their payload.
+  for (const auto& [when, ref] : delayed_) {
+    uncharge_outage_failures(tracked_.at(ref));
+    held_.push_back(ref);
+  }
+  delayed_.clear();
+  // So do the payloads parked on suspicion of this outage.
+  for (std::uint64_t ref : parked_) {
+    uncharge_outage_failures(tracked_.at(ref));
+    held_.push_back(ref);
+  }
+  parked_.clear();
+  out_.on_notice(describe_outage());
+  // And those already judged poison the outage's way, before anyone knew.
+  take_back_outage_verdicts();
+  // A payload that succeeded earlier answers "outage or burst?" in one task.
+  if (known_good_) breaker_.probe_now(Clock::now());
+  report_pause(Clock::now(), nullptr);
+}
+
+void TaskFlow::uncharge_outage_failures(Tracked& t) {
+  const std::size_t in_run = std::min<std::size_t>(t.attempts_in_run, t.history.size());
+  for (auto a = t.history.end() - static_cast<long>(in_run); a != t.history.end(); ++a) {
+    if (!a->finished || !a->charged || a->fingerprint != breaker_.dominant_fingerprint()) continue;
+    a->charged = false;
+    if (ledger_ != nullptr) {
+      writes_.push_back([this, id = t.task_id, n = a->n] { return ledger_->uncharge(id, n); });
+    }
+  }
+}
+
+void TaskFlow::review_parked(bool all) {
+  if (parked_.empty() || breaker_.open()) return;
+  std::vector<std::uint64_t> still;
+  for (std::uint64_t ref : parked_) {
+    Tracked& t = tracked_.at(ref);
+    if (!all && breaker_.suspects(t.last_failure->fingerprint)) {
+      still.push_back(ref);
+      continue;
+    }
+    quarantine(t, *t.last_failure, t.parked_reason);
+  }
+  parked_.swap(still);
+}
+
+std::string TaskFlow::describe_outage() const {
+  const Outcome& o = outage_example_;
+  std::string line = "handler outage suspected: " + std::to_string(breaker_.failures_when_opened()) + " of the last " +
+                     std::to_string(settings_.breaker.window) + " distinct payloads failed, most with " +
+                     breaker_.dominant_fingerprint() + " (" + std::string(to_string(o.kind));
+  if (!o.message.empty()) line += ": " + o.message.substr(0, o.message.find('\n'));
+  line += "); intake paused, not quarantining; ";
+  if (known_good_) {
+    line += "probing now with " + known_good_->key + ", which succeeded earlier in this run";
+  } else {
+    line += "probing one task every " + std::to_string(settings_.breaker.probe_interval.count()) + " ms";
+  }
+  if (settings_.breaker.max_wait.count() > 0) {
+    line += "; stopping after " + std::to_string(settings_.breaker.max_wait.count() / 1000) +
+            " s without a success (--breaker-max-wait)";
+  }
+  return line;
+}
+
+void TaskFlow::release_held() {
+  const auto now = Clock::now();
+  out_.on_notice("handler outage over: a task succeeded; " + std::to_string(held_.size()) +
+                 " held tasks run again");
+  out_.on_status("");
+  for (std::uint64_t ref : held_) delayed_.emplace(now, ref);
+  held_.clear();
+}
+
+void TaskFlow::remember_poison(const Tracked& t, std::int64_t record_id, const Outcome& outcome) {
+  // Enough for the payloads judged just before an outage opens the breaker
+  // (a window's worth, many times over); older verdicts stand.
+  constexpr std::size_t kRemembered = 256;
+  // Without a store the payload exists nowhere else; with one it is reread
+  // from the store if the verdict is taken back.
+  constexpr std::size_t kMaxKeptPayload = 1 << 20;
+  if (record_id == 0 && t.task.payload.size() > kMaxKeptPayload) return;
+  JudgedPoison p{t, record_id, outcome};
+  p.outcome.output.clear();
+  if (record_id != 0) p.task.task.payload.clear();
+  judged_poison_.push_back(std::move(p));
+  while (judged_poison_.size() > kRemembered) judged_poison_.pop_front();
+}
+
+void TaskFlow::take_back_outage_verdicts() {
+  const std::string& fingerprint = breaker_.dominant_fingerprint();
+  const std::int64_t now = store::now_ms();
+  std::vector<std::string> taken;
+  for (auto it = judged_poison_.begin(); it != judged_poison_.end();) {
+    if (it->outcome.fingerprint != fingerprint || active_payloads_.count(it->task.payload_id) > 0) {
+      ++it;
+      continue;
+    }
+    Tracked t = std::move(it->task);
+    const std::int64_t record_id = it->record_id;
+    t.last_failure = std::move(it->outcome);
+    it = judged_poison_.erase(it);
+    if (record_id != 0) {
+      auto payload = quarantine_->payloads().get(t.sha256);
+      if (!payload) {
+        out_.on_notice("cannot take back quarantine record #" + std::to_string(record_id) + ": " + payload.error());
+        continue;
+      }
+      t.task.payload = std::move(*payload);
+      const std::string detail = "released: quarantined earlier in this run with " + fingerprint +
+                                 ", the fingerprint of a suspected handler outage; the task runs again";
+      writes_.push_back([this, record_id, task_id = t.task_id, now, detail]() -> Status {
+        auto released = quarantine_->take_back(record_id, now, settings_.actor, "released", detail);
+        if (!released) return Status::error(released.error());
+        if (!*released) return Status::ok();  // an operator acted on it meanwhile: theirs stands
+        return ledger_->set_state(task_id, "pending", now);
+      });
+      taken.push_back("#" + std::to_string(record_id) + " (" + t.task.key + ")");
+    } else {
+      taken.push_back(t.task.key);
+    }
+    out_.on_taken_back(t.task, *t.last_failure,
+                       "a suspected handler outage fails payloads with " + fingerprint + "; held, it runs again",
+                       record_id);
+    uncharge_outage_failures(t);
+    const std::uint64_t ref = ++next_ref_;
+    t.task.ref = ref;
+    active_payloads_.insert(t.payload_id);
+    tracked_.emplace(ref, std::move(t));
+    held_.push_back(ref);
+    ++report_.taken_back;
+    if (report_.quarantined > 0) --report_.quarantined;
+  }
+  if (taken.empty()) return;
+  std::string list;
+  for (std::size_t i = 0; i < taken.size() && i < 10; ++i) list += (i ? ", " : "") + taken[i];
+  if (taken.size() > 10) list += ", and " + std::to_string(taken.size() - 10) + " more";
+  out_.on_notice("took back " + std::to_string(taken.size()) + " poison verdict" + (taken.size() == 1 ? "" : "s") +
+                 " of this run with the outage's fingerprint: " + list + "; held, they run again");
+}
+
+void TaskFlow::remember_good(const Tracked& t) {
+  // Small payloads only: a copy per successful task must cost next to nothing.
+  constexpr std::size_t kMaxKnownGood = 64 * 1024;
+  if (t.probe_copy || t.task.payload.size() > kMaxKnownGood) return;
+  if (!known_good_) known_good_.emplace();
+  known_good_->key = t.task.key;
+  known_good_->payload = t.task.payload;
+}
+
+Status TaskFlow::start_probe(std::vector<std::uint64_t>& starts, Clock::time_point now) {
+  if (!known_good_) {
+    // Nothing is known to work yet: the next fresh payload is the probe.
+    if (auto s = take_fresh(1, starts); !s) return s;
+    if (!starts.empty()) {
+      tracked_.at(starts.front()).probe = true;
+      breaker_.probe_started();
+    }
+    return Status::ok();
+  }
+  // A copy of a settled task: no ledger attempt (its task is done), no
+  // verdict, not in active_payloads_ (the same input may still come).
+  const std::uint64_t ref = ++next_ref_;
+  Tracked t;
+  t.task = *known_good_;
+  t.task.ref = ref;
+  t.probe_copy = true;
+  tracked_.emplace(ref, std::move(t));
+  ready_.push_back(ref);
+  breaker_.probe_started();
+  report_pause(now, nullptr);
+  return Status::ok();
+}
+
+void TaskFlow::on_probe_copy_outcome(Tracked& t, const Outcome& outcome) {
+  const auto now = Clock::now();
+  const bool ok = outcome.kind == Kind::kOk;
+  const std::string fingerprint = breaker_.dominant_fingerprint();
+  const std::string key = t.task.key;
+  const bool was_open = breaker_.open();
+  const bool verified = breaker_.probe_ended(ok, now, /*known_good=*/true);
+  tracked_.erase(t.task.ref);  // the probe is done; `t` is gone
+  if (!was_open) return;
+  if (ok && verified) {
+    ++report_.verified_bursts;
+    out_.on_notice("not an outage: " + key + ", which succeeded earlier in this run, succeeds again while payloads "
+                   "keep failing with " + fingerprint + ": those failures are the payloads' own (a burst of poison) "
+                   "and count against them from now on");
+  }
+  if (ok) {
+    if (!verified) {
+      out_.on_notice("the handler works: " + key + ", which succeeded earlier in this run, succeeds again");
+    }
+    release_held();
+    return;
+  }
+  report_pause(now, &outcome);
+}
+
+void TaskFlow::report_pause(Clock::time_point now, const Outcome* failed_probe) {
+  if (!breaker_.open()) return;
+  const auto open_for = std::chrono::duration_cast<std::chrono::seconds>(now - breaker_.opened_at()).count();
+  std::string status = "paused: handler outage suspected for " + std::to_string(open_for) + " s, " +
+                       std::to_string(held_.size()) + " held";
+  const auto wall = [now](Clock::time_point when) {
+    const auto at = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(when - now);
+    const std::time_t t = std::chrono::system_clock::to_time_t(at);
+    std::tm tm{};
+    ::localtime_r(&t, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+    return std::string(buf);
+  };
+  if (const auto next = breaker_.next_probe_at()) {
+    status += ", next probe at " + wall(std::max(*next, now));
+  } else {
+    status += ", probe running";
+  }
+  if (settings_.breaker.max_wait.count() > 0) {
+    status += ", stopping at " + wall(breaker_.opened_at() + settings_.breaker.max_wait) + " (--breaker-max-wait)";
+  }
+  out_.on_status(status);
+  // A log line when a probe failed: the first, then one every 10 s at most.
+  if (failed_probe == nullptr) return;
+  if (last_pause_notice_ != Clock::time_point{} && now - last_pause_notice_ < std::chrono::seconds(10)) return;
+  last_pause_notice_ = now;
+  out_.on_notice(status + "; the last probe failed: " + std::string(to_string(failed_probe->kind)) + " " +
+                 failed_probe->fingerprint);
+}
+
+void TaskFlow::stop_for_outage() {
+  report_.stopped_by_breaker = true;
+  inner_done_ = true;
+  out_.on_notice("handler outage suspected for longer than " +
+                 std::to_string(settings_.breaker.max_wait.count() / 1000) + " s (--breaker-max-wait): stopping; " +
+                 std::to_string(held_.size()) + " held tasks (listed as held) and the inputs not read yet run in the "
+                 "next run over the same inputs and store");
+  out_.on_status("");
+}
+
+Status TaskFlow::finish(const std::string& run_error) {
+  // Attempts started in this run that never got an outcome (a signal or a
+  // store error ended the run, or the task never left the ready queue):
+  // recorded as interrupted and not charged, so that they do not read as
+  // "the supervisor died during it" next time.
+  if (report_.stop_signal == 0) report_.stop_signal = stop_signal();
+  const std::string why = report_.stop_signal == SIGINT    ? "pillbox was interrupted (SIGINT)"
+                          : report_.stop_signal == SIGTERM ? "pillbox was stopped (SIGTERM)"
+                                                           : "pillbox stopped early: " +
+                                                                 (fatal_.is_ok() ? run_error : fatal_.message());
+  for (auto& [ref, t] : tracked_) {
+    if (t.attempts_in_run == 0 || t.history.empty() || t.history.back().finished) continue;
+    store::AttemptSummary& a = t.history.back();
+    a.finished = true;
+    a.kind = "interrupted";
+    a.charged = false;
+    ++report_.interrupted;
+    if (ledger_ != nullptr) {
+      writes_.push_back([this, id = t.task_id, n = a.n, why] {
+        return ledger_->end_attempt(id, n, store::now_ms(), "interrupted", "", why, false);
+      });
+    }
+  }
+  for (std::uint64_t ref : held_) {
+    auto it = tracked_.find(ref);
+    if (it == tracked_.end()) continue;
+    ++report_.held;
+    Outcome o = it->second.last_failure.value_or(Outcome{});
+    out_.on_verdict(it->second.task, o,
+                    Verdict{Verdict::Type::kHeld, it->second.attempts, 0, false, false,
+                            "held by a suspected handler outage; runs again in the next run over the same store"});
+  }
+  held_.clear();
+  if (!fatal_.is_ok()) {
+    // The store failed: try once more to record what is known, then report the failure.
+    const Status failure = fatal_;
+    fatal_ = Status::ok();
+    (void)flush({});
+    return failure;
+  }
+  return flush({});
+}
+
+}  // namespace pillbox

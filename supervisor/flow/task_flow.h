@@ -1,0 +1,248 @@
+#pragma once
+// The task flow between the input source and the dispatcher (DESIGN.md §1,
+// §5): ledger -> dispatcher -> verdict. It is the dispatcher's TaskSource and
+// OutcomeSink at once:
+//   * intake: skips tasks the ledger has finished, quarantines a payload that
+//     killed the supervisor max_attempts times, and counts every attempt in
+//     the ledger before the dispatcher gets the task (one transaction per
+//     dispatcher turn: group commit);
+//   * per attempt: asks the retry policy (retry_policy.h) what it means,
+//     schedules retries after their backoff without holding a slot, and asks
+//     the circuit breaker (circuit_breaker.h) whether this is an outage;
+//   * per task, once: hands the verdict to a VerdictSink.
+// Without a store (--no-store) the same rules apply in memory; a poison
+// payload is then reported, not kept.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shared/unique_fd.h"
+#include "supervisor/flow/circuit_breaker.h"
+#include "supervisor/exec/stop_signals.h"
+#include "supervisor/flow/retry_policy.h"
+#include "supervisor/exec/dispatcher.h"
+#include "supervisor/store/ledger.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+struct Verdict {
+  enum class Type {
+    kOk,           // succeeded (on attempt `attempts`)
+    kQuarantined,  // poison: kept in the store as record `record_id`
+    kPoison,       // poison, but no store to keep it in (--no-store)
+    kGaveUp,       // failed every attempt for reasons that are not the payload's: not quarantined
+    kHeld,         // not run to the end because of a suspected outage: runs again next time
+  };
+  Type type = Type::kOk;
+  std::uint32_t attempts = 0;
+  std::int64_t record_id = 0;
+  bool new_fingerprint = false;
+  bool folded = false;        // store full: counted as a repeat of an existing record
+  std::string reason;
+};
+
+std::string_view to_string(Verdict::Type type);
+
+class VerdictSink {
+ public:
+  virtual ~VerdictSink() = default;
+  virtual void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) = 0;
+  virtual void on_input_error(const std::string& message) = 0;
+  // Run-level news: outage suspected, outage over, tasks skipped.
+  virtual void on_notice(const std::string& message) = 0;
+  // A task not run: the store already has it finished (`why`), or it is a
+  // repeat of an input earlier in this run. `record_id`: its quarantine record.
+  virtual void on_skipped(const Task& /*task*/, const std::string& /*why*/, std::int64_t /*record_id*/) {}
+  // An earlier poison verdict on `task` (quarantined or poison, record
+  // `record_id` or 0) is taken back: a suspected outage explains the
+  // failure. The task is held and gets another verdict later.
+  virtual void on_taken_back(const Task& /*task*/, const Outcome& /*outcome*/, const std::string& /*why*/,
+                             std::int64_t /*record_id*/) {}
+  // What the run is doing when it is not simply running tasks, for a
+  // progress line: "paused: handler outage suspected ..."; "" when running.
+  virtual void on_status(const std::string& /*status*/) {}
+};
+
+// What a quarantine record says the task ran under.
+struct RunIdentity {
+  std::string handler;
+  std::string handler_identity;
+  std::string handler_args;     // JSON object
+  std::string exec_argv;        // JSON array
+  std::string policy_identity;
+  std::string policy;           // policy text
+};
+
+struct FlowSettings {
+  RetrySettings retry;
+  BreakerSettings breaker;
+  RunIdentity identity;
+  std::string actor;            // who writes the audit trail: "pillbox run (pid N)"
+  bool rerun_done = false;      // run tasks the ledger has as ok again (--rerun)
+};
+
+struct FlowReport {
+  std::size_t skipped_done = 0;         // already ok in the ledger
+  std::size_t skipped_quarantined = 0;  // already quarantined
+  std::size_t retried = 0;              // tasks that needed more than one attempt
+  std::size_t quarantined = 0;
+  std::size_t new_fingerprints = 0;
+  std::size_t gave_up = 0;
+  std::size_t held = 0;                 // left for the next run by an open breaker
+  std::size_t outages = 0;              // times the breaker opened
+  std::size_t deferred = 0;             // quarantines held back while an outage was suspected
+  std::size_t verified_bursts = 0;      // suspected outages a known-good probe showed to be poison
+  std::size_t taken_back = 0;           // poison verdicts taken back when the breaker opened
+  bool stopped_by_breaker = false;      // open longer than --breaker-max-wait: the rest was not read
+  std::size_t skipped_repeats = 0;      // the same key and payload again in this run
+  std::size_t interrupted = 0;          // attempts cut short by SIGINT/SIGTERM (not held against anyone)
+  int stop_signal = 0;                  // SIGINT or SIGTERM ended the run early
+  std::size_t commits = 0;              // ledger transactions
+  std::size_t input_errors = 0;
+};
+
+// Called after commit for each new quarantine record: its JSON, and whether
+// its fingerprint was new to the store.
+using QuarantineCallback = std::function<void(const std::string& record_json, bool new_fingerprint)>;
+
+class TaskFlow final : public TaskSource, public OutcomeSink {
+ public:
+  // `ledger` and `quarantine` are both set or both null (--no-store).
+  TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, store::Ledger* ledger,
+           store::QuarantineStore* quarantine, QuarantineCallback on_quarantine = {});
+  ~TaskFlow() override;
+  TaskFlow(const TaskFlow&) = delete;
+  TaskFlow& operator=(const TaskFlow&) = delete;
+
+  // TaskSource
+  Status prepare(std::size_t free_slots) override;
+  Item next() override;
+  std::vector<int> wait_fds() const override;
+
+  // OutcomeSink (one call per attempt)
+  void on_outcome(const Task& task, const Outcome& outcome) override;
+  void on_input_error(const std::string& message) override { out_.on_input_error(message); }
+
+  // After run_tasks returned: reports tasks still held, ends attempts cut
+  // short by a signal or an error as interrupted, and flushes the ledger.
+  // `run_error`: why run_tasks stopped early ("" when it did not).
+  Status finish(const std::string& run_error = "");
+  // SIGINT/SIGTERM arrived: the run stops at the next turn (0: none).
+  int stop_signal() const;
+  const FlowReport& report() const { return report_; }
+  void set_store_dir(std::string dir) { quarantine_dir_ = std::move(dir); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Tracked {
+    Task task;                 // task.ref is the key of tracked_
+    std::string sha256;
+    std::string payload_id;    // key + hash, for the breaker
+    std::int64_t task_id = 0;  // ledger id (0 until first started, or without a store)
+    std::uint32_t attempts = 0;
+    std::vector<store::AttemptSummary> history;
+    bool probe = false;        // running as the breaker's probe
+    bool suspect = false;      // its last attempt never finished: it runs alone
+    bool fresh_budget = false; // gave up in an earlier run: old attempts stop counting
+    std::uint32_t attempts_in_run = 0;
+    std::uint32_t transient_in_run = 0;
+    std::optional<Outcome> last_failure;
+    std::string parked_reason;  // why it would be quarantined, while parked
+    bool probe_copy = false;   // a known-good probe: a copy of a payload that succeeded
+                               // in this run; no attempt, no verdict, only an answer
+  };
+  // A task this run judged poison, remembered (the latest few hundred) in
+  // case a suspected outage shows the judgement was the outage's.
+  struct JudgedPoison {
+    Tracked task;              // as it was when judged
+    std::int64_t record_id = 0;  // 0 without a store
+    Outcome outcome;           // the failure it was judged on
+  };
+  struct AfterCommit {
+    std::uint64_t ref = 0;
+    Outcome outcome;
+    Verdict verdict;
+    std::string record_json;
+  };
+
+  Status take_fresh(std::size_t want, std::vector<std::uint64_t>& starts);
+  std::uint64_t track(Task task, std::string sha256, std::optional<store::LedgerTask> known);
+  void schedule_retry(Tracked& t, std::uint32_t failures);
+  void quarantine(Tracked& t, const Outcome& outcome, const std::string& reason);
+  void settle(Tracked& t, const Outcome& outcome, Verdict verdict);
+  void on_breaker_opened(const Outcome& outcome);
+  void release_held();
+  void remember_poison(const Tracked& t, std::int64_t record_id, const Outcome& outcome);
+  // The breaker opened: poison verdicts of this run with the outage's
+  // fingerprint are taken back (their records released, audit-trailed) and
+  // their tasks held like the rest.
+  void take_back_outage_verdicts();
+  // Parked tasks whose fingerprint the breaker no longer suspects (or all of
+  // them, `all`, when nothing left can open the breaker) are quarantined.
+  void review_parked(bool all);
+  // Attempts of this run that failed the way of the outage are not held
+  // against the payload.
+  void uncharge_outage_failures(Tracked& t);
+  void forget(std::uint64_t ref);
+  Status flush(const std::vector<std::uint64_t>& starts);
+  void arm_timer(bool now);
+  std::string describe_outage() const;
+  // The breaker's probes: a copy of a payload that succeeded in this run
+  // when there is one (it tells an outage from a burst of poison in one
+  // task), else the next fresh payload.
+  Status start_probe(std::vector<std::uint64_t>& starts, Clock::time_point now);
+  void on_probe_copy_outcome(Tracked& t, const Outcome& outcome);
+  void remember_good(const Tracked& t);
+  // While paused: a notice now and then, and the status line.
+  void report_pause(Clock::time_point now, const Outcome* failed_probe);
+  void stop_for_outage();
+
+  FlowSettings settings_;
+  TaskSource& inner_;
+  VerdictSink& out_;
+  store::Ledger* ledger_;
+  store::QuarantineStore* quarantine_;
+  QuarantineCallback on_quarantine_;
+  CircuitBreaker breaker_;
+  std::mt19937_64 rng_;
+  UniqueFd timer_;
+
+  std::map<std::uint64_t, Tracked> tracked_;   // every task not yet settled
+  std::deque<std::uint64_t> ready_;            // attempt counted; next() hands them out
+  std::multimap<Clock::time_point, std::uint64_t> delayed_;  // retries waiting for their backoff
+  std::deque<std::uint64_t> held_;             // failed during an outage; wait for the breaker
+  std::vector<std::uint64_t> parked_;          // judged poison while an outage was suspected:
+                                               // wait, without running, for the breaker to decide
+  std::deque<std::uint64_t> suspects_;         // unfinished last attempt: each runs alone
+  std::uint64_t solo_ref_ = 0;                 // the suspect running alone now
+  std::set<std::string> active_payloads_;      // payload ids of tracked tasks (repeats are skipped)
+  std::size_t in_flight_ = 0;
+  bool inner_done_ = false;
+  bool inner_waiting_ = false;
+  std::uint64_t next_ref_ = 0;
+  Outcome outage_example_;
+  std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)
+  std::deque<JudgedPoison> judged_poison_;
+  Clock::time_point last_pause_notice_{};
+  std::string crash_hook_;
+  std::string quarantine_dir_;  // for the record JSON
+  Status fatal_;                // a ledger write failed: the run stops
+  StopSignals stop_signals_;
+
+  std::vector<std::function<Status()>> writes_;  // ledger writes of this turn
+  std::vector<AfterCommit> after_commit_;        // verdicts that name a record id
+  FlowReport report_;
+};
+
+}  // namespace pillbox

@@ -1,0 +1,63 @@
+#pragma once
+// Where tasks come from: files, directories (recursive) and JSON lines on
+// stdin, in the order given. Paths are checked before the run starts (a
+// missing or unreadable input, or one that is not a regular file or a
+// directory, is a usage error, not a failed task); entries of a directory
+// that are not regular files (supervisor/io/input_files.h) come out as input
+// errors where they sort. stdin is read on its own thread so a slow producer
+// never stalls running tasks.
+#include <cstdint>
+#include <istream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/io/input_files.h"
+
+namespace pillbox {
+
+inline constexpr std::size_t kMaxPayloadBytes = 1ull << 30;  // 1 GiB
+
+struct Task {
+  std::string key;
+  std::string payload;
+  std::uint64_t ref = 0;  // the task flow's handle on its bookkeeping (0: none)
+};
+
+class TaskSource {
+ public:
+  struct Item {
+    enum class Type { kTask, kWait, kEnd, kError };
+    Type type = Type::kEnd;
+    Task task;
+    std::string error;  // kError: one line, names the input (stdin:12: ...)
+  };
+  virtual ~TaskSource() = default;
+  // Never blocks: kWait means "poll wait_fd() and ask again".
+  virtual Item next() = 0;
+  virtual int wait_fd() const { return -1; }
+  // Everything whose readability may end a kWait (default: wait_fd()).
+  virtual std::vector<int> wait_fds() const {
+    const int fd = wait_fd();
+    return fd >= 0 ? std::vector<int>{fd} : std::vector<int>{};
+  }
+  // Called by the dispatcher at the top of each turn with the number of free
+  // slots, before it asks next(): a source that must make its tasks durable
+  // before they run (the ledger) does it here, for the whole turn at once.
+  // An error ends the run.
+  virtual Status prepare(std::size_t /*free_slots*/) { return Status::ok(); }
+};
+
+// `inputs` are paths or "-" (JSON lines on `stdin_fd`); `symlinks` says
+// whether symlinks below a named directory are followed (--follow-symlinks).
+// Errors: one line, ready to print ("cannot read input 'x': No such file or
+// directory", "input '/dev/zero' is a character device, not a regular file
+// (...)").
+Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd = 0,
+                                                  SymlinksInTree symlinks = SymlinksInTree::kRefuse);
+
+// Parses one JSON line: {"key": ..., "payload": "text"} or {"payload_b64": "..."}.
+Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number);
+
+}  // namespace pillbox

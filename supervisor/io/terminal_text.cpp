@@ -1,0 +1,70 @@
+#include "supervisor/io/terminal_text.h"
+
+#include <cstdio>
+
+namespace pillbox {
+
+std::string table_cell(std::string_view text, std::size_t width) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {  // C1 controls in UTF-8 (e.g. U+009B, CSI)
+      out += '?';
+      ++i;
+    } else {
+      out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+    }
+  }
+  if (width > 0 && out.size() > width) out = out.substr(0, width - 1) + "~";
+  return out;
+}
+
+namespace {
+
+bool plain_text(std::string_view bytes) {
+  for (const char ch : bytes) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n' || c == '\t') continue;
+    if (c < 0x20 || c >= 0x7f) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string payload_preview(std::string_view bytes, std::size_t max_bytes, const std::string& indent) {
+  const std::string_view shown = bytes.substr(0, max_bytes);
+  std::string out;
+  if (plain_text(shown)) {
+    std::size_t start = 0;
+    while (start < shown.size()) {
+      std::size_t end = shown.find('\n', start);
+      if (end == std::string_view::npos) end = shown.size();
+      out += indent + "| " + std::string(shown.substr(start, end - start)) + "\n";
+      start = end + 1;
+    }
+  } else {
+    char line[128];
+    for (std::size_t off = 0; off < shown.size(); off += 16) {
+      int n = std::snprintf(line, sizeof line, "%08zx ", off);
+      std::string ascii;
+      for (std::size_t i = 0; i < 16; ++i) {
+        if (off + i < shown.size()) {
+          const auto c = static_cast<unsigned char>(shown[off + i]);
+          n += std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), "%s%02x", i == 8 ? "  " : " ", c);
+          ascii += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '.';
+        } else {
+          n += std::snprintf(line + n, sizeof line - static_cast<std::size_t>(n), "%s  ", i == 8 ? "  " : " ");
+        }
+      }
+      out += indent + line + "  |" + ascii + "|\n";
+    }
+  }
+  if (bytes.size() > shown.size()) {
+    out += indent + "(" + std::to_string(bytes.size() - shown.size()) + " more bytes; `pillbox quarantine export` writes them all)\n";
+  }
+  return out;
+}
+
+}  // namespace pillbox

@@ -1,0 +1,72 @@
+#pragma once
+// pillbox quarantine import: crash artifacts written by coverage-guided
+// fuzzers (libFuzzer's crash-/oom-/timeout-/leak-/slow-unit-<sha1> files,
+// AFL++'s crashes/id:… and hangs/id:…) run once each in the sandbox under the
+// given handler or command. A failure becomes a quarantine record (source
+// import, the file and the fuzzer as its origin) whose fingerprint is the one
+// `run` gives the same bytes; an artifact that does not fail here is reported
+// and not recorded.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shared/child_config.h"
+#include "shared/status.h"
+#include "supervisor/ops/finding_recorder.h"
+#include "supervisor/io/input_files.h"
+#include "supervisor/exec/launcher.h"
+
+namespace pillbox {
+
+struct Artifact {
+  std::string path;      // absolute
+  std::string tool;      // libfuzzer | afl++ | file (named on the command line, not recognized)
+  std::string artifact;  // crash, oom, timeout, leak, slow-unit (libFuzzer); crashes, hangs (AFL++); file
+  InputEntry file;       // how it is read (find_artifacts sets it): never through a symlink in a directory
+};
+
+// The artifact a file name says it is; nullopt when it is none. `path` may
+// be relative; AFL++'s are recognized by their directory (crashes/, hangs/).
+std::optional<Artifact> recognize_artifact(const std::string& path);
+
+// Files named on the command line are taken whatever their name; directories
+// are searched recursively for recognized artifacts only (supervisor/
+// input_files.h: symlinks in them are not followed unless `symlinks` says
+// so; an artifact that is not a regular file is kept, and its import reports
+// it unreadable). Errors: a path that cannot be read, or one that is neither
+// a regular file nor a directory. `ignored` counts entries of directories
+// that are not artifacts.
+Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored,
+                                               SymlinksInTree symlinks = SymlinksInTree::kRefuse);
+
+struct ImportedArtifact {
+  Artifact artifact;
+  std::string outcome_kind;      // how it ended here
+  std::string fingerprint;
+  std::string message;
+  std::int64_t record_id = 0;    // its record (new, or the one already on file)
+  // imported | already | ok (runs ok here: not recorded) | not-run (sandbox-error,
+  // killed from outside: not recorded) | unreadable
+  std::string status;
+  std::string detail;            // for already, not-run and unreadable
+};
+
+struct ImportSettings {
+  ChildConfig config;
+  LaunchMode mode = LaunchMode::kZygote;
+  std::string sandbox_binary;    // "" = find_sandbox_binary()
+  std::size_t jobs = 1;
+  std::function<void(const ImportedArtifact&)> on_artifact;
+};
+
+struct ImportResult {
+  std::vector<ImportedArtifact> artifacts;  // in completion order
+  int stop_signal = 0;
+};
+
+// Errors: the sandbox cannot start, or the store cannot be written.
+Expected<ImportResult> import_artifacts(FindingRecorder& recorder, const std::vector<Artifact>& artifacts,
+                                        const ImportSettings& settings);
+
+}  // namespace pillbox

@@ -1,0 +1,273 @@
+#include "supervisor/ops/minimize.h"
+
+#include <map>
+#include <optional>
+
+#include "shared/sha256.h"
+#include "supervisor/exec/child_setup.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/ops/payload_runner.h"
+
+namespace pillbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::size_t largest_power_of_two_at_most(std::size_t n) {
+  std::size_t p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+// The search. Candidates are built from the current best payload; several
+// run at once. When one still fails the same way it becomes the best, and
+// candidates still in flight that were built from the old best are ignored
+// when they end (they describe a payload that is no longer the one shrunk).
+class Shrinker final : public PayloadPlanner {
+ public:
+  enum class Phase { kVerify, kDelete, kSimplify, kDone };
+
+  Shrinker(const store::QuarantineEntry& record, std::string start, const MinimizeSettings& settings,
+           std::int64_t runs_before, std::chrono::milliseconds elapsed_before,
+           std::function<Status(const std::string& best, std::int64_t runs)> save)
+      : record_(record),
+        best_(std::move(start)),
+        settings_(settings),
+        runs_before_(runs_before),
+        elapsed_before_(elapsed_before),
+        save_(std::move(save)),
+        started_(Clock::now()) {}
+
+  std::optional<Task> next() override {
+    if (phase_ == Phase::kDone || !error_.is_ok()) return std::nullopt;
+    if (budget_spent()) return std::nullopt;
+    std::optional<std::string> candidate;
+    std::size_t at = 0;
+    if (phase_ == Phase::kVerify) {
+      if (verify_started_) return std::nullopt;
+      verify_started_ = true;
+      candidate = best_;
+    } else if (phase_ == Phase::kDelete) {
+      while (!candidate) {
+        if (pos_ < best_.size()) {
+          at = pos_;
+          const std::size_t len = std::min(block_, best_.size() - pos_);
+          candidate = best_.substr(0, pos_) + best_.substr(pos_ + len);
+          pos_ += block_;
+        } else if (in_flight_current() > 0) {
+          return std::nullopt;  // a success could still change the best: wait for it
+        } else if (block_ > 1) {
+          block_ /= 2;
+          pos_ = 0;
+        } else if (changed_in_round_ && best_.size() > 1) {
+          // Something went in this round: another round may take more.
+          changed_in_round_ = false;
+          block_ = largest_power_of_two_at_most(std::max<std::size_t>(1, best_.size() / 2));
+          pos_ = 0;
+        } else {
+          phase_ = Phase::kSimplify;
+          pos_ = 0;
+          return next();
+        }
+      }
+    } else if (phase_ == Phase::kSimplify) {
+      while (pos_ < best_.size() && best_[pos_] == '0') ++pos_;
+      if (pos_ < best_.size()) {
+        at = pos_;
+        candidate = best_;
+        (*candidate)[pos_] = '0';
+        ++pos_;
+      } else if (in_flight_current() > 0) {
+        return std::nullopt;
+      } else {
+        phase_ = Phase::kDone;
+        return std::nullopt;
+      }
+    }
+    const std::uint64_t ref = ++next_ref_;
+    flight_[ref] = {generation_, at, *candidate};
+    ++started_runs_;
+    return Task{record_.key, std::move(*candidate), ref};
+  }
+
+  void on_outcome(const Task& task, const Outcome& outcome) override {
+    ++runs_;
+    auto it = flight_.find(task.ref);
+    if (it == flight_.end()) return;
+    const Flight f = std::move(it->second);
+    flight_.erase(it);
+    const bool same = same_failure(record_, outcome);
+    if (phase_ == Phase::kVerify) {
+      if (!same) {
+        error_ = Status::error("the payload does not fail the same way now (" + std::string(to_string(outcome.kind)) +
+                               (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint) +
+                               " instead of " + record_.kind + " " + record_.fingerprint +
+                               "); see `pillbox reproduce` (a flaky payload cannot be minimized reliably)");
+        return;
+      }
+      phase_ = Phase::kDelete;
+      block_ = largest_power_of_two_at_most(std::max<std::size_t>(1, best_.size() / 2));
+      pos_ = 0;
+    } else if (same && f.generation == generation_ && f.bytes.size() <= best_.size() && f.bytes != best_) {
+      best_ = f.bytes;
+      ++generation_;
+      changed_in_round_ = true;
+      // Deletion: what followed the removed block now sits where it was.
+      if (phase_ == Phase::kDelete) pos_ = f.at;
+      if (auto s = save_(best_, total_runs()); !s) error_ = s;
+    }
+    if (settings_.on_progress) settings_.on_progress(total_runs(), best_.size());
+  }
+
+  bool budget_spent() {
+    if (settings_.max_runs > 0 && runs_before_ + started_runs_ >= settings_.max_runs) {
+      stopped_by_ = "--max-runs";
+      return true;
+    }
+    if (elapsed() >= settings_.max_time) {
+      stopped_by_ = "--max-time";
+      return true;
+    }
+    return false;
+  }
+
+  std::chrono::milliseconds elapsed() const {
+    return elapsed_before_ + std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
+  }
+  std::int64_t total_runs() const { return runs_before_ + runs_; }
+  std::int64_t runs_now() const { return runs_; }
+  const std::string& best() const { return best_; }
+  bool done() const { return phase_ == Phase::kDone; }
+  const Status& error() const { return error_; }
+  const std::string& stopped_by() const { return stopped_by_; }
+
+ private:
+  struct Flight {
+    std::uint64_t generation = 0;
+    std::size_t at = 0;
+    std::string bytes;
+  };
+
+  std::size_t in_flight_current() const {
+    std::size_t n = 0;
+    for (const auto& [ref, f] : flight_) n += f.generation == generation_ ? 1 : 0;
+    return n;
+  }
+
+  const store::QuarantineEntry& record_;
+  std::string best_;
+  const MinimizeSettings& settings_;
+  std::int64_t runs_before_;
+  std::chrono::milliseconds elapsed_before_;
+  std::function<Status(const std::string&, std::int64_t)> save_;
+  Clock::time_point started_;
+
+  Phase phase_ = Phase::kVerify;
+  bool verify_started_ = false;
+  std::size_t block_ = 1;
+  std::size_t pos_ = 0;
+  bool changed_in_round_ = false;
+  std::uint64_t generation_ = 0;
+  std::uint64_t next_ref_ = 0;
+  std::map<std::uint64_t, Flight> flight_;
+  std::int64_t runs_ = 0;
+  std::int64_t started_runs_ = 0;
+  Status error_;
+  std::string stopped_by_;
+};
+
+}  // namespace
+
+bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome) {
+  if (outcome.kind == Kind::kOk) return false;
+  const std::string kind(to_string(outcome.kind));
+  // Resource limits: where the limit struck says little; the kind is the failure.
+  if (record.kind == "cpu-limit" || record.kind == "wall-timeout" || record.kind == "oom") return kind == record.kind;
+  return outcome.fingerprint == record.fingerprint;
+}
+
+Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std::int64_t id,
+                                         const MinimizeSettings& settings) {
+  auto found = quarantine.get(id);
+  if (!found) return Error{found.error()};
+  if (!*found) return Error{"no quarantine record " + std::to_string(id) + " in this store"};
+  const store::QuarantineRecord record = std::move(**found);
+  auto original = quarantine.payloads().get(record.entry.payload_sha256);
+  if (!original) return Error{original.error()};
+
+  MinimizeResult result;
+  result.original_size = original->size();
+  std::string start = *original;
+  std::int64_t runs_before = 0;
+  std::chrono::milliseconds elapsed_before{0};
+  if (settings.restart) {
+    if (auto s = quarantine.clear_minimize_state(id); !s) return Error{s.message()};
+  } else {
+    auto state = quarantine.minimize_state(id);
+    if (!state) return Error{state.error()};
+    if (*state) {
+      auto best = quarantine.payloads().get((*state)->best_sha256);
+      if (!best) return Error{best.error()};
+      start = std::move(*best);
+      runs_before = (*state)->runs;
+      elapsed_before = std::chrono::milliseconds((*state)->elapsed_ms);
+      result.resumed = true;
+      if ((*state)->finished) {
+        // Nothing left to search: report what was found (--restart searches again).
+        result.minimized_size = start.size();
+        result.minimized_sha256 = (*state)->best_sha256;
+        result.runs = runs_before;
+        result.elapsed_ms = (*state)->elapsed_ms;
+        result.finished = true;
+        return result;
+      }
+    }
+  }
+
+  auto config = recorded_child_config(record.entry);
+  if (!config) return Error{"record " + std::to_string(id) + ": " + config.error()};
+  RunSettings run;
+  run.config = std::move(*config);
+  run.mode = settings.mode;
+  run.jobs = std::max<std::size_t>(1, settings.jobs);
+  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+
+  const auto session_started = Clock::now();
+  auto elapsed_ms = [&] {
+    return elapsed_before.count() +
+           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - session_started).count();
+  };
+  auto save = [&](const std::string& best, std::int64_t runs) -> Status {
+    store::MinimizeState state{sha256_hex(best), runs, elapsed_ms(), false};
+    return quarantine.save_minimize_state(id, best, state, store::now_ms());
+  };
+  Shrinker shrinker(record.entry, start, settings, runs_before, elapsed_before, save);
+  auto report = run_planned(run, shrinker);
+  if (!report) return Error{report.error()};
+  if (!shrinker.error().is_ok()) return Error{shrinker.error().message()};
+
+  result.stop_signal = report->stop_signal;
+  result.finished = shrinker.done() && result.stop_signal == 0;
+  result.stopped_by = result.stop_signal != 0 ? (result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
+                      : result.finished      ? ""
+                                             : shrinker.stopped_by();
+  result.runs = shrinker.total_runs();
+  result.runs_now = shrinker.runs_now();
+  result.elapsed_ms = elapsed_ms();
+  result.minimized_size = shrinker.best().size();
+  result.minimized_sha256 = sha256_hex(shrinker.best());
+  // The state, whatever ended the session: a later session resumes from it.
+  store::MinimizeState state{result.minimized_sha256, result.runs, result.elapsed_ms, result.finished};
+  if (auto s = quarantine.save_minimize_state(id, shrinker.best(), state, store::now_ms()); !s) return Error{s.message()};
+  if (result.minimized_size < result.original_size && result.minimized_sha256 != record.minimized_sha256) {
+    const std::string detail = "from " + std::to_string(result.original_size) + " to " +
+                               std::to_string(result.minimized_size) + " bytes in " + std::to_string(result.runs) +
+                               " runs" + (result.finished ? "" : " (not finished: " + result.stopped_by + ")");
+    if (auto s = quarantine.record_minimized(id, result.minimized_sha256, store::now_ms(), settings.actor, detail); !s) {
+      return Error{s.message()};
+    }
+  }
+  return result;
+}
+
+}  // namespace pillbox

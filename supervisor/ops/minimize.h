@@ -1,0 +1,55 @@
+#pragma once
+// pillbox minimize: shrinks a quarantined payload while it still fails the
+// same way (the same fingerprint; for cpu-limit, wall-timeout and oom, whose
+// fingerprints say little, the same kind), in the spirit of afl-tmin and
+// ddmin: delete blocks from large to small until no block can go, then
+// simplify the bytes left (each to '0'). Candidates run in the sandbox
+// under the record's handler and policy, `jobs` at a time. Progress is kept
+// in the store after every improvement, so an interrupted minimization
+// resumes from its best payload; the result is stored beside the original.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "shared/status.h"
+#include "supervisor/exec/launcher.h"
+#include "supervisor/classify/outcome.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+struct MinimizeSettings {
+  std::size_t jobs = 1;
+  std::int64_t max_runs = 5000;                  // over all sessions of this record's minimization
+  std::chrono::milliseconds max_time{300'000};   // likewise
+  bool restart = false;                          // forget earlier progress and start from the original
+  LaunchMode mode = LaunchMode::kZygote;
+  std::string sandbox_binary;                    // "" = find_sandbox_binary()
+  std::string actor;
+  // Runs so far, the best size so far.
+  std::function<void(std::int64_t runs, std::size_t best_size)> on_progress;
+};
+
+struct MinimizeResult {
+  std::size_t original_size = 0;
+  std::size_t minimized_size = 0;
+  std::string minimized_sha256;
+  std::int64_t runs = 0;              // all sessions
+  std::int64_t runs_now = 0;          // this session
+  std::int64_t elapsed_ms = 0;        // all sessions
+  bool finished = false;              // the search ran to its end
+  bool resumed = false;               // went on from an earlier session's best payload
+  std::string stopped_by;             // "", "--max-runs", "--max-time", "SIGINT", "SIGTERM"
+  int stop_signal = 0;
+};
+
+// Whether `outcome` is "the same failure" as the record's.
+bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome);
+
+// Errors: no such record; the original payload does not fail the same way
+// now; its handler or policy cannot run here; the sandbox or store failed.
+Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std::int64_t id,
+                                         const MinimizeSettings& settings);
+
+}  // namespace pillbox

@@ -1,0 +1,76 @@
+#include "supervisor/ops/quarantine_json.h"
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "supervisor/classify/outcome.h"
+
+namespace pillbox {
+namespace {
+
+nlohmann::json parse_or_string(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_discarded() ? nlohmann::json(text) : j;
+}
+
+}  // namespace
+
+std::string iso_time(std::int64_t ms) {
+  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm tm {};
+  ::gmtime_r(&seconds, &tm);
+  char buf[40];
+  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[64];
+  std::snprintf(out, sizeof out, "%.*s.%03dZ", static_cast<int>(n), buf, static_cast<int>(ms % 1000));
+  return out;
+}
+
+std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32_t attempts, bool new_fingerprint,
+                                   const std::string& store_dir, const std::vector<store::AttemptTally>* tally) {
+  using nlohmann::json;
+  const store::QuarantineEntry& e = r.entry;
+  json j;
+  j["id"] = r.id;
+  j["key"] = e.key;
+  j["status"] = r.status;
+  j["kind"] = e.kind;
+  j["fingerprint"] = e.fingerprint;
+  j["crash_state"] = parse_or_string(e.crash_state);
+  j["message"] = e.message;
+  j["signal"] = e.signal ? json(signal_name(static_cast<int>(e.signal))) : json(nullptr);
+  j["syscall"] = e.syscall.empty() ? json(nullptr) : json(e.syscall);
+  j["exit_code"] = e.exit_code >= 0 ? json(e.exit_code) : json(nullptr);
+  j["cpu_ms"] = e.cpu_ms;
+  j["wall_ms"] = e.wall_ms;
+  j["max_rss_kb"] = e.max_rss_kb;
+  j["handler"] = e.handler;
+  j["handler_identity"] = e.handler_identity;
+  j["handler_args"] = parse_or_string(e.handler_args);
+  j["exec_argv"] = parse_or_string(e.exec_argv);
+  j["policy_identity"] = e.policy_identity;
+  j["payload_sha256"] = e.payload_sha256;
+  j["payload_size"] = e.payload_size;
+  j["source"] = e.source;
+  if (!e.origin.empty()) j["origin"] = parse_or_string(e.origin);
+  j["repeats"] = r.repeats;
+  if (!r.reproduce_verdict.empty()) {
+    j["reproduce"] = {{"verdict", r.reproduce_verdict}, {"runs", r.reproduce_runs}, {"matches", r.reproduce_matches}};
+  }
+  if (!r.minimized_sha256.empty()) j["minimized_sha256"] = r.minimized_sha256;
+  j["created_at"] = iso_time(r.created_at);
+  j["updated_at"] = iso_time(r.updated_at);
+  if (attempts > 0) j["attempts"] = attempts;
+  if (tally != nullptr) {
+    json by_kind = json::array();
+    for (const auto& t : *tally) {
+      by_kind.push_back({{"kind", t.kind}, {"count", t.count}, {"first", iso_time(t.first_ms)}, {"last", iso_time(t.last_ms)}});
+    }
+    j["attempts_by_kind"] = by_kind;
+  }
+  j["new_fingerprint"] = new_fingerprint;
+  if (!store_dir.empty()) j["store"] = store_dir;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace pillbox

@@ -1,0 +1,227 @@
+#include "supervisor/ops/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "shared/policy_parser.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/ops/payload_runner.h"
+#include "supervisor/exec/dispatcher.h"
+
+namespace pillbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Shared by the batches of one replay: counts that decide when to stop.
+struct Tally {
+  std::map<std::string, std::size_t> failures_by_fingerprint;
+  std::size_t worst() const {
+    std::size_t n = 0;
+    for (const auto& [fp, count] : failures_by_fingerprint) n = std::max(n, count);
+    return n;
+  }
+};
+
+// One group of a batch: records that run under one config.
+class BatchPlanner final : public PayloadPlanner {
+ public:
+  BatchPlanner(std::vector<const store::QuarantineRecord*> records, std::vector<std::string> payloads,
+               const ReplaySettings& settings, Tally& tally, Clock::time_point& next_start,
+               std::function<Status(const store::QuarantineRecord&, const Outcome&, std::int64_t started_ms)> done)
+      : records_(std::move(records)),
+        payloads_(std::move(payloads)),
+        settings_(settings),
+        tally_(tally),
+        next_start_(next_start),
+        done_(std::move(done)) {}
+
+  std::optional<Task> next() override {
+    if (stop_ || !error_.is_ok() || next_ >= records_.size()) return std::nullopt;
+    // --stop-after K: never more in flight than could still be allowed to
+    // fail, so that exactly K failures of one fingerprint stop it, not K
+    // plus whatever was running.
+    if (settings_.stop_after > 0 && tally_.worst() + in_flight_ >= settings_.stop_after) return std::nullopt;
+    if (settings_.rate > 0 && Clock::now() < next_start_) return std::nullopt;
+    if (settings_.rate > 0) {
+      next_start_ = std::max(next_start_, Clock::now()) +
+                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / settings_.rate));
+    }
+    const std::size_t i = next_++;
+    ++in_flight_;
+    started_ms_[i] = store::now_ms();
+    return Task{records_[i]->entry.key, payloads_[i], i + 1};
+  }
+
+  std::optional<Clock::time_point> not_before() const override {
+    if (stop_ || next_ >= records_.size() || settings_.rate <= 0) return std::nullopt;
+    if (settings_.stop_after > 0 && tally_.worst() + in_flight_ >= settings_.stop_after) return std::nullopt;
+    return Clock::now() < next_start_ ? std::optional<Clock::time_point>(next_start_) : std::nullopt;
+  }
+
+  void on_outcome(const Task& task, const Outcome& outcome) override {
+    if (in_flight_ > 0) --in_flight_;
+    const std::size_t i = task.ref - 1;
+    ran_.insert(i);
+    if (outcome.kind != Kind::kOk) ++failed_;
+    if (auto s = done_(*records_[i], outcome, started_ms_[i]); !s) error_ = s;
+    if (settings_.stop_after > 0 && tally_.worst() >= settings_.stop_after) stop_ = true;
+  }
+
+  bool ran(std::size_t i) const { return ran_.count(i) > 0; }
+  std::size_t failed() const { return failed_; }
+  std::size_t ran_count() const { return ran_.size(); }
+  const Status& error() const { return error_; }
+
+ private:
+  std::vector<const store::QuarantineRecord*> records_;
+  std::vector<std::string> payloads_;
+  const ReplaySettings& settings_;
+  Tally& tally_;
+  Clock::time_point& next_start_;
+  std::function<Status(const store::QuarantineRecord&, const Outcome&, std::int64_t)> done_;
+  std::size_t next_ = 0;
+  std::size_t in_flight_ = 0;
+  std::size_t failed_ = 0;
+  bool stop_ = false;
+  std::set<std::size_t> ran_;
+  std::map<std::size_t, std::int64_t> started_ms_;
+  Status error_;
+};
+
+// What a record replays under: the overrides, or what it recorded.
+Expected<ChildConfig> config_for(const store::QuarantineRecord& r, const ReplaySettings& settings) {
+  auto choice = handler_or_recorded(r.entry, settings.handler);
+  if (!choice) return Error{choice.error()};
+  auto policy = policy_or_recorded(r.entry, settings.policy);
+  if (!policy) return Error{policy.error()};
+  return make_child_config(*choice, std::move(*policy));
+}
+
+}  // namespace
+
+Expected<std::vector<store::QuarantineRecord>> replay_plan(store::ReplayStore& replays, const ReplaySettings& settings,
+                                                           std::vector<std::string>& skipped) {
+  return replays.select(settings.selection, skipped);
+}
+
+Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayStore& replays,
+                              const ReplaySettings& settings) {
+  ReplayResult result;
+  auto recovered = replays.recover_abandoned(store::now_ms(), settings.actor);
+  if (!recovered) return Error{recovered.error()};
+  result.recovered = *recovered;
+  auto selected = replays.select(settings.selection, result.skipped);
+  if (!selected) return Error{selected.error()};
+  result.selected = selected->size();
+  const std::size_t batch_size = std::max<std::size_t>(1, settings.batch);
+
+  Tally tally;
+  Clock::time_point next_start = Clock::now();
+  std::map<std::string, std::int64_t> run_ids;  // per config: the runs row of its attempts
+  std::size_t done = 0;
+  for (std::size_t first = 0; first < selected->size() && result.stopped_because.empty(); first += batch_size) {
+    const std::size_t last = std::min(selected->size(), first + batch_size);
+    std::vector<std::int64_t> ids;
+    for (std::size_t i = first; i < last; ++i) ids.push_back((*selected)[i].id);
+    auto claimed = replays.claim(ids, settings.selection.force, store::now_ms());
+    if (!claimed) return Error{claimed.error()};
+    const std::set<std::int64_t> mine(claimed->begin(), claimed->end());
+    result.taken_by_others += ids.size() - mine.size();
+    result.not_replayed += ids.size() - mine.size();
+
+    // Group the batch by what it runs under: one dispatcher per group.
+    std::map<std::string, std::vector<const store::QuarantineRecord*>> groups;
+    for (std::size_t i = first; i < last; ++i) {
+      const auto& r = (*selected)[i];
+      if (mine.count(r.id) == 0) continue;
+      const std::string key = settings.handler || settings.policy ? "override"
+                                                                  : r.entry.handler_identity + "\n" + r.entry.policy;
+      groups[key].push_back(&r);
+    }
+    std::size_t batch_ran = 0, batch_failed = 0;
+    std::set<std::int64_t> finished;
+    for (auto& [key, records] : groups) {
+      if (!result.stopped_because.empty()) break;
+      auto config = config_for(*records.front(), settings);
+      if (!config) {
+        for (auto* r : records) (void)replays.release(r->id, store::now_ms());
+        return Error{"record " + std::to_string(records.front()->id) + " cannot run here: " + config.error()};
+      }
+      const std::string identity = handler_identity(*config);
+      if (run_ids.count(key) == 0) {
+        auto run_id = replays.start_run(identity, policy_identity(config->policy), store::now_ms());
+        if (!run_id) return Error{run_id.error()};
+        run_ids[key] = *run_id;
+      }
+      std::vector<std::string> payloads;
+      for (auto* r : records) {
+        auto bytes = quarantine.payloads().get(r->entry.payload_sha256);
+        if (!bytes) return Error{bytes.error()};
+        payloads.push_back(std::move(*bytes));
+      }
+      const std::int64_t run_id = run_ids[key];
+      auto on_done = [&](const store::QuarantineRecord& r, const Outcome& o, std::int64_t started) -> Status {
+        const bool resolved = o.kind == Kind::kOk;
+        store::ReplayAttempt a{started, store::now_ms(), std::string(to_string(o.kind)), o.fingerprint, o.message};
+        const std::string detail = resolved ? "resolved: ok under " + identity
+                                            : "failed again: " + a.kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) +
+                                                  " under " + identity;
+        if (auto s = replays.finish(r, resolved, a, run_id, identity, settings.actor, detail); !s) return s;
+        finished.insert(r.id);
+        ++result.replayed;
+        if (resolved) ++result.resolved;
+        else {
+          ++result.failed_again;
+          ++tally.failures_by_fingerprint[o.fingerprint.empty() ? a.kind : o.fingerprint];
+        }
+        if (settings.on_result) settings.on_result(r, o, resolved);
+        if (settings.on_progress) settings.on_progress(++done, result.selected);
+        return Status::ok();
+      };
+      BatchPlanner planner(records, std::move(payloads), settings, tally, next_start, on_done);
+      RunSettings run;
+      run.config = std::move(*config);
+      run.mode = settings.mode;
+      run.jobs = std::max<std::size_t>(1, std::min(settings.jobs, records.size()));
+      run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+      auto report = run_planned(run, planner);
+      if (!report) return Error{report.error()};
+      if (!planner.error().is_ok()) return Error{planner.error().message()};
+      batch_ran += planner.ran_count();
+      batch_failed += planner.failed();
+      if (report->stop_signal != 0) {
+        result.stop_signal = report->stop_signal;
+        result.stopped_because = std::string("stopped by ") + (report->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+      } else if (settings.stop_after > 0 && tally.worst() >= settings.stop_after) {
+        std::string fp;
+        for (const auto& [f, n] : tally.failures_by_fingerprint) {
+          if (n >= settings.stop_after) fp = f;
+        }
+        result.stopped_because = std::to_string(settings.stop_after) + " replayed payloads failed again with " + fp +
+                                 " (--stop-after " + std::to_string(settings.stop_after) + ")";
+      }
+    }
+    // What this batch claimed but did not run goes back to its status.
+    for (std::int64_t id : *claimed) {
+      if (finished.count(id) > 0) continue;
+      if (auto s = replays.release(id, store::now_ms()); !s) return Error{s.message()};
+      ++result.not_replayed;
+    }
+    if (result.stopped_because.empty() && batch_ran > 0 &&
+        static_cast<double>(batch_failed) / static_cast<double>(batch_ran) > settings.max_failure_ratio) {
+      char ratio[256];
+      std::snprintf(ratio, sizeof ratio, "%zu of %zu payloads of a batch failed again (more than --max-failure-ratio %.2f)",
+                    batch_failed, batch_ran, settings.max_failure_ratio);
+      result.stopped_because = ratio;
+    }
+  }
+  // Records after the batch that stopped were never claimed: they keep their status.
+  const std::size_t accounted = result.replayed + result.not_replayed;
+  if (result.selected > accounted) result.not_replayed += result.selected - accounted;
+  result.failures_by_fingerprint = tally.failures_by_fingerprint;
+  return result;
+}
+
+}  // namespace pillbox

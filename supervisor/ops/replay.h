@@ -1,0 +1,63 @@
+#pragma once
+// pillbox quarantine replay: quarantined payloads run again — under their
+// recorded handler and policy, or under a new (fixed) one — in controlled
+// batches, at a bounded rate, stopping as soon as the failure comes back.
+// Successes become `resolved`, failures `failed-again` (the attempt is
+// appended to the task's history); what was not replayed keeps its status.
+// Records are claimed batch by batch (status `replaying`), so two replays of
+// the same selection at once never run the same record.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/policy.h"
+#include "shared/status.h"
+#include "supervisor/exec/child_setup.h"
+#include "supervisor/exec/launcher.h"
+#include "supervisor/classify/outcome.h"
+#include "supervisor/store/replay_store.h"
+
+namespace pillbox {
+
+struct ReplaySettings {
+  store::ReplaySelection selection;
+  std::size_t batch = 10;                 // records claimed and judged together
+  double rate = 0;                        // payloads started per second (0: no limit)
+  std::size_t stop_after = 0;             // stop when this many fail again with one fingerprint (0: never)
+  double max_failure_ratio = 1.0;         // stop when more than this share of a batch fails (1: never)
+  std::optional<HandlerChoice> handler;   // replay under this handler or command instead of the recorded one
+  std::optional<Policy> policy;           // ... and/or this policy
+  std::size_t jobs = 1;
+  LaunchMode mode = LaunchMode::kZygote;
+  std::string sandbox_binary;
+  std::string actor;
+  // Each replayed record's outcome (resolved: it succeeded).
+  std::function<void(const store::QuarantineRecord&, const Outcome&, bool resolved)> on_result;
+  std::function<void(std::size_t done, std::size_t total)> on_progress;
+};
+
+struct ReplayResult {
+  std::size_t selected = 0;               // records the selection matched and may replay
+  std::size_t replayed = 0;
+  std::size_t resolved = 0;
+  std::size_t failed_again = 0;
+  std::size_t not_replayed = 0;           // left as they were (stopped, or taken by another replay)
+  std::size_t taken_by_others = 0;        // claimed by a concurrent replay first
+  std::size_t recovered = 0;              // abandoned claims taken back before starting
+  std::vector<std::string> skipped;       // why given records were left out
+  std::map<std::string, std::size_t> failures_by_fingerprint;
+  std::string stopped_because;            // "" when every selected record was replayed
+  int stop_signal = 0;
+};
+
+// The records the selection would replay, without claiming anything (--dry-run).
+Expected<std::vector<store::QuarantineRecord>> replay_plan(store::ReplayStore& replays, const ReplaySettings& settings,
+                                                           std::vector<std::string>& skipped);
+
+Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayStore& replays,
+                              const ReplaySettings& settings);
+
+}  // namespace pillbox

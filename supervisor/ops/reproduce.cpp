@@ -1,0 +1,85 @@
+#include "supervisor/ops/reproduce.h"
+
+#include "supervisor/exec/child_setup.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/ops/payload_runner.h"
+
+namespace pillbox {
+namespace {
+
+// The same payload, `runs` times.
+class Repeats final : public PayloadPlanner {
+ public:
+  Repeats(const store::QuarantineRecord& record, std::string payload, const ReproduceSettings& settings)
+      : record_(record), payload_(std::move(payload)), settings_(settings) {}
+
+  std::optional<Task> next() override {
+    if (started_ >= settings_.runs) return std::nullopt;
+    ++started_;
+    return Task{record_.entry.key, payload_, started_};
+  }
+
+  void on_outcome(const Task&, const Outcome& outcome) override {
+    ++result_.runs;
+    if (outcome.kind != Kind::kOk && outcome.fingerprint == record_.entry.fingerprint) {
+      ++result_.matches;
+    } else {
+      ++result_.others[std::string(to_string(outcome.kind)) + (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint)];
+    }
+    if (settings_.on_progress) settings_.on_progress(result_.runs);
+  }
+
+  ReproduceResult& result() { return result_; }
+
+ private:
+  const store::QuarantineRecord& record_;
+  std::string payload_;
+  const ReproduceSettings& settings_;
+  std::uint64_t started_ = 0;
+  ReproduceResult result_;
+};
+
+}  // namespace
+
+std::string reproduce_verdict(std::size_t runs, std::size_t matches) {
+  return matches > 0 && matches * 2 >= runs ? "reliable" : "flaky";
+}
+
+Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, std::int64_t id,
+                                           const ReproduceSettings& settings) {
+  if (settings.runs == 0) return Error{"--runs must be at least 1"};
+  auto found = quarantine.get(id);
+  if (!found) return Error{found.error()};
+  if (!*found) return Error{"no quarantine record " + std::to_string(id) + " in this store"};
+  const store::QuarantineRecord record = std::move(**found);
+  auto payload = quarantine.payloads().get(record.entry.payload_sha256);
+  if (!payload) return Error{payload.error()};
+  auto config = recorded_child_config(record.entry);
+  if (!config) return Error{"record " + std::to_string(id) + ": " + config.error()};
+
+  RunSettings run;
+  run.config = std::move(*config);
+  run.mode = settings.mode;
+  run.jobs = std::max<std::size_t>(1, std::min(settings.jobs, settings.runs));
+  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  Repeats planner(record, std::move(*payload), settings);
+  auto report = run_planned(run, planner);
+  if (!report) return Error{report.error()};
+  ReproduceResult result = std::move(planner.result());
+  result.stop_signal = report->stop_signal;
+  if (result.stop_signal != 0) return result;
+
+  result.verdict = reproduce_verdict(result.runs, result.matches);
+  std::string detail = result.verdict + ": " + std::to_string(result.matches) + " of " + std::to_string(result.runs) +
+                       " runs ended with " + record.entry.fingerprint;
+  for (const auto& [what, n] : result.others) detail += "; " + what + " x" + std::to_string(n);
+  if (auto s = quarantine.record_reproduction(id, result.verdict, static_cast<std::int64_t>(result.runs),
+                                              static_cast<std::int64_t>(result.matches), store::now_ms(),
+                                              settings.actor, detail);
+      !s) {
+    return Error{s.message()};
+  }
+  return result;
+}
+
+}  // namespace pillbox
