@@ -106,12 +106,14 @@ class Dispatcher {
       // Intake: fill free slots.
       if (auto s = source_.prepare(source_done ? 0 : free_slots_.size()); !s) return Error{s.message()};
       bool source_waiting = false;
+      std::optional<Clock::time_point> source_wake_at;
       while (!source_done && !free_slots_.empty()) {
         TaskSource::Item item = source_.next();
         if (item.type == TaskSource::Item::Type::kEnd) {
           source_done = true;
         } else if (item.type == TaskSource::Item::Type::kWait) {
           source_waiting = true;
+          source_wake_at = item.wake_at;
           break;
         } else if (item.type == TaskSource::Item::Type::kError) {
           ++report_.input_errors;
@@ -135,7 +137,8 @@ class Dispatcher {
           order.push_back(r.get());
         }
       }
-      const auto timeout = launcher_->needs_tick() ? std::min(next_timeout(), std::chrono::milliseconds(20)) : next_timeout();
+      auto timeout = launcher_->needs_tick() ? std::min(next_timeout(), std::chrono::milliseconds(20)) : next_timeout();
+      if (source_wake_at) timeout = std::min(timeout, until(*source_wake_at));
       try {
         zmq::poll(items, timeout);
       } catch (const zmq::error_t& e) {
@@ -311,6 +314,14 @@ class Dispatcher {
       }
     }
     for (auto seq : drained) finish_seq(seq);
+  }
+
+  // From now to `when`, rounded up to whole milliseconds (poll's unit: a
+  // wait rounded down would wake just before `when`, and spin), 0 when past.
+  static std::chrono::milliseconds until(Clock::time_point when) {
+    const auto left = when - Clock::now();
+    if (left <= Clock::duration::zero()) return std::chrono::milliseconds(0);
+    return std::chrono::ceil<std::chrono::milliseconds>(left);
   }
 
   std::chrono::milliseconds next_timeout() const {

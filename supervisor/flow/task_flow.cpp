@@ -1,7 +1,6 @@
 #include "supervisor/flow/task_flow.h"
 
 #include <sys/resource.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -31,17 +30,6 @@ Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attem
 
 }  // namespace
 
-std::string_view to_string(Verdict::Type type) {
-  switch (type) {
-    case Verdict::Type::kOk: return "ok";
-    case Verdict::Type::kQuarantined: return "quarantined";
-    case Verdict::Type::kPoison: return "poison";
-    case Verdict::Type::kGaveUp: return "gave-up";
-    case Verdict::Type::kHeld: return "held";
-  }
-  return "unknown";
-}
-
 TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, store::Ledger* ledger,
                    store::QuarantineStore* quarantine, QuarantineCallback on_quarantine)
     : settings_(std::move(settings)),
@@ -51,8 +39,7 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, s
       quarantine_(quarantine),
       on_quarantine_(std::move(on_quarantine)),
       breaker_(settings_.breaker),
-      rng_(std::random_device{}()),
-      timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+      rng_(std::random_device{}()) {
   if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
 }
 
@@ -159,7 +146,7 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
     if (t.suspect) {
       // Alone next time, so that if pillbox dies again, it is this payload.
       // Nothing new starts until the suspects have run.
-      suspects_.push_back(ref);
+      schedule_.add_suspect(ref);
       return Status::ok();
     }
     starts.push_back(ref);
@@ -173,19 +160,15 @@ Status TaskFlow::prepare(std::size_t free_slots) {
     report_.stop_signal = sig;
     return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
   }
-  std::uint64_t expirations = 0;
-  while (::read(timer_.get(), &expirations, sizeof expirations) > 0) {
-  }
-  const auto now = Clock::now();
+  const auto now = this->now();
   std::vector<std::uint64_t> starts;
-  const std::size_t want = free_slots > ready_.size() ? free_slots - ready_.size() : 0;
-  if (solo_ref_ != 0 || !suspects_.empty()) {
+  const std::size_t ready = schedule_.ready_count();
+  const std::size_t want = free_slots > ready ? free_slots - ready : 0;
+  if (schedule_.solo_mode()) {
     // A suspect runs alone: wait for the others to finish, start it, start
     // nothing else until it ends.
-    if (solo_ref_ == 0 && in_flight_ == 0 && ready_.empty() && want > 0) {
-      solo_ref_ = suspects_.front();
-      suspects_.pop_front();
-      starts.push_back(solo_ref_);
+    if (want > 0) {
+      if (auto solo = schedule_.start_solo(in_flight_)) starts.push_back(*solo);
     }
   } else if (breaker_.open()) {
     // Intake paused: one probe at a time, until one succeeds or the wait is
@@ -196,54 +179,48 @@ Status TaskFlow::prepare(std::size_t free_slots) {
       if (auto s = start_probe(starts, now); !s) return s;
     }
   } else {
-    while (starts.size() < want && !delayed_.empty() && delayed_.begin()->first <= now) {
-      starts.push_back(delayed_.begin()->second);
-      delayed_.erase(delayed_.begin());
-    }
+    for (std::uint64_t ref : schedule_.take_due(now, want)) starts.push_back(ref);
     if (auto s = take_fresh(want, starts); !s) return s;
   }
   return flush(starts);
 }
 
 Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
-  std::vector<std::pair<std::uint64_t, std::string>> finished_elsewhere;
-  if (ledger_ != nullptr && (!writes_.empty() || !starts.empty())) {
-    // A failed write rolls the whole turn back and stops the run: nothing
-    // half-written, and nothing runs whose attempt is not counted.
-    auto fail = [&](Status s) {
-      ledger_->rollback();
-      fatal_ = s;
-      return s;
-    };
-    if (auto s = ledger_->begin(); !s) return fail(s);
-    for (auto& write : writes_) {
-      if (auto s = write(); !s) return fail(s);
-    }
-    const std::int64_t now = store::now_ms();
+  BatchResult applied;
+  if (ledger_ != nullptr) {
     for (std::uint64_t ref : starts) {
-      Tracked& t = tracked_.at(ref);
-      auto started = ledger_->start_attempt(t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()), now,
-                                            ref == solo_ref_, t.fresh_budget);
-      if (!started) return fail(Status::error(started.error()));
-      t.task_id = started->task_id;
-      t.attempts = started->n;  // 0: another pillbox finished it meanwhile
-      t.fresh_budget = false;
-      if (started->n == 0) finished_elsewhere.emplace_back(ref, started->state);
+      const Tracked& t = tracked_.at(ref);
+      batch_.add(StartAttempt{ref, t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()),
+                              schedule_.is_solo(ref), t.fresh_budget});
     }
-    if (auto s = ledger_->commit(); !s) return fail(s);
-    ++report_.commits;
+    if (!batch_.empty()) {
+      auto result = batch_.apply(*ledger_, *quarantine_, BatchContext{settings_.identity, settings_.actor, quarantine_dir_});
+      if (!result) {
+        // Nothing of the turn is written, and nothing runs whose attempt is
+        // not counted: the run stops.
+        fatal_ = Status::error(result.error());
+        return fatal_;
+      }
+      applied = std::move(*result);
+      ++report_.commits;
+    }
   } else {
+    batch_ = LedgerBatch{};
     for (std::uint64_t ref : starts) ++tracked_.at(ref).attempts;
   }
-  writes_.clear();
-  for (const auto& [ref, state] : finished_elsewhere) {
-    Tracked& t = tracked_.at(ref);
-    if (state == "ok") ++report_.skipped_done;
+  for (const StartedAttemptOf& started : applied.started) {
+    Tracked& t = tracked_.at(started.ref);
+    t.task_id = started.task_id;
+    t.attempts = started.n;
+    t.fresh_budget = false;
+    if (started.n != 0) continue;
+    // Another pillbox finished it meanwhile.
+    if (started.state == "ok") ++report_.skipped_done;
     else ++report_.skipped_quarantined;
-    out_.on_skipped(t.task, "already " + state + " in the store (by another pillbox process)", 0);
-    if (t.probe) breaker_.probe_ended(false, Clock::now());  // no evidence either way: probe again later
-    if (ref == solo_ref_) solo_ref_ = 0;
-    forget(ref);
+    out_.on_skipped(t.task, "already " + started.state + " in the store (by another pillbox process)", 0);
+    if (t.probe) breaker_.probe_ended(false, now());  // no evidence either way: probe again later
+    schedule_.end_solo(started.ref);
+    forget(started.ref);
   }
   for (std::uint64_t ref : starts) {
     auto it = tracked_.find(ref);
@@ -251,34 +228,35 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     Tracked& t = it->second;
     store::AttemptSummary a;
     a.n = t.attempts;
-    a.solo = ref == solo_ref_;
+    a.solo = schedule_.is_solo(ref);
     t.history.push_back(a);
     ++t.attempts_in_run;
-    ready_.push_back(ref);
+    schedule_.make_ready(ref);
   }
   // Verdicts that name a record are told only now that the record exists.
-  std::vector<AfterCommit> done;
-  done.swap(after_commit_);
-  for (AfterCommit& a : done) {
-    auto it = tracked_.find(a.ref);
-    if (it == tracked_.end()) continue;
-    if (a.verdict.type == Verdict::Type::kQuarantined) {
-      ++report_.quarantined;
-      if (a.verdict.new_fingerprint) ++report_.new_fingerprints;
-      if (a.verdict.record_id != 0 && !a.verdict.folded) remember_poison(it->second, a.verdict.record_id, a.outcome);
-    }
-    out_.on_verdict(it->second.task, a.outcome, a.verdict);
-    if (on_quarantine_ && !a.record_json.empty()) on_quarantine_(a.record_json, a.verdict.new_fingerprint);
-    forget(a.ref);
+  for (QuarantinedPayload& q : applied.quarantined) {
+    auto waiting = awaiting_record_.find(q.ref);
+    auto it = tracked_.find(q.ref);
+    if (waiting == awaiting_record_.end() || it == tracked_.end()) continue;
+    Verdict& verdict = waiting->second.verdict;
+    verdict.record_id = q.record_id;
+    verdict.new_fingerprint = q.new_fingerprint;
+    verdict.folded = q.folded;
+    ++report_.quarantined;
+    if (verdict.new_fingerprint) ++report_.new_fingerprints;
+    if (verdict.record_id != 0 && !verdict.folded) remember_poison(it->second, verdict.record_id, waiting->second.outcome);
+    out_.on_verdict(it->second.task, waiting->second.outcome, verdict);
+    if (on_quarantine_ && !q.record_json.empty()) on_quarantine_(q.record_json, verdict.new_fingerprint);
+    awaiting_record_.erase(waiting);
+    forget(q.ref);
   }
   return Status::ok();
 }
 
 TaskSource::Item TaskFlow::next() {
   TaskSource::Item item;
-  if (!ready_.empty()) {
-    Tracked& t = tracked_.at(ready_.front());
-    ready_.pop_front();
+  if (auto ref = schedule_.take_ready()) {
+    Tracked& t = tracked_.at(*ref);
     ++in_flight_;
     item.type = TaskSource::Item::Type::kTask;
     item.task = t.task;
@@ -287,16 +265,17 @@ TaskSource::Item TaskFlow::next() {
   // While open, held tasks wait for a probe; once the input is used up, only
   // a known-good probe can still end the outage (until --breaker-max-wait).
   const bool can_still_probe = breaker_.open() && known_good_ && !report_.stopped_by_breaker;
-  bool nothing_left = inner_done_ && in_flight_ == 0 && delayed_.empty() && suspects_.empty() &&
-                      solo_ref_ == 0 && (held_.empty() || (breaker_.open() && !can_still_probe));
-  if (nothing_left && !parked_.empty()) {
+  const std::size_t held = schedule_.held_count();
+  bool nothing_left = inner_done_ && in_flight_ == 0 && schedule_.quiet() &&
+                      (held == 0 || (breaker_.open() && !can_still_probe));
+  if (nothing_left && schedule_.has_parked()) {
     // Nothing left can open the breaker: the suspicion was never confirmed,
     // and the parked tasks' verdict stands.
     review_parked(true);
   }
-  nothing_left = nothing_left && parked_.empty();
+  nothing_left = nothing_left && !schedule_.has_parked();
   if (nothing_left) {
-    if (writes_.empty() && after_commit_.empty()) {
+    if (batch_.empty() && awaiting_record_.empty()) {
       item.type = TaskSource::Item::Type::kEnd;
       return item;
     }
@@ -304,47 +283,43 @@ TaskSource::Item TaskFlow::next() {
     // for a wake-up that nothing would send. (On failure flush sets fatal_.)
     (void)flush({});
     item.type = fatal_.is_ok() ? TaskSource::Item::Type::kEnd : TaskSource::Item::Type::kWait;
-    if (!fatal_.is_ok()) arm_timer(true);
+    if (!fatal_.is_ok()) item.wake_at = now();
     return item;
   }
-  // Something for prepare() to do right away (this turn's ledger writes, or
-  // a suspect that may now run alone): come round at once, not at the
-  // dispatcher's next timeout.
-  arm_timer(!writes_.empty() || !after_commit_.empty() || (!suspects_.empty() && in_flight_ == 0 && solo_ref_ == 0));
   item.type = TaskSource::Item::Type::kWait;
+  item.wake_at = wake_at();
   return item;
 }
 
 std::vector<int> TaskFlow::wait_fds() const {
-  std::vector<int> fds{timer_.get()};
-  const bool intake_open = !breaker_.open() || breaker_.may_probe(Clock::now());
-  if (inner_waiting_ && intake_open) {
-    for (int fd : inner_.wait_fds()) fds.push_back(fd);
-  }
-  return fds;
+  const bool intake_open = !breaker_.open() || breaker_.may_probe(now());
+  if (inner_waiting_ && intake_open) return inner_.wait_fds();
+  return {};
 }
 
-void TaskFlow::arm_timer(bool now) {
+std::optional<TaskFlow::Clock::time_point> TaskFlow::wait_at_earliest(std::optional<Clock::time_point> a,
+                                                                       std::optional<Clock::time_point> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
+  const auto now = this->now();
   std::optional<Clock::time_point> when;
-  if (now) when = Clock::now();
-  if (!breaker_.open() && !delayed_.empty()) when = when ? std::min(*when, delayed_.begin()->first) : delayed_.begin()->first;
+  // Something for prepare() to do right away: this turn's ledger writes, or
+  // a suspect that may now run alone.
+  if (!batch_.empty() || !awaiting_record_.empty() || schedule_.suspect_may_start(in_flight_)) when = now;
+  if (!breaker_.open()) when = wait_at_earliest(when, schedule_.next_due());
   // A probe already due waits for input (wait_fds() has the source's fds
-  // then); arming the timer for a time past would spin.
-  if (breaker_.open() && (!inner_done_ || known_good_) && !breaker_.may_probe(Clock::now())) {
-    if (auto probe = breaker_.next_probe_at()) when = when ? std::min(*when, *probe) : *probe;
+  // then); asking to be woken at a time past would spin.
+  if (breaker_.open() && (!inner_done_ || known_good_) && !breaker_.may_probe(now)) {
+    when = wait_at_earliest(when, breaker_.next_probe_at());
   }
   if (breaker_.open() && settings_.breaker.max_wait.count() > 0 && !report_.stopped_by_breaker) {
-    const auto give_up = breaker_.opened_at() + settings_.breaker.max_wait;
-    when = when ? std::min(*when, give_up) : give_up;
+    when = wait_at_earliest(when, breaker_.opened_at() + settings_.breaker.max_wait);
   }
-  itimerspec spec{};
-  if (when) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count();
-    spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-    spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-    if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
-  }
-  ::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr);
+  return when;
 }
 
 void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
@@ -358,9 +333,9 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   }
   if (in_flight_ > 0) --in_flight_;
   if (t.probe_copy) return on_probe_copy_outcome(t, outcome);
-  if (t.task.ref == solo_ref_) solo_ref_ = 0;
+  schedule_.end_solo(t.task.ref);
   t.suspect = false;
-  const auto now = Clock::now();
+  const auto now = this->now();
   const bool failed = outcome.kind != Kind::kOk;
   const bool transient = failed && is_transient(settings_.retry, outcome);
   if (transient) ++t.transient_in_run;
@@ -390,14 +365,11 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   }
   attempt.charged = !outage && !transient;
   if (ledger_ != nullptr) {
-    writes_.push_back([this, id = t.task_id, n = attempt.n, kind = attempt.kind, fp = outcome.fingerprint,
-                       message = outcome.message, charged = attempt.charged] {
-      return ledger_->end_attempt(id, n, store::now_ms(), kind, fp, message, charged);
-    });
+    batch_.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, attempt.charged});
   }
   if (outage) {
     t.last_failure = outcome;
-    held_.push_back(t.task.ref);
+    schedule_.hold(t.task.ref);
     return;
   }
   if (!failed) {
@@ -410,7 +382,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
       t.last_failure = outcome;
       const auto failures = static_cast<std::uint32_t>(std::count_if(
           t.history.begin(), t.history.end(), [](const store::AttemptSummary& a) { return a.finished && a.charged; }));
-      delayed_.emplace(now + backoff_delay(settings_.retry, failures, rng_), t.task.ref);
+      schedule_.delay(t.task.ref, now + backoff_delay(settings_.retry, failures, rng_));
       return;
     }
     case Decision::kQuarantine:
@@ -423,7 +395,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
         ++report_.deferred;
         t.last_failure = outcome;
         t.parked_reason = j.reason;
-        parked_.push_back(t.task.ref);
+        schedule_.park(t.task.ref);
         return;
       }
       quarantine(t, outcome, j.reason);
@@ -441,9 +413,7 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
   if (t.attempts_in_run > 1) ++report_.retried;
   if (ledger_ != nullptr) {
     const char* state = verdict.type == Verdict::Type::kOk ? "ok" : verdict.type == Verdict::Type::kGaveUp ? "gave-up" : nullptr;
-    if (state != nullptr) {
-      writes_.push_back([this, id = t.task_id, state] { return ledger_->set_state(id, state, store::now_ms()); });
-    }
+    if (state != nullptr) batch_.add(SetTaskState{t.task_id, state});
   }
   if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;
   if (verdict.type == Verdict::Type::kPoison) ++report_.quarantined;
@@ -461,39 +431,9 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
     return;
   }
   if (t.attempts_in_run > 1) ++report_.retried;
-  const std::size_t index = after_commit_.size();
-  after_commit_.push_back({t.task.ref, outcome, Verdict{Verdict::Type::kQuarantined, t.attempts, 0, false, false, reason}, ""});
-  writes_.push_back([this, ref = t.task.ref, index]() -> Status {
-    Tracked& q = tracked_.at(ref);
-    AfterCommit& a = after_commit_[index];
-    const Outcome& o = a.outcome;
-    const RunIdentity& id = settings_.identity;
-    store::QuarantineEntry e = make_quarantine_entry(id, o, q.task.key, q.sha256,
-                                                     static_cast<std::int64_t>(q.task.payload.size()), "run");
-    e.task_id = q.task_id;
-    const std::int64_t now = store::now_ms();
-    auto inserted = quarantine_->insert(e, q.task.payload, now, settings_.actor);
-    if (!inserted) return Status::error(inserted.error());
-    a.verdict.record_id = inserted->id;
-    a.verdict.new_fingerprint = inserted->new_fingerprint;
-    a.verdict.folded = inserted->folded;
-    if (!inserted->folded && !inserted->existing) {
-      if (auto s = quarantine_->audit(inserted->id, now, settings_.actor, "quarantined",
-                                      a.verdict.reason + " (attempt " + std::to_string(q.attempts) + ")");
-          !s) {
-        return s;
-      }
-      store::QuarantineRecord record;
-      record.id = inserted->id;
-      record.entry = std::move(e);
-      record.status = "quarantined";
-      record.created_at = record.updated_at = now;
-      auto tally = quarantine_->attempt_tally(q.task_id);  // this turn's attempt ends are already written
-      if (!tally) return Status::error(tally.error());
-      a.record_json = quarantine_record_json(record, q.attempts, inserted->new_fingerprint, quarantine_dir_, &*tally);
-    }
-    return ledger_->set_state(q.task_id, "quarantined", now);
-  });
+  const Verdict verdict{Verdict::Type::kQuarantined, t.attempts, 0, false, false, reason};
+  awaiting_record_[t.task.ref] = AwaitingRecord{outcome, verdict};
+  batch_.add(QuarantinePayload{t.task.ref, t.task_id, t.task.key, t.sha256, t.task.payload, t.attempts, outcome, reason});
 }
 
 void TaskFlow::on_breaker_opened(const Outcome& outcome) {
@@ -501,23 +441,17 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome) {
   outage_example_ = outcome;
   // Retries waiting for their backoff wait for the breaker instead; those
   // that failed the outage's way are not held against their payload.
-  for (const auto& [when, ref] : delayed_) {
-    uncharge_outage_failures(tracked_.at(ref));
-    held_.push_back(ref);
-  }
-  delayed_.clear();
   // So do the payloads parked on suspicion of this outage.
-  for (std::uint64_t ref : parked_) {
+  for (std::uint64_t ref : schedule_.take_delayed_and_parked()) {
     uncharge_outage_failures(tracked_.at(ref));
-    held_.push_back(ref);
+    schedule_.hold(ref);
   }
-  parked_.clear();
   out_.on_notice(describe_outage());
   // And those already judged poison the outage's way, before anyone knew.
   take_back_outage_verdicts();
   // A payload that succeeded earlier answers "outage or burst?" in one task.
-  if (known_good_) breaker_.probe_now(Clock::now());
-  report_pause(Clock::now(), nullptr);
+  if (known_good_) breaker_.probe_now(now());
+  report_pause(now(), nullptr);
 }
 
 void TaskFlow::uncharge_outage_failures(Tracked& t) {
@@ -525,24 +459,19 @@ void TaskFlow::uncharge_outage_failures(Tracked& t) {
   for (auto a = t.history.end() - static_cast<long>(in_run); a != t.history.end(); ++a) {
     if (!a->finished || !a->charged || a->fingerprint != breaker_.dominant_fingerprint()) continue;
     a->charged = false;
-    if (ledger_ != nullptr) {
-      writes_.push_back([this, id = t.task_id, n = a->n] { return ledger_->uncharge(id, n); });
-    }
+    if (ledger_ != nullptr) batch_.add(UnchargeAttempt{t.task_id, a->n});
   }
 }
 
 void TaskFlow::review_parked(bool all) {
-  if (parked_.empty() || breaker_.open()) return;
-  std::vector<std::uint64_t> still;
-  for (std::uint64_t ref : parked_) {
+  if (!schedule_.has_parked() || breaker_.open()) return;
+  const auto cleared = schedule_.take_parked_if([&](std::uint64_t ref) {
+    return all || !breaker_.suspects(tracked_.at(ref).last_failure->fingerprint);
+  });
+  for (std::uint64_t ref : cleared) {
     Tracked& t = tracked_.at(ref);
-    if (!all && breaker_.suspects(t.last_failure->fingerprint)) {
-      still.push_back(ref);
-      continue;
-    }
     quarantine(t, *t.last_failure, t.parked_reason);
   }
-  parked_.swap(still);
 }
 
 std::string TaskFlow::describe_outage() const {
@@ -565,12 +494,11 @@ std::string TaskFlow::describe_outage() const {
 }
 
 void TaskFlow::release_held() {
-  const auto now = Clock::now();
-  out_.on_notice("handler outage over: a task succeeded; " + std::to_string(held_.size()) +
+  const auto now = this->now();
+  out_.on_notice("handler outage over: a task succeeded; " + std::to_string(schedule_.held_count()) +
                  " held tasks run again");
   out_.on_status("");
-  for (std::uint64_t ref : held_) delayed_.emplace(now, ref);
-  held_.clear();
+  for (std::uint64_t ref : schedule_.take_held()) schedule_.delay(ref, now);
 }
 
 void TaskFlow::remember_poison(const Tracked& t, std::int64_t record_id, const Outcome& outcome) {
@@ -590,7 +518,6 @@ void TaskFlow::remember_poison(const Tracked& t, std::int64_t record_id, const O
 
 void TaskFlow::take_back_outage_verdicts() {
   const std::string& fingerprint = breaker_.dominant_fingerprint();
-  const std::int64_t now = store::now_ms();
   std::vector<std::string> taken;
   for (auto it = judged_poison_.begin(); it != judged_poison_.end();) {
     if (it->outcome.fingerprint != fingerprint || active_payloads_.count(it->task.payload_id) > 0) {
@@ -610,12 +537,7 @@ void TaskFlow::take_back_outage_verdicts() {
       t.task.payload = std::move(*payload);
       const std::string detail = "released: quarantined earlier in this run with " + fingerprint +
                                  ", the fingerprint of a suspected handler outage; the task runs again";
-      writes_.push_back([this, record_id, task_id = t.task_id, now, detail]() -> Status {
-        auto released = quarantine_->take_back(record_id, now, settings_.actor, "released", detail);
-        if (!released) return Status::error(released.error());
-        if (!*released) return Status::ok();  // an operator acted on it meanwhile: theirs stands
-        return ledger_->set_state(task_id, "pending", now);
-      });
+      batch_.add(TakeBackRecord{record_id, t.task_id, detail});
       taken.push_back("#" + std::to_string(record_id) + " (" + t.task.key + ")");
     } else {
       taken.push_back(t.task.key);
@@ -628,7 +550,7 @@ void TaskFlow::take_back_outage_verdicts() {
     t.task.ref = ref;
     active_payloads_.insert(t.payload_id);
     tracked_.emplace(ref, std::move(t));
-    held_.push_back(ref);
+    schedule_.hold(ref);
     ++report_.taken_back;
     if (report_.quarantined > 0) --report_.quarantined;
   }
@@ -667,14 +589,14 @@ Status TaskFlow::start_probe(std::vector<std::uint64_t>& starts, Clock::time_poi
   t.task.ref = ref;
   t.probe_copy = true;
   tracked_.emplace(ref, std::move(t));
-  ready_.push_back(ref);
+  schedule_.make_ready(ref);
   breaker_.probe_started();
   report_pause(now, nullptr);
   return Status::ok();
 }
 
 void TaskFlow::on_probe_copy_outcome(Tracked& t, const Outcome& outcome) {
-  const auto now = Clock::now();
+  const auto now = this->now();
   const bool ok = outcome.kind == Kind::kOk;
   const std::string fingerprint = breaker_.dominant_fingerprint();
   const std::string key = t.task.key;
@@ -702,7 +624,7 @@ void TaskFlow::report_pause(Clock::time_point now, const Outcome* failed_probe) 
   if (!breaker_.open()) return;
   const auto open_for = std::chrono::duration_cast<std::chrono::seconds>(now - breaker_.opened_at()).count();
   std::string status = "paused: handler outage suspected for " + std::to_string(open_for) + " s, " +
-                       std::to_string(held_.size()) + " held";
+                       std::to_string(schedule_.held_count()) + " held";
   const auto wall = [now](Clock::time_point when) {
     const auto at = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(when - now);
     const std::time_t t = std::chrono::system_clock::to_time_t(at);
@@ -734,7 +656,7 @@ void TaskFlow::stop_for_outage() {
   inner_done_ = true;
   out_.on_notice("handler outage suspected for longer than " +
                  std::to_string(settings_.breaker.max_wait.count() / 1000) + " s (--breaker-max-wait): stopping; " +
-                 std::to_string(held_.size()) + " held tasks (listed as held) and the inputs not read yet run in the "
+                 std::to_string(schedule_.held_count()) + " held tasks (listed as held) and the inputs not read yet run in the "
                  "next run over the same inputs and store");
   out_.on_status("");
 }
@@ -756,13 +678,9 @@ Status TaskFlow::finish(const std::string& run_error) {
     a.kind = "interrupted";
     a.charged = false;
     ++report_.interrupted;
-    if (ledger_ != nullptr) {
-      writes_.push_back([this, id = t.task_id, n = a.n, why] {
-        return ledger_->end_attempt(id, n, store::now_ms(), "interrupted", "", why, false);
-      });
-    }
+    if (ledger_ != nullptr) batch_.add(EndAttempt{t.task_id, a.n, "interrupted", "", why, false});
   }
-  for (std::uint64_t ref : held_) {
+  for (std::uint64_t ref : schedule_.take_held()) {
     auto it = tracked_.find(ref);
     if (it == tracked_.end()) continue;
     ++report_.held;
@@ -771,7 +689,6 @@ Status TaskFlow::finish(const std::string& run_error) {
                     Verdict{Verdict::Type::kHeld, it->second.attempts, 0, false, false,
                             "held by a suspected handler outage; runs again in the next run over the same store"});
   }
-  held_.clear();
   if (!fatal_.is_ok()) {
     // The store failed: try once more to record what is known, then report the failure.
     const Status failure = fatal_;

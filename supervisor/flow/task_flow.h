@@ -1,15 +1,19 @@
 #pragma once
-// The task flow between the input source and the dispatcher (DESIGN.md §1,
-// §5): ledger -> dispatcher -> verdict. It is the dispatcher's TaskSource and
-// OutcomeSink at once:
+// The task flow between the input source and the dispatcher
+// (docs/architecture.md, 'The path of one task'): ledger -> dispatcher ->
+// verdict. It is the dispatcher's TaskSource and OutcomeSink at once:
 //   * intake: skips tasks the ledger has finished, quarantines a payload that
 //     killed the supervisor max_attempts times, and counts every attempt in
-//     the ledger before the dispatcher gets the task (one transaction per
-//     dispatcher turn: group commit);
+//     the ledger before the dispatcher gets the task;
 //   * per attempt: asks the retry policy (retry_policy.h) what it means,
 //     schedules retries after their backoff without holding a slot, and asks
 //     the circuit breaker (circuit_breaker.h) whether this is an outage;
-//   * per task, once: hands the verdict to a VerdictSink.
+//   * per task, once: hands the verdict to a VerdictSink (verdict.h).
+// Where a task waits between attempts is the schedule's (task_schedule.h);
+// what the turn writes to the ledger is a batch of typed writes
+// (ledger_batch.h), applied in one transaction at the top of the next turn
+// (prepare): group commit. It never sleeps and arms no timer: next() says by
+// when it wants to be asked again (TaskSource::Item::wake_at).
 // Without a store (--no-store) the same rules apply in memory; a poison
 // payload is then reported, not kept.
 #include <signal.h>
@@ -26,63 +30,18 @@
 #include <string>
 #include <vector>
 
-#include "shared/unique_fd.h"
 #include "supervisor/flow/circuit_breaker.h"
+#include "supervisor/flow/ledger_batch.h"
+#include "supervisor/flow/task_schedule.h"
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/flow/retry_policy.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
+#include "supervisor/flow/run_identity.h"
+#include "supervisor/flow/verdict.h"
 
 namespace pillbox {
-
-struct Verdict {
-  enum class Type {
-    kOk,           // succeeded (on attempt `attempts`)
-    kQuarantined,  // poison: kept in the store as record `record_id`
-    kPoison,       // poison, but no store to keep it in (--no-store)
-    kGaveUp,       // failed every attempt for reasons that are not the payload's: not quarantined
-    kHeld,         // not run to the end because of a suspected outage: runs again next time
-  };
-  Type type = Type::kOk;
-  std::uint32_t attempts = 0;
-  std::int64_t record_id = 0;
-  bool new_fingerprint = false;
-  bool folded = false;        // store full: counted as a repeat of an existing record
-  std::string reason;
-};
-
-std::string_view to_string(Verdict::Type type);
-
-class VerdictSink {
- public:
-  virtual ~VerdictSink() = default;
-  virtual void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) = 0;
-  virtual void on_input_error(const std::string& message) = 0;
-  // Run-level news: outage suspected, outage over, tasks skipped.
-  virtual void on_notice(const std::string& message) = 0;
-  // A task not run: the store already has it finished (`why`), or it is a
-  // repeat of an input earlier in this run. `record_id`: its quarantine record.
-  virtual void on_skipped(const Task& /*task*/, const std::string& /*why*/, std::int64_t /*record_id*/) {}
-  // An earlier poison verdict on `task` (quarantined or poison, record
-  // `record_id` or 0) is taken back: a suspected outage explains the
-  // failure. The task is held and gets another verdict later.
-  virtual void on_taken_back(const Task& /*task*/, const Outcome& /*outcome*/, const std::string& /*why*/,
-                             std::int64_t /*record_id*/) {}
-  // What the run is doing when it is not simply running tasks, for a
-  // progress line: "paused: handler outage suspected ..."; "" when running.
-  virtual void on_status(const std::string& /*status*/) {}
-};
-
-// What a quarantine record says the task ran under.
-struct RunIdentity {
-  std::string handler;
-  std::string handler_identity;
-  std::string handler_args;     // JSON object
-  std::string exec_argv;        // JSON array
-  std::string policy_identity;
-  std::string policy;           // policy text
-};
 
 struct FlowSettings {
   RetrySettings retry;
@@ -90,6 +49,9 @@ struct FlowSettings {
   RunIdentity identity;
   std::string actor;            // who writes the audit trail: "pillbox run (pid N)"
   bool rerun_done = false;      // run tasks the ledger has as ok again (--rerun)
+  // The flow's clock (backoffs, the breaker's windows and probes); tests
+  // give one they move by hand. Empty: std::chrono::steady_clock::now.
+  std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
 struct FlowReport {
@@ -169,11 +131,11 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::int64_t record_id = 0;  // 0 without a store
     Outcome outcome;           // the failure it was judged on
   };
-  struct AfterCommit {
-    std::uint64_t ref = 0;
+  // A quarantine verdict, told once the batch that writes its record is
+  // applied (the verdict names the record).
+  struct AwaitingRecord {
     Outcome outcome;
     Verdict verdict;
-    std::string record_json;
   };
 
   Status take_fresh(std::size_t want, std::vector<std::uint64_t>& starts);
@@ -195,8 +157,14 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // against the payload.
   void uncharge_outage_failures(Tracked& t);
   void forget(std::uint64_t ref);
+  // Counts the attempts of `starts` and applies the turn's batch, then tells
+  // the verdicts that waited for it.
   Status flush(const std::vector<std::uint64_t>& starts);
-  void arm_timer(bool now);
+  // By when next() wants to be asked again, when it says kWait.
+  std::optional<Clock::time_point> wake_at() const;
+  static std::optional<Clock::time_point> wait_at_earliest(std::optional<Clock::time_point> a,
+                                                           std::optional<Clock::time_point> b);
+  Clock::time_point now() const { return settings_.clock ? settings_.clock() : Clock::now(); }
   std::string describe_outage() const;
   // The breaker's probes: a copy of a payload that succeeded in this run
   // when there is one (it tells an outage from a burst of poison in one
@@ -216,16 +184,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   QuarantineCallback on_quarantine_;
   CircuitBreaker breaker_;
   std::mt19937_64 rng_;
-  UniqueFd timer_;
 
-  std::map<std::uint64_t, Tracked> tracked_;   // every task not yet settled
-  std::deque<std::uint64_t> ready_;            // attempt counted; next() hands them out
-  std::multimap<Clock::time_point, std::uint64_t> delayed_;  // retries waiting for their backoff
-  std::deque<std::uint64_t> held_;             // failed during an outage; wait for the breaker
-  std::vector<std::uint64_t> parked_;          // judged poison while an outage was suspected:
-                                               // wait, without running, for the breaker to decide
-  std::deque<std::uint64_t> suspects_;         // unfinished last attempt: each runs alone
-  std::uint64_t solo_ref_ = 0;                 // the suspect running alone now
+  std::map<std::uint64_t, Tracked> tracked_;   // every task not yet settled, by ref
+  TaskSchedule schedule_;                      // where those not running wait
   std::set<std::string> active_payloads_;      // payload ids of tracked tasks (repeats are skipped)
   std::size_t in_flight_ = 0;
   bool inner_done_ = false;
@@ -240,8 +201,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   Status fatal_;                // a ledger write failed: the run stops
   StopSignals stop_signals_;
 
-  std::vector<std::function<Status()>> writes_;  // ledger writes of this turn
-  std::vector<AfterCommit> after_commit_;        // verdicts that name a record id
+  LedgerBatch batch_;                                  // this turn's ledger writes
+  std::map<std::uint64_t, AwaitingRecord> awaiting_record_;  // by ref
   FlowReport report_;
 };
 

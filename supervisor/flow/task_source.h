@@ -6,9 +6,11 @@
 // that are not regular files (supervisor/io/input_files.h) come out as input
 // errors where they sort. stdin is read on its own thread so a slow producer
 // never stalls running tasks.
+#include <chrono>
 #include <cstdint>
 #include <istream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +34,15 @@ class TaskSource {
     Type type = Type::kEnd;
     Task task;
     std::string error;  // kError: one line, names the input (stdin:12: ...)
+    // kWait: ask again at this time at the latest (now or past: at once),
+    // even if no fd of wait_fds() became readable. The dispatcher owns the
+    // clock of the wait; sources arm no timers of their own.
+    std::optional<std::chrono::steady_clock::time_point> wake_at;
   };
   virtual ~TaskSource() = default;
-  // Never blocks: kWait means "poll wait_fd() and ask again".
+  // Never blocks: kWait means "poll wait_fds() until one is readable or
+  // wake_at comes, then ask again". The dispatcher also asks again whenever
+  // anything else happens (a task ended, a slot came free).
   virtual Item next() = 0;
   virtual int wait_fd() const { return -1; }
   // Everything whose readability may end a kWait (default: wait_fd()).

@@ -1,11 +1,7 @@
 #include "supervisor/ops/payload_runner.h"
 
-#include <sys/timerfd.h>
-#include <unistd.h>
-
 #include <string>
 
-#include "shared/unique_fd.h"
 
 namespace pillbox {
 namespace {
@@ -15,7 +11,7 @@ namespace {
 class PlannerAdapter final : public TaskSource, public OutcomeSink {
  public:
   explicit PlannerAdapter(PayloadPlanner& planner)
-      : planner_(planner), timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {}
+      : planner_(planner) {}
 
   Status prepare(std::size_t) override {
     if (const int sig = signals_.caught(); sig != 0) {
@@ -26,9 +22,6 @@ class PlannerAdapter final : public TaskSource, public OutcomeSink {
   }
 
   Item next() override {
-    std::uint64_t expirations = 0;
-    while (::read(timer_.get(), &expirations, sizeof expirations) > 0) {
-    }
     Item item;
     if (auto task = planner_.next()) {
       ++in_flight_;
@@ -37,22 +30,15 @@ class PlannerAdapter final : public TaskSource, public OutcomeSink {
       return item;
     }
     if (auto when = planner_.not_before()) {
-      // Too early (a rate limit): the timer wakes the dispatcher.
-      itimerspec spec{};
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count();
-      spec.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-      spec.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-      if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
-      ::timerfd_settime(timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr);
+      // Too early (a rate limit): the dispatcher asks again then.
       item.type = Item::Type::kWait;
+      item.wake_at = *when;
       return item;
     }
     // Never "wait" with nothing in flight: nothing would wake the dispatcher.
     item.type = in_flight_ > 0 ? Item::Type::kWait : Item::Type::kEnd;
     return item;
   }
-
-  std::vector<int> wait_fds() const override { return {timer_.get()}; }
 
   void on_outcome(const Task& task, const Outcome& outcome) override {
     if (in_flight_ > 0) --in_flight_;
@@ -65,7 +51,6 @@ class PlannerAdapter final : public TaskSource, public OutcomeSink {
 
  private:
   PayloadPlanner& planner_;
-  UniqueFd timer_;
   StopSignals signals_;
   std::size_t in_flight_ = 0;
   int stop_signal_ = 0;

@@ -1,0 +1,96 @@
+#include "supervisor/flow/ledger_batch.h"
+
+#include "supervisor/ops/quarantine_entry.h"
+#include "supervisor/ops/quarantine_json.h"
+
+namespace pillbox {
+namespace {
+
+// One write inside the open transaction; each adds its result, if any.
+class Writer {
+ public:
+  Writer(store::Ledger& ledger, store::QuarantineStore& quarantine, const BatchContext& context, std::int64_t now,
+         BatchResult& result)
+      : ledger_(ledger), quarantine_(quarantine), context_(context), now_(now), result_(result) {}
+
+  Status operator()(const StartAttempt& w) {
+    auto started = ledger_.start_attempt(w.key, w.sha256, w.payload_size, now_, w.solo, w.fresh_budget);
+    if (!started) return Status::error(started.error());
+    result_.started.push_back({w.ref, started->task_id, started->n, started->state});
+    return Status::ok();
+  }
+  Status operator()(const EndAttempt& w) {
+    return ledger_.end_attempt(w.task_id, w.n, now_, w.kind, w.fingerprint, w.message, w.charged);
+  }
+  Status operator()(const UnchargeAttempt& w) { return ledger_.uncharge(w.task_id, w.n); }
+  Status operator()(const SetTaskState& w) { return ledger_.set_state(w.task_id, w.state, now_); }
+
+  Status operator()(const QuarantinePayload& w) {
+    store::QuarantineEntry entry = make_quarantine_entry(context_.identity, w.outcome, w.key, w.sha256,
+                                                         static_cast<std::int64_t>(w.payload.size()), "run");
+    entry.task_id = w.task_id;
+    auto inserted = quarantine_.insert(entry, w.payload, now_, context_.actor);
+    if (!inserted) return Status::error(inserted.error());
+    QuarantinedPayload done{w.ref, inserted->id, inserted->new_fingerprint, inserted->folded, ""};
+    if (!inserted->folded && !inserted->existing) {
+      if (auto s = quarantine_.audit(inserted->id, now_, context_.actor, "quarantined",
+                                     w.reason + " (attempt " + std::to_string(w.attempts) + ")");
+          !s) {
+        return s;
+      }
+      store::QuarantineRecord record;
+      record.id = inserted->id;
+      record.entry = std::move(entry);
+      record.status = "quarantined";
+      record.created_at = record.updated_at = now_;
+      // The attempt ends of this batch, written before this, are counted.
+      auto tally = quarantine_.attempt_tally(w.task_id);
+      if (!tally) return Status::error(tally.error());
+      done.record_json = quarantine_record_json(record, w.attempts, inserted->new_fingerprint, context_.store_dir, &*tally);
+    }
+    result_.quarantined.push_back(std::move(done));
+    return ledger_.set_state(w.task_id, "quarantined", now_);
+  }
+
+  Status operator()(const TakeBackRecord& w) {
+    auto released = quarantine_.take_back(w.record_id, now_, context_.actor, "released", w.detail);
+    if (!released) return Status::error(released.error());
+    if (!*released) return Status::ok();  // an operator acted on it meanwhile: theirs stands
+    return ledger_.set_state(w.task_id, "pending", now_);
+  }
+
+ private:
+  store::Ledger& ledger_;
+  store::QuarantineStore& quarantine_;
+  const BatchContext& context_;
+  const std::int64_t now_;
+  BatchResult& result_;
+};
+
+}  // namespace
+
+Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::QuarantineStore& quarantine,
+                                         const BatchContext& context) {
+  std::vector<LedgerWrite> writes;
+  writes.swap(writes_);
+  BatchResult result;
+  if (writes.empty()) return result;
+  // On failure the batch keeps what it was to record (a later apply may
+  // still succeed), but not its starts: the tasks they were for do not run.
+  auto failed = [&](const std::string& message) -> Expected<BatchResult> {
+    ledger.rollback();
+    for (LedgerWrite& w : writes) {
+      if (!std::holds_alternative<StartAttempt>(w)) writes_.push_back(std::move(w));
+    }
+    return Error{message};
+  };
+  if (auto s = ledger.begin(); !s) return failed(s.message());
+  Writer writer(ledger, quarantine, context, store::now_ms(), result);
+  for (const LedgerWrite& w : writes) {
+    if (auto s = std::visit(writer, w); !s) return failed(s.message());
+  }
+  if (auto s = ledger.commit(); !s) return failed(s.message());
+  return result;
+}
+
+}  // namespace pillbox

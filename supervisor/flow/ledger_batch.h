@@ -1,0 +1,120 @@
+#pragma once
+// The ledger writes of one dispatcher turn, as data: start an attempt, end
+// one, uncharge one, set a task's state, quarantine a payload, take a
+// quarantine verdict back. The task flow adds them as it decides; apply()
+// writes them all in one transaction (one WAL append: group commit), in the
+// order they were added, and returns what the database assigned (attempt
+// numbers, record ids) by the task's ref. A failed write rolls the whole
+// batch back: nothing half-written, and nothing runs whose attempt is not
+// counted.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/classify/outcome.h"
+#include "supervisor/flow/run_identity.h"
+#include "supervisor/store/ledger.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+struct StartAttempt {
+  std::uint64_t ref = 0;       // the flow's handle, echoed in the result
+  std::string key;
+  std::string sha256;
+  std::int64_t payload_size = 0;
+  bool solo = false;           // runs with nothing else in flight
+  bool fresh_budget = false;   // gave up in an earlier run: old attempts stop counting
+};
+
+struct EndAttempt {
+  std::int64_t task_id = 0;
+  std::uint32_t n = 0;
+  std::string kind;
+  std::string fingerprint;
+  std::string message;
+  bool charged = true;
+};
+
+struct UnchargeAttempt {
+  std::int64_t task_id = 0;
+  std::uint32_t n = 0;
+};
+
+struct SetTaskState {
+  std::int64_t task_id = 0;
+  std::string state;           // ok | gave-up
+};
+
+// A poison payload into the quarantine store, with its audit entry, and its
+// task marked quarantined.
+struct QuarantinePayload {
+  std::uint64_t ref = 0;
+  std::int64_t task_id = 0;
+  std::string key;
+  std::string sha256;
+  std::string_view payload;    // the flow's copy; it outlives apply()
+  std::uint32_t attempts = 0;
+  Outcome outcome;
+  std::string reason;
+};
+
+// A poison verdict of this run taken back (a suspected outage explains it):
+// the record is released, unless an operator acted on it meanwhile, and its
+// task is pending again.
+struct TakeBackRecord {
+  std::int64_t record_id = 0;
+  std::int64_t task_id = 0;
+  std::string detail;          // the audit entry's text
+};
+
+using LedgerWrite =
+    std::variant<StartAttempt, EndAttempt, UnchargeAttempt, SetTaskState, QuarantinePayload, TakeBackRecord>;
+
+struct StartedAttemptOf {
+  std::uint64_t ref = 0;
+  std::int64_t task_id = 0;
+  std::uint32_t n = 0;         // 0: another pillbox finished the task meanwhile
+  std::string state;           // then: how it finished (ok | quarantined)
+};
+
+struct QuarantinedPayload {
+  std::uint64_t ref = 0;
+  std::int64_t record_id = 0;
+  bool new_fingerprint = false;
+  bool folded = false;         // store full: counted as a repeat of an existing record
+  std::string record_json;     // the new record, for --on-quarantine ("" when not new)
+};
+
+struct BatchResult {
+  std::vector<StartedAttemptOf> started;    // in the order the starts were added
+  std::vector<QuarantinedPayload> quarantined;
+};
+
+// Who writes, and how new records are described.
+struct BatchContext {
+  RunIdentity identity;
+  std::string actor;           // "pillbox run (pid N)"
+  std::string store_dir;       // for the record JSON
+};
+
+class LedgerBatch {
+ public:
+  void add(LedgerWrite write) { writes_.push_back(std::move(write)); }
+  bool empty() const { return writes_.empty(); }
+  std::size_t size() const { return writes_.size(); }
+  const std::vector<LedgerWrite>& writes() const { return writes_; }
+
+  // Writes everything in one transaction and empties the batch. When that
+  // fails nothing of it is written, and the batch keeps every write but the
+  // starts (their tasks do not run), for a later attempt to record.
+  Expected<BatchResult> apply(store::Ledger& ledger, store::QuarantineStore& quarantine, const BatchContext& context);
+
+ private:
+  std::vector<LedgerWrite> writes_;
+};
+
+}  // namespace pillbox

@@ -1,0 +1,19 @@
+#pragma once
+// What the tasks of a run ran under, as a quarantine record keeps it: the
+// handler (or exec command) and the policy. Made by run_identity()
+// (supervisor/flow/job.h) from a ChildConfig.
+#include <string>
+
+namespace pillbox {
+
+// What a quarantine record says the task ran under.
+struct RunIdentity {
+  std::string handler;
+  std::string handler_identity;
+  std::string handler_args;     // JSON object
+  std::string exec_argv;        // JSON array
+  std::string policy_identity;
+  std::string policy;           // policy text
+};
+
+}  // namespace pillbox
