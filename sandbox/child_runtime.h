@@ -1,7 +1,8 @@
 #pragma once
 // One confined child: from the fork (or exec, in spawn mode) to _exit. The
 // order of the steps is the security argument, so it lives in one place
-// (run_child) and follows DESIGN.md §3:
+// (run_child; docs/architecture.md, 'The path of one task', and
+// docs/security.md, section 3.2):
 //   new session, parent-death signal, fds, environment, cgroup,
 //   crash handler, connect the wire (as root: the runtime dir is 0700),
 //   private tmp (a mount namespace of its own, when the policy gives one),

@@ -1,6 +1,7 @@
 #pragma once
-// The closed set of outcomes of one task (DESIGN.md §4). Every place that
-// switches on Kind must handle every value; to_string is exhaustive.
+// The closed set of outcomes of one task (docs/architecture.md, 'Failure
+// kinds and the classifier'). Every place that switches on Kind must handle
+// every value; to_string is exhaustive.
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -14,7 +15,7 @@ enum class Kind : std::uint8_t {
   kCpuLimit,          // RLIMIT_CPU: SIGXCPU, then SIGKILL
   kWallTimeout,       // alive past the wall deadline; killed by the supervisor
   kOom,               // cgroup OOM kill, or allocation failure under RLIMIT_AS
-  kSeccompViolation,  // a denied syscall (named in Failure::syscall)
+  kSeccompViolation,  // a denied syscall (named in Outcome::syscall)
   kOutputLimit,       // result or file size over its cap (incl. SIGXFSZ)
   kHandlerError,      // the handler failed cleanly with a message
   kProtocolError,     // malformed, oversized, forged or missing frames
@@ -33,7 +34,8 @@ inline constexpr Kind kAllKinds[] = {
 std::string_view to_string(Kind kind);
 std::optional<Kind> kind_from_string(std::string_view name);
 
-// True for kinds where the same payload fails the same way again (DESIGN.md §5).
+// True for kinds where the same payload fails the same way again
+// (docs/architecture.md, 'Verdicts: retries, quarantine, outages').
 bool is_deterministic(Kind kind);
 
 }  // namespace pillbox

@@ -1,9 +1,10 @@
 #pragma once
-// Crash state and fingerprints (DESIGN.md §4). The crash state is the top
-// three meaningful frames after dropping libc/libstdc++/allocator/abort/raise
-// frames and pillbox's own runtime frames, with addresses normalized; the
-// fingerprint is a short stable id of kind + signal/syscall + crash state +
-// handler identity: same bug, different payloads -> same fingerprint.
+// Crash state and fingerprints (docs/architecture.md, 'Failure kinds and the
+// classifier'). The crash state is the top three meaningful frames after
+// dropping libc/libstdc++/allocator/abort/raise frames and pillbox's own
+// runtime frames, with addresses normalized; the fingerprint is a short
+// stable id of kind + signal/syscall + crash state + handler identity: same
+// bug, different payloads -> same fingerprint.
 #include <cstdint>
 #include <string>
 #include <string_view>

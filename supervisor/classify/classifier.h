@@ -1,8 +1,9 @@
 #pragma once
-// Execution -> Outcome: decides the failure kind (DESIGN.md §4), symbolizes
-// crash frames and computes the fingerprint. The kernel's wait status is the
-// ground truth; what the child said (frames, crash report) only refines it,
-// so a hostile child can mislead at most its own fingerprint.
+// Execution -> Outcome: decides the failure kind, symbolizes crash frames
+// and computes the fingerprint (docs/architecture.md, 'Failure kinds and the
+// classifier'). The kernel's wait status is the ground truth; what the child
+// said (frames, crash report) only refines it, so a hostile child can mislead
+// at most its own fingerprint.
 #include "supervisor/classify/outcome.h"
 #include "supervisor/classify/symbolizer.h"
 

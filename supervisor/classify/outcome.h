@@ -1,6 +1,7 @@
 #pragma once
 // What happened to one task (Execution: the raw facts gathered by the
-// dispatcher) and what it means (Outcome: the classification, DESIGN.md §1).
+// dispatcher) and what it means (Outcome: the classification). Where both
+// come from and where they go: docs/architecture.md, 'The path of one task'.
 #include <sys/types.h>
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 #pragma once
-// What to do after an attempt (DESIGN.md §5): done, retry after a backoff,
-// quarantine, or give up without blaming the payload. Pure functions of the
-// task's attempt history, so the rules are tested without processes.
+// What to do after an attempt (docs/architecture.md, 'Verdicts: retries,
+// quarantine, outages'): done, retry after a backoff, quarantine, or give up
+// without blaming the payload. Pure functions of the task's attempt history,
+// so the rules are tested without processes.
 //
 //   * ok                                      -> done
 //   * not the payload's fault (killed, sandbox-error, an exec exit code named

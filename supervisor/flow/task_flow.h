@@ -1,7 +1,7 @@
 #pragma once
-// The task flow between the input source and the dispatcher
-// (docs/architecture.md, 'The path of one task'): ledger -> dispatcher ->
-// verdict. It is the dispatcher's TaskSource and OutcomeSink at once:
+// The task flow (docs/architecture.md, 'The path of one task'): source ->
+// ledger -> dispatcher -> verdict. It is the dispatcher's TaskSource and
+// OutcomeSink at once:
 //   * intake: skips tasks the ledger has finished, quarantines a payload that
 //     killed the supervisor max_attempts times, and counts every attempt in
 //     the ledger before the dispatcher gets the task;

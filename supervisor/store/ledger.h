@@ -1,10 +1,11 @@
 #pragma once
 // The task ledger: every attempt of every task, counted in the database
-// before the child starts (DESIGN.md §5). A run over the same inputs with the
-// same store finds each task by (handler identity, key, payload hash): done
-// tasks are skipped, unfinished ones run again with their attempts
-// remembered, and an attempt that never finished says the supervisor died
-// while it ran.
+// before the child starts (docs/architecture.md, 'The store'; what the
+// counts decide: 'Verdicts: retries, quarantine, outages'). A run over the
+// same inputs with the same store finds each task by (handler identity, key,
+// payload hash): done tasks are skipped, unfinished ones run again with their
+// attempts remembered, and an attempt that never finished says the
+// supervisor died while it ran.
 //
 // Writes are grouped: begin(), any number of writes, commit() — one
 // transaction (one WAL append) for everything a dispatcher turn did.

@@ -1,8 +1,8 @@
 #pragma once
 // Quarantine records: what a poison payload did, under what it ran, and what
-// operators did with it since (DESIGN.md §5). A record names its payload by
-// hash (payload_store.h) and its task in the ledger, whose attempts are the
-// record's history.
+// operators did with it since (docs/architecture.md, 'The store'). A record
+// names its payload by hash (payload_store.h) and its task in the ledger,
+// whose attempts are the record's history.
 //
 // Capacity: `max_records` counts every record. When a new quarantine would
 // go past it, in this order:

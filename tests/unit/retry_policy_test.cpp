@@ -1,5 +1,6 @@
-// The retry policy (DESIGN.md §5): pure functions of a task's attempt
-// history, so every rule is exercised here without a process.
+// The retry policy (docs/architecture.md, 'Verdicts: retries, quarantine,
+// outages'): pure functions of a task's attempt history, so every rule is
+// exercised here without a process.
 #include <doctest/doctest.h>
 
 #include <chrono>
