@@ -190,6 +190,23 @@ FlowSettings retries(std::uint32_t max_attempts) {
   return s;
 }
 
+// A breaker that opens when 3 of the last 4 distinct payloads fail alike,
+// probes once a second, and stops the run after `max_wait` (0: never).
+FlowSettings outage_settings(std::chrono::milliseconds max_wait) {
+  FlowSettings s = retries(3);
+  s.breaker.window = 4;
+  s.breaker.threshold = 0.75;
+  s.breaker.probe_interval = 1s;
+  s.breaker.max_wait = max_wait;
+  return s;
+}
+
+std::vector<std::string> numbered_keys(int n) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back("t" + std::to_string(i));
+  return keys;
+}
+
 TEST_CASE("task flow: good payloads are ok once, and a second run over the same store skips them") {
   test::ScratchDir dir("flow");
   {
@@ -272,14 +289,8 @@ TEST_CASE("task flow: without a store a poison payload is reported as poison, no
 
 TEST_CASE("task flow: an outage holds the tasks, a working handler releases them, nothing is quarantined") {
   test::ScratchDir dir("flow");
-  FlowSettings settings = retries(3);
-  settings.breaker.window = 4;
-  settings.breaker.threshold = 0.75;
-  settings.breaker.probe_interval = 1s;
-  settings.breaker.max_wait = 0ms;
-  std::vector<std::string> keys;
-  for (int i = 0; i < 12; ++i) keys.push_back("t" + std::to_string(i));
-  Run run(dir.path, keys, settings);
+  const std::vector<std::string> keys = numbered_keys(12);
+  Run run(dir.path, keys, outage_settings(0ms));
   // The first two payloads work; then the handler is broken for every
   // payload (a bad deploy) until the clock passes 10 s into the run (fixed).
   const auto fixed_at = run.now + 10s;
@@ -309,14 +320,8 @@ TEST_CASE("task flow: an outage holds the tasks, a working handler releases them
 
 TEST_CASE("task flow: tasks still held when the outage outlasts the input are reported held, not judged") {
   test::ScratchDir dir("flow");
-  FlowSettings settings = retries(3);
-  settings.breaker.window = 4;
-  settings.breaker.threshold = 0.75;
-  settings.breaker.probe_interval = 1s;
-  settings.breaker.max_wait = 30s;
-  std::vector<std::string> keys;
-  for (int i = 0; i < 8; ++i) keys.push_back("t" + std::to_string(i));
-  Run run(dir.path, keys, settings);
+  const std::vector<std::string> keys = numbered_keys(8);
+  Run run(dir.path, keys, outage_settings(30s));
   // Two good payloads, then broken for good.
   std::size_t calls = 0;
   const auto start = run.now;
