@@ -486,7 +486,7 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
       store::QuarantineRecord record;
       record.id = inserted->id;
       record.entry = std::move(e);
-      record.status = "quarantined";
+      record.status = store::RecordStatus::kQuarantined;
       record.created_at = record.updated_at = now;
       auto tally = quarantine_->attempt_tally(q.task_id);  // this turn's attempt ends are already written
       if (!tally) return Status::error(tally.error());

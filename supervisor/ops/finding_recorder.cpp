@@ -46,7 +46,7 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
     auto records = quarantine_->list(same_key);
     if (!records) return fail(records.error());
     for (const auto& r : *records) {
-      if (r.entry.task_id == started->task_id && r.status != "resolved") {
+      if (r.entry.task_id == started->task_id && r.status != store::RecordStatus::kResolved) {
         result.already = started->state;
         result.record_id = r.id;
         ledger_.rollback();
