@@ -84,7 +84,7 @@ std::uint64_t TaskFlow::track(Task task, std::string sha256, std::optional<store
     // A task that gave up in an earlier run gets a fresh budget (what failed
     // then was not the payload's fault): its old attempts are uncharged when
     // its next attempt starts, in the same transaction.
-    if (known->state == "gave-up") {
+    if (known->state == store::TaskState::kGaveUp) {
       t.fresh_budget = true;
       for (auto& a : t.history) a.charged = false;
     }
@@ -120,12 +120,12 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
       auto found = ledger_->find(item.task.key, sha);
       if (!found) return Status::error(found.error());
       known = std::move(*found);
-      if (known && known->state == "ok" && !settings_.rerun_done) {
+      if (known && known->state == store::TaskState::kOk && !settings_.rerun_done) {
         ++report_.skipped_done;
         out_.on_skipped(item.task, "already ok in the store", 0);
         continue;
       }
-      if (known && known->state == "quarantined") {
+      if (known && known->state == store::TaskState::kQuarantined) {
         ++report_.skipped_quarantined;
         out_.on_skipped(item.task, "already quarantined in the store", 0);
         continue;
@@ -228,7 +228,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
       t.task_id = started->task_id;
       t.attempts = started->n;  // 0: another pillbox finished it meanwhile
       t.fresh_budget = false;
-      if (started->n == 0) finished_elsewhere.emplace_back(ref, started->state);
+      if (started->n == 0) finished_elsewhere.emplace_back(ref, store::to_string(started->state));
     }
     if (auto s = ledger_->commit(); !s) return fail(s);
     ++report_.commits;
@@ -440,9 +440,12 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
 void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
   if (t.attempts_in_run > 1) ++report_.retried;
   if (ledger_ != nullptr) {
-    const char* state = verdict.type == Verdict::Type::kOk ? "ok" : verdict.type == Verdict::Type::kGaveUp ? "gave-up" : nullptr;
-    if (state != nullptr) {
-      writes_.push_back([this, id = t.task_id, state] { return ledger_->set_state(id, state, store::now_ms()); });
+    const std::optional<store::TaskState> state =
+        verdict.type == Verdict::Type::kOk       ? std::optional(store::TaskState::kOk)
+        : verdict.type == Verdict::Type::kGaveUp ? std::optional(store::TaskState::kGaveUp)
+                                                 : std::nullopt;
+    if (state) {
+      writes_.push_back([this, id = t.task_id, state = *state] { return ledger_->set_state(id, state, store::now_ms()); });
     }
   }
   if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;
@@ -492,7 +495,7 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
       if (!tally) return Status::error(tally.error());
       a.record_json = quarantine_record_json(record, q.attempts, inserted->new_fingerprint, quarantine_dir_, &*tally);
     }
-    return ledger_->set_state(q.task_id, "quarantined", now);
+    return ledger_->set_state(q.task_id, store::TaskState::kQuarantined, now);
   });
 }
 
@@ -614,7 +617,7 @@ void TaskFlow::take_back_outage_verdicts() {
         auto released = quarantine_->take_back(record_id, now, settings_.actor, "released", detail);
         if (!released) return Status::error(released.error());
         if (!*released) return Status::ok();  // an operator acted on it meanwhile: theirs stands
-        return ledger_->set_state(task_id, "pending", now);
+        return ledger_->set_state(task_id, store::TaskState::kPending, now);
       });
       taken.push_back("#" + std::to_string(record_id) + " (" + t.task.key + ")");
     } else {
