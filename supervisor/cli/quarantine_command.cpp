@@ -275,7 +275,10 @@ Expected<std::int64_t> parse_record_id(const std::string& text) {
 Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id) {
   auto r = q.get(id);
   if (!r) return Error{r.error()};
-  if (!*r) return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)"};
+  if (!*r) {
+    return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
+                 ErrorCode::kUsage};
+  }
   return std::move(**r);
 }
 

@@ -13,6 +13,7 @@
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/progress.h"
@@ -104,7 +105,7 @@ int quarantine_replay(const QuarantineContext& c) {
   if (args.flag("dry-run")) {
     std::vector<std::string> skipped;
     auto plan = replay_plan(replays, settings, skipped);
-    if (!plan) return quarantine_error(plan.error(), plan.error().find("no quarantine record") == 0 ? kExitUsage : kExitSetup);
+    if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
     std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan->size(), plan->size() == 1 ? "" : "s",
                 settings.batch);
     for (const auto& r : *plan) {
@@ -151,7 +152,7 @@ int quarantine_replay(const QuarantineContext& c) {
   auto result = replay(c.quarantine, replays, settings);
   progress.finish();
   if (!result) {
-    return quarantine_error(result.error(), result.error().find("no quarantine record") == 0 ? kExitUsage : kExitSetup);
+    return quarantine_error(result.error(), exit_code_for(result.error_code()));
   }
   for (const auto& s : result->skipped) std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", s.c_str());
   if (result->recovered > 0) {

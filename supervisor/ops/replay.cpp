@@ -113,7 +113,7 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
   if (!recovered) return Error{recovered.error()};
   result.recovered = *recovered;
   auto selected = replays.select(settings.selection, result.skipped);
-  if (!selected) return Error{selected.error()};
+  if (!selected) return Error{selected.error(), selected.error_code()};
   result.selected = selected->size();
   const std::size_t batch_size = std::max<std::size_t>(1, settings.batch);
 

@@ -86,7 +86,10 @@ Expected<std::vector<QuarantineRecord>> ReplayStore::select(const ReplaySelectio
     for (std::int64_t id : sel.ids) {
       auto r = quarantine_->get(id);
       if (!r) return Error{r.error()};
-      if (!*r) return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)"};
+      if (!*r) {
+        return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
+                     ErrorCode::kUsage};
+      }
       if (!claimable((*r)->status, sel.force)) {
         skipped.push_back("record " + std::to_string(id) + " is " + std::string(to_string((*r)->status)) +
                           " (--force replays it anyway)");
