@@ -236,13 +236,13 @@ Expected<PreparedChild> prepare_child(const ChildConfig& config, bool check_defe
   PreparedChild prep;
   prep.config = config;
   if (load_handler_in_child(config)) {
-    bool config_error = false;
-    if (auto s = check_deferred ? check_handler_unprivileged(config, config_error) : Status::ok(); !s) {
-      return Error{(config_error ? std::string(kConfigErrorPrefix) : std::string()) + s.message()};
+    if (auto s = check_deferred ? check_handler_unprivileged(config) : Status::ok(); !s) {
+      if (s.code() != ErrorCode::kConfig) return Error{s.message()};
+      return Error{std::string(kConfigErrorPrefix) + s.message(), ErrorCode::kConfig};
     }
   } else if (!config.exec_mode()) {
     auto handler = make_handler_off_stdio(config);
-    if (!handler) return Error{std::string(kConfigErrorPrefix) + handler.error()};
+    if (!handler) return Error{std::string(kConfigErrorPrefix) + handler.error(), ErrorCode::kConfig};
     prep.handler = std::move(*handler);
   }
   auto filter = compile_filter(config.policy.seccomp, config.exec_mode());

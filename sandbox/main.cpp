@@ -50,12 +50,12 @@ int check_config() {
   auto config = read_control_blocking(kBootstrapFd, 1u << 20);
   if (!config || config->type != ControlType::kConfig) {
     std::fprintf(stderr, "bad configuration message on fd %d\n", kBootstrapFd);
-    return 3;
+    return kCheckExitSetupFailed;
   }
   auto prep = sandbox::prepare_child(config->config);
   if (!prep) {
     std::fprintf(stderr, "%s\n", prep.error().c_str());
-    return 3;
+    return prep.error_code() == ErrorCode::kConfig ? kCheckExitConfigInvalid : kCheckExitSetupFailed;
   }
   // What each spawned child will get: this throwaway process enters the same
   // namespaces, and says what the host refused, so the run can warn once

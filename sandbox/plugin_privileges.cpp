@@ -88,8 +88,7 @@ Status load_namespace_filter(const ChildConfig& config) {
 
 }  // namespace
 
-Status check_handler_unprivileged(const ChildConfig& config, bool& config_error) {
-  config_error = false;
+Status check_handler_unprivileged(const ChildConfig& config) {
   const Isolation& iso = config.policy.isolation;
   const std::uint32_t pool_uid = config.check_uid != 0 ? config.check_uid : iso.uid_pool_first;
   const std::uint32_t uid = iso.uid_pool_size > 0 ? pool_uid : config.sandbox_uid;
@@ -200,19 +199,23 @@ Status check_handler_unprivileged(const ChildConfig& config, bool& config_error)
   if (config.drop_privileges) sweep_uids(&uid, 1, 1000);
   // Exit 1: the handler failed to load (its message says why); anything else
   // is the check's own failure.
-  config_error = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  const ErrorCode code = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 1) ? ErrorCode::kConfig
+                                                                                                 : ErrorCode::kSetup;
   if (timed_out) {
-    config_error = true;
     return Status::error("plugin " + config.handler.substr(7) + " did not finish loading (its constructors and init) " +
-                         "within the wall-clock limit of " + std::to_string(config.policy.limits.wall_ms) + " ms");
+                             "within the wall-clock limit of " + std::to_string(config.policy.limits.wall_ms) + " ms",
+                         ErrorCode::kConfig);
   }
   if (WIFSIGNALED(status)) {
     return Status::error("plugin " + config.handler.substr(7) + " killed its loader with signal " +
-                         std::to_string(WTERMSIG(status)) + " while loading (its constructors or init, as uid " +
-                         std::to_string(uid) + ")");
+                             std::to_string(WTERMSIG(status)) + " while loading (its constructors or init, as uid " +
+                             std::to_string(uid) + ")",
+                         code);
   }
-  if (!error.empty()) return Status::error(error);
-  if (WEXITSTATUS(status) != 0) return Status::error("plugin " + config.handler.substr(7) + " could not be loaded");
+  if (!error.empty()) return Status::error(error, code);
+  if (WEXITSTATUS(status) != 0) {
+    return Status::error("plugin " + config.handler.substr(7) + " could not be loaded", code);
+  }
   return Status::ok();
 }
 

@@ -24,8 +24,8 @@ bool load_handler_in_child(const ChildConfig& config);
 // that cannot be read or loaded by the task's uid, or whose init fails, is
 // one clear error before any task runs. The error says where a permission
 // is missing and why plugins are not loaded as root.
-// `config_error` tells a handler that cannot be loaded (the user's to fix:
-// exit 2) from a host that cannot run the check (exit 3).
-Status check_handler_unprivileged(const ChildConfig& config, bool& config_error);
+// A handler that cannot be loaded is the user's to fix (ErrorCode::kConfig:
+// exit 2); a host that cannot run the check is not (kSetup: exit 3).
+Status check_handler_unprivileged(const ChildConfig& config);
 
 }  // namespace pillbox::sandbox

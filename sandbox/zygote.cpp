@@ -50,10 +50,11 @@ void send(const ControlMessage& m) {
   if (!write_all(kControlOut, encode_control(m))) _exit(1);  // supervisor gone
 }
 
-void send_failed(const std::string& message) {
+void send_failed(const std::string& message, ErrorCode code = ErrorCode::kSetup) {
   ControlMessage m;
   m.type = ControlType::kFailed;
   m.message = message;
+  m.error_code = code;
   send(m);
 }
 
@@ -289,7 +290,7 @@ int run_zygote() {
   }
   auto prep = prepare_child(config_msg->config);
   if (!prep) {
-    send_failed(prep.error());
+    send_failed(prep.error(), prep.error_code());
     return 1;
   }
   ControlMessage ready;

@@ -243,7 +243,11 @@ std::string encode_control(const ControlMessage& m) {
       pack_strings(pk, m.ready.isolation);
       pack_strings(pk, m.ready.warnings);
       break;
-    case ControlType::kFailed: pack_str(pk, m.message); break;
+    case ControlType::kFailed:
+      pk.pack_array(2);
+      pack_str(pk, m.message);
+      pk.pack_uint8(static_cast<std::uint8_t>(m.error_code));
+      break;
     case ControlType::kFork: pack_ticket(pk, m.ticket); break;
     case ControlType::kForked:
       pk.pack_array(2);
@@ -288,7 +292,12 @@ Expected<ControlMessage> decode_control(std::string_view body, std::size_t max_b
         m.ready.warnings = strings(r.ptr[2]);
         break;
       }
-      case ControlType::kFailed: m.message = str(b); break;
+      case ControlType::kFailed: {
+        const auto& r = arr(b, 2, "failed");
+        m.message = str(r.ptr[0]);
+        m.error_code = enum_u8<ErrorCode>(r.ptr[1], 0, static_cast<std::uint8_t>(ErrorCode::kConfig));
+        break;
+      }
       case ControlType::kFork: m.ticket = unpack_ticket(b); break;
       case ControlType::kForked: {
         const auto& r = arr(b, 2, "forked");

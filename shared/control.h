@@ -17,15 +17,21 @@ namespace pillbox {
 
 inline constexpr std::uint32_t kControlVersion = 1;
 
-// Prefix of setup errors caused by the user's configuration (unknown handler,
-// bad --arg, plugin that fails to load) rather than by the host; the CLI
-// reports those as usage errors (exit code 2).
+// Opens the message of a setup error caused by the user's configuration
+// (unknown handler, bad --arg, plugin that fails to load) rather than by the
+// host, for people to read. Programs tell such errors apart by their
+// ErrorCode::kConfig: in a kFailed message, or by --check's exit code.
 inline constexpr std::string_view kConfigErrorPrefix = "invalid handler configuration: ";
+
+// Exit codes of `pillbox-sandbox --check` (spawn mode's check of a
+// configuration before the run; the reason is on its stderr).
+inline constexpr int kCheckExitSetupFailed = 3;    // the host cannot set up what the config asks
+inline constexpr int kCheckExitConfigInvalid = 2;  // the config itself is wrong (ErrorCode::kConfig)
 
 enum class ControlType : std::uint8_t {
   kConfig = 1,      // supervisor -> zygote: ChildConfig
   kReady = 2,       // zygote -> supervisor: ZygoteReady
-  kFailed = 3,      // zygote -> supervisor: setup failed (message)
+  kFailed = 3,      // zygote -> supervisor: setup failed (message, error code)
   kFork = 4,        // supervisor -> zygote: TaskTicket
   kForked = 5,      // zygote -> supervisor: seq, pid
   kForkFailed = 6,  // zygote -> supervisor: seq, message
@@ -66,6 +72,7 @@ struct ControlMessage {
   std::uint64_t seq = 0;    // kForked, kForkFailed
   std::int64_t pid = 0;     // kForked, kKill
   std::string message;      // kFailed, kForkFailed
+  ErrorCode error_code = ErrorCode::kSetup;  // kFailed: whose mistake (a bad handler configuration, or the host)
   ExitReport exit;          // kExited
 };
 

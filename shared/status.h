@@ -1,6 +1,9 @@
 #pragma once
 // Status values instead of exceptions across module boundaries (LevelDB style).
-// `Status` is ok or an error message; `Expected<T>` is a value or an error.
+// `Status` is ok or an error; `Expected<T>` is a value or an error. An error
+// is a message for people and a code for programs: whoever reports it (the
+// CLI's exit code) tells errors apart by the code, never by the message.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -8,27 +11,42 @@
 
 namespace pillbox {
 
-class Status {
- public:
-  Status() = default;
-  static Status ok() { return Status(); }
-  static Status error(std::string message) { return Status(std::move(message)); }
-
-  bool is_ok() const { return !message_.has_value(); }
-  explicit operator bool() const { return is_ok(); }
-  const std::string& message() const {
-    static const std::string empty;
-    return message_ ? *message_ : empty;
-  }
-
- private:
-  explicit Status(std::string message) : message_(std::move(message)) {}
-  std::optional<std::string> message_;
+// The kinds of failure the CLI reports differently (supervisor/cli/exit_code.h).
+// The values travel between processes (shared/control.h): never renumber.
+enum class ErrorCode : std::uint8_t {
+  kSetup = 0,   // the host, the sandbox or the store failed; also what nobody classified
+  kUsage = 1,   // what was asked for cannot be done as asked (no such record, a payload
+                // that no longer fails the same way)
+  kConfig = 2,  // the handler configuration is the user's mistake (unknown handler, bad
+                // --arg, a plugin that fails to load), found where the handler is loaded
 };
 
 // Tag type so `return Error{"..."}` reads naturally in functions returning Expected<T>.
 struct Error {
   std::string message;
+  ErrorCode code = ErrorCode::kSetup;
+};
+
+class Status {
+ public:
+  Status() = default;
+  static Status ok() { return Status(); }
+  static Status error(std::string message, ErrorCode code = ErrorCode::kSetup) {
+    return Status(Error{std::move(message), code});
+  }
+
+  bool is_ok() const { return !error_.has_value(); }
+  explicit operator bool() const { return is_ok(); }
+  const std::string& message() const {
+    static const std::string empty;
+    return error_ ? error_->message : empty;
+  }
+  // kSetup when ok (there is no error to classify).
+  ErrorCode code() const { return error_ ? error_->code : ErrorCode::kSetup; }
+
+ private:
+  explicit Status(Error error) : error_(std::move(error)) {}
+  std::optional<Error> error_;
 };
 
 template <class T>
@@ -47,7 +65,8 @@ class Expected {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   const std::string& error() const { return std::get<Error>(v_).message; }
-  Status status() const { return has_value() ? Status::ok() : Status::error(error()); }
+  ErrorCode error_code() const { return std::get<Error>(v_).code; }
+  Status status() const { return has_value() ? Status::ok() : Status::error(error(), error_code()); }
 
  private:
   std::variant<T, Error> v_;

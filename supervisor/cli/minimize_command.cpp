@@ -11,6 +11,7 @@
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/minimize.h"
@@ -91,8 +92,7 @@ int minimize_command(int argc, char** argv) {
   auto result = minimize_record(*access->quarantine, *id, settings);
   progress.finish();
   if (!result) {
-    const bool payload_problem = result.error().find("does not fail the same way") != std::string::npos;
-    return fail("record " + std::to_string(*id) + ": " + result.error(), payload_problem ? kExitUsage : kExitSetup);
+    return fail("record " + std::to_string(*id) + ": " + result.error(), exit_code_for(result.error_code()));
   }
   if (args->flag("json")) {
     const nlohmann::json j = {{"id", *id},

@@ -103,11 +103,10 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   return o;
 }
 
-Status check_status(const std::string& s) {
-  for (const char* known : store::kRecordStatuses) {
-    if (s == known) return Status::ok();
-  }
-  return Status::error("unknown status '" + s + "' (quarantined, replaying, resolved, failed-again, discarded)");
+// --status S, as the filters and purge take it.
+Expected<store::RecordStatus> parse_status(const std::string& s) {
+  if (auto status = store::record_status_from_string(s)) return *status;
+  return Error{"unknown status '" + s + "' (quarantined, replaying, resolved, failed-again, discarded)"};
 }
 
 }  // namespace
@@ -116,8 +115,9 @@ Status check_status(const std::string& s) {
 Expected<store::ListFilter> read_filter(const Args& args) {
   store::ListFilter filter;
   if (auto s = args.value("status")) {
-    if (auto st = check_status(*s); !st) return Error{st.message()};
-    filter.status = *s;
+    auto status = parse_status(*s);
+    if (!status) return Error{status.error()};
+    filter.status = *status;
   }
   if (auto k = args.value("kind")) {
     if (!kind_from_string(*k)) return Error{"unknown kind '" + *k + "' (see pillbox run --help)"};
@@ -173,7 +173,7 @@ int list(const QuarantineContext& c) {
     } else {
       char line[1024];
       std::snprintf(line, sizeof line, "%-8lld %-24s %-12s %-17s %-21s %s\n", static_cast<long long>(r.id),
-                    iso_time(r.created_at).c_str(), r.status.c_str(), r.entry.kind.c_str(),
+                    iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
                     table_cell(r.entry.fingerprint, 21).c_str(), table_cell(r.entry.key, 120).c_str());
       out += line;
     }
@@ -211,7 +211,7 @@ int discard(const QuarantineContext& c) {
     if (!id) return quarantine_error(id.error(), kExitUsage);
     auto r = find_record(c.quarantine, *id);
     if (!r) return quarantine_error(r.error(), kExitUsage);
-    if (r->status == "replaying") {
+    if (r->status == store::RecordStatus::kReplaying) {
       return quarantine_error("record " + text + " is being replayed right now; discard it when the replay is over",
                               kExitUsage);
     }
@@ -220,16 +220,17 @@ int discard(const QuarantineContext& c) {
   const std::string actor = actor_name("quarantine discard");
   int changed = 0;
   for (const auto& r : records) {
-    if (r.status == "discarded") {
+    if (r.status == store::RecordStatus::kDiscarded) {
       std::printf("record %lld was already discarded\n", static_cast<long long>(r.id));
       continue;
     }
-    if (auto s = c.quarantine.set_status(r.id, "discarded", store::now_ms(), actor, "discarded",
-                                         *reason + " (was " + r.status + ")");
+    const std::string was(to_string(r.status));
+    if (auto s = c.quarantine.set_status(r.id, store::RecordStatus::kDiscarded, store::now_ms(), actor, "discarded",
+                                         *reason + " (was " + was + ")");
         !s) {
       return quarantine_error(s.message(), kExitSetup);
     }
-    std::printf("record %lld discarded (was %s)\n", static_cast<long long>(r.id), r.status.c_str());
+    std::printf("record %lld discarded (was %s)\n", static_cast<long long>(r.id), was.c_str());
     ++changed;
   }
   std::fprintf(stderr, "%d record%s discarded\n", changed, changed == 1 ? "" : "s");
@@ -241,9 +242,11 @@ int purge(const QuarantineContext& c) {
   if (!older) return quarantine_error("purge needs --older-than DURATION (e.g. 30d)", kExitUsage);
   auto ms = parse_duration_ms(*older, "--older-than", 0, 100ull * 365 * 24 * 3600 * 1000);
   if (!ms) return quarantine_error(ms.error(), kExitUsage);
-  const std::vector<std::string> statuses = c.args.values("status");
-  for (const auto& s : statuses) {
-    if (auto st = check_status(s); !st) return quarantine_error(st.message(), kExitUsage);
+  std::vector<store::RecordStatus> statuses;
+  for (const auto& s : c.args.values("status")) {
+    auto status = parse_status(s);
+    if (!status) return quarantine_error(status.error(), kExitUsage);
+    statuses.push_back(*status);
   }
   auto result = c.quarantine.purge(store::now_ms() - static_cast<std::int64_t>(*ms), statuses);
   if (!result) return quarantine_error(result.error(), kExitSetup);
@@ -272,7 +275,10 @@ Expected<std::int64_t> parse_record_id(const std::string& text) {
 Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id) {
   auto r = q.get(id);
   if (!r) return Error{r.error()};
-  if (!*r) return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)"};
+  if (!*r) {
+    return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
+                 ErrorCode::kUsage};
+  }
   return std::move(**r);
 }
 

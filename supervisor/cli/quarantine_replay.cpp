@@ -13,6 +13,7 @@
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/progress.h"
@@ -104,12 +105,12 @@ int quarantine_replay(const QuarantineContext& c) {
   if (args.flag("dry-run")) {
     std::vector<std::string> skipped;
     auto plan = replay_plan(replays, settings, skipped);
-    if (!plan) return quarantine_error(plan.error(), plan.error().find("no quarantine record") == 0 ? kExitUsage : kExitSetup);
+    if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
     std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan->size(), plan->size() == 1 ? "" : "s",
                 settings.batch);
     for (const auto& r : *plan) {
-      std::printf("  %-8lld %-12s %-17s %-21s %s\n", static_cast<long long>(r.id), r.status.c_str(), r.entry.kind.c_str(),
-                  r.entry.fingerprint.c_str(), table_cell(r.entry.key, 100).c_str());
+      std::printf("  %-8lld %-12s %-17s %-21s %s\n", static_cast<long long>(r.id), std::string(to_string(r.status)).c_str(),
+                  r.entry.kind.c_str(), r.entry.fingerprint.c_str(), table_cell(r.entry.key, 100).c_str());
     }
     for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
     return kExitOk;
@@ -124,10 +125,10 @@ int quarantine_replay(const QuarantineContext& c) {
     progress.set_total(total);
     progress.update(done);
   };
-  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, bool resolved) {
+  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict) {
     Task task{r.entry.key, {}, 0};
     std::string file;
-    if (resolved && results) {
+    if (verdict == store::ReplayVerdict::kResolved && results) {
       auto written = results->write(r.entry.key, o.output);
       if (written) {
         file = std::move(*written);
@@ -139,19 +140,19 @@ int quarantine_replay(const QuarantineContext& c) {
     if (json) {
       auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
       j["record_id"] = r.id;
-      j["replay"] = resolved ? "resolved" : "failed-again";
+      j["replay"] = std::string(to_string(verdict));
       j["original_fingerprint"] = r.entry.fingerprint;
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("#%-6lld %s  -> %s\n", static_cast<long long>(r.id), outcome_line(task, o).c_str(),
-                  resolved ? "resolved" : "failed-again");
+                  std::string(to_string(verdict)).c_str());
     }
     std::fflush(stdout);
   };
   auto result = replay(c.quarantine, replays, settings);
   progress.finish();
   if (!result) {
-    return quarantine_error(result.error(), result.error().find("no quarantine record") == 0 ? kExitUsage : kExitSetup);
+    return quarantine_error(result.error(), exit_code_for(result.error_code()));
   }
   for (const auto& s : result->skipped) std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", s.c_str());
   if (result->recovered > 0) {

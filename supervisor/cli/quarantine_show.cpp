@@ -152,7 +152,7 @@ int quarantine_show(const QuarantineContext& c) {
     std::snprintf(label, sizeof label, "  %-13s", name);
     out += std::string(label) + value + "\n";
   };
-  out += "record " + std::to_string(r->id) + ": " + r->status + "\n";
+  out += "record " + std::to_string(r->id) + ": " + std::string(to_string(r->status)) + "\n";
   field("key", table_cell(e.key, 0));
   std::string kind = e.kind;
   if (e.signal != 0) kind += " (" + signal_name(static_cast<int>(e.signal)) + ")";

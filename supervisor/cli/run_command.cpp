@@ -13,11 +13,11 @@
 #include <string>
 #include <thread>
 
-#include "shared/control.h"
 #include "shared/policy_parser.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/flow/alert_hook.h"
@@ -329,9 +329,10 @@ int run_command(int argc, char** argv) {
   }
   if (!report) {
     const std::string& message = report.error();
-    if (message.rfind(kConfigErrorPrefix, 0) == 0) return usage_error(message);
+    const int exit_code = exit_code_for(report.error_code());
+    if (exit_code == kExitUsage) return usage_error(message);
     std::fprintf(stderr, "pillbox run: setup error: %s\n", message.c_str());
-    return kExitSetup;
+    return exit_code;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   for (const auto& p : hook_problems) report->run.warnings.push_back(p);

@@ -153,7 +153,7 @@ class Dispatcher {
         const auto& mon = items[base + 2 * i + 1];
         if ((sock.revents | mon.revents) & ZMQ_POLLIN) on_wire(*order[i]);
       }
-      if (auto lost = on_launcher_events(); !lost) return Error{lost.message()};
+      if (auto lost = on_launcher_events(); !lost) return Error{lost.message(), lost.code()};
       enforce_deadlines();
     }
     report_.launcher = launcher_->describe();
@@ -424,7 +424,7 @@ Expected<RunReport> run_tasks(const RunSettings& settings, TaskSource& source, O
   auto rundir = RuntimeDir::create();
   if (!rundir) return Error{rundir.error()};
   Dispatcher d(settings, source, sink, std::move(*rundir));
-  if (auto s = d.setup(); !s) return Error{s.message()};
+  if (auto s = d.setup(); !s) return Error{s.message(), s.code()};
   return d.run();
 }
 

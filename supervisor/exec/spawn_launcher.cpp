@@ -94,7 +94,10 @@ class SpawnLauncher final : public Launcher {
     } catch (const std::exception& e) {
       return Status::error("cannot run " + settings_.sandbox_binary + ": " + e.what());
     }
-    if (code != 0) return Status::error(errors.empty() ? "configuration check failed" : errors);
+    if (code != 0) {
+      return Status::error(errors.empty() ? "configuration check failed" : errors,
+                           code == kCheckExitConfigInvalid ? ErrorCode::kConfig : ErrorCode::kSetup);
+    }
     // Processes a task leaves behind are reparented to us, not to init, so
     // they are reaped before the next task starts (see collect()).
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -50,7 +50,7 @@ class ZygoteLauncher final : public Launcher {
     // The first answer is READY or FAILED; read it blocking.
     auto answer = read_control_blocking(from_fd_, 1u << 20);
     if (!answer) return Status::error("the zygote exited during setup (" + answer.error() + ")");
-    if (answer->type == ControlType::kFailed) return Status::error(answer->message);
+    if (answer->type == ControlType::kFailed) return Status::error(answer->message, answer->error_code);
     if (answer->type != ControlType::kReady) return Status::error("zygote: unexpected first message");
     isolation_ = answer->ready.isolation;
     warnings_ = answer->ready.warnings;

@@ -67,7 +67,7 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
     if (!finished) return Error{finished.message()};
     return report;
   }
-  if (!run) return Error{run.error()};
+  if (!run) return Error{run.error(), run.error_code()};
   if (!finished) return Error{finished.message()};
   report.run = std::move(*run);
   return report;

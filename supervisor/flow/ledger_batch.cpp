@@ -41,7 +41,7 @@ class Writer {
       store::QuarantineRecord record;
       record.id = inserted->id;
       record.entry = std::move(entry);
-      record.status = "quarantined";
+      record.status = store::RecordStatus::kQuarantined;
       record.created_at = record.updated_at = now_;
       // The attempt ends of this batch, written before this, are counted.
       auto tally = quarantine_.attempt_tally(w.task_id);
@@ -49,14 +49,14 @@ class Writer {
       done.record_json = quarantine_record_json(record, w.attempts, inserted->new_fingerprint, context_.store_dir, &*tally);
     }
     result_.quarantined.push_back(std::move(done));
-    return ledger_.set_state(w.task_id, "quarantined", now_);
+    return ledger_.set_state(w.task_id, store::TaskState::kQuarantined, now_);
   }
 
   Status operator()(const TakeBackRecord& w) {
     auto released = quarantine_.take_back(w.record_id, now_, context_.actor, "released", w.detail);
     if (!released) return Status::error(released.error());
     if (!*released) return Status::ok();  // an operator acted on it meanwhile: theirs stands
-    return ledger_.set_state(w.task_id, "pending", now_);
+    return ledger_.set_state(w.task_id, store::TaskState::kPending, now_);
   }
 
  private:

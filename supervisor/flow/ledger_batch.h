@@ -46,7 +46,7 @@ struct UnchargeAttempt {
 
 struct SetTaskState {
   std::int64_t task_id = 0;
-  std::string state;           // ok | gave-up
+  store::TaskState state = store::TaskState::kOk;  // ok | gave-up
 };
 
 // A poison payload into the quarantine store, with its audit entry, and its
@@ -78,7 +78,7 @@ struct StartedAttemptOf {
   std::uint64_t ref = 0;
   std::int64_t task_id = 0;
   std::uint32_t n = 0;         // 0: another pillbox finished the task meanwhile
-  std::string state;           // then: how it finished (ok | quarantined)
+  store::TaskState state = store::TaskState::kPending;  // then: how it finished (ok | quarantined)
 };
 
 struct QuarantinedPayload {

@@ -71,7 +71,7 @@ std::uint64_t TaskFlow::track(Task task, std::string sha256, std::optional<store
     // A task that gave up in an earlier run gets a fresh budget (what failed
     // then was not the payload's fault): its old attempts are uncharged when
     // its next attempt starts, in the same transaction.
-    if (known->state == "gave-up") {
+    if (known->state == store::TaskState::kGaveUp) {
       t.fresh_budget = true;
       for (auto& a : t.history) a.charged = false;
     }
@@ -107,12 +107,12 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
       auto found = ledger_->find(item.task.key, sha);
       if (!found) return Status::error(found.error());
       known = std::move(*found);
-      if (known && known->state == "ok" && !settings_.rerun_done) {
+      if (known && known->state == store::TaskState::kOk && !settings_.rerun_done) {
         ++report_.skipped_done;
         out_.on_skipped(item.task, "already ok in the store", 0);
         continue;
       }
-      if (known && known->state == "quarantined") {
+      if (known && known->state == store::TaskState::kQuarantined) {
         ++report_.skipped_quarantined;
         out_.on_skipped(item.task, "already quarantined in the store", 0);
         continue;
@@ -215,9 +215,9 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     t.fresh_budget = false;
     if (started.n != 0) continue;
     // Another pillbox finished it meanwhile.
-    if (started.state == "ok") ++report_.skipped_done;
+    if (started.state == store::TaskState::kOk) ++report_.skipped_done;
     else ++report_.skipped_quarantined;
-    out_.on_skipped(t.task, "already " + started.state + " in the store (by another pillbox process)", 0);
+    out_.on_skipped(t.task, "already " + std::string(store::to_string(started.state)) + " in the store (by another pillbox process)", 0);
     if (t.probe) breaker_.probe_ended(false, now());  // no evidence either way: probe again later
     schedule_.end_solo(started.ref);
     forget(started.ref);
@@ -412,8 +412,8 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
 void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
   if (t.attempts_in_run > 1) ++report_.retried;
   if (ledger_ != nullptr) {
-    const char* state = verdict.type == Verdict::Type::kOk ? "ok" : verdict.type == Verdict::Type::kGaveUp ? "gave-up" : nullptr;
-    if (state != nullptr) batch_.add(SetTaskState{t.task_id, state});
+    if (verdict.type == Verdict::Type::kOk) batch_.add(SetTaskState{t.task_id, store::TaskState::kOk});
+    if (verdict.type == Verdict::Type::kGaveUp) batch_.add(SetTaskState{t.task_id, store::TaskState::kGaveUp});
   }
   if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;
   if (verdict.type == Verdict::Type::kPoison) ++report_.quarantined;

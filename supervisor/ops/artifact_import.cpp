@@ -84,7 +84,8 @@ class ImportPlanner final : public PayloadPlanner {
     imported.record_id = recorded->record_id;
     if (recorded->already) {
       imported.status = "already";
-      imported.detail = "the store has these bytes as " + *recorded->already + " under this handler" +
+      imported.detail = "the store has these bytes as " + std::string(to_string(*recorded->already)) +
+                        " under this handler" +
                         (recorded->record_id ? " (record " + std::to_string(recorded->record_id) + ")" : "");
     } else {
       imported.status = "imported";

@@ -46,14 +46,16 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
     auto records = quarantine_->list(same_key);
     if (!records) return fail(records.error());
     for (const auto& r : *records) {
-      if (r.entry.task_id == started->task_id && r.status != "resolved") {
+      if (r.entry.task_id == started->task_id && r.status != store::RecordStatus::kResolved) {
         result.already = started->state;
         result.record_id = r.id;
         ledger_.rollback();
         return result;
       }
     }
-    if (auto s = ledger_.set_state(started->task_id, "pending", f.started_ms); !s) return fail(s.message());
+    if (auto s = ledger_.set_state(started->task_id, store::TaskState::kPending, f.started_ms); !s) {
+      return fail(s.message());
+    }
     started = ledger_.start_attempt(f.key, sha, size, f.started_ms, f.solo);
     if (!started) return fail(started.error());
   }
@@ -75,7 +77,9 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
       return fail(s.message());
     }
   }
-  if (auto s = ledger_.set_state(started->task_id, "quarantined", f.ended_ms); !s) return fail(s.message());
+  if (auto s = ledger_.set_state(started->task_id, store::TaskState::kQuarantined, f.ended_ms); !s) {
+    return fail(s.message());
+  }
   if (auto s = ledger_.commit(); !s) return fail(s.message());
   return result;
 }

@@ -39,7 +39,7 @@ struct RecordedFinding {
   // record that is not resolved (imported before): its state, and that
   // record. A task done since (resolved by a replay) that fails again is
   // recorded anew.
-  std::optional<std::string> already;
+  std::optional<store::TaskState> already;
   // repeat_if_fingerprint_open: the open record it was counted on.
   std::int64_t repeat_of = 0;
 };

@@ -102,7 +102,8 @@ class Shrinker final : public PayloadPlanner {
         error_ = Status::error("the payload does not fail the same way now (" + std::string(to_string(outcome.kind)) +
                                (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint) +
                                " instead of " + record_.kind + " " + record_.fingerprint +
-                               "); see `pillbox reproduce` (a flaky payload cannot be minimized reliably)");
+                               "); see `pillbox reproduce` (a flaky payload cannot be minimized reliably)",
+                               ErrorCode::kUsage);
         return;
       }
       phase_ = Phase::kDelete;
@@ -244,7 +245,7 @@ Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std
   Shrinker shrinker(record.entry, start, settings, runs_before, elapsed_before, save);
   auto report = run_planned(run, shrinker);
   if (!report) return Error{report.error()};
-  if (!shrinker.error().is_ok()) return Error{shrinker.error().message()};
+  if (!shrinker.error().is_ok()) return Error{shrinker.error().message(), shrinker.error().code()};
 
   result.stop_signal = report->stop_signal;
   result.finished = shrinker.done() && result.stop_signal == 0;

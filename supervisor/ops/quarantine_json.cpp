@@ -33,7 +33,7 @@ std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32
   json j;
   j["id"] = r.id;
   j["key"] = e.key;
-  j["status"] = r.status;
+  j["status"] = std::string(to_string(r.status));
   j["kind"] = e.kind;
   j["fingerprint"] = e.fingerprint;
   j["crash_state"] = parse_or_string(e.crash_state);

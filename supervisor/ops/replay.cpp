@@ -113,7 +113,7 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
   if (!recovered) return Error{recovered.error()};
   result.recovered = *recovered;
   auto selected = replays.select(settings.selection, result.skipped);
-  if (!selected) return Error{selected.error()};
+  if (!selected) return Error{selected.error(), selected.error_code()};
   result.selected = selected->size();
   const std::size_t batch_size = std::max<std::size_t>(1, settings.batch);
 
@@ -163,20 +163,26 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
       }
       const std::int64_t run_id = run_ids[key];
       auto on_done = [&](const store::QuarantineRecord& r, const Outcome& o, std::int64_t started) -> Status {
-        const bool resolved = o.kind == Kind::kOk;
+        const store::ReplayVerdict verdict =
+            o.kind == Kind::kOk ? store::ReplayVerdict::kResolved : store::ReplayVerdict::kFailedAgain;
         store::ReplayAttempt a{started, store::now_ms(), std::string(to_string(o.kind)), o.fingerprint, o.message};
-        const std::string detail = resolved ? "resolved: ok under " + identity
-                                            : "failed again: " + a.kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) +
-                                                  " under " + identity;
-        if (auto s = replays.finish(r, resolved, a, run_id, identity, settings.actor, detail); !s) return s;
+        const std::string detail = verdict == store::ReplayVerdict::kResolved
+                                       ? "resolved: ok under " + identity
+                                       : "failed again: " + a.kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) +
+                                             " under " + identity;
+        if (auto s = replays.finish(r, verdict, a, run_id, identity, settings.actor, detail); !s) return s;
         finished.insert(r.id);
         ++result.replayed;
-        if (resolved) ++result.resolved;
-        else {
-          ++result.failed_again;
-          ++tally.failures_by_fingerprint[o.fingerprint.empty() ? a.kind : o.fingerprint];
+        switch (verdict) {
+          case store::ReplayVerdict::kResolved:
+            ++result.resolved;
+            break;
+          case store::ReplayVerdict::kFailedAgain:
+            ++result.failed_again;
+            ++tally.failures_by_fingerprint[o.fingerprint.empty() ? a.kind : o.fingerprint];
+            break;
         }
-        if (settings.on_result) settings.on_result(r, o, resolved);
+        if (settings.on_result) settings.on_result(r, o, verdict);
         if (settings.on_progress) settings.on_progress(++done, result.selected);
         return Status::ok();
       };

@@ -34,8 +34,8 @@ struct ReplaySettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;
   std::string actor;
-  // Each replayed record's outcome (resolved: it succeeded).
-  std::function<void(const store::QuarantineRecord&, const Outcome&, bool resolved)> on_result;
+  // Each replayed record's outcome and what it came to.
+  std::function<void(const store::QuarantineRecord&, const Outcome&, store::ReplayVerdict)> on_result;
   std::function<void(std::size_t done, std::size_t total)> on_progress;
 };
 

@@ -6,6 +6,17 @@
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::store {
+namespace {
+
+// The schema's CHECK keeps states to the known ones; a state this build does
+// not know (a store written by a newer one) is an error, not a guess.
+Expected<TaskState> read_state(const Statement& stmt, int column) {
+  const std::string text = stmt.column_text(column);
+  if (auto state = task_state_from_string(text)) return *state;
+  return Error{"unknown task state '" + text + "' in the ledger"};
+}
+
+}  // namespace
 
 Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity, const std::string& policy_identity) {
   Ledger ledger(db, handler_identity);
@@ -60,10 +71,12 @@ Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const s
   }
   LedgerTask t;
   t.id = find_task_.column_int(0);
-  t.state = find_task_.column_text(1);
+  auto state = read_state(find_task_, 1);
   t.attempts = static_cast<std::uint32_t>(find_task_.column_int(2));
   find_task_.reset();
-  if (t.state == "ok" || t.state == "quarantined") return std::optional<LedgerTask>(std::move(t));
+  if (!state) return Error{state.error()};
+  t.state = *state;
+  if (t.state == TaskState::kOk || t.state == TaskState::kQuarantined) return std::optional<LedgerTask>(std::move(t));
   find_attempts_.bind(1, t.id);
   while (true) {
     auto a = find_attempts_.step();
@@ -123,16 +136,20 @@ Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std
   if (!row) return Error{row.error()};
   StartedAttempt started;
   started.task_id = upsert_task_.column_int(0);
-  started.state = upsert_task_.column_text(1);
+  auto state = read_state(upsert_task_, 1);
   upsert_task_.reset();
-  if (started.state == "ok" || started.state == "quarantined") return started;  // finished elsewhere meanwhile
+  if (!state) return Error{state.error()};
+  started.state = *state;
+  if (started.state == TaskState::kOk || started.state == TaskState::kQuarantined) {
+    return started;  // finished elsewhere meanwhile
+  }
   if (fresh_budget) {
     if (auto s = uncharge_all_.bind(1, started.task_id).run(); !s) return Error{s.message()};
   }
   auto bumped = bump_attempts_.bind(1, started.task_id).bind(2, now).step();
   if (!bumped) return Error{bumped.error()};
   started.n = static_cast<std::uint32_t>(bump_attempts_.column_int(0));
-  started.state = "pending";
+  started.state = TaskState::kPending;
   bump_attempts_.reset();
   if (auto s = insert_attempt_.bind(1, started.task_id)
                    .bind(2, static_cast<std::int64_t>(started.n))
@@ -162,8 +179,8 @@ Status Ledger::uncharge(std::int64_t task_id, std::uint32_t n) {
   return uncharge_.bind(1, task_id).bind(2, static_cast<std::int64_t>(n)).run();
 }
 
-Status Ledger::set_state(std::int64_t task_id, const std::string& state, std::int64_t now) {
-  return set_state_.bind(1, task_id).bind(2, std::string_view(state)).bind(3, now).run();
+Status Ledger::set_state(std::int64_t task_id, TaskState state, std::int64_t now) {
+  return set_state_.bind(1, task_id).bind(2, to_string(state)).bind(3, now).run();
 }
 
 }  // namespace pillbox::store

@@ -17,6 +17,7 @@
 #include "shared/status.h"
 #include "supervisor/store/database.h"
 #include "supervisor/store/statement.h"
+#include "supervisor/store/task_state.h"
 
 namespace pillbox::store {
 
@@ -33,7 +34,7 @@ struct AttemptSummary {
 
 struct LedgerTask {
   std::int64_t id = 0;
-  std::string state;          // pending | ok | quarantined | gave-up
+  TaskState state = TaskState::kPending;
   std::uint32_t attempts = 0;
   std::vector<AttemptSummary> history;  // oldest first
 };
@@ -41,7 +42,7 @@ struct LedgerTask {
 struct StartedAttempt {
   std::int64_t task_id = 0;
   std::uint32_t n = 0;        // 0: not started, the task is already finished (state says how)
-  std::string state;
+  TaskState state = TaskState::kPending;
 };
 
 class Ledger {
@@ -74,7 +75,7 @@ class Ledger {
   Status end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now_ms, const std::string& kind,
                      const std::string& fingerprint, const std::string& message, bool charged);
   Status uncharge(std::int64_t task_id, std::uint32_t n);
-  Status set_state(std::int64_t task_id, const std::string& state, std::int64_t now_ms);
+  Status set_state(std::int64_t task_id, TaskState state, std::int64_t now_ms);
 
  private:
   Ledger(Database& db, std::string job) : db_(&db), job_(std::move(job)) {}

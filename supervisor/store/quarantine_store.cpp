@@ -13,7 +13,9 @@ constexpr const char* kColumns =
     "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_verdict, ''), "
     "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin";
 
-QuarantineRecord read_record(const Statement& s) {
+// The schema's CHECK keeps statuses to the known ones; a status this build
+// does not know (a store written by a newer one) is an error, not a guess.
+Expected<QuarantineRecord> read_record(const Statement& s) {
   QuarantineRecord r;
   int c = 0;
   r.id = s.column_int(c++);
@@ -39,7 +41,10 @@ QuarantineRecord read_record(const Statement& s) {
   e.cpu_ms = s.column_int(c++);
   e.wall_ms = s.column_int(c++);
   e.max_rss_kb = s.column_int(c++);
-  r.status = s.column_text(c++);
+  const std::string status = s.column_text(c++);
+  const std::optional<RecordStatus> known = record_status_from_string(status);
+  if (!known) return Error{"quarantine record " + std::to_string(r.id) + " has an unknown status '" + status + "'"};
+  r.status = *known;
   r.repeats = s.column_int(c++);
   r.created_at = s.column_int(c++);
   r.updated_at = s.column_int(c++);
@@ -65,7 +70,7 @@ std::string where(const ListFilter& f) {
 }
 
 void bind_filter(Statement& stmt, const ListFilter& f) {
-  if (f.status) stmt.bind(1, std::string_view(*f.status));
+  if (f.status) stmt.bind(1, to_string(*f.status));
   if (f.kind) stmt.bind(2, std::string_view(*f.kind));
   if (f.fingerprint) stmt.bind(3, std::string_view(*f.fingerprint));
   if (f.key) stmt.bind(4, std::string_view(*f.key));
@@ -223,7 +228,10 @@ Status QuarantineStore::each(const ListFilter& f, const std::function<bool(const
   while (true) {
     auto row = stmt->step();
     if (!row) return Status::error(row.error());
-    if (!*row || !fn(read_record(*stmt))) return Status::ok();
+    if (!*row) return Status::ok();
+    auto record = read_record(*stmt);
+    if (!record) return record.status();
+    if (!fn(*record)) return Status::ok();
   }
 }
 
@@ -333,13 +341,13 @@ Expected<bool> QuarantineStore::take_back(std::int64_t id, std::int64_t now, con
   return true;
 }
 
-Status QuarantineStore::set_status(std::int64_t id, const std::string& status, std::int64_t now,
+Status QuarantineStore::set_status(std::int64_t id, RecordStatus status, std::int64_t now,
                                    const std::string& actor, const std::string& action, const std::string& detail) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Status::error(txn.error());
   auto stmt = Statement::prepare(db_->handle(), "UPDATE quarantine SET status = ?2, updated_at = ?3 WHERE id = ?1");
   if (!stmt) return Status::error(stmt.error());
-  if (auto s = stmt->bind(1, id).bind(2, std::string_view(status)).bind(3, now).run(); !s) return s;
+  if (auto s = stmt->bind(1, id).bind(2, to_string(status)).bind(3, now).run(); !s) return s;
   if (::sqlite3_changes(db_->handle()) == 0) return Status::error("no quarantine record " + std::to_string(id));
   if (auto s = audit(id, now, actor, action, detail); !s) return s;
   return txn->commit();
@@ -351,7 +359,9 @@ Expected<std::optional<QuarantineRecord>> QuarantineStore::get(std::int64_t id) 
   auto row = stmt->bind(1, id).step();
   if (!row) return Error{row.error()};
   if (!*row) return std::optional<QuarantineRecord>();
-  return std::optional<QuarantineRecord>(read_record(*stmt));
+  auto record = read_record(*stmt);
+  if (!record) return Error{record.error()};
+  return std::optional<QuarantineRecord>(std::move(*record));
 }
 
 Expected<std::vector<AttemptTally>> QuarantineStore::attempt_tally(std::int64_t task_id) {
@@ -439,7 +449,7 @@ Status QuarantineStore::record_minimized(std::int64_t id, const std::string& sha
   return txn->commit();
 }
 
-Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses) {
+Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Error{txn.error()};
   std::string sql = "DELETE FROM quarantine WHERE created_at < ?1";
@@ -452,7 +462,7 @@ Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::
   auto stmt = Statement::prepare(db_->handle(), sql);
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, cutoff_ms);
-  for (std::size_t i = 0; i < statuses.size(); ++i) stmt->bind(static_cast<int>(i + 2), std::string_view(statuses[i]));
+  for (std::size_t i = 0; i < statuses.size(); ++i) stmt->bind(static_cast<int>(i + 2), to_string(statuses[i]));
   PurgeResult result;
   std::vector<std::int64_t> tasks;
   while (true) {

@@ -22,6 +22,7 @@
 #include "shared/status.h"
 #include "supervisor/store/database.h"
 #include "supervisor/store/payload_store.h"
+#include "supervisor/store/record_status.h"
 #include "supervisor/store/statement.h"
 
 namespace pillbox::store {
@@ -56,7 +57,7 @@ struct QuarantineEntry {
 struct QuarantineRecord {
   std::int64_t id = 0;
   QuarantineEntry entry;
-  std::string status;
+  RecordStatus status = RecordStatus::kQuarantined;
   std::int64_t repeats = 0;
   std::int64_t created_at = 0;
   std::int64_t updated_at = 0;
@@ -65,8 +66,6 @@ struct QuarantineRecord {
   std::int64_t reproduce_matches = 0; // runs that ended with the record's fingerprint
   std::string minimized_sha256;      // "" until pillbox minimize finds a smaller payload
 };
-
-inline constexpr const char* kRecordStatuses[] = {"quarantined", "replaying", "resolved", "failed-again", "discarded"};
 
 // One row of `quarantine stats`: the records of one fingerprint.
 struct FingerprintStats {
@@ -118,7 +117,7 @@ struct AttemptTally {
 };
 
 struct ListFilter {
-  std::optional<std::string> status;
+  std::optional<RecordStatus> status;
   std::optional<std::string> kind;
   std::optional<std::string> fingerprint;
   std::optional<std::string> key;
@@ -178,14 +177,14 @@ class QuarantineStore {
   Expected<bool> take_back(std::int64_t id, std::int64_t now_ms, const std::string& actor, const std::string& action,
                            const std::string& detail);
   // Sets a record's status with an audit entry, in one transaction of its own.
-  Status set_status(std::int64_t id, const std::string& status, std::int64_t now_ms, const std::string& actor,
+  Status set_status(std::int64_t id, RecordStatus status, std::int64_t now_ms, const std::string& actor,
                     const std::string& action, const std::string& detail);
   Expected<std::optional<QuarantineRecord>> get(std::int64_t id);
   Expected<std::vector<AttemptTally>> attempt_tally(std::int64_t task_id);
   // Records created before `cutoff_ms` whose status is one of `statuses`
   // (all statuses when empty), with their audit trail and payloads no other
   // record shares. Runs its own transaction.
-  Expected<PurgeResult> purge(std::int64_t cutoff_ms, const std::vector<std::string>& statuses);
+  Expected<PurgeResult> purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses);
 
   // The verdict of `pillbox reproduce`, with an audit entry, in one transaction.
   Status record_reproduction(std::int64_t id, const std::string& verdict, std::int64_t runs, std::int64_t matches,

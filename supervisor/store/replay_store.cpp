@@ -32,8 +32,8 @@ std::string host_name() {
   return host;
 }
 
-bool claimable(const std::string& status, bool force) {
-  if (status == "quarantined" || status == "failed-again") return true;
+bool claimable(RecordStatus status, bool force) {
+  if (status == RecordStatus::kQuarantined || status == RecordStatus::kFailedAgain) return true;
   return force;
 }
 
@@ -86,9 +86,13 @@ Expected<std::vector<QuarantineRecord>> ReplayStore::select(const ReplaySelectio
     for (std::int64_t id : sel.ids) {
       auto r = quarantine_->get(id);
       if (!r) return Error{r.error()};
-      if (!*r) return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)"};
+      if (!*r) {
+        return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
+                     ErrorCode::kUsage};
+      }
       if (!claimable((*r)->status, sel.force)) {
-        skipped.push_back("record " + std::to_string(id) + " is " + (*r)->status + " (--force replays it anyway)");
+        skipped.push_back("record " + std::to_string(id) + " is " + std::string(to_string((*r)->status)) +
+                          " (--force replays it anyway)");
         continue;
       }
       out.push_back(std::move(**r));
@@ -156,7 +160,7 @@ Expected<std::int64_t> ReplayStore::start_run(const std::string& handler_identit
   return stmt->column_int(0);
 }
 
-Status ReplayStore::finish(const QuarantineRecord& record, bool resolved, const ReplayAttempt& a, std::int64_t run_id,
+Status ReplayStore::finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& a, std::int64_t run_id,
                            const std::string& handler_identity, const std::string& actor, const std::string& detail) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Status::error(txn.error());
@@ -182,7 +186,7 @@ Status ReplayStore::finish(const QuarantineRecord& record, bool resolved, const 
   if (!task) return Status::error(task.error());
   if (auto s = task->bind(1, record.entry.task_id)
                    .bind(2, a.ended_at)
-                   .bind(3, std::int64_t{resolved ? 1 : 0})
+                   .bind(3, std::int64_t{verdict == ReplayVerdict::kResolved ? 1 : 0})
                    .bind(4, std::string_view(handler_identity))
                    .run();
       !s) {
@@ -191,8 +195,7 @@ Status ReplayStore::finish(const QuarantineRecord& record, bool resolved, const 
   auto status = Statement::prepare(db_->handle(),
                                    "UPDATE quarantine SET status = ?2, replay_claim = NULL, updated_at = ?3 WHERE id = ?1");
   if (!status) return Status::error(status.error());
-  if (auto s = status->bind(1, record.id).bind(2, std::string_view(resolved ? "resolved" : "failed-again")).bind(3, a.ended_at).run();
-      !s) {
+  if (auto s = status->bind(1, record.id).bind(2, to_string(status_after(verdict))).bind(3, a.ended_at).run(); !s) {
     return s;
   }
   if (auto s = quarantine_->audit(record.id, a.ended_at, actor, "replayed", detail); !s) return s;

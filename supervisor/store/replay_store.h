@@ -13,6 +13,7 @@
 #include "shared/status.h"
 #include "supervisor/store/database.h"
 #include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/replay_verdict.h"
 
 namespace pillbox::store {
 
@@ -52,11 +53,12 @@ class ReplayStore {
   // A run row for the attempts a replay appends.
   Expected<std::int64_t> start_run(const std::string& handler_identity, const std::string& policy_identity,
                                    std::int64_t now_ms);
-  // The replay's outcome: resolved, or failed-again with the attempt appended.
+  // The replay's outcome: the record takes the verdict's status (resolved,
+  // or failed-again), and the attempt is appended either way.
   // A record resolved under the handler its task belongs to (`handler_identity`
   // is the ledger's job) also marks the task ok: its work is done, and a run
   // over the same input skips it as done rather than as quarantined.
-  Status finish(const QuarantineRecord& record, bool resolved, const ReplayAttempt& attempt, std::int64_t run_id,
+  Status finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& attempt, std::int64_t run_id,
                 const std::string& handler_identity, const std::string& actor, const std::string& detail);
 
  private:

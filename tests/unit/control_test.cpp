@@ -94,6 +94,7 @@ std::vector<ControlMessage> every_message() {
   m = {};
   m.type = ControlType::kFailed;
   m.message = "invalid handler configuration: unknown handler 'nope'";
+  m.error_code = ErrorCode::kConfig;
   v.push_back(m);
 
   m = {};
@@ -181,7 +182,10 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(a.ready.isolation == b.ready.isolation);
       CHECK(a.ready.warnings == b.ready.warnings);
       break;
-    case ControlType::kFailed: CHECK(a.message == b.message); break;
+    case ControlType::kFailed:
+      CHECK(a.message == b.message);
+      CHECK(a.error_code == b.error_code);
+      break;
     case ControlType::kFork:
       CHECK(a.ticket.seq == b.ticket.seq);
       CHECK(a.ticket.endpoint == b.ticket.endpoint);
@@ -267,6 +271,40 @@ TEST_CASE("control: every policy enum value round-trips") {
   }
 }
 
+TEST_CASE("control: a FAILED message carries its error code, and only a known one") {
+  for (ErrorCode code : {ErrorCode::kSetup, ErrorCode::kUsage, ErrorCode::kConfig}) {
+    CAPTURE(static_cast<int>(code));
+    ControlMessage m;
+    m.type = ControlType::kFailed;
+    m.message = "why";
+    m.error_code = code;
+    auto d = decode_control(body_of(encode_control(m)), kCap);
+    REQUIRE_MESSAGE(d.has_value(), d.error());
+    CHECK(d->message == "why");
+    CHECK(d->error_code == code);
+  }
+  // The message is the same whatever the code: the supervisor goes by the code.
+  ControlMessage setup;
+  setup.type = ControlType::kFailed;
+  setup.message = std::string(kConfigErrorPrefix) + "looks like a config error";
+  auto d = decode_control(body_of(encode_control(setup)), kCap);
+  REQUIRE(d.has_value());
+  CHECK(d->error_code == ErrorCode::kSetup);
+
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(3);
+  pk.pack_uint32(kControlVersion);
+  pk.pack_uint8(static_cast<std::uint8_t>(ControlType::kFailed));
+  pk.pack_array(2);
+  pk.pack_str(3);
+  pk.pack_str_body("why", 3);
+  pk.pack_uint8(3);  // no such ErrorCode
+  auto unknown = decode_control(std::string(buf.data(), buf.size()), kCap);
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK(contains(unknown.error(), "enum value out of range"));
+}
+
 TEST_CASE("control: a config without a handler is refused") {
   ControlMessage m;
   m.type = ControlType::kConfig;
@@ -282,8 +320,10 @@ TEST_CASE("control: version, type and size are checked") {
     pk.pack_array(3);
     pk.pack_uint64(version);
     pk.pack_uint64(type);
+    pk.pack_array(2);  // a FAILED body: message, error code
     pk.pack_str(2);
     pk.pack_str_body("hi", 2);
+    pk.pack_uint8(0);
     return std::string(buf.data(), buf.size());
   };
   auto ok = decode_control(pack(kControlVersion, 3), kCap);

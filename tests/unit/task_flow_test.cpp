@@ -168,7 +168,7 @@ struct Run {
     auto found = ledger->find(key, sha256_hex("payload of " + key));
     REQUIRE(found.has_value());
     REQUIRE(found->has_value());
-    return (*found)->state;
+    return std::string(store::to_string((*found)->state));
   }
 
   Clock::time_point now = Clock::time_point{} + 1h;

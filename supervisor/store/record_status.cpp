@@ -1,0 +1,23 @@
+#include "supervisor/store/record_status.h"
+
+namespace pillbox::store {
+
+std::string_view to_string(RecordStatus status) {
+  switch (status) {
+    case RecordStatus::kQuarantined: return "quarantined";
+    case RecordStatus::kReplaying: return "replaying";
+    case RecordStatus::kResolved: return "resolved";
+    case RecordStatus::kFailedAgain: return "failed-again";
+    case RecordStatus::kDiscarded: return "discarded";
+  }
+  return "unknown";
+}
+
+std::optional<RecordStatus> record_status_from_string(std::string_view text) {
+  for (RecordStatus s : kAllRecordStatuses) {
+    if (to_string(s) == text) return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace pillbox::store

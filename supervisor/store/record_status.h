@@ -1,0 +1,28 @@
+#pragma once
+// The status of a quarantine record: the closed set the schema's CHECK
+// allows (schema.cpp). Code passes the enum around; it is text only in SQL
+// (bound values, and the words some statements spell out), in JSON and on
+// the command line.
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace pillbox::store {
+
+enum class RecordStatus : std::uint8_t {
+  kQuarantined,  // on file, waiting for a fix (every record starts here)
+  kReplaying,    // claimed by a running `quarantine replay`
+  kResolved,     // ran ok in a replay
+  kFailedAgain,  // failed again in a replay
+  kDiscarded,    // handled without a fix (an operator, or taken back by a run)
+};
+
+inline constexpr RecordStatus kAllRecordStatuses[] = {
+    RecordStatus::kQuarantined, RecordStatus::kReplaying, RecordStatus::kResolved, RecordStatus::kFailedAgain,
+    RecordStatus::kDiscarded,
+};
+
+std::string_view to_string(RecordStatus status);
+std::optional<RecordStatus> record_status_from_string(std::string_view text);
+
+}  // namespace pillbox::store
