@@ -5,7 +5,6 @@
 
 #include "shared/sha256.h"
 #include "supervisor/exec/child_setup.h"
-#include "supervisor/exec/install_paths.h"
 #include "supervisor/ops/payload_runner.h"
 
 namespace pillbox {
@@ -226,11 +225,7 @@ Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std
 
   auto config = recorded_child_config(record.entry);
   if (!config) return Error{"record " + std::to_string(id) + ": " + config.error()};
-  RunSettings run;
-  run.config = std::move(*config);
-  run.mode = settings.mode;
-  run.jobs = std::max<std::size_t>(1, settings.jobs);
-  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  const RunSettings run = planned_run_settings(std::move(*config), settings.mode, settings.jobs, settings.sandbox_binary);
 
   const auto session_started = Clock::now();
   auto elapsed_ms = [&] {

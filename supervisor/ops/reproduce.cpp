@@ -1,7 +1,8 @@
 #include "supervisor/ops/reproduce.h"
 
+#include <algorithm>
+
 #include "supervisor/exec/child_setup.h"
-#include "supervisor/exec/install_paths.h"
 #include "supervisor/ops/payload_runner.h"
 
 namespace pillbox {
@@ -57,11 +58,8 @@ Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, s
   auto config = recorded_child_config(record.entry);
   if (!config) return Error{"record " + std::to_string(id) + ": " + config.error()};
 
-  RunSettings run;
-  run.config = std::move(*config);
-  run.mode = settings.mode;
-  run.jobs = std::max<std::size_t>(1, std::min(settings.jobs, settings.runs));
-  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  const RunSettings run = planned_run_settings(std::move(*config), settings.mode,
+                                               std::min(settings.jobs, settings.runs), settings.sandbox_binary);
   Repeats planner(record, std::move(*payload), settings);
   auto report = run_planned(run, planner);
   if (!report) return Error{report.error()};
