@@ -269,6 +269,11 @@ Expected<std::int64_t> parse_record_id(const std::string& text) {
   return static_cast<std::int64_t>(id);
 }
 
+Expected<std::int64_t> read_one_record_id(const Args& args) {
+  if (args.positional().size() != 1) return Error{"give exactly one record ID (see: pillbox quarantine list)"};
+  return parse_record_id(args.positional()[0]);
+}
+
 Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id) {
   auto r = q.get(id);
   if (!r) return Error{r.error()};

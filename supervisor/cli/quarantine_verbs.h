@@ -19,6 +19,9 @@ struct QuarantineContext {
 int quarantine_error(const std::string& message, int exit_code);  // prints "pillbox quarantine: ..."
 // A record id from the command line, or a usage error message.
 Expected<std::int64_t> parse_record_id(const std::string& text);
+// The one record ID a command acts on (reproduce, minimize), or a usage
+// error message.
+Expected<std::int64_t> read_one_record_id(const Args& args);
 // The record, or an error naming the id (exit code 2: there is no such record).
 Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id);
 

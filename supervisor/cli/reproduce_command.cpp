@@ -51,15 +51,10 @@ int reproduce_command(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (args->positional().size() != 1) return fail("give exactly one record ID (see: pillbox quarantine list)", kExitUsage);
-  auto id = parse_record_id(args->positional()[0]);
+  auto id = read_one_record_id(*args);
   if (!id) return fail(id.error(), kExitUsage);
   ReproduceSettings settings;
-  if (auto v = args->value("runs")) {
-    auto n = parse_whole_number("runs", *v, 1, 10000);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.runs = static_cast<std::size_t>(*n);
-  }
+  if (auto s = read_whole_number(*args, "runs", 1, 10000, settings.runs); !s) return fail(s.message(), kExitUsage);
   auto jobs = read_jobs(*args);
   if (!jobs) return fail(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
