@@ -73,16 +73,14 @@ int minimize_command(int argc, char** argv) {
   settings.actor = actor_name("minimize");
 
   StoreAccessError error;
-  auto access = open_existing_store(args->value("store").value_or(""), error);
-  if (!access) return fail(error.message, error.exit_code);
-  auto record = find_record(*access->quarantine, *id);
-  if (!record) return fail(record.error(), kExitUsage);
+  auto opened = open_record(*args, *id, error);
+  if (!opened) return fail(error.message, error.exit_code);
 
   Progress progress = Progress::on_stderr("minimize " + std::to_string(*id), static_cast<std::size_t>(settings.max_runs));
   settings.on_progress = [&](std::int64_t runs, std::size_t best) {
     progress.update(static_cast<std::size_t>(runs), "best " + std::to_string(best) + " bytes");
   };
-  auto result = minimize_record(*access->quarantine, *id, settings);
+  auto result = minimize_record(*opened->access->quarantine, *id, settings);
   progress.finish();
   if (!result) {
     const bool payload_problem = result.error().find("does not fail the same way") != std::string::npos;

@@ -281,6 +281,17 @@ Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::in
   return std::move(**r);
 }
 
+std::optional<OpenedRecord> open_record(const Args& args, std::int64_t id, StoreAccessError& error) {
+  auto access = open_existing_store(args.value("store").value_or(""), error);
+  if (!access) return std::nullopt;
+  auto record = find_record(*access->quarantine, id);
+  if (!record) {
+    error = {record.error(), kExitUsage};
+    return std::nullopt;
+  }
+  return OpenedRecord{std::move(access), std::move(*record)};
+}
+
 int quarantine_command(int argc, char** argv) {
   if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
     std::fputs(kHelp, argc < 3 ? stderr : stdout);
