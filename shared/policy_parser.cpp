@@ -1,9 +1,7 @@
 #include "shared/policy_parser.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <seccomp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +17,7 @@
 
 #include "shared/embedded_policies.h"
 #include "shared/oci_import.h"
+#include "shared/regular_file_read.h"
 
 namespace pillbox {
 namespace {
@@ -126,36 +125,17 @@ std::string errno_text(int err) { return std::error_code(err, std::generic_categ
 // name /dev/zero or a log file by mistake). `what` names the file's role.
 Expected<std::string> read_file_capped(const std::string& path, std::size_t cap,
                                        std::string_view what) {
+  using Failure = RegularFileRead::Failure;
   const std::string name = std::string(what) + " '" + path + "'";
-  // O_NONBLOCK: a FIFO named as a policy opens at once (and is refused
-  // below) instead of waiting forever for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Error{"cannot read " + name + ": " + errno_text(errno)};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Error{"cannot read " + name + ": not a regular file"};
-  }
-  std::string text;
-  char buf[16 << 10];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Error{"cannot read " + name + ": " + errno_text(err)};
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > cap) {
-      ::close(fd);
-      return Error{name + " is larger than the " + std::to_string(cap) +
-                   " byte limit; is it the right file?"};
-    }
-  }
-  ::close(fd);
-  return text;
+  // A FIFO named as a policy opens at once (and is refused below) instead
+  // of waiting forever for a writer.
+  const UniqueFd fd = open_for_reading_at(AT_FDCWD, path, 0);
+  if (!fd.valid()) return Error{"cannot read " + name + ": " + errno_text(errno)};
+  RegularFileRead read = read_whole_regular_fd(fd.get(), cap);
+  if (read.failure == Failure::kNone) return std::move(read.bytes);
+  if (read.failure == Failure::kSystem) return Error{"cannot read " + name + ": " + errno_text(read.error)};
+  if (read.failure == Failure::kNotRegular) return Error{"cannot read " + name + ": not a regular file"};
+  return Error{name + " is larger than the " + std::to_string(cap) + " byte limit; is it the right file?"};
 }
 
 // ---------------------------------------------------------------- quantities

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "shared/policy_parser.h"
+
 namespace pillbox::cli {
 
 Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<OptionSpec>& specs,
@@ -111,6 +113,16 @@ Expected<std::size_t> read_jobs(const Args& args) {
   auto n = parse_whole_number("jobs", *v, 1, 1024);
   if (!n) return Error{n.error()};
   return static_cast<std::size_t>(*n);
+}
+
+Expected<std::chrono::milliseconds> read_duration(const Args& args, const std::string& name,
+                                                  std::chrono::milliseconds fallback, std::uint64_t min_ms,
+                                                  std::uint64_t max_ms) {
+  const auto text = args.value(name);
+  if (!text) return fallback;
+  auto ms = parse_duration_ms(*text, "--" + name, min_ms, max_ms);
+  if (!ms) return Error{ms.error()};
+  return std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
 }
 
 }  // namespace pillbox::cli

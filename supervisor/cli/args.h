@@ -1,6 +1,8 @@
 #pragma once
 // A small, strict command-line parser: --name VALUE, --name=VALUE, -n VALUE, flags,
 // positionals, and everything after "--" kept apart (the exec command).
+#include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -50,5 +52,23 @@ Expected<unsigned> parse_file_mode(const std::string& name, const std::string& t
 
 // --jobs N (1 to 1024), or the number of cores when it is not given.
 Expected<std::size_t> read_jobs(const Args& args);
+
+// --NAME N, a whole number in [min, max], into `field` when it is given;
+// `field` keeps its default otherwise.
+template <class Field>
+Status read_whole_number(const Args& args, const std::string& name, long min, long max, Field& field) {
+  const auto text = args.value(name);
+  if (!text) return Status::ok();
+  auto n = parse_whole_number(name, *text, min, max);
+  if (!n) return Status::error(n.error());
+  field = static_cast<Field>(*n);
+  return Status::ok();
+}
+
+// --NAME DURATION ("500ms", "10s", "5m") in [min_ms, max_ms], or `fallback`
+// when it is not given.
+Expected<std::chrono::milliseconds> read_duration(const Args& args, const std::string& name,
+                                                  std::chrono::milliseconds fallback, std::uint64_t min_ms,
+                                                  std::uint64_t max_ms);
 
 }  // namespace pillbox::cli

@@ -35,6 +35,14 @@ Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args) {
   return std::optional<HandlerChoice>(std::move(choice));
 }
 
+Expected<std::optional<Policy>> read_policy_override(const Args& args) {
+  const auto name = args.value("policy");
+  if (!name) return std::optional<Policy>();
+  auto policy = resolve_policy(*name);
+  if (!policy) return Error{policy.error()};
+  return std::optional<Policy>(std::move(*policy));
+}
+
 Status apply_limit_overrides(const Args& args, Policy& policy) {
   for (const auto& [flag, key] : {std::pair{"timeout", "wall"}, {"cpu", "cpu"}, {"memory", "memory"}, {"max-output", "output"}}) {
     if (auto v = args.value(flag)) {

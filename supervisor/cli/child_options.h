@@ -19,6 +19,9 @@ extern const std::vector<OptionSpec> kChildOptions;
 
 // --handler/--arg or the command after --; nullopt when neither is given.
 Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args);
+// --policy NAME|FILE resolved; nullopt when it is not given (the caller has
+// a default of its own: a record's policy, the handler's).
+Expected<std::optional<Policy>> read_policy_override(const Args& args);
 // --timeout, --cpu, --memory and --max-output over `policy`'s limits, and
 // --writable PATH (repeatable) added to its read-write host paths.
 Status apply_limit_overrides(const Args& args, Policy& policy);

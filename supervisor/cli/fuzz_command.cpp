@@ -11,7 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "shared/policy_parser.h"
 #include "supervisor/store/actor.h"
 #include "supervisor/exec/child_setup.h"
 #include "supervisor/cli/args.h"
@@ -154,13 +153,9 @@ Expected<ChildConfig> fuzz_config(const Args& args, const std::optional<store::Q
   if (!given) return Error{given.error()};
   auto handler = handler_or_recorded(*under, *given);
   if (!handler) return Error{handler.error()};
-  std::optional<Policy> given_policy;
-  if (auto name = args.value("policy")) {
-    auto p = resolve_policy(*name);
-    if (!p) return Error{p.error()};
-    given_policy = std::move(*p);
-  }
-  auto policy = policy_or_recorded(*under, given_policy);
+  auto given_policy = read_policy_override(args);
+  if (!given_policy) return Error{given_policy.error()};
+  auto policy = policy_or_recorded(*under, *given_policy);
   if (!policy) return Error{policy.error()};
   if (auto s = apply_limit_overrides(args, *policy); !s) return Error{s.message()};
   return make_child_config(*handler, std::move(*policy));
@@ -172,13 +167,136 @@ nlohmann::json finding_json(const fuzz::FuzzFinding& f) {
           {"run", f.run},         {"folded", f.folded}};
 }
 
+const std::vector<OptionSpec> kFuzzOptions = {
+    {"from-quarantine"}, {"fingerprint"}, {"dict", true, true}, {"max-time"}, {"max-runs"},
+    {"max-len"},         {"jobs"},        {"seed"},             {"stop-on-finding", false},
+    {"max-new-records"}, {"json", false}, {"store"},            {"follow-symlinks", false},
+    {"help", false}};
+
+// --max-runs and --max-time: how long the session may go on.
+Status read_fuzz_budget(const Args& args, fuzz::FuzzSettings& settings) {
+  if (auto s = read_whole_number(args, "max-runs", 1, 1'000'000'000'000L, settings.max_runs); !s) return s;
+  auto max_time = read_duration(args, "max-time", settings.max_time, 100, 365ull * 24 * 3600 * 1000);
+  if (!max_time) return Status::error(max_time.error());
+  settings.max_time = *max_time;
+  return Status::ok();
+}
+
+// --max-len (nullopt: the seeds decide), --seed (random when not given)
+// and the --dict files: what the mutations make.
+Status read_mutation_options(const Args& args, fuzz::FuzzSettings& settings, std::optional<std::size_t>& max_len) {
+  if (auto s = read_whole_number(args, "max-len", 1, 64L << 20, max_len); !s) return s;
+  if (args.value("seed")) {
+    if (auto s = read_whole_number(args, "seed", 0, 0x7fffffffffffffffL, settings.rng_seed); !s) return s;
+  } else {
+    std::random_device random;
+    settings.rng_seed = ((static_cast<std::uint64_t>(random()) << 32) ^ random()) & 0x7fffffffffffffffULL;
+  }
+  for (const auto& path : args.values("dict")) {
+    auto tokens = fuzz::load_dictionary(path);
+    if (!tokens) return Status::error(tokens.error());
+    settings.dictionary.insert(settings.dictionary.end(), tokens->begin(), tokens->end());
+  }
+  return Status::ok();
+}
+
+// --stop-on-finding and --max-new-records: which findings end the session.
+Status read_finding_limits(const Args& args, fuzz::FuzzSettings& settings) {
+  settings.stop_on_finding = args.flag("stop-on-finding");
+  return read_whole_number(args, "max-new-records", 1, 1'000'000, settings.max_new_records);
+}
+
+// Everything but the seeds and what runs, which need the store.
+Status read_session_options(const Args& args, fuzz::FuzzSettings& settings, std::optional<std::size_t>& max_len) {
+  auto jobs = read_jobs(args);
+  if (!jobs) return Status::error(jobs.error());
+  settings.jobs = *jobs;
+  if (auto s = read_fuzz_budget(args, settings); !s) return s;
+  if (auto s = read_mutation_options(args, settings, max_len); !s) return s;
+  auto mode = read_launch_mode(args);
+  if (!mode) return Status::error(mode.error());
+  settings.mode = *mode;
+  return read_finding_limits(args, settings);
+}
+
+// Progress on stderr, candidates a dead session left, and each finding on
+// stdout as it is made.
+void show_session(fuzz::FuzzSettings& settings, Progress& progress, bool json, const std::string& store_dir) {
+  settings.on_progress = [&progress](const fuzz::FuzzProgress& p) {
+    progress.update(static_cast<std::size_t>(p.runs), "corpus " + std::to_string(p.corpus) + ", " +
+                                                          std::to_string(p.findings) + " new, " +
+                                                          std::to_string(p.repeats) + " repeats");
+  };
+  settings.on_recovered = [store_dir](std::size_t recovered, std::size_t other_identity) {
+    if (recovered > 0) {
+      std::fprintf(stderr,
+                   "pillbox fuzz: %zu candidate%s %s running when an earlier session died; %s first, one at a time\n",
+                   recovered, recovered == 1 ? "" : "s", recovered == 1 ? "was" : "were",
+                   recovered == 1 ? "it runs" : "they run");
+    }
+    if (other_identity > 0) {
+      std::fprintf(stderr,
+                   "pillbox fuzz: %zu candidate%s left by a session that died under another handler or policy %s "
+                   "kept in %s/fuzz-inflight; fuzz with that handler and policy to run %s\n",
+                   other_identity, other_identity == 1 ? "" : "s", other_identity == 1 ? "is" : "are",
+                   store_dir.c_str(), other_identity == 1 ? "it" : "them");
+    }
+  };
+  settings.on_finding = [json](const fuzz::FuzzFinding& f) {
+    if (json) {
+      std::printf("%s\n", finding_json(f).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::printf("%s record %lld: %s %s (%zu bytes, from %s, run %llu, mutations: %s)\n",
+                  f.folded ? "repeat (store full)" : "new fingerprint", static_cast<long long>(f.record_id),
+                  f.kind.c_str(), f.fingerprint.c_str(), f.size, f.seed.c_str(),
+                  static_cast<unsigned long long>(f.run), table_cell(f.mutations, 120).c_str());
+    }
+    std::fflush(stdout);
+  };
+}
+
+// The summary (stderr, or a JSON line with --json) and the exit code.
+int report_session(const fuzz::FuzzResult& result, const fuzz::FuzzSettings& settings, bool json) {
+  std::uint64_t repeats = 0;
+  for (const auto& [fp, n] : result.repeats) repeats += n;
+  const double seconds = static_cast<double>(result.elapsed_ms) / 1000.0;
+  const double rate = seconds > 0 ? static_cast<double>(result.runs) / seconds : 0.0;
+  if (json) {
+    nlohmann::json kinds = nlohmann::json::object();
+    for (const auto& [k, n] : result.by_kind) kinds[k] = n;
+    nlohmann::json repeat_counts = nlohmann::json::object();
+    for (const auto& [fp, n] : result.repeats) repeat_counts[fp] = n;
+    const nlohmann::json summary = {{"type", "summary"},          {"runs", result.runs},
+                                    {"elapsed_ms", result.elapsed_ms}, {"runs_per_second", rate},
+                                    {"corpus", result.corpus},   {"features", result.features},
+                                    {"new_records", result.findings.size()}, {"repeats", repeat_counts},
+                                    {"by_kind", kinds},           {"duplicates_skipped", result.duplicates_skipped},
+                                    {"stopped_by", result.stopped_by}, {"seed", settings.rng_seed}};
+    std::printf("%s\n", summary.dump().c_str());
+  } else {
+    std::string kinds;
+    for (const auto& [k, n] : result.by_kind) kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    std::fprintf(stderr,
+                 "pillbox fuzz: %llu runs in %.1f s (%.1f runs/s), corpus %zu, %zu new record%s, %llu repeat%s of "
+                 "%zu known fingerprint%s; outcomes: %s; stopped by %s; --seed %llu\n",
+                 static_cast<unsigned long long>(result.runs), seconds, rate, result.corpus, result.findings.size(),
+                 result.findings.size() == 1 ? "" : "s", static_cast<unsigned long long>(repeats),
+                 repeats == 1 ? "" : "s", result.repeats.size(), result.repeats.size() == 1 ? "" : "s",
+                 kinds.c_str(), result.stopped_by.empty() ? "the end of the input space" : result.stopped_by.c_str(),
+                 static_cast<unsigned long long>(settings.rng_seed));
+    if (!result.findings.empty()) {
+      std::fprintf(stderr, "  pillbox quarantine list --source fuzz shows them; pillbox minimize ID shrinks one\n");
+    }
+  }
+  if (result.stop_signal != 0) return 128 + result.stop_signal;
+  return result.findings.empty() && repeats == 0 ? kExitOk : kExitFailures;
+}
+
 }  // namespace
 
 int fuzz_command(int argc, char** argv) {
   std::vector<OptionSpec> options = kChildOptions;
-  options.insert(options.end(), {{"from-quarantine"}, {"fingerprint"}, {"dict", true, true}, {"max-time"}, {"max-runs"},
-                                 {"max-len"}, {"jobs"}, {"seed"}, {"stop-on-finding", false}, {"max-new-records"}, {"json", false}, {"store"}, {"follow-symlinks", false},
-                                 {"help", false}});
+  options.insert(options.end(), kFuzzOptions.begin(), kFuzzOptions.end());
   auto args = Args::parse(argc, argv, 2, options, "fuzz");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -186,47 +304,8 @@ int fuzz_command(int argc, char** argv) {
     return kExitOk;
   }
   fuzz::FuzzSettings settings;
-  auto jobs = read_jobs(*args);
-  if (!jobs) return fail(jobs.error(), kExitUsage);
-  settings.jobs = *jobs;
-  if (auto v = args->value("max-runs")) {
-    auto n = parse_whole_number("max-runs", *v, 1, 1'000'000'000'000L);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.max_runs = static_cast<std::uint64_t>(*n);
-  }
-  if (auto v = args->value("max-time")) {
-    auto ms = parse_duration_ms(*v, "--max-time", 100, 365ull * 24 * 3600 * 1000);
-    if (!ms) return fail(ms.error(), kExitUsage);
-    settings.max_time = std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
-  }
   std::optional<std::size_t> max_len;
-  if (auto v = args->value("max-len")) {
-    auto n = parse_whole_number("max-len", *v, 1, 64L << 20);
-    if (!n) return fail(n.error(), kExitUsage);
-    max_len = static_cast<std::size_t>(*n);
-  }
-  if (auto v = args->value("seed")) {
-    auto n = parse_whole_number("seed", *v, 0, 0x7fffffffffffffffL);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.rng_seed = static_cast<std::uint64_t>(*n);
-  } else {
-    std::random_device random;
-    settings.rng_seed = ((static_cast<std::uint64_t>(random()) << 32) ^ random()) & 0x7fffffffffffffffULL;
-  }
-  for (const auto& path : args->values("dict")) {
-    auto tokens = fuzz::load_dictionary(path);
-    if (!tokens) return fail(tokens.error(), kExitUsage);
-    settings.dictionary.insert(settings.dictionary.end(), tokens->begin(), tokens->end());
-  }
-  auto mode = read_launch_mode(*args);
-  if (!mode) return fail(mode.error(), kExitUsage);
-  settings.mode = *mode;
-  settings.stop_on_finding = args->flag("stop-on-finding");
-  if (auto v = args->value("max-new-records")) {
-    auto n = parse_whole_number("max-new-records", *v, 1, 1'000'000);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.max_new_records = static_cast<std::size_t>(*n);
-  }
+  if (auto s = read_session_options(*args, settings, max_len); !s) return fail(s.message(), kExitUsage);
 
   StoreAccessError error;
   auto access = open_or_create_store(args->value("store").value_or(""), error);
@@ -253,37 +332,7 @@ int fuzz_command(int argc, char** argv) {
 
   const bool json = args->flag("json");
   Progress progress = Progress::on_stderr("fuzz", static_cast<std::size_t>(settings.max_runs));
-  settings.on_progress = [&](const fuzz::FuzzProgress& p) {
-    progress.update(static_cast<std::size_t>(p.runs), "corpus " + std::to_string(p.corpus) + ", " +
-                                                          std::to_string(p.findings) + " new, " +
-                                                          std::to_string(p.repeats) + " repeats");
-  };
-  settings.on_recovered = [&](std::size_t recovered, std::size_t other_identity) {
-    if (recovered > 0) {
-      std::fprintf(stderr,
-                   "pillbox fuzz: %zu candidate%s %s running when an earlier session died; %s first, one at a time\n",
-                   recovered, recovered == 1 ? "" : "s", recovered == 1 ? "was" : "were",
-                   recovered == 1 ? "it runs" : "they run");
-    }
-    if (other_identity > 0) {
-      std::fprintf(stderr,
-                   "pillbox fuzz: %zu candidate%s left by a session that died under another handler or policy %s "
-                   "kept in %s/fuzz-inflight; fuzz with that handler and policy to run %s\n",
-                   other_identity, other_identity == 1 ? "" : "s", other_identity == 1 ? "is" : "are",
-                   access->store.dir().c_str(), other_identity == 1 ? "it" : "them");
-    }
-  };
-  settings.on_finding = [&](const fuzz::FuzzFinding& f) {
-    if (json) {
-      std::printf("%s\n", finding_json(f).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    } else {
-      std::printf("%s record %lld: %s %s (%zu bytes, from %s, run %llu, mutations: %s)\n",
-                  f.folded ? "repeat (store full)" : "new fingerprint", static_cast<long long>(f.record_id),
-                  f.kind.c_str(), f.fingerprint.c_str(), f.size, f.seed.c_str(),
-                  static_cast<unsigned long long>(f.run), table_cell(f.mutations, 120).c_str());
-    }
-    std::fflush(stdout);
-  };
+  show_session(settings, progress, json, access->store.dir());
   const std::string seeds = settings.seeds.empty() ? std::string("no seeds (one empty input)")
                                                    : std::to_string(settings.seeds.size()) +
                                                          (settings.seeds.size() == 1 ? " seed" : " seeds");
@@ -293,40 +342,7 @@ int fuzz_command(int argc, char** argv) {
   auto result = fuzz::run_fuzz(*recorder, settings);
   progress.finish();
   if (!result) return fail(result.error(), kExitSetup);
-
-  std::uint64_t repeats = 0;
-  for (const auto& [fp, n] : result->repeats) repeats += n;
-  const double seconds = static_cast<double>(result->elapsed_ms) / 1000.0;
-  const double rate = seconds > 0 ? static_cast<double>(result->runs) / seconds : 0.0;
-  if (json) {
-    nlohmann::json kinds = nlohmann::json::object();
-    for (const auto& [k, n] : result->by_kind) kinds[k] = n;
-    nlohmann::json repeat_counts = nlohmann::json::object();
-    for (const auto& [fp, n] : result->repeats) repeat_counts[fp] = n;
-    const nlohmann::json summary = {{"type", "summary"},          {"runs", result->runs},
-                                    {"elapsed_ms", result->elapsed_ms}, {"runs_per_second", rate},
-                                    {"corpus", result->corpus},   {"features", result->features},
-                                    {"new_records", result->findings.size()}, {"repeats", repeat_counts},
-                                    {"by_kind", kinds},           {"duplicates_skipped", result->duplicates_skipped},
-                                    {"stopped_by", result->stopped_by}, {"seed", settings.rng_seed}};
-    std::printf("%s\n", summary.dump().c_str());
-  } else {
-    std::string kinds;
-    for (const auto& [k, n] : result->by_kind) kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
-    std::fprintf(stderr,
-                 "pillbox fuzz: %llu runs in %.1f s (%.1f runs/s), corpus %zu, %zu new record%s, %llu repeat%s of "
-                 "%zu known fingerprint%s; outcomes: %s; stopped by %s; --seed %llu\n",
-                 static_cast<unsigned long long>(result->runs), seconds, rate, result->corpus, result->findings.size(),
-                 result->findings.size() == 1 ? "" : "s", static_cast<unsigned long long>(repeats),
-                 repeats == 1 ? "" : "s", result->repeats.size(), result->repeats.size() == 1 ? "" : "s",
-                 kinds.c_str(), result->stopped_by.empty() ? "the end of the input space" : result->stopped_by.c_str(),
-                 static_cast<unsigned long long>(settings.rng_seed));
-    if (!result->findings.empty()) {
-      std::fprintf(stderr, "  pillbox quarantine list --source fuzz shows them; pillbox minimize ID shrinks one\n");
-    }
-  }
-  if (result->stop_signal != 0) return 128 + result->stop_signal;
-  return result->findings.empty() && repeats == 0 ? kExitOk : kExitFailures;
+  return report_session(*result, settings, json);
 }
 
 }  // namespace pillbox::cli

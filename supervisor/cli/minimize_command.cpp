@@ -7,7 +7,6 @@
 #include <string>
 #include <thread>
 
-#include "shared/policy_parser.h"
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
@@ -59,37 +58,30 @@ int minimize_command(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (args->positional().size() != 1) return fail("give exactly one record ID (see: pillbox quarantine list)", kExitUsage);
-  auto id = parse_record_id(args->positional()[0]);
+  auto id = read_one_record_id(*args);
   if (!id) return fail(id.error(), kExitUsage);
   MinimizeSettings settings;
   auto jobs = read_jobs(*args);
   if (!jobs) return fail(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
-  if (auto v = args->value("max-runs")) {
-    auto n = parse_whole_number("max-runs", *v, 1, 100'000'000);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.max_runs = *n;
+  if (auto s = read_whole_number(*args, "max-runs", 1, 100'000'000, settings.max_runs); !s) {
+    return fail(s.message(), kExitUsage);
   }
-  if (auto v = args->value("max-time")) {
-    auto ms = parse_duration_ms(*v, "--max-time", 100, 30ull * 24 * 3600 * 1000);
-    if (!ms) return fail(ms.error(), kExitUsage);
-    settings.max_time = std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
-  }
+  auto max_time = read_duration(*args, "max-time", settings.max_time, 100, 30ull * 24 * 3600 * 1000);
+  if (!max_time) return fail(max_time.error(), kExitUsage);
+  settings.max_time = *max_time;
   settings.restart = args->flag("restart");
   settings.actor = actor_name("minimize");
 
   StoreAccessError error;
-  auto access = open_existing_store(args->value("store").value_or(""), error);
-  if (!access) return fail(error.message, error.exit_code);
-  auto record = find_record(*access->quarantine, *id);
-  if (!record) return fail(record.error(), kExitUsage);
+  auto opened = open_record(*args, *id, error);
+  if (!opened) return fail(error.message, error.exit_code);
 
   Progress progress = Progress::on_stderr("minimize " + std::to_string(*id), static_cast<std::size_t>(settings.max_runs));
   settings.on_progress = [&](std::int64_t runs, std::size_t best) {
     progress.update(static_cast<std::size_t>(runs), "best " + std::to_string(best) + " bytes");
   };
-  auto result = minimize_record(*access->quarantine, *id, settings);
+  auto result = minimize_record(*opened->access->quarantine, *id, settings);
   progress.finish();
   if (!result) {
     return fail("record " + std::to_string(*id) + ": " + result.error(), exit_code_for(result.error_code()));

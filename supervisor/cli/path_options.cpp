@@ -1,5 +1,9 @@
 #include "supervisor/cli/path_options.h"
 
+#include <cstdio>
+
+#include "supervisor/io/terminal_text.h"
+
 namespace pillbox::cli {
 
 const std::vector<OptionSpec> kOutOptions = {{"out"}, {"out-mode"}};
@@ -20,6 +24,16 @@ Expected<std::optional<ResultFiles>> read_result_files(const Args& args) {
   auto opened = ResultFiles::open(*dir, mode);
   if (!opened) return Error{opened.error()};
   return std::optional<ResultFiles>(std::move(*opened));
+}
+
+std::string write_result_file(ResultFiles& results, std::string_view key, std::string_view output,
+                              const std::string& command, bool& failed) {
+  auto written = results.write(key, output);
+  if (written) return std::move(*written);
+  // The reason names the result's file, made from a key someone else chose.
+  std::fprintf(stderr, "pillbox %s: %s\n", command.c_str(), table_cell(written.error(), 2000).c_str());
+  failed = true;
+  return {};
 }
 
 SymlinksInTree read_symlinks_in_tree(const Args& args) {

@@ -3,6 +3,8 @@
 // command that takes them: --out DIR and --out-mode MODE (`run`, `quarantine
 // replay`), --follow-symlinks (`run`, `fuzz`, `quarantine import`).
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "shared/status.h"
@@ -20,6 +22,12 @@ extern const std::vector<OptionSpec> kOutOptions;
 // permission bits, --out-mode without --out, a directory that cannot be
 // created or written.
 Expected<std::optional<ResultFiles>> read_result_files(const Args& args);
+
+// A successful result written into --out's directory: the file's path, or
+// "" when it could not be written, with the reason on stderr after
+// "pillbox COMMAND: " and `failed` set (the command ends with exit code 2).
+std::string write_result_file(ResultFiles& results, std::string_view key, std::string_view output,
+                              const std::string& command, bool& failed);
 
 // --follow-symlinks: whether symlinks inside input directories are followed.
 SymlinksInTree read_symlinks_in_tree(const Args& args);

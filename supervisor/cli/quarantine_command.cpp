@@ -272,6 +272,11 @@ Expected<std::int64_t> parse_record_id(const std::string& text) {
   return static_cast<std::int64_t>(id);
 }
 
+Expected<std::int64_t> read_one_record_id(const Args& args) {
+  if (args.positional().size() != 1) return Error{"give exactly one record ID (see: pillbox quarantine list)"};
+  return parse_record_id(args.positional()[0]);
+}
+
 Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id) {
   auto r = q.get(id);
   if (!r) return Error{r.error()};
@@ -280,6 +285,17 @@ Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::in
                  ErrorCode::kUsage};
   }
   return std::move(**r);
+}
+
+std::optional<OpenedRecord> open_record(const Args& args, std::int64_t id, StoreAccessError& error) {
+  auto access = open_existing_store(args.value("store").value_or(""), error);
+  if (!access) return std::nullopt;
+  auto record = find_record(*access->quarantine, id);
+  if (!record) {
+    error = {record.error(), kExitUsage};
+    return std::nullopt;
+  }
+  return OpenedRecord{std::move(access), std::move(*record)};
 }
 
 int quarantine_command(int argc, char** argv) {

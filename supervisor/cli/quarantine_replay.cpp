@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "shared/failure_kind.h"
-#include "shared/policy_parser.h"
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -37,84 +36,119 @@ Expected<double> positive_number(const std::string& name, const std::string& tex
   return v;
 }
 
-}  // namespace
-
-int quarantine_replay(const QuarantineContext& c) {
-  const Args& args = c.args;
-  ReplaySettings settings;
-  store::ReplaySelection& sel = settings.selection;
+// Record IDs, or --fingerprint and/or --kind, or --all (one of these), and --force.
+Status read_replay_selection(const Args& args, store::ReplaySelection& sel) {
   for (const auto& text : args.positional()) {
     auto id = parse_record_id(text);
-    if (!id) return quarantine_error(id.error(), kExitUsage);
+    if (!id) return Status::error(id.error());
     sel.ids.push_back(*id);
   }
   sel.filter.fingerprint = args.value("fingerprint");
   if (auto k = args.value("kind")) {
-    if (!kind_from_string(*k)) return quarantine_error("unknown kind '" + *k + "'", kExitUsage);
+    if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
     sel.filter.kind = *k;
   }
   const bool all = args.flag("all");
   const bool filtered = sel.filter.fingerprint || sel.filter.kind;
   if (!sel.ids.empty() + filtered + all != 1) {
-    return quarantine_error("replay what? give record IDs, or --fingerprint FP and/or --kind K, or --all (one of these)",
-                            kExitUsage);
+    return Status::error("replay what? give record IDs, or --fingerprint FP and/or --kind K, or --all (one of these)");
   }
   sel.force = args.flag("force");
+  return Status::ok();
+}
+
+// --batch, --rate, --stop-after and --max-failure-ratio: how fast it goes
+// and when it stops.
+Status read_replay_brakes(const Args& args, ReplaySettings& settings) {
   if (auto v = args.value("batch")) {
     auto n = positive_number("batch", *v, 100000);
-    if (!n) return quarantine_error(n.error(), kExitUsage);
+    if (!n) return Status::error(n.error());
     settings.batch = static_cast<std::size_t>(*n);
   }
   if (auto v = args.value("rate")) {
     auto n = positive_number("rate", *v, 100000);
-    if (!n) return quarantine_error(n.error(), kExitUsage);
+    if (!n) return Status::error(n.error());
     settings.rate = *n;
   }
   if (auto v = args.value("stop-after")) {
     auto n = positive_number("stop-after", *v, 1'000'000);
-    if (!n) return quarantine_error(n.error(), kExitUsage);
+    if (!n) return Status::error(n.error());
     settings.stop_after = static_cast<std::size_t>(*n);
   }
   if (auto v = args.value("max-failure-ratio")) {
     char* end = nullptr;
     const double f = std::strtod(v->c_str(), &end);
     if (v->empty() || *end != '\0' || !(f >= 0.0 && f < 1.0)) {
-      return quarantine_error("--max-failure-ratio expects a fraction from 0 up to (not including) 1, e.g. 0.2; got '" +
-                                  *v + "'", kExitUsage);
+      return Status::error("--max-failure-ratio expects a fraction from 0 up to (not including) 1, e.g. 0.2; got '" +
+                           *v + "'");
     }
     settings.max_failure_ratio = f;
   }
+  return Status::ok();
+}
+
+// --jobs, and the fixed consumer the payloads run under instead of the
+// recorded one: a new handler or command, a new policy.
+Status read_replay_runner(const Args& args, ReplaySettings& settings) {
   auto jobs = read_jobs(args);
-  if (!jobs) return quarantine_error(jobs.error(), kExitUsage);
+  if (!jobs) return Status::error(jobs.error());
   settings.jobs = *jobs;
-  // The fixed consumer: a new handler or command, a new policy.
   auto choice = read_handler_choice(args);
-  if (!choice) return quarantine_error(choice.error(), kExitUsage);
+  if (!choice) return Status::error(choice.error());
   settings.handler = std::move(*choice);
-  if (auto p = args.value("policy")) {
-    auto policy = resolve_policy(*p);
-    if (!policy) return quarantine_error(policy.error(), kExitUsage);
-    settings.policy = std::move(*policy);
+  auto policy = read_policy_override(args);
+  if (!policy) return Status::error(policy.error());
+  settings.policy = std::move(*policy);
+  return Status::ok();
+}
+
+// --dry-run: what would be replayed, changing nothing.
+int show_replay_plan(store::ReplayStore& replays, const ReplaySettings& settings) {
+  std::vector<std::string> skipped;
+  auto plan = replay_plan(replays, settings, skipped);
+  if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
+  std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan->size(), plan->size() == 1 ? "" : "s",
+              settings.batch);
+  for (const auto& r : *plan) {
+    std::printf("  %-8lld %-12s %-17s %-21s %s\n", static_cast<long long>(r.id), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
+                r.entry.fingerprint.c_str(), table_cell(r.entry.key, 100).c_str());
   }
+  for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
+  return kExitOk;
+}
+
+// What the replay did, on stderr, and the exit code.
+int report_replay(const ReplayResult& result, bool write_errors) {
+  for (const auto& s : result.skipped) std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", s.c_str());
+  if (result.recovered > 0) {
+    std::fprintf(stderr, "pillbox quarantine replay: took back %zu records from a replay that is gone\n", result.recovered);
+  }
+  std::fprintf(stderr, "replay: %zu selected, %zu replayed: %zu resolved, %zu failed again; %zu left as they were%s\n",
+               result.selected, result.replayed, result.resolved, result.failed_again, result.not_replayed,
+               result.taken_by_others > 0
+                   ? (" (" + std::to_string(result.taken_by_others) + " taken by another replay)").c_str()
+                   : "");
+  if (!result.stopped_because.empty()) std::fprintf(stderr, "replay stopped: %s\n", result.stopped_because.c_str());
+  if (result.stop_signal != 0) return 128 + result.stop_signal;
+  if (write_errors) return kExitUsage;
+  return result.failed_again > 0 || !result.stopped_because.empty() ? kExitFailures : kExitOk;
+}
+
+}  // namespace
+
+int quarantine_replay(const QuarantineContext& c) {
+  const Args& args = c.args;
+  ReplaySettings settings;
+  if (auto s = read_replay_selection(args, settings.selection); !s) return quarantine_error(s.message(), kExitUsage);
+  if (auto s = read_replay_brakes(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
+  if (auto s = read_replay_runner(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
   auto out = read_result_files(args);
   if (!out) return quarantine_error(out.error(), kExitUsage);
   std::optional<ResultFiles> results = std::move(*out);
   settings.actor = actor_name("quarantine replay");
   store::ReplayStore replays(c.database, c.quarantine);
 
-  if (args.flag("dry-run")) {
-    std::vector<std::string> skipped;
-    auto plan = replay_plan(replays, settings, skipped);
-    if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
-    std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan->size(), plan->size() == 1 ? "" : "s",
-                settings.batch);
-    for (const auto& r : *plan) {
-      std::printf("  %-8lld %-12s %-17s %-21s %s\n", static_cast<long long>(r.id), std::string(to_string(r.status)).c_str(),
-                  r.entry.kind.c_str(), r.entry.fingerprint.c_str(), table_cell(r.entry.key, 100).c_str());
-    }
-    for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
-    return kExitOk;
-  }
+  if (args.flag("dry-run")) return show_replay_plan(replays, settings);
 
   // Results go where `run` would put them: a line or a JSON object each, and
   // the output of successful ones into --out.
@@ -128,15 +162,7 @@ int quarantine_replay(const QuarantineContext& c) {
   settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict) {
     Task task{r.entry.key, {}, 0};
     std::string file;
-    if (verdict == store::ReplayVerdict::kResolved && results) {
-      auto written = results->write(r.entry.key, o.output);
-      if (written) {
-        file = std::move(*written);
-      } else {
-        std::fprintf(stderr, "pillbox quarantine replay: %s\n", table_cell(written.error(), 2000).c_str());
-        write_errors = true;
-      }
-    }
+    if (verdict == store::ReplayVerdict::kResolved && results) file = write_result_file(*results, r.entry.key, o.output, "quarantine replay", write_errors);
     if (json) {
       auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
       j["record_id"] = r.id;
@@ -154,19 +180,7 @@ int quarantine_replay(const QuarantineContext& c) {
   if (!result) {
     return quarantine_error(result.error(), exit_code_for(result.error_code()));
   }
-  for (const auto& s : result->skipped) std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", s.c_str());
-  if (result->recovered > 0) {
-    std::fprintf(stderr, "pillbox quarantine replay: took back %zu records from a replay that is gone\n", result->recovered);
-  }
-  std::fprintf(stderr, "replay: %zu selected, %zu replayed: %zu resolved, %zu failed again; %zu left as they were%s\n",
-               result->selected, result->replayed, result->resolved, result->failed_again, result->not_replayed,
-               result->taken_by_others > 0
-                   ? (" (" + std::to_string(result->taken_by_others) + " taken by another replay)").c_str()
-                   : "");
-  if (!result->stopped_because.empty()) std::fprintf(stderr, "replay stopped: %s\n", result->stopped_because.c_str());
-  if (result->stop_signal != 0) return 128 + result->stop_signal;
-  if (write_errors) return kExitUsage;
-  return result->failed_again > 0 || !result->stopped_because.empty() ? kExitFailures : kExitOk;
+  return report_replay(*result, write_errors);
 }
 
 }  // namespace pillbox::cli

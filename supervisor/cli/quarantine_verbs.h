@@ -1,9 +1,12 @@
 #pragma once
 // The verbs of `pillbox quarantine`, one file each group: the dispatcher
 // (quarantine_command.cpp) opens the store and hands it to them.
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/store_access.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::cli {
@@ -19,8 +22,20 @@ struct QuarantineContext {
 int quarantine_error(const std::string& message, int exit_code);  // prints "pillbox quarantine: ..."
 // A record id from the command line, or a usage error message.
 Expected<std::int64_t> parse_record_id(const std::string& text);
+// The one record ID a command acts on (reproduce, minimize), or a usage
+// error message.
+Expected<std::int64_t> read_one_record_id(const Args& args);
 // The record, or an error naming the id (exit code 2: there is no such record).
 Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id);
+
+// The store --store names (it must exist) and record `id` in it: what
+// reproduce and minimize act on. Errors come with their exit code, the
+// store's (open_existing_store) or 2 when there is no such record.
+struct OpenedRecord {
+  std::unique_ptr<StoreAccess> access;
+  store::QuarantineRecord record;
+};
+std::optional<OpenedRecord> open_record(const Args& args, std::int64_t id, StoreAccessError& error);
 
 // --status/--kind/--fingerprint/--key/--since, checked.
 Expected<store::ListFilter> read_filter(const Args& args);

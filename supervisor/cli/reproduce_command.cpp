@@ -51,29 +51,23 @@ int reproduce_command(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  if (args->positional().size() != 1) return fail("give exactly one record ID (see: pillbox quarantine list)", kExitUsage);
-  auto id = parse_record_id(args->positional()[0]);
+  auto id = read_one_record_id(*args);
   if (!id) return fail(id.error(), kExitUsage);
   ReproduceSettings settings;
-  if (auto v = args->value("runs")) {
-    auto n = parse_whole_number("runs", *v, 1, 10000);
-    if (!n) return fail(n.error(), kExitUsage);
-    settings.runs = static_cast<std::size_t>(*n);
-  }
+  if (auto s = read_whole_number(*args, "runs", 1, 10000, settings.runs); !s) return fail(s.message(), kExitUsage);
   auto jobs = read_jobs(*args);
   if (!jobs) return fail(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
   settings.actor = actor_name("reproduce");
 
   StoreAccessError error;
-  auto access = open_existing_store(args->value("store").value_or(""), error);
-  if (!access) return fail(error.message, error.exit_code);
-  auto record = find_record(*access->quarantine, *id);
-  if (!record) return fail(record.error(), kExitUsage);
+  auto opened = open_record(*args, *id, error);
+  if (!opened) return fail(error.message, error.exit_code);
+  const store::QuarantineRecord& record = opened->record;
 
   Progress progress = Progress::on_stderr("reproduce " + std::to_string(*id), settings.runs);
   settings.on_progress = [&](std::size_t done) { progress.update(done); };
-  auto result = reproduce_record(*access->quarantine, *id, settings);
+  auto result = reproduce_record(*opened->access->quarantine, *id, settings);
   progress.finish();
   if (!result) return fail(result.error(), kExitSetup);
   if (result->stop_signal != 0) {
@@ -81,17 +75,17 @@ int reproduce_command(int argc, char** argv) {
                  stop_signal_name(result->stop_signal), result->runs, settings.runs);
     return 128 + result->stop_signal;
   }
-  const std::string& fp = record->entry.fingerprint;
+  const std::string& fp = record.entry.fingerprint;
   if (args->flag("json")) {
     nlohmann::json others = nlohmann::json::array();
     for (const auto& [what, n] : result->others) others.push_back({{"outcome", what}, {"count", n}});
-    const nlohmann::json j = {{"id", *id},           {"fingerprint", fp},      {"kind", record->entry.kind},
+    const nlohmann::json j = {{"id", *id},           {"fingerprint", fp},      {"kind", record.entry.kind},
                               {"runs", result->runs}, {"matches", result->matches}, {"verdict", result->verdict},
                               {"other_outcomes", others}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("record %lld: %s: %zu of %zu runs ended with %s (%s)\n", static_cast<long long>(*id),
-                result->verdict.c_str(), result->matches, result->runs, fp.c_str(), record->entry.kind.c_str());
+                result->verdict.c_str(), result->matches, result->runs, fp.c_str(), record.entry.kind.c_str());
     for (const auto& [what, n] : result->others) std::printf("  other outcome: %s x%zu\n", what.c_str(), n);
   }
   return result->matches > 0 ? kExitOk : kExitFailures;

@@ -14,18 +14,18 @@
 #include <thread>
 
 #include "shared/policy_parser.h"
+#include "shared/control.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/run_options.h"
 #include "supervisor/exec/install_paths.h"
-#include "supervisor/flow/alert_hook.h"
 #include "supervisor/exec/child_setup.h"
 #include "supervisor/flow/progress.h"
 #include "supervisor/flow/job.h"
 #include "supervisor/exec/dispatcher.h"
-#include "supervisor/store/store_dir.h"
 #include "supervisor/io/result_files.h"
 #include "supervisor/flow/run_output.h"
 #include "supervisor/io/terminal_text.h"
@@ -90,27 +90,29 @@ const char* kHelp =
     "            4 stopped by a suspected handler outage (held tasks run again next time),\n"
     "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
+// Besides the sections' own (child, store, retry, breaker, quarantine, --out).
 const std::vector<OptionSpec> kRunOptions = {
-    {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"help", false},
-    {"store"}, {"no-store", false}, {"rerun", false}, {"max-attempts"}, {"backoff-base"}, {"backoff-max"},
-    {"retry-exit-code", true, true}, {"breaker-window"}, {"breaker-threshold"}, {"breaker-probe-interval"}, {"breaker-max-wait"},
-    {"no-breaker", false}, {"quarantine-limit"}, {"hook-timeout"},
-    // Hook commands may carry tokens: kept out of /proc/PID/cmdline (OptionSpec::secret).
-    {"on-quarantine", true, false, 0, true}, {"on-new-fingerprint", true, false, 0, true},
-};
+    {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"help", false}};
 
-Expected<std::chrono::milliseconds> parse_delay(const Args& args, const std::string& name, std::chrono::milliseconds fallback,
-                                                std::uint64_t min_ms, std::uint64_t max_ms) {
-  auto v = args.value(name);
-  if (!v) return fallback;
-  auto ms = parse_duration_ms(*v, "--" + name, min_ms, max_ms);
-  if (!ms) return Error{ms.error()};
-  return std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+std::vector<OptionSpec> run_option_specs() {
+  std::vector<OptionSpec> options;
+  for (const auto* section : {&kChildOptions, &kRunOptions, &kStoreOptions, &kRetryOptions, &kBreakerOptions,
+                              &kQuarantineOptions, &kOutOptions}) {
+    options.insert(options.end(), section->begin(), section->end());
+  }
+  return options;
 }
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "pillbox run: %s\n", message.c_str());
   return kExitUsage;
+}
+
+// One JSON line on stdout, flushed: a reader sees each task as it ends.
+void print_line(const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
 }
 
 class CliSink final : public VerdictSink {
@@ -123,19 +125,10 @@ class CliSink final : public VerdictSink {
     if (progress_ != nullptr) progress_->update(++verdicts_, status_);
     std::string file;
     if (results_ != nullptr && outcome.kind == Kind::kOk) {
-      auto written = results_->write(task.key, outcome.output);
-      if (written) {
-        file = std::move(*written);
-      } else {
-        std::fprintf(stderr, "pillbox run: %s\n", table_cell(written.error(), 2000).c_str());
-        write_errors_ = true;
-      }
+      file = write_result_file(*results_, task.key, outcome.output, "run", write_errors_);
     }
     if (json_) {
-      const std::string line = outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict);
-      std::fwrite(line.data(), 1, line.size(), stdout);
-      std::fputc('\n', stdout);
-      std::fflush(stdout);
+      print_line(outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict));
     } else if (!quiet_) {
       std::printf("%s\n", outcome_line(task, outcome, &verdict).c_str());
       std::fflush(stdout);
@@ -151,10 +144,7 @@ class CliSink final : public VerdictSink {
   void on_skipped(const Task& task, const std::string& why, std::int64_t) override {
     if (!json_) return;  // the summary counts them; a line per skipped task would bury the news
     nlohmann::json j{{"key", task.key}, {"verdict", "skipped"}, {"verdict_reason", why}};
-    const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    print_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
 
   void on_notice(const std::string& message) override {
@@ -169,10 +159,7 @@ class CliSink final : public VerdictSink {
     if (json_) {
       nlohmann::json j{{"key", task.key}, {"verdict", "taken-back"}, {"verdict_reason", why}};
       if (record_id != 0) j["quarantine_id"] = record_id;
-      const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      std::fwrite(line.data(), 1, line.size(), stdout);
-      std::fputc('\n', stdout);
-      std::fflush(stdout);
+      print_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     } else if (!quiet_) {
       std::printf("taken back        %s  -> held: %s\n", table_cell(task.key, 200).c_str(), why.c_str());
       std::fflush(stdout);
@@ -198,112 +185,83 @@ class CliSink final : public VerdictSink {
   std::string status_;  // "paused: ..." while the breaker is open
 };
 
+// What runs (a handler, or a command after "--") under which policy, with
+// the command line's overrides; how many at once and how they start.
+Expected<RunSettings> read_run_settings(const Args& args) {
+  RunSettings settings;
+  auto config = read_child_config(args);
+  if (!config) return Error{config.error()};
+  settings.config = std::move(*config);
+  auto jobs = read_jobs(args);
+  if (!jobs) return Error{jobs.error()};
+  settings.jobs = *jobs;
+  auto mode = read_launch_mode(args);
+  if (!mode) return Error{mode.error()};
+  settings.mode = *mode;
+  settings.sandbox_binary = find_sandbox_binary();
+  return settings;
+}
+
+// INPUT...: files, directories, or - for JSON lines on stdin.
+Expected<std::unique_ptr<TaskSource>> read_inputs(const Args& args) {
+  if (args.positional().empty()) return Error{"no inputs (give files, directories, or - for JSON lines on stdin)"};
+  return open_inputs(args.positional(), STDIN_FILENO, read_symlinks_in_tree(args));
+}
+
+// Durability, retries, outage detection and what a quarantine sets off.
+Status read_job_options(const Args& args, JobSettings& job, QuarantineHooks& hooks) {
+  if (auto s = read_store_options(args, job); !s) return s;
+  if (auto s = read_retry_options(args, job); !s) return s;
+  if (auto s = read_breaker_options(args, job.breaker); !s) return s;
+  return read_quarantine_options(args, job, hooks);
+}
+
+// The summary on stderr, and the exit code.
+int report_run(const Args& args, Expected<JobReport>& report, const CliSink& sink, double seconds,
+               const std::vector<std::string>& hook_problems) {
+  if (!report) {
+    const std::string& message = report.error();
+    const int exit_code = exit_code_for(report.error_code());
+    if (exit_code == kExitUsage) return usage_error(message);
+    std::fprintf(stderr, "pillbox run: setup error: %s\n", message.c_str());
+    return exit_code;
+  }
+  for (const auto& p : hook_problems) report->run.warnings.push_back(p);
+  if (!args.flag("quiet")) {
+    std::fputs(sink.summary().render(seconds, report->run, &report->flow, report->store_dir).c_str(), stderr);
+  }
+  if (report->stop_signal != 0) {
+    std::fprintf(stderr, "pillbox run: stopped by %s; %zu attempts in flight recorded as interrupted%s\n",
+                 report->stop_signal == SIGINT ? "SIGINT" : "SIGTERM", report->flow.interrupted,
+                 report->store_dir.empty() ? "" : " (a run over the same inputs and store finishes the rest)");
+    return 128 + report->stop_signal;
+  }
+  if (report->run.input_errors > 0 || report->flow.input_errors > 0 || sink.write_errors()) return kExitUsage;
+  if (report->flow.held > 0) return kExitOutage;
+  return sink.summary().failed() > 0 ? kExitFailures : kExitOk;
+}
+
 }  // namespace
 
 int run_command(int argc, char** argv) {
-  std::vector<OptionSpec> options = kChildOptions;
-  options.insert(options.end(), kRunOptions.begin(), kRunOptions.end());
-  options.insert(options.end(), kOutOptions.begin(), kOutOptions.end());
-  auto args = Args::parse(argc, argv, 2, options, "run");
+  auto args = Args::parse(argc, argv, 2, run_option_specs(), "run");
   if (!args) return usage_error(args.error());
   if (args->flag("help")) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  RunSettings settings;
-
-  // What runs (a handler, or a command after "--"), under which policy,
-  // with the command line's overrides.
-  auto config = read_child_config(*args);
-  if (!config) return usage_error(config.error());
-  settings.config = std::move(*config);
-
-  // How.
-  auto jobs = read_jobs(*args);
-  if (!jobs) return usage_error(jobs.error());
-  settings.jobs = *jobs;
-  auto mode = read_launch_mode(*args);
-  if (!mode) return usage_error(mode.error());
-  settings.mode = *mode;
-  settings.sandbox_binary = find_sandbox_binary();
-
+  JobSettings job;
+  auto run = read_run_settings(*args);
+  if (!run) return usage_error(run.error());
+  job.run = std::move(*run);
   auto out = read_result_files(*args);
   if (!out) return usage_error(out.error());
   std::optional<ResultFiles> results = std::move(*out);
-
-  // What from.
-  if (args->positional().empty()) return usage_error("no inputs (give files, directories, or - for JSON lines on stdin)");
-  auto source = open_inputs(args->positional(), STDIN_FILENO, read_symlinks_in_tree(*args));
+  auto source = read_inputs(*args);
   if (!source) return usage_error(source.error());
-
-  // Durability, retries, outage detection.
-  JobSettings job;
-  job.run = std::move(settings);
-  if (args->flag("no-store")) {
-    if (args->value("store")) return usage_error("give --store or --no-store, not both");
-  } else {
-    auto dir = store::resolve_store_dir(args->value("store").value_or(""));
-    if (!dir) return usage_error(dir.error());
-    job.store_dir = *dir;
-  }
-  job.rerun_done = args->flag("rerun");
-  if (auto v = args->value("max-attempts")) {
-    auto n = parse_whole_number("max-attempts", *v, 1, 100);
-    if (!n) return usage_error(n.error());
-    job.retry.max_attempts = static_cast<std::uint32_t>(*n);
-  }
-  auto base = parse_delay(*args, "backoff-base", job.retry.backoff_base, 0, 3'600'000);
-  if (!base) return usage_error(base.error());
-  job.retry.backoff_base = *base;
-  auto cap = parse_delay(*args, "backoff-max", job.retry.backoff_max, 0, 24 * 3'600'000ull);
-  if (!cap) return usage_error(cap.error());
-  job.retry.backoff_max = *cap;
-  for (const auto& code : args->values("retry-exit-code")) {
-    if (!job.run.config.exec_mode()) return usage_error("--retry-exit-code is for exec commands (after --)");
-    auto n = parse_whole_number("retry-exit-code", code, 1, 255);
-    if (!n) return usage_error(n.error());
-    job.retry.retry_exit_codes.insert(static_cast<int>(*n));
-  }
-  job.breaker.enabled = !args->flag("no-breaker");
-  if (auto v = args->value("breaker-window")) {
-    auto n = parse_whole_number("breaker-window", *v, 2, 100000);
-    if (!n) return usage_error(n.error());
-    job.breaker.window = static_cast<std::size_t>(*n);
-  }
-  if (auto v = args->value("breaker-threshold")) {
-    char* end = nullptr;
-    const double f = std::strtod(v->c_str(), &end);
-    if (v->empty() || *end != '\0' || !(f > 0.0 && f <= 1.0)) {
-      return usage_error("--breaker-threshold expects a fraction above 0 and at most 1, e.g. 0.8; got '" + *v + "'");
-    }
-    job.breaker.threshold = f;
-  }
-  auto probe = parse_delay(*args, "breaker-probe-interval", job.breaker.probe_interval, 10, 3'600'000);
-  if (!probe) return usage_error(probe.error());
-  job.breaker.probe_interval = *probe;
-  auto max_wait = parse_delay(*args, "breaker-max-wait", job.breaker.max_wait, 0, 7 * 24 * 3'600'000ull);
-  if (!max_wait) return usage_error(max_wait.error());
-  job.breaker.max_wait = *max_wait;
-  if (auto v = args->value("quarantine-limit")) {
-    auto n = parse_whole_number("quarantine-limit", *v, 1, 1'000'000'000);
-    if (!n) return usage_error(n.error());
-    job.max_records = *n;
-  }
-  auto hook_timeout = parse_delay(*args, "hook-timeout", std::chrono::milliseconds(10'000), 100, 3'600'000);
-  if (!hook_timeout) return usage_error(hook_timeout.error());
-  std::unique_ptr<AlertHook> every_record;
-  std::unique_ptr<AlertHook> new_fingerprints;
-  if (auto cmd = args->value("on-quarantine")) every_record = std::make_unique<AlertHook>(HookSettings{*cmd, *hook_timeout});
-  if (auto cmd = args->value("on-new-fingerprint")) {
-    new_fingerprints = std::make_unique<AlertHook>(HookSettings{*cmd, *hook_timeout});
-  }
-  if ((every_record || new_fingerprints) && !job.store_dir) {
-    return usage_error("--on-quarantine and --on-new-fingerprint need a store (not --no-store)");
-  }
-  job.on_quarantine = [&](const std::string& json, bool new_fingerprint) {
-    if (every_record) every_record->fire(json);
-    if (new_fingerprints && new_fingerprint) new_fingerprints->fire(json);
-  };
+  QuarantineHooks hooks;
+  if (auto s = read_job_options(*args, job, hooks); !s) return usage_error(s.message());
+  job.on_quarantine = [&hooks](const std::string& json, bool new_fingerprint) { hooks.fire(json, new_fingerprint); };
 
   CliSink sink(args->flag("json"), args->flag("quiet"), results ? &*results : nullptr);
   // Progress on stderr: a line redrawn in place when stderr is a terminal and
@@ -318,36 +276,9 @@ int run_command(int argc, char** argv) {
   auto report = run_job(job, **source, sink);
   progress.finish();
   // Hooks still running get a bounded time to finish; they never hold the exit longer.
-  std::vector<std::string> hook_problems;
-  for (auto* hook : {every_record.get(), new_fingerprints.get()}) {
-    if (hook == nullptr) continue;
-    hook->finish(*hook_timeout);
-    for (const auto& p : hook->problems()) hook_problems.push_back(p);
-    if (hook->dropped() > 0) {
-      hook_problems.push_back(std::to_string(hook->dropped()) + " hook calls never ran (queue full, or the run ended first)");
-    }
-  }
-  if (!report) {
-    const std::string& message = report.error();
-    const int exit_code = exit_code_for(report.error_code());
-    if (exit_code == kExitUsage) return usage_error(message);
-    std::fprintf(stderr, "pillbox run: setup error: %s\n", message.c_str());
-    return exit_code;
-  }
+  const std::vector<std::string> hook_problems = hooks.finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  for (const auto& p : hook_problems) report->run.warnings.push_back(p);
-  if (!args->flag("quiet")) {
-    std::fputs(sink.summary().render(seconds, report->run, &report->flow, report->store_dir).c_str(), stderr);
-  }
-  if (report->stop_signal != 0) {
-    std::fprintf(stderr, "pillbox run: stopped by %s; %zu attempts in flight recorded as interrupted%s\n",
-                 report->stop_signal == SIGINT ? "SIGINT" : "SIGTERM", report->flow.interrupted,
-                 report->store_dir.empty() ? "" : " (a run over the same inputs and store finishes the rest)");
-    return 128 + report->stop_signal;
-  }
-  if (report->run.input_errors > 0 || report->flow.input_errors > 0 || sink.write_errors()) return kExitUsage;
-  if (report->flow.held > 0) return kExitOutage;
-  return sink.summary().failed() > 0 ? kExitFailures : kExitOk;
+  return report_run(*args, report, sink, seconds, hook_problems);
 }
 
 }  // namespace pillbox::cli

@@ -1,6 +1,7 @@
 #include "supervisor/exec/cgroups.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,18 +10,23 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
+
+#include "supervisor/io/regular_file.h"
 
 namespace pillbox {
 namespace {
 
+// More than any cgroup or /proc file read here holds: cgroup.procs of a
+// cgroup with every pid the kernel allows (4M, 8 bytes each) is 32 MiB.
+constexpr std::uint64_t kMaxControlFileBytes = 64ull << 20;
+
+// The whole file, "" when it cannot be read (the cgroup or the process is gone).
 std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = read_regular_file_at(AT_FDCWD, path, 0, kMaxControlFileBytes);
+  return text ? std::move(*text) : std::string();
 }
 
 Status write_file(const std::string& path, const std::string& value) {

@@ -52,7 +52,7 @@ class Dispatcher {
   Dispatcher(const RunSettings& settings, TaskSource& source, OutcomeSink& sink, RuntimeDir rundir)
       : settings_(settings), source_(source), sink_(sink), rundir_(std::move(rundir)), ctx_(1) {
     launcher_settings_.mode = settings.mode;
-    launcher_settings_.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+    launcher_settings_.sandbox_binary = sandbox_binary_or_found(settings.sandbox_binary);
     launcher_settings_.config = settings.config;
     identity_ = handler_identity(settings.config);
     ctx_.set(zmq::ctxopt::max_sockets, 4096);

@@ -30,6 +30,10 @@ std::string find_sandbox_binary() {
   return found.empty() ? (dir / "pillbox-sandbox").string() : found;
 }
 
+std::string sandbox_binary_or_found(const std::string& chosen) {
+  return chosen.empty() ? find_sandbox_binary() : chosen;
+}
+
 std::string find_crash_library() {
   const auto dir = self_dir();
   const std::string found =

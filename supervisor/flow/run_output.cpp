@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "shared/base64.h"
+#include "supervisor/classify/outcome_json.h"
 
 namespace pillbox {
 namespace {
@@ -45,16 +46,7 @@ std::string outcome_json(const Task& task, const Outcome& o, const std::string* 
   json j;
   j["key"] = task.key;
   j["status"] = o.kind == Kind::kOk ? "ok" : "failed";
-  j["kind"] = std::string(to_string(o.kind));
-  j["fingerprint"] = o.fingerprint.empty() ? json(nullptr) : json(o.fingerprint);
-  j["crash_state"] = o.crash_state;
-  j["signal"] = o.signal ? json(signal_name(o.signal)) : json(nullptr);
-  j["syscall"] = o.syscall.empty() ? json(nullptr) : json(o.syscall);
-  j["exit_code"] = o.exit_code >= 0 ? json(o.exit_code) : json(nullptr);
-  j["message"] = o.message;
-  j["cpu_ms"] = o.cpu_ms;
-  j["wall_ms"] = o.wall_ms;
-  j["max_rss_kb"] = o.max_rss_kb;
+  put_outcome_fields(outcome_fields(o), j);
   if (!o.frames.empty()) {
     json frames = json::array();
     for (std::size_t i = 0; i < o.frames.size() && i < 16; ++i) frames.push_back(frame_text(o.frames[i]));

@@ -92,6 +92,7 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
         return Status::ok();
       case TaskSource::Item::Type::kWait:
         inner_waiting_ = true;
+        inner_wake_at_ = item.wake_at;
         return Status::ok();
       case TaskSource::Item::Type::kError:
         ++report_.input_errors;
@@ -237,7 +238,12 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
   for (QuarantinedPayload& q : applied.quarantined) {
     auto waiting = awaiting_record_.find(q.ref);
     auto it = tracked_.find(q.ref);
-    if (waiting == awaiting_record_.end() || it == tracked_.end()) continue;
+    if (waiting == awaiting_record_.end() || it == tracked_.end()) {
+      // Cannot be (the flow forgets a task only once its verdict is told),
+      // but a verdict left waiting would make every turn a wake-up at once.
+      if (waiting != awaiting_record_.end()) awaiting_record_.erase(waiting);
+      continue;
+    }
     Verdict& verdict = waiting->second.verdict;
     verdict.record_id = q.record_id;
     verdict.new_fingerprint = q.new_fingerprint;
@@ -310,6 +316,13 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   // Something for prepare() to do right away: this turn's ledger writes, or
   // a suspect that may now run alone.
   if (!batch_.empty() || !awaiting_record_.empty() || schedule_.suspect_may_start(in_flight_)) when = now;
+  // The inner source's own wish (a source that is not a file may have one).
+  if (inner_waiting_) when = wait_at_earliest(when, inner_wake_at_);
+  // While a suspect runs alone (or waits to) prepare() starts nothing else
+  // and checks no other deadline: waking for a due retry or the breaker's
+  // limit would only spin until the solo task ends, which wakes the
+  // dispatcher anyway.
+  if (schedule_.solo_mode()) return when;
   if (!breaker_.open()) when = wait_at_earliest(when, schedule_.next_due());
   // A probe already due waits for input (wait_fds() has the source's fds
   // then); asking to be woken at a time past would spin.

@@ -49,8 +49,10 @@ struct FlowSettings {
   RunIdentity identity;
   std::string actor;            // who writes the audit trail: "pillbox run (pid N)"
   bool rerun_done = false;      // run tasks the ledger has as ok again (--rerun)
-  // The flow's clock (backoffs, the breaker's windows and probes); tests
-  // give one they move by hand. Empty: std::chrono::steady_clock::now.
+  // The flow's clock (backoffs, the breaker's windows and probes). For
+  // tests that drive the flow themselves and move time by hand: the
+  // dispatcher reads wake_at on std::chrono::steady_clock, so under
+  // run_tasks it must stay empty (steady_clock::now).
   std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
@@ -191,6 +193,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::size_t in_flight_ = 0;
   bool inner_done_ = false;
   bool inner_waiting_ = false;
+  std::optional<Clock::time_point> inner_wake_at_;  // the inner source's, with its last kWait
   std::uint64_t next_ref_ = 0;
   Outcome outage_example_;
   std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)

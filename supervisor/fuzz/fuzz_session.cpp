@@ -13,7 +13,6 @@
 #include "supervisor/fuzz/fuzz_corpus.h"
 #include "supervisor/fuzz/inflight_journal.h"
 #include "supervisor/fuzz/mutator.h"
-#include "supervisor/exec/install_paths.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/exec/dispatcher.h"
 
@@ -415,11 +414,7 @@ Expected<FuzzResult> run_fuzz(FindingRecorder& recorder, const FuzzSettings& set
   FuzzPlanner planner(recorder, settings, result, journal ? &*journal : nullptr, std::move(recovered));
   planner.record_lost_candidates();
   if (!planner.error().is_ok()) return Error{planner.error().message()};
-  RunSettings run;
-  run.config = settings.config;
-  run.mode = settings.mode;
-  run.jobs = std::max<std::size_t>(1, settings.jobs);
-  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  const RunSettings run = planned_run_settings(settings.config, settings.mode, settings.jobs, settings.sandbox_binary);
   auto report = run_planned(run, planner);
   planner.flush_repeats(true);
   result.elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();

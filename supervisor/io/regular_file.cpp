@@ -4,9 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "shared/control.h"
 
@@ -33,28 +33,12 @@ std::string size_text(std::uint64_t bytes) {
 }
 
 Expected<std::string> read_regular_fd(int fd, std::uint64_t cap) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return Error{std::strerror(errno)};
-  if (!S_ISREG(st.st_mode)) return Error{file_type_text(st.st_mode) + ", not a regular file"};
-  const std::string too_large = "larger than the " + size_text(cap) + " limit";
-  // st_size is a hint for the allocation only: the cap holds on the bytes
-  // actually read, one chunk past it at most.
-  if (static_cast<std::uint64_t>(st.st_size) > cap) return Error{too_large};
-  std::string data;
-  data.reserve(static_cast<std::size_t>(st.st_size));
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error{std::strerror(errno)};
-    if (n == 0) return data;
-    if (data.size() + static_cast<std::size_t>(n) > cap) return Error{too_large};
-    data.append(buf, static_cast<std::size_t>(n));
-  }
-}
-
-UniqueFd open_for_reading_at(int dir_fd, const std::string& path, int extra_flags) {
-  return UniqueFd(::openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | extra_flags));
+  using Failure = RegularFileRead::Failure;
+  RegularFileRead read = read_whole_regular_fd(fd, cap);
+  if (read.failure == Failure::kNone) return std::move(read.bytes);
+  if (read.failure == Failure::kSystem) return Error{std::strerror(read.error)};
+  if (read.failure == Failure::kNotRegular) return Error{file_type_text(read.mode) + ", not a regular file"};
+  return Error{"larger than the " + size_text(cap) + " limit"};
 }
 
 Expected<std::string> read_regular_file_at(int dir_fd, const std::string& path, int extra_flags, std::uint64_t cap) {

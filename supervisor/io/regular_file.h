@@ -1,9 +1,10 @@
 #pragma once
 // Whole regular files, read and written through file descriptors so that
-// what is checked is what is used. A read never blocks on a FIFO, never
-// pours a device into memory, and stops at its cap whatever size the file
-// claims (/proc files claim 0 bytes; a growing file claims less than it
-// has). A write goes to a new file beside the final name and is renamed over
+// what is checked is what is used. A read (shared/regular_file_read.h, the
+// loop the policy parser uses too) never blocks on a FIFO, never pours a
+// device into memory, and stops at its cap whatever size the file claims
+// (/proc files claim 0 bytes; a growing file claims less than it has); here
+// its failures are put into words. A write goes to a new file beside the final name and is renamed over
 // it, so a reader sees the whole file or none, and no symlink or hard link
 // planted at either name is ever written through.
 //
@@ -15,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "shared/regular_file_read.h"
 #include "shared/status.h"
 #include "shared/unique_fd.h"
 
@@ -27,12 +29,6 @@ std::string file_type_text(mode_t mode);
 
 // "1 GiB", "64 KiB", "1000 bytes": a cap as a user reads it.
 std::string size_text(std::uint64_t bytes);
-
-// Opens `path` (relative to `dir_fd`, or AT_FDCWD) read-only with O_NONBLOCK
-// — a FIFO opens at once instead of waiting for a writer — and `extra_flags`
-// (O_NOFOLLOW: a symlink as the last component is refused with ELOOP). On
-// failure the fd is invalid and errno says why.
-UniqueFd open_for_reading_at(int dir_fd, const std::string& path, int extra_flags);
 
 // open_for_reading_at, then the whole file if it is a regular file. More
 // than `cap` bytes is an error ("larger than the 1 GiB limit").

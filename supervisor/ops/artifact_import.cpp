@@ -10,7 +10,6 @@
 #include <regex>
 
 #include "shared/sha256.h"
-#include "supervisor/exec/install_paths.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/flow/task_source.h"
@@ -165,11 +164,8 @@ Expected<ImportResult> import_artifacts(FindingRecorder& recorder, const std::ve
                                         const ImportSettings& settings) {
   ImportResult result;
   ImportPlanner planner(recorder, artifacts, settings, result);
-  RunSettings run;
-  run.config = settings.config;
-  run.mode = settings.mode;
-  run.jobs = std::max<std::size_t>(1, std::min(settings.jobs, artifacts.size()));
-  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  const RunSettings run = planned_run_settings(settings.config, settings.mode, std::min(settings.jobs, artifacts.size()),
+                                               settings.sandbox_binary);
   auto report = run_planned(run, planner);
   if (!report) return Error{report.error()};
   if (!planner.error().is_ok()) return Error{planner.error().message()};

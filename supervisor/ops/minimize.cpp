@@ -4,9 +4,8 @@
 #include <optional>
 
 #include "shared/sha256.h"
-#include "supervisor/exec/child_setup.h"
-#include "supervisor/exec/install_paths.h"
 #include "supervisor/ops/payload_runner.h"
+#include "supervisor/ops/quarantined_payload.h"
 
 namespace pillbox {
 namespace {
@@ -189,16 +188,13 @@ bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome) 
 
 Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std::int64_t id,
                                          const MinimizeSettings& settings) {
-  auto found = quarantine.get(id);
-  if (!found) return Error{found.error()};
-  if (!*found) return Error{"no quarantine record " + std::to_string(id) + " in this store"};
-  const store::QuarantineRecord record = std::move(**found);
-  auto original = quarantine.payloads().get(record.entry.payload_sha256);
-  if (!original) return Error{original.error()};
+  auto loaded = load_quarantined_payload(quarantine, id);
+  if (!loaded) return Error{loaded.error()};
+  const store::QuarantineRecord& record = loaded->record;
 
   MinimizeResult result;
-  result.original_size = original->size();
-  std::string start = *original;
+  result.original_size = loaded->payload.size();
+  std::string start = std::move(loaded->payload);
   std::int64_t runs_before = 0;
   std::chrono::milliseconds elapsed_before{0};
   if (settings.restart) {
@@ -225,13 +221,9 @@ Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std
     }
   }
 
-  auto config = recorded_child_config(record.entry);
-  if (!config) return Error{"record " + std::to_string(id) + ": " + config.error()};
-  RunSettings run;
-  run.config = std::move(*config);
-  run.mode = settings.mode;
-  run.jobs = std::max<std::size_t>(1, settings.jobs);
-  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+  auto config = recorded_config_of(record);
+  if (!config) return Error{config.error()};
+  const RunSettings run = planned_run_settings(std::move(*config), settings.mode, settings.jobs, settings.sandbox_binary);
 
   const auto session_started = Clock::now();
   auto elapsed_ms = [&] {

@@ -1,7 +1,10 @@
 #include "supervisor/ops/payload_runner.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
+#include "supervisor/exec/install_paths.h"
 
 namespace pillbox {
 namespace {
@@ -57,6 +60,16 @@ class PlannerAdapter final : public TaskSource, public OutcomeSink {
 };
 
 }  // namespace
+
+RunSettings planned_run_settings(ChildConfig config, LaunchMode mode, std::size_t jobs,
+                                 const std::string& sandbox_binary) {
+  RunSettings run;
+  run.config = std::move(config);
+  run.mode = mode;
+  run.jobs = std::max<std::size_t>(1, jobs);
+  run.sandbox_binary = sandbox_binary_or_found(sandbox_binary);
+  return run;
+}
 
 Expected<PlannedRunReport> run_planned(const RunSettings& settings, PayloadPlanner& planner) {
   PlannerAdapter adapter(planner);

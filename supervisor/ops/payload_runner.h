@@ -30,6 +30,11 @@ struct PlannedRunReport {
   int stop_signal = 0;  // SIGINT/SIGTERM ended it early (tasks in flight were killed, their outcomes not told)
 };
 
+// What every planned run is given: `config` in `mode`, `jobs` at once (at
+// least one), `sandbox_binary` ("" for the one installed beside pillbox).
+RunSettings planned_run_settings(ChildConfig config, LaunchMode mode, std::size_t jobs,
+                                 const std::string& sandbox_binary);
+
 // Errors: the sandbox could not start. A stop signal is not an error.
 Expected<PlannedRunReport> run_planned(const RunSettings& settings, PayloadPlanner& planner);
 

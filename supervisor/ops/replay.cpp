@@ -5,7 +5,6 @@
 #include <set>
 
 #include "shared/policy_parser.h"
-#include "supervisor/exec/install_paths.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/exec/dispatcher.h"
 
@@ -187,11 +186,8 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
         return Status::ok();
       };
       BatchPlanner planner(records, std::move(payloads), settings, tally, next_start, on_done);
-      RunSettings run;
-      run.config = std::move(*config);
-      run.mode = settings.mode;
-      run.jobs = std::max<std::size_t>(1, std::min(settings.jobs, records.size()));
-      run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
+      const RunSettings run = planned_run_settings(std::move(*config), settings.mode,
+                                                   std::min(settings.jobs, records.size()), settings.sandbox_binary);
       auto report = run_planned(run, planner);
       if (!report) return Error{report.error()};
       if (!planner.error().is_ok()) return Error{planner.error().message()};

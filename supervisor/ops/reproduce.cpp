@@ -1,8 +1,9 @@
 #include "supervisor/ops/reproduce.h"
 
-#include "supervisor/exec/child_setup.h"
-#include "supervisor/exec/install_paths.h"
+#include <algorithm>
+
 #include "supervisor/ops/payload_runner.h"
+#include "supervisor/ops/quarantined_payload.h"
 
 namespace pillbox {
 namespace {
@@ -48,21 +49,15 @@ std::string reproduce_verdict(std::size_t runs, std::size_t matches) {
 Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, std::int64_t id,
                                            const ReproduceSettings& settings) {
   if (settings.runs == 0) return Error{"--runs must be at least 1"};
-  auto found = quarantine.get(id);
-  if (!found) return Error{found.error()};
-  if (!*found) return Error{"no quarantine record " + std::to_string(id) + " in this store"};
-  const store::QuarantineRecord record = std::move(**found);
-  auto payload = quarantine.payloads().get(record.entry.payload_sha256);
-  if (!payload) return Error{payload.error()};
-  auto config = recorded_child_config(record.entry);
-  if (!config) return Error{"record " + std::to_string(id) + ": " + config.error()};
+  auto loaded = load_quarantined_payload(quarantine, id);
+  if (!loaded) return Error{loaded.error()};
+  const store::QuarantineRecord& record = loaded->record;
+  auto config = recorded_config_of(record);
+  if (!config) return Error{config.error()};
 
-  RunSettings run;
-  run.config = std::move(*config);
-  run.mode = settings.mode;
-  run.jobs = std::max<std::size_t>(1, std::min(settings.jobs, settings.runs));
-  run.sandbox_binary = settings.sandbox_binary.empty() ? find_sandbox_binary() : settings.sandbox_binary;
-  Repeats planner(record, std::move(*payload), settings);
+  const RunSettings run = planned_run_settings(std::move(*config), settings.mode,
+                                               std::min(settings.jobs, settings.runs), settings.sandbox_binary);
+  Repeats planner(record, std::move(loaded->payload), settings);
   auto report = run_planned(run, planner);
   if (!report) return Error{report.error()};
   ReproduceResult result = std::move(planner.result());

@@ -1,11 +1,13 @@
 #include "supervisor/store/replay_store.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
+#include <utility>
 
+#include "supervisor/io/regular_file.h"
 #include "supervisor/store/statement.h"
 
 namespace pillbox::store {
@@ -14,8 +16,9 @@ namespace {
 // Field 22 of /proc/PID/stat: when the process started (clock ticks since
 // boot). With the pid it names one process, not a later one with a reused pid.
 std::string start_time_of(long pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A few hundred bytes: the cap only bounds a surprise.
+  auto read = read_regular_file_at(AT_FDCWD, "/proc/" + std::to_string(pid) + "/stat", 0, 64 << 10);
+  const std::string stat = read ? std::move(*read) : std::string();
   const auto close = stat.rfind(')');
   if (close == std::string::npos) return "";
   std::istringstream fields(stat.substr(close + 2));

@@ -256,11 +256,10 @@ RunResult run_command(const std::string& program, const std::vector<std::string>
 
 // ---- files -------------------------------------------------------------------
 
-TempDir::TempDir(unsigned mode) {
-  char tmpl[] = "/tmp/pillbox-e2e-XXXXXX";
-  const char* dir = ::mkdtemp(tmpl);
-  REQUIRE(dir != nullptr);
-  path_ = dir;
+TempDir::TempDir(unsigned mode, const std::string& parent) {
+  std::string tmpl = parent + "/pillbox-e2e-XXXXXX";
+  REQUIRE_MESSAGE(::mkdtemp(tmpl.data()) != nullptr, "cannot make a directory in " << parent);
+  path_ = tmpl;
   ::chmod(path_.c_str(), mode);
 }
 

@@ -63,11 +63,11 @@ std::string pillbox_binary();            // build/pillbox
 std::string fixture(const std::string& name);  // build/fixtures/<name>
 std::string poison_plugin();            // "plugin:" + fixture("poison_plugin.so"), for --handler
 
-// A fresh directory under /tmp, mode 0755 (or `mode`), removed with its
-// contents at the end of the scope.
+// A fresh directory under /tmp (or `parent`: /dev/shm for one on a tmpfs),
+// mode 0755 (or `mode`), removed with its contents at the end of the scope.
 class TempDir {
  public:
-  explicit TempDir(unsigned mode = 0755);
+  explicit TempDir(unsigned mode = 0755, const std::string& parent = "/tmp");
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

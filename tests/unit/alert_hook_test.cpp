@@ -19,23 +19,13 @@
 
 #include "shared/unique_fd.h"
 #include "supervisor/flow/alert_hook.h"
+#include "tests/unit/scratch_dir.h"
 
 using namespace pillbox;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A scratch directory, removed at the end of the scope.
-struct Scratch {
-  std::string path;
-  Scratch() {
-    char tmpl[] = "/tmp/pillbox-hook-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~Scratch() { std::filesystem::remove_all(path); }
-};
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -92,7 +82,7 @@ struct EnvVar {
 }  // namespace
 
 TEST_CASE("hook: each record reaches the hook's stdin byte for byte, one hook at a time, in order") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"hook-test"};
   const std::string out = s.path + "/out";
   AlertHook h(hook("cat >> " + out + "; printf '\\n--\\n' >> " + out));
   const std::string records[] = {
@@ -133,7 +123,7 @@ TEST_CASE("hook: a command that does not exist is status 127 from the shell") {
 }
 
 TEST_CASE("hook: a hook that hangs is killed at its timeout with everything it started") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"hook-test"};
   const std::string fifo = s.path + "/pids";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   // Opened before the hook starts, so the hook's open for writing never blocks;
@@ -176,7 +166,7 @@ TEST_CASE("hook: a hook that hangs is killed at its timeout with everything it s
 }
 
 TEST_CASE("hook: a hook that never reads its 1 MiB of input still completes") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"hook-test"};
   const std::string json = "{\"blob\":\"" + std::string(1024 * 1024 - 11, 'x') + "\"}";
   REQUIRE(json.size() == 1024 * 1024);
   AlertHook ignoring(hook("exit 0"));
@@ -234,7 +224,7 @@ TEST_CASE("hook: destroying an unfinished hook does not wait for a hanging comma
 }
 
 TEST_CASE("hook: the environment is the supervisor's plus PILLBOX_HOOK=1; stdout, signals and fds are clean") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"hook-test"};
   EnvVar var("PILLBOX_HOOK_TEST_VAR", "inherited");
   // What a hook must not inherit: an ignored SIGPIPE and an fd without close-on-exec.
   const auto old_pipe = ::signal(SIGPIPE, SIG_IGN);

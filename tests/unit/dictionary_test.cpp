@@ -5,11 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
+
+#include "tests/unit/scratch_dir.h"
 
 namespace pillbox::fuzz {
 namespace {
@@ -124,43 +124,31 @@ TEST_CASE("dictionary: an empty dictionary is an error") {
 }
 
 TEST_CASE("dictionary: load_dictionary reads a file and names it in errors") {
-  char dir_template[] = "/tmp/pillbox-dict-test-XXXXXX";
-  const char* dir = mkdtemp(dir_template);
-  REQUIRE(dir != nullptr);
-  const std::string path = std::string(dir) + "/png.dict";
-  {
-    std::ofstream out(path, std::ios::binary);
-    out << "# PNG\r\nmagic=\"\\x89PNG\"\r\nchunk=\"IHDR\"\r\n";
-  }
+  test::ScratchDir scratch{"dict-test"};
+  const std::string& dir = scratch.path;
+  const std::string path = scratch.write("png.dict", "# PNG\r\nmagic=\"\\x89PNG\"\r\nchunk=\"IHDR\"\r\n");
   const auto tokens = load_dictionary(path);
   REQUIRE(tokens.has_value());
   CHECK(*tokens == Tokens{"\x89PNG", "IHDR"});
 
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << "\"ok\"\nbroken\n";
-  }
+  scratch.write("png.dict", "\"ok\"\nbroken\n");
   const auto broken = load_dictionary(path);
   REQUIRE(!broken.has_value());
   CHECK(broken.error().starts_with(path + ":2: "));
 
-  const auto missing = load_dictionary(std::string(dir) + "/missing.dict");
+  const auto missing = load_dictionary(dir + "/missing.dict");
   REQUIRE(!missing.has_value());
-  CHECK(missing.error() == "cannot read dictionary " + std::string(dir) + "/missing.dict: No such file or directory");
+  CHECK(missing.error() == "cannot read dictionary " + dir + "/missing.dict: No such file or directory");
 
   const auto directory = load_dictionary(dir);
   REQUIRE(!directory.has_value());
-  CHECK(directory.error() == "cannot read dictionary " + std::string(dir) + ": a directory, not a regular file");
+  CHECK(directory.error() == "cannot read dictionary " + dir + ": a directory, not a regular file");
 
-  const std::string fifo = std::string(dir) + "/fifo.dict";  // no writer: a blocking open would hang here
+  const std::string fifo = dir + "/fifo.dict";  // no writer: a blocking open would hang here
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   const auto from_fifo = load_dictionary(fifo);
   REQUIRE(!from_fifo.has_value());
   CHECK(from_fifo.error() == "cannot read dictionary " + fifo + ": a FIFO, not a regular file");
-  std::remove(fifo.c_str());
-
-  std::remove(path.c_str());
-  rmdir(dir);
 }
 
 }  // namespace

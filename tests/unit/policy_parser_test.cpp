@@ -6,12 +6,11 @@
 #include <stdlib.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "shared/embedded_policies.h"
 #include "shared/oci_import.h"
+#include "tests/unit/scratch_dir.h"
 
 namespace pillbox {
 namespace {
@@ -57,26 +56,6 @@ void check_round_trip(const Policy& p) {
   REQUIRE_MESSAGE(again.has_value(), again.error());
   check_same(p, *again);
 }
-
-// A private directory for profile and policy files, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/pillbox-policy-test-XXXXXX";
-    REQUIRE(::mkdtemp(pattern) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string write(const std::string& name, std::string_view text) const {
-    const std::string file = path_ + "/" + name;
-    std::ofstream(file, std::ios::binary) << text;
-    return file;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 constexpr std::string_view kFullPolicy =
     "# a complete policy\n"
@@ -397,7 +376,7 @@ TEST_CASE("OCI import errors") {
 }
 
 TEST_CASE("import_oci in a policy: relative to the policy file, errors on the policy line") {
-  TempDir dir;
+  test::ScratchDir dir{"policy-test"};
   dir.write("profile.json", kDockerStyleProfile);
   dir.write("broken.json", "{\"defaultAction\": ");
   const std::string policy_path =
@@ -411,22 +390,22 @@ TEST_CASE("import_oci in a policy: relative to the policy file, errors on the po
   CHECK(p->name == "p");
   check_round_trip(*p);  // the imported names are written out, not the import
 
-  Expected<Policy> missing = parse_policy("[seccomp]\n\nimport_oci = nope.json\n", "m.policy", dir.path());
+  Expected<Policy> missing = parse_policy("[seccomp]\n\nimport_oci = nope.json\n", "m.policy", dir.path);
   REQUIRE_FALSE(missing.has_value());
-  CHECK(missing.error() == "m.policy:3: import_oci: cannot read seccomp profile '" + dir.path() +
+  CHECK(missing.error() == "m.policy:3: import_oci: cannot read seccomp profile '" + dir.path +
                                "/nope.json': No such file or directory");
-  Expected<Policy> broken = parse_policy("[seccomp]\nimport_oci = broken.json\n", "b.policy", dir.path());
+  Expected<Policy> broken = parse_policy("[seccomp]\nimport_oci = broken.json\n", "b.policy", dir.path);
   REQUIRE_FALSE(broken.has_value());
   CHECK(starts_with(broken.error(),
-                    "b.policy:2: import_oci: " + dir.path() + "/broken.json: malformed JSON at byte"));
+                    "b.policy:2: import_oci: " + dir.path + "/broken.json: malformed JSON at byte"));
 }
 
 TEST_CASE("unreadable policy files are named with the reason") {
   CHECK(load_policy_file("/nonexistent/x.policy").error() ==
         "cannot read policy file '/nonexistent/x.policy': No such file or directory");
-  TempDir dir;
-  CHECK(load_policy_file(dir.path()).error() ==
-        "cannot read policy file '" + dir.path() + "': not a regular file");
+  test::ScratchDir dir{"policy-test"};
+  CHECK(load_policy_file(dir.path).error() ==
+        "cannot read policy file '" + dir.path + "': not a regular file");
 }
 
 TEST_CASE("the shipped policies parse and keep their promises") {

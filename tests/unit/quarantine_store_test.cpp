@@ -19,22 +19,12 @@
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
+#include "tests/unit/scratch_dir.h"
 
 using namespace pillbox;
 using namespace pillbox::store;
 
 namespace {
-
-// A scratch directory, removed at the end of the scope.
-struct Scratch {
-  std::string path;
-  Scratch() {
-    char tmpl[] = "/tmp/pillbox-quarantine-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~Scratch() { std::filesystem::remove_all(path); }
-};
 
 unsigned mode_of(const std::string& path) {
   struct stat st {};
@@ -60,7 +50,7 @@ std::string bytes_of(std::size_t size, unsigned seed) {
 
 // A store with its quarantine and ledger, in a scratch directory.
 struct Env {
-  Scratch scratch;
+  pillbox::test::ScratchDir scratch{"quarantine-test"};
   std::string dir;
   std::optional<Store> store;
   std::optional<QuarantineStore> qs;

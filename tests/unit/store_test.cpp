@@ -13,21 +13,11 @@
 #include "supervisor/store/schema.h"
 #include "supervisor/store/store.h"
 #include "supervisor/store/store_dir.h"
+#include "tests/unit/scratch_dir.h"
 
 using namespace pillbox::store;
 
 namespace {
-
-// A scratch directory, removed at the end of the scope.
-struct Scratch {
-  std::string path;
-  Scratch() {
-    char tmpl[] = "/tmp/pillbox-store-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~Scratch() { std::filesystem::remove_all(path); }
-};
 
 unsigned mode_of(const std::string& path) {
   struct stat st {};
@@ -69,7 +59,7 @@ TEST_CASE("store: the directory comes from --store, then PILLBOX_STORE, then XDG
 }
 
 TEST_CASE("store: a new directory is 0700; one that others can read, a symlink or a file is refused") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"store-test"};
   const std::string dir = s.path + "/a/b/store";
   REQUIRE(prepare_store_dir(dir).is_ok());
   CHECK(mode_of(dir) == 0700);
@@ -93,7 +83,7 @@ TEST_CASE("store: a new directory is 0700; one that others can read, a symlink o
 }
 
 TEST_CASE("store: the database is 0600, in WAL mode, at the current schema version") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"store-test"};
   const std::string dir = s.path + "/store";
   {
     auto store = Store::open(dir);
@@ -116,7 +106,7 @@ TEST_CASE("store: the database is 0600, in WAL mode, at the current schema versi
 }
 
 TEST_CASE("store: a store written by a newer pillbox is refused and left as it is") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"store-test"};
   const std::string dir = s.path + "/store";
   {
     auto store = Store::open(dir);
@@ -134,7 +124,7 @@ TEST_CASE("store: a store written by a newer pillbox is refused and left as it i
 }
 
 TEST_CASE("store: a version 3 store with records migrates to the current version, records intact") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"store-test"};
   const std::string dir = s.path + "/store";
   std::filesystem::create_directory(dir);
   ::chmod(dir.c_str(), 0700);
@@ -161,7 +151,7 @@ TEST_CASE("store: a version 3 store with records migrates to the current version
 }
 
 TEST_CASE("store: a database file that is not SQLite is a clear error") {
-  Scratch s;
+  pillbox::test::ScratchDir s{"store-test"};
   const std::string dir = s.path + "/store";
   REQUIRE(prepare_store_dir(dir).is_ok());
   { std::FILE* f = std::fopen((dir + "/pillbox.db").c_str(), "w"); REQUIRE(f != nullptr); std::fputs("not a database, just text that is long enough to have a header", f); std::fclose(f); }
@@ -175,7 +165,7 @@ TEST_CASE("store: processes opening one new store at once all get it, migrated o
   // The switch to WAL does not wait on SQLite's busy handler: creators that
   // race used to see "database is locked" now and then (CI run 7). Many
   // rounds, each released at once through a pipe, make the race likely.
-  Scratch s;
+  pillbox::test::ScratchDir s{"store-test"};
   constexpr int kRounds = 25;
   constexpr int kProcesses = 8;
   for (int round = 0; round < kRounds; ++round) {

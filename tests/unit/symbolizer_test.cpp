@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/scratch_dir.h"
+
 // Symbolization targets: real functions of this test binary, kept out of line
 // so they have addresses and symbols of their own.
 extern "C" __attribute__((noinline)) int pillbox_symbolizer_c_target(int n) {
@@ -74,28 +76,6 @@ Location locate(const void* address) {
   REQUIRE(search.hit);
   return search.found;
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pillbox-symbolizer-XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const fs::path file = path / name;
-    // Replace rather than truncate: truncating a file that was just written
-    // makes ext4 flush it, which turns the mutation loop from ms into seconds.
-    std::error_code ignored;
-    fs::remove(file, ignored);
-    std::ofstream(file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return file.string();
-  }
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -155,13 +135,13 @@ TEST_CASE("symbolizer: symbolize() treats frames after the first as return addre
 }
 
 TEST_CASE("symbolizer: modules that are not usable ELF files yield no names") {
-  TempDir dir;
+  test::ScratchDir dir{"symbolizer"};
   Symbolizer symbolizer;
   CHECK(symbolizer.function_at("/nonexistent/path/libfoo.so", 0x1000, false) == "");
   CHECK(symbolizer.function_at("/nonexistent/path/libfoo.so", 0x1000, false) == "");  // cached miss
-  CHECK(symbolizer.function_at(dir.path.string(), 0x1000, false) == "");               // a directory
+  CHECK(symbolizer.function_at(dir.path, 0x1000, false) == "");               // a directory
   CHECK(symbolizer.function_at("/dev/null", 0x1000, false) == "");
-  const std::string fifo = (dir.path / "fifo").string();
+  const std::string fifo = dir.path + "/fifo";
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   CHECK(symbolizer.function_at(fifo, 0x1000, false) == "");  // must not block
 
@@ -182,7 +162,7 @@ TEST_CASE("symbolizer: truncated copies of a real ELF file yield no names") {
   const Location target = locate(reinterpret_cast<const void*>(&pillbox_symbolizer_c_target));
   const std::string exe = read_file("/proc/self/exe");
   REQUIRE(exe.size() > 4096);
-  TempDir dir;
+  test::ScratchDir dir{"symbolizer"};
   {
     Symbolizer symbolizer;
     const std::string whole = dir.write("whole", exe);
@@ -315,7 +295,7 @@ void check_synthetic_lookups(const std::string& path) {
 }
 
 TEST_CASE("symbolizer: synthetic ELF files") {
-  TempDir dir;
+  test::ScratchDir dir{"symbolizer"};
   SUBCASE(".symtab") {
     ElfBuilder elf;
     elf.add_table(SHT_SYMTAB, kSymbols);
@@ -364,7 +344,7 @@ TEST_CASE("symbolizer: corrupted header fields are rejected, not followed") {
       {"strtab offset overflowing", shdr_at(symtab + 1) + offsetof(Elf64_Shdr, sh_offset), ~0ull - 2, 8},
       {"strtab size huge", shdr_at(symtab + 1) + offsetof(Elf64_Shdr, sh_size), 1ull << 62, 8},
   };
-  TempDir dir;
+  test::ScratchDir dir{"symbolizer"};
   for (const Corruption& c : corruptions) {
     CAPTURE(c.what);
     std::string bad = good;
@@ -380,8 +360,8 @@ TEST_CASE("symbolizer: thousands of random mutations never crash it") {
   builder.add_table(SHT_SYMTAB, kSymbols);
   const std::string good = builder.build();
   const std::size_t headers_start = good.size() - 5 * sizeof(Elf64_Shdr);
-  TempDir dir;
-  const std::string path = (dir.path / "mutant.so").string();
+  test::ScratchDir dir{"symbolizer"};
+  const std::string path = dir.path + "/mutant.so";
   std::uint64_t x = 0x2545f4914f6cdd1dull;
   auto next = [&] {
     x ^= x << 13;

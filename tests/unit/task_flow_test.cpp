@@ -14,6 +14,7 @@
 
 #include "shared/sha256.h"
 #include "supervisor/flow/task_flow.h"
+#include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
 #include "tests/unit/scratch_dir.h"
 
@@ -111,22 +112,26 @@ struct Run {
     settings.identity.handler = "test";
     if (!store_dir.empty()) {
       auto s = store::Store::open(store_dir);
-      REQUIRE_MESSAGE(s.has_value(), s.error());
+      REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error()));
       store.emplace(std::move(*s));
       auto l = store::Ledger::open(store->db(), "test-handler", "test-policy");
-      REQUIRE_MESSAGE(l.has_value(), l.error());
+      REQUIRE_MESSAGE(l.has_value(), (l ? "" : l.error()));
       ledger.emplace(std::move(*l));
       auto q = store::QuarantineStore::open(store->db(), store->dir(), 1000);
-      REQUIRE_MESSAGE(q.has_value(), q.error());
+      REQUIRE_MESSAGE(q.has_value(), (q ? "" : q.error()));
       quarantine.emplace(std::move(*q));
     }
     flow.emplace(settings, source, sink, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr);
   }
 
-  // Runs to the end; returns false (and fails the test) on a stall.
+  // Runs to the end; fails the test on a stall, and on a spin: a wake-up
+  // asked for at once (or in the past) that, taken like the dispatcher's
+  // poll with timeout 0 while the tasks still run, leads to nothing but
+  // another such wake-up.
   void drive(const std::function<Outcome(const Task&)>& handler, std::size_t slots = 2) {
     std::deque<Task> running;
     bool ended = false;
+    int idle_wakeups = 0;
     for (int turn = 0; turn < 100000; ++turn) {
       REQUIRE(flow->prepare(ended ? 0 : slots - running.size()).is_ok());
       std::optional<Clock::time_point> wake;
@@ -141,14 +146,21 @@ struct Run {
           break;
         } else if (item.type == TaskSource::Item::Type::kTask) {
           handed.push_back(item.task.key);
+          handed_at.push_back(now);
           alongside.push_back(running.size());
           running.push_back(item.task);
+          idle_wakeups = 0;
         }
       }
       if (ended && running.empty()) {
         REQUIRE(flow->finish().is_ok());
         return;
       }
+      if (waiting && wake && *wake <= now && !running.empty()) {
+        REQUIRE_MESSAGE(++idle_wakeups < 4, "the flow asks to be woken at once, turn after turn, with nothing to do");
+        continue;
+      }
+      idle_wakeups = 0;
       if (!running.empty()) {
         const Task task = running.front();
         running.pop_front();
@@ -159,8 +171,34 @@ struct Run {
       REQUIRE_MESSAGE(waiting, "the flow neither ended nor waited");
       REQUIRE_MESSAGE(wake.has_value(), "the flow waits with nothing running and no wake-up: the run would hang");
       now = std::max(now, *wake);
+      woken_at.push_back(now);
     }
     FAIL("the run did not end in 100000 turns");
+  }
+
+  // The ledger's attempts of a task, oldest first, read from the table
+  // (Ledger::find returns none for a finished task).
+  std::vector<store::AttemptSummary> history(const std::string& key) {
+    auto st = store::Statement::prepare(store->db().handle(),
+                                        "SELECT a.n, a.ended_at IS NOT NULL, coalesce(a.kind, ''), "
+                                        "coalesce(a.fingerprint, ''), a.charged FROM attempts a JOIN tasks t "
+                                        "ON t.id = a.task_id WHERE t.key = ?1 ORDER BY a.n");
+    REQUIRE(st.has_value());
+    st->bind(1, std::string_view(key));
+    std::vector<store::AttemptSummary> attempts;
+    for (;;) {
+      auto row = st->step();
+      REQUIRE(row.has_value());
+      if (!*row) break;
+      store::AttemptSummary a;
+      a.n = static_cast<std::uint32_t>(st->column_int(0));
+      a.finished = st->column_int(1) != 0;
+      a.kind = st->column_text(2);
+      a.fingerprint = st->column_text(3);
+      a.charged = st->column_int(4) != 0;
+      attempts.push_back(a);
+    }
+    return attempts;
   }
 
   // The ledger's state of a task.
@@ -180,6 +218,8 @@ struct Run {
   std::optional<TaskFlow> flow;
   std::vector<std::string> handed;       // keys in the order the flow handed them out
   std::vector<std::size_t> alongside;    // how many others ran when each was handed out
+  std::vector<Clock::time_point> handed_at;  // the flow's clock then
+  std::vector<Clock::time_point> woken_at;   // the wake-ups the run waited for, with nothing running
 };
 
 FlowSettings retries(std::uint32_t max_attempts) {
@@ -188,6 +228,20 @@ FlowSettings retries(std::uint32_t max_attempts) {
   s.retry.backoff_base = 100ms;
   s.retry.backoff_max = 1s;
   return s;
+}
+
+// A store where a run died while `key` ran: its attempt was started and
+// never ended.
+void make_suspect(const std::string& dir, const std::string& key) {
+  auto s = store::Store::open(dir);
+  REQUIRE(s.has_value());
+  auto l = store::Ledger::open(s->db(), "test-handler", "test-policy");
+  REQUIRE(l.has_value());
+  REQUIRE(l->begin().is_ok());
+  const std::string payload = "payload of " + key;
+  auto started = l->start_attempt(key, sha256_hex(payload), static_cast<std::int64_t>(payload.size()), store::now_ms());
+  REQUIRE(started.has_value());
+  REQUIRE(l->commit().is_ok());
 }
 
 // A breaker that opens when 3 of the last 4 distinct payloads fail alike,
@@ -226,7 +280,11 @@ TEST_CASE("task flow: good payloads are ok once, and a second run over the same 
 
 TEST_CASE("task flow: a failure that is not deterministic is retried after its backoff, on the flow's clock") {
   test::ScratchDir dir("flow");
-  Run run(dir.path, {"flaky", "fine"}, retries(3));
+  // A backoff of up to an hour (full jitter): the retry cannot be due at once.
+  FlowSettings settings = retries(3);
+  settings.retry.backoff_base = 1h;
+  settings.retry.backoff_max = 1h;
+  Run run(dir.path, {"flaky", "fine"}, settings);
   std::map<std::string, int> seen;
   const auto start = run.now;
   run.drive([&](const Task& t) {
@@ -235,10 +293,19 @@ TEST_CASE("task flow: a failure that is not deterministic is retried after its b
   CHECK(run.sink.of("flaky").verdict.type == Verdict::Type::kOk);
   CHECK(run.sink.of("flaky").verdict.attempts == 2);
   CHECK(run.flow->report().retried == 1);
-  CHECK(run.handed == std::vector<std::string>{"flaky", "fine", "flaky"});
-  // The retry waited on the flow's clock, at most backoff_base (full jitter).
-  CHECK(run.now - start <= 100ms);
+  REQUIRE(run.handed == std::vector<std::string>{"flaky", "fine", "flaky"});
+  // The retry waited, without running anything, for the wake-up the flow
+  // asked for, and was handed out then: not before, not later.
+  REQUIRE(run.woken_at.size() == 1);
+  CHECK(run.handed_at[2] == run.woken_at[0]);
+  CHECK(run.handed_at[2] > start);
+  CHECK(run.handed_at[2] - start <= 1h);
   CHECK(run.state("flaky") == "ok");
+  // The failed attempt is charged (a wall-timeout may be the payload's).
+  const auto h = run.history("flaky");
+  REQUIRE(h.size() == 2);
+  CHECK(h[0].kind == "wall-timeout");
+  CHECK(h[0].charged);
 }
 
 TEST_CASE("task flow: the same deterministic failure twice is quarantined at once, with a record") {
@@ -316,9 +383,18 @@ TEST_CASE("task flow: an outage holds the tasks, a working handler releases them
   // Every payload ran to ok; the failed attempts during the outage were not
   // charged: none of them needed max_attempts.
   for (const auto& key : keys) CHECK(run.sink.of(key).verdict.type == Verdict::Type::kOk);
+  std::size_t outage_attempts = 0;
+  for (const auto& key : keys) {
+    for (const auto& a : run.history(key)) {
+      if (a.fingerprint != "fp-outage") continue;
+      ++outage_attempts;
+      CHECK_MESSAGE(!a.charged, key << " attempt " << a.n << " failed with the outage and was charged");
+    }
+  }
+  CHECK(outage_attempts >= 3);
 }
 
-TEST_CASE("task flow: tasks still held when the outage outlasts the input are reported held, not judged") {
+TEST_CASE("task flow: an outage that outlasts --breaker-max-wait stops the run; its held tasks are reported held") {
   test::ScratchDir dir("flow");
   const std::vector<std::string> keys = numbered_keys(8);
   Run run(dir.path, keys, outage_settings(30s));
@@ -343,20 +419,7 @@ TEST_CASE("task flow: tasks still held when the outage outlasts the input are re
 
 TEST_CASE("task flow: a task whose last attempt never finished runs alone, and is not charged for it") {
   test::ScratchDir dir("flow");
-  {
-    // A run that died while "suspect" ran: its attempt was started and
-    // never ended.
-    auto s = store::Store::open(dir.path);
-    REQUIRE(s.has_value());
-    auto l = store::Ledger::open(s->db(), "test-handler", "test-policy");
-    REQUIRE(l.has_value());
-    REQUIRE(l->begin().is_ok());
-    const std::string payload = "payload of suspect";
-    auto started = l->start_attempt("suspect", sha256_hex(payload), static_cast<std::int64_t>(payload.size()),
-                                    store::now_ms());
-    REQUIRE(started.has_value());
-    REQUIRE(l->commit().is_ok());
-  }
+  make_suspect(dir.path, "suspect");
   Run run(dir.path, {"a", "b", "suspect", "c", "d"}, retries(3));
   run.drive([](const Task&) { return ok(); }, 3);
   CHECK(run.sink.count(Verdict::Type::kOk) == 5);
@@ -381,6 +444,160 @@ TEST_CASE("task flow: a ledger that fails stops the run before anything runs unc
   TaskSource::Item item = run.flow->next();
   CHECK(item.type != TaskSource::Item::Type::kTask);
   CHECK_FALSE(run.flow->prepare(2).is_ok());
+}
+
+TEST_CASE("task flow: with nothing known to work, an outage that outlasts the input leaves its tasks held for the next run") {
+  test::ScratchDir dir("flow");
+  const std::vector<std::string> keys = numbered_keys(8);
+  {
+    Run run(dir.path, keys, outage_settings(0ms));
+    run.drive([](const Task&) { return failure(Kind::kCrash, "fp-outage"); });
+    const FlowReport& r = run.flow->report();
+    CHECK(r.outages == 1);
+    CHECK_FALSE(r.stopped_by_breaker);
+    CHECK(r.quarantined == 0);
+    // Every task was either held or never read; none was judged.
+    CHECK(run.sink.count(Verdict::Type::kHeld) == r.held);
+    CHECK(run.sink.told.size() == r.held);
+    for (const auto& t : run.sink.told) CHECK(run.state(t.key) == "pending");
+  }
+  // The handler is fixed: the next run over the same store finishes them all.
+  Run again(dir.path, keys, outage_settings(0ms));
+  again.drive([](const Task&) { return ok(); });
+  CHECK(again.sink.count(Verdict::Type::kOk) == keys.size());
+  for (const auto& key : keys) CHECK(again.state(key) == "ok");
+}
+
+TEST_CASE("task flow: a poison verdict the outage explains is taken back: record released, task run again") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  // "early" crashes and is quarantined at once. Then, from t1 on, every
+  // payload fails with the same fingerprint (so "early" was the outage's
+  // first victim): the breaker opens, and 5 s later the handler works again.
+  Run run(dir.path, {"good", "early", "t1", "t2", "t3", "t4", "t5"}, settings);
+  bool outage = false;
+  Clock::time_point fixed_at{};
+  run.drive(
+      [&](const Task& t) {
+        if (t.key == "t1" && !outage) {
+          outage = true;
+          fixed_at = run.now + 5s;
+        }
+        if (outage) return run.now >= fixed_at ? ok() : failure(Kind::kCrash, "fp-same");
+        return t.key == "early" ? failure(Kind::kCrash, "fp-same") : ok();
+      },
+      1);
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 1);
+  // Both verdicts given before the breaker opened: "early" and t1 (the
+  // first failure of the outage, quarantined before it could be suspected).
+  CHECK(r.taken_back == 2);
+  CHECK(r.quarantined == 0);
+  CHECK(run.sink.taken_back == std::vector<std::string>{"early", "t1"});
+  // "early" was told twice: quarantined, then (after the take-back) ok.
+  std::vector<Verdict::Type> early;
+  std::int64_t record = 0;
+  for (const auto& t : run.sink.told) {
+    if (t.key != "early") continue;
+    early.push_back(t.verdict.type);
+    if (t.verdict.type == Verdict::Type::kQuarantined) record = t.verdict.record_id;
+  }
+  CHECK(early == std::vector<Verdict::Type>{Verdict::Type::kQuarantined, Verdict::Type::kOk});
+  REQUIRE(record > 0);
+  auto rec = run.quarantine->get(record);
+  REQUIRE(rec.has_value());
+  REQUIRE(rec->has_value());
+  CHECK((*rec)->status == store::RecordStatus::kDiscarded);
+  CHECK(run.state("early") == "ok");
+}
+
+TEST_CASE("task flow: while a suspect runs alone, a retry falling due does not make the flow spin") {
+  // Broke: the retry's due time, in the past, was the wake-up asked for at
+  // every turn while prepare() started nothing beside the suspect.
+  test::ScratchDir dir("flow");
+  make_suspect(dir.path, "suspect");
+  Run run(dir.path, {"flaky", "suspect", "b"}, retries(3));
+  TaskFlow& f = *run.flow;
+  REQUIRE(f.prepare(2).is_ok());
+  auto a = f.next();
+  REQUIRE(a.type == TaskSource::Item::Type::kTask);
+  CHECK(a.task.key == "flaky");
+  CHECK(f.next().type == TaskSource::Item::Type::kWait);
+  f.on_outcome(a.task, failure(Kind::kWallTimeout, "fp-timeout"));
+  REQUIRE(f.prepare(2).is_ok());
+  auto s = f.next();
+  REQUIRE(s.type == TaskSource::Item::Type::kTask);
+  CHECK(s.task.key == "suspect");
+  run.now += 5s;  // the retry is due; the suspect still runs
+  int past = 0;
+  for (int k = 0; k < 5; ++k) {
+    REQUIRE(f.prepare(1).is_ok());
+    auto w = f.next();
+    CHECK(w.type == TaskSource::Item::Type::kWait);
+    if (w.wake_at && *w.wake_at <= run.now) ++past;
+  }
+  CHECK(past <= 1);  // the first turn writes the attempt's end; then quiet
+  f.on_outcome(s.task, ok());
+  REQUIRE(f.prepare(2).is_ok());
+  auto next = f.next();
+  REQUIRE(next.type == TaskSource::Item::Type::kTask);
+  CHECK(next.task.key == "flaky");  // the due retry, as soon as the suspect is done
+}
+
+TEST_CASE("task flow: a ledger write fails mid-run; finish() writes what was kept, once, and ends the attempt in flight") {
+  test::ScratchDir dir("flow");
+  Run run(dir.path, {"a", "b"}, retries(3));
+  TaskFlow& f = *run.flow;
+  REQUIRE(f.prepare(2).is_ok());
+  auto a = f.next();
+  auto b = f.next();
+  REQUIRE(a.type == TaskSource::Item::Type::kTask);
+  REQUIRE(b.type == TaskSource::Item::Type::kTask);
+  REQUIRE(run.store->db()
+              .exec("CREATE TRIGGER no_end BEFORE UPDATE OF ended_at ON attempts BEGIN SELECT RAISE(FAIL, 'injected'); END")
+              .is_ok());
+  f.on_outcome(a.task, ok());
+  CHECK_FALSE(f.prepare(1).is_ok());
+  REQUIRE(run.store->db().exec("DROP TRIGGER no_end").is_ok());
+  CHECK_FALSE(f.finish("stopped").is_ok());  // the run failed, whatever finish() could save
+  CHECK(f.report().interrupted == 1);
+  CHECK(run.state("a") == "ok");
+  const auto h = run.history("b");
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].finished);
+  CHECK(h[0].kind == "interrupted");
+  CHECK_FALSE(h[0].charged);
+  REQUIRE(run.history("a").size() == 1);
+}
+
+TEST_CASE("task flow: a quarantine in a failed batch is written by finish(), and its verdict told once") {
+  test::ScratchDir dir("flow");
+  Run run(dir.path, {"poison"}, retries(5));
+  TaskFlow& f = *run.flow;
+  REQUIRE(f.prepare(1).is_ok());
+  auto p = f.next();
+  REQUIRE(p.type == TaskSource::Item::Type::kTask);
+  f.on_outcome(p.task, failure(Kind::kCrash, "fp-crash"));
+  run.now += 5s;
+  REQUIRE(f.prepare(1).is_ok());
+  auto p2 = f.next();
+  REQUIRE(p2.type == TaskSource::Item::Type::kTask);
+  REQUIRE(run.store->db().exec("CREATE TRIGGER no_q BEFORE INSERT ON audit BEGIN SELECT RAISE(FAIL, 'injected'); END")
+              .is_ok());
+  f.on_outcome(p2.task, failure(Kind::kCrash, "fp-crash"));
+  CHECK_FALSE(f.prepare(1).is_ok());
+  CHECK(run.sink.told.empty());  // no record yet: no verdict yet
+  REQUIRE(run.store->db().exec("DROP TRIGGER no_q").is_ok());
+  CHECK_FALSE(f.finish("stopped").is_ok());
+  const Told& t = run.sink.of("poison");
+  CHECK(t.verdict.type == Verdict::Type::kQuarantined);
+  CHECK(t.verdict.record_id > 0);
+  CHECK(f.report().quarantined == 1);
+  CHECK(run.state("poison") == "quarantined");
+  auto records = run.store->db().query_text("SELECT count(*) FROM quarantine");
+  REQUIRE(records.has_value());
+  CHECK(*records == "1");
 }
 
 }  // namespace

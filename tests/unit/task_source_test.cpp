@@ -8,11 +8,11 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "shared/control.h"  // write_all
+#include "tests/unit/scratch_dir.h"
 
 namespace pillbox {
 namespace {
@@ -24,25 +24,6 @@ using Type = TaskSource::Item::Type;
 bool contains(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pillbox-tasks-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string write(const std::string& relative, const std::string& bytes) const {
-    const fs::path file = path / relative;
-    fs::create_directories(file.parent_path());
-    std::ofstream(file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return file.string();
-  }
-};
 
 // Drains a source: polls wait_fd() whenever it says kWait (bounded, never sleeps).
 std::vector<TaskSource::Item> drain(TaskSource& source) {
@@ -158,16 +139,16 @@ TEST_CASE("parse_task_line: errors name the line number") {
 }
 
 TEST_CASE("open_inputs: a directory tree in sorted order, then a file given directly") {
-  TempDir dir;
+  test::ScratchDir dir{"tasks"};
   const std::string b = dir.write("tree/b.txt", "B");
   const std::string a_z = dir.write("tree/a/z.bin", "\0Z\xff"s);
   const std::string a_c = dir.write("tree/a/c.txt", "C");
   const std::string deep = dir.write("tree/sub/deeper/x", "X");
   const std::string empty = dir.write("tree/empty", "");
-  fs::create_directories(dir.path / "tree/only-dirs/inner");
+  fs::create_directories(dir.path + "/tree/only-dirs/inner");
   const std::string direct = dir.write("direct.txt", "D");
 
-  auto src = open_inputs({(dir.path / "tree").string(), direct});
+  auto src = open_inputs({dir.path + "/tree", direct});
   REQUIRE_MESSAGE(src.has_value(), src.error());
   CHECK((*src)->wait_fd() == -1);
   const auto items = drain(**src);
@@ -186,28 +167,28 @@ TEST_CASE("open_inputs: a directory tree in sorted order, then a file given dire
 }
 
 TEST_CASE("open_inputs: input errors") {
-  TempDir dir;
+  test::ScratchDir dir{"tasks"};
   SUBCASE("'-' twice") {
     auto src = open_inputs({"-", "-"});
     REQUIRE_FALSE(src.has_value());
     CHECK(src.error() == "'-' (stdin) may be given only once");
   }
   SUBCASE("nonexistent path") {
-    const std::string missing = (dir.path / "missing.json").string();
+    const std::string missing = dir.path + "/missing.json";
     auto src = open_inputs({missing});
     REQUIRE_FALSE(src.has_value());
     CHECK(src.error() == "cannot read input '" + missing + "': No such file or directory");
   }
   SUBCASE("nonexistent path after a good one") {
     const std::string good = dir.write("good", "g");
-    const std::string missing = (dir.path / "nope").string();
+    const std::string missing = dir.path + "/nope";
     auto src = open_inputs({good, missing});
     REQUIRE_FALSE(src.has_value());
     CHECK(src.error() == "cannot read input '" + missing + "': No such file or directory");
   }
   SUBCASE("a directory without files") {
-    fs::create_directories(dir.path / "hollow/inner");
-    const std::string hollow = (dir.path / "hollow").string();
+    fs::create_directories(dir.path + "/hollow/inner");
+    const std::string hollow = dir.path + "/hollow";
     auto src = open_inputs({hollow});
     REQUIRE_FALSE(src.has_value());
     CHECK(src.error() == "no input files found in " + hollow);
@@ -226,9 +207,9 @@ TEST_CASE("open_inputs: input errors") {
 }
 
 TEST_CASE("open_inputs: a FIFO or a device named on the command line is refused before anything is read") {
-  TempDir dir;
+  test::ScratchDir dir{"tasks"};
   const std::string good = dir.write("good", "g");
-  const std::string fifo = (dir.path / "fifo").string();
+  const std::string fifo = dir.path + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   for (const auto& [named, what] : std::vector<std::pair<std::string, std::string>>{
            {fifo, "a FIFO"}, {"/dev/zero", "a character device"}}) {
@@ -241,13 +222,13 @@ TEST_CASE("open_inputs: a FIFO or a device named on the command line is refused 
 }
 
 TEST_CASE("open_inputs: entries of a directory that are not regular files are input errors where they sort") {
-  TempDir dir;
+  test::ScratchDir dir{"tasks"};
   const std::string a = dir.write("tree/a", "A");
   const std::string c = dir.write("tree/c", "C");
   const std::string secret = dir.write("secret", "SECRET-OUTSIDE");
-  REQUIRE(::mkfifo((dir.path / "tree/b-fifo").c_str(), 0600) == 0);
-  REQUIRE(::symlink(secret.c_str(), (dir.path / "tree/d-link").c_str()) == 0);
-  const std::string tree = (dir.path / "tree").string();
+  REQUIRE(::mkfifo((dir.path + "/tree/b-fifo").c_str(), 0600) == 0);
+  REQUIRE(::symlink(secret.c_str(), (dir.path + "/tree/d-link").c_str()) == 0);
+  const std::string tree = dir.path + "/tree";
 
   auto src = open_inputs({tree});
   REQUIRE_MESSAGE(src.has_value(), src.error());
@@ -273,9 +254,9 @@ TEST_CASE("open_inputs: entries of a directory that are not regular files are in
 }
 
 TEST_CASE("open_inputs: a file swapped for a FIFO after the listing is an input error, not a hang") {
-  TempDir dir;
+  test::ScratchDir dir{"tasks"};
   const std::string file = dir.write("tree/file", "F");
-  auto src = open_inputs({(dir.path / "tree").string()});
+  auto src = open_inputs({dir.path + "/tree"});
   REQUIRE(src.has_value());
   fs::remove(file);
   REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
@@ -324,7 +305,7 @@ TEST_CASE("open_inputs: JSON lines from a pipe") {
 }
 
 TEST_CASE("open_inputs: stdin between files keeps the given order") {
-  TempDir dir;
+  test::ScratchDir dir{"tasks"};
   const std::string before = dir.write("before", "1");
   const std::string after = dir.write("after", "3");
   int fds[2];

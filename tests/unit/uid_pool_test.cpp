@@ -3,20 +3,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <string>
 
 #include "shared/policy_parser.h"
 #include "supervisor/exec/uid_pool.h"
+#include "tests/unit/scratch_dir.h"
 
 namespace pillbox {
 namespace {
-
-std::string temp_dir() {
-  std::string templ = "/tmp/pillbox-uidpool-XXXXXX";
-  REQUIRE(::mkdtemp(templ.data()) != nullptr);
-  return templ;
-}
 
 TEST_CASE("uid_pool in a policy: parsed, range-checked, written back") {
   auto p = parse_policy("[isolation]\nuid_pool = 2000000000-2000000009\n", "t.policy", "");
@@ -39,7 +33,8 @@ TEST_CASE("uid_pool in a policy: parsed, range-checked, written back") {
 // Claiming a uid kills whatever still runs under it, so this test uses uids
 // far from the shipped policies' pool (a pillbox run beside it keeps its own).
 TEST_CASE("uid claims: each uid goes to one claimant at a time, and is free again after release") {
-  const std::string dir = temp_dir();
+  test::ScratchDir scratch{"uidpool"};
+  const std::string& dir = scratch.path;
   {
     auto a = UidClaims::claim(2147480000, 4, 3, dir);
     REQUIRE(a.has_value());
@@ -57,7 +52,6 @@ TEST_CASE("uid claims: each uid goes to one claimant at a time, and is free agai
   auto d = UidClaims::claim(2147480000, 4, 4, dir);
   REQUIRE(d.has_value());
   CHECK((*d)->size() == 4);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("uid claims: a uid whose dead processes are not reaped yet is taken last") {
@@ -67,7 +61,8 @@ TEST_CASE("uid claims: a uid whose dead processes are not reaped yet is taken la
     MESSAGE("skipped: without root no process can take another uid");
     return;
   }
-  const std::string dir = temp_dir();
+  test::ScratchDir scratch{"uidpool"};
+  const std::string& dir = scratch.path;
   const std::uint32_t first = 2147480010;
   const pid_t zombie = ::fork();
   REQUIRE(zombie >= 0);
@@ -95,7 +90,6 @@ TEST_CASE("uid claims: a uid whose dead processes are not reaped yet is taken la
   auto after = UidClaims::claim(first, 2, 1, dir);
   REQUIRE(after.has_value());
   CHECK((*after)->uid(0) == first);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

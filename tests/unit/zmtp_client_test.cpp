@@ -4,33 +4,20 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "tests/unit/scratch_dir.h"
+
 namespace pillbox::sandbox {
 namespace {
 
 using namespace std::string_literals;
-namespace fs = std::filesystem;
 
 constexpr int kTimeoutMs = 10'000;  // generous: only reached when something is broken
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pillbox-zmtp-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
 
 bool contains(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
@@ -38,14 +25,14 @@ bool contains(const std::string& haystack, std::string_view needle) {
 
 // A supervisor-side libzmq socket bound to ipc://TMP/s.
 struct Peer {
-  TempDir dir;
+  test::ScratchDir dir{"zmtp"};
   zmq::context_t ctx{1};
   zmq::socket_t socket;
   std::string endpoint;
 
   explicit Peer(zmq::socket_type type = zmq::socket_type::router) : socket(ctx, type) {
     socket.set(zmq::sockopt::linger, 0);
-    endpoint = "ipc://" + (dir.path / "s").string();
+    endpoint = "ipc://" + dir.path + "/s";
     socket.bind(endpoint);
   }
 
@@ -240,8 +227,8 @@ TEST_CASE("zmtp: a peer that is not a ROUTER is refused") {
 }
 
 TEST_CASE("zmtp: connecting to a path nobody listens on names the path") {
-  TempDir dir;
-  const std::string path = (dir.path / "nobody-here").string();
+  test::ScratchDir dir{"zmtp"};
+  const std::string path = dir.path + "/nobody-here";
   auto client = ZmtpClient::connect("ipc://" + path);
   REQUIRE_FALSE(client.has_value());
   CHECK(contains(client.error(), path));

@@ -1,0 +1,113 @@
+#include "supervisor/cli/run_options.h"
+
+#include <cstdlib>
+
+#include "supervisor/store/store_dir.h"
+
+namespace pillbox::cli {
+
+const std::vector<OptionSpec> kStoreOptions = {{"store"}, {"no-store", false}, {"rerun", false}};
+
+const std::vector<OptionSpec> kRetryOptions = {
+    {"max-attempts"}, {"backoff-base"}, {"backoff-max"}, {"retry-exit-code", true, true}};
+
+const std::vector<OptionSpec> kBreakerOptions = {{"no-breaker", false},
+                                                 {"breaker-window"},
+                                                 {"breaker-threshold"},
+                                                 {"breaker-probe-interval"},
+                                                 {"breaker-max-wait"}};
+
+const std::vector<OptionSpec> kQuarantineOptions = {
+    {"quarantine-limit"},
+    {"hook-timeout"},
+    // Hook commands may carry tokens: kept out of /proc/PID/cmdline (OptionSpec::secret).
+    {"on-quarantine", true, false, 0, true},
+    {"on-new-fingerprint", true, false, 0, true},
+};
+
+Status read_store_options(const Args& args, JobSettings& job) {
+  if (args.flag("no-store")) {
+    if (args.value("store")) return Status::error("give --store or --no-store, not both");
+  } else {
+    auto dir = store::resolve_store_dir(args.value("store").value_or(""));
+    if (!dir) return Status::error(dir.error());
+    job.store_dir = *dir;
+  }
+  job.rerun_done = args.flag("rerun");
+  return Status::ok();
+}
+
+Status read_retry_options(const Args& args, JobSettings& job) {
+  RetrySettings& retry = job.retry;
+  if (auto s = read_whole_number(args, "max-attempts", 1, 100, retry.max_attempts); !s) return s;
+  auto base = read_duration(args, "backoff-base", retry.backoff_base, 0, 3'600'000);
+  if (!base) return Status::error(base.error());
+  retry.backoff_base = *base;
+  auto cap = read_duration(args, "backoff-max", retry.backoff_max, 0, 24 * 3'600'000ull);
+  if (!cap) return Status::error(cap.error());
+  retry.backoff_max = *cap;
+  for (const auto& code : args.values("retry-exit-code")) {
+    if (!job.run.config.exec_mode()) return Status::error("--retry-exit-code is for exec commands (after --)");
+    auto n = parse_whole_number("retry-exit-code", code, 1, 255);
+    if (!n) return Status::error(n.error());
+    retry.retry_exit_codes.insert(static_cast<int>(*n));
+  }
+  return Status::ok();
+}
+
+Status read_breaker_options(const Args& args, BreakerSettings& breaker) {
+  breaker.enabled = !args.flag("no-breaker");
+  if (auto s = read_whole_number(args, "breaker-window", 2, 100000, breaker.window); !s) return s;
+  if (auto v = args.value("breaker-threshold")) {
+    char* end = nullptr;
+    const double f = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(f > 0.0 && f <= 1.0)) {
+      return Status::error("--breaker-threshold expects a fraction above 0 and at most 1, e.g. 0.8; got '" + *v + "'");
+    }
+    breaker.threshold = f;
+  }
+  auto probe = read_duration(args, "breaker-probe-interval", breaker.probe_interval, 10, 3'600'000);
+  if (!probe) return Status::error(probe.error());
+  breaker.probe_interval = *probe;
+  auto max_wait = read_duration(args, "breaker-max-wait", breaker.max_wait, 0, 7 * 24 * 3'600'000ull);
+  if (!max_wait) return Status::error(max_wait.error());
+  breaker.max_wait = *max_wait;
+  return Status::ok();
+}
+
+Status read_quarantine_options(const Args& args, JobSettings& job, QuarantineHooks& hooks) {
+  if (auto s = read_whole_number(args, "quarantine-limit", 1, 1'000'000'000, job.max_records); !s) return s;
+  auto timeout = read_duration(args, "hook-timeout", hooks.timeout_, 100, 3'600'000);
+  if (!timeout) return Status::error(timeout.error());
+  hooks.timeout_ = *timeout;
+  if (auto cmd = args.value("on-quarantine")) {
+    hooks.every_record_ = std::make_unique<AlertHook>(HookSettings{*cmd, hooks.timeout_});
+  }
+  if (auto cmd = args.value("on-new-fingerprint")) {
+    hooks.new_fingerprints_ = std::make_unique<AlertHook>(HookSettings{*cmd, hooks.timeout_});
+  }
+  if ((hooks.every_record_ || hooks.new_fingerprints_) && !job.store_dir) {
+    return Status::error("--on-quarantine and --on-new-fingerprint need a store (not --no-store)");
+  }
+  return Status::ok();
+}
+
+void QuarantineHooks::fire(const std::string& record_json, bool new_fingerprint) {
+  if (every_record_) every_record_->fire(record_json);
+  if (new_fingerprints_ && new_fingerprint) new_fingerprints_->fire(record_json);
+}
+
+std::vector<std::string> QuarantineHooks::finish() {
+  std::vector<std::string> problems;
+  for (auto* hook : {every_record_.get(), new_fingerprints_.get()}) {
+    if (hook == nullptr) continue;
+    hook->finish(timeout_);
+    for (const auto& p : hook->problems()) problems.push_back(p);
+    if (hook->dropped() > 0) {
+      problems.push_back(std::to_string(hook->dropped()) + " hook calls never ran (queue full, or the run ended first)");
+    }
+  }
+  return problems;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,60 @@
+#pragma once
+// The options of `pillbox run` about what surrounds each task: the store it
+// resumes from and quarantines into, retries, outage detection (the circuit
+// breaker) and the quarantine hooks. What runs is child_options.h's, where
+// results go path_options.h's. One reader per section, each checking its
+// options into the job in the order `run` has always checked them.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/flow/alert_hook.h"
+#include "supervisor/flow/job.h"
+
+namespace pillbox::cli {
+
+// store, no-store, rerun.
+extern const std::vector<OptionSpec> kStoreOptions;
+// max-attempts, backoff-base, backoff-max, retry-exit-code.
+extern const std::vector<OptionSpec> kRetryOptions;
+// no-breaker, breaker-window, breaker-threshold, breaker-probe-interval, breaker-max-wait.
+extern const std::vector<OptionSpec> kBreakerOptions;
+// quarantine-limit, hook-timeout, on-quarantine, on-new-fingerprint.
+extern const std::vector<OptionSpec> kQuarantineOptions;
+
+// --store DIR (resolved: given, $PILLBOX_STORE, ...) or --no-store, and --rerun.
+Status read_store_options(const Args& args, JobSettings& job);
+
+// --max-attempts, the backoff and --retry-exit-code, which is for exec
+// commands only: job.run.config must be read first.
+Status read_retry_options(const Args& args, JobSettings& job);
+
+// --no-breaker and the breaker's window, threshold, probe interval and
+// longest wait.
+Status read_breaker_options(const Args& args, BreakerSettings& breaker);
+
+// The hooks of --on-quarantine (every new record) and --on-new-fingerprint
+// (records of fingerprints the store never saw), either or both.
+class QuarantineHooks {
+ public:
+  // Queues a record's JSON for the hooks it is for; never waits.
+  void fire(const std::string& record_json, bool new_fingerprint);
+  // Gives running hooks --hook-timeout to finish, then what went wrong with
+  // any of them, one line each, for the run's warnings.
+  std::vector<std::string> finish();
+
+ private:
+  friend Status read_quarantine_options(const Args&, JobSettings&, QuarantineHooks&);
+  std::chrono::milliseconds timeout_{10'000};
+  std::unique_ptr<AlertHook> every_record_;
+  std::unique_ptr<AlertHook> new_fingerprints_;
+};
+
+// --quarantine-limit into `job`, and the hooks with their --hook-timeout,
+// which need a store: read_store_options first.
+Status read_quarantine_options(const Args& args, JobSettings& job, QuarantineHooks& hooks);
+
+}  // namespace pillbox::cli
