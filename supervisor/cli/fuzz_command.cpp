@@ -22,7 +22,7 @@
 #include "supervisor/fuzz/dictionary.h"
 #include "supervisor/fuzz/fuzz_session.h"
 #include "supervisor/exec/install_paths.h"
-#include "supervisor/flow/job.h"
+#include "supervisor/flow/run_job.h"
 #include "supervisor/flow/progress.h"
 #include "supervisor/flow/task_source.h"
 #include "supervisor/io/terminal_text.h"

@@ -11,7 +11,7 @@
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/exec/install_paths.h"
-#include "supervisor/flow/job.h"
+#include "supervisor/flow/run_job.h"
 #include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {

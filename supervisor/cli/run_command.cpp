@@ -24,7 +24,7 @@
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/exec/child_setup.h"
 #include "supervisor/flow/progress.h"
-#include "supervisor/flow/job.h"
+#include "supervisor/flow/run_job.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/io/result_files.h"
 #include "supervisor/flow/run_output.h"

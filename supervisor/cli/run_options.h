@@ -12,7 +12,7 @@
 #include "shared/status.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/flow/alert_hook.h"
-#include "supervisor/flow/job.h"
+#include "supervisor/flow/run_job.h"
 
 namespace pillbox::cli {
 

@@ -1,4 +1,4 @@
-#include "supervisor/flow/job.h"
+#include "supervisor/flow/run_job.h"
 
 #include <unistd.h>
 
