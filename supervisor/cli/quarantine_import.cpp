@@ -50,7 +50,7 @@ int quarantine_import(const QuarantineContext& c) {
   settings.on_artifact = [&](const ImportedArtifact& a) {
     if (json) {
       nlohmann::json j = {{"file", a.artifact.path}, {"tool", a.artifact.tool}, {"artifact", a.artifact.artifact},
-                          {"status", a.status},      {"kind", a.outcome_kind},  {"fingerprint", a.fingerprint},
+                          {"status", std::string(to_string(a.status))},      {"kind", a.outcome_kind},  {"fingerprint", a.fingerprint},
                           {"message", a.message}};
       if (a.record_id) j["record"] = a.record_id;
       if (!a.detail.empty()) j["detail"] = a.detail;
@@ -58,12 +58,12 @@ int quarantine_import(const QuarantineContext& c) {
     } else {
       // Paths come from a fuzzer's output directory: shown safe for a terminal.
       const std::string file = table_cell(a.artifact.path, 400);
-      if (a.status == "imported") {
+      if (a.status == ImportStatus::kImported) {
         std::printf("imported %s: record %lld, %s %s\n", file.c_str(), static_cast<long long>(a.record_id),
                     a.outcome_kind.c_str(), a.fingerprint.c_str());
-      } else if (a.status == "already") {
+      } else if (a.status == ImportStatus::kAlready) {
         std::printf("already on file %s: %s\n", file.c_str(), table_cell(a.detail, 400).c_str());
-      } else if (a.status == "ok") {
+      } else if (a.status == ImportStatus::kRunsOk) {
         std::printf("not imported %s: it runs ok under this handler (the fuzzer's target differs, or the bug is "
                     "fixed)\n", file.c_str());
       } else {
@@ -76,10 +76,10 @@ int quarantine_import(const QuarantineContext& c) {
   if (!result) return quarantine_error(result.error(), kExitSetup);
   std::size_t imported = 0, already = 0, not_failing = 0, not_run = 0, unreadable = 0;
   for (const auto& a : result->artifacts) {
-    if (a.status == "imported") ++imported;
-    else if (a.status == "already") ++already;
-    else if (a.status == "ok") ++not_failing;
-    else if (a.status == "not-run") ++not_run;
+    if (a.status == ImportStatus::kImported) ++imported;
+    else if (a.status == ImportStatus::kAlready) ++already;
+    else if (a.status == ImportStatus::kRunsOk) ++not_failing;
+    else if (a.status == ImportStatus::kNotRun) ++not_run;
     else ++unreadable;
   }
   // stderr: with --json too, stdout stays JSON lines.

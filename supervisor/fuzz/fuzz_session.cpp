@@ -151,7 +151,10 @@ class FuzzPlanner final : public PayloadPlanner {
     ++result_.runs;
     ++result_.by_kind[std::string(to_string(outcome.kind))];
 
-    if (outcome.kind == Kind::kSandboxError) {
+    // A child that failed before it asked for its payload (a plugin's init
+    // crashing in the child, say) tells nothing about the input: a setup
+    // failure, never a finding.
+    if (outcome.kind == Kind::kSandboxError || outcome.before_payload) {
       if (++sandbox_errors_in_a_row_ >= kMaxSandboxErrorsInARow && error_.is_ok()) {
         error_ = Status::error("the last " + std::to_string(kMaxSandboxErrorsInARow) +
                                " runs could not start in the sandbox: " + outcome.message);

@@ -15,6 +15,17 @@
 #include "supervisor/flow/task_source.h"
 
 namespace pillbox {
+
+std::string_view to_string(ImportStatus status) {
+  switch (status) {
+    case ImportStatus::kImported: return "imported";
+    case ImportStatus::kAlready: return "already";
+    case ImportStatus::kRunsOk: return "ok";
+    case ImportStatus::kNotRun: return "not-run";
+    case ImportStatus::kUnreadable: return "unreadable";
+  }
+  return "unknown";
+}
 namespace {
 
 namespace fs = std::filesystem;
@@ -37,7 +48,7 @@ class ImportPlanner final : public PayloadPlanner {
       const std::size_t i = next_++;
       auto bytes = read_input(artifacts_[i].file, kMaxPayloadBytes);
       if (!bytes) {
-        report({artifacts_[i], "", "", "", 0, "unreadable", bytes.error()});
+        report({artifacts_[i], "", "", "", 0, ImportStatus::kUnreadable, bytes.error()});
         continue;
       }
       started_ms_[i] = store::now_ms();
@@ -49,17 +60,19 @@ class ImportPlanner final : public PayloadPlanner {
   void on_outcome(const Task& task, const Outcome& o) override {
     const std::size_t i = task.ref - 1;
     const Artifact& a = artifacts_[i];
-    ImportedArtifact imported{a, std::string(to_string(o.kind)), o.fingerprint, o.message, 0, "", ""};
+    ImportedArtifact imported{a, std::string(to_string(o.kind)), o.fingerprint, o.message, 0, ImportStatus::kUnreadable, ""};
     if (!error_.is_ok()) return;  // the store failed: nothing more is recorded
     if (o.kind == Kind::kOk) {
-      imported.status = "ok";
+      imported.status = ImportStatus::kRunsOk;
       report(std::move(imported));
       return;
     }
-    // Not the payload's doing: the sandbox could not start it, or a signal
-    // from outside (the host's OOM killer, an operator) ended it.
-    if (o.kind == Kind::kSandboxError || o.kind == Kind::kKilled || o.kind == Kind::kSupervisorLost) {
-      imported.status = "not-run";
+    // Not the payload's doing: the sandbox could not start it, a signal
+    // from outside (the host's OOM killer, an operator) ended it, or the
+    // child failed before it asked for the payload (a plugin's init).
+    if (o.kind == Kind::kSandboxError || o.kind == Kind::kKilled || o.kind == Kind::kSupervisorLost ||
+        o.before_payload) {
+      imported.status = ImportStatus::kNotRun;
       imported.detail = std::string(to_string(o.kind)) + ": " + o.message + " (not the artifact's fault; import it again)";
       report(std::move(imported));
       return;
@@ -82,12 +95,12 @@ class ImportPlanner final : public PayloadPlanner {
     }
     imported.record_id = recorded->record_id;
     if (recorded->already) {
-      imported.status = "already";
+      imported.status = ImportStatus::kAlready;
       imported.detail = "the store has these bytes as " + std::string(to_string(*recorded->already)) +
                         " under this handler" +
                         (recorded->record_id ? " (record " + std::to_string(recorded->record_id) + ")" : "");
     } else {
-      imported.status = "imported";
+      imported.status = ImportStatus::kImported;
     }
     report(std::move(imported));
   }

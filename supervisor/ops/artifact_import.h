@@ -40,15 +40,24 @@ std::optional<Artifact> recognize_artifact(const std::string& path);
 Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored,
                                                SymlinksInTree symlinks = SymlinksInTree::kRefuse);
 
+// What became of one artifact. Text ("imported", "already", "ok",
+// "not-run", "unreadable") only in what is printed (to_string).
+enum class ImportStatus {
+  kImported,    // a new record
+  kAlready,     // a record with its fingerprint is on file
+  kRunsOk,      // runs ok here: not recorded
+  kNotRun,      // sandbox-error, or killed from outside: not recorded
+  kUnreadable,  // the file could not be read
+};
+std::string_view to_string(ImportStatus status);
+
 struct ImportedArtifact {
   Artifact artifact;
   std::string outcome_kind;      // how it ended here
   std::string fingerprint;
   std::string message;
   std::int64_t record_id = 0;    // its record (new, or the one already on file)
-  // imported | already | ok (runs ok here: not recorded) | not-run (sandbox-error,
-  // killed from outside: not recorded) | unreadable
-  std::string status;
+  ImportStatus status = ImportStatus::kUnreadable;
   std::string detail;            // for already, not-run and unreadable
 };
 

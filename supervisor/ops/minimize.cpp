@@ -180,9 +180,11 @@ class Shrinker final : public PayloadPlanner {
 
 bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome) {
   if (outcome.kind == Kind::kOk) return false;
-  const std::string kind(to_string(outcome.kind));
   // Resource limits: where the limit struck says little; the kind is the failure.
-  if (record.kind == "cpu-limit" || record.kind == "wall-timeout" || record.kind == "oom") return kind == record.kind;
+  const std::optional<Kind> recorded = kind_from_string(record.kind);
+  if (recorded == Kind::kCpuLimit || recorded == Kind::kWallTimeout || recorded == Kind::kOom) {
+    return outcome.kind == *recorded;
+  }
   return outcome.fingerprint == record.fingerprint;
 }
 

@@ -296,6 +296,45 @@ TEST_CASE("a plugin that fails only after the check (its second load) never cost
   }
 }
 
+TEST_CASE("a plugin that crashes only in the child is never a finding of quarantine import or fuzz") {
+  // Broke: import recorded a crash before the payload as the artifact's
+  // crash, and fuzz as a finding of its input.
+  if (!e2e::is_root()) {
+    MESSAGE("skipped: without root a plugin is loaded once, in the zygote");
+    return;
+  }
+  e2e::TempDir import_state(0777);
+  e2e::TempDir fuzz_state(0777);
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  // Fine in the check before the run, a segfault in every task's child.
+  const auto plugin = [](const e2e::TempDir& state) {
+    return std::vector<std::string>{"--writable", state.path(), "--handler",
+                                    "plugin:" + e2e::fixture("hostile_plugin.so"), "--arg", "state=" + state.path(),
+                                    "--arg", "second=crash"};
+  };
+  const std::string artifact =
+      dir.write("crash-0123456789abcdef0123456789abcdef01234567", "bytes a fuzzer once crashed on");
+  std::vector<std::string> import = {"quarantine", "import", artifact, "--json", "--store", store};
+  for (const auto& a : plugin(import_state)) import.push_back(a);
+  const auto imported = run_pillbox(import);
+  INFO(imported.describe());
+  REQUIRE(imported.records.size() == 1);
+  CHECK(imported.records[0]["status"] == "not-run");
+  CHECK(e2e::sql_int(store + "/pillbox.db", "SELECT count(*) FROM quarantine") == 0);
+
+  const std::string seed = dir.write("seed", "a seed");
+  const std::string fuzz_store = dir.path() + "/fuzz-store";
+  std::vector<std::string> fuzz = {"fuzz", seed, "--max-runs", "20", "--jobs", "1", "--seed", "1", "--json",
+                                   "--store", fuzz_store};
+  for (const auto& a : plugin(fuzz_state)) fuzz.push_back(a);
+  const auto fuzzed = run_pillbox(fuzz);
+  INFO(fuzzed.describe());
+  CHECK(fuzzed.err.find("could not start in the sandbox") != std::string::npos);  // a broken setup, said so
+  for (const auto& rec : fuzzed.records) CHECK(rec["type"] != "finding");
+  CHECK(e2e::sql_int(fuzz_store + "/pillbox.db", "SELECT count(*) FROM quarantine") == 0);
+}
+
 TEST_CASE("a plugin a task's uid could replace is refused before the run (the check loaded one plugin, the tasks another)") {
   // Broke: the plugin path was a symlink in a directory the slot uids may
   // write; a process of such a uid (here the plugin's own init, in the
