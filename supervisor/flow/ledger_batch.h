@@ -81,7 +81,7 @@ struct StartedAttemptOf {
   store::TaskState state = store::TaskState::kPending;  // then: how it finished (ok | quarantined)
 };
 
-struct QuarantinedPayload {
+struct QuarantineWritten {
   std::uint64_t ref = 0;
   std::int64_t record_id = 0;
   bool new_fingerprint = false;
@@ -91,7 +91,7 @@ struct QuarantinedPayload {
 
 struct BatchResult {
   std::vector<StartedAttemptOf> started;    // in the order the starts were added
-  std::vector<QuarantinedPayload> quarantined;
+  std::vector<QuarantineWritten> quarantined;
 };
 
 // Who writes, and how new records are described.

@@ -235,7 +235,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     schedule_.make_ready(ref);
   }
   // Verdicts that name a record are told only now that the record exists.
-  for (QuarantinedPayload& q : applied.quarantined) {
+  for (QuarantineWritten& q : applied.quarantined) {
     auto waiting = awaiting_record_.find(q.ref);
     auto it = tracked_.find(q.ref);
     if (waiting == awaiting_record_.end() || it == tracked_.end()) {
