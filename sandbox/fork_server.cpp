@@ -21,7 +21,7 @@ namespace pillbox::sandbox {
 namespace {
 
 // A request: one byte saying which of the five fds ride along (in
-// SCM_RIGHTS, in this order), then the encoded kFork control message.
+// SCM_RIGHTS, in this order), then the ticket as encode_ticket lays it out.
 constexpr std::uint8_t kHasCrash = 1, kHasStdout = 2, kHasStderr = 4, kHasListenerSocket = 8, kHasMountNs = 16;
 constexpr std::size_t kMaxRequest = 64 * 1024;  // tickets are a few hundred bytes
 constexpr std::size_t kMaxFds = 5;

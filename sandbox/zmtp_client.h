@@ -8,7 +8,8 @@
 // thread), needed extra syscalls under seccomp, and its connection is
 // asynchronous, which forced an extra round trip before dropping privileges.
 // This client is single-threaded and synchronous: connect(2) completes as root,
-// the handshake and the first message go out in one write, and the supervisor
+// the greeting and READY go out right after it (HELLO later, once the child
+// is confined), and the supervisor
 // side stays a libzmq ROUTER socket that cannot tell the difference.
 #include <cstddef>
 #include <string>

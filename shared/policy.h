@@ -21,7 +21,9 @@ struct Limits {
 };
 
 enum class SeccompDefault : std::uint8_t {
-  kTrap,   // SIGSYS to the child; pillbox records the syscall name (default)
+  kTrap,   // the task is stopped and its syscall named: by a user notification
+           // to the parent, which kills it, where the kernel has one; else
+           // SIGSYS to the child (default)
   kKill,   // kill the process at once; the syscall name is not known
   kErrno,  // the syscall fails with EPERM; the task goes on
 };

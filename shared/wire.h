@@ -4,7 +4,7 @@
 // 'The wire').
 //
 // Every frame is a msgpack array: [version, type, task, secret, body...].
-// The supervisor treats every byte from a child as hostile: decode() checks
+// The supervisor treats every byte from a child as hostile: decode_frame() checks
 // the size cap, the exact shape of each frame type, the version, and leaves
 // the task/secret comparison to the caller (TaskChannel), which knows them.
 //
@@ -15,7 +15,8 @@
 //   <- TASK{payload}
 //   -> RESULT{status, output, message}
 //                  (in-process handlers; exec programs end by exiting; an exec
-//                  runtime whose execve fails reports it as a handler error)
+//                  runtime whose execve fails reports it, and the classifier
+//                  makes it a sandbox-error: never the payload's fault)
 // The child writes RESULT and exits; the bytes stay readable in the
 // supervisor's socket after the child is gone, so nothing is lost in flight.
 #include <array>
