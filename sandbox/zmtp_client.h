@@ -9,8 +9,8 @@
 // asynchronous, which forced an extra round trip before dropping privileges.
 // This client is single-threaded and synchronous: connect(2) completes as root,
 // the greeting and READY go out right after it (HELLO later, once the child
-// is confined), and the supervisor
-// side stays a libzmq ROUTER socket that cannot tell the difference.
+// is confined), and the supervisor side stays a libzmq ROUTER socket that
+// cannot tell the difference.
 #include <cstddef>
 #include <string>
 #include <string_view>

@@ -39,7 +39,8 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, s
       quarantine_(quarantine),
       on_quarantine_(std::move(on_quarantine)),
       breaker_(settings_.breaker),
-      rng_(std::random_device{}()) {
+      rng_(std::random_device{}()),
+      batch_context_{settings_.identity, settings_.actor, ""} {
   if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
 }
 
@@ -195,7 +196,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
                               schedule_.is_solo(ref), t.fresh_budget});
     }
     if (!batch_.empty()) {
-      auto result = batch_.apply(*ledger_, *quarantine_, BatchContext{settings_.identity, settings_.actor, quarantine_dir_});
+      auto result = batch_.apply(*ledger_, *quarantine_, batch_context_);
       if (!result) {
         // Nothing of the turn is written, and nothing runs whose attempt is
         // not counted: the run stops.

@@ -105,7 +105,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // SIGINT/SIGTERM arrived: the run stops at the next turn (0: none).
   int stop_signal() const;
   const FlowReport& report() const { return report_; }
-  void set_store_dir(std::string dir) { quarantine_dir_ = std::move(dir); }
+  void set_store_dir(std::string dir) { batch_context_.store_dir = std::move(dir); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -200,11 +200,11 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::deque<JudgedPoison> judged_poison_;
   Clock::time_point last_pause_notice_{};
   std::string crash_hook_;
-  std::string quarantine_dir_;  // for the record JSON
   Status fatal_;                // a ledger write failed: the run stops
   StopSignals stop_signals_;
 
   LedgerBatch batch_;                                  // this turn's ledger writes
+  BatchContext batch_context_;                         // who writes them; made once
   std::map<std::uint64_t, AwaitingRecord> awaiting_record_;  // by ref
   FlowReport report_;
 };
