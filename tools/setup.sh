@@ -11,6 +11,7 @@ packages=(
   libmsgpack-cxx-dev                            # msgpack frames
   libspdlog-dev doctest-dev nlohmann-json3-dev  # logging, tests, JSON lines
   libsqlite3-dev                                # embedded store
+  libhiredis-dev redis-server                   # Redis Streams broker (client; a real server for tests)
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
   libfontconfig-dev                             # pdf-text: poppler's font lookup, loaded before any fork
   python3 gzip                                  # sample corpus generation

@@ -20,6 +20,7 @@ const char* kUsage =
     "  reproduce  run a quarantined payload again N times: reliable or flaky?\n"
     "  minimize   shrink a quarantined payload while it still fails the same way\n"
     "  fuzz       mutate seeds and run every candidate in the sandbox; quarantine new failures\n"
+    "  submit     add the tasks of inputs to a Redis stream, for a fleet of workers\n"
     "  version    print the version\n"
     "\n"
     "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   if (command == "reproduce") return reproduce_command(argc, argv);
   if (command == "minimize") return minimize_command(argc, argv);
   if (command == "fuzz") return fuzz_command(argc, argv);
+  if (command == "submit") return submit_command(argc, argv);
   if (command == "version" || command == "--version") {
     std::printf("pillbox %s\n", PILLBOX_VERSION);
     return kExitOk;

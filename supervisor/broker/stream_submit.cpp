@@ -1,0 +1,78 @@
+#include "supervisor/broker/stream_submit.h"
+
+#include <poll.h>
+
+#include <chrono>
+#include <vector>
+
+namespace pillbox::broker {
+namespace {
+
+// Blocks until one of the source's fds is readable or its wake-up comes: a
+// source that waits (JSON lines on stdin) has nothing to give before that.
+void wait_for(const TaskSource& source, const TaskSource::Item& waiting) {
+  std::vector<pollfd> fds;
+  for (int fd : source.wait_fds()) fds.push_back({fd, POLLIN, 0});
+  int timeout_ms = -1;
+  if (waiting.wake_at) {
+    const auto left = *waiting.wake_at - std::chrono::steady_clock::now();
+    timeout_ms = left <= std::chrono::steady_clock::duration::zero()
+                     ? 0
+                     : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+  }
+  if (fds.empty() && timeout_ms < 0) timeout_ms = 10;  // a source that says nothing more: look again soon
+  (void)::poll(fds.data(), fds.size(), timeout_ms);
+}
+
+}  // namespace
+
+Expected<SubmitReport> submit_tasks(RedisConnection& redis, const std::string& stream, TaskSource& source,
+                                    const std::function<void(const std::string&)>& on_input_error) {
+  SubmitReport report;
+  std::vector<Task> batch;
+  std::size_t batch_bytes = 0;
+  auto send = [&]() -> Status {
+    if (batch.empty()) return Status::ok();
+    std::vector<std::vector<std::string_view>> commands;
+    commands.reserve(batch.size());
+    for (const Task& t : batch) commands.push_back({"XADD", stream, "*", "key", t.key, "payload", t.payload});
+    auto replies = redis.pipeline(commands);
+    if (!replies) {
+      return Status::error(replies.error() + " (" + std::to_string(report.submitted) +
+                           " tasks were added before this batch)");
+    }
+    for (const RedisReply& r : *replies) {
+      const std::string id = r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
+      if (report.first_id.empty()) report.first_id = id;
+      report.last_id = id;
+    }
+    report.submitted += batch.size();
+    batch.clear();
+    batch_bytes = 0;
+    return Status::ok();
+  };
+  for (;;) {
+    TaskSource::Item item = source.next();
+    if (item.type == TaskSource::Item::Type::kEnd) break;
+    if (item.type == TaskSource::Item::Type::kError) {
+      ++report.input_errors;
+      on_input_error(item.error);
+      continue;
+    }
+    if (item.type == TaskSource::Item::Type::kWait) {
+      // Nothing more for now: what is read so far goes out before we block.
+      if (auto s = send(); !s) return Error{s.message()};
+      wait_for(source, item);
+      continue;
+    }
+    batch_bytes += item.task.payload.size() + item.task.key.size();
+    batch.push_back(std::move(item.task));
+    if (batch.size() >= kSubmitBatchTasks || batch_bytes >= kSubmitBatchBytes) {
+      if (auto s = send(); !s) return Error{s.message()};
+    }
+  }
+  if (auto s = send(); !s) return Error{s.message()};
+  return report;
+}
+
+}  // namespace pillbox::broker

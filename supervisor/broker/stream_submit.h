@@ -1,0 +1,34 @@
+#pragma once
+// pillbox submit: the tasks of a source (files, directories, JSON lines,
+// exactly as `run` reads them) added to a Redis stream, one entry per task
+// with the fields `key` and `payload` (the exact bytes: binary-safe). The
+// workers of the fleet read them from there (docs/architecture.md, 'A task
+// source').
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "shared/status.h"
+#include "supervisor/broker/redis_connection.h"
+#include "supervisor/flow/task_source.h"
+
+namespace pillbox::broker {
+
+struct SubmitReport {
+  std::size_t submitted = 0;
+  std::size_t input_errors = 0;
+  std::string first_id;  // stream entry ids, "" when none was added
+  std::string last_id;
+};
+
+// Reads `source` to its end and adds each task to `stream`, pipelined in
+// batches (at most kSubmitBatchTasks tasks or kSubmitBatchBytes of payload).
+// An input that is not a task goes to `on_input_error` and is counted.
+// An error of Redis stops it; what was added before stays added (the report
+// of a failure is not returned: the error says how many went in).
+inline constexpr std::size_t kSubmitBatchTasks = 256;
+inline constexpr std::size_t kSubmitBatchBytes = 64u << 20;
+Expected<SubmitReport> submit_tasks(RedisConnection& redis, const std::string& stream, TaskSource& source,
+                                    const std::function<void(const std::string&)>& on_input_error);
+
+}  // namespace pillbox::broker

@@ -1,0 +1,107 @@
+#include "tests/e2e/redis_server.h"
+
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace e2e {
+namespace {
+
+const char* const kRedisServer = "/usr/bin/redis-server";
+
+}  // namespace
+
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+RedisServer::RedisServer() : dir_(0700) {
+  if (::access(kRedisServer, X_OK) != 0) {
+    why_not_ = std::string(kRedisServer) + " is not installed (tools/setup.sh installs redis-server)";
+    return;
+  }
+  port_ = free_loopback_port();
+  int out[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  const std::string port = std::to_string(port_);
+  std::vector<std::string> args = {kRedisServer, "--port", port, "--bind", "127.0.0.1", "--dir", dir_.path(),
+                                   "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
+                                   "--protected-mode", "no"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = ::fork();
+  REQUIRE(pid_ >= 0);
+  if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives a test that died
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::execv(kRedisServer, argv.data());
+    _exit(127);
+  }
+  ::close(out[1]);
+  // Ready when its log says so (at most 20 s), read without polling.
+  std::string log;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool ready = false;
+  while (!ready) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{out[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[4096];
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    log.append(buf, static_cast<std::size_t>(n));
+    ready = log.find("Ready to accept connections") != std::string::npos;
+  }
+  // Its later log lines are read and dropped, so that it never blocks on a
+  // full pipe.
+  log_drain_ = std::thread([fd = out[0]] {
+    char buf[4096];
+    while (::read(fd, buf, sizeof buf) > 0) {
+    }
+    ::close(fd);
+  });
+  if (!ready) {
+    ::kill(pid_, SIGKILL);
+    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = 0;
+    log_drain_.join();
+    FAIL("redis-server did not get ready on port " << port_ << ":\n" << log);
+  }
+}
+
+RedisServer::~RedisServer() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (log_drain_.joinable()) log_drain_.join();
+}
+
+}  // namespace e2e
