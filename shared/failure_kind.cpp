@@ -1,5 +1,7 @@
 #include "shared/failure_kind.h"
 
+#include "shared/enum_text.h"
+
 namespace pillbox {
 
 std::string_view to_string(Kind kind) {
@@ -22,10 +24,7 @@ std::string_view to_string(Kind kind) {
 }
 
 std::optional<Kind> kind_from_string(std::string_view name) {
-  for (Kind k : kAllKinds) {
-    if (to_string(k) == name) return k;
-  }
-  return std::nullopt;
+  return enum_from_text(kAllKinds, name);
 }
 
 bool is_deterministic(Kind kind) {

@@ -1,5 +1,7 @@
 #include "supervisor/store/record_status.h"
 
+#include "shared/enum_text.h"
+
 namespace pillbox::store {
 
 std::string_view to_string(RecordStatus status) {
@@ -14,10 +16,7 @@ std::string_view to_string(RecordStatus status) {
 }
 
 std::optional<RecordStatus> record_status_from_string(std::string_view text) {
-  for (RecordStatus s : kAllRecordStatuses) {
-    if (to_string(s) == text) return s;
-  }
-  return std::nullopt;
+  return enum_from_text(kAllRecordStatuses, text);
 }
 
 }  // namespace pillbox::store

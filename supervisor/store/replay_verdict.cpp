@@ -1,5 +1,7 @@
 #include "supervisor/store/replay_verdict.h"
 
+#include "shared/enum_text.h"
+
 namespace pillbox::store {
 
 std::string_view to_string(ReplayVerdict verdict) {
@@ -11,10 +13,7 @@ std::string_view to_string(ReplayVerdict verdict) {
 }
 
 std::optional<ReplayVerdict> replay_verdict_from_string(std::string_view text) {
-  for (ReplayVerdict v : kAllReplayVerdicts) {
-    if (to_string(v) == text) return v;
-  }
-  return std::nullopt;
+  return enum_from_text(kAllReplayVerdicts, text);
 }
 
 RecordStatus status_after(ReplayVerdict verdict) {

@@ -1,5 +1,7 @@
 #include "supervisor/store/task_state.h"
 
+#include "shared/enum_text.h"
+
 namespace pillbox::store {
 
 std::string_view to_string(TaskState state) {
@@ -13,10 +15,7 @@ std::string_view to_string(TaskState state) {
 }
 
 std::optional<TaskState> task_state_from_string(std::string_view text) {
-  for (TaskState s : kAllTaskStates) {
-    if (to_string(s) == text) return s;
-  }
-  return std::nullopt;
+  return enum_from_text(kAllTaskStates, text);
 }
 
 }  // namespace pillbox::store

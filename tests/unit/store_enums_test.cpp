@@ -23,19 +23,25 @@ std::vector<std::string> words_of(const Enum (&all)[N]) {
   return out;
 }
 
+// Every value's word parses back to it.
+template <class Enum, std::size_t N, class Parse>
+void check_round_trip(const Enum (&all)[N], Parse parse) {
+  for (Enum e : all) {
+    const std::string word(to_string(e));
+    CAPTURE(word);
+    const auto back = parse(word);
+    REQUIRE(back.has_value());
+    CHECK(*back == e);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("record status: each value has the schema's word and comes back from it") {
   // The words of the quarantine table's CHECK (schema.cpp), in its order.
   CHECK(words_of(kAllRecordStatuses) ==
         std::vector<std::string>{"quarantined", "replaying", "resolved", "failed-again", "discarded"});
-  for (RecordStatus s : kAllRecordStatuses) {
-    const std::string word(to_string(s));
-    CAPTURE(word);
-    const auto back = record_status_from_string(word);
-    REQUIRE(back.has_value());
-    CHECK(*back == s);
-  }
+  check_round_trip(kAllRecordStatuses, record_status_from_string);
   CHECK_FALSE(record_status_from_string("").has_value());
   CHECK_FALSE(record_status_from_string("Quarantined").has_value());
   CHECK_FALSE(record_status_from_string("failed_again").has_value());
@@ -45,13 +51,7 @@ TEST_CASE("record status: each value has the schema's word and comes back from i
 TEST_CASE("task state: each value has the schema's word and comes back from it") {
   // The words of the tasks table's CHECK (schema.cpp), in its order.
   CHECK(words_of(kAllTaskStates) == std::vector<std::string>{"pending", "ok", "quarantined", "gave-up"});
-  for (TaskState s : kAllTaskStates) {
-    const std::string word(to_string(s));
-    CAPTURE(word);
-    const auto back = task_state_from_string(word);
-    REQUIRE(back.has_value());
-    CHECK(*back == s);
-  }
+  check_round_trip(kAllTaskStates, task_state_from_string);
   CHECK_FALSE(task_state_from_string("").has_value());
   CHECK_FALSE(task_state_from_string("running").has_value());
   CHECK_FALSE(task_state_from_string("gave up").has_value());
@@ -60,13 +60,7 @@ TEST_CASE("task state: each value has the schema's word and comes back from it")
 
 TEST_CASE("replay verdict: each value has the word replay prints and comes back from it") {
   CHECK(words_of(kAllReplayVerdicts) == std::vector<std::string>{"resolved", "failed-again"});
-  for (ReplayVerdict v : kAllReplayVerdicts) {
-    const std::string word(to_string(v));
-    CAPTURE(word);
-    const auto back = replay_verdict_from_string(word);
-    REQUIRE(back.has_value());
-    CHECK(*back == v);
-  }
+  check_round_trip(kAllReplayVerdicts, replay_verdict_from_string);
   CHECK_FALSE(replay_verdict_from_string("").has_value());
   CHECK_FALSE(replay_verdict_from_string("quarantined").has_value());
   CHECK_FALSE(replay_verdict_from_string("failed again").has_value());
