@@ -27,11 +27,6 @@ namespace {
 
 const char* const kModes[] = {"zygote", "spawn"};
 
-// The shipped exec policy with `from` replaced by `to`, written into `dir`.
-std::string exec_policy_with(const e2e::TempDir& dir, const std::string& from, const std::string& to) {
-  return dir.write("exec-edited.policy", e2e::shipped_policy_with("exec", from, to));
-}
-
 // Pids from the names of the files in `dir` that start with `prefix` and a
 // dot: "<prefix>.<pid>" (fixtures mark themselves that way; outside the
 // zygote's PID namespace only, where their pid is the host's).
@@ -516,7 +511,7 @@ TEST_CASE("no survivors: a fork bomb running when pillbox is SIGKILLed is gone 2
     CAPTURE(std::string(mode));
     e2e::TempDir dir(0777);
     const std::string policy =
-        exec_policy_with(dir, "uid_pool = 2000000000-2000004095", "uid_pool = " + pools.at(mode));
+        e2e::exec_policy_with(dir, "uid_pool = 2000000000-2000004095", "uid_pool = " + pools.at(mode));
     const int stop = ::eventfd(0, EFD_CLOEXEC);
     REQUIRE(stop >= 0);
     std::string watcher_error;
@@ -564,7 +559,7 @@ TEST_CASE("no survivors with cgroup = off: a leftover that SIGSTOPs its uid cost
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
     e2e::TempDir dir(0777);
-    const std::string policy = exec_policy_with(dir, "cgroup = auto", "cgroup = off");
+    const std::string policy = e2e::exec_policy_with(dir, "cgroup = auto", "cgroup = off");
     std::string tasks;
     for (int i = 0; i < 3; ++i) {
       tasks += e2e::task_line("plant" + std::to_string(i), "PLANT") + e2e::task_line("victim" + std::to_string(i), "x");

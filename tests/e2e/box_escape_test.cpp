@@ -34,19 +34,9 @@ e2e::RunResult run_exec(const std::string& mode, std::vector<std::string> progra
   return run_pillbox(args, "", env);
 }
 
-// The shipped exec policy with `from` replaced by `to`, written into `dir`.
-std::string exec_policy_with(const e2e::TempDir& dir, const std::string& from, const std::string& to) {
-  return dir.write("exec-edited.policy", e2e::shipped_policy_with("exec", from, to));
-}
-
 // Cleanup after a failed check, so one bug does not fail every test after it.
 void kill_leftovers(const std::string& program) {
   for (const auto& p : e2e::processes_of(program)) ::kill(p.pid, SIGKILL);
-}
-
-const nlohmann::json& only_record(const e2e::RunResult& r) {
-  REQUIRE(r.records.size() == 1);
-  return r.records[0];
 }
 
 }  // namespace
@@ -57,21 +47,21 @@ TEST_CASE("exec tasks cannot create namespaces: clone with namespace flags is de
     {
       const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "clone-ns"});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "seccomp-violation");
       CHECK(rec["syscall"] == "clone");
     }
     {
       const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "clone3-ns"});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "ok");
       CHECK(rec["output"] == "clone3-ns refused: ENOSYS\n");
     }
     {
       const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "unshare"});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "seccomp-violation");
       CHECK(rec["syscall"] == "unshare");
     }
@@ -79,7 +69,7 @@ TEST_CASE("exec tasks cannot create namespaces: clone with namespace flags is de
       // What ordinary programs do still works: glibc falls back from clone3 to clone.
       const auto r = run_exec(mode, {e2e::fixture("new_namespaces"), "ordinary"});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "ok");
       CHECK(rec["output"] == "fork, thread and posix_spawn work\n");
     }
@@ -87,7 +77,7 @@ TEST_CASE("exec tasks cannot create namespaces: clone with namespace flags is de
       // A real tool: util-linux unshare(1).
       const auto r = run_exec(mode, {"/usr/bin/unshare", "--user", "--map-root-user", "/bin/true"});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "seccomp-violation");
       CHECK(rec["syscall"] == "unshare");
     }
@@ -112,7 +102,7 @@ TEST_CASE("nothing of the supervisor's environment reaches a child, in /proc/sel
                                   "plugin:" + e2e::fixture("env_probe.so"), input},
                                  "", {{"SECRET_TOKEN", secret}});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       REQUIRE(rec["kind"] == "ok");
       const std::string out = rec["output"];
       CHECK_MESSAGE(out.find("environ: clean; stack: clean;") == 0, out);
@@ -122,7 +112,7 @@ TEST_CASE("nothing of the supervisor's environment reaches a child, in /proc/sel
       // An exec program: a real tool prints what it was given.
       const auto r = run_exec(mode, {"/usr/bin/env"}, {}, "x", {{"SECRET_TOKEN", secret}});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       REQUIRE(rec["kind"] == "ok");
       const std::string out = rec["output"];
       CHECK_MESSAGE(out.find("SECRET_TOKEN") == std::string::npos, out);
@@ -144,7 +134,7 @@ TEST_CASE("OOM anywhere in the task is oom: a subprocess killed by the cgroup's 
     const auto shell = run_exec(mode, {"/bin/sh", "-c", e2e::fixture("memory_hog") + " grow; exit $?"}, {"--memory", "64M"});
     for (const auto* r : {&direct, &shell}) {
       INFO(r->describe());
-      const auto& rec = only_record(*r);
+      const auto& rec = r->only_record();
       CHECK(rec["kind"] == "oom");
       CHECK(rec["exit_code"] == 137);
       const std::string message = rec["message"];
@@ -204,7 +194,7 @@ TEST_CASE("no survivors: with cgroup = off, a task's setsid'd spy is gone before
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
     e2e::TempDir dir(0777);
-    const std::string policy = exec_policy_with(dir, "cgroup = auto", "cgroup = off");
+    const std::string policy = e2e::exec_policy_with(dir, "cgroup = auto", "cgroup = off");
     const std::string tasks = e2e::task_line("plant", "PLANT") + e2e::task_line("victim", "SECRET-B of the victim\n");
     const auto r = run_pillbox({"run", "--json", "--no-store", "--jobs", "1", "--mode", mode, "--policy", policy,
                                 "--writable", dir.path(), "-", "--", e2e::fixture("survivor"), "task", dir.path()},
@@ -240,7 +230,7 @@ TEST_CASE("plugin code never runs as root: constructors and init run as the slot
     const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--handler", plugin, "--arg",
                                 "probe_dir=" + root_only.path(), input});
     INFO(r.describe());
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     REQUIRE(rec["kind"] == "ok");
     const std::string out = rec["output"];
     CHECK_MESSAGE(out.find("ctor_euid=0 ") == std::string::npos, out);
@@ -274,7 +264,7 @@ TEST_CASE("a plugin loaded in the child still has named crash frames and a finge
       const auto r = run_pillbox({"run", "--json", "--no-store", "--max-attempts", "1", "--mode", mode, "--handler",
                                   e2e::poison_plugin(), input});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "crash");
       REQUIRE(!rec["crash_state"].empty());
       CHECK(rec["crash_state"][0] == "parse_poison");
@@ -310,7 +300,7 @@ TEST_CASE("the kernel names the syscall: a forged crash report and a self-raised
     {
       const auto r = run_exec(mode, {e2e::fixture("forge_report")});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "crash");
       CHECK(rec["signal"] == "SIGSYS");
       CHECK(rec["syscall"].is_null());
@@ -322,7 +312,7 @@ TEST_CASE("the kernel names the syscall: a forged crash report and a self-raised
       // A real denied syscall after the forged report: the kernel's name wins.
       const auto r = run_exec(mode, {e2e::fixture("forge_report"), "real"});
       INFO(r.describe());
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["kind"] == "seccomp-violation");
       CHECK(rec["syscall"] == "socket");
       const std::string message = rec["message"];

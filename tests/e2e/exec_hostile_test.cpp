@@ -39,11 +39,6 @@ e2e::RunResult run_exec(const std::string& mode, const std::string& payload, std
   return run_pillbox(args);
 }
 
-const nlohmann::json& only_record(const e2e::RunResult& r) {
-  REQUIRE(r.records.size() == 1);
-  return r.records[0];
-}
-
 void check_no_crash_of_pillbox(const e2e::RunResult& r) {
   CHECK(r.term_signal == 0);
   for (const char* bad : {"terminate called", "what():", "Aborted", "stack trace", "Segmentation fault"}) {
@@ -76,7 +71,7 @@ TEST_CASE("a null write in the program is a crash at parse_header (SIGSEGV)") {
     INFO(r.describe());
     CHECK(r.exit_code == 1);
     check_no_crash_of_pillbox(r);
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     CHECK(rec["kind"] == "crash");
     CHECK(rec["status"] == "failed");
     CHECK(rec["signal"] == "SIGSEGV");
@@ -93,7 +88,7 @@ TEST_CASE("a benign payload through the same program is ok with its exact output
     const auto r = run_exec(mode, "hello, exec mode\n", {e2e::fixture("crash_sites")});
     INFO(r.describe());
     CHECK(r.exit_code == 0);
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     CHECK(rec["kind"] == "ok");
     CHECK(rec["output"] == "hello, exec mode\n");
     CHECK(rec["exit_code"] == 0);
@@ -107,7 +102,7 @@ TEST_CASE("abort() is a crash with SIGABRT at check_invariant") {
     INFO(r.describe());
     CHECK(r.exit_code == 1);
     check_no_crash_of_pillbox(r);
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     CHECK(rec["kind"] == "crash");
     CHECK(rec["signal"] == "SIGABRT");
     REQUIRE(!rec["crash_state"].empty());
@@ -122,7 +117,7 @@ TEST_CASE("a program that never ends is a wall-timeout at the wall limit") {
     INFO(r.describe());
     CHECK(r.exit_code == 1);
     check_no_crash_of_pillbox(r);
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     CHECK(rec["kind"] == "wall-timeout");
     CHECK(rec["signal"] == "SIGKILL");
     const long wall = rec["wall_ms"].get<long>();
@@ -139,7 +134,7 @@ TEST_CASE("socket() under the exec policy is a seccomp-violation naming socket")
     INFO(r.describe());
     CHECK(r.exit_code == 1);
     check_no_crash_of_pillbox(r);
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     CHECK(rec["kind"] == "seccomp-violation");
     CHECK(rec["syscall"] == "socket");
     // The kernel's listener named it and the task was killed for it (SIGSYS
@@ -156,7 +151,7 @@ TEST_CASE("flooding stdout is output-limit") {
     INFO(r.describe());
     CHECK(r.exit_code == 1);
     check_no_crash_of_pillbox(r);
-    CHECK(only_record(r)["kind"] == "output-limit");
+    CHECK(r.only_record()["kind"] == "output-limit");
     // The flood is not relayed anywhere.
     CHECK(r.out.size() < 64 * 1024);
     CHECK(r.err.size() < 64 * 1024);
@@ -214,7 +209,7 @@ TEST_CASE("SIGKILL from outside is killed") {
     CHECK(killed_pid.load() > 0);
     CHECK(r.exit_code == 1);
     check_no_crash_of_pillbox(r);
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     CHECK(rec["kind"] == "killed");
     CHECK(rec["signal"] == "SIGKILL");
     CHECK(rec["wall_ms"].get<long>() < 15000);  // not the wall limit
@@ -233,7 +228,7 @@ TEST_CASE("a child that breaks the wire protocol is a protocol-error (a sandbox-
     INFO(r.describe());
     CHECK(r.exit_code == 1);
     check_no_crash_of_pillbox(r);
-    const auto& rec = only_record(r);
+    const auto& rec = r.only_record();
     // Before its payload only pillbox's own runtime runs in a child: a
     // breach then is the sandbox's failure (retried, never quarantined);
     // after it, the child's (protocol-error).
@@ -309,7 +304,7 @@ TEST_CASE("a fork bomb is contained and nothing of it survives the run") {
       INFO(r.describe());
       CHECK(r.exit_code == 1);
       check_no_crash_of_pillbox(r);
-      const auto& rec = only_record(r);
+      const auto& rec = r.only_record();
       CHECK(rec["status"] == "failed");
       CHECK(rec["kind"] != "ok");
       CHECK(rec["kind"] != "sandbox-error");
@@ -321,7 +316,7 @@ TEST_CASE("a fork bomb is contained and nothing of it survives the run") {
     // the next task must start normally.
     const auto next = run_exec(mode, "after the bomb", {e2e::fixture("crash_sites")});
     INFO(next.describe());
-    CHECK(only_record(next)["kind"] == "ok");
+    CHECK(next.only_record()["kind"] == "ok");
     check_none_left(bomb);
     wait_until_gone(bomb);
   }

@@ -69,6 +69,11 @@ std::size_t RunResult::count_kind(const std::string& kind) const {
   return n;
 }
 
+const nlohmann::json& RunResult::only_record() const {
+  REQUIRE(records.size() == 1);
+  return records[0];
+}
+
 std::string RunResult::describe() const {
   std::ostringstream os;
   os << "pillbox exit code " << exit_code;
@@ -471,6 +476,10 @@ std::string shipped_policy_with(const std::string& name, const std::string& from
   REQUIRE_MESSAGE(at != std::string::npos, from);
   text.replace(at, from.size(), to);
   return text;
+}
+
+std::string exec_policy_with(const TempDir& dir, const std::string& from, const std::string& to) {
+  return dir.write("exec-edited.policy", shipped_policy_with("exec", from, to));
 }
 
 pid_t pillbox_naming(const std::string& marker) {

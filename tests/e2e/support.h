@@ -33,6 +33,8 @@ struct RunResult {
   std::size_t count_kind(const std::string& kind) const;
   // A short description for failure messages (exit code, stderr, first lines of stdout).
   std::string describe() const;
+  // The one record of a run of one task; fails the test when there is not exactly one.
+  const nlohmann::json& only_record() const;
 };
 
 // Called for every complete stdout line while pillbox runs: its pid (still
@@ -97,6 +99,8 @@ bool wait_for_file(const std::string& dir, const std::string& prefix, int stop_f
 // The text of a shipped policy (`pillbox policy show NAME`) with the first
 // `from` replaced by `to`; fails the test when `from` is not in it.
 std::string shipped_policy_with(const std::string& name, const std::string& from, const std::string& to);
+// The shipped exec policy edited that way, written into `dir`; its path.
+std::string exec_policy_with(const TempDir& dir, const std::string& from, const std::string& to);
 
 // ---- the store's database (read-only queries) -----------------------------------
 
