@@ -39,7 +39,7 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, s
       quarantine_(quarantine),
       on_quarantine_(std::move(on_quarantine)),
       breaker_(settings_.breaker),
-      rng_(std::random_device{}()),
+      rng_(settings_.seed ? *settings_.seed : std::random_device{}()),
       batch_context_{settings_.identity, settings_.actor, ""} {
   if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
 }

@@ -54,6 +54,9 @@ struct FlowSettings {
   // dispatcher reads wake_at on std::chrono::steady_clock, so under
   // run_tasks it must stay empty (steady_clock::now).
   std::function<std::chrono::steady_clock::time_point()> clock;
+  // The seed of the backoffs' jitter: tests fix it so that a run is the same
+  // every time; empty: drawn from std::random_device.
+  std::optional<std::uint64_t> seed;
 };
 
 struct FlowReport {
