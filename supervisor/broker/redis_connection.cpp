@@ -15,6 +15,27 @@ Error usage(const std::string& message) { return Error{message, ErrorCode::kUsag
 
 }  // namespace
 
+std::string reply_text(const redisReply* r) {
+  if (r == nullptr) return {};
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+      return std::string(r->str, r->len);
+    default:
+      return {};
+  }
+}
+
+long long reply_integer(const redisReply* r, long long fallback) {
+  if (r == nullptr) return fallback;
+  if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+  if (r->type != REDIS_REPLY_STRING) return fallback;
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(r->str, r->str + r->len, v);
+  return ec == std::errc() && end == r->str + r->len ? v : fallback;
+}
+
 std::string RedisAddress::describe() const {
   return "redis://" + host + ":" + std::to_string(port) + "/" + std::to_string(db);
 }

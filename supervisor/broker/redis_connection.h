@@ -31,6 +31,11 @@ struct RedisReplyFree {
 };
 using RedisReply = std::unique_ptr<redisReply, RedisReplyFree>;
 
+// A string, status or error reply's bytes; "" for other types.
+std::string reply_text(const redisReply* r);
+// An integer reply, or a string holding one; `fallback` otherwise.
+long long reply_integer(const redisReply* r, long long fallback = -1);
+
 class RedisConnection {
  public:
   // Connects (and SELECTs the database when it is not 0). Errors are setup
@@ -48,6 +53,12 @@ class RedisConnection {
   Expected<std::vector<RedisReply>> pipeline(const std::vector<std::vector<std::string_view>>& commands);
 
   const RedisAddress& address() const { return address_; }
+  // The connection failed (reset, timeout, closed): every later command
+  // fails too; a new connection is needed. An error reply leaves it usable.
+  bool broken() const { return !context_ || context_->err != 0; }
+  // The socket, for shutdown(2) from another thread: it makes a command
+  // blocked in XREADGROUP return at once (a failure).
+  int fd() const { return context_ ? context_->fd : -1; }
 
  private:
   struct ContextFree {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "shared/policy_parser.h"
+#include "supervisor/exec/install_paths.h"
 
 namespace pillbox::cli {
 
@@ -72,6 +73,21 @@ Expected<LaunchMode> read_launch_mode(const Args& args) {
   if (mode == "zygote") return LaunchMode::kZygote;
   if (mode == "spawn") return LaunchMode::kSpawn;
   return Error{"--mode expects zygote or spawn"};
+}
+
+Expected<RunSettings> read_run_settings(const Args& args) {
+  RunSettings settings;
+  auto config = read_child_config(args);
+  if (!config) return Error{config.error()};
+  settings.config = std::move(*config);
+  auto jobs = read_jobs(args);
+  if (!jobs) return Error{jobs.error()};
+  settings.jobs = *jobs;
+  auto mode = read_launch_mode(args);
+  if (!mode) return Error{mode.error()};
+  settings.mode = *mode;
+  settings.sandbox_binary = find_sandbox_binary();
+  return settings;
 }
 
 }  // namespace pillbox::cli

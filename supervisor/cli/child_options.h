@@ -10,6 +10,7 @@
 #include "shared/status.h"
 #include "supervisor/exec/child_setup.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/exec/dispatcher.h"
 #include "supervisor/exec/launcher.h"
 
 namespace pillbox::cli {
@@ -31,5 +32,9 @@ Status apply_limit_overrides(const Args& args, Policy& policy);
 Expected<ChildConfig> read_child_config(const Args& args);
 // --mode zygote|spawn.
 Expected<LaunchMode> read_launch_mode(const Args& args);
+// What runs (a handler, or a command after "--") under which policy, with
+// the command line's overrides; how many at once (--jobs) and how they
+// start (--mode). For `run` and `worker`.
+Expected<RunSettings> read_run_settings(const Args& args);
 
 }  // namespace pillbox::cli

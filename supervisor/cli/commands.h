@@ -17,7 +17,8 @@ int policy_command(int argc, char** argv);  // pillbox policy check|show
 int reproduce_command(int argc, char** argv);   // pillbox reproduce ID
 int minimize_command(int argc, char** argv);    // pillbox minimize ID
 int fuzz_command(int argc, char** argv);        // pillbox fuzz
-int quarantine_command(int argc, char** argv);
-int submit_command(int argc, char** argv);      // pillbox submit --redis URL --stream NAME INPUT...  // pillbox quarantine list|show|stats|export|discard|purge
+int quarantine_command(int argc, char** argv);  // pillbox quarantine list|show|stats|export|discard|purge
+int submit_command(int argc, char** argv);      // pillbox submit --redis URL --stream NAME INPUT...
+int worker_command(int argc, char** argv);      // pillbox worker --redis URL --stream NAME ...
 
 }  // namespace pillbox::cli

@@ -21,6 +21,7 @@ const char* kUsage =
     "  minimize   shrink a quarantined payload while it still fails the same way\n"
     "  fuzz       mutate seeds and run every candidate in the sandbox; quarantine new failures\n"
     "  submit     add the tasks of inputs to a Redis stream, for a fleet of workers\n"
+    "  worker     run the tasks of a Redis stream as one worker of a fleet\n"
     "  version    print the version\n"
     "\n"
     "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   if (command == "minimize") return minimize_command(argc, argv);
   if (command == "fuzz") return fuzz_command(argc, argv);
   if (command == "submit") return submit_command(argc, argv);
+  if (command == "worker") return worker_command(argc, argv);
   if (command == "version" || command == "--version") {
     std::printf("pillbox %s\n", PILLBOX_VERSION);
     return kExitOk;

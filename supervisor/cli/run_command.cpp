@@ -185,23 +185,6 @@ class CliSink final : public VerdictSink {
   std::string status_;  // "paused: ..." while the breaker is open
 };
 
-// What runs (a handler, or a command after "--") under which policy, with
-// the command line's overrides; how many at once and how they start.
-Expected<RunSettings> read_run_settings(const Args& args) {
-  RunSettings settings;
-  auto config = read_child_config(args);
-  if (!config) return Error{config.error()};
-  settings.config = std::move(*config);
-  auto jobs = read_jobs(args);
-  if (!jobs) return Error{jobs.error()};
-  settings.jobs = *jobs;
-  auto mode = read_launch_mode(args);
-  if (!mode) return Error{mode.error()};
-  settings.mode = *mode;
-  settings.sandbox_binary = find_sandbox_binary();
-  return settings;
-}
-
 // INPUT...: files, directories, or - for JSON lines on stdin.
 Expected<std::unique_ptr<TaskSource>> read_inputs(const Args& args) {
   if (args.positional().empty()) return Error{"no inputs (give files, directories, or - for JSON lines on stdin)"};

@@ -104,4 +104,52 @@ RedisServer::~RedisServer() {
   if (log_drain_.joinable()) log_drain_.join();
 }
 
+pillbox::broker::RedisConnection connect(const RedisServer& server) {
+  auto address = pillbox::broker::parse_redis_url(server.url());
+  REQUIRE(address.has_value());
+  auto redis = pillbox::broker::RedisConnection::open(*address);
+  REQUIRE_MESSAGE(redis.has_value(), (redis ? "" : redis.error()));
+  return std::move(*redis);
+}
+
+std::vector<StreamEntry> stream_entries(const RedisServer& server, const std::string& stream) {
+  auto redis = connect(server);
+  auto reply = redis.command({"XRANGE", stream, "-", "+"});
+  REQUIRE_MESSAGE(reply.has_value(), (reply ? "" : reply.error()));
+  std::vector<StreamEntry> entries;
+  const redisReply* r = reply->get();
+  REQUIRE(r->type == REDIS_REPLY_ARRAY);
+  for (std::size_t i = 0; i < r->elements; ++i) {
+    const redisReply* entry = r->element[i];
+    REQUIRE(entry->elements == 2);
+    StreamEntry e;
+    e.id = pillbox::broker::reply_text(entry->element[0]);
+    const redisReply* fields = entry->element[1];
+    for (std::size_t f = 0; f + 1 < fields->elements; f += 2) {
+      e.fields[pillbox::broker::reply_text(fields->element[f])] = pillbox::broker::reply_text(fields->element[f + 1]);
+    }
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+long long redis_integer(const RedisServer& server, const std::vector<std::string>& args) {
+  auto redis = connect(server);
+  std::vector<std::string_view> views(args.begin(), args.end());
+  auto reply = redis.command(views);
+  REQUIRE_MESSAGE(reply.has_value(), (reply ? "" : reply.error()));
+  REQUIRE((*reply)->type == REDIS_REPLY_INTEGER);
+  return (*reply)->integer;
+}
+
+long long pending_count(const RedisServer& server, const std::string& stream, const std::string& group) {
+  auto redis = connect(server);
+  auto reply = redis.command({"XPENDING", stream, group});
+  if (!reply && reply.error().find("NOGROUP") != std::string::npos) return 0;
+  REQUIRE_MESSAGE(reply.has_value(), (reply ? "" : reply.error()));
+  REQUIRE((*reply)->type == REDIS_REPLY_ARRAY);
+  REQUIRE((*reply)->elements >= 1);
+  return (*reply)->element[0]->integer;
+}
+
 }  // namespace e2e

@@ -4,10 +4,21 @@
 // polling), stopped (SIGTERM, then waited for) at the end of the scope.
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "supervisor/broker/redis_connection.h"
 
 #include "tests/e2e/support.h"
+
+// Ends the test case with "skipped: why" when redis-server is not installed.
+#define REQUIRE_REDIS(server)                       \
+  if (!(server).available()) {                      \
+    MESSAGE("skipped: " << (server).why_not());     \
+    return;                                         \
+  }
 
 namespace e2e {
 
@@ -35,5 +46,19 @@ class RedisServer {
 
 // A loopback TCP port nothing listens on right now.
 int free_loopback_port();
+
+// A connection to the test's server; fails the test when it cannot connect.
+pillbox::broker::RedisConnection connect(const RedisServer& server);
+
+struct StreamEntry {
+  std::string id;
+  std::map<std::string, std::string> fields;
+};
+// The stream's entries, oldest first (none when the key does not exist).
+std::vector<StreamEntry> stream_entries(const RedisServer& server, const std::string& stream);
+// One command whose reply is an integer (XLEN, HLEN, ...); fails the test otherwise.
+long long redis_integer(const RedisServer& server, const std::vector<std::string>& args);
+// XPENDING's summary: how many entries of `group` are pending (0 when the group is missing).
+long long pending_count(const RedisServer& server, const std::string& stream, const std::string& group);
 
 }  // namespace e2e

@@ -17,36 +17,12 @@ namespace {
 
 using e2e::run_pillbox;
 
-// The stream's entries, oldest first: field name -> value, per entry.
+// The stream's entries' fields, oldest first.
 std::vector<std::map<std::string, std::string>> entries_of(const e2e::RedisServer& server, const std::string& stream) {
-  auto address = pillbox::broker::parse_redis_url(server.url());
-  REQUIRE(address.has_value());
-  auto redis = pillbox::broker::RedisConnection::open(*address);
-  REQUIRE_MESSAGE(redis.has_value(), (redis ? "" : redis.error()));
-  auto reply = redis->command({"XRANGE", stream, "-", "+"});
-  REQUIRE_MESSAGE(reply.has_value(), (reply ? "" : reply.error()));
-  std::vector<std::map<std::string, std::string>> entries;
-  const redisReply* r = reply->get();
-  REQUIRE(r->type == REDIS_REPLY_ARRAY);
-  for (std::size_t i = 0; i < r->elements; ++i) {
-    const redisReply* entry = r->element[i];
-    REQUIRE(entry->elements == 2);
-    const redisReply* fields = entry->element[1];
-    std::map<std::string, std::string> m;
-    for (std::size_t f = 0; f + 1 < fields->elements; f += 2) {
-      m[std::string(fields->element[f]->str, fields->element[f]->len)] =
-          std::string(fields->element[f + 1]->str, fields->element[f + 1]->len);
-    }
-    entries.push_back(std::move(m));
-  }
-  return entries;
+  std::vector<std::map<std::string, std::string>> out;
+  for (auto& e : e2e::stream_entries(server, stream)) out.push_back(std::move(e.fields));
+  return out;
 }
-
-#define REQUIRE_REDIS(server)                                  \
-  if (!(server).available()) {                                 \
-    MESSAGE("skipped: " << (server).why_not());                \
-    return;                                                    \
-  }
 
 TEST_CASE("submit: files, a directory and JSON lines become one entry each, with their exact bytes") {
   e2e::RedisServer server;

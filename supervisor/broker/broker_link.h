@@ -1,0 +1,90 @@
+#pragma once
+// One connection to Redis on a thread of its own, so that a slow or
+// restarting Redis never stalls the dispatcher's loop (running tasks, their
+// deadlines, their results). The owner posts work; the link runs it in
+// order on its connection and hands back what the owner should do with the
+// answer, through an eventfd the dispatcher polls (drain() runs it, on the
+// owner's thread).
+//
+// When the connection breaks, the link reconnects with backoff (100 ms,
+// doubling, at most 5 s) and runs the same work again: every step of the
+// protocol is safe to repeat (supervisor/broker/stream_protocol.h: fenced
+// scripts, idempotent records). The owner hears of it twice, not per task:
+// once when the connection is lost, once when it is back.
+//
+// A periodic step (renewing the claims of the entries the worker holds)
+// runs on the link's own clock, so that it happens while every slot is busy
+// with long tasks and the dispatcher has no reason to turn.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "shared/status.h"
+#include "shared/unique_fd.h"
+#include "supervisor/broker/redis_connection.h"
+
+namespace pillbox::broker {
+
+class BrokerLink {
+ public:
+  // Runs on the link's thread; returns what to do on the owner's thread.
+  using Done = std::function<void()>;
+  using Work = std::function<Done(RedisConnection&)>;
+  // On the owner's thread: the connection was lost (`up` false, with the
+  // error) or is back (`up` true).
+  using StateChange = std::function<void(bool up, const std::string& what)>;
+
+  // Connects once, now: an unreachable server at the start is an error for
+  // the caller (it says what to check), not something to retry forever.
+  static Expected<std::unique_ptr<BrokerLink>> open(const RedisAddress& address, std::string name,
+                                                    StateChange on_state);
+  ~BrokerLink();
+  BrokerLink(const BrokerLink&) = delete;
+  BrokerLink& operator=(const BrokerLink&) = delete;
+
+  // Queues work; it runs after everything posted before it.
+  void post(Work work);
+  // Runs `work` every `every` (from now), between the posted work.
+  void set_periodic(std::chrono::milliseconds every, Work work);
+  // Readable while answers wait to be drained.
+  int wait_fd() const { return event_.get(); }
+  // Runs the answers that came back, in order. Returns how many.
+  std::size_t drain();
+  // Posted and not yet drained.
+  std::size_t outstanding() const { return outstanding_; }
+  // Stops the thread: a command it is blocked in fails at once; work still
+  // queued is dropped (the protocol leaves such entries pending: nothing is lost).
+  void stop();
+
+ private:
+  BrokerLink(RedisAddress address, std::string name, StateChange on_state, RedisConnection connection);
+  void loop();
+  // Reconnects with backoff until it works or stop(); false on stop.
+  bool reconnect(const std::string& why);
+  void complete(Done done);
+
+  RedisAddress address_;
+  std::string name_;
+  StateChange on_state_;
+  std::unique_ptr<RedisConnection> connection_;
+  UniqueFd event_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Work> queue_;
+  std::deque<Done> answers_;
+  Work periodic_;
+  std::chrono::milliseconds periodic_every_{0};
+  std::chrono::steady_clock::time_point periodic_due_{};
+  bool stopping_ = false;
+  std::atomic<int> socket_fd_{-1};
+  std::size_t outstanding_ = 0;  // the owner's count: posted - drained
+  std::thread thread_;
+};
+
+}  // namespace pillbox::broker

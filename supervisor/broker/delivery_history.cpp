@@ -1,0 +1,145 @@
+#include "supervisor/broker/delivery_history.h"
+
+#include <nlohmann/json.hpp>
+
+namespace pillbox::broker {
+
+RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
+                                  const Outcome& o, bool charged, bool transient, std::string note) {
+  RecordedDelivery d;
+  d.delivery = delivery;
+  d.worker = worker;
+  d.at_ms = at_ms;
+  d.kind = std::string(to_string(o.kind));
+  d.fingerprint = o.fingerprint;
+  d.charged = charged;
+  d.transient = transient;
+  d.note = std::move(note);
+  d.signal = o.signal;
+  d.exit_code = o.exit_code;
+  d.syscall = o.syscall;
+  d.message = o.message.substr(0, kMaxRecordedMessage);
+  d.crash_state = o.crash_state;
+  d.cpu_ms = o.cpu_ms;
+  d.wall_ms = o.wall_ms;
+  d.max_rss_kb = o.max_rss_kb;
+  return d;
+}
+
+RecordedDelivery recorded_release(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
+                                  std::string note) {
+  RecordedDelivery d;
+  d.delivery = delivery;
+  d.worker = worker;
+  d.at_ms = at_ms;
+  d.charged = false;
+  d.note = std::move(note);
+  return d;
+}
+
+std::string delivery_json(const RecordedDelivery& d) {
+  nlohmann::json j = {{"delivery", d.delivery}, {"worker", d.worker},   {"at_ms", d.at_ms},
+                      {"kind", d.kind},         {"charged", d.charged}, {"transient", d.transient}};
+  if (!d.fingerprint.empty()) j["fingerprint"] = d.fingerprint;
+  if (!d.note.empty()) j["note"] = d.note;
+  if (!d.kind.empty()) {
+    j["signal"] = d.signal;
+    j["exit_code"] = d.exit_code;
+    if (!d.syscall.empty()) j["syscall"] = d.syscall;
+    j["message"] = d.message;
+    j["crash_state"] = d.crash_state;
+    j["cpu_ms"] = d.cpu_ms;
+    j["wall_ms"] = d.wall_ms;
+    j["max_rss_kb"] = d.max_rss_kb;
+  }
+  // A child's frames and messages need not be UTF-8.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::string_view text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  try {
+    RecordedDelivery d;
+    d.delivery = delivery;
+    d.worker = j.value("worker", "");
+    d.at_ms = j.value("at_ms", std::int64_t{0});
+    d.kind = j.value("kind", "");
+    if (!d.kind.empty() && !kind_from_string(d.kind)) return std::nullopt;
+    d.fingerprint = j.value("fingerprint", "");
+    d.charged = j.value("charged", true);
+    d.transient = j.value("transient", false);
+    d.note = j.value("note", "");
+    d.signal = j.value("signal", 0);
+    d.exit_code = j.value("exit_code", -1);
+    d.syscall = j.value("syscall", "");
+    d.message = j.value("message", "").substr(0, kMaxRecordedMessage);
+    if (j.contains("crash_state") && j["crash_state"].is_array()) {
+      for (const auto& f : j["crash_state"]) {
+        if (f.is_string()) d.crash_state.push_back(f.get<std::string>());
+      }
+    }
+    d.cpu_ms = j.value("cpu_ms", std::uint64_t{0});
+    d.wall_ms = j.value("wall_ms", std::uint64_t{0});
+    d.max_rss_kb = j.value("max_rss_kb", std::uint64_t{0});
+    return d;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // a field of the wrong type
+  }
+}
+
+EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields) {
+  EntryHistory h;
+  for (std::uint32_t n = 1; n < current; ++n) {
+    const auto it = fields.find(n);
+    if (it == fields.end()) {
+      h.lost.push_back(n);
+      continue;
+    }
+    if (auto d = parse_delivery(n, it->second)) {
+      h.recorded.push_back(std::move(*d));
+    } else {
+      ++h.unreadable;
+      RecordedDelivery garbage;
+      garbage.delivery = n;
+      garbage.charged = false;
+      garbage.note = "unreadable record";
+      h.recorded.push_back(std::move(garbage));
+    }
+  }
+  h.last_lost = current > 1 && fields.count(current - 1) == 0;
+  return h;
+}
+
+std::vector<store::AttemptSummary> attempt_summaries(const EntryHistory& history, const RecordedDelivery& current) {
+  std::vector<store::AttemptSummary> out;
+  auto add = [&](const RecordedDelivery& d) {
+    store::AttemptSummary a;
+    a.n = d.delivery;
+    a.finished = !d.kind.empty();  // a release never ran
+    a.kind = d.kind;
+    a.fingerprint = d.fingerprint;
+    a.charged = d.charged && !d.transient;
+    out.push_back(std::move(a));
+  };
+  for (const auto& d : history.recorded) add(d);
+  add(current);
+  return out;
+}
+
+Outcome outcome_of(const RecordedDelivery& d) {
+  Outcome o;
+  o.kind = kind_from_string(d.kind).value_or(Kind::kSupervisorLost);
+  o.fingerprint = d.fingerprint;
+  o.signal = d.signal;
+  o.exit_code = d.exit_code;
+  o.syscall = d.syscall;
+  o.message = d.message;
+  o.crash_state = d.crash_state;
+  o.cpu_ms = d.cpu_ms;
+  o.wall_ms = d.wall_ms;
+  o.max_rss_kb = d.max_rss_kb;
+  return o;
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,305 @@
+#include "supervisor/broker/stream_protocol.h"
+
+#include <mutex>
+
+namespace pillbox::broker {
+namespace {
+
+// Every fenced script starts with this: the entry is pending on this
+// consumer (ARGV[2]) at this delivery count. XPENDING's extended form
+// returns {id, consumer, idle, count} for the entry, or nothing.
+constexpr const char* kFence = R"lua(
+local function held(stream, group, id, me, delivery)
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  if #p == 0 then return false end
+  if p[1][2] ~= me then return false end
+  if delivery ~= nil and tonumber(p[1][4]) ~= tonumber(delivery) then return false end
+  return true
+end
+)lua";
+
+// KEYS: stream, history. ARGV: group, me, id, delivery, field, json, ttl ms.
+constexpr const char* kRecordBody = R"lua(
+if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+return 1
+)lua";
+
+// KEYS: stream, history. ARGV: group, me, id, delivery.
+// Returns {} when not held or deleted, else {count, history...}.
+constexpr const char* kRedeliverBody = R"lua(
+if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return {} end
+local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3])
+if #c == 0 or not c[1] then return {} end
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+return {p[1][4], redis.call('HGETALL', KEYS[2])}
+)lua";
+
+// KEYS: stream, target (or the stream again when none), history.
+// ARGV: group, me, id, delivery, has target (0/1), maxlen (0: none), fields...
+// Returns {} when not held, else {added id or ''}.
+constexpr const char* kSettleBody = R"lua(
+if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return {} end
+local added = ''
+if ARGV[5] == '1' then
+  local args = {KEYS[2]}
+  if tonumber(ARGV[6]) > 0 then
+    args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = ARGV[6]
+  end
+  args[#args + 1] = '*'
+  for i = 7, #ARGV do args[#args + 1] = ARGV[i] end
+  added = redis.call('XADD', unpack(args))
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+redis.call('DEL', KEYS[3])
+return {added}
+)lua";
+
+// KEYS: stream. ARGV: group, me, then id, delivery pairs. Returns the ids not held.
+constexpr const char* kRenewBody = R"lua(
+local lost = {}
+for i = 3, #ARGV, 2 do
+  if held(KEYS[1], ARGV[1], ARGV[i], ARGV[2], ARGV[i + 1]) then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+)lua";
+
+// KEYS: stream. ARGV: group, me, min idle ms, start, count, history prefix.
+// XAUTOCLAIM raises each claimed entry's delivery count; the script returns
+// it with the entry's fields and history: {next, {{id, fields, count, history}...}}.
+// The history keys are derived from the stream's name (same hash tag).
+constexpr const char* kClaimBody = R"lua(
+local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+local out = {}
+for _, e in ipairs(r[2]) do
+  if e and e[2] then
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
+    if #p > 0 then
+      out[#out + 1] = {e[1], e[2], p[1][4], redis.call('HGETALL', ARGV[6] .. e[1])}
+    end
+  end
+end
+return {r[1], out}
+)lua";
+
+struct Script {
+  std::string text;
+};
+
+const Script& script(const char* body) {
+  // One Script per body, made once: the text is the fence and the body.
+  static std::mutex mutex;
+  static std::map<const char*, Script> scripts;
+  std::lock_guard lock(mutex);
+  auto [it, inserted] = scripts.try_emplace(body);
+  if (inserted) it->second.text = std::string(kFence) + body;
+  return it->second;
+}
+
+// EVALSHA, and EVAL when the server does not have the script (a restarted
+// Redis empties its script cache; EVAL puts it back).
+Expected<RedisReply> eval(RedisConnection& redis, const char* body, const std::vector<std::string_view>& keys,
+                          const std::vector<std::string_view>& argv) {
+  const Script& s = script(body);
+  static std::mutex mutex;
+  static std::map<const char*, std::string> shas;
+  std::string sha;
+  {
+    std::lock_guard lock(mutex);
+    sha = shas[body];
+  }
+  const std::string nkeys = std::to_string(keys.size());
+  auto call = [&](std::string_view verb, std::string_view what) {
+    std::vector<std::string_view> args = {verb, what, nkeys};
+    args.insert(args.end(), keys.begin(), keys.end());
+    args.insert(args.end(), argv.begin(), argv.end());
+    return redis.command(args);
+  };
+  if (!sha.empty()) {
+    auto r = call("EVALSHA", sha);
+    if (r || r.error().find("NOSCRIPT") == std::string::npos) return r;
+  }
+  auto loaded = redis.command({"SCRIPT", "LOAD", s.text});
+  if (!loaded) return Error{loaded.error()};
+  sha = reply_text(loaded->get());
+  {
+    std::lock_guard lock(mutex);
+    shas[body] = sha;
+  }
+  return call("EVALSHA", sha);
+}
+
+std::vector<std::pair<std::string, std::string>> field_pairs(const redisReply* r) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return out;
+  for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+    out.emplace_back(reply_text(r->element[i]), reply_text(r->element[i + 1]));
+  }
+  return out;
+}
+
+std::map<std::uint32_t, std::string> history_of(const redisReply* r) {
+  std::map<std::uint32_t, std::string> out;
+  for (auto& [field, value] : field_pairs(r)) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(field.c_str(), &end, 10);
+    if (end != field.c_str() && *end == '\0' && n > 0 && n < (1ul << 31)) out[static_cast<std::uint32_t>(n)] = value;
+  }
+  return out;
+}
+
+Error malformed(const RedisConnection& redis, const std::string& what) {
+  return Error{"Redis at " + redis.address().describe() + ": unexpected reply to " + what};
+}
+
+std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
+
+}  // namespace
+
+StreamKeys stream_keys(const std::string& name) {
+  return StreamKeys{name, name + ":results", name + ":dlq", name + ":attempts:"};
+}
+
+Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::string& group) {
+  auto type = redis.command({"TYPE", keys.stream});
+  if (!type) return Status::error(type.error());
+  const std::string t = reply_text(type->get());
+  if (t != "none" && t != "stream") {
+    return Status::error("the key '" + keys.stream + "' on " + redis.address().describe() + " holds a " + t +
+                         ", not a stream: give another --stream, or remove that key");
+  }
+  auto r = redis.command({"XGROUP", "CREATE", keys.stream, group, "0", "MKSTREAM"});
+  if (!r && r.error().find("BUSYGROUP") == std::string::npos) return Status::error(r.error());
+  return Status::ok();
+}
+
+Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                         std::size_t count, std::chrono::milliseconds block) {
+  const std::string n = std::to_string(count == 0 ? 1 : count);
+  const std::string b = ms_text(block);
+  std::vector<std::string_view> args = {"XREADGROUP", "GROUP", consumer.group, consumer.name, "COUNT", n};
+  if (block.count() > 0) {
+    args.push_back("BLOCK");
+    args.push_back(b);
+  }
+  args.insert(args.end(), {"STREAMS", keys.stream, ">"});
+  auto r = redis.command(args);
+  if (!r) return Error{r.error()};
+  std::vector<Delivery> out;
+  const redisReply* top = r->get();
+  if (top->type == REDIS_REPLY_NIL) return out;  // nothing new within `block`
+  if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "XREADGROUP");
+  for (std::size_t s = 0; s < top->elements; ++s) {
+    const redisReply* stream = top->element[s];
+    if (stream->type != REDIS_REPLY_ARRAY || stream->elements != 2) return malformed(redis, "XREADGROUP");
+    const redisReply* entries = stream->element[1];
+    for (std::size_t i = 0; i < entries->elements; ++i) {
+      const redisReply* e = entries->element[i];
+      if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
+      Delivery d;
+      d.entry = reply_text(e->element[0]);
+      d.fields = field_pairs(e->element[1]);
+      d.count = 1;  // never delivered before: '>' reads only those
+      out.push_back(std::move(d));
+    }
+  }
+  return out;
+}
+
+Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                             std::chrono::milliseconds min_idle, const std::string& start, std::size_t count) {
+  const std::string idle = ms_text(min_idle);
+  const std::string n = std::to_string(count == 0 ? 1 : count);
+  auto r = eval(redis, kClaimBody, {keys.stream}, {consumer.group, consumer.name, idle, start, n, keys.history_prefix});
+  if (!r) return Error{r.error()};
+  const redisReply* top = r->get();
+  if (top->type != REDIS_REPLY_ARRAY || top->elements != 2) return malformed(redis, "the claim script");
+  Claimed c;
+  c.next_start = reply_text(top->element[0]);
+  const redisReply* list = top->element[1];
+  for (std::size_t i = 0; i < list->elements; ++i) {
+    const redisReply* e = list->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 4) continue;
+    Delivery d;
+    d.entry = reply_text(e->element[0]);
+    d.fields = field_pairs(e->element[1]);
+    d.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(e->element[2], 1)));
+    d.history = history_of(e->element[3]);
+    c.deliveries.push_back(std::move(d));
+  }
+  return c;
+}
+
+Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                               const std::string& entry, std::uint32_t delivery, const std::string& outcome_json) {
+  const std::string d = std::to_string(delivery);
+  const std::string ttl = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kHistoryTtl).count());
+  const std::string history = keys.history(entry);
+  auto r = eval(redis, kRecordBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d, d, outcome_json, ttl});
+  if (!r) return Error{r.error()};
+  return reply_integer(r->get(), 0) == 1;
+}
+
+Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                            const std::string& entry, std::uint32_t delivery) {
+  const std::string d = std::to_string(delivery);
+  const std::string history = keys.history(entry);
+  auto r = eval(redis, kRedeliverBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d});
+  if (!r) return Error{r.error()};
+  const redisReply* top = r->get();
+  if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the redeliver script");
+  if (top->elements < 2) return std::optional<Delivery>{};
+  Delivery out;
+  out.entry = entry;
+  out.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(top->element[0], 1)));
+  out.history = history_of(top->element[1]);
+  return std::optional<Delivery>(std::move(out));
+}
+
+Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                            const std::string& entry, std::uint32_t delivery,
+                                            const std::string& target, std::size_t maxlen,
+                                            const std::vector<std::pair<std::string, std::string>>& fields) {
+  const std::string d = std::to_string(delivery);
+  const std::string cap = std::to_string(maxlen);
+  const std::string history = keys.history(entry);
+  std::vector<std::string_view> argv = {consumer.group, consumer.name, entry, d, target.empty() ? "0" : "1", cap};
+  for (const auto& [k, v] : fields) {
+    argv.push_back(k);
+    argv.push_back(v);
+  }
+  auto r = eval(redis, kSettleBody, {keys.stream, target.empty() ? std::string_view(keys.stream) : target, history}, argv);
+  if (!r) return Error{r.error()};
+  const redisReply* top = r->get();
+  if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the settle script");
+  if (top->elements == 0) return std::optional<std::string>{};
+  return std::optional<std::string>(reply_text(top->element[0]));
+}
+
+Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                         const std::vector<std::pair<std::string, std::uint32_t>>& held) {
+  std::vector<std::string> lost;
+  if (held.empty()) return lost;
+  std::vector<std::string> counts;
+  counts.reserve(held.size());
+  for (const auto& h : held) counts.push_back(std::to_string(h.second));
+  std::vector<std::string_view> argv = {consumer.group, consumer.name};
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    argv.push_back(held[i].first);
+    argv.push_back(counts[i]);
+  }
+  auto r = eval(redis, kRenewBody, {keys.stream}, argv);
+  if (!r) return Error{r.error()};
+  const redisReply* top = r->get();
+  if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the renew script");
+  for (std::size_t i = 0; i < top->elements; ++i) lost.push_back(reply_text(top->element[i]));
+  return lost;
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,106 @@
+#pragma once
+// The worker's side of the Redis Streams protocol (docs/distributed.md), one
+// synchronous function per step, over one RedisConnection. Every step that
+// settles or changes an entry is one server-side script, fenced: it does
+// anything only while this consumer still holds the entry at the delivery it
+// was given (XPENDING names the owner and the delivery count), so a worker
+// whose entry was taken over cannot settle it, record on it or renew it.
+//
+// Redis's delivery count is the attempt count: it rises when an entry is
+// delivered (XREADGROUP, XAUTOCLAIM, XCLAIM), before anything runs, so a
+// worker killed mid-task still counts. What each delivery ended in is kept
+// in Redis too, one hash per entry (field: delivery number, value: the
+// outcome as JSON), so that every worker of the fleet judges an entry on
+// its whole history. A delivery with no field there never reported back.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/broker/redis_connection.h"
+
+namespace pillbox::broker {
+
+// The keys of one stream. On Redis Cluster, give the stream a hash tag
+// ("{orders}") so that all of them are in one slot: the scripts touch several.
+struct StreamKeys {
+  std::string stream;   // NAME: the tasks
+  std::string results;  // NAME:results: ok results
+  std::string dlq;      // NAME:dlq: dead letters, one per quarantined task
+  std::string history_prefix;  // NAME:attempts: + entry id: an entry's recorded deliveries
+  std::string history(const std::string& entry) const { return history_prefix + entry; }
+};
+StreamKeys stream_keys(const std::string& name);
+
+struct Consumer {
+  std::string group;
+  std::string name;
+};
+
+// One delivery of a stream entry to this consumer.
+struct Delivery {
+  std::string entry;                                       // the stream entry id
+  std::vector<std::pair<std::string, std::string>> fields;  // as added (submit: key, payload)
+  std::uint32_t count = 1;                                  // Redis's delivery count, this one included
+  std::map<std::uint32_t, std::string> history;             // delivery number -> recorded outcome (JSON)
+};
+
+// How long an entry's recorded history lives after its last write: it is
+// deleted when the entry is settled; this only bounds what an entry deleted
+// by hand leaves behind.
+inline constexpr std::chrono::hours kHistoryTtl{24 * 30};
+
+// Creates the consumer group at the start of the stream (and the stream when
+// missing). An existing group is fine. A key of that name that is not a
+// stream is an error that says so.
+Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::string& group);
+
+// New entries (never delivered to the group), at most `count`, waiting up to
+// `block` for the first (0: do not wait).
+Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                         std::size_t count, std::chrono::milliseconds block);
+
+// Entries pending on any consumer for longer than `min_idle`, taken over by
+// this one (XAUTOCLAIM: each delivery count rises by one), from `start`
+// ("0-0" for the beginning); `next_start` is where the next call goes on
+// ("0-0" once the whole pending list was scanned).
+struct Claimed {
+  std::string next_start = "0-0";
+  std::vector<Delivery> deliveries;
+};
+Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                             std::chrono::milliseconds min_idle, const std::string& start, std::size_t count);
+
+// Records what delivery `delivery` of `entry` ended in. False: this consumer
+// no longer holds the entry at that delivery (nothing was written).
+Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                               const std::string& entry, std::uint32_t delivery, const std::string& outcome_json);
+
+// Delivers the entry to this consumer again, for a retry (XCLAIM: the count
+// rises by one). nullopt: the entry is no longer this consumer's at
+// `delivery`, or it was deleted. The delivery has no fields (the caller has
+// them) but the whole history.
+Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                            const std::string& entry, std::uint32_t delivery);
+
+// Settles an entry in one step: adds `fields` to `target` (the results
+// stream, capped at about `maxlen` entries when maxlen > 0, or the dead-letter
+// stream; none when target is empty), acknowledges the entry, deletes it and
+// its history. Returns the id added to `target` ("" when none), or nullopt
+// when this consumer no longer holds the entry at `delivery` (nothing done).
+Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                            const std::string& entry, std::uint32_t delivery,
+                                            const std::string& target, std::size_t maxlen,
+                                            const std::vector<std::pair<std::string, std::string>>& fields);
+
+// Resets the idle time of the entries this consumer holds (at the given
+// deliveries) without counting a delivery, so that no other worker takes
+// them over while they run or wait. Returns the entries it no longer holds.
+Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                         const std::vector<std::pair<std::string, std::uint32_t>>& held);
+
+}  // namespace pillbox::broker

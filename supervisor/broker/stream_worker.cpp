@@ -1,0 +1,594 @@
+#include "supervisor/broker/stream_worker.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "shared/base64.h"
+#include "shared/fingerprint.h"
+#include "shared/sha256.h"
+#include "supervisor/ops/quarantine_entry.h"
+#include "supervisor/ops/quarantine_json.h"
+
+namespace pillbox::broker {
+namespace {
+
+constexpr std::size_t kMaxKnownGood = 64 * 1024;  // larger payloads are not kept as probes
+
+const std::string* field(const Delivery& d, std::string_view name) {
+  for (const auto& [k, v] : d.fields) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+Outcome protocol_error(const std::string& message, const std::string& handler_identity) {
+  Outcome o;
+  o.kind = Kind::kProtocolError;
+  o.message = message;
+  o.fingerprint = make_fingerprint(o.kind, "malformed-entry", {}, handler_identity);
+  return o;
+}
+
+Outcome workers_lost(std::size_t lost, const std::string& handler_identity) {
+  Outcome o;
+  o.kind = Kind::kSupervisorLost;
+  o.message = "delivered " + std::to_string(lost) +
+              " times to workers that never reported back (each died or lost Redis while it held this entry)";
+  o.fingerprint = make_fingerprint(o.kind, "", {}, handler_identity);
+  return o;
+}
+
+std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
+  return std::max(lo, std::min(v, hi));
+}
+
+}  // namespace
+
+StreamWorker::StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLink& writer, WorkerSink& out)
+    : settings_(std::move(settings)),
+      reader_(reader),
+      writer_(writer),
+      out_(out),
+      breaker_(settings_.breaker),
+      rng_(settings_.seed ? *settings_.seed : std::random_device{}()),
+      last_activity_(Clock::now()) {
+  // Renewal runs on the writer's own thread: it must happen while every slot
+  // is busy and the dispatcher has no reason to turn.
+  auto claims = claims_;
+  const StreamKeys keys = settings_.keys;
+  const Consumer consumer = settings_.consumer;
+  writer_.set_periodic(clamp(settings_.claim_idle / 3, std::chrono::milliseconds(50), std::chrono::milliseconds(10'000)),
+                       [this, claims, keys, consumer](RedisConnection& redis) -> BrokerLink::Done {
+                         std::vector<std::pair<std::string, std::uint32_t>> held;
+                         {
+                           std::lock_guard lock(claims->mutex);
+                           held.assign(claims->held.begin(), claims->held.end());
+                         }
+                         if (held.empty()) return {};
+                         auto lost = renew(redis, keys, consumer, held);
+                         if (!lost || lost->empty()) return {};
+                         return [this, ids = std::move(*lost)] {
+                           for (const auto& id : ids) {
+                             for (auto& [ref, e] : entries_) {
+                               // A running entry finds out when it settles; one
+                               // that waits is forgotten now.
+                               if (e.id == id && e.where != Where::kRunning && e.where != Where::kBusy) {
+                                 taken_over(ref);
+                                 break;
+                               }
+                             }
+                           }
+                         };
+                       });
+}
+
+StreamWorker::~StreamWorker() = default;
+
+std::int64_t StreamWorker::wall_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void StreamWorker::on_redis_state(bool up, const std::string& what) {
+  if (!up) {
+    ++report_.redis_lost;
+    if (redis_down_++ == 0) out_.on_notice("lost Redis: " + what + "; reconnecting with backoff (tasks keep running)");
+  } else if (redis_down_ > 0 && --redis_down_ == 0) {
+    out_.on_notice("Redis is back " + what);
+  }
+}
+
+void StreamWorker::on_error(const std::string& message) {
+  if (report_.error.empty()) report_.error = message;
+  start_stopping("a Redis error: " + message);
+}
+
+void StreamWorker::start_stopping(const std::string& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  out_.on_notice("stopping (" + why + "): " + std::to_string(in_flight_) +
+                 " in flight finish, nothing new is read, entries not started are released");
+  // Entries waiting here are released now: recorded as not run, so that the
+  // worker that takes them over does not count a lost delivery.
+  std::vector<std::uint64_t> waiting;
+  for (auto& [ref, e] : entries_) {
+    if (e.where == Where::kReady || e.where == Where::kDelayed || e.where == Where::kOutageHeld) waiting.push_back(ref);
+  }
+  for (auto ref : waiting) release(entries_.at(ref), Outcome{}, "the worker is stopping");
+}
+
+void StreamWorker::hold_claim(const Entry& e) {
+  std::lock_guard lock(claims_->mutex);
+  claims_->held[e.id] = e.delivery;
+}
+
+void StreamWorker::forget(std::uint64_t ref) {
+  auto it = entries_.find(ref);
+  if (it == entries_.end()) return;
+  {
+    std::lock_guard lock(claims_->mutex);
+    claims_->held.erase(it->second.id);
+  }
+  ready_.erase(std::remove(ready_.begin(), ready_.end(), ref), ready_.end());
+  entries_.erase(it);
+}
+
+void StreamWorker::taken_over(std::uint64_t ref) {
+  auto it = entries_.find(ref);
+  if (it == entries_.end()) return;
+  ++report_.taken_over;
+  WorkerVerdict v{WorkerVerdict::Type::kTakenOver, it->second.id, it->second.delivery, "",
+                  "another worker took the entry over (this one held it longer than --claim-idle)"};
+  out_.on_verdict(it->second.task, Outcome{}, v);
+  forget(ref);
+}
+
+Status StreamWorker::prepare(std::size_t free_slots) {
+  reader_.drain();
+  writer_.drain();
+  const auto now = Clock::now();
+  if (const int sig = stop_signals_.caught(); sig != 0 && !stopping_) {
+    report_.stop_signal = sig;
+    start_stopping(std::string(stop_signal_name(sig)));
+  }
+  if (!stopping_) intake(free_slots, now);
+  run_due(now);
+  return Status::ok();
+}
+
+void StreamWorker::intake(std::size_t free_slots, Clock::time_point now) {
+  if (!entries_.empty() || in_flight_ > 0) last_activity_ = now;
+  if (settings_.exit_when_idle && entries_.empty() && in_flight_ == 0 && !read_outstanding_ && !claim_outstanding_ &&
+      now - last_activity_ >= *settings_.exit_when_idle) {
+    start_stopping("nothing new or claimable for " + std::to_string(settings_.exit_when_idle->count()) + " ms");
+    return;
+  }
+  if (breaker_.open()) return;  // intake paused: probes only (run_due)
+  const std::size_t waiting = ready_.size();
+  const std::size_t want = free_slots > waiting ? free_slots - waiting : 0;
+  if (want == 0 || solo_running_) return;
+  if (!claim_outstanding_ && now >= next_claim_at_) {
+    claim_outstanding_ = true;
+    next_claim_at_ = now + clamp(settings_.claim_idle / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+    writer_.post([this, want, keys = settings_.keys, consumer = settings_.consumer, idle = settings_.claim_idle,
+                  start = claim_cursor_](RedisConnection& redis) -> BrokerLink::Done {
+      auto c = claim_idle(redis, keys, consumer, idle, start, want);
+      return [this, c = std::move(c)]() mutable {
+        claim_outstanding_ = false;
+        if (!c) return on_error(c.error());
+        claim_cursor_ = c->next_start;
+        if (claim_cursor_ != "0-0") next_claim_at_ = Clock::now();  // more to scan
+        for (auto& d : c->deliveries) admit(std::move(d), true);
+      };
+    });
+  }
+  if (!read_outstanding_) {
+    read_outstanding_ = true;
+    reader_.post([this, want, keys = settings_.keys, consumer = settings_.consumer,
+                  block = settings_.read_block](RedisConnection& redis) -> BrokerLink::Done {
+      auto r = read_new(redis, keys, consumer, want, block);
+      return [this, r = std::move(r)]() mutable {
+        read_outstanding_ = false;
+        if (!r) return on_error(r.error());
+        for (auto& d : *r) admit(std::move(d), false);
+      };
+    });
+  }
+}
+
+void StreamWorker::admit(Delivery d, bool claimed) {
+  ++report_.deliveries;
+  if (claimed) ++report_.claimed;
+  last_activity_ = Clock::now();
+  const std::uint64_t ref = ++next_ref_;
+  Entry& e = entries_[ref];
+  e.id = d.entry;
+  e.delivery = d.count;
+  e.task.ref = ref;
+  e.history = entry_history(d.count, d.history);
+  const std::string* key = field(d, "key");
+  const std::string* payload = field(d, "payload");
+  e.task.key = key != nullptr ? *key : "entry:" + d.entry;
+  hold_claim(e);
+  if (stopping_) {
+    // Read as the worker began to stop: not run here.
+    release(e, Outcome{}, "the worker is stopping");
+    return;
+  }
+  if (payload == nullptr) {
+    ++report_.protocol_errors;
+    dead_letter(e, protocol_error("stream entry " + d.entry + " has no `payload` field (fields: key, payload)",
+                                  settings_.identity.handler_identity),
+                "malformed entry: not run");
+    return;
+  }
+  if (payload->size() > settings_.max_payload) {
+    ++report_.protocol_errors;
+    dead_letter(e, protocol_error("payload of " + std::to_string(payload->size()) + " bytes is over the limit of " +
+                                      std::to_string(settings_.max_payload) + " bytes",
+                                  settings_.identity.handler_identity),
+                "oversized payload: not run");
+    return;
+  }
+  e.task.payload = *payload;
+  if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
+    dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),
+                std::to_string(e.history.lost.size()) + " deliveries never reported back: it kills workers; not run again");
+    return;
+  }
+  e.solo = e.history.last_lost;
+  e.where = Where::kReady;
+  if (e.solo) {
+    ready_.push_front(ref);  // suspects first, alone
+  } else {
+    ready_.push_back(ref);
+  }
+}
+
+void StreamWorker::run_due(Clock::time_point now) {
+  std::vector<std::uint64_t> due;
+  for (auto& [ref, e] : entries_) {
+    if (e.where == Where::kDelayed && e.due <= now) due.push_back(ref);
+  }
+  for (auto ref : due) redeliver_now(entries_.at(ref));
+  if (breaker_.open() && !stopping_) probe(now);
+}
+
+void StreamWorker::probe(Clock::time_point now) {
+  if (breaker_.waited_too_long(now)) {
+    // Held entries go back to the fleet: healthy workers take them over.
+    std::vector<std::uint64_t> held;
+    for (auto& [ref, e] : entries_) {
+      if (e.where == Where::kOutageHeld) held.push_back(ref);
+    }
+    if (held.size() > 1) {
+      out_.on_notice("handler outage suspected for longer than --breaker-max-wait: " + std::to_string(held.size() - 1) +
+                     " held entries released to other workers");
+      for (std::size_t i = 1; i < held.size(); ++i) release(entries_.at(held[i]), Outcome{}, "outage here: left to other workers");
+    }
+  }
+  if (!breaker_.may_probe(now) || in_flight_ > 0) return;
+  if (known_good_) {
+    breaker_.probe_started();
+    probe_copy_running_ = true;
+    return;  // next() hands out the copy
+  }
+  for (auto& [ref, e] : entries_) {
+    if (e.where == Where::kOutageHeld) {
+      breaker_.probe_started();
+      e.probe = true;
+      redeliver_now(e);
+      return;
+    }
+  }
+}
+
+TaskSource::Item StreamWorker::next() {
+  Item item;
+  if (probe_copy_running_ && probe_copy_ref_ == 0 && known_good_) {
+    probe_copy_ref_ = ++next_ref_;
+    item.type = Item::Type::kTask;
+    item.task = *known_good_;
+    item.task.ref = probe_copy_ref_;
+    ++in_flight_;
+    return item;
+  }
+  if (!solo_running_ && !ready_.empty()) {
+    Entry& e = entries_.at(ready_.front());
+    // While the breaker is open only its probe runs; a suspect runs alone.
+    if ((!breaker_.open() || e.probe) && (!e.solo || in_flight_ == 0)) {
+      ready_.pop_front();
+      e.where = Where::kRunning;
+      solo_running_ = e.solo;
+      ++in_flight_;
+      ++report_.attempts;
+      item.type = Item::Type::kTask;
+      item.task = e.task;
+      return item;
+    }
+  }
+  if (stopping_ && in_flight_ == 0 && entries_.empty() && reader_.outstanding() == 0 && writer_.outstanding() == 0) {
+    item.type = Item::Type::kEnd;
+    return item;
+  }
+  item.type = Item::Type::kWait;
+  item.wake_at = wake_at(Clock::now());
+  return item;
+}
+
+std::optional<StreamWorker::Clock::time_point> StreamWorker::wake_at(Clock::time_point now) const {
+  std::optional<Clock::time_point> at;
+  auto earliest = [&](Clock::time_point t) { at = at ? std::min(*at, t) : t; };
+  for (const auto& [ref, e] : entries_) {
+    if (e.where == Where::kDelayed) earliest(e.due);
+  }
+  if (!stopping_) {
+    if (!claim_outstanding_ && !breaker_.open()) earliest(std::max(now, next_claim_at_));
+    if (breaker_.open()) {
+      if (auto p = breaker_.next_probe_at()) earliest(*p);
+    }
+    if (settings_.exit_when_idle) earliest(last_activity_ + *settings_.exit_when_idle);
+  }
+  return at;
+}
+
+std::vector<int> StreamWorker::wait_fds() const { return {reader_.wait_fd(), writer_.wait_fd()}; }
+
+void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
+  if (in_flight_ > 0) --in_flight_;
+  const auto now = Clock::now();
+  if (task.ref == probe_copy_ref_ && probe_copy_ref_ != 0) {
+    // A known-good payload run again: only an answer for the breaker.
+    probe_copy_ref_ = 0;
+    probe_copy_running_ = false;
+    const bool ok = outcome.kind == Kind::kOk;
+    breaker_.probe_ended(ok, now, true);
+    if (!breaker_.open()) on_breaker_closed();
+    return;
+  }
+  auto it = entries_.find(task.ref);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  if (e.solo) solo_running_ = false;
+  e.where = Where::kBusy;
+  const std::string payload_id = task.key + "\n" + sha256_hex(task.payload);
+  const bool was_probe = std::exchange(e.probe, false);
+  if (outcome.kind == Kind::kOk) {
+    breaker_.record(payload_id, false, "", now);
+    if (was_probe) {
+      breaker_.probe_ended(true, now);
+      if (!breaker_.open()) on_breaker_closed();
+    }
+    if (task.payload.size() <= kMaxKnownGood) known_good_ = Task{task.key, task.payload, 0};
+    settle_ok(e, outcome);
+    return;
+  }
+  const bool transient = is_transient(settings_.retry, outcome);
+  const bool opened = !transient && breaker_.record(payload_id, true, outcome.fingerprint, now);
+  if (was_probe) breaker_.probe_ended(false, now);
+  if (opened) {
+    ++report_.outages;
+    out_.on_notice("handler outage suspected: " + std::to_string(breaker_.failures_when_opened()) +
+                   " recent payloads failed, mostly as " + std::string(to_string(outcome.kind)) + " " +
+                   outcome.fingerprint + "; intake paused, failures held uncharged, probing");
+  }
+  if (breaker_.open() && !transient) {
+    // Not held against the payload: an outage explains it.
+    const auto d = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, false, false,
+                                    "held: handler outage suspected");
+    const std::uint64_t ref = e.task.ref;
+    record(e, d, [this, ref](bool held) {
+      auto it = entries_.find(ref);
+      if (it == entries_.end()) return;
+      if (!held) return taken_over(ref);
+      if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
+      it->second.where = breaker_.open() ? Where::kOutageHeld : Where::kDelayed;
+    });
+    return;
+  }
+  if (transient) ++e.transient_here;
+  const auto current = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, !transient, transient);
+  const auto summaries = attempt_summaries(e.history, current);
+  const Judgement j = judge(settings_.retry, summaries, outcome, e.transient_here);
+  switch (j.decision) {
+    case Decision::kQuarantine:
+      return dead_letter(e, outcome, j.reason);
+    case Decision::kGiveUp:
+      return release(e, outcome, j.reason + "; left pending for another worker");
+    case Decision::kDone:
+    case Decision::kRetry: {
+      const auto failures = static_cast<std::uint32_t>(
+          std::count_if(summaries.begin(), summaries.end(), [](const auto& a) { return a.finished && !a.kind.empty() && a.kind != "ok"; }));
+      const std::uint64_t ref = e.task.ref;
+      record(e, current, [this, ref, failures](bool held) {
+        auto it = entries_.find(ref);
+        if (it == entries_.end()) return;
+        if (!held) return taken_over(ref);
+        if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
+        retry_later(it->second, failures);
+      });
+      return;
+    }
+  }
+}
+
+void StreamWorker::on_breaker_closed() {
+  out_.on_notice("handler works again: intake resumes, held entries run again");
+  for (auto& [ref, e] : entries_) {
+    if (e.where == Where::kOutageHeld) {
+      e.where = Where::kDelayed;
+      e.due = Clock::now();
+    }
+  }
+}
+
+void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void(bool)> after) {
+  e.where = Where::kBusy;
+  writer_.post([this, keys = settings_.keys, consumer = settings_.consumer, id = e.id, delivery = e.delivery,
+                json = delivery_json(d), after = std::move(after)](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = record_delivery(redis, keys, consumer, id, delivery, json);
+    return [this, r = std::move(r), after]() {
+      if (!r) return on_error(r.error());
+      after(*r);
+    };
+  });
+  // What this worker knows of the history from now on.
+  e.history.recorded.push_back(d);
+}
+
+void StreamWorker::retry_later(Entry& e, std::uint32_t failures) {
+  e.where = Where::kDelayed;
+  e.due = Clock::now() + backoff_delay(settings_.retry, std::max<std::uint32_t>(failures, 1), rng_);
+}
+
+void StreamWorker::redeliver_now(Entry& e) {
+  e.where = Where::kBusy;
+  ++report_.retried;
+  const std::uint64_t ref = e.task.ref;
+  writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
+                delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = redeliver(redis, keys, consumer, id, delivery);
+    return [this, ref, r = std::move(r)]() mutable {
+      if (!r) return on_error(r.error());
+      auto it = entries_.find(ref);
+      if (it == entries_.end()) return;
+      if (!*r) return taken_over(ref);
+      Entry& e = it->second;
+      e.delivery = (*r)->count;
+      e.history = entry_history(e.delivery, (*r)->history);
+      hold_claim(e);
+      if (stopping_) return release(e, Outcome{}, "the worker is stopping");
+      if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
+        return dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),
+                           "deliveries never reported back: it kills workers");
+      }
+      e.solo = e.history.last_lost;
+      e.where = Where::kReady;
+      if (e.probe || e.solo) {
+        ready_.push_front(ref);
+      } else {
+        ready_.push_back(ref);
+      }
+    };
+  });
+}
+
+void StreamWorker::release(Entry& e, const Outcome& outcome, const std::string& why) {
+  // Recorded, so that the next delivery is not counted as lost; then left
+  // pending (not renewed) for whoever claims it after --claim-idle.
+  const bool ran = e.where == Where::kBusy && outcome.kind != Kind::kOk;
+  RecordedDelivery d = ran ? recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, false, true,
+                                              "released: " + why)
+                           : recorded_release(e.delivery, settings_.consumer.name, wall_ms(), "released: " + why);
+  const bool already_recorded =
+      !e.history.recorded.empty() && e.history.recorded.back().delivery == e.delivery;
+  const std::uint64_t ref = e.task.ref;
+  ready_.erase(std::remove(ready_.begin(), ready_.end(), ref), ready_.end());
+  ++report_.released;
+  WorkerVerdict v{WorkerVerdict::Type::kReleased, e.id, e.delivery, "", why};
+  out_.on_verdict(e.task, outcome, v);
+  {
+    std::lock_guard lock(claims_->mutex);
+    claims_->held.erase(e.id);
+  }
+  if (already_recorded) {
+    forget(ref);
+    return;
+  }
+  record(e, d, [this, ref](bool) { forget(ref); });
+}
+
+void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (settings_.results) {
+    fields = {{"key", e.task.key}, {"verdict", "ok"}, {"kind", "ok"}, {"entry", e.id},
+              {"deliveries", std::to_string(e.delivery)}, {"worker", settings_.consumer.name}};
+    if (is_valid_utf8(outcome.output)) {
+      fields.emplace_back("output", outcome.output);
+    } else {
+      fields.emplace_back("output_b64", base64_encode(outcome.output));
+    }
+    fields.emplace_back("cpu_ms", std::to_string(outcome.cpu_ms));
+    fields.emplace_back("wall_ms", std::to_string(outcome.wall_ms));
+    fields.emplace_back("max_rss_kb", std::to_string(outcome.max_rss_kb));
+  }
+  const std::uint64_t ref = e.task.ref;
+  writer_.post([this, ref, outcome, fields = std::move(fields), keys = settings_.keys, consumer = settings_.consumer,
+                id = e.id, delivery = e.delivery, target = settings_.results ? settings_.keys.results : std::string(),
+                maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = settle(redis, keys, consumer, id, delivery, target, maxlen, fields);
+    return [this, ref, outcome, r = std::move(r)]() {
+      if (!r) return on_error(r.error());
+      auto it = entries_.find(ref);
+      if (it == entries_.end()) return;
+      if (!*r) return taken_over(ref);
+      ++report_.ok;
+      WorkerVerdict v{WorkerVerdict::Type::kOk, it->second.id, it->second.delivery, **r, "ok"};
+      out_.on_verdict(it->second.task, outcome, v);
+      forget(ref);
+    };
+  });
+}
+
+std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, const std::string& reason) const {
+  store::QuarantineRecord r;
+  r.entry = make_quarantine_entry(settings_.identity, outcome, e.task.key, sha256_hex(e.task.payload),
+                                  static_cast<std::int64_t>(e.task.payload.size()), "worker");
+  r.created_at = r.updated_at = wall_ms();
+  auto j = nlohmann::json::parse(quarantine_record_json(r, e.delivery, false, ""), nullptr, false);
+  if (j.is_discarded()) j = nlohmann::json::object();
+  j.erase("id");  // the dead-letter entry's id is the record's
+  j.erase("new_fingerprint");
+  j["policy"] = settings_.identity.policy;
+  j["reason"] = reason;
+  j["stream"] = {{"name", settings_.keys.stream}, {"group", settings_.consumer.group}, {"entry", e.id}};
+  j["deliveries"] = e.delivery;
+  nlohmann::json attempts = nlohmann::json::array();
+  std::size_t r_i = 0, l_i = 0;
+  for (std::uint32_t n = 1; n < e.delivery; ++n) {
+    if (r_i < e.history.recorded.size() && e.history.recorded[r_i].delivery == n) {
+      attempts.push_back(nlohmann::json::parse(delivery_json(e.history.recorded[r_i++])));
+    } else if (l_i < e.history.lost.size() && e.history.lost[l_i] == n) {
+      attempts.push_back({{"delivery", n}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
+      ++l_i;
+    }
+  }
+  if (outcome.kind != Kind::kSupervisorLost && outcome.kind != Kind::kProtocolError) {
+    attempts.push_back(nlohmann::json::parse(
+        delivery_json(recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, true, false))));
+  }
+  j["attempts_history"] = attempts;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::string& reason) {
+  e.where = Where::kBusy;
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"key", e.task.key},
+      {"payload", e.task.payload},
+      {"kind", std::string(to_string(outcome.kind))},
+      {"fingerprint", outcome.fingerprint},
+      {"deliveries", std::to_string(e.delivery)},
+      {"entry", e.id},
+      {"record", record_json(e, outcome, reason)},
+  };
+  const std::uint64_t ref = e.task.ref;
+  writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
+                consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = settle(redis, keys, consumer, id, delivery, keys.dlq, 0, fields);
+    return [this, ref, outcome, reason, r = std::move(r)]() {
+      if (!r) return on_error(r.error());
+      auto it = entries_.find(ref);
+      if (it == entries_.end()) return;
+      if (!*r) return taken_over(ref);
+      ++report_.dead_lettered;
+      WorkerVerdict v{WorkerVerdict::Type::kDeadLettered, it->second.id, it->second.delivery, **r, reason};
+      out_.on_verdict(it->second.task, outcome, v);
+      forget(ref);
+    };
+  });
+}
+
+}  // namespace pillbox::broker

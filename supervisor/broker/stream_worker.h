@@ -1,0 +1,185 @@
+#pragma once
+// The worker's flow (docs/distributed.md): entries of a Redis stream in,
+// each run in the sandbox by the dispatcher (supervisor/exec/dispatcher.h),
+// each settled on Redis. It is the dispatcher's TaskSource and OutcomeSink,
+// as TaskFlow is for `run`, with Redis as the ledger:
+//   * intake: new entries (XREADGROUP) and entries idle on dead consumers
+//     (XAUTOCLAIM), only as many as there are free slots; an entry whose
+//     previous delivery never reported back runs alone;
+//   * per attempt: the retry policy (supervisor/flow/retry_policy.h) judges
+//     the entry's whole fleet-wide history, not this worker's; retries wait
+//     their backoff here, holding the entry (renewed), then are delivered
+//     again (the count rises); the circuit breaker holds failures that look
+//     like an outage of this worker's handler, uncharged, and stops intake;
+//   * settling: ok -> NAME:results, poison -> NAME:dlq, in one fenced step
+//     with the ack and the delete (supervisor/broker/stream_protocol.h).
+// Redis is reached through two BrokerLinks (reads block; settles must not
+// wait behind them), so nothing here ever blocks the dispatcher.
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "supervisor/broker/broker_link.h"
+#include "supervisor/broker/delivery_history.h"
+#include "supervisor/broker/stream_protocol.h"
+#include "supervisor/exec/dispatcher.h"
+#include "supervisor/exec/stop_signals.h"
+#include "supervisor/flow/circuit_breaker.h"
+#include "supervisor/flow/retry_policy.h"
+#include "supervisor/flow/run_identity.h"
+
+namespace pillbox::broker {
+
+struct WorkerSettings {
+  StreamKeys keys;
+  Consumer consumer;
+  RetrySettings retry;
+  BreakerSettings breaker;
+  RunIdentity identity;
+  // An entry pending on a consumer idle this long is taken over; the
+  // entries this worker holds are renewed three times as often.
+  std::chrono::milliseconds claim_idle{30'000};
+  // Exit once nothing new or claimable came for this long (and nothing is
+  // held); empty: run until SIGTERM/SIGINT.
+  std::optional<std::chrono::milliseconds> exit_when_idle;
+  bool results = true;                 // ok results to NAME:results (--no-results: off)
+  std::size_t results_maxlen = 100'000;  // ~cap of NAME:results (0: none)
+  std::size_t max_payload = 512u << 20;  // larger payloads are dead-lettered as protocol-error
+  std::chrono::milliseconds read_block{1000};  // longest XREADGROUP wait
+  std::optional<std::uint64_t> seed;   // the backoffs' jitter (tests)
+};
+
+// What became of one entry on this worker, once.
+struct WorkerVerdict {
+  enum class Type {
+    kOk,            // settled: result in NAME:results (`added`, "" with --no-results)
+    kDeadLettered,  // settled: in NAME:dlq as `added`
+    kReleased,      // left pending for another worker (gave up here, outage, stopping)
+    kTakenOver,     // another worker took the entry over first: nothing settled here
+  };
+  Type type = Type::kOk;
+  std::string entry;
+  std::uint32_t deliveries = 0;
+  std::string added;   // the results or dlq entry id
+  std::string reason;
+};
+
+class WorkerSink {
+ public:
+  virtual ~WorkerSink() = default;
+  virtual void on_verdict(const Task& task, const Outcome& outcome, const WorkerVerdict& verdict) = 0;
+  // Worker-level news: Redis lost and back, outage suspected, stopping.
+  virtual void on_notice(const std::string& message) = 0;
+};
+
+struct WorkerReport {
+  std::size_t deliveries = 0;     // entries received (read, claimed)
+  std::size_t claimed = 0;        // of them taken over from idle consumers
+  std::size_t attempts = 0;       // runs of entries (probe copies not counted)
+  std::size_t ok = 0;
+  std::size_t dead_lettered = 0;
+  std::size_t retried = 0;        // redeliveries for a retry
+  std::size_t released = 0;
+  std::size_t taken_over = 0;
+  std::size_t protocol_errors = 0;  // malformed entries dead-lettered unrun
+  std::size_t outages = 0;
+  std::size_t redis_lost = 0;     // times a connection to Redis was lost
+  int stop_signal = 0;
+  std::string error;              // a Redis error that is not a lost connection (stops the worker)
+};
+
+class StreamWorker final : public TaskSource, public OutcomeSink {
+ public:
+  StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLink& writer, WorkerSink& out);
+  ~StreamWorker() override;
+
+  // TaskSource
+  Status prepare(std::size_t free_slots) override;
+  Item next() override;
+  std::vector<int> wait_fds() const override;
+  // OutcomeSink
+  void on_outcome(const Task& task, const Outcome& outcome) override;
+  void on_input_error(const std::string& message) override { out_.on_notice(message); }
+
+  // The links' state changes come here (BrokerLink::StateChange).
+  void on_redis_state(bool up, const std::string& what);
+  const WorkerReport& report() const { return report_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  enum class Where { kReady, kRunning, kDelayed, kOutageHeld, kBusy };
+  struct Entry {
+    Task task;                 // task.ref is the key of entries_
+    std::string id;            // stream entry id
+    std::uint32_t delivery = 1;
+    EntryHistory history;      // deliveries before `delivery`
+    std::uint32_t transient_here = 0;
+    bool solo = false;
+    bool probe = false;        // running as the breaker's probe
+    Where where = Where::kBusy;
+    Clock::time_point due{};
+  };
+  // The entries this worker holds, with their deliveries, shared with the
+  // writer link's renewal (its own thread).
+  struct Claims {
+    std::mutex mutex;
+    std::map<std::string, std::uint32_t> held;
+  };
+
+  void admit(Delivery d, bool claimed);
+  void intake(std::size_t free_slots, Clock::time_point now);
+  void run_due(Clock::time_point now);
+  void dead_letter(Entry& e, const Outcome& outcome, const std::string& reason);
+  void settle_ok(Entry& e, const Outcome& outcome);
+  // Records the delivery's end (fenced); then `after` on the owner's thread
+  // (with false when the entry is no longer ours).
+  void record(Entry& e, const RecordedDelivery& d, std::function<void(bool held)> after);
+  void retry_later(Entry& e, std::uint32_t failures);
+  void redeliver_now(Entry& e);
+  void release(Entry& e, const Outcome& outcome, const std::string& why);
+  void taken_over(std::uint64_t ref);
+  void forget(std::uint64_t ref);
+  void hold_claim(const Entry& e);
+  void on_error(const std::string& message);
+  void start_stopping(const std::string& why);
+  void probe(Clock::time_point now);
+  void on_breaker_closed();
+  std::optional<Clock::time_point> wake_at(Clock::time_point now) const;
+  std::int64_t wall_ms() const;
+  std::string record_json(const Entry& e, const Outcome& outcome, const std::string& reason) const;
+
+  WorkerSettings settings_;
+  BrokerLink& reader_;
+  BrokerLink& writer_;
+  WorkerSink& out_;
+  std::shared_ptr<Claims> claims_ = std::make_shared<Claims>();
+  CircuitBreaker breaker_;
+  std::mt19937_64 rng_;
+  StopSignals stop_signals_;
+
+  std::map<std::uint64_t, Entry> entries_;
+  std::deque<std::uint64_t> ready_;
+  std::uint64_t next_ref_ = 0;
+  std::size_t in_flight_ = 0;
+  bool solo_running_ = false;
+  bool read_outstanding_ = false;
+  bool claim_outstanding_ = false;
+  std::string claim_cursor_ = "0-0";
+  Clock::time_point next_claim_at_{};
+  Clock::time_point last_activity_;
+  bool stopping_ = false;      // SIGTERM, idle, or an error: read nothing new
+  std::optional<Task> known_good_;  // a payload that succeeded here (small): the probe of choice
+  bool probe_copy_running_ = false;
+  std::uint64_t probe_copy_ref_ = 0;
+  std::size_t redis_down_ = 0;  // links whose connection is lost now
+  WorkerReport report_;
+};
+
+}  // namespace pillbox::broker

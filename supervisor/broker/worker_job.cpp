@@ -1,0 +1,51 @@
+#include "supervisor/broker/worker_job.h"
+
+#include <unistd.h>
+
+#include <climits>
+
+namespace pillbox::broker {
+
+std::string default_consumer_name() {
+  char host[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+  return std::string(host) + ":" + std::to_string(::getpid());
+}
+
+Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSink& sink) {
+  {
+    auto redis = RedisConnection::open(settings.address);
+    if (!redis) return Error{redis.error(), redis.error_code()};
+    if (auto s = create_group(*redis, settings.worker.keys, settings.worker.consumer.group); !s) {
+      return Error{s.message(), s.code()};
+    }
+  }
+  StreamWorker* worker_ptr = nullptr;
+  // Lost-and-back news reaches the worker (one notice per outage, not per
+  // task); before the worker exists there is nothing to tell.
+  auto on_state = [&worker_ptr](bool up, const std::string& what) {
+    if (worker_ptr != nullptr) worker_ptr->on_redis_state(up, what);
+  };
+  auto reader = BrokerLink::open(settings.address, "reads", on_state);
+  if (!reader) return Error{reader.error(), reader.error_code()};
+  auto writer = BrokerLink::open(settings.address, "settles", on_state);
+  if (!writer) return Error{writer.error(), writer.error_code()};
+  WorkerJobReport report;
+  Expected<RunReport> run = Error{"not run"};
+  {
+    StreamWorker worker(settings.worker, **reader, **writer, sink);
+    worker_ptr = &worker;
+    run = run_tasks(settings.run, worker, worker);
+    // The links stop before the worker goes: nothing of theirs runs later.
+    (*reader)->stop();
+    (*writer)->stop();
+    worker_ptr = nullptr;
+    report.worker = worker.report();
+  }
+  if (!run) return Error{run.error(), run.error_code()};
+  report.run = std::move(*run);
+  if (!report.worker.error.empty()) return Error{report.worker.error};
+  return report;
+}
+
+}  // namespace pillbox::broker

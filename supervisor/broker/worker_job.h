@@ -1,0 +1,33 @@
+#pragma once
+// The library entry point behind `pillbox worker`: a StreamWorker
+// (stream_worker.h) over two BrokerLinks (broker_link.h) to one Redis,
+// driven by the dispatcher (supervisor/exec/dispatcher.h) until SIGTERM or
+// SIGINT, --exit-when-idle, or a Redis error that is not a lost connection.
+// The CLI is a thin layer over this; tests call it.
+#include "shared/status.h"
+#include "supervisor/broker/redis_connection.h"
+#include "supervisor/broker/stream_worker.h"
+#include "supervisor/exec/dispatcher.h"
+
+namespace pillbox::broker {
+
+struct WorkerJobSettings {
+  RedisAddress address;
+  RunSettings run;
+  WorkerSettings worker;
+};
+
+struct WorkerJobReport {
+  RunReport run;
+  WorkerReport worker;
+};
+
+// Errors: Redis cannot be reached at the start, the key is not a stream, the
+// sandbox cannot start, or Redis answered with an error mid-run (the
+// worker stopped; what it held stays pending for the fleet).
+Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSink& sink);
+
+// "HOST:PID": the default consumer name, unique on a host at a time.
+std::string default_consumer_name();
+
+}  // namespace pillbox::broker

@@ -1,0 +1,215 @@
+// pillbox worker --redis URL --stream NAME (--handler H | -- CMD ARGS...):
+// a long-running worker of the fleet (docs/distributed.md). Thin over
+// supervisor/broker/worker_job.h.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "shared/policy_parser.h"
+#include "supervisor/broker/worker_job.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/cli/child_options.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/run_options.h"
+#include "supervisor/flow/run_job.h"
+#include "supervisor/flow/run_output.h"
+#include "supervisor/io/terminal_text.h"
+
+namespace pillbox::cli {
+namespace {
+
+const char* kHelp =
+    "usage: pillbox worker --redis URL --stream NAME [options] (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
+    "\n"
+    "Runs the entries of a Redis stream (fields `key`, `payload`: see `pillbox submit`), each in its own\n"
+    "confined child exactly as `pillbox run` does, as one consumer of a consumer group: start as many\n"
+    "workers on as many machines as you like. Ok results go to the stream NAME:results; poison payloads\n"
+    "(the same failure twice, or --max-attempts failures) to the dead-letter stream NAME:dlq, with the\n"
+    "full record. The attempt count is Redis's delivery count, so a worker killed mid-task still counts;\n"
+    "entries of dead workers are taken over after --claim-idle. SIGTERM: finish what runs, read nothing\n"
+    "new, exit. See docs/distributed.md.\n"
+    "\n"
+    "options:\n"
+    "  --redis URL         redis://HOST[:PORT][/DB]\n"
+    "  --stream NAME       the stream of tasks (on Redis Cluster, a hash tag: {orders})\n"
+    "  --group G           the consumer group (default pillbox; created when missing)\n"
+    "  --consumer NAME     this worker's name in the group (default HOST:PID)\n"
+    "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
+    "  --writable PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
+    "  --jobs N            children running at once (default: number of cores)\n"
+    "  --max-attempts N    charged failures before an entry is dead-lettered (default 3); the same\n"
+    "                      deterministic failure twice in a row dead-letters at once; N deliveries\n"
+    "                      that never reported back (workers died) dead-letter as supervisor-lost\n"
+    "  --backoff-base D, --backoff-max D, --retry-exit-code N   retries, as for `pillbox run`\n"
+    "  --claim-idle D      take over entries pending on a worker silent this long (default 30s);\n"
+    "                      held entries are renewed three times as often\n"
+    "  --exit-when-idle D  exit once nothing new or claimable came for D (batch jobs, tests)\n"
+    "  --max-payload SIZE  larger payloads are dead-lettered unrun as protocol-error (default 512M)\n"
+    "  --results-maxlen N  keep about N entries in NAME:results (default 100000; 0: no cap)\n"
+    "  --no-results        do not write NAME:results (ok entries are acknowledged and deleted)\n"
+    "  --breaker-window N, --breaker-threshold F, --breaker-probe-interval D, --breaker-max-wait D,\n"
+    "  --no-breaker        outage detection, as for `pillbox run`: failures held uncharged, intake\n"
+    "                      paused while this worker's handler looks broken\n"
+    "  --json              one JSON object per settled entry on stdout\n"
+    "  --quiet             no per-entry lines, no summary\n"
+    "\n"
+    "exit codes: 0 stopped by --exit-when-idle, 2 usage error, 3 Redis or the sandbox cannot be used,\n"
+    "            143/130 stopped by SIGTERM/SIGINT (after finishing what ran)\n";
+
+const std::vector<OptionSpec> kWorkerOptions = {
+    {"redis"},         {"stream"},          {"group"},          {"consumer"},          {"jobs"},
+    {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
+    {"max-payload"},   {"quiet", false},    {"help", false}};
+
+std::vector<OptionSpec> worker_option_specs() {
+  std::vector<OptionSpec> options;
+  for (const auto* section : {&kChildOptions, &kWorkerOptions, &kRetryOptions, &kBreakerOptions}) {
+    options.insert(options.end(), section->begin(), section->end());
+  }
+  return options;
+}
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "pillbox worker: %s\n", message.c_str());
+  return code;
+}
+
+std::string_view verdict_name(broker::WorkerVerdict::Type t) {
+  switch (t) {
+    case broker::WorkerVerdict::Type::kOk: return "ok";
+    case broker::WorkerVerdict::Type::kDeadLettered: return "dead-lettered";
+    case broker::WorkerVerdict::Type::kReleased: return "released";
+    case broker::WorkerVerdict::Type::kTakenOver: return "taken-over";
+  }
+  return "?";
+}
+
+class CliWorkerSink final : public broker::WorkerSink {
+ public:
+  CliWorkerSink(bool json, bool quiet) : json_(json), quiet_(quiet) {}
+
+  void on_verdict(const Task& task, const Outcome& outcome, const broker::WorkerVerdict& v) override {
+    if (json_) {
+      auto j = nlohmann::json::parse(outcome_json(task, outcome, nullptr), nullptr, false);
+      if (j.is_discarded()) j = nlohmann::json::object();
+      if (v.type == broker::WorkerVerdict::Type::kReleased || v.type == broker::WorkerVerdict::Type::kTakenOver) {
+        j = {{"key", task.key}};
+      }
+      j["verdict"] = verdict_name(v.type);
+      j["verdict_reason"] = v.reason;
+      j["entry"] = v.entry;
+      j["deliveries"] = v.deliveries;
+      if (!v.added.empty()) j[v.type == broker::WorkerVerdict::Type::kOk ? "result_entry" : "dlq_entry"] = v.added;
+      const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      return;
+    }
+    if (quiet_) return;
+    switch (v.type) {
+      case broker::WorkerVerdict::Type::kOk:
+      case broker::WorkerVerdict::Type::kDeadLettered:
+        std::printf("%s  -> %s %s (entry %s, delivery %u)\n", outcome_line(task, outcome).c_str(),
+                    std::string(verdict_name(v.type)).c_str(), v.added.c_str(), v.entry.c_str(), v.deliveries);
+        break;
+      default:
+        std::printf("%-13s %s  entry %s: %s\n", std::string(verdict_name(v.type)).c_str(),
+                    table_cell(task.key, 200).c_str(), v.entry.c_str(), v.reason.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  void on_notice(const std::string& message) override {
+    std::fprintf(stderr, "pillbox worker: %s\n", message.c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  bool json_;
+  bool quiet_;
+};
+
+}  // namespace
+
+int worker_command(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, 2, worker_option_specs(), "worker");
+  if (!args) return fail(args.error(), kExitUsage);
+  if (args->flag("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  if (!args->positional().empty()) {
+    return fail("unexpected argument '" + args->positional().front() +
+                    "': the worker reads its tasks from --stream (to add tasks: pillbox submit)",
+                kExitUsage);
+  }
+  const auto url = args->value("redis");
+  const auto stream = args->value("stream");
+  if (!url) return fail("--redis URL is required (e.g. --redis redis://127.0.0.1:6379)", kExitUsage);
+  if (!stream || stream->empty()) return fail("--stream NAME is required", kExitUsage);
+  auto address = broker::parse_redis_url(*url);
+  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+
+  broker::WorkerJobSettings job;
+  job.address = *address;
+  auto run = read_run_settings(*args);
+  if (!run) return fail(run.error(), kExitUsage);
+  job.run = std::move(*run);
+  JobSettings retry_job;  // the retry options' reader fills a JobSettings
+  retry_job.run = job.run;
+  if (auto s = read_retry_options(*args, retry_job); !s) return fail(s.message(), kExitUsage);
+  if (auto s = read_breaker_options(*args, job.worker.breaker); !s) return fail(s.message(), kExitUsage);
+  broker::WorkerSettings& w = job.worker;
+  w.retry = retry_job.retry;
+  w.keys = broker::stream_keys(*stream);
+  w.consumer.group = args->value("group").value_or("pillbox");
+  w.consumer.name = args->value("consumer").value_or(broker::default_consumer_name());
+  if (w.consumer.group.empty() || w.consumer.name.empty()) return fail("--group and --consumer cannot be empty", kExitUsage);
+  w.identity = run_identity(job.run.config);
+  auto claim = read_duration(*args, "claim-idle", w.claim_idle, 100, 24 * 3'600'000ull);
+  if (!claim) return fail(claim.error(), kExitUsage);
+  w.claim_idle = *claim;
+  if (args->value("exit-when-idle")) {
+    auto idle = read_duration(*args, "exit-when-idle", std::chrono::milliseconds(0), 1, 7 * 24 * 3'600'000ull);
+    if (!idle) return fail(idle.error(), kExitUsage);
+    w.exit_when_idle = *idle;
+  }
+  if (auto s = read_whole_number(*args, "results-maxlen", 0, 1'000'000'000, w.results_maxlen); !s) {
+    return fail(s.message(), kExitUsage);
+  }
+  w.results = !args->flag("no-results");
+  if (auto v = args->value("max-payload")) {
+    // Sizes are read as the policy reads them (64K, 16M, 1G), through its
+    // parser for the output limit; only the number is kept.
+    Limits scratch;
+    if (auto s = set_limit(scratch, "output", *v); !s) return fail("--max-payload: " + s.message(), kExitUsage);
+    w.max_payload = scratch.output_bytes;
+  }
+
+  CliWorkerSink sink(args->flag("json"), args->flag("quiet"));
+  const auto started = std::chrono::steady_clock::now();
+  auto report = broker::run_worker(job, sink);
+  if (!report) {
+    const int code = exit_code_for(report.error_code());
+    return fail(code == kExitUsage ? report.error() : "setup error: " + report.error(), code == kExitOk ? kExitSetup : code);
+  }
+  const auto& r = report->worker;
+  if (!args->flag("quiet")) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::fprintf(stderr,
+                 "pillbox worker: %s in %.1f s: %zu entries received (%zu taken over from idle workers), "
+                 "%zu ok, %zu dead-lettered (%zu malformed), %zu retries, %zu released, %zu taken over by others; "
+                 "Redis lost %zu times\n",
+                 w.consumer.name.c_str(), seconds, r.deliveries, r.claimed, r.ok, r.dead_lettered, r.protocol_errors,
+                 r.retried, r.released, r.taken_over, r.redis_lost);
+    for (const auto& warning : report->run.warnings) std::fprintf(stderr, "pillbox worker: warning: %s\n", warning.c_str());
+  }
+  return r.stop_signal != 0 ? 128 + r.stop_signal : kExitOk;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,319 @@
+// pillbox worker against a real redis-server (started by the test on a free
+// loopback port): results and dead letters land where docs/distributed.md
+// says, the attempt count is Redis's delivery count, a worker's death is
+// counted and its entries are taken over, two workers judge one entry on
+// its whole history, malformed entries never stop the stream, SIGTERM
+// finishes what runs. Workers are real `pillbox worker` processes, killed
+// with real signals; tasks run the mixed_poison fixture (S: SIGSEGV,
+// A: abort, L: spins, E: handler error, else ok).
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/background.h"
+#include "tests/e2e/redis_server.h"
+#include "tests/e2e/support.h"
+
+namespace {
+
+using e2e::run_pillbox;
+using nlohmann::json;
+
+// Adds entries with the given keys and payloads, in order; returns their ids.
+std::vector<std::string> add_entries(const e2e::RedisServer& server, const std::string& stream,
+                                     const std::vector<std::pair<std::string, std::string>>& tasks) {
+  auto redis = e2e::connect(server);
+  std::vector<std::string> ids;
+  for (const auto& [key, payload] : tasks) {
+    auto r = redis.command({"XADD", stream, "*", "key", key, "payload", payload});
+    REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
+    ids.push_back(pillbox::broker::reply_text(r->get()));
+  }
+  return ids;
+}
+
+// The worker's arguments for the mixed_poison fixture, plus `extra`.
+std::vector<std::string> worker_args(const e2e::RedisServer& server, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"worker", "--redis", server.url(), "--stream", "jobs"};
+  if (std::find(extra.begin(), extra.end(), "--backoff-base") == extra.end()) {
+    args.insert(args.end(), {"--backoff-base", "10ms"});
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--", e2e::fixture("mixed_poison")});
+  return args;
+}
+
+// XPENDING's extended form for one entry: {consumer, delivery count}, or
+// {"", 0} when it is not pending.
+std::pair<std::string, long long> pending_on(const e2e::RedisServer& server, const std::string& id) {
+  auto redis = e2e::connect(server);
+  auto r = redis.command({"XPENDING", "jobs", "pillbox", id, id, "1"});
+  if (!r || (*r)->type != REDIS_REPLY_ARRAY || (*r)->elements == 0) return {"", 0};
+  const redisReply* e = (*r)->element[0];
+  return {pillbox::broker::reply_text(e->element[1]), e->element[3]->integer};
+}
+
+json record_of(const e2e::StreamEntry& dead_letter) {
+  auto j = json::parse(dead_letter.fields.at("record"), nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  return j;
+}
+
+// Keys left behind under NAME:attempts: (every settled entry's history is deleted).
+std::size_t history_keys(const e2e::RedisServer& server) {
+  auto redis = e2e::connect(server);
+  auto r = redis.command({"KEYS", "jobs:attempts:*"});
+  REQUIRE(r.has_value());
+  return (*r)->elements;
+}
+
+TEST_CASE("worker: ok results go to NAME:results, poison to NAME:dlq after two deliveries, nothing stays pending") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  std::vector<std::pair<std::string, std::string>> tasks;
+  for (int i = 0; i < 20; ++i) tasks.emplace_back("good-" + std::to_string(i), "payload " + std::to_string(i));
+  tasks.emplace_back("segv", "S segv");
+  tasks.emplace_back("abort", "A abort");
+  tasks.emplace_back("binary", std::string("\x01\xff\x00 bytes", 9));
+  const auto ids = add_entries(server, "jobs", tasks);
+
+  const auto r = run_pillbox(worker_args(server, {"--jobs", "2", "--exit-when-idle", "1s", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 21);
+  std::map<std::string, std::map<std::string, std::string>> by_key;
+  for (const auto& e : results) by_key[e.fields.at("key")] = e.fields;
+  CHECK(by_key.at("good-3").at("output") == "payload 3");
+  CHECK(by_key.at("good-3").at("verdict") == "ok");
+  CHECK(by_key.at("good-3").at("kind") == "ok");
+  CHECK(by_key.at("good-3").at("entry") == ids[3]);
+  CHECK(by_key.at("good-3").at("deliveries") == "1");
+  // Not UTF-8: base64, never mangled.
+  CHECK(by_key.at("binary").count("output") == 0);
+  CHECK(by_key.at("binary").at("output_b64") == "Af8AIGJ5dGVz");
+
+  const auto dlq = e2e::stream_entries(server, "jobs:dlq");
+  REQUIRE(dlq.size() == 2);
+  for (const auto& d : dlq) {
+    const std::string key = d.fields.at("key");
+    INFO(key);
+    CHECK(d.fields.at("kind") == "crash");
+    CHECK(d.fields.at("deliveries") == "2");  // the same crash twice in a row
+    CHECK(d.fields.at("payload") == (key == "segv" ? "S segv" : "A abort"));
+    CHECK(d.fields.at("entry") == (key == "segv" ? ids[20] : ids[21]));
+    const json rec = record_of(d);
+    CHECK(rec["kind"] == "crash");
+    CHECK(rec["fingerprint"] == d.fields.at("fingerprint"));
+    CHECK(rec["signal"] == (key == "segv" ? "SIGSEGV" : "SIGABRT"));
+    CHECK(rec["handler"] == "exec");
+    CHECK_FALSE(rec["policy"].get<std::string>().empty());
+    CHECK(rec["stream"]["entry"] == d.fields.at("entry"));
+    REQUIRE(rec["attempts_history"].size() == 2);
+    for (const auto& a : rec["attempts_history"]) {
+      CHECK(a["kind"] == "crash");
+      CHECK(a["fingerprint"] == d.fields.at("fingerprint"));
+      CHECK_FALSE(a["worker"].get<std::string>().empty());
+    }
+  }
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 0);  // settled entries are deleted
+  CHECK(history_keys(server) == 0);
+  // One line per settled entry on stdout.
+  CHECK(r.records.size() == 23);
+}
+
+TEST_CASE("worker: two different workers that see the same crash dead-letter it after 2 deliveries") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = add_entries(server, "jobs", {{"segv", "S"}});
+  // Worker A records the crash, then waits a long backoff holding the entry
+  // (renewed), and is killed there.
+  e2e::Background a(e2e::pillbox_binary(),
+                    worker_args(server, {"--consumer", "worker-a", "--jobs", "1", "--backoff-base", "1h",
+                                         "--backoff-max", "1h", "--claim-idle", "30s"}));
+  REQUIRE_MESSAGE(e2e::eventually([&] { return e2e::redis_integer(server, {"HLEN", "jobs:attempts:" + ids[0]}) == 1; }),
+                  a.err());
+  a.signal(SIGKILL);
+  a.wait();
+  // Worker B takes it over (A is silent), sees A's crash in the history and
+  // the same crash itself: dead-lettered at delivery 2.
+  const auto b = run_pillbox(worker_args(server, {"--consumer", "worker-b", "--claim-idle", "200ms",
+                                                  "--exit-when-idle", "1500ms", "--json"}));
+  INFO(b.describe());
+  CHECK(b.exit_code == 0);
+  CHECK(b.err.find("1 taken over from idle workers") != std::string::npos);
+  const auto dlq = e2e::stream_entries(server, "jobs:dlq");
+  REQUIRE(dlq.size() == 1);
+  CHECK(dlq[0].fields.at("deliveries") == "2");
+  const json rec = record_of(dlq[0]);
+  REQUIRE(rec["attempts_history"].size() == 2);
+  CHECK(rec["attempts_history"][0]["worker"] == "worker-a");
+  CHECK(rec["attempts_history"][1]["worker"] == "worker-b");
+  CHECK(rec["attempts_history"][0]["fingerprint"] == rec["attempts_history"][1]["fingerprint"]);
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+TEST_CASE("worker: a worker killed mid-task still counts the delivery; another takes the entry over") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = add_entries(server, "jobs", {{"spin", "L spins"}, {"fine", "fine"}});
+  {
+    e2e::Background a(e2e::pillbox_binary(),
+                      worker_args(server, {"--consumer", "worker-a", "--jobs", "1", "--timeout", "60s", "--cpu", "60s"}));
+    REQUIRE_MESSAGE(e2e::eventually([&] { return pending_on(server, ids[0]).first == "worker-a"; }), a.err());
+    a.signal(SIGKILL);
+    a.wait();
+  }
+  CHECK(pending_on(server, ids[0]) == std::pair<std::string, long long>{"worker-a", 1});
+  const auto b = run_pillbox(worker_args(server, {"--consumer", "worker-b", "--timeout", "300ms", "--claim-idle",
+                                                  "200ms", "--exit-when-idle", "1500ms", "--json"}));
+  INFO(b.describe());
+  CHECK(b.exit_code == 0);
+  const auto dlq = e2e::stream_entries(server, "jobs:dlq");
+  REQUIRE(dlq.size() == 1);
+  CHECK(dlq[0].fields.at("key") == "spin");
+  CHECK(dlq[0].fields.at("kind") == "wall-timeout");
+  // Delivery 1 (worker A, killed) never reported back; 2, 3 and 4 timed out
+  // (three charged failures of --max-attempts 3).
+  CHECK(dlq[0].fields.at("deliveries") == "4");
+  const json rec = record_of(dlq[0]);
+  REQUIRE(rec["attempts_history"].size() == 4);
+  CHECK(rec["attempts_history"][0]["kind"] == "supervisor-lost");
+  CHECK(rec["attempts_history"][0]["note"] == "never reported back");
+  for (int i = 1; i < 4; ++i) CHECK(rec["attempts_history"][i]["kind"] == "wall-timeout");
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].fields.at("key") == "fine");
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+TEST_CASE("worker: a payload whose deliveries never report back is dead-lettered as supervisor-lost, unrun") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = add_entries(server, "jobs", {{"killer", "L stands for a payload that kills its worker"}});
+  // --max-attempts 2: two workers die holding it ...
+  for (int n = 1; n <= 2; ++n) {
+    const std::string me = "worker-" + std::to_string(n);
+    e2e::Background w(e2e::pillbox_binary(), worker_args(server, {"--consumer", me, "--jobs", "1", "--timeout", "60s",
+                                                                  "--cpu", "60s", "--claim-idle", "200ms",
+                                                                  "--max-attempts", "2"}));
+    REQUIRE_MESSAGE(e2e::eventually([&] { return pending_on(server, ids[0]) == std::pair<std::string, long long>{me, n}; }),
+                    w.err());
+    w.signal(SIGKILL);
+    w.wait();
+  }
+  // ... and the third dead-letters it without running it.
+  const auto r = run_pillbox(worker_args(server, {"--consumer", "worker-3", "--claim-idle", "200ms", "--max-attempts",
+                                                  "2", "--exit-when-idle", "1500ms", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto dlq = e2e::stream_entries(server, "jobs:dlq");
+  REQUIRE(dlq.size() == 1);
+  CHECK(dlq[0].fields.at("kind") == "supervisor-lost");
+  CHECK(dlq[0].fields.at("deliveries") == "3");
+  const json rec = record_of(dlq[0]);
+  CHECK(rec["attempts_history"].size() == 2);
+  CHECK(rec["wall_ms"] == 0);  // not run again
+  REQUIRE(r.records.size() == 1);
+  CHECK(r.records[0]["verdict"] == "dead-lettered");
+  CHECK(r.err.find(", 0 ok,") != std::string::npos);
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+TEST_CASE("worker: malformed and oversized entries are dead-lettered as protocol-error; the stream goes on") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  auto redis = e2e::connect(server);
+  REQUIRE(redis.command({"XADD", "jobs", "*", "key", "no-payload"}).has_value());
+  REQUIRE(redis.command({"XADD", "jobs", "*", "something", "else", "\xff\xfe", "\x00"}).has_value());
+  add_entries(server, "jobs", {{"big", std::string(4096, 'x')}, {"after", "still runs"}});
+  const auto r = run_pillbox(worker_args(server, {"--max-payload", "1K", "--exit-when-idle", "1s"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto dlq = e2e::stream_entries(server, "jobs:dlq");
+  REQUIRE(dlq.size() == 3);
+  for (const auto& d : dlq) {
+    CHECK(d.fields.at("kind") == "protocol-error");
+    CHECK(d.fields.at("deliveries") == "1");
+  }
+  CHECK(record_of(dlq[0])["message"].get<std::string>().find("no `payload` field") != std::string::npos);
+  CHECK(dlq[1].fields.at("key").rfind("entry:", 0) == 0);  // no key: named by its entry id
+  CHECK(record_of(dlq[2])["message"].get<std::string>().find("4096 bytes is over the limit of 1024") != std::string::npos);
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].fields.at("output") == "still runs");
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+TEST_CASE("worker: an unreachable Redis, a bad URL and a key that is not a stream are one clear line each") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const int closed = e2e::free_loopback_port();
+  auto r = run_pillbox({"worker", "--redis", "redis://127.0.0.1:" + std::to_string(closed), "--stream", "jobs",
+                        "--handler", "echo"});
+  CHECK(r.exit_code == 3);
+  CHECK(r.err_lines().size() == 1);
+  CHECK(r.err.find("cannot reach Redis at redis://127.0.0.1:" + std::to_string(closed)) != std::string::npos);
+
+  r = run_pillbox({"worker", "--redis", "http://x", "--stream", "jobs", "--handler", "echo"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("expected redis://HOST[:PORT][/DB]") != std::string::npos);
+
+  auto redis = e2e::connect(server);
+  REQUIRE(redis.command({"SET", "plain", "a string"}).has_value());
+  r = run_pillbox({"worker", "--redis", server.url(), "--stream", "plain", "--handler", "echo"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 3);
+  CHECK(r.err_lines().size() == 1);
+  CHECK(r.err.find("the key 'plain' on redis://127.0.0.1:" + std::to_string(server.port()) +
+                   "/0 holds a string, not a stream") != std::string::npos);
+
+  r = run_pillbox({"worker", "--redis", server.url(), "--stream", "jobs", "--handler", "echo", "stray"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("pillbox submit") != std::string::npos);
+}
+
+TEST_CASE("worker: SIGTERM finishes what runs, reads nothing new, and the next worker runs the rest once") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  std::vector<std::pair<std::string, std::string>> tasks;
+  for (int i = 0; i < 8; ++i) tasks.emplace_back("t" + std::to_string(i), "task " + std::to_string(i));
+  add_entries(server, "jobs", tasks);
+  // Each task takes 400 ms, so SIGTERM comes while two run.
+  const std::vector<std::string> slow = {"--", "/bin/sh", "-c", "sleep 0.4; cat"};
+  auto args = std::vector<std::string>{"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2",
+                                       "--consumer", "first", "--json"};
+  args.insert(args.end(), slow.begin(), slow.end());
+  e2e::Background first(e2e::pillbox_binary(), args);
+  REQUIRE_MESSAGE(e2e::eventually([&] { return e2e::pending_count(server, "jobs", "pillbox") >= 2; }), first.err());
+  first.signal(SIGTERM);
+  CHECK(first.wait() == 143);
+  INFO(first.err());
+  const std::size_t done_first = e2e::stream_entries(server, "jobs:results").size();
+  CHECK(done_first >= 2);  // what ran when SIGTERM came was finished and settled
+  CHECK(done_first < 8);
+  CHECK(first.err().find("stopping (SIGTERM)") != std::string::npos);
+
+  args = {"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2", "--consumer", "second",
+          "--claim-idle", "200ms", "--exit-when-idle", "1500ms", "--json"};
+  args.insert(args.end(), slow.begin(), slow.end());
+  const auto second = run_pillbox(args);
+  INFO(second.describe());
+  CHECK(second.exit_code == 0);
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  std::set<std::string> keys;
+  for (const auto& e : results) keys.insert(e.fields.at("key"));
+  CHECK(keys.size() == 8);
+  CHECK(results.size() == 8);  // none twice
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+}  // namespace

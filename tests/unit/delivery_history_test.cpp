@@ -1,0 +1,103 @@
+// The fleet's history of an entry (supervisor/broker/delivery_history.h):
+// what each delivery recorded, which deliveries never reported back, and
+// what the retry policy makes of them. Pure: no Redis.
+#include <doctest/doctest.h>
+
+#include "supervisor/broker/delivery_history.h"
+#include "supervisor/flow/retry_policy.h"
+
+namespace {
+
+using namespace pillbox;
+using namespace pillbox::broker;
+
+Outcome crash(const std::string& fingerprint) {
+  Outcome o;
+  o.kind = Kind::kCrash;
+  o.signal = 11;
+  o.fingerprint = fingerprint;
+  o.crash_state = {"parse_header", "main"};
+  o.message = "killed by SIGSEGV";
+  return o;
+}
+
+TEST_CASE("delivery history: a recorded outcome survives the JSON round trip") {
+  const auto d = recorded_outcome(3, "host:12", 1700000000123, crash("pb1-aa"), true, false);
+  const auto back = parse_delivery(3, delivery_json(d));
+  REQUIRE(back.has_value());
+  CHECK(back->delivery == 3);
+  CHECK(back->worker == "host:12");
+  CHECK(back->at_ms == 1700000000123);
+  CHECK(back->kind == "crash");
+  CHECK(back->fingerprint == "pb1-aa");
+  CHECK(back->charged);
+  CHECK_FALSE(back->transient);
+  CHECK(back->signal == 11);
+  CHECK(back->crash_state == std::vector<std::string>{"parse_header", "main"});
+  const Outcome o = outcome_of(*back);
+  CHECK(o.kind == Kind::kCrash);
+  CHECK(o.fingerprint == "pb1-aa");
+}
+
+TEST_CASE("delivery history: a message is bounded and bytes that are not UTF-8 do not break the record") {
+  Outcome o = crash("pb1-bb");
+  o.message = std::string(10000, 'm') + "\xff\xfe";
+  const auto back = parse_delivery(1, delivery_json(recorded_outcome(1, "w", 0, o, true, false)));
+  REQUIRE(back.has_value());
+  CHECK(back->message.size() == kMaxRecordedMessage);
+}
+
+TEST_CASE("delivery history: fields that are not ours are unreadable, never a crash and never charged") {
+  for (const char* garbage : {"", "not json", "[1,2]", "{\"kind\": 5}", "{\"kind\": \"no-such-kind\"}",
+                              "{\"charged\": \"yes\"}"}) {
+    INFO(garbage);
+    CHECK_FALSE(parse_delivery(1, garbage).has_value());
+    const auto h = entry_history(2, {{1, garbage}});
+    CHECK(h.unreadable == 1);
+    REQUIRE(h.recorded.size() == 1);
+    CHECK_FALSE(h.recorded[0].charged);
+    CHECK(h.lost.empty());
+  }
+}
+
+TEST_CASE("delivery history: deliveries with nothing recorded are lost; the last one lost makes the next run alone") {
+  const std::string one = delivery_json(recorded_outcome(1, "a", 0, crash("pb1-x"), true, false));
+  auto h = entry_history(5, {{1, one}, {3, one}});
+  CHECK(h.lost == std::vector<std::uint32_t>{2, 4});
+  CHECK(h.last_lost);
+  CHECK(h.recorded.size() == 2);
+  h = entry_history(4, {{1, one}, {2, one}, {3, one}});
+  CHECK(h.lost.empty());
+  CHECK_FALSE(h.last_lost);
+  // Fields past the current delivery (a later writer's) are not this delivery's past.
+  h = entry_history(2, {{1, one}, {7, one}});
+  CHECK(h.recorded.size() == 1);
+  CHECK(entry_history(1, {}).lost.empty());
+  CHECK_FALSE(entry_history(1, {}).last_lost);
+}
+
+TEST_CASE("delivery history: the retry policy judges the fleet's history (same crash on two workers -> quarantine)") {
+  RetrySettings settings;
+  const auto first = recorded_outcome(1, "worker-a", 0, crash("pb1-x"), true, false);
+  const auto h = entry_history(2, {{1, delivery_json(first)}});
+  const auto second = recorded_outcome(2, "worker-b", 0, crash("pb1-x"), true, false);
+  CHECK(judge(settings, attempt_summaries(h, second), crash("pb1-x")).decision == Decision::kQuarantine);
+  // Another crash site the second time: a retry.
+  const auto other = recorded_outcome(2, "worker-b", 0, crash("pb1-y"), true, false);
+  CHECK(judge(settings, attempt_summaries(h, other), crash("pb1-y")).decision == Decision::kRetry);
+}
+
+TEST_CASE("delivery history: releases and holds are not failures of the payload") {
+  RetrySettings settings;
+  settings.max_attempts = 2;
+  const auto released = recorded_release(1, "a", 0, "released: the worker is stopping");
+  Outcome o = crash("pb1-x");
+  const auto held = recorded_outcome(2, "b", 0, o, false, false, "held: handler outage suspected");
+  const auto h = entry_history(3, {{1, delivery_json(released)}, {2, delivery_json(held)}});
+  CHECK(h.lost.empty());
+  const auto now = recorded_outcome(3, "c", 0, crash("pb1-x"), true, false);
+  // Only this delivery is charged: not two in a row, not max_attempts.
+  CHECK(judge(settings, attempt_summaries(h, now), crash("pb1-x")).decision == Decision::kRetry);
+}
+
+}  // namespace
