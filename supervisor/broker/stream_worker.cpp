@@ -211,6 +211,7 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   const std::string* key = field(d, "key");
   const std::string* payload = field(d, "payload");
   e.task.key = key != nullptr ? *key : "entry:" + d.entry;
+  if (const std::string* r = field(d, "redrive_of")) e.redrive_of = *r;
   hold_claim(e);
   if (stopping_) {
     // Read as the worker began to stop: not run here.
@@ -513,6 +514,7 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
     fields.emplace_back("cpu_ms", std::to_string(outcome.cpu_ms));
     fields.emplace_back("wall_ms", std::to_string(outcome.wall_ms));
     fields.emplace_back("max_rss_kb", std::to_string(outcome.max_rss_kb));
+    if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
   }
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, fields = std::move(fields), keys = settings_.keys, consumer = settings_.consumer,
@@ -574,6 +576,8 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
       {"entry", e.id},
       {"record", record_json(e, outcome, reason)},
   };
+  // A redriven dead letter that fails again says which one it was.
+  if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
                 consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {

@@ -118,6 +118,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   struct Entry {
     Task task;                 // task.ref is the key of entries_
     std::string id;            // stream entry id
+    std::string redrive_of;    // the dead letter this entry redrives (field `redrive_of`), ""
     std::uint32_t delivery = 1;
     EntryHistory history;      // deliveries before `delivery`
     std::uint32_t transient_here = 0;
