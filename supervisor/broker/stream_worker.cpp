@@ -114,7 +114,10 @@ void StreamWorker::start_stopping(const std::string& why) {
   // worker that takes them over does not count a lost delivery.
   std::vector<std::uint64_t> waiting;
   for (auto& [ref, e] : entries_) {
-    if (e.where == Where::kReady || e.where == Where::kDelayed || e.where == Where::kOutageHeld) waiting.push_back(ref);
+    if (e.where == Where::kReady || e.where == Where::kDelayed || e.where == Where::kOutageHeld ||
+        e.where == Where::kParked) {
+      waiting.push_back(ref);
+    }
   }
   for (auto ref : waiting) release(entries_.at(ref), Outcome{}, "the worker is stopping");
 }
@@ -155,6 +158,7 @@ Status StreamWorker::prepare(std::size_t free_slots) {
   }
   if (!stopping_) intake(free_slots, now);
   run_due(now);
+  review_parked();
   return Status::ok();
 }
 
@@ -278,9 +282,14 @@ void StreamWorker::probe(Clock::time_point now) {
   }
   for (auto& [ref, e] : entries_) {
     if (e.where == Where::kOutageHeld) {
+      // Run again at the same delivery, not delivered again: an outage of
+      // hours must not grow the entry's delivery count and history by one
+      // per probe. Its record (held, uncharged) is overwritten by the
+      // probe's. The price: a probe that kills this worker is not counted.
       breaker_.probe_started();
       e.probe = true;
-      redeliver_now(e);
+      e.where = Where::kReady;
+      ready_.push_front(ref);
       return;
     }
   }
@@ -395,6 +404,12 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
   const Judgement j = judge(settings_.retry, summaries, outcome, e.transient_here);
   switch (j.decision) {
     case Decision::kQuarantine:
+      if (settings_.breaker.enabled && breaker_.suspects(outcome.fingerprint)) {
+        e.where = Where::kParked;
+        e.parked_outcome = outcome;
+        e.parked_reason = j.reason;
+        return;
+      }
       return dead_letter(e, outcome, j.reason);
     case Decision::kGiveUp:
       return release(e, outcome, j.reason + "; left pending for another worker");
@@ -425,6 +440,33 @@ void StreamWorker::on_breaker_closed() {
   }
 }
 
+void StreamWorker::review_parked() {
+  std::vector<std::uint64_t> parked;
+  bool others = in_flight_ > 0 || !ready_.empty();
+  for (auto& [ref, e] : entries_) {
+    if (e.where == Where::kParked) parked.push_back(ref);
+    if (e.where == Where::kDelayed || e.where == Where::kBusy) others = true;
+  }
+  for (auto ref : parked) {
+    Entry& e = entries_.at(ref);
+    if (breaker_.open()) {
+      // The outage explains the failure: held, uncharged, like the rest.
+      const auto d = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), e.parked_outcome, false, false,
+                                      "held: handler outage suspected");
+      record(e, d, [this, ref](bool held) {
+        auto it = entries_.find(ref);
+        if (it == entries_.end()) return;
+        if (!held) return taken_over(ref);
+        if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
+        it->second.where = breaker_.open() ? Where::kOutageHeld : Where::kDelayed;
+      });
+    } else if (!breaker_.suspects(e.parked_outcome.fingerprint) || !others) {
+      // The suspicion faded, or nothing left here could confirm it.
+      dead_letter(e, e.parked_outcome, e.parked_reason);
+    }
+  }
+}
+
 void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void(bool)> after) {
   e.where = Where::kBusy;
   writer_.post([this, keys = settings_.keys, consumer = settings_.consumer, id = e.id, delivery = e.delivery,
@@ -435,8 +477,13 @@ void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<voi
       after(*r);
     };
   });
-  // What this worker knows of the history from now on.
-  e.history.recorded.push_back(d);
+  // What this worker knows of the history from now on (a probe's record
+  // replaces the hold it ran from: same delivery).
+  if (!e.history.recorded.empty() && e.history.recorded.back().delivery == d.delivery) {
+    e.history.recorded.back() = d;
+  } else {
+    e.history.recorded.push_back(d);
+  }
 }
 
 void StreamWorker::retry_later(Entry& e, std::uint32_t failures) {

@@ -114,7 +114,10 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
 
  private:
   using Clock = std::chrono::steady_clock;
-  enum class Where { kReady, kRunning, kDelayed, kOutageHeld, kBusy };
+  // kParked: judged poison with a fingerprint the breaker suspects of being
+  // an outage's; waits, unrun, for the breaker to open (then it is held) or
+  // the suspicion to fade (then it is dead-lettered).
+  enum class Where { kReady, kRunning, kDelayed, kOutageHeld, kParked, kBusy };
   struct Entry {
     Task task;                 // task.ref is the key of entries_
     std::string id;            // stream entry id
@@ -126,6 +129,8 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     bool probe = false;        // running as the breaker's probe
     Where where = Where::kBusy;
     Clock::time_point due{};
+    Outcome parked_outcome;    // kParked: the failure it would be dead-lettered for
+    std::string parked_reason;
   };
   // The entries this worker holds, with their deliveries, shared with the
   // writer link's renewal (its own thread).
@@ -152,6 +157,9 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void start_stopping(const std::string& why);
   void probe(Clock::time_point now);
   void on_breaker_closed();
+  // Parked entries: held once the breaker opened, dead-lettered once it no
+  // longer suspects their fingerprint or nothing left could open it.
+  void review_parked();
   std::optional<Clock::time_point> wake_at(Clock::time_point now) const;
   std::int64_t wall_ms() const;
   std::string record_json(const Entry& e, const Outcome& outcome, const std::string& reason) const;

@@ -11,6 +11,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 extern char** environ;
@@ -64,6 +66,13 @@ Background::~Background() {
     while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
     }
   }
+}
+
+std::string Background::contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
 }
 
 void Background::signal(int sig) const {

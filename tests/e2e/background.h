@@ -29,10 +29,14 @@ class Background {
   // Waits for it to end (at most `limit`; then SIGKILL and a failed check).
   // The exit code, or 128 + the signal that ended it.
   int wait(std::chrono::milliseconds limit = std::chrono::seconds(120));
-  std::string out() const { return read_file(dir_.file("out")); }
-  std::string err() const { return read_file(dir_.file("err")); }
+  // What it wrote so far. No doctest assertion inside: these are meant for
+  // INFO and REQUIRE_MESSAGE, which evaluate them while doctest's reporter
+  // holds its lock (an assertion there deadlocks).
+  std::string out() const { return contents(dir_.file("out")); }
+  std::string err() const { return contents(dir_.file("err")); }
 
  private:
+  static std::string contents(const std::string& path);
   TempDir dir_;
   pid_t pid_ = -1;
   bool reaped_ = false;

@@ -8,6 +8,7 @@
 // A: abort, L: spins, E: handler error, else ok).
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -313,6 +314,37 @@ TEST_CASE("worker: SIGTERM finishes what runs, reads nothing new, and the next w
   CHECK(keys.size() == 8);
   CHECK(results.size() == 8);  // none twice
   CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("worker: an outage of its handler holds the failures uncharged and pauses intake; it resumes when the handler works") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  // The handler is broken while the flag file exists (a missing dependency,
+  // say). The directory is outside /tmp, which tasks see privately.
+  e2e::TempDir flags(0755, PILLBOX_BUILD_DIR);
+  const std::string flag = flags.write("broken", "");
+  std::vector<std::pair<std::string, std::string>> tasks;
+  for (int i = 0; i < 12; ++i) tasks.emplace_back("t" + std::to_string(i), "task " + std::to_string(i));
+  add_entries(server, "jobs", tasks);
+  e2e::Background w(e2e::pillbox_binary(),
+                    {"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2", "--breaker-window", "4",
+                     "--breaker-probe-interval", "100ms", "--backoff-base", "5s", "--exit-when-idle", "1s", "--",
+                     "/bin/sh", "-c", "test -e " + flag + " && { echo 'missing dependency' >&2; exit 3; }; cat"});
+  REQUIRE_MESSAGE(e2e::eventually([&] { return w.err().find("handler outage suspected") != std::string::npos; }),
+                  w.err());
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  ::unlink(flag.c_str());
+  CHECK(w.wait() == 0);
+  INFO(w.err());
+  CHECK(w.err().find("handler works again") != std::string::npos);
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  CHECK(results.size() == 12);
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());  // nothing charged to the payloads
   CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
 }
 
