@@ -170,8 +170,14 @@ void StreamWorker::intake(std::size_t free_slots, Clock::time_point now) {
     return;
   }
   if (breaker_.open()) return;  // intake paused: probes only (run_due)
+  // One turn's worth read ahead (as many entries as there are slots), so
+  // that a slot that comes free finds its next entry here instead of
+  // waiting a round trip to Redis. They are delivered, hence counted, while
+  // they wait: a worker that dies holds at most 2 x --jobs entries.
+  slots_ = std::max(slots_, free_slots);
   const std::size_t waiting = ready_.size();
-  const std::size_t want = free_slots > waiting ? free_slots - waiting : 0;
+  const std::size_t room = free_slots > 0 ? free_slots + slots_ : 0;
+  const std::size_t want = room > waiting ? room - waiting : 0;
   if (want == 0 || solo_running_) return;
   if (!claim_outstanding_ && now >= next_claim_at_) {
     claim_outstanding_ = true;

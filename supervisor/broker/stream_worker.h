@@ -177,6 +177,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   std::deque<std::uint64_t> ready_;
   std::uint64_t next_ref_ = 0;
   std::size_t in_flight_ = 0;
+  std::size_t slots_ = 0;      // the most free slots ever seen: --jobs
   bool solo_running_ = false;
   bool read_outstanding_ = false;
   bool claim_outstanding_ = false;
