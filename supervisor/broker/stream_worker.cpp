@@ -159,6 +159,7 @@ Status StreamWorker::prepare(std::size_t free_slots) {
   if (!stopping_) intake(free_slots, now);
   run_due(now);
   review_parked();
+  notice_breaker_change();
   return Status::ok();
 }
 
@@ -311,11 +312,10 @@ TaskSource::Item StreamWorker::next() {
     ++in_flight_;
     return item;
   }
-  if (!solo_running_ && !ready_.empty()) {
-    Entry& e = entries_.at(ready_.front());
-    // While the breaker is open only its probe runs; a suspect runs alone.
-    if ((!breaker_.open() || e.probe) && (!e.solo || in_flight_ == 0)) {
-      ready_.pop_front();
+  if (!solo_running_) {
+    if (auto pick = next_ready(); pick != ready_.end()) {
+      Entry& e = entries_.at(*pick);
+      ready_.erase(pick);
       e.where = Where::kRunning;
       solo_running_ = e.solo;
       ++in_flight_;
@@ -332,6 +332,19 @@ TaskSource::Item StreamWorker::next() {
   item.type = Item::Type::kWait;
   item.wake_at = wake_at(Clock::now());
   return item;
+}
+
+std::deque<std::uint64_t>::iterator StreamWorker::next_ready() {
+  // While the breaker is open only its probe runs.
+  if (breaker_.open()) {
+    return std::find_if(ready_.begin(), ready_.end(), [this](std::uint64_t ref) { return entries_.at(ref).probe; });
+  }
+  // A suspect (its last delivery never reported back) runs alone, and
+  // nothing new starts before it has.
+  const auto suspect =
+      std::find_if(ready_.begin(), ready_.end(), [this](std::uint64_t ref) { return entries_.at(ref).solo; });
+  if (suspect != ready_.end()) return in_flight_ == 0 ? suspect : ready_.end();
+  return ready_.begin();
 }
 
 std::optional<StreamWorker::Clock::time_point> StreamWorker::wake_at(Clock::time_point now) const {
@@ -361,7 +374,7 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
     probe_copy_running_ = false;
     const bool ok = outcome.kind == Kind::kOk;
     breaker_.probe_ended(ok, now, true);
-    if (!breaker_.open()) on_breaker_closed();
+    notice_breaker_change();
     return;
   }
   auto it = entries_.find(task.ref);
@@ -372,11 +385,9 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
   const std::string payload_id = task.key + "\n" + sha256_hex(task.payload);
   const bool was_probe = std::exchange(e.probe, false);
   if (outcome.kind == Kind::kOk) {
-    breaker_.record(payload_id, false, "", now);
-    if (was_probe) {
-      breaker_.probe_ended(true, now);
-      if (!breaker_.open()) on_breaker_closed();
-    }
+    breaker_.record(payload_id, false, "", now);  // any success closes it
+    if (was_probe) breaker_.probe_ended(true, now);
+    notice_breaker_change();
     if (task.payload.size() <= kMaxKnownGood) known_good_ = Task{task.key, task.payload, 0};
     settle_ok(e, outcome);
     return;
@@ -390,6 +401,7 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
                    " recent payloads failed, mostly as " + std::string(to_string(outcome.kind)) + " " +
                    outcome.fingerprint + "; intake paused, failures held uncharged, probing");
   }
+  notice_breaker_change();
   if (breaker_.open() && !transient) {
     // Not held against the payload: an outage explains it.
     const auto d = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, false, false,
@@ -434,6 +446,12 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
       return;
     }
   }
+}
+
+void StreamWorker::notice_breaker_change() {
+  const bool open = breaker_.open();
+  if (breaker_was_open_ && !open) on_breaker_closed();
+  breaker_was_open_ = open;
 }
 
 void StreamWorker::on_breaker_closed() {

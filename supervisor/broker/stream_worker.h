@@ -157,6 +157,11 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void start_stopping(const std::string& why);
   void probe(Clock::time_point now);
   void on_breaker_closed();
+  // Calls on_breaker_closed once when the breaker went from open to closed
+  // (a probe, or any success, closes it).
+  void notice_breaker_change();
+  // The ready entry that may start now, or ready_.end().
+  std::deque<std::uint64_t>::iterator next_ready();
   // Parked entries: held once the breaker opened, dead-lettered once it no
   // longer suspects their fingerprint or nothing left could open it.
   void review_parked();
@@ -179,6 +184,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   std::size_t in_flight_ = 0;
   std::size_t slots_ = 0;      // the most free slots ever seen: --jobs
   bool solo_running_ = false;
+  bool breaker_was_open_ = false;
   bool read_outstanding_ = false;
   bool claim_outstanding_ = false;
   std::string claim_cursor_ = "0-0";
