@@ -6,30 +6,32 @@ namespace pillbox::broker {
 namespace {
 
 // Every fenced script starts with this: the entry is pending on this
-// consumer (ARGV[2]) at this delivery count. XPENDING's extended form
-// returns {id, consumer, idle, count} for the entry, or nothing.
+// consumer (ARGV[2]). XPENDING's extended form returns {id, consumer, idle,
+// count} for the entry, or nothing. The owner is the fence, not the delivery
+// count: a worker may claim an entry it holds itself (XAUTOCLAIM takes any
+// consumer's entries idle long enough, its own too, e.g. after Redis was
+// unreachable for longer than --claim-idle); that raises the count but the
+// entry is still its own to settle. Two live workers never share a name.
 constexpr const char* kFence = R"lua(
-local function held(stream, group, id, me, delivery)
+local function held(stream, group, id, me)
   local p = redis.call('XPENDING', stream, group, id, id, 1)
   if #p == 0 then return false end
-  if p[1][2] ~= me then return false end
-  if delivery ~= nil and tonumber(p[1][4]) ~= tonumber(delivery) then return false end
-  return true
+  return p[1][2] == me
 end
 )lua";
 
-// KEYS: stream, history. ARGV: group, me, id, delivery, field, json, ttl ms.
+// KEYS: stream, history. ARGV: group, me, id, field (delivery number), json, ttl ms.
 constexpr const char* kRecordBody = R"lua(
-if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return 0 end
-redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
-redis.call('PEXPIRE', KEYS[2], ARGV[7])
+if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
 return 1
 )lua";
 
-// KEYS: stream, history. ARGV: group, me, id, delivery.
+// KEYS: stream, history. ARGV: group, me, id.
 // Returns {} when not held or deleted, else {count, history...}.
 constexpr const char* kRedeliverBody = R"lua(
-if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return {} end
+if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2]) then return {} end
 local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3])
 if #c == 0 or not c[1] then return {} end
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
@@ -37,18 +39,18 @@ return {p[1][4], redis.call('HGETALL', KEYS[2])}
 )lua";
 
 // KEYS: stream, target (or the stream again when none), history.
-// ARGV: group, me, id, delivery, has target (0/1), maxlen (0: none), fields...
+// ARGV: group, me, id, has target (0/1), maxlen (0: none), fields...
 // Returns {} when not held, else {added id or ''}.
 constexpr const char* kSettleBody = R"lua(
-if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return {} end
+if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2]) then return {} end
 local added = ''
-if ARGV[5] == '1' then
+if ARGV[4] == '1' then
   local args = {KEYS[2]}
-  if tonumber(ARGV[6]) > 0 then
-    args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = ARGV[6]
+  if tonumber(ARGV[5]) > 0 then
+    args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = ARGV[5]
   end
   args[#args + 1] = '*'
-  for i = 7, #ARGV do args[#args + 1] = ARGV[i] end
+  for i = 6, #ARGV do args[#args + 1] = ARGV[i] end
   added = redis.call('XADD', unpack(args))
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
@@ -57,11 +59,11 @@ redis.call('DEL', KEYS[3])
 return {added}
 )lua";
 
-// KEYS: stream. ARGV: group, me, then id, delivery pairs. Returns the ids not held.
+// KEYS: stream. ARGV: group, me, then ids. Returns the ids not held.
 constexpr const char* kRenewBody = R"lua(
 local lost = {}
-for i = 3, #ARGV, 2 do
-  if held(KEYS[1], ARGV[1], ARGV[i], ARGV[2], ARGV[i + 1]) then
+for i = 3, #ARGV do
+  if held(KEYS[1], ARGV[1], ARGV[i], ARGV[2]) then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
   else
     lost[#lost + 1] = ARGV[i]
@@ -241,16 +243,15 @@ Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, c
   const std::string d = std::to_string(delivery);
   const std::string ttl = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kHistoryTtl).count());
   const std::string history = keys.history(entry);
-  auto r = eval(redis, kRecordBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d, d, outcome_json, ttl});
+  auto r = eval(redis, kRecordBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d, outcome_json, ttl});
   if (!r) return Error{r.error()};
   return reply_integer(r->get(), 0) == 1;
 }
 
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery) {
-  const std::string d = std::to_string(delivery);
+                                            const std::string& entry) {
   const std::string history = keys.history(entry);
-  auto r = eval(redis, kRedeliverBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d});
+  auto r = eval(redis, kRedeliverBody, {keys.stream, history}, {consumer.group, consumer.name, entry});
   if (!r) return Error{r.error()};
   const redisReply* top = r->get();
   if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the redeliver script");
@@ -263,13 +264,11 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
 }
 
 Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery,
-                                            const std::string& target, std::size_t maxlen,
+                                            const std::string& entry, const std::string& target, std::size_t maxlen,
                                             const std::vector<std::pair<std::string, std::string>>& fields) {
-  const std::string d = std::to_string(delivery);
   const std::string cap = std::to_string(maxlen);
   const std::string history = keys.history(entry);
-  std::vector<std::string_view> argv = {consumer.group, consumer.name, entry, d, target.empty() ? "0" : "1", cap};
+  std::vector<std::string_view> argv = {consumer.group, consumer.name, entry, target.empty() ? "0" : "1", cap};
   for (const auto& [k, v] : fields) {
     argv.push_back(k);
     argv.push_back(v);
@@ -283,17 +282,11 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
 }
 
 Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                         const std::vector<std::pair<std::string, std::uint32_t>>& held) {
+                                         const std::vector<std::string>& held) {
   std::vector<std::string> lost;
   if (held.empty()) return lost;
-  std::vector<std::string> counts;
-  counts.reserve(held.size());
-  for (const auto& h : held) counts.push_back(std::to_string(h.second));
   std::vector<std::string_view> argv = {consumer.group, consumer.name};
-  for (std::size_t i = 0; i < held.size(); ++i) {
-    argv.push_back(held[i].first);
-    argv.push_back(counts[i]);
-  }
+  for (const auto& id : held) argv.push_back(id);
   auto r = eval(redis, kRenewBody, {keys.stream}, argv);
   if (!r) return Error{r.error()};
   const redisReply* top = r->get();

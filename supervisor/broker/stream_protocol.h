@@ -2,9 +2,9 @@
 // The worker's side of the Redis Streams protocol (docs/distributed.md), one
 // synchronous function per step, over one RedisConnection. Every step that
 // settles or changes an entry is one server-side script, fenced: it does
-// anything only while this consumer still holds the entry at the delivery it
-// was given (XPENDING names the owner and the delivery count), so a worker
-// whose entry was taken over cannot settle it, record on it or renew it.
+// anything only while this consumer still holds the entry (XPENDING names
+// its owner), so a worker whose entry was taken over cannot settle it,
+// record on it or renew it.
 //
 // Redis's delivery count is the attempt count: it rises when an entry is
 // delivered (XREADGROUP, XAUTOCLAIM, XCLAIM), before anything runs, so a
@@ -76,31 +76,30 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
                              std::chrono::milliseconds min_idle, const std::string& start, std::size_t count);
 
 // Records what delivery `delivery` of `entry` ended in. False: this consumer
-// no longer holds the entry at that delivery (nothing was written).
+// no longer holds the entry (nothing was written).
 Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                const std::string& entry, std::uint32_t delivery, const std::string& outcome_json);
 
 // Delivers the entry to this consumer again, for a retry (XCLAIM: the count
-// rises by one). nullopt: the entry is no longer this consumer's at
-// `delivery`, or it was deleted. The delivery has no fields (the caller has
-// them) but the whole history.
+// rises by one). nullopt: the entry is no longer this consumer's, or it was
+// deleted. The delivery has no fields (the caller has them) but the whole
+// history.
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery);
+                                            const std::string& entry);
 
 // Settles an entry in one step: adds `fields` to `target` (the results
 // stream, capped at about `maxlen` entries when maxlen > 0, or the dead-letter
 // stream; none when target is empty), acknowledges the entry, deletes it and
 // its history. Returns the id added to `target` ("" when none), or nullopt
-// when this consumer no longer holds the entry at `delivery` (nothing done).
+// when this consumer no longer holds the entry (nothing done).
 Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery,
-                                            const std::string& target, std::size_t maxlen,
+                                            const std::string& entry, const std::string& target, std::size_t maxlen,
                                             const std::vector<std::pair<std::string, std::string>>& fields);
 
-// Resets the idle time of the entries this consumer holds (at the given
-// deliveries) without counting a delivery, so that no other worker takes
-// them over while they run or wait. Returns the entries it no longer holds.
+// Resets the idle time of the entries this consumer holds without counting
+// a delivery, so that no other worker takes them over while they run or
+// wait. Returns the entries it no longer holds.
 Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                         const std::vector<std::pair<std::string, std::uint32_t>>& held);
+                                         const std::vector<std::string>& held);
 
 }  // namespace pillbox::broker

@@ -61,7 +61,7 @@ StreamWorker::StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLi
   const Consumer consumer = settings_.consumer;
   writer_.set_periodic(clamp(settings_.claim_idle / 3, std::chrono::milliseconds(50), std::chrono::milliseconds(10'000)),
                        [this, claims, keys, consumer](RedisConnection& redis) -> BrokerLink::Done {
-                         std::vector<std::pair<std::string, std::uint32_t>> held;
+                         std::vector<std::string> held;
                          {
                            std::lock_guard lock(claims->mutex);
                            held.assign(claims->held.begin(), claims->held.end());
@@ -124,7 +124,7 @@ void StreamWorker::start_stopping(const std::string& why) {
 
 void StreamWorker::hold_claim(const Entry& e) {
   std::lock_guard lock(claims_->mutex);
-  claims_->held[e.id] = e.delivery;
+  claims_->held.insert(e.id);
 }
 
 void StreamWorker::forget(std::uint64_t ref) {
@@ -209,7 +209,31 @@ void StreamWorker::intake(std::size_t free_slots, Clock::time_point now) {
   }
 }
 
+void StreamWorker::claimed_again(Entry& e, const Delivery& d) {
+  ++report_.claimed_again;
+  const std::uint32_t mine = e.delivery;
+  e.delivery = d.count;
+  // The delivery this worker holds it at is marked, so that it is not
+  // counted as one that never reported back; deliveries in between (when
+  // another worker had it) keep what they have. The running attempt's
+  // outcome is recorded at the new count.
+  const auto note = recorded_release(mine, settings_.consumer.name, wall_ms(),
+                                     "claimed again by the worker that held it (its renewal came late)");
+  if (e.history.recorded.empty() || e.history.recorded.back().delivery != mine) {
+    writer_.post([this, keys = settings_.keys, consumer = settings_.consumer, id = e.id, mine,
+                  json = delivery_json(note)](RedisConnection& redis) -> BrokerLink::Done {
+      auto r = record_delivery(redis, keys, consumer, id, mine, json);
+      return [this, r = std::move(r)]() {
+        if (!r) on_error(r.error());
+      };
+    });
+  }
+}
+
 void StreamWorker::admit(Delivery d, bool claimed) {
+  for (auto& [ref, held] : entries_) {
+    if (held.id == d.entry) return claimed_again(held, d);
+  }
   ++report_.deliveries;
   if (claimed) ++report_.claimed;
   last_activity_ = Clock::now();
@@ -519,9 +543,9 @@ void StreamWorker::redeliver_now(Entry& e) {
   e.where = Where::kBusy;
   ++report_.retried;
   const std::uint64_t ref = e.task.ref;
-  writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
-                delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
-    auto r = redeliver(redis, keys, consumer, id, delivery);
+  writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer,
+                id = e.id](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = redeliver(redis, keys, consumer, id);
     return [this, ref, r = std::move(r)]() mutable {
       if (!r) return on_error(r.error());
       auto it = entries_.find(ref);
@@ -589,9 +613,9 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
   }
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, fields = std::move(fields), keys = settings_.keys, consumer = settings_.consumer,
-                id = e.id, delivery = e.delivery, target = settings_.results ? settings_.keys.results : std::string(),
+                id = e.id, target = settings_.results ? settings_.keys.results : std::string(),
                 maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
-    auto r = settle(redis, keys, consumer, id, delivery, target, maxlen, fields);
+    auto r = settle(redis, keys, consumer, id, target, maxlen, fields);
     return [this, ref, outcome, r = std::move(r)]() {
       if (!r) return on_error(r.error());
       auto it = entries_.find(ref);
@@ -651,8 +675,8 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
   if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
-                consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
-    auto r = settle(redis, keys, consumer, id, delivery, keys.dlq, 0, fields);
+                consumer = settings_.consumer, id = e.id](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = settle(redis, keys, consumer, id, keys.dlq, 0, fields);
     return [this, ref, outcome, reason, r = std::move(r)]() {
       if (!r) return on_error(r.error());
       auto it = entries_.find(ref);

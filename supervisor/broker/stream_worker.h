@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,7 @@ struct WorkerReport {
   std::size_t retried = 0;        // redeliveries for a retry
   std::size_t released = 0;
   std::size_t taken_over = 0;
+  std::size_t claimed_again = 0;  // own entries XAUTOCLAIM returned (renewal was late)
   std::size_t protocol_errors = 0;  // malformed entries dead-lettered unrun
   std::size_t outages = 0;
   std::size_t redis_lost = 0;     // times a connection to Redis was lost
@@ -132,14 +134,17 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     Outcome parked_outcome;    // kParked: the failure it would be dead-lettered for
     std::string parked_reason;
   };
-  // The entries this worker holds, with their deliveries, shared with the
-  // writer link's renewal (its own thread).
+  // The entries this worker holds, shared with the writer link's renewal
+  // (its own thread).
   struct Claims {
     std::mutex mutex;
-    std::map<std::string, std::uint32_t> held;
+    std::set<std::string> held;
   };
 
   void admit(Delivery d, bool claimed);
+  // XAUTOCLAIM gave back an entry this worker holds (its renewal came late):
+  // still its own; only the delivery count moved.
+  void claimed_again(Entry& e, const Delivery& d);
   void intake(std::size_t free_slots, Clock::time_point now);
   void run_due(Clock::time_point now);
   void dead_letter(Entry& e, const Outcome& outcome, const std::string& reason);

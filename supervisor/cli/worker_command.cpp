@@ -207,6 +207,12 @@ int worker_command(int argc, char** argv) {
                  "Redis lost %zu times\n",
                  w.consumer.name.c_str(), seconds, r.deliveries, r.claimed, r.ok, r.dead_lettered, r.protocol_errors,
                  r.retried, r.released, r.taken_over, r.redis_lost);
+    if (r.claimed_again > 0) {
+      std::fprintf(stderr,
+                   "pillbox worker: %zu times an entry this worker held was claimed by itself again (its claim's "
+                   "renewal came later than --claim-idle: Redis slow or unreachable?)\n",
+                   r.claimed_again);
+    }
     for (const auto& warning : report->run.warnings) std::fprintf(stderr, "pillbox worker: warning: %s\n", warning.c_str());
   }
   return r.stop_signal != 0 ? 128 + r.stop_signal : kExitOk;

@@ -349,3 +349,34 @@ TEST_CASE("worker: an outage of its handler holds the failures uncharged and pau
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("worker: a task that runs longer than --claim-idle keeps its claim; no other worker takes it over") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = add_entries(server, "jobs", {{"long", "takes 2 s"}});
+  const std::vector<std::string> slow = {"--", "/bin/sh", "-c", "sleep 2; cat"};
+  auto args_for = [&](const std::string& me) {
+    std::vector<std::string> args = {"worker", "--redis", server.url(), "--stream", "jobs", "--consumer", me,
+                                     "--claim-idle", "300ms", "--exit-when-idle", "1s", "--json"};
+    args.insert(args.end(), slow.begin(), slow.end());
+    return args;
+  };
+  e2e::Background a(e2e::pillbox_binary(), args_for("worker-a"));
+  REQUIRE_MESSAGE(e2e::eventually([&] { return pending_on(server, ids[0]).first == "worker-a"; }), a.err());
+  // B looks for idle entries every 100 ms while A's task runs 2 s (more
+  // than six times --claim-idle).
+  const auto b = run_pillbox(args_for("worker-b"));
+  INFO(b.describe());
+  CHECK(b.exit_code == 0);
+  CHECK(b.err.find("0 entries received") != std::string::npos);
+  CHECK(a.wait() == 0);
+  INFO(a.err());
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].fields.at("deliveries") == "1");
+  CHECK(results[0].fields.at("worker") == "worker-a");
+}
+
+}  // namespace
