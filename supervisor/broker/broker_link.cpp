@@ -42,10 +42,10 @@ void BrokerLink::stop() {
     std::lock_guard lock(mutex_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
+    // A command blocked on the server (XREADGROUP BLOCK) returns at once.
+    if (socket_fd_ >= 0) ::shutdown(socket_fd_, SHUT_RDWR);
   }
   wake_.notify_all();
-  // A command blocked on the server (XREADGROUP BLOCK) returns at once.
-  if (const int fd = socket_fd_.load(); fd >= 0) ::shutdown(fd, SHUT_RDWR);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -94,7 +94,7 @@ void BrokerLink::complete(Done done) {
   (void)!::write(event_.get(), &one, sizeof one);
 }
 
-bool BrokerLink::reconnect(const std::string& why) {
+bool BrokerLink::reconnect(const std::string& why, bool fresh_connection) {
   complete([this, why] { on_state_(false, why); });
   auto backoff = kFirstBackoff;
   const auto since = std::chrono::steady_clock::now();
@@ -103,16 +103,23 @@ bool BrokerLink::reconnect(const std::string& why) {
       std::unique_lock lock(mutex_);
       if (wake_.wait_for(lock, backoff, [this] { return stopping_; })) return false;
     }
-    auto fresh = RedisConnection::open(address_);
-    if (fresh) {
-      connection_ = std::make_unique<RedisConnection>(std::move(*fresh));
-      socket_fd_ = connection_->fd();
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since);
-      complete([this, ms] { on_state_(true, "after " + std::to_string(ms.count()) + " ms"); });
-      return true;
-    }
     backoff = std::min(backoff * 2, kMaxBackoff);
+    if (!fresh_connection) break;  // the connection is fine; Redis asked us to wait
+    auto fresh = RedisConnection::open(address_);
+    if (!fresh) continue;
+    auto next = std::make_unique<RedisConnection>(std::move(*fresh));
+    {
+      // Under the lock: stop() never shuts down a socket number the old
+      // connection freed (it could be some other file's by then).
+      std::lock_guard lock(mutex_);
+      std::swap(connection_, next);
+      socket_fd_ = connection_->fd();
+    }
+    break;
   }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since);
+  complete([this, ms] { on_state_(true, "after " + std::to_string(ms.count()) + " ms"); });
+  return true;
 }
 
 void BrokerLink::loop() {
@@ -146,7 +153,7 @@ void BrokerLink::loop() {
     }
     for (;;) {
       Done done = work(*connection_);
-      if (!connection_->broken()) {
+      if (!connection_->broken() && !connection_->busy()) {
         if (periodic) {
           if (done) complete(std::move(done));
         } else {
@@ -161,7 +168,11 @@ void BrokerLink::loop() {
         std::lock_guard lock(mutex_);
         if (stopping_) return;
       }
-      if (!reconnect(connection_->address().describe() + " (" + name_ + "): the connection was lost")) return;
+      const bool busy = !connection_->broken();
+      const std::string why = connection_->address().describe() + " (" + name_ + "): " +
+                              (busy ? "it answers that it cannot serve now (loading, busy or full)"
+                                    : "the connection was lost");
+      if (!reconnect(why, !busy)) return;
       if (periodic) break;  // it comes round again on its own clock
     }
   }

@@ -6,8 +6,9 @@
 // answer, through an eventfd the dispatcher polls (drain() runs it, on the
 // owner's thread).
 //
-// When the connection breaks, the link reconnects with backoff (100 ms,
-// doubling, at most 5 s) and runs the same work again: every step of the
+// When the connection breaks, or Redis answers that it cannot serve now
+// (LOADING after a restart, OOM, ...), the link waits with backoff (100 ms,
+// doubling, at most 5 s), reconnecting when needed, and runs the same work again: every step of the
 // protocol is safe to repeat (supervisor/broker/stream_protocol.h: fenced
 // scripts, idempotent records). The owner hears of it twice, not per task:
 // once when the connection is lost, once when it is back.
@@ -64,8 +65,10 @@ class BrokerLink {
  private:
   BrokerLink(RedisAddress address, std::string name, StateChange on_state, RedisConnection connection);
   void loop();
-  // Reconnects with backoff until it works or stop(); false on stop.
-  bool reconnect(const std::string& why);
+  // Waits with backoff (and connects again when `fresh_connection`) until it
+  // works or stop(); false on stop. The owner hears `why` once, and once
+  // that it is back.
+  bool reconnect(const std::string& why, bool fresh_connection);
   void complete(Done done);
 
   RedisAddress address_;
@@ -82,7 +85,7 @@ class BrokerLink {
   std::chrono::milliseconds periodic_every_{0};
   std::chrono::steady_clock::time_point periodic_due_{};
   bool stopping_ = false;
-  std::atomic<int> socket_fd_{-1};
+  int socket_fd_ = -1;  // the connection's socket, under mutex_ (stop() shuts it down)
   std::size_t outstanding_ = 0;  // the owner's count: posted - drained
   std::thread thread_;
 };

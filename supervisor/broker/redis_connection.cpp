@@ -99,6 +99,7 @@ Expected<RedisReply> RedisConnection::command(const std::vector<std::string_view
 }
 
 Expected<std::vector<RedisReply>> RedisConnection::pipeline(const std::vector<std::vector<std::string_view>>& commands) {
+  busy_ = false;
   if (!context_ || context_->err != 0) return Error{failure("the connection is broken")};
   std::vector<const char*> argv;
   std::vector<size_t> lens;
@@ -122,7 +123,11 @@ Expected<std::vector<RedisReply>> RedisConnection::pipeline(const std::vector<st
     }
     RedisReply reply(static_cast<redisReply*>(raw));
     if (reply->type == REDIS_REPLY_ERROR && first_error.empty()) {
-      first_error = failure(std::string(commands[i].front()) + " failed: " + std::string(reply->str, reply->len));
+      const std::string text(reply->str, reply->len);
+      first_error = failure(std::string(commands[i].front()) + " failed: " + text);
+      for (const char* prefix : {"LOADING", "BUSY", "OOM", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"}) {
+        if (text.rfind(prefix, 0) == 0) busy_ = true;
+      }
     }
     replies.push_back(std::move(reply));
   }

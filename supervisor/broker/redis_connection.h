@@ -56,6 +56,10 @@ class RedisConnection {
   // The connection failed (reset, timeout, closed): every later command
   // fails too; a new connection is needed. An error reply leaves it usable.
   bool broken() const { return !context_ || context_->err != 0; }
+  // The last command's error reply said Redis cannot serve now but will
+  // (LOADING after a restart, BUSY script, OOM over maxmemory, TRYAGAIN,
+  // MASTERDOWN, CLUSTERDOWN): worth waiting for, unlike a wrong command.
+  bool busy() const { return busy_; }
   // The socket, for shutdown(2) from another thread: it makes a command
   // blocked in XREADGROUP return at once (a failure).
   int fd() const { return context_ ? context_->fd : -1; }
@@ -69,6 +73,7 @@ class RedisConnection {
 
   RedisAddress address_;
   std::unique_ptr<redisContext, ContextFree> context_;
+  bool busy_ = false;
 };
 
 }  // namespace pillbox::broker

@@ -176,6 +176,18 @@ Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::s
     return Status::error("the key '" + keys.stream + "' on " + redis.address().describe() + " holds a " + t +
                          ", not a stream: give another --stream, or remove that key");
   }
+  if (t == "stream") {
+    // An existing group needs no write (a full Redis refuses XGROUP CREATE
+    // with -OOM even when the group is there).
+    auto groups = redis.command({"XINFO", "GROUPS", keys.stream});
+    if (!groups) return Status::error(groups.error());
+    const redisReply* list = groups->get();
+    for (std::size_t i = 0; list->type == REDIS_REPLY_ARRAY && i < list->elements; ++i) {
+      for (auto& [k, v] : field_pairs(list->element[i])) {
+        if (k == "name" && v == group) return Status::ok();
+      }
+    }
+  }
   auto r = redis.command({"XGROUP", "CREATE", keys.stream, group, "0", "MKSTREAM"});
   if (!r && r.error().find("BUSYGROUP") == std::string::npos) return Status::error(r.error());
   return Status::ok();

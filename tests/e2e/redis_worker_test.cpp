@@ -380,3 +380,33 @@ TEST_CASE("worker: a task that runs longer than --claim-idle keeps its claim; no
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("worker: a Redis that cannot serve for a while (full: OOM) is waited for, said once, and nothing is lost") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  std::vector<std::pair<std::string, std::string>> tasks;
+  for (int i = 0; i < 6; ++i) tasks.emplace_back("t" + std::to_string(i), "task " + std::to_string(i));
+  add_entries(server, "jobs", tasks);
+  auto redis = e2e::connect(server);
+  REQUIRE(redis.command({"XGROUP", "CREATE", "jobs", "pillbox", "0"}).has_value());
+  // Full: every write a script makes is refused with -OOM until the limit goes.
+  REQUIRE(redis.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}).has_value());
+  REQUIRE(redis.command({"CONFIG", "SET", "maxmemory", "1"}).has_value());
+  e2e::Background w(e2e::pillbox_binary(), worker_args(server, {"--exit-when-idle", "1s"}));
+  REQUIRE_MESSAGE(e2e::eventually([&] { return w.err().find("cannot serve now") != std::string::npos; }), w.err());
+  REQUIRE(redis.command({"CONFIG", "SET", "maxmemory", "0"}).has_value());
+  CHECK(w.wait() == 0);
+  const std::string err = w.err();
+  INFO(err);
+  CHECK(e2e::stream_entries(server, "jobs:results").size() == 6);
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+  // Once per link and outage, not once per task.
+  std::size_t said = 0;
+  for (std::size_t at = err.find("lost Redis"); at != std::string::npos; at = err.find("lost Redis", at + 1)) ++said;
+  CHECK(said == 1);
+  CHECK(err.find("Redis is back") != std::string::npos);
+}
+
+}  // namespace
