@@ -43,22 +43,7 @@ bench_workdir corpus lat log
 bench_snapshot_build
 
 # The peer's program, also the program pillbox execs in exec mode.
-cat >"$WORK/echo_stdin.c" <<'EOF'
-#include <unistd.h>
-int main(void) {
-  char buf[65536];
-  for (;;) {
-    ssize_t n = read(0, buf, sizeof buf);
-    if (n == 0) return 0;
-    if (n < 0) return 1;
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(1, buf + off, (size_t)(n - off));
-      if (w < 0) return 1;
-      off += w;
-    }
-  }
-}
-EOF
+bench_echo_stdin
 
 # launch_one CMD ARGS... FILE     : stdin from FILE, stdout to /dev/null, then exec CMD.
 # launch_one -t CMD ARGS... FILE  : same in a forked child; prints the elapsed
@@ -104,9 +89,8 @@ int main(int argc, char** argv) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 EOF
-cc -O2 -o "$WORK/echo_stdin" "$WORK/echo_stdin.c"
 cc -O2 -o "$WORK/launch_one" "$WORK/launch_one.c"
-chmod 0755 "$WORK/echo_stdin" "$WORK/launch_one"
+chmod 0755 "$WORK/launch_one"
 
 # --- corpus ----------------------------------------------------------------
 # TASKS small text files, 60-250 bytes, deterministic.

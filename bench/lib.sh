@@ -80,3 +80,39 @@ bench_fail_run() {
   tail -n 20 "$3" >&2 || true
   exit 1
 }
+
+# bench_echo_stdin: builds $WORK/echo_stdin, the smallest program that does
+# a task's work (stdin copied to stdout): the peers' program, and the one
+# pillbox execs in exec mode.
+bench_echo_stdin() {
+  cat >"$WORK/echo_stdin.c" <<'EOF'
+#include <unistd.h>
+int main(void) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(0, buf, sizeof buf);
+    if (n == 0) return 0;
+    if (n < 0) return 1;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(1, buf + off, (size_t)(n - off));
+      if (w < 0) return 1;
+      off += w;
+    }
+  }
+}
+EOF
+  cc -O2 -o "$WORK/echo_stdin" "$WORK/echo_stdin.c"
+  chmod 0755 "$WORK/echo_stdin"
+}
+
+# bench_text_corpus DIR COUNT: COUNT small text files (50-210 bytes), the
+# same every time.
+bench_text_corpus() {
+  python3 - "$1" "$2" <<'EOF'
+import os, random, sys
+random.seed(7)
+for i in range(int(sys.argv[2])):
+    with open(os.path.join(sys.argv[1], "t%06d" % i), "w") as f:
+        f.write("payload %d " % i + "x" * random.randint(40, 200) + "\n")
+EOF
+}

@@ -33,29 +33,8 @@ bench_build_dir "${1:-build}" pillbox pillbox-sandbox
 bench_workdir corpus
 bench_snapshot_build
 
-cat >"$WORK/echo_stdin.c" <<'EOF'
-#include <unistd.h>
-int main(void) {
-  char buf[65536];
-  for (;;) {
-    ssize_t n = read(0, buf, sizeof buf);
-    if (n <= 0) return n == 0 ? 0 : 1;
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(1, buf + off, (size_t)(n - off));
-      if (w < 0) return 1;
-      off += w;
-    }
-  }
-}
-EOF
-cc -O2 -o "$WORK/echo_stdin" "$WORK/echo_stdin.c"
-python3 - "$WORK/corpus" "$TASKS" <<'EOF'
-import os, random, sys
-random.seed(7)
-for i in range(int(sys.argv[2])):
-    with open(os.path.join(sys.argv[1], "t%06d" % i), "w") as f:
-        f.write("payload %d " % i + "x" * random.randint(40, 200) + "\n")
-EOF
+bench_echo_stdin
+bench_text_corpus "$WORK/corpus" "$TASKS"
 chmod -R a+rX "$WORK"
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -428,16 +428,7 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
   notice_breaker_change();
   if (breaker_.open() && !transient) {
     // Not held against the payload: an outage explains it.
-    const auto d = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, false, false,
-                                    "held: handler outage suspected");
-    const std::uint64_t ref = e.task.ref;
-    record(e, d, [this, ref](bool held) {
-      auto it = entries_.find(ref);
-      if (it == entries_.end()) return;
-      if (!held) return taken_over(ref);
-      if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
-      it->second.where = breaker_.open() ? Where::kOutageHeld : Where::kDelayed;
-    });
+    hold_for_outage(e, outcome);
     return;
   }
   if (transient) ++e.transient_here;
@@ -460,13 +451,7 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
       const auto failures = static_cast<std::uint32_t>(
           std::count_if(summaries.begin(), summaries.end(), [](const auto& a) { return a.finished && !a.kind.empty() && a.kind != "ok"; }));
       const std::uint64_t ref = e.task.ref;
-      record(e, current, [this, ref, failures](bool held) {
-        auto it = entries_.find(ref);
-        if (it == entries_.end()) return;
-        if (!held) return taken_over(ref);
-        if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
-        retry_later(it->second, failures);
-      });
+      record(e, current, then(ref, [this, failures](Entry& again) { retry_later(again, failures); }));
       return;
     }
   }
@@ -499,20 +484,30 @@ void StreamWorker::review_parked() {
     Entry& e = entries_.at(ref);
     if (breaker_.open()) {
       // The outage explains the failure: held, uncharged, like the rest.
-      const auto d = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), e.parked_outcome, false, false,
-                                      "held: handler outage suspected");
-      record(e, d, [this, ref](bool held) {
-        auto it = entries_.find(ref);
-        if (it == entries_.end()) return;
-        if (!held) return taken_over(ref);
-        if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
-        it->second.where = breaker_.open() ? Where::kOutageHeld : Where::kDelayed;
-      });
+      hold_for_outage(e, e.parked_outcome);
     } else if (!breaker_.suspects(e.parked_outcome.fingerprint) || !others) {
       // The suspicion faded, or nothing left here could confirm it.
       dead_letter(e, e.parked_outcome, e.parked_reason);
     }
   }
+}
+
+std::function<void(bool)> StreamWorker::then(std::uint64_t ref, std::function<void(Entry&)> next) {
+  return [this, ref, next = std::move(next)](bool held) {
+    auto it = entries_.find(ref);
+    if (it == entries_.end()) return;
+    if (!held) return taken_over(ref);
+    if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
+    next(it->second);
+  };
+}
+
+void StreamWorker::hold_for_outage(Entry& e, const Outcome& outcome) {
+  const auto d = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, false, false,
+                                  "held: handler outage suspected");
+  record(e, d, then(e.task.ref, [this](Entry& held) {
+           held.where = breaker_.open() ? Where::kOutageHeld : Where::kDelayed;
+         }));
 }
 
 void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void(bool)> after) {

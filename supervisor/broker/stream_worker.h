@@ -152,6 +152,13 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   // Records the delivery's end (fenced); then `after` on the owner's thread
   // (with false when the entry is no longer ours).
   void record(Entry& e, const RecordedDelivery& d, std::function<void(bool held)> after);
+  // What a record's answer leads to: `next` with the entry, unless it is
+  // gone, no longer this worker's (taken over) or the worker is stopping
+  // (released).
+  std::function<void(bool held)> then(std::uint64_t ref, std::function<void(Entry&)> next);
+  // Recorded uncharged ("held: handler outage suspected"); waits for the
+  // breaker to close.
+  void hold_for_outage(Entry& e, const Outcome& outcome);
   void retry_later(Entry& e, std::uint32_t failures);
   void redeliver_now(Entry& e);
   void release(Entry& e, const Outcome& outcome, const std::string& why);
