@@ -27,7 +27,8 @@ void wait_for(const TaskSource& source, const TaskSource::Item& waiting) {
 }  // namespace
 
 Expected<SubmitReport> submit_tasks(RedisConnection& redis, const std::string& stream, TaskSource& source,
-                                    const std::function<void(const std::string&)>& on_input_error) {
+                                    const std::function<void(const std::string&)>& on_input_error,
+                                    std::size_t max_payload) {
   SubmitReport report;
   std::vector<Task> batch;
   std::size_t batch_bytes = 0;
@@ -63,6 +64,12 @@ Expected<SubmitReport> submit_tasks(RedisConnection& redis, const std::string& s
       // Nothing more for now: what is read so far goes out before we block.
       if (auto s = send(); !s) return Error{s.message()};
       wait_for(source, item);
+      continue;
+    }
+    if (item.task.payload.size() > max_payload) {
+      ++report.input_errors;
+      on_input_error(item.task.key + ": payload of " + std::to_string(item.task.payload.size()) +
+                     " bytes is over --max-payload (" + std::to_string(max_payload) + " bytes): not added");
       continue;
     }
     batch_bytes += item.task.payload.size() + item.task.key.size();

@@ -26,9 +26,14 @@ struct SubmitReport {
 // An input that is not a task goes to `on_input_error` and is counted.
 // An error of Redis stops it; what was added before stays added (the report
 // of a failure is not returned: the error says how many went in).
+// A payload larger than `max_payload` is not added: an input error that
+// names it (the workers would dead-letter it unrun; Redis refuses strings
+// over 512 MiB, its proto-max-bulk-len, by closing the connection).
 inline constexpr std::size_t kSubmitBatchTasks = 256;
 inline constexpr std::size_t kSubmitBatchBytes = 64u << 20;
+inline constexpr std::size_t kDefaultMaxStreamPayload = 512u << 20;
 Expected<SubmitReport> submit_tasks(RedisConnection& redis, const std::string& stream, TaskSource& source,
-                                    const std::function<void(const std::string&)>& on_input_error);
+                                    const std::function<void(const std::string&)>& on_input_error,
+                                    std::size_t max_payload = kDefaultMaxStreamPayload);
 
 }  // namespace pillbox::broker

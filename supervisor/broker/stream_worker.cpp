@@ -594,8 +594,14 @@ void StreamWorker::release(Entry& e, const Outcome& outcome, const std::string& 
 void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
   std::vector<std::pair<std::string, std::string>> fields;
   if (settings_.results) {
-    fields = {{"key", e.task.key}, {"verdict", "ok"}, {"kind", "ok"}, {"entry", e.id},
-              {"deliveries", std::to_string(e.delivery)}, {"worker", settings_.consumer.name}};
+    // As `run --json` says it (status, kind, attempts, usage, exit code),
+    // plus where it came from and who ran it.
+    fields = {{"key", e.task.key},    {"verdict", "ok"},
+              {"status", "ok"},       {"kind", "ok"},
+              {"entry", e.id},        {"deliveries", std::to_string(e.delivery)},
+              {"attempts", std::to_string(e.delivery)}, {"worker", settings_.consumer.name}};
+    if (outcome.exit_code >= 0) fields.emplace_back("exit_code", std::to_string(outcome.exit_code));
+    if (!outcome.message.empty()) fields.emplace_back("message", outcome.message);
     if (is_valid_utf8(outcome.output)) {
       fields.emplace_back("output", outcome.output);
     } else {

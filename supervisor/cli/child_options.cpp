@@ -75,6 +75,16 @@ Expected<LaunchMode> read_launch_mode(const Args& args) {
   return Error{"--mode expects zygote or spawn"};
 }
 
+Expected<std::optional<std::uint64_t>> read_size(const Args& args, const std::string& name) {
+  const auto v = args.value(name);
+  if (!v) return std::optional<std::uint64_t>{};
+  // Through the policy's parser for its output limit: one grammar and one
+  // range check for every size on the command line.
+  Limits scratch;
+  if (auto s = set_limit(scratch, "output", *v); !s) return Error{"--" + name + ": " + s.message()};
+  return std::optional<std::uint64_t>(scratch.output_bytes);
+}
+
 Expected<RunSettings> read_run_settings(const Args& args) {
   RunSettings settings;
   auto config = read_child_config(args);

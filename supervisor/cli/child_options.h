@@ -26,6 +26,9 @@ Expected<std::optional<Policy>> read_policy_override(const Args& args);
 // --timeout, --cpu, --memory and --max-output over `policy`'s limits, and
 // --writable PATH (repeatable) added to its read-write host paths.
 Status apply_limit_overrides(const Args& args, Policy& policy);
+// --NAME SIZE (64K, 16M, 1G), read as the policy reads sizes; nullopt
+// when it is not given. The error names the option.
+Expected<std::optional<std::uint64_t>> read_size(const Args& args, const std::string& name);
 // The whole config: the handler choice (required: the error says how to
 // give one), --policy (default: strict for handlers, exec for commands),
 // the overrides.

@@ -9,6 +9,7 @@
 #include "supervisor/broker/redis_connection.h"
 #include "supervisor/broker/stream_submit.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
@@ -29,6 +30,7 @@ const char* kHelp =
     "options:\n"
     "  --redis URL         the server (redis://HOST[:PORT][/DB]; port 6379 and database 0 by default)\n"
     "  --stream NAME       the stream the workers read\n"
+    "  --max-payload SIZE  larger payloads are not added (an input error; default 512M, Redis's limit)\n"
     "  --follow-symlinks   in directories, read what symlinks point to (regular files only; anywhere)\n"
     "  --quiet             no summary on stderr\n"
     "\n"
@@ -43,8 +45,8 @@ int fail(const std::string& message, int code) {
 }  // namespace
 
 int submit_command(int argc, char** argv) {
-  const std::vector<OptionSpec> options = {{"redis"}, {"stream"}, {"follow-symlinks", false}, {"quiet", false},
-                                           {"help", false}};
+  const std::vector<OptionSpec> options = {{"redis"}, {"stream"}, {"max-payload"}, {"follow-symlinks", false},
+                                           {"quiet", false}, {"help", false}};
   auto args = Args::parse(argc, argv, 2, options, "submit");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -58,6 +60,10 @@ int submit_command(int argc, char** argv) {
   if (args->positional().empty()) return fail("no inputs: name files, directories or - (JSON lines on stdin)", kExitUsage);
   auto address = broker::parse_redis_url(*url);
   if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+  std::size_t max_payload = broker::kDefaultMaxStreamPayload;
+  auto max_payload_option = read_size(*args, "max-payload");
+  if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
+  if (*max_payload_option) max_payload = static_cast<std::size_t>(**max_payload_option);
   auto source = open_inputs(args->positional(), STDIN_FILENO, read_symlinks_in_tree(*args));
   if (!source) return fail(source.error(), kExitUsage);
   auto redis = broker::RedisConnection::open(*address);
@@ -65,7 +71,7 @@ int submit_command(int argc, char** argv) {
 
   auto report = broker::submit_tasks(*redis, *stream, **source, [](const std::string& error) {
     std::fprintf(stderr, "pillbox submit: %s\n", table_cell(error, 2000).c_str());
-  });
+  }, max_payload);
   if (!report) return fail(report.error(), kExitSetup);
   if (!args->flag("quiet")) {
     std::fprintf(stderr, "pillbox submit: %zu task%s added to %s on %s%s%s\n", report->submitted,

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "shared/policy_parser.h"
 #include "supervisor/broker/worker_job.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
@@ -183,13 +182,9 @@ int worker_command(int argc, char** argv) {
     return fail(s.message(), kExitUsage);
   }
   w.results = !args->flag("no-results");
-  if (auto v = args->value("max-payload")) {
-    // Sizes are read as the policy reads them (64K, 16M, 1G), through its
-    // parser for the output limit; only the number is kept.
-    Limits scratch;
-    if (auto s = set_limit(scratch, "output", *v); !s) return fail("--max-payload: " + s.message(), kExitUsage);
-    w.max_payload = scratch.output_bytes;
-  }
+  auto max_payload_option = read_size(*args, "max-payload");
+  if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
+  if (*max_payload_option) w.max_payload = static_cast<std::size_t>(**max_payload_option);
 
   CliWorkerSink sink(args->flag("json"), args->flag("quiet"));
   const auto started = std::chrono::steady_clock::now();

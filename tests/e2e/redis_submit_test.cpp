@@ -88,3 +88,26 @@ TEST_CASE("submit: bad URLs are usage errors; a server that is not there is a se
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("submit: a payload over --max-payload is an input error naming it; the others still go in") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  e2e::TempDir in;
+  in.write("small", "fits");
+  in.write("large", std::string(2048, 'x'));
+  const auto r = run_pillbox({"submit", "--redis", server.url(), "--stream", "jobs", "--max-payload", "1K", in.path()});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(in.path() + "/large: payload of 2048 bytes is over --max-payload (1024 bytes): not added") !=
+        std::string::npos);
+  const auto entries = e2e::stream_entries(server, "jobs");
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].fields.at("payload") == "fits");
+  const auto bad = run_pillbox({"submit", "--redis", server.url(), "--stream", "jobs", "--max-payload", "lots", in.path()});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--max-payload") != std::string::npos);
+}
+
+}  // namespace
