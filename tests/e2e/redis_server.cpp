@@ -37,18 +37,30 @@ int free_loopback_port() {
   return ntohs(a.sin_port);
 }
 
-RedisServer::RedisServer() : dir_(0700) {
+RedisServer::RedisServer(RedisOptions options) : options_(options), dir_(0700) {
   if (::access(kRedisServer, X_OK) != 0) {
     why_not_ = std::string(kRedisServer) + " is not installed (tools/setup.sh installs redis-server)";
     return;
   }
   port_ = free_loopback_port();
+  start();
+}
+
+void RedisServer::start() {
+  REQUIRE(port_ > 0);
+  REQUIRE(pid_ == 0);
   int out[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   const std::string port = std::to_string(port_);
   std::vector<std::string> args = {kRedisServer, "--port", port, "--bind", "127.0.0.1", "--dir", dir_.path(),
-                                   "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
-                                   "--protected-mode", "no"};
+                                   "--save", "", "--daemonize", "no", "--logfile", "", "--protected-mode", "no"};
+  if (options_.durable) {
+    // Every write is in the append-only file before its client gets the
+    // answer, so a restart (even after SIGKILL) keeps all it acknowledged.
+    args.insert(args.end(), {"--appendonly", "yes", "--appendfsync", "always"});
+  } else {
+    args.insert(args.end(), {"--appendonly", "no"});
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -62,7 +74,8 @@ RedisServer::RedisServer() : dir_(0700) {
     _exit(127);
   }
   ::close(out[1]);
-  // Ready when its log says so (at most 20 s), read without polling.
+  // Ready when its log says so (at most 20 s), read without polling. A
+  // durable server says so once it has loaded its data.
   std::string log;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   bool ready = false;
@@ -79,6 +92,7 @@ RedisServer::RedisServer() : dir_(0700) {
   }
   // Its later log lines are read and dropped, so that it never blocks on a
   // full pipe.
+  if (log_drain_.joinable()) log_drain_.join();
   log_drain_ = std::thread([fd = out[0]] {
     char buf[4096];
     while (::read(fd, buf, sizeof buf) > 0) {
@@ -86,23 +100,23 @@ RedisServer::RedisServer() : dir_(0700) {
     ::close(fd);
   });
   if (!ready) {
-    ::kill(pid_, SIGKILL);
-    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = 0;
-    log_drain_.join();
+    stop(SIGKILL);
     FAIL("redis-server did not get ready on port " << port_ << ":\n" << log);
   }
 }
 
-RedisServer::~RedisServer() {
+void RedisServer::stop(int sig) {
   if (pid_ > 0) {
-    ::kill(pid_, SIGTERM);
+    ::kill(pid_, sig);
     while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
     }
+    pid_ = 0;
   }
+  // The log pipe ends with the server.
   if (log_drain_.joinable()) log_drain_.join();
 }
+
+RedisServer::~RedisServer() { stop(SIGTERM); }
 
 pillbox::broker::RedisConnection connect(const RedisServer& server) {
   auto address = pillbox::broker::parse_redis_url(server.url());

@@ -2,6 +2,10 @@
 // A real redis-server for the end-to-end tests: started on a free loopback
 // port in a directory of its own, ready when it says so on its log (no
 // polling), stopped (SIGTERM, then waited for) at the end of the scope.
+// With RedisOptions::durable it keeps an append-only file fsynced on every
+// write, and can be stopped and started again on the same port and
+// directory: a Redis restart that loses nothing it acknowledged.
+#include <signal.h>
 #include <sys/types.h>
 
 #include <map>
@@ -22,21 +26,38 @@
 
 namespace e2e {
 
+struct RedisOptions {
+  // appendonly yes, appendfsync always: every write a client saw answered
+  // is on disk, and survives stop() + start().
+  bool durable = false;
+};
+
 class RedisServer {
  public:
   // Fails the test when redis-server is installed but does not start; when
   // it is not installed, available() is false and says why.
-  RedisServer();
+  RedisServer() : RedisServer(RedisOptions{}) {}
+  explicit RedisServer(RedisOptions options);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
-  bool available() const { return pid_ > 0; }
+  bool available() const { return port_ > 0; }  // installed (it may be stopped now)
   const std::string& why_not() const { return why_not_; }
   int port() const { return port_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
+  // Ends the server with `sig` (SIGTERM: a clean shutdown; SIGKILL: a crash)
+  // and waits for it to exit.
+  void stop(int sig = SIGTERM);
+  // Starts it again on the same port, in the same directory (a durable
+  // server reloads its data); fails the test when it does not get ready.
+  void start();
+  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
  private:
+  RedisOptions options_;
   TempDir dir_;
   pid_t pid_ = 0;
   int port_ = 0;
