@@ -129,6 +129,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     std::uint32_t transient_here = 0;
     bool solo = false;
     bool probe = false;        // running as the breaker's probe
+    bool released = false;     // its verdict (released) was given; its release is being recorded
     Where where = Where::kBusy;
     Clock::time_point due{};
     Outcome parked_outcome;    // kParked: the failure it would be dead-lettered for
@@ -166,6 +167,9 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void forget(std::uint64_t ref);
   void hold_claim(const Entry& e);
   void on_error(const std::string& message);
+  // on_error for a step on one entry (record, redeliver, settle): the entry
+  // is forgotten here, left pending in Redis.
+  void on_entry_error(std::uint64_t ref, const std::string& message);
   void start_stopping(const std::string& why);
   void probe(Clock::time_point now);
   void on_breaker_closed();

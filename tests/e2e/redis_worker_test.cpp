@@ -281,6 +281,27 @@ TEST_CASE("worker: an unreachable Redis, a bad URL and a key that is not a strea
   CHECK(r.err.find("pillbox submit") != std::string::npos);
 }
 
+TEST_CASE("worker: a Redis error that is not a lost connection stops the worker; the entry stays pending") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = add_entries(server, "jobs", {{"fine", "runs fine"}});
+  // The results key is not a stream: the settle's XADD fails (WRONGTYPE),
+  // an error Redis answers, not a lost connection.
+  auto redis = e2e::connect(server);
+  REQUIRE(redis.command({"SET", "jobs:results", "not a stream"}).has_value());
+  e2e::Background w(e2e::pillbox_binary(), worker_args(server, {"--consumer", "worker-a", "--claim-idle", "30s"}));
+  // It stops and says why, instead of waiting forever on the entry whose
+  // settle failed.
+  CHECK(w.wait(std::chrono::seconds(20)) == 3);
+  INFO(w.err());
+  CHECK(w.err().find("WRONGTYPE") != std::string::npos);
+  CHECK(w.err().find("stopping (a Redis error") != std::string::npos);
+  // Nothing was settled: the entry is still pending on the worker, for the
+  // fleet to take over after --claim-idle.
+  CHECK(pending_on(server, ids[0]) == std::pair<std::string, long long>{"worker-a", 1});
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 1);
+}
+
 TEST_CASE("worker: SIGTERM finishes what runs, reads nothing new, and the next worker runs the rest once") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
