@@ -79,6 +79,11 @@ void Background::signal(int sig) const {
   if (running()) ::kill(pid_, sig);
 }
 
+bool Background::ended() {
+  if (!reaped_ && pid_ > 0 && ::waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
+  return reaped_;
+}
+
 int Background::wait(std::chrono::milliseconds limit) {
   if (!reaped_) {
     // A pidfd becomes readable when the process ends: no polling.

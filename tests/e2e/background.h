@@ -25,6 +25,9 @@ class Background {
 
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0 && !reaped_; }
+  // True once it has ended (then reaped: wait() returns its status at once);
+  // does not wait.
+  bool ended();
   void signal(int sig) const;
   // Waits for it to end (at most `limit`; then SIGKILL and a failed check).
   // The exit code, or 128 + the signal that ended it.

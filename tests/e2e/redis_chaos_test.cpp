@@ -108,10 +108,11 @@ class Fleet {
     args.insert(args.end(), {"--", program_});
     workers_.push_back({name, std::make_unique<e2e::Background>(e2e::pillbox_binary(), args)});
   }
-  std::vector<std::size_t> running() const {
+  // The workers that have not ended.
+  std::vector<std::size_t> running() {
     std::vector<std::size_t> live;
     for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (workers_[i].process->running()) live.push_back(i);
+      if (!workers_[i].process->ended()) live.push_back(i);
     }
     return live;
   }
@@ -136,10 +137,11 @@ long long results_count(const e2e::RedisServer& server) {
 }
 
 // Waits (polling Redis, which offers nothing to block on) until NAME:results
-// holds at least `n` entries.
+// holds at least `n` entries; fails at once when no worker is left to add them.
 void wait_for_results(const e2e::RedisServer& server, long long n, Fleet& fleet) {
-  const bool reached = e2e::eventually([&] { return results_count(server) >= n; }, std::chrono::seconds(90));
-  if (!reached) {
+  const bool reached = e2e::eventually(
+      [&] { return results_count(server) >= n || fleet.running().empty(); }, std::chrono::seconds(90));
+  if (!reached || results_count(server) < n) {
     std::string errs;
     for (std::size_t i = 0; i < fleet.size(); ++i) errs += fleet.name(i) + ":\n" + fleet.worker(i).err() + "\n";
     FAIL("NAME:results did not reach " << n << " entries (has " << results_count(server) << "); workers:\n" << errs);
@@ -274,12 +276,31 @@ TEST_CASE("chaos: 3 workers, 5 SIGKILLs at random moments: no good task lost, ea
                           << " wall-timeout");
 }
 
+// LOADING replies a restarted server has given so far (INFO errorstats).
+long long loading_replies(const e2e::RedisServer& server) {
+  auto redis = e2e::connect(server);
+  auto r = redis.command({"INFO", "errorstats"});
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
+  const std::string info = pillbox::broker::reply_text(r->get());
+  const std::string tag = "errorstat_LOADING:count=";
+  const auto at = info.find(tag);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + tag.size()));
+}
+
 TEST_CASE("chaos: Redis killed and restarted mid-run: nothing acknowledged lost, one lost/back notice per outage") {
-  e2e::RedisServer server(e2e::RedisOptions{.durable = true});
+  // Like a real Redis restarted with data, it loads for a while before it
+  // serves: 2000 filler writes in its append-only file, replayed at 200 us
+  // each, keep it answering LOADING for about half a second, while the
+  // workers reconnect (their first try comes after 100 ms).
+  e2e::RedisServer server(e2e::RedisOptions{.durable = true, .load_delay = std::chrono::microseconds(200)});
   REQUIRE_REDIS(server);
   PoisonCopy program;
   std::mt19937_64 rng(0x5eed0007);
   const auto tasks = plan(400, 10, rng);
+  {
+    auto redis = e2e::connect(server);
+    REQUIRE(redis.command({"EVAL", "for i = 1, 2000 do redis.call('SET', 'filler:' .. i, i) end", "0"}).has_value());
+  }
   const auto t0 = Clock::now();
   submit(server, tasks);
 
@@ -292,9 +313,11 @@ TEST_CASE("chaos: Redis killed and restarted mid-run: nothing acknowledged lost,
   // append-only file.
   const int outages[] = {SIGKILL, SIGTERM};
   long long progress = 0;
+  std::vector<long long> loading;  // LOADING replies of each restarted server
   for (const int sig : outages) {
     progress += 120;
     wait_for_results(server, progress, fleet);
+    if (server.running() && progress > 120) loading.push_back(loading_replies(server));
     server.stop(sig);
     server.start();
   }
@@ -303,6 +326,9 @@ TEST_CASE("chaos: Redis killed and restarted mid-run: nothing acknowledged lost,
     CHECK(fleet.worker(i).wait(std::chrono::seconds(120)) == 0);
   }
   const double wall = seconds_since(t0);
+  loading.push_back(loading_replies(server));
+  // The workers did meet a loading Redis (the case this test is for).
+  for (const long long n : loading) CHECK(n > 0);
 
   const Ledger l = check_ledger(server, tasks);
   // No worker was killed: every result was settled once, fenced.
@@ -319,7 +345,8 @@ TEST_CASE("chaos: Redis killed and restarted mid-run: nothing acknowledged lost,
                                    << " Redis restarts (SIGKILL, SIGTERM), wall " << wall << " s; " << l.results
                                    << " ok results, " << l.duplicates << " duplicated, " << l.lost << " lost; "
                                    << l.deliveries << " deliveries of settled entries, " << l.redelivered
-                                   << " entries delivered more than once");
+                                   << " entries delivered more than once; LOADING replies after each restart: "
+                                   << loading[0] << ", " << loading[1]);
 }
 
 }  // namespace

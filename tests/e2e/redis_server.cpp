@@ -61,6 +61,7 @@ void RedisServer::start() {
   } else {
     args.insert(args.end(), {"--appendonly", "no"});
   }
+  if (options_.load_delay.count() > 0) args.insert(args.end(), {"--key-load-delay", std::to_string(options_.load_delay.count())});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

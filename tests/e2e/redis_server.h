@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <thread>
@@ -30,6 +31,10 @@ struct RedisOptions {
   // appendonly yes, appendfsync always: every write a client saw answered
   // is on disk, and survives stop() + start().
   bool durable = false;
+  // Redis's key-load-delay (a setting of its own tests): each command of the
+  // append-only file replayed at start waits this long, so that a restart
+  // with data stays a while in its loading phase, answering LOADING.
+  std::chrono::microseconds load_delay{0};
 };
 
 class RedisServer {
