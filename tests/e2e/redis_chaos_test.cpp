@@ -205,7 +205,7 @@ Ledger check_ledger(const e2e::RedisServer& server, const std::vector<Task>& tas
     ++l.dlq_kinds[e.fields.at("kind")];
     count_delivery(e);
     INFO("dead letter " << key << " kind " << e.fields.at("kind") << " after " << e.fields.at("deliveries")
-                        << " deliveries");
+                        << " deliveries; record: " << e.fields.at("record"));
     REQUIRE(planned.count(key) == 1);
     CHECK_MESSAGE(planned[key] != 'g', "a good task was dead-lettered");
     // The planted failure, not an artefact of the chaos: a killed worker's
