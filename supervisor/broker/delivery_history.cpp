@@ -1,6 +1,7 @@
 #include "supervisor/broker/delivery_history.h"
 
 #include <nlohmann/json.hpp>
+#include <utility>
 
 namespace pillbox::broker {
 
@@ -37,11 +38,18 @@ RecordedDelivery recorded_release(std::uint32_t delivery, const std::string& wor
   return d;
 }
 
+RecordedDelivery recorded_start(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms) {
+  RecordedDelivery d = recorded_release(delivery, worker, at_ms, "started: a suspect, run alone");
+  d.started = true;
+  return d;
+}
+
 std::string delivery_json(const RecordedDelivery& d) {
   nlohmann::json j = {{"delivery", d.delivery}, {"worker", d.worker},   {"at_ms", d.at_ms},
                       {"kind", d.kind},         {"charged", d.charged}, {"transient", d.transient}};
   if (!d.fingerprint.empty()) j["fingerprint"] = d.fingerprint;
   if (!d.note.empty()) j["note"] = d.note;
+  if (d.started) j["started"] = true;
   if (!d.kind.empty()) {
     j["signal"] = d.signal;
     j["exit_code"] = d.exit_code;
@@ -70,6 +78,7 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
     d.charged = j.value("charged", true);
     d.transient = j.value("transient", false);
     d.note = j.value("note", "");
+    d.started = j.value("started", false) && d.kind.empty();
     d.signal = j.value("signal", 0);
     d.exit_code = j.value("exit_code", -1);
     d.syscall = j.value("syscall", "");
@@ -90,13 +99,23 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
 
 EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields) {
   EntryHistory h;
+  bool previous_unreported = false;  // delivery n - 1 never reported back: n is a suspect's
   for (std::uint32_t n = 1; n < current; ++n) {
     const auto it = fields.find(n);
+    const bool suspect = std::exchange(previous_unreported, true);
     if (it == fields.end()) {
-      h.lost.push_back(n);
+      // A suspect records its start before it runs: without the marker, it
+      // never started (see the header).
+      (suspect ? h.unstarted : h.lost).push_back(n);
       continue;
     }
-    if (auto d = parse_delivery(n, it->second)) {
+    auto d = parse_delivery(n, it->second);
+    if (d && d->started) {
+      h.lost.push_back(n);  // it began to run and never reported back
+      continue;
+    }
+    previous_unreported = false;
+    if (d) {
       h.recorded.push_back(std::move(*d));
     } else {
       ++h.unreadable;
@@ -107,7 +126,7 @@ EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, 
       h.recorded.push_back(std::move(garbage));
     }
   }
-  h.last_lost = current > 1 && fields.count(current - 1) == 0;
+  h.last_lost = previous_unreported;
   return h;
 }
 

@@ -10,6 +10,16 @@
 // back: its worker died (or lost Redis) while it held the entry. Such
 // deliveries are the fleet's "attempts that never finished": max_attempts of
 // them and the payload is judged to kill workers (supervisor-lost).
+//
+// A worker holds entries it has not started yet (read one turn ahead, or
+// claimed and waiting their turn), so a death does not say the payload ran.
+// The delivery after one that never reported back is a suspect's: it runs
+// alone, and its start is recorded before it runs (a marker, replaced by
+// its outcome). So a suspect's delivery that never reported back counts only
+// when its start was recorded; without the marker it never started (its
+// worker died while it waited) and says nothing of the payload. Without
+// this, a good entry held, unstarted, by three workers killed in turn was
+// dead-lettered as supervisor-lost (tests/e2e/redis_chaos_test.cpp).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -31,6 +41,7 @@ struct RecordedDelivery {
   bool charged = true;         // held against the payload
   bool transient = false;      // not the payload's fault (killed, sandbox-error, ...)
   std::string note;            // why not charged: "held: ...", "released: ..."
+  bool started = false;        // only a start marker: a suspect's delivery began to run
   // The outcome, for the dead-letter record when this is the last word.
   int signal = 0;
   int exit_code = -1;
@@ -50,6 +61,8 @@ RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& wor
 // A delivery released without running (`note` says why).
 RecordedDelivery recorded_release(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
                                   std::string note);
+// The start marker of a suspect's delivery, recorded before it runs.
+RecordedDelivery recorded_start(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms);
 
 std::string delivery_json(const RecordedDelivery& d);
 // nullopt: not JSON of this form (a field someone else wrote).
@@ -58,11 +71,18 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
 // An entry's deliveries before the current one (1 .. current-1), each
 // recorded or lost.
 struct EntryHistory {
-  std::vector<RecordedDelivery> recorded;  // in delivery order
-  std::vector<std::uint32_t> lost;         // deliveries nothing was recorded for
+  std::vector<RecordedDelivery> recorded;  // in delivery order (start markers are not here)
+  // Deliveries that never reported back and may have run: nothing recorded
+  // and not a suspect's, or a suspect's whose start was recorded.
+  std::vector<std::uint32_t> lost;
+  // Suspects' deliveries that never reported back and never started (no
+  // marker): their workers died while they waited. Not held against it.
+  std::vector<std::uint32_t> unstarted;
   std::uint32_t unreadable = 0;            // fields that were not ours (counted as recorded, uncharged)
-  // The delivery right before the current one was lost: the current one
-  // runs alone, as `run` runs a task whose last attempt never finished.
+  // The delivery right before the current one never reported back (lost or
+  // unstarted): the current one is a suspect's. It runs alone, as `run`
+  // runs a task whose last attempt never finished, and its start is
+  // recorded before it runs.
   bool last_lost = false;
 };
 EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields);

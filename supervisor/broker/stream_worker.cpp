@@ -357,6 +357,12 @@ TaskSource::Item StreamWorker::next() {
     if (auto pick = next_ready(); pick != ready_.end()) {
       Entry& e = entries_.at(*pick);
       ready_.erase(pick);
+      if (e.solo && e.start_recorded != e.delivery) {
+        record_start(e);  // it comes back to ready_ once its start is recorded
+        item.type = Item::Type::kWait;
+        item.wake_at = wake_at(Clock::now());
+        return item;
+      }
       e.where = Where::kRunning;
       solo_running_ = e.solo;
       ++in_flight_;
@@ -547,6 +553,29 @@ void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<voi
   }
 }
 
+void StreamWorker::record_start(Entry& e) {
+  e.where = Where::kBusy;
+  solo_running_ = true;  // as while it runs: nothing else starts, nothing new is read
+  const auto d = recorded_start(e.delivery, settings_.consumer.name, wall_ms());
+  // Not added to e.history: the outcome (or a release) replaces the marker.
+  writer_.post([this, ref = e.task.ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
+                delivery = e.delivery, json = delivery_json(d)](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = record_delivery(redis, keys, consumer, id, delivery, json);
+    return [this, ref, delivery, r = std::move(r)]() {
+      solo_running_ = false;
+      if (!r) return on_entry_error(ref, r.error());
+      auto it = entries_.find(ref);
+      if (it == entries_.end()) return;
+      if (!*r) return taken_over(ref);
+      Entry& e = it->second;
+      if (stopping_) return release(e, Outcome{}, "the worker is stopping");
+      e.start_recorded = delivery;
+      e.where = Where::kReady;
+      ready_.push_front(ref);
+    };
+  });
+}
+
 void StreamWorker::retry_later(Entry& e, std::uint32_t failures) {
   e.where = Where::kDelayed;
   e.due = Clock::now() + backoff_delay(settings_.retry, std::max<std::uint32_t>(failures, 1), rng_);
@@ -670,6 +699,8 @@ std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, co
     } else if (l_i < e.history.lost.size() && e.history.lost[l_i] == n) {
       attempts.push_back({{"delivery", n}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
       ++l_i;
+    } else {
+      attempts.push_back({{"delivery", n}, {"kind", ""}, {"note", "never started: its worker died while it waited"}});
     }
   }
   if (outcome.kind != Kind::kSupervisorLost && outcome.kind != Kind::kProtocolError) {

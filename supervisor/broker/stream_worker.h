@@ -127,7 +127,8 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     std::uint32_t delivery = 1;
     EntryHistory history;      // deliveries before `delivery`
     std::uint32_t transient_here = 0;
-    bool solo = false;
+    bool solo = false;         // a suspect's delivery: runs alone, its start recorded first
+    std::uint32_t start_recorded = 0;  // the delivery whose start marker is recorded (suspects)
     bool probe = false;        // running as the breaker's probe
     bool released = false;     // its verdict (released) was given; its release is being recorded
     Where where = Where::kBusy;
@@ -161,6 +162,9 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   // breaker to close.
   void hold_for_outage(Entry& e, const Outcome& outcome);
   void retry_later(Entry& e, std::uint32_t failures);
+  // Records a suspect's start (delivery_history.h), then makes it ready to
+  // run; nothing else starts meanwhile.
+  void record_start(Entry& e);
   void redeliver_now(Entry& e);
   void release(Entry& e, const Outcome& outcome, const std::string& why);
   void taken_over(std::uint64_t ref);

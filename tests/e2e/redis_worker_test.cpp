@@ -205,7 +205,13 @@ TEST_CASE("worker: a payload whose deliveries never report back is dead-lettered
     e2e::Background w(e2e::pillbox_binary(), worker_args(server, {"--consumer", me, "--jobs", "1", "--timeout", "60s",
                                                                   "--cpu", "60s", "--claim-idle", "200ms",
                                                                   "--max-attempts", "2"}));
-    REQUIRE_MESSAGE(e2e::eventually([&] { return pending_on(server, ids[0]) == std::pair<std::string, long long>{me, n}; }),
+    // The second delivery is a suspect's: killed once its start is
+    // recorded, it is one that began to run (one killed before would not
+    // count: it never started).
+    REQUIRE_MESSAGE(e2e::eventually([&] {
+                      return pending_on(server, ids[0]) == std::pair<std::string, long long>{me, n} &&
+                             (n == 1 || e2e::redis_integer(server, {"HEXISTS", "jobs:attempts:" + ids[0], "2"}) == 1);
+                    }),
                     w.err());
     w.signal(SIGKILL);
     w.wait();
@@ -225,6 +231,35 @@ TEST_CASE("worker: a payload whose deliveries never report back is dead-lettered
   REQUIRE(r.records.size() == 1);
   CHECK(r.records[0]["verdict"] == "dead-lettered");
   CHECK(r.err.find(", 0 ok,") != std::string::npos);
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+TEST_CASE("worker: deliveries held by workers that died before starting them are not held against the payload") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = add_entries(server, "jobs", {{"innocent", "waited its turn"}});
+  // Three workers held it and died, none recording anything: the first may
+  // have run it, the next two held it as a suspect's delivery, which records
+  // its start before it runs (delivery_history.h), so they never started it
+  // (as when a worker that holds entries read ahead or claimed is killed).
+  auto redis = e2e::connect(server);
+  REQUIRE(redis.command({"XGROUP", "CREATE", "jobs", "pillbox", "0"}).has_value());
+  REQUIRE(redis.command({"XREADGROUP", "GROUP", "pillbox", "ghost-1", "COUNT", "1", "STREAMS", "jobs", ">"}).has_value());
+  for (const char* ghost : {"ghost-2", "ghost-3"}) {
+    REQUIRE(redis.command({"XCLAIM", "jobs", "pillbox", ghost, "0", ids[0]}).has_value());
+  }
+  REQUIRE(pending_on(server, ids[0]) == std::pair<std::string, long long>{"ghost-3", 3});
+  // --max-attempts 3: one delivery that may have run is not three; it runs.
+  const auto r = run_pillbox(worker_args(server, {"--consumer", "worker-a", "--claim-idle", "100ms",
+                                                  "--exit-when-idle", "1500ms", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].fields.at("key") == "innocent");
+  CHECK(results[0].fields.at("output") == "waited its turn");
+  CHECK(results[0].fields.at("deliveries") == "4");
   CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
 }
 

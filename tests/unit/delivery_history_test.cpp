@@ -76,6 +76,40 @@ TEST_CASE("delivery history: deliveries with nothing recorded are lost; the last
   CHECK_FALSE(entry_history(1, {}).last_lost);
 }
 
+TEST_CASE("delivery history: a suspect's delivery counts as lost only when its start was recorded") {
+  const std::string crashed = delivery_json(recorded_outcome(1, "a", 0, crash("pb1-x"), true, false));
+  const std::string started = delivery_json(recorded_start(2, "b", 0));
+  const auto marker = parse_delivery(2, started);
+  REQUIRE(marker.has_value());
+  CHECK(marker->started);
+  CHECK(marker->kind.empty());
+  CHECK_FALSE(parse_delivery(1, crashed)->started);
+
+  // Held by three workers that died: the first may have run it; the next
+  // two were suspects' deliveries that never started (no marker).
+  auto h = entry_history(4, {});
+  CHECK(h.lost == std::vector<std::uint32_t>{1});
+  CHECK(h.unstarted == std::vector<std::uint32_t>{2, 3});
+  CHECK(h.last_lost);  // still a suspect: runs alone, start recorded first
+  // A suspect that started and never reported back is lost, and so is the
+  // one after it when it started too: a payload that kills its workers.
+  h = entry_history(4, {{2, started}, {3, delivery_json(recorded_start(3, "c", 0))}});
+  CHECK(h.lost == std::vector<std::uint32_t>{1, 2, 3});
+  CHECK(h.unstarted.empty());
+  CHECK(h.recorded.empty());  // markers are not outcomes
+  CHECK(h.last_lost);
+  // Once a delivery reported back, the next is no suspect's: nothing
+  // recorded for it counts as lost again.
+  h = entry_history(5, {{2, started}, {3, crashed}});
+  CHECK(h.lost == std::vector<std::uint32_t>{1, 2, 4});
+  CHECK(h.unstarted.empty());
+  CHECK(h.recorded.size() == 1);
+  // A marker the outcome replaced is an ordinary record.
+  h = entry_history(3, {{1, crashed}, {2, crashed}});
+  CHECK(h.lost.empty());
+  CHECK_FALSE(h.last_lost);
+}
+
 TEST_CASE("delivery history: the retry policy judges the fleet's history (same crash on two workers -> quarantine)") {
   RetrySettings settings;
   const auto first = recorded_outcome(1, "worker-a", 0, crash("pb1-x"), true, false);
