@@ -94,17 +94,14 @@ void BrokerLink::complete(Done done) {
   (void)!::write(event_.get(), &one, sizeof one);
 }
 
-bool BrokerLink::reconnect(const std::string& why, bool fresh_connection) {
-  complete([this, why] { on_state_(false, why); });
-  auto backoff = kFirstBackoff;
-  const auto since = std::chrono::steady_clock::now();
+bool BrokerLink::recover(bool fresh_connection) {
   for (;;) {
     {
       std::unique_lock lock(mutex_);
-      if (wake_.wait_for(lock, backoff, [this] { return stopping_; })) return false;
+      if (wake_.wait_for(lock, backoff_, [this] { return stopping_; })) return false;
     }
-    backoff = std::min(backoff * 2, kMaxBackoff);
-    if (!fresh_connection) break;  // the connection is fine; Redis asked us to wait
+    backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+    if (!fresh_connection) return true;  // the connection is fine; Redis asked us to wait
     auto fresh = RedisConnection::open(address_);
     if (!fresh) continue;
     auto next = std::make_unique<RedisConnection>(std::move(*fresh));
@@ -115,11 +112,8 @@ bool BrokerLink::reconnect(const std::string& why, bool fresh_connection) {
       std::swap(connection_, next);
       socket_fd_ = connection_->fd();
     }
-    break;
+    return true;
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since);
-  complete([this, ms] { on_state_(true, "after " + std::to_string(ms.count()) + " ms"); });
-  return true;
 }
 
 void BrokerLink::loop() {
@@ -152,8 +146,18 @@ void BrokerLink::loop() {
       }
     }
     for (;;) {
+      const std::uint64_t answered = connection_->answered();
       Done done = work(*connection_);
       if (!connection_->broken() && !connection_->busy()) {
+        // Back once Redis answered: a connection that opens, or work that
+        // sends nothing (a renewal with nothing to renew), says nothing of
+        // a Redis that still refuses to serve.
+        if (down_ && connection_->answered() != answered) {
+          down_ = false;
+          const auto ms =
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - down_since_);
+          complete([this, ms] { on_state_(true, "after " + std::to_string(ms.count()) + " ms"); });
+        }
         if (periodic) {
           if (done) complete(std::move(done));
         } else {
@@ -169,10 +173,18 @@ void BrokerLink::loop() {
         if (stopping_) return;
       }
       const bool busy = !connection_->broken();
-      const std::string why = connection_->address().describe() + " (" + name_ + "): " +
-                              (busy ? "it answers that it cannot serve now (loading, busy or full)"
-                                    : "the connection was lost");
-      if (!reconnect(why, !busy)) return;
+      if (!down_) {
+        // Said once per outage: the tries that fail until Redis answers
+        // again (LOADING for as long as a restarted Redis loads) are not news.
+        down_ = true;
+        down_since_ = std::chrono::steady_clock::now();
+        backoff_ = kFirstBackoff;
+        const std::string why = connection_->address().describe() + " (" + name_ + "): " +
+                                (busy ? "it answers that it cannot serve now (loading, busy or full)"
+                                      : "the connection was lost");
+        complete([this, why] { on_state_(false, why); });
+      }
+      if (!recover(!busy)) return;
       if (periodic) break;  // it comes round again on its own clock
     }
   }

@@ -10,8 +10,10 @@
 // (LOADING after a restart, OOM, ...), the link waits with backoff (100 ms,
 // doubling, at most 5 s), reconnecting when needed, and runs the same work again: every step of the
 // protocol is safe to repeat (supervisor/broker/stream_protocol.h: fenced
-// scripts, idempotent records). The owner hears of it twice, not per task:
-// once when the connection is lost, once when it is back.
+// scripts, idempotent records). The owner hears of it twice, not per task
+// nor per try: once when the connection is lost, once when it is back, that
+// is when Redis answers a command again (a restarted Redis accepts
+// connections while it loads its data, and answers LOADING for a while).
 //
 // A periodic step (renewing the claims of the entries the worker holds)
 // runs on the link's own clock, so that it happens while every slot is busy
@@ -65,10 +67,9 @@ class BrokerLink {
  private:
   BrokerLink(RedisAddress address, std::string name, StateChange on_state, RedisConnection connection);
   void loop();
-  // Waits with backoff (and connects again when `fresh_connection`) until it
-  // works or stop(); false on stop. The owner hears `why` once, and once
-  // that it is back.
-  bool reconnect(const std::string& why, bool fresh_connection);
+  // Waits the backoff (which then doubles) and, when `fresh_connection`,
+  // connects again (waiting and doubling until it can); false on stop.
+  bool recover(bool fresh_connection);
   void complete(Done done);
 
   RedisAddress address_;
@@ -85,6 +86,12 @@ class BrokerLink {
   std::chrono::milliseconds periodic_every_{0};
   std::chrono::steady_clock::time_point periodic_due_{};
   bool stopping_ = false;
+  // On the link's thread: Redis is lost (the owner was told) since
+  // `down_since_`, and the next try waits `backoff_`. Back (and told) when a
+  // command is answered again.
+  bool down_ = false;
+  std::chrono::steady_clock::time_point down_since_{};
+  std::chrono::milliseconds backoff_{0};
   int socket_fd_ = -1;  // the connection's socket, under mutex_ (stop() shuts it down)
   std::size_t outstanding_ = 0;  // the owner's count: posted - drained
   std::thread thread_;

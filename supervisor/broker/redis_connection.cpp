@@ -122,6 +122,7 @@ Expected<std::vector<RedisReply>> RedisConnection::pipeline(const std::vector<st
       return Error{failure("no reply to " + std::string(commands[i].front()))};
     }
     RedisReply reply(static_cast<redisReply*>(raw));
+    ++answered_;
     if (reply->type == REDIS_REPLY_ERROR && first_error.empty()) {
       const std::string text(reply->str, reply->len);
       first_error = failure(std::string(commands[i].front()) + " failed: " + text);

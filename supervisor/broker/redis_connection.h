@@ -60,6 +60,8 @@ class RedisConnection {
   // (LOADING after a restart, BUSY script, OOM over maxmemory, TRYAGAIN,
   // MASTERDOWN, CLUSTERDOWN): worth waiting for, unlike a wrong command.
   bool busy() const { return busy_; }
+  // Replies received so far (error replies included): Redis answered.
+  std::uint64_t answered() const { return answered_; }
   // The socket, for shutdown(2) from another thread: it makes a command
   // blocked in XREADGROUP return at once (a failure).
   int fd() const { return context_ ? context_->fd : -1; }
@@ -74,6 +76,7 @@ class RedisConnection {
   RedisAddress address_;
   std::unique_ptr<redisContext, ContextFree> context_;
   bool busy_ = false;
+  std::uint64_t answered_ = 0;
 };
 
 }  // namespace pillbox::broker

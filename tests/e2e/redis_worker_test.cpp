@@ -452,6 +452,16 @@ TEST_CASE("worker: a Redis that cannot serve for a while (full: OOM) is waited f
   REQUIRE(redis.command({"CONFIG", "SET", "maxmemory", "1"}).has_value());
   e2e::Background w(e2e::pillbox_binary(), worker_args(server, {"--exit-when-idle", "1s"}));
   REQUIRE_MESSAGE(e2e::eventually([&] { return w.err().find("cannot serve now") != std::string::npos; }), w.err());
+  // Full for a while: the worker tries again (100, 200, 400 ms later) and
+  // is refused each time; the outage is still one.
+  auto refused = [&] {
+    auto r = redis.command({"INFO", "errorstats"});
+    REQUIRE(r.has_value());
+    const std::string info = pillbox::broker::reply_text(r->get());
+    const auto at = info.find("errorstat_OOM:count=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 20));
+  };
+  REQUIRE_MESSAGE(e2e::eventually([&] { return refused() >= 4; }), w.err());
   REQUIRE(redis.command({"CONFIG", "SET", "maxmemory", "0"}).has_value());
   CHECK(w.wait() == 0);
   const std::string err = w.err();
