@@ -2,11 +2,12 @@
 // durable redis-server (append-only file fsynced on every write), with
 // workers SIGKILLed at random moments and Redis itself restarted mid-run.
 // What must hold (docs/distributed.md): no good task is lost, each poison
-// task is dead-lettered exactly once, nothing stays pending, a duplicate ok
-// result needs a worker killed between running a task and settling it (so
-// there are at most kills x --jobs of them), and a worker tells of a Redis
-// outage once, not once per task. The figures (duplicates, deliveries, wall
-// time) are reported with MESSAGE.
+// task is dead-lettered exactly once, nothing stays pending, ok results are
+// duplicated at most kills x --jobs times (a killed worker's running tasks
+// run again elsewhere; since the settle is fenced, none is expected), and a
+// worker tells of a Redis outage once, not once per task or per try. The
+// figures (duplicates, deliveries, takeovers, wall time) are reported with
+// MESSAGE.
 //
 // Tasks run a private copy of the mixed_poison fixture (S: SIGSEGV,
 // A: abort, L: spins, else echo), so that the processes left behind by a
