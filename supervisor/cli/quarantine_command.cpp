@@ -12,7 +12,9 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/quarantine_json.h"
@@ -144,60 +146,13 @@ namespace {
 int list(const QuarantineContext& c) {
   auto filter = read_filter(c.args);
   if (!filter) return quarantine_error(filter.error(), kExitUsage);
-  for (const auto& [name, field] : {std::pair{"limit", &filter->limit}, {"offset", &filter->offset}}) {
-    if (auto v = c.args.value(name)) {
-      char* end = nullptr;
-      errno = 0;
-      const long long n = std::strtoll(v->c_str(), &end, 10);
-      if (v->empty() || *end != '\0' || n < 0 || errno != 0) {
-        return quarantine_error(std::string("--") + name + " expects a whole number, got '" + *v + "'", kExitUsage);
-      }
-      *field = n;
-    }
-  }
-  const bool json = c.args.flag("json");
-  std::string out;
-  if (!json) {
-    char line[512];
-    std::snprintf(line, sizeof line, "%-8s %-24s %-12s %-17s %-21s %s\n", "ID", "CREATED", "STATUS", "KIND",
-                  "FINGERPRINT", "KEY");
-    out += line;
-  }
-  std::size_t shown = 0;
-  // Streamed: a listing of 100 000 records is never in memory at once.
-  const Status s = c.quarantine.each(*filter, [&](const store::QuarantineRecord& r) {
-    ++shown;
-    if (json) {
-      out += quarantine_record_json(r, 0, false, c.store_dir);
-      out += '\n';
-    } else {
-      char line[1024];
-      std::snprintf(line, sizeof line, "%-8lld %-24s %-12s %-17s %-21s %s\n", static_cast<long long>(r.id),
-                    iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
-                    table_cell(r.entry.fingerprint, 21).c_str(), table_cell(r.entry.key, 120).c_str());
-      out += line;
-    }
-    if (out.size() > (1 << 16)) {
-      std::fwrite(out.data(), 1, out.size(), stdout);
-      out.clear();
-    }
-    return true;
-  });
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fflush(stdout);
-  if (!s) return quarantine_error(s.message(), kExitSetup);
-  if (!json) {
-    // Paging: say where this page sits in the whole.
-    auto total = c.quarantine.count(*filter);
-    const long long all = total ? static_cast<long long>(*total) : -1;
-    if (filter->limit >= 0 || filter->offset > 0) {
-      std::fprintf(stderr, "%zu record%s shown (from %lld) of %lld\n", shown, shown == 1 ? "" : "s",
-                   static_cast<long long>(filter->offset) + (shown > 0 ? 1 : 0), all);
-    } else {
-      std::fprintf(stderr, "%zu record%s\n", shown, shown == 1 ? "" : "s");
-    }
-  }
-  return kExitOk;
+  ListSource source;
+  source.each = [&](const store::ListFilter& f, const ListSource::Visit& visit) {
+    return c.quarantine.each(f, [&](const store::QuarantineRecord& r) { return visit(r.id, r); });
+  };
+  source.count = [&](const store::ListFilter& f) { return c.quarantine.count(f); };
+  source.where = c.store_dir;
+  return list_records(c.args, std::move(*filter), source);
 }
 
 int discard(const QuarantineContext& c) {
@@ -221,7 +176,7 @@ int discard(const QuarantineContext& c) {
   int changed = 0;
   for (const auto& r : records) {
     if (r.status == store::RecordStatus::kDiscarded) {
-      std::printf("record %lld was already discarded\n", static_cast<long long>(r.id));
+      print_already_discarded(std::to_string(r.id));
       continue;
     }
     const std::string was(to_string(r.status));
@@ -230,10 +185,10 @@ int discard(const QuarantineContext& c) {
         !s) {
       return quarantine_error(s.message(), kExitSetup);
     }
-    std::printf("record %lld discarded (was %s)\n", static_cast<long long>(r.id), was.c_str());
+    print_discarded(std::to_string(r.id), was);
     ++changed;
   }
-  std::fprintf(stderr, "%d record%s discarded\n", changed, changed == 1 ? "" : "s");
+  print_discard_summary(changed);
   return kExitOk;
 }
 

@@ -1,12 +1,14 @@
 #pragma once
 // The verbs of `pillbox quarantine`, one file each group: the dispatcher
-// (quarantine_command.cpp) opens the store and hands it to them.
+// (quarantine_command.cpp) opens the store and hands it to them. They print
+// through quarantine_print.h.
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/store_access.h"
+#include "supervisor/ops/replay.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::cli {
@@ -45,5 +47,11 @@ int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bund
 int quarantine_stats(const QuarantineContext& c);   // stats
 int quarantine_replay(const QuarantineContext& c);  // replay
 int quarantine_import(const QuarantineContext& c);  // import FILES...
+
+// --batch, --rate, --stop-after and --max-failure-ratio: how fast a replay
+// goes and when it stops.
+Status read_replay_brakes(const Args& args, ReplaySettings& settings);
+// What a replay did, on stderr, and the exit code.
+int report_replay(const ReplayResult& result, bool write_errors);
 
 }  // namespace pillbox::cli
