@@ -27,6 +27,7 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox quarantine list [filters] [--limit N] [--offset N] [--json]\n"
+    "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see below)\n"
     "       pillbox quarantine show ID [--json]\n"
     "       pillbox quarantine stats [filters] [--json]\n"
     "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force]\n"
@@ -80,9 +81,25 @@ const char* kHelp =
     "options:\n"
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                ~/.local/state/pillbox)\n"
+    "  --redis URL --stream NAME\n"
+    "                list, show, stats, export, discard and replay work on the fleet's quarantine\n"
+    "                instead: the dead letters `pillbox worker --stream NAME` wrote to NAME:dlq. IDs are\n"
+    "                their entry IDs (1712345678901-0); the output is the same as for the store. There,\n"
+    "                replay puts the records back on NAME for the workers (fields key, payload,\n"
+    "                redrive_of) and waits for each batch's outcome in NAME:results and NAME:dlq:\n"
+    "           --batch-timeout D       longest wait for a batch's outcomes (default 5m); then it stops\n"
+    "                and names the records with none. A record being replayed is locked: a second\n"
+    "                replay of it is refused. --handler, --arg, --policy, --jobs, --source and\n"
+    "                --minimized do not apply there, nor purge and import.\n"
     "\n"
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
-    "condition ended it, 2 usage error or no such record, 3 the store or the sandbox cannot be used\n";
+    "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";
+
+// The verbs that also work on the fleet's quarantine (--redis URL --stream NAME).
+const std::map<std::string, int (*)(const FleetContext&)> kFleetVerbs = {
+    {"list", fleet_list},       {"show", fleet_show},         {"stats", fleet_stats},
+    {"export", fleet_export},   {"discard", fleet_discard},   {"replay", fleet_replay},
+};
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerprint"}, {"key"}, {"since"}, {"source"}};
 
@@ -90,6 +107,8 @@ const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerpr
 std::vector<OptionSpec> options_of(const std::string& verb) {
   std::vector<OptionSpec> o = {{"store"}, {"help", false}};
   auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
+  if (kFleetVerbs.count(verb) > 0) add({{"redis"}, {"stream"}});
+  if (verb == "replay") add({{"batch-timeout"}});
   if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
   if (verb == "stats") add(kFilterOptions), add({{"json", false}});
   if (verb == "show") add({{"json", false}});
@@ -210,6 +229,28 @@ int purge(const QuarantineContext& c) {
   return kExitOk;
 }
 
+// --redis URL --stream NAME: the verb on the fleet's quarantine instead of the store.
+int on_fleet(const std::string& verb, const Args& args) {
+  const auto fleet_verb = kFleetVerbs.find(verb);
+  if (fleet_verb == kFleetVerbs.end()) {
+    return quarantine_error(verb + " works on the store only, not on the fleet's quarantine (--redis)", kExitUsage);
+  }
+  if (args.value("store")) return quarantine_error("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
+  const auto stream = args.value("stream");
+  if (!stream || stream->empty()) {
+    return quarantine_error("--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)",
+                            kExitUsage);
+  }
+  if (args.value("source")) {
+    return quarantine_error("--source does not apply with --redis: every record there comes from a worker", kExitUsage);
+  }
+  auto address = broker::parse_redis_url(*args.value("redis"));
+  if (!address) return quarantine_error(address.error(), exit_code_for(address.error_code()));
+  auto fleet = broker::FleetQuarantine::open(*address, *stream);
+  if (!fleet) return quarantine_error(fleet.error(), exit_code_for(fleet.error_code()));
+  return fleet_verb->second(FleetContext{args, *fleet});
+}
+
 }  // namespace
 
 int quarantine_error(const std::string& message, int exit_code) {
@@ -282,6 +323,12 @@ int quarantine_command(int argc, char** argv) {
   }
   if ((verb == "show" || verb == "export") && args->positional().size() != 1) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
+  }
+  if (args->value("redis")) return on_fleet(verb, *args);
+  if (args->value("stream") || args->value("batch-timeout")) {
+    return quarantine_error(std::string(args->value("stream") ? "--stream" : "--batch-timeout") +
+                                " goes with --redis URL (the fleet's quarantine)",
+                            kExitUsage);
   }
   StoreAccessError error;
   // Import adds records and may start a store; every other verb looks at one.
