@@ -282,4 +282,17 @@ Expected<FleetRecord> FleetQuarantine::change_state(const std::string& id, bool 
                " tries); try again"};
 }
 
+Status FleetQuarantine::record_reproduction(const std::string& id, const std::string& verdict, std::int64_t runs,
+                                            std::int64_t matches, const std::string& actor, const std::string& detail) {
+  auto r = change_state(id, false, [&](FleetState& s, const FleetRecord&) {
+    s.reproduce_verdict = verdict;
+    s.reproduce_runs = runs;
+    s.reproduce_matches = matches;
+    s.updated_at = store::now_ms();
+    s.audit.push_back({s.updated_at, actor, "reproduced", detail});
+    return Status::ok();
+  });
+  return r ? Status::ok() : Status::error(r.error(), r.error_code());
+}
+
 }  // namespace pillbox::broker

@@ -26,7 +26,8 @@
 //   store    (list --json) the Redis server and the dead-letter stream;
 //   repeats  always 0: workers do not fold repeats of one bug;
 //   source   always "worker";
-//   minimized_sha256 never: `minimize` does not work on the fleet's records;
+//   minimized_sha256 never: `minimize` does not work on the fleet's records
+//            (`reproduce` does: its verdict is kept in the record's state);
 //   attempt history: one attempt per delivery of the entry (its "run" is the
 //            worker's name; a delivery records when it ended, not when it
 //            started, so both times are that one; a delivery that never
@@ -84,6 +85,11 @@ class FleetQuarantine {
   // `refuse_while_replaying`, a record whose redrive lock exists is refused.
   // Returns the record as it is after the change.
   Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying, const StateChange& change);
+
+  // The verdict of `pillbox reproduce` (supervisor/ops/reproduce.h) with an
+  // audit entry, as QuarantineStore::record_reproduction keeps it.
+  Status record_reproduction(const std::string& id, const std::string& verdict, std::int64_t runs,
+                             std::int64_t matches, const std::string& actor, const std::string& detail);
 
   RedisConnection& redis() { return redis_; }
   const FleetKeys& keys() const { return keys_; }

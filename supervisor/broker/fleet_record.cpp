@@ -147,6 +147,14 @@ void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_hold
   fr.replaying_by = lock_holder;
 }
 
+Expected<std::string> checked_payload(const FleetRecord& r) {
+  if (sha256_hex(r.payload) != r.record.entry.payload_sha256) {
+    return Error{"the payload of record " + r.id + " does not match the sha256 its record names (" +
+                 r.record.entry.payload_sha256 + ")"};
+  }
+  return r.payload;
+}
+
 Outcome recorded_outcome_of(const store::QuarantineEntry& e) {
   Outcome o;
   o.kind = kind_from_string(e.kind).value_or(Kind::kProtocolError);

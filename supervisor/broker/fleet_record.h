@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "shared/status.h"
 #include "supervisor/broker/fleet_state.h"
 #include "supervisor/classify/outcome.h"
 #include "supervisor/store/quarantine_store.h"
@@ -51,6 +52,10 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields);
 // its lock: `lock_holder` is the lock's value, "" when there is none), the
 // time of the last change, the reproduction verdict.
 void apply_state(FleetRecord& record, FleetState state, const std::string& lock_holder);
+
+// The dead letter's payload, checked against the sha256 its record names (as
+// the store checks its payloads); the error says which record.
+Expected<std::string> checked_payload(const FleetRecord& record);
 
 // The milliseconds part of a stream entry id ("1712345678901-0"); 0 when it is not one.
 std::int64_t entry_time_ms(std::string_view id);

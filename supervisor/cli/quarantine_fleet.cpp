@@ -5,7 +5,6 @@
 // reads and changes; this turns its records into what the printers take.
 #include <string>
 
-#include "shared/sha256.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_print.h"
@@ -59,16 +58,6 @@ nlohmann::json full_record(const FleetContext& c, const broker::FleetRecord& r) 
   return j;
 }
 
-// The dead letter's bytes, checked against the hash its record names, as the
-// store checks its payloads.
-Expected<std::string> checked_payload(const broker::FleetRecord& r) {
-  if (sha256_hex(r.payload) != r.record.entry.payload_sha256) {
-    return Error{"the payload of record " + r.id + " does not match the sha256 its record names (" +
-                 r.record.entry.payload_sha256 + ")"};
-  }
-  return r.payload;
-}
-
 Expected<std::string> one_id(const FleetContext& c) { return broker::parse_fleet_id(c.args.positional()[0]); }
 
 }  // namespace
@@ -91,7 +80,7 @@ int fleet_show(const FleetContext& c) {
   if (!id) return quarantine_error(id.error(), kExitUsage);
   auto r = c.quarantine.get(*id);
   if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
-  ShownRecord shown{r->id, r->record, full_record(c, *r), checked_payload(*r), std::nullopt,
+  ShownRecord shown{r->id, r->record, full_record(c, *r), broker::checked_payload(*r), std::nullopt,
                     "pillbox reproduce " + r->id + " --redis URL --stream " + c.quarantine.keys().stream.stream};
   return print_record(shown, c.args.flag("json"));
 }
@@ -116,7 +105,7 @@ int fleet_export(const FleetContext& c) {
   }
   auto r = c.quarantine.get(*id);
   if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
-  auto payload = checked_payload(*r);
+  auto payload = broker::checked_payload(*r);
   if (!payload) return quarantine_error(payload.error(), kExitSetup);
   const nlohmann::json full = c.args.flag("bundle") ? full_record(c, *r) : nlohmann::json();
   return export_record(c.args, r->id, r->record, full, *payload, r->record.entry.payload_sha256);

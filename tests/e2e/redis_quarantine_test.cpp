@@ -3,7 +3,7 @@
 // `pillbox worker` processes running the mixed_poison fixture (S: SIGSEGV,
 // A: abort, L: spins, E: handler error, else echo): list prints what the
 // store prints for the same payloads run through `pillbox run`; show, stats,
-// export and discard; replay redrives to a worker in the background, stops
+// export, discard and reproduce; replay redrives to a worker in the background, stops
 // after --stop-after, resolves what a fixed worker runs ok, never redrives a
 // record twice at once, and names the records whose outcome did not come.
 #include <doctest/doctest.h>
@@ -181,6 +181,20 @@ TEST_CASE("fleet quarantine: show, stats, export and discard, and errors that ar
   const auto text = fleet(server, {"show", segv});
   CHECK(text.out.rfind("record " + segv + ": quarantined\n", 0) == 0);
   CHECK(text.out.find("crash state (innermost first):\n    corrupt_record") != std::string::npos);
+
+  // reproduce: run here from the record's payload, handler and policy; the
+  // verdict is kept with the record, as in the store.
+  const auto reproduced = run_pillbox({"reproduce", segv, "--runs", "2", "--json", "--redis", server.url(), "--stream",
+                                       "jobs"});
+  INFO(reproduced.describe());
+  CHECK(reproduced.exit_code == 0);
+  REQUIRE(reproduced.records.size() == 1);
+  CHECK(reproduced.records[0]["id"] == segv);
+  CHECK(reproduced.records[0]["verdict"] == "reliable");
+  CHECK(reproduced.records[0]["matches"] == 2);
+  const json kept = records_by_key(server).at("segv");
+  CHECK(kept["reproduce"] == json{{"verdict", "reliable"}, {"runs", 2}, {"matches", 2}});
+  CHECK(fleet(server, {"show", segv}).out.find("reproduces   reliable: 2 of 2 runs") != std::string::npos);
 
   // export: the exact bytes; a bundle that reproduces the crash.
   e2e::TempDir dir;
