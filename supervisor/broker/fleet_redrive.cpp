@@ -301,17 +301,17 @@ Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
     auto failed = wait(flights, *results_from, *dlq_from);
     if (!failed) return Error{failed.error(), failed.error_code()};
     const std::size_t ran = started - flights.size();
+    std::string ids;
+    for (const auto& [entry, f] : flights) ids += (ids.empty() ? "" : ", ") + f.record.id;
+    const std::string left = "record" + std::string(flights.size() == 1 ? " " : "s ") + ids + " (their redrives stay on " +
+                             keys.stream.stream + ", and the records are not redriven again until a worker settles them";
     if (const int sig = stop_signals_.caught(); sig != 0) {
       result.stop_signal = sig;
       result.stopped_because = std::string("stopped by ") + stop_signal_name(sig);
+      if (!flights.empty()) result.stopped_because += "; no outcome yet for " + left + ")";
     } else if (!flights.empty()) {
-      std::string ids;
-      for (const auto& [entry, f] : flights) ids += (ids.empty() ? "" : ", ") + f.record.id;
       result.stopped_because = "no outcome within --batch-timeout " + std::to_string(settings_.batch_timeout.count()) +
-                               " ms for record" + (flights.size() == 1 ? " " : "s ") + ids +
-                               " (their redrives stay on " + keys.stream.stream +
-                               ", and the records are not redriven again until a worker settles them; are workers "
-                               "running, with NAME:results on?)";
+                               " ms for " + left + "; are workers running, with NAME:results on?)";
     } else if (settings_.stop_after > 0 && worst() >= settings_.stop_after) {
       result.stopped_because = std::to_string(settings_.stop_after) + " replayed payloads failed again with " +
                                worst_fingerprint() + " (--stop-after " + std::to_string(settings_.stop_after) + ")";

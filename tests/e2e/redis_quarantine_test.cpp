@@ -61,7 +61,7 @@ const std::vector<std::string>& fixed() {
 // the poison ones end in NAME:dlq.
 void dead_letter(const e2e::RedisServer& server, const Tasks& tasks) {
   e2e::add_entries(server, "jobs", tasks);
-  const auto r = run_pillbox(worker_args(server, {"--exit-when-idle", "1s", "--quiet"}, poison()));
+  const auto r = run_pillbox(worker_args(server, {"--exit-when-idle", "500ms", "--quiet"}, poison()));
   INFO(r.describe());
   REQUIRE(r.exit_code == 0);
 }
@@ -290,12 +290,20 @@ TEST_CASE("fleet quarantine: replay redrives to the workers, stops after --stop-
       CHECK(r["fingerprint"] == r["original_fingerprint"]);
       CHECK(r["record_id"].is_string());
     }
+    // --max-failure-ratio: the oldest two again (failed-again records are
+    // replayed too), both fail, more than 40 % of the batch: it stops there.
+    const auto ratio = fleet(server, {"replay", "--all", "--batch", "2", "--max-failure-ratio", "0.4"});
+    INFO(ratio.describe());
+    CHECK(ratio.exit_code == 1);
+    CHECK(ratio.err.find("replay stopped: 2 of 2 payloads of a batch failed again (more than --max-failure-ratio "
+                         "0.40)") != std::string::npos);
+    CHECK(ratio.err.find("4 selected, 2 replayed") != std::string::npos);
     worker.signal(SIGTERM);
     CHECK(worker.wait() == 143);
   }
   const auto records = records_by_key(server);
   CHECK(records.size() == 4);  // a redrive's dead letter is an attempt of its record, not a record
-  CHECK(e2e::redis_integer(server, {"XLEN", "jobs:dlq"}) == dead_letters + 2);
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs:dlq"}) == dead_letters + 4);
   std::map<std::string, std::vector<std::string>> by_status;
   for (const auto& [key, r] : records) by_status[r["status"].get<std::string>()].push_back(key);
   CHECK(by_status["failed-again"].size() == 2);
@@ -305,11 +313,11 @@ TEST_CASE("fleet quarantine: replay redrives to the workers, stops after --stop-
   const auto shown = fleet(server, {"show", records.at(by_status["failed-again"][0])["id"].get<std::string>(), "--json"});
   REQUIRE(shown.records.size() == 1);
   const json& history = shown.records[0]["attempt_history"];
-  REQUIRE(history.size() == 3);  // two deliveries, then the redrive
+  REQUIRE(history.size() == 4);  // two deliveries, then the two redrives
   CHECK(history[2]["run"] == "still-broken");
-  CHECK(history[2]["kind"] == "crash");
+  CHECK(history[3]["kind"] == "crash");
   const json& audit = shown.records[0]["audit"];
-  REQUIRE(audit.size() == 3);
+  REQUIRE(audit.size() == 5);
   CHECK(audit[1]["action"] == "redriven");
   CHECK(audit[2]["action"] == "replayed");
   CHECK(audit[2]["detail"].get<std::string>().rfind("failed again: crash", 0) == 0);
@@ -366,7 +374,8 @@ TEST_CASE("fleet quarantine: a record being replayed is never redriven twice at 
   CHECK(lock_keys(server) == 0);
 }
 
-TEST_CASE("fleet quarantine: a batch with no outcome in time names its records; their redrives are not repeated") {
+TEST_CASE("fleet quarantine: a batch with no outcome in time (or stopped by SIGINT) names its records; their "
+          "redrives are not repeated") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
   dead_letter(server, {{"segv", "S late"}});
@@ -391,13 +400,28 @@ TEST_CASE("fleet quarantine: a batch with no outcome in time names its records; 
   CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 1);
 
   // Once a worker settled it, the record can be redriven again.
-  const auto w = run_pillbox(worker_args(server, {"--exit-when-idle", "1s", "--quiet"}, fixed()));
+  const auto w = run_pillbox(worker_args(server, {"--exit-when-idle", "500ms", "--quiet"}, fixed()));
   REQUIRE(w.exit_code == 0);
   e2e::Background worker(e2e::pillbox_binary(), worker_args(server, {}, fixed()));
   const auto now = fleet(server, {"replay", id, "--batch-timeout", "60s"});
   INFO(now.describe());
   CHECK(now.exit_code == 0);
   CHECK(records_by_key(server).at("segv")["status"] == "resolved");
+  worker.signal(SIGTERM);
+  CHECK(worker.wait() == 143);
+
+  // SIGINT while a replay waits: it stops, names the record, lets go of its lock.
+  dead_letter(server, {{"segv-2", "S later"}});
+  const std::string second = id_of(server, "segv-2");
+  e2e::Background waiting(e2e::pillbox_binary(), {"quarantine", "replay", second, "--batch-timeout", "120s", "--redis",
+                                                  server.url(), "--stream", "jobs"});
+  REQUIRE_MESSAGE(e2e::eventually([&] { return lock_keys(server) == 1; }), waiting.err());
+  waiting.signal(SIGINT);
+  CHECK(waiting.wait() == 130);
+  CHECK(waiting.err().find("replay stopped: stopped by SIGINT; no outcome yet for record " + second) !=
+        std::string::npos);
+  CHECK(lock_keys(server) == 0);
+  CHECK(records_by_key(server).at("segv-2")["status"] == "quarantined");
 }
 
 }  // namespace
