@@ -27,7 +27,6 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox quarantine list [filters] [--limit N] [--offset N] [--json]\n"
-    "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see below)\n"
     "       pillbox quarantine show ID [--json]\n"
     "       pillbox quarantine stats [filters] [--json]\n"
     "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force]\n"
@@ -35,6 +34,7 @@ const char* kHelp =
     "       pillbox quarantine purge --older-than DURATION [--status S]...\n"
     "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
+    "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
     "\n"
     "list     records, newest first: a table, or one JSON object per line with --json\n"
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
@@ -86,11 +86,11 @@ const char* kHelp =
     "                instead: the dead letters `pillbox worker --stream NAME` wrote to NAME:dlq. IDs are\n"
     "                their entry IDs (1712345678901-0); the output is the same as for the store. There,\n"
     "                replay puts the records back on NAME for the workers (fields key, payload,\n"
-    "                redrive_of) and waits for each batch's outcome in NAME:results and NAME:dlq:\n"
-    "           --batch-timeout D       longest wait for a batch's outcomes (default 5m); then it stops\n"
-    "                and names the records with none. A record being replayed is locked: a second\n"
-    "                replay of it is refused. --handler, --arg, --policy, --jobs, --source and\n"
-    "                --minimized do not apply there, nor purge and import.\n"
+    "                redrive_of) and waits for each batch's outcome in NAME:results and NAME:dlq, at\n"
+    "                most --batch-timeout D (default 5m), then stops and names the records with none.\n"
+    "                A record being replayed is locked: a second replay of it is refused. --handler,\n"
+    "                --arg, --policy, --jobs, --source and --minimized do not apply there, nor purge\n"
+    "                and import. reproduce takes --redis URL --stream NAME too.\n"
     "\n"
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
     "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";
