@@ -31,7 +31,8 @@
 //   attempt history: one attempt per delivery of the entry (its "run" is the
 //            worker's name; a delivery records when it ended, not when it
 //            started, so both times are that one; a delivery that never
-//            reported back is "unfinished" with no times), then one per redrive.
+//            reported back is "unfinished" with no times, one released unrun by
+//            a stopping worker is "released"), then one per redrive.
 // Errors are one line; an unknown id, a malformed one, or a key of another
 // type are usage errors (ErrorCode::kUsage), Redis failures setup errors.
 #include <cstdint>

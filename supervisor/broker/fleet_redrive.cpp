@@ -34,7 +34,7 @@ if cur ~= ARGV[2] then return {'changed'} end
 local holder = redis.call('GET', KEYS[3])
 if holder then return {'locked', holder} end
 if ARGV[7] ~= '' and #redis.call('XRANGE', KEYS[1], ARGV[7], ARGV[7]) > 0 then return {'waiting', ARGV[7]} end
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4])
 local e = redis.call('XADD', KEYS[1], '*', 'key', ARGV[5], 'payload', ARGV[6], 'redrive_of', ARGV[1])
 local state = string.gsub(ARGV[8], '"waiting_entry":"%?"', '"waiting_entry":"' .. e .. '"', 1)
 redis.call('HSET', KEYS[2], ARGV[1], state)
@@ -341,7 +341,9 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const Redriv
                                                 std::vector<std::string>& skipped) {
   std::vector<FleetRecord> out;
   if (!settings.ids.empty()) {
+    std::set<std::string> seen;
     for (const auto& id : settings.ids) {
+      if (!seen.insert(id).second) continue;  // given twice: redriven once
       auto r = q.get(id);
       if (!r) return Error{r.error(), r.error_code()};
       if (!claimable(*r, settings.force)) {

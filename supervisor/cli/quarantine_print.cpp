@@ -161,10 +161,11 @@ int list_records(const Args& args, store::ListFilter filter, const ListSource& s
   std::fflush(stdout);
   if (!s) return quarantine_error(s.message(), exit_code_for(s.code()));
   if (!json) {
-    // Paging: say where this page sits in the whole.
-    auto total = source.count(filter);
-    const long long all = total ? static_cast<long long>(*total) : -1;
+    // Paging: say where this page sits in the whole (counted only then: on
+    // Redis a count reads the whole dead-letter stream again).
     if (filter.limit >= 0 || filter.offset > 0) {
+      auto total = source.count(filter);
+      const long long all = total ? static_cast<long long>(*total) : -1;
       std::fprintf(stderr, "%zu record%s shown (from %lld) of %lld\n", shown, shown == 1 ? "" : "s",
                    static_cast<long long>(filter.offset) + (shown > 0 ? 1 : 0), all);
     } else {
