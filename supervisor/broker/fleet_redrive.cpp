@@ -13,9 +13,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The longest single XREAD BLOCK: below the connection's command timeout
-// (RedisConnection::open, 5 s), and short enough that SIGINT/SIGTERM, which
-// hiredis does not let interrupt a read, stop the wait within a second.
+// The longest single XREAD BLOCK (or paced sleep): below the connection's
+// command timeout (RedisConnection::open, 5 s), and short enough that
+// SIGINT/SIGTERM, which hiredis does not let interrupt a read, stop the wait
+// within a second.
 constexpr std::chrono::milliseconds kLongestBlock{1000};
 // A lock outlives its replay's wait by this much: the outcome may be
 // recorded just as the batch times out.
@@ -287,8 +288,12 @@ Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
     for (std::size_t i = 0; i < size && next < plan.size(); ++i, ++next) {
       if (stop_signals_.caught() != 0) break;
       if (settings_.rate > 0) {
-        // Paced: a start waits for its turn, not for anything that happens.
-        std::this_thread::sleep_until(next_start_);
+        // Paced: a start waits for its turn, not for anything that happens;
+        // in steps, so that SIGINT/SIGTERM (which a sleep outlasts) stop it.
+        while (Clock::now() < next_start_ && stop_signals_.caught() == 0) {
+          std::this_thread::sleep_for(std::min<Clock::duration>(next_start_ - Clock::now(), kLongestBlock));
+        }
+        if (stop_signals_.caught() != 0) break;
         next_start_ = std::max(next_start_, Clock::now()) +
                       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / settings_.rate));
       }

@@ -22,7 +22,9 @@
 // their locks deleted, their redrives left on the stream (which keeps them from
 // being redriven again until a worker settles them), and the replay stops.
 // A replay that dies leaves its locks to run out by themselves (after the
-// batch timeout and a margin).
+// batch timeout and a margin). An outcome that comes after its replay gave
+// up is not recorded in the record's state: it stays in NAME:results or
+// NAME:dlq with its redrive_of field.
 //
 // The workers must write NAME:results (their default; with --no-results an
 // ok redrive is never seen and times out).
