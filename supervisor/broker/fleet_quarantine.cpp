@@ -63,6 +63,8 @@ FleetKeys fleet_keys(const std::string& name) {
   k.stream = stream_keys(name);
   k.state = k.stream.dlq + ":state";
   k.lock_prefix = k.stream.dlq + ":lock:";
+  k.minimizing_prefix = k.stream.dlq + ":minimizing:";
+  k.minimized_prefix = k.stream.dlq + ":minimized:";
   return k;
 }
 

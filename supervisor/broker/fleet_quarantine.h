@@ -20,14 +20,17 @@
 //                         or gone by itself when its time runs out. While it
 //                         exists the record reads `replaying` and nobody else
 //                         redrives or discards it.
+//   NAME:dlq:minimizing:<id>  the best payload `pillbox minimize` found so
+//                         far (its bytes), for a later session to resume from
+//                         (fleet_minimize.h; the state holds the search's progress).
+//   NAME:dlq:minimized:<id>   the record's minimized payload, once one was
+//                         recorded (export --minimized writes it).
 //
 // What the store's record has and the fleet's does not, in one place:
 //   id       the dead letter's entry id ("1712345678901-0"), a string;
 //   store    (list --json) the Redis server and the dead-letter stream;
 //   repeats  always 0: workers do not fold repeats of one bug;
 //   source   always "worker";
-//   minimized_sha256 never: `minimize` does not work on the fleet's records
-//            (`reproduce` does: its verdict is kept in the record's state);
 //   attempt history: one attempt per delivery of the entry (its "run" is the
 //            worker's name; a delivery records when it ended, not when it
 //            started, so both times are that one; a delivery that never
@@ -54,6 +57,10 @@ struct FleetKeys {
   std::string state;        // NAME:dlq:state
   std::string lock_prefix;  // NAME:dlq:lock:
   std::string lock(const std::string& id) const { return lock_prefix + id; }
+  std::string minimizing_prefix;  // NAME:dlq:minimizing:
+  std::string minimizing(const std::string& id) const { return minimizing_prefix + id; }
+  std::string minimized_prefix;   // NAME:dlq:minimized:
+  std::string minimized(const std::string& id) const { return minimized_prefix + id; }
 };
 FleetKeys fleet_keys(const std::string& name);
 

@@ -142,6 +142,7 @@ void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_hold
   r.reproduce_verdict = state.reproduce_verdict;
   r.reproduce_runs = state.reproduce_runs;
   r.reproduce_matches = state.reproduce_matches;
+  r.minimized_sha256 = state.minimized_sha256;
   fr.state = std::move(state);
   fr.replaying = locked;
   fr.replaying_by = lock_holder;

@@ -50,7 +50,7 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields);
 
 // The record as operators left it: status (replaying while a replay holds
 // its lock: `lock_holder` is the lock's value, "" when there is none), the
-// time of the last change, the reproduction verdict.
+// time of the last change, the reproduction verdict, the minimized payload.
 void apply_state(FleetRecord& record, FleetState state, const std::string& lock_holder);
 
 // The dead letter's payload, checked against the sha256 its record names (as

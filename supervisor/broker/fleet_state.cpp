@@ -41,6 +41,11 @@ std::string state_json(const FleetState& s) {
   if (!s.reproduce_verdict.empty()) {
     j["reproduce"] = {{"verdict", s.reproduce_verdict}, {"runs", s.reproduce_runs}, {"matches", s.reproduce_matches}};
   }
+  if (s.minimize) {
+    j["minimize"] = {{"best_sha256", s.minimize->best_sha256}, {"runs", s.minimize->runs},
+                     {"elapsed_ms", s.minimize->elapsed_ms}, {"finished", s.minimize->finished}};
+  }
+  if (!s.minimized_sha256.empty()) j["minimized_sha256"] = s.minimized_sha256;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -71,6 +76,12 @@ Expected<FleetState> parse_state(std::string_view text) {
       s.reproduce_runs = j["reproduce"].value("runs", std::int64_t{0});
       s.reproduce_matches = j["reproduce"].value("matches", std::int64_t{0});
     }
+    if (j.contains("minimize") && j["minimize"].is_object()) {
+      const json& m = j["minimize"];
+      s.minimize = store::MinimizeState{m.value("best_sha256", ""), m.value("runs", std::int64_t{0}),
+                                        m.value("elapsed_ms", std::int64_t{0}), m.value("finished", false)};
+    }
+    s.minimized_sha256 = j.value("minimized_sha256", "");
   } catch (const json::exception&) {
     return Error{"a record state with fields of the wrong type"};
   }

@@ -7,6 +7,7 @@
 // NAME:dlq:state (field: the dead letter's entry id). A record without a
 // field there is one nobody acted on yet. Pure: tested without Redis.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,10 @@ struct FleetState {
   std::string reproduce_verdict;          // "", reliable or flaky
   std::int64_t reproduce_runs = 0;
   std::int64_t reproduce_matches = 0;
+  // pillbox minimize (supervisor/broker/fleet_minimize.h): the progress of
+  // its search, and the minimized payload it recorded ("": none yet).
+  std::optional<store::MinimizeState> minimize;
+  std::string minimized_sha256;
 };
 
 std::string state_json(const FleetState& state);

@@ -89,8 +89,8 @@ const char* kHelp =
     "                redrive_of) and waits for each batch's outcome in NAME:results and NAME:dlq, at\n"
     "                most --batch-timeout D (default 5m), then stops and names the records with none.\n"
     "                A record being replayed is locked: a second replay of it is refused. --handler,\n"
-    "                --arg, --policy, --jobs, --source and --minimized do not apply there, nor purge\n"
-    "                and import. reproduce takes --redis URL --stream NAME too.\n"
+    "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
+    "                reproduce and minimize take --redis URL --stream NAME too.\n"
     "\n"
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
     "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";

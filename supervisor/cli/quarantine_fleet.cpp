@@ -5,6 +5,7 @@
 // reads and changes; this turns its records into what the printers take.
 #include <string>
 
+#include "supervisor/broker/fleet_minimize.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_print.h"
@@ -82,6 +83,9 @@ int fleet_show(const FleetContext& c) {
   if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
   ShownRecord shown{r->id, r->record, full_record(c, *r), broker::checked_payload(*r), std::nullopt,
                     "pillbox reproduce " + r->id + " --redis URL --stream " + c.quarantine.keys().stream.stream};
+  if (!r->record.minimized_sha256.empty()) {
+    if (auto mini = broker::minimized_payload(c.quarantine, *r)) shown.minimized_size = mini->size();
+  }
   return print_record(shown, c.args.flag("json"));
 }
 
@@ -98,17 +102,14 @@ int fleet_export(const FleetContext& c) {
   auto id = one_id(c);
   if (!id) return quarantine_error(id.error(), kExitUsage);
   if (auto s = check_export_options(c.args); !s) return quarantine_error(s.message(), kExitUsage);
-  if (c.args.flag("minimized")) {
-    return quarantine_error("the fleet's records have no minimized payload: minimize works on the store's records "
-                            "only (export this one with --bundle and run its reproduce.sh, or import it)",
-                            kExitUsage);
-  }
   auto r = c.quarantine.get(*id);
   if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
-  auto payload = broker::checked_payload(*r);
-  if (!payload) return quarantine_error(payload.error(), kExitSetup);
+  const bool minimized = c.args.flag("minimized");
+  auto payload = minimized ? broker::minimized_payload(c.quarantine, *r) : broker::checked_payload(*r);
+  if (!payload) return quarantine_error(payload.error(), exit_code_for(payload.error_code()));
   const nlohmann::json full = c.args.flag("bundle") ? full_record(c, *r) : nlohmann::json();
-  return export_record(c.args, r->id, r->record, full, *payload, r->record.entry.payload_sha256);
+  return export_record(c.args, r->id, r->record, full, *payload,
+                       minimized ? r->record.minimized_sha256 : r->record.entry.payload_sha256);
 }
 
 int fleet_discard(const FleetContext& c) {

@@ -3,7 +3,7 @@
 // `pillbox worker` processes running the mixed_poison fixture (S: SIGSEGV,
 // A: abort, L: spins, E: handler error, else echo): list prints what the
 // store prints for the same payloads run through `pillbox run`; show, stats,
-// export, discard and reproduce; replay redrives to a worker in the background, stops
+// export, discard, reproduce and minimize; replay redrives to a worker in the background, stops
 // after --stop-after, resolves what a fixed worker runs ok, never redrives a
 // record twice at once, and names the records whose outcome did not come.
 #include <doctest/doctest.h>
@@ -146,7 +146,7 @@ TEST_CASE("fleet quarantine: list --json prints what the store prints for the sa
   CHECK(page.err.find("2 records shown (from 2) of 4") != std::string::npos);
 }
 
-TEST_CASE("fleet quarantine: show, stats, export and discard, and errors that are one clear line") {
+TEST_CASE("fleet quarantine: show, stats, export, reproduce, minimize and discard; errors are one clear line") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
   const std::string binary("A\x00\xff two", 7);
@@ -214,9 +214,27 @@ TEST_CASE("fleet quarantine: show, stats, export and discard, and errors that ar
   INFO(again.describe());
   REQUIRE(again.records.size() == 1);
   CHECK(again.records[0]["fingerprint"] == record["fingerprint"]);
-  const auto minimized = fleet(server, {"export", abort2, "-o", dir.path() + "/m", "--minimized"});
-  CHECK(minimized.exit_code == 2);
-  CHECK(minimized.err.find("no minimized payload") != std::string::npos);
+  const auto not_yet = fleet(server, {"export", abort2, "-o", dir.path() + "/m", "--minimized"});
+  CHECK(not_yet.exit_code == 2);
+  CHECK(not_yet.err.find("has no minimized payload (pillbox minimize " + abort2) != std::string::npos);
+
+  // minimize: run here; the smallest payload that still aborts is kept with
+  // the record (export --minimized), and a second session resumes, done.
+  const auto minimized = run_pillbox({"minimize", abort2, "--json", "--redis", server.url(), "--stream", "jobs"});
+  INFO(minimized.describe());
+  REQUIRE(minimized.exit_code == 0);
+  REQUIRE(minimized.records.size() == 1);
+  CHECK(minimized.records[0]["id"] == abort2);
+  CHECK(minimized.records[0]["original_size"] == binary.size());
+  CHECK(minimized.records[0]["minimized_size"] == 1);  // "A": the first byte decides
+  CHECK(minimized.records[0]["finished"] == true);
+  REQUIRE(fleet(server, {"export", abort2, "-o", dir.path() + "/m", "--minimized"}).exit_code == 0);
+  CHECK(e2e::read_file(dir.path() + "/m") == "A");
+  CHECK(records_by_key(server).at("abort-2")["minimized_sha256"] == pillbox::sha256_hex("A"));
+  const auto resumed = run_pillbox({"minimize", abort2, "--json", "--redis", server.url(), "--stream", "jobs"});
+  REQUIRE(resumed.records.size() == 1);
+  CHECK(resumed.records[0]["resumed"] == true);
+  CHECK(resumed.records[0]["runs_this_session"] == 0);
 
   // discard: a bad id among good ones changes nothing; then the reason is kept.
   const std::string reject = id_of(server, "reject");

@@ -131,11 +131,16 @@ TEST_CASE("fleet state: the operators' state survives its JSON; a lock makes a r
   s.reproduce_verdict = "reliable";
   s.reproduce_runs = 5;
   s.reproduce_matches = 5;
+  s.minimize = store::MinimizeState{"ab12", 40, 900, true};
+  s.minimized_sha256 = "ab12";
   auto back = parse_state(state_json(s));
   REQUIRE(back.has_value());
   CHECK(state_json(*back) == state_json(s));
   CHECK(back->audit.at(0).actor == "alice");
   CHECK(back->redrives.at(0).outcome_entry == "1796159727210-0");
+  REQUIRE(back->minimize.has_value());
+  CHECK(back->minimize->runs == 40);
+  CHECK(back->minimize->finished);
 
   auto none = parse_state("");
   REQUIRE(none.has_value());
@@ -150,6 +155,7 @@ TEST_CASE("fleet state: the operators' state survives its JSON; a lock makes a r
   CHECK(r.replaying_by == "bob on host:1:2");
   CHECK(r.record.updated_at == kIdMs + 10);
   CHECK(r.record.reproduce_verdict == "reliable");
+  CHECK(r.record.minimized_sha256 == "ab12");
   apply_state(r, *back, "");
   CHECK(r.record.status == store::RecordStatus::kFailedAgain);
 }
