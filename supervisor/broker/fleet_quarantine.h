@@ -36,8 +36,12 @@
 //            started, so both times are that one; a delivery that never
 //            reported back is "unfinished" with no times, one released unrun by
 //            a stopping worker is "released"), then one per redrive.
-// Errors are one line; an unknown id, a malformed one, or a key of another
-// type are usage errors (ErrorCode::kUsage), Redis failures setup errors.
+// And what only a dead letter has: show --json adds "stream" (name, group,
+// entry, deliveries) and "reason" (why the worker dead-lettered it).
+// Not on the fleet's records: purge and import (only workers write NAME:dlq).
+// Errors are one line: an unknown or malformed id is a usage error
+// (ErrorCode::kUsage); Redis unreachable or failing, or NAME or NAME:dlq
+// holding a key of another type, a setup error.
 #include <cstdint>
 #include <functional>
 #include <optional>
