@@ -7,10 +7,13 @@
 #include <string>
 #include <thread>
 
+#include "supervisor/broker/fleet_minimize.h"
+#include "supervisor/exec/child_setup.h"
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/minimize.h"
@@ -20,7 +23,8 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox minimize ID [--jobs N] [--max-runs N] [--max-time DURATION] [--restart] [--json] [--store DIR]\n"
+    "usage: pillbox minimize ID [--jobs N] [--max-runs N] [--max-time DURATION] [--restart] [--json]\n"
+    "                          [--store DIR | --redis URL --stream NAME]\n"
     "\n"
     "Shrinks quarantine record ID's payload while it still fails the same way: the same\n"
     "fingerprint (for cpu-limit, wall-timeout and oom, the same kind). Blocks are deleted from\n"
@@ -37,9 +41,13 @@ const char* kHelp =
     "  --restart           forget earlier progress and start again from the original\n"
     "  --json              the result as one JSON object\n"
     "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox)\n"
+    "  --redis URL --stream NAME\n"
+    "                      a record of the fleet's quarantine instead (the workers' dead letters in\n"
+    "                      NAME:dlq, see pillbox quarantine --help); it runs here, and its progress and\n"
+    "                      minimized payload are kept with the record on Redis\n"
     "\n"
     "exit codes: 0 done (finished, or a budget ran out: see \"finished\"), 2 usage error, no such\n"
-    "record, or a payload that does not fail the same way now, 3 the store or the sandbox cannot\n"
+    "record, or a payload that does not fail the same way now, 3 the store, Redis or the sandbox cannot\n"
     "be used, 130/143 stopped by SIGINT/SIGTERM (progress kept)\n";
 
 int fail(const std::string& message, int code) {
@@ -47,19 +55,77 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
+// What the session came to, on stdout, and the exit code. `id` as the
+// quarantine verbs print it; `export_hint` the command that writes the result.
+int report(const Args& args, const nlohmann::json& id, const MinimizeResult& result, const std::string& export_hint) {
+  if (args.flag("json")) {
+    const nlohmann::json j = {{"id", id},
+                              {"original_size", result.original_size},
+                              {"minimized_size", result.minimized_size},
+                              {"minimized_sha256", result.minimized_sha256},
+                              {"runs", result.runs},
+                              {"runs_this_session", result.runs_now},
+                              {"elapsed_ms", result.elapsed_ms},
+                              {"finished", result.finished},
+                              {"resumed", result.resumed},
+                              {"stopped_by", result.stopped_by}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("record %s: %zu -> %zu bytes in %lld runs (%.1f s)%s%s\n", id_text(id).c_str(), result.original_size,
+                result.minimized_size, static_cast<long long>(result.runs),
+                static_cast<double>(result.elapsed_ms) / 1000.0, result.resumed ? ", resumed" : "",
+                result.finished ? "" : (", not finished: stopped by " + result.stopped_by +
+                                        "; run the same command again to go on").c_str());
+    if (result.minimized_size < result.original_size) std::printf("  %s writes it\n", export_hint.c_str());
+  }
+  return result.stop_signal != 0 ? 128 + result.stop_signal : kExitOk;
+}
+
+// --redis URL --stream NAME: the record is a dead letter of the fleet; it
+// runs here, and its progress and result are kept with it on Redis.
+int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
+  if (args.value("store")) return fail("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
+  const auto stream = args.value("stream");
+  if (!stream || stream->empty()) return fail("--redis needs --stream NAME", kExitUsage);
+  if (args.positional().size() != 1) {
+    return fail("give exactly one record ID (see: pillbox quarantine list --redis URL --stream NAME)", kExitUsage);
+  }
+  auto id = broker::parse_fleet_id(args.positional()[0]);
+  if (!id) return fail(id.error(), kExitUsage);
+  auto address = broker::parse_redis_url(*args.value("redis"));
+  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+  auto fleet = broker::FleetQuarantine::open(*address, *stream);
+  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
+  auto record = fleet->get(*id);
+  if (!record) return fail(record.error(), exit_code_for(record.error_code()));
+  auto payload = broker::checked_payload(*record);
+  if (!payload) return fail(payload.error(), kExitSetup);
+
+  Progress progress = Progress::on_stderr("minimize " + *id, static_cast<std::size_t>(settings.max_runs));
+  settings.on_progress = [&](std::int64_t runs, std::size_t best) {
+    progress.update(static_cast<std::size_t>(runs), "best " + std::to_string(best) + " bytes");
+  };
+  broker::FleetMinimizeKeeper keeper(*fleet, *id, settings.actor);
+  auto result = minimize_payload(record->record, recorded_child_config(record->record.entry), std::move(*payload),
+                                 keeper, settings);
+  progress.finish();
+  if (!result) return fail("record " + *id + ": " + result.error(), exit_code_for(result.error_code()));
+  return report(args, *id, *result,
+                "pillbox quarantine export " + *id + " --minimized -o FILE --redis URL --stream " + *stream);
+}
+
 }  // namespace
 
 int minimize_command(int argc, char** argv) {
-  const std::vector<OptionSpec> options = {{"jobs"}, {"max-runs"}, {"max-time"}, {"restart", false},
-                                           {"json", false}, {"store"}, {"help", false}};
+  const std::vector<OptionSpec> options = {{"jobs"},          {"max-runs"}, {"max-time"}, {"restart", false},
+                                           {"json", false},   {"store"},    {"redis"},    {"stream"},
+                                           {"help", false}};
   auto args = Args::parse(argc, argv, 2, options, "minimize");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  auto id = read_one_record_id(*args);
-  if (!id) return fail(id.error(), kExitUsage);
   MinimizeSettings settings;
   auto jobs = read_jobs(*args);
   if (!jobs) return fail(jobs.error(), kExitUsage);
@@ -72,6 +138,10 @@ int minimize_command(int argc, char** argv) {
   settings.max_time = *max_time;
   settings.restart = args->flag("restart");
   settings.actor = actor_name("minimize");
+  if (args->value("redis")) return minimize_on_fleet(*args, settings);
+  if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
+  auto id = read_one_record_id(*args);
+  if (!id) return fail(id.error(), kExitUsage);
 
   StoreAccessError error;
   auto opened = open_record(*args, *id, error);
@@ -86,29 +156,7 @@ int minimize_command(int argc, char** argv) {
   if (!result) {
     return fail("record " + std::to_string(*id) + ": " + result.error(), exit_code_for(result.error_code()));
   }
-  if (args->flag("json")) {
-    const nlohmann::json j = {{"id", *id},
-                              {"original_size", result->original_size},
-                              {"minimized_size", result->minimized_size},
-                              {"minimized_sha256", result->minimized_sha256},
-                              {"runs", result->runs},
-                              {"runs_this_session", result->runs_now},
-                              {"elapsed_ms", result->elapsed_ms},
-                              {"finished", result->finished},
-                              {"resumed", result->resumed},
-                              {"stopped_by", result->stopped_by}};
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("record %lld: %zu -> %zu bytes in %lld runs (%.1f s)%s%s\n", static_cast<long long>(*id),
-                result->original_size, result->minimized_size, static_cast<long long>(result->runs),
-                static_cast<double>(result->elapsed_ms) / 1000.0, result->resumed ? ", resumed" : "",
-                result->finished ? "" : (", not finished: stopped by " + result->stopped_by +
-                                         "; run the same command again to go on").c_str());
-    if (result->minimized_size < result->original_size) {
-      std::printf("  pillbox quarantine export %lld --minimized -o FILE writes it\n", static_cast<long long>(*id));
-    }
-  }
-  return result->stop_signal != 0 ? 128 + result->stop_signal : kExitOk;
+  return report(*args, *id, *result, "pillbox quarantine export " + std::to_string(*id) + " --minimized -o FILE");
 }
 
 }  // namespace pillbox::cli

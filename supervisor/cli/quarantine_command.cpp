@@ -12,7 +12,9 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/quarantine_json.h"
@@ -32,6 +34,7 @@ const char* kHelp =
     "       pillbox quarantine purge --older-than DURATION [--status S]...\n"
     "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
+    "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
     "\n"
     "list     records, newest first: a table, or one JSON object per line with --json\n"
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
@@ -78,9 +81,25 @@ const char* kHelp =
     "options:\n"
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                ~/.local/state/pillbox)\n"
+    "  --redis URL --stream NAME\n"
+    "                list, show, stats, export, discard and replay work on the fleet's quarantine\n"
+    "                instead: the dead letters `pillbox worker --stream NAME` wrote to NAME:dlq. IDs are\n"
+    "                their entry IDs (1712345678901-0); the output is the same as for the store. There,\n"
+    "                replay puts the records back on NAME for the workers (fields key, payload,\n"
+    "                redrive_of) and waits for each batch's outcome in NAME:results and NAME:dlq, at\n"
+    "                most --batch-timeout D (default 5m), then stops and names the records with none.\n"
+    "                A record being replayed is locked: a second replay of it is refused. --handler,\n"
+    "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
+    "                reproduce and minimize take --redis URL --stream NAME too.\n"
     "\n"
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
-    "condition ended it, 2 usage error or no such record, 3 the store or the sandbox cannot be used\n";
+    "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";
+
+// The verbs that also work on the fleet's quarantine (--redis URL --stream NAME).
+const std::map<std::string, int (*)(const FleetContext&)> kFleetVerbs = {
+    {"list", fleet_list},       {"show", fleet_show},         {"stats", fleet_stats},
+    {"export", fleet_export},   {"discard", fleet_discard},   {"replay", fleet_replay},
+};
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerprint"}, {"key"}, {"since"}, {"source"}};
 
@@ -88,6 +107,8 @@ const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerpr
 std::vector<OptionSpec> options_of(const std::string& verb) {
   std::vector<OptionSpec> o = {{"store"}, {"help", false}};
   auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
+  if (kFleetVerbs.count(verb) > 0) add({{"redis"}, {"stream"}});
+  if (verb == "replay") add({{"batch-timeout"}});
   if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
   if (verb == "stats") add(kFilterOptions), add({{"json", false}});
   if (verb == "show") add({{"json", false}});
@@ -144,60 +165,13 @@ namespace {
 int list(const QuarantineContext& c) {
   auto filter = read_filter(c.args);
   if (!filter) return quarantine_error(filter.error(), kExitUsage);
-  for (const auto& [name, field] : {std::pair{"limit", &filter->limit}, {"offset", &filter->offset}}) {
-    if (auto v = c.args.value(name)) {
-      char* end = nullptr;
-      errno = 0;
-      const long long n = std::strtoll(v->c_str(), &end, 10);
-      if (v->empty() || *end != '\0' || n < 0 || errno != 0) {
-        return quarantine_error(std::string("--") + name + " expects a whole number, got '" + *v + "'", kExitUsage);
-      }
-      *field = n;
-    }
-  }
-  const bool json = c.args.flag("json");
-  std::string out;
-  if (!json) {
-    char line[512];
-    std::snprintf(line, sizeof line, "%-8s %-24s %-12s %-17s %-21s %s\n", "ID", "CREATED", "STATUS", "KIND",
-                  "FINGERPRINT", "KEY");
-    out += line;
-  }
-  std::size_t shown = 0;
-  // Streamed: a listing of 100 000 records is never in memory at once.
-  const Status s = c.quarantine.each(*filter, [&](const store::QuarantineRecord& r) {
-    ++shown;
-    if (json) {
-      out += quarantine_record_json(r, 0, false, c.store_dir);
-      out += '\n';
-    } else {
-      char line[1024];
-      std::snprintf(line, sizeof line, "%-8lld %-24s %-12s %-17s %-21s %s\n", static_cast<long long>(r.id),
-                    iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
-                    table_cell(r.entry.fingerprint, 21).c_str(), table_cell(r.entry.key, 120).c_str());
-      out += line;
-    }
-    if (out.size() > (1 << 16)) {
-      std::fwrite(out.data(), 1, out.size(), stdout);
-      out.clear();
-    }
-    return true;
-  });
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fflush(stdout);
-  if (!s) return quarantine_error(s.message(), kExitSetup);
-  if (!json) {
-    // Paging: say where this page sits in the whole.
-    auto total = c.quarantine.count(*filter);
-    const long long all = total ? static_cast<long long>(*total) : -1;
-    if (filter->limit >= 0 || filter->offset > 0) {
-      std::fprintf(stderr, "%zu record%s shown (from %lld) of %lld\n", shown, shown == 1 ? "" : "s",
-                   static_cast<long long>(filter->offset) + (shown > 0 ? 1 : 0), all);
-    } else {
-      std::fprintf(stderr, "%zu record%s\n", shown, shown == 1 ? "" : "s");
-    }
-  }
-  return kExitOk;
+  ListSource source;
+  source.each = [&](const store::ListFilter& f, const ListSource::Visit& visit) {
+    return c.quarantine.each(f, [&](const store::QuarantineRecord& r) { return visit(r.id, r); });
+  };
+  source.count = [&](const store::ListFilter& f) { return c.quarantine.count(f); };
+  source.where = c.store_dir;
+  return list_records(c.args, std::move(*filter), source);
 }
 
 int discard(const QuarantineContext& c) {
@@ -221,7 +195,7 @@ int discard(const QuarantineContext& c) {
   int changed = 0;
   for (const auto& r : records) {
     if (r.status == store::RecordStatus::kDiscarded) {
-      std::printf("record %lld was already discarded\n", static_cast<long long>(r.id));
+      print_already_discarded(std::to_string(r.id));
       continue;
     }
     const std::string was(to_string(r.status));
@@ -230,10 +204,10 @@ int discard(const QuarantineContext& c) {
         !s) {
       return quarantine_error(s.message(), kExitSetup);
     }
-    std::printf("record %lld discarded (was %s)\n", static_cast<long long>(r.id), was.c_str());
+    print_discarded(std::to_string(r.id), was);
     ++changed;
   }
-  std::fprintf(stderr, "%d record%s discarded\n", changed, changed == 1 ? "" : "s");
+  print_discard_summary(changed);
   return kExitOk;
 }
 
@@ -253,6 +227,28 @@ int purge(const QuarantineContext& c) {
   std::printf("purged %zu record%s and %zu payload%s\n", result->records, result->records == 1 ? "" : "s",
               result->payloads, result->payloads == 1 ? "" : "s");
   return kExitOk;
+}
+
+// --redis URL --stream NAME: the verb on the fleet's quarantine instead of the store.
+int on_fleet(const std::string& verb, const Args& args) {
+  const auto fleet_verb = kFleetVerbs.find(verb);
+  if (fleet_verb == kFleetVerbs.end()) {
+    return quarantine_error(verb + " works on the store only, not on the fleet's quarantine (--redis)", kExitUsage);
+  }
+  if (args.value("store")) return quarantine_error("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
+  const auto stream = args.value("stream");
+  if (!stream || stream->empty()) {
+    return quarantine_error("--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)",
+                            kExitUsage);
+  }
+  if (args.value("source")) {
+    return quarantine_error("--source does not apply with --redis: every record there comes from a worker", kExitUsage);
+  }
+  auto address = broker::parse_redis_url(*args.value("redis"));
+  if (!address) return quarantine_error(address.error(), exit_code_for(address.error_code()));
+  auto fleet = broker::FleetQuarantine::open(*address, *stream);
+  if (!fleet) return quarantine_error(fleet.error(), exit_code_for(fleet.error_code()));
+  return fleet_verb->second(FleetContext{args, *fleet});
 }
 
 }  // namespace
@@ -327,6 +323,12 @@ int quarantine_command(int argc, char** argv) {
   }
   if ((verb == "show" || verb == "export") && args->positional().size() != 1) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
+  }
+  if (args->value("redis")) return on_fleet(verb, *args);
+  if (args->value("stream") || args->value("batch-timeout")) {
+    return quarantine_error(std::string(args->value("stream") ? "--stream" : "--batch-timeout") +
+                                " goes with --redis URL (the fleet's quarantine)",
+                            kExitUsage);
   }
   StoreAccessError error;
   // Import adds records and may start a store; every other verb looks at one.

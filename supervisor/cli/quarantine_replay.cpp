@@ -14,6 +14,7 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/progress.h"
 #include "supervisor/ops/quarantine_json.h"
@@ -57,6 +58,34 @@ Status read_replay_selection(const Args& args, store::ReplaySelection& sel) {
   return Status::ok();
 }
 
+// --jobs, and the fixed consumer the payloads run under instead of the
+// recorded one: a new handler or command, a new policy.
+Status read_replay_runner(const Args& args, ReplaySettings& settings) {
+  auto jobs = read_jobs(args);
+  if (!jobs) return Status::error(jobs.error());
+  settings.jobs = *jobs;
+  auto choice = read_handler_choice(args);
+  if (!choice) return Status::error(choice.error());
+  settings.handler = std::move(*choice);
+  auto policy = read_policy_override(args);
+  if (!policy) return Status::error(policy.error());
+  settings.policy = std::move(*policy);
+  return Status::ok();
+}
+
+// --dry-run: what would be replayed, changing nothing.
+int show_replay_plan(store::ReplayStore& replays, const ReplaySettings& settings) {
+  std::vector<std::string> skipped;
+  auto plan = replay_plan(replays, settings, skipped);
+  if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
+  std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>> rows;
+  for (const auto& r : *plan) rows.emplace_back(r.id, &r);
+  print_replay_plan(rows, settings.batch, skipped);
+  return kExitOk;
+}
+
+}  // namespace
+
 // --batch, --rate, --stop-after and --max-failure-ratio: how fast it goes
 // and when it stops.
 Status read_replay_brakes(const Args& args, ReplaySettings& settings) {
@@ -87,36 +116,6 @@ Status read_replay_brakes(const Args& args, ReplaySettings& settings) {
   return Status::ok();
 }
 
-// --jobs, and the fixed consumer the payloads run under instead of the
-// recorded one: a new handler or command, a new policy.
-Status read_replay_runner(const Args& args, ReplaySettings& settings) {
-  auto jobs = read_jobs(args);
-  if (!jobs) return Status::error(jobs.error());
-  settings.jobs = *jobs;
-  auto choice = read_handler_choice(args);
-  if (!choice) return Status::error(choice.error());
-  settings.handler = std::move(*choice);
-  auto policy = read_policy_override(args);
-  if (!policy) return Status::error(policy.error());
-  settings.policy = std::move(*policy);
-  return Status::ok();
-}
-
-// --dry-run: what would be replayed, changing nothing.
-int show_replay_plan(store::ReplayStore& replays, const ReplaySettings& settings) {
-  std::vector<std::string> skipped;
-  auto plan = replay_plan(replays, settings, skipped);
-  if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
-  std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan->size(), plan->size() == 1 ? "" : "s",
-              settings.batch);
-  for (const auto& r : *plan) {
-    std::printf("  %-8lld %-12s %-17s %-21s %s\n", static_cast<long long>(r.id), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
-                r.entry.fingerprint.c_str(), table_cell(r.entry.key, 100).c_str());
-  }
-  for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
-  return kExitOk;
-}
-
 // What the replay did, on stderr, and the exit code.
 int report_replay(const ReplayResult& result, bool write_errors) {
   for (const auto& s : result.skipped) std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", s.c_str());
@@ -133,8 +132,6 @@ int report_replay(const ReplayResult& result, bool write_errors) {
   if (write_errors) return kExitUsage;
   return result.failed_again > 0 || !result.stopped_because.empty() ? kExitFailures : kExitOk;
 }
-
-}  // namespace
 
 int quarantine_replay(const QuarantineContext& c) {
   const Args& args = c.args;
@@ -160,20 +157,9 @@ int quarantine_replay(const QuarantineContext& c) {
     progress.update(done);
   };
   settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict) {
-    Task task{r.entry.key, {}, 0};
     std::string file;
     if (verdict == store::ReplayVerdict::kResolved && results) file = write_result_file(*results, r.entry.key, o.output, "quarantine replay", write_errors);
-    if (json) {
-      auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
-      j["record_id"] = r.id;
-      j["replay"] = std::string(to_string(verdict));
-      j["original_fingerprint"] = r.entry.fingerprint;
-      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    } else {
-      std::printf("#%-6lld %s  -> %s\n", static_cast<long long>(r.id), outcome_line(task, o).c_str(),
-                  std::string(to_string(verdict)).c_str());
-    }
-    std::fflush(stdout);
+    print_replay_result(r.id, r, o, verdict, json, file);
   };
   auto result = replay(c.quarantine, replays, settings);
   progress.finish();

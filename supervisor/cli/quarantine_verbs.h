@@ -1,12 +1,17 @@
 #pragma once
 // The verbs of `pillbox quarantine`, one file each group: the dispatcher
-// (quarantine_command.cpp) opens the store and hands it to them.
+// (quarantine_command.cpp) opens the store and hands it to them, or, given
+// --redis URL --stream NAME, the fleet's quarantine on Redis
+// (supervisor/broker/fleet_quarantine.h). Both print through
+// quarantine_print.h.
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/store_access.h"
+#include "supervisor/ops/replay.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::cli {
@@ -45,5 +50,24 @@ int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bund
 int quarantine_stats(const QuarantineContext& c);   // stats
 int quarantine_replay(const QuarantineContext& c);  // replay
 int quarantine_import(const QuarantineContext& c);  // import FILES...
+
+// --batch, --rate, --stop-after and --max-failure-ratio: how fast a replay
+// goes and when it stops (both quarantines).
+Status read_replay_brakes(const Args& args, ReplaySettings& settings);
+// What a replay did, on stderr, and the exit code (both quarantines).
+int report_replay(const ReplayResult& result, bool write_errors);
+
+// The same verbs on the fleet's quarantine (quarantine_fleet.cpp,
+// quarantine_redrive.cpp).
+struct FleetContext {
+  const Args& args;
+  broker::FleetQuarantine& quarantine;
+};
+int fleet_list(const FleetContext& c);
+int fleet_show(const FleetContext& c);
+int fleet_stats(const FleetContext& c);
+int fleet_export(const FleetContext& c);
+int fleet_discard(const FleetContext& c);
+int fleet_replay(const FleetContext& c);  // redrives to the fleet's workers
 
 }  // namespace pillbox::cli

@@ -7,9 +7,13 @@
 #include <string>
 #include <thread>
 
+#include "supervisor/broker/fleet_quarantine.h"
+#include "supervisor/exec/child_setup.h"
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/flow/progress.h"
@@ -20,7 +24,7 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--store DIR]\n"
+    "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--store DIR | --redis URL --stream NAME]\n"
     "\n"
     "Runs quarantine record ID's payload N times (default 5) in the sandbox, under the handler\n"
     "and policy it was quarantined with, and counts the runs that end with its fingerprint.\n"
@@ -32,63 +36,112 @@ const char* kHelp =
     "  --jobs N    runs at once (default: number of cores)\n"
     "  --json      the result as one JSON object\n"
     "  --store DIR the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox)\n"
+    "  --redis URL --stream NAME\n"
+    "              a record of the fleet's quarantine instead (the workers' dead letters in NAME:dlq,\n"
+    "              see pillbox quarantine --help); it runs here, under the handler and policy the\n"
+    "              record names, and the verdict is kept with the record on Redis\n"
     "\n"
     "exit codes: 0 reproduced (reliable or flaky), 1 not reproduced in any run, 2 usage error or\n"
-    "no such record, 3 the store or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM\n";
+    "no such record, 3 the store, Redis or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM\n";
 
 int fail(const std::string& message, int code) {
   std::fprintf(stderr, "pillbox reproduce: %s\n", message.c_str());
   return code;
 }
 
+// What the runs came to, on stdout, and the exit code. `id` as the
+// quarantine verbs print it: the store's number, the fleet's entry id.
+int report(const Args& args, const nlohmann::json& id, const store::QuarantineRecord& record,
+           const ReproduceResult& result, std::size_t asked) {
+  if (result.stop_signal != 0) {
+    std::fprintf(stderr, "pillbox reproduce: stopped by %s after %zu of %zu runs; nothing recorded\n",
+                 stop_signal_name(result.stop_signal), result.runs, asked);
+    return 128 + result.stop_signal;
+  }
+  const std::string& fp = record.entry.fingerprint;
+  if (args.flag("json")) {
+    nlohmann::json others = nlohmann::json::array();
+    for (const auto& [what, n] : result.others) others.push_back({{"outcome", what}, {"count", n}});
+    const nlohmann::json j = {{"id", id},           {"fingerprint", fp},      {"kind", record.entry.kind},
+                              {"runs", result.runs}, {"matches", result.matches}, {"verdict", result.verdict},
+                              {"other_outcomes", others}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("record %s: %s: %zu of %zu runs ended with %s (%s)\n", id_text(id).c_str(), result.verdict.c_str(),
+                result.matches, result.runs, fp.c_str(), record.entry.kind.c_str());
+    for (const auto& [what, n] : result.others) std::printf("  other outcome: %s x%zu\n", what.c_str(), n);
+  }
+  return result.matches > 0 ? kExitOk : kExitFailures;
+}
+
+// --redis URL --stream NAME: the record is a dead letter of the fleet; it
+// runs here, and its verdict goes into its state on Redis.
+int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
+  if (args.value("store")) return fail("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
+  const auto stream = args.value("stream");
+  if (!stream || stream->empty()) return fail("--redis needs --stream NAME", kExitUsage);
+  if (args.positional().size() != 1) return fail("give exactly one record ID (see: pillbox quarantine list --redis URL --stream NAME)", kExitUsage);
+  auto id = broker::parse_fleet_id(args.positional()[0]);
+  if (!id) return fail(id.error(), kExitUsage);
+  auto address = broker::parse_redis_url(*args.value("redis"));
+  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+  auto fleet = broker::FleetQuarantine::open(*address, *stream);
+  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
+  auto record = fleet->get(*id);
+  if (!record) return fail(record.error(), exit_code_for(record.error_code()));
+  auto payload = broker::checked_payload(*record);
+  if (!payload) return fail(payload.error(), kExitSetup);
+  auto config = recorded_child_config(record->record.entry);
+  if (!config) return fail("record " + *id + ": " + config.error(), exit_code_for(config.error_code()));
+
+  Progress progress = Progress::on_stderr("reproduce " + *id, settings.runs);
+  settings.on_progress = [&](std::size_t done) { progress.update(done); };
+  auto result = reproduce_payload(record->record.entry, std::move(*config), std::move(*payload), settings);
+  progress.finish();
+  if (!result) return fail(result.error(), kExitSetup);
+  if (result->stop_signal == 0) {
+    if (auto s = fleet->record_reproduction(*id, result->verdict, static_cast<std::int64_t>(result->runs),
+                                            static_cast<std::int64_t>(result->matches), settings.actor,
+                                            reproduce_detail(record->record.entry, *result));
+        !s) {
+      return fail(s.message(), exit_code_for(s.code()));
+    }
+  }
+  return report(args, *id, record->record, *result, settings.runs);
+}
+
 }  // namespace
 
 int reproduce_command(int argc, char** argv) {
-  const std::vector<OptionSpec> options = {{"runs"}, {"jobs"}, {"json", false}, {"store"}, {"help", false}};
+  const std::vector<OptionSpec> options = {{"runs"},  {"jobs"},   {"json", false}, {"store"},
+                                           {"redis"}, {"stream"}, {"help", false}};
   auto args = Args::parse(argc, argv, 2, options, "reproduce");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
     std::fputs(kHelp, stdout);
     return kExitOk;
   }
-  auto id = read_one_record_id(*args);
-  if (!id) return fail(id.error(), kExitUsage);
   ReproduceSettings settings;
   if (auto s = read_whole_number(*args, "runs", 1, 10000, settings.runs); !s) return fail(s.message(), kExitUsage);
   auto jobs = read_jobs(*args);
   if (!jobs) return fail(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
   settings.actor = actor_name("reproduce");
+  if (args->value("redis")) return reproduce_on_fleet(*args, settings);
+  if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
+  auto id = read_one_record_id(*args);
+  if (!id) return fail(id.error(), kExitUsage);
 
   StoreAccessError error;
   auto opened = open_record(*args, *id, error);
   if (!opened) return fail(error.message, error.exit_code);
-  const store::QuarantineRecord& record = opened->record;
 
   Progress progress = Progress::on_stderr("reproduce " + std::to_string(*id), settings.runs);
   settings.on_progress = [&](std::size_t done) { progress.update(done); };
   auto result = reproduce_record(*opened->access->quarantine, *id, settings);
   progress.finish();
   if (!result) return fail(result.error(), kExitSetup);
-  if (result->stop_signal != 0) {
-    std::fprintf(stderr, "pillbox reproduce: stopped by %s after %zu of %zu runs; nothing recorded\n",
-                 stop_signal_name(result->stop_signal), result->runs, settings.runs);
-    return 128 + result->stop_signal;
-  }
-  const std::string& fp = record.entry.fingerprint;
-  if (args->flag("json")) {
-    nlohmann::json others = nlohmann::json::array();
-    for (const auto& [what, n] : result->others) others.push_back({{"outcome", what}, {"count", n}});
-    const nlohmann::json j = {{"id", *id},           {"fingerprint", fp},      {"kind", record.entry.kind},
-                              {"runs", result->runs}, {"matches", result->matches}, {"verdict", result->verdict},
-                              {"other_outcomes", others}};
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    std::printf("record %lld: %s: %zu of %zu runs ended with %s (%s)\n", static_cast<long long>(*id),
-                result->verdict.c_str(), result->matches, result->runs, fp.c_str(), record.entry.kind.c_str());
-    for (const auto& [what, n] : result->others) std::printf("  other outcome: %s x%zu\n", what.c_str(), n);
-  }
-  return result->matches > 0 ? kExitOk : kExitFailures;
+  return report(*args, *id, opened->record, *result, settings.runs);
 }
 
 }  // namespace pillbox::cli

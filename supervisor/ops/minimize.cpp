@@ -188,43 +188,71 @@ bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome) 
   return outcome.fingerprint == record.fingerprint;
 }
 
-Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std::int64_t id,
-                                         const MinimizeSettings& settings) {
-  auto loaded = load_quarantined_payload(quarantine, id);
-  if (!loaded) return Error{loaded.error()};
-  const store::QuarantineRecord& record = loaded->record;
+namespace {
 
+// The store keeps the progress in its minimize_state table, the payloads in
+// its payload store, the result in the record.
+class StoreKeeper final : public MinimizeKeeper {
+ public:
+  StoreKeeper(store::QuarantineStore& quarantine, std::int64_t id, std::string actor)
+      : quarantine_(quarantine), id_(id), actor_(std::move(actor)) {}
+
+  Expected<std::optional<Saved>> load() override {
+    auto state = quarantine_.minimize_state(id_);
+    if (!state) return Error{state.error()};
+    if (!*state) return std::optional<Saved>{};
+    auto best = quarantine_.payloads().get((*state)->best_sha256);
+    if (!best) return Error{best.error()};
+    return std::optional<Saved>(Saved{**state, std::move(*best)});
+  }
+  Status clear() override { return quarantine_.clear_minimize_state(id_); }
+  Status save(std::string_view best, const store::MinimizeState& state) override {
+    return quarantine_.save_minimize_state(id_, best, state, store::now_ms());
+  }
+  Status record(const std::string& sha256, const std::string& detail) override {
+    return quarantine_.record_minimized(id_, sha256, store::now_ms(), actor_, detail);
+  }
+
+ private:
+  store::QuarantineStore& quarantine_;
+  std::int64_t id_;
+  std::string actor_;
+};
+
+}  // namespace
+
+Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record, Expected<ChildConfig> config,
+                                          std::string payload, MinimizeKeeper& keeper,
+                                          const MinimizeSettings& settings) {
   MinimizeResult result;
-  result.original_size = loaded->payload.size();
-  std::string start = std::move(loaded->payload);
+  result.original_size = payload.size();
+  std::string start = std::move(payload);
   std::int64_t runs_before = 0;
   std::chrono::milliseconds elapsed_before{0};
   if (settings.restart) {
-    if (auto s = quarantine.clear_minimize_state(id); !s) return Error{s.message()};
+    if (auto s = keeper.clear(); !s) return Error{s.message()};
   } else {
-    auto state = quarantine.minimize_state(id);
-    if (!state) return Error{state.error()};
-    if (*state) {
-      auto best = quarantine.payloads().get((*state)->best_sha256);
-      if (!best) return Error{best.error()};
-      start = std::move(*best);
-      runs_before = (*state)->runs;
-      elapsed_before = std::chrono::milliseconds((*state)->elapsed_ms);
+    auto saved = keeper.load();
+    if (!saved) return Error{saved.error()};
+    if (*saved) {
+      const store::MinimizeState& state = (*saved)->state;
+      start = std::move((*saved)->best);
+      runs_before = state.runs;
+      elapsed_before = std::chrono::milliseconds(state.elapsed_ms);
       result.resumed = true;
-      if ((*state)->finished) {
+      if (state.finished) {
         // Nothing left to search: report what was found (--restart searches again).
         result.minimized_size = start.size();
-        result.minimized_sha256 = (*state)->best_sha256;
+        result.minimized_sha256 = state.best_sha256;
         result.runs = runs_before;
-        result.elapsed_ms = (*state)->elapsed_ms;
+        result.elapsed_ms = state.elapsed_ms;
         result.finished = true;
         return result;
       }
     }
   }
 
-  auto config = recorded_config_of(record);
-  if (!config) return Error{config.error()};
+  if (!config) return Error{config.error(), config.error_code()};
   const RunSettings run = planned_run_settings(std::move(*config), settings.mode, settings.jobs, settings.sandbox_binary);
 
   const auto session_started = Clock::now();
@@ -234,7 +262,7 @@ Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std
   };
   auto save = [&](const std::string& best, std::int64_t runs) -> Status {
     store::MinimizeState state{sha256_hex(best), runs, elapsed_ms(), false};
-    return quarantine.save_minimize_state(id, best, state, store::now_ms());
+    return keeper.save(best, state);
   };
   Shrinker shrinker(record.entry, start, settings, runs_before, elapsed_before, save);
   auto report = run_planned(run, shrinker);
@@ -253,16 +281,23 @@ Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std
   result.minimized_sha256 = sha256_hex(shrinker.best());
   // The state, whatever ended the session: a later session resumes from it.
   store::MinimizeState state{result.minimized_sha256, result.runs, result.elapsed_ms, result.finished};
-  if (auto s = quarantine.save_minimize_state(id, shrinker.best(), state, store::now_ms()); !s) return Error{s.message()};
+  if (auto s = keeper.save(shrinker.best(), state); !s) return Error{s.message()};
   if (result.minimized_size < result.original_size && result.minimized_sha256 != record.minimized_sha256) {
     const std::string detail = "from " + std::to_string(result.original_size) + " to " +
                                std::to_string(result.minimized_size) + " bytes in " + std::to_string(result.runs) +
                                " runs" + (result.finished ? "" : " (not finished: " + result.stopped_by + ")");
-    if (auto s = quarantine.record_minimized(id, result.minimized_sha256, store::now_ms(), settings.actor, detail); !s) {
-      return Error{s.message()};
-    }
+    if (auto s = keeper.record(result.minimized_sha256, detail); !s) return Error{s.message()};
   }
   return result;
+}
+
+Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std::int64_t id,
+                                         const MinimizeSettings& settings) {
+  auto loaded = load_quarantined_payload(quarantine, id);
+  if (!loaded) return Error{loaded.error()};
+  StoreKeeper keeper(quarantine, id, settings.actor);
+  return minimize_payload(loaded->record, recorded_config_of(loaded->record), std::move(loaded->payload), keeper,
+                          settings);
 }
 
 }  // namespace pillbox

@@ -10,8 +10,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include "shared/child_config.h"
 #include "shared/status.h"
 #include "supervisor/exec/launcher.h"
 #include "supervisor/classify/outcome.h"
@@ -46,6 +49,36 @@ struct MinimizeResult {
 
 // Whether `outcome` is "the same failure" as the record's.
 bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome);
+
+// Where a minimization keeps its progress, so that a later session resumes
+// from its best payload, and its result: the store (minimize_record), or a
+// record kept elsewhere (the fleet's quarantine on Redis,
+// supervisor/broker/fleet_minimize.h).
+class MinimizeKeeper {
+ public:
+  virtual ~MinimizeKeeper() = default;
+  struct Saved {
+    store::MinimizeState state;
+    std::string best;  // the bytes whose sha256 is state.best_sha256
+  };
+  // The progress of an earlier session, or nullopt when there is none.
+  virtual Expected<std::optional<Saved>> load() = 0;
+  virtual Status clear() = 0;
+  // After every improvement, and when a session ends.
+  virtual Status save(std::string_view best, const store::MinimizeState& state) = 0;
+  // A smaller payload than the original was found: the record's minimized
+  // payload is now `sha256` (saved already), with an audit entry.
+  virtual Status record(const std::string& sha256, const std::string& detail) = 0;
+};
+
+// Minimizes `payload`, the payload of `record`, under `config`, keeping
+// progress and the result through `keeper`. `config` may be the error that
+// says why the record cannot run here: it is one only when there is still
+// something to search. Errors: that one; the original payload does not fail
+// the same way now; the sandbox or the keeper failed.
+Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record, Expected<ChildConfig> config,
+                                          std::string payload, MinimizeKeeper& keeper,
+                                          const MinimizeSettings& settings);
 
 // Errors: no such record; the original payload does not fail the same way
 // now; its handler or policy cannot run here; the sandbox or store failed.

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "shared/child_config.h"
 #include "shared/status.h"
 #include "supervisor/exec/launcher.h"
 #include "supervisor/store/quarantine_store.h"
@@ -33,6 +34,16 @@ struct ReproduceResult {
 
 // "reliable" when matches >= runs / 2 (and at least one), else "flaky".
 std::string reproduce_verdict(std::size_t runs, std::size_t matches);
+
+// Runs `payload`, a record's (`entry`: its key and fingerprint), under
+// `config` and judges it, recording nothing: for a record kept elsewhere
+// than the store (the fleet's quarantine, supervisor/broker/fleet_quarantine.h).
+// Errors: the sandbox cannot start.
+Expected<ReproduceResult> reproduce_payload(const store::QuarantineEntry& entry, ChildConfig config,
+                                            std::string payload, const ReproduceSettings& settings);
+
+// The audit entry's detail for a verdict: "reliable: 5 of 5 runs ended with FP; ...".
+std::string reproduce_detail(const store::QuarantineEntry& entry, const ReproduceResult& result);
 
 // Runs record `id` and, unless stopped early, records the verdict with an
 // audit entry. Errors: no such record, its handler or policy unusable here,

@@ -127,6 +127,18 @@ pillbox::broker::RedisConnection connect(const RedisServer& server) {
   return std::move(*redis);
 }
 
+std::vector<std::string> add_entries(const RedisServer& server, const std::string& stream,
+                                     const std::vector<std::pair<std::string, std::string>>& tasks) {
+  auto redis = connect(server);
+  std::vector<std::string> ids;
+  for (const auto& [key, payload] : tasks) {
+    auto r = redis.command({"XADD", stream, "*", "key", key, "payload", payload});
+    REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
+    ids.push_back(pillbox::broker::reply_text(r->get()));
+  }
+  return ids;
+}
+
 std::vector<StreamEntry> stream_entries(const RedisServer& server, const std::string& stream) {
   auto redis = connect(server);
   auto reply = redis.command({"XRANGE", stream, "-", "+"});

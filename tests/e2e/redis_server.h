@@ -80,6 +80,10 @@ struct StreamEntry {
   std::string id;
   std::map<std::string, std::string> fields;
 };
+// Adds entries with the given keys and payloads (the fields `pillbox submit`
+// writes), in order; returns their ids.
+std::vector<std::string> add_entries(const RedisServer& server, const std::string& stream,
+                                     const std::vector<std::pair<std::string, std::string>>& tasks);
 // The stream's entries, oldest first (none when the key does not exist).
 std::vector<StreamEntry> stream_entries(const RedisServer& server, const std::string& stream);
 // One command whose reply is an integer (XLEN, HLEN, ...); fails the test otherwise.

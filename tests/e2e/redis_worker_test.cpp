@@ -22,21 +22,9 @@
 
 namespace {
 
+using e2e::add_entries;
 using e2e::run_pillbox;
 using nlohmann::json;
-
-// Adds entries with the given keys and payloads, in order; returns their ids.
-std::vector<std::string> add_entries(const e2e::RedisServer& server, const std::string& stream,
-                                     const std::vector<std::pair<std::string, std::string>>& tasks) {
-  auto redis = e2e::connect(server);
-  std::vector<std::string> ids;
-  for (const auto& [key, payload] : tasks) {
-    auto r = redis.command({"XADD", stream, "*", "key", key, "payload", payload});
-    REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
-    ids.push_back(pillbox::broker::reply_text(r->get()));
-  }
-  return ids;
-}
 
 // The worker's arguments for the mixed_poison fixture, plus `extra`.
 std::vector<std::string> worker_args(const e2e::RedisServer& server, const std::vector<std::string>& extra) {

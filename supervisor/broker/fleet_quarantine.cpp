@@ -1,0 +1,300 @@
+#include "supervisor/broker/fleet_quarantine.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+namespace pillbox::broker {
+namespace {
+
+// Entries read per XREVRANGE: one page of a listing.
+constexpr std::size_t kPage = 256;
+// Compare-and-set rounds before change_state gives up (each round lost means
+// another process changed the record in between).
+constexpr int kCasRounds = 16;
+
+// KEYS: state hash, lock. ARGV: id, expected value ('' = no field), new
+// value, '1' to refuse while the lock exists. Returns {1, holder} when set,
+// {0, ''} when the value changed meanwhile, {-1, holder} when locked.
+constexpr const char* kCasScript = R"lua(
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then cur = '' end
+if cur ~= ARGV[2] then return {0, ''} end
+local holder = redis.call('GET', KEYS[2])
+if ARGV[4] == '1' and holder then return {-1, holder} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return {1, holder or ''}
+)lua";
+
+Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
+
+// The entries of an XRANGE/XREVRANGE reply.
+std::vector<std::pair<std::string, EntryFields>> entries_of(const redisReply* r) {
+  std::vector<std::pair<std::string, EntryFields>> out;
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return out;
+  for (std::size_t i = 0; i < r->elements; ++i) {
+    const redisReply* e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
+    EntryFields fields;
+    const redisReply* f = e->element[1];
+    for (std::size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
+      fields.emplace_back(reply_text(f->element[k]), reply_text(f->element[k + 1]));
+    }
+    out.emplace_back(reply_text(e->element[0]), std::move(fields));
+  }
+  return out;
+}
+
+Status key_type_is(RedisConnection& redis, const std::string& key, const char* what) {
+  auto type = redis.command({"TYPE", key});
+  if (!type) return Status::error(type.error());
+  const std::string t = reply_text(type->get());
+  if (t != "none" && t != "stream") {
+    return Status::error("the key '" + key + "' on " + redis.address().describe() + " holds a " + t + ", not " + what +
+                         ": check --stream");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+FleetKeys fleet_keys(const std::string& name) {
+  FleetKeys k;
+  k.stream = stream_keys(name);
+  k.state = k.stream.dlq + ":state";
+  k.lock_prefix = k.stream.dlq + ":lock:";
+  k.minimizing_prefix = k.stream.dlq + ":minimizing:";
+  k.minimized_prefix = k.stream.dlq + ":minimized:";
+  return k;
+}
+
+std::string fleet_location(const RedisAddress& address, const FleetKeys& keys) {
+  return address.describe() + " " + keys.stream.dlq;
+}
+
+Expected<std::string> parse_fleet_id(const std::string& text) {
+  const auto dash = text.find('-');
+  auto digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 20 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (dash == std::string::npos || !digits(std::string_view(text).substr(0, dash)) ||
+      !digits(std::string_view(text).substr(dash + 1))) {
+    return usage("'" + text + "' is not a record ID of the fleet's quarantine: its IDs are dead-letter entry IDs "
+                 "such as 1712345678901-0 (see: pillbox quarantine list --redis URL --stream NAME)");
+  }
+  return text;
+}
+
+bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
+  const store::QuarantineRecord& r = fr.record;
+  if (f.status && r.status != *f.status) return false;
+  if (f.kind && r.entry.kind != *f.kind) return false;
+  if (f.fingerprint && r.entry.fingerprint != *f.fingerprint) return false;
+  if (f.key && r.entry.key != *f.key) return false;
+  if (f.since_ms && r.created_at < *f.since_ms) return false;
+  if (f.source && r.entry.source != *f.source) return false;
+  return true;
+}
+
+Expected<FleetQuarantine> FleetQuarantine::open(const RedisAddress& address, const std::string& stream) {
+  auto redis = RedisConnection::open(address);
+  if (!redis) return Error{redis.error(), redis.error_code()};
+  FleetKeys keys = fleet_keys(stream);
+  if (auto s = key_type_is(*redis, keys.stream.dlq, "a dead-letter stream"); !s) return Error{s.message()};
+  if (auto s = key_type_is(*redis, keys.stream.stream, "a stream of tasks"); !s) return Error{s.message()};
+  return FleetQuarantine(std::move(*redis), std::move(keys));
+}
+
+Status FleetQuarantine::load_states(std::vector<FleetRecord>& records) {
+  if (records.empty()) return Status::ok();
+  std::vector<std::vector<std::string_view>> commands;
+  std::vector<std::string_view> hmget = {"HMGET", keys_.state};
+  std::vector<std::string> locks;
+  locks.reserve(records.size());
+  for (const auto& r : records) {
+    hmget.push_back(r.id);
+    locks.push_back(keys_.lock(r.id));
+  }
+  commands.push_back(std::move(hmget));
+  for (const auto& l : locks) commands.push_back({"GET", l});
+  auto replies = redis_.pipeline(commands);
+  if (!replies) return Status::error(replies.error());
+  const redisReply* states = (*replies)[0].get();
+  if (states->type != REDIS_REPLY_ARRAY || states->elements != records.size()) {
+    return Status::error("Redis at " + address().describe() + ": unexpected reply to HMGET " + keys_.state);
+  }
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    auto state = parse_state(reply_text(states->element[i]));
+    if (!state) {
+      return Status::error("record " + records[i].id + ": the field of " + keys_.state + " on " + address().describe() +
+                           " is " + state.error() + "; leave that hash to pillbox");
+    }
+    apply_state(records[i], std::move(*state), reply_text((*replies)[i + 1].get()));
+  }
+  return Status::ok();
+}
+
+Status FleetQuarantine::each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn) {
+  std::string end = "+";
+  std::int64_t skipped = 0, shown = 0;
+  const std::string count = std::to_string(kPage);
+  for (;;) {
+    auto reply = redis_.command({"XREVRANGE", keys_.stream.dlq, end, "-", "COUNT", count});
+    if (!reply) return Status::error(reply.error());
+    auto entries = entries_of(reply->get());
+    if (entries.empty()) return Status::ok();
+    std::vector<FleetRecord> page;
+    for (auto& [id, fields] : entries) {
+      FleetRecord r = parse_dead_letter(id, fields);
+      if (r.redrive_of.empty()) page.push_back(std::move(r));  // a redrive's dead letter is an attempt
+    }
+    if (auto s = load_states(page); !s) return s;
+    for (const auto& r : page) {
+      if (!fleet_matches(r, filter)) continue;
+      if (skipped < filter.offset) {
+        ++skipped;
+        continue;
+      }
+      if (filter.limit >= 0 && shown >= filter.limit) return Status::ok();
+      ++shown;
+      if (!fn(r)) return Status::ok();
+    }
+    if (entries.size() < kPage) return Status::ok();
+    end = "(" + entries.back().first;  // exclusive: the next page starts below it
+  }
+}
+
+Expected<std::int64_t> FleetQuarantine::count(const store::ListFilter& filter) {
+  store::ListFilter all = filter;
+  all.limit = -1;
+  all.offset = 0;
+  std::int64_t n = 0;
+  auto counted = each(all, [&](const FleetRecord&) {
+    ++n;
+    return true;
+  });
+  if (!counted) return Error{counted.message()};
+  return n;
+}
+
+Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const store::ListFilter& filter,
+                                                                      std::vector<std::string>& example_ids) {
+  store::ListFilter all = filter;
+  all.limit = -1;
+  all.offset = 0;
+  std::map<std::pair<std::string, std::string>, std::size_t> index;
+  std::vector<store::FingerprintStats> groups;
+  std::vector<std::string> examples;
+  // Newest first: the first record of a group is its example, as the
+  // store's newest record is.
+  auto s = each(all, [&](const FleetRecord& fr) {
+    const store::QuarantineRecord& r = fr.record;
+    auto [it, added] = index.try_emplace({r.entry.fingerprint, r.entry.kind}, groups.size());
+    if (added) {
+      store::FingerprintStats g;
+      g.fingerprint = r.entry.fingerprint;
+      g.kind = r.entry.kind;
+      g.first_ms = r.created_at;
+      g.message = r.entry.message;
+      groups.push_back(std::move(g));
+      examples.push_back(fr.id);
+    }
+    store::FingerprintStats& g = groups[it->second];
+    ++g.records;
+    if (r.status == store::RecordStatus::kQuarantined || r.status == store::RecordStatus::kFailedAgain ||
+        r.status == store::RecordStatus::kReplaying) {
+      ++g.open;
+    }
+    g.repeats += r.repeats;
+    g.first_ms = std::min(g.first_ms, r.created_at);
+    g.last_ms = std::max({g.last_ms, r.created_at, r.updated_at});
+    return true;
+  });
+  if (!s) return Error{s.message()};
+  // The store's order: most records first, then the most recently seen.
+  std::vector<std::size_t> order(groups.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (groups[a].records != groups[b].records) return groups[a].records > groups[b].records;
+    return groups[a].last_ms > groups[b].last_ms;
+  });
+  std::vector<store::FingerprintStats> sorted;
+  example_ids.clear();
+  for (std::size_t i : order) {
+    sorted.push_back(std::move(groups[i]));
+    example_ids.push_back(examples[i]);
+  }
+  return sorted;
+}
+
+Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
+  auto checked = parse_fleet_id(id);
+  if (!checked) return Error{checked.error(), checked.error_code()};
+  auto reply = redis_.command({"XRANGE", keys_.stream.dlq, id, id});
+  if (!reply) return Error{reply.error()};
+  auto entries = entries_of(reply->get());
+  if (entries.empty()) {
+    return usage("no record " + id + " in the fleet's quarantine (" + keys_.stream.dlq + " on " + address().describe() +
+                 "; see: pillbox quarantine list --redis URL --stream NAME)");
+  }
+  std::vector<FleetRecord> one;
+  one.push_back(parse_dead_letter(entries[0].first, entries[0].second));
+  if (!one[0].redrive_of.empty()) {
+    return usage(id + " is the dead letter of a redrive of record " + one[0].redrive_of +
+                 ", not a record of its own: it is an attempt of " + one[0].redrive_of + " (quarantine show " +
+                 one[0].redrive_of + ")");
+  }
+  if (auto s = load_states(one); !s) return Error{s.message()};
+  return std::move(one[0]);
+}
+
+Expected<FleetRecord> FleetQuarantine::change_state(const std::string& id, bool refuse_while_replaying,
+                                                    const StateChange& change) {
+  auto record = get(id);
+  if (!record) return record;
+  const std::string lock = keys_.lock(id);
+  for (int round = 0; round < kCasRounds; ++round) {
+    auto current = redis_.command({"HGET", keys_.state, id});
+    if (!current) return Error{current.error()};
+    const std::string before = reply_text(current->get());
+    auto state = parse_state(before);
+    if (!state) return Error{"record " + id + ": the field of " + keys_.state + " is " + state.error()};
+    apply_state(*record, *state, record->replaying_by);
+    if (auto s = change(*state, *record); !s) return Error{s.message(), s.code()};
+    const std::string after = state_json(*state);
+    auto r = redis_.command({"EVAL", kCasScript, "2", keys_.state, lock, id, before, after,
+                             refuse_while_replaying ? "1" : "0"});
+    if (!r) return Error{r.error()};
+    const redisReply* top = r->get();
+    if (top->type != REDIS_REPLY_ARRAY || top->elements != 2) {
+      return Error{"Redis at " + address().describe() + ": unexpected reply to the state script"};
+    }
+    const long long outcome = reply_integer(top->element[0], 0);
+    const std::string holder = reply_text(top->element[1]);
+    if (outcome == -1) {
+      return usage("record " + id + " is being replayed right now (by " + holder +
+                   "); act on it when that replay is over");
+    }
+    if (outcome == 1) {
+      apply_state(*record, std::move(*state), holder);
+      return record;
+    }
+  }
+  return Error{"record " + id + " kept changing under us (" + std::to_string(kCasRounds) +
+               " tries); try again"};
+}
+
+Status FleetQuarantine::record_reproduction(const std::string& id, const std::string& verdict, std::int64_t runs,
+                                            std::int64_t matches, const std::string& actor, const std::string& detail) {
+  auto r = change_state(id, false, [&](FleetState& s, const FleetRecord&) {
+    s.reproduce_verdict = verdict;
+    s.reproduce_runs = runs;
+    s.reproduce_matches = matches;
+    s.updated_at = store::now_ms();
+    s.audit.push_back({s.updated_at, actor, "reproduced", detail});
+    return Status::ok();
+  });
+  return r ? Status::ok() : Status::error(r.error(), r.error_code());
+}
+
+}  // namespace pillbox::broker

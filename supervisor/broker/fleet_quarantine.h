@@ -1,0 +1,125 @@
+#pragma once
+// The fleet's quarantine: the dead letters the workers of stream NAME wrote
+// (supervisor/broker/stream_worker.h), read and acted on by the quarantine
+// verbs given --redis URL --stream NAME, as they act on the store's records
+// (supervisor/store/quarantine_store.h).
+//
+// Keys (all derived from NAME, so that a hash tag in it keeps them in one
+// Redis Cluster slot, as the workers' keys are):
+//   NAME:dlq              the dead letters (a stream, written by the workers
+//                         only). A record's id is its entry id there. A dead
+//                         letter with a `redrive_of` field is the outcome of a
+//                         redrive that failed again: an attempt of the record
+//                         it names, not a record of its own.
+//   NAME:dlq:state        a hash, field = record id, value = what operators
+//                         did with it (fleet_state.h: status, audit trail,
+//                         redrive outcomes). No field: nobody acted on it yet.
+//   NAME:dlq:lock:<id>    a record's redrive lock: SET NX PX by the replay
+//                         that redrives it (value: who, from which process),
+//                         deleted by that replay once the outcome is recorded,
+//                         or gone by itself when its time runs out. While it
+//                         exists the record reads `replaying` and nobody else
+//                         redrives or discards it.
+//   NAME:dlq:minimizing:<id>  the best payload `pillbox minimize` found so
+//                         far (its bytes), for a later session to resume from
+//                         (fleet_minimize.h; the state holds the search's progress).
+//   NAME:dlq:minimized:<id>   the record's minimized payload, once one was
+//                         recorded (export --minimized writes it).
+//
+// What the store's record has and the fleet's does not, in one place:
+//   id       the dead letter's entry id ("1712345678901-0"), a string;
+//   store    (list --json) the Redis server and the dead-letter stream;
+//   repeats  always 0: workers do not fold repeats of one bug;
+//   source   always "worker";
+//   attempt history: one attempt per delivery of the entry (its "run" is the
+//            worker's name; a delivery records when it ended, not when it
+//            started, so both times are that one; a delivery that never
+//            reported back is "unfinished" with no times, one released unrun by
+//            a stopping worker is "released"), then one per redrive.
+// And what only a dead letter has: show --json adds "stream" (name, group,
+// entry, deliveries) and "reason" (why the worker dead-lettered it).
+// Not on the fleet's records: purge and import (only workers write NAME:dlq).
+// Errors are one line: an unknown or malformed id is a usage error
+// (ErrorCode::kUsage); Redis unreachable or failing, or NAME or NAME:dlq
+// holding a key of another type, a setup error.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/broker/fleet_record.h"
+#include "supervisor/broker/redis_connection.h"
+#include "supervisor/broker/stream_protocol.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox::broker {
+
+struct FleetKeys {
+  StreamKeys stream;        // NAME, NAME:results, NAME:dlq
+  std::string state;        // NAME:dlq:state
+  std::string lock_prefix;  // NAME:dlq:lock:
+  std::string lock(const std::string& id) const { return lock_prefix + id; }
+  std::string minimizing_prefix;  // NAME:dlq:minimizing:
+  std::string minimizing(const std::string& id) const { return minimizing_prefix + id; }
+  std::string minimized_prefix;   // NAME:dlq:minimized:
+  std::string minimized(const std::string& id) const { return minimized_prefix + id; }
+};
+FleetKeys fleet_keys(const std::string& name);
+
+// "redis://host:port/db NAME:dlq": where the records are (list --json's "store").
+std::string fleet_location(const RedisAddress& address, const FleetKeys& keys);
+
+// An operator's change to one record's state, or why it may not happen
+// (the error is shown as it is; its code says whose fault it is).
+using StateChange = std::function<Status(FleetState& state, const FleetRecord& record)>;
+
+class FleetQuarantine {
+ public:
+  // Connects, and checks that NAME:dlq is a stream (or missing: no records yet).
+  static Expected<FleetQuarantine> open(const RedisAddress& address, const std::string& stream);
+
+  // Records newest first, as the store lists them; `fn` returns false to stop.
+  // Pages through the stream: a long quarantine is never in memory at once.
+  Status each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn);
+  // How many records the filter matches, ignoring limit and offset.
+  Expected<std::int64_t> count(const store::ListFilter& filter);
+  // Records grouped by fingerprint and kind as QuarantineStore::stats groups
+  // them; `example_ids` gets each group's example (its newest record).
+  Expected<std::vector<store::FingerprintStats>> stats(const store::ListFilter& filter,
+                                                       std::vector<std::string>& example_ids);
+  // One record; usage errors for an id that is not one.
+  Expected<FleetRecord> get(const std::string& id);
+
+  // Applies `change` to record `id`'s state atomically (compare and set,
+  // retried when another process changed it in between). With
+  // `refuse_while_replaying`, a record whose redrive lock exists is refused.
+  // Returns the record as it is after the change.
+  Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying, const StateChange& change);
+
+  // The verdict of `pillbox reproduce` (supervisor/ops/reproduce.h) with an
+  // audit entry, as QuarantineStore::record_reproduction keeps it.
+  Status record_reproduction(const std::string& id, const std::string& verdict, std::int64_t runs,
+                             std::int64_t matches, const std::string& actor, const std::string& detail);
+
+  RedisConnection& redis() { return redis_; }
+  const FleetKeys& keys() const { return keys_; }
+  const RedisAddress& address() const { return redis_.address(); }
+
+ private:
+  FleetQuarantine(RedisConnection redis, FleetKeys keys) : redis_(std::move(redis)), keys_(std::move(keys)) {}
+  // The state and lock of each record, read in one round trip.
+  Status load_states(std::vector<FleetRecord>& records);
+
+  RedisConnection redis_;
+  FleetKeys keys_;
+};
+
+// Whether `r` passes `filter` (limit and offset aside).
+bool fleet_matches(const FleetRecord& r, const store::ListFilter& filter);
+
+// A record id as operators type it: an entry id (MS-SEQ); a usage error otherwise.
+Expected<std::string> parse_fleet_id(const std::string& text);
+
+}  // namespace pillbox::broker

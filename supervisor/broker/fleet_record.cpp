@@ -1,0 +1,199 @@
+#include "supervisor/broker/fleet_record.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "shared/base64.h"
+#include "shared/sha256.h"
+
+namespace pillbox::broker {
+namespace {
+
+using nlohmann::json;
+
+std::string text_of(const json& j, const char* name, const std::string& fallback = "") {
+  if (!j.contains(name) || !j[name].is_string()) return fallback;
+  return j[name].get<std::string>();
+}
+
+std::int64_t number_of(const json& j, const char* name, std::int64_t fallback) {
+  if (!j.contains(name) || !j[name].is_number()) return fallback;
+  return j[name].get<std::int64_t>();
+}
+
+// A field quarantine_record_json wrote parsed (handler_args, exec_argv,
+// crash_state, origin) back to the text the store keeps.
+std::string json_text_of(const json& j, const char* name, const std::string& fallback) {
+  if (!j.contains(name)) return fallback;
+  if (j[name].is_string()) return j[name].get<std::string>();
+  return j[name].dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// put_outcome_fields writes a signal by name ("SIGSEGV"): its number again.
+int signal_number(const std::string& name) {
+  for (int sig = 1; sig < 65; ++sig) {
+    if (signal_name(sig) == name) return sig;
+  }
+  return 0;
+}
+
+std::uint32_t to_u32(const std::string& text) {
+  std::uint32_t n = 0;
+  std::from_chars(text.data(), text.data() + text.size(), n);
+  return n;
+}
+
+// An element of the record's attempts_history: a delivery as
+// delivery_json wrote it (supervisor/broker/delivery_history.h), or one that
+// never reported back ({"delivery", "kind": "supervisor-lost", "note"}).
+FleetAttempt delivery_attempt(const json& d) {
+  FleetAttempt a;
+  a.n = static_cast<std::uint32_t>(number_of(d, "delivery", 0));
+  a.worker = text_of(d, "worker");
+  a.ended_at = number_of(d, "at_ms", 0);
+  a.kind = text_of(d, "kind");
+  a.fingerprint = text_of(d, "fingerprint");
+  const std::string note = text_of(d, "note");
+  a.message = text_of(d, "message");
+  if (a.message.empty()) a.message = note;
+  a.charged = d.contains("charged") && d["charged"].is_boolean() ? d["charged"].get<bool>() : a.ended_at != 0;
+  return a;
+}
+
+}  // namespace
+
+const std::string* entry_field(const EntryFields& fields, std::string_view name) {
+  for (const auto& [k, v] : fields) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+std::int64_t entry_time_ms(std::string_view id) {
+  std::int64_t ms = 0;
+  const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), ms);
+  if (ec != std::errc() || end == id.data() || (end != id.data() + id.size() && *end != '-')) return 0;
+  return ms;
+}
+
+FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) {
+  FleetRecord out;
+  out.id = id;
+  auto field = [&](std::string_view name) {
+    const std::string* v = entry_field(fields, name);
+    return v != nullptr ? *v : std::string();
+  };
+  out.payload = field("payload");
+  out.redrive_of = field("redrive_of");
+  out.source_entry = field("entry");
+  out.deliveries = to_u32(field("deliveries"));
+
+  store::QuarantineRecord& r = out.record;
+  store::QuarantineEntry& e = r.entry;
+  r.created_at = r.updated_at = entry_time_ms(id);
+  json j = json::parse(field("record"), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    j = json::object();
+    e.message = "the dead letter has no readable `record` field: only its key, kind, fingerprint and payload are known";
+  }
+  e.key = text_of(j, "key", field("key"));
+  e.source = text_of(j, "source", "worker");
+  e.handler = text_of(j, "handler");
+  e.handler_identity = text_of(j, "handler_identity");
+  e.handler_args = json_text_of(j, "handler_args", "{}");
+  e.exec_argv = json_text_of(j, "exec_argv", "[]");
+  e.policy_identity = text_of(j, "policy_identity");
+  e.policy = text_of(j, "policy");
+  e.payload_sha256 = text_of(j, "payload_sha256", sha256_hex(out.payload));
+  e.payload_size = number_of(j, "payload_size", static_cast<std::int64_t>(out.payload.size()));
+  e.kind = text_of(j, "kind", field("kind"));
+  e.fingerprint = text_of(j, "fingerprint", field("fingerprint"));
+  e.crash_state = json_text_of(j, "crash_state", "[]");
+  if (j.contains("message")) e.message = text_of(j, "message");
+  e.signal = signal_number(text_of(j, "signal"));
+  e.syscall = text_of(j, "syscall");
+  e.exit_code = number_of(j, "exit_code", -1);
+  e.cpu_ms = number_of(j, "cpu_ms", 0);
+  e.wall_ms = number_of(j, "wall_ms", 0);
+  e.max_rss_kb = number_of(j, "max_rss_kb", 0);
+  if (j.contains("origin")) e.origin = json_text_of(j, "origin", "");
+  r.repeats = number_of(j, "repeats", 0);
+
+  out.reason = text_of(j, "reason");
+  if (j.contains("stream") && j["stream"].is_object()) {
+    out.stream = text_of(j["stream"], "name");
+    out.group = text_of(j["stream"], "group");
+    if (out.source_entry.empty()) out.source_entry = text_of(j["stream"], "entry");
+  }
+  if (out.deliveries == 0) out.deliveries = static_cast<std::uint32_t>(number_of(j, "deliveries", 0));
+  if (j.contains("attempts_history") && j["attempts_history"].is_array()) {
+    for (const auto& d : j["attempts_history"]) {
+      if (d.is_object()) out.attempts.push_back(delivery_attempt(d));
+    }
+  }
+  return out;
+}
+
+void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_holder) {
+  const bool locked = !lock_holder.empty();
+  store::QuarantineRecord& r = fr.record;
+  r.status = locked ? store::RecordStatus::kReplaying : state.status;
+  if (state.updated_at > r.updated_at) r.updated_at = state.updated_at;
+  r.reproduce_verdict = state.reproduce_verdict;
+  r.reproduce_runs = state.reproduce_runs;
+  r.reproduce_matches = state.reproduce_matches;
+  r.minimized_sha256 = state.minimized_sha256;
+  fr.state = std::move(state);
+  fr.replaying = locked;
+  fr.replaying_by = lock_holder;
+}
+
+Expected<std::string> checked_payload(const FleetRecord& r) {
+  if (sha256_hex(r.payload) != r.record.entry.payload_sha256) {
+    return Error{"the payload of record " + r.id + " does not match the sha256 its record names (" +
+                 r.record.entry.payload_sha256 + ")"};
+  }
+  return r.payload;
+}
+
+Outcome recorded_outcome_of(const store::QuarantineEntry& e) {
+  Outcome o;
+  o.kind = kind_from_string(e.kind).value_or(Kind::kProtocolError);
+  o.fingerprint = e.fingerprint;
+  o.message = e.message;
+  o.signal = static_cast<int>(e.signal);
+  o.exit_code = static_cast<int>(e.exit_code);
+  o.syscall = e.syscall;
+  const json frames = json::parse(e.crash_state, nullptr, false);
+  if (frames.is_array()) {
+    for (const auto& f : frames) {
+      if (f.is_string()) o.crash_state.push_back(f.get<std::string>());
+    }
+  }
+  o.cpu_ms = static_cast<std::uint64_t>(e.cpu_ms);
+  o.wall_ms = static_cast<std::uint64_t>(e.wall_ms);
+  o.max_rss_kb = static_cast<std::uint64_t>(e.max_rss_kb);
+  return o;
+}
+
+Outcome result_outcome(const EntryFields& fields) {
+  Outcome o;
+  o.kind = Kind::kOk;
+  if (const std::string* out = entry_field(fields, "output")) {
+    o.output = *out;
+  } else if (const std::string* b64 = entry_field(fields, "output_b64")) {
+    o.output = base64_decode(*b64).value_or("");
+  }
+  auto number = [&](std::string_view name) {
+    const std::string* v = entry_field(fields, name);
+    std::uint64_t n = 0;
+    if (v != nullptr) std::from_chars(v->data(), v->data() + v->size(), n);
+    return n;
+  };
+  o.cpu_ms = number("cpu_ms");
+  o.wall_ms = number("wall_ms");
+  o.max_rss_kb = number("max_rss_kb");
+  return o;
+}
+
+}  // namespace pillbox::broker

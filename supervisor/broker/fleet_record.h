@@ -1,0 +1,69 @@
+#pragma once
+// One dead letter of the fleet (an entry of NAME:dlq, written by
+// StreamWorker::dead_letter in supervisor/broker/stream_worker.cpp) read back
+// as a quarantine record of the store's own type, so that the quarantine
+// verbs print records of both quarantines with the same printers. The dead
+// letter's `record` field is the JSON that `quarantine list --json` prints
+// for a store's record (StreamWorker::record_json); it is parsed back field
+// for field. The record's id is the dead letter's entry id, and its creation
+// time that id's time (when Redis added it). Pure: tested without Redis.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/broker/fleet_state.h"
+#include "supervisor/classify/outcome.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox::broker {
+
+using EntryFields = std::vector<std::pair<std::string, std::string>>;
+
+struct FleetRecord {
+  std::string id;                   // the dead letter's entry id in NAME:dlq
+  store::QuarantineRecord record;   // record.id is 0: ids here are entry ids
+  std::string payload;              // the exact bytes (field `payload`)
+  // Set on the dead letter of a redrive that failed again: it is an attempt
+  // of that record (its state holds the outcome), not a record of its own.
+  std::string redrive_of;
+  std::string stream;               // the stream it came from, its group and entry there
+  std::string group;
+  std::string source_entry;
+  std::string reason;               // why the worker dead-lettered it
+  std::uint32_t deliveries = 0;     // Redis's delivery count when it was dead-lettered
+  std::vector<FleetAttempt> attempts;  // those deliveries, oldest first
+  FleetState state;
+  bool replaying = false;           // its redrive lock is held now
+  std::string replaying_by;         // ... by this replay (the lock's value)
+};
+
+// The value of field `name`, or nullptr.
+const std::string* entry_field(const EntryFields& fields, std::string_view name);
+
+// Never fails: a dead letter with no `record` field, or one that is not
+// JSON, is still a record (of its `key`, `kind`, `fingerprint` and
+// `payload` fields), with a message that says what was missing.
+FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields);
+
+// The record as operators left it: status (replaying while a replay holds
+// its lock: `lock_holder` is the lock's value, "" when there is none), the
+// time of the last change, the reproduction verdict, the minimized payload.
+void apply_state(FleetRecord& record, FleetState state, const std::string& lock_holder);
+
+// The dead letter's payload, checked against the sha256 its record names (as
+// the store checks its payloads); the error says which record.
+Expected<std::string> checked_payload(const FleetRecord& record);
+
+// The milliseconds part of a stream entry id ("1712345678901-0"); 0 when it is not one.
+std::int64_t entry_time_ms(std::string_view id);
+
+// The outcome a record describes (kind, fingerprint, signal, ...), e.g. the
+// dead letter of a redrive that failed again.
+Outcome recorded_outcome_of(const store::QuarantineEntry& entry);
+// The outcome of a result entry (NAME:results): ok, its output and resources.
+Outcome result_outcome(const EntryFields& fields);
+
+}  // namespace pillbox::broker

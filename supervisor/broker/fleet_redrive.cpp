@@ -1,0 +1,394 @@
+#include "supervisor/broker/fleet_redrive.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "supervisor/exec/stop_signals.h"
+#include "supervisor/store/replay_store.h"
+
+namespace pillbox::broker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The longest single XREAD BLOCK (or paced sleep): below the connection's
+// command timeout (RedisConnection::open, 5 s), and short enough that
+// SIGINT/SIGTERM, which hiredis does not let interrupt a read, stop the wait
+// within a second.
+constexpr std::chrono::milliseconds kLongestBlock{1000};
+// A lock outlives its replay's wait by this much: the outcome may be
+// recorded just as the batch times out.
+constexpr std::chrono::milliseconds kLockMargin{60'000};
+constexpr int kClaimRounds = 16;
+
+// KEYS: NAME, NAME:dlq:state, the record's lock. ARGV: id, the state as it
+// was read ('' = no field), the lock's value, its ms, key, payload, the
+// earlier redrive still waiting ('' = none), the state to write, in which
+// "waiting_entry":"?" stands for the entry added here.
+// Returns {'added', entry} | {'changed'} | {'locked', holder} | {'waiting', entry}.
+constexpr const char* kRedriveScript = R"lua(
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if not cur then cur = '' end
+if cur ~= ARGV[2] then return {'changed'} end
+local holder = redis.call('GET', KEYS[3])
+if holder then return {'locked', holder} end
+if ARGV[7] ~= '' and #redis.call('XRANGE', KEYS[1], ARGV[7], ARGV[7]) > 0 then return {'waiting', ARGV[7]} end
+redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[4])
+local e = redis.call('XADD', KEYS[1], '*', 'key', ARGV[5], 'payload', ARGV[6], 'redrive_of', ARGV[1])
+local state = string.gsub(ARGV[8], '"waiting_entry":"%?"', '"waiting_entry":"' .. e .. '"', 1)
+redis.call('HSET', KEYS[2], ARGV[1], state)
+return {'added', e}
+)lua";
+
+// KEYS: a lock. ARGV: its value. Deletes it only while it is still ours.
+constexpr const char* kUnlockScript = R"lua(
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+)lua";
+
+bool claimable(const FleetRecord& r, bool force) {
+  if (r.replaying) return false;  // never: its lock is another replay's
+  const store::RecordStatus s = r.record.status;
+  return s == store::RecordStatus::kQuarantined || s == store::RecordStatus::kFailedAgain || force;
+}
+
+Error setup(std::string message) { return Error{std::move(message), ErrorCode::kSetup}; }
+
+// The newest entry id of `key`, "0-0" when it has none: where a wait for
+// what is added after now starts.
+Expected<std::string> last_id(RedisConnection& redis, const std::string& key) {
+  auto r = redis.command({"XREVRANGE", key, "+", "-", "COUNT", "1"});
+  if (!r) return Error{r.error()};
+  const redisReply* top = r->get();
+  if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) return std::string("0-0");
+  const redisReply* e = top->element[0];
+  if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) return std::string("0-0");
+  return reply_text(e->element[0]);
+}
+
+// One redrive in flight.
+struct Flight {
+  FleetRecord record;
+  std::string entry;  // its entry in NAME
+};
+
+class Redriver {
+ public:
+  Redriver(FleetQuarantine& q, const RedriveSettings& settings)
+      : q_(q), settings_(settings), lock_value_(settings.actor + " on " + store::ReplayStore::claim_token()) {}
+
+  Expected<RedriveResult> run(std::vector<FleetRecord> plan);
+
+ private:
+  // Takes the record's lock and adds its redrive; the entry, or "" when it
+  // was not this replay's to redrive (why: in result_.replay.skipped).
+  Expected<std::string> start(FleetRecord& record, std::size_t batch_no, std::chrono::milliseconds lock_ms);
+  // Blocks until every flight of `flights` has its outcome, the batch times
+  // out, or a stop signal; returns how many of them failed again.
+  Expected<std::size_t> wait(std::map<std::string, Flight>& flights, std::string results_from, std::string dlq_from);
+  Status finish(Flight& flight, const RedriveOutcome& outcome, store::ReplayVerdict verdict);
+  std::size_t worst() const {
+    std::size_t n = 0;
+    for (const auto& [fp, count] : failures_) n = std::max(n, count);
+    return n;
+  }
+  std::string worst_fingerprint() const {
+    for (const auto& [fp, count] : failures_) {
+      if (count >= settings_.stop_after) return fp;
+    }
+    return "";
+  }
+
+  FleetQuarantine& q_;
+  const RedriveSettings& settings_;
+  const std::string lock_value_;
+  StopSignals stop_signals_;
+  RedriveResult result_;
+  std::map<std::string, std::size_t> failures_;  // by fingerprint (or kind)
+  std::size_t done_ = 0;
+  Clock::time_point next_start_ = Clock::now();
+};
+
+Expected<std::string> Redriver::start(FleetRecord& record, std::size_t batch_no, std::chrono::milliseconds lock_ms) {
+  const FleetKeys& keys = q_.keys();
+  const std::string lock = keys.lock(record.id);
+  const std::string ms = std::to_string(lock_ms.count());
+  for (int round = 0; round < kClaimRounds; ++round) {
+    auto current = q_.redis().command({"HGET", keys.state, record.id});
+    if (!current) return Error{current.error()};
+    const std::string before = reply_text(current->get());
+    auto state = parse_state(before);
+    if (!state) return setup("record " + record.id + ": the field of " + keys.state + " is " + state.error());
+    apply_state(record, *state, "");  // the script checks the lock
+    if (!claimable(record, settings_.force)) {
+      result_.replay.skipped.push_back("record " + record.id + " is " + std::string(to_string(record.record.status)) +
+                                       " now (--force replays it anyway)");
+      return std::string();
+    }
+    FleetState next = *state;
+    const std::string waiting = next.waiting_entry;
+    next.waiting_entry = "?";  // the script puts the new entry's id here
+    next.updated_at = store::now_ms();
+    next.audit.push_back({next.updated_at, settings_.actor, "redriven",
+                          "put back on " + keys.stream.stream + " for the fleet's workers (batch " +
+                              std::to_string(batch_no) + ")"});
+    auto r = q_.redis().command({"EVAL", kRedriveScript, "3", keys.stream.stream, keys.state, lock, record.id, before,
+                                 lock_value_, ms, record.record.entry.key, record.payload, waiting, state_json(next)});
+    if (!r) return Error{r.error()};
+    const redisReply* top = r->get();
+    if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) {
+      return setup("Redis at " + q_.address().describe() + ": unexpected reply to the redrive script");
+    }
+    const std::string what = reply_text(top->element[0]);
+    const std::string arg = top->elements > 1 ? reply_text(top->element[1]) : std::string();
+    if (what == "added") return arg;
+    if (what == "locked") {
+      ++result_.replay.taken_by_others;
+      result_.replay.skipped.push_back("record " + record.id + " is being replayed right now by " + arg +
+                                       ": not redriven twice at once");
+      return std::string();
+    }
+    if (what == "waiting") {
+      result_.replay.skipped.push_back("record " + record.id + ": its earlier redrive (entry " + arg + " of " +
+                                       keys.stream.stream + ") still waits for a worker; not redriven again until "
+                                       "it is settled");
+      return std::string();
+    }
+    // "changed": someone acted on the record in between; read it again.
+  }
+  return setup("record " + record.id + " kept changing under us; try again");
+}
+
+Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome, store::ReplayVerdict verdict) {
+  const Outcome& o = outcome.outcome;
+  const std::string kind(to_string(o.kind));
+  const std::string detail =
+      verdict == store::ReplayVerdict::kResolved
+          ? "resolved: ok on worker " + outcome.worker + " (entry " + flight.entry + ", result " + outcome.outcome_entry +
+                ")"
+          : "failed again: " + kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) + " on worker " +
+                outcome.worker + " (entry " + flight.entry + ", dead letter " + outcome.outcome_entry + ")";
+  auto changed = q_.change_state(flight.record.id, false, [&](FleetState& s, const FleetRecord&) {
+    s.status = store::status_after(verdict);
+    s.updated_at = store::now_ms();
+    if (s.waiting_entry == flight.entry) s.waiting_entry.clear();
+    FleetAttempt a;
+    a.worker = outcome.worker;
+    a.ended_at = s.updated_at;
+    a.kind = kind;
+    a.fingerprint = o.fingerprint;
+    a.message = o.message;
+    a.charged = verdict == store::ReplayVerdict::kFailedAgain;
+    a.entry = flight.entry;
+    a.outcome_entry = outcome.outcome_entry;
+    s.redrives.push_back(std::move(a));
+    s.audit.push_back({s.updated_at, settings_.actor, "replayed", detail});
+    return Status::ok();
+  });
+  if (!changed) return Status::error(changed.error(), changed.error_code());
+  auto unlocked = q_.redis().command({"EVAL", kUnlockScript, "1", q_.keys().lock(flight.record.id), lock_value_});
+  if (!unlocked) return Status::error(unlocked.error());
+  flight.record = std::move(*changed);
+  apply_state(flight.record, flight.record.state, "");  // its lock is gone now
+  ++result_.replay.replayed;
+  if (verdict == store::ReplayVerdict::kResolved) {
+    ++result_.replay.resolved;
+  } else {
+    ++result_.replay.failed_again;
+    ++failures_[o.fingerprint.empty() ? kind : o.fingerprint];
+  }
+  if (settings_.on_result) settings_.on_result(flight.record, outcome, verdict);
+  if (settings_.on_progress) settings_.on_progress(++done_, result_.replay.selected);
+  return Status::ok();
+}
+
+Expected<std::size_t> Redriver::wait(std::map<std::string, Flight>& flights, std::string results_from,
+                                     std::string dlq_from) {
+  const FleetKeys& keys = q_.keys();
+  const auto deadline = Clock::now() + settings_.batch_timeout;
+  std::size_t failed = 0;
+  while (!flights.empty()) {
+    if (stop_signals_.caught() != 0) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    const std::string block = std::to_string(std::min(left, kLongestBlock).count());
+    auto r = q_.redis().command({"XREAD", "COUNT", "256", "BLOCK", block, "STREAMS", keys.stream.results,
+                                 keys.stream.dlq, results_from, dlq_from});
+    if (!r) return Error{r.error()};
+    const redisReply* top = r->get();
+    if (top->type != REDIS_REPLY_ARRAY) continue;  // nil: nothing within `block`
+    for (std::size_t s = 0; s < top->elements; ++s) {
+      const redisReply* stream = top->element[s];
+      if (stream->type != REDIS_REPLY_ARRAY || stream->elements != 2) continue;
+      const std::string name = reply_text(stream->element[0]);
+      const bool is_dlq = name == keys.stream.dlq;
+      const redisReply* entries = stream->element[1];
+      for (std::size_t i = 0; i < entries->elements; ++i) {
+        const redisReply* e = entries->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
+        const std::string id = reply_text(e->element[0]);
+        (is_dlq ? dlq_from : results_from) = id;
+        EntryFields fields;
+        for (std::size_t k = 0; k + 1 < e->element[1]->elements; k += 2) {
+          fields.emplace_back(reply_text(e->element[1]->element[k]), reply_text(e->element[1]->element[k + 1]));
+        }
+        const std::string* entry = entry_field(fields, "entry");
+        if (entry == nullptr) continue;
+        auto it = flights.find(*entry);
+        if (it == flights.end()) continue;  // another redrive's, or no redrive at all
+        const std::string* of = entry_field(fields, "redrive_of");
+        if (of == nullptr || *of != it->second.record.id) continue;
+        RedriveOutcome outcome;
+        outcome.entry = *entry;
+        outcome.outcome_entry = id;
+        store::ReplayVerdict verdict = store::ReplayVerdict::kResolved;
+        if (is_dlq) {
+          const FleetRecord dead = parse_dead_letter(id, fields);
+          outcome.outcome = recorded_outcome_of(dead.record.entry);
+          outcome.worker = dead.attempts.empty() ? std::string() : dead.attempts.back().worker;
+          verdict = store::ReplayVerdict::kFailedAgain;
+          ++failed;
+        } else {
+          outcome.outcome = result_outcome(fields);
+          const std::string* worker = entry_field(fields, "worker");
+          outcome.worker = worker != nullptr ? *worker : std::string();
+        }
+        if (auto st = finish(it->second, outcome, verdict); !st) return Error{st.message(), st.code()};
+        flights.erase(it);
+      }
+    }
+  }
+  return failed;
+}
+
+Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
+  ReplayResult& result = result_.replay;
+  result.selected = plan.size();
+  const FleetKeys& keys = q_.keys();
+  const std::size_t batch_size = std::max<std::size_t>(1, settings_.batch);
+  std::size_t next = 0, batch_no = 0;
+  while (next < plan.size() && result.stopped_because.empty()) {
+    // --stop-after K: never more in flight than could still fail, so that
+    // exactly K failures of one fingerprint stop it, as the store's replay does.
+    std::size_t size = std::min(batch_size, plan.size() - next);
+    if (settings_.stop_after > 0) size = std::min(size, settings_.stop_after - worst());
+    ++batch_no;
+    auto results_from = last_id(q_.redis(), keys.stream.results);
+    if (!results_from) return Error{results_from.error()};
+    auto dlq_from = last_id(q_.redis(), keys.stream.dlq);
+    if (!dlq_from) return Error{dlq_from.error()};
+    // The lock covers the whole batch: its paced starts and its wait.
+    const auto pacing = settings_.rate > 0 ? std::chrono::milliseconds(static_cast<long long>(
+                                                 1000.0 * static_cast<double>(size) / settings_.rate))
+                                           : std::chrono::milliseconds(0);
+    const auto lock_ms = settings_.batch_timeout + pacing + kLockMargin;
+    std::map<std::string, Flight> flights;  // by the redrive's entry id
+    for (std::size_t i = 0; i < size && next < plan.size(); ++i, ++next) {
+      if (stop_signals_.caught() != 0) break;
+      if (settings_.rate > 0) {
+        // Paced: a start waits for its turn, not for anything that happens;
+        // in steps, so that SIGINT/SIGTERM (which a sleep outlasts) stop it.
+        while (Clock::now() < next_start_ && stop_signals_.caught() == 0) {
+          std::this_thread::sleep_for(std::min<Clock::duration>(next_start_ - Clock::now(), kLongestBlock));
+        }
+        if (stop_signals_.caught() != 0) break;
+        next_start_ = std::max(next_start_, Clock::now()) +
+                      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / settings_.rate));
+      }
+      auto entry = start(plan[next], batch_no, lock_ms);
+      if (!entry) return Error{entry.error(), entry.error_code()};
+      if (entry->empty()) continue;
+      flights.emplace(*entry, Flight{std::move(plan[next]), *entry});
+    }
+    const std::size_t started = flights.size();
+    auto failed = wait(flights, *results_from, *dlq_from);
+    if (!failed) return Error{failed.error(), failed.error_code()};
+    const std::size_t ran = started - flights.size();
+    std::string ids;
+    for (const auto& [entry, f] : flights) ids += (ids.empty() ? "" : ", ") + f.record.id;
+    const std::string left = "record" + std::string(flights.size() == 1 ? " " : "s ") + ids + " (their redrives stay on " +
+                             keys.stream.stream + ", and the records are not redriven again until a worker settles them";
+    if (const int sig = stop_signals_.caught(); sig != 0) {
+      result.stop_signal = sig;
+      result.stopped_because = std::string("stopped by ") + stop_signal_name(sig);
+      if (!flights.empty()) result.stopped_because += "; no outcome yet for " + left + ")";
+    } else if (!flights.empty()) {
+      result.stopped_because = "no outcome within --batch-timeout " + std::to_string(settings_.batch_timeout.count()) +
+                               " ms for " + left + "; are workers running, with NAME:results on?)";
+    } else if (settings_.stop_after > 0 && worst() >= settings_.stop_after) {
+      result.stopped_because = std::to_string(settings_.stop_after) + " replayed payloads failed again with " +
+                               worst_fingerprint() + " (--stop-after " + std::to_string(settings_.stop_after) + ")";
+    } else if (ran > 0 && static_cast<double>(*failed) / static_cast<double>(ran) > settings_.max_failure_ratio) {
+      char ratio[256];
+      std::snprintf(ratio, sizeof ratio,
+                    "%zu of %zu payloads of a batch failed again (more than --max-failure-ratio %.2f)", *failed, ran,
+                    settings_.max_failure_ratio);
+      result.stopped_because = ratio;
+    }
+    // Nobody waits for these any more: their locks go, and their redrives,
+    // still on the stream, keep them from being redriven again (start()).
+    for (const auto& [entry, f] : flights) {
+      result_.no_outcome.push_back(f.record.id);
+      auto unlocked = q_.redis().command({"EVAL", kUnlockScript, "1", keys.lock(f.record.id), lock_value_});
+      if (!unlocked) return Error{unlocked.error()};
+    }
+  }
+  result.not_replayed = result.selected - result.replayed;
+  result.failures_by_fingerprint = failures_;
+  return std::move(result_);
+}
+
+}  // namespace
+
+Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const RedriveSettings& settings,
+                                                std::vector<std::string>& skipped) {
+  std::vector<FleetRecord> out;
+  if (!settings.ids.empty()) {
+    std::set<std::string> seen;
+    for (const auto& id : settings.ids) {
+      if (!seen.insert(id).second) continue;  // given twice: redriven once
+      auto r = q.get(id);
+      if (!r) return Error{r.error(), r.error_code()};
+      if (!claimable(*r, settings.force)) {
+        skipped.push_back(r->replaying ? "record " + id + " is being replayed right now by " + r->replaying_by +
+                                             ": not redriven twice at once"
+                                       : "record " + id + " is " + std::string(to_string(r->record.status)) +
+                                             " (--force replays it anyway)");
+        continue;
+      }
+      out.push_back(std::move(*r));
+    }
+    return out;
+  }
+  std::size_t not_open = 0;
+  auto s = q.each(settings.filter, [&](const FleetRecord& r) {
+    if (claimable(r, settings.force)) {
+      out.push_back(r);
+    } else {
+      ++not_open;
+    }
+    return true;
+  });
+  if (!s) return Error{s.message(), s.code()};
+  if (not_open > 0) {
+    skipped.push_back(std::to_string(not_open) +
+                      " matching records are resolved, discarded or being replayed (--force replays them too, "
+                      "except those being replayed)");
+  }
+  std::reverse(out.begin(), out.end());  // oldest first
+  return out;
+}
+
+Expected<RedriveResult> redrive(FleetQuarantine& q, const RedriveSettings& settings) {
+  std::vector<std::string> skipped;
+  auto plan = redrive_plan(q, settings, skipped);
+  if (!plan) return Error{plan.error(), plan.error_code()};
+  Redriver redriver(q, settings);
+  auto result = redriver.run(std::move(*plan));
+  if (result) result->replay.skipped.insert(result->replay.skipped.begin(), skipped.begin(), skipped.end());
+  return result;
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,79 @@
+#pragma once
+// `pillbox quarantine replay --redis URL --stream NAME`: records of the
+// fleet's quarantine (fleet_quarantine.h) redriven, i.e. put back on NAME for
+// the fleet's workers, in batches, with the brakes of the store's replay
+// (supervisor/ops/replay.h): --rate, --stop-after, --max-failure-ratio.
+//
+// One record's redrive, in one server-side script: its redrive lock is taken
+// (SET NX PX: refused while another replay holds it), an entry is added to
+// NAME with the fields key, payload and redrive_of=<record id>, and the
+// record's state names that entry as waiting for its outcome. A record whose
+// earlier redrive is still on NAME (a replay that timed out or was stopped)
+// is not redriven again until a worker has settled it.
+//
+// A batch's outcomes are waited for, blocking (XREAD BLOCK, no polling), on
+// NAME:results and NAME:dlq from the last ids they had before the batch was
+// added: the worker copies redrive_of into the result or the new dead letter,
+// and its `entry` field names the redrive. An ok result marks the record
+// resolved, a new dead letter failed-again (that dead letter is an attempt
+// of the record, not a record: fleet_quarantine.h); either way the outcome
+// joins the record's state and the lock is deleted. Records with no outcome
+// within --batch-timeout (or when SIGINT/SIGTERM stops the wait) are named,
+// their locks deleted, their redrives left on the stream (which keeps them from
+// being redriven again until a worker settles them), and the replay stops.
+// A replay that dies leaves its locks to run out by themselves (after the
+// batch timeout and a margin). An outcome that comes after its replay gave
+// up is not recorded in the record's state: it stays in NAME:results or
+// NAME:dlq with its redrive_of field.
+//
+// The workers must write NAME:results (their default; with --no-results an
+// ok redrive is never seen and times out).
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/broker/fleet_quarantine.h"
+#include "supervisor/classify/outcome.h"
+#include "supervisor/ops/replay.h"
+#include "supervisor/store/replay_verdict.h"
+
+namespace pillbox::broker {
+
+struct RedriveOutcome {
+  Outcome outcome;
+  std::string worker;         // the consumer that settled the redrive
+  std::string entry;          // the redrive's entry in NAME
+  std::string outcome_entry;  // its result in NAME:results, or its dead letter in NAME:dlq
+};
+
+struct RedriveSettings {
+  std::vector<std::string> ids;  // given record ids (empty: the filter)
+  store::ListFilter filter;      // --fingerprint, --kind (--all: empty)
+  bool force = false;            // also resolved and discarded records (never one being replayed)
+  std::size_t batch = 10;
+  double rate = 0;               // redrives added per second (0: no limit)
+  std::size_t stop_after = 0;    // stop once this many fail again with one fingerprint (0: never)
+  double max_failure_ratio = 1.0;  // stop when more than this share of a batch fails again
+  std::chrono::milliseconds batch_timeout{300'000};
+  std::string actor;             // for the audit trail and the lock's value
+  std::function<void(const FleetRecord&, const RedriveOutcome&, store::ReplayVerdict)> on_result;
+  std::function<void(std::size_t done, std::size_t total)> on_progress;
+};
+
+struct RedriveResult {
+  ReplayResult replay;                  // the counts the store's replay reports (recovered: always 0)
+  std::vector<std::string> no_outcome;  // records redriven whose outcome did not come in time
+};
+
+// The records a replay would redrive, oldest first, without redriving
+// anything (--dry-run); `skipped` says which given ones it leaves and why.
+Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& quarantine, const RedriveSettings& settings,
+                                                std::vector<std::string>& skipped);
+
+// Errors: an unknown id (usage), Redis failed (setup). A stop signal
+// (SIGINT/SIGTERM) is not an error: replay.stop_signal says which.
+Expected<RedriveResult> redrive(FleetQuarantine& quarantine, const RedriveSettings& settings);
+
+}  // namespace pillbox::broker

@@ -1,0 +1,91 @@
+#include "supervisor/broker/fleet_state.h"
+
+#include <nlohmann/json.hpp>
+
+namespace pillbox::broker {
+namespace {
+
+using nlohmann::json;
+
+json attempt_to_json(const FleetAttempt& a) {
+  return {{"worker", a.worker},   {"ended_at", a.ended_at}, {"kind", a.kind},
+          {"fingerprint", a.fingerprint}, {"message", a.message}, {"charged", a.charged},
+          {"entry", a.entry},     {"outcome_entry", a.outcome_entry}};
+}
+
+FleetAttempt attempt_from_json(const json& j) {
+  FleetAttempt a;
+  a.worker = j.value("worker", "");
+  a.ended_at = j.value("ended_at", std::int64_t{0});
+  a.kind = j.value("kind", "");
+  a.fingerprint = j.value("fingerprint", "");
+  a.message = j.value("message", "");
+  a.charged = j.value("charged", true);
+  a.entry = j.value("entry", "");
+  a.outcome_entry = j.value("outcome_entry", "");
+  return a;
+}
+
+}  // namespace
+
+std::string state_json(const FleetState& s) {
+  json audit = json::array();
+  for (const auto& e : s.audit) audit.push_back({{"at", e.at}, {"actor", e.actor}, {"action", e.action}, {"detail", e.detail}});
+  json redrives = json::array();
+  for (const auto& a : s.redrives) redrives.push_back(attempt_to_json(a));
+  json j = {{"status", std::string(store::to_string(s.status))},
+            {"updated_at", s.updated_at},
+            {"audit", audit},
+            {"redrives", redrives}};
+  if (!s.waiting_entry.empty()) j["waiting_entry"] = s.waiting_entry;
+  if (!s.reproduce_verdict.empty()) {
+    j["reproduce"] = {{"verdict", s.reproduce_verdict}, {"runs", s.reproduce_runs}, {"matches", s.reproduce_matches}};
+  }
+  if (s.minimize) {
+    j["minimize"] = {{"best_sha256", s.minimize->best_sha256}, {"runs", s.minimize->runs},
+                     {"elapsed_ms", s.minimize->elapsed_ms}, {"finished", s.minimize->finished}};
+  }
+  if (!s.minimized_sha256.empty()) j["minimized_sha256"] = s.minimized_sha256;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Expected<FleetState> parse_state(std::string_view text) {
+  FleetState s;
+  if (text.empty()) return s;
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("status") || !j["status"].is_string()) {
+    return Error{"not a record state written by pillbox"};
+  }
+  const auto status = store::record_status_from_string(j["status"].get<std::string>());
+  if (!status || *status == store::RecordStatus::kReplaying) return Error{"unknown status in a record state"};
+  try {
+    s.status = *status;
+    s.updated_at = j.value("updated_at", std::int64_t{0});
+    if (j.contains("audit") && j["audit"].is_array()) {
+      for (const auto& e : j["audit"]) {
+        s.audit.push_back(store::AuditEntry{e.value("at", std::int64_t{0}), e.value("actor", ""), e.value("action", ""),
+                                            e.value("detail", "")});
+      }
+    }
+    if (j.contains("redrives") && j["redrives"].is_array()) {
+      for (const auto& a : j["redrives"]) s.redrives.push_back(attempt_from_json(a));
+    }
+    s.waiting_entry = j.value("waiting_entry", "");
+    if (j.contains("reproduce") && j["reproduce"].is_object()) {
+      s.reproduce_verdict = j["reproduce"].value("verdict", "");
+      s.reproduce_runs = j["reproduce"].value("runs", std::int64_t{0});
+      s.reproduce_matches = j["reproduce"].value("matches", std::int64_t{0});
+    }
+    if (j.contains("minimize") && j["minimize"].is_object()) {
+      const json& m = j["minimize"];
+      s.minimize = store::MinimizeState{m.value("best_sha256", ""), m.value("runs", std::int64_t{0}),
+                                        m.value("elapsed_ms", std::int64_t{0}), m.value("finished", false)};
+    }
+    s.minimized_sha256 = j.value("minimized_sha256", "");
+  } catch (const json::exception&) {
+    return Error{"a record state with fields of the wrong type"};
+  }
+  return s;
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,60 @@
+#pragma once
+// What operators did with one record of the fleet's quarantine
+// (supervisor/broker/fleet_quarantine.h): its status, the audit trail, the
+// outcomes of its redrives, the redrive still waiting for one, and a
+// reproduction verdict. A dead letter is a stream entry, which cannot change,
+// so this is kept beside it: one JSON value per record in the hash
+// NAME:dlq:state (field: the dead letter's entry id). A record without a
+// field there is one nobody acted on yet. Pure: tested without Redis.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/record_status.h"
+
+namespace pillbox::broker {
+
+// One run of a record's payload on the fleet: a delivery of the entry that
+// became the dead letter, or a redrive.
+struct FleetAttempt {
+  std::uint32_t n = 0;           // the delivery number (redrives: 0)
+  std::string worker;            // the consumer that ran it ("": not known)
+  std::int64_t ended_at = 0;     // ms since the epoch; 0: it never reported back
+  std::string kind;              // "": released without running
+  std::string fingerprint;
+  std::string message;
+  bool charged = true;
+  std::string entry;             // redrives: the entry of NAME it ran as
+  std::string outcome_entry;     // redrives: its result (NAME:results) or dead letter (NAME:dlq)
+};
+
+struct FleetState {
+  // Never kReplaying: a record is being replayed while its redrive lock
+  // exists (fleet_quarantine.h), so a replay that died leaves nothing stale.
+  store::RecordStatus status = store::RecordStatus::kQuarantined;
+  std::int64_t updated_at = 0;            // 0: unchanged since it was dead-lettered
+  std::vector<store::AuditEntry> audit;   // operators' actions, oldest first
+  std::vector<FleetAttempt> redrives;     // the outcomes of its redrives, oldest first
+  // The entry of NAME a redrive put back whose outcome nobody recorded (the
+  // replay timed out or was stopped): while it is on the stream, the record
+  // is not redriven again.
+  std::string waiting_entry;
+  std::string reproduce_verdict;          // "", reliable or flaky
+  std::int64_t reproduce_runs = 0;
+  std::int64_t reproduce_matches = 0;
+  // pillbox minimize (supervisor/broker/fleet_minimize.h): the progress of
+  // its search, and the minimized payload it recorded ("": none yet).
+  std::optional<store::MinimizeState> minimize;
+  std::string minimized_sha256;
+};
+
+std::string state_json(const FleetState& state);
+// "" is the state of a record nobody acted on. Errors: not JSON of this form
+// (the field was written by something else).
+Expected<FleetState> parse_state(std::string_view text);
+
+}  // namespace pillbox::broker

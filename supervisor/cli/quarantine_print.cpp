@@ -1,0 +1,441 @@
+#include "supervisor/cli/quarantine_print.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "shared/base64.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/flow/run_output.h"
+#include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/quarantine_json.h"
+
+namespace pillbox::cli {
+namespace {
+
+constexpr std::size_t kPreviewBytes = 512;
+
+std::string human_bytes(std::int64_t n) {
+  char buf[64];
+  if (n < 10 * 1024) std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(n));
+  else if (n < 10 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB (%lld bytes)", n / 1024.0, static_cast<long long>(n));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB (%lld bytes)", n / 1048576.0, static_cast<long long>(n));
+  return buf;
+}
+
+nlohmann::json parsed(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_discarded() ? nlohmann::json(text) : j;
+}
+
+std::string dump(const nlohmann::json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The list's JSON object for a record: the store's id is the record's own;
+// another (the fleet's entry id) takes its place.
+nlohmann::json record_object(const nlohmann::json& id, const store::QuarantineRecord& r, const std::string& where) {
+  nlohmann::json j = nlohmann::json::parse(quarantine_record_json(r, 0, false, where));
+  j["id"] = id;
+  return j;
+}
+
+// Single-quoted for sh: the bytes as they are, quotes closed and reopened.
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) {
+    if (ch == '\'') out += "'\\''";
+    else out += ch;
+  }
+  return out + "'";
+}
+
+Status write_file(const std::string& path, const std::string& bytes, bool force, mode_t mode) {
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (force ? O_TRUNC : O_EXCL);
+  const int fd = ::open(path.c_str(), flags, mode);
+  if (fd < 0) {
+    if (errno == EEXIST) return Status::error(path + " exists; give --force to overwrite it");
+    return Status::error("cannot write " + path + ": " + std::strerror(errno));
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::error("cannot write " + path + ": " + std::strerror(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) return Status::error("cannot write " + path + ": " + std::strerror(errno));
+  return Status::ok();
+}
+
+// reproduce.sh: the record's handler and policy, the payload beside it, one
+// attempt, no store, so that it runs the same way on any machine with pillbox.
+std::string reproduce_script(const std::string& id, const store::QuarantineRecord& r) {
+  const store::QuarantineEntry& e = r.entry;
+  std::string cmd = "pillbox run --no-store --max-attempts 1 --no-breaker --json --jobs 1 --policy ./policy.policy";
+  std::string tail;
+  if (e.handler == "exec") {
+    auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
+    tail = " ./payload --";
+    if (argv.is_array()) {
+      for (const auto& a : argv) tail += " " + shell_quote(a.is_string() ? a.get<std::string>() : a.dump());
+    }
+  } else {
+    cmd += " --handler " + shell_quote(e.handler);
+    auto args = nlohmann::json::parse(e.handler_args, nullptr, false);
+    if (args.is_object()) {
+      for (const auto& [k, v] : args.items()) cmd += " --arg " + shell_quote(k + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+    }
+    tail = " ./payload";
+  }
+  return "#!/bin/sh\n"
+         "# Runs quarantine record " + id + " again, in the sandbox, the way it was quarantined:\n"
+         "#   kind " + e.kind + ", fingerprint " + e.fingerprint + "\n"
+         "# Expect the same kind and fingerprint in the JSON line it prints.\n"
+         "set -e\n"
+         "cd \"$(dirname \"$0\")\"\n"
+         "exec " + cmd + tail + "\n";
+}
+
+}  // namespace
+
+std::string id_text(const nlohmann::json& id) { return id.is_string() ? id.get<std::string>() : id.dump(); }
+
+// ---- list ---------------------------------------------------------------------
+
+int list_records(const Args& args, store::ListFilter filter, const ListSource& source) {
+  for (const auto& [name, field] : {std::pair{"limit", &filter.limit}, {"offset", &filter.offset}}) {
+    if (auto v = args.value(name)) {
+      char* end = nullptr;
+      errno = 0;
+      const long long n = std::strtoll(v->c_str(), &end, 10);
+      if (v->empty() || *end != '\0' || n < 0 || errno != 0) {
+        return quarantine_error(std::string("--") + name + " expects a whole number, got '" + *v + "'", kExitUsage);
+      }
+      *field = n;
+    }
+  }
+  const bool json = args.flag("json");
+  std::string out;
+  if (!json) {
+    char line[512];
+    std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s\n", source.id_width, "ID", "CREATED", "STATUS",
+                  "KIND", "FINGERPRINT", "KEY");
+    out += line;
+  }
+  std::size_t shown = 0;
+  // Streamed: a listing of 100 000 records is never in memory at once.
+  const Status s = source.each(filter, [&](const nlohmann::json& id, const store::QuarantineRecord& r) {
+    ++shown;
+    if (json) {
+      // The store's own id needs no rewrite of the object.
+      out += id.is_number() && id.get<std::int64_t>() == r.id ? quarantine_record_json(r, 0, false, source.where)
+                                                               : dump(record_object(id, r, source.where));
+      out += '\n';
+    } else {
+      char line[1024];
+      std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s\n", source.id_width, id_text(id).c_str(),
+                    iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
+                    table_cell(r.entry.fingerprint, 21).c_str(), table_cell(r.entry.key, 120).c_str());
+      out += line;
+    }
+    if (out.size() > (1 << 16)) {
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      out.clear();
+    }
+    return true;
+  });
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fflush(stdout);
+  if (!s) return quarantine_error(s.message(), exit_code_for(s.code()));
+  if (!json) {
+    // Paging: say where this page sits in the whole (counted only then: on
+    // Redis a count reads the whole dead-letter stream again).
+    if (filter.limit >= 0 || filter.offset > 0) {
+      auto total = source.count(filter);
+      const long long all = total ? static_cast<long long>(*total) : -1;
+      std::fprintf(stderr, "%zu record%s shown (from %lld) of %lld\n", shown, shown == 1 ? "" : "s",
+                   static_cast<long long>(filter.offset) + (shown > 0 ? 1 : 0), all);
+    } else {
+      std::fprintf(stderr, "%zu record%s\n", shown, shown == 1 ? "" : "s");
+    }
+  }
+  return kExitOk;
+}
+
+// ---- stats --------------------------------------------------------------------
+
+int print_stats(const std::vector<store::FingerprintStats>& groups, const std::vector<nlohmann::json>& example_ids,
+                bool json) {
+  std::string out;
+  std::int64_t records = 0;
+  if (json) {
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const auto& g = groups[i];
+      const nlohmann::json j = {{"fingerprint", g.fingerprint}, {"kind", g.kind},          {"records", g.records},
+                                {"open", g.open},               {"repeats", g.repeats},    {"first_seen", iso_time(g.first_ms)},
+                                {"last_seen", iso_time(g.last_ms)}, {"example_id", example_ids.at(i)}, {"message", g.message}};
+      out += dump(j) + "\n";
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return kExitOk;
+  }
+  int width = 8;  // the store's numbers; the fleet's entry ids are longer
+  for (const auto& id : example_ids) width = std::max(width, static_cast<int>(id_text(id).size()));
+  char line[1024];
+  std::snprintf(line, sizeof line, "%-21s %-17s %7s %6s %7s %-24s %-24s %-*s %s\n", "FINGERPRINT", "KIND", "RECORDS",
+                "OPEN", "REPEATS", "FIRST SEEN", "LAST SEEN", width, "EXAMPLE", "MESSAGE");
+  out += line;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const auto& g = groups[i];
+    records += g.records;
+    std::snprintf(line, sizeof line, "%-21s %-17s %7lld %6lld %7lld %-24s %-24s %-*s %s\n",
+                  table_cell(g.fingerprint, 21).c_str(), g.kind.c_str(), static_cast<long long>(g.records),
+                  static_cast<long long>(g.open), static_cast<long long>(g.repeats), iso_time(g.first_ms).c_str(),
+                  iso_time(g.last_ms).c_str(), width, id_text(example_ids.at(i)).c_str(), table_cell(g.message, 60).c_str());
+    out += line;
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fprintf(stderr, "%lld record%s in %zu group%s\n", static_cast<long long>(records), records == 1 ? "" : "s",
+               groups.size(), groups.size() == 1 ? "" : "s");
+  return kExitOk;
+}
+
+// ---- show and export -----------------------------------------------------------
+
+nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
+                            const std::string& kind, const std::string& fingerprint, const std::string& message,
+                            bool charged, bool solo) {
+  auto time = [](std::int64_t ms) { return ms != 0 ? nlohmann::json(iso_time(ms)) : nlohmann::json(nullptr); };
+  return {{"n", n},
+          {"run", run},
+          {"started_at", time(started_at)},
+          {"ended_at", time(ended_at)},
+          {"kind", ended_at != 0 ? nlohmann::json(kind) : nlohmann::json("unfinished")},
+          {"fingerprint", fingerprint.empty() ? nlohmann::json(nullptr) : nlohmann::json(fingerprint)},
+          {"message", message},
+          {"charged", charged},
+          {"solo", solo}};
+}
+
+nlohmann::json full_record_json(const nlohmann::json& id, const store::QuarantineRecord& r, const std::string& where,
+                                nlohmann::json attempt_history, const std::vector<store::AuditEntry>& audit) {
+  nlohmann::json j = record_object(id, r, where);
+  j.erase("new_fingerprint");
+  j["policy"] = r.entry.policy;
+  j["attempt_history"] = std::move(attempt_history);
+  nlohmann::json trail = nlohmann::json::array();
+  for (const auto& e : audit) {
+    trail.push_back({{"at", iso_time(e.at)}, {"actor", e.actor}, {"action", e.action}, {"detail", e.detail}});
+  }
+  j["audit"] = trail;
+  return j;
+}
+
+int print_record(const ShownRecord& shown, bool json) {
+  const store::QuarantineRecord& r = shown.record;
+  if (json) {
+    nlohmann::json full = shown.full;
+    // The first bytes, exact: base64, since a payload need not be UTF-8.
+    if (shown.payload) full["payload_head_b64"] = base64_encode(std::string_view(*shown.payload).substr(0, kPreviewBytes));
+    std::printf("%s\n", dump(full).c_str());
+    return kExitOk;
+  }
+  const store::QuarantineEntry& e = r.entry;
+  std::string out;
+  auto field = [&](const char* name, const std::string& value) {
+    char label[32];
+    std::snprintf(label, sizeof label, "  %-13s", name);
+    out += std::string(label) + value + "\n";
+  };
+  out += "record " + id_text(shown.id) + ": " + std::string(to_string(r.status)) + "\n";
+  field("key", table_cell(e.key, 0));
+  std::string kind = e.kind;
+  if (e.signal != 0) kind += " (" + signal_name(static_cast<int>(e.signal)) + ")";
+  if (!e.syscall.empty()) kind += ", syscall " + table_cell(e.syscall, 64);
+  if (e.exit_code >= 0) kind += ", exit code " + std::to_string(e.exit_code);
+  field("kind", kind);
+  field("fingerprint", e.fingerprint);
+  if (!e.message.empty()) field("message", table_cell(e.message, 400));
+  auto state = parsed(e.crash_state);
+  if (state.is_array() && !state.empty()) {
+    out += "  crash state (innermost first):\n";
+    for (const auto& frame : state) out += "    " + table_cell(frame.is_string() ? frame.get<std::string>() : frame.dump(), 200) + "\n";
+  }
+  field("resources", "cpu " + std::to_string(e.cpu_ms) + " ms, wall " + std::to_string(e.wall_ms) + " ms, max rss " +
+                         std::to_string(e.max_rss_kb) + " KiB");
+  field("payload", human_bytes(e.payload_size) + ", sha256 " + e.payload_sha256 + ", from " + e.source);
+  if (!e.origin.empty()) {
+    // fuzz: {"seed": ..., "mutations": ...}; import: {"file": ..., "tool": ...}
+    auto origin = parsed(e.origin);
+    std::string text;
+    if (origin.is_object()) {
+      for (const auto& [k, v] : origin.items()) {
+        text += (text.empty() ? "" : ", ") + k + " " + (v.is_string() ? v.get<std::string>() : v.dump());
+      }
+    } else {
+      text = e.origin;
+    }
+    field("origin", table_cell(text, 400));
+  }
+  if (!r.minimized_sha256.empty()) {
+    field("minimized", (shown.minimized_size ? human_bytes(static_cast<std::int64_t>(*shown.minimized_size)) + ", "
+                                             : std::string()) +
+                           "sha256 " + r.minimized_sha256 + " (export --minimized)");
+  }
+  if (e.handler == "exec") {
+    std::string argv;
+    auto a = parsed(e.exec_argv);
+    if (a.is_array()) {
+      for (const auto& x : a) argv += (argv.empty() ? "" : " ") + shell_quote(x.is_string() ? x.get<std::string>() : x.dump());
+    }
+    field("command", table_cell(argv, 400));
+  } else {
+    field("handler", table_cell(e.handler + " " + e.handler_args, 400));
+  }
+  field("policy", e.policy_identity + " (export --bundle writes it)");
+  field("created", iso_time(r.created_at) + ", updated " + iso_time(r.updated_at) +
+                       (r.repeats > 0 ? ", " + std::to_string(r.repeats) + " repeats folded in" : ""));
+  if (r.reproduce_verdict.empty()) {
+    field("reproduces", "not checked yet" + (shown.reproduce_hint.empty() ? "" : " (" + shown.reproduce_hint + ")"));
+  } else {
+    field("reproduces", r.reproduce_verdict + ": " + std::to_string(r.reproduce_matches) + " of " +
+                            std::to_string(r.reproduce_runs) + " runs ended with this fingerprint");
+  }
+  const auto& history = shown.full["attempt_history"];
+  out += "attempts (" + std::to_string(history.size()) + "):\n";
+  for (const auto& a : history) {
+    char line[512];
+    std::snprintf(line, sizeof line, "  #%-3lld %s  %-17s %-21s%s%s  %s\n", static_cast<long long>(a["n"].get<std::int64_t>()),
+                  a["started_at"].is_string() ? a["started_at"].get<std::string>().c_str() : "-",
+                  a["kind"].get<std::string>().c_str(),
+                  a["fingerprint"].is_null() ? "-" : a["fingerprint"].get<std::string>().c_str(),
+                  a["charged"].get<bool>() ? "" : " (not charged)", a["solo"].get<bool>() ? " (alone)" : "",
+                  table_cell(a["message"].get<std::string>(), 100).c_str());
+    out += line;
+  }
+  const auto& trail = shown.full["audit"];
+  out += "audit trail (" + std::to_string(trail.size()) + "):\n";
+  for (const auto& a : trail) {
+    out += "  " + a["at"].get<std::string>() + "  " + table_cell(a["action"].get<std::string>(), 20) + "  " +
+           table_cell(a["actor"].get<std::string>(), 80) + ": " + table_cell(a["detail"].get<std::string>(), 300) + "\n";
+  }
+  if (shown.payload) {
+    out += "payload (first " + std::to_string(std::min<std::size_t>(shown.payload->size(), kPreviewBytes)) + " of " +
+           std::to_string(shown.payload->size()) + " bytes):\n";
+    out += payload_preview(*shown.payload, kPreviewBytes, "  ");
+  } else {
+    out += "payload: unreadable: " + shown.payload.error() + "\n";
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return shown.payload ? kExitOk : kExitSetup;
+}
+
+Status check_export_options(const Args& args) {
+  const auto output = args.value("output");
+  if (!output || output->empty()) return Status::error("export needs -o FILE (or -o - for stdout)");
+  if (args.flag("bundle") && *output == "-") return Status::error("--bundle writes a directory; give -o DIR");
+  return Status::ok();
+}
+
+int export_record(const Args& args, const nlohmann::json& id, const store::QuarantineRecord& r,
+                  const nlohmann::json& full, const std::string& payload, const std::string& sha) {
+  const auto output = args.value("output");
+  const bool bundle = args.flag("bundle");
+  const bool force = args.flag("force");
+  if (!bundle) {
+    if (*output == "-") {
+      if (::isatty(STDOUT_FILENO)) {
+        return quarantine_error("refusing to write a poison payload to a terminal; redirect stdout or give -o FILE",
+                                kExitUsage);
+      }
+      if (std::fwrite(payload.data(), 1, payload.size(), stdout) != payload.size() || std::fflush(stdout) != 0) {
+        return quarantine_error("cannot write the payload to stdout", kExitSetup);
+      }
+      return kExitOk;
+    }
+    if (auto s = write_file(*output, payload, force, 0600); !s) return quarantine_error(s.message(), kExitUsage);
+    std::fprintf(stderr, "wrote %s: %zu bytes, sha256 %s\n", output->c_str(), payload.size(), sha.c_str());
+    return kExitOk;
+  }
+
+  // A bundle: a new directory, nothing in it overwritten unless --force.
+  if (::mkdir(output->c_str(), 0700) != 0 && !(errno == EEXIST && force)) {
+    if (errno == EEXIST) return quarantine_error(*output + " exists; give --force to write into it", kExitUsage);
+    return quarantine_error("cannot create " + *output + ": " + std::strerror(errno), kExitUsage);
+  }
+  const std::string dir = *output;
+  const struct {
+    const char* name;
+    std::string bytes;
+    mode_t mode;
+  } files[] = {
+      {"payload", payload, 0600},
+      {"policy.policy", r.entry.policy, 0600},
+      {"record.json", dump(full, 2) + "\n", 0600},
+      {"reproduce.sh", reproduce_script(id_text(id), r), 0700},
+  };
+  for (const auto& f : files) {
+    if (auto s = write_file(dir + "/" + f.name, f.bytes, force, f.mode); !s) return quarantine_error(s.message(), kExitUsage);
+  }
+  std::fprintf(stderr, "wrote %s/: payload (%zu bytes, sha256 %s), policy.policy, record.json, reproduce.sh\n",
+               dir.c_str(), payload.size(), sha.c_str());
+  return kExitOk;
+}
+
+// ---- discard --------------------------------------------------------------------
+
+void print_discarded(const std::string& id, const std::string& was) {
+  std::printf("record %s discarded (was %s)\n", id.c_str(), was.c_str());
+}
+
+void print_already_discarded(const std::string& id) { std::printf("record %s was already discarded\n", id.c_str()); }
+
+void print_discard_summary(int changed) {
+  std::fprintf(stderr, "%d record%s discarded\n", changed, changed == 1 ? "" : "s");
+}
+
+// ---- replay ---------------------------------------------------------------------
+
+void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
+                       std::size_t batch, const std::vector<std::string>& skipped) {
+  std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan.size(), plan.size() == 1 ? "" : "s",
+              batch);
+  int width = 8;  // as in list
+  for (const auto& row : plan) width = std::max(width, static_cast<int>(id_text(row.first).size()));
+  for (const auto& [id, r] : plan) {
+    std::printf("  %-*s %-12s %-17s %-21s %s\n", width, id_text(id).c_str(), std::string(to_string(r->status)).c_str(),
+                r->entry.kind.c_str(), r->entry.fingerprint.c_str(), table_cell(r->entry.key, 100).c_str());
+  }
+  for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
+}
+
+void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& r, const Outcome& o,
+                         store::ReplayVerdict verdict, bool json, const std::string& file) {
+  Task task{r.entry.key, {}, 0};
+  if (json) {
+    auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
+    j["record_id"] = id;
+    j["replay"] = std::string(to_string(verdict));
+    j["original_fingerprint"] = r.entry.fingerprint;
+    std::printf("%s\n", dump(j).c_str());
+  } else {
+    std::printf("#%-6s %s  -> %s\n", id_text(id).c_str(), outcome_line(task, o).c_str(),
+                std::string(to_string(verdict)).c_str());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace pillbox::cli

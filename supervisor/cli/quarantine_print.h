@@ -1,0 +1,97 @@
+#pragma once
+// What the quarantine verbs print, for records of either quarantine: the
+// store's (supervisor/store/quarantine_store.h) and the fleet's on Redis
+// (supervisor/broker/fleet_quarantine.h). One writer for both, so that their
+// text and JSON cannot drift apart. A record's id is the store's number or
+// the fleet's entry id (a string); printers take it as JSON, which keeps
+// each kind as it is in --json, and show it as text in tables.
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/classify/outcome.h"
+#include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/replay_verdict.h"
+
+namespace pillbox::cli {
+
+// "42", "1712345678901-0".
+std::string id_text(const nlohmann::json& id);
+
+// ---- list ---------------------------------------------------------------------
+
+// A quarantine as `list` reads it: records newest first through `each`
+// (which hands each one over with its id), and the count a page is part of.
+struct ListSource {
+  using Visit = std::function<bool(const nlohmann::json& id, const store::QuarantineRecord& record)>;
+  std::function<Status(const store::ListFilter&, const Visit&)> each;
+  std::function<Expected<std::int64_t>(const store::ListFilter&)> count;
+  std::string where;  // --json's "store": where the records are
+  int id_width = 8;   // the table's ID column: the store's numbers, or the fleet's entry ids (15)
+};
+// The list verb: --limit/--offset/--json read, records printed as a table or
+// one JSON object per line, the page's place on stderr. The exit code.
+int list_records(const Args& args, store::ListFilter filter, const ListSource& source);
+
+// ---- stats --------------------------------------------------------------------
+
+// `example_ids[i]` is groups[i]'s example record. The exit code.
+int print_stats(const std::vector<store::FingerprintStats>& groups, const std::vector<nlohmann::json>& example_ids,
+                bool json);
+
+// ---- show and export -----------------------------------------------------------
+
+// The record with its attempts and audit trail, as one JSON object (show
+// --json, export --bundle's record.json): the list's object with "policy",
+// "attempt_history" and "audit".
+nlohmann::json full_record_json(const nlohmann::json& id, const store::QuarantineRecord& record,
+                                const std::string& where, nlohmann::json attempt_history,
+                                const std::vector<store::AuditEntry>& audit);
+// One element of "attempt_history". `run` is the store's run number or the
+// worker's name; `started_at`/`ended_at` 0 print as null (not known), and an
+// attempt that never ended is "unfinished".
+nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
+                            const std::string& kind, const std::string& fingerprint, const std::string& message,
+                            bool charged, bool solo);
+
+struct ShownRecord {
+  nlohmann::json id;
+  const store::QuarantineRecord& record;
+  nlohmann::json full;                       // full_record_json
+  Expected<std::string> payload;             // its bytes, or why they cannot be read
+  std::optional<std::size_t> minimized_size; // with record.minimized_sha256, when readable
+  std::string reproduce_hint;                // the command that checks it ("" when none)
+};
+// show ID [--json]. The exit code (3 when the payload cannot be read).
+int print_record(const ShownRecord& shown, bool json);
+
+// -o given, and not "-" with --bundle: checked before any record is read.
+Status check_export_options(const Args& args);
+// export ID -o FILE [--bundle] [--force]: `payload` (the bytes asked for,
+// `sha256` theirs) to a file or stdout, or a bundle directory with the
+// policy, record.json (`full`) and reproduce.sh. The exit code.
+int export_record(const Args& args, const nlohmann::json& id, const store::QuarantineRecord& record,
+                  const nlohmann::json& full, const std::string& payload, const std::string& sha256);
+
+// ---- discard --------------------------------------------------------------------
+
+void print_discarded(const std::string& id, const std::string& was);  // "record 12 discarded (was quarantined)"
+void print_already_discarded(const std::string& id);
+void print_discard_summary(int changed);
+
+// ---- replay ---------------------------------------------------------------------
+
+// --dry-run's plan: one row per record it would replay, then what it skips.
+void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
+                       std::size_t batch, const std::vector<std::string>& skipped);
+// One replayed record's line (or JSON object with --json): its outcome and
+// verdict. `output_file`: where its output went ("" for none).
+void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& record, const Outcome& outcome,
+                         store::ReplayVerdict verdict, bool json, const std::string& output_file);
+
+}  // namespace pillbox::cli
