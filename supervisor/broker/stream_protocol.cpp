@@ -160,6 +160,48 @@ Error malformed(const RedisConnection& redis, const std::string& what) {
 
 std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
 
+std::string not_a_stream(const RedisConnection& redis, std::string_view key, const std::string& type,
+                         const std::string& advice) {
+  return "the key '" + std::string(key) + "' on " + redis.address().describe() + " holds a " + type +
+         ", not a stream: " + advice;
+}
+
+// Redis names no key in a WRONGTYPE, NOGROUP or UNBLOCKED error (a script's
+// is about "@user_script:19"): says which key is not what the worker needs,
+// as create_group does at the start. Such errors stop the worker (every
+// later step would fail alike); the operator must know what to fix.
+// `target`: the stream the step adds to (results, dead letters), if any.
+Error explained(RedisConnection& redis, const StreamKeys& keys, const std::string& group, const std::string& error,
+                std::string_view target = {}) {
+  const bool wrong_type = error.find("WRONGTYPE") != std::string::npos;
+  const bool no_group =
+      error.find("NOGROUP") != std::string::npos || error.find("UNBLOCKED") != std::string::npos;
+  if ((!wrong_type && !no_group) || redis.broken()) return Error{error};
+  auto type_of = [&](std::string_view key) -> std::string {
+    auto t = redis.command({"TYPE", key});
+    return t ? reply_text(t->get()) : "";
+  };
+  const std::string stream = type_of(keys.stream);
+  if (stream != "stream" && stream != "none" && !stream.empty()) {
+    return Error{not_a_stream(redis, keys.stream, stream, "it was replaced while the worker ran; give another --stream, or remove that key")};
+  }
+  if (stream == "none") {
+    return Error{"the stream '" + keys.stream + "' on " + redis.address().describe() +
+                 " was deleted while the worker ran, and its consumer group with it"};
+  }
+  if (!target.empty()) {
+    const std::string t = type_of(target);
+    if (t != "stream" && t != "none" && !t.empty()) {
+      return Error{not_a_stream(redis, target, t, "pillbox adds to it; remove or rename that key")};
+    }
+  }
+  if (no_group) {
+    return Error{"the consumer group '" + group + "' of the stream '" + keys.stream + "' on " +
+                 redis.address().describe() + " was destroyed while the worker ran (XGROUP DESTROY)"};
+  }
+  return Error{error};
+}
+
 }  // namespace
 
 StreamKeys stream_keys(const std::string& name) {
@@ -171,8 +213,7 @@ Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::s
   if (!type) return Status::error(type.error());
   const std::string t = reply_text(type->get());
   if (t != "none" && t != "stream") {
-    return Status::error("the key '" + keys.stream + "' on " + redis.address().describe() + " holds a " + t +
-                         ", not a stream: give another --stream, or remove that key");
+    return Status::error(not_a_stream(redis, keys.stream, t, "give another --stream, or remove that key"));
   }
   auto r = redis.command({"XGROUP", "CREATE", keys.stream, group, "0", "MKSTREAM"});
   if (!r && r.error().find("BUSYGROUP") == std::string::npos) return Status::error(r.error());
@@ -190,7 +231,7 @@ Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKey
   }
   args.insert(args.end(), {"STREAMS", keys.stream, ">"});
   auto r = redis.command(args);
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error());
   std::vector<Delivery> out;
   const redisReply* top = r->get();
   if (top->type == REDIS_REPLY_NIL) return out;  // nothing new within `block`
@@ -217,7 +258,7 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
   const std::string idle = ms_text(min_idle);
   const std::string n = std::to_string(count == 0 ? 1 : count);
   auto r = eval(redis, kClaimBody, {keys.stream}, {consumer.group, consumer.name, idle, start, n, keys.history_prefix});
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error());
   const redisReply* top = r->get();
   if (top->type != REDIS_REPLY_ARRAY || top->elements != 2) return malformed(redis, "the claim script");
   Claimed c;
@@ -242,7 +283,7 @@ Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, c
   const std::string ttl = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kHistoryTtl).count());
   const std::string history = keys.history(entry);
   auto r = eval(redis, kRecordBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d, d, outcome_json, ttl});
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error());
   return reply_integer(r->get(), 0) == 1;
 }
 
@@ -251,7 +292,7 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
   const std::string d = std::to_string(delivery);
   const std::string history = keys.history(entry);
   auto r = eval(redis, kRedeliverBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d});
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error());
   const redisReply* top = r->get();
   if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the redeliver script");
   if (top->elements < 2) return std::optional<Delivery>{};
@@ -275,7 +316,7 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
     argv.push_back(v);
   }
   auto r = eval(redis, kSettleBody, {keys.stream, target.empty() ? std::string_view(keys.stream) : target, history}, argv);
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error(), target);
   const redisReply* top = r->get();
   if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the settle script");
   if (top->elements == 0) return std::optional<std::string>{};

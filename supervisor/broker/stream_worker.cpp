@@ -105,6 +105,22 @@ void StreamWorker::on_error(const std::string& message) {
   start_stopping("a Redis error: " + message);
 }
 
+void StreamWorker::abandon(std::uint64_t ref, const std::string& message) {
+  on_error(message);
+  // The entry stays as Redis has it (pending on this consumer, taken over
+  // after --claim-idle): forgotten here, or stopping would wait for an
+  // answer that never comes (and the worker would never exit).
+  auto it = entries_.find(ref);
+  if (it == entries_.end()) return;
+  if (!it->second.released) {
+    ++report_.released;
+    WorkerVerdict v{WorkerVerdict::Type::kReleased, it->second.id, it->second.delivery, "",
+                    "left pending after a Redis error"};
+    out_.on_verdict(it->second.task, Outcome{}, v);
+  }
+  forget(ref);
+}
+
 void StreamWorker::start_stopping(const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
@@ -427,11 +443,12 @@ void StreamWorker::on_breaker_closed() {
 
 void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void(bool)> after) {
   e.where = Where::kBusy;
-  writer_.post([this, keys = settings_.keys, consumer = settings_.consumer, id = e.id, delivery = e.delivery,
-                json = delivery_json(d), after = std::move(after)](RedisConnection& redis) -> BrokerLink::Done {
+  writer_.post([this, ref = e.task.ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
+                delivery = e.delivery, json = delivery_json(d),
+                after = std::move(after)](RedisConnection& redis) -> BrokerLink::Done {
     auto r = record_delivery(redis, keys, consumer, id, delivery, json);
-    return [this, r = std::move(r), after]() {
-      if (!r) return on_error(r.error());
+    return [this, ref, r = std::move(r), after]() {
+      if (!r) return abandon(ref, r.error());
       after(*r);
     };
   });
@@ -452,7 +469,7 @@ void StreamWorker::redeliver_now(Entry& e) {
                 delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
     auto r = redeliver(redis, keys, consumer, id, delivery);
     return [this, ref, r = std::move(r)]() mutable {
-      if (!r) return on_error(r.error());
+      if (!r) return abandon(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
       if (!*r) return taken_over(ref);
@@ -487,6 +504,7 @@ void StreamWorker::release(Entry& e, const Outcome& outcome, const std::string& 
       !e.history.recorded.empty() && e.history.recorded.back().delivery == e.delivery;
   const std::uint64_t ref = e.task.ref;
   ready_.erase(std::remove(ready_.begin(), ready_.end(), ref), ready_.end());
+  e.released = true;
   ++report_.released;
   WorkerVerdict v{WorkerVerdict::Type::kReleased, e.id, e.delivery, "", why};
   out_.on_verdict(e.task, outcome, v);
@@ -522,7 +540,7 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
                 maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, delivery, target, maxlen, fields);
     return [this, ref, outcome, r = std::move(r)]() {
-      if (!r) return on_error(r.error());
+      if (!r) return abandon(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
       if (!*r) return taken_over(ref);
@@ -583,7 +601,7 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
                 consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, delivery, keys.dlq, 0, fields);
     return [this, ref, outcome, reason, r = std::move(r)]() {
-      if (!r) return on_error(r.error());
+      if (!r) return abandon(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
       if (!*r) return taken_over(ref);

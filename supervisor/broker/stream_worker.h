@@ -124,6 +124,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     std::uint32_t transient_here = 0;
     bool solo = false;
     bool probe = false;        // running as the breaker's probe
+    bool released = false;     // its verdict was given (release); only its record is outstanding
     Where where = Where::kBusy;
     Clock::time_point due{};
   };
@@ -149,6 +150,8 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void forget(std::uint64_t ref);
   void hold_claim(const Entry& e);
   void on_error(const std::string& message);
+  // A Redis error on a step of entry `ref`: on_error, and the entry is let go.
+  void abandon(std::uint64_t ref, const std::string& message);
   void start_stopping(const std::string& why);
   void probe(Clock::time_point now);
   void on_breaker_closed();

@@ -1,0 +1,146 @@
+// pillbox worker attacked through Redis: every stream entry, every key under
+// NAME:, the consumer group and the other consumers may be hostile
+// (docs/distributed.md). None of it may crash, hang or mislead the worker, or
+// block the stream: a bad entry is dead-lettered as protocol-error and the
+// worker goes on; a bad key every settle needs (NAME:results, NAME:dlq, the
+// group) stops the worker with one clear line, what it held left pending.
+// Workers are real `pillbox worker` processes on a real redis-server; tasks
+// run the mixed_poison fixture (S: SIGSEGV, A: abort, L: spins, E: handler
+// error, else echo) or /bin/sh when a task must take a while.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/background.h"
+#include "tests/e2e/redis_server.h"
+#include "tests/e2e/support.h"
+
+namespace {
+
+using e2e::run_pillbox;
+using nlohmann::json;
+using pillbox::broker::reply_text;
+
+// One command that must succeed; its reply as text ("" for arrays).
+std::string must(const e2e::RedisServer& server, const std::vector<std::string>& args) {
+  auto redis = e2e::connect(server);
+  std::vector<std::string_view> views(args.begin(), args.end());
+  auto r = redis.command(views);
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
+  return reply_text(r->get());
+}
+
+// XADD jobs * with exactly these fields (any bytes, any count, duplicates
+// kept: a stream entry is what its producer made it). Its id.
+std::string add_raw(const e2e::RedisServer& server, const std::vector<std::string>& fields) {
+  std::vector<std::string> args = {"XADD", "jobs", "*"};
+  args.insert(args.end(), fields.begin(), fields.end());
+  return must(server, args);
+}
+
+std::string add_task(const e2e::RedisServer& server, const std::string& key, const std::string& payload) {
+  return add_raw(server, {"key", key, "payload", payload});
+}
+
+std::vector<std::string> worker_args(const e2e::RedisServer& server, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"worker", "--redis", server.url(), "--stream", "jobs"};
+  if (std::find(extra.begin(), extra.end(), "--backoff-base") == extra.end()) {
+    args.insert(args.end(), {"--backoff-base", "10ms"});
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--", e2e::fixture("mixed_poison")});
+  return args;
+}
+
+// A worker whose tasks take `seconds` and then echo their payload.
+std::vector<std::string> slow_worker_args(const e2e::RedisServer& server, const std::vector<std::string>& extra,
+                                          const std::string& seconds) {
+  std::vector<std::string> args = {"worker", "--redis", server.url(), "--stream", "jobs"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--", "/bin/sh", "-c", "sleep " + seconds + "; cat"});
+  return args;
+}
+
+// {consumer, delivery count} of a pending entry; {"", 0} when not pending.
+std::pair<std::string, long long> pending_on(const e2e::RedisServer& server, const std::string& id) {
+  auto redis = e2e::connect(server);
+  auto r = redis.command({"XPENDING", "jobs", "pillbox", id, id, "1"});
+  if (!r || (*r)->type != REDIS_REPLY_ARRAY || (*r)->elements == 0) return {"", 0};
+  const redisReply* e = (*r)->element[0];
+  return {reply_text(e->element[1]), e->element[3]->integer};
+}
+
+// Bytes a terminal would act on: C0 controls but newline, DEL, and C1
+// controls (raw or UTF-8 encoded).
+bool terminal_safe(const std::string& text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n') || c == 0x7f) return false;
+    if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0) return false;
+  }
+  return true;
+}
+
+// A worker that must stop on a Redis error: it does, with one line that
+// says what is wrong, and leaves what it held pending.
+void check_stops_clearly(e2e::Background& w, const std::string& what) {
+  CHECK(w.wait(std::chrono::seconds(60)) == 3);
+  const std::string err = w.err();
+  INFO(err);
+  CHECK(err.find(what) != std::string::npos);
+  CHECK(terminal_safe(err));
+}
+
+TEST_CASE("worker (hostile): NAME:results or NAME:dlq that is not a stream stops the worker with one clear line") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  SUBCASE("results") {
+    const std::string id = add_task(server, "ok", "fine");
+    must(server, {"SET", "jobs:results", "a string"});
+    e2e::Background w(e2e::pillbox_binary(), worker_args(server, {"--exit-when-idle", "1s"}));
+    check_stops_clearly(w, "the key 'jobs:results' on " + server.url() + "/0 holds a string, not a stream");
+    CHECK(pending_on(server, id).second == 1);
+  }
+  SUBCASE("dead letters") {
+    const std::string id = add_task(server, "crash", "S");
+    must(server, {"RPUSH", "jobs:dlq", "a list"});
+    e2e::Background w(e2e::pillbox_binary(), worker_args(server, {"--exit-when-idle", "1s"}));
+    check_stops_clearly(w, "the key 'jobs:dlq' on " + server.url() + "/0 holds a list, not a stream");
+    CHECK(pending_on(server, id).second == 2);
+  }
+}
+
+TEST_CASE("worker (hostile): the group destroyed or the stream replaced mid-run stops the worker with one clear line") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  SUBCASE("group destroyed while idle") {
+    e2e::Background w(e2e::pillbox_binary(), worker_args(server, {}));
+    REQUIRE(e2e::eventually([&] { return must(server, {"CLIENT", "LIST"}).find("cmd=xreadgroup") != std::string::npos; }));
+    must(server, {"XGROUP", "DESTROY", "jobs", "pillbox"});
+    check_stops_clearly(w, "the consumer group 'pillbox' of the stream 'jobs' on " + server.url() + "/0 was destroyed");
+  }
+  SUBCASE("group destroyed while a task runs") {
+    const std::string id = add_task(server, "slow", "fine");
+    e2e::Background w(e2e::pillbox_binary(), slow_worker_args(server, {"--consumer", "w"}, "2"));
+    REQUIRE(e2e::eventually([&] { return pending_on(server, id).first == "w"; }));
+    must(server, {"XGROUP", "DESTROY", "jobs", "pillbox"});
+    check_stops_clearly(w, "the consumer group 'pillbox' of the stream 'jobs' on " + server.url() + "/0 was destroyed");
+    CHECK(e2e::stream_entries(server, "jobs:results").empty());
+  }
+  SUBCASE("stream replaced by a string") {
+    const std::string id = add_task(server, "slow", "fine");
+    e2e::Background w(e2e::pillbox_binary(), slow_worker_args(server, {"--consumer", "w"}, "2"));
+    REQUIRE(e2e::eventually([&] { return pending_on(server, id).first == "w"; }));
+    must(server, {"SET", "replacement", "a string"});
+    must(server, {"RENAME", "replacement", "jobs"});  // at once: never seen missing
+    check_stops_clearly(w, "the key 'jobs' on " + server.url() + "/0 holds a string, not a stream");
+    CHECK(e2e::stream_entries(server, "jobs:results").empty());
+  }
+}
+
+}  // namespace
