@@ -16,11 +16,24 @@ local function held(stream, group, id, me, delivery)
   if delivery ~= nil and tonumber(p[1][4]) ~= tonumber(delivery) then return false end
   return true
 end
+
+-- An entry's recorded deliveries (HGETALL); when its key holds something
+-- else than a hash (not written by pillbox), the name of that type: HGETALL
+-- or HSET would fail the whole script, and with it the worker.
+local function history(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'none' then return {} end
+  if t ~= 'hash' then return t end
+  return redis.call('HGETALL', key)
+end
 )lua";
 
 // KEYS: stream, history. ARGV: group, me, id, delivery, field, json, ttl ms.
+// Returns 1, 0 when not held, or the type the history key holds instead of a hash.
 constexpr const char* kRecordBody = R"lua(
 if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return 0 end
+local h = history(KEYS[2])
+if type(h) == 'string' then return h end
 redis.call('HSET', KEYS[2], ARGV[5], ARGV[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[7])
 return 1
@@ -33,7 +46,7 @@ if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return {} end
 local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3])
 if #c == 0 or not c[1] then return {} end
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-return {p[1][4], redis.call('HGETALL', KEYS[2])}
+return {p[1][4], history(KEYS[2])}
 )lua";
 
 // KEYS: stream, target (or the stream again when none), history.
@@ -81,7 +94,7 @@ for _, e in ipairs(r[2]) do
   if e and e[2] then
     local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
     if #p > 0 then
-      out[#out + 1] = {e[1], e[2], p[1][4], redis.call('HGETALL', ARGV[6] .. e[1])}
+      out[#out + 1] = {e[1], e[2], p[1][4], history(ARGV[6] .. e[1])}
     end
   end
 end
@@ -152,6 +165,17 @@ std::map<std::uint32_t, std::string> history_of(const redisReply* r) {
     if (end != field.c_str() && *end == '\0' && n > 0 && n < (1ul << 31)) out[static_cast<std::uint32_t>(n)] = value;
   }
   return out;
+}
+
+// An entry's history as the scripts return it: the hash's fields, or the
+// type its key holds instead (`history_type`).
+void read_history(const redisReply* r, Delivery& d) {
+  if (r != nullptr && r->type == REDIS_REPLY_ARRAY) {
+    d.history = history_of(r);
+  } else {
+    d.history_type = reply_text(r);
+    if (d.history_type.empty()) d.history_type = "?";
+  }
 }
 
 Error malformed(const RedisConnection& redis, const std::string& what) {
@@ -271,20 +295,26 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
     d.entry = reply_text(e->element[0]);
     d.fields = field_pairs(e->element[1]);
     d.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(e->element[2], 1)));
-    d.history = history_of(e->element[3]);
+    read_history(e->element[3], d);
     c.deliveries.push_back(std::move(d));
   }
   return c;
 }
 
-Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                               const std::string& entry, std::uint32_t delivery, const std::string& outcome_json) {
+Expected<Recorded> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                   const std::string& entry, std::uint32_t delivery, const std::string& outcome_json) {
   const std::string d = std::to_string(delivery);
   const std::string ttl = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kHistoryTtl).count());
   const std::string history = keys.history(entry);
   auto r = eval(redis, kRecordBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d, d, outcome_json, ttl});
   if (!r) return explained(redis, keys, consumer.group, r.error());
-  return reply_integer(r->get(), 0) == 1;
+  Recorded out;
+  if ((*r)->type == REDIS_REPLY_STRING) {
+    out.history_type = reply_text(r->get());
+  } else {
+    out.held = reply_integer(r->get(), 0) == 1;
+  }
+  return out;
 }
 
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
@@ -299,7 +329,7 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
   Delivery out;
   out.entry = entry;
   out.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(top->element[0], 1)));
-  out.history = history_of(top->element[1]);
+  read_history(top->element[1], out);
   return std::optional<Delivery>(std::move(out));
 }
 

@@ -47,6 +47,9 @@ struct Delivery {
   std::vector<std::pair<std::string, std::string>> fields;  // as added (submit: key, payload)
   std::uint32_t count = 1;                                  // Redis's delivery count, this one included
   std::map<std::uint32_t, std::string> history;             // delivery number -> recorded outcome (JSON)
+  // Not "": the entry's history key holds this type instead of a hash (not
+  // written by pillbox); `history` is empty.
+  std::string history_type;
 };
 
 // How long an entry's recorded history lives after its last write: it is
@@ -75,15 +78,21 @@ struct Claimed {
 Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                              std::chrono::milliseconds min_idle, const std::string& start, std::size_t count);
 
-// Records what delivery `delivery` of `entry` ended in. False: this consumer
-// no longer holds the entry at that delivery (nothing was written).
-Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                               const std::string& entry, std::uint32_t delivery, const std::string& outcome_json);
+// Records what delivery `delivery` of `entry` ended in. Not `held`: this
+// consumer no longer holds the entry at that delivery; a `history_type`:
+// the entry's history key holds that instead of a hash. Either way nothing
+// was written.
+struct Recorded {
+  bool held = true;
+  std::string history_type;
+};
+Expected<Recorded> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                   const std::string& entry, std::uint32_t delivery, const std::string& outcome_json);
 
 // Delivers the entry to this consumer again, for a retry (XCLAIM: the count
 // rises by one). nullopt: the entry is no longer this consumer's at
 // `delivery`, or it was deleted. The delivery has no fields (the caller has
-// them) but the whole history.
+// them) but the whole history (or its `history_type`).
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                             const std::string& entry, std::uint32_t delivery);
 

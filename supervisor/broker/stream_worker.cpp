@@ -40,6 +40,18 @@ Outcome workers_lost(std::size_t lost, const std::string& handler_identity) {
   return o;
 }
 
+// An entry whose history key is not a hash (stream_protocol.h:
+// Delivery::history_type): whatever put it there, its deliveries cannot be
+// judged; dead-lettered (the settle deletes that key) rather than stopping
+// the worker on the script error, which would stop every worker that
+// claims it.
+Outcome history_not_a_hash(const StreamKeys& keys, const std::string& entry, const std::string& type,
+                           const std::string& handler_identity) {
+  return protocol_error("the history of stream entry " + entry + " (key " + keys.history(entry) + ") holds a " + type +
+                            ", not a hash: not written by pillbox, its deliveries cannot be judged",
+                        handler_identity);
+}
+
 std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
   return std::max(lo, std::min(v, hi));
 }
@@ -232,6 +244,12 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   if (stopping_) {
     // Read as the worker began to stop: not run here.
     release(e, Outcome{}, "the worker is stopping");
+    return;
+  }
+  if (!d.history_type.empty()) {
+    ++report_.protocol_errors;
+    dead_letter(e, history_not_a_hash(settings_.keys, d.entry, d.history_type, settings_.identity.handler_identity),
+                "history not readable: not run");
     return;
   }
   if (payload == nullptr) {
@@ -449,7 +467,19 @@ void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<voi
     auto r = record_delivery(redis, keys, consumer, id, delivery, json);
     return [this, ref, r = std::move(r), after]() {
       if (!r) return abandon(ref, r.error());
-      after(*r);
+      if (!r->history_type.empty()) {
+        auto it = entries_.find(ref);
+        if (it == entries_.end()) return;
+        // A released entry is left as it is (the next worker to claim it
+        // dead-letters it); any other is dead-lettered now.
+        if (it->second.released) return forget(ref);
+        ++report_.protocol_errors;
+        return dead_letter(it->second,
+                           history_not_a_hash(settings_.keys, it->second.id, r->history_type,
+                                              settings_.identity.handler_identity),
+                           "history not readable: not run again");
+      }
+      after(r->held);
     };
   });
   // What this worker knows of the history from now on.
@@ -477,6 +507,11 @@ void StreamWorker::redeliver_now(Entry& e) {
       e.delivery = (*r)->count;
       e.history = entry_history(e.delivery, (*r)->history);
       hold_claim(e);
+      if (!(*r)->history_type.empty()) {
+        ++report_.protocol_errors;
+        return dead_letter(e, history_not_a_hash(settings_.keys, e.id, (*r)->history_type, settings_.identity.handler_identity),
+                           "history not readable: not run again");
+      }
       if (stopping_) return release(e, Outcome{}, "the worker is stopping");
       if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
         return dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),

@@ -47,6 +47,15 @@ std::string add_task(const e2e::RedisServer& server, const std::string& key, con
   return add_raw(server, {"key", key, "payload", payload});
 }
 
+void create_group(const e2e::RedisServer& server) { must(server, {"XGROUP", "CREATE", "jobs", "pillbox", "0", "MKSTREAM"}); }
+
+// Delivers every new entry to a consumer that never reports back (`ghost`),
+// so that a worker with a short --claim-idle takes them over at delivery 2
+// and reads their history.
+void deliver_to_ghost(const e2e::RedisServer& server) {
+  must(server, {"XREADGROUP", "GROUP", "pillbox", "ghost", "COUNT", "100000", "STREAMS", "jobs", ">"});
+}
+
 std::vector<std::string> worker_args(const e2e::RedisServer& server, const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"worker", "--redis", server.url(), "--stream", "jobs"};
   if (std::find(extra.begin(), extra.end(), "--backoff-base") == extra.end()) {
@@ -75,6 +84,24 @@ std::pair<std::string, long long> pending_on(const e2e::RedisServer& server, con
   return {reply_text(e->element[1]), e->element[3]->integer};
 }
 
+// The entries of a stream by their `entry` field (the task's id).
+std::map<std::string, std::map<std::string, std::string>> by_entry(const e2e::RedisServer& server,
+                                                                   const std::string& stream) {
+  std::map<std::string, std::map<std::string, std::string>> out;
+  for (auto& e : e2e::stream_entries(server, stream)) {
+    const std::string id = e.fields.count("entry") ? e.fields.at("entry") : "";
+    CHECK_MESSAGE(out.count(id) == 0, "two entries in " << stream << " for " << id);
+    out[id] = std::move(e.fields);
+  }
+  return out;
+}
+
+json record_of(const std::map<std::string, std::string>& dead_letter) {
+  auto j = json::parse(dead_letter.at("record"), nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  return j;
+}
+
 // Bytes a terminal would act on: C0 controls but newline, DEL, and C1
 // controls (raw or UTF-8 encoded).
 bool terminal_safe(const std::string& text) {
@@ -84,6 +111,38 @@ bool terminal_safe(const std::string& text) {
     if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xa0) return false;
   }
   return true;
+}
+
+TEST_CASE("worker (hostile): a history key that is not a hash dead-letters its entry; the worker goes on") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  create_group(server);
+  // Read with the history when taken over from a dead consumer ...
+  const std::string as_string = add_task(server, "history-string", "fine");
+  const std::string as_list = add_task(server, "history-list", "fine");
+  deliver_to_ghost(server);
+  must(server, {"SET", "jobs:attempts:" + as_string, "not a hash"});
+  must(server, {"RPUSH", "jobs:attempts:" + as_list, "1", "2"});
+  // ... or written after a failed run (its key made before it ran).
+  const std::string at_record = add_task(server, "history-at-record", "S");
+  must(server, {"SET", "jobs:attempts:" + at_record, "not a hash"});
+  const std::string after = add_task(server, "after", "still runs");
+
+  const auto r = run_pillbox(worker_args(server, {"--claim-idle", "200ms", "--exit-when-idle", "1500ms", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto dlq = by_entry(server, "jobs:dlq");
+  for (const auto& [id, type] : {std::pair{as_string, "string"}, {as_list, "list"}, {at_record, "string"}}) {
+    INFO(id);
+    REQUIRE(dlq.count(id) == 1);
+    CHECK(dlq.at(id).at("kind") == "protocol-error");
+    CHECK(record_of(dlq.at(id))["message"].get<std::string>().find("holds a " + std::string(type) + ", not a hash") !=
+          std::string::npos);
+  }
+  CHECK(by_entry(server, "jobs:results").at(after).at("output") == "still runs");
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+  CHECK(e2e::redis_integer(server, {"EXISTS", "jobs:attempts:" + as_string, "jobs:attempts:" + as_list,
+                                    "jobs:attempts:" + at_record}) == 0);
 }
 
 // A worker that must stop on a Redis error: it does, with one line that
