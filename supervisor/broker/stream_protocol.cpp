@@ -294,7 +294,7 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
     Delivery d;
     d.entry = reply_text(e->element[0]);
     d.fields = field_pairs(e->element[1]);
-    d.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(e->element[2], 1)));
+    d.count = reply_integer(e->element[2], 1);
     read_history(e->element[3], d);
     c.deliveries.push_back(std::move(d));
   }
@@ -302,7 +302,7 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
 }
 
 Expected<Recorded> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                   const std::string& entry, std::uint32_t delivery, const std::string& outcome_json) {
+                                   const std::string& entry, std::int64_t delivery, const std::string& outcome_json) {
   const std::string d = std::to_string(delivery);
   const std::string ttl = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kHistoryTtl).count());
   const std::string history = keys.history(entry);
@@ -318,7 +318,7 @@ Expected<Recorded> record_delivery(RedisConnection& redis, const StreamKeys& key
 }
 
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery) {
+                                            const std::string& entry, std::int64_t delivery) {
   const std::string d = std::to_string(delivery);
   const std::string history = keys.history(entry);
   auto r = eval(redis, kRedeliverBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d});
@@ -328,13 +328,13 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
   if (top->elements < 2) return std::optional<Delivery>{};
   Delivery out;
   out.entry = entry;
-  out.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(top->element[0], 1)));
+  out.count = reply_integer(top->element[0], 1);
   read_history(top->element[1], out);
   return std::optional<Delivery>(std::move(out));
 }
 
 Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery,
+                                            const std::string& entry, std::int64_t delivery,
                                             const std::string& target, std::size_t maxlen,
                                             const std::vector<std::pair<std::string, std::string>>& fields) {
   const std::string d = std::to_string(delivery);
@@ -354,7 +354,7 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
 }
 
 Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                         const std::vector<std::pair<std::string, std::uint32_t>>& held) {
+                                         const std::vector<std::pair<std::string, std::int64_t>>& held) {
   std::vector<std::string> lost;
   if (held.empty()) return lost;
   std::vector<std::string> counts;

@@ -45,7 +45,9 @@ struct Consumer {
 struct Delivery {
   std::string entry;                                       // the stream entry id
   std::vector<std::pair<std::string, std::string>> fields;  // as added (submit: key, payload)
-  std::uint32_t count = 1;                                  // Redis's delivery count, this one included
+  // Redis's delivery count, this one included, as Redis says it: anyone can
+  // set it (XCLAIM ... RETRYCOUNT) to anything, negative once it wraps.
+  std::int64_t count = 1;
   std::map<std::uint32_t, std::string> history;             // delivery number -> recorded outcome (JSON)
   // Not "": the entry's history key holds this type instead of a hash (not
   // written by pillbox); `history` is empty.
@@ -87,14 +89,14 @@ struct Recorded {
   std::string history_type;
 };
 Expected<Recorded> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                   const std::string& entry, std::uint32_t delivery, const std::string& outcome_json);
+                                   const std::string& entry, std::int64_t delivery, const std::string& outcome_json);
 
 // Delivers the entry to this consumer again, for a retry (XCLAIM: the count
 // rises by one). nullopt: the entry is no longer this consumer's at
 // `delivery`, or it was deleted. The delivery has no fields (the caller has
 // them) but the whole history (or its `history_type`).
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery);
+                                            const std::string& entry, std::int64_t delivery);
 
 // Settles an entry in one step: adds `fields` to `target` (the results
 // stream, capped at about `maxlen` entries when maxlen > 0, or the dead-letter
@@ -102,7 +104,7 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
 // its history. Returns the id added to `target` ("" when none), or nullopt
 // when this consumer no longer holds the entry at `delivery` (nothing done).
 Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                            const std::string& entry, std::uint32_t delivery,
+                                            const std::string& entry, std::int64_t delivery,
                                             const std::string& target, std::size_t maxlen,
                                             const std::vector<std::pair<std::string, std::string>>& fields);
 
@@ -110,6 +112,6 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
 // deliveries) without counting a delivery, so that no other worker takes
 // them over while they run or wait. Returns the entries it no longer holds.
 Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                                         const std::vector<std::pair<std::string, std::uint32_t>>& held);
+                                         const std::vector<std::pair<std::string, std::int64_t>>& held);
 
 }  // namespace pillbox::broker

@@ -52,6 +52,15 @@ Outcome history_not_a_hash(const StreamKeys& keys, const std::string& entry, con
                         handler_identity);
 }
 
+bool judgeable(std::int64_t delivery) { return delivery >= 1 && delivery <= kMaxDeliveries; }
+
+Outcome count_out_of_range(const std::string& entry, std::int64_t delivery, const std::string& handler_identity) {
+  return protocol_error("stream entry " + entry + " is at delivery count " + std::to_string(delivery) +
+                            ", not within 1.." + std::to_string(kMaxDeliveries) +
+                            ": set by hand (XCLAIM ... RETRYCOUNT), not by deliveries; its history is not read",
+                        handler_identity);
+}
+
 std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
   return std::max(lo, std::min(v, hi));
 }
@@ -73,7 +82,7 @@ StreamWorker::StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLi
   const Consumer consumer = settings_.consumer;
   writer_.set_periodic(clamp(settings_.claim_idle / 3, std::chrono::milliseconds(50), std::chrono::milliseconds(10'000)),
                        [this, claims, keys, consumer](RedisConnection& redis) -> BrokerLink::Done {
-                         std::vector<std::pair<std::string, std::uint32_t>> held;
+                         std::vector<std::pair<std::string, std::int64_t>> held;
                          {
                            std::lock_guard lock(claims->mutex);
                            held.assign(claims->held.begin(), claims->held.end());
@@ -235,7 +244,8 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   e.id = d.entry;
   e.delivery = d.count;
   e.task.ref = ref;
-  e.history = entry_history(d.count, d.history);
+  // The history is read delivery by delivery: only at a count deliveries reach.
+  if (judgeable(d.count)) e.history = entry_history(static_cast<std::uint32_t>(d.count), d.history);
   const std::string* key = field(d, "key");
   const std::string* payload = field(d, "payload");
   e.task.key = key != nullptr ? *key : "entry:" + d.entry;
@@ -244,6 +254,12 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   if (stopping_) {
     // Read as the worker began to stop: not run here.
     release(e, Outcome{}, "the worker is stopping");
+    return;
+  }
+  if (!judgeable(d.count)) {
+    ++report_.protocol_errors;
+    dead_letter(e, count_out_of_range(d.entry, d.count, settings_.identity.handler_identity),
+                "delivery count out of range: not run");
     return;
   }
   if (!d.history_type.empty()) {
@@ -505,8 +521,14 @@ void StreamWorker::redeliver_now(Entry& e) {
       if (!*r) return taken_over(ref);
       Entry& e = it->second;
       e.delivery = (*r)->count;
-      e.history = entry_history(e.delivery, (*r)->history);
       hold_claim(e);
+      if (!judgeable(e.delivery)) {
+        ++report_.protocol_errors;
+        e.history = EntryHistory{};
+        return dead_letter(e, count_out_of_range(e.id, e.delivery, settings_.identity.handler_identity),
+                           "delivery count out of range: not run again");
+      }
+      e.history = entry_history(static_cast<std::uint32_t>(e.delivery), (*r)->history);
       if (!(*r)->history_type.empty()) {
         ++report_.protocol_errors;
         return dead_letter(e, history_not_a_hash(settings_.keys, e.id, (*r)->history_type, settings_.identity.handler_identity),
@@ -592,7 +614,8 @@ std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, co
   r.entry = make_quarantine_entry(settings_.identity, outcome, e.task.key, sha256_hex(e.task.payload),
                                   static_cast<std::int64_t>(e.task.payload.size()), "worker");
   r.created_at = r.updated_at = wall_ms();
-  auto j = nlohmann::json::parse(quarantine_record_json(r, e.delivery, false, ""), nullptr, false);
+  const auto attempts_made = judgeable(e.delivery) ? static_cast<std::uint32_t>(e.delivery) : 0u;
+  auto j = nlohmann::json::parse(quarantine_record_json(r, attempts_made, false, ""), nullptr, false);
   if (j.is_discarded()) j = nlohmann::json::object();
   j.erase("id");  // the dead-letter entry's id is the record's
   j.erase("new_fingerprint");
@@ -601,13 +624,19 @@ std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, co
   j["stream"] = {{"name", settings_.keys.stream}, {"group", settings_.consumer.group}, {"entry", e.id}};
   j["deliveries"] = e.delivery;
   nlohmann::json attempts = nlohmann::json::array();
+  // The deliveries before this one, recorded or lost, in order: a merge of
+  // the two lists, never a walk up to the count (Redis may say anything).
+  const auto& recorded = e.history.recorded;
+  const auto& lost = e.history.lost;
   std::size_t r_i = 0, l_i = 0;
-  for (std::uint32_t n = 1; n < e.delivery; ++n) {
-    if (r_i < e.history.recorded.size() && e.history.recorded[r_i].delivery == n) {
-      attempts.push_back(nlohmann::json::parse(delivery_json(e.history.recorded[r_i++])));
-    } else if (l_i < e.history.lost.size() && e.history.lost[l_i] == n) {
-      attempts.push_back({{"delivery", n}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
-      ++l_i;
+  for (;;) {
+    const bool more_recorded = r_i < recorded.size() && recorded[r_i].delivery < e.delivery;
+    const bool more_lost = l_i < lost.size() && lost[l_i] < e.delivery;
+    if (!more_recorded && !more_lost) break;
+    if (more_recorded && (!more_lost || recorded[r_i].delivery < lost[l_i])) {
+      attempts.push_back(nlohmann::json::parse(delivery_json(recorded[r_i++])));
+    } else {
+      attempts.push_back({{"delivery", lost[l_i++]}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
     }
   }
   if (outcome.kind != Kind::kSupervisorLost && outcome.kind != Kind::kProtocolError) {

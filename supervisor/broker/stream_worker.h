@@ -37,6 +37,15 @@
 
 namespace pillbox::broker {
 
+// The highest delivery count at which an entry is judged. Redis counts one
+// per delivery, but anyone can set the count (XCLAIM ... RETRYCOUNT) to
+// anything up to 2^63 - 1, and an entry's history is read delivery by
+// delivery (every one without a record is a lost one, listed in its dead
+// letter). Beyond it, or below 1, an entry is dead-lettered as
+// protocol-error, its history unread, unrun: no fleet reaches such counts by
+// delivering an entry (each delivery waits --claim-idle or a run).
+inline constexpr std::int64_t kMaxDeliveries = 10'000;
+
 struct WorkerSettings {
   StreamKeys keys;
   Consumer consumer;
@@ -66,7 +75,7 @@ struct WorkerVerdict {
   };
   Type type = Type::kOk;
   std::string entry;
-  std::uint32_t deliveries = 0;
+  std::int64_t deliveries = 0;
   std::string added;   // the results or dlq entry id
   std::string reason;
 };
@@ -119,7 +128,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     Task task;                 // task.ref is the key of entries_
     std::string id;            // stream entry id
     std::string redrive_of;    // the dead letter this entry redrives (field `redrive_of`), ""
-    std::uint32_t delivery = 1;
+    std::int64_t delivery = 1;  // Redis's count: judged only within 1..kMaxDeliveries
     EntryHistory history;      // deliveries before `delivery`
     std::uint32_t transient_here = 0;
     bool solo = false;
@@ -132,7 +141,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   // writer link's renewal (its own thread).
   struct Claims {
     std::mutex mutex;
-    std::map<std::string, std::uint32_t> held;
+    std::map<std::string, std::int64_t> held;
   };
 
   void admit(Delivery d, bool claimed);

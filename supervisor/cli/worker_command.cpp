@@ -114,8 +114,9 @@ class CliWorkerSink final : public broker::WorkerSink {
     switch (v.type) {
       case broker::WorkerVerdict::Type::kOk:
       case broker::WorkerVerdict::Type::kDeadLettered:
-        std::printf("%s  -> %s %s (entry %s, delivery %u)\n", outcome_line(task, outcome).c_str(),
-                    std::string(verdict_name(v.type)).c_str(), v.added.c_str(), v.entry.c_str(), v.deliveries);
+        std::printf("%s  -> %s %s (entry %s, delivery %lld)\n", outcome_line(task, outcome).c_str(),
+                    std::string(verdict_name(v.type)).c_str(), v.added.c_str(), v.entry.c_str(),
+                    static_cast<long long>(v.deliveries));
         break;
       default:
         std::printf("%-13s %s  entry %s: %s\n", std::string(verdict_name(v.type)).c_str(),

@@ -145,6 +145,46 @@ TEST_CASE("worker (hostile): a history key that is not a hash dead-letters its e
                                     "jobs:attempts:" + at_record}) == 0);
 }
 
+TEST_CASE("worker (hostile): delivery counts set by hand (XCLAIM RETRYCOUNT) are dead-lettered unrun, never looped on") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  create_group(server);
+  // 2^32 - 1 becomes 2^32 when taken over (0 in 32 bits); 2^63 - 1 becomes
+  // -2^63 in Redis's signed reply; a million would be a million lost deliveries.
+  std::map<std::string, std::string> counts = {{"4294967295", ""}, {"9223372036854775807", ""}, {"1000000", ""}};
+  for (auto& [count, id] : counts) id = add_task(server, "count-" + count, "S would crash");
+  deliver_to_ghost(server);
+  for (const auto& [count, id] : counts) {
+    must(server, {"XCLAIM", "jobs", "pillbox", "ghost", "0", id, "RETRYCOUNT", count, "JUSTID"});
+  }
+  // The highest count still judged (kMaxDeliveries, supervisor/broker/stream_worker.h):
+  // 9,999 deliveries that never reported back.
+  const std::string at_cap = add_task(server, "count-at-cap", "S would crash");
+  deliver_to_ghost(server);
+  must(server, {"XCLAIM", "jobs", "pillbox", "ghost", "0", at_cap, "RETRYCOUNT", "9999", "JUSTID"});
+  const std::string after = add_task(server, "after", "still runs");
+  e2e::Background w(e2e::pillbox_binary(),
+                    worker_args(server, {"--claim-idle", "200ms", "--exit-when-idle", "1500ms", "--json"}));
+  CHECK(w.wait(std::chrono::seconds(60)) == 0);
+  INFO(w.err());
+  const auto dlq = by_entry(server, "jobs:dlq");
+  for (const auto& [count, id] : counts) {
+    INFO(count);
+    REQUIRE(dlq.count(id) == 1);
+    CHECK(dlq.at(id).at("kind") == "protocol-error");
+    const json rec = record_of(dlq.at(id));
+    CHECK(rec["wall_ms"] == 0);
+    CHECK(rec["message"].get<std::string>().find("delivery count") != std::string::npos);
+    CHECK(dlq.at(id).at("record").size() < 64 * 1024);
+  }
+  REQUIRE(dlq.count(at_cap) == 1);
+  CHECK(dlq.at(at_cap).at("kind") == "supervisor-lost");
+  CHECK(dlq.at(at_cap).at("deliveries") == "10000");
+  CHECK(record_of(dlq.at(at_cap))["attempts_history"].size() == 9999);
+  CHECK(by_entry(server, "jobs:results").at(after).at("output") == "still runs");
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
 // A worker that must stop on a Redis error: it does, with one line that
 // says what is wrong, and leaves what it held pending.
 void check_stops_clearly(e2e::Background& w, const std::string& what) {
