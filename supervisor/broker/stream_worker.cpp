@@ -16,11 +16,23 @@ namespace {
 
 constexpr std::size_t kMaxKnownGood = 64 * 1024;  // larger payloads are not kept as probes
 
-const std::string* field(const Delivery& d, std::string_view name) {
-  for (const auto& [k, v] : d.fields) {
+std::string* field(Delivery& d, std::string_view name) {
+  for (auto& [k, v] : d.fields) {
     if (k == name) return &v;
   }
   return nullptr;
+}
+
+// A field the worker reads given more than once (a stream entry may repeat
+// a field name): which one is meant is a guess, and whoever reads the entry
+// later may guess otherwise (a map keeps the last) and believe another
+// payload ran. What it says, or "".
+std::string repeated_field(const Delivery& d) {
+  for (const std::string_view name : {"key", "payload", "redrive_of"}) {
+    const auto n = std::count_if(d.fields.begin(), d.fields.end(), [&](const auto& f) { return f.first == name; });
+    if (n > 1) return "stream entry " + d.entry + " has " + std::to_string(n) + " `" + std::string(name) + "` fields";
+  }
+  return "";
 }
 
 Outcome protocol_error(const std::string& message, const std::string& handler_identity) {
@@ -247,7 +259,7 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   // The history is read delivery by delivery: only at a count deliveries reach.
   if (judgeable(d.count)) e.history = entry_history(static_cast<std::uint32_t>(d.count), d.history);
   const std::string* key = field(d, "key");
-  const std::string* payload = field(d, "payload");
+  std::string* payload = field(d, "payload");
   e.task.key = key != nullptr ? *key : "entry:" + d.entry;
   if (const std::string* r = field(d, "redrive_of")) e.redrive_of = *r;
   hold_claim(e);
@@ -266,6 +278,12 @@ void StreamWorker::admit(Delivery d, bool claimed) {
     ++report_.protocol_errors;
     dead_letter(e, history_not_a_hash(settings_.keys, d.entry, d.history_type, settings_.identity.handler_identity),
                 "history not readable: not run");
+    return;
+  }
+  if (const std::string repeated = repeated_field(d); !repeated.empty()) {
+    ++report_.protocol_errors;
+    dead_letter(e, protocol_error(repeated + ": which one is meant is ambiguous", settings_.identity.handler_identity),
+                "malformed entry: not run");
     return;
   }
   if (payload == nullptr) {

@@ -113,6 +113,56 @@ bool terminal_safe(const std::string& text) {
   return true;
 }
 
+TEST_CASE("worker (hostile): entries of every shape are each settled once; the stream goes on") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  create_group(server);
+  const std::string no_fields = add_raw(server, {"nothing", "expected"});
+  // Two payloads: which one ran? Whoever reads the entry later (a dict keeps
+  // the last) would believe the other: ambiguous, not run.
+  const std::string two_payloads = add_raw(server, {"key", "two-payloads", "payload", "harmless", "payload", "S"});
+  const std::string two_keys = add_raw(server, {"key", "first-key", "key", "second-key", "payload", "fine"});
+  const std::string two_redrives =
+      add_raw(server, {"key", "two-redrives", "payload", "fine", "redrive_of", "1-1", "redrive_of", "2-2"});
+  const std::string binary_names =
+      add_raw(server, {std::string("\xff\x00\x1b[2J", 6), std::string("\x00", 1), "key", "binary-names", "payload", "bin"});
+  std::vector<std::string> many;
+  for (int i = 0; i < 10'000; ++i) many.insert(many.end(), {"f" + std::to_string(i), std::to_string(i)});
+  many.insert(many.end(), {"key", "many-fields", "payload", "many"});
+  const std::string many_fields = add_raw(server, many);
+  std::string garbage(4096, '\0');
+  for (std::size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>(i * 7 + 3);
+  const std::string redrive = add_raw(server, {"key", "redrive", "payload", "again", "redrive_of", garbage});
+  const std::string empty = add_task(server, "empty", "");
+  const std::string after = add_task(server, "after", "still runs");
+
+  const auto r = run_pillbox(worker_args(server, {"--jobs", "2", "--exit-when-idle", "1s", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto results = by_entry(server, "jobs:results");
+  const auto dlq = by_entry(server, "jobs:dlq");
+  CHECK(results.size() + dlq.size() == 9);
+  for (const auto& id : {no_fields, two_payloads, two_keys, two_redrives}) {
+    INFO(id);
+    REQUIRE(dlq.count(id) == 1);
+    CHECK(dlq.at(id).at("kind") == "protocol-error");
+    CHECK(record_of(dlq.at(id))["wall_ms"] == 0);  // not run
+  }
+  CHECK(record_of(dlq.at(two_payloads))["message"].get<std::string>().find("2 `payload` fields") != std::string::npos);
+  CHECK(record_of(dlq.at(two_keys))["message"].get<std::string>().find("2 `key` fields") != std::string::npos);
+  CHECK(record_of(dlq.at(two_redrives))["message"].get<std::string>().find("2 `redrive_of` fields") != std::string::npos);
+  CHECK(dlq.at(two_keys).at("key") == "first-key");
+  CHECK(results.at(binary_names).at("output") == "bin");
+  CHECK(results.at(many_fields).at("output") == "many");
+  CHECK(results.at(many_fields).size() < 20);  // the entry's fields are not copied
+  // A field the worker does not read is carried as it is, byte for byte.
+  CHECK(results.at(redrive).at("redrive_of") == garbage);
+  CHECK(results.at(empty).at("output") == "");
+  CHECK(results.at(after).at("output") == "still runs");
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+  CHECK(r.records.size() == 9);
+}
+
 TEST_CASE("worker (hostile): a history key that is not a hash dead-letters its entry; the worker goes on") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
