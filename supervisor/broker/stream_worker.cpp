@@ -293,15 +293,17 @@ void StreamWorker::admit(Delivery d, bool claimed) {
                 "malformed entry: not run");
     return;
   }
-  if (payload->size() > settings_.max_payload) {
+  // Kept even when oversized: the dead letter carries it (it is deleted from
+  // the stream) and its record its true size and hash.
+  e.task.payload = std::move(*payload);
+  if (e.task.payload.size() > settings_.max_payload) {
     ++report_.protocol_errors;
-    dead_letter(e, protocol_error("payload of " + std::to_string(payload->size()) + " bytes is over the limit of " +
+    dead_letter(e, protocol_error("payload of " + std::to_string(e.task.payload.size()) + " bytes is over the limit of " +
                                       std::to_string(settings_.max_payload) + " bytes",
                                   settings_.identity.handler_identity),
                 "oversized payload: not run");
     return;
   }
-  e.task.payload = *payload;
   if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
     dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),
                 std::to_string(e.history.lost.size()) + " deliveries never reported back: it kills workers; not run again");

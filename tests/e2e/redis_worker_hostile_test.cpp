@@ -163,6 +163,28 @@ TEST_CASE("worker (hostile): entries of every shape are each settled once; the s
   CHECK(r.records.size() == 9);
 }
 
+TEST_CASE("worker (hostile): a payload of exactly --max-payload runs, one byte more is dead-lettered unrun") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string at = add_task(server, "at-limit", std::string(1024, 'x'));
+  const std::string over = add_task(server, "over-limit", std::string(1025, 'x'));
+  const auto r = run_pillbox(worker_args(server, {"--max-payload", "1K", "--exit-when-idle", "1s", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto results = by_entry(server, "jobs:results");
+  const auto dlq = by_entry(server, "jobs:dlq");
+  REQUIRE(results.count(at) == 1);
+  CHECK(results.at(at).at("output") == std::string(1024, 'x'));
+  REQUIRE(dlq.count(over) == 1);
+  CHECK(dlq.at(over).at("kind") == "protocol-error");
+  // Kept whole (it is deleted from the stream), for a redrive with a larger
+  // limit; the record says what it is.
+  CHECK(dlq.at(over).at("payload") == std::string(1025, 'x'));
+  CHECK(record_of(dlq.at(over))["payload_size"] == 1025);
+  CHECK(record_of(dlq.at(over))["message"].get<std::string>().find("1025 bytes is over the limit of 1024") !=
+        std::string::npos);
+}
+
 TEST_CASE("worker (hostile): a history key that is not a hash dead-letters its entry; the worker goes on") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
