@@ -119,8 +119,9 @@ class CliWorkerSink final : public broker::WorkerSink {
                     static_cast<long long>(v.deliveries));
         break;
       default:
+        // The reason may quote Redis (an error, a count): inert too.
         std::printf("%-13s %s  entry %s: %s\n", std::string(verdict_name(v.type)).c_str(),
-                    table_cell(task.key, 200).c_str(), v.entry.c_str(), v.reason.c_str());
+                    table_cell(task.key, 200).c_str(), v.entry.c_str(), table_cell(v.reason, 0).c_str());
     }
     std::fflush(stdout);
   }

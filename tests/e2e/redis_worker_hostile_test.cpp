@@ -185,6 +185,41 @@ TEST_CASE("worker (hostile): a payload of exactly --max-payload runs, one byte m
         std::string::npos);
 }
 
+TEST_CASE("worker (hostile): keys with escape sequences and newlines are printed inert, on every kind of line") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  // OSC (window title), CSI (clear screen), a carriage return and newline
+  // that would forge a line of their own, a UTF-8-encoded C1 CSI, BEL.
+  const std::string evil = "\x1b]0;owned\x07\x1b[2J\r\nok                fake  (0 ms)\xc2\x9b" "31m\x07";
+  const std::string ok = add_task(server, "ok " + evil, "fine");
+  const std::string crash = add_task(server, "crash " + evil, "S");
+  const std::string malformed = add_raw(server, {"key", "malformed " + evil});
+  // The first worker runs the crash once and waits an hour for the retry,
+  // holding it; SIGTERM releases it (a "released" line).
+  e2e::Background first(e2e::pillbox_binary(),
+                        worker_args(server, {"--jobs", "1", "--backoff-base", "1h", "--backoff-max", "1h"}));
+  REQUIRE_MESSAGE(e2e::eventually([&] { return e2e::redis_integer(server, {"HLEN", "jobs:attempts:" + crash}) == 1; }),
+                  first.err());
+  first.signal(SIGTERM);
+  CHECK(first.wait() == 143);
+  // The second takes it over and dead-letters it.
+  const auto second = run_pillbox(worker_args(server, {"--claim-idle", "200ms", "--exit-when-idle", "1500ms"}));
+  INFO(second.describe());
+  CHECK(second.exit_code == 0);
+  CHECK(by_entry(server, "jobs:dlq").count(crash) == 1);
+  CHECK(by_entry(server, "jobs:dlq").count(malformed) == 1);
+  const std::string out = first.out() + second.out;
+  INFO(out);
+  CHECK(out.find("released") != std::string::npos);
+  CHECK(out.find("dead-lettered") != std::string::npos);
+  CHECK(out.find("ok ") != std::string::npos);
+  // Every entry is one line, every line inert.
+  CHECK(std::count(out.begin(), out.end(), '\n') == 4);
+  CHECK(terminal_safe(out));
+  CHECK(terminal_safe(first.err()));
+  CHECK(terminal_safe(second.err));
+}
+
 TEST_CASE("worker (hostile): a history key that is not a hash dead-letters its entry; the worker goes on") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
