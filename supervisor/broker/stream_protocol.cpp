@@ -44,7 +44,12 @@ return 1
 constexpr const char* kRedeliverBody = R"lua(
 if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return {} end
 local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3])
-if #c == 0 or not c[1] then return {} end
+if #c == 0 or not c[1] then
+  -- Deleted from the stream (XCLAIM dropped it from the pending list): its
+  -- history goes too, nobody can claim it any more.
+  redis.call('DEL', KEYS[2])
+  return {}
+end
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 return {p[1][4], history(KEYS[2])}
 )lua";
@@ -52,8 +57,17 @@ return {p[1][4], history(KEYS[2])}
 // KEYS: stream, target (or the stream again when none), history.
 // ARGV: group, me, id, delivery, has target (0/1), maxlen (0: none), fields...
 // Returns {} when not held, else {added id or ''}.
+// An entry deleted from the stream (XDEL, MAXLEN) while held is gone, as
+// Redis has it: the next XCLAIM or XAUTOCLAIM, by any worker, would drop it
+// from the pending list. So it is never settled, whoever notices first:
+// acknowledged, its history deleted, nothing added, and {} (not held).
 constexpr const char* kSettleBody = R"lua(
 if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return {} end
+if #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) == 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  redis.call('DEL', KEYS[3])
+  return {}
+end
 local added = ''
 if ARGV[5] == '1' then
   local args = {KEYS[2]}
@@ -89,6 +103,9 @@ return lost
 // The history keys are derived from the stream's name (same hash tag).
 constexpr const char* kClaimBody = R"lua(
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+-- Entries deleted from the stream (XAUTOCLAIM dropped them from the pending
+-- list, Redis 7): their history goes too, nobody can claim them any more.
+for _, id in ipairs(r[3] or {}) do redis.call('DEL', ARGV[6] .. id) end
 local out = {}
 for _, e in ipairs(r[2]) do
   if e and e[2] then
@@ -351,6 +368,29 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
   if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the settle script");
   if (top->elements == 0) return std::optional<std::string>{};
   return std::optional<std::string>(reply_text(top->element[0]));
+}
+
+std::string why_not_held(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                         const std::string& entry, std::int64_t delivery) {
+  auto p = redis.command({"XPENDING", keys.stream, consumer.group, entry, entry, "1"});
+  if (!p) return "no longer held by this worker";
+  const redisReply* top = p->get();
+  if (top->type == REDIS_REPLY_ARRAY && top->elements > 0 && top->element[0]->type == REDIS_REPLY_ARRAY &&
+      top->element[0]->elements >= 4) {
+    const redisReply* e = top->element[0];
+    if (reply_text(e->element[1]) != consumer.name) {
+      return "taken over by another consumer of the group (this one held it longer than --claim-idle, or it was "
+             "claimed by hand)";
+    }
+    const long long count = reply_integer(e->element[3], 0);
+    return "delivered again (delivery count " + std::to_string(count) + ", this worker had " +
+           std::to_string(delivery) + "): claimed by hand";
+  }
+  auto x = redis.command({"XRANGE", keys.stream, entry, entry});
+  if (x && (*x)->type == REDIS_REPLY_ARRAY && (*x)->elements > 0) {
+    return "acknowledged by someone else (XACK) while this worker held it";
+  }
+  return "no longer in the stream: deleted (XDEL, or trimmed by MAXLEN), or settled by a worker that took it over";
 }
 
 Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,

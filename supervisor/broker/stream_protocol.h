@@ -108,6 +108,12 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
                                             const std::string& target, std::size_t maxlen,
                                             const std::vector<std::pair<std::string, std::string>>& fields);
 
+// Why this consumer no longer holds `entry` at `delivery`, once a fenced
+// step did nothing: a second look (XPENDING, XRANGE), for the message only
+// (taken over, delivered again, acknowledged, deleted).
+std::string why_not_held(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                         const std::string& entry, std::int64_t delivery);
+
 // Resets the idle time of the entries this consumer holds (at the given
 // deliveries) without counting a delivery, so that no other worker takes
 // them over while they run or wait. Returns the entries it no longer holds.

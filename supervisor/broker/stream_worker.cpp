@@ -102,13 +102,19 @@ StreamWorker::StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLi
                          if (held.empty()) return {};
                          auto lost = renew(redis, keys, consumer, held);
                          if (!lost || lost->empty()) return {};
-                         return [this, ids = std::move(*lost)] {
-                           for (const auto& id : ids) {
+                         std::vector<std::pair<std::string, std::string>> whys;
+                         for (const auto& [id, delivery] : held) {
+                           if (std::find(lost->begin(), lost->end(), id) != lost->end()) {
+                             whys.emplace_back(id, why_not_held(redis, keys, consumer, id, delivery));
+                           }
+                         }
+                         return [this, whys = std::move(whys)] {
+                           for (const auto& [id, why] : whys) {
                              for (auto& [ref, e] : entries_) {
                                // A running entry finds out when it settles; one
                                // that waits is forgotten now.
                                if (e.id == id && e.where != Where::kRunning && e.where != Where::kBusy) {
-                                 taken_over(ref);
+                                 taken_over(ref, why);
                                  break;
                                }
                              }
@@ -184,12 +190,12 @@ void StreamWorker::forget(std::uint64_t ref) {
   entries_.erase(it);
 }
 
-void StreamWorker::taken_over(std::uint64_t ref) {
+void StreamWorker::taken_over(std::uint64_t ref, const std::string& why) {
   auto it = entries_.find(ref);
   if (it == entries_.end()) return;
   ++report_.taken_over;
   WorkerVerdict v{WorkerVerdict::Type::kTakenOver, it->second.id, it->second.delivery, "",
-                  "another worker took the entry over (this one held it longer than --claim-idle)"};
+                  "not settled here: " + why};
   out_.on_verdict(it->second.task, Outcome{}, v);
   forget(ref);
 }
@@ -450,10 +456,9 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
     const auto d = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, false, false,
                                     "held: handler outage suspected");
     const std::uint64_t ref = e.task.ref;
-    record(e, d, [this, ref](bool held) {
+    record(e, d, [this, ref] {
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!held) return taken_over(ref);
       if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
       it->second.where = breaker_.open() ? Where::kOutageHeld : Where::kDelayed;
     });
@@ -473,10 +478,9 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
       const auto failures = static_cast<std::uint32_t>(
           std::count_if(summaries.begin(), summaries.end(), [](const auto& a) { return a.finished && !a.kind.empty() && a.kind != "ok"; }));
       const std::uint64_t ref = e.task.ref;
-      record(e, current, [this, ref, failures](bool held) {
+      record(e, current, [this, ref, failures] {
         auto it = entries_.find(ref);
         if (it == entries_.end()) return;
-        if (!held) return taken_over(ref);
         if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
         retry_later(it->second, failures);
       });
@@ -495,14 +499,21 @@ void StreamWorker::on_breaker_closed() {
   }
 }
 
-void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void(bool)> after) {
+void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void()> after) {
   e.where = Where::kBusy;
   writer_.post([this, ref = e.task.ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
                 delivery = e.delivery, json = delivery_json(d),
                 after = std::move(after)](RedisConnection& redis) -> BrokerLink::Done {
     auto r = record_delivery(redis, keys, consumer, id, delivery, json);
-    return [this, ref, r = std::move(r), after]() {
+    const std::string why = r && !r->held ? why_not_held(redis, keys, consumer, id, delivery) : "";
+    return [this, ref, r = std::move(r), why, after]() {
       if (!r) return abandon(ref, r.error());
+      if (!r->held) {
+        auto it = entries_.find(ref);
+        if (it == entries_.end()) return;
+        if (it->second.released) return forget(ref);  // its verdict was given
+        return taken_over(ref, why);
+      }
       if (!r->history_type.empty()) {
         auto it = entries_.find(ref);
         if (it == entries_.end()) return;
@@ -515,7 +526,7 @@ void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<voi
                                               settings_.identity.handler_identity),
                            "history not readable: not run again");
       }
-      after(r->held);
+      after();
     };
   });
   // What this worker knows of the history from now on.
@@ -534,11 +545,12 @@ void StreamWorker::redeliver_now(Entry& e) {
   writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
                 delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
     auto r = redeliver(redis, keys, consumer, id, delivery);
-    return [this, ref, r = std::move(r)]() mutable {
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id, delivery) : "";
+    return [this, ref, why, r = std::move(r)]() mutable {
       if (!r) return abandon(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!*r) return taken_over(ref);
+      if (!*r) return taken_over(ref, why);
       Entry& e = it->second;
       e.delivery = (*r)->count;
       hold_claim(e);
@@ -593,7 +605,7 @@ void StreamWorker::release(Entry& e, const Outcome& outcome, const std::string& 
     forget(ref);
     return;
   }
-  record(e, d, [this, ref](bool) { forget(ref); });
+  record(e, d, [this, ref] { forget(ref); });
 }
 
 void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
@@ -616,11 +628,12 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
                 id = e.id, delivery = e.delivery, target = settings_.results ? settings_.keys.results : std::string(),
                 maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, delivery, target, maxlen, fields);
-    return [this, ref, outcome, r = std::move(r)]() {
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id, delivery) : "";
+    return [this, ref, outcome, why, r = std::move(r)]() {
       if (!r) return abandon(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!*r) return taken_over(ref);
+      if (!*r) return taken_over(ref, why);
       ++report_.ok;
       WorkerVerdict v{WorkerVerdict::Type::kOk, it->second.id, it->second.delivery, **r, "ok"};
       out_.on_verdict(it->second.task, outcome, v);
@@ -684,11 +697,12 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
                 consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, delivery, keys.dlq, 0, fields);
-    return [this, ref, outcome, reason, r = std::move(r)]() {
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id, delivery) : "";
+    return [this, ref, outcome, reason, why, r = std::move(r)]() {
       if (!r) return abandon(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!*r) return taken_over(ref);
+      if (!*r) return taken_over(ref, why);
       ++report_.dead_lettered;
       WorkerVerdict v{WorkerVerdict::Type::kDeadLettered, it->second.id, it->second.delivery, **r, reason};
       out_.on_verdict(it->second.task, outcome, v);

@@ -71,7 +71,7 @@ struct WorkerVerdict {
     kOk,            // settled: result in NAME:results (`added`, "" with --no-results)
     kDeadLettered,  // settled: in NAME:dlq as `added`
     kReleased,      // left pending for another worker (gave up here, outage, stopping)
-    kTakenOver,     // another worker took the entry over first: nothing settled here
+    kTakenOver,     // no longer this worker's (taken over, claimed by hand, deleted): nothing settled here
   };
   Type type = Type::kOk;
   std::string entry;
@@ -149,13 +149,15 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void run_due(Clock::time_point now);
   void dead_letter(Entry& e, const Outcome& outcome, const std::string& reason);
   void settle_ok(Entry& e, const Outcome& outcome);
-  // Records the delivery's end (fenced); then `after` on the owner's thread
-  // (with false when the entry is no longer ours).
-  void record(Entry& e, const RecordedDelivery& d, std::function<void(bool held)> after);
+  // Records the delivery's end (fenced); then `after` on the owner's thread,
+  // when it was recorded (an entry no longer ours is taken over, one whose
+  // history is not a hash dead-lettered, unless released).
+  void record(Entry& e, const RecordedDelivery& d, std::function<void()> after);
   void retry_later(Entry& e, std::uint32_t failures);
   void redeliver_now(Entry& e);
   void release(Entry& e, const Outcome& outcome, const std::string& why);
-  void taken_over(std::uint64_t ref);
+  // The entry is no longer this worker's (`why`: why_not_held): nothing settled here.
+  void taken_over(std::uint64_t ref, const std::string& why);
   void forget(std::uint64_t ref);
   void hold_claim(const Entry& e);
   void on_error(const std::string& message);

@@ -349,4 +349,67 @@ TEST_CASE("worker (hostile): the group destroyed or the stream replaced mid-run 
   }
 }
 
+TEST_CASE("worker (hostile): an entry claimed by another consumer while it runs is not settled here") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string id = add_task(server, "stolen", "fine");
+  e2e::Background w(e2e::pillbox_binary(),
+                    slow_worker_args(server, {"--consumer", "w", "--exit-when-idle", "1s", "--json"}, "1"));
+  REQUIRE(e2e::eventually([&] { return pending_on(server, id).first == "w"; }));
+  must(server, {"XCLAIM", "jobs", "pillbox", "thief", "0", id, "JUSTID"});
+  CHECK(w.wait(std::chrono::seconds(60)) == 0);
+  INFO(w.err());
+  const auto line = json::parse(w.out(), nullptr, false);
+  REQUIRE_FALSE(line.is_discarded());
+  CHECK(line["verdict"] == "taken-over");
+  CHECK(line["verdict_reason"].get<std::string>().find("taken over by another consumer") != std::string::npos);
+  CHECK(line["entry"] == id);
+  CHECK(e2e::stream_entries(server, "jobs:results").empty());
+  CHECK(pending_on(server, id) == std::pair<std::string, long long>{"thief", 1});  // JUSTID: not counted
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 1);  // the thief's to settle
+}
+
+TEST_CASE("worker (hostile): an entry deleted while it runs is never settled, whoever notices first") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string id = add_task(server, "deleted", "fine");
+  // --claim-idle 30s: no renewal or claim scan before the 1 s task ends; the
+  // settle is the first to meet the deleted entry.
+  e2e::Background w(e2e::pillbox_binary(),
+                    slow_worker_args(server, {"--consumer", "w", "--exit-when-idle", "1s", "--json"}, "1"));
+  REQUIRE(e2e::eventually([&] { return pending_on(server, id).first == "w"; }));
+  must(server, {"XDEL", "jobs", id});
+  CHECK(w.wait(std::chrono::seconds(60)) == 0);
+  INFO(w.err());
+  const auto line = json::parse(w.out(), nullptr, false);
+  REQUIRE_FALSE(line.is_discarded());
+  CHECK(line["entry"] == id);
+  CHECK(line["verdict"] == "taken-over");
+  CHECK(line["verdict_reason"].get<std::string>().find("no longer in the stream: deleted") != std::string::npos);
+  CHECK(e2e::stream_entries(server, "jobs:results").empty());
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+TEST_CASE("worker (hostile): an entry deleted and dropped from the pending list while it runs is reported as deleted") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string id = add_task(server, "deleted", "fine");
+  // --claim-idle 300ms: the worker's own claim scan (XAUTOCLAIM) drops the
+  // deleted entry from the pending list long before the 2 s task ends.
+  e2e::Background w(e2e::pillbox_binary(), slow_worker_args(server, {"--consumer", "w", "--claim-idle", "300ms",
+                                                                     "--exit-when-idle", "1s", "--json"},
+                                                            "2"));
+  REQUIRE(e2e::eventually([&] { return pending_on(server, id).first == "w"; }));
+  must(server, {"XDEL", "jobs", id});
+  CHECK(w.wait(std::chrono::seconds(60)) == 0);
+  INFO(w.err());
+  const auto line = json::parse(w.out(), nullptr, false);
+  REQUIRE_FALSE(line.is_discarded());
+  CHECK(line["entry"] == id);
+  CHECK(line["verdict"] == "taken-over");
+  CHECK(line["verdict_reason"].get<std::string>().find("no longer in the stream: deleted") != std::string::npos);
+  CHECK(e2e::stream_entries(server, "jobs:results").empty());
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
 }  // namespace
