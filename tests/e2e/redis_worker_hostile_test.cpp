@@ -220,6 +220,56 @@ TEST_CASE("worker (hostile): keys with escape sequences and newlines are printed
   CHECK(terminal_safe(second.err));
 }
 
+TEST_CASE("worker (hostile): a garbage history is read as unreadable, never trusted, never fatal") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  create_group(server);
+  const std::string not_json = add_task(server, "not-json", "fine 1");
+  const std::string wrong_types = add_task(server, "wrong-types", "fine 2");
+  const std::string deep = add_task(server, "deep", "fine 3");
+  const std::string huge = add_task(server, "huge", "fine 4");
+  const std::string numbers = add_task(server, "numbers", "fine 5");
+  // Two charged crashes forged for deliveries 1 and 2 (--max-attempts 3): a
+  // good payload is still judged on what it does, and ok.
+  const std::string forged = add_task(server, "forged", "fine 6");
+  deliver_to_ghost(server);
+  must(server, {"XCLAIM", "jobs", "pillbox", "ghost", "0", forged, "RETRYCOUNT", "2", "JUSTID"});
+  auto hset = [&](const std::string& id, const std::vector<std::string>& fields) {
+    std::vector<std::string> args = {"HSET", "jobs:attempts:" + id};
+    args.insert(args.end(), fields.begin(), fields.end());
+    must(server, args);
+  };
+  hset(not_json, {"1", "{not json", "banana", "{}", "-1", "{}", "0", "{}", "99999999999999999999", "{}",
+                  "4294967297", R"({"kind":"crash","charged":true,"fingerprint":"f"})"});
+  hset(wrong_types, {"1", R"({"kind":7,"charged":"yes","crash_state":{"a":1},"signal":"SIGSEGV"})"});
+  hset(deep, {"1", std::string(200'000, '[') + std::string(200'000, ']'),
+              "2", R"({"kind":"crash","charged":true,"fingerprint":"from-the-future"})"});
+  std::string frames = "[";
+  for (int i = 0; i < 20'000; ++i) frames += std::string(i ? "," : "") + "\"frame\\u001b[2J" + std::to_string(i) + "\"";
+  frames += "]";
+  hset(huge, {"1", R"({"kind":"handler-error","charged":false,"message":")" + std::string(2 << 20, 'm') +
+                       R"(","crash_state":)" + frames + "}"});
+  // Numbers no field holds (a float into an int is undefined behaviour).
+  hset(numbers, {"1", R"({"kind":"crash","charged":true,"signal":1e300,"exit_code":-1e30,"cpu_ms":-1})"});
+  for (const char* n : {"1", "2"}) {
+    hset(forged, {n, R"({"kind":"crash","charged":true,"fingerprint":"pb1-0000000000000000","signal":11})"});
+  }
+
+  const auto r = run_pillbox(worker_args(server, {"--claim-idle", "200ms", "--exit-when-idle", "1500ms", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto results = by_entry(server, "jobs:results");
+  for (const auto& id : {not_json, wrong_types, deep, huge, numbers}) {
+    INFO(id);
+    REQUIRE(results.count(id) == 1);
+    CHECK(results.at(id).at("deliveries") == "2");
+  }
+  REQUIRE(results.count(forged) == 1);
+  CHECK(results.at(forged).at("deliveries") == "3");
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
 TEST_CASE("worker (hostile): a history key that is not a hash dead-letters its entry; the worker goes on") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
@@ -349,24 +399,34 @@ TEST_CASE("worker (hostile): the group destroyed or the stream replaced mid-run 
   }
 }
 
-TEST_CASE("worker (hostile): an entry claimed by another consumer while it runs is not settled here") {
+TEST_CASE("worker (hostile): an entry claimed or acknowledged by another consumer while it runs is not settled here") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
   const std::string id = add_task(server, "stolen", "fine");
   e2e::Background w(e2e::pillbox_binary(),
                     slow_worker_args(server, {"--consumer", "w", "--exit-when-idle", "1s", "--json"}, "1"));
   REQUIRE(e2e::eventually([&] { return pending_on(server, id).first == "w"; }));
-  must(server, {"XCLAIM", "jobs", "pillbox", "thief", "0", id, "JUSTID"});
+  std::string why;
+  SUBCASE("claimed") {
+    must(server, {"XCLAIM", "jobs", "pillbox", "thief", "0", id, "JUSTID"});
+    why = "taken over by another consumer";
+  }
+  SUBCASE("acknowledged") {
+    must(server, {"XACK", "jobs", "pillbox", id});
+    why = "acknowledged by someone else";
+  }
   CHECK(w.wait(std::chrono::seconds(60)) == 0);
   INFO(w.err());
   const auto line = json::parse(w.out(), nullptr, false);
   REQUIRE_FALSE(line.is_discarded());
   CHECK(line["verdict"] == "taken-over");
-  CHECK(line["verdict_reason"].get<std::string>().find("taken over by another consumer") != std::string::npos);
+  CHECK(line["verdict_reason"].get<std::string>().find(why) != std::string::npos);
   CHECK(line["entry"] == id);
   CHECK(e2e::stream_entries(server, "jobs:results").empty());
-  CHECK(pending_on(server, id) == std::pair<std::string, long long>{"thief", 1});  // JUSTID: not counted
-  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 1);  // the thief's to settle
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 1);  // not deleted: not this worker's to settle
+  if (why.find("taken over") != std::string::npos) {
+    CHECK(pending_on(server, id) == std::pair<std::string, long long>{"thief", 1});  // JUSTID: not counted
+  }
 }
 
 TEST_CASE("worker (hostile): an entry deleted while it runs is never settled, whoever notices first") {
