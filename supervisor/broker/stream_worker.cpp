@@ -257,6 +257,20 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   ++report_.deliveries;
   if (claimed) ++report_.claimed;
   last_activity_ = Clock::now();
+  if (judgeable(d.count)) {
+    for (auto& [ref, held] : entries_) {
+      if (held.id != d.entry) continue;
+      // An entry this worker holds, delivered to it again: its own claim
+      // scan took it over from itself (its claim lapsed while Redis was
+      // away, or someone made it look idle: XCLAIM ... IDLE). Not a second
+      // copy (two runs, and the first one's end refused by the fence): the
+      // one here goes on at the new count, renewed as such. A step still
+      // answering for the old count finds the entry taken over.
+      held.delivery = d.count;
+      hold_claim(held);
+      return;
+    }
+  }
   const std::uint64_t ref = ++next_ref_;
   Entry& e = entries_[ref];
   e.id = d.entry;

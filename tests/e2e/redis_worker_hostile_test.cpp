@@ -429,6 +429,34 @@ TEST_CASE("worker (hostile): an entry claimed or acknowledged by another consume
   }
 }
 
+TEST_CASE("worker (hostile): a running entry made to look idle is claimed by its own worker once, not run twice") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string id = add_task(server, "idle", "fine");
+  // --claim-idle 1s: the worker's claim scan runs every 250 ms while the
+  // 3 s task runs; XCLAIM ... IDLE makes the entry look idle for a day,
+  // on the same consumer, at the same count.
+  e2e::Background w(e2e::pillbox_binary(), slow_worker_args(server, {"--consumer", "w", "--jobs", "2", "--claim-idle",
+                                                                     "1s", "--exit-when-idle", "1s", "--json"},
+                                                            "3"));
+  REQUIRE(e2e::eventually([&] { return pending_on(server, id).first == "w"; }));
+  must(server, {"XCLAIM", "jobs", "pillbox", "w", "0", id, "IDLE", "86400000", "JUSTID"});
+  REQUIRE(e2e::eventually([&] { return pending_on(server, id).second == 2; }));  // claimed by its own worker
+  CHECK(w.wait(std::chrono::seconds(60)) == 0);
+  INFO(w.err());
+  // One verdict, one result: the run that was going on, settled at delivery 2.
+  const std::string out = w.out();
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  const auto line = json::parse(out, nullptr, false);
+  REQUIRE_FALSE(line.is_discarded());
+  CHECK(line["verdict"] == "ok");
+  CHECK(line["deliveries"] == 2);
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].fields.at("deliveries") == "2");
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
 TEST_CASE("worker (hostile): an entry deleted while it runs is never settled, whoever notices first") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
