@@ -1,5 +1,6 @@
 #include "supervisor/broker/stream_protocol.h"
 
+#include <cstdio>
 #include <mutex>
 
 namespace pillbox::broker {
@@ -259,6 +260,47 @@ Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::s
   auto r = redis.command({"XGROUP", "CREATE", keys.stream, group, "0", "MKSTREAM"});
   if (!r && r.error().find("BUSYGROUP") == std::string::npos) return Status::error(r.error());
   return Status::ok();
+}
+
+namespace {
+
+// A value of an XINFO reply (a flat list: name, value, ...), "" when absent.
+std::string info_field(const redisReply* r, std::string_view name) {
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return "";
+  for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+    if (reply_text(r->element[i]) == name) return reply_text(r->element[i + 1]);
+  }
+  return "";
+}
+
+// "MS-SEQ" as a pair that orders as stream ids do; nullopt when not one.
+std::optional<std::pair<unsigned long long, unsigned long long>> stream_id(const std::string& id) {
+  unsigned long long ms = 0, seq = 0;
+  char extra = 0;
+  if (std::sscanf(id.c_str(), "%llu-%llu%c", &ms, &seq, &extra) != 2) return std::nullopt;
+  return std::pair{ms, seq};
+}
+
+}  // namespace
+
+std::string group_ahead_of_stream(RedisConnection& redis, const StreamKeys& keys, const std::string& group) {
+  auto stream = redis.command({"XINFO", "STREAM", keys.stream});
+  auto groups = redis.command({"XINFO", "GROUPS", keys.stream});
+  if (!stream || !groups || (*groups)->type != REDIS_REPLY_ARRAY) return "";
+  const std::string last = info_field(stream->get(), "last-generated-id");
+  for (std::size_t i = 0; i < (*groups)->elements; ++i) {
+    const redisReply* g = (*groups)->element[i];
+    if (info_field(g, "name") != group) continue;
+    const std::string delivered = info_field(g, "last-delivered-id");
+    const auto a = stream_id(delivered), b = stream_id(last);
+    if (a && b && *a > *b) {
+      return "the consumer group '" + group + "' of the stream '" + keys.stream + "' on " +
+             redis.address().describe() + " was set to have read up to " + delivered +
+             ", beyond the stream's last entry " + last +
+             ": entries added before that id is reached are never delivered to it (XGROUP SETID fixes it)";
+    }
+  }
+  return "";
 }
 
 Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,

@@ -64,6 +64,11 @@ inline constexpr std::chrono::hours kHistoryTtl{24 * 30};
 // stream is an error that says so.
 Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::string& group);
 
+// Not "": the group's last-delivered id is beyond the stream's last entry
+// (XGROUP SETID to a future id), so that new entries, whose ids are below
+// it, are never delivered to the group; says so and how to fix it.
+std::string group_ahead_of_stream(RedisConnection& redis, const StreamKeys& keys, const std::string& group);
+
 // New entries (never delivered to the group), at most `count`, waiting up to
 // `block` for the first (0: do not wait).
 Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,

@@ -399,6 +399,23 @@ TEST_CASE("worker (hostile): the group destroyed or the stream replaced mid-run 
   }
 }
 
+TEST_CASE("worker (hostile): a consumer group set to have read beyond the stream's end is reported, not silent") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  create_group(server);
+  // Every id the stream will give for 3,000 years is below this one: '>'
+  // delivers nothing to the group.
+  must(server, {"XGROUP", "SETID", "jobs", "pillbox", "99999999999999-0"});
+  add_task(server, "never-delivered", "fine");
+  const auto r = run_pillbox(worker_args(server, {"--exit-when-idle", "1s"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("warning: the consumer group 'pillbox' of the stream 'jobs' on " + server.url() +
+                   "/0 was set to have read up to 99999999999999-0, beyond the stream's last entry") !=
+        std::string::npos);
+  CHECK(terminal_safe(r.err));
+}
+
 TEST_CASE("worker (hostile): an entry claimed or acknowledged by another consumer while it runs is not settled here") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
