@@ -517,4 +517,34 @@ TEST_CASE("worker (hostile): an entry deleted and dropped from the pending list 
   CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
 }
 
+TEST_CASE("worker (hostile): a child's flood of output is bounded by --max-output; bytes that are not UTF-8 go as base64") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string at_cap = add_task(server, "at-cap", "head -c 65536 /dev/zero | tr '\\0' a");
+  const std::string over_cap = add_task(server, "over-cap", "head -c 50000000 /dev/zero | tr '\\0' a");
+  const std::string not_utf8 = add_task(server, "not-utf8", "head -c 65536 /dev/zero | tr '\\0' '\\377'");
+  // One line of 50 MB on stderr, then a failure: its message is the end of that line.
+  const std::string stderr_flood = add_task(server, "stderr-flood", "head -c 50000000 /dev/zero | tr '\\0' e >&2; exit 3");
+  const auto r = run_pillbox({"worker", "--redis", server.url(), "--stream", "jobs", "--max-output", "64K",
+                              "--backoff-base", "10ms", "--exit-when-idle", "1s", "--json", "--", "/bin/sh"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto results = by_entry(server, "jobs:results");
+  const auto dlq = by_entry(server, "jobs:dlq");
+  REQUIRE(results.count(at_cap) == 1);
+  CHECK(results.at(at_cap).at("output") == std::string(65536, 'a'));
+  REQUIRE(results.count(not_utf8) == 1);
+  CHECK(results.at(not_utf8).count("output") == 0);
+  CHECK(results.at(not_utf8).at("output_b64").size() == (65536 + 2) / 3 * 4);
+  REQUIRE(dlq.count(over_cap) == 1);
+  CHECK(dlq.at(over_cap).at("kind") == "output-limit");
+  REQUIRE(dlq.count(stderr_flood) == 1);
+  CHECK(dlq.at(stderr_flood).at("kind") == "handler-error");
+  std::size_t biggest = 0;
+  for (const auto& e : e2e::stream_entries(server, "jobs:dlq")) {
+    for (const auto& [k, v] : e.fields) biggest = std::max(biggest, v.size());
+  }
+  CHECK(biggest < 64 * 1024);  // no field of a dead letter carries the flood
+}
+
 }  // namespace
