@@ -1,9 +1,42 @@
 #include "supervisor/broker/delivery_history.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
+#include <type_traits>
 
 namespace pillbox::broker {
+namespace {
+
+// A whole number of a record into `out`, when it fits; absent: `out` is
+// left as it is. A float (1e300) or a number out of range is false: the
+// record is not ours (a float converted to an int that cannot hold it is
+// undefined behaviour, which nlohmann's get<int>() does not guard against).
+template <typename T>
+bool read_number(const nlohmann::json& j, const char* name, T& out) {
+  const auto it = j.find(name);
+  if (it == j.end()) return true;
+  if (it->is_number_unsigned()) {
+    const auto v = it->template get<std::uint64_t>();
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+  if (!it->is_number_integer()) return false;
+  const auto v = it->template get<std::int64_t>();
+  if constexpr (std::is_unsigned_v<T>) {
+    if (v < 0) return false;
+  } else {
+    if (v < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+        v > static_cast<std::int64_t>(std::numeric_limits<T>::max())) {
+      return false;
+    }
+  }
+  out = static_cast<T>(v);
+  return true;
+}
+
+}  // namespace
 
 RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
                                   const Outcome& o, bool charged, bool transient, std::string note) {
@@ -71,7 +104,11 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
     RecordedDelivery d;
     d.delivery = delivery;
     d.worker = j.value("worker", "");
-    d.at_ms = j.value("at_ms", std::int64_t{0});
+    if (!read_number(j, "at_ms", d.at_ms) || !read_number(j, "signal", d.signal) ||
+        !read_number(j, "exit_code", d.exit_code) || !read_number(j, "cpu_ms", d.cpu_ms) ||
+        !read_number(j, "wall_ms", d.wall_ms) || !read_number(j, "max_rss_kb", d.max_rss_kb)) {
+      return std::nullopt;
+    }
     d.kind = j.value("kind", "");
     if (!d.kind.empty() && !kind_from_string(d.kind)) return std::nullopt;
     d.fingerprint = j.value("fingerprint", "");
@@ -79,8 +116,6 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
     d.transient = j.value("transient", false);
     d.note = j.value("note", "");
     d.started = j.value("started", false) && d.kind.empty();
-    d.signal = j.value("signal", 0);
-    d.exit_code = j.value("exit_code", -1);
     d.syscall = j.value("syscall", "");
     d.message = j.value("message", "").substr(0, kMaxRecordedMessage);
     if (j.contains("crash_state") && j["crash_state"].is_array()) {
@@ -88,9 +123,6 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
         if (f.is_string()) d.crash_state.push_back(f.get<std::string>());
       }
     }
-    d.cpu_ms = j.value("cpu_ms", std::uint64_t{0});
-    d.wall_ms = j.value("wall_ms", std::uint64_t{0});
-    d.max_rss_kb = j.value("max_rss_kb", std::uint64_t{0});
     return d;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;  // a field of the wrong type

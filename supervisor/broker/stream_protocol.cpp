@@ -1,5 +1,6 @@
 #include "supervisor/broker/stream_protocol.h"
 
+#include <cstdio>
 #include <mutex>
 
 namespace pillbox::broker {
@@ -18,11 +19,24 @@ local function held(stream, group, id, me)
   if #p == 0 then return false end
   return p[1][2] == me
 end
+
+-- An entry's recorded deliveries (HGETALL); when its key holds something
+-- else than a hash (not written by pillbox), the name of that type: HGETALL
+-- or HSET would fail the whole script, and with it the worker.
+local function history(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'none' then return {} end
+  if t ~= 'hash' then return t end
+  return redis.call('HGETALL', key)
+end
 )lua";
 
 // KEYS: stream, history. ARGV: group, me, id, field (delivery number), json, ttl ms.
+// Returns 1, 0 when not held, or the type the history key holds instead of a hash.
 constexpr const char* kRecordBody = R"lua(
 if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2]) then return 0 end
+local h = history(KEYS[2])
+if type(h) == 'string' then return h end
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
 return 1
@@ -33,16 +47,30 @@ return 1
 constexpr const char* kRedeliverBody = R"lua(
 if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2]) then return {} end
 local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3])
-if #c == 0 or not c[1] then return {} end
+if #c == 0 or not c[1] then
+  -- Deleted from the stream (XCLAIM dropped it from the pending list): its
+  -- history goes too, nobody can claim it any more.
+  redis.call('DEL', KEYS[2])
+  return {}
+end
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-return {p[1][4], redis.call('HGETALL', KEYS[2])}
+return {p[1][4], history(KEYS[2])}
 )lua";
 
 // KEYS: stream, target (or the stream again when none), history.
 // ARGV: group, me, id, has target (0/1), maxlen (0: none), fields...
 // Returns {} when not held, else {added id or ''}.
+// An entry deleted from the stream (XDEL, MAXLEN) while held is gone, as
+// Redis has it: the next XCLAIM or XAUTOCLAIM, by any worker, would drop it
+// from the pending list. So it is never settled, whoever notices first:
+// acknowledged, its history deleted, nothing added, and {} (not held).
 constexpr const char* kSettleBody = R"lua(
 if not held(KEYS[1], ARGV[1], ARGV[3], ARGV[2]) then return {} end
+if #redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3]) == 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  redis.call('DEL', KEYS[3])
+  return {}
+end
 local added = ''
 if ARGV[4] == '1' then
   local args = {KEYS[2]}
@@ -78,12 +106,15 @@ return lost
 // The history keys are derived from the stream's name (same hash tag).
 constexpr const char* kClaimBody = R"lua(
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+-- Entries deleted from the stream (XAUTOCLAIM dropped them from the pending
+-- list, Redis 7): their history goes too, nobody can claim them any more.
+for _, id in ipairs(r[3] or {}) do redis.call('DEL', ARGV[6] .. id) end
 local out = {}
 for _, e in ipairs(r[2]) do
   if e and e[2] then
     local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
     if #p > 0 then
-      out[#out + 1] = {e[1], e[2], p[1][4], redis.call('HGETALL', ARGV[6] .. e[1])}
+      out[#out + 1] = {e[1], e[2], p[1][4], history(ARGV[6] .. e[1])}
     end
   end
 end
@@ -156,11 +187,64 @@ std::map<std::uint32_t, std::string> history_of(const redisReply* r) {
   return out;
 }
 
+// An entry's history as the scripts return it: the hash's fields, or the
+// type its key holds instead (`history_type`).
+void read_history(const redisReply* r, Delivery& d) {
+  if (r != nullptr && r->type == REDIS_REPLY_ARRAY) {
+    d.history = history_of(r);
+  } else {
+    d.history_type = reply_text(r);
+    if (d.history_type.empty()) d.history_type = "?";
+  }
+}
+
 Error malformed(const RedisConnection& redis, const std::string& what) {
   return Error{"Redis at " + redis.address().describe() + ": unexpected reply to " + what};
 }
 
 std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
+
+std::string not_a_stream(const RedisConnection& redis, std::string_view key, const std::string& type,
+                         const std::string& advice) {
+  return "the key '" + std::string(key) + "' on " + redis.address().describe() + " holds a " + type +
+         ", not a stream: " + advice;
+}
+
+// Redis names no key in a WRONGTYPE, NOGROUP or UNBLOCKED error (a script's
+// is about "@user_script:19"): says which key is not what the worker needs,
+// as create_group does at the start. Such errors stop the worker (every
+// later step would fail alike); the operator must know what to fix.
+// `target`: the stream the step adds to (results, dead letters), if any.
+Error explained(RedisConnection& redis, const StreamKeys& keys, const std::string& group, const std::string& error,
+                std::string_view target = {}) {
+  const bool wrong_type = error.find("WRONGTYPE") != std::string::npos;
+  const bool no_group =
+      error.find("NOGROUP") != std::string::npos || error.find("UNBLOCKED") != std::string::npos;
+  if ((!wrong_type && !no_group) || redis.broken()) return Error{error};
+  auto type_of = [&](std::string_view key) -> std::string {
+    auto t = redis.command({"TYPE", key});
+    return t ? reply_text(t->get()) : "";
+  };
+  const std::string stream = type_of(keys.stream);
+  if (stream != "stream" && stream != "none" && !stream.empty()) {
+    return Error{not_a_stream(redis, keys.stream, stream, "it was replaced while the worker ran; give another --stream, or remove that key")};
+  }
+  if (stream == "none") {
+    return Error{"the stream '" + keys.stream + "' on " + redis.address().describe() +
+                 " was deleted while the worker ran, and its consumer group with it"};
+  }
+  if (!target.empty()) {
+    const std::string t = type_of(target);
+    if (t != "stream" && t != "none" && !t.empty()) {
+      return Error{not_a_stream(redis, target, t, "pillbox adds to it; remove or rename that key")};
+    }
+  }
+  if (no_group) {
+    return Error{"the consumer group '" + group + "' of the stream '" + keys.stream + "' on " +
+                 redis.address().describe() + " was destroyed while the worker ran (XGROUP DESTROY)"};
+  }
+  return Error{error};
+}
 
 }  // namespace
 
@@ -173,8 +257,7 @@ Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::s
   if (!type) return Status::error(type.error());
   const std::string t = reply_text(type->get());
   if (t != "none" && t != "stream") {
-    return Status::error("the key '" + keys.stream + "' on " + redis.address().describe() + " holds a " + t +
-                         ", not a stream: give another --stream, or remove that key");
+    return Status::error(not_a_stream(redis, keys.stream, t, "give another --stream, or remove that key"));
   }
   if (t == "stream") {
     // An existing group needs no write (a full Redis refuses XGROUP CREATE
@@ -193,6 +276,47 @@ Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::s
   return Status::ok();
 }
 
+namespace {
+
+// A value of an XINFO reply (a flat list: name, value, ...), "" when absent.
+std::string info_field(const redisReply* r, std::string_view name) {
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return "";
+  for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
+    if (reply_text(r->element[i]) == name) return reply_text(r->element[i + 1]);
+  }
+  return "";
+}
+
+// "MS-SEQ" as a pair that orders as stream ids do; nullopt when not one.
+std::optional<std::pair<unsigned long long, unsigned long long>> stream_id(const std::string& id) {
+  unsigned long long ms = 0, seq = 0;
+  char extra = 0;
+  if (std::sscanf(id.c_str(), "%llu-%llu%c", &ms, &seq, &extra) != 2) return std::nullopt;
+  return std::pair{ms, seq};
+}
+
+}  // namespace
+
+std::string group_ahead_of_stream(RedisConnection& redis, const StreamKeys& keys, const std::string& group) {
+  auto stream = redis.command({"XINFO", "STREAM", keys.stream});
+  auto groups = redis.command({"XINFO", "GROUPS", keys.stream});
+  if (!stream || !groups || (*groups)->type != REDIS_REPLY_ARRAY) return "";
+  const std::string last = info_field(stream->get(), "last-generated-id");
+  for (std::size_t i = 0; i < (*groups)->elements; ++i) {
+    const redisReply* g = (*groups)->element[i];
+    if (info_field(g, "name") != group) continue;
+    const std::string delivered = info_field(g, "last-delivered-id");
+    const auto a = stream_id(delivered), b = stream_id(last);
+    if (a && b && *a > *b) {
+      return "the consumer group '" + group + "' of the stream '" + keys.stream + "' on " +
+             redis.address().describe() + " was set to have read up to " + delivered +
+             ", beyond the stream's last entry " + last +
+             ": entries added before that id is reached are never delivered to it (XGROUP SETID fixes it)";
+    }
+  }
+  return "";
+}
+
 Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                          std::size_t count, std::chrono::milliseconds block) {
   const std::string n = std::to_string(count == 0 ? 1 : count);
@@ -204,7 +328,7 @@ Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKey
   }
   args.insert(args.end(), {"STREAMS", keys.stream, ">"});
   auto r = redis.command(args);
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error());
   std::vector<Delivery> out;
   const redisReply* top = r->get();
   if (top->type == REDIS_REPLY_NIL) return out;  // nothing new within `block`
@@ -231,7 +355,7 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
   const std::string idle = ms_text(min_idle);
   const std::string n = std::to_string(count == 0 ? 1 : count);
   auto r = eval(redis, kClaimBody, {keys.stream}, {consumer.group, consumer.name, idle, start, n, keys.history_prefix});
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error());
   const redisReply* top = r->get();
   if (top->type != REDIS_REPLY_ARRAY || top->elements != 2) return malformed(redis, "the claim script");
   Claimed c;
@@ -243,35 +367,41 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
     Delivery d;
     d.entry = reply_text(e->element[0]);
     d.fields = field_pairs(e->element[1]);
-    d.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(e->element[2], 1)));
-    d.history = history_of(e->element[3]);
+    d.count = reply_integer(e->element[2], 1);
+    read_history(e->element[3], d);
     c.deliveries.push_back(std::move(d));
   }
   return c;
 }
 
-Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                               const std::string& entry, std::uint32_t delivery, const std::string& outcome_json) {
+Expected<Recorded> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                   const std::string& entry, std::int64_t delivery, const std::string& outcome_json) {
   const std::string d = std::to_string(delivery);
   const std::string ttl = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kHistoryTtl).count());
   const std::string history = keys.history(entry);
   auto r = eval(redis, kRecordBody, {keys.stream, history}, {consumer.group, consumer.name, entry, d, outcome_json, ttl});
-  if (!r) return Error{r.error()};
-  return reply_integer(r->get(), 0) == 1;
+  if (!r) return explained(redis, keys, consumer.group, r.error());
+  Recorded out;
+  if ((*r)->type == REDIS_REPLY_STRING) {
+    out.history_type = reply_text(r->get());
+  } else {
+    out.held = reply_integer(r->get(), 0) == 1;
+  }
+  return out;
 }
 
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                             const std::string& entry) {
   const std::string history = keys.history(entry);
   auto r = eval(redis, kRedeliverBody, {keys.stream, history}, {consumer.group, consumer.name, entry});
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error());
   const redisReply* top = r->get();
   if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the redeliver script");
   if (top->elements < 2) return std::optional<Delivery>{};
   Delivery out;
   out.entry = entry;
-  out.count = static_cast<std::uint32_t>(std::max(1ll, reply_integer(top->element[0], 1)));
-  out.history = history_of(top->element[1]);
+  out.count = reply_integer(top->element[0], 1);
+  read_history(top->element[1], out);
   return std::optional<Delivery>(std::move(out));
 }
 
@@ -286,11 +416,34 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
     argv.push_back(v);
   }
   auto r = eval(redis, kSettleBody, {keys.stream, target.empty() ? std::string_view(keys.stream) : target, history}, argv);
-  if (!r) return Error{r.error()};
+  if (!r) return explained(redis, keys, consumer.group, r.error(), target);
   const redisReply* top = r->get();
   if (top->type != REDIS_REPLY_ARRAY) return malformed(redis, "the settle script");
   if (top->elements == 0) return std::optional<std::string>{};
   return std::optional<std::string>(reply_text(top->element[0]));
+}
+
+std::string why_not_held(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                         const std::string& entry) {
+  auto p = redis.command({"XPENDING", keys.stream, consumer.group, entry, entry, "1"});
+  if (!p) return "no longer held by this worker";
+  const redisReply* top = p->get();
+  if (top->type == REDIS_REPLY_ARRAY && top->elements > 0 && top->element[0]->type == REDIS_REPLY_ARRAY &&
+      top->element[0]->elements >= 4) {
+    const redisReply* e = top->element[0];
+    if (reply_text(e->element[1]) != consumer.name) {
+      return "taken over by another consumer of the group (this one held it longer than --claim-idle, or it was "
+             "claimed by hand)";
+    }
+    // Pending on this worker again: it was not when the step ran.
+    return "claimed back by this worker meanwhile (delivery count " + std::to_string(reply_integer(e->element[3], 0)) +
+           ")";
+  }
+  auto x = redis.command({"XRANGE", keys.stream, entry, entry});
+  if (x && (*x)->type == REDIS_REPLY_ARRAY && (*x)->elements > 0) {
+    return "acknowledged by someone else (XACK) while this worker held it";
+  }
+  return "no longer in the stream: deleted (XDEL, or trimmed by MAXLEN), or settled by a worker that took it over";
 }
 
 Expected<std::vector<std::string>> renew(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,

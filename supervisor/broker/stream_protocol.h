@@ -45,8 +45,13 @@ struct Consumer {
 struct Delivery {
   std::string entry;                                       // the stream entry id
   std::vector<std::pair<std::string, std::string>> fields;  // as added (submit: key, payload)
-  std::uint32_t count = 1;                                  // Redis's delivery count, this one included
+  // Redis's delivery count, this one included, as Redis says it: anyone can
+  // set it (XCLAIM ... RETRYCOUNT) to anything, negative once it wraps.
+  std::int64_t count = 1;
   std::map<std::uint32_t, std::string> history;             // delivery number -> recorded outcome (JSON)
+  // Not "": the entry's history key holds this type instead of a hash (not
+  // written by pillbox); `history` is empty.
+  std::string history_type;
 };
 
 // How long an entry's recorded history lives after its last write: it is
@@ -58,6 +63,11 @@ inline constexpr std::chrono::hours kHistoryTtl{24 * 30};
 // missing). An existing group is fine. A key of that name that is not a
 // stream is an error that says so.
 Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::string& group);
+
+// Not "": the group's last-delivered id is beyond the stream's last entry
+// (XGROUP SETID to a future id), so that new entries, whose ids are below
+// it, are never delivered to the group; says so and how to fix it.
+std::string group_ahead_of_stream(RedisConnection& redis, const StreamKeys& keys, const std::string& group);
 
 // New entries (never delivered to the group), at most `count`, waiting up to
 // `block` for the first (0: do not wait).
@@ -75,15 +85,21 @@ struct Claimed {
 Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                              std::chrono::milliseconds min_idle, const std::string& start, std::size_t count);
 
-// Records what delivery `delivery` of `entry` ended in. False: this consumer
-// no longer holds the entry (nothing was written).
-Expected<bool> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
-                               const std::string& entry, std::uint32_t delivery, const std::string& outcome_json);
+// Records what delivery `delivery` of `entry` ended in. Not `held`: this
+// consumer no longer holds the entry; a `history_type`:
+// the entry's history key holds that instead of a hash. Either way nothing
+// was written.
+struct Recorded {
+  bool held = true;
+  std::string history_type;
+};
+Expected<Recorded> record_delivery(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                                   const std::string& entry, std::int64_t delivery, const std::string& outcome_json);
 
 // Delivers the entry to this consumer again, for a retry (XCLAIM: the count
 // rises by one). nullopt: the entry is no longer this consumer's, or it was
 // deleted. The delivery has no fields (the caller has them) but the whole
-// history.
+// history (or its `history_type`).
 Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                             const std::string& entry);
 
@@ -95,6 +111,12 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
 Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                             const std::string& entry, const std::string& target, std::size_t maxlen,
                                             const std::vector<std::pair<std::string, std::string>>& fields);
+
+// Why this consumer no longer holds `entry`, once a fenced step did
+// nothing: a second look (XPENDING, XRANGE), for the message only (taken
+// over, acknowledged elsewhere, deleted).
+std::string why_not_held(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
+                         const std::string& entry);
 
 // Resets the idle time of the entries this consumer holds without counting
 // a delivery, so that no other worker takes them over while they run or

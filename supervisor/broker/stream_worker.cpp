@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "shared/base64.h"
@@ -16,11 +17,23 @@ namespace {
 
 constexpr std::size_t kMaxKnownGood = 64 * 1024;  // larger payloads are not kept as probes
 
-const std::string* field(const Delivery& d, std::string_view name) {
-  for (const auto& [k, v] : d.fields) {
+std::string* field(Delivery& d, std::string_view name) {
+  for (auto& [k, v] : d.fields) {
     if (k == name) return &v;
   }
   return nullptr;
+}
+
+// A field the worker reads given more than once (a stream entry may repeat
+// a field name): which one is meant is a guess, and whoever reads the entry
+// later may guess otherwise (a map keeps the last) and believe another
+// payload ran. What it says, or "".
+std::string repeated_field(const Delivery& d) {
+  for (const std::string_view name : {"key", "payload", "redrive_of"}) {
+    const auto n = std::count_if(d.fields.begin(), d.fields.end(), [&](const auto& f) { return f.first == name; });
+    if (n > 1) return "stream entry " + d.entry + " has " + std::to_string(n) + " `" + std::string(name) + "` fields";
+  }
+  return "";
 }
 
 Outcome protocol_error(const std::string& message, const std::string& handler_identity) {
@@ -38,6 +51,27 @@ Outcome workers_lost(std::size_t lost, const std::string& handler_identity) {
               " times to workers that never reported back (each died or lost Redis while it held this entry)";
   o.fingerprint = make_fingerprint(o.kind, "", {}, handler_identity);
   return o;
+}
+
+// An entry whose history key is not a hash (stream_protocol.h:
+// Delivery::history_type): whatever put it there, its deliveries cannot be
+// judged; dead-lettered (the settle deletes that key) rather than stopping
+// the worker on the script error, which would stop every worker that
+// claims it.
+Outcome history_not_a_hash(const StreamKeys& keys, const std::string& entry, const std::string& type,
+                           const std::string& handler_identity) {
+  return protocol_error("the history of stream entry " + entry + " (key " + keys.history(entry) + ") holds a " + type +
+                            ", not a hash: not written by pillbox, its deliveries cannot be judged",
+                        handler_identity);
+}
+
+bool judgeable(std::int64_t delivery) { return delivery >= 1 && delivery <= kMaxDeliveries; }
+
+Outcome count_out_of_range(const std::string& entry, std::int64_t delivery, const std::string& handler_identity) {
+  return protocol_error("stream entry " + entry + " is at delivery count " + std::to_string(delivery) +
+                            ", not within 1.." + std::to_string(kMaxDeliveries) +
+                            ": set by hand (XCLAIM ... RETRYCOUNT), not by deliveries; its history is not read",
+                        handler_identity);
 }
 
 std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
@@ -69,13 +103,17 @@ StreamWorker::StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLi
                          if (held.empty()) return {};
                          auto lost = renew(redis, keys, consumer, held);
                          if (!lost || lost->empty()) return {};
-                         return [this, ids = std::move(*lost)] {
-                           for (const auto& id : ids) {
+                         std::vector<std::pair<std::string, std::string>> whys;
+                         for (const auto& id : *lost) {
+                           whys.emplace_back(id, why_not_held(redis, keys, consumer, id));
+                         }
+                         return [this, whys = std::move(whys)] {
+                           for (const auto& [id, why] : whys) {
                              for (auto& [ref, e] : entries_) {
                                // A running entry finds out when it settles; one
                                // that waits is forgotten now.
                                if (e.id == id && e.where != Where::kRunning && e.where != Where::kBusy) {
-                                 taken_over(ref);
+                                 taken_over(ref, why);
                                  break;
                                }
                              }
@@ -155,12 +193,12 @@ void StreamWorker::forget(std::uint64_t ref) {
   entries_.erase(it);
 }
 
-void StreamWorker::taken_over(std::uint64_t ref) {
+void StreamWorker::taken_over(std::uint64_t ref, const std::string& why) {
   auto it = entries_.find(ref);
   if (it == entries_.end()) return;
   ++report_.taken_over;
   WorkerVerdict v{WorkerVerdict::Type::kTakenOver, it->second.id, it->second.delivery, "",
-                  "another worker took the entry over (this one held it longer than --claim-idle)"};
+                  "not settled here: " + why};
   out_.on_verdict(it->second.task, Outcome{}, v);
   forget(ref);
 }
@@ -227,14 +265,18 @@ void StreamWorker::intake(std::size_t free_slots, Clock::time_point now) {
 }
 
 void StreamWorker::claimed_again(Entry& e, const Delivery& d) {
+  // Its own claim scan took it over from itself (its claim lapsed while
+  // Redis was away, or someone made it look idle: XCLAIM ... IDLE). Not a
+  // second copy (two runs): the one here goes on at the new count.
   ++report_.claimed_again;
-  const std::uint32_t mine = e.delivery;
+  const std::int64_t mine = e.delivery;
   e.delivery = d.count;
   // The delivery this worker holds it at is marked, so that it is not
   // counted as one that never reported back; deliveries in between (when
   // another worker had it) keep what they have. The running attempt's
   // outcome is recorded at the new count.
-  const auto note = recorded_release(mine, settings_.consumer.name, wall_ms(),
+  if (!judgeable(mine)) return;
+  const auto note = recorded_release(static_cast<std::uint32_t>(mine), settings_.consumer.name, wall_ms(),
                                      "claimed again by the worker that held it (its renewal came late)");
   if (e.history.recorded.empty() || e.history.recorded.back().delivery != mine) {
     writer_.post([this, keys = settings_.keys, consumer = settings_.consumer, id = e.id, mine,
@@ -259,15 +301,34 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   e.id = d.entry;
   e.delivery = d.count;
   e.task.ref = ref;
-  e.history = entry_history(d.count, d.history);
+  // The history is read delivery by delivery: only at a count deliveries reach.
+  if (judgeable(d.count)) e.history = entry_history(static_cast<std::uint32_t>(d.count), d.history);
   const std::string* key = field(d, "key");
-  const std::string* payload = field(d, "payload");
+  std::string* payload = field(d, "payload");
   e.task.key = key != nullptr ? *key : "entry:" + d.entry;
   if (const std::string* r = field(d, "redrive_of")) e.redrive_of = *r;
   hold_claim(e);
   if (stopping_) {
     // Read as the worker began to stop: not run here.
     release(e, Outcome{}, "the worker is stopping");
+    return;
+  }
+  if (!judgeable(d.count)) {
+    ++report_.protocol_errors;
+    dead_letter(e, count_out_of_range(d.entry, d.count, settings_.identity.handler_identity),
+                "delivery count out of range: not run");
+    return;
+  }
+  if (!d.history_type.empty()) {
+    ++report_.protocol_errors;
+    dead_letter(e, history_not_a_hash(settings_.keys, d.entry, d.history_type, settings_.identity.handler_identity),
+                "history not readable: not run");
+    return;
+  }
+  if (const std::string repeated = repeated_field(d); !repeated.empty()) {
+    ++report_.protocol_errors;
+    dead_letter(e, protocol_error(repeated + ": which one is meant is ambiguous", settings_.identity.handler_identity),
+                "malformed entry: not run");
     return;
   }
   if (payload == nullptr) {
@@ -277,15 +338,17 @@ void StreamWorker::admit(Delivery d, bool claimed) {
                 "malformed entry: not run");
     return;
   }
-  if (payload->size() > settings_.max_payload) {
+  // Kept even when oversized: the dead letter carries it (it is deleted from
+  // the stream) and its record its true size and hash.
+  e.task.payload = std::move(*payload);
+  if (e.task.payload.size() > settings_.max_payload) {
     ++report_.protocol_errors;
-    dead_letter(e, protocol_error("payload of " + std::to_string(payload->size()) + " bytes is over the limit of " +
+    dead_letter(e, protocol_error("payload of " + std::to_string(e.task.payload.size()) + " bytes is over the limit of " +
                                       std::to_string(settings_.max_payload) + " bytes",
                                   settings_.identity.handler_identity),
                 "oversized payload: not run");
     return;
   }
-  e.task.payload = *payload;
   if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
     dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),
                 std::to_string(e.history.lost.size()) + " deliveries never reported back: it kills workers; not run again");
@@ -515,11 +578,10 @@ void StreamWorker::review_parked() {
   }
 }
 
-std::function<void(bool)> StreamWorker::then(std::uint64_t ref, std::function<void(Entry&)> next) {
-  return [this, ref, next = std::move(next)](bool held) {
+std::function<void()> StreamWorker::then(std::uint64_t ref, std::function<void(Entry&)> next) {
+  return [this, ref, next = std::move(next)]() {
     auto it = entries_.find(ref);
     if (it == entries_.end()) return;
-    if (!held) return taken_over(ref);
     if (stopping_) return release(it->second, Outcome{}, "the worker is stopping");
     next(it->second);
   };
@@ -533,15 +595,34 @@ void StreamWorker::hold_for_outage(Entry& e, const Outcome& outcome) {
          }));
 }
 
-void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void(bool)> after) {
+void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<void()> after) {
   e.where = Where::kBusy;
   writer_.post([this, ref = e.task.ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
                 delivery = e.delivery, json = delivery_json(d),
                 after = std::move(after)](RedisConnection& redis) -> BrokerLink::Done {
     auto r = record_delivery(redis, keys, consumer, id, delivery, json);
-    return [this, ref, r = std::move(r), after]() {
+    const std::string why = r && !r->held ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, ref, r = std::move(r), why, after]() {
       if (!r) return on_entry_error(ref, r.error());
-      after(*r);
+      if (!r->held) {
+        auto it = entries_.find(ref);
+        if (it == entries_.end()) return;
+        if (it->second.released) return forget(ref);  // its verdict was given
+        return taken_over(ref, why);
+      }
+      if (!r->history_type.empty()) {
+        auto it = entries_.find(ref);
+        if (it == entries_.end()) return;
+        // A released entry is left as it is (the next worker to claim it
+        // dead-letters it); any other is dead-lettered now.
+        if (it->second.released) return forget(ref);
+        ++report_.protocol_errors;
+        return dead_letter(it->second,
+                           history_not_a_hash(settings_.keys, it->second.id, r->history_type,
+                                              settings_.identity.handler_identity),
+                           "history not readable: not run again");
+      }
+      after();
     };
   });
   // What this worker knows of the history from now on (a probe's record
@@ -566,8 +647,13 @@ void StreamWorker::record_start(Entry& e) {
       if (!r) return on_entry_error(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!*r) return taken_over(ref);
       Entry& e = it->second;
+      if (!r->held) return taken_over(ref, "no longer held by this worker when its start was to be recorded");
+      if (!r->history_type.empty()) {
+        ++report_.protocol_errors;
+        return dead_letter(e, history_not_a_hash(settings_.keys, e.id, r->history_type, settings_.identity.handler_identity),
+                           "history not readable: not run again");
+      }
       if (stopping_) return release(e, Outcome{}, "the worker is stopping");
       e.start_recorded = delivery;
       e.where = Where::kReady;
@@ -585,18 +671,30 @@ void StreamWorker::redeliver_now(Entry& e) {
   e.where = Where::kBusy;
   ++report_.retried;
   const std::uint64_t ref = e.task.ref;
-  writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer,
-                id = e.id](RedisConnection& redis) -> BrokerLink::Done {
+  writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
+                delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
     auto r = redeliver(redis, keys, consumer, id);
-    return [this, ref, r = std::move(r)]() mutable {
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, ref, why, r = std::move(r)]() mutable {
       if (!r) return on_entry_error(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!*r) return taken_over(ref);
+      if (!*r) return taken_over(ref, why);
       Entry& e = it->second;
       e.delivery = (*r)->count;
-      e.history = entry_history(e.delivery, (*r)->history);
       hold_claim(e);
+      if (!judgeable(e.delivery)) {
+        ++report_.protocol_errors;
+        e.history = EntryHistory{};
+        return dead_letter(e, count_out_of_range(e.id, e.delivery, settings_.identity.handler_identity),
+                           "delivery count out of range: not run again");
+      }
+      e.history = entry_history(static_cast<std::uint32_t>(e.delivery), (*r)->history);
+      if (!(*r)->history_type.empty()) {
+        ++report_.protocol_errors;
+        return dead_letter(e, history_not_a_hash(settings_.keys, e.id, (*r)->history_type, settings_.identity.handler_identity),
+                           "history not readable: not run again");
+      }
       if (stopping_) return release(e, Outcome{}, "the worker is stopping");
       if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
         return dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),
@@ -624,6 +722,7 @@ void StreamWorker::release(Entry& e, const Outcome& outcome, const std::string& 
       !e.history.recorded.empty() && e.history.recorded.back().delivery == e.delivery;
   const std::uint64_t ref = e.task.ref;
   ready_.erase(std::remove(ready_.begin(), ready_.end(), ref), ready_.end());
+  e.released = true;
   ++report_.released;
   e.released = true;
   WorkerVerdict v{WorkerVerdict::Type::kReleased, e.id, e.delivery, "", why};
@@ -636,7 +735,7 @@ void StreamWorker::release(Entry& e, const Outcome& outcome, const std::string& 
     forget(ref);
     return;
   }
-  record(e, d, [this, ref](bool) { forget(ref); });
+  record(e, d, [this, ref] { forget(ref); });
 }
 
 void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
@@ -662,14 +761,15 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
   }
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, fields = std::move(fields), keys = settings_.keys, consumer = settings_.consumer,
-                id = e.id, target = settings_.results ? settings_.keys.results : std::string(),
+                id = e.id, delivery = e.delivery, target = settings_.results ? settings_.keys.results : std::string(),
                 maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, target, maxlen, fields);
-    return [this, ref, outcome, r = std::move(r)]() {
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, ref, outcome, why, r = std::move(r)]() {
       if (!r) return on_entry_error(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!*r) return taken_over(ref);
+      if (!*r) return taken_over(ref, why);
       ++report_.ok;
       WorkerVerdict v{WorkerVerdict::Type::kOk, it->second.id, it->second.delivery, **r, "ok"};
       out_.on_verdict(it->second.task, outcome, v);
@@ -683,7 +783,8 @@ std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, co
   r.entry = make_quarantine_entry(settings_.identity, outcome, e.task.key, sha256_hex(e.task.payload),
                                   static_cast<std::int64_t>(e.task.payload.size()), "worker");
   r.created_at = r.updated_at = wall_ms();
-  auto j = nlohmann::json::parse(quarantine_record_json(r, e.delivery, false, ""), nullptr, false);
+  const auto attempts_made = judgeable(e.delivery) ? static_cast<std::uint32_t>(e.delivery) : 0u;
+  auto j = nlohmann::json::parse(quarantine_record_json(r, attempts_made, false, ""), nullptr, false);
   if (j.is_discarded()) j = nlohmann::json::object();
   j.erase("id");  // the dead-letter entry's id is the record's
   j.erase("new_fingerprint");
@@ -692,15 +793,27 @@ std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, co
   j["stream"] = {{"name", settings_.keys.stream}, {"group", settings_.consumer.group}, {"entry", e.id}};
   j["deliveries"] = e.delivery;
   nlohmann::json attempts = nlohmann::json::array();
-  std::size_t r_i = 0, l_i = 0;
-  for (std::uint32_t n = 1; n < e.delivery; ++n) {
-    if (r_i < e.history.recorded.size() && e.history.recorded[r_i].delivery == n) {
-      attempts.push_back(nlohmann::json::parse(delivery_json(e.history.recorded[r_i++])));
-    } else if (l_i < e.history.lost.size() && e.history.lost[l_i] == n) {
-      attempts.push_back({{"delivery", n}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
-      ++l_i;
+  // The deliveries before this one, recorded, lost or never started, in
+  // order: a merge of the three lists, never a walk up to the count (Redis
+  // may say anything).
+  const auto& recorded = e.history.recorded;
+  const auto& lost = e.history.lost;
+  const auto& unstarted = e.history.unstarted;
+  std::size_t r_i = 0, l_i = 0, u_i = 0;
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  for (;;) {
+    const std::int64_t r = r_i < recorded.size() ? recorded[r_i].delivery : kNone;
+    const std::int64_t l = l_i < lost.size() ? lost[l_i] : kNone;
+    const std::int64_t u = u_i < unstarted.size() ? unstarted[u_i] : kNone;
+    const std::int64_t n = std::min({r, l, u});
+    if (n == kNone || n >= e.delivery) break;
+    if (n == r) {
+      attempts.push_back(nlohmann::json::parse(delivery_json(recorded[r_i++])));
+    } else if (n == l) {
+      attempts.push_back({{"delivery", lost[l_i++]}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
     } else {
-      attempts.push_back({{"delivery", n}, {"kind", ""}, {"note", "never started: its worker died while it waited"}});
+      attempts.push_back(
+          {{"delivery", unstarted[u_i++]}, {"kind", ""}, {"note", "never started: its worker died while it waited"}});
     }
   }
   if (outcome.kind != Kind::kSupervisorLost && outcome.kind != Kind::kProtocolError) {
@@ -726,13 +839,14 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
   if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
-                consumer = settings_.consumer, id = e.id](RedisConnection& redis) -> BrokerLink::Done {
+                consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, keys.dlq, 0, fields);
-    return [this, ref, outcome, reason, r = std::move(r)]() {
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, ref, outcome, reason, why, r = std::move(r)]() {
       if (!r) return on_entry_error(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
-      if (!*r) return taken_over(ref);
+      if (!*r) return taken_over(ref, why);
       ++report_.dead_lettered;
       WorkerVerdict v{WorkerVerdict::Type::kDeadLettered, it->second.id, it->second.delivery, **r, reason};
       out_.on_verdict(it->second.task, outcome, v);

@@ -38,6 +38,15 @@
 
 namespace pillbox::broker {
 
+// The highest delivery count at which an entry is judged. Redis counts one
+// per delivery, but anyone can set the count (XCLAIM ... RETRYCOUNT) to
+// anything up to 2^63 - 1, and an entry's history is read delivery by
+// delivery (every one without a record is a lost one, listed in its dead
+// letter). Beyond it, or below 1, an entry is dead-lettered as
+// protocol-error, its history unread, unrun: no fleet reaches such counts by
+// delivering an entry (each delivery waits --claim-idle or a run).
+inline constexpr std::int64_t kMaxDeliveries = 10'000;
+
 struct WorkerSettings {
   StreamKeys keys;
   Consumer consumer;
@@ -63,11 +72,11 @@ struct WorkerVerdict {
     kOk,            // settled: result in NAME:results (`added`, "" with --no-results)
     kDeadLettered,  // settled: in NAME:dlq as `added`
     kReleased,      // left pending for another worker (gave up here, outage, stopping)
-    kTakenOver,     // another worker took the entry over first: nothing settled here
+    kTakenOver,     // no longer this worker's (taken over, claimed by hand, deleted): nothing settled here
   };
   Type type = Type::kOk;
   std::string entry;
-  std::uint32_t deliveries = 0;
+  std::int64_t deliveries = 0;
   std::string added;   // the results or dlq entry id
   std::string reason;
 };
@@ -124,7 +133,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     Task task;                 // task.ref is the key of entries_
     std::string id;            // stream entry id
     std::string redrive_of;    // the dead letter this entry redrives (field `redrive_of`), ""
-    std::uint32_t delivery = 1;
+    std::int64_t delivery = 1;  // Redis's count: judged only within 1..kMaxDeliveries
     EntryHistory history;      // deliveries before `delivery`
     std::uint32_t transient_here = 0;
     bool solo = false;         // a suspect's delivery: runs alone, its start recorded first
@@ -151,13 +160,13 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void run_due(Clock::time_point now);
   void dead_letter(Entry& e, const Outcome& outcome, const std::string& reason);
   void settle_ok(Entry& e, const Outcome& outcome);
-  // Records the delivery's end (fenced); then `after` on the owner's thread
-  // (with false when the entry is no longer ours).
-  void record(Entry& e, const RecordedDelivery& d, std::function<void(bool held)> after);
+  // Records the delivery's end (fenced); then `after` on the owner's thread,
+  // when it was recorded (an entry no longer ours is taken over, one whose
+  // history is not a hash dead-lettered, unless released).
+  void record(Entry& e, const RecordedDelivery& d, std::function<void()> after);
   // What a record's answer leads to: `next` with the entry, unless it is
-  // gone, no longer this worker's (taken over) or the worker is stopping
-  // (released).
-  std::function<void(bool held)> then(std::uint64_t ref, std::function<void(Entry&)> next);
+  // gone or the worker is stopping (released).
+  std::function<void()> then(std::uint64_t ref, std::function<void(Entry&)> next);
   // Recorded uncharged ("held: handler outage suspected"); waits for the
   // breaker to close.
   void hold_for_outage(Entry& e, const Outcome& outcome);
@@ -167,7 +176,8 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void record_start(Entry& e);
   void redeliver_now(Entry& e);
   void release(Entry& e, const Outcome& outcome, const std::string& why);
-  void taken_over(std::uint64_t ref);
+  // The entry is no longer this worker's (`why`: why_not_held): nothing settled here.
+  void taken_over(std::uint64_t ref, const std::string& why);
   void forget(std::uint64_t ref);
   void hold_claim(const Entry& e);
   void on_error(const std::string& message);

@@ -19,6 +19,9 @@ Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSi
     if (auto s = create_group(*redis, settings.worker.keys, settings.worker.consumer.group); !s) {
       return Error{s.message(), s.code()};
     }
+    // Said, not fatal: entries pending on dead workers can still be taken over.
+    const std::string ahead = group_ahead_of_stream(*redis, settings.worker.keys, settings.worker.consumer.group);
+    if (!ahead.empty()) sink.on_notice("warning: " + ahead);
   }
   StreamWorker* worker_ptr = nullptr;
   // Lost-and-back news reaches the worker (one notice per outage, not per

@@ -113,12 +113,14 @@ class CliWorkerSink final : public broker::WorkerSink {
     switch (v.type) {
       case broker::WorkerVerdict::Type::kOk:
       case broker::WorkerVerdict::Type::kDeadLettered:
-        std::printf("%s  -> %s %s (entry %s, delivery %u)\n", outcome_line(task, outcome).c_str(),
-                    std::string(verdict_name(v.type)).c_str(), v.added.c_str(), v.entry.c_str(), v.deliveries);
+        std::printf("%s  -> %s %s (entry %s, delivery %lld)\n", outcome_line(task, outcome).c_str(),
+                    std::string(verdict_name(v.type)).c_str(), v.added.c_str(), v.entry.c_str(),
+                    static_cast<long long>(v.deliveries));
         break;
       default:
+        // The reason may quote Redis (an error, a count): inert too.
         std::printf("%-13s %s  entry %s: %s\n", std::string(verdict_name(v.type)).c_str(),
-                    table_cell(task.key, 200).c_str(), v.entry.c_str(), v.reason.c_str());
+                    table_cell(task.key, 200).c_str(), v.entry.c_str(), table_cell(v.reason, 0).c_str());
     }
     std::fflush(stdout);
   }

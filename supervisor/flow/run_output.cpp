@@ -27,14 +27,23 @@ std::string frame_text(const SymbolizedFrame& f) {
 }
 
 // For a terminal: anything a hostile child put in a message, a symbol name
-// or a path (invalid UTF-8, escape sequences) is shown as '?'.
+// or a path (invalid UTF-8, escape sequences) is shown as '?'. In valid
+// UTF-8 that includes the C1 controls (U+0080..U+009F, 0xC2 0x80..0x9F):
+// U+009B is CSI, which terminals that decode C1 act on like ESC [.
 std::string printable(std::string_view s) {
   const bool utf8 = is_valid_utf8(s);
   std::string out;
   out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f || (!utf8 && c >= 0x80)) out += '?';
-    else out += static_cast<char>(c);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (utf8 && c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
+      out += '?';
+      ++i;  // valid UTF-8: a continuation byte follows, 0x80 or more
+    } else if (c < 0x20 || c == 0x7f || (!utf8 && c >= 0x80)) {
+      out += '?';
+    } else {
+      out += static_cast<char>(c);
+    }
   }
   return out;
 }

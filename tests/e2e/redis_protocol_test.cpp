@@ -41,7 +41,7 @@ TEST_CASE("protocol: only the consumer that holds an entry can settle, record, r
   CHECK_FALSE(s->has_value());
   auto r = record_delivery(redis, kKeys, kB, id, 1, "{}");
   REQUIRE(r.has_value());
-  CHECK_FALSE(*r);
+  CHECK_FALSE(r->held);
   auto lost = renew(redis, kKeys, kB, {id});
   REQUIRE(lost.has_value());
   CHECK(*lost == std::vector<std::string>{id});
@@ -54,7 +54,7 @@ TEST_CASE("protocol: only the consumer that holds an entry can settle, record, r
   // A records, delivers again (the count rises), and the history comes back.
   r = record_delivery(redis, kKeys, kA, id, 1, R"({"kind":"crash"})");
   REQUIRE(r.has_value());
-  CHECK(*r);
+  CHECK(r->held);
   again = redeliver(redis, kKeys, kA, id);
   REQUIRE(again.has_value());
   REQUIRE(again->has_value());
@@ -87,7 +87,7 @@ TEST_CASE("protocol: a claim takes only idle entries, raises their count and bri
   REQUIRE(create_group(redis, kKeys, "pillbox").is_ok());
   const std::string id = add(redis, "p");
   REQUIRE(read_new(redis, kKeys, kA, 10, std::chrono::milliseconds(0)).has_value());
-  REQUIRE(record_delivery(redis, kKeys, kA, id, 1, "one").value());
+  REQUIRE(record_delivery(redis, kKeys, kA, id, 1, "one").value().held);
   // Not idle long enough: nothing.
   auto c = claim_idle(redis, kKeys, kB, std::chrono::hours(1), "0-0", 10);
   REQUIRE(c.has_value());

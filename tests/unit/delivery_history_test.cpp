@@ -49,7 +49,9 @@ TEST_CASE("delivery history: a message is bounded and bytes that are not UTF-8 d
 
 TEST_CASE("delivery history: fields that are not ours are unreadable, never a crash and never charged") {
   for (const char* garbage : {"", "not json", "[1,2]", "{\"kind\": 5}", "{\"kind\": \"no-such-kind\"}",
-                              "{\"charged\": \"yes\"}"}) {
+                              "{\"charged\": \"yes\"}", "{\"signal\": 1e300}", "{\"exit_code\": -1e30}",
+                              "{\"exit_code\": 4294967296}", "{\"cpu_ms\": -1}", "{\"at_ms\": 18446744073709551615}",
+                              "{\"wall_ms\": 1.5}"}) {
     INFO(garbage);
     CHECK_FALSE(parse_delivery(1, garbage).has_value());
     const auto h = entry_history(2, {{1, garbage}});

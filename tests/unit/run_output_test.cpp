@@ -201,6 +201,13 @@ TEST_CASE("outcome_line: one line per outcome") {
   CHECK(crash_line.find('\n') == std::string::npos);
 }
 
+TEST_CASE("outcome_line: escape sequences in a key are inert, UTF-8-encoded C1 controls (CSI) included") {
+  // U+009B (0xC2 0x9B) is CSI to a terminal that decodes C1; é (0xC3 0xA9)
+  // and U+00A0 (0xC2 0xA0) are text.
+  const std::string line = outcome_line(Task{"a\x1b[2J\xc2\x9b" "31m\r\n\xc3\xa9\xc2\xa0z", ""}, ok_outcome("x"));
+  CHECK(line == "ok                a?[2J?31m??\xc3\xa9\xc2\xa0z  (12 ms)");
+}
+
 TEST_CASE("RunSummary: counts per kind and groups by fingerprint") {
   RunSummary summary;
   summary.add(Task{"ok-1", ""}, ok_outcome("a"));
