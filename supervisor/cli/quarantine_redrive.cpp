@@ -34,27 +34,6 @@ Status refuse_runner_options(const Args& args) {
   return Status::ok();
 }
 
-// Record IDs, or --fingerprint and/or --kind, or --all (one of these), and --force.
-Status read_selection(const Args& args, broker::RedriveSettings& s) {
-  for (const auto& text : args.positional()) {
-    auto id = broker::parse_fleet_id(text);
-    if (!id) return Status::error(id.error());
-    s.ids.push_back(*id);
-  }
-  s.filter.fingerprint = args.value("fingerprint");
-  if (auto k = args.value("kind")) {
-    if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
-    s.filter.kind = *k;
-  }
-  const bool all = args.flag("all");
-  const bool filtered = s.filter.fingerprint || s.filter.kind;
-  if (!s.ids.empty() + filtered + all != 1) {
-    return Status::error("replay what? give record IDs, or --fingerprint FP and/or --kind K, or --all (one of these)");
-  }
-  s.force = args.flag("force");
-  return Status::ok();
-}
-
 // The store's replay's brakes, read by its reader, and --batch-timeout.
 Status read_brakes(const Args& args, broker::RedriveSettings& s) {
   ReplaySettings brakes;
@@ -85,7 +64,7 @@ int fleet_replay(const FleetContext& c) {
   const Args& args = c.args;
   if (auto s = refuse_runner_options(args); !s) return quarantine_error(s.message(), kExitUsage);
   broker::RedriveSettings settings;
-  if (auto s = read_selection(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
+  if (auto s = read_replay_selection(args, broker::parse_fleet_id, settings); !s) return quarantine_error(s.message(), kExitUsage);
   if (auto s = read_brakes(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
   auto out = read_result_files(args);
   if (!out) return quarantine_error(out.error(), kExitUsage);

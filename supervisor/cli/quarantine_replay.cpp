@@ -37,27 +37,6 @@ Expected<double> positive_number(const std::string& name, const std::string& tex
   return v;
 }
 
-// Record IDs, or --fingerprint and/or --kind, or --all (one of these), and --force.
-Status read_replay_selection(const Args& args, store::ReplaySelection& sel) {
-  for (const auto& text : args.positional()) {
-    auto id = parse_record_id(text);
-    if (!id) return Status::error(id.error());
-    sel.ids.push_back(*id);
-  }
-  sel.filter.fingerprint = args.value("fingerprint");
-  if (auto k = args.value("kind")) {
-    if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
-    sel.filter.kind = *k;
-  }
-  const bool all = args.flag("all");
-  const bool filtered = sel.filter.fingerprint || sel.filter.kind;
-  if (!sel.ids.empty() + filtered + all != 1) {
-    return Status::error("replay what? give record IDs, or --fingerprint FP and/or --kind K, or --all (one of these)");
-  }
-  sel.force = args.flag("force");
-  return Status::ok();
-}
-
 // --jobs, and the fixed consumer the payloads run under instead of the
 // recorded one: a new handler or command, a new policy.
 Status read_replay_runner(const Args& args, ReplaySettings& settings) {
@@ -136,7 +115,7 @@ int report_replay(const ReplayResult& result, bool write_errors) {
 int quarantine_replay(const QuarantineContext& c) {
   const Args& args = c.args;
   ReplaySettings settings;
-  if (auto s = read_replay_selection(args, settings.selection); !s) return quarantine_error(s.message(), kExitUsage);
+  if (auto s = read_replay_selection(args, parse_record_id, settings.selection); !s) return quarantine_error(s.message(), kExitUsage);
   if (auto s = read_replay_brakes(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
   if (auto s = read_replay_runner(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
   auto out = read_result_files(args);

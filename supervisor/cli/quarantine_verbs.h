@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "shared/failure_kind.h"
 #include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/store_access.h"
@@ -50,6 +51,30 @@ int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bund
 int quarantine_stats(const QuarantineContext& c);   // stats
 int quarantine_replay(const QuarantineContext& c);  // replay
 int quarantine_import(const QuarantineContext& c);  // import FILES...
+
+// What a replay acts on: record IDs (read by `parse_id`), or --fingerprint
+// and/or --kind, or --all (exactly one of these), and --force; into any
+// selection with `ids`, `filter` and `force` (the store's and the fleet's).
+template <class Selection, class ParseId>
+Status read_replay_selection(const Args& args, ParseId parse_id, Selection& sel) {
+  for (const auto& text : args.positional()) {
+    auto id = parse_id(text);
+    if (!id) return Status::error(id.error());
+    sel.ids.push_back(*id);
+  }
+  sel.filter.fingerprint = args.value("fingerprint");
+  if (auto k = args.value("kind")) {
+    if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
+    sel.filter.kind = *k;
+  }
+  const bool all = args.flag("all");
+  const bool filtered = sel.filter.fingerprint || sel.filter.kind;
+  if (!sel.ids.empty() + filtered + all != 1) {
+    return Status::error("replay what? give record IDs, or --fingerprint FP and/or --kind K, or --all (one of these)");
+  }
+  sel.force = args.flag("force");
+  return Status::ok();
+}
 
 // --batch, --rate, --stop-after and --max-failure-ratio: how fast a replay
 // goes and when it stops (both quarantines).

@@ -169,6 +169,15 @@ long long redis_integer(const RedisServer& server, const std::vector<std::string
   return (*reply)->integer;
 }
 
+std::pair<std::string, long long> pending_on(const RedisServer& server, const std::string& id,
+                                             const std::string& stream, const std::string& group) {
+  auto redis = connect(server);
+  auto r = redis.command({"XPENDING", stream, group, id, id, "1"});
+  if (!r || (*r)->type != REDIS_REPLY_ARRAY || (*r)->elements == 0) return {"", 0};
+  const redisReply* e = (*r)->element[0];
+  return {pillbox::broker::reply_text(e->element[1]), e->element[3]->integer};
+}
+
 long long pending_count(const RedisServer& server, const std::string& stream, const std::string& group) {
   auto redis = connect(server);
   auto reply = redis.command({"XPENDING", stream, group});

@@ -88,6 +88,10 @@ std::vector<std::string> add_entries(const RedisServer& server, const std::strin
 std::vector<StreamEntry> stream_entries(const RedisServer& server, const std::string& stream);
 // One command whose reply is an integer (XLEN, HLEN, ...); fails the test otherwise.
 long long redis_integer(const RedisServer& server, const std::vector<std::string>& args);
+// XPENDING's extended form for one entry: {consumer, delivery count}, or
+// {"", 0} when it is not pending.
+std::pair<std::string, long long> pending_on(const RedisServer& server, const std::string& id,
+                                             const std::string& stream = "jobs", const std::string& group = "pillbox");
 // XPENDING's summary: how many entries of `group` are pending (0 when the group is missing).
 long long pending_count(const RedisServer& server, const std::string& stream, const std::string& group);
 

@@ -22,6 +22,7 @@
 
 namespace {
 
+using e2e::pending_on;
 using e2e::run_pillbox;
 using nlohmann::json;
 using pillbox::broker::reply_text;
@@ -75,14 +76,6 @@ std::vector<std::string> slow_worker_args(const e2e::RedisServer& server, const 
   return args;
 }
 
-// {consumer, delivery count} of a pending entry; {"", 0} when not pending.
-std::pair<std::string, long long> pending_on(const e2e::RedisServer& server, const std::string& id) {
-  auto redis = e2e::connect(server);
-  auto r = redis.command({"XPENDING", "jobs", "pillbox", id, id, "1"});
-  if (!r || (*r)->type != REDIS_REPLY_ARRAY || (*r)->elements == 0) return {"", 0};
-  const redisReply* e = (*r)->element[0];
-  return {reply_text(e->element[1]), e->element[3]->integer};
-}
 
 // The entries of a stream by their `entry` field (the task's id).
 std::map<std::string, std::map<std::string, std::string>> by_entry(const e2e::RedisServer& server,

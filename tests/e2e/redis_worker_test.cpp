@@ -22,6 +22,7 @@
 
 namespace {
 
+using e2e::pending_on;
 using e2e::add_entries;
 using e2e::run_pillbox;
 using nlohmann::json;
@@ -37,15 +38,6 @@ std::vector<std::string> worker_args(const e2e::RedisServer& server, const std::
   return args;
 }
 
-// XPENDING's extended form for one entry: {consumer, delivery count}, or
-// {"", 0} when it is not pending.
-std::pair<std::string, long long> pending_on(const e2e::RedisServer& server, const std::string& id) {
-  auto redis = e2e::connect(server);
-  auto r = redis.command({"XPENDING", "jobs", "pillbox", id, id, "1"});
-  if (!r || (*r)->type != REDIS_REPLY_ARRAY || (*r)->elements == 0) return {"", 0};
-  const redisReply* e = (*r)->element[0];
-  return {pillbox::broker::reply_text(e->element[1]), e->element[3]->integer};
-}
 
 json record_of(const e2e::StreamEntry& dead_letter) {
   auto j = json::parse(dead_letter.fields.at("record"), nullptr, false);
