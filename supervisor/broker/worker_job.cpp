@@ -47,7 +47,6 @@ Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSi
   }
   if (!run) return Error{run.error(), run.error_code()};
   report.run = std::move(*run);
-  if (!report.worker.error.empty()) return Error{report.worker.error};
   return report;
 }
 

@@ -22,9 +22,10 @@ struct WorkerJobReport {
   WorkerReport worker;
 };
 
-// Errors: Redis cannot be reached at the start, the key is not a stream, the
-// sandbox cannot start, or Redis answered with an error mid-run (the
-// worker stopped; what it held stays pending for the fleet).
+// Errors: Redis cannot be reached at the start, the key is not a stream, or
+// the sandbox cannot start. A Redis error mid-run (one that is not a lost
+// connection or a "cannot serve now") stops the worker: the report says so
+// in worker.error; what it held stays pending for the fleet.
 Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSink& sink);
 
 // "HOST:PID": the default consumer name, unique on a host at a time.

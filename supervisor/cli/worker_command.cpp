@@ -212,6 +212,13 @@ int worker_command(int argc, char** argv) {
     }
     for (const auto& warning : report->run.warnings) std::fprintf(stderr, "pillbox worker: warning: %s\n", warning.c_str());
   }
+  if (!r.error.empty()) {
+    // The error itself was said when the worker began to stop (its notice).
+    std::fprintf(stderr,
+                 "pillbox worker: stopped by that Redis error; what it held stays pending, taken over by the fleet "
+                 "after --claim-idle\n");
+    return kExitSetup;
+  }
   return r.stop_signal != 0 ? 128 + r.stop_signal : kExitOk;
 }
 
