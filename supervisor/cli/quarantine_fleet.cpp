@@ -154,4 +154,25 @@ int fleet_discard(const FleetContext& c) {
   return kExitOk;
 }
 
+Expected<OpenedFleetRecord> open_fleet_record(const Args& args) {
+  auto usage = [](const std::string& m) { return Error{m, ErrorCode::kUsage}; };
+  if (args.value("store")) return usage("give --store DIR or --redis URL --stream NAME, not both");
+  const auto stream = args.value("stream");
+  if (!stream || stream->empty()) return usage("--redis needs --stream NAME");
+  if (args.positional().size() != 1) {
+    return usage("give exactly one record ID (see: pillbox quarantine list --redis URL --stream NAME)");
+  }
+  auto id = broker::parse_fleet_id(args.positional()[0]);
+  if (!id) return usage(id.error());
+  auto address = broker::parse_redis_url(*args.value("redis"));
+  if (!address) return Error{address.error(), address.error_code()};
+  auto fleet = broker::FleetQuarantine::open(*address, *stream);
+  if (!fleet) return Error{fleet.error(), fleet.error_code()};
+  auto record = fleet->get(*id);
+  if (!record) return Error{record.error(), record.error_code()};
+  auto payload = broker::checked_payload(*record);
+  if (!payload) return Error{payload.error(), ErrorCode::kSetup};
+  return OpenedFleetRecord{*id, *stream, std::move(*fleet), std::move(*record), std::move(*payload)};
+}
+
 }  // namespace pillbox::cli

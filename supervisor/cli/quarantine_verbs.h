@@ -43,6 +43,19 @@ struct OpenedRecord {
 };
 std::optional<OpenedRecord> open_record(const Args& args, std::int64_t id, StoreAccessError& error);
 
+// The one record of the fleet's quarantine that reproduce and minimize act
+// on (--redis URL --stream NAME, one record ID), with its payload checked
+// against its hash. Errors carry their code: usage for the arguments and an
+// unknown id, setup for Redis or a payload that does not match.
+struct OpenedFleetRecord {
+  std::string id;
+  std::string stream;
+  broker::FleetQuarantine fleet;
+  broker::FleetRecord record;
+  std::string payload;
+};
+Expected<OpenedFleetRecord> open_fleet_record(const Args& args);
+
 // --status/--kind/--fingerprint/--key/--since, checked.
 Expected<store::ListFilter> read_filter(const Args& args);
 

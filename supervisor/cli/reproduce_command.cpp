@@ -77,20 +77,12 @@ int report(const Args& args, const nlohmann::json& id, const store::QuarantineRe
 // --redis URL --stream NAME: the record is a dead letter of the fleet; it
 // runs here, and its verdict goes into its state on Redis.
 int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
-  if (args.value("store")) return fail("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
-  const auto stream = args.value("stream");
-  if (!stream || stream->empty()) return fail("--redis needs --stream NAME", kExitUsage);
-  if (args.positional().size() != 1) return fail("give exactly one record ID (see: pillbox quarantine list --redis URL --stream NAME)", kExitUsage);
-  auto id = broker::parse_fleet_id(args.positional()[0]);
-  if (!id) return fail(id.error(), kExitUsage);
-  auto address = broker::parse_redis_url(*args.value("redis"));
-  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
-  auto fleet = broker::FleetQuarantine::open(*address, *stream);
-  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
-  auto record = fleet->get(*id);
-  if (!record) return fail(record.error(), exit_code_for(record.error_code()));
-  auto payload = broker::checked_payload(*record);
-  if (!payload) return fail(payload.error(), kExitSetup);
+  auto opened = open_fleet_record(args);
+  if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
+  const std::string* id = &opened->id;
+  broker::FleetQuarantine* fleet = &opened->fleet;
+  broker::FleetRecord* record = &opened->record;
+  std::string* payload = &opened->payload;
   auto config = recorded_child_config(record->record.entry);
   if (!config) return fail("record " + *id + ": " + config.error(), exit_code_for(config.error_code()));
 
