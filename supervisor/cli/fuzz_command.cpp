@@ -61,7 +61,7 @@ const char* kHelp =
     "  --handler NAME, --arg K=V, -- CMD ARGS, --policy, --timeout, --cpu, --memory, --max-output,\n"
     "  --mode                 what runs and under which limits, as for `pillbox run`\n"
     "  --dict FILE            dictionary of tokens (AFL/libFuzzer format: name=\"value\"), repeatable\n"
-    "  --max-time DURATION    stop after this long (e.g. 60s, 10m)\n"
+    "  --max-time DURATION    stop after this long (e.g. 60s, 10m; units ms, s, m, h, d)\n"
     "  --max-runs N           stop after this many runs\n"
     "                         (neither: run until SIGINT or SIGTERM)\n"
     "  --stop-on-finding      stop at the first new record (candidates in flight finish)\n"
@@ -74,7 +74,8 @@ const char* kHelp =
     "                         inputs are kept depends on measured CPU time and on completion order,\n"
     "                         so two sessions can still differ\n"
     "  --json                 each finding and the summary as JSON lines on stdout\n"
-    "  --store DIR            the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox)\n"
+    "  --store DIR            the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
+    "                         ~/.local/state/pillbox)\n"
     "\n"
     "exit codes: 0 no failures found, 1 failures found (new records or repeats), 2 usage error,\n"
     "3 the store or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM (findings kept)\n";
