@@ -125,11 +125,17 @@ class RedisServer:
     def stop(self):
         self.process.kill()
         self.process.wait()
+        self.process.stdout.close()
+
+
+def read_text(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
 
 
 def read_blocks(source, doc):
     """Fenced blocks, and indented blocks that follow a blank line."""
-    lines = open(os.path.join(source, doc), encoding="utf-8").read().split("\n")
+    lines = read_text(os.path.join(source, doc)).split("\n")
     blocks = []
     marker = ""
     i = 0
@@ -324,8 +330,8 @@ def run_document(source, build, work, doc, blocks, report):
         if not os.path.exists(rc_file):
             report.fail(f"{where}: never ran: {command.text}")
             continue
-        status = int(open(rc_file).read())
-        printed = open(os.path.join(results, f"{n}.out"), encoding="utf-8", errors="replace").read()
+        status = int(read_text(rc_file))
+        printed = read_text(os.path.join(results, f"{n}.out"))
         printed = printed.replace(tmp + "/", "/tmp/")
         problems = []
         if command.expected_exit is not None and status != command.expected_exit:
@@ -373,7 +379,7 @@ def option_uses(source, doc, blocks):
             body = "\n".join(l[2:] if l.startswith("$ ") else l for l in block.lines
                              if l.startswith("$ ") or not block.is_transcript())
             texts.append((block.line, body))
-    for n, line in enumerate(open(os.path.join(source, doc), encoding="utf-8"), 1):
+    for n, line in enumerate(read_text(os.path.join(source, doc)).split("\n"), 1):
         for span in re.findall(r"`(pillbox [^`]+)`", line):
             texts.append((n, span))
     for line, text in texts:
@@ -432,7 +438,7 @@ def check_duration_units(source, build, work, report):
                     f"{r.returncode}: {(r.stdout + r.stderr).strip()}")
         return
     units = re.findall(r"\d+([a-z]+)", m.group(1))
-    table = open(os.path.join(source, "docs/policy-format.md"), encoding="utf-8").read()
+    table = read_text(os.path.join(source, "docs/policy-format.md"))
     table = table.split("### Durations", 1)[-1].split("\n#", 1)[0]
     listed = set(re.findall(r"^\| `(\w+)`", table, re.M))
     for unit in units:
