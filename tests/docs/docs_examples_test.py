@@ -392,22 +392,54 @@ def option_uses(source, doc, blocks):
     return uses
 
 
+# Tables of options, each for one verb: (document, its section's heading, verb).
+OPTION_TABLES = [
+    ("README.md", "## Running tasks", "run"),
+    ("docs/fuzzing.md", "## Options", "fuzz"),
+    ("docs/policy-format.md", "### Command-line overrides", "run"),
+]
+
+
+def option_table_uses(source):
+    uses = []
+    for doc, heading, verb in OPTION_TABLES:
+        lines = read_text(os.path.join(source, doc)).split("\n")
+        if heading not in lines:
+            uses.append((f"{doc}: no section '{heading}' (tests/docs/docs_examples_test.py, OPTION_TABLES)", verb, None))
+            continue
+        start = lines.index(heading)
+        level = heading.split(" ")[0]
+        for n in range(start + 1, len(lines)):
+            if lines[n].startswith("#") and len(lines[n].split(" ")[0]) <= len(level):
+                break
+            if lines[n].startswith("| `--"):
+                first_cell = lines[n].split(" | ")[0]
+                for option in OPTION_RE.findall(first_cell):
+                    uses.append((f"{doc}:{n + 1}", verb, option))
+    return uses
+
+
 def check_options(source, build, docs_blocks, report):
     cache = {}
     known_verbs = {"run", "fuzz", "reproduce", "minimize", "doctor", "submit", "worker", "quarantine list",
                    "quarantine show", "quarantine stats", "quarantine export", "quarantine discard",
                    "quarantine purge", "quarantine replay", "quarantine import", "policy check", "policy show"}
+    uses = option_table_uses(source)
     for doc, blocks in docs_blocks:
-        for where, verb, option in option_uses(source, doc, blocks):
-            if verb not in known_verbs:
-                continue
-            text = help_of(build, verb, cache)
-            if text is None:
-                report.fail(f"{where}: pillbox {verb} --help fails")
-            elif option not in OPTION_RE.findall(text):
-                report.fail(f"{where}: pillbox {verb} has no option {option} in its --help")
-            else:
-                report.options_checked += 1
+        uses += option_uses(source, doc, blocks)
+    for where, verb, option in uses:
+        if option is None:
+            report.fail(where)
+            continue
+        if verb not in known_verbs:
+            continue
+        text = help_of(build, verb, cache)
+        if text is None:
+            report.fail(f"{where}: pillbox {verb} --help fails")
+        elif option not in OPTION_RE.findall(text):
+            report.fail(f"{where}: pillbox {verb} has no option {option} in its --help")
+        else:
+            report.options_checked += 1
 
 
 # The store a command uses without --store, as README.md and docs/operator.md give it.
