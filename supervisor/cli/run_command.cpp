@@ -206,9 +206,11 @@ class CliSink final : public VerdictSink {
   void hide_progress() {
     if (progress_ != nullptr) progress_->hide();
   }
-  // Inputs finished (a verdict, skipped, unreadable), or taken back.
+  // One more input finished (a verdict, skipped, unreadable), or one fewer
+  // (its verdict taken back: it is held and finishes again later).
   void advance(int delta) {
-    done_ = delta < 0 && done_ == 0 ? 0 : done_ + static_cast<std::size_t>(static_cast<long>(delta));
+    if (delta > 0) ++done_;
+    else if (done_ > 0) --done_;
     progress_->update(done_, status_);
     progress_->show();
   }

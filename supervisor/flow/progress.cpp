@@ -98,7 +98,7 @@ void Progress::draw(Clock::time_point now) {
   // One column short of the width: writing the last column makes some
   // terminals wrap at once, and the next redraw would start a line lower.
   const std::size_t width = terminal_width(out_);
-  const std::string line = kEraseLine + render(now, width > 1 ? width - 1 : 0);
+  const std::string line = kEraseLine + render(now, width == 0 ? 0 : std::max<std::size_t>(1, width - 1));
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
   last_draw_ = now;

@@ -220,6 +220,27 @@ TEST_CASE("progress: run reading JSON lines on stdin has no total: counts and th
   CHECK_FALSE(contains(drawn.back(), "ETA"));
 }
 
+TEST_CASE("progress: a resumed run counts the inputs the store already has as skipped, toward the total") {
+  e2e::TempDir dir;
+  std::filesystem::create_directories(dir.file("in"));
+  dir.write("in/one", "fine 1");
+  dir.write("in/two", "fine 2");
+  dir.write("in/three", "S crash");
+  const std::string store = dir.path() + "/store";
+  const std::vector<std::string> run = {"run", "--store", store, "--handler", e2e::poison_plugin(),
+                                        "--max-attempts", "1", "--no-breaker", dir.path() + "/in"};
+  const auto first = run_pillbox(run);
+  INFO(first.describe());
+  REQUIRE(first.exit_code == 1);
+  const auto again = run_on_pty(run);
+  INFO(again.screen);
+  const auto drawn = drawn_lines(again.screen, "run: [");
+  REQUIRE(!drawn.empty());
+  CHECK(drawn.back().rfind("run: [########################] 3/3", 0) == 0);
+  CHECK(contains(drawn.back(), "3 skipped"));
+  CHECK_FALSE(contains(drawn.back(), "crash"));  // nothing ran, nothing failed this time
+}
+
 TEST_CASE("progress: nothing on a pipe, nothing with --quiet on a terminal") {
   e2e::TempDir dir;
   e2e::TempDir markers(01777);
