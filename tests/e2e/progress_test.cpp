@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "tests/e2e/support.h"
@@ -37,11 +38,13 @@ struct PtyRun {
 };
 
 // Runs pillbox with `args` on a new pseudo-terminal `columns` wide (its
-// stdout and stderr, and its stdin unless `stdin_file` is given), reads
+// stderr, its stdout unless `stdout_file` is given, its stdin unless
+// `stdin_file` is), reads
 // everything it writes until it has exited, and fails the test after
 // `deadline_s`.
+// `stdout_file`: stdout goes there instead (stderr stays the terminal).
 PtyRun run_on_pty(const std::vector<std::string>& args, unsigned short columns = 200,
-                  const std::string& stdin_file = "", int deadline_s = 240) {
+                  const std::string& stdin_file = "", const std::string& stdout_file = "", int deadline_s = 240) {
   const std::string binary = e2e::pillbox_binary();
   std::vector<std::string> argv_text = {binary};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
@@ -58,6 +61,10 @@ PtyRun run_on_pty(const std::vector<std::string>& args, unsigned short columns =
     if (!stdin_file.empty()) {
       const int fd = ::open(stdin_file.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0 || ::dup2(fd, STDIN_FILENO) < 0) _exit(126);
+    }
+    if (!stdout_file.empty()) {
+      const int fd = ::open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0) _exit(126);
     }
     ::execv(binary.c_str(), argv.data());
     _exit(127);
@@ -220,6 +227,31 @@ TEST_CASE("progress: run reading JSON lines on stdin has no total: counts and th
   CHECK_FALSE(contains(drawn.back(), "ETA"));
 }
 
+TEST_CASE("progress: with stdout in a file, the line is on the terminal and the file gets clean JSON lines") {
+  e2e::TempDir dir;
+  e2e::TempDir markers(01777);
+  write_inputs(dir, 1, 1, 2);
+  const std::string out = dir.file("out.jsonl");
+  const auto r = run_on_pty({"run", "--json", "--no-store", "--max-attempts", "1", "--no-breaker", "--jobs", "1",
+                             "--timeout", "400ms", dir.path() + "/in", "--", e2e::fixture("poison_corpus"),
+                             markers.path()},
+                            200, "", out);
+  INFO(r.screen);
+  CHECK(r.exit_code == 1);
+  const auto drawn = drawn_lines(r.screen, "run: [");
+  REQUIRE(!drawn.empty());
+  CHECK(drawn.back().rfind("run: [########################] 4/4", 0) == 0);
+  const std::string json = e2e::read_file(out);
+  CHECK(json.find('\x1b') == std::string::npos);
+  CHECK(json.find('\r') == std::string::npos);
+  std::size_t records = 0;
+  for (std::size_t start = 0, nl; (nl = json.find('\n', start)) != std::string::npos; start = nl + 1) {
+    CHECK(nlohmann::json::accept(json.substr(start, nl - start)));
+    ++records;
+  }
+  CHECK(records == 4);
+}
+
 TEST_CASE("progress: a resumed run counts the inputs the store already has as skipped, toward the total") {
   e2e::TempDir dir;
   std::filesystem::create_directories(dir.file("in"));
@@ -323,6 +355,15 @@ TEST_CASE("progress: fuzz against its run budget, and import of artifacts, with 
   CHECK(contains(fuzzing.back(), "60/60"));
   CHECK(contains(fuzzing.back(), "crash"));
   CHECK(contains(fuzzing.back(), "/s"));
+
+  // Against --max-time alone: the bar and the ETA follow the clock.
+  const auto timed = run_on_pty({"fuzz", dir.path() + "/seeds", "--max-time", "2s", "--jobs", "1", "--seed", "4",
+                                 "--handler", e2e::poison_plugin(), "--store", store});
+  INFO(timed.screen);
+  const auto ticking = drawn_lines(timed.screen, "fuzz: [");
+  REQUIRE(ticking.size() >= 2);
+  CHECK(any_contains(ticking, "ETA "));
+  CHECK(ticking.back().rfind("fuzz: [########################] ", 0) == 0);
 
   dir.write("artifacts/crash-0123456789abcdef0123456789abcdef01234567", "S from libFuzzer");
   dir.write("artifacts/crash-89abcdef0123456789abcdef0123456789abcdef", "A from libFuzzer");
