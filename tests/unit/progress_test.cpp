@@ -182,3 +182,19 @@ TEST_CASE("progress line: silent without a stream, whatever is called") {
   p.finish();
   CHECK(p.render(kTenSecondsOn()).find("5/10") != std::string::npos);
 }
+
+TEST_CASE("progress line: left drawn by an early return, it is ended so the next message starts a line") {
+  MemoryStream out;
+  {
+    Progress p("reproduce 4", 10, out.file());
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    p.update(3);
+    REQUIRE(!out.text().empty());
+  }  // no finish(): an error return
+  const std::string text = out.text();
+  CHECK(text.back() == '\n');
+  CHECK(text.find("3/10") != std::string::npos);
+  MemoryStream quiet;
+  { Progress never("reproduce 4", 10, quiet.file()); }  // never drawn: nothing to end
+  CHECK(quiet.text().empty());
+}
