@@ -223,7 +223,16 @@ Status read_session_options(const Args& args, fuzz::FuzzSettings& settings, std:
 // Progress on stderr, candidates a dead session left, and each finding on
 // stdout as it is made.
 void show_session(fuzz::FuzzSettings& settings, Progress& progress, bool json, const std::string& store_dir) {
+  // Against --runs and --max-time, whichever ends first; failures by kind.
+  progress.set_total(static_cast<std::size_t>(settings.max_runs));
+  if (settings.max_time.count() > 0) progress.set_time_budget(settings.max_time);
   settings.on_progress = [&progress](const fuzz::FuzzProgress& p) {
+    if (!progress.active()) return;
+    if (p.by_kind != nullptr) {
+      for (const auto& [kind, n] : *p.by_kind) {
+        if (kind != "ok") progress.set_count(kind, static_cast<long>(n));
+      }
+    }
     progress.update(static_cast<std::size_t>(p.runs), "corpus " + std::to_string(p.corpus) + ", " +
                                                           std::to_string(p.findings) + " new, " +
                                                           std::to_string(p.repeats) + " repeats");
@@ -243,7 +252,8 @@ void show_session(fuzz::FuzzSettings& settings, Progress& progress, bool json, c
                    store_dir.c_str(), other_identity == 1 ? "it" : "them");
     }
   };
-  settings.on_finding = [json](const fuzz::FuzzFinding& f) {
+  settings.on_finding = [json, &progress](const fuzz::FuzzFinding& f) {
+    progress.hide();  // the finding goes above the progress line
     if (json) {
       std::printf("%s\n", finding_json(f).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
@@ -253,6 +263,7 @@ void show_session(fuzz::FuzzSettings& settings, Progress& progress, bool json, c
                   static_cast<unsigned long long>(f.run), table_cell(f.mutations, 120).c_str());
     }
     std::fflush(stdout);
+    progress.show();
   };
 }
 

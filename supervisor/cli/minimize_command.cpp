@@ -82,6 +82,19 @@ int report(const Args& args, const nlohmann::json& id, const MinimizeResult& res
   return result.stop_signal != 0 ? 128 + result.stop_signal : kExitOk;
 }
 
+// Runs against --max-runs (counting earlier sessions'), and the best size
+// so far. (--max-time counts earlier sessions' time too, which this process
+// does not know: the ETA follows the runs.)
+void show_progress(MinimizeSettings& settings, Progress& progress) {
+  settings.on_progress = [&progress, first = true](std::int64_t runs, std::size_t best) mutable {
+    // Each call is one run ending: the first call says how many runs earlier
+    // sessions made, which count toward the budget but not the rate.
+    if (first && runs > 0) progress.set_done_before(static_cast<std::size_t>(runs - 1));
+    first = false;
+    progress.update(static_cast<std::size_t>(runs), "best " + std::to_string(best) + " bytes");
+  };
+}
+
 // --redis URL --stream NAME: the record is a dead letter of the fleet; it
 // runs here, and its progress and result are kept with it on Redis.
 int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
@@ -94,9 +107,7 @@ int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
   std::string* payload = &opened->payload;
 
   Progress progress = Progress::on_stderr("minimize " + *id, static_cast<std::size_t>(settings.max_runs));
-  settings.on_progress = [&](std::int64_t runs, std::size_t best) {
-    progress.update(static_cast<std::size_t>(runs), "best " + std::to_string(best) + " bytes");
-  };
+  show_progress(settings, progress);
   broker::FleetMinimizeKeeper keeper(*fleet, *id, settings.actor);
   auto result = minimize_payload(record->record, recorded_child_config(record->record.entry), std::move(*payload),
                                  keeper, settings);
@@ -140,9 +151,7 @@ int minimize_command(int argc, char** argv) {
   if (!opened) return fail(error.message, error.exit_code);
 
   Progress progress = Progress::on_stderr("minimize " + std::to_string(*id), static_cast<std::size_t>(settings.max_runs));
-  settings.on_progress = [&](std::int64_t runs, std::size_t best) {
-    progress.update(static_cast<std::size_t>(runs), "best " + std::to_string(best) + " bytes");
-  };
+  show_progress(settings, progress);
   auto result = minimize_record(*opened->access->quarantine, *id, settings);
   progress.finish();
   if (!result) {

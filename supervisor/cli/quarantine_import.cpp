@@ -11,6 +11,7 @@
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/exec/install_paths.h"
+#include "supervisor/flow/progress.h"
 #include "supervisor/flow/run_job.h"
 #include "supervisor/io/terminal_text.h"
 
@@ -47,7 +48,12 @@ int quarantine_import(const QuarantineContext& c) {
   if (!recorder) return quarantine_error(recorder.error(), kExitSetup);
 
   const bool json = args.flag("json");
+  // Each artifact's line goes above the progress line; the counts say what
+  // the artifacts came to (the failures imported by kind).
+  Progress progress = Progress::on_stderr("import", artifacts->size());
+  std::size_t done = 0;
   settings.on_artifact = [&](const ImportedArtifact& a) {
+    progress.hide();
     if (json) {
       nlohmann::json j = {{"file", a.artifact.path}, {"tool", a.artifact.tool}, {"artifact", a.artifact.artifact},
                           {"status", std::string(to_string(a.status))},      {"kind", a.outcome_kind},  {"fingerprint", a.fingerprint},
@@ -71,8 +77,15 @@ int quarantine_import(const QuarantineContext& c) {
       }
     }
     std::fflush(stdout);
+    if (a.status == ImportStatus::kImported) progress.count(a.outcome_kind.empty() ? "imported" : a.outcome_kind);
+    else if (a.status == ImportStatus::kAlready) progress.count("already on file");
+    else if (a.status == ImportStatus::kRunsOk) progress.count("run ok here");
+    else progress.count("not imported");
+    progress.update(++done);
+    progress.show();
   };
   auto result = import_artifacts(*recorder, *artifacts, settings);
+  progress.finish();
   if (!result) return quarantine_error(result.error(), kExitSetup);
   std::size_t imported = 0, already = 0, not_failing = 0, not_run = 0, unreadable = 0;
   for (const auto& a : result->artifacts) {

@@ -81,6 +81,7 @@ int fleet_replay(const FleetContext& c) {
   settings.on_progress = [&](std::size_t done, std::size_t total) {
     progress.set_total(total);
     progress.update(done);
+    progress.show();
   };
   settings.on_result = [&](const broker::FleetRecord& r, const broker::RedriveOutcome& o,
                            store::ReplayVerdict verdict) {
@@ -88,6 +89,9 @@ int fleet_replay(const FleetContext& c) {
     if (verdict == store::ReplayVerdict::kResolved && results) {
       file = write_result_file(*results, r.record.entry.key, o.outcome.output, "quarantine replay", write_errors);
     }
+    progress.hide();  // the result goes above the progress line
+    progress.count(verdict == store::ReplayVerdict::kResolved ? std::string("resolved")
+                                                              : std::string(to_string(o.outcome.kind)));
     print_replay_result(r.id, r.record, o.outcome, verdict, json, file);
   };
   auto result = broker::redrive(c.quarantine, settings);

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "shared/failure_kind.h"
 #include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/exec/child_setup.h"
 #include "supervisor/store/actor.h"
@@ -88,7 +89,10 @@ int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
   if (!config) return fail("record " + *id + ": " + config.error(), exit_code_for(config.error_code()));
 
   Progress progress = Progress::on_stderr("reproduce " + *id, settings.runs);
-  settings.on_progress = [&](std::size_t done) { progress.update(done); };
+  settings.on_progress = [&](std::size_t done, const Outcome& last) {
+    if (last.kind != Kind::kOk) progress.count(std::string(to_string(last.kind)));
+    progress.update(done);
+  };
   auto result = reproduce_payload(record->record.entry, std::move(*config), std::move(*payload), settings);
   progress.finish();
   if (!result) return fail(result.error(), kExitSetup);
@@ -130,7 +134,10 @@ int reproduce_command(int argc, char** argv) {
   if (!opened) return fail(error.message, error.exit_code);
 
   Progress progress = Progress::on_stderr("reproduce " + std::to_string(*id), settings.runs);
-  settings.on_progress = [&](std::size_t done) { progress.update(done); };
+  settings.on_progress = [&](std::size_t done, const Outcome& last) {
+    if (last.kind != Kind::kOk) progress.count(std::string(to_string(last.kind)));
+    progress.update(done);
+  };
   auto result = reproduce_record(*opened->access->quarantine, *id, settings);
   progress.finish();
   if (!result) return fail(result.error(), kExitSetup);

@@ -23,6 +23,7 @@
 #include "supervisor/cli/run_options.h"
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/exec/child_setup.h"
+#include "supervisor/flow/input_total.h"
 #include "supervisor/flow/progress.h"
 #include "supervisor/flow/run_job.h"
 #include "supervisor/exec/dispatcher.h"
@@ -124,40 +125,59 @@ class CliSink final : public VerdictSink {
 
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override {
     if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
-    if (progress_ != nullptr) progress_->update(++verdicts_, status_);
     std::string file;
     if (results_ != nullptr && outcome.kind == Kind::kOk) {
       file = write_result_file(*results_, task.key, outcome.output, "run", write_errors_);
     }
+    hide_progress();
     if (json_) {
       print_line(outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict));
     } else if (!quiet_) {
       std::printf("%s\n", outcome_line(task, outcome, &verdict).c_str());
       std::fflush(stdout);
     }
+    if (progress_ != nullptr) {
+      if (verdict.type == Verdict::Type::kHeld) progress_->count("held");
+      else if (outcome.kind != Kind::kOk) progress_->count(std::string(to_string(outcome.kind)));
+      advance(1);
+    }
   }
 
   // Messages may name entries of an input tree someone else filled: shown
   // safe for a terminal.
   void on_input_error(const std::string& message) override {
+    hide_progress();
     std::fprintf(stderr, "pillbox run: %s\n", table_cell(message, 4000).c_str());
+    if (progress_ != nullptr) {
+      progress_->count("input error");
+      advance(1);
+    }
   }
 
   void on_skipped(const Task& task, const std::string& why, std::int64_t) override {
-    if (!json_) return;  // the summary counts them; a line per skipped task would bury the news
-    nlohmann::json j{{"key", task.key}, {"verdict", "skipped"}, {"verdict_reason", why}};
-    print_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (json_) {  // without --json the summary counts them; a line per skipped task would bury the news
+      hide_progress();
+      nlohmann::json j{{"key", task.key}, {"verdict", "skipped"}, {"verdict_reason", why}};
+      print_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+    if (progress_ != nullptr) {
+      progress_->count("skipped");
+      advance(1);
+    }
   }
 
   void on_notice(const std::string& message) override {
+    hide_progress();
     std::fprintf(stderr, "pillbox run: %s\n", message.c_str());
     std::fflush(stderr);
+    if (progress_ != nullptr) progress_->show();
   }
 
   const RunSummary& summary() const { return summary_; }
   void on_taken_back(const Task& task, const Outcome& outcome, const std::string& why,
                      std::int64_t record_id) override {
     summary_.remove(outcome);
+    hide_progress();
     if (json_) {
       nlohmann::json j{{"key", task.key}, {"verdict", "taken-back"}, {"verdict_reason", why}};
       if (record_id != 0) j["quarantine_id"] = record_id;
@@ -166,24 +186,44 @@ class CliSink final : public VerdictSink {
       std::printf("taken back        %s  -> held: %s\n", table_cell(task.key, 200).c_str(), why.c_str());
       std::fflush(stdout);
     }
+    // Its verdict no longer stands: it counts again when it gets its next one.
+    if (progress_ != nullptr) {
+      progress_->count(std::string(to_string(outcome.kind)), -1);
+      advance(-1);
+    }
   }
 
   void on_status(const std::string& status) override {
     status_ = status;
-    if (progress_ != nullptr) progress_->update(verdicts_, status_);
+    if (progress_ != nullptr) progress_->update(done_, status_);
   }
 
-  void set_progress(Progress* progress) { progress_ = progress; }
+  // Only a progress line that is drawn: without one, nothing is counted for it.
+  void set_progress(Progress* progress) { progress_ = progress->active() ? progress : nullptr; }
   bool write_errors() const { return write_errors_; }
 
  private:
+  // The line on stderr is erased before anything else is printed (on the
+  // same terminal it would be left mid-line) and drawn again after.
+  void hide_progress() {
+    if (progress_ != nullptr) progress_->hide();
+  }
+  // One more input finished (a verdict, skipped, unreadable), or one fewer
+  // (its verdict taken back: it is held and finishes again later).
+  void advance(int delta) {
+    if (delta > 0) ++done_;
+    else if (done_ > 0) --done_;
+    progress_->update(done_, status_);
+    progress_->show();
+  }
+
   bool json_;
   bool quiet_;
   ResultFiles* results_;  // not owned; outlives the sink
   RunSummary summary_;
   bool write_errors_ = false;
   Progress* progress_ = nullptr;
-  std::size_t verdicts_ = 0;
+  std::size_t done_ = 0;
   std::string status_;  // "paused: ..." while the breaker is open
 };
 
@@ -249,13 +289,11 @@ int run_command(int argc, char** argv) {
   job.on_quarantine = [&hooks](const std::string& json, bool new_fingerprint) { hooks.fire(json, new_fingerprint); };
 
   CliSink sink(args->flag("json"), args->flag("quiet"), results ? &*results : nullptr);
-  // Progress on stderr: a line redrawn in place when stderr is a terminal and
-  // stdout is not (on one terminal the per-task lines already show it), log
-  // lines every few seconds when stderr is not a terminal; none with --quiet.
-  const bool err_tty = ::isatty(STDERR_FILENO) == 1;
-  const bool out_tty = ::isatty(STDOUT_FILENO) == 1;
-  std::FILE* progress_out = args->flag("quiet") || (err_tty && out_tty) ? nullptr : stderr;
-  Progress progress("run", 0, progress_out, err_tty);
+  // Progress on stderr when it is a terminal (per-task lines on the same
+  // terminal are printed above it); nothing on a pipe or a file, or with
+  // --quiet. Inputs named as files and directories are listed before the
+  // run, so their count is the total; JSON lines on stdin have none.
+  Progress progress = Progress::on_stderr("run", known_total(**source).value_or(0), args->flag("quiet"));
   sink.set_progress(&progress);
   const auto started = std::chrono::steady_clock::now();
   auto report = run_job(job, **source, sink);

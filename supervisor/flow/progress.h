@@ -1,45 +1,82 @@
 #pragma once
-// Progress of a long operation (run, reproduce, minimize, replay) on stderr:
-// on a terminal, one line redrawn in place (a bar, done/total, rate, ETA) at
-// most ten times a second; otherwise a plain log line every few seconds, so
-// that CI logs and files get a record without a flood.
+// Progress of a long operation (run, replay, reproduce, minimize, fuzz,
+// import) on stderr, for a person watching a terminal: one line redrawn in
+// place — a bar, done/total, the rate, the ETA and the failures so far by
+// kind when the total is known; the counts and the rate when it is not — at
+// most ten times a second, cut to the terminal's width rather than wrapped.
+// Nothing at all when stderr is not a terminal (a pipe, a file: logs get
+// the summary, not a line every few seconds) or with --quiet.
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace pillbox {
 
 class Progress {
  public:
   using Clock = std::chrono::steady_clock;
-  // `total` 0: unknown (no bar, no ETA). `out` nullptr: silent.
-  Progress(std::string label, std::size_t total, std::FILE* out, bool terminal);
-  // stderr, drawn in place when it is a terminal.
-  static Progress on_stderr(std::string label, std::size_t total);
+  // `total` 0: unknown (no bar, no ETA). `out` nullptr: silent, and every
+  // call returns at once. `out` is taken to be a terminal.
+  Progress(std::string label, std::size_t total, std::FILE* out);
+  // On stderr when it is a terminal and `quiet` is false; silent otherwise.
+  static Progress on_stderr(std::string label, std::size_t total, bool quiet = false);
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  // Ends the line if finish() was not called (an early error return), so
+  // that the message after it starts on a line of its own.
+  ~Progress();
 
+  // Whether anything is drawn: callers skip their own bookkeeping when not.
+  bool active() const { return out_ != nullptr; }
   void set_total(std::size_t total) { total_ = total; }
+  // Of the `done` counts, this many were done before this process started
+  // (a resumed minimization): they count toward the bar, not the rate.
+  void set_done_before(std::size_t before) { done_before_ = before; }
+  // A budget of time besides (or instead of) a count, like fuzz --max-time:
+  // the bar and the ETA follow whichever ends first.
+  void set_time_budget(Clock::duration budget) { time_budget_ = budget; }
   // `done` so far; `note` a short status shown after the numbers.
   void update(std::size_t done, const std::string& note = "");
-  // The last state, and the end of the line on a terminal.
+  // `delta` more of `what` ("crash", "cpu-limit", "skipped") among those
+  // done; shown as "2 crash, 1 cpu-limit" in the order first counted. A
+  // negative delta takes some back (a verdict withdrawn).
+  void count(const std::string& what, long delta = 1);
+  // The same, setting the count instead of adding to it.
+  void set_count(const std::string& what, long n);
+  // Around a line printed on the same terminal (a task's result): hide()
+  // erases the progress line, show() draws it again at once.
+  void hide();
+  void show();
+  // The last state, left on its own line.
   void finish();
 
-  // The line as it would be drawn now (tests).
-  std::string render(Clock::time_point now) const;
+  // The line as it would be drawn now, at most `width` columns (0: no
+  // limit). Tests call it directly.
+  std::string render(Clock::time_point now, std::size_t width = 0) const;
 
  private:
   void draw(Clock::time_point now);
+  long& counter(const std::string& what);
 
   std::string label_;
   std::size_t total_;
   std::FILE* out_;
-  bool terminal_;
+  Clock::duration time_budget_{};
   std::size_t done_ = 0;
+  std::size_t done_before_ = 0;
   std::string note_;
+  std::vector<std::pair<std::string, long>> counts_;
   Clock::time_point started_;
   Clock::time_point last_draw_{};
-  bool drawn_ = false;
+  bool drawn_ = false;    // drawn at least once
+  bool visible_ = false;  // on the screen now (not hidden, not finished)
   bool finished_ = false;
 };
+
+// The width of the terminal `out` is on, 0 when it is not one or says nothing.
+std::size_t terminal_width(std::FILE* out);
 
 }  // namespace pillbox

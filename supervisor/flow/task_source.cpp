@@ -1,4 +1,5 @@
 #include "supervisor/flow/task_source.h"
+#include "supervisor/flow/input_total.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -174,6 +175,13 @@ class InputSource final : public TaskSource {
 
   int wait_fd() const override { return stdin_ ? stdin_->fd() : -1; }
 
+  std::optional<std::size_t> known_total() const {
+    for (const Entry& e : entries_) {
+      if (e.is_stdin) return std::nullopt;
+    }
+    return entries_.size();
+  }
+
  private:
   std::vector<Entry> entries_;
   std::size_t index_ = 0;
@@ -226,6 +234,11 @@ Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number)
   }
   if (t.payload.size() > kMaxPayloadBytes) return Error{where + "payload larger than the 1 GiB limit"};
   return t;
+}
+
+std::optional<std::size_t> known_total(const TaskSource& source) {
+  const auto* inputs = dynamic_cast<const InputSource*>(&source);
+  return inputs != nullptr ? inputs->known_total() : std::nullopt;
 }
 
 Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd,

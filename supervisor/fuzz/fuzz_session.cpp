@@ -176,7 +176,7 @@ class FuzzPlanner final : public PayloadPlanner {
       std::uint64_t repeats = 0;
       for (const auto& [fp, n] : result_.repeats) repeats += n;
       for (const auto& [fp, n] : unflushed_) repeats += n;
-      settings_.on_progress({result_.runs, corpus_.size(), result_.findings.size(), repeats});
+      settings_.on_progress({result_.runs, corpus_.size(), result_.findings.size(), repeats, &result_.by_kind});
     }
   }
 

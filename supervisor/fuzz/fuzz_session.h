@@ -42,6 +42,8 @@ struct FuzzProgress {
   std::size_t corpus = 0;
   std::size_t findings = 0;    // new records
   std::uint64_t repeats = 0;   // failures of fingerprints already on file
+  // Every run's outcome kind so far ("ok", "crash", ...); valid during the call.
+  const std::map<std::string, std::uint64_t>* by_kind = nullptr;
 };
 
 struct FuzzSettings {

@@ -27,7 +27,7 @@ class Repeats final : public PayloadPlanner {
     } else {
       ++result_.others[std::string(to_string(outcome.kind)) + (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint)];
     }
-    if (settings_.on_progress) settings_.on_progress(result_.runs);
+    if (settings_.on_progress) settings_.on_progress(result_.runs, outcome);
   }
 
   ReproduceResult& result() { return result_; }

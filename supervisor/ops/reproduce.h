@@ -9,6 +9,7 @@
 #include <string>
 
 #include "shared/child_config.h"
+#include "supervisor/classify/outcome.h"
 #include "shared/status.h"
 #include "supervisor/exec/launcher.h"
 #include "supervisor/store/quarantine_store.h"
@@ -21,7 +22,8 @@ struct ReproduceSettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;                 // "" = find_sandbox_binary()
   std::string actor;                          // for the audit trail
-  std::function<void(std::size_t done)> on_progress;
+  // Runs so far, and how the last one ended.
+  std::function<void(std::size_t done, const Outcome& last)> on_progress;
 };
 
 struct ReproduceResult {

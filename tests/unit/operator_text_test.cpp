@@ -1,9 +1,8 @@
 // The small pieces behind the operator commands: terminal-safe text, --since
-// parsing, the reproduce verdict and the progress line.
+// parsing and the reproduce verdict (the progress line: progress_test.cpp).
 #include <doctest/doctest.h>
 
 #include "supervisor/ops/minimize.h"
-#include "supervisor/flow/progress.h"
 #include "supervisor/ops/reproduce.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/io/time_args.h"
@@ -48,22 +47,6 @@ TEST_CASE("reproduce verdict: reliable from half the runs up, flaky below, never
   CHECK(reproduce_verdict(9, 3) == "flaky");
   CHECK(reproduce_verdict(1, 0) == "flaky");
   CHECK(reproduce_verdict(1, 1) == "reliable");
-}
-
-TEST_CASE("progress line: bar, counts, rate and ETA on a terminal; no bar in logs") {
-  Progress terminal("minimize 3", 100, nullptr, true);
-  terminal.update(25, "best 812 bytes");
-  const auto later = Progress::Clock::now() + std::chrono::seconds(10);
-  const std::string line = terminal.render(later);
-  CHECK(line.find("minimize 3: [######------------------] 25/100") == 0);
-  CHECK(line.find("ETA 3") != std::string::npos);  // 75 left at ~2.5/s: about 30 s
-  CHECK(line.find("best 812 bytes") != std::string::npos);
-  Progress log("replay", 0, nullptr, false);
-  log.update(7);
-  const std::string plain = log.render(later);
-  CHECK(plain.find("replay: 7  ") == 0);
-  CHECK(plain.find('[') == std::string::npos);
-  CHECK(plain.find("ETA") == std::string::npos);
 }
 
 TEST_CASE("minimize: the same failure is the same fingerprint, or for resource limits the same kind") {
