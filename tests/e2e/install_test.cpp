@@ -283,3 +283,24 @@ TEST_CASE("a bundle's reproduce.sh finds pillbox by $PILLBOX or PATH, and says w
     CHECK(records[0]["kind"] == "stack-overflow");
   }
 }
+
+TEST_CASE("a record's text cannot add commands to its bundle's reproduce.sh") {
+  // A store someone else could write to (or a fleet's Redis) may hold any
+  // bytes in a record; they land in the script's comment lines.
+  e2e::TempDir work;
+  const std::string store = work.path() + "/store";
+  const auto run = e2e::run_pillbox({"run", "--store", store, "--handler", "regex", "--arg", kDeepPattern, "--max-attempts",
+                                     "1", "--json", kDeepPayload});
+  REQUIRE(run.exit_code == 1);
+  const std::string marker = work.path() + "/injected";
+  e2e::sql_write(store + "/pillbox.db", "UPDATE quarantine SET fingerprint = fingerprint || char(10) || 'touch " + marker +
+                                            "' || char(13) || 'touch " + marker + "'");
+  const std::string bundle = work.path() + "/bundle";
+  const auto exported = e2e::run_pillbox({"quarantine", "export", "1", "--bundle", "-o", bundle, "--store", store});
+  INFO(exported.describe());
+  REQUIRE(exported.exit_code == 0);
+  const auto again = run_clean(work.path(), "/usr/bin:/bin", bundle + "/reproduce.sh", {}, {"PILLBOX=" + e2e::pillbox_binary()});
+  INFO(again.describe());
+  CHECK(json_lines(again.out).size() == 1);
+  CHECK(!fs::exists(marker));
+}
