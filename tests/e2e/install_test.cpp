@@ -115,6 +115,14 @@ void check_installed_tree(const std::string& prefix, const std::string& work) {
   CHECK(doctor_detail(doctor, "crash library").starts_with("ok: " + canonical_prefix + "/lib"));
   CHECK(doctor_detail(doctor, "pdf-text module").starts_with("ok: " + canonical_prefix + "/lib"));
 
+  // The pdf-text module, which the zygote loads from the installed tree.
+  const auto pdf = run_clean(work, path, "pillbox",
+                             {"run", "--no-store", "--max-attempts", "1", "--handler", "pdf-text", "--json",
+                              std::string(PILLBOX_SOURCE_DIR) + "/samples/pdf/good-hello.pdf"});
+  INFO(pdf.describe());
+  CHECK(pdf.exit_code == 0);
+  CHECK(pdf.only_record()["output"].get<std::string>().starts_with("Hello from pillbox"));
+
   fs::copy_file(kDeepPayload, work + "/deep.txt");
   const std::string store = work + "/store";
   const auto run = run_clean(work, path, "pillbox",
