@@ -13,27 +13,25 @@
 #include <vector>
 
 #include "sandbox/handler.h"
+#include "shared/install_layout.h"
 
 namespace pillbox::sandbox {
 namespace {
 
-constexpr const char* kModuleName = "libpillbox-pdf-text.so";
+constexpr const char* kModuleName = layout::kPdfTextModuleName;
 constexpr const char* kEntryPoint = "pillbox_pdf_text_make";
 
 using EntryPoint = void (*)(const HandlerArgs&, Expected<std::unique_ptr<Handler>>&);
 
 // $PILLBOX_PDF_TEXT_LIB, else next to this executable (a build tree), else
-// the install layout: libexec/pillbox/pillbox-sandbox beside lib/pillbox/.
+// the installed tree's lib/pillbox/ (shared/install_layout.h).
 Expected<std::vector<std::filesystem::path>> module_candidates() {
   if (const char* v = std::getenv("PILLBOX_PDF_TEXT_LIB"); v != nullptr && *v != '\0') {
     // dlopen would search the library path for a bare name: not what was meant.
     if (v[0] != '/') return Error{"PILLBOX_PDF_TEXT_LIB must be an absolute path (it is '" + std::string(v) + "')"};
     return std::vector<std::filesystem::path>{v};
   }
-  std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
-  if (ec) return std::vector<std::filesystem::path>{};
-  return std::vector<std::filesystem::path>{dir / kModuleName, dir / "../lib/pillbox" / kModuleName, dir / "../../lib/pillbox" / kModuleName};
+  return layout::pdf_text_candidates(layout::running_executable_dir());
 }
 
 // Code loaded into a zygote that runs as root must be as trusted as the

@@ -17,8 +17,9 @@ int doctor_command(int argc, char** argv) {
   }
   if (args->flag("help")) {
     std::puts("usage: pillbox doctor [--policy NAME|FILE]... [--json]\n\n"
-              "Checks what this host allows (seccomp, namespaces, cgroups, privilege drop) by trying\n"
-              "each for real, runs one task end to end, and says what pillbox falls back to where a\n"
+              "Says where pillbox found its helpers (the sandbox binary, the crash library, the pdf-text\n"
+              "module), checks what this host allows (seccomp, namespaces, cgroups, privilege drop) by\n"
+              "trying each for real, runs one task end to end, and says what pillbox falls back to where a\n"
               "feature is missing. The shipped policies and each --policy are checked too: a policy\n"
               "that switches confinement off (allow_unsafe = yes) is a NO line.\n"
               "Exit code 0 when tasks can run here, 3 when they cannot.");

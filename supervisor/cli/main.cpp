@@ -6,6 +6,7 @@
 #include <string>
 
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/helper_check.h"
 
 namespace {
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? kExitUsage : kExitOk;
   }
   const std::string command = argv[1];
+  if (const int code = check_helpers_for(argc, argv); code >= 0) return code;
   if (command == "run") return run_command(argc, argv);
   if (command == "doctor") return doctor_command(argc, argv);
   if (command == "policy") return policy_command(argc, argv);

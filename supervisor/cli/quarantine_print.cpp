@@ -80,11 +80,23 @@ Status write_file(const std::string& path, const std::string& bytes, bool force,
   return Status::ok();
 }
 
+// Text for one line of a shell comment: a record read from a fleet's Redis
+// may hold a newline, which would end the comment and start a command.
+std::string comment_text(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) out += (ch < 0x20 || ch == 0x7f) ? '?' : static_cast<char>(ch);
+  return out;
+}
+
 // reproduce.sh: the record's handler and policy, the payload beside it, one
 // attempt, no store, so that it runs the same way on any machine with pillbox.
+// Which pillbox: $PILLBOX (a build tree's, say), else the one on PATH; found
+// before the script changes directory, so a relative $PILLBOX still works,
+// and when there is none the script says what to do instead of a shell's
+// "pillbox: not found".
 std::string reproduce_script(const std::string& id, const store::QuarantineRecord& r) {
   const store::QuarantineEntry& e = r.entry;
-  std::string cmd = "pillbox run --no-store --max-attempts 1 --no-breaker --json --jobs 1 --policy ./policy.policy";
+  std::string cmd = "\"$pillbox\" run --no-store --max-attempts 1 --no-breaker --json --jobs 1 --policy ./policy.policy";
   std::string tail;
   if (e.handler == "exec") {
     auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
@@ -101,10 +113,27 @@ std::string reproduce_script(const std::string& id, const store::QuarantineRecor
     tail = " ./payload";
   }
   return "#!/bin/sh\n"
-         "# Runs quarantine record " + id + " again, in the sandbox, the way it was quarantined:\n"
-         "#   kind " + e.kind + ", fingerprint " + e.fingerprint + "\n"
+         "# Runs quarantine record " + comment_text(id) + " again, in the sandbox, the way it was quarantined:\n"
+         "#   kind " + comment_text(e.kind) + ", fingerprint " + comment_text(e.fingerprint) + "\n"
          "# Expect the same kind and fingerprint in the JSON line it prints.\n"
+         "# Runs $PILLBOX when it is set (PILLBOX=/path/to/build/pillbox ./reproduce.sh), else pillbox from PATH.\n"
          "set -e\n"
+         "pillbox=${PILLBOX:-pillbox}\n"
+         "case $pillbox in\n"
+         "  /*) ;;\n"
+         "  */*) pillbox=$(pwd)/$pillbox ;;\n"
+         "  *) pillbox=$(command -v \"$pillbox\") || pillbox= ;;\n"
+         "esac\n"
+         "if [ -z \"$pillbox\" ] || [ ! -f \"$pillbox\" ] || [ ! -x \"$pillbox\" ]; then\n"
+         "  if [ -n \"${PILLBOX:-}\" ]; then\n"
+         "    echo \"reproduce.sh: PILLBOX=$PILLBOX is not an executable pillbox\" >&2\n"
+         "  else\n"
+         "    echo \"reproduce.sh: pillbox is not on PATH\" >&2\n"
+         "  fi\n"
+         "  echo \"  install it (cmake --install BUILD_DIR --prefix PREFIX, then put PREFIX/bin on PATH),\" >&2\n"
+         "  echo \"  or name one: PILLBOX=/path/to/pillbox $0\" >&2\n"
+         "  exit 127\n"
+         "fi\n"
          "cd \"$(dirname \"$0\")\"\n"
          "exec " + cmd + tail + "\n";
 }

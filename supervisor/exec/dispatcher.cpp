@@ -59,6 +59,9 @@ class Dispatcher {
   }
 
   Status setup() {
+    // "" when the caller left the choice to find_sandbox_binary() and it
+    // found none (a pillbox binary copied away from its helpers).
+    if (launcher_settings_.sandbox_binary.empty()) return Status::error(missing_helper_message(locate_sandbox_binary()));
     const Policy& policy = settings_.config.policy;
     if (policy.isolation.cgroup != CgroupMode::kOff) {
       const CgroupProbe probe = probe_cgroups();

@@ -18,6 +18,7 @@
 #include "shared/policy_parser.h"
 #include "supervisor/exec/cgroups.h"
 #include "supervisor/exec/dispatcher.h"
+#include "supervisor/exec/install_paths.h"
 
 namespace pillbox {
 namespace {
@@ -178,6 +179,30 @@ class OneTask final : public TaskSource {
   bool done_ = false;
 };
 
+// One line per helper: where it was found (so an operator can tell which
+// install a pillbox uses), or the places looked and what goes without it.
+DoctorCheck helper_check(const std::string& name, const HelperLocation& where, const std::string& without) {
+  DoctorCheck c = named(name);
+  c.ok = !where.path.empty();
+  if (c.ok) {
+    c.detail = where.path + (where.from_env ? " (from $" + where.env + ")" : "");
+  } else {
+    c.detail = missing_helper_message(where);
+    c.fallback = without;
+  }
+  return c;
+}
+
+void check_helpers(DoctorReport& report) {
+  const HelperLocation sandbox = locate_sandbox_binary();
+  report.checks.push_back(helper_check("sandbox binary", sandbox, "none: no task can run"));
+  report.checks.push_back(helper_check("crash library", locate_crash_library(),
+                                       "exec programs run without crash capture: a crash is classified from its "
+                                       "signal alone, without the faulting address and stack"));
+  report.checks.push_back(helper_check("pdf-text module", locate_pdf_text_module(sandbox.path),
+                                       "the pdf-text handler cannot run; every other handler can"));
+}
+
 class Capture final : public OutcomeSink {
  public:
   void on_outcome(const Task&, const Outcome& o) override { outcome = o; }
@@ -232,6 +257,7 @@ DoctorReport run_doctor(const std::string& sandbox_binary, const std::vector<std
   kernel.ok = true;
   kernel.detail = std::string(u.sysname) + " " + u.release + " " + u.machine;
   r.checks.push_back(kernel);
+  check_helpers(r);
   r.checks.push_back(check_privileges());
   r.checks.push_back(check_seccomp());
   r.checks.push_back(check_seccomp_notify());
