@@ -55,7 +55,10 @@ const OptionSpec* find_short(const std::vector<OptionSpec>& specs, char letter) 
 
 // "unknown option --jsno; did you mean --json?" when one is that close.
 std::string unknown_option(const std::string& given, const std::vector<OptionSpec>& specs) {
-  const std::string name = given.substr(0, given.find('='));
+  // A long option's name ends at '=' (its value is not shown); "--=x" and
+  // short options ("-h=1") are named as they were given.
+  const auto eq = given.find('=');
+  const std::string name = given.starts_with("--") && eq != std::string::npos && eq > 2 ? given.substr(0, eq) : given;
   std::vector<std::string> known;
   for (const auto& s : specs) known.push_back("--" + s.name);
   std::string message = "unknown option " + name;
@@ -159,11 +162,17 @@ Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<O
   std::vector<std::string> reversed(words.words.rbegin(), words.words.rend());
   try {
     app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Error& e) {  // e.g. "-qj" at the end: -j without its value
     return Error{std::string("bad option: ") + e.what() + help};
   }
-  for (const auto& extra : app.remaining()) {
-    if (extra.size() > 1 && extra[0] == '-') return Error{unknown_option(extra, specs) + help};
+  // What CLI11 did not match, and words it would take as positionals that
+  // look like options ("---x", "-5"): "-" alone is the only positional that
+  // starts with '-' (stdin); a file named -x is ./-x.
+  std::vector<std::string> unmatched = app.remaining();
+  for (const auto* words_left : {&unmatched, &positional}) {
+    for (const auto& word : *words_left) {
+      if (word.size() > 1 && word[0] == '-') return Error{unknown_option(word, specs) + help};
+    }
   }
   for (const auto& s : specs) {
     const CLI::Option* o = options[s.name];

@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     // After the command, and after its verb when it has verbs: where the
     // command reads its options. A command without --store says so.
     std::size_t at = 2;
-    if (has_verbs(command) && words.size() > 2 && words[2][0] != '-') at = 3;
+    if (has_verbs(command)) at = words.size() > 2 && words[2][0] != '-' ? 3 : words.size();
     words.insert(words.begin() + static_cast<std::ptrdiff_t>(at), store.begin(), store.end());
   }
   words.push_back(nullptr);

@@ -199,6 +199,10 @@ TEST_CASE("args: an unknown option close to a known one: did you mean") {
   CHECK(err({"--hadler=echo"}) == "unknown option --hadler; did you mean --handler? (see: pillbox run --help)");
   CHECK(err({"--jbos", "2"}) == "unknown option --jbos; did you mean --jobs? (see: pillbox run --help)");
   CHECK(err({"--zzzzzz"}) == "unknown option --zzzzzz (see: pillbox run --help)");
+  CHECK(err({"--=x"}) == "unknown option --=x (see: pillbox run --help)");
+  CHECK(err({"-x=1"}) == "unknown option -x=1 (see: pillbox run --help)");
+  CHECK(err({"---json"}).starts_with("unknown option ---json"));
+  CHECK(err({"-qj"}).starts_with("unknown option -qj"));  // no -q here; nothing half-read
   // Hostile lengths: no suggestion, no time spent.
   CHECK(err({"--" + std::string(100000, 'j')}).starts_with("unknown option --jjjj"));
 }
