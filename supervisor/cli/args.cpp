@@ -162,7 +162,10 @@ Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<O
   std::vector<std::string> reversed(words.words.rbegin(), words.words.rend());
   try {
     app.parse(reversed);
-  } catch (const CLI::Error& e) {  // e.g. "-qj" at the end: -j without its value
+  } catch (const CLI::ArgumentMismatch& e) {  // "-qj" at the end: -j without its value
+    const std::string what = e.what();
+    return Error{"option " + what.substr(0, what.find(':')) + " needs a value" + help};
+  } catch (const CLI::Error& e) {
     return Error{std::string("bad option: ") + e.what() + help};
   }
   // What CLI11 did not match, and words it would take as positionals that

@@ -182,6 +182,12 @@ TEST_CASE("args: the common options have the same short names in every verb") {
   CHECK(b->flag("quiet"));  // bundled short flags
   CHECK(b->flag("dry-run"));
   CHECK(b->flag("yes"));
+  words = {"pillbox", "run", "-qj"};
+  argv.clear();
+  for (auto& w : words) argv.push_back(w.data());
+  auto d = Args::parse(static_cast<int>(argv.size()), argv.data(), 2, {{"quiet", false}, {"jobs"}}, "run");
+  REQUIRE_FALSE(d.has_value());
+  CHECK(d.error() == "option --jobs needs a value (see: pillbox run --help)");
 
   // A letter a verb gives to another option of its own keeps that meaning there.
   const std::vector<OptionSpec> own = {{"jar", true, false, 'j'}, {"jobs"}};
