@@ -402,3 +402,20 @@ TEST_CASE("purge: --dry-run deletes nothing; open records go only when confirmed
   CHECK(yes.exit_code == 0);
   CHECK(records(dir.path() + "/second") == 0);
 }
+
+TEST_CASE("with --store before the command, a hook's token is still overwritten in /proc/PID/cmdline") {
+  // The command sees argv's own words, rearranged, not copies: what
+  // OptionSpec::secret overwrites is what /proc shows. A spawn-mode task has
+  // no PID namespace and would see the supervisor's command line.
+  const std::string scan = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'hook-sec[r]et-77c1'; exit 0";
+  e2e::TempDir store(0700);
+  e2e::TempDir in;
+  const std::string input = in.write("payload", "x");
+  const auto r = run_pillbox({"--store", store.path() + "/s", "run", "--json", "--mode", "spawn", "--on-quarantine",
+                              "logger -t pillbox hook-secret-77c1", "--on-new-fingerprint=true hook-secret-77c1", input,
+                              "--", "/bin/sh", "-c", scan});
+  INFO(r.describe());
+  REQUIRE(r.records.size() == 1);
+  CHECK(r.records[0]["kind"] == "ok");
+  CHECK(r.records[0]["output"] == "0\n");
+}
