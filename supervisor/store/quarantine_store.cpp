@@ -1,5 +1,7 @@
 #include "supervisor/store/quarantine_store.h"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -511,6 +513,7 @@ Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::
     if (!status || is_open(*status)) ++result.open_records;
   }
   stmt->reset();
+  std::sort(result.ids.begin(), result.ids.end());  // RETURNING's order is SQLite's to choose
   if (result.open_records > max_open) {  // the transaction rolls back: nothing deleted
     return Error{std::to_string(result.open_records) + " of these records are open now, more than the " +
                      std::to_string(max_open) + " confirmed; nothing was deleted (look again: --dry-run)",
