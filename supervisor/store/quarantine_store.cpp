@@ -1,9 +1,8 @@
 #include "supervisor/store/quarantine_store.h"
 
-#include <algorithm>
-
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace pillbox::store {
