@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
     store.assign(words.begin() + 1, words.begin() + (joined ? 2 : 3));
     words.erase(words.begin() + 1, words.begin() + (joined ? 2 : 3));
   }
+  if (!store.empty() && words.size() > 1 && std::strncmp(words[1], "--store", 7) == 0) {
+    std::fputs("pillbox: option --store given twice (see: pillbox --help)\n", stderr);
+    return kExitUsage;
+  }
   if (words.size() < 2) {
     std::fputs(kUsage, stderr);
     return kExitUsage;

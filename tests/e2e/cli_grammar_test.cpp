@@ -236,6 +236,9 @@ TEST_CASE("--store before the command is the command's own --store") {
   const auto twice = run_pillbox({"--store", store, "quarantine", "list", "--store", store});
   CHECK(twice.exit_code == 2);
   CHECK_MESSAGE(contains(twice.err, "option --store given twice"), twice.err);
+  const auto twice_before = run_pillbox({"--store", store, "--store=" + store, "quarantine", "list"});
+  CHECK(twice_before.exit_code == 2);
+  CHECK_MESSAGE(contains(twice_before.err, "option --store given twice"), twice_before.err);
   const auto none = run_pillbox({"--store", store, "policy", "show", "strict"});
   CHECK(none.exit_code == 2);
   CHECK_MESSAGE(contains(none.err, "unknown option --store (see: pillbox policy show --help)"), none.err);
