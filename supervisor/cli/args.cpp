@@ -192,6 +192,7 @@ Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<O
   a.positional_ = std::move(positional);
   return a;
 }
+
 std::optional<std::string> Args::value(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end() || it->second.empty()) return std::nullopt;
