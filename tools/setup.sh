@@ -10,6 +10,7 @@ packages=(
   libzmq3-dev cppzmq-dev                        # ZeroMQ wire
   libmsgpack-cxx-dev                            # msgpack frames
   libspdlog-dev doctest-dev nlohmann-json3-dev  # logging, tests, JSON lines
+  libcli11-dev                                  # the command line's grammar (CLI11, header-only)
   libsqlite3-dev                                # embedded store
   libhiredis-dev redis-server                   # Redis Streams broker (client; a real server for tests)
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers

@@ -1,78 +1,195 @@
 #include "supervisor/cli/args.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <thread>
 
-#include "shared/policy_parser.h"
+#include "supervisor/io/nearest_word.h"
+#include "supervisor/io/time_args.h"
 
 namespace pillbox::cli {
+namespace {
 
-Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<OptionSpec>& specs,
-                           const std::string& command) {
-  Args a;
-  const std::string help = " (see: pillbox " + command + " --help)";
+// The short names every verb gives these options, when it takes them and has
+// not given the letter to another option: one meaning per letter everywhere.
+constexpr std::pair<const char*, char> kConventionalShortNames[] = {
+    {"jobs", 'j'}, {"quiet", 'q'}, {"dry-run", 'n'}, {"out", 'o'}, {"output", 'o'}, {"help", 'h'},
+};
+
+// The verb's options with --help added (every verb takes it) and the
+// conventional short names filled in.
+std::vector<OptionSpec> complete_specs(std::vector<OptionSpec> specs) {
+  const auto named = [&](const std::string& name) {
+    return std::any_of(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
+  };
+  if (!named("help")) specs.push_back({"help", false});
+  for (const auto& [name, letter] : kConventionalShortNames) {
+    const bool taken = std::any_of(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.short_name == letter; });
+    if (taken) continue;
+    for (auto& s : specs) {
+      if (s.name == name && s.short_name == 0) {
+        s.short_name = letter;
+        break;
+      }
+    }
+  }
+  return specs;
+}
+
+const OptionSpec* find_long(const std::vector<OptionSpec>& specs, const std::string& name) {
+  for (const auto& s : specs) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const OptionSpec* find_short(const std::vector<OptionSpec>& specs, char letter) {
+  for (const auto& s : specs) {
+    if (s.short_name == letter) return &s;
+  }
+  return nullptr;
+}
+
+// "unknown option --jsno; did you mean --json?" when one is that close.
+std::string unknown_option(const std::string& given, const std::vector<OptionSpec>& specs) {
+  // A long option's name ends at '=' (its value is not shown); "--=x" and
+  // short options ("-h=1") are named as they were given.
+  const auto eq = given.find('=');
+  const std::string name = given.starts_with("--") && eq != std::string::npos && eq > 2 ? given.substr(0, eq) : given;
+  std::vector<std::string> known;
+  for (const auto& s : specs) known.push_back("--" + s.name);
+  std::string message = "unknown option " + name;
+  if (auto near = nearest_word(name.starts_with("--") ? name : "-" + name, known)) message += "; did you mean " + *near + "?";
+  return message;
+}
+
+// The words before "--", each option by its long name followed by its value
+// (CLI11 takes the word after an option that needs one as its value,
+// whatever it looks like: "-", "--json", "--", "", as getopt does). Secret
+// values are overwritten in argv here.
+struct Words {
+  std::vector<std::string> words;
+  bool help = false;             // --help or -h, anywhere before "--"
+  std::optional<std::string> error;  // the first malformed option, if any
+};
+
+Words split_words(int argc, char** argv, int first, const std::vector<OptionSpec>& specs, bool& has_dashdash,
+                  std::vector<std::string>& after_dashdash) {
+  Words w;
+  const auto fail = [&](const std::string& message) {
+    if (!w.error) w.error = message;
+  };
   for (int i = first; i < argc; ++i) {
-    std::string arg = argv[i];
+    const std::string arg = argv[i];
     if (arg == "--") {
-      a.has_dashdash_ = true;
-      for (++i; i < argc; ++i) a.after_dashdash_.emplace_back(argv[i]);
+      has_dashdash = true;
+      for (++i; i < argc; ++i) after_dashdash.emplace_back(argv[i]);
       break;
     }
-    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+    const OptionSpec* spec = nullptr;
+    std::optional<std::string> inline_value;
+    std::string typed = arg;  // as the user wrote it, for messages
+    if (arg.size() > 2 && arg.starts_with("--")) {
       std::string name = arg.substr(2);
-      std::optional<std::string> inline_value;
       if (const auto eq = name.find('='); eq != std::string::npos) {
         inline_value = name.substr(eq + 1);
         name.resize(eq);
       }
-      const OptionSpec* spec = nullptr;
-      for (const auto& s : specs) {
-        if (s.name == name) spec = &s;
-      }
-      if (spec == nullptr) return Error{"unknown option --" + name + help};
-      std::string value;
-      if (spec->takes_value) {
-        char* held = nullptr;  // where argv holds the value
-        if (inline_value) {
-          value = *inline_value;
-          held = argv[i] + 2 + name.size() + 1;
-        } else if (i + 1 < argc) {
-          value = argv[++i];
-          held = argv[i];
-        } else {
-          return Error{"option --" + name + " needs a value" + help};
-        }
-        if (spec->secret) std::fill(held, held + value.size(), '*');
-      } else if (inline_value) {
-        return Error{"option --" + name + " takes no value" + help};
-      }
-      auto& slot = a.values_[name];
-      if (!slot.empty() && !spec->repeatable) return Error{"option --" + name + " given twice" + help};
-      slot.push_back(std::move(value));
+      typed = "--" + name;
+      spec = find_long(specs, name);
+    } else if (arg.size() == 2 && arg[0] == '-' && arg[1] != '-') {
+      spec = find_short(specs, arg[1]);
+    }
+    if (spec == nullptr) {  // a positional, a bundle of short flags, or an unknown option: CLI11 tells
+      w.words.push_back(arg);
       continue;
     }
-    if (arg.size() == 2 && arg[0] == '-' && arg[1] != '-') {
-      const OptionSpec* spec = nullptr;
-      for (const auto& s : specs) {
-        if (s.short_name == arg[1]) spec = &s;
-      }
-      if (spec != nullptr) {
-        std::string value;
-        if (spec->takes_value) {
-          if (i + 1 >= argc) return Error{"option " + arg + " needs a value" + help};
-          value = argv[++i];
-        }
-        auto& slot = a.values_[spec->name];
-        if (!slot.empty() && !spec->repeatable) return Error{"option " + arg + " given twice" + help};
-        slot.push_back(std::move(value));
-        continue;
-      }
+    if (!spec->takes_value) {
+      if (inline_value) fail("option " + typed + " takes no value");
+      if (spec->name == "help") w.help = true;
+      w.words.push_back("--" + spec->name);
+      continue;
     }
-    if (arg.size() > 1 && arg[0] == '-' && arg != "-") return Error{"unknown option " + arg + help};
-    a.positional_.push_back(std::move(arg));
+    char* held = nullptr;  // where argv holds the value
+    std::string value;
+    if (inline_value) {
+      value = *inline_value;
+      held = argv[i] + (arg.size() - value.size());
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+      held = argv[i];
+    } else {
+      fail("option " + typed + " needs a value");
+      continue;
+    }
+    if (spec->secret) std::fill(held, held + value.size(), '*');
+    w.words.push_back("--" + spec->name);
+    w.words.push_back(std::move(value));
   }
+  return w;
+}
+
+}  // namespace
+
+Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<OptionSpec>& verb_specs,
+                           const std::string& command) {
+  const std::string help = " (see: pillbox " + command + " --help)";
+  const std::vector<OptionSpec> specs = complete_specs(verb_specs);
+  Args a;
+  Words words = split_words(argc, argv, first, specs, a.has_dashdash_, a.after_dashdash_);
+  if (words.help) {
+    Args asked;
+    asked.values_["help"].emplace_back();
+    return asked;
+  }
+  if (words.error) return Error{*words.error + help};
+
+  CLI::App app{"", "pillbox " + command};
+  app.set_help_flag();  // --help is one of the specs, read above
+  app.allow_extras();   // unknown options are named below, with a suggestion
+  std::map<std::string, CLI::Option*> options;
+  for (const auto& s : specs) {
+    const std::string names = (s.short_name != 0 ? std::string("-") + s.short_name + "," : "") + "--" + s.name;
+    CLI::Option* o = s.takes_value ? app.add_option(names) : app.add_flag(names);
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    options[s.name] = o;
+  }
+  std::vector<std::string> positional;
+  app.add_option("positional", positional)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  std::vector<std::string> reversed(words.words.rbegin(), words.words.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ArgumentMismatch& e) {  // "-qj" at the end: -j without its value
+    const std::string what = e.what();
+    return Error{"option " + what.substr(0, what.find(':')) + " needs a value" + help};
+  } catch (const CLI::Error& e) {
+    return Error{std::string("bad option: ") + e.what() + help};
+  }
+  // What CLI11 did not match, and words it would take as positionals that
+  // look like options ("---x", "-5"): "-" alone is the only positional that
+  // starts with '-' (stdin); a file named -x is ./-x.
+  std::vector<std::string> unmatched = app.remaining();
+  for (const auto* words_left : {&unmatched, &positional}) {
+    for (const auto& word : *words_left) {
+      if (word.size() > 1 && word[0] == '-') return Error{unknown_option(word, specs) + help};
+    }
+  }
+  for (const auto& s : specs) {
+    const CLI::Option* o = options[s.name];
+    const std::size_t times = o->count();
+    if (times == 0) continue;
+    if (times > 1 && !s.repeatable) return Error{"option --" + s.name + " given twice" + help};
+    auto& slot = a.values_[s.name];
+    if (s.takes_value) {
+      slot = o->results();
+    } else {
+      slot.assign(times, "");
+    }
+  }
+  a.positional_ = std::move(positional);
   return a;
 }
 
@@ -120,7 +237,7 @@ Expected<std::chrono::milliseconds> read_duration(const Args& args, const std::s
                                                   std::uint64_t max_ms) {
   const auto text = args.value(name);
   if (!text) return fallback;
-  auto ms = parse_duration_ms(*text, "--" + name, min_ms, max_ms);
+  auto ms = parse_duration_arg(*text, "--" + name, min_ms, max_ms);
   if (!ms) return Error{ms.error()};
   return std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
 }

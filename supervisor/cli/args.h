@@ -1,6 +1,11 @@
 #pragma once
-// A small, strict command-line parser: --name VALUE, --name=VALUE, -n VALUE, flags,
-// positionals, and everything after "--" kept apart (the exec command).
+// The command line of every verb, one grammar (on CLI11): --name VALUE,
+// --name=VALUE, -n VALUE, flags (also bundled: -qn), positionals, and
+// everything after "--" kept apart (the exec command). --help and -h are
+// taken by every verb; a --help anywhere (before "--") wins over every other
+// argument and every error, so a verb shows its help and does nothing else.
+// The common options have the same short names in every verb that takes
+// them: -j --jobs, -q --quiet, -n --dry-run, -o --out/--output, -h --help.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -16,7 +21,8 @@ struct OptionSpec {
   std::string name;       // without the leading "--"
   bool takes_value = true;
   bool repeatable = false;
-  char short_name = 0;    // e.g. 'o' for -o (takes the next argument as its value)
+  char short_name = 0;    // e.g. 'o' for -o (takes the next argument as its value); the
+                          // common options get theirs without it (see above)
   // Its value may hold a secret (a hook command with a token): once read, it
   // is overwritten in argv. The kernel shows a process's argv to every user
   // (/proc/PID/cmdline), and a spawn-mode task, which has no PID namespace,

@@ -1,10 +1,13 @@
 #include "supervisor/cli/child_options.h"
 
+#include <limits>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "shared/policy_parser.h"
 #include "supervisor/exec/install_paths.h"
+#include "supervisor/io/time_args.h"
 
 namespace pillbox::cli {
 
@@ -46,9 +49,17 @@ Expected<std::optional<Policy>> read_policy_override(const Args& args) {
 
 Status apply_limit_overrides(const Args& args, Policy& policy) {
   for (const auto& [flag, key] : {std::pair{"timeout", "wall"}, {"cpu", "cpu"}, {"memory", "memory"}, {"max-output", "output"}}) {
-    if (auto v = args.value(flag)) {
-      if (auto s = set_limit(policy.limits, key, *v); !s) return Status::error("--" + std::string(flag) + ": " + s.message());
+    auto v = args.value(flag);
+    if (!v) continue;
+    // Durations on the command line may have a fraction (0.5s, 1.5m, as GNU
+    // timeout takes them); the policy's own ranges then apply to the
+    // milliseconds they come to.
+    if (key == std::string_view("wall") || key == std::string_view("cpu")) {
+      auto ms = parse_duration_arg(*v, "--" + std::string(flag), 0, std::numeric_limits<std::uint64_t>::max());
+      if (!ms) return Status::error(ms.error());
+      v = std::to_string(*ms) + "ms";
     }
+    if (auto s = set_limit(policy.limits, key, *v); !s) return Status::error("--" + std::string(flag) + ": " + s.message());
   }
   for (const auto& path : args.values("writable")) {
     if (auto s = add_writable(policy.isolation, path); !s) return Status::error("--writable: " + s.message());

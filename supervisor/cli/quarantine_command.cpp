@@ -1,8 +1,11 @@
 // pillbox quarantine: what the store holds and what operators do with it.
 // Dispatch, list, discard and purge here; show/export and stats beside it.
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,10 +17,12 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/quarantine_help.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/quarantine_json.h"
+#include "supervisor/io/nearest_word.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/io/time_args.h"
 #include "supervisor/store/actor.h"
@@ -29,9 +34,9 @@ const char* kHelp =
     "usage: pillbox quarantine list [filters] [--limit N] [--offset N] [--json]\n"
     "       pillbox quarantine show ID [--json]\n"
     "       pillbox quarantine stats [filters] [--json]\n"
-    "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force]\n"
-    "       pillbox quarantine discard ID... --reason TEXT\n"
-    "       pillbox quarantine purge --older-than DURATION [--status S]...\n"
+    "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force] [--json]\n"
+    "       pillbox quarantine discard ID... --reason TEXT [--json]\n"
+    "       pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
     "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
@@ -44,8 +49,10 @@ const char* kHelp =
     "         --bundle, FILE is a new directory holding the payload, the policy, the record\n"
     "         and reproduce.sh, a command line that runs it again the same way\n"
     "discard  mark records as handled without a fix; the reason goes into the audit trail\n"
-    "purge    delete records created more than DURATION ago (e.g. 30d, 12h), only those in the\n"
-    "         given statuses when --status is given; payloads no remaining record uses go too\n"
+    "purge    delete records created more than DURATION ago (e.g. 30d, 12h, 1.5d), only those in\n"
+    "         the given statuses when --status is given; payloads no remaining record uses go too.\n"
+    "         --dry-run shows them and deletes nothing; records still open (quarantined, replaying,\n"
+    "         failed-again) go only when confirmed: on a terminal, or with --yes\n"
     "\n"
     "replay   run quarantined payloads again, oldest first, in batches: under their recorded\n"
     "         handler and policy, or a new one (--handler H [--arg K=V]... | -- CMD ARGS..., --policy P).\n"
@@ -92,6 +99,9 @@ const char* kHelp =
     "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
     "                reproduce and minimize take --redis URL --stream NAME too.\n"
     "\n"
+    "`pillbox quarantine VERB --help` (or `pillbox help quarantine VERB`) describes one verb, with\n"
+    "its --json fields.\n"
+    "\n"
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
     "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";
 
@@ -112,9 +122,11 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
   if (verb == "stats") add(kFilterOptions), add({{"json", false}});
   if (verb == "show") add({{"json", false}});
-  if (verb == "export") add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}});
-  if (verb == "discard") add({{"reason"}});
-  if (verb == "purge") add({{"older-than"}, {"status", true, true}});
+  if (verb == "export") {
+    add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}, {"json", false}});
+  }
+  if (verb == "discard") add({{"reason"}, {"json", false}});
+  if (verb == "purge") add({{"older-than"}, {"status", true, true}, {"dry-run", false}, {"yes", false}, {"json", false}});
   if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}});
   if (verb == "replay") {
     add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
@@ -192,10 +204,10 @@ int discard(const QuarantineContext& c) {
     records.push_back(std::move(*r));
   }
   const std::string actor = actor_name("quarantine discard");
-  int changed = 0;
+  DiscardReport report(c.args.flag("json"));
   for (const auto& r : records) {
     if (r.status == store::RecordStatus::kDiscarded) {
-      print_already_discarded(std::to_string(r.id));
+      report.already_discarded(r.id);
       continue;
     }
     const std::string was(to_string(r.status));
@@ -204,17 +216,55 @@ int discard(const QuarantineContext& c) {
         !s) {
       return quarantine_error(s.message(), kExitSetup);
     }
-    print_discarded(std::to_string(r.id), was);
-    ++changed;
+    report.discarded(r.id, was);
   }
-  print_discard_summary(changed);
+  report.finish();
   return kExitOk;
+}
+
+// purge --dry-run: the records it would delete, and none deleted.
+int show_purge_plan(const std::vector<store::PurgeCandidate>& plan, std::size_t open, bool json) {
+  if (json) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (const auto& r : plan) ids.push_back(r.id);
+    const nlohmann::json j = {{"dry_run", true}, {"records", plan.size()}, {"open_records", open},
+                              {"payloads", nullptr}, {"ids", ids}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+  std::printf("would purge %zu record%s (%zu still open); nothing deleted\n", plan.size(), plan.size() == 1 ? "" : "s",
+              open);
+  for (const auto& r : plan) {
+    std::printf("  %-8lld %-12s %-17s %s\n", static_cast<long long>(r.id), std::string(to_string(r.status)).c_str(),
+                r.kind.c_str(), table_cell(r.key, 100).c_str());
+  }
+  return kExitOk;
+}
+
+// Open records go only when someone says so: on a terminal, a question;
+// without one, --yes. True to go on.
+bool confirm_open_purge(std::size_t open) {
+  if (::isatty(STDIN_FILENO) != 1) {
+    quarantine_error("purge would delete " + std::to_string(open) + " open record" + (open == 1 ? "" : "s") +
+                         " (quarantined, replaying or failed-again) and there is no terminal to ask; add --yes to "
+                         "delete them, or --status resolved --status discarded to keep them (see them: --dry-run)",
+                     kExitUsage);
+    return false;
+  }
+  std::fprintf(stderr, "delete %zu open record%s? [y/N] ", open, open == 1 ? "" : "s");
+  std::fflush(stderr);
+  char answer[16] = {};
+  const bool yes = std::fgets(answer, sizeof answer, stdin) != nullptr &&
+                   (std::strcmp(answer, "y\n") == 0 || std::strcmp(answer, "yes\n") == 0 ||
+                    std::strcmp(answer, "Y\n") == 0);
+  if (!yes) quarantine_error("nothing deleted", kExitUsage);
+  return yes;
 }
 
 int purge(const QuarantineContext& c) {
   const auto older = c.args.value("older-than");
   if (!older) return quarantine_error("purge needs --older-than DURATION (e.g. 30d)", kExitUsage);
-  auto ms = parse_duration_ms(*older, "--older-than", 0, 100ull * 365 * 24 * 3600 * 1000);
+  auto ms = parse_duration_arg(*older, "--older-than", 0, 100ull * 365 * 24 * 3600 * 1000);
   if (!ms) return quarantine_error(ms.error(), kExitUsage);
   std::vector<store::RecordStatus> statuses;
   for (const auto& s : c.args.values("status")) {
@@ -222,8 +272,26 @@ int purge(const QuarantineContext& c) {
     if (!status) return quarantine_error(status.error(), kExitUsage);
     statuses.push_back(*status);
   }
-  auto result = c.quarantine.purge(store::now_ms() - static_cast<std::int64_t>(*ms), statuses);
-  if (!result) return quarantine_error(result.error(), kExitSetup);
+  const std::int64_t cutoff = store::now_ms() - static_cast<std::int64_t>(*ms);
+  auto plan = c.quarantine.purge_candidates(cutoff, statuses);
+  if (!plan) return quarantine_error(plan.error(), kExitSetup);
+  std::size_t open = 0;
+  for (const auto& r : *plan) open += store::is_open(r.status) ? 1 : 0;
+  const bool json = c.args.flag("json");
+  if (c.args.flag("dry-run")) return show_purge_plan(*plan, open, json);
+  const bool yes = c.args.flag("yes");
+  if (open > 0 && !yes && !confirm_open_purge(open)) return kExitUsage;
+  // No more open records than were confirmed: one that became open since
+  // (a replay claimed it) stops the purge instead of going unasked.
+  auto result = c.quarantine.purge(cutoff, statuses, yes ? static_cast<std::size_t>(-1) : open);
+  if (!result) return quarantine_error(result.error(), exit_code_for(result.error_code()));
+  if (json) {
+    const nlohmann::json j = {{"dry_run", false},          {"records", result->records},
+                              {"open_records", result->open_records}, {"payloads", result->payloads},
+                              {"ids", result->ids}};
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
   std::printf("purged %zu record%s and %zu payload%s\n", result->records, result->records == 1 ? "" : "s",
               result->payloads, result->payloads == 1 ? "" : "s");
   return kExitOk;
@@ -295,7 +363,7 @@ std::optional<OpenedRecord> open_record(const Args& args, std::int64_t id, Store
 }
 
 int quarantine_command(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
+  if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h" || std::string(argv[2]) == "help") {
     std::fputs(kHelp, argc < 3 ? stderr : stdout);
     return argc < 3 ? kExitUsage : kExitOk;
   }
@@ -307,13 +375,17 @@ int quarantine_command(int argc, char** argv) {
   };
   const auto found = kVerbs.find(verb);
   if (found == kVerbs.end()) {
-    return quarantine_error("unknown verb '" + verb + "' (list, show, stats, export, discard, purge, replay, import)",
+    std::vector<std::string> verbs;
+    for (const auto& [name, run] : kVerbs) verbs.push_back(name);
+    const auto near = nearest_word(verb, verbs);
+    return quarantine_error("unknown verb '" + verb + "'" + (near ? "; did you mean '" + *near + "'?" : "") +
+                                " (list, show, stats, export, discard, purge, replay, import)",
                             kExitUsage);
   }
   auto args = Args::parse(argc, argv, 3, options_of(verb), "quarantine " + verb);
   if (!args) return quarantine_error(args.error(), kExitUsage);
   if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(quarantine_verb_help(verb), stdout);
     return kExitOk;
   }
   if (args->has_dashdash() && verb != "replay" && verb != "import") return quarantine_error("unexpected '--'", kExitUsage);

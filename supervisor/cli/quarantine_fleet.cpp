@@ -129,7 +129,7 @@ int fleet_discard(const FleetContext& c) {
     ids.push_back(r->id);
   }
   const std::string actor = actor_name("quarantine discard");
-  int changed = 0;
+  DiscardReport report(c.args.flag("json"));
   for (const auto& id : ids) {
     bool already = false;
     std::string was;
@@ -144,13 +144,12 @@ int fleet_discard(const FleetContext& c) {
     });
     if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
     if (already) {
-      print_already_discarded(id);
+      report.already_discarded(id);
       continue;
     }
-    print_discarded(id, was);
-    ++changed;
+    report.discarded(id, was);
   }
-  print_discard_summary(changed);
+  report.finish();
   return kExitOk;
 }
 

@@ -376,8 +376,25 @@ Status check_export_options(const Args& args) {
   const auto output = args.value("output");
   if (!output || output->empty()) return Status::error("export needs -o FILE (or -o - for stdout)");
   if (args.flag("bundle") && *output == "-") return Status::error("--bundle writes a directory; give -o DIR");
+  if (args.flag("json") && *output == "-") return Status::error("-o - puts the payload on stdout; --json goes with -o FILE");
   return Status::ok();
 }
+
+namespace {
+
+// export --json: what was written, as one object on stdout.
+int print_exported(const Args& args, const nlohmann::json& id, std::size_t bytes, const std::string& sha) {
+  const nlohmann::json j = {{"id", id},
+                            {"output", *args.value("output")},
+                            {"bundle", args.flag("bundle")},
+                            {"minimized", args.flag("minimized")},
+                            {"bytes", bytes},
+                            {"sha256", sha}};
+  std::printf("%s\n", dump(j).c_str());
+  return kExitOk;
+}
+
+}  // namespace
 
 int export_record(const Args& args, const nlohmann::json& id, const store::QuarantineRecord& r,
                   const nlohmann::json& full, const std::string& payload, const std::string& sha) {
@@ -396,6 +413,7 @@ int export_record(const Args& args, const nlohmann::json& id, const store::Quara
       return kExitOk;
     }
     if (auto s = write_file(*output, payload, force, 0600); !s) return quarantine_error(s.message(), kExitUsage);
+    if (args.flag("json")) return print_exported(args, id, payload.size(), sha);
     std::fprintf(stderr, "wrote %s: %zu bytes, sha256 %s\n", output->c_str(), payload.size(), sha.c_str());
     return kExitOk;
   }
@@ -419,6 +437,7 @@ int export_record(const Args& args, const nlohmann::json& id, const store::Quara
   for (const auto& f : files) {
     if (auto s = write_file(dir + "/" + f.name, f.bytes, force, f.mode); !s) return quarantine_error(s.message(), kExitUsage);
   }
+  if (args.flag("json")) return print_exported(args, id, payload.size(), sha);
   std::fprintf(stderr, "wrote %s/: payload (%zu bytes, sha256 %s), policy.policy, record.json, reproduce.sh\n",
                dir.c_str(), payload.size(), sha.c_str());
   return kExitOk;
@@ -426,20 +445,50 @@ int export_record(const Args& args, const nlohmann::json& id, const store::Quara
 
 // ---- discard --------------------------------------------------------------------
 
-void print_discarded(const std::string& id, const std::string& was) {
-  std::printf("record %s discarded (was %s)\n", id.c_str(), was.c_str());
+void DiscardReport::discarded(const nlohmann::json& id, const std::string& was) {
+  ++changed_;
+  if (json_) {
+    discarded_.push_back({{"id", id}, {"was", was}});
+  } else {
+    std::printf("record %s discarded (was %s)\n", id_text(id).c_str(), was.c_str());
+  }
 }
 
-void print_already_discarded(const std::string& id) { std::printf("record %s was already discarded\n", id.c_str()); }
+void DiscardReport::already_discarded(const nlohmann::json& id) {
+  if (json_) {
+    already_.push_back(id);
+  } else {
+    std::printf("record %s was already discarded\n", id_text(id).c_str());
+  }
+}
 
-void print_discard_summary(int changed) {
-  std::fprintf(stderr, "%d record%s discarded\n", changed, changed == 1 ? "" : "s");
+void DiscardReport::finish() const {
+  if (json_) {
+    const nlohmann::json j = {{"discarded", discarded_}, {"already_discarded", already_}, {"changed", changed_}};
+    std::printf("%s\n", dump(j).c_str());
+  } else {
+    std::fprintf(stderr, "%d record%s discarded\n", changed_, changed_ == 1 ? "" : "s");
+  }
 }
 
 // ---- replay ---------------------------------------------------------------------
 
 void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
-                       std::size_t batch, const std::vector<std::string>& skipped) {
+                       std::size_t batch, const std::vector<std::string>& skipped, bool json) {
+  if (json) {
+    nlohmann::json records = nlohmann::json::array();
+    for (const auto& [id, r] : plan) {
+      records.push_back({{"id", id},
+                         {"status", to_string(r->status)},
+                         {"kind", r->entry.kind},
+                         {"fingerprint", r->entry.fingerprint},
+                         {"key", r->entry.key}});
+    }
+    const nlohmann::json j = {{"dry_run", true}, {"batch", batch},       {"count", plan.size()},
+                              {"records", records}, {"skipped", skipped}};
+    std::printf("%s\n", dump(j).c_str());
+    return;
+  }
   std::printf("would replay %zu record%s, oldest first, in batches of %zu:\n", plan.size(), plan.size() == 1 ? "" : "s",
               batch);
   int width = 8;  // as in list

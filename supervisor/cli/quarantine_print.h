@@ -70,25 +70,43 @@ struct ShownRecord {
 // show ID [--json]. The exit code (3 when the payload cannot be read).
 int print_record(const ShownRecord& shown, bool json);
 
-// -o given, and not "-" with --bundle: checked before any record is read.
+// -o given, and not "-" with --bundle or --json: checked before any record is read.
 Status check_export_options(const Args& args);
 // export ID -o FILE [--bundle] [--force]: `payload` (the bytes asked for,
 // `sha256` theirs) to a file or stdout, or a bundle directory with the
-// policy, record.json (`full`) and reproduce.sh. The exit code.
+// policy, record.json (`full`) and reproduce.sh. With --json, what was
+// written as one object on stdout: {"id", "output", "bundle", "minimized",
+// "bytes", "sha256"}. The exit code.
 int export_record(const Args& args, const nlohmann::json& id, const store::QuarantineRecord& record,
                   const nlohmann::json& full, const std::string& payload, const std::string& sha256);
 
 // ---- discard --------------------------------------------------------------------
 
-void print_discarded(const std::string& id, const std::string& was);  // "record 12 discarded (was quarantined)"
-void print_already_discarded(const std::string& id);
-void print_discard_summary(int changed);
+// What discard did: a line per record on stdout ("record 12 discarded (was
+// quarantined)") and the count on stderr; with --json, one object on stdout
+// at the end: {"discarded": [{"id", "was"}...], "already_discarded": [ID...],
+// "changed": N}.
+class DiscardReport {
+ public:
+  explicit DiscardReport(bool json) : json_(json) {}
+  void discarded(const nlohmann::json& id, const std::string& was);
+  void already_discarded(const nlohmann::json& id);
+  void finish() const;
+
+ private:
+  bool json_;
+  nlohmann::json discarded_ = nlohmann::json::array();
+  nlohmann::json already_ = nlohmann::json::array();
+  int changed_ = 0;
+};
 
 // ---- replay ---------------------------------------------------------------------
 
-// --dry-run's plan: one row per record it would replay, then what it skips.
+// --dry-run's plan: one row per record it would replay, then what it skips;
+// with --json one object: {"dry_run": true, "batch": N, "count": N,
+// "records": [{"id", "status", "kind", "fingerprint", "key"}...], "skipped": [TEXT...]}.
 void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
-                       std::size_t batch, const std::vector<std::string>& skipped);
+                       std::size_t batch, const std::vector<std::string>& skipped, bool json);
 // One replayed record's line (or JSON object with --json): its outcome and
 // verdict. `output_file`: where its output went ("" for none).
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& record, const Outcome& outcome,

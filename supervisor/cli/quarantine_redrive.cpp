@@ -54,7 +54,7 @@ int show_plan(const FleetContext& c, const broker::RedriveSettings& settings) {
   if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
   std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>> rows;
   for (const auto& r : *plan) rows.emplace_back(r.id, &r.record);
-  print_replay_plan(rows, settings.batch, skipped);
+  print_replay_plan(rows, settings.batch, skipped, c.args.flag("json"));
   return kExitOk;
 }
 

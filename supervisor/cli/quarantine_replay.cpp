@@ -53,13 +53,13 @@ Status read_replay_runner(const Args& args, ReplaySettings& settings) {
 }
 
 // --dry-run: what would be replayed, changing nothing.
-int show_replay_plan(store::ReplayStore& replays, const ReplaySettings& settings) {
+int show_replay_plan(store::ReplayStore& replays, const ReplaySettings& settings, bool json) {
   std::vector<std::string> skipped;
   auto plan = replay_plan(replays, settings, skipped);
   if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
   std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>> rows;
   for (const auto& r : *plan) rows.emplace_back(r.id, &r);
-  print_replay_plan(rows, settings.batch, skipped);
+  print_replay_plan(rows, settings.batch, skipped, json);
   return kExitOk;
 }
 
@@ -124,7 +124,7 @@ int quarantine_replay(const QuarantineContext& c) {
   settings.actor = actor_name("quarantine replay");
   store::ReplayStore replays(c.database, c.quarantine);
 
-  if (args.flag("dry-run")) return show_replay_plan(replays, settings);
+  if (args.flag("dry-run")) return show_replay_plan(replays, settings, args.flag("json"));
 
   // Results go where `run` would put them: a line or a JSON object each, and
   // the output of successful ones into --out.

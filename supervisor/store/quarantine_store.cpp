@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace pillbox::store {
@@ -449,20 +450,55 @@ Status QuarantineStore::record_minimized(std::int64_t id, const std::string& sha
   return txn->commit();
 }
 
-Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses) {
-  auto txn = Transaction::begin(db_->handle());
-  if (!txn) return Error{txn.error()};
-  std::string sql = "DELETE FROM quarantine WHERE created_at < ?1";
+namespace {
+
+// "created_at < ?1 [AND status IN (?2, ...)]": the records a purge takes.
+std::string purge_condition(const std::vector<RecordStatus>& statuses) {
+  std::string sql = "created_at < ?1";
   if (!statuses.empty()) {
     sql += " AND status IN (";
     for (std::size_t i = 0; i < statuses.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 2);
     sql += ")";
   }
-  sql += " RETURNING task_id";
-  auto stmt = Statement::prepare(db_->handle(), sql);
+  return sql;
+}
+
+void bind_purge_condition(Statement& stmt, std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses) {
+  stmt.bind(1, cutoff_ms);
+  for (std::size_t i = 0; i < statuses.size(); ++i) stmt.bind(static_cast<int>(i + 2), to_string(statuses[i]));
+}
+
+}  // namespace
+
+Expected<std::vector<PurgeCandidate>> QuarantineStore::purge_candidates(std::int64_t cutoff_ms,
+                                                                        const std::vector<RecordStatus>& statuses) {
+  auto stmt = Statement::prepare(db_->handle(), "SELECT id, status, kind, key FROM quarantine WHERE " +
+                                                    purge_condition(statuses) + " ORDER BY created_at, id");
   if (!stmt) return Error{stmt.error()};
-  stmt->bind(1, cutoff_ms);
-  for (std::size_t i = 0; i < statuses.size(); ++i) stmt->bind(static_cast<int>(i + 2), to_string(statuses[i]));
+  bind_purge_condition(*stmt, cutoff_ms, statuses);
+  std::vector<PurgeCandidate> out;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    PurgeCandidate c;
+    c.id = stmt->column_int(0);
+    c.status = record_status_from_string(stmt->column_text(1)).value_or(RecordStatus::kQuarantined);
+    c.kind = stmt->column_text(2);
+    c.key = stmt->column_text(3);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses,
+                                             std::size_t max_open) {
+  auto txn = Transaction::begin(db_->handle());
+  if (!txn) return Error{txn.error()};
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "DELETE FROM quarantine WHERE " + purge_condition(statuses) + " RETURNING task_id, status, id");
+  if (!stmt) return Error{stmt.error()};
+  bind_purge_condition(*stmt, cutoff_ms, statuses);
   PurgeResult result;
   std::vector<std::int64_t> tasks;
   while (true) {
@@ -471,8 +507,17 @@ Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::
     if (!*row) break;
     ++result.records;
     tasks.push_back(stmt->column_int(0));
+    result.ids.push_back(stmt->column_int(2));
+    const auto status = record_status_from_string(stmt->column_text(1));
+    if (!status || is_open(*status)) ++result.open_records;
   }
   stmt->reset();
+  std::sort(result.ids.begin(), result.ids.end());  // RETURNING's order is SQLite's to choose
+  if (result.open_records > max_open) {  // the transaction rolls back: nothing deleted
+    return Error{std::to_string(result.open_records) + " of these records are open now, more than the " +
+                     std::to_string(max_open) + " confirmed; nothing was deleted (look again: --dry-run)",
+                 ErrorCode::kUsage};
+  }
   // The ledger forgets a quarantined task whose evidence is gone: a later
   // run over the same input runs it again (and quarantines it anew, with
   // fresh evidence) instead of skipping it with nothing left to show.

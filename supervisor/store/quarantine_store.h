@@ -139,6 +139,16 @@ struct MinimizeState {
 struct PurgeResult {
   std::size_t records = 0;
   std::size_t payloads = 0;
+  std::size_t open_records = 0;  // of `records`, those still open (is_open)
+  std::vector<std::int64_t> ids;  // the records deleted
+};
+
+// A record a purge would delete (purge_candidates).
+struct PurgeCandidate {
+  std::int64_t id = 0;
+  RecordStatus status = RecordStatus::kQuarantined;
+  std::string kind;
+  std::string key;
 };
 
 class QuarantineStore {
@@ -183,8 +193,13 @@ class QuarantineStore {
   Expected<std::vector<AttemptTally>> attempt_tally(std::int64_t task_id);
   // Records created before `cutoff_ms` whose status is one of `statuses`
   // (all statuses when empty), with their audit trail and payloads no other
-  // record shares. Runs its own transaction.
-  Expected<PurgeResult> purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses);
+  // record shares. Runs its own transaction. When more than `max_open` of
+  // them are open (is_open: a record became open since the operator
+  // confirmed), nothing is deleted: a usage error that says to look again.
+  Expected<PurgeResult> purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses,
+                              std::size_t max_open = static_cast<std::size_t>(-1));
+  // What purge(cutoff_ms, statuses) would delete now, oldest first; deletes nothing.
+  Expected<std::vector<PurgeCandidate>> purge_candidates(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses);
 
   // The verdict of `pillbox reproduce`, with an audit entry, in one transaction.
   Status record_reproduction(std::int64_t id, const std::string& verdict, std::int64_t runs, std::int64_t matches,

@@ -15,6 +15,11 @@ std::string_view to_string(RecordStatus status) {
   return "unknown";
 }
 
+bool is_open(RecordStatus status) {
+  return status == RecordStatus::kQuarantined || status == RecordStatus::kReplaying ||
+         status == RecordStatus::kFailedAgain;
+}
+
 std::optional<RecordStatus> record_status_from_string(std::string_view text) {
   return enum_from_text(kAllRecordStatuses, text);
 }

@@ -22,6 +22,10 @@ inline constexpr RecordStatus kAllRecordStatuses[] = {
     RecordStatus::kDiscarded,
 };
 
+// Still waiting for someone (quarantined, replaying, failed-again): not yet
+// resolved or discarded. Purging one loses evidence nobody has looked at.
+bool is_open(RecordStatus status);
+
 std::string_view to_string(RecordStatus status);
 std::optional<RecordStatus> record_status_from_string(std::string_view text);
 

@@ -123,7 +123,7 @@ TEST_CASE("good ok once, deterministic crashers quarantined after exactly 2 atte
   }
 
   SUBCASE("after purge, the poison is run again and quarantined anew: evidence is never silently missing") {
-    const auto purge = run_pillbox({"quarantine", "purge", "--store", store, "--older-than", "0s"});
+    const auto purge = run_pillbox({"quarantine", "purge", "--store", store, "--older-than", "0s", "--yes"});  // open records: confirmed
     INFO(purge.describe());
     CHECK(purge.exit_code == 0);
     CHECK(purge.out == "purged 4 records and 4 payloads\n");

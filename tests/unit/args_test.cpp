@@ -138,7 +138,7 @@ TEST_CASE("args: everything after -- is kept verbatim") {
 TEST_CASE("args: errors") {
   CHECK(err({"--bogus"}) == "unknown option --bogus (see: pillbox run --help)");
   CHECK(err({"--bogus=1"}) == "unknown option --bogus (see: pillbox run --help)");
-  CHECK(err({"-j", "4"}) == "unknown option -j (see: pillbox run --help)");
+  CHECK(err({"-x", "4"}) == "unknown option -x (see: pillbox run --help)");
   CHECK(err({"in", "-x"}) == "unknown option -x (see: pillbox run --help)");
   CHECK(err({"--JSON"}) == "unknown option --JSON (see: pillbox run --help)");
   CHECK(err({"--jobs"}) == "option --jobs needs a value (see: pillbox run --help)");
@@ -149,6 +149,68 @@ TEST_CASE("args: errors") {
   CHECK(err({"--json", "--json"}) == "option --json given twice (see: pillbox run --help)");
   // An error after "--" cannot happen: the rest is not parsed.
   CHECK(ok({"--", "--bogus"}).after_dashdash() == Strings{"--bogus"});
+}
+
+TEST_CASE("args: --help or -h anywhere before -- wins over every other argument and every error") {
+  for (const Strings& words : {Strings{"--help"}, Strings{"-h"}, Strings{"--bogus", "--help"},
+                               Strings{"in", "--jobs", "2", "--jobs", "3", "-h"}, Strings{"--json=yes", "--help"},
+                               Strings{"--help", "--jobs"}}) {
+    const Args a = ok(words);
+    CHECK(a.flag("help"));
+    CHECK(a.positional().empty());
+    CHECK_FALSE(a.flag("json"));
+  }
+  // The value of an option, or a word after --, is not a request for help.
+  const Args v = ok({"--out", "--help", "--", "--help"});
+  CHECK_FALSE(v.flag("help"));
+  CHECK(v.value("out") == std::optional<std::string>("--help"));
+  CHECK(v.after_dashdash() == Strings{"--help"});
+}
+
+TEST_CASE("args: the common options have the same short names in every verb") {
+  const Args a = ok({"-j", "4", "-o", "dir"});
+  CHECK(a.value("jobs") == std::optional<std::string>("4"));
+  CHECK(a.value("out") == std::optional<std::string>("dir"));
+  CHECK(err({"-j", "4", "--jobs", "5"}) == "option --jobs given twice (see: pillbox run --help)");
+
+  std::vector<std::string> words = {"pillbox", "quarantine", "purge", "-qn", "-y"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  const std::vector<OptionSpec> specs = {{"quiet", false}, {"dry-run", false}, {"yes", false, false, 'y'}};
+  auto b = Args::parse(static_cast<int>(argv.size()), argv.data(), 3, specs, "quarantine purge");
+  REQUIRE_MESSAGE(b.has_value(), b.error());
+  CHECK(b->flag("quiet"));  // bundled short flags
+  CHECK(b->flag("dry-run"));
+  CHECK(b->flag("yes"));
+  words = {"pillbox", "run", "-qj"};
+  argv.clear();
+  for (auto& w : words) argv.push_back(w.data());
+  auto d = Args::parse(static_cast<int>(argv.size()), argv.data(), 2, {{"quiet", false}, {"jobs"}}, "run");
+  REQUIRE_FALSE(d.has_value());
+  CHECK(d.error() == "option --jobs needs a value (see: pillbox run --help)");
+
+  // A letter a verb gives to another option of its own keeps that meaning there.
+  const std::vector<OptionSpec> own = {{"jar", true, false, 'j'}, {"jobs"}};
+  words = {"pillbox", "x", "-j", "a.jar"};
+  argv.clear();
+  for (auto& w : words) argv.push_back(w.data());
+  auto c = Args::parse(static_cast<int>(argv.size()), argv.data(), 2, own, "x");
+  REQUIRE(c.has_value());
+  CHECK(c->value("jar") == std::optional<std::string>("a.jar"));
+  CHECK_FALSE(c->value("jobs"));
+}
+
+TEST_CASE("args: an unknown option close to a known one: did you mean") {
+  CHECK(err({"--jsno"}) == "unknown option --jsno; did you mean --json? (see: pillbox run --help)");
+  CHECK(err({"--hadler=echo"}) == "unknown option --hadler; did you mean --handler? (see: pillbox run --help)");
+  CHECK(err({"--jbos", "2"}) == "unknown option --jbos; did you mean --jobs? (see: pillbox run --help)");
+  CHECK(err({"--zzzzzz"}) == "unknown option --zzzzzz (see: pillbox run --help)");
+  CHECK(err({"--=x"}) == "unknown option --=x (see: pillbox run --help)");
+  CHECK(err({"-x=1"}) == "unknown option -x=1 (see: pillbox run --help)");
+  CHECK(err({"---json"}).starts_with("unknown option ---json"));
+  CHECK(err({"-qj"}).starts_with("unknown option -qj"));  // no -q here; nothing half-read
+  // Hostile lengths: no suggestion, no time spent.
+  CHECK(err({"--" + std::string(100000, 'j')}).starts_with("unknown option --jjjj"));
 }
 
 TEST_CASE("args: the command name appears in the hint") {

@@ -657,6 +657,45 @@ TEST_CASE("quarantine store: purge removes old records of the given statuses, th
   CHECK(env.count("SELECT count(*) FROM audit") == 0);
 }
 
+TEST_CASE("quarantine store: purge_candidates shows what purge would delete; purge deletes no more open records than confirmed") {
+  Env env;
+  const std::int64_t p1 = env.add("k1", "p1", "fp-1", 100).id;  // quarantined (open)
+  const std::int64_t p2 = env.add("k2", "p2", "fp-2", 200).id;  // resolved
+  const std::int64_t p3 = env.add("k3", "p3", "fp-3", 300).id;  // failed-again (open)
+  env.add("k4", "p4", "fp-4", 5000);                            // too new
+  env.set_status(p2, "resolved");
+  env.set_status(p3, "failed-again");
+
+  auto plan = env.qs->purge_candidates(1000, {});
+  REQUIRE_MESSAGE(plan.has_value(), plan.error());
+  REQUIRE(plan->size() == 3);
+  CHECK((*plan)[0].id == p1);  // oldest first
+  CHECK((*plan)[0].status == RecordStatus::kQuarantined);
+  CHECK((*plan)[0].key == "k1");
+  CHECK((*plan)[1].status == RecordStatus::kResolved);
+  CHECK((*plan)[2].id == p3);
+  auto resolved_only = env.qs->purge_candidates(1000, {RecordStatus::kResolved});
+  REQUIRE(resolved_only.has_value());
+  CHECK(resolved_only->size() == 1);
+  CHECK(env.count("SELECT count(*) FROM quarantine") == 4);  // nothing deleted
+
+  // One open record confirmed, two open now (p3 opened after the question):
+  // nothing deleted, a usage error.
+  auto refused = env.qs->purge(1000, {}, 1);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error_code() == ErrorCode::kUsage);
+  CHECK(refused.error().find("2 of these records are open now, more than the 1 confirmed") != std::string::npos);
+  CHECK(env.count("SELECT count(*) FROM quarantine") == 4);
+  CHECK(env.count("SELECT count(*) FROM payloads") == 4);
+
+  auto purged = env.qs->purge(1000, {}, 2);
+  REQUIRE_MESSAGE(purged.has_value(), purged.error());
+  CHECK(purged->records == 3);
+  CHECK(purged->open_records == 2);
+  CHECK(purged->ids == std::vector<std::int64_t>{p1, p2, p3});
+  CHECK(env.count("SELECT count(*) FROM quarantine") == 1);
+}
+
 TEST_CASE("quarantine store: ledger numbers attempts per task and remembers how they ended") {
   Env env;
   Ledger& ledger = *env.ledger;

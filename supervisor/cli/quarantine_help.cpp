@@ -1,0 +1,155 @@
+#include "supervisor/cli/quarantine_help.h"
+
+#include <map>
+
+namespace pillbox::cli {
+namespace {
+
+#define PILLBOX_FILTERS                                                                              \
+  "filters:\n"                                                                                       \
+  "  --status S        quarantined | replaying | resolved | failed-again | discarded\n"              \
+  "  --kind K          crash, cpu-limit, oom, ... (see README: failure kinds)\n"                     \
+  "  --fingerprint FP  one fingerprint\n"                                                            \
+  "  --key KEY         one task key\n"                                                               \
+  "  --since WHEN      created since an age ago (24h, 1.5d) or a UTC date (2026-11-30[T12:00:00Z])\n" \
+  "  --source S        run | fuzz (found by pillbox fuzz) | import (pillbox quarantine import)\n"
+
+#define PILLBOX_WHERE                                                                                    \
+  "  --store DIR       the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"         \
+  "                    ~/.local/state/pillbox); also accepted before the command: pillbox --store DIR\n" \
+  "  --redis URL --stream NAME\n"                                                                        \
+  "                    the fleet's quarantine instead (the dead letters in NAME:dlq; see pillbox\n"      \
+  "                    quarantine --help)\n"
+
+#define PILLBOX_STORE_ONLY                                                                              \
+  "  --store DIR       the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"        \
+  "                    ~/.local/state/pillbox); also accepted before the command: pillbox --store DIR\n"
+
+const std::map<std::string, const char*> kVerbHelp = {
+    {"list",
+     "usage: pillbox quarantine list [filters] [--limit N] [--offset N] [--json] [--store DIR | --redis URL --stream NAME]\n"
+     "\n"
+     "Records, newest first: a table, or with --json one JSON object per line (the fields of\n"
+     "`quarantine show --json`, without the attempts and the audit trail).\n"
+     "\n" PILLBOX_FILTERS
+     "\n"
+     "options:\n"
+     "  --limit N         at most N records\n"
+     "  --offset N        skip the first N\n"
+     "  --json            one JSON object per record\n" PILLBOX_WHERE},
+    {"show",
+     "usage: pillbox quarantine show ID [--json] [--store DIR | --redis URL --stream NAME]\n"
+     "\n"
+     "Everything in one record: crash state, resource usage, every attempt, the audit trail, and\n"
+     "a preview of the payload that is safe for a terminal; with --json, one JSON object.\n"
+     "\n"
+     "options:\n"
+     "  --json            the record as one JSON object\n" PILLBOX_WHERE},
+    {"stats",
+     "usage: pillbox quarantine stats [filters] [--json] [--store DIR | --redis URL --stream NAME]\n"
+     "\n"
+     "Records grouped by fingerprint and kind, with counts and first and last seen.\n"
+     "\n" PILLBOX_FILTERS
+     "\n"
+     "options:\n"
+     "  --json            one JSON object per group\n" PILLBOX_WHERE},
+    {"export",
+     "usage: pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force] [--json]\n"
+     "                                 [--store DIR | --redis URL --stream NAME]\n"
+     "\n"
+     "The exact payload bytes to FILE (- for stdout when it is not a terminal). With --bundle,\n"
+     "FILE is a new directory holding the payload, the policy, the record and reproduce.sh, a\n"
+     "command line that runs it again the same way.\n"
+     "\n"
+     "options:\n"
+     "  -o, --output FILE where to write (a directory with --bundle)\n"
+     "  --bundle          a directory: payload, policy, record, reproduce.sh\n"
+     "  --minimized       the payload `pillbox minimize` made, not the original\n"
+     "  --force           replace FILE when it exists\n"
+     "  --json            on stdout, one JSON object: {\"id\", \"output\", \"bytes\", \"sha256\",\n"
+     "                    \"bundle\", \"minimized\"} (not with -o -)\n" PILLBOX_WHERE},
+    {"discard",
+     "usage: pillbox quarantine discard ID... --reason TEXT [--json] [--store DIR | --redis URL --stream NAME]\n"
+     "\n"
+     "Marks records as handled without a fix; the reason goes into the audit trail. Every ID is\n"
+     "checked before any record changes. A record being replayed is refused.\n"
+     "\n"
+     "options:\n"
+     "  --reason TEXT     why (required)\n"
+     "  --json            on stdout, one JSON object: {\"discarded\": [{\"id\", \"was\"}...],\n"
+     "                    \"already_discarded\": [ID...], \"changed\": N}\n" PILLBOX_WHERE},
+    {"purge",
+     "usage: pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
+     "                                [--store DIR]\n"
+     "\n"
+     "Deletes records created more than DURATION ago (e.g. 30d, 12h, 1.5d), only those in the given\n"
+     "statuses when --status is given, with their audit trail; payloads no remaining record uses go\n"
+     "too. Records still open (quarantined, replaying, failed-again) are deleted only when\n"
+     "confirmed: on a terminal the question `delete N open records? [y/N]`; without one, --yes\n"
+     "(else exit 2 and nothing is deleted).\n"
+     "\n"
+     "options:\n"
+     "  --older-than D    age of the records to delete (required)\n"
+     "  --status S        only records in status S (repeatable)\n"
+     "  -n, --dry-run     show what would be deleted; delete nothing\n"
+     "  --yes             delete open records without asking\n"
+     "  --json            on stdout, one JSON object: {\"dry_run\", \"records\", \"open_records\",\n"
+     "                    \"payloads\", \"ids\"} (payloads: null with --dry-run)\n" PILLBOX_STORE_ONLY},
+    {"replay",
+     "usage: pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [options]\n"
+     "                                 [--handler H [--arg K=V]... | -- CMD ARGS...]\n"
+     "\n"
+     "Runs quarantined payloads again, oldest first, in batches: under their recorded handler and\n"
+     "policy, or a new one (--handler H [--arg K=V]... | -- CMD ARGS..., --policy P). Successes\n"
+     "become resolved, failures failed-again (the attempt is appended); what is not replayed keeps\n"
+     "its status. Records resolved or being replayed are skipped unless --force; two replays at\n"
+     "once never run the same record. Results go where `run` puts them (stdout, --json, --out DIR\n"
+     "with the file names and --out-mode of `run`).\n"
+     "\n"
+     "options:\n"
+     "  --batch N               records claimed and judged together (default 10)\n"
+     "  --rate R                payloads started per second at most\n"
+     "  --stop-after K          stop once K replays fail again with one fingerprint\n"
+     "  --max-failure-ratio F   stop when more than F of a batch fails again (e.g. 0.2)\n"
+     "  -n, --dry-run           show what would be replayed; change nothing (with --json: one JSON\n"
+     "                          object {\"dry_run\": true, \"records\": [{\"id\", \"key\", \"kind\",\n"
+     "                          \"fingerprint\", \"status\"}...], \"count\": N})\n"
+     "  --force                 replay records resolved or being replayed too\n"
+     "  -j, --jobs N            payloads at once (default: number of cores)\n"
+     "  --json                  one JSON object per replayed payload, as `run --json`\n"
+     "  -o, --out DIR, --out-mode MODE   results to files, as for `run`\n"
+     "  --batch-timeout D       with --redis: how long to wait for each batch (default 5m)\n" PILLBOX_WHERE
+     "\n"
+     "exit codes: 0 every replayed payload resolved, 1 some failed again or a stop condition ended\n"
+     "it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n"},
+    {"import",
+     "usage: pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...) [options]\n"
+     "\n"
+     "Crash artifacts of coverage-guided fuzzers: libFuzzer's crash-*, oom-*, timeout-*, leak-* and\n"
+     "slow-unit-* files, AFL++'s crashes/id:* and hangs/id:* (directories are searched, without\n"
+     "following symlinks unless --follow-symlinks; files named on the command line are taken\n"
+     "whatever their name; regular files only). Each runs once in the sandbox under the handler or\n"
+     "command given; a failure becomes a record with source import and the file as its origin.\n"
+     "An artifact that runs ok here is reported and not recorded (exit code 1); one that the\n"
+     "sandbox could not start, or a signal from outside ended, is not recorded (exit 3).\n"
+     "\n"
+     "options:\n"
+     "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
+     "  --writable PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
+     "  -j, --jobs N      artifacts at once (default: number of cores)\n"
+     "  --json            one JSON object per artifact\n"
+     "  --follow-symlinks in directories, read what symlinks point to\n" PILLBOX_STORE_ONLY},
+};
+
+#undef PILLBOX_FILTERS
+#undef PILLBOX_WHERE
+#undef PILLBOX_STORE_ONLY
+
+}  // namespace
+
+const char* quarantine_verb_help(const std::string& verb) {
+  const auto found = kVerbHelp.find(verb);
+  return found == kVerbHelp.end() ? nullptr : found->second;
+}
+
+}  // namespace pillbox::cli
