@@ -302,6 +302,11 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     if (!joined) fail_setup(wire, joined.message());
   } else if (private_tmp) {
     if (auto s = enter_private_tmp(cfg.policy.isolation, cfg.keep_visible); !s) fail_setup(wire, s.message());
+  } else if (cfg.exec_mode() && !cfg.working_dir.empty()) {
+    // No private /tmp to work in: the command runs where `run` was started,
+    // and a record runs again where it was made, not where the operator
+    // happens to be. Entered as root, as the inherited directory would be.
+    if (::chdir(cfg.working_dir.c_str()) != 0) fail_setup(wire, errno_text("chdir " + cfg.working_dir));
   }
 
   // 4. Confinement, most permissive step first.

@@ -36,6 +36,10 @@ struct ChildConfig {
   // under a directory a task gets privately (/tmp, /var/tmp, /dev/shm): bound
   // read-only into the private one, so that they stay where they were named.
   std::vector<std::string> keep_visible;
+  // Exec mode: the absolute directory the command runs in when the task has
+  // no private /tmp (with one, /tmp is its working directory): where `run`
+  // was started, or where a record says it ran. "" = wherever the sandbox is.
+  std::string working_dir;
   // As root with a uid pool: the uid (and gid) the handler check before the
   // run loads a plugin as (sandbox/plugin_privileges.h). One that this run
   // claimed: the pool's first uid may be another run's slot, whose tasks a

@@ -55,7 +55,7 @@ void pack_policy(Packer& pk, const Policy& p) {
 }
 
 void pack_config(Packer& pk, const ChildConfig& c) {
-  pk.pack_array(12);
+  pk.pack_array(13);
   pack_str(pk, c.handler);
   pk.pack_map(static_cast<std::uint32_t>(c.args.size()));
   for (const auto& [k, v] : c.args) {
@@ -72,6 +72,7 @@ void pack_config(Packer& pk, const ChildConfig& c) {
   pk.pack(c.use_namespaces);
   pk.pack_uint32(c.check_uid);
   pack_strings(pk, c.keep_visible);
+  pack_str(pk, c.working_dir);
 }
 
 void pack_ticket(Packer& pk, const TaskTicket& t) {
@@ -170,7 +171,7 @@ Policy unpack_policy(const msgpack::object& o) {
 }
 
 ChildConfig unpack_config(const msgpack::object& o) {
-  const auto& a = arr(o, 12, "config");
+  const auto& a = arr(o, 13, "config");
   ChildConfig c;
   c.handler = str(a.ptr[0]);
   if (a.ptr[1].type != msgpack::type::MAP) throw std::runtime_error("args: expected a map");
@@ -188,6 +189,7 @@ ChildConfig unpack_config(const msgpack::object& o) {
   c.use_namespaces = boolean(a.ptr[9]);
   c.check_uid = static_cast<std::uint32_t>(u64(a.ptr[10]));
   c.keep_visible = strings(a.ptr[11]);
+  c.working_dir = str(a.ptr[12]);
   return c;
 }
 

@@ -102,6 +102,7 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
   e.handler_identity = text_of(j, "handler_identity");
   e.handler_args = json_text_of(j, "handler_args", "{}");
   e.exec_argv = json_text_of(j, "exec_argv", "[]");
+  e.working_dir = text_of(j, "working_dir");
   e.policy_identity = text_of(j, "policy_identity");
   e.policy = text_of(j, "policy");
   e.payload_sha256 = text_of(j, "payload_sha256", sha256_hex(out.payload));

@@ -331,6 +331,10 @@ int print_record(const ShownRecord& shown, bool json) {
       for (const auto& x : a) argv += (argv.empty() ? "" : " ") + shell_quote(x.is_string() ? x.get<std::string>() : x.dump());
     }
     field("command", table_cell(argv, 400));
+    field("working dir", e.working_dir.empty()
+                             ? std::string("not recorded (an older pillbox made the record): it runs again in the "
+                                           "current directory")
+                             : table_cell(e.working_dir, 400));
   } else {
     field("handler", table_cell(e.handler + " " + e.handler_args, 400));
   }

@@ -18,6 +18,7 @@
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/flow/progress.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/reproduce.h"
 #include "supervisor/exec/stop_signals.h"
 
@@ -61,17 +62,35 @@ int report(const Args& args, const nlohmann::json& id, const store::QuarantineRe
     return 128 + result.stop_signal;
   }
   const std::string& fp = record.entry.fingerprint;
+  const std::string hint = result.others.empty() ? "" : missing_working_dir_hint(record.entry);
   if (args.flag("json")) {
     nlohmann::json others = nlohmann::json::array();
-    for (const auto& [what, n] : result.others) others.push_back({{"outcome", what}, {"count", n}});
-    const nlohmann::json j = {{"id", id},           {"fingerprint", fp},      {"kind", record.entry.kind},
-                              {"runs", result.runs}, {"matches", result.matches}, {"verdict", result.verdict},
-                              {"other_outcomes", others}};
+    for (const auto& [what, o] : result.others) {
+      others.push_back({{"outcome", what},
+                        {"count", o.count},
+                        {"kind", o.kind},
+                        {"fingerprint", o.fingerprint.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.fingerprint)},
+                        {"first_run", o.first_run},
+                        {"message", o.message}});
+    }
+    nlohmann::json j = {{"id", id},           {"fingerprint", fp},      {"kind", record.entry.kind},
+                        {"runs", result.runs}, {"matches", result.matches}, {"verdict", result.verdict},
+                        {"other_outcomes", others}};
+    if (!hint.empty()) j["hint"] = hint;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("record %s: %s: %zu of %zu runs ended with %s (%s)\n", id_text(id).c_str(), result.verdict.c_str(),
                 result.matches, result.runs, fp.c_str(), record.entry.kind.c_str());
-    for (const auto& [what, n] : result.others) std::printf("  other outcome: %s x%zu\n", what.c_str(), n);
+    // Each other outcome once, with the words of its first run: what the
+    // payload fails of now. The message is the child's: made inert.
+    for (const auto& [what, o] : result.others) {
+      std::string line = "  run " + std::to_string(o.first_run) + ": " + record.entry.kind + " " + fp +
+                         " expected; got " + what;
+      if (!o.message.empty()) line += ": " + table_cell(o.message, 300);
+      if (o.count > 1) line += " (" + std::to_string(o.count) + " runs ended so)";
+      std::printf("%s\n", line.c_str());
+    }
+    if (!hint.empty()) std::printf("  note: %s\n", table_cell(hint, 1000).c_str());
   }
   return result.matches > 0 ? kExitOk : kExitFailures;
 }

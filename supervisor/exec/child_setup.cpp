@@ -30,16 +30,46 @@ Status resolve_user(const std::string& user, ChildConfig& config) {
   return Status::ok();
 }
 
-// An argument that names an existing file or directory relative to where
-// pillbox was started, made absolute: an exec task runs in a private working
-// directory of its own, and a record must reproduce from anywhere. Anything
-// else (a word, an option, a path that does not exist) stays as typed.
-std::string absolute_if_existing(const std::string& arg) {
+// An argument that names an existing file or directory relative to `base`
+// (where the command line was typed), made absolute: an exec task runs in a
+// private working directory of its own, and a record must reproduce from
+// anywhere. Anything else (a word, an option, a path that does not exist)
+// stays as typed.
+std::string absolute_if_existing(const std::string& arg, const std::string& base) {
   if (arg.empty() || arg.starts_with('/') || arg.starts_with('-')) return arg;
+  const std::filesystem::path full = std::filesystem::path(base) / arg;
   std::error_code ec;
-  if (!std::filesystem::exists(arg, ec)) return arg;
-  const auto full = std::filesystem::absolute(arg, ec);
-  return ec ? arg : full.lexically_normal().string();
+  if (!std::filesystem::exists(full, ec)) return arg;
+  return full.lexically_normal().string();
+}
+
+// Where an exec command line's relative paths point and where it runs: the
+// directory a record says, which must still be one, or this process's.
+Expected<std::string> exec_working_dir(const std::string& given) {
+  namespace fs = std::filesystem;
+  if (given.empty()) {
+    std::error_code ec;
+    const fs::path cwd = fs::current_path(ec);
+    if (ec) {
+      return Error{"cannot tell the current directory (" + ec.message() +
+                   "): was it removed? start pillbox from a directory that exists"};
+    }
+    return cwd.string();
+  }
+  // A record from another store or from Redis is only text: a relative or
+  // truncated path would silently mean somewhere else.
+  if (given.front() != '/' || given.find('\0') != std::string::npos) {
+    return Error{"its working directory '" + given + "' is not an absolute path"};
+  }
+  std::error_code ec;
+  const fs::file_status st = fs::status(given, ec);
+  if (ec || !fs::is_directory(st)) {
+    return Error{"its working directory " + given + " " +
+                 (ec ? "is gone (" + ec.message() + ")" : std::string("is not a directory")) +
+                 ": the command ran there, and its relative paths name files there; restore it, or reproduce "
+                 "on the host the record came from"};
+  }
+  return given;
 }
 
 // What the command line names under the directories a task gets privately.
@@ -79,7 +109,7 @@ std::vector<std::string> names_under_private_dirs(const ChildConfig& config) {
 
 }  // namespace
 
-Expected<std::string> resolve_command(const std::string& name) {
+Expected<std::string> resolve_command(const std::string& name, const std::string& base) {
   namespace fs = std::filesystem;
   auto executable = [](const fs::path& p) {
     std::error_code ec;
@@ -87,7 +117,7 @@ Expected<std::string> resolve_command(const std::string& name) {
   };
   if (name.find('/') != std::string::npos) {
     std::error_code ec;
-    const fs::path p = fs::canonical(name, ec);
+    const fs::path p = fs::canonical(fs::path(base) / name, ec);
     if (ec || !executable(p)) return Error{"command '" + name + "' is not an executable file"};
     return p.string();
   }
@@ -97,7 +127,7 @@ Expected<std::string> resolve_command(const std::string& name) {
   while (start <= dirs.size()) {
     const std::size_t end = dirs.find(':', start);
     const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
+    const fs::path p = fs::path(base) / fs::path(dir.empty() ? "." : dir) / name;
     if (executable(p)) {
       std::error_code ec;
       const fs::path c = fs::canonical(p, ec);
@@ -117,15 +147,18 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
   if (config.exec_mode()) {
     if (choice.exec_argv.empty()) return Error{"no command to run"};
     if (!choice.args.empty()) return Error{"handler arguments are for handlers; an exec command takes its arguments after --"};
+    auto dir = exec_working_dir(choice.working_dir);
+    if (!dir) return Error{dir.error()};
+    config.working_dir = *dir;
     config.exec_argv = choice.exec_argv;
-    auto path = resolve_command(config.exec_argv[0]);
+    auto path = resolve_command(config.exec_argv[0], config.working_dir);
     if (!path) return Error{path.error()};
     config.exec_argv[0] = *path;
     for (auto& a : config.exec_argv) {
       if (a.find("{}") != std::string::npos) {
         config.exec_payload_as_file = true;
       } else if (&a != &config.exec_argv[0]) {
-        a = absolute_if_existing(a);
+        a = absolute_if_existing(a, config.working_dir);
       }
     }
     config.crash_lib = find_crash_library();
@@ -150,6 +183,7 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
 Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e) {
   HandlerChoice choice;
   choice.handler = e.handler;
+  choice.working_dir = e.working_dir;
   if (e.handler == "exec") {
     auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
     if (!argv.is_array() || argv.empty()) return Error{"the record's exec command is unreadable: " + e.exec_argv};

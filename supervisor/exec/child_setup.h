@@ -14,19 +14,29 @@
 
 namespace pillbox {
 
-// argv[0] of an exec command, resolved like a shell would, made absolute.
-Expected<std::string> resolve_command(const std::string& name);
+// argv[0] of an exec command, resolved like a shell would, made absolute: a
+// name with a '/' relative to `base` (an absolute directory), a bare name in
+// PATH (whose relative entries are relative to `base` too).
+Expected<std::string> resolve_command(const std::string& name, const std::string& base);
 
 // What runs: a handler with arguments, or an exec command (handler "exec").
 struct HandlerChoice {
   std::string handler;                       // built-in, plugin:PATH or "exec"
   std::map<std::string, std::string> args;
   std::vector<std::string> exec_argv;        // exec: argv[0] as given (resolved here)
+  // exec: the absolute directory the command line was typed in, which its
+  // relative paths name files of and the command runs in (a record's); ""
+  // for this process's current directory (`run`).
+  std::string working_dir = {};
 };
 
-// A complete config for `choice` under `policy`: exec argv[0] resolved, the
-// payload passed as a file when an argument holds "{}", the crash library
-// preloaded, and privileges dropped to the policy's user when run as root.
+// A complete config for `choice` under `policy`: exec argv[0] resolved and
+// arguments naming existing files made absolute (both against the working
+// directory, which the config keeps), the payload passed as a file when an
+// argument holds "{}", the crash library preloaded, and privileges dropped
+// to the policy's user when run as root. Errors: a recorded working
+// directory that is not an existing directory here, a current directory
+// that is gone, a command not found.
 Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy policy);
 
 // What a quarantine record ran under, parsed back: its handler or command and

@@ -14,6 +14,7 @@ struct RunIdentity {
   std::string exec_argv;        // JSON array
   std::string policy_identity;
   std::string policy;           // policy text
+  std::string working_dir = {}; // exec: where the command ran (absolute); "" for handlers
 };
 
 }  // namespace pillbox

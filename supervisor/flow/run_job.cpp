@@ -19,6 +19,7 @@ RunIdentity run_identity(const ChildConfig& config) {
   // Arguments are the operator's bytes, not necessarily UTF-8.
   id.handler_args = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   id.exec_argv = nlohmann::json(config.exec_argv).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  id.working_dir = config.working_dir;
   id.policy_identity = policy_identity(config.policy);
   id.policy = format_policy(config.policy);
   return id;

@@ -4,8 +4,10 @@
 #include <optional>
 
 #include "shared/sha256.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/ops/quarantined_payload.h"
+#include "supervisor/ops/reproduce.h"
 
 namespace pillbox {
 namespace {
@@ -98,10 +100,14 @@ class Shrinker final : public PayloadPlanner {
     const bool same = same_failure(record_, outcome);
     if (phase_ == Phase::kVerify) {
       if (!same) {
-        error_ = Status::error("the payload does not fail the same way now (" + std::string(to_string(outcome.kind)) +
-                               (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint) +
-                               " instead of " + record_.kind + " " + record_.fingerprint +
-                               "); see `pillbox reproduce` (a flaky payload cannot be minimized reliably)",
+        // What it got instead, in the child's words (made inert): "does not
+        // fail the same way" alone leaves the operator guessing why.
+        std::string got = outcome_label(std::string(to_string(outcome.kind)), outcome.fingerprint);
+        if (!outcome.message.empty()) got += ": " + table_cell(outcome.message.substr(0, outcome.message.find('\n')), 300);
+        std::string why = "the payload does not fail the same way now: " + record_.kind + " " + record_.fingerprint +
+                          " expected; got " + got;
+        if (const std::string hint = missing_working_dir_hint(record_); !hint.empty()) why += "; " + hint;
+        error_ = Status::error(why + "; see `pillbox reproduce` (a flaky payload cannot be minimized reliably)",
                                ErrorCode::kUsage);
         return;
       }

@@ -14,6 +14,7 @@ store::QuarantineEntry make_quarantine_entry(const RunIdentity& id, const Outcom
   e.handler_identity = id.handler_identity;
   e.handler_args = id.handler_args;
   e.exec_argv = id.exec_argv;
+  e.working_dir = id.working_dir;
   e.policy_identity = id.policy_identity;
   e.policy = id.policy;
   e.payload_sha256 = payload_sha256;

@@ -56,6 +56,8 @@ std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32
   j["handler_identity"] = e.handler_identity;
   j["handler_args"] = parse_or_string(e.handler_args);
   j["exec_argv"] = parse_or_string(e.exec_argv);
+  // Absent for handlers and for exec records made before pillbox kept it.
+  if (!e.working_dir.empty()) j["working_dir"] = e.working_dir;
   j["policy_identity"] = e.policy_identity;
   j["payload_sha256"] = e.payload_sha256;
   j["payload_size"] = e.payload_size;

@@ -1,12 +1,27 @@
 #include "supervisor/ops/reproduce.h"
 
 #include <algorithm>
+#include <filesystem>
 
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/ops/quarantined_payload.h"
 
 namespace pillbox {
 namespace {
+
+// How much of a run's message an audit entry keeps: the trail is read as a
+// list, and a child's message can be 16 KiB of whatever it printed.
+constexpr std::size_t kDetailMessageBytes = 300;
+
+std::string first_line(const std::string& text, std::size_t max_bytes) {
+  std::string line = text.substr(0, text.find('\n'));
+  if (line.size() <= max_bytes) return line;
+  std::size_t cut = max_bytes;
+  // Not inside a UTF-8 sequence: the cut must not make text that was valid invalid.
+  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+  return line.substr(0, cut) + "...";
+}
 
 // The same payload, `runs` times.
 class Repeats final : public PayloadPlanner {
@@ -20,12 +35,21 @@ class Repeats final : public PayloadPlanner {
     return Task{entry_.key, payload_, started_};
   }
 
-  void on_outcome(const Task&, const Outcome& outcome) override {
+  void on_outcome(const Task& task, const Outcome& outcome) override {
     ++result_.runs;
     if (outcome.kind != Kind::kOk && outcome.fingerprint == entry_.fingerprint) {
       ++result_.matches;
     } else {
-      ++result_.others[std::string(to_string(outcome.kind)) + (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint)];
+      const std::string kind(to_string(outcome.kind));
+      OtherOutcome& other = result_.others[outcome_label(kind, outcome.fingerprint)];
+      // With several jobs, runs end out of order: keep the earliest run's words.
+      if (other.count == 0 || task.ref < other.first_run) {
+        other.first_run = task.ref;
+        other.kind = kind;
+        other.fingerprint = outcome.fingerprint;
+        other.message = outcome.message;
+      }
+      ++other.count;
     }
     if (settings_.on_progress) settings_.on_progress(result_.runs, outcome);
   }
@@ -41,6 +65,20 @@ class Repeats final : public PayloadPlanner {
 };
 
 }  // namespace
+
+std::string outcome_label(const std::string& kind, const std::string& fingerprint) {
+  return fingerprint.empty() ? kind : kind + " " + fingerprint;
+}
+
+std::string missing_working_dir_hint(const store::QuarantineEntry& entry) {
+  if (entry.handler != "exec" || !entry.working_dir.empty()) return "";
+  std::error_code ec;
+  const std::string here = std::filesystem::current_path(ec).string();
+  return "the record has no working directory (it was made by an older pillbox): its command ran here, in " +
+         (ec ? std::string("this directory") : table_cell(here, 400)) +
+         ", and relative paths on its command line named files here; run it again from the directory the record "
+         "was made in";
+}
 
 std::string reproduce_verdict(std::size_t runs, std::size_t matches) {
   return matches > 0 && matches * 2 >= runs ? "reliable" : "flaky";
@@ -63,7 +101,13 @@ Expected<ReproduceResult> reproduce_payload(const store::QuarantineEntry& entry,
 std::string reproduce_detail(const store::QuarantineEntry& entry, const ReproduceResult& result) {
   std::string detail = result.verdict + ": " + std::to_string(result.matches) + " of " + std::to_string(result.runs) +
                        " runs ended with " + entry.fingerprint;
-  for (const auto& [what, n] : result.others) detail += "; " + what + " x" + std::to_string(n);
+  for (const auto& [what, other] : result.others) {
+    detail += "; " + what + " x" + std::to_string(other.count) + " (run " + std::to_string(other.first_run) +
+              (other.message.empty() ? "" : ": " + first_line(other.message, kDetailMessageBytes)) + ")";
+  }
+  if (!result.others.empty()) {
+    if (const std::string hint = missing_working_dir_hint(entry); !hint.empty()) detail += "; " + hint;
+  }
   return detail;
 }
 

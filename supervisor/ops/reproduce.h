@@ -26,13 +26,33 @@ struct ReproduceSettings {
   std::function<void(std::size_t done, const Outcome& last)> on_progress;
 };
 
+// Runs that ended otherwise than the record, alike in kind and fingerprint:
+// how many, and what the first of them said, so that the operator sees
+// what it fails of now ("python3: can't open file ...") and not only that
+// it fails differently.
+struct OtherOutcome {
+  std::size_t count = 0;
+  std::uint64_t first_run = 0;                // 1-based, in the order the runs were started
+  std::string kind;
+  std::string fingerprint;                    // "" for ok
+  std::string message;                        // the first run's, as the child's output made it
+};
+
 struct ReproduceResult {
   std::size_t runs = 0;                       // runs that ended (fewer than asked when stopped)
   std::size_t matches = 0;                    // ... with the record's fingerprint
-  std::map<std::string, std::size_t> others;  // "kind fingerprint" of the other runs -> count
+  std::map<std::string, OtherOutcome> others; // "kind fingerprint" of the other runs -> them
   std::string verdict;                        // reliable | flaky ("" when stopped before the end)
   int stop_signal = 0;                        // SIGINT/SIGTERM: nothing recorded
 };
+
+// "kind fingerprint" ("kind" alone when there is none), as `others` keys them.
+std::string outcome_label(const std::string& kind, const std::string& fingerprint);
+
+// What to tell the operator when an exec record without a working directory
+// (made before pillbox kept one) ran differently: its relative paths were
+// resolved against this process's directory. "" when that does not apply.
+std::string missing_working_dir_hint(const store::QuarantineEntry& entry);
 
 // "reliable" when matches >= runs / 2 (and at least one), else "flaky".
 std::string reproduce_verdict(std::size_t runs, std::size_t matches);
@@ -44,7 +64,8 @@ std::string reproduce_verdict(std::size_t runs, std::size_t matches);
 Expected<ReproduceResult> reproduce_payload(const store::QuarantineEntry& entry, ChildConfig config,
                                             std::string payload, const ReproduceSettings& settings);
 
-// The audit entry's detail for a verdict: "reliable: 5 of 5 runs ended with FP; ...".
+// The audit entry's detail for a verdict: "reliable: 5 of 5 runs ended with
+// FP; handler-error FP2 x1 (run 3: MESSAGE)"; with the hint above when it applies.
 std::string reproduce_detail(const store::QuarantineEntry& entry, const ReproduceResult& result);
 
 // Runs record `id` and, unless stopped early, records the verdict with an

@@ -12,7 +12,7 @@ constexpr const char* kColumns =
     "id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, policy, "
     "payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, "
     "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_verdict, ''), "
-    "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin";
+    "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin, working_dir";
 
 // The schema's CHECK keeps statuses to the known ones; a status this build
 // does not know (a store written by a newer one) is an error, not a guess.
@@ -54,6 +54,7 @@ Expected<QuarantineRecord> read_record(const Statement& s) {
   r.reproduce_matches = s.column_int(c++);
   r.minimized_sha256 = s.column_text(c++);
   e.origin = s.column_text(c++);
+  e.working_dir = s.column_text(c++);
   return r;
 }
 
@@ -97,9 +98,9 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
       {&qs.insert_,
        "INSERT INTO quarantine (task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
        "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
-       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at, origin) VALUES (?1, ?2, ?3, "
-       "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 'quarantined', ?22, ?22, "
-       "?23) "
+       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at, origin, working_dir) VALUES (?1, "
+       "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 'quarantined', ?22, "
+       "?22, ?23, ?24) "
        "RETURNING id"},
       {&qs.newest_of_fingerprint_, "SELECT id FROM quarantine WHERE fingerprint = ?1 ORDER BY created_at DESC LIMIT 1"},
       {&qs.fold_, "UPDATE quarantine SET repeats = repeats + 1, updated_at = ?2 WHERE id = ?1"},
@@ -185,6 +186,7 @@ Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::st
   insert_.bind(21, e.max_rss_kb);
   insert_.bind(22, now);
   insert_.bind(23, std::string_view(e.origin));
+  insert_.bind(24, std::string_view(e.working_dir));
   auto row = insert_.step();
   if (!row) return Error{row.error()};
   result.id = insert_.column_int(0);

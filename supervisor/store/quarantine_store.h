@@ -52,6 +52,9 @@ struct QuarantineEntry {
   std::int64_t wall_ms = 0;
   std::int64_t max_rss_kb = 0;
   std::string origin;               // JSON object: fuzz seed and mutations, imported file ("" for run)
+  // exec: the absolute directory the recording pillbox ran in, where the
+  // command runs again. "" for handlers, and for records made before it was kept.
+  std::string working_dir;
 };
 
 struct QuarantineRecord {

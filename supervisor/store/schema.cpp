@@ -158,6 +158,13 @@ const std::vector<std::string>& migrations() {
       R"sql(
         ALTER TABLE runs ADD COLUMN died_of TEXT;
       )sql",
+      // 6: where an exec record's command ran from (issue 14, point 1): the
+      // absolute working directory of the pillbox that recorded it, so that
+      // reproduce and minimize run it there from any directory. '' for
+      // handler records and for records made before this column.
+      R"sql(
+        ALTER TABLE quarantine ADD COLUMN working_dir TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return all;
 }

@@ -72,6 +72,7 @@ ChildConfig full_config() {
   c.sandbox_gid = 0xffff'fffe;
   c.use_namespaces = false;
   c.check_uid = 2000000007;
+  c.working_dir = "/srv/parsers";
   return c;
 }
 
@@ -175,6 +176,7 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(x.sandbox_gid == y.sandbox_gid);
       CHECK(x.use_namespaces == y.use_namespaces);
       CHECK(x.check_uid == y.check_uid);
+      CHECK(x.working_dir == y.working_dir);
       break;
     }
     case ControlType::kReady:

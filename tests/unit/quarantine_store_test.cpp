@@ -163,6 +163,7 @@ TEST_CASE("quarantine store: insert and get round-trip every field") {
   e.wall_ms = 34;
   e.max_rss_kb = 5678;
   e.origin = R"({"seed":"input seeds/a.bin","mutations":"flip-bit,dict-insert"})";
+  e.working_dir = "/srv/parsers";
   auto r = env.qs->insert(e, payload, 1'700'000'000'123, "tester");
   REQUIRE_MESSAGE(r.has_value(), r.error());
   REQUIRE(env.ledger->commit().is_ok());
@@ -184,6 +185,7 @@ TEST_CASE("quarantine store: insert and get round-trip every field") {
   CHECK(g.handler_identity == e.handler_identity);
   CHECK(g.handler_args == e.handler_args);
   CHECK(g.exec_argv == e.exec_argv);
+  CHECK(g.working_dir == e.working_dir);
   CHECK(g.policy_identity == e.policy_identity);
   CHECK(g.policy == e.policy);
   CHECK(g.payload_sha256 == e.payload_sha256);

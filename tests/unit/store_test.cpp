@@ -148,6 +148,8 @@ TEST_CASE("store: a version 3 store with records migrates to the current version
   CHECK(*store->db().query_int("PRAGMA user_version") == schema_version());
   CHECK(*store->db().query_text("SELECT key || ':' || source || ':' || origin || ':' || status FROM quarantine") ==
         "k:run::quarantined");
+  // Records made before pillbox kept the working directory have none.
+  CHECK(*store->db().query_text("SELECT '[' || working_dir || ']' FROM quarantine") == "[]");
 }
 
 TEST_CASE("store: a database file that is not SQLite is a clear error") {
