@@ -14,6 +14,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  run        run every input in its own confined child, classify failures\n"
+    "  results    the results of ok tasks the store kept, by key, to stdout or files\n"
     "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
     "  policy     check or show a policy file\n"
     "  quarantine list, show, stats, export, discard, purge, replay or import quarantined payloads\n"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   if (command == "run") return run_command(argc, argv);
+  if (command == "results") return results_command(argc, argv);
   if (command == "doctor") return doctor_command(argc, argv);
   if (command == "policy") return policy_command(argc, argv);
   if (command == "quarantine") return quarantine_command(argc, argv);
