@@ -13,6 +13,7 @@ inline constexpr int kExitOutage = 4;  // run stopped by a suspected handler out
 
 int run_command(int argc, char** argv);     // pillbox run
 int doctor_command(int argc, char** argv);  // pillbox doctor
+int results_command(int argc, char** argv); // pillbox results [KEY...]
 int policy_command(int argc, char** argv);  // pillbox policy check|show
 int reproduce_command(int argc, char** argv);   // pillbox reproduce ID
 int minimize_command(int argc, char** argv);    // pillbox minimize ID

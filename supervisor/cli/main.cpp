@@ -20,6 +20,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  run        run every input in its own confined child, classify failures\n"
+    "  results    the results of ok tasks the store kept, by key, to stdout or files\n"
     "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
     "  policy     check or show a policy file\n"
     "  quarantine list, show, stats, export, discard, purge, replay or import quarantined payloads\n"
@@ -48,6 +49,7 @@ struct NamedCommand {
 
 const NamedCommand kCommands[] = {
     {"run", pillbox::cli::run_command},
+    {"results", pillbox::cli::results_command},
     {"doctor", pillbox::cli::doctor_command},
     {"policy", pillbox::cli::policy_command},
     {"quarantine", pillbox::cli::quarantine_command},

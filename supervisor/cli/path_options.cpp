@@ -27,8 +27,8 @@ Expected<std::optional<ResultFiles>> read_result_files(const Args& args) {
 }
 
 std::string write_result_file(ResultFiles& results, std::string_view key, std::string_view output,
-                              const std::string& command, bool& failed) {
-  auto written = results.write(key, output);
+                              const std::string& command, bool& failed, std::string_view variant) {
+  auto written = results.write(key, output, variant);
   if (written) return std::move(*written);
   // The reason names the result's file, made from a key someone else chose.
   std::fprintf(stderr, "pillbox %s: %s\n", command.c_str(), table_cell(written.error(), 2000).c_str());

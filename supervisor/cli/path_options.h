@@ -26,8 +26,9 @@ Expected<std::optional<ResultFiles>> read_result_files(const Args& args);
 // A successful result written into --out's directory: the file's path, or
 // "" when it could not be written, with the reason on stderr after
 // "pillbox COMMAND: " and `failed` set (the command ends with exit code 2).
+// `variant`: see ResultFiles::write.
 std::string write_result_file(ResultFiles& results, std::string_view key, std::string_view output,
-                              const std::string& command, bool& failed);
+                              const std::string& command, bool& failed, std::string_view variant = {});
 
 // --follow-symlinks: whether symlinks inside input directories are followed.
 SymlinksInTree read_symlinks_in_tree(const Args& args);

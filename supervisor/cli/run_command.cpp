@@ -70,6 +70,9 @@ const char* kHelp =
     "                      same inputs and store resumes: tasks already ok or quarantined are skipped\n"
     "  --no-store          keep nothing: no resume, poison payloads reported but not quarantined\n"
     "  --rerun             run tasks the store already has as ok again\n"
+    "  --keep-results SIZE keep the results of ok tasks in the store, at most SIZE in all, the oldest\n"
+    "                      evicted first (default 256M; 0: keep none); `pillbox results` reads them,\n"
+    "                      and with --out the results of tasks skipped as done are written too\n"
     "  --max-attempts N    attempts per task before it is quarantined (default 3); a deterministic\n"
     "                      failure (crash, cpu-limit, ...) with the same fingerprint twice in a row\n"
     "                      is quarantined at once\n"
@@ -118,6 +121,12 @@ void print_line(const std::string& line) {
   std::fflush(stdout);
 }
 
+// The --out file of a key an earlier JSON line gave another payload carries
+// this payload's hash: both results are kept, under names every run agrees on.
+std::string_view variant_of(const Task& task) {
+  return task.key_reused ? result_variant(task.payload_sha256) : std::string_view{};
+}
+
 class CliSink final : public VerdictSink {
  public:
   // `results`: where successful results go (--out), or null: into the JSON.
@@ -127,7 +136,7 @@ class CliSink final : public VerdictSink {
     if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
     std::string file;
     if (results_ != nullptr && outcome.kind == Kind::kOk) {
-      file = write_result_file(*results_, task.key, outcome.output, "run", write_errors_);
+      file = write_result_file(*results_, task.key, outcome.output, "run", write_errors_, variant_of(task));
     }
     hide_progress();
     if (json_) {
@@ -163,6 +172,14 @@ class CliSink final : public VerdictSink {
     if (progress_ != nullptr) {
       progress_->count("skipped");
       advance(1);
+    }
+  }
+
+  // A task done in an earlier run, with --out: its kept result is written
+  // like a new one; one without a kept result is counted in the summary.
+  void on_done_result(const Task& task, const std::string* output, const std::string& /*why_not*/) override {
+    if (results_ != nullptr && output != nullptr) {
+      (void)write_result_file(*results_, task.key, *output, "run", write_errors_, variant_of(task));
     }
   }
 
@@ -287,6 +304,7 @@ int run_command(int argc, char** argv) {
   QuarantineHooks hooks;
   if (auto s = read_job_options(*args, job, hooks); !s) return usage_error(s.message());
   job.on_quarantine = [&hooks](const std::string& json, bool new_fingerprint) { hooks.fire(json, new_fingerprint); };
+  job.done_results = results.has_value();
 
   CliSink sink(args->flag("json"), args->flag("quiet"), results ? &*results : nullptr);
   // Progress on stderr when it is a terminal (per-task lines on the same

@@ -2,11 +2,12 @@
 
 #include <cstdlib>
 
+#include "shared/policy_parser.h"
 #include "supervisor/store/store_dir.h"
 
 namespace pillbox::cli {
 
-const std::vector<OptionSpec> kStoreOptions = {{"store"}, {"no-store", false}, {"rerun", false}};
+const std::vector<OptionSpec> kStoreOptions = {{"store"}, {"no-store", false}, {"rerun", false}, {"keep-results"}};
 
 const std::vector<OptionSpec> kRetryOptions = {
     {"max-attempts"}, {"backoff-base"}, {"backoff-max"}, {"retry-exit-code", true, true}};
@@ -34,6 +35,15 @@ Status read_store_options(const Args& args, JobSettings& job) {
     job.store_dir = *dir;
   }
   job.rerun_done = args.flag("rerun");
+  if (const auto keep = args.value("keep-results")) {
+    if (!job.store_dir) return Status::error("--keep-results keeps results in the store: not with --no-store");
+    // The grammar and range of a size in a policy (0 to 1T), as for --memory.
+    Limits scratch;
+    if (auto s = set_limit(scratch, "file_size", *keep); !s) {
+      return Status::error("--keep-results expects a size such as 256M, 1G or 0 (keep none); got '" + *keep + "'");
+    }
+    job.keep_results = scratch.file_size_bytes;
+  }
   return Status::ok();
 }
 

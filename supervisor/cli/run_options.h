@@ -16,7 +16,7 @@
 
 namespace pillbox::cli {
 
-// store, no-store, rerun.
+// store, no-store, rerun, keep-results.
 extern const std::vector<OptionSpec> kStoreOptions;
 // max-attempts, backoff-base, backoff-max, retry-exit-code.
 extern const std::vector<OptionSpec> kRetryOptions;
@@ -25,7 +25,8 @@ extern const std::vector<OptionSpec> kBreakerOptions;
 // quarantine-limit, hook-timeout, on-quarantine, on-new-fingerprint.
 extern const std::vector<OptionSpec> kQuarantineOptions;
 
-// --store DIR (resolved: given, $PILLBOX_STORE, ...) or --no-store, and --rerun.
+// --store DIR (resolved: given, $PILLBOX_STORE, ...) or --no-store, --rerun,
+// and --keep-results SIZE (a store only).
 Status read_store_options(const Args& args, JobSettings& job);
 
 // --max-attempts, the backoff and --retry-exit-code, which is for exec

@@ -14,7 +14,7 @@ class Writer {
       : ledger_(ledger), quarantine_(quarantine), context_(context), now_(now), result_(result) {}
 
   Status operator()(const StartAttempt& w) {
-    auto started = ledger_.start_attempt(w.key, w.sha256, w.payload_size, now_, w.solo, w.fresh_budget);
+    auto started = ledger_.start_attempt(w.key, w.sha256, w.payload_size, now_, w.solo, w.fresh_budget, w.rerun_ok);
     if (!started) return Status::error(started.error());
     result_.started.push_back({w.ref, started->task_id, started->n, started->state});
     return Status::ok();
@@ -24,6 +24,18 @@ class Writer {
   }
   Status operator()(const UnchargeAttempt& w) { return ledger_.uncharge(w.task_id, w.n); }
   Status operator()(const SetTaskState& w) { return ledger_.set_state(w.task_id, w.state, now_); }
+  Status operator()(const KeepResult& w) {
+    if (context_.results == nullptr || context_.keep_results == 0) return Status::ok();
+    kept_results_ = true;
+    return context_.results->keep(w.task_id, w.output, context_.keep_results, now_);
+  }
+  // After the batch's writes: over --keep-results, the oldest results go.
+  // One read of the running total when under it.
+  Status evict_results() {
+    if (!kept_results_) return Status::ok();
+    auto evicted = context_.results->evict_over(context_.keep_results);
+    return evicted ? Status::ok() : Status::error(evicted.error());
+  }
 
   Status operator()(const QuarantinePayload& w) {
     store::QuarantineEntry entry = make_quarantine_entry(context_.identity, w.outcome, w.key, w.sha256,
@@ -65,6 +77,7 @@ class Writer {
   const BatchContext& context_;
   const std::int64_t now_;
   BatchResult& result_;
+  bool kept_results_ = false;
 };
 
 }  // namespace
@@ -89,6 +102,7 @@ Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::Quarantin
   for (const LedgerWrite& w : writes) {
     if (auto s = std::visit(writer, w); !s) return failed(s.message());
   }
+  if (auto s = writer.evict_results(); !s) return failed(s.message());
   if (auto s = ledger.commit(); !s) return failed(s.message());
   return result;
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The ledger writes of one dispatcher turn, as data: start an attempt, end
-// one, uncharge one, set a task's state, quarantine a payload, take a
+// one, uncharge one, set a task's state, keep its result, quarantine a payload, take a
 // quarantine verdict back. The task flow adds them as it decides; apply()
 // writes them all in one transaction (one WAL append: group commit), in the
 // order they were added, and returns what the database assigned (attempt
@@ -18,6 +18,7 @@
 #include "supervisor/flow/run_identity.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/result_store.h"
 
 namespace pillbox {
 
@@ -28,6 +29,7 @@ struct StartAttempt {
   std::int64_t payload_size = 0;
   bool solo = false;           // runs with nothing else in flight
   bool fresh_budget = false;   // gave up in an earlier run: old attempts stop counting
+  bool rerun_ok = false;       // --rerun: a task ok in the ledger runs again
 };
 
 struct EndAttempt {
@@ -47,6 +49,13 @@ struct UnchargeAttempt {
 struct SetTaskState {
   std::int64_t task_id = 0;
   store::TaskState state = store::TaskState::kOk;  // ok | gave-up
+};
+
+// The result of a task that ended ok, kept in the store (--keep-results),
+// in the same transaction as its state: ok and its result commit together.
+struct KeepResult {
+  std::int64_t task_id = 0;
+  std::string output;
 };
 
 // A poison payload into the quarantine store, with its audit entry, and its
@@ -72,7 +81,7 @@ struct TakeBackRecord {
 };
 
 using LedgerWrite =
-    std::variant<StartAttempt, EndAttempt, UnchargeAttempt, SetTaskState, QuarantinePayload, TakeBackRecord>;
+    std::variant<StartAttempt, EndAttempt, UnchargeAttempt, SetTaskState, KeepResult, QuarantinePayload, TakeBackRecord>;
 
 struct StartedAttemptOf {
   std::uint64_t ref = 0;
@@ -99,6 +108,10 @@ struct BatchContext {
   RunIdentity identity;
   std::string actor;           // "pillbox run (pid N)"
   std::string store_dir;       // for the record JSON
+  // Where ok results are kept, and the most bytes kept (--keep-results; the
+  // oldest go first). Null or 0: results are not kept.
+  store::ResultStore* results = nullptr;
+  std::uint64_t keep_results = 0;
 };
 
 class LedgerBatch {

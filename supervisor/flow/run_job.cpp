@@ -30,6 +30,8 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   flow_settings.retry = settings.retry;
   flow_settings.breaker = settings.breaker;
   flow_settings.rerun_done = settings.rerun_done;
+  flow_settings.keep_results = settings.keep_results;
+  flow_settings.done_results = settings.done_results;
   flow_settings.identity = run_identity(settings.run.config);
   flow_settings.actor = "pillbox run (pid " + std::to_string(::getpid()) + ")";
   if (settings.retry.max_attempts == 0) return Error{"--max-attempts must be at least 1"};
@@ -37,6 +39,7 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   std::optional<store::Store> opened;
   std::optional<store::Ledger> ledger;
   std::optional<store::QuarantineStore> quarantine;
+  std::optional<store::ResultStore> results;
   JobReport report;
   if (settings.store_dir) {
     auto s = store::Store::open(*settings.store_dir);
@@ -53,11 +56,15 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
     auto q = store::QuarantineStore::open(opened->db(), opened->dir(), settings.max_records);
     if (!q) return Error{q.error()};
     quarantine.emplace(std::move(*q));
+    auto r = store::ResultStore::open(opened->db());
+    if (!r) return Error{r.error()};
+    results.emplace(std::move(*r));
     report.store_dir = opened->dir();
   }
   TaskFlow flow(flow_settings, source, sink, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr,
                 settings.on_quarantine);
   flow.set_store_dir(report.store_dir);
+  flow.set_result_store(results ? &*results : nullptr);
   auto run = run_tasks(settings.run, flow, flow);
   // Whatever happened, what is known goes to the ledger.
   const Status finished = flow.finish(run ? "" : run.error());

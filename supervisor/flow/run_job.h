@@ -9,6 +9,7 @@
 #include "shared/status.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/flow/task_flow.h"
+#include "supervisor/store/result_store.h"
 
 namespace pillbox {
 
@@ -20,6 +21,8 @@ struct JobSettings {
   std::int64_t max_records = store::kDefaultMaxRecords;
   QuarantineCallback on_quarantine;
   bool rerun_done = false;               // --rerun: run tasks the ledger has as ok again
+  std::uint64_t keep_results = store::kDefaultKeepResultBytes;  // --keep-results (0: none)
+  bool done_results = false;             // run --out: the kept results of tasks skipped as ok
 };
 
 struct JobReport {

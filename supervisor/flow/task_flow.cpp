@@ -40,7 +40,7 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, s
       on_quarantine_(std::move(on_quarantine)),
       breaker_(settings_.breaker),
       rng_(settings_.seed ? *settings_.seed : std::random_device{}()),
-      batch_context_{settings_.identity, settings_.actor, ""} {
+      batch_context_{settings_.identity, settings_.actor, "", nullptr, settings_.keep_results} {
   if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
 }
 
@@ -103,7 +103,14 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
         break;
     }
     inner_waiting_ = false;
-    std::string sha = sha256_hex(item.task.payload);
+    if (!item.notice.empty()) out_.on_notice(item.notice);
+    if (item.task.repeat_of_line != 0) {
+      // The same key and payload as an earlier line of the input: one task.
+      ++report_.skipped_repeats;
+      out_.on_skipped(item.task, "repeats line " + std::to_string(item.task.repeat_of_line) + " of the input", 0);
+      continue;
+    }
+    std::string sha = item.task.payload_sha256.empty() ? sha256_hex(item.task.payload) : item.task.payload_sha256;
     std::optional<store::LedgerTask> known;
     if (ledger_ != nullptr) {
       auto found = ledger_->find(item.task.key, sha);
@@ -112,6 +119,7 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
       if (known && known->state == store::TaskState::kOk && !settings_.rerun_done) {
         ++report_.skipped_done;
         out_.on_skipped(item.task, "already ok in the store", 0);
+        if (settings_.done_results) tell_done_result(item.task, known->id);
         continue;
       }
       if (known && known->state == store::TaskState::kQuarantined) {
@@ -156,6 +164,31 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
   return Status::ok();
 }
 
+void TaskFlow::tell_done_result(const Task& task, std::int64_t task_id) {
+  std::optional<store::StoredResult> stored;
+  std::string why_not = "its result was not kept (the run that did it kept none: --keep-results 0, or a pillbox "
+                        "before results were kept)";
+  if (batch_context_.results != nullptr) {
+    auto found = batch_context_.results->of_task(task_id);
+    if (!found) {
+      why_not = "its result cannot be read: " + found.error();
+    } else {
+      stored = std::move(*found);
+    }
+  }
+  if (stored && stored->status == store::ResultStatus::kKept) {
+    out_.on_done_result(task, &stored->data, "");
+    return;
+  }
+  if (stored && stored->status == store::ResultStatus::kEvicted) {
+    why_not = "its result (" + std::to_string(stored->size) + " bytes) was evicted to stay within --keep-results";
+  } else if (stored && stored->status == store::ResultStatus::kTooLarge) {
+    why_not = "its result (" + std::to_string(stored->size) + " bytes) was larger than --keep-results";
+  }
+  ++report_.done_without_result;
+  out_.on_done_result(task, nullptr, why_not);
+}
+
 Status TaskFlow::prepare(std::size_t free_slots) {
   if (!fatal_.is_ok()) return fatal_;
   if (const int sig = stop_signal(); sig != 0) {
@@ -193,7 +226,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     for (std::uint64_t ref : starts) {
       const Tracked& t = tracked_.at(ref);
       batch_.add(StartAttempt{ref, t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()),
-                              schedule_.is_solo(ref), t.fresh_budget});
+                              schedule_.is_solo(ref), t.fresh_budget, settings_.rerun_done});
     }
     if (!batch_.empty()) {
       auto result = batch_.apply(*ledger_, *quarantine_, batch_context_);
@@ -426,7 +459,14 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
 void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
   if (t.attempts_in_run > 1) ++report_.retried;
   if (ledger_ != nullptr) {
-    if (verdict.type == Verdict::Type::kOk) batch_.add(SetTaskState{t.task_id, store::TaskState::kOk});
+    if (verdict.type == Verdict::Type::kOk) {
+      batch_.add(SetTaskState{t.task_id, store::TaskState::kOk});
+      // In the same transaction as "ok": a task the ledger has as done has
+      // its result kept (or a row saying why not), never the one without the other.
+      if (batch_context_.results != nullptr && settings_.keep_results > 0) {
+        batch_.add(KeepResult{t.task_id, outcome.output});
+      }
+    }
     if (verdict.type == Verdict::Type::kGaveUp) batch_.add(SetTaskState{t.task_id, store::TaskState::kGaveUp});
   }
   if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;

@@ -49,6 +49,12 @@ struct FlowSettings {
   RunIdentity identity;
   std::string actor;            // who writes the audit trail: "pillbox run (pid N)"
   bool rerun_done = false;      // run tasks the ledger has as ok again (--rerun)
+  // The most bytes of ok results kept in the store (--keep-results; the
+  // oldest go first); 0: none kept.
+  std::uint64_t keep_results = 0;
+  // The sink wants the kept results of tasks skipped as already ok (run
+  // --out): VerdictSink::on_done_result, one store read per such task.
+  bool done_results = false;
   // The flow's clock (backoffs, the breaker's windows and probes). For
   // tests that drive the flow themselves and move time by hand: the
   // dispatcher reads wake_at on std::chrono::steady_clock, so under
@@ -73,6 +79,7 @@ struct FlowReport {
   std::size_t taken_back = 0;           // poison verdicts taken back when the breaker opened
   bool stopped_by_breaker = false;      // open longer than --breaker-max-wait: the rest was not read
   std::size_t skipped_repeats = 0;      // the same key and payload again in this run
+  std::size_t done_without_result = 0;  // skipped as ok, asked for its result (done_results), none kept
   std::size_t interrupted = 0;          // attempts cut short by SIGINT/SIGTERM (not held against anyone)
   int stop_signal = 0;                  // SIGINT or SIGTERM ended the run early
   std::size_t commits = 0;              // ledger transactions
@@ -109,6 +116,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   int stop_signal() const;
   const FlowReport& report() const { return report_; }
   void set_store_dir(std::string dir) { batch_context_.store_dir = std::move(dir); }
+  // Where ok results are kept (with a store); not owned, outlives the flow.
+  void set_result_store(store::ResultStore* results) { batch_context_.results = results; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -144,6 +153,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   };
 
   Status take_fresh(std::size_t want, std::vector<std::uint64_t>& starts);
+  // A task skipped as already ok: its kept result, or why there is none, to
+  // the sink (FlowSettings::done_results).
+  void tell_done_result(const Task& task, std::int64_t task_id);
   std::uint64_t track(Task task, std::string sha256, std::optional<store::LedgerTask> known);
   void schedule_retry(Tracked& t, std::uint32_t failures);
   void quarantine(Tracked& t, const Outcome& outcome, const std::string& reason);

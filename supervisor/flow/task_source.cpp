@@ -10,11 +10,64 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <unordered_map>
 
 #include "shared/base64.h"
+#include "shared/sha256.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox {
 namespace {
+
+// The keys of the JSON lines read so far, to tell a key given twice: with
+// another payload (a warning; both run, their results kept apart), or with
+// the same payload (one task, run once). Bounded: past kMaxBytes of keys the
+// check stops, once, with a notice, rather than grow with the input.
+class KeysSeen {
+ public:
+  void check(TaskSource::Item& item, std::uint64_t line_no) {
+    Task& task = item.task;
+    if (full_) return;
+    auto [it, inserted] = seen_.try_emplace(task.key);
+    if (inserted) {
+      bytes_ += task.key.size() + task.payload_sha256.size() + kOverhead;
+      it->second.push_back({line_no, task.payload_sha256});
+      if (bytes_ > kMaxBytes) {
+        full_ = true;
+        seen_.clear();
+        item.notice = "stdin:" + std::to_string(line_no) + ": over " + std::to_string(kMaxBytes >> 20) +
+                      " MiB of keys; keys given twice are no longer reported from here on";
+      }
+      return;
+    }
+    const std::string shown = table_cell(task.key, 200);
+    for (const Seen& earlier : it->second) {
+      if (earlier.sha256 == task.payload_sha256) {
+        task.repeat_of_line = earlier.line;
+        item.notice = "stdin:" + std::to_string(line_no) + ": key '" + shown + "' with the same payload as line " +
+                      std::to_string(earlier.line) + ": one task, run once";
+        return;
+      }
+    }
+    task.key_reused = true;
+    item.notice = "stdin:" + std::to_string(line_no) + ": warning: key '" + shown + "' was given line " +
+                  std::to_string(it->second.front().line) + " with another payload; both run, and their results are " +
+                  "kept apart (--out: this one's file name ends in ~" + task.payload_sha256.substr(0, 16) + ".out)";
+    bytes_ += task.payload_sha256.size() + kOverhead;
+    it->second.push_back({line_no, task.payload_sha256});
+  }
+
+ private:
+  static constexpr std::size_t kMaxBytes = 64u << 20;
+  static constexpr std::size_t kOverhead = 64;  // a node and its bookkeeping, roughly
+  struct Seen {
+    std::uint64_t line;
+    std::string sha256;
+  };
+  std::unordered_map<std::string, std::vector<Seen>> seen_;
+  std::size_t bytes_ = 0;
+  bool full_ = false;
+};
 
 // JSON lines from a file descriptor, parsed on a reader thread into a bounded
 // queue; an eventfd wakes the dispatcher. The state is shared with the thread,
@@ -81,6 +134,7 @@ class JsonLinesReader {
   }
 
   static void run(State& st, int fd) {
+    KeysSeen keys;
     std::string buf, line;
     std::uint64_t line_no = 0;
     char chunk[65536];
@@ -111,6 +165,7 @@ class JsonLinesReader {
         if (task) {
           item.type = TaskSource::Item::Type::kTask;
           item.task = std::move(*task);
+          keys.check(item, line_no);
         } else {
           item.type = TaskSource::Item::Type::kError;
           item.error = task.error();
@@ -209,14 +264,15 @@ Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number)
   if (!j.is_object()) return Error{where + "expected a JSON object with \"payload\" or \"payload_b64\""};
   Task t;
   const auto key = j.find("key");
-  if (key == j.end() || key->is_null()) {
-    t.key = "stdin:" + std::to_string(line_number);
-  } else if (key->is_string()) {
+  const bool derive_key = key == j.end() || key->is_null();
+  if (!derive_key) {
+    // Not converted: 1, 1.0 and 1e0 are one number but three texts, and a
+    // key that silently differs from what the producer wrote breaks resume.
+    if (!key->is_string()) {
+      return Error{where + "\"key\" must be a string, not " + std::string(key->type_name()) +
+                   " (quote it: \"key\": \"...\")"};
+    }
     t.key = key->get<std::string>();
-  } else if (key->is_number()) {
-    t.key = key->dump();
-  } else {
-    return Error{where + "\"key\" must be a string or a number"};
   }
   const auto text = j.find("payload");
   const auto b64 = j.find("payload_b64");
@@ -233,6 +289,8 @@ Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number)
     t.payload = std::move(*decoded);
   }
   if (t.payload.size() > kMaxPayloadBytes) return Error{where + "payload larger than the 1 GiB limit"};
+  t.payload_sha256 = sha256_hex(t.payload);
+  if (derive_key) t.key = content_key(t.payload_sha256);
   return t;
 }
 
@@ -240,6 +298,8 @@ std::optional<std::size_t> known_total(const TaskSource& source) {
   const auto* inputs = dynamic_cast<const InputSource*>(&source);
   return inputs != nullptr ? inputs->known_total() : std::nullopt;
 }
+
+std::string content_key(const std::string& payload_sha256) { return "sha256:" + payload_sha256.substr(0, 16); }
 
 Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd,
                                                   SymlinksInTree symlinks) {

@@ -25,6 +25,17 @@ struct Task {
   std::string key;
   std::string payload;
   std::uint64_t ref = 0;  // the task flow's handle on its bookkeeping (0: none)
+  // Set by the reader of JSON lines, which hashes every payload anyway (to
+  // tell repeats apart), so that the flow does not hash it again; "" when
+  // the source did not.
+  std::string payload_sha256{};
+  // A JSON line whose key an earlier line gave another payload: both run,
+  // and this one's --out file name carries its payload hash
+  // (result_file_name_for).
+  bool key_reused = false;
+  // A JSON line with the same key and payload as line `repeat_of_line`
+  // (0: none): one task, run once.
+  std::uint64_t repeat_of_line = 0;
 };
 
 class TaskSource {
@@ -34,6 +45,9 @@ class TaskSource {
     Type type = Type::kEnd;
     Task task;
     std::string error;  // kError: one line, names the input (stdin:12: ...)
+    // kTask: a warning about it to show before it runs, one line naming the
+    // input ("stdin:7: key 'a' ... line 3"); not an error.
+    std::string notice;
     // kWait: ask again at this time at the latest (now or past: at once),
     // even if no fd of wait_fds() became readable. The dispatcher owns the
     // clock of the wait; sources arm no timers of their own.
@@ -65,7 +79,14 @@ class TaskSource {
 Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd = 0,
                                                   SymlinksInTree symlinks = SymlinksInTree::kRefuse);
 
-// Parses one JSON line: {"key": ..., "payload": "text"} or {"payload_b64": "..."}.
+// Parses one JSON line: {"key": "...", "payload": "text"} or {"payload_b64":
+// "..."}. The key is a string; without one (or null) it is derived from the
+// payload, "sha256:" and the first 16 hex digits of its SHA-256, so that it
+// does not change when lines move. A key of another type is an error naming
+// the line. Sets payload_sha256.
 Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number);
+
+// The key of a JSON line without one: "sha256:" + 16 hex digits of the payload's SHA-256.
+std::string content_key(const std::string& payload_sha256);
 
 }  // namespace pillbox

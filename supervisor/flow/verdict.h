@@ -39,6 +39,10 @@ class VerdictSink {
   // A task not run: the store already has it finished (`why`), or it is a
   // repeat of an input earlier in this run. `record_id`: its quarantine record.
   virtual void on_skipped(const Task& /*task*/, const std::string& /*why*/, std::int64_t /*record_id*/) {}
+  // After on_skipped of a task already ok in the store, when the flow was
+  // asked for them (FlowSettings::done_results): the result the store kept
+  // of it, or null and why there is none (not kept, evicted, too large).
+  virtual void on_done_result(const Task& /*task*/, const std::string* /*output*/, const std::string& /*why_not*/) {}
   // An earlier poison verdict on `task` (quarantined or poison, record
   // `record_id` or 0) is taken back: a suspected outage explains the
   // failure. The task is held and gets another verdict later.

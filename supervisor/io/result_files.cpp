@@ -69,8 +69,9 @@ Expected<ResultFiles> ResultFiles::open(const std::string& dir, mode_t mode) {
   return ResultFiles(std::move(fd), dir, mode);
 }
 
-Expected<std::string> ResultFiles::write(std::string_view key, std::string_view bytes) {
+Expected<std::string> ResultFiles::write(std::string_view key, std::string_view bytes, std::string_view variant) {
   std::string name = result_file_name(key);
+  if (!variant.empty()) name.insert(name.size() - 4, "~" + std::string(variant));
   const unsigned earlier = written_[name]++;
   if (earlier > 0) name.insert(name.size() - 4, "~" + std::to_string(earlier + 1));
   const std::string path = dir_ + "/" + name;

@@ -32,6 +32,10 @@ inline constexpr mode_t kDefaultResultMode = 0600;
 inline constexpr std::size_t kMaxEscapedKey = 160;
 std::string result_file_name(std::string_view key);
 
+// The variant of the result of a key given again with another payload: the
+// first 16 hex digits of that payload's SHA-256 (hex, as the store has it).
+inline std::string_view result_variant(std::string_view payload_sha256) { return payload_sha256.substr(0, 16); }
+
 class ResultFiles {
  public:
   // Creates `dir` when it is missing (and its parents), opens it and checks
@@ -44,7 +48,13 @@ class ResultFiles {
   // result is never overwritten by another of the same run. A file from an
   // earlier run under the same name is replaced. Errors: one line naming the
   // file ("cannot write result DIR/k.out: Is a directory").
-  Expected<std::string> write(std::string_view key, std::string_view bytes);
+  // `variant` (hex digits, or empty) tells apart results of one key with
+  // different payloads, the same way in every run: NAME~VARIANT.out, where
+  // VARIANT is the first 16 hex digits of the payload's SHA-256
+  // (result_variant). No key's own name holds a '~' followed by 16 hex
+  // digits and ".out" (a '~' in a key is escaped; a long key's '~' is
+  // followed by 64), so the names stay one to one.
+  Expected<std::string> write(std::string_view key, std::string_view bytes, std::string_view variant = {});
 
   const std::string& dir() const { return dir_; }
 

@@ -126,7 +126,7 @@ Status Ledger::commit() {
 }
 
 Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std::string& sha, std::int64_t size,
-                                               std::int64_t now, bool solo, bool fresh_budget) {
+                                               std::int64_t now, bool solo, bool fresh_budget, bool rerun_ok) {
   auto row = upsert_task_.bind(1, std::string_view(job_))
                  .bind(2, std::string_view(key))
                  .bind(3, std::string_view(sha))
@@ -140,7 +140,7 @@ Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std
   upsert_task_.reset();
   if (!state) return Error{state.error()};
   started.state = *state;
-  if (started.state == TaskState::kOk || started.state == TaskState::kQuarantined) {
+  if ((started.state == TaskState::kOk && !rerun_ok) || started.state == TaskState::kQuarantined) {
     return started;  // finished elsewhere meanwhile
   }
   if (fresh_budget) {

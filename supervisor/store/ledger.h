@@ -68,10 +68,11 @@ class Ledger {
   // taken from the database, so concurrent runs never reuse one. A task
   // another process finished meanwhile (ok or quarantined) is not started.
   // `fresh_budget`: the task gave up in an earlier run; its earlier attempts
-  // stop counting, durably.
+  // stop counting, durably. `rerun_ok` (--rerun): a task that is ok is
+  // started again rather than taken for one finished meanwhile.
   Expected<StartedAttempt> start_attempt(const std::string& key, const std::string& payload_sha256,
                                          std::int64_t payload_size, std::int64_t now_ms, bool solo = false,
-                                         bool fresh_budget = false);
+                                         bool fresh_budget = false, bool rerun_ok = false);
   Status end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now_ms, const std::string& kind,
                      const std::string& fingerprint, const std::string& message, bool charged);
   Status uncharge(std::int64_t task_id, std::uint32_t n);

@@ -165,6 +165,45 @@ const std::vector<std::string>& migrations() {
       R"sql(
         ALTER TABLE quarantine ADD COLUMN working_dir TEXT NOT NULL DEFAULT '';
       )sql",
+      // 7: the results of ok tasks (issue 14, point 4), so that a result
+      // printed nowhere is not lost: `pillbox results` reads them back, and
+      // `run --out` writes those of tasks it skips as done. One row per task
+      // (a rerun replaces it). status 'kept': data holds the bytes;
+      // 'evicted': dropped, oldest first, to stay within --keep-results;
+      // 'too-large': larger than --keep-results, never kept. The total of
+      // the kept bytes is kept by triggers in results_total, so that
+      // eviction never sums the table.
+      R"sql(
+        CREATE TABLE results (
+          task_id    INTEGER PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
+          size       INTEGER NOT NULL,
+          status     TEXT NOT NULL CHECK (status IN ('kept', 'evicted', 'too-large')),
+          data       BLOB,
+          created_at INTEGER NOT NULL
+        );
+        CREATE INDEX results_kept_by_age ON results (created_at, task_id) WHERE status = 'kept';
+        CREATE TABLE results_total (
+          id    INTEGER PRIMARY KEY CHECK (id = 1),
+          bytes INTEGER NOT NULL
+        );
+        INSERT INTO results_total (id, bytes) VALUES (1, 0);
+        CREATE TRIGGER results_total_insert AFTER INSERT ON results WHEN new.status = 'kept'
+        BEGIN
+          UPDATE results_total SET bytes = bytes + new.size WHERE id = 1;
+        END;
+        CREATE TRIGGER results_total_delete AFTER DELETE ON results WHEN old.status = 'kept'
+        BEGIN
+          UPDATE results_total SET bytes = bytes - old.size WHERE id = 1;
+        END;
+        CREATE TRIGGER results_total_update AFTER UPDATE OF status, size ON results
+          WHEN old.status = 'kept' OR new.status = 'kept'
+        BEGIN
+          UPDATE results_total
+             SET bytes = bytes - (CASE WHEN old.status = 'kept' THEN old.size ELSE 0 END)
+                               + (CASE WHEN new.status = 'kept' THEN new.size ELSE 0 END)
+           WHERE id = 1;
+        END;
+      )sql",
   };
   return all;
 }

@@ -17,6 +17,7 @@
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/payload_store.h"
 #include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/result_store.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
 #include "tests/unit/scratch_dir.h"
@@ -900,3 +901,64 @@ TEST_CASE("quarantine store: ledger tasks are per job, key and payload hash, and
   REQUIRE(ledger->commit().is_ok());
   CHECK(next->n == 2);
 }
+
+namespace {
+
+TEST_CASE("ledger: --rerun starts a task that is ok again; without it, an ok task is not started") {
+  Env env;
+  Ledger& ledger = *env.ledger;
+  const std::string sha = sha256_hex("p");
+  REQUIRE(ledger.begin().is_ok());
+  auto first = ledger.start_attempt("k", sha, 1, 1000);
+  REQUIRE(first.has_value());
+  REQUIRE(ledger.set_state(first->task_id, TaskState::kOk, 1001).is_ok());
+  auto skipped = ledger.start_attempt("k", sha, 1, 1002);
+  REQUIRE(skipped.has_value());
+  CHECK(skipped->n == 0);  // finished: not started
+  auto rerun = ledger.start_attempt("k", sha, 1, 1003, false, false, /*rerun_ok=*/true);
+  REQUIRE(rerun.has_value());
+  CHECK(rerun->n == 2);
+  CHECK(rerun->state == TaskState::kPending);
+  REQUIRE(ledger.commit().is_ok());
+}
+
+TEST_CASE("results: kept in the caller's transaction, a running total, the oldest evicted over the limit") {
+  Env env;
+  auto results = ResultStore::open(env.db());
+  REQUIRE_MESSAGE(results.has_value(), results.error());
+  Ledger& ledger = *env.ledger;
+  std::vector<std::int64_t> ids;
+  REQUIRE(ledger.begin().is_ok());
+  for (int i = 0; i < 4; ++i) {
+    auto t = ledger.start_attempt("k" + std::to_string(i), sha256_hex(std::to_string(i)), 1, 1000 + i);
+    REQUIRE(t.has_value());
+    ids.push_back(t->task_id);
+    REQUIRE(results->keep(t->task_id, std::string(30, static_cast<char>('a' + i)), 100, 2000 + i).is_ok());
+  }
+  CHECK(*results->kept_bytes() == 120);
+  auto evicted = results->evict_over(100);
+  REQUIRE(evicted.has_value());
+  CHECK(*evicted == 1);
+  REQUIRE(ledger.commit().is_ok());
+  CHECK(*results->kept_bytes() == 90);
+  auto oldest = results->of_task(ids[0]);
+  REQUIRE(oldest.has_value());
+  REQUIRE(oldest->has_value());
+  CHECK((*oldest)->status == ResultStatus::kEvicted);
+  CHECK((*oldest)->data.empty());
+  auto newest = results->of_task(ids[3]);
+  REQUIRE(newest.has_value());
+  CHECK((*newest)->data == std::string(30, 'd'));
+  // Too large for the limit: a row that says so, nothing kept, the total unchanged.
+  REQUIRE(ledger.begin().is_ok());
+  REQUIRE(results->keep(ids[0], std::string(101, 'x'), 100, 3000).is_ok());
+  REQUIRE(ledger.commit().is_ok());
+  CHECK((*results->of_task(ids[0]))->status == ResultStatus::kTooLarge);
+  CHECK(*results->kept_bytes() == 90);
+  CHECK(env.count("SELECT coalesce(sum(size), 0) FROM results WHERE status = 'kept'") == 90);
+  // A task deleted (quarantine purge) takes its result, and its bytes, with it.
+  REQUIRE(env.db().exec("DELETE FROM tasks WHERE id = " + std::to_string(ids[3])).is_ok());
+  CHECK(*results->kept_bytes() == 60);
+}
+
+}  // namespace

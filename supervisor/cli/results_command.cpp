@@ -1,0 +1,236 @@
+// pillbox results [KEY...] [--store DIR] [-o DIR] [--json]: the results of ok
+// tasks the store kept (supervisor/store/result_store.h), read back.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/base64.h"
+#include "supervisor/cli/args.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/path_options.h"
+#include "supervisor/cli/store_access.h"
+#include "supervisor/io/result_files.h"
+#include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/result_store.h"
+
+namespace pillbox::cli {
+namespace {
+
+const char* kHelp =
+    "usage: pillbox results [KEY...] [--store DIR] [-o DIR] [--json]\n"
+    "\n"
+    "The results of tasks that ended ok, as `pillbox run` kept them in the store (--keep-results,\n"
+    "default 256M, the oldest evicted first).\n"
+    "\n"
+    "Without KEY: every result the store knows of, oldest task first: one line each (key, size,\n"
+    "when, and whether it is kept, evicted, or was too large to keep).\n"
+    "With KEY: the results of the tasks with that key (any handler, any payload). One KEY with one\n"
+    "kept result and neither -o nor --json: its bytes on stdout, as they are (on a terminal only\n"
+    "when they are printable text; else redirect, or use -o or --json).\n"
+    "\n"
+    "options:\n"
+    "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
+    "                      ~/.local/state/pillbox)\n"
+    "  -o, --out DIR       write each kept result to DIR/NAME.out, named as `run --out` names them\n"
+    "                      (a key that came with several payloads: the later ones NAME~HASH.out)\n"
+    "  --out-mode MODE     permissions of those files, octal (default 0600)\n"
+    "  --json              one JSON object per result: key, payload_sha256, size, kept_at, result\n"
+    "                      (kept | evicted | too-large) and, when kept, output (UTF-8 text) or\n"
+    "                      output_b64 (anything else), or output_file with -o\n"
+    "\n"
+    "exit codes: 0 every result asked for was written, 1 some were not kept (evicted, too large;\n"
+    "            `pillbox run --rerun` makes them again), 2 usage error or a KEY no task has,\n"
+    "            3 the store cannot be read\n";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "pillbox results: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+std::string why_not_kept(const store::StoredResult& r) {
+  if (r.status == store::ResultStatus::kEvicted) {
+    return "evicted (" + std::to_string(r.size) + " bytes) to stay within --keep-results";
+  }
+  return "not kept: " + std::to_string(r.size) + " bytes, larger than --keep-results";
+}
+
+// Printable text a terminal shows as it is: valid UTF-8 without control
+// bytes other than newline and tab (table_cell turns those into '?').
+bool safe_for_terminal(const std::string& bytes) {
+  if (!is_valid_utf8(bytes)) return false;
+  std::string without_layout = bytes;
+  for (char& c : without_layout) {
+    if (c == '\n' || c == '\t') c = ' ';
+  }
+  return table_cell(without_layout, without_layout.size() + 1) == without_layout;
+}
+
+class Printer {
+ public:
+  Printer(bool json, ResultFiles* out) : json_(json), out_(out) {}
+
+  // One result row; false when its bytes are not kept.
+  bool print(const store::StoredResult& r) {
+    // The first payload of a key gets the key's own name, later ones their
+    // payload hash, as `run --out` names them (tasks are numbered in the
+    // order their input came).
+    auto [first, inserted] = first_payload_.try_emplace(r.key, r.payload_sha256);
+    const std::string_view variant =
+        inserted || first->second == r.payload_sha256 ? std::string_view{} : result_variant(r.payload_sha256);
+    const bool kept = r.status == store::ResultStatus::kKept;
+    std::string file;
+    if (kept && out_ != nullptr) file = write_result_file(*out_, r.key, r.data, "results", write_errors_, variant);
+    if (json_) {
+      nlohmann::json j{{"key", r.key},
+                       {"payload_sha256", r.payload_sha256},
+                       {"size", r.size},
+                       {"kept_at", iso_time(r.created_at)},
+                       {"result", std::string(store::to_string(r.status))}};
+      if (kept) {
+        if (out_ != nullptr) {
+          if (!file.empty()) j["output_file"] = file;
+        } else if (is_valid_utf8(r.data)) {
+          j["output"] = r.data;
+        } else {
+          j["output_b64"] = base64_encode(r.data);
+        }
+      } else {
+        j["reason"] = why_not_kept(r);
+      }
+      const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      std::printf("%s\n", line.c_str());
+    } else {
+      std::printf("%-40s %10lld  %s  %s%s\n", table_cell(r.key, 200).c_str(), static_cast<long long>(r.size),
+                  iso_time(r.created_at).c_str(), kept ? "kept" : why_not_kept(r).c_str(),
+                  file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
+    }
+    return kept;
+  }
+  bool write_errors() const { return write_errors_; }
+
+ private:
+  bool json_;
+  ResultFiles* out_;  // not owned; null without -o
+  bool write_errors_ = false;
+  std::map<std::string, std::string> first_payload_;  // key -> payload hash of its first result
+};
+
+// One KEY, one kept result, no -o, no --json: the bytes themselves.
+int write_raw(const store::StoredResult& r) {
+  if (::isatty(STDOUT_FILENO) == 1 && !safe_for_terminal(r.data)) {
+    return usage_error("the result of '" + table_cell(r.key, 200) + "' (" + std::to_string(r.size) +
+                       " bytes) is not printable text: redirect stdout to a file, or use -o DIR or --json");
+  }
+  if (std::fwrite(r.data.data(), 1, r.data.size(), stdout) != r.data.size() || std::fflush(stdout) != 0) {
+    std::fprintf(stderr, "pillbox results: cannot write to stdout\n");
+    return kExitSetup;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int results_command(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"store"}, {"out", true, false, 'o'}, {"out-mode"}, {"json", false}, {"help", false}};
+  auto args = Args::parse(argc, argv, 2, specs, "results");
+  if (!args) return usage_error(args.error());
+  if (args->flag("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  auto out = read_result_files(*args);
+  if (!out) return usage_error(out.error());
+  std::optional<ResultFiles> files = std::move(*out);
+  StoreAccessError store_error;
+  auto access = open_existing_store(args->value("store").value_or(""), store_error);
+  if (!access) {
+    std::fprintf(stderr, "pillbox results: %s\n", store_error.message.c_str());
+    return store_error.exit_code;
+  }
+  auto results = store::ResultStore::open(access->store.db());
+  if (!results) {
+    std::fprintf(stderr, "pillbox results: %s\n", results.error().c_str());
+    return kExitSetup;
+  }
+  const bool json = args->flag("json");
+  Printer printer(json, files ? &*files : nullptr);
+  const bool with_data = json || files.has_value();
+
+  if (args->positional().empty()) {
+    std::size_t count = 0;
+    auto s = results->for_each(with_data, [&](const store::StoredResult& r) {
+      printer.print(r);
+      ++count;
+      return Status::ok();
+    });
+    std::fflush(stdout);
+    if (!s) {
+      std::fprintf(stderr, "pillbox results: %s\n", s.message().c_str());
+      return kExitSetup;
+    }
+    if (count == 0 && !json) std::fprintf(stderr, "pillbox results: no results in %s\n", access->store.dir().c_str());
+    return printer.write_errors() ? kExitUsage : kExitOk;
+  }
+
+  // Each KEY: its result rows, or why there are none.
+  bool unknown = false;
+  bool not_kept = false;
+  std::vector<std::vector<store::StoredResult>> found;
+  for (const std::string& key : args->positional()) {
+    auto rows = results->with_key(key, true);
+    if (!rows) {
+      std::fprintf(stderr, "pillbox results: %s\n", rows.error().c_str());
+      return kExitSetup;
+    }
+    if (rows->empty()) {
+      auto states = results->task_states(key);
+      if (!states) {
+        std::fprintf(stderr, "pillbox results: %s\n", states.error().c_str());
+        return kExitSetup;
+      }
+      const std::string shown = table_cell(key, 200);
+      if (states->empty()) {
+        std::fprintf(stderr, "pillbox results: no task with key '%s' in %s\n", shown.c_str(),
+                     access->store.dir().c_str());
+        unknown = true;
+      } else if (std::find(states->begin(), states->end(), "ok") != states->end()) {
+        std::fprintf(stderr,
+                     "pillbox results: '%s': ok, but its result was not kept (the run kept none: --keep-results 0, "
+                     "or a pillbox before results were kept); `pillbox run --rerun` makes it again\n",
+                     shown.c_str());
+        not_kept = true;
+      } else {
+        std::fprintf(stderr, "pillbox results: '%s' has no result: its task is %s, not ok\n", shown.c_str(),
+                     states->front().c_str());
+        not_kept = true;
+      }
+    }
+    found.push_back(std::move(*rows));
+  }
+  if (args->positional().size() == 1 && found.front().size() == 1 && !with_data) {
+    const store::StoredResult& r = found.front().front();
+    if (r.status == store::ResultStatus::kKept) return write_raw(r);
+  }
+  for (const auto& rows : found) {
+    for (const auto& r : rows) {
+      if (!printer.print(r)) {
+        not_kept = true;
+        std::fprintf(stderr, "pillbox results: '%s': %s; `pillbox run --rerun` makes it again\n",
+                     table_cell(r.key, 200).c_str(), why_not_kept(r).c_str());
+      }
+    }
+  }
+  std::fflush(stdout);
+  if (unknown || printer.write_errors()) return kExitUsage;
+  return not_kept ? kExitFailures : kExitOk;
+}
+
+}  // namespace pillbox::cli

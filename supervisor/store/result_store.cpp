@@ -1,0 +1,177 @@
+#include "supervisor/store/result_store.h"
+
+namespace pillbox::store {
+namespace {
+
+const char* const kColumns =
+    "SELECT r.task_id, t.job, t.key, t.payload_sha256, r.size, r.status, r.created_at, "
+    "CASE WHEN ?9 THEN r.data END FROM results r JOIN tasks t ON t.id = r.task_id ";
+
+// The schema's CHECK keeps statuses to these; another is a newer pillbox's.
+Expected<ResultStatus> status_from(const std::string& text) {
+  if (text == "kept") return ResultStatus::kKept;
+  if (text == "evicted") return ResultStatus::kEvicted;
+  if (text == "too-large") return ResultStatus::kTooLarge;
+  return Error{"unknown result status '" + text + "' in the store"};
+}
+
+}  // namespace
+
+std::string_view to_string(ResultStatus status) {
+  switch (status) {
+    case ResultStatus::kKept: return "kept";
+    case ResultStatus::kEvicted: return "evicted";
+    case ResultStatus::kTooLarge: return "too-large";
+  }
+  return "kept";
+}
+
+Expected<ResultStore> ResultStore::open(Database& db) {
+  ResultStore rs(db);
+  struct {
+    Statement* target;
+    std::string sql;
+  } statements[] = {
+      {&rs.upsert_,
+       "INSERT INTO results (task_id, size, status, data, created_at) VALUES (?1, ?2, ?3, ?4, ?5) "
+       "ON CONFLICT (task_id) DO UPDATE SET size = excluded.size, status = excluded.status, data = excluded.data, "
+       "created_at = excluded.created_at"},
+      {&rs.total_, "SELECT bytes FROM results_total WHERE id = 1"},
+      {&rs.oldest_, "SELECT task_id, size FROM results WHERE status = 'kept' ORDER BY created_at, task_id"},
+      {&rs.evict_, "UPDATE results SET status = 'evicted', data = NULL WHERE task_id = ?1"},
+      {&rs.of_task_, std::string(kColumns) + "WHERE r.task_id = ?1"},
+  };
+  for (auto& [target, sql] : statements) {
+    auto stmt = Statement::prepare(db.handle(), sql);
+    if (!stmt) return Error{stmt.error()};
+    *target = std::move(*stmt);
+  }
+  return rs;
+}
+
+Status ResultStore::keep(std::int64_t task_id, std::string_view bytes, std::uint64_t limit, std::int64_t now_ms) {
+  const bool fits = bytes.size() <= limit;
+  upsert_.bind(1, task_id)
+      .bind(2, static_cast<std::int64_t>(bytes.size()))
+      .bind(3, to_string(fits ? ResultStatus::kKept : ResultStatus::kTooLarge))
+      .bind(5, now_ms);
+  if (fits) upsert_.bind_blob(4, bytes);
+  else upsert_.bind_null(4);
+  return upsert_.run();
+}
+
+Expected<std::int64_t> ResultStore::kept_bytes() {
+  auto row = total_.step();
+  if (!row) return Error{row.error()};
+  const std::int64_t total = *row ? total_.column_int(0) : 0;
+  total_.reset();
+  return total;
+}
+
+Expected<std::size_t> ResultStore::evict_over(std::uint64_t limit) {
+  auto total = kept_bytes();
+  if (!total) return Error{total.error()};
+  if (*total <= static_cast<std::int64_t>(limit)) return std::size_t{0};
+  // Oldest first, until what is left fits; the index on (created_at,
+  // task_id) of the kept rows makes this a walk from the front.
+  std::int64_t excess = *total - static_cast<std::int64_t>(limit);
+  std::vector<std::int64_t> victims;
+  while (excess > 0) {
+    auto row = oldest_.step();
+    if (!row) {
+      oldest_.reset();
+      return Error{row.error()};
+    }
+    if (!*row) break;
+    victims.push_back(oldest_.column_int(0));
+    excess -= oldest_.column_int(1);
+  }
+  oldest_.reset();
+  for (const std::int64_t id : victims) {
+    if (auto s = evict_.bind(1, id).run(); !s) return Error{s.message()};
+  }
+  return victims.size();
+}
+
+Status ResultStore::walk(Statement& stmt, bool with_data, const std::function<Status(StoredResult&)>& each) {
+  stmt.bind(9, static_cast<std::int64_t>(with_data ? 1 : 0));
+  Status outcome = Status::ok();
+  while (outcome.is_ok()) {
+    auto row = stmt.step();
+    if (!row) {
+      outcome = Status::error(row.error());
+      break;
+    }
+    if (!*row) break;
+    StoredResult r;
+    r.task_id = stmt.column_int(0);
+    r.job = stmt.column_text(1);
+    r.key = stmt.column_text(2);
+    r.payload_sha256 = stmt.column_text(3);
+    r.size = stmt.column_int(4);
+    auto status = status_from(stmt.column_text(5));
+    if (!status) {
+      outcome = Status::error(status.error());
+      break;
+    }
+    r.status = *status;
+    r.created_at = stmt.column_int(6);
+    if (!stmt.column_is_null(7)) r.data = stmt.column_text(7);
+    outcome = each(r);
+  }
+  stmt.reset();
+  return outcome;
+}
+
+Expected<std::vector<StoredResult>> ResultStore::read_rows(Statement& stmt, bool with_data) {
+  std::vector<StoredResult> rows;
+  auto s = walk(stmt, with_data, [&rows](StoredResult& r) {
+    rows.push_back(std::move(r));
+    return Status::ok();
+  });
+  if (!s) return Error{s.message()};
+  return rows;
+}
+
+Expected<std::optional<StoredResult>> ResultStore::of_task(std::int64_t task_id) {
+  of_task_.bind(1, task_id);
+  auto rows = read_rows(of_task_, true);
+  if (!rows) return Error{rows.error()};
+  if (rows->empty()) return std::optional<StoredResult>();
+  return std::optional<StoredResult>(std::move(rows->front()));
+}
+
+Expected<std::vector<std::string>> ResultStore::task_states(const std::string& key) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "SELECT state FROM tasks WHERE job IN (SELECT DISTINCT handler_identity FROM runs) "
+                                 "AND key = ?1 ORDER BY id");
+  if (!stmt) return Error{stmt.error()};
+  stmt->bind(1, std::string_view(key));
+  std::vector<std::string> states;
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    states.push_back(stmt->column_text(0));
+  }
+  return states;
+}
+
+Expected<std::vector<StoredResult>> ResultStore::with_key(const std::string& key, bool with_data) {
+  // Through the tasks' unique index (job, key, ...): the jobs are those of
+  // the runs, a short list, so no scan of every task.
+  auto stmt = Statement::prepare(db_->handle(), std::string(kColumns) +
+                                                    "WHERE t.job IN (SELECT DISTINCT handler_identity FROM runs) "
+                                                    "AND t.key = ?1 ORDER BY t.id");
+  if (!stmt) return Error{stmt.error()};
+  stmt->bind(1, std::string_view(key));
+  return read_rows(*stmt, with_data);
+}
+
+Status ResultStore::for_each(bool with_data, const std::function<Status(const StoredResult&)>& each) {
+  auto stmt = Statement::prepare(db_->handle(), std::string(kColumns) + "ORDER BY r.task_id");
+  if (!stmt) return Status::error(stmt.error());
+  return walk(*stmt, with_data, [&each](StoredResult& r) { return each(r); });
+}
+
+}  // namespace pillbox::store
