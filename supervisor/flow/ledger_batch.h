@@ -37,6 +37,7 @@ struct EndAttempt {
   std::string fingerprint;
   std::string message;
   bool charged = true;
+  std::string stderr_tail;     // exec mode failures: the last bytes of stderr
 };
 
 struct UnchargeAttempt {

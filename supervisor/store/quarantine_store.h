@@ -52,6 +52,7 @@ struct QuarantineEntry {
   std::int64_t wall_ms = 0;
   std::int64_t max_rss_kb = 0;
   std::string origin;               // JSON object: fuzz seed and mutations, imported file ("" for run)
+  std::string stderr_tail;          // exec mode: the last bytes of stderr of the final attempt (raw bytes)
 };
 
 struct QuarantineRecord {
@@ -98,6 +99,7 @@ struct AttemptRow {
   std::string message;
   bool charged = true;
   bool solo = false;
+  std::string stderr_tail;           // exec mode failures: the last bytes of stderr ("" when none)
 };
 
 struct InsertResult {
