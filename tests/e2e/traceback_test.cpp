@@ -122,3 +122,51 @@ TEST_CASE("python3 parser.py {}: one raise site is one fingerprint, two are two;
   CHECK(contains(flooded.out, "stderr (last 8192 bytes of the final attempt):"));
   CHECK_FALSE(contains(flooded.out, "parsing Hflood"));  // 1 MiB ago: out of the tail
 }
+
+TEST_CASE("a program that floods stderr: the supervisor keeps 8 KiB and stays small, in both launch modes") {
+  const std::string python = "/usr/bin/python3";
+  if (::access(python.c_str(), X_OK) != 0) {
+    MESSAGE("skipped: no /usr/bin/python3 (tools/setup.sh installs python3)");
+    return;
+  }
+  e2e::TempDir dir;
+  // 48 MiB of stderr (under the exec policy's 64 MiB file size limit), then
+  // an uncaught exception; a second payload floods past the limit.
+  const std::string script = dir.write("flood.py", R"py(import sys
+mib = int(open(sys.argv[1]).read())
+line = ("y" * 1023 + "\n").encode()
+for _ in range(mib * 1024):
+    sys.stderr.buffer.write(line)
+sys.stderr.flush()
+def flooded(n):
+    raise RuntimeError(f"flooded {n} MiB")
+flooded(mib)
+)py");
+  const std::string within = dir.write("within", "48");
+  const std::string over = dir.write("over", "80");
+  for (const char* mode : {"zygote", "spawn"}) {
+    CAPTURE(std::string(mode));
+    const std::string store = dir.path() + "/store-" + mode;
+    long peak_kb = 0;
+    const auto run = run_pillbox({"run", "--store", store, "--json", "--mode", mode, "--max-attempts", "1", within, over, "--",
+                                  python, script, "{}"},
+                                 "", {}, [&](pid_t pid, std::size_t, std::string_view) {
+                                   peak_kb = std::max(peak_kb, e2e::vm_rss_kb(pid));
+                                 });
+    INFO(run.describe());
+    REQUIRE(run.records.size() == 2);
+    const auto& handled = run.record(within);
+    CHECK(handled["kind"] == "handler-error");
+    CHECK(handled["message"] == "exit code 1: RuntimeError: flooded 48 MiB");
+    CHECK(handled["crash_state"] == nlohmann::json::array({"RuntimeError", "flooded (flood.py)", "<module> (flood.py)"}));
+    // Python ignores SIGXFSZ: its write fails with EFBIG and it exits 120.
+    CHECK(run.record(over)["kind"] == "handler-error");
+    // Its RSS while the records came out: far below the 48 MiB it was sent.
+    MESSAGE("supervisor RSS " << peak_kb << " KiB");
+    CHECK(peak_kb > 0);
+    CHECK(peak_kb < 40 * 1024);
+    const std::string db = store + "/pillbox.db";
+    CHECK(sql_int(db, "SELECT max(length(stderr_tail)) FROM attempts") == 8192);
+    CHECK(sql_int(db, "SELECT count(*) FROM attempts WHERE instr(stderr_tail, x'79797979') > 0") == 2);
+  }
+}
