@@ -250,7 +250,7 @@ std::optional<TraceFrame> java_frame(std::string_view line) {
   TraceFrame f;
   f.internal = java_internal(module, function);
   f.function = capped(function);
-  f.file = capped(location.substr(0, location.find(':')));
+  f.file = capped(basename(location.substr(0, location.find(':'))));
   return f;
 }
 

@@ -400,6 +400,12 @@ TEST_CASE("traceback: hostile stderr: bounded work, no crash, only the tail read
     text = "x.rb:1:in `" + std::string(8000, '\'') + ": m (E)\n";
     CHECK_NOTHROW(parse_traceback(text));
   }
+  SUBCASE("a frame's file is a base name, whatever its parentheses hold (found by fuzz/traceback_fuzzer.cpp)") {
+    const auto tb = parse_traceback("Exception in thread \"main\" x.Y: z\n"
+                                    "\tat a.B.run(Maia/se/x.Y.c(Main.java:419)\n");
+    REQUIRE(tb.has_value());
+    CHECK(tb->frames.at(0).file == "x.Y.c(Main.java");
+  }
   SUBCASE("a fake traceback names only its own failure: the handler is in the fingerprint") {
     const std::string fake = "Traceback (most recent call last):\n  File \"p.py\", line 1, in f\nValueError: x\n";
     CHECK(classify_exit(fake, "exec a").fingerprint != classify_exit(fake, "exec b").fingerprint);
