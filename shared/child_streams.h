@@ -12,7 +12,10 @@
 
 namespace pillbox {
 
-inline constexpr std::size_t kStderrTailBytes = 4096;
+// The stderr kept per attempt: enough for an interpreter's traceback
+// (supervisor/classify/traceback.h reads the same amount), read from the end
+// of the memfd with one pread, so a flood costs the supervisor nothing more.
+inline constexpr std::size_t kStderrTailBytes = 8192;
 
 struct ChildStreams {
   UniqueFd crash_read;    // parent side, non-blocking

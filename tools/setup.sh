@@ -16,6 +16,7 @@ packages=(
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
   libfontconfig-dev                             # pdf-text: poppler's font lookup, loaded before any fork
   python3 gzip                                  # sample corpus generation
+  nodejs default-jre-headless ruby              # real interpreters whose tracebacks the classifier reads
   poppler-utils                                 # pdftotext: the reference tests/e2e/pdf_corpus_test.cpp compares with
   clang libclang-rt-14-dev                      # fuzz/ harnesses: clang 14; libFuzzer and the sanitizer
                                                 # runtimes (only recommended by clang, so named here)

@@ -4,10 +4,14 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "shared/child_streams.h"
 #include "shared/crash_report.h"
+#include "supervisor/classify/exception_message.h"
+#include "supervisor/classify/traceback.h"
 
 namespace pillbox {
 namespace {
@@ -82,6 +86,17 @@ std::string last_line(std::string_view text) {
   return std::string(text.substr(0, 300));
 }
 
+// Temporary directories beyond the usual ones whose paths a message may
+// name: the supervisor's own TMPDIR (a child's is /tmp, or cleared).
+const std::vector<std::string>& extra_temp_dirs() {
+  static const std::vector<std::string> dirs = [] {
+    const char* tmpdir = std::getenv("TMPDIR");
+    return tmpdir != nullptr && tmpdir[0] == '/' && tmpdir[1] != '\0' ? std::vector<std::string>{tmpdir}
+                                                                       : std::vector<std::string>{};
+  }();
+  return dirs;
+}
+
 void fail(Outcome& o, Kind kind, std::string message) {
   o.kind = kind;
   o.message = std::move(message);
@@ -96,6 +111,9 @@ std::string signal_name(int sig) {
 
 Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
   Outcome o;
+  // Set when an uncaught exception was read from stderr: the fingerprint's
+  // detail is then its message with the per-payload values normalized.
+  std::optional<std::string> traceback_detail;
   o.wall_ms = ex.wall_ms;
   const std::uint64_t cpu_limit_ms = (ex.limits.cpu_ms + 999) / 1000 * 1000;
 
@@ -191,8 +209,18 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
         } else if (exit.stdout_size > cap) {
           fail(o, Kind::kOutputLimit, "wrote " + std::to_string(exit.stdout_size) + " bytes to stdout, over the cap of " + std::to_string(cap));
         } else if (code != 0) {
-          const std::string err = last_line(exit.stderr_tail);
-          fail(o, Kind::kHandlerError, "exit code " + std::to_string(code) + (err.empty() ? "" : ": " + err));
+          // An interpreter's uncaught exception names its type, message and
+          // frames: the crash state of a script. Otherwise the last line of
+          // stderr is what the program said last.
+          if (auto traceback = parse_traceback(exit.stderr_tail)) {
+            o.crash_state = traceback_state(*traceback);
+            traceback_detail = exception_message_key(traceback->message, extra_temp_dirs());
+            fail(o, Kind::kHandlerError, "exit code " + std::to_string(code) + ": " + traceback->exception_type +
+                                             (traceback->message.empty() ? "" : ": " + traceback->message));
+          } else {
+            const std::string err = last_line(exit.stderr_tail);
+            fail(o, Kind::kHandlerError, "exit code " + std::to_string(code) + (err.empty() ? "" : ": " + err));
+          }
         } else {
           o.output = exit.stdout_data;
         }
@@ -244,6 +272,12 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
   o.before_payload = ex.exit.has_value() && !ex.payload_delivered && o.kind != Kind::kOk;
 
   if (o.kind != Kind::kOk) {
+    // What the program said last on stderr, kept with the attempt and the
+    // record for whoever looks into the failure. Only failures pay for the copy.
+    if (ex.exit) {
+      const std::string_view tail = ex.exit->stderr_tail;
+      o.stderr_tail = tail.substr(tail.size() - std::min(tail.size(), kStderrTailBytes));
+    }
     std::string detail;
     switch (o.kind) {
       case Kind::kCrash:
@@ -251,6 +285,8 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       case Kind::kKilled: detail = signal_name(o.signal); break;
       case Kind::kSeccompViolation: detail = o.syscall; break;
       case Kind::kHandlerError:
+        detail = traceback_detail ? *traceback_detail : normalize_message(o.message);
+        break;
       case Kind::kProtocolError:
       case Kind::kSandboxError: detail = normalize_message(o.message); break;
       case Kind::kCpuLimit:

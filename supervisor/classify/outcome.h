@@ -46,6 +46,7 @@ struct Outcome {
   std::uint64_t wall_ms = 0;
   std::uint64_t max_rss_kb = 0;
   std::string output;                    // the handler's result (ok only)
+  std::string stderr_tail;               // exec mode, failures only: the last bytes of stderr (kStderrTailBytes)
   pid_t pid = 0;
   // The child failed before its payload was sent (it never asked for it:
   // a plugin that crashes or hangs in its init in the child, a child stopped

@@ -246,7 +246,7 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
 
 nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
                             const std::string& kind, const std::string& fingerprint, const std::string& message,
-                            bool charged, bool solo) {
+                            bool charged, bool solo, std::string_view stderr_tail) {
   auto time = [](std::int64_t ms) { return ms != 0 ? nlohmann::json(iso_time(ms)) : nlohmann::json(nullptr); };
   return {{"n", n},
           {"run", run},
@@ -256,7 +256,8 @@ nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int6
           {"fingerprint", fingerprint.empty() ? nlohmann::json(nullptr) : nlohmann::json(fingerprint)},
           {"message", message},
           {"charged", charged},
-          {"solo", solo}};
+          {"solo", solo},
+          {"stderr_tail", stderr_tail.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(stderr_tail))}};
 }
 
 nlohmann::json full_record_json(const nlohmann::json& id, const store::QuarantineRecord& r, const std::string& where,
@@ -264,6 +265,8 @@ nlohmann::json full_record_json(const nlohmann::json& id, const store::Quarantin
   nlohmann::json j = record_object(id, r, where);
   j.erase("new_fingerprint");
   j["policy"] = r.entry.policy;
+  // Raw bytes of the child's; invalid UTF-8 comes out as U+FFFD (dump()).
+  j["stderr_tail"] = r.entry.stderr_tail;
   j["attempt_history"] = std::move(attempt_history);
   nlohmann::json trail = nlohmann::json::array();
   for (const auto& e : audit) {
@@ -346,6 +349,10 @@ int print_record(const ShownRecord& shown, bool json) {
   } else {
     field("reproduces", r.reproduce_verdict + ": " + std::to_string(r.reproduce_matches) + " of " +
                             std::to_string(r.reproduce_runs) + " runs ended with this fingerprint");
+  }
+  if (!e.stderr_tail.empty()) {
+    out += "stderr (last " + std::to_string(e.stderr_tail.size()) + " bytes of the final attempt):\n";
+    out += text_lines(e.stderr_tail, "  ", 200);
   }
   const auto& history = shown.full["attempt_history"];
   out += "attempts (" + std::to_string(history.size()) + "):\n";

@@ -57,7 +57,7 @@ nlohmann::json full_record_json(const nlohmann::json& id, const store::Quarantin
 // attempt that never ended is "unfinished".
 nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
                             const std::string& kind, const std::string& fingerprint, const std::string& message,
-                            bool charged, bool solo);
+                            bool charged, bool solo, std::string_view stderr_tail = {});
 
 struct ShownRecord {
   nlohmann::json id;

@@ -18,7 +18,7 @@ Expected<nlohmann::json> full_record(const QuarantineContext& c, const store::Qu
   nlohmann::json history = nlohmann::json::array();
   for (const auto& a : *attempts) {
     history.push_back(attempt_json(a.n, a.run_id, a.started_at, a.ended_at, a.kind, a.fingerprint, a.message,
-                                   a.charged, a.solo));
+                                   a.charged, a.solo, a.stderr_tail));
   }
   return full_record_json(r.id, r, c.store_dir, std::move(history), *audit);
 }

@@ -39,6 +39,7 @@ struct EndAttempt {
   std::string fingerprint;
   std::string message;
   bool charged = true;
+  std::string stderr_tail;     // exec mode failures: the last bytes of stderr
 };
 
 struct UnchargeAttempt {

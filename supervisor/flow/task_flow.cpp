@@ -412,7 +412,8 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   }
   attempt.charged = !outage && !transient;
   if (ledger_ != nullptr) {
-    batch_.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, attempt.charged});
+    batch_.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, attempt.charged,
+                          outcome.stderr_tail});
   }
   if (outage) {
     t.last_failure = outcome;
@@ -732,7 +733,7 @@ Status TaskFlow::finish(const std::string& run_error) {
     a.kind = "interrupted";
     a.charged = false;
     ++report_.interrupted;
-    if (ledger_ != nullptr) batch_.add(EndAttempt{t.task_id, a.n, "interrupted", "", why, false});
+    if (ledger_ != nullptr) batch_.add(EndAttempt{t.task_id, a.n, "interrupted", "", why, false, ""});
   }
   for (std::uint64_t ref : schedule_.take_held()) {
     auto it = tracked_.find(ref);

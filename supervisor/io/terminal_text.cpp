@@ -67,4 +67,23 @@ std::string payload_preview(std::string_view bytes, std::size_t max_bytes, const
   return out;
 }
 
+std::string text_lines(std::string_view text, const std::string& indent, std::size_t width) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    std::string expanded;
+    for (const char c : line.substr(0, 4 * width)) {  // cut before expanding: tabs grow
+      if (c == '\t') expanded.append(4 - expanded.size() % 4, ' ');
+      else expanded += c;
+    }
+    out += indent + "| " + table_cell(expanded, width) + "\n";
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace pillbox

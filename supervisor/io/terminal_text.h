@@ -17,4 +17,10 @@ std::string table_cell(std::string_view text, std::size_t width);
 // else as a hex dump with offsets. Says how much was left out.
 std::string payload_preview(std::string_view bytes, std::size_t max_bytes, const std::string& indent);
 
+// Lines a program printed (its stderr), each on a line of its own that
+// starts with `indent` and "| ": tabs become spaces, other control bytes '?'
+// (table_cell), lines longer than `width` are cut. A last line without its
+// newline is shown all the same.
+std::string text_lines(std::string_view text, const std::string& indent, std::size_t width);
+
 }  // namespace pillbox

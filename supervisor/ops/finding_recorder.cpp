@@ -60,7 +60,7 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
     if (!started) return fail(started.error());
   }
   if (auto s = ledger_.end_attempt(started->task_id, started->n, f.ended_ms, kind, f.outcome.fingerprint,
-                                   f.outcome.message, /*charged=*/true);
+                                   f.outcome.message, /*charged=*/true, f.outcome.stderr_tail);
       !s) {
     return fail(s.message());
   }

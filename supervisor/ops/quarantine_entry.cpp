@@ -30,6 +30,7 @@ store::QuarantineEntry make_quarantine_entry(const RunIdentity& id, const Outcom
   e.cpu_ms = static_cast<std::int64_t>(o.cpu_ms);
   e.wall_ms = static_cast<std::int64_t>(o.wall_ms);
   e.max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb);
+  e.stderr_tail = o.stderr_tail;
   return e;
 }
 

@@ -38,7 +38,7 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
        "INSERT INTO attempts (task_id, n, run_id, started_at, solo) VALUES (?1, ?2, ?3, ?4, ?5)"},
       {&ledger.uncharge_all_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1"},
       {&ledger.end_attempt_,
-       "UPDATE attempts SET ended_at = ?3, kind = ?4, fingerprint = ?5, message = ?6, charged = ?7 "
+       "UPDATE attempts SET ended_at = ?3, kind = ?4, fingerprint = ?5, message = ?6, charged = ?7, stderr_tail = ?8 "
        "WHERE task_id = ?1 AND n = ?2"},
       {&ledger.uncharge_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1 AND n = ?2"},
       {&ledger.set_state_, "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = ?1"},
@@ -164,7 +164,13 @@ Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std
 }
 
 Status Ledger::end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now, const std::string& kind,
-                           const std::string& fingerprint, const std::string& message, bool charged) {
+                           const std::string& fingerprint, const std::string& message, bool charged,
+                           std::string_view stderr_tail) {
+  if (stderr_tail.empty()) {
+    end_attempt_.bind_null(8);
+  } else {
+    end_attempt_.bind_blob(8, stderr_tail);
+  }
   return end_attempt_.bind(1, task_id)
       .bind(2, static_cast<std::int64_t>(n))
       .bind(3, now)

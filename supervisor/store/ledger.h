@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shared/status.h"
@@ -74,7 +75,8 @@ class Ledger {
                                          std::int64_t payload_size, std::int64_t now_ms, bool solo = false,
                                          bool fresh_budget = false, bool rerun_ok = false);
   Status end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now_ms, const std::string& kind,
-                     const std::string& fingerprint, const std::string& message, bool charged);
+                     const std::string& fingerprint, const std::string& message, bool charged,
+                     std::string_view stderr_tail = {});
   Status uncharge(std::int64_t task_id, std::uint32_t n);
   Status set_state(std::int64_t task_id, TaskState state, std::int64_t now_ms);
 

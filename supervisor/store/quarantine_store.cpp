@@ -12,7 +12,7 @@ constexpr const char* kColumns =
     "id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, policy, "
     "payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, "
     "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_verdict, ''), "
-    "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin, working_dir";
+    "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin, working_dir, stderr_tail";
 
 // The schema's CHECK keeps statuses to the known ones; a status this build
 // does not know (a store written by a newer one) is an error, not a guess.
@@ -55,6 +55,7 @@ Expected<QuarantineRecord> read_record(const Statement& s) {
   r.minimized_sha256 = s.column_text(c++);
   e.origin = s.column_text(c++);
   e.working_dir = s.column_text(c++);
+  e.stderr_tail = s.column_text(c++);
   return r;
 }
 
@@ -98,9 +99,9 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
       {&qs.insert_,
        "INSERT INTO quarantine (task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
        "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
-       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at, origin, working_dir) VALUES (?1, "
-       "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 'quarantined', ?22, "
-       "?22, ?23, ?24) "
+       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at, origin, working_dir, "
+       "stderr_tail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
+       "?20, ?21, 'quarantined', ?22, ?22, ?23, ?24, ?25) "
        "RETURNING id"},
       {&qs.newest_of_fingerprint_, "SELECT id FROM quarantine WHERE fingerprint = ?1 ORDER BY created_at DESC LIMIT 1"},
       {&qs.fold_, "UPDATE quarantine SET repeats = repeats + 1, updated_at = ?2 WHERE id = ?1"},
@@ -187,6 +188,7 @@ Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::st
   insert_.bind(22, now);
   insert_.bind(23, std::string_view(e.origin));
   insert_.bind(24, std::string_view(e.working_dir));
+  insert_.bind_blob(25, e.stderr_tail);
   auto row = insert_.step();
   if (!row) return Error{row.error()};
   result.id = insert_.column_int(0);
@@ -308,7 +310,8 @@ Expected<std::vector<AuditEntry>> QuarantineStore::audit_trail(std::int64_t reco
 Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id) {
   auto stmt = Statement::prepare(db_->handle(),
                                  "SELECT n, run_id, started_at, coalesce(ended_at, 0), coalesce(kind, ''), "
-                                 "coalesce(fingerprint, ''), coalesce(message, ''), charged, solo FROM attempts "
+                                 "coalesce(fingerprint, ''), coalesce(message, ''), charged, solo, coalesce(stderr_tail, x'') "
+                                 "FROM attempts "
                                  "WHERE task_id = ?1 ORDER BY n");
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, task_id);
@@ -327,6 +330,7 @@ Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id
     a.message = stmt->column_text(6);
     a.charged = stmt->column_int(7) != 0;
     a.solo = stmt->column_int(8) != 0;
+    a.stderr_tail = stmt->column_text(9);
     out.push_back(std::move(a));
   }
   return out;

@@ -55,6 +55,7 @@ struct QuarantineEntry {
   // exec: the absolute directory the recording pillbox ran in, where the
   // command runs again. "" for handlers, and for records made before it was kept.
   std::string working_dir;
+  std::string stderr_tail;          // exec mode: the last bytes of stderr of the final attempt (raw bytes)
 };
 
 struct QuarantineRecord {
@@ -101,6 +102,7 @@ struct AttemptRow {
   std::string message;
   bool charged = true;
   bool solo = false;
+  std::string stderr_tail;           // exec mode failures: the last bytes of stderr ("" when none)
 };
 
 struct InsertResult {

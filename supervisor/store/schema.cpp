@@ -204,6 +204,14 @@ const std::vector<std::string>& migrations() {
            WHERE id = 1;
         END;
       )sql",
+      // 8: the tail of an exec program's stderr (issue 14, point 3): the
+      // last 8 KiB of a failed attempt (NULL for ok attempts and for those
+      // without one), and the record's own copy of its final attempt's, for
+      // `quarantine show`. Raw bytes: a child's stderr need not be UTF-8.
+      R"sql(
+        ALTER TABLE attempts ADD COLUMN stderr_tail BLOB;
+        ALTER TABLE quarantine ADD COLUMN stderr_tail BLOB NOT NULL DEFAULT x'';
+      )sql",
   };
   return all;
 }

@@ -26,6 +26,18 @@ TEST_CASE("terminal text: control bytes never pass, text stays text, binary beco
   }
 }
 
+TEST_CASE("terminal text: a program's stderr as lines, tabs expanded, control bytes and long lines made safe") {
+  CHECK(text_lines("Traceback:\n\tat A.b(A.java:1)\r\nlast", "  ", 80) ==
+        "  | Traceback:\n  |     at A.b(A.java:1)\n  | last\n");
+  CHECK(text_lines("", "  ", 80).empty());
+  CHECK(text_lines("a\x1b]0;title\x07\x1b[2J\xc2\x9b" "31m\n", "", 80) == "| a?]0;title??[2J?31m\n");
+  const std::string tabs = text_lines(std::string(100000, '\t'), "", 40);
+  CHECK(tabs == "| " + std::string(39, ' ') + "~\n");
+  for (unsigned char c : text_lines(std::string("\x00\x01\x1b\x7f\x08\x0b\x0c", 7), "", 80)) {
+    CHECK((c >= 0x20 || c == '\n'));
+  }
+}
+
 TEST_CASE("--since: an age before now, or a UTC date; anything else is refused") {
   const std::int64_t now = 1'800'000'000'000;
   CHECK(*parse_since("1h", "--since", now) == now - 3'600'000);
