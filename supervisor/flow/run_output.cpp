@@ -160,6 +160,10 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
       os << "  skipped: " << flow->skipped_done << " already ok and " << flow->skipped_quarantined
          << " already quarantined in this store (--rerun runs the ok ones again)\n";
     }
+    if (flow->running_elsewhere) {
+      os << "  skipped: " << flow->running_elsewhere << " running elsewhere (another live pillbox process on this store "
+         << "runs them; their verdicts are its own: see pillbox tasks)\n";
+    }
   }
   if (!by_kind_.empty()) {
     os << "  by kind:";
