@@ -17,6 +17,7 @@ const char* kUsage =
     "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
     "  policy     check or show a policy file\n"
     "  quarantine list, show, stats, export, discard, purge, replay or import quarantined payloads\n"
+    "  tasks      every task in the store: pending, retrying, held, gave-up, ok or quarantined\n"
     "  reproduce  run a quarantined payload again N times: reliable or flaky?\n"
     "  minimize   shrink a quarantined payload while it still fails the same way\n"
     "  fuzz       mutate seeds and run every candidate in the sandbox; quarantine new failures\n"
@@ -25,7 +26,8 @@ const char* kUsage =
     "  version    print the version\n"
     "\n"
     "`pillbox <command> --help` describes a command. Exit codes: 0 all ok, 1 some tasks\n"
-    "failed, 2 usage or input error, 3 setup error, 4 run stopped by a suspected outage.\n";
+    "failed, 2 usage or input error, 3 setup error, 4 run stopped by a suspected outage,\n"
+    "5 some tasks were running in another pillbox process on the same store.\n";
 
 }  // namespace
 
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   if (command == "fuzz") return fuzz_command(argc, argv);
   if (command == "submit") return submit_command(argc, argv);
   if (command == "worker") return worker_command(argc, argv);
+  if (command == "tasks") return tasks_command(argc, argv);
   if (command == "version" || command == "--version") {
     std::printf("pillbox %s\n", PILLBOX_VERSION);
     return kExitOk;
