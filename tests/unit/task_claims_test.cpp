@@ -16,6 +16,7 @@
 #include "shared/sha256.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/process_claim.h"
+#include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
 #include "supervisor/store/task_view.h"
