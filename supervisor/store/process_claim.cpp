@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -70,13 +71,17 @@ const std::string& process_claim_token() {
 
 ClaimHolder claim_holder(std::string_view token) {
   const auto parts = split(token, ':');
+  // What does not parse as a claim holds nothing, whatever host it names.
   if (parts.size() != 3 && parts.size() != 4) return ClaimHolder::kGone;
-  if (parts[0] != host_name()) return ClaimHolder::kOtherHost;
-  if (parts.size() == 4 && parts[3] != boot_id()) return ClaimHolder::kGone;
   const std::string pid_text(parts[1]);
   char* end = nullptr;
+  errno = 0;
   const long pid = std::strtol(pid_text.c_str(), &end, 10);
-  if (pid_text.empty() || *end != '\0' || pid <= 0) return ClaimHolder::kGone;
+  if (parts[0].empty() || pid_text.empty() || *end != '\0' || pid <= 0 || errno != 0 || parts[2].empty()) {
+    return ClaimHolder::kGone;
+  }
+  if (parts[0] != host_name()) return ClaimHolder::kOtherHost;
+  if (parts.size() == 4 && parts[3] != boot_id()) return ClaimHolder::kGone;
   const std::string started = start_time_of(pid);
   return !started.empty() && started == parts[2] ? ClaimHolder::kLive : ClaimHolder::kGone;
 }
