@@ -155,7 +155,8 @@ TEST_CASE("a live run's claim is respected; the claim a SIGKILLed run left is ta
         std::string::npos);
 
   // A second run meanwhile leaves it to the first: not run, not ok, exit 5.
-  const auto second = run_pillbox(args);
+  // (Were the claim ignored, this run would wait for GO too: a deadline.)
+  const auto second = run_pillbox(args, "", {}, {}, 120);
   INFO(second.describe());
   CHECK(second.exit_code == 5);
   REQUIRE(second.records.size() == 1);
