@@ -206,10 +206,6 @@ Status Ledger::set_state(std::int64_t task_id, TaskState state, std::int64_t now
   return set_state_.bind(1, task_id).bind(2, to_string(state)).bind(3, now).run();
 }
 
-}  // namespace pillbox::store
-
-namespace pillbox::store {
-
 Status Ledger::set_wait(std::int64_t task_id, std::int64_t next_retry_at, bool held) {
   set_wait_.bind(1, task_id).bind(3, static_cast<std::int64_t>(held ? 1 : 0));
   if (next_retry_at != 0) set_wait_.bind(2, next_retry_at);
