@@ -93,6 +93,7 @@ bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
   if (f.key && r.entry.key != *f.key) return false;
   if (f.since_ms && r.created_at < *f.since_ms) return false;
   if (f.source && r.entry.source != *f.source) return false;
+  if (f.handler && r.entry.handler != *f.handler) return false;
   return true;
 }
 
@@ -206,6 +207,7 @@ Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const stor
       ++g.open;
     }
     g.repeats += r.repeats;
+    ++g.by_status[r.status];
     g.first_ms = std::min(g.first_ms, r.created_at);
     g.last_ms = std::max({g.last_ms, r.created_at, r.updated_at});
     return true;

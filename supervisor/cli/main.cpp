@@ -24,6 +24,7 @@ const char* kUsage =
     "  doctor     show what this host allows (seccomp, namespaces, cgroups) and the fallbacks\n"
     "  policy     check or show a policy file\n"
     "  quarantine list, show, stats, export, discard, purge, replay or import quarantined payloads\n"
+    "  tasks      every task in the store: pending, retrying, held, gave-up, ok or quarantined\n"
     "  reproduce  run a quarantined payload again N times: reliable or flaky?\n"
     "  minimize   shrink a quarantined payload while it still fails the same way\n"
     "  fuzz       mutate seeds and run every candidate in the sandbox; quarantine new failures\n"
@@ -36,7 +37,8 @@ const char* kUsage =
     "command's own --store (for those that take one). Short options, the same in every command:\n"
     "-h --help, -j --jobs, -q --quiet, -n --dry-run, -o --out/--output.\n"
     "Exit codes: 0 all ok, 1 some tasks failed, 2 usage or input error, 3 setup error,\n"
-    "4 run stopped by a suspected outage.\n";
+    "4 run stopped by a suspected outage, 5 some tasks were running in another pillbox process on the\n"
+    "same store.\n";
 
 using Command = int (*)(int, char**);
 
@@ -58,6 +60,7 @@ const NamedCommand kCommands[] = {
     {"fuzz", pillbox::cli::fuzz_command},
     {"submit", pillbox::cli::submit_command},
     {"worker", pillbox::cli::worker_command},
+    {"tasks", pillbox::cli::tasks_command},
     {"version", version_command},
 };
 

@@ -44,7 +44,8 @@ const char* kHelp =
     "list     records, newest first: a table, or one JSON object per line with --json\n"
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
     "         trail, and a preview of the payload that is safe for a terminal\n"
-    "stats    records grouped by fingerprint and kind, with counts and first and last seen\n"
+    "stats    records grouped by fingerprint and kind, with counts and first and last seen, and how\n"
+    "         many records are in each status (per group with --json, all of them on stderr)\n"
     "export   the exact payload bytes to FILE (- for stdout when it is not a terminal); with\n"
     "         --bundle, FILE is a new directory holding the payload, the policy, the record\n"
     "         and reproduce.sh, a command line that runs it again the same way\n"
@@ -84,6 +85,7 @@ const char* kHelp =
     "  --key KEY         one task key\n"
     "  --since WHEN      created since an age ago (24h, 7d) or a UTC date (2026-11-30[T12:00:00Z])\n"
     "  --source S        run | fuzz (found by pillbox fuzz) | import (pillbox quarantine import)\n"
+    "  --handler H       records of handler H: echo, regex, exec, plugin:NAME, ...\n"
     "\n"
     "options:\n"
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
@@ -111,7 +113,8 @@ const std::map<std::string, int (*)(const FleetContext&)> kFleetVerbs = {
     {"export", fleet_export},   {"discard", fleet_discard},   {"replay", fleet_replay},
 };
 
-const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"}, {"fingerprint"}, {"key"}, {"since"}, {"source"}};
+const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"fingerprint"}, {"key"},
+                                                {"since"},  {"source"}, {"handler"}};
 
 // The options each verb takes (besides --store and --help).
 std::vector<OptionSpec> options_of(const std::string& verb) {
@@ -144,7 +147,7 @@ Expected<store::RecordStatus> parse_status(const std::string& s) {
 
 }  // namespace
 
-// --status/--kind/--fingerprint/--key/--since/--source into a filter.
+// --status/--kind/--fingerprint/--key/--since/--source/--handler into a filter.
 Expected<store::ListFilter> read_filter(const Args& args) {
   store::ListFilter filter;
   if (auto s = args.value("status")) {
@@ -169,6 +172,9 @@ Expected<store::ListFilter> read_filter(const Args& args) {
     }
     filter.source = *source;
   }
+  // The handler's name as records keep it (echo, regex, exec, plugin:NAME): a
+  // name no record has matches none, as an unknown key does.
+  filter.handler = args.value("handler");
   return filter;
 }
 

@@ -213,9 +213,15 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
   if (json) {
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const auto& g = groups[i];
+      nlohmann::json by_status = nlohmann::json::object();
+      for (store::RecordStatus s : store::kAllRecordStatuses) {
+        const auto n = g.by_status.find(s);
+        by_status[std::string(to_string(s))] = n == g.by_status.end() ? 0 : n->second;
+      }
       const nlohmann::json j = {{"fingerprint", g.fingerprint}, {"kind", g.kind},          {"records", g.records},
                                 {"open", g.open},               {"repeats", g.repeats},    {"first_seen", iso_time(g.first_ms)},
-                                {"last_seen", iso_time(g.last_ms)}, {"example_id", example_ids.at(i)}, {"message", g.message}};
+                                {"last_seen", iso_time(g.last_ms)}, {"example_id", example_ids.at(i)}, {"message", g.message},
+                                {"by_status", std::move(by_status)}};
       out += dump(j) + "\n";
     }
     std::fwrite(out.data(), 1, out.size(), stdout);
@@ -237,8 +243,17 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
     out += line;
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fprintf(stderr, "%lld record%s in %zu group%s\n", static_cast<long long>(records), records == 1 ? "" : "s",
-               groups.size(), groups.size() == 1 ? "" : "s");
+  // How many records are in each status, over every group.
+  std::string statuses;
+  for (store::RecordStatus s : store::kAllRecordStatuses) {
+    std::int64_t n = 0;
+    for (const auto& g : groups) {
+      if (const auto found = g.by_status.find(s); found != g.by_status.end()) n += found->second;
+    }
+    statuses += (statuses.empty() ? ": " : ", ") + std::to_string(n) + " " + std::string(to_string(s));
+  }
+  std::fprintf(stderr, "%lld record%s in %zu group%s%s\n", static_cast<long long>(records), records == 1 ? "" : "s",
+               groups.size(), groups.size() == 1 ? "" : "s", statuses.c_str());
   return kExitOk;
 }
 

@@ -94,6 +94,8 @@ const char* kHelp =
     "\n"
     "exit codes: 0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error,\n"
     "            4 stopped by a suspected handler outage (held tasks run again next time),\n"
+    "            5 the rest ok, but some tasks were skipped as running elsewhere: another live pillbox\n"
+    "              process on the same store was running them, and their verdicts are its own\n"
     "            130/143 stopped by SIGINT/SIGTERM (tasks in flight run again next time)\n";
 
 // Besides the sections' own (child, store, retry, breaker, quarantine, --out).
@@ -280,7 +282,8 @@ int report_run(const Args& args, Expected<JobReport>& report, const CliSink& sin
   }
   if (report->run.input_errors > 0 || report->flow.input_errors > 0 || sink.write_errors()) return kExitUsage;
   if (report->flow.held > 0) return kExitOutage;
-  return sink.summary().failed() > 0 ? kExitFailures : kExitOk;
+  if (sink.summary().failed() > 0) return kExitFailures;
+  return report->flow.running_elsewhere > 0 ? kExitElsewhere : kExitOk;
 }
 
 }  // namespace

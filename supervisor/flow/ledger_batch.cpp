@@ -16,7 +16,7 @@ class Writer {
   Status operator()(const StartAttempt& w) {
     auto started = ledger_.start_attempt(w.key, w.sha256, w.payload_size, now_, w.solo, w.fresh_budget, w.rerun_ok);
     if (!started) return Status::error(started.error());
-    result_.started.push_back({w.ref, started->task_id, started->n, started->state});
+    result_.started.push_back({w.ref, started->task_id, started->n, started->state, started->claimed_elsewhere});
     return Status::ok();
   }
   Status operator()(const EndAttempt& w) {
@@ -36,6 +36,8 @@ class Writer {
     auto evicted = context_.results->evict_over(context_.keep_results);
     return evicted ? Status::ok() : Status::error(evicted.error());
   }
+  Status operator()(const SetTaskWait& w) { return ledger_.set_wait(w.task_id, w.next_retry_at_ms, w.held); }
+  Status operator()(const ReleaseClaims&) { return ledger_.release_claims(); }
 
   Status operator()(const QuarantinePayload& w) {
     store::QuarantineEntry entry = make_quarantine_entry(context_.identity, w.outcome, w.key, w.sha256,

@@ -59,6 +59,17 @@ struct KeepResult {
   std::string output;
 };
 
+// Why a task waits, for `pillbox tasks`: a retry due at a time (wall clock,
+// ms; 0: none), or held by a suspected outage.
+struct SetTaskWait {
+  std::int64_t task_id = 0;
+  std::int64_t next_retry_at_ms = 0;
+  bool held = false;
+};
+
+// The run ends: every task it still claims is free for another run.
+struct ReleaseClaims {};
+
 // A poison payload into the quarantine store, with its audit entry, and its
 // task marked quarantined.
 struct QuarantinePayload {
@@ -81,14 +92,15 @@ struct TakeBackRecord {
   std::string detail;          // the audit entry's text
 };
 
-using LedgerWrite =
-    std::variant<StartAttempt, EndAttempt, UnchargeAttempt, SetTaskState, KeepResult, QuarantinePayload, TakeBackRecord>;
+using LedgerWrite = std::variant<StartAttempt, EndAttempt, UnchargeAttempt, SetTaskState, KeepResult, SetTaskWait,
+                                  ReleaseClaims, QuarantinePayload, TakeBackRecord>;
 
 struct StartedAttemptOf {
   std::uint64_t ref = 0;
   std::int64_t task_id = 0;
-  std::uint32_t n = 0;         // 0: another pillbox finished the task meanwhile
+  std::uint32_t n = 0;         // 0: another pillbox finished the task meanwhile, or runs it now
   store::TaskState state = store::TaskState::kPending;  // then: how it finished (ok | quarantined)
+  std::string claimed_elsewhere;  // or: the claim of the live process that runs it
 };
 
 struct QuarantineWritten {

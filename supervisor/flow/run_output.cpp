@@ -165,6 +165,10 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
          << " already ok had no kept result to write to --out (not kept, evicted or too large for "
             "--keep-results); --rerun runs them again\n";
     }
+    if (flow->running_elsewhere) {
+      os << "  skipped: " << flow->running_elsewhere << " running elsewhere (another live pillbox process on this store "
+         << "runs them; their verdicts are its own: see pillbox tasks)\n";
+    }
   }
   if (!by_kind_.empty()) {
     os << "  by kind:";

@@ -127,6 +127,10 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
         out_.on_skipped(item.task, "already quarantined in the store", 0);
         continue;
       }
+      if (known && !known->claimed_elsewhere.empty()) {
+        skip_running_elsewhere(item.task, known->claimed_elsewhere);
+        continue;
+      }
     }
     if (active_payloads_.count(item.task.key + "\n" + sha) > 0) {
       // The same key and payload twice in one input: one task, run once.
@@ -249,10 +253,14 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts) {
     t.attempts = started.n;
     t.fresh_budget = false;
     if (started.n != 0) continue;
-    // Another pillbox finished it meanwhile.
-    if (started.state == store::TaskState::kOk) ++report_.skipped_done;
-    else ++report_.skipped_quarantined;
-    out_.on_skipped(t.task, "already " + std::string(store::to_string(started.state)) + " in the store (by another pillbox process)", 0);
+    if (!started.claimed_elsewhere.empty()) {
+      skip_running_elsewhere(t.task, started.claimed_elsewhere);
+    } else {
+      // Another pillbox finished it meanwhile.
+      if (started.state == store::TaskState::kOk) ++report_.skipped_done;
+      else ++report_.skipped_quarantined;
+      out_.on_skipped(t.task, "already " + std::string(store::to_string(started.state)) + " in the store (by another pillbox process)", 0);
+    }
     if (t.probe) breaker_.probe_ended(false, now());  // no evidence either way: probe again later
     schedule_.end_solo(started.ref);
     forget(started.ref);
@@ -418,6 +426,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   if (outage) {
     t.last_failure = outcome;
     schedule_.hold(t.task.ref);
+    note_wait(t, 0, true);
     return;
   }
   if (!failed) {
@@ -430,7 +439,9 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
       t.last_failure = outcome;
       const auto failures = static_cast<std::uint32_t>(std::count_if(
           t.history.begin(), t.history.end(), [](const store::AttemptSummary& a) { return a.finished && a.charged; }));
-      schedule_.delay(t.task.ref, now + backoff_delay(settings_.retry, failures, rng_));
+      const auto delay = backoff_delay(settings_.retry, failures, rng_);
+      schedule_.delay(t.task.ref, now + delay);
+      note_wait(t, store::now_ms() + delay.count(), false);
       return;
     }
     case Decision::kQuarantine:
@@ -455,6 +466,15 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
       settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
       return;
   }
+}
+
+void TaskFlow::skip_running_elsewhere(const Task& task, const std::string& claim) {
+  ++report_.running_elsewhere;
+  out_.on_skipped(task, "running elsewhere: another pillbox process (" + claim + ") runs it now; the verdict is its own", 0);
+}
+
+void TaskFlow::note_wait(const Tracked& t, std::int64_t next_retry_at_ms, bool held) {
+  if (ledger_ != nullptr && t.task_id != 0) batch_.add(SetTaskWait{t.task_id, next_retry_at_ms, held});
 }
 
 void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
@@ -500,6 +520,7 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome) {
   for (std::uint64_t ref : schedule_.take_delayed_and_parked()) {
     uncharge_outage_failures(tracked_.at(ref));
     schedule_.hold(ref);
+    note_wait(tracked_.at(ref), 0, true);
   }
   out_.on_notice(describe_outage());
   // And those already judged poison the outage's way, before anyone knew.
@@ -601,6 +622,7 @@ void TaskFlow::take_back_outage_verdicts() {
                        "a suspected handler outage fails payloads with " + fingerprint + "; held, it runs again",
                        record_id);
     uncharge_outage_failures(t);
+    note_wait(t, 0, true);
     const std::uint64_t ref = ++next_ref_;
     t.task.ref = ref;
     active_payloads_.insert(t.payload_id);
@@ -744,6 +766,9 @@ Status TaskFlow::finish(const std::string& run_error) {
                     Verdict{Verdict::Type::kHeld, it->second.attempts, 0, false, false,
                             "held by a suspected handler outage; runs again in the next run over the same store"});
   }
+  // What this run still claims (retries waiting, held tasks, attempts cut
+  // short) is free for the next run.
+  if (ledger_ != nullptr) batch_.add(ReleaseClaims{});
   if (!fatal_.is_ok()) {
     // The store failed: try once more to record what is known, then report the failure.
     const Status failure = fatal_;

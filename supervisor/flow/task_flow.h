@@ -84,6 +84,7 @@ struct FlowReport {
   int stop_signal = 0;                  // SIGINT or SIGTERM ended the run early
   std::size_t commits = 0;              // ledger transactions
   std::size_t input_errors = 0;
+  std::size_t running_elsewhere = 0;    // claimed by another live pillbox process: its verdict, not ours
 };
 
 // Called after commit for each new quarantine record: its JSON, and whether
@@ -160,6 +161,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void schedule_retry(Tracked& t, std::uint32_t failures);
   void quarantine(Tracked& t, const Outcome& outcome, const std::string& reason);
   void settle(Tracked& t, const Outcome& outcome, Verdict verdict);
+  // Another live pillbox process claimed the task (`claim`): not run here.
+  void skip_running_elsewhere(const Task& task, const std::string& claim);
+  // Why the task waits, for `pillbox tasks` (a retry due then, or held).
+  void note_wait(const Tracked& t, std::int64_t next_retry_at_ms, bool held);
   void on_breaker_opened(const Outcome& outcome);
   void release_held();
   void remember_poison(const Tracked& t, std::int64_t record_id, const Outcome& outcome);

@@ -36,6 +36,10 @@ Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::s
   auto started = ledger_.start_attempt(f.key, sha, size, f.started_ms, f.solo);
   if (!started) return fail(started.error());
   RecordedFinding result;
+  if (started->n == 0 && !started->claimed_elsewhere.empty()) {
+    return fail("task " + f.key + " is being run right now by another pillbox process (" +
+                started->claimed_elsewhere + "); record the finding again once that run has ended");
+  }
   if (started->n == 0) {
     // Finished before under this handler and policy. With a record that is
     // not resolved, it is on file already (a discarded one too: the

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "supervisor/flow/death_note.h"
+#include "supervisor/store/process_claim.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::store {
@@ -16,7 +17,18 @@ Expected<TaskState> read_state(const Statement& stmt, int column) {
   return Error{"unknown task state '" + text + "' in the ledger"};
 }
 
+// The claim read with a task: "" when none or ours; a gone process's claim
+// is "" too: it is taken over.
+std::string claim_of_another(const Statement& stmt, int column, const std::string& ours) {
+  if (stmt.column_is_null(column)) return "";
+  std::string claim = stmt.column_text(column);
+  if (claim == ours || claim_holder(claim) == ClaimHolder::kGone) return "";
+  return claim;
+}
+
 }  // namespace
+
+Ledger::Ledger(Database& db, std::string job) : db_(&db), job_(std::move(job)), claim_(process_claim_token()) {}
 
 Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity, const std::string& policy_identity) {
   Ledger ledger(db, handler_identity);
@@ -24,16 +36,17 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
     Statement* target;
     const char* sql;
   } statements[] = {
-      {&ledger.find_task_, "SELECT id, state, attempts FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
+      {&ledger.find_task_, "SELECT id, state, attempts, claim FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
       {&ledger.find_attempts_,
        "SELECT a.n, a.ended_at IS NOT NULL, coalesce(a.kind, ''), coalesce(a.fingerprint, ''), a.charged, a.solo, "
        "r.died_of IS NOT NULL FROM attempts a LEFT JOIN runs r ON r.id = a.run_id WHERE a.task_id = ?1 ORDER BY a.n"},
       {&ledger.upsert_task_,
        "INSERT INTO tasks (job, key, payload_sha256, payload_size, state, attempts, updated_at) "
        "VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5) "
-       "ON CONFLICT (job, key, payload_sha256) DO UPDATE SET updated_at = excluded.updated_at RETURNING id, state"},
+       "ON CONFLICT (job, key, payload_sha256) DO UPDATE SET updated_at = excluded.updated_at RETURNING id, state, claim"},
       {&ledger.bump_attempts_,
-       "UPDATE tasks SET attempts = attempts + 1, state = 'pending', updated_at = ?2 WHERE id = ?1 RETURNING attempts"},
+       "UPDATE tasks SET attempts = attempts + 1, state = 'pending', updated_at = ?2, claim = ?3, next_retry_at = NULL, "
+       "held = 0 WHERE id = ?1 RETURNING attempts"},
       {&ledger.insert_attempt_,
        "INSERT INTO attempts (task_id, n, run_id, started_at, solo) VALUES (?1, ?2, ?3, ?4, ?5)"},
       {&ledger.uncharge_all_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1"},
@@ -41,7 +54,11 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
        "UPDATE attempts SET ended_at = ?3, kind = ?4, fingerprint = ?5, message = ?6, charged = ?7, stderr_tail = ?8 "
        "WHERE task_id = ?1 AND n = ?2"},
       {&ledger.uncharge_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1 AND n = ?2"},
-      {&ledger.set_state_, "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = ?1"},
+      {&ledger.set_state_,
+       "UPDATE tasks SET state = ?2, updated_at = ?3, claim = CASE WHEN ?2 = 'pending' THEN claim ELSE NULL END, "
+       "next_retry_at = CASE WHEN ?2 = 'pending' THEN next_retry_at ELSE NULL END WHERE id = ?1"},
+      {&ledger.set_wait_, "UPDATE tasks SET next_retry_at = ?2, held = ?3 WHERE id = ?1"},
+      {&ledger.release_claims_, "UPDATE tasks SET claim = NULL WHERE claim = ?1"},
   };
   for (auto& [target, sql] : statements) {
     auto stmt = Statement::prepare(db.handle(), sql);
@@ -73,10 +90,13 @@ Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const s
   t.id = find_task_.column_int(0);
   auto state = read_state(find_task_, 1);
   t.attempts = static_cast<std::uint32_t>(find_task_.column_int(2));
+  if (state && *state == TaskState::kPending) t.claimed_elsewhere = claim_of_another(find_task_, 3, claim_);
   find_task_.reset();
   if (!state) return Error{state.error()};
   t.state = *state;
-  if (t.state == TaskState::kOk || t.state == TaskState::kQuarantined) return std::optional<LedgerTask>(std::move(t));
+  if (t.state == TaskState::kOk || t.state == TaskState::kQuarantined || !t.claimed_elsewhere.empty()) {
+    return std::optional<LedgerTask>(std::move(t));
+  }
   find_attempts_.bind(1, t.id);
   while (true) {
     auto a = find_attempts_.step();
@@ -137,16 +157,19 @@ Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std
   StartedAttempt started;
   started.task_id = upsert_task_.column_int(0);
   auto state = read_state(upsert_task_, 1);
+  started.claimed_elsewhere = claim_of_another(upsert_task_, 2, claim_);
   upsert_task_.reset();
   if (!state) return Error{state.error()};
   started.state = *state;
   if ((started.state == TaskState::kOk && !rerun_ok) || started.state == TaskState::kQuarantined) {
+    started.claimed_elsewhere.clear();
     return started;  // finished elsewhere meanwhile
   }
+  if (!started.claimed_elsewhere.empty()) return started;  // running elsewhere
   if (fresh_budget) {
     if (auto s = uncharge_all_.bind(1, started.task_id).run(); !s) return Error{s.message()};
   }
-  auto bumped = bump_attempts_.bind(1, started.task_id).bind(2, now).step();
+  auto bumped = bump_attempts_.bind(1, started.task_id).bind(2, now).bind(3, std::string_view(claim_)).step();
   if (!bumped) return Error{bumped.error()};
   started.n = static_cast<std::uint32_t>(bump_attempts_.column_int(0));
   started.state = TaskState::kPending;
@@ -188,5 +211,14 @@ Status Ledger::uncharge(std::int64_t task_id, std::uint32_t n) {
 Status Ledger::set_state(std::int64_t task_id, TaskState state, std::int64_t now) {
   return set_state_.bind(1, task_id).bind(2, to_string(state)).bind(3, now).run();
 }
+
+Status Ledger::set_wait(std::int64_t task_id, std::int64_t next_retry_at, bool held) {
+  set_wait_.bind(1, task_id).bind(3, static_cast<std::int64_t>(held ? 1 : 0));
+  if (next_retry_at != 0) set_wait_.bind(2, next_retry_at);
+  else set_wait_.bind_null(2);
+  return set_wait_.run();
+}
+
+Status Ledger::release_claims() { return release_claims_.bind(1, std::string_view(claim_)).run(); }
 
 }  // namespace pillbox::store

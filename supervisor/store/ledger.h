@@ -38,12 +38,18 @@ struct LedgerTask {
   TaskState state = TaskState::kPending;
   std::uint32_t attempts = 0;
   std::vector<AttemptSummary> history;  // oldest first
+  // The claim of another pillbox process that is running the task now (or
+  // cannot be told not to: another host's); "" when none, ours, or its
+  // process is gone. Then the history is not read: it is still being written.
+  std::string claimed_elsewhere;
 };
 
 struct StartedAttempt {
   std::int64_t task_id = 0;
-  std::uint32_t n = 0;        // 0: not started, the task is already finished (state says how)
+  std::uint32_t n = 0;        // 0: not started: the task is already finished (state says how),
+                              // or another live process runs it (claimed_elsewhere)
   TaskState state = TaskState::kPending;
+  std::string claimed_elsewhere;  // that process's claim token
 };
 
 class Ledger {
@@ -67,7 +73,11 @@ class Ledger {
 
   // Inside a batch. Creates the task on first sight; the attempt number is
   // taken from the database, so concurrent runs never reuse one. A task
-  // another process finished meanwhile (ok or quarantined) is not started.
+  // another process finished meanwhile (ok or quarantined), or claimed and
+  // still runs, is not started. A started task is claimed by this process
+  // (process_claim.h) until set_state gives it a verdict or
+  // release_claims; a claim whose process is gone is taken over. Its
+  // next retry time and held flag are cleared.
   // `fresh_budget`: the task gave up in an earlier run; its earlier attempts
   // stop counting, durably. `rerun_ok` (--rerun): a task that is ok is
   // started again rather than taken for one finished meanwhile.
@@ -78,13 +88,20 @@ class Ledger {
                      const std::string& fingerprint, const std::string& message, bool charged,
                      std::string_view stderr_tail = {});
   Status uncharge(std::int64_t task_id, std::uint32_t n);
+  // A verdict (any state but pending) releases this process's claim.
   Status set_state(std::int64_t task_id, TaskState state, std::int64_t now_ms);
+  // Inside a batch. Why the task waits: a retry due at `next_retry_at_ms`
+  // (0: none), or `held` by a suspected outage; for `pillbox tasks`.
+  Status set_wait(std::int64_t task_id, std::int64_t next_retry_at_ms, bool held);
+  // Releases every claim of this process (the run ends; also after a signal).
+  Status release_claims();
 
  private:
-  Ledger(Database& db, std::string job) : db_(&db), job_(std::move(job)) {}
+  Ledger(Database& db, std::string job);
 
   Database* db_;
   std::string job_;
+  std::string claim_;  // this process's claim token
   std::int64_t run_id_ = 0;
   std::optional<Transaction> txn_;
   Statement find_task_;
@@ -96,6 +113,8 @@ class Ledger {
   Statement uncharge_;
   Statement set_state_;
   Statement uncharge_all_;
+  Statement set_wait_;
+  Statement release_claims_;
 };
 
 }  // namespace pillbox::store

@@ -59,7 +59,7 @@ Expected<QuarantineRecord> read_record(const Statement& s) {
   return r;
 }
 
-// The WHERE clause of a filter; parameters ?1..?6 (bind_filter binds them;
+// The WHERE clause of a filter; parameters ?1..?7 (bind_filter binds them;
 // callers number their own from ?20).
 std::string where(const ListFilter& f) {
   std::string sql = " WHERE 1";
@@ -69,6 +69,7 @@ std::string where(const ListFilter& f) {
   if (f.key) sql += " AND key = ?4";
   if (f.since_ms) sql += " AND created_at >= ?5";
   if (f.source) sql += " AND source = ?6";
+  if (f.handler) sql += " AND handler = ?7";
   return sql;
 }
 
@@ -79,6 +80,7 @@ void bind_filter(Statement& stmt, const ListFilter& f) {
   if (f.key) stmt.bind(4, std::string_view(*f.key));
   if (f.since_ms) stmt.bind(5, *f.since_ms);
   if (f.source) stmt.bind(6, std::string_view(*f.source));
+  if (f.handler) stmt.bind(7, std::string_view(*f.handler));
 }
 
 }  // namespace
@@ -262,12 +264,15 @@ Expected<std::int64_t> QuarantineStore::count(const ListFilter& f) {
 }
 
 Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter& f) {
+  // Records per status: one column each, in the order of kAllRecordStatuses.
+  std::string by_status;
+  for (RecordStatus status : kAllRecordStatuses) by_status += ", sum(status = '" + std::string(to_string(status)) + "')";
   // The newest record of each group (ids grow with time) is its example.
   auto stmt = Statement::prepare(
       db_->handle(),
       "SELECT g.*, q.message FROM (SELECT fingerprint, kind, count(*) AS records, "
       "sum(status IN ('quarantined', 'failed-again', 'replaying')), sum(repeats), min(created_at), "
-      "max(max(created_at, updated_at)) AS last, max(id) AS example FROM quarantine" +
+      "max(max(created_at, updated_at)) AS last, max(id) AS example" + by_status + " FROM quarantine" +
           where(f) + " GROUP BY fingerprint, kind) g JOIN quarantine q ON q.id = g.example "
                      "ORDER BY g.records DESC, g.last DESC");
   if (!stmt) return Error{stmt.error()};
@@ -286,7 +291,11 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
     st.first_ms = stmt->column_int(5);
     st.last_ms = stmt->column_int(6);
     st.example_id = stmt->column_int(7);
-    st.message = stmt->column_text(8);
+    int column = 8;
+    for (RecordStatus status : kAllRecordStatuses) {
+      if (const std::int64_t n = stmt->column_int(column++); n > 0) st.by_status[status] = n;
+    }
+    st.message = stmt->column_text(column);
     out.push_back(std::move(st));
   }
   return out;

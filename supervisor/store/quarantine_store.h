@@ -14,6 +14,7 @@
 //      evidence is never dropped, so the limit can be passed by new bugs only.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -82,6 +83,7 @@ struct FingerprintStats {
   std::int64_t last_ms = 0;          // last quarantined or updated
   std::int64_t example_id = 0;       // the newest record
   std::string message;               // the newest record's message
+  std::map<RecordStatus, std::int64_t> by_status;  // records per status (absent: none)
 };
 
 struct AuditEntry {
@@ -128,6 +130,7 @@ struct ListFilter {
   std::optional<std::string> key;
   std::optional<std::int64_t> since_ms;  // created at or after
   std::optional<std::string> source;     // run | fuzz | import
+  std::optional<std::string> handler;    // echo, regex, exec, plugin:NAME
   std::int64_t limit = -1;      // -1: all
   std::int64_t offset = 0;
 };

@@ -1,33 +1,15 @@
 #include "supervisor/store/replay_store.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <sstream>
 #include <utility>
 
-#include "supervisor/io/regular_file.h"
+#include "supervisor/store/process_claim.h"
 #include "supervisor/store/statement.h"
 
 namespace pillbox::store {
 namespace {
-
-// Field 22 of /proc/PID/stat: when the process started (clock ticks since
-// boot). With the pid it names one process, not a later one with a reused pid.
-std::string start_time_of(long pid) {
-  // A few hundred bytes: the cap only bounds a surprise.
-  auto read = read_regular_file_at(AT_FDCWD, "/proc/" + std::to_string(pid) + "/stat", 0, 64 << 10);
-  const std::string stat = read ? std::move(*read) : std::string();
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return "";
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-    if (i == 22) return field;
-  }
-  return "";
-}
 
 std::string host_name() {
   char host[256] = {};
@@ -42,26 +24,20 @@ bool claimable(RecordStatus status, bool force) {
 
 }  // namespace
 
-std::string ReplayStore::claim_token() {
-  return host_name() + ":" + std::to_string(::getpid()) + ":" + start_time_of(::getpid());
-}
+std::string ReplayStore::claim_token() { return process_claim_token(); }
 
 Expected<std::size_t> ReplayStore::recover_abandoned(std::int64_t now, const std::string& actor) {
   auto stmt = Statement::prepare(db_->handle(),
                                  "SELECT id, coalesce(replay_claim, '') FROM quarantine WHERE status = 'replaying'");
   if (!stmt) return Error{stmt.error()};
-  const std::string host = host_name();
   std::vector<std::pair<std::int64_t, std::string>> gone;
   while (true) {
     auto row = stmt->step();
     if (!row) return Error{row.error()};
     if (!*row) break;
     const std::string claim = stmt->column_text(1);
-    const auto first = claim.find(':');
-    const auto second = claim.find(':', first == std::string::npos ? 0 : first + 1);
-    if (first == std::string::npos || second == std::string::npos || claim.substr(0, first) != host) continue;
-    const long pid = std::atol(claim.substr(first + 1, second - first - 1).c_str());
-    if (pid > 0 && start_time_of(pid) == claim.substr(second + 1)) continue;  // still running
+    // Another host's claim cannot be checked from here; a live one is still running.
+    if (claim_holder(claim) != ClaimHolder::kGone) continue;
     gone.emplace_back(stmt->column_int(0), claim);
   }
   stmt->reset();

@@ -212,6 +212,20 @@ const std::vector<std::string>& migrations() {
         ALTER TABLE attempts ADD COLUMN stderr_tail BLOB;
         ALTER TABLE quarantine ADD COLUMN stderr_tail BLOB NOT NULL DEFAULT x'';
       )sql",
+      // 9: a view of every task, and no task run by two runs at once (issue
+      // 14, points 8 and 10). next_retry_at: when a retry is due (ms), set
+      // when one is scheduled, NULL once the attempt starts. held = 1: the
+      // last failure was held uncharged by a suspected outage. claim: the
+      // run running the task (host:pid:start-time:boot-id,
+      // supervisor/store/process_claim.h), NULL once it has a verdict or its
+      // run ended; a claim whose process is gone is taken over.
+      R"sql(
+        ALTER TABLE tasks ADD COLUMN next_retry_at INTEGER;
+        ALTER TABLE tasks ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE tasks ADD COLUMN claim TEXT;
+        -- Few tasks are claimed at a time: releasing a run's claims reads these only.
+        CREATE INDEX tasks_by_claim ON tasks (claim) WHERE claim IS NOT NULL;
+      )sql",
   };
   return all;
 }

@@ -1,0 +1,146 @@
+// pillbox tasks: every task of the store's ledger, with its attempts, how
+// the last one ended and when it runs again (store/task_view.h). A table, or
+// one JSON object per task with --json.
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "supervisor/cli/args.h"
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/store_access.h"
+#include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/task_view.h"
+
+namespace pillbox::cli {
+namespace {
+
+const char* kHelp =
+    "usage: pillbox tasks [--store DIR] [--state S] [--key K] [--handler H] [--limit N] [--json]\n"
+    "\n"
+    "Every task the store's ledger has, in key order: its state, attempts, how its last attempt\n"
+    "ended, and when it is retried. States:\n"
+    "  pending      never attempted, running now, or cut short (runs in the next run)\n"
+    "  retrying     failed; a retry was scheduled (NEXT RETRY); the next run retries it if this one ended\n"
+    "  held         its last failure was held uncharged by a suspected handler outage\n"
+    "  gave-up      out of attempts for reasons that were not the payload's (a later run tries afresh)\n"
+    "  ok           done\n"
+    "  quarantined  poison: RECORD is its quarantine record (pillbox quarantine show ID)\n"
+    "\n"
+    "options:\n"
+    "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
+    "                ~/.local/state/pillbox)\n"
+    "  --state S     only tasks in state S (one of the above)\n"
+    "  --key K       only tasks with key K\n"
+    "  --handler H   only tasks run under handler H (echo, regex, exec, plugin:NAME)\n"
+    "  --limit N     at most N tasks\n"
+    "  --json        one JSON object per task\n"
+    "\n"
+    "exit codes: 0 done, 2 usage error, 3 the store cannot be used\n";
+
+int tasks_error(const std::string& message, int exit_code) {
+  std::fprintf(stderr, "pillbox tasks: %s\n", message.c_str());
+  return exit_code;
+}
+
+// "in 12s", "in 3m", "in 2h"; "due" once the time has passed.
+std::string relative(std::int64_t at_ms, std::int64_t now_ms) {
+  if (at_ms == 0) return "-";
+  const std::int64_t s = (at_ms - now_ms + 999) / 1000;
+  if (s <= 0) return "due";
+  if (s < 120) return "in " + std::to_string(s) + "s";
+  if (s < 2 * 3600) return "in " + std::to_string(s / 60) + "m";
+  return "in " + std::to_string(s / 3600) + "h";
+}
+
+nlohmann::json task_json(const store::TaskRow& r, std::int64_t now_ms) {
+  auto text_or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
+  nlohmann::json j{{"key", r.key},
+                   {"handler", r.job},
+                   {"state", to_string(r.view)},
+                   {"attempts", r.attempts},
+                   {"last_kind", text_or_null(r.last_kind)},
+                   {"last_fingerprint", text_or_null(r.last_fingerprint)},
+                   {"next_retry_at", r.next_retry_at != 0 ? nlohmann::json(iso_time(r.next_retry_at)) : nlohmann::json(nullptr)},
+                   {"next_retry_in_ms", r.next_retry_at != 0 ? nlohmann::json(std::max<std::int64_t>(0, r.next_retry_at - now_ms))
+                                                             : nlohmann::json(nullptr)},
+                   {"quarantine_id", r.record_id != 0 ? nlohmann::json(r.record_id) : nlohmann::json(nullptr)},
+                   {"claimed_by", text_or_null(r.claim)},
+                   {"payload_sha256", r.payload_sha256},
+                   {"payload_size", r.payload_size},
+                   {"updated_at", iso_time(r.updated_at)}};
+  return j;
+}
+
+std::string table_line(const store::TaskRow& r, std::int64_t now_ms) {
+  char line[1024];
+  const std::string record = r.view == store::TaskView::kQuarantined && r.record_id != 0 ? std::to_string(r.record_id) : "-";
+  const std::string next = r.view == store::TaskView::kRetrying ? relative(r.next_retry_at, now_ms) : "-";
+  std::snprintf(line, sizeof line, "%-40s %-11s %8" PRId64 " %-17s %-21s %-10s %s\n", table_cell(r.key, 40).c_str(),
+                std::string(to_string(r.view)).c_str(), r.attempts,
+                table_cell(r.last_kind.empty() ? "-" : r.last_kind, 17).c_str(),
+                table_cell(r.last_fingerprint.empty() ? "-" : r.last_fingerprint, 21).c_str(), next.c_str(),
+                record.c_str());
+  return line;
+}
+
+}  // namespace
+
+int tasks_command(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {{"store"}, {"state"}, {"key"}, {"handler"}, {"limit"}, {"json", false},
+                                         {"help", false}};
+  auto args = Args::parse(argc, argv, 2, specs, "tasks");
+  if (!args) return tasks_error(args.error(), kExitUsage);
+  if (args->flag("help")) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  if (!args->positional().empty()) return tasks_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
+  if (args->has_dashdash()) return tasks_error("unexpected '--'", kExitUsage);
+  store::TaskFilter filter;
+  if (auto s = args->value("state")) {
+    filter.view = store::task_view_from_string(*s);
+    if (!filter.view) {
+      return tasks_error("unknown state '" + *s + "' (pending, retrying, held, gave-up, ok, quarantined)", kExitUsage);
+    }
+  }
+  filter.key = args->value("key");
+  filter.handler = args->value("handler");
+  if (auto s = read_whole_number(*args, "limit", 1, 1L << 40, filter.limit); !s) return tasks_error(s.message(), kExitUsage);
+
+  StoreAccessError error;
+  auto access = open_existing_store(args->value("store").value_or(""), error);
+  if (!access) return tasks_error(error.message, error.exit_code);
+
+  const bool json = args->flag("json");
+  const std::int64_t now = store::now_ms();
+  std::map<store::TaskView, std::int64_t> counts;
+  std::int64_t shown = 0;
+  if (!json) {
+    std::printf("%-40s %-11s %8s %-17s %-21s %-10s %s\n", "KEY", "STATE", "ATTEMPTS", "LAST KIND", "FINGERPRINT",
+                "NEXT RETRY", "RECORD");
+  }
+  auto s = store::each_task(access->store.db(), filter, [&](const store::TaskRow& r) {
+    ++shown;
+    ++counts[r.view];
+    const std::string line =
+        json ? task_json(r, now).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n" : table_line(r, now);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    return true;
+  });
+  std::fflush(stdout);
+  if (!s) return tasks_error(s.message(), kExitSetup);
+  std::string summary = std::to_string(shown) + " task" + (shown == 1 ? "" : "s");
+  std::string parts;
+  for (store::TaskView v : store::kAllTaskViews) {
+    if (counts[v] == 0) continue;
+    parts += (parts.empty() ? ": " : ", ") + std::to_string(counts[v]) + " " + std::string(to_string(v));
+  }
+  std::fprintf(stderr, "%s%s\n", summary.c_str(), parts.c_str());
+  return kExitOk;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,59 @@
+#pragma once
+// Every task of the ledger as an operator sees it (`pillbox tasks`), like
+// the retry and dead sets of a job queue's console. The ledger's state
+// (task_state.h) says pending for a task that never ran, one that runs, one
+// waiting for its retry and one held by a suspected outage; the view tells
+// them apart from the wait the run wrote (Ledger::set_wait).
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+
+namespace pillbox::store {
+
+enum class TaskView : std::uint8_t {
+  kPending,      // never attempted, in flight, or cut short (interrupted, the supervisor lost)
+  kRetrying,     // failed; a retry was scheduled at next_retry_at
+  kHeld,         // its last failure was held uncharged by a suspected outage
+  kGaveUp,
+  kOk,
+  kQuarantined,  // record_id names its quarantine record
+};
+
+inline constexpr TaskView kAllTaskViews[] = {TaskView::kPending, TaskView::kRetrying, TaskView::kHeld,
+                                             TaskView::kGaveUp,  TaskView::kOk,       TaskView::kQuarantined};
+
+std::string_view to_string(TaskView view);
+std::optional<TaskView> task_view_from_string(std::string_view text);
+
+struct TaskRow {
+  std::int64_t id = 0;
+  std::string job;              // the handler identity it runs under
+  std::string key;
+  std::string payload_sha256;
+  std::int64_t payload_size = 0;
+  TaskView view = TaskView::kPending;
+  std::int64_t attempts = 0;
+  std::string last_kind;        // "" before any attempt; "unfinished" while one runs or was lost
+  std::string last_fingerprint;
+  std::int64_t next_retry_at = 0;  // ms; 0: none
+  std::int64_t record_id = 0;      // the newest quarantine record of the task; 0: none
+  std::string claim;            // the process that claims it ("" when none)
+  std::int64_t updated_at = 0;
+};
+
+struct TaskFilter {
+  std::optional<TaskView> view;
+  std::optional<std::string> key;
+  std::optional<std::string> handler;  // the handler's name: echo, regex, exec, plugin:...
+  std::int64_t limit = -1;             // -1: all
+};
+
+// Tasks in key order; `fn` returns false to stop.
+Status each_task(Database& db, const TaskFilter& filter, const std::function<bool(const TaskRow&)>& fn);
+
+}  // namespace pillbox::store
