@@ -70,5 +70,21 @@ run minimize "$broken" --max-runs 300
 echo "== 10. The fix (a pattern without nested quantifiers), replayed with a stop condition"
 run quarantine replay --kind cpu-limit --handler regex --arg 'pattern=^a+$' --stop-after 2 --batch 5
 
+echo "== 11. A Python parser: each uncaught exception's traceback is its crash state, and the values in"
+echo "       its message are left out of the fingerprint: 3 bad amounts are one bug, a missing separator another"
+# The system's python3: the task runs as an unprivileged uid, which may not
+# enter a version manager's shims under a 0700 home directory (pillbox says so).
+run run samples/python/records -- /usr/bin/python3 samples/python/parse_record.py {}
+run quarantine stats --handler exec
+value_error=$("$pillbox" quarantine list --handler exec --limit 1 --json | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+run quarantine show "$value_error"
+
+echo "== 12. Results are never lost: the ok results of every run are kept in the store"
+run results
+run results samples/python/records/good-alice.txt
+
+echo "== 13. Every task, whatever became of it (pending, retrying, held, gave-up, ok, quarantined)"
+run tasks --handler exec
+
 echo
 echo "demo: done. Store: $PILLBOX_STORE. Try: $pillbox doctor"
