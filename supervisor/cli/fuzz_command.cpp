@@ -74,6 +74,7 @@ const char* kHelp =
     "                         inputs are kept depends on measured CPU time and on completion order,\n"
     "                         so two sessions can still differ\n"
     "  --json                 each finding and the summary as JSON lines on stdout\n"
+    "  -q, --quiet            no progress bar on the terminal\n"
     "  --store DIR            the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                         ~/.local/state/pillbox)\n"
     "\n"
@@ -172,7 +173,7 @@ const std::vector<OptionSpec> kFuzzOptions = {
     {"from-quarantine"}, {"fingerprint"}, {"dict", true, true}, {"max-time"}, {"max-runs"},
     {"max-len"},         {"jobs"},        {"seed"},             {"stop-on-finding", false},
     {"max-new-records"}, {"json", false}, {"store"},            {"follow-symlinks", false},
-    {"help", false}};
+    {"quiet", false},     {"help", false}};
 
 // --max-runs and --max-time: how long the session may go on.
 Status read_fuzz_budget(const Args& args, fuzz::FuzzSettings& settings) {
@@ -343,7 +344,7 @@ int fuzz_command(int argc, char** argv) {
   if (!recorder) return fail(recorder.error(), kExitSetup);
 
   const bool json = args->flag("json");
-  Progress progress = Progress::on_stderr("fuzz", static_cast<std::size_t>(settings.max_runs));
+  Progress progress = Progress::on_stderr("fuzz", static_cast<std::size_t>(settings.max_runs), args->flag("quiet"));
   show_session(settings, progress, json, access->store.dir());
   const std::string seeds = settings.seeds.empty() ? std::string("no seeds (one empty input)")
                                                    : std::to_string(settings.seeds.size()) +

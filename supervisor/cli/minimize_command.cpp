@@ -40,6 +40,7 @@ const char* kHelp =
     "  --max-time DURATION time in all, likewise (default 5m; units ms, s, m, h, d)\n"
     "  --restart           forget earlier progress and start again from the original\n"
     "  --json              the result as one JSON object\n"
+    "  -q, --quiet         no progress bar on the terminal\n"
     "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                      ~/.local/state/pillbox)\n"
     "  --redis URL --stream NAME\n"
@@ -106,7 +107,7 @@ int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
   broker::FleetRecord* record = &opened->record;
   std::string* payload = &opened->payload;
 
-  Progress progress = Progress::on_stderr("minimize " + *id, static_cast<std::size_t>(settings.max_runs));
+  Progress progress = Progress::on_stderr("minimize " + *id, static_cast<std::size_t>(settings.max_runs), args.flag("quiet"));
   show_progress(settings, progress);
   broker::FleetMinimizeKeeper keeper(*fleet, *id, settings.actor);
   auto result = minimize_payload(record->record, recorded_child_config(record->record.entry), std::move(*payload),
@@ -122,7 +123,7 @@ int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
 int minimize_command(int argc, char** argv) {
   const std::vector<OptionSpec> options = {{"jobs"},          {"max-runs"}, {"max-time"}, {"restart", false},
                                            {"json", false},   {"store"},    {"redis"},    {"stream"},
-                                           {"help", false}};
+                                           {"quiet", false},  {"help", false}};
   auto args = Args::parse(argc, argv, 2, options, "minimize");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -150,7 +151,8 @@ int minimize_command(int argc, char** argv) {
   auto opened = open_record(*args, *id, error);
   if (!opened) return fail(error.message, error.exit_code);
 
-  Progress progress = Progress::on_stderr("minimize " + std::to_string(*id), static_cast<std::size_t>(settings.max_runs));
+  Progress progress = Progress::on_stderr("minimize " + std::to_string(*id), static_cast<std::size_t>(settings.max_runs),
+                                               args->flag("quiet"));
   show_progress(settings, progress);
   auto result = minimize_record(*opened->access->quarantine, *id, settings);
   progress.finish();

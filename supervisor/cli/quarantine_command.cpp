@@ -130,10 +130,11 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   }
   if (verb == "discard") add({{"reason"}, {"json", false}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}, {"dry-run", false}, {"yes", false}, {"json", false}});
-  if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}});
+  if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}});
   if (verb == "replay") {
     add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
-         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false}});
+         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
+         {"quiet", false}});
     add(kOutOptions);
   }
   return o;

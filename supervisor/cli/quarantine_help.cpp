@@ -117,6 +117,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --force                 replay records resolved or being replayed too\n"
      "  -j, --jobs N            payloads at once (default: number of cores)\n"
      "  --json                  one JSON object per replayed payload, as `run --json`\n"
+     "  -q, --quiet             no progress bar on the terminal\n"
      "  -o, --out DIR, --out-mode MODE   results to files, as for `run`\n"
      "  --batch-timeout D       with --redis: how long to wait for each batch (default 5m)\n" PILLBOX_WHERE
      "\n"
@@ -138,6 +139,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --writable PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
      "  -j, --jobs N      artifacts at once (default: number of cores)\n"
      "  --json            one JSON object per artifact\n"
+     "  -q, --quiet       no progress bar on the terminal\n"
      "  --follow-symlinks in directories, read what symlinks point to\n" PILLBOX_STORE_ONLY},
 };
 

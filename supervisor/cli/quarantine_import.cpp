@@ -50,7 +50,7 @@ int quarantine_import(const QuarantineContext& c) {
   const bool json = args.flag("json");
   // Each artifact's line goes above the progress line; the counts say what
   // the artifacts came to (the failures imported by kind).
-  Progress progress = Progress::on_stderr("import", artifacts->size());
+  Progress progress = Progress::on_stderr("import", artifacts->size(), c.args.flag("quiet"));
   std::size_t done = 0;
   settings.on_artifact = [&](const ImportedArtifact& a) {
     progress.hide();

@@ -130,7 +130,7 @@ int quarantine_replay(const QuarantineContext& c) {
   // the output of successful ones into --out.
   const bool json = args.flag("json");
   bool write_errors = false;
-  Progress progress = Progress::on_stderr("replay", 0);
+  Progress progress = Progress::on_stderr("replay", 0, c.args.flag("quiet"));
   settings.on_progress = [&](std::size_t done, std::size_t total) {
     progress.set_total(total);
     progress.update(done);

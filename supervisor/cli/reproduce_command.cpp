@@ -37,6 +37,7 @@ const char* kHelp =
     "  --runs N    how many runs (1 to 10000, default 5)\n"
     "  --jobs N    runs at once (default: number of cores)\n"
     "  --json      the result as one JSON object\n"
+    "  -q, --quiet no progress bar on the terminal\n"
     "  --store DIR the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "              ~/.local/state/pillbox)\n"
     "  --redis URL --stream NAME\n"
@@ -107,7 +108,7 @@ int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
   auto config = recorded_child_config(record->record.entry);
   if (!config) return fail("record " + *id + ": " + config.error(), exit_code_for(config.error_code()));
 
-  Progress progress = Progress::on_stderr("reproduce " + *id, settings.runs);
+  Progress progress = Progress::on_stderr("reproduce " + *id, settings.runs, args.flag("quiet"));
   settings.on_progress = [&](std::size_t done, const Outcome& last) {
     if (last.kind != Kind::kOk) progress.count(std::string(to_string(last.kind)));
     progress.update(done);
@@ -130,7 +131,7 @@ int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
 
 int reproduce_command(int argc, char** argv) {
   const std::vector<OptionSpec> options = {{"runs"},  {"jobs"},   {"json", false}, {"store"},
-                                           {"redis"}, {"stream"}, {"help", false}};
+                                           {"redis"}, {"stream"}, {"quiet", false}, {"help", false}};
   auto args = Args::parse(argc, argv, 2, options, "reproduce");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -152,7 +153,7 @@ int reproduce_command(int argc, char** argv) {
   auto opened = open_record(*args, *id, error);
   if (!opened) return fail(error.message, error.exit_code);
 
-  Progress progress = Progress::on_stderr("reproduce " + std::to_string(*id), settings.runs);
+  Progress progress = Progress::on_stderr("reproduce " + std::to_string(*id), settings.runs, args->flag("quiet"));
   settings.on_progress = [&](std::size_t done, const Outcome& last) {
     if (last.kind != Kind::kOk) progress.count(std::string(to_string(last.kind)));
     progress.update(done);

@@ -24,7 +24,7 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox results [KEY...] [--store DIR] [-o DIR] [--json]\n"
+    "usage: pillbox results [KEY...] [--store DIR] [-o DIR] [--json] [-- KEY...]   (after --: keys that start with -)\n"
     "\n"
     "The results of tasks that ended ok, as `pillbox run` kept them in the store (--keep-results,\n"
     "default 256M, the oldest evicted first).\n"
@@ -164,7 +164,10 @@ int results_command(int argc, char** argv) {
   Printer printer(json, files ? &*files : nullptr);
   const bool with_data = json || files.has_value();
 
-  if (args->positional().empty()) {
+  // KEYs: the positionals, and every word after `--` (a key may start with '-').
+  std::vector<std::string> keys = args->positional();
+  keys.insert(keys.end(), args->after_dashdash().begin(), args->after_dashdash().end());
+  if (keys.empty()) {
     std::size_t count = 0;
     auto s = results->for_each(with_data, [&](const store::StoredResult& r) {
       printer.print(r);
@@ -184,7 +187,7 @@ int results_command(int argc, char** argv) {
   bool unknown = false;
   bool not_kept = false;
   std::vector<std::vector<store::StoredResult>> found;
-  for (const std::string& key : args->positional()) {
+  for (const std::string& key : keys) {
     auto rows = results->with_key(key, true);
     if (!rows) {
       std::fprintf(stderr, "pillbox results: %s\n", rows.error().c_str());
@@ -203,8 +206,9 @@ int results_command(int argc, char** argv) {
         unknown = true;
       } else if (std::find(states->begin(), states->end(), "ok") != states->end()) {
         std::fprintf(stderr,
-                     "pillbox results: '%s': ok, but its result was not kept (the run kept none: --keep-results 0, "
-                     "or a pillbox before results were kept); `pillbox run --rerun` makes it again\n",
+                     "pillbox results: '%s': ok, but no result of it is kept (the run that made it ok kept none: "
+                     "--keep-results 0, a `quarantine replay` that resolved it, or a pillbox before results were "
+                     "kept); `pillbox run --rerun` makes it again\n",
                      shown.c_str());
         not_kept = true;
       } else {
@@ -215,7 +219,7 @@ int results_command(int argc, char** argv) {
     }
     found.push_back(std::move(*rows));
   }
-  if (args->positional().size() == 1 && found.front().size() == 1 && !with_data) {
+  if (keys.size() == 1 && found.front().size() == 1 && !with_data) {
     const store::StoredResult& r = found.front().front();
     if (r.status == store::ResultStatus::kKept) return write_raw(r);
   }

@@ -54,7 +54,7 @@ class Dispatcher {
     launcher_settings_.mode = settings.mode;
     launcher_settings_.sandbox_binary = sandbox_binary_or_found(settings.sandbox_binary);
     launcher_settings_.config = settings.config;
-    identity_ = handler_identity(settings.config);
+    identity_ = settings.identity.empty() ? handler_identity(settings.config) : settings.identity;
     ctx_.set(zmq::ctxopt::max_sockets, 4096);
   }
 
@@ -408,11 +408,20 @@ class Dispatcher {
 std::string handler_identity(const ChildConfig& config) {
   std::string id = config.handler;
   if (config.exec_mode()) {
-    // The program's name, not its absolute path: the same bug in a build at
+    // The program's name, not its absolute path, and arguments under the
+    // working directory as typed there (make_child_config made them
+    // absolute so the task finds them): the same bug in a checkout at
     // another place keeps its fingerprint.
+    const std::string base = config.working_dir.empty() || config.working_dir == "/" ? "" : config.working_dir + "/";
     for (std::size_t i = 0; i < config.exec_argv.size(); ++i) {
       const std::string& a = config.exec_argv[i];
-      id += " " + (i == 0 ? a.substr(a.rfind('/') + 1) : a);
+      if (i == 0) {
+        id += " " + a.substr(a.rfind('/') + 1);
+      } else if (!base.empty() && a.size() > base.size() && a.starts_with(base)) {
+        id += " " + a.substr(base.size());
+      } else {
+        id += " " + a;
+      }
     }
     return id;
   }

@@ -23,6 +23,11 @@ struct RunSettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;    // "" = find_sandbox_binary()
   std::size_t jobs = 1;
+  // The handler identity that fingerprints outcomes; "" = handler_identity(config).
+  // Running a record again gives the record's own, so that a reproduction is
+  // compared with the record under the identity it was made with, whatever
+  // this build or this directory would make of its command line.
+  std::string identity;
 };
 
 class OutcomeSink {

@@ -259,7 +259,8 @@ Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record,
   }
 
   if (!config) return Error{config.error(), config.error_code()};
-  const RunSettings run = planned_run_settings(std::move(*config), settings.mode, settings.jobs, settings.sandbox_binary);
+  RunSettings run = planned_run_settings(std::move(*config), settings.mode, settings.jobs, settings.sandbox_binary);
+  run.identity = record.entry.handler_identity;
 
   const auto session_started = Clock::now();
   auto elapsed_ms = [&] {

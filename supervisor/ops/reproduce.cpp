@@ -87,8 +87,9 @@ std::string reproduce_verdict(std::size_t runs, std::size_t matches) {
 Expected<ReproduceResult> reproduce_payload(const store::QuarantineEntry& entry, ChildConfig config,
                                             std::string payload, const ReproduceSettings& settings) {
   if (settings.runs == 0) return Error{"--runs must be at least 1"};
-  const RunSettings run = planned_run_settings(std::move(config), settings.mode,
-                                               std::min(settings.jobs, settings.runs), settings.sandbox_binary);
+  RunSettings run = planned_run_settings(std::move(config), settings.mode, std::min(settings.jobs, settings.runs),
+                                         settings.sandbox_binary);
+  run.identity = entry.handler_identity;
   Repeats planner(entry, std::move(payload), settings);
   auto report = run_planned(run, planner);
   if (!report) return Error{report.error()};

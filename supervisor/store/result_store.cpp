@@ -5,7 +5,7 @@ namespace {
 
 const char* const kColumns =
     "SELECT r.task_id, t.job, t.key, t.payload_sha256, r.size, r.status, r.created_at, "
-    "CASE WHEN ?9 THEN r.data END FROM results r JOIN tasks t ON t.id = r.task_id ";
+    "CASE WHEN ?9 THEN r.data END FROM results r JOIN tasks t ON t.id = r.task_id AND t.state = 'ok' ";
 
 // The schema's CHECK keeps statuses to these; another is a newer pillbox's.
 Expected<ResultStatus> status_from(const std::string& text) {

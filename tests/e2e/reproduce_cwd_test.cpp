@@ -297,3 +297,26 @@ TEST_CASE("a record made before pillbox kept the working directory: as before fr
   CHECK(m.exit_code == 2);
   CHECK_MESSAGE(contains(m.err, "the record has no working directory"), m.err);
 }
+
+TEST_CASE("the same script in two checkouts crashes with one fingerprint; the ledger job is the command as typed") {
+  if (!have_python()) {
+    MESSAGE("skipped: no python3 in " << python_search_path());
+    return;
+  }
+  e2e::TempDir a;
+  e2e::TempDir b;
+  e2e::TempDir state;
+  a.write("parser.py", parser_script(false));
+  b.write("parser.py", parser_script(false));
+  const std::string payload = state.write("input", "header..BOOM..trailer\n");
+  record_crash(a.path(), state.path() + "/store-a", payload);
+  record_crash(b.path(), state.path() + "/store-b", payload);
+  const auto fp_a = sql_rows(state.path() + "/store-a/pillbox.db", "SELECT fingerprint, handler_identity FROM quarantine");
+  const auto fp_b = sql_rows(state.path() + "/store-b/pillbox.db", "SELECT fingerprint, handler_identity FROM quarantine");
+  REQUIRE(fp_a.size() == 1);
+  REQUIRE(fp_b.size() == 1);
+  CHECK(fp_a[0][0] == fp_b[0][0]);
+  // parser.py under the working directory is named as typed, not as /tmp/...
+  CHECK(contains(fp_a[0][1], " parser.py {}"));
+  CHECK_FALSE(contains(fp_a[0][1], a.path()));
+}

@@ -300,3 +300,52 @@ TEST_CASE("hostile keys and results: `pillbox results` escapes what it lists and
   const auto raw = run_pillbox({"results", "--store", store, key});
   CHECK(raw.out == payload);
 }
+
+TEST_CASE("keys after --: a key that starts with '-' is read back; an unknown one is exit 2, not a listing") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const auto run = run_pillbox({"run", "--store", store, "--handler", "echo", "--quiet", "-"},
+                               line_of({{"key", "-dash"}, {"payload", "dashed"}}));
+  INFO(run.describe());
+  REQUIRE(run.exit_code == 0);
+  const auto got = run_pillbox({"results", "--store", store, "--", "-dash"});
+  INFO(got.describe());
+  CHECK(got.exit_code == 0);
+  CHECK(got.out == "dashed");
+  const auto unknown = run_pillbox({"results", "--store", store, "--", "nosuchkey"});
+  INFO(unknown.describe());
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.out.empty());
+  CHECK(unknown.err.find("nosuchkey") != std::string::npos);
+}
+
+TEST_CASE("a task rerun that fails has no result any more: the old one is not given back as if it were ok") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string flag = dir.write("flag", "fine\n");
+  const std::string input = dir.write("k", "hello\n");
+  // Crashes once the flag file says so; the flag is named on the command
+  // line, so the task sees it (read-only) under the exec policy.
+  const std::vector<std::string> command = {"--", "/bin/sh", "-c", "grep -q crash \"$1\" && kill -SEGV $$; cat \"$2\"",
+                                            "sh", flag, "{}"};
+  std::vector<std::string> first = {"run", "--store", store, "--quiet", "--max-attempts", "1", input};
+  first.insert(first.end(), command.begin(), command.end());
+  const auto ok = run_pillbox(first);
+  INFO(ok.describe());
+  REQUIRE(ok.exit_code == 0);
+  const auto kept = run_pillbox({"results", "--store", store, input});
+  INFO(kept.describe());
+  REQUIRE(kept.exit_code == 0);
+  CHECK(kept.out == "hello\n");
+  dir.write("flag", "crash\n");
+  std::vector<std::string> again = {"run", "--store", store, "--quiet", "--rerun", "--max-attempts", "1", input};
+  again.insert(again.end(), command.begin(), command.end());
+  const auto crashed = run_pillbox(again);
+  INFO(crashed.describe());
+  REQUIRE(crashed.exit_code == 1);
+  const auto gone = run_pillbox({"results", "--store", store, input});
+  INFO(gone.describe());
+  CHECK(gone.exit_code == 1);
+  CHECK(gone.out.empty());
+  CHECK(gone.err.find("not ok") != std::string::npos);
+}
