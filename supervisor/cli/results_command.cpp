@@ -206,7 +206,7 @@ int results_command(int argc, char** argv) {
         unknown = true;
       } else if (std::find(states->begin(), states->end(), "ok") != states->end()) {
         std::fprintf(stderr,
-                     "pillbox results: '%s': ok, but no result of it is kept (the run that made it ok kept none: "
+                     "pillbox results: '%s': ok, but its result was not kept (the run that made it ok kept none: "
                      "--keep-results 0, a `quarantine replay` that resolved it, or a pillbox before results were "
                      "kept); `pillbox run --rerun` makes it again\n",
                      shown.c_str());
