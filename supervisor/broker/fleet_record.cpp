@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/base64.h"
+#include "shared/child_streams.h"
 #include "shared/sha256.h"
 
 namespace pillbox::broker {
@@ -118,6 +119,11 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
   e.wall_ms = number_of(j, "wall_ms", 0);
   e.max_rss_kb = number_of(j, "max_rss_kb", 0);
   if (j.contains("origin")) e.origin = json_text_of(j, "origin", "");
+  // A claim like every field here: kept only when it decodes, and no longer
+  // than the tail a worker keeps (a forged one is cut, never trusted to be small).
+  if (auto tail = base64_decode(text_of(j, "stderr_tail_b64")); tail && !tail->empty()) {
+    e.stderr_tail = tail->size() > kStderrTailBytes ? tail->substr(tail->size() - kStderrTailBytes) : std::move(*tail);
+  }
   r.repeats = number_of(j, "repeats", 0);
 
   out.reason = text_of(j, "reason");

@@ -792,6 +792,9 @@ std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, co
   j["reason"] = reason;
   j["stream"] = {{"name", settings_.keys.stream}, {"group", settings_.consumer.group}, {"entry", e.id}};
   j["deliveries"] = e.delivery;
+  // The tail of the exec program's stderr (raw bytes, at most 8 KiB): base64,
+  // since it need not be UTF-8; `quarantine show --redis` prints it.
+  if (!r.entry.stderr_tail.empty()) j["stderr_tail_b64"] = base64_encode(r.entry.stderr_tail);
   nlohmann::json attempts = nlohmann::json::array();
   // The deliveries before this one, recorded, lost or never started, in
   // order: a merge of the three lists, never a walk up to the count (Redis

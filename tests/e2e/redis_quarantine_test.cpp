@@ -443,3 +443,27 @@ TEST_CASE("fleet quarantine: a batch with no outcome in time (or stopped by SIGI
 }
 
 }  // namespace
+
+TEST_CASE("fleet quarantine: a dead letter keeps the tail of the program's stderr; show prints it, bytes made safe") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  e2e::add_entries(server, "jobs", Tasks{{"noisy", "x"}});
+  // Exits 3 after a traceback-like stderr with a byte that is not UTF-8 and an
+  // escape sequence: the tail goes into the dead letter as base64.
+  const std::vector<std::string> command = {
+      "/bin/sh", "-c", "printf 'Traceback (most recent call last):\\n  oops \\377 \\033[31mred\\n' >&2; exit 3"};
+  const auto r = run_pillbox(worker_args(server, {"--exit-when-idle", "500ms", "--quiet"}, command));
+  INFO(r.describe());
+  REQUIRE(r.exit_code == 0);
+  const std::string id = id_of(server, "noisy");
+  const auto shown = fleet(server, {"show", id});
+  INFO(shown.describe());
+  REQUIRE(shown.exit_code == 0);
+  CHECK(shown.out.find("stderr (last ") != std::string::npos);
+  CHECK(shown.out.find("  | Traceback (most recent call last):") != std::string::npos);
+  CHECK(shown.out.find('\033') == std::string::npos);
+  const auto as_json = fleet(server, {"show", id, "--json"});
+  INFO(as_json.describe());
+  REQUIRE(as_json.records.size() == 1);
+  CHECK(as_json.records[0]["stderr_tail"].get<std::string>().find("oops") != std::string::npos);
+}
