@@ -12,6 +12,7 @@
 #include "supervisor/cli/store_access.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/process_claim.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/task_view.h"
 
@@ -20,6 +21,7 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox tasks [--store DIR] [--state S] [--key K] [--handler H] [--limit N] [--json]\n"
+    "       pillbox tasks --release-claims HOST [--store DIR]\n"
     "\n"
     "Every task the store's ledger has, in key order: its state, attempts, how its last attempt\n"
     "ended, and when it is retried. States:\n"
@@ -38,6 +40,10 @@ const char* kHelp =
     "  --handler H   only tasks run under handler H (echo, regex, exec, plugin:NAME)\n"
     "  --limit N     at most N tasks\n"
     "  --json        one JSON object per task\n"
+    "  --release-claims HOST  forget the claims of runs on HOST (another host name: a container's former\n"
+    "                name, a retired machine), whose tasks other runs skip as running elsewhere (exit 5)\n"
+    "                because a process of another host cannot be checked from here. Claims of this\n"
+    "                host are judged by their process: those of a gone run are taken over on their own\n"
     "\n"
     "exit codes: 0 done, 2 usage error, 3 the store cannot be used\n";
 
@@ -91,7 +97,7 @@ std::string table_line(const store::TaskRow& r, std::int64_t now_ms) {
 
 int tasks_command(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {{"store"}, {"state"}, {"key"}, {"handler"}, {"limit"}, {"json", false},
-                                         {"help", false}};
+                                         {"release-claims"}, {"help", false}};
   auto args = Args::parse(argc, argv, 2, specs, "tasks");
   if (!args) return tasks_error(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -100,6 +106,25 @@ int tasks_command(int argc, char** argv) {
   }
   if (!args->positional().empty()) return tasks_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   if (args->has_dashdash()) return tasks_error("unexpected '--'", kExitUsage);
+  if (auto host = args->value("release-claims")) {
+    const std::string& mine = store::process_claim_token();
+    if (host->empty() || host->find(':') != std::string::npos) {
+      return tasks_error("--release-claims takes a host name, as the claim's first field shows (pillbox tasks --json: "
+                         "claimed_by)", kExitUsage);
+    }
+    if (mine.compare(0, host->size() + 1, *host + ":") == 0) {
+      return tasks_error("'" + table_cell(*host, 200) + "' is this host: its claims are judged by their process (a "
+                         "gone run's are taken over by the next run; a live run's are its own)", kExitUsage);
+    }
+    StoreAccessError error;
+    auto access = open_existing_store(args->value("store").value_or(""), error);
+    if (!access) return tasks_error(error.message, error.exit_code);
+    auto released = store::release_claims_of_host(access->store.db(), *host);
+    if (!released) return tasks_error(released.error(), kExitSetup);
+    std::fprintf(stderr, "pillbox tasks: released %" PRId64 " claim%s of host '%s'\n", *released,
+                 *released == 1 ? "" : "s", table_cell(*host, 200).c_str());
+    return kExitOk;
+  }
   store::TaskFilter filter;
   if (auto s = args->value("state")) {
     filter.view = store::task_view_from_string(*s);

@@ -167,7 +167,8 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
     }
     if (flow->running_elsewhere) {
       os << "  skipped: " << flow->running_elsewhere << " running elsewhere (another live pillbox process on this store "
-         << "runs them; their verdicts are its own: see pillbox tasks)\n";
+         << "runs them, or one of another host; their verdicts are its own: pillbox tasks shows who, and "
+         << "pillbox tasks --release-claims HOST forgets the claims of a host whose runs are gone)\n";
     }
   }
   if (!by_kind_.empty()) {

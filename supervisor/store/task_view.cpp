@@ -76,4 +76,20 @@ Status each_task(Database& db, const TaskFilter& f, const std::function<bool(con
   }
 }
 
+Expected<std::int64_t> release_claims_of_host(Database& db, const std::string& host) {
+  auto stmt = Statement::prepare(db.handle(),
+                                 "UPDATE tasks SET claim = NULL WHERE claim IS NOT NULL AND "
+                                 "substr(claim, 1, length(?1) + 1) = ?1 || ':' RETURNING id");
+  if (!stmt) return Error{stmt.error()};
+  stmt->bind(1, std::string_view(host));
+  std::int64_t released = 0;
+  for (;;) {
+    auto row = stmt->step();
+    if (!row) return Error{row.error()};
+    if (!*row) break;
+    ++released;
+  }
+  return released;
+}
+
 }  // namespace pillbox::store

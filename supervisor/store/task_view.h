@@ -56,4 +56,11 @@ struct TaskFilter {
 // Tasks in key order; `fn` returns false to stop.
 Status each_task(Database& db, const TaskFilter& filter, const std::function<bool(const TaskRow&)>& fn);
 
+// Forgets the claims made on host `host` (the token's first field): its runs
+// are gone, and nothing here can tell (a container's former hostname, a
+// machine retired). Claims of this host are judged by their process when a
+// run meets them and are never released by hand: the caller refuses this
+// host's name. Returns how many were released.
+Expected<std::int64_t> release_claims_of_host(Database& db, const std::string& host);
+
 }  // namespace pillbox::store

@@ -209,3 +209,36 @@ TEST_CASE("a claim whose pid now belongs to another process, or to another boot,
   }
   CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 0);
 }
+
+TEST_CASE("a claim made on another host is respected until tasks --release-claims HOST forgets it; this host's cannot be") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  const std::string input = dir.write("job", "payload");
+  const std::vector<std::string> args = {"run", "--store", store, "--handler", "echo", "--json", input};
+  REQUIRE(run_pillbox(args).exit_code == 0);
+  // A container's former hostname: its run is gone, nothing here can tell.
+  e2e::sql_write(db, "UPDATE tasks SET state = 'pending', claim = 'old-container:4242:999:some-boot'");
+  const auto skipped = run_pillbox(args);
+  INFO(skipped.describe());
+  CHECK(skipped.exit_code == 5);
+  CHECK(skipped.err.find("--release-claims HOST") != std::string::npos);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const auto own = run_pillbox({"tasks", "--store", store, "--release-claims", host});
+  INFO(own.describe());
+  CHECK(own.exit_code == 2);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 1);
+  const auto bad = run_pillbox({"tasks", "--store", store, "--release-claims", "old-container:4242"});
+  CHECK(bad.exit_code == 2);
+  const auto released = run_pillbox({"tasks", "--store", store, "--release-claims", "old-container"});
+  INFO(released.describe());
+  CHECK(released.exit_code == 0);
+  CHECK(released.err.find("released 1 claim of host 'old-container'") != std::string::npos);
+  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 0);
+  const auto ran = run_pillbox(args);
+  INFO(ran.describe());
+  CHECK(ran.exit_code == 0);
+  REQUIRE(ran.records.size() == 1);
+  CHECK(ran.records[0]["verdict"] == "ok");
+}
