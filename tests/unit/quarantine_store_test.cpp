@@ -933,6 +933,8 @@ TEST_CASE("results: kept in the caller's transaction, a running total, the oldes
     auto t = ledger.start_attempt("k" + std::to_string(i), sha256_hex(std::to_string(i)), 1, 1000 + i);
     REQUIRE(t.has_value());
     ids.push_back(t->task_id);
+    // Results are those of ok tasks: a task that is not ok has none to give.
+    REQUIRE(ledger.set_state(t->task_id, TaskState::kOk, 1000 + i).is_ok());
     REQUIRE(results->keep(t->task_id, std::string(30, static_cast<char>('a' + i)), 100, 2000 + i).is_ok());
   }
   CHECK(*results->kept_bytes() == 120);
