@@ -76,7 +76,8 @@ echo "       its message are left out of the fingerprint: 3 bad amounts are one 
 # enter a version manager's shims under a 0700 home directory (pillbox says so).
 run run samples/python/records -- /usr/bin/python3 samples/python/parse_record.py {}
 run quarantine stats --handler exec
-value_error=$("$pillbox" quarantine list --handler exec --limit 1 --json | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+value_error=$("$pillbox" quarantine list --key samples/python/records/bad-amount-word.txt --limit 1 --json |
+  sed -n 's/.*"id":\([0-9]*\).*/\1/p')
 run quarantine show "$value_error"
 
 echo "== 12. Results are never lost: the ok results of every run are kept in the store"
