@@ -10,6 +10,7 @@
 // runs: setup_not_payload_test), so these runs look python3 up in the PATH
 // tasks get; as another user the test's own PATH, shims included.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -319,4 +320,51 @@ TEST_CASE("the same script in two checkouts crashes with one fingerprint; the le
   // parser.py under the working directory is named as typed, not as /tmp/...
   CHECK(contains(fp_a[0][1], " parser.py {}"));
   CHECK_FALSE(contains(fp_a[0][1], a.path()));
+}
+
+TEST_CASE("hostile record: a working directory only root may enter gives the task nothing of it, though it starts there") {
+  if (!e2e::is_root()) {
+    MESSAGE("skipped: needs root (tasks run as pool uids only when pillbox is root)");
+    return;
+  }
+  if (!have_python()) {
+    MESSAGE("skipped: no python3 in " << python_search_path());
+    return;
+  }
+  e2e::TempDir work;
+  e2e::TempDir state;
+  const std::string store = state.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  work.write("parser.py", parser_script(false));
+  const std::string policy = policy_without_private_tmp(state);
+  const std::string payload = state.write("input", "header..BOOM..trailer\n");
+  record_crash(work.path(), store, payload, {"--policy", policy});
+  // A root-only directory with a secret, named by a forged record (a store
+  // or a fleet's Redis is only text): the child chdirs there as root, then
+  // drops to the task's uid, which may not search it.
+  e2e::TempDir vault;
+  vault.write("secret", "TOP-SECRET-42\n");
+  REQUIRE(::chmod(vault.path().c_str(), 0700) == 0);
+  // Named on the command line: refused before anything runs (the access check).
+  const nlohmann::json named = {"/bin/cat", "secret", "{}"};
+  e2e::sql_write(db, "UPDATE quarantine SET exec_argv = '" + named.dump() + "', working_dir = '" + vault.path() + "'");
+  const auto refused = pillbox_in("/", {"reproduce", "1", "--runs", "1", "--json", "--store", store});
+  INFO(refused.describe());
+  CHECK(refused.exit_code == 3);
+  CHECK_FALSE(contains(refused.out + refused.err, "TOP-SECRET-42"));
+  // Not named: the task starts in the vault and tries relative paths itself.
+  const nlohmann::json hidden = {"/bin/sh", "-c", "cat secret || cat ./secret", "sh", "{}"};
+  e2e::sql_write(db, "UPDATE quarantine SET exec_argv = '" + hidden.dump() + "'");
+  const auto r = pillbox_in("/", {"reproduce", "1", "--runs", "1", "--json", "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);  // flaky: it failed differently, not ok
+  REQUIRE(r.records.size() == 1);
+  const auto& other = r.records[0]["other_outcomes"];
+  REQUIRE(other.size() == 1);
+  CHECK(other[0]["kind"] == "handler-error");  // cat could not read it: an ok run would have
+  CHECK(contains(other[0]["message"].get<std::string>(), "Permission denied"));
+  CHECK_FALSE(contains(r.out + r.err, "TOP-SECRET-42"));
+  const auto shown = pillbox_in("/", {"quarantine", "show", "1", "--store", store});
+  CHECK_FALSE(contains(shown.out, "TOP-SECRET-42"));
+  CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE detail LIKE '%TOP-SECRET%'") == 0);
 }

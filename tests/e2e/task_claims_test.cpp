@@ -70,6 +70,22 @@ std::vector<nlohmann::json> json_lines(const std::string& text) {
   return out;
 }
 
+
+// One task's store: `args` runs it (echo, --json); `claim` makes its row
+// pending and claimed by that token, as a run that did not finish leaves it.
+struct ClaimedTask {
+  e2e::TempDir dir;
+  std::string store = dir.path() + "/store";
+  std::string db = store + "/pillbox.db";
+  std::vector<std::string> args = {"run", "--store", store, "--handler", "echo", "--json", dir.write("job", "payload")};
+  ClaimedTask() { REQUIRE(run_pillbox(args).exit_code == 0); }
+  void claim(const std::string& token) {
+    std::string quoted;
+    for (char c : token) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+    e2e::sql_write(db, "UPDATE tasks SET state = 'pending', claim = '" + quoted + "'");
+  }
+};
+
 }  // namespace
 
 TEST_CASE("two runs started together over 600 inputs: no task runs in both, every task runs once") {
@@ -182,13 +198,7 @@ TEST_CASE("a live run's claim is respected; the claim a SIGKILLed run left is ta
 }
 
 TEST_CASE("a claim whose pid now belongs to another process, or to another boot, is taken over") {
-  e2e::TempDir dir;
-  const std::string store = dir.path() + "/store";
-  const std::string db = store + "/pillbox.db";
-  const std::string input = dir.write("job", "payload");
-  const std::vector<std::string> args = {"run", "--store", store, "--handler", "echo", "--json", input};
-  // The task's row, then made pending and claimed by each of these in turn.
-  REQUIRE(run_pillbox(args).exit_code == 0);
+  ClaimedTask task;
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string boot = e2e::read_file("/proc/sys/kernel/random/boot_id");
@@ -198,28 +208,22 @@ TEST_CASE("a claim whose pid now belongs to another process, or to another boot,
   for (const std::string& claim : {std::string(host) + ":1:1:" + boot_id,
                                   std::string(host) + ":" + std::to_string(::getpid()) + ":1:not-this-boot",
                                   std::string("'; DROP TABLE tasks; --"), std::string("\x1b]0;owned\x07")}) {
-    std::string quoted;
-    for (char c : claim) quoted += c == '\'' ? std::string("''") : std::string(1, c);
-    e2e::sql_write(db, "UPDATE tasks SET state = 'pending', claim = '" + quoted + "'");
-    const auto r = run_pillbox(args);
+    task.claim(claim);
+    const auto r = run_pillbox(task.args);
     INFO(claim << ": " << r.describe());
     CHECK(r.exit_code == 0);
     REQUIRE(r.records.size() == 1);
     CHECK(r.records[0]["verdict"] == "ok");
   }
-  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 0);
+  CHECK(sql_int(task.db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 0);
 }
 
 TEST_CASE("a claim made on another host is respected until tasks --release-claims HOST forgets it; this host's cannot be") {
-  e2e::TempDir dir;
-  const std::string store = dir.path() + "/store";
-  const std::string db = store + "/pillbox.db";
-  const std::string input = dir.write("job", "payload");
-  const std::vector<std::string> args = {"run", "--store", store, "--handler", "echo", "--json", input};
-  REQUIRE(run_pillbox(args).exit_code == 0);
+  ClaimedTask task;
+  const std::string& store = task.store;
   // A container's former hostname: its run is gone, nothing here can tell.
-  e2e::sql_write(db, "UPDATE tasks SET state = 'pending', claim = 'old-container:4242:999:some-boot'");
-  const auto skipped = run_pillbox(args);
+  task.claim("old-container:4242:999:some-boot");
+  const auto skipped = run_pillbox(task.args);
   INFO(skipped.describe());
   CHECK(skipped.exit_code == 5);
   CHECK(skipped.err.find("--release-claims HOST") != std::string::npos);
@@ -228,15 +232,15 @@ TEST_CASE("a claim made on another host is respected until tasks --release-claim
   const auto own = run_pillbox({"tasks", "--store", store, "--release-claims", host});
   INFO(own.describe());
   CHECK(own.exit_code == 2);
-  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 1);
+  CHECK(sql_int(task.db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 1);
   const auto bad = run_pillbox({"tasks", "--store", store, "--release-claims", "old-container:4242"});
   CHECK(bad.exit_code == 2);
   const auto released = run_pillbox({"tasks", "--store", store, "--release-claims", "old-container"});
   INFO(released.describe());
   CHECK(released.exit_code == 0);
   CHECK(released.err.find("released 1 claim of host 'old-container'") != std::string::npos);
-  CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 0);
-  const auto ran = run_pillbox(args);
+  CHECK(sql_int(task.db, "SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 0);
+  const auto ran = run_pillbox(task.args);
   INFO(ran.describe());
   CHECK(ran.exit_code == 0);
   REQUIRE(ran.records.size() == 1);
