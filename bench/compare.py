@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""bench/compare.py — the measuring half of bench/compare.sh (which builds the
+peers, the corpora and the snapshot of the build, then runs this).
+
+usage: compare.py WORK PILLBOX TASKS ROUNDS JOBS FLAT
+
+Every row of the table of issue 15, measured in one run: the variants are
+interleaved round by round (the order rotates), each variant's rate is the
+median over rounds, and every ratio is taken between runs of the same round
+(median over rounds), so noise that slows the whole machine slows both sides.
+Then one long run of FLAT tasks (0: skipped) whose resources are sampled as it
+goes. Nothing is written outside WORK.
+"""
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+WORK, PB = sys.argv[1], sys.argv[2]
+TASKS, ROUNDS, JOBS, FLAT = (int(a) for a in sys.argv[3:7])
+CAT1 = os.path.join(WORK, "cat1")
+CLEAN, MIXED = os.path.join(WORK, "clean"), os.path.join(WORK, "mixed")
+# The limits of the peers are those of policies/exec.policy and the command
+# line of the exec rows: cpu 5 s, wall 10 s, memory 512M, files 1M, 64 fds.
+LIMITS = ["--timeout", "10s", "--cpu", "5s", "--memory", "512M"]
+PRLIMIT = ["prlimit", "--cpu=5", "--as=536870912", "--nofile=64", "--fsize=1048576"]
+BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+         "--proc", "/proc", "--tmpfs", "/tmp", "--ro-bind", WORK, WORK]
+
+
+def files(corpus):
+    return sorted(os.path.join(corpus, f) for f in os.listdir(corpus))
+
+
+def timed(argv, stdin=None, expect=(0,), env=None):
+    """Seconds one command took; stops the benchmark when it failed."""
+    log = os.path.join(WORK, "log")
+    t0 = time.monotonic()
+    with open(log, "wb") as err:
+        proc = subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    seconds = time.monotonic() - t0
+    if proc.returncode not in expect:
+        sys.stderr.write("compare: %s exited %d; its stderr:\n" % (" ".join(argv[:6]), proc.returncode))
+        sys.stderr.write(open(log, errors="replace").read()[-3000:])
+        sys.exit(1)
+    return seconds
+
+
+def xargs(corpus, runner):
+    listing = b"\0".join(f.encode() for f in files(corpus)) + b"\0"
+    return lambda: timed(["xargs", "-0", "-n1", "-P%d" % JOBS] + runner + [CAT1], stdin=listing)
+
+
+def pillbox(*args, store=False, expect=(0,)):
+    def run():
+        argv = [PB, "run", "--quiet", "--jobs", str(JOBS)]
+        path = os.path.join(WORK, "store-%d" % random.randrange(1 << 30))
+        argv += ["--store", path] if store else ["--no-store"]
+        try:
+            return timed(argv + list(args), expect=expect)
+        finally:
+            subprocess.run(["rm", "-rf", path])
+    return run
+
+
+# name, how a run is made, what one run does (tasks; for the crash mix the
+# attempts are counted separately), what the row stands for
+mixed_poison = sum(1 for f in files(MIXED) if open(f, "rb").read(5) == b"CRASH")
+ROWS = [
+    ("fork ceiling", lambda: timed([os.path.join(WORK, "fork_ceiling"), str(JOBS), str(TASKS)]),
+     "fork + _exit + waitpid in a C loop, one per job slot"),
+    ("pillbox echo", pillbox("--handler", "echo", CLEAN),
+     "run --handler echo --no-store (zygote, in-process handler)"),
+    ("pillbox echo + store", pillbox("--handler", "echo", CLEAN, store=True),
+     "the same with a fresh store (ledger, results kept)"),
+    ("pillbox exec", pillbox(*LIMITS, CLEAN, "--", CAT1, "{}"),
+     "run --no-store -- cat1 {} (zygote, execve per task)"),
+    ("pillbox exec, 10% crash", pillbox("--backoff-base", "1ms", *LIMITS, MIXED, "--", CAT1, "{}", expect=(1,)),
+     "the same over a corpus with 10% inputs that crash cat1"),
+    ("xargs timeout prlimit", xargs(CLEAN, ["timeout", "10"] + PRLIMIT),
+     "xargs -P -n1 timeout 10 prlimit ... cat1 (no isolation)"),
+    ("xargs bwrap", xargs(CLEAN, BWRAP),
+     "xargs -P -n1 bwrap --unshare-all ... cat1 (namespaces only)"),
+]
+
+
+def load():
+    return open("/proc/loadavg").read().split()[0]
+
+
+def main():
+    print("compare: %d tasks, %d rounds, %d jobs, %d cores, load %s" % (TASKS, ROUNDS, JOBS, os.cpu_count(), load()))
+    for _, run, _ in ROWS:  # warm up caches and page tables; not counted
+        run()
+    seconds = {name: [] for name, _, _ in ROWS}
+    loads = []
+    for r in range(ROUNDS):
+        order = ROWS[r % len(ROWS):] + ROWS[:r % len(ROWS)]
+        for name, run, _ in order:
+            seconds[name].append(run())
+        loads.append(load())
+    rate = {name: statistics.median(TASKS / s for s in ts) for name, ts in seconds.items()}
+
+    def ratio(a, b, fa=1.0, fb=1.0):
+        """Median over rounds of (a's rate x fa) / (b's rate x fb), a and b of the same round."""
+        return statistics.median((fa / sa) / (fb / sb) for sa, sb in zip(seconds[a], seconds[b]))
+
+    attempts = (TASKS + mixed_poison) / TASKS  # ok runs plus the two attempts of each poison
+    print()
+    print("%-26s %10s %10s  %s" % ("what", "tasks/s", "relative", "how"))
+    for name, _, how in ROWS:
+        if name == "fork ceiling":
+            rel = "ceiling"
+        elif name.startswith("xargs"):
+            rel = "peer"
+        elif name == "pillbox exec, 10% crash":
+            rel = "%.2fx clean" % ratio(name, "pillbox exec")
+        elif name.startswith("pillbox exec"):
+            rel = "%.2fx xargs" % ratio(name, "xargs timeout prlimit")
+        else:
+            rel = "%.0f%% ceiling" % (100 * ratio(name, "fork ceiling"))
+        print("%-26s %10.0f %10s  %s" % (name, rate[name], rel, how))
+    print("(per round, seconds: %s)" % "; ".join(
+        "%s %s" % (n, " ".join("%.2f" % s for s in seconds[n])) for n, _, _ in ROWS))
+    print("(load average after each round: %s)" % " ".join(loads))
+
+    goals = [
+        ("1. zygote echo / fork ceiling", ratio("pillbox echo", "fork ceiling"), ">= 0.50", lambda v: v >= 0.5),
+        ("2. exec / xargs timeout prlimit", ratio("pillbox exec", "xargs timeout prlimit"), ">= 2.00", lambda v: v >= 2),
+        ("3. ledger cost (1 - store/no-store)", 1 - ratio("pillbox echo + store", "pillbox echo"), "< 0.10",
+         lambda v: v < 0.1),
+        ("4. attempts/s with 10% poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec", fa=attempts),
+         ">= 0.90", lambda v: v >= 0.9),
+        ("   good tasks/s with poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec"), "(floor %.2f)"
+         % (1 / attempts), lambda v: True),
+    ]
+    print()
+    print("%-40s %8s %10s" % ("goal", "measured", "target"))
+    for name, value, target, met in goals:
+        print("%-40s %8.2f %10s  %s" % (name, value, target, "met" if met(value) else "NOT met"))
+    if FLAT:
+        flat()
+    print("raw: " + json.dumps({"tasks": TASKS, "jobs": JOBS, "seconds": seconds, "loads": loads}))
+
+
+def sandbox_processes(supervisor):
+    """The long-lived processes under the supervisor, by role: the zygote
+    (pillbox-sandbox, its child), the zygote inside the pid namespace (the
+    zygote's pillbox-sandbox child, when there is one) and the fork server
+    (pillbox-forksrv). Tasks are the zygote's other children and are not
+    sampled."""
+    procs = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                stat = open("/proc/%s/stat" % p).read()
+                comm = stat[stat.index("(") + 1:stat.rindex(")")]
+                procs[int(p)] = (comm, int(stat.rsplit(")", 1)[1].split()[1]))
+            except (OSError, IndexError, ValueError):
+                pass
+    roles = {}
+    for pid, (comm, ppid) in procs.items():
+        if comm == "pillbox-sandbox" and ppid == supervisor:
+            roles["zygote"] = pid
+    for pid, (comm, ppid) in procs.items():
+        if comm == "pillbox-sandbox" and ppid == roles.get("zygote") and procs.get(pid) and \
+                any(c == "pillbox-forksrv" and pp == pid for c, pp in procs.values()):
+            roles["zygote_ns"] = pid
+        if comm == "pillbox-forksrv":
+            roles["forksrv"] = pid
+    return roles
+
+
+def rss_kb(pid):
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def flat():
+    """FLAT echo tasks from JSON lines on stdin, with a store: the supervisor's
+    RSS and open fds, the zygote's and the fork server's RSS, sampled at every
+    tenth of the run (counted from the --json lines the run prints)."""
+    store = os.path.join(WORK, "flat-store")
+    proc = subprocess.Popen([PB, "run", "--json", "--jobs", str(JOBS), "--store", store, "--handler", "echo", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(os.path.join(WORK, "flat.log"), "wb"))
+
+    def feed():
+        for i in range(FLAT):
+            proc.stdin.write(b'{"key": "k%07d", "payload": "payload %d %s"}\n' % (i, i, b"x" * (40 + i % 160)))
+        proc.stdin.close()
+    threading.Thread(target=feed, daemon=True).start()
+    samples, done, t0 = [], 0, time.monotonic()
+    step = max(FLAT // 10, 1)
+    for line in proc.stdout:
+        done += 1
+        if done % step == 0 or done == 1000:
+            row = {"done": done, "seconds": time.monotonic() - t0, "supervisor_rss_kb": rss_kb(proc.pid),
+                   "supervisor_fds": len(os.listdir("/proc/%d/fd" % proc.pid))}
+            for role, pid in sandbox_processes(proc.pid).items():
+                try:
+                    row[role + "_rss_kb"] = rss_kb(pid)
+                except OSError:
+                    pass
+            samples.append(row)
+    rc = proc.wait()
+    db = sum(os.path.getsize(os.path.join(store, f)) for f in os.listdir(store) if f.startswith("pillbox.db"))
+    print()
+    print("flat: %d echo tasks with a store, exit %d, %.0f tasks/s" % (FLAT, rc, done / (time.monotonic() - t0)))
+    keys = ["supervisor_rss_kb", "supervisor_fds", "zygote_rss_kb", "zygote_ns_rss_kb", "forksrv_rss_kb"]
+    print("%10s %9s %18s %15s %14s %17s %15s" % ("tasks", "seconds", "supervisor RSS kB", "supervisor fds",
+                                                "zygote RSS kB", "zygote-ns RSS kB", "forksrv RSS kB"))
+    for s in samples:
+        print("%10d %9.1f %18s %15s %14s %17s %15s" % (s["done"], s["seconds"], *(s.get(k, "-") for k in keys)))
+    first, last = samples[1] if len(samples) > 1 else samples[0], samples[-1]
+    for k in keys:
+        if k in first and k in last:
+            print("  %-18s %8s -> %8s between %d and %d tasks" % (k, first[k], last[k], first["done"], last["done"]))
+    print("  store: %d bytes, %.0f bytes per task" % (db, db / max(done, 1)))
+
+
+main()

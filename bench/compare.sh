@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# bench/compare.sh — what per-task isolation costs, against fork itself and peers, in one run.
+#
+# usage: bench/compare.sh [BUILD_DIR] [TASKS]   (defaults: build, 3000)
+#   env: ROUNDS (default 3), JOBS (default: nproc), FLAT (tasks of the resource run, default 100000; 0 skips it),
+#        KEEP=1 keeps the temp dir
+#
+# Prints every row of the table of issue 15 and the ratios of its goals:
+#   fork ceiling              fork + _exit + waitpid in a C loop, one loop per job slot
+#   pillbox echo              run --no-store --handler echo (zygote)
+#   pillbox echo + store      the same with a fresh store per run
+#   pillbox exec              run --no-store -- cat1 {} (policy exec, all confinement on)
+#   pillbox exec, 10% crash   the same over a corpus where one input in ten crashes cat1 (SIGSEGV)
+#   xargs timeout prlimit     xargs -P JOBS -n1 timeout 10 prlimit ... cat1
+#   xargs bwrap               xargs -P JOBS -n1 bwrap --unshare-all ... cat1
+# then FLAT echo tasks from stdin with a store, sampling the supervisor's RSS and
+# fds and the zygote's RSS as it goes. bench/README.md explains the figures.
+set -euo pipefail
+
+BENCH=compare
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_help "$@"
+
+ROUNDS=${ROUNDS:-3}
+JOBS=${JOBS:-$(nproc)}
+TASKS=${2:-3000}
+FLAT=${FLAT:-100000}
+bench_positive_ints TASKS ROUNDS JOBS
+[[ "$FLAT" =~ ^[0-9]+$ ]] || bench_die "FLAT must be a number (got '$FLAT')"
+bench_need cc python3 xargs timeout prlimit bwrap
+bench_build_dir "${1:-build}" pillbox pillbox-sandbox
+bench_workdir clean mixed
+bench_snapshot_build
+
+cc -O2 -o "$WORK/fork_ceiling" "$REPO_ROOT/bench/peers/fork_ceiling.c"
+cc -O2 -o "$WORK/cat1" "$REPO_ROOT/bench/peers/cat1.c"
+bench_text_corpus "$WORK/clean" "$TASKS"
+# The mixed corpus: the clean one with every tenth file (shuffled, fixed seed) made poison.
+python3 - "$WORK/clean" "$WORK/mixed" <<'PY'
+import os, random, shutil, sys
+names = sorted(os.listdir(sys.argv[1]))
+random.seed(15)
+poison = set(random.sample(names, len(names) // 10))
+for n in names:
+    shutil.copy(os.path.join(sys.argv[1], n), os.path.join(sys.argv[2], n))
+    if n in poison:
+        with open(os.path.join(sys.argv[2], n), "r+b") as f:
+            f.write(b"CRASH")
+PY
+chmod -R a+rX "$WORK"
+bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc "$WORK/cat1" "$WORK/clean/t000000" >/dev/null ||
+  bench_die "bwrap cannot run here (no user or mount namespaces?)"
+
+python3 "$REPO_ROOT/bench/compare.py" "$WORK" "$PB" "$TASKS" "$ROUNDS" "$JOBS" "$FLAT"
