@@ -2,18 +2,20 @@
 """bench/compare.py — the measuring half of bench/compare.sh (which builds the
 peers, the corpora and the snapshot of the build, then runs this).
 
-usage: compare.py WORK PILLBOX TASKS ROUNDS JOBS FLAT
+usage: compare.py WORK PILLBOX TASKS ROUNDS JOBS FLAT [BASE_PILLBOX]
 
 Every row of the table of issue 15, measured in one run: the variants are
 interleaved round by round (the order rotates), each variant's rate is the
 median over rounds, and every ratio is taken between runs of the same round
 (median over rounds), so noise that slows the whole machine slows both sides.
 Then one long run of FLAT tasks (0: skipped) whose resources are sampled as it
-goes. Nothing is written outside WORK.
+goes. With BASE_PILLBOX (another build), its pillbox rows run in the same
+rounds and the ratios new/base are printed too. Nothing is written outside WORK.
 """
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -22,6 +24,8 @@ import time
 
 WORK, PB = sys.argv[1], sys.argv[2]
 TASKS, ROUNDS, JOBS, FLAT = (int(a) for a in sys.argv[3:7])
+BASE_PB = sys.argv[7] if len(sys.argv) > 7 else None
+LAST_CPU = [0.0]  # CPU seconds of the last timed command and everything it reaped
 CAT1 = os.path.join(WORK, "cat1")
 CLEAN, MIXED = os.path.join(WORK, "clean"), os.path.join(WORK, "mixed")
 # The limits of the peers are those of policies/exec.policy and the command
@@ -39,10 +43,13 @@ def files(corpus):
 def timed(argv, stdin=None, expect=(0,), env=None):
     """Seconds one command took; stops the benchmark when it failed."""
     log = os.path.join(WORK, "log")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     with open(log, "wb") as err:
         proc = subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL, stderr=err, env=env)
     seconds = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    LAST_CPU[0] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode not in expect:
         sys.stderr.write("compare: %s exited %d; its stderr:\n" % (" ".join(argv[:6]), proc.returncode))
         sys.stderr.write(open(log, errors="replace").read()[-3000:])
@@ -55,9 +62,9 @@ def xargs(corpus, runner):
     return lambda: timed(["xargs", "-0", "-n1", "-P%d" % JOBS] + runner + [CAT1], stdin=listing)
 
 
-def pillbox(*args, store=False, expect=(0,)):
+def pillbox(*args, store=False, expect=(0,), pb=PB):
     def run():
-        argv = [PB, "run", "--quiet", "--jobs", str(JOBS)]
+        argv = [pb, "run", "--quiet", "--jobs", str(JOBS)]
         path = os.path.join(WORK, "store-%d" % random.randrange(1 << 30))
         argv += ["--store", path] if store else ["--no-store"]
         try:
@@ -86,6 +93,13 @@ ROWS = [
     ("xargs bwrap", xargs(CLEAN, BWRAP),
      "xargs -P -n1 bwrap --unshare-all ... cat1 (namespaces only)"),
 ]
+if BASE_PB:
+    ROWS += [
+        ("base: pillbox echo", pillbox("--handler", "echo", CLEAN, pb=BASE_PB), "pillbox echo of the base build"),
+        ("base: pillbox echo + store", pillbox("--handler", "echo", CLEAN, store=True, pb=BASE_PB),
+         "pillbox echo + store of the base build"),
+        ("base: pillbox exec", pillbox(*LIMITS, CLEAN, "--", CAT1, "{}", pb=BASE_PB), "pillbox exec of the base build"),
+    ]
 
 
 def load():
@@ -93,17 +107,23 @@ def load():
 
 
 def main():
+    if ROUNDS == 0:  # only the resource run
+        print("compare: the resource run only, %d jobs, %d cores, load %s" % (JOBS, os.cpu_count(), load()))
+        return flat()
     print("compare: %d tasks, %d rounds, %d jobs, %d cores, load %s" % (TASKS, ROUNDS, JOBS, os.cpu_count(), load()))
     for _, run, _ in ROWS:  # warm up caches and page tables; not counted
         run()
     seconds = {name: [] for name, _, _ in ROWS}
+    cpu = {name: [] for name, _, _ in ROWS}
     loads = []
     for r in range(ROUNDS):
         order = ROWS[r % len(ROWS):] + ROWS[:r % len(ROWS)]
         for name, run, _ in order:
             seconds[name].append(run())
+            cpu[name].append(LAST_CPU[0])
         loads.append(load())
     rate = {name: statistics.median(TASKS / s for s in ts) for name, ts in seconds.items()}
+    cpu_ms = {name: 1000 * statistics.median(cs) / TASKS for name, cs in cpu.items()}
 
     def ratio(a, b, fa=1.0, fb=1.0):
         """Median over rounds of (a's rate x fa) / (b's rate x fb), a and b of the same round."""
@@ -111,9 +131,11 @@ def main():
 
     attempts = (TASKS + mixed_poison) / TASKS  # ok runs plus the two attempts of each poison
     print()
-    print("%-26s %10s %10s  %s" % ("what", "tasks/s", "relative", "how"))
+    print("%-26s %10s %14s %12s  %s" % ("what", "tasks/s", "relative", "CPU ms/task", "how"))
     for name, _, how in ROWS:
-        if name == "fork ceiling":
+        if name.startswith("base: "):
+            rel = "%.2fx new" % ratio(name, name[len("base: "):])
+        elif name == "fork ceiling":
             rel = "ceiling"
         elif name.startswith("xargs"):
             rel = "peer"
@@ -123,7 +145,7 @@ def main():
             rel = "%.2fx xargs" % ratio(name, "xargs timeout prlimit")
         else:
             rel = "%.0f%% ceiling" % (100 * ratio(name, "fork ceiling"))
-        print("%-26s %10.0f %10s  %s" % (name, rate[name], rel, how))
+        print("%-26s %10.0f %14s %12.3f  %s" % (name, rate[name], rel, cpu_ms[name], how))
     print("(per round, seconds: %s)" % "; ".join(
         "%s %s" % (n, " ".join("%.2f" % s for s in seconds[n])) for n, _, _ in ROWS))
     print("(load average after each round: %s)" % " ".join(loads))
@@ -142,9 +164,15 @@ def main():
     print("%-40s %8s %10s" % ("goal", "measured", "target"))
     for name, value, target, met in goals:
         print("%-40s %8.2f %10s  %s" % (name, value, target, "met" if met(value) else "NOT met"))
+    if BASE_PB:
+        print()
+        print("new build against the base build, same rounds (throughput ratio new/base; CPU per task base -> new)")
+        for name in ("pillbox echo", "pillbox echo + store", "pillbox exec"):
+            print("  %-22s %6.2fx   %.3f -> %.3f ms" % (name, ratio(name, "base: " + name), cpu_ms["base: " + name],
+                                                     cpu_ms[name]))
     if FLAT:
         flat()
-    print("raw: " + json.dumps({"tasks": TASKS, "jobs": JOBS, "seconds": seconds, "loads": loads}))
+    print("raw: " + json.dumps({"tasks": TASKS, "jobs": JOBS, "seconds": seconds, "cpu_seconds": cpu, "loads": loads}))
 
 
 def sandbox_processes(supervisor):
@@ -204,9 +232,11 @@ def flat():
                    "supervisor_fds": len(os.listdir("/proc/%d/fd" % proc.pid))}
             for role, pid in sandbox_processes(proc.pid).items():
                 try:
-                    row[role + "_rss_kb"] = rss_kb(pid)
+                    kb = rss_kb(pid)
                 except OSError:
-                    pass
+                    continue
+                if kb:  # 0: a process already exiting (a zombie has no memory to report)
+                    row[role + "_rss_kb"] = kb
             samples.append(row)
     rc = proc.wait()
     db = sum(os.path.getsize(os.path.join(store, f)) for f in os.listdir(store) if f.startswith("pillbox.db"))

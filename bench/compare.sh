@@ -2,7 +2,8 @@
 # bench/compare.sh — what per-task isolation costs, against fork itself and peers, in one run.
 #
 # usage: bench/compare.sh [BUILD_DIR] [TASKS]   (defaults: build, 3000)
-#   env: ROUNDS (default 3), JOBS (default: nproc), FLAT (tasks of the resource run, default 100000; 0 skips it),
+#   env: ROUNDS (default 3; 0: only the resource run), JOBS (default: nproc), FLAT (tasks of the resource run, default 100000; 0 skips it),
+#        BASE=BUILD_DIR (another build: its pillbox rows run in the same rounds, ratios new/base printed),
 #        KEEP=1 keeps the temp dir
 #
 # Prints every row of the table of issue 15 and the ratios of its goals:
@@ -25,12 +26,22 @@ ROUNDS=${ROUNDS:-3}
 JOBS=${JOBS:-$(nproc)}
 TASKS=${2:-3000}
 FLAT=${FLAT:-100000}
-bench_positive_ints TASKS ROUNDS JOBS
+bench_positive_ints TASKS JOBS
+[[ "$ROUNDS" =~ ^[0-9]+$ ]] || bench_die "ROUNDS must be a number (got '$ROUNDS')"
+((ROUNDS > 0 || FLAT > 0)) || bench_die "nothing to do: ROUNDS=0 and FLAT=0"
 [[ "$FLAT" =~ ^[0-9]+$ ]] || bench_die "FLAT must be a number (got '$FLAT')"
 bench_need cc python3 xargs timeout prlimit bwrap
 bench_build_dir "${1:-build}" pillbox pillbox-sandbox
 bench_workdir clean mixed
 bench_snapshot_build
+BASE_PB=()
+if [[ -n "${BASE:-}" ]]; then
+  [[ -x "$BASE/pillbox" && -x "$BASE/pillbox-sandbox" ]] || bench_die "BASE=$BASE has no pillbox and pillbox-sandbox"
+  mkdir -p "$WORK/base"
+  for f in pillbox pillbox-sandbox libpillbox-crash.so; do [[ -e "$BASE/$f" ]] && cp "$BASE/$f" "$WORK/base/"; done
+  chmod 0755 "$WORK/base" "$WORK/base/"*
+  BASE_PB=("$WORK/base/pillbox")
+fi
 
 cc -O2 -o "$WORK/fork_ceiling" "$REPO_ROOT/bench/peers/fork_ceiling.c"
 cc -O2 -o "$WORK/cat1" "$REPO_ROOT/bench/peers/cat1.c"
@@ -51,4 +62,4 @@ chmod -R a+rX "$WORK"
 bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc "$WORK/cat1" "$WORK/clean/t000000" >/dev/null ||
   bench_die "bwrap cannot run here (no user or mount namespaces?)"
 
-python3 "$REPO_ROOT/bench/compare.py" "$WORK" "$PB" "$TASKS" "$ROUNDS" "$JOBS" "$FLAT"
+python3 "$REPO_ROOT/bench/compare.py" "$WORK" "$PB" "$TASKS" "$ROUNDS" "$JOBS" "$FLAT" "${BASE_PB[@]}"
