@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "tests/e2e/support.h"
 
@@ -44,5 +45,23 @@ TEST_CASE("a second connection a task opened to its wire socket does not fail th
   INFO(r.describe());
   REQUIRE(r.records.size() == 2);
   CHECK(r.count_kind("ok") == 2);
+  CHECK(e2e::processes_of(e2e::fixture("hostile_child")).empty());
+}
+
+TEST_CASE("a child that closes its wire right after HELLO is a protocol-error, on a fresh or a reused socket alike") {
+  // Odd tasks say HELLO and close; even ones answer. With one slot, the
+  // third task runs on the second one's socket when that one settled in
+  // time (the first one's was retired): its disconnect is still its own.
+  e2e::TempDir dir;
+  std::vector<std::string> args{"run", "--json", "--mode", "spawn", "--jobs", "1", "--handler", "echo",
+                                "--arg", "mode=hello-close", "--timeout", "10s"};
+  for (int i = 0; i < 4; ++i) args.push_back(dir.write("t" + std::to_string(i), "task " + std::to_string(i)));
+  const auto r = e2e::run_pillbox(args, "", {{"PILLBOX_SANDBOX", e2e::fixture("hostile_child")}});
+  INFO(r.describe());
+  REQUIRE(r.records.size() == 4);
+  CHECK(r.count_kind("ok") == 2);
+  // (Its message says the wire closed, or that TASK could not be sent when
+  // the HELLO was read after the connection had gone.)
+  CHECK(r.count_kind("protocol-error") == 2);
   CHECK(e2e::processes_of(e2e::fixture("hostile_child")).empty());
 }
