@@ -68,15 +68,15 @@ std::vector<WireSocket::Event> WireSocket::read_events(int limit) {
 
 bool WireSocket::ready_for_next_task() {
   if (retired_) return false;
-  // Events of finished tasks only count connections: a socket with more
-  // queued than a few per task served is retired rather than read on.
+  // The events of finished tasks only count connections. Bounded: the rest
+  // of a longer queue is read at the next look.
   (void)read_events(64);
   if (monitor_.get(zmq::sockopt::events) & ZMQ_POLLIN) return false;
-  // One connection per task, each accepted (its valid frame came over it)
-  // and gone. A connection still in the listen backlog would be one more
-  // than the tasks served: it cannot be, since each task served was
-  // identified by a frame over its own accepted connection, and only a
-  // child's setup code connects (as root, into the 0700 runtime directory).
+  // One connection per task, each accepted and gone. A connection still in
+  // the listen backlog is not counted, and none can be there: a child
+  // connects once (its setup code, as root, into the 0700 runtime
+  // directory), each task served was identified by a valid frame over its
+  // own accepted connection, and one that was not retired the socket.
   if (accepted_ != served_ || disconnected_ != served_) return false;
   // A frame a child sent after its last one counted (queued before its
   // disconnect was reported) must not reach the next task.
