@@ -20,6 +20,7 @@
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/exec/runtime_dir.h"
+#include "supervisor/exec/wire_socket.h"
 #include "supervisor/exec/task_channel.h"
 #include "supervisor/exec/uid_pool.h"
 
@@ -33,11 +34,15 @@ constexpr int kMaxLauncherRestarts = 5;
 // the socket (they are already in the kernel; this bounds a stuck reader).
 constexpr auto kDrainGrace = std::chrono::seconds(2);
 
+// The largest frame a child may send: its output and the frame around it.
+std::size_t max_frame(const RunSettings& settings) { return settings.config.policy.limits.output_bytes + kFrameOverhead; }
+
 struct Running {
   Task task;
   std::uint64_t seq = 0;
   Secret secret{};
   std::size_t slot = 0;
+  std::unique_ptr<WireSocket> wire;      // before channel: the channel uses it
   std::unique_ptr<TaskChannel> channel;
   pid_t pid = 0;
   Clock::time_point started;
@@ -50,7 +55,12 @@ struct Running {
 class Dispatcher {
  public:
   Dispatcher(const RunSettings& settings, TaskSource& source, OutcomeSink& sink, RuntimeDir rundir)
-      : settings_(settings), source_(source), sink_(sink), rundir_(std::move(rundir)), ctx_(1) {
+      : settings_(settings),
+        source_(source),
+        sink_(sink),
+        rundir_(std::move(rundir)),
+        ctx_(1),
+        wires_(ctx_, rundir_.path(), max_frame(settings), settings.jobs + 2) {
     launcher_settings_.mode = settings.mode;
     launcher_settings_.sandbox_binary = sandbox_binary_or_found(settings.sandbox_binary);
     launcher_settings_.config = settings.config;
@@ -221,8 +231,9 @@ class Dispatcher {
     ticket.uid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_uid;
     ticket.gid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_gid;
     try {
-      r->channel = std::make_unique<TaskChannel>(ctx_, rundir_.path(), r->seq, r->secret, r->task.payload,
-                                                 settings_.config.policy.limits.output_bytes, r->exec.exec_mode);
+      r->wire = wires_.acquire();
+      r->channel = std::make_unique<TaskChannel>(*r->wire, r->seq, r->secret, r->task.payload, max_frame(settings_),
+                                                 r->exec.exec_mode);
       ticket.endpoint = r->channel->endpoint();
     } catch (const zmq::error_t& e) {
       r->exec.launch_error = std::string("cannot open the task's wire: ") + e.what();
@@ -363,6 +374,7 @@ class Dispatcher {
       ex.payload_delivered = r->channel->payload_delivered();
       r->channel.reset();
     }
+    wires_.release(std::move(r->wire));
     if (cgroups_) {
       ex.cgroup_oom = cgroups_->oom_kills(r->slot) > r->oom_kills_before;
       cgroups_->kill_all(r->slot);  // stragglers that left the process group
@@ -387,6 +399,9 @@ class Dispatcher {
   OutcomeSink& sink_;
   RuntimeDir rundir_;
   zmq::context_t ctx_;
+  // Sockets kept from task to task while nothing of an earlier task can
+  // reach them (wire_socket.h). Declared before running_, whose tasks hold some.
+  WirePool wires_;
   LauncherSettings launcher_settings_;
   // Declared before the launcher, the cgroups and the uids, so it ends only
   // after they cleaned up (and keeps the uids claimed until its last sweep).

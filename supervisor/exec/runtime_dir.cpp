@@ -31,7 +31,7 @@ void remove_stale(const std::string& base) {
 }
 
 bool usable_base(const std::string& dir) {
-  // Endpoints must fit in sun_path (108 bytes) with room for "/pillbox.XXXXXX/t<20 digits>".
+  // Endpoints must fit in sun_path (108 bytes) with room for "/pillbox-<pid>.XXXXXX/w<20 digits>".
   return !dir.empty() && dir.size() < 60 && ::access(dir.c_str(), W_OK | X_OK) == 0;
 }
 

@@ -1,65 +1,31 @@
 #include "supervisor/exec/task_channel.h"
 
-#include <unistd.h>
-
-#include <cstring>
-
 namespace pillbox {
 
-TaskChannel::TaskChannel(zmq::context_t& ctx, const std::string& rundir, std::uint64_t seq, const Secret& secret,
-                         std::string_view payload, std::size_t max_output, bool exec_mode)
-    : path_(rundir + "/t" + std::to_string(seq)),
+TaskChannel::TaskChannel(WireSocket& wire, std::uint64_t seq, const Secret& secret, std::string_view payload,
+                         std::size_t max_frame, bool exec_mode)
+    : wire_(wire),
       seq_(seq),
       secret_(secret),
       payload_(payload),
-      max_frame_(max_output + kFrameOverhead),
+      max_frame_(max_frame),
       exec_mode_(exec_mode),
-      sock_(ctx, zmq::socket_type::router),
-      monitor_(ctx, zmq::socket_type::pair) {
-  endpoint_ = "ipc://" + path_;
-  sock_.set(zmq::sockopt::linger, 0);
-  // ZeroMQ drops a larger frame and the connection with it; the monitor
-  // then reports the disconnect, which is a protocol violation.
-  sock_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_frame_));
-  sock_.set(zmq::sockopt::router_mandatory, 1);
-  sock_.set(zmq::sockopt::rcvhwm, 16);
-  const std::string monitor_endpoint = "inproc://monitor-t" + std::to_string(seq);
-  if (zmq_socket_monitor(sock_.handle(), monitor_endpoint.c_str(),
-                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
-    throw zmq::error_t();
-  }
-  monitor_.connect(monitor_endpoint);
-  sock_.bind(endpoint_);
-}
+      sock_(wire.socket()) {}
 
 TaskChannel::~TaskChannel() {
-  zmq_socket_monitor(sock_.handle(), nullptr, 0);
-  sock_.close();
-  monitor_.close();
-  ::unlink(path_.c_str());
+  // Only a task whose own connection was identified by a valid frame, and
+  // that broke no rule, lets the socket serve the next task of the slot.
+  wire_.task_ended(identified_ && violation_.empty());
 }
 
-void TaskChannel::add_poll_items(std::vector<zmq::pollitem_t>& items) {
-  items.push_back({sock_.handle(), 0, ZMQ_POLLIN, 0});
-  items.push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
-}
+void TaskChannel::add_poll_items(std::vector<zmq::pollitem_t>& items) { wire_.add_poll_items(items); }
 
 void TaskChannel::on_readable() {
   drain_messages();
-  for (int i = 0; i < 16; ++i) {
-    zmq::message_t event;
-    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
-    std::uint16_t id = 0;
-    if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
-    while (event.more()) {
-      zmq::message_t rest;
-      (void)monitor_.recv(rest, zmq::recv_flags::none);
-      event.swap(rest);
-    }
-    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+  for (WireSocket::Event event : wire_.read_events(16)) {
+    if (event == WireSocket::Event::kHandshakeFailed) {
       violate("the child's ZeroMQ handshake failed (it closed the connection early or sent bytes that are not ZMTP)");
-    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+    } else if (event == WireSocket::Event::kDisconnected) {
       // The connection's messages were queued before its end was reported:
       // read them before judging.
       drain_messages();
@@ -110,6 +76,7 @@ void TaskChannel::on_frame(const zmq::message_t& peer, std::string_view bytes) {
   switch (phase_) {
     case Phase::kAwaitHello:
       peer_ = peer_id;
+      identified_ = true;
       if (t == FrameType::kSetupFailed) {
         setup_failure_ = frame->message;
         phase_ = Phase::kDone;

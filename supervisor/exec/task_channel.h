@@ -1,9 +1,8 @@
 #pragma once
-// The supervisor's end of one task's wire: a ROUTER socket bound to a
-// private ipc:// endpoint, a monitor that reports disconnects, and the
-// protocol state machine of wire.h. Every byte from the child is hostile:
-// the first frame that breaks the protocol records a violation and the
-// dispatcher kills the child.
+// The supervisor's end of one task's wire: the protocol state machine of
+// wire.h over a socket that serves one task at a time (wire_socket.h).
+// Every byte from the child is hostile: the first frame that breaks the
+// protocol records a violation and the dispatcher kills the child.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,6 +11,7 @@
 #include <zmq.hpp>
 
 #include "shared/wire.h"
+#include "supervisor/exec/wire_socket.h"
 
 namespace pillbox {
 
@@ -19,14 +19,16 @@ class TaskChannel {
  public:
   enum class Phase { kAwaitHello, kAwaitResult, kDone };
 
-  // Binds ipc://<rundir>/t<seq>. `payload` must outlive the channel.
-  TaskChannel(zmq::context_t& ctx, const std::string& rundir, std::uint64_t seq, const Secret& secret,
-              std::string_view payload, std::size_t max_output, bool exec_mode);
+  // Serves task `seq` on `wire`, which must outlive the channel and serve no
+  // other task meanwhile (WireSocket::ready_for_next_task). `payload` must
+  // outlive the channel too. `max_frame` is the wire's frame cap.
+  TaskChannel(WireSocket& wire, std::uint64_t seq, const Secret& secret, std::string_view payload,
+              std::size_t max_frame, bool exec_mode);
   ~TaskChannel();
   TaskChannel(const TaskChannel&) = delete;
   TaskChannel& operator=(const TaskChannel&) = delete;
 
-  const std::string& endpoint() const { return endpoint_; }
+  const std::string& endpoint() const { return wire_.endpoint(); }
   void add_poll_items(std::vector<zmq::pollitem_t>& items);
   // Handles whatever is readable on the socket or the monitor.
   void on_readable();
@@ -49,16 +51,15 @@ class TaskChannel {
   void send(FrameType type, std::string_view data = {});
   void violate(std::string why);
 
-  std::string endpoint_;
-  std::string path_;
+  WireSocket& wire_;
   std::uint64_t seq_;
   Secret secret_;
   std::string_view payload_;
   std::size_t max_frame_;
   bool exec_mode_;
-  zmq::socket_t sock_;
-  zmq::socket_t monitor_;
+  zmq::socket_t& sock_;
   std::string peer_;          // routing id of the child that said HELLO
+  bool identified_ = false;   // a frame with this task's number and secret came from peer_
   Phase phase_ = Phase::kAwaitHello;
   bool payload_delivered_ = false;
   std::optional<Frame> result_;
