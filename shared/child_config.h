@@ -52,7 +52,7 @@ struct ChildConfig {
 
 struct TaskTicket {
   std::uint64_t seq = 0;                      // unique per run; names the endpoint
-  std::string endpoint;                       // ipc://RUNDIR/t<seq>
+  std::string endpoint;                       // ipc://RUNDIR/w<n>, serving this task alone
   Secret secret{};
   std::vector<std::string> cgroup_procs;      // cgroup.procs files to join (may be empty)
   std::uint32_t uid = 0;                      // with drop_privileges: this task's uid and gid

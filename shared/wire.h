@@ -1,7 +1,7 @@
 #pragma once
 // The supervisor <-> child wire: msgpack frames over a ZeroMQ DEALER/ROUTER
-// pair on an ipc:// endpoint private to one task (docs/architecture.md,
-// 'The wire').
+// pair on an ipc:// endpoint that serves one task at a time
+// (supervisor/exec/wire_socket.h; docs/architecture.md, 'The wire').
 //
 // Every frame is a msgpack array: [version, type, task, secret, body...].
 // The supervisor treats every byte from a child as hostile: decode_frame() checks
