@@ -100,6 +100,15 @@ Expected<std::vector<sock_filter>> compile_program(const SeccompRules& rules, bo
       rc != 0) {
     return Error{errno_text("seccomp_attr_set(SCMP_FLTATR_ACT_BADARCH)", -rc)};
   }
+  // The same rules as a binary tree of syscall numbers instead of a list.
+  // Loading a filter, the kernel runs it once for every syscall number (to
+  // fill its allow cache), so the load costs about the longest walk times
+  // the number of syscalls, not the program's size. The strict policy's
+  // list walks up to 48 instructions, its tree 14 (62 instructions against
+  // 51); the exec policy's 171 and 22. A handler child's load went from
+  // ~100 us to ~60 us of CPU (measured by forking children that load one or
+  // the other). A libseccomp without the option (before 2.5) keeps the list.
+  seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2);
   auto allow = [&](const std::string& name) -> Status {
     bool conditional = false;
     if (auto s = add_conditional(ctx.get(), name, conditional); !s || conditional) return s;
