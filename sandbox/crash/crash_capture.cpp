@@ -1,11 +1,11 @@
 #include "sandbox/crash/crash_capture.h"
 
-#include <execinfo.h>
 #include <link.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include <atomic>
 #include <cerrno>
@@ -131,6 +131,38 @@ void write_all(const char* data, std::size_t len) {
   }
 }
 
+// The frames above the caller, innermost first, as glibc's backtrace(3)
+// records them (same stop rules, so fingerprints do not change), but with
+// the unwinder this library is linked with: backtrace(3) would dlopen
+// libgcc_s.so.1 in every exec'd program (see CMakeLists.txt).
+struct Trace {
+  void** frames;
+  int size;
+  int count;
+  _Unwind_Word cfa;
+};
+
+_Unwind_Reason_Code record_frame(_Unwind_Context* context, void* arg) {
+  auto* t = static_cast<Trace*>(arg);
+  if (t->count >= 0) {  // the first call is in collect_frames itself: skipped
+    t->frames[t->count] = reinterpret_cast<void*>(_Unwind_GetIP(context));
+    // A frame that repeats the previous one at the same CFA makes no progress.
+    const _Unwind_Word cfa = _Unwind_GetCFA(context);
+    if (t->count > 0 && t->frames[t->count - 1] == t->frames[t->count] && cfa == t->cfa) return _URC_END_OF_STACK;
+    t->cfa = cfa;
+  }
+  if (++t->count == t->size) return _URC_END_OF_STACK;
+  return _URC_NO_REASON;
+}
+
+__attribute__((noinline)) int collect_frames(void** frames, int size) {
+  Trace t{frames, size, -1, 0};
+  if (size >= 1) _Unwind_Backtrace(record_frame, &t);
+  // The unwinder reports a null pc above _start.
+  if (t.count > 1 && frames[t.count - 1] == nullptr) --t.count;
+  return t.count > 0 ? t.count : 0;
+}
+
 void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   if (g_in_handler.exchange(1) != 0) {
@@ -172,7 +204,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   // The unwinder walks through the signal trampoline into the interrupted
   // code; start the report at the interrupted pc.
   void* raw[kMaxFrames + 8];
-  const int n = backtrace(raw, kMaxFrames + 8);
+  const int n = collect_frames(raw, kMaxFrames + 8);
   int first = -1;
   for (int i = 0; i < n; ++i) {
     if (reinterpret_cast<std::uintptr_t>(raw[i]) == pc) {
@@ -214,7 +246,7 @@ void prepare() {
   g_module_count = 0;
   dl_iterate_phdr(add_module, nullptr);
   void* warm[4];
-  backtrace(warm, 4);
+  collect_frames(warm, 4);
 }
 
 void arm(int report_fd) {

@@ -5,9 +5,12 @@
 // parent's wait status stays the ground truth.
 //
 // Everything that allocates or takes locks happens in prepare(): the module
-// table is snapshotted and the unwinder is warmed up (glibc's backtrace
-// dlopens libgcc_s on first use). The handler itself only formats numbers
-// into a static buffer and calls write(2).
+// table is snapshotted and the unwinder is warmed up (its one-time setup
+// and lazy symbol bindings happen then, not in the handler). The handler
+// itself only unwinds, formats numbers into a static buffer and calls
+// write(2). The unwinder is libgcc's _Unwind_Backtrace: the sandbox runtime
+// has it from libgcc_s, which libstdc++ loads anyway; the preloaded library
+// carries its own hidden copy (CMakeLists.txt says why).
 namespace pillbox::crash {
 
 // Snapshot the loaded ELF modules and warm up the unwinder. Call after every
