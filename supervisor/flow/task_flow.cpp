@@ -26,8 +26,9 @@ const char* const kCrashHookEnv = "PILLBOX_TEST_CRASH_SUPERVISOR_ON";
 // second. The time limit is a wake-up of its own (a transaction only for
 // the held writes), so it is long: at 50 ms, slow tasks (strace'd echo, ~10
 // tasks/s) had their writes written alone, 25% more transactions than
-// without holding. Measured on 200 echo tasks, --jobs 2, a fresh store:
-// TODO pages.
+// without holding. Measured on 200 echo tasks, --jobs 2, a fresh store
+// (strace of the supervisor): 6.5 WAL pages written per task without
+// holding (7.8 per transaction), 4.5 with it.
 constexpr std::size_t kMaxHeldOk = 16;
 constexpr std::chrono::milliseconds kMaxHeldOkFor{1000};
 
