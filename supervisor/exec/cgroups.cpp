@@ -29,6 +29,35 @@ std::string read_file(const std::string& path) {
   return text ? std::move(*text) : std::string();
 }
 
+UniqueFd open_control(const std::string& path) {
+  return UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+}
+
+// The whole of a control file kept open at `fd`, read from offset 0 (a
+// seq_file shows its current values again then); "" when it cannot be read
+// even after reopening it at `path` (the group is gone).
+std::string read_control(UniqueFd& fd, const std::string& path) {
+  for (int tries = 0; tries < 2; ++tries) {
+    if (!fd.valid() || tries > 0) fd = open_control(path);
+    if (!fd.valid()) return {};
+    std::string text;
+    char buf[4096];
+    bool failed = false;
+    while (text.size() < kMaxControlFileBytes) {
+      const ssize_t n = ::pread(fd.get(), buf, sizeof buf, static_cast<off_t>(text.size()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        failed = true;
+        break;
+      }
+      if (n == 0) break;
+      text.append(buf, static_cast<std::size_t>(n));
+    }
+    if (!failed) return text;
+  }
+  return {};
+}
+
 Status write_file(const std::string& path, const std::string& value) {
   std::FILE* f = std::fopen(path.c_str(), "we");
   if (!f) return Status::error("cannot open " + path + ": " + std::strerror(errno));
@@ -78,8 +107,8 @@ Status can_create_under(const std::string& parent) {
   return Status::ok();
 }
 
-std::uint64_t counter(const std::string& file, const std::string& key) {
-  std::istringstream in(read_file(file));
+std::uint64_t counter_in(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
   std::string k;
   std::uint64_t v = 0;
   while (in >> k >> v) {
@@ -97,17 +126,19 @@ bool has_word(const std::string& text, const std::string& word) {
   return false;
 }
 
-void kill_members(const std::string& dir) {
-  std::istringstream in(read_file(dir + "/cgroup.procs"));
+void kill_listed(const std::string& procs) {
+  std::istringstream in(procs);
   pid_t pid;
   while (in >> pid) ::kill(pid, SIGKILL);
 }
 
-bool empty_group(const std::string& dir) {
-  std::istringstream in(read_file(dir + "/cgroup.procs"));
+bool lists_a_process(const std::string& procs) {
+  std::istringstream in(procs);
   pid_t pid;
-  return !(in >> pid);
+  return static_cast<bool>(in >> pid);
 }
+
+void kill_members(const std::string& dir) { kill_listed(read_file(dir + "/cgroup.procs")); }
 
 // Removes the groups of earlier runs whose supervisor died without cleaning
 // up (SIGKILL): "pillbox-<pid>" directories whose pid is gone.
@@ -248,6 +279,8 @@ Expected<std::unique_ptr<CgroupSlots>> CgroupSlots::create(const CgroupProbe& pr
       cg->pids_dirs_.push_back(pids_dir);
     }
     cg->memory_dirs_.push_back(mem);
+    cg->files_.emplace_back();
+    cg->open_slot_files(i);
   }
   cg->detail_ = std::string(v2 ? "cgroup v2" : "cgroup v1") + " memory limit per task under " + mem_base +
                 (pids_base.empty() && !(v2 && !probe.pids_parent.empty()) ? " (no pids limit)" : " with a pids limit");
@@ -267,19 +300,32 @@ Status CgroupSlots::set_memory_limits(const std::string& mem) const {
   return Status::ok();
 }
 
+void CgroupSlots::open_slot_files(std::size_t slot) {
+  const std::string& mem = memory_dirs_[slot];
+  SlotFiles& f = files_[slot];
+  f.oom_counter = open_control(mem + (version_ == CgroupVersion::kV2 ? "/memory.events" : "/memory.oom_control"));
+  if (version_ == CgroupVersion::kV2) f.memory_procs = open_control(mem + "/cgroup.procs");
+  f.memory_stat = open_control(mem + "/memory.stat");
+}
+
 bool CgroupSlots::renew_if_charged(std::size_t slot) {
   if (slot >= memory_dirs_.size()) return false;
   const std::string& mem = memory_dirs_[slot];
-  if (counter(mem + "/memory.stat", "shmem") == 0) return false;
+  if (counter_in(read_control(files_[slot].memory_stat, mem + "/memory.stat"), "shmem") == 0) return false;
   // Empty (kill_all ran), so it can go; the same path made again is a
   // fresh group with nothing charged. The tmpfs pages stay charged to the
   // old one, which no task uses any more, until their files are deleted.
   if (::rmdir(mem.c_str()) != 0) return false;
+  // The kept files are the old group's: from now on they read nothing.
+  files_[slot].oom_counter.reset();
+  files_[slot].memory_procs.reset();
+  files_[slot].memory_stat.reset();
   if (!make_dir(mem) || !set_memory_limits(mem)) {
     // Without its group the slot's tasks fail to join it (sandbox-error, never
     // charged) rather than run without a memory limit.
     return false;
   }
+  open_slot_files(slot);
   return true;
 }
 
@@ -296,24 +342,30 @@ std::vector<std::string> CgroupSlots::procs_files(std::size_t slot) const {
   return files;
 }
 
-std::uint64_t CgroupSlots::oom_kills(std::size_t slot) const {
+std::uint64_t CgroupSlots::oom_kills(std::size_t slot) {
   if (slot >= memory_dirs_.size()) return 0;
-  if (version_ == CgroupVersion::kV2) return counter(memory_dirs_[slot] + "/memory.events", "oom_kill");
-  return counter(memory_dirs_[slot] + "/memory.oom_control", "oom_kill");
+  const char* file = version_ == CgroupVersion::kV2 ? "/memory.events" : "/memory.oom_control";
+  return counter_in(read_control(files_[slot].oom_counter, memory_dirs_[slot] + file), "oom_kill");
 }
 
 void CgroupSlots::kill_all(std::size_t slot) {
   if (slot >= memory_dirs_.size()) return;
-  std::vector<std::string> dirs = {memory_dirs_[slot]};
-  if (!pids_dirs_[slot].empty()) dirs.push_back(pids_dirs_[slot]);
+  struct Group {
+    UniqueFd* procs;  // kept open (v2), or null: opened for each read (v1, see SlotFiles)
+    std::string path;
+  };
+  UniqueFd* kept = version_ == CgroupVersion::kV2 ? &files_[slot].memory_procs : nullptr;
+  std::vector<Group> groups = {{kept, memory_dirs_[slot] + "/cgroup.procs"}};
+  if (!pids_dirs_[slot].empty()) groups.push_back({nullptr, pids_dirs_[slot] + "/cgroup.procs"});
   // cgroup.procs lists a process until it has exited; SIGKILL is final, so
   // this converges within a few rounds unless something is stuck in the kernel.
   for (int round = 0; round < 200; ++round) {
     bool all_empty = true;
-    for (const auto& d : dirs) {
-      if (!empty_group(d)) {
+    for (Group& g : groups) {
+      const std::string procs = g.procs != nullptr ? read_control(*g.procs, g.path) : read_file(g.path);
+      if (lists_a_process(procs)) {
         all_empty = false;
-        kill_members(d);
+        kill_listed(procs);
       }
     }
     if (all_empty) return;

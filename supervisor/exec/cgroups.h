@@ -15,6 +15,7 @@
 
 #include "shared/policy.h"
 #include "shared/status.h"
+#include "shared/unique_fd.h"
 
 namespace pillbox {
 
@@ -40,7 +41,7 @@ class CgroupSlots {
   ~CgroupSlots();  // kills what is left, removes the groups
 
   std::vector<std::string> procs_files(std::size_t slot) const;
-  std::uint64_t oom_kills(std::size_t slot) const;  // monotonic counter of the memory group
+  std::uint64_t oom_kills(std::size_t slot);  // monotonic counter of the memory group
   // SIGKILLs every process still in the slot's groups, waits until they are gone
   // (bounded), so the next task starts in an empty group.
   void kill_all(std::size_t slot);
@@ -57,12 +58,30 @@ class CgroupSlots {
  private:
   CgroupSlots() = default;
   Status set_memory_limits(const std::string& memory_dir) const;
+  // The control files read per task, kept open per slot and read with
+  // pread at offset 0: they are seq_files, and a read at offset 0 makes the
+  // kernel show their current values again. Per task this spares an open,
+  // fstat and close of the OOM counter (twice) and memory.stat, and in v2
+  // of cgroup.procs. Not v1's cgroup.procs: v1 keeps the pid list it built
+  // for an open file and shows it again for about a second (the kernel's
+  // CGROUP_PIDLIST_DESTROY_DELAY), so a kept file would miss a process that
+  // joined since; it is opened anew for each read (cgroup_slots_test.cpp
+  // hangs on v1 without this). An fd is reopened when reading it fails (its
+  // group was made anew), and when it cannot be, the read is what a read
+  // by path gives: nothing.
+  struct SlotFiles {
+    UniqueFd oom_counter;    // memory.events (v2) or memory.oom_control (v1)
+    UniqueFd memory_procs;   // cgroup.procs of the memory group (v2 only)
+    UniqueFd memory_stat;
+  };
+  void open_slot_files(std::size_t slot);
   CgroupVersion version_ = CgroupVersion::kNone;
   Limits limits_;
   bool pids_in_memory_group_ = false;          // v2 with the pids controller
   std::vector<std::string> created_;           // directories to remove, deepest last
   std::vector<std::string> memory_dirs_;       // per slot
   std::vector<std::string> pids_dirs_;         // per slot ("" when unavailable)
+  std::vector<SlotFiles> files_;               // per slot
   std::string detail_;
 };
 

@@ -14,6 +14,14 @@ class Writer {
       : ledger_(ledger), quarantine_(quarantine), context_(context), now_(now), result_(result) {}
 
   Status operator()(const StartAttempt& w) {
+    if (w.new_task) {
+      auto made = ledger_.start_new_task(w.key, w.sha256, w.payload_size, now_, w.solo);
+      if (!made) return Status::error(made.error());
+      if (*made) {
+        result_.started.push_back({w.ref, (*made)->task_id, (*made)->n, (*made)->state, ""});
+        return Status::ok();
+      }
+    }
     auto started = ledger_.start_attempt(w.key, w.sha256, w.payload_size, now_, w.solo, w.fresh_budget, w.rerun_ok);
     if (!started) return Status::error(started.error());
     result_.started.push_back({w.ref, started->task_id, started->n, started->state, started->claimed_elsewhere});

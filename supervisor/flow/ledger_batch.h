@@ -30,6 +30,7 @@ struct StartAttempt {
   bool solo = false;           // runs with nothing else in flight
   bool fresh_budget = false;   // gave up in an earlier run: old attempts stop counting
   bool rerun_ok = false;       // --rerun: a task ok in the ledger runs again
+  bool new_task = false;       // the ledger did not know it when it was read: created with its attempt at once
 };
 
 struct EndAttempt {
@@ -130,6 +131,11 @@ struct BatchContext {
 class LedgerBatch {
  public:
   void add(LedgerWrite write) { writes_.push_back(std::move(write)); }
+  // Moves every write of `other` to the end of this batch, and empties it.
+  void add_all(LedgerBatch& other) {
+    for (LedgerWrite& w : other.writes_) writes_.push_back(std::move(w));
+    other.writes_.clear();
+  }
   bool empty() const { return writes_.empty(); }
   std::size_t size() const { return writes_.size(); }
   const std::vector<LedgerWrite>& writes() const { return writes_; }

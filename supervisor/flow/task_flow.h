@@ -181,7 +181,16 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void forget(std::uint64_t ref);
   // Counts the attempts of `starts` and applies the turn's batch, then tells
   // the verdicts that waited for it.
-  Status flush(const std::vector<std::uint64_t>& starts);
+  // `release_held`: the held ok writes go too (the run ends, or a slot
+  // stays free this turn).
+  Status flush(const std::vector<std::uint64_t>& starts, bool release_held = false);
+  // Where the ledger writes of a task that ended ok go: held back (held_ok_)
+  // unless the attempt ran alone or a suspect waits to.
+  LedgerBatch& ok_writes(const Tracked& t);
+  // Whether the held ok writes go into this turn's transaction.
+  bool release_held_ok(const std::vector<std::uint64_t>& starts, bool release) const;
+  // Writes the held ok writes now, in a transaction of their own.
+  Status write_held_ok();
   // By when next() wants to be asked again, when it says kWait.
   std::optional<Clock::time_point> wake_at() const;
   static std::optional<Clock::time_point> wait_at_earliest(std::optional<Clock::time_point> a,
@@ -224,6 +233,21 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   StopSignals stop_signals_;
 
   LedgerBatch batch_;                                  // this turn's ledger writes
+  // The writes of tasks that ended ok (the attempt's end, "ok", the kept
+  // result), held back from the turn's transaction and written a few turns'
+  // worth at a time: each transaction that writes results dirties the
+  // results table, its age index and the running total (3 of its ~7 pages),
+  // whatever the number of results in it. Until written, such a task's
+  // attempt reads as unfinished: a crash meanwhile makes it run again,
+  // alone (as for a task in flight), never ok without its result nor ok
+  // twice. Written with the next transaction once kMaxHeldOk tasks or
+  // kMaxHeldOkFor have gone by, before anything runs alone (a solo task
+  // must be the only unfinished one if the supervisor dies), when a turn
+  // leaves a slot free (no start comes soon to share a transaction with),
+  // and at the end of the run.
+  LedgerBatch held_ok_;
+  std::set<std::int64_t> held_ok_tasks_;               // their ledger ids
+  std::optional<Clock::time_point> held_ok_since_;     // when the oldest was held
   BatchContext batch_context_;                         // who writes them; made once
   std::map<std::uint64_t, AwaitingRecord> awaiting_record_;  // by ref
   FlowReport report_;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <utility>
+
 #include "supervisor/flow/death_note.h"
 #include "supervisor/store/process_claim.h"
 #include "supervisor/store/quarantine_store.h"
@@ -30,6 +32,30 @@ std::string claim_of_another(const Statement& stmt, int column, const std::strin
 
 Ledger::Ledger(Database& db, std::string job) : db_(&db), job_(std::move(job)), claim_(process_claim_token()) {}
 
+Ledger::Ledger(Ledger&& other) noexcept
+    : db_(other.db_),
+      job_(std::move(other.job_)),
+      claim_(std::move(other.claim_)),
+      run_id_(other.run_id_),
+      begin_(std::move(other.begin_)),
+      commit_(std::move(other.commit_)),
+      rollback_(std::move(other.rollback_)),
+      in_txn_(std::exchange(other.in_txn_, false)),
+      find_task_(std::move(other.find_task_)),
+      find_attempts_(std::move(other.find_attempts_)),
+      insert_new_task_(std::move(other.insert_new_task_)),
+      upsert_task_(std::move(other.upsert_task_)),
+      bump_attempts_(std::move(other.bump_attempts_)),
+      insert_attempt_(std::move(other.insert_attempt_)),
+      end_attempt_(std::move(other.end_attempt_)),
+      uncharge_(std::move(other.uncharge_)),
+      set_state_(std::move(other.set_state_)),
+      uncharge_all_(std::move(other.uncharge_all_)),
+      set_wait_(std::move(other.set_wait_)),
+      release_claims_(std::move(other.release_claims_)) {}
+
+Ledger::~Ledger() { rollback(); }
+
 Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity, const std::string& policy_identity) {
   Ledger ledger(db, handler_identity);
   struct {
@@ -40,6 +66,12 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
       {&ledger.find_attempts_,
        "SELECT a.n, a.ended_at IS NOT NULL, coalesce(a.kind, ''), coalesce(a.fingerprint, ''), a.charged, a.solo, "
        "r.died_of IS NOT NULL FROM attempts a LEFT JOIN runs r ON r.id = a.run_id WHERE a.task_id = ?1 ORDER BY a.n"},
+      {&ledger.begin_, "BEGIN IMMEDIATE"},
+      {&ledger.commit_, "COMMIT"},
+      {&ledger.rollback_, "ROLLBACK"},
+      {&ledger.insert_new_task_,
+       "INSERT INTO tasks (job, key, payload_sha256, payload_size, state, attempts, updated_at, claim) "
+       "VALUES (?1, ?2, ?3, ?4, 'pending', 1, ?5, ?6) ON CONFLICT (job, key, payload_sha256) DO NOTHING"},
       {&ledger.upsert_task_,
        "INSERT INTO tasks (job, key, payload_sha256, payload_size, state, attempts, updated_at) "
        "VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5) "
@@ -131,18 +163,62 @@ Status Ledger::record_deaths(const std::string& store_dir) {
 }
 
 Status Ledger::begin() {
-  if (txn_) return Status::ok();
-  auto txn = Transaction::begin(db_->handle());
-  if (!txn) return Status::error(txn.error());
-  txn_.emplace(std::move(*txn));
+  if (in_txn_) return Status::ok();
+  // IMMEDIATE, as Transaction: a concurrent writer waits in the busy handler
+  // instead of failing half-way through.
+  if (auto s = begin_.run(); !s) return Status::error("store: cannot start a transaction: " + s.message());
+  in_txn_ = true;
   return Status::ok();
 }
 
 Status Ledger::commit() {
-  if (!txn_) return Status::ok();
-  Status s = txn_->commit();
-  txn_.reset();
-  return s;
+  if (!in_txn_) return Status::ok();
+  if (auto s = commit_.run(); !s) {
+    rollback();
+    return Status::error("store: commit failed: " + s.message());
+  }
+  in_txn_ = false;
+  return Status::ok();
+}
+
+void Ledger::rollback() {
+  if (!in_txn_) return;
+  in_txn_ = false;
+  // A failed COMMIT may have rolled back already: then there is nothing to
+  // roll back, and the error says so; either way no transaction is open.
+  if (::sqlite3_get_autocommit(db_->handle()) == 0) (void)rollback_.run();
+}
+
+Expected<std::optional<StartedAttempt>> Ledger::start_new_task(const std::string& key, const std::string& sha,
+                                                              std::int64_t size, std::int64_t now, bool solo) {
+  // No RETURNING: SQLite buffers a RETURNING statement's rows in a
+  // temporary b-tree, opened and closed per execution (sqlite3BtreeOpen in
+  // the supervisor's profile); the row count and the new rowid say the same.
+  if (auto s = insert_new_task_.bind(1, std::string_view(job_))
+                   .bind(2, std::string_view(key))
+                   .bind(3, std::string_view(sha))
+                   .bind(4, size)
+                   .bind(5, now)
+                   .bind(6, std::string_view(claim_))
+                   .run();
+      !s) {
+    return Error{s.message()};
+  }
+  if (::sqlite3_changes(db_->handle()) == 0) return std::optional<StartedAttempt>();  // it exists: start_attempt reads it
+  StartedAttempt started;
+  started.task_id = ::sqlite3_last_insert_rowid(db_->handle());
+  started.n = 1;
+  started.state = TaskState::kPending;
+  if (auto s = insert_attempt_.bind(1, started.task_id)
+                   .bind(2, static_cast<std::int64_t>(started.n))
+                   .bind(3, run_id_)
+                   .bind(4, now)
+                   .bind(5, static_cast<std::int64_t>(solo ? 1 : 0))
+                   .run();
+      !s) {
+    return Error{s.message()};
+  }
+  return std::optional<StartedAttempt>(std::move(started));
 }
 
 Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std::string& sha, std::int64_t size,

@@ -54,6 +54,12 @@ struct StartedAttempt {
 
 class Ledger {
  public:
+  Ledger(Ledger&& other) noexcept;
+  Ledger& operator=(Ledger&&) = delete;
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+  ~Ledger();  // rolls back a batch left open
+
   // Records this run (pid, host, what it runs) and prepares the statements.
   static Expected<Ledger> open(Database& db, const std::string& handler_identity, const std::string& policy_identity);
 
@@ -68,8 +74,8 @@ class Ledger {
 
   Status begin();
   Status commit();
-  void rollback() { txn_.reset(); }  // the transaction's destructor rolls it back
-  bool in_batch() const { return txn_.has_value(); }
+  void rollback();
+  bool in_batch() const { return in_txn_; }
 
   // Inside a batch. Creates the task on first sight; the attempt number is
   // taken from the database, so concurrent runs never reuse one. A task
@@ -84,6 +90,14 @@ class Ledger {
   Expected<StartedAttempt> start_attempt(const std::string& key, const std::string& payload_sha256,
                                          std::int64_t payload_size, std::int64_t now_ms, bool solo = false,
                                          bool fresh_budget = false, bool rerun_ok = false);
+  // Inside a batch. start_attempt for a task find() did not know: the task
+  // is created with its first attempt counted and claimed in one statement
+  // (one fewer per new task than start_attempt, which must read the row
+  // first). nullopt when the task exists after all (another process made
+  // it since find): then nothing was written, and start_attempt decides.
+  Expected<std::optional<StartedAttempt>> start_new_task(const std::string& key, const std::string& payload_sha256,
+                                                         std::int64_t payload_size, std::int64_t now_ms,
+                                                         bool solo = false);
   Status end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now_ms, const std::string& kind,
                      const std::string& fingerprint, const std::string& message, bool charged,
                      std::string_view stderr_tail = {});
@@ -103,9 +117,15 @@ class Ledger {
   std::string job_;
   std::string claim_;  // this process's claim token
   std::int64_t run_id_ = 0;
-  std::optional<Transaction> txn_;
+  // BEGIN IMMEDIATE, COMMIT and ROLLBACK prepared once, not parsed per
+  // transaction (one transaction per dispatcher turn).
+  Statement begin_;
+  Statement commit_;
+  Statement rollback_;
+  bool in_txn_ = false;
   Statement find_task_;
   Statement find_attempts_;
+  Statement insert_new_task_;
   Statement upsert_task_;
   Statement bump_attempts_;
   Statement insert_attempt_;

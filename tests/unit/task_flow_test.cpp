@@ -15,6 +15,7 @@
 
 #include "shared/sha256.h"
 #include "supervisor/flow/task_flow.h"
+#include "supervisor/store/result_store.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
 #include "tests/unit/scratch_dir.h"
@@ -606,6 +607,92 @@ TEST_CASE("task flow: a quarantine in a failed batch is written by finish(), and
   auto records = run.store->db().query_text("SELECT count(*) FROM quarantine");
   REQUIRE(records.has_value());
   CHECK(*records == "1");
+}
+
+// The ledger writes of tasks that ended ok are held back from the turn's
+// transaction and written a few turns' worth at a time (task_flow.h,
+// held_ok_): meanwhile those tasks read as unfinished, and by the end every
+// one is ok with its result.
+TEST_CASE("task flow: ok tasks' writes are held back a few turns while others run, and all written by the end") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings;
+  settings.keep_results = 1 << 20;
+  Run run(dir.path, numbered_keys(6), settings);
+  auto results = store::ResultStore::open(run.store->db());
+  REQUIRE(results.has_value());
+  run.flow->set_result_store(&*results);
+  std::map<std::string, std::string> seen_when_t4_ran;
+  run.drive([&](const Task& t) {
+    if (t.key == "t4") {
+      for (const char* k : {"t0", "t1", "t2"}) seen_when_t4_ran[k] = run.state(k);
+    }
+    Outcome o = ok();
+    o.output = "result of " + t.key;
+    return o;
+  });
+  // t0..t2 ended ok turns before t4 ran, on a clock that did not move: held.
+  CHECK(seen_when_t4_ran == std::map<std::string, std::string>{{"t0", "pending"}, {"t1", "pending"}, {"t2", "pending"}});
+  CHECK(run.sink.count(Verdict::Type::kOk) == 6);
+  for (const auto& key : numbered_keys(6)) {
+    INFO(key);
+    CHECK(run.state(key) == "ok");
+    const auto h = run.history(key);
+    REQUIRE(h.size() == 1);
+    CHECK(h[0].finished);
+    CHECK(h[0].kind == "ok");
+  }
+  CHECK(*run.store->db().query_int("SELECT count(*) FROM results WHERE status = 'kept'") == 6);
+}
+
+TEST_CASE("task flow: a run that dies with ok writes held back leaves those tasks to run again: never ok twice, never ok without its result") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings;
+  settings.keep_results = 1 << 20;
+  {
+    // Driven by hand, then dropped without finish(): the supervisor killed.
+    Run run(dir.path, {"a", "b", "c", "d"}, settings);
+    auto results = store::ResultStore::open(run.store->db());
+    REQUIRE(results.has_value());
+    run.flow->set_result_store(&*results);
+    REQUIRE(run.flow->prepare(2).is_ok());
+    const TaskSource::Item a = run.flow->next();
+    const TaskSource::Item b = run.flow->next();
+    REQUIRE(a.type == TaskSource::Item::Type::kTask);
+    REQUIRE(b.type == TaskSource::Item::Type::kTask);
+    Outcome o = ok();
+    o.output = "first result of a";
+    run.flow->on_outcome(a.task, o);
+    REQUIRE(run.flow->prepare(1).is_ok());  // starts c; a's writes held
+    REQUIRE(run.flow->next().type == TaskSource::Item::Type::kTask);
+    CHECK(run.sink.of("a").verdict.type == Verdict::Type::kOk);  // told, not yet written
+    CHECK(run.state("a") == "pending");
+  }
+  Run again(dir.path, {"a", "b", "c", "d"}, settings);
+  auto results = store::ResultStore::open(again.store->db());
+  REQUIRE(results.has_value());
+  again.flow->set_result_store(&*results);
+  again.drive([](const Task& t) {
+    Outcome o = ok();
+    o.output = "result of " + t.key;
+    return o;
+  });
+  for (const std::string key : {"a", "b", "c", "d"}) {
+    INFO(key);
+    CHECK(again.state(key) == "ok");
+    const auto h = again.history(key);
+    const auto oks = std::count_if(h.begin(), h.end(), [](const store::AttemptSummary& x) { return x.kind == "ok"; });
+    CHECK(oks == 1);
+  }
+  // a ran again (its first ok never reached the ledger): cut short, then ok.
+  const auto h = again.history("a");
+  REQUIRE(h.size() == 2);
+  CHECK_FALSE(h[0].finished);
+  CHECK(h[1].kind == "ok");
+  CHECK(*again.store->db().query_int("SELECT count(*) FROM results WHERE status = 'kept'") == 4);
+  auto kept = results->of_task(*again.store->db().query_int("SELECT id FROM tasks WHERE key = 'a'"));
+  REQUIRE(kept.has_value());
+  REQUIRE(kept->has_value());
+  CHECK((*kept)->data == "result of a");
 }
 
 }  // namespace
