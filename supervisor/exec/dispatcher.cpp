@@ -150,6 +150,8 @@ class Dispatcher {
           order.push_back(r.get());
         }
       }
+      const std::size_t idle_base = items.size();
+      const std::size_t idle_wires = wires_.add_poll_items(items);
       auto timeout = launcher_->needs_tick() ? std::min(next_timeout(), std::chrono::milliseconds(20)) : next_timeout();
       if (source_wake_at) timeout = std::min(timeout, until(*source_wake_at));
       try {
@@ -165,6 +167,12 @@ class Dispatcher {
         const auto& sock = items[base + 2 * i];
         const auto& mon = items[base + 2 * i + 1];
         if ((sock.revents | mon.revents) & ZMQ_POLLIN) on_wire(*order[i]);
+      }
+      for (std::size_t i = 0; i < idle_wires; ++i) {
+        if (items[idle_base + i].revents & ZMQ_POLLIN) {
+          wires_.tend();
+          break;
+        }
       }
       if (auto lost = on_launcher_events(); !lost) return Error{lost.message(), lost.code()};
       enforce_deadlines();

@@ -52,8 +52,14 @@ std::vector<WireSocket::Event> WireSocket::read_events(int limit) {
       event.swap(rest);
     }
     // libzmq reports a connection's ACCEPTED before it hands the connection
-    // to the socket, so before any of its frames can be read, and its
-    // DISCONNECTED after its frames were queued.
+    // to the socket, so before any of its frames can be read. Its
+    // DISCONNECTED comes after its frames were queued, except when the
+    // connection ends in a protocol error: frames decoded in that last read
+    // are queued just after the event. Such a frame can then reach the next
+    // task of the socket; it carries the earlier task's number, so the next
+    // task's channel refuses it as a violation before its payload is sent
+    // (a sandbox-error, never charged to that payload) and the socket is
+    // retired.
     if (id == ZMQ_EVENT_ACCEPTED) {
       ++accepted_;
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
@@ -83,6 +89,17 @@ bool WireSocket::ready_for_next_task() {
   return (sock_.get(zmq::sockopt::events) & ZMQ_POLLIN) == 0;
 }
 
+bool WireSocket::intruded_while_idle() {
+  (void)read_events(64);
+  // The last task's own ACCEPTED may be read only now (its frames came
+  // first, over another pipe): it makes accepted_ equal served_, not more.
+  return accepted_ > served_;
+}
+
+void WireSocket::add_monitor_poll_item(std::vector<zmq::pollitem_t>& items) {
+  items.push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
+}
+
 void WireSocket::task_ended(bool clean) {
   if (clean) {
     ++served_;
@@ -93,6 +110,15 @@ void WireSocket::task_ended(bool clean) {
 
 WirePool::WirePool(zmq::context_t& ctx, std::string rundir, std::size_t max_frame, std::size_t keep)
     : ctx_(ctx), rundir_(std::move(rundir)), max_frame_(max_frame), keep_(keep) {}
+
+std::size_t WirePool::add_poll_items(std::vector<zmq::pollitem_t>& items) {
+  for (auto& socket : idle_) socket->add_monitor_poll_item(items);
+  return idle_.size();
+}
+
+void WirePool::tend() {
+  std::erase_if(idle_, [](const std::unique_ptr<WireSocket>& socket) { return socket->intruded_while_idle(); });
+}
 
 std::unique_ptr<WireSocket> WirePool::acquire() {
   for (auto it = idle_.begin(); it != idle_.end(); ++it) {

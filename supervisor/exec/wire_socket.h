@@ -49,6 +49,12 @@ class WireSocket {
   // connection and it broke no rule; otherwise the socket is retired.
   void task_ended(bool clean);
   bool retired() const { return retired_; }
+  // While idle: reads what the monitor reported (so libzmq's IO thread,
+  // which blocks when a monitor's queue is full, never waits on it) and
+  // tells whether anything connected since its last task. Nothing of ours
+  // can: that is a straggler or an intruder, and the socket must go.
+  bool intruded_while_idle();
+  void add_monitor_poll_item(std::vector<zmq::pollitem_t>& items);
 
  private:
   std::string endpoint_;
@@ -74,8 +80,18 @@ class WirePool {
   // After the channel of the socket's task ended.
   void release(std::unique_ptr<WireSocket> socket);
 
-  // For tests: sockets bound so far.
+  // The idle sockets' monitors, for the dispatcher's poll: an idle socket
+  // that reports anything is tended at once (tend), so no monitor queue
+  // fills while its socket waits, whether or not tasks are launched.
+  // Returns how many items were added.
+  std::size_t add_poll_items(std::vector<zmq::pollitem_t>& items);
+  // Reads every idle socket's monitor; retires (closes) those something
+  // connected to while idle.
+  void tend();
+
+  // For tests: sockets bound so far, and sockets idle now.
   std::uint64_t sockets_bound() const { return next_id_; }
+  std::size_t idle() const { return idle_.size(); }
 
  private:
   zmq::context_t& ctx_;

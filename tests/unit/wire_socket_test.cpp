@@ -121,4 +121,37 @@ TEST_CASE("a wire socket that saw more connections than tasks, or a task it coul
   }
 }
 
+TEST_CASE("an idle wire socket something connects to is retired when its monitor reports it") {
+  Fixture f;
+  std::unique_ptr<WireSocket> socket = f.pool.acquire();
+  const std::string endpoint = socket->endpoint();
+  {
+    Client child = connect_and_send(*socket, "hello");
+    CHECK(receive(*socket) == "hello");
+  }
+  socket->task_ended(true);
+  wait_for_disconnects(*socket, 1);
+  f.pool.release(std::move(socket));
+  REQUIRE(f.pool.idle() == 1);
+  f.pool.tend();
+  CHECK(f.pool.idle() == 1);  // its own task's events only: kept
+
+  // A straggler that reaches the idle endpoint: the pool's poll items wake
+  // on the monitor's report, and tending retires the socket, without any
+  // task being launched. Without the tending its monitor queue would grow
+  // with every connection until libzmq's IO thread blocked on it.
+  auto intruder = Client::connect(endpoint);
+  REQUIRE_MESSAGE(intruder, intruder.error());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  while (f.pool.idle() == 1 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<zmq::pollitem_t> items;
+    REQUIRE(f.pool.add_poll_items(items) == 1);
+    zmq::poll(items, std::chrono::milliseconds(100));
+    if (items[0].revents & ZMQ_POLLIN) f.pool.tend();
+  }
+  CHECK(f.pool.idle() == 0);
+  (void)f.pool.acquire();
+  CHECK(f.pool.sockets_bound() == 2);  // a new one: the retired socket is closed
+}
+
 }  // namespace pillbox
