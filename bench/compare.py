@@ -157,13 +157,14 @@ def main():
          lambda v: v < 0.1),
         ("4. attempts/s with 10% poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec", fa=attempts),
          ">= 0.90", lambda v: v >= 0.9),
-        ("   good tasks/s with poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec"), "(floor %.2f)"
-         % (1 / attempts), lambda v: True),
+        ("   good tasks/s with poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec"), "(info; %.2f if"
+         % (1 / attempts) + " attempts cost the same)", None),
     ]
     print()
     print("%-40s %8s %10s" % ("goal", "measured", "target"))
     for name, value, target, met in goals:
-        print("%-40s %8.2f %10s  %s" % (name, value, target, "met" if met(value) else "NOT met"))
+        verdict = "" if met is None else "met" if met(value) else "NOT met"
+        print("%-40s %8.2f %10s  %s" % (name, value, target, verdict))
     if BASE_PB:
         print()
         print("new build against the base build, same rounds (throughput ratio new/base; CPU per task base -> new)")
