@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -28,43 +29,61 @@ class KeysSeen {
   void check(TaskSource::Item& item, std::uint64_t line_no) {
     Task& task = item.task;
     if (full_) return;
-    auto [it, inserted] = seen_.try_emplace(task.key);
+    const Seen now{line_no, digest_of(task.payload_sha256)};
+    auto [it, inserted] = first_.try_emplace(task.key, now);
     if (inserted) {
-      bytes_ += task.key.size() + task.payload_sha256.size() + kOverhead;
-      it->second.push_back({line_no, task.payload_sha256});
+      bytes_ += task.key.size() + kOverhead;
       if (bytes_ > kMaxBytes) {
         full_ = true;
-        seen_.clear();
+        first_.clear();
+        more_.clear();
         item.notice = "stdin:" + std::to_string(line_no) + ": over " + std::to_string(kMaxBytes >> 20) +
                       " MiB of keys; keys given twice are no longer reported from here on";
       }
       return;
     }
     const std::string shown = table_cell(task.key, 200);
-    for (const Seen& earlier : it->second) {
-      if (earlier.sha256 == task.payload_sha256) {
-        task.repeat_of_line = earlier.line;
-        item.notice = "stdin:" + std::to_string(line_no) + ": key '" + shown + "' with the same payload as line " +
-                      std::to_string(earlier.line) + ": one task, run once";
-        return;
-      }
+    const Seen* same = it->second.digest == now.digest ? &it->second : nullptr;
+    for (auto [m, end] = more_.equal_range(task.key); same == nullptr && m != end; ++m) {
+      if (m->second.digest == now.digest) same = &m->second;
+    }
+    if (same != nullptr) {
+      task.repeat_of_line = same->line;
+      item.notice = "stdin:" + std::to_string(line_no) + ": key '" + shown + "' with the same payload as line " +
+                    std::to_string(same->line) + ": one task, run once";
+      return;
     }
     task.key_reused = true;
     item.notice = "stdin:" + std::to_string(line_no) + ": warning: key '" + shown + "' was given line " +
-                  std::to_string(it->second.front().line) + " with another payload; both run, and their results are " +
+                  std::to_string(it->second.line) + " with another payload; both run, and their results are " +
                   "kept apart (--out: this one's file name ends in ~" + task.payload_sha256.substr(0, 16) + ".out)";
-    bytes_ += task.payload_sha256.size() + kOverhead;
-    it->second.push_back({line_no, task.payload_sha256});
+    bytes_ += task.key.size() + kOverhead;
+    more_.emplace(task.key, now);
   }
 
  private:
+  // One entry per distinct key for the whole of stdin (bench/README.md,
+  // issue 15: ~90 bytes per key with a short key, was ~250 with the digest
+  // kept as 64 hex characters in a vector per key); bounded all the same.
   static constexpr std::size_t kMaxBytes = 64u << 20;
-  static constexpr std::size_t kOverhead = 64;  // a node and its bookkeeping, roughly
+  static constexpr std::size_t kOverhead = 96;  // a node and its bookkeeping, roughly
+  // Payloads are told apart by the first 128 bits of their SHA-256: the
+  // same key with two payloads that collide there would be taken for one.
+  using Digest = std::array<unsigned char, 16>;
   struct Seen {
     std::uint64_t line;
-    std::string sha256;
+    Digest digest;
   };
-  std::unordered_map<std::string, std::vector<Seen>> seen_;
+  static Digest digest_of(const std::string& sha256_hex) {
+    Digest d{};
+    for (std::size_t i = 0; i < d.size() && 2 * i + 1 < sha256_hex.size(); ++i) {
+      auto nibble = [](char c) { return static_cast<unsigned char>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10); };
+      d[i] = static_cast<unsigned char>(nibble(sha256_hex[2 * i]) << 4 | nibble(sha256_hex[2 * i + 1]));
+    }
+    return d;
+  }
+  std::unordered_map<std::string, Seen> first_;       // the first line of each key
+  std::unordered_multimap<std::string, Seen> more_;  // the same key with other payloads (rare)
   std::size_t bytes_ = 0;
   bool full_ = false;
 };
