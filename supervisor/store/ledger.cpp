@@ -209,16 +209,17 @@ Expected<std::optional<StartedAttempt>> Ledger::start_new_task(const std::string
   started.task_id = ::sqlite3_last_insert_rowid(db_->handle());
   started.n = 1;
   started.state = TaskState::kPending;
-  if (auto s = insert_attempt_.bind(1, started.task_id)
-                   .bind(2, static_cast<std::int64_t>(started.n))
-                   .bind(3, run_id_)
-                   .bind(4, now)
-                   .bind(5, static_cast<std::int64_t>(solo ? 1 : 0))
-                   .run();
-      !s) {
-    return Error{s.message()};
-  }
+  if (auto s = insert_attempt(started, now, solo); !s) return Error{s.message()};
   return std::optional<StartedAttempt>(std::move(started));
+}
+
+Status Ledger::insert_attempt(const StartedAttempt& started, std::int64_t now, bool solo) {
+  return insert_attempt_.bind(1, started.task_id)
+      .bind(2, static_cast<std::int64_t>(started.n))
+      .bind(3, run_id_)
+      .bind(4, now)
+      .bind(5, static_cast<std::int64_t>(solo ? 1 : 0))
+      .run();
 }
 
 Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std::string& sha, std::int64_t size,
@@ -250,15 +251,7 @@ Expected<StartedAttempt> Ledger::start_attempt(const std::string& key, const std
   started.n = static_cast<std::uint32_t>(bump_attempts_.column_int(0));
   started.state = TaskState::kPending;
   bump_attempts_.reset();
-  if (auto s = insert_attempt_.bind(1, started.task_id)
-                   .bind(2, static_cast<std::int64_t>(started.n))
-                   .bind(3, run_id_)
-                   .bind(4, now)
-                   .bind(5, static_cast<std::int64_t>(solo ? 1 : 0))
-                   .run();
-      !s) {
-    return Error{s.message()};
-  }
+  if (auto s = insert_attempt(started, now, solo); !s) return Error{s.message()};
   return started;
 }
 

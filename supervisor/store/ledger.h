@@ -112,6 +112,8 @@ class Ledger {
 
  private:
   Ledger(Database& db, std::string job);
+  // The attempts row of a task's attempt just counted (started.n).
+  Status insert_attempt(const StartedAttempt& started, std::int64_t now, bool solo);
 
   Database* db_;
   std::string job_;
