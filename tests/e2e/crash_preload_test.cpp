@@ -31,7 +31,14 @@ TEST_CASE("an exec'd program maps the crash library and no unwinder library besi
     CHECK(r.records[0]["kind"] == "ok");
     const std::string maps = r.records[0].value("output", "");
     CHECK_MESSAGE(contains(maps, "libpillbox-crash.so"), maps);
+#if defined(PILLBOX_SANITIZED)
+    // The sanitized crash library brings the sanitizer runtimes, and they
+    // bring libstdc++ and libgcc_s: what an ordinary build loads is not
+    // what this build shows.
+    MESSAGE("skipped (sanitized build): the check that no unwinder library is mapped");
+#else
     CHECK_MESSAGE(!contains(maps, "libgcc_s"), maps);
+#endif
   }
 }
 
