@@ -89,20 +89,39 @@ void record_crash(const std::string& work, const std::string& store, const std::
   REQUIRE(sql_int(store + "/pillbox.db", "SELECT count(*) FROM quarantine") == 1);
 }
 
+// The common start of these tests: a parser.py in `work` (with grammar.txt
+// saying BOOM when `grammar`), a payload in `state`, and its crash recorded
+// into `store` from `work` (record 1). Tests take the members by structured
+// binding.
+struct RecordedCrash {
+  e2e::TempDir work;
+  e2e::TempDir state;
+  std::string store = state.path() + "/store";
+  std::string db = store + "/pillbox.db";
+  std::string payload;
+
+  void record(const std::string& payload_text, bool grammar, const std::vector<std::string>& extra = {}) {
+    work.write("parser.py", parser_script(grammar));
+    if (grammar) work.write("grammar.txt", "BOOM\n");
+    payload = state.write("input", payload_text);
+    record_crash(work.path(), store, payload, extra);
+  }
+};
+
+// True, after saying the test is skipped, when no python3 can be run.
+bool python_missing() {
+  if (have_python()) return false;
+  MESSAGE("skipped: no python3 in " << python_search_path());
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("python3 parser.py {} recorded in its directory: reproduce and minimize from / find the same crash") {
-  if (!have_python()) {
-    MESSAGE("skipped: no python3 in " << python_search_path());
-    return;
-  }
-  e2e::TempDir work;
-  e2e::TempDir state;
-  const std::string store = state.path() + "/store";
-  const std::string db = store + "/pillbox.db";
-  work.write("parser.py", parser_script(false));
-  const std::string payload = state.write("input", "header..BOOM..trailer\n");
-  record_crash(work.path(), store, payload);
+  if (python_missing()) return;
+  RecordedCrash scene;
+  scene.record("header..BOOM..trailer\n", false);
+  auto& [work, state, store, db, payload] = scene;
   // The record keeps where it was made, and the command line made absolute
   // against it; the bare python3 as PATH found it.
   CHECK(sql_rows(db, "SELECT working_dir FROM quarantine") == std::vector<std::vector<std::string>>{{work.path()}});
@@ -141,18 +160,10 @@ TEST_CASE("python3 parser.py {} recorded in its directory: reproduce and minimiz
 }
 
 TEST_CASE("a script that opens a file relative to its directory, without a private /tmp: reproduce from / runs it there") {
-  if (!have_python()) {
-    MESSAGE("skipped: no python3 in " << python_search_path());
-    return;
-  }
-  e2e::TempDir work;
-  e2e::TempDir state;
-  const std::string store = state.path() + "/store";
-  work.write("parser.py", parser_script(true));
-  work.write("grammar.txt", "BOOM\n");
-  const std::string policy = policy_without_private_tmp(state);
-  const std::string payload = state.write("input", "xxBOOMyy");
-  record_crash(work.path(), store, payload, {"--policy", policy});
+  if (python_missing()) return;
+  RecordedCrash scene;
+  scene.record("xxBOOMyy", true, {"--policy", policy_without_private_tmp(scene.state)});
+  auto& [work, state, store, db, payload] = scene;
 
   for (const std::string& from : {std::string("/"), state.path()}) {
     CAPTURE(from);
@@ -171,17 +182,10 @@ TEST_CASE("a script that opens a file relative to its directory, without a priva
 }
 
 TEST_CASE("a reproduction that fails differently says what it got: kind, fingerprint and message; minimize too") {
-  if (!have_python()) {
-    MESSAGE("skipped: no python3 in " << python_search_path());
-    return;
-  }
-  e2e::TempDir work;
-  e2e::TempDir state;
-  const std::string store = state.path() + "/store";
-  const std::string db = store + "/pillbox.db";
-  work.write("parser.py", parser_script(false));
-  const std::string payload = state.write("input", "xxBOOMyy");
-  record_crash(work.path(), store, payload);
+  if (python_missing()) return;
+  RecordedCrash scene;
+  scene.record("xxBOOMyy", false);
+  auto& [work, state, store, db, payload] = scene;
   const std::string fp = sql_rows(db, "SELECT fingerprint FROM quarantine")[0][0];
   // The parser changed since: it now refuses the input instead of crashing.
   work.write("parser.py", "import sys\nsys.exit('parser.py: unknown token near BOOM')\n");
@@ -218,10 +222,7 @@ TEST_CASE("a reproduction that fails differently says what it got: kind, fingerp
 }
 
 TEST_CASE("a recorded working directory that is gone: reproduce and minimize stop with exit 3, nothing recorded") {
-  if (!have_python()) {
-    MESSAGE("skipped: no python3 in " << python_search_path());
-    return;
-  }
+  if (python_missing()) return;
   e2e::TempDir scripts;
   e2e::TempDir state;
   const std::string store = state.path() + "/store";
@@ -257,19 +258,10 @@ TEST_CASE("a recorded working directory that is gone: reproduce and minimize sto
 }
 
 TEST_CASE("a record made before pillbox kept the working directory: as before from its directory; elsewhere a note says why") {
-  if (!have_python()) {
-    MESSAGE("skipped: no python3 in " << python_search_path());
-    return;
-  }
-  e2e::TempDir work;
-  e2e::TempDir state;
-  const std::string store = state.path() + "/store";
-  const std::string db = store + "/pillbox.db";
-  work.write("parser.py", parser_script(true));
-  work.write("grammar.txt", "BOOM\n");
-  const std::string policy = policy_without_private_tmp(state);
-  const std::string payload = state.write("input", "xxBOOMyy");
-  record_crash(work.path(), store, payload, {"--policy", policy});
+  if (python_missing()) return;
+  RecordedCrash scene;
+  scene.record("xxBOOMyy", true, {"--policy", policy_without_private_tmp(scene.state)});
+  auto& [work, state, store, db, payload] = scene;
   // What the migration leaves in records made before it.
   e2e::sql_write(db, "UPDATE quarantine SET working_dir = ''");
   const auto shown = pillbox_in("/", {"quarantine", "show", "1", "--store", store});
@@ -300,10 +292,7 @@ TEST_CASE("a record made before pillbox kept the working directory: as before fr
 }
 
 TEST_CASE("the same script in two checkouts crashes with one fingerprint; the ledger job is the command as typed") {
-  if (!have_python()) {
-    MESSAGE("skipped: no python3 in " << python_search_path());
-    return;
-  }
+  if (python_missing()) return;
   e2e::TempDir a;
   e2e::TempDir b;
   e2e::TempDir state;
@@ -327,18 +316,10 @@ TEST_CASE("hostile record: a working directory only root may enter gives the tas
     MESSAGE("skipped: needs root (tasks run as pool uids only when pillbox is root)");
     return;
   }
-  if (!have_python()) {
-    MESSAGE("skipped: no python3 in " << python_search_path());
-    return;
-  }
-  e2e::TempDir work;
-  e2e::TempDir state;
-  const std::string store = state.path() + "/store";
-  const std::string db = store + "/pillbox.db";
-  work.write("parser.py", parser_script(false));
-  const std::string policy = policy_without_private_tmp(state);
-  const std::string payload = state.write("input", "header..BOOM..trailer\n");
-  record_crash(work.path(), store, payload, {"--policy", policy});
+  if (python_missing()) return;
+  RecordedCrash scene;
+  scene.record("header..BOOM..trailer\n", false, {"--policy", policy_without_private_tmp(scene.state)});
+  auto& [work, state, store, db, payload] = scene;
   // A root-only directory with a secret, named by a forged record (a store
   // or a fleet's Redis is only text): the child chdirs there as root, then
   // drops to the task's uid, which may not search it.
