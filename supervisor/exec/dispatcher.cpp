@@ -135,6 +135,10 @@ class Dispatcher {
           launch(std::move(item.task));
         }
       }
+      // The source's transaction (the ledger's count of this turn's
+      // attempts) commits while the children fork: none of them reads its
+      // payload before the next poll.
+      if (auto s = source_.commit_turn(); !s) return Error{s.message()};
       if (source_done && running_.empty()) break;
 
       // Wait for anything: launcher, wires, stdin, or the nearest deadline.

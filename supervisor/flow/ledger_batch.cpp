@@ -93,7 +93,9 @@ class Writer {
 }  // namespace
 
 Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::QuarantineStore& quarantine,
-                                         const BatchContext& context) {
+                                         const BatchContext& context, Commit when) {
+  // One transaction at a time: what an earlier apply() left open commits first.
+  if (auto s = commit_open(ledger); !s) return Error{s.message()};
   std::vector<LedgerWrite> writes;
   writes.swap(writes_);
   BatchResult result;
@@ -102,19 +104,44 @@ Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::Quarantin
   // still succeed), but not its starts: the tasks they were for do not run.
   auto failed = [&](const std::string& message) -> Expected<BatchResult> {
     ledger.rollback();
-    for (LedgerWrite& w : writes) {
-      if (!std::holds_alternative<StartAttempt>(w)) writes_.push_back(std::move(w));
-    }
+    keep_after_failure(writes);
     return Error{message};
   };
   if (auto s = ledger.begin(); !s) return failed(s.message());
   Writer writer(ledger, quarantine, context, store::now_ms(), result);
+  bool told_when_durable = false;
   for (const LedgerWrite& w : writes) {
     if (auto s = std::visit(writer, w); !s) return failed(s.message());
+    told_when_durable = told_when_durable || std::holds_alternative<QuarantinePayload>(w) ||
+                        std::holds_alternative<TakeBackRecord>(w) || std::holds_alternative<ReleaseClaims>(w);
   }
   if (auto s = writer.evict_results(); !s) return failed(s.message());
+  if (when == Commit::kLeaveOpen && !told_when_durable) {
+    open_writes_ = std::move(writes);
+    return result;
+  }
   if (auto s = ledger.commit(); !s) return failed(s.message());
   return result;
+}
+
+Status LedgerBatch::commit_open(store::Ledger& ledger) {
+  if (open_writes_.empty()) return Status::ok();
+  std::vector<LedgerWrite> written;
+  written.swap(open_writes_);
+  if (auto s = ledger.commit(); !s) {
+    keep_after_failure(written);
+    return s;
+  }
+  return Status::ok();
+}
+
+void LedgerBatch::keep_after_failure(std::vector<LedgerWrite>& written) {
+  std::vector<LedgerWrite> kept;
+  for (LedgerWrite& w : written) {
+    if (!std::holds_alternative<StartAttempt>(w)) kept.push_back(std::move(w));
+  }
+  for (LedgerWrite& w : writes_) kept.push_back(std::move(w));
+  writes_.swap(kept);
 }
 
 }  // namespace pillbox

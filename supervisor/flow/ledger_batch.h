@@ -140,13 +140,32 @@ class LedgerBatch {
   std::size_t size() const { return writes_.size(); }
   const std::vector<LedgerWrite>& writes() const { return writes_; }
 
+  // When apply() commits. kLeaveOpen: the transaction is left open for
+  // commit_open() to end, so that the commit (the WAL append, most of a
+  // turn's cost) runs while the turn's children fork, before any of them
+  // gets its payload (TaskSource::commit_turn). A batch whose result is told
+  // only once it is durable (a quarantine record, a record taken back, the
+  // run's claims released) commits at once all the same.
+  enum class Commit { kNow, kLeaveOpen };
+
   // Writes everything in one transaction and empties the batch. When that
   // fails nothing of it is written, and the batch keeps every write but the
   // starts (their tasks do not run), for a later attempt to record.
-  Expected<BatchResult> apply(store::Ledger& ledger, store::QuarantineStore& quarantine, const BatchContext& context);
+  Expected<BatchResult> apply(store::Ledger& ledger, store::QuarantineStore& quarantine, const BatchContext& context,
+                              Commit when = Commit::kNow);
+  // A transaction apply() left open: true until commit_open() ends it.
+  bool open() const { return !open_writes_.empty(); }
+  // Commits what apply() left open. On failure nothing of it is written,
+  // and its writes but the starts go back into the batch, ahead of any added
+  // since, as after a failed apply().
+  Status commit_open(store::Ledger& ledger);
 
  private:
+  // Written but not committed, kept in case the commit fails.
+  std::vector<LedgerWrite> open_writes_;
   std::vector<LedgerWrite> writes_;
+  // Puts `written` back, but its starts, ahead of the writes added since.
+  void keep_after_failure(std::vector<LedgerWrite>& written);
 };
 
 }  // namespace pillbox

@@ -242,7 +242,20 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   // A slot stays free: nothing to start now, so no start comes soon to share
   // a transaction with; what is held is written now.
   const bool slot_left_free = free_slots > ready + starts.size();
-  return flush(starts, slot_left_free);
+  // The turn's transaction stays open while the dispatcher launches its
+  // starts: it commits in commit_turn(), while the children fork.
+  return flush(starts, slot_left_free, starts.empty() ? LedgerBatch::Commit::kNow : LedgerBatch::Commit::kLeaveOpen);
+}
+
+Status TaskFlow::commit_turn() {
+  if (ledger_ == nullptr || !batch_.open()) return Status::ok();
+  if (auto s = batch_.commit_open(*ledger_); !s) {
+    // The turn's starts are not counted: none of its tasks may get its
+    // payload, and the run stops (the dispatcher returns this error).
+    fatal_ = s;
+    return fatal_;
+  }
+  return Status::ok();
 }
 
 LedgerBatch& TaskFlow::ok_writes(const Tracked& t) {
@@ -265,6 +278,7 @@ bool TaskFlow::release_held_ok(const std::vector<std::uint64_t>& starts, bool re
 
 Status TaskFlow::write_held_ok() {
   if (held_ok_.empty()) return Status::ok();
+  if (auto s = commit_turn(); !s) return s;
   auto result = held_ok_.apply(*ledger_, *quarantine_, batch_context_);
   if (!result) {
     fatal_ = Status::error(result.error());
@@ -276,9 +290,10 @@ Status TaskFlow::write_held_ok() {
   return Status::ok();
 }
 
-Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_held) {
+Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_held, LedgerBatch::Commit when) {
   BatchResult applied;
   if (ledger_ != nullptr) {
+    if (auto s = commit_turn(); !s) return s;
     if (release_held_ok(starts, release_held)) {
       batch_.add_all(held_ok_);
       held_ok_tasks_.clear();
@@ -290,7 +305,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
                               schedule_.is_solo(ref), t.fresh_budget, settings_.rerun_done, t.task_id == 0});
     }
     if (!batch_.empty()) {
-      auto result = batch_.apply(*ledger_, *quarantine_, batch_context_);
+      auto result = batch_.apply(*ledger_, *quarantine_, batch_context_, when);
       if (!result) {
         // Nothing of the turn is written, and nothing runs whose attempt is
         // not counted: the run stops.

@@ -103,6 +103,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // TaskSource
   Status prepare(std::size_t free_slots) override;
   Item next() override;
+  Status commit_turn() override;
   std::vector<int> wait_fds() const override;
 
   // OutcomeSink (one call per attempt)
@@ -183,7 +184,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // the verdicts that waited for it.
   // `release_held`: the held ok writes go too (the run ends, or a slot
   // stays free this turn).
-  Status flush(const std::vector<std::uint64_t>& starts, bool release_held = false);
+  // `when`: kLeaveOpen leaves the transaction for commit_turn() (prepare);
+  // anything else that writes commits what was left open first.
+  Status flush(const std::vector<std::uint64_t>& starts, bool release_held = false,
+               LedgerBatch::Commit when = LedgerBatch::Commit::kNow);
   // Where the ledger writes of a task that ended ok go: held back (held_ok_)
   // unless the attempt ran alone or a suspect waits to.
   LedgerBatch& ok_writes(const Tracked& t);

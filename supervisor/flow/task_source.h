@@ -69,6 +69,13 @@ class TaskSource {
   // before they run (the ledger) does it here, for the whole turn at once.
   // An error ends the run.
   virtual Status prepare(std::size_t /*free_slots*/) { return Status::ok(); }
+  // Called by the dispatcher once per turn, after it handed this turn's
+  // tasks (next()) to the launcher and before it reads any child's wire: no
+  // child of the turn has its payload yet. A source that left the turn's
+  // transaction open in prepare() commits it here, so that the commit runs
+  // while the children fork instead of before. An error ends the run, and
+  // no child gets its payload.
+  virtual Status commit_turn() { return Status::ok(); }
 };
 
 // `inputs` are paths or "-" (JSON lines on `stdin_fd`); `symlinks` says

@@ -28,6 +28,13 @@ std::string claim_of_another(const Statement& stmt, int column, const std::strin
   return claim;
 }
 
+// A statement's error without its "store: " prefix, for a message that
+// says "store: " itself.
+std::string reason(const Status& s) {
+  const std::string& m = s.message();
+  return m.starts_with("store: ") ? m.substr(7) : m;
+}
+
 }  // namespace
 
 Ledger::Ledger(Database& db, std::string job) : db_(&db), job_(std::move(job)), claim_(process_claim_token()) {}
@@ -166,7 +173,7 @@ Status Ledger::begin() {
   if (in_txn_) return Status::ok();
   // IMMEDIATE, as Transaction: a concurrent writer waits in the busy handler
   // instead of failing half-way through.
-  if (auto s = begin_.run(); !s) return Status::error("store: cannot start a transaction: " + s.message());
+  if (auto s = begin_.run(); !s) return Status::error("store: cannot start a transaction: " + reason(s));
   in_txn_ = true;
   return Status::ok();
 }
@@ -175,7 +182,7 @@ Status Ledger::commit() {
   if (!in_txn_) return Status::ok();
   if (auto s = commit_.run(); !s) {
     rollback();
-    return Status::error("store: commit failed: " + s.message());
+    return Status::error("store: commit failed: " + reason(s));
   }
   in_txn_ = false;
   return Status::ok();

@@ -155,6 +155,7 @@ struct Run {
           idle_wakeups = 0;
         }
       }
+      REQUIRE(flow->commit_turn().is_ok());  // as the dispatcher: before any task ends
       if (ended && running.empty()) {
         REQUIRE(flow->finish().is_ok());
         return;
@@ -453,6 +454,60 @@ TEST_CASE("task flow: a ledger that fails stops the run before anything runs unc
   TaskSource::Item item = run.flow->next();
   CHECK(item.type != TaskSource::Item::Type::kTask);
   CHECK_FALSE(run.flow->prepare(2).is_ok());
+}
+
+// A trap that lets every statement of a transaction that inserts an
+// attempt succeed and fails its COMMIT: a deferred foreign key is checked
+// only then.
+void fail_commits_that_start_attempts(store::Database& db) {
+  REQUIRE(db.exec("CREATE TABLE trap (task_id INTEGER REFERENCES tasks(id) DEFERRABLE INITIALLY DEFERRED);"
+                  "CREATE TRIGGER trap_attempts AFTER INSERT ON attempts BEGIN INSERT INTO trap VALUES (-1); END;")
+              .is_ok());
+}
+
+TEST_CASE("task flow: the turn's transaction commits in commit_turn; when that fails the run stops and nothing of it is written") {
+  test::ScratchDir dir("flow");
+  Run run(dir.path, {"a", "b", "c"}, retries(3));
+  TaskFlow& f = *run.flow;
+  fail_commits_that_start_attempts(run.store->db());
+  REQUIRE(f.prepare(2).is_ok());  // the starts are written, not committed
+  const TaskSource::Item a = f.next();
+  const TaskSource::Item b = f.next();
+  REQUIRE(a.type == TaskSource::Item::Type::kTask);
+  REQUIRE(b.type == TaskSource::Item::Type::kTask);
+  // Another connection sees nothing of the turn before it commits.
+  {
+    auto other = store::Database::open(run.store->db().path());
+    REQUIRE(other.has_value());
+    CHECK(other->query_int("SELECT count(*) FROM attempts").value() == 0);
+  }
+  const Status committed = f.commit_turn();
+  REQUIRE_FALSE(committed.is_ok());
+  CHECK(committed.message().find("FOREIGN KEY") != std::string::npos);
+  CHECK(run.history("a").empty());  // rolled back: the attempts are not counted
+  CHECK(run.history("b").empty());
+  CHECK_FALSE(f.prepare(2).is_ok());  // the run stops
+  CHECK(f.next().type != TaskSource::Item::Type::kTask);
+  CHECK_FALSE(f.finish("stopped").is_ok());
+  CHECK(run.store->db().query_int("SELECT count(*) FROM attempts").value() == 0);
+  CHECK(run.store->db().query_int("SELECT count(*) FROM tasks WHERE claim IS NOT NULL").value() == 0);
+}
+
+TEST_CASE("task flow: a turn's transaction left open is committed by the next write even without commit_turn") {
+  test::ScratchDir dir("flow");
+  Run run(dir.path, {"a", "b"}, retries(3));
+  TaskFlow& f = *run.flow;
+  REQUIRE(f.prepare(1).is_ok());
+  const TaskSource::Item a = f.next();
+  REQUIRE(a.type == TaskSource::Item::Type::kTask);
+  f.on_outcome(a.task, failure(Kind::kCrash, "fp"));
+  REQUIRE(f.prepare(1).is_ok());  // commits a's start, then writes its end and b's start
+  REQUIRE(f.commit_turn().is_ok());
+  const auto h = run.history("a");
+  REQUIRE(h.size() == 1);
+  CHECK(h[0].finished);
+  CHECK(h[0].kind == "crash");
+  CHECK(run.history("b").size() == 1);
 }
 
 TEST_CASE("task flow: with nothing known to work, an outage that outlasts the input leaves its tasks held for the next run") {
