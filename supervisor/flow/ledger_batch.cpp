@@ -1,5 +1,8 @@
 #include "supervisor/flow/ledger_batch.h"
 
+#include <algorithm>
+#include <set>
+
 #include "supervisor/ops/quarantine_entry.h"
 #include "supervisor/ops/quarantine_json.h"
 
@@ -92,10 +95,29 @@ class Writer {
 
 }  // namespace
 
+namespace {
+
+// The task a write is about (0: none, or a task not yet in the ledger).
+std::int64_t task_of(const LedgerWrite& w) {
+  return std::visit(
+      [](const auto& x) -> std::int64_t {
+        if constexpr (requires { x.task_id; }) return x.task_id;
+        return 0;
+      },
+      w);
+}
+
+bool told_when_durable(const LedgerWrite& w) {
+  return std::holds_alternative<QuarantinePayload>(w) || std::holds_alternative<TakeBackRecord>(w) ||
+         std::holds_alternative<ReleaseClaims>(w);
+}
+
+}  // namespace
+
 Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::QuarantineStore& quarantine,
                                          const BatchContext& context, Commit when) {
   // One transaction at a time: what an earlier apply() left open commits first.
-  if (auto s = commit_open(ledger); !s) return Error{s.message()};
+  if (auto s = commit_open(ledger, quarantine, context); !s) return Error{s.message()};
   std::vector<LedgerWrite> writes;
   writes.swap(writes_);
   BatchResult result;
@@ -107,31 +129,57 @@ Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::Quarantin
     keep_after_failure(writes);
     return Error{message};
   };
+  const bool leave_open =
+      when == Commit::kLeaveOpen && std::none_of(writes.begin(), writes.end(), [](const LedgerWrite& w) {
+        return told_when_durable(w);
+      });
+  // Now: the starts, and every write of a task they start (a retry's wait,
+  // an uncharge), in order; with kLeaveOpen the rest waits for commit_open.
+  std::set<std::int64_t> started;
+  for (const LedgerWrite& w : writes) {
+    if (const auto* start = std::get_if<StartAttempt>(&w); start != nullptr && start->task_id != 0) {
+      started.insert(start->task_id);
+    }
+  }
+  std::vector<bool> written(writes.size(), false);
   if (auto s = ledger.begin(); !s) return failed(s.message());
   Writer writer(ledger, quarantine, context, store::now_ms(), result);
-  bool told_when_durable = false;
-  for (const LedgerWrite& w : writes) {
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    const LedgerWrite& w = writes[i];
+    if (leave_open && !std::holds_alternative<StartAttempt>(w) && started.count(task_of(w)) == 0) continue;
     if (auto s = std::visit(writer, w); !s) return failed(s.message());
-    told_when_durable = told_when_durable || std::holds_alternative<QuarantinePayload>(w) ||
-                        std::holds_alternative<TakeBackRecord>(w) || std::holds_alternative<ReleaseClaims>(w);
+    written[i] = true;
   }
-  if (auto s = writer.evict_results(); !s) return failed(s.message());
-  if (when == Commit::kLeaveOpen && !told_when_durable) {
+  if (leave_open) {
     open_writes_ = std::move(writes);
+    open_written_ = std::move(written);
     return result;
   }
+  if (auto s = writer.evict_results(); !s) return failed(s.message());
   if (auto s = ledger.commit(); !s) return failed(s.message());
   return result;
 }
 
-Status LedgerBatch::commit_open(store::Ledger& ledger) {
+Status LedgerBatch::commit_open(store::Ledger& ledger, store::QuarantineStore& quarantine,
+                                const BatchContext& context) {
   if (open_writes_.empty()) return Status::ok();
-  std::vector<LedgerWrite> written;
-  written.swap(open_writes_);
-  if (auto s = ledger.commit(); !s) {
-    keep_after_failure(written);
+  std::vector<LedgerWrite> writes;
+  writes.swap(open_writes_);
+  std::vector<bool> written;
+  written.swap(open_written_);
+  auto failed = [&](const Status& s) {
+    ledger.rollback();
+    keep_after_failure(writes);
     return s;
+  };
+  BatchResult unused;  // what is left are ends, states, results: they return nothing
+  Writer writer(ledger, quarantine, context, store::now_ms(), unused);
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    if (written[i]) continue;
+    if (auto s = std::visit(writer, writes[i]); !s) return failed(s);
   }
+  if (auto s = writer.evict_results(); !s) return failed(s);
+  if (auto s = ledger.commit(); !s) return failed(s);
   return Status::ok();
 }
 

@@ -31,6 +31,7 @@ struct StartAttempt {
   bool fresh_budget = false;   // gave up in an earlier run: old attempts stop counting
   bool rerun_ok = false;       // --rerun: a task ok in the ledger runs again
   bool new_task = false;       // the ledger did not know it when it was read: created with its attempt at once
+  std::int64_t task_id = 0;    // its ledger id when known (0: a new task), so that its own earlier writes go first
 };
 
 struct EndAttempt {
@@ -140,12 +141,15 @@ class LedgerBatch {
   std::size_t size() const { return writes_.size(); }
   const std::vector<LedgerWrite>& writes() const { return writes_; }
 
-  // When apply() commits. kLeaveOpen: the transaction is left open for
-  // commit_open() to end, so that the commit (the WAL append, most of a
-  // turn's cost) runs while the turn's children fork, before any of them
-  // gets its payload (TaskSource::commit_turn). A batch whose result is told
-  // only once it is durable (a quarantine record, a record taken back, the
-  // run's claims released) commits at once all the same.
+  // When apply() commits. kLeaveOpen: apply() writes the starts (and the
+  // earlier writes of the tasks they start, in order) and leaves the
+  // transaction open; commit_open() writes the rest of the batch (the ends
+  // and results of other tasks: nothing the starts depend on) and commits,
+  // so that most of a turn's cost (those writes and the WAL append) runs
+  // while the turn's children fork, before any of them gets its payload
+  // (TaskSource::commit_turn). A batch whose result is told only once it is
+  // durable (a quarantine record, a record taken back, the run's claims
+  // released) is written and committed at once all the same.
   enum class Commit { kNow, kLeaveOpen };
 
   // Writes everything in one transaction and empties the batch. When that
@@ -155,14 +159,16 @@ class LedgerBatch {
                               Commit when = Commit::kNow);
   // A transaction apply() left open: true until commit_open() ends it.
   bool open() const { return !open_writes_.empty(); }
-  // Commits what apply() left open. On failure nothing of it is written,
-  // and its writes but the starts go back into the batch, ahead of any added
-  // since, as after a failed apply().
-  Status commit_open(store::Ledger& ledger);
+  // Writes the rest of what apply() left open and commits. On failure
+  // nothing of it is written, and its writes but the starts go back into
+  // the batch, ahead of any added since, as after a failed apply().
+  Status commit_open(store::Ledger& ledger, store::QuarantineStore& quarantine, const BatchContext& context);
 
  private:
-  // Written but not committed, kept in case the commit fails.
+  // The open transaction's writes, in the order they were added, kept in
+  // case it fails; the first `open_written_` of them are written already.
   std::vector<LedgerWrite> open_writes_;
+  std::vector<bool> open_written_;
   std::vector<LedgerWrite> writes_;
   // Puts `written` back, but its starts, ahead of the writes added since.
   void keep_after_failure(std::vector<LedgerWrite>& written);

@@ -213,6 +213,9 @@ void TaskFlow::tell_done_result(const Task& task, std::int64_t task_id) {
 
 Status TaskFlow::prepare(std::size_t free_slots) {
   if (!fatal_.is_ok()) return fatal_;
+  // The dispatcher committed the last turn already (commit_turn); a caller
+  // that did not gets it done here, before this turn reads the ledger.
+  if (auto s = commit_turn(); !s) return s;
   if (const int sig = stop_signal(); sig != 0) {
     report_.stop_signal = sig;
     return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
@@ -249,7 +252,7 @@ Status TaskFlow::prepare(std::size_t free_slots) {
 
 Status TaskFlow::commit_turn() {
   if (ledger_ == nullptr || !batch_.open()) return Status::ok();
-  if (auto s = batch_.commit_open(*ledger_); !s) {
+  if (auto s = batch_.commit_open(*ledger_, *quarantine_, batch_context_); !s) {
     // The turn's starts are not counted: none of its tasks may get its
     // payload, and the run stops (the dispatcher returns this error).
     fatal_ = s;
@@ -302,7 +305,8 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     for (std::uint64_t ref : starts) {
       const Tracked& t = tracked_.at(ref);
       batch_.add(StartAttempt{ref, t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()),
-                              schedule_.is_solo(ref), t.fresh_budget, settings_.rerun_done, t.task_id == 0});
+                              schedule_.is_solo(ref), t.fresh_budget, settings_.rerun_done, t.task_id == 0,
+                              t.task_id});
     }
     if (!batch_.empty()) {
       auto result = batch_.apply(*ledger_, *quarantine_, batch_context_, when);
