@@ -137,8 +137,11 @@ class Dispatcher {
       }
       // The source's transaction (the ledger's count of this turn's
       // attempts) commits while the children fork: none of them reads its
-      // payload before the next poll.
+      // payload before the next poll. Tasks that could not be launched are
+      // told only then: their outcome is about an attempt that is counted.
       if (auto s = source_.commit_turn(); !s) return Error{s.message()};
+      for (auto& r : not_launched_) finish(std::move(r));
+      not_launched_.clear();
       if (source_done && running_.empty()) break;
 
       // Wait for anything: launcher, wires, stdin, or the nearest deadline.
@@ -249,18 +252,19 @@ class Dispatcher {
       ticket.endpoint = r->channel->endpoint();
     } catch (const zmq::error_t& e) {
       r->exec.launch_error = std::string("cannot open the task's wire: ") + e.what();
-      return finish(std::move(r));
+      not_launched_.push_back(std::move(r));
+      return;
     }
     if (cgroups_) {
       ticket.cgroup_procs = cgroups_->procs_files(r->slot);
       r->oom_kills_before = cgroups_->oom_kills(r->slot);
     }
-    Running* raw = r.get();
-    running_[r->seq] = std::move(r);
     if (auto s = launcher_->launch(ticket); !s) {
-      raw->exec.launch_error = "launch failed: " + s.message();
-      finish_seq(raw->seq);
+      r->exec.launch_error = "launch failed: " + s.message();
+      not_launched_.push_back(std::move(r));
+      return;
     }
+    running_[r->seq] = std::move(r);
   }
 
   void on_wire(Running& r) {
@@ -424,6 +428,9 @@ class Dispatcher {
   Symbolizer symbolizer_;
   std::string identity_;
   std::map<std::uint64_t, std::unique_ptr<Running>> running_;
+  // Tasks of this turn that could not be launched: finished after the
+  // turn's commit_turn (their slots stay taken until then).
+  std::vector<std::unique_ptr<Running>> not_launched_;
   std::vector<std::size_t> free_slots_;
   std::uint64_t next_seq_ = 0;
   int launcher_restarts_ = 0;

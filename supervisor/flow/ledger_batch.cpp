@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "supervisor/ops/quarantine_entry.h"
 #include "supervisor/ops/quarantine_json.h"
@@ -42,6 +43,8 @@ class Writer {
   }
   // After the batch's writes: over --keep-results, the oldest results go.
   // One read of the running total when under it.
+  bool kept_results() const { return kept_results_; }
+  void set_kept_results() { kept_results_ = true; }
   Status evict_results() {
     if (!kept_results_) return Status::ok();
     auto evicted = context_.results->evict_over(context_.keep_results);
@@ -116,8 +119,12 @@ bool told_when_durable(const LedgerWrite& w) {
 
 Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::QuarantineStore& quarantine,
                                          const BatchContext& context, Commit when) {
-  // One transaction at a time: what an earlier apply() left open commits first.
-  if (auto s = commit_open(ledger, quarantine, context); !s) return Error{s.message()};
+  // One transaction at a time: what an earlier apply() left open commits
+  // first. If that fails, this batch's starts go too: their tasks do not run.
+  if (auto s = commit_open(ledger, quarantine, context); !s) {
+    std::erase_if(writes_, [](const LedgerWrite& w) { return std::holds_alternative<StartAttempt>(w); });
+    return Error{s.message()};
+  }
   std::vector<LedgerWrite> writes;
   writes.swap(writes_);
   BatchResult result;
@@ -153,6 +160,7 @@ Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::Quarantin
   if (leave_open) {
     open_writes_ = std::move(writes);
     open_written_ = std::move(written);
+    open_kept_results_ = writer.kept_results();
     return result;
   }
   if (auto s = writer.evict_results(); !s) return failed(s.message());
@@ -172,8 +180,12 @@ Status LedgerBatch::commit_open(store::Ledger& ledger, store::QuarantineStore& q
     keep_after_failure(writes);
     return s;
   };
+  // Nothing else may have ended it: the writes below would then run one by
+  // one, outside any transaction, and a failure could not undo them.
+  if (!ledger.in_batch()) return failed(Status::error("store: the turn's transaction ended before its commit"));
   BatchResult unused;  // what is left are ends, states, results: they return nothing
   Writer writer(ledger, quarantine, context, store::now_ms(), unused);
+  if (std::exchange(open_kept_results_, false)) writer.set_kept_results();
   for (std::size_t i = 0; i < writes.size(); ++i) {
     if (written[i]) continue;
     if (auto s = std::visit(writer, writes[i]); !s) return failed(s);

@@ -169,6 +169,7 @@ class LedgerBatch {
   // case it fails; the first `open_written_` of them are written already.
   std::vector<LedgerWrite> open_writes_;
   std::vector<bool> open_written_;
+  bool open_kept_results_ = false;  // a result was kept before the launch: evict with the commit
   std::vector<LedgerWrite> writes_;
   // Puts `written` back, but its starts, ahead of the writes added since.
   void keep_after_failure(std::vector<LedgerWrite>& written);

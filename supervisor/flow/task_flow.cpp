@@ -251,10 +251,24 @@ Status TaskFlow::prepare(std::size_t free_slots) {
 }
 
 Status TaskFlow::commit_turn() {
+  if (!fatal_.is_ok()) return fatal_;
   if (ledger_ == nullptr || !batch_.open()) return Status::ok();
+  std::vector<OpenStart> starts;
+  starts.swap(open_starts_);
   if (auto s = batch_.commit_open(*ledger_, *quarantine_, batch_context_); !s) {
     // The turn's starts are not counted: none of its tasks may get its
-    // payload, and the run stops (the dispatcher returns this error).
+    // payload, and the run stops (the dispatcher returns this error). Their
+    // attempts never were: finish() must not end them as interrupted (the
+    // ids may be another process's rows by then).
+    for (const OpenStart& o : starts) {
+      auto it = tracked_.find(o.ref);
+      if (it == tracked_.end()) continue;
+      Tracked& t = it->second;
+      if (!t.history.empty()) t.history.pop_back();
+      if (t.attempts_in_run > 0) --t.attempts_in_run;
+      t.attempts = o.attempts_before;
+      t.task_id = o.task_id_before;
+    }
     fatal_ = s;
     return fatal_;
   }
@@ -325,6 +339,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
   }
   for (const StartedAttemptOf& started : applied.started) {
     Tracked& t = tracked_.at(started.ref);
+    if (started.n != 0 && batch_.open()) open_starts_.push_back({started.ref, t.task_id, t.attempts});
     t.task_id = started.task_id;
     t.attempts = started.n;
     t.fresh_budget = false;

@@ -154,6 +154,14 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     Verdict verdict;
   };
 
+  // A start in the transaction left open for commit_turn(), and what its
+  // task was before, for when the commit fails.
+  struct OpenStart {
+    std::uint64_t ref = 0;
+    std::int64_t task_id_before = 0;
+    std::uint32_t attempts_before = 0;
+  };
+
   Status take_fresh(std::size_t want, std::vector<std::uint64_t>& starts);
   // A task skipped as already ok: its kept result, or why there is none, to
   // the sink (FlowSettings::done_results).
@@ -251,6 +259,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // and at the end of the run.
   LedgerBatch held_ok_;
   std::set<std::int64_t> held_ok_tasks_;               // their ledger ids
+  std::vector<OpenStart> open_starts_;                 // the starts batch_ holds open
   std::optional<Clock::time_point> held_ok_since_;     // when the oldest was held
   BatchContext batch_context_;                         // who writes them; made once
   std::map<std::uint64_t, AwaitingRecord> awaiting_record_;  // by ref

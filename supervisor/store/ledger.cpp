@@ -91,7 +91,7 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
       {&ledger.uncharge_all_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1"},
       {&ledger.end_attempt_,
        "UPDATE attempts SET ended_at = ?3, kind = ?4, fingerprint = ?5, message = ?6, charged = ?7, stderr_tail = ?8 "
-       "WHERE task_id = ?1 AND n = ?2"},
+       "WHERE task_id = ?1 AND n = ?2 AND run_id = ?9"},
       {&ledger.uncharge_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1 AND n = ?2"},
       {&ledger.set_state_,
        "UPDATE tasks SET state = ?2, updated_at = ?3, claim = CASE WHEN ?2 = 'pending' THEN claim ELSE NULL END, "
@@ -277,6 +277,7 @@ Status Ledger::end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t n
       .bind(5, std::string_view(fingerprint))
       .bind(6, std::string_view(message))
       .bind(7, static_cast<std::int64_t>(charged ? 1 : 0))
+      .bind(9, run_id_)
       .run();
 }
 

@@ -98,6 +98,9 @@ class Ledger {
   Expected<std::optional<StartedAttempt>> start_new_task(const std::string& key, const std::string& payload_sha256,
                                                          std::int64_t payload_size, std::int64_t now_ms,
                                                          bool solo = false);
+  // Ends an attempt this run started, and no other: after a failed commit
+  // the task's id may be another process's task (SQLite reuses a rolled-back
+  // rowid), and its attempt n another run's.
   Status end_attempt(std::int64_t task_id, std::uint32_t n, std::int64_t now_ms, const std::string& kind,
                      const std::string& fingerprint, const std::string& message, bool charged,
                      std::string_view stderr_tail = {});

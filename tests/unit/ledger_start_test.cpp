@@ -93,6 +93,27 @@ TEST_CASE("ledger: a task that exists after all is not started by start_new_task
   CHECK(env.row("t") == "pending attempts=2 claim=1 retry=none held=0 size=1 #1 run=1 solo=0 ended=1 #2 run=1 solo=0 ended=0");
 }
 
+TEST_CASE("ledger: end_attempt ends an attempt of its own run only") {
+  // After a failed commit a run may still hold the (task id, n) of a start
+  // that was rolled back, and SQLite gives the rowid to the next insert: the
+  // same pair may then be another run's live attempt.
+  Env env;
+  auto other = store::Ledger::open(env.store->db(), "job", "policy");  // another run on the same store
+  REQUIRE(other.has_value());
+  REQUIRE(other->begin().is_ok());
+  auto theirs = other->start_attempt("t", sha256_hex("t"), 1, store::now_ms());
+  REQUIRE(other->commit().is_ok());
+  REQUIRE(theirs.has_value());
+  REQUIRE(env.ledger->begin().is_ok());
+  REQUIRE(env.ledger->end_attempt(theirs->task_id, theirs->n, store::now_ms(), "interrupted", "", "m", false).is_ok());
+  REQUIRE(env.ledger->commit().is_ok());
+  CHECK(env.row("t").ends_with("#1 run=0 solo=0 ended=0"));  // still running, in the other run
+  REQUIRE(other->begin().is_ok());
+  REQUIRE(other->end_attempt(theirs->task_id, theirs->n, store::now_ms(), "ok", "", "", true).is_ok());
+  REQUIRE(other->commit().is_ok());
+  CHECK(env.row("t").ends_with("#1 run=0 solo=0 ended=1"));
+}
+
 TEST_CASE("ledger: a batch left open is rolled back when the ledger goes, and the store stays writable") {
   test::ScratchDir scratch("ledger-start");
   auto s = store::Store::open(scratch.path + "/store");

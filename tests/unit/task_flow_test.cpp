@@ -489,6 +489,7 @@ TEST_CASE("task flow: the turn's transaction commits in commit_turn; when that f
   CHECK_FALSE(f.prepare(2).is_ok());  // the run stops
   CHECK(f.next().type != TaskSource::Item::Type::kTask);
   CHECK_FALSE(f.finish("stopped").is_ok());
+  CHECK(f.report().interrupted == 0);  // never counted, so never interrupted either
   CHECK(run.store->db().query_int("SELECT count(*) FROM attempts").value() == 0);
   CHECK(run.store->db().query_int("SELECT count(*) FROM tasks WHERE claim IS NOT NULL").value() == 0);
 }
