@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# bench/floor_breakdown.sh — what each required step of a confined child costs, one step left out at a time.
+#
+# usage: bench/floor_breakdown.sh [TASKS]   (default 3000)
+#   env: ROUNDS (default 5), JOBS (default: nproc), KEEP=1 keeps the temp dir
+#
+# Runs bench/peers/confined_floor.c (the floor of compare.sh's "confined floor"
+# rows) in both modes over TASKS small files: with every step, without each
+# step in turn (FLOOR_SKIP), with none, and with the filter loaded by
+# seccomp_load() in each child (FLOOR_SECCOMP=libseccomp); the fork ceiling
+# as the reference. All variants interleave round by round (the order
+# rotates). Per variant: tasks/s and CPU ms per task (the run and all it
+# reaped), medians over rounds; per step: what leaving it out saves, CPU µs
+# per task, the median over rounds of the difference within a round.
+# Needs root for the uid and cgroup steps (skipped otherwise, saying why).
+set -euo pipefail
+
+BENCH=floor_breakdown
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_help "$@"
+
+ROUNDS=${ROUNDS:-5}
+JOBS=${JOBS:-$(nproc)}
+TASKS=${1:-3000}
+bench_positive_ints TASKS JOBS ROUNDS
+bench_need cc python3
+echo '#include <seccomp.h>' | cc -E - >/dev/null 2>&1 || bench_die "needs libseccomp's headers (Debian: apt-get install libseccomp-dev)"
+unset FLOOR_SKIP FLOOR_SECCOMP
+bench_workdir clean
+cc -O2 -o "$WORK/fork_ceiling" "$REPO_ROOT/bench/peers/fork_ceiling.c"
+cc -O2 -o "$WORK/cat1" "$REPO_ROOT/bench/peers/cat1.c"
+cc -O2 -Wall -Wextra -o "$WORK/confined_floor" "$REPO_ROOT/bench/peers/confined_floor.c" -lseccomp
+bench_text_corpus "$WORK/clean" "$TASKS"
+chmod -R a+rX "$WORK"
+"$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/exec.policy"
+
+python3 - "$WORK" "$REPO_ROOT/policies/exec.policy" "$TASKS" "$ROUNDS" "$JOBS" <<'PY'
+import os, resource, statistics, subprocess, sys, time
+
+work, policy = sys.argv[1], sys.argv[2]
+tasks, rounds, jobs = (int(a) for a in sys.argv[3:6])
+floor = os.path.join(work, "confined_floor")
+steps = ["session", "fds", "cgroup", "rlimits", "uid", "seccomp"]
+
+
+def run(argv, env):
+    """Seconds and CPU seconds (all it reaped) of one run; stops at a failure."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    seconds = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.exit("floor_breakdown: %s failed: %s" % (" ".join(argv), proc.stderr.decode(errors="replace")[-2000:]))
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+variants = [("fork ceiling", None, [os.path.join(work, "fork_ceiling"), str(jobs), str(tasks)], {})]
+for mode in ("inproc", "exec"):
+    argv = [floor, mode, str(jobs), os.path.join(work, "clean"), os.path.join(work, "cat1"), policy]
+    variants.append(((mode, "all steps"), mode, argv, {}))
+    for s in steps:
+        variants.append(((mode, "without " + s), mode, argv, {"FLOOR_SKIP": s}))
+    variants.append(((mode, "no step"), mode, argv, {"FLOOR_SKIP": ",".join(steps)}))
+    variants.append(((mode, "seccomp_load() per child"), mode, argv, {"FLOOR_SECCOMP": "libseccomp"}))
+
+seconds = {v[0]: [] for v in variants}
+cpu = {v[0]: [] for v in variants}
+for _, _, argv, extra in variants:  # warm-up, not counted
+    run(argv, dict(os.environ, **extra))
+for r in range(rounds):
+    for name, _, argv, extra in variants[r % len(variants):] + variants[:r % len(variants)]:
+        s, c = run(argv, dict(os.environ, **extra))
+        seconds[name].append(s)
+        cpu[name].append(c)
+
+print("floor_breakdown: %d tasks, %d rounds, %d jobs, %d cores, load %s" %
+      (tasks, rounds, jobs, os.cpu_count(), open("/proc/loadavg").read().split()[0]))
+c = cpu["fork ceiling"]
+print("fork ceiling: %.0f tasks/s, %.3f ms CPU/task" %
+      (statistics.median(tasks / s for s in seconds["fork ceiling"]), 1000 * statistics.median(c) / tasks))
+for mode in ("inproc", "exec"):
+    print()
+    print("%-8s %-26s %9s %13s %22s" % (mode, "variant", "tasks/s", "CPU ms/task", "the step's CPU us/task"))
+    full = cpu[(mode, "all steps")]
+    for name, m, _, _ in variants:
+        if m != mode:
+            continue
+        rate = statistics.median(tasks / s for s in seconds[name])
+        ms = 1000 * statistics.median(cpu[name]) / tasks
+        if name[1].startswith("without ") or name[1] == "no step":
+            saved = "%.0f" % (1e6 * statistics.median(a - b for a, b in zip(full, cpu[name])) / tasks)
+        elif name[1].startswith("seccomp_load"):
+            saved = "%+.0f (vs all steps)" % (1e6 * statistics.median(b - a for a, b in zip(full, cpu[name])) / tasks)
+        else:
+            saved = ""
+        print("%-8s %-26s %9.0f %13.3f %22s" % ("", name[1], rate, ms, saved))
+PY
