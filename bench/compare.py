@@ -29,7 +29,7 @@ LAST_CPU = [0.0]  # CPU seconds of the last timed command and everything it reap
 CAT1 = os.path.join(WORK, "cat1")
 CLEAN, MIXED = os.path.join(WORK, "clean"), os.path.join(WORK, "mixed")
 FLOOR = os.path.join(WORK, "confined_floor")
-EXEC_POLICY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "policies", "exec.policy")
+POLICIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "policies")
 # The limits of the peers are those of policies/exec.policy and the command
 # line of the exec rows: cpu 5 s, wall 10 s, memory 512M, files 1M, 64 fds.
 LIMITS = ["--timeout", "10s", "--cpu", "5s", "--memory", "512M"]
@@ -94,10 +94,12 @@ ROWS = [
      "xargs -P -n1 timeout 10 prlimit ... cat1 (no isolation)"),
     ("xargs bwrap", xargs(CLEAN, BWRAP),
      "xargs -P -n1 bwrap --unshare-all ... cat1 (namespaces only)"),
-    ("confined floor, in-process", lambda: timed([FLOOR, "inproc", str(JOBS), CLEAN, CAT1, EXEC_POLICY]),
-     "confined_floor.c: pillbox's child steps in C, read+write, _exit"),
-    ("confined floor, exec", lambda: timed([FLOOR, "exec", str(JOBS), CLEAN, CAT1, EXEC_POLICY]),
-     "confined_floor.c: the same steps, then execve cat1"),
+    ("confined floor, in-process", lambda: timed([FLOOR, "inproc", str(JOBS), CLEAN, CAT1,
+                                                             os.path.join(POLICIES, "strict.policy")]),
+     "confined_floor.c: echo's (strict) child steps in C, read+write"),
+    ("confined floor, exec", lambda: timed([FLOOR, "exec", str(JOBS), CLEAN, CAT1,
+                                                       os.path.join(POLICIES, "exec.policy")]),
+     "confined_floor.c: the exec policy's steps in C, execve cat1"),
 ]
 BWRAP_SKIP = os.environ.get("BWRAP_SKIP", "")
 if BWRAP_SKIP:

@@ -82,7 +82,8 @@ elif ! bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc "$WORK/cat1" "$
 fi
 
 if [[ -z "$CONFINED_SKIP" ]]; then
-  if CONFINED_NOTES=$("$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/exec.policy" 2>&1); then
+  if CONFINED_NOTES=$({ "$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/exec.policy" &&
+      "$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/strict.policy"; } 2>&1); then
     CONFINED_NOTES=${CONFINED_NOTES//confined_floor: /}
   else
     CONFINED_SKIP="its setup failed: $CONFINED_NOTES"

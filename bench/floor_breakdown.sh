@@ -9,7 +9,8 @@
 # step in turn (FLOOR_SKIP), with none, and with the filter loaded by
 # seccomp_load() in each child (FLOOR_SECCOMP=libseccomp); the fork ceiling
 # as the reference. All variants interleave round by round (the order
-# rotates). Per variant: tasks/s and CPU ms per task (the run and all it
+# rotates). inproc runs with policies/strict.policy (echo's), exec with
+# policies/exec.policy. Per variant: tasks/s and CPU ms per task (the run and all it
 # reaped), medians over rounds; per step: what leaving it out saves, CPU µs
 # per task, the median over rounds of the difference within a round.
 # Needs root for the uid and cgroup steps (skipped otherwise, saying why).
@@ -33,14 +34,16 @@ cc -O2 -Wall -Wextra -o "$WORK/confined_floor" "$REPO_ROOT/bench/peers/confined_
 bench_text_corpus "$WORK/clean" "$TASKS"
 chmod -R a+rX "$WORK"
 "$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/exec.policy"
+"$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/strict.policy"
 
-python3 - "$WORK" "$REPO_ROOT/policies/exec.policy" "$TASKS" "$ROUNDS" "$JOBS" <<'PY'
+python3 - "$WORK" "$REPO_ROOT/policies" "$TASKS" "$ROUNDS" "$JOBS" <<'PY'
 import os, resource, statistics, subprocess, sys, time
 
-work, policy = sys.argv[1], sys.argv[2]
+work, policies = sys.argv[1], sys.argv[2]
 tasks, rounds, jobs = (int(a) for a in sys.argv[3:6])
 floor = os.path.join(work, "confined_floor")
-steps = ["session", "fds", "cgroup", "rlimits", "uid", "seccomp"]
+steps = ["session", "fds", "cgroup", "tmp", "rlimits", "uid", "seccomp"]
+policy = {"inproc": "strict.policy", "exec": "exec.policy"}  # echo's policy, and exec's
 
 
 def run(argv, env):
@@ -57,9 +60,12 @@ def run(argv, env):
 
 variants = [("fork ceiling", None, [os.path.join(work, "fork_ceiling"), str(jobs), str(tasks)], {})]
 for mode in ("inproc", "exec"):
-    argv = [floor, mode, str(jobs), os.path.join(work, "clean"), os.path.join(work, "cat1"), policy]
+    argv = [floor, mode, str(jobs), os.path.join(work, "clean"), os.path.join(work, "cat1"),
+            os.path.join(policies, policy[mode])]
     variants.append(((mode, "all steps"), mode, argv, {}))
     for s in steps:
+        if s == "tmp" and mode == "inproc":
+            continue  # strict has no private /tmp
         variants.append(((mode, "without " + s), mode, argv, {"FLOOR_SKIP": s}))
     variants.append(((mode, "no step"), mode, argv, {"FLOOR_SKIP": ",".join(steps)}))
     variants.append(((mode, "seccomp_load() per child"), mode, argv, {"FLOOR_SECCOMP": "libseccomp"}))
@@ -81,7 +87,8 @@ print("fork ceiling: %.0f tasks/s, %.3f ms CPU/task" %
       (statistics.median(tasks / s for s in seconds["fork ceiling"]), 1000 * statistics.median(c) / tasks))
 for mode in ("inproc", "exec"):
     print()
-    print("%-8s %-26s %9s %13s %22s" % (mode, "variant", "tasks/s", "CPU ms/task", "the step's CPU us/task"))
+    print("%s mode, policies/%s" % (mode, policy[mode]))
+    print("  %-26s %9s %13s %24s" % ("variant", "tasks/s", "CPU ms/task", "the step's CPU us/task"))
     full = cpu[(mode, "all steps")]
     for name, m, _, _ in variants:
         if m != mode:
@@ -94,5 +101,5 @@ for mode in ("inproc", "exec"):
             saved = "%+.0f (vs all steps)" % (1e6 * statistics.median(b - a for a, b in zip(full, cpu[name])) / tasks)
         else:
             saved = ""
-        print("%-8s %-26s %9.0f %13.3f %22s" % ("", name[1], rate, ms, saved))
+        print("  %-26s %9.0f %13.3f %24s" % (name[1], rate, ms, saved))
 PY
