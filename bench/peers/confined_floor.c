@@ -146,7 +146,7 @@ static int own_path(const char* controller, char* out, size_t size) {
     if (!c2) continue;
     *c2 = 0;
     char* controllers = c1 + 1;
-    if (*controller == 0 ? *controllers == 0 : 0) found = 0;
+    if (*controller == 0 && *controllers == 0) found = 0;
     for (char* save = NULL, *name = strtok_r(controllers, ",", &save); found < 0 && name;
          name = strtok_r(NULL, ",", &save)) {
       if (strcmp(name, controller) == 0) found = 0;
@@ -173,6 +173,15 @@ static void setup_cgroups(int procs) {
   snprintf(pids, sizeof pids, "%llu", processes);
   if (exists("/sys/fs/cgroup/cgroup.controllers")) {
     if (own_path("", own, sizeof own) != 0) return skip(S_CGROUP, "no v2 line in /proc/self/cgroup");
+    /* v2's "no internal processes" rule: controllers reach our groups only
+     * if our own group hands them down, which it can only without processes
+     * of its own (probe_cgroups in supervisor/exec/cgroups.cpp says the same). */
+    snprintf(dir, sizeof dir, "/sys/fs/cgroup%s/cgroup.subtree_control", own);
+    if (write_file(dir, "+memory +pids") != 0) {
+      snprintf(why, sizeof why, "cgroup v2: cannot enable memory and pids below /sys/fs/cgroup%s (processes of its own?): %s",
+               own, strerror(errno));
+      return skip(S_CGROUP, why);
+    }
     snprintf(base, sizeof base, "/sys/fs/cgroup%s/floor-%d", own, (int)me);
     if (make_group(base) != 0) {
       snprintf(why, sizeof why, "cannot create %s: %s", base, strerror(errno));
