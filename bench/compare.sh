@@ -14,8 +14,8 @@
 #   pillbox exec, 10% crash   the same over a corpus where one input in ten crashes cat1 (SIGSEGV)
 #   xargs timeout prlimit     xargs -P JOBS -n1 timeout 10 prlimit ... cat1
 #   xargs bwrap               xargs -P JOBS -n1 bwrap --unshare-all ... cat1
-#   confined floor, in-process  bench/peers/confined_floor.c inproc: pillbox's required child steps in C
-#   confined floor, exec        the same, then execve cat1 (both: lower bounds, no pillbox code)
+#   confined floor, in-process  bench/peers/confined_floor.c inproc: echo's (strict) required child steps in C
+#   confined floor, exec        the exec policy's steps in C, then execve cat1 (both: lower bounds, no pillbox code)
 # then FLAT echo tasks from stdin with a store, sampling the supervisor's RSS and
 # fds and the zygote's RSS as it goes. bench/README.md explains the figures.
 set -euo pipefail
@@ -84,7 +84,8 @@ fi
 if [[ -z "$CONFINED_SKIP" ]]; then
   if CONFINED_NOTES=$({ "$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/exec.policy" &&
       "$WORK/confined_floor" probe "$JOBS" "$WORK/clean" "$WORK/cat1" "$REPO_ROOT/policies/strict.policy"; } 2>&1); then
-    CONFINED_NOTES=${CONFINED_NOTES//confined_floor: /}
+    # The same skip is named by both probes: once is enough.
+    CONFINED_NOTES=$(awk '!seen[$0]++' <<<"${CONFINED_NOTES//confined_floor: /}")
   else
     CONFINED_SKIP="its setup failed: $CONFINED_NOTES"
     CONFINED_NOTES=""
