@@ -20,6 +20,8 @@
  *          bench/floor_breakdown.sh): session fds cgroup tmp rlimits uid seccomp
  *          FLOOR_SECCOMP=libseccomp  loads the filter with seccomp_load() in
  *          each child instead of the program exported once (see below)
+ *          FLOOR_TIMES=1  prints on stderr the CPU time of each step in the
+ *          child, per task (its own clock: what others' load does not touch)
  * Prints the seconds all tasks took, like fork_ceiling.c.
  *
  * What each child does, in plain C and in pillbox's order: the kernel-facing
@@ -104,6 +106,31 @@ static int created_count;
 static struct sock_fprog filter;      /* exported once, loaded by each child */
 static scmp_filter_ctx filter_ctx;    /* kept for FLOOR_SECCOMP=libseccomp */
 static int use_seccomp_load;
+
+/* FLOOR_TIMES=1: each child adds the CPU time of each of its steps (its own
+ * clock, CLOCK_THREAD_CPUTIME_ID: others' load does not count) here, shared
+ * by every process of the run; printed at the end. What a step costs the
+ * kernel after the child's last instruction (exit with a cgroup, a filter, a
+ * namespace) is not in it: FLOOR_SKIP's whole-run CPU has that. The first
+ * step also pays the child's first minor faults on the code it runs (fork
+ * copies no page tables of file mappings): ~25-30 us here, which the next
+ * step pays when the first is skipped. */
+static unsigned long long* step_ns; /* S_COUNT sums, then the count of tasks */
+static unsigned long long mark_ns;
+
+static unsigned long long cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+/* The CPU time since the last mark goes to `step`. */
+static void mark(int step) {
+  if (!step_ns) return;
+  unsigned long long t = cpu_ns();
+  __atomic_fetch_add(&step_ns[step], t - mark_ns, __ATOMIC_RELAXED);
+  mark_ns = t;
+}
 
 static double now(void) {
   struct timespec ts;
@@ -519,6 +546,13 @@ static void check_report(int worker) {
  * codes 120-127: a step failed (the parent stops the benchmark). */
 static void child(int worker, pid_t parent, int devnull, const char* mode, const char* file,
                   const char* cat1) {
+  if (step_ns) {
+    __atomic_fetch_add(&step_ns[S_COUNT], 1, __ATOMIC_RELAXED);
+    /* The copy-on-write fault of our data page is fork's, not a step's:
+     * taken before the clock starts. */
+    *(volatile unsigned long long*)&mark_ns = 0;
+    mark_ns = cpu_ns();
+  }
   if (step_on[S_SESSION]) {
     setsid();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -526,6 +560,7 @@ static void child(int worker, pid_t parent, int devnull, const char* mode, const
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    mark(S_SESSION);
   }
   if (step_on[S_FDS]) {
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -534,6 +569,7 @@ static void child(int worker, pid_t parent, int devnull, const char* mode, const
     if (strcmp(mode, "check") != 0) close(CHECK_FD);
     if (!step_on[S_TMP]) close(NS_FD);
     syscall(SYS_close_range, NS_FD + 1U, ~0U, 0U);
+    mark(S_FDS);
   } else if (dup2(devnull, 1) < 0) { /* stdout is /dev/null in every variant: the task's definition */
     _exit(122);
   }
@@ -543,10 +579,12 @@ static void child(int worker, pid_t parent, int devnull, const char* mode, const
       if (fd < 0 || write(fd, "0", 1) != 1) _exit(123);
       close(fd);
     }
+    mark(S_CGROUP);
   }
   if (step_on[S_TMP]) { /* as root, as join_private_tmp */
     if (setns(NS_FD, CLONE_NEWNS) != 0 || chdir("/tmp") != 0) _exit(126);
     close(NS_FD);
+    mark(S_TMP);
   }
   if (step_on[S_RLIMITS]) {
     set_limit(RLIMIT_CPU, cpu_seconds, cpu_seconds + 1);
@@ -559,6 +597,7 @@ static void child(int worker, pid_t parent, int devnull, const char* mode, const
     set_limit(RLIMIT_AS, as, as);
     /* Exec mode sets the file size last, before execve (below), as pillbox does. */
     if (strcmp(mode, "exec") != 0) set_limit(RLIMIT_FSIZE, file_size_bytes, file_size_bytes);
+    mark(S_RLIMITS);
   }
   if (step_on[S_UID]) {
     uid_t id = UID_BASE + (uid_t)worker;
@@ -567,15 +606,19 @@ static void child(int worker, pid_t parent, int devnull, const char* mode, const
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(121);
     kill(-1, SIGKILL);
+    mark(S_UID);
   }
   if (strcmp(mode, "check") == 0) check_report(worker);
   if (step_on[S_SECCOMP] && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(125);
+  mark(S_SECCOMP);
   if (step_on[S_TMP]) empty_private_dirs(); /* as the task's uid */
+  mark(S_TMP);
   if (step_on[S_SECCOMP]) {
     if (use_seccomp_load ? seccomp_load(filter_ctx) != 0
                          : syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &filter) != 0) {
       _exit(125);
     }
+    mark(S_SECCOMP);
   }
   if (strcmp(mode, "check") == 0) {
     /* The report was written before the filter (the policy may allow none of
@@ -597,6 +640,7 @@ static void child(int worker, pid_t parent, int devnull, const char* mode, const
   /* exec: RLIMIT_FSIZE last, as exec_program sets it; the environment
    * pillbox gives a program. */
   if (step_on[S_RLIMITS]) set_limit(RLIMIT_FSIZE, file_size_bytes, file_size_bytes);
+  mark(S_RLIMITS);
   char* argv[] = {(char*)cat1, (char*)file, NULL};
   char* env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/", "TMPDIR=/tmp", NULL};
   execve(cat1, argv, env);
@@ -638,6 +682,10 @@ int main(int argc, char** argv) {
     }
   }
   use_seccomp_load = getenv("FLOOR_SECCOMP") && strcmp(getenv("FLOOR_SECCOMP"), "libseccomp") == 0;
+  if (getenv("FLOOR_TIMES") && strcmp(getenv("FLOOR_TIMES"), "1") == 0) {
+    step_ns = mmap(NULL, (S_COUNT + 1) * sizeof *step_ns, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (step_ns == MAP_FAILED) return 1;
+  }
 
   /* The files, in name order; worker w runs those whose index is w modulo PROCS. */
   char** files = NULL;
@@ -744,5 +792,12 @@ int main(int argc, char** argv) {
   double seconds = now() - t0;
   remove_cgroups();
   if (!check) printf("%.6f\n", seconds);
+  if (step_ns && step_ns[S_COUNT] > 0) {
+    fprintf(stderr, "confined_floor: CPU per task in the child's steps (us):");
+    for (int s = 0; s < S_COUNT; ++s) {
+      if (step_on[s]) fprintf(stderr, " %s %.1f", kStepNames[s], step_ns[s] / 1e3 / (double)step_ns[S_COUNT]);
+    }
+    fprintf(stderr, "\n");
+  }
   return failed;
 }
