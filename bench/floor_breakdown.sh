@@ -14,6 +14,7 @@
 # reaped), median and lowest over rounds; per step: what leaving it out
 # saves, CPU µs per task, as the difference of the medians and of the lowest
 # rounds (the lowest round is the least disturbed by others on a shared host).
+# Then each step's own CPU in the child (FLOOR_TIMES=1), ROUNDS runs per mode.
 # Needs root for the uid and cgroup steps (skipped otherwise, saying why).
 set -euo pipefail
 
@@ -107,4 +108,23 @@ for mode in ("inproc", "exec"):
         else:
             step = ""
         print("  %-26s %9.0f %12.0f %12.0f %22s" % (name[1], rate, med(name), low(name), step))
+
+# The steps' own CPU in the child (FLOOR_TIMES=1), which others' load does
+# not inflate; without what a step costs at exit (see confined_floor.c).
+print()
+print("CPU per task in the child's steps, us (FLOOR_TIMES=1, all steps, median of %d runs):" % rounds)
+for mode in ("inproc", "exec"):
+    argv = [floor, mode, str(jobs), os.path.join(work, "clean"), os.path.join(work, "cat1"),
+            os.path.join(policies, policy[mode])]
+    runs = []
+    for _ in range(rounds):
+        proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, FLOOR_TIMES="1"))
+        line = [l for l in proc.stderr.decode().splitlines() if "steps (us):" in l]
+        if proc.returncode != 0 or not line:
+            sys.exit("floor_breakdown: FLOOR_TIMES run failed: " + proc.stderr.decode(errors="replace")[-2000:])
+        words = line[0].split("(us):")[1].split()
+        runs.append({words[i]: float(words[i + 1]) for i in range(0, len(words), 2)})
+    names = list(runs[0])
+    med = {n: statistics.median(r[n] for r in runs) for n in names}
+    print("  %-7s %s   total %.0f" % (mode, "  ".join("%s %.0f" % (n, med[n]) for n in names), sum(med.values())))
 PY
