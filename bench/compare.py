@@ -28,6 +28,8 @@ BASE_PB = sys.argv[7] if len(sys.argv) > 7 else None
 LAST_CPU = [0.0]  # CPU seconds of the last timed command and everything it reaped
 CAT1 = os.path.join(WORK, "cat1")
 CLEAN, MIXED = os.path.join(WORK, "clean"), os.path.join(WORK, "mixed")
+FLOOR = os.path.join(WORK, "confined_floor")
+POLICIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "policies")
 # The limits of the peers are those of policies/exec.policy and the command
 # line of the exec rows: cpu 5 s, wall 10 s, memory 512M, files 1M, 64 fds.
 LIMITS = ["--timeout", "10s", "--cpu", "5s", "--memory", "512M"]
@@ -92,10 +94,21 @@ ROWS = [
      "xargs -P -n1 timeout 10 prlimit ... cat1 (no isolation)"),
     ("xargs bwrap", xargs(CLEAN, BWRAP),
      "xargs -P -n1 bwrap --unshare-all ... cat1 (namespaces only)"),
+    ("confined floor, in-process", lambda: timed([FLOOR, "inproc", str(JOBS), CLEAN, CAT1,
+                                                             os.path.join(POLICIES, "strict.policy")]),
+     "confined_floor.c: echo's (strict) child steps in C, read+write"),
+    ("confined floor, exec", lambda: timed([FLOOR, "exec", str(JOBS), CLEAN, CAT1,
+                                                       os.path.join(POLICIES, "exec.policy")]),
+     "confined_floor.c: the exec policy's steps in C, execve cat1"),
 ]
 BWRAP_SKIP = os.environ.get("BWRAP_SKIP", "")
 if BWRAP_SKIP:
     ROWS = [row for row in ROWS if row[0] != "xargs bwrap"]
+# bench/peers/confined_floor.c: lower bounds of pillbox's rows (its header says what they leave out).
+CONFINED_SKIP = os.environ.get("CONFINED_SKIP", "")
+CONFINED_NOTES = os.environ.get("CONFINED_NOTES", "")
+if CONFINED_SKIP:
+    ROWS = [row for row in ROWS if not row[0].startswith("confined floor")]
 if BASE_PB:
     ROWS += [
         ("base: pillbox echo", pillbox("--handler", "echo", CLEAN, pb=BASE_PB), "pillbox echo of the base build"),
@@ -144,13 +157,17 @@ def main():
             rel = "peer"
         elif name == "pillbox exec, 10% crash":
             rel = "%.2fx clean" % ratio(name, "pillbox exec")
-        elif name.startswith("pillbox exec"):
+        elif name.startswith("pillbox exec") or name == "confined floor, exec":
             rel = "%.2fx xargs" % ratio(name, "xargs timeout prlimit")
         else:
             rel = "%.0f%% ceiling" % (100 * ratio(name, "fork ceiling"))
         print("%-26s %10.0f %14s %12.3f  %s" % (name, rate[name], rel, cpu_ms[name], how))
     if BWRAP_SKIP:
         print("%-26s skipped: %s" % ("xargs bwrap", BWRAP_SKIP))
+    if CONFINED_SKIP:
+        print("%-26s skipped: %s" % ("confined floor rows", CONFINED_SKIP))
+    for note in CONFINED_NOTES.splitlines():
+        print("%-26s %s" % ("confined floor:", note))
     print("(per round, seconds: %s)" % "; ".join(
         "%s %s" % (n, " ".join("%.2f" % s for s in seconds[n])) for n, _, _ in ROWS))
     print("(load average after each round: %s)" % " ".join(loads))
@@ -165,11 +182,22 @@ def main():
         ("   good tasks/s with poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec"), "(info; %.2f if"
          % (1 / attempts) + " attempts cost the same)", None),
     ]
+    if not CONFINED_SKIP:
+        # The most each goal could reach with a supervisor, zygote and wire
+        # that cost nothing: the confined floor in the goal's ratio.
+        goals += [
+            ("1 floor: confined in-process / fork ceiling", ratio("confined floor, in-process", "fork ceiling"),
+             ">= 0.50", lambda v: v >= 0.5),
+            ("2 floor: confined exec / xargs prlimit", ratio("confined floor, exec", "xargs timeout prlimit"),
+             ">= 2.00", lambda v: v >= 2),
+        ]
     print()
-    print("%-40s %8s %10s" % ("goal", "measured", "target"))
+    print("%-44s %8s %10s" % ("goal", "measured", "target"))
     for name, value, target, met in goals:
         verdict = "" if met is None else "met" if met(value) else "NOT met"
-        print("%-40s %8.2f %10s  %s" % (name, value, target, verdict))
+        if name[1:].startswith(" floor"):
+            verdict = "" if met is None else "reachable" if met(value) else "out of reach even at the floor"
+        print("%-44s %8.2f %10s  %s" % (name, value, target, verdict))
     if BASE_PB:
         print()
         print("new build against the base build, same rounds (throughput ratio new/base; CPU per task base -> new)")
