@@ -50,9 +50,17 @@ bench_need() {
 # bench_workdir SUBDIR...: WORK, a fresh temp directory removed at exit
 # (KEEP=1 keeps it and says where), with the given subdirectories. Mode 0755:
 # the children run as `nobody` when pillbox runs as root, and must reach the
-# inputs and programs in it.
+# inputs and programs in it. Not under /tmp unless TMPDIR says so (as root,
+# /var/lib): a task's private /tmp keeps the paths it needs from the real
+# /tmp, /var/tmp and /dev/shm visible, so a program and inputs there would
+# make every task pay the check of a non-empty private /tmp, which programs
+# installed anywhere else do not (sandbox/private_tmp.cpp).
 bench_workdir() {
-  WORK=$(mktemp -d "${TMPDIR:-/tmp}/pillbox-bench.XXXXXX")
+  local parent="${TMPDIR:-}"
+  if [[ -z "$parent" ]]; then
+    if [[ $(id -u) == 0 && -w /var/lib ]]; then parent=/var/lib; else parent=/tmp; fi
+  fi
+  WORK=$(mktemp -d "$parent/pillbox-bench.XXXXXX")
   trap bench_cleanup EXIT
   chmod 0755 "$WORK"
   local sub
