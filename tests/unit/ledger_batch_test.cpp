@@ -52,24 +52,21 @@ struct Env {
     REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error()));
     return *n;
   }
-  std::int64_t id_of(const BatchResult& r, std::uint64_t ref) {
-    for (const auto& s : r.started) {
-      if (s.ref == ref) return s.task_id;
-    }
-    FAIL("no start for ref " << ref);
-    return 0;
+  // A task started, and committed, in a batch of its own: its ledger id.
+  std::int64_t started_task(const std::string& key) {
+    LedgerBatch batch;
+    batch.add(start(1, key));
+    auto r = batch.apply(*ledger, *quarantine, context);
+    REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
+    REQUIRE(r->started.size() == 1);
+    return r->started[0].task_id;
   }
 };
 
 TEST_CASE("ledger batch: left open, the starts are written at once and the rest with the commit") {
   Env env;
-  LedgerBatch first;
-  first.add(env.start(1, "a"));
-  first.add(env.start(2, "b"));
-  auto r1 = first.apply(*env.ledger, *env.quarantine, env.context);
-  REQUIRE_MESSAGE(r1.has_value(), (r1 ? "" : r1.error()));
-  const std::int64_t a = env.id_of(*r1, 1);
-  const std::int64_t b = env.id_of(*r1, 2);
+  const std::int64_t a = env.started_task("a");
+  const std::int64_t b = env.started_task("b");
 
   // a ended ok and b failed with a retry due at once: its wait, then its
   // next start, in one turn. c is new.
@@ -103,11 +100,7 @@ TEST_CASE("ledger batch: left open, the starts are written at once and the rest 
 
 TEST_CASE("ledger batch: a commit left open that fails writes nothing, keeps all but the starts, and a later apply writes them") {
   Env env;
-  LedgerBatch first;
-  first.add(env.start(1, "a"));
-  auto r1 = first.apply(*env.ledger, *env.quarantine, env.context);
-  REQUIRE(r1.has_value());
-  const std::int64_t a = env.id_of(*r1, 1);
+  const std::int64_t a = env.started_task("a");
   // Every statement succeeds; the COMMIT fails (a deferred foreign key).
   REQUIRE(env.store->db()
               .exec("CREATE TABLE trap (task_id INTEGER REFERENCES tasks(id) DEFERRABLE INITIALLY DEFERRED);"
@@ -138,11 +131,7 @@ TEST_CASE("ledger batch: a commit left open that fails writes nothing, keeps all
 
 TEST_CASE("ledger batch: a batch with a quarantine record commits at once even when asked to stay open") {
   Env env;
-  LedgerBatch first;
-  first.add(env.start(1, "p"));
-  auto r1 = first.apply(*env.ledger, *env.quarantine, env.context);
-  REQUIRE(r1.has_value());
-  const std::int64_t p = env.id_of(*r1, 1);
+  const std::int64_t p = env.started_task("p");
   LedgerBatch turn;
   QuarantinePayload q;
   q.ref = 1;
