@@ -120,8 +120,8 @@ Page list_page(ConsoleStore& store, const Query& given) {
   body += "<table class=\"records\"><thead><tr><th>ID</th><th>created</th><th>status</th><th>kind</th>"
           "<th>fingerprint</th><th>handler</th><th>key</th><th>bytes</th></tr></thead><tbody>\n";
   for (const auto& r : records) {
-    body += "<tr><td>" + record_link(r["id"]) + "</td><td>" + field(r, "created_at") + "</td><td class=\"status " +
-            field(r, "status") + "\">" + field(r, "status") + "</td><td>" + field(r, "kind") + "</td><td>" +
+    body += "<tr><td>" + record_link(r["id"]) + "</td><td>" + field(r, "created_at") + "</td><td><span class=\"status " +
+            field(r, "status") + "\">" + field(r, "status") + "</span></td><td>" + field(r, "kind") + "</td><td>" +
             fingerprint_link(r["fingerprint"]) + "</td><td>" + field(r, "handler") + "</td><td class=\"key\">" +
             field(r, "key") + "</td><td class=\"num\">" + field(r, "payload_size") + "</td></tr>\n";
   }
