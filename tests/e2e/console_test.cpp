@@ -380,6 +380,27 @@ TEST_CASE("serve: the payload downloads as its exact bytes; pages escape it and 
   auto js = http.Get("/static/console.js");
   REQUIRE(js);
   CHECK(js->get_header_value("Content-Type").rfind("text/javascript", 0) == 0);
+
+  // A body past the limit is refused before any handler reads it.
+  auto huge = http.Post("/api/records/" + id + "/discard", std::string(100 * 1024, 'x'), "application/json");
+  REQUIRE(huge);
+  CHECK(huge->status == 413);
+  CHECK(body_of(huge).contains("error"));
+
+  // A payload of 200 KB: the page previews its first 4 KiB and says so.
+  const std::string big = "S" + std::string(200'000, 'x');
+  const auto run = run_pillbox({"run", "--store", s.store, "--json", "-", "--", e2e::fixture("poison_corpus"),
+                                s.work.path()},
+                               task_line("big", big));
+  REQUIRE_MESSAGE(run.exit_code == 1, run.describe());
+  auto big_page = http.Get("/records/" + s.id_of("big"));
+  REQUIRE(big_page);
+  CHECK(big_page->status == 200);
+  CHECK(big_page->body.find("first 4096 of 200001 bytes shown (text)") != std::string::npos);
+  CHECK(big_page->body.size() < 16 * 1024);
+  auto big_payload = http.Get("/api/records/" + s.id_of("big") + "/payload");
+  REQUIRE(big_payload);
+  CHECK(big_payload->body == big);
 }
 
 TEST_CASE("serve: a second serve on the same port fails clearly and leaves the first one's token; a missing store") {
