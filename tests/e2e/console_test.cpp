@@ -197,6 +197,135 @@ e2e::RunResult browse(const std::string& url, const std::string& screenshot = ""
   return e2e::run_command(chromium(), args, "", {{"HOME", profile.path()}}, {}, 120);
 }
 
+// Headless Chromium driven over the DevTools protocol on a pipe
+// (--remote-debugging-pipe: it reads commands on fd 3 and writes answers
+// and events on fd 4, each a JSON text ended by a NUL byte): pages that run
+// their script and take clicks, as an operator's browser does.
+class Browser {
+ public:
+  Browser() {
+    int to[2], from[2];
+    REQUIRE(::pipe2(to, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(from, O_CLOEXEC) == 0);
+    const std::string program = chromium();
+    std::vector<std::string> args = {program, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                                     "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                                     "--disable-sync", "--user-data-dir=" + profile_.path(), "--remote-debugging-pipe",
+                                     "about:blank"};
+    const std::string home = "HOME=" + profile_.path();
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(127);
+      // Out of the way of 3 and 4 first, then into them.
+      const int in = ::fcntl(to[0], F_DUPFD_CLOEXEC, 10);
+      const int out = ::fcntl(from[1], F_DUPFD_CLOEXEC, 10);
+      const int null = ::open("/dev/null", O_RDWR);
+      if (in < 0 || out < 0 || null < 0 || ::dup2(in, 3) < 0 || ::dup2(out, 4) < 0) _exit(127);
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::setenv("HOME", profile_.path().c_str(), 1);
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(program.c_str(), argv.data());
+      _exit(127);
+    }
+    ::close(to[0]);
+    ::close(from[1]);
+    to_ = to[1];
+    from_ = from[0];
+  }
+  ~Browser() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(to_);
+    ::close(from_);
+  }
+  Browser(const Browser&) = delete;
+  Browser& operator=(const Browser&) = delete;
+
+  // Sends `method` and returns its answer's "result" (fails the test on an "error").
+  json call(const std::string& method, const json& params = json::object(), const std::string& session = "") {
+    json message = {{"id", ++last_id_}, {"method", method}, {"params", params}};
+    if (!session.empty()) message["sessionId"] = session;
+    const std::string text = message.dump() + std::string(1, '\0');
+    REQUIRE(::write(to_, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    while (true) {
+      const json m = next();
+      if (m.contains("id") && m["id"] == last_id_) {
+        REQUIRE_MESSAGE(!m.contains("error"), method << ": " << m.dump());
+        return m["result"];
+      }
+      events_.push_back(m);
+    }
+  }
+  // Waits for the event `method` of `session` (one that came already counts).
+  void wait_for(const std::string& method, const std::string& session) {
+    auto matches = [&](const json& m) { return m.value("method", "") == method && m.value("sessionId", "") == session; };
+    for (auto it = events_.begin(); it != events_.end(); ++it) {
+      if (matches(*it)) {
+        events_.erase(it);
+        return;
+      }
+    }
+    while (true) {
+      const json m = next();
+      if (matches(m)) return;
+      events_.push_back(m);
+    }
+  }
+  // `url` in a new tab: its session, once the page has loaded.
+  std::string open(const std::string& url) {
+    const std::string target = call("Target.createTarget", {{"url", "about:blank"}})["targetId"];
+    const std::string session = call("Target.attachToTarget", {{"targetId", target}, {"flatten", true}})["sessionId"];
+    call("Page.enable", json::object(), session);
+    call("Page.navigate", {{"url", url}}, session);
+    wait_for("Page.loadEventFired", session);
+    return session;
+  }
+  // The value of a JavaScript expression in the page (a promise is awaited).
+  json evaluate(const std::string& session, const std::string& expression) {
+    const json r = call("Runtime.evaluate", {{"expression", expression}, {"awaitPromise", true}, {"returnByValue", true}},
+                        session);
+    return r.contains("result") && r["result"].contains("value") ? r["result"]["value"] : json(nullptr);
+  }
+
+ private:
+  // The next message, read in blocks (buffer_ keeps what follows it).
+  json next() {
+    std::size_t end;
+    while ((end = buffer_.find('\0')) == std::string::npos) {
+      pollfd p{from_, POLLIN, 0};
+      if (::poll(&p, 1, 60'000) != 1) FAIL("chromium said nothing for 60 s");
+      char block[65536];
+      const ssize_t n = ::read(from_, block, sizeof block);
+      if (n <= 0) FAIL("chromium closed its DevTools pipe");
+      buffer_.append(block, static_cast<std::size_t>(n));
+    }
+    auto j = json::parse(buffer_.substr(0, end), nullptr, false);
+    buffer_.erase(0, end + 1);
+    REQUIRE(!j.is_discarded());
+    return j;
+  }
+
+  e2e::TempDir profile_;
+  pid_t pid_ = -1;
+  int to_ = -1;
+  int from_ = -1;
+  int last_id_ = 0;
+  std::vector<json> events_;  // read while waiting for something else
+  std::string buffer_;
+};
+
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -481,4 +610,48 @@ TEST_CASE("serve: headless Chromium shows the records and the fingerprint, and t
       CHECK_MESSAGE(shot.exit_code == 0, shot.describe());
     }
   }
+}
+
+TEST_CASE("serve: in Chromium, the record page's discard is refused without the token and done with it, as web") {
+  if (chromium().empty()) {
+    MESSAGE("skipped: chromium is not installed (apt package chromium)");
+    return;
+  }
+  ConsoleStore s;
+  Serve serve(s.store);
+  const std::string id = s.id_of("abort");
+  const std::string before = s.state();
+  Browser browser;
+  const std::string page = browser.open(serve.url() + "records/" + id);
+  // Fills the form, clicks Discard, and returns what the form says once the
+  // server has answered (the text after "discarding…").
+  auto click = [&](const std::string& token) {
+    return browser.evaluate(page, "(() => {"
+                                  "  const result = document.getElementById('discard-result');"
+                                  "  document.getElementById('token').value = " + json(token).dump() + ";"
+                                  "  document.querySelector('#discard-form [name=reason]').value = 'clicked in a browser';"
+                                  "  const answered = new Promise(done => new MutationObserver(() => {"
+                                  "    if (result.textContent !== 'discarding…') done(result.textContent);"
+                                  "  }).observe(result, {childList: true, characterData: true, subtree: true}));"
+                                  "  document.querySelector('#discard-form button').click();"
+                                  "  return answered;"
+                                  "})()");
+  };
+  const json refused = click("");
+  CHECK(refused.get<std::string>().rfind("401: ", 0) == 0);
+  const json wrong = click(std::string(64, 'f'));
+  CHECK(wrong.get<std::string>().rfind("403: ", 0) == 0);
+  CHECK(s.state() == before);
+
+  CHECK(click(read_token(s.store)) == "discarded");
+  CHECK(sql_rows(s.db, "SELECT status FROM quarantine WHERE id = " + id)[0][0] == "discarded");
+  const auto audit = sql_rows(s.db, "SELECT actor, detail FROM audit WHERE record_id = " + id + " ORDER BY id DESC LIMIT 1");
+  REQUIRE(audit.size() == 1);
+  CHECK(audit[0][0].rfind("web: 127.0.0.1", 0) == 0);
+  CHECK(audit[0][1] == "clicked in a browser (was quarantined)");
+  // The page reloads: it shows the new status and trail, and the tab kept the token.
+  browser.wait_for("Page.loadEventFired", page);
+  CHECK(browser.evaluate(page, "document.querySelector('h1 .status').textContent") == "discarded");
+  CHECK(browser.evaluate(page, "document.querySelector('table.audit').innerText.includes('web: 127.0.0.1')") == true);
+  CHECK(browser.evaluate(page, "sessionStorage.getItem('pillbox-token')") == read_token(s.store));
 }
