@@ -17,6 +17,7 @@ th { background: #eef0f4; font-weight: 600; }
 td.num { text-align: right; }
 td.key, span.key, td.message, span.message { word-break: break-all; }
 a.fp, code { font-family: ui-monospace, monospace; font-size: 13px; }
+a.fp { white-space: nowrap; }
 .status { padding: 1px 6px; border-radius: 3px; font-size: 12px; }
 .status.quarantined, .status.failed-again { background: #fde2e1; color: #8a1c17; }
 .status.resolved { background: #dcf3e0; color: #1c6b2c; }
