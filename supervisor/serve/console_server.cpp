@@ -230,7 +230,8 @@ Expected<int> ConsoleServer::run_until_signal(std::string token) {
       served = ok;
     }
     done_changed.notify_all();
-    // Ended by itself (not by stop()): wake the sigwait below.
+    // Sent whenever it ends: when it ended by itself (accept failed) this
+    // wakes the sigwait below; after stop() it is taken below, unused.
     pthread_kill(waiter, SIGTERM);
   });
   int sig = 0;
