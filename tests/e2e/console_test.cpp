@@ -364,6 +364,18 @@ TEST_CASE("serve: the API returns what the CLI's --json says, for records, one r
 
   CHECK(serve.stop(SIGTERM) == 0);
   CHECK(serve.err().find("stopped (SIGTERM)") != std::string::npos);
+
+  // A new start, a new token: the old one is refused.
+  const std::string old_token = read_token(s.store);
+  Serve again(s.store);
+  REQUIRE(!again.url().empty());
+  CHECK(read_token(s.store) != old_token);
+  httplib::Client http2("127.0.0.1", again.port());
+  auto stale = http2.Post("/api/records/" + hostile + "/discard", {{"Authorization", "Bearer " + old_token}},
+                          R"({"reason": "stale token"})", "application/json");
+  REQUIRE(stale);
+  CHECK(stale->status == 403);
+  CHECK(again.stop(SIGINT) == 0);
 }
 
 TEST_CASE("serve: unknown ids are 404 and bad filters 400, with JSON that says what is allowed; nothing changes") {
