@@ -21,6 +21,8 @@ packages=(
   clang libclang-rt-14-dev                      # fuzz/ harnesses: clang 14; libFuzzer and the sanitizer
                                                 # runtimes (only recommended by clang, so named here)
   llvm-14                                       # llvm-symbolizer: fuzz findings with function names
+  libcpp-httplib-dev libssl-dev                 # pillbox serve: the console's HTTP server; its token (RAND_bytes)
+  chromium                                      # tests/e2e/console_test.cpp loads the console's pages headless
 )
 
 missing=()

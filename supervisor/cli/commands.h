@@ -27,5 +27,6 @@ int quarantine_command(int argc, char** argv);  // pillbox quarantine list|show|
 int submit_command(int argc, char** argv);      // pillbox submit --redis URL --stream NAME INPUT...
 int worker_command(int argc, char** argv);      // pillbox worker --redis URL --stream NAME ...
 int tasks_command(int argc, char** argv);       // pillbox tasks [--state S] [--key K] [--handler H] [--json]
+int serve_command(int argc, char** argv);       // pillbox serve [--store DIR] [--listen HOST:PORT]
 
 }  // namespace pillbox::cli

@@ -22,6 +22,7 @@
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/record_discard.h"
 #include "supervisor/io/nearest_word.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/io/time_args.h"
@@ -204,26 +205,19 @@ int discard(const QuarantineContext& c) {
     if (!id) return quarantine_error(id.error(), kExitUsage);
     auto r = find_record(c.quarantine, *id);
     if (!r) return quarantine_error(r.error(), kExitUsage);
-    if (r->status == store::RecordStatus::kReplaying) {
-      return quarantine_error("record " + text + " is being replayed right now; discard it when the replay is over",
-                              kExitUsage);
-    }
+    if (auto s = check_discardable(*r, text); !s) return quarantine_error(s.message(), kExitUsage);
     records.push_back(std::move(*r));
   }
   const std::string actor = actor_name("quarantine discard");
   DiscardReport report(c.args.flag("json"));
   for (const auto& r : records) {
-    if (r.status == store::RecordStatus::kDiscarded) {
+    auto done = discard_record(c.quarantine, r, actor, *reason);
+    if (!done) return quarantine_error(done.error(), kExitSetup);
+    if (*done == DiscardOutcome::kAlreadyDiscarded) {
       report.already_discarded(r.id);
-      continue;
+    } else {
+      report.discarded(r.id, std::string(to_string(r.status)));
     }
-    const std::string was(to_string(r.status));
-    if (auto s = c.quarantine.set_status(r.id, store::RecordStatus::kDiscarded, store::now_ms(), actor, "discarded",
-                                         *reason + " (was " + was + ")");
-        !s) {
-      return quarantine_error(s.message(), kExitSetup);
-    }
-    report.discarded(r.id, was);
   }
   report.finish();
   return kExitOk;

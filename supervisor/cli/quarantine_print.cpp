@@ -10,13 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "shared/base64.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/run_output.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/quarantine_views_json.h"
 
 namespace pillbox::cli {
 namespace {
@@ -38,14 +38,6 @@ nlohmann::json parsed(const std::string& text) {
 
 std::string dump(const nlohmann::json& j, int indent = -1) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-// The list's JSON object for a record: the store's id is the record's own;
-// another (the fleet's entry id) takes its place.
-nlohmann::json record_object(const nlohmann::json& id, const store::QuarantineRecord& r, const std::string& where) {
-  nlohmann::json j = nlohmann::json::parse(quarantine_record_json(r, 0, false, where));
-  j["id"] = id;
-  return j;
 }
 
 // Single-quoted for sh: the bytes as they are, quotes closed and reopened.
@@ -171,7 +163,7 @@ int list_records(const Args& args, store::ListFilter filter, const ListSource& s
     if (json) {
       // The store's own id needs no rewrite of the object.
       out += id.is_number() && id.get<std::int64_t>() == r.id ? quarantine_record_json(r, 0, false, source.where)
-                                                               : dump(record_object(id, r, source.where));
+                                                               : dump(record_list_json(id, r, source.where));
       out += '\n';
     } else {
       char line[1024];
@@ -212,17 +204,7 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
   std::int64_t records = 0;
   if (json) {
     for (std::size_t i = 0; i < groups.size(); ++i) {
-      const auto& g = groups[i];
-      nlohmann::json by_status = nlohmann::json::object();
-      for (store::RecordStatus s : store::kAllRecordStatuses) {
-        const auto n = g.by_status.find(s);
-        by_status[std::string(to_string(s))] = n == g.by_status.end() ? 0 : n->second;
-      }
-      const nlohmann::json j = {{"fingerprint", g.fingerprint}, {"kind", g.kind},          {"records", g.records},
-                                {"open", g.open},               {"repeats", g.repeats},    {"first_seen", iso_time(g.first_ms)},
-                                {"last_seen", iso_time(g.last_ms)}, {"example_id", example_ids.at(i)}, {"message", g.message},
-                                {"by_status", std::move(by_status)}};
-      out += dump(j) + "\n";
+      out += dump(fingerprint_stats_json(groups[i], example_ids.at(i))) + "\n";
     }
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kExitOk;
@@ -259,45 +241,10 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
 
 // ---- show and export -----------------------------------------------------------
 
-nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
-                            const std::string& kind, const std::string& fingerprint, const std::string& message,
-                            bool charged, bool solo, std::string_view stderr_tail) {
-  auto time = [](std::int64_t ms) { return ms != 0 ? nlohmann::json(iso_time(ms)) : nlohmann::json(nullptr); };
-  return {{"n", n},
-          {"run", run},
-          {"started_at", time(started_at)},
-          {"ended_at", time(ended_at)},
-          {"kind", ended_at != 0 ? nlohmann::json(kind) : nlohmann::json("unfinished")},
-          {"fingerprint", fingerprint.empty() ? nlohmann::json(nullptr) : nlohmann::json(fingerprint)},
-          {"message", message},
-          {"charged", charged},
-          {"solo", solo},
-          {"stderr_tail", stderr_tail.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(stderr_tail))}};
-}
-
-nlohmann::json full_record_json(const nlohmann::json& id, const store::QuarantineRecord& r, const std::string& where,
-                                nlohmann::json attempt_history, const std::vector<store::AuditEntry>& audit) {
-  nlohmann::json j = record_object(id, r, where);
-  j.erase("new_fingerprint");
-  j["policy"] = r.entry.policy;
-  // Raw bytes of the child's; invalid UTF-8 comes out as U+FFFD (dump()).
-  j["stderr_tail"] = r.entry.stderr_tail;
-  j["attempt_history"] = std::move(attempt_history);
-  nlohmann::json trail = nlohmann::json::array();
-  for (const auto& e : audit) {
-    trail.push_back({{"at", iso_time(e.at)}, {"actor", e.actor}, {"action", e.action}, {"detail", e.detail}});
-  }
-  j["audit"] = trail;
-  return j;
-}
-
 int print_record(const ShownRecord& shown, bool json) {
   const store::QuarantineRecord& r = shown.record;
   if (json) {
-    nlohmann::json full = shown.full;
-    // The first bytes, exact: base64, since a payload need not be UTF-8.
-    if (shown.payload) full["payload_head_b64"] = base64_encode(std::string_view(*shown.payload).substr(0, kPreviewBytes));
-    std::printf("%s\n", dump(full).c_str());
+    std::printf("%s\n", dump(shown.payload ? shown_record_json(shown.full, *shown.payload) : shown.full).c_str());
     return kExitOk;
   }
   const store::QuarantineEntry& e = r.entry;

@@ -15,6 +15,7 @@
 #include "shared/status.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/classify/outcome.h"
+#include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/replay_verdict.h"
 
@@ -46,19 +47,7 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
 
 // ---- show and export -----------------------------------------------------------
 
-// The record with its attempts and audit trail, as one JSON object (show
-// --json, export --bundle's record.json): the list's object with "policy",
-// "attempt_history" and "audit".
-nlohmann::json full_record_json(const nlohmann::json& id, const store::QuarantineRecord& record,
-                                const std::string& where, nlohmann::json attempt_history,
-                                const std::vector<store::AuditEntry>& audit);
-// One element of "attempt_history". `run` is the store's run number or the
-// worker's name; `started_at`/`ended_at` 0 print as null (not known), and an
-// attempt that never ended is "unfinished".
-nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
-                            const std::string& kind, const std::string& fingerprint, const std::string& message,
-                            bool charged, bool solo, std::string_view stderr_tail = {});
-
+// full_record_json and attempt_json, the objects of show --json: supervisor/ops/quarantine_views_json.h.
 struct ShownRecord {
   nlohmann::json id;
   const store::QuarantineRecord& record;

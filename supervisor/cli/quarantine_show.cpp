@@ -11,16 +11,7 @@ namespace {
 
 // The record with its attempts and audit trail, as one JSON object.
 Expected<nlohmann::json> full_record(const QuarantineContext& c, const store::QuarantineRecord& r) {
-  auto attempts = c.quarantine.attempts(r.entry.task_id);
-  if (!attempts) return Error{attempts.error()};
-  auto audit = c.quarantine.audit_trail(r.id);
-  if (!audit) return Error{audit.error()};
-  nlohmann::json history = nlohmann::json::array();
-  for (const auto& a : *attempts) {
-    history.push_back(attempt_json(a.n, a.run_id, a.started_at, a.ended_at, a.kind, a.fingerprint, a.message,
-                                   a.charged, a.solo, a.stderr_tail));
-  }
-  return full_record_json(r.id, r, c.store_dir, std::move(history), *audit);
+  return stored_record_json(c.quarantine, r, c.store_dir);
 }
 
 }  // namespace

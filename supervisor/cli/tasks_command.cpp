@@ -11,7 +11,7 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/io/terminal_text.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/task_json.h"
 #include "supervisor/store/process_claim.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/task_view.h"
@@ -60,25 +60,6 @@ std::string relative(std::int64_t at_ms, std::int64_t now_ms) {
   if (s < 120) return "in " + std::to_string(s) + "s";
   if (s < 2 * 3600) return "in " + std::to_string(s / 60) + "m";
   return "in " + std::to_string(s / 3600) + "h";
-}
-
-nlohmann::json task_json(const store::TaskRow& r, std::int64_t now_ms) {
-  auto text_or_null = [](const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); };
-  nlohmann::json j{{"key", r.key},
-                   {"handler", r.job},
-                   {"state", to_string(r.view)},
-                   {"attempts", r.attempts},
-                   {"last_kind", text_or_null(r.last_kind)},
-                   {"last_fingerprint", text_or_null(r.last_fingerprint)},
-                   {"next_retry_at", r.next_retry_at != 0 ? nlohmann::json(iso_time(r.next_retry_at)) : nlohmann::json(nullptr)},
-                   {"next_retry_in_ms", r.next_retry_at != 0 ? nlohmann::json(std::max<std::int64_t>(0, r.next_retry_at - now_ms))
-                                                             : nlohmann::json(nullptr)},
-                   {"quarantine_id", r.record_id != 0 ? nlohmann::json(r.record_id) : nlohmann::json(nullptr)},
-                   {"claimed_by", text_or_null(r.claim)},
-                   {"payload_sha256", r.payload_sha256},
-                   {"payload_size", r.payload_size},
-                   {"updated_at", iso_time(r.updated_at)}};
-  return j;
 }
 
 std::string table_line(const store::TaskRow& r, std::int64_t now_ms) {

@@ -1,0 +1,78 @@
+#include "supervisor/ops/quarantine_views_json.h"
+
+#include "shared/base64.h"
+#include "supervisor/ops/quarantine_json.h"
+
+namespace pillbox {
+
+nlohmann::json record_list_json(const nlohmann::json& id, const store::QuarantineRecord& r, const std::string& where) {
+  nlohmann::json j = nlohmann::json::parse(quarantine_record_json(r, 0, false, where));
+  j["id"] = id;
+  return j;
+}
+
+nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
+                            const std::string& kind, const std::string& fingerprint, const std::string& message,
+                            bool charged, bool solo, std::string_view stderr_tail) {
+  auto time = [](std::int64_t ms) { return ms != 0 ? nlohmann::json(iso_time(ms)) : nlohmann::json(nullptr); };
+  return {{"n", n},
+          {"run", run},
+          {"started_at", time(started_at)},
+          {"ended_at", time(ended_at)},
+          {"kind", ended_at != 0 ? nlohmann::json(kind) : nlohmann::json("unfinished")},
+          {"fingerprint", fingerprint.empty() ? nlohmann::json(nullptr) : nlohmann::json(fingerprint)},
+          {"message", message},
+          {"charged", charged},
+          {"solo", solo},
+          {"stderr_tail", stderr_tail.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(stderr_tail))}};
+}
+
+nlohmann::json full_record_json(const nlohmann::json& id, const store::QuarantineRecord& r, const std::string& where,
+                                nlohmann::json attempt_history, const std::vector<store::AuditEntry>& audit) {
+  nlohmann::json j = record_list_json(id, r, where);
+  j.erase("new_fingerprint");
+  j["policy"] = r.entry.policy;
+  // Raw bytes of the child's; invalid UTF-8 comes out as U+FFFD (dump()).
+  j["stderr_tail"] = r.entry.stderr_tail;
+  j["attempt_history"] = std::move(attempt_history);
+  nlohmann::json trail = nlohmann::json::array();
+  for (const auto& e : audit) {
+    trail.push_back({{"at", iso_time(e.at)}, {"actor", e.actor}, {"action", e.action}, {"detail", e.detail}});
+  }
+  j["audit"] = trail;
+  return j;
+}
+
+Expected<nlohmann::json> stored_record_json(store::QuarantineStore& quarantine, const store::QuarantineRecord& r,
+                                            const std::string& store_dir) {
+  auto attempts = quarantine.attempts(r.entry.task_id);
+  if (!attempts) return Error{attempts.error()};
+  auto audit = quarantine.audit_trail(r.id);
+  if (!audit) return Error{audit.error()};
+  nlohmann::json history = nlohmann::json::array();
+  for (const auto& a : *attempts) {
+    history.push_back(attempt_json(a.n, a.run_id, a.started_at, a.ended_at, a.kind, a.fingerprint, a.message,
+                                   a.charged, a.solo, a.stderr_tail));
+  }
+  return full_record_json(r.id, r, store_dir, std::move(history), *audit);
+}
+
+nlohmann::json shown_record_json(nlohmann::json full, const std::string& payload) {
+  full["payload_head_b64"] = base64_encode(std::string_view(payload).substr(0, kPayloadHeadBytes));
+  return full;
+}
+
+nlohmann::json fingerprint_stats_json(const store::FingerprintStats& g, const nlohmann::json& example_id) {
+  nlohmann::json by_status = nlohmann::json::object();
+  for (store::RecordStatus s : store::kAllRecordStatuses) {
+    const auto n = g.by_status.find(s);
+    by_status[std::string(to_string(s))] = n == g.by_status.end() ? 0 : n->second;
+  }
+  return {{"fingerprint", g.fingerprint},       {"kind", g.kind},
+          {"records", g.records},               {"open", g.open},
+          {"repeats", g.repeats},               {"first_seen", iso_time(g.first_ms)},
+          {"last_seen", iso_time(g.last_ms)},   {"example_id", example_id},
+          {"message", g.message},               {"by_status", std::move(by_status)}};
+}
+
+}  // namespace pillbox

@@ -1,0 +1,52 @@
+#pragma once
+// The JSON objects of `quarantine show --json` and `quarantine stats --json`,
+// built here so that the CLI (supervisor/cli/quarantine_print.cpp) and the
+// console's API (supervisor/serve/console_api.cpp) print the same objects.
+// Records of either quarantine: the store's, whose id is its number, and the
+// fleet's on Redis, whose id is an entry id (a string); the id is given as JSON.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+// The first bytes of a payload that show --json carries ("payload_head_b64").
+inline constexpr std::size_t kPayloadHeadBytes = 512;
+
+// The list's object for a record (quarantine_record_json) with `id` in place
+// of the store's own.
+nlohmann::json record_list_json(const nlohmann::json& id, const store::QuarantineRecord& record,
+                                const std::string& where);
+
+// One element of "attempt_history". `run` is the store's run number or the
+// worker's name; `started_at`/`ended_at` 0 print as null (not known), and an
+// attempt that never ended is "unfinished".
+nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
+                            const std::string& kind, const std::string& fingerprint, const std::string& message,
+                            bool charged, bool solo, std::string_view stderr_tail = {});
+
+// The record with its attempts and audit trail, as one JSON object (show
+// --json, export --bundle's record.json): the list's object with "policy",
+// "stderr_tail", "attempt_history" and "audit".
+nlohmann::json full_record_json(const nlohmann::json& id, const store::QuarantineRecord& record,
+                                const std::string& where, nlohmann::json attempt_history,
+                                const std::vector<store::AuditEntry>& audit);
+
+// full_record_json of a record of the store, its attempts read from the
+// ledger and its audit trail from the quarantine. An error when they cannot be read.
+Expected<nlohmann::json> stored_record_json(store::QuarantineStore& quarantine, const store::QuarantineRecord& record,
+                                            const std::string& store_dir);
+
+// show --json's object: `full` with "payload_head_b64", the first
+// kPayloadHeadBytes of `payload` exact in base64 (a payload need not be UTF-8).
+nlohmann::json shown_record_json(nlohmann::json full, const std::string& payload);
+
+// One line of stats --json: a fingerprint group, with its example record's id.
+nlohmann::json fingerprint_stats_json(const store::FingerprintStats& group, const nlohmann::json& example_id);
+
+}  // namespace pillbox

@@ -1,0 +1,238 @@
+#include "supervisor/serve/console_api.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <set>
+
+#include "shared/failure_kind.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/quarantine_views_json.h"
+#include "supervisor/ops/record_discard.h"
+#include "supervisor/ops/task_json.h"
+
+namespace pillbox::serve {
+namespace {
+
+// The longest discard reason taken (bytes): it is kept in the audit trail.
+constexpr std::size_t kMaxReasonBytes = 4096;
+
+ApiReply error_reply(int status, const std::string& message) { return {status, {{"error", message}}}; }
+
+// 400 for what the request got wrong, 500 for what the store did.
+ApiReply reply_for(ErrorCode code, const std::string& message) {
+  return error_reply(code == ErrorCode::kSetup ? 500 : 400, message);
+}
+
+// The parameters of `query`, each given at most once and named in
+// `allowed`, empty values dropped; an error names what is allowed.
+Expected<std::map<std::string, std::string>> read_query(const Query& query, const std::set<std::string>& allowed) {
+  std::string names;
+  for (const auto& name : allowed) names += (names.empty() ? "" : ", ") + name;
+  std::map<std::string, std::string> values;
+  for (const auto& [name, value] : query) {
+    if (allowed.count(name) == 0) {
+      return Error{"unknown parameter '" + name + "' (allowed: " + names + ")", ErrorCode::kUsage};
+    }
+    if (!values.emplace(name, value).second) {
+      return Error{"parameter '" + name + "' given twice", ErrorCode::kUsage};
+    }
+  }
+  for (auto it = values.begin(); it != values.end();) it = it->second.empty() ? values.erase(it) : std::next(it);
+  return values;
+}
+
+Expected<std::int64_t> whole_number(const std::string& name, const std::string& text, std::int64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  if (*end != '\0' || n < 0 || n > max || errno != 0) {
+    return Error{name + " expects a whole number from 0 to " + std::to_string(max) + ", got '" + text + "'",
+                 ErrorCode::kUsage};
+  }
+  return static_cast<std::int64_t>(n);
+}
+
+std::optional<std::string> take(std::map<std::string, std::string>& values, const std::string& name) {
+  const auto it = values.find(name);
+  if (it == values.end()) return std::nullopt;
+  return it->second;
+}
+
+// The record `id_text` names, or the reply that says why there is none.
+struct FoundRecord {
+  std::optional<store::QuarantineRecord> record;
+  ApiReply error;
+};
+FoundRecord find(ConsoleStore& s, const std::string& id_text) {
+  auto id = record_id(id_text);
+  if (!id) return {std::nullopt, error_reply(404, id.error())};
+  auto r = s.quarantine.get(*id);
+  if (!r) return {std::nullopt, error_reply(500, r.error())};
+  if (!*r) return {std::nullopt, error_reply(404, "no quarantine record " + std::to_string(*id) + " in this store")};
+  return {std::move(**r), {}};
+}
+
+}  // namespace
+
+Expected<std::int64_t> record_id(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long id = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || text.size() > 19 || *end != '\0' || id <= 0 || errno != 0 || text[0] == '+' || text[0] == ' ') {
+    return Error{"no quarantine record '" + text.substr(0, 40) + "' (an id is a positive number)", ErrorCode::kUsage};
+  }
+  return static_cast<std::int64_t>(id);
+}
+
+Expected<store::ListFilter> records_filter(const Query& query, bool paging) {
+  std::set<std::string> allowed = {"status", "kind", "fingerprint", "handler", "key", "source"};
+  if (paging) allowed.insert({"limit", "offset"});
+  auto values = read_query(query, allowed);
+  if (!values) return Error{values.error(), values.error_code()};
+  store::ListFilter filter;
+  if (auto s = take(*values, "status")) {
+    filter.status = store::record_status_from_string(*s);
+    if (!filter.status) {
+      return Error{"unknown status '" + *s + "' (quarantined, replaying, resolved, failed-again, discarded)",
+                   ErrorCode::kUsage};
+    }
+  }
+  if (auto k = take(*values, "kind")) {
+    if (!kind_from_string(*k)) {
+      std::string kinds;
+      for (Kind kind : kAllKinds) kinds += (kinds.empty() ? "" : ", ") + std::string(to_string(kind));
+      return Error{"unknown kind '" + *k + "' (" + kinds + ")", ErrorCode::kUsage};
+    }
+    filter.kind = *k;
+  }
+  if (auto source = take(*values, "source")) {
+    if (*source != "run" && *source != "fuzz" && *source != "import") {
+      return Error{"unknown source '" + *source + "' (run, fuzz, import)", ErrorCode::kUsage};
+    }
+    filter.source = *source;
+  }
+  filter.fingerprint = take(*values, "fingerprint");
+  filter.handler = take(*values, "handler");
+  filter.key = take(*values, "key");
+  if (paging) {
+    filter.limit = kMaxPage;
+    if (auto l = take(*values, "limit")) {
+      auto n = whole_number("limit", *l, kMaxPage);
+      if (!n) return Error{n.error(), ErrorCode::kUsage};
+      filter.limit = *n;
+    }
+    if (auto o = take(*values, "offset")) {
+      auto n = whole_number("offset", *o, std::int64_t{1} << 40);
+      if (!n) return Error{n.error(), ErrorCode::kUsage};
+      filter.offset = *n;
+    }
+  }
+  return filter;
+}
+
+Expected<store::TaskFilter> tasks_filter(const Query& query) {
+  auto values = read_query(query, {"state", "key", "handler", "limit"});
+  if (!values) return Error{values.error(), values.error_code()};
+  store::TaskFilter filter;
+  if (auto s = take(*values, "state")) {
+    filter.view = store::task_view_from_string(*s);
+    if (!filter.view) {
+      return Error{"unknown state '" + *s + "' (pending, retrying, held, gave-up, ok, quarantined)", ErrorCode::kUsage};
+    }
+  }
+  filter.key = take(*values, "key");
+  filter.handler = take(*values, "handler");
+  filter.limit = kMaxPage;
+  if (auto l = take(*values, "limit")) {
+    auto n = whole_number("limit", *l, kMaxPage);
+    if (!n) return Error{n.error(), ErrorCode::kUsage};
+    filter.limit = *n;
+  }
+  return filter;
+}
+
+ApiReply list_records(ConsoleStore& s, const Query& query) {
+  auto filter = records_filter(query, true);
+  if (!filter) return reply_for(filter.error_code(), filter.error());
+  nlohmann::json records = nlohmann::json::array();
+  const Status each = s.quarantine.each(*filter, [&](const store::QuarantineRecord& r) {
+    records.push_back(nlohmann::json::parse(quarantine_record_json(r, 0, false, s.dir)));
+    return true;
+  });
+  if (!each) return error_reply(500, each.message());
+  auto total = s.quarantine.count(*filter);
+  if (!total) return error_reply(500, total.error());
+  return {200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
+}
+
+ApiReply show_record(ConsoleStore& s, const std::string& id_text) {
+  auto found = find(s, id_text);
+  if (!found.record) return found.error;
+  auto full = stored_record_json(s.quarantine, *found.record, s.dir);
+  if (!full) return error_reply(500, full.error());
+  // As show --json: without the payload's head when it cannot be read.
+  auto payload = s.quarantine.payloads().get(found.record->entry.payload_sha256);
+  return {200, payload ? shown_record_json(std::move(*full), *payload) : std::move(*full)};
+}
+
+ApiReply record_stats(ConsoleStore& s, const Query& query) {
+  auto filter = records_filter(query, false);
+  if (!filter) return reply_for(filter.error_code(), filter.error());
+  auto groups = s.quarantine.stats(*filter);
+  if (!groups) return error_reply(500, groups.error());
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& g : *groups) out.push_back(fingerprint_stats_json(g, g.example_id));
+  return {200, {{"groups", std::move(out)}}};
+}
+
+ApiReply list_tasks(ConsoleStore& s, const Query& query) {
+  auto filter = tasks_filter(query);
+  if (!filter) return reply_for(filter.error_code(), filter.error());
+  const std::int64_t now = store::now_ms();
+  nlohmann::json tasks = nlohmann::json::array();
+  const Status each = store::each_task(s.db, *filter, [&](const store::TaskRow& r) {
+    tasks.push_back(task_json(r, now));
+    return true;
+  });
+  if (!each) return error_reply(500, each.message());
+  return {200, {{"tasks", std::move(tasks)}}};
+}
+
+ApiReply discard_record(ConsoleStore& s, const std::string& id_text, const std::string& body,
+                        const std::string& actor) {
+  // The body first: a bad request changes nothing, whatever record it names.
+  const auto j = nlohmann::json::parse(body, nullptr, false);  // invalid UTF-8 is a parse error
+  if (j.is_discarded() || !j.is_object() || !j.contains("reason") || !j["reason"].is_string()) {
+    return error_reply(400, "the body must be a JSON object {\"reason\": TEXT} (the reason goes into the audit trail)");
+  }
+  const std::string reason = j["reason"].get<std::string>();
+  if (reason.empty() || reason.size() > kMaxReasonBytes) {
+    return error_reply(400, "the reason must be 1 to " + std::to_string(kMaxReasonBytes) + " bytes of text");
+  }
+  auto found = find(s, id_text);
+  if (!found.record) return found.error;
+  const store::QuarantineRecord& r = *found.record;
+  if (auto ok = check_discardable(r, std::to_string(r.id)); !ok) return error_reply(409, ok.message());
+  auto done = pillbox::discard_record(s.quarantine, r, actor, reason);
+  if (!done) return error_reply(500, done.error());
+  // As quarantine discard --json.
+  nlohmann::json discarded = nlohmann::json::array();
+  nlohmann::json already = nlohmann::json::array();
+  if (*done == DiscardOutcome::kDiscarded) {
+    discarded.push_back({{"id", r.id}, {"was", std::string(to_string(r.status))}});
+  } else {
+    already.push_back(r.id);
+  }
+  const int changed = *done == DiscardOutcome::kDiscarded ? 1 : 0;
+  return {200, {{"discarded", discarded}, {"already_discarded", already}, {"changed", changed}}};
+}
+
+PayloadReply record_payload(ConsoleStore& s, const std::string& id_text) {
+  auto found = find(s, id_text);
+  if (!found.record) return {found.error, {}, {}};
+  auto payload = s.quarantine.payloads().get(found.record->entry.payload_sha256);  // checked against its hash
+  if (!payload) return {error_reply(500, payload.error()), {}, {}};
+  return {{}, std::move(*payload), "record-" + std::to_string(found.record->id) + ".payload"};
+}
+
+}  // namespace pillbox::serve

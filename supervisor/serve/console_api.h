@@ -1,0 +1,73 @@
+#pragma once
+// The console's JSON API (GET/POST /api/...): the objects of the CLI's
+// --json, built by the same library calls, so the two cannot drift apart.
+//   GET  /api/records          {"records": [quarantine list --json objects], "total": N}
+//   GET  /api/records/ID       quarantine show ID --json
+//   GET  /api/records/ID/payload  the payload's exact bytes
+//   POST /api/records/ID/discard  {"reason": TEXT}: quarantine discard ID --reason TEXT --json
+//   GET  /api/stats            {"groups": [quarantine stats --json objects]}
+//   GET  /api/tasks            {"tasks": [pillbox tasks --json objects]}
+// Each call returns an HTTP status and a body; errors are {"error": TEXT}
+// with 400 (a bad filter or body: the text says what is allowed), 404 (no
+// such record) or 409 (being replayed), and 500 when the store fails.
+// HTTP itself (routes, the token) is console_server.h's; these functions
+// are called one at a time (the server holds a lock around them).
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+#include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/task_view.h"
+
+namespace pillbox::serve {
+
+// Query parameters, as the HTTP server parsed them (repeats kept).
+using Query = std::multimap<std::string, std::string>;
+
+// The store the console shows, opened by the caller, which keeps it open
+// for as long as the console runs.
+struct ConsoleStore {
+  store::Database& db;
+  store::QuarantineStore& quarantine;
+  std::string dir;
+};
+
+struct ApiReply {
+  int status = 200;
+  nlohmann::json body;
+};
+
+// The most records or tasks one request returns; more are read by paging
+// (offset). A listing without a limit returns this many at most.
+inline constexpr std::int64_t kMaxPage = 1000;
+
+// status, kind, fingerprint, handler, key, source, limit, offset. An empty
+// value is the same as none (an HTML form's "any"). Unknown names, repeats
+// and bad values are errors (kUsage) that list what is allowed.
+Expected<store::ListFilter> records_filter(const Query& query, bool paging);
+// state, key, handler, limit.
+Expected<store::TaskFilter> tasks_filter(const Query& query);
+// A record id from a URL: a positive decimal number.
+Expected<std::int64_t> record_id(const std::string& text);
+
+ApiReply list_records(ConsoleStore& store, const Query& query);
+ApiReply show_record(ConsoleStore& store, const std::string& id_text);
+ApiReply record_stats(ConsoleStore& store, const Query& query);
+ApiReply list_tasks(ConsoleStore& store, const Query& query);
+// `body` is the request's JSON body; `actor` goes into the audit trail.
+ApiReply discard_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
+                        const std::string& actor);
+
+// A record's payload: its exact bytes (checked against their hash), or an
+// error reply.
+struct PayloadReply {
+  ApiReply error;  // status 200: no error
+  std::string bytes;
+  std::string file_name;  // "record-ID.payload": a name that cannot be a path
+};
+PayloadReply record_payload(ConsoleStore& store, const std::string& id_text);
+
+}  // namespace pillbox::serve

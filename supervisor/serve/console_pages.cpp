@@ -1,0 +1,290 @@
+#include "supervisor/serve/console_pages.h"
+
+#include <algorithm>
+
+#include "shared/failure_kind.h"
+#include "supervisor/serve/html_text.h"
+#include "supervisor/store/record_status.h"
+#include "supervisor/store/task_view.h"
+
+namespace pillbox::serve {
+namespace {
+
+using nlohmann::json;
+
+// A JSON value as text: strings as they are, null as "-", anything else as JSON.
+std::string text(const json& v) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+std::string esc(const json& v) { return html_escape(text(v)); }
+std::string field(const json& object, const char* name) {
+  return object.is_object() && object.contains(name) ? esc(object[name]) : "-";
+}
+
+std::string layout(const std::string& title, const std::string& active, const std::string& body) {
+  std::string nav;
+  for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}}) {
+    nav += std::string("<a href=\"") + href + "\"" + (active == href ? " class=\"active\"" : "") + ">" + name + "</a>";
+  }
+  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+         "<title>" + html_escape(title) + " · pillbox</title>"
+         "<link rel=\"stylesheet\" href=\"/static/console.css\"></head>\n"
+         "<body><header><span class=\"brand\">pillbox</span><nav>" + nav + "</nav></header>\n<main>\n" + body +
+         "</main>\n<script src=\"/static/console.js\"></script></body></html>\n";
+}
+
+Page error_reply_page(const ApiReply& reply) { return error_page(reply.status, text(reply.body["error"])); }
+
+// <select name=NAME> of `options`, "any" first, `current` selected.
+std::string select(const std::string& name, const std::vector<std::string>& options, const std::string& current) {
+  std::string out = "<label>" + name + " <select name=\"" + name + "\"><option value=\"\">any</option>";
+  for (const auto& o : options) {
+    out += "<option" + std::string(o == current ? " selected" : "") + ">" + html_escape(o) + "</option>";
+  }
+  return out + "</select></label>\n";
+}
+
+std::string input(const std::string& name, const std::string& current) {
+  return "<label>" + name + " <input name=\"" + name + "\" value=\"" + html_escape(current) + "\" size=\"18\"></label>\n";
+}
+
+std::string query_value(const Query& query, const std::string& name) {
+  const auto it = query.find(name);
+  return it == query.end() ? "" : it->second;
+}
+
+// `query` with `name` set to `value` (dropped when empty), as "?a=b&c=d".
+std::string query_with(Query query, const std::string& name, const std::string& value) {
+  query.erase(name);
+  if (!value.empty()) query.emplace(name, value);
+  std::string out;
+  for (const auto& [k, v] : query) {
+    if (v.empty()) continue;
+    out += (out.empty() ? "?" : "&") + url_encode(k) + "=" + url_encode(v);
+  }
+  return out;
+}
+
+std::string record_link(const json& id) {
+  const std::string t = text(id);
+  return "<a href=\"/records/" + url_encode(t) + "\">" + html_escape(t) + "</a>";
+}
+
+std::string fingerprint_link(const json& fp) {
+  const std::string t = text(fp);
+  return "<a class=\"fp\" href=\"/?fingerprint=" + url_encode(t) + "\">" + html_escape(t) + "</a>";
+}
+
+std::vector<std::string> kind_names() {
+  std::vector<std::string> out;
+  for (Kind k : kAllKinds) out.emplace_back(to_string(k));
+  return out;
+}
+
+std::vector<std::string> status_names() {
+  std::vector<std::string> out;
+  for (store::RecordStatus s : store::kAllRecordStatuses) out.emplace_back(to_string(s));
+  return out;
+}
+
+}  // namespace
+
+Page error_page(int status, const std::string& message) {
+  return {status, layout("error", "", "<h1>Error " + std::to_string(status) + "</h1>\n<p class=\"error\">" +
+                                          html_escape(message) + "</p>\n<p><a href=\"/\">the quarantine</a></p>\n")};
+}
+
+Page list_page(ConsoleStore& store, const Query& given) {
+  Query query = given;
+  if (query_value(query, "limit").empty()) {
+    query.erase("limit");
+    query.emplace("limit", std::to_string(kListPageSize));
+  }
+  const ApiReply reply = list_records(store, query);
+  if (reply.status != 200) return error_reply_page(reply);
+  const auto& records = reply.body["records"];
+  const std::int64_t total = reply.body["total"].get<std::int64_t>();
+  const std::int64_t offset = reply.body["offset"].get<std::int64_t>();
+  const std::int64_t limit = std::max<std::int64_t>(1, std::stoll(query_value(query, "limit")));
+
+  std::string body = "<h1>Quarantine</h1>\n<form class=\"filters\" method=\"get\" action=\"/\">\n";
+  body += select("status", status_names(), query_value(query, "status"));
+  body += select("kind", kind_names(), query_value(query, "kind"));
+  body += input("fingerprint", query_value(query, "fingerprint"));
+  body += input("handler", query_value(query, "handler"));
+  body += input("key", query_value(query, "key"));
+  body += "<button type=\"submit\">Filter</button> <a href=\"/\">clear</a>\n</form>\n";
+  body += "<table class=\"records\"><thead><tr><th>ID</th><th>created</th><th>status</th><th>kind</th>"
+          "<th>fingerprint</th><th>handler</th><th>key</th><th>bytes</th></tr></thead><tbody>\n";
+  for (const auto& r : records) {
+    body += "<tr><td>" + record_link(r["id"]) + "</td><td>" + field(r, "created_at") + "</td><td><span class=\"status " +
+            field(r, "status") + "\">" + field(r, "status") + "</span></td><td>" + field(r, "kind") + "</td><td>" +
+            fingerprint_link(r["fingerprint"]) + "</td><td>" + field(r, "handler") + "</td><td class=\"key\">" +
+            field(r, "key") + "</td><td class=\"num\">" + field(r, "payload_size") + "</td></tr>\n";
+  }
+  body += "</tbody></table>\n";
+  const std::int64_t shown = static_cast<std::int64_t>(records.size());
+  body += "<p class=\"paging\">";
+  if (shown == 0) {
+    body += "no records" + std::string(total > 0 ? " on this page" : "") + " (" + std::to_string(total) + " in all)";
+  } else {
+    body += "records " + std::to_string(offset + 1) + " to " + std::to_string(offset + shown) + " of " +
+            std::to_string(total);
+  }
+  if (offset > 0) {
+    body += " · <a rel=\"prev\" href=\"/" +
+            html_escape(query_with(query, "offset", std::to_string(std::max<std::int64_t>(0, offset - limit)))) +
+            "\">newer</a>";
+  }
+  if (offset + shown < total) {
+    body += " · <a rel=\"next\" href=\"/" + html_escape(query_with(query, "offset", std::to_string(offset + shown))) +
+            "\">older</a>";
+  }
+  body += "</p>\n";
+  return {200, layout("quarantine", "/", body)};
+}
+
+Page groups_page(ConsoleStore& store, const Query& query) {
+  const ApiReply reply = record_stats(store, query);
+  if (reply.status != 200) return error_reply_page(reply);
+  std::string body = "<h1>Fingerprints</h1>\n<p>Records grouped by the bug that made them (<code>pillbox quarantine "
+                     "stats</code>), most records first.</p>\n";
+  body += "<table class=\"groups\"><thead><tr><th>fingerprint</th><th>kind</th><th>records</th><th>open</th>"
+          "<th>repeats</th><th>first seen</th><th>last seen</th><th>by status</th><th>example</th><th>message</th>"
+          "</tr></thead><tbody>\n";
+  for (const auto& g : reply.body["groups"]) {
+    std::string statuses;
+    for (const auto& [status, n] : g["by_status"].items()) {
+      if (n.get<std::int64_t>() > 0) statuses += (statuses.empty() ? "" : ", ") + esc(n) + " " + html_escape(status);
+    }
+    body += "<tr><td>" + fingerprint_link(g["fingerprint"]) + "</td><td>" + field(g, "kind") + "</td><td class=\"num\">" +
+            field(g, "records") + "</td><td class=\"num\">" + field(g, "open") + "</td><td class=\"num\">" +
+            field(g, "repeats") + "</td><td>" + field(g, "first_seen") + "</td><td>" + field(g, "last_seen") +
+            "</td><td>" + statuses + "</td><td>" + record_link(g["example_id"]) + "</td><td class=\"message\">" +
+            field(g, "message") + "</td></tr>\n";
+  }
+  body += "</tbody></table>\n";
+  return {200, layout("fingerprints", "/groups", body)};
+}
+
+Page record_page(ConsoleStore& store, const std::string& id_text) {
+  const ApiReply reply = show_record(store, id_text);
+  if (reply.status != 200) return error_reply_page(reply);
+  const json& r = reply.body;
+  const std::string id = text(r["id"]);
+  std::string body = "<h1>Record " + html_escape(id) + " <span class=\"status " + field(r, "status") + "\">" +
+                     field(r, "status") + "</span></h1>\n<dl class=\"record\">\n";
+  auto row = [&](const std::string& name, const std::string& html) {
+    body += "<dt>" + name + "</dt><dd>" + html + "</dd>\n";
+  };
+  row("key", "<span class=\"key\">" + field(r, "key") + "</span>");
+  std::string kind = field(r, "kind");
+  if (r.contains("signal") && !r["signal"].is_null()) kind += " (" + esc(r["signal"]) + ")";
+  if (r.contains("syscall") && !r["syscall"].is_null()) kind += ", syscall " + esc(r["syscall"]);
+  if (r.contains("exit_code") && !r["exit_code"].is_null()) kind += ", exit code " + esc(r["exit_code"]);
+  row("kind", kind);
+  row("fingerprint", fingerprint_link(r["fingerprint"]));
+  row("message", "<span class=\"message\">" + field(r, "message") + "</span>");
+  row("handler", field(r, "handler") + " " + field(r, "handler_args"));
+  if (r.contains("exec_argv") && r["exec_argv"].is_array() && !r["exec_argv"].empty()) {
+    row("command", "<code>" + esc(r["exec_argv"]) + "</code>");
+  }
+  row("policy", field(r, "policy_identity"));
+  row("resources", "cpu " + field(r, "cpu_ms") + " ms, wall " + field(r, "wall_ms") + " ms, max rss " +
+                       field(r, "max_rss_kb") + " KiB");
+  row("payload", field(r, "payload_size") + " bytes, sha256 <code>" + field(r, "payload_sha256") + "</code>, from " +
+                     field(r, "source"));
+  row("created", field(r, "created_at") + ", updated " + field(r, "updated_at") + ", " + field(r, "repeats") +
+                     " repeats folded in");
+  if (r.contains("reproduce")) {
+    const auto& rep = r["reproduce"];
+    row("reproduces", field(rep, "verdict") + ": " + field(rep, "matches") + " of " + field(rep, "runs") +
+                          " runs ended with this fingerprint");
+  } else {
+    row("reproduces", "not checked yet (<code>pillbox reproduce " + html_escape(id) + "</code>)");
+  }
+  body += "</dl>\n";
+
+  body += "<h2>Crash state</h2>\n";
+  if (r.contains("crash_state") && r["crash_state"].is_array() && !r["crash_state"].empty()) {
+    body += "<ol class=\"frames\">\n";
+    for (const auto& frame : r["crash_state"]) body += "<li><code>" + esc(frame) + "</code></li>\n";
+    body += "</ol>\n";
+  } else {
+    body += "<p class=\"note\">no frames recorded</p>\n";
+  }
+
+  body += "<h2>Attempts</h2>\n<table class=\"attempts\"><thead><tr><th>#</th><th>run</th><th>started</th>"
+          "<th>ended</th><th>kind</th><th>fingerprint</th><th>charged</th><th>message</th></tr></thead><tbody>\n";
+  for (const auto& a : r["attempt_history"]) {
+    body += "<tr><td>" + field(a, "n") + "</td><td>" + field(a, "run") + "</td><td>" + field(a, "started_at") +
+            "</td><td>" + field(a, "ended_at") + "</td><td>" + field(a, "kind") + "</td><td>" + field(a, "fingerprint") +
+            "</td><td>" + field(a, "charged") + "</td><td class=\"message\">" + field(a, "message") + "</td></tr>\n";
+  }
+  body += "</tbody></table>\n";
+
+  body += "<h2>Audit trail</h2>\n<table class=\"audit\"><thead><tr><th>at</th><th>action</th><th>actor</th>"
+          "<th>detail</th></tr></thead><tbody>\n";
+  for (const auto& e : r["audit"]) {
+    body += "<tr><td>" + field(e, "at") + "</td><td>" + field(e, "action") + "</td><td class=\"actor\">" +
+            field(e, "actor") + "</td><td>" + field(e, "detail") + "</td></tr>\n";
+  }
+  body += "</tbody></table>\n";
+
+  const std::string stderr_tail = r.contains("stderr_tail") && r["stderr_tail"].is_string() ? r["stderr_tail"].get<std::string>() : "";
+  if (!stderr_tail.empty()) {
+    body += "<h2>stderr (last " + std::to_string(stderr_tail.size()) + " bytes of the final attempt)</h2>\n";
+    body += "<pre class=\"stderr\">" + html_escape(stderr_tail) + "</pre>\n";
+  }
+
+  body += "<h2>Payload</h2>\n";
+  const PayloadReply payload = record_payload(store, id_text);
+  if (payload.error.status == 200) {
+    body += payload_preview_html(payload.bytes, kPreviewBytes);
+    body += "<p><a class=\"download\" href=\"/api/records/" + url_encode(id) + "/payload\" download>download the "
+            "payload</a> (exact bytes)</p>\n";
+  } else {
+    body += "<p class=\"error\">unreadable: " + esc(payload.error.body["error"]) + "</p>\n";
+  }
+
+  if (text(r["status"]) != "discarded") {
+    body += "<h2>Discard</h2>\n<form id=\"discard-form\" class=\"action\" data-action=\"/api/records/" +
+            html_escape(url_encode(id)) + "/discard\">\n"
+            "<label>reason <input name=\"reason\" required maxlength=\"4096\" size=\"40\"></label>\n"
+            "<label>access token <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" size=\"20\" "
+            "placeholder=\"STORE/serve.token\"></label>\n"
+            "<button type=\"submit\">Discard</button>\n<output id=\"discard-result\"></output>\n</form>\n"
+            "<p class=\"note\">The token is in <code>serve.token</code> in the store directory; this tab keeps it "
+            "(sessionStorage) until it closes.</p>\n";
+  }
+  return {200, layout("record " + id, "", body)};
+}
+
+Page tasks_page(ConsoleStore& store, const Query& query) {
+  const ApiReply reply = list_tasks(store, query);
+  if (reply.status != 200) return error_reply_page(reply);
+  std::vector<std::string> states;
+  for (store::TaskView v : store::kAllTaskViews) states.emplace_back(to_string(v));
+  std::string body = "<h1>Tasks</h1>\n<form class=\"filters\" method=\"get\" action=\"/tasks\">\n";
+  body += select("state", states, query_value(query, "state"));
+  body += input("handler", query_value(query, "handler"));
+  body += input("key", query_value(query, "key"));
+  body += "<button type=\"submit\">Filter</button> <a href=\"/tasks\">clear</a>\n</form>\n";
+  body += "<table class=\"tasks\"><thead><tr><th>key</th><th>state</th><th>attempts</th><th>last kind</th>"
+          "<th>fingerprint</th><th>next retry</th><th>record</th><th>handler</th></tr></thead><tbody>\n";
+  for (const auto& t : reply.body["tasks"]) {
+    const std::string record = t["quarantine_id"].is_null() ? "-" : record_link(t["quarantine_id"]);
+    body += "<tr><td class=\"key\">" + field(t, "key") + "</td><td class=\"state " + field(t, "state") + "\">" +
+            field(t, "state") + "</td><td class=\"num\">" + field(t, "attempts") + "</td><td>" + field(t, "last_kind") +
+            "</td><td>" + field(t, "last_fingerprint") + "</td><td>" + field(t, "next_retry_at") + "</td><td>" + record +
+            "</td><td>" + field(t, "handler") + "</td></tr>\n";
+  }
+  body += "</tbody></table>\n<p class=\"paging\">" + std::to_string(reply.body["tasks"].size()) + " tasks shown (at most " +
+          std::to_string(kMaxPage) + ")</p>\n";
+  return {200, layout("tasks", "/tasks", body)};
+}
+
+}  // namespace pillbox::serve

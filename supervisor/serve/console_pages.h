@@ -1,0 +1,37 @@
+#pragma once
+// The console's HTML pages, rendered on the server from the same JSON
+// objects the API returns (console_api.h), so a page shows what the API and
+// the CLI say. Every value from the store is escaped (html_text.h); a
+// payload is previewed as text or hex, never as markup. The pages load
+// /static/console.css and /static/console.js (console_static.h) and nothing
+// from elsewhere: they work offline, under Content-Security-Policy
+// default-src 'self'.
+//   /            the quarantine: filters (status, kind, fingerprint, handler, key), paging
+//   /groups      the fingerprint groups (quarantine stats)
+//   /records/ID  one record: crash state, attempts, audit trail, stderr,
+//                payload preview, download, discard (with the access token)
+//   /tasks       the ledger's tasks (pillbox tasks)
+#include <string>
+
+#include "supervisor/serve/console_api.h"
+
+namespace pillbox::serve {
+
+struct Page {
+  int status = 200;
+  std::string html;
+};
+
+// Records shown on one page of the list when the query gives no limit.
+inline constexpr std::int64_t kListPageSize = 50;
+// The most payload bytes a record page previews.
+inline constexpr std::size_t kPreviewBytes = 4096;
+
+Page list_page(ConsoleStore& store, const Query& query);
+Page groups_page(ConsoleStore& store, const Query& query);
+Page record_page(ConsoleStore& store, const std::string& id_text);
+Page tasks_page(ConsoleStore& store, const Query& query);
+// A page for an error: `status` and `message` (escaped here).
+Page error_page(int status, const std::string& message);
+
+}  // namespace pillbox::serve

@@ -1,0 +1,269 @@
+#include "supervisor/serve/console_server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <httplib.h>
+#include <thread>
+
+#include "supervisor/serve/access_token.h"
+#include "supervisor/serve/console_pages.h"
+#include "supervisor/serve/console_static.h"
+
+namespace pillbox::serve {
+namespace {
+
+// The largest request body read (a discard's reason is at most 4 KiB).
+constexpr std::size_t kMaxBodyBytes = 64 * 1024;
+
+// Every response: no script, style, frame or form target from anywhere but
+// the console itself, no inline script (a payload that slipped through
+// escaping still could not run), no guessing of content types.
+const httplib::Headers kSecurityHeaders = {
+    {"Content-Security-Policy", "default-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"},
+    {"X-Content-Type-Options", "nosniff"},
+    {"Referrer-Policy", "no-referrer"},
+    {"X-Frame-Options", "DENY"},
+    {"Cache-Control", "no-store"},
+};
+
+void send_json(httplib::Response& res, const ApiReply& reply) {
+  res.status = reply.status;
+  res.set_content(reply.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+}
+
+void send_page(httplib::Response& res, const Page& page) {
+  res.status = page.status;
+  res.set_content(page.html, "text/html; charset=utf-8");
+}
+
+Query query_of(const httplib::Request& req) { return Query(req.params.begin(), req.params.end()); }
+
+bool is_api(const httplib::Request& req) { return req.path.rfind("/api/", 0) == 0; }
+
+}  // namespace
+
+Expected<ListenAddress> parse_listen_address(const std::string& text) {
+  const Error usage{"--listen expects HOST:PORT (127.0.0.1:8080, [::1]:8080; port 0 for a free one), got '" + text + "'",
+                    ErrorCode::kUsage};
+  ListenAddress a;
+  std::string port;
+  if (!text.empty() && text[0] == '[') {
+    const auto close = text.find("]:");
+    if (close == std::string::npos) return usage;
+    a.host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || text.find(':') != colon) return usage;
+    a.host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  if (a.host.empty() || port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) {
+    return usage;
+  }
+  a.port = std::stoi(port);
+  if (a.port > 65535) return usage;
+  return a;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+ConsoleServer::ConsoleServer(ConsoleStore store) : store_(std::move(store)), http_(std::make_unique<httplib::Server>()) {}
+
+ConsoleServer::~ConsoleServer() = default;
+
+Expected<int> ConsoleServer::bind(const ListenAddress& address) {
+  // SO_REUSEADDR only: a restart may reuse the port of connections still in
+  // TIME_WAIT, but a second listener on it fails (see the header).
+  http_->set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  errno = 0;
+  int port = address.port;
+  if (address.port == 0) {
+    port = http_->bind_to_any_port(address.host);
+  } else if (!http_->bind_to_port(address.host, address.port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    const std::string why = errno != 0 ? std::strerror(errno) : "not an address of this host";
+    return Error{"cannot listen on " + address.host + ":" + std::to_string(address.port) + ": " + why +
+                 (errno == EADDRINUSE ? " (another pillbox serve, or another program, is using the port)" : "")};
+  }
+  address_ = address;
+  address_.port = port;
+  loopback_ = is_loopback_host(address.host);
+  return port;
+}
+
+std::string ConsoleServer::url() const {
+  const bool v6 = address_.host.find(':') != std::string::npos;
+  return "http://" + (v6 ? "[" + address_.host + "]" : address_.host) + ":" + std::to_string(address_.port) + "/";
+}
+
+void ConsoleServer::add_routes() {
+  using httplib::Request;
+  using httplib::Response;
+  http_->set_default_headers(kSecurityHeaders);
+  http_->set_payload_max_length(kMaxBodyBytes);
+
+  // A loopback console answers only to its own names: a page of another
+  // site whose DNS name now points at 127.0.0.1 sends that name as Host.
+  http_->set_pre_routing_handler([this](const Request& req, Response& res) {
+    if (!loopback_ || !req.has_header("Host")) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string host = req.get_header_value("Host");
+    const std::string port = ":" + std::to_string(address_.port);
+    for (const char* name : {"127.0.0.1", "localhost", "[::1]"}) {
+      if (host == name + port) return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (host == address_.host + port) return httplib::Server::HandlerResponse::Unhandled;
+    send_json(res, {403, {{"error", "this console answers to its loopback address only (Host: 127.0.0.1" + port + ")"}}});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Unknown paths and methods, and errors cpp-httplib itself found (a body
+  // too large): JSON under /api/, a page elsewhere. Replies of the
+  // handlers keep their own body.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string what = res.status == 404 ? "no such page: " + req.path
+                             : res.status == 413 ? "request body too large"
+                                                 : "request refused (HTTP " + std::to_string(res.status) + ")";
+    if (is_api(req)) {
+      send_json(res, {res.status, {{"error", what}}});
+    } else {
+      send_page(res, error_page(res.status, what));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http_->set_exception_handler([](const Request& req, Response& res, std::exception_ptr) {
+    if (is_api(req)) {
+      send_json(res, {500, {{"error", "internal error"}}});
+    } else {
+      send_page(res, error_page(500, "internal error"));
+    }
+  });
+
+  // Each route takes the store's lock around the library call it makes.
+  auto locked = [this](auto fn) {
+    return [this, fn](const Request& req, Response& res) {
+      std::lock_guard<std::mutex> hold(store_lock_);
+      fn(req, res);
+    };
+  };
+  http_->Get("/static/console.css", [](const Request&, Response& res) {
+    res.set_content(kConsoleCss.data(), kConsoleCss.size(), "text/css; charset=utf-8");
+  });
+  http_->Get("/static/console.js", [](const Request&, Response& res) {
+    res.set_content(kConsoleJs.data(), kConsoleJs.size(), "text/javascript; charset=utf-8");
+  });
+  http_->Get("/", locked([this](const Request& req, Response& res) { send_page(res, list_page(store_, query_of(req))); }));
+  http_->Get("/groups",
+             locked([this](const Request& req, Response& res) { send_page(res, groups_page(store_, query_of(req))); }));
+  http_->Get("/tasks",
+             locked([this](const Request& req, Response& res) { send_page(res, tasks_page(store_, query_of(req))); }));
+  http_->Get(R"(/records/([^/]+))", locked([this](const Request& req, Response& res) {
+               send_page(res, record_page(store_, req.matches[1]));
+             }));
+
+  http_->Get("/api/records",
+             locked([this](const Request& req, Response& res) { send_json(res, list_records(store_, query_of(req))); }));
+  http_->Get("/api/stats",
+             locked([this](const Request& req, Response& res) { send_json(res, record_stats(store_, query_of(req))); }));
+  http_->Get("/api/tasks",
+             locked([this](const Request& req, Response& res) { send_json(res, list_tasks(store_, query_of(req))); }));
+  http_->Get(R"(/api/records/([^/]+))", locked([this](const Request& req, Response& res) {
+               send_json(res, show_record(store_, req.matches[1]));
+             }));
+  http_->Get(R"(/api/records/([^/]+)/payload)", locked([this](const Request& req, Response& res) {
+               PayloadReply p = record_payload(store_, req.matches[1]);
+               if (p.error.status != 200) return send_json(res, p.error);
+               res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
+               res.set_content(std::move(p.bytes), "application/octet-stream");
+             }));
+  http_->Post(R"(/api/records/([^/]+)/discard)", [this](const Request& req, Response& res) {
+    // The token before anything else: without it, nothing is read or changed.
+    switch (check_authorization(req.get_header_value("Authorization"), token_)) {
+      case TokenCheck::kMissing:
+        res.set_header("WWW-Authenticate", "Bearer");
+        return send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in "
+                                               "serve.token in the store directory)"}}});
+      case TokenCheck::kWrong:
+        return send_json(res, {403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}});
+      case TokenCheck::kGood:
+        break;
+    }
+    std::lock_guard<std::mutex> hold(store_lock_);
+    send_json(res, discard_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
+  });
+}
+
+Expected<int> ConsoleServer::run_until_signal(std::string token) {
+  token_ = std::move(token);
+  add_routes();
+  sigset_t stop_set, old_set;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGINT);
+  sigaddset(&stop_set, SIGTERM);
+  // Blocked here before any thread starts: the server's threads inherit the
+  // mask, so the signal waits for sigwait below instead of killing pillbox.
+  pthread_sigmask(SIG_BLOCK, &stop_set, &old_set);
+  std::mutex done_lock;
+  std::condition_variable done_changed;
+  bool done = false;
+  bool served = false;
+  const pthread_t waiter = pthread_self();
+  std::thread listener([&] {
+    const bool ok = http_->listen_after_bind();
+    {
+      std::lock_guard<std::mutex> hold(done_lock);
+      done = true;
+      served = ok;
+    }
+    done_changed.notify_all();
+    // Sent whenever it ends: when it ended by itself (accept failed) this
+    // wakes the sigwait below; after stop() it is taken below, unused.
+    pthread_kill(waiter, SIGTERM);
+  });
+  int sig = 0;
+  sigwait(&stop_set, &sig);
+  bool ended_by_itself = false;
+  // stop() acts only once the server runs: repeated until the listener has
+  // ended, in case the signal came before it started.
+  {
+    std::unique_lock<std::mutex> hold(done_lock);
+    ended_by_itself = done;
+    while (!done) {
+      http_->stop();
+      done_changed.wait_for(hold, std::chrono::milliseconds(50));
+    }
+  }
+  listener.join();
+  // The listener's wake-up signal may be pending still (it came after the
+  // signal that stopped us): taken here, so that restoring the mask does
+  // not deliver it.
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  if (sigismember(&pending, SIGTERM)) {
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    int taken = 0;
+    sigwait(&term, &taken);
+  }
+  pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  if (ended_by_itself && !served) return Error{"the server stopped accepting connections (" + url() + ")"};
+  return sig;
+}
+
+}  // namespace pillbox::serve

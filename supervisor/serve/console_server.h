@@ -1,0 +1,70 @@
+#pragma once
+// `pillbox serve`'s HTTP side: the routes of the pages (console_pages.h) and
+// the API (console_api.h) on cpp-httplib, the access token on every action,
+// and the headers that keep a hostile payload from running in the browser.
+//
+// Reads are open to whoever reaches the address (loopback by default);
+// every POST needs `Authorization: Bearer TOKEN` (access_token.h): none is
+// 401, another token 403, and the store is left as it was. Bound to a
+// loopback address, requests must name it in their Host header (a page of
+// another site that a DNS name rebinds to 127.0.0.1 is refused), and the
+// address is never shared with another process (no SO_REUSEPORT, which
+// cpp-httplib sets by default: a second serve on the port must fail, not
+// split the requests with the first).
+//
+// Thread safety: cpp-httplib serves requests on a pool of threads; the
+// store is used under one lock, one request at a time.
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "shared/status.h"
+#include "supervisor/serve/console_api.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace pillbox::serve {
+
+struct ListenAddress {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: a free port
+};
+// "HOST:PORT" or "[IPV6]:PORT"; a usage error (kUsage) says the form.
+Expected<ListenAddress> parse_listen_address(const std::string& text);
+// True for 127.0.0.0/8, ::1 and localhost.
+bool is_loopback_host(const std::string& host);
+
+class ConsoleServer {
+ public:
+  // `store` outlives the server.
+  explicit ConsoleServer(ConsoleStore store);
+  ~ConsoleServer();
+  ConsoleServer(const ConsoleServer&) = delete;
+  ConsoleServer& operator=(const ConsoleServer&) = delete;
+
+  // Binds the address; the port it got. An error (kSetup) names the
+  // address and why (in use, not an address of this host).
+  Expected<int> bind(const ListenAddress& address);
+  // "http://HOST:PORT/" once bound.
+  std::string url() const;
+
+  // Serves with `token` until SIGINT or SIGTERM (blocked in the calling
+  // thread while it runs and delivered to it alone), then stops accepting
+  // and finishes the requests under way. Returns the signal, or an error
+  // when serving failed. REQUIRES: bind succeeded; called once.
+  Expected<int> run_until_signal(std::string token);
+
+ private:
+  void add_routes();
+
+  ConsoleStore store_;
+  std::mutex store_lock_;  // every use of store_
+  std::unique_ptr<httplib::Server> http_;
+  std::string token_;
+  ListenAddress address_;
+  bool loopback_ = true;
+};
+
+}  // namespace pillbox::serve

@@ -1,0 +1,69 @@
+#include "supervisor/serve/console_static.h"
+
+namespace pillbox::serve {
+
+const std::string_view kConsoleCss = R"css(
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f6f7f9; }
+header { display: flex; align-items: center; gap: 24px; padding: 8px 20px; background: #1d2330; color: #fff; }
+header .brand { font-weight: 700; letter-spacing: .04em; }
+header nav a { color: #c9d1e0; margin-right: 16px; text-decoration: none; }
+header nav a.active, header nav a:hover { color: #fff; border-bottom: 2px solid #e0a030; }
+main { padding: 12px 20px 40px; }
+h1 { font-size: 20px; margin: 8px 0 12px; }
+h2 { font-size: 16px; margin: 20px 0 6px; }
+table { border-collapse: collapse; background: #fff; width: 100%; }
+th, td { border-bottom: 1px solid #e3e6eb; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #eef0f4; font-weight: 600; }
+td.num { text-align: right; }
+td.key, span.key, td.message, span.message { word-break: break-all; }
+a.fp, code { font-family: ui-monospace, monospace; font-size: 13px; }
+a.fp { white-space: nowrap; }
+.status { padding: 1px 6px; border-radius: 3px; font-size: 12px; }
+.status.quarantined, .status.failed-again { background: #fde2e1; color: #8a1c17; }
+.status.resolved { background: #dcf3e0; color: #1c6b2c; }
+.status.discarded { background: #e8e8e8; color: #555; }
+.status.replaying { background: #fff1c9; color: #7a5a00; }
+form.filters, form.action { display: flex; flex-wrap: wrap; gap: 10px; align-items: center; margin-bottom: 12px; }
+dl.record { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; background: #fff; padding: 10px; }
+dl.record dt { font-weight: 600; }
+dl.record dd { margin: 0; word-break: break-all; }
+pre { background: #fff; border: 1px solid #e3e6eb; padding: 8px; overflow: auto; max-height: 360px;
+      white-space: pre-wrap; word-break: break-all; }
+.note { color: #5a6475; font-size: 12px; }
+.error { color: #8a1c17; }
+)css";
+
+const std::string_view kConsoleJs = R"js('use strict';
+// pillbox console: the discard form of a record page. The token is asked
+// for once per tab and kept in sessionStorage; answers are shown as text.
+(function () {
+  const form = document.getElementById('discard-form');
+  if (!form) return;
+  const token = document.getElementById('token');
+  const result = document.getElementById('discard-result');
+  const saved = window.sessionStorage.getItem('pillbox-token');
+  if (saved) token.value = saved;
+  form.addEventListener('submit', function (event) {
+    event.preventDefault();
+    const value = token.value.trim();
+    window.sessionStorage.setItem('pillbox-token', value);
+    result.textContent = 'discarding…';
+    fetch(form.dataset.action, {
+      method: 'POST',
+      headers: { 'Authorization': 'Bearer ' + value, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ reason: form.elements.reason.value }),
+    }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (body) {
+        if (response.ok) {
+          result.textContent = 'discarded';
+          window.location.reload();
+        } else {
+          result.textContent = response.status + ': ' + (body.error || response.statusText);
+        }
+      });
+    }).catch(function (error) { result.textContent = String(error); });
+  });
+})();
+)js";
+
+}  // namespace pillbox::serve

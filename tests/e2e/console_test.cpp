@@ -1,0 +1,669 @@
+// pillbox serve (issue 16): the web console over a real store, on a free
+// loopback port, over real HTTP. The API agrees with the CLI's --json; bad
+// ids and filters are clear errors; an action without the access token is
+// refused and leaves the store as it was, with it lands in the audit trail;
+// a payload of markup and bytes that are not UTF-8 is shown escaped, never
+// as markup, in the pages as headless Chromium renders them.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <httplib.h>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/e2e/support.h"
+
+using e2e::run_pillbox;
+using e2e::sql_int;
+using e2e::sql_rows;
+using e2e::task_line;
+using nlohmann::json;
+
+namespace {
+
+// The payload a browser must never run: markup, then bytes that are not UTF-8.
+// It starts with 'S': poison_corpus crashes on it (corrupt_record).
+const std::string kHostilePayload = std::string("S<script>alert(1)</script>") + "\xff\xfe\x80 end";
+const std::string kHostileKey = "<img src=x onerror=alert(2)>";
+// The same markup in a payload that is printable UTF-8: previewed as text.
+const std::string kMarkupPayload = "S<script>alert(1)</script> as text";
+
+// `pillbox serve` running in the background: started with its stdout on a
+// pipe, whose first line (the URL) the constructor reads, blocking until it
+// comes or the program ends.
+class Serve {
+ public:
+  Serve(const std::string& store, const std::string& listen = "127.0.0.1:0") {
+    int out[2];
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    err_path_ = err_dir_.file("err");
+    const std::string program = e2e::pillbox_binary();
+    std::vector<std::string> args = {program, "serve", "--store", store, "--listen", listen};
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(127);
+      const int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err < 0) _exit(127);
+      ::dup2(out[1], 1);
+      ::dup2(err, 2);
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(program.c_str(), argv.data());
+      _exit(127);
+    }
+    ::close(out[1]);
+    out_ = out[0];
+    // The first line, or end of file when serve exits before printing it.
+    char c = 0;
+    while (true) {
+      pollfd p{out_, POLLIN, 0};
+      const int ready = ::poll(&p, 1, 60'000);
+      REQUIRE_MESSAGE(ready == 1, "pillbox serve printed no URL within 60 s");
+      const ssize_t n = ::read(out_, &c, 1);
+      if (n <= 0 || c == '\n') break;
+      url_ += c;
+    }
+  }
+  ~Serve() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) ::close(out_);
+  }
+  Serve(const Serve&) = delete;
+  Serve& operator=(const Serve&) = delete;
+
+  const std::string& url() const { return url_; }  // "" when it printed none
+  int port() const { return std::atoi(url_.substr(url_.rfind(':') + 1).c_str()); }
+  std::string err() const { return e2e::read_file(err_path_); }
+  // Sends `sig` and waits for the exit; its exit code (128 + signal when killed).
+  int stop(int sig) {
+    ::kill(pid_, sig);
+    return wait();
+  }
+  int wait() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  e2e::TempDir err_dir_;
+  std::string err_path_;
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string url_;
+};
+
+// A store with five tasks: three crashes of one bug ('S': one plain, the
+// hostile payload under a hostile key, the markup as text), an abort ('A'),
+// and one ok.
+struct ConsoleStore {
+  e2e::TempDir dir;
+  e2e::TempDir work{01777};  // poison_corpus's marker directory
+  std::string store = dir.path() + "/store";
+  std::string db = store + "/pillbox.db";
+
+  ConsoleStore() {
+    const std::string input = task_line("segv", "S plain crash") + task_line(kHostileKey, kHostilePayload) +
+                              task_line("markup", kMarkupPayload) + task_line("abort", "A checksum") + task_line("fine", "just text");
+    const auto run = run_pillbox({"run", "--store", store, "--json", "-", "--", e2e::fixture("poison_corpus"),
+                                  work.path()},
+                                 input);
+    INFO(run.describe());
+    REQUIRE(run.exit_code == 1);
+    REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 4);
+  }
+  // The record id of task `key`.
+  std::string id_of(const std::string& key) const {
+    const auto rows = sql_rows(db, "SELECT q.id FROM quarantine q WHERE q.key = '" + key + "'");
+    REQUIRE(rows.size() == 1);
+    return rows[0][0];
+  }
+  // The CLI's --json lines as a JSON array.
+  json cli(const std::vector<std::string>& args) const {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), {"--store", store, "--json"});
+    const auto r = run_pillbox(all);
+    INFO(r.describe());
+    REQUIRE(r.exit_code == 0);
+    return json(r.records);
+  }
+  // What a discard must not change: statuses and audit trails, as text.
+  std::string state() const {
+    std::string out;
+    for (const auto& row : sql_rows(db, "SELECT id, status, updated_at FROM quarantine ORDER BY id")) {
+      for (const auto& cell : row) out += cell + "|";
+    }
+    out += std::to_string(sql_int(db, "SELECT count(*) FROM audit"));
+    return out;
+  }
+};
+
+json body_of(const httplib::Result& r) {
+  REQUIRE(r);
+  auto j = json::parse(r->body, nullptr, false);
+  REQUIRE_MESSAGE(!j.is_discarded(), "not JSON: " << r->body);
+  return j;
+}
+
+std::string read_token(const std::string& store) {
+  std::string t = e2e::read_file(store + "/serve.token");
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return t;
+}
+
+// Chromium on this host, or "" (then the browser checks are skipped, saying why).
+std::string chromium() {
+  for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+    if (::access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
+// Headless Chromium's rendering of `url`: the DOM after scripts ran
+// (--dump-dom), or a screenshot into `screenshot`. Offline: loopback only.
+e2e::RunResult browse(const std::string& url, const std::string& screenshot = "") {
+  e2e::TempDir profile;
+  std::vector<std::string> args = {"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                                   "--user-data-dir=" + profile.path()};
+  if (screenshot.empty()) {
+    args.push_back("--dump-dom");
+  } else {
+    args.insert(args.end(), {"--screenshot=" + screenshot, "--window-size=1200,900", "--hide-scrollbars"});
+  }
+  args.push_back(url);
+  return e2e::run_command(chromium(), args, "", {{"HOME", profile.path()}}, {}, 120);
+}
+
+// Headless Chromium driven over the DevTools protocol on a pipe
+// (--remote-debugging-pipe: it reads commands on fd 3 and writes answers
+// and events on fd 4, each a JSON text ended by a NUL byte): pages that run
+// their script and take clicks, as an operator's browser does.
+class Browser {
+ public:
+  Browser() {
+    int to[2], from[2];
+    REQUIRE(::pipe2(to, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(from, O_CLOEXEC) == 0);
+    const std::string program = chromium();
+    std::vector<std::string> args = {program, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                                     "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                                     "--disable-sync", "--user-data-dir=" + profile_.path(), "--remote-debugging-pipe",
+                                     "about:blank"};
+    const std::string home = "HOME=" + profile_.path();
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(127);
+      // Out of the way of 3 and 4 first, then into them.
+      const int in = ::fcntl(to[0], F_DUPFD_CLOEXEC, 10);
+      const int out = ::fcntl(from[1], F_DUPFD_CLOEXEC, 10);
+      const int null = ::open("/dev/null", O_RDWR);
+      if (in < 0 || out < 0 || null < 0 || ::dup2(in, 3) < 0 || ::dup2(out, 4) < 0) _exit(127);
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::setenv("HOME", profile_.path().c_str(), 1);
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(program.c_str(), argv.data());
+      _exit(127);
+    }
+    ::close(to[0]);
+    ::close(from[1]);
+    to_ = to[1];
+    from_ = from[0];
+  }
+  ~Browser() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(to_);
+    ::close(from_);
+  }
+  Browser(const Browser&) = delete;
+  Browser& operator=(const Browser&) = delete;
+
+  // Sends `method` and returns its answer's "result" (fails the test on an "error").
+  json call(const std::string& method, const json& params = json::object(), const std::string& session = "") {
+    json message = {{"id", ++last_id_}, {"method", method}, {"params", params}};
+    if (!session.empty()) message["sessionId"] = session;
+    const std::string text = message.dump() + std::string(1, '\0');
+    REQUIRE(::write(to_, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    while (true) {
+      const json m = next();
+      if (m.contains("id") && m["id"] == last_id_) {
+        REQUIRE_MESSAGE(!m.contains("error"), method << ": " << m.dump());
+        return m["result"];
+      }
+      events_.push_back(m);
+    }
+  }
+  // Waits for the event `method` of `session` (one that came already counts).
+  void wait_for(const std::string& method, const std::string& session) {
+    auto matches = [&](const json& m) { return m.value("method", "") == method && m.value("sessionId", "") == session; };
+    for (auto it = events_.begin(); it != events_.end(); ++it) {
+      if (matches(*it)) {
+        events_.erase(it);
+        return;
+      }
+    }
+    while (true) {
+      const json m = next();
+      if (matches(m)) return;
+      events_.push_back(m);
+    }
+  }
+  // `url` in a new tab: its session, once the page has loaded.
+  std::string open(const std::string& url) {
+    const std::string target = call("Target.createTarget", {{"url", "about:blank"}})["targetId"];
+    const std::string session = call("Target.attachToTarget", {{"targetId", target}, {"flatten", true}})["sessionId"];
+    call("Page.enable", json::object(), session);
+    call("Page.navigate", {{"url", url}}, session);
+    wait_for("Page.loadEventFired", session);
+    return session;
+  }
+  // The value of a JavaScript expression in the page (a promise is awaited).
+  json evaluate(const std::string& session, const std::string& expression) {
+    const json r = call("Runtime.evaluate", {{"expression", expression}, {"awaitPromise", true}, {"returnByValue", true}},
+                        session);
+    return r.contains("result") && r["result"].contains("value") ? r["result"]["value"] : json(nullptr);
+  }
+
+ private:
+  // The next message, read in blocks (buffer_ keeps what follows it).
+  json next() {
+    std::size_t end;
+    while ((end = buffer_.find('\0')) == std::string::npos) {
+      pollfd p{from_, POLLIN, 0};
+      if (::poll(&p, 1, 60'000) != 1) FAIL("chromium said nothing for 60 s");
+      char block[65536];
+      const ssize_t n = ::read(from_, block, sizeof block);
+      if (n <= 0) FAIL("chromium closed its DevTools pipe");
+      buffer_.append(block, static_cast<std::size_t>(n));
+    }
+    auto j = json::parse(buffer_.substr(0, end), nullptr, false);
+    buffer_.erase(0, end + 1);
+    REQUIRE(!j.is_discarded());
+    return j;
+  }
+
+  e2e::TempDir profile_;
+  pid_t pid_ = -1;
+  int to_ = -1;
+  int from_ = -1;
+  int last_id_ = 0;
+  std::vector<json> events_;  // read while waiting for something else
+  std::string buffer_;
+};
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("serve: the API returns what the CLI's --json says, for records, one record, stats and tasks") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  REQUIRE_MESSAGE(serve.url().rfind("http://127.0.0.1:", 0) == 0, serve.err());
+  httplib::Client http("127.0.0.1", serve.port());
+
+  const json records = body_of(http.Get("/api/records"));
+  CHECK(records["records"] == s.cli({"quarantine", "list"}));
+  CHECK(records["total"] == 4);
+  CHECK(body_of(http.Get("/api/records?kind=crash&status=quarantined"))["records"] ==
+        s.cli({"quarantine", "list", "--kind", "crash", "--status", "quarantined"}));
+  CHECK(body_of(http.Get("/api/records?limit=1&offset=1"))["records"] ==
+        s.cli({"quarantine", "list", "--limit", "1", "--offset", "1"}));
+  const std::string hostile = s.id_of(kHostileKey);
+  const json shown = body_of(http.Get("/api/records/" + hostile));
+  CHECK(json::array({shown}) == s.cli({"quarantine", "show", hostile}));
+  CHECK(shown["key"] == kHostileKey);
+  CHECK(body_of(http.Get("/api/stats"))["groups"] == s.cli({"quarantine", "stats"}));
+  CHECK(body_of(http.Get("/api/tasks"))["tasks"] == s.cli({"tasks"}));
+  CHECK(body_of(http.Get("/api/tasks?state=ok"))["tasks"].size() == 1);
+
+  // The token: 64 hex digits, mode 0600.
+  struct stat st {};
+  REQUIRE(::stat((s.store + "/serve.token").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(read_token(s.store).size() == 64);
+  CHECK(read_token(s.store).find_first_not_of("0123456789abcdef") == std::string::npos);
+
+  CHECK(serve.stop(SIGTERM) == 0);
+  CHECK(serve.err().find("stopped (SIGTERM)") != std::string::npos);
+
+  // A new start, a new token: the old one is refused.
+  const std::string old_token = read_token(s.store);
+  Serve again(s.store);
+  REQUIRE(!again.url().empty());
+  CHECK(read_token(s.store) != old_token);
+  httplib::Client http2("127.0.0.1", again.port());
+  auto stale = http2.Post("/api/records/" + hostile + "/discard", {{"Authorization", "Bearer " + old_token}},
+                          R"({"reason": "stale token"})", "application/json");
+  REQUIRE(stale);
+  CHECK(stale->status == 403);
+  CHECK(again.stop(SIGINT) == 0);
+}
+
+TEST_CASE("serve: unknown ids are 404 and bad filters 400, with JSON that says what is allowed; nothing changes") {
+  ConsoleStore s;
+  const std::string before = s.state();
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  for (const char* path : {"/api/records/999", "/api/records/0", "/api/records/abc", "/api/records/-1",
+                           "/api/records/99999999999999999999", "/api/records/999/payload"}) {
+    INFO(path);
+    auto r = http.Get(path);
+    REQUIRE(r);
+    CHECK(r->status == 404);
+    CHECK(body_of(r)["error"].get<std::string>().find("no quarantine record") != std::string::npos);
+  }
+  struct Bad {
+    const char* path;
+    const char* says;
+  } bad[] = {
+      {"/api/records?status=bogus", "quarantined, replaying, resolved, failed-again, discarded"},
+      {"/api/records?kind=segfault", "crash"},
+      {"/api/records?limit=-1", "whole number"},
+      {"/api/records?limit=1000000", "0 to 1000"},
+      {"/api/records?offset=x", "whole number"},
+      {"/api/records?colour=red", "allowed: fingerprint, handler, key, kind, limit, offset, source, status"},
+      {"/api/records?status=quarantined&status=resolved", "given twice"},
+      {"/api/stats?limit=3", "allowed"},
+      {"/api/tasks?state=sleeping", "pending, retrying, held, gave-up, ok, quarantined"},
+  };
+  for (const auto& b : bad) {
+    INFO(b.path);
+    auto r = http.Get(b.path);
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(body_of(r)["error"].get<std::string>().find(b.says) != std::string::npos);
+  }
+  auto unknown = http.Get("/api/nothing");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(body_of(unknown).contains("error"));
+  auto page = http.Get("/records/999");
+  REQUIRE(page);
+  CHECK(page->status == 404);
+  CHECK(page->get_header_value("Content-Type").rfind("text/html", 0) == 0);
+  // A value from the URL is escaped in the error page.
+  auto hostile_filter = http.Get("/?kind=%3Cscript%3Ealert(3)%3C/script%3E");
+  REQUIRE(hostile_filter);
+  CHECK(hostile_filter->status == 400);
+  CHECK(hostile_filter->body.find("<script>alert(3)") == std::string::npos);
+  CHECK(hostile_filter->body.find("&lt;script&gt;alert(3)") != std::string::npos);
+  // A page of another site rebound to 127.0.0.1 names its own host.
+  auto rebound = http.Get("/api/records", {{"Host", "attacker.example:" + std::to_string(serve.port())}});
+  REQUIRE(rebound);
+  CHECK(rebound->status == 403);
+  CHECK(serve.stop(SIGINT) == 0);
+  CHECK(s.state() == before);
+}
+
+TEST_CASE("serve: discard without the token is 401, with a wrong one 403, store unchanged; with it, audited as web") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const std::string id = s.id_of("segv");
+  const std::string path = "/api/records/" + id + "/discard";
+  const std::string body = R"({"reason": "known bug, fixed upstream"})";
+  const std::string before = s.state();
+
+  auto none = http.Post(path, body, "application/json");
+  REQUIRE(none);
+  CHECK(none->status == 401);
+  CHECK(none->get_header_value("WWW-Authenticate") == "Bearer");
+  auto wrong = http.Post(path, {{"Authorization", "Bearer " + std::string(64, '0')}}, body, "application/json");
+  REQUIRE(wrong);
+  CHECK(wrong->status == 403);
+  auto not_bearer = http.Post(path, {{"Authorization", "Basic " + read_token(s.store)}}, body, "application/json");
+  REQUIRE(not_bearer);
+  CHECK(not_bearer->status == 401);
+  CHECK(s.state() == before);
+
+  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
+  for (const std::string& bad : {std::string("not json"), std::string(R"({"reason": ""})"), std::string(R"({"why": "x"})"),
+                                 std::string("{\"reason\": \"\xff\xfe\"}")}) {
+    auto r = http.Post(path, auth, bad, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+  }
+  auto missing = http.Post("/api/records/999/discard", auth, body, "application/json");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+  CHECK(s.state() == before);
+
+  auto done = http.Post(path, auth, body, "application/json");
+  REQUIRE(done);
+  CHECK(done->status == 200);
+  CHECK(body_of(done)["changed"] == 1);
+  CHECK(body_of(done)["discarded"][0]["was"] == "quarantined");
+  CHECK(sql_rows(s.db, "SELECT status FROM quarantine WHERE id = " + id)[0][0] == "discarded");
+  const auto audit = sql_rows(s.db, "SELECT actor, action, detail FROM audit WHERE record_id = " + id +
+                                        " ORDER BY id DESC LIMIT 1");
+  REQUIRE(audit.size() == 1);
+  CHECK(audit[0][0].rfind("web: 127.0.0.1", 0) == 0);
+  CHECK(audit[0][1] == "discarded");
+  CHECK(audit[0][2] == "known bug, fixed upstream (was quarantined)");
+  // The CLI's show sees the same trail.
+  const json shown = s.cli({"quarantine", "show", id})[0];
+  CHECK(shown["status"] == "discarded");
+  CHECK(shown["audit"].back()["actor"].get<std::string>().rfind("web: ", 0) == 0);
+  // Again: already discarded, nothing more written.
+  const std::string after = s.state();
+  auto again = http.Post(path, auth, body, "application/json");
+  REQUIRE(again);
+  CHECK(body_of(again)["changed"] == 0);
+  CHECK(s.state() == after);
+}
+
+TEST_CASE("serve: the payload downloads as its exact bytes; pages escape it and send the protective headers") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const std::string id = s.id_of(kHostileKey);
+  auto payload = http.Get("/api/records/" + id + "/payload");
+  REQUIRE(payload);
+  CHECK(payload->status == 200);
+  CHECK(payload->body == kHostilePayload);
+  CHECK(payload->get_header_value("Content-Type") == "application/octet-stream");
+  CHECK(payload->get_header_value("Content-Disposition") == "attachment; filename=\"record-" + id + ".payload\"");
+
+  auto page = http.Get("/records/" + id);
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->get_header_value("Content-Security-Policy").find("default-src 'self'") != std::string::npos);
+  CHECK(page->get_header_value("X-Content-Type-Options") == "nosniff");
+  // Not UTF-8: a hex dump, whose ASCII column shows the markup escaped.
+  CHECK(page->body.find("payload hex") != std::string::npos);
+  CHECK(page->body.find("<script>alert") == std::string::npos);
+  CHECK(page->body.find("<img src=x") == std::string::npos);
+  CHECK(page->body.find("&lt;img src=x onerror=alert(2)&gt;") != std::string::npos);
+  CHECK(count_of(page->body, "<script") == 1);  // /static/console.js only
+  auto list = http.Get("/");
+  REQUIRE(list);
+  CHECK(list->body.find("&lt;img src=x onerror=alert(2)&gt;") != std::string::npos);
+  CHECK(list->body.find("<img") == std::string::npos);
+  auto js = http.Get("/static/console.js");
+  REQUIRE(js);
+  CHECK(js->get_header_value("Content-Type").rfind("text/javascript", 0) == 0);
+
+  // A body past the limit is refused before any handler reads it.
+  auto huge = http.Post("/api/records/" + id + "/discard", std::string(100 * 1024, 'x'), "application/json");
+  REQUIRE(huge);
+  CHECK(huge->status == 413);
+  CHECK(body_of(huge).contains("error"));
+
+  // A payload of 200 KB: the page previews its first 4 KiB and says so.
+  const std::string big = "S" + std::string(200'000, 'x');
+  const auto run = run_pillbox({"run", "--store", s.store, "--json", "-", "--", e2e::fixture("poison_corpus"),
+                                s.work.path()},
+                               task_line("big", big));
+  REQUIRE_MESSAGE(run.exit_code == 1, run.describe());
+  auto big_page = http.Get("/records/" + s.id_of("big"));
+  REQUIRE(big_page);
+  CHECK(big_page->status == 200);
+  CHECK(big_page->body.find("first 4096 of 200001 bytes shown (text)") != std::string::npos);
+  CHECK(big_page->body.size() < 16 * 1024);
+  auto big_payload = http.Get("/api/records/" + s.id_of("big") + "/payload");
+  REQUIRE(big_payload);
+  CHECK(big_payload->body == big);
+}
+
+TEST_CASE("serve: a second serve on the same port fails clearly and leaves the first one's token; a missing store") {
+  ConsoleStore s;
+  Serve first(s.store);
+  REQUIRE(!first.url().empty());
+  const std::string token = read_token(s.store);
+  const std::string before = s.state();
+  Serve second(s.store, "127.0.0.1:" + std::to_string(first.port()));
+  CHECK(second.url().empty());
+  const int code = second.wait();
+  CHECK(code == 3);
+  CHECK(second.err().find("cannot listen on 127.0.0.1:" + std::to_string(first.port())) != std::string::npos);
+  CHECK(read_token(s.store) == token);
+  CHECK(s.state() == before);
+  // The first still serves.
+  httplib::Client http("127.0.0.1", first.port());
+  auto r = http.Get("/api/stats");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+
+  e2e::TempDir empty;
+  const std::string missing = empty.path() + "/no-store";
+  const auto none = run_pillbox({"serve", "--store", missing, "--listen", "127.0.0.1:0"});
+  CHECK((none.exit_code == 2 || none.exit_code == 3));
+  CHECK(none.err.find("pillbox serve:") != std::string::npos);
+  CHECK(none.out.empty());
+  CHECK(::access(missing.c_str(), F_OK) != 0);  // not created
+
+  const auto bad_listen = run_pillbox({"serve", "--store", s.store, "--listen", "localhost"});
+  CHECK(bad_listen.exit_code == 2);
+  CHECK(bad_listen.err.find("HOST:PORT") != std::string::npos);
+}
+
+TEST_CASE("serve: headless Chromium shows the records and the fingerprint, and the hostile payload only as text") {
+  if (chromium().empty()) {
+    MESSAGE("skipped: chromium is not installed (apt package chromium)");
+    return;
+  }
+  ConsoleStore s;
+  Serve serve(s.store);
+  const std::string fingerprint =
+      sql_rows(s.db, "SELECT fingerprint FROM quarantine WHERE key = 'segv'")[0][0];
+  const std::string id = s.id_of(kHostileKey);
+
+  const auto list = browse(serve.url());
+  INFO(list.describe());
+  REQUIRE(list.exit_code == 0);
+  CHECK(list.out.find(fingerprint) != std::string::npos);
+  CHECK(list.out.find("&lt;img src=x onerror=alert(2)&gt;") != std::string::npos);
+  CHECK(list.out.find("<img") == std::string::npos);
+
+  const auto record = browse(serve.url() + "records/" + id);
+  INFO(record.describe());
+  REQUIRE(record.exit_code == 0);
+  CHECK(record.out.find(fingerprint) != std::string::npos);
+  CHECK(record.out.find("corrupt_record") != std::string::npos);  // a frame of the crash state
+  // Not UTF-8: a hex dump whose ASCII column holds the markup as text.
+  CHECK(record.out.find("payload hex") != std::string::npos);
+  CHECK(record.out.find("S&lt;script&gt;alert(1") != std::string::npos);
+  CHECK(count_of(record.out, "<script") == 1);  // console.js, no element from the payload
+  CHECK(record.out.find("discard-form") != std::string::npos);
+
+  const auto markup = browse(serve.url() + "records/" + s.id_of("markup"));
+  INFO(markup.describe());
+  REQUIRE(markup.exit_code == 0);
+  CHECK(markup.out.find("payload text") != std::string::npos);
+  CHECK(markup.out.find("S&lt;script&gt;alert(1)&lt;/script&gt; as text") != std::string::npos);
+  CHECK(count_of(markup.out, "<script") == 1);
+
+  // PILLBOX_CONSOLE_SCREENSHOTS=DIR: the pages of docs/console.md, taken here.
+  if (const char* dir = std::getenv("PILLBOX_CONSOLE_SCREENSHOTS")) {
+    const std::pair<std::string, std::string> pages[] = {
+        {"quarantine.png", serve.url()}, {"fingerprints.png", serve.url() + "groups"},
+        {"record.png", serve.url() + "records/" + id}, {"tasks.png", serve.url() + "tasks"}};
+    for (const auto& [file, url] : pages) {
+      const auto shot = browse(url, std::string(dir) + "/" + file);
+      CHECK_MESSAGE(shot.exit_code == 0, shot.describe());
+    }
+  }
+}
+
+TEST_CASE("serve: in Chromium, the record page's discard is refused without the token and done with it, as web") {
+  if (chromium().empty()) {
+    MESSAGE("skipped: chromium is not installed (apt package chromium)");
+    return;
+  }
+  ConsoleStore s;
+  Serve serve(s.store);
+  const std::string id = s.id_of("abort");
+  const std::string before = s.state();
+  Browser browser;
+  const std::string page = browser.open(serve.url() + "records/" + id);
+  // Fills the form, clicks Discard, and returns what the form says once the
+  // server has answered (the text after "discarding…").
+  auto click = [&](const std::string& token) {
+    return browser.evaluate(page, "(() => {"
+                                  "  const result = document.getElementById('discard-result');"
+                                  "  document.getElementById('token').value = " + json(token).dump() + ";"
+                                  "  document.querySelector('#discard-form [name=reason]').value = 'clicked in a browser';"
+                                  "  const answered = new Promise(done => new MutationObserver(() => {"
+                                  "    if (result.textContent !== 'discarding…') done(result.textContent);"
+                                  "  }).observe(result, {childList: true, characterData: true, subtree: true}));"
+                                  "  document.querySelector('#discard-form button').click();"
+                                  "  return answered;"
+                                  "})()");
+  };
+  const json refused = click("");
+  CHECK(refused.get<std::string>().rfind("401: ", 0) == 0);
+  const json wrong = click(std::string(64, 'f'));
+  CHECK(wrong.get<std::string>().rfind("403: ", 0) == 0);
+  CHECK(s.state() == before);
+
+  CHECK(click(read_token(s.store)) == "discarded");
+  CHECK(sql_rows(s.db, "SELECT status FROM quarantine WHERE id = " + id)[0][0] == "discarded");
+  const auto audit = sql_rows(s.db, "SELECT actor, detail FROM audit WHERE record_id = " + id + " ORDER BY id DESC LIMIT 1");
+  REQUIRE(audit.size() == 1);
+  CHECK(audit[0][0].rfind("web: 127.0.0.1", 0) == 0);
+  CHECK(audit[0][1] == "clicked in a browser (was quarantined)");
+  // The page reloads: it shows the new status and trail, and the tab kept the token.
+  browser.wait_for("Page.loadEventFired", page);
+  CHECK(browser.evaluate(page, "document.querySelector('h1 .status').textContent") == "discarded");
+  CHECK(browser.evaluate(page, "document.querySelector('table.audit').innerText.includes('web: 127.0.0.1')") == true);
+  CHECK(browser.evaluate(page, "sessionStorage.getItem('pillbox-token')") == read_token(s.store));
+}

@@ -1,0 +1,165 @@
+// The console's API called as a library, over a real store in a scratch
+// directory: the objects are the CLI's (quarantine_record_json and
+// friends), errors carry the HTTP status and say what is allowed, a discard
+// changes the record and its trail only when it is allowed to, and the
+// pages built on the API escape what the store holds.
+#include <doctest/doctest.h>
+
+#include <optional>
+#include <string>
+
+#include "shared/sha256.h"
+#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/serve/console_api.h"
+#include "supervisor/serve/console_pages.h"
+#include "supervisor/store/ledger.h"
+#include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/store.h"
+#include "tests/unit/scratch_dir.h"
+
+using namespace pillbox;
+using namespace pillbox::serve;
+using nlohmann::json;
+
+namespace {
+
+struct Env {
+  pillbox::test::ScratchDir scratch{"console-api"};
+  std::optional<store::Store> st;
+  std::optional<store::QuarantineStore> qs;
+  std::optional<store::Ledger> ledger;
+
+  Env() {
+    auto opened = store::Store::open(scratch.path + "/store");
+    REQUIRE_MESSAGE(opened.has_value(), opened.error());
+    st.emplace(std::move(*opened));
+    auto q = store::QuarantineStore::open(st->db(), st->dir());
+    REQUIRE_MESSAGE(q.has_value(), q.error());
+    qs.emplace(std::move(*q));
+    auto l = store::Ledger::open(st->db(), "handler-id", "policy-id");
+    REQUIRE_MESSAGE(l.has_value(), l.error());
+    ledger.emplace(std::move(*l));
+  }
+
+  ConsoleStore console() { return ConsoleStore{st->db(), *qs, st->dir()}; }
+
+  // Quarantines `payload` under `key`; the record's id.
+  std::int64_t add(const std::string& key, const std::string& payload, const std::string& fingerprint) {
+    const std::int64_t now = store::now_ms();
+    REQUIRE(ledger->begin().is_ok());
+    store::QuarantineEntry e;
+    e.key = key;
+    e.handler = "echo";
+    e.handler_identity = "handler-id";
+    e.handler_args = "{}";
+    e.exec_argv = "[]";
+    e.policy_identity = "policy-id";
+    e.policy = "limits {}";
+    e.payload_sha256 = sha256_hex(payload);
+    e.payload_size = static_cast<std::int64_t>(payload.size());
+    e.kind = "crash";
+    e.fingerprint = fingerprint;
+    e.crash_state = R"(["parse_<b>header</b>", "main"])";
+    e.message = "crash in " + key;
+    auto started = ledger->start_attempt(key, e.payload_sha256, e.payload_size, now);
+    REQUIRE_MESSAGE(started.has_value(), started.error());
+    e.task_id = started->task_id;
+    auto r = qs->insert(e, payload, now, "test");
+    REQUIRE_MESSAGE(r.has_value(), r.error());
+    REQUIRE(ledger->commit().is_ok());
+    return r->id;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("console api: records are the CLI's objects; filters and paging; errors are 400 and 404") {
+  Env env;
+  const std::int64_t a = env.add("a", "payload a", "pb1-aaaa");
+  const std::int64_t b = env.add("<b>key</b>", "payload \xff b", "pb1-bbbb");
+  auto console = env.console();
+
+  const ApiReply all = list_records(console, {});
+  REQUIRE(all.status == 200);
+  REQUIRE(all.body["records"].size() == 2);
+  CHECK(all.body["total"] == 2);
+  auto record_b = env.qs->get(b);
+  REQUIRE((record_b.has_value() && record_b->has_value()));
+  CHECK(all.body["records"][0] == json::parse(quarantine_record_json(**record_b, 0, false, env.st->dir())));
+
+  const ApiReply page = list_records(console, {{"limit", "1"}, {"offset", "1"}});
+  REQUIRE(page.body["records"].size() == 1);
+  CHECK(page.body["records"][0]["id"] == a);
+  CHECK(page.body["total"] == 2);
+  CHECK(list_records(console, {{"fingerprint", "pb1-aaaa"}}).body["records"].size() == 1);
+  CHECK(list_records(console, {{"status", "nope"}}).status == 400);
+
+  const ApiReply shown = show_record(console, std::to_string(b));
+  REQUIRE(shown.status == 200);
+  CHECK(shown.body["attempt_history"].size() == 1);
+  CHECK(shown.body["audit"].is_array());
+  CHECK(shown.body.contains("payload_head_b64"));
+  CHECK(show_record(console, "77").status == 404);
+  CHECK(show_record(console, "x").status == 404);
+
+  const ApiReply stats = record_stats(console, {});
+  REQUIRE(stats.status == 200);
+  CHECK(stats.body["groups"].size() == 2);
+  CHECK(list_tasks(console, {}).body["tasks"].size() == 2);
+
+  const PayloadReply payload = record_payload(console, std::to_string(b));
+  CHECK(payload.error.status == 200);
+  CHECK(payload.bytes == "payload \xff b");
+  CHECK(payload.file_name == "record-" + std::to_string(b) + ".payload");
+}
+
+TEST_CASE("console api: discard checks the body before the record, refuses a replaying record, audits the actor") {
+  Env env;
+  const std::int64_t id = env.add("k", "p", "pb1-cccc");
+  auto console = env.console();
+  const std::string path_id = std::to_string(id);
+  auto before = env.qs->audit_trail(id);
+  REQUIRE(before.has_value());
+  const std::size_t entries = before->size();
+  CHECK(discard_record(console, path_id, "{}", "web: 127.0.0.1").status == 400);
+  CHECK(discard_record(console, path_id, R"({"reason": 3})", "web: 127.0.0.1").status == 400);
+  CHECK(discard_record(console, path_id, R"({"reason": ")" + std::string(5000, 'r') + "\"}", "web: x").status == 400);
+  CHECK(discard_record(console, "999", R"({"reason": "r"})", "web: 127.0.0.1").status == 404);
+  REQUIRE(env.st->db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
+  CHECK(discard_record(console, path_id, R"({"reason": "r"})", "web: 127.0.0.1").status == 409);
+  REQUIRE(env.st->db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
+  CHECK(env.qs->get(id)->value().status == store::RecordStatus::kQuarantined);
+  auto trail = env.qs->audit_trail(id);
+  REQUIRE(trail.has_value());
+  CHECK(trail->size() == entries);  // none of the refused ones added an entry
+
+  const ApiReply done = discard_record(console, path_id, R"({"reason": "seen"})", "web: 127.0.0.1");
+  REQUIRE(done.status == 200);
+  CHECK(done.body["changed"] == 1);
+  trail = env.qs->audit_trail(id);
+  REQUIRE(trail.has_value());
+  REQUIRE(trail->size() == entries + 1);
+  CHECK(trail->back().actor == "web: 127.0.0.1");
+  CHECK(trail->back().detail == "seen (was quarantined)");
+  CHECK(discard_record(console, path_id, R"({"reason": "seen"})", "web: 127.0.0.1").body["changed"] == 0);
+}
+
+TEST_CASE("console pages: store text is escaped everywhere; errors are pages with the status") {
+  Env env;
+  const std::int64_t id = env.add("<img src=x onerror=alert(1)>", "<script>alert(2)</script>", "pb1-\"><script>");
+  auto console = env.console();
+  for (const Page& p : {list_page(console, {}), groups_page(console, {}), record_page(console, std::to_string(id)),
+                        tasks_page(console, {})}) {
+    CHECK(p.status == 200);
+    CHECK(p.html.find("<img") == std::string::npos);
+    CHECK(p.html.find("<script>") == std::string::npos);
+    CHECK(p.html.find("<b>") == std::string::npos);
+  }
+  const Page record = record_page(console, std::to_string(id));
+  CHECK(record.html.find("&lt;script&gt;alert(2)&lt;/script&gt;") != std::string::npos);
+  CHECK(record.html.find("parse_&lt;b&gt;header&lt;/b&gt;") != std::string::npos);
+  CHECK(record.html.find("href=\"/?fingerprint=pb1-%22%3E%3Cscript%3E\"") != std::string::npos);
+  CHECK(record_page(console, "12345").status == 404);
+  CHECK(list_page(console, {{"kind", "<i>"}}).status == 400);
+  CHECK(list_page(console, {{"kind", "<i>"}}).html.find("&lt;i&gt;") != std::string::npos);
+}
