@@ -141,6 +141,29 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --json            one JSON object per artifact\n"
      "  -q, --quiet       no progress bar on the terminal\n"
      "  --follow-symlinks in directories, read what symlinks point to\n" PILLBOX_STORE_ONLY},
+    {"patch",
+     "usage: pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
+     "                                [--store DIR]\n"
+     "\n"
+     "A fix by hand: stores a new revision of the record's payload (--payload-file) or of its\n"
+     "handler arguments (--set-arg, repeatable; the others are kept) beside the original, which\n"
+     "never changes. Who, when, the note and what changed (e.g. \"payload 1234 -> 1180 bytes, ...\",\n"
+     "\"arg mode: strict -> lenient\") go into the audit trail; `quarantine show` lists the\n"
+     "revisions. `quarantine replay ID` then runs the newest revision under the record's own key\n"
+     "and, if it succeeds, resolves the record (its audit entry names the revision). The task's\n"
+     "own payload is not marked done: it still fails, and `run` over it says so again.\n"
+     "Refused, with nothing changed: a record resolved or discarded, one being replayed, --set-arg\n"
+     "on an exec record (a command line, not handler arguments), a patch equal to the newest\n"
+     "revision, a payload file that is not a readable regular file of at most 1 GiB.\n"
+     "\n"
+     "options:\n"
+     "  --payload-file F  the new payload, exactly these bytes\n"
+     "  --set-arg K=V     set handler argument K to V (repeatable)\n"
+     "  --note TEXT       why (required; at most 4096 bytes)\n"
+     "  --json            on stdout, one JSON object: {\"record_id\", \"n\", \"at\", \"actor\", \"note\",\n"
+     "                    \"summary\", \"payload_sha256\", \"payload_size\", \"handler_args\"}\n" PILLBOX_STORE_ONLY
+     "\n"
+     "exit codes: 0 stored, 2 usage error, no such record, or a patch refused, 3 the store cannot be used\n"},
 };
 
 #undef PILLBOX_FILTERS

@@ -291,6 +291,19 @@ nlohmann::json full_record_json(const nlohmann::json& id, const store::Quarantin
   return j;
 }
 
+nlohmann::json revision_json(const store::Revision& v) {
+  nlohmann::json args = nlohmann::json::parse(v.handler_args, nullptr, false);
+  if (args.is_discarded()) args = v.handler_args;  // unreadable: shown as the text it is
+  return {{"n", v.n},
+          {"at", iso_time(v.created_at)},
+          {"actor", v.actor},
+          {"note", v.note},
+          {"summary", v.summary},
+          {"payload_sha256", v.payload_sha256},
+          {"payload_size", v.payload_size},
+          {"handler_args", args}};
+}
+
 int print_record(const ShownRecord& shown, bool json) {
   const store::QuarantineRecord& r = shown.record;
   if (json) {
@@ -380,6 +393,24 @@ int print_record(const ShownRecord& shown, bool json) {
                   a["charged"].get<bool>() ? "" : " (not charged)", a["solo"].get<bool>() ? " (alone)" : "",
                   table_cell(a["message"].get<std::string>(), 100).c_str());
     out += line;
+  }
+  // An operator's patches (the store's records only): what replay runs is the last one.
+  if (const auto revisions = shown.full.find("revisions");
+      revisions != shown.full.end() && revisions->is_array() && !revisions->empty()) {
+    out += "revisions (" + std::to_string(revisions->size()) + ", replay runs revision " +
+           std::to_string(revisions->back()["n"].get<std::int64_t>()) + "; the original above is unchanged):\n";
+    for (const auto& v : *revisions) {
+      out += "  #" + std::to_string(v["n"].get<std::int64_t>()) + " " + v["at"].get<std::string>() + "  " +
+             table_cell(v["actor"].get<std::string>(), 80) + "\n";
+      out += "      note:    " + table_cell(v["note"].get<std::string>(), 300) + "\n";
+      out += "      change:  " + table_cell(v["summary"].get<std::string>(), 300) + "\n";
+      out += "      payload: " + human_bytes(v["payload_size"].get<std::int64_t>()) + ", sha256 " +
+             v["payload_sha256"].get<std::string>() + "\n";
+      if (shown.record.entry.handler != "exec") {
+        out += "      args:    " + table_cell(v["handler_args"].dump(-1, ' ', false,
+                                                                     nlohmann::json::error_handler_t::replace), 300) + "\n";
+      }
+    }
   }
   const auto& trail = shown.full["audit"];
   out += "audit trail (" + std::to_string(trail.size()) + "):\n";
@@ -527,17 +558,19 @@ void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::
 }
 
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& r, const Outcome& o,
-                         store::ReplayVerdict verdict, bool json, const std::string& file) {
+                         store::ReplayVerdict verdict, bool json, const std::string& file, std::int64_t revision) {
   Task task{r.entry.key, {}, 0};
   if (json) {
     auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
     j["record_id"] = id;
     j["replay"] = std::string(to_string(verdict));
     j["original_fingerprint"] = r.entry.fingerprint;
+    if (revision > 0) j["revision"] = revision;
     std::printf("%s\n", dump(j).c_str());
   } else {
-    std::printf("#%-6s %s  -> %s\n", id_text(id).c_str(), outcome_line(task, o).c_str(),
-                std::string(to_string(verdict)).c_str());
+    const std::string patched = revision > 0 ? " (revision " + std::to_string(revision) + ", a patch)" : "";
+    std::printf("#%-6s %s  -> %s%s\n", id_text(id).c_str(), outcome_line(task, o).c_str(),
+                std::string(to_string(verdict)).c_str(), patched.c_str());
   }
   std::fflush(stdout);
 }

@@ -17,6 +17,7 @@
 #include "supervisor/classify/outcome.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/replay_verdict.h"
+#include "supervisor/store/revision_store.h"
 
 namespace pillbox::cli {
 
@@ -58,6 +59,12 @@ nlohmann::json full_record_json(const nlohmann::json& id, const store::Quarantin
 nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
                             const std::string& kind, const std::string& fingerprint, const std::string& message,
                             bool charged, bool solo, std::string_view stderr_tail = {});
+
+// One element of "revisions" (show --json, patch --json): an operator's
+// patch of the record (supervisor/store/revision_store.h): {"n", "at",
+// "actor", "note", "summary", "payload_sha256", "payload_size",
+// "handler_args" (an object)}.
+nlohmann::json revision_json(const store::Revision& revision);
 
 struct ShownRecord {
   nlohmann::json id;
@@ -108,8 +115,10 @@ class DiscardReport {
 void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
                        std::size_t batch, const std::vector<std::string>& skipped, bool json);
 // One replayed record's line (or JSON object with --json): its outcome and
-// verdict. `output_file`: where its output went ("" for none).
+// verdict. `output_file`: where its output went ("" for none). `revision` >
+// 0: what ran was that revision of the record, a patch (JSON "revision": N).
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& record, const Outcome& outcome,
-                         store::ReplayVerdict verdict, bool json, const std::string& output_file);
+                         store::ReplayVerdict verdict, bool json, const std::string& output_file,
+                         std::int64_t revision = 0);
 
 }  // namespace pillbox::cli

@@ -136,13 +136,14 @@ int quarantine_replay(const QuarantineContext& c) {
     progress.update(done);
     progress.show();
   };
-  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict) {
+  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict,
+                           std::int64_t revision) {
     std::string file;
     if (verdict == store::ReplayVerdict::kResolved && results) file = write_result_file(*results, r.entry.key, o.output, "quarantine replay", write_errors);
     progress.hide();  // the result goes above the progress line
     progress.count(verdict == store::ReplayVerdict::kResolved ? std::string("resolved")
                                                               : std::string(to_string(o.kind)));
-    print_replay_result(r.id, r, o, verdict, json, file);
+    print_replay_result(r.id, r, o, verdict, json, file, revision);
   };
   auto result = replay(c.quarantine, replays, settings);
   progress.finish();

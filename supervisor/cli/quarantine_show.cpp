@@ -5,6 +5,7 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/store/revision_store.h"
 
 namespace pillbox::cli {
 namespace {
@@ -20,7 +21,14 @@ Expected<nlohmann::json> full_record(const QuarantineContext& c, const store::Qu
     history.push_back(attempt_json(a.n, a.run_id, a.started_at, a.ended_at, a.kind, a.fingerprint, a.message,
                                    a.charged, a.solo, a.stderr_tail));
   }
-  return full_record_json(r.id, r, c.store_dir, std::move(history), *audit);
+  auto revisions = store::RevisionStore(c.database).list(r.id);
+  if (!revisions) return Error{revisions.error()};
+  nlohmann::json full = full_record_json(r.id, r, c.store_dir, std::move(history), *audit);
+  // Operators' patches, oldest first; the original's fields above are unchanged by them.
+  nlohmann::json patches = nlohmann::json::array();
+  for (const auto& v : *revisions) patches.push_back(revision_json(v));
+  full["revisions"] = std::move(patches);
+  return full;
 }
 
 }  // namespace
