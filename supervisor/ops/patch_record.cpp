@@ -164,9 +164,12 @@ Expected<store::Revision> patch_record(store::Database& db, store::QuarantineSto
       return usage("the new payload is the same as " + from + " of record " + std::to_string(record.id) +
                    " (sha256 " + sha + "): nothing to patch");
     }
+    // A missing or damaged payload before is a reason to patch, not to refuse:
+    // the summary says what is known.
     auto current = quarantine.payloads().get(next.payload_sha256);
-    if (!current) return Error{current.error()};
-    next.summary = payload_change_summary(*current, *request.payload);
+    next.summary = current ? payload_change_summary(*current, *request.payload)
+                           : "payload -> " + std::to_string(request.payload->size()) + " bytes (" + from +
+                                 "'s payload is unreadable: " + current.error() + ")";
     if (auto s = quarantine.payloads().put(*request.payload, sha, now); !s) return Error{s.message()};
     next.payload_sha256 = sha;
     next.payload_size = static_cast<std::int64_t>(request.payload->size());
