@@ -531,15 +531,19 @@ void DiscardReport::finish() const {
 // ---- replay ---------------------------------------------------------------------
 
 void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
-                       std::size_t batch, const std::vector<std::string>& skipped, bool json) {
+                       std::size_t batch, const std::vector<std::string>& skipped, bool json,
+                       const std::vector<std::int64_t>& revisions) {
+  auto revision_of = [&](std::size_t i) { return i < revisions.size() ? revisions[i] : std::int64_t{0}; };
   if (json) {
     nlohmann::json records = nlohmann::json::array();
-    for (const auto& [id, r] : plan) {
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const auto& [id, r] = plan[i];
       records.push_back({{"id", id},
                          {"status", to_string(r->status)},
                          {"kind", r->entry.kind},
                          {"fingerprint", r->entry.fingerprint},
                          {"key", r->entry.key}});
+      if (revision_of(i) > 0) records.back()["revision"] = revision_of(i);
     }
     const nlohmann::json j = {{"dry_run", true}, {"batch", batch},       {"count", plan.size()},
                               {"records", records}, {"skipped", skipped}};
@@ -550,9 +554,12 @@ void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::
               batch);
   int width = 8;  // as in list
   for (const auto& row : plan) width = std::max(width, static_cast<int>(id_text(row.first).size()));
-  for (const auto& [id, r] : plan) {
-    std::printf("  %-*s %-12s %-17s %-21s %s\n", width, id_text(id).c_str(), std::string(to_string(r->status)).c_str(),
-                r->entry.kind.c_str(), r->entry.fingerprint.c_str(), table_cell(r->entry.key, 100).c_str());
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const auto& [id, r] = plan[i];
+    const std::string patched = revision_of(i) > 0 ? "  (revision " + std::to_string(revision_of(i)) + ", a patch)" : "";
+    std::printf("  %-*s %-12s %-17s %-21s %s%s\n", width, id_text(id).c_str(), std::string(to_string(r->status)).c_str(),
+                r->entry.kind.c_str(), r->entry.fingerprint.c_str(), table_cell(r->entry.key, 100).c_str(),
+                patched.c_str());
   }
   for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
 }

@@ -112,8 +112,11 @@ class DiscardReport {
 // --dry-run's plan: one row per record it would replay, then what it skips;
 // with --json one object: {"dry_run": true, "batch": N, "count": N,
 // "records": [{"id", "status", "kind", "fingerprint", "key"}...], "skipped": [TEXT...]}.
+// `revisions[i]` > 0: plan[i] would run that revision, a patch (JSON
+// "revision": N); empty or 0: the original.
 void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
-                       std::size_t batch, const std::vector<std::string>& skipped, bool json);
+                       std::size_t batch, const std::vector<std::string>& skipped, bool json,
+                       const std::vector<std::int64_t>& revisions = {});
 // One replayed record's line (or JSON object with --json): its outcome and
 // verdict. `output_file`: where its output went ("" for none). `revision` >
 // 0: what ran was that revision of the record, a patch (JSON "revision": N).

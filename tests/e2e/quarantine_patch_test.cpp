@@ -90,6 +90,13 @@ TEST_CASE("patch then replay resolves a record whose original payload, unchanged
   CHECK(text.out.find("revisions (1, replay runs revision 1") != std::string::npos);
   CHECK(text.out.find("note:    the upstream exporter wrote S for O") != std::string::npos);
 
+  // --dry-run says what would run: revision 1.
+  const auto plan = run_pillbox({"quarantine", "replay", "1", "--dry-run", "--json", "--store", store});
+  INFO(plan.describe());
+  REQUIRE(plan.records.size() == 1);
+  REQUIRE(plan.records[0]["records"].size() == 1);
+  CHECK(plan.records[0]["records"][0]["revision"] == 1);
+
   // replay runs revision 1 under the record's key, and resolves it.
   const auto replay = run_pillbox({"quarantine", "replay", "1", "--json", "--store", store});
   INFO(replay.describe());
