@@ -3,6 +3,7 @@
 // in a fresh scratch directory.
 #include <doctest/doctest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/replay_store.h"
 #include "supervisor/store/revision_store.h"
+#include "supervisor/store/schema.h"
 #include "supervisor/store/store.h"
 #include "tests/unit/scratch_dir.h"
 
@@ -329,4 +331,40 @@ TEST_CASE("patch: a damaged original payload is a reason to patch, not to refuse
   REQUIRE_MESSAGE(revision.has_value(), revision.error());
   CHECK(revision->summary.rfind("payload -> 5 bytes (the original's payload is unreadable: ", 0) == 0);
   CHECK(revision->summary.find("damaged") != std::string::npos);
+}
+
+TEST_CASE("patch: a version 9 store with a record migrates to revisions, and the record can be patched") {
+  pillbox::test::ScratchDir s{"patch-migrate"};
+  const std::string dir = s.path + "/store";
+  std::filesystem::create_directory(dir);
+  ::chmod(dir.c_str(), 0700);
+  {
+    auto db = Database::open(dir + "/pillbox.db");
+    REQUIRE_MESSAGE(db.has_value(), db.error());
+    REQUIRE(migrate(*db, 9).is_ok());
+    const Status filled = db->exec(
+        "INSERT INTO runs (id, started_at, pid, host, handler_identity, policy_identity) VALUES (1, 0, 1, 'h', 'echo', 'p');"
+        "INSERT INTO tasks (id, job, key, payload_sha256, payload_size, state, attempts, updated_at) "
+        "VALUES (1, 'echo', 'k', '" + sha256_hex("A") + "', 1, 'quarantined', 1, 0);"
+        "INSERT INTO payloads VALUES ('" + sha256_hex("A") + "', 1, x'41', 0);"
+        "INSERT INTO quarantine (id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
+        "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
+        "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at) VALUES (1, 1, 'k', 'run', "
+        "'echo', 'echo', '{}', '[]', 'p', '', '" + sha256_hex("A") + "', 1, 'crash', 'fp', '[]', 'm', 11, '', -1, 0, 0, 0, "
+        "'quarantined', 0, 0);");
+    REQUIRE_MESSAGE(filled.is_ok(), filled.message());
+  }
+  auto store = Store::open(dir);
+  REQUIRE_MESSAGE(store.has_value(), store.error());
+  CHECK(*store->db().query_int("PRAGMA user_version") == schema_version());
+  CHECK(*store->db().query_int("SELECT count(*) FROM revisions") == 0);
+  auto qs = QuarantineStore::open(store->db(), store->dir());
+  REQUIRE(qs.has_value());
+  PatchRequest request = payload_patch(1, "B");
+  request.actor = "web: 127.0.0.1:5000";
+  auto revision = patch_record(store->db(), *qs, request, 10);
+  REQUIRE_MESSAGE(revision.has_value(), revision.error());
+  CHECK(revision->n == 1);
+  CHECK(revision->actor == "web: 127.0.0.1:5000");
+  CHECK(*store->db().query_text("SELECT actor FROM audit WHERE action = 'patched'") == "web: 127.0.0.1:5000");
 }
