@@ -64,7 +64,8 @@ class ReplayStore {
   // over the same input skips it as done rather than as quarantined.
   // `revision` > 0: what ran was that revision of the record (a patch,
   // revision_store.h), not the task's own payload and arguments, so the task
-  // keeps its state: its payload still fails, and a run over it says so.
+  // keeps its state: its payload still fails, and a run over the same input
+  // skips it as quarantined, not as done.
   Status finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& attempt, std::int64_t run_id,
                 const std::string& handler_identity, const std::string& actor, const std::string& detail,
                 std::int64_t revision = 0);
