@@ -109,8 +109,15 @@ TEST_CASE("patch then replay resolves a record whose original payload, unchanged
         std::vector<std::string>{"resolved", original_sha});
   CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'replayed' AND detail LIKE "
                     "'resolved: ok under % from revision 1 (a patch; the original is unchanged)'") == 1);
-  // The task's own payload was not what succeeded: the ledger does not call it done.
+  // The task's own payload was not what succeeded: the ledger does not call
+  // it done, and a run over the same input skips it as quarantined.
   CHECK(sql_rows(db, "SELECT state FROM tasks")[0][0] == "quarantined");
+  const auto rerun = run_pillbox({"run", "--store", store, "--max-attempts", "1", "-", "--",
+                                  e2e::fixture("poison_corpus"), work.path()},
+                                 task_line("order-7", original));
+  INFO(rerun.describe());
+  CHECK(rerun.exit_code == 0);
+  CHECK(rerun.err.find("1 already quarantined in this store") != std::string::npos);
 
   // The original bytes are still in the store, and still fail.
   const std::string exported = dir.file("original");
