@@ -34,7 +34,7 @@ const char* kHelp =
     "usage: pillbox quarantine list [filters] [--limit N] [--offset N] [--json]\n"
     "       pillbox quarantine show ID [--json]\n"
     "       pillbox quarantine stats [filters] [--json]\n"
-    "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force] [--json]\n"
+    "       pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
     "       pillbox quarantine discard ID... --reason TEXT [--json]\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
     "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
@@ -133,7 +133,8 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "stats") add(kFilterOptions), add({{"json", false}});
   if (verb == "show") add({{"json", false}});
   if (verb == "export") {
-    add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}, {"json", false}});
+    add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}, {"json", false},
+         {"revision"}});
   }
   if (verb == "discard") add({{"reason"}, {"json", false}});
   if (verb == "patch") add({{"payload-file"}, {"set-arg", true, true}, {"note"}, {"json", false}});
@@ -326,6 +327,10 @@ int on_fleet(const std::string& verb, const Args& args) {
   }
   if (args.value("source")) {
     return quarantine_error("--source does not apply with --redis: every record there comes from a worker", kExitUsage);
+  }
+  if (args.value("revision")) {
+    return quarantine_error("--revision does not apply with --redis: revisions are the store's (quarantine patch)",
+                            kExitUsage);
   }
   auto address = broker::parse_redis_url(*args.value("redis"));
   if (!address) return quarantine_error(address.error(), exit_code_for(address.error_code()));

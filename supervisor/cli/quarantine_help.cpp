@@ -54,7 +54,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "options:\n"
      "  --json            one JSON object per group\n" PILLBOX_WHERE},
     {"export",
-     "usage: pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force] [--json]\n"
+     "usage: pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
      "                                 [--store DIR | --redis URL --stream NAME]\n"
      "\n"
      "The exact payload bytes to FILE (- for stdout when it is not a terminal). With --bundle,\n"
@@ -65,9 +65,12 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  -o, --output FILE where to write (a directory with --bundle)\n"
      "  --bundle          a directory: payload, policy, record, reproduce.sh\n"
      "  --minimized       the payload `pillbox minimize` made, not the original\n"
+     "  --revision N      the payload of revision N (quarantine patch), not the original; the\n"
+     "                    store only, not with --bundle\n"
      "  --force           replace FILE when it exists\n"
      "  --json            on stdout, one JSON object: {\"id\", \"output\", \"bytes\", \"sha256\",\n"
-     "                    \"bundle\", \"minimized\"} (not with -o -)\n" PILLBOX_WHERE},
+     "                    \"bundle\", \"minimized\", \"revision\"} (not with -o -; revision: null for\n"
+     "                    the original)\n" PILLBOX_WHERE},
     {"discard",
      "usage: pillbox quarantine discard ID... --reason TEXT [--json] [--store DIR | --redis URL --stream NAME]\n"
      "\n"

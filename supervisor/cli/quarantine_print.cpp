@@ -445,6 +445,8 @@ int print_exported(const Args& args, const nlohmann::json& id, std::size_t bytes
                             {"output", *args.value("output")},
                             {"bundle", args.flag("bundle")},
                             {"minimized", args.flag("minimized")},
+                            {"revision", args.value("revision") ? nlohmann::json(std::stoll(*args.value("revision")))
+                                                                : nlohmann::json(nullptr)},
                             {"bytes", bytes},
                             {"sha256", sha}};
   std::printf("%s\n", dump(j).c_str());

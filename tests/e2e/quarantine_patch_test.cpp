@@ -90,6 +90,24 @@ TEST_CASE("patch then replay resolves a record whose original payload, unchanged
   CHECK(text.out.find("revisions (1, replay runs revision 1") != std::string::npos);
   CHECK(text.out.find("note:    the upstream exporter wrote S for O") != std::string::npos);
 
+  // export --revision 1 gives the patched bytes; the original stays the default.
+  const auto patched = run_pillbox({"quarantine", "export", "1", "--revision", "1", "-o", dir.file("rev1"), "--json",
+                                    "--store", store});
+  INFO(patched.describe());
+  REQUIRE(patched.exit_code == 0);
+  CHECK(e2e::read_file(dir.file("rev1")) == fixed_payload);
+  CHECK(patched.records[0]["revision"] == 1);
+  CHECK(patched.records[0]["sha256"] == pillbox::sha256_hex(fixed_payload));
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"--revision", "2"}, {"--revision", "0"},
+                                                               {"--revision", "1", "--minimized"},
+                                                               {"--revision", "1", "--bundle"}}) {
+    std::vector<std::string> args = {"quarantine", "export", "1", "-o", dir.file("bad"), "--store", store};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const auto r = run_pillbox(args);
+    INFO(r.describe());
+    CHECK(r.exit_code == 2);
+  }
+
   // --dry-run says what would run: revision 1.
   const auto plan = run_pillbox({"quarantine", "replay", "1", "--dry-run", "--json", "--store", store});
   INFO(plan.describe());
