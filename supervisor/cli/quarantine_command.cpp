@@ -35,11 +35,12 @@ const char* kHelp =
     "usage: pillbox quarantine list [filters] [--limit N] [--offset N] [--json]\n"
     "       pillbox quarantine show ID [--json]\n"
     "       pillbox quarantine stats [filters] [--json]\n"
-    "       pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force] [--json]\n"
+    "       pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
     "       pillbox quarantine discard ID... --reason TEXT [--json]\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
     "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
+    "       pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
     "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
     "\n"
     "list     records, newest first: a table, or one JSON object per line with --json\n"
@@ -68,6 +69,12 @@ const char* kHelp =
     "           --max-failure-ratio F   stop when more than F of a batch fails again (e.g. 0.2)\n"
     "           --dry-run               show what would be replayed; change nothing\n"
     "           --jobs N                payloads at once (default: number of cores)\n"
+    "\n"
+    "patch    a fix by hand: a new payload (--payload-file F) or handler arguments changed\n"
+    "         (--set-arg K=V, repeatable; not for exec records), stored as the record's next revision\n"
+    "         beside the original, which never changes; --note says why (audit trail). Only an open\n"
+    "         record (quarantined, failed-again) that no replay holds. replay then runs the newest\n"
+    "         revision under the record's own key; show lists the revisions.\n"
     "\n"
     "import   crash artifacts of coverage-guided fuzzers: libFuzzer's crash-*, oom-*, timeout-*,\n"
     "         leak-* and slow-unit-* files, AFL++'s crashes/id:* and hangs/id:* (directories are\n"
@@ -127,9 +134,11 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   if (verb == "stats") add(kFilterOptions), add({{"json", false}});
   if (verb == "show") add({{"json", false}});
   if (verb == "export") {
-    add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}, {"json", false}});
+    add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}, {"json", false},
+         {"revision"}});
   }
   if (verb == "discard") add({{"reason"}, {"json", false}});
+  if (verb == "patch") add({{"payload-file"}, {"set-arg", true, true}, {"note"}, {"json", false}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}, {"dry-run", false}, {"yes", false}, {"json", false}});
   if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}});
   if (verb == "replay") {
@@ -313,6 +322,10 @@ int on_fleet(const std::string& verb, const Args& args) {
   if (args.value("source")) {
     return quarantine_error("--source does not apply with --redis: every record there comes from a worker", kExitUsage);
   }
+  if (args.value("revision")) {
+    return quarantine_error("--revision does not apply with --redis: revisions are the store's (quarantine patch)",
+                            kExitUsage);
+  }
   auto address = broker::parse_redis_url(*args.value("redis"));
   if (!address) return quarantine_error(address.error(), exit_code_for(address.error_code()));
   auto fleet = broker::FleetQuarantine::open(*address, *stream);
@@ -372,7 +385,7 @@ int quarantine_command(int argc, char** argv) {
   static const std::map<std::string, int (*)(const QuarantineContext&)> kVerbs = {
       {"list", list},     {"show", quarantine_show},     {"stats", quarantine_stats},
       {"export", quarantine_export}, {"discard", discard}, {"purge", purge}, {"replay", quarantine_replay},
-      {"import", quarantine_import},
+      {"import", quarantine_import}, {"patch", quarantine_patch},
   };
   const auto found = kVerbs.find(verb);
   if (found == kVerbs.end()) {
@@ -380,7 +393,7 @@ int quarantine_command(int argc, char** argv) {
     for (const auto& [name, run] : kVerbs) verbs.push_back(name);
     const auto near = nearest_word(verb, verbs);
     return quarantine_error("unknown verb '" + verb + "'" + (near ? "; did you mean '" + *near + "'?" : "") +
-                                " (list, show, stats, export, discard, purge, replay, import)",
+                                " (list, show, stats, export, discard, purge, replay, import, patch)",
                             kExitUsage);
   }
   auto args = Args::parse(argc, argv, 3, options_of(verb), "quarantine " + verb);
@@ -390,7 +403,8 @@ int quarantine_command(int argc, char** argv) {
     return kExitOk;
   }
   if (args->has_dashdash() && verb != "replay" && verb != "import") return quarantine_error("unexpected '--'", kExitUsage);
-  const bool takes_ids = verb == "show" || verb == "export" || verb == "discard" || verb == "replay" || verb == "import";
+  const bool takes_ids = verb == "show" || verb == "export" || verb == "discard" || verb == "replay" ||
+                         verb == "import" || verb == "patch";
   if (!takes_ids && !args->positional().empty()) {
     return quarantine_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   }

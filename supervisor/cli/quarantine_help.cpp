@@ -54,7 +54,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "options:\n"
      "  --json            one JSON object per group\n" PILLBOX_WHERE},
     {"export",
-     "usage: pillbox quarantine export ID -o FILE [--bundle] [--minimized] [--force] [--json]\n"
+     "usage: pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
      "                                 [--store DIR | --redis URL --stream NAME]\n"
      "\n"
      "The exact payload bytes to FILE (- for stdout when it is not a terminal). With --bundle,\n"
@@ -65,9 +65,12 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  -o, --output FILE where to write (a directory with --bundle)\n"
      "  --bundle          a directory: payload, policy, record, reproduce.sh\n"
      "  --minimized       the payload `pillbox minimize` made, not the original\n"
+     "  --revision N      the payload of revision N (quarantine patch), not the original; the\n"
+     "                    store only, not with --bundle\n"
      "  --force           replace FILE when it exists\n"
      "  --json            on stdout, one JSON object: {\"id\", \"output\", \"bytes\", \"sha256\",\n"
-     "                    \"bundle\", \"minimized\"} (not with -o -)\n" PILLBOX_WHERE},
+     "                    \"bundle\", \"minimized\", \"revision\"} (not with -o -; revision: null for\n"
+     "                    the original)\n" PILLBOX_WHERE},
     {"discard",
      "usage: pillbox quarantine discard ID... --reason TEXT [--json] [--store DIR | --redis URL --stream NAME]\n"
      "\n"
@@ -104,7 +107,9 @@ const std::map<std::string, const char*> kVerbHelp = {
      "become resolved, failures failed-again (the attempt is appended); what is not replayed keeps\n"
      "its status. Records resolved or being replayed are skipped unless --force; two replays at\n"
      "once never run the same record. Results go where `run` puts them (stdout, --json, --out DIR\n"
-     "with the file names and --out-mode of `run`).\n"
+     "with the file names and --out-mode of `run`). A record patched by `quarantine patch` runs\n"
+     "its newest revision (payload and handler arguments) under its own key; the result and the\n"
+     "audit trail name the revision.\n"
      "\n"
      "options:\n"
      "  --batch N               records claimed and judged together (default 10)\n"
@@ -141,6 +146,31 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --json            one JSON object per artifact\n"
      "  -q, --quiet       no progress bar on the terminal\n"
      "  --follow-symlinks in directories, read what symlinks point to\n" PILLBOX_STORE_ONLY},
+    {"patch",
+     "usage: pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
+     "                                [--store DIR]\n"
+     "\n"
+     "A fix by hand: stores a new revision of the record's payload (--payload-file) or of its\n"
+     "handler arguments (--set-arg, repeatable; the others are kept) beside the original, which\n"
+     "never changes. Who, when, the note and what changed (e.g. \"payload 1234 -> 1180 bytes, ...\",\n"
+     "\"arg mode: strict -> lenient\") go into the audit trail; `quarantine show` lists the\n"
+     "revisions. `quarantine replay ID` then runs the newest revision under the record's own key\n"
+     "and, if it succeeds, resolves the record (its audit entry names the revision). The task's\n"
+     "own payload is not marked ok, since it still fails: `run` over the same input skips it as\n"
+     "quarantined, not as done.\n"
+     "\n"
+     "Refused, with nothing changed: a record resolved or discarded, one being replayed, --set-arg\n"
+     "on an exec record (a command line, not handler arguments), a patch equal to the newest\n"
+     "revision, a payload file that is not a readable regular file of at most 1 GiB.\n"
+     "\n"
+     "options:\n"
+     "  --payload-file F  the new payload, exactly these bytes\n"
+     "  --set-arg K=V     set handler argument K to V (repeatable)\n"
+     "  --note TEXT       why (required; at most 4096 bytes)\n"
+     "  --json            on stdout, one JSON object: {\"record_id\", \"n\", \"at\", \"actor\", \"note\",\n"
+     "                    \"summary\", \"payload_sha256\", \"payload_size\", \"handler_args\"}\n" PILLBOX_STORE_ONLY
+     "\n"
+     "exit codes: 0 stored, 2 usage error, no such record, or a patch refused, 3 the store cannot be used\n"},
 };
 
 #undef PILLBOX_FILTERS

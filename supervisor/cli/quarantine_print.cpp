@@ -328,6 +328,24 @@ int print_record(const ShownRecord& shown, bool json) {
                   table_cell(a["message"].get<std::string>(), 100).c_str());
     out += line;
   }
+  // An operator's patches (the store's records only): what replay runs is the last one.
+  if (const auto revisions = shown.full.find("revisions");
+      revisions != shown.full.end() && revisions->is_array() && !revisions->empty()) {
+    out += "revisions (" + std::to_string(revisions->size()) + ", replay runs revision " +
+           std::to_string(revisions->back()["n"].get<std::int64_t>()) + "; the original above is unchanged):\n";
+    for (const auto& v : *revisions) {
+      out += "  #" + std::to_string(v["n"].get<std::int64_t>()) + " " + v["at"].get<std::string>() + "  " +
+             table_cell(v["actor"].get<std::string>(), 80) + "\n";
+      out += "      note:    " + table_cell(v["note"].get<std::string>(), 300) + "\n";
+      out += "      change:  " + table_cell(v["summary"].get<std::string>(), 300) + "\n";
+      out += "      payload: " + human_bytes(v["payload_size"].get<std::int64_t>()) + ", sha256 " +
+             v["payload_sha256"].get<std::string>() + "\n";
+      if (shown.record.entry.handler != "exec") {
+        out += "      args:    " + table_cell(v["handler_args"].dump(-1, ' ', false,
+                                                                     nlohmann::json::error_handler_t::replace), 300) + "\n";
+      }
+    }
+  }
   const auto& trail = shown.full["audit"];
   out += "audit trail (" + std::to_string(trail.size()) + "):\n";
   for (const auto& a : trail) {
@@ -361,6 +379,8 @@ int print_exported(const Args& args, const nlohmann::json& id, std::size_t bytes
                             {"output", *args.value("output")},
                             {"bundle", args.flag("bundle")},
                             {"minimized", args.flag("minimized")},
+                            {"revision", args.value("revision") ? nlohmann::json(std::stoll(*args.value("revision")))
+                                                                : nlohmann::json(nullptr)},
                             {"bytes", bytes},
                             {"sha256", sha}};
   std::printf("%s\n", dump(j).c_str());
@@ -447,15 +467,19 @@ void DiscardReport::finish() const {
 // ---- replay ---------------------------------------------------------------------
 
 void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
-                       std::size_t batch, const std::vector<std::string>& skipped, bool json) {
+                       std::size_t batch, const std::vector<std::string>& skipped, bool json,
+                       const std::vector<std::int64_t>& revisions) {
+  auto revision_of = [&](std::size_t i) { return i < revisions.size() ? revisions[i] : std::int64_t{0}; };
   if (json) {
     nlohmann::json records = nlohmann::json::array();
-    for (const auto& [id, r] : plan) {
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const auto& [id, r] = plan[i];
       records.push_back({{"id", id},
                          {"status", to_string(r->status)},
                          {"kind", r->entry.kind},
                          {"fingerprint", r->entry.fingerprint},
                          {"key", r->entry.key}});
+      if (revision_of(i) > 0) records.back()["revision"] = revision_of(i);
     }
     const nlohmann::json j = {{"dry_run", true}, {"batch", batch},       {"count", plan.size()},
                               {"records", records}, {"skipped", skipped}};
@@ -466,25 +490,30 @@ void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::
               batch);
   int width = 8;  // as in list
   for (const auto& row : plan) width = std::max(width, static_cast<int>(id_text(row.first).size()));
-  for (const auto& [id, r] : plan) {
-    std::printf("  %-*s %-12s %-17s %-21s %s\n", width, id_text(id).c_str(), std::string(to_string(r->status)).c_str(),
-                r->entry.kind.c_str(), r->entry.fingerprint.c_str(), table_cell(r->entry.key, 100).c_str());
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const auto& [id, r] = plan[i];
+    const std::string patched = revision_of(i) > 0 ? "  (revision " + std::to_string(revision_of(i)) + ", a patch)" : "";
+    std::printf("  %-*s %-12s %-17s %-21s %s%s\n", width, id_text(id).c_str(), std::string(to_string(r->status)).c_str(),
+                r->entry.kind.c_str(), r->entry.fingerprint.c_str(), table_cell(r->entry.key, 100).c_str(),
+                patched.c_str());
   }
   for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
 }
 
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& r, const Outcome& o,
-                         store::ReplayVerdict verdict, bool json, const std::string& file) {
+                         store::ReplayVerdict verdict, bool json, const std::string& file, std::int64_t revision) {
   Task task{r.entry.key, {}, 0};
   if (json) {
     auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
     j["record_id"] = id;
     j["replay"] = std::string(to_string(verdict));
     j["original_fingerprint"] = r.entry.fingerprint;
+    if (revision > 0) j["revision"] = revision;
     std::printf("%s\n", dump(j).c_str());
   } else {
-    std::printf("#%-6s %s  -> %s\n", id_text(id).c_str(), outcome_line(task, o).c_str(),
-                std::string(to_string(verdict)).c_str());
+    const std::string patched = revision > 0 ? " (revision " + std::to_string(revision) + ", a patch)" : "";
+    std::printf("#%-6s %s  -> %s%s\n", id_text(id).c_str(), outcome_line(task, o).c_str(),
+                std::string(to_string(verdict)).c_str(), patched.c_str());
   }
   std::fflush(stdout);
 }

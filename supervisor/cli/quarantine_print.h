@@ -47,7 +47,8 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
 
 // ---- show and export -----------------------------------------------------------
 
-// full_record_json and attempt_json, the objects of show --json: supervisor/ops/quarantine_views_json.h.
+// full_record_json, attempt_json and revision_json, the objects of show --json: supervisor/ops/quarantine_views_json.h.
+
 struct ShownRecord {
   nlohmann::json id;
   const store::QuarantineRecord& record;
@@ -94,11 +95,16 @@ class DiscardReport {
 // --dry-run's plan: one row per record it would replay, then what it skips;
 // with --json one object: {"dry_run": true, "batch": N, "count": N,
 // "records": [{"id", "status", "kind", "fingerprint", "key"}...], "skipped": [TEXT...]}.
+// `revisions[i]` > 0: plan[i] would run that revision, a patch (JSON
+// "revision": N); empty or 0: the original.
 void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>>& plan,
-                       std::size_t batch, const std::vector<std::string>& skipped, bool json);
+                       std::size_t batch, const std::vector<std::string>& skipped, bool json,
+                       const std::vector<std::int64_t>& revisions = {});
 // One replayed record's line (or JSON object with --json): its outcome and
-// verdict. `output_file`: where its output went ("" for none).
+// verdict. `output_file`: where its output went ("" for none). `revision` >
+// 0: what ran was that revision of the record, a patch (JSON "revision": N).
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& record, const Outcome& outcome,
-                         store::ReplayVerdict verdict, bool json, const std::string& output_file);
+                         store::ReplayVerdict verdict, bool json, const std::string& output_file,
+                         std::int64_t revision = 0);
 
 }  // namespace pillbox::cli

@@ -21,6 +21,7 @@
 #include "supervisor/ops/replay.h"
 #include "supervisor/flow/run_output.h"
 #include "supervisor/store/replay_store.h"
+#include "supervisor/store/revision_store.h"
 #include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {
@@ -58,8 +59,15 @@ int show_replay_plan(store::ReplayStore& replays, const ReplaySettings& settings
   auto plan = replay_plan(replays, settings, skipped);
   if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
   std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>> rows;
-  for (const auto& r : *plan) rows.emplace_back(r.id, &r);
-  print_replay_plan(rows, settings.batch, skipped, json);
+  std::vector<std::int64_t> revisions;  // what each would run: its newest patch, or 0 for the original
+  store::RevisionStore patches(replays.database());
+  for (const auto& r : *plan) {
+    rows.emplace_back(r.id, &r);
+    auto newest = patches.latest(r.id);
+    if (!newest) return quarantine_error(newest.error(), kExitSetup);
+    revisions.push_back(*newest ? (*newest)->n : 0);
+  }
+  print_replay_plan(rows, settings.batch, skipped, json, revisions);
   return kExitOk;
 }
 
@@ -136,13 +144,14 @@ int quarantine_replay(const QuarantineContext& c) {
     progress.update(done);
     progress.show();
   };
-  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict) {
+  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict,
+                           std::int64_t revision) {
     std::string file;
     if (verdict == store::ReplayVerdict::kResolved && results) file = write_result_file(*results, r.entry.key, o.output, "quarantine replay", write_errors);
     progress.hide();  // the result goes above the progress line
     progress.count(verdict == store::ReplayVerdict::kResolved ? std::string("resolved")
                                                               : std::string(to_string(o.kind)));
-    print_replay_result(r.id, r, o, verdict, json, file);
+    print_replay_result(r.id, r, o, verdict, json, file, revision);
   };
   auto result = replay(c.quarantine, replays, settings);
   progress.finish();

@@ -64,6 +64,7 @@ int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bund
 int quarantine_stats(const QuarantineContext& c);   // stats
 int quarantine_replay(const QuarantineContext& c);  // replay
 int quarantine_import(const QuarantineContext& c);  // import FILES...
+int quarantine_patch(const QuarantineContext& c);   // patch ID (--payload-file F | --set-arg K=V...) --note TEXT
 
 // What a replay acts on: record IDs (read by `parse_id`), or --fingerprint
 // and/or --kind, or --all (exactly one of these), and --force; into any

@@ -54,7 +54,26 @@ Expected<nlohmann::json> stored_record_json(store::QuarantineStore& quarantine, 
     history.push_back(attempt_json(a.n, a.run_id, a.started_at, a.ended_at, a.kind, a.fingerprint, a.message,
                                    a.charged, a.solo, a.stderr_tail));
   }
-  return full_record_json(r.id, r, store_dir, std::move(history), *audit);
+  auto revisions = store::RevisionStore(quarantine.database()).list(r.id);
+  if (!revisions) return Error{revisions.error()};
+  nlohmann::json full = full_record_json(r.id, r, store_dir, std::move(history), *audit);
+  nlohmann::json patches = nlohmann::json::array();
+  for (const auto& v : *revisions) patches.push_back(revision_json(v));
+  full["revisions"] = std::move(patches);
+  return full;
+}
+
+nlohmann::json revision_json(const store::Revision& v) {
+  nlohmann::json args = nlohmann::json::parse(v.handler_args, nullptr, false);
+  if (args.is_discarded()) args = v.handler_args;  // unreadable: shown as the text it is
+  return {{"n", v.n},
+          {"at", iso_time(v.created_at)},
+          {"actor", v.actor},
+          {"note", v.note},
+          {"summary", v.summary},
+          {"payload_sha256", v.payload_sha256},
+          {"payload_size", v.payload_size},
+          {"handler_args", args}};
 }
 
 nlohmann::json shown_record_json(nlohmann::json full, const std::string& payload) {

@@ -12,6 +12,7 @@
 
 #include "shared/status.h"
 #include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/revision_store.h"
 
 namespace pillbox {
 
@@ -37,8 +38,16 @@ nlohmann::json full_record_json(const nlohmann::json& id, const store::Quarantin
                                 const std::string& where, nlohmann::json attempt_history,
                                 const std::vector<store::AuditEntry>& audit);
 
+// One element of "revisions" (show --json, patch --json): an operator's
+// patch of the record (supervisor/store/revision_store.h): {"n", "at",
+// "actor", "note", "summary", "payload_sha256", "payload_size",
+// "handler_args" (an object)}.
+nlohmann::json revision_json(const store::Revision& revision);
+
 // full_record_json of a record of the store, its attempts read from the
-// ledger and its audit trail from the quarantine. An error when they cannot be read.
+// ledger, its audit trail from the quarantine, and "revisions", its
+// operators' patches oldest first (the original's fields are unchanged by
+// them). An error when they cannot be read.
 Expected<nlohmann::json> stored_record_json(store::QuarantineStore& quarantine, const store::QuarantineRecord& record,
                                             const std::string& store_dir);
 

@@ -7,6 +7,7 @@
 #include "shared/policy_parser.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/exec/dispatcher.h"
+#include "supervisor/store/revision_store.h"
 
 namespace pillbox {
 namespace {
@@ -98,6 +99,21 @@ Expected<ChildConfig> config_for(const store::QuarantineRecord& r, const ReplayS
   return make_child_config(*choice, std::move(*policy));
 }
 
+// A claimed record runs its newest revision (an operator's patch,
+// supervisor/ops/patch_record.h) when it has one: its payload and handler
+// arguments replace the original's in `r` (the key stays the record's own).
+// Read after the claim, since a record being replayed cannot be patched.
+// Returns the revision's number, 0 for the original.
+Expected<std::int64_t> use_newest_revision(store::RevisionStore& revisions, store::QuarantineRecord& r) {
+  auto newest = revisions.latest(r.id);
+  if (!newest) return Error{newest.error()};
+  if (!*newest) return std::int64_t{0};
+  r.entry.payload_sha256 = (*newest)->payload_sha256;
+  r.entry.payload_size = (*newest)->payload_size;
+  r.entry.handler_args = (*newest)->handler_args;
+  return (*newest)->n;
+}
+
 }  // namespace
 
 Expected<std::vector<store::QuarantineRecord>> replay_plan(store::ReplayStore& replays, const ReplaySettings& settings,
@@ -119,6 +135,8 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
   Tally tally;
   Clock::time_point next_start = Clock::now();
   std::map<std::string, std::int64_t> run_ids;  // per config: the runs row of its attempts
+  store::RevisionStore revisions(replays.database());
+  std::map<std::int64_t, std::int64_t> revision_of;  // record id -> the revision it ran (absent: the original)
   std::size_t done = 0;
   for (std::size_t first = 0; first < selected->size() && result.stopped_because.empty(); first += batch_size) {
     const std::size_t last = std::min(selected->size(), first + batch_size);
@@ -130,13 +148,25 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
     result.taken_by_others += ids.size() - mine.size();
     result.not_replayed += ids.size() - mine.size();
 
-    // Group the batch by what it runs under: one dispatcher per group.
+    for (std::size_t i = first; i < last; ++i) {
+      auto& r = (*selected)[i];
+      if (mine.count(r.id) == 0) continue;
+      auto revision = use_newest_revision(revisions, r);
+      if (!revision) {
+        for (std::int64_t id : *claimed) (void)replays.release(id, store::now_ms());
+        return Error{revision.error()};
+      }
+      if (*revision > 0) revision_of[r.id] = *revision;
+    }
+    // Group the batch by what it runs under: one dispatcher per group. A
+    // patch's arguments are part of that (recorded_handler reads them).
     std::map<std::string, std::vector<const store::QuarantineRecord*>> groups;
     for (std::size_t i = first; i < last; ++i) {
       const auto& r = (*selected)[i];
       if (mine.count(r.id) == 0) continue;
-      const std::string key = settings.handler || settings.policy ? "override"
-                                                                  : r.entry.handler_identity + "\n" + r.entry.policy;
+      const std::string key = settings.handler || settings.policy
+                                  ? "override"
+                                  : r.entry.handler_identity + "\n" + r.entry.handler_args + "\n" + r.entry.policy;
       groups[key].push_back(&r);
     }
     std::size_t batch_ran = 0, batch_failed = 0;
@@ -165,11 +195,15 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
         const store::ReplayVerdict verdict =
             o.kind == Kind::kOk ? store::ReplayVerdict::kResolved : store::ReplayVerdict::kFailedAgain;
         store::ReplayAttempt a{started, store::now_ms(), std::string(to_string(o.kind)), o.fingerprint, o.message};
+        const auto patched = revision_of.find(r.id);
+        const std::int64_t revision = patched == revision_of.end() ? 0 : patched->second;
+        const std::string from =
+            revision > 0 ? ", from revision " + std::to_string(revision) + " (a patch; the original is unchanged)" : "";
         const std::string detail = verdict == store::ReplayVerdict::kResolved
-                                       ? "resolved: ok under " + identity
+                                       ? "resolved: ok under " + identity + from
                                        : "failed again: " + a.kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) +
-                                             " under " + identity;
-        if (auto s = replays.finish(r, verdict, a, run_id, identity, settings.actor, detail); !s) return s;
+                                             " under " + identity + from;
+        if (auto s = replays.finish(r, verdict, a, run_id, identity, settings.actor, detail, revision); !s) return s;
         finished.insert(r.id);
         ++result.replayed;
         switch (verdict) {
@@ -181,7 +215,7 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
             ++tally.failures_by_fingerprint[o.fingerprint.empty() ? a.kind : o.fingerprint];
             break;
         }
-        if (settings.on_result) settings.on_result(r, o, verdict);
+        if (settings.on_result) settings.on_result(r, o, verdict, revision);
         if (settings.on_progress) settings.on_progress(++done, result.selected);
         return Status::ok();
       };

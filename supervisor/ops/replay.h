@@ -4,6 +4,9 @@
 // batches, at a bounded rate, stopping as soon as the failure comes back.
 // Successes become `resolved`, failures `failed-again` (the attempt is
 // appended to the task's history); what was not replayed keeps its status.
+// A record an operator patched runs its newest revision (payload and handler
+// arguments, supervisor/store/revision_store.h) under its own key; the
+// audit entry says which revision ran.
 // Records are claimed batch by batch (status `replaying`), so two replays of
 // the same selection at once never run the same record.
 #include <cstdint>
@@ -34,8 +37,10 @@ struct ReplaySettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;
   std::string actor;
-  // Each replayed record's outcome and what it came to.
-  std::function<void(const store::QuarantineRecord&, const Outcome&, store::ReplayVerdict)> on_result;
+  // Each replayed record's outcome and what it came to; `revision` > 0:
+  // it ran that revision (a patch, supervisor/ops/patch_record.h), 0: the original.
+  std::function<void(const store::QuarantineRecord&, const Outcome&, store::ReplayVerdict, std::int64_t revision)>
+      on_result;
   std::function<void(std::size_t done, std::size_t total)> on_progress;
 };
 

@@ -101,7 +101,8 @@ Expected<std::vector<std::string>> PayloadStore::remove_unreferenced(std::size_t
   const char* kUnreferenced =
       "sha256 NOT IN (SELECT payload_sha256 FROM quarantine) AND "
       "sha256 NOT IN (SELECT minimized_sha256 FROM quarantine WHERE minimized_sha256 IS NOT NULL) AND "
-      "sha256 NOT IN (SELECT best_sha256 FROM minimize_state)";
+      "sha256 NOT IN (SELECT best_sha256 FROM minimize_state) AND "
+      "sha256 NOT IN (SELECT payload_sha256 FROM revisions)";
   auto select = Statement::prepare(db_->handle(), std::string("SELECT sha256, typeof(data) = 'null' FROM payloads WHERE ") +
                                                       kUnreferenced);
   if (!select) return Error{select.error()};

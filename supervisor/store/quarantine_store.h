@@ -222,6 +222,7 @@ class QuarantineStore {
                           const std::string& detail);
 
   PayloadStore& payloads() { return payloads_; }
+  Database& database() { return *db_; }
 
  private:
   QuarantineStore(Database& db, PayloadStore payloads, std::int64_t max_records)

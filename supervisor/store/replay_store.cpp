@@ -26,6 +26,14 @@ bool claimable(RecordStatus status, bool force) {
 
 std::string ReplayStore::claim_token() { return process_claim_token(); }
 
+Expected<std::string> ReplayStore::claim_of(Database& db, std::int64_t id) {
+  auto stmt = Statement::prepare(db.handle(), "SELECT coalesce(replay_claim, '') FROM quarantine WHERE id = ?1");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, id).step();
+  if (!row) return Error{row.error()};
+  return *row ? stmt->column_text(0) : std::string();
+}
+
 Expected<std::size_t> ReplayStore::recover_abandoned(std::int64_t now, const std::string& actor) {
   auto stmt = Statement::prepare(db_->handle(),
                                  "SELECT id, coalesce(replay_claim, '') FROM quarantine WHERE status = 'replaying'");
@@ -140,7 +148,8 @@ Expected<std::int64_t> ReplayStore::start_run(const std::string& handler_identit
 }
 
 Status ReplayStore::finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& a, std::int64_t run_id,
-                           const std::string& handler_identity, const std::string& actor, const std::string& detail) {
+                           const std::string& handler_identity, const std::string& actor, const std::string& detail,
+                           std::int64_t revision) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Status::error(txn.error());
   auto attempt = Statement::prepare(
@@ -165,7 +174,7 @@ Status ReplayStore::finish(const QuarantineRecord& record, ReplayVerdict verdict
   if (!task) return Status::error(task.error());
   if (auto s = task->bind(1, record.entry.task_id)
                    .bind(2, a.ended_at)
-                   .bind(3, std::int64_t{verdict == ReplayVerdict::kResolved ? 1 : 0})
+                   .bind(3, std::int64_t{verdict == ReplayVerdict::kResolved && revision == 0 ? 1 : 0})
                    .bind(4, std::string_view(handler_identity))
                    .run();
       !s) {

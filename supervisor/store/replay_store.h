@@ -37,6 +37,10 @@ class ReplayStore {
 
   // This process's claim token: host:pid:start-time.
   static std::string claim_token();
+  // The replay claim on record `id` ("" when none, or no such record): a
+  // patch (supervisor/ops/patch_record.h) is refused while there is one.
+  static Expected<std::string> claim_of(Database& db, std::int64_t id);
+  Database& database() { return *db_; }
   // Takes back records claimed by processes of this host that are gone.
   // Returns how many.
   Expected<std::size_t> recover_abandoned(std::int64_t now_ms, const std::string& actor);
@@ -58,8 +62,13 @@ class ReplayStore {
   // A record resolved under the handler its task belongs to (`handler_identity`
   // is the ledger's job) also marks the task ok: its work is done, and a run
   // over the same input skips it as done rather than as quarantined.
+  // `revision` > 0: what ran was that revision of the record (a patch,
+  // revision_store.h), not the task's own payload and arguments, so the task
+  // keeps its state: its payload still fails, and a run over the same input
+  // skips it as quarantined, not as done.
   Status finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& attempt, std::int64_t run_id,
-                const std::string& handler_identity, const std::string& actor, const std::string& detail);
+                const std::string& handler_identity, const std::string& actor, const std::string& detail,
+                std::int64_t revision = 0);
 
  private:
   Database* db_;

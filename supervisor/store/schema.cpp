@@ -226,6 +226,31 @@ const std::vector<std::string>& migrations() {
         -- Few tasks are claimed at a time: releasing a run's claims reads these only.
         CREATE INDEX tasks_by_claim ON tasks (claim) WHERE claim IS NOT NULL;
       )sql",
+      // 10: an operator's fixes of a record (issue 16, human patch and
+      // resume): revision n (1, 2, ...) of its payload and handler
+      // arguments, next to the original in the quarantine row, which never
+      // changes. Each row is the whole revision (payload and arguments), so
+      // the newest is what `quarantine replay` runs. The payload is
+      // content-addressed in payloads like the original; a purged record
+      // takes its revisions with it (ON DELETE CASCADE) and then their
+      // payloads (payload_store.cpp counts revisions as references). summary:
+      // what changed from the revision before, e.g. "payload 1234 -> 1180
+      // bytes, 3 byte ranges changed", "arg mode: strict -> lenient".
+      R"sql(
+        CREATE TABLE revisions (
+          record_id      INTEGER NOT NULL REFERENCES quarantine(id) ON DELETE CASCADE,
+          n              INTEGER NOT NULL CHECK (n >= 1),
+          payload_sha256 TEXT NOT NULL REFERENCES payloads(sha256),
+          payload_size   INTEGER NOT NULL,
+          handler_args   TEXT NOT NULL,
+          created_at     INTEGER NOT NULL,
+          actor          TEXT NOT NULL,
+          note           TEXT NOT NULL,
+          summary        TEXT NOT NULL,
+          PRIMARY KEY (record_id, n)
+        ) WITHOUT ROWID;
+        CREATE INDEX revisions_by_payload ON revisions (payload_sha256);
+      )sql",
   };
   return all;
 }

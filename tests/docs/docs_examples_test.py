@@ -423,7 +423,8 @@ def check_options(source, build, docs_blocks, report):
     cache = {}
     known_verbs = {"run", "fuzz", "reproduce", "minimize", "doctor", "submit", "worker", "quarantine list",
                    "quarantine show", "quarantine stats", "quarantine export", "quarantine discard",
-                   "quarantine purge", "quarantine replay", "quarantine import", "policy check", "policy show"}
+                   "quarantine purge", "quarantine replay", "quarantine import", "quarantine patch", "policy check",
+                   "policy show"}
     uses = option_table_uses(source)
     for doc, blocks in docs_blocks:
         uses += option_uses(source, doc, blocks)

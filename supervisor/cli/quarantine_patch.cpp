@@ -1,0 +1,72 @@
+// pillbox quarantine patch ID (--payload-file F | --set-arg K=V ...) --note TEXT [--json]:
+// an operator's fix of a record, stored as its next revision beside the
+// original (supervisor/ops/patch_record.h does the work; this file parses and prints).
+#include <fcntl.h>
+
+#include <cstdio>
+#include <string>
+
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/quarantine_print.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/flow/task_source.h"
+#include "supervisor/io/regular_file.h"
+#include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/patch_record.h"
+#include "supervisor/store/actor.h"
+
+namespace pillbox::cli {
+namespace {
+
+// The options into a request; errors are usage errors, found before the store is touched.
+Expected<PatchRequest> read_request(const Args& args) {
+  PatchRequest request;
+  if (args.positional().size() != 1) return Error{"patch takes exactly one record ID (see: pillbox quarantine list)"};
+  auto id = parse_record_id(args.positional()[0]);
+  if (!id) return Error{id.error()};
+  request.record_id = *id;
+  const auto file = args.value("payload-file");
+  const auto set_args = args.values("set-arg");
+  if (file.has_value() == !set_args.empty()) {
+    return Error{"patch what? give --payload-file F (a new payload) or --set-arg K=V (handler arguments, repeatable), "
+                 "one of the two"};
+  }
+  const auto note = args.value("note");
+  if (!note) return Error{"patch needs --note TEXT saying why (it goes into the audit trail)"};
+  request.note = *note;
+  if (file) {
+    // Bounded like any payload; a FIFO or device is refused, not read.
+    auto bytes = read_regular_file_at(AT_FDCWD, *file, 0, kMaxPayloadBytes);
+    if (!bytes) return Error{"cannot read --payload-file " + *file + ": " + bytes.error()};
+    request.payload = std::move(*bytes);
+  }
+  for (const auto& kv : set_args) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) return Error{"--set-arg takes K=V (got '" + kv + "')"};
+    request.set_args.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return request;
+}
+
+}  // namespace
+
+int quarantine_patch(const QuarantineContext& c) {
+  auto request = read_request(c.args);
+  if (!request) return quarantine_error(request.error(), kExitUsage);
+  request->actor = actor_name("quarantine patch");
+  auto revision = patch_record(c.database, c.quarantine, *request, store::now_ms());
+  if (!revision) return quarantine_error(revision.error(), exit_code_for(revision.error_code()));
+  if (c.args.flag("json")) {
+    nlohmann::json j = revision_json(*revision);
+    j["record_id"] = revision->record_id;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+  const std::string id = std::to_string(revision->record_id);
+  std::printf("record %s: revision %lld stored (%s); the original is unchanged. Run it: pillbox quarantine replay %s\n",
+              id.c_str(), static_cast<long long>(revision->n), table_cell(revision->summary, 300).c_str(), id.c_str());
+  return kExitOk;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,55 @@
+#pragma once
+// pillbox quarantine patch: an operator's fix of a quarantined record — a new
+// payload, or handler arguments changed — stored as the record's next
+// revision (supervisor/store/revision_store.h) next to the original, which
+// never changes, with an audit entry saying who, why (the note) and what
+// changed. `quarantine replay` then runs the newest revision
+// (supervisor/ops/replay.h). The CLI verb (supervisor/cli/quarantine_patch.cpp)
+// and the web console call this with their own actor.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/database.h"
+#include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/revision_store.h"
+
+namespace pillbox {
+
+inline constexpr std::size_t kMaxPatchNoteBytes = 4096;
+inline constexpr std::size_t kMaxPatchArgKeyBytes = 128;
+inline constexpr std::size_t kMaxPatchArgValueBytes = 64 * 1024;
+
+struct PatchRequest {
+  std::int64_t record_id = 0;
+  std::optional<std::string> payload;                          // the new payload's exact bytes, or
+  std::vector<std::pair<std::string, std::string>> set_args;   // handler arguments to set (later wins)
+  std::string note;                                            // why; required
+  std::string actor;                                           // actor_name("quarantine patch"), "web: <address>"
+};
+
+// Stores the patch as the record's next revision, in one transaction with
+// its audit entry ("patched"). The record must be open and not in a replay:
+// status quarantined or failed-again, no replay claim; this is checked under
+// the store's write lock, so a replay that claims the record first wins.
+// Errors with ErrorCode::kUsage change nothing and say what to do: no such
+// record, a record resolved, discarded or being replayed, no note, both or
+// neither of a payload and arguments, arguments for an exec record (it has a
+// command line, not handler arguments), a payload over kMaxPayloadBytes, a
+// patch identical to the newest revision. Other errors are the store's.
+Expected<store::Revision> patch_record(store::Database& db, store::QuarantineStore& quarantine,
+                                       const PatchRequest& request, std::int64_t now_ms);
+
+// What a payload patch changed, for the audit trail and `show`, e.g.
+// "payload 1234 -> 1234 bytes, 3 byte ranges changed (offsets 10-310)" or
+// "payload 1234 -> 1180 bytes, bytes 10-64 replaced by 0 bytes".
+std::string payload_change_summary(std::string_view before, std::string_view after);
+// "arg mode: strict -> lenient; arg depth: (unset) -> 3". `before` and
+// `after` are handler argument objects (JSON text); values are cut to 60 bytes.
+std::string args_change_summary(const std::string& before, const std::string& after);
+
+}  // namespace pillbox
