@@ -77,16 +77,6 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
-std::string_view verdict_name(broker::WorkerVerdict::Type t) {
-  switch (t) {
-    case broker::WorkerVerdict::Type::kOk: return "ok";
-    case broker::WorkerVerdict::Type::kDeadLettered: return "dead-lettered";
-    case broker::WorkerVerdict::Type::kReleased: return "released";
-    case broker::WorkerVerdict::Type::kTakenOver: return "taken-over";
-  }
-  return "?";
-}
-
 class CliWorkerSink final : public broker::WorkerSink {
  public:
   CliWorkerSink(bool json, bool quiet) : json_(json), quiet_(quiet) {}
@@ -98,7 +88,7 @@ class CliWorkerSink final : public broker::WorkerSink {
       if (v.type == broker::WorkerVerdict::Type::kReleased || v.type == broker::WorkerVerdict::Type::kTakenOver) {
         j = {{"key", task.key}};
       }
-      j["verdict"] = verdict_name(v.type);
+      j["verdict"] = broker::to_string(v.type);
       j["verdict_reason"] = v.reason;
       j["entry"] = v.entry;
       j["deliveries"] = v.deliveries;
@@ -114,12 +104,12 @@ class CliWorkerSink final : public broker::WorkerSink {
       case broker::WorkerVerdict::Type::kOk:
       case broker::WorkerVerdict::Type::kDeadLettered:
         std::printf("%s  -> %s %s (entry %s, delivery %lld)\n", outcome_line(task, outcome).c_str(),
-                    std::string(verdict_name(v.type)).c_str(), v.added.c_str(), v.entry.c_str(),
+                    std::string(broker::to_string(v.type)).c_str(), v.added.c_str(), v.entry.c_str(),
                     static_cast<long long>(v.deliveries));
         break;
       default:
         // The reason may quote Redis (an error, a count): inert too.
-        std::printf("%-13s %s  entry %s: %s\n", std::string(verdict_name(v.type)).c_str(),
+        std::printf("%-13s %s  entry %s: %s\n", std::string(broker::to_string(v.type)).c_str(),
                     table_cell(task.key, 200).c_str(), v.entry.c_str(), table_cell(v.reason, 0).c_str());
     }
     std::fflush(stdout);
