@@ -13,6 +13,7 @@ packages=(
   libcli11-dev                                  # the command line's grammar (CLI11, header-only)
   libsqlite3-dev                                # embedded store
   libhiredis-dev redis-server                   # Redis Streams broker (client; a real server for tests)
+  libcpp-httplib-dev prometheus                 # --metrics' HTTP server; promtool checks its text in tests
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
   libfontconfig-dev                             # pdf-text: poppler's font lookup, loaded before any fork
   python3 gzip                                  # sample corpus generation

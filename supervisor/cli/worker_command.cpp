@@ -55,6 +55,9 @@ const char* kHelp =
     "                      paused while this worker's handler looks broken\n"
     "  --json              one JSON object per settled entry on stdout\n"
     "  --quiet             no per-entry lines, no summary\n"
+    "  --metrics ADDR      serve Prometheus metrics at http://ADDR/metrics while the worker runs:\n"
+    "                      HOST:PORT, or PORT alone on 127.0.0.1; port 0 picks a free one (the URL\n"
+    "                      is printed on stderr)\n"
     "\n"
     "exit codes: 0 stopped by --exit-when-idle, 2 usage error, 3 Redis or the sandbox cannot be used,\n"
     "            143/130 stopped by SIGTERM/SIGINT (after finishing what ran)\n";
@@ -66,7 +69,7 @@ const std::vector<OptionSpec> kWorkerOptions = {
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
-  for (const auto* section : {&kChildOptions, &kWorkerOptions, &kRetryOptions, &kBreakerOptions}) {
+  for (const auto* section : {&kChildOptions, &kWorkerOptions, &kRetryOptions, &kBreakerOptions, &kMetricsOptions}) {
     options.insert(options.end(), section->begin(), section->end());
   }
   return options;
@@ -178,9 +181,20 @@ int worker_command(int argc, char** argv) {
   if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
   if (*max_payload_option) w.max_payload = static_cast<std::size_t>(**max_payload_option);
 
+  // Listening before anything runs: a port in use stops the worker here.
+  auto endpoint = start_metrics(*args, std::nullopt);
+  if (!endpoint) return fail(endpoint.error(), kExitUsage);
+  if (*endpoint) {
+    job.metrics = &(*endpoint)->live.run();
+    job.metrics->set_slots(job.run.jobs);  // from the first scrape on, before the URL is out
+    std::fprintf(stderr, "pillbox worker: metrics at %s\n", (*endpoint)->server->url().c_str());
+    std::fflush(stderr);
+  }
+
   CliWorkerSink sink(args->flag("json"), args->flag("quiet"));
   const auto started = std::chrono::steady_clock::now();
   auto report = broker::run_worker(job, sink);
+  endpoint->reset();
   if (!report) {
     const int code = exit_code_for(report.error_code());
     return fail(code == kExitUsage ? report.error() : "setup error: " + report.error(), code == kExitOk ? kExitSetup : code);
