@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -276,6 +277,53 @@ TEST_CASE("run --metrics: counts match what the run printed and what its store h
   run.close_stdin();
   CHECK(run.wait() == 1);  // some tasks failed
   CHECK(scrape(port).status == 0);  // nothing listens any more
+}
+
+TEST_CASE("run --metrics: the breaker gauge is 1 while a handler outage is suspected, 0 once it is over") {
+  e2e::TempDir dir;
+  e2e::TempDir work(01777);
+  // poison_corpus fails every payload the same way while its run counter is
+  // below the limit: an outage, until the test lowers the limit.
+  const std::string counter = work.write("runs", "");
+  REQUIRE(::chmod(counter.c_str(), 0666) == 0);
+  const std::string limit = work.write("limit", "100000");
+  LiveRun run({"run", "--json", "--store", dir.path() + "/store", "--jobs", "2", "--breaker-probe-interval", "50ms",
+               "--metrics", "127.0.0.1:0", "--writable", work.path(), "-", "--", e2e::fixture("poison_corpus"),
+               work.path(), counter, limit});
+  const int port = metrics_port(run);
+  INFO(run.err_seen());
+  REQUIRE(port > 0);
+  std::string input;
+  for (int i = 1; i <= 30; ++i) input += task_line("doc-" + std::to_string(i), "document " + std::to_string(i));
+  run.write(input);
+
+  // The run says when it suspects an outage (and when it is over) on stderr;
+  // the gauge follows a moment later, when the outcome that moved the
+  // breaker has been handled: read until it does.
+  auto wait_for_notice = [&](const std::string& what) {
+    while (auto line = run.err_line()) {
+      if (line->find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto breaker_gauge_is = [&](double value) {
+    return e2e::eventually([&] { return sample(scrape(port).body, "pillbox_breaker_open") == value; });
+  };
+  REQUIRE(wait_for_notice("handler outage suspected"));
+  CHECK(breaker_gauge_is(1));
+  work.write("limit", "0");  // the dependency is back: the next probe succeeds
+  REQUIRE(wait_for_notice("handler outage over"));
+  CHECK(breaker_gauge_is(0));
+  const Scrape s = scrape(port);
+  INFO(s.body);
+  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"handler-error\"}") > 0);
+  if (have_promtool()) {
+    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, s.body);
+    INFO(check.describe());
+    CHECK(check.exit_code == 0);
+  }
+  run.close_stdin();
+  CHECK(run.wait() == 0);  // every document ran ok in the end
 }
 
 TEST_CASE("run --metrics: a port in use, or an address that is not one, is a usage error before anything runs") {
