@@ -12,8 +12,7 @@ MeteredRun::MeteredRun(TaskSource& source, OutcomeSink& sink, RunMetrics& metric
 TaskSource::Item MeteredRun::next() {
   Item item = source_.next();
   if (item.type == Item::Type::kTask) metrics_.attempt_started();
-  // A probe may be handed out, or the longest wait run out, here.
-  metrics_.set_breaker_open(breaker_open_());
+  note_breaker();  // a probe may be handed out, or the longest wait run out, here
   return item;
 }
 
@@ -22,8 +21,16 @@ Status MeteredRun::prepare(std::size_t free_slots) { return source_.prepare(free
 void MeteredRun::on_outcome(const Task& task, const Outcome& outcome) {
   metrics_.attempt_ended(outcome.kind, outcome.wall_ms);
   sink_.on_outcome(task, outcome);
-  // An outcome is what opens or closes the breaker.
-  metrics_.set_breaker_open(breaker_open_());
+  note_breaker();  // an outcome is what opens or closes the breaker
+}
+
+// next() is asked many times a turn: the metrics' lock is taken only when
+// the breaker moved.
+void MeteredRun::note_breaker() {
+  const bool open = breaker_open_();
+  if (open == breaker_was_open_) return;
+  breaker_was_open_ = open;
+  metrics_.set_breaker_open(open);
 }
 
 void MeteredVerdicts::on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) {

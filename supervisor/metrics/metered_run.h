@@ -40,6 +40,9 @@ class MeteredRun final : public TaskSource, public OutcomeSink {
   OutcomeSink& sink_;
   RunMetrics& metrics_;
   std::function<bool()> breaker_open_;
+  bool breaker_was_open_ = false;  // what metrics_ has: told again only when it changes
+
+  void note_breaker();
 };
 
 class MeteredVerdicts final : public VerdictSink {

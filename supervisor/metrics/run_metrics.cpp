@@ -17,13 +17,13 @@ void RunMetrics::attempt_started() {
 void RunMetrics::attempt_ended(Kind kind, std::uint64_t wall_ms) {
   std::lock_guard lock(mutex_);
   if (counters_.busy > 0) --counters_.busy;
-  ++counters_.attempts[std::string(to_string(kind))];
+  ++counters_.attempts[kind];
   counters_.attempt_seconds.observe(static_cast<double>(wall_ms) / 1000.0);
 }
 
 void RunMetrics::verdict(Kind kind, const std::string& verdict, bool new_fingerprint) {
   std::lock_guard lock(mutex_);
-  ++counters_.tasks[{std::string(to_string(kind)), verdict}];
+  ++counters_.tasks[{kind, verdict}];
   if (new_fingerprint) ++counters_.new_fingerprints;
 }
 
@@ -51,10 +51,13 @@ void RunMetrics::render(MetricsText& out) const {
   out.family("pillbox_tasks_total", "Tasks that got a verdict in this process, by failure kind and verdict.",
              MetricType::kCounter);
   for (const auto& [key, n] : c.tasks) {
-    out.sample("pillbox_tasks_total", {{"kind", key.first}, {"verdict", key.second}}, static_cast<double>(n));
+    out.sample("pillbox_tasks_total", {{"kind", std::string(to_string(key.first))}, {"verdict", key.second}},
+               static_cast<double>(n));
   }
   out.family("pillbox_attempts_total", "Attempts that ended in this process, by how they ended.", MetricType::kCounter);
-  for (const auto& [kind, n] : c.attempts) out.sample("pillbox_attempts_total", {{"kind", kind}}, static_cast<double>(n));
+  for (const auto& [kind, n] : c.attempts) {
+    out.sample("pillbox_attempts_total", {{"kind", std::string(to_string(kind))}}, static_cast<double>(n));
+  }
   out.family("pillbox_attempt_duration_seconds", "Wall-clock time of each attempt's child.", MetricType::kHistogram);
   out.histogram("pillbox_attempt_duration_seconds", {}, c.attempt_seconds);
   out.family("pillbox_new_fingerprints_total", "Failures whose fingerprint the store had never seen.",

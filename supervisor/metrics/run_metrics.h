@@ -53,8 +53,9 @@ class RunMetrics {
     std::size_t slots = 0;
     std::size_t busy = 0;
     bool breaker_open = false;
-    std::map<std::pair<std::string, std::string>, std::uint64_t> tasks;  // (kind, verdict)
-    std::map<std::string, std::uint64_t> attempts;                       // by kind
+    // Keyed by the enum, not its text: after a key's first use, counting allocates nothing.
+    std::map<std::pair<Kind, std::string>, std::uint64_t> tasks;  // (kind, verdict)
+    std::map<Kind, std::uint64_t> attempts;
     Histogram attempt_seconds{kAttemptSecondsBounds};
     std::uint64_t new_fingerprints = 0;
     std::uint64_t taken_back = 0;
