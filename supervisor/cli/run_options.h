@@ -69,6 +69,13 @@ struct MetricsEndpoint {
   std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops before `live` goes
 
   explicit MetricsEndpoint(std::optional<std::string> store_dir) : live(std::move(store_dir)) {}
+  // A scrape reading a large store is cut short: the run's end does not wait for it.
+  ~MetricsEndpoint() {
+    live.stop();
+    server.reset();
+  }
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
 };
 
 // Null without --metrics. Otherwise binds the address and serves; with a

@@ -22,8 +22,18 @@ std::string LiveMetrics::render() {
   return text.text() + store;
 }
 
+void LiveMetrics::stop() {
+  std::lock_guard reading(reading_mutex_);
+  stopped_ = true;
+  if (reading_ != nullptr) ::sqlite3_interrupt(reading_);
+}
+
 std::string LiveMetrics::store_part() {
   std::lock_guard lock(store_mutex_);
+  {
+    std::lock_guard reading(reading_mutex_);
+    if (stopped_) return "";
+  }
   const auto started = Clock::now();
   if (!last_text_.empty() && started < reuse_until_) return last_text_;
   const std::string path = *store_dir_ + "/pillbox.db";
@@ -34,8 +44,19 @@ std::string LiveMetrics::store_part() {
     if (auto db = store::Database::open(path)) db_.emplace(std::move(*db));
   }
   if (!db_) return "";
+  {
+    std::lock_guard reading(reading_mutex_);
+    if (stopped_) return "";
+    reading_ = db_->handle();
+  }
   MetricsText text;
-  if (auto s = write_store_metrics(*db_, text); !s) {
+  const Status read = write_store_metrics(*db_, text);
+  {
+    // Cleared before db_ may close: stop() never interrupts a closed connection.
+    std::lock_guard reading(reading_mutex_);
+    reading_ = nullptr;
+  }
+  if (!read) {
     db_.reset();  // opened afresh next time (e.g. a store not yet migrated)
     last_text_.clear();
     return "";

@@ -36,6 +36,11 @@ class LiveMetrics {
   // Thread-safe: scrapes of the store take turns.
   std::string render();
 
+  // Ends a read of the store in progress (sqlite3_interrupt) and reads it
+  // no more: called before the server stops (it waits for its threads), so
+  // that the end of a run never waits for a long read. Thread-safe.
+  void stop();
+
  private:
   using Clock = std::chrono::steady_clock;
   // The store's part of the answer, read now or reused; "" when unreadable.
@@ -47,6 +52,9 @@ class LiveMetrics {
   std::optional<store::Database> db_;    // opened at the first scrape that finds the store
   std::string last_text_;                // the last store part read ("" if none yet)
   Clock::time_point reuse_until_{};      // last_text_ is served until then
+  std::mutex reading_mutex_;             // guards what follows; never held during a read
+  sqlite3* reading_ = nullptr;           // db_'s connection while a read is in progress
+  bool stopped_ = false;
 };
 
 }  // namespace pillbox::metrics

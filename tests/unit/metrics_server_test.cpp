@@ -100,3 +100,22 @@ TEST_CASE("live metrics: without a store no store part; with one not yet created
   CHECK(after.find("\npillbox_store_up 1\n") != std::string::npos);
   CHECK(after.find("\npillbox_store_tasks{state=\"ok\"} 0\n") != std::string::npos);
 }
+
+TEST_CASE("live metrics: once stopped, the store is read no more (pillbox_store_up 0), the run's counters still are") {
+  pillbox::test::ScratchDir scratch("live-metrics-stop");
+  const std::string dir = scratch.path + "/store";
+  {
+    auto opened = store::Store::open(dir);
+    REQUIRE_MESSAGE(opened.has_value(), opened.error());
+  }
+  LiveMetrics live(dir);
+  live.run().set_slots(3);
+  CHECK(live.render().find("\npillbox_store_up 1\n") != std::string::npos);
+  live.stop();
+  // Within the reuse window of the last read too: nothing of the store is served.
+  const std::string after = live.render();
+  INFO(after);
+  CHECK(after.find("\npillbox_store_up 0\n") != std::string::npos);
+  CHECK(after.find("pillbox_store_tasks") == std::string::npos);
+  CHECK(after.find("\npillbox_slots 3\n") != std::string::npos);
+}
