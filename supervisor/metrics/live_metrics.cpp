@@ -11,31 +11,65 @@ namespace pillbox::metrics {
 
 LiveMetrics::LiveMetrics(std::optional<std::string> store_dir) : store_dir_(std::move(store_dir)) {}
 
+LiveMetrics::~LiveMetrics() { stop(); }
+
 std::string LiveMetrics::render() {
   MetricsText text;
   run_.render(text);
   if (!store_dir_) return text.text();
-  const std::string store = store_part();
-  text.family("pillbox_store_up", "1 when this answer could read the run's store, 0 when it could not.",
+  std::string store;
+  {
+    std::unique_lock lock(mutex_);
+    if (!stopped_) {
+      if (last_text_.empty() || Clock::now() >= reuse_until_) {
+        if (!reader_.joinable()) reader_ = std::thread([this] { reader_loop(); });
+        wanted_ = true;
+        changed_.notify_all();
+        // The read in progress, if any, began at most one read ago: it will do.
+        const std::uint64_t target = reads_done_ + 1;
+        changed_.wait_for(lock, kStoreWait, [&] { return reads_done_ >= target || stopped_; });
+      }
+      if (!stopped_) store = last_text_;
+    }
+  }
+  text.family("pillbox_store_up", "1 when this answer has the run's store in it, 0 when it has not.",
               MetricType::kGauge);
   text.sample("pillbox_store_up", {}, store.empty() ? 0 : 1);
   return text.text() + store;
 }
 
 void LiveMetrics::stop() {
-  std::lock_guard reading(reading_mutex_);
-  stopped_ = true;
-  if (reading_ != nullptr) ::sqlite3_interrupt(reading_);
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    if (reading_ != nullptr) ::sqlite3_interrupt(reading_);
+    changed_.notify_all();
+  }
+  // No scrape starts the thread once stopped_ is set (under the lock).
+  if (reader_.joinable()) reader_.join();
 }
 
-std::string LiveMetrics::store_part() {
-  std::lock_guard lock(store_mutex_);
-  {
-    std::lock_guard reading(reading_mutex_);
-    if (stopped_) return "";
+void LiveMetrics::reader_loop() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return wanted_ || stopped_; });
+    if (stopped_) return;
+    wanted_ = false;
+    const auto started = Clock::now();
+    lock.unlock();
+    std::string text = read_store();
+    lock.lock();
+    const auto ended = Clock::now();
+    last_text_ = std::move(text);
+    // A failed read is tried again at the next scrape (failing is cheap:
+    // no file, no tables yet).
+    reuse_until_ = last_text_.empty() ? ended : ended + std::max<Clock::duration>(std::chrono::seconds(1), 4 * (ended - started));
+    ++reads_done_;
+    changed_.notify_all();
   }
-  const auto started = Clock::now();
-  if (!last_text_.empty() && started < reuse_until_) return last_text_;
+}
+
+std::string LiveMetrics::read_store() {
   const std::string path = *store_dir_ + "/pillbox.db";
   struct stat st {};
   // Database::open would create a missing file; the run creates and
@@ -45,7 +79,7 @@ std::string LiveMetrics::store_part() {
   }
   if (!db_) return "";
   {
-    std::lock_guard reading(reading_mutex_);
+    std::lock_guard lock(mutex_);
     if (stopped_) return "";
     reading_ = db_->handle();
   }
@@ -53,18 +87,14 @@ std::string LiveMetrics::store_part() {
   const Status read = write_store_metrics(*db_, text);
   {
     // Cleared before db_ may close: stop() never interrupts a closed connection.
-    std::lock_guard reading(reading_mutex_);
+    std::lock_guard lock(mutex_);
     reading_ = nullptr;
   }
   if (!read) {
     db_.reset();  // opened afresh next time (e.g. a store not yet migrated)
-    last_text_.clear();
     return "";
   }
-  const auto ended = Clock::now();
-  reuse_until_ = ended + std::max<Clock::duration>(std::chrono::seconds(1), 4 * (ended - started));
-  last_text_ = text.text();
-  return last_text_;
+  return text.text();
 }
 
 }  // namespace pillbox::metrics

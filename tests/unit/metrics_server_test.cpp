@@ -12,6 +12,7 @@
 
 #include "supervisor/metrics/live_metrics.h"
 #include "supervisor/metrics/metrics_server.h"
+#include "supervisor/store/store.h"
 #include "tests/unit/scratch_dir.h"
 
 using namespace pillbox;
