@@ -69,7 +69,8 @@ struct MetricsEndpoint {
   std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops before `live` goes
 
   explicit MetricsEndpoint(std::optional<std::string> store_dir) : live(std::move(store_dir)) {}
-  // A scrape reading a large store is cut short: the run's end does not wait for it.
+  // A read of a large store in progress is cut short first: the run's end
+  // does not wait for it.
   ~MetricsEndpoint() {
     live.stop();
     server.reset();

@@ -1,5 +1,5 @@
 #pragma once
-// `GET /metrics` over HTTP on a thread of its own, for `run --metrics ADDR`
+// `GET /metrics` over HTTP on threads of its own, for `run --metrics ADDR`
 // and `worker --metrics ADDR`: cpp-httplib (Debian's libcpp-httplib-dev).
 // The address is bound when the server is made, before the run starts, so
 // that a port in use is a usage error and not a run without its metrics;
@@ -7,7 +7,8 @@
 //
 // The run never waits for it: the server's threads call `render`, which
 // reads what the run counts under RunMetrics's short lock (run_metrics.h)
-// and, with a store, reads the store on a connection of the server's own
+// and, with a store, takes the store's numbers from a thread that reads
+// them on a connection of its own, waiting for them a bounded time
 // (live_metrics.h). Any other path or method is cpp-httplib's 404.
 #include <functional>
 #include <memory>
