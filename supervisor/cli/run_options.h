@@ -68,7 +68,7 @@ struct MetricsEndpoint {
   metrics::LiveMetrics live;
   std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops before `live` goes
 
-  explicit MetricsEndpoint(std::optional<std::string> store_dir) : live(std::move(store_dir)) {}
+  explicit MetricsEndpoint(const std::optional<std::string>& store_dir) : live(store_dir) {}
   // A read of a large store in progress is cut short first: the run's end
   // does not wait for it.
   ~MetricsEndpoint() {

@@ -1,37 +1,16 @@
 #include "supervisor/metrics/live_metrics.h"
 
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <utility>
-
-#include "supervisor/metrics/store_metrics.h"
-
 namespace pillbox::metrics {
 
-LiveMetrics::LiveMetrics(std::optional<std::string> store_dir) : store_dir_(std::move(store_dir)) {}
-
-LiveMetrics::~LiveMetrics() { stop(); }
+LiveMetrics::LiveMetrics(const std::optional<std::string>& store_dir) {
+  if (store_dir) store_ = std::make_unique<StoreMetricsReader>(*store_dir);
+}
 
 std::string LiveMetrics::render() {
   MetricsText text;
   run_.render(text);
-  if (!store_dir_) return text.text();
-  std::string store;
-  {
-    std::unique_lock lock(mutex_);
-    if (!stopped_) {
-      if (last_text_.empty() || Clock::now() >= reuse_until_) {
-        if (!reader_.joinable()) reader_ = std::thread([this] { reader_loop(); });
-        wanted_ = true;
-        changed_.notify_all();
-        // The read in progress, if any, began at most one read ago: it will do.
-        const std::uint64_t target = reads_done_ + 1;
-        changed_.wait_for(lock, kStoreWait, [&] { return reads_done_ >= target || stopped_; });
-      }
-      if (!stopped_) store = last_text_;
-    }
-  }
+  if (!store_) return text.text();
+  const std::string store = store_->text();
   text.family("pillbox_store_up", "1 when this answer has the run's store in it, 0 when it has not.",
               MetricType::kGauge);
   text.sample("pillbox_store_up", {}, store.empty() ? 0 : 1);
@@ -39,62 +18,7 @@ std::string LiveMetrics::render() {
 }
 
 void LiveMetrics::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopped_ = true;
-    if (reading_ != nullptr) ::sqlite3_interrupt(reading_);
-    changed_.notify_all();
-  }
-  // No scrape starts the thread once stopped_ is set (under the lock).
-  if (reader_.joinable()) reader_.join();
-}
-
-void LiveMetrics::reader_loop() {
-  std::unique_lock lock(mutex_);
-  while (true) {
-    changed_.wait(lock, [&] { return wanted_ || stopped_; });
-    if (stopped_) return;
-    wanted_ = false;
-    const auto started = Clock::now();
-    lock.unlock();
-    std::string text = read_store();
-    lock.lock();
-    const auto ended = Clock::now();
-    last_text_ = std::move(text);
-    // A failed read is tried again at the next scrape (failing is cheap:
-    // no file, no tables yet).
-    reuse_until_ = last_text_.empty() ? ended : ended + std::max<Clock::duration>(std::chrono::seconds(1), 4 * (ended - started));
-    ++reads_done_;
-    changed_.notify_all();
-  }
-}
-
-std::string LiveMetrics::read_store() {
-  const std::string path = *store_dir_ + "/pillbox.db";
-  struct stat st {};
-  // Database::open would create a missing file; the run creates and
-  // migrates it (store.h), this only reads what the run made.
-  if (!db_ && ::stat(path.c_str(), &st) == 0) {
-    if (auto db = store::Database::open(path)) db_.emplace(std::move(*db));
-  }
-  if (!db_) return "";
-  {
-    std::lock_guard lock(mutex_);
-    if (stopped_) return "";
-    reading_ = db_->handle();
-  }
-  MetricsText text;
-  const Status read = write_store_metrics(*db_, text);
-  {
-    // Cleared before db_ may close: stop() never interrupts a closed connection.
-    std::lock_guard lock(mutex_);
-    reading_ = nullptr;
-  }
-  if (!read) {
-    db_.reset();  // opened afresh next time (e.g. a store not yet migrated)
-    return "";
-  }
-  return text.text();
+  if (store_) store_->stop();
 }
 
 }  // namespace pillbox::metrics

@@ -9,7 +9,7 @@
 // reads what the run counts under RunMetrics's short lock (run_metrics.h)
 // and, with a store, takes the store's numbers from a thread that reads
 // them on a connection of its own, waiting for them a bounded time
-// (live_metrics.h). Any other path or method is cpp-httplib's 404.
+// (store_metrics_reader.h). Any other path or method is cpp-httplib's 404.
 #include <functional>
 #include <memory>
 #include <string>
