@@ -13,6 +13,7 @@ packages=(
   libcli11-dev                                  # the command line's grammar (CLI11, header-only)
   libsqlite3-dev                                # embedded store
   libhiredis-dev redis-server                   # Redis Streams broker (client; a real server for tests)
+  libcpp-httplib-dev libssl-dev prometheus     # HTTP for serve and --metrics; serve's token (RAND_bytes); promtool
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
   libfontconfig-dev                             # pdf-text: poppler's font lookup, loaded before any fork
   python3 gzip                                  # sample corpus generation
@@ -21,7 +22,6 @@ packages=(
   clang libclang-rt-14-dev                      # fuzz/ harnesses: clang 14; libFuzzer and the sanitizer
                                                 # runtimes (only recommended by clang, so named here)
   llvm-14                                       # llvm-symbolizer: fuzz findings with function names
-  libcpp-httplib-dev libssl-dev                 # pillbox serve: the console's HTTP server; its token (RAND_bytes)
   chromium                                      # tests/e2e/console_test.cpp loads the console's pages headless
 )
 

@@ -80,6 +80,16 @@ std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::millis
 
 }  // namespace
 
+std::string_view to_string(WorkerVerdict::Type type) {
+  switch (type) {
+    case WorkerVerdict::Type::kOk: return "ok";
+    case WorkerVerdict::Type::kDeadLettered: return "dead-lettered";
+    case WorkerVerdict::Type::kReleased: return "released";
+    case WorkerVerdict::Type::kTakenOver: return "taken-over";
+  }
+  return "unknown";
+}
+
 StreamWorker::StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLink& writer, WorkerSink& out)
     : settings_(std::move(settings)),
       reader_(reader),

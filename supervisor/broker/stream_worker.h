@@ -81,6 +81,10 @@ struct WorkerVerdict {
   std::string reason;
 };
 
+// The word `pillbox worker` prints for a verdict: ok, dead-lettered,
+// released, taken-over.
+std::string_view to_string(WorkerVerdict::Type type);
+
 class WorkerSink {
  public:
   virtual ~WorkerSink() = default;
@@ -122,6 +126,8 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   // The links' state changes come here (BrokerLink::StateChange).
   void on_redis_state(bool up, const std::string& what);
   const WorkerReport& report() const { return report_; }
+  // Whether the circuit breaker now suspects a handler outage (--metrics).
+  bool breaker_open() const { return breaker_.open(); }
 
  private:
   using Clock = std::chrono::steady_clock;

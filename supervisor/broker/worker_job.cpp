@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <climits>
+#include <optional>
+
+#include "supervisor/metrics/metered_run.h"
 
 namespace pillbox::broker {
 
@@ -35,10 +38,20 @@ Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSi
   if (!writer) return Error{writer.error(), writer.error_code()};
   WorkerJobReport report;
   Expected<RunReport> run = Error{"not run"};
+  // With --metrics, verdicts and the dispatcher's steps are counted on their way.
+  std::optional<metrics::MeteredWorkerVerdicts> metered_sink;
+  if (settings.metrics != nullptr) metered_sink.emplace(sink, *settings.metrics);
+  WorkerSink& verdicts = metered_sink ? static_cast<WorkerSink&>(*metered_sink) : sink;
   {
-    StreamWorker worker(settings.worker, **reader, **writer, sink);
+    StreamWorker worker(settings.worker, **reader, **writer, verdicts);
     worker_ptr = &worker;
-    run = run_tasks(settings.run, worker, worker);
+    if (settings.metrics != nullptr) {
+      settings.metrics->set_slots(settings.run.jobs);
+      metrics::MeteredRun metered(worker, worker, *settings.metrics, [&worker] { return worker.breaker_open(); });
+      run = run_tasks(settings.run, metered, metered);
+    } else {
+      run = run_tasks(settings.run, worker, worker);
+    }
     // The links stop before the worker goes: nothing of theirs runs later.
     (*reader)->stop();
     (*writer)->stop();

@@ -8,6 +8,7 @@
 #include "supervisor/broker/redis_connection.h"
 #include "supervisor/broker/stream_worker.h"
 #include "supervisor/exec/dispatcher.h"
+#include "supervisor/metrics/run_metrics.h"
 
 namespace pillbox::broker {
 
@@ -15,6 +16,9 @@ struct WorkerJobSettings {
   RedisAddress address;
   RunSettings run;
   WorkerSettings worker;
+  // --metrics: counts what the worker does (supervisor/metrics/metered_run.h);
+  // null: nothing counted. Not owned; outlives run_worker.
+  metrics::RunMetrics* metrics = nullptr;
 };
 
 struct WorkerJobReport {

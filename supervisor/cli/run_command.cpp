@@ -64,6 +64,9 @@ const char* kHelp =
     "  --writable DIR      a host directory tasks may write (absolute; repeatable; part of the policy)\n"
     "  --mode MODE         zygote (default: fork per task from a prepared process) | spawn (fork+exec per task)\n"
     "  --quiet             no per-task lines without --json, no summary\n"
+    "  --metrics ADDR      serve Prometheus metrics at http://ADDR/metrics while the run lasts:\n"
+    "                      HOST:PORT, or PORT alone on 127.0.0.1; port 0 picks a free one; the URL\n"
+    "                      is printed on stderr; with a store, what it holds is included\n"
     "\n"
     "store, retries and quarantine:\n"
     "  --store DIR         ledger and quarantine store (default: $PILLBOX_STORE, else\n"
@@ -106,7 +109,7 @@ const std::vector<OptionSpec> kRunOptions = {
 std::vector<OptionSpec> run_option_specs() {
   std::vector<OptionSpec> options;
   for (const auto* section : {&kChildOptions, &kRunOptions, &kStoreOptions, &kRetryOptions, &kBreakerOptions,
-                              &kQuarantineOptions, &kOutOptions}) {
+                              &kQuarantineOptions, &kOutOptions, &kMetricsOptions}) {
     options.insert(options.end(), section->begin(), section->end());
   }
   return options;
@@ -309,6 +312,15 @@ int run_command(int argc, char** argv) {
   if (auto s = read_job_options(*args, job, hooks); !s) return usage_error(s.message());
   job.on_quarantine = [&hooks](const std::string& json, bool new_fingerprint) { hooks.fire(json, new_fingerprint); };
   job.done_results = results.has_value();
+  // Listening before anything runs: a port in use stops the run here.
+  auto endpoint = start_metrics(*args, job.store_dir);
+  if (!endpoint) return usage_error(endpoint.error());
+  if (*endpoint) {
+    job.metrics = &(*endpoint)->live.run();
+    job.metrics->set_slots(job.run.jobs);  // from the first scrape on, before the URL is out
+    std::fprintf(stderr, "pillbox run: metrics at %s\n", (*endpoint)->server->url().c_str());
+    std::fflush(stderr);
+  }
 
   CliSink sink(args->flag("json"), args->flag("quiet"), results ? &*results : nullptr);
   // Progress on stderr when it is a terminal (per-task lines on the same
@@ -319,6 +331,7 @@ int run_command(int argc, char** argv) {
   sink.set_progress(&progress);
   const auto started = std::chrono::steady_clock::now();
   auto report = run_job(job, **source, sink);
+  endpoint->reset();  // the metrics are the run's: served while it runs, not while hooks finish
   progress.finish();
   // Hooks still running get a bounded time to finish; they never hold the exit longer.
   const std::vector<std::string> hook_problems = hooks.finish();

@@ -26,6 +26,21 @@ const std::vector<OptionSpec> kQuarantineOptions = {
     {"on-new-fingerprint", true, false, 0, true},
 };
 
+const std::vector<OptionSpec> kMetricsOptions = {{"metrics"}};
+
+Expected<std::unique_ptr<MetricsEndpoint>> start_metrics(const Args& args, const std::optional<std::string>& store_dir) {
+  const auto text = args.value("metrics");
+  if (!text) return std::unique_ptr<MetricsEndpoint>();
+  auto address = metrics::parse_listen_address(*text);
+  if (!address) return Error{address.error(), ErrorCode::kUsage};
+  auto endpoint = std::make_unique<MetricsEndpoint>(store_dir);
+  MetricsEndpoint* e = endpoint.get();
+  auto server = metrics::MetricsServer::start(*address, [e] { return e->live.render(); });
+  if (!server) return Error{server.error(), ErrorCode::kUsage};
+  endpoint->server = std::move(*server);
+  return endpoint;
+}
+
 Status read_store_options(const Args& args, JobSettings& job) {
   if (args.flag("no-store")) {
     if (args.value("store")) return Status::error("give --store or --no-store, not both");

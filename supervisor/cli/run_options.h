@@ -13,6 +13,8 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/flow/alert_hook.h"
 #include "supervisor/flow/run_job.h"
+#include "supervisor/metrics/live_metrics.h"
+#include "supervisor/metrics/metrics_server.h"
 
 namespace pillbox::cli {
 
@@ -24,6 +26,8 @@ extern const std::vector<OptionSpec> kRetryOptions;
 extern const std::vector<OptionSpec> kBreakerOptions;
 // quarantine-limit, hook-timeout, on-quarantine, on-new-fingerprint.
 extern const std::vector<OptionSpec> kQuarantineOptions;
+// metrics (run and worker).
+extern const std::vector<OptionSpec> kMetricsOptions;
 
 // --store DIR (resolved: given, $PILLBOX_STORE, ...) or --no-store, --rerun,
 // and --keep-results SIZE (a store only).
@@ -57,5 +61,27 @@ class QuarantineHooks {
 // --quarantine-limit into `job`, and the hooks with their --hook-timeout,
 // which need a store: read_store_options first.
 Status read_quarantine_options(const Args& args, JobSettings& job, QuarantineHooks& hooks);
+
+// --metrics ADDR of `run` and `worker`: the live metrics and their HTTP
+// server, listening before the run starts and stopped when this goes.
+struct MetricsEndpoint {
+  metrics::LiveMetrics live;
+  std::unique_ptr<metrics::MetricsServer> server;  // declared last: stops before `live` goes
+
+  explicit MetricsEndpoint(const std::optional<std::string>& store_dir) : live(store_dir) {}
+  // A read of a large store in progress is cut short first: the run's end
+  // does not wait for it.
+  ~MetricsEndpoint() {
+    live.stop();
+    server.reset();
+  }
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+};
+
+// Null without --metrics. Otherwise binds the address and serves; with a
+// store (`store_dir`), the store's metrics are part of the answer. Errors
+// (usage): a malformed address, one that cannot be bound (in use).
+Expected<std::unique_ptr<MetricsEndpoint>> start_metrics(const Args& args, const std::optional<std::string>& store_dir);
 
 }  // namespace pillbox::cli

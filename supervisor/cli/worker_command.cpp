@@ -55,6 +55,9 @@ const char* kHelp =
     "                      paused while this worker's handler looks broken\n"
     "  --json              one JSON object per settled entry on stdout\n"
     "  --quiet             no per-entry lines, no summary\n"
+    "  --metrics ADDR      serve Prometheus metrics at http://ADDR/metrics while the worker runs:\n"
+    "                      HOST:PORT, or PORT alone on 127.0.0.1; port 0 picks a free one (the URL\n"
+    "                      is printed on stderr)\n"
     "\n"
     "exit codes: 0 stopped by --exit-when-idle, 2 usage error, 3 Redis or the sandbox cannot be used,\n"
     "            143/130 stopped by SIGTERM/SIGINT (after finishing what ran)\n";
@@ -66,7 +69,7 @@ const std::vector<OptionSpec> kWorkerOptions = {
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
-  for (const auto* section : {&kChildOptions, &kWorkerOptions, &kRetryOptions, &kBreakerOptions}) {
+  for (const auto* section : {&kChildOptions, &kWorkerOptions, &kRetryOptions, &kBreakerOptions, &kMetricsOptions}) {
     options.insert(options.end(), section->begin(), section->end());
   }
   return options;
@@ -75,16 +78,6 @@ std::vector<OptionSpec> worker_option_specs() {
 int fail(const std::string& message, int code) {
   std::fprintf(stderr, "pillbox worker: %s\n", message.c_str());
   return code;
-}
-
-std::string_view verdict_name(broker::WorkerVerdict::Type t) {
-  switch (t) {
-    case broker::WorkerVerdict::Type::kOk: return "ok";
-    case broker::WorkerVerdict::Type::kDeadLettered: return "dead-lettered";
-    case broker::WorkerVerdict::Type::kReleased: return "released";
-    case broker::WorkerVerdict::Type::kTakenOver: return "taken-over";
-  }
-  return "?";
 }
 
 class CliWorkerSink final : public broker::WorkerSink {
@@ -98,7 +91,7 @@ class CliWorkerSink final : public broker::WorkerSink {
       if (v.type == broker::WorkerVerdict::Type::kReleased || v.type == broker::WorkerVerdict::Type::kTakenOver) {
         j = {{"key", task.key}};
       }
-      j["verdict"] = verdict_name(v.type);
+      j["verdict"] = broker::to_string(v.type);
       j["verdict_reason"] = v.reason;
       j["entry"] = v.entry;
       j["deliveries"] = v.deliveries;
@@ -114,12 +107,12 @@ class CliWorkerSink final : public broker::WorkerSink {
       case broker::WorkerVerdict::Type::kOk:
       case broker::WorkerVerdict::Type::kDeadLettered:
         std::printf("%s  -> %s %s (entry %s, delivery %lld)\n", outcome_line(task, outcome).c_str(),
-                    std::string(verdict_name(v.type)).c_str(), v.added.c_str(), v.entry.c_str(),
+                    std::string(broker::to_string(v.type)).c_str(), v.added.c_str(), v.entry.c_str(),
                     static_cast<long long>(v.deliveries));
         break;
       default:
         // The reason may quote Redis (an error, a count): inert too.
-        std::printf("%-13s %s  entry %s: %s\n", std::string(verdict_name(v.type)).c_str(),
+        std::printf("%-13s %s  entry %s: %s\n", std::string(broker::to_string(v.type)).c_str(),
                     table_cell(task.key, 200).c_str(), v.entry.c_str(), table_cell(v.reason, 0).c_str());
     }
     std::fflush(stdout);
@@ -188,9 +181,20 @@ int worker_command(int argc, char** argv) {
   if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
   if (*max_payload_option) w.max_payload = static_cast<std::size_t>(**max_payload_option);
 
+  // Listening before anything runs: a port in use stops the worker here.
+  auto endpoint = start_metrics(*args, std::nullopt);
+  if (!endpoint) return fail(endpoint.error(), kExitUsage);
+  if (*endpoint) {
+    job.metrics = &(*endpoint)->live.run();
+    job.metrics->set_slots(job.run.jobs);  // from the first scrape on, before the URL is out
+    std::fprintf(stderr, "pillbox worker: metrics at %s\n", (*endpoint)->server->url().c_str());
+    std::fflush(stderr);
+  }
+
   CliWorkerSink sink(args->flag("json"), args->flag("quiet"));
   const auto started = std::chrono::steady_clock::now();
   auto report = broker::run_worker(job, sink);
+  endpoint->reset();
   if (!report) {
     const int code = exit_code_for(report.error_code());
     return fail(code == kExitUsage ? report.error() : "setup error: " + report.error(), code == kExitOk ? kExitSetup : code);

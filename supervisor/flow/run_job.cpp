@@ -6,6 +6,7 @@
 
 #include "shared/policy_parser.h"
 #include "supervisor/flow/death_note.h"
+#include "supervisor/metrics/metered_run.h"
 #include "supervisor/store/store.h"
 
 namespace pillbox {
@@ -61,11 +62,23 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
     results.emplace(std::move(*r));
     report.store_dir = opened->dir();
   }
-  TaskFlow flow(flow_settings, source, sink, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr,
+  // With --metrics, the flow's verdicts and the dispatcher's steps are
+  // counted on their way; nothing else changes.
+  std::optional<metrics::MeteredVerdicts> metered_sink;
+  if (settings.metrics != nullptr) metered_sink.emplace(sink, *settings.metrics);
+  VerdictSink& verdicts = metered_sink ? static_cast<VerdictSink&>(*metered_sink) : sink;
+  TaskFlow flow(flow_settings, source, verdicts, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr,
                 settings.on_quarantine);
   flow.set_store_dir(report.store_dir);
   flow.set_result_store(results ? &*results : nullptr);
-  auto run = run_tasks(settings.run, flow, flow);
+  Expected<RunReport> run = Error{"not run"};
+  if (settings.metrics != nullptr) {
+    settings.metrics->set_slots(settings.run.jobs);
+    metrics::MeteredRun metered(flow, flow, *settings.metrics, [&flow] { return flow.breaker_open(); });
+    run = run_tasks(settings.run, metered, metered);
+  } else {
+    run = run_tasks(settings.run, flow, flow);
+  }
   // Whatever happened, what is known goes to the ledger.
   const Status finished = flow.finish(run ? "" : run.error());
   disarm_death_note();

@@ -9,6 +9,7 @@
 #include "shared/status.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/flow/task_flow.h"
+#include "supervisor/metrics/run_metrics.h"
 #include "supervisor/store/result_store.h"
 
 namespace pillbox {
@@ -23,6 +24,9 @@ struct JobSettings {
   bool rerun_done = false;               // --rerun: run tasks the ledger has as ok again
   std::uint64_t keep_results = store::kDefaultKeepResultBytes;  // --keep-results (0: none)
   bool done_results = false;             // run --out: the kept results of tasks skipped as ok
+  // --metrics: counts what the run does (supervisor/metrics/metered_run.h);
+  // null: nothing counted. Not owned; outlives run_job.
+  metrics::RunMetrics* metrics = nullptr;
 };
 
 struct JobReport {

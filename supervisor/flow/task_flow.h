@@ -117,6 +117,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // SIGINT/SIGTERM arrived: the run stops at the next turn (0: none).
   int stop_signal() const;
   const FlowReport& report() const { return report_; }
+  // Whether the circuit breaker now suspects a handler outage (--metrics).
+  bool breaker_open() const { return breaker_.open(); }
   void set_store_dir(std::string dir) { batch_context_.store_dir = std::move(dir); }
   // Where ok results are kept (with a store); not owned, outlives the flow.
   void set_result_store(store::ResultStore* results) { batch_context_.results = results; }

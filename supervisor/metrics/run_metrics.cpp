@@ -1,0 +1,80 @@
+#include "supervisor/metrics/run_metrics.h"
+
+namespace pillbox::metrics {
+
+RunMetrics::RunMetrics() = default;
+
+void RunMetrics::set_slots(std::size_t slots) {
+  std::lock_guard lock(mutex_);
+  counters_.slots = slots;
+}
+
+void RunMetrics::attempt_started() {
+  std::lock_guard lock(mutex_);
+  ++counters_.busy;
+}
+
+void RunMetrics::attempt_ended(Kind kind, std::uint64_t wall_ms) {
+  std::lock_guard lock(mutex_);
+  if (counters_.busy > 0) --counters_.busy;
+  ++counters_.attempts[kind];
+  counters_.attempt_seconds.observe(static_cast<double>(wall_ms) / 1000.0);
+}
+
+void RunMetrics::verdict(Kind kind, const std::string& verdict, bool new_fingerprint) {
+  std::lock_guard lock(mutex_);
+  ++counters_.tasks[{kind, verdict}];
+  if (new_fingerprint) ++counters_.new_fingerprints;
+}
+
+void RunMetrics::taken_back() {
+  std::lock_guard lock(mutex_);
+  ++counters_.taken_back;
+}
+
+void RunMetrics::input_error() {
+  std::lock_guard lock(mutex_);
+  ++counters_.input_errors;
+}
+
+void RunMetrics::set_breaker_open(bool open) {
+  std::lock_guard lock(mutex_);
+  counters_.breaker_open = open;
+}
+
+void RunMetrics::render(MetricsText& out) const {
+  Counters c;
+  {
+    std::lock_guard lock(mutex_);
+    c = counters_;
+  }
+  out.family("pillbox_tasks_total", "Tasks that got a verdict in this process, by failure kind and verdict.",
+             MetricType::kCounter);
+  for (const auto& [key, n] : c.tasks) {
+    out.sample("pillbox_tasks_total", {{"kind", std::string(to_string(key.first))}, {"verdict", key.second}},
+               static_cast<double>(n));
+  }
+  out.family("pillbox_attempts_total", "Attempts that ended in this process, by how they ended.", MetricType::kCounter);
+  for (const auto& [kind, n] : c.attempts) {
+    out.sample("pillbox_attempts_total", {{"kind", std::string(to_string(kind))}}, static_cast<double>(n));
+  }
+  out.family("pillbox_attempt_duration_seconds", "Wall-clock time of each attempt's child.", MetricType::kHistogram);
+  out.histogram("pillbox_attempt_duration_seconds", {}, c.attempt_seconds);
+  out.family("pillbox_new_fingerprints_total", "Failures whose fingerprint the store had never seen.",
+             MetricType::kCounter);
+  out.sample("pillbox_new_fingerprints_total", {}, static_cast<double>(c.new_fingerprints));
+  out.family("pillbox_verdicts_taken_back_total",
+             "Poison verdicts taken back because a suspected handler outage explains them.", MetricType::kCounter);
+  out.sample("pillbox_verdicts_taken_back_total", {}, static_cast<double>(c.taken_back));
+  out.family("pillbox_input_errors_total", "Inputs that could not become a task.", MetricType::kCounter);
+  out.sample("pillbox_input_errors_total", {}, static_cast<double>(c.input_errors));
+  out.family("pillbox_breaker_open", "1 while the circuit breaker suspects a handler outage and holds intake.",
+             MetricType::kGauge);
+  out.sample("pillbox_breaker_open", {}, c.breaker_open ? 1 : 0);
+  out.family("pillbox_slots_busy", "Slots running a task now.", MetricType::kGauge);
+  out.sample("pillbox_slots_busy", {}, static_cast<double>(c.busy));
+  out.family("pillbox_slots", "Slots of the run (--jobs).", MetricType::kGauge);
+  out.sample("pillbox_slots", {}, static_cast<double>(c.slots));
+}
+
+}  // namespace pillbox::metrics

@@ -1,0 +1,403 @@
+// `pillbox run --metrics` (issue 16, Metrics): a real run over JSON lines on
+// a stdin this test keeps open, so the run is alive and idle while it is
+// scraped over real HTTP on a free loopback port; the counts are checked
+// against what the run printed and what its store holds, and the text
+// against `promtool check metrics` (Debian's prometheus package).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+#include <httplib.h>
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/background.h"
+#include "tests/e2e/redis_server.h"
+#include "tests/e2e/support.h"
+
+using e2e::sql_int;
+using e2e::task_line;
+
+namespace {
+
+// pillbox with its stdin, stdout and stderr on pipes held by the test: it
+// runs until the test closes its stdin (or it is killed with the test).
+class LiveRun {
+ public:
+  explicit LiveRun(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_s{e2e::pillbox_binary()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int in[2], out[2], err[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    ::close(err[1]);
+    in_ = in[1];
+    out_ = ::fdopen(out[0], "r");
+    err_ = ::fdopen(err[0], "r");
+    REQUIRE(out_ != nullptr);
+    REQUIRE(err_ != nullptr);
+  }
+  ~LiveRun() {
+    if (in_ >= 0) ::close(in_);
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_ != nullptr) std::fclose(out_);
+    if (err_ != nullptr) std::fclose(err_);
+  }
+  LiveRun(const LiveRun&) = delete;
+  LiveRun& operator=(const LiveRun&) = delete;
+
+  void write(const std::string& bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(in_, bytes.data() + done, bytes.size() - done);
+      REQUIRE(n > 0);
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  void signal(int sig) const { ::kill(pid_, sig); }
+  void close_stdin() {
+    ::close(in_);
+    in_ = -1;
+  }
+  // The next line of stdout or stderr (without its newline); nullopt at the end.
+  std::optional<std::string> out_line() { return line_of(out_); }
+  std::optional<std::string> err_line() {
+    auto line = line_of(err_);
+    if (line) err_seen_ += *line + "\n";
+    return line;
+  }
+  const std::string& err_seen() const { return err_seen_; }
+  // Its exit code, once it ended (what is left on stderr is read first).
+  int wait() {
+    while (err_line()) {
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  static std::optional<std::string> line_of(std::FILE* f) {
+    std::string line;
+    for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f)) {
+      if (c == '\n') return line;
+      line += static_cast<char>(c);
+    }
+    if (line.empty()) return std::nullopt;
+    return line;
+  }
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int in_ = -1;
+  std::FILE* out_ = nullptr;
+  std::FILE* err_ = nullptr;
+  std::string err_seen_;
+};
+
+// The value of the sample written exactly as `series` (name and labels), or -1.
+double sample(const std::string& text, const std::string& series) {
+  const std::string start = series + " ";
+  std::size_t at = 0;
+  while ((at = text.find(start, at)) != std::string::npos) {
+    if (at == 0 || text[at - 1] == '\n') {
+      const std::size_t end = text.find('\n', at);
+      return std::stod(text.substr(at + start.size(), end - at - start.size()));
+    }
+    at += start.size();
+  }
+  return -1;
+}
+
+struct Scrape {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+Scrape scrape(int port, const std::string& path = "/metrics") {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(10, 0);
+  client.set_read_timeout(30, 0);
+  auto res = client.Get(path.c_str());
+  if (!res) return {};
+  return {res->status, res->get_header_value("Content-Type"), res->body};
+}
+
+bool have_promtool() { return ::access("/usr/bin/promtool", X_OK) == 0; }
+
+// The port of "pillbox run: metrics at http://127.0.0.1:PORT/metrics" (or
+// "pillbox worker: ..."), read from stderr (printed before anything runs); 0
+// when absent.
+int metrics_port(LiveRun& run) {
+  static const std::regex url("pillbox (run|worker): metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics");
+  while (auto line = run.err_line()) {
+    std::smatch m;
+    if (std::regex_match(*line, m, url)) return std::stoi(m[2]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("run --metrics: counts match what the run printed and what its store holds; promtool accepts the text") {
+  e2e::TempDir dir;
+  e2e::TempDir markers(01777);
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  LiveRun run({"run", "--json", "--store", store, "--jobs", "2", "--no-breaker", "--backoff-base", "20ms",
+               "--metrics", "127.0.0.1:0", "-", "--writable", markers.path(), "--", e2e::fixture("poison_corpus"),
+               markers.path()});
+  const int port = metrics_port(run);
+  INFO(run.err_seen());
+  REQUIRE(port > 0);
+
+  // Before any task: the run's families are there, at 0; the store is read.
+  {
+    const Scrape first = scrape(port);
+    REQUIRE(first.status == 200);
+    CHECK(first.content_type == "text/plain; version=0.0.4; charset=utf-8");
+    CHECK(sample(first.body, "pillbox_slots") == 2);
+    CHECK(sample(first.body, "pillbox_slots_busy") == 0);
+    CHECK(sample(first.body, "pillbox_attempt_duration_seconds_count") == 0);
+  }
+
+  // 5 ok, 3 crashers with one fingerprint ('S'), 1 with another ('A').
+  std::string input;
+  for (int i = 1; i <= 5; ++i) input += task_line("good-" + std::to_string(i), "good payload " + std::to_string(i));
+  for (int i = 1; i <= 3; ++i) input += task_line("segv-" + std::to_string(i), "S crasher " + std::to_string(i));
+  input += task_line("abort-1", "A checksum mismatch");
+  run.write(input);
+  std::map<std::string, int> verdicts;
+  for (int seen = 0; seen < 9;) {
+    auto line = run.out_line();
+    REQUIRE_MESSAGE(line.has_value(), run.err_seen());
+    const auto j = nlohmann::json::parse(*line);
+    ++verdicts[j["kind"].get<std::string>() + "/" + j["verdict"].get<std::string>()];
+    ++seen;
+  }
+  CHECK(verdicts["ok/ok"] == 5);
+  CHECK(verdicts["crash/quarantined"] == 4);
+
+  // The run is idle now, waiting for more lines. The writes of ok tasks may
+  // reach the store a turn after their verdict is printed (docs/architecture.md,
+  // "Ledger"): the store's part is read again until it has them all.
+  Scrape s;
+  REQUIRE(e2e::eventually([&] {
+    s = scrape(port);
+    return s.status == 200 && sample(s.body, "pillbox_store_tasks{state=\"ok\"}") == 5;
+  }));
+  INFO(s.body);
+  // What the run did: 1 attempt per good payload, 2 per crasher (the same
+  // deterministic failure twice), each verdict once.
+  CHECK(sample(s.body, "pillbox_tasks_total{kind=\"ok\",verdict=\"ok\"}") == 5);
+  CHECK(sample(s.body, "pillbox_tasks_total{kind=\"crash\",verdict=\"quarantined\"}") == 4);
+  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"ok\"}") == 5);
+  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"crash\"}") == 8);
+  CHECK(sample(s.body, "pillbox_attempt_duration_seconds_count") == 13);
+  CHECK(sample(s.body, "pillbox_attempt_duration_seconds_bucket{le=\"+Inf\"}") == 13);
+  CHECK(sample(s.body, "pillbox_attempt_duration_seconds_sum") > 0);
+  CHECK(sample(s.body, "pillbox_new_fingerprints_total") == 2);
+  CHECK(sample(s.body, "pillbox_slots_busy") == 0);
+  CHECK(sample(s.body, "pillbox_slots") == 2);
+  CHECK(sample(s.body, "pillbox_breaker_open") == 0);
+  CHECK(sample(s.body, "pillbox_input_errors_total") == 0);
+  // What the store holds, as the store says it.
+  CHECK(sample(s.body, "pillbox_store_up") == 1);
+  CHECK(sample(s.body, "pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"}") ==
+        sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'quarantined' AND kind = 'crash'"));
+  CHECK(sample(s.body, "pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"}") == 4);
+  CHECK(sample(s.body, "pillbox_quarantine_records{status=\"resolved\",kind=\"crash\"}") == 0);
+  CHECK(sample(s.body, "pillbox_quarantine_fingerprints") ==
+        sql_int(db, "SELECT count(DISTINCT fingerprint) FROM quarantine"));
+  CHECK(sample(s.body, "pillbox_quarantine_fingerprints") == 2);
+  CHECK(sample(s.body, "pillbox_store_tasks{state=\"quarantined\"}") ==
+        sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'quarantined'"));
+  CHECK(sample(s.body, "pillbox_store_tasks{state=\"ok\"}") == sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'"));
+  CHECK(sample(s.body, "pillbox_store_tasks{state=\"pending\"}") == 0);
+
+  if (have_promtool()) {
+    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, s.body);
+    INFO(check.describe());
+    CHECK(check.exit_code == 0);
+  } else {
+    MESSAGE("skipped: promtool check (no /usr/bin/promtool: Debian's prometheus package is not installed)");
+  }
+
+  // A second pillbox cannot take the port (no SO_REUSEPORT sharing): a
+  // usage error, before it runs anything.
+  {
+    const auto second = e2e::run_pillbox({"run", "--json", "--no-store", "--handler", "echo", "--metrics",
+                                          "127.0.0.1:" + std::to_string(port), "-"},
+                                         task_line("x", "never run"));
+    INFO(second.describe());
+    CHECK(second.exit_code == 2);
+    CHECK(second.err.find("cannot listen on 127.0.0.1:" + std::to_string(port)) != std::string::npos);
+    CHECK(second.records.empty());
+  }
+
+  // Anything but /metrics is not found.
+  CHECK(scrape(port, "/").status == 404);
+  CHECK(scrape(port, "/metrics/../etc").status == 404);
+
+  // The run ends when its input does; its server goes with it.
+  run.close_stdin();
+  CHECK(run.wait() == 1);  // some tasks failed
+  CHECK(scrape(port).status == 0);  // nothing listens any more
+}
+
+TEST_CASE("run --metrics: the breaker gauge is 1 while a handler outage is suspected, 0 once it is over") {
+  e2e::TempDir dir;
+  e2e::TempDir work(01777);
+  // poison_corpus fails every payload the same way while its run counter is
+  // below the limit: an outage, until the test lowers the limit.
+  const std::string counter = work.write("runs", "");
+  REQUIRE(::chmod(counter.c_str(), 0666) == 0);
+  const std::string limit = work.write("limit", "100000");
+  LiveRun run({"run", "--json", "--store", dir.path() + "/store", "--jobs", "2", "--breaker-probe-interval", "50ms",
+               "--metrics", "127.0.0.1:0", "--writable", work.path(), "-", "--", e2e::fixture("poison_corpus"),
+               work.path(), counter, limit});
+  const int port = metrics_port(run);
+  INFO(run.err_seen());
+  REQUIRE(port > 0);
+  std::string input;
+  for (int i = 1; i <= 30; ++i) input += task_line("doc-" + std::to_string(i), "document " + std::to_string(i));
+  run.write(input);
+
+  // The run says when it suspects an outage (and when it is over) on stderr;
+  // the gauge follows a moment later, when the outcome that moved the
+  // breaker has been handled: read until it does.
+  auto wait_for_notice = [&](const std::string& what) {
+    while (auto line = run.err_line()) {
+      if (line->find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto breaker_gauge_is = [&](double value) {
+    return e2e::eventually([&] { return sample(scrape(port).body, "pillbox_breaker_open") == value; });
+  };
+  REQUIRE(wait_for_notice("handler outage suspected"));
+  CHECK(breaker_gauge_is(1));
+  work.write("limit", "0");  // the dependency is back: the next probe succeeds
+  REQUIRE(wait_for_notice("handler outage over"));
+  CHECK(breaker_gauge_is(0));
+  const Scrape s = scrape(port);
+  INFO(s.body);
+  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"handler-error\"}") > 0);
+  if (have_promtool()) {
+    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, s.body);
+    INFO(check.describe());
+    CHECK(check.exit_code == 0);
+  }
+  run.close_stdin();
+  CHECK(run.wait() == 0);  // every document ran ok in the end
+}
+
+TEST_CASE("run --metrics: a port in use, or an address that is not one, is a usage error before anything runs") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string input = dir.write("good", "a good payload\n");
+  // A port this test holds.
+  const int busy = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(busy >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(busy, 1) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+
+  const auto in_use = e2e::run_pillbox({"run", "--json", "--store", store, "--handler", "echo", "--metrics", "127.0.0.1:" + port, input});
+  INFO(in_use.describe());
+  CHECK(in_use.exit_code == 2);
+  CHECK(in_use.err.find("--metrics: cannot listen on 127.0.0.1:" + port) != std::string::npos);
+  CHECK(in_use.records.empty());  // nothing ran
+  ::close(busy);
+
+  for (const std::string bad : {"127.0.0.1:99999", "127.0.0.1:", "localhost:http", ":9464", "nonsense"}) {
+    const auto r = e2e::run_pillbox({"run", "--json", "--store", store, "--handler", "echo", "--metrics", bad, input});
+    INFO(bad << "\n" << r.describe());
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--metrics") != std::string::npos);
+    CHECK(r.records.empty());
+  }
+  // No task of these runs reached the ledger.
+  if (::access((store + "/pillbox.db").c_str(), F_OK) == 0) CHECK(sql_int(store + "/pillbox.db", "SELECT count(*) FROM tasks") == 0);
+}
+
+TEST_CASE("worker --metrics: settled entries by kind and verdict, attempts, slots; the server goes with the worker") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  std::vector<std::pair<std::string, std::string>> tasks;
+  for (int i = 0; i < 3; ++i) tasks.emplace_back("good-" + std::to_string(i), "payload " + std::to_string(i));
+  tasks.emplace_back("segv", "S segv");
+  e2e::add_entries(server, "jobs", tasks);
+  LiveRun worker({"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2", "--backoff-base", "10ms",
+                  "--json", "--metrics", "127.0.0.1:0", "--", e2e::fixture("mixed_poison")});
+  worker.close_stdin();
+  const int port = metrics_port(worker);
+  INFO(worker.err_seen());
+  REQUIRE(port > 0);
+  for (std::size_t settled = 0; settled < tasks.size(); ++settled) {
+    auto line = worker.out_line();
+    REQUIRE_MESSAGE(line.has_value(), worker.err_seen());
+  }
+  const Scrape s = scrape(port);
+  INFO(s.body);
+  REQUIRE(s.status == 200);
+  CHECK(sample(s.body, "pillbox_tasks_total{kind=\"ok\",verdict=\"ok\"}") == 3);
+  CHECK(sample(s.body, "pillbox_tasks_total{kind=\"crash\",verdict=\"dead-lettered\"}") == 1);
+  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"crash\"}") == 2);  // the same crash twice
+  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"ok\"}") == 3);
+  CHECK(sample(s.body, "pillbox_attempt_duration_seconds_count") == 5);
+  CHECK(sample(s.body, "pillbox_slots") == 2);
+  CHECK(sample(s.body, "pillbox_slots_busy") == 0);
+  CHECK(sample(s.body, "pillbox_breaker_open") == 0);
+  CHECK(s.body.find("pillbox_store_up") == std::string::npos);  // a worker has no store
+  CHECK(e2e::stream_entries(server, "jobs:dlq").size() == 1);
+  if (have_promtool()) {
+    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, s.body);
+    INFO(check.describe());
+    CHECK(check.exit_code == 0);
+  } else {
+    MESSAGE("skipped: promtool check (no /usr/bin/promtool: Debian's prometheus package is not installed)");
+  }
+  worker.signal(SIGTERM);
+  CHECK(worker.wait() == 128 + SIGTERM);
+  CHECK(scrape(port).status == 0);
+}
