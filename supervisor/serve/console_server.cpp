@@ -12,6 +12,8 @@
 #include <httplib.h>
 #include <thread>
 
+#include "supervisor/metrics/metrics_text.h"
+#include "supervisor/metrics/store_metrics_reader.h"
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/console_static.h"
@@ -175,6 +177,17 @@ void ConsoleServer::add_routes() {
                send_page(res, record_page(store_, req.matches[1]));
              }));
 
+  // Prometheus: what the store holds (supervisor/metrics/store_metrics.h),
+  // and pillbox_store_up 0 while it cannot be read.
+  metrics_ = std::make_unique<metrics::StoreMetricsReader>(store_.dir);
+  http_->Get("/metrics", [this](const Request&, Response& res) {
+    const std::string store = metrics_->text();
+    metrics::MetricsText text;
+    text.family("pillbox_store_up", "1 when this answer has the store in it, 0 when it cannot be read.",
+                metrics::MetricType::kGauge);
+    text.sample("pillbox_store_up", {}, store.empty() ? 0 : 1);
+    res.set_content(text.text() + store, std::string(metrics::kContentType));
+  });
   http_->Get("/api/records",
              locked([this](const Request& req, Response& res) { send_json(res, list_records(store_, query_of(req))); }));
   http_->Get("/api/stats",

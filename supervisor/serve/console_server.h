@@ -24,6 +24,9 @@
 namespace httplib {
 class Server;
 }
+namespace pillbox::metrics {
+class StoreMetricsReader;
+}
 
 namespace pillbox::serve {
 
@@ -62,6 +65,9 @@ class ConsoleServer {
   ConsoleStore store_;
   std::mutex store_lock_;  // every use of store_
   std::unique_ptr<httplib::Server> http_;
+  // GET /metrics: the store's gauges, read on a thread and connection of
+  // its own (supervisor/metrics/store_metrics_reader.h), not under store_lock_.
+  std::unique_ptr<metrics::StoreMetricsReader> metrics_;
   std::string token_;
   ListenAddress address_;
   bool loopback_ = true;

@@ -378,6 +378,35 @@ TEST_CASE("serve: the API returns what the CLI's --json says, for records, one r
   CHECK(again.stop(SIGINT) == 0);
 }
 
+TEST_CASE("serve: /metrics has the store's records and tasks, as the store counts them; promtool accepts it") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  REQUIRE_MESSAGE(!serve.url().empty(), serve.err());
+  httplib::Client http("127.0.0.1", serve.port());
+  const auto got = http.Get("/metrics");
+  REQUIRE(got);
+  CHECK(got->status == 200);
+  CHECK(got->get_header_value("Content-Type").find("version=0.0.4") != std::string::npos);
+  const std::string& text = got->body;
+  INFO(text);
+  CHECK(text.find("pillbox_store_up 1\n") != std::string::npos);
+  const std::string db = s.store + "/pillbox.db";
+  const long long crashes = sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'quarantined' AND kind = 'crash'");
+  CHECK(crashes > 0);
+  CHECK(text.find("pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"} " + std::to_string(crashes) +
+                  "\n") != std::string::npos);
+  CHECK(text.find("pillbox_store_tasks{state=\"ok\"} " +
+                  std::to_string(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'")) + "\n") !=
+        std::string::npos);
+  if (::access("/usr/bin/promtool", X_OK) == 0) {
+    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, text);
+    CHECK_MESSAGE(check.exit_code == 0, check.describe());
+  } else {
+    MESSAGE("skipped: promtool check (no /usr/bin/promtool: Debian's prometheus package is not installed)");
+  }
+  CHECK(serve.stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: unknown ids are 404 and bad filters 400, with JSON that says what is allowed; nothing changes") {
   ConsoleStore s;
   const std::string before = s.state();

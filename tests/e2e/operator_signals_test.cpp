@@ -97,7 +97,7 @@ TEST_CASE("replay: SIGINT mid-way puts what was not replayed back as it was") {
     settings.sandbox_binary = std::string(PILLBOX_BUILD_DIR) + "/pillbox-sandbox";
     settings.actor = "test";
     settings.on_result = [](const pillbox::store::QuarantineRecord&, const pillbox::Outcome&,
-                            pillbox::store::ReplayVerdict) { ::raise(SIGINT); };
+                            pillbox::store::ReplayVerdict, std::int64_t /*revision*/) { ::raise(SIGINT); };
     auto r = pillbox::replay(*s.quarantine, replays, settings);
     REQUIRE(r.has_value());
     CHECK(r->stop_signal == SIGINT);
