@@ -145,6 +145,13 @@ def main():
         """Median over rounds of (a's rate x fa) / (b's rate x fb), a and b of the same round."""
         return statistics.median((fa / sa) / (fb / sb) for sa, sb in zip(seconds[a], seconds[b]))
 
+    def cpu_ratio(a, b, fa=1.0, fb=1.0):
+        """ratio() with CPU seconds for wall seconds: what the rates would be if CPU were all a task cost.
+        Steadier on a shared host, where others' load moves wall time far more than CPU time, and where
+        a runner that setsid()s its tasks (pillbox, the floor) gets a scheduling group per task
+        (sched_autogroup) and so a larger share of a busy host than xargs does."""
+        return statistics.median((fa / ca) / (fb / cb) for ca, cb in zip(cpu[a], cpu[b]))
+
     attempts = (TASKS + mixed_poison) / TASKS  # ok runs plus the two attempts of each poison
     print()
     print("%-26s %10s %14s %12s  %s" % ("what", "tasks/s", "relative", "CPU ms/task", "how"))
@@ -172,32 +179,38 @@ def main():
         "%s %s" % (n, " ".join("%.2f" % s for s in seconds[n])) for n, _, _ in ROWS))
     print("(load average after each round: %s)" % " ".join(loads))
 
+    # (name, wall-time value, CPU-time value, target, test)
     goals = [
-        ("1. zygote echo / fork ceiling", ratio("pillbox echo", "fork ceiling"), ">= 0.50", lambda v: v >= 0.5),
-        ("2. exec / xargs timeout prlimit", ratio("pillbox exec", "xargs timeout prlimit"), ">= 2.00", lambda v: v >= 2),
-        ("3. ledger cost (1 - store/no-store)", 1 - ratio("pillbox echo + store", "pillbox echo"), "< 0.10",
-         lambda v: v < 0.1),
+        ("1. zygote echo / fork ceiling", ratio("pillbox echo", "fork ceiling"),
+         cpu_ratio("pillbox echo", "fork ceiling"), ">= 0.50", lambda v: v >= 0.5),
+        ("2. exec / xargs timeout prlimit", ratio("pillbox exec", "xargs timeout prlimit"),
+         cpu_ratio("pillbox exec", "xargs timeout prlimit"), ">= 2.00", lambda v: v >= 2),
+        ("3. ledger cost (1 - store/no-store)", 1 - ratio("pillbox echo + store", "pillbox echo"),
+         1 - cpu_ratio("pillbox echo + store", "pillbox echo"), "< 0.10", lambda v: v < 0.1),
         ("4. attempts/s with 10% poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec", fa=attempts),
-         ">= 0.90", lambda v: v >= 0.9),
-        ("   good tasks/s with poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec"), "(info; %.2f if"
-         % (1 / attempts) + " attempts cost the same)", None),
+         cpu_ratio("pillbox exec, 10% crash", "pillbox exec", fa=attempts), ">= 0.90", lambda v: v >= 0.9),
+        ("   good tasks/s with poison / clean", ratio("pillbox exec, 10% crash", "pillbox exec"),
+         cpu_ratio("pillbox exec, 10% crash", "pillbox exec"), "(info; %.2f if" % (1 / attempts) +
+         " attempts cost the same)", None),
     ]
     if not CONFINED_SKIP:
         # The most each goal could reach with a supervisor, zygote and wire
-        # that cost nothing: the confined floor in the goal's ratio.
+        # that cost nothing: the confined floor in the goal's ratio. A lower
+        # bound: it leaves out parts pillbox needs (confined_floor.c's header).
         goals += [
             ("1 floor: confined in-process / fork ceiling", ratio("confined floor, in-process", "fork ceiling"),
-             ">= 0.50", lambda v: v >= 0.5),
+             cpu_ratio("confined floor, in-process", "fork ceiling"), ">= 0.50", lambda v: v >= 0.5),
             ("2 floor: confined exec / xargs prlimit", ratio("confined floor, exec", "xargs timeout prlimit"),
-             ">= 2.00", lambda v: v >= 2),
+             cpu_ratio("confined floor, exec", "xargs timeout prlimit"), ">= 2.00", lambda v: v >= 2),
         ]
     print()
-    print("%-44s %8s %10s" % ("goal", "measured", "target"))
-    for name, value, target, met in goals:
+    print("%-44s %8s %8s %10s" % ("goal", "wall", "by CPU", "target"))
+    for name, value, by_cpu, target, met in goals:
         verdict = "" if met is None else "met" if met(value) else "NOT met"
         if name[1:].startswith(" floor"):
-            verdict = "" if met is None else "reachable" if met(value) else "out of reach even at the floor"
-        print("%-44s %8.2f %10s  %s" % (name, value, target, verdict))
+            verdict = "" if met is None else ("not ruled out by the floor" if met(value)
+                                              else "out of reach even at the floor")
+        print("%-44s %8.2f %8.2f %10s  %s" % (name, value, by_cpu, target, verdict))
     if BASE_PB:
         print()
         print("new build against the base build, same rounds (throughput ratio new/base; CPU per task base -> new)")
