@@ -398,12 +398,7 @@ TEST_CASE("serve: /metrics has the store's records and tasks, as the store count
   CHECK(text.find("pillbox_store_tasks{state=\"ok\"} " +
                   std::to_string(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'")) + "\n") !=
         std::string::npos);
-  if (::access("/usr/bin/promtool", X_OK) == 0) {
-    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, text);
-    CHECK_MESSAGE(check.exit_code == 0, check.describe());
-  } else {
-    MESSAGE("skipped: promtool check (no /usr/bin/promtool: Debian's prometheus package is not installed)");
-  }
+  e2e::check_with_promtool(text);
   CHECK(serve.stop(SIGTERM) == 0);
 }
 

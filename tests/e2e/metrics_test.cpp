@@ -157,8 +157,6 @@ Scrape scrape(int port, const std::string& path = "/metrics") {
   return {res->status, res->get_header_value("Content-Type"), res->body};
 }
 
-bool have_promtool() { return ::access("/usr/bin/promtool", X_OK) == 0; }
-
 // The port of "pillbox run: metrics at http://127.0.0.1:PORT/metrics" (or
 // "pillbox worker: ..."), read from stderr (printed before anything runs); 0
 // when absent.
@@ -249,13 +247,7 @@ TEST_CASE("run --metrics: counts match what the run printed and what its store h
   CHECK(sample(s.body, "pillbox_store_tasks{state=\"ok\"}") == sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'ok'"));
   CHECK(sample(s.body, "pillbox_store_tasks{state=\"pending\"}") == 0);
 
-  if (have_promtool()) {
-    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, s.body);
-    INFO(check.describe());
-    CHECK(check.exit_code == 0);
-  } else {
-    MESSAGE("skipped: promtool check (no /usr/bin/promtool: Debian's prometheus package is not installed)");
-  }
+  e2e::check_with_promtool(s.body);
 
   // A second pillbox cannot take the port (no SO_REUSEPORT sharing): a
   // usage error, before it runs anything.
@@ -317,11 +309,7 @@ TEST_CASE("run --metrics: the breaker gauge is 1 while a handler outage is suspe
   const Scrape s = scrape(port);
   INFO(s.body);
   CHECK(sample(s.body, "pillbox_attempts_total{kind=\"handler-error\"}") > 0);
-  if (have_promtool()) {
-    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, s.body);
-    INFO(check.describe());
-    CHECK(check.exit_code == 0);
-  }
+  e2e::check_with_promtool(s.body);
   run.close_stdin();
   CHECK(run.wait() == 0);  // every document ran ok in the end
 }
@@ -390,13 +378,7 @@ TEST_CASE("worker --metrics: settled entries by kind and verdict, attempts, slot
   CHECK(sample(s.body, "pillbox_breaker_open") == 0);
   CHECK(s.body.find("pillbox_store_up") == std::string::npos);  // a worker has no store
   CHECK(e2e::stream_entries(server, "jobs:dlq").size() == 1);
-  if (have_promtool()) {
-    const auto check = e2e::run_command("/usr/bin/promtool", {"check", "metrics"}, s.body);
-    INFO(check.describe());
-    CHECK(check.exit_code == 0);
-  } else {
-    MESSAGE("skipped: promtool check (no /usr/bin/promtool: Debian's prometheus package is not installed)");
-  }
+  e2e::check_with_promtool(s.body);
   worker.signal(SIGTERM);
   CHECK(worker.wait() == 128 + SIGTERM);
   CHECK(scrape(port).status == 0);

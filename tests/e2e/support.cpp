@@ -306,6 +306,16 @@ bool have_memory_cgroup() {
   return have;
 }
 
+void check_with_promtool(const std::string& text) {
+  if (::access("/usr/bin/promtool", X_OK) != 0) {
+    MESSAGE("skipped: promtool check (no /usr/bin/promtool: Debian's prometheus package is not installed)");
+    return;
+  }
+  const auto check = run_command("/usr/bin/promtool", {"check", "metrics"}, text);
+  INFO(check.describe());
+  CHECK(check.exit_code == 0);
+}
+
 // ---- process table ---------------------------------------------------------
 
 std::vector<ProcInfo> list_processes() {

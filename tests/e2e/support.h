@@ -117,6 +117,10 @@ void sql_write(const std::string& db_path, const std::string& sql);
 bool is_root();
 bool have_memory_cgroup();  // pillbox::probe_cgroups() found a usable memory controller
 
+// `promtool check metrics` accepts `text` (a failed check otherwise); when
+// /usr/bin/promtool (Debian's prometheus package) is absent, says "skipped:".
+void check_with_promtool(const std::string& text);
+
 // ---- process table ---------------------------------------------------------
 
 struct ProcInfo {
