@@ -20,7 +20,8 @@ extern char** environ;
 namespace e2e {
 
 Background::Background(const std::string& program, const std::vector<std::string>& args,
-                       const std::map<std::string, std::string>& extra_env) {
+                       const std::map<std::string, std::string>& extra_env,
+                       const std::function<void()>& in_child) {
   std::vector<std::string> argv_s = {program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -55,6 +56,7 @@ Background::Background(const std::string& program, const std::vector<std::string
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (in_child) in_child();
     ::execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }

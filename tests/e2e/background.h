@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,9 +17,13 @@ namespace e2e {
 class Background {
  public:
   // Starts `program` with `args` (stdin: /dev/null); the environment is the
-  // test's plus `extra_env`. It dies with the test (PDEATHSIG).
+  // test's plus `extra_env`. It dies with the test (PDEATHSIG). `in_child`,
+  // when given, runs in the child once stdin, stdout and stderr are set, just
+  // before the exec (more descriptors for the program): async-signal-safe
+  // calls only, and _exit(127) on failure.
   Background(const std::string& program, const std::vector<std::string>& args,
-             const std::map<std::string, std::string>& extra_env = {});
+             const std::map<std::string, std::string>& extra_env = {},
+             const std::function<void()>& in_child = {});
   ~Background();  // SIGKILL and reap, when still running
   Background(const Background&) = delete;
   Background& operator=(const Background&) = delete;

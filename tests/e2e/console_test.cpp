@@ -8,19 +8,18 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <httplib.h>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/e2e/background.h"
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
@@ -38,80 +37,35 @@ const std::string kHostileKey = "<img src=x onerror=alert(2)>";
 // The same markup in a payload that is printable UTF-8: previewed as text.
 const std::string kMarkupPayload = "S<script>alert(1)</script> as text";
 
-// `pillbox serve` running in the background: started with its stdout on a
-// pipe, whose first line (the URL) the constructor reads, blocking until it
-// comes or the program ends.
+// `pillbox serve` running in the background (e2e::Background); the
+// constructor waits for its first line of stdout (the URL) or its end.
 class Serve {
  public:
-  Serve(const std::string& store, const std::string& listen = "127.0.0.1:0") {
-    int out[2];
-    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-    err_path_ = err_dir_.file("err");
-    const std::string program = e2e::pillbox_binary();
-    std::vector<std::string> args = {program, "serve", "--store", store, "--listen", listen};
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) _exit(127);
-      const int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (err < 0) _exit(127);
-      ::dup2(out[1], 1);
-      ::dup2(err, 2);
-      sigset_t none;
-      ::sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(program.c_str(), argv.data());
-      _exit(127);
-    }
-    ::close(out[1]);
-    out_ = out[0];
-    // The first line, or end of file when serve exits before printing it.
-    char c = 0;
-    while (true) {
-      pollfd p{out_, POLLIN, 0};
-      const int ready = ::poll(&p, 1, 60'000);
-      REQUIRE_MESSAGE(ready == 1, "pillbox serve printed no URL within 60 s");
-      const ssize_t n = ::read(out_, &c, 1);
-      if (n <= 0 || c == '\n') break;
-      url_ += c;
-    }
+  Serve(const std::string& store, const std::string& listen = "127.0.0.1:0")
+      : process_(e2e::pillbox_binary(), {"serve", "--store", store, "--listen", listen}) {
+    // The first line, or what it printed when it exits before printing one.
+    std::string out;
+    const bool done = e2e::eventually([&] {
+      const bool ended = process_.ended();  // before reading: its last words are in
+      out = process_.out();
+      return ended || out.find('\n') != std::string::npos;
+    });
+    REQUIRE_MESSAGE(done, "pillbox serve printed no URL within 60 s");
+    url_ = out.substr(0, out.find('\n'));
   }
-  ~Serve() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (out_ >= 0) ::close(out_);
-  }
-  Serve(const Serve&) = delete;
-  Serve& operator=(const Serve&) = delete;
 
   const std::string& url() const { return url_; }  // "" when it printed none
   int port() const { return std::atoi(url_.substr(url_.rfind(':') + 1).c_str()); }
-  std::string err() const { return e2e::read_file(err_path_); }
+  std::string err() const { return process_.err(); }
   // Sends `sig` and waits for the exit; its exit code (128 + signal when killed).
   int stop(int sig) {
-    ::kill(pid_, sig);
+    process_.signal(sig);
     return wait();
   }
-  int wait() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
+  int wait() { return process_.wait(); }
 
  private:
-  e2e::TempDir err_dir_;
-  std::string err_path_;
-  pid_t pid_ = -1;
-  int out_ = -1;
+  e2e::Background process_;
   std::string url_;
 };
 
@@ -207,46 +161,27 @@ class Browser {
     int to[2], from[2];
     REQUIRE(::pipe2(to, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(from, O_CLOEXEC) == 0);
-    const std::string program = chromium();
-    std::vector<std::string> args = {program, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                                     "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                                     "--disable-sync", "--user-data-dir=" + profile_.path(), "--remote-debugging-pipe",
-                                     "about:blank"};
-    const std::string home = "HOME=" + profile_.path();
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) _exit(127);
-      // Out of the way of 3 and 4 first, then into them.
+    const std::vector<std::string> args = {"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                                           "--no-first-run", "--disable-background-networking",
+                                           "--disable-component-update", "--disable-sync",
+                                           "--user-data-dir=" + profile_.path(), "--remote-debugging-pipe",
+                                           "about:blank"};
+    // In the child: out of the way of 3 and 4 first, then into them.
+    auto onto_3_and_4 = [&] {
       const int in = ::fcntl(to[0], F_DUPFD_CLOEXEC, 10);
       const int out = ::fcntl(from[1], F_DUPFD_CLOEXEC, 10);
-      const int null = ::open("/dev/null", O_RDWR);
-      if (in < 0 || out < 0 || null < 0 || ::dup2(in, 3) < 0 || ::dup2(out, 4) < 0) _exit(127);
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-      ::setenv("HOME", profile_.path().c_str(), 1);
-      sigset_t none;
-      ::sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(program.c_str(), argv.data());
-      _exit(127);
-    }
+      if (in < 0 || out < 0 || ::dup2(in, 3) < 0 || ::dup2(out, 4) < 0) _exit(127);
+    };
+    process_ = std::make_unique<e2e::Background>(chromium(), args,
+                                                 std::map<std::string, std::string>{{"HOME", profile_.path()}},
+                                                 onto_3_and_4);
     ::close(to[0]);
     ::close(from[1]);
     to_ = to[1];
     from_ = from[0];
   }
   ~Browser() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    process_.reset();  // SIGKILL and reap, then its pipes
     ::close(to_);
     ::close(from_);
   }
@@ -318,7 +253,7 @@ class Browser {
   }
 
   e2e::TempDir profile_;
-  pid_t pid_ = -1;
+  std::unique_ptr<e2e::Background> process_;
   int to_ = -1;
   int from_ = -1;
   int last_id_ = 0;
