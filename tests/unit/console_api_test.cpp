@@ -8,14 +8,13 @@
 #include <optional>
 #include <string>
 
-#include "shared/sha256.h"
 #include "supervisor/ops/quarantine_json.h"
 #include "supervisor/serve/console_api.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/store.h"
-#include "tests/unit/scratch_dir.h"
+#include "tests/unit/store_fixture.h"
 
 using namespace pillbox;
 using namespace pillbox::serve;
@@ -23,47 +22,17 @@ using nlohmann::json;
 
 namespace {
 
-struct Env {
-  pillbox::test::ScratchDir scratch{"console-api"};
-  std::optional<store::Store> st;
-  std::optional<store::QuarantineStore> qs;
-  std::optional<store::Ledger> ledger;
+struct Env : pillbox::test::StoreFixture {
+  Env() : StoreFixture("console-api") {}
 
-  Env() {
-    auto opened = store::Store::open(scratch.path + "/store");
-    REQUIRE_MESSAGE(opened.has_value(), opened.error());
-    st.emplace(std::move(*opened));
-    auto q = store::QuarantineStore::open(st->db(), st->dir());
-    REQUIRE_MESSAGE(q.has_value(), q.error());
-    qs.emplace(std::move(*q));
-    auto l = store::Ledger::open(st->db(), "handler-id", "policy-id");
-    REQUIRE_MESSAGE(l.has_value(), l.error());
-    ledger.emplace(std::move(*l));
-  }
-
-  ConsoleStore console() { return ConsoleStore{st->db(), *qs, st->dir()}; }
+  ConsoleStore console() { return ConsoleStore{db(), *qs, store->dir()}; }
 
   // Quarantines `payload` under `key`; the record's id.
   std::int64_t add(const std::string& key, const std::string& payload, const std::string& fingerprint) {
     const std::int64_t now = store::now_ms();
     REQUIRE(ledger->begin().is_ok());
-    store::QuarantineEntry e;
-    e.key = key;
-    e.handler = "echo";
-    e.handler_identity = "handler-id";
-    e.handler_args = "{}";
-    e.exec_argv = "[]";
-    e.policy_identity = "policy-id";
-    e.policy = "limits {}";
-    e.payload_sha256 = sha256_hex(payload);
-    e.payload_size = static_cast<std::int64_t>(payload.size());
-    e.kind = "crash";
-    e.fingerprint = fingerprint;
+    store::QuarantineEntry e = entry(key, payload, fingerprint, now);
     e.crash_state = R"(["parse_<b>header</b>", "main"])";
-    e.message = "crash in " + key;
-    auto started = ledger->start_attempt(key, e.payload_sha256, e.payload_size, now);
-    REQUIRE_MESSAGE(started.has_value(), started.error());
-    e.task_id = started->task_id;
     auto r = qs->insert(e, payload, now, "test");
     REQUIRE_MESSAGE(r.has_value(), r.error());
     REQUIRE(ledger->commit().is_ok());
@@ -85,7 +54,7 @@ TEST_CASE("console api: records are the CLI's objects; filters and paging; error
   CHECK(all.body["total"] == 2);
   auto record_b = env.qs->get(b);
   REQUIRE((record_b.has_value() && record_b->has_value()));
-  CHECK(all.body["records"][0] == json::parse(quarantine_record_json(**record_b, 0, false, env.st->dir())));
+  CHECK(all.body["records"][0] == json::parse(quarantine_record_json(**record_b, 0, false, env.store->dir())));
 
   const ApiReply page = list_records(console, {{"limit", "1"}, {"offset", "1"}});
   REQUIRE(page.body["records"].size() == 1);
@@ -125,9 +94,9 @@ TEST_CASE("console api: discard checks the body before the record, refuses a rep
   CHECK(discard_record(console, path_id, R"({"reason": 3})", "web: 127.0.0.1").status == 400);
   CHECK(discard_record(console, path_id, R"({"reason": ")" + std::string(5000, 'r') + "\"}", "web: x").status == 400);
   CHECK(discard_record(console, "999", R"({"reason": "r"})", "web: 127.0.0.1").status == 404);
-  REQUIRE(env.st->db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
+  REQUIRE(env.store->db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
   CHECK(discard_record(console, path_id, R"({"reason": "r"})", "web: 127.0.0.1").status == 409);
-  REQUIRE(env.st->db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
+  REQUIRE(env.store->db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
   CHECK(env.qs->get(id)->value().status == store::RecordStatus::kQuarantined);
   auto trail = env.qs->audit_trail(id);
   REQUIRE(trail.has_value());

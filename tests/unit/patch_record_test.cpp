@@ -20,59 +20,25 @@
 #include "supervisor/store/schema.h"
 #include "supervisor/store/store.h"
 #include "tests/unit/scratch_dir.h"
+#include "tests/unit/store_fixture.h"
 
 using namespace pillbox;
 using namespace pillbox::store;
 
 namespace {
 
-struct Env {
-  pillbox::test::ScratchDir scratch{"patch-test"};
-  std::string dir;
-  std::optional<Store> store;
-  std::optional<QuarantineStore> qs;
-  std::optional<Ledger> ledger;
-
-  Env() : dir(scratch.path + "/store") {
-    auto opened = Store::open(dir);
-    REQUIRE_MESSAGE(opened.has_value(), opened.error());
-    store.emplace(std::move(*opened));
-    auto q = QuarantineStore::open(store->db(), store->dir());
-    REQUIRE_MESSAGE(q.has_value(), q.error());
-    qs.emplace(std::move(*q));
-    auto l = Ledger::open(store->db(), "handler-id", "policy-id");
-    REQUIRE_MESSAGE(l.has_value(), l.error());
-    ledger.emplace(std::move(*l));
-  }
-
-  Database& db() { return store->db(); }
-
-  std::int64_t count(const std::string& sql) {
-    auto n = db().query_int(sql);
-    REQUIRE_MESSAGE(n.has_value(), n.error());
-    return *n;
-  }
+struct Env : pillbox::test::StoreFixture {
+  Env() : StoreFixture("patch-test") {}
 
   // A quarantined record of `payload` (handler "echo" with `args`, or an exec command).
   std::int64_t add(const std::string& key, const std::string& payload, bool exec = false,
                    const std::string& args = R"({"mode":"strict"})") {
     REQUIRE(ledger->begin().is_ok());
-    QuarantineEntry e;
-    e.key = key;
+    QuarantineEntry e = entry(key, payload, "fp-" + key, 100);
     e.handler = exec ? "exec" : "echo";
-    e.handler_identity = "handler-id";
     e.handler_args = exec ? "{}" : args;
     e.exec_argv = exec ? R"(["/bin/cat"])" : "[]";
-    e.policy_identity = "policy-id";
-    e.policy = "limits {}";
-    e.payload_sha256 = sha256_hex(payload);
-    e.payload_size = static_cast<std::int64_t>(payload.size());
-    e.kind = "crash";
-    e.fingerprint = "fp-" + key;
-    e.crash_state = "[]";
-    auto started = ledger->start_attempt(key, e.payload_sha256, e.payload_size, 100);
-    REQUIRE_MESSAGE(started.has_value(), started.error());
-    e.task_id = started->task_id;
+    e.message.clear();  // this test's records have none
     auto r = qs->insert(e, payload, 100, "test");
     REQUIRE_MESSAGE(r.has_value(), r.error());
     const Status committed = ledger->commit();

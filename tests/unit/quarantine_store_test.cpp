@@ -20,7 +20,7 @@
 #include "supervisor/store/result_store.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
-#include "tests/unit/scratch_dir.h"
+#include "tests/unit/store_fixture.h"
 
 using namespace pillbox;
 using namespace pillbox::store;
@@ -50,56 +50,8 @@ std::string bytes_of(std::size_t size, unsigned seed) {
 }
 
 // A store with its quarantine and ledger, in a scratch directory.
-struct Env {
-  pillbox::test::ScratchDir scratch{"quarantine-test"};
-  std::string dir;
-  std::optional<Store> store;
-  std::optional<QuarantineStore> qs;
-  std::optional<Ledger> ledger;
-
-  explicit Env(std::int64_t max_records = kDefaultMaxRecords) : dir(scratch.path + "/store") {
-    auto opened = Store::open(dir);
-    REQUIRE_MESSAGE(opened.has_value(), opened.error());
-    store.emplace(std::move(*opened));
-    auto q = QuarantineStore::open(store->db(), store->dir(), max_records);
-    REQUIRE_MESSAGE(q.has_value(), q.error());
-    qs.emplace(std::move(*q));
-    auto l = Ledger::open(store->db(), "handler-id", "policy-id");
-    REQUIRE_MESSAGE(l.has_value(), l.error());
-    ledger.emplace(std::move(*l));
-  }
-
-  Database& db() { return store->db(); }
-
-  std::int64_t count(const std::string& sql) {
-    auto n = db().query_int(sql);
-    REQUIRE_MESSAGE(n.has_value(), n.error());
-    return *n;
-  }
-
-  // An entry for `key` and `payload`, with its task created in the ledger
-  // (inside the caller's transaction).
-  QuarantineEntry entry(const std::string& key, const std::string& payload, const std::string& fingerprint,
-                        std::int64_t now, const std::string& kind = "crash") {
-    QuarantineEntry e;
-    e.key = key;
-    e.handler = "echo";
-    e.handler_identity = "handler-id";
-    e.handler_args = "{}";
-    e.exec_argv = "[]";
-    e.policy_identity = "policy-id";
-    e.policy = "limits {}";
-    e.payload_sha256 = sha256_hex(payload);
-    e.payload_size = static_cast<std::int64_t>(payload.size());
-    e.kind = kind;
-    e.fingerprint = fingerprint;
-    e.crash_state = "[]";
-    e.message = kind + " in " + key;
-    auto started = ledger->start_attempt(key, e.payload_sha256, e.payload_size, now);
-    REQUIRE_MESSAGE(started.has_value(), started.error());
-    e.task_id = started->task_id;
-    return e;
-  }
+struct Env : pillbox::test::StoreFixture {
+  explicit Env(std::int64_t max_records = kDefaultMaxRecords) : StoreFixture("quarantine-test", max_records) {}
 
   // Quarantines `payload` under `key` in a transaction of its own.
   InsertResult add(const std::string& key, const std::string& payload, const std::string& fingerprint,
