@@ -179,10 +179,7 @@ TEST_CASE("replay: bad input is a clear error and changes nothing") {
     std::vector<std::string> args = {"quarantine"};
     args.insert(args.end(), c.args.begin(), c.args.end());
     args.insert(args.end(), {"--store", store});
-    const auto r = run_pillbox(args);
-    INFO(r.describe());
-    CHECK(r.exit_code == 2);
-    CHECK(r.err.find(c.says) != std::string::npos);
+    e2e::check_usage_error(args, c.says);
   }
   CHECK(count(db, "status = 'quarantined'") == 2);
   CHECK(sql_int(db, "SELECT count(*) FROM attempts") == 2);

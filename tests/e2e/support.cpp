@@ -110,6 +110,14 @@ RunResult run_pillbox(const std::vector<std::string>& args, const std::string& s
   return run_command(pillbox_binary(), args, stdin_data, extra_env, on_stdout_line, deadline_s);
 }
 
+RunResult check_usage_error(const std::vector<std::string>& args, const std::string& says) {
+  auto r = run_pillbox(args);
+  INFO(r.describe());
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(says) != std::string::npos);
+  return r;
+}
+
 RunResult run_command(const std::string& program, const std::vector<std::string>& args,
                       const std::string& stdin_data, const std::map<std::string, std::string>& extra_env,
                       const LineCallback& on_stdout_line, int deadline_s) {

@@ -52,6 +52,9 @@ std::string task_line(const std::string& key, const std::string& payload);
 RunResult run_pillbox(const std::vector<std::string>& args, const std::string& stdin_data = "",
                       const std::map<std::string, std::string>& extra_env = {},
                       const LineCallback& on_stdout_line = {}, int deadline_s = 480);
+// Runs pillbox with `args` and checks that it refuses them as a usage error:
+// exit code 2, and stderr says `says`. The run, for the caller's own checks.
+RunResult check_usage_error(const std::vector<std::string>& args, const std::string& says);
 
 // The same for any program (e.g. pillbox behind setpriv): `program` is run
 // with `args`; "--json" among them still means stdout lines are records.
