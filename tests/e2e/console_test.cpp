@@ -135,6 +135,13 @@ std::string chromium() {
   return "";
 }
 
+// True when Chromium is here; otherwise says the test is skipped, and why.
+bool have_chromium() {
+  if (!chromium().empty()) return true;
+  MESSAGE("skipped: chromium is not installed (apt package chromium)");
+  return false;
+}
+
 // Headless Chromium's rendering of `url`: the DOM after scripts ran
 // (--dump-dom), or a screenshot into `screenshot`. Offline: loopback only.
 e2e::RunResult browse(const std::string& url, const std::string& screenshot = "") {
@@ -536,10 +543,7 @@ TEST_CASE("serve: a second serve on the same port fails clearly and leaves the f
 }
 
 TEST_CASE("serve: headless Chromium shows the records and the fingerprint, and the hostile payload only as text") {
-  if (chromium().empty()) {
-    MESSAGE("skipped: chromium is not installed (apt package chromium)");
-    return;
-  }
+  if (!have_chromium()) return;
   ConsoleStore s;
   Serve serve(s.store);
   const std::string fingerprint =
@@ -584,10 +588,7 @@ TEST_CASE("serve: headless Chromium shows the records and the fingerprint, and t
 }
 
 TEST_CASE("serve: in Chromium, the record page's discard is refused without the token and done with it, as web") {
-  if (chromium().empty()) {
-    MESSAGE("skipped: chromium is not installed (apt package chromium)");
-    return;
-  }
+  if (!have_chromium()) return;
   ConsoleStore s;
   Serve serve(s.store);
   const std::string id = s.id_of("abort");
