@@ -58,8 +58,7 @@ int quarantine_patch(const QuarantineContext& c) {
   auto revision = patch_record(c.database, c.quarantine, *request, store::now_ms());
   if (!revision) return quarantine_error(revision.error(), exit_code_for(revision.error_code()));
   if (c.args.flag("json")) {
-    nlohmann::json j = revision_json(*revision);
-    j["record_id"] = revision->record_id;
+    const nlohmann::json j = patched_record_json(*revision);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kExitOk;
   }

@@ -76,6 +76,12 @@ nlohmann::json revision_json(const store::Revision& v) {
           {"handler_args", args}};
 }
 
+nlohmann::json patched_record_json(const store::Revision& v) {
+  nlohmann::json j = revision_json(v);
+  j["record_id"] = v.record_id;
+  return j;
+}
+
 nlohmann::json shown_record_json(nlohmann::json full, const std::string& payload) {
   full["payload_head_b64"] = base64_encode(std::string_view(payload).substr(0, kPayloadHeadBytes));
   return full;

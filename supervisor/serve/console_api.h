@@ -5,6 +5,7 @@
 //   GET  /api/records/ID       quarantine show ID --json
 //   GET  /api/records/ID/payload  the payload's exact bytes
 //   POST /api/records/ID/discard  {"reason": TEXT}: quarantine discard ID --reason TEXT --json
+//   POST /api/records/ID/patch    {"note", "payload_b64" | "set_args"}: quarantine patch ID --json
 //   GET  /api/stats            {"groups": [quarantine stats --json objects]}
 //   GET  /api/tasks            {"tasks": [pillbox tasks --json objects]}
 // Each call returns an HTTP status and a body; errors are {"error": TEXT}
@@ -60,6 +61,28 @@ ApiReply list_tasks(ConsoleStore& store, const Query& query);
 // `body` is the request's JSON body; `actor` goes into the audit trail.
 ApiReply discard_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
                         const std::string& actor);
+
+// The largest new payload a patch from the console takes (decoded bytes);
+// larger ones are patched with `pillbox quarantine patch --payload-file`.
+// 8 MiB: a browser reads the file into memory and base64 makes it a third
+// larger, and the server holds the body, the decoded bytes and the store's
+// copy at once; the CLI takes payloads up to kMaxPayloadBytes.
+inline constexpr std::size_t kMaxWebPatchPayloadBytes = 8u << 20;
+// The largest patch body read: the base64 of kMaxWebPatchPayloadBytes, a
+// note (kMaxPatchNoteBytes, up to 6 bytes a byte when JSON-escaped) and room.
+inline constexpr std::size_t kMaxPatchBodyBytes = (kMaxWebPatchPayloadBytes / 3 + 1) * 4 + 64 * 1024;
+// What a patch that is too large is told (413).
+inline constexpr const char* kPatchTooLarge =
+    "the patch is too large for the console (a payload of at most 8 MiB); use pillbox quarantine patch ID "
+    "--payload-file FILE --note TEXT";
+
+// `body`: {"note": TEXT, "payload_b64": BASE64} or {"note": TEXT,
+// "set_args": {"K": "V", ...}}; patch_record (supervisor/ops/patch_record.h)
+// with `actor`. The answer is patch --json's object. 404 no such record, 409
+// being replayed, 413 a payload over kMaxWebPatchPayloadBytes, 400 any other
+// refusal (nothing changed), 500 the store.
+ApiReply patch_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
+                      const std::string& actor);
 
 // A record's payload: its exact bytes (checked against their hash), or an
 // error reply.

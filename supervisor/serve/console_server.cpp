@@ -21,8 +21,15 @@
 namespace pillbox::serve {
 namespace {
 
-// The largest request body read (a discard's reason is at most 4 KiB).
+// The largest request body read (a discard's reason is at most 4 KiB),
+// except a patch's, which may carry a payload (kMaxPatchBodyBytes).
 constexpr std::size_t kMaxBodyBytes = 64 * 1024;
+
+bool is_patch(const httplib::Request& req) {
+  const std::string& p = req.path;
+  return req.method == "POST" && p.rfind("/api/records/", 0) == 0 && p.size() > 6 &&
+         p.compare(p.size() - 6, 6, "/patch") == 0;
+}
 
 // Every response: no script, style, frame or form target from anywhere but
 // the console itself, no inline script (a payload that slipped through
@@ -117,11 +124,23 @@ void ConsoleServer::add_routes() {
   using httplib::Request;
   using httplib::Response;
   http_->set_default_headers(kSecurityHeaders);
-  http_->set_payload_max_length(kMaxBodyBytes);
+  // cpp-httplib has one limit for every route: the patch's. Other routes
+  // are held to kMaxBodyBytes by their Content-Length below, before the
+  // body is read, and by the size of what was read (a chunked body).
+  http_->set_payload_max_length(kMaxPatchBodyBytes);
 
   // A loopback console answers only to its own names: a page of another
   // site whose DNS name now points at 127.0.0.1 sends that name as Host.
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
+    if (req.has_header("Content-Length")) {
+      const std::string length = req.get_header_value("Content-Length");
+      const std::size_t limit = is_patch(req) ? kMaxPatchBodyBytes : kMaxBodyBytes;
+      if (length.size() > 12 || length.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoull(length.empty() ? "0" : length) > limit) {
+        send_json(res, {413, {{"error", is_patch(req) ? kPatchTooLarge : "request body too large"}}});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (!loopback_ || !req.has_header("Host")) return httplib::Server::HandlerResponse::Unhandled;
     const std::string host = req.get_header_value("Host");
     const std::string port = ":" + std::to_string(address_.port);
@@ -138,7 +157,7 @@ void ConsoleServer::add_routes() {
   http_->set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::string what = res.status == 404 ? "no such page: " + req.path
-                             : res.status == 413 ? "request body too large"
+                             : res.status == 413 ? (is_patch(req) ? kPatchTooLarge : "request body too large")
                                                  : "request refused (HTTP " + std::to_string(res.status) + ")";
     if (is_api(req)) {
       send_json(res, {res.status, {{"error", what}}});
@@ -203,20 +222,32 @@ void ConsoleServer::add_routes() {
                res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
                res.set_content(std::move(p.bytes), "application/octet-stream");
              }));
-  http_->Post(R"(/api/records/([^/]+)/discard)", [this](const Request& req, Response& res) {
-    // The token before anything else: without it, nothing is read or changed.
+  // The token before anything else: without it, nothing is read or changed.
+  auto authorized = [this](const Request& req, Response& res) {
     switch (check_authorization(req.get_header_value("Authorization"), token_)) {
       case TokenCheck::kMissing:
         res.set_header("WWW-Authenticate", "Bearer");
-        return send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in "
-                                               "serve.token in the store directory)"}}});
+        send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in "
+                                        "serve.token in the store directory)"}}});
+        return false;
       case TokenCheck::kWrong:
-        return send_json(res, {403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}});
+        send_json(res, {403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}});
+        return false;
       case TokenCheck::kGood:
         break;
     }
+    return true;
+  };
+  http_->Post(R"(/api/records/([^/]+)/discard)", [this, authorized](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    if (req.body.size() > kMaxBodyBytes) return send_json(res, {413, {{"error", "request body too large"}}});
     std::lock_guard<std::mutex> hold(store_lock_);
     send_json(res, discard_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
+  });
+  http_->Post(R"(/api/records/([^/]+)/patch)", [this, authorized](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    std::lock_guard<std::mutex> hold(store_lock_);
+    send_json(res, patch_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
   });
 }
 
