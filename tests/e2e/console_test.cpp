@@ -5,9 +5,12 @@
 // a payload of markup and bytes that are not UTF-8 is shown escaped, never
 // as markup, in the pages as headless Chromium renders them.
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "shared/base64.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/support.h"
 
@@ -626,4 +630,159 @@ TEST_CASE("serve: in Chromium, the record page's discard is refused without the 
   CHECK(browser.evaluate(page, "document.querySelector('h1 .status').textContent") == "discarded");
   CHECK(browser.evaluate(page, "document.querySelector('table.audit').innerText.includes('web: 127.0.0.1')") == true);
   CHECK(browser.evaluate(page, "sessionStorage.getItem('pillbox-token')") == read_token(s.store));
+}
+
+namespace {
+
+// A patch's JSON body.
+std::string patch_body(const std::string& note, const std::string& payload) {
+  return json({{"note", note}, {"payload_b64", pillbox::base64_encode(payload)}}).dump();
+}
+
+// What a refused patch must not change: the records, the audit trail and the revisions.
+std::string patch_state(const ConsoleStore& s) {
+  return s.state() + "|" + std::to_string(sql_int(s.db, "SELECT count(*) FROM revisions"));
+}
+
+}  // namespace
+
+TEST_CASE("serve: a patch needs the token, refuses bad bodies; with it, a revision, audited as web, that replay runs") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const std::string id = s.id_of("segv");
+  const std::string path = "/api/records/" + id + "/patch";
+  // Not 'S': poison_corpus takes it without crashing, so a replay of it resolves the record.
+  const std::string fixed = "fixed: the header is whole again";
+  const std::string body = patch_body("header repaired", fixed);
+  const std::string before = patch_state(s);
+
+  auto none = http.Post(path, body, "application/json");
+  REQUIRE(none);
+  CHECK(none->status == 401);
+  CHECK(body_of(none).contains("error"));
+  auto wrong = http.Post(path, {{"Authorization", "Bearer " + std::string(64, '0')}}, body, "application/json");
+  REQUIRE(wrong);
+  CHECK(wrong->status == 403);
+  CHECK(patch_state(s) == before);
+
+  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
+  const std::string b64 = pillbox::base64_encode(fixed);
+  const std::pair<std::string, std::string> bad[] = {
+      {"not JSON", "not json"},
+      {"not base64", R"({"note": "n", "payload_b64": "***"})"},
+      {"no note", json({{"payload_b64", b64}}).dump()},
+      {"an empty note", json({{"note", " "}, {"payload_b64", b64}}).dump()},
+      {"both", json({{"note", "n"}, {"payload_b64", b64}, {"set_args", {{"mode", "x"}}}}).dump()},
+      {"neither", R"({"note": "n"})"},
+      {"set_args on an exec record", json({{"note", "n"}, {"set_args", {{"mode", "lenient"}}}}).dump()},
+      {"a set_args value not a string", json({{"note", "n"}, {"set_args", {{"mode", 3}}}}).dump()},
+      {"an unknown field", json({{"note", "n"}, {"payload_b64", b64}, {"extra", 1}}).dump()},
+  };
+  for (const auto& [what, text] : bad) {
+    INFO(what);
+    auto r = http.Post(path, auth, text, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(body_of(r)["error"].is_string());
+  }
+  auto missing = http.Post("/api/records/999/patch", auth, body, "application/json");
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+  auto not_an_id = http.Post("/api/records/x1/patch", auth, body, "application/json");
+  REQUIRE(not_an_id);
+  CHECK(not_an_id->status == 404);
+  CHECK(patch_state(s) == before);
+
+  auto done = http.Post(path, auth, body, "application/json");
+  REQUIRE(done);
+  REQUIRE_MESSAGE(done->status == 200, done->body);
+  const json patched = body_of(done);
+  CHECK(patched["record_id"] == std::stoll(id));
+  CHECK(patched["n"] == 1);
+  CHECK(patched["note"] == "header repaired");
+  CHECK(patched["payload_size"] == fixed.size());
+  CHECK(patched["actor"].get<std::string>().rfind("web: 127.0.0.1", 0) == 0);
+  // The CLI's show lists it as the API answered it, and the API's show agrees.
+  const json shown = s.cli({"quarantine", "show", id})[0];
+  REQUIRE(shown["revisions"].size() == 1);
+  json expected = patched;
+  expected.erase("record_id");
+  CHECK(shown["revisions"][0] == expected);
+  CHECK(body_of(http.Get("/api/records/" + id))["revisions"] == shown["revisions"]);
+  const auto audit = sql_rows(s.db, "SELECT actor, action FROM audit WHERE record_id = " + id +
+                                        " ORDER BY id DESC LIMIT 1");
+  REQUIRE(audit.size() == 1);
+  CHECK(audit[0][0].rfind("web: 127.0.0.1", 0) == 0);
+  CHECK(audit[0][1] == "patched");
+  // The same patch again is identical to the newest revision: refused, 400.
+  const std::string after = patch_state(s);
+  auto again = http.Post(path, auth, body, "application/json");
+  REQUIRE(again);
+  CHECK(again->status == 400);
+  CHECK(patch_state(s) == after);
+
+  // The CLI's replay runs the revision, which no longer crashes.
+  const auto replay = run_pillbox({"quarantine", "replay", id, "--store", s.store});
+  INFO(replay.describe());
+  CHECK(replay.exit_code == 0);
+  CHECK(sql_rows(s.db, "SELECT status FROM quarantine WHERE id = " + id)[0][0] == "resolved");
+  // Resolved: a patch now is refused (400) and changes nothing.
+  const std::string resolved = patch_state(s);
+  auto late = http.Post(path, auth, patch_body("too late", "other"), "application/json");
+  REQUIRE(late);
+  CHECK(late->status == 400);
+  CHECK(patch_state(s) == resolved);
+}
+
+TEST_CASE("serve: a patch body over the console's limit is 413 and names the CLI; other routes keep 64 KiB") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
+  const std::string id = s.id_of("segv");
+  const std::string before = patch_state(s);
+  // 8 MiB and one byte: under the body limit as base64, over the payload limit.
+  auto over = http.Post("/api/records/" + id + "/patch", auth, patch_body("big", std::string((8u << 20) + 1, 'x')),
+                        "application/json");
+  REQUIRE(over);
+  CHECK(over->status == 413);
+  CHECK(body_of(over)["error"].get<std::string>().find("--payload-file") != std::string::npos);
+  // A body far over it: refused by its Content-Length, before it is read
+  // (only the headers are sent here, and the answer comes).
+  {
+    const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(sock >= 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(serve.port()));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+    const std::string head = "POST /api/records/" + id + "/patch HTTP/1.1\r\nHost: 127.0.0.1:" +
+                             std::to_string(serve.port()) + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(13u << 20) + "\r\n\r\n";
+    REQUIRE(::write(sock, head.data(), head.size()) == static_cast<ssize_t>(head.size()));
+    std::string answer;
+    char block[4096];
+    pollfd p{sock, POLLIN, 0};
+    while (::poll(&p, 1, 30'000) == 1) {
+      const ssize_t n = ::read(sock, block, sizeof block);
+      if (n <= 0) break;
+      answer.append(block, static_cast<std::size_t>(n));
+      if (answer.find("}") != std::string::npos) break;
+    }
+    ::close(sock);
+    CHECK(answer.rfind("HTTP/1.1 413", 0) == 0);
+    CHECK(answer.find("--payload-file") != std::string::npos);
+  }
+  auto discard = http.Post("/api/records/" + id + "/discard", auth, std::string(65 * 1024, ' '), "application/json");
+  REQUIRE(discard);
+  CHECK(discard->status == 413);
+  CHECK(patch_state(s) == before);
+  // 8 MiB exactly is taken.
+  auto most = http.Post("/api/records/" + id + "/patch", auth, patch_body("big", std::string(8u << 20, 'x')),
+                        "application/json");
+  REQUIRE(most);
+  CHECK(most->status == 200);
+  CHECK(body_of(most)["payload_size"] == (8u << 20));
 }
