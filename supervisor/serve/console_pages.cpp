@@ -234,6 +234,21 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   }
   body += "</tbody></table>\n";
 
+  // The operators' patches (quarantine patch, or the form below), oldest first.
+  body += "<h2>Revisions</h2>\n";
+  if (r.contains("revisions") && r["revisions"].is_array() && !r["revisions"].empty()) {
+    body += "<table class=\"revisions\"><thead><tr><th>#</th><th>at</th><th>actor</th><th>note</th><th>change</th>"
+            "<th>payload</th></tr></thead><tbody>\n";
+    for (const auto& v : r["revisions"]) {
+      body += "<tr><td>" + field(v, "n") + "</td><td>" + field(v, "at") + "</td><td class=\"actor\">" +
+              field(v, "actor") + "</td><td class=\"note-text\">" + field(v, "note") + "</td><td>" + field(v, "summary") +
+              "</td><td class=\"num\">" + field(v, "payload_size") + " bytes</td></tr>\n";
+    }
+    body += "</tbody></table>\n<p class=\"note\">A replay runs the newest revision; the original is unchanged.</p>\n";
+  } else {
+    body += "<p class=\"note\">none: the record is as it was quarantined</p>\n";
+  }
+
   const std::string stderr_tail = r.contains("stderr_tail") && r["stderr_tail"].is_string() ? r["stderr_tail"].get<std::string>() : "";
   if (!stderr_tail.empty()) {
     body += "<h2>stderr (last " + std::to_string(stderr_tail.size()) + " bytes of the final attempt)</h2>\n";
@@ -250,7 +265,27 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
     body += "<p class=\"error\">unreadable: " + esc(payload.error.body["error"]) + "</p>\n";
   }
 
-  if (text(r["status"]) != "discarded") {
+  const std::string status = text(r["status"]);
+  if (status == "quarantined" || status == "failed-again") {
+    // Read by /static/console.js: the file as base64, or the K=V lines.
+    const bool exec = text(r["handler"]) == "exec";
+    body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" data-action=\"/api/records/" +
+            html_escape(url_encode(id)) + "/patch\">\n"
+            "<label>note <input name=\"note\" required maxlength=\"4096\" size=\"40\"></label>\n"
+            "<label>new payload <input name=\"payload\" type=\"file\"></label>\n";
+    if (!exec) {
+      body += "<label>or arguments (K=V, one a line) <textarea name=\"set_args\" rows=\"3\" cols=\"30\">"
+              "</textarea></label>\n";
+    }
+    body += "<label>access token <input id=\"patch-token\" name=\"token\" type=\"password\" autocomplete=\"off\" "
+            "size=\"20\" placeholder=\"STORE/serve.token\"></label>\n"
+            "<button type=\"submit\">Patch</button>\n<output id=\"patch-result\"></output>\n</form>\n"
+            "<p class=\"note\">Stored as the next revision beside the original (payloads up to 8 MiB here; larger "
+            "ones: <code>pillbox quarantine patch " + html_escape(id) + " --payload-file FILE --note TEXT</code>). "
+            "Run it: <code>pillbox quarantine replay " + html_escape(id) + "</code>.</p>\n";
+  }
+
+  if (status != "discarded") {
     body += "<h2>Discard</h2>\n<form id=\"discard-form\" class=\"action\" data-action=\"/api/records/" +
             html_escape(url_encode(id)) + "/discard\">\n"
             "<label>reason <input name=\"reason\" required maxlength=\"4096\" size=\"40\"></label>\n"

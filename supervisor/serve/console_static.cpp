@@ -34,7 +34,7 @@ pre { background: #fff; border: 1px solid #e3e6eb; padding: 8px; overflow: auto;
 )css";
 
 const std::string_view kConsoleJs = R"js('use strict';
-// pillbox console: the discard form of a record page. The token is asked
+// pillbox console: the discard and patch forms of a record page. The token is asked
 // for once per tab and kept in sessionStorage; answers are shown as text.
 (function () {
   const form = document.getElementById('discard-form');
@@ -59,6 +59,60 @@ const std::string_view kConsoleJs = R"js('use strict';
           window.location.reload();
         } else {
           result.textContent = response.status + ': ' + (body.error || response.statusText);
+        }
+      });
+    }).catch(function (error) { result.textContent = String(error); });
+  });
+})();
+// The patch form: a note, and a new payload (a file, sent as base64) or
+// handler arguments (K=V lines); the answer is shown as text.
+(function () {
+  const form = document.getElementById('patch-form');
+  if (!form) return;
+  const token = document.getElementById('patch-token');
+  const result = document.getElementById('patch-result');
+  const saved = window.sessionStorage.getItem('pillbox-token');
+  if (saved) token.value = saved;
+  // The file's bytes as base64 (the data URL's part after the comma).
+  function readBase64(file) {
+    return new Promise(function (resolve, reject) {
+      const reader = new FileReader();
+      reader.onload = function () { resolve(String(reader.result).replace(/^[^,]*,/, '')); };
+      reader.onerror = function () { reject(reader.error); };
+      reader.readAsDataURL(file);
+    });
+  }
+  form.addEventListener('submit', function (event) {
+    event.preventDefault();
+    const value = token.value.trim();
+    window.sessionStorage.setItem('pillbox-token', value);
+    const body = { note: form.elements.note.value };
+    const file = form.elements.payload.files[0];
+    const lines = form.elements.set_args ? form.elements.set_args.value.split('\n') : [];
+    const args = {};
+    let hasArgs = false;
+    for (const line of lines) {
+      if (line.trim() === '') continue;
+      const eq = line.indexOf('=');
+      if (eq <= 0) { result.textContent = 'arguments are K=V lines: ' + line; return; }
+      args[line.slice(0, eq)] = line.slice(eq + 1);
+      hasArgs = true;
+    }
+    if (hasArgs) body.set_args = args;
+    result.textContent = 'patching…';
+    (file ? readBase64(file) : Promise.resolve(null)).then(function (b64) {
+      if (b64 !== null) body.payload_b64 = b64;
+      return fetch(form.dataset.action, {
+        method: 'POST',
+        headers: { 'Authorization': 'Bearer ' + value, 'Content-Type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (answer) {
+        if (response.ok) {
+          result.textContent = 'revision ' + answer.n + ' stored: ' + answer.summary;
+        } else {
+          result.textContent = response.status + ': ' + (answer.error || response.statusText);
         }
       });
     }).catch(function (error) { result.textContent = String(error); });

@@ -786,3 +786,70 @@ TEST_CASE("serve: a patch body over the console's limit is 413 and names the CLI
   CHECK(most->status == 200);
   CHECK(body_of(most)["payload_size"] == (8u << 20));
 }
+
+TEST_CASE("serve: in Chromium, the record page lists revisions with the note as text and patches from a file") {
+  if (chromium().empty()) {
+    MESSAGE("skipped: chromium is not installed (apt package chromium)");
+    return;
+  }
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
+  const std::string id = s.id_of("segv");
+  const std::string note = "<script>alert(3)</script> & <img src=x onerror=alert(4)>";
+  auto patched = http.Post("/api/records/" + id + "/patch", auth, patch_body(note, "first fix"), "application/json");
+  REQUIRE(patched);
+  REQUIRE(patched->status == 200);
+
+  const auto page = browse(serve.url() + "records/" + id);
+  INFO(page.describe());
+  REQUIRE(page.exit_code == 0);
+  CHECK(page.out.find("class=\"revisions\"") != std::string::npos);
+  CHECK(page.out.find("&lt;script&gt;alert(3)&lt;/script&gt; &amp; &lt;img src=x onerror=alert(4)&gt;") !=
+        std::string::npos);
+  CHECK(count_of(page.out, "<script") == 1);  // console.js only
+  CHECK(count_of(page.out, "<img") == 0);
+  CHECK(page.out.find("patch-form") != std::string::npos);
+
+  // The form: a file chosen as an operator would, sent with the token.
+  e2e::TempDir files;
+  const std::string file = files.file("fixed.bin");
+  const std::string bytes = std::string("fixed\0\xff bytes", 13);
+  {
+    FILE* f = std::fopen(file.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+    std::fclose(f);
+  }
+  Browser browser;
+  const std::string tab = browser.open(serve.url() + "records/" + id);
+  CHECK(browser.evaluate(tab, "document.querySelector('table.revisions td.note-text').textContent") == note);
+  const json root = browser.call("DOM.getDocument", json::object(), tab);
+  const json input = browser.call("DOM.querySelector",
+                                  {{"nodeId", root["root"]["nodeId"]}, {"selector", "#patch-form [name=payload]"}}, tab);
+  browser.call("DOM.setFileInputFiles", {{"files", {file}}, {"nodeId", input["nodeId"]}}, tab);
+  const json answer = browser.evaluate(
+      tab, "(() => {"
+           "  const result = document.getElementById('patch-result');"
+           "  document.getElementById('patch-token').value = " + json(read_token(s.store)).dump() + ";"
+           "  document.querySelector('#patch-form [name=note]').value = 'from the browser';"
+           "  const answered = new Promise(done => new MutationObserver(() => {"
+           "    if (result.textContent !== 'patching…') done(result.textContent);"
+           "  }).observe(result, {childList: true, characterData: true, subtree: true}));"
+           "  document.querySelector('#patch-form button').click();"
+           "  return answered;"
+           "})()");
+  CHECK(answer.get<std::string>().rfind("revision 2 stored: ", 0) == 0);
+  const json shown = s.cli({"quarantine", "show", id})[0];
+  REQUIRE(shown["revisions"].size() == 2);
+  CHECK(shown["revisions"][1]["note"] == "from the browser");
+  CHECK(shown["revisions"][1]["payload_size"] == bytes.size());
+  CHECK(shown["revisions"][1]["actor"].get<std::string>().rfind("web: 127.0.0.1", 0) == 0);
+  // The exact bytes: exported from revision 2 by the CLI.
+  const std::string out = files.file("out.bin");
+  const auto exported = run_pillbox({"quarantine", "export", id, "--revision", "2", "-o", out, "--store", s.store});
+  INFO(exported.describe());
+  REQUIRE(exported.exit_code == 0);
+  CHECK(e2e::read_file(out) == bytes);
+}
