@@ -9,10 +9,12 @@
 #include <string>
 
 #include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/serve/console_api.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
+#include "supervisor/store/revision_store.h"
 #include "supervisor/store/store.h"
 #include "tests/unit/store_fixture.h"
 
@@ -111,6 +113,35 @@ TEST_CASE("console api: discard checks the body before the record, refuses a rep
   CHECK(trail->back().actor == "web: 127.0.0.1");
   CHECK(trail->back().detail == "seen (was quarantined)");
   CHECK(discard_record(console, path_id, R"({"reason": "seen"})", "web: 127.0.0.1").body["changed"] == 0);
+}
+
+TEST_CASE("console api: patch answers patch --json's object; 404, 409 and 400 change nothing; set_args on a handler") {
+  Env env;
+  const std::int64_t id = env.add("k", "p", "pb1-dddd");
+  auto console = env.console();
+  const std::string path_id = std::to_string(id);
+  auto revisions = [&] { return store::RevisionStore(env.st->db()).list(id).value().size(); };
+  const std::string args = R"({"note": "deeper", "set_args": {"depth": "3"}})";
+  CHECK(patch_record(console, "999", args, "web: 127.0.0.1").status == 404);
+  CHECK(patch_record(console, "-1", args, "web: 127.0.0.1").status == 404);
+  CHECK(patch_record(console, path_id, R"({"note": "n", "payload_b64": "%%"})", "web: x").status == 400);
+  CHECK(patch_record(console, path_id, R"({"note": "n", "set_args": {}})", "web: x").status == 400);
+  CHECK(patch_record(console, path_id, R"([1])", "web: x").status == 400);
+  REQUIRE(env.st->db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
+  const ApiReply busy = patch_record(console, path_id, args, "web: 127.0.0.1");
+  CHECK(busy.status == 409);
+  CHECK(busy.body["error"].get<std::string>().find("being replayed") != std::string::npos);
+  REQUIRE(env.st->db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
+  CHECK(revisions() == 0);
+
+  const ApiReply done = patch_record(console, path_id, args, "web: 127.0.0.1");
+  REQUIRE_MESSAGE(done.status == 200, done.body.dump());
+  auto stored = store::RevisionStore(env.st->db()).list(id);
+  REQUIRE(stored.has_value());
+  REQUIRE(stored->size() == 1);
+  CHECK(done.body == patched_record_json(stored->front()));  // the CLI's object
+  CHECK(done.body["handler_args"]["depth"] == "3");
+  CHECK(done.body["actor"] == "web: 127.0.0.1");
 }
 
 TEST_CASE("console pages: store text is escaped everywhere; errors are pages with the status") {
