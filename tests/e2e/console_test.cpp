@@ -788,10 +788,7 @@ TEST_CASE("serve: a patch body over the console's limit is 413 and names the CLI
 }
 
 TEST_CASE("serve: in Chromium, the record page lists revisions with the note as text and patches from a file") {
-  if (chromium().empty()) {
-    MESSAGE("skipped: chromium is not installed (apt package chromium)");
-    return;
-  }
+  if (!have_chromium()) return;
   ConsoleStore s;
   Serve serve(s.store);
   httplib::Client http("127.0.0.1", serve.port());
