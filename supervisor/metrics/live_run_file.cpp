@@ -94,8 +94,12 @@ LiveRunFile::LiveRunFile(std::string store_dir, std::int64_t run_id, const RunMe
       run_id_(run_id),
       metrics_(metrics),
       interval_(interval),
-      started_at_(utc_now()),
-      thread_([this] { loop(); }) {}
+      started_at_(utc_now()) {
+  // The first write before the constructor returns: the run is visible from
+  // its first task on.
+  write_once();
+  thread_ = std::thread([this] { loop(); });
+}
 
 LiveRunFile::~LiveRunFile() {
   {
@@ -109,11 +113,10 @@ LiveRunFile::~LiveRunFile() {
 
 void LiveRunFile::loop() {
   std::unique_lock lock(mutex_);
-  while (!stopping_) {
+  while (!wake_.wait_for(lock, interval_, [this] { return stopping_; })) {
     lock.unlock();
     write_once();
     lock.lock();
-    wake_.wait_for(lock, interval_, [this] { return stopping_; });
   }
 }
 

@@ -31,7 +31,7 @@ inline constexpr std::chrono::seconds kRateWindow{10};
 
 class LiveRunFile {
  public:
-  // Writes the file at once and then every `interval` until destroyed.
+  // Writes the file before it returns and then every `interval` until destroyed.
   // `metrics` outlives this.
   LiveRunFile(std::string store_dir, std::int64_t run_id, const RunMetrics& metrics,
               std::chrono::milliseconds interval = std::chrono::seconds(1));
@@ -54,7 +54,7 @@ class LiveRunFile {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  std::thread thread_;  // last: starts once the members above are
+  std::thread thread_;  // started by the constructor once the first write is done
 
   void loop();
   void write_once();
