@@ -6,6 +6,7 @@
 
 #include "shared/policy_parser.h"
 #include "supervisor/flow/death_note.h"
+#include "supervisor/metrics/live_run_file.h"
 #include "supervisor/metrics/metered_run.h"
 #include "supervisor/store/store.h"
 
@@ -62,19 +63,26 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
     results.emplace(std::move(*r));
     report.store_dir = opened->dir();
   }
-  // With --metrics, the flow's verdicts and the dispatcher's steps are
-  // counted on their way; nothing else changes.
+  // With --metrics or a store, the flow's verdicts and the dispatcher's
+  // steps are counted on their way; nothing else changes. A store gets the
+  // counts as a live file (S/live/RUN_ID.json) for `pillbox serve`'s /runs.
+  std::optional<metrics::RunMetrics> own_metrics;
+  if (settings.metrics == nullptr && opened) own_metrics.emplace();
+  metrics::RunMetrics* counted = settings.metrics != nullptr ? settings.metrics : own_metrics ? &*own_metrics : nullptr;
   std::optional<metrics::MeteredVerdicts> metered_sink;
-  if (settings.metrics != nullptr) metered_sink.emplace(sink, *settings.metrics);
+  if (counted != nullptr) metered_sink.emplace(sink, *counted);
   VerdictSink& verdicts = metered_sink ? static_cast<VerdictSink&>(*metered_sink) : sink;
   TaskFlow flow(flow_settings, source, verdicts, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr,
                 settings.on_quarantine);
   flow.set_store_dir(report.store_dir);
   flow.set_result_store(results ? &*results : nullptr);
   Expected<RunReport> run = Error{"not run"};
-  if (settings.metrics != nullptr) {
-    settings.metrics->set_slots(settings.run.jobs);
-    metrics::MeteredRun metered(flow, flow, *settings.metrics, [&flow] { return flow.breaker_open(); });
+  if (counted != nullptr) {
+    counted->set_slots(settings.run.jobs);
+    metrics::MeteredRun metered(flow, flow, *counted, [&flow] { return flow.breaker_open(); });
+    // Removed when the run ends, however it ends short of SIGKILL.
+    std::optional<metrics::LiveRunFile> live;
+    if (opened) live.emplace(opened->dir(), ledger->run_id(), *counted);
     run = run_tasks(settings.run, metered, metered);
   } else {
     run = run_tasks(settings.run, flow, flow);

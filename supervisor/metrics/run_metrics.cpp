@@ -42,6 +42,11 @@ void RunMetrics::set_breaker_open(bool open) {
   counters_.breaker_open = open;
 }
 
+RunMetrics::Counters RunMetrics::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
 void RunMetrics::render(MetricsText& out) const {
   Counters c;
   {

@@ -48,7 +48,6 @@ class RunMetrics {
   // The families, in a fixed order, from one consistent copy of the counters.
   void render(MetricsText& out) const;
 
- private:
   struct Counters {
     std::size_t slots = 0;
     std::size_t busy = 0;
@@ -61,6 +60,10 @@ class RunMetrics {
     std::uint64_t taken_back = 0;
     std::uint64_t input_errors = 0;
   };
+  // One consistent copy of the counters (the live file's, live_run_file.h).
+  Counters snapshot() const;
+
+ private:
   mutable std::mutex mutex_;
   Counters counters_;
 };

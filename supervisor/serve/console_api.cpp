@@ -7,6 +7,7 @@
 #include "shared/base64.h"
 #include "shared/failure_kind.h"
 #include "supervisor/ops/patch_record.h"
+#include "supervisor/metrics/live_run_file.h"
 #include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/record_discard.h"
@@ -186,6 +187,11 @@ ApiReply record_stats(ConsoleStore& s, const Query& query) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& g : *groups) out.push_back(fingerprint_stats_json(g, g.example_id));
   return {200, {{"groups", std::move(out)}}};
+}
+
+ApiReply live_runs(ConsoleStore& s) {
+  // The files of runs that are gone are deleted on the way: no one else will.
+  return {200, {{"runs", metrics::read_live_runs(s.dir, true)}}};
 }
 
 ApiReply list_tasks(ConsoleStore& s, const Query& query) {

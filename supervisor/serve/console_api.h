@@ -8,6 +8,7 @@
 //   POST /api/records/ID/patch    {"note", "payload_b64" | "set_args"}: quarantine patch ID --json
 //   GET  /api/stats            {"groups": [quarantine stats --json objects]}
 //   GET  /api/tasks            {"tasks": [pillbox tasks --json objects]}
+//   GET  /api/runs             {"runs": [the live files of live runs (supervisor/metrics/live_run_file.h)]}
 // Each call returns an HTTP status and a body; errors are {"error": TEXT}
 // with 400 (a bad filter or body: the text says what is allowed), 404 (no
 // such record) or 409 (being replayed), and 500 when the store fails.
@@ -58,6 +59,8 @@ ApiReply list_records(ConsoleStore& store, const Query& query);
 ApiReply show_record(ConsoleStore& store, const std::string& id_text);
 ApiReply record_stats(ConsoleStore& store, const Query& query);
 ApiReply list_tasks(ConsoleStore& store, const Query& query);
+// The `run`s attached to the store now (read_live_runs; not the database).
+ApiReply live_runs(ConsoleStore& store);
 // `body` is the request's JSON body; `actor` goes into the audit trail.
 ApiReply discard_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
                         const std::string& actor);

@@ -1,6 +1,7 @@
 #include "supervisor/serve/console_pages.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "shared/failure_kind.h"
 #include "supervisor/serve/html_text.h"
@@ -25,7 +26,7 @@ std::string field(const json& object, const char* name) {
 
 std::string layout(const std::string& title, const std::string& active, const std::string& body) {
   std::string nav;
-  for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}}) {
+  for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}, {"/runs", "Runs"}}) {
     nav += std::string("<a href=\"") + href + "\"" + (active == href ? " class=\"active\"" : "") + ">" + name + "</a>";
   }
   return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -320,6 +321,48 @@ Page tasks_page(ConsoleStore& store, const Query& query) {
   body += "</tbody></table>\n<p class=\"paging\">" + std::to_string(reply.body["tasks"].size()) + " tasks shown (at most " +
           std::to_string(kMaxPage) + ")</p>\n";
   return {200, layout("tasks", "/tasks", body)};
+}
+
+// The rows are what console.js rebuilds from /api/runs every 2 s (keep the
+// two in step): the page is whole without script, and live with it.
+Page runs_page(ConsoleStore& store) {
+  const ApiReply reply = live_runs(store);
+  if (reply.status != 200) return error_reply_page(reply);
+  std::string body = "<h1>Runs</h1>\n<p class=\"note\">Each <code>pillbox run</code> with this store, while it runs. "
+                     "A <code>pillbox worker</code> has no store: its live numbers are at its <code>--metrics</code> "
+                     "address.</p>\n";
+  body += "<table class=\"runs\" id=\"live-runs\" data-source=\"/api/runs\"><thead><tr><th>run</th><th>pid</th>"
+          "<th>started</th><th>updated</th><th>tasks</th><th>by kind and verdict</th><th>attempts</th>"
+          "<th>slots busy</th><th>breaker</th><th>tasks/s</th></tr></thead><tbody>\n";
+  for (const auto& r : reply.body["runs"]) {
+    std::string kinds;
+    if (r.contains("tasks") && r["tasks"].is_array()) {
+      for (const auto& t : r["tasks"]) {
+        if (!kinds.empty()) kinds += ", ";
+        kinds += field(t, "kind") + " " + field(t, "verdict") + ": " + field(t, "count");
+      }
+    }
+    std::string attempts;
+    if (r.contains("attempts") && r["attempts"].is_object()) {
+      for (const auto& [kind, n] : r["attempts"].items()) {
+        if (!attempts.empty()) attempts += ", ";
+        attempts += html_escape(kind) + ": " + esc(n);
+      }
+    }
+    const json slots = r.contains("slots") ? r["slots"] : json();
+    char rate[32] = "-";
+    if (r.contains("tasks_per_second") && r["tasks_per_second"].is_number()) {
+      std::snprintf(rate, sizeof rate, "%.1f", r["tasks_per_second"].get<double>());
+    }
+    body += "<tr><td class=\"num\">" + field(r, "run_id") + "</td><td class=\"num\">" + field(r, "pid") + "</td><td>" +
+            field(r, "started_at") + "</td><td>" + field(r, "updated_at") + "</td><td class=\"num\">" +
+            field(r, "tasks_total") + "</td><td>" + kinds + "</td><td>" + attempts + "</td><td class=\"num\">" +
+            field(slots, "busy") + " / " + field(slots, "total") + "</td><td>" + field(r, "breaker") +
+            "</td><td class=\"num\">" + rate + "</td></tr>\n";
+  }
+  body += "</tbody></table>\n<p class=\"paging\" id=\"live-runs-empty\"" +
+          std::string(reply.body["runs"].empty() ? "" : " hidden") + ">no run is attached to this store</p>\n";
+  return {200, layout("runs", "/runs", body)};
 }
 
 }  // namespace pillbox::serve

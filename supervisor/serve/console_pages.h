@@ -11,6 +11,7 @@
 //   /records/ID  one record: crash state, attempts, audit trail, stderr,
 //                payload preview, download, discard (with the access token)
 //   /tasks       the ledger's tasks (pillbox tasks)
+//   /runs        the runs attached to the store now, refreshed every 2 s by console.js
 #include <string>
 
 #include "supervisor/serve/console_api.h"
@@ -31,6 +32,7 @@ Page list_page(ConsoleStore& store, const Query& query);
 Page groups_page(ConsoleStore& store, const Query& query);
 Page record_page(ConsoleStore& store, const std::string& id_text);
 Page tasks_page(ConsoleStore& store, const Query& query);
+Page runs_page(ConsoleStore& store);
 // A page for an error: `status` and `message` (escaped here).
 Page error_page(int status, const std::string& message);
 

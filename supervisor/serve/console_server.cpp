@@ -192,6 +192,7 @@ void ConsoleServer::add_routes() {
              locked([this](const Request& req, Response& res) { send_page(res, groups_page(store_, query_of(req))); }));
   http_->Get("/tasks",
              locked([this](const Request& req, Response& res) { send_page(res, tasks_page(store_, query_of(req))); }));
+  http_->Get("/runs", locked([this](const Request&, Response& res) { send_page(res, runs_page(store_)); }));
   http_->Get(R"(/records/([^/]+))", locked([this](const Request& req, Response& res) {
                send_page(res, record_page(store_, req.matches[1]));
              }));
@@ -213,6 +214,7 @@ void ConsoleServer::add_routes() {
              locked([this](const Request& req, Response& res) { send_json(res, record_stats(store_, query_of(req))); }));
   http_->Get("/api/tasks",
              locked([this](const Request& req, Response& res) { send_json(res, list_tasks(store_, query_of(req))); }));
+  http_->Get("/api/runs", locked([this](const Request&, Response& res) { send_json(res, live_runs(store_)); }));
   http_->Get(R"(/api/records/([^/]+))", locked([this](const Request& req, Response& res) {
                send_json(res, show_record(store_, req.matches[1]));
              }));

@@ -118,6 +118,44 @@ const std::string_view kConsoleJs = R"js('use strict';
     }).catch(function (error) { result.textContent = String(error); });
   });
 })();
+// The runs page: its table rebuilt from /api/runs every 2 s, every value as
+// text (never markup); the same columns as runs_page (console_pages.cpp).
+(function () {
+  const table = document.getElementById('live-runs');
+  if (!table) return;
+  const empty = document.getElementById('live-runs-empty');
+  const body = table.tBodies[0];
+  function cell(row, value, numeric) {
+    const td = row.insertCell();
+    td.textContent = value === undefined || value === null ? '-' : String(value);
+    if (numeric) td.className = 'num';
+  }
+  function render(runs) {
+    body.replaceChildren();
+    runs.forEach(function (r) {
+      const row = body.insertRow();
+      cell(row, r.run_id, true);
+      cell(row, r.pid, true);
+      cell(row, r.started_at);
+      cell(row, r.updated_at);
+      cell(row, r.tasks_total, true);
+      cell(row, (r.tasks || []).map(function (t) { return t.kind + ' ' + t.verdict + ': ' + t.count; }).join(', '));
+      cell(row, Object.keys(r.attempts || {}).map(function (k) { return k + ': ' + r.attempts[k]; }).join(', '));
+      const slots = r.slots || {};
+      cell(row, slots.busy + ' / ' + slots.total, true);
+      cell(row, r.breaker);
+      cell(row, typeof r.tasks_per_second === 'number' ? r.tasks_per_second.toFixed(1) : '-', true);
+    });
+    empty.hidden = runs.length !== 0;
+  }
+  function refresh() {
+    fetch(table.dataset.source, { cache: 'no-store' })
+      .then(function (response) { return response.json(); })
+      .then(function (answer) { if (Array.isArray(answer.runs)) render(answer.runs); })
+      .catch(function () { /* the next refresh tries again */ });
+  }
+  window.setInterval(refresh, 2000);
+})();
 )js";
 
 }  // namespace pillbox::serve

@@ -19,11 +19,13 @@
 #include <httplib.h>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "shared/base64.h"
 #include "tests/e2e/background.h"
+#include "tests/e2e/live_run.h"
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
@@ -850,3 +852,115 @@ TEST_CASE("serve: in Chromium, the record page lists revisions with the note as 
   REQUIRE(exported.exit_code == 0);
   CHECK(e2e::read_file(out) == bytes);
 }
+
+// A run with a store is on /api/runs and /runs while it runs (issue 16, the
+// live view), with the counts it printed; it is gone when it ends; a run
+// killed with SIGKILL leaves its file, which serve ignores and deletes.
+TEST_CASE("serve: /api/runs and /runs show a live run's counts; it goes when the run ends; a SIGKILLed run's is ignored") {
+  e2e::TempDir dir;
+  e2e::TempDir work(01777);  // poison_corpus's marker directory
+  const std::string store = dir.path() + "/store";
+  {
+    const auto first = run_pillbox({"run", "--store", store, "--json", "--handler", "echo", "-"}, task_line("a", "a"));
+    INFO(first.describe());
+    REQUIRE(first.exit_code == 0);
+  }
+  Serve serve(store);
+  REQUIRE(!serve.url().empty());
+  httplib::Client http("127.0.0.1", serve.port());
+  CHECK(body_of(http.Get("/api/runs")) == json::parse(R"({"runs": []})"));
+  {
+    auto page = http.Get("/runs");
+    REQUIRE(page);
+    CHECK(page->status == 200);
+    CHECK(page->body.find("<p class=\"paging\" id=\"live-runs-empty\">no run is attached to this store</p>") !=
+          std::string::npos);
+    CHECK(page->body.find("<a href=\"/runs\" class=\"active\">Runs</a>") != std::string::npos);
+  }
+  // In Chromium, the page is opened before the run starts: what it shows of
+  // the run comes from console.js's refreshes.
+  const char* kEmptyShown = "document.getElementById('live-runs-empty').hidden === false";
+  std::optional<Browser> browser;
+  std::string tab;
+  if (chromium().empty()) {
+    MESSAGE("skipped: the /runs page in Chromium (chromium is not installed, apt package chromium)");
+  } else {
+    browser.emplace();
+    tab = browser->open(serve.url() + "runs");
+    CHECK(browser->evaluate(tab, kEmptyShown) == true);
+  }
+
+  e2e::LiveRun run({"run", "--json", "--store", store, "--jobs", "2", "--no-breaker", "--backoff-base", "20ms", "-",
+                    "--writable", work.path(), "--", e2e::fixture("poison_corpus"), work.path()});
+  std::string input;
+  for (int i = 1; i <= 3; ++i) input += task_line("good-" + std::to_string(i), "good payload " + std::to_string(i));
+  for (int i = 1; i <= 2; ++i) input += task_line("segv-" + std::to_string(i), "S crasher " + std::to_string(i));
+  run.write(input);
+  for (int seen = 0; seen < 5; ++seen) REQUIRE_MESSAGE(run.out_line().has_value(), run.err_seen());
+  // The file is rewritten once a second: polled until it has all five.
+  json runs;
+  REQUIRE(e2e::eventually([&] {
+    runs = body_of(http.Get("/api/runs"))["runs"];
+    return runs.size() == 1 && runs[0]["tasks_total"] == 5;
+  }));
+  INFO(runs.dump());
+  const json& r = runs[0];
+  CHECK(r["pid"] == run.pid());
+  CHECK(r["claim"].get<std::string>().find(":" + std::to_string(run.pid()) + ":") != std::string::npos);
+  CHECK(r["holder"] == "live");
+  CHECK(r["tasks"] == json::parse(R"([{"kind":"ok","verdict":"ok","count":3},
+                                       {"kind":"crash","verdict":"quarantined","count":2}])"));
+  CHECK(r["attempts"] == json::parse(R"({"ok":3,"crash":4})"));  // a crasher twice: the same failure again
+  CHECK(r["slots"] == json::parse(R"({"busy":0,"total":2})"));
+  CHECK(r["breaker"] == "closed");
+  const std::string file = store + "/live/" + r["run_id"].dump() + ".json";
+  struct stat st{};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  {
+    auto page = http.Get("/runs");
+    REQUIRE(page);
+    CHECK(page->body.find("ok ok: 3, crash quarantined: 2") != std::string::npos);
+    CHECK(page->body.find("id=\"live-runs-empty\" hidden") != std::string::npos);
+  }
+  if (browser) {
+    REQUIRE(e2e::eventually([&] {
+      return browser->evaluate(tab, "document.getElementById('live-runs').tBodies[0].innerText"
+                                    ".includes('ok ok: 3, crash quarantined: 2')") == true;
+    }));
+    CHECK(browser->evaluate(tab, "document.getElementById('live-runs').tBodies[0].innerText"
+                                 ".includes('crash: 4, ok: 3')") == true);
+    CHECK(browser->evaluate(tab, kEmptyShown) == false);
+  }
+
+  // Its input ends, the run ends, and its file goes with it.
+  run.close_stdin();
+  CHECK(run.wait() == 1);  // some tasks failed
+  CHECK(::access(file.c_str(), F_OK) != 0);
+  CHECK(body_of(http.Get("/api/runs"))["runs"].empty());
+  if (browser) {
+    REQUIRE(e2e::eventually([&] {
+      return browser->evaluate(tab, std::string(kEmptyShown) +
+                                        " && document.getElementById('live-runs').tBodies[0].rows.length === 0") == true;
+    }));
+  }
+
+  // Killed with SIGKILL, a run cannot remove its file: serve ignores it (its
+  // claim names a gone process) and deletes it.
+  e2e::LiveRun killed({"run", "--json", "--store", store, "--handler", "echo", "-"});
+  killed.write(task_line("k", "k"));
+  REQUIRE_MESSAGE(killed.out_line().has_value(), killed.err_seen());
+  std::string killed_file;
+  REQUIRE(e2e::eventually([&] {
+    runs = body_of(http.Get("/api/runs"))["runs"];
+    if (runs.size() != 1 || runs[0]["tasks_total"] != 1) return false;
+    killed_file = store + "/live/" + runs[0]["run_id"].dump() + ".json";
+    return true;
+  }));
+  killed.signal(SIGKILL);
+  CHECK(killed.wait() == 128 + SIGKILL);
+  CHECK(::access(killed_file.c_str(), F_OK) == 0);
+  CHECK(body_of(http.Get("/api/runs"))["runs"].empty());
+  CHECK(::access(killed_file.c_str(), F_OK) != 0);
+}
+
