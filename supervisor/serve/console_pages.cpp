@@ -270,7 +270,7 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   if (status == "quarantined" || status == "failed-again") {
     // Read by /static/console.js: the file as base64, or the K=V lines.
     const bool exec = text(r["handler"]) == "exec";
-    body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" data-action=\"/api/records/" +
+    body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
             html_escape(url_encode(id)) + "/patch\">\n"
             "<label>note <input name=\"note\" required maxlength=\"4096\" size=\"40\"></label>\n"
             "<label>new payload <input name=\"payload\" type=\"file\"></label>\n";
@@ -278,7 +278,7 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
       body += "<label>or arguments (K=V, one a line) <textarea name=\"set_args\" rows=\"3\" cols=\"30\">"
               "</textarea></label>\n";
     }
-    body += "<label>access token <input id=\"patch-token\" name=\"token\" type=\"password\" autocomplete=\"off\" "
+    body += "<label>access token <input id=\"patch-token\" type=\"password\" autocomplete=\"off\" "
             "size=\"20\" placeholder=\"STORE/serve.token\"></label>\n"
             "<button type=\"submit\">Patch</button>\n<output id=\"patch-result\"></output>\n</form>\n"
             "<p class=\"note\">Stored as the next revision beside the original (payloads up to 8 MiB here; larger "
@@ -287,10 +287,10 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   }
 
   if (status != "discarded") {
-    body += "<h2>Discard</h2>\n<form id=\"discard-form\" class=\"action\" data-action=\"/api/records/" +
+    body += "<h2>Discard</h2>\n<form id=\"discard-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
             html_escape(url_encode(id)) + "/discard\">\n"
             "<label>reason <input name=\"reason\" required maxlength=\"4096\" size=\"40\"></label>\n"
-            "<label>access token <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" size=\"20\" "
+            "<label>access token <input id=\"token\" type=\"password\" autocomplete=\"off\" size=\"20\" "
             "placeholder=\"STORE/serve.token\"></label>\n"
             "<button type=\"submit\">Discard</button>\n<output id=\"discard-result\"></output>\n</form>\n"
             "<p class=\"note\">The token is in <code>serve.token</code> in the store directory; this tab keeps it "

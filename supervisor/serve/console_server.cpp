@@ -1,8 +1,11 @@
 #include "supervisor/serve/console_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -10,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <httplib.h>
+#include <optional>
 #include <thread>
 
 #include "supervisor/metrics/metrics_text.h"
@@ -83,8 +87,41 @@ Expected<ListenAddress> parse_listen_address(const std::string& text) {
 }
 
 bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
+
+namespace {
+
+// An IP literal: what a page of another site can never send as Host (its
+// DNS name, rebound to this address, is what it sends).
+bool is_ip_literal(const std::string& name) {
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, name.c_str(), &v4) == 1) return true;
+  return name.size() > 2 && name.front() == '[' && name.back() == ']' &&
+         ::inet_pton(AF_INET6, name.substr(1, name.size() - 2).c_str(), &v6) == 1;
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// A request that carries a body: cpp-httplib reads it only after the
+// pre-routing handler, so a refusal there would leave it on the connection,
+// to be read as more requests.
+bool has_body(const httplib::Request& req) {
+  if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) return true;
+  const std::string length = req.get_header_value("Content-Length");
+  return !length.empty() && length.find_first_not_of('0') != std::string::npos;
+}
+
+}  // namespace
 
 ConsoleServer::ConsoleServer(ConsoleStore store) : store_(std::move(store)), http_(std::make_unique<httplib::Server>()) {}
 
@@ -120,6 +157,32 @@ std::string ConsoleServer::url() const {
   return "http://" + (v6 ? "[" + address_.host + "]" : address_.host) + ":" + std::to_string(address_.port) + "/";
 }
 
+std::optional<ApiReply> ConsoleServer::refusal(const httplib::Request& req) const {
+  // The body: by what was read, or what a request without one yet says it
+  // will send. A patch may carry a payload; every other body is small.
+  const std::size_t limit = is_patch(req) ? kMaxPatchBodyBytes : kMaxBodyBytes;
+  const std::string length = req.get_header_value("Content-Length");
+  if (req.body.size() > limit || length.size() > 12 || length.find_first_not_of("0123456789") != std::string::npos ||
+      (!length.empty() && std::stoull(length) > limit)) {
+    return ApiReply{413, {{"error", is_patch(req) ? kPatchTooLarge : "request body too large"}}};
+  }
+  // The Host a browser sent: a page of another site whose DNS name now
+  // points at this address sends that name. Answered: localhost, an IP
+  // literal (no DNS name), this host's own name when not on loopback, each
+  // with this port. Without a Host (HTTP/1.0 clients, not browsers): answered.
+  if (!req.has_header("Host")) return std::nullopt;
+  const std::string host = req.get_header_value("Host");
+  const std::string port = ":" + std::to_string(address_.port);
+  if (host.size() > port.size() && host.compare(host.size() - port.size(), port.size(), port) == 0) {
+    const std::string name = host.substr(0, host.size() - port.size());
+    if (name == "localhost" || is_ip_literal(name) || (!loopback_ && name == this_host_name())) return std::nullopt;
+  }
+  return ApiReply{403, {{"error", "this console answers to localhost, an IP address" +
+                                      std::string(loopback_ ? "" : " or this host's name (" + this_host_name() + ")") +
+                                      ", with port " + std::to_string(address_.port) + " (Host: 127.0.0.1" + port +
+                                      "): not to another name, which may be a page of another site"}}};
+}
+
 void ConsoleServer::add_routes() {
   using httplib::Request;
   using httplib::Response;
@@ -131,25 +194,17 @@ void ConsoleServer::add_routes() {
 
   // A loopback console answers only to its own names: a page of another
   // site whose DNS name now points at 127.0.0.1 sends that name as Host.
+  // Refused early only when the request has no body (has_body); one with a
+  // body is refused by its route (guarded, below) once it is read, within
+  // the library's own limit (kMaxPatchBodyBytes, its 413 closes the
+  // connection).
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (req.has_header("Content-Length")) {
-      const std::string length = req.get_header_value("Content-Length");
-      const std::size_t limit = is_patch(req) ? kMaxPatchBodyBytes : kMaxBodyBytes;
-      if (length.size() > 12 || length.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoull(length.empty() ? "0" : length) > limit) {
-        send_json(res, {413, {{"error", is_patch(req) ? kPatchTooLarge : "request body too large"}}});
-        return httplib::Server::HandlerResponse::Handled;
-      }
+    if (has_body(req)) return httplib::Server::HandlerResponse::Unhandled;
+    if (auto refused = refusal(req)) {
+      send_json(res, *refused);
+      return httplib::Server::HandlerResponse::Handled;
     }
-    if (!loopback_ || !req.has_header("Host")) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string host = req.get_header_value("Host");
-    const std::string port = ":" + std::to_string(address_.port);
-    for (const char* name : {"127.0.0.1", "localhost", "[::1]"}) {
-      if (host == name + port) return httplib::Server::HandlerResponse::Unhandled;
-    }
-    if (host == address_.host + port) return httplib::Server::HandlerResponse::Unhandled;
-    send_json(res, {403, {{"error", "this console answers to its loopback address only (Host: 127.0.0.1" + port + ")"}}});
-    return httplib::Server::HandlerResponse::Handled;
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   // Unknown paths and methods, and errors cpp-httplib itself found (a body
   // too large): JSON under /api/, a page elsewhere. Replies of the
@@ -174,19 +229,27 @@ void ConsoleServer::add_routes() {
     }
   });
 
-  // Each route takes the store's lock around the library call it makes.
-  auto locked = [this](auto fn) {
+  // Every route checks the request again (a request with a body reaches it
+  // unchecked, see above) before anything else.
+  auto guarded = [this](auto fn) {
     return [this, fn](const Request& req, Response& res) {
-      std::lock_guard<std::mutex> hold(store_lock_);
+      if (auto refused = refusal(req)) return send_json(res, *refused);
       fn(req, res);
     };
   };
-  http_->Get("/static/console.css", [](const Request&, Response& res) {
-    res.set_content(kConsoleCss.data(), kConsoleCss.size(), "text/css; charset=utf-8");
-  });
-  http_->Get("/static/console.js", [](const Request&, Response& res) {
-    res.set_content(kConsoleJs.data(), kConsoleJs.size(), "text/javascript; charset=utf-8");
-  });
+  // Each route that reads the store takes its lock around the library call.
+  auto locked = [this, guarded](auto fn) {
+    return guarded([this, fn](const Request& req, Response& res) {
+      std::lock_guard<std::mutex> hold(store_lock_);
+      fn(req, res);
+    });
+  };
+  http_->Get("/static/console.css", guarded([](const Request&, Response& res) {
+               res.set_content(kConsoleCss.data(), kConsoleCss.size(), "text/css; charset=utf-8");
+             }));
+  http_->Get("/static/console.js", guarded([](const Request&, Response& res) {
+               res.set_content(kConsoleJs.data(), kConsoleJs.size(), "text/javascript; charset=utf-8");
+             }));
   http_->Get("/", locked([this](const Request& req, Response& res) { send_page(res, list_page(store_, query_of(req))); }));
   http_->Get("/groups",
              locked([this](const Request& req, Response& res) { send_page(res, groups_page(store_, query_of(req))); }));
@@ -200,14 +263,14 @@ void ConsoleServer::add_routes() {
   // Prometheus: what the store holds (supervisor/metrics/store_metrics.h),
   // and pillbox_store_up 0 while it cannot be read.
   metrics_ = std::make_unique<metrics::StoreMetricsReader>(store_.dir);
-  http_->Get("/metrics", [this](const Request&, Response& res) {
+  http_->Get("/metrics", guarded([this](const Request&, Response& res) {
     const std::string store = metrics_->text();
     metrics::MetricsText text;
     text.family("pillbox_store_up", "1 when this answer has the store in it, 0 when it cannot be read.",
                 metrics::MetricType::kGauge);
     text.sample("pillbox_store_up", {}, store.empty() ? 0 : 1);
     res.set_content(text.text() + store, std::string(metrics::kContentType));
-  });
+  }));
   http_->Get("/api/records",
              locked([this](const Request& req, Response& res) { send_json(res, list_records(store_, query_of(req))); }));
   http_->Get("/api/stats",
@@ -240,17 +303,16 @@ void ConsoleServer::add_routes() {
     }
     return true;
   };
-  http_->Post(R"(/api/records/([^/]+)/discard)", [this, authorized](const Request& req, Response& res) {
+  http_->Post(R"(/api/records/([^/]+)/discard)", guarded([this, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
-    if (req.body.size() > kMaxBodyBytes) return send_json(res, {413, {{"error", "request body too large"}}});
     std::lock_guard<std::mutex> hold(store_lock_);
     send_json(res, discard_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
-  });
-  http_->Post(R"(/api/records/([^/]+)/patch)", [this, authorized](const Request& req, Response& res) {
+  }));
+  http_->Post(R"(/api/records/([^/]+)/patch)", guarded([this, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     std::lock_guard<std::mutex> hold(store_lock_);
     send_json(res, patch_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
-  });
+  }));
 }
 
 Expected<int> ConsoleServer::run_until_signal(std::string token) {

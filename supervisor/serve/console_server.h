@@ -16,6 +16,7 @@
 // store is used under one lock, one request at a time.
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "shared/status.h"
@@ -23,6 +24,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 }
 namespace pillbox::metrics {
 class StoreMetricsReader;
@@ -61,6 +63,9 @@ class ConsoleServer {
 
  private:
   void add_routes();
+  // Why a request is refused before its route runs (its body too large, a
+  // Host that is not this console's), or nothing.
+  std::optional<ApiReply> refusal(const httplib::Request& req) const;
 
   ConsoleStore store_;
   std::mutex store_lock_;  // every use of store_

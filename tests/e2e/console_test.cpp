@@ -789,6 +789,70 @@ TEST_CASE("serve: a patch body over the console's limit is 413 and names the CLI
   CHECK(body_of(most)["payload_size"] == (8u << 20));
 }
 
+namespace {
+
+// Everything the console answers on one connection after `request` was
+// sent, until it closes it (its keep-alive ends) or 30 s pass.
+std::string raw_exchange(int port, const std::string& request) {
+  const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(sock >= 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+  std::size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = ::write(sock, request.data() + sent, request.size() - sent);
+    REQUIRE(n > 0);
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string answer;
+  char block[4096];
+  pollfd p{sock, POLLIN, 0};
+  while (::poll(&p, 1, 30'000) == 1) {
+    const ssize_t n = ::read(sock, block, sizeof block);
+    if (n <= 0) break;
+    answer.append(block, static_cast<std::size_t>(n));
+  }
+  ::close(sock);
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("serve: a refused request's body is never read as more requests; another Host is refused on any address") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  const std::string port = std::to_string(serve.port());
+  // A discard whose body (over the 64 KiB a discard may send) is a run of
+  // GET requests, as a page of another site would smuggle them: one answer.
+  std::string smuggled;
+  while (smuggled.size() < 70'000) smuggled += "GET /api/stats HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n\r\n";
+  const std::string answer =
+      raw_exchange(serve.port(), "POST /api/records/1/discard HTTP/1.1\r\nHost: evil.example:" + port +
+                                     "\r\nContent-Type: application/json\r\nContent-Length: " +
+                                     std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled);
+  INFO(answer.substr(0, 600));
+  CHECK(count_of(answer, "HTTP/1.1 ") == 1);
+  CHECK(answer.find("\"groups\"") == std::string::npos);
+  CHECK(serve.stop(SIGTERM) == 0);
+
+  // Listening on every address: a name other than this host's is refused
+  // (a DNS name rebound to it), an IP address is answered.
+  Serve wide(s.store, "0.0.0.0:0");
+  REQUIRE_MESSAGE(!wide.url().empty(), wide.err());
+  const std::string wide_port = std::to_string(wide.port());
+  const std::string refused = raw_exchange(
+      wide.port(), "GET /api/stats HTTP/1.1\r\nHost: evil.example:" + wide_port + "\r\nConnection: close\r\n\r\n");
+  CHECK(refused.rfind("HTTP/1.1 403", 0) == 0);
+  CHECK(refused.find("\"groups\"") == std::string::npos);
+  const std::string answered = raw_exchange(
+      wide.port(), "GET /api/stats HTTP/1.1\r\nHost: 127.0.0.1:" + wide_port + "\r\nConnection: close\r\n\r\n");
+  CHECK(answered.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(wide.stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: in Chromium, the record page lists revisions with the note as text and patches from a file") {
   if (!have_chromium()) return;
   ConsoleStore s;
