@@ -142,24 +142,34 @@ void LiveRunFile::write_once() {
 
 json read_live_runs(const std::string& store_dir, bool remove_gone) {
   json runs = json::array();
-  const std::string dir = live_dir(store_dir);
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return runs;
+  // The directory by a descriptor of its own, never through a symlink: every
+  // name below is opened, and a gone run's file removed, in this directory,
+  // whatever its path names meanwhile.
+  const int dir_fd = ::open(live_dir(store_dir).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) return runs;
+  DIR* d = ::fdopendir(::dup(dir_fd));
+  if (d == nullptr) {
+    ::close(dir_fd);
+    return runs;
+  }
   std::vector<std::pair<std::int64_t, std::string>> names;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (const std::int64_t id = run_id_of(name); id > 0) names.emplace_back(id, name);
   }
   ::closedir(d);
-  std::sort(names.begin(), names.end());
+  // The newest runs first: files another host's runs left, which are never
+  // removed here, cannot hide a new run behind the limit.
+  std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   if (names.size() > kMaxLiveFiles) names.resize(kMaxLiveFiles);
+  std::sort(names.begin(), names.end());
   for (const auto& [id, name] : names) {
-    const std::string path = dir + "/" + name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;  // gone since the listing (the run ended), or a symlink
     struct stat st{};
     std::string text;
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::size_t>(st.st_size) <= kMaxLiveFileBytes) {
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && static_cast<std::size_t>(st.st_size) <= kMaxLiveFileBytes) {
       text.resize(static_cast<std::size_t>(st.st_size));
       const ssize_t n = ::read(fd, text.data(), text.size());
       text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
@@ -169,9 +179,16 @@ json read_live_runs(const std::string& store_dir, bool remove_gone) {
     if (!run.is_object() || !run.contains("claim") || !run["claim"].is_string()) continue;
     if (!run.contains("run_id") || run["run_id"] != id) continue;
     switch (store::claim_holder(run["claim"].get<std::string>())) {
-      case store::ClaimHolder::kGone:
-        if (remove_gone) ::unlink(path.c_str());
+      case store::ClaimHolder::kGone: {
+        // Only the file that was read: not one a new run wrote under the
+        // same name since (a rename replaces the inode).
+        struct stat now{};
+        if (remove_gone && ::fstatat(dir_fd, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == st.st_ino &&
+            now.st_dev == st.st_dev) {
+          ::unlinkat(dir_fd, name.c_str(), 0);
+        }
         continue;
+      }
       case store::ClaimHolder::kLive:
         run["holder"] = "live";
         break;
@@ -181,6 +198,7 @@ json read_live_runs(const std::string& store_dir, bool remove_gone) {
     }
     runs.push_back(std::move(run));
   }
+  ::close(dir_fd);
   return runs;
 }
 

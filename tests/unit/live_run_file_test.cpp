@@ -78,3 +78,22 @@ TEST_CASE("live run file: a file whose process is gone is ignored (and deleted w
   test::ScratchDir empty("live-run");
   CHECK(metrics::read_live_runs(empty.path, true).empty());
 }
+
+TEST_CASE("live run file: a live directory that is a symlink is not followed; past the limit, the newest runs are read") {
+  metrics::RunMetrics counts;
+  test::ScratchDir elsewhere("live-run");
+  const std::string planted = elsewhere.write("7.json", metrics::live_run_json(7, counts.snapshot(), "", 0).dump());
+  test::ScratchDir dir("live-run");
+  REQUIRE(::symlink(elsewhere.path.c_str(), (dir.path + "/live").c_str()) == 0);
+  CHECK(metrics::read_live_runs(dir.path, true).empty());
+  CHECK(::access(planted.c_str(), F_OK) == 0);
+
+  test::ScratchDir many("live-run");
+  for (int id = 1; id <= 300; ++id) {
+    many.write("live/" + std::to_string(id) + ".json", metrics::live_run_json(id, counts.snapshot(), "", 0).dump());
+  }
+  const json runs = metrics::read_live_runs(many.path, false);
+  REQUIRE(runs.size() == 256);
+  CHECK(runs.front()["run_id"] == 45);  // 300 - 256 + 1: the oldest were left out
+  CHECK(runs.back()["run_id"] == 300);
+}
