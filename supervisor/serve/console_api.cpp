@@ -174,9 +174,12 @@ ApiReply show_record(ConsoleStore& s, const std::string& id_text) {
   if (!found.record) return found.error;
   auto full = stored_record_json(s.quarantine, *found.record, s.dir);
   if (!full) return error_reply(500, full.error());
-  // As show --json: without the payload's head when it cannot be read.
-  auto payload = s.quarantine.payloads().get(found.record->entry.payload_sha256);
-  return {200, payload ? shown_record_json(std::move(*full), *payload) : std::move(*full)};
+  // As show --json: without the payload's head when it cannot be read. Its
+  // first bytes only: a payload may be up to 1 GiB, and anyone who reaches
+  // the console may ask for it again and again (show --json reads it whole,
+  // to check its hash: for a damaged payload the head is here and not there).
+  auto head = s.quarantine.payloads().head(found.record->entry.payload_sha256, kPayloadHeadBytes);
+  return {200, head ? shown_record_json(std::move(*full), *head) : std::move(*full)};
 }
 
 ApiReply record_stats(ConsoleStore& s, const Query& query) {
@@ -288,6 +291,14 @@ ApiReply patch_record(ConsoleStore& s, const std::string& id_text, const std::st
     }
   }
   return error_reply(400, revision.error());
+}
+
+PayloadReply record_preview(ConsoleStore& s, const std::string& id_text, std::size_t max_bytes) {
+  auto found = find(s, id_text);
+  if (!found.record) return {found.error, {}, {}};
+  auto head = s.quarantine.payloads().head(found.record->entry.payload_sha256, max_bytes);
+  if (!head) return {error_reply(500, head.error()), {}, {}};
+  return {{}, std::move(*head), ""};
 }
 
 PayloadReply record_payload(ConsoleStore& s, const std::string& id_text) {

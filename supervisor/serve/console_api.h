@@ -95,5 +95,8 @@ struct PayloadReply {
   std::string file_name;  // "record-ID.payload": a name that cannot be a path
 };
 PayloadReply record_payload(ConsoleStore& store, const std::string& id_text);
+// At most the first `max_bytes` of the payload, for a preview: read without
+// the rest, not checked against its hash (PayloadStore::head).
+PayloadReply record_preview(ConsoleStore& store, const std::string& id_text, std::size_t max_bytes);
 
 }  // namespace pillbox::serve

@@ -257,9 +257,14 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   }
 
   body += "<h2>Payload</h2>\n";
-  const PayloadReply payload = record_payload(store, id_text);
+  // Its first bytes only (and three more, for a UTF-8 sequence cut at the
+  // end): a payload may be up to 1 GiB, and a page may be asked for often.
+  const PayloadReply payload = record_preview(store, id_text, kPreviewBytes + 3);
   if (payload.error.status == 200) {
-    body += payload_preview_html(payload.bytes, kPreviewBytes);
+    const auto size = r.contains("payload_size") && r["payload_size"].is_number_unsigned()
+                          ? r["payload_size"].get<std::size_t>()
+                          : payload.bytes.size();
+    body += payload_preview_html(payload.bytes, kPreviewBytes, size);
     body += "<p><a class=\"download\" href=\"/api/records/" + url_encode(id) + "/payload\" download>download the "
             "payload</a> (exact bytes)</p>\n";
   } else {

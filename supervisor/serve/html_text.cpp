@@ -1,5 +1,7 @@
 #include "supervisor/serve/html_text.h"
 
+#include <algorithm>
+
 #include <cstdio>
 
 namespace pillbox::serve {
@@ -96,7 +98,8 @@ bool is_printable_utf8(std::string_view bytes) {
   return true;
 }
 
-std::string payload_preview_html(std::string_view bytes, std::size_t max_bytes) {
+std::string payload_preview_html(std::string_view bytes, std::size_t max_bytes, std::size_t total_bytes) {
+  total_bytes = std::max(total_bytes, bytes.size());
   std::string_view head = bytes.substr(0, max_bytes);
   // A cut in the middle of a UTF-8 sequence would make text look binary:
   // step back to the sequence's start (at most 3 bytes).
@@ -133,11 +136,11 @@ std::string payload_preview_html(std::string_view bytes, std::size_t max_bytes) 
     out += "</pre>\n";
   }
   const std::string format = out.find("payload text") != std::string::npos ? "text" : "hex";
-  if (head.size() < bytes.size()) {
-    out += "<p class=\"note\">first " + std::to_string(head.size()) + " of " + std::to_string(bytes.size()) +
+  if (head.size() < total_bytes) {
+    out += "<p class=\"note\">first " + std::to_string(head.size()) + " of " + std::to_string(total_bytes) +
            " bytes shown (" + format + ")</p>\n";
   } else {
-    out += "<p class=\"note\">" + std::to_string(bytes.size()) + " bytes (" + format + ")</p>\n";
+    out += "<p class=\"note\">" + std::to_string(total_bytes) + " bytes (" + format + ")</p>\n";
   }
   return out;
 }

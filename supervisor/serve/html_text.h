@@ -24,7 +24,9 @@ bool is_printable_utf8(std::string_view bytes);
 
 // The first `max_bytes` of a payload as an HTML <pre> block that is never
 // markup: printable UTF-8 as escaped text, anything else as a hex dump with
-// offsets and ASCII columns. A note says how many bytes were left out.
-std::string payload_preview_html(std::string_view bytes, std::size_t max_bytes);
+// offsets and ASCII columns. A note says how many bytes were left out of
+// `total_bytes` (the payload's size; `bytes` may be only its head; 0: the
+// size of `bytes`).
+std::string payload_preview_html(std::string_view bytes, std::size_t max_bytes, std::size_t total_bytes = 0);
 
 }  // namespace pillbox::serve

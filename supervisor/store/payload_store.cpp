@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "shared/regular_file_read.h"
 #include "shared/sha256.h"
 #include "supervisor/io/private_file.h"
 #include "supervisor/flow/task_source.h"
@@ -91,6 +92,33 @@ Expected<std::string> PayloadStore::get(const std::string& sha256) {
     bytes = stmt->column_text(0);
   }
   if (sha256_hex(bytes) != sha256) return Error{"store: payload " + sha256 + " is damaged (its hash does not match)"};
+  return bytes;
+}
+
+Expected<std::string> PayloadStore::head(const std::string& sha256, std::size_t max_bytes) {
+  auto stmt = Statement::prepare(db_->handle(), "SELECT substr(data, 1, ?2), data IS NULL FROM payloads WHERE sha256 = ?1");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, std::string_view(sha256)).bind(2, static_cast<std::int64_t>(max_bytes)).step();
+  if (!row) return Error{row.error()};
+  if (!*row) return Error{"store: no payload " + sha256};
+  if (stmt->column_int(1) == 0) return stmt->column_text(0);
+  const std::string path = file_path(sha256);
+  UniqueFd fd = open_for_reading_at(AT_FDCWD, path, O_NOFOLLOW);
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    return Error{"store: cannot read payload " + sha256 + ": " + std::strerror(errno)};
+  }
+  if (!S_ISREG(st.st_mode)) return Error{"store: cannot read payload " + sha256 + ": not a regular file"};
+  std::string bytes(max_bytes, '\0');
+  std::size_t got = 0;
+  while (got < max_bytes) {
+    const ssize_t n = ::read(fd.get(), bytes.data() + got, max_bytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error{"store: cannot read payload " + sha256 + ": " + std::strerror(errno)};
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  bytes.resize(got);
   return bytes;
 }
 

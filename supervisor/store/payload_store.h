@@ -28,6 +28,10 @@ class PayloadStore {
   Status put(std::string_view bytes, const std::string& sha256, std::int64_t now_ms);
   // The exact bytes, checked against their hash.
   Expected<std::string> get(const std::string& sha256);
+  // At most the first `max_bytes`, read without the rest (a payload may be
+  // up to 1 GiB) and so NOT checked against the hash: for a preview, never
+  // for a payload that runs or leaves the store.
+  Expected<std::string> head(const std::string& sha256, std::size_t max_bytes);
   // Deletes the rows of payloads no quarantine record refers to, inside the
   // caller's transaction, and returns the files to unlink once it commits
   // (unlinking first could leave a committed row without its file).

@@ -916,3 +916,24 @@ TEST_CASE("results: kept in the caller's transaction, a running total, the oldes
 }
 
 }  // namespace
+
+TEST_CASE("quarantine store: a payload's head is its first bytes, inline or in a file, read without the rest") {
+  Env env;
+  const std::string small = bytes_of(1000, 3);
+  const std::string big = bytes_of(kInlinePayloadBytes + 5000, 9);
+  env.add("small", small, "fp-s", 1000);
+  env.add("big", big, "fp-b", 1000);
+  auto& payloads = env.qs->payloads();
+  CHECK(payloads.head(sha256_hex(small), 10).value() == small.substr(0, 10));
+  CHECK(payloads.head(sha256_hex(small), 5000).value() == small);  // shorter than asked: all of it
+  CHECK(payloads.head(sha256_hex(big), 4099).value() == big.substr(0, 4099));
+  CHECK(payloads.head(sha256_hex(big), big.size() + 1).value() == big);
+  CHECK_FALSE(payloads.head(sha256_hex("never stored"), 10).has_value());
+  // The file replaced by a symlink: refused, not followed.
+  const std::string path = env.payload_path(sha256_hex(big));
+  REQUIRE(::unlink(path.c_str()) == 0);
+  REQUIRE(::symlink("/etc/passwd", path.c_str()) == 0);
+  auto followed = payloads.head(sha256_hex(big), 10);
+  REQUIRE_FALSE(followed.has_value());
+  CHECK(followed.error().find("cannot read payload") != std::string::npos);
+}
