@@ -737,58 +737,6 @@ TEST_CASE("serve: a patch needs the token, refuses bad bodies; with it, a revisi
   CHECK(patch_state(s) == resolved);
 }
 
-TEST_CASE("serve: a patch body over the console's limit is 413 and names the CLI; other routes keep 64 KiB") {
-  ConsoleStore s;
-  Serve serve(s.store);
-  httplib::Client http("127.0.0.1", serve.port());
-  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
-  const std::string id = s.id_of("segv");
-  const std::string before = patch_state(s);
-  // 8 MiB and one byte: under the body limit as base64, over the payload limit.
-  auto over = http.Post("/api/records/" + id + "/patch", auth, patch_body("big", std::string((8u << 20) + 1, 'x')),
-                        "application/json");
-  REQUIRE(over);
-  CHECK(over->status == 413);
-  CHECK(body_of(over)["error"].get<std::string>().find("--payload-file") != std::string::npos);
-  // A body far over it: refused by its Content-Length, before it is read
-  // (only the headers are sent here, and the answer comes).
-  {
-    const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(sock >= 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(static_cast<std::uint16_t>(serve.port()));
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
-    const std::string head = "POST /api/records/" + id + "/patch HTTP/1.1\r\nHost: 127.0.0.1:" +
-                             std::to_string(serve.port()) + "\r\nContent-Type: application/json\r\nContent-Length: " +
-                             std::to_string(13u << 20) + "\r\n\r\n";
-    REQUIRE(::write(sock, head.data(), head.size()) == static_cast<ssize_t>(head.size()));
-    std::string answer;
-    char block[4096];
-    pollfd p{sock, POLLIN, 0};
-    while (::poll(&p, 1, 30'000) == 1) {
-      const ssize_t n = ::read(sock, block, sizeof block);
-      if (n <= 0) break;
-      answer.append(block, static_cast<std::size_t>(n));
-      if (answer.find("}") != std::string::npos) break;
-    }
-    ::close(sock);
-    CHECK(answer.rfind("HTTP/1.1 413", 0) == 0);
-    CHECK(answer.find("--payload-file") != std::string::npos);
-  }
-  auto discard = http.Post("/api/records/" + id + "/discard", auth, std::string(65 * 1024, ' '), "application/json");
-  REQUIRE(discard);
-  CHECK(discard->status == 413);
-  CHECK(patch_state(s) == before);
-  // 8 MiB exactly is taken.
-  auto most = http.Post("/api/records/" + id + "/patch", auth, patch_body("big", std::string(8u << 20, 'x')),
-                        "application/json");
-  REQUIRE(most);
-  CHECK(most->status == 200);
-  CHECK(body_of(most)["payload_size"] == (8u << 20));
-}
-
 namespace {
 
 // Everything the console answers on one connection after `request` was
@@ -820,6 +768,40 @@ std::string raw_exchange(int port, const std::string& request) {
 }
 
 }  // namespace
+
+TEST_CASE("serve: a patch body over the console's limit is 413 and names the CLI; other routes keep 64 KiB") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
+  const std::string id = s.id_of("segv");
+  const std::string before = patch_state(s);
+  // 8 MiB and one byte: under the body limit as base64, over the payload limit.
+  auto over = http.Post("/api/records/" + id + "/patch", auth, patch_body("big", std::string((8u << 20) + 1, 'x')),
+                        "application/json");
+  REQUIRE(over);
+  CHECK(over->status == 413);
+  CHECK(body_of(over)["error"].get<std::string>().find("--payload-file") != std::string::npos);
+  // A body far over it: refused by its Content-Length, before it is read
+  // (only the headers are sent here, and the answer comes).
+  const std::string answer =
+      raw_exchange(serve.port(), "POST /api/records/" + id + "/patch HTTP/1.1\r\nHost: 127.0.0.1:" +
+                                     std::to_string(serve.port()) +
+                                     "\r\nContent-Type: application/json\r\nContent-Length: " +
+                                     std::to_string(13u << 20) + "\r\n\r\n");
+  CHECK(answer.rfind("HTTP/1.1 413", 0) == 0);
+  CHECK(answer.find("--payload-file") != std::string::npos);
+  auto discard = http.Post("/api/records/" + id + "/discard", auth, std::string(65 * 1024, ' '), "application/json");
+  REQUIRE(discard);
+  CHECK(discard->status == 413);
+  CHECK(patch_state(s) == before);
+  // 8 MiB exactly is taken.
+  auto most = http.Post("/api/records/" + id + "/patch", auth, patch_body("big", std::string(8u << 20, 'x')),
+                        "application/json");
+  REQUIRE(most);
+  CHECK(most->status == 200);
+  CHECK(body_of(most)["payload_size"] == (8u << 20));
+}
 
 TEST_CASE("serve: a refused request's body is never read as more requests; another Host is refused on any address") {
   ConsoleStore s;
