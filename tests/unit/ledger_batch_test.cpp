@@ -11,29 +11,14 @@
 #include "supervisor/flow/ledger_batch.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
-#include "tests/unit/scratch_dir.h"
+#include "tests/unit/store_fixture.h"
 
 namespace pillbox {
 namespace {
 
-struct Env {
-  test::ScratchDir scratch{"ledger-batch"};
-  std::optional<store::Store> store;
-  std::optional<store::Ledger> ledger;
-  std::optional<store::QuarantineStore> quarantine;
+struct Env : test::StoreFixture {
   BatchContext context;
-  Env() {
-    auto s = store::Store::open(scratch.path + "/store");
-    REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error()));
-    store.emplace(std::move(*s));
-    auto l = store::Ledger::open(store->db(), "job", "policy");
-    REQUIRE_MESSAGE(l.has_value(), (l ? "" : l.error()));
-    ledger.emplace(std::move(*l));
-    auto q = store::QuarantineStore::open(store->db(), store->dir(), 1000);
-    REQUIRE_MESSAGE(q.has_value(), (q ? "" : q.error()));
-    quarantine.emplace(std::move(*q));
-    context.actor = "ledger_batch_test";
-  }
+  Env() : StoreFixture("ledger-batch") { context.actor = "ledger_batch_test"; }
   StartAttempt start(std::uint64_t ref, const std::string& key, std::int64_t task_id = 0) const {
     StartAttempt s;
     s.ref = ref;
@@ -56,7 +41,7 @@ struct Env {
   std::int64_t started_task(const std::string& key) {
     LedgerBatch batch;
     batch.add(start(1, key));
-    auto r = batch.apply(*ledger, *quarantine, context);
+    auto r = batch.apply(*ledger, *qs, context);
     REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
     REQUIRE(r->started.size() == 1);
     return r->started[0].task_id;
@@ -77,7 +62,7 @@ TEST_CASE("ledger batch: left open, the starts are written at once and the rest 
   turn.add(SetTaskWait{b, 12345, false});
   turn.add(env.start(3, "c"));
   turn.add(env.start(4, "b", b));
-  auto r2 = turn.apply(*env.ledger, *env.quarantine, env.context, LedgerBatch::Commit::kLeaveOpen);
+  auto r2 = turn.apply(*env.ledger, *env.qs, env.context, LedgerBatch::Commit::kLeaveOpen);
   REQUIRE_MESSAGE(r2.has_value(), (r2 ? "" : r2.error()));
   REQUIRE(turn.open());
   REQUIRE(r2->started.size() == 2);
@@ -89,7 +74,7 @@ TEST_CASE("ledger batch: left open, the starts are written at once and the rest 
   // Another connection sees nothing of the turn.
   CHECK(env.seen("SELECT count(*) FROM attempts") == 2);
 
-  REQUIRE(turn.commit_open(*env.ledger, *env.quarantine, env.context).is_ok());
+  REQUIRE(turn.commit_open(*env.ledger, *env.qs, env.context).is_ok());
   CHECK_FALSE(turn.open());
   CHECK(env.seen("SELECT count(*) FROM attempts") == 4);
   CHECK(env.seen("SELECT state = 'ok' FROM tasks WHERE id = " + std::to_string(a)) == 1);
@@ -110,10 +95,10 @@ TEST_CASE("ledger batch: a commit left open that fails writes nothing, keeps all
   turn.add(EndAttempt{a, 1, "ok", "", "", true, ""});
   turn.add(SetTaskState{a, store::TaskState::kOk});
   turn.add(env.start(2, "b"));
-  auto r2 = turn.apply(*env.ledger, *env.quarantine, env.context, LedgerBatch::Commit::kLeaveOpen);
+  auto r2 = turn.apply(*env.ledger, *env.qs, env.context, LedgerBatch::Commit::kLeaveOpen);
   REQUIRE(r2.has_value());
   turn.add(EndAttempt{999, 1, "ok", "", "", true, ""});  // added after: stays after what comes back
-  const Status s = turn.commit_open(*env.ledger, *env.quarantine, env.context);
+  const Status s = turn.commit_open(*env.ledger, *env.qs, env.context);
   REQUIRE_FALSE(s.is_ok());
   CHECK(s.message().find("FOREIGN KEY") != std::string::npos);
   CHECK_FALSE(turn.open());
@@ -124,7 +109,7 @@ TEST_CASE("ledger batch: a commit left open that fails writes nothing, keeps all
   CHECK(std::holds_alternative<SetTaskState>(turn.writes()[1]));
   CHECK(std::get<EndAttempt>(turn.writes()[2]).task_id == 999);
   REQUIRE(env.store->db().exec("DROP TRIGGER trap_attempts").is_ok());
-  auto r3 = turn.apply(*env.ledger, *env.quarantine, env.context);
+  auto r3 = turn.apply(*env.ledger, *env.qs, env.context);
   REQUIRE_MESSAGE(r3.has_value(), (r3 ? "" : r3.error()));
   CHECK(env.seen("SELECT state = 'ok' FROM tasks WHERE id = " + std::to_string(a)) == 1);
 }
@@ -146,7 +131,7 @@ TEST_CASE("ledger batch: a batch with a quarantine record commits at once even w
   turn.add(EndAttempt{p, 1, "crash", "fp", "crash", true, ""});
   turn.add(q);
   turn.add(env.start(2, "next"));
-  auto r2 = turn.apply(*env.ledger, *env.quarantine, env.context, LedgerBatch::Commit::kLeaveOpen);
+  auto r2 = turn.apply(*env.ledger, *env.qs, env.context, LedgerBatch::Commit::kLeaveOpen);
   REQUIRE_MESSAGE(r2.has_value(), (r2 ? "" : r2.error()));
   CHECK_FALSE(turn.open());
   REQUIRE(r2->quarantined.size() == 1);  // told only once durable: it is
