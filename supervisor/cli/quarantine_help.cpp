@@ -127,7 +127,8 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --batch-timeout D       with --redis: how long to wait for each batch (default 5m)\n" PILLBOX_WHERE
      "\n"
      "exit codes: 0 every replayed payload resolved, 1 some failed again or a stop condition ended\n"
-     "it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n"},
+     "it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used (also when\n"
+     "a record's payload cannot be read: that record is left as it was, the others still run)\n"},
     {"import",
      "usage: pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...) [options]\n"
      "\n"

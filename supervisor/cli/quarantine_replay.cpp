@@ -117,6 +117,8 @@ int report_replay(const ReplayResult& result, bool write_errors) {
   if (!result.stopped_because.empty()) std::fprintf(stderr, "replay stopped: %s\n", result.stopped_because.c_str());
   if (result.stop_signal != 0) return 128 + result.stop_signal;
   if (write_errors) return kExitUsage;
+  // A payload the store cannot give back is the store's fault, not the record's.
+  if (result.unreadable > 0) return kExitSetup;
   return result.failed_again > 0 || !result.stopped_because.empty() ? kExitFailures : kExitOk;
 }
 

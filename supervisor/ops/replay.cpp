@@ -114,6 +114,32 @@ Expected<std::int64_t> use_newest_revision(store::RevisionStore& revisions, stor
   return (*newest)->n;
 }
 
+// Gives back, when the batch ends early, the claims it did not finish
+// (best effort: when the store itself failed, recover_abandoned takes them
+// back at the next replay).
+class ClaimRelease {
+ public:
+  ClaimRelease(store::ReplayStore& replays, const std::vector<std::int64_t>& claimed,
+               const std::set<std::int64_t>& finished)
+      : replays_(replays), claimed_(claimed), finished_(finished) {}
+  ClaimRelease(const ClaimRelease&) = delete;
+  ClaimRelease& operator=(const ClaimRelease&) = delete;
+  ~ClaimRelease() {
+    if (!armed_) return;
+    for (std::int64_t id : claimed_) {
+      if (finished_.count(id) == 0) (void)replays_.release(id, store::now_ms());
+    }
+  }
+  // The batch ended normally: its own code releases what is left.
+  void disarm() { armed_ = false; }
+
+ private:
+  store::ReplayStore& replays_;
+  const std::vector<std::int64_t>& claimed_;
+  const std::set<std::int64_t>& finished_;
+  bool armed_ = true;
+};
+
 }  // namespace
 
 Expected<std::vector<store::QuarantineRecord>> replay_plan(store::ReplayStore& replays, const ReplaySettings& settings,
@@ -147,37 +173,51 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
     const std::set<std::int64_t> mine(claimed->begin(), claimed->end());
     result.taken_by_others += ids.size() - mine.size();
     result.not_replayed += ids.size() - mine.size();
+    std::set<std::int64_t> finished;
+    // Whatever ends this batch early (an error of the store, the sandbox or
+    // a record's configuration) gives back what it claimed and did not
+    // finish: no record is left `replaying` until the next replay recovers it.
+    ClaimRelease release_on_error(replays, *claimed, finished);
 
     for (std::size_t i = first; i < last; ++i) {
       auto& r = (*selected)[i];
       if (mine.count(r.id) == 0) continue;
       auto revision = use_newest_revision(revisions, r);
-      if (!revision) {
-        for (std::int64_t id : *claimed) (void)replays.release(id, store::now_ms());
-        return Error{revision.error()};
-      }
+      if (!revision) return Error{revision.error()};
       if (*revision > 0) revision_of[r.id] = *revision;
+    }
+    // The payloads, read once claimed (a patch may have changed which). A
+    // record whose payload cannot be read (removed or damaged on disk) is
+    // left as it was and reported; the others still run.
+    std::map<std::int64_t, std::string> payload_of;
+    for (std::size_t i = first; i < last; ++i) {
+      const auto& r = (*selected)[i];
+      if (mine.count(r.id) == 0) continue;
+      auto bytes = quarantine.payloads().get(r.entry.payload_sha256);
+      if (!bytes) {
+        result.skipped.push_back("record " + std::to_string(r.id) + ": its payload cannot be read (" + bytes.error() +
+                                 "); left as it was");
+        ++result.unreadable;
+        continue;
+      }
+      payload_of.emplace(r.id, std::move(*bytes));
     }
     // Group the batch by what it runs under: one dispatcher per group. A
     // patch's arguments are part of that (recorded_handler reads them).
     std::map<std::string, std::vector<const store::QuarantineRecord*>> groups;
     for (std::size_t i = first; i < last; ++i) {
       const auto& r = (*selected)[i];
-      if (mine.count(r.id) == 0) continue;
+      if (payload_of.count(r.id) == 0) continue;
       const std::string key = settings.handler || settings.policy
                                   ? "override"
                                   : r.entry.handler_identity + "\n" + r.entry.handler_args + "\n" + r.entry.policy;
       groups[key].push_back(&r);
     }
     std::size_t batch_ran = 0, batch_failed = 0;
-    std::set<std::int64_t> finished;
     for (auto& [key, records] : groups) {
       if (!result.stopped_because.empty()) break;
       auto config = config_for(*records.front(), settings);
-      if (!config) {
-        for (auto* r : records) (void)replays.release(r->id, store::now_ms());
-        return Error{"record " + std::to_string(records.front()->id) + " cannot run here: " + config.error()};
-      }
+      if (!config) return Error{"record " + std::to_string(records.front()->id) + " cannot run here: " + config.error()};
       const std::string identity = handler_identity(*config);
       if (run_ids.count(key) == 0) {
         auto run_id = replays.start_run(identity, policy_identity(config->policy), store::now_ms());
@@ -185,11 +225,7 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
         run_ids[key] = *run_id;
       }
       std::vector<std::string> payloads;
-      for (auto* r : records) {
-        auto bytes = quarantine.payloads().get(r->entry.payload_sha256);
-        if (!bytes) return Error{bytes.error()};
-        payloads.push_back(std::move(*bytes));
-      }
+      for (auto* r : records) payloads.push_back(std::move(payload_of[r->id]));
       const std::int64_t run_id = run_ids[key];
       auto on_done = [&](const store::QuarantineRecord& r, const Outcome& o, std::int64_t started) -> Status {
         const store::ReplayVerdict verdict =
@@ -240,6 +276,7 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
       }
     }
     // What this batch claimed but did not run goes back to its status.
+    release_on_error.disarm();
     for (std::int64_t id : *claimed) {
       if (finished.count(id) > 0) continue;
       if (auto s = replays.release(id, store::now_ms()); !s) return Error{s.message()};

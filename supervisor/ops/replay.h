@@ -53,6 +53,7 @@ struct ReplayResult {
   std::size_t taken_by_others = 0;        // claimed by a concurrent replay first
   std::size_t recovered = 0;              // abandoned claims taken back before starting
   std::vector<std::string> skipped;       // why given records were left out
+  std::size_t unreadable = 0;             // claimed, but their payload cannot be read: left as they were
   std::map<std::string, std::size_t> failures_by_fingerprint;
   std::string stopped_because;            // "" when every selected record was replayed
   int stop_signal = 0;

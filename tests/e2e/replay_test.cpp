@@ -215,3 +215,22 @@ TEST_CASE("replay: resolved under the handler it was quarantined with, the task 
               .exit_code == 0);
   CHECK(sql_rows(other + "/pillbox.db", "SELECT state FROM tasks") == std::vector<std::vector<std::string>>{{"quarantined"}});
 }
+
+TEST_CASE("replay: a record whose payload cannot be read is left as it was; the rest of its batch still runs") {
+  e2e::TempDir dir;
+  const std::string store = quarantine(dir, 3, 0);
+  const std::string db = store + "/pillbox.db";
+  // Record 2's payload damaged in the store: its bytes no longer match their hash.
+  e2e::sql_write(db, "UPDATE payloads SET data = x'00' WHERE sha256 = "
+                     "(SELECT payload_sha256 FROM quarantine WHERE id = 2)");
+  const auto r = run_pillbox({"quarantine", "replay", "--all", "--batch", "3", "--jobs", "2", "--handler",
+                              e2e::poison_plugin(), "--arg", "fixed=yes", "--store", store});
+  INFO(r.describe());
+  CHECK(r.exit_code == 3);  // the store's fault, said as such
+  CHECK(r.err.find("skipped record 2: its payload cannot be read") != std::string::npos);
+  CHECK(r.err.find("left as it was") != std::string::npos);
+  CHECK(r.err.find("2 replayed: 2 resolved") != std::string::npos);
+  CHECK(count(db, "status = 'resolved'") == 2);
+  CHECK(count(db, "id = 2 AND status = 'quarantined'") == 1);
+  CHECK(count(db, "status = 'replaying'") == 0);  // its claim was given back
+}
