@@ -25,6 +25,9 @@
 //                         (fleet_minimize.h; the state holds the search's progress).
 //   NAME:dlq:minimized:<id>   the record's minimized payload, once one was
 //                         recorded (export --minimized writes it).
+//   NAME:dlq:fingerprints "KIND FINGERPRINT" of every dead letter, added by
+//                         the worker that wrote it (stream_protocol.h): what
+//                         a worker's pillbox_new_fingerprints_total counts.
 //
 // What the store's record has and the fleet's does not, in one place:
 //   id       the dead letter's entry id ("1712345678901-0"), a string;

@@ -249,7 +249,18 @@ Error explained(RedisConnection& redis, const StreamKeys& keys, const std::strin
 }  // namespace
 
 StreamKeys stream_keys(const std::string& name) {
-  return StreamKeys{name, name + ":results", name + ":dlq", name + ":attempts:"};
+  return StreamKeys{name, name + ":results", name + ":dlq", name + ":attempts:", name + ":dlq:fingerprints"};
+}
+
+std::string fingerprint_label(const std::string& kind, const std::string& fingerprint) {
+  return fingerprint.empty() ? kind : kind + " " + fingerprint;
+}
+
+Expected<bool> note_dead_letter_fingerprint(RedisConnection& redis, const StreamKeys& keys, const std::string& label) {
+  auto r = redis.command({"SADD", keys.dlq_fingerprints, label});
+  if (!r) return Error{r.error()};
+  if ((*r)->type != REDIS_REPLY_INTEGER) return malformed(redis, "SADD " + keys.dlq_fingerprints);
+  return (*r)->integer == 1;
 }
 
 Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::string& group) {

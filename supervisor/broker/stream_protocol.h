@@ -33,7 +33,15 @@ struct StreamKeys {
   std::string dlq;      // NAME:dlq: dead letters, one per quarantined task
   std::string history_prefix;  // NAME:attempts: + entry id: an entry's recorded deliveries
   std::string history(const std::string& entry) const { return history_prefix + entry; }
+  // NAME:dlq:fingerprints: a set of "KIND FINGERPRINT" of every dead letter
+  // (fingerprint_label), added by the worker that dead-letters one, so that a
+  // worker's metrics can tell a fingerprint the fleet never saw (SADD says 1).
+  std::string dlq_fingerprints;
 };
+// "KIND FINGERPRINT", or "KIND" for an outcome without one (a wall timeout).
+std::string fingerprint_label(const std::string& kind, const std::string& fingerprint);
+// Adds `label` to NAME:dlq:fingerprints: whether it was not there before.
+Expected<bool> note_dead_letter_fingerprint(RedisConnection& redis, const StreamKeys& keys, const std::string& label);
 StreamKeys stream_keys(const std::string& name);
 
 struct Consumer {

@@ -855,13 +855,21 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
                 consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, keys.dlq, 0, fields);
     const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
-    return [this, ref, outcome, reason, why, r = std::move(r)]() {
+    // Once it is in NAME:dlq: whether the fleet had seen the failure before.
+    // Only a metric rides on it: when Redis cannot say, it is not new.
+    bool is_new = false;
+    if (r && *r) {
+      auto added = note_dead_letter_fingerprint(redis, keys, fingerprint_label(std::string(to_string(outcome.kind)),
+                                                                               outcome.fingerprint));
+      is_new = added && *added;
+    }
+    return [this, ref, outcome, reason, why, is_new, r = std::move(r)]() {
       if (!r) return on_entry_error(ref, r.error());
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
       if (!*r) return taken_over(ref, why);
       ++report_.dead_lettered;
-      WorkerVerdict v{WorkerVerdict::Type::kDeadLettered, it->second.id, it->second.delivery, **r, reason};
+      WorkerVerdict v{WorkerVerdict::Type::kDeadLettered, it->second.id, it->second.delivery, **r, reason, is_new};
       out_.on_verdict(it->second.task, outcome, v);
       forget(ref);
     };

@@ -79,6 +79,9 @@ struct WorkerVerdict {
   std::int64_t deliveries = 0;
   std::string added;   // the results or dlq entry id
   std::string reason;
+  // kDeadLettered: its kind and fingerprint were not among the fleet's dead
+  // letters before (NAME:dlq:fingerprints; false when that could not be told).
+  bool new_fingerprint = false;
 };
 
 // The word `pillbox worker` prints for a verdict: ok, dead-lettered,

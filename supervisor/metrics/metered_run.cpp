@@ -50,8 +50,8 @@ void MeteredVerdicts::on_taken_back(const Task& task, const Outcome& outcome, co
 }
 
 void MeteredWorkerVerdicts::on_verdict(const Task& task, const Outcome& outcome, const broker::WorkerVerdict& verdict) {
-  // A worker has no store to tell it which fingerprints are new: not counted.
-  metrics_.verdict(outcome.kind, std::string(broker::to_string(verdict.type)), false);
+  // New to the fleet's dead letters (NAME:dlq:fingerprints), not to a store.
+  metrics_.verdict(outcome.kind, std::string(broker::to_string(verdict.type)), verdict.new_fingerprint);
   sink_.on_verdict(task, outcome, verdict);
 }
 

@@ -65,7 +65,7 @@ void RunMetrics::render(MetricsText& out) const {
   }
   out.family("pillbox_attempt_duration_seconds", "Wall-clock time of each attempt's child.", MetricType::kHistogram);
   out.histogram("pillbox_attempt_duration_seconds", {}, c.attempt_seconds);
-  out.family("pillbox_new_fingerprints_total", "Failures whose fingerprint the store had never seen.",
+  out.family("pillbox_new_fingerprints_total", "Failures whose fingerprint was never seen before (by the store; by a worker: among the fleet's dead letters).",
              MetricType::kCounter);
   out.sample("pillbox_new_fingerprints_total", {}, static_cast<double>(c.new_fingerprints));
   out.family("pillbox_verdicts_taken_back_total",

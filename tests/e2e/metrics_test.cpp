@@ -260,6 +260,7 @@ TEST_CASE("worker --metrics: settled entries by kind and verdict, attempts, slot
   std::vector<std::pair<std::string, std::string>> tasks;
   for (int i = 0; i < 3; ++i) tasks.emplace_back("good-" + std::to_string(i), "payload " + std::to_string(i));
   tasks.emplace_back("segv", "S segv");
+  tasks.emplace_back("segv-again", "S segv again");  // the same crash: one fingerprint new to the fleet, not two
   e2e::add_entries(server, "jobs", tasks);
   LiveRun worker({"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2", "--backoff-base", "10ms",
                   "--json", "--metrics", "127.0.0.1:0", "--", e2e::fixture("mixed_poison")});
@@ -275,15 +276,16 @@ TEST_CASE("worker --metrics: settled entries by kind and verdict, attempts, slot
   INFO(s.body);
   REQUIRE(s.status == 200);
   CHECK(sample(s.body, "pillbox_tasks_total{kind=\"ok\",verdict=\"ok\"}") == 3);
-  CHECK(sample(s.body, "pillbox_tasks_total{kind=\"crash\",verdict=\"dead-lettered\"}") == 1);
-  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"crash\"}") == 2);  // the same crash twice
+  CHECK(sample(s.body, "pillbox_tasks_total{kind=\"crash\",verdict=\"dead-lettered\"}") == 2);
+  CHECK(sample(s.body, "pillbox_attempts_total{kind=\"crash\"}") == 4);  // each crash twice
+  CHECK(sample(s.body, "pillbox_new_fingerprints_total") == 1);
   CHECK(sample(s.body, "pillbox_attempts_total{kind=\"ok\"}") == 3);
-  CHECK(sample(s.body, "pillbox_attempt_duration_seconds_count") == 5);
+  CHECK(sample(s.body, "pillbox_attempt_duration_seconds_count") == 7);
   CHECK(sample(s.body, "pillbox_slots") == 2);
   CHECK(sample(s.body, "pillbox_slots_busy") == 0);
   CHECK(sample(s.body, "pillbox_breaker_open") == 0);
   CHECK(s.body.find("pillbox_store_up") == std::string::npos);  // a worker has no store
-  CHECK(e2e::stream_entries(server, "jobs:dlq").size() == 1);
+  CHECK(e2e::stream_entries(server, "jobs:dlq").size() == 2);
   e2e::check_with_promtool(s.body);
   worker.signal(SIGTERM);
   CHECK(worker.wait() == 128 + SIGTERM);
