@@ -9,8 +9,9 @@
 namespace pillbox::serve {
 
 // `text` escaped for an element's content and for a quoted attribute value
-// (& < > " ' all escaped). Bytes that are not valid UTF-8, and control
-// characters other than tab and newline, become U+FFFD: what the browser
+// (& < > " ' all escaped). Bytes that are not valid UTF-8, control
+// characters other than tab and newline, and bidirectional controls (which
+// would reorder what the page shows) become U+FFFD: what the browser
 // decodes is what was checked.
 std::string html_escape(std::string_view text);
 
@@ -19,7 +20,8 @@ std::string html_escape(std::string_view text);
 std::string url_encode(std::string_view text);
 
 // True when `bytes` is valid UTF-8 without control characters other than
-// tab, newline and carriage return: a payload shown as text as it is.
+// tab, newline and carriage return, and without bidirectional controls: a
+// payload shown as text as it is.
 bool is_printable_utf8(std::string_view bytes);
 
 // The first `max_bytes` of a payload as an HTML <pre> block that is never

@@ -28,6 +28,24 @@ TEST_CASE("console html_escape: markup, quotes, invalid UTF-8 and control bytes 
   CHECK(html_escape(std::string("a\0b", 3)) == "a\xEF\xBF\xBD" "b");
 }
 
+TEST_CASE("console html_escape: bidirectional controls cannot reorder what a page shows") {
+  // "invoice<RLO>fdp.exe" would read "invoiceexe.pdf".
+  CHECK(html_escape("invoice\xE2\x80\xAE" "fdp.exe") == "invoice\xEF\xBF\xBD" "fdp.exe");
+  for (const char* control : {"\xD8\x9C", "\xE2\x80\x8E", "\xE2\x80\x8F", "\xE2\x80\xAA", "\xE2\x80\xAE",
+                              "\xE2\x81\xA6", "\xE2\x81\xA9"}) {
+    CAPTURE(control);
+    CHECK(html_escape(control) == "\xEF\xBF\xBD");
+    CHECK_FALSE(is_printable_utf8(std::string("text ") + control));
+  }
+  // Their neighbours are ordinary characters.
+  for (const char* ordinary : {"\xE2\x80\x8D", "\xE2\x80\xAF", "\xE2\x81\xA5", "\xE2\x81\xAA", "\xD8\x9B"}) {
+    CAPTURE(ordinary);
+    CHECK(html_escape(ordinary) == ordinary);
+  }
+  // A payload with one is previewed as hex, never as reordered text.
+  CHECK(payload_preview_html("a\xE2\x80\xAE" "b", 4096).find("e2 80 ae") != std::string::npos);
+}
+
 TEST_CASE("console url_encode: only unreserved bytes stay as they are") {
   CHECK(url_encode("pb1-0abc_~.") == "pb1-0abc_~.");
   CHECK(url_encode("a b&c=d\"<") == "a%20b%26c%3Dd%22%3C");
