@@ -4,6 +4,15 @@
 
 namespace pillbox {
 
+std::size_t bidi_control_at(std::string_view s) {
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  if (s.size() >= 2 && b(0) == 0xD8 && b(1) == 0x9C) return 2;
+  if (s.size() < 3 || b(0) != 0xE2) return 0;
+  if (b(1) == 0x80 && (b(2) == 0x8E || b(2) == 0x8F || (b(2) >= 0xAA && b(2) <= 0xAE))) return 3;
+  if (b(1) == 0x81 && b(2) >= 0xA6 && b(2) <= 0xA9) return 3;
+  return 0;
+}
+
 std::string table_cell(std::string_view text, std::size_t width) {
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -12,6 +21,9 @@ std::string table_cell(std::string_view text, std::size_t width) {
     if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {  // C1 controls in UTF-8 (e.g. U+009B, CSI)
       out += '?';
       ++i;
+    } else if (const std::size_t n = bidi_control_at(text.substr(i)); n > 0) {
+      out += '?';
+      i += n - 1;
     } else {
       out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
     }

@@ -8,8 +8,14 @@
 
 namespace pillbox {
 
-// One table cell: control bytes (C0, DEL and UTF-8-encoded C1) become '?',
-// cut to `width` with a trailing '~'.
+// The length of the bidirectional control that `text` starts with (U+061C,
+// U+200E, U+200F, U+202A..U+202E, U+2066..U+2069, in UTF-8), or 0. Shown as
+// they are, they reorder what follows them: a key "invoice\u202Efdp.exe"
+// reads "invoiceexe.pdf", and a value can seem to sit in another column.
+std::size_t bidi_control_at(std::string_view text);
+
+// One table cell: control bytes (C0, DEL and UTF-8-encoded C1) and
+// bidirectional controls become '?', cut to `width` with a trailing '~'.
 std::string table_cell(std::string_view text, std::size_t width);
 
 // A preview of the first `max_bytes` of a payload, as lines that start with

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "supervisor/io/terminal_text.h"
+
 namespace pillbox::serve {
 namespace {
 
@@ -34,24 +36,13 @@ std::size_t utf8_sequence(std::string_view s) {
   return n;
 }
 
-// A bidirectional control: U+061C, U+200E, U+200F, U+202A..U+202E,
-// U+2066..U+2069. Shown as they are, they reorder what follows them on the
-// line: a key "invoice\u202Efdp.exe" reads as "invoiceexe.pdf", and a
-// value can appear to sit in another column than its own.
-bool is_bidi_control(std::string_view seq) {
-  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(seq[i]); };
-  if (seq.size() == 2) return b(0) == 0xD8 && b(1) == 0x9C;
-  if (seq.size() != 3 || b(0) != 0xE2) return false;
-  if (b(1) == 0x80) return b(2) == 0x8E || b(2) == 0x8F || (b(2) >= 0xAA && b(2) <= 0xAE);
-  return b(1) == 0x81 && b(2) >= 0xA6 && b(2) <= 0xA9;
-}
-
 // A C0 control (but tab and newline), DEL, a C1 control (U+0080..U+009F,
-// encoded C2 80..C2 9F), or a bidirectional control.
+// encoded C2 80..C2 9F), or a bidirectional control (bidi_control_at).
 bool is_control(std::string_view seq, bool allow_cr) {
   const auto c = static_cast<unsigned char>(seq[0]);
   if (seq.size() == 1) return (c < 0x20 && c != '\t' && c != '\n' && !(allow_cr && c == '\r')) || c == 0x7F;
-  return (seq.size() == 2 && c == 0xC2 && static_cast<unsigned char>(seq[1]) < 0xA0) || is_bidi_control(seq);
+  return (seq.size() == 2 && c == 0xC2 && static_cast<unsigned char>(seq[1]) < 0xA0) ||
+         bidi_control_at(seq) == seq.size();
 }
 
 }  // namespace

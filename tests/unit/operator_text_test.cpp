@@ -14,6 +14,9 @@ TEST_CASE("terminal text: control bytes never pass, text stays text, binary beco
   CHECK(table_cell("a\x1b[2Jb\x07", 0) == "a?[2Jb?");
   CHECK(table_cell("x\xc2\x9b" "31m", 0) == "x?31m");      // C1 CSI in UTF-8
   CHECK(table_cell("caf\xc3\xa9", 0) == "caf\xc3\xa9");    // other UTF-8 is kept
+  CHECK(table_cell("invoice\xe2\x80\xae" "fdp.exe", 0) == "invoice?fdp.exe");  // RLO would reorder the line
+  CHECK(table_cell("\xe2\x81\xa6x\xe2\x81\xa9\xd8\x9c", 0) == "?x??");          // isolates, ALM
+  CHECK(table_cell("\xe2\x80\x94", 0) == "\xe2\x80\x94");                        // an em dash is text
   CHECK(table_cell("0123456789", 5) == "0123~");
   CHECK(payload_preview("line one\nline two", 512, "  ") == "  | line one\n  | line two\n");
   const std::string dump = payload_preview(std::string("S\x1b[2J\0", 6), 512, "");
