@@ -7,6 +7,7 @@
 
 #include "shared/base64.h"
 #include "supervisor/classify/outcome_json.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox {
 namespace {
@@ -29,7 +30,8 @@ std::string frame_text(const SymbolizedFrame& f) {
 // For a terminal: anything a hostile child put in a message, a symbol name
 // or a path (invalid UTF-8, escape sequences) is shown as '?'. In valid
 // UTF-8 that includes the C1 controls (U+0080..U+009F, 0xC2 0x80..0x9F):
-// U+009B is CSI, which terminals that decode C1 act on like ESC [.
+// U+009B is CSI, which terminals that decode C1 act on like ESC [. And the
+// bidirectional controls (bidi_control_at).
 std::string printable(std::string_view s) {
   const bool utf8 = is_valid_utf8(s);
   std::string out;
@@ -39,6 +41,9 @@ std::string printable(std::string_view s) {
     if (utf8 && c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
       out += '?';
       ++i;  // valid UTF-8: a continuation byte follows, 0x80 or more
+    } else if (const std::size_t n = utf8 ? bidi_control_at(s.substr(i)) : 0; n > 0) {
+      out += '?';  // it would reorder the rest of the line
+      i += n - 1;
     } else if (c < 0x20 || c == 0x7f || (!utf8 && c >= 0x80)) {
       out += '?';
     } else {
