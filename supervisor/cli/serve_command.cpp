@@ -11,6 +11,7 @@
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_server.h"
+#include "supervisor/serve/store_console_source.h"
 
 namespace pillbox::cli {
 namespace {
@@ -59,7 +60,8 @@ int serve_command(int argc, char** argv) {
   StoreAccessError error;
   auto access = open_existing_store(args->value("store").value_or(""), error);
   if (!access) return serve_error(error.message, error.exit_code);
-  serve::ConsoleServer server(serve::ConsoleStore{access->store.db(), *access->quarantine, access->store.dir()});
+  serve::StoreSource source(serve::ConsoleStore{access->store.db(), *access->quarantine, access->store.dir()});
+  serve::ConsoleServer server(source);
   // Bound before the token is written: a serve that cannot listen leaves
   // the running one's token (and everything else in the store) as it was.
   if (auto port = server.bind(*address); !port) return serve_error(port.error(), exit_code_for(port.error_code()));

@@ -98,13 +98,13 @@ Page error_page(int status, const std::string& message) {
                                           html_escape(message) + "</p>\n<p><a href=\"/\">the quarantine</a></p>\n")};
 }
 
-Page list_page(ConsoleStore& store, const Query& given) {
+Page list_page(ConsoleSource& source, const Query& given) {
   Query query = given;
   if (query_value(query, "limit").empty()) {
     query.erase("limit");
     query.emplace("limit", std::to_string(kListPageSize));
   }
-  const ApiReply reply = list_records(store, query);
+  const ApiReply reply = source.list_records(query);
   if (reply.status != 200) return error_reply_page(reply);
   const auto& records = reply.body["records"];
   const std::int64_t total = reply.body["total"].get<std::int64_t>();
@@ -148,8 +148,8 @@ Page list_page(ConsoleStore& store, const Query& given) {
   return {200, layout("quarantine", "/", body)};
 }
 
-Page groups_page(ConsoleStore& store, const Query& query) {
-  const ApiReply reply = record_stats(store, query);
+Page groups_page(ConsoleSource& source, const Query& query) {
+  const ApiReply reply = source.record_stats(query);
   if (reply.status != 200) return error_reply_page(reply);
   std::string body = "<h1>Fingerprints</h1>\n<p>Records grouped by the bug that made them (<code>pillbox quarantine "
                      "stats</code>), most records first.</p>\n";
@@ -171,8 +171,8 @@ Page groups_page(ConsoleStore& store, const Query& query) {
   return {200, layout("fingerprints", "/groups", body)};
 }
 
-Page record_page(ConsoleStore& store, const std::string& id_text) {
-  const ApiReply reply = show_record(store, id_text);
+Page record_page(ConsoleSource& source, const std::string& id_text) {
+  const ApiReply reply = source.show_record(id_text);
   if (reply.status != 200) return error_reply_page(reply);
   const json& r = reply.body;
   const std::string id = text(r["id"]);
@@ -259,7 +259,7 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   body += "<h2>Payload</h2>\n";
   // Its first bytes only (and three more, for a UTF-8 sequence cut at the
   // end): a payload may be up to 1 GiB, and a page may be asked for often.
-  const PayloadReply payload = record_preview(store, id_text, kPreviewBytes + 3);
+  const PayloadReply payload = source.preview(id_text, kPreviewBytes + 3);
   if (payload.error.status == 200) {
     const auto size = r.contains("payload_size") && r["payload_size"].is_number_unsigned()
                           ? r["payload_size"].get<std::size_t>()
@@ -272,7 +272,7 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   }
 
   const std::string status = text(r["status"]);
-  if (status == "quarantined" || status == "failed-again") {
+  if (source.patches() && (status == "quarantined" || status == "failed-again")) {
     // Read by /static/console.js: the file as base64, or the K=V lines.
     const bool exec = text(r["handler"]) == "exec";
     body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
@@ -304,8 +304,8 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   return {200, layout("record " + id, "", body)};
 }
 
-Page tasks_page(ConsoleStore& store, const Query& query) {
-  const ApiReply reply = list_tasks(store, query);
+Page tasks_page(ConsoleSource& source, const Query& query) {
+  const ApiReply reply = source.list_tasks(query);
   if (reply.status != 200) return error_reply_page(reply);
   std::vector<std::string> states;
   for (store::TaskView v : store::kAllTaskViews) states.emplace_back(to_string(v));
@@ -330,8 +330,8 @@ Page tasks_page(ConsoleStore& store, const Query& query) {
 
 // The rows are what console.js rebuilds from /api/runs every 2 s (keep the
 // two in step): the page is whole without script, and live with it.
-Page runs_page(ConsoleStore& store) {
-  const ApiReply reply = live_runs(store);
+Page runs_page(ConsoleSource& source) {
+  const ApiReply reply = source.live_runs();
   if (reply.status != 200) return error_reply_page(reply);
   std::string body = "<h1>Runs</h1>\n<p class=\"note\">Each <code>pillbox run</code> with this store, while it runs. "
                      "A <code>pillbox worker</code> has no store: its live numbers are at its <code>--metrics</code> "
