@@ -284,8 +284,9 @@ void ConsoleServer::add_routes() {
     switch (check_authorization(req.get_header_value("Authorization"), token_)) {
       case TokenCheck::kMissing:
         res.set_header("WWW-Authenticate", "Bearer");
-        send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in "
-                                        "serve.token in the store directory)"}}});
+        send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in the file "
+                                        "pillbox serve named when it started: serve.token in the store directory "
+                                        "unless --token-file)"}}});
         return false;
       case TokenCheck::kWrong:
         send_json(res, {403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}});
