@@ -49,13 +49,26 @@ std::vector<std::string> FleetSource::cli_source_args() const {
   return {"--redis", address_.describe(), "--stream", stream_};
 }
 
+ApiReply FleetSource::unreachable(const std::string& detail) const {
+  // The connection's errors name the server too: said once.
+  const std::string where = address_.describe();
+  std::string why = detail;
+  for (const std::string& prefix : {"cannot reach Redis at " + where + ": ", "Redis at " + where + ": "}) {
+    if (why.rfind(prefix, 0) == 0) {
+      why = why.substr(prefix.size());
+      break;
+    }
+  }
+  return error_reply(503, "Redis at " + where + " cannot be reached: " + why +
+                              "; the console answers again once it is back");
+}
+
 broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
   if (fleet_ && !fleet_->redis().broken()) return &*fleet_;
   fleet_.reset();
   auto opened = broker::FleetQuarantine::open(address_, stream_);
   if (!opened) {
-    error = error_reply(503, "Redis at " + address_.describe() + " cannot be reached: " + opened.error() +
-                                 "; the console answers again once it is back");
+    error = unreachable(opened.error());
     return nullptr;
   }
   fleet_.emplace(std::move(*opened));
@@ -65,8 +78,7 @@ broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
 ApiReply FleetSource::failure(const std::string& message, ErrorCode code, int usage_status) {
   if (fleet_ && (fleet_->redis().broken() || fleet_->redis().busy())) {
     if (fleet_->redis().broken()) fleet_.reset();  // connected again by the next request
-    return error_reply(503, "Redis at " + address_.describe() + " cannot be reached: " + message +
-                                "; the console answers again once it is back");
+    return unreachable(message);
   }
   return error_reply(code == ErrorCode::kUsage ? usage_status : 500, message);
 }

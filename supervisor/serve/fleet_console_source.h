@@ -57,6 +57,8 @@ class FleetSource : public ConsoleSource {
   // The quarantine, connected again when the last connection broke; nullptr
   // with `error` (503) when Redis cannot be reached.
   broker::FleetQuarantine* fleet(ApiReply& error);
+  // 503: Redis at URL cannot be reached, and why (`detail`).
+  ApiReply unreachable(const std::string& detail) const;
   // The reply for a failed call: 503 when Redis cannot be reached or cannot
   // serve now (the connection is dropped, to be made again), 400 for a
   // usage error (`usage_status`: 404 where it means no such record), 500

@@ -280,10 +280,14 @@ TEST_CASE("serve --redis: Redis stopped is 503 (JSON and page) and serve goes on
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
-TEST_CASE("serve --redis: the record page in Chromium shows the fingerprint and links by entry id") {
+TEST_CASE("serve --redis: the record page in Chromium shows the fingerprint, links by entry id, escapes a payload") {
   if (!e2e::have_chromium()) return;
   Fleet f;
   REQUIRE_REDIS(f.server);
+  // A dead letter a browser must never run: markup in its key and payload,
+  // bytes that are not UTF-8 (S: mixed_poison crashes on it).
+  const std::string hostile_key = "<img src=x onerror=alert(2)>";
+  e2e::add_entries(f.server, "jobs", {{hostile_key, std::string("S<script>alert(1)</script>\xff\xfe end")}});
   f.start();
   const json record = f.cli({"show", f.id_of("segv-1")})[0];
   const std::string id = record["id"];
@@ -302,6 +306,18 @@ TEST_CASE("serve --redis: the record page in Chromium shows the fingerprint and 
   CHECK(page.out.find(fingerprint) != std::string::npos);
   CHECK(page.out.find("dead letter") != std::string::npos);
   CHECK(page.out.find("S corrupt") != std::string::npos);  // the payload's preview
+
+  CHECK(list.out.find("&lt;img src=x onerror=alert(2)&gt;") != std::string::npos);
+  CHECK(list.out.find("<img") == std::string::npos);
+  const auto hostile = e2e::browse(f.serve->url() + "records/" + f.id_of(hostile_key));
+  INFO(hostile.describe());
+  REQUIRE(hostile.exit_code == 0);
+  CHECK(hostile.out.find("payload hex") != std::string::npos);  // not UTF-8: a hex dump
+  CHECK(hostile.out.find("S&lt;script&gt;alert(1") != std::string::npos);
+  CHECK(hostile.out.find("<img") == std::string::npos);
+  std::size_t scripts = 0;
+  for (auto at = hostile.out.find("<script"); at != std::string::npos; at = hostile.out.find("<script", at + 1)) ++scripts;
+  CHECK(scripts == 1);  // console.js, no element from the dead letter
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
