@@ -72,6 +72,10 @@ std::string fleet_location(const RedisAddress& address, const FleetKeys& keys) {
   return address.describe() + " " + keys.stream.dlq;
 }
 
+std::string store_only_verb(const std::string& verb) {
+  return verb + " works on the store only, not on the fleet's quarantine (--redis)";
+}
+
 Expected<std::string> parse_fleet_id(const std::string& text) {
   const auto dash = text.find('-');
   auto digits = [](std::string_view s) {

@@ -122,6 +122,12 @@ class FleetQuarantine {
 // Whether `r` passes `filter` (limit and offset aside).
 bool fleet_matches(const FleetRecord& r, const store::ListFilter& filter);
 
+// What a verb that acts on the store's records only says when it is asked
+// for on the fleet's (quarantine patch --redis, the console's patch on
+// serve --redis): "patch works on the store only, not on the fleet's
+// quarantine (--redis)".
+std::string store_only_verb(const std::string& verb);
+
 // A record id as operators type it: an entry id (MS-SEQ); a usage error otherwise.
 Expected<std::string> parse_fleet_id(const std::string& text);
 

@@ -32,7 +32,7 @@ const char* kUsage =
     "  fuzz       mutate seeds and run every candidate in the sandbox; quarantine new failures\n"
     "  submit     add the tasks of inputs to a Redis stream, for a fleet of workers\n"
     "  worker     run the tasks of a Redis stream as one worker of a fleet\n"
-    "  serve      a web console over the store: the quarantine, records, tasks, a JSON API\n"
+    "  serve      a web console over the store (or the fleet's quarantine): records, tasks, a JSON API\n"
     "  version    print the version (--json: as a JSON object)\n"
     "  help       `pillbox help COMMAND [VERB]` is `pillbox COMMAND [VERB] --help`\n"
     "\n"

@@ -128,7 +128,8 @@ const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"finger
 std::vector<OptionSpec> options_of(const std::string& verb) {
   std::vector<OptionSpec> o = {{"store"}, {"help", false}};
   auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
-  if (kFleetVerbs.count(verb) > 0) add({{"redis"}, {"stream"}});
+  // Every verb: one that works on the store only says so (on_fleet).
+  add({{"redis"}, {"stream"}});
   if (verb == "replay") add({{"batch-timeout"}});
   if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
   if (verb == "stats") add(kFilterOptions), add({{"json", false}});
@@ -311,7 +312,7 @@ int purge(const QuarantineContext& c) {
 int on_fleet(const std::string& verb, const Args& args) {
   const auto fleet_verb = kFleetVerbs.find(verb);
   if (fleet_verb == kFleetVerbs.end()) {
-    return quarantine_error(verb + " works on the store only, not on the fleet's quarantine (--redis)", kExitUsage);
+    return quarantine_error(broker::store_only_verb(verb), kExitUsage);
   }
   if (args.value("store")) return quarantine_error("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
   const auto stream = args.value("stream");

@@ -5,7 +5,9 @@
 // reads and changes; this turns its records into what the printers take.
 #include <string>
 
+#include "supervisor/broker/fleet_discard.h"
 #include "supervisor/broker/fleet_minimize.h"
+#include "supervisor/broker/fleet_views_json.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_print.h"
@@ -15,49 +17,7 @@
 namespace pillbox::cli {
 namespace {
 
-std::string where(const FleetContext& c) { return broker::fleet_location(c.quarantine.address(), c.quarantine.keys()); }
-
-// Its deliveries, then its redrives, numbered on from them as the store
-// numbers a replay's attempt after the task's.
-nlohmann::json attempt_history(const broker::FleetRecord& r) {
-  nlohmann::json history = nlohmann::json::array();
-  std::int64_t n = 0;
-  for (const auto& a : r.attempts) {
-    n = a.n > 0 ? a.n : n + 1;
-    history.push_back(attempt_json(n, a.worker, a.ended_at, a.ended_at, a.kind.empty() ? "released" : a.kind,
-                                   a.fingerprint, a.message, a.charged, false));
-  }
-  for (const auto& a : r.state.redrives) {
-    history.push_back(attempt_json(++n, a.worker, a.ended_at, a.ended_at, a.kind, a.fingerprint,
-                                   "redrive: entry " + a.entry + " -> " + a.outcome_entry +
-                                       (a.message.empty() ? "" : ": " + a.message),
-                                   a.charged, false));
-  }
-  return history;
-}
-
-// The worker's dead-lettering first (the store's first audit entry is the
-// quarantine too), then what operators did.
-std::vector<store::AuditEntry> audit_trail(const broker::FleetRecord& r) {
-  std::string worker = "a worker";
-  if (!r.attempts.empty() && !r.attempts.back().worker.empty()) worker = r.attempts.back().worker;
-  std::vector<store::AuditEntry> trail;
-  trail.push_back({r.record.created_at, "worker " + worker + (r.group.empty() ? "" : " of group " + r.group),
-                   "quarantined",
-                   (r.reason.empty() ? std::string("dead-lettered") : r.reason) + " (delivery " +
-                       std::to_string(r.deliveries) + " of entry " + r.source_entry + " of " +
-                       (r.stream.empty() ? std::string("the stream") : r.stream) + ")"});
-  trail.insert(trail.end(), r.state.audit.begin(), r.state.audit.end());
-  return trail;
-}
-
-nlohmann::json full_record(const FleetContext& c, const broker::FleetRecord& r) {
-  nlohmann::json j = full_record_json(r.id, r.record, where(c), attempt_history(r), audit_trail(r));
-  // What only a dead letter knows: where it came from and why.
-  j["stream"] = {{"name", r.stream}, {"group", r.group}, {"entry", r.source_entry}, {"deliveries", r.deliveries}};
-  j["reason"] = r.reason;
-  return j;
-}
+std::string where(const FleetContext& c) { return broker::fleet_where(c.quarantine); }
 
 Expected<std::string> one_id(const FleetContext& c) { return broker::parse_fleet_id(c.args.positional()[0]); }
 
@@ -81,8 +41,8 @@ int fleet_show(const FleetContext& c) {
   if (!id) return quarantine_error(id.error(), kExitUsage);
   auto r = c.quarantine.get(*id);
   if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
-  ShownRecord shown{r->id, r->record, full_record(c, *r), broker::checked_payload(*r), std::nullopt,
-                    "pillbox reproduce " + r->id + " --redis URL --stream " + c.quarantine.keys().stream.stream};
+  ShownRecord shown{r->id, r->record, broker::fleet_full_record_json(c.quarantine, *r), broker::checked_payload(*r),
+                    std::nullopt, "pillbox reproduce " + r->id + " --redis URL --stream " + c.quarantine.keys().stream.stream};
   if (!r->record.minimized_sha256.empty()) {
     if (auto mini = broker::minimized_payload(c.quarantine, *r)) shown.minimized_size = mini->size();
   }
@@ -107,7 +67,8 @@ int fleet_export(const FleetContext& c) {
   const bool minimized = c.args.flag("minimized");
   auto payload = minimized ? broker::minimized_payload(c.quarantine, *r) : broker::checked_payload(*r);
   if (!payload) return quarantine_error(payload.error(), exit_code_for(payload.error_code()));
-  const nlohmann::json full = c.args.flag("bundle") ? full_record(c, *r) : nlohmann::json();
+  const nlohmann::json full =
+      c.args.flag("bundle") ? broker::fleet_full_record_json(c.quarantine, *r) : nlohmann::json();
   return export_record(c.args, r->id, r->record, full, *payload,
                        minimized ? r->record.minimized_sha256 : r->record.entry.payload_sha256);
 }
@@ -121,33 +82,19 @@ int fleet_discard(const FleetContext& c) {
   for (const auto& text : c.args.positional()) {
     auto r = c.quarantine.get(text);
     if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
-    if (r->replaying) {
-      return quarantine_error("record " + text + " is being replayed right now (by " + r->replaying_by +
-                                  "); discard it when the replay is over",
-                              kExitUsage);
-    }
+    if (auto ok = broker::check_fleet_discardable(*r); !ok) return quarantine_error(ok.message(), kExitUsage);
     ids.push_back(r->id);
   }
   const std::string actor = actor_name("quarantine discard");
   DiscardReport report(c.args.flag("json"));
   for (const auto& id : ids) {
-    bool already = false;
-    std::string was;
-    auto r = c.quarantine.change_state(id, true, [&](broker::FleetState& s, const broker::FleetRecord&) {
-      was = std::string(to_string(s.status));
-      already = s.status == store::RecordStatus::kDiscarded;
-      if (already) return Status::ok();  // written back as it is
-      s.status = store::RecordStatus::kDiscarded;
-      s.updated_at = store::now_ms();
-      s.audit.push_back({s.updated_at, actor, "discarded", *reason + " (was " + was + ")"});
-      return Status::ok();
-    });
+    auto r = broker::discard_fleet_record(c.quarantine, id, actor, *reason);
     if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
-    if (already) {
+    if (r->already) {
       report.already_discarded(id);
       continue;
     }
-    report.discarded(id, was);
+    report.discarded(id, r->was);
   }
   report.finish();
   return kExitOk;

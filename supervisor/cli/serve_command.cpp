@@ -1,9 +1,12 @@
-// pillbox serve: the web console over a store (supervisor/serve/). Parses,
-// opens the store, binds, writes the access token, prints the URL, serves
-// until SIGINT or SIGTERM.
+// pillbox serve: the web console over a store, or over the fleet's
+// quarantine on Redis (supervisor/serve/). Parses, opens the quarantine,
+// binds, writes the access token, prints the URL, serves until SIGINT or
+// SIGTERM.
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "supervisor/broker/redis_connection.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
@@ -11,41 +14,105 @@
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_server.h"
+#include "supervisor/serve/fleet_console_source.h"
+#include "supervisor/serve/store_console_source.h"
+#include "supervisor/store/store_dir.h"
 
 namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox serve [--store DIR] [--listen HOST:PORT]\n"
+    "usage: pillbox serve [--store DIR | --redis URL --stream NAME] [--listen HOST:PORT] [--token-file FILE]\n"
     "\n"
     "A web console over the store: the quarantine (filters, paging), the fingerprint groups,\n"
     "each record (crash state, attempts, audit trail, stderr, a payload preview that is never\n"
     "markup, the payload's download), the tasks, and a JSON API under /api/ with the objects of\n"
     "the CLI's --json (GET /api/records, /api/records/ID, /api/records/ID/payload, /api/stats,\n"
     "/api/tasks; POST /api/records/ID/discard {\"reason\": TEXT}). See docs/console.md.\n"
+    "With --redis URL --stream NAME, the same pages and API over the fleet's quarantine (the\n"
+    "workers' dead letters, NAME:dlq), as `quarantine list/show/stats --redis` print it: ids are\n"
+    "entry ids, there are no tasks, runs or patches, and while Redis cannot be reached the\n"
+    "console answers 503 and goes on.\n"
     "\n"
     "Prints its URL as the first line on stdout. Each start writes a new random access token to\n"
-    "DIR/serve.token (mode 0600): every action (a POST) needs `Authorization: Bearer TOKEN` and is\n"
-    "audited as \"web: ADDRESS\". Reads need no token: keep the console on loopback. SIGINT or\n"
-    "SIGTERM stops it.\n"
+    "DIR/serve.token, or FILE (mode 0600): every action (a POST) needs `Authorization: Bearer\n"
+    "TOKEN` and is audited as \"web: ADDRESS\". Reads need no token: keep the console on loopback.\n"
+    "SIGINT or SIGTERM stops it.\n"
     "\n"
     "options:\n"
     "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                      ~/.local/state/pillbox); it must exist\n"
+    "  --redis URL --stream NAME\n"
+    "                      the fleet's quarantine instead of a store (redis://HOST[:PORT][/DB])\n"
     "  --listen HOST:PORT  where to listen (default 127.0.0.1:8080; port 0: a free port)\n"
+    "  --token-file FILE   where the access token goes (default: serve.token in the store; with\n"
+    "                      --redis, in the default store directory, created 0700 when missing)\n"
     "\n"
     "exit codes: 0 stopped by SIGINT or SIGTERM, 2 usage error or no usable --store, 3 the store\n"
-    "cannot be opened, the address cannot be listened on (in use), or the token cannot be written\n";
+    "or Redis cannot be opened, the address cannot be listened on (in use), or the token cannot be\n"
+    "written\n";
 
 int serve_error(const std::string& message, int exit_code) {
   std::fprintf(stderr, "pillbox serve: %s\n", message.c_str());
   return exit_code;
 }
 
+// What the console shows, and where its token goes.
+struct Opened {
+  std::unique_ptr<StoreAccess> store;  // --store: kept open while it serves
+  std::unique_ptr<serve::ConsoleSource> source;
+  std::string token_file;
+};
+
+// --redis URL --stream NAME: the token goes to --token-file, else to the
+// default store directory (made 0700 when missing; no store is opened).
+std::optional<Opened> open_fleet(const Args& args, int& exit_code, std::string& message) {
+  auto fail = [&](const std::string& m, int code) {
+    message = m;
+    exit_code = code;
+    return std::nullopt;
+  };
+  const auto stream = args.value("stream");
+  if (!stream || stream->empty()) {
+    return fail("--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)", kExitUsage);
+  }
+  auto address = broker::parse_redis_url(*args.value("redis"));
+  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+  Opened opened;
+  if (auto file = args.value("token-file")) {
+    opened.token_file = *file;
+  } else {
+    auto dir = store::resolve_store_dir("");
+    if (!dir) return fail(dir.error() + " (or give --token-file FILE)", kExitUsage);
+    if (auto s = store::prepare_store_dir(*dir); !s) return fail(s.message(), kExitSetup);
+    opened.token_file = serve::token_path(*dir);
+  }
+  auto source = serve::FleetSource::open(*address, *stream);
+  if (!source) return fail(source.error(), exit_code_for(source.error_code()));
+  opened.source = std::move(*source);
+  return opened;
+}
+
+std::optional<Opened> open_store(const Args& args, int& exit_code, std::string& message) {
+  StoreAccessError error;
+  Opened opened;
+  opened.store = open_existing_store(args.value("store").value_or(""), error);
+  if (!opened.store) {
+    message = error.message;
+    exit_code = error.exit_code;
+    return std::nullopt;
+  }
+  StoreAccess& a = *opened.store;
+  opened.source = std::make_unique<serve::StoreSource>(serve::ConsoleStore{a.store.db(), *a.quarantine, a.store.dir()});
+  opened.token_file = args.value("token-file").value_or(serve::token_path(a.store.dir()));
+  return opened;
+}
+
 }  // namespace
 
 int serve_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, 2, {{"store"}, {"listen"}, {"help", false}}, "serve");
+  auto args = Args::parse(argc, argv, 2,
+                          {{"store"}, {"redis"}, {"stream"}, {"token-file"}, {"listen"}, {"help", false}}, "serve");
   if (!args) return serve_error(args.error(), kExitUsage);
   if (args->flag("help")) {
     std::fputs(kHelp, stdout);
@@ -53,23 +120,30 @@ int serve_command(int argc, char** argv) {
   }
   if (!args->positional().empty()) return serve_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   if (args->has_dashdash()) return serve_error("unexpected '--'", kExitUsage);
+  if (args->value("store") && args->value("redis")) {
+    return serve_error("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
+  }
+  if (args->value("stream") && !args->value("redis")) {
+    return serve_error("--stream goes with --redis URL (the fleet's quarantine); a store is --store DIR", kExitUsage);
+  }
   auto address = serve::parse_listen_address(args->value("listen").value_or("127.0.0.1:8080"));
   if (!address) return serve_error(address.error(), kExitUsage);
 
-  StoreAccessError error;
-  auto access = open_existing_store(args->value("store").value_or(""), error);
-  if (!access) return serve_error(error.message, error.exit_code);
-  serve::ConsoleServer server(serve::ConsoleStore{access->store.db(), *access->quarantine, access->store.dir()});
+  int exit_code = kExitSetup;
+  std::string message;
+  auto opened = args->value("redis") ? open_fleet(*args, exit_code, message) : open_store(*args, exit_code, message);
+  if (!opened) return serve_error(message, exit_code);
+  serve::ConsoleServer server(*opened->source);
   // Bound before the token is written: a serve that cannot listen leaves
-  // the running one's token (and everything else in the store) as it was.
+  // the running one's token (and everything else) as it was.
   if (auto port = server.bind(*address); !port) return serve_error(port.error(), exit_code_for(port.error_code()));
-  auto token = serve::write_new_token(access->store.dir());
+  auto token = serve::write_new_token_file(opened->token_file);
   if (!token) return serve_error(token.error(), kExitSetup);
 
   std::printf("%s\n", server.url().c_str());
   std::fflush(stdout);
   std::fprintf(stderr, "pillbox serve: %s on %s; actions need the token in %s; Ctrl-C stops\n",
-               server.url().c_str(), access->store.dir().c_str(), serve::token_path(access->store.dir()).c_str());
+               server.url().c_str(), opened->source->location().c_str(), opened->token_file.c_str());
   if (!serve::is_loopback_host(address->host)) {
     std::fprintf(stderr, "pillbox serve: warning: %s is not a loopback address: whoever reaches it can read the "
                          "quarantine's payloads\n", address->host.c_str());

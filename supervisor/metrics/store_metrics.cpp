@@ -42,7 +42,7 @@ Status write_store_metrics(store::Database& db, MetricsText& out) {
   // Deferred: takes no lock until the first read, and only a read lock then.
   if (auto s = db.exec("BEGIN"); !s) return Status::error("cannot read the store: " + s.message());
   read.open = true;
-  std::map<std::pair<std::string, std::string>, std::int64_t> records;
+  RecordCounts records;
   if (auto s = count_rows(db, "SELECT status, kind, count(*) FROM quarantine GROUP BY status, kind", 2, records); !s) {
     return Status::error("cannot read the store's quarantine: " + s.message());
   }
@@ -53,6 +53,21 @@ Status write_store_metrics(store::Database& db, MetricsText& out) {
     return Status::error("cannot read the store's tasks: " + s.message());
   }
 
+  std::map<std::pair<std::string, std::string>, std::int64_t> all_tasks;
+  for (const auto state : store::kAllTaskStates) all_tasks[{std::string(store::to_string(state)), ""}] = 0;
+  for (const auto& [key, n] : tasks) all_tasks[key] += n;
+
+  MetricsText text;
+  write_quarantine_families(text, records, *fingerprints);
+  text.family("pillbox_store_tasks", "Tasks in the store's ledger, by state.", MetricType::kGauge);
+  for (const auto& [key, n] : all_tasks) {
+    text.sample("pillbox_store_tasks", {{"state", key.first}}, static_cast<double>(n));
+  }
+  out.append(text);
+  return Status::ok();
+}
+
+void write_quarantine_families(MetricsText& out, const RecordCounts& records, std::int64_t fingerprints) {
   // Every known status and kind present (0 where none), so that a query over
   // them sees a series from the start; unknown ones (a newer pillbox wrote
   // them) are kept as they are, their text escaped by the writer.
@@ -64,25 +79,13 @@ Status write_store_metrics(store::Database& db, MetricsText& out) {
     }
   }
   for (const auto& [key, n] : records) all_records[key] += n;
-  std::map<std::pair<std::string, std::string>, std::int64_t> all_tasks;
-  for (const auto state : store::kAllTaskStates) all_tasks[{std::string(store::to_string(state)), ""}] = 0;
-  for (const auto& [key, n] : tasks) all_tasks[key] += n;
-
-  MetricsText text;
-  text.family("pillbox_quarantine_records", "Quarantine records in the store, by status and failure kind.",
-              MetricType::kGauge);
+  out.family("pillbox_quarantine_records", "Quarantine records, by status and failure kind.", MetricType::kGauge);
   for (const auto& [key, n] : all_records) {
-    text.sample("pillbox_quarantine_records", {{"status", key.first}, {"kind", key.second}}, static_cast<double>(n));
+    out.sample("pillbox_quarantine_records", {{"status", key.first}, {"kind", key.second}}, static_cast<double>(n));
   }
-  text.family("pillbox_quarantine_fingerprints", "Distinct failure fingerprints among the store's quarantine records.",
-              MetricType::kGauge);
-  text.sample("pillbox_quarantine_fingerprints", {}, static_cast<double>(*fingerprints));
-  text.family("pillbox_store_tasks", "Tasks in the store's ledger, by state.", MetricType::kGauge);
-  for (const auto& [key, n] : all_tasks) {
-    text.sample("pillbox_store_tasks", {{"state", key.first}}, static_cast<double>(n));
-  }
-  out.append(text);
-  return Status::ok();
+  out.family("pillbox_quarantine_fingerprints", "Distinct failure fingerprints among the quarantine records.",
+             MetricType::kGauge);
+  out.sample("pillbox_quarantine_fingerprints", {}, static_cast<double>(fingerprints));
 }
 
 Expected<std::string> render_store_metrics(store::Store& store) {

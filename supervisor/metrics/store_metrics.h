@@ -11,7 +11,10 @@
 // default); fingerprints come from the quarantine_by_fingerprint index
 // alone; tasks by state read every task row (no index on tasks.state: one
 // would be written on every verdict of every run to serve a scrape).
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "shared/status.h"
 #include "supervisor/metrics/metrics_text.h"
@@ -27,6 +30,14 @@ namespace pillbox::metrics {
 // Errors: the database cannot be read (not a pillbox store, closed, older
 // schema); `out` is then unchanged.
 Status write_store_metrics(store::Database& db, MetricsText& out);
+
+// Records counted by (status, kind).
+using RecordCounts = std::map<std::pair<std::string, std::string>, std::int64_t>;
+// The quarantine's families: pillbox_quarantine_records{status,kind} (as
+// above: every known status and kind, 0 where none, unknown ones kept) and
+// pillbox_quarantine_fingerprints. The store's, and the fleet's dead letters
+// on `pillbox serve --redis` (supervisor/serve/fleet_console_source.h).
+void write_quarantine_families(MetricsText& out, const RecordCounts& records, std::int64_t fingerprints);
 
 // The whole answer for a store alone: write_store_metrics's text.
 Expected<std::string> render_store_metrics(store::Store& store);

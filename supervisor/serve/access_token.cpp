@@ -9,7 +9,9 @@ namespace pillbox::serve {
 
 std::string token_path(const std::string& store_dir) { return store_dir + "/serve.token"; }
 
-Expected<std::string> write_new_token(const std::string& store_dir) {
+Expected<std::string> write_new_token(const std::string& store_dir) { return write_new_token_file(token_path(store_dir)); }
+
+Expected<std::string> write_new_token_file(const std::string& file) {
   unsigned char random[32];
   if (RAND_bytes(random, sizeof random) != 1) return Error{"cannot draw a random access token (OpenSSL RAND_bytes)"};
   static const char* kHex = "0123456789abcdef";
@@ -18,7 +20,7 @@ Expected<std::string> write_new_token(const std::string& store_dir) {
     token += kHex[c >> 4];
     token += kHex[c & 15];
   }
-  if (auto s = write_file_whole(token_path(store_dir), token_path(store_dir) + ".tmp", token + "\n"); !s) {
+  if (auto s = write_file_whole(file, file + ".tmp", token + "\n"); !s) {
     return Error{s.message()};
   }
   return token;

@@ -1,8 +1,9 @@
 #pragma once
 // The console's access token: every action (a POST) needs it as
 // `Authorization: Bearer TOKEN`. A new one on each start of `pillbox
-// serve`, written to STORE/serve.token (0600): whoever can read the store
-// may act on it, nobody else, and a token from an earlier start stops working.
+// serve`, written to STORE/serve.token (0600), or the file --token-file
+// names: whoever can read it may act, nobody else, and a token from an
+// earlier start stops working.
 #include <string>
 #include <string_view>
 
@@ -14,7 +15,10 @@ namespace pillbox::serve {
 std::string token_path(const std::string& store_dir);
 
 // 32 random bytes (OpenSSL RAND_bytes) as 64 hex digits, written whole to
-// token_path (mode 0600, never through a symlink, replacing the last one).
+// `file` (mode 0600, never through a symlink, replacing the last one; its
+// directory exists): token_path, or serve's --token-file.
+Expected<std::string> write_new_token_file(const std::string& file);
+// write_new_token_file(token_path(store_dir)).
 Expected<std::string> write_new_token(const std::string& store_dir);
 
 // How an Authorization header compares with the token.

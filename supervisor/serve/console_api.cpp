@@ -20,8 +20,6 @@ namespace {
 // The longest discard reason taken (bytes): it is kept in the audit trail.
 constexpr std::size_t kMaxReasonBytes = 4096;
 
-ApiReply error_reply(int status, const std::string& message) { return {status, {{"error", message}}}; }
-
 // 400 for what the request got wrong, 500 for what the store did.
 ApiReply reply_for(ErrorCode code, const std::string& message) {
   return error_reply(code == ErrorCode::kSetup ? 500 : 400, message);
@@ -77,6 +75,8 @@ FoundRecord find(ConsoleStore& s, const std::string& id_text) {
 }
 
 }  // namespace
+
+ApiReply error_reply(int status, const std::string& message) { return {status, {{"error", message}}}; }
 
 Expected<std::int64_t> record_id(const std::string& text) {
   char* end = nullptr;
@@ -213,30 +213,40 @@ ApiReply list_tasks(ConsoleStore& s, const Query& query) {
 ApiReply discard_record(ConsoleStore& s, const std::string& id_text, const std::string& body,
                         const std::string& actor) {
   // The body first: a bad request changes nothing, whatever record it names.
-  const auto j = nlohmann::json::parse(body, nullptr, false);  // invalid UTF-8 is a parse error
-  if (j.is_discarded() || !j.is_object() || !j.contains("reason") || !j["reason"].is_string()) {
-    return error_reply(400, "the body must be a JSON object {\"reason\": TEXT} (the reason goes into the audit trail)");
-  }
-  const std::string reason = j["reason"].get<std::string>();
-  if (reason.empty() || reason.size() > kMaxReasonBytes) {
-    return error_reply(400, "the reason must be 1 to " + std::to_string(kMaxReasonBytes) + " bytes of text");
-  }
+  const DiscardReason reason = discard_reason(body);
+  if (!reason.reason) return reason.error;
   auto found = find(s, id_text);
   if (!found.record) return found.error;
   const store::QuarantineRecord& r = *found.record;
   if (auto ok = check_discardable(r, std::to_string(r.id)); !ok) return error_reply(409, ok.message());
-  auto done = pillbox::discard_record(s.quarantine, r, actor, reason);
+  auto done = pillbox::discard_record(s.quarantine, r, actor, *reason.reason);
   if (!done) return error_reply(500, done.error());
+  return discarded_reply(r.id, *done == DiscardOutcome::kAlreadyDiscarded, std::string(to_string(r.status)));
+}
+
+DiscardReason discard_reason(const std::string& body) {
+  const auto j = nlohmann::json::parse(body, nullptr, false);  // invalid UTF-8 is a parse error
+  if (j.is_discarded() || !j.is_object() || !j.contains("reason") || !j["reason"].is_string()) {
+    return {std::nullopt,
+            error_reply(400, "the body must be a JSON object {\"reason\": TEXT} (the reason goes into the audit trail)")};
+  }
+  std::string reason = j["reason"].get<std::string>();
+  if (reason.empty() || reason.size() > kMaxReasonBytes) {
+    return {std::nullopt, error_reply(400, "the reason must be 1 to " + std::to_string(kMaxReasonBytes) + " bytes of text")};
+  }
+  return {std::move(reason), {}};
+}
+
+ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::string& was) {
   // As quarantine discard --json.
   nlohmann::json discarded = nlohmann::json::array();
-  nlohmann::json already = nlohmann::json::array();
-  if (*done == DiscardOutcome::kDiscarded) {
-    discarded.push_back({{"id", r.id}, {"was", std::string(to_string(r.status))}});
+  nlohmann::json already_discarded = nlohmann::json::array();
+  if (already) {
+    already_discarded.push_back(id);
   } else {
-    already.push_back(r.id);
+    discarded.push_back({{"id", id}, {"was", was}});
   }
-  const int changed = *done == DiscardOutcome::kDiscarded ? 1 : 0;
-  return {200, {{"discarded", discarded}, {"already_discarded", already}, {"changed", changed}}};
+  return {200, {{"discarded", discarded}, {"already_discarded", already_discarded}, {"changed", already ? 0 : 1}}};
 }
 
 ApiReply patch_record(ConsoleStore& s, const std::string& id_text, const std::string& body,

@@ -16,6 +16,7 @@
 // are called one at a time (the server holds a lock around them).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -42,6 +43,9 @@ struct ApiReply {
   nlohmann::json body;
 };
 
+// {"error": message} with `status`.
+ApiReply error_reply(int status, const std::string& message);
+
 // The most records or tasks one request returns; more are read by paging
 // (offset). A listing without a limit returns this many at most.
 inline constexpr std::int64_t kMaxPage = 1000;
@@ -64,6 +68,17 @@ ApiReply live_runs(ConsoleStore& store);
 // `body` is the request's JSON body; `actor` goes into the audit trail.
 ApiReply discard_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
                         const std::string& actor);
+
+// A discard's body, {"reason": TEXT}: the reason, or the 400 that says why
+// not (read before the record: a bad request changes nothing).
+struct DiscardReason {
+  std::optional<std::string> reason;
+  ApiReply error;
+};
+DiscardReason discard_reason(const std::string& body);
+// A discard's answer, as quarantine discard --json's: {"discarded": [{"id",
+// "was"}], "already_discarded": [ID], "changed": N}, for record `id`.
+ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::string& was);
 
 // The largest new payload a patch from the console takes (decoded bytes);
 // larger ones are patched with `pillbox quarantine patch --payload-file`.

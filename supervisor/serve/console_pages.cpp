@@ -24,7 +24,9 @@ std::string field(const json& object, const char* name) {
   return object.is_object() && object.contains(name) ? esc(object[name]) : "-";
 }
 
-std::string layout(const std::string& title, const std::string& active, const std::string& body) {
+// `where`: the quarantine shown (ConsoleSource::location), in the header.
+std::string layout(const std::string& title, const std::string& active, const std::string& body,
+                   const std::string& where = "") {
   std::string nav;
   for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}, {"/runs", "Runs"}}) {
     nav += std::string("<a href=\"") + href + "\"" + (active == href ? " class=\"active\"" : "") + ">" + name + "</a>";
@@ -33,11 +35,19 @@ std::string layout(const std::string& title, const std::string& active, const st
          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
          "<title>" + html_escape(title) + " · pillbox</title>"
          "<link rel=\"stylesheet\" href=\"/static/console.css\"></head>\n"
-         "<body><header><span class=\"brand\">pillbox</span><nav>" + nav + "</nav></header>\n<main>\n" + body +
+         "<body><header><span class=\"brand\">pillbox</span><nav>" + nav + "</nav>" +
+         (where.empty() ? "" : "<span class=\"where\">" + html_escape(where) + "</span>") + "</header>\n<main>\n" + body +
          "</main>\n<script src=\"/static/console.js\"></script></body></html>\n";
 }
 
 Page error_reply_page(const ApiReply& reply) { return error_page(reply.status, text(reply.body["error"])); }
+
+// A page of what `source` does not have (the fleet's tasks and runs): its
+// title and the reply's explanation, with the reply's status.
+Page none_here(ConsoleSource& source, const std::string& title, const std::string& active, const ApiReply& reply) {
+  return {reply.status, layout(title, active, "<h1>" + html_escape(title) + "</h1>\n<p class=\"note\">" +
+                                                  esc(reply.body["error"]) + "</p>\n", source.location())};
+}
 
 // <select name=NAME> of `options`, "any" first, `current` selected.
 std::string select(const std::string& name, const std::vector<std::string>& options, const std::string& current) {
@@ -98,13 +108,13 @@ Page error_page(int status, const std::string& message) {
                                           html_escape(message) + "</p>\n<p><a href=\"/\">the quarantine</a></p>\n")};
 }
 
-Page list_page(ConsoleStore& store, const Query& given) {
+Page list_page(ConsoleSource& source, const Query& given) {
   Query query = given;
   if (query_value(query, "limit").empty()) {
     query.erase("limit");
     query.emplace("limit", std::to_string(kListPageSize));
   }
-  const ApiReply reply = list_records(store, query);
+  const ApiReply reply = source.list_records(query);
   if (reply.status != 200) return error_reply_page(reply);
   const auto& records = reply.body["records"];
   const std::int64_t total = reply.body["total"].get<std::int64_t>();
@@ -145,11 +155,11 @@ Page list_page(ConsoleStore& store, const Query& given) {
             "\">older</a>";
   }
   body += "</p>\n";
-  return {200, layout("quarantine", "/", body)};
+  return {200, layout("quarantine", "/", body, source.location())};
 }
 
-Page groups_page(ConsoleStore& store, const Query& query) {
-  const ApiReply reply = record_stats(store, query);
+Page groups_page(ConsoleSource& source, const Query& query) {
+  const ApiReply reply = source.record_stats(query);
   if (reply.status != 200) return error_reply_page(reply);
   std::string body = "<h1>Fingerprints</h1>\n<p>Records grouped by the bug that made them (<code>pillbox quarantine "
                      "stats</code>), most records first.</p>\n";
@@ -168,11 +178,11 @@ Page groups_page(ConsoleStore& store, const Query& query) {
             field(g, "message") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
-  return {200, layout("fingerprints", "/groups", body)};
+  return {200, layout("fingerprints", "/groups", body, source.location())};
 }
 
-Page record_page(ConsoleStore& store, const std::string& id_text) {
-  const ApiReply reply = show_record(store, id_text);
+Page record_page(ConsoleSource& source, const std::string& id_text) {
+  const ApiReply reply = source.show_record(id_text);
   if (reply.status != 200) return error_reply_page(reply);
   const json& r = reply.body;
   const std::string id = text(r["id"]);
@@ -200,12 +210,19 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
                      field(r, "source"));
   row("created", field(r, "created_at") + ", updated " + field(r, "updated_at") + ", " + field(r, "repeats") +
                      " repeats folded in");
+  if (r.contains("stream") && r["stream"].is_object()) {  // a dead letter of the fleet (fleet_views_json.h)
+    const json& st = r["stream"];
+    row("dead letter", "entry " + field(st, "entry") + " of " + field(st, "name") + " (group " + field(st, "group") +
+                           "), " + field(st, "deliveries") + " deliveries: " + field(r, "reason"));
+  }
   if (r.contains("reproduce")) {
     const auto& rep = r["reproduce"];
     row("reproduces", field(rep, "verdict") + ": " + field(rep, "matches") + " of " + field(rep, "runs") +
                           " runs ended with this fingerprint");
   } else {
-    row("reproduces", "not checked yet (<code>pillbox reproduce " + html_escape(id) + "</code>)");
+    std::string command = "pillbox reproduce " + id;
+    for (const auto& arg : source.cli_source_args()) command += " " + arg;
+    row("reproduces", "not checked yet (<code>" + html_escape(command) + "</code>)");
   }
   body += "</dl>\n";
 
@@ -259,7 +276,7 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   body += "<h2>Payload</h2>\n";
   // Its first bytes only (and three more, for a UTF-8 sequence cut at the
   // end): a payload may be up to 1 GiB, and a page may be asked for often.
-  const PayloadReply payload = record_preview(store, id_text, kPreviewBytes + 3);
+  const PayloadReply payload = source.preview(id_text, kPreviewBytes + 3);
   if (payload.error.status == 200) {
     const auto size = r.contains("payload_size") && r["payload_size"].is_number_unsigned()
                           ? r["payload_size"].get<std::size_t>()
@@ -272,7 +289,7 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
   }
 
   const std::string status = text(r["status"]);
-  if (status == "quarantined" || status == "failed-again") {
+  if (source.patches() && (status == "quarantined" || status == "failed-again")) {
     // Read by /static/console.js: the file as base64, or the K=V lines.
     const bool exec = text(r["handler"]) == "exec";
     body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
@@ -284,7 +301,7 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
               "</textarea></label>\n";
     }
     body += "<label>access token <input id=\"patch-token\" type=\"password\" autocomplete=\"off\" "
-            "size=\"20\" placeholder=\"STORE/serve.token\"></label>\n"
+            "size=\"20\" placeholder=\"serve.token\"></label>\n"
             "<button type=\"submit\">Patch</button>\n<output id=\"patch-result\"></output>\n</form>\n"
             "<p class=\"note\">Stored as the next revision beside the original (payloads up to 8 MiB here; larger "
             "ones: <code>pillbox quarantine patch " + html_escape(id) + " --payload-file FILE --note TEXT</code>). "
@@ -296,16 +313,18 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
             html_escape(url_encode(id)) + "/discard\">\n"
             "<label>reason <input name=\"reason\" required maxlength=\"4096\" size=\"40\"></label>\n"
             "<label>access token <input id=\"token\" type=\"password\" autocomplete=\"off\" size=\"20\" "
-            "placeholder=\"STORE/serve.token\"></label>\n"
+            "placeholder=\"serve.token\"></label>\n"
             "<button type=\"submit\">Discard</button>\n<output id=\"discard-result\"></output>\n</form>\n"
-            "<p class=\"note\">The token is in <code>serve.token</code> in the store directory; this tab keeps it "
+            "<p class=\"note\">The token is in the file <code>pillbox serve</code> named when it started "
+            "(<code>serve.token</code> in the store directory unless <code>--token-file</code>); this tab keeps it "
             "(sessionStorage) until it closes.</p>\n";
   }
-  return {200, layout("record " + id, "", body)};
+  return {200, layout("record " + id, "", body, source.location())};
 }
 
-Page tasks_page(ConsoleStore& store, const Query& query) {
-  const ApiReply reply = list_tasks(store, query);
+Page tasks_page(ConsoleSource& source, const Query& query) {
+  const ApiReply reply = source.list_tasks(query);
+  if (reply.status == 404) return none_here(source, "Tasks", "/tasks", reply);
   if (reply.status != 200) return error_reply_page(reply);
   std::vector<std::string> states;
   for (store::TaskView v : store::kAllTaskViews) states.emplace_back(to_string(v));
@@ -325,13 +344,14 @@ Page tasks_page(ConsoleStore& store, const Query& query) {
   }
   body += "</tbody></table>\n<p class=\"paging\">" + std::to_string(reply.body["tasks"].size()) + " tasks shown (at most " +
           std::to_string(kMaxPage) + ")</p>\n";
-  return {200, layout("tasks", "/tasks", body)};
+  return {200, layout("tasks", "/tasks", body, source.location())};
 }
 
 // The rows are what console.js rebuilds from /api/runs every 2 s (keep the
 // two in step): the page is whole without script, and live with it.
-Page runs_page(ConsoleStore& store) {
-  const ApiReply reply = live_runs(store);
+Page runs_page(ConsoleSource& source) {
+  const ApiReply reply = source.live_runs();
+  if (reply.status == 404) return none_here(source, "Runs", "/runs", reply);
   if (reply.status != 200) return error_reply_page(reply);
   std::string body = "<h1>Runs</h1>\n<p class=\"note\">Each <code>pillbox run</code> with this store, while it runs. "
                      "A <code>pillbox worker</code> has no store: its live numbers are at its <code>--metrics</code> "
@@ -367,7 +387,7 @@ Page runs_page(ConsoleStore& store) {
   }
   body += "</tbody></table>\n<p class=\"paging\" id=\"live-runs-empty\"" +
           std::string(reply.body["runs"].empty() ? "" : " hidden") + ">no run is attached to this store</p>\n";
-  return {200, layout("runs", "/runs", body)};
+  return {200, layout("runs", "/runs", body, source.location())};
 }
 
 }  // namespace pillbox::serve

@@ -1,7 +1,8 @@
 #pragma once
 // The console's HTML pages, rendered on the server from the same JSON
-// objects the API returns (console_api.h), so a page shows what the API and
-// the CLI say. Every value from the store is escaped (html_text.h); a
+// objects the API returns (console_api.h), read from the source
+// (console_source.h: the store or the fleet), so a page shows what the API
+// and the CLI say. Every value from the store is escaped (html_text.h); a
 // payload is previewed as text or hex, never as markup. The pages load
 // /static/console.css and /static/console.js (console_static.h) and nothing
 // from elsewhere: they work offline, under Content-Security-Policy
@@ -14,7 +15,7 @@
 //   /runs        the runs attached to the store now, refreshed every 2 s by console.js
 #include <string>
 
-#include "supervisor/serve/console_api.h"
+#include "supervisor/serve/console_source.h"
 
 namespace pillbox::serve {
 
@@ -28,11 +29,11 @@ inline constexpr std::int64_t kListPageSize = 50;
 // The most payload bytes a record page previews.
 inline constexpr std::size_t kPreviewBytes = 4096;
 
-Page list_page(ConsoleStore& store, const Query& query);
-Page groups_page(ConsoleStore& store, const Query& query);
-Page record_page(ConsoleStore& store, const std::string& id_text);
-Page tasks_page(ConsoleStore& store, const Query& query);
-Page runs_page(ConsoleStore& store);
+Page list_page(ConsoleSource& source, const Query& query);
+Page groups_page(ConsoleSource& source, const Query& query);
+Page record_page(ConsoleSource& source, const std::string& id_text);
+Page tasks_page(ConsoleSource& source, const Query& query);
+Page runs_page(ConsoleSource& source);
 // A page for an error: `status` and `message` (escaped here).
 Page error_page(int status, const std::string& message);
 

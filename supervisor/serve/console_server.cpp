@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "supervisor/metrics/metrics_text.h"
-#include "supervisor/metrics/store_metrics_reader.h"
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/console_static.h"
@@ -123,7 +122,7 @@ bool has_body(const httplib::Request& req) {
 
 }  // namespace
 
-ConsoleServer::ConsoleServer(ConsoleStore store) : store_(std::move(store)), http_(std::make_unique<httplib::Server>()) {}
+ConsoleServer::ConsoleServer(ConsoleSource& source) : source_(source), http_(std::make_unique<httplib::Server>()) {}
 
 ConsoleServer::~ConsoleServer() = default;
 
@@ -237,10 +236,10 @@ void ConsoleServer::add_routes() {
       fn(req, res);
     };
   };
-  // Each route that reads the store takes its lock around the library call.
+  // Each route that reads the quarantine takes the lock around the source's call.
   auto locked = [this, guarded](auto fn) {
     return guarded([this, fn](const Request& req, Response& res) {
-      std::lock_guard<std::mutex> hold(store_lock_);
+      std::lock_guard<std::mutex> hold(source_lock_);
       fn(req, res);
     });
   };
@@ -250,39 +249,32 @@ void ConsoleServer::add_routes() {
   http_->Get("/static/console.js", guarded([](const Request&, Response& res) {
                res.set_content(kConsoleJs.data(), kConsoleJs.size(), "text/javascript; charset=utf-8");
              }));
-  http_->Get("/", locked([this](const Request& req, Response& res) { send_page(res, list_page(store_, query_of(req))); }));
+  http_->Get("/", locked([this](const Request& req, Response& res) { send_page(res, list_page(source_, query_of(req))); }));
   http_->Get("/groups",
-             locked([this](const Request& req, Response& res) { send_page(res, groups_page(store_, query_of(req))); }));
+             locked([this](const Request& req, Response& res) { send_page(res, groups_page(source_, query_of(req))); }));
   http_->Get("/tasks",
-             locked([this](const Request& req, Response& res) { send_page(res, tasks_page(store_, query_of(req))); }));
-  http_->Get("/runs", locked([this](const Request&, Response& res) { send_page(res, runs_page(store_)); }));
+             locked([this](const Request& req, Response& res) { send_page(res, tasks_page(source_, query_of(req))); }));
+  http_->Get("/runs", locked([this](const Request&, Response& res) { send_page(res, runs_page(source_)); }));
   http_->Get(R"(/records/([^/]+))", locked([this](const Request& req, Response& res) {
-               send_page(res, record_page(store_, req.matches[1]));
+               send_page(res, record_page(source_, req.matches[1]));
              }));
 
-  // Prometheus: what the store holds (supervisor/metrics/store_metrics.h),
-  // and pillbox_store_up 0 while it cannot be read.
-  metrics_ = std::make_unique<metrics::StoreMetricsReader>(store_.dir);
+  // Prometheus: the source's gauges, not under the lock (console_source.h).
   http_->Get("/metrics", guarded([this](const Request&, Response& res) {
-    const std::string store = metrics_->text();
-    metrics::MetricsText text;
-    text.family("pillbox_store_up", "1 when this answer has the store in it, 0 when it cannot be read.",
-                metrics::MetricType::kGauge);
-    text.sample("pillbox_store_up", {}, store.empty() ? 0 : 1);
-    res.set_content(text.text() + store, std::string(metrics::kContentType));
+    res.set_content(source_.metrics(), std::string(metrics::kContentType));
   }));
   http_->Get("/api/records",
-             locked([this](const Request& req, Response& res) { send_json(res, list_records(store_, query_of(req))); }));
+             locked([this](const Request& req, Response& res) { send_json(res, source_.list_records(query_of(req))); }));
   http_->Get("/api/stats",
-             locked([this](const Request& req, Response& res) { send_json(res, record_stats(store_, query_of(req))); }));
+             locked([this](const Request& req, Response& res) { send_json(res, source_.record_stats(query_of(req))); }));
   http_->Get("/api/tasks",
-             locked([this](const Request& req, Response& res) { send_json(res, list_tasks(store_, query_of(req))); }));
-  http_->Get("/api/runs", locked([this](const Request&, Response& res) { send_json(res, live_runs(store_)); }));
+             locked([this](const Request& req, Response& res) { send_json(res, source_.list_tasks(query_of(req))); }));
+  http_->Get("/api/runs", locked([this](const Request&, Response& res) { send_json(res, source_.live_runs()); }));
   http_->Get(R"(/api/records/([^/]+))", locked([this](const Request& req, Response& res) {
-               send_json(res, show_record(store_, req.matches[1]));
+               send_json(res, source_.show_record(req.matches[1]));
              }));
   http_->Get(R"(/api/records/([^/]+)/payload)", locked([this](const Request& req, Response& res) {
-               PayloadReply p = record_payload(store_, req.matches[1]);
+               PayloadReply p = source_.payload(req.matches[1]);
                if (p.error.status != 200) return send_json(res, p.error);
                res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
                res.set_content(std::move(p.bytes), "application/octet-stream");
@@ -292,8 +284,9 @@ void ConsoleServer::add_routes() {
     switch (check_authorization(req.get_header_value("Authorization"), token_)) {
       case TokenCheck::kMissing:
         res.set_header("WWW-Authenticate", "Bearer");
-        send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in "
-                                        "serve.token in the store directory)"}}});
+        send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in the file "
+                                        "pillbox serve named when it started: serve.token in the store directory "
+                                        "unless --token-file)"}}});
         return false;
       case TokenCheck::kWrong:
         send_json(res, {403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}});
@@ -305,13 +298,13 @@ void ConsoleServer::add_routes() {
   };
   http_->Post(R"(/api/records/([^/]+)/discard)", guarded([this, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
-    std::lock_guard<std::mutex> hold(store_lock_);
-    send_json(res, discard_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
+    std::lock_guard<std::mutex> hold(source_lock_);
+    send_json(res, source_.discard(req.matches[1], req.body, "web: " + req.remote_addr));
   }));
   http_->Post(R"(/api/records/([^/]+)/patch)", guarded([this, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
-    std::lock_guard<std::mutex> hold(store_lock_);
-    send_json(res, patch_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
+    std::lock_guard<std::mutex> hold(source_lock_);
+    send_json(res, source_.patch(req.matches[1], req.body, "web: " + req.remote_addr));
   }));
 }
 

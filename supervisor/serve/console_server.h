@@ -13,7 +13,8 @@
 // split the requests with the first).
 //
 // Thread safety: cpp-httplib serves requests on a pool of threads; the
-// store is used under one lock, one request at a time.
+// source (console_source.h) is used under one lock, one request at a time,
+// except for /metrics, which the source serves on its own.
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,13 +22,11 @@
 
 #include "shared/status.h"
 #include "supervisor/serve/console_api.h"
+#include "supervisor/serve/console_source.h"
 
 namespace httplib {
 class Server;
 struct Request;
-}
-namespace pillbox::metrics {
-class StoreMetricsReader;
 }
 
 namespace pillbox::serve {
@@ -43,8 +42,8 @@ bool is_loopback_host(const std::string& host);
 
 class ConsoleServer {
  public:
-  // `store` outlives the server.
-  explicit ConsoleServer(ConsoleStore store);
+  // `source` (the store's or the fleet's quarantine) outlives the server.
+  explicit ConsoleServer(ConsoleSource& source);
   ~ConsoleServer();
   ConsoleServer(const ConsoleServer&) = delete;
   ConsoleServer& operator=(const ConsoleServer&) = delete;
@@ -67,12 +66,9 @@ class ConsoleServer {
   // Host that is not this console's), or nothing.
   std::optional<ApiReply> refusal(const httplib::Request& req) const;
 
-  ConsoleStore store_;
-  std::mutex store_lock_;  // every use of store_
+  ConsoleSource& source_;
+  std::mutex source_lock_;  // every use of source_ but metrics()
   std::unique_ptr<httplib::Server> http_;
-  // GET /metrics: the store's gauges, read on a thread and connection of
-  // its own (supervisor/metrics/store_metrics_reader.h), not under store_lock_.
-  std::unique_ptr<metrics::StoreMetricsReader> metrics_;
   std::string token_;
   ListenAddress address_;
   bool loopback_ = true;

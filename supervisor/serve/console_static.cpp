@@ -8,6 +8,7 @@ header { display: flex; align-items: center; gap: 24px; padding: 8px 20px; backg
 header .brand { font-weight: 700; letter-spacing: .04em; }
 header nav a { color: #c9d1e0; margin-right: 16px; text-decoration: none; }
 header nav a.active, header nav a:hover { color: #fff; border-bottom: 2px solid #e0a030; }
+header .where { margin-left: auto; color: #c9d1e0; font-family: monospace; font-size: 12px; }
 main { padding: 12px 20px 40px; }
 h1 { font-size: 20px; margin: 8px 0 12px; }
 h2 { font-size: 16px; margin: 20px 0 6px; }

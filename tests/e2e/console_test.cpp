@@ -25,10 +25,16 @@
 
 #include "shared/base64.h"
 #include "tests/e2e/background.h"
+#include "tests/e2e/console_client.h"
 #include "tests/e2e/live_run.h"
 #include "tests/e2e/support.h"
 
+using e2e::body_of;
+using e2e::browse;
+using e2e::chromium;
+using e2e::have_chromium;
 using e2e::run_pillbox;
+using e2e::Serve;
 using e2e::sql_int;
 using e2e::sql_rows;
 using e2e::task_line;
@@ -42,38 +48,6 @@ const std::string kHostilePayload = std::string("S<script>alert(1)</script>") + 
 const std::string kHostileKey = "<img src=x onerror=alert(2)>";
 // The same markup in a payload that is printable UTF-8: previewed as text.
 const std::string kMarkupPayload = "S<script>alert(1)</script> as text";
-
-// `pillbox serve` running in the background (e2e::Background); the
-// constructor waits for its first line of stdout (the URL) or its end.
-class Serve {
- public:
-  Serve(const std::string& store, const std::string& listen = "127.0.0.1:0")
-      : process_(e2e::pillbox_binary(), {"serve", "--store", store, "--listen", listen}) {
-    // The first line, or what it printed when it exits before printing one.
-    std::string out;
-    const bool done = e2e::eventually([&] {
-      const bool ended = process_.ended();  // before reading: its last words are in
-      out = process_.out();
-      return ended || out.find('\n') != std::string::npos;
-    });
-    REQUIRE_MESSAGE(done, "pillbox serve printed no URL within 60 s");
-    url_ = out.substr(0, out.find('\n'));
-  }
-
-  const std::string& url() const { return url_; }  // "" when it printed none
-  int port() const { return std::atoi(url_.substr(url_.rfind(':') + 1).c_str()); }
-  std::string err() const { return process_.err(); }
-  // Sends `sig` and waits for the exit; its exit code (128 + signal when killed).
-  int stop(int sig) {
-    process_.signal(sig);
-    return wait();
-  }
-  int wait() { return process_.wait(); }
-
- private:
-  e2e::Background process_;
-  std::string url_;
-};
 
 // A store with five tasks: three crashes of one bug ('S': one plain, the
 // hostile payload under a hostile key, the markup as text), an abort ('A'),
@@ -120,48 +94,10 @@ struct ConsoleStore {
   }
 };
 
-json body_of(const httplib::Result& r) {
-  REQUIRE(r);
-  auto j = json::parse(r->body, nullptr, false);
-  REQUIRE_MESSAGE(!j.is_discarded(), "not JSON: " << r->body);
-  return j;
-}
-
 std::string read_token(const std::string& store) {
   std::string t = e2e::read_file(store + "/serve.token");
   while (!t.empty() && t.back() == '\n') t.pop_back();
   return t;
-}
-
-// Chromium on this host, or "" (then the browser checks are skipped, saying why).
-std::string chromium() {
-  for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
-    if (::access(path, X_OK) == 0) return path;
-  }
-  return "";
-}
-
-// True when Chromium is here; otherwise says the test is skipped, and why.
-bool have_chromium() {
-  if (!chromium().empty()) return true;
-  MESSAGE("skipped: chromium is not installed (apt package chromium)");
-  return false;
-}
-
-// Headless Chromium's rendering of `url`: the DOM after scripts ran
-// (--dump-dom), or a screenshot into `screenshot`. Offline: loopback only.
-e2e::RunResult browse(const std::string& url, const std::string& screenshot = "") {
-  e2e::TempDir profile;
-  std::vector<std::string> args = {"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                                   "--user-data-dir=" + profile.path()};
-  if (screenshot.empty()) {
-    args.push_back("--dump-dom");
-  } else {
-    args.insert(args.end(), {"--screenshot=" + screenshot, "--window-size=1200,900", "--hide-scrollbars"});
-  }
-  args.push_back(url);
-  return e2e::run_command(chromium(), args, "", {{"HOME", profile.path()}}, {}, 120);
 }
 
 // Headless Chromium driven over the DevTools protocol on a pipe

@@ -12,6 +12,7 @@
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/serve/console_api.h"
 #include "supervisor/serve/console_pages.h"
+#include "supervisor/serve/store_console_source.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/revision_store.h"
@@ -147,7 +148,7 @@ TEST_CASE("console api: patch answers patch --json's object; 404, 409 and 400 ch
 TEST_CASE("console pages: store text is escaped everywhere; errors are pages with the status") {
   Env env;
   const std::int64_t id = env.add("<img src=x onerror=alert(1)>", "<script>alert(2)</script>", "pb1-\"><script>");
-  auto console = env.console();
+  StoreSource console(env.console());
   for (const Page& p : {list_page(console, {}), groups_page(console, {}), record_page(console, std::to_string(id)),
                         tasks_page(console, {})}) {
     CHECK(p.status == 200);

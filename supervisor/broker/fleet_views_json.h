@@ -1,0 +1,37 @@
+#pragma once
+// The JSON objects of the fleet's records (fleet_quarantine.h) that
+// `quarantine show --json --redis` prints (supervisor/cli/quarantine_fleet.cpp)
+// and `pillbox serve --redis` answers (supervisor/serve/fleet_console_source.h):
+// one builder for both, on the store's builders
+// (supervisor/ops/quarantine_views_json.h), so a fleet record and a store
+// record have the same fields.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "supervisor/broker/fleet_quarantine.h"
+#include "supervisor/broker/fleet_record.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox::broker {
+
+// "attempt_history": its deliveries, then its redrives, numbered on from
+// them as the store numbers a replay's attempt after the task's.
+nlohmann::json fleet_attempt_history(const FleetRecord& record);
+
+// "audit": the worker's dead-lettering first (the store's first audit entry
+// is the quarantine too), then what operators did.
+std::vector<store::AuditEntry> fleet_audit_trail(const FleetRecord& record);
+
+// full_record_json of the record (show --json without the payload's head,
+// export --bundle's record.json), with what only a dead letter has:
+// "stream" {name, group, entry, deliveries} and "reason".
+nlohmann::json fleet_full_record_json(const FleetQuarantine& fleet, const FleetRecord& record);
+
+// list --json's object of the record.
+nlohmann::json fleet_list_json(const FleetQuarantine& fleet, const FleetRecord& record);
+
+// Where the records are: list --json's "store" (fleet_location).
+std::string fleet_where(const FleetQuarantine& fleet);
+
+}  // namespace pillbox::broker

@@ -1,0 +1,49 @@
+#pragma once
+// What the console shows, behind one interface: the store's quarantine
+// (store_console_source.h) or the fleet's dead letters on Redis
+// (fleet_console_source.h). The pages (console_pages.h) and the HTTP server
+// (console_server.h) know only this; each source answers with the objects
+// and errors of console_api.h (ApiReply: an HTTP status and a JSON body,
+// errors {"error": TEXT}), the objects of the CLI's --json on the same
+// quarantine.
+//
+// Thread safety: the server calls every member but metrics() under one lock,
+// one request at a time; metrics() is called without it, from any thread,
+// and is safe on its own (a scrape never waits for a slow page).
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "supervisor/serve/console_api.h"
+
+namespace pillbox::serve {
+
+class ConsoleSource {
+ public:
+  virtual ~ConsoleSource() = default;
+
+  // Where the records are, for the page header: the store directory, or
+  // "redis://HOST:PORT/DB NAME:dlq".
+  virtual std::string location() const = 0;
+  // The CLI's options that name this quarantine: {"--store", DIR} or
+  // {"--redis", URL, "--stream", NAME}, for commands shown or run on it.
+  virtual std::vector<std::string> cli_source_args() const = 0;
+
+  // The routes of console_api.h; `id` is the URL's text, unchecked.
+  virtual ApiReply list_records(const Query& query) = 0;
+  virtual ApiReply show_record(const std::string& id) = 0;
+  virtual ApiReply record_stats(const Query& query) = 0;
+  virtual ApiReply list_tasks(const Query& query) = 0;
+  virtual ApiReply live_runs() = 0;
+  virtual ApiReply discard(const std::string& id, const std::string& body, const std::string& actor) = 0;
+  virtual ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) = 0;
+  // Whether patch() can ever succeed here (the record page offers its form).
+  virtual bool patches() const = 0;
+  virtual PayloadReply payload(const std::string& id) = 0;
+  virtual PayloadReply preview(const std::string& id, std::size_t max_bytes) = 0;
+
+  // GET /metrics's body, in the Prometheus text format (metrics_text.h).
+  virtual std::string metrics() = 0;
+};
+
+}  // namespace pillbox::serve

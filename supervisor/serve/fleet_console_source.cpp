@@ -1,0 +1,211 @@
+#include "supervisor/serve/fleet_console_source.h"
+
+#include <set>
+
+#include "supervisor/broker/fleet_discard.h"
+#include "supervisor/broker/fleet_views_json.h"
+#include "supervisor/metrics/metrics_text.h"
+#include "supervisor/metrics/store_metrics.h"
+#include "supervisor/ops/quarantine_views_json.h"
+
+namespace pillbox::serve {
+namespace {
+
+// A scrape is answered from the last count when it is younger than this:
+// counting reads every dead letter, and anyone who reaches /metrics may ask
+// as often as they like.
+constexpr std::chrono::seconds kMetricsFresh{1};
+
+// The store's filters (records_filter), less `source`: every record of the
+// fleet comes from a worker. Nothing, with the 400 in `error`, when bad.
+std::optional<store::ListFilter> fleet_filter(const Query& query, bool paging, ApiReply& error) {
+  auto filter = records_filter(query, paging);
+  if (!filter) {
+    error = error_reply(400, filter.error());
+    return std::nullopt;
+  }
+  if (filter->source) {
+    error = error_reply(400, "source does not apply here: every record of the fleet comes from a worker");
+    return std::nullopt;
+  }
+  return std::move(*filter);
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<FleetSource>> FleetSource::open(const broker::RedisAddress& address,
+                                                         const std::string& stream) {
+  auto fleet = broker::FleetQuarantine::open(address, stream);
+  if (!fleet) return Error{fleet.error(), fleet.error_code()};
+  return std::unique_ptr<FleetSource>(new FleetSource(address, stream, std::move(*fleet)));
+}
+
+FleetSource::FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet)
+    : address_(std::move(address)), stream_(std::move(stream)), fleet_(std::move(fleet)) {}
+
+std::string FleetSource::location() const { return broker::fleet_location(address_, broker::fleet_keys(stream_)); }
+
+std::vector<std::string> FleetSource::cli_source_args() const {
+  return {"--redis", address_.describe(), "--stream", stream_};
+}
+
+ApiReply FleetSource::unreachable(const std::string& detail) const {
+  // The connection's errors name the server too: said once.
+  const std::string where = address_.describe();
+  std::string why = detail;
+  for (const std::string& prefix : {"cannot reach Redis at " + where + ": ", "Redis at " + where + ": "}) {
+    if (why.rfind(prefix, 0) == 0) {
+      why = why.substr(prefix.size());
+      break;
+    }
+  }
+  return error_reply(503, "Redis at " + where + " cannot be reached: " + why +
+                              "; the console answers again once it is back");
+}
+
+broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
+  if (fleet_ && !fleet_->redis().broken()) return &*fleet_;
+  fleet_.reset();
+  auto opened = broker::FleetQuarantine::open(address_, stream_);
+  if (!opened) {
+    error = unreachable(opened.error());
+    return nullptr;
+  }
+  fleet_.emplace(std::move(*opened));
+  return &*fleet_;
+}
+
+ApiReply FleetSource::failure(const std::string& message, ErrorCode code, int usage_status) {
+  if (fleet_ && (fleet_->redis().broken() || fleet_->redis().busy())) {
+    if (fleet_->redis().broken()) fleet_.reset();  // connected again by the next request
+    return unreachable(message);
+  }
+  return error_reply(code == ErrorCode::kUsage ? usage_status : 500, message);
+}
+
+std::optional<broker::FleetRecord> FleetSource::find(const std::string& id, ApiReply& error) {
+  auto checked = broker::parse_fleet_id(id);
+  if (!checked) {
+    error = error_reply(400, checked.error());
+    return std::nullopt;
+  }
+  broker::FleetQuarantine* q = fleet(error);
+  if (q == nullptr) return std::nullopt;
+  auto r = q->get(*checked);
+  if (!r) {
+    error = failure(r.error(), r.error_code(), 404);
+    return std::nullopt;
+  }
+  return std::move(*r);
+}
+
+ApiReply FleetSource::list_records(const Query& query) {
+  ApiReply error;
+  auto filter = fleet_filter(query, true, error);
+  broker::FleetQuarantine* q = filter ? fleet(error) : nullptr;
+  if (q == nullptr) return error;
+  nlohmann::json records = nlohmann::json::array();
+  const Status each = q->each(*filter, [&](const broker::FleetRecord& r) {
+    records.push_back(broker::fleet_list_json(*q, r));
+    return true;
+  });
+  if (!each) return failure(each.message(), each.code());
+  auto total = q->count(*filter);
+  if (!total) return failure(total.error(), total.error_code());
+  return {200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
+}
+
+ApiReply FleetSource::show_record(const std::string& id) {
+  ApiReply error;
+  auto r = find(id, error);
+  if (!r) return error;
+  nlohmann::json full = broker::fleet_full_record_json(*fleet_, *r);
+  // As show --json --redis: without the payload's head when it does not match its hash.
+  auto payload = broker::checked_payload(*r);
+  return {200, payload ? shown_record_json(std::move(full), *payload) : std::move(full)};
+}
+
+ApiReply FleetSource::record_stats(const Query& query) {
+  ApiReply error;
+  auto filter = fleet_filter(query, false, error);
+  broker::FleetQuarantine* q = filter ? fleet(error) : nullptr;
+  if (q == nullptr) return error;
+  std::vector<std::string> examples;
+  auto groups = q->stats(*filter, examples);
+  if (!groups) return failure(groups.error(), groups.error_code());
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = 0; i < groups->size(); ++i) out.push_back(fingerprint_stats_json((*groups)[i], examples.at(i)));
+  return {200, {{"groups", std::move(out)}}};
+}
+
+ApiReply FleetSource::list_tasks(const Query&) {
+  return error_reply(404, "the fleet's quarantine has no tasks here: pillbox worker keeps no ledger; each worker's "
+                          "counts are at its --metrics address (pillbox worker --metrics HOST:PORT)");
+}
+
+ApiReply FleetSource::live_runs() {
+  return error_reply(404, "no run is attached to the fleet's quarantine: the workers of stream " + stream_ +
+                              " show what they run at their --metrics address (pillbox worker --metrics HOST:PORT)");
+}
+
+ApiReply FleetSource::discard(const std::string& id, const std::string& body, const std::string& actor) {
+  // The body first: a bad request changes nothing, whatever record it names.
+  const DiscardReason reason = discard_reason(body);
+  if (!reason.reason) return reason.error;
+  ApiReply error;
+  auto r = find(id, error);
+  if (!r) return error;
+  if (auto ok = broker::check_fleet_discardable(*r); !ok) return error_reply(409, ok.message());
+  auto done = broker::discard_fleet_record(*fleet_, r->id, actor, *reason.reason);
+  // A refusal now: a replay took the record's lock in between.
+  if (!done) return failure(done.error(), done.error_code(), 409);
+  return discarded_reply(r->id, done->already, done->was);
+}
+
+ApiReply FleetSource::patch(const std::string& id, const std::string&, const std::string&) {
+  if (auto checked = broker::parse_fleet_id(id); !checked) return error_reply(400, checked.error());
+  return error_reply(400, broker::store_only_verb("patch"));
+}
+
+PayloadReply FleetSource::payload(const std::string& id) {
+  ApiReply error;
+  auto r = find(id, error);
+  if (!r) return {error, {}, {}};
+  auto bytes = broker::checked_payload(*r);
+  if (!bytes) return {error_reply(500, bytes.error()), {}, {}};
+  return {{}, std::move(*bytes), "record-" + r->id + ".payload"};  // digits and a dash: never a path
+}
+
+PayloadReply FleetSource::preview(const std::string& id, std::size_t max_bytes) {
+  ApiReply error;
+  auto r = find(id, error);
+  if (!r) return {error, {}, {}};
+  return {{}, r->payload.substr(0, max_bytes), ""};
+}
+
+std::string FleetSource::metrics() {
+  std::lock_guard<std::mutex> hold(metrics_lock_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!metrics_text_.empty() && now - metrics_at_ < kMetricsFresh) return metrics_text_;
+  // A connection of its own: the pages' one is the server's lock's.
+  metrics::RecordCounts records;
+  std::set<std::string> fingerprints;
+  bool up = false;
+  if (auto q = broker::FleetQuarantine::open(address_, stream_)) {
+    up = q->each({}, [&](const broker::FleetRecord& r) {
+           ++records[{std::string(store::to_string(r.record.status)), r.record.entry.kind}];
+           fingerprints.insert(r.record.entry.fingerprint);
+           return true;
+         }).is_ok();
+  }
+  metrics::MetricsText text;
+  text.family("pillbox_fleet_up", "1 when this answer has the fleet's quarantine in it, 0 when Redis cannot be read.",
+              metrics::MetricType::kGauge);
+  text.sample("pillbox_fleet_up", {}, up ? 1 : 0);
+  if (up) metrics::write_quarantine_families(text, records, static_cast<std::int64_t>(fingerprints.size()));
+  metrics_text_ = text.text();
+  metrics_at_ = now;
+  return metrics_text_;
+}
+
+}  // namespace pillbox::serve

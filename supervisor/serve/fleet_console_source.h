@@ -1,0 +1,79 @@
+#pragma once
+// The console over the fleet's quarantine (pillbox serve --redis URL
+// --stream NAME): the dead letters of NAME:dlq (supervisor/broker/
+// fleet_quarantine.h) with the pages and API of the store's console and the
+// objects of `quarantine list/show/stats --json --redis`
+// (supervisor/broker/fleet_views_json.h).
+//
+// What differs from the store's console:
+//   ids      entry ids ("1712345678901-0", parse_fleet_id): a malformed one
+//            is 400, an unknown one 404;
+//   tasks, runs  none here (the workers keep no ledger): 404 saying to read
+//            the workers' --metrics instead;
+//   patch    refused (400) with the CLI's words: revisions are the store's;
+//   discard  refused (409) while a replay holds the record's redrive lock,
+//            as `quarantine discard --redis` refuses it;
+//   Redis    unreachable or not serving (LOADING...): 503 naming it; the
+//            next request connects again, so the console goes on once Redis
+//            is back.
+// /metrics: pillbox_fleet_up, and pillbox_quarantine_records{status,kind}
+// and pillbox_quarantine_fingerprints (store_metrics.h's families) counted
+// from the dead letters, on a connection of its own, at most once a second.
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/broker/fleet_quarantine.h"
+#include "supervisor/serve/console_source.h"
+
+namespace pillbox::serve {
+
+class FleetSource : public ConsoleSource {
+ public:
+  // Connects and checks NAME's keys (FleetQuarantine::open): the error says
+  // why not (Redis unreachable, a key of another type).
+  static Expected<std::unique_ptr<FleetSource>> open(const broker::RedisAddress& address, const std::string& stream);
+
+  std::string location() const override;
+  std::vector<std::string> cli_source_args() const override;
+  ApiReply list_records(const Query& query) override;
+  ApiReply show_record(const std::string& id) override;
+  ApiReply record_stats(const Query& query) override;
+  ApiReply list_tasks(const Query& query) override;
+  ApiReply live_runs() override;
+  ApiReply discard(const std::string& id, const std::string& body, const std::string& actor) override;
+  ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override;
+  bool patches() const override { return false; }
+  PayloadReply payload(const std::string& id) override;
+  PayloadReply preview(const std::string& id, std::size_t max_bytes) override;
+  std::string metrics() override;
+
+ private:
+  FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet);
+  // The quarantine, connected again when the last connection broke; nullptr
+  // with `error` (503) when Redis cannot be reached.
+  broker::FleetQuarantine* fleet(ApiReply& error);
+  // 503: Redis at URL cannot be reached, and why (`detail`).
+  ApiReply unreachable(const std::string& detail) const;
+  // The reply for a failed call: 503 when Redis cannot be reached or cannot
+  // serve now (the connection is dropped, to be made again), 400 for a
+  // usage error (`usage_status`: 404 where it means no such record), 500
+  // otherwise.
+  ApiReply failure(const std::string& message, ErrorCode code, int usage_status = 400);
+  // Record `id`, or the reply that says why there is none.
+  std::optional<broker::FleetRecord> find(const std::string& id, ApiReply& error);
+
+  const broker::RedisAddress address_;
+  const std::string stream_;
+  std::optional<broker::FleetQuarantine> fleet_;  // under the server's lock
+
+  std::mutex metrics_lock_;  // what follows: metrics() runs beside the server's lock
+  std::string metrics_text_;
+  std::chrono::steady_clock::time_point metrics_at_{};
+};
+
+}  // namespace pillbox::serve

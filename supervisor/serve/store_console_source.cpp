@@ -1,0 +1,24 @@
+#include "supervisor/serve/store_console_source.h"
+
+#include "supervisor/metrics/metrics_text.h"
+#include "supervisor/metrics/store_metrics_reader.h"
+
+namespace pillbox::serve {
+
+StoreSource::StoreSource(ConsoleStore store)
+    : store_(std::move(store)), metrics_(std::make_unique<metrics::StoreMetricsReader>(store_.dir)) {}
+
+StoreSource::~StoreSource() = default;
+
+std::string StoreSource::metrics() {
+  // What the store holds (supervisor/metrics/store_metrics.h), and
+  // pillbox_store_up 0 while it cannot be read.
+  const std::string store = metrics_->text();
+  metrics::MetricsText text;
+  text.family("pillbox_store_up", "1 when this answer has the store in it, 0 when it cannot be read.",
+              metrics::MetricType::kGauge);
+  text.sample("pillbox_store_up", {}, store.empty() ? 0 : 1);
+  return text.text() + store;
+}
+
+}  // namespace pillbox::serve

@@ -1,0 +1,49 @@
+#pragma once
+// The console over a store (pillbox serve --store DIR): the functions of
+// console_api.h on it, and /metrics from its gauges (store_metrics.h) with
+// pillbox_store_up, read on a thread and connection of their own
+// (store_metrics_reader.h), never under the server's lock.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "supervisor/serve/console_source.h"
+
+namespace pillbox::metrics {
+class StoreMetricsReader;
+}
+
+namespace pillbox::serve {
+
+class StoreSource : public ConsoleSource {
+ public:
+  // `store` stays open for as long as this source is used.
+  explicit StoreSource(ConsoleStore store);
+  ~StoreSource() override;
+
+  std::string location() const override { return store_.dir; }
+  std::vector<std::string> cli_source_args() const override { return {"--store", store_.dir}; }
+  ApiReply list_records(const Query& query) override { return serve::list_records(store_, query); }
+  ApiReply show_record(const std::string& id) override { return serve::show_record(store_, id); }
+  ApiReply record_stats(const Query& query) override { return serve::record_stats(store_, query); }
+  ApiReply list_tasks(const Query& query) override { return serve::list_tasks(store_, query); }
+  ApiReply live_runs() override { return serve::live_runs(store_); }
+  ApiReply discard(const std::string& id, const std::string& body, const std::string& actor) override {
+    return discard_record(store_, id, body, actor);
+  }
+  ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override {
+    return patch_record(store_, id, body, actor);
+  }
+  bool patches() const override { return true; }
+  PayloadReply payload(const std::string& id) override { return record_payload(store_, id); }
+  PayloadReply preview(const std::string& id, std::size_t max_bytes) override {
+    return record_preview(store_, id, max_bytes);
+  }
+  std::string metrics() override;
+
+ private:
+  ConsoleStore store_;
+  std::unique_ptr<metrics::StoreMetricsReader> metrics_;
+};
+
+}  // namespace pillbox::serve

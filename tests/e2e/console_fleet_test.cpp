@@ -1,0 +1,339 @@
+// pillbox serve --redis URL --stream NAME (issue 16): the console over the
+// fleet's quarantine, against a real redis-server and a real `pillbox
+// worker` that dead-letters crashing payloads (mixed_poison: S segfaults, A
+// aborts). The API answers what `quarantine list/show/stats --json --redis`
+// print; pages work with entry ids (in headless Chromium); a discard needs
+// the token and lands in the fleet's audit trail as web; what the fleet does
+// not have (tasks, runs, patches) is said, not a 500; Redis stopped is 503
+// and the console goes on when it is back; /metrics counts the dead letters.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <httplib.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/console_client.h"
+#include "tests/e2e/redis_server.h"
+#include "tests/e2e/support.h"
+
+using e2e::body_of;
+using e2e::run_pillbox;
+using e2e::Serve;
+using nlohmann::json;
+
+namespace {
+
+// A durable Redis (stopped and started again in a test) whose stream `jobs`
+// has the dead letters of a real worker: two crashes of one bug, an abort;
+// the fine task is not one.
+struct Fleet {
+  e2e::RedisServer server{e2e::RedisOptions{true}};
+  e2e::TempDir home;  // the default store directory's parent: where the token goes
+
+  void dead_letter() {
+    e2e::add_entries(server, "jobs", {{"segv-1", "S corrupt"}, {"abort", "A checksum"}, {"segv-2", "S again"},
+                                      {"fine", "fine"}});
+    const auto worker = run_pillbox({"worker", "--redis", server.url(), "--stream", "jobs", "--backoff-base", "10ms",
+                                     "--exit-when-idle", "500ms", "--quiet", "--", e2e::fixture("mixed_poison")});
+    INFO(worker.describe());
+    REQUIRE(worker.exit_code == 0);
+  }
+  std::map<std::string, std::string> env() const { return {{"PILLBOX_STORE", home.path() + "/state/pillbox"}}; }
+  std::string token_file() const { return home.path() + "/state/pillbox/serve.token"; }
+  std::string token() const {
+    std::string t = e2e::read_file(token_file());
+    while (!t.empty() && t.back() == '\n') t.pop_back();
+    return t;
+  }
+  // `pillbox quarantine ARGS... --redis URL --stream jobs --json`: its JSON lines.
+  json cli(std::vector<std::string> args) const {
+    args.insert(args.begin(), "quarantine");
+    args.insert(args.end(), {"--redis", server.url(), "--stream", "jobs", "--json"});
+    const auto r = run_pillbox(args);
+    INFO(r.describe());
+    REQUIRE(r.exit_code == 0);
+    return json(r.records);
+  }
+  std::string id_of(const std::string& key) const {
+    const json listed = cli({"list", "--key", key});
+    REQUIRE(listed.size() == 1);
+    return listed[0]["id"].get<std::string>();
+  }
+  // The dead letters, then `pillbox serve --redis` over them on a free
+  // port, and a client of it.
+  httplib::Client& start() {
+    dead_letter();
+    serve = std::make_unique<Serve>(
+        std::vector<std::string>{"--redis", server.url(), "--stream", "jobs", "--listen", "127.0.0.1:0"}, env());
+    REQUIRE_MESSAGE(serve->url().rfind("http://127.0.0.1:", 0) == 0, serve->err());
+    http = std::make_unique<httplib::Client>("127.0.0.1", serve->port());
+    return *http;
+  }
+  std::unique_ptr<Serve> serve;
+  std::unique_ptr<httplib::Client> http;
+};
+
+// The sample of `name{labels}` in a Prometheus text, or -1.
+long long sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + series.size() + 2));
+}
+
+}  // namespace
+
+TEST_CASE("serve --redis: the API answers what quarantine list/show/stats --json --redis print; /metrics counts") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  httplib::Client& http = f.start();
+
+  const json listed = body_of(http.Get("/api/records"));
+  CHECK(listed["records"] == f.cli({"list"}));
+  CHECK(listed["records"].size() == 3);
+  CHECK(listed["total"] == 3);
+  CHECK(body_of(http.Get("/api/records?kind=crash"))["records"] == f.cli({"list", "--kind", "crash"}));
+  CHECK(body_of(http.Get("/api/records?limit=1&offset=1"))["records"] == f.cli({"list", "--limit", "1", "--offset", "1"}));
+  CHECK(body_of(http.Get("/api/records?limit=1&offset=1"))["total"] == 3);
+  const std::string id = f.id_of("segv-1");
+  const json shown = body_of(http.Get("/api/records/" + id));
+  CHECK(json::array({shown}) == f.cli({"show", id}));
+  CHECK(shown["stream"]["name"] == "jobs");
+  CHECK(body_of(http.Get("/api/stats"))["groups"] == f.cli({"stats"}));
+
+  // The payload: its exact bytes.
+  const auto payload = http.Get("/api/records/" + id + "/payload");
+  REQUIRE(payload);
+  CHECK(payload->status == 200);
+  CHECK(payload->body == "S corrupt");
+
+  // /metrics: the dead letters by status and kind, promtool-clean.
+  const auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->status == 200);
+  INFO(metrics->body);
+  CHECK(sample(metrics->body, "pillbox_fleet_up") == 1);
+  std::map<std::string, long long> counted;  // the CLI's records by series
+  for (const auto& r : listed["records"]) {
+    ++counted["pillbox_quarantine_records{status=\"" + r["status"].get<std::string>() + "\",kind=\"" +
+              r["kind"].get<std::string>() + "\"}"];
+  }
+  CHECK(counted.size() >= 1);
+  for (const auto& [series, n] : counted) CHECK_MESSAGE(sample(metrics->body, series) == n, series);
+  CHECK(sample(metrics->body, "pillbox_quarantine_records{status=\"discarded\",kind=\"crash\"}") == 0);
+  CHECK(sample(metrics->body, "pillbox_quarantine_fingerprints") == static_cast<long long>(f.cli({"stats"}).size()));
+  e2e::check_with_promtool(metrics->body);
+
+  // The token went to the default store directory, made 0700 for it.
+  struct stat st {};
+  REQUIRE(::stat((f.home.path() + "/state/pillbox").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK(f.token().size() == 64);
+  CHECK(f.serve->err().find(f.token_file()) != std::string::npos);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: ids are entry ids; tasks, runs and patches are said to be the store's, not a 500") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  httplib::Client& http = f.start();
+  const std::string id = f.id_of("abort");
+
+  for (const std::string bad : {"12", "abc", "1-x", "1-"}) {
+    const auto r = http.Get("/api/records/" + bad);
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(body_of(r)["error"].get<std::string>().find("entry IDs such as 1712345678901-0") != std::string::npos);
+  }
+  const auto unknown = http.Get("/api/records/1-0");
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  CHECK(http.Get("/records/abc")->status == 400);
+  CHECK(http.Get("/api/records?source=run")->status == 400);
+
+  for (const char* path : {"/api/tasks", "/api/runs"}) {
+    const auto r = http.Get(path);
+    REQUIRE(r);
+    CHECK(r->status == 404);
+    CHECK(body_of(r)["error"].get<std::string>().find("--metrics") != std::string::npos);
+  }
+  for (const char* path : {"/tasks", "/runs"}) {
+    const auto r = http.Get(path);
+    REQUIRE(r);
+    CHECK(r->status == 404);
+    CHECK(r->body.find("--metrics") != std::string::npos);
+    CHECK(r->body.find("jobs:dlq") != std::string::npos);  // the header names the quarantine
+  }
+
+  // A patch: refused with the CLI's own words, the token checked first.
+  const std::string patch = R"({"note": "fix", "payload_b64": "QQ=="})";
+  CHECK(http.Post("/api/records/" + id + "/patch", patch, "application/json")->status == 401);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + f.token()}};
+  const auto refused = http.Post("/api/records/" + id + "/patch", auth, patch, "application/json");
+  REQUIRE(refused);
+  CHECK(refused->status == 400);
+  e2e::TempDir dir;
+  std::ofstream(dir.path() + "/p") << "A";
+  const auto cli = run_pillbox({"quarantine", "patch", id, "--payload-file", dir.path() + "/p", "--note", "fix",
+                                "--redis", f.server.url(), "--stream", "jobs"});
+  CHECK(cli.exit_code == 2);
+  CHECK(cli.err == "pillbox quarantine: " + body_of(refused)["error"].get<std::string>() + "\n");
+
+  // The record's page: no patch form; the reproduce command names the fleet.
+  const auto page = http.Get("/records/" + id);
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->body.find("patch-form") == std::string::npos);
+  CHECK(page->body.find("discard-form") != std::string::npos);
+  CHECK(page->body.find("pillbox reproduce " + id + " --redis " + f.server.url() + "/0 --stream jobs") !=
+        std::string::npos);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: discard needs the token; with it the fleet's audit trail says web; a replaying one is 409") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  httplib::Client& http = f.start();
+  const std::string id = f.id_of("segv-1");
+  const std::string path = "/api/records/" + id + "/discard";
+  const std::string body = R"({"reason": "known bug, fixed upstream"})";
+  const json before = f.cli({"show", id});
+
+  const auto none = http.Post(path, body, "application/json");
+  REQUIRE(none);
+  CHECK(none->status == 401);
+  const auto wrong = http.Post(path, {{"Authorization", "Bearer " + std::string(64, '0')}}, body, "application/json");
+  REQUIRE(wrong);
+  CHECK(wrong->status == 403);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + f.token()}};
+  CHECK(http.Post(path, auth, R"({"why": "x"})", "application/json")->status == 400);
+  CHECK(http.Post("/api/records/bad/discard", auth, body, "application/json")->status == 400);
+  CHECK(http.Post("/api/records/1-0/discard", auth, body, "application/json")->status == 404);
+  CHECK(f.cli({"show", id}) == before);
+
+  // Being replayed (its redrive lock held, as `quarantine replay` holds it): refused, unchanged.
+  const std::string other = f.id_of("segv-2");
+  {
+    auto redis = e2e::connect(f.server);
+    REQUIRE(redis.command({"SET", "jobs:dlq:lock:" + other, "a replay of the test"}).has_value());
+  }
+  const json other_before = f.cli({"show", other});
+  const auto locked = http.Post("/api/records/" + other + "/discard", auth, body, "application/json");
+  REQUIRE(locked);
+  CHECK(locked->status == 409);
+  CHECK(body_of(locked)["error"].get<std::string>().find("is being replayed right now") != std::string::npos);
+  CHECK(f.cli({"show", other}) == other_before);
+
+  const auto done = http.Post(path, auth, body, "application/json");
+  REQUIRE(done);
+  CHECK(done->status == 200);
+  CHECK(body_of(done) == json({{"discarded", {{{"id", id}, {"was", "quarantined"}}}},
+                               {"already_discarded", json::array()},
+                               {"changed", 1}}));
+  const json shown = f.cli({"show", id})[0];
+  CHECK(shown["status"] == "discarded");
+  const json& last = shown["audit"].back();
+  CHECK(last["actor"].get<std::string>().rfind("web: 127.0.0.1", 0) == 0);
+  CHECK(last["action"] == "discarded");
+  CHECK(last["detail"] == "known bug, fixed upstream (was quarantined)");
+  const auto again = http.Post(path, auth, body, "application/json");
+  REQUIRE(again);
+  CHECK(body_of(again)["already_discarded"] == json::array({id}));
+  CHECK(f.cli({"show", id})[0]["audit"].size() == shown["audit"].size());
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: Redis stopped is 503 (JSON and page) and serve goes on; restarted, 200 again") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  httplib::Client& http = f.start();
+  const std::string id = f.id_of("abort");
+  REQUIRE(http.Get("/api/records")->status == 200);
+
+  f.server.stop();
+  for (const std::string& path : std::vector<std::string>{"/api/records", "/api/records/" + id, "/api/stats"}) {
+    const auto r = http.Get(path);
+    REQUIRE(r);
+    CHECK(r->status == 503);
+    CHECK(body_of(r)["error"].get<std::string>().find("Redis at " + f.server.url() + "/0 cannot be reached") !=
+          std::string::npos);
+  }
+  const auto page = http.Get("/records/" + id);
+  REQUIRE(page);
+  CHECK(page->status == 503);
+  CHECK(page->body.find("cannot be reached") != std::string::npos);
+  const auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK(metrics->body.find("\npillbox_fleet_up 0\n") != std::string::npos);
+  CHECK(f.serve->running());
+
+  f.server.start();
+  const auto back = http.Get("/api/records/" + id);
+  REQUIRE(back);
+  CHECK(back->status == 200);
+  CHECK(json::array({body_of(back)}) == f.cli({"show", id}));
+  CHECK(http.Get("/api/records")->status == 200);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: the record page in Chromium shows the fingerprint, links by entry id, escapes a payload") {
+  if (!e2e::have_chromium()) return;
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  // A dead letter a browser must never run: markup in its key and payload,
+  // bytes that are not UTF-8 (S: mixed_poison crashes on it).
+  const std::string hostile_key = "<img src=x onerror=alert(2)>";
+  e2e::add_entries(f.server, "jobs", {{hostile_key, std::string("S<script>alert(1)</script>\xff\xfe end")}});
+  f.start();
+  const json record = f.cli({"show", f.id_of("segv-1")})[0];
+  const std::string id = record["id"];
+  const std::string fingerprint = record["fingerprint"];
+
+  const auto list = e2e::browse(f.serve->url());
+  INFO(list.describe());
+  REQUIRE(list.exit_code == 0);
+  CHECK(list.out.find("href=\"/records/" + id + "\"") != std::string::npos);
+  CHECK(list.out.find(fingerprint) != std::string::npos);
+
+  const auto page = e2e::browse(f.serve->url() + "records/" + id);
+  INFO(page.describe());
+  REQUIRE(page.exit_code == 0);
+  CHECK(page.out.find("Record " + id) != std::string::npos);
+  CHECK(page.out.find(fingerprint) != std::string::npos);
+  CHECK(page.out.find("dead letter") != std::string::npos);
+  CHECK(page.out.find("S corrupt") != std::string::npos);  // the payload's preview
+
+  CHECK(list.out.find("&lt;img src=x onerror=alert(2)&gt;") != std::string::npos);
+  CHECK(list.out.find("<img") == std::string::npos);
+  const auto hostile = e2e::browse(f.serve->url() + "records/" + f.id_of(hostile_key));
+  INFO(hostile.describe());
+  REQUIRE(hostile.exit_code == 0);
+  CHECK(hostile.out.find("payload hex") != std::string::npos);  // not UTF-8: a hex dump
+  CHECK(hostile.out.find("S&lt;script&gt;alert(1") != std::string::npos);
+  CHECK(hostile.out.find("<img") == std::string::npos);
+  std::size_t scripts = 0;
+  for (auto at = hostile.out.find("<script"); at != std::string::npos; at = hostile.out.find("<script", at + 1)) ++scripts;
+  CHECK(scripts == 1);  // console.js, no element from the dead letter
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve: --store and --redis together, or --stream alone, are usage errors naming both") {
+  const auto both = run_pillbox({"serve", "--store", "/nonexistent", "--redis", "redis://127.0.0.1:1", "--stream", "j"});
+  CHECK(both.exit_code == 2);
+  CHECK(both.err.find("--store DIR or --redis URL --stream NAME, not both") != std::string::npos);
+  const auto stream = run_pillbox({"serve", "--stream", "j"});
+  CHECK(stream.exit_code == 2);
+  CHECK(stream.err.find("--stream goes with --redis URL") != std::string::npos);
+  const auto no_stream = run_pillbox({"serve", "--redis", "redis://127.0.0.1:1"});
+  CHECK(no_stream.exit_code == 2);
+  CHECK(no_stream.err.find("--redis needs --stream NAME") != std::string::npos);
+  e2e::TempDir dir;
+  const auto down = run_pillbox({"serve", "--redis", "redis://127.0.0.1:" + std::to_string(e2e::free_loopback_port()),
+                                 "--stream", "j", "--token-file", dir.path() + "/t"});
+  CHECK(down.exit_code == 3);
+  CHECK(down.err.find("cannot reach Redis") != std::string::npos);
+}
