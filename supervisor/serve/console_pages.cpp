@@ -266,7 +266,9 @@ Page record_page(ConsoleStore& store, const std::string& id_text) {
                           : payload.bytes.size();
     body += payload_preview_html(payload.bytes, kPreviewBytes, size);
     body += "<p><a class=\"download\" href=\"/api/records/" + url_encode(id) + "/payload\" download>download the "
-            "payload</a> (exact bytes)</p>\n";
+            "payload</a> (exact bytes) · <a class=\"download\" href=\"/api/records/" + url_encode(id) +
+            "/bundle\" download>download the bundle</a> (record-" + html_escape(id) +
+            ".tar.gz: payload, policy, record.json, reproduce.sh, as <code>quarantine export --bundle</code>)</p>\n";
   } else {
     body += "<p class=\"error\">unreadable: " + esc(payload.error.body["error"]) + "</p>\n";
   }

@@ -19,6 +19,7 @@
 #include "supervisor/metrics/metrics_text.h"
 #include "supervisor/metrics/store_metrics_reader.h"
 #include "supervisor/serve/access_token.h"
+#include "supervisor/serve/console_download.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/console_static.h"
 
@@ -281,12 +282,22 @@ void ConsoleServer::add_routes() {
   http_->Get(R"(/api/records/([^/]+))", locked([this](const Request& req, Response& res) {
                send_json(res, show_record(store_, req.matches[1]));
              }));
-  http_->Get(R"(/api/records/([^/]+)/payload)", locked([this](const Request& req, Response& res) {
-               PayloadReply p = record_payload(store_, req.matches[1]);
-               if (p.error.status != 200) return send_json(res, p.error);
-               res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
-               res.set_content(std::move(p.bytes), "application/octet-stream");
-             }));
+  // Downloads: found under the lock, read after it (console_download.h).
+  auto download = [this, guarded](PendingDownload (*find)(ConsoleStore&, const std::string&), const char* type) {
+    return guarded([this, find, type](const Request& req, Response& res) {
+      PendingDownload pending;
+      {
+        std::lock_guard<std::mutex> hold(store_lock_);
+        pending = find(store_, req.matches[1]);
+      }
+      PayloadReply p = finish_download(pending);
+      if (p.error.status != 200) return send_json(res, p.error);
+      res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
+      res.set_content(std::move(p.bytes), type);
+    });
+  };
+  http_->Get(R"(/api/records/([^/]+)/payload)", download(find_payload_download, "application/octet-stream"));
+  http_->Get(R"(/api/records/([^/]+)/bundle)", download(find_bundle_download, "application/gzip"));
   // The token before anything else: without it, nothing is read or changed.
   auto authorized = [this](const Request& req, Response& res) {
     switch (check_authorization(req.get_header_value("Authorization"), token_)) {

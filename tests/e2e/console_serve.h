@@ -1,0 +1,151 @@
+#pragma once
+// What the console's e2e tests share: a real `pillbox serve` in the
+// background, a store with crashes of one bug and another (its payloads
+// hostile to a browser), and HTTP on a raw socket.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <doctest/doctest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/background.h"
+#include "tests/e2e/support.h"
+
+namespace e2e::console {
+
+using nlohmann::json;
+
+// The payload a browser must never run: markup, then bytes that are not UTF-8.
+// It starts with 'S': poison_corpus crashes on it (corrupt_record).
+inline const std::string kHostilePayload = std::string("S<script>alert(1)</script>") + "\xff\xfe\x80 end";
+inline const std::string kHostileKey = "<img src=x onerror=alert(2)>";
+// The same markup in a payload that is printable UTF-8: previewed as text.
+inline const std::string kMarkupPayload = "S<script>alert(1)</script> as text";
+
+// `pillbox serve` running in the background (e2e::Background); the
+// constructor waits for its first line of stdout (the URL) or its end.
+class Serve {
+ public:
+  Serve(const std::string& store, const std::string& listen = "127.0.0.1:0")
+      : process_(e2e::pillbox_binary(), {"serve", "--store", store, "--listen", listen}) {
+    // The first line, or what it printed when it exits before printing one.
+    std::string out;
+    const bool done = e2e::eventually([&] {
+      const bool ended = process_.ended();  // before reading: its last words are in
+      out = process_.out();
+      return ended || out.find('\n') != std::string::npos;
+    });
+    REQUIRE_MESSAGE(done, "pillbox serve printed no URL within 60 s");
+    url_ = out.substr(0, out.find('\n'));
+  }
+
+  const std::string& url() const { return url_; }  // "" when it printed none
+  int port() const { return std::atoi(url_.substr(url_.rfind(':') + 1).c_str()); }
+  std::string err() const { return process_.err(); }
+  // Sends `sig` and waits for the exit; its exit code (128 + signal when killed).
+  int stop(int sig) {
+    process_.signal(sig);
+    return wait();
+  }
+  int wait() { return process_.wait(); }
+
+ private:
+  e2e::Background process_;
+  std::string url_;
+};
+
+// A store with five tasks: three crashes of one bug ('S': one plain, the
+// hostile payload under a hostile key, the markup as text), an abort ('A'),
+// and one ok.
+struct ConsoleStore {
+  e2e::TempDir dir;
+  e2e::TempDir work{01777};  // poison_corpus's marker directory
+  std::string store = dir.path() + "/store";
+  std::string db = store + "/pillbox.db";
+
+  ConsoleStore() {
+    const std::string input = e2e::task_line("segv", "S plain crash") + e2e::task_line(kHostileKey, kHostilePayload) +
+                              e2e::task_line("markup", kMarkupPayload) + e2e::task_line("abort", "A checksum") +
+                              e2e::task_line("fine", "just text");
+    const auto run = e2e::run_pillbox({"run", "--store", store, "--json", "-", "--", e2e::fixture("poison_corpus"),
+                                  work.path()},
+                                 input);
+    INFO(run.describe());
+    REQUIRE(run.exit_code == 1);
+    REQUIRE(e2e::sql_int(db, "SELECT count(*) FROM quarantine") == 4);
+  }
+  // The record id of task `key`.
+  std::string id_of(const std::string& key) const {
+    const auto rows = e2e::sql_rows(db, "SELECT q.id FROM quarantine q WHERE q.key = '" + key + "'");
+    REQUIRE(rows.size() == 1);
+    return rows[0][0];
+  }
+  // The CLI's --json lines as a JSON array.
+  json cli(const std::vector<std::string>& args) const {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), {"--store", store, "--json"});
+    const auto r = e2e::run_pillbox(all);
+    INFO(r.describe());
+    REQUIRE(r.exit_code == 0);
+    return json(r.records);
+  }
+  // What a discard must not change: statuses and audit trails, as text.
+  std::string state() const {
+    std::string out;
+    for (const auto& row : e2e::sql_rows(db, "SELECT id, status, updated_at FROM quarantine ORDER BY id")) {
+      for (const auto& cell : row) out += cell + "|";
+    }
+    out += std::to_string(e2e::sql_int(db, "SELECT count(*) FROM audit"));
+    return out;
+  }
+};
+
+inline json body_of(const httplib::Result& r) {
+  REQUIRE(r);
+  auto j = json::parse(r->body, nullptr, false);
+  REQUIRE_MESSAGE(!j.is_discarded(), "not JSON: " << r->body);
+  return j;
+}
+
+inline std::string read_token(const std::string& store) {
+  std::string t = e2e::read_file(store + "/serve.token");
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return t;
+}
+
+// Everything the console answers on one connection after `request` was
+// sent, until it closes it (its keep-alive ends) or 30 s pass.
+inline std::string raw_exchange(int port, const std::string& request) {
+  const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(sock >= 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+  std::size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = ::write(sock, request.data() + sent, request.size() - sent);
+    REQUIRE(n > 0);
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string answer;
+  char block[4096];
+  pollfd p{sock, POLLIN, 0};
+  while (::poll(&p, 1, 30'000) == 1) {
+    const ssize_t n = ::read(sock, block, sizeof block);
+    if (n <= 0) break;
+    answer.append(block, static_cast<std::size_t>(n));
+  }
+  ::close(sock);
+  return answer;
+}
+
+}  // namespace e2e::console
