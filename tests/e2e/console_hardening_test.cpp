@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -89,4 +90,44 @@ TEST_CASE("serve: a record's bundle downloads as record-ID.tar.gz; tar unpacks e
   auto page = http.Get("/records/" + id);
   REQUIRE(page);
   CHECK(page->body.find("href=\"/api/records/" + id + "/bundle\" download") != std::string::npos);
+}
+
+TEST_CASE("serve: the fingerprint groups' records by day are the same in stats --json, /api/stats and /groups' bars") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const json cli = s.cli({"quarantine", "stats"});
+  auto api = http.Get("/api/stats");
+  REQUIRE(api);
+  REQUIRE(api->status == 200);
+  const json groups = body_of(api)["groups"];
+  CHECK(groups == cli);  // the same objects, by_day included
+  auto page = http.Get("/groups");
+  REQUIRE(page);
+  REQUIRE(page->status == 200);
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char today[16];
+  std::strftime(today, sizeof today, "%Y-%m-%d", &utc);
+  REQUIRE(groups.size() == 2);
+  for (const auto& g : groups) {
+    CAPTURE(g.dump());
+    REQUIRE(g["by_day"].size() == 14);
+    // Every record of this store was made just now: all of them today.
+    CHECK(g["by_day"].back()["day"] == today);
+    CHECK(g["by_day"].back()["records"] == g["records"]);
+    std::int64_t sum = 0;
+    for (const auto& d : g["by_day"]) {
+      sum += d["records"].get<std::int64_t>();
+      // Each day is a bar of the page, its count in the bar's tooltip.
+      const std::int64_t n = d["records"].get<std::int64_t>();
+      const std::string title = "<title>" + d["day"].get<std::string>() + ": " + std::to_string(n) +
+                                (n == 1 ? " record" : " records") + "</title>";
+      CHECK(page->body.find(title) != std::string::npos);
+    }
+    CHECK(sum == g["records"]);
+  }
+  CHECK(page->body.find("<svg class=\"days\"") != std::string::npos);
+  CHECK(page->body.find("style=") == std::string::npos);  // CSP: no inline style
 }
