@@ -11,6 +11,7 @@
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_server.h"
+#include "supervisor/serve/serve_lock.h"
 
 namespace pillbox::cli {
 namespace {
@@ -26,8 +27,9 @@ const char* kHelp =
     "\n"
     "Prints its URL as the first line on stdout. Each start writes a new random access token to\n"
     "DIR/serve.token (mode 0600): every action (a POST) needs `Authorization: Bearer TOKEN` and is\n"
-    "audited as \"web: ADDRESS\". Reads need no token: keep the console on loopback. SIGINT or\n"
-    "SIGTERM stops it.\n"
+    "audited as \"web: ADDRESS\". Reads need no token: keep the console on loopback. One serve\n"
+    "per store: it holds a lock on DIR/serve.lock (with its pid and URL), and a second one exits 3.\n"
+    "SIGINT or SIGTERM stops it.\n"
     "\n"
     "options:\n"
     "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
@@ -35,7 +37,8 @@ const char* kHelp =
     "  --listen HOST:PORT  where to listen (default 127.0.0.1:8080; port 0: a free port)\n"
     "\n"
     "exit codes: 0 stopped by SIGINT or SIGTERM, 2 usage error or no usable --store, 3 the store\n"
-    "cannot be opened, the address cannot be listened on (in use), or the token cannot be written\n";
+    "cannot be opened, the address cannot be listened on (in use), another serve is serving the store,\n"
+    "or the token cannot be written\n";
 
 int serve_error(const std::string& message, int exit_code) {
   std::fprintf(stderr, "pillbox serve: %s\n", message.c_str());
@@ -63,6 +66,10 @@ int serve_command(int argc, char** argv) {
   // Bound before the token is written: a serve that cannot listen leaves
   // the running one's token (and everything else in the store) as it was.
   if (auto port = server.bind(*address); !port) return serve_error(port.error(), exit_code_for(port.error_code()));
+  // One serve per store, before the token: a second one (on another port)
+  // leaves the first one's token as it was (serve_lock.h). Held until exit.
+  auto lock = serve::take_serve_lock(access->store.dir(), server.url());
+  if (!lock) return serve_error(lock.error(), kExitSetup);
   auto token = serve::write_new_token(access->store.dir());
   if (!token) return serve_error(token.error(), kExitSetup);
 

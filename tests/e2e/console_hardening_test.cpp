@@ -5,6 +5,7 @@
 // a POST refused on its headers alone; idle clients that cannot hold every
 // worker. Real stores, a real `pillbox serve`, real HTTP.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -130,4 +131,30 @@ TEST_CASE("serve: the fingerprint groups' records by day are the same in stats -
   }
   CHECK(page->body.find("<svg class=\"days\"") != std::string::npos);
   CHECK(page->body.find("style=") == std::string::npos);  // CSP: no inline style
+}
+
+TEST_CASE("serve: a second serve on the same store and another port exits 3 naming the first; the first's token works") {
+  ConsoleStore s;
+  Serve first(s.store);
+  REQUIRE(!first.url().empty());
+  const std::string token = read_token(s.store);
+  CHECK(e2e::read_file(s.store + "/serve.lock") == std::to_string(first.pid()) + " " + first.url() + "\n");
+  Serve second(s.store);  // port 0: another port, free
+  CHECK(second.url().empty());
+  CHECK(second.wait() == 3);
+  CHECK(second.err().find("another pillbox serve (pid " + std::to_string(first.pid()) + ", " + first.url() +
+                          ") is serving this store; stop it or use its token") != std::string::npos);
+  CHECK(read_token(s.store) == token);
+  // The first one's token still acts: a bad body (400), not a wrong token (403).
+  httplib::Client http("127.0.0.1", first.port());
+  auto r = http.Post("/api/records/" + s.id_of("segv") + "/discard", {{"Authorization", "Bearer " + token}}, "{}",
+                     "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 400);
+  // Once the first has stopped, a serve starts again, with a new token.
+  CHECK(first.stop(SIGTERM) == 0);
+  Serve third(s.store);
+  REQUIRE(!third.url().empty());
+  CHECK(read_token(s.store) != token);
+  CHECK(e2e::read_file(s.store + "/serve.lock") == std::to_string(third.pid()) + " " + third.url() + "\n");
 }
