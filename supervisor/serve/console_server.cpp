@@ -19,6 +19,7 @@
 #include "supervisor/metrics/metrics_text.h"
 #include "supervisor/metrics/store_metrics_reader.h"
 #include "supervisor/serve/access_token.h"
+#include "supervisor/serve/closing_reply.h"
 #include "supervisor/serve/console_download.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/console_static.h"
@@ -47,9 +48,28 @@ const httplib::Headers kSecurityHeaders = {
     {"Cache-Control", "no-store"},
 };
 
+std::string json_text(const ApiReply& reply) {
+  return reply.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void send_json(httplib::Response& res, const ApiReply& reply) {
   res.status = reply.status;
-  res.set_content(reply.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  if (reply.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(json_text(reply), "application/json");
+}
+
+// The token of an action (a POST), before anything is read or changed.
+std::optional<ApiReply> token_refusal(const httplib::Request& req, const std::string& token) {
+  switch (check_authorization(req.get_header_value("Authorization"), token)) {
+    case TokenCheck::kMissing:
+      return ApiReply{401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in serve.token in "
+                                      "the store directory)"}}};
+    case TokenCheck::kWrong:
+      return ApiReply{403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}};
+    case TokenCheck::kGood:
+      break;
+  }
+  return std::nullopt;
 }
 
 void send_page(httplib::Response& res, const Page& page) {
@@ -114,8 +134,8 @@ std::string this_host_name() {
 }
 
 // A request that carries a body: cpp-httplib reads it only after the
-// pre-routing handler, so a refusal there would leave it on the connection,
-// to be read as more requests.
+// pre-routing handler, so a refusal there must close the connection
+// (closing_reply.h), or the body would be read as more requests.
 bool has_body(const httplib::Request& req) {
   if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) return true;
   const std::string length = req.get_header_value("Content-Length");
@@ -193,25 +213,32 @@ void ConsoleServer::add_routes() {
   // body is read, and by the size of what was read (a chunked body).
   http_->set_payload_max_length(kMaxPatchBodyBytes);
 
-  // A loopback console answers only to its own names: a page of another
-  // site whose DNS name now points at 127.0.0.1 sends that name as Host.
-  // Refused early only when the request has no body (has_body); one with a
-  // body is refused by its route (guarded, below) once it is read, within
-  // the library's own limit (kMaxPatchBodyBytes, its 413 closes the
-  // connection).
+  // Refused on the headers alone, before any body is read: a body too
+  // large, a Host that is not this console's (a page of another site whose
+  // DNS name now points at 127.0.0.1 sends that name), a POST without the
+  // token, a body on anything but a POST. A refused request with a body
+  // gets an answer that closes the connection (closing_reply.h), so its
+  // body is never read, as itself or as more requests.
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (has_body(req)) return httplib::Server::HandlerResponse::Unhandled;
-    if (auto refused = refusal(req)) {
-      send_json(res, *refused);
-      return httplib::Server::HandlerResponse::Handled;
+    std::optional<ApiReply> refused = refusal(req);
+    if (!refused && req.method == "POST") refused = token_refusal(req, token_);
+    if (!refused && req.method != "POST" && has_body(req)) {
+      refused = ApiReply{400, {{"error", "only a POST carries a body here"}}};
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    if (!refused) return httplib::Server::HandlerResponse::Unhandled;
+    if (has_body(req)) {
+      if (refused->status == 401) res.set_header("WWW-Authenticate", "Bearer");
+      send_and_close(res, refused->status, json_text(*refused), "application/json");
+    } else {
+      send_json(res, *refused);
+    }
+    return httplib::Server::HandlerResponse::Handled;
   });
   // Unknown paths and methods, and errors cpp-httplib itself found (a body
   // too large): JSON under /api/, a page elsewhere. Replies of the
-  // handlers keep their own body.
+  // handlers keep their own body, and a closing reply its provider.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (!res.body.empty() || is_closing_reply(res)) return httplib::Server::HandlerResponse::Unhandled;
     const std::string what = res.status == 404 ? "no such page: " + req.path
                              : res.status == 413 ? (is_patch(req) ? kPatchTooLarge : "request body too large")
                                                  : "request refused (HTTP " + std::to_string(res.status) + ")";
@@ -230,8 +257,8 @@ void ConsoleServer::add_routes() {
     }
   });
 
-  // Every route checks the request again (a request with a body reaches it
-  // unchecked, see above) before anything else.
+  // Every route checks the request again (defence in depth: the
+  // pre-routing handler above refused it already) before anything else.
   auto guarded = [this](auto fn) {
     return [this, fn](const Request& req, Response& res) {
       if (auto refused = refusal(req)) return send_json(res, *refused);
@@ -300,19 +327,9 @@ void ConsoleServer::add_routes() {
   http_->Get(R"(/api/records/([^/]+)/bundle)", download(find_bundle_download, "application/gzip"));
   // The token before anything else: without it, nothing is read or changed.
   auto authorized = [this](const Request& req, Response& res) {
-    switch (check_authorization(req.get_header_value("Authorization"), token_)) {
-      case TokenCheck::kMissing:
-        res.set_header("WWW-Authenticate", "Bearer");
-        send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in "
-                                        "serve.token in the store directory)"}}});
-        return false;
-      case TokenCheck::kWrong:
-        send_json(res, {403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}});
-        return false;
-      case TokenCheck::kGood:
-        break;
-    }
-    return true;
+    const auto refused = token_refusal(req, token_);
+    if (refused) send_json(res, *refused);
+    return !refused;
   };
   http_->Post(R"(/api/records/([^/]+)/discard)", guarded([this, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;

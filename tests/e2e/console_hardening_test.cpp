@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <httplib.h>
@@ -23,6 +24,64 @@ using nlohmann::json;
 using namespace e2e::console;
 
 namespace {
+
+// A raw connection to the console: what a browser's or an attacker's
+// bytes look like on the wire, sent in the pieces the test chooses.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    REQUIRE(fd_ >= 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+  }
+  ~RawConnection() { ::close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // False when the console has closed the connection (EPIPE, ECONNRESET).
+  bool send(const std::string& bytes) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  // What arrives until the console closes the connection (or resets it),
+  // or `limit` passes; closed() says which.
+  std::string read_until_closed(std::chrono::milliseconds limit) {
+    std::string answer;
+    const auto end = std::chrono::steady_clock::now() + limit;
+    char block[4096];
+    closed_ = false;
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) != 1) return answer;
+      const ssize_t n = ::recv(fd_, block, sizeof block, 0);
+      if (n <= 0) {
+        closed_ = true;
+        return answer;
+      }
+      answer.append(block, static_cast<std::size_t>(n));
+    }
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_;
+  bool closed_ = false;
+};
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
 
 mode_t mode_of(const std::string& path) {
   struct stat st {};
@@ -158,3 +217,72 @@ TEST_CASE("serve: a second serve on the same store and another port exits 3 nami
   CHECK(read_token(s.store) != token);
   CHECK(e2e::read_file(s.store + "/serve.lock") == std::to_string(third.pid()) + " " + third.url() + "\n");
 }
+
+TEST_CASE("serve: a POST without the token is refused on its headers alone and its connection closed; a body never read") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  const std::string port = std::to_string(serve.port());
+  const std::string id = s.id_of("segv");
+  const std::string before = s.state();
+  // A patch may send up to 12 MiB (kMaxPatchBodyBytes): 10 MiB is within it.
+  auto post = [&](const std::string& auth, std::size_t length, const std::string& verb = "patch") {
+    return "POST /api/records/" + id + "/" + verb + " HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n" + auth +
+           "Content-Type: application/json\r\nContent-Length: " + std::to_string(length) + "\r\n\r\n";
+  };
+  // Headers that promise 10 MiB, and none of it sent: the answer comes at
+  // once, and the connection closes (not after the 5 s keep-alive wait).
+  for (const auto& [auth, status] : {std::pair{std::string(), 401}, {"Authorization: Bearer wrong\r\n", 403}}) {
+    CAPTURE(status);
+    RawConnection raw(serve.port());
+    REQUIRE(raw.send(post(auth, 10u << 20)));
+    const auto start = std::chrono::steady_clock::now();
+    const std::string answer = raw.read_until_closed(std::chrono::seconds(30));
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO(answer);
+    CHECK(answer.rfind("HTTP/1.1 " + std::to_string(status), 0) == 0);
+    CHECK(answer.find("Connection: close") != std::string::npos);
+    CHECK(answer.find(status == 401 ? "needs Authorization: Bearer TOKEN" : "wrong access token") != std::string::npos);
+    CHECK(raw.closed());
+    CHECK(took < std::chrono::seconds(3));
+  }
+  // A body that is a request of its own, sent after the refusal: never
+  // answered (the connection is gone).
+  {
+    const std::string smuggled = "GET /api/stats HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n\r\n";
+    RawConnection raw(serve.port());
+    REQUIRE(raw.send(post("", smuggled.size(), "discard")));
+    const std::string answer = raw.read_until_closed(std::chrono::seconds(30));
+    CHECK(answer.rfind("HTTP/1.1 401", 0) == 0);
+    CHECK(raw.closed());
+    raw.send(smuggled);  // refused by the kernel, or read by no one
+    const std::string more = raw.read_until_closed(std::chrono::seconds(2));
+    CHECK(more.empty());
+  }
+  // Sent in one piece with the headers: still one answer.
+  {
+    std::string smuggled;
+    while (smuggled.size() < 20'000) smuggled += "GET /api/stats HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\n\r\n";
+    RawConnection raw(serve.port());
+    raw.send(post("", smuggled.size(), "discard") + smuggled);
+    const std::string answer = raw.read_until_closed(std::chrono::seconds(30));
+    CHECK(count_of(answer, "HTTP/1.1 ") <= 1);
+    CHECK(answer.find("\"groups\"") == std::string::npos);
+  }
+  // A GET with a body: refused (400) and closed the same way.
+  {
+    RawConnection raw(serve.port());
+    REQUIRE(raw.send("GET /api/stats HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\nContent-Length: 5000\r\n\r\n"));
+    const std::string answer = raw.read_until_closed(std::chrono::seconds(30));
+    CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
+    CHECK(raw.closed());
+  }
+  CHECK(s.state() == before);
+  // With the token, the same POST is read and done.
+  httplib::Client http("127.0.0.1", serve.port());
+  auto done = http.Post("/api/records/" + id + "/discard", {{"Authorization", "Bearer " + read_token(s.store)}},
+                        R"({"reason": "fixed"})", "application/json");
+  REQUIRE(done);
+  CHECK(done->status == 200);
+  CHECK(body_of(done)["changed"] == 1);
+}
+
