@@ -144,7 +144,8 @@ bool has_body(const httplib::Request& req) {
 
 }  // namespace
 
-ConsoleServer::ConsoleServer(ConsoleStore store) : store_(std::move(store)), http_(std::make_unique<httplib::Server>()) {}
+ConsoleServer::ConsoleServer(ConsoleStore store)
+    : store_(std::move(store)), presence_(store_.dir), http_(std::make_unique<httplib::Server>()) {}
 
 ConsoleServer::~ConsoleServer() = default;
 
@@ -265,10 +266,24 @@ void ConsoleServer::add_routes() {
       fn(req, res);
     };
   };
+  // A store whose file went away or was replaced under the console: 503,
+  // saying what happened and what to do (store_presence.h), never what
+  // the old file still holds.
+  auto store_gone = [this](const Request& req, Response& res) {
+    const auto problem = presence_.problem();
+    if (!problem) return false;
+    if (is_api(req)) {
+      send_json(res, {503, {{"error", *problem}}});
+    } else {
+      send_page(res, error_page(503, *problem));
+    }
+    return true;
+  };
   // Each route that reads the store takes its lock around the library call.
-  auto locked = [this, guarded](auto fn) {
-    return guarded([this, fn](const Request& req, Response& res) {
+  auto locked = [this, guarded, store_gone](auto fn) {
+    return guarded([this, fn, store_gone](const Request& req, Response& res) {
       std::lock_guard<std::mutex> hold(store_lock_);
+      if (store_gone(req, res)) return;
       fn(req, res);
     });
   };
@@ -292,7 +307,7 @@ void ConsoleServer::add_routes() {
   // and pillbox_store_up 0 while it cannot be read.
   metrics_ = std::make_unique<metrics::StoreMetricsReader>(store_.dir);
   http_->Get("/metrics", guarded([this](const Request&, Response& res) {
-    const std::string store = metrics_->text();
+    const std::string store = presence_.problem() ? std::string() : metrics_->text();
     metrics::MetricsText text;
     text.family("pillbox_store_up", "1 when this answer has the store in it, 0 when it cannot be read.",
                 metrics::MetricType::kGauge);
@@ -310,11 +325,13 @@ void ConsoleServer::add_routes() {
                send_json(res, show_record(store_, req.matches[1]));
              }));
   // Downloads: found under the lock, read after it (console_download.h).
-  auto download = [this, guarded](PendingDownload (*find)(ConsoleStore&, const std::string&), const char* type) {
-    return guarded([this, find, type](const Request& req, Response& res) {
+  auto download = [this, guarded, store_gone](PendingDownload (*find)(ConsoleStore&, const std::string&),
+                                              const char* type) {
+    return guarded([this, find, type, store_gone](const Request& req, Response& res) {
       PendingDownload pending;
       {
         std::lock_guard<std::mutex> hold(store_lock_);
+        if (store_gone(req, res)) return;
         pending = find(store_, req.matches[1]);
       }
       PayloadReply p = finish_download(pending);
@@ -331,14 +348,16 @@ void ConsoleServer::add_routes() {
     if (refused) send_json(res, *refused);
     return !refused;
   };
-  http_->Post(R"(/api/records/([^/]+)/discard)", guarded([this, authorized](const Request& req, Response& res) {
+  http_->Post(R"(/api/records/([^/]+)/discard)", guarded([this, authorized, store_gone](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     std::lock_guard<std::mutex> hold(store_lock_);
+    if (store_gone(req, res)) return;
     send_json(res, discard_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
   }));
-  http_->Post(R"(/api/records/([^/]+)/patch)", guarded([this, authorized](const Request& req, Response& res) {
+  http_->Post(R"(/api/records/([^/]+)/patch)", guarded([this, authorized, store_gone](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     std::lock_guard<std::mutex> hold(store_lock_);
+    if (store_gone(req, res)) return;
     send_json(res, patch_record(store_, req.matches[1], req.body, "web: " + req.remote_addr));
   }));
 }

@@ -21,6 +21,7 @@
 
 #include "shared/status.h"
 #include "supervisor/serve/console_api.h"
+#include "supervisor/serve/store_presence.h"
 
 namespace httplib {
 class Server;
@@ -69,6 +70,9 @@ class ConsoleServer {
 
   ConsoleStore store_;
   std::mutex store_lock_;  // every use of store_
+  // Whether store_'s file is still the one at its path (store_presence.h):
+  // asked before each use of store_.
+  StorePresence presence_;
   std::unique_ptr<httplib::Server> http_;
   // GET /metrics: the store's gauges, read on a thread and connection of
   // its own (supervisor/metrics/store_metrics_reader.h), not under store_lock_.

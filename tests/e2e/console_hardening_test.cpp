@@ -286,3 +286,72 @@ TEST_CASE("serve: a POST without the token is refused on its headers alone and i
   CHECK(body_of(done)["changed"] == 1);
 }
 
+TEST_CASE("serve: a store removed or replaced under a running serve: every page and API says so (503), metrics down") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  const std::string id = s.id_of("segv");
+  const std::vector<std::string> paths = {"/",           "/groups",           "/tasks",
+                                          "/runs",       "/records/" + id,    "/api/records",
+                                          "/api/stats",  "/api/tasks",        "/api/runs",
+                                          "/api/records/" + id, "/api/records/" + id + "/payload",
+                                          "/api/records/" + id + "/bundle"};
+  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
+  auto store_up = [&] {
+    auto m = http.Get("/metrics");
+    REQUIRE(m);
+    REQUIRE(m->status == 200);
+    if (m->body.find("\npillbox_store_up 1\n") != std::string::npos) return 1;
+    CHECK(m->body.find("\npillbox_store_up 0\n") != std::string::npos);
+    return 0;
+  };
+  // Every route that reads the store answers `status`, and an error that says `says`.
+  auto every_route = [&](int status, const std::string& says) {
+    for (const auto& path : paths) {
+      CAPTURE(path);
+      auto r = http.Get(path);
+      REQUIRE(r);
+      CHECK(r->status == status);
+      if (status == 200) continue;
+      if (path.rfind("/api/", 0) == 0) {
+        CHECK(body_of(r)["error"].get<std::string>().find(says) != std::string::npos);
+      } else {
+        CHECK(r->body.find(says) != std::string::npos);
+      }
+    }
+    auto discard = http.Post("/api/records/" + id + "/discard", auth, R"({"reason": "r"})", "application/json");
+    REQUIRE(discard);
+    if (status != 200) {
+      CHECK(discard->status == status);
+      CHECK(body_of(discard)["error"].get<std::string>().find(says) != std::string::npos);
+    }
+  };
+  CHECK(store_up() == 1);
+  const std::string away = s.dir.path() + "/pillbox.db.away";
+  // Moved away (as a removal looks to the console): 503 everywhere, metrics down.
+  REQUIRE(::rename(s.db.c_str(), away.c_str()) == 0);
+  every_route(503, "is gone (removed or moved away while pillbox serve ran): put it back");
+  CHECK(store_up() == 0);
+  // Put back: served again, and the discard sent while it was away did nothing.
+  REQUIRE(::rename(away.c_str(), s.db.c_str()) == 0);
+  CHECK(store_up() == 1);
+  CHECK(e2e::sql_rows(s.db, "SELECT status FROM quarantine WHERE id = " + id)[0][0] == "quarantined");
+  every_route(200, "");
+  // Replaced by a copy (another file at the path): 503, restart to show it.
+  const auto copied = e2e::run_command("/bin/cp", {s.db, away});
+  REQUIRE(copied.exit_code == 0);
+  REQUIRE(::rename(away.c_str(), s.db.c_str()) == 0);
+  every_route(503, "was replaced while pillbox serve ran");
+  CHECK(store_up() == 0);
+  if (::geteuid() != 0) {
+    REQUIRE(::chmod(s.db.c_str(), 0) == 0);
+    auto r = http.Get("/api/stats");
+    REQUIRE(r);
+    CHECK(r->status == 503);
+    REQUIRE(::chmod(s.db.c_str(), 0600) == 0);
+  } else {
+    MESSAGE("not checked: a database made unreadable (chmod 000), which root reads all the same");
+  }
+  // Nothing crashed: it still stops cleanly.
+  CHECK(serve.stop(SIGTERM) == 0);
+}
