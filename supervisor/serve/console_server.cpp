@@ -27,6 +27,19 @@
 namespace pillbox::serve {
 namespace {
 
+// What a client may hold. cpp-httplib serves each connection on one worker
+// thread from its first byte to its close, and its pool has max(8, cores -
+// 1) workers: 8 clients that connect and send nothing held every worker for
+// its 5 s keep-alive wait, and the console answered no one meanwhile. So:
+// more workers than a browser opens connections (6 per host) times a few
+// tabs, an idle connection closed after 2 s, and 10 s for each read or
+// write of a request or an answer. A client that trickles a byte every few
+// seconds still holds its worker (cpp-httplib 0.11 has no deadline for a
+// whole request); it holds one of kWorkers.
+constexpr std::size_t kWorkers = 32;
+constexpr time_t kKeepAliveSeconds = 2;
+constexpr time_t kReadWriteSeconds = 10;
+
 // The largest request body read (a discard's reason is at most 4 KiB),
 // except a patch's, which may carry a payload (kMaxPatchBodyBytes).
 constexpr std::size_t kMaxBodyBytes = 64 * 1024;
@@ -156,6 +169,10 @@ Expected<int> ConsoleServer::bind(const ListenAddress& address) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
+  http_->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  http_->set_keep_alive_timeout(kKeepAliveSeconds);
+  http_->set_read_timeout(kReadWriteSeconds);
+  http_->set_write_timeout(kReadWriteSeconds);
   errno = 0;
   int port = address.port;
   if (address.port == 0) {

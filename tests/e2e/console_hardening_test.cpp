@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
+#include <vector>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -354,4 +356,25 @@ TEST_CASE("serve: a store removed or replaced under a running serve: every page 
   }
   // Nothing crashed: it still stops cleanly.
   CHECK(serve.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve: 8 idle connections hold no one up: a GET is answered at once, and the idle ones are closed soon") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  // 8 connections that send nothing (cpp-httplib's default pool had 8
+  // workers: each held one for its 5 s keep-alive wait), and 4 more.
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 12; ++i) idle.push_back(std::make_unique<RawConnection>(serve.port()));
+  httplib::Client http("127.0.0.1", serve.port());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = http.Get("/api/stats");
+  const auto took = std::chrono::steady_clock::now() - start;
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(took < std::chrono::seconds(1));
+  // An idle connection is closed by the console after its 2 s keep-alive wait.
+  const auto waited = std::chrono::steady_clock::now();
+  CHECK(idle[0]->read_until_closed(std::chrono::seconds(30)).empty());
+  CHECK(idle[0]->closed());
+  CHECK(std::chrono::steady_clock::now() - waited < std::chrono::seconds(4));
 }
