@@ -27,64 +27,6 @@ using namespace e2e::console;
 
 namespace {
 
-// A raw connection to the console: what a browser's or an attacker's
-// bytes look like on the wire, sent in the pieces the test chooses.
-class RawConnection {
- public:
-  explicit RawConnection(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    REQUIRE(fd_ >= 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(static_cast<std::uint16_t>(port));
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
-  }
-  ~RawConnection() { ::close(fd_); }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
-
-  // False when the console has closed the connection (EPIPE, ECONNRESET).
-  bool send(const std::string& bytes) {
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      sent += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-  // What arrives until the console closes the connection (or resets it),
-  // or `limit` passes; closed() says which.
-  std::string read_until_closed(std::chrono::milliseconds limit) {
-    std::string answer;
-    const auto end = std::chrono::steady_clock::now() + limit;
-    char block[4096];
-    closed_ = false;
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-      pollfd p{fd_, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) != 1) return answer;
-      const ssize_t n = ::recv(fd_, block, sizeof block, 0);
-      if (n <= 0) {
-        closed_ = true;
-        return answer;
-      }
-      answer.append(block, static_cast<std::size_t>(n));
-    }
-  }
-  bool closed() const { return closed_; }
-
- private:
-  int fd_;
-  bool closed_ = false;
-};
-
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
-  return n;
-}
-
 mode_t mode_of(const std::string& path) {
   struct stat st {};
   REQUIRE_MESSAGE(::stat(path.c_str(), &st) == 0, path);

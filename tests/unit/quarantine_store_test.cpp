@@ -917,12 +917,22 @@ TEST_CASE("results: kept in the caller's transaction, a running total, the oldes
 
 }  // namespace
 
-TEST_CASE("quarantine store: a payload's head is its first bytes, inline or in a file, read without the rest") {
+// A store with a payload kept inline and one kept in a file.
+struct InlineAndFile {
   Env env;
   const std::string small = bytes_of(1000, 3);
   const std::string big = bytes_of(kInlinePayloadBytes + 5000, 9);
-  env.add("small", small, "fp-s", 1000);
-  env.add("big", big, "fp-b", 1000);
+  InlineAndFile() {
+    env.add("small", small, "fp-s", 1000);
+    env.add("big", big, "fp-b", 1000);
+  }
+};
+
+TEST_CASE("quarantine store: a payload's head is its first bytes, inline or in a file, read without the rest") {
+  InlineAndFile stored;
+  Env& env = stored.env;
+  const std::string& small = stored.small;
+  const std::string& big = stored.big;
   auto& payloads = env.qs->payloads();
   CHECK(payloads.head(sha256_hex(small), 10).value() == small.substr(0, 10));
   CHECK(payloads.head(sha256_hex(small), 5000).value() == small);  // shorter than asked: all of it
@@ -939,27 +949,24 @@ TEST_CASE("quarantine store: a payload's head is its first bytes, inline or in a
 }
 
 TEST_CASE("quarantine store: a found payload is read after its name is gone; a damaged one is refused then") {
-  Env env;
-  const std::string small = bytes_of(1000, 4);
-  const std::string big = bytes_of(kInlinePayloadBytes + 5000, 10);
-  env.add("small", small, "fp-s", 1000);
-  env.add("big", big, "fp-b", 1000);
-  auto& payloads = env.qs->payloads();
-  auto inline_found = payloads.find(sha256_hex(small));
+  InlineAndFile stored;
+  auto& payloads = stored.env.qs->payloads();
+  auto inline_found = payloads.find(sha256_hex(stored.small));
   REQUIRE(inline_found.has_value());
   CHECK_FALSE(inline_found->file.valid());
-  CHECK(PayloadStore::read_checked(*inline_found).value() == small);
+  CHECK(PayloadStore::read_checked(*inline_found).value() == stored.small);
   // The file open, then unlinked (a purge): its bytes are still read.
-  auto found = payloads.find(sha256_hex(big));
+  auto found = payloads.find(sha256_hex(stored.big));
   REQUIRE(found.has_value());
   CHECK(found->file.valid());
-  REQUIRE(::unlink(env.payload_path(sha256_hex(big)).c_str()) == 0);
-  CHECK(PayloadStore::read_checked(*found).value() == big);
-  CHECK_FALSE(payloads.find(sha256_hex(big)).has_value());  // gone for the next reader
+  REQUIRE(::unlink(stored.env.payload_path(sha256_hex(stored.big)).c_str()) == 0);
+  CHECK(PayloadStore::read_checked(*found).value() == stored.big);
+  CHECK_FALSE(payloads.find(sha256_hex(stored.big)).has_value());  // gone for the next reader
   CHECK_FALSE(payloads.find(sha256_hex("never stored")).has_value());
   // Damaged inline bytes: found, refused when read.
-  REQUIRE(env.db().exec("UPDATE payloads SET data = x'00' WHERE sha256 = '" + sha256_hex(small) + "'").is_ok());
-  auto damaged = payloads.find(sha256_hex(small));
+  const std::string sha = sha256_hex(stored.small);
+  REQUIRE(stored.env.db().exec("UPDATE payloads SET data = x'00' WHERE sha256 = '" + sha + "'").is_ok());
+  auto damaged = payloads.find(sha256_hex(stored.small));
   REQUIRE(damaged.has_value());
   auto read = PayloadStore::read_checked(*damaged);
   REQUIRE_FALSE(read.has_value());
