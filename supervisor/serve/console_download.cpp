@@ -1,5 +1,10 @@
 #include "supervisor/serve/console_download.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/record_bundle.h"
 #include "supervisor/serve/record_archive.h"
@@ -45,16 +50,43 @@ PendingDownload find_bundle_download(ConsoleStore& s, const std::string& id_text
   return p;
 }
 
-PayloadReply finish_download(PendingDownload& p) {
-  if (p.error.status != 200) return {p.error, {}, {}};
+DownloadReply finish_download(PendingDownload& p) {
+  DownloadReply reply;
+  reply.file_name = p.file_name;
+  if (p.error.status != 200) {
+    reply.error = p.error;
+    return reply;
+  }
+  if (!p.bundle && p.payload->file.valid()) {
+    auto size = store::PayloadStore::check_file(*p.payload);
+    if (!size) return {{500, {{"error", size.error()}}}, {}, {}, {}, 0};
+    reply.size = *size;
+    reply.file = std::make_shared<const UniqueFd>(std::move(p.payload->file));
+    return reply;
+  }
   auto bytes = store::PayloadStore::read_checked(*p.payload);
-  if (!bytes) return {{500, {{"error", bytes.error()}}}, {}, {}};
-  if (!p.bundle) return {{}, std::move(*bytes), p.file_name};
+  if (!bytes) return {{500, {{"error", bytes.error()}}}, {}, {}, {}, 0};
+  if (!p.bundle) {
+    reply.bytes = std::move(*bytes);
+    return reply;
+  }
   const std::string id = std::to_string(p.record->id);
   auto archive = bundle_tar_gz("record-" + id, record_bundle_files(id, *p.record, p.full, std::move(*bytes)),
                                p.record->updated_at / 1000);
-  if (!archive) return {{500, {{"error", archive.error()}}}, {}, {}};
-  return {{}, std::move(*archive), p.file_name};
+  if (!archive) return {{500, {{"error", archive.error()}}}, {}, {}, {}, 0};
+  reply.bytes = std::move(*archive);
+  return reply;
+}
+
+bool send_file_range(const UniqueFd& file, std::uint64_t offset, std::uint64_t length,
+                     const std::function<bool(const char*, std::size_t)>& write) {
+  char block[64 * 1024];
+  const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(length, sizeof block));
+  ssize_t n;
+  do {
+    n = ::pread(file.get(), block, want, static_cast<off_t>(offset));
+  } while (n < 0 && errno == EINTR);
+  return n > 0 && write(block, static_cast<std::size_t>(n));
 }
 
 }  // namespace pillbox::serve

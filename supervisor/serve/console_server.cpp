@@ -351,10 +351,14 @@ void ConsoleServer::add_routes() {
         if (store_gone(req, res)) return;
         pending = find(store_, req.matches[1]);
       }
-      PayloadReply p = finish_download(pending);
+      DownloadReply p = finish_download(pending);
       if (p.error.status != 200) return send_json(res, p.error);
       res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
-      res.set_content(std::move(p.bytes), type);
+      if (!p.file) return res.set_content(std::move(p.bytes), type);
+      res.set_content_provider(p.size, type, [file = p.file](std::size_t offset, std::size_t length,
+                                                             httplib::DataSink& sink) {
+        return send_file_range(*file, offset, length, sink.write);
+      });
     });
   };
   http_->Get(R"(/api/records/([^/]+)/payload)", download(find_payload_download, "application/octet-stream"));

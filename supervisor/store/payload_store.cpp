@@ -118,6 +118,29 @@ Expected<std::string> PayloadStore::read_checked(Found& found) {
   return bytes;
 }
 
+Expected<std::uint64_t> PayloadStore::check_file(const Found& found) {
+  const auto failed = [&](const std::string& why) {
+    return Error{"store: cannot read payload " + found.sha256 + ": " + why};
+  };
+  struct stat st {};
+  if (::fstat(found.file.get(), &st) != 0) return failed(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return failed("not a regular file");
+  Sha256 hash;
+  std::string block(64 * 1024, '\0');
+  std::uint64_t size = 0;
+  while (true) {
+    const ssize_t n = ::pread(found.file.get(), block.data(), block.size(), static_cast<off_t>(size));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failed(std::strerror(errno));
+    if (n == 0) break;
+    hash.update(block.data(), static_cast<std::size_t>(n));
+    size += static_cast<std::uint64_t>(n);
+    if (size > kMaxPayloadBytes) return failed("larger than the 1 GiB limit");
+  }
+  if (digest_hex(hash.finish()) != found.sha256) return Error{"store: payload " + found.sha256 + " is damaged (its hash does not match)"};
+  return size;
+}
+
 Expected<std::string> PayloadStore::head(const std::string& sha256, std::size_t max_bytes) {
   auto stmt = Statement::prepare(db_->handle(), "SELECT substr(data, 1, ?2), data IS NULL FROM payloads WHERE sha256 = ?1");
   if (!stmt) return Error{stmt.error()};

@@ -42,6 +42,11 @@ class PayloadStore {
   Expected<Found> find(const std::string& sha256);
   // The exact bytes of a found payload, checked against their hash.
   static Expected<std::string> read_checked(Found& found);
+  // A found payload in a file checked against its hash without holding it:
+  // read through once, 64 KiB at a time. Its size, for a reader that sends
+  // it from the file next (pread: the descriptor's offset is not used).
+  // REQUIRES: found.file is valid.
+  static Expected<std::uint64_t> check_file(const Found& found);
   // At most the first `max_bytes`, read without the rest (a payload may be
   // up to 1 GiB) and so NOT checked against the hash: for a preview, never
   // for a payload that runs or leaves the store.

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <memory>
@@ -319,4 +320,51 @@ TEST_CASE("serve: 8 idle connections hold no one up: a GET is answered at once, 
   CHECK(idle[0]->read_until_closed(std::chrono::seconds(30)).empty());
   CHECK(idle[0]->closed());
   CHECK(std::chrono::steady_clock::now() - waited < std::chrono::seconds(4));
+}
+
+TEST_CASE("serve: a payload in a file downloads from the file as its exact bytes; a damaged one is 500, nothing sent") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  // 3 MB, kept in a file (over 64 KiB), different in every block.
+  std::string big = "S";
+  for (std::uint32_t x = 1; big.size() < 3'000'000;) {
+    x = x * 1664525u + 1013904223u;
+    big += static_cast<char>('a' + (x >> 24) % 26);
+  }
+  const auto run = run_pillbox({"run", "--store", s.store, "--json", "-", "--", e2e::fixture("poison_corpus"),
+                                s.work.path()},
+                               e2e::task_line("big", big));
+  REQUIRE_MESSAGE(run.exit_code == 1, run.describe());
+  const std::string id = s.id_of("big");
+  auto got = http.Get("/api/records/" + id + "/payload");
+  REQUIRE(got);
+  CHECK(got->status == 200);
+  CHECK(got->get_header_value("Content-Length") == std::to_string(big.size()));
+  CHECK(got->body == big);
+  // Its bundle holds the same bytes.
+  auto bundle = http.Get("/api/records/" + id + "/bundle");
+  REQUIRE(bundle);
+  CHECK(bundle->status == 200);
+  // One byte changed in the file: refused before a byte is sent.
+  const std::string sha = pillbox::sha256_hex(big);
+  const std::string file = s.store + "/payloads/" + sha.substr(0, 2) + "/" + sha;
+  std::string damaged = e2e::read_file(file);
+  REQUIRE(damaged == big);
+  damaged[2'000'000] ^= 1;
+  REQUIRE(::chmod(file.c_str(), 0600) == 0);
+  {
+    std::FILE* f = std::fopen(file.c_str(), "r+b");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(damaged.data(), 1, damaged.size(), f) == damaged.size());
+    REQUIRE(std::fclose(f) == 0);
+  }
+  for (const char* what : {"/payload", "/bundle"}) {
+    CAPTURE(what);
+    auto refused = http.Get("/api/records/" + id + what);
+    REQUIRE(refused);
+    CHECK(refused->status == 500);
+    CHECK(body_of(refused)["error"].get<std::string>().find("is damaged (its hash does not match)") !=
+          std::string::npos);
+  }
 }

@@ -80,7 +80,7 @@ TEST_CASE("console api: records are the CLI's objects; filters and paging; error
   CHECK(list_tasks(console, {}).body["tasks"].size() == 2);
 
   PendingDownload pending = find_payload_download(console, std::to_string(b));
-  const PayloadReply payload = finish_download(pending);
+  const DownloadReply payload = finish_download(pending);
   CHECK(payload.error.status == 200);
   CHECK(payload.bytes == "payload \xff b");
   CHECK(payload.file_name == "record-" + std::to_string(b) + ".payload");

@@ -959,6 +959,7 @@ TEST_CASE("quarantine store: a found payload is read after its name is gone; a d
   auto found = payloads.find(sha256_hex(stored.big));
   REQUIRE(found.has_value());
   CHECK(found->file.valid());
+  CHECK(PayloadStore::check_file(*found).value() == stored.big.size());  // read through, not held
   REQUIRE(::unlink(stored.env.payload_path(sha256_hex(stored.big)).c_str()) == 0);
   CHECK(PayloadStore::read_checked(*found).value() == stored.big);
   CHECK_FALSE(payloads.find(sha256_hex(stored.big)).has_value());  // gone for the next reader
