@@ -104,17 +104,21 @@ std::array<std::uint8_t, 32> Sha256::finish() {
   return out;
 }
 
-std::string sha256_hex(std::string_view data) {
-  Sha256 hasher;
-  hasher.update(data);
+std::string digest_hex(const std::array<std::uint8_t, 32>& digest) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
   hex.reserve(64);
-  for (std::uint8_t byte : hasher.finish()) {
+  for (std::uint8_t byte : digest) {
     hex.push_back(kHex[byte >> 4]);
     hex.push_back(kHex[byte & 0xf]);
   }
   return hex;
+}
+
+std::string sha256_hex(std::string_view data) {
+  Sha256 hasher;
+  hasher.update(data);
+  return digest_hex(hasher.finish());
 }
 
 }  // namespace pillbox

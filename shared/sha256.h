@@ -24,5 +24,7 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
+// A digest (Sha256::finish) as 64 lowercase hex digits, as sha256_hex gives.
+std::string digest_hex(const std::array<std::uint8_t, 32>& digest);
 
 }  // namespace pillbox

@@ -14,6 +14,7 @@ packages=(
   libsqlite3-dev                                # embedded store
   libhiredis-dev redis-server                   # Redis Streams broker (client; a real server for tests)
   libcpp-httplib-dev libssl-dev prometheus     # HTTP for serve and --metrics; serve's token (RAND_bytes); promtool
+  libarchive-dev                                # serve: a record's bundle as a .tar.gz
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
   libfontconfig-dev                             # pdf-text: poppler's font lookup, loaded before any fork
   python3 gzip                                  # sample corpus generation

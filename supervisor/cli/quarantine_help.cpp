@@ -52,7 +52,11 @@ const std::map<std::string, const char*> kVerbHelp = {
      "\n" PILLBOX_FILTERS
      "\n"
      "options:\n"
-     "  --json            one JSON object per group\n" PILLBOX_WHERE},
+     "  --json            one JSON object per group; a store's groups have \"by_day\": the\n"
+     "                    group's records (of those the filters select) created on each of\n"
+     "                    the last 14 days (UTC), oldest first, today last, as\n"
+     "                    [{\"day\": \"YYYY-MM-DD\", \"records\": N}, ...]; a repeat folded into\n"
+     "                    a record (\"repeats\") has no time of its own and is not in it\n" PILLBOX_WHERE},
     {"export",
      "usage: pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
      "                                 [--store DIR | --redis URL --stream NAME]\n"

@@ -15,8 +15,10 @@
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/run_output.h"
 #include "supervisor/io/terminal_text.h"
+#include "supervisor/io/shell_quote.h"
 #include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/quarantine_views_json.h"
+#include "supervisor/ops/record_bundle.h"
 
 namespace pillbox::cli {
 namespace {
@@ -40,16 +42,6 @@ std::string dump(const nlohmann::json& j, int indent = -1) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// Single-quoted for sh: the bytes as they are, quotes closed and reopened.
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) {
-    if (ch == '\'') out += "'\\''";
-    else out += ch;
-  }
-  return out + "'";
-}
-
 Status write_file(const std::string& path, const std::string& bytes, bool force, mode_t mode) {
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (force ? O_TRUNC : O_EXCL);
   const int fd = ::open(path.c_str(), flags, mode);
@@ -70,64 +62,6 @@ Status write_file(const std::string& path, const std::string& bytes, bool force,
   }
   if (::close(fd) != 0) return Status::error("cannot write " + path + ": " + std::strerror(errno));
   return Status::ok();
-}
-
-// Text for one line of a shell comment: a record read from a fleet's Redis
-// may hold a newline, which would end the comment and start a command.
-std::string comment_text(const std::string& s) {
-  std::string out;
-  for (unsigned char ch : s) out += (ch < 0x20 || ch == 0x7f) ? '?' : static_cast<char>(ch);
-  return out;
-}
-
-// reproduce.sh: the record's handler and policy, the payload beside it, one
-// attempt, no store, so that it runs the same way on any machine with pillbox.
-// Which pillbox: $PILLBOX (a build tree's, say), else the one on PATH; found
-// before the script changes directory, so a relative $PILLBOX still works,
-// and when there is none the script says what to do instead of a shell's
-// "pillbox: not found".
-std::string reproduce_script(const std::string& id, const store::QuarantineRecord& r) {
-  const store::QuarantineEntry& e = r.entry;
-  std::string cmd = "\"$pillbox\" run --no-store --max-attempts 1 --no-breaker --json --jobs 1 --policy ./policy.policy";
-  std::string tail;
-  if (e.handler == "exec") {
-    auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
-    tail = " ./payload --";
-    if (argv.is_array()) {
-      for (const auto& a : argv) tail += " " + shell_quote(a.is_string() ? a.get<std::string>() : a.dump());
-    }
-  } else {
-    cmd += " --handler " + shell_quote(e.handler);
-    auto args = nlohmann::json::parse(e.handler_args, nullptr, false);
-    if (args.is_object()) {
-      for (const auto& [k, v] : args.items()) cmd += " --arg " + shell_quote(k + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
-    }
-    tail = " ./payload";
-  }
-  return "#!/bin/sh\n"
-         "# Runs quarantine record " + comment_text(id) + " again, in the sandbox, the way it was quarantined:\n"
-         "#   kind " + comment_text(e.kind) + ", fingerprint " + comment_text(e.fingerprint) + "\n"
-         "# Expect the same kind and fingerprint in the JSON line it prints.\n"
-         "# Runs $PILLBOX when it is set (PILLBOX=/path/to/build/pillbox ./reproduce.sh), else pillbox from PATH.\n"
-         "set -e\n"
-         "pillbox=${PILLBOX:-pillbox}\n"
-         "case $pillbox in\n"
-         "  /*) ;;\n"
-         "  */*) pillbox=$(pwd)/$pillbox ;;\n"
-         "  *) pillbox=$(command -v \"$pillbox\") || pillbox= ;;\n"
-         "esac\n"
-         "if [ -z \"$pillbox\" ] || [ ! -f \"$pillbox\" ] || [ ! -x \"$pillbox\" ]; then\n"
-         "  if [ -n \"${PILLBOX:-}\" ]; then\n"
-         "    echo \"reproduce.sh: PILLBOX=$PILLBOX is not an executable pillbox\" >&2\n"
-         "  else\n"
-         "    echo \"reproduce.sh: pillbox is not on PATH\" >&2\n"
-         "  fi\n"
-         "  echo \"  install it (cmake --install BUILD_DIR --prefix PREFIX, then put PREFIX/bin on PATH),\" >&2\n"
-         "  echo \"  or name one: PILLBOX=/path/to/pillbox $0\" >&2\n"
-         "  exit 127\n"
-         "fi\n"
-         "cd \"$(dirname \"$0\")\"\n"
-         "exec " + cmd + tail + "\n";
 }
 
 }  // namespace
@@ -417,17 +351,7 @@ int export_record(const Args& args, const nlohmann::json& id, const store::Quara
     return quarantine_error("cannot create " + *output + ": " + std::strerror(errno), kExitUsage);
   }
   const std::string dir = *output;
-  const struct {
-    const char* name;
-    std::string bytes;
-    mode_t mode;
-  } files[] = {
-      {"payload", payload, 0600},
-      {"policy.policy", r.entry.policy, 0600},
-      {"record.json", dump(full, 2) + "\n", 0600},
-      {"reproduce.sh", reproduce_script(id_text(id), r), 0700},
-  };
-  for (const auto& f : files) {
+  for (const BundleFile& f : record_bundle_files(id_text(id), r, full, payload)) {
     if (auto s = write_file(dir + "/" + f.name, f.bytes, force, f.mode); !s) return quarantine_error(s.message(), kExitUsage);
   }
   if (args.flag("json")) return print_exported(args, id, payload.size(), sha);

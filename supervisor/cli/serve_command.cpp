@@ -15,6 +15,7 @@
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_server.h"
 #include "supervisor/serve/fleet_console_source.h"
+#include "supervisor/serve/serve_lock.h"
 #include "supervisor/serve/store_console_source.h"
 #include "supervisor/store/store_dir.h"
 
@@ -26,9 +27,10 @@ const char* kHelp =
     "\n"
     "A web console over the store: the quarantine (filters, paging), the fingerprint groups,\n"
     "each record (crash state, attempts, audit trail, stderr, a payload preview that is never\n"
-    "markup, the payload's download), the tasks, and a JSON API under /api/ with the objects of\n"
-    "the CLI's --json (GET /api/records, /api/records/ID, /api/records/ID/payload, /api/stats,\n"
-    "/api/tasks; POST /api/records/ID/discard {\"reason\": TEXT}). See docs/console.md.\n"
+    "markup, the payload's download, the bundle of export --bundle as record-ID.tar.gz), the\n"
+    "tasks, and a JSON API under /api/ with the objects of the CLI's --json (GET /api/records,\n"
+    "/api/records/ID, /api/records/ID/payload, /api/records/ID/bundle, /api/stats, /api/tasks;\n"
+    "POST /api/records/ID/discard {\"reason\": TEXT}). See docs/console.md.\n"
     "With --redis URL --stream NAME, the same pages and API over the fleet's quarantine (the\n"
     "workers' dead letters, NAME:dlq), as `quarantine list/show/stats --redis` print it: ids are\n"
     "entry ids, there are no tasks, runs or patches, and while Redis cannot be reached the\n"
@@ -37,6 +39,8 @@ const char* kHelp =
     "Prints its URL as the first line on stdout. Each start writes a new random access token to\n"
     "DIR/serve.token, or FILE (mode 0600): every action (a POST) needs `Authorization: Bearer\n"
     "TOKEN` and is audited as \"web: ADDRESS\". Reads need no token: keep the console on loopback.\n"
+    "One serve per token file: it holds a lock beside it (DIR/serve.lock, with its pid and URL),\n"
+    "and a second one exits 3.\n"
     "SIGINT or SIGTERM stops it.\n"
     "\n"
     "options:\n"
@@ -49,8 +53,8 @@ const char* kHelp =
     "                      --redis, in the default store directory, created 0700 when missing)\n"
     "\n"
     "exit codes: 0 stopped by SIGINT or SIGTERM, 2 usage error or no usable --store, 3 the store\n"
-    "or Redis cannot be opened, the address cannot be listened on (in use), or the token cannot be\n"
-    "written\n";
+    "or Redis cannot be opened, the address cannot be listened on (in use), another serve holds the\n"
+    "token file, or the token cannot be written\n";
 
 int serve_error(const std::string& message, int exit_code) {
   std::fprintf(stderr, "pillbox serve: %s\n", message.c_str());
@@ -137,6 +141,10 @@ int serve_command(int argc, char** argv) {
   // Bound before the token is written: a serve that cannot listen leaves
   // the running one's token (and everything else) as it was.
   if (auto port = server.bind(*address); !port) return serve_error(port.error(), exit_code_for(port.error_code()));
+  // One serve per token file, before the token: a second one (on another
+  // port) leaves the first one's token as it was (serve_lock.h). Held until exit.
+  auto lock = serve::take_serve_lock(opened->token_file, server.url());
+  if (!lock) return serve_error(lock.error(), kExitSetup);
   auto token = serve::write_new_token_file(opened->token_file);
   if (!token) return serve_error(token.error(), kExitSetup);
 

@@ -93,11 +93,20 @@ nlohmann::json fingerprint_stats_json(const store::FingerprintStats& g, const nl
     const auto n = g.by_status.find(s);
     by_status[std::string(to_string(s))] = n == g.by_status.end() ? 0 : n->second;
   }
-  return {{"fingerprint", g.fingerprint},       {"kind", g.kind},
-          {"records", g.records},               {"open", g.open},
-          {"repeats", g.repeats},               {"first_seen", iso_time(g.first_ms)},
-          {"last_seen", iso_time(g.last_ms)},   {"example_id", example_id},
-          {"message", g.message},               {"by_status", std::move(by_status)}};
+  nlohmann::json j = {{"fingerprint", g.fingerprint},       {"kind", g.kind},
+                      {"records", g.records},               {"open", g.open},
+                      {"repeats", g.repeats},               {"first_seen", iso_time(g.first_ms)},
+                      {"last_seen", iso_time(g.last_ms)},   {"example_id", example_id},
+                      {"message", g.message},               {"by_status", std::move(by_status)}};
+  if (!g.by_day.empty()) {
+    nlohmann::json days = nlohmann::json::array();
+    for (std::size_t i = 0; i < g.by_day.size(); ++i) {
+      const std::int64_t day = g.first_day_ms + static_cast<std::int64_t>(i) * store::kDayMs;
+      days.push_back({{"day", iso_time(day).substr(0, 10)}, {"records", g.by_day[i]}});
+    }
+    j["by_day"] = std::move(days);
+  }
+  return j;
 }
 
 }  // namespace pillbox

@@ -60,12 +60,9 @@ std::optional<std::string> take(std::map<std::string, std::string>& values, cons
   return it->second;
 }
 
-// The record `id_text` names, or the reply that says why there is none.
-struct FoundRecord {
-  std::optional<store::QuarantineRecord> record;
-  ApiReply error;
-};
-FoundRecord find(ConsoleStore& s, const std::string& id_text) {
+}  // namespace
+
+FoundRecord find_record(ConsoleStore& s, const std::string& id_text) {
   auto id = record_id(id_text);
   if (!id) return {std::nullopt, error_reply(404, id.error())};
   auto r = s.quarantine.get(*id);
@@ -73,8 +70,6 @@ FoundRecord find(ConsoleStore& s, const std::string& id_text) {
   if (!*r) return {std::nullopt, error_reply(404, "no quarantine record " + std::to_string(*id) + " in this store")};
   return {std::move(**r), {}};
 }
-
-}  // namespace
 
 ApiReply error_reply(int status, const std::string& message) { return {status, {{"error", message}}}; }
 
@@ -170,7 +165,7 @@ ApiReply list_records(ConsoleStore& s, const Query& query) {
 }
 
 ApiReply show_record(ConsoleStore& s, const std::string& id_text) {
-  auto found = find(s, id_text);
+  auto found = find_record(s, id_text);
   if (!found.record) return found.error;
   auto full = stored_record_json(s.quarantine, *found.record, s.dir);
   if (!full) return error_reply(500, full.error());
@@ -215,7 +210,7 @@ ApiReply discard_record(ConsoleStore& s, const std::string& id_text, const std::
   // The body first: a bad request changes nothing, whatever record it names.
   const DiscardReason reason = discard_reason(body);
   if (!reason.reason) return reason.error;
-  auto found = find(s, id_text);
+  auto found = find_record(s, id_text);
   if (!found.record) return found.error;
   const store::QuarantineRecord& r = *found.record;
   if (auto ok = check_discardable(r, std::to_string(r.id)); !ok) return error_reply(409, ok.message());
@@ -304,19 +299,11 @@ ApiReply patch_record(ConsoleStore& s, const std::string& id_text, const std::st
 }
 
 PayloadReply record_preview(ConsoleStore& s, const std::string& id_text, std::size_t max_bytes) {
-  auto found = find(s, id_text);
+  auto found = find_record(s, id_text);
   if (!found.record) return {found.error, {}, {}};
   auto head = s.quarantine.payloads().head(found.record->entry.payload_sha256, max_bytes);
   if (!head) return {error_reply(500, head.error()), {}, {}};
   return {{}, std::move(*head), ""};
-}
-
-PayloadReply record_payload(ConsoleStore& s, const std::string& id_text) {
-  auto found = find(s, id_text);
-  if (!found.record) return {found.error, {}, {}};
-  auto payload = s.quarantine.payloads().get(found.record->entry.payload_sha256);  // checked against its hash
-  if (!payload) return {error_reply(500, payload.error()), {}, {}};
-  return {{}, std::move(*payload), "record-" + std::to_string(found.record->id) + ".payload"};
 }
 
 }  // namespace pillbox::serve

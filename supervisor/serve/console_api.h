@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "shared/status.h"
@@ -58,6 +59,13 @@ Expected<store::ListFilter> records_filter(const Query& query, bool paging);
 Expected<store::TaskFilter> tasks_filter(const Query& query);
 // A record id from a URL: a positive decimal number.
 Expected<std::int64_t> record_id(const std::string& text);
+// The record `id_text` names, or the reply that says why there is none
+// (404 no such record, 500 the store).
+struct FoundRecord {
+  std::optional<store::QuarantineRecord> record;
+  ApiReply error;
+};
+FoundRecord find_record(ConsoleStore& store, const std::string& id_text);
 
 ApiReply list_records(ConsoleStore& store, const Query& query);
 ApiReply show_record(ConsoleStore& store, const std::string& id_text);
@@ -102,14 +110,13 @@ inline constexpr const char* kPatchTooLarge =
 ApiReply patch_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
                       const std::string& actor);
 
-// A record's payload: its exact bytes (checked against their hash), or an
-// error reply.
+// A record's payload or bundle (console_download.h), or its preview: bytes,
+// or an error reply.
 struct PayloadReply {
   ApiReply error;  // status 200: no error
   std::string bytes;
   std::string file_name;  // "record-ID.payload": a name that cannot be a path
 };
-PayloadReply record_payload(ConsoleStore& store, const std::string& id_text);
 // At most the first `max_bytes` of the payload, for a preview: read without
 // the rest, not checked against its hash (PayloadStore::head).
 PayloadReply record_preview(ConsoleStore& store, const std::string& id_text, std::size_t max_bytes);

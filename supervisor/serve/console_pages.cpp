@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "shared/failure_kind.h"
+#include "supervisor/serve/day_chart.h"
 #include "supervisor/serve/html_text.h"
 #include "supervisor/store/record_status.h"
 #include "supervisor/store/task_view.h"
@@ -162,9 +163,11 @@ Page groups_page(ConsoleSource& source, const Query& query) {
   const ApiReply reply = source.record_stats(query);
   if (reply.status != 200) return error_reply_page(reply);
   std::string body = "<h1>Fingerprints</h1>\n<p>Records grouped by the bug that made them (<code>pillbox quarantine "
-                     "stats</code>), most records first.</p>\n";
+                     "stats</code>), most records first; the bars are each group's records created on each of the last 14 days "
+                     "(UTC), today last.</p>\n";
   body += "<table class=\"groups\"><thead><tr><th>fingerprint</th><th>kind</th><th>records</th><th>open</th>"
-          "<th>repeats</th><th>first seen</th><th>last seen</th><th>by status</th><th>example</th><th>message</th>"
+          "<th>repeats</th><th>first seen</th><th>last seen</th><th>last 14 days</th><th>by status</th><th>example</th>"
+          "<th>message</th>"
           "</tr></thead><tbody>\n";
   for (const auto& g : reply.body["groups"]) {
     std::string statuses;
@@ -174,7 +177,7 @@ Page groups_page(ConsoleSource& source, const Query& query) {
     body += "<tr><td>" + fingerprint_link(g["fingerprint"]) + "</td><td>" + field(g, "kind") + "</td><td class=\"num\">" +
             field(g, "records") + "</td><td class=\"num\">" + field(g, "open") + "</td><td class=\"num\">" +
             field(g, "repeats") + "</td><td>" + field(g, "first_seen") + "</td><td>" + field(g, "last_seen") +
-            "</td><td>" + statuses + "</td><td>" + record_link(g["example_id"]) + "</td><td class=\"message\">" +
+            "</td><td>" + (g.contains("by_day") ? day_bars_svg(g["by_day"]) : "") + "</td><td>" + statuses + "</td><td>" + record_link(g["example_id"]) + "</td><td class=\"message\">" +
             field(g, "message") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
@@ -283,7 +286,9 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
                           : payload.bytes.size();
     body += payload_preview_html(payload.bytes, kPreviewBytes, size);
     body += "<p><a class=\"download\" href=\"/api/records/" + url_encode(id) + "/payload\" download>download the "
-            "payload</a> (exact bytes)</p>\n";
+            "payload</a> (exact bytes) · <a class=\"download\" href=\"/api/records/" + url_encode(id) +
+            "/bundle\" download>download the bundle</a> (record-" + html_escape(id) +
+            ".tar.gz: payload, policy, record.json, reproduce.sh, as <code>quarantine export --bundle</code>)</p>\n";
   } else {
     body += "<p class=\"error\">unreadable: " + esc(payload.error.body["error"]) + "</p>\n";
   }

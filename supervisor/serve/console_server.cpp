@@ -18,11 +18,26 @@
 
 #include "supervisor/metrics/metrics_text.h"
 #include "supervisor/serve/access_token.h"
+#include "supervisor/serve/closing_reply.h"
+#include "supervisor/serve/console_download.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/console_static.h"
 
 namespace pillbox::serve {
 namespace {
+
+// What a client may hold. cpp-httplib serves each connection on one worker
+// thread from its first byte to its close, and its pool has max(8, cores -
+// 1) workers: 8 clients that connect and send nothing held every worker for
+// its 5 s keep-alive wait, and the console answered no one meanwhile. So:
+// more workers than a browser opens connections (6 per host) times a few
+// tabs, an idle connection closed after 2 s, and 10 s for each read or
+// write of a request or an answer. A client that trickles a byte every few
+// seconds still holds its worker (cpp-httplib 0.11 has no deadline for a
+// whole request); it holds one of kWorkers.
+constexpr std::size_t kWorkers = 32;
+constexpr time_t kKeepAliveSeconds = 2;
+constexpr time_t kReadWriteSeconds = 10;
 
 // The largest request body read (a discard's reason is at most 4 KiB),
 // except a patch's, which may carry a payload (kMaxPatchBodyBytes).
@@ -45,9 +60,29 @@ const httplib::Headers kSecurityHeaders = {
     {"Cache-Control", "no-store"},
 };
 
+std::string json_text(const ApiReply& reply) {
+  return reply.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void send_json(httplib::Response& res, const ApiReply& reply) {
   res.status = reply.status;
-  res.set_content(reply.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  if (reply.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(json_text(reply), "application/json");
+}
+
+// The token of an action (a POST), before anything is read or changed.
+std::optional<ApiReply> token_refusal(const httplib::Request& req, const std::string& token) {
+  switch (check_authorization(req.get_header_value("Authorization"), token)) {
+    case TokenCheck::kMissing:
+      return ApiReply{401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in the file "
+                                      "pillbox serve named when it started: serve.token in the store directory "
+                                      "unless --token-file)"}}};
+    case TokenCheck::kWrong:
+      return ApiReply{403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}};
+    case TokenCheck::kGood:
+      break;
+  }
+  return std::nullopt;
 }
 
 void send_page(httplib::Response& res, const Page& page) {
@@ -112,8 +147,8 @@ std::string this_host_name() {
 }
 
 // A request that carries a body: cpp-httplib reads it only after the
-// pre-routing handler, so a refusal there would leave it on the connection,
-// to be read as more requests.
+// pre-routing handler, so a refusal there must close the connection
+// (closing_reply.h), or the body would be read as more requests.
 bool has_body(const httplib::Request& req) {
   if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) return true;
   const std::string length = req.get_header_value("Content-Length");
@@ -133,6 +168,10 @@ Expected<int> ConsoleServer::bind(const ListenAddress& address) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
+  http_->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  http_->set_keep_alive_timeout(kKeepAliveSeconds);
+  http_->set_read_timeout(kReadWriteSeconds);
+  http_->set_write_timeout(kReadWriteSeconds);
   errno = 0;
   int port = address.port;
   if (address.port == 0) {
@@ -191,25 +230,32 @@ void ConsoleServer::add_routes() {
   // body is read, and by the size of what was read (a chunked body).
   http_->set_payload_max_length(kMaxPatchBodyBytes);
 
-  // A loopback console answers only to its own names: a page of another
-  // site whose DNS name now points at 127.0.0.1 sends that name as Host.
-  // Refused early only when the request has no body (has_body); one with a
-  // body is refused by its route (guarded, below) once it is read, within
-  // the library's own limit (kMaxPatchBodyBytes, its 413 closes the
-  // connection).
+  // Refused on the headers alone, before any body is read: a body too
+  // large, a Host that is not this console's (a page of another site whose
+  // DNS name now points at 127.0.0.1 sends that name), a POST without the
+  // token, a body on anything but a POST. A refused request with a body
+  // gets an answer that closes the connection (closing_reply.h), so its
+  // body is never read, as itself or as more requests.
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (has_body(req)) return httplib::Server::HandlerResponse::Unhandled;
-    if (auto refused = refusal(req)) {
-      send_json(res, *refused);
-      return httplib::Server::HandlerResponse::Handled;
+    std::optional<ApiReply> refused = refusal(req);
+    if (!refused && req.method == "POST") refused = token_refusal(req, token_);
+    if (!refused && req.method != "POST" && has_body(req)) {
+      refused = ApiReply{400, {{"error", "only a POST carries a body here"}}};
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    if (!refused) return httplib::Server::HandlerResponse::Unhandled;
+    if (has_body(req)) {
+      if (refused->status == 401) res.set_header("WWW-Authenticate", "Bearer");
+      send_and_close(res, refused->status, json_text(*refused), "application/json");
+    } else {
+      send_json(res, *refused);
+    }
+    return httplib::Server::HandlerResponse::Handled;
   });
   // Unknown paths and methods, and errors cpp-httplib itself found (a body
   // too large): JSON under /api/, a page elsewhere. Replies of the
-  // handlers keep their own body.
+  // handlers keep their own body, and a closing reply its provider.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (!res.body.empty() || is_closing_reply(res)) return httplib::Server::HandlerResponse::Unhandled;
     const std::string what = res.status == 404 ? "no such page: " + req.path
                              : res.status == 413 ? (is_patch(req) ? kPatchTooLarge : "request body too large")
                                                  : "request refused (HTTP " + std::to_string(res.status) + ")";
@@ -228,18 +274,32 @@ void ConsoleServer::add_routes() {
     }
   });
 
-  // Every route checks the request again (a request with a body reaches it
-  // unchecked, see above) before anything else.
+  // Every route checks the request again (defence in depth: the
+  // pre-routing handler above refused it already) before anything else.
   auto guarded = [this](auto fn) {
     return [this, fn](const Request& req, Response& res) {
       if (auto refused = refusal(req)) return send_json(res, *refused);
       fn(req, res);
     };
   };
+  // A quarantine that cannot be read now (a store whose file went away or
+  // was replaced under the console, store_presence.h): 503, saying what
+  // happened and what to do, never what the old file still holds.
+  auto store_gone = [this](const Request& req, Response& res) {
+    const auto problem = source_.unavailable();
+    if (!problem) return false;
+    if (is_api(req)) {
+      send_json(res, {503, {{"error", *problem}}});
+    } else {
+      send_page(res, error_page(503, *problem));
+    }
+    return true;
+  };
   // Each route that reads the quarantine takes the lock around the source's call.
-  auto locked = [this, guarded](auto fn) {
-    return guarded([this, fn](const Request& req, Response& res) {
+  auto locked = [this, guarded, store_gone](auto fn) {
+    return guarded([this, fn, store_gone](const Request& req, Response& res) {
       std::lock_guard<std::mutex> hold(source_lock_);
+      if (store_gone(req, res)) return;
       fn(req, res);
     });
   };
@@ -273,37 +333,43 @@ void ConsoleServer::add_routes() {
   http_->Get(R"(/api/records/([^/]+))", locked([this](const Request& req, Response& res) {
                send_json(res, source_.show_record(req.matches[1]));
              }));
-  http_->Get(R"(/api/records/([^/]+)/payload)", locked([this](const Request& req, Response& res) {
-               PayloadReply p = source_.payload(req.matches[1]);
-               if (p.error.status != 200) return send_json(res, p.error);
-               res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
-               res.set_content(std::move(p.bytes), "application/octet-stream");
-             }));
+  // Downloads: found under the lock, read after it (console_download.h).
+  auto download = [this, guarded, store_gone](bool bundle, const char* type) {
+    return guarded([this, bundle, type, store_gone](const Request& req, Response& res) {
+      PendingDownload pending;
+      {
+        std::lock_guard<std::mutex> hold(source_lock_);
+        if (store_gone(req, res)) return;
+        pending = source_.find_download(req.matches[1], bundle);
+      }
+      DownloadReply p = finish_download(pending);
+      if (p.error.status != 200) return send_json(res, p.error);
+      res.set_header("Content-Disposition", "attachment; filename=\"" + p.file_name + "\"");
+      if (!p.file) return res.set_content(std::move(p.bytes), type);
+      res.set_content_provider(p.size, type, [file = p.file](std::size_t offset, std::size_t length,
+                                                             httplib::DataSink& sink) {
+        return send_file_range(*file, offset, length, sink.write);
+      });
+    });
+  };
+  http_->Get(R"(/api/records/([^/]+)/payload)", download(false, "application/octet-stream"));
+  http_->Get(R"(/api/records/([^/]+)/bundle)", download(true, "application/gzip"));
   // The token before anything else: without it, nothing is read or changed.
   auto authorized = [this](const Request& req, Response& res) {
-    switch (check_authorization(req.get_header_value("Authorization"), token_)) {
-      case TokenCheck::kMissing:
-        res.set_header("WWW-Authenticate", "Bearer");
-        send_json(res, {401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in the file "
-                                        "pillbox serve named when it started: serve.token in the store directory "
-                                        "unless --token-file)"}}});
-        return false;
-      case TokenCheck::kWrong:
-        send_json(res, {403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}});
-        return false;
-      case TokenCheck::kGood:
-        break;
-    }
-    return true;
+    const auto refused = token_refusal(req, token_);
+    if (refused) send_json(res, *refused);
+    return !refused;
   };
-  http_->Post(R"(/api/records/([^/]+)/discard)", guarded([this, authorized](const Request& req, Response& res) {
+  http_->Post(R"(/api/records/([^/]+)/discard)", guarded([this, authorized, store_gone](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     std::lock_guard<std::mutex> hold(source_lock_);
+    if (store_gone(req, res)) return;
     send_json(res, source_.discard(req.matches[1], req.body, "web: " + req.remote_addr));
   }));
-  http_->Post(R"(/api/records/([^/]+)/patch)", guarded([this, authorized](const Request& req, Response& res) {
+  http_->Post(R"(/api/records/([^/]+)/patch)", guarded([this, authorized, store_gone](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     std::lock_guard<std::mutex> hold(source_lock_);
+    if (store_gone(req, res)) return;
     send_json(res, source_.patch(req.matches[1], req.body, "web: " + req.remote_addr));
   }));
 }

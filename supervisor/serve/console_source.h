@@ -8,13 +8,16 @@
 // quarantine.
 //
 // Thread safety: the server calls every member but metrics() under one lock,
-// one request at a time; metrics() is called without it, from any thread,
-// and is safe on its own (a scrape never waits for a slow page).
+// one request at a time, unavailable() first; metrics() is called without
+// it, from any thread, and is safe on its own (a scrape never waits for a
+// slow page).
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "supervisor/serve/console_api.h"
+#include "supervisor/serve/console_download.h"
 
 namespace pillbox::serve {
 
@@ -29,6 +32,11 @@ class ConsoleSource {
   // {"--redis", URL, "--stream", NAME}, for commands shown or run on it.
   virtual std::vector<std::string> cli_source_args() const = 0;
 
+  // Why nothing can be read now, in words for the operator (503), or
+  // nothing: asked before every other call of a request. A store whose
+  // file was removed or replaced under the console (store_presence.h).
+  virtual std::optional<std::string> unavailable() const { return std::nullopt; }
+
   // The routes of console_api.h; `id` is the URL's text, unchecked.
   virtual ApiReply list_records(const Query& query) = 0;
   virtual ApiReply show_record(const std::string& id) = 0;
@@ -39,7 +47,10 @@ class ConsoleSource {
   virtual ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) = 0;
   // Whether patch() can ever succeed here (the record page offers its form).
   virtual bool patches() const = 0;
-  virtual PayloadReply payload(const std::string& id) = 0;
+  // GET /api/records/ID/payload (`bundle` false) or /bundle: what to send,
+  // found under the lock; finish_download (console_download.h) reads it
+  // after the lock.
+  virtual PendingDownload find_download(const std::string& id, bool bundle) = 0;
   virtual PayloadReply preview(const std::string& id, std::size_t max_bytes) = 0;
 
   // GET /metrics's body, in the Prometheus text format (metrics_text.h).

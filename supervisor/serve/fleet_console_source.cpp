@@ -176,6 +176,27 @@ PayloadReply FleetSource::payload(const std::string& id) {
   return {{}, std::move(*bytes), "record-" + r->id + ".payload"};  // digits and a dash: never a path
 }
 
+PendingDownload FleetSource::find_download(const std::string& id, bool bundle) {
+  PendingDownload p;
+  auto r = find(id, p.error);
+  if (!r) return p;
+  auto bytes = broker::checked_payload(*r);
+  if (!bytes) {
+    p.error = error_reply(500, bytes.error());
+    return p;
+  }
+  p.id = r->id;  // digits and a dash: never a path
+  p.file_name = "record-" + r->id + (bundle ? ".tar.gz" : ".payload");
+  p.bytes = std::move(*bytes);
+  if (bundle) {
+    // The record.json of `quarantine export ID --bundle --redis`.
+    p.bundle = true;
+    p.full = broker::fleet_full_record_json(*fleet_, *r);
+    p.record = std::move(r->record);
+  }
+  return p;
+}
+
 PayloadReply FleetSource::preview(const std::string& id, std::size_t max_bytes) {
   ApiReply error;
   auto r = find(id, error);

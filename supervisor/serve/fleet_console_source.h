@@ -48,7 +48,9 @@ class FleetSource : public ConsoleSource {
   ApiReply discard(const std::string& id, const std::string& body, const std::string& actor) override;
   ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override;
   bool patches() const override { return false; }
-  PayloadReply payload(const std::string& id) override;
+  PendingDownload find_download(const std::string& id, bool bundle) override;
+  // The payload's exact bytes, checked against their hash.
+  PayloadReply payload(const std::string& id);
   PayloadReply preview(const std::string& id, std::size_t max_bytes) override;
   std::string metrics() override;
 

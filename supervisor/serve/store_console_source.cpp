@@ -6,14 +6,16 @@
 namespace pillbox::serve {
 
 StoreSource::StoreSource(ConsoleStore store)
-    : store_(std::move(store)), metrics_(std::make_unique<metrics::StoreMetricsReader>(store_.dir)) {}
+    : store_(std::move(store)),
+      presence_(store_.dir),
+      metrics_(std::make_unique<metrics::StoreMetricsReader>(store_.dir)) {}
 
 StoreSource::~StoreSource() = default;
 
 std::string StoreSource::metrics() {
   // What the store holds (supervisor/metrics/store_metrics.h), and
-  // pillbox_store_up 0 while it cannot be read.
-  const std::string store = metrics_->text();
+  // pillbox_store_up 0 while it cannot be read or is not the one opened.
+  const std::string store = presence_.problem() ? std::string() : metrics_->text();
   metrics::MetricsText text;
   text.family("pillbox_store_up", "1 when this answer has the store in it, 0 when it cannot be read.",
               metrics::MetricType::kGauge);

@@ -2,12 +2,15 @@
 // The console over a store (pillbox serve --store DIR): the functions of
 // console_api.h on it, and /metrics from its gauges (store_metrics.h) with
 // pillbox_store_up, read on a thread and connection of their own
-// (store_metrics_reader.h), never under the server's lock.
+// (store_metrics_reader.h), never under the server's lock. While the
+// store's file is removed or replaced (store_presence.h), unavailable()
+// says so and /metrics says pillbox_store_up 0.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "supervisor/serve/console_source.h"
+#include "supervisor/serve/store_presence.h"
 
 namespace pillbox::metrics {
 class StoreMetricsReader;
@@ -35,7 +38,10 @@ class StoreSource : public ConsoleSource {
     return patch_record(store_, id, body, actor);
   }
   bool patches() const override { return true; }
-  PayloadReply payload(const std::string& id) override { return record_payload(store_, id); }
+  std::optional<std::string> unavailable() const override { return presence_.problem(); }
+  PendingDownload find_download(const std::string& id, bool bundle) override {
+    return bundle ? find_bundle_download(store_, id) : find_payload_download(store_, id);
+  }
   PayloadReply preview(const std::string& id, std::size_t max_bytes) override {
     return record_preview(store_, id, max_bytes);
   }
@@ -43,6 +49,8 @@ class StoreSource : public ConsoleSource {
 
  private:
   ConsoleStore store_;
+  // Whether store_'s file is still the one at its path (store_presence.h).
+  StorePresence presence_;
   std::unique_ptr<metrics::StoreMetricsReader> metrics_;
 };
 

@@ -11,6 +11,7 @@
 #include "shared/regular_file_read.h"
 #include "shared/sha256.h"
 #include "supervisor/io/private_file.h"
+#include "supervisor/io/regular_file.h"
 #include "supervisor/flow/task_source.h"
 
 namespace pillbox::store {
@@ -78,21 +79,66 @@ Status PayloadStore::write_file(std::string_view bytes, const std::string& sha25
 }
 
 Expected<std::string> PayloadStore::get(const std::string& sha256) {
-  auto stmt = Statement::prepare(db_->handle(), "SELECT data, size FROM payloads WHERE sha256 = ?1");
+  auto found = find(sha256);
+  if (!found) return Error{found.error()};
+  return read_checked(*found);
+}
+
+Expected<PayloadStore::Found> PayloadStore::find(const std::string& sha256) {
+  auto stmt = Statement::prepare(db_->handle(), "SELECT data FROM payloads WHERE sha256 = ?1");
   if (!stmt) return Error{stmt.error()};
   auto row = stmt->bind(1, std::string_view(sha256)).step();
   if (!row) return Error{row.error()};
   if (!*row) return Error{"store: no payload " + sha256};
+  Found found{sha256, {}, {}};
+  if (!stmt->column_is_null(0)) {
+    found.inline_bytes = stmt->column_text(0);
+    return found;
+  }
+  const std::string path = file_path(sha256);
+  found.file = open_for_reading_at(AT_FDCWD, path, O_NOFOLLOW);
+  if (!found.file.valid()) {
+    return Error{"store: cannot read payload " + sha256 + ": cannot read " + path + ": " + std::strerror(errno)};
+  }
+  return found;
+}
+
+Expected<std::string> PayloadStore::read_checked(Found& found) {
   std::string bytes;
-  if (stmt->column_is_null(0)) {
-    auto file = read_private_file(file_path(sha256), kMaxPayloadBytes);
-    if (!file) return Error{"store: cannot read payload " + sha256 + ": " + file.error()};
+  if (found.file.valid()) {
+    auto file = read_regular_fd(found.file.get(), kMaxPayloadBytes);
+    if (!file) return Error{"store: cannot read payload " + found.sha256 + ": " + file.error()};
     bytes = std::move(*file);
   } else {
-    bytes = stmt->column_text(0);
+    bytes = found.inline_bytes;
   }
-  if (sha256_hex(bytes) != sha256) return Error{"store: payload " + sha256 + " is damaged (its hash does not match)"};
+  if (sha256_hex(bytes) != found.sha256) {
+    return Error{"store: payload " + found.sha256 + " is damaged (its hash does not match)"};
+  }
   return bytes;
+}
+
+Expected<std::uint64_t> PayloadStore::check_file(const Found& found) {
+  const auto failed = [&](const std::string& why) {
+    return Error{"store: cannot read payload " + found.sha256 + ": " + why};
+  };
+  struct stat st {};
+  if (::fstat(found.file.get(), &st) != 0) return failed(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return failed("not a regular file");
+  Sha256 hash;
+  std::string block(64 * 1024, '\0');
+  std::uint64_t size = 0;
+  while (true) {
+    const ssize_t n = ::pread(found.file.get(), block.data(), block.size(), static_cast<off_t>(size));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failed(std::strerror(errno));
+    if (n == 0) break;
+    hash.update(block.data(), static_cast<std::size_t>(n));
+    size += static_cast<std::uint64_t>(n);
+    if (size > kMaxPayloadBytes) return failed("larger than the 1 GiB limit");
+  }
+  if (digest_hex(hash.finish()) != found.sha256) return Error{"store: payload " + found.sha256 + " is damaged (its hash does not match)"};
+  return size;
 }
 
 Expected<std::string> PayloadStore::head(const std::string& sha256, std::size_t max_bytes) {

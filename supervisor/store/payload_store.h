@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "shared/unique_fd.h"
 #include "supervisor/store/database.h"
 #include "supervisor/store/statement.h"
 
@@ -28,6 +29,24 @@ class PayloadStore {
   Status put(std::string_view bytes, const std::string& sha256, std::int64_t now_ms);
   // The exact bytes, checked against their hash.
   Expected<std::string> get(const std::string& sha256);
+  // A payload found in the database, to be read without it (read_checked):
+  // its bytes when they are inline (at most kInlinePayloadBytes), else its
+  // file, open. Payload files are content-addressed and never rewritten, and
+  // a purge unlinks the name, not the open file: so `pillbox serve` finds a
+  // payload under its store's lock and reads up to 1 GiB after releasing it.
+  struct Found {
+    std::string sha256;
+    std::string inline_bytes;
+    UniqueFd file;  // valid: the payload is in this file
+  };
+  Expected<Found> find(const std::string& sha256);
+  // The exact bytes of a found payload, checked against their hash.
+  static Expected<std::string> read_checked(Found& found);
+  // A found payload in a file checked against its hash without holding it:
+  // read through once, 64 KiB at a time. Its size, for a reader that sends
+  // it from the file next (pread: the descriptor's offset is not used).
+  // REQUIRES: found.file is valid.
+  static Expected<std::uint64_t> check_file(const Found& found);
   // At most the first `max_bytes`, read without the rest (a payload may be
   // up to 1 GiB) and so NOT checked against the hash: for a preview, never
   // for a payload that runs or leaves the store.

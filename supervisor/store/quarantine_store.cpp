@@ -263,7 +263,9 @@ Expected<std::int64_t> QuarantineStore::count(const ListFilter& f) {
   return stmt->column_int(0);
 }
 
-Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter& f) {
+Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter& f) { return stats(f, now_ms()); }
+
+Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter& f, std::int64_t now) {
   // Records per status: one column each, in the order of kAllRecordStatuses.
   std::string by_status;
   for (RecordStatus status : kAllRecordStatuses) by_status += ", sum(status = '" + std::string(to_string(status)) + "')";
@@ -298,7 +300,34 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
     st.message = stmt->column_text(column);
     out.push_back(std::move(st));
   }
+  if (auto s = count_by_day(f, now, out); !s) return Error{s.message()};
   return out;
+}
+
+Status QuarantineStore::count_by_day(const ListFilter& f, std::int64_t now, std::vector<FingerprintStats>& groups) {
+  // One pass over the records of the last kStatsDays days: the range on
+  // created_at is quarantine_by_created's (or a filter's own index).
+  const std::int64_t first_day = (now - now % kDayMs) - (kStatsDays - 1) * kDayMs;
+  auto stmt = Statement::prepare(db_->handle(), "SELECT fingerprint, kind, (created_at - ?20) / " +
+                                                    std::to_string(kDayMs) + ", count(*) FROM quarantine" + where(f) +
+                                                    " AND created_at >= ?20 AND created_at < ?21 GROUP BY 1, 2, 3");
+  if (!stmt) return Status::error(stmt.error());
+  bind_filter(*stmt, f);
+  stmt->bind(20, first_day).bind(21, first_day + kStatsDays * kDayMs);
+  std::map<std::pair<std::string, std::string>, FingerprintStats*> by_group;
+  for (FingerprintStats& g : groups) {
+    g.by_day.assign(kStatsDays, 0);
+    g.first_day_ms = first_day;
+    by_group[{g.fingerprint, g.kind}] = &g;
+  }
+  while (true) {
+    auto row = stmt->step();
+    if (!row) return Status::error(row.error());
+    if (!*row) return Status::ok();
+    const auto g = by_group.find({stmt->column_text(0), stmt->column_text(1)});
+    const std::int64_t day = stmt->column_int(2);
+    if (g != by_group.end() && day >= 0 && day < kStatsDays) g->second->by_day[day] = stmt->column_int(3);
+  }
 }
 
 Expected<std::vector<AuditEntry>> QuarantineStore::audit_trail(std::int64_t record_id) {

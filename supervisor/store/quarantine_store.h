@@ -72,6 +72,10 @@ struct QuarantineRecord {
   std::string minimized_sha256;      // "" until pillbox minimize finds a smaller payload
 };
 
+// The days `quarantine stats` counts a group's records on (by_day).
+inline constexpr int kStatsDays = 14;
+inline constexpr std::int64_t kDayMs = 86'400'000;
+
 // One row of `quarantine stats`: the records of one fingerprint.
 struct FingerprintStats {
   std::string fingerprint;
@@ -84,6 +88,13 @@ struct FingerprintStats {
   std::int64_t example_id = 0;       // the newest record
   std::string message;               // the newest record's message
   std::map<RecordStatus, std::int64_t> by_status;  // records per status (absent: none)
+  // The group's records created on each of the kStatsDays UTC days up to
+  // today, oldest first (by_day.back(): today), from the records'
+  // created_at; first_day_ms is 00:00 UTC of by_day[0]. A repeat folded
+  // into a record has no time of its own and is not counted. Empty when
+  // not counted (a fleet's quarantine).
+  std::vector<std::int64_t> by_day;
+  std::int64_t first_day_ms = 0;
 };
 
 struct AuditEntry {
@@ -185,8 +196,10 @@ class QuarantineStore {
   Status each(const ListFilter& filter, const std::function<bool(const QuarantineRecord&)>& fn);
   // How many records the filter matches, ignoring limit and offset.
   Expected<std::int64_t> count(const ListFilter& filter);
-  // Records grouped by fingerprint and kind, most records first (limit and offset ignored).
+  // Records grouped by fingerprint and kind, most records first (limit and
+  // offset ignored), each with its records by day up to `now_ms`'s day (UTC).
   Expected<std::vector<FingerprintStats>> stats(const ListFilter& filter);
+  Expected<std::vector<FingerprintStats>> stats(const ListFilter& filter, std::int64_t now_ms);
   Expected<std::vector<AuditEntry>> audit_trail(std::int64_t record_id);
   Expected<std::vector<AttemptRow>> attempts(std::int64_t task_id);
   // A record made by mistake, taken back inside the caller's transaction:
@@ -228,6 +241,8 @@ class QuarantineStore {
   QuarantineStore(Database& db, PayloadStore payloads, std::int64_t max_records)
       : db_(&db), payloads_(std::move(payloads)), max_records_(max_records) {}
   Expected<std::int64_t> record_count();
+  // Fills each group's by_day (see FingerprintStats) in one query.
+  Status count_by_day(const ListFilter& filter, std::int64_t now_ms, std::vector<FingerprintStats>& groups);
 
   Database* db_;
   PayloadStore payloads_;

@@ -42,6 +42,7 @@ class Serve {
   const std::string& url() const { return url_; }  // "" when it printed none
   int port() const { return std::atoi(url_.substr(url_.rfind(':') + 1).c_str()); }
   std::string err() const { return process_.err(); }
+  pid_t pid() const { return process_.pid(); }
   bool running() { return !process_.ended(); }
   // Sends `sig` and waits for the exit; its exit code (128 + signal when killed).
   int stop(int sig) {

@@ -26,6 +26,7 @@
 #include "shared/base64.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/console_client.h"
+#include "tests/e2e/console_serve.h"
 #include "tests/e2e/live_run.h"
 #include "tests/e2e/support.h"
 
@@ -39,66 +40,10 @@ using e2e::sql_int;
 using e2e::sql_rows;
 using e2e::task_line;
 using nlohmann::json;
+using namespace e2e::console;
 
 namespace {
 
-// The payload a browser must never run: markup, then bytes that are not UTF-8.
-// It starts with 'S': poison_corpus crashes on it (corrupt_record).
-const std::string kHostilePayload = std::string("S<script>alert(1)</script>") + "\xff\xfe\x80 end";
-const std::string kHostileKey = "<img src=x onerror=alert(2)>";
-// The same markup in a payload that is printable UTF-8: previewed as text.
-const std::string kMarkupPayload = "S<script>alert(1)</script> as text";
-
-// A store with five tasks: three crashes of one bug ('S': one plain, the
-// hostile payload under a hostile key, the markup as text), an abort ('A'),
-// and one ok.
-struct ConsoleStore {
-  e2e::TempDir dir;
-  e2e::TempDir work{01777};  // poison_corpus's marker directory
-  std::string store = dir.path() + "/store";
-  std::string db = store + "/pillbox.db";
-
-  ConsoleStore() {
-    const std::string input = task_line("segv", "S plain crash") + task_line(kHostileKey, kHostilePayload) +
-                              task_line("markup", kMarkupPayload) + task_line("abort", "A checksum") + task_line("fine", "just text");
-    const auto run = run_pillbox({"run", "--store", store, "--json", "-", "--", e2e::fixture("poison_corpus"),
-                                  work.path()},
-                                 input);
-    INFO(run.describe());
-    REQUIRE(run.exit_code == 1);
-    REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 4);
-  }
-  // The record id of task `key`.
-  std::string id_of(const std::string& key) const {
-    const auto rows = sql_rows(db, "SELECT q.id FROM quarantine q WHERE q.key = '" + key + "'");
-    REQUIRE(rows.size() == 1);
-    return rows[0][0];
-  }
-  // The CLI's --json lines as a JSON array.
-  json cli(const std::vector<std::string>& args) const {
-    std::vector<std::string> all = args;
-    all.insert(all.end(), {"--store", store, "--json"});
-    const auto r = run_pillbox(all);
-    INFO(r.describe());
-    REQUIRE(r.exit_code == 0);
-    return json(r.records);
-  }
-  // What a discard must not change: statuses and audit trails, as text.
-  std::string state() const {
-    std::string out;
-    for (const auto& row : sql_rows(db, "SELECT id, status, updated_at FROM quarantine ORDER BY id")) {
-      for (const auto& cell : row) out += cell + "|";
-    }
-    out += std::to_string(sql_int(db, "SELECT count(*) FROM audit"));
-    return out;
-  }
-};
-
-std::string read_token(const std::string& store) {
-  std::string t = e2e::read_file(store + "/serve.token");
-  while (!t.empty() && t.back() == '\n') t.pop_back();
-  return t;
-}
 
 // Headless Chromium driven over the DevTools protocol on a pipe
 // (--remote-debugging-pipe: it reads commands on fd 3 and writes answers
@@ -210,11 +155,6 @@ class Browser {
   std::string buffer_;
 };
 
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 }  // namespace
 
@@ -672,38 +612,6 @@ TEST_CASE("serve: a patch needs the token, refuses bad bodies; with it, a revisi
   CHECK(late->status == 400);
   CHECK(patch_state(s) == resolved);
 }
-
-namespace {
-
-// Everything the console answers on one connection after `request` was
-// sent, until it closes it (its keep-alive ends) or 30 s pass.
-std::string raw_exchange(int port, const std::string& request) {
-  const int sock = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(sock >= 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<std::uint16_t>(port));
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(sock, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
-  std::size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = ::write(sock, request.data() + sent, request.size() - sent);
-    REQUIRE(n > 0);
-    sent += static_cast<std::size_t>(n);
-  }
-  std::string answer;
-  char block[4096];
-  pollfd p{sock, POLLIN, 0};
-  while (::poll(&p, 1, 30'000) == 1) {
-    const ssize_t n = ::read(sock, block, sizeof block);
-    if (n <= 0) break;
-    answer.append(block, static_cast<std::size_t>(n));
-  }
-  ::close(sock);
-  return answer;
-}
-
-}  // namespace
 
 TEST_CASE("serve: a patch body over the console's limit is 413 and names the CLI; other routes keep 64 KiB") {
   ConsoleStore s;

@@ -11,6 +11,7 @@
 #include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/serve/console_api.h"
+#include "supervisor/serve/console_download.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/store_console_source.h"
 #include "supervisor/store/ledger.h"
@@ -79,7 +80,8 @@ TEST_CASE("console api: records are the CLI's objects; filters and paging; error
   CHECK(stats.body["groups"].size() == 2);
   CHECK(list_tasks(console, {}).body["tasks"].size() == 2);
 
-  const PayloadReply payload = record_payload(console, std::to_string(b));
+  PendingDownload pending = find_payload_download(console, std::to_string(b));
+  const DownloadReply payload = finish_download(pending);
   CHECK(payload.error.status == 200);
   CHECK(payload.bytes == "payload \xff b");
   CHECK(payload.file_name == "record-" + std::to_string(b) + ".payload");

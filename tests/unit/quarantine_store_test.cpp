@@ -917,12 +917,22 @@ TEST_CASE("results: kept in the caller's transaction, a running total, the oldes
 
 }  // namespace
 
-TEST_CASE("quarantine store: a payload's head is its first bytes, inline or in a file, read without the rest") {
+// A store with a payload kept inline and one kept in a file.
+struct InlineAndFile {
   Env env;
   const std::string small = bytes_of(1000, 3);
   const std::string big = bytes_of(kInlinePayloadBytes + 5000, 9);
-  env.add("small", small, "fp-s", 1000);
-  env.add("big", big, "fp-b", 1000);
+  InlineAndFile() {
+    env.add("small", small, "fp-s", 1000);
+    env.add("big", big, "fp-b", 1000);
+  }
+};
+
+TEST_CASE("quarantine store: a payload's head is its first bytes, inline or in a file, read without the rest") {
+  InlineAndFile stored;
+  Env& env = stored.env;
+  const std::string& small = stored.small;
+  const std::string& big = stored.big;
   auto& payloads = env.qs->payloads();
   CHECK(payloads.head(sha256_hex(small), 10).value() == small.substr(0, 10));
   CHECK(payloads.head(sha256_hex(small), 5000).value() == small);  // shorter than asked: all of it
@@ -936,4 +946,76 @@ TEST_CASE("quarantine store: a payload's head is its first bytes, inline or in a
   auto followed = payloads.head(sha256_hex(big), 10);
   REQUIRE_FALSE(followed.has_value());
   CHECK(followed.error().find("cannot read payload") != std::string::npos);
+}
+
+TEST_CASE("quarantine store: a found payload is read after its name is gone; a damaged one is refused then") {
+  InlineAndFile stored;
+  auto& payloads = stored.env.qs->payloads();
+  auto inline_found = payloads.find(sha256_hex(stored.small));
+  REQUIRE(inline_found.has_value());
+  CHECK_FALSE(inline_found->file.valid());
+  CHECK(PayloadStore::read_checked(*inline_found).value() == stored.small);
+  // The file open, then unlinked (a purge): its bytes are still read.
+  auto found = payloads.find(sha256_hex(stored.big));
+  REQUIRE(found.has_value());
+  CHECK(found->file.valid());
+  CHECK(PayloadStore::check_file(*found).value() == stored.big.size());  // read through, not held
+  REQUIRE(::unlink(stored.env.payload_path(sha256_hex(stored.big)).c_str()) == 0);
+  CHECK(PayloadStore::read_checked(*found).value() == stored.big);
+  CHECK_FALSE(payloads.find(sha256_hex(stored.big)).has_value());  // gone for the next reader
+  CHECK_FALSE(payloads.find(sha256_hex("never stored")).has_value());
+  // Damaged inline bytes: found, refused when read.
+  const std::string sha = sha256_hex(stored.small);
+  REQUIRE(stored.env.db().exec("UPDATE payloads SET data = x'00' WHERE sha256 = '" + sha + "'").is_ok());
+  auto damaged = payloads.find(sha256_hex(stored.small));
+  REQUIRE(damaged.has_value());
+  auto read = PayloadStore::read_checked(*damaged);
+  REQUIRE_FALSE(read.has_value());
+  CHECK(read.error().find("damaged") != std::string::npos);
+}
+
+TEST_CASE("quarantine stats: records by UTC day, the last 14 days, today last; the edges of a day; filters apply") {
+  Env env;
+  const std::int64_t today = 20000 * kDayMs;  // 2024-10-04T00:00:00Z
+  const std::int64_t now = today + 10 * 3600 * 1000;
+  const std::int64_t first = today - 13 * kDayMs;
+  const std::int64_t midnight = env.add("at-midnight", "p1", "fp-1", today).id;  // today's first millisecond
+  env.add("last-ms-yesterday", "p2", "fp-1", today - 1);
+  env.add("first-day", "p3", "fp-1", first);
+  env.add("fifteenth-day", "p4", "fp-1", first - 1);    // before the series
+  env.add("tomorrow", "p5", "fp-1", today + kDayMs);    // a clock ahead: after it
+  env.add("other", "p6", "fp-2", today + 5 * 3600 * 1000);
+  auto groups = env.qs->stats(ListFilter{}, now);
+  REQUIRE(groups.has_value());
+  REQUIRE(groups->size() == 2);
+  const FingerprintStats& one = (*groups)[0];
+  CHECK(one.fingerprint == "fp-1");
+  CHECK(one.records == 5);
+  CHECK(one.first_day_ms == first);
+  std::vector<std::int64_t> want(kStatsDays, 0);
+  want[0] = 1;
+  want[12] = 1;
+  want[13] = 1;
+  CHECK(one.by_day == want);
+  std::vector<std::int64_t> other(kStatsDays, 0);
+  other[13] = 1;
+  CHECK((*groups)[1].by_day == other);
+  // At the last millisecond of today, the same days; a millisecond later,
+  // every record moves one day back and the first day's drops out.
+  CHECK(env.qs->stats(ListFilter{}, today + kDayMs - 1).value()[0].by_day == want);
+  auto tomorrow = env.qs->stats(ListFilter{}, today + kDayMs);
+  REQUIRE(tomorrow.has_value());
+  std::vector<std::int64_t> shifted(kStatsDays, 0);
+  shifted[11] = 1;
+  shifted[12] = 1;
+  shifted[13] = 1;  // the record made "tomorrow" is today now
+  CHECK((*tomorrow)[0].by_day == shifted);
+  // The filters select the records counted.
+  env.set_status(midnight, "resolved");
+  ListFilter open;
+  open.status = RecordStatus::kQuarantined;
+  auto quarantined = env.qs->stats(open, now);
+  REQUIRE(quarantined.has_value());
+  want[13] = 0;
+  CHECK((*quarantined)[0].by_day == want);
 }

@@ -1,0 +1,78 @@
+#include "supervisor/ops/record_bundle.h"
+
+#include "supervisor/io/shell_quote.h"
+
+namespace pillbox {
+namespace {
+
+// Text for one line of a shell comment: a record read from a fleet's Redis
+// may hold a newline, which would end the comment and start a command.
+std::string comment_text(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) out += (ch < 0x20 || ch == 0x7f) ? '?' : static_cast<char>(ch);
+  return out;
+}
+
+}  // namespace
+
+// reproduce.sh: the record's handler and policy, the payload beside it, one
+// attempt, no store, so that it runs the same way on any machine with pillbox.
+// Which pillbox: $PILLBOX (a build tree's, say), else the one on PATH; found
+// before the script changes directory, so a relative $PILLBOX still works,
+// and when there is none the script says what to do instead of a shell's
+// "pillbox: not found".
+std::string reproduce_script(const std::string& id, const store::QuarantineRecord& r) {
+  const store::QuarantineEntry& e = r.entry;
+  std::string cmd = "\"$pillbox\" run --no-store --max-attempts 1 --no-breaker --json --jobs 1 --policy ./policy.policy";
+  std::string tail;
+  if (e.handler == "exec") {
+    auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
+    tail = " ./payload --";
+    if (argv.is_array()) {
+      for (const auto& a : argv) tail += " " + shell_quote(a.is_string() ? a.get<std::string>() : a.dump());
+    }
+  } else {
+    cmd += " --handler " + shell_quote(e.handler);
+    auto args = nlohmann::json::parse(e.handler_args, nullptr, false);
+    if (args.is_object()) {
+      for (const auto& [k, v] : args.items()) cmd += " --arg " + shell_quote(k + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+    }
+    tail = " ./payload";
+  }
+  return "#!/bin/sh\n"
+         "# Runs quarantine record " + comment_text(id) + " again, in the sandbox, the way it was quarantined:\n"
+         "#   kind " + comment_text(e.kind) + ", fingerprint " + comment_text(e.fingerprint) + "\n"
+         "# Expect the same kind and fingerprint in the JSON line it prints.\n"
+         "# Runs $PILLBOX when it is set (PILLBOX=/path/to/build/pillbox ./reproduce.sh), else pillbox from PATH.\n"
+         "set -e\n"
+         "pillbox=${PILLBOX:-pillbox}\n"
+         "case $pillbox in\n"
+         "  /*) ;;\n"
+         "  */*) pillbox=$(pwd)/$pillbox ;;\n"
+         "  *) pillbox=$(command -v \"$pillbox\") || pillbox= ;;\n"
+         "esac\n"
+         "if [ -z \"$pillbox\" ] || [ ! -f \"$pillbox\" ] || [ ! -x \"$pillbox\" ]; then\n"
+         "  if [ -n \"${PILLBOX:-}\" ]; then\n"
+         "    echo \"reproduce.sh: PILLBOX=$PILLBOX is not an executable pillbox\" >&2\n"
+         "  else\n"
+         "    echo \"reproduce.sh: pillbox is not on PATH\" >&2\n"
+         "  fi\n"
+         "  echo \"  install it (cmake --install BUILD_DIR --prefix PREFIX, then put PREFIX/bin on PATH),\" >&2\n"
+         "  echo \"  or name one: PILLBOX=/path/to/pillbox $0\" >&2\n"
+         "  exit 127\n"
+         "fi\n"
+         "cd \"$(dirname \"$0\")\"\n"
+         "exec " + cmd + tail + "\n";
+}
+
+std::vector<BundleFile> record_bundle_files(const std::string& id, const store::QuarantineRecord& r,
+                                            const nlohmann::json& full, std::string payload) {
+  std::vector<BundleFile> files;
+  files.push_back({"payload", std::move(payload), 0600});
+  files.push_back({"policy.policy", r.entry.policy, 0600});
+  files.push_back({"record.json", full.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", 0600});
+  files.push_back({"reproduce.sh", reproduce_script(id, r), 0700});
+  return files;
+}
+
+}  // namespace pillbox

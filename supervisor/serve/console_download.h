@@ -1,0 +1,64 @@
+#pragma once
+// The console's downloads: a record's payload (GET /api/records/ID/payload)
+// and its bundle (GET /api/records/ID/bundle, the files of `quarantine
+// export ID --bundle` as record-ID.tar.gz: supervisor/ops/record_bundle.h,
+// record_archive.h). Each is found under the store's lock (find_*: the
+// record, its JSON, its payload's row and open file) and read after it
+// (finish_download: up to 1 GiB read and checked against its hash, the
+// archive compressed), so that a large download never holds every other
+// request of the console behind the lock. A payload in a file is sent from
+// the file (read twice: checked, then sent), never held whole; a bundle is
+// built in memory (its payload, then the compressed archive).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "shared/unique_fd.h"
+#include "supervisor/serve/console_api.h"
+#include "supervisor/store/payload_store.h"
+
+namespace pillbox::serve {
+
+struct PendingDownload {
+  ApiReply error;  // status 200: found
+  std::string id;         // the record's id as the CLI prints it (a number, or a fleet's entry id)
+  std::string file_name;  // "record-ID.payload", "record-ID.tar.gz": names that cannot be paths
+  // The payload: a store's row and open file, to be read and checked after
+  // the lock; or bytes already read and checked (a fleet's dead letter).
+  std::optional<store::PayloadStore::Found> payload;
+  std::optional<std::string> bytes;
+  // A bundle's: the record and its `show --json` object (bundle: true).
+  bool bundle = false;
+  std::optional<store::QuarantineRecord> record;
+  nlohmann::json full;
+};
+
+// Under the store's lock.
+PendingDownload find_payload_download(ConsoleStore& store, const std::string& id_text);
+PendingDownload find_bundle_download(ConsoleStore& store, const std::string& id_text);
+
+// What to send: the bytes (an inline payload, the bundle's .tar.gz), or a
+// payload's file, to be sent from it as it is read (send_file_range).
+struct DownloadReply {
+  ApiReply error;  // status 200: no error
+  std::string file_name;
+  std::string bytes;
+  std::shared_ptr<const UniqueFd> file;  // set: send `size` bytes of it
+  std::uint64_t size = 0;
+};
+
+// Without the store: the payload checked against its hash (a file read
+// through once, never held whole; PayloadStore::check_file), the bundle
+// packed; or an error reply (500: damaged or unreadable).
+DownloadReply finish_download(PendingDownload& pending);
+
+// Up to `length` bytes of `file` from `offset` (at most 64 KiB a call), as
+// cpp-httplib's content provider asks for them; false when it cannot be
+// read (the answer is then cut short and its connection closed).
+bool send_file_range(const UniqueFd& file, std::uint64_t offset, std::uint64_t length,
+                     const std::function<bool(const char*, std::size_t)>& write);
+
+}  // namespace pillbox::serve
