@@ -110,6 +110,23 @@ TEST_CASE("serve --redis: the API answers what quarantine list/show/stats --json
   REQUIRE(payload);
   CHECK(payload->status == 200);
   CHECK(payload->body == "S corrupt");
+  // The bundle: what `quarantine export ID --bundle --redis` writes, as a .tar.gz.
+  const auto bundle = http.Get("/api/records/" + id + "/bundle");
+  REQUIRE(bundle);
+  CHECK(bundle->status == 200);
+  CHECK(bundle->get_header_value("Content-Disposition") == "attachment; filename=\"record-" + id + ".tar.gz\"");
+  e2e::TempDir out;
+  const auto untar = e2e::run_command("/bin/tar", {"-xzf", out.write("b.tar.gz", bundle->body), "-C", out.path()});
+  INFO(untar.describe());
+  REQUIRE(untar.exit_code == 0);
+  const auto exported = run_pillbox({"quarantine", "export", id, "--bundle", "-o", out.path() + "/cli", "--redis",
+                                     f.server.url(), "--stream", "jobs"});
+  INFO(exported.describe());
+  REQUIRE(exported.exit_code == 0);
+  for (const char* name : {"payload", "policy.policy", "record.json", "reproduce.sh"}) {
+    CAPTURE(name);
+    CHECK(e2e::read_file(out.path() + "/record-" + id + "/" + name) == e2e::read_file(out.path() + "/cli/" + name));
+  }
 
   // /metrics: the dead letters by status and kind, promtool-clean.
   const auto metrics = http.Get("/metrics");
