@@ -154,6 +154,9 @@ int quarantine_replay(const QuarantineContext& c) {
     print_replay_result(r.id, r, o, verdict, json, file, revision);
   };
   auto result = replay(c.quarantine, replays, settings);
+  // Why it stopped, in the last progress line too: a program that follows
+  // the JSON lines (PILLBOX_PROGRESS_FD, the console's jobs) reads it there.
+  if (result && !result->stopped_because.empty()) progress.update(progress.done(), "stopped: " + result->stopped_because);
   progress.finish();
   if (!result) {
     return quarantine_error(result.error(), exit_code_for(result.error_code()));
