@@ -61,6 +61,9 @@ int progress_fd_from_environment() {
   const long fd = std::strtol(text, &end, 10);
   // Not 0 to 2: those are the standard streams, never a line of JSON.
   if (*end != '\0' || fd < 3 || ::fcntl(static_cast<int>(fd), F_GETFD) == -1) return -1;
+  // Not handed on to the programs pillbox runs (a handler, a sandbox): the
+  // lines are pillbox's own.
+  ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
   return static_cast<int>(fd);
 }
 

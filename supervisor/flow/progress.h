@@ -12,7 +12,8 @@
 // environment (N an open descriptor), on_stderr's Progress also writes one
 // JSON object a line to N, {"label", "done", "total", "note", "counts":
 // {WHAT: N}}, at most kJsonEvery apart and once more at finish(): whether or
-// not stderr is a terminal, --quiet notwithstanding.
+// not stderr is a terminal, --quiet notwithstanding. N is made close-on-exec:
+// the programs pillbox runs do not get it.
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
