@@ -12,6 +12,9 @@
 // cpp-httplib sets by default: a second serve on the port must fail, not
 // split the requests with the first).
 //
+// Reproduce, minimize and replay run as jobs, child processes of pillbox
+// itself (console_jobs.h), at most 2 at once; stopping serve stops them.
+//
 // Thread safety: cpp-httplib serves requests on a pool of threads; the
 // store is used under one lock, one request at a time.
 #include <memory>
@@ -28,6 +31,9 @@ struct Request;
 }
 namespace pillbox::metrics {
 class StoreMetricsReader;
+}
+namespace pillbox::serve {
+class JobBoard;
 }
 
 namespace pillbox::serve {
@@ -63,6 +69,8 @@ class ConsoleServer {
 
  private:
   void add_routes();
+  template <typename Guarded, typename Authorized>
+  void add_job_routes(Guarded guarded, Authorized authorized);
   // Why a request is refused before its route runs (its body too large, a
   // Host that is not this console's), or nothing.
   std::optional<ApiReply> refusal(const httplib::Request& req) const;
@@ -73,6 +81,9 @@ class ConsoleServer {
   // GET /metrics: the store's gauges, read on a thread and connection of
   // its own (supervisor/metrics/store_metrics_reader.h), not under store_lock_.
   std::unique_ptr<metrics::StoreMetricsReader> metrics_;
+  // The actions that run (console_jobs.h): stopped, and waited for, when
+  // serving ends.
+  std::unique_ptr<JobBoard> jobs_;
   std::string token_;
   ListenAddress address_;
   bool loopback_ = true;
