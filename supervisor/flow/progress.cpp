@@ -5,11 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+
+#include "shared/control.h"
 
 namespace pillbox {
 namespace {
@@ -87,16 +88,9 @@ std::string Progress::json_text() const {
 }
 
 void Progress::write_json(Clock::time_point now) {
-  const std::string line = json_text() + "\n";
   // One write a line (a pipe keeps it whole up to PIPE_BUF); a reader that
-  // is gone or slow costs the line, never the operation.
-  std::size_t at = 0;
-  while (at < line.size()) {
-    const ssize_t n = ::write(json_fd_, line.data() + at, line.size() - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    at += static_cast<std::size_t>(n);
-  }
+  // is gone costs the line, never the operation.
+  (void)write_all(json_fd_, json_text() + "\n");
   last_json_ = now;
 }
 
