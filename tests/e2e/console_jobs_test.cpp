@@ -268,3 +268,47 @@ TEST_CASE("jobs: a serve killed with SIGKILL stops its replay, which gives back 
   // Not every record was reached: the ones left are quarantined still.
   CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'quarantined'") >= 1);
 }
+
+TEST_CASE("jobs: in Chromium, a record's Reproduce needs the token, then goes to the job's page, which follows it to done") {
+  if (!have_chromium()) return;
+  SlowStore s(1);
+  Serve serve(s.store);
+  httplib::Client http("127.0.0.1", serve.port());
+  Browser browser;
+  const std::string tab = browser.open(serve.url() + "records/1");
+  // Fills the Reproduce form (4 runs of a second each, 2 at once), clicks,
+  // and returns what the form says once the server has answered, or "" when
+  // the page went on to the job's.
+  auto click = [&](const std::string& token) {
+    return browser.evaluate(tab, "(() => {"
+                                 "  const form = document.querySelector('form[data-action$=\"/reproduce\"]');"
+                                 "  const result = form.querySelector('.job-result');"
+                                 "  document.querySelector('.job-token').value = " + json(token).dump() + ";"
+                                 "  form.querySelector('[name=runs]').value = '4';"
+                                 "  const answered = new Promise(done => new MutationObserver(() => {"
+                                 "    if (result.textContent !== 'starting…') done(result.textContent);"
+                                 "  }).observe(result, {childList: true, characterData: true, subtree: true}));"
+                                 "  form.querySelector('button').click();"
+                                 "  return answered;"
+                                 "})()");
+  };
+  CHECK(click("").get<std::string>().rfind("401: ", 0) == 0);
+  CHECK(body_of(http.Get("/api/jobs"))["jobs"].empty());
+
+  // With the token: the job starts and the tab goes to its page.
+  browser.evaluate(tab, "document.querySelector('.job-token').value = " + json(read_token(s.store)).dump() +
+                            "; document.querySelector('form[data-action$=\"/reproduce\"] button').click(); true");
+  browser.wait_for("Page.loadEventFired", tab);
+  CHECK(browser.evaluate(tab, "location.pathname") == "/jobs/1");
+  CHECK(browser.evaluate(tab, "sessionStorage.getItem('pillbox-token')") == read_token(s.store));
+  // Running when the page loaded: it refreshes until the job ends, then
+  // loads again whole (once the job has ended, it says done).
+  if (browser.evaluate(tab, "document.getElementById('job-state').textContent") == "running") {
+    CHECK(browser.evaluate(tab, "document.getElementById('job-stop') !== null") == true);
+    browser.wait_for("Page.loadEventFired", tab);
+  }
+  CHECK(browser.evaluate(tab, "document.getElementById('job-state').textContent") == "done");
+  CHECK(browser.evaluate(tab, "document.querySelector('pre.result').textContent.includes('\"runs\": 4')") == true);
+  CHECK(browser.evaluate(tab, "document.getElementById('job-stop') === null") == true);
+  CHECK(s.cli_show(1)["reproduce"]["runs"] == 4);
+}
