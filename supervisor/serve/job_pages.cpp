@@ -152,11 +152,10 @@ std::string replay_filter_form_html(const std::string& fingerprint, const std::s
   if (!fingerprint.empty()) hidden += "<input type=\"hidden\" name=\"fingerprint\" value=\"" + html_escape(fingerprint) + "\">\n";
   if (!kind.empty()) hidden += "<input type=\"hidden\" name=\"kind\" value=\"" + html_escape(kind) + "\">\n";
   return "<form class=\"action job-form\" method=\"post\" data-action=\"/api/replay\" data-filter>\n" + hidden +
-         "<button type=\"submit\">Replay the records of this filter</button>\n"
          "<label>batch <input name=\"batch\" type=\"number\" min=\"1\" max=\"1000\" value=\"10\" data-number></label>\n"
          "<label>stop after <input name=\"stop_after\" type=\"number\" min=\"1\" max=\"1000000\" placeholder=\"K\" "
          "data-number></label>\n" + std::string(kTokenInput) +
-         "<output class=\"job-result\"></output>\n</form>\n<p class=\"note\">Replays the open records of this "
+         "<button type=\"submit\">Replay the records of this filter</button>\n<output class=\"job-result\"></output>\n</form>\n<p class=\"note\">Replays the open records of this "
          "fingerprint and kind (the other filters do not narrow a replay), oldest first; stop after K that fail "
          "again with one fingerprint.</p>\n";
 }

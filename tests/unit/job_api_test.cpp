@@ -143,3 +143,22 @@ TEST_CASE("job board: 2 at once, one per record, stop by SIGTERM, the output and
   CHECK(board.list().body["jobs"][1]["state"] == "stopped");
   CHECK(board.start(sleeper(5)).status == 503);
 }
+
+TEST_CASE("job board: a program that cannot start makes a failed job that says why; a crash of one is failed too") {
+  JobBoard board("/nonexistent/pillbox", {});
+  const auto a = board.start(JobRequest{JobKind::kReproduce, {"reproduce", "1"}, "a", {1}});
+  REQUIRE(a.status == 202);
+  const auto failed = job_when(board, a.body["job"]["id"].get<std::int64_t>(),
+                               [](const nlohmann::json& j) { return j["state"] != "running"; });
+  CHECK(failed["state"] == "failed");
+  CHECK(failed["error"].get<std::string>().find("cannot start /nonexistent/pillbox") != std::string::npos);
+
+  JobBoard shell("/bin/sh", {});
+  const auto b = shell.start(JobRequest{JobKind::kReplay, {"-c", "echo '{\"record_id\": 1}'; kill -SEGV $$"}, "a", {}});
+  REQUIRE(b.status == 202);
+  const auto crashed = job_when(shell, b.body["job"]["id"].get<std::int64_t>(),
+                                [](const nlohmann::json& j) { return j["state"] != "running"; });
+  CHECK(crashed["state"] == "failed");
+  CHECK(crashed["signal"] == SIGSEGV);
+  CHECK(crashed["result"]["results"][0]["record_id"] == 1);  // what it wrote before is kept
+}
