@@ -312,3 +312,20 @@ TEST_CASE("jobs: in Chromium, a record's Reproduce needs the token, then goes to
   CHECK(browser.evaluate(tab, "document.getElementById('job-stop') === null") == true);
   CHECK(s.cli_show(1)["reproduce"]["runs"] == 4);
 }
+
+TEST_CASE("jobs: a serve stopped by SIGTERM stops its running replay and waits for it: nothing is left replaying") {
+  SlowStore s(3);
+  auto serve = std::make_unique<Serve>(s.store);
+  httplib::Client http("127.0.0.1", serve->port());
+  const std::int64_t job_id = start(http, s.store, "/api/replay", R"({"ids": [1, 2, 3], "batch": 1})");
+  const json running = job_when(http, job_id, [&](const json& j) {
+    return j["state"] != "running" ||
+           (j["pid"].is_number() && sql_int(s.db, "SELECT count(*) FROM quarantine WHERE status = 'replaying'") > 0);
+  });
+  REQUIRE(running["state"] == "running");
+  CHECK(serve->stop(SIGTERM) == 0);
+  // serve has waited for the replay: its claims are given back already.
+  CHECK(sql_int(s.db, "SELECT count(*) FROM quarantine WHERE status = 'replaying'") == 0);
+  CHECK(sql_int(s.db, "SELECT count(*) FROM quarantine WHERE status = 'quarantined'") >= 1);
+  CHECK(::kill(running["pid"].get<pid_t>(), 0) != 0);  // reaped by serve
+}
