@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <functional>
@@ -161,4 +163,19 @@ TEST_CASE("job board: a program that cannot start makes a failed job that says w
   CHECK(crashed["state"] == "failed");
   CHECK(crashed["signal"] == SIGSEGV);
   CHECK(crashed["result"]["results"][0]["record_id"] == 1);  // what it wrote before is kept
+}
+
+TEST_CASE("job board: the child has stdin, stdout, stderr and the progress pipe, none of the server's descriptors") {
+  // A descriptor without close-on-exec, as cpp-httplib's sockets are.
+  const int leaky = ::fcntl(STDERR_FILENO, F_DUPFD, 20);
+  REQUIRE(leaky >= 20);
+  JobBoard board("/bin/sh", {});
+  const auto a = board.start(JobRequest{JobKind::kReplay, {"-c", "ls /proc/$$/fd >&2"}, "a", {}});
+  REQUIRE(a.status == 202);
+  const auto job = job_when(board, a.body["job"]["id"].get<std::int64_t>(),
+                            [](const nlohmann::json& j) { return j["state"] != "running"; });
+  ::close(leaky);
+  CHECK(job["state"] == "done");
+  // dash keeps a descriptor of its own, 10: the rest is 0 to 3.
+  CHECK(job["stderr_tail"] == "0\n1\n10\n2\n3\n");
 }
