@@ -197,8 +197,10 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
   } else {
     try {
       bp::environment env = boost::this_process::environment();
-      env["PILLBOX_ACTOR"] = job->actor;
-      env["PILLBOX_PROGRESS_FD"] = std::to_string(kProgressFd);
+      // set(), not operator[]: Boost 1.74's find() behind [] compares the
+      // key with each entry past the end of a shorter one (ASan says so).
+      env.set("PILLBOX_ACTOR", job->actor);
+      env.set("PILLBOX_PROGRESS_FD", std::to_string(kProgressFd));
       const pid_t parent = ::getpid();
       // Where the child's loop over descriptors ends when close_range is missing (before Linux 5.11).
       rlimit files{};
