@@ -17,6 +17,7 @@
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/progress.h"
+#include "supervisor/exec/stop_signals.h"
 #include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/replay.h"
 #include "supervisor/flow/run_output.h"
@@ -155,7 +156,17 @@ int quarantine_replay(const QuarantineContext& c) {
                                                               : std::string(to_string(o.kind)));
     print_replay_result(r.id, r, o, verdict, json, file, revision);
   };
-  auto result = replay(c.quarantine, replays, settings);
+  // For the whole replay, not only while payloads run (payload_runner's
+  // own): SIGTERM between two batches (a console job stopped, its serve
+  // gone) would otherwise kill it with the next batch's records claimed.
+  // The batch after it sees the signal at once and stops; its claims go back.
+  auto result = [&] {
+    StopSignals whole_replay;
+    return replay(c.quarantine, replays, settings);
+  }();
+  // Why it stopped, in the last progress line too: a program that follows
+  // the JSON lines (PILLBOX_PROGRESS_FD, the console's jobs) reads it there.
+  if (result && !result->stopped_because.empty()) progress.update(progress.done(), "stopped: " + result->stopped_because);
   progress.finish();
   if (!result) {
     return quarantine_error(result.error(), exit_code_for(result.error_code()));

@@ -7,11 +7,14 @@ namespace {
 
 volatile std::sig_atomic_t stop_signal_received = 0;
 extern "C" void on_stop_signal(int sig) { stop_signal_received = sig; }
+// StopSignals alive now: an inner one (a replay's batch inside the whole
+// replay) keeps what the outer one caught.
+int live_instances = 0;
 
 }  // namespace
 
 StopSignals::StopSignals() {
-  stop_signal_received = 0;
+  if (live_instances++ == 0) stop_signal_received = 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   ::sigemptyset(&sa.sa_mask);
@@ -20,6 +23,7 @@ StopSignals::StopSignals() {
 }
 
 StopSignals::~StopSignals() {
+  --live_instances;
   ::sigaction(SIGINT, &old_sigint_, nullptr);
   ::sigaction(SIGTERM, &old_sigterm_, nullptr);
 }

@@ -1,10 +1,16 @@
 #include "supervisor/flow/progress.h"
 
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "shared/control.h"
 
 namespace pillbox {
 namespace {
@@ -49,16 +55,43 @@ std::size_t terminal_width(std::FILE* out) {
   return ws.ws_col;
 }
 
-Progress::Progress(std::string label, std::size_t total, std::FILE* out)
-    : label_(std::move(label)), total_(total), out_(out), started_(Clock::now()) {}
+int progress_fd_from_environment() {
+  const char* text = std::getenv("PILLBOX_PROGRESS_FD");
+  if (text == nullptr || *text == '\0' || std::strlen(text) > 9) return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(text, &end, 10);
+  // Not 0 to 2: those are the standard streams, never a line of JSON.
+  if (*end != '\0' || fd < 3 || ::fcntl(static_cast<int>(fd), F_GETFD) == -1) return -1;
+  // Not handed on to the programs pillbox runs (a handler, a sandbox): the
+  // lines are pillbox's own.
+  ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+  return static_cast<int>(fd);
+}
+
+Progress::Progress(std::string label, std::size_t total, std::FILE* out, int json_fd)
+    : label_(std::move(label)), total_(total), out_(out), json_fd_(json_fd), started_(Clock::now()) {}
 
 Progress Progress::on_stderr(std::string label, std::size_t total, bool quiet) {
   const bool terminal = !quiet && ::isatty(STDERR_FILENO) == 1;
-  return Progress(std::move(label), total, terminal ? stderr : nullptr);
+  return Progress(std::move(label), total, terminal ? stderr : nullptr, progress_fd_from_environment());
 }
 
 Progress::~Progress() {
-  if (drawn_) finish();
+  if (drawn_ || json_fd_ >= 0) finish();
+}
+
+std::string Progress::json_text() const {
+  nlohmann::json counts = nlohmann::json::object();
+  for (const auto& [what, n] : counts_) counts[what] = n;
+  const nlohmann::json j = {{"label", label_}, {"done", done_}, {"total", total_}, {"note", note_}, {"counts", counts}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void Progress::write_json(Clock::time_point now) {
+  // One write a line (a pipe keeps it whole up to PIPE_BUF); a reader that
+  // is gone costs the line, never the operation.
+  (void)write_all(json_fd_, json_text() + "\n");
+  last_json_ = now;
 }
 
 std::string Progress::render(Clock::time_point now, std::size_t width) const {
@@ -108,13 +141,15 @@ void Progress::draw(Clock::time_point now) {
 
 void Progress::update(std::size_t done, const std::string& note) {
   done_ = done;
-  if (out_ == nullptr || finished_) return;
+  if (!active() || finished_) return;
   note_ = note;
   const auto now = Clock::now();
   // The first line waits a full period too: an operation that ends at once
   // shows only its final line.
   const auto since = drawn_ ? now - last_draw_ : now - started_;
-  if (since >= kRedrawEvery) draw(now);
+  if (out_ != nullptr && since >= kRedrawEvery) draw(now);
+  const auto since_json = last_json_ != Clock::time_point{} ? now - last_json_ : now - started_;
+  if (json_fd_ >= 0 && since_json >= kJsonEvery) write_json(now);
 }
 
 long& Progress::counter(const std::string& what) {
@@ -125,15 +160,15 @@ long& Progress::counter(const std::string& what) {
 }
 
 void Progress::count(const std::string& what, long delta) {
-  if (out_ != nullptr) counter(what) += delta;
+  if (active()) counter(what) += delta;
 }
 
 void Progress::set_count(const std::string& what, long n) {
-  if (out_ != nullptr) counter(what) = n;
+  if (active()) counter(what) = n;
 }
 
 void Progress::hide() {
-  if (!visible_) return;
+  if (!visible_ || out_ == nullptr) return;
   std::fputs(kEraseLine, out_);
   std::fflush(out_);
   visible_ = false;
@@ -145,8 +180,10 @@ void Progress::show() {
 }
 
 void Progress::finish() {
-  if (finished_ || out_ == nullptr) return;
+  if (finished_ || !active()) return;
   finished_ = true;
+  if (json_fd_ >= 0) write_json(Clock::now());
+  if (out_ == nullptr) return;
   draw(Clock::now());
   std::fputc('\n', out_);
   std::fflush(out_);

@@ -6,6 +6,14 @@
 // most ten times a second, cut to the terminal's width rather than wrapped.
 // Nothing at all when stderr is not a terminal (a pipe, a file: logs get
 // the summary, not a line every few seconds) or with --quiet.
+//
+// For a program that runs pillbox and shows its progress (the console's
+// jobs, supervisor/serve/console_jobs.h): with PILLBOX_PROGRESS_FD=N in the
+// environment (N an open descriptor), on_stderr's Progress also writes one
+// JSON object a line to N, {"label", "done", "total", "note", "counts":
+// {WHAT: N}}, at most kJsonEvery apart and once more at finish(): whether or
+// not stderr is a terminal, --quiet notwithstanding. N is made close-on-exec:
+// the programs pillbox runs do not get it.
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -19,9 +27,11 @@ class Progress {
  public:
   using Clock = std::chrono::steady_clock;
   // `total` 0: unknown (no bar, no ETA). `out` nullptr: silent, and every
-  // call returns at once. `out` is taken to be a terminal.
-  Progress(std::string label, std::size_t total, std::FILE* out);
+  // call returns at once. `out` is taken to be a terminal. `json_fd`: the
+  // JSON lines' descriptor (see above), -1 for none; it stays the caller's.
+  Progress(std::string label, std::size_t total, std::FILE* out, int json_fd = -1);
   // On stderr when it is a terminal and `quiet` is false; silent otherwise.
+  // And JSON lines to PILLBOX_PROGRESS_FD when it is set (see above).
   static Progress on_stderr(std::string label, std::size_t total, bool quiet = false);
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -29,8 +39,8 @@ class Progress {
   // that the message after it starts on a line of its own.
   ~Progress();
 
-  // Whether anything is drawn: callers skip their own bookkeeping when not.
-  bool active() const { return out_ != nullptr; }
+  // Whether anything is shown: callers skip their own bookkeeping when not.
+  bool active() const { return out_ != nullptr || json_fd_ >= 0; }
   void set_total(std::size_t total) { total_ = total; }
   // Of the `done` counts, this many were done before this process started
   // (a resumed minimization): they count toward the bar, not the rate.
@@ -40,6 +50,7 @@ class Progress {
   void set_time_budget(Clock::duration budget) { time_budget_ = budget; }
   // `done` so far; `note` a short status shown after the numbers.
   void update(std::size_t done, const std::string& note = "");
+  std::size_t done() const { return done_; }
   // `delta` more of `what` ("crash", "cpu-limit", "skipped") among those
   // done; shown as "2 crash, 1 cpu-limit" in the order first counted. A
   // negative delta takes some back (a verdict withdrawn).
@@ -56,14 +67,19 @@ class Progress {
   // The line as it would be drawn now, at most `width` columns (0: no
   // limit). Tests call it directly.
   std::string render(Clock::time_point now, std::size_t width = 0) const;
+  // The JSON line's object as text (no newline). Tests call it directly.
+  std::string json_text() const;
 
  private:
   void draw(Clock::time_point now);
+  void write_json(Clock::time_point now);
   long& counter(const std::string& what);
 
   std::string label_;
   std::size_t total_;
   std::FILE* out_;
+  int json_fd_;
+  Clock::time_point last_json_{};
   Clock::duration time_budget_{};
   std::size_t done_ = 0;
   std::size_t done_before_ = 0;
@@ -75,6 +91,11 @@ class Progress {
   bool visible_ = false;  // on the screen now (not hidden, not finished)
   bool finished_ = false;
 };
+
+// The least time between two JSON lines (the last one at finish() aside).
+inline constexpr std::chrono::milliseconds kJsonEvery{250};
+// PILLBOX_PROGRESS_FD when it names an open descriptor, else -1.
+int progress_fd_from_environment();
 
 // The width of the terminal `out` is on, 0 when it is not one or says nothing.
 std::size_t terminal_width(std::FILE* out);

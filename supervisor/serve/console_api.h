@@ -9,6 +9,9 @@
 //   GET  /api/stats            {"groups": [quarantine stats --json objects]}
 //   GET  /api/tasks            {"tasks": [pillbox tasks --json objects]}
 //   GET  /api/runs             {"runs": [the live files of live runs (supervisor/metrics/live_run_file.h)]}
+//   POST /api/records/ID/reproduce, /api/records/ID/minimize, /api/replay,
+//   GET /api/jobs, /api/jobs/N, POST /api/jobs/N/stop: the actions that run
+//                              as jobs (job_api.h, console_jobs.h)
 // Each call returns an HTTP status and a body; errors are {"error": TEXT}
 // with 400 (a bad filter or body: the text says what is allowed), 404 (no
 // such record) or 409 (being replayed), and 500 when the store fails.

@@ -6,6 +6,7 @@
 #include "shared/failure_kind.h"
 #include "supervisor/serve/day_chart.h"
 #include "supervisor/serve/html_text.h"
+#include "supervisor/serve/job_pages.h"
 #include "supervisor/store/record_status.h"
 #include "supervisor/store/task_view.h"
 
@@ -29,7 +30,8 @@ std::string field(const json& object, const char* name) {
 std::string layout(const std::string& title, const std::string& active, const std::string& body,
                    const std::string& where = "") {
   std::string nav;
-  for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}, {"/runs", "Runs"}}) {
+  for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}, {"/runs", "Runs"},
+                                    {"/jobs", "Jobs"}}) {
     nav += std::string("<a href=\"") + href + "\"" + (active == href ? " class=\"active\"" : "") + ">" + name + "</a>";
   }
   return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -104,6 +106,11 @@ std::vector<std::string> status_names() {
 
 }  // namespace
 
+std::string page_layout(const std::string& title, const std::string& active, const std::string& body) {
+  return layout(title, active, body);
+}
+std::string value_text(const json& v) { return text(v); }
+
 Page error_page(int status, const std::string& message) {
   return {status, layout("error", "", "<h1>Error " + std::to_string(status) + "</h1>\n<p class=\"error\">" +
                                           html_escape(message) + "</p>\n<p><a href=\"/\">the quarantine</a></p>\n")};
@@ -129,6 +136,7 @@ Page list_page(ConsoleSource& source, const Query& given) {
   body += input("handler", query_value(query, "handler"));
   body += input("key", query_value(query, "key"));
   body += "<button type=\"submit\">Filter</button> <a href=\"/\">clear</a>\n</form>\n";
+  body += replay_filter_form_html(query_value(query, "fingerprint"), query_value(query, "kind"));
   body += "<table class=\"records\"><thead><tr><th>ID</th><th>created</th><th>status</th><th>kind</th>"
           "<th>fingerprint</th><th>handler</th><th>key</th><th>bytes</th></tr></thead><tbody>\n";
   for (const auto& r : records) {
@@ -312,6 +320,8 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
             "ones: <code>pillbox quarantine patch " + html_escape(id) + " --payload-file FILE --note TEXT</code>). "
             "Run it: <code>pillbox quarantine replay " + html_escape(id) + "</code>.</p>\n";
   }
+
+  body += record_actions_html(id, status);
 
   if (status != "discarded") {
     body += "<h2>Discard</h2>\n<form id=\"discard-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +

@@ -13,6 +13,7 @@
 //                payload preview, download, discard (with the access token)
 //   /tasks       the ledger's tasks (pillbox tasks)
 //   /runs        the runs attached to the store now, refreshed every 2 s by console.js
+//   /jobs, /jobs/N  the actions that run (job_pages.h)
 #include <string>
 
 #include "supervisor/serve/console_source.h"
@@ -36,5 +37,11 @@ Page tasks_page(ConsoleSource& source, const Query& query);
 Page runs_page(ConsoleSource& source);
 // A page for an error: `status` and `message` (escaped here).
 Page error_page(int status, const std::string& message);
+
+// For the pages of other files (job_pages.cpp): the frame every page has
+// (nav `active` is the href of its entry), and a JSON value as text
+// (strings as they are, null as "-"), not yet escaped.
+std::string page_layout(const std::string& title, const std::string& active, const std::string& body);
+std::string value_text(const nlohmann::json& v);
 
 }  // namespace pillbox::serve

@@ -20,8 +20,12 @@
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/closing_reply.h"
 #include "supervisor/serve/console_download.h"
+#include "supervisor/serve/console_jobs.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/console_static.h"
+#include "supervisor/serve/job_api.h"
+#include "supervisor/serve/job_pages.h"
+#include "supervisor/serve/job_static.h"
 
 namespace pillbox::serve {
 namespace {
@@ -157,7 +161,10 @@ bool has_body(const httplib::Request& req) {
 
 }  // namespace
 
-ConsoleServer::ConsoleServer(ConsoleSource& source) : source_(source), http_(std::make_unique<httplib::Server>()) {}
+ConsoleServer::ConsoleServer(ConsoleSource& source)
+    : source_(source),
+      http_(std::make_unique<httplib::Server>()),
+      jobs_(std::make_unique<JobBoard>(JobBoard::self_program(), source.cli_source_args())) {}
 
 ConsoleServer::~ConsoleServer() = default;
 
@@ -304,10 +311,12 @@ void ConsoleServer::add_routes() {
     });
   };
   http_->Get("/static/console.css", guarded([](const Request&, Response& res) {
-               res.set_content(kConsoleCss.data(), kConsoleCss.size(), "text/css; charset=utf-8");
+               static const std::string style = std::string(kConsoleCss) + std::string(kJobsCss);
+               res.set_content(style, "text/css; charset=utf-8");
              }));
   http_->Get("/static/console.js", guarded([](const Request&, Response& res) {
-               res.set_content(kConsoleJs.data(), kConsoleJs.size(), "text/javascript; charset=utf-8");
+               static const std::string script = std::string(kConsoleJs) + std::string(kJobsJs);
+               res.set_content(script, "text/javascript; charset=utf-8");
              }));
   http_->Get("/", locked([this](const Request& req, Response& res) { send_page(res, list_page(source_, query_of(req))); }));
   http_->Get("/groups",
@@ -372,6 +381,39 @@ void ConsoleServer::add_routes() {
     if (store_gone(req, res)) return;
     send_json(res, source_.patch(req.matches[1], req.body, "web: " + req.remote_addr));
   }));
+  add_job_routes(guarded, authorized);
+}
+
+// The actions that run (job_api.h): the board, not the store, so no store lock.
+template <typename Guarded, typename Authorized>
+void ConsoleServer::add_job_routes(Guarded guarded, Authorized authorized) {
+  using httplib::Request;
+  using httplib::Response;
+  http_->Get("/jobs", guarded([this](const Request&, Response& res) { send_page(res, jobs_page(*jobs_)); }));
+  http_->Get(R"(/jobs/([^/]+))",
+             guarded([this](const Request& req, Response& res) { send_page(res, job_page(*jobs_, req.matches[1])); }));
+  http_->Get("/api/jobs", guarded([this](const Request&, Response& res) { send_json(res, jobs_->list()); }));
+  http_->Get(R"(/api/jobs/([^/]+))",
+             guarded([this](const Request& req, Response& res) { send_json(res, jobs_->show(req.matches[1])); }));
+  const IdCheck check_id = [this](const std::string& text) { return source_.checked_id(text); };
+  auto action = [this, guarded, authorized](auto start) {
+    return guarded([this, authorized, start](const Request& req, Response& res) {
+      if (!authorized(req, res)) return;
+      send_json(res, start(req, "web: " + req.remote_addr));
+    });
+  };
+  http_->Post(R"(/api/records/([^/]+)/reproduce)", action([this, check_id](const Request& req, const std::string& actor) {
+                return start_reproduce(*jobs_, check_id, req.matches[1], req.body, actor);
+              }));
+  http_->Post(R"(/api/records/([^/]+)/minimize)", action([this, check_id](const Request& req, const std::string& actor) {
+                return start_minimize(*jobs_, check_id, req.matches[1], req.body, actor);
+              }));
+  http_->Post("/api/replay", action([this, check_id](const Request& req, const std::string& actor) {
+                return start_replay(*jobs_, check_id, req.body, actor);
+              }));
+  http_->Post(R"(/api/jobs/([^/]+)/stop)", action([this](const Request& req, const std::string&) {
+                return jobs_->stop(req.matches[1]);
+              }));
 }
 
 Expected<int> ConsoleServer::run_until_signal(std::string token) {
@@ -415,6 +457,9 @@ Expected<int> ConsoleServer::run_until_signal(std::string token) {
     }
   }
   listener.join();
+  // No job outlives the console: SIGTERM to each, and wait (a replay gives
+  // back its records first).
+  jobs_->stop_all();
   // The listener's wake-up signal may be pending still (it came after the
   // signal that stopped us): taken here, so that restoring the mask does
   // not deliver it.

@@ -12,6 +12,9 @@
 // cpp-httplib sets by default: a second serve on the port must fail, not
 // split the requests with the first).
 //
+// Reproduce, minimize and replay run as jobs, child processes of pillbox
+// itself (console_jobs.h), at most 2 at once; stopping serve stops them.
+//
 // Thread safety: cpp-httplib serves requests on a pool of threads; the
 // source (console_source.h) is used under one lock, one request at a time,
 // except for /metrics, which the source serves on its own.
@@ -27,6 +30,9 @@
 namespace httplib {
 class Server;
 struct Request;
+}
+namespace pillbox::serve {
+class JobBoard;
 }
 
 namespace pillbox::serve {
@@ -62,6 +68,8 @@ class ConsoleServer {
 
  private:
   void add_routes();
+  template <typename Guarded, typename Authorized>
+  void add_job_routes(Guarded guarded, Authorized authorized);
   // Why a request is refused before its route runs (its body too large, a
   // Host that is not this console's), or nothing.
   std::optional<ApiReply> refusal(const httplib::Request& req) const;
@@ -69,6 +77,9 @@ class ConsoleServer {
   ConsoleSource& source_;
   std::mutex source_lock_;  // every use of source_ but metrics()
   std::unique_ptr<httplib::Server> http_;
+  // The actions that run (console_jobs.h): stopped, and waited for, when
+  // serving ends.
+  std::unique_ptr<JobBoard> jobs_;
   std::string token_;
   ListenAddress address_;
   bool loopback_ = true;

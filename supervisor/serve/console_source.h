@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "shared/status.h"
 #include "supervisor/serve/console_api.h"
 #include "supervisor/serve/console_download.h"
 
@@ -36,6 +37,11 @@ class ConsoleSource {
   // nothing: asked before every other call of a request. A store whose
   // file was removed or replaced under the console (store_presence.h).
   virtual std::optional<std::string> unavailable() const { return std::nullopt; }
+
+  // A record id from a URL or a body, as the CLI takes it (a store's
+  // positive number, a fleet's entry id), or a kUsage error saying what an
+  // id is here. Pure: safe without the lock.
+  virtual Expected<std::string> checked_id(const std::string& text) const = 0;
 
   // The routes of console_api.h; `id` is the URL's text, unchecked.
   virtual ApiReply list_records(const Query& query) = 0;

@@ -49,6 +49,7 @@ class FleetSource : public ConsoleSource {
   ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override;
   bool patches() const override { return false; }
   PendingDownload find_download(const std::string& id, bool bundle) override;
+  Expected<std::string> checked_id(const std::string& text) const override { return broker::parse_fleet_id(text); }
   // The payload's exact bytes, checked against their hash.
   PayloadReply payload(const std::string& id);
   PayloadReply preview(const std::string& id, std::size_t max_bytes) override;

@@ -39,6 +39,11 @@ class StoreSource : public ConsoleSource {
   }
   bool patches() const override { return true; }
   std::optional<std::string> unavailable() const override { return presence_.problem(); }
+  Expected<std::string> checked_id(const std::string& text) const override {
+    auto id = record_id(text);
+    if (!id) return Error{id.error(), ErrorCode::kUsage};
+    return std::to_string(*id);
+  }
   PendingDownload find_download(const std::string& id, bool bundle) override {
     return bundle ? find_bundle_download(store_, id) : find_payload_download(store_, id);
   }

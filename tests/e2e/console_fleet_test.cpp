@@ -6,6 +6,7 @@
 // the token and lands in the fleet's audit trail as web; what the fleet does
 // not have (tasks, runs, patches) is said, not a 500; Redis stopped is 503
 // and the console goes on when it is back; /metrics counts the dead letters.
+#include <algorithm>
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -335,6 +336,34 @@ TEST_CASE("serve --redis: the record page in Chromium shows the fingerprint, lin
   std::size_t scripts = 0;
   for (auto at = hostile.out.find("<script"); at != std::string::npos; at = hostile.out.find("<script", at + 1)) ++scripts;
   CHECK(scripts == 1);  // console.js, no element from the dead letter
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: a reproduce job runs `pillbox reproduce ID --redis URL --stream NAME`; its verdict is audited as web") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  httplib::Client& http = f.start();
+  const std::string id = f.id_of("segv-1");
+  const httplib::Headers auth = {{"Authorization", "Bearer " + f.token()}};
+  CHECK(http.Post("/api/records/1712345678901/reproduce", auth, "{}", "application/json")->status == 404);
+  CHECK(http.Post("/api/replay", auth, R"({"ids": [7]})", "application/json")->status == 400);  // not an entry id
+  const auto started = http.Post("/api/records/" + id + "/reproduce", auth, R"({"runs": 2})", "application/json");
+  REQUIRE(started);
+  REQUIRE(started->status == 202);
+  const std::string job = "/api/jobs/" + std::to_string(body_of(started)["job"]["id"].get<std::int64_t>());
+  json ended;
+  REQUIRE(e2e::eventually([&] {
+    ended = body_of(http.Get(job))["job"];
+    return ended["state"] != "running";
+  }));
+  INFO(ended.dump());
+  CHECK(ended["state"] == "done");
+  const json command = ended["command"];
+  CHECK(std::find(command.begin(), command.end(), "--redis") != command.end());
+  CHECK(ended["result"]["verdict"] == "reliable");
+  const json shown = f.cli({"show", id})[0];
+  CHECK(shown["reproduce"]["verdict"] == "reliable");
+  CHECK(shown["audit"].back()["actor"].get<std::string>().rfind("web: 127.0.0.1 via pillbox reproduce", 0) == 0);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 

@@ -8,6 +8,10 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "supervisor/flow/progress.h"
 
@@ -197,4 +201,83 @@ TEST_CASE("progress line: left drawn by an early return, it is ended so the next
   MemoryStream quiet;
   { Progress never("reproduce 4", 10, quiet.file()); }  // never drawn: nothing to end
   CHECK(quiet.text().empty());
+}
+
+namespace {
+
+// The JSON lines a Progress wrote to a pipe, once it is closed.
+std::vector<nlohmann::json> json_lines(int fd) {
+  std::string text;
+  char block[4096];
+  ssize_t n;
+  while ((n = ::read(fd, block, sizeof block)) > 0) text.append(block, static_cast<std::size_t>(n));
+  std::vector<nlohmann::json> out;
+  std::size_t start = 0;
+  for (std::size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    out.push_back(nlohmann::json::parse(text.substr(start, end - start)));
+  }
+  CHECK(start == text.size());  // every line ended
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("progress JSON lines: none before a period has passed, the final state at finish, with counts and note") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  {
+    Progress p("replay", 3, nullptr, fds[1]);
+    CHECK(p.active());
+    p.update(1);
+    p.count("crash");
+    p.count("resolved", 2);
+    p.update(3, "stopped: 1 replayed payloads failed again");
+    p.finish();
+    p.finish();  // once only
+  }
+  ::close(fds[1]);
+  const auto lines = json_lines(fds[0]);
+  ::close(fds[0]);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == nlohmann::json{{"label", "replay"}, {"done", 3}, {"total", 3},
+                                   {"note", "stopped: 1 replayed payloads failed again"},
+                                   {"counts", {{"crash", 1}, {"resolved", 2}}}});
+}
+
+TEST_CASE("progress JSON lines: at most 4 a second while updating, and a last one when it goes unfinished") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const auto start = Progress::Clock::now();
+  std::size_t updates = 0;
+  {
+    Progress p("minimize", 0, nullptr, fds[1]);
+    // Updates as fast as they come for 1.1 s: the lines are what limits.
+    while (Progress::Clock::now() - start < std::chrono::milliseconds(1100)) p.update(++updates);
+  }  // destroyed without finish(): the last state is written all the same
+  ::close(fds[1]);
+  const auto lines = json_lines(fds[0]);
+  ::close(fds[0]);
+  CHECK(lines.size() >= 2);
+  CHECK(lines.size() <= 5);  // 4 in 1.1 s (the first after 250 ms), and the last
+  CHECK(lines.back()["done"] == updates);
+  CHECK(lines.back()["total"] == 0);
+  CHECK(lines.back()["label"] == "minimize");
+  for (std::size_t i = 1; i < lines.size(); ++i) CHECK(lines[i]["done"] >= lines[i - 1]["done"]);
+}
+
+TEST_CASE("progress JSON lines: PILLBOX_PROGRESS_FD is used only when it names an open descriptor above 2") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  ::setenv("PILLBOX_PROGRESS_FD", std::to_string(fds[1]).c_str(), 1);
+  CHECK(progress_fd_from_environment() == fds[1]);
+  CHECK(Progress::on_stderr("run", 1, true).active());  // --quiet: the JSON lines all the same
+  for (const char* bad : {"", "2", "1x", "-4", "99999", "1234567890"}) {
+    ::setenv("PILLBOX_PROGRESS_FD", bad, 1);
+    INFO(bad);
+    CHECK(progress_fd_from_environment() == -1);
+  }
+  ::unsetenv("PILLBOX_PROGRESS_FD");
+  CHECK(progress_fd_from_environment() == -1);
+  ::close(fds[0]);
+  ::close(fds[1]);
 }

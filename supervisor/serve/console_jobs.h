@@ -1,0 +1,105 @@
+#pragma once
+// The console's actions that run (reproduce, minimize, replay): each is a
+// job, the pillbox CLI itself run as a child process
+// (`pillbox reproduce ID --runs N --json --quiet --store DIR`), never inside
+// the HTTP request nor in the serve process: a job runs for minutes, starts
+// sandboxes and installs its own stop-signal handling (supervisor/exec/
+// stop_signals.h), and a crash in it cannot take the console down. Its
+// result is the verb's own --json on stdout, so the API says what the CLI
+// says by construction.
+//
+// The child gets PILLBOX_ACTOR (supervisor/store/actor.h: its audit entries
+// name the web address that asked) and PILLBOX_PROGRESS_FD=3, a pipe its
+// Progress writes JSON lines to (supervisor/flow/progress.h). One thread a
+// job reads its stdout (at most kMaxJobResultBytes), stderr (the last
+// kJobStderrTailBytes kept) and progress, and reaps it.
+//
+// Stopping: stop() sends SIGTERM, on which the verbs stop cleanly (replay
+// releases its claims, minimize keeps its progress, reproduce records
+// nothing). The child has PR_SET_PDEATHSIG SIGTERM, so a serve killed with
+// SIGKILL stops its jobs the same way; the board's destructor (a serve
+// stopped by SIGINT/SIGTERM) sends SIGTERM to the running jobs and waits for
+// them, SIGKILL after a grace period. Jobs live in memory only (the last
+// kKeptJobs finished ones): what they did is in the store's audit trail.
+//
+// Thread safety: every public member may be called from any thread.
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "supervisor/serve/console_api.h"
+
+namespace pillbox::serve {
+
+enum class JobKind { kReproduce, kMinimize, kReplay };
+const char* to_string(JobKind kind);
+
+inline constexpr std::size_t kMaxRunningJobs = 2;
+inline constexpr std::size_t kKeptJobs = 100;  // finished jobs kept, newest
+inline constexpr std::size_t kMaxJobResultBytes = 1u << 20;
+inline constexpr std::size_t kJobStderrTailBytes = 16u << 10;
+
+// What to run: the verb's arguments (the program and the store's arguments
+// are the board's), who asked, and the records it works on (one for
+// reproduce and minimize: two of those never run on one record at once).
+struct JobRequest {
+  JobKind kind = JobKind::kReproduce;
+  std::vector<std::string> args;  // e.g. {"reproduce", "7", "--runs", "5", "--json", "--quiet"}
+  std::string actor;              // "web: 127.0.0.1"
+  std::vector<std::string> records;  // ids as the CLI takes them (a number, or a fleet's entry id)
+};
+
+class JobBoard {
+ public:
+  // `program`: the pillbox binary (self_program()); `source_args`: where
+  // the records are, appended to every command ({"--store", DIR}).
+  JobBoard(std::string program, std::vector<std::string> source_args,
+           std::chrono::milliseconds stop_grace = std::chrono::seconds(60));
+  // stop_all(): no job outlives the board.
+  ~JobBoard();
+  JobBoard(const JobBoard&) = delete;
+  JobBoard& operator=(const JobBoard&) = delete;
+
+  // 202 {"job": JOB}; 429 when kMaxRunningJobs run; 409 when a reproduce or
+  // minimize of one of its records runs.
+  ApiReply start(JobRequest request);
+  // {"jobs": [JOB without result and stderr_tail]}, newest first.
+  ApiReply list() const;
+  // {"job": JOB}; 404 for an id that is not a job (or one no longer kept).
+  ApiReply show(const std::string& id_text) const;
+  // SIGTERM to a running job: 202 {"job": JOB}; 409 when it has ended.
+  ApiReply stop(const std::string& id_text);
+  // SIGTERM to every running job, then waits for them (SIGKILL after the
+  // grace period); later starts are refused (503).
+  void stop_all();
+
+  // /proc/self/exe, resolved (a binary replaced on disk since is still the
+  // one that runs), or "" when it cannot be read.
+  static std::string self_program();
+
+ private:
+  struct Job;
+  void run(const std::shared_ptr<Job>& job);
+  nlohmann::json to_json(const Job& job, bool whole) const;
+  std::shared_ptr<Job> find(const std::string& id_text) const;
+  std::size_t running() const;
+
+  const std::string program_;
+  const std::vector<std::string> source_args_;
+  const std::chrono::milliseconds stop_grace_;
+  mutable std::mutex lock_;
+  std::condition_variable ended_;  // a job ended
+  std::deque<std::shared_ptr<Job>> jobs_;  // oldest first
+  std::int64_t last_id_ = 0;
+  bool closing_ = false;
+};
+
+}  // namespace pillbox::serve

@@ -1,0 +1,27 @@
+#pragma once
+// The console's pages of jobs (console_jobs.h), rendered from the API's
+// JSON (JobBoard::list, JobBoard::show) like console_pages.h's, every value
+// escaped:
+//   /jobs      the jobs, newest first
+//   /jobs/N    one job: state, progress, result, stderr tail, a Stop button;
+//              console.js refreshes it from /api/jobs/N every second while it runs
+// and the forms that start them, on the record page and the quarantine list.
+// The forms post with the access token (console.js), then go to /jobs/N.
+#include <string>
+
+#include "supervisor/serve/console_jobs.h"
+#include "supervisor/serve/console_pages.h"
+
+namespace pillbox::serve {
+
+Page jobs_page(const JobBoard& board);
+Page job_page(const JobBoard& board, const std::string& id_text);
+
+// The record page's Actions: reproduce (runs), minimize, replay this record
+// (only for a record still open: quarantined or failed-again).
+std::string record_actions_html(const std::string& id, const std::string& status);
+// The quarantine list's "replay the records of this filter" form, when the
+// filter has a fingerprint or a kind (what a replay selects by); "" otherwise.
+std::string replay_filter_form_html(const std::string& fingerprint, const std::string& kind);
+
+}  // namespace pillbox::serve
