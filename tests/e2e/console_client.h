@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <httplib.h>
 #include <map>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "shared/base64.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/support.h"
 
@@ -177,6 +179,27 @@ class Browser {
     call("Page.navigate", {{"url", url}}, session);
     wait_for("Page.loadEventFired", session);
     return session;
+  }
+  // The whole page of `session` as a PNG, 1200 CSS pixels wide.
+  std::string screenshot(const std::string& session) {
+    call("Emulation.setDeviceMetricsOverride",
+         {{"width", 1200}, {"height", 900}, {"deviceScaleFactor", 1}, {"mobile", false}}, session);
+    const nlohmann::json shot =
+        call("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", true}}, session);
+    auto png = pillbox::base64_decode(shot.value("data", ""));
+    REQUIRE(png.has_value());
+    return *png;
+  }
+  // PILLBOX_CONSOLE_SCREENSHOTS=DIR: the page of `session` into DIR/NAME,
+  // for docs/console.md; nothing otherwise.
+  void screenshot_for_docs(const std::string& session, const std::string& name) {
+    const char* dir = std::getenv("PILLBOX_CONSOLE_SCREENSHOTS");
+    if (dir == nullptr) return;
+    const std::string png = screenshot(session);
+    std::FILE* f = std::fopen((std::string(dir) + "/" + name).c_str(), "wb");
+    REQUIRE(f != nullptr);
+    CHECK(std::fwrite(png.data(), 1, png.size(), f) == png.size());
+    std::fclose(f);
   }
   // The value of a JavaScript expression in the page (a promise is awaited).
   nlohmann::json evaluate(const std::string& session, const std::string& expression) {

@@ -321,6 +321,7 @@ TEST_CASE("jobs: in Chromium, a record's Reproduce needs the token, then goes to
   CHECK(browser.evaluate(tab, "document.querySelector('pre.result').textContent.includes('\"runs\": 4')") == true);
   CHECK(browser.evaluate(tab, "document.getElementById('job-stop') === null") == true);
   CHECK(s.cli_show(1)["reproduce"]["runs"] == 4);
+  browser.screenshot_for_docs(tab, "job.png");
 }
 
 TEST_CASE("jobs: a serve stopped by SIGTERM stops its running replay and waits for it: nothing is left replaying") {

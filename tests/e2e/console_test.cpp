@@ -624,6 +624,9 @@ TEST_CASE("serve: in Chromium, the record page lists revisions with the note as 
   const json shown = s.cli({"quarantine", "show", id})[0];
   REQUIRE(shown["revisions"].size() == 2);
   CHECK(shown["revisions"][1]["note"] == "from the browser");
+  browser.evaluate(tab, "location.reload(); true");
+  browser.wait_for("Page.loadEventFired", tab);
+  browser.screenshot_for_docs(tab, "record-whole.png");
   CHECK(shown["revisions"][1]["payload_size"] == bytes.size());
   CHECK(shown["revisions"][1]["actor"].get<std::string>().rfind("web: 127.0.0.1", 0) == 0);
   // The exact bytes: exported from revision 2 by the CLI.
@@ -712,6 +715,7 @@ TEST_CASE("serve: /api/runs and /runs show a live run's counts; it goes when the
     CHECK(browser->evaluate(tab, "document.getElementById('live-runs').tBodies[0].innerText"
                                  ".includes('crash: 4, ok: 3')") == true);
     CHECK(browser->evaluate(tab, kEmptyShown) == false);
+    browser->screenshot_for_docs(tab, "runs.png");
   }
 
   // Its input ends, the run ends, and its file goes with it.
