@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <memory>
 
 namespace pillbox::serve {
@@ -12,7 +13,11 @@ void send_and_close(httplib::Response& res, int status, std::string body, const 
   auto bytes = std::make_shared<const std::string>(std::move(body));
   res.set_content_provider(bytes->size(), content_type,
                            [bytes](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
-                             sink.write(bytes->data() + offset, length);
+                             // cpp-httplib 0.11 passes a Range header's offset and length
+                             // unchecked: never past the body's end (that would send the heap).
+                             if (offset < bytes->size()) {
+                               sink.write(bytes->data() + offset, std::min(length, bytes->size() - offset));
+                             }
                              return false;  // all of it written; "failed", so the connection ends
                            });
 }

@@ -22,7 +22,9 @@ struct Response;
 namespace pillbox::serve {
 
 // `body` must not be empty (an empty provider is never called, and the
-// connection would stay open).
+// connection would stay open). Only the body's own bytes are ever sent,
+// whatever Range the request asked for; callers also drop the request's
+// ranges (a refusal is never a 206).
 void send_and_close(httplib::Response& res, int status, std::string body, const std::string& content_type);
 
 // True when `res` carries such a body (the error handler must leave it).

@@ -65,6 +65,13 @@ DownloadReply finish_download(PendingDownload& p) {
     reply.file = std::make_shared<const UniqueFd>(std::move(p.payload->file));
     return reply;
   }
+  if (p.bundle && p.record->entry.payload_size > kMaxBundlePayloadBytes) {
+    return {{413,
+             {{"error", "the payload is " + std::to_string(p.record->entry.payload_size) +
+                            " bytes, over the console's bundle limit of 64 MiB; use pillbox quarantine export " + p.id +
+                            " --bundle -o DIR"}}},
+            {}, {}, {}, 0};
+  }
   auto bytes = p.bytes ? Expected<std::string>(std::move(*p.bytes)) : store::PayloadStore::read_checked(*p.payload);
   if (!bytes) return {{500, {{"error", bytes.error()}}}, {}, {}, {}, 0};
   if (!p.bundle) {

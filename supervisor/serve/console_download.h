@@ -36,6 +36,11 @@ struct PendingDownload {
   nlohmann::json full;
 };
 
+// The largest payload a bundle is built for here: a bundle is built in
+// memory (about 3 times its payload at its peak), one at a time
+// (console_server.cpp). Larger: `pillbox quarantine export ID --bundle`.
+inline constexpr std::int64_t kMaxBundlePayloadBytes = std::int64_t{64} << 20;
+
 // Under the store's lock.
 PendingDownload find_payload_download(ConsoleStore& store, const std::string& id_text);
 PendingDownload find_bundle_download(ConsoleStore& store, const std::string& id_text);

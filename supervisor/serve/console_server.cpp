@@ -98,6 +98,22 @@ Query query_of(const httplib::Request& req) { return Query(req.params.begin(), r
 
 bool is_api(const httplib::Request& req) { return req.path.rfind("/api/", 0) == 0; }
 
+// The one bundle being built, while this lives (taken() says whether it was free).
+class BundleSlot {
+ public:
+  explicit BundleSlot(std::atomic<bool>& building) : building_(building), taken_(!building.exchange(true)) {}
+  ~BundleSlot() {
+    if (taken_) building_.store(false);
+  }
+  BundleSlot(const BundleSlot&) = delete;
+  BundleSlot& operator=(const BundleSlot&) = delete;
+  bool taken() const { return taken_; }
+
+ private:
+  std::atomic<bool>& building_;
+  const bool taken_;
+};
+
 }  // namespace
 
 Expected<ListenAddress> parse_listen_address(const std::string& text) {
@@ -150,11 +166,13 @@ std::string this_host_name() {
   return name;
 }
 
-// A request that carries a body: cpp-httplib reads it only after the
-// pre-routing handler, so a refusal there must close the connection
-// (closing_reply.h), or the body would be read as more requests.
+// A request that carries a body, or may: cpp-httplib reads it only after
+// the pre-routing handler, so a refusal there must close the connection
+// (closing_reply.h), or the body would be read as more requests. Any
+// Transfer-Encoding counts (cpp-httplib takes "Chunked" as chunked, and
+// reads other codings to the end of the connection).
 bool has_body(const httplib::Request& req) {
-  if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) return true;
+  if (req.has_header("Transfer-Encoding")) return true;
   const std::string length = req.get_header_value("Content-Length");
   return !length.empty() && length.find_first_not_of('0') != std::string::npos;
 }
@@ -228,6 +246,42 @@ std::optional<ApiReply> ConsoleServer::refusal(const httplib::Request& req) cons
                                       "): not to another name, which may be a page of another site"}}};
 }
 
+std::optional<ApiReply> ConsoleServer::header_refusal(const httplib::Request& req) const {
+  std::optional<ApiReply> refused = refusal(req);
+  if (refused) return refused;
+  if (req.method != "GET" && req.method != "HEAD" && req.method != "POST") {
+    return ApiReply{405, {{"error", "this console answers GET and POST, not " + req.method.substr(0, 16)}}};
+  }
+  // A body is taken by its Content-Length alone: cpp-httplib reads any
+  // other (chunked, or to the end of the connection) with no limit of ours.
+  if (req.has_header("Transfer-Encoding")) {
+    return ApiReply{411, {{"error", "send a body with Content-Length, not Transfer-Encoding"}}};
+  }
+  if (req.method == "POST") {
+    if (!req.has_header("Content-Length")) {
+      return ApiReply{411, {{"error", "a POST needs Content-Length (0 for none)"}}};
+    }
+    return token_refusal(req, token_);
+  }
+  if (has_body(req)) return ApiReply{400, {{"error", "only a POST carries a body here"}}};
+  return std::nullopt;
+}
+
+void ConsoleServer::refuse(const httplib::Request& req, httplib::Response& res, const ApiReply& refused) {
+  // A refusal is the whole answer, never a part of it (a Range would make it
+  // a 206 of what the body is not).
+  auto& request = const_cast<httplib::Request&>(req);  // cpp-httplib's own, not const: hands it out as const
+  request.ranges.clear();
+  if (!has_body(req) && req.method != "HEAD" && (req.method == "GET" || req.method == "POST")) {
+    return send_json(res, refused);
+  }
+  // Its body must never be read: an answer that closes the connection. A
+  // HEAD's answer has no body, so no provider would run: answered as a GET.
+  if (req.method == "HEAD") request.method = "GET";
+  if (refused.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  send_and_close(res, refused.status, json_text(refused), "application/json");
+}
+
 void ConsoleServer::add_routes() {
   using httplib::Request;
   using httplib::Response;
@@ -244,19 +298,18 @@ void ConsoleServer::add_routes() {
   // gets an answer that closes the connection (closing_reply.h), so its
   // body is never read, as itself or as more requests.
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
-    std::optional<ApiReply> refused = refusal(req);
-    if (!refused && req.method == "POST") refused = token_refusal(req, token_);
-    if (!refused && req.method != "POST" && has_body(req)) {
-      refused = ApiReply{400, {{"error", "only a POST carries a body here"}}};
-    }
+    std::optional<ApiReply> refused = header_refusal(req);
     if (!refused) return httplib::Server::HandlerResponse::Unhandled;
-    if (has_body(req)) {
-      if (refused->status == 401) res.set_header("WWW-Authenticate", "Bearer");
-      send_and_close(res, refused->status, json_text(*refused), "application/json");
-    } else {
-      send_json(res, *refused);
-    }
+    refuse(req, res, *refused);
     return httplib::Server::HandlerResponse::Handled;
+  });
+  // "Expect: 100-continue" is answered before the pre-routing handler: the
+  // same checks, so that a refused client is never invited to send its body.
+  http_->set_expect_100_continue_handler([this](const Request& req, Response& res) {
+    std::optional<ApiReply> refused = header_refusal(req);
+    if (!refused) return 100;
+    refuse(req, res, *refused);
+    return refused->status;
   });
   // Unknown paths and methods, and errors cpp-httplib itself found (a body
   // too large): JSON under /api/, a page elsewhere. Replies of the
@@ -350,6 +403,14 @@ void ConsoleServer::add_routes() {
         std::lock_guard<std::mutex> hold(source_lock_);
         if (store_gone(req, res)) return;
         pending = source_.find_download(req.matches[1], bundle);
+      }
+      // A bundle is built in memory: one at a time (console_download.h).
+      std::optional<BundleSlot> slot;
+      if (bundle) {
+        slot.emplace(bundles_building_);
+        if (!slot->taken()) {
+          return send_json(res, {429, {{"error", "another bundle is being built; ask again when it is done"}}});
+        }
       }
       DownloadReply p = finish_download(pending);
       if (p.error.status != 200) return send_json(res, p.error);

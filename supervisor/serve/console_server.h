@@ -18,6 +18,7 @@
 // Thread safety: cpp-httplib serves requests on a pool of threads; the
 // source (console_source.h) is used under one lock, one request at a time,
 // except for /metrics, which the source serves on its own.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,6 +31,7 @@
 namespace httplib {
 class Server;
 struct Request;
+struct Response;
 }
 namespace pillbox::serve {
 class JobBoard;
@@ -73,6 +75,13 @@ class ConsoleServer {
   // Why a request is refused before its route runs (its body too large, a
   // Host that is not this console's), or nothing.
   std::optional<ApiReply> refusal(const httplib::Request& req) const;
+  // What is refused on the headers alone, before a body is read: refusal(),
+  // a method but GET, HEAD and POST, any Transfer-Encoding, a POST without
+  // Content-Length or the token, a body on anything but a POST.
+  std::optional<ApiReply> header_refusal(const httplib::Request& req) const;
+  // Answers `refused`; when the request has a body (or may), with an answer
+  // that closes the connection (closing_reply.h), so the body is never read.
+  static void refuse(const httplib::Request& req, httplib::Response& res, const ApiReply& refused);
 
   ConsoleSource& source_;
   std::mutex source_lock_;  // every use of source_ but metrics()
@@ -80,6 +89,7 @@ class ConsoleServer {
   // The actions that run (console_jobs.h): stopped, and waited for, when
   // serving ends.
   std::unique_ptr<JobBoard> jobs_;
+  std::atomic<bool> bundles_building_{false};  // a bundle is built in memory: one at a time
   std::string token_;
   ListenAddress address_;
   bool loopback_ = true;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,14 @@ Expected<UniqueFd> take_serve_lock(const std::string& token_file, const std::str
   const std::string path = serve_lock_path(token_file);
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd.valid()) return Error{"cannot open " + path + ": " + std::strerror(errno)};
+  // Only a lock file of ours is written into: never another program's file
+  // of that name, nor one hard-linked elsewhere.
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != ::geteuid()) {
+    return Error{path + " is not a lock file of pillbox serve (a regular file of this user with one link); move it "
+                        "away, or give --token-file another name"};
+  }
+  if ((st.st_mode & 0777) != 0600) (void)::fchmod(fd.get(), 0600);
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return Error{"cannot lock " + path + ": " + std::strerror(errno)};
     // Who holds it: what it wrote (it may not have yet, just after its lock).

@@ -95,6 +95,14 @@ TEST_CASE("serve: a record's bundle downloads as record-ID.tar.gz; tar unpacks e
   auto page = http.Get("/records/" + id);
   REQUIRE(page);
   CHECK(page->body.find("href=\"/api/records/" + id + "/bundle\" download") != std::string::npos);
+  // A payload over the bundle limit (a bundle is built in memory): 413,
+  // saying what to use instead. Its size as the record says it.
+  e2e::sql_write(s.db, "UPDATE quarantine SET payload_size = 100000000 WHERE id = " + id);
+  auto large = http.Get("/api/records/" + id + "/bundle");
+  REQUIRE(large);
+  CHECK(large->status == 413);
+  CHECK(body_of(large)["error"].get<std::string>().find("use pillbox quarantine export " + id + " --bundle -o DIR") !=
+        std::string::npos);
 }
 
 TEST_CASE("serve: the fingerprint groups' records by day are the same in stats --json, /api/stats and /groups' bars") {
@@ -222,6 +230,55 @@ TEST_CASE("serve: a POST without the token is refused on its headers alone and i
     CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
     CHECK(raw.closed());
   }
+  // What else may carry a body cpp-httplib would read without our limit, or
+  // ask for one: each refused on its headers, closed, nothing after it answered.
+  const std::string host = "Host: 127.0.0.1:" + port + "\r\n";
+  const std::string follow = "GET /api/stats HTTP/1.1\r\n" + host + "\r\n";
+  const struct {
+    std::string request;
+    int status;
+  } bodies[] = {
+      {"PUT /api/stats HTTP/1.1\r\n" + host + "\r\n", 405},  // read to the end of the connection
+      {"POST /api/records/" + id + "/discard HTTP/1.1\r\n" + host + "\r\n", 411},  // no Content-Length
+      {"POST /api/records/" + id + "/discard HTTP/1.1\r\n" + host + "Transfer-Encoding: Chunked\r\n\r\n", 411},
+      {"GET /api/stats HTTP/1.1\r\n" + host + "Transfer-Encoding: gzip\r\n\r\n", 411},
+      {"HEAD /api/stats HTTP/1.1\r\n" + host + "Content-Length: " + std::to_string(follow.size()) + "\r\n\r\n", 400},
+  };
+  for (const auto& b : bodies) {
+    CAPTURE(b.request);
+    RawConnection raw(serve.port());
+    REQUIRE(raw.send(b.request + follow));
+    const std::string answer = raw.read_until_closed(std::chrono::seconds(30));
+    CHECK(answer.rfind("HTTP/1.1 " + std::to_string(b.status), 0) == 0);
+    CHECK(count_of(answer, "HTTP/1.1 ") == 1);
+    CHECK(answer.find("\"groups\"") == std::string::npos);
+    CHECK(raw.closed());
+  }
+  // Expect: 100-continue without the token: refused at once, never invited
+  // to send the body.
+  {
+    RawConnection raw(serve.port());
+    REQUIRE(raw.send(post("Expect: 100-continue\r\n", 10u << 20)));
+    const std::string answer = raw.read_until_closed(std::chrono::seconds(30));
+    INFO(answer);
+    CHECK(answer.rfind("HTTP/1.1 401", 0) == 0);
+    CHECK(answer.find("100 Continue") == std::string::npos);
+    CHECK(raw.closed());
+  }
+  // A Range on a refusal: the refusal whole, never more than its own bytes
+  // (cpp-httplib would send memory past them), never a 206.
+  {
+    RawConnection raw(serve.port());
+    REQUIRE(raw.send(post("Range: bytes=0-1000000\r\n", 5, "discard")));
+    const std::string answer = raw.read_until_closed(std::chrono::seconds(30));
+    INFO(answer.substr(0, 2000));
+    CHECK(answer.rfind("HTTP/1.1 401", 0) == 0);
+    CHECK(answer.find("Content-Range") == std::string::npos);
+    const auto body = answer.find("\r\n\r\n");
+    REQUIRE(body != std::string::npos);
+    CHECK(json::parse(answer.substr(body + 4), nullptr, false).is_object());  // the JSON alone, nothing after it
+    CHECK(answer.size() - body - 4 < 400);
+  }
   CHECK(s.state() == before);
   // With the token, the same POST is read and done.
   httplib::Client http("127.0.0.1", serve.port());
@@ -315,7 +372,10 @@ TEST_CASE("serve: 8 idle connections hold no one up: a GET is answered at once, 
   const auto took = std::chrono::steady_clock::now() - start;
   REQUIRE(r);
   CHECK(r->status == 200);
-  CHECK(took < std::chrono::seconds(1));
+  // Behind the idle ones it would wait for one of them to be dropped (2 s
+  // here, 5 s before); answered by a free worker it takes milliseconds
+  // (loaded CI hosts: up to a second).
+  CHECK(took < std::chrono::seconds(2));
   // An idle connection is closed by the console after its 2 s keep-alive wait.
   const auto waited = std::chrono::steady_clock::now();
   CHECK(idle[0]->read_until_closed(std::chrono::seconds(30)).empty());
