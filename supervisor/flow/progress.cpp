@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,17 +56,33 @@ std::size_t terminal_width(std::FILE* out) {
   return ws.ws_col;
 }
 
-int progress_fd_from_environment() {
-  const char* text = std::getenv("PILLBOX_PROGRESS_FD");
-  if (text == nullptr || *text == '\0' || std::strlen(text) > 9) return -1;
+int parse_progress_fd(const std::string& value) {
+  if (value.empty() || value.size() > 9) return -1;
   char* end = nullptr;
-  const long fd = std::strtol(text, &end, 10);
+  const long fd = std::strtol(value.c_str(), &end, 10);
   // Not 0 to 2: those are the standard streams, never a line of JSON.
-  if (*end != '\0' || fd < 3 || ::fcntl(static_cast<int>(fd), F_GETFD) == -1) return -1;
+  if (*end != '\0' || fd < 3) return -1;
+  // Only a pipe or a socket, as the console's job gives: never a file this
+  // process happens to have open there (its store's database).
+  struct stat st {};
+  if (::fstat(static_cast<int>(fd), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return -1;
   // Not handed on to the programs pillbox runs (a handler, a sandbox): the
   // lines are pillbox's own.
   ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
   return static_cast<int>(fd);
+}
+
+int progress_fd_from_environment() {
+  static const int fd = [] {
+    const char* text = std::getenv("PILLBOX_PROGRESS_FD");
+    if (text == nullptr) return -1;
+    const std::string value = text;
+    // Read once, and gone from the environment: a program pillbox starts
+    // (an alert hook, a nested pillbox) must not take it for its own.
+    ::unsetenv("PILLBOX_PROGRESS_FD");
+    return parse_progress_fd(value);
+  }();
+  return fd;
 }
 
 Progress::Progress(std::string label, std::size_t total, std::FILE* out, int json_fd)

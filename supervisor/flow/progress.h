@@ -94,7 +94,12 @@ class Progress {
 
 // The least time between two JSON lines (the last one at finish() aside).
 inline constexpr std::chrono::milliseconds kJsonEvery{250};
-// PILLBOX_PROGRESS_FD when it names an open descriptor, else -1.
+// PILLBOX_PROGRESS_FD's value when it names a pipe or a socket above 2 (the
+// console's job gives one; never a file pillbox has open there, such as its
+// store), made close-on-exec; else -1.
+int parse_progress_fd(const std::string& value);
+// parse_progress_fd of PILLBOX_PROGRESS_FD, read once (then removed from the
+// environment, so that no program pillbox starts takes it as its own).
 int progress_fd_from_environment();
 
 // The width of the terminal `out` is on, 0 when it is not one or says nothing.

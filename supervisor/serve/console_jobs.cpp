@@ -122,7 +122,11 @@ struct JobBoard::Job {
 };
 
 JobBoard::JobBoard(std::string program, std::vector<std::string> source_args, std::chrono::milliseconds stop_grace)
-    : program_(std::move(program)), source_args_(std::move(source_args)), stop_grace_(stop_grace) {}
+    : program_(std::move(program)), source_args_(std::move(source_args)), stop_grace_(stop_grace) {
+  // An ignored SIGCHLD (inherited across exec from whoever started serve)
+  // makes the kernel reap the jobs itself: waitid could never see one end.
+  ::signal(SIGCHLD, SIG_DFL);
+}
 
 JobBoard::~JobBoard() { stop_all(); }
 
@@ -145,9 +149,12 @@ ApiReply JobBoard::start(JobRequest request) {
   if (running() >= kMaxRunningJobs) {
     return error_reply(429, std::to_string(kMaxRunningJobs) + " jobs are running; wait or stop one at /jobs");
   }
-  if (request.kind != JobKind::kReplay) {
+  // One job per record at once, but for two replays (their claims keep
+  // them apart, as two CLI replays). A replay by filter names no record.
+  {
     for (const auto& j : jobs_) {
-      if (j->state != JobState::kRunning || j->kind == JobKind::kReplay) continue;
+      if (j->state != JobState::kRunning) continue;
+      if (request.kind == JobKind::kReplay && j->kind == JobKind::kReplay) continue;
       for (const auto& id : j->records) {
         for (const auto& asked : request.records) {
           if (id == asked) {
@@ -227,13 +234,29 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
         // A serve that is gone makes a write to these pipes fail, not kill
         // the verb before it has released what it holds.
         ::signal(SIGPIPE, SIG_IGN);
+        // A group of its own: a terminal's SIGHUP or Ctrl-C to serve's group
+        // must not kill a replay that holds claims (it stops on SIGTERM alone).
+        ::setpgid(0, 0);
         ::prctl(PR_SET_PDEATHSIG, SIGTERM);
         // The serve died before the line above: the signal will not come.
         if (::getppid() != parent) _exit(128 + SIGTERM);
       };
       std::vector<std::string> args(job->command.begin() + 1, job->command.end());
-      bp::child child(bp::exe = program_, bp::args = args, env, bp::std_in < bp::null,
-                      bp::extend::on_exec_setup = setup);
+      // The binary serve runs from, even when a new one was installed over
+      // it (or it was removed) since: exec opens a path again, so the one of
+      // this process (self_program()) goes as /proc/self/exe.
+      const std::string exe = program_ == self_program() ? std::string("/proc/self/exe") : program_;
+      // Boost.Process forgets the pid of a child whose exec failed: reaped
+      // here, or it would stay a zombie of serve.
+      auto reap_failed = [](auto& exec, const std::error_code&) {
+        if (exec.pid > 0) {
+          int ignored = 0;
+          while (::waitpid(exec.pid, &ignored, 0) < 0 && errno == EINTR) {
+          }
+        }
+      };
+      bp::child child(bp::exe = exe, bp::args = args, env, bp::std_in < bp::null,
+                      bp::extend::on_exec_setup = setup, bp::extend::on_exec_error = reap_failed);
       pid = child.id();
       child.detach();  // reaped below, by waitpid
     } catch (const std::exception& e) {
@@ -308,7 +331,8 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
     // Ended? Looked at without reaping: until it is reaped, its pid is its
     // own and stop() may signal it.
     siginfo_t info{};
-    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) break;
+    const int seen = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    if ((seen == 0 && info.si_pid == pid) || (seen < 0 && errno == ECHILD)) break;  // ECHILD: reaped by someone else
   }
   read_all();  // what it wrote last (a sandbox it left behind may hold the pipes: not waited for)
   {
@@ -316,7 +340,8 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
     job->pid = 0;
   }
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t reaped;
+  while ((reaped = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
 
   json result;
@@ -353,7 +378,10 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
   }
   job->result = std::move(result);
   if (too_large) job->error = "the result is over 1 MiB; run the command on the CLI to see it";
-  if (WIFSIGNALED(status)) {
+  if (reaped != pid) {
+    job->state = JobState::kFailed;
+    job->error = "its exit status is unknown: the process was reaped by someone else";
+  } else if (WIFSIGNALED(status)) {
     job->signal = WTERMSIG(status);
     job->state = job->stop_requested ? JobState::kStopped : JobState::kFailed;
   } else {
@@ -437,7 +465,8 @@ void JobBoard::stop_all() {
     for (const auto& j : jobs_) {
       if (j->state == JobState::kRunning && j->pid > 0) ::kill(j->pid, SIGKILL);
     }
-    ended_.wait(hold, [this] { return running() == 0; });
+    // Bounded as well: a job whose thread cannot tell its end is left, not waited for forever.
+    ended_.wait_for(hold, stop_grace_, [this] { return running() == 0; });
   }
   // Joined outside the lock: a thread's last step takes it.
   std::vector<std::shared_ptr<Job>> all(jobs_.begin(), jobs_.end());

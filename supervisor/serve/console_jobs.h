@@ -68,8 +68,8 @@ class JobBoard {
   JobBoard(const JobBoard&) = delete;
   JobBoard& operator=(const JobBoard&) = delete;
 
-  // 202 {"job": JOB}; 429 when kMaxRunningJobs run; 409 when a reproduce or
-  // minimize of one of its records runs.
+  // 202 {"job": JOB}; 429 when kMaxRunningJobs run; 409 when a job on one
+  // of its records runs (but for two replays: their claims keep them apart).
   ApiReply start(JobRequest request);
   // {"jobs": [JOB without result and stderr_tail]}, newest first.
   ApiReply list() const;

@@ -25,7 +25,7 @@ const std::string_view kJobsJs = R"js(
       const token = tokenInput ? tokenInput.value.trim() : '';
       window.sessionStorage.setItem('pillbox-token', token);
       const body = {};
-      if (form.dataset.ids) body.ids = [Number(form.dataset.ids)];
+      if (form.dataset.ids) body.ids = [form.dataset.ids];  // as text: a fleet's ids are entry ids
       if (form.hasAttribute('data-filter')) body.filter = {};
       for (const input of form.querySelectorAll('input[name]')) {
         if (input.value === '') continue;

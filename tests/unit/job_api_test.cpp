@@ -198,3 +198,19 @@ TEST_CASE("job board: the child has stdin, stdout, stderr and the progress pipe,
   // dash keeps a descriptor of its own, 10: the rest is 0 to 3.
   CHECK(job["stderr_tail"] == "0\n1\n10\n2\n3\n");
 }
+
+TEST_CASE("job board: a serve started with SIGCHLD ignored still sees its jobs end; a job has a process group of its own") {
+  // Whoever started serve may have left SIGCHLD ignored (it survives exec):
+  // the kernel would reap the jobs itself and no job would ever end.
+  ::signal(SIGCHLD, SIG_IGN);
+  JobBoard board("/bin/sh", {});
+  const auto a = board.start(JobRequest{JobKind::kReproduce,
+                                        {"-c", "[ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$$\" ] && echo '{\"own\": 1}'"},
+                                        "a", {"1"}});
+  REQUIRE(a.status == 202);
+  const auto ended = job_when(board, a.body["job"]["id"].get<std::int64_t>(),
+                              [](const nlohmann::json& j) { return j.value("state", "") != "running"; });
+  CHECK(ended["state"] == "done");
+  CHECK(ended["result"]["own"] == 1);  // its pid is its process group: a terminal's signals to serve miss it
+  ::signal(SIGCHLD, SIG_DFL);
+}

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <fcntl.h>
 #include <unistd.h>
 #include <vector>
 
@@ -265,19 +266,23 @@ TEST_CASE("progress JSON lines: at most 4 a second while updating, and a last on
   for (std::size_t i = 1; i < lines.size(); ++i) CHECK(lines[i]["done"] >= lines[i - 1]["done"]);
 }
 
-TEST_CASE("progress JSON lines: PILLBOX_PROGRESS_FD is used only when it names an open descriptor above 2") {
+TEST_CASE("progress JSON lines: PILLBOX_PROGRESS_FD is used only when it names a pipe or socket above 2") {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
-  ::setenv("PILLBOX_PROGRESS_FD", std::to_string(fds[1]).c_str(), 1);
-  CHECK(progress_fd_from_environment() == fds[1]);
-  CHECK(Progress::on_stderr("run", 1, true).active());  // --quiet: the JSON lines all the same
+  CHECK(parse_progress_fd(std::to_string(fds[1])) == fds[1]);
+  CHECK((::fcntl(fds[1], F_GETFD) & FD_CLOEXEC) != 0);  // not handed on to what pillbox runs
+  CHECK(Progress("run", 1, nullptr, fds[1]).active());  // --quiet: the JSON lines all the same
   for (const char* bad : {"", "2", "1x", "-4", "99999", "1234567890"}) {
-    ::setenv("PILLBOX_PROGRESS_FD", bad, 1);
     INFO(bad);
-    CHECK(progress_fd_from_environment() == -1);
+    CHECK(parse_progress_fd(bad) == -1);
   }
-  ::unsetenv("PILLBOX_PROGRESS_FD");
-  CHECK(progress_fd_from_environment() == -1);
+  // A file open there (a store's database) is never written into.
+  char path[] = "/tmp/pillbox-progress-XXXXXX";
+  const int file = ::mkstemp(path);
+  REQUIRE(file >= 0);
+  ::unlink(path);
+  CHECK(parse_progress_fd(std::to_string(file)) == -1);
+  ::close(file);
   ::close(fds[0]);
   ::close(fds[1]);
 }
