@@ -6,11 +6,16 @@
 #include "shared/base64.h"
 #include "shared/child_streams.h"
 #include "shared/sha256.h"
+#include "supervisor/broker/untrusted_json.h"
 
 namespace pillbox::broker {
 namespace {
 
 using nlohmann::json;
+
+// A worker's record is a few KiB (its stderr tail is at most 8 KiB); a
+// longer `record` field was not written by one.
+constexpr std::size_t kMaxRecordBytes = 1 << 20;
 
 std::string text_of(const json& j, const char* name, const std::string& fallback = "") {
   if (!j.contains(name) || !j[name].is_string()) return fallback;
@@ -92,10 +97,16 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
   store::QuarantineRecord& r = out.record;
   store::QuarantineEntry& e = r.entry;
   r.created_at = r.updated_at = entry_time_ms(id);
-  json j = json::parse(field("record"), nullptr, false);
+  const std::string* record_field = entry_field(fields, "record");
+  UntrustedJson parsed = parse_untrusted_json(record_field != nullptr ? *record_field : "", kMaxRecordBytes);
+  json j = std::move(parsed.value);
   if (j.is_discarded() || !j.is_object()) {
     j = json::object();
-    e.message = "the dead letter has no readable `record` field: only its key, kind, fingerprint and payload are known";
+    const std::string why = record_field == nullptr  ? "it has none"
+                            : !parsed.why_not.empty() ? parsed.why_not
+                                                      : "it is not a JSON object";
+    e.message = "the dead letter has no readable `record` field (" + why +
+                "): only its key, kind, fingerprint and payload are known";
   }
   e.key = text_of(j, "key", field("key"));
   e.source = text_of(j, "source", "worker");

@@ -66,13 +66,22 @@ struct Fleet {
   }
   // The dead letters, then `pillbox serve --redis` over them on a free
   // port, and a client of it.
-  httplib::Client& start() {
-    dead_letter();
+  httplib::Client& start(bool with_worker = true) {
+    if (with_worker) dead_letter();
     serve = std::make_unique<Serve>(
         std::vector<std::string>{"--redis", server.url(), "--stream", "jobs", "--listen", "127.0.0.1:0"}, env());
     REQUIRE_MESSAGE(serve->url().rfind("http://127.0.0.1:", 0) == 0, serve->err());
     http = std::make_unique<httplib::Client>("127.0.0.1", serve->port());
     return *http;
+  }
+  // A dead letter as anyone who can write to Redis may write it; its id.
+  std::string forge(const std::vector<std::string>& fields) {
+    auto redis = e2e::connect(server);
+    std::vector<std::string_view> command = {"XADD", "jobs:dlq", "*"};
+    command.insert(command.end(), fields.begin(), fields.end());
+    auto id = redis.command(command);
+    REQUIRE(id.has_value());
+    return pillbox::broker::reply_text(id->get());
   }
   std::unique_ptr<Serve> serve;
   std::unique_ptr<httplib::Client> http;
@@ -318,6 +327,28 @@ TEST_CASE("serve --redis: the record page in Chromium shows the fingerprint, lin
   std::size_t scripts = 0;
   for (auto at = hostile.out.find("<script"); at != std::string::npos; at = hostile.out.find("<script", at + 1)) ++scripts;
   CHECK(scripts == 1);  // console.js, no element from the dead letter
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis, quarantine list --redis: a dead letter nested 200000 deep lists as unreadable, no crash") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string deep = "{\"crash_state\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  const std::string id = f.forge({"key", "deep", "kind", "crash", "fingerprint", "pb1-00", "payload", "P", "record", deep});
+  const json listed = f.cli({"list"});
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0]["id"] == id);
+  CHECK(listed[0]["key"] == "deep");
+  httplib::Client& http = f.start(false);
+  const auto records = http.Get("/api/records");
+  REQUIRE(records);
+  CHECK(records->status == 200);
+  CHECK(body_of(records)["records"] == listed);
+  const json shown = body_of(http.Get("/api/records/" + id));
+  CHECK(shown["message"].get<std::string>().find("no readable `record` field (it nests deeper than 64 levels)") !=
+        std::string::npos);
+  CHECK(http.Get("/records/" + id)->status == 200);
+  CHECK(sample(http.Get("/metrics")->body, "pillbox_fleet_up") == 1);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
