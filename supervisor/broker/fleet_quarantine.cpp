@@ -26,6 +26,25 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return {1, holder or ''}
 )lua";
 
+// KEYS: state hash, then each record's lock. ARGV: the records' ids.
+// Returns {states, locks}: each record's state ('' when none) and its lock's
+// holder ('' when none), or {type} for a lock key of another type (GET
+// would fail the whole page; only that record cannot be read).
+constexpr const char* kStatesScript = R"lua(
+local states = redis.call('HMGET', KEYS[1], unpack(ARGV))
+local locks = {}
+for i = 2, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' and v.err then
+    locks[i - 1] = {redis.call('TYPE', KEYS[i]).ok}
+  else
+    locks[i - 1] = v or ''
+  end
+  if not states[i - 1] then states[i - 1] = '' end
+end
+return {states, locks}
+)lua";
+
 Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
 
 // The entries of an XRANGE/XREVRANGE reply.
@@ -112,29 +131,41 @@ Expected<FleetQuarantine> FleetQuarantine::open(const RedisAddress& address, con
 
 Status FleetQuarantine::load_states(std::vector<FleetRecord>& records) {
   if (records.empty()) return Status::ok();
-  std::vector<std::vector<std::string_view>> commands;
-  std::vector<std::string_view> hmget = {"HMGET", keys_.state};
   std::vector<std::string> locks;
   locks.reserve(records.size());
-  for (const auto& r : records) {
-    hmget.push_back(r.id);
-    locks.push_back(keys_.lock(r.id));
-  }
-  commands.push_back(std::move(hmget));
-  for (const auto& l : locks) commands.push_back({"GET", l});
-  auto replies = redis_.pipeline(commands);
-  if (!replies) return Status::error(replies.error());
-  const redisReply* states = (*replies)[0].get();
-  if (states->type != REDIS_REPLY_ARRAY || states->elements != records.size()) {
-    return Status::error("Redis at " + address().describe() + ": unexpected reply to HMGET " + keys_.state);
+  for (const auto& r : records) locks.push_back(keys_.lock(r.id));
+  std::vector<std::string_view> command = {"EVAL", kStatesScript, "", keys_.state};
+  const std::string nkeys = std::to_string(records.size() + 1);
+  command[2] = nkeys;
+  for (const auto& l : locks) command.push_back(l);
+  for (const auto& r : records) command.push_back(r.id);
+  auto reply = redis_.command(command);
+  if (!reply) return Status::error(reply.error());
+  const redisReply* top = reply->get();
+  if (top->type != REDIS_REPLY_ARRAY || top->elements != 2 || top->element[0]->type != REDIS_REPLY_ARRAY ||
+      top->element[1]->type != REDIS_REPLY_ARRAY || top->element[0]->elements != records.size() ||
+      top->element[1]->elements != records.size()) {
+    return Status::error("Redis at " + address().describe() + ": unexpected reply to the states script");
   }
   for (std::size_t i = 0; i < records.size(); ++i) {
-    auto state = parse_state(reply_text(states->element[i]));
-    if (!state) {
-      return Status::error("record " + records[i].id + ": the field of " + keys_.state + " on " + address().describe() +
-                           " is " + state.error() + "; leave that hash to pillbox");
+    const redisReply* lock = top->element[1]->element[i];
+    std::string holder;
+    std::string unreadable;
+    if (lock->type == REDIS_REPLY_ARRAY) {
+      unreadable = "its redrive lock " + locks[i] + " on " + address().describe() + " holds a " +
+                   (lock->elements == 1 ? reply_text(lock->element[0]) : std::string("?")) +
+                   ", not a lock pillbox wrote; delete that key";
+    } else {
+      holder = reply_text(lock);
     }
-    apply_state(records[i], std::move(*state), reply_text((*replies)[i + 1].get()));
+    auto state = parse_state(reply_text(top->element[0]->element[i]));
+    if (!state) {
+      // Only this record: the rest of the page lists as it is.
+      unreadable = "its state cannot be read: field " + records[i].id + " of " + keys_.state + " on " +
+                   address().describe() + " is " + state.error() + "; leave that hash to pillbox";
+    }
+    apply_state(records[i], state ? std::move(*state) : FleetState{}, holder);
+    records[i].unreadable_state = std::move(unreadable);
   }
   return Status::ok();
 }

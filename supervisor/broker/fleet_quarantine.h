@@ -112,7 +112,9 @@ class FleetQuarantine {
 
  private:
   FleetQuarantine(RedisConnection redis, FleetKeys keys) : redis_(std::move(redis)), keys_(std::move(keys)) {}
-  // The state and lock of each record, read in one round trip.
+  // The state and lock of each record, read in one round trip. A state or
+  // lock pillbox did not write marks that record (unreadable_state) and
+  // fails nothing.
   Status load_states(std::vector<FleetRecord>& records);
 
   RedisConnection redis_;

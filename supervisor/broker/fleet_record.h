@@ -38,6 +38,9 @@ struct FleetRecord {
   FleetState state;
   bool replaying = false;           // its redrive lock is held now
   std::string replaying_by;         // ... by this replay (the lock's value)
+  // Why its state or lock could not be read (a value pillbox did not write),
+  // "" when they could: the record lists as nobody acted on it, with this.
+  std::string unreadable_state;
 };
 
 // The value of field `name`, or nullptr.

@@ -352,6 +352,53 @@ TEST_CASE("serve --redis, quarantine list --redis: a dead letter nested 200000 d
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
+TEST_CASE("serve --redis: a state that is not pillbox's or a lock key of another type marks that record only") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string bad_state = f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  const std::string bad_lock = f.forge({"key", "b", "kind", "crash", "fingerprint", "pb1-01", "payload", "B"});
+  const std::string fine = f.forge({"key", "c", "kind", "crash", "fingerprint", "pb1-02", "payload", "C"});
+  {
+    auto redis = e2e::connect(f.server);
+    REQUIRE(redis.command({"HSET", "jobs:dlq:state", bad_state, "not json"}).has_value());
+    REQUIRE(redis.command({"HSET", "jobs:dlq:lock:" + bad_lock, "x", "y"}).has_value());
+  }
+  httplib::Client& http = f.start(false);
+  const auto records = http.Get("/api/records");
+  REQUIRE(records);
+  REQUIRE(records->status == 200);
+  const json listed = body_of(records)["records"];
+  REQUIRE(listed.size() == 3);
+  std::map<std::string, json> by_id;
+  for (const auto& r : listed) by_id[r["id"]] = r;
+  CHECK(by_id[bad_state]["state_error"].get<std::string>().find("field " + bad_state + " of jobs:dlq:state") !=
+        std::string::npos);
+  CHECK(by_id[bad_lock]["state_error"].get<std::string>().find("jobs:dlq:lock:" + bad_lock) != std::string::npos);
+  CHECK(by_id[bad_lock]["state_error"].get<std::string>().find("holds a hash") != std::string::npos);
+  CHECK_FALSE(by_id[fine].contains("state_error"));
+  json without_notes = listed;  // list --json prints the store's list object: the note is the console's and show's
+  for (auto& r : without_notes) r.erase("state_error");
+  CHECK(without_notes == f.cli({"list"}));
+  CHECK(f.cli({"show", bad_state})[0]["state_error"] == by_id[bad_state]["state_error"]);
+  CHECK(http.Get("/api/stats")->status == 200);
+  const auto shown = http.Get("/api/records/" + bad_state);
+  REQUIRE(shown);
+  CHECK(shown->status == 200);
+  CHECK(body_of(shown)["state_error"] == by_id[bad_state]["state_error"]);
+  const auto page = http.Get("/");
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->body.find("state unreadable") != std::string::npos);
+  const auto record_page = http.Get("/records/" + bad_lock);
+  REQUIRE(record_page);
+  CHECK(record_page->status == 200);
+  CHECK(record_page->body.find("holds a hash") != std::string::npos);
+  const std::string metrics = http.Get("/metrics")->body;
+  CHECK(sample(metrics, "pillbox_fleet_up") == 1);
+  CHECK(sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"}") == 3);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: --store and --redis together, or --stream alone, are usage errors naming both") {
   const auto both = run_pillbox({"serve", "--store", "/nonexistent", "--redis", "redis://127.0.0.1:1", "--stream", "j"});
   CHECK(both.exit_code == 2);
