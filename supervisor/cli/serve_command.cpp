@@ -15,7 +15,9 @@
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_server.h"
 #include "supervisor/serve/fleet_console_source.h"
+#include "shared/sha256.h"
 #include "supervisor/serve/store_console_source.h"
+#include "supervisor/serve/token_file_lock.h"
 #include "supervisor/store/store_dir.h"
 
 namespace pillbox::cli {
@@ -64,8 +66,10 @@ struct Opened {
   std::string token_file;
 };
 
-// --redis URL --stream NAME: the token goes to --token-file, else to the
-// default store directory (made 0700 when missing; no store is opened).
+// --redis URL --stream NAME: the token goes to --token-file, else to
+// serve-redis-<12 hex digits of sha256 of URL and NAME>.token in the default
+// store directory (made 0700 when missing; no store is opened): each fleet's
+// console its own file, never the store's serve.token.
 std::optional<Opened> open_fleet(const Args& args, int& exit_code, std::string& message) {
   auto fail = [&](const std::string& m, int code) {
     message = m;
@@ -85,7 +89,7 @@ std::optional<Opened> open_fleet(const Args& args, int& exit_code, std::string& 
     auto dir = store::resolve_store_dir("");
     if (!dir) return fail(dir.error() + " (or give --token-file FILE)", kExitUsage);
     if (auto s = store::prepare_store_dir(*dir); !s) return fail(s.message(), kExitSetup);
-    opened.token_file = serve::token_path(*dir);
+    opened.token_file = *dir + "/serve-redis-" + sha256_hex(address->describe() + " " + *stream).substr(0, 12) + ".token";
   }
   auto source = serve::FleetSource::open(*address, *stream);
   if (!source) return fail(source.error(), exit_code_for(source.error_code()));
@@ -137,6 +141,9 @@ int serve_command(int argc, char** argv) {
   // Bound before the token is written: a serve that cannot listen leaves
   // the running one's token (and everything else) as it was.
   if (auto port = server.bind(*address); !port) return serve_error(port.error(), exit_code_for(port.error_code()));
+  // Held until serve exits: a second serve on this token file is refused.
+  auto token_lock = serve::lock_token_file(opened->token_file);
+  if (!token_lock) return serve_error(token_lock.error(), kExitSetup);
   auto token = serve::write_new_token_file(opened->token_file);
   if (!token) return serve_error(token.error(), kExitSetup);
 

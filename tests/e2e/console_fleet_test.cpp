@@ -44,7 +44,16 @@ struct Fleet {
     REQUIRE(worker.exit_code == 0);
   }
   std::map<std::string, std::string> env() const { return {{"PILLBOX_STORE", home.path() + "/state/pillbox"}}; }
-  std::string token_file() const { return home.path() + "/state/pillbox/serve.token"; }
+  // Where serve said its token is (the default: serve-redis-HASH.token in
+  // the default store directory).
+  std::string token_file() const { return token_file_of(*serve); }
+  static std::string token_file_of(const Serve& serve) {
+    const std::string err = serve.err();
+    const std::string before = "actions need the token in ";
+    const auto at = err.find(before);
+    REQUIRE(at != std::string::npos);
+    return err.substr(at + before.size(), err.find("; Ctrl-C", at) - at - before.size());
+  }
   std::string token() const {
     std::string t = e2e::read_file(token_file());
     while (!t.empty() && t.back() == '\n') t.pop_back();
@@ -142,7 +151,7 @@ TEST_CASE("serve --redis: the API answers what quarantine list/show/stats --json
   REQUIRE(::stat((f.home.path() + "/state/pillbox").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   CHECK(f.token().size() == 64);
-  CHECK(f.serve->err().find(f.token_file()) != std::string::npos);
+  CHECK(f.token_file().rfind(f.home.path() + "/state/pillbox/serve-redis-", 0) == 0);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
@@ -396,6 +405,37 @@ TEST_CASE("serve --redis: a state that is not pillbox's or a lock key of another
   const std::string metrics = http.Get("/metrics")->body;
   CHECK(sample(metrics, "pillbox_fleet_up") == 1);
   CHECK(sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"}") == 3);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: each fleet's console has its own default token file; a second on one file is refused") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  httplib::Client& http = f.start(false);
+  const std::string file = f.token_file();
+  CHECK(file.find("/serve.token") == std::string::npos);  // plain `pillbox serve`'s file stays its own
+  CHECK(file.size() == (f.home.path() + "/state/pillbox/serve-redis-").size() + 12 + 6);
+  const std::string token = f.token();
+  REQUIRE(token.size() == 64);
+
+  // Another stream of the same Redis: a file of its own, both run.
+  Serve other({"--redis", f.server.url(), "--stream", "other", "--listen", "127.0.0.1:0"}, f.env());
+  REQUIRE_MESSAGE(other.url().rfind("http://127.0.0.1:", 0) == 0, other.err());
+  CHECK(Fleet::token_file_of(other) != file);
+  CHECK(other.stop(SIGTERM) == 0);
+
+  // The same stream again: refused, and the first's token still acts.
+  const auto second = run_pillbox({"serve", "--redis", f.server.url(), "--stream", "jobs", "--listen", "127.0.0.1:0"},
+                                  "", f.env());
+  CHECK(second.exit_code == 3);
+  CHECK(second.err.find("another pillbox serve is running with the token file " + file) != std::string::npos);
+  CHECK(f.token() == token);
+  const std::string id = f.cli({"list"})[0]["id"];
+  const auto discarded = http.Post("/api/records/" + id + "/discard", {{"Authorization", "Bearer " + token}},
+                                   R"({"reason":"checked"})", "application/json");
+  REQUIRE(discarded);
+  CHECK(discarded->status == 200);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
