@@ -45,6 +45,45 @@ end
 return {states, locks}
 )lua";
 
+// A page of a listing without the payloads (a dead letter may hold
+// megabytes; 256 of them were read to list one record). KEYS: NAME:dlq.
+// ARGV: the page's end (an id, "(id" or "+"), how many entries, the largest
+// payload returned. Returns {{id, fields, payload length or -1}...}: a
+// payload longer than ARGV[3] is "" and its length is given; -1 means the
+// payload is there. Read a few entries at a time, so that Redis itself
+// holds only those at once.
+constexpr const char* kPageScript = R"lua(
+local out = {}
+local last = ARGV[1]
+local want = tonumber(ARGV[2])
+local inline = tonumber(ARGV[3])
+while #out < want do
+  local batch = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', 4)
+  if #batch == 0 then break end
+  for _, e in ipairs(batch) do
+    if #out < want then
+      local f = e[2]
+      local omitted = -1
+      for i = 1, #f - 1, 2 do
+        if f[i] == 'payload' and string.len(f[i + 1]) > inline then
+          omitted = string.len(f[i + 1])
+          f[i + 1] = ''
+        end
+      end
+      out[#out + 1] = {e[1], f, omitted}
+    end
+    last = '(' .. e[1]
+  end
+  if #batch < 4 then break end
+end
+return out
+)lua";
+
+// Payloads up to this size come with a listing's page (a record whose
+// `record` field is unreadable takes its sha256 from them); larger ones are
+// read one at a time by get().
+constexpr std::size_t kListedPayloadBytes = 64 << 10;
+
 Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
 
 // The entries of an XRANGE/XREVRANGE reply.
@@ -53,7 +92,7 @@ std::vector<std::pair<std::string, EntryFields>> entries_of(const redisReply* r)
   if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return out;
   for (std::size_t i = 0; i < r->elements; ++i) {
     const redisReply* e = r->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2) continue;
     EntryFields fields;
     const redisReply* f = e->element[1];
     for (std::size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
@@ -170,18 +209,27 @@ Status FleetQuarantine::load_states(std::vector<FleetRecord>& records) {
   return Status::ok();
 }
 
-Status FleetQuarantine::each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn) {
+Status FleetQuarantine::each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn,
+                             bool with_payloads) {
   std::string end = "+";
   std::int64_t skipped = 0, shown = 0;
   const std::string count = std::to_string(kPage);
+  const std::string inline_bytes = std::to_string(kListedPayloadBytes);
   for (;;) {
-    auto reply = redis_.command({"XREVRANGE", keys_.stream.dlq, end, "-", "COUNT", count});
+    auto reply = with_payloads ? redis_.command({"XREVRANGE", keys_.stream.dlq, end, "-", "COUNT", count})
+                               : redis_.command({"EVAL", kPageScript, "1", keys_.stream.dlq, end, count, inline_bytes});
     if (!reply) return Status::error(reply.error());
     auto entries = entries_of(reply->get());
     if (entries.empty()) return Status::ok();
     std::vector<FleetRecord> page;
-    for (auto& [id, fields] : entries) {
-      FleetRecord r = parse_dead_letter(id, fields);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      auto& [id, fields] = entries[i];
+      std::optional<std::int64_t> omitted;
+      if (!with_payloads) {
+        const redisReply* e = reply->get()->element[i];
+        if (e->elements == 3 && reply_integer(e->element[2], -1) >= 0) omitted = reply_integer(e->element[2], -1);
+      }
+      FleetRecord r = parse_dead_letter(id, fields, omitted);
       if (r.redrive_of.empty()) page.push_back(std::move(r));  // a redrive's dead letter is an attempt
     }
     if (auto s = load_states(page); !s) return s;

@@ -85,7 +85,11 @@ class FleetQuarantine {
 
   // Records newest first, as the store lists them; `fn` returns false to stop.
   // Pages through the stream: a long quarantine is never in memory at once.
-  Status each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn);
+  // Without `with_payloads`, a payload over 64 KiB is not read (the record's
+  // payload_omitted; its size from Redis): listings, counts and stats never
+  // need the bytes. A redrive, which puts them back, asks for them.
+  Status each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn,
+              bool with_payloads = false);
   // How many records the filter matches, ignoring limit and offset.
   Expected<std::int64_t> count(const store::ListFilter& filter);
   // Records grouped by fingerprint and kind as QuarantineStore::stats groups

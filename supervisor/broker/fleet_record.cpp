@@ -82,7 +82,8 @@ std::int64_t entry_time_ms(std::string_view id) {
   return ms;
 }
 
-FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) {
+FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields,
+                              std::optional<std::int64_t> omitted_payload_size) {
   FleetRecord out;
   out.id = id;
   auto field = [&](std::string_view name) {
@@ -90,6 +91,7 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
     return v != nullptr ? *v : std::string();
   };
   out.payload = field("payload");
+  out.payload_omitted = omitted_payload_size.has_value();
   out.redrive_of = field("redrive_of");
   out.source_entry = field("entry");
   out.deliveries = to_u32(field("deliveries"));
@@ -117,8 +119,9 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
   e.working_dir = text_of(j, "working_dir");
   e.policy_identity = text_of(j, "policy_identity");
   e.policy = text_of(j, "policy");
-  e.payload_sha256 = text_of(j, "payload_sha256", sha256_hex(out.payload));
-  e.payload_size = number_of(j, "payload_size", static_cast<std::int64_t>(out.payload.size()));
+  e.payload_sha256 = text_of(j, "payload_sha256", out.payload_omitted ? "" : sha256_hex(out.payload));
+  e.payload_size =
+      number_of(j, "payload_size", omitted_payload_size.value_or(static_cast<std::int64_t>(out.payload.size())));
   e.kind = text_of(j, "kind", field("kind"));
   e.fingerprint = text_of(j, "fingerprint", field("fingerprint"));
   e.crash_state = json_text_of(j, "crash_state", "[]");
@@ -167,6 +170,7 @@ void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_hold
 }
 
 Expected<std::string> checked_payload(const FleetRecord& r) {
+  if (r.payload_omitted) return Error{"the payload of record " + r.id + " was not read (a listing leaves it out)"};
   if (sha256_hex(r.payload) != r.record.entry.payload_sha256) {
     return Error{"the payload of record " + r.id + " does not match the sha256 its record names (" +
                  r.record.entry.payload_sha256 + ")"};

@@ -43,6 +43,7 @@ class Serve {
   int port() const { return std::atoi(url_.substr(url_.rfind(':') + 1).c_str()); }
   std::string err() const { return process_.err(); }
   bool running() { return !process_.ended(); }
+  pid_t pid() const { return process_.pid(); }
   // Sends `sig` and waits for the exit; its exit code (128 + signal when killed).
   int stop(int sig) {
     process_.signal(sig);

@@ -439,6 +439,43 @@ TEST_CASE("serve --redis: each fleet's console has its own default token file; a
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
+// The most resident memory the process had (VmHWM), in KiB.
+long long peak_rss_kb(pid_t pid) {
+  const std::string status = e2e::read_file("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("VmHWM:");
+  REQUIRE(at != std::string::npos);
+  return std::stoll(status.substr(at + 6));
+}
+
+TEST_CASE("serve --redis: listing dead letters of megabytes reads none of their payloads; show and download do") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string big(4 << 20, 'x');
+  std::string id;
+  for (int i = 0; i < 16; ++i) {
+    id = f.forge({"key", "big-" + std::to_string(i), "kind", "crash", "fingerprint", "pb1-01", "payload", big});
+  }
+  httplib::Client& http = f.start(false);
+  const long long before = peak_rss_kb(f.serve->pid());
+  const auto one = http.Get("/api/records?limit=1");
+  REQUIRE(one);
+  CHECK(one->status == 200);
+  const json listed = body_of(one);
+  CHECK(listed["total"] == 16);
+  CHECK(listed["records"][0]["payload_size"] == big.size());
+  CHECK(http.Get("/api/stats")->status == 200);
+  CHECK(http.Get("/")->status == 200);
+  CHECK(http.Get("/metrics")->body.find("pillbox_fleet_up 1") != std::string::npos);
+  // 16 payloads of 4 MiB are 64 MiB: none of them was read (before: a page of 256 entries, every payload).
+  INFO("peak RSS before " << before << " KiB, after " << peak_rss_kb(f.serve->pid()) << " KiB");
+  CHECK(peak_rss_kb(f.serve->pid()) - before < 16 * 1024);
+  const auto payload = http.Get("/api/records/" + id + "/payload");
+  REQUIRE(payload);
+  CHECK(payload->status == 200);
+  CHECK(payload->body == big);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: --store and --redis together, or --stream alone, are usage errors naming both") {
   const auto both = run_pillbox({"serve", "--store", "/nonexistent", "--redis", "redis://127.0.0.1:1", "--stream", "j"});
   CHECK(both.exit_code == 2);
