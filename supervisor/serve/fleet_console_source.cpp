@@ -1,5 +1,6 @@
 #include "supervisor/serve/fleet_console_source.h"
 
+#include <algorithm>
 #include <set>
 
 #include "supervisor/broker/fleet_discard.h"
@@ -11,10 +12,12 @@
 namespace pillbox::serve {
 namespace {
 
-// A scrape is answered from the last count when it is younger than this:
+// A scrape is answered from the last count while it is younger than this,
+// or than kScanTimes its scan's duration (timed from the scan's end):
 // counting reads every dead letter, and anyone who reaches /metrics may ask
 // as often as they like.
 constexpr std::chrono::seconds kMetricsFresh{1};
+constexpr int kScanTimes = 4;
 
 // The store's filters (records_filter), less `source`: every record of the
 // fleet comes from a worker. Nothing, with the 400 in `error`, when bad.
@@ -104,15 +107,22 @@ ApiReply FleetSource::list_records(const Query& query) {
   auto filter = fleet_filter(query, true, error);
   broker::FleetQuarantine* q = filter ? fleet(error) : nullptr;
   if (q == nullptr) return error;
+  // One pass counts and collects (a second scan to count doubled the time
+  // under the server's lock); the listing reads no payload (each()).
+  store::ListFilter all = *filter;
+  all.limit = -1;
+  all.offset = 0;
   nlohmann::json records = nlohmann::json::array();
-  const Status each = q->each(*filter, [&](const broker::FleetRecord& r) {
-    records.push_back(broker::fleet_list_json(*q, r));
+  std::int64_t total = 0;
+  const Status each = q->each(all, [&](const broker::FleetRecord& r) {
+    if (total >= filter->offset && (filter->limit < 0 || total < filter->offset + filter->limit)) {
+      records.push_back(broker::fleet_list_json(*q, r));
+    }
+    ++total;
     return true;
   });
   if (!each) return failure(each.message(), each.code());
-  auto total = q->count(*filter);
-  if (!total) return failure(total.error(), total.error_code());
-  return {200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
+  return {200, {{"records", std::move(records)}, {"total", total}, {"offset", filter->offset}}};
 }
 
 ApiReply FleetSource::show_record(const std::string& id) {
@@ -185,8 +195,11 @@ PayloadReply FleetSource::preview(const std::string& id, std::size_t max_bytes) 
 
 std::string FleetSource::metrics() {
   std::lock_guard<std::mutex> hold(metrics_lock_);
-  const auto now = std::chrono::steady_clock::now();
-  if (!metrics_text_.empty() && now - metrics_at_ < kMetricsFresh) return metrics_text_;
+  const auto start = std::chrono::steady_clock::now();
+  if (!metrics_text_.empty() && start - metrics_at_ < std::max<std::chrono::steady_clock::duration>(
+                                                          kMetricsFresh, kScanTimes * metrics_scan_)) {
+    return metrics_text_;
+  }
   // A connection of its own: the pages' one is the server's lock's.
   metrics::RecordCounts records;
   std::set<std::string> fingerprints;
@@ -204,7 +217,8 @@ std::string FleetSource::metrics() {
   text.sample("pillbox_fleet_up", {}, up ? 1 : 0);
   if (up) metrics::write_quarantine_families(text, records, static_cast<std::int64_t>(fingerprints.size()));
   metrics_text_ = text.text();
-  metrics_at_ = now;
+  metrics_at_ = std::chrono::steady_clock::now();
+  metrics_scan_ = metrics_at_ - start;
   return metrics_text_;
 }
 

@@ -18,7 +18,8 @@
 //            is back.
 // /metrics: pillbox_fleet_up, and pillbox_quarantine_records{status,kind}
 // and pillbox_quarantine_fingerprints (store_metrics.h's families) counted
-// from the dead letters, on a connection of its own, at most once a second.
+// from the dead letters, on a connection of its own, at most once a second
+// (less often when counting takes longer: kScanTimes its duration).
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -73,7 +74,8 @@ class FleetSource : public ConsoleSource {
 
   std::mutex metrics_lock_;  // what follows: metrics() runs beside the server's lock
   std::string metrics_text_;
-  std::chrono::steady_clock::time_point metrics_at_{};
+  std::chrono::steady_clock::time_point metrics_at_{};  // when the last count ended
+  std::chrono::steady_clock::duration metrics_scan_{};   // how long it took
 };
 
 }  // namespace pillbox::serve

@@ -476,6 +476,34 @@ TEST_CASE("serve --redis: listing dead letters of megabytes reads none of their 
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
+// How many times Redis ran `command` since its stats were reset (INFO commandstats).
+long long calls_of(const e2e::RedisServer& server, const std::string& command) {
+  auto redis = e2e::connect(server);
+  auto info = redis.command({"INFO", "commandstats"});
+  REQUIRE(info.has_value());
+  const std::string text = pillbox::broker::reply_text(info->get());
+  const auto at = text.find("cmdstat_" + command + ":calls=");
+  return at == std::string::npos ? 0 : std::stoll(text.substr(at + command.size() + 15));
+}
+
+TEST_CASE("serve --redis: a listing reads the dead letters once (no second scan to count); /metrics is cached") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  for (const char* key : {"a", "b", "c"}) f.forge({"key", key, "kind", "crash", "fingerprint", "pb1-01", "payload", key});
+  httplib::Client& http = f.start(false);
+  REQUIRE(e2e::connect(f.server).command({"CONFIG", "RESETSTAT"}).has_value());
+  const json listed = body_of(http.Get("/api/records?limit=1&offset=1"));
+  CHECK(listed["total"] == 3);
+  CHECK(listed["records"].size() == 1);
+  CHECK(listed["records"][0]["key"] == "b");
+  CHECK(calls_of(f.server, "eval") == 2);  // one page of entries, their states and locks
+  REQUIRE(e2e::connect(f.server).command({"CONFIG", "RESETSTAT"}).has_value());
+  CHECK(http.Get("/metrics")->status == 200);
+  CHECK(http.Get("/metrics")->status == 200);  // within a second: the last count
+  CHECK(calls_of(f.server, "eval") == 2);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: --store and --redis together, or --stream alone, are usage errors naming both") {
   const auto both = run_pillbox({"serve", "--store", "/nonexistent", "--redis", "redis://127.0.0.1:1", "--stream", "j"});
   CHECK(both.exit_code == 2);
