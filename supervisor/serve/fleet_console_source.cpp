@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "shared/failure_kind.h"
 #include "supervisor/broker/fleet_discard.h"
 #include "supervisor/broker/fleet_views_json.h"
 #include "supervisor/metrics/metrics_text.h"
@@ -182,7 +183,8 @@ PayloadReply FleetSource::payload(const std::string& id) {
   auto r = find(id, error);
   if (!r) return {error, {}, {}};
   auto bytes = broker::checked_payload(*r);
-  if (!bytes) return {error_reply(500, bytes.error()), {}, {}};
+  // Not the bytes its record names: a conflict to say, not a server error.
+  if (!bytes) return {error_reply(409, bytes.error()), {}, {}};
   return {{}, std::move(*bytes), "record-" + r->id + ".payload"};  // digits and a dash: never a path
 }
 
@@ -206,7 +208,10 @@ std::string FleetSource::metrics() {
   bool up = false;
   if (auto q = broker::FleetQuarantine::open(address_, stream_)) {
     up = q->each({}, [&](const broker::FleetRecord& r) {
-           ++records[{std::string(store::to_string(r.record.status)), r.record.entry.kind}];
+           // Anyone who can write to Redis writes kinds: an unknown one is
+           // "other", never a new label series per forged value.
+           const std::string& kind = r.record.entry.kind;
+           ++records[{std::string(store::to_string(r.record.status)), kind_from_string(kind) ? kind : "other"}];
            fingerprints.insert(r.record.entry.fingerprint);
            return true;
          }).is_ok();

@@ -504,6 +504,25 @@ TEST_CASE("serve --redis: a listing reads the dead letters once (no second scan 
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
+TEST_CASE("serve --redis: an unknown kind counts as kind=\"other\"; a payload not matching its sha256 is a 409") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  f.forge({"key", "a", "kind", "made-up-kind", "fingerprint", "pb1-01", "payload", "A"});
+  const std::string forged = f.forge({"key", "b", "kind", "crash", "fingerprint", "pb1-02", "payload", "B", "record",
+                                      R"({"key":"b","kind":"crash","payload_sha256":"00"})"});
+  httplib::Client& http = f.start(false);
+  const std::string metrics = http.Get("/metrics")->body;
+  INFO(metrics);
+  CHECK(sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"other\"}") == 1);
+  CHECK(metrics.find("made-up-kind") == std::string::npos);
+  e2e::check_with_promtool(metrics);
+  const auto payload = http.Get("/api/records/" + forged + "/payload");
+  REQUIRE(payload);
+  CHECK(payload->status == 409);
+  CHECK(body_of(payload)["error"].get<std::string>().find("does not match the sha256") != std::string::npos);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: --store and --redis together, or --stream alone, are usage errors naming both") {
   const auto both = run_pillbox({"serve", "--store", "/nonexistent", "--redis", "redis://127.0.0.1:1", "--stream", "j"});
   CHECK(both.exit_code == 2);
