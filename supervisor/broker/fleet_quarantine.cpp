@@ -50,7 +50,8 @@ return {states, locks}
 // ARGV: the page's end (an id, "(id" or "+"), how many entries, the largest
 // payload returned. Returns {{id, fields, payload length or -1}...}: a
 // payload longer than ARGV[3] is "" and its length is given; -1 means the
-// payload is there. Read a few entries at a time, so that Redis itself
+// payload is there; then 0 when its redrive_of names no dead letter (a
+// forged one: it lists as a record), else 1. Read a few entries at a time, so that Redis itself
 // holds only those at once.
 constexpr const char* kPageScript = R"lua(
 local out = {}
@@ -64,13 +65,17 @@ while #out < want do
     if #out < want then
       local f = e[2]
       local omitted = -1
+      local attempt_of = 1
       for i = 1, #f - 1, 2 do
         if f[i] == 'payload' and string.len(f[i + 1]) > inline then
           omitted = string.len(f[i + 1])
           f[i + 1] = ''
+        elseif f[i] == 'redrive_of' then
+          local named = redis.pcall('XRANGE', KEYS[1], f[i + 1], f[i + 1])
+          if type(named) ~= 'table' or named.err or #named == 0 then attempt_of = 0 end
         end
       end
-      out[#out + 1] = {e[1], f, omitted}
+      out[#out + 1] = {e[1], f, omitted, attempt_of}
     end
     last = '(' .. e[1]
   end
@@ -101,6 +106,15 @@ std::vector<std::pair<std::string, EntryFields>> entries_of(const redisReply* r)
     out.emplace_back(reply_text(e->element[0]), std::move(fields));
   }
   return out;
+}
+
+// A dead letter whose redrive_of names no record (forged, or its record
+// trimmed away) is a record of its own, said so: hidden, it would be a dead
+// letter nobody sees.
+void orphan_attempt(FleetRecord& r) {
+  r.record.entry.message = "its redrive_of names " + r.redrive_of +
+                           ", which is no dead letter here: listed as a record of its own. " + r.record.entry.message;
+  r.redrive_of.clear();
 }
 
 Status key_type_is(RedisConnection& redis, const std::string& key, const char* what) {
@@ -227,9 +241,12 @@ Status FleetQuarantine::each(const store::ListFilter& filter, const std::functio
       std::optional<std::int64_t> omitted;
       if (!with_payloads) {
         const redisReply* e = reply->get()->element[i];
-        if (e->elements == 3 && reply_integer(e->element[2], -1) >= 0) omitted = reply_integer(e->element[2], -1);
+        if (e->elements == 4 && reply_integer(e->element[2], -1) >= 0) omitted = reply_integer(e->element[2], -1);
       }
       FleetRecord r = parse_dead_letter(id, fields, omitted);
+      if (!with_payloads && !r.redrive_of.empty() && reply_integer(reply->get()->element[i]->element[3], 1) == 0) {
+        orphan_attempt(r);
+      }
       if (r.redrive_of.empty()) page.push_back(std::move(r));  // a redrive's dead letter is an attempt
     }
     if (auto s = load_states(page); !s) return s;
@@ -324,6 +341,15 @@ Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
   }
   std::vector<FleetRecord> one;
   one.push_back(parse_dead_letter(entries[0].first, entries[0].second));
+  if (!one[0].redrive_of.empty()) {
+    bool named_exists = false;
+    if (auto named = parse_fleet_id(one[0].redrive_of)) {
+      auto found = redis_.command({"XRANGE", keys_.stream.dlq, *named, *named});
+      if (!found) return Error{found.error()};
+      named_exists = !entries_of(found->get()).empty();
+    }
+    if (!named_exists) orphan_attempt(one[0]);
+  }
   if (!one[0].redrive_of.empty()) {
     return usage(id + " is the dead letter of a redrive of record " + one[0].redrive_of +
                  ", not a record of its own: it is an attempt of " + one[0].redrive_of + " (quarantine show " +

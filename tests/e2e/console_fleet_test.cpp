@@ -523,6 +523,26 @@ TEST_CASE("serve --redis: an unknown kind counts as kind=\"other\"; a payload no
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
+TEST_CASE("serve --redis: a dead letter whose redrive_of names no record lists as a record, flagged") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string real = f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A", "redrive_of", real});
+  const std::string orphan =
+      f.forge({"key", "b", "kind", "crash", "fingerprint", "pb1-02", "payload", "B", "redrive_of", "1-0"});
+  httplib::Client& http = f.start(false);
+  const json listed = body_of(http.Get("/api/records"));
+  REQUIRE(listed["records"].size() == 2);  // the real redrive's dead letter is an attempt of `real`
+  CHECK(listed["records"][0]["id"] == orphan);
+  CHECK(listed["records"][0]["message"].get<std::string>().find("its redrive_of names 1-0, which is no dead letter") !=
+        std::string::npos);
+  CHECK(listed["records"][1]["id"] == real);
+  CHECK(listed["records"] == f.cli({"list"}));
+  CHECK(http.Get("/api/records/" + orphan)->status == 200);
+  CHECK(sample(http.Get("/metrics")->body, "pillbox_quarantine_fingerprints") == 2);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: --store and --redis together, or --stream alone, are usage errors naming both") {
   const auto both = run_pillbox({"serve", "--store", "/nonexistent", "--redis", "redis://127.0.0.1:1", "--stream", "j"});
   CHECK(both.exit_code == 2);
