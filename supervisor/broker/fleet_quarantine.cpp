@@ -176,10 +176,14 @@ bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
 Expected<FleetQuarantine> FleetQuarantine::open(const RedisAddress& address, const std::string& stream) {
   auto redis = RedisConnection::open(address);
   if (!redis) return Error{redis.error(), redis.error_code()};
+  return open(std::move(*redis), stream);
+}
+
+Expected<FleetQuarantine> FleetQuarantine::open(RedisConnection redis, const std::string& stream) {
   FleetKeys keys = fleet_keys(stream);
-  if (auto s = key_type_is(*redis, keys.stream.dlq, "a dead-letter stream"); !s) return Error{s.message()};
-  if (auto s = key_type_is(*redis, keys.stream.stream, "a stream of tasks"); !s) return Error{s.message()};
-  return FleetQuarantine(std::move(*redis), std::move(keys));
+  if (auto s = key_type_is(redis, keys.stream.dlq, "a dead-letter stream"); !s) return Error{s.message()};
+  if (auto s = key_type_is(redis, keys.stream.stream, "a stream of tasks"); !s) return Error{s.message()};
+  return FleetQuarantine(std::move(redis), std::move(keys));
 }
 
 Status FleetQuarantine::load_states(std::vector<FleetRecord>& records) {

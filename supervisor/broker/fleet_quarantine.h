@@ -82,6 +82,9 @@ class FleetQuarantine {
  public:
   // Connects, and checks that NAME:dlq is a stream (or missing: no records yet).
   static Expected<FleetQuarantine> open(const RedisAddress& address, const std::string& stream);
+  // The same on a connection made already: its errors then are about the
+  // keys (or the connection breaking), never about reaching Redis.
+  static Expected<FleetQuarantine> open(RedisConnection redis, const std::string& stream);
 
   // Records newest first, as the store lists them; `fn` returns false to stop.
   // Pages through the stream: a long quarantine is never in memory at once.

@@ -68,11 +68,20 @@ ApiReply FleetSource::unreachable(const std::string& detail) const {
 }
 
 broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
-  if (fleet_ && !fleet_->redis().broken()) return &*fleet_;
+  // A connection Redis dropped since the last request (a restart) is found
+  // by a PING, not by this request failing: it goes on a fresh one.
+  if (fleet_ && !fleet_->redis().broken() && fleet_->redis().command({"PING"})) return &*fleet_;
   fleet_.reset();
-  auto opened = broker::FleetQuarantine::open(address_, stream_);
+  auto redis = broker::RedisConnection::open(address_);
+  if (!redis) {
+    error = unreachable(redis.error());
+    return nullptr;
+  }
+  auto opened = broker::FleetQuarantine::open(std::move(*redis), stream_);
   if (!opened) {
-    error = unreachable(opened.error());
+    // Redis answered: a key of another type is said as it is (500), not as
+    // Redis being out of reach.
+    error = error_reply(500, opened.error());
     return nullptr;
   }
   fleet_.emplace(std::move(*opened));

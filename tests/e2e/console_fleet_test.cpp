@@ -543,6 +543,34 @@ TEST_CASE("serve --redis: a dead letter whose redrive_of names no record lists a
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
+TEST_CASE("serve --redis: the first request after Redis restarted answers 200; a key of another type then is a 500") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  httplib::Client& http = f.start(false);
+  REQUIRE(http.Get("/api/records")->status == 200);
+  f.server.stop();
+  f.server.start();
+  const auto first = http.Get("/api/records");
+  REQUIRE(first);
+  CHECK(first->status == 200);
+  CHECK(body_of(first)["total"] == 1);
+
+  f.server.stop();
+  f.server.start();
+  {
+    auto redis = e2e::connect(f.server);
+    REQUIRE(redis.command({"DEL", "jobs:dlq"}).has_value());
+    REQUIRE(redis.command({"SET", "jobs:dlq", "not a stream"}).has_value());
+  }
+  const auto wrong = http.Get("/api/records");
+  REQUIRE(wrong);
+  CHECK(wrong->status == 500);
+  CHECK(body_of(wrong)["error"].get<std::string>().find("holds a string, not a dead-letter stream") !=
+        std::string::npos);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
 TEST_CASE("serve: --store and --redis together, or --stream alone, are usage errors naming both") {
   const auto both = run_pillbox({"serve", "--store", "/nonexistent", "--redis", "redis://127.0.0.1:1", "--stream", "j"});
   CHECK(both.exit_code == 2);
