@@ -201,6 +201,9 @@ PayloadReply FleetSource::preview(const std::string& id, std::size_t max_bytes) 
   ApiReply error;
   auto r = find(id, error);
   if (!r) return {error, {}, {}};
+  // Bytes that are not the ones its record names are not shown as its
+  // payload: the page says so (as the download answers 409).
+  if (auto checked = broker::checked_payload(*r); !checked) return {error_reply(409, checked.error()), {}, {}};
   return {{}, r->payload.substr(0, max_bytes), ""};
 }
 

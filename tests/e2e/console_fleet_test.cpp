@@ -520,6 +520,10 @@ TEST_CASE("serve --redis: an unknown kind counts as kind=\"other\"; a payload no
   REQUIRE(payload);
   CHECK(payload->status == 409);
   CHECK(body_of(payload)["error"].get<std::string>().find("does not match the sha256") != std::string::npos);
+  const auto page = http.Get("/records/" + forged);
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->body.find("does not match the sha256 its record names") != std::string::npos);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
