@@ -5,8 +5,14 @@
 #include <utility>
 #include <type_traits>
 
+#include "supervisor/broker/untrusted_json.h"
+
 namespace pillbox::broker {
 namespace {
+
+// A delivery pillbox writes: a message of at most kMaxRecordedMessage bytes,
+// a few frames and numbers.
+constexpr std::size_t kMaxDeliveryBytes = 64 << 10;
 
 // A whole number of a record into `out`, when it fits; absent: `out` is
 // left as it is. A float (1e300) or a number out of range is false: the
@@ -98,7 +104,10 @@ std::string delivery_json(const RecordedDelivery& d) {
 }
 
 std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::string_view text) {
-  const auto j = nlohmann::json::parse(text, nullptr, false);
+  // Anyone who can write to Redis can write this hash: bounded as
+  // untrusted_json.h says (a delivery is a message of at most
+  // kMaxRecordedMessage bytes and a few frames).
+  const auto j = parse_untrusted_json(text, kMaxDeliveryBytes).value;
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   try {
     RecordedDelivery d;

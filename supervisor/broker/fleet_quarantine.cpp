@@ -1,8 +1,11 @@
 #include "supervisor/broker/fleet_quarantine.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <map>
+#include <optional>
 
 namespace pillbox::broker {
 namespace {
@@ -26,6 +29,69 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return {1, holder or ''}
 )lua";
 
+// KEYS: state hash, then each record's lock. ARGV: the records' ids.
+// Returns {states, locks}: each record's state ('' when none) and its lock's
+// holder ('' when none), or {type} for a lock key of another type (GET
+// would fail the whole page; only that record cannot be read).
+constexpr const char* kStatesScript = R"lua(
+local states = redis.call('HMGET', KEYS[1], unpack(ARGV))
+local locks = {}
+for i = 2, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' and v.err then
+    locks[i - 1] = {redis.call('TYPE', KEYS[i]).ok}
+  else
+    locks[i - 1] = v or ''
+  end
+  if not states[i - 1] then states[i - 1] = '' end
+end
+return {states, locks}
+)lua";
+
+// A page of a listing without the payloads (a dead letter may hold
+// megabytes; 256 of them were read to list one record). KEYS: NAME:dlq.
+// ARGV: the page's end (an id, "(id" or "+"), how many entries, the largest
+// payload returned. Returns {{id, fields, payload length or -1}...}: a
+// payload longer than ARGV[3] is "" and its length is given; -1 means the
+// payload is there; then 0 when its redrive_of names no dead letter (a
+// forged one: it lists as a record), else 1. Read a few entries at a time, so that Redis itself
+// holds only those at once.
+constexpr const char* kPageScript = R"lua(
+local out = {}
+local last = ARGV[1]
+local want = tonumber(ARGV[2])
+local inline = tonumber(ARGV[3])
+while #out < want do
+  local batch = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', 4)
+  if #batch == 0 then break end
+  for _, e in ipairs(batch) do
+    if #out < want then
+      local f = e[2]
+      local omitted = -1
+      local attempt_of = 1
+      for i = 1, #f - 1, 2 do
+        if f[i] == 'payload' and string.len(f[i + 1]) > inline then
+          omitted = string.len(f[i + 1])
+          f[i + 1] = ''
+        elseif f[i] == 'redrive_of' then
+          local named = redis.pcall('XRANGE', KEYS[1], f[i + 1], f[i + 1])
+          if type(named) ~= 'table' or named.err or #named == 0 then attempt_of = 0 end
+        end
+      end
+      out[#out + 1] = {e[1], f, omitted, attempt_of}
+    end
+    last = '(' .. e[1]
+  end
+  if #batch < 4 then break end
+end
+return out
+)lua";
+
+// Payloads up to this size come with a listing's page (a record whose
+// `record` field is unreadable takes its sha256 from them); larger ones are
+// read one at a time by get().
+constexpr std::size_t kListedPayloadBytes = 64 << 10;
+
 Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
 
 // The entries of an XRANGE/XREVRANGE reply.
@@ -34,7 +100,7 @@ std::vector<std::pair<std::string, EntryFields>> entries_of(const redisReply* r)
   if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return out;
   for (std::size_t i = 0; i < r->elements; ++i) {
     const redisReply* e = r->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2) continue;
     EntryFields fields;
     const redisReply* f = e->element[1];
     for (std::size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
@@ -43,6 +109,15 @@ std::vector<std::pair<std::string, EntryFields>> entries_of(const redisReply* r)
     out.emplace_back(reply_text(e->element[0]), std::move(fields));
   }
   return out;
+}
+
+// A dead letter whose redrive_of names no record (forged, or its record
+// trimmed away) is a record of its own, said so: hidden, it would be a dead
+// letter nobody sees.
+void orphan_attempt(FleetRecord& r) {
+  r.record.entry.message = "its redrive_of names " + r.redrive_of +
+                           ", which is no dead letter here: listed as a record of its own. " + r.record.entry.message;
+  r.redrive_of.clear();
 }
 
 Status key_type_is(RedisConnection& redis, const std::string& key, const char* what) {
@@ -78,15 +153,25 @@ std::string store_only_verb(const std::string& verb) {
 
 Expected<std::string> parse_fleet_id(const std::string& text) {
   const auto dash = text.find('-');
-  auto digits = [](std::string_view s) {
-    return !s.empty() && s.size() <= 20 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  // A part as Redis reads it (a 64-bit number), written as Redis writes it
+  // (no leading zeros): one record has one id text, so that two spellings
+  // of it are never taken for two records.
+  auto number = [](std::string_view s) -> std::optional<std::string> {
+    if (s.empty() || s.size() > 20 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::nullopt;
+    }
+    errno = 0;
+    const unsigned long long n = std::strtoull(std::string(s).c_str(), nullptr, 10);
+    if (errno == ERANGE) return std::nullopt;
+    return std::to_string(n);
   };
-  if (dash == std::string::npos || !digits(std::string_view(text).substr(0, dash)) ||
-      !digits(std::string_view(text).substr(dash + 1))) {
+  const auto ms = dash == std::string::npos ? std::nullopt : number(std::string_view(text).substr(0, dash));
+  const auto seq = dash == std::string::npos ? std::nullopt : number(std::string_view(text).substr(dash + 1));
+  if (!ms || !seq) {
     return usage("'" + text + "' is not a record ID of the fleet's quarantine: its IDs are dead-letter entry IDs "
                  "such as 1712345678901-0 (see: pillbox quarantine list --redis URL --stream NAME)");
   }
-  return text;
+  return *ms + "-" + *seq;
 }
 
 bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
@@ -104,53 +189,81 @@ bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
 Expected<FleetQuarantine> FleetQuarantine::open(const RedisAddress& address, const std::string& stream) {
   auto redis = RedisConnection::open(address);
   if (!redis) return Error{redis.error(), redis.error_code()};
+  return open(std::move(*redis), stream);
+}
+
+Expected<FleetQuarantine> FleetQuarantine::open(RedisConnection redis, const std::string& stream) {
   FleetKeys keys = fleet_keys(stream);
-  if (auto s = key_type_is(*redis, keys.stream.dlq, "a dead-letter stream"); !s) return Error{s.message()};
-  if (auto s = key_type_is(*redis, keys.stream.stream, "a stream of tasks"); !s) return Error{s.message()};
-  return FleetQuarantine(std::move(*redis), std::move(keys));
+  if (auto s = key_type_is(redis, keys.stream.dlq, "a dead-letter stream"); !s) return Error{s.message()};
+  if (auto s = key_type_is(redis, keys.stream.stream, "a stream of tasks"); !s) return Error{s.message()};
+  return FleetQuarantine(std::move(redis), std::move(keys));
 }
 
 Status FleetQuarantine::load_states(std::vector<FleetRecord>& records) {
   if (records.empty()) return Status::ok();
-  std::vector<std::vector<std::string_view>> commands;
-  std::vector<std::string_view> hmget = {"HMGET", keys_.state};
   std::vector<std::string> locks;
   locks.reserve(records.size());
-  for (const auto& r : records) {
-    hmget.push_back(r.id);
-    locks.push_back(keys_.lock(r.id));
-  }
-  commands.push_back(std::move(hmget));
-  for (const auto& l : locks) commands.push_back({"GET", l});
-  auto replies = redis_.pipeline(commands);
-  if (!replies) return Status::error(replies.error());
-  const redisReply* states = (*replies)[0].get();
-  if (states->type != REDIS_REPLY_ARRAY || states->elements != records.size()) {
-    return Status::error("Redis at " + address().describe() + ": unexpected reply to HMGET " + keys_.state);
+  for (const auto& r : records) locks.push_back(keys_.lock(r.id));
+  std::vector<std::string_view> command = {"EVAL", kStatesScript, "", keys_.state};
+  const std::string nkeys = std::to_string(records.size() + 1);
+  command[2] = nkeys;
+  for (const auto& l : locks) command.push_back(l);
+  for (const auto& r : records) command.push_back(r.id);
+  auto reply = redis_.command(command);
+  if (!reply) return Status::error(reply.error());
+  const redisReply* top = reply->get();
+  if (top->type != REDIS_REPLY_ARRAY || top->elements != 2 || top->element[0]->type != REDIS_REPLY_ARRAY ||
+      top->element[1]->type != REDIS_REPLY_ARRAY || top->element[0]->elements != records.size() ||
+      top->element[1]->elements != records.size()) {
+    return Status::error("Redis at " + address().describe() + ": unexpected reply to the states script");
   }
   for (std::size_t i = 0; i < records.size(); ++i) {
-    auto state = parse_state(reply_text(states->element[i]));
-    if (!state) {
-      return Status::error("record " + records[i].id + ": the field of " + keys_.state + " on " + address().describe() +
-                           " is " + state.error() + "; leave that hash to pillbox");
+    const redisReply* lock = top->element[1]->element[i];
+    std::string holder;
+    std::string unreadable;
+    if (lock->type == REDIS_REPLY_ARRAY) {
+      unreadable = "its redrive lock " + locks[i] + " on " + address().describe() + " holds a " +
+                   (lock->elements == 1 ? reply_text(lock->element[0]) : std::string("?")) +
+                   ", not a lock pillbox wrote; delete that key";
+    } else {
+      holder = reply_text(lock);
     }
-    apply_state(records[i], std::move(*state), reply_text((*replies)[i + 1].get()));
+    auto state = parse_state(reply_text(top->element[0]->element[i]));
+    if (!state) {
+      // Only this record: the rest of the page lists as it is.
+      unreadable = "its state cannot be read: field " + records[i].id + " of " + keys_.state + " on " +
+                   address().describe() + " is " + state.error() + "; leave that hash to pillbox";
+    }
+    apply_state(records[i], state ? std::move(*state) : FleetState{}, holder);
+    records[i].unreadable_state = std::move(unreadable);
   }
   return Status::ok();
 }
 
-Status FleetQuarantine::each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn) {
+Status FleetQuarantine::each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn,
+                             bool with_payloads) {
   std::string end = "+";
   std::int64_t skipped = 0, shown = 0;
   const std::string count = std::to_string(kPage);
+  const std::string inline_bytes = std::to_string(kListedPayloadBytes);
   for (;;) {
-    auto reply = redis_.command({"XREVRANGE", keys_.stream.dlq, end, "-", "COUNT", count});
+    auto reply = with_payloads ? redis_.command({"XREVRANGE", keys_.stream.dlq, end, "-", "COUNT", count})
+                               : redis_.command({"EVAL", kPageScript, "1", keys_.stream.dlq, end, count, inline_bytes});
     if (!reply) return Status::error(reply.error());
     auto entries = entries_of(reply->get());
     if (entries.empty()) return Status::ok();
     std::vector<FleetRecord> page;
-    for (auto& [id, fields] : entries) {
-      FleetRecord r = parse_dead_letter(id, fields);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      auto& [id, fields] = entries[i];
+      std::optional<std::int64_t> omitted;
+      if (!with_payloads) {
+        const redisReply* e = reply->get()->element[i];
+        if (e->elements == 4 && reply_integer(e->element[2], -1) >= 0) omitted = reply_integer(e->element[2], -1);
+      }
+      FleetRecord r = parse_dead_letter(id, fields, omitted);
+      if (!with_payloads && !r.redrive_of.empty() && reply_integer(reply->get()->element[i]->element[3], 1) == 0) {
+        orphan_attempt(r);
+      }
       if (r.redrive_of.empty()) page.push_back(std::move(r));  // a redrive's dead letter is an attempt
     }
     if (auto s = load_states(page); !s) return s;
@@ -245,6 +358,15 @@ Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
   }
   std::vector<FleetRecord> one;
   one.push_back(parse_dead_letter(entries[0].first, entries[0].second));
+  if (!one[0].redrive_of.empty()) {
+    bool named_exists = false;
+    if (auto named = parse_fleet_id(one[0].redrive_of)) {
+      auto found = redis_.command({"XRANGE", keys_.stream.dlq, *named, *named});
+      if (!found) return Error{found.error()};
+      named_exists = !entries_of(found->get()).empty();
+    }
+    if (!named_exists) orphan_attempt(one[0]);
+  }
   if (!one[0].redrive_of.empty()) {
     return usage(id + " is the dead letter of a redrive of record " + one[0].redrive_of +
                  ", not a record of its own: it is an attempt of " + one[0].redrive_of + " (quarantine show " +

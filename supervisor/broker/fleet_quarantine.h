@@ -82,10 +82,17 @@ class FleetQuarantine {
  public:
   // Connects, and checks that NAME:dlq is a stream (or missing: no records yet).
   static Expected<FleetQuarantine> open(const RedisAddress& address, const std::string& stream);
+  // The same on a connection made already: its errors then are about the
+  // keys (or the connection breaking), never about reaching Redis.
+  static Expected<FleetQuarantine> open(RedisConnection redis, const std::string& stream);
 
   // Records newest first, as the store lists them; `fn` returns false to stop.
   // Pages through the stream: a long quarantine is never in memory at once.
-  Status each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn);
+  // Without `with_payloads`, a payload over 64 KiB is not read (the record's
+  // payload_omitted; its size from Redis): listings, counts and stats never
+  // need the bytes. A redrive, which puts them back, asks for them.
+  Status each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn,
+              bool with_payloads = false);
   // How many records the filter matches, ignoring limit and offset.
   Expected<std::int64_t> count(const store::ListFilter& filter);
   // Records grouped by fingerprint and kind as QuarantineStore::stats groups
@@ -112,7 +119,9 @@ class FleetQuarantine {
 
  private:
   FleetQuarantine(RedisConnection redis, FleetKeys keys) : redis_(std::move(redis)), keys_(std::move(keys)) {}
-  // The state and lock of each record, read in one round trip.
+  // The state and lock of each record, read in one round trip. A state or
+  // lock pillbox did not write marks that record (unreadable_state) and
+  // fails nothing.
   Status load_states(std::vector<FleetRecord>& records);
 
   RedisConnection redis_;

@@ -6,11 +6,16 @@
 #include "shared/base64.h"
 #include "shared/child_streams.h"
 #include "shared/sha256.h"
+#include "supervisor/broker/untrusted_json.h"
 
 namespace pillbox::broker {
 namespace {
 
 using nlohmann::json;
+
+// A worker's record is a few KiB (its stderr tail is at most 8 KiB); a
+// longer `record` field was not written by one.
+constexpr std::size_t kMaxRecordBytes = 1 << 20;
 
 std::string text_of(const json& j, const char* name, const std::string& fallback = "") {
   if (!j.contains(name) || !j[name].is_string()) return fallback;
@@ -77,7 +82,8 @@ std::int64_t entry_time_ms(std::string_view id) {
   return ms;
 }
 
-FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) {
+FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields,
+                              std::optional<std::int64_t> omitted_payload_size) {
   FleetRecord out;
   out.id = id;
   auto field = [&](std::string_view name) {
@@ -85,6 +91,7 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
     return v != nullptr ? *v : std::string();
   };
   out.payload = field("payload");
+  out.payload_omitted = omitted_payload_size.has_value();
   out.redrive_of = field("redrive_of");
   out.source_entry = field("entry");
   out.deliveries = to_u32(field("deliveries"));
@@ -92,10 +99,16 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
   store::QuarantineRecord& r = out.record;
   store::QuarantineEntry& e = r.entry;
   r.created_at = r.updated_at = entry_time_ms(id);
-  json j = json::parse(field("record"), nullptr, false);
+  const std::string* record_field = entry_field(fields, "record");
+  UntrustedJson parsed = parse_untrusted_json(record_field != nullptr ? *record_field : "", kMaxRecordBytes);
+  json j = std::move(parsed.value);
   if (j.is_discarded() || !j.is_object()) {
     j = json::object();
-    e.message = "the dead letter has no readable `record` field: only its key, kind, fingerprint and payload are known";
+    const std::string why = record_field == nullptr  ? "it has none"
+                            : !parsed.why_not.empty() ? parsed.why_not
+                                                      : "it is not a JSON object";
+    e.message = "the dead letter has no readable `record` field (" + why +
+                "): only its key, kind, fingerprint and payload are known";
   }
   e.key = text_of(j, "key", field("key"));
   e.source = text_of(j, "source", "worker");
@@ -106,8 +119,9 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields) 
   e.working_dir = text_of(j, "working_dir");
   e.policy_identity = text_of(j, "policy_identity");
   e.policy = text_of(j, "policy");
-  e.payload_sha256 = text_of(j, "payload_sha256", sha256_hex(out.payload));
-  e.payload_size = number_of(j, "payload_size", static_cast<std::int64_t>(out.payload.size()));
+  e.payload_sha256 = text_of(j, "payload_sha256", out.payload_omitted ? "" : sha256_hex(out.payload));
+  e.payload_size =
+      number_of(j, "payload_size", omitted_payload_size.value_or(static_cast<std::int64_t>(out.payload.size())));
   e.kind = text_of(j, "kind", field("kind"));
   e.fingerprint = text_of(j, "fingerprint", field("fingerprint"));
   e.crash_state = json_text_of(j, "crash_state", "[]");
@@ -156,6 +170,7 @@ void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_hold
 }
 
 Expected<std::string> checked_payload(const FleetRecord& r) {
+  if (r.payload_omitted) return Error{"the payload of record " + r.id + " was not read (a listing leaves it out)"};
   if (sha256_hex(r.payload) != r.record.entry.payload_sha256) {
     return Error{"the payload of record " + r.id + " does not match the sha256 its record names (" +
                  r.record.entry.payload_sha256 + ")"};

@@ -8,6 +8,7 @@
 // for field. The record's id is the dead letter's entry id, and its creation
 // time that id's time (when Redis added it). Pure: tested without Redis.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,6 +27,7 @@ struct FleetRecord {
   std::string id;                   // the dead letter's entry id in NAME:dlq
   store::QuarantineRecord record;   // record.id is 0: ids here are entry ids
   std::string payload;              // the exact bytes (field `payload`)
+  bool payload_omitted = false;     // "" above: not read (FleetQuarantine::each)
   // Set on the dead letter of a redrive that failed again: it is an attempt
   // of that record (its state holds the outcome), not a record of its own.
   std::string redrive_of;
@@ -38,6 +40,9 @@ struct FleetRecord {
   FleetState state;
   bool replaying = false;           // its redrive lock is held now
   std::string replaying_by;         // ... by this replay (the lock's value)
+  // Why its state or lock could not be read (a value pillbox did not write),
+  // "" when they could: the record lists as nobody acted on it, with this.
+  std::string unreadable_state;
 };
 
 // The value of field `name`, or nullptr.
@@ -46,7 +51,11 @@ const std::string* entry_field(const EntryFields& fields, std::string_view name)
 // Never fails: a dead letter with no `record` field, or one that is not
 // JSON, is still a record (of its `key`, `kind`, `fingerprint` and
 // `payload` fields), with a message that says what was missing.
-FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields);
+// `omitted_payload_size`: the entry's payload was left out (its size
+// given); the record's sha256 is then its record's claim only ("" when it
+// has none).
+FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields,
+                              std::optional<std::int64_t> omitted_payload_size = std::nullopt);
 
 // The record as operators left it: status (replaying while a replay holds
 // its lock: `lock_holder` is the lock's value, "" when there is none), the

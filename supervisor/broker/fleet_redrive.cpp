@@ -370,7 +370,7 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const Redriv
       ++not_open;
     }
     return true;
-  });
+  }, /*with_payloads=*/true);  // it puts them back on the stream
   if (!s) return Error{s.message(), s.code()};
   if (not_open > 0) {
     skipped.push_back(std::to_string(not_open) +

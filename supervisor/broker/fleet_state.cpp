@@ -2,10 +2,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "supervisor/broker/untrusted_json.h"
+
 namespace pillbox::broker {
 namespace {
 
 using nlohmann::json;
+
+// An audit trail of thousands of actions fits; a longer value was not
+// written by pillbox (anyone who can write to Redis can write this hash).
+constexpr std::size_t kMaxStateBytes = 4 << 20;
 
 json attempt_to_json(const FleetAttempt& a) {
   return {{"worker", a.worker},   {"ended_at", a.ended_at}, {"kind", a.kind},
@@ -52,8 +58,10 @@ std::string state_json(const FleetState& s) {
 Expected<FleetState> parse_state(std::string_view text) {
   FleetState s;
   if (text.empty()) return s;
-  const json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("status") || !j["status"].is_string()) {
+  UntrustedJson parsed = parse_untrusted_json(text, kMaxStateBytes);
+  if (!parsed.why_not.empty()) return Error{"not a record state written by pillbox (" + parsed.why_not + ")"};
+  const json& j = parsed.value;
+  if ( !j.is_object() || !j.contains("status") || !j["status"].is_string()) {
     return Error{"not a record state written by pillbox"};
   }
   const auto status = store::record_status_from_string(j["status"].get<std::string>());

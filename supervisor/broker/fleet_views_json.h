@@ -25,10 +25,12 @@ std::vector<store::AuditEntry> fleet_audit_trail(const FleetRecord& record);
 
 // full_record_json of the record (show --json without the payload's head,
 // export --bundle's record.json), with what only a dead letter has:
-// "stream" {name, group, entry, deliveries} and "reason".
+// "stream" {name, group, entry, deliveries} and "reason"; "state_error"
+// when its state or lock cannot be read (FleetRecord::unreadable_state).
 nlohmann::json fleet_full_record_json(const FleetQuarantine& fleet, const FleetRecord& record);
 
-// list --json's object of the record.
+// list --json's object of the record (the console's listing: with
+// "state_error" as above; the CLI's list prints the store's object).
 nlohmann::json fleet_list_json(const FleetQuarantine& fleet, const FleetRecord& record);
 
 // Where the records are: list --json's "store" (fleet_location).

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "supervisor/broker/redis_connection.h"
+#include "shared/sha256.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
@@ -72,8 +73,10 @@ struct Opened {
   std::string token_file;
 };
 
-// --redis URL --stream NAME: the token goes to --token-file, else to the
-// default store directory (made 0700 when missing; no store is opened).
+// --redis URL --stream NAME: the token goes to --token-file, else to
+// serve-redis-<12 hex digits of sha256 of URL and NAME>.token in the default
+// store directory (made 0700 when missing; no store is opened): each fleet's
+// console its own file, never the store's serve.token.
 std::optional<Opened> open_fleet(const Args& args, int& exit_code, std::string& message) {
   auto fail = [&](const std::string& m, int code) {
     message = m;
@@ -93,7 +96,7 @@ std::optional<Opened> open_fleet(const Args& args, int& exit_code, std::string& 
     auto dir = store::resolve_store_dir("");
     if (!dir) return fail(dir.error() + " (or give --token-file FILE)", kExitUsage);
     if (auto s = store::prepare_store_dir(*dir); !s) return fail(s.message(), kExitSetup);
-    opened.token_file = serve::token_path(*dir);
+    opened.token_file = *dir + "/serve-redis-" + sha256_hex(address->describe() + " " + *stream).substr(0, 12) + ".token";
   }
   auto source = serve::FleetSource::open(*address, *stream);
   if (!source) return fail(source.error(), exit_code_for(source.error_code()));

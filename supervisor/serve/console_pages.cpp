@@ -25,6 +25,13 @@ std::string esc(const json& v) { return html_escape(text(v)); }
 std::string field(const json& object, const char* name) {
   return object.is_object() && object.contains(name) ? esc(object[name]) : "-";
 }
+// A fleet's record whose state or lock cannot be read (fleet_views_json.h's
+// state_error): in a list, a short mark with the reason as its title.
+std::string state_error_note(const json& r, bool short_form) {
+  if (!r.contains("state_error")) return "";
+  if (!short_form) return "<span class=\"error\">" + field(r, "state_error") + "</span>";
+  return " <span class=\"error\" title=\"" + field(r, "state_error") + "\">state unreadable</span>";
+}
 
 // `where`: the quarantine shown (ConsoleSource::location), in the header.
 std::string layout(const std::string& title, const std::string& active, const std::string& body,
@@ -141,7 +148,8 @@ Page list_page(ConsoleSource& source, const Query& given) {
           "<th>fingerprint</th><th>handler</th><th>key</th><th>bytes</th></tr></thead><tbody>\n";
   for (const auto& r : records) {
     body += "<tr><td>" + record_link(r["id"]) + "</td><td>" + field(r, "created_at") + "</td><td><span class=\"status " +
-            field(r, "status") + "\">" + field(r, "status") + "</span></td><td>" + field(r, "kind") + "</td><td>" +
+            field(r, "status") + "\">" + field(r, "status") + "</span>" + state_error_note(r, true) + "</td><td>" +
+            field(r, "kind") + "</td><td>" +
             fingerprint_link(r["fingerprint"]) + "</td><td>" + field(r, "handler") + "</td><td class=\"key\">" +
             field(r, "key") + "</td><td class=\"num\">" + field(r, "payload_size") + "</td></tr>\n";
   }
@@ -210,6 +218,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   row("kind", kind);
   row("fingerprint", fingerprint_link(r["fingerprint"]));
   row("message", "<span class=\"message\">" + field(r, "message") + "</span>");
+  if (r.contains("state_error")) row("state", state_error_note(r, false));
   row("handler", field(r, "handler") + " " + field(r, "handler_args"));
   if (r.contains("exec_argv") && r["exec_argv"].is_array() && !r["exec_argv"].empty()) {
     row("command", "<code>" + esc(r["exec_argv"]) + "</code>");

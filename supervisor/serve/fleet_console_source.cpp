@@ -1,7 +1,9 @@
 #include "supervisor/serve/fleet_console_source.h"
 
+#include <algorithm>
 #include <set>
 
+#include "shared/failure_kind.h"
 #include "supervisor/broker/fleet_discard.h"
 #include "supervisor/broker/fleet_views_json.h"
 #include "supervisor/metrics/metrics_text.h"
@@ -11,10 +13,12 @@
 namespace pillbox::serve {
 namespace {
 
-// A scrape is answered from the last count when it is younger than this:
+// A scrape is answered from the last count while it is younger than this,
+// or than kScanTimes its scan's duration (timed from the scan's end):
 // counting reads every dead letter, and anyone who reaches /metrics may ask
 // as often as they like.
 constexpr std::chrono::seconds kMetricsFresh{1};
+constexpr int kScanTimes = 4;
 
 // The store's filters (records_filter), less `source`: every record of the
 // fleet comes from a worker. Nothing, with the 400 in `error`, when bad.
@@ -64,11 +68,20 @@ ApiReply FleetSource::unreachable(const std::string& detail) const {
 }
 
 broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
-  if (fleet_ && !fleet_->redis().broken()) return &*fleet_;
+  // A connection Redis dropped since the last request (a restart) is found
+  // by a PING, not by this request failing: it goes on a fresh one.
+  if (fleet_ && !fleet_->redis().broken() && fleet_->redis().command({"PING"})) return &*fleet_;
   fleet_.reset();
-  auto opened = broker::FleetQuarantine::open(address_, stream_);
+  auto redis = broker::RedisConnection::open(address_);
+  if (!redis) {
+    error = unreachable(redis.error());
+    return nullptr;
+  }
+  auto opened = broker::FleetQuarantine::open(std::move(*redis), stream_);
   if (!opened) {
-    error = unreachable(opened.error());
+    // Redis answered: a key of another type is said as it is (500), not as
+    // Redis being out of reach.
+    error = error_reply(500, opened.error());
     return nullptr;
   }
   fleet_.emplace(std::move(*opened));
@@ -104,15 +117,22 @@ ApiReply FleetSource::list_records(const Query& query) {
   auto filter = fleet_filter(query, true, error);
   broker::FleetQuarantine* q = filter ? fleet(error) : nullptr;
   if (q == nullptr) return error;
+  // One pass counts and collects (a second scan to count doubled the time
+  // under the server's lock); the listing reads no payload (each()).
+  store::ListFilter all = *filter;
+  all.limit = -1;
+  all.offset = 0;
   nlohmann::json records = nlohmann::json::array();
-  const Status each = q->each(*filter, [&](const broker::FleetRecord& r) {
-    records.push_back(broker::fleet_list_json(*q, r));
+  std::int64_t total = 0;
+  const Status each = q->each(all, [&](const broker::FleetRecord& r) {
+    if (total >= filter->offset && (filter->limit < 0 || total < filter->offset + filter->limit)) {
+      records.push_back(broker::fleet_list_json(*q, r));
+    }
+    ++total;
     return true;
   });
   if (!each) return failure(each.message(), each.code());
-  auto total = q->count(*filter);
-  if (!total) return failure(total.error(), total.error_code());
-  return {200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
+  return {200, {{"records", std::move(records)}, {"total", total}, {"offset", filter->offset}}};
 }
 
 ApiReply FleetSource::show_record(const std::string& id) {
@@ -167,22 +187,14 @@ ApiReply FleetSource::patch(const std::string& id, const std::string&, const std
   return error_reply(400, broker::store_only_verb("patch"));
 }
 
-PayloadReply FleetSource::payload(const std::string& id) {
-  ApiReply error;
-  auto r = find(id, error);
-  if (!r) return {error, {}, {}};
-  auto bytes = broker::checked_payload(*r);
-  if (!bytes) return {error_reply(500, bytes.error()), {}, {}};
-  return {{}, std::move(*bytes), "record-" + r->id + ".payload"};  // digits and a dash: never a path
-}
-
 PendingDownload FleetSource::find_download(const std::string& id, bool bundle) {
   PendingDownload p;
   auto r = find(id, p.error);
   if (!r) return p;
   auto bytes = broker::checked_payload(*r);
+  // Not the bytes its record names: a conflict to say, not a server error.
   if (!bytes) {
-    p.error = error_reply(500, bytes.error());
+    p.error = error_reply(409, bytes.error());
     return p;
   }
   p.id = r->id;  // digits and a dash: never a path
@@ -201,20 +213,29 @@ PayloadReply FleetSource::preview(const std::string& id, std::size_t max_bytes) 
   ApiReply error;
   auto r = find(id, error);
   if (!r) return {error, {}, {}};
+  // Bytes that are not the ones its record names are not shown as its
+  // payload: the page says so (as the download answers 409).
+  if (auto checked = broker::checked_payload(*r); !checked) return {error_reply(409, checked.error()), {}, {}};
   return {{}, r->payload.substr(0, max_bytes), ""};
 }
 
 std::string FleetSource::metrics() {
   std::lock_guard<std::mutex> hold(metrics_lock_);
-  const auto now = std::chrono::steady_clock::now();
-  if (!metrics_text_.empty() && now - metrics_at_ < kMetricsFresh) return metrics_text_;
+  const auto start = std::chrono::steady_clock::now();
+  if (!metrics_text_.empty() && start - metrics_at_ < std::max<std::chrono::steady_clock::duration>(
+                                                          kMetricsFresh, kScanTimes * metrics_scan_)) {
+    return metrics_text_;
+  }
   // A connection of its own: the pages' one is the server's lock's.
   metrics::RecordCounts records;
   std::set<std::string> fingerprints;
   bool up = false;
   if (auto q = broker::FleetQuarantine::open(address_, stream_)) {
     up = q->each({}, [&](const broker::FleetRecord& r) {
-           ++records[{std::string(store::to_string(r.record.status)), r.record.entry.kind}];
+           // Anyone who can write to Redis writes kinds: an unknown one is
+           // "other", never a new label series per forged value.
+           const std::string& kind = r.record.entry.kind;
+           ++records[{std::string(store::to_string(r.record.status)), kind_from_string(kind) ? kind : "other"}];
            fingerprints.insert(r.record.entry.fingerprint);
            return true;
          }).is_ok();
@@ -225,7 +246,8 @@ std::string FleetSource::metrics() {
   text.sample("pillbox_fleet_up", {}, up ? 1 : 0);
   if (up) metrics::write_quarantine_families(text, records, static_cast<std::int64_t>(fingerprints.size()));
   metrics_text_ = text.text();
-  metrics_at_ = now;
+  metrics_at_ = std::chrono::steady_clock::now();
+  metrics_scan_ = metrics_at_ - start;
   return metrics_text_;
 }
 

@@ -18,7 +18,8 @@
 //            is back.
 // /metrics: pillbox_fleet_up, and pillbox_quarantine_records{status,kind}
 // and pillbox_quarantine_fingerprints (store_metrics.h's families) counted
-// from the dead letters, on a connection of its own, at most once a second.
+// from the dead letters, on a connection of its own, at most once a second
+// (less often when counting takes longer: kScanTimes its duration).
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -50,8 +51,6 @@ class FleetSource : public ConsoleSource {
   bool patches() const override { return false; }
   PendingDownload find_download(const std::string& id, bool bundle) override;
   Expected<std::string> checked_id(const std::string& text) const override { return broker::parse_fleet_id(text); }
-  // The payload's exact bytes, checked against their hash.
-  PayloadReply payload(const std::string& id);
   PayloadReply preview(const std::string& id, std::size_t max_bytes) override;
   std::string metrics() override;
 
@@ -76,7 +75,8 @@ class FleetSource : public ConsoleSource {
 
   std::mutex metrics_lock_;  // what follows: metrics() runs beside the server's lock
   std::string metrics_text_;
-  std::chrono::steady_clock::time_point metrics_at_{};
+  std::chrono::steady_clock::time_point metrics_at_{};  // when the last count ended
+  std::chrono::steady_clock::duration metrics_scan_{};   // how long it took
 };
 
 }  // namespace pillbox::serve

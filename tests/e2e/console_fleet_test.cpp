@@ -45,7 +45,16 @@ struct Fleet {
     REQUIRE(worker.exit_code == 0);
   }
   std::map<std::string, std::string> env() const { return {{"PILLBOX_STORE", home.path() + "/state/pillbox"}}; }
-  std::string token_file() const { return home.path() + "/state/pillbox/serve.token"; }
+  // Where serve said its token is (the default: serve-redis-HASH.token in
+  // the default store directory).
+  std::string token_file() const { return token_file_of(*serve); }
+  static std::string token_file_of(const Serve& serve) {
+    const std::string err = serve.err();
+    const std::string before = "actions need the token in ";
+    const auto at = err.find(before);
+    REQUIRE(at != std::string::npos);
+    return err.substr(at + before.size(), err.find("; Ctrl-C", at) - at - before.size());
+  }
   std::string token() const {
     std::string t = e2e::read_file(token_file());
     while (!t.empty() && t.back() == '\n') t.pop_back();
@@ -67,13 +76,22 @@ struct Fleet {
   }
   // The dead letters, then `pillbox serve --redis` over them on a free
   // port, and a client of it.
-  httplib::Client& start() {
-    dead_letter();
+  httplib::Client& start(bool with_worker = true) {
+    if (with_worker) dead_letter();
     serve = std::make_unique<Serve>(
         std::vector<std::string>{"--redis", server.url(), "--stream", "jobs", "--listen", "127.0.0.1:0"}, env());
     REQUIRE_MESSAGE(serve->url().rfind("http://127.0.0.1:", 0) == 0, serve->err());
     http = std::make_unique<httplib::Client>("127.0.0.1", serve->port());
     return *http;
+  }
+  // A dead letter as anyone who can write to Redis may write it; its id.
+  std::string forge(const std::vector<std::string>& fields) {
+    auto redis = e2e::connect(server);
+    std::vector<std::string_view> command = {"XADD", "jobs:dlq", "*"};
+    command.insert(command.end(), fields.begin(), fields.end());
+    auto id = redis.command(command);
+    REQUIRE(id.has_value());
+    return pillbox::broker::reply_text(id->get());
   }
   std::unique_ptr<Serve> serve;
   std::unique_ptr<httplib::Client> http;
@@ -151,7 +169,7 @@ TEST_CASE("serve --redis: the API answers what quarantine list/show/stats --json
   REQUIRE(::stat((f.home.path() + "/state/pillbox").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   CHECK(f.token().size() == 64);
-  CHECK(f.serve->err().find(f.token_file()) != std::string::npos);
+  CHECK(f.token_file().rfind(f.home.path() + "/state/pillbox/serve-redis-", 0) == 0);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
@@ -364,6 +382,242 @@ TEST_CASE("serve --redis: a reproduce job runs `pillbox reproduce ID --redis URL
   const json shown = f.cli({"show", id})[0];
   CHECK(shown["reproduce"]["verdict"] == "reliable");
   CHECK(shown["audit"].back()["actor"].get<std::string>().rfind("web: 127.0.0.1 via pillbox reproduce", 0) == 0);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis, quarantine list --redis: a dead letter nested 200000 deep lists as unreadable, no crash") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string deep = "{\"crash_state\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  const std::string id = f.forge({"key", "deep", "kind", "crash", "fingerprint", "pb1-00", "payload", "P", "record", deep});
+  const json listed = f.cli({"list"});
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0]["id"] == id);
+  CHECK(listed[0]["key"] == "deep");
+  httplib::Client& http = f.start(false);
+  const auto records = http.Get("/api/records");
+  REQUIRE(records);
+  CHECK(records->status == 200);
+  CHECK(body_of(records)["records"] == listed);
+  const json shown = body_of(http.Get("/api/records/" + id));
+  CHECK(shown["message"].get<std::string>().find("no readable `record` field (it nests deeper than 64 levels)") !=
+        std::string::npos);
+  CHECK(http.Get("/records/" + id)->status == 200);
+  CHECK(sample(http.Get("/metrics")->body, "pillbox_fleet_up") == 1);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: a state that is not pillbox's or a lock key of another type marks that record only") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string bad_state = f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  const std::string bad_lock = f.forge({"key", "b", "kind", "crash", "fingerprint", "pb1-01", "payload", "B"});
+  const std::string fine = f.forge({"key", "c", "kind", "crash", "fingerprint", "pb1-02", "payload", "C"});
+  {
+    auto redis = e2e::connect(f.server);
+    REQUIRE(redis.command({"HSET", "jobs:dlq:state", bad_state, "not json"}).has_value());
+    REQUIRE(redis.command({"HSET", "jobs:dlq:lock:" + bad_lock, "x", "y"}).has_value());
+  }
+  httplib::Client& http = f.start(false);
+  const auto records = http.Get("/api/records");
+  REQUIRE(records);
+  REQUIRE(records->status == 200);
+  const json listed = body_of(records)["records"];
+  REQUIRE(listed.size() == 3);
+  std::map<std::string, json> by_id;
+  for (const auto& r : listed) by_id[r["id"]] = r;
+  CHECK(by_id[bad_state]["state_error"].get<std::string>().find("field " + bad_state + " of jobs:dlq:state") !=
+        std::string::npos);
+  CHECK(by_id[bad_lock]["state_error"].get<std::string>().find("jobs:dlq:lock:" + bad_lock) != std::string::npos);
+  CHECK(by_id[bad_lock]["state_error"].get<std::string>().find("holds a hash") != std::string::npos);
+  CHECK_FALSE(by_id[fine].contains("state_error"));
+  json without_notes = listed;  // list --json prints the store's list object: the note is the console's and show's
+  for (auto& r : without_notes) r.erase("state_error");
+  CHECK(without_notes == f.cli({"list"}));
+  CHECK(f.cli({"show", bad_state})[0]["state_error"] == by_id[bad_state]["state_error"]);
+  CHECK(http.Get("/api/stats")->status == 200);
+  const auto shown = http.Get("/api/records/" + bad_state);
+  REQUIRE(shown);
+  CHECK(shown->status == 200);
+  CHECK(body_of(shown)["state_error"] == by_id[bad_state]["state_error"]);
+  const auto page = http.Get("/");
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->body.find("state unreadable") != std::string::npos);
+  const auto record_page = http.Get("/records/" + bad_lock);
+  REQUIRE(record_page);
+  CHECK(record_page->status == 200);
+  CHECK(record_page->body.find("holds a hash") != std::string::npos);
+  const std::string metrics = http.Get("/metrics")->body;
+  CHECK(sample(metrics, "pillbox_fleet_up") == 1);
+  CHECK(sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"}") == 3);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: each fleet's console has its own default token file; a second on one file is refused") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  httplib::Client& http = f.start(false);
+  const std::string file = f.token_file();
+  CHECK(file.find("/serve.token") == std::string::npos);  // plain `pillbox serve`'s file stays its own
+  CHECK(file.size() == (f.home.path() + "/state/pillbox/serve-redis-").size() + 12 + 6);
+  const std::string token = f.token();
+  REQUIRE(token.size() == 64);
+
+  // Another stream of the same Redis: a file of its own, both run.
+  Serve other({"--redis", f.server.url(), "--stream", "other", "--listen", "127.0.0.1:0"}, f.env());
+  REQUIRE_MESSAGE(other.url().rfind("http://127.0.0.1:", 0) == 0, other.err());
+  CHECK(Fleet::token_file_of(other) != file);
+  CHECK(other.stop(SIGTERM) == 0);
+
+  // The same stream again: refused, and the first's token still acts.
+  const auto second = run_pillbox({"serve", "--redis", f.server.url(), "--stream", "jobs", "--listen", "127.0.0.1:0"},
+                                  "", f.env());
+  CHECK(second.exit_code == 3);
+  CHECK(second.err.find(") is serving with the token file " + file + "; stop it or use its token") != std::string::npos);
+  CHECK(f.token() == token);
+  const std::string id = f.cli({"list"})[0]["id"];
+  const auto discarded = http.Post("/api/records/" + id + "/discard", {{"Authorization", "Bearer " + token}},
+                                   R"({"reason":"checked"})", "application/json");
+  REQUIRE(discarded);
+  CHECK(discarded->status == 200);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+// The most resident memory the process had (VmHWM), in KiB.
+long long peak_rss_kb(pid_t pid) {
+  const std::string status = e2e::read_file("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("VmHWM:");
+  REQUIRE(at != std::string::npos);
+  return std::stoll(status.substr(at + 6));
+}
+
+TEST_CASE("serve --redis: listing dead letters of megabytes reads none of their payloads; show and download do") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string big(4 << 20, 'x');
+  std::string id;
+  for (int i = 0; i < 16; ++i) {
+    id = f.forge({"key", "big-" + std::to_string(i), "kind", "crash", "fingerprint", "pb1-01", "payload", big});
+  }
+  httplib::Client& http = f.start(false);
+  const long long before = peak_rss_kb(f.serve->pid());
+  const auto one = http.Get("/api/records?limit=1");
+  REQUIRE(one);
+  CHECK(one->status == 200);
+  const json listed = body_of(one);
+  CHECK(listed["total"] == 16);
+  CHECK(listed["records"][0]["payload_size"] == big.size());
+  CHECK(http.Get("/api/stats")->status == 200);
+  CHECK(http.Get("/")->status == 200);
+  CHECK(http.Get("/metrics")->body.find("pillbox_fleet_up 1") != std::string::npos);
+  // 16 payloads of 4 MiB are 64 MiB: none of them was read (before: a page of 256 entries, every payload).
+  INFO("peak RSS before " << before << " KiB, after " << peak_rss_kb(f.serve->pid()) << " KiB");
+  CHECK(peak_rss_kb(f.serve->pid()) - before < 16 * 1024);
+  const auto payload = http.Get("/api/records/" + id + "/payload");
+  REQUIRE(payload);
+  CHECK(payload->status == 200);
+  CHECK(payload->body == big);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+// How many times Redis ran `command` since its stats were reset (INFO commandstats).
+long long calls_of(const e2e::RedisServer& server, const std::string& command) {
+  auto redis = e2e::connect(server);
+  auto info = redis.command({"INFO", "commandstats"});
+  REQUIRE(info.has_value());
+  const std::string text = pillbox::broker::reply_text(info->get());
+  const auto at = text.find("cmdstat_" + command + ":calls=");
+  return at == std::string::npos ? 0 : std::stoll(text.substr(at + command.size() + 15));
+}
+
+TEST_CASE("serve --redis: a listing reads the dead letters once (no second scan to count); /metrics is cached") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  for (const char* key : {"a", "b", "c"}) f.forge({"key", key, "kind", "crash", "fingerprint", "pb1-01", "payload", key});
+  httplib::Client& http = f.start(false);
+  REQUIRE(e2e::connect(f.server).command({"CONFIG", "RESETSTAT"}).has_value());
+  const json listed = body_of(http.Get("/api/records?limit=1&offset=1"));
+  CHECK(listed["total"] == 3);
+  CHECK(listed["records"].size() == 1);
+  CHECK(listed["records"][0]["key"] == "b");
+  CHECK(calls_of(f.server, "eval") == 2);  // one page of entries, their states and locks
+  REQUIRE(e2e::connect(f.server).command({"CONFIG", "RESETSTAT"}).has_value());
+  CHECK(http.Get("/metrics")->status == 200);
+  CHECK(http.Get("/metrics")->status == 200);  // within a second: the last count
+  CHECK(calls_of(f.server, "eval") == 2);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: an unknown kind counts as kind=\"other\"; a payload not matching its sha256 is a 409") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  f.forge({"key", "a", "kind", "made-up-kind", "fingerprint", "pb1-01", "payload", "A"});
+  const std::string forged = f.forge({"key", "b", "kind", "crash", "fingerprint", "pb1-02", "payload", "B", "record",
+                                      R"({"key":"b","kind":"crash","payload_sha256":"00"})"});
+  httplib::Client& http = f.start(false);
+  const std::string metrics = http.Get("/metrics")->body;
+  INFO(metrics);
+  CHECK(sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"other\"}") == 1);
+  CHECK(metrics.find("made-up-kind") == std::string::npos);
+  e2e::check_with_promtool(metrics);
+  const auto payload = http.Get("/api/records/" + forged + "/payload");
+  REQUIRE(payload);
+  CHECK(payload->status == 409);
+  CHECK(body_of(payload)["error"].get<std::string>().find("does not match the sha256") != std::string::npos);
+  const auto page = http.Get("/records/" + forged);
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->body.find("does not match the sha256 its record names") != std::string::npos);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: a dead letter whose redrive_of names no record lists as a record, flagged") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  const std::string real = f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A", "redrive_of", real});
+  const std::string orphan =
+      f.forge({"key", "b", "kind", "crash", "fingerprint", "pb1-02", "payload", "B", "redrive_of", "1-0"});
+  httplib::Client& http = f.start(false);
+  const json listed = body_of(http.Get("/api/records"));
+  REQUIRE(listed["records"].size() == 2);  // the real redrive's dead letter is an attempt of `real`
+  CHECK(listed["records"][0]["id"] == orphan);
+  CHECK(listed["records"][0]["message"].get<std::string>().find("its redrive_of names 1-0, which is no dead letter") !=
+        std::string::npos);
+  CHECK(listed["records"][1]["id"] == real);
+  CHECK(listed["records"] == f.cli({"list"}));
+  CHECK(http.Get("/api/records/" + orphan)->status == 200);
+  CHECK(sample(http.Get("/metrics")->body, "pillbox_quarantine_fingerprints") == 2);
+  CHECK(f.serve->stop(SIGTERM) == 0);
+}
+
+TEST_CASE("serve --redis: the first request after Redis restarted answers 200; a key of another type then is a 500") {
+  Fleet f;
+  REQUIRE_REDIS(f.server);
+  f.forge({"key", "a", "kind", "crash", "fingerprint", "pb1-01", "payload", "A"});
+  httplib::Client& http = f.start(false);
+  REQUIRE(http.Get("/api/records")->status == 200);
+  f.server.stop();
+  f.server.start();
+  const auto first = http.Get("/api/records");
+  REQUIRE(first);
+  CHECK(first->status == 200);
+  CHECK(body_of(first)["total"] == 1);
+
+  f.server.stop();
+  f.server.start();
+  {
+    auto redis = e2e::connect(f.server);
+    REQUIRE(redis.command({"DEL", "jobs:dlq"}).has_value());
+    REQUIRE(redis.command({"SET", "jobs:dlq", "not a stream"}).has_value());
+  }
+  const auto wrong = http.Get("/api/records");
+  REQUIRE(wrong);
+  CHECK(wrong->status == 500);
+  CHECK(body_of(wrong)["error"].get<std::string>().find("holds a string, not a dead-letter stream") !=
+        std::string::npos);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 

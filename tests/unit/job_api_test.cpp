@@ -93,6 +93,12 @@ TEST_CASE("job bodies: replay takes ids or a fingerprint/kind filter, and its br
   REQUIRE(entries);
   CHECK(entries->args == Args{"quarantine", "replay", "1712345678901-0", "--json", "--quiet"});
   CHECK(!replay_request(R"({"ids": [7]})", "a", fleet_ids));
+  // One record, one id text: leading zeros are not another record; past 64 bits is none.
+  auto padded = broker::parse_fleet_id("01712345678901-00");
+  REQUIRE(padded);
+  CHECK(*padded == "1712345678901-0");
+  CHECK(!broker::parse_fleet_id("99999999999999999999-0"));
+  CHECK(!broker::parse_fleet_id("1-"));
 }
 
 TEST_CASE("job routes: a bad record id is 404 and a bad body 400, before the board is asked") {

@@ -1,0 +1,32 @@
+#pragma once
+// JSON written by another process (a worker's dead letter, an entry's
+// delivery history, a record's state in NAME:dlq:state), read with bounds:
+// anyone who can write to Redis can write these. nlohmann's parser is
+// iterative, but dump() and comparisons recurse once per level of nesting,
+// so a value nested 200,000 deep overflows the stack of whoever prints it
+// (serve --redis, quarantine list --redis). Too deep or too long is treated
+// as unreadable, never parsed.
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace pillbox::broker {
+
+// Deeper than any value pillbox writes (a record's deepest is its origin or
+// handler_args: a few levels).
+constexpr std::size_t kMaxJsonDepth = 64;
+
+// The deepest nesting of [ and { outside strings; counting stops at `stop_at`.
+std::size_t json_nesting(std::string_view text, std::size_t stop_at);
+
+struct UntrustedJson {
+  nlohmann::json value;  // discarded (value.is_discarded()) when not read
+  std::string why_not;   // "" when read; else why, to put in a message
+};
+
+// `text` parsed when it is at most `max_bytes` long, nests at most
+// kMaxJsonDepth levels and is JSON.
+UntrustedJson parse_untrusted_json(std::string_view text, std::size_t max_bytes);
+
+}  // namespace pillbox::broker
