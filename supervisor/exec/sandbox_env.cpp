@@ -9,8 +9,11 @@ namespace pillbox {
 boost::process::environment sandbox_environment(LaunchMode mode) {
   boost::process::environment env;
   env.clear();  // a default-constructed one is empty, but say so
+  // set(), not operator[]: Boost 1.74's find() behind [] compares the key
+  // with each entry past the end of a shorter one (ASan showed it in
+  // supervisor/serve/console_jobs.cpp).
   auto pass = [&env](const char* name) {
-    if (const char* v = std::getenv(name); v != nullptr) env[name] = v;
+    if (const char* v = std::getenv(name); v != nullptr) env.set(name, v);
   };
   pass("PILLBOX_PDF_TEXT_LIB");  // an install path (sandbox/handlers/pdf_text_loader.cpp)
 #ifdef PILLBOX_SANITIZED
@@ -20,7 +23,7 @@ boost::process::environment sandbox_environment(LaunchMode mode) {
 #endif
   // With lazy binding each child would look up symbols again and copy-on-write
   // the GOT pages, on every task; a spawned child runs one task only.
-  if (mode == LaunchMode::kZygote) env["LD_BIND_NOW"] = "1";
+  if (mode == LaunchMode::kZygote) env.set("LD_BIND_NOW", "1");
   return env;
 }
 
