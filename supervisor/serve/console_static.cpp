@@ -35,45 +35,57 @@ pre { background: #fff; border: 1px solid #e3e6eb; padding: 8px; overflow: auto;
 )css";
 
 const std::string_view kConsoleJs = R"js('use strict';
-// pillbox console: the discard and patch forms of a record page. The token is asked
-// for once per tab and kept in sessionStorage; answers are shown as text.
+// pillbox console: the forms of a page post their action as JSON with the
+// access token, asked for once per tab and kept in sessionStorage; answers
+// are shown as text, never as markup.
+
+// Posts `body` to `url` with the token typed in `tokenInput` (and keeps it
+// for the tab); `taken(answer)` when the console took it, else "STATUS:
+// error" in `result`.
+function pillboxAction(url, tokenInput, body, result, taken) {
+  const token = tokenInput ? tokenInput.value.trim() : '';
+  window.sessionStorage.setItem('pillbox-token', token);
+  return fetch(url, {
+    method: 'POST',
+    headers: { 'Authorization': 'Bearer ' + token, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  }).then(function (response) {
+    return response.json().catch(function () { return {}; }).then(function (answer) {
+      if (response.ok) {
+        taken(answer);
+      } else {
+        result.textContent = response.status + ': ' + (answer.error || response.statusText);
+      }
+    });
+  }).catch(function (error) { result.textContent = String(error); });
+}
+// Every token field of the page starts with the tab's token.
+(function () {
+  const saved = window.sessionStorage.getItem('pillbox-token');
+  if (!saved) return;
+  document.querySelectorAll('#token, #patch-token, .job-token').forEach(function (input) { input.value = saved; });
+})();
+// The discard form: a reason.
 (function () {
   const form = document.getElementById('discard-form');
   if (!form) return;
-  const token = document.getElementById('token');
   const result = document.getElementById('discard-result');
-  const saved = window.sessionStorage.getItem('pillbox-token');
-  if (saved) token.value = saved;
   form.addEventListener('submit', function (event) {
     event.preventDefault();
-    const value = token.value.trim();
-    window.sessionStorage.setItem('pillbox-token', value);
     result.textContent = 'discarding…';
-    fetch(form.dataset.action, {
-      method: 'POST',
-      headers: { 'Authorization': 'Bearer ' + value, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ reason: form.elements.reason.value }),
-    }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (body) {
-        if (response.ok) {
-          result.textContent = 'discarded';
-          window.location.reload();
-        } else {
-          result.textContent = response.status + ': ' + (body.error || response.statusText);
-        }
-      });
-    }).catch(function (error) { result.textContent = String(error); });
+    pillboxAction(form.dataset.action, document.getElementById('token'), { reason: form.elements.reason.value }, result,
+                  function () {
+                    result.textContent = 'discarded';
+                    window.location.reload();
+                  });
   });
 })();
 // The patch form: a note, and a new payload (a file, sent as base64) or
-// handler arguments (K=V lines); the answer is shown as text.
+// handler arguments (K=V lines).
 (function () {
   const form = document.getElementById('patch-form');
   if (!form) return;
-  const token = document.getElementById('patch-token');
   const result = document.getElementById('patch-result');
-  const saved = window.sessionStorage.getItem('pillbox-token');
-  if (saved) token.value = saved;
   // The file's bytes as base64 (the data URL's part after the comma).
   function readBase64(file) {
     return new Promise(function (resolve, reject) {
@@ -85,8 +97,6 @@ const std::string_view kConsoleJs = R"js('use strict';
   }
   form.addEventListener('submit', function (event) {
     event.preventDefault();
-    const value = token.value.trim();
-    window.sessionStorage.setItem('pillbox-token', value);
     const body = { note: form.elements.note.value };
     const file = form.elements.payload.files[0];
     const lines = form.elements.set_args ? form.elements.set_args.value.split('\n') : [];
@@ -103,18 +113,8 @@ const std::string_view kConsoleJs = R"js('use strict';
     result.textContent = 'patching…';
     (file ? readBase64(file) : Promise.resolve(null)).then(function (b64) {
       if (b64 !== null) body.payload_b64 = b64;
-      return fetch(form.dataset.action, {
-        method: 'POST',
-        headers: { 'Authorization': 'Bearer ' + value, 'Content-Type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-    }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (answer) {
-        if (response.ok) {
-          result.textContent = 'revision ' + answer.n + ' stored: ' + answer.summary;
-        } else {
-          result.textContent = response.status + ': ' + (answer.error || response.statusText);
-        }
+      return pillboxAction(form.dataset.action, document.getElementById('patch-token'), body, result, function (answer) {
+        result.textContent = 'revision ' + answer.n + ' stored: ' + answer.summary;
       });
     }).catch(function (error) { result.textContent = String(error); });
   });

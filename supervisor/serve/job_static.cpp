@@ -11,19 +11,14 @@ const std::string_view kJobsCss = R"css(
 
 const std::string_view kJobsJs = R"js(
 // The job forms (job_pages.cpp): reproduce, minimize, replay and stop post
-// their fields as JSON with the token (asked for once per tab, kept in
-// sessionStorage), then go to the job's page. The job page refreshes from
+// their fields through pillboxAction (console_static.cpp, before this
+// script), then go to the job's page. The job page refreshes from
 // /api/jobs/N every second while the job runs; everything shown as text.
 (function () {
-  const saved = window.sessionStorage.getItem('pillbox-token');
-  document.querySelectorAll('.job-token').forEach(function (input) { if (saved) input.value = saved; });
   document.querySelectorAll('form.job-form').forEach(function (form) {
     const result = form.querySelector('.job-result');
     form.addEventListener('submit', function (event) {
       event.preventDefault();
-      const tokenInput = form.querySelector('.job-token') || document.querySelector('.job-token');
-      const token = tokenInput ? tokenInput.value.trim() : '';
-      window.sessionStorage.setItem('pillbox-token', token);
       const body = {};
       if (form.dataset.ids) body.ids = [form.dataset.ids];  // as text: a fleet's ids are entry ids
       if (form.hasAttribute('data-filter')) body.filter = {};
@@ -34,19 +29,14 @@ const std::string_view kJobsJs = R"js(
         else body[input.name] = value;
       }
       result.textContent = 'starting…';
-      fetch(form.dataset.action, {
-        method: 'POST',
-        headers: { 'Authorization': 'Bearer ' + token, 'Content-Type': 'application/json' },
-        body: JSON.stringify(body),
-      }).then(function (response) {
-        return response.json().catch(function () { return {}; }).then(function (answer) {
-          if (response.ok && answer.job) {
-            window.location.assign('/jobs/' + encodeURIComponent(answer.job.id));
-          } else {
-            result.textContent = response.status + ': ' + (answer.error || response.statusText);
-          }
-        });
-      }).catch(function (error) { result.textContent = String(error); });
+      const tokenInput = form.querySelector('.job-token') || document.querySelector('.job-token');
+      pillboxAction(form.dataset.action, tokenInput, body, result, function (answer) {
+        if (answer.job) {
+          window.location.assign('/jobs/' + encodeURIComponent(answer.job.id));
+        } else {
+          result.textContent = 'the console answered without a job';
+        }
+      });
     });
   });
 })();
