@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages pillbox needs to build and test, only those
-# that are missing. Safe to run repeatedly; does nothing when all are present.
+# Installs the Debian 12 packages pillbox needs, only those that are missing.
+#   tools/setup.sh           what the product needs to build and run (the demo)
+#   tools/setup.sh --tests   that, and what the test suite needs besides
+# Safe to run repeatedly; does nothing when all are present.
 set -euo pipefail
 
-packages=(
+# Building and running pillbox (tools/demo.sh needs nothing else).
+product=(
   build-essential cmake ninja-build pkg-config
   libboost-dev libboost-filesystem-dev          # Boost.Process (header-only, needs filesystem)
   libseccomp-dev                                # seccomp-bpf allowlists
   libzmq3-dev cppzmq-dev                        # ZeroMQ wire
   libmsgpack-cxx-dev                            # msgpack frames
-  libspdlog-dev doctest-dev nlohmann-json3-dev  # logging, tests, JSON lines
+  libspdlog-dev nlohmann-json3-dev              # logging, JSON lines
   libcli11-dev                                  # the command line's grammar (CLI11, header-only)
   libsqlite3-dev                                # embedded store
-  libhiredis-dev redis-server                   # Redis Streams broker (client; a real server for tests)
-  libcpp-httplib-dev libssl-dev prometheus     # HTTP for serve and --metrics; serve's token (RAND_bytes); promtool
+  libhiredis-dev                                # Redis Streams broker (client)
+  libcpp-httplib-dev libssl-dev                 # HTTP for serve and --metrics; serve's token (RAND_bytes)
   libarchive-dev                                # serve: a record's bundle as a .tar.gz
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
   libfontconfig-dev                             # pdf-text: poppler's font lookup, loaded before any fork
-  python3 gzip                                  # sample corpus generation
+  python3 gzip                                  # the demo: a Python parser, a decompression bomb
+)
+
+# Only the tests (tools/test.sh) use these.
+tests=(
+  doctest-dev                                   # unit and end-to-end tests
+  redis-server                                  # a real Redis the fleet tests start themselves
+  prometheus                                    # promtool: checks what /metrics serves
   nodejs default-jre-headless ruby              # real interpreters whose tracebacks the classifier reads
   poppler-utils                                 # pdftotext: the reference tests/e2e/pdf_corpus_test.cpp compares with
   clang libclang-rt-14-dev                      # fuzz/ harnesses: clang 14; libFuzzer and the sanitizer
@@ -25,6 +35,13 @@ packages=(
   llvm-14                                       # llvm-symbolizer: fuzz findings with function names
   chromium                                      # tests/e2e/console_test.cpp loads the console's pages headless
 )
+
+packages=("${product[@]}")
+case "${1:-}" in
+  "") ;;
+  --tests) packages+=("${tests[@]}") ;;
+  *) echo "setup: unknown option '$1' (use no option for the product, --tests for the test suite too)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
