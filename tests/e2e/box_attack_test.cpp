@@ -106,6 +106,17 @@ TEST_CASE("no namespace, capability or other process's memory through another AB
     for (const auto& [key, syscall] : denied) {
       CAPTURE(key);
       const auto& rec = r.record(key);
+      // Without IA32 emulation (not built in, or ia32_emulation=0), the
+      // kernel refuses int 0x80 itself, before any filter sees it: the task
+      // dies of SIGSEGV, a crash, and nothing 32-bit ran. (The x32 bit needs
+      // no such care: the filter sees the number before the kernel looks
+      // for an x32 table, which Debian's kernels do not build.)
+      if (key.rfind("int80-", 0) == 0 && !e2e::kernel_runs_ia32_syscalls()) {
+        MESSAGE(key << ": this kernel runs no 32-bit syscalls; the right verdict is a crash (SIGSEGV)");
+        CHECK(rec["kind"] == "crash");
+        CHECK(rec["signal"] == "SIGSEGV");
+        continue;
+      }
       CHECK(rec["kind"] == "seccomp-violation");
       CHECK(rec["signal"] == "SIGKILL");  // killed by its parent once the kernel reported the call
       CHECK(rec["syscall"] == syscall);

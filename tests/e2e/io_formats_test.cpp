@@ -123,7 +123,7 @@ TEST_CASE("--out DIR: one file per successful task with the exact bytes, named i
 }
 
 TEST_CASE("the example wordcount plugin counts lines, words and bytes") {
-  const std::string plugin = PILLBOX_BUILD_DIR "/libpillbox-plugin-wordcount.so";
+  const std::string plugin = e2e::built_for_tasks("libpillbox-plugin-wordcount.so");
   REQUIRE_MESSAGE(::access(plugin.c_str(), R_OK) == 0, plugin << " was not built");
   const std::string input = jsonl("two-lines", "payload", "hello world\nsecond line here\n") +
                             jsonl("no-newline", "payload", "  one\ttwo  three") + jsonl("empty", "payload", "") +

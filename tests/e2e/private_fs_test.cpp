@@ -34,7 +34,9 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 TEST_CASE("an exec task writes only its own /tmp, /var/tmp, /dev/shm and working directory, and they die with it") {
   const std::string marker = "pillbox-private-fs-" + std::to_string(::getpid());
-  e2e::TempDir open_dir(0777);  // writable by anyone on the host: still not by a task
+  // Writable by anyone on the host, and seen by tasks (not under /tmp): still
+  // not writable by a task.
+  e2e::TempDir open_dir(0777, e2e::host_dir_tasks_see());
   // "write": leave files everywhere it may; "look": report which it sees.
   const std::string script =
       "case $(cat) in write) "

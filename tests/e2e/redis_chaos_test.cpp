@@ -78,11 +78,11 @@ void submit(const e2e::RedisServer& server, const std::vector<Task>& tasks) {
 }
 
 // The task program: a copy of mixed_poison under its own name, in a
-// directory of the build tree (the sandbox shows the host read-only, but
-// not the host's /tmp). Removed at the end of the scope.
+// directory tasks see as the host's (not under /tmp, which each task gets
+// privately). Removed at the end of the scope.
 class PoisonCopy {
  public:
-  PoisonCopy() : dir_(0755, PILLBOX_BUILD_DIR) {
+  PoisonCopy() : dir_(0755, e2e::host_dir_tasks_see()) {
     path_ = dir_.file("chaos_poison");
     std::filesystem::copy_file(e2e::fixture("mixed_poison"), path_);
     REQUIRE(::chmod(path_.c_str(), 0755) == 0);

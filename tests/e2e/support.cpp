@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -86,7 +87,69 @@ std::string RunResult::describe() const {
 
 std::string pillbox_binary() { return PILLBOX_BUILD_DIR "/pillbox"; }
 
-std::string fixture(const std::string& name) { return std::string(PILLBOX_BUILD_DIR "/fixtures/") + name; }
+namespace {
+
+// PILLBOX_BUILD_DIR's `name` where tasks can reach it (fixture()).
+std::string reachable_build_path(const std::string& name) {
+  const std::string built = std::string(PILLBOX_BUILD_DIR) + "/" + name;
+  if (!is_root() || every_uid_may_enter(built)) return built;
+  // One copy per process: files are copied as they are asked for, a
+  // directory whole (the fixtures, with the plugins beside them).
+  static TempDir copies(0755, host_dir_tasks_see());
+  const std::string top = name.substr(0, name.find('/'));
+  const std::string copy = copies.path() + "/" + top;
+  std::error_code ec;
+  if (!std::filesystem::exists(copy, ec)) {
+    std::filesystem::copy(std::string(PILLBOX_BUILD_DIR) + "/" + top, copy,
+                          std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks, ec);
+    REQUIRE_MESSAGE(!ec, "cannot copy " << top << " of the build tree where tasks can reach it: " << ec.message());
+  }
+  return copies.path() + "/" + name;
+}
+
+}  // namespace
+
+std::string fixture(const std::string& name) { return reachable_build_path("fixtures/" + name); }
+
+std::string built_for_tasks(const std::string& name) { return reachable_build_path(name); }
+
+bool every_uid_may_enter(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(path, ec).lexically_normal();
+  for (dir = dir.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return false;
+    if (dir == dir.root_path()) break;
+  }
+  return true;
+}
+
+const std::string& host_dir_tasks_see() {
+  static const std::string chosen = [] {
+    std::vector<std::string> candidates;
+    if (is_root()) {
+      candidates = {"/var/lib", "/srv", "/opt", "/var/cache"};
+    } else if (const char* home = std::getenv("HOME")) {
+      candidates = {home};
+    }
+    for (const std::string& dir : candidates) {
+      bool private_dir = false;
+      for (const char* p : {"/tmp", "/var/tmp", "/dev/shm"}) {
+        private_dir = private_dir || dir == p || dir.rfind(std::string(p) + "/", 0) == 0;
+      }
+      struct statvfs fs {};
+      if (private_dir || ::access(dir.c_str(), W_OK) != 0 || ::statvfs(dir.c_str(), &fs) != 0 ||
+          (fs.f_flag & ST_NOEXEC) != 0 || (is_root() && !every_uid_may_enter(dir + "/x"))) {
+        continue;
+      }
+      return dir;
+    }
+    FAIL("no directory outside /tmp, /var/tmp and /dev/shm that tasks can see and run programs from: looked at "
+         << candidates.size() << " candidates (/var/lib, /srv, /opt, /var/cache as root; $HOME otherwise)");
+    return std::string();
+  }();
+  return chosen;
+}
 
 // Tests written for the executor (one attempt, one outcome per task) run
 // `pillbox run` without the store, retries or the breaker unless they ask for
@@ -308,6 +371,27 @@ std::string read_file(const std::string& path) {
 // ---- host features -------------------------------------------------------
 
 bool is_root() { return ::geteuid() == 0; }
+
+bool kernel_runs_ia32_syscalls() {
+#if defined(__x86_64__)
+  static const bool runs = [] {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      long rc = 20;  // getpid in the i386 table
+      __asm__ volatile("int $0x80" : "+a"(rc) : : "memory");
+      ::_exit(rc > 0 ? 0 : 1);
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }();
+  return runs;
+#else
+  return false;
+#endif
+}
 
 bool have_memory_cgroup() {
   static const bool have = !pillbox::probe_cgroups().memory_parent.empty();

@@ -65,11 +65,39 @@ RunResult run_command(const std::string& program, const std::vector<std::string>
 // ---- files -------------------------------------------------------------------
 
 std::string pillbox_binary();            // build/pillbox
-std::string fixture(const std::string& name);  // build/fixtures/<name>
+// build/fixtures/<name>, where tasks can run it: the build tree itself when
+// the tasks' uid may enter it (or pillbox is not root: tasks run as us),
+// else a copy of build/fixtures/ made once per test process under
+// host_dir_tasks_see() (a build under a 0700 home, /root/pillbox/build).
+std::string fixture(const std::string& name);
 std::string poison_plugin();            // "plugin:" + fixture("poison_plugin.so"), for --handler
+// build/<name> (a library pillbox builds, such as the example plugin), where
+// tasks can load it: as fixture() decides.
+std::string built_for_tasks(const std::string& name);
 
-// A fresh directory under /tmp (or `parent`: /dev/shm for one on a tmpfs),
-// mode 0755 (or `mode`), removed with its contents at the end of the scope.
+// ---- places tasks see, and places they do not -----------------------------
+//
+// Where a test puts a file decides what a task sees of it, so no test puts
+// one in the build tree (which may be anywhere: under /tmp, a 0700 home, a
+// path with a space). Under /tmp, /var/tmp and /dev/shm each task has its own
+// empty directory: a TempDir there (the default) is hidden from tasks, but
+// for what the command line names or --share shows them. For a directory
+// tasks see as the host's (read-only), use host_dir_tasks_see() as the parent.
+
+// A parent for TempDir whose contents tasks see as the host's: outside
+// /tmp, /var/tmp and /dev/shm, on a mount that allows exec, and (as root,
+// when tasks run as unprivileged uids) with every directory above it open to
+// every uid: the first of /var/lib, /srv, /opt, /var/cache that has all
+// three (as root), or $HOME (without root). Fails the test when none has.
+const std::string& host_dir_tasks_see();
+
+// True when a process of any uid may enter every directory of `path`'s
+// (the mode bits of each: o+x), as a task's unprivileged uid must.
+bool every_uid_may_enter(const std::string& path);
+
+// A fresh directory under /tmp (or `parent`: /dev/shm for one on a tmpfs,
+// host_dir_tasks_see() for one tasks see), mode 0755 (or `mode`), removed
+// with its contents at the end of the scope.
 class TempDir {
  public:
   explicit TempDir(unsigned mode = 0755, const std::string& parent = "/tmp");
@@ -119,6 +147,11 @@ void sql_write(const std::string& db_path, const std::string& sql);
 
 bool is_root();
 bool have_memory_cgroup();  // pillbox::probe_cgroups() found a usable memory controller
+// This kernel runs 32-bit syscalls (int 0x80) from a 64-bit process: IA32
+// emulation built in and not turned off (ia32_emulation=0). Asked of the
+// kernel itself: a child without any filter makes the call (getpid), and
+// either gets its answer or dies of SIGSEGV. False off x86_64.
+bool kernel_runs_ia32_syscalls();
 
 // `promtool check metrics` accepts `text` (a failed check otherwise); when
 // /usr/bin/promtool (Debian's prometheus package) is absent, says "skipped:".
