@@ -59,8 +59,7 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
   // What must stay visible, opened while it still is, and in this namespace
   // (a bind's source must be a mount of the caller's own namespace).
   // The policy's writable paths under these directories come back
-  // read-write; what the command line names, read-only, unless a writable
-  // path already shows it.
+  // read-write.
   struct Kept {
     std::string path;
     UniqueFd fd;
@@ -75,14 +74,33 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
     if (::fstat(fd.get(), &st) != 0) return;
     kept.push_back({path, std::move(fd), S_ISDIR(st.st_mode), writable});
   };
+  // The policy's shared paths there (--share) come back read-only; what the
+  // command line names, read-only too, unless a writable or shared path
+  // already shows it (a bind inside a read-only one could not make its
+  // mount point).
   for (const std::string& path : isolation.writable) {
     if (under_private_dir(path)) keep(path, true);
   }
-  for (const std::string& path : keep_visible) {
-    bool shown = false;
-    for (const std::string& w : isolation.writable) shown = shown || path == w || path.rfind(w + "/", 0) == 0;
-    if (!shown) keep(path, false);
+  for (const std::string& path : isolation.shared) {
+    if (under_private_dir(path)) keep(path, false);
   }
+  auto shown = [&isolation](const std::string& path) {
+    for (const auto* list : {&isolation.writable, &isolation.shared}) {
+      for (const std::string& dir : *list) {
+        if (path == dir || path.rfind(dir + "/", 0) == 0) return true;
+      }
+    }
+    return false;
+  };
+  for (const std::string& path : keep_visible) {
+    if (!shown(path)) keep(path, false);
+  }
+  // A parent before what lies inside it (a writable directory inside a
+  // shared one, or the reverse): a later bind over a parent would hide the
+  // earlier one inside it.
+  std::stable_sort(kept.begin(), kept.end(), [](const Kept& x, const Kept& y) {
+    return std::count(x.path.begin(), x.path.end(), '/') < std::count(y.path.begin(), y.path.end(), '/');
+  });
   // nr_inodes bounds what emptying it costs the slot's next task (see
   // empty_private_dirs): one inode per 4 KiB of its size.
   const std::string options = "size=" + std::to_string(isolation.tmp_bytes) + ",nr_inodes=" +

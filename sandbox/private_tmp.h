@@ -11,8 +11,10 @@
 //
 // What the command line names under those directories (`keep_visible`, e.g.
 // a script in /tmp) is bound read-only at its own path inside the new tmpfs,
-// opened before the tmpfs hides it; the policy's writable paths there are
-// bound back read-write.
+// opened before the tmpfs hides it; the policy's shared paths there (--share)
+// are bound back read-only, its writable paths read-write. A bind shows the
+// host's directory live; a bound file is the file that was there when the
+// namespace was made (a slot's, in zygote mode: the run's start).
 //
 // Runs as root (or with the capabilities of the zygote's user namespace),
 // after the wire is connected (the runtime directory may lie under /tmp)

@@ -29,7 +29,7 @@ void pack_strings(Packer& pk, const std::vector<std::string>& v) {
 }
 
 void pack_policy(Packer& pk, const Policy& p) {
-  pk.pack_array(20);
+  pk.pack_array(21);
   pack_str(pk, p.name);
   pack_str(pk, p.origin);
   pk.pack_uint64(p.limits.cpu_ms);
@@ -52,6 +52,7 @@ void pack_policy(Packer& pk, const Policy& p) {
   pk.pack_uint32(p.isolation.uid_pool_size);
   pk.pack_uint64(p.isolation.tmp_bytes);
   pack_strings(pk, p.isolation.writable);
+  pack_strings(pk, p.isolation.shared);
 }
 
 void pack_config(Packer& pk, const ChildConfig& c) {
@@ -143,7 +144,7 @@ E enum_u8(const msgpack::object& o, std::uint8_t min, std::uint8_t max) {
 }
 
 Policy unpack_policy(const msgpack::object& o) {
-  const auto& a = arr(o, 20, "policy");
+  const auto& a = arr(o, 21, "policy");
   Policy p;
   p.name = str(a.ptr[0]);
   p.origin = str(a.ptr[1]);
@@ -167,6 +168,7 @@ Policy unpack_policy(const msgpack::object& o) {
   p.isolation.uid_pool_size = static_cast<std::uint32_t>(u64(pool.ptr[1]));
   p.isolation.tmp_bytes = u64(a.ptr[18]);
   p.isolation.writable = strings(a.ptr[19]);
+  p.isolation.shared = strings(a.ptr[20]);
   return p;
 }
 

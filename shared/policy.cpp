@@ -35,6 +35,7 @@ std::string canonical_text(const Policy& p) {
   // so a policy without them keeps the identity it always had.
   if (p.isolation.tmp_bytes != 0) field("tmp_bytes", std::to_string(p.isolation.tmp_bytes));
   for (const std::string& path : p.isolation.writable) field("writable", path);
+  for (const std::string& path : p.isolation.shared) field("share", path);
   field("seccomp", p.seccomp.enabled ? "yes" : "no");
   field("seccomp_default", to_string(p.seccomp.default_action));
   // Order and repetition in the allow list do not change the filter.

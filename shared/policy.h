@@ -58,6 +58,11 @@ struct Isolation {
   // Host paths bound read-write into the read-only view, on purpose (absolute
   // paths). The shipped policies bind none.
   std::vector<std::string> writable;
+  // Host paths shown read-only at their own path where the task would
+  // otherwise see something else: under /tmp, /var/tmp and /dev/shm, which
+  // a task with `tmp` gets privately (absolute paths; the host's
+  // permissions still apply). The shipped policies share none.
+  std::vector<std::string> shared;
 };
 
 struct SeccompRules {

@@ -237,7 +237,7 @@ constexpr LimitKey kLimitKeys[] = {
 
 constexpr std::string_view kSectionNames[] = {"policy", "limits", "isolation", "seccomp"};
 constexpr std::string_view kPolicyKeys[] = {"name", "allow_unsafe"};
-constexpr std::string_view kIsolationKeys[] = {"network", "user", "uid_pool", "cgroup", "filesystem", "tmp", "writable"};
+constexpr std::string_view kIsolationKeys[] = {"network", "user", "uid_pool", "cgroup", "filesystem", "tmp", "writable", "share"};
 constexpr std::string_view kSeccompKeys[] = {"enabled", "default", "allow", "import_oci"};
 
 std::vector<std::string_view> keys_of(std::string_view section) {
@@ -252,7 +252,7 @@ std::vector<std::string_view> keys_of(std::string_view section) {
 // Keys whose lines add to a list instead of setting a value.
 bool is_repeatable(std::string_view section, std::string_view key) {
   return (section == "seccomp" && (key == "allow" || key == "import_oci")) ||
-         (section == "isolation" && key == "writable");
+         (section == "isolation" && (key == "writable" || key == "share"));
 }
 
 constexpr SeccompDefault kSeccompDefaults[] = {SeccompDefault::kTrap, SeccompDefault::kKill,
@@ -528,6 +528,7 @@ class Parser {
       return Status::ok();
     }
     if (key == "writable") return add_writable(iso, value);
+    if (key == "share") return add_shared(iso, value);
     if (key == "cgroup") return parse_enum(key, value, kCgroupModes, iso.cgroup);
     if (key == "filesystem") return parse_enum(key, value, kFilesystemModes, iso.filesystem);
     if (key == "enabled") return parse_switch(key, value, "yes", "no", sec.enabled);
@@ -604,27 +605,41 @@ Expected<std::uint64_t> parse_quantity(Quantity q, std::string_view value, const
 
 }  // namespace
 
-Status add_writable(Isolation& isolation, std::string_view list) {
+namespace {
+
+// Adds the absolute host paths in `list` (whitespace-separated) to `paths`,
+// once each, without a trailing '/'. `what` names them in errors.
+Status add_host_paths(std::vector<std::string>& paths, std::string_view list, const std::string& what,
+                      const std::string& example, const std::string& whole_system) {
   std::istringstream words{std::string(list)};
   for (std::string path; words >> path;) {
     if (!path.starts_with('/')) {
-      return Status::error("writable path " + quoted(path) + " is not absolute; write it from the root, e.g. /srv/out");
+      return Status::error(what + " path " + quoted(path) + " is not absolute; write it from the root, e.g. " + example);
     }
     for (std::size_t start = 1; start <= path.size();) {
       const std::size_t end = std::min(path.find('/', start), path.size());
       const std::string_view part = std::string_view(path).substr(start, end - start);
       if (part == "." || part == "..") {
-        return Status::error("writable path " + quoted(path) + " has a '" + std::string(part) +
+        return Status::error(what + " path " + quoted(path) + " has a '" + std::string(part) +
                              "' component; write the path it means");
       }
       start = end + 1;
     }
     while (path.size() > 1 && path.back() == '/') path.pop_back();
-    if (path == "/") return Status::error("writable path '/' would make the whole file system writable; name a directory");
-    auto& w = isolation.writable;
-    if (std::find(w.begin(), w.end(), path) == w.end()) w.push_back(path);
+    if (path == "/") return Status::error(what + " path '/' would " + whole_system + "; name a directory");
+    if (std::find(paths.begin(), paths.end(), path) == paths.end()) paths.push_back(path);
   }
   return Status::ok();
+}
+
+}  // namespace
+
+Status add_writable(Isolation& isolation, std::string_view list) {
+  return add_host_paths(isolation.writable, list, "writable", "/srv/out", "make the whole file system writable");
+}
+
+Status add_shared(Isolation& isolation, std::string_view list) {
+  return add_host_paths(isolation.shared, list, "shared", "/srv/data", "show the whole host, /tmp included");
 }
 
 Status set_limit(Limits& limits, std::string_view key, std::string_view value) {
@@ -696,6 +711,7 @@ std::string format_policy(const Policy& p) {
   line("filesystem", to_string(p.isolation.filesystem));
   if (p.isolation.tmp_bytes != 0) line("tmp", format_quantity(Quantity::kSize, p.isolation.tmp_bytes));
   for (const std::string& path : p.isolation.writable) line("writable", path);
+  for (const std::string& path : p.isolation.shared) line("share", path);
 
   out += "\n[seccomp]\n";
   line("enabled", p.seccomp.enabled ? "yes" : "no");

@@ -41,6 +41,8 @@ Status set_limit(Limits& limits, std::string_view key, std::string_view value);
 // read-write into a read-only view, as `writable = ...` in a policy file
 // does (and the CLI's --writable). No "." or ".." components, not "/".
 Status add_writable(Isolation& isolation, std::string_view list);
+// The same for paths shown read-only (`share = ...`, the CLI's --share).
+Status add_shared(Isolation& isolation, std::string_view list);
 
 // A duration in the policy's forms (500ms, 5s, 2m, 1h; a bare number is
 // seconds), in milliseconds, within [min_ms, max_ms]; errors name `name`.

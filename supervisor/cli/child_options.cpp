@@ -12,7 +12,8 @@
 namespace pillbox::cli {
 
 const std::vector<OptionSpec> kChildOptions = {{"handler"}, {"arg", true, true}, {"policy"}, {"timeout"}, {"cpu"},
-                                               {"memory"},  {"max-output"},     {"mode"},   {"writable", true, true}};
+                                               {"memory"},  {"max-output"},     {"mode"},   {"writable", true, true},
+                                               {"share", true, true}};
 
 Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args) {
   HandlerChoice choice;
@@ -63,6 +64,9 @@ Status apply_limit_overrides(const Args& args, Policy& policy) {
   }
   for (const auto& path : args.values("writable")) {
     if (auto s = add_writable(policy.isolation, path); !s) return Status::error("--writable: " + s.message());
+  }
+  for (const auto& path : args.values("share")) {
+    if (auto s = add_shared(policy.isolation, path); !s) return Status::error("--share: " + s.message());
   }
   return Status::ok();
 }

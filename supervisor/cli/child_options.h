@@ -24,7 +24,8 @@ Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args);
 // a default of its own: a record's policy, the handler's).
 Expected<std::optional<Policy>> read_policy_override(const Args& args);
 // --timeout, --cpu, --memory and --max-output over `policy`'s limits, and
-// --writable PATH (repeatable) added to its read-write host paths.
+// --writable PATH and --share PATH (repeatable) added to its read-write and
+// read-only host paths.
 Status apply_limit_overrides(const Args& args, Policy& policy);
 // --NAME SIZE (64K, 16M, 1G), read as the policy reads sizes; nullopt
 // when it is not given. The error names the option.

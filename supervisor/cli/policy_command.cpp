@@ -110,7 +110,7 @@ nlohmann::json policy_json(const std::string& text) {
     if (key == "allow") {
       std::istringstream names(value);
       for (std::string name; names >> name;) slot.push_back(name);
-    } else if (key == "writable") {
+    } else if (key == "writable" || key == "share") {
       slot.push_back(value);
     } else {
       slot = value;

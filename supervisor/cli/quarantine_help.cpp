@@ -146,7 +146,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "\n"
      "options:\n"
      "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
-     "  --writable PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
+     "  --writable PATH, --share PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
      "  -j, --jobs N      artifacts at once (default: number of cores)\n"
      "  --json            one JSON object per artifact\n"
      "  -q, --quiet       no progress bar on the terminal\n"

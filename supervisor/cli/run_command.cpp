@@ -62,6 +62,8 @@ const char* kHelp =
     "  --out-mode MODE     permissions of those files, octal (default 0600: only the owner reads them)\n"
     "  --follow-symlinks   in directories, read what symlinks point to (regular files only; anywhere)\n"
     "  --writable DIR      a host directory tasks may write (absolute; repeatable; part of the policy)\n"
+    "  --share DIR         a host directory tasks may read where they would see their own instead:\n"
+    "                      under /tmp, /var/tmp, /dev/shm (absolute; repeatable; part of the policy)\n"
     "  --mode MODE         zygote (default: fork per task from a prepared process) | spawn (fork+exec per task)\n"
     "  --quiet             no per-task lines without --json, no summary\n"
     "  --metrics ADDR      serve Prometheus metrics at http://ADDR/metrics while the run lasts:\n"

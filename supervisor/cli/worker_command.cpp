@@ -38,7 +38,7 @@ const char* kHelp =
     "  --group G           the consumer group (default pillbox; created when missing)\n"
     "  --consumer NAME     this worker's name in the group (default HOST:PID)\n"
     "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
-    "  --writable PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
+    "  --writable PATH, --share PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
     "  --jobs N            children running at once (default: number of cores)\n"
     "  --max-attempts N    charged failures before an entry is dead-lettered (default 3); the same\n"
     "                      deterministic failure twice in a row dead-letters at once; N deliveries\n"

@@ -291,21 +291,16 @@ Status check_access_as(const std::vector<AccessNeed>& needs, std::uint32_t uid, 
 
 Status check_command_access(const ChildConfig& config, std::uint32_t uid, std::uint32_t gid) {
   if (!config.exec_mode()) return Status::ok();
-  // The dynamic loader splits LD_PRELOAD at spaces and colons, with no way
-  // to escape them: such a path would load nothing, and every crash would
-  // lose its report (and its fingerprint would change) without a word.
-  if (config.crash_lib.find_first_of(" :") != std::string::npos) {
-    return Status::error("pillbox's crash library " + config.crash_lib +
-                         " cannot be preloaded into the command: its path has a space or a colon, which LD_PRELOAD "
-                         "cannot hold; install pillbox under a prefix without them, or set PILLBOX_CRASH_LIB to a copy "
-                         "of it at such a path");
-  }
+  // The crash library is not checked here: crash_library_for_tasks
+  // (crash_library_copy.h) gave tasks one they can preload.
   std::vector<AccessNeed> needs = command_access_needs(config.exec_argv, kExecTaskPath);
-  // The loader opens the crash library as the task's uid. Under a private
-  // directory (/tmp) the zygote shows it to the task itself (keep_visible).
-  if (!config.crash_lib.empty() &&
-      std::find(config.keep_visible.begin(), config.keep_visible.end(), config.crash_lib) == config.keep_visible.end()) {
-    needs.push_back({config.crash_lib, R_OK, "pillbox's crash library, which the command is started with (LD_PRELOAD)"});
+  // What the policy shares with tasks (--share): each must be a directory
+  // or file the task's uid may read (and enter).
+  // (That each exists is check_task_view's, task_view.h.)
+  for (const std::string& path : config.policy.isolation.shared) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;
+    needs.push_back({path, S_ISDIR(st.st_mode) ? (R_OK | X_OK) : R_OK, "shared with tasks (--share or `share =` in the policy)"});
   }
   if (!config.drop_privileges) {
     // Tasks run with our own rights: only what cannot exist at all is checked.

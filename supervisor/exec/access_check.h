@@ -43,8 +43,10 @@ Status check_access_as(const std::vector<AccessNeed>& needs, std::uint32_t uid, 
 // enter, or the file's own mode ("directory /root is mode 0700, owner root").
 std::string explain_denial(const std::string& path, int mode, std::uint32_t uid, std::uint32_t gid);
 
-// Both, for an exec config: the one call the run makes. Without root (no
-// privilege drop) only an interpreter that does not exist is an error.
+// Both, for an exec config, with what the policy shares with tasks: the one
+// call the run makes. Without root (no privilege drop) only what does not
+// exist at all is an error. The crash library is not looked at: the run
+// gives tasks one they can preload (crash_library_copy.h).
 Status check_command_access(const ChildConfig& config, std::uint32_t uid, std::uint32_t gid);
 
 }  // namespace pillbox

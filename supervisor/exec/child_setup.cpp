@@ -11,6 +11,7 @@
 #include "shared/policy_parser.h"
 #include "supervisor/exec/access_check.h"
 #include "supervisor/exec/install_paths.h"
+#include "supervisor/exec/task_view.h"
 
 namespace pillbox {
 namespace {
@@ -81,15 +82,9 @@ std::vector<std::string> names_under_private_dirs(const ChildConfig& config) {
     // Paths inside an argument, as in a shell's command string
     // (sh -c "exec /tmp/build/tool"): each absolute word that exists.
     for (std::size_t i = 1; i < config.exec_argv.size(); ++i) {
-      const std::string& a = config.exec_argv[i];
-      for (std::size_t at = a.find('/'); at != std::string::npos; at = a.find('/', at + 1)) {
-        if (at > 0 && std::string_view(" \t\n;|&<>()'\"`=:").find(a[at - 1]) == std::string_view::npos) continue;
-        const std::size_t end = a.find_first_of(" \t\n;|&<>()'\"`", at);
-        const std::string word = a.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      for (const std::string& word : absolute_words(config.exec_argv[i])) {
         std::error_code ec;
         if (std::filesystem::exists(word, ec)) named.push_back(word);
-        if (end == std::string::npos) break;
-        at = end;
       }
     }
   } else if (config.handler.starts_with("plugin:")) {

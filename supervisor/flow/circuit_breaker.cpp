@@ -36,14 +36,30 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
   if (top == by_fingerprint.end() || top->second * 2 < failures) return false;  // poison pills, not one outage
 
+  open_with(top->first, failures, now);
+  return true;
+}
+
+bool CircuitBreaker::open_now(const std::string& payload_id, const std::string& fingerprint, Clock::time_point now) {
+  if (!settings_.enabled || open_ || verified(fingerprint)) return false;
+  auto same = std::find_if(window_.begin(), window_.end(), [&](const Entry& e) { return e.payload_id == payload_id; });
+  if (same != window_.end()) window_.erase(same);
+  window_.push_back({payload_id, true, fingerprint});
+  while (window_.size() > std::max<std::size_t>(settings_.window, 1)) window_.pop_front();
+  const auto alike = static_cast<std::size_t>(
+      std::count_if(window_.begin(), window_.end(), [&](const Entry& e) { return e.failed && e.fingerprint == fingerprint; }));
+  open_with(fingerprint, alike, now);
+  return true;
+}
+
+void CircuitBreaker::open_with(const std::string& fingerprint, std::size_t failures, Clock::time_point now) {
   open_ = true;
   opened_at_ = now;
   ++times_opened_;
-  dominant_ = top->first;
+  dominant_ = fingerprint;
   failures_when_opened_ = failures;
   probe_in_flight_ = false;
   next_probe_ = now + settings_.probe_interval;
-  return true;
 }
 
 bool CircuitBreaker::suspects(const std::string& fingerprint) const {

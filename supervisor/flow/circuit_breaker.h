@@ -48,6 +48,13 @@ class CircuitBreaker {
   // Returns true when this outcome opened the breaker.
   bool record(const std::string& payload_id, bool failed, const std::string& fingerprint, Clock::time_point now);
 
+  // The hidden-path rule: a failure that shows the task could not see a
+  // file this host has (supervisor/exec/task_view.h) is the run's setup, not
+  // the payload, whatever the window holds: it opens the breaker at once,
+  // with `fingerprint` as the outage's face. Not when disabled, or for a
+  // fingerprint verified as the payloads' own. True when it opened.
+  bool open_now(const std::string& payload_id, const std::string& fingerprint, Clock::time_point now);
+
   bool open() const { return open_; }
   // Early warning, before the window is full: of the most recent
   // max(4, window/4) distinct payloads, at least `threshold` failed with
@@ -85,6 +92,7 @@ class CircuitBreaker {
     std::string fingerprint;
   };
   void close();
+  void open_with(const std::string& fingerprint, std::size_t failures, Clock::time_point now);
 
   BreakerSettings settings_;
   std::deque<Entry> window_;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/policy_parser.h"
+#include "supervisor/exec/task_view.h"
 #include "supervisor/flow/death_note.h"
 #include "supervisor/metrics/live_run_file.h"
 #include "supervisor/metrics/metered_run.h"
@@ -36,6 +37,9 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   flow_settings.done_results = settings.done_results;
   flow_settings.identity = run_identity(settings.run.config);
   flow_settings.actor = "pillbox run (pid " + std::to_string(::getpid()) + ")";
+  flow_settings.hidden_path = [config = settings.run.config](const Outcome& o) {
+    return hidden_host_path(config, o.message + "\n" + o.stderr_tail);
+  };
   if (settings.retry.max_attempts == 0) return Error{"--max-attempts must be at least 1"};
 
   std::optional<store::Store> opened;

@@ -7,6 +7,7 @@
 
 #include "shared/base64.h"
 #include "supervisor/classify/outcome_json.h"
+#include "supervisor/exec/task_view.h"
 #include "supervisor/io/terminal_text.h"
 
 namespace pillbox {
@@ -157,7 +158,12 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
     }
     if (flow->deferred) os << ", " << flow->deferred << " quarantines deferred while an outage was suspected";
     os << "\n";
-    if (flow->stopped_by_breaker) {
+    if (flow->stopped_by_breaker && !flow->stopped_for_hidden.empty()) {
+      const std::string dir = share_for(flow->stopped_for_hidden);
+      os << "  stopped: tasks could not see " << flow->stopped_for_hidden << ", which this host has"
+         << (dir.empty() ? std::string() : "; run again with --share " + dir + " to let them read it")
+         << "; the rest of the input was not read (a run over the same inputs and store goes on from here)\n";
+    } else if (flow->stopped_by_breaker) {
       os << "  stopped: the handler outage lasted longer than --breaker-max-wait; the rest of the input was not "
             "read (a run over the same inputs and store goes on from here)\n";
     }

@@ -10,6 +10,7 @@
 #include "shared/sha256.h"
 #include "supervisor/ops/quarantine_entry.h"
 #include "supervisor/ops/quarantine_json.h"
+#include "supervisor/exec/task_view.h"
 
 namespace pillbox {
 namespace {
@@ -233,7 +234,7 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   } else if (breaker_.open()) {
     // Intake paused: one probe at a time, until one succeeds or the wait is
     // too long.
-    if (breaker_.waited_too_long(now)) {
+    if (breaker_.waited_too_long(now) || stop_at_next_turn_) {
       if (!report_.stopped_by_breaker) stop_for_outage();
     } else if (want > 0 && breaker_.may_probe(now)) {
       if (auto s = start_probe(starts, now); !s) return s;
@@ -505,8 +506,14 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     } else if (was_probe) {
       report_pause(now, &outcome);
     }
+  } else if (const std::string hidden = failed && !transient && settings_.hidden_path ? settings_.hidden_path(outcome) : "";
+             !hidden.empty() && breaker_.open_now(t.payload_id, outcome.fingerprint, now)) {
+    outage = true;
+    hidden_ = hidden;
+    on_breaker_opened(outcome);
   } else if (breaker_.record(t.payload_id, failed, outcome.fingerprint, now)) {
     outage = true;
+    hidden_.clear();
     on_breaker_opened(outcome);
   } else {
     review_parked(false);
@@ -624,6 +631,12 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome) {
   take_back_outage_verdicts();
   // A payload that succeeded earlier answers "outage or burst?" in one task.
   if (known_good_) breaker_.probe_now(now());
+  // Nothing shows a hidden file to tasks while this run lasts: waiting for
+  // a probe to succeed would only wait out --breaker-max-wait.
+  if (!hidden_.empty() && !known_good_) {
+    stop_at_next_turn_ = true;  // once this task is held too
+    return;
+  }
   report_pause(now(), nullptr);
 }
 
@@ -654,6 +667,16 @@ std::string TaskFlow::describe_outage() const {
                      breaker_.dominant_fingerprint() + " (" + std::string(to_string(o.kind));
   if (!o.message.empty()) line += ": " + o.message.substr(0, o.message.find('\n'));
   line += "); intake paused, not quarantining; ";
+  if (!hidden_.empty()) {
+    line = "handler outage suspected: a task could not see " + hidden_ + ", which this host has (" +
+           std::string(to_string(o.kind)) + " " + breaker_.dominant_fingerprint() + ": " +
+           o.message.substr(0, o.message.find('\n')) + "): under " + private_dir_of(hidden_) +
+           ", tasks see their own empty directory and only what is shared with them; not the payloads' fault, "
+           "not quarantining; ";
+    line += known_good_ ? "probing once with " + known_good_->key + ", which succeeded earlier in this run"
+                        : "stopping, since nothing can show it to tasks while this run lasts";
+    return line + share_hint();
+  }
   if (known_good_) {
     line += "probing now with " + known_good_->key + ", which succeeded earlier in this run";
   } else {
@@ -791,6 +814,10 @@ void TaskFlow::on_probe_copy_outcome(Tracked& t, const Outcome& outcome) {
     release_held();
     return;
   }
+  if (!hidden_.empty()) {
+    stop_at_next_turn_ = true;
+    return;
+  }
   report_pause(now, &outcome);
 }
 
@@ -827,12 +854,23 @@ void TaskFlow::report_pause(Clock::time_point now, const Outcome* failed_probe) 
 
 void TaskFlow::stop_for_outage() {
   report_.stopped_by_breaker = true;
+  report_.stopped_for_hidden = hidden_;
   inner_done_ = true;
-  out_.on_notice("handler outage suspected for longer than " +
-                 std::to_string(settings_.breaker.max_wait.count() / 1000) + " s (--breaker-max-wait): stopping; " +
-                 std::to_string(schedule_.held_count()) + " held tasks (listed as held) and the inputs not read yet run in the "
-                 "next run over the same inputs and store");
+  const std::string why = hidden_.empty() ? "handler outage suspected for longer than " +
+                                                std::to_string(settings_.breaker.max_wait.count() / 1000) +
+                                                " s (--breaker-max-wait)"
+                                          : "tasks cannot see " + hidden_ + ", which this host has";
+  out_.on_notice(why + ": stopping; " + std::to_string(schedule_.held_count()) +
+                 " held tasks (listed as held) and the inputs not read yet run in the next run over the same inputs "
+                 "and store" + share_hint());
   out_.on_status("");
+}
+
+std::string TaskFlow::share_hint() const {
+  if (hidden_.empty()) return "";
+  const std::string dir = share_for(hidden_);
+  if (dir.empty()) return "";
+  return "; to let tasks read it, run with --share " + dir + " (or --writable " + dir + " to let them write there)";
 }
 
 Status TaskFlow::finish(const std::string& run_error) {

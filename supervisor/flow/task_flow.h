@@ -63,6 +63,13 @@ struct FlowSettings {
   // The seed of the backoffs' jitter: tests fix it so that a run is the same
   // every time; empty: drawn from std::random_device.
   std::optional<std::uint64_t> seed;
+  // A file of the host that a failure shows the task could not see
+  // (supervisor/exec/task_view.h: hidden_host_path of the run's config), ""
+  // when none. Such a failure opens the breaker at once (the hidden-path
+  // rule), and since nothing shows that file to tasks while the run lasts,
+  // the run stops holding what failed so, unless a payload that succeeded
+  // earlier still succeeds. Empty: the rule is off.
+  std::function<std::string(const Outcome&)> hidden_path;
 };
 
 struct FlowReport {
@@ -78,6 +85,7 @@ struct FlowReport {
   std::size_t verified_bursts = 0;      // suspected outages a known-good probe showed to be poison
   std::size_t taken_back = 0;           // poison verdicts taken back when the breaker opened
   bool stopped_by_breaker = false;      // open longer than --breaker-max-wait: the rest was not read
+  std::string stopped_for_hidden;       // or at once: tasks could not see this file of the host
   std::size_t skipped_repeats = 0;      // the same key and payload again in this run
   std::size_t done_without_result = 0;  // skipped as ok, asked for its result (done_results), none kept
   std::size_t interrupted = 0;          // attempts cut short by SIGINT/SIGTERM (not held against anyone)
@@ -220,6 +228,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // While paused: a notice now and then, and the status line.
   void report_pause(Clock::time_point now, const Outcome* failed_probe);
   void stop_for_outage();
+  // "; to let tasks read it, run with --share DIR ..." for a hidden file, else "".
+  std::string share_hint() const;
 
   FlowSettings settings_;
   TaskSource& inner_;
@@ -239,6 +249,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::optional<Clock::time_point> inner_wake_at_;  // the inner source's, with its last kWait
   std::uint64_t next_ref_ = 0;
   Outcome outage_example_;
+  std::string hidden_;               // the file of the host the open breaker's tasks could not see
+  bool stop_at_next_turn_ = false;   // the breaker is open for hidden_, and no probe can end it
   std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)
   std::deque<JudgedPoison> judged_poison_;
   Clock::time_point last_pause_notice_{};

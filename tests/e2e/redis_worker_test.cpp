@@ -362,15 +362,17 @@ TEST_CASE("worker: an outage of its handler holds the failures uncharged and pau
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
   // The handler is broken while the flag file exists (a missing dependency,
-  // say). The directory is outside /tmp, which tasks see privately.
-  e2e::TempDir flags(0755, PILLBOX_BUILD_DIR);
+  // say). The directory is under /tmp, which each task gets privately:
+  // --share shows tasks the host's, live (the flag's removal too).
+  e2e::TempDir flags;
   const std::string flag = flags.write("broken", "");
   std::vector<std::pair<std::string, std::string>> tasks;
   for (int i = 0; i < 12; ++i) tasks.emplace_back("t" + std::to_string(i), "task " + std::to_string(i));
   add_entries(server, "jobs", tasks);
   e2e::Background w(e2e::pillbox_binary(),
                     {"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2", "--breaker-window", "4",
-                     "--breaker-probe-interval", "100ms", "--backoff-base", "5s", "--exit-when-idle", "1s", "--",
+                     "--breaker-probe-interval", "100ms", "--backoff-base", "5s", "--exit-when-idle", "1s",
+                     "--share", flags.path(), "--",
                      "/bin/sh", "-c", "test -e " + flag + " && { echo 'missing dependency' >&2; exit 3; }; cat"});
   REQUIRE_MESSAGE(e2e::eventually([&] { return w.err().find("handler outage suspected") != std::string::npos; }),
                   w.err());

@@ -61,6 +61,9 @@ ChildConfig full_config() {
   c.policy.isolation.uid_pool_size = 64;
   c.policy.isolation.cgroup = CgroupMode::kOff;
   c.policy.isolation.filesystem = FilesystemMode::kHost;
+  c.policy.isolation.tmp_bytes = 64 << 20;
+  c.policy.isolation.writable = {"/srv/out"};
+  c.policy.isolation.shared = {"/tmp/tools", "/srv/data"};
   c.policy.seccomp.enabled = false;
   c.policy.seccomp.default_action = SeccompDefault::kErrno;
   c.policy.seccomp.allow = {"read", "write", "futex"};
@@ -165,6 +168,9 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(x.policy.isolation.uid_pool_size == y.policy.isolation.uid_pool_size);
       CHECK(x.policy.isolation.cgroup == y.policy.isolation.cgroup);
       CHECK(x.policy.isolation.filesystem == y.policy.isolation.filesystem);
+      CHECK(x.policy.isolation.tmp_bytes == y.policy.isolation.tmp_bytes);
+      CHECK(x.policy.isolation.writable == y.policy.isolation.writable);
+      CHECK(x.policy.isolation.shared == y.policy.isolation.shared);
       CHECK(x.policy.seccomp.enabled == y.policy.seccomp.enabled);
       CHECK(x.policy.seccomp.default_action == y.policy.seccomp.default_action);
       CHECK(x.policy.seccomp.allow == y.policy.seccomp.allow);

@@ -480,6 +480,31 @@ TEST_CASE("policy identity: name plus a hash of what confines the child") {
   Policy host_fs = a;
   host_fs.isolation.filesystem = FilesystemMode::kHost;
   CHECK(policy_identity(host_fs) != id);
+  // What tasks may see or write of the host is part of what confines them.
+  Policy sharing = a;
+  sharing.isolation.shared = {"/tmp/tools"};
+  CHECK(policy_identity(sharing) != id);
+  Policy writing = a;
+  writing.isolation.writable = {"/tmp/tools"};
+  CHECK(policy_identity(writing) != id);
+  CHECK(policy_identity(writing) != policy_identity(sharing));
+}
+
+TEST_CASE("share lines: absolute host paths, once each, written back by the policy's text") {
+  auto p = parse_policy("[isolation]\nshare = /tmp/tools /srv/data/\nshare = /tmp/tools\n", "t", "");
+  REQUIRE(p.has_value());
+  CHECK(p->isolation.shared == std::vector<std::string>{"/tmp/tools", "/srv/data"});
+  auto again = parse_policy(format_policy(*p), "t", "");
+  REQUIRE(again.has_value());
+  CHECK(again->isolation.shared == p->isolation.shared);
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"share = tmp/x", "is not absolute"}, {"share = /tmp/../etc", "'..' component"}, {"share = /", "name a directory"}}) {
+    CAPTURE(text);
+    auto bad = parse_policy("[isolation]\n" + text + "\n", "t", "");
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.error().find(says) != std::string::npos);
+    CHECK(bad.error().find("t:2: ") != std::string::npos);
+  }
 }
 
 TEST_CASE("unsafe settings are refused at their line unless allow_unsafe = yes") {
