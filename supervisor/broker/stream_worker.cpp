@@ -9,6 +9,7 @@
 #include "shared/base64.h"
 #include "shared/fingerprint.h"
 #include "shared/sha256.h"
+#include "supervisor/exec/task_view.h"
 #include "supervisor/ops/quarantine_entry.h"
 #include "supervisor/ops/quarantine_json.h"
 
@@ -513,9 +514,19 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
     return;
   }
   const bool transient = is_transient(settings_.retry, outcome);
-  const bool opened = !transient && breaker_.record(payload_id, true, outcome.fingerprint, now);
+  const std::string hidden = !transient && settings_.hidden_path ? settings_.hidden_path(outcome) : "";
+  const bool opened_for_hidden = !hidden.empty() && breaker_.open_now(payload_id, outcome.fingerprint, now);
+  const bool opened = opened_for_hidden || (!transient && breaker_.record(payload_id, true, outcome.fingerprint, now));
   if (was_probe) breaker_.probe_ended(false, now);
-  if (opened) {
+  if (opened_for_hidden) {
+    ++report_.outages;
+    const std::string dir = share_for(hidden);
+    out_.on_notice("handler outage suspected: a task could not see " + hidden + ", which this host has (" +
+                   std::string(to_string(outcome.kind)) + " " + outcome.fingerprint + "): under " +
+                   private_dir_of(hidden) + ", tasks see their own empty directory and only what is shared with "
+                   "them; intake paused, failures held uncharged, probing" +
+                   (dir.empty() ? std::string() : "; restart the worker with --share " + dir + " to let tasks read it"));
+  } else if (opened) {
     ++report_.outages;
     out_.on_notice("handler outage suspected: " + std::to_string(breaker_.failures_when_opened()) +
                    " recent payloads failed, mostly as " + std::string(to_string(outcome.kind)) + " " +

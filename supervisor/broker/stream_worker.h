@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <functional>
 #include <optional>
 #include <random>
 #include <set>
@@ -64,6 +65,11 @@ struct WorkerSettings {
   std::size_t max_payload = 512u << 20;  // larger payloads are dead-lettered as protocol-error
   std::chrono::milliseconds read_block{1000};  // longest XREADGROUP wait
   std::optional<std::uint64_t> seed;   // the backoffs' jitter (tests)
+  // A file of the host a failure shows the task could not see, as for run
+  // (FlowSettings::hidden_path): such a failure opens the breaker at once.
+  // The worker holds and probes as for any outage; only a restart with
+  // --share can show the file. Empty: the rule is off.
+  std::function<std::string(const Outcome&)> hidden_path;
 };
 
 // What became of one entry on this worker, once.

@@ -13,6 +13,7 @@
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/exec/task_view.h"
 #include "supervisor/cli/run_options.h"
 #include "supervisor/flow/run_job.h"
 #include "supervisor/flow/run_output.h"
@@ -165,6 +166,7 @@ int worker_command(int argc, char** argv) {
   w.consumer.name = args->value("consumer").value_or(broker::default_consumer_name());
   if (w.consumer.group.empty() || w.consumer.name.empty()) return fail("--group and --consumer cannot be empty", kExitUsage);
   w.identity = run_identity(job.run.config);
+  w.hidden_path = [config = job.run.config](const Outcome& o) { return hidden_host_path(config, o); };
   auto claim = read_duration(*args, "claim-idle", w.claim_idle, 100, 24 * 3'600'000ull);
   if (!claim) return fail(claim.error(), kExitUsage);
   w.claim_idle = *claim;

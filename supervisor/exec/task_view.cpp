@@ -116,4 +116,8 @@ std::string hidden_host_path(const ChildConfig& config, const std::string& messa
   return "";
 }
 
+std::string hidden_host_path(const ChildConfig& config, const Outcome& failure) {
+  return hidden_host_path(config, failure.message + "\n" + failure.stderr_tail);
+}
+
 }  // namespace pillbox

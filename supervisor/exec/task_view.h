@@ -16,6 +16,7 @@
 #include "shared/child_config.h"
 #include "shared/policy.h"
 #include "shared/status.h"
+#include "supervisor/classify/outcome.h"
 
 namespace pillbox {
 
@@ -55,6 +56,8 @@ Status check_task_view(const ChildConfig& config);
 // there is none. The caller weighs it: the path's existence and the view
 // are this host's and the policy's word; the message is only where to look.
 std::string hidden_host_path(const ChildConfig& config, const std::string& message);
+// The same for a failure: its message and the tail of its stderr.
+std::string hidden_host_path(const ChildConfig& config, const Outcome& failure);
 
 // The directory to name with --share so that tasks see `hidden`: the
 // deepest existing directory of the host that holds it, below its private

@@ -37,9 +37,7 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   flow_settings.done_results = settings.done_results;
   flow_settings.identity = run_identity(settings.run.config);
   flow_settings.actor = "pillbox run (pid " + std::to_string(::getpid()) + ")";
-  flow_settings.hidden_path = [config = settings.run.config](const Outcome& o) {
-    return hidden_host_path(config, o.message + "\n" + o.stderr_tail);
-  };
+  flow_settings.hidden_path = [config = settings.run.config](const Outcome& o) { return hidden_host_path(config, o); };
   if (settings.retry.max_attempts == 0) return Error{"--max-attempts must be at least 1"};
 
   std::optional<store::Store> opened;

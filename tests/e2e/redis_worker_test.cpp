@@ -391,6 +391,45 @@ TEST_CASE("worker: an outage of its handler holds the failures uncharged and pau
 
 namespace {
 
+TEST_CASE("worker: tasks that cannot see a file of the host beside their tool are held, never dead-lettered; --share fixes it") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  // Under /tmp, which each task gets as its own empty directory: the tool is
+  // named on the command line (so shown), the data file beside it is not.
+  e2e::TempDir dir;
+  dir.write("data.txt", "PREFIX\n");
+  const std::string tool = dir.write("tool.sh", "#!/bin/sh\nprefix=$(cat \"$(dirname \"$0\")/data.txt\") || exit 1\n"
+                                                "printf '%s ' \"$prefix\"; cat\n");
+  std::filesystem::permissions(tool, std::filesystem::perms(0755));
+  std::vector<std::pair<std::string, std::string>> tasks;
+  for (int i = 0; i < 6; ++i) tasks.emplace_back("t" + std::to_string(i), "task " + std::to_string(i));
+  add_entries(server, "jobs", tasks);
+  {
+    e2e::Background w(e2e::pillbox_binary(), {"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2",
+                                              "--breaker-probe-interval", "100ms", "--", tool});
+    REQUIRE_MESSAGE(e2e::eventually([&] { return w.err().find("could not see") != std::string::npos; }), w.err());
+    CHECK(w.err().find("could not see " + dir.file("data.txt") + ", which this host has") != std::string::npos);
+    CHECK(w.err().find("--share " + dir.path()) != std::string::npos);
+    w.signal(SIGTERM);
+    CHECK(w.wait() == 143);
+    CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+    CHECK(e2e::stream_entries(server, "jobs:results").empty());
+  }
+  // Restarted with the directory shared: every entry ok, none charged away.
+  const auto r = run_pillbox({"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2", "--claim-idle", "100ms",
+                              "--exit-when-idle", "1s", "--share", dir.path(), "--", tool});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  CHECK(results.size() == 6);
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
+}
+
+}  // namespace
+
+namespace {
+
 TEST_CASE("worker: a task that runs longer than --claim-idle keeps its claim; no other worker takes it over") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
