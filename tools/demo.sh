@@ -76,7 +76,18 @@ echo "== 11. A Python parser: each uncaught exception's traceback is its crash s
 echo "       its message are left out of the fingerprint: 3 bad amounts are one bug, a missing separator another"
 # The system's python3: the task runs as an unprivileged uid, which may not
 # enter a version manager's shims under a 0700 home directory (pillbox says so).
-run run samples/python/records -- /usr/bin/python3 samples/python/parse_record.py {}
+# Nor a clone there (/root/pillbox): then the demo runs a copy of the parser
+# from a directory every uid may enter.
+parser=samples/python/parse_record.py
+if [ "$(id -u)" -eq 0 ] && ! setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$parser"; then
+  copy=$(mktemp -d /tmp/pillbox-demo.XXXXXX)
+  trap 'rm -rf "$copy"' EXIT
+  chmod 0755 "$copy"
+  cp "$parser" "$copy/"
+  parser=$copy/parse_record.py
+  echo "(this clone is where an unprivileged uid cannot read it: the tasks run a copy of the parser, $parser)"
+fi
+run run samples/python/records -- /usr/bin/python3 "$parser" {}
 run quarantine stats --handler exec
 value_error=$("$pillbox" quarantine list --key samples/python/records/bad-amount-word.txt --limit 1 --json |
   sed -n 's/.*"id":\([0-9]*\).*/\1/p')

@@ -20,8 +20,15 @@ fuzz/smoke.sh "${PILLBOX_FUZZ_SECONDS:-6}" build-fuzz
 # Line tables only (-g1): sanitizer reports keep file:line, compiling is cheaper.
 # The tests' own code is compiled without instrumentation (tests/CMakeLists.txt);
 # everything they test is instrumented.
-tools/build.sh build-asan -DPILLBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
+# This build lives under /tmp, in a directory whose name has a space: every
+# test then also runs from a tree that tasks see privately (each gets its
+# own /tmp) and that the loader cannot name in LD_PRELOAD, wherever the
+# clone is (issue 24). One per clone (the hash of its path);
+# PILLBOX_ASAN_BUILD chooses another.
+asan_build=${PILLBOX_ASAN_BUILD:-/tmp/pillbox asan-$(pwd -P | sha256sum | cut -c1-12)}
+echo "test: the ASan/UBSan build is in '$asan_build'"
+tools/build.sh "$asan_build" -DPILLBOX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
   -DCMAKE_C_FLAGS_DEBUG="-g1"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure --timeout 1800 -j "$jobs"
+  ctest --test-dir "$asan_build" --output-on-failure --timeout 1800 -j "$jobs"
 echo "test: all suites passed (normal, fuzz smoke and ASan/UBSan), $jobs cores"
