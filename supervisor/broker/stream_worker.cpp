@@ -9,7 +9,7 @@
 #include "shared/base64.h"
 #include "shared/fingerprint.h"
 #include "shared/sha256.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 #include "supervisor/ops/quarantine_entry.h"
 #include "supervisor/ops/quarantine_json.h"
 

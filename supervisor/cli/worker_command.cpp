@@ -13,7 +13,7 @@
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 #include "supervisor/cli/run_options.h"
 #include "supervisor/flow/run_job.h"
 #include "supervisor/flow/run_output.h"

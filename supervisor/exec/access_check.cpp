@@ -296,7 +296,7 @@ Status check_command_access(const ChildConfig& config, std::uint32_t uid, std::u
   std::vector<AccessNeed> needs = command_access_needs(config.exec_argv, kExecTaskPath);
   // What the policy shares with tasks (--share): each must be a directory
   // or file the task's uid may read (and enter).
-  // (That each exists is check_task_view's, task_view.h.)
+  // (That each exists is checked by check_host_view, host_view.h.)
   for (const std::string& path : config.policy.isolation.shared) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) continue;

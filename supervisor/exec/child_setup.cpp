@@ -11,7 +11,7 @@
 #include "shared/policy_parser.h"
 #include "supervisor/exec/access_check.h"
 #include "supervisor/exec/install_paths.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 
 namespace pillbox {
 namespace {

@@ -15,7 +15,7 @@
 #include "shared/sha256.h"
 #include "shared/unique_fd.h"
 #include "supervisor/exec/access_check.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 #include "supervisor/io/regular_file.h"
 
 namespace pillbox {

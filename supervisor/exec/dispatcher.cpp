@@ -20,7 +20,7 @@
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/exec/runtime_dir.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 #include "supervisor/exec/crash_library_copy.h"
 #include "supervisor/exec/wire_socket.h"
 #include "supervisor/exec/task_channel.h"
@@ -111,7 +111,7 @@ class Dispatcher {
     auto crash_lib = crash_library_for_tasks(config, task_uid, task_gid);
     if (!crash_lib) return Status::error(crash_lib.error());
     launcher_settings_.config.crash_lib = *crash_lib;
-    if (auto s = check_task_view(config); !s) return s;
+    if (auto s = check_host_view(config); !s) return s;
     if (auto s = check_command_access(config, task_uid, task_gid); !s) return s;
     if (!config.drop_privileges) {
       report_.warnings.push_back("not running as root: tasks run as your own uid, so they can signal each other and "

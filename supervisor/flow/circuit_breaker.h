@@ -49,7 +49,7 @@ class CircuitBreaker {
   bool record(const std::string& payload_id, bool failed, const std::string& fingerprint, Clock::time_point now);
 
   // The hidden-path rule: a failure that shows the task could not see a
-  // file this host has (supervisor/exec/task_view.h) is the run's setup, not
+  // file this host has (supervisor/exec/host_view.h) is the run's setup, not
   // the payload, whatever the window holds: it opens the breaker at once,
   // with `fingerprint` as the outage's face. Not when disabled, or for a
   // fingerprint verified as the payloads' own. True when it opened.

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/policy_parser.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 #include "supervisor/flow/death_note.h"
 #include "supervisor/metrics/live_run_file.h"
 #include "supervisor/metrics/metered_run.h"

@@ -7,7 +7,7 @@
 
 #include "shared/base64.h"
 #include "supervisor/classify/outcome_json.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 #include "supervisor/io/terminal_text.h"
 
 namespace pillbox {

@@ -10,7 +10,7 @@
 #include "shared/sha256.h"
 #include "supervisor/ops/quarantine_entry.h"
 #include "supervisor/ops/quarantine_json.h"
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 
 namespace pillbox {
 namespace {

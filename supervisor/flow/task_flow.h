@@ -64,7 +64,7 @@ struct FlowSettings {
   // every time; empty: drawn from std::random_device.
   std::optional<std::uint64_t> seed;
   // A file of the host that a failure shows the task could not see
-  // (supervisor/exec/task_view.h: hidden_host_path of the run's config), ""
+  // (supervisor/exec/host_view.h: hidden_host_path of the run's config), ""
   // when none. Such a failure opens the breaker at once (the hidden-path
   // rule), and since nothing shows that file to tasks while the run lasts,
   // the run stops holding what failed so, unless a payload that succeeded

@@ -1,4 +1,4 @@
-#include "supervisor/exec/task_view.h"
+#include "supervisor/exec/host_view.h"
 
 #include <sys/stat.h>
 
@@ -70,7 +70,7 @@ std::string share_for(const std::string& hidden) {
   return dir == root ? "" : dir;
 }
 
-Status check_task_view(const ChildConfig& config) {
+Status check_host_view(const ChildConfig& config) {
   for (const std::string& path : config.policy.isolation.shared) {
     if (!exists(path)) {
       return Status::error("the shared path " + path + " (--share, or `share =` in the policy) does not exist on this "

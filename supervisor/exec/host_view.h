@@ -47,7 +47,7 @@ bool bound_into_view(const ChildConfig& config, const std::string& path);
 // host's. Refused (a setup error) with a message that names --share and
 // --writable. A path the host has no directory for is the task's own
 // scratch space (/tmp/x.txt, /tmp/new/y), and fine.
-Status check_task_view(const ChildConfig& config);
+Status check_host_view(const ChildConfig& config);
 
 // After a failure whose `message` (a child's stderr: a claim) says "No such
 // file or directory": the first absolute path in it that lies under a
