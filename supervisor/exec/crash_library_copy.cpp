@@ -67,7 +67,7 @@ Expected<std::string> make_copy(const std::string& library, const std::string& w
   if (dir.empty()) {
     return Error{what + ", and no copy can be kept where tasks could load it (looked for a directory without a space "
                         "or colon, not on a noexec mount, not under /tmp: " +
-                 std::string(::geteuid() == 0 ? "/var/lib, /var/cache, /run" : "$XDG_CACHE_HOME, ~/.cache, $XDG_RUNTIME_DIR") +
+                 std::string(::geteuid() == 0 ? "/var/lib, /var/cache, /run" : "$XDG_CACHE_HOME, ~/.cache, $XDG_RUNTIME_DIR, /tmp") +
                  "); install pillbox under a prefix others may read that has neither, or set PILLBOX_CRASH_LIB to a "
                  "copy of it at such a path"};
   }
@@ -102,15 +102,26 @@ std::string crash_library_copy_dir() {
     from_env("HOME", "/.cache/pillbox");
     from_env("XDG_RUNTIME_DIR", "/pillbox");
   }
+  // Last, for a user with no home of their own (nobody's is /nonexistent):
+  // /tmp/pillbox-UID, which the zygote binds into the tasks' private /tmp
+  // as it binds what the command line names there (the dispatcher adds it
+  // to keep_visible). Only ours: own_directory refuses one another uid made.
+  const std::string last = "/tmp/pillbox-" + std::to_string(::geteuid());
+  if (::geteuid() != 0) candidates.push_back(last);
   for (const std::string& dir : candidates) {
     // The loader must be able to map it (no space or colon; not on a noexec
     // mount, as /run often is), and the task must see it (not under a
-    // directory it gets privately).
+    // directory it gets privately, but for the last).
     const std::string parent = std::filesystem::path(dir).parent_path().string();
     struct statvfs fs {};
-    if (!loader_can_hold(dir) || !private_dir_of(dir).empty() || ::statvfs(parent.c_str(), &fs) != 0 ||
-        (fs.f_flag & ST_NOEXEC) != 0) {
+    if (!loader_can_hold(dir) || (dir != last && !private_dir_of(dir).empty()) ||
+        ::statvfs(parent.c_str(), &fs) != 0 || (fs.f_flag & ST_NOEXEC) != 0) {
       continue;
+    }
+    if (dir != last) {
+      // A candidate whose parent this user cannot write (a HOME of
+      // another's) is no place for a copy.
+      if (::access(parent.c_str(), W_OK) != 0 && ::access(dir.c_str(), W_OK) != 0) continue;
     }
     return dir;
   }

@@ -9,7 +9,8 @@
 // Then tasks load a copy that pillbox keeps where any uid may read it and
 // only its owner may write: as root, /var/lib/pillbox/ (else /var/cache or
 // /run); otherwise ~/.cache/pillbox/ ($XDG_CACHE_HOME, else
-// $XDG_RUNTIME_DIR; tasks run as our own uid then). The first whose path
+// $XDG_RUNTIME_DIR, else /tmp/pillbox-UID, bound into the tasks' private
+// /tmp; tasks run as our own uid then). The first whose path
 // the loader can hold and map: no space or colon, not on a noexec mount (a
 // systemd host's /run is one), not under /tmp. The copy is content-addressed
 // (libpillbox-crash-<16 hex of its SHA-256>.so, mode 0444): two runs of

@@ -111,6 +111,10 @@ class Dispatcher {
     auto crash_lib = crash_library_for_tasks(config, task_uid, task_gid);
     if (!crash_lib) return Status::error(crash_lib.error());
     launcher_settings_.config.crash_lib = *crash_lib;
+    auto& kept = launcher_settings_.config.keep_visible;
+    if (!private_dir_of(*crash_lib).empty() && std::find(kept.begin(), kept.end(), *crash_lib) == kept.end()) {
+      kept.push_back(*crash_lib);  // a copy in /tmp (no home to keep it in): shown to tasks there
+    }
     if (auto s = check_host_view(config); !s) return s;
     if (auto s = check_command_access(config, task_uid, task_gid); !s) return s;
     if (!config.drop_privileges) {

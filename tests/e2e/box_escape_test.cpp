@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "supervisor/io/shell_quote.h"
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
@@ -131,7 +132,7 @@ TEST_CASE("OOM anywhere in the task is oom: a subprocess killed by the cgroup's 
     // The fixture exits 137 after its worker was killed, as a shell would.
     const auto direct = run_exec(mode, {e2e::fixture("memory_hog"), "child"}, {"--memory", "64M"});
     // A real shell in between.
-    const auto shell = run_exec(mode, {"/bin/sh", "-c", e2e::fixture("memory_hog") + " grow; exit $?"}, {"--memory", "64M"});
+    const auto shell = run_exec(mode, {"/bin/sh", "-c", pillbox::shell_quote(e2e::fixture("memory_hog")) + " grow; exit $?"}, {"--memory", "64M"});
     for (const auto* r : {&direct, &shell}) {
       INFO(r->describe());
       const auto& rec = r->only_record();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "supervisor/io/shell_quote.h"
 #include "tests/e2e/support.h"
 
 using e2e::run_pillbox;
@@ -300,7 +301,7 @@ TEST_CASE("--json on every verb that prints: one JSON document on stdout") {
   CHECK(shown["seccomp"]["allow"].size() > 10);
   // Through sh: doctor's document spans lines, which run_pillbox would read
   // as JSON lines when it sees --json among the arguments.
-  const auto doctor = one_json_document(e2e::run_command("/bin/sh", {"-c", e2e::pillbox_binary() + " doctor --json"}));
+  const auto doctor = one_json_document(e2e::run_command("/bin/sh", {"-c", pillbox::shell_quote(e2e::pillbox_binary()) + " doctor --json"}));
   CHECK(doctor["checks"].is_array());
 
   const auto replay = one_json_document(run_pillbox({"quarantine", "replay", "--all", "--dry-run", "--json", "--store", store}));

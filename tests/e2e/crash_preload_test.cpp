@@ -30,7 +30,9 @@ TEST_CASE("an exec'd program maps the crash library and no unwinder library besi
     REQUIRE(r.records.size() == 1);
     CHECK(r.records[0]["kind"] == "ok");
     const std::string maps = r.records[0].value("output", "");
-    CHECK_MESSAGE(contains(maps, "libpillbox-crash.so"), maps);
+    // pillbox's own, or the copy tasks preload when the build's path has a
+    // space or their uid cannot read it (libpillbox-crash-<hex>.so).
+    CHECK_MESSAGE(contains(maps, "libpillbox-crash"), maps);
 #if defined(PILLBOX_SANITIZED)
     // The sanitized crash library brings the sanitizer runtimes, and they
     // bring libstdc++ and libgcc_s: what an ordinary build loads is not

@@ -189,7 +189,8 @@ TEST_CASE("quarantine stats counts records by status; list and stats filter by -
   e2e::TempDir inputs;
   const std::string store = dir.path() + "/store";
   for (const char* name : {"c1", "c2", "c3"}) inputs.write(name, std::string("crash ") + name);
-  const auto run = run_pillbox(with({"run", "--store", store, "--json", "--max-attempts", "1", inputs.path()},
+  const auto run = run_pillbox(with({"run", "--store", store, "--json", "--max-attempts", "1", "--writable", work.path(),
+                                     inputs.path()},
                                     behaviours(work)));
   INFO(run.describe());
   REQUIRE(run.exit_code == 1);
