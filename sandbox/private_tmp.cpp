@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <sched.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,8 +69,14 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
     bool writable = false;
   };
   std::vector<Kept> kept;
-  auto keep = [&kept](const std::string& path, bool writable) {
-    UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
+  auto keep = [&kept](const std::string& path, bool writable, bool no_symlinks = false) {
+    // A shared path was checked (as the tasks' uid) before the run; opened
+    // now as root, a symlink put there since would lead anywhere root may go.
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS;
+    UniqueFd fd(no_symlinks ? static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how))
+                            : ::open(path.c_str(), O_PATH | O_CLOEXEC));
     if (!fd.valid()) return;  // gone meanwhile: the task will say so itself
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return;
@@ -82,7 +90,7 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
     if (under_private_dir(path)) keep(path, true);
   }
   for (const std::string& path : isolation.shared) {
-    if (under_private_dir(path)) keep(path, false);
+    if (under_private_dir(path)) keep(path, false, true);
   }
   auto shown = [&isolation](const std::string& path) {
     for (const auto* list : {&isolation.writable, &isolation.shared}) {

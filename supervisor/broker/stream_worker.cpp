@@ -514,7 +514,14 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
     return;
   }
   const bool transient = is_transient(settings_.retry, outcome);
-  const std::string hidden = !transient && settings_.hidden_path ? settings_.hidden_path(outcome) : "";
+  // The hidden-path rule takes an entry's failure at its word once in this
+  // worker (a poison pill can print such a line): again, it is judged like
+  // any failure.
+  std::string hidden;
+  if (!transient && settings_.hidden_path && hidden_path_claimed_.count(payload_id) == 0) {
+    hidden = settings_.hidden_path(outcome);
+    if (!hidden.empty()) hidden_path_claimed_.insert(payload_id);
+  }
   const bool opened_for_hidden = !hidden.empty() && breaker_.open_now(payload_id, outcome.fingerprint, now);
   const bool opened = opened_for_hidden || (!transient && breaker_.record(payload_id, true, outcome.fingerprint, now));
   if (was_probe) breaker_.probe_ended(false, now);

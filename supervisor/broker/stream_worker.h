@@ -237,6 +237,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   Clock::time_point last_activity_;
   bool stopping_ = false;      // SIGTERM, idle, or an error: read nothing new
   std::optional<Task> known_good_;  // a payload that succeeded here (small): the probe of choice
+  std::set<std::string> hidden_path_claimed_;  // payload ids whose failure the hidden-path rule took at its word
   bool probe_copy_running_ = false;
   std::uint64_t probe_copy_ref_ = 0;
   std::size_t redis_down_ = 0;  // links whose connection is lost now

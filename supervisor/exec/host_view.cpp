@@ -45,7 +45,11 @@ std::vector<std::string> absolute_words(const std::string& a) {
   std::vector<std::string> words;
   for (std::size_t at = a.find('/'); at != std::string::npos; at = a.find('/', at + 1)) {
     if (at > 0 && kWordStart.find(a[at - 1]) == std::string_view::npos) continue;
-    const std::size_t end = a.find_first_of(kWordEnd, at);
+    // In quotes ('/srv/my tools/run'), a path may hold spaces: it ends at
+    // the closing quote.
+    const char quote = at > 0 && (a[at - 1] == '\'' || a[at - 1] == '"') ? a[at - 1] : '\0';
+    const std::size_t closing = quote != '\0' ? a.find(quote, at) : std::string::npos;
+    const std::size_t end = closing != std::string::npos ? closing : a.find_first_of(kWordEnd, at);
     words.push_back(a.substr(at, end == std::string::npos ? std::string::npos : end - at));
     if (end == std::string::npos) break;
     at = end;
@@ -75,6 +79,21 @@ Status check_host_view(const ChildConfig& config) {
     if (!exists(path)) {
       return Status::error("the shared path " + path + " (--share, or `share =` in the policy) does not exist on this "
                            "host: share a directory or file that does");
+    }
+    for (const char* dir : kPrivateDirs) {
+      if (normal(path) == dir || normal(path) == std::string(dir) + "/") {
+        return Status::error("the shared path " + path + " is a directory each task gets as its own: share the "
+                             "directories inside it that tasks need");
+      }
+    }
+    // Bound later, by root, without following symlinks (private_tmp.cpp): a
+    // symlink swapped in after the access check must not show tasks what
+    // their uid may not reach. So the path must have none now either.
+    std::error_code ec;
+    const std::string real = std::filesystem::canonical(path, ec).string();
+    if (ec || real != normal(path)) {
+      return Status::error("the shared path " + path + " (--share, or `share =` in the policy) goes through a symlink" +
+                           (ec ? std::string() : " (it is " + real + ")") + ": share the path it leads to");
     }
   }
   if (!config.exec_mode() || !has_private_tmp(config.policy)) return Status::ok();
@@ -110,6 +129,9 @@ std::string hidden_host_path(const ChildConfig& config, const std::string& messa
     while (!path.empty() && std::string_view(":,.;)]}'\"").find(path.back()) != std::string_view::npos) path.pop_back();
     if (path.empty()) continue;
     path = normal(path);
+    // "/tmp/" and "/tmp/." are /tmp itself (lexically_normal keeps the '/'),
+    // which every host has: not a file of the host the task could not see.
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
     if (private_dir_of(path).empty() || bound_into_view(config, path) || !exists(path)) continue;
     return path;
   }

@@ -30,7 +30,8 @@ std::string private_dir_of(const std::string& path);
 // one, the part after '=' of an option (--config=/etc/x), and each
 // absolute word of a shell's command string (sh -c "cd /tmp/tt && ./run"):
 // a '/' at the start or after a space, a quote, '=', ':' or a shell
-// operator, up to the next space, quote or operator. Whether they exist is
+// operator, up to the next space, quote or operator (after a quote: up to
+// the closing one, spaces included). Whether they exist is
 // not looked at.
 std::vector<std::string> absolute_words(const std::string& argument);
 

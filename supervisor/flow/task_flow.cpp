@@ -501,12 +501,13 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     if (was_probe) breaker_.probe_ended(!failed, now);
     else breaker_.record(t.payload_id, failed, outcome.fingerprint, now);
     outage = failed;
+    if (failed) corroborate_hidden(t, outcome);
     if (!breaker_.open()) {
       release_held();
     } else if (was_probe) {
       report_pause(now, &outcome);
     }
-  } else if (const std::string hidden = failed && !transient && settings_.hidden_path ? settings_.hidden_path(outcome) : "";
+  } else if (const std::string hidden = failed && !transient ? hidden_path_once(t, outcome) : "";
              !hidden.empty() && breaker_.open_now(t.payload_id, outcome.fingerprint, now)) {
     outage = true;
     hidden_ = hidden;
@@ -631,13 +632,29 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome) {
   take_back_outage_verdicts();
   // A payload that succeeded earlier answers "outage or burst?" in one task.
   if (known_good_) breaker_.probe_now(now());
-  // Nothing shows a hidden file to tasks while this run lasts: waiting for
-  // a probe to succeed would only wait out --breaker-max-wait.
-  if (!hidden_.empty() && !known_good_) {
-    stop_at_next_turn_ = true;  // once this task is held too
-    return;
-  }
+  // One payload's word is not enough to stop the run (a poison pill can
+  // print any message): the next payload probes at once, a known-good one
+  // or a fresh one. If it fails for a hidden file too, the run stops
+  // (corroborate_hidden): nothing shows tasks a file while a run lasts. If
+  // it succeeds, the breaker closes and the held payload runs again, judged
+  // as any other from then on (hidden_path_once).
+  if (!hidden_.empty()) breaker_.probe_now(now());
   report_pause(now(), nullptr);
+}
+
+std::string TaskFlow::hidden_path_once(const Tracked& t, const Outcome& outcome) {
+  if (!settings_.hidden_path || hidden_path_claimed_.count(t.payload_id) > 0) return "";
+  std::string hidden = settings_.hidden_path(outcome);
+  if (!hidden.empty()) hidden_path_claimed_.insert(t.payload_id);
+  return hidden;
+}
+
+void TaskFlow::corroborate_hidden(const Tracked& t, const Outcome& outcome) {
+  if (hidden_.empty() || stop_at_next_turn_ || !settings_.hidden_path) return;
+  if (hidden_path_claimed_.count(t.payload_id) > 0) return;  // the same payload again says nothing new
+  if (settings_.hidden_path(outcome).empty()) return;
+  hidden_path_claimed_.insert(t.payload_id);
+  stop_at_next_turn_ = true;
 }
 
 void TaskFlow::uncharge_outage_failures(Tracked& t) {
@@ -673,8 +690,9 @@ std::string TaskFlow::describe_outage() const {
            o.message.substr(0, o.message.find('\n')) + "): under " + private_dir_of(hidden_) +
            ", tasks see their own empty directory and only what is shared with them; not the payloads' fault, "
            "not quarantining; ";
-    line += known_good_ ? "probing once with " + known_good_->key + ", which succeeded earlier in this run"
-                        : "stopping, since nothing can show it to tasks while this run lasts";
+    line += known_good_ ? "probing at once with " + known_good_->key + ", which succeeded earlier in this run"
+                        : "probing at once with the next payload";
+    line += "; if it fails for a hidden file too, stopping (nothing can show tasks a file while a run lasts)";
     return line + share_hint();
   }
   if (known_good_) {
@@ -814,8 +832,8 @@ void TaskFlow::on_probe_copy_outcome(Tracked& t, const Outcome& outcome) {
     release_held();
     return;
   }
-  if (!hidden_.empty()) {
-    stop_at_next_turn_ = true;
+  if (!hidden_.empty() && settings_.hidden_path && !settings_.hidden_path(outcome).empty()) {
+    stop_at_next_turn_ = true;  // a payload that worked before now fails for a hidden file too
     return;
   }
   report_pause(now, &outcome);

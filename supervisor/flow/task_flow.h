@@ -230,6 +230,15 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void stop_for_outage();
   // "; to let tasks read it, run with --share DIR ..." for a hidden file, else "".
   std::string share_hint() const;
+  // The hidden-path rule takes a payload's failure at its word once a run:
+  // the file of the host it shows the task could not see, "" when none or
+  // when this payload already claimed one in this run (a second claim is
+  // judged like any failure: a poison pill that prints such a line, with a
+  // new wording each time, is not held for ever).
+  std::string hidden_path_once(const Tracked& t, const Outcome& outcome);
+  // While open for hidden_: another payload failing for a hidden file
+  // confirms it, and the run stops at its next turn.
+  void corroborate_hidden(const Tracked& t, const Outcome& outcome);
 
   FlowSettings settings_;
   TaskSource& inner_;
@@ -251,6 +260,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   Outcome outage_example_;
   std::string hidden_;               // the file of the host the open breaker's tasks could not see
   bool stop_at_next_turn_ = false;   // the breaker is open for hidden_, and no probe can end it
+  std::set<std::string> hidden_path_claimed_;  // payload ids whose failure the hidden-path rule took at its word
   std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)
   std::deque<JudgedPoison> judged_poison_;
   Clock::time_point last_pause_notice_{};
