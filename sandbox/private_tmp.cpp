@@ -77,6 +77,9 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
     how.resolve = RESOLVE_NO_SYMLINKS;
     UniqueFd fd(no_symlinks ? static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof how))
                             : ::open(path.c_str(), O_PATH | O_CLOEXEC));
+    // A kernel before 5.6 has no openat2: the last component, at least,
+    // is not followed (the supervisor refused a share through a symlink).
+    if (no_symlinks && !fd.valid() && errno == ENOSYS) fd.reset(::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.valid()) return;  // gone meanwhile: the task will say so itself
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return;
