@@ -114,7 +114,7 @@ TEST_CASE("without root, a user namespace still gives children their own namespa
   e2e::TempDir dir;  // 0755: readable by nobody
   const std::string input = dir.write("payload", "x");
   auto as_nobody = [&](std::vector<std::string> program) {
-    std::vector<std::string> args{"--reuid=65534", "--regid=65534", "--clear-groups", PILLBOX_BUILD_DIR "/pillbox",
+    std::vector<std::string> args{"--reuid=65534", "--regid=65534", "--clear-groups", e2e::pillbox_for_any_uid(),
                                   "run", "--json", input, "--"};
     args.insert(args.end(), program.begin(), program.end());
     return e2e::run_command("/usr/bin/setpriv", args);

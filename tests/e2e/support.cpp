@@ -113,6 +113,13 @@ std::string fixture(const std::string& name) { return reachable_build_path("fixt
 
 std::string built_for_tasks(const std::string& name) { return reachable_build_path(name); }
 
+std::string pillbox_for_any_uid() {
+  for (const char* helper : {"pillbox-sandbox", "libpillbox-crash.so", "libpillbox-pdf-text.so"}) {
+    reachable_build_path(helper);
+  }
+  return reachable_build_path("pillbox");
+}
+
 bool every_uid_may_enter(const std::string& path) {
   std::error_code ec;
   std::filesystem::path dir = std::filesystem::absolute(path, ec).lexically_normal();

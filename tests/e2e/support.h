@@ -74,6 +74,11 @@ std::string poison_plugin();            // "plugin:" + fixture("poison_plugin.so
 // build/<name> (a library pillbox builds, such as the example plugin), where
 // tasks can load it: as fixture() decides.
 std::string built_for_tasks(const std::string& name);
+// build/pillbox where any uid may run it (a test that runs pillbox as
+// nobody): the build tree itself, or a copy of pillbox with its helpers
+// (pillbox-sandbox, the crash library, the pdf-text module), which it finds
+// beside itself, as fixture() decides.
+std::string pillbox_for_any_uid();
 
 // ---- places tasks see, and places they do not -----------------------------
 //
