@@ -50,6 +50,7 @@ import dataclasses
 import os
 import re
 import shutil
+import stat
 import signal
 import socket
 import subprocess
@@ -238,12 +239,40 @@ def shown_line_printed(shown, printed_lines):
     return any(pattern.match(normalize(line)) for line in printed_lines)
 
 
+def every_uid_may_enter(path):
+    """Every directory above `path` lets others in (o+x), as a task's unprivileged uid needs."""
+    directory = os.path.dirname(os.path.realpath(path))
+    while True:
+        if not os.stat(directory).st_mode & stat.S_IXOTH:
+            return False
+        if directory == "/":
+            return True
+        directory = os.path.dirname(directory)
+
+
 def make_repository_view(source, build, directory):
     os.makedirs(directory)
     for entry in SOURCE_ENTRIES:
         if os.path.exists(os.path.join(source, entry)):
             os.symlink(os.path.join(source, entry), os.path.join(directory, entry))
-    os.symlink(build, os.path.join(directory, "build"))
+    view_build = os.path.join(directory, "build")
+    if os.geteuid() != 0 or every_uid_may_enter(os.path.join(build, "fixtures")):
+        os.symlink(build, view_build)
+        return
+    # As root, tasks run as unprivileged uids, which cannot enter a build
+    # under a 0700 directory (a clone in /root): the view's build/ holds
+    # copies of what tasks run or load (the fixtures, the libraries), in this
+    # directory every uid may enter, and links to the rest.
+    os.makedirs(view_build)
+    os.chmod(view_build, 0o755)
+    for entry in os.listdir(build):
+        src, dst = os.path.join(build, entry), os.path.join(view_build, entry)
+        if entry == "fixtures":
+            shutil.copytree(src, dst, symlinks=True)
+        elif entry.endswith(".so"):
+            shutil.copy2(src, dst)
+        else:
+            os.symlink(src, dst)
 
 
 def script_for(view, tmp, redis_port, runnable, results):

@@ -190,7 +190,7 @@ TEST_CASE("plugin code that prints or reads stdin while it loads reaches none of
       const std::vector<std::string> args{"run", "--json", "--no-store", "--mode", mode, "--handler", plugin, "-"};
       e2e::RunResult r;
       if (nobody) {
-        std::vector<std::string> setpriv{"--reuid=65534", "--regid=65534", "--clear-groups", e2e::pillbox_binary()};
+        std::vector<std::string> setpriv{"--reuid=65534", "--regid=65534", "--clear-groups", e2e::pillbox_for_any_uid()};
         setpriv.insert(setpriv.end(), args.begin(), args.end());
         r = e2e::run_command("/usr/bin/setpriv", setpriv, tasks);
       } else {
