@@ -164,7 +164,8 @@ const std::string& host_dir_tasks_see() {
 // earlier test finished. Tests of the store pass --store or --no-store.
 void with_executor_defaults(std::vector<std::string>& argv) {
   for (std::size_t i = 0; i + 1 < argv.size(); ++i) {
-    if (argv[i] != pillbox_binary() || argv[i + 1] != "run") continue;
+    // build/pillbox, or its copy for any uid (pillbox_for_any_uid).
+    if (std::filesystem::path(argv[i]).filename() != "pillbox" || argv[i + 1] != "run") continue;
     const auto options_end = std::find(argv.begin() + static_cast<long>(i), argv.end(), "--");
     const bool chooses = std::any_of(argv.begin() + static_cast<long>(i), options_end, [](const std::string& a) {
       return a == "--store" || a.rfind("--store=", 0) == 0 || a == "--no-store";
