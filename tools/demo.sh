@@ -79,7 +79,7 @@ echo "       its message are left out of the fingerprint: 3 bad amounts are one 
 # Nor a clone there (/root/pillbox): then the demo runs a copy of the parser
 # from a directory every uid may enter.
 parser=samples/python/parse_record.py
-if [ "$(id -u)" -eq 0 ] && ! setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$parser"; then
+if [ "$(id -u)" -eq 0 ] && ! setpriv --reuid=65534 --regid=65534 --clear-groups test -r "$PWD/$parser"; then
   copy=$(mktemp -d /tmp/pillbox-demo.XXXXXX)
   trap 'rm -rf "$copy"' EXIT
   chmod 0755 "$copy"
