@@ -528,10 +528,8 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
   if (opened_for_hidden) {
     ++report_.outages;
     const std::string dir = share_for(hidden);
-    out_.on_notice("handler outage suspected: a task could not see " + hidden + ", which this host has (" +
-                   std::string(to_string(outcome.kind)) + " " + outcome.fingerprint + "): under " +
-                   private_dir_of(hidden) + ", tasks see their own empty directory and only what is shared with "
-                   "them; intake paused, failures held uncharged, probing" +
+    out_.on_notice("handler outage suspected: " + why_hidden(hidden, outcome) +
+                   "; intake paused, failures held uncharged, probing" +
                    (dir.empty() ? std::string() : "; restart the worker with --share " + dir + " to let tasks read it"));
   } else if (opened) {
     ++report_.outages;

@@ -138,6 +138,12 @@ std::string hidden_host_path(const ChildConfig& config, const std::string& messa
   return "";
 }
 
+std::string why_hidden(const std::string& hidden, const Outcome& failure) {
+  return "a task could not see " + hidden + ", which this host has (" + std::string(to_string(failure.kind)) + " " +
+         failure.fingerprint + ": " + failure.message.substr(0, failure.message.find('\n')) + "): under " +
+         private_dir_of(hidden) + ", tasks see their own empty directory and only what is shared with them";
+}
+
 std::string hidden_host_path(const ChildConfig& config, const Outcome& failure) {
   return hidden_host_path(config, failure.message + "\n" + failure.stderr_tail);
 }

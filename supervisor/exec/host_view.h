@@ -60,6 +60,11 @@ std::string hidden_host_path(const ChildConfig& config, const std::string& messa
 // The same for a failure: its message and the tail of its stderr.
 std::string hidden_host_path(const ChildConfig& config, const Outcome& failure);
 
+// Why a failure is not its payload's: "a task could not see HIDDEN, which
+// this host has (KIND FINGERPRINT: first line of its message): under /tmp,
+// tasks see their own empty directory and only what is shared with them".
+std::string why_hidden(const std::string& hidden, const Outcome& failure);
+
 // The directory to name with --share so that tasks see `hidden`: the
 // deepest existing directory of the host that holds it, below its private
 // directory (/tmp/tt for /tmp/tt/data.txt).

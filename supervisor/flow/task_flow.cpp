@@ -679,22 +679,18 @@ void TaskFlow::review_parked(bool all) {
 
 std::string TaskFlow::describe_outage() const {
   const Outcome& o = outage_example_;
+  if (!hidden_.empty()) {
+    return "handler outage suspected: " + why_hidden(hidden_, o) + "; not the payloads' fault, not quarantining; " +
+           (known_good_ ? "probing at once with " + known_good_->key + ", which succeeded earlier in this run"
+                        : std::string("probing at once with the next payload")) +
+           "; if it fails for a hidden file too, stopping (nothing can show tasks a file while a run lasts)" +
+           share_hint();
+  }
   std::string line = "handler outage suspected: " + std::to_string(breaker_.failures_when_opened()) + " of the last " +
                      std::to_string(settings_.breaker.window) + " distinct payloads failed, most with " +
                      breaker_.dominant_fingerprint() + " (" + std::string(to_string(o.kind));
   if (!o.message.empty()) line += ": " + o.message.substr(0, o.message.find('\n'));
   line += "); intake paused, not quarantining; ";
-  if (!hidden_.empty()) {
-    line = "handler outage suspected: a task could not see " + hidden_ + ", which this host has (" +
-           std::string(to_string(o.kind)) + " " + breaker_.dominant_fingerprint() + ": " +
-           o.message.substr(0, o.message.find('\n')) + "): under " + private_dir_of(hidden_) +
-           ", tasks see their own empty directory and only what is shared with them; not the payloads' fault, "
-           "not quarantining; ";
-    line += known_good_ ? "probing at once with " + known_good_->key + ", which succeeded earlier in this run"
-                        : "probing at once with the next payload";
-    line += "; if it fails for a hidden file too, stopping (nothing can show tasks a file while a run lasts)";
-    return line + share_hint();
-  }
   if (known_good_) {
     line += "probing now with " + known_good_->key + ", which succeeded earlier in this run";
   } else {
