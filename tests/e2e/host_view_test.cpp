@@ -76,19 +76,32 @@ TEST_CASE("a tool under /tmp that reads a file beside it: held, never poison, un
   }
 }
 
-TEST_CASE("--share is read-only, shows the host's directory live, and is part of the policy's identity") {
+TEST_CASE("--share is read-only, shows the host's directory live, and a policy file's share line is shown") {
   e2e::TempDir shared;
-  shared.write("seen.txt", "first");
-  const std::string script = "cat " + shared.file("seen.txt") + "; echo x > " + shared.file("new.txt") +
-                             " 2>/dev/null && echo wrote || echo refused";
+  // Task "a" reads the file and tries to write beside it; task "b" waits
+  // until the host has written `go` into the shared directory after "a"
+  // ended (a bind of the directory shows it; a copy or a bind of what was
+  // there at the start would not, and "b" would run into its time limit),
+  // then reads the file the host changed meanwhile.
+  const std::string script = "case $(cat) in a) cat " + shared.file("seen.txt") + "; echo x > " + shared.file("new.txt") +
+                             " 2>/dev/null && echo wrote || echo refused;; b) while [ ! -e " + shared.file("go") +
+                             " ]; do sleep 0.02; done; cat " + shared.file("seen.txt") + ";; esac";
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
-    const auto r = run_pillbox({"run", "--json", "--no-store", "--mode", mode, "--share", shared.path(), "-", "--",
-                                "/bin/sh", "-c", script},
-                               e2e::task_line("a", "a"));
+    shared.write("seen.txt", "first");
+    std::filesystem::remove(shared.file("go"));
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--jobs", "1", "--timeout", "20s", "--mode", mode,
+                                "--share", shared.path(), "-", "--", "/bin/sh", "-c", script},
+                               e2e::task_line("a", "a") + e2e::task_line("b", "b"), {},
+                               [&](pid_t, std::size_t, std::string_view) {
+                                 if (std::filesystem::exists(shared.file("go"))) return;
+                                 shared.write("seen.txt", "second");
+                                 shared.write("go", "");
+                               });
     INFO(r.describe());
     CHECK(r.exit_code == 0);
-    CHECK(r.only_record()["output"] == "firstrefused\n");
+    CHECK(r.record("a")["output"] == "firstrefused\n");
+    CHECK(r.record("b")["output"] == "second");
     CHECK_FALSE(std::filesystem::exists(shared.file("new.txt")));
   }
   const auto with = run_pillbox({"policy", "show", "exec", "--json"});
