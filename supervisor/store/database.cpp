@@ -46,23 +46,44 @@ Status use_wal(Database& db, sqlite3* raw, const std::string& path) {
   return Status::ok();
 }
 
+// Checks the database file before SQLite opens it, and creates a new one,
+// without ever closing a descriptor of an existing one: closing any
+// descriptor of a file drops every POSIX lock this process holds on it
+// (fcntl(2)), SQLite's included. A process with a connection open already
+// (serve's /metrics reader, `run --metrics`) would lose its locks, and the
+// next reader in another process would take itself for the last
+// connection, checkpoint and delete the WAL under it (issue 25). The store
+// directory is this user's, 0700 (store_dir.h): nobody else can swap the
+// file between this check and SQLite's open, which refuses symbolic links.
+Status check_database_file(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return Status::error("store database " + path + ": " + std::strerror(errno));
+    // Created here, not by SQLite, so that the mode is 0600 whatever the
+    // umask (SQLite gives the -wal and -shm files the database file's
+    // mode). No connection can hold a lock on a file that did not exist,
+    // so closing this descriptor drops none.
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (fd.valid()) return Status::ok();
+    if (errno != EEXIST) return Status::error("store database " + path + ": " + std::strerror(errno));
+    // Another pillbox created it meanwhile: check it as an existing one.
+    if (::lstat(path.c_str(), &st) != 0) return Status::error("store database " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return Status::error("store database " + path + " is not a regular file");
+  if (st.st_uid != ::geteuid()) {
+    return Status::error("store database " + path + " belongs to uid " + std::to_string(st.st_uid) +
+                         ", not to this user");
+  }
+  if ((st.st_mode & 077) != 0 && ::chmod(path.c_str(), 0600) != 0) {
+    return Status::error("store database " + path + ": cannot make it 0600: " + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Expected<Database> Database::open(const std::string& path) {
-  // Created here, not by SQLite, so that the mode is 0600 whatever the
-  // umask; SQLite gives the -wal and -shm files the database file's mode.
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd.valid()) return Error{"store database " + path + ": " + std::strerror(errno)};
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Error{"store database " + path + ": " + std::strerror(errno)};
-  if (!S_ISREG(st.st_mode)) return Error{"store database " + path + " is not a regular file"};
-  if (st.st_uid != ::geteuid()) {
-    return Error{"store database " + path + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user"};
-  }
-  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0600) != 0) {
-    return Error{"store database " + path + ": cannot make it 0600: " + std::strerror(errno)};
-  }
-  fd.reset();
+  if (auto s = check_database_file(path); !s) return Error{s.message()};
 
   sqlite3* raw = nullptr;
   const int rc = ::sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr);

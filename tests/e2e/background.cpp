@@ -64,6 +64,7 @@ Background::Background(const std::string& program, const std::vector<std::string
 
 Background::~Background() {
   if (running()) {
+    check_no_deleted_store_files(pid_);
     ::kill(pid_, SIGKILL);
     while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
     }
@@ -78,7 +79,9 @@ std::string Background::contents(const std::string& path) {
 }
 
 void Background::signal(int sig) const {
-  if (running()) ::kill(pid_, sig);
+  if (!running()) return;
+  check_no_deleted_store_files(pid_);
+  ::kill(pid_, sig);
 }
 
 bool Background::ended() {
@@ -88,6 +91,7 @@ bool Background::ended() {
 
 int Background::wait(std::chrono::milliseconds limit) {
   if (!reaped_) {
+    check_no_deleted_store_files(pid_);
     // A pidfd becomes readable when the process ends: no polling.
     const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
     REQUIRE_MESSAGE(pidfd >= 0, "pidfd_open: " << std::strerror(errno));

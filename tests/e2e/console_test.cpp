@@ -117,6 +117,35 @@ TEST_CASE("serve: /metrics has the store's records and tasks, as the store count
   CHECK(serve.stop(SIGTERM) == 0);
 }
 
+// Issue 25: serve's /metrics connection once dropped SQLite's locks on the
+// store (a plain descriptor of pillbox.db closed in the same process); the
+// CLI reader after it deleted the WAL, and serve's later writes went into
+// the deleted file, seen by no other process until serve exited.
+TEST_CASE("serve scraped on /metrics, then read by the CLI: an API discard is visible to the CLI at once") {
+  ConsoleStore s;
+  Serve serve(s.store);
+  REQUIRE_MESSAGE(!serve.url().empty(), serve.err());
+  httplib::Client http("127.0.0.1", serve.port());
+  const auto scraped = http.Get("/metrics");
+  REQUIRE(scraped);
+  REQUIRE(scraped->status == 200);
+  // Two readers: each opens, reads and closes its own connection.
+  CHECK(s.cli({"quarantine", "list"}).size() == 4);
+  CHECK(s.cli({"tasks"}).size() == 5);
+  const httplib::Headers auth = {{"Authorization", "Bearer " + read_token(s.store)}};
+  for (const std::string key : {"segv", "abort"}) {
+    const std::string id = s.id_of(key);
+    auto done = http.Post("/api/records/" + id + "/discard", auth, R"({"reason": "seen"})", "application/json");
+    REQUIRE(done);
+    CHECK(done->status == 200);
+    CHECK(s.cli({"quarantine", "show", id})[0]["status"] == "discarded");
+    CHECK(http.Get("/metrics"));  // and scraped again between the two
+  }
+  e2e::check_no_deleted_store_files(serve.pid());
+  CHECK(serve.stop(SIGKILL) == 128 + SIGKILL);
+  CHECK(sql_int(s.db, "SELECT count(*) FROM quarantine WHERE status = 'discarded'") == 2);
+}
+
 TEST_CASE("serve: unknown ids are 404 and bad filters 400, with JSON that says what is allowed; nothing changes") {
   ConsoleStore s;
   const std::string before = s.state();

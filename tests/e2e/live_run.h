@@ -54,6 +54,7 @@ class LiveRun {
     REQUIRE(err_ != nullptr);
   }
   ~LiveRun() {
+    if (pid_ > 0 && !reaped_) e2e::check_no_deleted_store_files(pid_);
     if (in_ >= 0) ::close(in_);
     if (pid_ > 0 && !reaped_) {
       ::kill(pid_, SIGKILL);
@@ -73,9 +74,13 @@ class LiveRun {
       done += static_cast<std::size_t>(n);
     }
   }
-  void signal(int sig) const { ::kill(pid_, sig); }
+  void signal(int sig) const {
+    e2e::check_no_deleted_store_files(pid_);
+    ::kill(pid_, sig);
+  }
   pid_t pid() const { return pid_; }
   void close_stdin() {
+    e2e::check_no_deleted_store_files(pid_);
     ::close(in_);
     in_ = -1;
   }

@@ -254,6 +254,7 @@ RunResult run_command(const std::string& program, const std::vector<std::string>
     in_fd = -1;
   }
   const auto deadline = started + std::chrono::seconds(deadline_s);
+  auto next_store_check = started;
   bool timed_out = false;
   char buf[65536];
   while (out_fd >= 0 || err_fd >= 0) {
@@ -268,7 +269,11 @@ RunResult run_command(const std::string& program, const std::vector<std::string>
       timed_out = true;
       break;
     }
-    const int rc = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::min<long long>(left, 1000)));
+    if (const auto now = std::chrono::steady_clock::now(); now >= next_store_check) {
+      check_no_deleted_store_files(pid);  // not reaped yet: its /proc entry is there
+      next_store_check = now + std::chrono::milliseconds(200);
+    }
+    const int rc = ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(std::min<long long>(left, 200)));
     if (rc < 0 && errno == EINTR) continue;
     REQUIRE(rc >= 0);
     if (idx_in >= 0 && fds[idx_in].revents) {
@@ -482,6 +487,39 @@ int open_fd_count(pid_t pid) {
   while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
   ::closedir(d);
   return n;
+}
+
+std::vector<std::string> deleted_store_files(pid_t pid) {
+  std::vector<std::string> found;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return found;
+  static constexpr std::string_view kDeleted = " (deleted)";
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[4096];
+    const ssize_t n = ::readlinkat(::dirfd(d), e->d_name, target, sizeof target - 1);
+    if (n <= 0) continue;
+    const std::string link(target, static_cast<std::size_t>(n));
+    if (!link.ends_with(kDeleted)) continue;
+    const std::string path = link.substr(0, link.size() - kDeleted.size());
+    const bool wal = path.ends_with("/pillbox.db-wal"), shm = path.ends_with("/pillbox.db-shm");
+    if (!wal && !shm) continue;
+    // A store removed or moved away as a whole (a test of that) is not this:
+    // the database itself must still be where the process opened it.
+    struct stat st {};
+    if (::stat(path.substr(0, path.size() - 4).c_str(), &st) == 0) found.push_back(link);
+  }
+  ::closedir(d);
+  return found;
+}
+
+void check_no_deleted_store_files(pid_t pid) {
+  const auto deleted = deleted_store_files(pid);
+  std::string list;
+  for (const auto& f : deleted) list += "\n  " + f;
+  CHECK_MESSAGE(deleted.empty(), "pillbox (pid " << pid << ") holds store files that were deleted under it: its "
+                                 "commits go where no reader sees them and are lost when it ends:" << list);
 }
 
 long vm_rss_kb(pid_t pid) {

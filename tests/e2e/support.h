@@ -186,6 +186,17 @@ std::vector<ProcInfo> processes_of(const std::string& path);
 std::string describe(const std::vector<ProcInfo>& procs);
 
 int open_fd_count(pid_t pid);     // entries of /proc/PID/fd, -1 when unreadable
+
+// The store's WAL or shared-memory file (pillbox.db-wal, pillbox.db-shm)
+// that `pid` holds open although it was deleted while the database beside
+// it is still there: that process commits into a WAL no other process
+// sees any more, and loses those commits when it ends (issue 25). As
+// /proc/PID/fd shows them; empty when there is none.
+std::vector<std::string> deleted_store_files(pid_t pid);
+// Fails the current test (a CHECK) when `pid` holds one. Called by
+// run_pillbox while pillbox runs, and by Background and LiveRun before they
+// signal, wait for or kill their process: every e2e test checks it.
+void check_no_deleted_store_files(pid_t pid);
 long vm_rss_kb(pid_t pid);        // VmRSS from /proc/PID/status, -1 when unreadable
 
 }  // namespace e2e

@@ -202,3 +202,42 @@ TEST_CASE("store: processes opening one new store at once all get it, migrated o
     CHECK(*store->db().query_text("PRAGMA integrity_check") == "ok");
   }
 }
+
+TEST_CASE("store: a second connection in one process keeps the first one's locks: another process's reader leaves the WAL") {
+  // Issue 25: opening a second connection once closed a plain descriptor
+  // of pillbox.db, which dropped every POSIX lock of this process on it.
+  // A reader in another process then took itself for the last connection
+  // and, closing, checkpointed and deleted the WAL the first one writes.
+  // The reader is `pillbox tasks`, exec'd: a fork of this process would
+  // share SQLite's own bookkeeping of this process's locks and never try.
+  pillbox::test::ScratchDir s{"store-test"};
+  const std::string dir = s.path + "/store";
+  auto first = Store::open(dir);
+  REQUIRE(first.has_value());
+  REQUIRE(first->db().exec("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1)"));
+  auto second = Store::open(dir);  // e.g. serve's /metrics reader
+  REQUIRE(second.has_value());
+  REQUIRE(*second->db().query_int("SELECT count(*) FROM t") == 1);
+  const std::string wal = dir + "/pillbox.db-wal";
+  struct stat before {};
+  REQUIRE(::stat(wal.c_str(), &before) == 0);
+
+  const std::string pillbox = std::string(PILLBOX_BUILD_DIR) + "/pillbox";
+  const pid_t reader = ::fork();
+  REQUIRE(reader >= 0);
+  if (reader == 0) {
+    ::freopen("/dev/null", "w", stdout);
+    ::execl(pillbox.c_str(), pillbox.c_str(), "tasks", "--store", dir.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(reader, &status, 0) == reader);
+  REQUIRE_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), "pillbox tasks --store " << dir);
+  // Still the file this process writes into: neither deleted nor made anew.
+  struct stat after {};
+  REQUIRE_MESSAGE(::stat(wal.c_str(), &after) == 0, "the reader deleted " << wal);
+  CHECK(after.st_ino == before.st_ino);
+  REQUIRE(first->db().exec("INSERT INTO t VALUES (2)"));
+  REQUIRE(::stat(wal.c_str(), &after) == 0);
+  CHECK(after.st_ino == before.st_ino);
+}
