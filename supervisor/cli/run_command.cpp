@@ -30,6 +30,7 @@
 #include "supervisor/io/result_files.h"
 #include "supervisor/flow/run_output.h"
 #include "supervisor/io/terminal_text.h"
+#include "supervisor/store/store.h"
 
 namespace pillbox::cli {
 namespace {
@@ -308,10 +309,12 @@ int run_command(int argc, char** argv) {
   auto out = read_result_files(*args);
   if (!out) return usage_error(out.error());
   std::optional<ResultFiles> results = std::move(*out);
-  auto source = read_inputs(*args);
-  if (!source) return usage_error(source.error());
   QuarantineHooks hooks;
   if (auto s = read_job_options(*args, job, hooks); !s) return usage_error(s.message());
+  // Listed only once the store is known: its files are never inputs.
+  if (job.store_dir) store::keep_store_out_of_inputs(*job.store_dir);
+  auto source = read_inputs(*args);
+  if (!source) return usage_error(source.error());
   job.on_quarantine = [&hooks](const std::string& json, bool new_fingerprint) { hooks.fire(json, new_fingerprint); };
   job.done_results = results.has_value();
   // Listening before anything runs: a port in use stops the run here.

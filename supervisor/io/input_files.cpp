@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "shared/unique_fd.h"
+#include "supervisor/io/kept_out_of_inputs.h"
 #include "supervisor/io/regular_file.h"
 
 namespace pillbox {
@@ -22,6 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* const kSymlinkNotFollowed = "a symlink, not followed (--follow-symlinks reads what it points to)";
+
+std::string never_read(const std::string& what) { return what + ", never read as input"; }
 
 // Lists a named directory: every entry below it, regular files to read later
 // and everything else as skipped, with what it is. Each directory is opened
@@ -87,6 +90,10 @@ class TreeWalk {
       else skip(path, std::string("cannot be read: ") + std::strerror(err));
       return Status::ok();
     }
+    if (auto what = kept_out_of_inputs(st)) {
+      skip(path, never_read(*what));
+      return Status::ok();
+    }
     if (S_ISDIR(st.st_mode)) {
       const auto [first, fresh] = dirs_read_.emplace(std::make_pair(st.st_dev, st.st_ino), path.string());
       if (!fresh) {
@@ -128,6 +135,9 @@ Expected<std::vector<InputEntry>> list_input(const std::string& named, SymlinksI
   // be opened, and a FIFO not waited on.
   struct stat st {};
   if (::stat(named.c_str(), &st) != 0) return Error{"cannot read input '" + named + "': " + std::strerror(errno)};
+  if (auto what = kept_out_of_inputs(st)) {
+    return Error{"input '" + named + "' is " + never_read(*what) + " (copy what you need out of it first)"};
+  }
   if (S_ISDIR(st.st_mode)) {
     const int fd = ::open(named.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return Error{"cannot read input directory '" + named + "': " + std::strerror(errno)};
@@ -150,6 +160,10 @@ Expected<std::string> read_input(const InputEntry& entry, std::uint64_t cap) {
   const std::string cannot = "cannot read input '" + entry.path + "': ";
   if (!entry.skipped.empty()) return Error{cannot + entry.skipped};
   if (entry.symlinks == SymlinksInTree::kFollow || entry.named_length >= entry.path.size()) {
+    struct stat st {};
+    if (::stat(entry.path.c_str(), &st) == 0) {
+      if (auto what = kept_out_of_inputs(st)) return Error{cannot + never_read(*what)};
+    }
     auto bytes = read_regular_file_at(AT_FDCWD, entry.path, 0, cap);
     if (!bytes) return Error{cannot + bytes.error()};
     return bytes;
@@ -173,6 +187,9 @@ Expected<std::string> read_input(const InputEntry& entry, std::uint64_t cap) {
       return Error{cannot + (link ? "a directory above it is now a symlink, not followed" : std::string(std::strerror(err)))};
     }
     dir = std::move(next);
+  }
+  if (struct stat st {}; ::fstatat(dir.get(), components.back().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (auto what = kept_out_of_inputs(st)) return Error{cannot + never_read(*what)};
   }
   UniqueFd file = open_for_reading_at(dir.get(), components.back(), O_NOFOLLOW);
   if (!file.valid()) return Error{cannot + (errno == ELOOP ? kSymlinkNotFollowed : std::string(std::strerror(errno)))};

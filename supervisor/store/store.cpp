@@ -5,13 +5,19 @@
 #include <cerrno>
 #include <cstring>
 
+#include "supervisor/io/kept_out_of_inputs.h"
 #include "supervisor/store/schema.h"
 #include "supervisor/store/store_dir.h"
 
 namespace pillbox::store {
 
+void keep_store_out_of_inputs(const std::string& dir) {
+  keep_out_of_inputs(dir, {"pillbox.db", "pillbox.db-wal", "pillbox.db-shm"}, "the pillbox store " + dir);
+}
+
 Expected<Store> Store::open(const std::string& dir) {
   if (auto s = prepare_store_dir(dir); !s) return Error{s.message()};
+  keep_store_out_of_inputs(dir);
   auto db = Database::open(dir + "/pillbox.db");
   if (!db) return Error{db.error()};
   if (auto s = migrate(*db); !s) return Error{s.message()};

@@ -8,6 +8,11 @@
 
 namespace pillbox::store {
 
+// Keeps the store at `dir` (as it is now) out of this process's inputs
+// (supervisor/io/kept_out_of_inputs.h): for a command that lists its inputs
+// before it opens the store; Store::open does it too.
+void keep_store_out_of_inputs(const std::string& dir);
+
 class Store {
  public:
   // Prepares the directory (see store_dir.h), opens the database and

@@ -293,6 +293,39 @@ TEST_CASE("--follow-symlinks: links to regular files are read, anything else is 
   }
 }
 
+// Issue 25: reading the run's own store as input opens and closes a
+// descriptor of pillbox.db, which drops the run's SQLite locks on it (the
+// next reader then deletes the WAL under the run). Its files are never
+// inputs, however they are reached.
+TEST_CASE("the run's own store is never an input: named, below a named directory, or through a followed symlink") {
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  dir.write("a.txt", "A");
+  const auto first = run_pillbox({"run", "--json", "--handler", "echo", "--store", store, dir.file("a.txt")});
+  REQUIRE(first.exit_code == 0);
+  make_symlink(store + "/pillbox.db", dir.file("db-link"));
+
+  const auto named = run_pillbox({"run", "--handler", "echo", "--store", store, store});
+  CHECK(named.exit_code == 2);
+  CHECK(err_line_with(named, "'" + store + "'") == "pillbox run: input '" + store + "' is the pillbox store " + store +
+                                                      ", never read as input (copy what you need out of it first)");
+  const auto db = run_pillbox({"run", "--handler", "echo", "--store", store, store + "/pillbox.db"});
+  CHECK(db.exit_code == 2);
+  CHECK(contains(db.err, "is the pillbox store " + store + " (its pillbox.db), never read as input"));
+
+  const auto below = run_pillbox({"run", "--json", "--handler", "echo", "--store", store, "--rerun", "--follow-symlinks",
+                                  dir.path()});
+  INFO(below.describe());
+  CHECK(below.exit_code == 2);
+  REQUIRE(below.records.size() == 1);
+  CHECK(below.record(dir.file("a.txt"))["output"] == "A");
+  CHECK(err_line_with(below, "'" + store + "'") == "pillbox run: skipped input '" + store + "': the pillbox store " +
+                                                      store + ", never read as input");
+  CHECK(err_line_with(below, "db-link") == "pillbox run: skipped input '" + dir.file("db-link") +
+                                               "': the pillbox store " + store + " (its pillbox.db), never read as input");
+  CHECK(e2e::sql_int(store + "/pillbox.db", "SELECT count(*) FROM tasks") == 1);
+}
+
 TEST_CASE("a symlink named on the command line is followed: the user chose it") {
   e2e::TempDir dir;
   const std::string target = dir.write("target", "NAMED");

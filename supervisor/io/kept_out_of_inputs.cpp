@@ -1,0 +1,50 @@
+#include "supervisor/io/kept_out_of_inputs.h"
+
+#include <mutex>
+#include <utility>
+
+namespace pillbox {
+namespace {
+
+struct KeptOut {
+  std::string dir;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::vector<std::string> names;
+  std::string what;
+};
+
+std::mutex g_mutex;
+std::vector<KeptOut>& kept() {
+  static std::vector<KeptOut> list;
+  return list;
+}
+
+bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+
+}  // namespace
+
+void keep_out_of_inputs(const std::string& dir, const std::vector<std::string>& names, const std::string& what) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;  // nothing there to read either
+  std::lock_guard lock(g_mutex);
+  for (const KeptOut& k : kept()) {
+    if (k.dev == st.st_dev && k.ino == st.st_ino) return;
+  }
+  kept().push_back({dir, st.st_dev, st.st_ino, names, what});
+}
+
+std::optional<std::string> kept_out_of_inputs(const struct stat& st) {
+  std::lock_guard lock(g_mutex);
+  for (const KeptOut& k : kept()) {
+    if (S_ISDIR(st.st_mode) && k.dev == st.st_dev && k.ino == st.st_ino) return k.what;
+    if (!S_ISREG(st.st_mode)) continue;
+    for (const std::string& name : k.names) {
+      struct stat file {};
+      if (::stat((k.dir + "/" + name).c_str(), &file) == 0 && same_file(file, st)) return k.what + " (its " + name + ")";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace pillbox
