@@ -240,6 +240,17 @@ Status FleetQuarantine::load_states(std::vector<FleetRecord>& records) {
   return Status::ok();
 }
 
+FleetRecord FleetQuarantine::read_dead_letter(const std::string& id, const EntryFields& fields,
+                                              std::optional<std::int64_t> omitted_payload_size) const {
+  FleetRecord r = parse_dead_letter(id, fields, omitted_payload_size);
+  if (key_) {
+    // A payload a listing left unread is checked as the hash its record
+    // claims; a verb that runs it reads it (get) and checks its bytes.
+    r.signature = key_->verify(keys_.stream.dlq, fields, r.payload_omitted ? &r.record.entry.payload_sha256 : nullptr);
+  }
+  return r;
+}
+
 Status FleetQuarantine::each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn,
                              bool with_payloads) {
   std::string end = "+";
@@ -260,7 +271,7 @@ Status FleetQuarantine::each(const store::ListFilter& filter, const std::functio
         const redisReply* e = reply->get()->element[i];
         if (e->elements == 4 && reply_integer(e->element[2], -1) >= 0) omitted = reply_integer(e->element[2], -1);
       }
-      FleetRecord r = parse_dead_letter(id, fields, omitted);
+      FleetRecord r = read_dead_letter(id, fields, omitted);
       if (!with_payloads && !r.redrive_of.empty() && reply_integer(reply->get()->element[i]->element[3], 1) == 0) {
         orphan_attempt(r);
       }
@@ -357,7 +368,7 @@ Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
                  "; see: pillbox quarantine list --redis URL --stream NAME)");
   }
   std::vector<FleetRecord> one;
-  one.push_back(parse_dead_letter(entries[0].first, entries[0].second));
+  one.push_back(read_dead_letter(entries[0].first, entries[0].second));
   if (!one[0].redrive_of.empty()) {
     bool named_exists = false;
     if (auto named = parse_fleet_id(one[0].redrive_of)) {

@@ -113,6 +113,10 @@ class FleetQuarantine {
   Status record_reproduction(const std::string& id, const std::string& verdict, std::int64_t runs,
                              std::int64_t matches, const std::string& actor, const std::string& detail);
 
+  // The fleet's key: every record read from now on has its signature
+  // checked (FleetRecord::signature); without one, kUnchecked.
+  void use_key(std::optional<FleetKey> key) { key_ = std::move(key); }
+
   RedisConnection& redis() { return redis_; }
   const FleetKeys& keys() const { return keys_; }
   const RedisAddress& address() const { return redis_.address(); }
@@ -123,9 +127,13 @@ class FleetQuarantine {
   // lock pillbox did not write marks that record (unreadable_state) and
   // fails nothing.
   Status load_states(std::vector<FleetRecord>& records);
+  // parse_dead_letter, then the signature as key_ finds it.
+  FleetRecord read_dead_letter(const std::string& id, const EntryFields& fields,
+                               std::optional<std::int64_t> omitted_payload_size = std::nullopt) const;
 
   RedisConnection redis_;
   FleetKeys keys_;
+  std::optional<FleetKey> key_;
 };
 
 // Whether `r` passes `filter` (limit and offset aside).

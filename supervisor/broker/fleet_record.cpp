@@ -218,4 +218,23 @@ Outcome result_outcome(const EntryFields& fields) {
   return o;
 }
 
+Status check_signed(const FleetRecord& r, bool trust_unsigned) {
+  if (trust_unsigned || r.signature == Signature::kValid) return Status::ok();
+  const std::string anyway = "; --trust-unsigned runs it anyway (under this machine's policy for it)";
+  switch (r.signature) {
+    case Signature::kUnchecked:
+      return Status::error("record " + r.id + "'s signature was not checked: give the fleet's key (--fleet-key FILE, "
+                           "or PILLBOX_FLEET_KEY=FILE), the one its workers sign dead letters with" + anyway);
+    case Signature::kMissing:
+      return Status::error("record " + r.id + " is unsigned: written by a worker without --fleet-key, or by anyone "
+                           "who can write to this Redis; an unsigned dead letter is never run on its word" + anyway);
+    case Signature::kBad:
+      return Status::error("record " + r.id + "'s signature does not match the fleet key: it was changed after its "
+                           "worker signed it, or signed with another key; it is never run" + anyway);
+    case Signature::kValid:
+      break;
+  }
+  return Status::ok();
+}
+
 }  // namespace pillbox::broker

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/broker/fleet_key.h"
 #include "supervisor/broker/fleet_state.h"
 #include "supervisor/classify/outcome.h"
 #include "supervisor/store/quarantine_store.h"
@@ -43,6 +44,9 @@ struct FleetRecord {
   // Why its state or lock could not be read (a value pillbox did not write),
   // "" when they could: the record lists as nobody acted on it, with this.
   std::string unreadable_state;
+  // Its signature as this reader's fleet key finds it (fleet_key.h; set by
+  // FleetQuarantine, kUnchecked without a key).
+  Signature signature = Signature::kUnchecked;
 };
 
 // The value of field `name`, or nullptr.
@@ -65,6 +69,13 @@ void apply_state(FleetRecord& record, FleetState state, const std::string& lock_
 // The dead letter's payload, checked against the sha256 its record names (as
 // the store checks its payloads); the error says which record.
 Expected<std::string> checked_payload(const FleetRecord& record);
+
+// Whether a verb may run what `record` names — reproduce, minimize, a
+// redrive, a bundle's reproduce.sh, the console's Reproduce: only with a
+// valid signature, or when the operator says --trust-unsigned for that
+// command. The error names the record, what is wrong with its signature and
+// what to do.
+Status check_signed(const FleetRecord& record, bool trust_unsigned);
 
 // The milliseconds part of a stream entry id ("1712345678901-0"); 0 when it is not one.
 std::int64_t entry_time_ms(std::string_view id);

@@ -358,20 +358,36 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const Redriv
                                              " (--force replays it anyway)");
         continue;
       }
+      if (auto ok = check_signed(*r, settings.trust_unsigned); !ok) {
+        skipped.push_back(ok.message());
+        continue;
+      }
       out.push_back(std::move(*r));
     }
     return out;
   }
   std::size_t not_open = 0;
+  std::vector<std::string> unsigned_ids;
+  std::string first_why;
   auto s = q.each(settings.filter, [&](const FleetRecord& r) {
-    if (claimable(r, settings.force)) {
-      out.push_back(r);
-    } else {
+    if (!claimable(r, settings.force)) {
       ++not_open;
+    } else if (auto ok = check_signed(r, settings.trust_unsigned); !ok) {
+      if (first_why.empty()) first_why = ok.message();
+      unsigned_ids.push_back(r.id);
+    } else {
+      out.push_back(r);
     }
     return true;
   }, /*with_payloads=*/true);  // it puts them back on the stream
   if (!s) return Error{s.message(), s.code()};
+  if (!unsigned_ids.empty()) {
+    std::string ids;
+    for (std::size_t i = 0; i < unsigned_ids.size() && i < 10; ++i) ids += (i == 0 ? "" : ", ") + unsigned_ids[i];
+    if (unsigned_ids.size() > 10) ids += ", ...";
+    skipped.push_back(std::to_string(unsigned_ids.size()) + " matching records (" + ids +
+                      ") have no valid signature, not redriven; the first: " + first_why);
+  }
   if (not_open > 0) {
     skipped.push_back(std::to_string(not_open) +
                       " matching records are resolved, discarded or being replayed (--force replays them too, "

@@ -52,6 +52,9 @@ struct RedriveSettings {
   std::vector<std::string> ids;  // given record ids (empty: the filter)
   store::ListFilter filter;      // --fingerprint, --kind (--all: empty)
   bool force = false;            // also resolved and discarded records (never one being replayed)
+  // Redrive records whose signature is not valid (check_signed): the
+  // operator's --trust-unsigned. Without it they are skipped, and said so.
+  bool trust_unsigned = false;
   std::size_t batch = 10;
   double rate = 0;               // redrives added per second (0: no limit)
   std::size_t stop_after = 0;    // stop once this many fail again with one fingerprint (0: never)

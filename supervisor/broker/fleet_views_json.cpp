@@ -41,12 +41,14 @@ nlohmann::json fleet_full_record_json(const FleetQuarantine& fleet, const FleetR
   // What only a dead letter knows: where it came from and why.
   j["stream"] = {{"name", r.stream}, {"group", r.group}, {"entry", r.source_entry}, {"deliveries", r.deliveries}};
   j["reason"] = r.reason;
+  j["signature"] = to_string(r.signature);
   if (!r.unreadable_state.empty()) j["state_error"] = r.unreadable_state;
   return j;
 }
 
 nlohmann::json fleet_list_json(const FleetQuarantine& fleet, const FleetRecord& r) {
   nlohmann::json j = record_list_json(r.id, r.record, fleet_where(fleet));
+  j["signature"] = to_string(r.signature);
   if (!r.unreadable_state.empty()) j["state_error"] = r.unreadable_state;
   return j;
 }

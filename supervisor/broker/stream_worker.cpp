@@ -866,6 +866,7 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
   };
   // A redriven dead letter that fails again says which one it was.
   if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
+  if (settings_.fleet_key) fields.emplace_back("sig", settings_.fleet_key->sign(settings_.keys.dlq, fields));
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
                 consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {

@@ -30,6 +30,7 @@
 
 #include "supervisor/broker/broker_link.h"
 #include "supervisor/broker/delivery_history.h"
+#include "supervisor/broker/fleet_key.h"
 #include "supervisor/broker/stream_protocol.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/exec/stop_signals.h"
@@ -70,6 +71,9 @@ struct WorkerSettings {
   // The worker holds and probes as for any outage; only a restart with
   // --share can show the file. Empty: the rule is off.
   std::function<std::string(const Outcome&)> hidden_path;
+  // Signs every dead letter (field `sig`, fleet_key.h); none: unsigned,
+  // which the operators' verbs never run without --trust-unsigned.
+  std::optional<FleetKey> fleet_key;
 };
 
 // What became of one entry on this worker, once.

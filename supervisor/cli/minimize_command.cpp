@@ -11,6 +11,8 @@
 #include "supervisor/exec/child_setup.h"
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/child_options.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_print.h"
@@ -24,7 +26,7 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox minimize ID [--jobs N] [--max-runs N] [--max-time DURATION] [--restart] [--json]\n"
-    "                          [--store DIR | --redis URL --stream NAME]\n"
+    "                          [--policy P] [--store DIR | --redis URL --stream NAME]\n"
     "\n"
     "Shrinks quarantine record ID's payload while it still fails the same way: the same\n"
     "fingerprint (for cpu-limit, wall-timeout and oom, the same kind). Blocks are deleted from\n"
@@ -39,6 +41,10 @@ const char* kHelp =
     "  --max-runs N        runs in all, over every session of this record (default 5000)\n"
     "  --max-time DURATION time in all, likewise (default 5m; units ms, s, m, h, d)\n"
     "  --restart           forget earlier progress and start again from the original\n"
+    "  --policy P          the policy to run it under: a shipped name (exec, strict) or a policy file of\n"
+    "                      yours. Without it, the record's policy text is a claim: it runs under the shipped\n"
+    "                      policy it names, with the limits and --writable/--share paths it was recorded\n"
+    "                      with, or not at all (docs/security.md, \"What a record may and may not decide\")\n"
     "  --json              the result as one JSON object\n"
     "  -q, --quiet         no progress bar on the terminal\n"
     "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
@@ -46,7 +52,9 @@ const char* kHelp =
     "  --redis URL --stream NAME\n"
     "                      a record of the fleet's quarantine instead (the workers' dead letters in\n"
     "                      NAME:dlq, see pillbox quarantine --help); it runs here, and its progress and\n"
-    "                      minimized payload are kept with the record on Redis\n"
+    "                      minimized payload are kept with the record on Redis. It runs only when its\n"
+    "                      signature is valid: --fleet-key FILE (default $PILLBOX_FLEET_KEY) is the key\n"
+    "                      the workers sign with; --trust-unsigned runs an unsigned one anyway\n"
     "\n"
     "exit codes: 0 done (finished, or a budget ran out: see \"finished\"), 2 usage error, no such\n"
     "record, or a payload that does not fail the same way now, 3 the store, Redis or the sandbox cannot\n"
@@ -110,7 +118,7 @@ int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
   Progress progress = Progress::on_stderr("minimize " + *id, static_cast<std::size_t>(settings.max_runs), args.flag("quiet"));
   show_progress(settings, progress);
   broker::FleetMinimizeKeeper keeper(*fleet, *id, settings.actor);
-  auto result = minimize_payload(record->record, recorded_child_config(record->record.entry), std::move(*payload),
+  auto result = minimize_payload(record->record, recorded_child_config(record->record.entry, settings.policy), std::move(*payload),
                                  keeper, settings);
   progress.finish();
   if (!result) return fail("record " + *id + ": " + result.error(), exit_code_for(result.error_code()));
@@ -121,9 +129,10 @@ int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
 }  // namespace
 
 int minimize_command(int argc, char** argv) {
-  const std::vector<OptionSpec> options = {{"jobs"},          {"max-runs"}, {"max-time"}, {"restart", false},
-                                           {"json", false},   {"store"},    {"redis"},    {"stream"},
-                                           {"quiet", false},  {"help", false}};
+  std::vector<OptionSpec> options = {{"jobs"},          {"max-runs"}, {"max-time"}, {"restart", false},
+                                     {"json", false},   {"policy"},   {"store"},    {"redis"},    {"stream"},
+                                     {"quiet", false},  {"help", false}};
+  options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   auto args = Args::parse(argc, argv, 2, options, "minimize");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -142,8 +151,12 @@ int minimize_command(int argc, char** argv) {
   settings.max_time = *max_time;
   settings.restart = args->flag("restart");
   settings.actor = actor_name("minimize");
+  auto policy = read_policy_override(*args);
+  if (!policy) return fail(policy.error(), kExitUsage);
+  settings.policy = std::move(*policy);
   if (args->value("redis")) return minimize_on_fleet(*args, settings);
   if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
+  if (auto key = read_fleet_key(*args); !key) return fail(key.error(), kExitUsage);
   auto id = read_one_record_id(*args);
   if (!id) return fail(id.error(), kExitUsage);
 

@@ -16,6 +16,7 @@
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_help.h"
 #include "supervisor/cli/quarantine_print.h"
@@ -108,6 +109,10 @@ const char* kHelp =
     "                A record being replayed is locked: a second replay of it is refused. --handler,\n"
     "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
     "                reproduce and minimize take --redis URL --stream NAME too.\n"
+    "  --fleet-key FILE  with --redis: the key the workers sign dead letters with (default\n"
+    "                $PILLBOX_FLEET_KEY); list and show say whether each signature is valid, missing\n"
+    "                or bad (unchecked without a key). replay and export --bundle act only on\n"
+    "                records with a valid one, unless --trust-unsigned.\n"
     "\n"
     "`pillbox quarantine VERB --help` (or `pillbox help quarantine VERB`) describes one verb, with\n"
     "its --json fields.\n"
@@ -130,6 +135,7 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
   // Every verb: one that works on the store only says so (on_fleet).
   add({{"redis"}, {"stream"}});
+  add(kFleetKeyOptions);
   if (verb == "replay") add({{"batch-timeout"}});
   if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
   if (verb == "stats") add(kFilterOptions), add({{"json", false}});
@@ -197,7 +203,7 @@ int list(const QuarantineContext& c) {
   if (!filter) return quarantine_error(filter.error(), kExitUsage);
   ListSource source;
   source.each = [&](const store::ListFilter& f, const ListSource::Visit& visit) {
-    return c.quarantine.each(f, [&](const store::QuarantineRecord& r) { return visit(r.id, r); });
+    return c.quarantine.each(f, [&](const store::QuarantineRecord& r) { return visit(r.id, r, ""); });
   };
   source.count = [&](const store::ListFilter& f) { return c.quarantine.count(f); };
   source.where = c.store_dir;
@@ -329,8 +335,11 @@ int on_fleet(const std::string& verb, const Args& args) {
   }
   auto address = broker::parse_redis_url(*args.value("redis"));
   if (!address) return quarantine_error(address.error(), exit_code_for(address.error_code()));
+  auto key = read_fleet_key(args);
+  if (!key) return quarantine_error(key.error(), kExitUsage);
   auto fleet = broker::FleetQuarantine::open(*address, *stream);
   if (!fleet) return quarantine_error(fleet.error(), exit_code_for(fleet.error_code()));
+  fleet->use_key(std::move(*key));
   return fleet_verb->second(FleetContext{args, *fleet});
 }
 
@@ -418,6 +427,7 @@ int quarantine_command(int argc, char** argv) {
                                 " goes with --redis URL (the fleet's quarantine)",
                             kExitUsage);
   }
+  if (auto key = read_fleet_key(*args); !key) return quarantine_error(key.error(), kExitUsage);
   StoreAccessError error;
   // Import adds records and may start a store; every other verb looks at one.
   auto access = verb == "import" ? open_or_create_store(args->value("store").value_or(""), error)

@@ -10,6 +10,7 @@
 #include "supervisor/broker/fleet_views_json.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/store/actor.h"
@@ -28,11 +29,12 @@ int fleet_list(const FleetContext& c) {
   if (!filter) return quarantine_error(filter.error(), kExitUsage);
   ListSource source;
   source.each = [&](const store::ListFilter& f, const ListSource::Visit& visit) {
-    return c.quarantine.each(f, [&](const broker::FleetRecord& r) { return visit(r.id, r.record); });
+    return c.quarantine.each(f, [&](const broker::FleetRecord& r) { return visit(r.id, r.record, broker::to_string(r.signature)); });
   };
   source.count = [&](const store::ListFilter& f) { return c.quarantine.count(f); };
   source.where = where(c);
   source.id_width = 15;  // "1712345678901-0
+  source.signatures = true;
   return list_records(c.args, std::move(*filter), source);
 }
 
@@ -64,6 +66,12 @@ int fleet_export(const FleetContext& c) {
   if (auto s = check_export_options(c.args); !s) return quarantine_error(s.message(), kExitUsage);
   auto r = c.quarantine.get(*id);
   if (!r) return quarantine_error(r.error(), exit_code_for(r.error_code()));
+  // A bundle's reproduce.sh runs what the record names: only a signed one.
+  if (c.args.flag("bundle")) {
+    if (auto ok = broker::check_signed(*r, c.args.flag("trust-unsigned")); !ok) {
+      return quarantine_error(ok.message(), kExitUsage);
+    }
+  }
   const bool minimized = c.args.flag("minimized");
   auto payload = minimized ? broker::minimized_payload(c.quarantine, *r) : broker::checked_payload(*r);
   if (!payload) return quarantine_error(payload.error(), exit_code_for(payload.error_code()));
@@ -112,10 +120,14 @@ Expected<OpenedFleetRecord> open_fleet_record(const Args& args) {
   if (!id) return usage(id.error());
   auto address = broker::parse_redis_url(*args.value("redis"));
   if (!address) return Error{address.error(), address.error_code()};
+  auto key = read_fleet_key(args);
+  if (!key) return usage(key.error());
   auto fleet = broker::FleetQuarantine::open(*address, *stream);
   if (!fleet) return Error{fleet.error(), fleet.error_code()};
+  fleet->use_key(std::move(*key));
   auto record = fleet->get(*id);
   if (!record) return Error{record.error(), record.error_code()};
+  if (auto ok = broker::check_signed(*record, args.flag("trust-unsigned")); !ok) return usage(ok.message());
   auto payload = broker::checked_payload(*record);
   if (!payload) return Error{payload.error(), ErrorCode::kSetup};
   return OpenedFleetRecord{*id, *stream, std::move(*fleet), std::move(*record), std::move(*payload)};

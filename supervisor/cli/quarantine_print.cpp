@@ -86,24 +86,33 @@ int list_records(const Args& args, store::ListFilter filter, const ListSource& s
   std::string out;
   if (!json) {
     char line[512];
-    std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s\n", source.id_width, "ID", "CREATED", "STATUS",
-                  "KIND", "FINGERPRINT", "KEY");
+    std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s%s\n", source.id_width, "ID", "CREATED", "STATUS",
+                  "KIND", "FINGERPRINT", source.signatures ? "SIGNATURE " : "", "KEY");
     out += line;
   }
   std::size_t shown = 0;
   // Streamed: a listing of 100 000 records is never in memory at once.
-  const Status s = source.each(filter, [&](const nlohmann::json& id, const store::QuarantineRecord& r) {
+  const Status s = source.each(filter, [&](const nlohmann::json& id, const store::QuarantineRecord& r,
+                                           std::string_view signature) {
     ++shown;
     if (json) {
       // The store's own id needs no rewrite of the object.
-      out += id.is_number() && id.get<std::int64_t>() == r.id ? quarantine_record_json(r, 0, false, source.where)
-                                                               : dump(record_list_json(id, r, source.where));
+      if (id.is_number() && id.get<std::int64_t>() == r.id && signature.empty()) {
+        out += quarantine_record_json(r, 0, false, source.where);
+      } else {
+        nlohmann::json j = record_list_json(id, r, source.where);
+        if (!signature.empty()) j["signature"] = signature;
+        out += dump(j);
+      }
       out += '\n';
     } else {
       char line[1024];
-      std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s\n", source.id_width, id_text(id).c_str(),
+      const std::string signature_cell = source.signatures ? std::string(signature) + std::string(
+          signature.size() < 9 ? 10 - signature.size() : 1, ' ') : "";
+      std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s%s\n", source.id_width, id_text(id).c_str(),
                     iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
-                    table_cell(r.entry.fingerprint, 21).c_str(), table_cell(r.entry.key, 120).c_str());
+                    table_cell(r.entry.fingerprint, 21).c_str(), signature_cell.c_str(),
+                    table_cell(r.entry.key, 120).c_str());
       out += line;
     }
     if (out.size() > (1 << 16)) {
@@ -196,6 +205,15 @@ int print_record(const ShownRecord& shown, bool json) {
   if (e.exit_code >= 0) kind += ", exit code " + std::to_string(e.exit_code);
   field("kind", kind);
   field("fingerprint", e.fingerprint);
+  // The fleet's records: whether the fleet's key vouches for what it says.
+  if (shown.full.contains("signature") && shown.full["signature"].is_string()) {
+    const std::string sig = shown.full["signature"].get<std::string>();
+    field("signature", sig == "valid"       ? "valid (signed with the fleet key)"
+                       : sig == "missing"   ? "missing: unsigned, never run without --trust-unsigned"
+                       : sig == "bad"       ? "bad: changed after it was signed, or another key; never run without "
+                                              "--trust-unsigned"
+                                            : "unchecked (give --fleet-key FILE to check it)");
+  }
   if (!e.message.empty()) field("message", table_cell(e.message, 400));
   auto state = parsed(e.crash_state);
   if (state.is_array() && !state.empty()) {

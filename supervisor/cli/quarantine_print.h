@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shared/status.h"
@@ -29,11 +30,15 @@ std::string id_text(const nlohmann::json& id);
 // A quarantine as `list` reads it: records newest first through `each`
 // (which hands each one over with its id), and the count a page is part of.
 struct ListSource {
-  using Visit = std::function<bool(const nlohmann::json& id, const store::QuarantineRecord& record)>;
+  // `signature`: the fleet's records' (fleet_key.h: valid, missing, bad,
+  // unchecked), a SIGNATURE column and a "signature" field; "" for the store's.
+  using Visit = std::function<bool(const nlohmann::json& id, const store::QuarantineRecord& record,
+                                   std::string_view signature)>;
   std::function<Status(const store::ListFilter&, const Visit&)> each;
   std::function<Expected<std::int64_t>(const store::ListFilter&)> count;
   std::string where;  // --json's "store": where the records are
   int id_width = 8;   // the table's ID column: the store's numbers, or the fleet's entry ids (15)
+  bool signatures = false;  // the fleet's: a SIGNATURE column
 };
 // The list verb: --limit/--offset/--json read, records printed as a table or
 // one JSON object per line, the page's place on stderr. The exit code.

@@ -70,6 +70,7 @@ int fleet_replay(const FleetContext& c) {
   if (!out) return quarantine_error(out.error(), kExitUsage);
   std::optional<ResultFiles> results = std::move(*out);
   settings.actor = actor_name("quarantine replay");
+  settings.trust_unsigned = args.flag("trust-unsigned");
 
   if (args.flag("dry-run")) return show_plan(c, settings);
 

@@ -12,6 +12,8 @@
 #include "supervisor/exec/child_setup.h"
 #include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/child_options.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_print.h"
@@ -26,7 +28,8 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--store DIR | --redis URL --stream NAME]\n"
+    "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--policy P]\n"
+    "                            [--store DIR | --redis URL --stream NAME]\n"
     "\n"
     "Runs quarantine record ID's payload N times (default 5) in the sandbox, under the handler\n"
     "and policy it was quarantined with, and counts the runs that end with its fingerprint.\n"
@@ -37,13 +40,19 @@ const char* kHelp =
     "  --runs N    how many runs (1 to 10000, default 5)\n"
     "  --jobs N    runs at once (default: number of cores)\n"
     "  --json      the result as one JSON object\n"
+    "  --policy P  the policy to run it under: a shipped name (exec, strict) or a policy file of\n"
+    "              yours. Without it, the record's policy text is a claim: it runs under the shipped\n"
+    "              policy it names, with the limits and --writable/--share paths it was recorded\n"
+    "              with, or not at all (docs/security.md, \"What a record may and may not decide\")\n"
     "  -q, --quiet no progress bar on the terminal\n"
     "  --store DIR the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "              ~/.local/state/pillbox)\n"
     "  --redis URL --stream NAME\n"
     "              a record of the fleet's quarantine instead (the workers' dead letters in NAME:dlq,\n"
     "              see pillbox quarantine --help); it runs here, under the handler and policy the\n"
-    "              record names, and the verdict is kept with the record on Redis\n"
+    "              record names, and the verdict is kept with the record on Redis. It runs only\n"
+    "              when its signature is valid: --fleet-key FILE (default $PILLBOX_FLEET_KEY) is the\n"
+    "              key the workers sign with; --trust-unsigned runs an unsigned one anyway\n"
     "\n"
     "exit codes: 0 reproduced (reliable or flaky), 1 not reproduced in any run, 2 usage error or\n"
     "no such record, 3 the store, Redis or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM\n";
@@ -105,7 +114,7 @@ int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
   broker::FleetQuarantine* fleet = &opened->fleet;
   broker::FleetRecord* record = &opened->record;
   std::string* payload = &opened->payload;
-  auto config = recorded_child_config(record->record.entry);
+  auto config = recorded_child_config(record->record.entry, settings.policy);
   if (!config) return fail("record " + *id + ": " + config.error(), exit_code_for(config.error_code()));
 
   Progress progress = Progress::on_stderr("reproduce " + *id, settings.runs, args.flag("quiet"));
@@ -130,8 +139,9 @@ int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
 }  // namespace
 
 int reproduce_command(int argc, char** argv) {
-  const std::vector<OptionSpec> options = {{"runs"},  {"jobs"},   {"json", false}, {"store"},
-                                           {"redis"}, {"stream"}, {"quiet", false}, {"help", false}};
+  std::vector<OptionSpec> options = {{"runs"},  {"jobs"},   {"json", false}, {"store"}, {"policy"},
+                                     {"redis"}, {"stream"}, {"quiet", false}, {"help", false}};
+  options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   auto args = Args::parse(argc, argv, 2, options, "reproduce");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -144,8 +154,12 @@ int reproduce_command(int argc, char** argv) {
   if (!jobs) return fail(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
   settings.actor = actor_name("reproduce");
+  auto policy = read_policy_override(*args);
+  if (!policy) return fail(policy.error(), kExitUsage);
+  settings.policy = std::move(*policy);
   if (args->value("redis")) return reproduce_on_fleet(*args, settings);
   if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
+  if (auto key = read_fleet_key(*args); !key) return fail(key.error(), kExitUsage);
   auto id = read_one_record_id(*args);
   if (!id) return fail(id.error(), kExitUsage);
 
@@ -160,7 +174,8 @@ int reproduce_command(int argc, char** argv) {
   };
   auto result = reproduce_record(*opened->access->quarantine, *id, settings);
   progress.finish();
-  if (!result) return fail(result.error(), kExitSetup);
+  // A record this machine will not run as it stands is a usage error (2).
+  if (!result) return fail(result.error(), exit_code_for(result.error_code()));
   return report(*args, *id, opened->record, *result, settings.runs);
 }
 

@@ -18,6 +18,7 @@
 #include "supervisor/serve/fleet_console_source.h"
 #include "supervisor/serve/serve_lock.h"
 #include "supervisor/serve/store_console_source.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/store/store_dir.h"
 
 namespace pillbox::cli {
@@ -53,6 +54,10 @@ const char* kHelp =
     "                      ~/.local/state/pillbox); it must exist\n"
     "  --redis URL --stream NAME\n"
     "                      the fleet's quarantine instead of a store (redis://HOST[:PORT][/DB])\n"
+    "  --fleet-key FILE    with --redis: the key the workers sign dead letters with (default\n"
+    "                      $PILLBOX_FLEET_KEY); each record shows whether its signature is valid, and\n"
+    "                      Reproduce, Minimize, Replay and the bundle act only on valid ones\n"
+    "  --trust-unsigned    with --redis: act on records without a valid signature too\n"
     "  --listen HOST:PORT  where to listen (default 127.0.0.1:8080; port 0: a free port)\n"
     "  --token-file FILE   where the access token goes (default: serve.token in the store; with\n"
     "                      --redis, serve-redis-HASH.token in the default store directory, one per\n"
@@ -99,7 +104,10 @@ std::optional<Opened> open_fleet(const Args& args, int& exit_code, std::string& 
     if (auto s = store::prepare_store_dir(*dir); !s) return fail(s.message(), kExitSetup);
     opened.token_file = *dir + "/serve-redis-" + sha256_hex(address->describe() + " " + *stream).substr(0, 12) + ".token";
   }
-  auto source = serve::FleetSource::open(*address, *stream);
+  auto key = read_fleet_key(args);
+  if (!key) return fail(key.error(), kExitUsage);
+  serve::FleetTrust trust{std::move(*key), args.value("fleet-key").value_or(""), args.flag("trust-unsigned")};
+  auto source = serve::FleetSource::open(*address, *stream, std::move(trust));
   if (!source) return fail(source.error(), exit_code_for(source.error_code()));
   opened.source = std::move(*source);
   return opened;
@@ -123,8 +131,9 @@ std::optional<Opened> open_store(const Args& args, int& exit_code, std::string& 
 }  // namespace
 
 int serve_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, 2,
-                          {{"store"}, {"redis"}, {"stream"}, {"token-file"}, {"listen"}, {"help", false}}, "serve");
+  std::vector<OptionSpec> options = {{"store"}, {"redis"}, {"stream"}, {"token-file"}, {"listen"}, {"help", false}};
+  options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
+  auto args = Args::parse(argc, argv, 2, options, "serve");
   if (!args) return serve_error(args.error(), kExitUsage);
   if (args->flag("help")) {
     std::fputs(kHelp, stdout);
@@ -138,6 +147,7 @@ int serve_command(int argc, char** argv) {
   if (args->value("stream") && !args->value("redis")) {
     return serve_error("--stream goes with --redis URL (the fleet's quarantine); a store is --store DIR", kExitUsage);
   }
+  if (auto key = read_fleet_key(*args); !key) return serve_error(key.error(), kExitUsage);
   auto address = serve::parse_listen_address(args->value("listen").value_or("127.0.0.1:8080"));
   if (!address) return serve_error(address.error(), kExitUsage);
 

@@ -13,6 +13,7 @@
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/exec/host_view.h"
 #include "supervisor/cli/run_options.h"
 #include "supervisor/flow/run_job.h"
@@ -49,6 +50,9 @@ const char* kHelp =
     "                      held entries are renewed three times as often\n"
     "  --exit-when-idle D  exit once nothing new or claimable came for D (batch jobs, tests)\n"
     "  --max-payload SIZE  larger payloads are dead-lettered unrun as protocol-error (default 512M)\n"
+    "  --fleet-key FILE    sign every dead letter with the fleet's secret key (a 0600 file of 32 bytes or\n"
+    "                      more; default $PILLBOX_FLEET_KEY): operators' verbs given the same key run\n"
+    "                      only signed ones. Make one with (umask 077; openssl rand -hex 32 > FILE)\n"
     "  --results-maxlen N  keep about N entries in NAME:results (default 100000; 0: no cap)\n"
     "  --no-results        do not write NAME:results (ok entries are acknowledged and deleted)\n"
     "  --breaker-window N, --breaker-threshold F, --breaker-probe-interval D, --breaker-max-wait D,\n"
@@ -66,7 +70,7 @@ const char* kHelp =
 const std::vector<OptionSpec> kWorkerOptions = {
     {"redis"},         {"stream"},          {"group"},          {"consumer"},          {"jobs"},
     {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
-    {"max-payload"},   {"quiet", false},    {"help", false}};
+    {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"}};
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
@@ -182,6 +186,14 @@ int worker_command(int argc, char** argv) {
   auto max_payload_option = read_size(*args, "max-payload");
   if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
   if (*max_payload_option) w.max_payload = static_cast<std::size_t>(**max_payload_option);
+  auto key = read_fleet_key(*args);
+  if (!key) return fail(key.error(), kExitUsage);
+  w.fleet_key = std::move(*key);
+  if (!w.fleet_key) {
+    std::fprintf(stderr,
+                 "pillbox worker: no --fleet-key (nor PILLBOX_FLEET_KEY): the dead letters of this worker are "
+                 "unsigned, and operators' verbs run them only with --trust-unsigned (docs/security.md)\n");
+  }
 
   // Listening before anything runs: a port in use stops the worker here.
   auto endpoint = start_metrics(*args, std::nullopt);

@@ -11,6 +11,7 @@
 #include "shared/policy_parser.h"
 #include "supervisor/exec/access_check.h"
 #include "supervisor/exec/install_paths.h"
+#include "supervisor/exec/record_policy.h"
 #include "supervisor/exec/host_view.h"
 
 namespace pillbox {
@@ -198,9 +199,7 @@ Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e) {
 }
 
 Expected<Policy> recorded_policy(const store::QuarantineEntry& e) {
-  auto policy = parse_policy(e.policy, "the record's policy (" + e.policy_identity + ")", "");
-  if (!policy) return Error{policy.error()};
-  return policy;
+  return policy_for_record(e.policy, e.policy_identity);
 }
 
 Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& e, const std::optional<HandlerChoice>& given) {
@@ -213,11 +212,11 @@ Expected<Policy> policy_or_recorded(const store::QuarantineEntry& e, const std::
   return recorded_policy(e);
 }
 
-Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& e) {
+Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& e, const std::optional<Policy>& given) {
   auto handler = recorded_handler(e);
   if (!handler) return Error{handler.error()};
-  auto policy = recorded_policy(e);
-  if (!policy) return Error{policy.error()};
+  auto policy = policy_or_recorded(e, given);
+  if (!policy) return Error{policy.error(), policy.error_code()};
   auto config = make_child_config(*handler, std::move(*policy));
   if (!config) return Error{"it cannot run here: " + config.error()};
   return config;

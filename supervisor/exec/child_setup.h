@@ -39,8 +39,11 @@ struct HandlerChoice {
 // that is gone, a command not found.
 Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy policy);
 
-// What a quarantine record ran under, parsed back: its handler or command and
-// its policy. Errors say which part of the record is unusable.
+// What a quarantine record ran under, parsed back: its handler or command,
+// and the policy of this machine it runs under (record_policy.h: the
+// record's policy text is a claim; a shipped policy with its limits and
+// paths runs, or nothing). Errors say which part of the record is unusable
+// and, for the policy, how to choose one (--policy).
 Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry);
 Expected<Policy> recorded_policy(const store::QuarantineEntry& entry);
 // The handler and policy a record runs under now: those given (replay under
@@ -48,7 +51,9 @@ Expected<Policy> recorded_policy(const store::QuarantineEntry& entry);
 Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& entry,
                                             const std::optional<HandlerChoice>& given);
 Expected<Policy> policy_or_recorded(const store::QuarantineEntry& entry, const std::optional<Policy>& given);
-// Both recorded, made into a complete config for this host (reproduce, minimize).
-Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& entry);
+// Both recorded (the policy: `given`, the operator's --policy, when there is
+// one), made into a complete config for this host (reproduce, minimize).
+Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& entry,
+                                            const std::optional<Policy>& given = std::nullopt);
 
 }  // namespace pillbox

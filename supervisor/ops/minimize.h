@@ -30,6 +30,9 @@ struct MinimizeSettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;                    // "" = find_sandbox_binary()
   std::string actor;
+  // The operator's --policy; else this machine's policy for the record's
+  // claim (supervisor/exec/record_policy.h).
+  std::optional<Policy> policy;
   // Runs so far, the best size so far.
   std::function<void(std::int64_t runs, std::size_t best_size)> on_progress;
 };

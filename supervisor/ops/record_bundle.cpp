@@ -1,5 +1,7 @@
 #include "supervisor/ops/record_bundle.h"
 
+#include "shared/policy_parser.h"
+#include "supervisor/exec/record_policy.h"
 #include "supervisor/io/shell_quote.h"
 
 namespace pillbox {
@@ -13,17 +15,51 @@ std::string comment_text(const std::string& s) {
   return out;
 }
 
+// The lines of reproduce.sh that choose the policy, as `set --` arguments for
+// `pillbox run`: $PILLBOX_POLICY when the operator gives one (a name, or a
+// file, made absolute before the script changes directory), else the
+// shipped policy this machine runs the record under (record_policy.h) with
+// the record's limits and paths as flags. Never policy.policy unless the
+// operator names it: that file is what the record claims, kept to be read.
+// A record whose policy this machine would not run says so and stops.
+std::string policy_lines(const store::QuarantineEntry& e) {
+  std::string lines =
+      "if [ -n \"${PILLBOX_POLICY:-}\" ]; then\n"
+      "  case $PILLBOX_POLICY in\n"
+      "    /*) ;;\n"
+      "    */*|*.policy) PILLBOX_POLICY=$(pwd)/$PILLBOX_POLICY ;;\n"
+      "  esac\n"
+      "  set -- --policy \"$PILLBOX_POLICY\"\n";
+  auto policy = policy_for_record(e.policy, e.policy_identity);
+  if (!policy) {
+    return lines +
+           "else\n"
+           "  echo \"reproduce.sh: \"" + shell_quote(comment_text(policy.error())) + " >&2\n"
+           "  echo \"  policy.policy beside this script is the policy the record names: read it; to run under it,\" >&2\n"
+           "  echo \"  PILLBOX_POLICY=$(dirname \"$0\")/policy.policy $0 (or PILLBOX_POLICY=exec, a shipped one)\" >&2\n"
+           "  exit 2\n"
+           "fi\n";
+  }
+  const std::string shipped_name = policy->origin.substr(policy->origin.find(':') + 1);
+  auto shipped = resolve_policy(shipped_name);
+  lines += "else\n  set -- --policy " + shell_quote(shipped_name);
+  if (shipped) {
+    for (const auto& flag : run_flags_for(*shipped, *policy)) lines += " " + shell_quote(flag);
+  }
+  return lines + "\nfi\n";
+}
+
 }  // namespace
 
-// reproduce.sh: the record's handler and policy, the payload beside it, one
-// attempt, no store, so that it runs the same way on any machine with pillbox.
-// Which pillbox: $PILLBOX (a build tree's, say), else the one on PATH; found
-// before the script changes directory, so a relative $PILLBOX still works,
-// and when there is none the script says what to do instead of a shell's
-// "pillbox: not found".
+// reproduce.sh: the record's handler, this machine's policy for it, the
+// payload beside it, one attempt, no store, so that it runs the same way on
+// any machine with pillbox. Which pillbox: $PILLBOX (a build tree's, say),
+// else the one on PATH; found before the script changes directory, so a
+// relative $PILLBOX still works, and when there is none the script says what
+// to do instead of a shell's "pillbox: not found".
 std::string reproduce_script(const std::string& id, const store::QuarantineRecord& r) {
   const store::QuarantineEntry& e = r.entry;
-  std::string cmd = "\"$pillbox\" run --no-store --max-attempts 1 --no-breaker --json --jobs 1 --policy ./policy.policy";
+  std::string cmd = "\"$pillbox\" run --no-store --max-attempts 1 --no-breaker --json --jobs 1 \"$@\"";
   std::string tail;
   if (e.handler == "exec") {
     auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
@@ -44,6 +80,8 @@ std::string reproduce_script(const std::string& id, const store::QuarantineRecor
          "#   kind " + comment_text(e.kind) + ", fingerprint " + comment_text(e.fingerprint) + "\n"
          "# Expect the same kind and fingerprint in the JSON line it prints.\n"
          "# Runs $PILLBOX when it is set (PILLBOX=/path/to/build/pillbox ./reproduce.sh), else pillbox from PATH.\n"
+         "# Runs under $PILLBOX_POLICY when it is set (a shipped name, or a policy file: policy.policy here is\n"
+         "# the one the record names), else under the shipped policy below.\n"
          "set -e\n"
          "pillbox=${PILLBOX:-pillbox}\n"
          "case $pillbox in\n"
@@ -60,7 +98,8 @@ std::string reproduce_script(const std::string& id, const store::QuarantineRecor
          "  echo \"  install it (cmake --install BUILD_DIR --prefix PREFIX, then put PREFIX/bin on PATH),\" >&2\n"
          "  echo \"  or name one: PILLBOX=/path/to/pillbox $0\" >&2\n"
          "  exit 127\n"
-         "fi\n"
+         "fi\n" +
+         policy_lines(e) +
          "cd \"$(dirname \"$0\")\"\n"
          "exec " + cmd + tail + "\n";
 }

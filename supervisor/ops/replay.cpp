@@ -95,7 +95,7 @@ Expected<ChildConfig> config_for(const store::QuarantineRecord& r, const ReplayS
   auto choice = handler_or_recorded(r.entry, settings.handler);
   if (!choice) return Error{choice.error()};
   auto policy = policy_or_recorded(r.entry, settings.policy);
-  if (!policy) return Error{policy.error()};
+  if (!policy) return Error{policy.error(), policy.error_code()};
   return make_child_config(*choice, std::move(*policy));
 }
 

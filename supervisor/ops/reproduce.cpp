@@ -118,8 +118,8 @@ Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, s
   auto loaded = load_quarantined_payload(quarantine, id);
   if (!loaded) return Error{loaded.error()};
   const store::QuarantineRecord& record = loaded->record;
-  auto config = recorded_config_of(record);
-  if (!config) return Error{config.error()};
+  auto config = recorded_config_of(record, settings.policy);
+  if (!config) return Error{config.error(), config.error_code()};
   auto result = reproduce_payload(record.entry, std::move(*config), std::move(loaded->payload), settings);
   if (!result || result->stop_signal != 0) return result;
   if (auto s = quarantine.record_reproduction(id, result->verdict, static_cast<std::int64_t>(result->runs),

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "shared/child_config.h"
@@ -22,6 +23,9 @@ struct ReproduceSettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;                 // "" = find_sandbox_binary()
   std::string actor;                          // for the audit trail
+  // The operator's --policy; else this machine's policy for the record's
+  // claim (supervisor/exec/record_policy.h).
+  std::optional<Policy> policy;
   // Runs so far, and how the last one ended.
   std::function<void(std::size_t done, const Outcome& last)> on_progress;
 };

@@ -32,6 +32,18 @@ std::string state_error_note(const json& r, bool short_form) {
   if (!short_form) return "<span class=\"error\">" + field(r, "state_error") + "</span>";
   return " <span class=\"error\" title=\"" + field(r, "state_error") + "\">state unreadable</span>";
 }
+// A fleet's record without a valid signature (fleet_key.h): never run by
+// the console's jobs or bundle unless serve was given --trust-unsigned.
+std::string signature_note(const json& r, bool short_form) {
+  if (!r.contains("signature") || !r["signature"].is_string() || r["signature"] == "valid") return "";
+  const std::string sig = r["signature"].get<std::string>();
+  const std::string why = sig == "missing"     ? "unsigned: anyone who can write to this Redis can write one"
+                          : sig == "bad"       ? "the signature does not match the fleet key"
+                                               : "not checked: serve has no --fleet-key";
+  if (!short_form) return "<span class=\"error\">" + html_escape(sig) + ": " + html_escape(why) + "</span>";
+  const std::string mark = sig == "missing" ? "unsigned" : sig == "bad" ? "bad signature" : "unchecked";
+  return " <span class=\"error\" title=\"" + html_escape(why) + "\">" + mark + "</span>";
+}
 
 // `where`: the quarantine shown (ConsoleSource::location), in the header.
 std::string layout(const std::string& title, const std::string& active, const std::string& body,
@@ -148,7 +160,7 @@ Page list_page(ConsoleSource& source, const Query& given) {
           "<th>fingerprint</th><th>handler</th><th>key</th><th>bytes</th></tr></thead><tbody>\n";
   for (const auto& r : records) {
     body += "<tr><td>" + record_link(r["id"]) + "</td><td>" + field(r, "created_at") + "</td><td><span class=\"status " +
-            field(r, "status") + "\">" + field(r, "status") + "</span>" + state_error_note(r, true) + "</td><td>" +
+            field(r, "status") + "\">" + field(r, "status") + "</span>" + state_error_note(r, true) + signature_note(r, true) + "</td><td>" +
             field(r, "kind") + "</td><td>" +
             fingerprint_link(r["fingerprint"]) + "</td><td>" + field(r, "handler") + "</td><td class=\"key\">" +
             field(r, "key") + "</td><td class=\"num\">" + field(r, "payload_size") + "</td></tr>\n";
@@ -219,6 +231,9 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   row("fingerprint", fingerprint_link(r["fingerprint"]));
   row("message", "<span class=\"message\">" + field(r, "message") + "</span>");
   if (r.contains("state_error")) row("state", state_error_note(r, false));
+  if (r.contains("signature")) {
+    row("signature", r["signature"] == "valid" ? "valid (signed with the fleet key)" : signature_note(r, false));
+  }
   row("handler", field(r, "handler") + " " + field(r, "handler_args"));
   if (r.contains("exec_argv") && r["exec_argv"].is_array() && !r["exec_argv"].empty()) {
     row("command", "<code>" + esc(r["exec_argv"]) + "</code>");

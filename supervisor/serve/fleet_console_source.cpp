@@ -38,19 +38,26 @@ std::optional<store::ListFilter> fleet_filter(const Query& query, bool paging, A
 }  // namespace
 
 Expected<std::unique_ptr<FleetSource>> FleetSource::open(const broker::RedisAddress& address,
-                                                         const std::string& stream) {
+                                                         const std::string& stream, FleetTrust trust) {
   auto fleet = broker::FleetQuarantine::open(address, stream);
   if (!fleet) return Error{fleet.error(), fleet.error_code()};
-  return std::unique_ptr<FleetSource>(new FleetSource(address, stream, std::move(*fleet)));
+  return std::unique_ptr<FleetSource>(new FleetSource(address, stream, std::move(*fleet), std::move(trust)));
 }
 
-FleetSource::FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet)
-    : address_(std::move(address)), stream_(std::move(stream)), fleet_(std::move(fleet)) {}
+FleetSource::FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet,
+                         FleetTrust trust)
+    : address_(std::move(address)), stream_(std::move(stream)), trust_(std::move(trust)), fleet_(std::move(fleet)) {
+  fleet_->use_key(trust_.key);
+}
 
 std::string FleetSource::location() const { return broker::fleet_location(address_, broker::fleet_keys(stream_)); }
 
 std::vector<std::string> FleetSource::cli_source_args() const {
-  return {"--redis", address_.describe(), "--stream", stream_};
+  // The jobs (reproduce, replay) check signatures as the console does.
+  std::vector<std::string> args = {"--redis", address_.describe(), "--stream", stream_};
+  if (!trust_.key_arg.empty()) args.insert(args.end(), {"--fleet-key", trust_.key_arg});
+  if (trust_.trust_unsigned) args.push_back("--trust-unsigned");
+  return args;
 }
 
 ApiReply FleetSource::unreachable(const std::string& detail) const {
@@ -85,6 +92,7 @@ broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
     return nullptr;
   }
   fleet_.emplace(std::move(*opened));
+  fleet_->use_key(trust_.key);
   return &*fleet_;
 }
 
@@ -196,6 +204,13 @@ PendingDownload FleetSource::find_download(const std::string& id, bool bundle) {
   if (!bytes) {
     p.error = error_reply(409, bytes.error());
     return p;
+  }
+  // A bundle's reproduce.sh runs what the record names: only a signed one.
+  if (bundle) {
+    if (auto ok = broker::check_signed(*r, trust_.trust_unsigned); !ok) {
+      p.error = error_reply(403, ok.message());
+      return p;
+    }
   }
   p.id = r->id;  // digits and a dash: never a path
   p.file_name = "record-" + r->id + (bundle ? ".tar.gz" : ".payload");

@@ -33,11 +33,22 @@
 
 namespace pillbox::serve {
 
+// How the console treats the dead letters' signatures (broker/fleet_key.h),
+// as serve was told: its key (and the --fleet-key argument its jobs are
+// given; "" when it came from $PILLBOX_FLEET_KEY, which they inherit), and
+// --trust-unsigned.
+struct FleetTrust {
+  std::optional<broker::FleetKey> key;
+  std::string key_arg;
+  bool trust_unsigned = false;
+};
+
 class FleetSource : public ConsoleSource {
  public:
   // Connects and checks NAME's keys (FleetQuarantine::open): the error says
   // why not (Redis unreachable, a key of another type).
-  static Expected<std::unique_ptr<FleetSource>> open(const broker::RedisAddress& address, const std::string& stream);
+  static Expected<std::unique_ptr<FleetSource>> open(const broker::RedisAddress& address, const std::string& stream,
+                                                     FleetTrust trust = {});
 
   std::string location() const override;
   std::vector<std::string> cli_source_args() const override;
@@ -55,7 +66,7 @@ class FleetSource : public ConsoleSource {
   std::string metrics() override;
 
  private:
-  FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet);
+  FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet, FleetTrust trust);
   // The quarantine, connected again when the last connection broke; nullptr
   // with `error` (503) when Redis cannot be reached.
   broker::FleetQuarantine* fleet(ApiReply& error);
@@ -71,6 +82,7 @@ class FleetSource : public ConsoleSource {
 
   const broker::RedisAddress address_;
   const std::string stream_;
+  const FleetTrust trust_;
   std::optional<broker::FleetQuarantine> fleet_;  // under the server's lock
 
   std::mutex metrics_lock_;  // what follows: metrics() runs beside the server's lock

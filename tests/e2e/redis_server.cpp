@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
+#include <random>
 #include <vector>
 
 namespace e2e {
@@ -37,7 +39,26 @@ int free_loopback_port() {
   return ntohs(a.sin_port);
 }
 
+const std::string& use_fleet_key() {
+  static const TempDir dir(0700);
+  static const std::string path = [] {
+    const std::string file = dir.file("fleet.key");
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    std::string hex;
+    std::random_device random;
+    for (int i = 0; i < 64; ++i) hex += "0123456789abcdef"[random() % 16];
+    hex += "\n";
+    REQUIRE(::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()));
+    ::close(fd);
+    REQUIRE(::setenv("PILLBOX_FLEET_KEY", file.c_str(), 1) == 0);
+    return file;
+  }();
+  return path;
+}
+
 RedisServer::RedisServer(RedisOptions options) : options_(options), dir_(0700) {
+  use_fleet_key();
   if (::access(kRedisServer, X_OK) != 0) {
     why_not_ = std::string(kRedisServer) + " is not installed (tools/setup.sh installs redis-server)";
     return;

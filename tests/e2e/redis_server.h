@@ -27,6 +27,13 @@
 
 namespace e2e {
 
+// The fleet's key of this test process (a 0600 file of 64 hex digits, made
+// once), put in PILLBOX_FLEET_KEY as an operator's environment would have
+// it: every worker and operator verb the fleet tests start signs and checks
+// dead letters with it. A test of unsigned dead letters gives its commands
+// PILLBOX_FLEET_KEY="" (none) or another key. RedisServer calls it.
+const std::string& use_fleet_key();
+
 struct RedisOptions {
   // appendonly yes, appendfsync always: every write a client saw answered
   // is on disk, and survives stop() + start().

@@ -162,19 +162,22 @@ TEST_CASE("python3 parser.py {} recorded in its directory: reproduce and minimiz
 TEST_CASE("a script that opens a file relative to its directory, without a private /tmp: reproduce from / runs it there") {
   if (python_missing()) return;
   RecordedCrash scene;
-  scene.record("xxBOOMyy", true, {"--policy", policy_without_private_tmp(scene.state)});
+  // The record's policy is a file of the operator's: reproduce and minimize
+  // are told it again (a record never chooses its own policy: issue 25).
+  const std::string policy = policy_without_private_tmp(scene.state);
+  scene.record("xxBOOMyy", true, {"--policy", policy});
   auto& [work, state, store, db, payload] = scene;
 
   for (const std::string& from : {std::string("/"), state.path()}) {
     CAPTURE(from);
-    const auto r = pillbox_in(from, {"reproduce", "1", "--runs", "2", "--json", "--store", store});
+    const auto r = pillbox_in(from, {"reproduce", "1", "--runs", "2", "--json", "--store", store, "--policy", policy});
     INFO(r.describe());
     CHECK(r.exit_code == 0);
     REQUIRE(r.records.size() == 1);
     CHECK(r.records[0]["verdict"] == "reliable");
     CHECK(r.records[0]["other_outcomes"].empty());
   }
-  const auto m = pillbox_in("/", {"minimize", "1", "--json", "--store", store});
+  const auto m = pillbox_in("/", {"minimize", "1", "--json", "--store", store, "--policy", policy});
   INFO(m.describe());
   CHECK(m.exit_code == 0);
   REQUIRE(m.records.size() == 1);
@@ -260,20 +263,23 @@ TEST_CASE("a recorded working directory that is gone: reproduce and minimize sto
 TEST_CASE("a record made before pillbox kept the working directory: as before from its directory; elsewhere a note says why") {
   if (python_missing()) return;
   RecordedCrash scene;
-  scene.record("xxBOOMyy", true, {"--policy", policy_without_private_tmp(scene.state)});
+  // The record's policy is a file of the operator's: reproduce and minimize
+  // are told it again (a record never chooses its own policy: issue 25).
+  const std::string policy = policy_without_private_tmp(scene.state);
+  scene.record("xxBOOMyy", true, {"--policy", policy});
   auto& [work, state, store, db, payload] = scene;
   // What the migration leaves in records made before it.
   e2e::sql_write(db, "UPDATE quarantine SET working_dir = ''");
   const auto shown = pillbox_in("/", {"quarantine", "show", "1", "--store", store});
   CHECK_MESSAGE(contains(shown.out, "  working dir  not recorded"), shown.out);
 
-  const auto here = pillbox_in(work.path(), {"reproduce", "1", "--runs", "2", "--store", store});
+  const auto here = pillbox_in(work.path(), {"reproduce", "1", "--runs", "2", "--store", store, "--policy", policy});
   INFO(here.describe());
   CHECK(here.exit_code == 0);
   CHECK(contains(here.out, "reliable: 2 of 2 runs"));
   CHECK(!contains(here.out, "no working directory"));
 
-  const auto elsewhere = pillbox_in(state.path(), {"reproduce", "1", "--runs", "2", "--store", store});
+  const auto elsewhere = pillbox_in(state.path(), {"reproduce", "1", "--runs", "2", "--store", store, "--policy", policy});
   INFO(elsewhere.describe());
   CHECK(elsewhere.exit_code == 1);
   CHECK_MESSAGE(contains(elsewhere.out, "got handler-error"), elsewhere.out);
@@ -286,7 +292,7 @@ TEST_CASE("a record made before pillbox kept the working directory: as before fr
   REQUIRE(detail.size() == 1);
   CHECK_MESSAGE(contains(detail[0][0], "the record has no working directory"), detail[0][0]);
 
-  const auto m = pillbox_in(state.path(), {"minimize", "1", "--store", store});
+  const auto m = pillbox_in(state.path(), {"minimize", "1", "--store", store, "--policy", policy});
   CHECK(m.exit_code == 2);
   CHECK_MESSAGE(contains(m.err, "the record has no working directory"), m.err);
 }
@@ -318,7 +324,10 @@ TEST_CASE("hostile record: a working directory only root may enter gives the tas
   }
   if (python_missing()) return;
   RecordedCrash scene;
-  scene.record("header..BOOM..trailer\n", false, {"--policy", policy_without_private_tmp(scene.state)});
+  // The record's policy is a file of the operator's: reproduce and minimize
+  // are told it again (a record never chooses its own policy: issue 25).
+  const std::string policy = policy_without_private_tmp(scene.state);
+  scene.record("header..BOOM..trailer\n", false, {"--policy", policy});
   auto& [work, state, store, db, payload] = scene;
   // A root-only directory with a secret, named by a forged record (a store
   // or a fleet's Redis is only text): the child chdirs there as root, then
@@ -329,14 +338,14 @@ TEST_CASE("hostile record: a working directory only root may enter gives the tas
   // Named on the command line: refused before anything runs (the access check).
   const nlohmann::json named = {"/bin/cat", "secret", "{}"};
   e2e::sql_write(db, "UPDATE quarantine SET exec_argv = '" + named.dump() + "', working_dir = '" + vault.path() + "'");
-  const auto refused = pillbox_in("/", {"reproduce", "1", "--runs", "1", "--json", "--store", store});
+  const auto refused = pillbox_in("/", {"reproduce", "1", "--runs", "1", "--json", "--store", store, "--policy", policy});
   INFO(refused.describe());
   CHECK(refused.exit_code == 3);
   CHECK_FALSE(contains(refused.out + refused.err, "TOP-SECRET-42"));
   // Not named: the task starts in the vault and tries relative paths itself.
   const nlohmann::json hidden = {"/bin/sh", "-c", "cat secret || cat ./secret", "sh", "{}"};
   e2e::sql_write(db, "UPDATE quarantine SET exec_argv = '" + hidden.dump() + "'");
-  const auto r = pillbox_in("/", {"reproduce", "1", "--runs", "1", "--json", "--store", store});
+  const auto r = pillbox_in("/", {"reproduce", "1", "--runs", "1", "--json", "--store", store, "--policy", policy});
   INFO(r.describe());
   CHECK(r.exit_code == 1);  // flaky: it failed differently, not ok
   REQUIRE(r.records.size() == 1);

@@ -1,0 +1,62 @@
+#pragma once
+// The fleet's key: a secret shared by the workers and the operators of one
+// fleet, in a file only its owner may read (`--fleet-key FILE`, or
+// $PILLBOX_FLEET_KEY). Workers sign each dead letter with it; the verbs that
+// act on the fleet's quarantine and the console check the signature before
+// they run anything a dead letter names. Without it, a dead letter is only
+// what someone wrote into the fleet's Redis: anyone who can reach an
+// unauthenticated Redis can XADD one (docs/security.md, "What a record may
+// and may not decide").
+//
+// The signature is HMAC-SHA-256 (OpenSSL) over the dead letter's canonical
+// form: a version tag, the dead-letter stream's name (a letter copied into
+// another fleet's stream does not verify there), then every field but `sig`
+// sorted by name, each name and value with its length, the payload's value
+// given as its SHA-256 (so a listing that leaves a large payload unread can
+// check the record against the hash it claims, and reproduce, which reads
+// the bytes, checks the bytes). Stored as field `sig`: 64 hex digits.
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/status.h"
+
+namespace pillbox::broker {
+
+using SignedFields = std::vector<std::pair<std::string, std::string>>;
+
+// What a reader knows of a dead letter's signature.
+enum class Signature {
+  kUnchecked,  // the reader has no fleet key
+  kValid,      // signed with the reader's key, unchanged since
+  kMissing,    // no `sig` field: a worker without a key, or not a worker at all
+  kBad,        // a `sig` that this key did not make over these fields
+};
+std::string_view to_string(Signature s);  // unchecked, valid, missing, bad
+
+class FleetKey {
+ public:
+  // The key in `path`: a regular file owned by this user (or root), readable
+  // and writable by nobody else (mode 0600 or 0400), of 32 to 4096 bytes,
+  // taken as bytes exactly. Errors say what is wrong and how to make one.
+  static Expected<FleetKey> load(const std::string& path);
+  // A key from bytes (tests, and load).
+  explicit FleetKey(std::string secret) : secret_(std::move(secret)) {}
+
+  // The `sig` value for a dead letter with `fields`, in stream `dlq`.
+  std::string sign(const std::string& dlq, const SignedFields& fields) const;
+  // kValid, kMissing or kBad. `payload_sha256`, when given, stands for the
+  // payload's value (a listing that did not read it: its record's claim).
+  Signature verify(const std::string& dlq, const SignedFields& fields,
+                   const std::string* payload_sha256 = nullptr) const;
+
+ private:
+  std::string secret_;
+};
+
+// The canonical bytes the signature covers (see above).
+std::string canonical_dead_letter(const std::string& dlq, const SignedFields& fields,
+                                  const std::string* payload_sha256 = nullptr);
+
+}  // namespace pillbox::broker
