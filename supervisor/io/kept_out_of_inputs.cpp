@@ -37,6 +37,10 @@ void keep_out_of_inputs(const std::string& dir, const std::vector<std::string>& 
 std::optional<std::string> kept_out_of_inputs(const struct stat& st) {
   std::lock_guard lock(g_mutex);
   for (const KeptOut& k : kept()) {
+    // A directory removed since (a test's, a store moved away) frees its
+    // inode number for another: only the one still there is kept out.
+    struct stat now {};
+    if (::stat(k.dir.c_str(), &now) != 0 || now.st_dev != k.dev || now.st_ino != k.ino) continue;
     if (S_ISDIR(st.st_mode) && k.dev == st.st_dev && k.ino == st.st_ino) return k.what;
     if (!S_ISREG(st.st_mode)) continue;
     for (const std::string& name : k.names) {
