@@ -160,30 +160,64 @@ std::vector<std::string> list_names(int dir_fd, bool first_only, bool& failed) {
   return names;
 }
 
-// Removes what `dir_fd` holds, as the task's uid: never following a
-// symlink, never leaving the file system `dev` (a bind's target is the
+// Removes what `root_fd` holds, as the task's uid, however deep: the walk
+// goes down by name and back up by "..", holding two descriptors at most
+// and, for each level on the way down, the names it listed there (a tree
+// 100 000 levels deep needs no more descriptors than one level; a recursion
+// with a descriptor per level ran out of them, and one capped at 64 levels
+// left a deeper tree behind, failing every later task of the slot). Each
+// entry is looked at once, so the walk ends whatever a survivor writes
+// meanwhile (what it adds is found by the check after it). Never follows a
+// symlink, never leaves the file system `dev` (a bind's target is the
 // host's: a writable path's contents are not ours to remove). What the uid
-// may not remove (the mount points made as root) stays.
-void empty_directory(int dir_fd, dev_t dev, int depth) {
-  if (depth > 64) return;
+// may not remove stays (the mount points made as root).
+void empty_directory(int root_fd, dev_t dev) {
+  struct Level {
+    std::string name;                 // in the level above ("" for the root)
+    ino_t ino = 0;                    // this directory's inode
+    std::vector<std::string> names;   // what it held when it was listed
+    std::size_t next = 0;
+  };
+  UniqueFd cur(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
+  struct stat root {};
+  if (!cur.valid() || ::fstat(cur.get(), &root) != 0) return;
   bool failed = false;
-  const std::vector<std::string> names = list_names(dir_fd, false, failed);
-  for (const std::string& name : names) {
-    struct stat st {};
-    if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != dev) continue;
-    if (S_ISDIR(st.st_mode)) {
-      // A directory the previous task made unwritable (chmod 0555) would
-      // keep its contents: its owner (this uid) may make it writable again.
-      ::fchmodat(dir_fd, name.c_str(), 0700, 0);
-      const int sub = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub < 0) continue;
+  std::vector<Level> way;
+  way.push_back({"", root.st_ino, list_names(cur.get(), false, failed), 0});
+  while (!way.empty()) {
+    Level& here = way.back();
+    if (here.next < here.names.size()) {
+      const std::string& name = here.names[here.next++];
+      struct stat st {};
+      if (::fstatat(cur.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != dev) continue;
+      if (!S_ISDIR(st.st_mode)) {
+        ::unlinkat(cur.get(), name.c_str(), 0);
+        continue;
+      }
+      if (::unlinkat(cur.get(), name.c_str(), AT_REMOVEDIR) == 0) continue;  // empty already
+      // A directory the previous task made unreadable or unwritable (chmod
+      // 000) would keep its contents: its owner (this uid) may open it up.
+      ::fchmodat(cur.get(), name.c_str(), 0700, 0);
+      UniqueFd sub(::openat(cur.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       struct stat again {};
-      if (::fstat(sub, &again) == 0 && again.st_dev == dev && again.st_ino == st.st_ino) empty_directory(sub, dev, depth + 1);
-      ::close(sub);
-      ::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
-    } else {
-      ::unlinkat(dir_fd, name.c_str(), 0);
+      if (!sub.valid() || ::fstat(sub.get(), &again) != 0 || again.st_dev != dev || again.st_ino != st.st_ino) continue;
+      std::vector<std::string> inside = list_names(sub.get(), false, failed);
+      cur = std::move(sub);
+      way.push_back({name, st.st_ino, std::move(inside), 0});
+      continue;
     }
+    if (way.size() == 1) return;  // the root itself stays
+    // Back up, and remove the directory just emptied (if anything stayed
+    // in it, rmdir fails and it stays for the check to name).
+    UniqueFd parent(::openat(cur.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    const std::string emptied = here.name;
+    way.pop_back();
+    struct stat up {};
+    if (!parent.valid() || ::fstat(parent.get(), &up) != 0 || up.st_dev != dev || up.st_ino != way.back().ino) {
+      return;  // moved meanwhile: the check after the walk says what is left
+    }
+    ::unlinkat(parent.get(), emptied.c_str(), AT_REMOVEDIR);
+    cur = std::move(parent);
   }
 }
 
@@ -255,7 +289,7 @@ Status empty_private_dirs() {
       continue;
     }
     struct stat st {};
-    if (::fstat(fd, &st) == 0) empty_directory(fd, st.st_dev, 0);
+    if (::fstat(fd, &st) == 0) empty_directory(fd, st.st_dev);
     // Whatever the uid could not remove must be root's own (the mount
     // points of what stays visible): anything else left is refused.
     std::string left;
