@@ -52,6 +52,60 @@ Status make_mount_point(const std::string& path, bool directory) {
   return Status::ok();
 }
 
+// The devices a program may need, no more: the host's /dev holds its
+// terminals (a task opening /dev/ptmx allocated ptys in the host's
+// /dev/pts, against the host-wide kernel.pty.max that ssh and tmux need),
+// its disks and whatever else udev made. Bound from the host's nodes.
+constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom"};
+// Terminals come from a devpts instance of the task's own: at most this many
+// at once, none of them the host's (the kernel keeps kernel.pty.reserve
+// for the host's own instance).
+constexpr int kPrivatePtys = 16;
+
+// In the new mount namespace, before the private tmpfs mounts (/dev/shm is
+// one of them, made inside this /dev): a small read-only tmpfs on /dev with
+// the nodes above bound from the host's, a private devpts on /dev/pts with
+// /dev/ptmx pointing into it, /dev/shm to mount on, and the /dev/fd,
+// stdin, stdout and stderr links scripts use.
+Status set_up_private_dev() {
+  if (!is_dir("/dev")) return Status::ok();
+  std::vector<std::pair<const char*, UniqueFd>> nodes;
+  for (const char* name : kDevices) {
+    const std::string path = std::string("/dev/") + name;
+    UniqueFd fd(::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.valid()) nodes.emplace_back(name, std::move(fd));  // a host without one: the task has none either
+  }
+  if (::mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755") != 0) {
+    return Status::error(errno_text("private /dev: mounting a tmpfs on /dev"));
+  }
+  for (const auto& [name, fd] : nodes) {
+    const std::string path = std::string("/dev/") + name;
+    const std::string source = "/proc/self/fd/" + std::to_string(fd.get());
+    if (auto s = make_mount_point(path, false); !s) return Status::error("private /dev: " + s.message());
+    if (::mount(source.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return Status::error(errno_text("private /dev: binding " + path));
+    }
+  }
+  for (const char* dir : {"/dev/shm", "/dev/pts"}) {
+    if (::mkdir(dir, 0755) != 0) return Status::error(errno_text(std::string("private /dev: mkdir ") + dir));
+  }
+  const std::string pts_options = "newinstance,ptmxmode=0666,mode=0620,max=" + std::to_string(kPrivatePtys);
+  if (::mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, pts_options.c_str()) != 0) {
+    return Status::error(errno_text("private /dev: mounting a devpts instance on /dev/pts"));
+  }
+  for (const auto& [target, link] : {std::pair{"pts/ptmx", "/dev/ptmx"}, {"/proc/self/fd", "/dev/fd"},
+                                     {"/proc/self/fd/0", "/dev/stdin"}, {"/proc/self/fd/1", "/dev/stdout"},
+                                     {"/proc/self/fd/2", "/dev/stderr"}}) {
+    if (::symlink(target, link) != 0) return Status::error(errno_text(std::string("private /dev: symlink ") + link));
+  }
+  // As read-only as the host's /dev was in the read-only view: nothing new
+  // in it but what is mounted on it (/dev/shm comes next).
+  if (::mount(nullptr, "/dev", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755") != 0) {
+    return Status::error(errno_text("private /dev: making /dev read-only"));
+  }
+  return Status::ok();
+}
+
 // In a mount namespace just unshared: the tmpfs mounts and the binds.
 Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::string>& keep_visible) {
   // Nothing mounted here reaches the zygote's namespace or the host.
@@ -112,6 +166,7 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
   std::stable_sort(kept.begin(), kept.end(), [](const Kept& x, const Kept& y) {
     return std::count(x.path.begin(), x.path.end(), '/') < std::count(y.path.begin(), y.path.end(), '/');
   });
+  if (auto s = set_up_private_dev(); !s) return s;
   // nr_inodes bounds what emptying it costs the slot's next task (see
   // empty_private_dirs): one inode per 4 KiB of its size.
   const std::string options = "size=" + std::to_string(isolation.tmp_bytes) + ",nr_inodes=" +

@@ -2,7 +2,10 @@
 // A task's own writable directories (child side). Under a read-only view of
 // the host (policy `filesystem = read-only`) with `tmp = SIZE`, each task
 // enters a mount namespace of its own in which /tmp, /var/tmp and /dev/shm
-// are empty tmpfs mounts of SIZE each, and /tmp is its working directory.
+// are empty tmpfs mounts of SIZE each, and /tmp is its working directory;
+// its /dev there is its own too: a few nodes bound from the host's (null,
+// zero, full, random, urandom), its /dev/shm, and a devpts instance of its
+// own, so that no terminal it opens is the host's.
 // What it writes there is private (no other task, and not the host, sees
 // it), counts against its memory cgroup (tmpfs pages are charged to the
 // process that writes them), and is gone when the task's last process
