@@ -252,6 +252,9 @@ Expected<std::size_t> Redriver::wait(std::map<std::string, Flight>& flights, std
           ++failed;
         } else {
           outcome.outcome = result_outcome(fields);
+          if (const std::string* omitted = entry_field(fields, "output_omitted")) {
+            outcome.output_omitted = omitted->empty() ? "omitted" : *omitted;
+          }
           const std::string* worker = entry_field(fields, "worker");
           outcome.worker = worker != nullptr ? *worker : std::string();
         }

@@ -46,6 +46,9 @@ struct RedriveOutcome {
   std::string worker;         // the consumer that settled the redrive
   std::string entry;          // the redrive's entry in NAME
   std::string outcome_entry;  // its result in NAME:results, or its dead letter in NAME:dlq
+  // Its output was not kept in NAME:results (larger than the worker's
+  // --results-max-output): why, as the result says it; "" when it was.
+  std::string output_omitted;
 };
 
 struct RedriveSettings {

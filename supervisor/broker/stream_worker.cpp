@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <set>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,22 @@ std::string repeated_field(const Delivery& d) {
     if (n > 1) return "stream entry " + d.entry + " has " + std::to_string(n) + " `" + std::string(name) + "` fields";
   }
   return "";
+}
+
+// "its fields: a, b" (the first 10 names, each cut at 64 bytes), or "it has
+// no fields": what a malformed entry held, for its dead letter's message.
+std::string fields_it_has(const Delivery& d) {
+  if (d.fields.empty()) return "it has no fields";
+  std::string names;
+  std::size_t shown = 0;
+  for (const auto& [name, value] : d.fields) {
+    if (shown++ == 10) {
+      names += ", ... (" + std::to_string(d.fields.size()) + " in all)";
+      break;
+    }
+    names += (names.empty() ? "" : ", ") + name.substr(0, 64);
+  }
+  return "its fields: " + names;
 }
 
 Outcome protocol_error(const std::string& message, const std::string& handler_identity) {
@@ -338,13 +355,22 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   }
   if (const std::string repeated = repeated_field(d); !repeated.empty()) {
     ++report_.protocol_errors;
+    // Nothing of it is lost: the first payload is the dead letter's, the
+    // other values go with it.
+    if (payload != nullptr) e.task.payload = *payload;
+    std::set<std::string_view> seen;
+    for (const auto& [name, value] : d.fields) {
+      if (name != "key" && name != "payload" && name != "redrive_of") continue;
+      if (!seen.insert(name).second) e.also_held.emplace_back("repeated:" + name, value);
+    }
     dead_letter(e, protocol_error(repeated + ": which one is meant is ambiguous", settings_.identity.handler_identity),
                 "malformed entry: not run");
     return;
   }
   if (payload == nullptr) {
     ++report_.protocol_errors;
-    dead_letter(e, protocol_error("stream entry " + d.entry + " has no `payload` field (fields: key, payload)",
+    dead_letter(e, protocol_error("stream entry " + d.entry + " has no `payload` field (" + fields_it_has(d) +
+                                      "; a task entry has `key` and `payload`, as pillbox submit writes them)",
                                   settings_.identity.handler_identity),
                 "malformed entry: not run");
     return;
@@ -358,6 +384,14 @@ void StreamWorker::admit(Delivery d, bool claimed) {
                                       std::to_string(settings_.max_payload) + " bytes",
                                   settings_.identity.handler_identity),
                 "oversized payload: not run");
+    return;
+  }
+  if (e.task.key.size() > settings_.max_key) {
+    ++report_.protocol_errors;
+    dead_letter(e, protocol_error("key of " + std::to_string(e.task.key.size()) + " bytes is over the limit of " +
+                                      std::to_string(settings_.max_key) + " bytes",
+                                  settings_.identity.handler_identity),
+                "oversized key: not run");
     return;
   }
   if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
@@ -775,7 +809,15 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
               {"attempts", std::to_string(e.delivery)}, {"worker", settings_.consumer.name}};
     if (outcome.exit_code >= 0) fields.emplace_back("exit_code", std::to_string(outcome.exit_code));
     if (!outcome.message.empty()) fields.emplace_back("message", outcome.message);
-    if (is_valid_utf8(outcome.output)) {
+    if (outcome.output.size() > settings_.results_max_output) {
+      // A flood of large outputs must not fill Redis's memory: the result
+      // says what it was, not what it held.
+      fields.emplace_back("output_omitted", "too large: " + std::to_string(outcome.output.size()) +
+                                                " bytes, over --results-max-output " +
+                                                std::to_string(settings_.results_max_output));
+      fields.emplace_back("output_size", std::to_string(outcome.output.size()));
+      fields.emplace_back("output_sha256", sha256_hex(outcome.output));
+    } else if (is_valid_utf8(outcome.output)) {
       fields.emplace_back("output", outcome.output);
     } else {
       fields.emplace_back("output_b64", base64_encode(outcome.output));
@@ -866,6 +908,7 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
   };
   // A redriven dead letter that fails again says which one it was.
   if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
+  fields.insert(fields.end(), e.also_held.begin(), e.also_held.end());
   if (settings_.fleet_key) fields.emplace_back("sig", settings_.fleet_key->sign(settings_.keys.dlq, fields));
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,

@@ -64,6 +64,11 @@ struct WorkerSettings {
   bool results = true;                 // ok results to NAME:results (--no-results: off)
   std::size_t results_maxlen = 100'000;  // ~cap of NAME:results (0: none)
   std::size_t max_payload = 512u << 20;  // larger payloads are dead-lettered as protocol-error
+  std::size_t max_key = 4096;            // longer keys likewise (the dead letter keeps the whole key)
+  // An ok result whose output is larger goes to NAME:results without it
+  // (its size and SHA-256 instead, `output_omitted`): with results_maxlen,
+  // NAME:results holds at most about maxlen x this many bytes of outputs.
+  std::size_t results_max_output = 1u << 20;
   std::chrono::milliseconds read_block{1000};  // longest XREADGROUP wait
   std::optional<std::uint64_t> seed;   // the backoffs' jitter (tests)
   // A file of the host a failure shows the task could not see, as for run
@@ -163,6 +168,10 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     Clock::time_point due{};
     Outcome parked_outcome;    // kParked: the failure it would be dead-lettered for
     std::string parked_reason;
+    // What else the entry held that its dead letter must keep (the entry is
+    // deleted once settled): the second and later values of a repeated
+    // `key`, `payload` or `redrive_of`, as ("repeated:NAME", value).
+    std::vector<std::pair<std::string, std::string>> also_held;
   };
   // The entries this worker holds, shared with the writer link's renewal
   // (its own thread).

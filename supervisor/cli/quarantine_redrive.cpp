@@ -13,6 +13,7 @@
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/progress.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/store/actor.h"
 
 namespace pillbox::cli {
@@ -88,7 +89,14 @@ int fleet_replay(const FleetContext& c) {
                            store::ReplayVerdict verdict) {
     std::string file;
     if (verdict == store::ReplayVerdict::kResolved && results) {
-      file = write_result_file(*results, r.record.entry.key, o.outcome.output, "quarantine replay", write_errors);
+      if (!o.output_omitted.empty()) {
+        // An empty file would read as an empty output: said instead.
+        std::fprintf(stderr, "pillbox quarantine replay: record %s: its output is not in %s (%s), so not in --out\n",
+                     r.id.c_str(), c.quarantine.keys().stream.results.c_str(), table_cell(o.output_omitted, 200).c_str());
+        write_errors = true;
+      } else {
+        file = write_result_file(*results, r.record.entry.key, o.outcome.output, "quarantine replay", write_errors);
+      }
     }
     progress.hide();  // the result goes above the progress line
     progress.count(verdict == store::ReplayVerdict::kResolved ? std::string("resolved")

@@ -53,7 +53,12 @@ const char* kHelp =
     "  --fleet-key FILE    sign every dead letter with the fleet's secret key (a 0600 file of 32 bytes or\n"
     "                      more; default $PILLBOX_FLEET_KEY): operators' verbs given the same key run\n"
     "                      only signed ones. Make one with (umask 077; openssl rand -hex 32 > FILE)\n"
+    "  --max-key SIZE      longer keys are dead-lettered unrun as protocol-error (default 4K)\n"
     "  --results-maxlen N  keep about N entries in NAME:results (default 100000; 0: no cap)\n"
+    "  --results-max-output SIZE\n"
+    "                      an ok result with a larger output goes to NAME:results without it: its\n"
+    "                      size and SHA-256 in output_omitted, output_size, output_sha256 (default 1M);\n"
+    "                      NAME:results then holds at most about N x SIZE bytes of outputs\n"
     "  --no-results        do not write NAME:results (ok entries are acknowledged and deleted)\n"
     "  --breaker-window N, --breaker-threshold F, --breaker-probe-interval D, --breaker-max-wait D,\n"
     "  --no-breaker        outage detection, as for `pillbox run`: failures held uncharged, intake\n"
@@ -70,7 +75,8 @@ const char* kHelp =
 const std::vector<OptionSpec> kWorkerOptions = {
     {"redis"},         {"stream"},          {"group"},          {"consumer"},          {"jobs"},
     {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
-    {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"}};
+    {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"},         {"max-key"},
+    {"results-max-output"}};
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
@@ -186,6 +192,11 @@ int worker_command(int argc, char** argv) {
   auto max_payload_option = read_size(*args, "max-payload");
   if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
   if (*max_payload_option) w.max_payload = static_cast<std::size_t>(**max_payload_option);
+  for (const auto& [name, target] : {std::pair{"max-key", &w.max_key}, {"results-max-output", &w.results_max_output}}) {
+    auto size = read_size(*args, name);
+    if (!size) return fail(size.error(), kExitUsage);
+    if (*size) *target = static_cast<std::size_t>(**size);
+  }
   auto key = read_fleet_key(*args);
   if (!key) return fail(key.error(), kExitUsage);
   w.fleet_key = std::move(*key);

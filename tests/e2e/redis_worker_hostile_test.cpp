@@ -145,6 +145,18 @@ TEST_CASE("worker (hostile): entries of every shape are each settled once; the s
   CHECK(record_of(dlq.at(two_keys))["message"].get<std::string>().find("2 `key` fields") != std::string::npos);
   CHECK(record_of(dlq.at(two_redrives))["message"].get<std::string>().find("2 `redrive_of` fields") != std::string::npos);
   CHECK(dlq.at(two_keys).at("key") == "first-key");
+  // Nothing of what the entry held is lost (it is deleted once settled):
+  // the first payload is the dead letter's, with its size and hash; the
+  // other values go with it.
+  CHECK(dlq.at(two_payloads).at("payload") == "harmless");
+  CHECK(dlq.at(two_payloads).at("repeated:payload") == "S");
+  CHECK(record_of(dlq.at(two_payloads))["payload_size"] == 8);
+  CHECK(dlq.at(two_keys).at("repeated:key") == "second-key");
+  CHECK(dlq.at(two_keys).at("payload") == "fine");
+  CHECK(dlq.at(two_redrives).at("repeated:redrive_of") == "2-2");
+  CHECK(record_of(dlq.at(no_fields))["message"] ==
+        "stream entry " + no_fields + " has no `payload` field (its fields: nothing; a task entry has `key` and "
+        "`payload`, as pillbox submit writes them)");
   CHECK(results.at(binary_names).at("output") == "bin");
   CHECK(results.at(many_fields).at("output") == "many");
   CHECK(results.at(many_fields).size() < 20);  // the entry's fields are not copied

@@ -268,6 +268,50 @@ TEST_CASE("worker: malformed and oversized entries are dead-lettered as protocol
   CHECK(e2e::pending_count(server, "jobs", "pillbox") == 0);
 }
 
+// Issue 25, point 4: bounded by bytes, not only by count. A key over
+// --max-key is dead-lettered unrun like an oversized payload (the dead
+// letter keeps it whole); an output over --results-max-output goes to
+// NAME:results as its size and hash, so a flood of large outputs is held
+// to about --results-maxlen x that many bytes.
+TEST_CASE("worker: an oversized key is dead-lettered unrun; large outputs go to NAME:results as size and hash only") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string long_key(5000, 'k');
+  add_entries(server, "jobs", {{long_key, "fine"}, {"small", "fits"}});
+  std::vector<std::pair<std::string, std::string>> flood;
+  for (int i = 0; i < 200; ++i) flood.emplace_back("large-" + std::to_string(i), std::string(60'000, 'a' + i % 26));
+  add_entries(server, "jobs", flood);
+  const auto r = run_pillbox(worker_args(server, {"--results-max-output", "1K", "--results-maxlen", "50",
+                                                  "--exit-when-idle", "1s", "--quiet"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  const auto dlq = e2e::stream_entries(server, "jobs:dlq");
+  REQUIRE(dlq.size() == 1);
+  CHECK(dlq[0].fields.at("kind") == "protocol-error");
+  CHECK(dlq[0].fields.at("key") == long_key);
+  CHECK(record_of(dlq[0])["message"].get<std::string>().find("key of 5000 bytes is over the limit of 4096 bytes") !=
+        std::string::npos);
+  CHECK(record_of(dlq[0])["wall_ms"] == 0);  // not run
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(!results.empty());
+  CHECK(results.size() < 202);  // trimmed to about 50 (MAXLEN ~ trims whole nodes)
+  std::size_t output_bytes = 0;
+  for (const auto& result : results) {
+    const auto& f = result.fields;
+    if (f.at("key") == "small") {
+      CHECK(f.at("output") == "fits");
+      continue;
+    }
+    CHECK(f.count("output") == 0);
+    CHECK(f.at("output_size") == "60000");
+    CHECK(f.at("output_sha256").size() == 64);
+    CHECK(f.at("output_omitted") == "too large: 60000 bytes, over --results-max-output 1024");
+    for (const auto& [name, value] : f) output_bytes += value.size();
+  }
+  // What the flood left in Redis: a few hundred bytes per result, not 60 000.
+  CHECK(output_bytes < results.size() * 1024);
+}
+
 TEST_CASE("worker: an unreachable Redis, a bad URL and a key that is not a stream are one clear line each") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
