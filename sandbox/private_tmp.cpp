@@ -143,8 +143,10 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
   // command line names, read-only too, unless a writable or shared path
   // already shows it (a bind inside a read-only one could not make its
   // mount point).
+  // Writable ones as shared ones: opened as root, a symlink put there (a
+  // /tmp anyone may write) would bind whatever root may reach, read-write.
   for (const std::string& path : isolation.writable) {
-    if (under_private_dir(path)) keep(path, true);
+    if (under_private_dir(path)) keep(path, true, true);
   }
   for (const std::string& path : isolation.shared) {
     if (under_private_dir(path)) keep(path, false, true);

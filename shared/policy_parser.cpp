@@ -375,8 +375,9 @@ Expected<std::uint64_t> parse_quantity(Quantity q, std::string_view value, const
 
 class Parser {
  public:
-  Parser(std::string_view origin, const std::string& base_dir)
-      : origin_(origin), base_dir_(base_dir) {
+  // `reads_files`: false for a text someone else wrote (parse_claimed_policy).
+  Parser(std::string_view origin, const std::string& base_dir, bool reads_files = true)
+      : origin_(origin), base_dir_(base_dir), reads_files_(reads_files) {
     policy_.origin = std::string(origin);
   }
 
@@ -552,6 +553,10 @@ class Parser {
   }
 
   Status import_profile(std::string_view value) {
+    if (!reads_files_) {
+      return Status::error("import_oci is not taken from this text: it would read a file of this host (a record's "
+                           "policy never has it; `pillbox policy show` writes the imported list out)");
+    }
     std::string path(value);
     if (!path.starts_with('/') && !base_dir_.empty()) path = base_dir_ + "/" + path;
     Expected<std::string> json = read_file_capped(path, kMaxProfileBytes, "seccomp profile");
@@ -564,6 +569,7 @@ class Parser {
 
   std::string_view origin_;
   const std::string& base_dir_;
+  const bool reads_files_;  // false: import_oci is refused
   Policy policy_;
   std::string section_;  // empty before the first header
   int line_no_ = 0;
@@ -663,6 +669,11 @@ Expected<std::uint64_t> parse_duration_ms(std::string_view value, const std::str
 Expected<Policy> parse_policy(std::string_view text, std::string_view origin,
                               const std::string& base_dir) {
   return Parser(origin, base_dir).parse(text);
+}
+
+Expected<Policy> parse_claimed_policy(std::string_view text, std::string_view origin) {
+  const std::string no_base;
+  return Parser(origin, no_base, /*reads_files=*/false).parse(text);
 }
 
 Expected<Policy> load_policy_file(const std::string& path) {

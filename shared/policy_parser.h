@@ -19,6 +19,11 @@ namespace pillbox {
 Expected<Policy> parse_policy(std::string_view text, std::string_view origin,
                               const std::string& base_dir);
 
+// Parses policy text that someone else wrote (a record's claim): as
+// parse_policy, but it reads no file, so `import_oci` is an error (a record's
+// text is format_policy output, which never has it).
+Expected<Policy> parse_claimed_policy(std::string_view text, std::string_view origin);
+
 // Reads and parses a policy file; relative imports resolve next to it.
 Expected<Policy> load_policy_file(const std::string& path);
 

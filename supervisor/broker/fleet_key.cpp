@@ -87,7 +87,7 @@ Expected<FleetKey> FleetKey::load(const std::string& path) {
     return Error{named + " holds " + std::to_string(read.bytes.size()) + " bytes; a key has at least " +
                  std::to_string(kMinKeyBytes) + " (" + kHowToMake + ")"};
   }
-  return FleetKey(std::move(read.bytes));
+  return FleetKey(std::move(read.bytes), st.st_uid);
 }
 
 std::string canonical_dead_letter(const std::string& dlq, const SignedFields& fields, const std::string* payload_sha256) {

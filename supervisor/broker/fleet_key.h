@@ -15,6 +15,8 @@
 // given as its SHA-256 (so a listing that leaves a large payload unread can
 // check the record against the hash it claims, and reproduce, which reads
 // the bytes, checks the bytes). Stored as field `sig`: 64 hex digits.
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,7 +44,11 @@ class FleetKey {
   // taken as bytes exactly. Errors say what is wrong and how to make one.
   static Expected<FleetKey> load(const std::string& path);
   // A key from bytes (tests, and load).
-  explicit FleetKey(std::string secret) : secret_(std::move(secret)) {}
+  explicit FleetKey(std::string secret, uid_t owner = 0) : secret_(std::move(secret)), owner_(owner) {}
+
+  // The uid that owns the key's file (load): the worker refuses a key its
+  // tasks would run as, since they could read it and sign anything.
+  uid_t owner() const { return owner_; }
 
   // The `sig` value for a dead letter with `fields`, in stream `dlq`.
   std::string sign(const std::string& dlq, const SignedFields& fields) const;
@@ -53,6 +59,7 @@ class FleetKey {
 
  private:
   std::string secret_;
+  uid_t owner_ = 0;
 };
 
 // The canonical bytes the signature covers (see above).

@@ -4,6 +4,9 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+
+#include "shared/unique_fd.h"
+#include "supervisor/io/kept_out_of_inputs.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,11 +37,14 @@ class ElfFile {
 
   bool open(const std::string& path) {
     // Refuse anything but a regular file before opening it: opening a FIFO
-    // would block and opening a device can have side effects.
+    // would block and opening a device can have side effects. Nor the
+    // store's database a child names as a module (its close would drop
+    // this process's SQLite locks: kept_out_of_inputs.h), whatever a
+    // symlink there points to when.
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    UniqueFd fd = open_regular_unless_kept_out(path, st);
+    if (!fd.valid()) return false;
+    fd_ = fd.release();
     // The path comes from a possibly hostile child. Only files that a
     // sandboxed user cannot have written are read: owned by root or by us,
     // writable by nobody else. A crafted "library" with a gigabyte symbol

@@ -48,6 +48,26 @@ Expected<std::optional<Policy>> read_policy_override(const Args& args) {
   return std::optional<Policy>(std::move(*policy));
 }
 
+const std::vector<OptionSpec> kRecordAllowanceOptions = {{"timeout"}, {"cpu"}, {"memory"}, {"max-output"},
+                                                         {"writable", true, true}, {"share", true, true}};
+
+Expected<RecordAllowance> read_record_allowance(const Args& args) {
+  // The flags read as run reads them, into a policy with no limits: what is
+  // still 0 was not given.
+  Policy scratch;
+  scratch.limits = Limits{0, 0, 0, 0, 0, 0, 0, 0};
+  if (auto s = apply_limit_overrides(args, scratch); !s) return Error{s.message()};
+  RecordAllowance allowed;
+  allowed.wall_ms = scratch.limits.wall_ms;
+  allowed.cpu_ms = scratch.limits.cpu_ms;
+  allowed.memory_bytes = scratch.limits.memory_bytes;
+  allowed.output_bytes = scratch.limits.output_bytes;
+  allowed.writable = scratch.isolation.writable;
+  allowed.shared = scratch.isolation.shared;
+  allowed.handler = args.value("handler").value_or("");
+  return allowed;
+}
+
 Status apply_limit_overrides(const Args& args, Policy& policy) {
   for (const auto& [flag, key] : {std::pair{"timeout", "wall"}, {"cpu", "cpu"}, {"memory", "memory"}, {"max-output", "output"}}) {
     auto v = args.value(flag);

@@ -23,6 +23,13 @@ Expected<std::optional<HandlerChoice>> read_handler_choice(const Args& args);
 // --policy NAME|FILE resolved; nullopt when it is not given (the caller has
 // a default of its own: a record's policy, the handler's).
 Expected<std::optional<Policy>> read_policy_override(const Args& args);
+
+// --timeout, --cpu, --memory, --max-output, --writable, --share as what a
+// record's policy may ask for beyond its shipped policy (record_policy.h):
+// the operator says it again on the command that runs the record.
+Expected<RecordAllowance> read_record_allowance(const Args& args);
+// Those flags for such a command (reproduce, minimize), beside --policy.
+extern const std::vector<OptionSpec> kRecordAllowanceOptions;
 // --timeout, --cpu, --memory and --max-output over `policy`'s limits, and
 // --writable PATH and --share PATH (repeatable) added to its read-write and
 // read-only host paths.

@@ -153,11 +153,13 @@ Expected<ChildConfig> fuzz_config(const Args& args, const std::optional<store::Q
   if (!under) return read_child_config(args);
   auto given = read_handler_choice(args);
   if (!given) return Error{given.error()};
-  auto handler = handler_or_recorded(*under, *given);
+  auto allowed = read_record_allowance(args);
+  if (!allowed) return Error{allowed.error()};
+  auto handler = handler_or_recorded(*under, *given, *allowed);
   if (!handler) return Error{handler.error()};
   auto given_policy = read_policy_override(args);
   if (!given_policy) return Error{given_policy.error()};
-  auto policy = policy_or_recorded(*under, *given_policy);
+  auto policy = policy_or_recorded(*under, *given_policy, *allowed);
   if (!policy) return Error{policy.error()};
   if (auto s = apply_limit_overrides(args, *policy); !s) return Error{s.message()};
   return make_child_config(*handler, std::move(*policy));

@@ -26,7 +26,8 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox minimize ID [--jobs N] [--max-runs N] [--max-time DURATION] [--restart] [--json]\n"
-    "                          [--policy P] [--store DIR | --redis URL --stream NAME]\n"
+    "                          [--policy P] [--timeout D] [--cpu D] [--memory S] [--max-output S]\n"
+    "                          [--writable PATH] [--share PATH] [--store DIR | --redis URL --stream NAME]\n"
     "\n"
     "Shrinks quarantine record ID's payload while it still fails the same way: the same\n"
     "fingerprint (for cpu-limit, wall-timeout and oom, the same kind). Blocks are deleted from\n"
@@ -45,6 +46,10 @@ const char* kHelp =
     "                      yours. Without it, the record's policy text is a claim: it runs under the shipped\n"
     "                      policy it names, with the limits and --writable/--share paths it was recorded\n"
     "                      with, or not at all (docs/security.md, \"What a record may and may not decide\")\n"
+    "  --timeout D, --cpu D, --memory S, --max-output S, --writable PATH, --share PATH\n"
+    "                      as for run: a record's limit above its shipped policy's, or a host path it\n"
+    "                      binds, is taken only when given here again; with --policy, they change it\n"
+    "  --handler plugin:PATH  a record whose handler is a plugin runs only when you name it again\n"
     "  --json              the result as one JSON object\n"
     "  -q, --quiet         no progress bar on the terminal\n"
     "  --store DIR         the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
@@ -118,7 +123,8 @@ int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
   Progress progress = Progress::on_stderr("minimize " + *id, static_cast<std::size_t>(settings.max_runs), args.flag("quiet"));
   show_progress(settings, progress);
   broker::FleetMinimizeKeeper keeper(*fleet, *id, settings.actor);
-  auto result = minimize_payload(record->record, recorded_child_config(record->record.entry, settings.policy), std::move(*payload),
+  auto result = minimize_payload(record->record, recorded_child_config(record->record.entry, settings.policy, settings.allowed),
+                                 std::move(*payload),
                                  keeper, settings);
   progress.finish();
   if (!result) return fail("record " + *id + ": " + result.error(), exit_code_for(result.error_code()));
@@ -133,6 +139,8 @@ int minimize_command(int argc, char** argv) {
                                      {"json", false},   {"policy"},   {"store"},    {"redis"},    {"stream"},
                                      {"quiet", false},  {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
+  options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
+  options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)
   auto args = Args::parse(argc, argv, 2, options, "minimize");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -154,6 +162,12 @@ int minimize_command(int argc, char** argv) {
   auto policy = read_policy_override(*args);
   if (!policy) return fail(policy.error(), kExitUsage);
   settings.policy = std::move(*policy);
+  auto allowed = read_record_allowance(*args);
+  if (!allowed) return fail(allowed.error(), kExitUsage);
+  settings.allowed = std::move(*allowed);
+  if (settings.policy) {
+    if (auto s = apply_limit_overrides(*args, *settings.policy); !s) return fail(s.message(), kExitUsage);
+  }
   if (args->value("redis")) return minimize_on_fleet(*args, settings);
   if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
   if (auto key = read_fleet_key(*args); !key) return fail(key.error(), kExitUsage);
@@ -170,7 +184,10 @@ int minimize_command(int argc, char** argv) {
   auto result = minimize_record(*opened->access->quarantine, *id, settings);
   progress.finish();
   if (!result) {
-    return fail("record " + std::to_string(*id) + ": " + result.error(), exit_code_for(result.error_code()));
+    // A record's own errors name it already (quarantined_payload.h).
+    const std::string named = "record " + std::to_string(*id) + ": ";
+    return fail(result.error().rfind(named, 0) == 0 ? result.error() : named + result.error(),
+                exit_code_for(result.error_code()));
   }
   return report(*args, *id, *result, "pillbox quarantine export " + std::to_string(*id) + " --minimized -o FILE");
 }

@@ -153,6 +153,7 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
          {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
          {"quiet", false}});
     add(kOutOptions);
+    add(kRecordAllowanceOptions);
   }
   return o;
 }

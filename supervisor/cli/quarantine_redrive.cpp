@@ -22,7 +22,8 @@ namespace {
 // The workers run the records under their own handler and policy: what
 // the store's replay takes to choose one has nothing to choose here.
 Status refuse_runner_options(const Args& args) {
-  for (const char* name : {"handler", "arg", "policy", "jobs"}) {
+  for (const char* name : {"handler", "arg", "policy", "jobs", "timeout", "cpu", "memory", "max-output", "writable",
+                           "share"}) {
     if (args.flag(name)) {
       return Status::error(std::string("--") + name +
                            " does not apply with --redis: replay puts the records back on the stream, and the "

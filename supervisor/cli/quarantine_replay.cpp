@@ -51,6 +51,12 @@ Status read_replay_runner(const Args& args, ReplaySettings& settings) {
   auto policy = read_policy_override(args);
   if (!policy) return Status::error(policy.error());
   settings.policy = std::move(*policy);
+  auto allowed = read_record_allowance(args);
+  if (!allowed) return Status::error(allowed.error());
+  settings.allowed = std::move(*allowed);
+  if (settings.policy) {
+    if (auto s = apply_limit_overrides(args, *settings.policy); !s) return s;
+  }
   return Status::ok();
 }
 

@@ -28,7 +28,8 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--policy P]\n"
+    "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--policy P] [--timeout D] [--cpu D]\n"
+    "                            [--memory S] [--max-output S] [--writable PATH] [--share PATH]\n"
     "                            [--store DIR | --redis URL --stream NAME]\n"
     "\n"
     "Runs quarantine record ID's payload N times (default 5) in the sandbox, under the handler\n"
@@ -44,6 +45,12 @@ const char* kHelp =
     "              yours. Without it, the record's policy text is a claim: it runs under the shipped\n"
     "              policy it names, with the limits and --writable/--share paths it was recorded\n"
     "              with, or not at all (docs/security.md, \"What a record may and may not decide\")\n"
+    "  --timeout D, --cpu D, --memory S, --max-output S, --writable PATH, --share PATH\n"
+    "              as for run: a record's limit above its shipped policy's, or a host path it binds,\n"
+    "              is taken only when given here again (else the record is refused and the error\n"
+    "              names the flag); with --policy, they change that policy\n"
+    "  --handler plugin:PATH\n"
+    "              a record whose handler is a plugin runs only when you name that plugin again\n"
     "  -q, --quiet no progress bar on the terminal\n"
     "  --store DIR the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "              ~/.local/state/pillbox)\n"
@@ -114,7 +121,7 @@ int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
   broker::FleetQuarantine* fleet = &opened->fleet;
   broker::FleetRecord* record = &opened->record;
   std::string* payload = &opened->payload;
-  auto config = recorded_child_config(record->record.entry, settings.policy);
+  auto config = recorded_child_config(record->record.entry, settings.policy, settings.allowed);
   if (!config) return fail("record " + *id + ": " + config.error(), exit_code_for(config.error_code()));
 
   Progress progress = Progress::on_stderr("reproduce " + *id, settings.runs, args.flag("quiet"));
@@ -142,6 +149,8 @@ int reproduce_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {{"runs"},  {"jobs"},   {"json", false}, {"store"}, {"policy"},
                                      {"redis"}, {"stream"}, {"quiet", false}, {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
+  options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
+  options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)
   auto args = Args::parse(argc, argv, 2, options, "reproduce");
   if (!args) return fail(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -157,6 +166,12 @@ int reproduce_command(int argc, char** argv) {
   auto policy = read_policy_override(*args);
   if (!policy) return fail(policy.error(), kExitUsage);
   settings.policy = std::move(*policy);
+  auto allowed = read_record_allowance(*args);
+  if (!allowed) return fail(allowed.error(), kExitUsage);
+  settings.allowed = std::move(*allowed);
+  if (settings.policy) {
+    if (auto s = apply_limit_overrides(*args, *settings.policy); !s) return fail(s.message(), kExitUsage);
+  }
   if (args->value("redis")) return reproduce_on_fleet(*args, settings);
   if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
   if (auto key = read_fleet_key(*args); !key) return fail(key.error(), kExitUsage);

@@ -200,6 +200,19 @@ int worker_command(int argc, char** argv) {
   auto key = read_fleet_key(*args);
   if (!key) return fail(key.error(), kExitUsage);
   w.fleet_key = std::move(*key);
+  // Tasks read what their uid may: a key they could read is a key any
+  // payload can sign forged dead letters with.
+  if (w.fleet_key && (!job.run.config.drop_privileges || job.run.config.sandbox_uid == w.fleet_key->owner() ||
+                      (job.run.config.policy.isolation.uid_pool_size > 0 &&
+                       w.fleet_key->owner() >= job.run.config.policy.isolation.uid_pool_first &&
+                       w.fleet_key->owner() - job.run.config.policy.isolation.uid_pool_first <
+                           job.run.config.policy.isolation.uid_pool_size))) {
+    return fail("the fleet key's file belongs to uid " + std::to_string(w.fleet_key->owner()) +
+                    ", which this worker's tasks run as (without root they run as your own uid): any payload could "
+                    "read the key and sign forged dead letters. Run the worker as root (its tasks then run as the "
+                    "policy's uids, which cannot read a 0600 key of root's), or without --fleet-key",
+                kExitUsage);
+  }
   if (!w.fleet_key) {
     std::fprintf(stderr,
                  "pillbox worker: no --fleet-key (nor PILLBOX_FLEET_KEY): the dead letters of this worker are "

@@ -176,7 +176,19 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
   return config;
 }
 
-Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e) {
+Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e, const RecordAllowance& allowed) {
+  if (!allowed.handler.empty() && allowed.handler != e.handler) {
+    return Error{"--handler " + allowed.handler + " is not the record's handler (" + e.handler +
+                     "): it only says a plugin record's handler again (to run the payload under another handler, "
+                     "use quarantine replay --handler)",
+                 ErrorCode::kUsage};
+  }
+  if (e.handler.rfind("plugin:", 0) == 0 && e.handler != allowed.handler) {
+    return Error{"the record's handler " + e.handler +
+                     " is a plugin: code pillbox loads into its own processes, which a record never chooses; say "
+                     "--handler " + e.handler + " to run it so",
+                 ErrorCode::kUsage};
+  }
   HandlerChoice choice;
   choice.handler = e.handler;
   choice.working_dir = e.working_dir;
@@ -198,24 +210,27 @@ Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e) {
   return choice;
 }
 
-Expected<Policy> recorded_policy(const store::QuarantineEntry& e) {
-  return policy_for_record(e.policy, e.policy_identity);
+Expected<Policy> recorded_policy(const store::QuarantineEntry& e, const RecordAllowance& allowed) {
+  return policy_for_record(e.policy, e.policy_identity, allowed);
 }
 
-Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& e, const std::optional<HandlerChoice>& given) {
+Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& e, const std::optional<HandlerChoice>& given,
+                                            const RecordAllowance& allowed) {
   if (given) return *given;
-  return recorded_handler(e);
+  return recorded_handler(e, allowed);
 }
 
-Expected<Policy> policy_or_recorded(const store::QuarantineEntry& e, const std::optional<Policy>& given) {
+Expected<Policy> policy_or_recorded(const store::QuarantineEntry& e, const std::optional<Policy>& given,
+                                    const RecordAllowance& allowed) {
   if (given) return *given;
-  return recorded_policy(e);
+  return recorded_policy(e, allowed);
 }
 
-Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& e, const std::optional<Policy>& given) {
-  auto handler = recorded_handler(e);
-  if (!handler) return Error{handler.error()};
-  auto policy = policy_or_recorded(e, given);
+Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& e, const std::optional<Policy>& given,
+                                            const RecordAllowance& allowed) {
+  auto handler = recorded_handler(e, allowed);
+  if (!handler) return Error{handler.error(), handler.error_code()};
+  auto policy = policy_or_recorded(e, given, allowed);
   if (!policy) return Error{policy.error(), policy.error_code()};
   auto config = make_child_config(*handler, std::move(*policy));
   if (!config) return Error{"it cannot run here: " + config.error()};

@@ -10,6 +10,7 @@
 
 #include "shared/child_config.h"
 #include "shared/status.h"
+#include "supervisor/exec/record_policy.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox {
@@ -44,16 +45,19 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
 // record's policy text is a claim; a shipped policy with its limits and
 // paths runs, or nothing). Errors say which part of the record is unusable
 // and, for the policy, how to choose one (--policy).
-Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry);
-Expected<Policy> recorded_policy(const store::QuarantineEntry& entry);
+Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry, const RecordAllowance& allowed = {});
+Expected<Policy> recorded_policy(const store::QuarantineEntry& entry, const RecordAllowance& allowed = {});
 // The handler and policy a record runs under now: those given (replay under
 // a fix, fuzz with another policy), else what it recorded.
 Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& entry,
-                                            const std::optional<HandlerChoice>& given);
-Expected<Policy> policy_or_recorded(const store::QuarantineEntry& entry, const std::optional<Policy>& given);
+                                            const std::optional<HandlerChoice>& given,
+                                            const RecordAllowance& allowed = {});
+Expected<Policy> policy_or_recorded(const store::QuarantineEntry& entry, const std::optional<Policy>& given,
+                                    const RecordAllowance& allowed = {});
 // Both recorded (the policy: `given`, the operator's --policy, when there is
 // one), made into a complete config for this host (reproduce, minimize).
 Expected<ChildConfig> recorded_child_config(const store::QuarantineEntry& entry,
-                                            const std::optional<Policy>& given = std::nullopt);
+                                            const std::optional<Policy>& given = std::nullopt,
+                                            const RecordAllowance& allowed = {});
 
 }  // namespace pillbox

@@ -26,6 +26,40 @@ Policy with_run_flags_of(Policy local, const Policy& claim) {
   return local;
 }
 
+// What `claim` asks for beyond `shipped` that `allowed` does not cover, each
+// as "what it asks (the flag that allows it)".
+std::vector<std::string> beyond_allowance(const Policy& shipped, const Policy& claim, const RecordAllowance& allowed) {
+  std::vector<std::string> out;
+  struct LimitRow {
+    const char* key;
+    const char* flag;
+    std::uint64_t shipped, claimed, allowed;
+    const char* unit;
+  };
+  const LimitRow limits[] = {
+      {"wall", "--timeout", shipped.limits.wall_ms, claim.limits.wall_ms, allowed.wall_ms, "ms"},
+      {"cpu", "--cpu", shipped.limits.cpu_ms, claim.limits.cpu_ms, allowed.cpu_ms, "ms"},
+      {"memory", "--memory", shipped.limits.memory_bytes, claim.limits.memory_bytes, allowed.memory_bytes, ""},
+      {"output", "--max-output", shipped.limits.output_bytes, claim.limits.output_bytes, allowed.output_bytes, ""},
+  };
+  for (const LimitRow& l : limits) {
+    if (l.claimed <= l.shipped || l.claimed <= l.allowed) continue;
+    const std::string value = std::to_string(l.claimed) + l.unit;
+    out.push_back(std::string(l.key) + " = " + value + ", above the shipped " + std::to_string(l.shipped) + l.unit +
+                  " (" + l.flag + " " + value + ")");
+  }
+  auto paths = [&](const char* key, const char* flag, const std::vector<std::string>& claimed,
+                   const std::vector<std::string>& given) {
+    for (const auto& path : claimed) {
+      if (std::find(given.begin(), given.end(), path) != given.end()) continue;
+      out.push_back(std::string(key) + " = " + path + " (" + flag + " " + path + ")");
+    }
+  };
+  paths("writable", "--writable", claim.isolation.writable, allowed.writable);
+  paths("share", "--share", claim.isolation.shared, allowed.shared);
+  return out;
+}
+
 const char* const kHowToChoose =
     "run it under a policy of yours instead: --policy NAME (shipped: exec, strict) or --policy FILE";
 
@@ -41,9 +75,10 @@ std::vector<std::string> settings_no_record_makes(const Policy& claim) {
   return out;
 }
 
-Expected<Policy> policy_for_record(const std::string& claim_text, const std::string& claim_identity) {
+Expected<Policy> policy_for_record(const std::string& claim_text, const std::string& claim_identity,
+                                   const RecordAllowance& allowed) {
   const std::string named = "the record's policy " + (claim_identity.empty() ? std::string("(no identity)") : claim_identity);
-  auto claim = parse_policy(claim_text, named, "");
+  auto claim = parse_claimed_policy(claim_text, named);
   if (!claim) return Error{named + " cannot be read (" + claim.error() + "); " + kHowToChoose, ErrorCode::kUsage};
   if (const auto unsafe = settings_no_record_makes(*claim); !unsafe.empty()) {
     return Error{named + " asks for " + joined(unsafe, ", ") +
@@ -57,8 +92,18 @@ Expected<Policy> policy_for_record(const std::string& claim_text, const std::str
     auto local = parse_policy(shipped.text, "builtin:" + std::string(shipped.name), "");
     if (!local) return Error{local.error()};  // never: the shipped policies are parsed by the tests
     Policy candidate = with_run_flags_of(*local, *claim);
-    if (policy_identity(candidate) == identity) return candidate;
-    ours.push_back(std::string(shipped.name) + " (" + policy_identity(*local) + ")");
+    if (policy_identity(candidate) != identity) {
+      ours.push_back(std::string(shipped.name) + " (" + policy_identity(*local) + ")");
+      continue;
+    }
+    if (const auto beyond = beyond_allowance(*local, *claim, allowed); !beyond.empty()) {
+      return Error{named + " is the shipped " + std::string(shipped.name) + " policy but asks for " +
+                       joined(beyond, ", ") +
+                       ": a record never raises a limit or chooses a host path; say so on this command line (the "
+                       "flags in parentheses) to run it with them, or run it under --policy NAME or --policy FILE",
+                   ErrorCode::kUsage};
+    }
+    return candidate;
   }
   return Error{named + " is none of this machine's shipped policies " + joined(ours, ", ") +
                ", whatever its limits and --writable/--share paths (it may be a policy file of yours, or another "

@@ -1,5 +1,7 @@
 #include "supervisor/io/kept_out_of_inputs.h"
 
+#include <fcntl.h>
+
 #include <mutex>
 #include <utility>
 
@@ -49,6 +51,21 @@ std::optional<std::string> kept_out_of_inputs(const struct stat& st) {
     }
   }
   return std::nullopt;
+}
+
+UniqueFd open_regular_unless_kept_out(const std::string& path, struct stat& st) {
+  st = {};
+  UniqueFd handle(::open(path.c_str(), O_PATH | O_CLOEXEC));
+  if (!handle.valid() || ::fstat(handle.get(), &st) != 0 || !S_ISREG(st.st_mode) || kept_out_of_inputs(st)) {
+    return UniqueFd();
+  }
+  UniqueFd fd(::open(("/proc/self/fd/" + std::to_string(handle.get())).c_str(),
+                     O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  struct stat again {};
+  if (!fd.valid() || ::fstat(fd.get(), &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino) {
+    return UniqueFd();  // never: the same file, reopened
+  }
+  return fd;
 }
 
 }  // namespace pillbox

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "shared/unique_fd.h"
+
 namespace pillbox {
 
 // Keeps `dir` (checked as it is now: device and inode) and the files
@@ -23,5 +25,14 @@ void keep_out_of_inputs(const std::string& dir, const std::vector<std::string>& 
 // What `st` (of a directory or a file about to be opened) is when it is one
 // of those, else nullopt.
 std::optional<std::string> kept_out_of_inputs(const struct stat& st);
+
+// Opens `path` (following symlinks) read-only, non-blocking, only when it is
+// a regular file and not kept out: first as O_PATH, whose close drops no
+// lock (the kernel skips the POSIX-lock release for O_PATH files), checked
+// by fstat, then reopened through /proc/self/fd. So a path a hostile child
+// names (a crash frame's module) cannot be swapped, between a check and the
+// open, for the store's database. On refusal the fd is invalid and `st`
+// says what was there (st_mode 0 when nothing could be opened).
+UniqueFd open_regular_unless_kept_out(const std::string& path, struct stat& st);
 
 }  // namespace pillbox

@@ -303,7 +303,7 @@ Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std
   auto loaded = load_quarantined_payload(quarantine, id);
   if (!loaded) return Error{loaded.error()};
   StoreKeeper keeper(quarantine, id, settings.actor);
-  return minimize_payload(loaded->record, recorded_config_of(loaded->record, settings.policy), std::move(loaded->payload), keeper,
+  return minimize_payload(loaded->record, recorded_config_of(loaded->record, settings.policy, settings.allowed), std::move(loaded->payload), keeper,
                           settings);
 }
 

@@ -17,6 +17,7 @@
 #include "shared/child_config.h"
 #include "shared/status.h"
 #include "supervisor/exec/launcher.h"
+#include "supervisor/exec/record_policy.h"
 #include "supervisor/classify/outcome.h"
 #include "supervisor/store/quarantine_store.h"
 
@@ -33,6 +34,9 @@ struct MinimizeSettings {
   // The operator's --policy; else this machine's policy for the record's
   // claim (supervisor/exec/record_policy.h).
   std::optional<Policy> policy;
+  // What this command line allows the record's policy beyond the shipped
+  // one it derives from (record_policy.h).
+  RecordAllowance allowed;
   // Runs so far, the best size so far.
   std::function<void(std::int64_t runs, std::size_t best_size)> on_progress;
 };

@@ -17,8 +17,9 @@ Expected<QuarantinedPayload> load_quarantined_payload(store::QuarantineStore& qu
   return loaded;
 }
 
-Expected<ChildConfig> recorded_config_of(const store::QuarantineRecord& record, const std::optional<Policy>& given) {
-  auto config = recorded_child_config(record.entry, given);
+Expected<ChildConfig> recorded_config_of(const store::QuarantineRecord& record, const std::optional<Policy>& given,
+                                         const RecordAllowance& allowed) {
+  auto config = recorded_child_config(record.entry, given, allowed);
   if (!config) return Error{"record " + std::to_string(record.id) + ": " + config.error(), config.error_code()};
   return config;
 }

@@ -8,6 +8,7 @@
 
 #include "shared/child_config.h"
 #include "shared/status.h"
+#include "supervisor/exec/record_policy.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox {
@@ -25,6 +26,7 @@ Expected<QuarantinedPayload> load_quarantined_payload(store::QuarantineStore& qu
 // --policy, else this machine's for the record's claim: record_policy.h) as
 // a config for this host; the error names the record ("record 12: ...").
 Expected<ChildConfig> recorded_config_of(const store::QuarantineRecord& record,
-                                         const std::optional<Policy>& given = std::nullopt);
+                                         const std::optional<Policy>& given = std::nullopt,
+                                         const RecordAllowance& allowed = {});
 
 }  // namespace pillbox

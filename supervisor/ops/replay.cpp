@@ -92,9 +92,9 @@ class BatchPlanner final : public PayloadPlanner {
 
 // What a record replays under: the overrides, or what it recorded.
 Expected<ChildConfig> config_for(const store::QuarantineRecord& r, const ReplaySettings& settings) {
-  auto choice = handler_or_recorded(r.entry, settings.handler);
-  if (!choice) return Error{choice.error()};
-  auto policy = policy_or_recorded(r.entry, settings.policy);
+  auto choice = handler_or_recorded(r.entry, settings.handler, settings.allowed);
+  if (!choice) return Error{choice.error(), choice.error_code()};
+  auto policy = policy_or_recorded(r.entry, settings.policy, settings.allowed);
   if (!policy) return Error{policy.error(), policy.error_code()};
   return make_child_config(*choice, std::move(*policy));
 }
@@ -217,7 +217,10 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
     for (auto& [key, records] : groups) {
       if (!result.stopped_because.empty()) break;
       auto config = config_for(*records.front(), settings);
-      if (!config) return Error{"record " + std::to_string(records.front()->id) + " cannot run here: " + config.error()};
+      if (!config) {
+        return Error{"record " + std::to_string(records.front()->id) + " cannot run here: " + config.error(),
+                     config.error_code()};
+      }
       const std::string identity = handler_identity(*config);
       if (run_ids.count(key) == 0) {
         auto run_id = replays.start_run(identity, policy_identity(config->policy), store::now_ms());

@@ -33,6 +33,7 @@ struct ReplaySettings {
   double max_failure_ratio = 1.0;         // stop when more than this share of a batch fails (1: never)
   std::optional<HandlerChoice> handler;   // replay under this handler or command instead of the recorded one
   std::optional<Policy> policy;           // ... and/or this policy
+  RecordAllowance allowed;                // else the record's, with what this allows (record_policy.h)
   std::size_t jobs = 1;
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;

@@ -118,7 +118,7 @@ Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, s
   auto loaded = load_quarantined_payload(quarantine, id);
   if (!loaded) return Error{loaded.error()};
   const store::QuarantineRecord& record = loaded->record;
-  auto config = recorded_config_of(record, settings.policy);
+  auto config = recorded_config_of(record, settings.policy, settings.allowed);
   if (!config) return Error{config.error(), config.error_code()};
   auto result = reproduce_payload(record.entry, std::move(*config), std::move(loaded->payload), settings);
   if (!result || result->stop_signal != 0) return result;

@@ -13,6 +13,7 @@
 #include "supervisor/classify/outcome.h"
 #include "shared/status.h"
 #include "supervisor/exec/launcher.h"
+#include "supervisor/exec/record_policy.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox {
@@ -26,6 +27,9 @@ struct ReproduceSettings {
   // The operator's --policy; else this machine's policy for the record's
   // claim (supervisor/exec/record_policy.h).
   std::optional<Policy> policy;
+  // What this command line allows the record's policy beyond the shipped
+  // one it derives from (record_policy.h).
+  RecordAllowance allowed;
   // Runs so far, and how the last one ended.
   std::function<void(std::size_t done, const Outcome& last)> on_progress;
 };

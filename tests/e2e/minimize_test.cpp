@@ -48,7 +48,7 @@ TEST_CASE("minimize: 200 KB whose crash needs one 8-byte token ends at 64 bytes 
   const std::string db = store + "/pillbox.db";
   const std::string fingerprint = sql_rows(db, "SELECT fingerprint FROM quarantine")[0][0];
 
-  const auto r = run_pillbox({"minimize", "1", "--jobs", "2", "--json", "--store", store});
+  const auto r = run_pillbox({"minimize", "1", "--jobs", "2", "--json", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(r.describe());
   REQUIRE(r.exit_code == 0);
   REQUIRE(r.records.size() == 1);
@@ -78,7 +78,7 @@ TEST_CASE("minimize: 200 KB whose crash needs one 8-byte token ends at 64 bytes 
   CHECK(again.records[0]["fingerprint"] == fingerprint);
 
   // A finished minimization is not redone; --restart searches again.
-  const auto done = run_pillbox({"minimize", "1", "--json", "--store", store});
+  const auto done = run_pillbox({"minimize", "1", "--json", "--store", store, "--handler", e2e::poison_plugin()});
   REQUIRE(done.records.size() == 1);
   CHECK(done.records[0]["runs_this_session"] == 0);
   CHECK(done.records[0]["minimized_size"] == m["minimized_size"]);
@@ -90,7 +90,8 @@ TEST_CASE("minimize: a spent budget keeps the progress, and the next session res
   const std::string store = quarantined(dir, payload);
   const std::string db = store + "/pillbox.db";
 
-  const auto first = run_pillbox({"minimize", "1", "--jobs", "2", "--max-runs", "12", "--json", "--store", store});
+  const auto first = run_pillbox({"minimize", "1", "--jobs", "2", "--max-runs", "12", "--json", "--store", store, "--handler",
+                                  e2e::poison_plugin()});
   INFO(first.describe());
   REQUIRE(first.exit_code == 0);
   REQUIRE(first.records.size() == 1);
@@ -101,7 +102,8 @@ TEST_CASE("minimize: a spent budget keeps the progress, and the next session res
   CHECK(part < payload.size());  // twelve runs take whole halves away
   CHECK(sql_int(db, "SELECT finished FROM minimize_state") == 0);
 
-  const auto second = run_pillbox({"minimize", "1", "--jobs", "2", "--max-runs", "2000", "--json", "--store", store});
+  const auto second = run_pillbox({"minimize", "1", "--jobs", "2", "--max-runs", "2000", "--json", "--store", store, "--handler",
+                                   e2e::poison_plugin()});
   INFO(second.describe());
   REQUIRE(second.records.size() == 1);
   CHECK(second.records[0]["resumed"] == true);
@@ -123,7 +125,7 @@ TEST_CASE("minimize: a payload that does not fail the same way now is refused, n
                                 e2e::fixture("poison_corpus"), work.path()},
                                task_line("sometimes", "P one in three"));
   REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
-  const auto r = run_pillbox({"minimize", "1", "--store", store});
+  const auto r = run_pillbox({"minimize", "1", "--store", store, "--writable", work.path()});
   INFO(r.describe());
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("does not fail the same way now") != std::string::npos);

@@ -189,7 +189,7 @@ TEST_CASE("a forged dead letter with its own command and an unsafe policy is nev
   CHECK_FALSE(exists(f.marker));
 }
 
-TEST_CASE("a forged policy that only differs from a shipped one in its allow list is refused too; limits and paths are not") {
+TEST_CASE("a forged policy that only differs from a shipped one in its allow list is refused too; a raised limit needs its flag") {
   Fleet f;
   REQUIRE_REDIS(f.server);
   const std::string real = f.worker_dead_letter();
@@ -214,9 +214,14 @@ TEST_CASE("a forged policy that only differs from a shipped one in its allow lis
   CHECK(refused.exit_code == 2);
   CHECK(contains(refused.err, "is none of this machine's shipped policies exec (exec@"));
   CHECK(contains(refused.err, "--policy NAME (shipped: exec, strict) or --policy FILE"));
-  // Another wall limit (what --timeout sets): the shipped exec policy with it.
+  // A wall limit above the shipped one (what --timeout sets): the shipped
+  // exec policy with it, once the operator says it again; a lower one as it is.
   const std::string slower = forge_with(edited(text, {{"wall = 30s", "wall = 45s"}}));
-  const auto runs = f.pillbox({"reproduce", slower, "--runs", "1", "--json", "--trust-unsigned"});
+  const auto raised = f.pillbox({"reproduce", slower, "--runs", "1", "--trust-unsigned"});
+  INFO(raised.describe());
+  CHECK(raised.exit_code == 2);
+  CHECK(contains(raised.err, "asks for wall = 45000ms, above the shipped 30000ms (--timeout 45000ms)"));
+  const auto runs = f.pillbox({"reproduce", slower, "--runs", "1", "--json", "--trust-unsigned", "--timeout", "45s"});
   INFO(runs.describe());
   CHECK(runs.exit_code == 0);
   REQUIRE(runs.records.size() == 1);
@@ -270,6 +275,26 @@ TEST_CASE("signatures: a worker's own dead letter is valid and reproduces; chang
                                           {{"PILLBOX_FLEET_KEY", ""}});
   CHECK(unchecked.exit_code == 2);
   CHECK(contains(unchecked.err, "signature was not checked: give the fleet's key (--fleet-key FILE"));
+
+  // A worker refuses a key its tasks could read: one owned by the uid they
+  // run as. Without root that is always so (they run as the worker's uid);
+  // as root, a policy file of the operator's with user = root does it.
+  {
+    const std::string own_key = other.write("own.key", std::string(64, 'o'));
+    REQUIRE(::chmod(own_key.c_str(), 0600) == 0);
+    std::vector<std::string> args = {"worker", "--redis", f.server.url(), "--stream", "jobs", "--fleet-key", own_key,
+                                     "--exit-when-idle", "100ms"};
+    if (e2e::is_root()) {
+      unsafe_policy_text(f.policies);
+      args.insert(args.end(), {"--policy", f.policies.file("unsafe.policy")});
+    }
+    args.insert(args.end(), {"--", e2e::fixture("mixed_poison")});
+    const auto worker = e2e::run_pillbox(args);
+    INFO(worker.describe());
+    CHECK(worker.exit_code == 2);
+    CHECK(contains(worker.err, "the fleet key's file belongs to uid " + std::to_string(::geteuid()) +
+                                   ", which this worker's tasks run as"));
+  }
 
   // A key file others may read, or too short, is refused with what to do.
   REQUIRE(::chmod(other_key.c_str(), 0644) == 0);

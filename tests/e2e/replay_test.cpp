@@ -56,8 +56,9 @@ TEST_CASE("replay: a still-broken handler stops after exactly --stop-after 3; th
   CHECK(dry.out.find("would replay 10 records") != std::string::npos);
   CHECK(count(db, "status = 'quarantined'") == 15);
 
+  // Under the plugin it was quarantined with, named again (issue 25).
   const auto broken = run_pillbox({"quarantine", "replay", "--fingerprint", segv, "--stop-after", "3", "--jobs", "2",
-                                   "--batch", "4", "--json", "--store", store});
+                                   "--batch", "4", "--json", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(broken.describe());
   CHECK(broken.exit_code == 1);
   CHECK(broken.records.size() == 3);
@@ -105,7 +106,7 @@ TEST_CASE("replay: a batch whose failure ratio passes --max-failure-ratio stops 
   const std::string store = quarantine(dir, 12, 0);
   const std::string db = store + "/pillbox.db";
   const auto r = run_pillbox({"quarantine", "replay", "--all", "--batch", "4", "--max-failure-ratio", "0.5", "--jobs",
-                              "2", "--store", store});
+                              "2", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(r.describe());
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("4 of 4 payloads of a batch failed again") != std::string::npos);
@@ -194,7 +195,7 @@ TEST_CASE("replay: resolved under the handler it was quarantined with, the task 
   const std::vector<std::string> run_args = {"run", "--store", store, "--max-attempts", "1", "--json", "-", "--writable", work.path(), "--",
                                              e2e::fixture("poison_corpus"), work.path()};
   REQUIRE(run_pillbox(run_args, task_line("sometimes", "P one in three")).exit_code == 1);
-  const auto r = run_pillbox({"quarantine", "replay", "1", "--store", store});
+  const auto r = run_pillbox({"quarantine", "replay", "1", "--store", store, "--writable", work.path()});
   INFO(r.describe());
   CHECK(r.exit_code == 0);
   CHECK(count(db, "status = 'resolved'") == 1);

@@ -27,7 +27,16 @@ TEST_CASE("reproduce: a deterministic crasher is reliable, and the verdict is ke
   INFO(run.describe());
   REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
 
-  const auto r = run_pillbox({"reproduce", "1", "--runs", "6", "--jobs", "2", "--json", "--store", store});
+  // A plugin record runs only when the operator names its plugin again (issue 25).
+  const auto unnamed = run_pillbox({"reproduce", "1", "--runs", "1", "--store", store});
+  CHECK(unnamed.exit_code == 2);
+  CHECK(unnamed.err.find("is a plugin: code pillbox loads into its own processes, which a record never chooses; say "
+                         "--handler plugin:") != std::string::npos);
+  const auto other = run_pillbox({"reproduce", "1", "--runs", "1", "--store", store, "--handler", "echo"});
+  CHECK(other.exit_code == 2);
+  CHECK(other.err.find("--handler echo is not the record's handler") != std::string::npos);
+  const auto r = run_pillbox({"reproduce", "1", "--runs", "6", "--jobs", "2", "--json", "--store", store, "--handler",
+                              "plugin:" + e2e::fixture("poison_plugin.so")});
   INFO(r.describe());
   CHECK(r.exit_code == 0);
   REQUIRE(r.records.size() == 1);
@@ -56,7 +65,9 @@ TEST_CASE("reproduce: a payload that crashes one time in three is flaky") {
   INFO(run.describe());
   REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
   // Runs 2..10: 4, 7 and 10 crash.
-  const auto r = run_pillbox({"reproduce", "1", "--runs", "9", "--jobs", "2", "--json", "--store", store});
+  // The record binds a host path writable: said again (issue 25).
+  const auto r = run_pillbox({"reproduce", "1", "--runs", "9", "--jobs", "2", "--json", "--store", store, "--writable",
+                              work.path()});
   INFO(r.describe());
   CHECK(r.exit_code == 0);
   REQUIRE(r.records.size() == 1);

@@ -32,22 +32,58 @@ TEST_CASE("record policy: a shipped policy's own text runs as that shipped polic
   }
 }
 
-TEST_CASE("record policy: the limits and paths of run's flags are the record's; run_flags_for gives them back") {
+TEST_CASE("record policy: lower limits are the record's; raised limits and host paths only when the command line says them again") {
   Policy p = shipped("exec");
   p.limits.wall_ms = 45'000;
   p.limits.cpu_ms = 20'000;
   p.limits.memory_bytes = 2ull << 30;
-  p.limits.output_bytes = 1ull << 20;
+  p.limits.output_bytes = 1ull << 20;  // lower than the shipped 16M: taken as it is
   p.isolation.writable = {"/srv/out"};
   p.isolation.shared = {"/tmp/inputs"};
-  auto got = policy_for_record(text_of(p), policy_identity(p));
+  auto refused = policy_for_record(text_of(p), policy_identity(p));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error_code() == ErrorCode::kUsage);
+  for (const char* flag : {"(--timeout 45000ms)", "(--cpu 20000ms)", "(--memory 2147483648)", "(--writable /srv/out)",
+                           "(--share /tmp/inputs)"}) {
+    CAPTURE(flag);
+    CHECK(refused.error().find(flag) != std::string::npos);
+  }
+  CHECK(refused.error().find("--max-output") == std::string::npos);
+  CHECK(refused.error().find("a record never raises a limit or chooses a host path") != std::string::npos);
+
+  RecordAllowance allowed;
+  allowed.wall_ms = 45'000;
+  allowed.cpu_ms = 60'000;  // more than asked: enough
+  allowed.memory_bytes = 2ull << 30;
+  allowed.writable = {"/srv/out"};
+  allowed.shared = {"/tmp/inputs"};
+  auto got = policy_for_record(text_of(p), policy_identity(p), allowed);
   REQUIRE(got.has_value());
   CHECK(policy_identity(*got) == policy_identity(p));
-  const auto flags = run_flags_for(shipped("exec"), *got);
-  CHECK(flags == std::vector<std::string>{"--timeout", "45000ms", "--cpu", "20000ms", "--memory", "2147483648",
-                                          "--max-output", "1048576", "--writable", "/srv/out", "--share",
-                                          "/tmp/inputs"});
+  // One path short: refused again, naming only it.
+  allowed.shared.clear();
+  auto short_one = policy_for_record(text_of(p), policy_identity(p), allowed);
+  REQUIRE_FALSE(short_one.has_value());
+  CHECK(short_one.error().find("share = /tmp/inputs (--share /tmp/inputs)") != std::string::npos);
+  CHECK(short_one.error().find("--writable") == std::string::npos);
+
+  // A bundle's script: the record's lower limits as flags (no raised ones,
+  // no paths: those records make it stop).
+  Policy lower = shipped("exec");
+  lower.limits.wall_ms = 5'000;
+  lower.limits.output_bytes = 1ull << 20;
+  auto taken = policy_for_record(text_of(lower), policy_identity(lower));
+  REQUIRE(taken.has_value());
+  CHECK(run_flags_for(shipped("exec"), *taken) ==
+        std::vector<std::string>{"--timeout", "5000ms", "--max-output", "1048576"});
   CHECK(run_flags_for(shipped("exec"), shipped("exec")).empty());
+}
+
+TEST_CASE("record policy: a claim's import_oci is refused, never read") {
+  const std::string text = text_of(shipped("exec")) + "import_oci = /etc/passwd\n";
+  auto got = policy_for_record(text, "exec@x");
+  REQUIRE_FALSE(got.has_value());
+  CHECK(got.error().find("import_oci is not taken from this text") != std::string::npos);
 }
 
 TEST_CASE("record policy: every setting that takes confinement away is refused and named, even all at once") {
