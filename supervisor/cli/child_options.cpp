@@ -68,6 +68,17 @@ Expected<RecordAllowance> read_record_allowance(const Args& args) {
   return allowed;
 }
 
+Status read_record_policy_options(const Args& args, std::optional<Policy>& policy, RecordAllowance& allowed) {
+  auto given = read_policy_override(args);
+  if (!given) return Status::error(given.error());
+  policy = std::move(*given);
+  auto flags = read_record_allowance(args);
+  if (!flags) return Status::error(flags.error());
+  allowed = std::move(*flags);
+  if (policy) return apply_limit_overrides(args, *policy);
+  return Status::ok();
+}
+
 Status apply_limit_overrides(const Args& args, Policy& policy) {
   for (const auto& [flag, key] : {std::pair{"timeout", "wall"}, {"cpu", "cpu"}, {"memory", "memory"}, {"max-output", "output"}}) {
     auto v = args.value(flag);

@@ -28,6 +28,10 @@ Expected<std::optional<Policy>> read_policy_override(const Args& args);
 // record's policy may ask for beyond its shipped policy (record_policy.h):
 // the operator says it again on the command that runs the record.
 Expected<RecordAllowance> read_record_allowance(const Args& args);
+// --policy (`policy`, with the flags above applied to it) and the flags as
+// `allowed`: the one reader for the commands that run a record (reproduce,
+// minimize, quarantine replay).
+Status read_record_policy_options(const Args& args, std::optional<Policy>& policy, RecordAllowance& allowed);
 // Those flags for such a command (reproduce, minimize), beside --policy.
 extern const std::vector<OptionSpec> kRecordAllowanceOptions;
 // --timeout, --cpu, --memory and --max-output over `policy`'s limits, and

@@ -48,16 +48,7 @@ Status read_replay_runner(const Args& args, ReplaySettings& settings) {
   auto choice = read_handler_choice(args);
   if (!choice) return Status::error(choice.error());
   settings.handler = std::move(*choice);
-  auto policy = read_policy_override(args);
-  if (!policy) return Status::error(policy.error());
-  settings.policy = std::move(*policy);
-  auto allowed = read_record_allowance(args);
-  if (!allowed) return Status::error(allowed.error());
-  settings.allowed = std::move(*allowed);
-  if (settings.policy) {
-    if (auto s = apply_limit_overrides(args, *settings.policy); !s) return s;
-  }
-  return Status::ok();
+  return read_record_policy_options(args, settings.policy, settings.allowed);
 }
 
 // --dry-run: what would be replayed, changing nothing.

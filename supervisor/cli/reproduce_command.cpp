@@ -163,14 +163,8 @@ int reproduce_command(int argc, char** argv) {
   if (!jobs) return fail(jobs.error(), kExitUsage);
   settings.jobs = *jobs;
   settings.actor = actor_name("reproduce");
-  auto policy = read_policy_override(*args);
-  if (!policy) return fail(policy.error(), kExitUsage);
-  settings.policy = std::move(*policy);
-  auto allowed = read_record_allowance(*args);
-  if (!allowed) return fail(allowed.error(), kExitUsage);
-  settings.allowed = std::move(*allowed);
-  if (settings.policy) {
-    if (auto s = apply_limit_overrides(*args, *settings.policy); !s) return fail(s.message(), kExitUsage);
+  if (auto s = read_record_policy_options(*args, settings.policy, settings.allowed); !s) {
+    return fail(s.message(), kExitUsage);
   }
   if (args->value("redis")) return reproduce_on_fleet(*args, settings);
   if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
