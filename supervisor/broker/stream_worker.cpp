@@ -159,8 +159,11 @@ std::int64_t StreamWorker::wall_ms() const {
 
 void StreamWorker::on_redis_state(bool up, const std::string& what) {
   if (!up) {
-    ++report_.redis_lost;
-    if (redis_down_++ == 0) out_.on_notice("lost Redis: " + what + "; reconnecting with backoff (tasks keep running)");
+    // One outage, however many of the worker's connections found it.
+    if (redis_down_++ == 0) {
+      ++report_.redis_lost;
+      out_.on_notice("lost Redis: " + what + "; reconnecting with backoff (tasks keep running)");
+    }
   } else if (redis_down_ > 0 && --redis_down_ == 0) {
     out_.on_notice("Redis is back " + what);
   }

@@ -123,7 +123,7 @@ struct WorkerReport {
   std::size_t claimed_again = 0;  // own entries XAUTOCLAIM returned (renewal was late)
   std::size_t protocol_errors = 0;  // malformed entries dead-lettered unrun
   std::size_t outages = 0;
-  std::size_t redis_lost = 0;     // times a connection to Redis was lost
+  std::size_t redis_lost = 0;     // outages: times Redis was lost (by one connection or both)
   int stop_signal = 0;
   std::string error;              // a Redis error that is not a lost connection (stops the worker)
 };
