@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 #include "shared/child_config.h"
 #include "shared/unique_fd.h"
@@ -89,13 +90,15 @@ Status set_up_private_dev() {
   for (const char* dir : {"/dev/shm", "/dev/pts"}) {
     if (::mkdir(dir, 0755) != 0) return Status::error(errno_text(std::string("private /dev: mkdir ") + dir));
   }
+  // A host that refuses a devpts instance here (a container without the
+  // right) leaves the task without terminals, not without a /dev: a task
+  // needs no pty, and none of the host's is ever its.
   const std::string pts_options = "newinstance,ptmxmode=0666,mode=0620,max=" + std::to_string(kPrivatePtys);
-  if (::mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, pts_options.c_str()) != 0) {
-    return Status::error(errno_text("private /dev: mounting a devpts instance on /dev/pts"));
-  }
+  const bool ptys = ::mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, pts_options.c_str()) == 0;
   for (const auto& [target, link] : {std::pair{"pts/ptmx", "/dev/ptmx"}, {"/proc/self/fd", "/dev/fd"},
                                      {"/proc/self/fd/0", "/dev/stdin"}, {"/proc/self/fd/1", "/dev/stdout"},
                                      {"/proc/self/fd/2", "/dev/stderr"}}) {
+    if (!ptys && std::string_view(link) == "/dev/ptmx") continue;
     if (::symlink(target, link) != 0) return Status::error(errno_text(std::string("private /dev: symlink ") + link));
   }
   // As read-only as the host's /dev was in the read-only view: nothing new
