@@ -1,6 +1,8 @@
 #pragma once
 // Files and directories this process never reads as input (list_input,
-// read_input in input_files.h): the store it has open. Reading the store's
+// read_input in input_files.h), nor opens because something hostile named
+// them (a crash frame's module: supervisor/classify/symbolizer.cpp): the
+// store it has open. Reading the store's
 // database as a payload means opening and closing a descriptor of it, and
 // closing any descriptor of a file drops every POSIX lock this process holds
 // on it, SQLite's included: another process's reader would then delete the
