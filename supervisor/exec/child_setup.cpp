@@ -214,10 +214,17 @@ Expected<Policy> recorded_policy(const store::QuarantineEntry& e, const RecordAl
   return policy_for_record(e.policy, e.policy_identity, allowed);
 }
 
+bool replaces_handler(const store::QuarantineEntry& e, const std::optional<HandlerChoice>& given) {
+  if (!given) return false;
+  return !(given->handler == e.handler && given->args.empty() && e.handler.rfind("plugin:", 0) == 0);
+}
+
 Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& e, const std::optional<HandlerChoice>& given,
                                             const RecordAllowance& allowed) {
-  if (given) return *given;
-  return recorded_handler(e, allowed);
+  if (replaces_handler(e, given)) return *given;
+  RecordAllowance with_it = allowed;
+  if (given) with_it.handler = given->handler;  // the record's plugin, said again
+  return recorded_handler(e, with_it);
 }
 
 Expected<Policy> policy_or_recorded(const store::QuarantineEntry& e, const std::optional<Policy>& given,

@@ -47,6 +47,10 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
 // and, for the policy, how to choose one (--policy).
 Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry, const RecordAllowance& allowed = {});
 Expected<Policy> recorded_policy(const store::QuarantineEntry& entry, const RecordAllowance& allowed = {});
+// Whether `given` (replay's or fuzz's --handler) replaces the record's
+// handler, or only says its plugin again (the same plugin:PATH, no --arg):
+// then the record's own arguments, patched ones included, still apply.
+bool replaces_handler(const store::QuarantineEntry& entry, const std::optional<HandlerChoice>& given);
 // The handler and policy a record runs under now: those given (replay under
 // a fix, fuzz with another policy), else what it recorded.
 Expected<HandlerChoice> handler_or_recorded(const store::QuarantineEntry& entry,

@@ -208,9 +208,13 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
     for (std::size_t i = first; i < last; ++i) {
       const auto& r = (*selected)[i];
       if (payload_of.count(r.id) == 0) continue;
-      const std::string key = settings.handler || settings.policy
-                                  ? "override"
-                                  : r.entry.handler_identity + "\n" + r.entry.handler_args + "\n" + r.entry.policy;
+      // What runs, in two parts: the given handler or the record's own (a
+      // --handler that only says a record's plugin again keeps its own,
+      // perhaps patched, arguments), and the given policy or the record's.
+      const std::string key =
+          (replaces_handler(r.entry, settings.handler) ? std::string("given handler")
+                                                       : r.entry.handler_identity + "\n" + r.entry.handler_args) +
+          "\n" + (settings.policy ? std::string("given policy") : r.entry.policy);
       groups[key].push_back(&r);
     }
     std::size_t batch_ran = 0, batch_failed = 0;

@@ -54,6 +54,7 @@ TEST_CASE("minimize: SIGINT mid-way keeps the best payload so far, and the next 
     settings.jobs = 2;
     settings.sandbox_binary = std::string(PILLBOX_BUILD_DIR) + "/pillbox-sandbox";
     settings.actor = "test";
+    settings.allowed.handler = e2e::poison_plugin();  // the record's plugin, said again (issue 25)
     std::size_t smallest_seen = payload.size();
     settings.on_progress = [&](std::int64_t runs, std::size_t best) {
       smallest_seen = best;
@@ -70,7 +71,7 @@ TEST_CASE("minimize: SIGINT mid-way keeps the best payload so far, and the next 
   }
   const std::string db = store + "/pillbox.db";
   CHECK(sql_int(db, "SELECT finished FROM minimize_state") == 0);
-  const auto resumed = run_pillbox({"minimize", "1", "--json", "--store", store});
+  const auto resumed = run_pillbox({"minimize", "1", "--json", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(resumed.describe());
   REQUIRE(resumed.records.size() == 1);
   CHECK(resumed.records[0]["resumed"] == true);

@@ -315,14 +315,14 @@ TEST_CASE("progress: replay, reproduce and minimize show done/total, the rate an
   e2e::TempDir dir;
   const std::string store = quarantined_store(dir, 3);
 
-  const auto replay = run_on_pty({"quarantine", "replay", "--kind", "crash", "--store", store});
+  const auto replay = run_on_pty({"quarantine", "replay", "--kind", "crash", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(replay.screen);
   CHECK(replay.exit_code == 1);  // they crash again
   CHECK(any_contains(visible_lines(replay.screen), "replay: [########################] 3/3"));
   CHECK(any_contains(drawn_lines(replay.screen, "replay: "), "3 crash"));
   CHECK(any_contains(drawn_lines(replay.screen, "replay: "), "/s"));
 
-  const auto reproduce = run_on_pty({"reproduce", "1", "--runs", "12", "--jobs", "2", "--store", store});
+  const auto reproduce = run_on_pty({"reproduce", "1", "--runs", "12", "--jobs", "2", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(reproduce.screen);
   CHECK(reproduce.exit_code == 0);
   const auto lines = drawn_lines(reproduce.screen, "reproduce 1: [");
@@ -331,7 +331,7 @@ TEST_CASE("progress: replay, reproduce and minimize show done/total, the rate an
   CHECK(contains(lines.back(), "12 crash"));
   CHECK(contains(lines.back(), "/s"));
 
-  const auto minimize = run_on_pty({"minimize", "2", "--max-runs", "40", "--store", store});
+  const auto minimize = run_on_pty({"minimize", "2", "--max-runs", "40", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(minimize.screen);
   CHECK(minimize.exit_code == 0);
   const auto shrinking = drawn_lines(minimize.screen, "minimize 2: [");

@@ -167,7 +167,8 @@ TEST_CASE("patch --set-arg: a handler record's arguments, revised; replay runs t
   CHECK(patch.out.find("record 1: revision 1 stored (arg fixed: (unset) -> yes)") != std::string::npos);
   CHECK(sql_rows(db, "SELECT handler_args FROM quarantine")[0][0] == args_before);
 
-  const auto replay = run_pillbox({"quarantine", "replay", "1", "--store", store});
+  // The plugin said again (issue 25); its patched arguments still apply.
+  const auto replay = run_pillbox({"quarantine", "replay", "1", "--store", store, "--handler", e2e::poison_plugin()});
   INFO(replay.describe());
   CHECK(replay.exit_code == 0);
   CHECK(replay.out.find("-> resolved (revision 1, a patch)") != std::string::npos);
