@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -368,13 +369,22 @@ TEST_CASE("worker: SIGTERM finishes what runs, reads nothing new, and the next w
   std::vector<std::pair<std::string, std::string>> tasks;
   for (int i = 0; i < 8; ++i) tasks.emplace_back("t" + std::to_string(i), "task " + std::to_string(i));
   add_entries(server, "jobs", tasks);
-  // Each task takes 400 ms, so SIGTERM comes while two run.
-  const std::vector<std::string> slow = {"--", "/bin/sh", "-c", "sleep 0.4; cat"};
+  // Each task says it started, then takes 400 ms, so SIGTERM comes while
+  // two run. (Pending entries are not yet running ones: a worker holds
+  // entries it has read before their children start.)
+  e2e::TempDir started(01777, e2e::host_dir_tasks_see());
+  const std::vector<std::string> slow = {"--writable", started.path(), "--", "/bin/sh", "-c",
+                                         "touch " + started.path() + "/task.$$; sleep 0.4; cat"};
   auto args = std::vector<std::string>{"worker", "--redis", server.url(), "--stream", "jobs", "--jobs", "2",
                                        "--consumer", "first", "--json"};
   args.insert(args.end(), slow.begin(), slow.end());
   e2e::Background first(e2e::pillbox_binary(), args);
-  REQUIRE_MESSAGE(e2e::eventually([&] { return e2e::pending_count(server, "jobs", "pillbox") >= 2; }), first.err());
+  REQUIRE_MESSAGE(e2e::eventually([&] {
+                    std::size_t n = 0;
+                    for (const auto& entry : std::filesystem::directory_iterator(started.path())) n += entry.is_regular_file();
+                    return n >= 2;
+                  }),
+                  first.err());
   first.signal(SIGTERM);
   CHECK(first.wait() == 143);
   INFO(first.err());
