@@ -3,7 +3,11 @@
 // crashes the supervisor itself; two pillbox processes sharing one store.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -186,15 +190,40 @@ TEST_CASE("SIGTERM and SIGINT stop a run cleanly: attempts in flight are interru
   e2e::TempDir dir;
   const std::string store = dir.path() + "/store";
   const std::string db = store + "/pillbox.db";
-  // "fast" answers at once; the others take 30 s: in flight when the signal comes.
+  // "fast" answers at once; the others take 30 s: in flight when the signal
+  // comes. The signal goes once a slow task said it started (a file in
+  // `started`) and pillbox printed its first line (then its pid is known):
+  // in the runs after the first, "fast" is skipped as done and its line
+  // comes before any slow task has started.
+  e2e::TempDir started(01777, e2e::host_dir_tasks_see());
   std::string input = task_line("fast", "fast");
   for (int i = 1; i <= 3; ++i) input += task_line("slow-" + std::to_string(i), "slow " + std::to_string(i));
-  const std::vector<std::string> args = {"run", "--store", store, "--jobs", "2", "--json", "-", "--", "/bin/sh", "-c",
-                                         "p=$(cat); case $p in fast) echo fast;; *) sleep 30;; esac"};
+  const std::vector<std::string> args = {"run", "--store", store, "--jobs", "2", "--json", "--writable", started.path(),
+                                         "-", "--", "/bin/sh", "-c",
+                                         "p=$(cat); case $p in fast) echo fast;; *) touch " + started.path() +
+                                             "/slow.$$; sleep 30;; esac"};
   for (int sig : {SIGTERM, SIGINT, SIGTERM, SIGINT}) {
+    std::filesystem::remove_all(started.path());
+    std::filesystem::create_directory(started.path());
+    std::filesystem::permissions(started.path(), std::filesystem::perms(01777));
+    std::atomic<pid_t> pillbox{0};
+    std::atomic<bool> sent{false};
+    auto send_once = [&] {
+      const pid_t pid = pillbox.load();
+      if (pid > 0 && e2e::has_file_starting(started.path(), "slow.") && !sent.exchange(true)) ::kill(pid, sig);
+    };
+    const int stop = ::eventfd(0, EFD_CLOEXEC);
+    REQUIRE(stop >= 0);
+    std::thread watcher([&] { e2e::wait_in_dir(started.path(), [&] { send_once(); return sent.load(); }, stop); });
     const auto r = run_pillbox(args, input, {}, [&](pid_t pid, std::size_t line_no, std::string_view) {
-      if (line_no == 1) ::kill(pid, sig);
+      if (line_no == 1) pillbox = pid;
+      send_once();
     });
+    const std::uint64_t one = 1;
+    (void)!::write(stop, &one, sizeof one);
+    watcher.join();
+    ::close(stop);
+    CHECK(sent.load());
     INFO(r.describe());
     CHECK(r.term_signal == 0);
     CHECK(r.exit_code == 128 + sig);
