@@ -86,7 +86,7 @@ struct Fleet {
     e2e::add_entries(server, "jobs", {{"segv", "S crash"}});
     std::vector<std::string> args = {"worker"};
     for (const auto& a : where()) args.push_back(a);
-    args.insert(args.end(), {"--backoff-base", "10ms", "--exit-when-idle", "500ms", "--quiet", "--",
+    args.insert(args.end(), {"--backoff-base", "10ms", "--exit-when-idle", "3s", "--quiet", "--",
                              e2e::fixture("mixed_poison")});
     const auto worker = run_pillbox(args, "", env);
     INFO(worker.describe());
@@ -313,7 +313,7 @@ TEST_CASE("a worker without a key says at start that its dead letters are unsign
   REQUIRE_REDIS(f.server);
   e2e::add_entries(f.server, "jobs", {{"segv", "S crash"}});
   const auto worker = e2e::run_pillbox({"worker", "--redis", f.server.url(), "--stream", "jobs", "--backoff-base",
-                                        "10ms", "--exit-when-idle", "500ms", "--quiet", "--", e2e::fixture("mixed_poison")},
+                                        "10ms", "--exit-when-idle", "3s", "--quiet", "--", e2e::fixture("mixed_poison")},
                                        "", {{"PILLBOX_FLEET_KEY", ""}});
   INFO(worker.describe());
   REQUIRE(worker.exit_code == 0);
