@@ -85,6 +85,14 @@ class ComparingOutput(unittest.TestCase):
         printed = "12       2026-12-02T00:09:56.170Z quarantined  crash             pb1-0123456789abcdef  fuzz:0717f0283b3ebdab/pb1-0123456789abcdef"
         self.assertTrue(doctest_runner.shown_line_printed(shown, [printed]))
         self.assertTrue(doctest_runner.shown_line_printed("1 new record, 7 repeats", ["2 new records, 1 repeat"]))
+        # A mutation list cut short just after a separator (seen in CI).
+        self.assertTrue(doctest_runner.shown_line_printed(
+            "new fingerprint record 1: crash pb1-90d1bb1e2f4f80c3 (4 bytes, from input /tmp/fz/seeds/hello, run 52, "
+            "mutations: arith-16,delete-block,flip-bit,dict-overwrite)",
+            ["new fingerprint record 1: crash pb1-90d1bb1e2f4f80c3 (129 bytes, from input /tmp/fz/seeds/hello, run 15, "
+             "mutations: flip-byte,insert-random,dict-insert,dict-overwrite,~)"]))
+        self.assertTrue(doctest_runner.shown_line_printed("(mutations: a | b)", ["(mutations: a | b |~)"]))
+        self.assertFalse(doctest_runner.shown_line_printed("(mutations: a)", ["(mutations: a, from x)"]))
 
     def test_what_matters_is_not(self):
         # A key format, a file name, a status, a policy name.

@@ -216,7 +216,8 @@ def commands_of(block):
 # Run-to-run differences a shown output line may have from the real one.
 NORMALIZATIONS = [
     (re.compile(r"^\s*[0-9a-f]{8}  [0-9a-f ]+\|.*\|$"), "<hex dump row>"),
-    (re.compile(r"\bmutations:? [a-z0-9-]+(?:(?:,| \| )[a-z0-9-]+)*~?"), "mutations: <list>"),  # "~": cut short
+    # "~": the list was cut short, which may fall just after a separator.
+    (re.compile(r"\bmutations:? [a-z0-9-]+(?:(?:,| \| )[a-z0-9-]+)*(?:(?:,| \|? ?)?~)?"), "mutations: <list>"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<time>"),
     (re.compile(r"\bpb1-[0-9a-f]{16}\b"), "<fingerprint>"),
     (re.compile(r"\b[0-9a-f]{8,}\b"), "<hex>"),
