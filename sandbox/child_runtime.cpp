@@ -127,9 +127,9 @@ class Wire {
   ZmtpClient client_;
 };
 
-[[noreturn]] void fail_setup(Wire& wire, const std::string& message) {
+[[noreturn]] void fail_setup(Wire& wire, const std::string& message, int exit_code = kExitSetupFailed) {
   wire.send(FrameType::kSetupFailed, {}, message);
-  _exit(kExitSetupFailed);
+  _exit(exit_code);
 }
 
 Frame run_in_process(Handler& handler, std::string_view payload, std::size_t max_output) {
@@ -339,9 +339,13 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   }
   if (auto s = set_no_new_privs(); !s) fail_setup(wire, s.message());
   // A slot's namespace still holds what its previous task wrote: removed now,
-  // as this task's uid, before anything of this task runs.
+  // as this task's uid, before anything of this task runs. What cannot be
+  // removed is never this task's to live with: the zygote makes the slot a
+  // new namespace (kExitSlotUncleanable), and the task runs again there.
   if (fds.mount_ns >= 0) {
-    if (auto s = empty_private_dirs(); !s) fail_setup(wire, s.message());
+    if (auto s = empty_private_dirs(); !s) {
+      fail_setup(wire, s.message() + "; the slot gets a new private /tmp namespace", kExitSlotUncleanable);
+    }
   }
   // A plugin, as root: loaded only now, as the slot's uid with no capability.
   std::unique_ptr<Handler> loaded;

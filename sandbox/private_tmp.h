@@ -42,7 +42,8 @@ Status enter_private_tmp(const Isolation& isolation, const std::vector<std::stri
 // each task of the slot joins it (setns, ~50 us). Tasks of one slot run one
 // after the other, each first emptying what the previous one left
 // (empty_private_dirs): never two tasks in one namespace at once, and
-// nothing of one reaches the next. The namespace ends with the zygote.
+// nothing of one reaches the next. The namespace ends with the zygote, or
+// when a task of the slot could not empty it (then the next one is made).
 Expected<UniqueFd> make_slot_namespace(const Isolation& isolation, const std::vector<std::string>& keep_visible);
 Status join_private_tmp(int ns_fd);
 
@@ -50,7 +51,8 @@ Status join_private_tmp(int ns_fd);
 // what the slot's previous task left in /tmp, /var/tmp and /dev/shm (a
 // tmpfs's inodes are bounded, so is the cost), never following a symlink,
 // never crossing into a bound host path. An error when something the uid
-// cannot remove is left that is not root's own.
+// cannot remove is left that is not root's own: the child then exits
+// kExitSlotUncleanable, and the zygote makes the slot a new namespace.
 Status empty_private_dirs();
 
 }  // namespace pillbox::sandbox

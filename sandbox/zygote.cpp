@@ -18,6 +18,7 @@
 #include <string>
 
 #include "sandbox/child_runtime.h"
+#include "sandbox/exit_codes.h"
 #include "sandbox/fork_server.h"
 #include "sandbox/namespaces.h"
 #include "sandbox/private_tmp.h"
@@ -39,6 +40,7 @@ constexpr auto kDrainLimit = std::chrono::seconds(2);
 
 struct Running {
   std::uint64_t seq = 0;
+  std::uint32_t slot = 0;
   ChildStreams streams;
   ViolationWatch watch;  // the kernel's word on the task's denied syscalls
   bool exited = false;  // the main process is reaped; its group is being drained
@@ -133,6 +135,7 @@ class Zygote {
     streams->listener_socket_child.reset();
     Running& r = running_[pid];
     r.seq = ticket.seq;
+    r.slot = ticket.slot;
     r.watch = ViolationWatch(std::move(streams->listener_socket));
     r.streams = std::move(*streams);
     ControlMessage m;
@@ -185,6 +188,14 @@ class Zygote {
     reap_children(is_task, [this](pid_t pid, int status, const rusage& ru) {
       Running& r = running_[pid];
       r.exited = true;
+      // The child could not empty its slot's private dirs (what the slot's
+      // previous task left): the slot's next task gets a new namespace, made
+      // before it forks. Dropped here, before the exit is reported, so the
+      // supervisor's next fork for the slot comes after. A payload exiting
+      // with this code itself only renews its own slot.
+      if (WIFEXITED(status) && WEXITSTATUS(status) == kExitSlotUncleanable && slot_namespaces_.erase(r.slot) > 0) {
+        r.exit.slot_renewed = true;
+      }
       r.drain_deadline = std::chrono::steady_clock::now() + kDrainLimit;
       ExitReport& e = r.exit;
       e.seq = r.seq;

@@ -88,7 +88,7 @@ void pack_ticket(Packer& pk, const TaskTicket& t) {
 }
 
 void pack_exit(Packer& pk, const ExitReport& e) {
-  pk.pack_array(13);
+  pk.pack_array(14);
   pk.pack_uint64(e.seq);
   pk.pack_int64(e.pid);
   pk.pack_int32(e.wait_status);
@@ -102,6 +102,7 @@ void pack_exit(Packer& pk, const ExitReport& e) {
   pk.pack(e.seccomp_watched);
   pk.pack_int32(e.violation_nr);
   pk.pack_uint32(e.violation_arch);
+  pk.pack(e.slot_renewed);
 }
 
 // --- decoding helpers: throw std::runtime_error on any shape mismatch.
@@ -211,7 +212,7 @@ TaskTicket unpack_ticket(const msgpack::object& o) {
 }
 
 ExitReport unpack_exit(const msgpack::object& o) {
-  const auto& a = arr(o, 13, "exit report");
+  const auto& a = arr(o, 14, "exit report");
   ExitReport e;
   e.seq = u64(a.ptr[0]);
   e.pid = i64(a.ptr[1]);
@@ -226,6 +227,7 @@ ExitReport unpack_exit(const msgpack::object& o) {
   e.seccomp_watched = boolean(a.ptr[10]);
   e.violation_nr = static_cast<std::int32_t>(i64(a.ptr[11]));
   e.violation_arch = static_cast<std::uint32_t>(u64(a.ptr[12]));
+  e.slot_renewed = boolean(a.ptr[13]);
   return e;
 }
 

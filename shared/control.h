@@ -62,6 +62,9 @@ struct ExitReport {
   bool seccomp_watched = false;
   std::int32_t violation_nr = -1;
   std::uint32_t violation_arch = 0;
+  // The zygote made the task's slot a new private /tmp namespace after this
+  // task, because the child could not empty the old one before its payload.
+  bool slot_renewed = false;
 };
 
 struct ControlMessage {

@@ -580,7 +580,7 @@ void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
     hold_for_outage(e, outcome);
     return;
   }
-  if (transient) ++e.transient_here;
+  if (transient && counts_as_transient(outcome, e.slot_renewals)) ++e.transient_here;
   const auto current = recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, !transient, transient);
   const auto summaries = attempt_summaries(e.history, current);
   const Judgement j = judge(settings_.retry, summaries, outcome, e.transient_here);

@@ -160,6 +160,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
     std::int64_t delivery = 1;  // Redis's count: judged only within 1..kMaxDeliveries
     EntryHistory history;      // deliveries before `delivery`
     std::uint32_t transient_here = 0;
+    std::uint32_t slot_renewals = 0;  // counts_as_transient's count
     bool solo = false;         // a suspect's delivery: runs alone, its start recorded first
     std::uint32_t start_recorded = 0;  // the delivery whose start marker is recorded (suspects)
     bool probe = false;        // running as the breaker's probe

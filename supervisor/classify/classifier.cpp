@@ -128,6 +128,7 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
 
     if (ex.setup_failure) {
       fail(o, Kind::kSandboxError, "sandbox setup failed: " + *ex.setup_failure);
+      o.slot_renewed = exit.slot_renewed;
     } else if (exit.violation_nr >= 0) {
       // The kernel's listener saw a denied syscall, and the task was killed
       // for it: whatever its ending looks like, this is the verdict.

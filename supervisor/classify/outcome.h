@@ -53,6 +53,11 @@ struct Outcome {
   // or killed by something else of its uid). Whatever the kind, the payload
   // took no part in it: the failure is never charged to it (is_transient).
   bool before_payload = false;
+  // The child could not empty what its slot's previous task left, and the
+  // zygote made the slot a new namespace: the next attempt runs in it. Not
+  // this payload's failure, and not one of its transient attempts either
+  // (TaskFlow::on_outcome): a previous task must cost it nothing.
+  bool slot_renewed = false;
 };
 
 // "SIGSEGV" for 11; "signal 99" for unknown numbers.

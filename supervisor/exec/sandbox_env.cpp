@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "shared/fault_injection.h"
 #include "supervisor/exec/launcher.h"
 
 namespace pillbox {
@@ -16,6 +17,7 @@ boost::process::environment sandbox_environment(LaunchMode mode) {
     if (const char* v = std::getenv(name); v != nullptr) env.set(name, v);
   };
   pass("PILLBOX_PDF_TEXT_LIB");  // an install path (sandbox/handlers/pdf_text_loader.cpp)
+  pass(kUnremovableForTestsEnv);  // a test's fault (shared/fault_injection.h)
 #ifdef PILLBOX_SANITIZED
   pass("ASAN_OPTIONS");
   pass("UBSAN_OPTIONS");

@@ -15,7 +15,8 @@ namespace pillbox {
 enum class LaunchMode;
 
 // Only what the sandbox side reads: PILLBOX_PDF_TEXT_LIB when the supervisor
-// has it (where the pdf-text module is), LD_BIND_NOW for a zygote (every
+// has it (where the pdf-text module is), a test's fault when it has one
+// (shared/fault_injection.h), LD_BIND_NOW for a zygote (every
 // symbol resolved once, before the children fork), and in a sanitizer build
 // the sanitizers' options.
 // Given to Boost.Process as the child's whole environment.

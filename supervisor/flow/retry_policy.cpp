@@ -15,6 +15,11 @@ bool is_transient(const RetrySettings& settings, const Outcome& outcome) {
          settings.retry_exit_codes.count(outcome.exit_code) > 0;
 }
 
+bool counts_as_transient(const Outcome& outcome, std::uint32_t& slot_renewals) {
+  constexpr std::uint32_t kFreeSlotRenewals = 3;
+  return !(outcome.slot_renewed && slot_renewals++ < kFreeSlotRenewals);
+}
+
 Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptSummary>& history,
                 const Outcome& outcome, std::uint32_t transient_in_run) {
   if (outcome.kind == Kind::kOk) return {Decision::kDone, "ok"};

@@ -56,6 +56,16 @@ struct Judgement {
 // True when the failure is not the payload's fault.
 bool is_transient(const RetrySettings& settings, const Outcome& outcome);
 
+// Whether a transient failure counts among the task's transient failures
+// (judge's `transient_in_run`, bounded by max_attempts). A slot that a
+// previous task left uncleanable, made anew for this one
+// (Outcome::slot_renewed), does not: with --max-attempts 1 the task would
+// otherwise give up for another payload's doing. A renewed slot starts
+// empty, so this repeats only if other slots were left uncleanable too; up
+// to 3 times per task (`slot_renewals`, kept by the caller) keeps a fault of
+// our own from retrying forever.
+bool counts_as_transient(const Outcome& outcome, std::uint32_t& slot_renewals);
+
 // `history`: the task's attempts, oldest first, ending with the one that
 // produced `outcome` (finished; charged = false when it was transient or
 // during an outage). `transient_in_run`: this task's transient failures in

@@ -487,7 +487,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   const auto now = this->now();
   const bool failed = outcome.kind != Kind::kOk;
   const bool transient = failed && is_transient(settings_.retry, outcome);
-  if (transient) ++t.transient_in_run;
+  if (transient && counts_as_transient(outcome, t.slot_renewals)) ++t.transient_in_run;
 
   store::AttemptSummary& attempt = t.history.back();
   attempt.finished = true;

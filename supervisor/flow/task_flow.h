@@ -145,6 +145,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     bool fresh_budget = false; // gave up in an earlier run: old attempts stop counting
     std::uint32_t attempts_in_run = 0;
     std::uint32_t transient_in_run = 0;
+    std::uint32_t slot_renewals = 0;  // counts_as_transient's count
     std::optional<Outcome> last_failure;
     std::string parked_reason;  // why it would be quarantined, while parked
     bool probe_copy = false;   // a known-good probe: a copy of a payload that succeeded

@@ -12,6 +12,7 @@
 // `run` and in `worker`.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,8 @@ const char* const kScript =
     "locked) mkdir -p a/b/c && touch a/b/c/f a/b/g && ln a/b/g a/b/h && ln -s / a/b/root && chmod 000 a/b/c a/b a;; "
     "many) mkdir many && cd many && seq 1 100000 | xargs touch && ls | wc -l;; "
     "held) (sleep 60 > /dev/shm/held &) ; echo x > /var/tmp/v;; "
-    "good*) for f in /tmp/d /tmp/leaf /tmp/a /tmp/many /dev/shm/held /var/tmp/v; do "
+    "stuck) touch /tmp/stuck;; "
+    "good*) for f in /tmp/d /tmp/leaf /tmp/a /tmp/many /dev/shm/held /var/tmp/v /tmp/stuck; do "
     "  [ -e $f ] && { echo \"left: $f\" >&2; exit 3; }; done; echo \"$p clean\";; "
     "esac";
 
@@ -76,14 +78,37 @@ TEST_CASE("run: after a tree 1000 deep, a chmod 000 tree with links, 100 000 fil
   }
 }
 
-TEST_CASE("worker: after a tree 1000 deep and 100 000 files, the slot's next 6 entries are ok, in both modes") {
+// What no task can do on its own (its slot's uid owns all it makes), a
+// fault makes here: a leftover named "stuck" that the next child cannot
+// remove (shared/fault_injection.h). Broke: that child's setup failed, and
+// so did every later one of the slot: sandbox-error, then gave-up. Now the
+// zygote makes the slot a new namespace and the task runs again there, its
+// attempt not counted (--max-attempts 1 still ends ok).
+const std::map<std::string, std::string> kStuckFault = {{"PILLBOX_TEST_UNREMOVABLE", "stuck"}};
+
+TEST_CASE("run: a slot that cannot be emptied is made anew, and the slot's next 6 payloads are ok") {
+  e2e::TempDir dir;
+  for (const char* mode : kModes) {
+    CAPTURE(std::string(mode));
+    const auto r = run_pillbox({"run", "--json", "--no-store", "--jobs", "1", "--mode", mode, "--max-attempts", "1",
+                                "-", "--", "/bin/sh", "-c", kScript},
+                               tasks_after("stuck"), kStuckFault);
+    check_all_ok(r, "stuck");
+    // Only the first good payload met the stuck slot: once, in zygote mode
+    // (in spawn mode each task's namespace is its own, nothing to empty).
+    CHECK(r.record("stuck-good1")["attempts"] == (std::string(mode) == "zygote" ? 2 : 1));
+    for (int i = 2; i <= 6; ++i) CHECK(r.record("stuck-good" + std::to_string(i))["attempts"] == 1);
+  }
+}
+
+TEST_CASE("worker: after a tree 1000 deep, a chmod 000 tree, 100 000 files or an uncleanable slot, the slot's next 6 entries are ok, in both modes") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
   e2e::TempDir dir;
   const std::string policy = roomy_policy(dir);
   int round = 0;
   for (const char* mode : kModes) {
-    for (const std::string hostile : {"deep", "many"}) {
+    for (const std::string hostile : {"deep", "locked", "many", "stuck"}) {
       CAPTURE(std::string(mode));
       CAPTURE(hostile);
       const std::string stream = "slots" + std::to_string(++round);
@@ -92,7 +117,8 @@ TEST_CASE("worker: after a tree 1000 deep and 100 000 files, the slot's next 6 e
       e2e::add_entries(server, stream, entries);
       const auto worker = run_pillbox({"worker", "--redis", server.url(), "--stream", stream, "--json", "--jobs", "1",
                                        "--mode", mode, "--policy", policy, "--max-attempts", "1", "--exit-when-idle",
-                                       "1s", "--", "/bin/sh", "-c", kScript});
+                                       "1s", "--", "/bin/sh", "-c", kScript},
+                                      "", hostile == "stuck" ? kStuckFault : std::map<std::string, std::string>{});
       INFO(worker.describe());
       CHECK(worker.exit_code == 0);
       CHECK(e2e::redis_integer(server, {"XLEN", stream + ":dlq"}) == 0);

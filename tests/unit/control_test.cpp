@@ -140,6 +140,10 @@ std::vector<ControlMessage> every_message() {
   m.exit.stdout_data = "\0\1\2 binary \xff"s;
   m.exit.stdout_size = 1ull << 40;
   m.exit.stderr_tail = "warning\nerror: \x80\x81"s;
+  m.exit.seccomp_watched = true;
+  m.exit.violation_nr = 41;
+  m.exit.violation_arch = 0xc000003e;
+  m.exit.slot_renewed = true;
   v.push_back(m);
   return v;
 }
@@ -221,6 +225,10 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(a.exit.stdout_data == b.exit.stdout_data);
       CHECK(a.exit.stdout_size == b.exit.stdout_size);
       CHECK(a.exit.stderr_tail == b.exit.stderr_tail);
+      CHECK(a.exit.seccomp_watched == b.exit.seccomp_watched);
+      CHECK(a.exit.violation_nr == b.exit.violation_nr);
+      CHECK(a.exit.violation_arch == b.exit.violation_arch);
+      CHECK(a.exit.slot_renewed == b.exit.slot_renewed);
       break;
     case ControlType::kKill:
       CHECK(a.pid == b.pid);

@@ -385,3 +385,25 @@ TEST_CASE("retry policy: backoff_delay never overflows, and handles zero and inv
   std::mt19937_64 b(7);
   for (int i = 0; i < 50; ++i) CHECK(backoff_delay(normal, 4, a) == backoff_delay(normal, 4, b));
 }
+
+TEST_CASE("retry policy: a slot made anew for the task costs it no transient attempt, 3 times at most") {
+  RetrySettings s;
+  s.max_attempts = 1;
+  Outcome renewed;
+  renewed.kind = Kind::kSandboxError;
+  renewed.before_payload = true;
+  renewed.slot_renewed = true;
+  Outcome other = renewed;
+  other.slot_renewed = false;
+  std::uint32_t renewals = 0;
+  CHECK_FALSE(counts_as_transient(renewed, renewals));
+  CHECK_FALSE(counts_as_transient(renewed, renewals));
+  CHECK_FALSE(counts_as_transient(renewed, renewals));
+  CHECK(counts_as_transient(renewed, renewals));  // a fourth: a fault of ours, not a slot's
+  std::uint32_t none = 0;
+  CHECK(counts_as_transient(other, none));
+  CHECK(none == 0);
+  // Not counted, so with --max-attempts 1 it is retried, not given up.
+  CHECK(judge(s, {attempt(1, Kind::kSandboxError, "", false)}, renewed, 0).decision == Decision::kRetry);
+  CHECK(judge(s, {attempt(1, Kind::kSandboxError, "", false)}, other, 1).decision == Decision::kGiveUp);
+}
