@@ -298,15 +298,58 @@ std::string info_field(const redisReply* r, std::string_view name) {
   return "";
 }
 
-// "MS-SEQ" as a pair that orders as stream ids do; nullopt when not one.
-std::optional<std::pair<unsigned long long, unsigned long long>> stream_id(const std::string& id) {
+}  // namespace
+
+std::optional<StreamId> stream_id(const std::string& id) {
   unsigned long long ms = 0, seq = 0;
   char extra = 0;
   if (std::sscanf(id.c_str(), "%llu-%llu%c", &ms, &seq, &extra) != 2) return std::nullopt;
-  return std::pair{ms, seq};
+  return StreamId{ms, seq};
 }
 
-}  // namespace
+Expected<ServerState> server_state(RedisConnection& redis, const StreamKeys& keys, const std::string& group,
+                                   const std::vector<std::string>& held) {
+  ServerState s;
+  auto info = redis.command({"INFO", "server"});
+  if (!info) return Error{info.error()};
+  const std::string text = reply_text(info->get());
+  if (const std::size_t at = text.find("run_id:"); at != std::string::npos) {
+    s.run_id = text.substr(at + 7, text.find_first_of("\r\n", at) - at - 7);
+  }
+  if (s.run_id.empty()) return malformed(redis, "INFO server (no run_id)");
+  // Where a stream ends now: its last-generated-id ("" when it is missing).
+  auto last_of = [&](const std::string& key, std::string& last) -> Status {
+    auto type = redis.command({"TYPE", key});
+    if (!type) return Status::error(type.error());
+    if (reply_text(type->get()) != "stream") return Status::ok();
+    auto stream = redis.command({"XINFO", "STREAM", key});
+    if (!stream) return Status::error(stream.error());
+    last = info_field(stream->get(), "last-generated-id");
+    return Status::ok();
+  };
+  std::string stream_last;
+  if (auto st = last_of(keys.stream, stream_last); !st) return Error{st.message()};
+  s.stream_exists = !stream_last.empty();
+  if (auto st = last_of(keys.results, s.results_last); !st) return Error{st.message()};
+  if (auto st = last_of(keys.dlq, s.dlq_last); !st) return Error{st.message()};
+  if (s.stream_exists) {
+    auto groups = redis.command({"XINFO", "GROUPS", keys.stream});
+    if (!groups) return Error{groups.error()};
+    for (std::size_t i = 0; (*groups)->type == REDIS_REPLY_ARRAY && i < (*groups)->elements; ++i) {
+      if (info_field((*groups)->element[i], "name") == group) s.group_exists = true;
+    }
+  }
+  for (const std::string& id : held) {
+    if (!s.stream_exists) {
+      s.held_gone.push_back(id);
+      continue;
+    }
+    auto found = redis.command({"XRANGE", keys.stream, id, id});
+    if (!found) return Error{found.error()};
+    if ((*found)->type != REDIS_REPLY_ARRAY || (*found)->elements == 0) s.held_gone.push_back(id);
+  }
+  return s;
+}
 
 std::string group_ahead_of_stream(RedisConnection& redis, const StreamKeys& keys, const std::string& group) {
   auto stream = redis.command({"XINFO", "STREAM", keys.stream});

@@ -72,6 +72,28 @@ inline constexpr std::chrono::hours kHistoryTtl{24 * 30};
 // stream is an error that says so.
 Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::string& group);
 
+// A stream entry id ("MS-SEQ") as a pair that orders as the ids do.
+using StreamId = std::pair<unsigned long long, unsigned long long>;
+std::optional<StreamId> stream_id(const std::string& id);
+
+// What tells a Redis that restarted without (all of) its data from one that
+// did not: its run id (INFO server; a new one at every start), whether the
+// stream and the group are there, and where the streams a worker adds to
+// end now (their last-generated-id; "" when missing): an entry the worker
+// added with a later id is gone.
+// `held`: entries the worker holds; those no longer in the stream are in
+// held_gone (settled meanwhile, or lost).
+struct ServerState {
+  std::string run_id;
+  bool stream_exists = false;
+  bool group_exists = false;
+  std::string results_last;
+  std::string dlq_last;
+  std::vector<std::string> held_gone;
+};
+Expected<ServerState> server_state(RedisConnection& redis, const StreamKeys& keys, const std::string& group,
+                                   const std::vector<std::string>& held = {});
+
 // Not "": the group's last-delivered id is beyond the stream's last entry
 // (XGROUP SETID to a future id), so that new entries, whose ids are below
 // it, are never delivered to the group; says so and how to fix it.

@@ -159,17 +159,106 @@ std::int64_t StreamWorker::wall_ms() const {
 
 void StreamWorker::on_redis_state(bool up, const std::string& what) {
   if (!up) {
-    // One outage, however many of the worker's connections found it.
-    if (redis_down_++ == 0) {
+    ++redis_down_;
+    // One outage, however many of the worker's connections found it, and
+    // whenever they did: an idle link finds out only when it next has work.
+    if (!outage_open_) {
+      outage_open_ = true;
+      outage_since_ = Clock::now();
       ++report_.redis_lost;
       out_.on_notice("lost Redis: " + what + "; reconnecting with backoff (tasks keep running)");
     }
-  } else if (redis_down_ > 0 && --redis_down_ == 0) {
-    out_.on_notice("Redis is back " + what);
+    return;
   }
+  if (redis_down_ > 0) --redis_down_;
+  // A link is back: was it the same Redis? (The reader's next read may
+  // already have found the group gone: its error waits for the answer.) The
+  // question goes to the other link, so the outage ends once both answered.
+  if (!check_restart()) end_outage();
+}
+
+void StreamWorker::end_outage() {
+  if (!outage_open_ || redis_down_ > 0) return;
+  outage_open_ = false;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - outage_since_).count();
+  out_.on_notice("Redis is back after " + std::to_string(ms) + " ms");
+}
+
+bool StreamWorker::check_restart() {
+  if (settings_.server_run_id.empty()) return false;
+  if (restart_check_pending_) return true;
+  restart_check_pending_ = true;
+  std::vector<std::string> held;
+  for (const auto& [ref, e] : entries_) held.push_back(e.id);
+  writer_.post([this, keys = settings_.keys, group = settings_.consumer.group,
+                held = std::move(held)](RedisConnection& redis) -> BrokerLink::Done {
+    auto state = server_state(redis, keys, group, held);
+    return [this, state = std::move(state), where = redis.address().describe()]() { on_server_state(state, where); };
+  });
+  return true;
+}
+
+void StreamWorker::on_server_state(const Expected<ServerState>& state, const std::string& where) {
+  end_outage();
+  auto resume = [this] {
+    restart_check_pending_ = false;
+    std::vector<std::string> errors;
+    errors.swap(deferred_errors_);
+    for (const auto& e : errors) on_error(e);
+  };
+  if (!state) {
+    deferred_errors_.push_back(state.error());
+    return resume();
+  }
+  if (state->run_id == settings_.server_run_id) return resume();
+  settings_.server_run_id = state->run_id;
+  ++report_.redis_restarts;
+  // Not in the stream, and still held here: lost. (One settled by a step
+  // posted before the check was forgotten when its answer came, before this.)
+  std::size_t held_gone = 0;
+  for (const std::string& id : state->held_gone) {
+    held_gone += std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return e.second.id == id; });
+  }
+  const RestartLosses losses = restart_losses(*state, results_written_, dead_letters_written_, held_gone);
+  report_.results_lost += losses.results_lost;
+  report_.dead_letters_lost += losses.dead_letters_lost;
+  const std::string said = describe_restart(where, settings_.keys, settings_.consumer.group, losses);
+  // What the worker held or waited on went with the restart: errors about
+  // them (the group gone) are the restart's, already said.
+  deferred_errors_.clear();
+  if (!losses.group_gone) {
+    out_.on_notice(losses.any() ? "warning: " + said : said);
+    return resume();
+  }
+  if (!settings_.recreate_group) {
+    on_error(said + ". Entries submitted before the restart are gone with it; to go on with what is submitted "
+                    "from now on, start the workers with --recreate-group");
+    return resume();
+  }
+  out_.on_notice("warning: " + said + "; the consumer group is made anew (--recreate-group): entries submitted "
+                 "from now on are run");
+  writer_.post([this, keys = settings_.keys, group = settings_.consumer.group](RedisConnection& redis) -> BrokerLink::Done {
+    auto made = create_group(redis, keys, group);
+    return [this, made = std::move(made)]() {
+      if (!made) {
+        deferred_errors_.push_back(made.message());
+      } else {
+        ++report_.groups_recreated;
+        claim_cursor_ = "0-0";
+      }
+      restart_check_pending_ = false;
+      std::vector<std::string> errors;
+      errors.swap(deferred_errors_);
+      for (const auto& e : errors) on_error(e);
+    };
+  });
 }
 
 void StreamWorker::on_error(const std::string& message) {
+  if (restart_check_pending_) {
+    deferred_errors_.push_back(message);
+    return;
+  }
   if (report_.error.empty()) report_.error = message;
   start_stopping("a Redis error: " + message);
 }
@@ -257,6 +346,7 @@ void StreamWorker::intake(std::size_t free_slots, Clock::time_point now) {
     return;
   }
   if (breaker_.open()) return;  // intake paused: probes only (run_due)
+  if (restart_check_pending_) return;  // a restarted Redis may have lost the group: nothing to read yet
   // One turn's worth read ahead (as many entries as there are slots), so
   // that a slot that comes free finds its next entry here instead of
   // waiting a round trip to Redis. They are delivered, hence counted, while
@@ -841,6 +931,7 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
       if (!*r) return taken_over(ref, why);
+      results_written_.add(**r);
       ++report_.ok;
       WorkerVerdict v{WorkerVerdict::Type::kOk, it->second.id, it->second.delivery, **r, "ok"};
       out_.on_verdict(it->second.task, outcome, v);
@@ -931,6 +1022,7 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
       auto it = entries_.find(ref);
       if (it == entries_.end()) return;
       if (!*r) return taken_over(ref, why);
+      dead_letters_written_.add(**r);
       ++report_.dead_lettered;
       WorkerVerdict v{WorkerVerdict::Type::kDeadLettered, it->second.id, it->second.delivery, **r, reason, is_new};
       out_.on_verdict(it->second.task, outcome, v);

@@ -31,6 +31,7 @@
 #include "supervisor/broker/broker_link.h"
 #include "supervisor/broker/delivery_history.h"
 #include "supervisor/broker/fleet_key.h"
+#include "supervisor/broker/server_restart.h"
 #include "supervisor/broker/stream_protocol.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/exec/stop_signals.h"
@@ -79,6 +80,13 @@ struct WorkerSettings {
   // Signs every dead letter (field `sig`, fleet_key.h); none: unsigned,
   // which the operators' verbs never run without --trust-unsigned.
   std::optional<FleetKey> fleet_key;
+  // The run id of the Redis the worker started with (ServerState): a new
+  // one after an outage means Redis restarted (server_restart.h).
+  std::string server_run_id;
+  // A restarted Redis without the consumer group (it lost its data): make
+  // the group anew and go on with what is submitted from then on
+  // (--recreate-group). Without it the worker stops (exit 3) and says so.
+  bool recreate_group = false;
 };
 
 // What became of one entry on this worker, once.
@@ -124,6 +132,10 @@ struct WorkerReport {
   std::size_t protocol_errors = 0;  // malformed entries dead-lettered unrun
   std::size_t outages = 0;
   std::size_t redis_lost = 0;     // outages: times Redis was lost (by one connection or both)
+  std::size_t redis_restarts = 0;   // of them, Redis came back with a new run id
+  std::size_t results_lost = 0;     // results this worker wrote, gone with a restart
+  std::size_t dead_letters_lost = 0;  // dead letters likewise
+  std::size_t groups_recreated = 0;   // --recreate-group
   int stop_signal = 0;
   std::string error;              // a Redis error that is not a lost connection (stops the worker)
 };
@@ -210,6 +222,14 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   void forget(std::uint64_t ref);
   void hold_claim(const Entry& e);
   void on_error(const std::string& message);
+  // After an outage: asks Redis for its run id; a new one starts
+  // on_restart. Until the answer, nothing is read, and errors wait (a
+  // missing group is the restart's doing, not an error of its own).
+  // False when there is nothing to check (no run id known).
+  bool check_restart();
+  // Says Redis is back, once no link is down (after the restart check).
+  void end_outage();
+  void on_server_state(const Expected<ServerState>& state, const std::string& where);
   // on_error for a step on one entry (record, redeliver, settle): the entry
   // is forgotten here, left pending in Redis.
   void on_entry_error(std::uint64_t ref, const std::string& message);
@@ -255,6 +275,12 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   bool probe_copy_running_ = false;
   std::uint64_t probe_copy_ref_ = 0;
   std::size_t redis_down_ = 0;  // links whose connection is lost now
+  bool outage_open_ = false;    // said lost, not yet said back
+  Clock::time_point outage_since_{};
+  WrittenEntries results_written_;       // what a restart may have lost (server_restart.h)
+  WrittenEntries dead_letters_written_;
+  bool restart_check_pending_ = false;   // check_restart asked, or the group is being made anew
+  std::vector<std::string> deferred_errors_;  // errors that came while it was pending
   WorkerReport report_;
 };
 

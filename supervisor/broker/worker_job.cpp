@@ -16,12 +16,17 @@ std::string default_consumer_name() {
 }
 
 Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSink& sink) {
+  WorkerSettings worker_settings = settings.worker;
   {
     auto redis = RedisConnection::open(settings.address);
     if (!redis) return Error{redis.error(), redis.error_code()};
     if (auto s = create_group(*redis, settings.worker.keys, settings.worker.consumer.group); !s) {
       return Error{s.message(), s.code()};
     }
+    // The server as it is now: after an outage, a new run id is a restart.
+    auto state = server_state(*redis, settings.worker.keys, settings.worker.consumer.group);
+    if (!state) return Error{state.error(), state.error_code()};
+    worker_settings.server_run_id = state->run_id;
     // Said, not fatal: entries pending on dead workers can still be taken over.
     const std::string ahead = group_ahead_of_stream(*redis, settings.worker.keys, settings.worker.consumer.group);
     if (!ahead.empty()) sink.on_notice("warning: " + ahead);
@@ -43,7 +48,7 @@ Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSi
   if (settings.metrics != nullptr) metered_sink.emplace(sink, *settings.metrics);
   WorkerSink& verdicts = metered_sink ? static_cast<WorkerSink&>(*metered_sink) : sink;
   {
-    StreamWorker worker(settings.worker, **reader, **writer, verdicts);
+    StreamWorker worker(std::move(worker_settings), **reader, **writer, verdicts);
     worker_ptr = &worker;
     if (settings.metrics != nullptr) {
       settings.metrics->set_slots(settings.run.jobs);

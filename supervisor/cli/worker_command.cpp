@@ -60,6 +60,10 @@ const char* kHelp =
     "                      size and SHA-256 in output_omitted, output_size, output_sha256 (default 1M);\n"
     "                      NAME:results then holds at most about N x SIZE bytes of outputs\n"
     "  --no-results        do not write NAME:results (ok entries are acknowledged and deleted)\n"
+    "  --recreate-group    when Redis restarts without its data (no persistence) and the consumer group\n"
+    "                      is gone, make it anew and go on with what is submitted from then on;\n"
+    "                      without it the worker stops (exit 3). Either way it says what it knows\n"
+    "                      was lost: its results and dead letters, the entries it was running\n"
     "  --breaker-window N, --breaker-threshold F, --breaker-probe-interval D, --breaker-max-wait D,\n"
     "  --no-breaker        outage detection, as for `pillbox run`: failures held uncharged, intake\n"
     "                      paused while this worker's handler looks broken\n"
@@ -76,7 +80,7 @@ const std::vector<OptionSpec> kWorkerOptions = {
     {"redis"},         {"stream"},          {"group"},          {"consumer"},          {"jobs"},
     {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
     {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"},         {"max-key"},
-    {"results-max-output"}};
+    {"results-max-output"}, {"recreate-group", false}};
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
@@ -189,6 +193,7 @@ int worker_command(int argc, char** argv) {
     return fail(s.message(), kExitUsage);
   }
   w.results = !args->flag("no-results");
+  w.recreate_group = args->flag("recreate-group");
   auto max_payload_option = read_size(*args, "max-payload");
   if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
   if (*max_payload_option) w.max_payload = static_cast<std::size_t>(**max_payload_option);
@@ -243,9 +248,17 @@ int worker_command(int argc, char** argv) {
     std::fprintf(stderr,
                  "pillbox worker: %s in %.1f s: %zu entries received (%zu taken over from idle workers), "
                  "%zu ok, %zu dead-lettered (%zu malformed), %zu retries, %zu released, %zu taken over by others; "
-                 "Redis lost %zu times\n",
+                 "Redis lost %zu time%s\n",
                  w.consumer.name.c_str(), seconds, r.deliveries, r.claimed, r.ok, r.dead_lettered, r.protocol_errors,
-                 r.retried, r.released, r.taken_over, r.redis_lost);
+                 r.retried, r.released, r.taken_over, r.redis_lost, r.redis_lost == 1 ? "" : "s");
+    if (r.redis_restarts > 0) {
+      std::fprintf(stderr,
+                   "pillbox worker: Redis restarted %zu time%s meanwhile; gone with %s: %zu results and %zu dead "
+                   "letters this worker wrote%s\n",
+                   r.redis_restarts, r.redis_restarts == 1 ? "" : "s", r.redis_restarts == 1 ? "it" : "them",
+                   r.results_lost, r.dead_letters_lost,
+                   r.groups_recreated > 0 ? "; the consumer group was made anew (--recreate-group)" : "");
+    }
     if (r.claimed_again > 0) {
       std::fprintf(stderr,
                    "pillbox worker: %zu times an entry this worker held was claimed by itself again (its claim's "

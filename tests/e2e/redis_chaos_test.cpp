@@ -23,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -367,6 +368,10 @@ TEST_CASE("chaos: Redis killed and restarted mid-run: nothing acknowledged lost,
     CHECK(count_of(err, "pillbox worker: Redis is back ") == std::size(outages));
     // The summary counts outages, not connections that saw one (issue 25).
     CHECK(count_of(err, "Redis lost " + std::to_string(std::size(outages)) + " times") == 1);
+    // It knew the server had restarted, and that nothing it wrote was lost.
+    CHECK(count_of(err, "restarted (a new run id) with everything this worker wrote since it started") ==
+          std::size(outages));
+    CHECK(err.find("lost data") == std::string::npos);
     CHECK(err.find("a Redis error") == std::string::npos);  // it never stopped on an error
   }
   check_no_task_left(program.path());
@@ -376,6 +381,63 @@ TEST_CASE("chaos: Redis killed and restarted mid-run: nothing acknowledged lost,
                                    << l.deliveries << " deliveries of settled entries, " << l.redelivered
                                    << " entries delivered more than once; LOADING replies after each restart: "
                                    << loading[0] << ", " << loading[1]);
+}
+
+// A Redis without persistence, SIGKILLed and started again: it comes back
+// empty. Broke: every worker exited 3 saying the stream "was deleted while
+// the worker ran", with no word of what was lost. Now each says what it
+// knows is gone (its results, the stream, the group) and stops, or, with
+// --recreate-group, makes the group anew and runs what is submitted after.
+TEST_CASE("chaos: Redis restarted without its data: the worker says what was lost, and goes on with --recreate-group") {
+  for (const bool recreate : {false, true}) {
+    CAPTURE(recreate);
+    e2e::RedisServer server;  // no append-only file, no snapshots
+    REQUIRE_REDIS(server);
+    std::vector<std::pair<std::string, std::string>> before, after;
+    for (int i = 1; i <= 5; ++i) before.emplace_back("before-" + std::to_string(i), "b" + std::to_string(i));
+    for (int i = 1; i <= 3; ++i) after.emplace_back("after-" + std::to_string(i), "a" + std::to_string(i));
+    e2e::add_entries(server, kStream, before);
+    std::vector<std::string> args = {"worker", "--redis", server.url(), "--stream", kStream, "--jobs", "1"};
+    if (recreate) args.push_back("--recreate-group");
+    args.insert(args.end(), {"--", "/bin/cat"});
+    e2e::Background worker(e2e::pillbox_binary(), args);
+    REQUIRE_MESSAGE(e2e::eventually([&] {
+                      return e2e::redis_integer(server, {"XLEN", std::string(kStream) + ":results"}) == 5;
+                    }),
+                    worker.err());
+    server.stop(SIGKILL);
+    server.start();
+    const std::string lost = "restarted (a new run id) and lost data: 5 of the 5 results this worker wrote to " +
+                             std::string(kStream) + ":results are gone; the stream '" + kStream +
+                             "' is gone, with every entry not yet run, and its consumer group 'pillbox'";
+    if (!recreate) {
+      CHECK(worker.wait() == 3);
+      const std::string err = worker.err();
+      INFO(err);
+      CHECK(err.find(lost) != std::string::npos);
+      CHECK(err.find("start the workers with --recreate-group") != std::string::npos);
+      CHECK(err.find("Redis restarted 1 time meanwhile; gone with it: 5 results and 0 dead letters") !=
+            std::string::npos);
+      continue;
+    }
+    REQUIRE_MESSAGE(e2e::eventually([&] { return worker.err().find("the consumer group is made anew") != std::string::npos; }),
+                    worker.err());
+    e2e::add_entries(server, kStream, after);
+    REQUIRE_MESSAGE(e2e::eventually([&] {
+                      return e2e::redis_integer(server, {"XLEN", std::string(kStream) + ":results"}) == 3;
+                    }),
+                    worker.err());
+    worker.signal(SIGTERM);
+    CHECK(worker.wait() == 143);
+    const std::string err = worker.err();
+    INFO(err);
+    CHECK(err.find(lost) != std::string::npos);
+    CHECK(err.find("Redis restarted 1 time meanwhile; gone with it: 5 results and 0 dead letters this worker wrote; "
+                   "the consumer group was made anew (--recreate-group)") != std::string::npos);
+    std::set<std::string> keys;
+    for (const auto& r : e2e::stream_entries(server, std::string(kStream) + ":results")) keys.insert(r.fields.at("key"));
+    CHECK(keys == std::set<std::string>{"after-1", "after-2", "after-3"});
+  }
 }
 
 }  // namespace
