@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -18,10 +19,17 @@ using Clock = std::chrono::steady_clock;
 // SIGINT/SIGTERM, which hiredis does not let interrupt a read, stop the wait
 // within a second.
 constexpr std::chrono::milliseconds kLongestBlock{1000};
-// A lock outlives its replay's wait by this much: the outcome may be
-// recorded just as the batch times out.
-constexpr std::chrono::milliseconds kLockMargin{60'000};
+// A redrive lock is a lease: it runs out this long after the replay last
+// renewed it, which it does every kRenewEvery while it starts and waits. A
+// replay that dies (SIGKILL) leaves its records "replaying" for at most a
+// lease; one stopped for longer (SIGSTOP) may find a record redriven by the
+// next replay meanwhile, which is why outcomes are recorded once per
+// redrive entry (already_recorded), whoever finds them.
+constexpr std::chrono::milliseconds kLockLease{20'000};
+constexpr std::chrono::milliseconds kRenewEvery{5'000};
 constexpr int kClaimRounds = 16;
+// An earlier replay's outcomes are looked for in pages of this many entries.
+constexpr int kScanPage = 1000;
 
 // KEYS: NAME, NAME:dlq:state, the record's lock. ARGV: id, the state as it
 // was read ('' = no field), the lock's value, its ms, key, payload, the
@@ -48,6 +56,22 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 )lua";
 
+// KEYS: locks. ARGV: their value, the lease in ms. Renews those still ours.
+constexpr const char* kRenewScript = R"lua(
+local n = 0
+for _, lock in ipairs(KEYS) do
+  if redis.call('GET', lock) == ARGV[1] then redis.call('PEXPIRE', lock, ARGV[2]); n = n + 1 end
+end
+return n
+)lua";
+
+// Whether the outcome of the redrive `entry` is in the record's state
+// already: recorded by the replay that made it, or by a later one that found
+// it (Redriver::adopt_earlier_outcomes), never twice.
+bool already_recorded(const FleetState& s, const std::string& entry) {
+  return std::any_of(s.redrives.begin(), s.redrives.end(), [&](const FleetAttempt& a) { return a.entry == entry; });
+}
+
 bool claimable(const FleetRecord& r, bool force) {
   if (r.replaying) return false;  // never: its lock is another replay's
   const store::RecordStatus s = r.record.status;
@@ -72,7 +96,60 @@ Expected<std::string> last_id(RedisConnection& redis, const std::string& key) {
 struct Flight {
   FleetRecord record;
   std::string entry;  // its entry in NAME
+  // Made by an earlier replay that did not record how it ended (it died, or
+  // gave up waiting): its outcome found afterwards in NAME:results/NAME:dlq.
+  bool earlier = false;
 };
+
+// An outcome of a redrive, read from NAME:results or NAME:dlq: the redrive's
+// entry it names (its `entry` field), or "" when it is none of `wanted`'s
+// (by entry: the record it must be a redrive of).
+struct FoundOutcome {
+  std::string entry;
+  RedriveOutcome outcome;
+  store::ReplayVerdict verdict = store::ReplayVerdict::kResolved;
+};
+
+std::optional<FoundOutcome> outcome_of(const std::string& id, const EntryFields& fields, bool is_dlq,
+                                       const std::map<std::string, std::string>& wanted) {
+  const std::string* entry = entry_field(fields, "entry");
+  if (entry == nullptr) return std::nullopt;
+  auto it = wanted.find(*entry);
+  if (it == wanted.end()) return std::nullopt;  // another redrive's, or no redrive at all
+  const std::string* of = entry_field(fields, "redrive_of");
+  if (of == nullptr || *of != it->second) return std::nullopt;
+  FoundOutcome found;
+  found.entry = *entry;
+  found.outcome.entry = *entry;
+  found.outcome.outcome_entry = id;
+  if (is_dlq) {
+    const FleetRecord dead = parse_dead_letter(id, fields);
+    found.outcome.outcome = recorded_outcome_of(dead.record.entry);
+    found.outcome.worker = dead.attempts.empty() ? std::string() : dead.attempts.back().worker;
+    found.verdict = store::ReplayVerdict::kFailedAgain;
+  } else {
+    found.outcome.outcome = result_outcome(fields);
+    if (const std::string* omitted = entry_field(fields, "output_omitted")) {
+      found.outcome.output_omitted = omitted->empty() ? "omitted" : *omitted;
+    }
+    const std::string* worker = entry_field(fields, "worker");
+    found.outcome.worker = worker != nullptr ? *worker : std::string();
+  }
+  return found;
+}
+
+EntryFields fields_of(const redisReply* e) {
+  EntryFields fields;
+  for (std::size_t k = 0; k + 1 < e->element[1]->elements; k += 2) {
+    fields.emplace_back(reply_text(e->element[1]->element[k]), reply_text(e->element[1]->element[k + 1]));
+  }
+  return fields;
+}
+
+// "1700000000000-0" for "1700000000000-7": an outcome, added to another
+// stream after its redrive, has an id of at least the redrive's millisecond
+// (one server clock) but a sequence of its own.
+std::string millisecond_of(const std::string& id) { return id.substr(0, id.find('-')) + "-0"; }
 
 class Redriver {
  public:
@@ -82,9 +159,16 @@ class Redriver {
   Expected<RedriveResult> run(std::vector<FleetRecord> plan);
 
  private:
+  // Records of `plan` an earlier replay redrove without recording how that
+  // ended (it died, or gave up waiting), whose redrive a worker has settled
+  // since: the outcome is recorded from NAME:results or NAME:dlq, and the
+  // record leaves the plan (never redriven a second time for one failure).
+  Status adopt_earlier_outcomes(std::vector<FleetRecord>& plan);
   // Takes the record's lock and adds its redrive; the entry, or "" when it
   // was not this replay's to redrive (why: in result_.replay.skipped).
-  Expected<std::string> start(FleetRecord& record, std::size_t batch_no, std::chrono::milliseconds lock_ms);
+  Expected<std::string> start(FleetRecord& record, std::size_t batch_no);
+  // Renews the locks of `flights` once kRenewEvery has passed since the last time.
+  Status renew_locks(const std::map<std::string, Flight>& flights);
   // Blocks until every flight of `flights` has its outcome, the batch times
   // out, or a stop signal; returns how many of them failed again.
   Expected<std::size_t> wait(std::map<std::string, Flight>& flights, std::string results_from, std::string dlq_from);
@@ -109,12 +193,86 @@ class Redriver {
   std::map<std::string, std::size_t> failures_;  // by fingerprint (or kind)
   std::size_t done_ = 0;
   Clock::time_point next_start_ = Clock::now();
+  Clock::time_point next_renewal_ = Clock::now() + kRenewEvery;
 };
 
-Expected<std::string> Redriver::start(FleetRecord& record, std::size_t batch_no, std::chrono::milliseconds lock_ms) {
+Status Redriver::renew_locks(const std::map<std::string, Flight>& flights) {
+  if (flights.empty() || Clock::now() < next_renewal_) return Status::ok();
+  next_renewal_ = Clock::now() + kRenewEvery;
+  std::vector<std::string> texts = {"EVAL", kRenewScript, std::to_string(flights.size())};
+  for (const auto& [entry, f] : flights) texts.push_back(q_.keys().lock(f.record.id));
+  texts.push_back(lock_value_);
+  texts.push_back(std::to_string(kLockLease.count()));
+  const std::vector<std::string_view> args(texts.begin(), texts.end());
+  auto r = q_.redis().command(args);
+  return r ? Status::ok() : Status::error(r.error());
+}
+
+Status Redriver::adopt_earlier_outcomes(std::vector<FleetRecord>& plan) {
+  const FleetKeys& keys = q_.keys();
+  std::map<std::string, std::string> wanted;  // redrive entry -> record id
+  std::map<std::string, std::size_t> index;   // redrive entry -> place in plan
+  std::string from;                           // the oldest of them
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const std::string& entry = plan[i].state.waiting_entry;
+    if (!stream_id(entry)) continue;  // none (or not an id: the redrive script ignores it too)
+    auto on_stream = q_.redis().command({"XRANGE", keys.stream.stream, entry, entry});
+    if (!on_stream) return Status::error(on_stream.error());
+    if ((*on_stream)->type == REDIS_REPLY_ARRAY && (*on_stream)->elements > 0) continue;  // not settled: start() says so
+    wanted.emplace(entry, plan[i].id);
+    index.emplace(entry, i);
+    const std::string ms = millisecond_of(entry);
+    if (from.empty() || *stream_id(ms) < *stream_id(from)) from = ms;
+  }
+  if (wanted.empty()) return Status::ok();
+  std::map<std::string, FoundOutcome> found;
+  for (const std::string& stream : {keys.stream.results, keys.stream.dlq}) {
+    const bool is_dlq = stream == keys.stream.dlq;
+    std::string start = from;
+    while (found.size() < wanted.size()) {
+      auto page = q_.redis().command({"XRANGE", stream, start, "+", "COUNT", std::to_string(kScanPage)});
+      if (!page) return Status::error(page.error());
+      const redisReply* top = page->get();
+      if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) break;
+      std::string last;
+      for (std::size_t i = 0; i < top->elements; ++i) {
+        const redisReply* e = top->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[1]->type != REDIS_REPLY_ARRAY) continue;
+        last = reply_text(e->element[0]);
+        if (auto f = outcome_of(last, fields_of(e), is_dlq, wanted); f && found.count(f->entry) == 0) {
+          found.emplace(f->entry, std::move(*f));
+        }
+      }
+      if (top->elements < static_cast<std::size_t>(kScanPage) || last.empty()) break;
+      start = "(" + last;
+    }
+  }
+  std::vector<bool> adopted(plan.size(), false);
+  for (auto& [entry, f] : found) {
+    const std::size_t i = index.at(entry);
+    Flight flight{plan[i], entry, true};
+    if (auto s = finish(flight, f.outcome, f.verdict); !s) return s;
+    adopted[i] = true;
+  }
+  for (const auto& [entry, i] : index) {
+    if (adopted[i]) continue;
+    result_.replay.notices.push_back(
+        "record " + plan[i].id + ": its earlier redrive (entry " + entry + " of " + keys.stream.stream +
+        ") was settled, but its outcome is no longer in " + keys.stream.results + " or " + keys.stream.dlq +
+        " (trimmed, or a worker with --no-results ran it); redriven again");
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    if (!adopted[i]) plan[kept++] = std::move(plan[i]);
+  }
+  plan.resize(kept);
+  return Status::ok();
+}
+
+Expected<std::string> Redriver::start(FleetRecord& record, std::size_t batch_no) {
   const FleetKeys& keys = q_.keys();
   const std::string lock = keys.lock(record.id);
-  const std::string ms = std::to_string(lock_ms.count());
+  const std::string ms = std::to_string(kLockLease.count());
   for (int round = 0; round < kClaimRounds; ++round) {
     auto current = q_.redis().command({"HGET", keys.state, record.id});
     if (!current) return Error{current.error()};
@@ -164,13 +322,20 @@ Expected<std::string> Redriver::start(FleetRecord& record, std::size_t batch_no,
 Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome, store::ReplayVerdict verdict) {
   const Outcome& o = outcome.outcome;
   const std::string kind(to_string(o.kind));
+  const std::string earlier =
+      flight.earlier ? "; redriven by an earlier replay that did not record how it ended, found in " +
+                           (verdict == store::ReplayVerdict::kResolved ? q_.keys().stream.results : q_.keys().stream.dlq)
+                     : "";
   const std::string detail =
       verdict == store::ReplayVerdict::kResolved
           ? "resolved: ok on worker " + outcome.worker + " (entry " + flight.entry + ", result " + outcome.outcome_entry +
-                ")"
+                earlier + ")"
           : "failed again: " + kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) + " on worker " +
-                outcome.worker + " (entry " + flight.entry + ", dead letter " + outcome.outcome_entry + ")";
+                outcome.worker + " (entry " + flight.entry + ", dead letter " + outcome.outcome_entry + earlier + ")";
+  bool recorded_before = false;
   auto changed = q_.change_state(flight.record.id, false, [&](FleetState& s, const FleetRecord&) {
+    recorded_before = already_recorded(s, flight.entry);
+    if (recorded_before) return Status::ok();  // written as it was: no change
     s.status = store::status_after(verdict);
     s.updated_at = store::now_ms();
     if (s.waiting_entry == flight.entry) s.waiting_entry.clear();
@@ -188,10 +353,18 @@ Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome, store::Re
     return Status::ok();
   });
   if (!changed) return Status::error(changed.error(), changed.error_code());
-  auto unlocked = q_.redis().command({"EVAL", kUnlockScript, "1", q_.keys().lock(flight.record.id), lock_value_});
-  if (!unlocked) return Status::error(unlocked.error());
+  if (!flight.earlier) {
+    auto unlocked = q_.redis().command({"EVAL", kUnlockScript, "1", q_.keys().lock(flight.record.id), lock_value_});
+    if (!unlocked) return Status::error(unlocked.error());
+  }
+  if (recorded_before) {
+    result_.replay.notices.push_back("record " + flight.record.id + ": the outcome of its redrive " + flight.entry +
+                                     " was recorded by another replay meanwhile");
+    return Status::ok();
+  }
   flight.record = std::move(*changed);
-  apply_state(flight.record, flight.record.state, "");  // its lock is gone now
+  if (!flight.earlier) apply_state(flight.record, flight.record.state, "");  // its lock is gone now
+  if (flight.earlier) ++result_.replay.earlier_outcomes;
   ++result_.replay.replayed;
   if (verdict == store::ReplayVerdict::kResolved) {
     ++result_.replay.resolved;
@@ -209,8 +382,11 @@ Expected<std::size_t> Redriver::wait(std::map<std::string, Flight>& flights, std
   const FleetKeys& keys = q_.keys();
   const auto deadline = Clock::now() + settings_.batch_timeout;
   std::size_t failed = 0;
+  std::map<std::string, std::string> waited_for;  // redrive entry -> record id
+  for (const auto& [entry, f] : flights) waited_for.emplace(entry, f.record.id);
   while (!flights.empty()) {
     if (stop_signals_.caught() != 0) break;
+    if (auto s = renew_locks(flights); !s) return Error{s.message()};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     const std::string block = std::to_string(std::min(left, kLongestBlock).count());
@@ -230,36 +406,14 @@ Expected<std::size_t> Redriver::wait(std::map<std::string, Flight>& flights, std
         if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
         const std::string id = reply_text(e->element[0]);
         (is_dlq ? dlq_from : results_from) = id;
-        EntryFields fields;
-        for (std::size_t k = 0; k + 1 < e->element[1]->elements; k += 2) {
-          fields.emplace_back(reply_text(e->element[1]->element[k]), reply_text(e->element[1]->element[k + 1]));
-        }
-        const std::string* entry = entry_field(fields, "entry");
-        if (entry == nullptr) continue;
-        auto it = flights.find(*entry);
-        if (it == flights.end()) continue;  // another redrive's, or no redrive at all
-        const std::string* of = entry_field(fields, "redrive_of");
-        if (of == nullptr || *of != it->second.record.id) continue;
-        RedriveOutcome outcome;
-        outcome.entry = *entry;
-        outcome.outcome_entry = id;
-        store::ReplayVerdict verdict = store::ReplayVerdict::kResolved;
-        if (is_dlq) {
-          const FleetRecord dead = parse_dead_letter(id, fields);
-          outcome.outcome = recorded_outcome_of(dead.record.entry);
-          outcome.worker = dead.attempts.empty() ? std::string() : dead.attempts.back().worker;
-          verdict = store::ReplayVerdict::kFailedAgain;
-          ++failed;
-        } else {
-          outcome.outcome = result_outcome(fields);
-          if (const std::string* omitted = entry_field(fields, "output_omitted")) {
-            outcome.output_omitted = omitted->empty() ? "omitted" : *omitted;
-          }
-          const std::string* worker = entry_field(fields, "worker");
-          outcome.worker = worker != nullptr ? *worker : std::string();
-        }
-        if (auto st = finish(it->second, outcome, verdict); !st) return Error{st.message(), st.code()};
+        if (e->element[1]->type != REDIS_REPLY_ARRAY) continue;
+        auto found = outcome_of(id, fields_of(e), is_dlq, waited_for);
+        if (!found) continue;
+        auto it = flights.find(found->entry);
+        if (found->verdict == store::ReplayVerdict::kFailedAgain) ++failed;
+        if (auto st = finish(it->second, found->outcome, found->verdict); !st) return Error{st.message(), st.code()};
         flights.erase(it);
+        waited_for.erase(found->entry);
       }
     }
   }
@@ -270,9 +424,16 @@ Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
   ReplayResult& result = result_.replay;
   result.selected = plan.size();
   const FleetKeys& keys = q_.keys();
+  if (auto s = adopt_earlier_outcomes(plan); !s) return Error{s.message(), s.code()};
   const std::size_t batch_size = std::max<std::size_t>(1, settings_.batch);
   std::size_t next = 0, batch_no = 0;
   while (next < plan.size() && result.stopped_because.empty()) {
+    if (settings_.stop_after > 0 && worst() >= settings_.stop_after) {
+      // Reached with the outcomes of an earlier replay's redrives alone.
+      result.stopped_because = std::to_string(settings_.stop_after) + " replayed payloads failed again with " +
+                               worst_fingerprint() + " (--stop-after " + std::to_string(settings_.stop_after) + ")";
+      break;
+    }
     // --stop-after K: never more in flight than could still fail, so that
     // exactly K failures of one fingerprint stop it, as the store's replay does.
     std::size_t size = std::min(batch_size, plan.size() - next);
@@ -282,11 +443,6 @@ Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
     if (!results_from) return Error{results_from.error()};
     auto dlq_from = last_id(q_.redis(), keys.stream.dlq);
     if (!dlq_from) return Error{dlq_from.error()};
-    // The lock covers the whole batch: its paced starts and its wait.
-    const auto pacing = settings_.rate > 0 ? std::chrono::milliseconds(static_cast<long long>(
-                                                 1000.0 * static_cast<double>(size) / settings_.rate))
-                                           : std::chrono::milliseconds(0);
-    const auto lock_ms = settings_.batch_timeout + pacing + kLockMargin;
     std::map<std::string, Flight> flights;  // by the redrive's entry id
     for (std::size_t i = 0; i < size && next < plan.size(); ++i, ++next) {
       if (stop_signals_.caught() != 0) break;
@@ -294,16 +450,17 @@ Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
         // Paced: a start waits for its turn, not for anything that happens;
         // in steps, so that SIGINT/SIGTERM (which a sleep outlasts) stop it.
         while (Clock::now() < next_start_ && stop_signals_.caught() == 0) {
+          if (auto s = renew_locks(flights); !s) return Error{s.message()};
           std::this_thread::sleep_for(std::min<Clock::duration>(next_start_ - Clock::now(), kLongestBlock));
         }
         if (stop_signals_.caught() != 0) break;
         next_start_ = std::max(next_start_, Clock::now()) +
                       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / settings_.rate));
       }
-      auto entry = start(plan[next], batch_no, lock_ms);
+      auto entry = start(plan[next], batch_no);
       if (!entry) return Error{entry.error(), entry.error_code()};
       if (entry->empty()) continue;
-      flights.emplace(*entry, Flight{std::move(plan[next]), *entry});
+      flights.emplace(*entry, Flight{std::move(plan[next]), *entry, false});
     }
     const std::size_t started = flights.size();
     auto failed = wait(flights, *results_from, *dlq_from);

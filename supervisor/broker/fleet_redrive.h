@@ -21,10 +21,16 @@
 // within --batch-timeout (or when SIGINT/SIGTERM stops the wait) are named,
 // their locks deleted, their redrives left on the stream (which keeps them from
 // being redriven again until a worker settles them), and the replay stops.
-// A replay that dies leaves its locks to run out by themselves (after the
-// batch timeout and a margin). An outcome that comes after its replay gave
-// up is not recorded in the record's state: it stays in NAME:results or
-// NAME:dlq with its redrive_of field.
+// A lock is a lease of 20 s that its replay renews while it runs: a replay
+// that dies (SIGKILL) leaves its records "replaying" for 20 s at most.
+//
+// What an earlier replay redrove and never recorded (it died, or gave up
+// waiting) is never redriven blindly: a record whose redrive (its state's
+// waiting_entry) a worker has settled since gets the outcome the worker
+// left in NAME:results or NAME:dlq, found by its entry and redrive_of
+// fields, and is not redriven again. Only when that outcome is gone too
+// (trimmed, or a worker with --no-results) is it redriven, and said so. An
+// outcome is recorded once per redrive entry, whichever replay finds it.
 //
 // The workers must write NAME:results (their default; with --no-results an
 // ok redrive is never seen and times out).

@@ -40,8 +40,9 @@ struct FleetState {
   std::vector<store::AuditEntry> audit;   // operators' actions, oldest first
   std::vector<FleetAttempt> redrives;     // the outcomes of its redrives, oldest first
   // The entry of NAME a redrive put back whose outcome nobody recorded (the
-  // replay timed out or was stopped): while it is on the stream, the record
-  // is not redriven again.
+  // replay timed out, was stopped or died): while it is on the stream, the
+  // record is not redriven again; once a worker settled it, the next replay
+  // records its outcome (fleet_redrive.h) instead of redriving it.
   std::string waiting_entry;
   std::string reproduce_verdict;          // "", reliable or flaky
   std::int64_t reproduce_runs = 0;

@@ -107,6 +107,16 @@ int report_replay(const ReplayResult& result, bool write_errors) {
   if (result.recovered > 0) {
     std::fprintf(stderr, "pillbox quarantine replay: took back %zu records from a replay that is gone\n", result.recovered);
   }
+  if (result.earlier_outcomes > 0) {
+    std::fprintf(stderr,
+                 "pillbox quarantine replay: %zu record%s had been redriven by an earlier replay that did not record "
+                 "how %s ended; the outcome%s found in the fleet's results and dead letters %s recorded, not redriven "
+                 "again\n",
+                 result.earlier_outcomes, result.earlier_outcomes == 1 ? "" : "s",
+                 result.earlier_outcomes == 1 ? "it" : "they", result.earlier_outcomes == 1 ? "" : "s",
+                 result.earlier_outcomes == 1 ? "is" : "are");
+  }
+  for (const auto& n : result.notices) std::fprintf(stderr, "pillbox quarantine replay: %s\n", n.c_str());
   std::fprintf(stderr, "replay: %zu selected, %zu replayed: %zu resolved, %zu failed again; %zu left as they were%s\n",
                result.selected, result.replayed, result.resolved, result.failed_again, result.not_replayed,
                result.taken_by_others > 0

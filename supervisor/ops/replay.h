@@ -53,6 +53,11 @@ struct ReplayResult {
   std::size_t not_replayed = 0;           // left as they were (stopped, or taken by another replay)
   std::size_t taken_by_others = 0;        // claimed by a concurrent replay first
   std::size_t recovered = 0;              // abandoned claims taken back before starting
+  // Fleet: records an earlier replay redrove without recording how that
+  // ended, whose outcome was found in NAME:results or NAME:dlq and recorded
+  // (counted in replayed too); never redriven a second time.
+  std::size_t earlier_outcomes = 0;
+  std::vector<std::string> notices;       // what else the operator should know, one line each
   std::vector<std::string> skipped;       // why given records were left out
   std::size_t unreadable = 0;             // claimed, but their payload cannot be read: left as they were
   std::map<std::string, std::size_t> failures_by_fingerprint;

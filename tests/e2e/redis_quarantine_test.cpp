@@ -420,16 +420,17 @@ TEST_CASE("fleet quarantine: a batch with no outcome in time (or stopped by SIGI
         std::string::npos);
   CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 1);
 
-  // Once a worker settled it, the record can be redriven again.
+  // Once a worker settled it, the next replay records its outcome, found in
+  // jobs:results, instead of redriving it again.
   const auto w = run_pillbox(worker_args(server, {"--exit-when-idle", "500ms", "--quiet"}, fixed()));
   REQUIRE(w.exit_code == 0);
-  e2e::Background worker(e2e::pillbox_binary(), worker_args(server, {}, fixed()));
   const auto now = fleet(server, {"replay", id, "--batch-timeout", "60s"});
   INFO(now.describe());
   CHECK(now.exit_code == 0);
+  CHECK(now.err.find("1 record had been redriven by an earlier replay that did not record how it ended") !=
+        std::string::npos);
   CHECK(records_by_key(server).at("segv")["status"] == "resolved");
-  worker.signal(SIGTERM);
-  CHECK(worker.wait() == 143);
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs:results"}) == 1);  // one redrive, one outcome
 
   // SIGINT while a replay waits: it stops, names the record, lets go of its lock.
   dead_letter(server, {{"segv-2", "S later"}});
@@ -443,6 +444,74 @@ TEST_CASE("fleet quarantine: a batch with no outcome in time (or stopped by SIGI
         std::string::npos);
   CHECK(lock_keys(server) == 0);
   CHECK(records_by_key(server).at("segv-2")["status"] == "quarantined");
+}
+
+TEST_CASE("fleet quarantine: a replay SIGKILLed mid-way holds its records 20 s at most, and the next replay records "
+          "what its redrives did instead of redriving them again") {
+  // Broke (chaos review): the killed replay's records stayed "replaying"
+  // until its locks ran out (~6 min), and the next replay redrove records
+  // whose first redrive had already succeeded, a second time.
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  Tasks tasks;
+  for (int i = 1; i <= 10; ++i) tasks.emplace_back("segv-" + std::to_string(i), "S " + std::to_string(i));
+  dead_letter(server, tasks);
+  REQUIRE(records_by_key(server).size() == 10);
+
+  // No worker yet: the replay redrives all ten and waits for their outcomes.
+  e2e::Background first(e2e::pillbox_binary(), {"quarantine", "replay", "--all", "--batch", "10", "--batch-timeout",
+                                                "120s", "--redis", server.url(), "--stream", "jobs"});
+  REQUIRE_MESSAGE(e2e::eventually([&] {
+                    return e2e::redis_integer(server, {"XLEN", "jobs"}) == 10 && lock_keys(server) == 10;
+                  }),
+                  first.err());
+  {
+    auto redis = e2e::connect(server);
+    auto locks = redis.command({"KEYS", "jobs:dlq:lock:*"});
+    REQUIRE(locks.has_value());
+    for (std::size_t i = 0; i < (*locks)->elements; ++i) {
+      const std::string lock = (*locks)->element[i]->str;
+      const long long ms = e2e::redis_integer(server, {"PTTL", lock});
+      CAPTURE(lock);
+      CHECK(ms > 0);
+      CHECK(ms <= 20'000);  // a lease: gone 20 s after its replay stopped renewing it
+    }
+  }
+  first.signal(SIGKILL);
+  first.wait();
+
+  // The fix is deployed: a worker settles the ten redrives ok; nobody records them.
+  const auto w = run_pillbox(worker_args(server, {"--exit-when-idle", "500ms", "--quiet"}, fixed()));
+  INFO(w.describe());
+  REQUIRE(w.exit_code == 0);
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 0);
+  REQUIRE(e2e::redis_integer(server, {"XLEN", "jobs:results"}) == 10);
+  for (const auto& [key, r] : records_by_key(server)) CHECK(r["status"] == "replaying");
+  // As the leases running out would (20 s).
+  e2e::redis_integer(server, {"EVAL", "return redis.call('DEL', unpack(redis.call('KEYS', ARGV[1])))", "0",
+                              "jobs:dlq:lock:*"});
+
+  // The next replay, with no worker running: a redrive now would wait in
+  // vain (exit 1 after 2 s); it must find the ten outcomes instead.
+  const auto second = fleet(server, {"replay", "--all", "--batch-timeout", "2s"});
+  INFO(second.describe());
+  CHECK(second.exit_code == 0);
+  CHECK(second.err.find("10 records had been redriven by an earlier replay that did not record how they ended") !=
+        std::string::npos);
+  CHECK(second.err.find("10 selected, 10 replayed: 10 resolved, 0 failed again") != std::string::npos);
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 0);
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs:results"}) == 10);
+  const auto records = records_by_key(server);
+  for (const auto& [key, r] : records) CHECK(r["status"] == "resolved");
+  const auto shown = fleet(server, {"show", records.at("segv-3")["id"].get<std::string>(), "--json"});
+  REQUIRE(shown.records.size() == 1);
+  const json& audit = shown.records[0]["audit"];
+  REQUIRE(audit.size() == 3);  // dead-lettered, redriven (by the first), replayed (recorded by the second)
+  CHECK(audit[1]["action"] == "redriven");
+  CHECK(audit[2]["action"] == "replayed");
+  CHECK(audit[2]["detail"].get<std::string>().find("redriven by an earlier replay that did not record how it ended, "
+                                                   "found in jobs:results") != std::string::npos);
+  CHECK(fleet(server, {"replay", "--all"}).err.find("10 matching records are resolved") != std::string::npos);
 }
 
 }  // namespace
