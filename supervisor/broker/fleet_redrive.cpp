@@ -261,11 +261,15 @@ Status Redriver::adopt_earlier_outcomes(std::vector<FleetRecord>& plan) {
         ") was settled, but its outcome is no longer in " + keys.stream.results + " or " + keys.stream.dlq +
         " (trimmed, or a worker with --no-results ran it); redriven again");
   }
-  std::size_t kept = 0;
+  // A new list, not a compaction in place: moving a record onto itself
+  // empties it (libstdc++), and an empty record was redriven as key "",
+  // payload "" (found by an attack review).
+  std::vector<FleetRecord> rest;
+  rest.reserve(plan.size());
   for (std::size_t i = 0; i < plan.size(); ++i) {
-    if (!adopted[i]) plan[kept++] = std::move(plan[i]);
+    if (!adopted[i]) rest.push_back(std::move(plan[i]));
   }
-  plan.resize(kept);
+  plan = std::move(rest);
   return Status::ok();
 }
 

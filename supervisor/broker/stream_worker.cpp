@@ -223,13 +223,14 @@ void StreamWorker::on_server_state(const Expected<ServerState>& state, const std
   report_.results_lost += losses.results_lost;
   report_.dead_letters_lost += losses.dead_letters_lost;
   const std::string said = describe_restart(where, settings_.keys, settings_.consumer.group, losses);
-  // What the worker held or waited on went with the restart: errors about
-  // them (the group gone) are the restart's, already said.
-  deferred_errors_.clear();
   if (!losses.group_gone) {
+    // The group is there: an error that came meanwhile is an error of its own.
     out_.on_notice(losses.any() ? "warning: " + said : said);
     return resume();
   }
+  // The group is gone: the errors that came meanwhile (no such group) are
+  // the restart's, said here; one that is not comes again at the next step.
+  deferred_errors_.clear();
   if (!settings_.recreate_group) {
     on_error(said + ". Entries submitted before the restart are gone with it; to go on with what is submitted "
                     "from now on, start the workers with --recreate-group");

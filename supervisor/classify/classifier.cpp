@@ -128,7 +128,6 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
 
     if (ex.setup_failure) {
       fail(o, Kind::kSandboxError, "sandbox setup failed: " + *ex.setup_failure);
-      o.slot_renewed = exit.slot_renewed;
     } else if (exit.violation_nr >= 0) {
       // The kernel's listener saw a denied syscall, and the task was killed
       // for it: whatever its ending looks like, this is the verdict.
@@ -271,6 +270,11 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
   // whose init crashes in every child is still a crash), but the verdict
   // must not quarantine a payload for it (retry_policy: is_transient).
   o.before_payload = ex.exit.has_value() && !ex.payload_delivered && o.kind != Kind::kOk;
+  // The zygote made the slot anew after this child (it could not empty it).
+  // Whether its SETUP_FAILED frame was read before the exit report or not
+  // (a race the attack review found: then the kind comes from the exit
+  // code alone), the payload never reached it.
+  o.slot_renewed = o.before_payload && ex.exit->slot_renewed;
 
   if (o.kind != Kind::kOk) {
     // What the program said last on stderr, kept with the attempt and the

@@ -453,14 +453,23 @@ TEST_CASE("fleet quarantine: a replay SIGKILLed mid-way holds its records 20 s a
   // whose first redrive had already succeeded, a second time.
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
+  // The oldest record is not in the first replay: the second must redrive
+  // it, with its own payload (broke: records kept in the plan before the
+  // first whose outcome was found were emptied, and redriven as key "",
+  // payload "").
+  dead_letter(server, {{"segv-0", "S 0"}});
   Tasks tasks;
   for (int i = 1; i <= 10; ++i) tasks.emplace_back("segv-" + std::to_string(i), "S " + std::to_string(i));
   dead_letter(server, tasks);
-  REQUIRE(records_by_key(server).size() == 10);
+  std::vector<std::string> first_args = {"quarantine", "replay"};
+  for (const auto& [key, r] : records_by_key(server)) {
+    if (key != "segv-0") first_args.push_back(r["id"].get<std::string>());
+  }
+  REQUIRE(first_args.size() == 12);
 
-  // No worker yet: the replay redrives all ten and waits for their outcomes.
-  e2e::Background first(e2e::pillbox_binary(), {"quarantine", "replay", "--all", "--batch", "10", "--batch-timeout",
-                                                "120s", "--redis", server.url(), "--stream", "jobs"});
+  // No worker yet: the replay redrives the ten and waits for their outcomes.
+  first_args.insert(first_args.end(), {"--batch", "10", "--batch-timeout", "120s", "--redis", server.url(), "--stream", "jobs"});
+  e2e::Background first(e2e::pillbox_binary(), first_args);
   REQUIRE_MESSAGE(e2e::eventually([&] {
                     return e2e::redis_integer(server, {"XLEN", "jobs"}) == 10 && lock_keys(server) == 10;
                   }),
@@ -486,21 +495,32 @@ TEST_CASE("fleet quarantine: a replay SIGKILLed mid-way holds its records 20 s a
   REQUIRE(w.exit_code == 0);
   CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 0);
   REQUIRE(e2e::redis_integer(server, {"XLEN", "jobs:results"}) == 10);
-  for (const auto& [key, r] : records_by_key(server)) CHECK(r["status"] == "replaying");
+  for (const auto& [key, r] : records_by_key(server)) CHECK(r["status"] == (key == "segv-0" ? "quarantined" : "replaying"));
   // As the leases running out would (20 s).
   e2e::redis_integer(server, {"EVAL", "return redis.call('DEL', unpack(redis.call('KEYS', ARGV[1])))", "0",
                               "jobs:dlq:lock:*"});
 
-  // The next replay, with no worker running: a redrive now would wait in
-  // vain (exit 1 after 2 s); it must find the ten outcomes instead.
-  const auto second = fleet(server, {"replay", "--all", "--batch-timeout", "2s"});
+  // The next replay: the ten outcomes are found, not redriven again; only
+  // segv-0 is redriven, and a worker runs it.
+  e2e::Background worker(e2e::pillbox_binary(), worker_args(server, {"--consumer", "fixed"}, fixed()));
+  const auto second = fleet(server, {"replay", "--all", "--batch-timeout", "60s"});
   INFO(second.describe());
   CHECK(second.exit_code == 0);
   CHECK(second.err.find("10 records had been redriven by an earlier replay that did not record how they ended") !=
         std::string::npos);
-  CHECK(second.err.find("10 selected, 10 replayed: 10 resolved, 0 failed again") != std::string::npos);
-  CHECK(e2e::redis_integer(server, {"XLEN", "jobs"}) == 0);
-  CHECK(e2e::redis_integer(server, {"XLEN", "jobs:results"}) == 10);
+  CHECK(second.err.find("11 selected, 11 replayed: 11 resolved, 0 failed again") != std::string::npos);
+  worker.signal(SIGTERM);
+  CHECK(worker.wait() == 143);
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  CHECK(results.size() == 11);  // one redrive each
+  std::set<std::string> keys;
+  for (const auto& r : results) keys.insert(r.fields.at("key"));
+  CHECK(keys.size() == 11);
+  CHECK(keys.count("segv-0") == 1);
+  CHECK(keys.count("") == 0);
+  for (const auto& r : results) {
+    if (r.fields.at("key") == "segv-0") CHECK(r.fields.at("output") == "S 0");
+  }
   const auto records = records_by_key(server);
   for (const auto& [key, r] : records) CHECK(r["status"] == "resolved");
   const auto shown = fleet(server, {"show", records.at("segv-3")["id"].get<std::string>(), "--json"});
@@ -511,7 +531,8 @@ TEST_CASE("fleet quarantine: a replay SIGKILLed mid-way holds its records 20 s a
   CHECK(audit[2]["action"] == "replayed");
   CHECK(audit[2]["detail"].get<std::string>().find("redriven by an earlier replay that did not record how it ended, "
                                                    "found in jobs:results") != std::string::npos);
-  CHECK(fleet(server, {"replay", "--all"}).err.find("10 matching records are resolved") != std::string::npos);
+  CHECK(fleet(server, {"replay", "--all"}).err.find("11 matching records are resolved") != std::string::npos);
+  CHECK(e2e::redis_integer(server, {"HEXISTS", "jobs:dlq:state", ""}) == 0);
 }
 
 }  // namespace

@@ -231,6 +231,32 @@ TEST_CASE("classifier: SIGKILL rules, in order") {
   }
 }
 
+TEST_CASE("classifier: a slot made anew for the task is said so, whichever came first, its frame or its exit") {
+  // The zygote renewed the slot after a child that could not empty it
+  // (exit 120, sandbox/exit_codes.h). The supervisor may read the child's
+  // SETUP_FAILED frame before the exit report, or not (broke: then the
+  // renewal went unsaid, and the attempt counted).
+  for (const bool frame_read : {true, false}) {
+    CAPTURE(frame_read);
+    Execution ex = exited(120);
+    ex.payload_delivered = false;
+    ex.exit->slot_renewed = true;
+    if (frame_read) ex.setup_failure = "private tmp: cannot remove /tmp/x, left by the slot's previous task";
+    const Outcome o = run(ex);
+    CHECK(o.kind == Kind::kSandboxError);
+    CHECK(o.before_payload);
+    CHECK(o.slot_renewed);
+  }
+  // A payload that exits 120 itself renews its own slot (the zygote cannot
+  // tell), but nothing is forgiven: it had its payload.
+  Execution ex = exited(120);
+  ex.exec_mode = true;
+  ex.exit->slot_renewed = true;
+  const Outcome o = run(ex);
+  CHECK_FALSE(o.slot_renewed);
+  CHECK_FALSE(o.before_payload);
+}
+
 TEST_CASE("classifier: resource signals") {
   const Outcome xcpu = run(signaled(SIGXCPU));
   CHECK(xcpu.kind == Kind::kCpuLimit);
