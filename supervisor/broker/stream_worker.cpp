@@ -340,6 +340,13 @@ Status StreamWorker::prepare(std::size_t free_slots) {
 }
 
 void StreamWorker::intake(std::size_t free_slots, Clock::time_point now) {
+  // Idle is counted from the first chance to read, not from construction: a
+  // slow start (the sandbox's checks, a sanitizer build) is not idleness
+  // (broke under ASan: --exit-when-idle 1s exited before its first read).
+  if (!intake_started_) {
+    intake_started_ = true;
+    last_activity_ = now;
+  }
   if (!entries_.empty() || in_flight_ > 0) last_activity_ = now;
   if (settings_.exit_when_idle && entries_.empty() && in_flight_ == 0 && !read_outstanding_ && !claim_outstanding_ &&
       now - last_activity_ >= *settings_.exit_when_idle) {

@@ -269,6 +269,7 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   std::string claim_cursor_ = "0-0";
   Clock::time_point next_claim_at_{};
   Clock::time_point last_activity_;
+  bool intake_started_ = false;
   bool stopping_ = false;      // SIGTERM, idle, or an error: read nothing new
   std::optional<Task> known_good_;  // a payload that succeeded here (small): the probe of choice
   std::set<std::string> hidden_path_claimed_;  // payload ids whose failure the hidden-path rule took at its word

@@ -111,6 +111,20 @@ TEST_CASE("worker: ok results go to NAME:results, poison to NAME:dlq after two d
   CHECK(r.records.size() == 23);
 }
 
+TEST_CASE("worker: --exit-when-idle counts from the first chance to read, not from the start") {
+  // Broke under ASan: a start slower than --exit-when-idle (the sandbox's
+  // checks) counted as idleness, and the worker exited before its first
+  // read, 0 entries received. 1 ms is shorter than any start.
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  add_entries(server, "jobs", {{"a", "payload a"}, {"b", "payload b"}, {"c", "payload c"}});
+  const auto r = run_pillbox(worker_args(server, {"--jobs", "1", "--exit-when-idle", "1ms", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(e2e::stream_entries(server, "jobs:results").size() == 3);
+  CHECK(r.records.size() == 3);
+}
+
 TEST_CASE("worker: two different workers that see the same crash dead-letter it after 2 deliveries") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
