@@ -198,19 +198,20 @@ bool StreamWorker::check_restart() {
   return true;
 }
 
+void StreamWorker::end_restart_check() {
+  restart_check_pending_ = false;
+  std::vector<std::string> errors;
+  errors.swap(deferred_errors_);
+  for (const auto& e : errors) on_error(e);
+}
+
 void StreamWorker::on_server_state(const Expected<ServerState>& state, const std::string& where) {
   end_outage();
-  auto resume = [this] {
-    restart_check_pending_ = false;
-    std::vector<std::string> errors;
-    errors.swap(deferred_errors_);
-    for (const auto& e : errors) on_error(e);
-  };
   if (!state) {
     deferred_errors_.push_back(state.error());
-    return resume();
+    return end_restart_check();
   }
-  if (state->run_id == settings_.server_run_id) return resume();
+  if (state->run_id == settings_.server_run_id) return end_restart_check();
   settings_.server_run_id = state->run_id;
   ++report_.redis_restarts;
   // Not in the stream, and still held here: lost. (One settled by a step
@@ -226,7 +227,7 @@ void StreamWorker::on_server_state(const Expected<ServerState>& state, const std
   if (!losses.group_gone) {
     // The group is there: an error that came meanwhile is an error of its own.
     out_.on_notice(losses.any() ? "warning: " + said : said);
-    return resume();
+    return end_restart_check();
   }
   // The group is gone: the errors that came meanwhile (no such group) are
   // the restart's, said here; one that is not comes again at the next step.
@@ -234,7 +235,7 @@ void StreamWorker::on_server_state(const Expected<ServerState>& state, const std
   if (!settings_.recreate_group) {
     on_error(said + ". Entries submitted before the restart are gone with it; to go on with what is submitted "
                     "from now on, start the workers with --recreate-group");
-    return resume();
+    return end_restart_check();
   }
   out_.on_notice("warning: " + said + "; the consumer group is made anew (--recreate-group): entries submitted "
                  "from now on are run");
@@ -247,10 +248,7 @@ void StreamWorker::on_server_state(const Expected<ServerState>& state, const std
         ++report_.groups_recreated;
         claim_cursor_ = "0-0";
       }
-      restart_check_pending_ = false;
-      std::vector<std::string> errors;
-      errors.swap(deferred_errors_);
-      for (const auto& e : errors) on_error(e);
+      end_restart_check();
     };
   });
 }

@@ -230,6 +230,8 @@ class StreamWorker final : public TaskSource, public OutcomeSink {
   // Says Redis is back, once no link is down (after the restart check).
   void end_outage();
   void on_server_state(const Expected<ServerState>& state, const std::string& where);
+  // Reading resumes; the errors that waited are raised now.
+  void end_restart_check();
   // on_error for a step on one entry (record, redeliver, settle): the entry
   // is forgotten here, left pending in Redis.
   void on_entry_error(std::uint64_t ref, const std::string& message);

@@ -94,6 +94,11 @@ TEST_CASE("run: after a tree 1000 deep, a chmod 000 tree with links, 100 000 fil
 const std::map<std::string, std::string> kStuckFault = {{"PILLBOX_TEST_UNREMOVABLE", "stuck"}};
 
 TEST_CASE("run: a slot that cannot be emptied is made anew, and the slot's next 6 payloads are ok") {
+  if (!e2e::is_root()) {
+    MESSAGE("skipped: without root a task's /tmp is private only where user namespaces allow it, and the "
+            "attempt counts below assume it is");
+    return;
+  }
   e2e::TempDir dir;
   for (const char* mode : kModes) {
     CAPTURE(std::string(mode));
