@@ -27,7 +27,9 @@ const char* kHelp =
     "usage: pillbox results [KEY...] [--store DIR] [-o DIR] [--json] [-- KEY...]   (after --: keys that start with -)\n"
     "\n"
     "The results of tasks that ended ok, as `pillbox run` kept them in the store (--keep-results,\n"
-    "default 256M, the oldest evicted first).\n"
+    "default 256M, the oldest evicted first). A task a `quarantine replay` resolved has the\n"
+    "replay's output as its result, marked \"from replay of record N\" (or \"from patch R of\n"
+    "record N\" when the record's patch ran).\n"
     "\n"
     "Without KEY: every result the store knows of, oldest task first: one line each (key, size,\n"
     "when, and whether it is kept, evicted, or was too large to keep).\n"
@@ -42,8 +44,10 @@ const char* kHelp =
     "                      (a key that came with several payloads: the later ones NAME~HASH.out)\n"
     "  --out-mode MODE     permissions of those files, octal (default 0600)\n"
     "  --json              one JSON object per result: key, payload_sha256, size, kept_at, result\n"
-    "                      (kept | evicted | too-large) and, when kept, output (UTF-8 text) or\n"
-    "                      output_b64 (anything else), or output_file with -o\n"
+    "                      (kept | evicted | too-large), from (run | replay | patch: a `quarantine\n"
+    "                      replay` that resolved the task's record quarantine_id, from its own\n"
+    "                      payload or from its patch's revision) and, when kept, output (UTF-8\n"
+    "                      text) or output_b64 (anything else), or output_file with -o\n"
     "\n"
     "exit codes: 0 every result asked for was written, 1 some were not kept (evicted, too large;\n"
     "            `pillbox run --rerun` makes them again), 2 usage error or a KEY no task has,\n"
@@ -92,7 +96,12 @@ class Printer {
                        {"payload_sha256", r.payload_sha256},
                        {"size", r.size},
                        {"kept_at", iso_time(r.created_at)},
-                       {"result", std::string(store::to_string(r.status))}};
+                       {"result", std::string(store::to_string(r.status))},
+                       {"from", !r.origin.from_replay() ? "run" : r.origin.revision > 0 ? "patch" : "replay"}};
+      if (r.origin.from_replay()) {
+        j["quarantine_id"] = r.origin.record_id;
+        if (r.origin.revision > 0) j["revision"] = r.origin.revision;
+      }
       if (kept) {
         if (out_ != nullptr) {
           if (!file.empty()) j["output_file"] = file;
@@ -107,8 +116,9 @@ class Printer {
       const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       std::printf("%s\n", line.c_str());
     } else {
-      std::printf("%-40s %10lld  %s  %s%s\n", table_cell(r.key, 200).c_str(), static_cast<long long>(r.size),
+      std::printf("%-40s %10lld  %s  %s%s%s\n", table_cell(r.key, 200).c_str(), static_cast<long long>(r.size),
                   iso_time(r.created_at).c_str(), kept ? "kept" : why_not_kept(r).c_str(),
+                  r.origin.from_replay() ? ("  from " + store::describe(r.origin)).c_str() : "",
                   file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
     }
     return kept;
@@ -206,9 +216,9 @@ int results_command(int argc, char** argv) {
         unknown = true;
       } else if (std::find(states->begin(), states->end(), "ok") != states->end()) {
         std::fprintf(stderr,
-                     "pillbox results: '%s': ok, but its result was not kept (the run that made it ok kept none: "
-                     "--keep-results 0, a `quarantine replay` that resolved it, or a pillbox before results were "
-                     "kept); `pillbox run --rerun` makes it again\n",
+                     "pillbox results: '%s': ok, but its result was not kept (what made it ok kept none: a run "
+                     "with --keep-results 0, or an older pillbox's run or replay); `pillbox run --rerun` makes "
+                     "it again\n",
                      shown.c_str());
         not_kept = true;
       } else {

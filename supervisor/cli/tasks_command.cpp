@@ -29,7 +29,8 @@ const char* kHelp =
     "  retrying     failed; a retry was scheduled (NEXT RETRY); the next run retries it if this one ended\n"
     "  held         its last failure was held uncharged by a suspected handler outage\n"
     "  gave-up      out of attempts for reasons that were not the payload's (a later run tries afresh)\n"
-    "  ok           done\n"
+    "  ok           done (RECORD: the quarantine record whose replay resolved it, when one did; its\n"
+    "               result is the replay's output, or its patch's: pillbox results KEY)\n"
     "  quarantined  poison: RECORD is its quarantine record (pillbox quarantine show ID)\n"
     "\n"
     "options:\n"
@@ -64,7 +65,13 @@ std::string relative(std::int64_t at_ms, std::int64_t now_ms) {
 
 std::string table_line(const store::TaskRow& r, std::int64_t now_ms) {
   char line[1024];
-  const std::string record = r.view == store::TaskView::kQuarantined && r.record_id != 0 ? std::to_string(r.record_id) : "-";
+  // A quarantined task's record; an ok task's when a replay of it made the result.
+  std::string record = "-";
+  if (r.view == store::TaskView::kQuarantined && r.record_id != 0) record = std::to_string(r.record_id);
+  if (r.view == store::TaskView::kOk && r.result_origin.from_replay()) {
+    record = std::to_string(r.result_origin.record_id) +
+             (r.result_origin.revision > 0 ? " (patch " + std::to_string(r.result_origin.revision) + ")" : " (replay)");
+  }
   const std::string next = r.view == store::TaskView::kRetrying ? relative(r.next_retry_at, now_ms) : "-";
   std::snprintf(line, sizeof line, "%-40s %-11s %8" PRId64 " %-17s %-21s %-10s %s\n", table_cell(r.key, 40).c_str(),
                 std::string(to_string(r.view)).c_str(), r.attempts,

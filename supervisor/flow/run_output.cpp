@@ -171,6 +171,10 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
       os << "  skipped: " << flow->skipped_done << " already ok and " << flow->skipped_quarantined
          << " already quarantined in this store (--rerun runs the ok ones again)\n";
     }
+    if (flow->done_from_replay) {
+      os << "  results: " << flow->done_from_replay << " of the tasks already ok were resolved by `pillbox quarantine "
+         << "replay`: what was written for them is the replay's output (pillbox results says which record)\n";
+    }
     if (flow->done_without_result) {
       os << "  results: " << flow->done_without_result << " task" << (flow->done_without_result == 1 ? "" : "s")
          << " already ok had no kept result to write to --out (not kept, evicted or too large for "

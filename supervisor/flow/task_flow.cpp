@@ -200,6 +200,7 @@ void TaskFlow::tell_done_result(const Task& task, std::int64_t task_id) {
     }
   }
   if (stored && stored->status == store::ResultStatus::kKept) {
+    if (stored->origin.from_replay()) ++report_.done_from_replay;
     out_.on_done_result(task, &stored->data, "");
     return;
   }

@@ -88,6 +88,7 @@ struct FlowReport {
   std::string stopped_for_hidden;       // or at once: tasks could not see this file of the host
   std::size_t skipped_repeats = 0;      // the same key and payload again in this run
   std::size_t done_without_result = 0;  // skipped as ok, asked for its result (done_results), none kept
+  std::size_t done_from_replay = 0;     // ... its kept result made by a `quarantine replay` (of a patch, maybe)
   std::size_t interrupted = 0;          // attempts cut short by SIGINT/SIGTERM (not held against anyone)
   int stop_signal = 0;                  // SIGINT or SIGTERM ended the run early
   std::size_t commits = 0;              // ledger transactions

@@ -246,7 +246,14 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
                                        ? "resolved: ok under " + identity + from
                                        : "failed again: " + a.kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) +
                                              " under " + identity + from;
-        if (auto s = replays.finish(r, verdict, a, run_id, identity, settings.actor, detail, revision); !s) return s;
+        // A replay keeps the result of what it resolved within the default
+        // per-result bound and evicts nothing: the next run's --keep-results
+        // decides what goes, as it would for its own results.
+        if (auto s = replays.finish(r, verdict, a, run_id, settings.actor, detail, revision, o.output,
+                                    store::kDefaultKeepResultBytes);
+            !s) {
+          return s;
+        }
         finished.insert(r.id);
         ++result.replayed;
         switch (verdict) {

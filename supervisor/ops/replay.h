@@ -2,8 +2,10 @@
 // pillbox quarantine replay: quarantined payloads run again — under their
 // recorded handler and policy, or under a new (fixed) one — in controlled
 // batches, at a bounded rate, stopping as soon as the failure comes back.
-// Successes become `resolved`, failures `failed-again` (the attempt is
-// appended to the task's history); what was not replayed keeps its status.
+// Successes become `resolved`, and their tasks ok with the replay's output
+// as their kept result (ReplayStore::finish); failures `failed-again` (the
+// attempt is appended to the task's history); what was not replayed keeps
+// its status.
 // A record an operator patched runs its newest revision (payload and handler
 // arguments, supervisor/store/revision_store.h) under its own key; the
 // audit entry says which revision ran.

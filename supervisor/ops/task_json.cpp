@@ -23,6 +23,11 @@ nlohmann::json task_json(const store::TaskRow& r, std::int64_t now_ms) {
                    {"payload_sha256", r.payload_sha256},
                    {"payload_size", r.payload_size},
                    {"updated_at", iso_time(r.updated_at)}};
+  // An ok task's result: made by a run, or by a replay of its record (perhaps of a patch).
+  if (r.view == store::TaskView::kOk) {
+    j["result_from"] = !r.result_origin.from_replay() ? "run" : r.result_origin.revision > 0 ? "patch" : "replay";
+    if (r.result_origin.revision > 0) j["revision"] = r.result_origin.revision;
+  }
   return j;
 }
 

@@ -7,6 +7,7 @@
 
 #include "supervisor/store/process_claim.h"
 #include "supervisor/store/statement.h"
+#include "supervisor/store/task_state.h"
 
 namespace pillbox::store {
 namespace {
@@ -148,8 +149,13 @@ Expected<std::int64_t> ReplayStore::start_run(const std::string& handler_identit
 }
 
 Status ReplayStore::finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& a, std::int64_t run_id,
-                           const std::string& handler_identity, const std::string& actor, const std::string& detail,
-                           std::int64_t revision) {
+                           const std::string& actor, const std::string& detail, std::int64_t revision,
+                           const std::string& output, std::uint64_t keep_limit) {
+  if (!results_) {
+    auto opened = ResultStore::open(*db_);
+    if (!opened) return Status::error(opened.error());
+    results_.emplace(std::move(*opened));
+  }
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Status::error(txn.error());
   auto attempt = Statement::prepare(
@@ -168,14 +174,29 @@ Status ReplayStore::finish(const QuarantineRecord& record, ReplayVerdict verdict
       !s) {
     return s;
   }
+  const bool resolved = verdict == ReplayVerdict::kResolved;
+  bool undone = false;  // failed again after a replay of this record had made the task ok
+  if (resolved) {
+    if (auto s = results_->keep(record.entry.task_id, output, keep_limit, a.ended_at, ResultOrigin{record.id, revision});
+        !s) {
+      return s;
+    }
+  } else {
+    auto dropped = results_->forget_replayed(record.entry.task_id, record.id);
+    if (!dropped) return Status::error(dropped.error());
+    undone = *dropped;
+  }
   auto task = Statement::prepare(db_->handle(),
-                                 "UPDATE tasks SET attempts = attempts + 1, updated_at = ?2, state = CASE WHEN ?3 AND "
-                                 "job = ?4 AND state = 'quarantined' THEN 'ok' ELSE state END WHERE id = ?1");
+                                 "UPDATE tasks SET attempts = attempts + 1, updated_at = ?2, "
+                                 "state = CASE WHEN ?3 OR ?4 THEN ?5 ELSE state END, "
+                                 "next_retry_at = CASE WHEN ?3 THEN NULL ELSE next_retry_at END, "
+                                 "held = CASE WHEN ?3 THEN 0 ELSE held END WHERE id = ?1");
   if (!task) return Status::error(task.error());
   if (auto s = task->bind(1, record.entry.task_id)
                    .bind(2, a.ended_at)
-                   .bind(3, std::int64_t{verdict == ReplayVerdict::kResolved && revision == 0 ? 1 : 0})
-                   .bind(4, std::string_view(handler_identity))
+                   .bind(3, std::int64_t{resolved ? 1 : 0})
+                   .bind(4, std::int64_t{undone ? 1 : 0})
+                   .bind(5, to_string(resolved ? TaskState::kOk : TaskState::kQuarantined))
                    .run();
       !s) {
     return s;

@@ -14,6 +14,7 @@
 #include "supervisor/store/database.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/replay_verdict.h"
+#include "supervisor/store/result_store.h"
 
 namespace pillbox::store {
 
@@ -59,20 +60,22 @@ class ReplayStore {
                                    std::int64_t now_ms);
   // The replay's outcome: the record takes the verdict's status (resolved,
   // or failed-again), and the attempt is appended either way.
-  // A record resolved under the handler its task belongs to (`handler_identity`
-  // is the ledger's job) also marks the task ok: its work is done, and a run
-  // over the same input skips it as done rather than as quarantined.
-  // `revision` > 0: what ran was that revision of the record (a patch,
-  // revision_store.h), not the task's own payload and arguments, so the task
-  // keeps its state: its payload still fails, and a run over the same input
-  // skips it as quarantined, not as done.
+  // Resolved, the record's task is done: it becomes ok, whatever handler
+  // the replay ran under, and `output` becomes its kept result (at most
+  // `keep_limit` bytes, else recorded as too large), marked as this
+  // record's replay, or as `revision` of its patch (revision_store.h) when
+  // that is what ran. A run over the same input then skips it as done, and
+  // `pillbox results` and `run --out` give the replay's output.
+  // Failed again, a task that a replay of this record had made ok is
+  // quarantined again and that result dropped: it no longer stands.
   Status finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& attempt, std::int64_t run_id,
-                const std::string& handler_identity, const std::string& actor, const std::string& detail,
-                std::int64_t revision = 0);
+                const std::string& actor, const std::string& detail, std::int64_t revision, const std::string& output,
+                std::uint64_t keep_limit);
 
  private:
   Database* db_;
   QuarantineStore* quarantine_;
+  std::optional<ResultStore> results_;  // opened at the first finish
 };
 
 }  // namespace pillbox::store

@@ -5,7 +5,7 @@ namespace {
 
 const char* const kColumns =
     "SELECT r.task_id, t.job, t.key, t.payload_sha256, r.size, r.status, r.created_at, "
-    "CASE WHEN ?9 THEN r.data END FROM results r JOIN tasks t ON t.id = r.task_id AND t.state = 'ok' ";
+    "CASE WHEN ?9 THEN r.data END, coalesce(r.record_id, 0), r.revision FROM results r JOIN tasks t ON t.id = r.task_id AND t.state = 'ok' ";
 
 // The schema's CHECK keeps statuses to these; another is a newer pillbox's.
 Expected<ResultStatus> status_from(const std::string& text) {
@@ -26,6 +26,13 @@ std::string_view to_string(ResultStatus status) {
   return "kept";
 }
 
+std::string describe(const ResultOrigin& origin) {
+  if (!origin.from_replay()) return "run";
+  const std::string record = "record " + std::to_string(origin.record_id);
+  if (origin.revision > 0) return "patch " + std::to_string(origin.revision) + " of " + record;
+  return "replay of " + record;
+}
+
 Expected<ResultStore> ResultStore::open(Database& db) {
   ResultStore rs(db);
   struct {
@@ -33,13 +40,15 @@ Expected<ResultStore> ResultStore::open(Database& db) {
     std::string sql;
   } statements[] = {
       {&rs.upsert_,
-       "INSERT INTO results (task_id, size, status, data, created_at) VALUES (?1, ?2, ?3, ?4, ?5) "
+       "INSERT INTO results (task_id, size, status, data, created_at, record_id, revision) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
        "ON CONFLICT (task_id) DO UPDATE SET size = excluded.size, status = excluded.status, data = excluded.data, "
-       "created_at = excluded.created_at"},
+       "created_at = excluded.created_at, record_id = excluded.record_id, revision = excluded.revision"},
       {&rs.total_, "SELECT bytes FROM results_total WHERE id = 1"},
       {&rs.oldest_, "SELECT task_id, size FROM results WHERE status = 'kept' ORDER BY created_at, task_id"},
       {&rs.evict_, "UPDATE results SET status = 'evicted', data = NULL WHERE task_id = ?1"},
       {&rs.of_task_, std::string(kColumns) + "WHERE r.task_id = ?1"},
+      {&rs.forget_, "DELETE FROM results WHERE task_id = ?1 AND record_id = ?2"},
   };
   for (auto& [target, sql] : statements) {
     auto stmt = Statement::prepare(db.handle(), sql);
@@ -49,15 +58,26 @@ Expected<ResultStore> ResultStore::open(Database& db) {
   return rs;
 }
 
-Status ResultStore::keep(std::int64_t task_id, std::string_view bytes, std::uint64_t limit, std::int64_t now_ms) {
+Status ResultStore::keep(std::int64_t task_id, std::string_view bytes, std::uint64_t limit, std::int64_t now_ms,
+                         const ResultOrigin& origin) {
   const bool fits = bytes.size() <= limit;
   upsert_.bind(1, task_id)
       .bind(2, static_cast<std::int64_t>(bytes.size()))
       .bind(3, to_string(fits ? ResultStatus::kKept : ResultStatus::kTooLarge))
-      .bind(5, now_ms);
+      .bind(5, now_ms)
+      .bind(7, origin.revision);
   if (fits) upsert_.bind_blob(4, bytes);
   else upsert_.bind_null(4);
+  if (origin.from_replay()) upsert_.bind(6, origin.record_id);
+  else upsert_.bind_null(6);
   return upsert_.run();
+}
+
+Expected<bool> ResultStore::forget_replayed(std::int64_t task_id, std::int64_t record_id) {
+  if (auto s = forget_.bind(1, task_id).bind(2, record_id).run(); !s) {
+    return Error{s.message()};
+  }
+  return ::sqlite3_changes(db_->handle()) > 0;
 }
 
 Expected<std::int64_t> ResultStore::kept_bytes() {
@@ -117,6 +137,8 @@ Status ResultStore::walk(Statement& stmt, bool with_data, const std::function<St
     r.status = *status;
     r.created_at = stmt.column_int(6);
     if (!stmt.column_is_null(7)) r.data = stmt.column_text(7);
+    r.origin.record_id = stmt.column_int(8);
+    r.origin.revision = stmt.column_int(9);
     outcome = each(r);
   }
   stmt.reset();

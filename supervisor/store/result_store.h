@@ -29,6 +29,17 @@ inline constexpr std::uint64_t kDefaultKeepResultBytes = 256ull << 20;
 enum class ResultStatus { kKept, kEvicted, kTooLarge };
 std::string_view to_string(ResultStatus status);
 
+// Who made a kept result: the run that ended the task ok (record_id 0), or
+// a `quarantine replay` that resolved the task's record, from the record's
+// own payload (revision 0) or from a revision of an operator's patch.
+struct ResultOrigin {
+  std::int64_t record_id = 0;
+  std::int64_t revision = 0;
+  bool from_replay() const { return record_id != 0; }
+};
+// "run", "replay of record 7", "patch 2 of record 7": for people.
+std::string describe(const ResultOrigin& origin);
+
 struct StoredResult {
   std::int64_t task_id = 0;
   std::string job;             // the handler identity the task ran under
@@ -38,6 +49,7 @@ struct StoredResult {
   ResultStatus status = ResultStatus::kKept;
   std::string data;            // when kept (and asked for)
   std::int64_t created_at = 0; // ms since the epoch
+  ResultOrigin origin;
 };
 
 class ResultStore {
@@ -47,7 +59,12 @@ class ResultStore {
   // Inside the caller's transaction: the result of `task_id` (replacing an
   // earlier one), kept when it is at most `limit` bytes, else recorded as
   // too large. `limit` 0 is not a call: nothing is written then.
-  Status keep(std::int64_t task_id, std::string_view bytes, std::uint64_t limit, std::int64_t now_ms);
+  Status keep(std::int64_t task_id, std::string_view bytes, std::uint64_t limit, std::int64_t now_ms,
+              const ResultOrigin& origin = {});
+  // Inside the caller's transaction: drops the result of `task_id` when a
+  // replay of record `record_id` made it (a later replay of that record
+  // failed again). Returns whether there was one.
+  Expected<bool> forget_replayed(std::int64_t task_id, std::int64_t record_id);
   // Inside the caller's transaction: while the kept total is over `limit`,
   // the oldest kept results are evicted. Reads one row when under the limit.
   Expected<std::size_t> evict_over(std::uint64_t limit);
@@ -77,6 +94,7 @@ class ResultStore {
   Statement oldest_;
   Statement evict_;
   Statement of_task_;
+  Statement forget_;
 };
 
 }  // namespace pillbox::store

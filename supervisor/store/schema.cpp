@@ -251,6 +251,14 @@ const std::vector<std::string>& migrations() {
         ) WITHOUT ROWID;
         CREATE INDEX revisions_by_payload ON revisions (payload_sha256);
       )sql",
+      // 11: where a kept result came from (issue 26, point 1). record_id
+      // NULL: the run that ended the task ok; else `quarantine replay` of
+      // that record made it, from the record's own payload (revision 0) or
+      // from that revision of an operator's patch.
+      R"sql(
+        ALTER TABLE results ADD COLUMN record_id INTEGER;
+        ALTER TABLE results ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+      )sql",
   };
   return all;
 }

@@ -34,8 +34,10 @@ Status each_task(Database& db, const TaskFilter& f, const std::function<bool(con
                     ", t.attempts, a.n IS NOT NULL, a.ended_at IS NOT NULL, coalesce(a.kind, ''), "
                     "coalesce(a.fingerprint, ''), coalesce(t.next_retry_at, 0), "
                     "coalesce((SELECT max(q.id) FROM quarantine q WHERE q.task_id = t.id), 0), coalesce(t.claim, ''), "
-                    "t.updated_at FROM tasks t LEFT JOIN attempts a ON a.task_id = t.id AND "
-                    "a.n = (SELECT max(n) FROM attempts WHERE task_id = t.id) WHERE 1";
+                    "t.updated_at, coalesce(res.record_id, 0), coalesce(res.revision, 0) FROM tasks t "
+                    "LEFT JOIN attempts a ON a.task_id = t.id AND "
+                    "a.n = (SELECT max(n) FROM attempts WHERE task_id = t.id) "
+                    "LEFT JOIN results res ON res.task_id = t.id AND t.state = 'ok' WHERE 1";
   if (f.view) sql += std::string(" AND ") + kViewSql + " = ?1";
   if (f.key) sql += " AND t.key = ?2";
   // The job is the handler's name, then its arguments after a space.
@@ -72,6 +74,8 @@ Status each_task(Database& db, const TaskFilter& f, const std::function<bool(con
     r.record_id = stmt->column_int(c++);
     r.claim = stmt->column_text(c++);
     r.updated_at = stmt->column_int(c++);
+    r.result_origin.record_id = stmt->column_int(c++);
+    r.result_origin.revision = stmt->column_int(c++);
     if (!fn(r)) return Status::ok();
   }
 }

@@ -12,6 +12,7 @@
 
 #include "shared/status.h"
 #include "supervisor/store/database.h"
+#include "supervisor/store/result_store.h"
 
 namespace pillbox::store {
 
@@ -44,6 +45,7 @@ struct TaskRow {
   std::int64_t record_id = 0;      // the newest quarantine record of the task; 0: none
   std::string claim;            // the process that claims it ("" when none)
   std::int64_t updated_at = 0;
+  ResultOrigin result_origin;   // ok: who made its kept result (a run, or a replay of record_id)
 };
 
 struct TaskFilter {

@@ -127,15 +127,26 @@ TEST_CASE("patch then replay resolves a record whose original payload, unchanged
         std::vector<std::string>{"resolved", original_sha});
   CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'replayed' AND detail LIKE "
                     "'resolved: ok under % from revision 1 (a patch; the original is unchanged)'") == 1);
-  // The task's own payload was not what succeeded: the ledger does not call
-  // it done, and a run over the same input skips it as quarantined.
-  CHECK(sql_rows(db, "SELECT state FROM tasks")[0][0] == "quarantined");
-  const auto rerun = run_pillbox({"run", "--store", store, "--max-attempts", "1", "-", "--",
+  // The record is resolved, and so is its task (issue 26, point 1): ok, its
+  // kept result the patched revision's output, marked as such; a run over
+  // the same input skips it as done and writes that result to --out.
+  CHECK(sql_rows(db, "SELECT state FROM tasks")[0][0] == "ok");
+  const auto result = run_pillbox({"results", "--store", store, "--json", "order-7"});
+  INFO(result.describe());
+  CHECK(result.exit_code == 0);
+  REQUIRE(result.records.size() == 1);
+  CHECK(result.records[0]["output"] == fixed_payload);
+  CHECK(result.records[0]["from"] == "patch");
+  CHECK(result.records[0]["quarantine_id"] == 1);
+  CHECK(result.records[0]["revision"] == 1);
+  const auto rerun = run_pillbox({"run", "--store", store, "--max-attempts", "1", "-o", dir.file("final"), "-", "--",
                                   e2e::fixture("poison_corpus"), work.path()},
                                  task_line("order-7", original));
   INFO(rerun.describe());
   CHECK(rerun.exit_code == 0);
-  CHECK(rerun.err.find("1 already quarantined in this store") != std::string::npos);
+  CHECK(rerun.err.find("1 already ok and 0 already quarantined in this store") != std::string::npos);
+  CHECK(rerun.err.find("1 of the tasks already ok were resolved by `pillbox quarantine replay`") != std::string::npos);
+  CHECK(e2e::read_file(dir.file("final/order-7.out")) == fixed_payload);
 
   // The original bytes are still in the store, and still fail.
   const std::string exported = dir.file("original");

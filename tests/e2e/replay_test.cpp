@@ -208,13 +208,16 @@ TEST_CASE("replay: resolved under the handler it was quarantined with, the task 
   CHECK(again.records[0]["verdict"] == "skipped");
   CHECK(again.records[0]["verdict_reason"] == "already ok in the store");
 
-  // Resolved under a fixed handler (another identity), the old task stays as it was.
+  // Resolved under a fixed handler (another identity), the task is done too
+  // (issue 26, point 1): the replay's output is its result.
   const std::string other = dir.path() + "/other";
   REQUIRE(run_pillbox({"run", "--store", other, "--handler", e2e::poison_plugin(), "--max-attempts", "1", "-"}, task_line("k", "S x"))
               .exit_code == 1);
   REQUIRE(run_pillbox({"quarantine", "replay", "1", "--handler", e2e::poison_plugin(), "--arg", "fixed=yes", "--store", other})
               .exit_code == 0);
-  CHECK(sql_rows(other + "/pillbox.db", "SELECT state FROM tasks") == std::vector<std::vector<std::string>>{{"quarantined"}});
+  CHECK(sql_rows(other + "/pillbox.db", "SELECT state FROM tasks") == std::vector<std::vector<std::string>>{{"ok"}});
+  CHECK(sql_rows(other + "/pillbox.db", "SELECT record_id, revision FROM results") ==
+        std::vector<std::vector<std::string>>{{"1", "0"}});
 }
 
 TEST_CASE("replay: a record whose payload cannot be read is left as it was; the rest of its batch still runs") {

@@ -251,29 +251,50 @@ TEST_CASE("patch: purging the record takes its revisions and their payloads, fil
   CHECK(env.count("SELECT count(*) FROM pragma_foreign_key_check") == 0);
 }
 
-TEST_CASE("patch: a record resolved from a revision leaves its task as it was; the original resolves it") {
+TEST_CASE("replay: a resolved record's task is ok with the replay's output, from a revision or the original") {
   Env env;
   const std::int64_t patched = env.add("patched", "S one");
   const std::int64_t plain = env.add("plain", "S two");
+  const std::int64_t big = env.add("big", "S three");
   env.sql("UPDATE tasks SET state = 'quarantined'");
   ReplayStore replays(env.db(), *env.qs);
-  auto claimed = replays.claim({patched, plain}, false, 2000);
+  auto claimed = replays.claim({patched, plain, big}, false, 2000);
   REQUIRE(claimed.has_value());
   // Claimed: a patch now is refused.
   CHECK_FALSE(env.patch(payload_patch(patched, "fixed")).has_value());
   auto run = replays.start_run("handler-id", "policy-id", 2000);
   REQUIRE(run.has_value());
   const ReplayAttempt attempt{2000, 2001, "ok", "", ""};
-  for (const std::int64_t id : {patched, plain}) {
+  for (const std::int64_t id : {patched, plain, big}) {
     auto record = env.qs->get(id);
     REQUIRE(record.has_value());
-    const Status s = replays.finish(**record, ReplayVerdict::kResolved, attempt, *run, "handler-id", "op", "resolved",
-                                    id == patched ? 1 : 0);
+    const std::string output = id == big ? std::string(21, 'x') : "output of " + (*record)->entry.key;
+    const Status s = replays.finish(**record, ReplayVerdict::kResolved, attempt, *run, "op", "resolved",
+                                    id == patched ? 1 : 0, output, 20);
     REQUIRE_MESSAGE(s.is_ok(), s.message());
   }
-  CHECK(env.count("SELECT count(*) FROM quarantine WHERE status = 'resolved'") == 2);
-  CHECK(env.count("SELECT count(*) FROM tasks WHERE key = 'patched' AND state = 'quarantined'") == 1);
-  CHECK(env.count("SELECT count(*) FROM tasks WHERE key = 'plain' AND state = 'ok'") == 1);
+  CHECK(env.count("SELECT count(*) FROM quarantine WHERE status = 'resolved'") == 3);
+  CHECK(env.count("SELECT count(*) FROM tasks WHERE state = 'ok'") == 3);
+  CHECK(env.count("SELECT count(*) FROM results r JOIN tasks t ON t.id = r.task_id WHERE t.key = 'patched' AND "
+                  "r.record_id = " + std::to_string(patched) + " AND r.revision = 1 AND CAST(r.data AS TEXT) = 'output of patched'") == 1);
+  CHECK(env.count("SELECT count(*) FROM results r JOIN tasks t ON t.id = r.task_id WHERE t.key = 'plain' AND "
+                  "r.record_id = " + std::to_string(plain) + " AND r.revision = 0 AND CAST(r.data AS TEXT) = 'output of plain'") == 1);
+  // Over the keep limit (20 bytes): recorded as too large, not kept.
+  CHECK(env.count("SELECT count(*) FROM results r JOIN tasks t ON t.id = r.task_id WHERE t.key = 'big' AND "
+                  "r.status = 'too-large' AND r.data IS NULL AND r.size = 21") == 1);
+
+  // A forced replay of `plain` that fails again takes its resolution back:
+  // quarantined again, its replay's result gone; the others keep theirs.
+  REQUIRE(replays.claim({plain}, true, 3000).has_value());
+  auto record = env.qs->get(plain);
+  REQUIRE(record.has_value());
+  const ReplayAttempt failed{3000, 3001, "crash", "pb1-0123456789abcdef", "killed by SIGSEGV"};
+  const Status s = replays.finish(**record, ReplayVerdict::kFailedAgain, failed, *run, "op", "failed again", 0, "", 20);
+  REQUIRE_MESSAGE(s.is_ok(), s.message());
+  CHECK(env.count("SELECT count(*) FROM tasks WHERE key = 'plain' AND state = 'quarantined'") == 1);
+  CHECK(env.count("SELECT count(*) FROM results r JOIN tasks t ON t.id = r.task_id WHERE t.key = 'plain'") == 0);
+  CHECK(env.count("SELECT count(*) FROM results") == 2);
+  CHECK(env.count("SELECT bytes FROM results_total") == static_cast<long long>(std::string("output of patched").size()));
 }
 
 TEST_CASE("patch: change summaries") {
