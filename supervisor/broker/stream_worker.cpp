@@ -830,8 +830,7 @@ void StreamWorker::redeliver_now(Entry& e) {
   e.where = Where::kBusy;
   ++report_.retried;
   const std::uint64_t ref = e.task.ref;
-  writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id,
-                delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
+  writer_.post([this, ref, keys = settings_.keys, consumer = settings_.consumer, id = e.id](RedisConnection& redis) -> BrokerLink::Done {
     auto r = redeliver(redis, keys, consumer, id);
     const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
     return [this, ref, why, r = std::move(r)]() mutable {
@@ -928,7 +927,7 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
   }
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, fields = std::move(fields), keys = settings_.keys, consumer = settings_.consumer,
-                id = e.id, delivery = e.delivery, target = settings_.results ? settings_.keys.results : std::string(),
+                id = e.id, target = settings_.results ? settings_.keys.results : std::string(),
                 maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, target, maxlen, fields);
     const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
@@ -1012,7 +1011,7 @@ void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::stri
   if (settings_.fleet_key) fields.emplace_back("sig", settings_.fleet_key->sign(settings_.keys.dlq, fields));
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
-                consumer = settings_.consumer, id = e.id, delivery = e.delivery](RedisConnection& redis) -> BrokerLink::Done {
+                consumer = settings_.consumer, id = e.id](RedisConnection& redis) -> BrokerLink::Done {
     auto r = settle(redis, keys, consumer, id, keys.dlq, 0, fields);
     const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
     // Once it is in NAME:dlq: whether the fleet had seen the failure before.

@@ -27,11 +27,13 @@ std::vector<OptionSpec> complete_specs(std::vector<OptionSpec> specs) {
   };
   if (!named("help")) specs.push_back({"help", false});
   for (const auto& [name, letter] : kConventionalShortNames) {
-    const bool taken = std::any_of(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.short_name == letter; });
+    const char short_name = letter;  // clang 14 cannot capture a structured binding (C++20 allows it)
+    const bool taken =
+        std::any_of(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.short_name == short_name; });
     if (taken) continue;
     for (auto& s : specs) {
       if (s.name == name && s.short_name == 0) {
-        s.short_name = letter;
+        s.short_name = short_name;
         break;
       }
     }

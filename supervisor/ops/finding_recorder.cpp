@@ -9,7 +9,7 @@ Expected<FindingRecorder> FindingRecorder::open(store::Database& db, store::Quar
                                                 RunIdentity identity, std::string source, std::string actor) {
   auto ledger = store::Ledger::open(db, identity.handler_identity, identity.policy_identity);
   if (!ledger) return Error{ledger.error()};
-  return FindingRecorder(db, quarantine, std::move(*ledger), std::move(identity), std::move(source), std::move(actor));
+  return FindingRecorder(quarantine, std::move(*ledger), std::move(identity), std::move(source), std::move(actor));
 }
 
 Expected<RecordedFinding> FindingRecorder::record(const Finding& f, const std::string& audit_detail) {

@@ -61,12 +61,11 @@ class FindingRecorder {
   const RunIdentity& identity() const { return identity_; }
 
  private:
-  FindingRecorder(store::Database& db, store::QuarantineStore& quarantine, store::Ledger ledger, RunIdentity identity,
-                  std::string source, std::string actor)
-      : db_(&db), quarantine_(&quarantine), ledger_(std::move(ledger)), identity_(std::move(identity)),
+  FindingRecorder(store::QuarantineStore& quarantine, store::Ledger ledger, RunIdentity identity, std::string source,
+                  std::string actor)
+      : quarantine_(&quarantine), ledger_(std::move(ledger)), identity_(std::move(identity)),
         source_(std::move(source)), actor_(std::move(actor)) {}
 
-  store::Database* db_;
   store::QuarantineStore* quarantine_;
   store::Ledger ledger_;
   RunIdentity identity_;

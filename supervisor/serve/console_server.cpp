@@ -457,8 +457,8 @@ void ConsoleServer::add_job_routes(Guarded guarded, Authorized authorized) {
   http_->Get(R"(/api/jobs/([^/]+))",
              guarded([this](const Request& req, Response& res) { send_json(res, jobs_->show(req.matches[1])); }));
   const IdCheck check_id = [this](const std::string& text) { return source_.checked_id(text); };
-  auto action = [this, guarded, authorized](auto start) {
-    return guarded([this, authorized, start](const Request& req, Response& res) {
+  auto action = [guarded, authorized](auto start) {
+    return guarded([authorized, start](const Request& req, Response& res) {
       if (!authorized(req, res)) return;
       send_json(res, start(req, "web: " + req.remote_addr));
     });

@@ -104,7 +104,8 @@ TEST_CASE("no namespace, capability or other process's memory through another AB
                                tasks);
     INFO(r.describe());
     for (const auto& [key, syscall] : denied) {
-      CAPTURE(key);
+      const std::string& task_key = key;  // clang 14 cannot capture a structured binding
+      CAPTURE(task_key);
       const auto& rec = r.record(key);
       // Without IA32 emulation (not built in, or ia32_emulation=0), the
       // kernel refuses int 0x80 itself, before any filter sees it: the task

@@ -186,7 +186,8 @@ TEST_CASE("serve: a POST without the token is refused on its headers alone and i
   // Headers that promise 10 MiB, and none of it sent: the answer comes at
   // once, and the connection closes (not after the 5 s keep-alive wait).
   for (const auto& [auth, status] : {std::pair{std::string(), 401}, {"Authorization: Bearer wrong\r\n", 403}}) {
-    CAPTURE(status);
+    const int expected_status = status;  // clang 14 cannot capture a structured binding
+    CAPTURE(expected_status);
     RawConnection raw(serve.port());
     REQUIRE(raw.send(post(auth, 10u << 20)));
     const auto start = std::chrono::steady_clock::now();

@@ -477,7 +477,9 @@ TEST_CASE("serve: a patch needs the token, refuses bad bodies; with it, a revisi
       {"a set_args value not a string", json({{"note", "n"}, {"set_args", {{"mode", 3}}}}).dump()},
       {"an unknown field", json({{"note", "n"}, {"payload_b64", b64}, {"extra", 1}}).dump()},
   };
-  for (const auto& [what, text] : bad) {
+  for (const auto& item : bad) {
+    const auto& what = item.first;  // clang 14 cannot capture a structured binding
+    const auto& text = item.second;
     INFO(what);
     auto r = http.Post(path, auth, text, "application/json");
     REQUIRE(r);

@@ -114,7 +114,9 @@ TEST_CASE("5000 tasks, pillbox SIGKILLed at random moments 12 times: every task 
   CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'quarantined'") == static_cast<long long>(crashers.size()));
   // Every task's verdict reached stdout at least once (at-least-once delivery).
   CHECK(reported.size() == kTasks);
-  for (const auto& [key, verdicts] : reported) {
+  for (const auto& item : reported) {
+    const auto& key = item.first;  // clang 14 cannot capture a structured binding
+    const auto& verdicts = item.second;
     INFO(key);
     CHECK(verdicts == std::set<std::string>{crashers.count(key) ? "quarantined" : "ok"});
   }

@@ -103,9 +103,11 @@ TEST_CASE("--out DIR: one file per successful task with the exact bytes, named i
   CHECK(!r.record("too-big").contains("output_file"));
 
   std::set<std::string> files;
-  for (const auto& [key, bytes] : {std::pair<std::string, std::string>{"alpha", "first result\n"},
+  for (const auto& item : {std::pair<std::string, std::string>{"alpha", "first result\n"},
                                    {"beta/../gamma", "second"},
                                    {"bin", binary}}) {
+    const auto& key = item.first;  // clang 14 cannot capture a structured binding
+    const auto& bytes = item.second;
     CAPTURE(key);
     const auto& rec = r.record(key);
     CHECK(rec["kind"] == "ok");

@@ -186,7 +186,8 @@ TEST_CASE("pdf-text: no font cache, or no fontconfig configuration and no fonts,
   };
   for (const auto& [host, mounts] : hosts) {
     for (const std::string mode : {"zygote", "spawn"}) {
-      CAPTURE(host);
+      const std::string& host_kind = host;  // clang 14 cannot capture a structured binding
+      CAPTURE(host_kind);
       CAPTURE(mode);
       // sh -c SCRIPT pillbox ARGS...: the script mounts, then execs "$0" "$@".
       std::vector<std::string> args = {"--mount", "/bin/sh", "-c", mounts + "exec \"$0\" \"$@\"",
@@ -198,7 +199,8 @@ TEST_CASE("pdf-text: no font cache, or no fontconfig configuration and no fonts,
       REQUIRE(r.exit_code != 97);
       REQUIRE(r.records.size() == files.size());
       for (const auto& [file, word] : documents) {
-        CAPTURE(file);
+        const std::string& document = file;  // clang 14 cannot capture a structured binding
+        CAPTURE(document);
         const nlohmann::json& rec = r.record(file);
         INFO("kind " << rec["kind"] << ", syscall " << rec["syscall"] << ", message " << rec["message"]);
         CHECK(rec["kind"] == "ok");

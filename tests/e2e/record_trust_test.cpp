@@ -38,7 +38,9 @@ bool exists(const std::string& path) {
 
 // `text` with each `from` replaced by its `to`; fails the test when one is missing.
 std::string edited(std::string text, const std::vector<std::pair<std::string, std::string>>& edits) {
-  for (const auto& [from, to] : edits) {
+  for (const auto& edit : edits) {
+    const std::string& from = edit.first;  // clang 14 cannot capture a structured binding
+    const std::string& to = edit.second;
     const auto at = text.find(from);
     REQUIRE_MESSAGE(at != std::string::npos, "'" << from << "' is not in the policy");
     text.replace(at, from.size(), to);

@@ -218,7 +218,9 @@ Ledger check_ledger(const e2e::RedisServer& server, const std::vector<Task>& tas
     const std::string kind = e.fields.at("kind");
     if (kind != "supervisor-lost") CHECK(kind == (planned[key] == 'L' ? "wall-timeout" : "crash"));
   }
-  for (const auto& [key, kind] : planned) {
+  for (const auto& item : planned) {
+    const auto& key = item.first;  // clang 14 cannot capture a structured binding
+    const auto& kind = item.second;
     if (kind == 'g') {
       const std::size_t n = ok_count[key];
       if (n == 0) ++l.lost;

@@ -114,7 +114,9 @@ TEST_CASE("fleet quarantine: list --json prints what the store prints for the sa
   const auto fleet_records = records_by_key(server);
   REQUIRE(stored.size() == 4);
   REQUIRE(fleet_records.size() == stored.size());
-  for (const auto& [key, s] : stored) {
+  for (const auto& item : stored) {
+    const auto& key = item.first;  // clang 14 cannot capture a structured binding
+    const auto& s = item.second;
     INFO(key);
     REQUIRE(fleet_records.count(key) == 1);
     const json& f = fleet_records.at(key);
@@ -350,7 +352,9 @@ TEST_CASE("fleet quarantine: replay redrives to the workers, stops after --stop-
   INFO(replay.describe());
   CHECK(replay.exit_code == 0);
   CHECK(replay.err.find("4 selected, 4 replayed: 4 resolved, 0 failed again") != std::string::npos);
-  for (const auto& [key, r] : records_by_key(server)) {
+  for (const auto& item : records_by_key(server)) {
+    const auto& key = item.first;  // clang 14 cannot capture a structured binding
+    const auto& r = item.second;
     INFO(key);
     CHECK(r["status"] == "resolved");
   }

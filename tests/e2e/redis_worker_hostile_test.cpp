@@ -295,7 +295,8 @@ TEST_CASE("worker (hostile): a history key that is not a hash dead-letters its e
   CHECK(r.exit_code == 0);
   const auto dlq = by_entry(server, "jobs:dlq");
   for (const auto& [id, type] : {std::pair{as_string, "string"}, {as_list, "list"}, {at_record, "string"}}) {
-    INFO(id);
+    const std::string entry_id = id;  // clang 14 cannot capture a structured binding
+    INFO(entry_id);
     REQUIRE(dlq.count(id) == 1);
     CHECK(dlq.at(id).at("kind") == "protocol-error");
     CHECK(record_of(dlq.at(id))["message"].get<std::string>().find("holds a " + std::string(type) + ", not a hash") !=
@@ -331,7 +332,8 @@ TEST_CASE("worker (hostile): delivery counts set by hand (XCLAIM RETRYCOUNT) are
   INFO(w.err());
   const auto dlq = by_entry(server, "jobs:dlq");
   for (const auto& [count, id] : counts) {
-    INFO(count);
+    const auto delivery_count = count;  // clang 14 cannot capture a structured binding
+    INFO(delivery_count);
     REQUIRE(dlq.count(id) == 1);
     CHECK(dlq.at(id).at("kind") == "protocol-error");
     const json rec = record_of(dlq.at(id));

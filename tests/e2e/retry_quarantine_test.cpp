@@ -176,7 +176,9 @@ TEST_CASE("--on-quarantine gets each new record as JSON; --on-new-fingerprint on
   }
   REQUIRE(by_key.size() == 4);
   CHECK(lines == 4 + 2);  // two fingerprints: segv and abort
-  for (const auto& [key, j] : by_key) {
+  for (const auto& item : by_key) {
+    const auto& key = item.first;  // clang 14 cannot capture a structured binding
+    const auto& j = item.second;
     INFO(key);
     CHECK(j["status"] == "quarantined");
     CHECK(j["kind"] == "crash");

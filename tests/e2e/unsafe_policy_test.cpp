@@ -30,7 +30,9 @@ TEST_CASE("user = root and seccomp off are refused at their line, by run and by 
   const std::string input = dir.write("in", "x");
   const std::string as_root = dir.write("root.policy", without_uid_pool(exec_policy_with("user = nobody", "user = root")));
   const std::string no_seccomp = dir.write("open.policy", exec_policy_with("enabled = yes", "enabled = no"));
-  for (const auto& [policy, setting] : {std::pair{as_root, "user = root"}, std::pair{no_seccomp, "seccomp enabled = no"}}) {
+  for (const auto& item : {std::pair{as_root, "user = root"}, std::pair{no_seccomp, "seccomp enabled = no"}}) {
+    const auto& policy = item.first;  // clang 14 cannot capture a structured binding
+    const auto& setting = item.second;
     CAPTURE(policy);
     for (const auto& args : {std::vector<std::string>{"run", "--policy", policy, "--no-store", input, "--", "/bin/cat"},
                              std::vector<std::string>{"policy", "check", policy}}) {

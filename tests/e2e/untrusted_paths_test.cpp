@@ -87,7 +87,9 @@ TEST_CASE("--out: a symlink planted in DIR is replaced, its target is never writ
   CHECK(r.exit_code == 0);
   CHECK(e2e::read_file(victim) == "VICTIM-UNCHANGED");
   CHECK_FALSE(exists(dir.file("created-through-link")));
-  for (const auto& [key, bytes] : {std::pair<std::string, std::string>{"k", "written by pillbox"}, {"n", "second result"}}) {
+  for (const auto& item : {std::pair<std::string, std::string>{"k", "written by pillbox"}, {"n", "second result"}}) {
+    const auto& key = item.first;  // clang 14 cannot capture a structured binding
+    const auto& bytes = item.second;
     CAPTURE(key);
     const std::string file = out + "/" + key + ".out";
     CHECK(r.record(key)["output_file"] == file);
@@ -121,7 +123,8 @@ TEST_CASE("--out: distinct keys get distinct files, whatever the order; the name
     REQUIRE(r.records.size() == keys.size());
     std::set<std::string> files;
     for (const auto& [key, name] : keys) {
-      CAPTURE(key);
+      const std::string& task_key = key;  // clang 14 cannot capture a structured binding
+      CAPTURE(task_key);
       const std::string path = r.record(key)["output_file"];
       REQUIRE(path.rfind(out + "/", 0) == 0);
       const std::string file_name = path.substr(out.size() + 1);
@@ -265,7 +268,8 @@ TEST_CASE("inside a directory: only regular files are read; every other entry is
            {"zero", not_followed},
            {"dangling", not_followed},
            {"sub/up", not_followed}}) {
-    CAPTURE(entry);
+    const std::string& tree_entry = entry;  // clang 14 cannot capture a structured binding
+    CAPTURE(tree_entry);
     CHECK(err_line_with(r, "'" + in + "/" + entry + "'") == "pillbox run: skipped input '" + in + "/" + entry + "': " + what);
   }
   CHECK(contains(r.err, "7 input error(s)"));
@@ -288,7 +292,8 @@ TEST_CASE("--follow-symlinks: links to regular files are read, anything else is 
            {"zero", "a character device, not a regular file"},
            {"dangling", "a symlink to nothing"},
            {"sub/up", "a directory already read as '" + in + "'"}}) {
-    CAPTURE(entry);
+    const std::string& tree_entry = entry;  // clang 14 cannot capture a structured binding
+    CAPTURE(tree_entry);
     CHECK(err_line_with(r, "'" + in + "/" + entry + "'") == "pillbox run: skipped input '" + in + "/" + entry + "': " + what);
   }
 }

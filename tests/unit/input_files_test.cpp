@@ -63,8 +63,10 @@ TEST_CASE("list_input: a named FIFO or device is one skipped entry, found withou
   Tree t;
   const std::string fifo = t.scratch.path + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  for (const auto& [named, what] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& item : std::vector<std::pair<std::string, std::string>>{
            {fifo, "a FIFO, not a regular file"}, {"/dev/zero", "a character device, not a regular file"}}) {
+    const auto& named = item.first;  // clang 14 cannot capture a structured binding
+    const auto& what = item.second;
     CAPTURE(named);
     auto listed = list_input(named, SymlinksInTree::kRefuse);
     REQUIRE(listed.has_value());

@@ -499,7 +499,8 @@ TEST_CASE("share lines: absolute host paths, once each, written back by the poli
   CHECK(again->isolation.shared == p->isolation.shared);
   for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
            {"share = tmp/x", "is not absolute"}, {"share = /tmp/../etc", "'..' component"}, {"share = /", "name a directory"}}) {
-    CAPTURE(text);
+    const std::string& policy_text = text;  // clang 14 cannot capture a structured binding
+    CAPTURE(policy_text);
     auto bad = parse_policy("[isolation]\n" + text + "\n", "t", "");
     REQUIRE_FALSE(bad.has_value());
     CHECK(bad.error().find(says) != std::string::npos);

@@ -131,7 +131,9 @@ TEST_CASE("seccomp filter: with a kill or errno default, only the default change
 // most 14 steps). Measured by forking children that load one or the other.
 TEST_CASE("seccomp filter: the kernel decides any native syscall in a short walk") {
   // The exec policy allows 155 syscalls: its list walked up to 171 steps.
-  for (const auto& [name, limit] : {std::pair<std::string, std::size_t>{"strict", 16}, {"exec", 24}}) {
+  for (const auto& item : {std::pair<std::string, std::size_t>{"strict", 16}, {"exec", 24}}) {
+    const auto& name = item.first;  // clang 14 cannot capture a structured binding
+    const auto& limit = item.second;
     CAPTURE(name);
     auto policy = resolve_policy(name);
     REQUIRE(policy);

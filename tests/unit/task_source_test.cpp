@@ -216,7 +216,8 @@ TEST_CASE("open_inputs: a FIFO or a device named on the command line is refused 
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   for (const auto& [named, what] : std::vector<std::pair<std::string, std::string>>{
            {fifo, "a FIFO"}, {"/dev/zero", "a character device"}}) {
-    CAPTURE(named);
+    const std::string& input = named;  // clang 14 cannot capture a structured binding
+    CAPTURE(input);
     auto src = open_inputs({good, named});
     REQUIRE_FALSE(src.has_value());
     CHECK(src.error() == "input '" + named + "' is " + what +
