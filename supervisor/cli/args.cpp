@@ -55,16 +55,50 @@ const OptionSpec* find_short(const std::vector<OptionSpec>& specs, char letter) 
   return nullptr;
 }
 
+// What a single letter means in other tools, for a verb that does not take
+// it: `-n 3` is a count (head, xargs), `-t` a time limit, `-m` memory.
+constexpr std::pair<char, const char*> kLetterMeanings[] = {
+    {'n', "runs"}, {'n', "max-runs"}, {'n', "limit"}, {'t', "timeout"}, {'m', "memory"},
+};
+
+// The option a mistyped one most likely meant, or "" when none is close:
+// a typo (--jsno: --json); a part of a longer name (--runs: --max-runs,
+// --status-of: --status); a letter other tools give a meaning (-n: --runs).
+std::string meant_option(const std::string& name, const std::vector<OptionSpec>& specs) {
+  std::vector<std::string> known;
+  for (const auto& s : specs) known.push_back("--" + s.name);
+  if (name.size() == 2 && name[0] == '-' && name[1] != '-') {
+    for (const auto& [letter, meaning] : kLetterMeanings) {
+      if (letter == name[1] && find_long(specs, meaning) != nullptr) return std::string("--") + meaning;
+    }
+    return "";
+  }
+  const std::string word = name.starts_with("--") ? name : "-" + name;
+  if (auto near = nearest_word(word, known)) return *near;
+  // One name holding the other as whole '-'-separated parts (--runs in
+  // --max-runs, --status in --status-of), when exactly one option does.
+  const std::string bare = word.substr(2);
+  if (bare.size() < 3) return "";
+  std::string found;
+  for (const auto& s : specs) {
+    const std::string full = "-" + s.name + "-";
+    const bool contains = full.find("-" + bare + "-") != std::string::npos;
+    const bool contained = ("-" + bare + "-").find(full) != std::string::npos;
+    if (!contains && !contained) continue;
+    if (!found.empty()) return "";  // two candidates: no guess
+    found = "--" + s.name;
+  }
+  return found;
+}
+
 // "unknown option --jsno; did you mean --json?" when one is that close.
 std::string unknown_option(const std::string& given, const std::vector<OptionSpec>& specs) {
   // A long option's name ends at '=' (its value is not shown); "--=x" and
   // short options ("-h=1") are named as they were given.
   const auto eq = given.find('=');
   const std::string name = given.starts_with("--") && eq != std::string::npos && eq > 2 ? given.substr(0, eq) : given;
-  std::vector<std::string> known;
-  for (const auto& s : specs) known.push_back("--" + s.name);
   std::string message = "unknown option " + name;
-  if (auto near = nearest_word(name.starts_with("--") ? name : "-" + name, known)) message += "; did you mean " + *near + "?";
+  if (const std::string meant = meant_option(name, specs); !meant.empty()) message += "; did you mean " + meant + "?";
   return message;
 }
 

@@ -213,6 +213,32 @@ TEST_CASE("args: an unknown option close to a known one: did you mean") {
   CHECK(err({"--" + std::string(100000, 'j')}).starts_with("unknown option --jjjj"));
 }
 
+TEST_CASE("args: did you mean, past typos: a part of a longer name, a letter other tools give a meaning") {
+  const auto error_of = [](const std::vector<OptionSpec>& specs, std::vector<std::string> words, const char* verb) {
+    words.insert(words.begin(), {"pillbox", verb});
+    std::vector<char*> argv;
+    for (auto& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    auto parsed = Args::parse(static_cast<int>(words.size()), argv.data(), 2, specs, verb);
+    REQUIRE_FALSE(parsed.has_value());
+    return parsed.error();
+  };
+  // reproduce -n 3: a count, as in head -n (issue 26, point 6).
+  const std::vector<OptionSpec> reproduce = {{"runs"}, {"jobs"}, {"json", false}, {"store"}};
+  CHECK(error_of(reproduce, {"-n", "3", "1"}, "reproduce") ==
+        "unknown option -n; did you mean --runs? (see: pillbox reproduce --help)");
+  // minimize --runs 3: its option is --max-runs.
+  const std::vector<OptionSpec> minimize = {{"max-runs"}, {"max-time"}, {"jobs"}, {"restart", false}};
+  CHECK(error_of(minimize, {"--runs", "3", "1"}, "minimize") ==
+        "unknown option --runs; did you mean --max-runs? (see: pillbox minimize --help)");
+  CHECK(error_of(minimize, {"--time=5m", "1"}, "minimize") ==
+        "unknown option --time; did you mean --max-time? (see: pillbox minimize --help)");
+  // Two options hold the part: no guess. A letter without a meaning here: none.
+  CHECK(error_of(minimize, {"--max", "1"}, "minimize") == "unknown option --max (see: pillbox minimize --help)");
+  CHECK(error_of(minimize, {"-z", "1"}, "minimize") == "unknown option -z (see: pillbox minimize --help)");
+  CHECK(error_of(reproduce, {"-t", "5s", "1"}, "reproduce") == "unknown option -t (see: pillbox reproduce --help)");
+}
+
 TEST_CASE("args: the command name appears in the hint") {
   std::vector<std::string> words = {"pillbox", "quarantine", "list", "--nope"};
   std::vector<char*> argv;
