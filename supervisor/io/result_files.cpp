@@ -74,7 +74,10 @@ Expected<std::string> ResultFiles::write(std::string_view key, std::string_view 
   if (!variant.empty()) name.insert(name.size() - 4, "~" + std::string(variant));
   const unsigned earlier = written_[name]++;
   if (earlier > 0) name.insert(name.size() - 4, "~" + std::to_string(earlier + 1));
-  const std::string path = dir_ + "/" + name;
+  // The path as printed: DIR as given, without its trailing slashes (`-o out/` names out/a.out).
+  std::string shown_dir = dir_;
+  while (shown_dir.size() > 1 && shown_dir.back() == '/') shown_dir.pop_back();
+  const std::string path = (shown_dir == "/" ? "" : shown_dir) + "/" + name;
   if (auto s = write_file_whole_at(dir_fd_.get(), name, temp_name(), bytes, mode_); !s) {
     return Error{"cannot write result " + path + ": " + s.message()};
   }
