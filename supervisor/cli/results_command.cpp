@@ -7,14 +7,19 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "shared/base64.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/store_access.h"
+#include "supervisor/broker/fleet_results.h"
+#include "supervisor/broker/redis_connection.h"
+#include "supervisor/broker/stream_protocol.h"
 #include "supervisor/io/result_files.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/quarantine_json.h"
@@ -25,6 +30,7 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox results [KEY...] [--store DIR] [-o DIR] [--json] [-- KEY...]   (after --: keys that start with -)\n"
+    "       pillbox results [KEY...] --redis URL --stream NAME [-o DIR] [--json]\n"
     "\n"
     "The results of tasks that ended ok, as `pillbox run` kept them in the store (--keep-results,\n"
     "default 256M, the oldest evicted first). A task a `quarantine replay` resolved has the\n"
@@ -43,6 +49,11 @@ const char* kHelp =
     "  -o, --out DIR       write each kept result to DIR/NAME.out, named as `run --out` names them\n"
     "                      (a key that came with several payloads: the later ones NAME~HASH.out)\n"
     "  --out-mode MODE     permissions of those files, octal (default 0600)\n"
+    "  --redis URL --stream NAME\n"
+    "                      a fleet's results instead: what its workers wrote to NAME:results, the\n"
+    "                      newest per key (a key run again, or redriven by a replay: its last run);\n"
+    "                      in JSON, entry, worker and redrive_of in place of payload_sha256 and\n"
+    "                      from. NAME:results is not signed: it holds what was written to it\n"
     "  --json              one JSON object per result: key, payload_sha256, size, kept_at, result\n"
     "                      (kept | evicted | too-large), from (run | replay | patch: a `quarantine\n"
     "                      replay` that resolved the task's record quarantine_id, from its own\n"
@@ -50,8 +61,9 @@ const char* kHelp =
     "                      text) or output_b64 (anything else), or output_file with -o\n"
     "\n"
     "exit codes: 0 every result asked for was written, 1 some were not kept (evicted, too large;\n"
-    "            `pillbox run --rerun` makes them again), 2 usage error or a KEY no task has,\n"
-    "            3 the store cannot be read\n";
+    "            `pillbox run --rerun` makes them again; on a fleet: over --results-max-output, or a\n"
+    "            KEY without a result there), 2 usage error or a KEY no task has,\n"
+    "            3 the store or Redis cannot be read\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "pillbox results: %s\n", message.c_str());
@@ -74,6 +86,23 @@ bool safe_for_terminal(const std::string& bytes) {
     if (c == '\n' || c == '\t') c = ' ';
   }
   return table_cell(without_layout, without_layout.size() + 1) == without_layout;
+}
+
+// A kept result's bytes in a JSON object: output (UTF-8 text) or output_b64,
+// or output_file when written to -o.
+void put_output(nlohmann::json& j, const std::string& bytes, const std::string& file, bool to_files) {
+  if (to_files) {
+    if (!file.empty()) j["output_file"] = file;
+  } else if (is_valid_utf8(bytes)) {
+    j["output"] = bytes;
+  } else {
+    j["output_b64"] = base64_encode(bytes);
+  }
+}
+
+void print_json(const nlohmann::json& j) {
+  const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::printf("%s\n", line.c_str());
 }
 
 class Printer {
@@ -103,22 +132,36 @@ class Printer {
         if (r.origin.revision > 0) j["revision"] = r.origin.revision;
       }
       if (kept) {
-        if (out_ != nullptr) {
-          if (!file.empty()) j["output_file"] = file;
-        } else if (is_valid_utf8(r.data)) {
-          j["output"] = r.data;
-        } else {
-          j["output_b64"] = base64_encode(r.data);
-        }
+        put_output(j, r.data, file, out_ != nullptr);
       } else {
         j["reason"] = why_not_kept(r);
       }
-      const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      std::printf("%s\n", line.c_str());
+      print_json(j);
     } else {
       std::printf("%-40s %10lld  %s  %s%s%s\n", table_cell(r.key, 200).c_str(), static_cast<long long>(r.size),
                   iso_time(r.created_at).c_str(), kept ? "kept" : why_not_kept(r).c_str(),
                   r.origin.from_replay() ? ("  from " + store::describe(r.origin)).c_str() : "",
+                  file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
+    }
+    return kept;
+  }
+  // A fleet's result (NAME:results); false when its bytes are not there.
+  bool print(const broker::FleetResult& r) {
+    const bool kept = r.output.has_value();
+    std::string file;
+    if (kept && out_ != nullptr && !r.key.empty()) {
+      file = write_result_file(*out_, r.key, *r.output, "results", write_errors_, {});
+    }
+    if (json_) {
+      nlohmann::json j{{"key", r.key},     {"entry", r.entry},          {"worker", r.worker},
+                       {"size", r.size},   {"kept_at", iso_time(r.at_ms)}, {"result", kept ? "kept" : "not-kept"}};
+      if (!r.redrive_of.empty()) j["redrive_of"] = r.redrive_of;
+      if (kept) put_output(j, *r.output, file, out_ != nullptr);
+      else j["reason"] = r.why_not;
+      print_json(j);
+    } else {
+      std::printf("%-40s %10lld  %s  %s%s\n", table_cell(r.key.empty() ? "(entry " + r.entry + ")" : r.key, 200).c_str(),
+                  static_cast<long long>(r.size), iso_time(r.at_ms).c_str(), kept ? "kept" : table_cell(r.why_not, 300).c_str(),
                   file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
     }
     return kept;
@@ -145,11 +188,71 @@ int write_raw(const store::StoredResult& r) {
   return kExitOk;
 }
 
+// --redis URL --stream NAME: the newest result of each key on NAME:results.
+int fleet_results(const Args& args, const std::vector<std::string>& keys, Printer& printer, bool with_data) {
+  if (args.value("store")) return usage_error("give --store DIR or --redis URL --stream NAME, not both");
+  const auto stream = args.value("stream");
+  if (!stream || stream->empty()) return usage_error("--redis needs --stream NAME (the fleet's task stream)");
+  auto address = broker::parse_redis_url(*args.value("redis"));
+  if (!address) {
+    std::fprintf(stderr, "pillbox results: %s\n", address.error().c_str());
+    return exit_code_for(address.error_code());
+  }
+  auto redis = broker::RedisConnection::open(*address);
+  if (!redis) {
+    std::fprintf(stderr, "pillbox results: %s\n", redis.error().c_str());
+    return kExitSetup;
+  }
+  const std::string results_key = broker::stream_keys(*stream).results;
+  const std::set<std::string> wanted(keys.begin(), keys.end());
+  std::set<std::string> found;
+  std::vector<broker::FleetResult> one;  // a single KEY without -o or --json: its bytes, raw
+  const bool raw = keys.size() == 1 && !with_data;
+  bool not_kept = false;
+  auto s = broker::each_newest_result(*redis, results_key, wanted, [&](const broker::FleetResult& r) {
+    found.insert(r.key);
+    if (raw) {
+      one.push_back(r);
+      return Status::ok();
+    }
+    if (!printer.print(r)) not_kept = true;
+    return Status::ok();
+  });
+  std::fflush(stdout);
+  if (!s) {
+    std::fprintf(stderr, "pillbox results: %s\n", s.message().c_str());
+    return kExitSetup;
+  }
+  if (raw && !one.empty() && one.front().output) {
+    store::StoredResult r;
+    r.key = one.front().key;
+    r.size = one.front().size;
+    r.data = *one.front().output;
+    return write_raw(r);
+  }
+  for (const auto& r : one) {
+    if (!printer.print(r)) not_kept = true;
+  }
+  for (const std::string& key : keys) {
+    if (found.count(key) > 0) continue;
+    std::fprintf(stderr,
+                 "pillbox results: no result with key '%s' on %s (not run yet, failed: pillbox quarantine list "
+                 "--redis URL --stream %s, or trimmed by --results-maxlen)\n",
+                 table_cell(key, 200).c_str(), results_key.c_str(), stream->c_str());
+    not_kept = true;
+  }
+  if (keys.empty() && found.empty() && !args.flag("json")) {
+    std::fprintf(stderr, "pillbox results: no results on %s\n", results_key.c_str());
+  }
+  if (printer.write_errors()) return kExitUsage;
+  return not_kept ? kExitFailures : kExitOk;
+}
+
 }  // namespace
 
 int results_command(int argc, char** argv) {
-  const std::vector<OptionSpec> specs = {
-      {"store"}, {"out", true, false, 'o'}, {"out-mode"}, {"json", false}, {"help", false}};
+  const std::vector<OptionSpec> specs = {{"store"},         {"out", true, false, 'o'}, {"out-mode"}, {"json", false},
+                                         {"redis"},         {"stream"},               {"help", false}};
   auto args = Args::parse(argc, argv, 2, specs, "results");
   if (!args) return usage_error(args.error());
   if (args->flag("help")) {
@@ -159,6 +262,13 @@ int results_command(int argc, char** argv) {
   auto out = read_result_files(*args);
   if (!out) return usage_error(out.error());
   std::optional<ResultFiles> files = std::move(*out);
+  if (args->value("redis")) {
+    std::vector<std::string> keys = args->positional();
+    keys.insert(keys.end(), args->after_dashdash().begin(), args->after_dashdash().end());
+    Printer printer(args->flag("json"), files ? &*files : nullptr);
+    return fleet_results(*args, keys, printer, args->flag("json") || files.has_value());
+  }
+  if (args->value("stream")) return usage_error("--stream goes with --redis URL (a fleet's results)");
   StoreAccessError store_error;
   auto access = open_existing_store(args->value("store").value_or(""), store_error);
   if (!access) {

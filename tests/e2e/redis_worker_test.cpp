@@ -327,6 +327,61 @@ TEST_CASE("worker: an oversized key is dead-lettered unrun; large outputs go to 
   CHECK(output_bytes < results.size() * 1024);
 }
 
+TEST_CASE("results --redis: a fleet's outputs, the newest per key, byte for byte; forged entries said so") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const std::string binary("\x01\xff\x00 bytes", 9);
+  add_entries(server, "jobs", {{"a", "first a"}, {"b", "bee"}, {"bin", binary}, {"segv", "S dies"}, {"big", std::string(3000, 'x')}});
+  REQUIRE(run_pillbox(worker_args(server, {"--results-max-output", "2K", "--exit-when-idle", "1s", "--quiet"})).exit_code == 0);
+  // "a" again, with another payload: its newest result stands.
+  add_entries(server, "jobs", {{"a", "second a"}});
+  REQUIRE(run_pillbox(worker_args(server, {"--exit-when-idle", "1s", "--quiet"})).exit_code == 0);
+
+  e2e::TempDir dir;
+  const std::string out = dir.file("out");
+  const auto files = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "-o", out + "/"});
+  INFO(files.describe());
+  CHECK(files.exit_code == 1);  // "big" was not kept on Redis
+  CHECK(e2e::read_file(out + "/a.out") == "second a");
+  CHECK(e2e::read_file(out + "/b.out") == "bee");
+  CHECK(e2e::read_file(out + "/bin.out") == binary);
+  CHECK(files.out.find(out + "/a.out") != std::string::npos);
+  CHECK(files.out.find("//") == std::string::npos);  // -o DIR/ prints clean paths
+  CHECK(files.out.find("not kept on Redis: too large: 3000 bytes") != std::string::npos);
+  CHECK(files.out.find("segv") == std::string::npos);  // dead-lettered: no result
+
+  const auto json = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "--json", "a", "bin", "nope"});
+  INFO(json.describe());
+  CHECK(json.exit_code == 1);
+  REQUIRE(json.records.size() == 2);
+  std::map<std::string, nlohmann::json> by_key;
+  for (const auto& j : json.records) by_key[j["key"]] = j;
+  CHECK(by_key["a"]["output"] == "second a");
+  CHECK(by_key["a"]["result"] == "kept");
+  CHECK(by_key["bin"]["output_b64"].is_string());
+  CHECK(json.err.find("no result with key 'nope' on jobs:results") != std::string::npos);
+
+  const auto raw = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "bin"});
+  CHECK(raw.exit_code == 0);
+  CHECK(raw.out == binary);
+
+  // NAME:results is not signed: what anyone wrote there is read as a claim.
+  auto redis = e2e::connect(server);
+  REQUIRE(redis.command({"XADD", "jobs:results", "*", "verdict", "ok", "output", "no key"}).has_value());
+  REQUIRE(redis.command({"XADD", "jobs:results", "*", "key", "b", "output_b64", "not base64!"}).has_value());
+  const auto forged = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs"});
+  INFO(forged.describe());
+  CHECK(forged.exit_code == 1);
+  CHECK(forged.out.find("unreadable: the entry has no key") != std::string::npos);
+  CHECK(forged.out.find("unreadable: its output_b64 is not base64") != std::string::npos);
+
+  const auto both = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "--store", dir.file("s")});
+  CHECK(both.exit_code == 2);
+  const auto no_stream = run_pillbox({"results", "--redis", server.url()});
+  CHECK(no_stream.exit_code == 2);
+  CHECK(no_stream.err.find("--redis needs --stream NAME") != std::string::npos);
+}
+
 TEST_CASE("worker: an unreachable Redis, a bad URL and a key that is not a stream are one clear line each") {
   e2e::RedisServer server;
   REQUIRE_REDIS(server);

@@ -1,0 +1,42 @@
+#pragma once
+// The outputs a fleet's workers wrote to NAME:results (one entry per task
+// that ended ok, StreamWorker's settle), read back for `pillbox results
+// --redis URL --stream NAME`. An entry is what some process wrote to Redis,
+// and NAME:results is not signed: each is checked as it is read, and one
+// that is not a result (no key, an output_b64 that is not base64, a size
+// that is not a number) is reported as such, never guessed at.
+// A key run more than once (submitted again, redriven by a replay) has a
+// result per run; the newest stands, as a rerun's result replaces the old
+// one in a store.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "shared/status.h"
+#include "supervisor/broker/redis_connection.h"
+
+namespace pillbox::broker {
+
+struct FleetResult {
+  std::string entry;          // its id on NAME:results
+  std::string key;
+  std::string source_entry;   // the task's entry on NAME ("entry"), "" when not said
+  std::string redrive_of;     // a replay's redrive: the dead letter it ran again
+  std::string worker;
+  std::int64_t at_ms = 0;     // when it was written (the entry id's time)
+  std::int64_t size = 0;      // of the output, kept or not
+  std::optional<std::string> output;  // nullopt: not kept (too large) or unreadable: why_not says
+  std::string why_not;
+};
+
+// Every newest result (per key) of `results_key`, oldest first, and every
+// entry that has no key (key "", why_not says so); `keys` non-empty: only
+// those keys. Pages through the stream twice (the newest
+// entry of each key, then their outputs), so that at most one output is in
+// memory at a time. An error from `fn` stops the walk and is returned.
+Status each_newest_result(RedisConnection& redis, const std::string& results_key, const std::set<std::string>& keys,
+                          const std::function<Status(const FleetResult&)>& fn);
+
+}  // namespace pillbox::broker
