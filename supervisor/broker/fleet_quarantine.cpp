@@ -325,6 +325,7 @@ Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const stor
       g.kind = r.entry.kind;
       g.first_ms = r.created_at;
       g.message = r.entry.message;
+      g.crash_state = r.entry.crash_state;
       groups.push_back(std::move(g));
       examples.push_back(fr.id);
     }

@@ -44,7 +44,7 @@ struct FleetState {
   // record is not redriven again; once a worker settled it, the next replay
   // records its outcome (fleet_redrive.h) instead of redriving it.
   std::string waiting_entry;
-  std::string reproduce_verdict;          // "", reliable or flaky
+  std::string reproduce_verdict;          // "", reliable, flaky or not-reproduced
   std::int64_t reproduce_runs = 0;
   std::int64_t reproduce_matches = 0;
   // pillbox minimize (supervisor/broker/fleet_minimize.h): the progress of

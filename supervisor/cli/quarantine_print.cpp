@@ -141,6 +141,21 @@ int list_records(const Args& args, store::ListFilter filter, const ListSource& s
 
 // ---- stats --------------------------------------------------------------------
 
+// A group's crash state for its line: the innermost frames, "f < g < h",
+// cut after a whole frame or word.
+std::string state_cell(const std::string& crash_state) {
+  const auto state = parsed(crash_state);
+  std::string text;
+  if (state.is_array()) {
+    for (const auto& frame : state) {
+      if (!frame.is_string()) continue;
+      text += (text.empty() ? "" : " < ") + frame.get<std::string>();
+      if (text.size() > 80) break;
+    }
+  }
+  return text.empty() ? "-" : table_cell(cut_at_word(text, 44), 0);
+}
+
 int print_stats(const std::vector<store::FingerprintStats>& groups, const std::vector<nlohmann::json>& example_ids,
                 bool json) {
   std::string out;
@@ -155,16 +170,17 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
   int width = 8;  // the store's numbers; the fleet's entry ids are longer
   for (const auto& id : example_ids) width = std::max(width, static_cast<int>(id_text(id).size()));
   char line[1024];
-  std::snprintf(line, sizeof line, "%-21s %-17s %7s %6s %7s %-24s %-24s %-*s %s\n", "FINGERPRINT", "KIND", "RECORDS",
-                "OPEN", "REPEATS", "FIRST SEEN", "LAST SEEN", width, "EXAMPLE", "MESSAGE");
+  std::snprintf(line, sizeof line, "%-21s %-17s %7s %6s %7s %-24s %-24s %-*s %-44s %s\n", "FINGERPRINT", "KIND",
+                "RECORDS", "OPEN", "REPEATS", "FIRST SEEN", "LAST SEEN", width, "EXAMPLE", "CRASH STATE", "MESSAGE");
   out += line;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const auto& g = groups[i];
     records += g.records;
-    std::snprintf(line, sizeof line, "%-21s %-17s %7lld %6lld %7lld %-24s %-24s %-*s %s\n",
+    std::snprintf(line, sizeof line, "%-21s %-17s %7lld %6lld %7lld %-24s %-24s %-*s %-44s %s\n",
                   table_cell(g.fingerprint, 21).c_str(), g.kind.c_str(), static_cast<long long>(g.records),
                   static_cast<long long>(g.open), static_cast<long long>(g.repeats), iso_time(g.first_ms).c_str(),
-                  iso_time(g.last_ms).c_str(), width, id_text(example_ids.at(i)).c_str(), table_cell(g.message, 60).c_str());
+                  iso_time(g.last_ms).c_str(), width, id_text(example_ids.at(i)).c_str(), state_cell(g.crash_state).c_str(),
+                  table_cell(cut_at_word(g.message, 60), 0).c_str());
     out += line;
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
@@ -260,6 +276,8 @@ int print_record(const ShownRecord& shown, bool json) {
                        (r.repeats > 0 ? ", " + std::to_string(r.repeats) + " repeats folded in" : ""));
   if (r.reproduce_verdict.empty()) {
     field("reproduces", "not checked yet" + (shown.reproduce_hint.empty() ? "" : " (" + shown.reproduce_hint + ")"));
+  } else if (r.reproduce_verdict == "not-reproduced") {
+    field("reproduces", "not reproduced (0 of " + std::to_string(r.reproduce_runs) + "): every run ended ok");
   } else {
     field("reproduces", r.reproduce_verdict + ": " + std::to_string(r.reproduce_matches) + " of " +
                             std::to_string(r.reproduce_runs) + " runs ended with this fingerprint");

@@ -34,7 +34,8 @@ const char* kHelp =
     "\n"
     "Runs quarantine record ID's payload N times (default 5) in the sandbox, under the handler\n"
     "and policy it was quarantined with, and counts the runs that end with its fingerprint.\n"
-    "At least half of them: `reliable`; fewer: `flaky`. The verdict is kept in the record\n"
+    "At least half of them: `reliable`; fewer, but some run failed: `flaky`; every run ok:\n"
+    "`not-reproduced` (\"not reproduced (0 of N)\"). The verdict is kept in the record\n"
     "(pillbox quarantine show ID) with an audit entry. SIGINT stops it; nothing is recorded then.\n"
     "\n"
     "options:\n"
@@ -61,7 +62,8 @@ const char* kHelp =
     "              when its signature is valid: --fleet-key FILE (default $PILLBOX_FLEET_KEY) is the\n"
     "              key the workers sign with; --trust-unsigned runs an unsigned one anyway\n"
     "\n"
-    "exit codes: 0 reproduced (reliable or flaky), 1 not reproduced in any run, 2 usage error or\n"
+    "exit codes: 0 its fingerprint came back (reliable or flaky), 1 it did not in any run (flaky with\n"
+    "other failures only, or not reproduced), 2 usage error or\n"
     "no such record, 3 the store, Redis or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM\n";
 
 int fail(const std::string& message, int code) {
@@ -96,8 +98,14 @@ int report(const Args& args, const nlohmann::json& id, const store::QuarantineRe
     if (!hint.empty()) j["hint"] = hint;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("record %s: %s: %zu of %zu runs ended with %s (%s)\n", id_text(id).c_str(), result.verdict.c_str(),
-                result.matches, result.runs, fp.c_str(), record.entry.kind.c_str());
+    if (result.verdict == "not-reproduced") {
+      std::printf("record %s: not reproduced (0 of %zu): every run ended ok; the payload no longer fails here "
+                  "(pillbox quarantine replay %s resolves it)\n",
+                  id_text(id).c_str(), result.runs, id_text(id).c_str());
+    } else {
+      std::printf("record %s: %s: %zu of %zu runs ended with %s (%s)\n", id_text(id).c_str(), result.verdict.c_str(),
+                  result.matches, result.runs, fp.c_str(), record.entry.kind.c_str());
+    }
     // Each other outcome once, with the words of its first run: what the
     // payload fails of now. The message is the child's: made inert.
     for (const auto& [what, o] : result.others) {

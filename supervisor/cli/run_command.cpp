@@ -67,6 +67,8 @@ const char* kHelp =
     "                      under /tmp, /var/tmp, /dev/shm (absolute; repeatable; part of the policy)\n"
     "  --mode MODE         zygote (default: fork per task from a prepared process) | spawn (fork+exec per task)\n"
     "  --quiet             no per-task lines without --json, no summary\n"
+    "  --failures-only     without --json: a line for each task that did not end ok (and each input\n"
+    "                      error) only; the progress bar and the summary as usual\n"
     "  --metrics ADDR      serve Prometheus metrics at http://ADDR/metrics while the run lasts:\n"
     "                      HOST:PORT, or PORT alone on 127.0.0.1; port 0 picks a free one; the URL\n"
     "                      is printed on stderr; with a store, what it holds is included\n"
@@ -107,7 +109,7 @@ const char* kHelp =
 
 // Besides the sections' own (child, store, retry, breaker, quarantine, --out).
 const std::vector<OptionSpec> kRunOptions = {
-    {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"help", false}};
+    {"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}, {"failures-only", false}, {"help", false}};
 
 std::vector<OptionSpec> run_option_specs() {
   std::vector<OptionSpec> options;
@@ -139,7 +141,8 @@ std::string_view variant_of(const Task& task) {
 class CliSink final : public VerdictSink {
  public:
   // `results`: where successful results go (--out), or null: into the JSON.
-  CliSink(bool json, bool quiet, ResultFiles* results) : json_(json), quiet_(quiet), results_(results) {}
+  CliSink(bool json, bool quiet, bool failures_only, ResultFiles* results)
+      : json_(json), quiet_(quiet), failures_only_(failures_only), results_(results) {}
 
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override {
     if (verdict.type != Verdict::Type::kHeld) summary_.add(task, outcome);
@@ -150,7 +153,7 @@ class CliSink final : public VerdictSink {
     hide_progress();
     if (json_) {
       print_line(outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict));
-    } else if (!quiet_) {
+    } else if (!quiet_ && !(failures_only_ && verdict.type == Verdict::Type::kOk)) {
       std::printf("%s\n", outcome_line(task, outcome, &verdict).c_str());
       std::fflush(stdout);
     }
@@ -245,6 +248,7 @@ class CliSink final : public VerdictSink {
 
   bool json_;
   bool quiet_;
+  bool failures_only_;  // --failures-only: no line for a task that ended ok
   ResultFiles* results_;  // not owned; outlives the sink
   RunSummary summary_;
   bool write_errors_ = false;
@@ -327,7 +331,12 @@ int run_command(int argc, char** argv) {
     std::fflush(stderr);
   }
 
-  CliSink sink(args->flag("json"), args->flag("quiet"), results ? &*results : nullptr);
+  if (args->flag("failures-only") && (args->flag("json") || args->flag("quiet"))) {
+    return usage_error(std::string("--failures-only chooses which task lines are printed; --") +
+                       (args->flag("json") ? "json prints every task as JSON (filter on \"kind\" instead)"
+                                           : "quiet prints none"));
+  }
+  CliSink sink(args->flag("json"), args->flag("quiet"), args->flag("failures-only"), results ? &*results : nullptr);
   // Progress on stderr when it is a terminal (per-task lines on the same
   // terminal are printed above it); nothing on a pipe or a file, or with
   // --quiet. Inputs named as files and directories are listed before the

@@ -97,7 +97,7 @@ std::string outcome_line(const Task& task, const Outcome& o, const Verdict* verd
   } else {
     os << "  " << o.fingerprint;
     if (!o.crash_state.empty()) os << "  " << printable(join_state(o.crash_state));
-    if (!o.message.empty()) os << "  " << printable(o.message.substr(0, 200));
+    if (!o.message.empty()) os << "  " << printable(cut_at_word(o.message, 200));
   }
   if (verdict != nullptr && (verdict->type != Verdict::Type::kOk || verdict->attempts > 1)) {
     os << "  -> " << to_string(verdict->type);
@@ -110,21 +110,27 @@ std::string outcome_line(const Task& task, const Outcome& o, const Verdict* verd
 void RunSummary::add(const Task& task, const Outcome& o) {
   ++total_;
   ++by_kind_[o.kind];
-  if (o.kind == Kind::kOk) return;
+  if (o.kind == Kind::kOk) {
+    if (o.output.empty()) ++ok_empty_;
+    return;
+  }
   ++failed_;
   Group& g = by_fingerprint_[o.fingerprint];
   if (g.count++ == 0) {
     g.kind = o.kind;
     g.crash_state = printable(join_state(o.crash_state));
     g.example_key = printable(task.key);
-    g.message = printable(o.message.substr(0, 120));
+    g.message = printable(cut_at_word(o.message, 120));
   }
 }
 
 void RunSummary::remove(const Outcome& o) {
   if (total_ > 0) --total_;
   if (auto k = by_kind_.find(o.kind); k != by_kind_.end() && --k->second == 0) by_kind_.erase(k);
-  if (o.kind == Kind::kOk) return;
+  if (o.kind == Kind::kOk) {
+    if (o.output.empty() && ok_empty_ > 0) --ok_empty_;
+    return;
+  }
   if (failed_ > 0) --failed_;
   if (auto g = by_fingerprint_.find(o.fingerprint); g != by_fingerprint_.end() && --g->second.count == 0) {
     by_fingerprint_.erase(g);
@@ -138,10 +144,18 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
   os.precision(1);
   os << "pillbox: " << total_ << " task" << (total_ == 1 ? "" : "s") << " in " << seconds << " s";
   if (seconds > 0) os << " (" << static_cast<double>(total_) / seconds << "/s)";
-  os << ": " << (total_ - failed_) << " ok, " << failed_ << " failed";
+  os << ": " << (total_ - failed_) << " ok";
+  if (ok_empty_ > 0) os << " (" << ok_empty_ << " of them with empty output)";
+  os << ", " << failed_ << " failed";
   const std::size_t input_errors = report.input_errors + (flow ? flow->input_errors : 0);
   if (input_errors) os << ", " << input_errors << " input error(s)";
   os << "\n";
+  if (ok_empty_ > 1 && ok_empty_ == total_ - failed_) {
+    // Every task "worked" and printed nothing: a command that ignores its
+    // input, writes its result to a file, or reads the wrong thing.
+    os << "  hint: no ok task printed anything on stdout, which is what a task's result is; does the "
+          "command read its input ({} is the payload's file, stdin otherwise) and print its result?\n";
+  }
   if (flow != nullptr) {
     os << "  store: " << (store_dir.empty() ? "none (--no-store): nothing kept, nothing resumed" : store_dir) << "\n";
     os << "  verdicts: " << flow->quarantined << (store_dir.empty() ? " poison" : " quarantined");

@@ -42,6 +42,7 @@ class RunSummary {
   };
   std::size_t total_ = 0;
   std::size_t failed_ = 0;
+  std::size_t ok_empty_ = 0;  // ok with an empty result: 300 of 300 means the command read nothing
   std::map<Kind, std::size_t> by_kind_;
   std::map<std::string, Group> by_fingerprint_;
 };

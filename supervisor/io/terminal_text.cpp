@@ -32,6 +32,19 @@ std::string table_cell(std::string_view text, std::size_t width) {
   return out;
 }
 
+std::string cut_at_word(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  const std::size_t room = max_bytes > 3 ? max_bytes - 3 : 0;  // for "..."
+  std::size_t cut = room;
+  // Not inside a UTF-8 sequence: a continuation byte is 10xxxxxx.
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  const std::size_t space = text.substr(0, room + 1).find_last_of(' ');
+  if (space != std::string_view::npos && space >= room / 2) cut = space;
+  std::string out(text.substr(0, cut));
+  while (!out.empty() && (out.back() == ' ' || out.back() == ',' || out.back() == ':')) out.pop_back();
+  return out + "...";
+}
+
 namespace {
 
 bool plain_text(std::string_view bytes) {

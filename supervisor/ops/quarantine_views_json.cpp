@@ -98,6 +98,10 @@ nlohmann::json fingerprint_stats_json(const store::FingerprintStats& g, const nl
                       {"repeats", g.repeats},               {"first_seen", iso_time(g.first_ms)},
                       {"last_seen", iso_time(g.last_ms)},   {"example_id", example_id},
                       {"message", g.message},               {"by_status", std::move(by_status)}};
+  // The example's crash state, as the record has it (a record's text is a
+  // claim: anything but an array of frames is kept as the text it is).
+  auto state = nlohmann::json::parse(g.crash_state, nullptr, false);
+  j["crash_state"] = state.is_array() ? state : nlohmann::json::array();
   if (!g.by_day.empty()) {
     nlohmann::json days = nlohmann::json::array();
     for (std::size_t i = 0; i < g.by_day.size(); ++i) {

@@ -80,8 +80,13 @@ std::string missing_working_dir_hint(const store::QuarantineEntry& entry) {
          "was made in";
 }
 
-std::string reproduce_verdict(std::size_t runs, std::size_t matches) {
-  return matches > 0 && matches * 2 >= runs ? "reliable" : "flaky";
+std::string reproduce_verdict(const ReproduceResult& result) {
+  if (result.matches > 0 && result.matches * 2 >= result.runs) return "reliable";
+  std::size_t failed = result.matches;
+  for (const auto& [what, other] : result.others) {
+    if (other.kind != to_string(Kind::kOk)) failed += other.count;
+  }
+  return failed > 0 ? "flaky" : "not-reproduced";
 }
 
 Expected<ReproduceResult> reproduce_payload(const store::QuarantineEntry& entry, ChildConfig config,
@@ -95,7 +100,7 @@ Expected<ReproduceResult> reproduce_payload(const store::QuarantineEntry& entry,
   if (!report) return Error{report.error()};
   ReproduceResult result = std::move(planner.result());
   result.stop_signal = report->stop_signal;
-  if (result.stop_signal == 0) result.verdict = reproduce_verdict(result.runs, result.matches);
+  if (result.stop_signal == 0) result.verdict = reproduce_verdict(result);
   return result;
 }
 

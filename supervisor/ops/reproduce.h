@@ -50,7 +50,7 @@ struct ReproduceResult {
   std::size_t runs = 0;                       // runs that ended (fewer than asked when stopped)
   std::size_t matches = 0;                    // ... with the record's fingerprint
   std::map<std::string, OtherOutcome> others; // "kind fingerprint" of the other runs -> them
-  std::string verdict;                        // reliable | flaky ("" when stopped before the end)
+  std::string verdict;                        // reliable | flaky | not-reproduced ("" when stopped before the end)
   int stop_signal = 0;                        // SIGINT/SIGTERM: nothing recorded
 };
 
@@ -62,8 +62,10 @@ std::string outcome_label(const std::string& kind, const std::string& fingerprin
 // resolved against this process's directory. "" when that does not apply.
 std::string missing_working_dir_hint(const store::QuarantineEntry& entry);
 
-// "reliable" when matches >= runs / 2 (and at least one), else "flaky".
-std::string reproduce_verdict(std::size_t runs, std::size_t matches);
+// "reliable" when matches >= runs / 2 (and at least one); "flaky" when fewer
+// runs ended with the fingerprint but some run failed (with it or with
+// another); "not-reproduced" when every run was ok.
+std::string reproduce_verdict(const ReproduceResult& result);
 
 // Runs `payload`, a record's (`entry`: its key and fingerprint), under
 // `config` and judges it, recording nothing: for a record kept elsewhere

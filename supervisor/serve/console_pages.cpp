@@ -195,18 +195,24 @@ Page groups_page(ConsoleSource& source, const Query& query) {
                      "(UTC), today last.</p>\n";
   body += "<table class=\"groups\"><thead><tr><th>fingerprint</th><th>kind</th><th>records</th><th>open</th>"
           "<th>repeats</th><th>first seen</th><th>last seen</th><th>last 14 days</th><th>by status</th><th>example</th>"
-          "<th>message</th>"
+          "<th>crash state</th><th>message</th>"
           "</tr></thead><tbody>\n";
   for (const auto& g : reply.body["groups"]) {
     std::string statuses;
     for (const auto& [status, n] : g["by_status"].items()) {
       if (n.get<std::int64_t>() > 0) statuses += (statuses.empty() ? "" : ", ") + esc(n) + " " + html_escape(status);
     }
+    // The example's crash state, innermost first: groups of one exception
+    // raised through other callers are told apart at a glance.
+    std::string state;
+    if (g.contains("crash_state") && g["crash_state"].is_array()) {
+      for (const auto& frame : g["crash_state"]) state += (state.empty() ? "" : " &lt; ") + esc(frame);
+    }
     body += "<tr><td>" + fingerprint_link(g["fingerprint"]) + "</td><td>" + field(g, "kind") + "</td><td class=\"num\">" +
             field(g, "records") + "</td><td class=\"num\">" + field(g, "open") + "</td><td class=\"num\">" +
             field(g, "repeats") + "</td><td>" + field(g, "first_seen") + "</td><td>" + field(g, "last_seen") +
-            "</td><td>" + (g.contains("by_day") ? day_bars_svg(g["by_day"]) : "") + "</td><td>" + statuses + "</td><td>" + record_link(g["example_id"]) + "</td><td class=\"message\">" +
-            field(g, "message") + "</td></tr>\n";
+            "</td><td>" + (g.contains("by_day") ? day_bars_svg(g["by_day"]) : "") + "</td><td>" + statuses + "</td><td>" + record_link(g["example_id"]) + "</td><td class=\"state\">" + state +
+            "</td><td class=\"message\">" + field(g, "message") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
   return {200, layout("fingerprints", "/groups", body, source.location())};

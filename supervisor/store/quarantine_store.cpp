@@ -11,7 +11,7 @@ namespace {
 constexpr const char* kColumns =
     "id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, policy, "
     "payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, "
-    "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_verdict, ''), "
+    "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_outcome, ''), "
     "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin, working_dir, stderr_tail";
 
 // The schema's CHECK keeps statuses to the known ones; a status this build
@@ -272,7 +272,7 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
   // The newest record of each group (ids grow with time) is its example.
   auto stmt = Statement::prepare(
       db_->handle(),
-      "SELECT g.*, q.message FROM (SELECT fingerprint, kind, count(*) AS records, "
+      "SELECT g.*, q.message, q.crash_state FROM (SELECT fingerprint, kind, count(*) AS records, "
       "sum(status IN ('quarantined', 'failed-again', 'replaying')), sum(repeats), min(created_at), "
       "max(max(created_at, updated_at)) AS last, max(id) AS example" + by_status + " FROM quarantine" +
           where(f) + " GROUP BY fingerprint, kind) g JOIN quarantine q ON q.id = g.example "
@@ -297,7 +297,8 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
     for (RecordStatus status : kAllRecordStatuses) {
       if (const std::int64_t n = stmt->column_int(column++); n > 0) st.by_status[status] = n;
     }
-    st.message = stmt->column_text(column);
+    st.message = stmt->column_text(column++);
+    st.crash_state = stmt->column_text(column);
     out.push_back(std::move(st));
   }
   if (auto s = count_by_day(f, now, out); !s) return Error{s.message()};
@@ -431,7 +432,7 @@ Status QuarantineStore::record_reproduction(std::int64_t id, const std::string& 
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Status::error(txn.error());
   auto stmt = Statement::prepare(db_->handle(),
-                                 "UPDATE quarantine SET reproduce_verdict = ?2, reproduce_runs = ?3, "
+                                 "UPDATE quarantine SET reproduce_outcome = ?2, reproduce_runs = ?3, "
                                  "reproduce_matches = ?4, updated_at = ?5 WHERE id = ?1");
   if (!stmt) return Status::error(stmt.error());
   if (auto s = stmt->bind(1, id).bind(2, std::string_view(verdict)).bind(3, runs).bind(4, matches).bind(5, now).run(); !s) {

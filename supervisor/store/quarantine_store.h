@@ -66,7 +66,7 @@ struct QuarantineRecord {
   std::int64_t repeats = 0;
   std::int64_t created_at = 0;
   std::int64_t updated_at = 0;
-  std::string reproduce_verdict;     // "", reliable or flaky (pillbox reproduce)
+  std::string reproduce_verdict;     // "", reliable, flaky or not-reproduced (pillbox reproduce)
   std::int64_t reproduce_runs = 0;
   std::int64_t reproduce_matches = 0; // runs that ended with the record's fingerprint
   std::string minimized_sha256;      // "" until pillbox minimize finds a smaller payload
@@ -87,6 +87,8 @@ struct FingerprintStats {
   std::int64_t last_ms = 0;          // last quarantined or updated
   std::int64_t example_id = 0;       // the newest record
   std::string message;               // the newest record's message
+  std::string crash_state;           // ... and its crash state (JSON array, innermost first): tells
+                                     // apart groups of one exception raised through other callers
   std::map<RecordStatus, std::int64_t> by_status;  // records per status (absent: none)
   // The group's records created on each of the kStatsDays UTC days up to
   // today, oldest first (by_day.back(): today), from the records'

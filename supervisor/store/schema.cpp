@@ -259,6 +259,16 @@ const std::vector<std::string>& migrations() {
         ALTER TABLE results ADD COLUMN record_id INTEGER;
         ALTER TABLE results ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
       )sql",
+      // 12: `reproduce` says "not-reproduced" when every run was ok (issue 26,
+      // point 6): before, that was "flaky". SQLite cannot change a column's
+      // CHECK, so the verdict moves to a column that allows the word; the
+      // old one is no longer written.
+      R"sql(
+        ALTER TABLE quarantine ADD COLUMN reproduce_outcome TEXT
+          CHECK (reproduce_outcome IS NULL OR reproduce_outcome IN ('reliable', 'flaky', 'not-reproduced'));
+        UPDATE quarantine SET reproduce_outcome = reproduce_verdict, reproduce_verdict = NULL
+         WHERE reproduce_verdict IS NOT NULL;
+      )sql",
   };
   return all;
 }

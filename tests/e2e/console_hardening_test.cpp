@@ -140,6 +140,13 @@ TEST_CASE("serve: the fingerprint groups' records by day are the same in stats -
       CHECK(page->body.find(title) != std::string::npos);
     }
     CHECK(sum == g["records"]);
+    // Each group's crash state, innermost frame first, on the page as in the
+    // JSON (issue 26, point 6): one exception's groups told apart.
+    REQUIRE(g["crash_state"].is_array());
+    REQUIRE_FALSE(g["crash_state"].empty());
+    std::string state;
+    for (const auto& frame : g["crash_state"]) state += (state.empty() ? "" : " &lt; ") + frame.get<std::string>();
+    CHECK(page->body.find("<td class=\"state\">" + state + "</td>") != std::string::npos);
   }
   CHECK(page->body.find("<svg class=\"days\"") != std::string::npos);
   CHECK(page->body.find("style=") == std::string::npos);  // CSP: no inline style

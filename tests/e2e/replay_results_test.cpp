@@ -180,7 +180,9 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   CHECK(rerun.exit_code == 0);
   CHECK(rerun.err.find("5 already ok and 0 already quarantined") != std::string::npos);
   CHECK(rerun.err.find("3 of the tasks already ok were resolved by `pillbox quarantine replay`") != std::string::npos);
-  for (const auto& [file, key] : key_of) {
+  for (const auto& item : key_of) {
+    const auto& file = item.first;  // clang 14 cannot capture a structured binding
+    const auto& key = item.second;
     INFO(file);
     CHECK(e2e::read_file(final_dir + "/" + pillbox::result_file_name(key)) == expected[file]);
   }

@@ -1,6 +1,7 @@
 // pillbox reproduce (issue 4): a quarantined payload run again N times in the
 // sandbox under its recorded handler and policy; reliable when at least half
-// of the runs end with its fingerprint, flaky otherwise; the verdict is kept.
+// of the runs end with its fingerprint, flaky when fewer do but some run
+// fails, not reproduced when every run is ok; the verdict is kept.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -43,7 +44,7 @@ TEST_CASE("reproduce: a deterministic crasher is reliable, and the verdict is ke
   CHECK(r.records[0]["verdict"] == "reliable");
   CHECK(r.records[0]["runs"] == 6);
   CHECK(r.records[0]["matches"] == 6);
-  CHECK(sql_rows(db, "SELECT reproduce_verdict, reproduce_runs, reproduce_matches FROM quarantine") ==
+  CHECK(sql_rows(db, "SELECT reproduce_outcome, reproduce_runs, reproduce_matches FROM quarantine") ==
         std::vector<std::vector<std::string>>{{"reliable", "6", "6"}});
   CHECK(sql_int(db, "SELECT count(*) FROM audit WHERE action = 'reproduced' AND detail LIKE 'reliable: 6 of 6 runs%'") == 1);
   const auto shown = run_pillbox({"quarantine", "show", "1", "--store", store});
@@ -77,8 +78,33 @@ TEST_CASE("reproduce: a payload that crashes one time in three is flaky") {
   REQUIRE(r.records[0]["other_outcomes"].size() == 1);
   CHECK(r.records[0]["other_outcomes"][0]["outcome"] == "ok");
   CHECK(r.records[0]["other_outcomes"][0]["count"] == 6);
-  CHECK(sql_rows(db, "SELECT reproduce_verdict, reproduce_matches FROM quarantine") ==
+  CHECK(sql_rows(db, "SELECT reproduce_outcome, reproduce_matches FROM quarantine") ==
         std::vector<std::vector<std::string>>{{"flaky", "3"}});
+}
+
+TEST_CASE("reproduce: a payload that no longer fails is not reproduced (0 of N), not flaky") {
+  e2e::TempDir dir;
+  e2e::TempDir work(01777);  // the fixture's marker, written by the sandbox user
+  const std::string store = dir.path() + "/store";
+  const std::string db = store + "/pillbox.db";
+  // 'F': crashes the first time the fixture sees it, ok ever after.
+  const auto run = run_pillbox({"run", "--store", store, "--max-attempts", "1", "--json", "-", "--writable", work.path(), "--",
+                                e2e::fixture("poison_corpus"), work.path()},
+                               task_line("once", "F crashes once"));
+  INFO(run.describe());
+  REQUIRE(sql_int(db, "SELECT count(*) FROM quarantine") == 1);
+  const auto r = run_pillbox({"reproduce", "1", "--runs", "3", "--store", store, "--writable", work.path()});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("record 1: not reproduced (0 of 3): every run ended ok") == 0);
+  CHECK(r.out.find("flaky") == std::string::npos);
+  CHECK(sql_rows(db, "SELECT reproduce_outcome, reproduce_runs, reproduce_matches FROM quarantine") ==
+        std::vector<std::vector<std::string>>{{"not-reproduced", "3", "0"}});
+  const auto shown = run_pillbox({"quarantine", "show", "1", "--store", store});
+  CHECK(shown.out.find("not reproduced (0 of 3): every run ended ok") != std::string::npos);
+  const auto json = run_pillbox({"reproduce", "1", "--runs", "2", "--json", "--store", store, "--writable", work.path()});
+  REQUIRE(json.records.size() == 1);
+  CHECK(json.records[0]["verdict"] == "not-reproduced");
 }
 
 TEST_CASE("reproduce: bad input is a clear error and records nothing") {

@@ -54,14 +54,30 @@ TEST_CASE("--since: an age before now, or a UTC date; anything else is refused")
   }
 }
 
-TEST_CASE("reproduce verdict: reliable from half the runs up, flaky below, never reliable on no match") {
-  CHECK(reproduce_verdict(10, 10) == "reliable");
-  CHECK(reproduce_verdict(10, 5) == "reliable");
-  CHECK(reproduce_verdict(9, 5) == "reliable");
-  CHECK(reproduce_verdict(9, 4) == "flaky");
-  CHECK(reproduce_verdict(9, 3) == "flaky");
-  CHECK(reproduce_verdict(1, 0) == "flaky");
-  CHECK(reproduce_verdict(1, 1) == "reliable");
+TEST_CASE("reproduce verdict: reliable from half the runs up, flaky below when some run failed, else not reproduced") {
+  // runs, matches, and the other runs: {kind, count}
+  const auto verdict = [](std::size_t runs, std::size_t matches, std::vector<std::pair<std::string, std::size_t>> others) {
+    ReproduceResult r;
+    r.runs = runs;
+    r.matches = matches;
+    for (const auto& [kind, count] : others) {
+      OtherOutcome& o = r.others[kind];
+      o.kind = kind;
+      o.count = count;
+    }
+    return reproduce_verdict(r);
+  };
+  CHECK(verdict(10, 10, {}) == "reliable");
+  CHECK(verdict(10, 5, {{"ok", 5}}) == "reliable");
+  CHECK(verdict(9, 5, {{"ok", 4}}) == "reliable");
+  CHECK(verdict(9, 4, {{"ok", 5}}) == "flaky");
+  CHECK(verdict(9, 3, {{"ok", 6}}) == "flaky");
+  CHECK(verdict(1, 1, {}) == "reliable");
+  // No run ended with the fingerprint: flaky when another failure came, not
+  // reproduced when every run was ok (issue 26, point 6: it said flaky).
+  CHECK(verdict(5, 0, {{"ok", 4}, {"crash", 1}}) == "flaky");
+  CHECK(verdict(5, 0, {{"ok", 5}}) == "not-reproduced");
+  CHECK(verdict(1, 0, {{"ok", 1}}) == "not-reproduced");
 }
 
 TEST_CASE("minimize: the same failure is the same fingerprint, or for resource limits the same kind") {

@@ -11,6 +11,7 @@
 
 #include "shared/base64.h"
 #include "supervisor/classify/classifier.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox {
 namespace {
@@ -241,7 +242,7 @@ TEST_CASE("RunSummary: counts per kind and groups by fingerprint") {
 
 TEST_CASE("RunSummary: an all-ok run and an empty run") {
   RunSummary summary;
-  summary.add(Task{"only", ""}, ok_outcome(""));
+  summary.add(Task{"only", ""}, ok_outcome("done"));
   CHECK(summary.failed() == 0);
   const std::string text = summary.render(0.5, RunReport{});
   CHECK(text == "pillbox: 1 task in 0.5 s (2.0/s): 1 ok, 0 failed\n  by kind:  ok 1\n");
@@ -251,4 +252,32 @@ TEST_CASE("RunSummary: an all-ok run and an empty run") {
 }
 
 }  // namespace
+TEST_CASE("RunSummary: ok tasks with empty output are counted; all of them empty is a hint (issue 26, point 3)") {
+  RunSummary some;
+  some.add(Task{"a", ""}, ok_outcome("text"));
+  some.add(Task{"b", ""}, ok_outcome(""));
+  some.add(Task{"c", ""}, crash_outcome("pb1-aaaaaaaaaaaaaaaa", {"parse_header", "main"}));
+  const std::string text = some.render(1.0, RunReport{});
+  CHECK(text.rfind("pillbox: 3 tasks in 1.0 s (3.0/s): 2 ok (1 of them with empty output), 1 failed\n", 0) == 0);
+  CHECK(text.find("hint:") == std::string::npos);
+
+  RunSummary all;
+  for (int i = 0; i < 300; ++i) all.add(Task{"k" + std::to_string(i), ""}, ok_outcome(""));
+  const std::string empty = all.render(1.0, RunReport{});
+  CHECK(empty.rfind("pillbox: 300 tasks in 1.0 s (300.0/s): 300 ok (300 of them with empty output), 0 failed\n", 0) == 0);
+  CHECK(empty.find("  hint: no ok task printed anything on stdout") != std::string::npos);
+  // An outcome taken back no longer counts.
+  all.remove(ok_outcome(""));
+  CHECK(all.render(1.0, RunReport{}).find("299 ok (299 of them with empty output)") != std::string::npos);
+}
+
+TEST_CASE("cut_at_word: messages are cut after a whole word, never inside a UTF-8 character") {
+  CHECK(cut_at_word("short", 60) == "short");
+  CHECK(cut_at_word("ValueError: month out of range: 1991-13-01 in the born column of row 7", 40) ==
+        "ValueError: month out of range...");
+  CHECK(cut_at_word(std::string(100, 'x'), 10) == "xxxxxxx...");
+  // "é" is two bytes: a cut that would fall between them moves before it.
+  CHECK(cut_at_word("aaaaaa\xc3\xa9" "bbbbbbbbbb", 10) == "aaaaaa...");
+}
+
 }  // namespace pillbox
