@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "shared/base64.h"
@@ -10,34 +12,76 @@
 namespace pillbox::broker {
 namespace {
 
-// Entries read per XRANGE.
-constexpr int kPage = 500;
+// Entries whose ids and keys one call of the script returns.
+constexpr int kPage = 1000;
 
-// Walks every entry of `stream`, oldest first, a page at a time.
-Status each_entry(RedisConnection& redis, const std::string& stream,
-                  const std::function<Status(const std::string& id, const EntryFields& fields)>& fn) {
+// A page of (id, key) pairs from `start` on; a key is nil for an entry
+// without one. Only those cross the connection: an entry's output may be
+// as large as Redis allows.
+constexpr const char* kIdsAndKeys = R"lua(
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', tonumber(ARGV[2]))
+local out = {}
+for _, e in ipairs(entries) do
+  local key = false
+  local f = e[2]
+  for i = 1, #f - 1, 2 do
+    if f[i] == 'key' then key = f[i + 1]; break end
+  end
+  out[#out + 1] = e[1]
+  out[#out + 1] = key
+end
+return out
+)lua";
+
+// The largest id a stream entry can have: nothing comes after it, and
+// "(" + it is not a valid start.
+constexpr std::string_view kMaxId = "18446744073709551615-18446744073709551615";
+
+struct IdAndKey {
+  std::string id;
+  std::optional<std::string> key;
+};
+
+// Every (id, key) of `stream`, oldest first, a page at a time.
+Status each_id_and_key(RedisConnection& redis, const std::string& stream,
+                       const std::function<void(const IdAndKey&)>& fn) {
   std::string start = "-";
   for (;;) {
-    auto page = redis.command({"XRANGE", stream, start, "+", "COUNT", std::to_string(kPage)});
+    auto page = redis.command({"EVAL", kIdsAndKeys, "1", stream, start, std::to_string(kPage)});
     if (!page) return Status::error(page.error());
     const redisReply* top = page->get();
     if (top->type == REDIS_REPLY_ERROR) return Status::error(stream + ": " + reply_text(top));
     if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) return Status::ok();
     std::string last;
-    for (std::size_t i = 0; i < top->elements; ++i) {
-      const redisReply* e = top->element[i];
-      if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[1]->type != REDIS_REPLY_ARRAY) continue;
-      last = reply_text(e->element[0]);
-      EntryFields fields;
-      const redisReply* f = e->element[1];
-      for (std::size_t k = 0; k + 1 < f->elements; k += 2) {
-        fields.emplace_back(reply_text(f->element[k]), reply_text(f->element[k + 1]));
-      }
-      if (auto s = fn(last, fields); !s) return s;
+    for (std::size_t i = 0; i + 1 < top->elements; i += 2) {
+      IdAndKey e;
+      e.id = last = reply_text(top->element[i]);
+      const redisReply* key = top->element[i + 1];
+      if (key->type == REDIS_REPLY_STRING) e.key = reply_text(key);
+      fn(e);
     }
-    if (top->elements < static_cast<std::size_t>(kPage) || last.empty()) return Status::ok();
+    if (top->elements < 2 * static_cast<std::size_t>(kPage) || last.empty() || last == kMaxId) return Status::ok();
     start = "(" + last;
   }
+}
+
+// One entry's fields; nullopt when it is gone (trimmed meanwhile).
+Expected<std::optional<EntryFields>> entry_at(RedisConnection& redis, const std::string& stream, const std::string& id) {
+  auto reply = redis.command({"XRANGE", stream, id, id});
+  if (!reply) return Error{reply.error()};
+  const redisReply* top = reply->get();
+  if (top->type == REDIS_REPLY_ERROR) return Error{stream + ": " + reply_text(top)};
+  if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) return std::optional<EntryFields>();
+  const redisReply* e = top->element[0];
+  if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[1]->type != REDIS_REPLY_ARRAY) {
+    return std::optional<EntryFields>();
+  }
+  EntryFields fields;
+  const redisReply* f = e->element[1];
+  for (std::size_t k = 0; k + 1 < f->elements; k += 2) {
+    fields.emplace_back(reply_text(f->element[k]), reply_text(f->element[k + 1]));
+  }
+  return std::optional<EntryFields>(std::move(fields));
 }
 
 std::string field_or_empty(const EntryFields& fields, std::string_view name) {
@@ -54,7 +98,8 @@ FleetResult read_result(const std::string& id, const EntryFields& fields) {
   r.redrive_of = field_or_empty(fields, "redrive_of");
   r.worker = field_or_empty(fields, "worker");
   r.at_ms = entry_time_ms(id);
-  if (entry_field(fields, "key") == nullptr) {
+  r.has_key = entry_field(fields, "key") != nullptr;
+  if (!r.has_key) {
     r.why_not = "unreadable: the entry has no key (it was not written by a pillbox worker)";
     return r;
   }
@@ -89,28 +134,33 @@ Status each_newest_result(RedisConnection& redis, const std::string& results_key
   const std::string what = reply_text(type->get());
   if (what == "none") return Status::ok();
   if (what != "stream") return Status::error(results_key + " is a " + what + ", not a stream of results");
-  // 1. The newest entry of each key: ids only, no outputs kept.
-  std::map<std::string, std::string> newest;  // key -> entry id
-  std::set<std::string> wanted;               // ... and entries without a key, told as such
-  auto s = each_entry(redis, results_key, [&](const std::string& id, const EntryFields& fields) {
-    const std::string* key = entry_field(fields, "key");
-    if (key == nullptr) {
-      if (keys.empty()) wanted.insert(id);
-      return Status::ok();
+  // 1. The newest entry of each key (ids grow: the later one wins), in
+  // stream order, and the entries without a key.
+  std::map<std::string, std::size_t> newest;      // key -> its place in `order`
+  std::vector<std::optional<std::string>> order;  // entry ids, oldest first; nullopt: superseded
+  auto s = each_id_and_key(redis, results_key, [&](const IdAndKey& e) {
+    if (!e.key) {
+      if (keys.empty()) order.emplace_back(e.id);
+      return;
     }
-    if (!keys.empty() && keys.count(*key) == 0) return Status::ok();
-    newest[*key] = id;  // ids grow: the later entry wins
-    return Status::ok();
+    if (!keys.empty() && keys.count(*e.key) == 0) return;
+    auto [at, added] = newest.try_emplace(*e.key, order.size());
+    if (!added) {
+      order[at->second].reset();
+      at->second = order.size();
+    }
+    order.emplace_back(e.id);
   });
   if (!s) return s;
-  for (const auto& [key, id] : newest) wanted.insert(id);
-  if (wanted.empty()) return Status::ok();
-  // 2. Those entries again, in stream order, with their outputs. An entry
-  // trimmed meanwhile is simply not met; one added is not newer than it was.
-  return each_entry(redis, results_key, [&](const std::string& id, const EntryFields& fields) {
-    if (wanted.count(id) == 0) return Status::ok();
-    return fn(read_result(id, fields));
-  });
+  // 2. Each of them alone, with its output. One trimmed meanwhile is not met.
+  for (const auto& id : order) {
+    if (!id) continue;
+    auto fields = entry_at(redis, results_key, *id);
+    if (!fields) return Status::error(fields.error());
+    if (!*fields) continue;
+    if (auto done = fn(read_result(*id, **fields)); !done) return done;
+  }
+  return Status::ok();
 }
 
 }  // namespace pillbox::broker

@@ -21,7 +21,8 @@ namespace pillbox::broker {
 
 struct FleetResult {
   std::string entry;          // its id on NAME:results
-  std::string key;
+  bool has_key = false;       // an entry without one is not a result (why_not says so)
+  std::string key;            // may be "" (a task submitted with an empty key)
   std::string source_entry;   // the task's entry on NAME ("entry"), "" when not said
   std::string redrive_of;     // a replay's redrive: the dead letter it ran again
   std::string worker;
@@ -32,10 +33,10 @@ struct FleetResult {
 };
 
 // Every newest result (per key) of `results_key`, oldest first, and every
-// entry that has no key (key "", why_not says so); `keys` non-empty: only
-// those keys. Pages through the stream twice (the newest
-// entry of each key, then their outputs), so that at most one output is in
-// memory at a time. An error from `fn` stops the walk and is returned.
+// entry that has no key (has_key false); `keys` non-empty: only those keys.
+// First the ids and keys of the whole stream, through a script that returns
+// nothing else (outputs stay on Redis), then each chosen entry alone: at most
+// one output is in memory at a time. An error from `fn` stops the walk.
 Status each_newest_result(RedisConnection& redis, const std::string& results_key, const std::set<std::string>& keys,
                           const std::function<Status(const FleetResult&)>& fn);
 

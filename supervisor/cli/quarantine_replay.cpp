@@ -21,6 +21,8 @@
 #include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/replay.h"
 #include "supervisor/flow/run_output.h"
+#include "supervisor/io/result_files.h"
+#include "supervisor/store/result_store.h"
 #include "supervisor/store/replay_store.h"
 #include "supervisor/store/revision_store.h"
 #include "supervisor/io/terminal_text.h"
@@ -141,6 +143,8 @@ int quarantine_replay(const QuarantineContext& c) {
   std::optional<ResultFiles> results = std::move(*out);
   settings.actor = actor_name("quarantine replay");
   store::ReplayStore replays(c.database, c.quarantine);
+  std::optional<store::ResultStore> result_store;  // how its -o names a result (fleet replays have none)
+  if (auto opened = store::ResultStore::open(c.database)) result_store.emplace(std::move(*opened));
 
   if (args.flag("dry-run")) return show_replay_plan(replays, settings, args.flag("json"));
 
@@ -157,7 +161,17 @@ int quarantine_replay(const QuarantineContext& c) {
   settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict,
                            std::int64_t revision) {
     std::string file;
-    if (verdict == store::ReplayVerdict::kResolved && results) file = write_result_file(*results, r.entry.key, o.output, "quarantine replay", write_errors);
+    if (verdict == store::ReplayVerdict::kResolved && results) {
+      // Named as `run --out` names this task's result: KEY~HASH.out when an
+      // earlier task has the key with another payload (never over its file).
+      std::string reused;
+      if (result_store) {
+        auto sha = result_store->reused_key_payload(r.entry.task_id);
+        if (sha) reused = *sha;
+      }
+      file = write_result_file(*results, r.entry.key, o.output, "quarantine replay", write_errors,
+                               reused.empty() ? std::string_view{} : result_variant(reused));
+    }
     progress.hide();  // the result goes above the progress line
     progress.count(verdict == store::ReplayVerdict::kResolved ? std::string("resolved")
                                                               : std::string(to_string(o.kind)));

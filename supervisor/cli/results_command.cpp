@@ -60,9 +60,10 @@ const char* kHelp =
     "                      payload or from its patch's revision) and, when kept, output (UTF-8\n"
     "                      text) or output_b64 (anything else), or output_file with -o\n"
     "\n"
-    "exit codes: 0 every result asked for was written, 1 some were not kept (evicted, too large;\n"
-    "            `pillbox run --rerun` makes them again; on a fleet: over --results-max-output, or a\n"
-    "            KEY without a result there), 2 usage error or a KEY no task has,\n"
+    "exit codes: 0 every result asked for was written (without KEY: the listing was printed), 1 a\n"
+    "            KEY's result was not kept (evicted, too large: `pillbox run --rerun`, or for a\n"
+    "            replay's `pillbox quarantine replay ID --force`, makes it again; on a fleet: over\n"
+    "            --results-max-output, or no result there), 2 usage error or a KEY no task has,\n"
     "            3 the store or Redis cannot be read\n";
 
 int usage_error(const std::string& message) {
@@ -74,7 +75,20 @@ std::string why_not_kept(const store::StoredResult& r) {
   if (r.status == store::ResultStatus::kEvicted) {
     return "evicted (" + std::to_string(r.size) + " bytes) to stay within --keep-results";
   }
+  if (r.origin.from_replay()) {
+    return "not kept: " + std::to_string(r.size) + " bytes, over the " +
+           std::to_string(store::kDefaultKeepResultBytes >> 20) + " MiB a replay keeps of one result";
+  }
   return "not kept: " + std::to_string(r.size) + " bytes, larger than --keep-results";
+}
+
+// How to make a result that is not kept again: run the task again, or, when
+// a replay made it, that replay (a run would run the payload that failed).
+std::string remake_hint(const store::StoredResult& r) {
+  if (r.origin.from_replay()) {
+    return "`pillbox quarantine replay " + std::to_string(r.origin.record_id) + " --force` makes it again";
+  }
+  return "`pillbox run --rerun` makes it again";
 }
 
 // Printable text a terminal shows as it is: valid UTF-8 without control
@@ -149,19 +163,22 @@ class Printer {
   bool print(const broker::FleetResult& r) {
     const bool kept = r.output.has_value();
     std::string file;
-    if (kept && out_ != nullptr && !r.key.empty()) {
+    if (kept && out_ != nullptr && r.has_key) {
       file = write_result_file(*out_, r.key, *r.output, "results", write_errors_, {});
     }
     if (json_) {
-      nlohmann::json j{{"key", r.key},     {"entry", r.entry},          {"worker", r.worker},
+      nlohmann::json j{{"key", r.has_key ? nlohmann::json(r.key) : nlohmann::json(nullptr)},
+                       {"entry", r.entry},          {"worker", r.worker},
                        {"size", r.size},   {"kept_at", iso_time(r.at_ms)}, {"result", kept ? "kept" : "not-kept"}};
       if (!r.redrive_of.empty()) j["redrive_of"] = r.redrive_of;
       if (kept) put_output(j, *r.output, file, out_ != nullptr);
       else j["reason"] = r.why_not;
       print_json(j);
     } else {
-      std::printf("%-40s %10lld  %s  %s%s\n", table_cell(r.key.empty() ? "(entry " + r.entry + ")" : r.key, 200).c_str(),
-                  static_cast<long long>(r.size), iso_time(r.at_ms).c_str(), kept ? "kept" : table_cell(r.why_not, 300).c_str(),
+      // An entry that is not a result is named by its id, outside the key column's words.
+      std::printf("%-40s %10lld  %s  %s%s\n", r.has_key ? table_cell(r.key, 200).c_str() : "-",
+                  static_cast<long long>(r.size), iso_time(r.at_ms).c_str(),
+                  kept ? "kept" : table_cell(r.has_key ? r.why_not : "entry " + r.entry + ": " + r.why_not, 300).c_str(),
                   file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
     }
     return kept;
@@ -206,16 +223,20 @@ int fleet_results(const Args& args, const std::vector<std::string>& keys, Printe
   const std::string results_key = broker::stream_keys(*stream).results;
   const std::set<std::string> wanted(keys.begin(), keys.end());
   std::set<std::string> found;
+  std::size_t seen = 0;
   std::vector<broker::FleetResult> one;  // a single KEY without -o or --json: its bytes, raw
   const bool raw = keys.size() == 1 && !with_data;
   bool not_kept = false;
+  // As for a store: with KEYs, exit 1 unless each one's result was written;
+  // a listing of all of them exits 0 and says, line by line, what is not kept.
   auto s = broker::each_newest_result(*redis, results_key, wanted, [&](const broker::FleetResult& r) {
-    found.insert(r.key);
+    ++seen;
+    if (r.has_key) found.insert(r.key);
     if (raw) {
       one.push_back(r);
       return Status::ok();
     }
-    if (!printer.print(r)) not_kept = true;
+    if (!printer.print(r) && !keys.empty()) not_kept = true;
     return Status::ok();
   });
   std::fflush(stdout);
@@ -241,7 +262,7 @@ int fleet_results(const Args& args, const std::vector<std::string>& keys, Printe
                  table_cell(key, 200).c_str(), results_key.c_str(), stream->c_str());
     not_kept = true;
   }
-  if (keys.empty() && found.empty() && !args.flag("json")) {
+  if (keys.empty() && seen == 0 && !args.flag("json")) {
     std::fprintf(stderr, "pillbox results: no results on %s\n", results_key.c_str());
   }
   if (printer.write_errors()) return kExitUsage;
@@ -347,8 +368,8 @@ int results_command(int argc, char** argv) {
     for (const auto& r : rows) {
       if (!printer.print(r)) {
         not_kept = true;
-        std::fprintf(stderr, "pillbox results: '%s': %s; `pillbox run --rerun` makes it again\n",
-                     table_cell(r.key, 200).c_str(), why_not_kept(r).c_str());
+        std::fprintf(stderr, "pillbox results: '%s': %s; %s\n", table_cell(r.key, 200).c_str(),
+                     why_not_kept(r).c_str(), remake_hint(r).c_str());
       }
     }
   }

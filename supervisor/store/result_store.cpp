@@ -163,6 +163,16 @@ Expected<std::optional<StoredResult>> ResultStore::of_task(std::int64_t task_id)
   return std::optional<StoredResult>(std::move(rows->front()));
 }
 
+Expected<std::string> ResultStore::reused_key_payload(std::int64_t task_id) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "SELECT t.payload_sha256 FROM tasks t WHERE t.id = ?1 AND EXISTS (SELECT 1 FROM tasks o "
+                                 "WHERE o.key = t.key AND o.id < t.id AND o.payload_sha256 != t.payload_sha256)");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, task_id).step();
+  if (!row) return Error{row.error()};
+  return *row ? stmt->column_text(0) : std::string();
+}
+
 Expected<std::vector<std::string>> ResultStore::task_states(const std::string& key) {
   auto stmt = Statement::prepare(db_->handle(),
                                  "SELECT state FROM tasks WHERE job IN (SELECT DISTINCT handler_identity FROM runs) "

@@ -82,6 +82,11 @@ class ResultStore {
   Status for_each(bool with_data, const std::function<Status(const StoredResult&)>& each);
   // The bytes kept now.
   Expected<std::int64_t> kept_bytes();
+  // Task `task_id`'s payload hash when a task made before it has the same
+  // key and another payload ("" when none): `run --out` names such a task's
+  // result KEY~HASH.out (result_files.h), and so must anything else that
+  // writes it (a replay's -o).
+  Expected<std::string> reused_key_payload(std::int64_t task_id);
 
  private:
   explicit ResultStore(Database& db) : db_(&db) {}

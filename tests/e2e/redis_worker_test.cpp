@@ -8,6 +8,9 @@
 // A: abort, L: spins, E: handler error, else ok).
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "supervisor/io/result_files.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/redis_server.h"
 #include "tests/e2e/support.h"
@@ -341,7 +345,9 @@ TEST_CASE("results --redis: a fleet's outputs, the newest per key, byte for byte
   const std::string out = dir.file("out");
   const auto files = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "-o", out + "/"});
   INFO(files.describe());
-  CHECK(files.exit_code == 1);  // "big" was not kept on Redis
+  CHECK(files.exit_code == 0);  // a listing, as for a store: "big" says it was not kept
+  const auto big = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "-o", out, "big"});
+  CHECK(big.exit_code == 1);  // asked for, and not kept on Redis
   CHECK(e2e::read_file(out + "/a.out") == "second a");
   CHECK(e2e::read_file(out + "/b.out") == "bee");
   CHECK(e2e::read_file(out + "/bin.out") == binary);
@@ -369,17 +375,60 @@ TEST_CASE("results --redis: a fleet's outputs, the newest per key, byte for byte
   auto redis = e2e::connect(server);
   REQUIRE(redis.command({"XADD", "jobs:results", "*", "verdict", "ok", "output", "no key"}).has_value());
   REQUIRE(redis.command({"XADD", "jobs:results", "*", "key", "b", "output_b64", "not base64!"}).has_value());
-  const auto forged = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs"});
+  // An empty key is a key (a task may be submitted with one): its file is written.
+  REQUIRE(redis.command({"XADD", "jobs:results", "*", "key", "", "output", "empty key"}).has_value());
+  // The largest id a stream can hold, last on its page: the listing ends there.
+  REQUIRE(redis.command({"XADD", "jobs:results", "18446744073709551615-18446744073709551615", "key", "last", "output",
+                         "LAST"}).has_value());
+  const std::string out2 = dir.file("out2");
+  const auto forged = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "-o", out2});
   INFO(forged.describe());
-  CHECK(forged.exit_code == 1);
+  CHECK(forged.exit_code == 0);
   CHECK(forged.out.find("unreadable: the entry has no key") != std::string::npos);
   CHECK(forged.out.find("unreadable: its output_b64 is not base64") != std::string::npos);
+  CHECK(e2e::read_file(out2 + "/" + pillbox::result_file_name("")) == "empty key");
+  CHECK(e2e::read_file(out2 + "/last.out") == "LAST");
+  CHECK(run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "b"}).exit_code == 1);
 
   const auto both = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "--store", dir.file("s")});
   CHECK(both.exit_code == 2);
   const auto no_stream = run_pillbox({"results", "--redis", server.url()});
   CHECK(no_stream.exit_code == 2);
   CHECK(no_stream.err.find("--redis needs --stream NAME") != std::string::npos);
+}
+
+TEST_CASE("results --redis: one output in memory at a time, however many large outputs the stream holds") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  auto redis = e2e::connect(server);
+  const std::string mib(1 << 20, 'o');
+  for (int i = 0; i < 40; ++i) {
+    REQUIRE(redis.command({"XADD", "jobs:results", "*", "key", "k" + std::to_string(i), "output", mib}).has_value());
+  }
+  const auto r = run_pillbox({"results", "--redis", server.url(), "--stream", "jobs", "k5"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == mib);
+  // The same, its peak memory from wait4: the 40 MiB on Redis never came
+  // over at once (it took 222 MB for 200 such entries when they did).
+  const std::string bin = e2e::pillbox_binary();
+  const std::string url = server.url();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::execl(bin.c_str(), bin.c_str(), "results", "--redis", url.c_str(), "--stream", "jobs", "--json", "k5",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  REQUIRE(::wait4(pid, &status, 0, &usage) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  MESSAGE("pillbox results --json k5 over 40 entries of 1 MiB: max RSS " << usage.ru_maxrss << " KiB");
+  CHECK(usage.ru_maxrss < 40 * 1024);  // KiB: its own output (and its JSON) once, not the stream's
 }
 
 TEST_CASE("worker: an unreachable Redis, a bad URL and a key that is not a stream are one clear line each") {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "shared/sha256.h"
 #include "supervisor/io/result_files.h"
 #include "tests/e2e/support.h"
 
@@ -199,4 +200,34 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   CHECK(gone.exit_code == 1);
   CHECK(gone.err.find("its task is quarantined") != std::string::npos);
   CHECK(e2e::sql_int(db, "SELECT count(*) FROM results") == 4);
+}
+
+TEST_CASE("replay -o names a result as run --out does: a key's second payload gets KEY~HASH.out, never the first's file") {
+  e2e::TempDir dir;
+  e2e::TempDir work(01777);  // poison_corpus's markers, written by the sandbox user
+  const std::string store = dir.path() + "/store";
+  const std::string out = dir.file("out");
+  // One key, two payloads: the first ok, the second crashes.
+  const auto run = e2e::run_pillbox({"run", "--store", store, "--max-attempts", "1", "--no-breaker", "-o", out,
+                                     "--writable", work.path(), "-", "--", e2e::fixture("poison_corpus"), work.path()},
+                                    e2e::task_line("dup", "hello") + e2e::task_line("dup", "S bad"));
+  INFO(run.describe());
+  REQUIRE(run.exit_code == 1);
+  REQUIRE(e2e::read_file(out + "/dup.out") == "hello");
+  const auto replay = e2e::run_pillbox(
+      {"quarantine", "replay", "1", "--handler", "echo", "-o", out, "--store", store, "--writable", work.path()});
+  INFO(replay.describe());
+  CHECK(replay.exit_code == 0);
+  CHECK(e2e::read_file(out + "/dup.out") == "hello");  // the first payload's result, untouched
+  const std::string second = out + "/dup~" + pillbox::sha256_hex("S bad").substr(0, 16) + ".out";
+  CHECK(e2e::read_file(second) == "S bad");
+  // A later run -o over both writes the same two files, the same bytes.
+  const std::string again = dir.file("again");
+  const auto rerun = e2e::run_pillbox({"run", "--store", store, "-o", again, "--writable", work.path(), "-", "--",
+                                       e2e::fixture("poison_corpus"), work.path()},
+                                      e2e::task_line("dup", "hello") + e2e::task_line("dup", "S bad"));
+  INFO(rerun.describe());
+  CHECK(rerun.exit_code == 0);
+  CHECK(e2e::read_file(again + "/dup.out") == "hello");
+  CHECK(e2e::read_file(again + "/dup~" + pillbox::sha256_hex("S bad").substr(0, 16) + ".out") == "S bad");
 }
