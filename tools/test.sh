@@ -6,7 +6,8 @@
 #
 # CI has 2 cores and 30 minutes, so the work is arranged to waste neither:
 # - each test runs once: those the sanitizer build runs with no less to
-#   check are left out of the normal build (-DPILLBOX_SANITIZER_ONLY_TESTS=OFF);
+#   check (the unit tests, 19 end-to-end tests) are left out of the normal
+#   build (-DPILLBOX_SANITIZER_ONLY_TESTS=OFF);
 # - while the normal suite runs (about a fifth of the CPU idle: it waits on
 #   the processes it starts), the fuzz smoke and then the sanitizer build run
 #   beside it at the lowest priority (nice 19), so they take what is idle
