@@ -30,7 +30,7 @@ tests=(
   prometheus                                    # promtool: checks what /metrics serves
   nodejs default-jre-headless ruby              # real interpreters whose tracebacks the classifier reads
   poppler-utils                                 # pdftotext: the reference tests/e2e/pdf_corpus_test.cpp compares with
-  clang libclang-rt-14-dev                      # fuzz/ harnesses: clang 14; libFuzzer and the sanitizer
+  clang libclang-rt-14-dev                      # fuzz/ harnesses and the ASan/UBSan build: clang 14; libFuzzer and the sanitizer
                                                 # runtimes (only recommended by clang, so named here)
   llvm-14                                       # llvm-symbolizer: fuzz findings with function names
   chromium                                      # tests/e2e/console_test.cpp loads the console's pages headless

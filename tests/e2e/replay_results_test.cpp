@@ -96,11 +96,13 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   const auto run = pillbox_in(parent, first);
   INFO(run.describe());
   REQUIRE(run.exit_code == 1);
+  // A task's input file (its key's last part), and who made its result in the end.
+  const auto file_of = [](const std::string& key) { return key.substr(key.rfind('/') + 1); };
+  const auto made_by = [](const std::string& file) -> std::string {
+    return file == "e.csv" ? "patch" : file == "b.csv" || file == "d.csv" ? "replay" : "run";
+  };
   std::map<std::string, std::string> key_of;  // input file -> its task's key
-  for (const auto& j : run.records) {
-    const std::string key = j["key"];
-    key_of[key.substr(key.rfind('/') + 1)] = key;
-  }
+  for (const auto& j : run.records) key_of[file_of(j["key"])] = j["key"];
   REQUIRE(key_of.size() == 5);
   const std::string db = store + "/pillbox.db";
   REQUIRE(e2e::sql_int(db, "SELECT count(*) FROM quarantine") == 3);
@@ -141,10 +143,9 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   REQUIRE(tasks.records.size() == 5);
   for (const auto& t : tasks.records) {
     const std::string key = t["key"];
-    const std::string file = key.substr(key.rfind('/') + 1);
     INFO(key);
     CHECK(t["state"] == "ok");
-    CHECK(t["result_from"] == (file == "e.csv" ? "patch" : file == "b.csv" || file == "d.csv" ? "replay" : "run"));
+    CHECK(t["result_from"] == made_by(file_of(key)));
   }
   CHECK(e2e::run_pillbox({"tasks", "--state", "quarantined", "--store", store}).err.find("0 tasks") == 0);
   const auto open = e2e::run_pillbox({"quarantine", "list", "--status", "quarantined", "--store", store});
@@ -156,15 +157,11 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   REQUIRE(results.records.size() == 5);
   for (const auto& j : results.records) {
     const std::string key = j["key"];
-    const std::string file = key.substr(key.rfind('/') + 1);
+    const std::string file = file_of(key);
     INFO(key);
     CHECK(j["output"] == expected.at(file));
-    if (file == "b.csv" || file == "d.csv" || file == "e.csv") {
-      CHECK(j["from"] == (file == "e.csv" ? "patch" : "replay"));
-      CHECK(j["quarantine_id"] == std::stoll(record_of(file)));
-    } else {
-      CHECK(j["from"] == "run");
-    }
+    CHECK(j["from"] == made_by(file));
+    if (made_by(file) != "run") CHECK(j["quarantine_id"] == std::stoll(record_of(file)));
   }
   const auto raw = e2e::run_pillbox({"results", "--store", store, key_of["b.csv"]});
   CHECK(raw.exit_code == 0);
