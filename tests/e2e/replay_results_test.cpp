@@ -53,13 +53,6 @@ std::string parser_v2() {
   return v2;
 }
 
-// pillbox ARGS run in `cwd`, as a user in that directory would.
-e2e::RunResult pillbox_in(const std::string& cwd, const std::vector<std::string>& args) {
-  std::vector<std::string> sh = {"-c", "cd \"$1\" && shift && exec \"$@\"", "sh", cwd, e2e::pillbox_binary()};
-  sh.insert(sh.end(), args.begin(), args.end());
-  return e2e::run_command("/bin/sh", sh);
-}
-
 // What the script prints for `file`, run by the real interpreter outside pillbox.
 std::string python_output(const std::string& script, const std::string& file) {
   const auto r = e2e::run_command(kPython, {script, file});
@@ -93,7 +86,7 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   // 1. The first run, from the project's parent: three records.
   std::vector<std::string> first = {"run", "--store", store, "--max-attempts", "1", "--json", name + "/data"};
   first.insert(first.end(), command.begin(), command.end());
-  const auto run = pillbox_in(parent, first);
+  const auto run = e2e::pillbox_in(parent, first);
   INFO(run.describe());
   REQUIRE(run.exit_code == 1);
   // A task's input file (its key's last part), and who made its result in the end.
@@ -113,7 +106,7 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   // 2. The date bug fixed; every record replayed, from another directory: b
   // and d resolve, e fails again.
   project.write("parse_records.py", parser_v2());
-  const auto replay = pillbox_in("/", {"quarantine", "replay", "--all", "--json", "--store", store});
+  const auto replay = e2e::pillbox_in("/", {"quarantine", "replay", "--all", "--json", "--store", store});
   INFO(replay.describe());
   CHECK(replay.exit_code == 1);
   CHECK(e2e::sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'resolved'") == 2);
@@ -173,7 +166,7 @@ TEST_CASE("fix the script, replay, patch: tasks, results and run --out give the 
   const std::string final_dir = store_dir.file("final");
   std::vector<std::string> again = {"run", "--store", store, "-o", final_dir, name + "/data"};
   again.insert(again.end(), command.begin(), command.end());
-  const auto rerun = pillbox_in(parent, again);
+  const auto rerun = e2e::pillbox_in(parent, again);
   INFO(rerun.describe());
   CHECK(rerun.exit_code == 0);
   CHECK(rerun.err.find("5 already ok and 0 already quarantined") != std::string::npos);

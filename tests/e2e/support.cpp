@@ -181,6 +181,12 @@ RunResult run_pillbox(const std::vector<std::string>& args, const std::string& s
   return run_command(pillbox_binary(), args, stdin_data, extra_env, on_stdout_line, deadline_s);
 }
 
+RunResult pillbox_in(const std::string& cwd, const std::vector<std::string>& args) {
+  std::vector<std::string> sh = {"-c", "cd \"$1\" && shift && exec \"$@\"", "sh", cwd, pillbox_binary()};
+  sh.insert(sh.end(), args.begin(), args.end());
+  return run_command("/bin/sh", sh);
+}
+
 RunResult check_usage_error(const std::vector<std::string>& args, const std::string& says) {
   auto r = run_pillbox(args);
   INFO(r.describe());

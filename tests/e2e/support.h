@@ -52,6 +52,8 @@ std::string task_line(const std::string& key, const std::string& payload);
 RunResult run_pillbox(const std::vector<std::string>& args, const std::string& stdin_data = "",
                       const std::map<std::string, std::string>& extra_env = {},
                       const LineCallback& on_stdout_line = {}, int deadline_s = 480);
+// pillbox ARGS run in `cwd`, as a user in that directory would.
+RunResult pillbox_in(const std::string& cwd, const std::vector<std::string>& args);
 // Runs pillbox with `args` and checks that it refuses them as a usage error:
 // exit code 2, and stderr says `says`. The run, for the caller's own checks.
 RunResult check_usage_error(const std::vector<std::string>& args, const std::string& says);
