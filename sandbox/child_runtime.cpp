@@ -45,7 +45,8 @@ void reset_inherited_signals() {
   signal(SIGPIPE, SIG_DFL);
 }
 
-// Fixed fd layout: 0 = /dev/null, 1/2 = exec streams or /dev/null,
+// Fixed fd layout: 0 = /dev/null, 1/2 = exec streams or /dev/null, 3 = held
+// for the payload (close-on-exec /dev/null),
 // kCrashFd = crash pipe, kListenerSocketFd = where the seccomp listener goes
 // (closed again before anything untrusted runs); every other fd is closed.
 bool arrange_fds(const ChildFds& fds) {
@@ -71,6 +72,11 @@ bool arrange_fds(const ChildFds& fds) {
   if (::dup2(out >= 0 ? out : devnull, 1) < 0) return false;
   if (::dup2(err >= 0 ? err : devnull, 2) < 0) return false;
   ::close_range(3, kCrashFd - 1, 0);
+  // fd 3 is held (close-on-exec) until a payload memory file may replace it:
+  // the wire's socket, opened next, would take it otherwise, and putting
+  // the payload there would cut the child off from the supervisor (an
+  // execve failure could not be reported).
+  if (::fcntl(0, F_DUPFD_CLOEXEC, kPayloadFileFd) != kPayloadFileFd) return false;
   // The fds past kCrashFd that were handed over stay; the rest go.
   const int last = fds.mount_ns >= 0 ? kMountNsFd : fds.listener_socket >= 0 ? kListenerSocketFd : kCrashFd;
   if (fds.listener_socket < 0 && fds.mount_ns >= 0) ::close(kListenerSocketFd);
