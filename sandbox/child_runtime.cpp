@@ -24,14 +24,14 @@
 #include "shared/control.h"
 #include "shared/crash_report.h"
 #include "shared/seccomp_notify.h"
+#include "shared/task_input.h"
 #include "shared/wire.h"
 
 namespace pillbox::sandbox {
 namespace {
 
-constexpr int kPayloadFileFd = 3;  // exec mode with "{}": the payload file
+constexpr int kPayloadFileFd = 3;  // exec mode naming the payload's file without a private /tmp: the memory file
 constexpr int kMountNsFd = 1002;   // until joined: the slot's mount namespace (private tmp, zygote mode)
-constexpr const char* kPayloadFilePath = "/proc/self/fd/3";
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -170,9 +170,19 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   return out;
 }
 
-[[noreturn]] void exec_program(const PreparedChild& prep, Wire& wire, int payload_fd, const std::string& payload) {
+// Where an exec task's payload goes: a file under its own name in the
+// private /tmp's payload dir when the command line names the file and the
+// task has one; otherwise a memory file (seekable like a file, no size limit
+// of a pipe), which is stdin, or fd 3 when the command line names the file.
+struct PayloadFile {
+  int fd = -1;
+  std::string path;  // what {} expands to ("" when stdin is the payload)
+};
+
+[[noreturn]] void exec_program(const PreparedChild& prep, Wire& wire, const TaskTicket& ticket,
+                               const PayloadFile& file, const std::string& payload) {
   const ChildConfig& cfg = prep.config;
-  // The payload goes into a memfd: seekable like a file, no size limit of a pipe.
+  const int payload_fd = file.fd;
   std::size_t off = 0;
   while (off < payload.size()) {
     const ssize_t n = ::write(payload_fd, payload.data() + off, payload.size() - off);
@@ -182,15 +192,20 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   }
   ::lseek(payload_fd, 0, SEEK_SET);
   std::vector<std::string> argv = cfg.exec_argv;
-  if (cfg.exec_payload_as_file) {
-    ::dup2(payload_fd, kPayloadFileFd);
-    for (auto& a : argv) {
-      for (std::size_t pos; (pos = a.find("{}")) != std::string::npos;) a.replace(pos, 2, kPayloadFilePath);
-    }
-  } else {
-    ::dup2(payload_fd, 0);
+  // argv[0] is the command the supervisor resolved: a path, never a template.
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    if (has_replacement_string(argv[i])) argv[i] = expand_replacement_strings(argv[i], file.path, ticket.key);
   }
-  std::vector<std::string> env = {std::string("PATH=") + kExecTaskPath, "LANG=C.UTF-8", "HOME=/"};
+  if (!cfg.exec_payload_as_file) {
+    ::dup2(payload_fd, 0);
+  } else if (file.path == kPayloadFdPath) {
+    ::dup2(payload_fd, kPayloadFileFd);
+  }
+  // The file under its own name is closed: the program opens it by name,
+  // and nothing of it stays open that the program did not open itself.
+  ::close(payload_fd);
+  std::vector<std::string> env = {std::string("PATH=") + kExecTaskPath, "LANG=C.UTF-8", "HOME=/",
+                                  "PILLBOX_KEY=" + ticket.key};
   if (cfg.policy.isolation.tmp_bytes > 0) env.push_back("TMPDIR=/tmp");
   if (!cfg.crash_lib.empty()) {
     env.push_back("LD_PRELOAD=" + cfg.crash_lib);
@@ -307,7 +322,9 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     ::close(kMountNsFd);
     if (!joined) fail_setup(wire, joined.message());
   } else if (private_tmp) {
-    if (auto s = enter_private_tmp(cfg.policy.isolation, cfg.keep_visible); !s) fail_setup(wire, s.message());
+    if (auto s = enter_private_tmp(cfg.policy.isolation, cfg.keep_visible, cfg.exec_payload_as_file); !s) {
+      fail_setup(wire, s.message());
+    }
   } else if (cfg.exec_mode() && !cfg.working_dir.empty()) {
     // No private /tmp to work in: the command runs where `run` was started,
     // and a record runs again where it was made, not where the operator
@@ -316,10 +333,12 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   }
 
   // 4. Confinement, most permissive step first.
-  int payload_fd = -1;
-  if (cfg.exec_mode()) {
-    payload_fd = ::memfd_create("pillbox-payload", MFD_CLOEXEC);
-    if (payload_fd < 0) fail_setup(wire, errno_text("memfd_create (payload)"));
+  PayloadFile payload_file;
+  const bool payload_in_dir = cfg.exec_payload_as_file && (private_tmp || fds.mount_ns >= 0) && has_payload_dir();
+  if (cfg.exec_mode() && !payload_in_dir) {
+    payload_file.fd = ::memfd_create("pillbox-payload", MFD_CLOEXEC);
+    if (payload_file.fd < 0) fail_setup(wire, errno_text("memfd_create (payload)"));
+    if (cfg.exec_payload_as_file) payload_file.path = kPayloadFdPath;
   }
   if (auto s = apply_rlimits(limits, current_address_space_bytes(), !ticket.cgroup_procs.empty()); !s) {
     fail_setup(wire, s.message());
@@ -352,6 +371,18 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
     if (auto s = empty_private_dirs(); !s) {
       fail_setup(wire, s.message() + "; the slot gets a new private /tmp namespace", kExitSlotUncleanable);
     }
+  }
+  // The payload's file, as the task's uid (it is the task's to read, change
+  // or remove), before the filter: what is left after it is only writing.
+  if (payload_in_dir) {
+    const std::string name = payload_file_name(ticket.key);
+    auto made = create_payload_file(name);
+    if (!made) {
+      fail_setup(wire, made.error() + (fds.mount_ns >= 0 ? "; the slot gets a new private /tmp namespace" : ""),
+                 fds.mount_ns >= 0 ? kExitSlotUncleanable : kExitSetupFailed);
+    }
+    payload_file.fd = made->release();
+    payload_file.path = std::string(kPayloadDir) + "/" + name;
   }
   // A plugin, as root: loaded only now, as the slot's uid with no capability.
   std::unique_ptr<Handler> loaded;
@@ -388,7 +419,7 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   std::optional<Frame> task = wire.receive_task(wire_timeout_ms);
   if (!task) _exit(kExitNoSupervisor);
 
-  if (cfg.exec_mode()) exec_program(prep, wire, payload_fd, task->data);
+  if (cfg.exec_mode()) exec_program(prep, wire, ticket, payload_file, task->data);
 
   Frame result = run_in_process(*handler, task->data, limits.output_bytes);
   if (!wire.send(FrameType::kResult, std::move(result.data), std::move(result.message), result.status)) {

@@ -16,6 +16,7 @@
 
 #include "sandbox/exit_codes.h"
 #include "shared/child_config.h"
+#include "shared/task_input.h"
 
 namespace pillbox::sandbox {
 namespace {
@@ -23,7 +24,8 @@ namespace {
 // A request: one byte saying which of the five fds ride along (in
 // SCM_RIGHTS, in this order), then the ticket as encode_ticket lays it out.
 constexpr std::uint8_t kHasCrash = 1, kHasStdout = 2, kHasStderr = 4, kHasListenerSocket = 8, kHasMountNs = 16;
-constexpr std::size_t kMaxRequest = 64 * 1024;  // tickets are a few hundred bytes
+// Tickets are a few hundred bytes, plus an exec task's key.
+constexpr std::size_t kMaxRequest = 64 * 1024 + kMaxTaskKeyBytes;
 constexpr std::size_t kMaxFds = 5;
 constexpr std::size_t kMaxCgroupPaths = 16;
 // The server answers within a millisecond or so. One that does not was
@@ -51,6 +53,7 @@ void encode_ticket(const TaskTicket& t, std::string& out) {
   put_str(out, t.endpoint);
   put_u32(out, static_cast<std::uint32_t>(t.cgroup_procs.size()));
   for (const std::string& path : t.cgroup_procs) put_str(out, path);
+  put_str(out, t.key);
 }
 
 // Reads what encode_ticket wrote (both sides are this binary); false when
@@ -89,7 +92,7 @@ bool decode_ticket(const char* p, std::size_t n, TaskTicket& t) {
   for (std::string& path : t.cgroup_procs) {
     if (!r.get_str(path)) return false;
   }
-  return true;
+  return r.get_str(t.key);
 }
 
 // In the new child: decode the ticket and become the task. Never returns.

@@ -12,14 +12,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shared/child_config.h"
 #include "shared/fault_injection.h"
+#include "shared/task_input.h"
 #include "shared/unique_fd.h"
 
 namespace pillbox::sandbox {
@@ -112,8 +115,27 @@ Status set_up_private_dev() {
   return Status::ok();
 }
 
+// The payload file's directory (shared/task_input.h), inside the private
+// /tmp: a tmpfs of its own, so that a payload up to the payload limit fits
+// whatever the policy's `tmp` size, and nr_inodes=2 (its root and one
+// file), so that the task cannot use it as more room beside /tmp: one file,
+// which RLIMIT_FSIZE bounds once the payload is in it. Its root is root's
+// and sticky, so the task's uid makes the file and cannot remove the
+// directory or mount point. A host without /tmp: no directory, and tasks
+// get the payload on fd 3 (child_runtime.cpp).
+Status set_up_payload_dir() {
+  if (!is_dir("/tmp")) return Status::ok();
+  const std::string dir(kPayloadDir);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Status::error(errno_text("payload dir: mkdir " + dir));
+  const std::string options = "size=" + std::to_string(kMaxPayloadFileBytes) + ",nr_inodes=2,mode=1777";
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+    return Status::error(errno_text("payload dir: mounting a tmpfs on " + dir));
+  }
+  return Status::ok();
+}
+
 // In a mount namespace just unshared: the tmpfs mounts and the binds.
-Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::string>& keep_visible) {
+Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::string>& keep_visible, bool payload_dir) {
   // Nothing mounted here reaches the zygote's namespace or the host.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     return Status::error(errno_text("private tmp: making mounts private"));
@@ -194,7 +216,7 @@ Status set_up_private_dirs(const Isolation& isolation, const std::vector<std::st
       return Status::error(errno_text("private tmp: keeping " + k.path + " visible"));
     }
   }
-  return Status::ok();
+  return payload_dir ? set_up_payload_dir() : Status::ok();
 }
 
 // The names in directory `dir_fd` but "." and "..", read with getdents64
@@ -299,14 +321,15 @@ const std::string g_unremovable_for_tests = [] {
 
 }  // namespace
 
-Status enter_private_tmp(const Isolation& isolation, const std::vector<std::string>& keep_visible) {
+Status enter_private_tmp(const Isolation& isolation, const std::vector<std::string>& keep_visible, bool payload_dir) {
   if (::unshare(CLONE_NEWNS) != 0) return Status::error(errno_text("private tmp: unshare(CLONE_NEWNS)"));
-  if (auto s = set_up_private_dirs(isolation, keep_visible); !s) return s;
+  if (auto s = set_up_private_dirs(isolation, keep_visible, payload_dir); !s) return s;
   if (::chdir("/tmp") != 0) return Status::error(errno_text("private tmp: chdir /tmp"));
   return Status::ok();
 }
 
-Expected<UniqueFd> make_slot_namespace(const Isolation& isolation, const std::vector<std::string>& keep_visible) {
+Expected<SlotNamespace> make_slot_namespace(const Isolation& isolation, const std::vector<std::string>& keep_visible,
+                                            bool payload_dir) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Error{errno_text("private tmp: pipe2")};
   UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
@@ -319,7 +342,7 @@ Expected<UniqueFd> make_slot_namespace(const Isolation& isolation, const std::ve
     std::string answer = "ok";
     if (::unshare(CLONE_NEWNS) != 0) {
       answer = errno_text("private tmp: unshare(CLONE_NEWNS)");
-    } else if (auto s = set_up_private_dirs(isolation, keep_visible); !s) {
+    } else if (auto s = set_up_private_dirs(isolation, keep_visible, payload_dir); !s) {
       answer = s.message();
     }
     (void)!::write(write_end.get(), answer.data(), answer.size());
@@ -335,15 +358,21 @@ Expected<UniqueFd> make_slot_namespace(const Isolation& isolation, const std::ve
     answer.append(buf, static_cast<std::size_t>(n));
     if (answer == "ok") break;
   }
-  UniqueFd ns;
-  if (answer == "ok") ns.reset(::open(("/proc/" + std::to_string(pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  SlotNamespace slot;
+  if (answer == "ok") slot.ns.reset(::open(("/proc/" + std::to_string(pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
   const int open_errno = errno;
+  // Its payload dir, reached through the first process's root: a path in
+  // the new namespace, which the zygote itself never joins.
+  if (slot.ns.valid() && payload_dir) {
+    slot.payload_dir.reset(::open(("/proc/" + std::to_string(pid) + "/root" + std::string(kPayloadDir)).c_str(),
+                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  }
   ::kill(pid, SIGKILL);
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
   if (answer != "ok") return Error{answer.empty() ? "private tmp: the namespace's first process died" : answer};
-  if (!ns.valid()) return Error{"private tmp: opening the namespace: " + std::string(std::strerror(open_errno))};
-  return ns;
+  if (!slot.ns.valid()) return Error{"private tmp: opening the namespace: " + std::string(std::strerror(open_errno))};
+  return slot;
 }
 
 Status join_private_tmp(int ns_fd) {
@@ -354,7 +383,15 @@ Status join_private_tmp(int ns_fd) {
 
 Status empty_private_dirs() {
   const char* const unremovable = g_unremovable_for_tests.empty() ? nullptr : g_unremovable_for_tests.c_str();
-  for (const char* dir : kPrivateDirs) {
+  // The payload dir is a mount of its own, which the walk of /tmp does not
+  // enter: emptied as one more directory.
+  static const std::string payload_dir(kPayloadDir);
+  static const std::vector<const char*> dirs = [] {
+    std::vector<const char*> v(std::begin(kPrivateDirs), std::end(kPrivateDirs));
+    v.push_back(payload_dir.c_str());
+    return v;
+  }();
+  for (const char* dir : dirs) {
     const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     // Most tasks leave nothing: then one listing is the whole cost (open,
@@ -388,5 +425,29 @@ Status empty_private_dirs() {
   }
   return Status::ok();
 }
+
+void remove_payload_files(int payload_dir_fd) {
+  bool failed = false;
+  for (const std::string& name : list_names(payload_dir_fd, false, failed)) {
+    if (::unlinkat(payload_dir_fd, name.c_str(), 0) != 0 && errno == EISDIR) {
+      ::unlinkat(payload_dir_fd, name.c_str(), AT_REMOVEDIR);  // empty: the dir holds one inode
+    }
+  }
+}
+
+Expected<UniqueFd> create_payload_file(const std::string& name) {
+  const std::string path = std::string(kPayloadDir) + "/" + name;
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Error{errno_text("payload file: creating " + path)};
+  return fd;
+}
+
+bool has_payload_dir() {
+  struct stat dir {}, tmp {};
+  // Its own mount, or it is only a directory a host happens to have.
+  return ::stat(std::string(kPayloadDir).c_str(), &dir) == 0 && S_ISDIR(dir.st_mode) && ::stat("/tmp", &tmp) == 0 &&
+         dir.st_dev != tmp.st_dev;
+}
+
 
 }  // namespace pillbox::sandbox

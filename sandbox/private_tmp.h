@@ -33,7 +33,9 @@ namespace pillbox::sandbox {
 
 // Spawn mode: a mount namespace of the child's own, set up, entered, and
 // /tmp its working directory. It dies with the task's last process.
-Status enter_private_tmp(const Isolation& isolation, const std::vector<std::string>& keep_visible);
+// `payload_dir`: the command names the payload's file, which lives in
+// /tmp/pillbox-input, a tmpfs of its own (shared/task_input.h).
+Status enter_private_tmp(const Isolation& isolation, const std::vector<std::string>& keep_visible, bool payload_dir);
 
 // Zygote mode: unsharing and tearing down a mount namespace per task costs
 // about 1.5 ms (measured: the teardown waits for RCU), most of a small
@@ -44,7 +46,12 @@ Status enter_private_tmp(const Isolation& isolation, const std::vector<std::stri
 // (empty_private_dirs): never two tasks in one namespace at once, and
 // nothing of one reaches the next. The namespace ends with the zygote, or
 // when a task of the slot could not empty it (then the next one is made).
-Expected<UniqueFd> make_slot_namespace(const Isolation& isolation, const std::vector<std::string>& keep_visible);
+struct SlotNamespace {
+  UniqueFd ns;           // the mount namespace, to join
+  UniqueFd payload_dir;  // its payload dir (shared/task_input.h), for the zygote; invalid when it has none
+};
+Expected<SlotNamespace> make_slot_namespace(const Isolation& isolation, const std::vector<std::string>& keep_visible,
+                                            bool payload_dir);
 Status join_private_tmp(int ns_fd);
 
 // In a joined slot namespace, as the task's uid, before the payload: removes
@@ -54,5 +61,24 @@ Status join_private_tmp(int ns_fd);
 // cannot remove is left that is not root's own: the child then exits
 // kExitSlotUncleanable, and the zygote makes the slot a new namespace.
 Status empty_private_dirs();
+
+// In the zygote, once a task of the slot ended (its process group is gone):
+// removes what its payload dir holds. A file left there until the slot's
+// next task stays charged to the slot's memory cgroup, which the supervisor
+// then makes anew after every task (CgroupSlots::renew_if_charged); the
+// next task's own emptying stays the rule for what this could not remove.
+// Only names listed in the directory's fd, never a path: nothing it holds
+// can lead outside it.
+void remove_payload_files(int payload_dir_fd);
+
+// In a private /tmp, as the task's uid, before the policy's filter: the
+// task's payload file, empty, at kPayloadDir/NAME (shared/task_input.h),
+// open read-write for the payload to be written into when it arrives. An
+// error when a file is already there (a slot whose previous task's file
+// could not be removed).
+Expected<UniqueFd> create_payload_file(const std::string& name);
+// Whether this mount namespace has the payload dir as a mount of its own
+// (a private /tmp made by this version of pillbox).
+bool has_payload_dir();
 
 }  // namespace pillbox::sandbox

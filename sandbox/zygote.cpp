@@ -116,12 +116,13 @@ class Zygote {
     // A private tmp: the task joins its slot's mount namespace (made once).
     if (prep_.read_only_view && prep_.config.policy.isolation.tmp_bytes > 0) {
       auto& ns = slot_namespaces_[ticket.slot];
-      if (!ns.valid()) {
-        auto made = make_slot_namespace(prep_.config.policy.isolation, prep_.config.keep_visible);
+      if (!ns.ns.valid()) {
+        auto made = make_slot_namespace(prep_.config.policy.isolation, prep_.config.keep_visible,
+                                        prep_.config.exec_payload_as_file);
         if (!made) return fork_failed(ticket.seq, made.error());
         ns = std::move(*made);
       }
-      fds.mount_ns = ns.get();
+      fds.mount_ns = ns.ns.get();
     }
     fds.crash_write = streams->crash_write.get();
     fds.listener_socket = streams->listener_socket_child.get();
@@ -219,6 +220,11 @@ class Zygote {
         ++it;
         continue;
       }
+      // Its payload file goes before the supervisor looks at what the
+      // slot's memory group still holds.
+      if (auto ns = slot_namespaces_.find(r.slot); ns != slot_namespaces_.end() && ns->second.payload_dir.valid()) {
+        remove_payload_files(ns->second.payload_dir.get());
+      }
       ControlMessage m;
       m.type = ControlType::kExited;
       r.watch.take();  // a notification that came with the exit
@@ -252,7 +258,7 @@ class Zygote {
   ForkServer server_;
   bool server_lost_ = false;  // died or stopped answering: shut down (see lose_server)
   std::map<pid_t, Running> running_;
-  std::map<std::uint32_t, UniqueFd> slot_namespaces_;  // private tmp: one mount namespace per job slot
+  std::map<std::uint32_t, SlotNamespace> slot_namespaces_;  // private tmp: one mount namespace per job slot
 };
 
 

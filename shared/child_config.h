@@ -58,6 +58,9 @@ struct TaskTicket {
   std::uint32_t uid = 0;                      // with drop_privileges: this task's uid and gid
   std::uint32_t gid = 0;                      // (its slot's, from the uid pool, or sandbox_uid/gid)
   std::uint32_t slot = 0;                     // its job slot: tasks of one slot run one at a time
+  // Exec mode: the task's key, for its payload file's name, {key} and
+  // $PILLBOX_KEY (shared/task_input.h). At most kMaxTaskKeyBytes.
+  std::string key;
 };
 
 }  // namespace pillbox

@@ -77,7 +77,7 @@ void pack_config(Packer& pk, const ChildConfig& c) {
 }
 
 void pack_ticket(Packer& pk, const TaskTicket& t) {
-  pk.pack_array(7);
+  pk.pack_array(8);
   pk.pack_uint64(t.seq);
   pack_str(pk, t.endpoint);
   pack_bin(pk, std::string_view(reinterpret_cast<const char*>(t.secret.data()), t.secret.size()));
@@ -85,6 +85,7 @@ void pack_ticket(Packer& pk, const TaskTicket& t) {
   pk.pack_uint32(t.uid);
   pk.pack_uint32(t.gid);
   pk.pack_uint32(t.slot);
+  pack_str(pk, t.key);
 }
 
 void pack_exit(Packer& pk, const ExitReport& e) {
@@ -197,7 +198,7 @@ ChildConfig unpack_config(const msgpack::object& o) {
 }
 
 TaskTicket unpack_ticket(const msgpack::object& o) {
-  const auto& a = arr(o, 7, "ticket");
+  const auto& a = arr(o, 8, "ticket");
   TaskTicket t;
   t.seq = u64(a.ptr[0]);
   t.endpoint = str(a.ptr[1]);
@@ -208,6 +209,7 @@ TaskTicket unpack_ticket(const msgpack::object& o) {
   t.uid = static_cast<std::uint32_t>(u64(a.ptr[4]));
   t.gid = static_cast<std::uint32_t>(u64(a.ptr[5]));
   t.slot = static_cast<std::uint32_t>(u64(a.ptr[6]));
+  t.key = str(a.ptr[7]);
   return t;
 }
 

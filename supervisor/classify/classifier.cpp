@@ -11,6 +11,7 @@
 #include "shared/child_streams.h"
 #include "shared/crash_report.h"
 #include "supervisor/classify/exception_message.h"
+#include "supervisor/classify/payload_names.h"
 #include "supervisor/classify/traceback.h"
 
 namespace pillbox {
@@ -213,8 +214,10 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
           // frames: the crash state of a script. Otherwise the last line of
           // stderr is what the program said last.
           if (auto traceback = parse_traceback(exit.stderr_tail)) {
+            mask_payload_frames(*traceback, ex.task_key);
             o.crash_state = traceback_state(*traceback);
-            traceback_detail = exception_message_key(traceback->message, extra_temp_dirs());
+            traceback_detail =
+                exception_message_key(mask_payload_names(traceback->message, ex.task_key), extra_temp_dirs());
             fail(o, Kind::kHandlerError, "exit code " + std::to_string(code) + ": " + traceback->exception_type +
                                              (traceback->message.empty() ? "" : ": " + traceback->message));
           } else {
@@ -290,7 +293,8 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       case Kind::kKilled: detail = signal_name(o.signal); break;
       case Kind::kSeccompViolation: detail = o.syscall; break;
       case Kind::kHandlerError:
-        detail = traceback_detail ? *traceback_detail : normalize_message(o.message);
+        detail = traceback_detail ? *traceback_detail
+                                  : normalize_message(ex.exec_mode ? mask_payload_names(o.message, ex.task_key) : o.message);
         break;
       case Kind::kProtocolError:
       case Kind::kSandboxError: detail = normalize_message(o.message); break;

@@ -21,6 +21,7 @@ struct Execution {
   bool exec_mode = false;
   Limits limits;
   std::string handler_identity;          // part of every fingerprint
+  std::string task_key;                  // exec mode: what names the payload in its messages (payload_names.h)
   std::optional<ExitReport> exit;        // absent when the child never ran
   std::string launch_error;              // fork failed, zygote lost
   std::uint64_t wall_ms = 0;

@@ -37,7 +37,7 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox run [options] INPUT...\n"
-    "       pillbox run [options] INPUT... -- CMD ARGS...   (exec mode: payload on stdin, or as a file where {} appears)\n"
+    "       pillbox run [options] INPUT... -- CMD ARGS...   (exec mode: any program)\n"
     "\n"
     "Runs every input in its own confined child process and reports how each one ended.\n"
     "INPUT is a regular file, a directory (read recursively), or - for JSON lines on stdin:\n"
@@ -45,6 +45,14 @@ const char* kHelp =
     "Anything else named here (a FIFO, a device) is refused before anything runs. In a directory,\n"
     "symlinks are not followed and entries that are not regular files are skipped, each listed\n"
     "on stderr as an input error (exit code 2).\n"
+    "\n"
+    "exec mode: CMD gets the payload on stdin, or as a file where ARGS name it (stdin is then empty):\n"
+    "  {}      the payload's file, under the input's own name: /tmp/pillbox-input/contacts-011.csv\n"
+    "          for the input exports/contacts-011.csv (in the task's private /tmp)\n"
+    "  {.}     the same without its extension     {/}  contacts-011.csv     {/.}  contacts-011\n"
+    "  {key}   the task's key (exports/contacts-011.csv); also in $PILLBOX_KEY, in every exec task\n"
+    "  Expanded inside an argument too (--in={}). In the file's name, bytes a shell acts on are _,\n"
+    "  so {} stays one word in sh -c '...'; {key} is as given: there, use \"$PILLBOX_KEY\".\n"
     "\n"
     "options:\n"
     "  --handler NAME      echo | regex | pdf-text | inflate | plugin:PATH.so (not with a command)\n"

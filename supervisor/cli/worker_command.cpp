@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "shared/task_input.h"
 #include "supervisor/broker/worker_job.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
@@ -201,6 +202,11 @@ int worker_command(int argc, char** argv) {
     auto size = read_size(*args, name);
     if (!size) return fail(size.error(), kExitUsage);
     if (*size) *target = static_cast<std::size_t>(**size);
+  }
+  if (w.max_key > kMaxTaskKeyBytes) {
+    return fail("--max-key " + std::to_string(w.max_key) + " is over " + std::to_string(kMaxTaskKeyBytes) +
+                    ", the longest key a task can be given (its file name, {key} and $PILLBOX_KEY)",
+                kExitUsage);
   }
   auto key = read_fleet_key(*args);
   if (!key) return fail(key.error(), kExitUsage);

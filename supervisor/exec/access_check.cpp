@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "shared/control.h"
+#include "shared/task_input.h"
 #include "shared/unique_fd.h"
 
 namespace pillbox {
@@ -206,7 +207,7 @@ std::vector<AccessNeed> command_access_needs(const std::vector<std::string>& arg
   add_program(needs, seen, argv[0], "the command", task_path, 0);
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const std::string& a = argv[i];
-    if (a.find("{}") != std::string::npos) continue;  // the payload's file
+    if (has_replacement_string(a)) continue;  // the payload's file, or made from the key
     std::string candidate = a;
     if (a.starts_with("-")) {  // --config=/etc/x.conf
       const auto eq = a.find('=');

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/policy_parser.h"
+#include "shared/task_input.h"
 #include "supervisor/exec/access_check.h"
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/exec/record_policy.h"
@@ -150,12 +151,10 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
     auto path = resolve_command(config.exec_argv[0], config.working_dir);
     if (!path) return Error{path.error()};
     config.exec_argv[0] = *path;
-    for (auto& a : config.exec_argv) {
-      if (a.find("{}") != std::string::npos) {
-        config.exec_payload_as_file = true;
-      } else if (&a != &config.exec_argv[0]) {
-        a = absolute_if_existing(a, config.working_dir);
-      }
+    for (std::size_t i = 1; i < config.exec_argv.size(); ++i) {
+      std::string& a = config.exec_argv[i];
+      if (names_payload_file(a)) config.exec_payload_as_file = true;
+      if (!has_replacement_string(a)) a = absolute_if_existing(a, config.working_dir);
     }
     config.crash_lib = find_crash_library();
   } else if (choice.handler.empty()) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <zmq.hpp>
 
+#include "shared/task_input.h"
 #include "supervisor/exec/access_check.h"
 #include "supervisor/exec/cgroups.h"
 #include "supervisor/classify/classifier.h"
@@ -237,6 +238,23 @@ class Dispatcher {
         report_.warnings.push_back(w);
       }
     }
+    // The payload's file under its own name lives in the private /tmp
+    // (shared/task_input.h); without one, {} is the memory file on fd 3.
+    // A zygote says which namespaces it has; in spawn mode, each child makes
+    // its own, and the check before the run warned of a refused one.
+    const bool read_only_view = settings_.mode == LaunchMode::kSpawn ||
+                                std::find(report_.isolation.begin(), report_.isolation.end(), "mount(read-only)") !=
+                                    report_.isolation.end();
+    if (settings_.config.exec_payload_as_file && (!has_private_tmp(settings_.config.policy) || !read_only_view)) {
+      const Isolation& iso = settings_.config.policy.isolation;
+      const std::string why = iso.tmp_bytes == 0                          ? "the policy has `tmp = none`"
+                              : iso.filesystem != FilesystemMode::kReadOnly ? "the policy's `filesystem` is not read-only"
+                                                                            : "the host refused a read-only view";
+      report_.warnings.push_back(
+          "tasks get no private /tmp here (" + why +
+          "), so {} is " + std::string(kPayloadFdPath) +
+          ": a file without the input's name or extension; {/}, {/.} and $PILLBOX_KEY still give them");
+    }
     return Status::ok();
   }
 
@@ -258,6 +276,19 @@ class Dispatcher {
     ticket.slot = static_cast<std::uint32_t>(r->slot);
     ticket.uid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_uid;
     ticket.gid = uids_ ? uids_->uid(r->slot) : settings_.config.sandbox_gid;
+    if (r->exec.exec_mode) {
+      // Where tasks come in, a longer key is refused (shared/task_input.h);
+      // one that got past (a record from an older store) is not the
+      // payload's fault.
+      if (r->task.key.size() > kMaxTaskKeyBytes) {
+        r->exec.launch_error = "the task's key is " + std::to_string(r->task.key.size()) + " bytes, over the " +
+                               std::to_string(kMaxTaskKeyBytes) + "-byte limit of a key an exec command is given";
+        not_launched_.push_back(std::move(r));
+        return;
+      }
+      ticket.key = r->task.key;
+      r->exec.task_key = r->task.key;
+    }
     try {
       r->wire = wires_.acquire();
       r->channel = std::make_unique<TaskChannel>(*r->wire, r->seq, r->secret, r->task.payload, max_frame(settings_),

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string_view>
 
+#include "shared/task_input.h"
+
 namespace pillbox {
 namespace {
 
@@ -75,6 +77,19 @@ std::string share_for(const std::string& hidden) {
 }
 
 Status check_host_view(const ChildConfig& config) {
+  if (config.exec_payload_as_file && has_private_tmp(config.policy)) {
+    // The payload's directory is a tmpfs of its own over whatever the host has
+    // there (shared/task_input.h).
+    const Isolation& iso = config.policy.isolation;
+    for (const auto* list : {&config.keep_visible, &iso.shared, &iso.writable}) {
+      for (const std::string& path : *list) {
+        if (under(normal(path), std::string(kPayloadDir))) {
+          return Status::error(path + " lies in " + std::string(kPayloadDir) +
+                               ", where each task finds its payload's file and nothing of the host: move it elsewhere");
+        }
+      }
+    }
+  }
   for (const std::string& path : config.policy.isolation.shared) {
     if (!exists(path)) {
       return Status::error("the shared path " + path + " (--share, or `share =` in the policy) does not exist on this "
@@ -99,8 +114,9 @@ Status check_host_view(const ChildConfig& config) {
   if (!config.exec_mode() || !has_private_tmp(config.policy)) return Status::ok();
   for (std::size_t i = 1; i < config.exec_argv.size(); ++i) {
     for (const std::string& word : absolute_words(config.exec_argv[i])) {
-      if (word.find("{}") != std::string::npos) continue;  // the payload's file
+      if (has_replacement_string(word)) continue;  // the payload's file, or made from the key
       const std::string path = normal(word);
+      if (path.starts_with(std::string(kPayloadDir) + "/")) continue;  // where the payload's file is
       const std::string root = private_dir_of(path);
       if (root.empty() || exists(path) || bound_into_view(config, path)) continue;
       const std::string host_dir = share_for(path);

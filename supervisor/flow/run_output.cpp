@@ -119,7 +119,7 @@ void RunSummary::add(const Task& task, const Outcome& o) {
   if (g.count++ == 0) {
     g.kind = o.kind;
     g.crash_state = printable(join_state(o.crash_state));
-    g.example_key = printable(task.key);
+    g.example_key = printable(cut_at_word(task.key, 200));
     g.message = printable(cut_at_word(o.message, 120));
   }
 }

@@ -292,6 +292,14 @@ Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number)
                    " (quote it: \"key\": \"...\")"};
     }
     t.key = key->get<std::string>();
+    if (t.key.find('\0') != std::string::npos) {
+      return Error{where + "\"key\" holds a NUL byte (\\u0000), which no file name, argument or environment "
+                           "variable can carry"};
+    }
+    if (t.key.size() > kMaxTaskKeyBytes) {
+      return Error{where + "\"key\" is " + std::to_string(t.key.size()) + " bytes, over the limit of " +
+                   std::to_string(kMaxTaskKeyBytes) + " (a key names a task; what it is about goes in the payload)"};
+    }
   }
   const auto text = j.find("payload");
   const auto b64 = j.find("payload_b64");

@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "shared/task_input.h"
 #include "supervisor/io/input_files.h"
 
 namespace pillbox {
 
 inline constexpr std::size_t kMaxPayloadBytes = 1ull << 30;  // 1 GiB
+static_assert(kMaxPayloadBytes == kMaxPayloadFileBytes, "the payload dir of a task holds the largest payload");
 
 struct Task {
   std::string key;

@@ -61,9 +61,18 @@ std::string reproduce_script(const std::string& id, const store::QuarantineRecor
   const store::QuarantineEntry& e = r.entry;
   std::string cmd = "\"$pillbox\" run --no-store --max-attempts 1 --no-breaker --json --jobs 1 \"$@\"";
   std::string tail;
+  std::string feed;  // what stdin gets
   if (e.handler == "exec") {
     auto argv = nlohmann::json::parse(e.exec_argv, nullptr, false);
-    tail = " ./payload --";
+    // The payload as a JSON line with the record's key: an exec command is
+    // given its file under the key's name, and {key} and $PILLBOX_KEY
+    // (shared/task_input.h), which a script may act on and its messages
+    // name; a file named ./payload would fail another way, or not at all.
+    const std::string key_json =
+        nlohmann::json(e.key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    feed = "{ printf '%s' " + shell_quote("{\"key\":" + key_json + ",\"payload_b64\":\"") +
+           "; base64 -w0 payload; printf '\"}\\n'; } | ";
+    tail = " - --";
     if (argv.is_array()) {
       for (const auto& a : argv) tail += " " + shell_quote(a.is_string() ? a.get<std::string>() : a.dump());
     }
@@ -100,8 +109,8 @@ std::string reproduce_script(const std::string& id, const store::QuarantineRecor
          "  exit 127\n"
          "fi\n" +
          policy_lines(e) +
-         "cd \"$(dirname \"$0\")\"\n"
-         "exec " + cmd + tail + "\n";
+         "cd \"$(dirname \"$0\")\"\n" +
+         (feed.empty() ? "exec " + cmd + tail + "\n" : feed + cmd + tail + "\n");
 }
 
 std::vector<BundleFile> record_bundle_files(const std::string& id, const store::QuarantineRecord& r,

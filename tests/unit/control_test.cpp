@@ -109,6 +109,7 @@ std::vector<ControlMessage> every_message() {
   m.ticket.cgroup_procs = {"/sys/fs/cgroup/pillbox/slot0/cgroup.procs", "/x/cgroup.procs"};
   m.ticket.uid = 2000000003;
   m.ticket.gid = 2000000004;
+  m.ticket.key = std::string("contacts/contacts-011.csv\0\xff", 27);  // a key is bytes
   v.push_back(m);
 
   m = {};
@@ -205,6 +206,7 @@ void check_same(const ControlMessage& a, const ControlMessage& b) {
       CHECK(a.ticket.cgroup_procs == b.ticket.cgroup_procs);
       CHECK(a.ticket.uid == b.ticket.uid);
       CHECK(a.ticket.gid == b.ticket.gid);
+      CHECK(a.ticket.key == b.ticket.key);
       break;
     case ControlType::kForked:
       CHECK(a.seq == b.seq);
