@@ -204,8 +204,10 @@ TEST_CASE("hostile keys name an inert file inside the payload dir, or 'payload';
   INFO(run.describe());
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.records.size() == expected_name.size());
-  for (const auto& [key, name] : expected_name) {
-    CAPTURE(key);
+  for (const auto& entry : expected_name) {
+    const std::string& key = entry.first;
+    const std::string& name = entry.second;
+    CAPTURE(key);  // not a structured binding: clang 14 captures none
     const std::string path = std::string(pillbox::kPayloadDir) + "/" + name;
     CHECK(run.record(key)["output"] == path + "|" + name + "|" + key + "|" + key + "1\n");
   }
