@@ -7,6 +7,8 @@
 #include <map>
 #include <optional>
 
+#include "shared/raise_site.h"
+
 namespace pillbox::broker {
 namespace {
 
@@ -183,6 +185,7 @@ bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
   if (f.since_ms && r.created_at < *f.since_ms) return false;
   if (f.source && r.entry.source != *f.source) return false;
   if (f.handler && r.entry.handler != *f.handler) return false;
+  if (f.raise_site && raise_site(r.entry.kind, r.entry.crash_state) != *f.raise_site) return false;
   return true;
 }
 

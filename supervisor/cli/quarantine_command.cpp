@@ -37,9 +37,9 @@ const char* kHelp =
     "       pillbox quarantine show ID [--json]\n"
     "       pillbox quarantine stats [filters] [--json]\n"
     "       pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
-    "       pillbox quarantine discard ID... --reason TEXT [--json]\n"
+    "       pillbox quarantine discard (ID... | --raise-site S) --reason TEXT [--json]\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
-    "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --all) [replay options]\n"
+    "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site S | --all) [replay options]\n"
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "       pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
     "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
@@ -48,11 +48,14 @@ const char* kHelp =
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
     "         trail, and a preview of the payload that is safe for a terminal\n"
     "stats    records grouped by fingerprint and kind, with counts and first and last seen, and how\n"
-    "         many records are in each status (per group with --json, all of them on stderr)\n"
+    "         many records are in each status (per group with --json, all of them on stderr); groups\n"
+    "         raised at one place (a traceback's exception and innermost frame, a crash's innermost\n"
+    "         frame) but reached through other callers are rolled up as one raise site after the table\n"
     "export   the exact payload bytes to FILE (- for stdout when it is not a terminal); with\n"
     "         --bundle, FILE is a new directory holding the payload, the policy, the record\n"
     "         and reproduce.sh, a command line that runs it again the same way\n"
-    "discard  mark records as handled without a fix; the reason goes into the audit trail\n"
+    "discard  mark records as handled without a fix; the reason goes into the audit trail; with\n"
+    "         --raise-site S, the open records raised at S (stats rolls them up)\n"
     "purge    delete records created more than DURATION ago (e.g. 30d, 12h, 1.5d), only those in\n"
     "         the given statuses when --status is given; payloads no remaining record uses go too.\n"
     "         --dry-run shows them and deletes nothing; records still open (quarantined, replaying,\n"
@@ -95,6 +98,8 @@ const char* kHelp =
     "  --since WHEN      created since an age ago (24h, 7d) or a UTC date (2026-11-30[T12:00:00Z])\n"
     "  --source S        run | fuzz (found by pillbox fuzz) | import (pillbox quarantine import)\n"
     "  --handler H       records of handler H: echo, regex, exec, plugin:NAME, ...\n"
+    "  --raise-site S    records raised at S, as stats names it: 'ValueError at parse_date (parse.py)'\n"
+    "                    (replay takes it too: the groups of one raise site as one)\n"
     "\n"
     "options:\n"
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
@@ -127,7 +132,7 @@ const std::map<std::string, int (*)(const FleetContext&)> kFleetVerbs = {
 };
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"fingerprint"}, {"key"},
-                                                {"since"},  {"source"}, {"handler"}};
+                                                {"since"},  {"source"}, {"handler"},     {"raise-site"}};
 
 // The options each verb takes (besides --store and --help).
 std::vector<OptionSpec> options_of(const std::string& verb) {
@@ -144,12 +149,12 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
     add({{"output", true, false, 'o'}, {"bundle", false}, {"minimized", false}, {"force", false}, {"json", false},
          {"revision"}});
   }
-  if (verb == "discard") add({{"reason"}, {"json", false}});
+  if (verb == "discard") add({{"reason"}, {"raise-site"}, {"json", false}});
   if (verb == "patch") add({{"payload-file"}, {"set-arg", true, true}, {"note"}, {"json", false}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}, {"dry-run", false}, {"yes", false}, {"json", false}});
   if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}});
   if (verb == "replay") {
-    add({{"fingerprint"}, {"kind"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
+    add({{"fingerprint"}, {"kind"}, {"raise-site"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
          {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
          {"quiet", false}});
     add(kOutOptions);
@@ -194,6 +199,7 @@ Expected<store::ListFilter> read_filter(const Args& args) {
   // The handler's name as records keep it (echo, regex, exec, plugin:NAME): a
   // name no record has matches none, as an unknown key does.
   filter.handler = args.value("handler");
+  filter.raise_site = args.value("raise-site");
   return filter;
 }
 
@@ -214,9 +220,33 @@ int list(const QuarantineContext& c) {
 int discard(const QuarantineContext& c) {
   const auto reason = c.args.value("reason");
   if (!reason || reason->empty()) return quarantine_error("discard needs --reason TEXT (kept in the audit trail)", kExitUsage);
-  if (c.args.positional().empty()) return quarantine_error("discard needs at least one record ID", kExitUsage);
+  const auto site = c.args.value("raise-site");
+  if (c.args.positional().empty() == !site) {
+    return quarantine_error("discard what? give record IDs, or --raise-site S (its open records), one of these", kExitUsage);
+  }
   // All ids are checked before any record changes: a typo changes nothing.
   std::vector<store::QuarantineRecord> records;
+  if (site) {
+    // The open records of one raise site: the groups of one bug, as stats
+    // rolls them up. One being replayed is refused, as when named.
+    store::ListFilter filter;
+    filter.raise_site = *site;
+    auto found = c.quarantine.list(filter);
+    if (!found) return quarantine_error(found.error(), kExitSetup);
+    for (auto& r : *found) {
+      if (r.status != store::RecordStatus::kQuarantined && r.status != store::RecordStatus::kFailedAgain &&
+          r.status != store::RecordStatus::kReplaying) {
+        continue;
+      }
+      if (auto s = check_discardable(r, std::to_string(r.id)); !s) return quarantine_error(s.message(), kExitUsage);
+      records.push_back(std::move(r));
+    }
+    if (records.empty()) {
+      return quarantine_error("no open record is raised at '" + table_cell(*site, 200) +
+                                  "' (quarantine stats names the raise sites)",
+                              kExitUsage);
+    }
+  }
   for (const auto& text : c.args.positional()) {
     auto id = parse_record_id(text);
     if (!id) return quarantine_error(id.error(), kExitUsage);

@@ -82,6 +82,11 @@ int fleet_export(const FleetContext& c) {
 }
 
 int fleet_discard(const FleetContext& c) {
+  if (c.args.value("raise-site")) {
+    return quarantine_error("discard --raise-site works on the store's quarantine; on the fleet's, name the records "
+                            "(quarantine list --raise-site S --redis URL --stream NAME shows them)",
+                            kExitUsage);
+  }
   const auto reason = c.args.value("reason");
   if (!reason || reason->empty()) return quarantine_error("discard needs --reason TEXT (kept in the audit trail)", kExitUsage);
   if (c.args.positional().empty()) return quarantine_error("discard needs at least one record ID", kExitUsage);

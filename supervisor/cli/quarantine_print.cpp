@@ -18,6 +18,7 @@
 #include "supervisor/io/shell_quote.h"
 #include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/quarantine_views_json.h"
+#include "supervisor/ops/raise_site_rollup.h"
 #include "supervisor/ops/record_bundle.h"
 
 namespace pillbox::cli {
@@ -161,9 +162,7 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
   std::string out;
   std::int64_t records = 0;
   if (json) {
-    for (std::size_t i = 0; i < groups.size(); ++i) {
-      out += dump(fingerprint_stats_json(groups[i], example_ids.at(i))) + "\n";
-    }
+    for (const nlohmann::json& group : fingerprint_stats_json(groups, example_ids)) out += dump(group) + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kExitOk;
   }
@@ -182,6 +181,18 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
                   iso_time(g.last_ms).c_str(), width, id_text(example_ids.at(i)).c_str(), state_cell(g.crash_state).c_str(),
                   table_cell(cut_at_word(g.message, 60), 0).c_str());
     out += line;
+  }
+  // One bug met through several callers: its groups together, with what
+  // selects them as one.
+  const std::vector<RaiseSiteRollup> sites = raise_site_rollup(groups);
+  if (!sites.empty()) out += "\nsame raise site (groups that differ only by their callers):\n";
+  for (const RaiseSiteRollup& site : sites) {
+    out += "  " + table_cell(cut_at_word(site.site, 100), 0) + "  " + std::to_string(site.groups.size()) +
+           " groups, " + std::to_string(site.records) + " records (" + std::to_string(site.open) + " open): ";
+    for (std::size_t i = 0; i < site.groups.size(); ++i) {
+      out += (i == 0 ? "" : ", ") + table_cell(groups[site.groups[i]].fingerprint, 21);
+    }
+    out += "\n    select them: --raise-site " + table_cell(shell_quote(site.site), 0) + "\n";
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
   // How many records are in each status, over every group.

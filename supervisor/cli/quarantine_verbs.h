@@ -66,8 +66,8 @@ int quarantine_replay(const QuarantineContext& c);  // replay
 int quarantine_import(const QuarantineContext& c);  // import FILES...
 int quarantine_patch(const QuarantineContext& c);   // patch ID (--payload-file F | --set-arg K=V...) --note TEXT
 
-// What a replay acts on: record IDs (read by `parse_id`), or --fingerprint
-// and/or --kind, or --all (exactly one of these), and --force; into any
+// What a replay acts on: record IDs (read by `parse_id`), or --fingerprint,
+// --kind and/or --raise-site, or --all (exactly one of these), and --force; into any
 // selection with `ids`, `filter` and `force` (the store's and the fleet's).
 template <class Selection, class ParseId>
 Status read_replay_selection(const Args& args, ParseId parse_id, Selection& sel) {
@@ -77,14 +77,16 @@ Status read_replay_selection(const Args& args, ParseId parse_id, Selection& sel)
     sel.ids.push_back(*id);
   }
   sel.filter.fingerprint = args.value("fingerprint");
+  sel.filter.raise_site = args.value("raise-site");
   if (auto k = args.value("kind")) {
     if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
     sel.filter.kind = *k;
   }
   const bool all = args.flag("all");
-  const bool filtered = sel.filter.fingerprint || sel.filter.kind;
+  const bool filtered = sel.filter.fingerprint || sel.filter.kind || sel.filter.raise_site;
   if (!sel.ids.empty() + filtered + all != 1) {
-    return Status::error("replay what? give record IDs, or --fingerprint FP and/or --kind K, or --all (one of these)");
+    return Status::error(
+        "replay what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site S, or --all (one of these)");
   }
   sel.force = args.flag("force");
   return Status::ok();

@@ -1,7 +1,10 @@
 #include "supervisor/ops/quarantine_views_json.h"
 
+#include <map>
+
 #include "shared/base64.h"
 #include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/raise_site_rollup.h"
 
 namespace pillbox {
 
@@ -87,7 +90,9 @@ nlohmann::json shown_record_json(nlohmann::json full, const std::string& payload
   return full;
 }
 
-nlohmann::json fingerprint_stats_json(const store::FingerprintStats& g, const nlohmann::json& example_id) {
+namespace {
+
+nlohmann::json group_json(const store::FingerprintStats& g, const nlohmann::json& example_id) {
   nlohmann::json by_status = nlohmann::json::object();
   for (store::RecordStatus s : store::kAllRecordStatuses) {
     const auto n = g.by_status.find(s);
@@ -111,6 +116,23 @@ nlohmann::json fingerprint_stats_json(const store::FingerprintStats& g, const nl
     j["by_day"] = std::move(days);
   }
   return j;
+}
+
+}  // namespace
+
+std::vector<nlohmann::json> fingerprint_stats_json(const std::vector<store::FingerprintStats>& groups,
+                                                   const std::vector<nlohmann::json>& example_ids) {
+  const std::vector<std::string> sites = raise_sites(groups);
+  std::map<std::string, std::size_t> sharing;
+  for (const std::string& site : sites) ++sharing[site];
+  std::vector<nlohmann::json> out;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    nlohmann::json j = group_json(groups[i], example_ids.at(i));
+    j["raise_site"] = sites[i].empty() ? nlohmann::json() : nlohmann::json(sites[i]);
+    j["raise_site_groups"] = sites[i].empty() ? 1 : sharing[sites[i]];
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 }  // namespace pillbox

@@ -58,9 +58,13 @@ Expected<nlohmann::json> stored_record_json(store::QuarantineStore& quarantine, 
 // kPayloadHeadBytes of `payload` exact in base64 (a payload need not be UTF-8).
 nlohmann::json shown_record_json(nlohmann::json full, const std::string& payload);
 
-// One line of stats --json: a fingerprint group, with its example record's
-// id; with its series (a store's groups), "by_day": [{"day": "YYYY-MM-DD",
-// "records": N}, ...], kStatsDays of them, oldest first, today (UTC) last.
-nlohmann::json fingerprint_stats_json(const store::FingerprintStats& group, const nlohmann::json& example_id);
+// The lines of stats --json, one per fingerprint group, with its example
+// record's id (example_ids[i]); with its series (a store's groups),
+// "by_day": [{"day": "YYYY-MM-DD", "records": N}, ...], kStatsDays of them,
+// oldest first, today (UTC) last; its "raise_site" (null when it has none)
+// and "raise_site_groups", how many of `groups` share it
+// (ops/raise_site_rollup.h).
+std::vector<nlohmann::json> fingerprint_stats_json(const std::vector<store::FingerprintStats>& groups,
+                                                   const std::vector<nlohmann::json>& example_ids);
 
 }  // namespace pillbox

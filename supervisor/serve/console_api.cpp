@@ -84,7 +84,7 @@ Expected<std::int64_t> record_id(const std::string& text) {
 }
 
 Expected<store::ListFilter> records_filter(const Query& query, bool paging) {
-  std::set<std::string> allowed = {"status", "kind", "fingerprint", "handler", "key", "source"};
+  std::set<std::string> allowed = {"status", "kind", "fingerprint", "handler", "key", "source", "raise_site"};
   if (paging) allowed.insert({"limit", "offset"});
   auto values = read_query(query, allowed);
   if (!values) return Error{values.error(), values.error_code()};
@@ -113,6 +113,7 @@ Expected<store::ListFilter> records_filter(const Query& query, bool paging) {
   filter.fingerprint = take(*values, "fingerprint");
   filter.handler = take(*values, "handler");
   filter.key = take(*values, "key");
+  filter.raise_site = take(*values, "raise_site");
   if (paging) {
     filter.limit = kMaxPage;
     if (auto l = take(*values, "limit")) {
@@ -182,9 +183,9 @@ ApiReply record_stats(ConsoleStore& s, const Query& query) {
   if (!filter) return reply_for(filter.error_code(), filter.error());
   auto groups = s.quarantine.stats(*filter);
   if (!groups) return error_reply(500, groups.error());
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& g : *groups) out.push_back(fingerprint_stats_json(g, g.example_id));
-  return {200, {{"groups", std::move(out)}}};
+  std::vector<nlohmann::json> examples;
+  for (const auto& g : *groups) examples.emplace_back(g.example_id);
+  return {200, {{"groups", fingerprint_stats_json(*groups, examples)}}};
 }
 
 ApiReply live_runs(ConsoleStore& s) {

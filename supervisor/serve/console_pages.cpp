@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "shared/failure_kind.h"
 #include "supervisor/serve/day_chart.h"
@@ -154,8 +155,10 @@ Page list_page(ConsoleSource& source, const Query& given) {
   body += input("fingerprint", query_value(query, "fingerprint"));
   body += input("handler", query_value(query, "handler"));
   body += input("key", query_value(query, "key"));
+  body += input("raise_site", query_value(query, "raise_site"));
   body += "<button type=\"submit\">Filter</button> <a href=\"/\">clear</a>\n</form>\n";
-  body += replay_filter_form_html(query_value(query, "fingerprint"), query_value(query, "kind"));
+  body += replay_filter_form_html(query_value(query, "fingerprint"), query_value(query, "kind"),
+                                  query_value(query, "raise_site"));
   body += "<table class=\"records\"><thead><tr><th>ID</th><th>created</th><th>status</th><th>kind</th>"
           "<th>fingerprint</th><th>handler</th><th>key</th><th>bytes</th></tr></thead><tbody>\n";
   for (const auto& r : records) {
@@ -215,6 +218,35 @@ Page groups_page(ConsoleSource& source, const Query& query) {
             "</td><td class=\"message\">" + field(g, "message") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
+  // One bug met through several callers: the groups of one raise site
+  // (shared/raise_site.h), each site a link to its records.
+  std::map<std::string, std::vector<const json*>> by_site;
+  for (const auto& g : reply.body["groups"]) {
+    if (g.contains("raise_site") && g["raise_site"].is_string() && g.value("raise_site_groups", 1) >= 2) {
+      by_site[g["raise_site"].get<std::string>()].push_back(&g);
+    }
+  }
+  if (!by_site.empty()) {
+    body += "<h2>Same raise site</h2>\n<p class=\"note\">Groups raised at one place (the exception and its innermost "
+            "frame, or a crash's innermost frame) but reached through other callers: one bug, most likely. "
+            "Select them as one with <code>--raise-site</code>.</p>\n"
+            "<table class=\"sites\"><thead><tr><th>raise site</th><th>groups</th><th>records</th><th>open</th>"
+            "<th>fingerprints</th></tr></thead><tbody>\n";
+    for (const auto& [site, members] : by_site) {
+      std::int64_t records = 0, open = 0;
+      std::string fingerprints;
+      for (const json* g : members) {
+        records += g->value("records", std::int64_t{0});
+        open += g->value("open", std::int64_t{0});
+        fingerprints += (fingerprints.empty() ? "" : " ") + fingerprint_link((*g)["fingerprint"]);
+      }
+      body += "<tr><td class=\"state\"><a href=\"/?raise_site=" + url_encode(site) + "\">" + html_escape(site) +
+              "</a></td><td class=\"num\">" + std::to_string(members.size()) + "</td><td class=\"num\">" +
+              std::to_string(records) + "</td><td class=\"num\">" + std::to_string(open) + "</td><td>" + fingerprints +
+              "</td></tr>\n";
+    }
+    body += "</tbody></table>\n";
+  }
   return {200, layout("fingerprints", "/groups", body, source.location())};
 }
 

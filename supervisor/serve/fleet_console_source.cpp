@@ -161,9 +161,7 @@ ApiReply FleetSource::record_stats(const Query& query) {
   std::vector<std::string> examples;
   auto groups = q->stats(*filter, examples);
   if (!groups) return failure(groups.error(), groups.error_code());
-  nlohmann::json out = nlohmann::json::array();
-  for (std::size_t i = 0; i < groups->size(); ++i) out.push_back(fingerprint_stats_json((*groups)[i], examples.at(i)));
-  return {200, {{"groups", std::move(out)}}};
+  return {200, {{"groups", fingerprint_stats_json(*groups, std::vector<nlohmann::json>(examples.begin(), examples.end()))}}};
 }
 
 ApiReply FleetSource::list_tasks(const Query&) {

@@ -103,12 +103,22 @@ Expected<JobRequest> replay_request(const std::string& body, const std::string& 
     }
   } else {
     const json& f = (*j)["filter"];
-    const char* which = "the filter is {\"fingerprint\": FP, \"kind\": K}, one or both (what pillbox quarantine "
-                        "replay selects by)";
+    const char* which = "the filter is {\"fingerprint\": FP, \"kind\": K, \"raise_site\": S}, one or more (what "
+                        "pillbox quarantine replay selects by)";
     if (!f.is_object() || f.empty()) return usage(which);
     for (const auto& [name, value] : f.items()) {
-      if (name != "fingerprint" && name != "kind") return usage(std::string(which) + "; not '" + name.substr(0, 40) + "'");
+      if (name != "fingerprint" && name != "kind" && name != "raise_site") {
+        return usage(std::string(which) + "; not '" + name.substr(0, 40) + "'");
+      }
       if (!value.is_string()) return usage(name + " must be text");
+    }
+    if (f.contains("raise_site")) {
+      // A record's text (a frame's name): one argument, never an option.
+      const std::string site = f["raise_site"].get<std::string>();
+      if (site.empty() || site.size() > 1024 || site.find('\0') != std::string::npos) {
+        return usage("raise_site must be a raise site as stats names it (1 to 1024 bytes)");
+      }
+      r.args.push_back("--raise-site=" + site);
     }
     if (f.contains("fingerprint")) {
       const std::string fp = f["fingerprint"].get<std::string>();

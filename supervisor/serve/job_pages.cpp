@@ -146,9 +146,11 @@ std::string record_actions_html(const std::string& id, const std::string& status
          "<code>minimize</code> or <code>quarantine replay</code> on this store, audited as web.</p>\n";
 }
 
-std::string replay_filter_form_html(const std::string& fingerprint, const std::string& kind) {
-  if (fingerprint.empty() && kind.empty()) return "";
+std::string replay_filter_form_html(const std::string& fingerprint, const std::string& kind,
+                                    const std::string& raise_site) {
+  if (fingerprint.empty() && kind.empty() && raise_site.empty()) return "";
   std::string hidden;
+  if (!raise_site.empty()) hidden += "<input type=\"hidden\" name=\"raise_site\" value=\"" + html_escape(raise_site) + "\">\n";
   if (!fingerprint.empty()) hidden += "<input type=\"hidden\" name=\"fingerprint\" value=\"" + html_escape(fingerprint) + "\">\n";
   if (!kind.empty()) hidden += "<input type=\"hidden\" name=\"kind\" value=\"" + html_escape(kind) + "\">\n";
   return "<form class=\"action job-form\" method=\"post\" data-action=\"/api/replay\" data-filter>\n" + hidden +
@@ -156,7 +158,7 @@ std::string replay_filter_form_html(const std::string& fingerprint, const std::s
          "<label>stop after <input name=\"stop_after\" type=\"number\" min=\"1\" max=\"1000000\" placeholder=\"K\" "
          "data-number></label>\n" + std::string(kTokenInput) +
          "<button type=\"submit\">Replay the records of this filter</button>\n<output class=\"job-result\"></output>\n</form>\n<p class=\"note\">Replays the open records of this "
-         "fingerprint and kind (the other filters do not narrow a replay), oldest first; stop after K that fail "
+         "fingerprint, kind and raise site (the other filters do not narrow a replay), oldest first; stop after K that fail "
          "again with one fingerprint.</p>\n";
 }
 

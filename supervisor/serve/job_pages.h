@@ -22,6 +22,7 @@ Page job_page(const JobBoard& board, const std::string& id_text);
 std::string record_actions_html(const std::string& id, const std::string& status);
 // The quarantine list's "replay the records of this filter" form, when the
 // filter has a fingerprint or a kind (what a replay selects by); "" otherwise.
-std::string replay_filter_form_html(const std::string& fingerprint, const std::string& kind);
+std::string replay_filter_form_html(const std::string& fingerprint, const std::string& kind,
+                                    const std::string& raise_site);
 
 }  // namespace pillbox::serve

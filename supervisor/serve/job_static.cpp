@@ -25,7 +25,7 @@ const std::string_view kJobsJs = R"js(
       for (const input of form.querySelectorAll('input[name]')) {
         if (input.value === '') continue;
         const value = input.hasAttribute('data-number') ? Number(input.value) : input.value;
-        if (body.filter && (input.name === 'fingerprint' || input.name === 'kind')) body.filter[input.name] = value;
+        if (body.filter && (input.name === 'fingerprint' || input.name === 'kind' || input.name === 'raise_site')) body.filter[input.name] = value;
         else body[input.name] = value;
       }
       result.textContent = 'starting…';

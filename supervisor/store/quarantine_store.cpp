@@ -59,7 +59,7 @@ Expected<QuarantineRecord> read_record(const Statement& s) {
   return r;
 }
 
-// The WHERE clause of a filter; parameters ?1..?7 (bind_filter binds them;
+// The WHERE clause of a filter; parameters ?1..?8 (bind_filter binds them;
 // callers number their own from ?20).
 std::string where(const ListFilter& f) {
   std::string sql = " WHERE 1";
@@ -70,6 +70,7 @@ std::string where(const ListFilter& f) {
   if (f.since_ms) sql += " AND created_at >= ?5";
   if (f.source) sql += " AND source = ?6";
   if (f.handler) sql += " AND handler = ?7";
+  if (f.raise_site) sql += " AND pillbox_raise_site(kind, crash_state) = ?8";
   return sql;
 }
 
@@ -81,6 +82,7 @@ void bind_filter(Statement& stmt, const ListFilter& f) {
   if (f.since_ms) stmt.bind(5, *f.since_ms);
   if (f.source) stmt.bind(6, std::string_view(*f.source));
   if (f.handler) stmt.bind(7, std::string_view(*f.handler));
+  if (f.raise_site) stmt.bind(8, std::string_view(*f.raise_site));
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ struct ListFilter {
   std::optional<std::int64_t> since_ms;  // created at or after
   std::optional<std::string> source;     // run | fuzz | import
   std::optional<std::string> handler;    // echo, regex, exec, plugin:NAME
+  std::optional<std::string> raise_site;  // shared/raise_site.h: "ValueError at parse_date (parse.py)"
   std::int64_t limit = -1;      // -1: all
   std::int64_t offset = 0;
 };

@@ -332,3 +332,120 @@ TEST_CASE("bad input: unknown id, malformed duration or date, newer schema, no p
   CHECK(denied.err.find("Permission denied") != std::string::npos);
   CHECK(snapshot(db) == before);
 }
+
+// Issue 26, point 7: the date bug of a contact-export parser, one raise site
+// reached through three callers, was three groups. They stay three groups
+// (the frames-based rule), and stats, list --json and the console's data roll
+// them up as one raise site, which list, replay and discard select as one.
+TEST_CASE("one raise site through three callers: three groups, one rollup; list, replay and discard take it as one") {
+  const char* const python = "/usr/bin/python3";
+  if (::access(python, X_OK) != 0) {
+    MESSAGE("skipped: no /usr/bin/python3 (tools/setup.sh installs python3)");
+    return;
+  }
+  e2e::TempDir project(0755, e2e::host_dir_tasks_see());
+  const std::string parent = project.path().substr(0, project.path().rfind('/'));
+  const std::string name = project.path().substr(parent.size() + 1);
+  project.write("contacts.py", R"py(import sys
+
+
+def parse_date(text):
+    year, month, day = text.split("-")
+    if not 1 <= int(month) <= 12:
+        raise ValueError("month out of range: " + text)
+    return text
+
+
+def born(fields):
+    return parse_date(fields[1])
+
+
+def joined(fields):
+    return parse_date(fields[2])
+
+
+def renewed(fields):
+    return parse_date(fields[3])
+
+
+def main(path):
+    for line in open(path):
+        fields = line.rstrip("\n").split(",")
+        if fields[0] == "empty":
+            raise KeyError("no name")
+        print(born(fields), joined(fields), renewed(fields))
+
+
+main(sys.argv[1])
+)py");
+  REQUIRE(::mkdir(project.file("in").c_str(), 0755) == 0);
+  const std::map<std::string, std::string> inputs = {
+      {"a.csv", "ann,1990-13-01,2000-01-01,2010-01-01\n"},  // born -> parse_date
+      {"b.csv", "bob,1990-01-01,2000-14-01,2010-01-01\n"},  // joined -> parse_date
+      {"c.csv", "cy,1990-01-01,2000-01-01,2010-00-01\n"},   // renewed -> parse_date
+      {"d.csv", "dee,1991-13-01,2001-01-01,2011-01-01\n"},  // born again
+      {"e.csv", "empty,1990-01-01,2000-01-01,2010-01-01\n"},  // another raise site
+      {"f.csv", "fay,1990-01-01,2000-01-01,2010-01-01\n"},  // ok
+  };
+  for (const auto& [file, text] : inputs) project.write("in/" + file, text);
+  e2e::TempDir dir;
+  const std::string store = dir.path() + "/store";
+  const auto run = e2e::pillbox_in(parent, {"run", "--store", store, "--max-attempts", "1", "--json", name + "/in", "--",
+                                            python, name + "/contacts.py", "{}"});
+  INFO(run.describe());
+  REQUIRE(run.exit_code == 1);
+
+  const std::string site = "ValueError at parse_date (contacts.py)";
+  const auto stats = run_pillbox({"quarantine", "stats", "--json", "--store", store});
+  INFO(stats.describe());
+  REQUIRE(stats.records.size() == 4);  // born, joined, renewed, and the KeyError
+  std::set<std::string> at_site;
+  for (const auto& g : stats.records) {
+    if (g["raise_site"] == site) {
+      at_site.insert(g["fingerprint"].get<std::string>());
+      CHECK(g["raise_site_groups"] == 3);
+    } else {
+      CHECK(g["raise_site"] == "KeyError at main (contacts.py)");
+      CHECK(g["raise_site_groups"] == 1);
+    }
+  }
+  CHECK(at_site.size() == 3);
+  const auto table = run_pillbox({"quarantine", "stats", "--store", store});
+  INFO(table.describe());
+  CHECK(table.out.find("same raise site (groups that differ only by their callers):\n  " + site +
+                       "  3 groups, 4 records (4 open): ") != std::string::npos);
+  CHECK(table.out.find("select them: --raise-site '" + site + "'") != std::string::npos);
+  CHECK(table.out.find("KeyError at main") == std::string::npos);  // one group: no rollup
+
+  const auto listed = run_pillbox({"quarantine", "list", "--raise-site", site, "--json", "--store", store});
+  INFO(listed.describe());
+  CHECK(listed.records.size() == 4);
+  const auto none = run_pillbox({"quarantine", "list", "--raise-site", "ValueError at main (contacts.py)", "--json",
+                                 "--store", store});
+  CHECK(none.records.empty());
+
+  // The bug fixed: one replay of the raise site resolves its 4 records, and
+  // leaves the other one alone.
+  std::string fixed = e2e::read_file(project.file("contacts.py"));
+  const std::string bug = "        raise ValueError(\"month out of range: \" + text)\n";
+  fixed.replace(fixed.find(bug), bug.size(), "        return \"as written: \" + text\n");
+  project.write("contacts.py", fixed);
+  const auto replay = e2e::pillbox_in("/", {"quarantine", "replay", "--raise-site", site, "--store", store});
+  INFO(replay.describe());
+  CHECK(replay.exit_code == 0);
+  const std::string db = store + "/pillbox.db";
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'resolved'") == 4);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'quarantined' AND kind = 'handler-error'") == 1);
+
+  // Discard by raise site: the open records of the KeyError's.
+  const auto discard = run_pillbox({"quarantine", "discard", "--raise-site", "KeyError at main (contacts.py)", "--reason",
+                                    "empty rows are the exporter's bug", "--store", store});
+  INFO(discard.describe());
+  CHECK(discard.exit_code == 0);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'discarded'") == 1);
+  // Nothing open is left at the fixed site: said, and nothing changes.
+  const auto again = run_pillbox({"quarantine", "discard", "--raise-site", site, "--reason", "x", "--store", store});
+  CHECK(again.exit_code == 2);
+  CHECK(again.err.find("no open record is raised at") != std::string::npos);
+  CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'resolved'") == 4);
+}

@@ -2,8 +2,13 @@
 
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "shared/raise_site.h"
+#include "supervisor/ops/quarantine_views_json.h"
+#include "supervisor/ops/raise_site_rollup.h"
 
 namespace pillbox {
 namespace {
@@ -310,3 +315,50 @@ TEST_CASE("recursion_state keeps only repeating functions and falls back without
 
 }  // namespace
 }  // namespace pillbox
+
+TEST_CASE("raise_site: a traceback's exception and innermost frame, a crash's innermost frame, else none") {
+  using pillbox::raise_site;
+  CHECK(raise_site("handler-error", std::vector<std::string>{"ValueError", "parse_date (p.py)", "born (p.py)"}) ==
+        "ValueError at parse_date (p.py)");
+  CHECK(raise_site("handler-error", R"j(["ValueError","parse_date (p.py)","joined (p.py)"])j") ==
+        "ValueError at parse_date (p.py)");
+  CHECK(raise_site("crash", R"j(["parse_header","read_all","main"])j") == "crash at parse_header");
+  CHECK(raise_site("handler-error", R"j(["ValueError"])j").empty());  // no frame
+  CHECK(raise_site("handler-error", "[]").empty());                    // an in-process handler's error
+  CHECK(raise_site("stack-overflow", R"j(["a","b"])j").empty());       // a recursion, sorted: no innermost frame
+  CHECK(raise_site("oom", R"j(["f"])j").empty());
+  // A record's text is a claim: anything but an array of strings has none.
+  CHECK(raise_site("crash", "not json").empty());
+  CHECK(raise_site("crash", R"j({"a":1})j").empty());
+  CHECK(raise_site("crash", R"j([1,2])j").empty());
+}
+
+TEST_CASE("raise_site_rollup: the sites two or more groups share, the most records first") {
+  std::vector<pillbox::store::FingerprintStats> groups(5);
+  const char* const states[] = {R"j(["ValueError","parse_date (p.py)","born (p.py)"])j",
+                                R"j(["ValueError","parse_date (p.py)","joined (p.py)"])j",
+                                R"j(["KeyError","main (p.py)"])j", R"j(["f","g"])j", R"j(["f","h"])j"};
+  const char* const kinds[] = {"handler-error", "handler-error", "handler-error", "crash", "crash"};
+  const std::int64_t records[] = {2, 1, 7, 5, 5};
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    groups[i].fingerprint = "pb1-" + std::to_string(i);
+    groups[i].kind = kinds[i];
+    groups[i].crash_state = states[i];
+    groups[i].records = records[i];
+    groups[i].open = 1;
+  }
+  const auto rollup = pillbox::raise_site_rollup(groups);
+  REQUIRE(rollup.size() == 2);
+  CHECK(rollup[0].site == "crash at f");
+  CHECK(rollup[0].groups == std::vector<std::size_t>{3, 4});
+  CHECK(rollup[0].records == 10);
+  CHECK(rollup[1].site == "ValueError at parse_date (p.py)");
+  CHECK(rollup[1].groups == std::vector<std::size_t>{0, 1});
+  CHECK(rollup[1].records == 3);
+  CHECK(rollup[1].open == 2);
+  const auto json = pillbox::fingerprint_stats_json(groups, std::vector<nlohmann::json>(5, 1));
+  CHECK(json[0]["raise_site"] == "ValueError at parse_date (p.py)");
+  CHECK(json[0]["raise_site_groups"] == 2);
+  CHECK(json[2]["raise_site"] == "KeyError at main (p.py)");
+  CHECK(json[2]["raise_site_groups"] == 1);
+}
