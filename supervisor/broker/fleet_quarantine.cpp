@@ -185,7 +185,10 @@ bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
   if (f.since_ms && r.created_at < *f.since_ms) return false;
   if (f.source && r.entry.source != *f.source) return false;
   if (f.handler && r.entry.handler != *f.handler) return false;
-  if (f.raise_site && raise_site(r.entry.kind, r.entry.crash_state) != *f.raise_site) return false;
+  if (f.raise_site &&
+      raise_site_id(r.entry.handler_identity, raise_site(r.entry.kind, r.entry.crash_state)) != *f.raise_site) {
+    return false;
+  }
   return true;
 }
 
@@ -329,6 +332,7 @@ Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const stor
       g.first_ms = r.created_at;
       g.message = r.entry.message;
       g.crash_state = r.entry.crash_state;
+      g.handler_identity = r.entry.handler_identity;
       groups.push_back(std::move(g));
       examples.push_back(fr.id);
     }

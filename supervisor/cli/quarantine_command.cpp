@@ -12,6 +12,7 @@
 
 #include "shared/failure_kind.h"
 #include "shared/policy_parser.h"
+#include "shared/raise_site.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -37,9 +38,9 @@ const char* kHelp =
     "       pillbox quarantine show ID [--json]\n"
     "       pillbox quarantine stats [filters] [--json]\n"
     "       pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
-    "       pillbox quarantine discard (ID... | --raise-site S) --reason TEXT [--json]\n"
+    "       pillbox quarantine discard (ID... | --raise-site RS) --reason TEXT [--json]\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
-    "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site S | --all) [replay options]\n"
+    "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site RS | --all) [replay options]\n"
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "       pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
     "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
@@ -55,7 +56,7 @@ const char* kHelp =
     "         --bundle, FILE is a new directory holding the payload, the policy, the record\n"
     "         and reproduce.sh, a command line that runs it again the same way\n"
     "discard  mark records as handled without a fix; the reason goes into the audit trail; with\n"
-    "         --raise-site S, the open records raised at S (stats rolls them up)\n"
+    "         --raise-site RS, the open records of that raise site (stats rolls them up)\n"
     "purge    delete records created more than DURATION ago (e.g. 30d, 12h, 1.5d), only those in\n"
     "         the given statuses when --status is given; payloads no remaining record uses go too.\n"
     "         --dry-run shows them and deletes nothing; records still open (quarantined, replaying,\n"
@@ -98,8 +99,8 @@ const char* kHelp =
     "  --since WHEN      created since an age ago (24h, 7d) or a UTC date (2026-11-30[T12:00:00Z])\n"
     "  --source S        run | fuzz (found by pillbox fuzz) | import (pillbox quarantine import)\n"
     "  --handler H       records of handler H: echo, regex, exec, plugin:NAME, ...\n"
-    "  --raise-site S    records raised at S, as stats names it: 'ValueError at parse_date (parse.py)'\n"
-    "                    (replay takes it too: the groups of one raise site as one)\n"
+    "  --raise-site RS   the records of one raise site, by the id stats shows (rs-...): one program's\n"
+    "                    exception and innermost frame, whatever the callers (replay takes it too)\n"
     "\n"
     "options:\n"
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
@@ -171,6 +172,12 @@ Expected<store::RecordStatus> parse_status(const std::string& s) {
 
 }  // namespace
 
+Status check_raise_site_id(const std::string& text) {
+  if (is_raise_site_id(text)) return Status::ok();
+  return Status::error("--raise-site takes a raise site's id as quarantine stats shows it (rs- and 16 hex digits; "
+                       "--json: raise_site_id), not '" + table_cell(text, 60) + "'");
+}
+
 // --status/--kind/--fingerprint/--key/--since/--source/--handler into a filter.
 Expected<store::ListFilter> read_filter(const Args& args) {
   store::ListFilter filter;
@@ -199,7 +206,10 @@ Expected<store::ListFilter> read_filter(const Args& args) {
   // The handler's name as records keep it (echo, regex, exec, plugin:NAME): a
   // name no record has matches none, as an unknown key does.
   filter.handler = args.value("handler");
-  filter.raise_site = args.value("raise-site");
+  if (auto site = args.value("raise-site")) {
+    if (auto s = check_raise_site_id(*site); !s) return Error{s.message()};
+    filter.raise_site = *site;
+  }
   return filter;
 }
 
@@ -222,7 +232,11 @@ int discard(const QuarantineContext& c) {
   if (!reason || reason->empty()) return quarantine_error("discard needs --reason TEXT (kept in the audit trail)", kExitUsage);
   const auto site = c.args.value("raise-site");
   if (c.args.positional().empty() == !site) {
-    return quarantine_error("discard what? give record IDs, or --raise-site S (its open records), one of these", kExitUsage);
+    return quarantine_error("discard what? give record IDs, or --raise-site ID (its open records), one of these",
+                            kExitUsage);
+  }
+  if (site) {
+    if (auto s = check_raise_site_id(*site); !s) return quarantine_error(s.message(), kExitUsage);
   }
   // All ids are checked before any record changes: a typo changes nothing.
   std::vector<store::QuarantineRecord> records;
@@ -242,8 +256,7 @@ int discard(const QuarantineContext& c) {
       records.push_back(std::move(r));
     }
     if (records.empty()) {
-      return quarantine_error("no open record is raised at '" + table_cell(*site, 200) +
-                                  "' (quarantine stats names the raise sites)",
+      return quarantine_error("no open record is at raise site " + *site + " (quarantine stats names the raise sites)",
                               kExitUsage);
     }
   }

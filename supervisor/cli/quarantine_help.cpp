@@ -13,7 +13,7 @@ namespace {
   "  --key KEY         one task key\n"                                                               \
   "  --since WHEN      created since an age ago (24h, 1.5d) or a UTC date (2026-11-30[T12:00:00Z])\n" \
   "  --source S        run | fuzz (found by pillbox fuzz) | import (pillbox quarantine import)\n"              \
-  "  --raise-site S    raised at S, as stats names it: 'ValueError at parse_date (parse.py)'\n"
+  "  --raise-site RS   one raise site, by the id stats shows (rs-...)\n"
 
 #define PILLBOX_WHERE                                                                                    \
   "  --store DIR       the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"         \
@@ -51,8 +51,8 @@ const std::map<std::string, const char*> kVerbHelp = {
      "\n"
      "Records grouped by fingerprint and kind, with counts and first and last seen. Groups raised\n"
      "at one place (a traceback's exception and innermost frame, a crash's innermost frame) but\n"
-     "reached through other callers follow the table as one raise site, with --raise-site S to\n"
-     "select them (list, replay, discard).\n"
+     "reached through other callers (one program's) follow the table as one raise site, with the\n"
+     "id that selects them: --raise-site RS (list, stats, replay, discard).\n"
      "\n" PILLBOX_FILTERS
      "\n"
      "options:\n"
@@ -61,8 +61,8 @@ const std::map<std::string, const char*> kVerbHelp = {
      "                    the last 14 days (UTC), oldest first, today last, as\n"
      "                    [{\"day\": \"YYYY-MM-DD\", \"records\": N}, ...]; a repeat folded into\n"
      "                    a record (\"repeats\") has no time of its own and is not in it; every\n"
-     "                    group has \"raise_site\" (null: none) and \"raise_site_groups\", how many\n"
-     "                    of the groups share it\n" PILLBOX_WHERE},
+     "                    group has \"raise_site\" and \"raise_site_id\" (null: none) and\n"
+     "                    \"raise_site_groups\", how many of the groups share it\n" PILLBOX_WHERE},
     {"export",
      "usage: pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
      "                                 [--store DIR | --redis URL --stream NAME]\n"
@@ -82,7 +82,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "                    \"bundle\", \"minimized\", \"revision\"} (not with -o -; revision: null for\n"
      "                    the original)\n" PILLBOX_WHERE},
     {"discard",
-     "usage: pillbox quarantine discard (ID... | --raise-site S) --reason TEXT [--json]\n"
+     "usage: pillbox quarantine discard (ID... | --raise-site RS) --reason TEXT [--json]\n"
      "                                  [--store DIR | --redis URL --stream NAME]\n"
      "\n"
      "Marks records as handled without a fix; the reason goes into the audit trail. Every ID is\n"
@@ -90,7 +90,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "\n"
      "options:\n"
      "  --reason TEXT     why (required)\n"
-     "  --raise-site S    the open records raised at S (quarantine stats names the sites; the\n"
+     "  --raise-site RS   the open records of raise site RS (quarantine stats shows the ids; the\n"
      "                    store only: on the fleet, name the IDs)\n"
      "  --json            on stdout, one JSON object: {\"discarded\": [{\"id\", \"was\"}...],\n"
      "                    \"already_discarded\": [ID...], \"changed\": N}\n" PILLBOX_WHERE},
@@ -112,7 +112,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --json            on stdout, one JSON object: {\"dry_run\", \"records\", \"open_records\",\n"
      "                    \"payloads\", \"ids\"} (payloads: null with --dry-run)\n" PILLBOX_STORE_ONLY},
     {"replay",
-     "usage: pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site S | --all) [options]\n"
+     "usage: pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site RS | --all) [options]\n"
      "                                 [--handler H [--arg K=V]... | -- CMD ARGS...]\n"
      "\n"
      "Runs quarantined payloads again, oldest first, in batches: under their recorded handler and\n"

@@ -187,13 +187,15 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
   const std::vector<RaiseSiteRollup> sites = raise_site_rollup(groups);
   if (!sites.empty()) out += "\nsame raise site (groups that differ only by their callers):\n";
   for (const RaiseSiteRollup& site : sites) {
-    out += "  " + table_cell(cut_at_word(site.site, 100), 0) + "  " + std::to_string(site.groups.size()) +
-           " groups, " + std::to_string(site.records) + " records (" + std::to_string(site.open) + " open): ";
+    out += "  " + site.site.id + "  " + table_cell(cut_at_word(site.site.text, 100), 0) + "  " +
+           std::to_string(site.groups.size()) + " groups, " + std::to_string(site.records) + " records (" +
+           std::to_string(site.open) + " open): ";
     for (std::size_t i = 0; i < site.groups.size(); ++i) {
       out += (i == 0 ? "" : ", ") + table_cell(groups[site.groups[i]].fingerprint, 21);
     }
-    out += "\n    select them: --raise-site " + table_cell(shell_quote(site.site), 0) + "\n";
+    out += "\n";
   }
+  if (!sites.empty()) out += "  (select one's records with --raise-site ID: list, stats, replay, discard)\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   // How many records are in each status, over every group.
   std::string statuses;

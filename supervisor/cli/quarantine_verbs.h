@@ -58,6 +58,9 @@ Expected<OpenedFleetRecord> open_fleet_record(const Args& args);
 
 // --status/--kind/--fingerprint/--key/--since, checked.
 Expected<store::ListFilter> read_filter(const Args& args);
+// --raise-site's value: a raise site's id (shared/raise_site.h), or a usage
+// error saying where the ids are.
+Status check_raise_site_id(const std::string& text);
 
 int quarantine_show(const QuarantineContext& c);    // show ID
 int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bundle]
@@ -77,7 +80,10 @@ Status read_replay_selection(const Args& args, ParseId parse_id, Selection& sel)
     sel.ids.push_back(*id);
   }
   sel.filter.fingerprint = args.value("fingerprint");
-  sel.filter.raise_site = args.value("raise-site");
+  if (auto site = args.value("raise-site")) {
+    if (auto s = check_raise_site_id(*site); !s) return s;
+    sel.filter.raise_site = *site;
+  }
   if (auto k = args.value("kind")) {
     if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
     sel.filter.kind = *k;
@@ -86,7 +92,7 @@ Status read_replay_selection(const Args& args, ParseId parse_id, Selection& sel)
   const bool filtered = sel.filter.fingerprint || sel.filter.kind || sel.filter.raise_site;
   if (!sel.ids.empty() + filtered + all != 1) {
     return Status::error(
-        "replay what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site S, or --all (one of these)");
+        "replay what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site RS, or --all (one of these)");
   }
   sel.force = args.flag("force");
   return Status::ok();

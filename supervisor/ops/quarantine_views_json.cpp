@@ -122,14 +122,16 @@ nlohmann::json group_json(const store::FingerprintStats& g, const nlohmann::json
 
 std::vector<nlohmann::json> fingerprint_stats_json(const std::vector<store::FingerprintStats>& groups,
                                                    const std::vector<nlohmann::json>& example_ids) {
-  const std::vector<std::string> sites = raise_sites(groups);
+  const std::vector<RaiseSite> sites = raise_sites(groups);
   std::map<std::string, std::size_t> sharing;
-  for (const std::string& site : sites) ++sharing[site];
+  for (const RaiseSite& site : sites) ++sharing[site.id];
   std::vector<nlohmann::json> out;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     nlohmann::json j = group_json(groups[i], example_ids.at(i));
-    j["raise_site"] = sites[i].empty() ? nlohmann::json() : nlohmann::json(sites[i]);
-    j["raise_site_groups"] = sites[i].empty() ? 1 : sharing[sites[i]];
+    const bool none = sites[i].id.empty();
+    j["raise_site"] = none ? nlohmann::json() : nlohmann::json(sites[i].text);
+    j["raise_site_id"] = none ? nlohmann::json() : nlohmann::json(sites[i].id);
+    j["raise_site_groups"] = none ? 1 : sharing[sites[i].id];
     out.push_back(std::move(j));
   }
   return out;

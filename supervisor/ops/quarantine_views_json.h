@@ -61,9 +61,9 @@ nlohmann::json shown_record_json(nlohmann::json full, const std::string& payload
 // The lines of stats --json, one per fingerprint group, with its example
 // record's id (example_ids[i]); with its series (a store's groups),
 // "by_day": [{"day": "YYYY-MM-DD", "records": N}, ...], kStatsDays of them,
-// oldest first, today (UTC) last; its "raise_site" (null when it has none)
-// and "raise_site_groups", how many of `groups` share it
-// (ops/raise_site_rollup.h).
+// oldest first, today (UTC) last; its "raise_site" and "raise_site_id"
+// (null when it has none) and "raise_site_groups", how many of `groups`
+// share it (ops/raise_site_rollup.h).
 std::vector<nlohmann::json> fingerprint_stats_json(const std::vector<store::FingerprintStats>& groups,
                                                    const std::vector<nlohmann::json>& example_ids);
 

@@ -6,6 +6,7 @@
 
 #include "shared/base64.h"
 #include "shared/failure_kind.h"
+#include "shared/raise_site.h"
 #include "supervisor/ops/patch_record.h"
 #include "supervisor/metrics/live_run_file.h"
 #include "supervisor/ops/quarantine_json.h"
@@ -113,7 +114,13 @@ Expected<store::ListFilter> records_filter(const Query& query, bool paging) {
   filter.fingerprint = take(*values, "fingerprint");
   filter.handler = take(*values, "handler");
   filter.key = take(*values, "key");
-  filter.raise_site = take(*values, "raise_site");
+  if (auto site = take(*values, "raise_site"); site && !site->empty()) {
+    if (!is_raise_site_id(*site)) {
+      return Error{"raise_site is a raise site's id, rs- and 16 hex digits (the Fingerprints page shows them)",
+                   ErrorCode::kUsage};
+    }
+    filter.raise_site = *site;
+  }
   if (paging) {
     filter.limit = kMaxPage;
     if (auto l = take(*values, "limit")) {

@@ -220,19 +220,21 @@ Page groups_page(ConsoleSource& source, const Query& query) {
   body += "</tbody></table>\n";
   // One bug met through several callers: the groups of one raise site
   // (shared/raise_site.h), each site a link to its records.
-  std::map<std::string, std::vector<const json*>> by_site;
+  std::map<std::string, std::vector<const json*>> by_site;  // by id
   for (const auto& g : reply.body["groups"]) {
-    if (g.contains("raise_site") && g["raise_site"].is_string() && g.value("raise_site_groups", 1) >= 2) {
-      by_site[g["raise_site"].get<std::string>()].push_back(&g);
+    if (g.contains("raise_site_id") && g["raise_site_id"].is_string() && g.contains("raise_site") &&
+        g["raise_site"].is_string() && g.value("raise_site_groups", 1) >= 2) {
+      by_site[g["raise_site_id"].get<std::string>()].push_back(&g);
     }
   }
   if (!by_site.empty()) {
     body += "<h2>Same raise site</h2>\n<p class=\"note\">Groups raised at one place (the exception and its innermost "
             "frame, or a crash's innermost frame) but reached through other callers: one bug, most likely. "
-            "Select them as one with <code>--raise-site</code>.</p>\n"
-            "<table class=\"sites\"><thead><tr><th>raise site</th><th>groups</th><th>records</th><th>open</th>"
-            "<th>fingerprints</th></tr></thead><tbody>\n";
-    for (const auto& [site, members] : by_site) {
+            "Select them as one with <code>--raise-site ID</code>.</p>\n"
+            "<table class=\"sites\"><thead><tr><th>id</th><th>raise site</th><th>groups</th><th>records</th>"
+            "<th>open</th><th>fingerprints</th></tr></thead><tbody>\n";
+    for (const auto& [id, members] : by_site) {
+      const std::string site = (*members.front())["raise_site"].get<std::string>();
       std::int64_t records = 0, open = 0;
       std::string fingerprints;
       for (const json* g : members) {
@@ -240,8 +242,8 @@ Page groups_page(ConsoleSource& source, const Query& query) {
         open += g->value("open", std::int64_t{0});
         fingerprints += (fingerprints.empty() ? "" : " ") + fingerprint_link((*g)["fingerprint"]);
       }
-      body += "<tr><td class=\"state\"><a href=\"/?raise_site=" + url_encode(site) + "\">" + html_escape(site) +
-              "</a></td><td class=\"num\">" + std::to_string(members.size()) + "</td><td class=\"num\">" +
+      body += "<tr><td><a href=\"/?raise_site=" + url_encode(id) + "\">" + html_escape(id) +
+              "</a></td><td class=\"state\">" + html_escape(site) + "</td><td class=\"num\">" + std::to_string(members.size()) + "</td><td class=\"num\">" +
               std::to_string(records) + "</td><td class=\"num\">" + std::to_string(open) + "</td><td>" + fingerprints +
               "</td></tr>\n";
     }

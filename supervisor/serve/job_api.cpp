@@ -5,6 +5,7 @@
 #include <set>
 
 #include "shared/failure_kind.h"
+#include "shared/raise_site.h"
 
 namespace pillbox::serve {
 namespace {
@@ -113,11 +114,8 @@ Expected<JobRequest> replay_request(const std::string& body, const std::string& 
       if (!value.is_string()) return usage(name + " must be text");
     }
     if (f.contains("raise_site")) {
-      // A record's text (a frame's name): one argument, never an option.
       const std::string site = f["raise_site"].get<std::string>();
-      if (site.empty() || site.size() > 1024 || site.find('\0') != std::string::npos) {
-        return usage("raise_site must be a raise site as stats names it (1 to 1024 bytes)");
-      }
+      if (!is_raise_site_id(site)) return usage("raise_site must be a raise site's id, rs- and 16 hex digits");
       r.args.push_back("--raise-site=" + site);
     }
     if (f.contains("fingerprint")) {

@@ -81,17 +81,17 @@ Status check_database_file(const std::string& path) {
   return Status::ok();
 }
 
-// pillbox_raise_site(kind, crash_state) in SQL: shared/raise_site.h's rule,
-// so that a filter on it (--raise-site) selects in the query what every
-// view shows, written once.
+// pillbox_raise_site_id(kind, crash_state, handler_identity) in SQL:
+// shared/raise_site.h's rule, so that a filter on it (--raise-site) selects
+// in the query what every view shows, written once.
 void raise_site_function(sqlite3_context* ctx, int, sqlite3_value** argv) {
   const auto text = [](sqlite3_value* v) {
     const unsigned char* p = ::sqlite3_value_text(v);  // before _bytes: it may convert
     return p == nullptr ? std::string_view()
                         : std::string_view(reinterpret_cast<const char*>(p), static_cast<std::size_t>(::sqlite3_value_bytes(v)));
   };
-  const std::string site = raise_site(text(argv[0]), text(argv[1]));
-  ::sqlite3_result_text(ctx, site.data(), static_cast<int>(site.size()), SQLITE_TRANSIENT);
+  const std::string id = raise_site_id(text(argv[2]), raise_site(text(argv[0]), text(argv[1])));
+  ::sqlite3_result_text(ctx, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
 }
 
 }  // namespace
@@ -105,7 +105,7 @@ Expected<Database> Database::open(const std::string& path) {
   if (rc != SQLITE_OK) return Error{db.error("cannot open")};
   ::sqlite3_extended_result_codes(raw, 1);
   ::sqlite3_busy_timeout(raw, kBusyTimeoutMs);
-  if (::sqlite3_create_function_v2(raw, "pillbox_raise_site", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nullptr,
+  if (::sqlite3_create_function_v2(raw, "pillbox_raise_site_id", 3, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nullptr,
                                    raise_site_function, nullptr, nullptr, nullptr) != SQLITE_OK) {
     return Error{db.error("cannot add the raise-site function to")};
   }

@@ -70,7 +70,7 @@ std::string where(const ListFilter& f) {
   if (f.since_ms) sql += " AND created_at >= ?5";
   if (f.source) sql += " AND source = ?6";
   if (f.handler) sql += " AND handler = ?7";
-  if (f.raise_site) sql += " AND pillbox_raise_site(kind, crash_state) = ?8";
+  if (f.raise_site) sql += " AND pillbox_raise_site_id(kind, crash_state, handler_identity) = ?8";
   return sql;
 }
 
@@ -274,7 +274,7 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
   // The newest record of each group (ids grow with time) is its example.
   auto stmt = Statement::prepare(
       db_->handle(),
-      "SELECT g.*, q.message, q.crash_state FROM (SELECT fingerprint, kind, count(*) AS records, "
+      "SELECT g.*, q.message, q.crash_state, q.handler_identity FROM (SELECT fingerprint, kind, count(*) AS records, "
       "sum(status IN ('quarantined', 'failed-again', 'replaying')), sum(repeats), min(created_at), "
       "max(max(created_at, updated_at)) AS last, max(id) AS example" + by_status + " FROM quarantine" +
           where(f) + " GROUP BY fingerprint, kind) g JOIN quarantine q ON q.id = g.example "
@@ -300,7 +300,8 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
       if (const std::int64_t n = stmt->column_int(column++); n > 0) st.by_status[status] = n;
     }
     st.message = stmt->column_text(column++);
-    st.crash_state = stmt->column_text(column);
+    st.crash_state = stmt->column_text(column++);
+    st.handler_identity = stmt->column_text(column);
     out.push_back(std::move(st));
   }
   if (auto s = count_by_day(f, now, out); !s) return Error{s.message()};

@@ -89,6 +89,7 @@ struct FingerprintStats {
   std::string message;               // the newest record's message
   std::string crash_state;           // ... and its crash state (JSON array, innermost first): tells
                                      // apart groups of one exception raised through other callers
+  std::string handler_identity;      // ... and the handler it ran under (a raise site is one program's)
   std::map<RecordStatus, std::int64_t> by_status;  // records per status (absent: none)
   // The group's records created on each of the kStatsDays UTC days up to
   // today, oldest first (by_day.back(): today), from the records'
@@ -144,7 +145,7 @@ struct ListFilter {
   std::optional<std::int64_t> since_ms;  // created at or after
   std::optional<std::string> source;     // run | fuzz | import
   std::optional<std::string> handler;    // echo, regex, exec, plugin:NAME
-  std::optional<std::string> raise_site;  // shared/raise_site.h: "ValueError at parse_date (parse.py)"
+  std::optional<std::string> raise_site;  // a raise site's id (shared/raise_site.h): "rs-" and 16 hex digits
   std::int64_t limit = -1;      // -1: all
   std::int64_t offset = 0;
 };

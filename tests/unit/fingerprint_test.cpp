@@ -333,6 +333,22 @@ TEST_CASE("raise_site: a traceback's exception and innermost frame, a crash's in
   CHECK(raise_site("crash", R"j([1,2])j").empty());
 }
 
+TEST_CASE("raise_site_id: one program's site; another program's same text is another site") {
+  using pillbox::raise_site_id;
+  const std::string id = raise_site_id("exec python3 billing/main.py {}", "ValueError at main (main.py)");
+  CHECK(pillbox::is_raise_site_id(id));
+  CHECK(id == raise_site_id("exec python3 billing/main.py {}", "ValueError at main (main.py)"));
+  CHECK(id != raise_site_id("exec python3 importer/main.py {}", "ValueError at main (main.py)"));
+  CHECK(raise_site_id("a", "bc") != raise_site_id("ab", "c"));  // the fields do not run into each other
+  CHECK(raise_site_id("exec x", "").empty());
+  for (const char* bad : {"", "rs-", "rs-0123456789abcde", "rs-0123456789ABCDEF", "ValueError at main (main.py)",
+                          "rs-0123456789abcdef0", "xs-0123456789abcdef"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(pillbox::is_raise_site_id(bad));
+  }
+  CHECK(pillbox::is_raise_site_id("rs-0123456789abcdef"));
+}
+
 TEST_CASE("raise_site_rollup: the sites two or more groups share, the most records first") {
   std::vector<pillbox::store::FingerprintStats> groups(5);
   const char* const states[] = {R"j(["ValueError","parse_date (p.py)","born (p.py)"])j",
@@ -342,6 +358,7 @@ TEST_CASE("raise_site_rollup: the sites two or more groups share, the most recor
   const std::int64_t records[] = {2, 1, 7, 5, 5};
   for (std::size_t i = 0; i < groups.size(); ++i) {
     groups[i].fingerprint = "pb1-" + std::to_string(i);
+    groups[i].handler_identity = "exec prog";
     groups[i].kind = kinds[i];
     groups[i].crash_state = states[i];
     groups[i].records = records[i];
@@ -349,10 +366,11 @@ TEST_CASE("raise_site_rollup: the sites two or more groups share, the most recor
   }
   const auto rollup = pillbox::raise_site_rollup(groups);
   REQUIRE(rollup.size() == 2);
-  CHECK(rollup[0].site == "crash at f");
+  CHECK(rollup[0].site.text == "crash at f");
+  CHECK(rollup[0].site.id == pillbox::raise_site_id("exec prog", "crash at f"));
   CHECK(rollup[0].groups == std::vector<std::size_t>{3, 4});
   CHECK(rollup[0].records == 10);
-  CHECK(rollup[1].site == "ValueError at parse_date (p.py)");
+  CHECK(rollup[1].site.text == "ValueError at parse_date (p.py)");
   CHECK(rollup[1].groups == std::vector<std::size_t>{0, 1});
   CHECK(rollup[1].records == 3);
   CHECK(rollup[1].open == 2);
@@ -361,4 +379,8 @@ TEST_CASE("raise_site_rollup: the sites two or more groups share, the most recor
   CHECK(json[0]["raise_site_groups"] == 2);
   CHECK(json[2]["raise_site"] == "KeyError at main (p.py)");
   CHECK(json[2]["raise_site_groups"] == 1);
+  CHECK(json[0]["raise_site_id"] == pillbox::raise_site_id("exec prog", "ValueError at parse_date (p.py)"));
+  // Another program's `crash at f` is another site: no rollup of the two.
+  groups[4].handler_identity = "exec other";
+  CHECK(pillbox::raise_site_rollup(groups).size() == 1);
 }
