@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,7 @@
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/exec/record_policy.h"
 #include "supervisor/exec/host_view.h"
+#include "supervisor/io/nearest_word.h"
 
 namespace pillbox {
 namespace {
@@ -44,6 +47,68 @@ std::string absolute_if_existing(const std::string& arg, const std::string& base
   std::error_code ec;
   if (!std::filesystem::exists(full, ec)) return arg;
   return full.lexically_normal().string();
+}
+
+// Interpreters whose first argument that is not an option is the program
+// they run: by the base name of the resolved command (python3 is
+// python3.11 once resolved).
+bool is_interpreter(const std::string& command) {
+  const std::string name = std::filesystem::path(command).filename().string();
+  for (const char* versioned : {"python", "pypy", "ruby", "perl", "php", "lua", "node"}) {
+    const std::string_view rest = std::string_view(name).substr(std::min(name.size(), std::strlen(versioned)));
+    if (name.starts_with(versioned) && rest.find_first_not_of("0123456789.") == std::string_view::npos) return true;
+  }
+  for (const char* plain : {"nodejs", "sh", "bash", "dash", "zsh", "ksh", "Rscript", "tclsh"}) {
+    if (name == plain) return true;
+  }
+  return false;
+}
+
+// The extensions of the programs those interpreters run: an argument
+// without one ("-W ignore", a module after -m) is not taken for a script.
+bool has_script_extension(const std::string& arg) {
+  const std::string ext = std::filesystem::path(arg).extension().string();
+  for (const char* e : {".py", ".rb", ".pl", ".pm", ".php", ".lua", ".js", ".mjs", ".cjs", ".sh", ".bash", ".R", ".r",
+                        ".tcl"}) {
+    if (ext == e) return true;
+  }
+  return false;
+}
+
+// `python3 parse_record.py {}` beside parse_records.py: every task would
+// fail in its setup, after the run had started (issue 26, point 4). The
+// interpreter's script, when it is named by a path that does not exist, is
+// refused before anything runs, with the nearest name in its directory.
+// Only the first argument that is not an option, and only when it looks
+// like a script; an inline program (-c, -e) or a module (-m), and the
+// payload itself ({}), are left alone.
+Status check_interpreter_script(const std::vector<std::string>& argv, const std::string& base) {
+  namespace fs = std::filesystem;
+  if (argv.empty() || !is_interpreter(argv[0])) return Status::ok();
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-c" || a == "-e" || a == "-m" || a == "--eval" || a == "-" || has_replacement_string(a)) return Status::ok();
+    if (a.starts_with("-")) continue;
+    if (!has_script_extension(a)) return Status::ok();
+    const fs::path path = a.starts_with('/') ? fs::path(a) : fs::path(base) / a;
+    std::error_code ec;
+    if (fs::exists(path, ec) || ec.value() == EACCES) return Status::ok();
+    const fs::path dir = path.parent_path();
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (names.size() >= 10000) break;
+      names.push_back(entry.path().filename().string());
+    }
+    const auto near = nearest_word(path.filename().string(), names);
+    return Status::error("the script " + a + " does not exist" +
+                         (a.starts_with('/') ? std::string() : " in " + base + ", where the command line is read") +
+                         (near ? ": did you mean " +
+                                     (a.starts_with('/') ? (dir / *near).string()
+                                                         : (dir / *near).lexically_relative(base).string()) +
+                                     "?"
+                               : std::string(ec ? "" : ": " + dir.lexically_normal().string() + " holds no file of a similar name")));
+  }
+  return Status::ok();
 }
 
 // Where an exec command line's relative paths point and where it runs: the
@@ -151,6 +216,9 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
     auto path = resolve_command(config.exec_argv[0], config.working_dir);
     if (!path) return Error{path.error()};
     config.exec_argv[0] = *path;
+    if (auto s = check_interpreter_script(config.exec_argv, config.working_dir); !s) {
+      return Error{s.message(), ErrorCode::kUsage};
+    }
     for (std::size_t i = 1; i < config.exec_argv.size(); ++i) {
       std::string& a = config.exec_argv[i];
       if (names_payload_file(a)) config.exec_payload_as_file = true;

@@ -1,8 +1,12 @@
 // Usage and input errors: exit code 2 and exactly one line on stderr that
 // says what is wrong; never a C++ exception, an abort or a stack trace.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
 
 #include "tests/e2e/support.h"
 
@@ -118,6 +122,44 @@ TEST_CASE("bad option values: exit 2, one line") {
   SUBCASE("an unknown option") {
     const std::string line = one_error_line(run_pillbox({"run", "--handler", "echo", "--frobnicate", input}));
     CHECK_MESSAGE(contains(line, "--frobnicate"), line);
+  }
+}
+
+// Issue 26, point 4: a typo'd script name waited the breaker's 5 minutes
+// twice and left held tasks; now nothing runs.
+TEST_CASE("an interpreter's script that does not exist: exit 2 before anything runs, with the nearest name") {
+  const char* const python = "/usr/bin/python3";
+  if (::access(python, X_OK) != 0) {
+    MESSAGE("skipped: no /usr/bin/python3 (tools/setup.sh installs python3)");
+    return;
+  }
+  e2e::TempDir project(0755, e2e::host_dir_tasks_see());
+  const std::string parent = project.path().substr(0, project.path().rfind('/'));
+  const std::string name = project.path().substr(parent.size() + 1);
+  project.write("parse_records.py", "import sys\nprint(open(sys.argv[1]).read().upper())\n");
+  project.write("in.csv", "ann,1990-01-02\n");
+  e2e::TempDir store;
+  const std::string s = store.path() + "/s";
+  const auto typo = e2e::pillbox_in(parent, {"run", "--store", s, name + "/in.csv", "--", python,
+                                             name + "/parse_record.py", "{}"});
+  const std::string line = one_error_line(typo);
+  CHECK_MESSAGE(contains(line, "the script " + name + "/parse_record.py does not exist in " + parent +
+                                   ", where the command line is read: did you mean " + name + "/parse_records.py?"),
+                line);
+  CHECK(::access((s + "/pillbox.db").c_str(), F_OK) != 0);  // nothing ran, nothing was kept
+  const auto far = one_error_line(e2e::pillbox_in(parent, {"run", "--store", s, name + "/in.csv", "--", python,
+                                                           name + "/totally_other.py", "{}"}));
+  CHECK_MESSAGE(contains(far, "holds no file of a similar name"), far);
+  // Not scripts: an inline program, a module, an option's value, the payload itself.
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{python, "-c", "import sys; print(open(sys.argv[1]).read())", "{}"},
+        std::vector<std::string>{python, "-m", "json.tool", "--help"},
+        std::vector<std::string>{python, "-W", "ignore", name + "/parse_records.py", "{}"}}) {
+    std::vector<std::string> args = {"run", "--store", s, "--json", name + "/in.csv", "--"};
+    args.insert(args.end(), command.begin(), command.end());
+    const auto ok = e2e::pillbox_in(parent, args);
+    INFO(ok.describe());
+    CHECK(ok.exit_code == 0);
   }
 }
 
