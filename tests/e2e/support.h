@@ -195,7 +195,8 @@ int open_fd_count(pid_t pid);     // entries of /proc/PID/fd, -1 when unreadable
 // sees any more, and loses those commits when it ends (issue 25). As
 // /proc/PID/fd shows them; empty when there is none.
 std::vector<std::string> deleted_store_files(pid_t pid);
-// Fails the current test (a CHECK) when `pid` holds one. Called by
+// Fails the current test (a CHECK) when `pid` holds one, and still does a
+// second later while it runs (its own last close unlinks them first). Called by
 // run_pillbox while pillbox runs, and by Background and LiveRun before they
 // signal, wait for or kill their process: every e2e test checks it.
 void check_no_deleted_store_files(pid_t pid);
