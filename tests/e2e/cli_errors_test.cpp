@@ -128,14 +128,12 @@ TEST_CASE("bad option values: exit 2, one line") {
 // Issue 26, point 4: a typo'd script name waited the breaker's 5 minutes
 // twice and left held tasks; now nothing runs.
 TEST_CASE("an interpreter's script that does not exist: exit 2 before anything runs, with the nearest name") {
-  const char* const python = "/usr/bin/python3";
-  if (::access(python, X_OK) != 0) {
-    MESSAGE("skipped: no /usr/bin/python3 (tools/setup.sh installs python3)");
-    return;
-  }
-  e2e::TempDir project(0755, e2e::host_dir_tasks_see());
-  const std::string parent = project.path().substr(0, project.path().rfind('/'));
-  const std::string name = project.path().substr(parent.size() + 1);
+  const char* const python = e2e::kPython3;
+  if (!e2e::have_python3()) return;
+  const e2e::Project p;
+  const e2e::TempDir& project = p.dir;
+  const std::string& parent = p.parent;
+  const std::string& name = p.name;
   project.write("parse_records.py", "import sys\nprint(open(sys.argv[1]).read().upper())\n");
   project.write("in.csv", "ann,1990-01-02\n");
   e2e::TempDir store;

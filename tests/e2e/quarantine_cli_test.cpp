@@ -338,14 +338,12 @@ TEST_CASE("bad input: unknown id, malformed duration or date, newer schema, no p
 // (the frames-based rule), and stats, list --json and the console's data roll
 // them up as one raise site, which list, replay and discard select as one.
 TEST_CASE("one raise site through three callers: three groups, one rollup; list, replay and discard take it as one") {
-  const char* const python = "/usr/bin/python3";
-  if (::access(python, X_OK) != 0) {
-    MESSAGE("skipped: no /usr/bin/python3 (tools/setup.sh installs python3)");
-    return;
-  }
-  e2e::TempDir project(0755, e2e::host_dir_tasks_see());
-  const std::string parent = project.path().substr(0, project.path().rfind('/'));
-  const std::string name = project.path().substr(parent.size() + 1);
+  const char* const python = e2e::kPython3;
+  if (!e2e::have_python3()) return;
+  const e2e::Project p;
+  const e2e::TempDir& project = p.dir;
+  const std::string& parent = p.parent;
+  const std::string& name = p.name;
   project.write("contacts.py", R"py(import sys
 
 
@@ -468,11 +466,8 @@ main(sys.argv[1])
 // Found by the attack review: two programs' `main` raising one exception
 // type are two sites, and discarding one program's touches none of the other's.
 TEST_CASE("the same exception in another program's main is another raise site") {
-  const char* const python = "/usr/bin/python3";
-  if (::access(python, X_OK) != 0) {
-    MESSAGE("skipped: no /usr/bin/python3 (tools/setup.sh installs python3)");
-    return;
-  }
+  const char* const python = e2e::kPython3;
+  if (!e2e::have_python3()) return;
   e2e::TempDir dir(0755, e2e::host_dir_tasks_see());
   const std::string store = dir.path() + "/store";
   for (const std::string program : {"billing", "importer"}) {

@@ -181,6 +181,17 @@ RunResult run_pillbox(const std::vector<std::string>& args, const std::string& s
   return run_command(pillbox_binary(), args, stdin_data, extra_env, on_stdout_line, deadline_s);
 }
 
+bool have_python3() {
+  if (::access(kPython3, X_OK) == 0) return true;
+  MESSAGE("skipped: no " << kPython3 << " (tools/setup.sh installs python3)");
+  return false;
+}
+
+Project::Project()
+    : dir(0755, host_dir_tasks_see()),
+      parent(dir.path().substr(0, dir.path().rfind('/'))),
+      name(dir.path().substr(parent.size() + 1)) {}
+
 RunResult pillbox_in(const std::string& cwd, const std::vector<std::string>& args) {
   std::vector<std::string> sh = {"-c", "cd \"$1\" && shift && exec \"$@\"", "sh", cwd, pillbox_binary()};
   sh.insert(sh.end(), args.begin(), args.end());

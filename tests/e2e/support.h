@@ -54,6 +54,13 @@ RunResult run_pillbox(const std::vector<std::string>& args, const std::string& s
                       const LineCallback& on_stdout_line = {}, int deadline_s = 480);
 // pillbox ARGS run in `cwd`, as a user in that directory would.
 RunResult pillbox_in(const std::string& cwd, const std::vector<std::string>& args);
+
+// The interpreter of the tests' real Python scripts (not a version
+// manager's shim on PATH).
+inline constexpr const char* kPython3 = "/usr/bin/python3";
+// True when it is there; otherwise says "skipped: ..." (MESSAGE) for the caller.
+bool have_python3();
+
 // Runs pillbox with `args` and checks that it refuses them as a usage error:
 // exit code 2, and stderr says `says`. The run, for the caller's own checks.
 RunResult check_usage_error(const std::vector<std::string>& args, const std::string& says);
@@ -119,6 +126,16 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A user's project that tasks see (under host_dir_tasks_see()): its path
+// (dir), its parent and its name there, to run pillbox from the parent
+// with paths like NAME/script.py, as a user would.
+struct Project {
+  TempDir dir;
+  std::string parent;
+  std::string name;
+  Project();
 };
 
 std::string read_file(const std::string& path);
