@@ -28,7 +28,7 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
     ++failures;
     // A verified fingerprint still counts as a failure, but never as the
     // face of an outage.
-    if (!verified(e.fingerprint)) ++by_fingerprint[e.fingerprint];
+    if (!verified(e.fingerprint) && deciding_.count(e.fingerprint) == 0) ++by_fingerprint[e.fingerprint];
   }
   const auto needed = static_cast<std::size_t>(std::ceil(settings_.threshold * static_cast<double>(settings_.window)));
   if (failures < std::max<std::size_t>(needed, 1)) return false;
@@ -46,10 +46,23 @@ bool CircuitBreaker::open_now(const std::string& payload_id, const std::string& 
   if (same != window_.end()) window_.erase(same);
   window_.push_back({payload_id, true, fingerprint});
   while (window_.size() > std::max<std::size_t>(settings_.window, 1)) window_.pop_front();
-  const auto alike = static_cast<std::size_t>(
-      std::count_if(window_.begin(), window_.end(), [&](const Entry& e) { return e.failed && e.fingerprint == fingerprint; }));
-  open_with(fingerprint, alike, now);
+  open_with(fingerprint, failed_with(fingerprint), now);
   return true;
+}
+
+void CircuitBreaker::set_deciding(const std::string& fingerprint, bool deciding) {
+  if (deciding) deciding_.insert(fingerprint);
+  else deciding_.erase(fingerprint);
+}
+
+std::size_t CircuitBreaker::failed_with(const std::string& fingerprint) const {
+  return static_cast<std::size_t>(
+      std::count_if(window_.begin(), window_.end(), [&](const Entry& e) { return e.failed && e.fingerprint == fingerprint; }));
+}
+
+void CircuitBreaker::open_for(const std::string& fingerprint, Clock::time_point now) {
+  if (!settings_.enabled || open_) return;
+  open_with(fingerprint, failed_with(fingerprint), now);
 }
 
 void CircuitBreaker::open_with(const std::string& fingerprint, std::size_t failures, Clock::time_point now) {

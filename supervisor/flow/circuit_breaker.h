@@ -10,8 +10,10 @@
 // Only a failure opens it: a success is no part of an outage.
 //
 // A burst of poison looks the same from here: a producer's bad batch, sorted
-// together, fails one way many times in a row. The flow tells the two apart
-// with a *known-good probe*, a payload that succeeded earlier in this run:
+// together, fails one way many times in a row. The run's flow decides that
+// before quarantining (task_flow.h, PendingDecision: set_deciding, verify,
+// open_for); what reaches the breaker's own window is what it still tells
+// apart with a *known-good probe*, a payload that succeeded earlier in this run:
 // if it fails now, the handler is down. If it succeeds, the handler works
 // now: the breaker closes and the held payloads run again. That alone does
 // not tell a burst from an outage that just ended; but when the breaker
@@ -58,7 +60,7 @@ class CircuitBreaker {
   bool open() const { return open_; }
   // Early warning, before the window is full: of the most recent
   // max(4, window/4) distinct payloads, at least `threshold` failed with
-  // `fingerprint`. The flow then parks the payloads it would quarantine
+  // `fingerprint`. The fleet worker then parks the payloads it would quarantine
   // with that fingerprint, without running them, until the breaker opens
   // (they are held) or the suspicion fades (they are quarantined), so that
   // the first payloads of an outage are not quarantined in the moments
@@ -80,6 +82,19 @@ class CircuitBreaker {
   Clock::time_point opened_at() const { return opened_at_; }
   bool waited_too_long(Clock::time_point now) const;
   bool verified(const std::string& fingerprint) const { return verified_.count(fingerprint) > 0; }
+  // The flow decided by itself (a known-good check, then the same failure
+  // again) that payloads fail this way on their own: as above.
+  void verify(const std::string& fingerprint) { verified_.insert(fingerprint); }
+  // While the flow is deciding about a fingerprint with a known-good check,
+  // the window does not open the breaker with it as its face: the check
+  // answers sooner and better. Off again once decided.
+  void set_deciding(const std::string& fingerprint, bool deciding);
+  // How many payloads in the window failed last with `fingerprint`.
+  std::size_t failed_with(const std::string& fingerprint) const;
+  // Opens it for `fingerprint` now: a payload that succeeded earlier in the
+  // run failed (the flow's known-good check). The next probe waits
+  // probe_interval. No-op when disabled or already open.
+  void open_for(const std::string& fingerprint, Clock::time_point now);
 
   const std::string& dominant_fingerprint() const { return dominant_; }
   std::size_t failures_when_opened() const { return failures_when_opened_; }
@@ -103,6 +118,7 @@ class CircuitBreaker {
   std::string dominant_;
   std::set<std::string> cleared_once_;  // a known-good probe ended an opening for these once
   std::set<std::string> verified_;      // fingerprints shown to be the payloads' own
+  std::set<std::string> deciding_;      // set_deciding
   std::size_t failures_when_opened_ = 0;
   std::size_t times_opened_ = 0;
 };

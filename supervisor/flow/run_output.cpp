@@ -167,10 +167,13 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
          << " taken back (a suspected outage explained the failure)";
     }
     if (flow->verified_bursts) {
-      os << ", " << flow->verified_bursts << " suspected outage" << (flow->verified_bursts == 1 ? "" : "s")
-         << " shown to be a burst of poison";
+      os << ", " << flow->verified_bursts << " failure" << (flow->verified_bursts == 1 ? "" : "s")
+         << " of many payloads alike shown to be theirs (bad inputs together, not an outage)";
     }
-    if (flow->deferred) os << ", " << flow->deferred << " quarantines deferred while an outage was suspected";
+    if (flow->released_bursts) {
+      os << ", " << flow->released_bursts << " failure" << (flow->released_bursts == 1 ? "" : "s")
+         << " of many payloads alike shown not to be theirs (they ran again)";
+    }
     os << "\n";
     if (flow->stopped_by_breaker && !flow->stopped_for_hidden.empty()) {
       const std::string dir = share_for(flow->stopped_for_hidden);

@@ -410,9 +410,9 @@ TaskSource::Item TaskFlow::next() {
   bool nothing_left = inner_done_ && in_flight_ == 0 && schedule_.quiet() &&
                       (held == 0 || (breaker_.open() && !can_still_probe));
   if (nothing_left && schedule_.has_parked()) {
-    // Nothing left can open the breaker: the suspicion was never confirmed,
-    // and the parked tasks' verdict stands.
-    review_parked(true);
+    // Nothing left can decide (nothing succeeded in this run): the parked
+    // tasks' verdict stands.
+    quarantine_parked();
   }
   nothing_left = nothing_left && !schedule_.has_parked();
   if (nothing_left) {
@@ -482,6 +482,8 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     std::abort();
   }
   if (in_flight_ > 0) --in_flight_;
+  if (t.probe_copy && t.check) return on_check_outcome(t, outcome);
+  if (t.probe_copy && !t.recheck_of.empty()) return on_recheck_outcome(t, outcome);
   if (t.probe_copy) return on_probe_copy_outcome(t, outcome);
   schedule_.end_solo(t.task.ref);
   t.suspect = false;
@@ -517,9 +519,10 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     outage = true;
     hidden_.clear();
     on_breaker_opened(outcome);
-  } else {
-    review_parked(false);
   }
+  // A success may be the first of the run: a decision waiting for a payload
+  // known to work can start its check.
+  if (!failed) start_check_if_due();
   attempt.charged = !outage && !transient;
   if (ledger_ != nullptr) {
     // An ok attempt's end goes with its "ok" (settle): both held back, or neither.
@@ -549,16 +552,14 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
       return;
     }
     case Decision::kQuarantine:
-      if (breaker_.suspects(outcome.fingerprint)) {
-        // Most of the latest payloads fail just like this one: perhaps an
-        // outage about to open the breaker. Park it, without running it
-        // again (retries would crowd out the fresh payloads that let the
-        // breaker decide): the breaker opening holds it, the suspicion
-        // fading quarantines it.
-        ++report_.deferred;
+      if (waits_for_decision(outcome)) {
+        // Other payloads failed just like this one: poison, or an outage?
+        // Parked, without running again (retries would crowd out the fresh
+        // payloads), until the check decides (PendingDecision).
         t.last_failure = outcome;
         t.parked_reason = j.reason;
         schedule_.park(t.task.ref);
+        start_check_if_due();
         return;
       }
       quarantine(t, outcome, j.reason);
@@ -617,9 +618,10 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
   batch_.add(QuarantinePayload{t.task.ref, t.task_id, t.task.key, t.sha256, t.task.payload, t.attempts, outcome, reason});
 }
 
-void TaskFlow::on_breaker_opened(const Outcome& outcome) {
+void TaskFlow::on_breaker_opened(const Outcome& outcome, bool probe_at_once) {
   ++report_.outages;
-  outage_example_ = outcome;
+  outage_example_ = outage_example(outcome);
+  drop_decisions();
   // Retries waiting for their backoff wait for the breaker instead; those
   // that failed the outage's way are not held against their payload.
   // So do the payloads parked on suspicion of this outage.
@@ -631,8 +633,9 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome) {
   out_.on_notice(describe_outage());
   // And those already judged poison the outage's way, before anyone knew.
   take_back_outage_verdicts();
-  // A payload that succeeded earlier answers "outage or burst?" in one task.
-  if (known_good_) breaker_.probe_now(now());
+  // A payload that succeeded earlier answers "outage or burst?" in one task
+  // (unless one just failed: that was the answer).
+  if (known_good_ && probe_at_once) breaker_.probe_now(now());
   // One payload's word is not enough to stop the run (a poison pill can
   // print any message): the next payload probes at once, a known-good one
   // or a fresh one. If it fails for a hidden file too, the run stops
@@ -667,15 +670,185 @@ void TaskFlow::uncharge_outage_failures(Tracked& t) {
   }
 }
 
-void TaskFlow::review_parked(bool all) {
+void TaskFlow::uncharge_failures(Tracked& t, const std::string& fingerprint) {
+  const std::size_t in_run = std::min<std::size_t>(t.attempts_in_run, t.history.size());
+  for (auto a = t.history.end() - static_cast<long>(in_run); a != t.history.end(); ++a) {
+    if (!a->finished || !a->charged || a->fingerprint != fingerprint) continue;
+    a->charged = false;
+    if (ledger_ != nullptr) batch_.add(UnchargeAttempt{t.task_id, a->n});
+  }
+}
+
+void TaskFlow::quarantine_parked() {
   if (!schedule_.has_parked() || breaker_.open()) return;
-  const auto cleared = schedule_.take_parked_if([&](std::uint64_t ref) {
-    return all || !breaker_.suspects(tracked_.at(ref).last_failure->fingerprint);
-  });
-  for (std::uint64_t ref : cleared) {
+  for (const auto& [fingerprint, d] : pending_) breaker_.set_deciding(fingerprint, false);
+  pending_.clear();
+  for (std::uint64_t ref : schedule_.take_parked_if([](std::uint64_t) { return true; })) {
     Tracked& t = tracked_.at(ref);
     quarantine(t, *t.last_failure, t.parked_reason);
   }
+}
+
+bool TaskFlow::waits_for_decision(const Outcome& outcome) {
+  // Parked tasks keep their payloads in memory: past this many, a verdict
+  // stands at once (at worst it is taken back if an outage is shown).
+  constexpr std::size_t kMaxParked = 1024;
+  if (!settings_.breaker.enabled || breaker_.verified(outcome.fingerprint)) return false;
+  auto it = pending_.find(outcome.fingerprint);
+  if (it == pending_.end()) {
+    if (schedule_.parked().size() >= kMaxParked) return false;
+    // With a payload known to work, a failure no other payload shares is a
+    // poison pill; with none yet, nothing tells an outage's first failure
+    // from poison, so it waits for the first success.
+    if (known_good_ && breaker_.failed_with(outcome.fingerprint) < 2) return false;
+    it = pending_.emplace(outcome.fingerprint, PendingDecision{}).first;
+  }
+  ++it->second.parked;
+  it->second.example = outcome;
+  it->second.example.output.clear();
+  return true;
+}
+
+std::uint64_t TaskFlow::start_copy(const Task& of, bool check, const std::string& recheck_of) {
+  const std::uint64_t ref = ++next_ref_;
+  Tracked t;
+  t.task = of;
+  t.task.ref = ref;
+  t.probe_copy = true;
+  t.check = check;
+  t.recheck_of = recheck_of;
+  tracked_.emplace(ref, std::move(t));
+  schedule_.make_ready(ref);
+  return ref;
+}
+
+void TaskFlow::start_check_if_due() {
+  if (check_ref_ != 0 || !known_good_ || breaker_.open()) return;
+  bool due = false;
+  for (const auto& [fingerprint, d] : pending_) {
+    if (d.recheck != 0) continue;
+    breaker_.set_deciding(fingerprint, true);
+    due = true;
+  }
+  if (!due) return;
+  checked_with_ = known_good_->key;
+  check_ref_ = start_copy(*known_good_, /*check=*/true, "");
+}
+
+void TaskFlow::on_check_outcome(Tracked& t, const Outcome& outcome) {
+  check_ref_ = 0;
+  tracked_.erase(t.task.ref);  // `t` is gone
+  if (breaker_.open() || pending_.empty()) return;
+  if (outcome.kind != Kind::kOk) {
+    // A payload that worked earlier in this run fails now: the handler is
+    // down, and the parked failures are the outage's. Its face: the check's
+    // own fingerprint when payloads are parked with it, else the largest group's.
+    auto face = pending_.find(outcome.fingerprint);
+    if (face == pending_.end()) {
+      face = std::max_element(pending_.begin(), pending_.end(),
+                              [](const auto& a, const auto& b) { return a.second.parked < b.second.parked; });
+    }
+    const Outcome example = face->second.example;
+    out_.on_notice(checked_with_ + ", which succeeded earlier in this run, fails now (" +
+                   std::string(to_string(outcome.kind)) + (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint) +
+                   "): the handler is down, not the payloads");
+    breaker_.open_for(face->first, now());
+    hidden_.clear();
+    on_breaker_opened(example, /*probe_at_once=*/false);
+    return;
+  }
+  // The handler works now. Each decision still waiting: a recheck of one of
+  // its payloads, or, for a failure only one payload had (while nothing was
+  // known to work), its verdict as it stands (`lone`).
+  std::vector<std::string> lone;
+  for (auto& [fingerprint, d] : pending_) {
+    if (d.recheck != 0) continue;
+    // A fingerprint whose failures were released once already goes by the
+    // check alone: payloads that fail, then pass their recheck, then fail
+    // again (flaky ones) must not go round for ever.
+    if ((d.parked < 2 && breaker_.failed_with(fingerprint) < 2) || released_once_.count(fingerprint) > 0) {
+      lone.push_back(fingerprint);
+      continue;
+    }
+    for (std::uint64_t ref : schedule_.parked()) {
+      const Tracked& p = tracked_.at(ref);
+      if (p.last_failure->fingerprint != fingerprint) continue;
+      d.recheck = start_copy(p.task, /*check=*/false, fingerprint);
+      break;
+    }
+  }
+  for (const std::string& fingerprint : lone) decide(fingerprint, /*poison=*/true, /*verify=*/false);
+}
+
+void TaskFlow::on_recheck_outcome(Tracked& t, const Outcome& outcome) {
+  const std::string fingerprint = t.recheck_of;
+  const std::string key = t.task.key;
+  const std::uint64_t ref = t.task.ref;
+  tracked_.erase(ref);  // `t` is gone
+  auto it = pending_.find(fingerprint);
+  if (it == pending_.end() || it->second.recheck != ref) return;  // the breaker opened meanwhile: its call
+  const std::size_t parked = it->second.parked;
+  const std::string tasks = std::to_string(parked) + (parked == 1 ? " payload" : " payloads");
+  if (outcome.kind != Kind::kOk && outcome.fingerprint == fingerprint) {
+    const Outcome& e = it->second.example;
+    ++report_.verified_bursts;
+    out_.on_notice("not an outage: " + std::to_string(parked) + " payloads failed alike (" + fingerprint + ", " +
+                   std::string(to_string(e.kind)) + (e.message.empty() ? "" : ": " + e.message.substr(0, e.message.find('\n'))) +
+                   "), and while " + checked_with_ + ", which succeeded earlier in this run, succeeds again, " + key +
+                   " fails that way again: the failure is the payloads' own (bad inputs together), quarantining " +
+                   (parked == 1 ? "it" : "them"));
+    decide(fingerprint, /*poison=*/true, /*verify=*/true);
+    return;
+  }
+  ++report_.released_bursts;
+  released_once_.insert(fingerprint);
+  out_.on_notice(key + ", which failed with " + fingerprint + ", now " +
+                 (outcome.kind == Kind::kOk ? std::string("succeeds") : "ends " + std::string(to_string(outcome.kind))) +
+                 ": those failures were not the payloads' (an outage that ended?); " + tasks + " run again");
+  decide(fingerprint, /*poison=*/false, /*verify=*/false);
+}
+
+void TaskFlow::decide(const std::string& fingerprint, bool poison, bool verify) {
+  pending_.erase(fingerprint);
+  breaker_.set_deciding(fingerprint, false);
+  if (verify) breaker_.verify(fingerprint);
+  const auto refs = schedule_.take_parked_if(
+      [&](std::uint64_t ref) { return tracked_.at(ref).last_failure->fingerprint == fingerprint; });
+  const auto now = this->now();
+  for (std::uint64_t ref : refs) {
+    Tracked& t = tracked_.at(ref);
+    if (poison) {
+      quarantine(t, *t.last_failure, t.parked_reason);
+    } else {
+      uncharge_failures(t, fingerprint);
+      schedule_.delay(ref, now);
+    }
+  }
+}
+
+void TaskFlow::drop_decisions() {
+  for (const auto& [fingerprint, d] : pending_) breaker_.set_deciding(fingerprint, false);
+  pending_.clear();
+  // The check in flight becomes the breaker's known-good probe; a recheck's
+  // answer no longer counts (on_recheck_outcome finds no decision).
+  if (check_ref_ != 0) {
+    tracked_.at(check_ref_).check = false;
+    breaker_.probe_started();
+    check_ref_ = 0;
+  }
+}
+
+Outcome TaskFlow::outage_example(const Outcome& outcome) const {
+  const std::string& fingerprint = breaker_.dominant_fingerprint();
+  if (outcome.fingerprint == fingerprint) return outcome;
+  if (auto it = pending_.find(fingerprint); it != pending_.end()) return it->second.example;
+  for (const auto& [ref, t] : tracked_) {
+    if (t.last_failure && t.last_failure->fingerprint == fingerprint) return *t.last_failure;
+  }
+  for (auto it = judged_poison_.rbegin(); it != judged_poison_.rend(); ++it) {
+    if (it->outcome.fingerprint == fingerprint) return it->outcome;
+  }
+  return Outcome{};  // none known: the message names the fingerprint only
 }
 
 std::string TaskFlow::describe_outage() const {
@@ -689,9 +862,15 @@ std::string TaskFlow::describe_outage() const {
   }
   std::string line = "handler outage suspected: " + std::to_string(breaker_.failures_when_opened()) + " of the last " +
                      std::to_string(settings_.breaker.window) + " distinct payloads failed, most with " +
-                     breaker_.dominant_fingerprint() + " (" + std::string(to_string(o.kind));
-  if (!o.message.empty()) line += ": " + o.message.substr(0, o.message.find('\n'));
-  line += "); intake paused, not quarantining; ";
+                     breaker_.dominant_fingerprint();
+  // The example is one of that fingerprint's own failures (outage_example),
+  // never another group's kind and message.
+  if (o.fingerprint == breaker_.dominant_fingerprint()) {
+    line += " (" + std::string(to_string(o.kind));
+    if (!o.message.empty()) line += ": " + o.message.substr(0, o.message.find('\n'));
+    line += ")";
+  }
+  line += "; intake paused, not quarantining; ";
   if (known_good_) {
     line += "probing now with " + known_good_->key + ", which succeeded earlier in this run";
   } else {
@@ -795,13 +974,7 @@ Status TaskFlow::start_probe(std::vector<std::uint64_t>& starts, Clock::time_poi
   }
   // A copy of a settled task: no ledger attempt (its task is done), no
   // verdict, not in active_payloads_ (the same input may still come).
-  const std::uint64_t ref = ++next_ref_;
-  Tracked t;
-  t.task = *known_good_;
-  t.task.ref = ref;
-  t.probe_copy = true;
-  tracked_.emplace(ref, std::move(t));
-  schedule_.make_ready(ref);
+  start_copy(*known_good_, /*check=*/false, "");
   breaker_.probe_started();
   report_pause(now, nullptr);
   return Status::ok();

@@ -81,8 +81,9 @@ struct FlowReport {
   std::size_t gave_up = 0;
   std::size_t held = 0;                 // left for the next run by an open breaker
   std::size_t outages = 0;              // times the breaker opened
-  std::size_t deferred = 0;             // quarantines held back while an outage was suspected
-  std::size_t verified_bursts = 0;      // suspected outages a known-good probe showed to be poison
+  std::size_t verified_bursts = 0;      // failures of many payloads alike shown to be poison (a known-good
+                                        // probe or check succeeded, the failure came again)
+  std::size_t released_bursts = 0;      // ... shown not to be the payloads' (a recheck did not fail so)
   std::size_t taken_back = 0;           // poison verdicts taken back when the breaker opened
   bool stopped_by_breaker = false;      // open longer than --breaker-max-wait: the rest was not read
   std::string stopped_for_hidden;       // or at once: tasks could not see this file of the host
@@ -149,8 +150,28 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::uint32_t slot_renewals = 0;  // counts_as_transient's count
     std::optional<Outcome> last_failure;
     std::string parked_reason;  // why it would be quarantined, while parked
-    bool probe_copy = false;   // a known-good probe: a copy of a payload that succeeded
-                               // in this run; no attempt, no verdict, only an answer
+    bool probe_copy = false;   // a copy run for an answer only: no attempt, no verdict.
+                               // The breaker's known-good probe, or one of these two:
+    bool check = false;        // the known-good check of the decision (pending_)
+    std::string recheck_of;    // a recheck: a copy of a task parked with this fingerprint
+  };
+  // "Outage or poison?", decided before quarantining: payloads judged
+  // poison with a fingerprint that other payloads failed with just before
+  // (or any, while nothing has succeeded yet in this run) are parked, not
+  // quarantined, until a known-good check shows the handler works (a copy
+  // of a payload that succeeded earlier in this run) and a recheck (a copy
+  // of one parked payload) fails the same way again: then they are all
+  // poison, the fingerprint is verified as the payloads' own, and each gets
+  // its one record. A check that fails is an outage (the breaker opens for
+  // it: they are held); a recheck that does not fail that way shows the
+  // failures were not the payloads' (an outage that just ended): they run
+  // again, uncharged for them. Without this, the breaker opening on a
+  // sorted folder's bad files took back verdicts given a moment before and
+  // quarantined them again: two records, two lines, for one bad input.
+  struct PendingDecision {
+    std::size_t parked = 0;       // tasks parked with this fingerprint
+    Outcome example;              // the latest of their failures, for notices
+    std::uint64_t recheck = 0;    // the recheck in flight (its ref), 0: none yet
   };
   // A task this run judged poison, remembered (the latest few hundred) in
   // case a suspected outage shows the judgement was the outage's.
@@ -186,19 +207,19 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void skip_running_elsewhere(const Task& task, const std::string& claim);
   // Why the task waits, for `pillbox tasks` (a retry due then, or held).
   void note_wait(const Tracked& t, std::int64_t next_retry_at_ms, bool held);
-  void on_breaker_opened(const Outcome& outcome);
+  void on_breaker_opened(const Outcome& outcome, bool probe_at_once = true);
   void release_held();
   void remember_poison(const Tracked& t, std::int64_t record_id, const Outcome& outcome);
   // The breaker opened: poison verdicts of this run with the outage's
   // fingerprint are taken back (their records released, audit-trailed) and
   // their tasks held like the rest.
   void take_back_outage_verdicts();
-  // Parked tasks whose fingerprint the breaker no longer suspects (or all of
-  // them, `all`, when nothing left can open the breaker) are quarantined.
-  void review_parked(bool all);
+  // Nothing left can decide: the parked tasks' verdict stands (quarantined).
+  void quarantine_parked();
   // Attempts of this run that failed the way of the outage are not held
   // against the payload.
   void uncharge_outage_failures(Tracked& t);
+  void uncharge_failures(Tracked& t, const std::string& fingerprint);
   void forget(std::uint64_t ref);
   // Counts the attempts of `starts` and applies the turn's batch, then tells
   // the verdicts that waited for it.
@@ -226,6 +247,24 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // task), else the next fresh payload.
   Status start_probe(std::vector<std::uint64_t>& starts, Clock::time_point now);
   void on_probe_copy_outcome(Tracked& t, const Outcome& outcome);
+  // The decision (PendingDecision): whether a task judged poison waits for
+  // it (parked) rather than being quarantined now.
+  bool waits_for_decision(const Outcome& outcome);
+  // Starts the known-good check when a decision waits for one and a payload
+  // has succeeded in this run.
+  void start_check_if_due();
+  std::uint64_t start_copy(const Task& of, bool check, const std::string& recheck_of);
+  void on_check_outcome(Tracked& t, const Outcome& outcome);
+  void on_recheck_outcome(Tracked& t, const Outcome& outcome);
+  // The decision for `fingerprint`: its parked tasks are quarantined (poison;
+  // `verify`: the fingerprint is verified as the payloads' own) or run
+  // again, their failures that way uncharged (not poison).
+  void decide(const std::string& fingerprint, bool poison, bool verify);
+  // The breaker opened: decisions give way to it (their parked tasks are held).
+  void drop_decisions();
+  // A failure with the outage's fingerprint, for its message: `outcome` when
+  // it has it, else the latest such failure this flow still knows.
+  Outcome outage_example(const Outcome& outcome) const;
   void remember_good(const Tracked& t);
   // While paused: a notice now and then, and the status line.
   void report_pause(Clock::time_point now, const Outcome* failed_probe);
@@ -264,6 +303,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   bool stop_at_next_turn_ = false;   // the breaker is open for hidden_, and no probe can end it
   std::set<std::string> hidden_path_claimed_;  // payload ids whose failure the hidden-path rule took at its word
   std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)
+  std::map<std::string, PendingDecision> pending_;  // by fingerprint
+  std::uint64_t check_ref_ = 0;      // the known-good check in flight, 0: none
+  std::string checked_with_;         // the key of the latest check's payload
+  std::set<std::string> released_once_;  // fingerprints whose parked tasks a recheck released
   std::deque<JudgedPoison> judged_poison_;
   Clock::time_point last_pause_notice_{};
   std::string crash_hook_;

@@ -4,8 +4,8 @@
 //   ready     its attempt is counted in the ledger; next() hands it out;
 //   delayed   a retry waiting for its backoff;
 //   held      failed during a suspected outage: waits for the breaker to close;
-//   parked    judged poison while an outage was suspected: waits, without
-//             running, for the breaker to decide;
+//   parked    judged poison with a failure other payloads share: waits,
+//             without running, for "outage or poison?" to be decided;
 //   suspect   its last attempt never finished (the supervisor died): runs
 //             alone, the solo task, while nothing else is in flight.
 // Running tasks and settled ones are in none of them. Pure bookkeeping: no
@@ -42,6 +42,7 @@ class TaskSchedule {
 
   void park(Ref ref) { parked_.push_back(ref); }
   bool has_parked() const { return !parked_.empty(); }
+  const std::vector<Ref>& parked() const { return parked_; }
   // Parked tasks for which `leave(ref)` is true, in the order parked; the
   // others stay.
   std::vector<Ref> take_parked_if(const std::function<bool(Ref)>& leave);

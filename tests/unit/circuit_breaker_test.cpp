@@ -339,3 +339,30 @@ TEST_CASE("circuit breaker: open longer than max_wait is waiting too long") {
   open_it(unlimited, t0);
   CHECK_FALSE(unlimited.waited_too_long(t0 + std::chrono::hours(24 * 365)));
 }
+
+TEST_CASE("circuit breaker: a fingerprint being decided is never the face of an outage; open_for opens at once") {
+  CircuitBreaker b(settings());
+  b.set_deciding("fp-burst", true);
+  CHECK(fail_distinct(b, 0, 10, "fp-burst") == 0);
+  CHECK_FALSE(b.open());
+  CHECK(b.failed_with("fp-burst") == 10);
+  CHECK(b.failed_with("fp-other") == 0);
+  // Decided to be an outage after all (the known-good check failed).
+  b.set_deciding("fp-burst", false);
+  b.open_for("fp-burst", t0);
+  CHECK(b.open());
+  CHECK(b.dominant_fingerprint() == "fp-burst");
+  CHECK(b.failures_when_opened() == 10);
+  CHECK_FALSE(b.may_probe(t0));                      // the check that failed was the probe
+  CHECK(b.may_probe(t0 + milliseconds(1000)));
+  // Decided to be the payloads' own: verified, never a face again.
+  CircuitBreaker c(settings());
+  c.verify("fp-burst");
+  CHECK(fail_distinct(c, 0, 10, "fp-burst") == 0);
+  CHECK_FALSE(c.open());
+  BreakerSettings disabled = settings();
+  disabled.enabled = false;
+  CircuitBreaker d(disabled);
+  d.open_for("fp", t0);
+  CHECK_FALSE(d.open());
+}

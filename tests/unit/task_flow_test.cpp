@@ -555,11 +555,13 @@ TEST_CASE("task flow: a poison verdict the outage explains is taken back: record
       1);
   const FlowReport& r = run.flow->report();
   CHECK(r.outages == 1);
-  // Both verdicts given before the breaker opened: "early" and t1 (the
-  // first failure of the outage, quarantined before it could be suspected).
-  CHECK(r.taken_back == 2);
+  // The verdict given before the breaker opened: "early" (alone in failing
+  // so then, a poison pill by what was known). t1, the outage's first
+  // failure, failed like "early": it waited for the known-good check, which
+  // failed (the outage): held, never quarantined.
+  CHECK(r.taken_back == 1);
   CHECK(r.quarantined == 0);
-  CHECK(run.sink.taken_back == std::vector<std::string>{"early", "t1"});
+  CHECK(run.sink.taken_back == std::vector<std::string>{"early"});
   // "early" was told twice: quarantined, then (after the take-back) ok.
   std::vector<Verdict::Type> early;
   std::int64_t record = 0;
@@ -575,6 +577,143 @@ TEST_CASE("task flow: a poison verdict the outage explains is taken back: record
   REQUIRE(rec->has_value());
   CHECK((*rec)->status == store::RecordStatus::kDiscarded);
   CHECK(run.state("early") == "ok");
+}
+
+// Issue 26, point 5: "outage or poison?" is decided before quarantining.
+TEST_CASE("task flow: bad payloads together while the handler works: one record each, none taken back") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  std::vector<std::string> keys = {"g1", "g2"};
+  for (int i = 1; i <= 8; ++i) keys.push_back("bad" + std::to_string(i));
+  for (int i = 3; i <= 6; ++i) keys.push_back("g" + std::to_string(i));
+  Run run(dir.path, keys, settings);
+  run.drive([](const Task& t) { return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok(); });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 0);
+  CHECK(r.taken_back == 0);
+  CHECK(r.quarantined == 8);
+  CHECK(r.verified_bursts == 1);
+  CHECK(run.sink.told.size() == keys.size());  // one verdict per task
+  for (const auto& key : keys) {
+    const bool bad = key.rfind("bad", 0) == 0;
+    CHECK(run.sink.of(key).verdict.type == (bad ? Verdict::Type::kQuarantined : Verdict::Type::kOk));
+    CHECK(run.state(key) == (bad ? "quarantined" : "ok"));
+  }
+  auto records = run.store->db().query_text("SELECT count(*) FROM quarantine");
+  REQUIRE(records.has_value());
+  CHECK(*records == "8");
+  // What decided: a copy of a payload that worked (the check), then a copy
+  // of a parked one (the recheck); nothing else ran twice.
+  std::map<std::string, int> runs;
+  for (const auto& key : run.handed) ++runs[key];
+  int copies = 0;
+  for (const auto& [key, n] : runs) copies += n - 1;
+  CHECK(copies == 2);
+  bool said = false;
+  for (const auto& n : run.sink.notices) said = said || n.find("not an outage") != std::string::npos;
+  CHECK(said);
+}
+
+TEST_CASE("task flow: failures alike that a recheck does not repeat run again, uncharged (an outage that ended)") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2"}, settings);
+  // p1..p3 fail alike until the check (a copy of g1) has run: the
+  // dependency came back just then.
+  int g1_runs = 0;
+  run.drive([&](const Task& t) {
+    if (t.key == "g1") ++g1_runs;
+    if (t.key[0] == 'p' && g1_runs < 2) return failure(Kind::kCrash, "fp-dep");
+    return ok();
+  });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 0);
+  CHECK(r.released_bursts == 1);
+  CHECK(r.verified_bursts == 0);
+  // p1 failed alone first: a poison pill by what was known then, it stays
+  // quarantined. The others waited for the decision and ran again to ok,
+  // their failures not charged.
+  CHECK(run.sink.of("p1").verdict.type == Verdict::Type::kQuarantined);
+  for (const std::string key : {"p2", "p3"}) {
+    CHECK(run.sink.of(key).verdict.type == Verdict::Type::kOk);
+    for (const auto& a : run.history(key)) {
+      if (a.fingerprint == "fp-dep") CHECK_MESSAGE(!a.charged, key << " attempt " << a.n);
+    }
+  }
+  CHECK(r.taken_back == 0);
+}
+
+TEST_CASE("task flow: payloads that fail, pass their recheck and fail again are released once, then judged") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  settings.breaker.window = 20;  // no outage by the window: the decision alone
+  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2"}, settings);
+  // p1..p3 fail every other time they run (a flaky parser): the recheck of
+  // one of them succeeds, and the run must still end.
+  std::map<std::string, int> runs;
+  run.drive([&](const Task& t) {
+    const int n = ++runs[t.key];
+    if (t.key[0] == 'p' && n % 2 == 1) return failure(Kind::kCrash, "fp-flaky");
+    return ok();
+  });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.released_bursts == 1);
+  CHECK(r.taken_back == 0);
+  CHECK(run.sink.told.size() == 5);
+  for (const std::string key : {"p1", "p2", "p3"}) {
+    const auto type = run.sink.of(key).verdict.type;
+    CHECK((type == Verdict::Type::kOk || type == Verdict::Type::kQuarantined));
+  }
+}
+
+TEST_CASE("task flow: with nothing known to work, failures wait for the first success, then the check decides") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.breaker.window = 20;  // the window alone would never open it here
+  settings.retry.max_attempts = 1;
+  Run run(dir.path, {"bad1", "bad2", "bad3", "odd", "g1", "g2"}, settings);
+  run.drive([](const Task& t) {
+    if (t.key == "odd") return failure(Kind::kHandlerError, "fp-odd");
+    return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok();
+  });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.taken_back == 0);
+  CHECK(r.quarantined == 4);
+  CHECK(run.sink.told.size() == 6);
+  for (const std::string key : {"bad1", "bad2", "bad3", "odd"}) {
+    CHECK(run.sink.of(key).verdict.type == Verdict::Type::kQuarantined);
+  }
+  // fp-bad was rechecked and verified; fp-odd, one payload's own failure,
+  // was quarantined on the check alone.
+  CHECK(r.verified_bursts == 1);
+}
+
+TEST_CASE("task flow: the outage message names the outage's fingerprint with that fingerprint's own failure") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  // Nothing works: fp-a fails three payloads, and the fourth, which opens
+  // the breaker, fails with fp-b.
+  Run run(dir.path, {"a1", "a2", "a3", "b1"}, settings);
+  run.drive(
+      [](const Task& t) {
+        Outcome o = failure(Kind::kCrash, t.key[0] == 'a' ? "fp-a" : "fp-b");
+        o.message = t.key[0] == 'a' ? "message of a" : "message of b";
+        if (t.key[0] == 'b') o.kind = Kind::kWallTimeout;
+        return o;
+      },
+      1);
+  std::string opened;
+  for (const auto& n : run.sink.notices) {
+    if (n.find("handler outage suspected") != std::string::npos) opened = n;
+  }
+  INFO(opened);
+  REQUIRE(!opened.empty());
+  CHECK(opened.find("most with fp-a (crash: message of a)") != std::string::npos);
+  CHECK(opened.find("message of b") == std::string::npos);
 }
 
 TEST_CASE("task flow: while a suspect runs alone, a retry falling due does not make the flow spin") {
@@ -638,7 +777,11 @@ TEST_CASE("task flow: a ledger write fails mid-run; finish() writes what was kep
 
 TEST_CASE("task flow: a quarantine in a failed batch is written by finish(), and its verdict told once") {
   test::ScratchDir dir("flow");
-  Run run(dir.path, {"poison"}, retries(5));
+  // No breaker: with nothing known to work yet, it would park the verdict
+  // for a check of the handler (task_flow.h, PendingDecision).
+  FlowSettings settings = retries(5);
+  settings.breaker.enabled = false;
+  Run run(dir.path, {"poison"}, settings);
   TaskFlow& f = *run.flow;
   REQUIRE(f.prepare(1).is_ok());
   auto p = f.next();
