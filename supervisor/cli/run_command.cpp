@@ -87,6 +87,8 @@ const char* kHelp =
     "                      same inputs and store resumes: tasks already ok or quarantined are skipped\n"
     "  --no-store          keep nothing: no resume, poison payloads reported but not quarantined\n"
     "  --rerun             run tasks the store already has as ok again\n"
+    "  --rerun-outdated    ... only those ok under another version of the scripts the command names\n"
+    "                      (their content is the version: an edit makes a new one; the summary counts them)\n"
     "  --keep-results SIZE keep the results of ok tasks in the store, at most SIZE in all, the oldest\n"
     "                      evicted first (default 256M; 0: keep none); `pillbox results` reads them,\n"
     "                      and with --out the results of tasks skipped as done are written too\n"

@@ -7,7 +7,8 @@
 
 namespace pillbox::cli {
 
-const std::vector<OptionSpec> kStoreOptions = {{"store"}, {"no-store", false}, {"rerun", false}, {"keep-results"}};
+const std::vector<OptionSpec> kStoreOptions = {{"store"},          {"no-store", false}, {"rerun", false},
+                                                {"rerun-outdated", false}, {"keep-results"}};
 
 const std::vector<OptionSpec> kRetryOptions = {
     {"max-attempts"}, {"backoff-base"}, {"backoff-max"}, {"retry-exit-code", true, true}};
@@ -50,6 +51,10 @@ Status read_store_options(const Args& args, JobSettings& job) {
     job.store_dir = *dir;
   }
   job.rerun_done = args.flag("rerun");
+  job.rerun_outdated = args.flag("rerun-outdated");
+  if (job.rerun_outdated && !job.store_dir) {
+    return Status::error("--rerun-outdated runs again what the store has as ok: not with --no-store");
+  }
   if (const auto keep = args.value("keep-results")) {
     if (!job.store_dir) return Status::error("--keep-results keeps results in the store: not with --no-store");
     // The grammar and range of a size in a policy (0 to 1T), as for --memory.

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <chrono>
 #include <map>
@@ -18,6 +19,7 @@
 #include "supervisor/exec/cgroups.h"
 #include "supervisor/classify/classifier.h"
 #include "supervisor/exec/guardian.h"
+#include "supervisor/exec/handler_version.h"
 #include "supervisor/exec/install_paths.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/exec/runtime_dir.h"
@@ -486,17 +488,20 @@ class Dispatcher {
 std::string handler_identity(const ChildConfig& config) {
   std::string id = config.handler;
   if (config.exec_mode()) {
-    // The program's name, not its absolute path, and arguments under the
-    // working directory as typed there (make_child_config made them
-    // absolute so the task finds them): the same bug in a checkout at
-    // another place keeps its fingerprint.
-    const std::string base = config.working_dir.empty() || config.working_dir == "/" ? "" : config.working_dir + "/";
+    // What runs, not where it was started: the program's name, and each
+    // argument that names a file or directory of the host (make_child_config
+    // made those absolute) as host_path_identity says (handler_version.h).
+    // `python3 parse_records.py {}` from the project, `python3
+    // proj/parse_records.py {}` from its parent and a bundle's absolute path
+    // are one identity, so one fingerprint for one bug and one ledger to
+    // resume. What the scripts hold is their version, not their identity.
     for (std::size_t i = 0; i < config.exec_argv.size(); ++i) {
       const std::string& a = config.exec_argv[i];
+      std::error_code ec;
       if (i == 0) {
         id += " " + a.substr(a.rfind('/') + 1);
-      } else if (!base.empty() && a.size() > base.size() && a.starts_with(base)) {
-        id += " " + a.substr(base.size());
+      } else if (a.starts_with("/") && std::filesystem::exists(a, ec)) {
+        id += " " + host_path_identity(a);
       } else {
         id += " " + a;
       }

@@ -3,6 +3,7 @@
 // handler (or exec command) and the policy. Made by run_identity()
 // (supervisor/flow/run_job.h) from a ChildConfig.
 #include <string>
+#include <vector>
 
 namespace pillbox {
 
@@ -15,6 +16,10 @@ struct RunIdentity {
   std::string policy_identity;
   std::string policy;           // policy text
   std::string working_dir = {}; // exec: where the command ran (absolute); "" for handlers
+  // What the scripts the command names held (supervisor/exec/handler_version.h):
+  // "" when it names none. Not part of the identity, nor of any fingerprint.
+  std::string handler_version = {};
+  std::vector<std::string> versioned_scripts = {};  // their names, for messages
 };
 
 }  // namespace pillbox

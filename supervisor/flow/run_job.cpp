@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/policy_parser.h"
+#include "supervisor/exec/handler_version.h"
 #include "supervisor/exec/host_view.h"
 #include "supervisor/flow/death_note.h"
 #include "supervisor/metrics/live_run_file.h"
@@ -23,6 +24,9 @@ RunIdentity run_identity(const ChildConfig& config) {
   id.handler_args = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   id.exec_argv = nlohmann::json(config.exec_argv).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   id.working_dir = config.working_dir;
+  HandlerVersion version = handler_version(config);
+  id.handler_version = std::move(version.id);
+  id.versioned_scripts = std::move(version.scripts);
   id.policy_identity = policy_identity(config.policy);
   id.policy = format_policy(config.policy);
   return id;
@@ -33,6 +37,7 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   flow_settings.retry = settings.retry;
   flow_settings.breaker = settings.breaker;
   flow_settings.rerun_done = settings.rerun_done;
+  flow_settings.rerun_outdated = settings.rerun_outdated;
   flow_settings.keep_results = settings.keep_results;
   flow_settings.done_results = settings.done_results;
   flow_settings.identity = run_identity(settings.run.config);
@@ -53,6 +58,7 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
                                  flow_settings.identity.policy_identity);
     if (!l) return Error{l.error()};
     ledger.emplace(std::move(*l));
+    ledger->set_version(flow_settings.identity.handler_version);
     // How earlier runs died is evidence about the tasks they left unfinished;
     // a crash of this run is noted for the next one.
     if (auto s = ledger->record_deaths(opened->dir()); !s) return Error{s.message()};

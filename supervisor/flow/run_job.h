@@ -22,6 +22,7 @@ struct JobSettings {
   std::int64_t max_records = store::kDefaultMaxRecords;
   QuarantineCallback on_quarantine;
   bool rerun_done = false;               // --rerun: run tasks the ledger has as ok again
+  bool rerun_outdated = false;           // --rerun-outdated: ... those ok under another version of the scripts
   std::uint64_t keep_results = store::kDefaultKeepResultBytes;  // --keep-results (0: none)
   bool done_results = false;             // run --out: the kept results of tasks skipped as ok
   // --metrics: counts what the run does (supervisor/metrics/metered_run.h);

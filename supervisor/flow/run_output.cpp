@@ -188,6 +188,14 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
       os << "  skipped: " << flow->skipped_done << " already ok and " << flow->skipped_quarantined
          << " already quarantined in this store (--rerun runs the ok ones again)\n";
     }
+    if (flow->done_outdated) {
+      os << "  versions: " << flow->done_outdated << " of the tasks already ok ran under another version of "
+         << flow->outdated_scripts << " (edited since); --rerun-outdated runs them again with this one\n";
+    }
+    if (flow->reran_outdated) {
+      os << "  versions: " << flow->reran_outdated << " task" << (flow->reran_outdated == 1 ? "" : "s")
+         << " ok under another version of " << flow->outdated_scripts << " ran again (--rerun-outdated)\n";
+    }
     if (flow->done_from_replay) {
       os << "  results: " << flow->done_from_replay << " of the tasks already ok were resolved by `pillbox quarantine "
          << "replay`: what was written for them is the replay's output (pillbox results says which record)\n";

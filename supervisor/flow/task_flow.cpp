@@ -135,9 +135,24 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
         if (auto s = write_held_ok(); !s) return s;
         known->state = store::TaskState::kOk;
       }
-      if (known && known->state == store::TaskState::kOk && !settings_.rerun_done) {
+      // Done by the scripts as they were then: when they changed since (a
+      // version of its own, not this run's), it is counted, and run again
+      // only when asked (--rerun-outdated).
+      const bool outdated = known && known->state == store::TaskState::kOk && !known->version.empty() &&
+                            !settings_.identity.handler_version.empty() &&
+                            known->version != settings_.identity.handler_version;
+      if (outdated) {
+        ++(settings_.rerun_outdated && !settings_.rerun_done ? report_.reran_outdated : report_.done_outdated);
+        if (report_.outdated_scripts.empty()) report_.outdated_scripts = versioned_scripts();
+      }
+      if (known && known->state == store::TaskState::kOk && !settings_.rerun_done &&
+          !(outdated && settings_.rerun_outdated)) {
         ++report_.skipped_done;
-        out_.on_skipped(item.task, "already ok in the store", 0);
+        out_.on_skipped(item.task,
+                        outdated ? "already ok in the store, under another version of " + versioned_scripts() +
+                                       " (--rerun-outdated runs it again)"
+                                 : std::string("already ok in the store"),
+                        0);
         if (settings_.done_results) tell_done_result(item.task, known->id);
         continue;
       }
@@ -157,8 +172,10 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
       out_.on_skipped(item.task, "repeats an earlier input of this run", 0);
       continue;
     }
+    const bool rerun_outdated = known && known->state == store::TaskState::kOk;  // (only when asked: above)
     const std::uint64_t ref = track(std::move(item.task), std::move(sha), std::move(known));
     Tracked& t = tracked_.at(ref);
+    t.rerun_outdated = rerun_outdated && !settings_.rerun_done;
     if (kills_the_supervisor(settings_.retry, t.history)) {
       quarantine(t, supervisor_lost(settings_.identity.handler_identity, settings_.retry.max_attempts),
                  "the supervisor crashed (a fatal signal of its own) during each of its last " +
@@ -185,6 +202,13 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
     starts.push_back(ref);
   }
   return Status::ok();
+}
+
+std::string TaskFlow::versioned_scripts() const {
+  const auto& names = settings_.identity.versioned_scripts;
+  std::string list;
+  for (std::size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return list.empty() ? "the handler" : list;
 }
 
 void TaskFlow::tell_done_result(const Task& task, std::int64_t task_id) {
@@ -321,7 +345,8 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     for (std::uint64_t ref : starts) {
       const Tracked& t = tracked_.at(ref);
       batch_.add(StartAttempt{ref, t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()),
-                              schedule_.is_solo(ref), t.fresh_budget, settings_.rerun_done, t.task_id == 0,
+                              schedule_.is_solo(ref), t.fresh_budget, settings_.rerun_done || t.rerun_outdated,
+                              t.task_id == 0,
                               t.task_id});
     }
     if (!batch_.empty()) {

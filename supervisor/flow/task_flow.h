@@ -49,6 +49,9 @@ struct FlowSettings {
   RunIdentity identity;
   std::string actor;            // who writes the audit trail: "pillbox run (pid N)"
   bool rerun_done = false;      // run tasks the ledger has as ok again (--rerun)
+  // Run again the tasks the ledger has as ok under another version of the
+  // handler's scripts than identity.handler_version (--rerun-outdated).
+  bool rerun_outdated = false;
   // The most bytes of ok results kept in the store (--keep-results; the
   // oldest go first); 0: none kept.
   std::uint64_t keep_results = 0;
@@ -74,6 +77,9 @@ struct FlowSettings {
 
 struct FlowReport {
   std::size_t skipped_done = 0;         // already ok in the ledger
+  std::size_t done_outdated = 0;        // ... of them, ok under another version of the scripts
+  std::size_t reran_outdated = 0;       // ok under another version, run again (rerun_outdated)
+  std::string outdated_scripts;         // the scripts whose edit made them so ("parse_records.py")
   std::size_t skipped_quarantined = 0;  // already quarantined
   std::size_t retried = 0;              // tasks that needed more than one attempt
   std::size_t quarantined = 0;
@@ -145,6 +151,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     bool probe = false;        // running as the breaker's probe
     bool suspect = false;      // its last attempt never finished: it runs alone
     bool fresh_budget = false; // gave up in an earlier run: old attempts stop counting
+    bool rerun_outdated = false;  // ok under another version of the scripts: runs again (--rerun-outdated)
     std::uint32_t attempts_in_run = 0;
     std::uint32_t transient_in_run = 0;
     std::uint32_t slot_renewals = 0;  // counts_as_transient's count
@@ -199,6 +206,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // A task skipped as already ok: its kept result, or why there is none, to
   // the sink (FlowSettings::done_results).
   void tell_done_result(const Task& task, std::int64_t task_id);
+  // The scripts the handler's version is made of, for messages
+  // ("parse_records.py", "a.py and b.py"), or "the handler".
+  std::string versioned_scripts() const;
   std::uint64_t track(Task task, std::string sha256, std::optional<store::LedgerTask> known);
   void schedule_retry(Tracked& t, std::uint32_t failures);
   void quarantine(Tracked& t, const Outcome& outcome, const std::string& reason);

@@ -42,6 +42,7 @@ Ledger::Ledger(Database& db, std::string job) : db_(&db), job_(std::move(job)), 
 Ledger::Ledger(Ledger&& other) noexcept
     : db_(other.db_),
       job_(std::move(other.job_)),
+      version_(std::move(other.version_)),
       claim_(std::move(other.claim_)),
       run_id_(other.run_id_),
       begin_(std::move(other.begin_)),
@@ -69,7 +70,7 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
     Statement* target;
     const char* sql;
   } statements[] = {
-      {&ledger.find_task_, "SELECT id, state, attempts, claim FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
+      {&ledger.find_task_, "SELECT id, state, attempts, claim, version FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
       {&ledger.find_attempts_,
        "SELECT a.n, a.ended_at IS NOT NULL, coalesce(a.kind, ''), coalesce(a.fingerprint, ''), a.charged, a.solo, "
        "r.died_of IS NOT NULL FROM attempts a LEFT JOIN runs r ON r.id = a.run_id WHERE a.task_id = ?1 ORDER BY a.n"},
@@ -95,7 +96,8 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
       {&ledger.uncharge_, "UPDATE attempts SET charged = 0 WHERE task_id = ?1 AND n = ?2"},
       {&ledger.set_state_,
        "UPDATE tasks SET state = ?2, updated_at = ?3, claim = CASE WHEN ?2 = 'pending' THEN claim ELSE NULL END, "
-       "next_retry_at = CASE WHEN ?2 = 'pending' THEN next_retry_at ELSE NULL END WHERE id = ?1"},
+       "next_retry_at = CASE WHEN ?2 = 'pending' THEN next_retry_at ELSE NULL END, "
+       "version = CASE WHEN ?2 = 'ok' THEN ?4 ELSE version END WHERE id = ?1"},
       {&ledger.set_wait_, "UPDATE tasks SET next_retry_at = ?2, held = ?3 WHERE id = ?1"},
       {&ledger.release_claims_, "UPDATE tasks SET claim = NULL WHERE claim = ?1"},
   };
@@ -130,6 +132,7 @@ Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const s
   auto state = read_state(find_task_, 1);
   t.attempts = static_cast<std::uint32_t>(find_task_.column_int(2));
   if (state && *state == TaskState::kPending) t.claimed_elsewhere = claim_of_another(find_task_, 3, claim_);
+  t.version = find_task_.column_text(4);
   find_task_.reset();
   if (!state) return Error{state.error()};
   t.state = *state;
@@ -286,7 +289,7 @@ Status Ledger::uncharge(std::int64_t task_id, std::uint32_t n) {
 }
 
 Status Ledger::set_state(std::int64_t task_id, TaskState state, std::int64_t now) {
-  return set_state_.bind(1, task_id).bind(2, to_string(state)).bind(3, now).run();
+  return set_state_.bind(1, task_id).bind(2, to_string(state)).bind(3, now).bind(4, std::string_view(version_)).run();
 }
 
 Status Ledger::set_wait(std::int64_t task_id, std::int64_t next_retry_at, bool held) {

@@ -42,6 +42,8 @@ struct LedgerTask {
   // cannot be told not to: another host's); "" when none, ours, or its
   // process is gone. Then the history is not read: it is still being written.
   std::string claimed_elsewhere;
+  // For a task ok: the handler version it ended ok under ('' unknown).
+  std::string version;
 };
 
 struct StartedAttempt {
@@ -69,6 +71,9 @@ class Ledger {
   // removes the note files. Outside a batch.
   Status record_deaths(const std::string& store_dir);
   const std::string& job() const { return job_; }
+  // The handler version this run's tasks run under (handler_version.h):
+  // written with each task that ends ok. '' (the default): none.
+  void set_version(std::string version) { version_ = std::move(version); }
 
   Expected<std::optional<LedgerTask>> find(const std::string& key, const std::string& payload_sha256);
 
@@ -120,6 +125,7 @@ class Ledger {
 
   Database* db_;
   std::string job_;
+  std::string version_;
   std::string claim_;  // this process's claim token
   std::int64_t run_id_ = 0;
   // BEGIN IMMEDIATE, COMMIT and ROLLBACK prepared once, not parsed per

@@ -269,6 +269,13 @@ const std::vector<std::string>& migrations() {
         UPDATE quarantine SET reproduce_outcome = reproduce_verdict, reproduce_verdict = NULL
          WHERE reproduce_verdict IS NOT NULL;
       )sql",
+      // 13: the version of the handler a task ended ok under (issue 26,
+      // point 2): what the scripts its command line names held then
+      // (supervisor/exec/handler_version.h); '' when nothing was versioned
+      // or before pillbox kept it.
+      R"sql(
+        ALTER TABLE tasks ADD COLUMN version TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return all;
 }

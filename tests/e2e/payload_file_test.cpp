@@ -311,10 +311,10 @@ TEST_CASE("a shared path in the payload dir is refused before anything runs") {
   CHECK(run.err.find("lies in /tmp/pillbox-input, where each task finds its payload's file") != std::string::npos);
 }
 
-// The same fingerprint too once the handler's identity no longer depends on
-// where the command was started (issue 26, point 2): the bundle runs the
-// script by another path today.
-TEST_CASE("a bundle's reproduce.sh gives its script the record's key and file name: the same failure") {
+// The same fingerprint too: the handler's identity does not depend on where
+// the command was started (issue 26, point 2), and the bundle runs the
+// script by its absolute path, from the bundle's directory.
+TEST_CASE("a bundle's reproduce.sh gives its script the record's key and file name: the same failure and fingerprint") {
   if (!have(true)) return;
   Project project;
   // Fails on .csv inputs only, naming the file.
@@ -344,4 +344,5 @@ print("ok")
   CHECK(line["kind"] == "handler-error");
   CHECK(line["message"] == "exit code 1: ValueError: cannot read contacts-011.csv yet");
   CHECK(line["key"] == project.name + "/in/contacts-011.csv");
+  CHECK(line["fingerprint"] == run.only_record()["fingerprint"]);
 }
