@@ -297,11 +297,15 @@ TEST_CASE("a record made before pillbox kept the working directory: as before fr
   CHECK_MESSAGE(contains(m.err, "the record has no working directory"), m.err);
 }
 
-TEST_CASE("the same script in two checkouts crashes with one fingerprint; the ledger job is the command as typed") {
+TEST_CASE("the same script in two checkouts crashes with one fingerprint; the identity names it from the checkout's root") {
   if (python_missing()) return;
   e2e::TempDir a;
   e2e::TempDir b;
   e2e::TempDir state;
+  // Two clones of one repository (issue 26, point 2: a checkout is a
+  // directory with .git, .hg, .svn or .jj; elsewhere a script is named by
+  // its absolute path).
+  for (const e2e::TempDir* clone : {&a, &b}) REQUIRE(::mkdir(clone->file(".git").c_str(), 0755) == 0);
   a.write("parser.py", parser_script(false));
   b.write("parser.py", parser_script(false));
   const std::string payload = state.write("input", "header..BOOM..trailer\n");
@@ -312,7 +316,7 @@ TEST_CASE("the same script in two checkouts crashes with one fingerprint; the le
   REQUIRE(fp_a.size() == 1);
   REQUIRE(fp_b.size() == 1);
   CHECK(fp_a[0][0] == fp_b[0][0]);
-  // parser.py under the working directory is named as typed, not as /tmp/...
+  // parser.py at the checkout's root is named from there, not as /tmp/...
   CHECK(contains(fp_a[0][1], " parser.py {}"));
   CHECK_FALSE(contains(fp_a[0][1], a.path()));
 }
