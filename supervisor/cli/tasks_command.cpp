@@ -22,6 +22,7 @@ namespace {
 const char* kHelp =
     "usage: pillbox tasks [--store DIR] [--state S] [--key K] [--handler H] [--limit N] [--json]\n"
     "       pillbox tasks --release-claims HOST [--store DIR]\n"
+    "       pillbox tasks --forget --state held|pending|retrying|gave-up [--key K] [--handler H] [--store DIR]\n"
     "\n"
     "Every task the store's ledger has, in key order: its state, attempts, how its last attempt\n"
     "ended, and when it is retried. States:\n"
@@ -45,6 +46,9 @@ const char* kHelp =
     "                name, a retired machine), whose tasks other runs skip as running elsewhere (exit 5)\n"
     "                because a process of another host cannot be checked from here. Claims of this\n"
     "                host are judged by their process: those of a gone run are taken over on their own\n"
+    "  --forget      remove the tasks --state (held, pending, retrying or gave-up; --key, --handler)\n"
+    "                select, with their attempts: a run over the same inputs sees them as new. Never\n"
+    "                one a run claims now or a quarantine record names\n"
     "\n"
     "exit codes: 0 done, 2 usage error, 3 the store cannot be used\n";
 
@@ -85,7 +89,7 @@ std::string table_line(const store::TaskRow& r, std::int64_t now_ms) {
 
 int tasks_command(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {{"store"}, {"state"}, {"key"}, {"handler"}, {"limit"}, {"json", false},
-                                         {"release-claims"}, {"help", false}};
+                                         {"release-claims"}, {"forget", false}, {"help", false}};
   auto args = Args::parse(argc, argv, 2, specs, "tasks");
   if (!args) return tasks_error(args.error(), kExitUsage);
   if (args->flag("help")) {
@@ -125,6 +129,26 @@ int tasks_command(int argc, char** argv) {
   if (auto s = read_whole_number(*args, "limit", 1, 1L << 40, filter.limit); !s) return tasks_error(s.message(), kExitUsage);
 
   StoreAccessError error;
+  if (args->flag("forget")) {
+    // Only what no run finished: ok tasks hold results, quarantined ones
+    // records; those have verbs of their own.
+    if (!filter.view || *filter.view == store::TaskView::kOk || *filter.view == store::TaskView::kQuarantined) {
+      return tasks_error("--forget needs --state held, pending, retrying or gave-up (ok tasks and quarantined ones "
+                         "are kept: pillbox quarantine discard forgets a record)",
+                         kExitUsage);
+    }
+    auto access = open_existing_store(args->value("store").value_or(""), error);
+    if (!access) return tasks_error(error.message, error.exit_code);
+    auto forgotten = store::forget_tasks(access->store.db(), filter);
+    if (!forgotten) return tasks_error(forgotten.error(), kExitSetup);
+    std::fprintf(stderr, "pillbox tasks: forgot %" PRId64 " %s task%s%s\n", forgotten->removed,
+                 std::string(to_string(*filter.view)).c_str(), forgotten->removed == 1 ? "" : "s",
+                 forgotten->kept == 0 ? ""
+                                      : ("; kept " + std::to_string(forgotten->kept) +
+                                         " that a run claims now or a quarantine record names")
+                                            .c_str());
+    return kExitOk;
+  }
   auto access = open_existing_store(args->value("store").value_or(""), error);
   if (!access) return tasks_error(error.message, error.exit_code);
 

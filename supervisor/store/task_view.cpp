@@ -80,6 +80,37 @@ Status each_task(Database& db, const TaskFilter& f, const std::function<bool(con
   }
 }
 
+Expected<Forgotten> forget_tasks(Database& db, const TaskFilter& filter) {
+  std::vector<std::int64_t> ids;
+  if (auto s = each_task(db, filter, [&](const TaskRow& r) {
+        if (r.view != TaskView::kOk && r.view != TaskView::kQuarantined) ids.push_back(r.id);
+        return true;
+      });
+      !s) {
+    return Error{s.message()};
+  }
+  auto remove = Statement::prepare(db.handle(),
+                                   "DELETE FROM tasks WHERE id = ?1 AND state NOT IN ('ok', 'quarantined') AND claim IS "
+                                   "NULL AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.task_id = tasks.id)");
+  if (!remove) return Error{remove.error()};
+  if (auto s = db.exec("BEGIN IMMEDIATE"); !s) return Error{s.message()};
+  Forgotten f;
+  for (std::int64_t id : ids) {
+    remove->bind(1, id);
+    if (auto s = remove->run(); !s) {
+      (void)db.exec("ROLLBACK");
+      return Error{s.message()};
+    }
+    if (::sqlite3_changes(db.handle()) > 0) ++f.removed;
+    else ++f.kept;
+  }
+  if (auto s = db.exec("COMMIT"); !s) {
+    (void)db.exec("ROLLBACK");
+    return Error{s.message()};
+  }
+  return f;
+}
+
 Expected<std::int64_t> release_claims_of_host(Database& db, const std::string& host) {
   auto stmt = Statement::prepare(db.handle(),
                                  "UPDATE tasks SET claim = NULL WHERE claim IS NOT NULL AND "

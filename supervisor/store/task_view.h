@@ -58,6 +58,16 @@ struct TaskFilter {
 // Tasks in key order; `fn` returns false to stop.
 Status each_task(Database& db, const TaskFilter& filter, const std::function<bool(const TaskRow&)>& fn);
 
+// `pillbox tasks --forget`: removes the unfinished tasks `filter` selects
+// (never one ok or quarantined, one a run claims, or one a quarantine
+// record names), with their attempts, in one transaction. A run over the
+// same inputs sees them as new. How many went, and how many were kept.
+struct Forgotten {
+  std::int64_t removed = 0;
+  std::int64_t kept = 0;  // claimed by a run, or named by a quarantine record
+};
+Expected<Forgotten> forget_tasks(Database& db, const TaskFilter& filter);
+
 // Forgets the claims made on host `host` (the token's first field): its runs
 // are gone, and nothing here can tell (a container's former hostname, a
 // machine retired). Claims of this host are judged by their process when a

@@ -181,6 +181,21 @@ TEST_CASE("pillbox tasks: tasks a run stopped by an outage (exit 4) left held ar
     CHECK(t["next_retry_at"].is_null());
   }
   CHECK(run_pillbox({"tasks", "--store", store, "--json", "--state", "quarantined"}).records.empty());
+  // They can be forgotten (issue 26, point 4): only with a state that no
+  // run finished, and then with their attempts.
+  e2e::check_usage_error({"tasks", "--store", store, "--forget"}, "--forget needs --state held, pending, retrying or gave-up");
+  e2e::check_usage_error({"tasks", "--store", store, "--forget", "--state", "ok"}, "ok tasks and quarantined ones are kept");
+  const auto one = run_pillbox({"tasks", "--store", store, "--forget", "--state", "held", "--key", "doc-7"});
+  INFO(one.describe());
+  CHECK(one.exit_code == 0);
+  CHECK(one.err.find("forgot 1 held task") != std::string::npos);
+  CHECK(sql_int(store + "/pillbox.db", "SELECT count(*) FROM tasks WHERE key = 'doc-7'") == 0);
+  const auto rest = run_pillbox({"tasks", "--store", store, "--forget", "--state", "held"});
+  INFO(rest.describe());
+  CHECK(rest.exit_code == 0);
+  CHECK(rest.err.find("forgot 99 held tasks") != std::string::npos);
+  CHECK(sql_int(store + "/pillbox.db", "SELECT count(*) FROM tasks") == 0);
+  CHECK(sql_int(store + "/pillbox.db", "SELECT count(*) FROM attempts") == 0);
 }
 
 TEST_CASE("quarantine stats counts records by status; list and stats filter by --handler") {
