@@ -525,6 +525,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   bool outage = false;
   const bool was_probe = std::exchange(t.probe, false);
   if (!failed) remember_good(t);
+  if (!failed) any_success_ = true;
   if (breaker_.open()) {
     if (was_probe) breaker_.probe_ended(!failed, now);
     else breaker_.record(t.payload_id, failed, outcome.fingerprint, now);
@@ -719,9 +720,12 @@ bool TaskFlow::waits_for_decision(const Outcome& outcome) {
   // stands at once (at worst it is taken back if an outage is shown).
   constexpr std::size_t kMaxParked = 1024;
   if (!settings_.breaker.enabled || breaker_.verified(outcome.fingerprint)) return false;
+  if (schedule_.parked().size() >= kMaxParked) return false;
   auto it = pending_.find(outcome.fingerprint);
   if (it == pending_.end()) {
-    if (schedule_.parked().size() >= kMaxParked) return false;
+    // Payloads worked, but none small enough to keep for a check: nothing
+    // can decide, so the verdict stands at once (taken back if an outage shows).
+    if (!known_good_ && any_success_) return false;
     // With a payload known to work, a failure no other payload shares is a
     // poison pill; with none yet, nothing tells an outage's first failure
     // from poison, so it waits for the first success.
@@ -770,8 +774,13 @@ void TaskFlow::on_check_outcome(Tracked& t, const Outcome& outcome) {
     // own fingerprint when payloads are parked with it, else the largest group's.
     auto face = pending_.find(outcome.fingerprint);
     if (face == pending_.end()) {
-      face = std::max_element(pending_.begin(), pending_.end(),
-                              [](const auto& a, const auto& b) { return a.second.parked < b.second.parked; });
+      // The known-good payload fails its own way, not the parked ones':
+      // it proves nothing about them, and is no longer known to work. The
+      // next success checks again; meanwhile the window may open the
+      // breaker with their fingerprint.
+      for (const auto& [fingerprint, d] : pending_) breaker_.set_deciding(fingerprint, false);
+      known_good_.reset();
+      return;
     }
     const Outcome example = face->second.example;
     out_.on_notice(checked_with_ + ", which succeeded earlier in this run, fails now (" +
@@ -788,16 +797,21 @@ void TaskFlow::on_check_outcome(Tracked& t, const Outcome& outcome) {
   std::vector<std::string> lone;
   for (auto& [fingerprint, d] : pending_) {
     if (d.recheck != 0) continue;
-    // A fingerprint whose failures were released once already goes by the
-    // check alone: payloads that fail, then pass their recheck, then fail
-    // again (flaky ones) must not go round for ever.
-    if ((d.parked < 2 && breaker_.failed_with(fingerprint) < 2) || released_once_.count(fingerprint) > 0) {
+    // Payloads a recheck released once go by the check alone when they fail
+    // again (flaky ones must not go round for ever); a parked task never
+    // released is rechecked, so that a recurring outage is told again.
+    bool fresh = false;
+    for (std::uint64_t ref : schedule_.parked()) {
+      const Tracked& p = tracked_.at(ref);
+      if (p.last_failure->fingerprint == fingerprint && !p.released) fresh = true;
+    }
+    if ((d.parked < 2 && breaker_.failed_with(fingerprint) < 2) || !fresh) {
       lone.push_back(fingerprint);
       continue;
     }
     for (std::uint64_t ref : schedule_.parked()) {
       const Tracked& p = tracked_.at(ref);
-      if (p.last_failure->fingerprint != fingerprint) continue;
+      if (p.last_failure->fingerprint != fingerprint || p.released) continue;
       d.recheck = start_copy(p.task, /*check=*/false, fingerprint);
       break;
     }
@@ -826,7 +840,6 @@ void TaskFlow::on_recheck_outcome(Tracked& t, const Outcome& outcome) {
     return;
   }
   ++report_.released_bursts;
-  released_once_.insert(fingerprint);
   out_.on_notice(key + ", which failed with " + fingerprint + ", now " +
                  (outcome.kind == Kind::kOk ? std::string("succeeds") : "ends " + std::string(to_string(outcome.kind))) +
                  ": those failures were not the payloads' (an outage that ended?); " + tasks + " run again");
@@ -846,6 +859,7 @@ void TaskFlow::decide(const std::string& fingerprint, bool poison, bool verify) 
       quarantine(t, *t.last_failure, t.parked_reason);
     } else {
       uncharge_failures(t, fingerprint);
+      t.released = true;
       schedule_.delay(ref, now);
     }
   }

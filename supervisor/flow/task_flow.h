@@ -150,6 +150,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::vector<store::AttemptSummary> history;
     bool probe = false;        // running as the breaker's probe
     bool suspect = false;      // its last attempt never finished: it runs alone
+    bool released = false;     // a recheck released it once in this run (PendingDecision)
     bool fresh_budget = false; // gave up in an earlier run: old attempts stop counting
     bool rerun_outdated = false;  // ok under another version of the scripts: runs again (--rerun-outdated)
     std::uint32_t attempts_in_run = 0;
@@ -315,8 +316,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)
   std::map<std::string, PendingDecision> pending_;  // by fingerprint
   std::uint64_t check_ref_ = 0;      // the known-good check in flight, 0: none
+  bool any_success_ = false;         // a task ended ok in this run (known_good_ keeps small ones only)
   std::string checked_with_;         // the key of the latest check's payload
-  std::set<std::string> released_once_;  // fingerprints whose parked tasks a recheck released
   std::deque<JudgedPoison> judged_poison_;
   Clock::time_point last_pause_notice_{};
   std::string crash_hook_;

@@ -716,6 +716,170 @@ TEST_CASE("task flow: the outage message names the outage's fingerprint with tha
   CHECK(opened.find("message of b") == std::string::npos);
 }
 
+
+// Found by the attack review of the decision (each failed before its fix).
+bool told_ok(const Recorder& sink, const std::string& key) {
+  for (const auto& t : sink.told) {
+    if (t.key == key && t.verdict.type == Verdict::Type::kOk) return true;
+  }
+  return false;
+}
+
+TEST_CASE("task flow: a known-good payload that fails every other run and two bad payloads keep the run going for ever") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(5s);  // --breaker-max-wait does not end it either
+  settings.retry.max_attempts = 2;
+  settings.breaker.window = 5;
+  settings.breaker.threshold = 1.0;
+  // g fails on its odd runs and works on its even ones (its 2nd run makes
+  // it the known-good payload); b1 and b2 are bad: they fail alike, with a
+  // fingerprint that changes from one run to the next. Each round: b1 is
+  // quarantined (a record), b2 parks, the check (g, odd run) fails "fp-flaky",
+  // the breaker opens for b's fingerprint and takes b1's record back, the
+  // probe (g, even run) succeeds, both run again... for ever.
+  Run run(dir.path, {"g", "b1", "b2", "g2"}, settings);
+  std::map<std::string, int> runs;
+  run.drive(
+      [&](const Task& t) {
+        const int n = ++runs[t.key];
+        if (t.key == "g") return n % 2 == 0 ? ok() : failure(Kind::kCrash, "fp-flaky");
+        if (t.key[0] == 'b') return failure(Kind::kCrash, "fp-alt" + std::to_string(n));
+        return ok();
+      },
+      3);
+  CHECK(run.sink.of("g2").verdict.type == Verdict::Type::kOk);
+}
+
+TEST_CASE("task flow: a payload that works once, then two bad payloads alike, stop the whole run as an outage") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = retries(1);  // the default breaker: a window of 20, 80%
+  settings.breaker.probe_interval = 1s;
+  settings.breaker.max_wait = 30s;
+  // "h" works on its first run and never again (it names a date, a file
+  // that goes away...); b1 and b2 are two bad payloads alike, right after.
+  // The handler works for everything else all along.
+  std::vector<std::string> keys = {"g1", "g2", "h", "b1", "b2"};
+  for (int i = 3; i <= 10; ++i) keys.push_back("g" + std::to_string(i));
+  Run run(dir.path, keys, settings);
+  std::map<std::string, int> runs;
+  run.drive(
+      [&](const Task& t) {
+        const int n = ++runs[t.key];
+        if (t.key == "h") return n == 1 ? ok() : failure(Kind::kHandlerError, "fp-h");
+        if (t.key[0] == 'b') return failure(Kind::kCrash, "fp-bad");
+        return ok();
+      },
+      1);
+  const FlowReport& r = run.flow->report();
+  // Two bad payloads and one that stopped working are not an outage (the
+  // check failed with fp-h, which no parked payload has): the rest of the
+  // input must run, and the bad ones be quarantined.
+  CHECK_FALSE(r.stopped_by_breaker);
+  CHECK(r.held == 0);
+  CHECK(run.sink.count(Verdict::Type::kOk) == 11);
+  CHECK(run.sink.count(Verdict::Type::kQuarantined) == 2);
+}
+
+TEST_CASE("task flow: an outage that comes back after a recheck released its fingerprint quarantines good payloads on the check alone") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  // Two short outages of the same dependency (fp-dep), each starting as p1
+  // (then r1) first runs and ending just as the known-good check runs:
+  // every payload here is good.
+  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2", "r1", "r2", "r3", "g3"}, settings);
+  bool down = false;
+  std::map<std::string, int> runs;
+  run.drive(
+      [&](const Task& t) {
+        const int n = ++runs[t.key];
+        if (told_ok(run.sink, t.key)) down = false;  // a copy of a payload that worked: the dependency is back
+        if ((t.key == "p1" || t.key == "r1") && n == 1) down = true;
+        return down ? failure(Kind::kCrash, "fp-dep") : ok();
+      },
+      1);
+  CHECK(run.flow->report().outages == 0);
+  CHECK(run.flow->report().released_bursts >= 1);
+  // The first outage: p1 failed alone (quarantined on what was known then,
+  // as designed); p2 waited, its recheck passed, it ran again to ok.
+  CHECK(run.sink.of("p1").verdict.type == Verdict::Type::kQuarantined);
+  CHECK(run.sink.of("p2").verdict.type == Verdict::Type::kOk);
+  // The second outage, same dependency, same shape: r2 must get what p2
+  // got. It is quarantined by the check alone, because fp-dep was released
+  // once (released_once_): the proof that fp-dep is not the payloads' is
+  // used to quarantine payloads that fail with it, without a recheck.
+  CHECK(run.sink.of("r1").verdict.type == Verdict::Type::kQuarantined);
+  CHECK(run.sink.of("r2").verdict.type == Verdict::Type::kOk);
+}
+
+TEST_CASE("task flow: with nothing succeeding, parked tasks grow past kMaxParked when their fingerprints already wait") {
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  settings.breaker.window = 20;
+  settings.breaker.threshold = 0.8;
+  // Three fingerprints in turn: none is half the window's failures, so the
+  // breaker never opens; nothing succeeds, so every failure is parked.
+  Run run("", numbered_keys(3000), settings);
+  std::size_t handed_before_first_verdict = 0;
+  run.drive([&](const Task& t) {
+    if (run.sink.told.empty()) ++handed_before_first_verdict;
+    return failure(Kind::kCrash, "fp-" + std::to_string(std::stoi(t.key.substr(1)) % 3));
+  });
+  CHECK(run.sink.told.size() == 3000);
+  CHECK(run.flow->report().outages == 0);
+  // "Parked tasks keep their payloads in memory: past this many [1024], a
+  // verdict stands at once" -- all 3000 were parked, in memory, to the end.
+  CHECK(handed_before_first_verdict <= 1100);
+}
+
+TEST_CASE("task flow: when the payloads that work are large, every poison verdict waits for the end of the input") {
+  // Payloads over 64 KiB are never kept as known-good (remember_good), so
+  // no check can run: a single bad payload, failing in a way no other
+  // payload shares, after three successes, stays parked until the input is
+  // used up (docs: parked "while nothing has succeeded in the run").
+  class Source final : public TaskSource {
+   public:
+    Item next() override {
+      Item item;
+      if (i_ > 40) return item;  // kEnd
+      item.type = Item::Type::kTask;
+      const int i = i_++;
+      item.task.key = i == 3 ? "bad" : "big" + std::to_string(i);
+      item.task.payload =
+          i == 3 ? "small bad payload" : std::string(100 * 1024, static_cast<char>('a' + i % 26)) + std::to_string(i);
+      return item;
+    }
+
+   private:
+    int i_ = 0;
+  } source;
+  Recorder sink;
+  FlowSettings settings = retries(1);
+  auto now = Clock::time_point{} + 1h;
+  settings.clock = [&] { return now; };
+  settings.seed = 1;
+  TaskFlow flow(settings, source, sink, nullptr, nullptr);
+  std::size_t ran = 0, ran_when_bad_judged = 0;
+  for (int turn = 0; turn < 1000; ++turn) {
+    REQUIRE(flow.prepare(1).is_ok());
+    TaskSource::Item item = flow.next();
+    REQUIRE(flow.commit_turn().is_ok());
+    if (item.type == TaskSource::Item::Type::kEnd) break;
+    if (item.type == TaskSource::Item::Type::kWait) {
+      REQUIRE(item.wake_at.has_value());
+      now = std::max(now, *item.wake_at);
+      continue;
+    }
+    ++ran;
+    flow.on_outcome(item.task, item.task.key == "bad" ? failure(Kind::kCrash, "fp-bad") : ok());
+    if (ran_when_bad_judged == 0 && sink.count(Verdict::Type::kPoison) > 0) ran_when_bad_judged = ran;
+  }
+  REQUIRE(flow.finish().is_ok());
+  if (ran_when_bad_judged == 0) ran_when_bad_judged = ran;  // told only once the input was used up
+  CHECK(sink.of("bad").verdict.type == Verdict::Type::kPoison);
+  CHECK(ran_when_bad_judged == 4);  // judged when it failed, not after all 41
+}
+
 TEST_CASE("task flow: while a suspect runs alone, a retry falling due does not make the flow spin") {
   // Broke: the retry's due time, in the past, was the wake-up asked for at
   // every turn while prepare() started nothing beside the suspect.
