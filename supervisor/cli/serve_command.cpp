@@ -179,10 +179,12 @@ int serve_command(int argc, char** argv) {
   auto token = serve::write_new_token_file(opened->token_file);
   if (!token) return serve_error(token.error(), kExitSetup);
 
-  std::printf("%s\n", server.url().c_str());
-  std::fflush(stdout);
+  // The token's place is told before the URL: whoever waits for the URL on
+  // stdout (a script, a test) finds the token file already named.
   std::fprintf(stderr, "pillbox serve: %s on %s; actions need the token in %s; Ctrl-C stops\n",
                server.url().c_str(), opened->source->location().c_str(), opened->token_file.c_str());
+  std::printf("%s\n", server.url().c_str());
+  std::fflush(stdout);
   if (!serve::is_loopback_host(address->host)) {
     std::fprintf(stderr, "pillbox serve: warning: %s is not a loopback address: whoever reaches it can read the "
                          "quarantine's payloads\n", address->host.c_str());
