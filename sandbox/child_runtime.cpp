@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ namespace {
 
 constexpr int kPayloadFileFd = 3;  // exec mode naming the payload's file without a private /tmp: the memory file
 constexpr int kMountNsFd = 1002;   // until joined: the slot's mount namespace (private tmp, zygote mode)
+constexpr int kPayloadMemfdFd = 1003;  // the zygote's memory file for the payload, until it takes its place
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -50,7 +52,9 @@ void reset_inherited_signals() {
 // kCrashFd = crash pipe, kListenerSocketFd = where the seccomp listener goes
 // (closed again before anything untrusted runs); every other fd is closed.
 bool arrange_fds(const ChildFds& fds) {
-  static_assert(kListenerSocketFd == kCrashFd + 1 && kMountNsFd == kListenerSocketFd + 1, "the kept fds are one range");
+  static_assert(kListenerSocketFd == kCrashFd + 1 && kMountNsFd == kListenerSocketFd + 1 &&
+                    kPayloadMemfdFd == kMountNsFd + 1,
+                "the kept fds are one range");
   // The fds we are handed may have any numbers, 0 to 2 included (when the
   // zygote was started with one of them closed): move every one out of the
   // way before 0, 1 and 2 are overwritten.
@@ -62,6 +66,9 @@ bool arrange_fds(const ChildFds& fds) {
   }
   if (fds.mount_ns >= 0 && fds.mount_ns != kMountNsFd) {
     if (::dup2(fds.mount_ns, kMountNsFd) < 0) return false;
+  }
+  if (fds.payload_memfd >= 0 && fds.payload_memfd != kPayloadMemfdFd) {
+    if (::dup2(fds.payload_memfd, kPayloadMemfdFd) < 0) return false;
   }
   const int out = fds.stdout_fd >= 0 ? ::fcntl(fds.stdout_fd, F_DUPFD_CLOEXEC, 3) : -1;
   const int err = fds.stderr_fd >= 0 ? ::fcntl(fds.stderr_fd, F_DUPFD_CLOEXEC, 3) : -1;
@@ -78,8 +85,12 @@ bool arrange_fds(const ChildFds& fds) {
   // execve failure could not be reported).
   if (::fcntl(0, F_DUPFD_CLOEXEC, kPayloadFileFd) != kPayloadFileFd) return false;
   // The fds past kCrashFd that were handed over stay; the rest go.
-  const int last = fds.mount_ns >= 0 ? kMountNsFd : fds.listener_socket >= 0 ? kListenerSocketFd : kCrashFd;
-  if (fds.listener_socket < 0 && fds.mount_ns >= 0) ::close(kListenerSocketFd);
+  const int last = fds.payload_memfd >= 0 ? kPayloadMemfdFd
+                   : fds.mount_ns >= 0      ? kMountNsFd
+                   : fds.listener_socket >= 0 ? kListenerSocketFd
+                                              : kCrashFd;
+  if (fds.listener_socket < 0 && last > kListenerSocketFd) ::close(kListenerSocketFd);
+  if (fds.mount_ns < 0 && last > kMountNsFd) ::close(kMountNsFd);
   ::close_range(static_cast<unsigned>(last) + 1, ~0u, 0);
   return true;
 }
@@ -191,6 +202,13 @@ struct PayloadFile {
     off += static_cast<std::size_t>(n);
   }
   ::lseek(payload_fd, 0, SEEK_SET);
+  // Access time 0, now that it is written: a read by the task sets it, and
+  // the zygote tells "never read" (a command that fails on its own setup)
+  // from a failure of the payload's (ExitReport::payload_read). The zygote
+  // set it on its own memory file already; this is for the file in the
+  // payload dir, which is the task's uid's own.
+  const timespec times[2] = {{0, 0}, {0, UTIME_OMIT}};
+  ::futimens(payload_fd, times);
   std::vector<std::string> argv = cfg.exec_argv;
   // argv[0] is the command the supervisor resolved: a path, never a template.
   for (std::size_t i = 1; i < argv.size(); ++i) {
@@ -336,9 +354,18 @@ void run_child(const PreparedChild& prep, const TaskTicket& ticket, const ChildF
   PayloadFile payload_file;
   const bool payload_in_dir = cfg.exec_payload_as_file && (private_tmp || fds.mount_ns >= 0) && has_payload_dir();
   if (cfg.exec_mode() && !payload_in_dir) {
-    payload_file.fd = ::memfd_create("pillbox-payload", MFD_CLOEXEC);
+    // The zygote's memory file when it made one (it sees from it whether
+    // the task read its payload), else one of our own.
+    if (fds.payload_memfd >= 0) {
+      payload_file.fd = ::fcntl(kPayloadMemfdFd, F_DUPFD_CLOEXEC, 3);
+      ::close(kPayloadMemfdFd);
+    } else {
+      payload_file.fd = ::memfd_create("pillbox-payload", MFD_CLOEXEC);
+    }
     if (payload_file.fd < 0) fail_setup(wire, errno_text("memfd_create (payload)"));
     if (cfg.exec_payload_as_file) payload_file.path = kPayloadFdPath;
+  } else if (fds.payload_memfd >= 0) {
+    ::close(kPayloadMemfdFd);  // the payload goes into its own file: nothing of it stays open
   }
   if (auto s = apply_rlimits(limits, current_address_space_bytes(), !ticket.cgroup_procs.empty()); !s) {
     fail_setup(wire, s.message());

@@ -52,6 +52,9 @@ struct ChildFds {
   int stdout_fd = -1;     // exec mode: becomes fd 1 (else /dev/null)
   int stderr_fd = -1;     // exec mode: becomes fd 2 (else /dev/null)
   int mount_ns = -1;      // zygote, private tmp: the slot's mount namespace to join (sandbox/private_tmp.h)
+  // Zygote, exec mode: the memory file the payload goes into, made by the
+  // zygote (access time 0), which keeps it to see whether the task read it.
+  int payload_memfd = -1;
 };
 
 // Never returns. `enter_own_namespaces` is for spawn mode (a zygote's

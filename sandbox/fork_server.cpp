@@ -23,10 +23,11 @@ namespace {
 
 // A request: one byte saying which of the five fds ride along (in
 // SCM_RIGHTS, in this order), then the ticket as encode_ticket lays it out.
-constexpr std::uint8_t kHasCrash = 1, kHasStdout = 2, kHasStderr = 4, kHasListenerSocket = 8, kHasMountNs = 16;
+constexpr std::uint8_t kHasCrash = 1, kHasStdout = 2, kHasStderr = 4, kHasListenerSocket = 8, kHasMountNs = 16,
+                       kHasPayloadMemfd = 32;
 // Tickets are a few hundred bytes, plus an exec task's key.
 constexpr std::size_t kMaxRequest = 64 * 1024 + kMaxTaskKeyBytes;
-constexpr std::size_t kMaxFds = 5;
+constexpr std::size_t kMaxFds = 6;
 constexpr std::size_t kMaxCgroupPaths = 16;
 // The server answers within a millisecond or so. One that does not was
 // stopped or is stuck (without root, a task runs under the same uid and can
@@ -109,6 +110,7 @@ bool decode_ticket(const char* p, std::size_t n, TaskTicket& t) {
   if (mask & kHasStderr) fds.stderr_fd = received[next++];
   if (mask & kHasListenerSocket) fds.listener_socket = received[next++];
   if (mask & kHasMountNs) fds.mount_ns = received[next++];
+  if (mask & kHasPayloadMemfd) fds.payload_memfd = received[next++];
   run_child(prep, ticket, fds, /*enter_own_namespaces=*/false);
 }
 
@@ -127,7 +129,7 @@ bool decode_ticket(const char* p, std::size_t n, TaskTicket& t) {
     const ssize_t n = ::recvmsg(sock, &msg, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) _exit(0);  // the zygote is gone
-    int received[kMaxFds] = {-1, -1, -1, -1, -1};
+    int received[kMaxFds] = {-1, -1, -1, -1, -1, -1};
     std::size_t count = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -195,6 +197,7 @@ Expected<pid_t> ForkServer::fork_child(const TaskTicket& ticket, const ChildFds&
   if (fds.stderr_fd >= 0) mask |= kHasStderr, send_fds[count++] = fds.stderr_fd;
   if (fds.listener_socket >= 0) mask |= kHasListenerSocket, send_fds[count++] = fds.listener_socket;
   if (fds.mount_ns >= 0) mask |= kHasMountNs, send_fds[count++] = fds.mount_ns;
+  if (fds.payload_memfd >= 0) mask |= kHasPayloadMemfd, send_fds[count++] = fds.payload_memfd;
   request[0] = static_cast<char>(mask);
   if (ticket.cgroup_procs.size() > kMaxCgroupPaths) return Error{"fork server: more than 16 cgroups for one task"};
   encode_ticket(ticket, request);

@@ -4,9 +4,11 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #include "shared/control.h"
 #include "shared/process_group.h"
 #include "shared/seccomp_notify.h"
+#include "shared/task_input.h"
 
 namespace pillbox::sandbox {
 namespace {
@@ -46,7 +49,33 @@ struct Running {
   bool exited = false;  // the main process is reaped; its group is being drained
   ExitReport exit;
   std::chrono::steady_clock::time_point drain_deadline;
+  // Exec mode: where the payload went, to see whether the task read it
+  // (ExitReport::payload_read): our memory file, or its file's name in the
+  // slot's payload dir.
+  UniqueFd payload_memfd;
+  std::string payload_name;
 };
+
+// A fresh memory file for a task's payload, its access time 0: the child
+// writes the payload into it (which leaves the access time alone) and any
+// read by the task sets it. Invalid when it cannot be made (the child then
+// makes its own, and whether it was read is unknown).
+UniqueFd unread_payload_memfd() {
+  UniqueFd fd(::memfd_create("pillbox-payload", MFD_CLOEXEC));
+  if (!fd.valid()) return fd;
+  const timespec times[2] = {{0, 0}, {0, UTIME_OMIT}};
+  if (::futimens(fd.get(), times) != 0) fd.reset();
+  return fd;
+}
+
+// 1 when the file's access time is no longer 0 (read since it was set), 0
+// when it still is, -1 when there is no such regular file.
+std::int32_t was_read(int fd, const char* name) {
+  struct stat st {};
+  const int r = name == nullptr ? ::fstat(fd, &st) : ::fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW);
+  if (r != 0 || !S_ISREG(st.st_mode)) return -1;
+  return st.st_atim.tv_sec != 0 || st.st_atim.tv_nsec != 0 ? 1 : 0;
+}
 
 void send(const ControlMessage& m) {
   if (!write_all(kControlOut, encode_control(m))) _exit(1);  // supervisor gone
@@ -124,6 +153,21 @@ class Zygote {
       }
       fds.mount_ns = ns.ns.get();
     }
+    // The payload: a file under its name in the slot's payload dir, or a
+    // memory file of ours.
+    std::string payload_name;
+    UniqueFd payload_memfd;
+    if (prep_.config.exec_mode()) {
+      auto ns = slot_namespaces_.find(ticket.slot);
+      const bool in_dir = prep_.config.exec_payload_as_file && fds.mount_ns >= 0 && ns != slot_namespaces_.end() &&
+                          ns->second.payload_dir.valid();
+      if (in_dir) {
+        payload_name = payload_file_name(ticket.key);
+      } else {
+        payload_memfd = unread_payload_memfd();
+        fds.payload_memfd = payload_memfd.get();
+      }
+    }
     fds.crash_write = streams->crash_write.get();
     fds.listener_socket = streams->listener_socket_child.get();
     fds.stdout_fd = streams->stdout_file.get();
@@ -139,6 +183,8 @@ class Zygote {
     r.slot = ticket.slot;
     r.watch = ViolationWatch(std::move(streams->listener_socket));
     r.streams = std::move(*streams);
+    r.payload_memfd = std::move(payload_memfd);
+    r.payload_name = std::move(payload_name);
     ControlMessage m;
     m.type = ControlType::kForked;
     m.seq = ticket.seq;
@@ -220,11 +266,18 @@ class Zygote {
         ++it;
         continue;
       }
-      // Its payload file goes before the supervisor looks at what the
-      // slot's memory group still holds.
-      if (auto ns = slot_namespaces_.find(r.slot); ns != slot_namespaces_.end() && ns->second.payload_dir.valid()) {
-        remove_payload_files(ns->second.payload_dir.get());
+      // Whether the task read its payload; then its payload file goes
+      // before the supervisor looks at what the slot's memory group still
+      // holds.
+      auto ns = slot_namespaces_.find(r.slot);
+      const bool has_dir = ns != slot_namespaces_.end() && ns->second.payload_dir.valid();
+      if (r.payload_memfd.valid()) {
+        r.exit.payload_read = was_read(r.payload_memfd.get(), nullptr);
+      } else if (!r.payload_name.empty() && has_dir) {
+        r.exit.payload_read = was_read(ns->second.payload_dir.get(), r.payload_name.c_str());
       }
+      r.payload_memfd.reset();
+      if (has_dir) remove_payload_files(ns->second.payload_dir.get());
       ControlMessage m;
       m.type = ControlType::kExited;
       r.watch.take();  // a notification that came with the exit

@@ -65,6 +65,12 @@ struct ExitReport {
   // The zygote made the task's slot a new private /tmp namespace after this
   // task, because the child could not empty the old one before its payload.
   bool slot_renewed = false;
+  // Exec mode, zygote: whether the task read its payload, by the kernel's
+  // word: the payload's file (the memory file the zygote made, or the file
+  // in the payload dir) had its access time set to 0 once written, and a
+  // read sets it (issue 26, point 4). 1 read, 0 never read, -1 unknown
+  // (spawn mode, handlers, the file gone).
+  std::int32_t payload_read = -1;
 };
 
 struct ControlMessage {

@@ -278,6 +278,11 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
   // (a race the attack review found: then the kind comes from the exit
   // code alone), the payload never reached it.
   o.slot_renewed = o.before_payload && ex.exit->slot_renewed;
+  // It had its payload and never read it (the kernel's access time of the
+  // payload's file, ExitReport::payload_read): the command failed on its
+  // own setup (a module it cannot import, a wrong option), not on the
+  // payload (issue 26, point 4). Never charged either.
+  o.payload_unread = ex.exit.has_value() && ex.payload_delivered && o.kind != Kind::kOk && ex.exit->payload_read == 0;
 
   if (o.kind != Kind::kOk) {
     // What the program said last on stderr, kept with the attempt and the

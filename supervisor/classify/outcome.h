@@ -59,6 +59,11 @@ struct Outcome {
   // this payload's failure, and not one of its transient attempts either
   // (TaskFlow::on_outcome): a previous task must cost it nothing.
   bool slot_renewed = false;
+  // Exec mode: the task failed without ever reading its payload, by the
+  // kernel's word (ExitReport::payload_read): its own setup failed, not the
+  // payload. Never charged to it (is_transient); a run whose every task
+  // fails so stops (TaskFlow).
+  bool payload_unread = false;
 };
 
 // "SIGSEGV" for 11; "signal 99" for unknown numbers.

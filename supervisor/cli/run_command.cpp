@@ -302,6 +302,7 @@ int report_run(const Args& args, Expected<JobReport>& report, const CliSink& sin
     return 128 + report->stop_signal;
   }
   if (report->run.input_errors > 0 || report->flow.input_errors > 0 || sink.write_errors()) return kExitUsage;
+  if (!report->flow.stopped_for_setup.empty()) return kExitSetup;
   if (report->flow.held > 0) return kExitOutage;
   if (sink.summary().failed() > 0) return kExitFailures;
   return report->flow.running_elsewhere > 0 ? kExitElsewhere : kExitOk;

@@ -10,7 +10,10 @@ bool counted(const store::AttemptSummary& a) { return a.finished && a.charged; }
 }  // namespace
 
 bool is_transient(const RetrySettings& settings, const Outcome& outcome) {
-  if (outcome.kind == Kind::kKilled || outcome.kind == Kind::kSandboxError || outcome.before_payload) return true;
+  if (outcome.kind == Kind::kKilled || outcome.kind == Kind::kSandboxError || outcome.before_payload ||
+      outcome.payload_unread) {
+    return true;
+  }
   return outcome.kind == Kind::kHandlerError && outcome.exit_code >= 0 &&
          settings.retry_exit_codes.count(outcome.exit_code) > 0;
 }
@@ -24,7 +27,10 @@ Judgement judge(const RetrySettings& settings, const std::vector<store::AttemptS
                 const Outcome& outcome, std::uint32_t transient_in_run) {
   if (outcome.kind == Kind::kOk) return {Decision::kDone, "ok"};
   const auto failures = static_cast<std::uint32_t>(std::count_if(history.begin(), history.end(), counted));
-  const std::string kind = std::string(to_string(outcome.kind)) + (outcome.before_payload ? " before the payload was sent" : "");
+  const std::string kind = std::string(to_string(outcome.kind)) +
+                           (outcome.before_payload   ? " before the payload was sent"
+                            : outcome.payload_unread ? " without reading its payload"
+                                                     : "");
   if (is_transient(settings, outcome)) {
     if (transient_in_run >= settings.max_attempts) {
       return {Decision::kGiveUp, kind + " on " + std::to_string(transient_in_run) +

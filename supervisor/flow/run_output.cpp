@@ -161,7 +161,11 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
     os << "  verdicts: " << flow->quarantined << (store_dir.empty() ? " poison" : " quarantined");
     if (flow->new_fingerprints) os << " (" << flow->new_fingerprints << " new fingerprints)";
     os << ", " << flow->retried << " needed retries, " << flow->gave_up << " gave up";
-    if (flow->held) os << ", " << flow->held << " held by a suspected outage (they run again next time)";
+    if (flow->held) {
+      os << ", " << flow->held
+         << (flow->stopped_for_setup.empty() ? " held by a suspected outage" : " held (the command's setup fails)")
+         << " (they run again next time)";
+    }
     if (flow->taken_back) {
       os << ", " << flow->taken_back << " poison verdict" << (flow->taken_back == 1 ? "" : "s")
          << " taken back (a suspected outage explained the failure)";
@@ -180,6 +184,9 @@ std::string RunSummary::render(double seconds, const RunReport& report, const Fl
       os << "  stopped: tasks could not see " << flow->stopped_for_hidden << ", which this host has"
          << (dir.empty() ? std::string() : "; run again with --share " + dir + " to let them read it")
          << "; the rest of the input was not read (a run over the same inputs and store goes on from here)\n";
+    } else if (!flow->stopped_for_setup.empty()) {
+      os << "  stopped: " << flow->stopped_for_setup << "; the rest of the input was not read (fix the command; a "
+         << "run over the same inputs and store runs them all)\n";
     } else if (flow->stopped_by_breaker) {
       os << "  stopped: the handler outage lasted longer than --breaker-max-wait; the rest of the input was not "
             "read (a run over the same inputs and store goes on from here)\n";

@@ -433,7 +433,7 @@ TaskSource::Item TaskFlow::next() {
   const bool can_still_probe = breaker_.open() && known_good_ && !report_.stopped_by_breaker;
   const std::size_t held = schedule_.held_count();
   bool nothing_left = inner_done_ && in_flight_ == 0 && schedule_.quiet() &&
-                      (held == 0 || (breaker_.open() && !can_still_probe));
+                      (held == 0 || (breaker_.open() && !can_still_probe) || !report_.stopped_for_setup.empty());
   if (nothing_left && schedule_.has_parked()) {
     // Nothing left can decide (nothing succeeded in this run): the parked
     // tasks' verdict stands.
@@ -517,11 +517,35 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   const bool transient = failed && is_transient(settings_.retry, outcome);
   if (transient && counts_as_transient(outcome, t.slot_renewals)) ++t.transient_in_run;
 
+  // The setup rule (issue 26, point 4): a command that fails on its own
+  // setup fails every task without reading it. Once a few distinct payloads
+  // did and none showed the command works, nothing is to be learnt from the
+  // rest: the run stops.
+  if (failed && outcome.payload_unread) {
+    unread_failures_.insert(t.payload_id);
+  } else if (!failed || !outcome.before_payload) {
+    command_works_ = true;
+  }
+  constexpr std::size_t kUnreadFailuresToStop = 3;
+  const bool setup_broken = !command_works_ && unread_failures_.size() >= kUnreadFailuresToStop;
+
   store::AttemptSummary& attempt = t.history.back();
   attempt.finished = true;
   attempt.kind = std::string(to_string(outcome.kind));
   attempt.fingerprint = outcome.fingerprint;
 
+  if (setup_broken || (!report_.stopped_for_setup.empty() && failed)) {
+    attempt.charged = false;
+    if (ledger_ != nullptr) {
+      batch_.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, false,
+                            outcome.stderr_tail});
+    }
+    t.last_failure = outcome;
+    schedule_.hold(t.task.ref);
+    note_wait(t, 0, true);
+    if (report_.stopped_for_setup.empty()) stop_for_setup(outcome);
+    return;
+  }
   bool outage = false;
   const bool was_probe = std::exchange(t.probe, false);
   if (!failed) remember_good(t);
@@ -1093,6 +1117,24 @@ void TaskFlow::stop_for_outage() {
   out_.on_status("");
 }
 
+void TaskFlow::stop_for_setup(const Outcome& example) {
+  std::string what = std::string(to_string(example.kind));
+  if (!example.message.empty()) what += ": " + example.message.substr(0, example.message.find('\n'));
+  report_.stopped_for_setup = "every task so far (" + std::to_string(unread_failures_.size()) +
+                              ") failed without reading its payload, so the command fails on its own setup, not "
+                              "on its inputs (" + what + ")";
+  hold_reason_ = "held: the command fails without reading its payload; runs again in the next run over the same store";
+  inner_done_ = true;
+  // Retries waiting for their backoff would fail the same way: held.
+  for (std::uint64_t ref : schedule_.take_delayed_and_parked()) {
+    schedule_.hold(ref);
+    note_wait(tracked_.at(ref), 0, true);
+  }
+  out_.on_notice(report_.stopped_for_setup + ": stopping; nothing was quarantined or charged; fix the command, and a "
+                 "run over the same inputs and store runs them all");
+  out_.on_status("");
+}
+
 std::string TaskFlow::share_hint() const {
   if (hidden_.empty()) return "";
   const std::string dir = share_for(hidden_);
@@ -1126,7 +1168,7 @@ Status TaskFlow::finish(const std::string& run_error) {
     Outcome o = it->second.last_failure.value_or(Outcome{});
     out_.on_verdict(it->second.task, o,
                     Verdict{Verdict::Type::kHeld, it->second.attempts, 0, false, false,
-                            "held by a suspected handler outage; runs again in the next run over the same store"});
+                            hold_reason_});
   }
   // What this run still claims (retries waiting, held tasks, attempts cut
   // short) is free for the next run.

@@ -93,6 +93,9 @@ struct FlowReport {
   std::size_t taken_back = 0;           // poison verdicts taken back when the breaker opened
   bool stopped_by_breaker = false;      // open longer than --breaker-max-wait: the rest was not read
   std::string stopped_for_hidden;       // or at once: tasks could not see this file of the host
+  // Every task so far failed without reading its payload (the command's own
+  // setup is broken): the run stopped at once; why, with the failure ("" when not).
+  std::string stopped_for_setup;
   std::size_t skipped_repeats = 0;      // the same key and payload again in this run
   std::size_t done_without_result = 0;  // skipped as ok, asked for its result (done_results), none kept
   std::size_t done_from_replay = 0;     // ... its kept result made by a `quarantine replay` (of a patch, maybe)
@@ -280,6 +283,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // While paused: a notice now and then, and the status line.
   void report_pause(Clock::time_point now, const Outcome* failed_probe);
   void stop_for_outage();
+  // Every task so far failed without reading its payload: stop now (exit 3).
+  void stop_for_setup(const Outcome& example);
   // "; to let tasks read it, run with --share DIR ..." for a hidden file, else "".
   std::string share_hint() const;
   // The hidden-path rule takes a payload's failure at its word once a run:
@@ -318,6 +323,12 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::uint64_t check_ref_ = 0;      // the known-good check in flight, 0: none
   bool any_success_ = false;         // a task ended ok in this run (known_good_ keeps small ones only)
   std::string checked_with_;         // the key of the latest check's payload
+  // The setup rule: distinct payloads that failed without reading their
+  // payload, and whether any task showed the command works (ended ok, or
+  // failed after reading its payload).
+  std::set<std::string> unread_failures_;
+  bool command_works_ = false;
+  std::string hold_reason_ = "held by a suspected handler outage; runs again in the next run over the same store";
   std::deque<JudgedPoison> judged_poison_;
   Clock::time_point last_pause_notice_{};
   std::string crash_hook_;

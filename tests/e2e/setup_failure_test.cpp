@@ -1,0 +1,104 @@
+// A broken command fails fast (issue 26, point 4): a task that fails without
+// ever reading its payload failed on its own setup, by the kernel's word
+// (the payload file's access time, which the box sets to 0 once written).
+// It is never charged, and when every task so far failed that way the run
+// stops within seconds with exit 3, naming the failure. Real poison at the
+// start of a folder (payloads read, then a crash) does not stop the run.
+// Real Python scripts in a project tasks see, run from its parent.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include <string>
+
+#include "tests/e2e/support.h"
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+void write_inputs(const e2e::TempDir& project, int n) {
+  REQUIRE(::mkdir(project.file("in").c_str(), 0755) == 0);
+  for (int i = 10; i < 10 + n; ++i) project.write("in/contacts-0" + std::to_string(i) + ".csv", "ann,1990-01-02\n");
+}
+
+}  // namespace
+
+TEST_CASE("a script that cannot import its module stops the run at once with exit 3; nothing is charged or quarantined") {
+  if (!e2e::have_python3()) return;
+  const e2e::Project p;
+  p.dir.write("parse_records.py", "import contact_dates_missing\nimport sys\nprint(open(sys.argv[1]).read())\n");
+  write_inputs(p.dir, 40);
+  e2e::TempDir stores;
+  const std::string s = stores.path() + "/s";
+  for (const bool as_file : {true, false}) {
+    INFO((as_file ? "{} names the payload's file" : "the payload on stdin"));
+    std::vector<std::string> args = {"run", "--store", s, "--json", "--jobs", "2", p.name + "/in", "--", e2e::kPython3,
+                                     p.name + "/parse_records.py"};
+    if (as_file) args.push_back("{}");
+    const auto r = e2e::pillbox_in(p.parent, args);
+    INFO(r.describe());
+    CHECK(r.exit_code == 3);
+    CHECK(r.seconds < 20);
+    CHECK(contains(r.err, "failed without reading its payload, so the command fails on its own setup"));
+    CHECK(contains(r.err, "ModuleNotFoundError: No module named 'contact_dates_missing'"));
+    CHECK(contains(r.err, "nothing was quarantined or charged"));
+    CHECK(r.records.size() < 40);  // the rest of the input was not read
+    for (const auto& rec : r.records) CHECK(rec["verdict"] == "held");
+    const std::string db = s + "/pillbox.db";
+    CHECK(e2e::sql_int(db, "SELECT count(*) FROM quarantine") == 0);
+    CHECK(e2e::sql_int(db, "SELECT count(*) FROM attempts WHERE charged = 1") == 0);
+  }
+  // Fixed: the next run over the same store does them all.
+  p.dir.write("parse_records.py", "import sys\nprint(open(sys.argv[1]).read().upper())\n");
+  const auto fixed = e2e::pillbox_in(p.parent, {"run", "--store", s, "--json", p.name + "/in", "--", e2e::kPython3,
+                                                p.name + "/parse_records.py", "{}"});
+  INFO(fixed.describe());
+  CHECK(fixed.exit_code == 0);
+  CHECK(e2e::sql_int(s + "/pillbox.db", "SELECT count(*) FROM tasks WHERE state = 'ok'") == 40);
+}
+
+TEST_CASE("poison at the start of a folder reads its payload before it fails: the run goes on, one record each") {
+  if (!e2e::have_python3()) return;
+  const e2e::Project p;
+  p.dir.write("parse_records.py",
+              "import sys\n"
+              "text = open(sys.argv[1]).read()\n"
+              "if text.startswith('BAD'):\n"
+              "    raise ValueError('unreadable export')\n"
+              "print(text.upper())\n");
+  REQUIRE(::mkdir(p.dir.file("in").c_str(), 0755) == 0);
+  for (int i = 10; i < 40; ++i) {
+    p.dir.write("in/contacts-0" + std::to_string(i) + ".csv", i < 16 ? "BAD export\n" : "ann,1990-01-02\n");
+  }
+  e2e::TempDir stores;
+  const std::string s = stores.path() + "/s";
+  const auto r = e2e::pillbox_in(p.parent, {"run", "--store", s, "--json", "--jobs", "2", p.name + "/in", "--",
+                                            e2e::kPython3, p.name + "/parse_records.py", "{}"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(contains(r.err, "without reading its payload"));
+  CHECK(r.records.size() == 30);
+  CHECK(e2e::sql_int(s + "/pillbox.db", "SELECT count(*) FROM quarantine WHERE status = 'quarantined'") == 6);
+  CHECK(e2e::sql_int(s + "/pillbox.db", "SELECT count(*) FROM tasks WHERE state = 'ok'") == 24);
+}
+
+TEST_CASE("a command that reads its payload by another path, or maps it, has read it") {
+  if (!e2e::have_python3()) return;
+  e2e::TempDir work;
+  std::string input;
+  for (int i = 0; i < 6; ++i) input += e2e::task_line("k" + std::to_string(i), "payload " + std::to_string(i));
+  // /dev/stdin opens the payload anew; mmap never calls read(): both are
+  // reads to the kernel. Then each fails: its payload's failure, charged.
+  for (const std::string& program :
+       {std::string("import sys; open('/dev/stdin').read(); sys.exit(4)"),
+        std::string("import mmap, sys; m = mmap.mmap(0, 0, prot=mmap.PROT_READ); m[0]; sys.exit(4)")}) {
+    INFO(program);
+    const auto r = e2e::run_pillbox({"run", "--store", work.path() + "/s-" + std::to_string(program.size()), "--json",
+                                     "--max-attempts", "1", "-", "--", e2e::kPython3, "-c", program},
+                                    input);
+    INFO(r.describe());
+    CHECK(r.exit_code == 1);
+    CHECK_FALSE(contains(r.err, "without reading its payload"));
+    CHECK(r.records.size() == 6);
+  }
+}
