@@ -48,6 +48,20 @@ TEST_CASE("a script that cannot import its module stops the run at once with exi
     CHECK(e2e::sql_int(db, "SELECT count(*) FROM quarantine") == 0);
     CHECK(e2e::sql_int(db, "SELECT count(*) FROM attempts WHERE charged = 1") == 0);
   }
+  // What the stopped runs held is listed, and can be forgotten.
+  const long long held = e2e::sql_int(s + "/pillbox.db", "SELECT count(*) FROM tasks WHERE state = 'pending'");
+  CHECK(held > 0);
+  const auto listed = e2e::run_pillbox({"tasks", "--store", s, "--state", "held"});
+  INFO(listed.describe());
+  CHECK(contains(listed.err, std::to_string(held) + " tasks: " + std::to_string(held) + " held"));
+  e2e::check_usage_error({"tasks", "--store", s, "--forget"}, "--forget needs --state held, pending, retrying or gave-up");
+  e2e::check_usage_error({"tasks", "--store", s, "--forget", "--state", "ok"}, "ok tasks and quarantined ones are kept");
+  const auto forgot = e2e::run_pillbox({"tasks", "--store", s, "--forget", "--state", "held"});
+  INFO(forgot.describe());
+  CHECK(forgot.exit_code == 0);
+  CHECK(contains(forgot.err, "forgot " + std::to_string(held) + " held tasks"));
+  CHECK(e2e::sql_int(s + "/pillbox.db", "SELECT count(*) FROM tasks") == 0);
+  CHECK(e2e::sql_int(s + "/pillbox.db", "SELECT count(*) FROM attempts") == 0);
   // Fixed: the next run over the same store does them all.
   p.dir.write("parse_records.py", "import sys\nprint(open(sys.argv[1]).read().upper())\n");
   const auto fixed = e2e::pillbox_in(p.parent, {"run", "--store", s, "--json", p.name + "/in", "--", e2e::kPython3,
