@@ -207,7 +207,8 @@ struct PayloadFile {
   // from a failure of the payload's (ExitReport::payload_read). The zygote
   // set it on its own memory file already; this is for the file in the
   // payload dir, which is the task's uid's own.
-  const timespec times[2] = {{0, 0}, {0, UTIME_OMIT}};
+  // mtime now, so that ctime equals it (a later change of the times shows).
+  const timespec times[2] = {{0, 0}, {0, UTIME_NOW}};
   ::futimens(payload_fd, times);
   std::vector<std::string> argv = cfg.exec_argv;
   // argv[0] is the command the supervisor resolved: a path, never a template.

@@ -63,18 +63,27 @@ struct Running {
 UniqueFd unread_payload_memfd() {
   UniqueFd fd(::memfd_create("pillbox-payload", MFD_CLOEXEC));
   if (!fd.valid()) return fd;
-  const timespec times[2] = {{0, 0}, {0, UTIME_OMIT}};
+  // mtime now, so that ctime equals it (was_read).
+  const timespec times[2] = {{0, 0}, {0, UTIME_NOW}};
   if (::futimens(fd.get(), times) != 0) fd.reset();
   return fd;
 }
 
-// 1 when the file's access time is no longer 0 (read since it was set), 0
-// when it still is, -1 when there is no such regular file.
-std::int32_t was_read(int fd, const char* name) {
+// 1 when the file was read since its access time was set to 0, 0 when it
+// was not, -1 when there is no such regular file. Read: the access time is
+// no longer 0, or the change time is not the modification time any more
+// (set together when the access time was zeroed, and by every write since:
+// only a change of the times moves one without the other, as a program
+// does that puts the access time back after reading: file -p, tar
+// --atime-preserve, touch). `size`: the file's size then.
+std::int32_t was_read(int fd, const char* name, std::uint64_t& size) {
   struct stat st {};
   const int r = name == nullptr ? ::fstat(fd, &st) : ::fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW);
   if (r != 0 || !S_ISREG(st.st_mode)) return -1;
-  return st.st_atim.tv_sec != 0 || st.st_atim.tv_nsec != 0 ? 1 : 0;
+  size = static_cast<std::uint64_t>(st.st_size);
+  const bool atime_zero = st.st_atim.tv_sec == 0 && st.st_atim.tv_nsec == 0;
+  const bool times_untouched = st.st_ctim.tv_sec == st.st_mtim.tv_sec && st.st_ctim.tv_nsec == st.st_mtim.tv_nsec;
+  return atime_zero && times_untouched ? 0 : 1;
 }
 
 void send(const ControlMessage& m) {
@@ -272,9 +281,9 @@ class Zygote {
       auto ns = slot_namespaces_.find(r.slot);
       const bool has_dir = ns != slot_namespaces_.end() && ns->second.payload_dir.valid();
       if (r.payload_memfd.valid()) {
-        r.exit.payload_read = was_read(r.payload_memfd.get(), nullptr);
+        r.exit.payload_read = was_read(r.payload_memfd.get(), nullptr, r.exit.payload_file_size);
       } else if (!r.payload_name.empty() && has_dir) {
-        r.exit.payload_read = was_read(ns->second.payload_dir.get(), r.payload_name.c_str());
+        r.exit.payload_read = was_read(ns->second.payload_dir.get(), r.payload_name.c_str(), r.exit.payload_file_size);
       }
       r.payload_memfd.reset();
       if (has_dir) remove_payload_files(ns->second.payload_dir.get());

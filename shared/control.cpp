@@ -89,7 +89,7 @@ void pack_ticket(Packer& pk, const TaskTicket& t) {
 }
 
 void pack_exit(Packer& pk, const ExitReport& e) {
-  pk.pack_array(15);
+  pk.pack_array(16);
   pk.pack_uint64(e.seq);
   pk.pack_int64(e.pid);
   pk.pack_int32(e.wait_status);
@@ -105,6 +105,7 @@ void pack_exit(Packer& pk, const ExitReport& e) {
   pk.pack_uint32(e.violation_arch);
   pk.pack(e.slot_renewed);
   pk.pack_int32(e.payload_read);
+  pk.pack_uint64(e.payload_file_size);
 }
 
 // --- decoding helpers: throw std::runtime_error on any shape mismatch.
@@ -215,7 +216,7 @@ TaskTicket unpack_ticket(const msgpack::object& o) {
 }
 
 ExitReport unpack_exit(const msgpack::object& o) {
-  const auto& a = arr(o, 15, "exit report");
+  const auto& a = arr(o, 16, "exit report");
   ExitReport e;
   e.seq = u64(a.ptr[0]);
   e.pid = i64(a.ptr[1]);
@@ -232,6 +233,7 @@ ExitReport unpack_exit(const msgpack::object& o) {
   e.violation_arch = static_cast<std::uint32_t>(u64(a.ptr[12]));
   e.slot_renewed = boolean(a.ptr[13]);
   e.payload_read = static_cast<std::int32_t>(i64(a.ptr[14]));
+  e.payload_file_size = u64(a.ptr[15]);
   return e;
 }
 

@@ -71,6 +71,10 @@ struct ExitReport {
   // read sets it (issue 26, point 4). 1 read, 0 never read, -1 unknown
   // (spawn mode, handlers, the file gone).
   std::int32_t payload_read = -1;
+  // The size of that file then: less than the payload's when the child died
+  // writing it (a payload too large for the memory limit, say): then it
+  // never reached the command, and "unread" would say nothing.
+  std::uint64_t payload_file_size = 0;
 };
 
 struct ControlMessage {

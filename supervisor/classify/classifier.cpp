@@ -282,7 +282,11 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
   // payload's file, ExitReport::payload_read): the command failed on its
   // own setup (a module it cannot import, a wrong option), not on the
   // payload (issue 26, point 4). Never charged either.
-  o.payload_unread = ex.exit.has_value() && ex.payload_delivered && o.kind != Kind::kOk && ex.exit->payload_read == 0;
+  // Not for an empty payload (nothing to read: an mmap of it fails), nor
+  // when the file is not all of the payload (the child died writing it).
+  o.payload_unread = ex.exit.has_value() && ex.payload_delivered && o.kind != Kind::kOk &&
+                     ex.exit->payload_read == 0 && ex.payload_size > 0 &&
+                     ex.exit->payload_file_size == ex.payload_size;
 
   if (o.kind != Kind::kOk) {
     // What the program said last on stderr, kept with the attempt and the

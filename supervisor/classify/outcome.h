@@ -22,6 +22,7 @@ struct Execution {
   Limits limits;
   std::string handler_identity;          // part of every fingerprint
   std::string task_key;                  // exec mode: what names the payload in its messages (payload_names.h)
+  std::uint64_t payload_size = 0;        // the payload's bytes (ExitReport::payload_file_size says what the box wrote)
   std::optional<ExitReport> exit;        // absent when the child never ran
   std::string launch_error;              // fork failed, zygote lost
   std::uint64_t wall_ms = 0;

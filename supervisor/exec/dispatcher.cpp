@@ -290,6 +290,7 @@ class Dispatcher {
       }
       ticket.key = r->task.key;
       r->exec.task_key = r->task.key;
+      r->exec.payload_size = r->task.payload.size();
     }
     try {
       r->wire = wires_.acquire();

@@ -521,8 +521,14 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   // setup fails every task without reading it. Once a few distinct payloads
   // did and none showed the command works, nothing is to be learnt from the
   // rest: the run stops.
+  // Only a payload's first attempt ever counts: a task held by a stopped
+  // run that fails unread again (a file the command rejects by its name or
+  // size, without reading it) must not stop every later run before any new
+  // payload is tried; nor does an exit code the operator calls transient.
+  const bool declared_transient = outcome.kind == Kind::kHandlerError && outcome.exit_code >= 0 &&
+                                  settings_.retry.retry_exit_codes.count(outcome.exit_code) > 0;
   if (failed && outcome.payload_unread) {
-    unread_failures_.insert(t.payload_id);
+    if (t.history.size() == 1 && !declared_transient) unread_failures_.insert(t.payload_id);
   } else if (!failed || !outcome.before_payload) {
     command_works_ = true;
   }

@@ -116,3 +116,54 @@ TEST_CASE("a command that reads its payload by another path, or maps it, has rea
     CHECK(r.records.size() == 6);
   }
 }
+
+// Found by the attack review: what looked unread and was not.
+TEST_CASE("a command that puts the access time back after reading has read its payload: quarantined, not held") {
+  if (!e2e::have_python3()) return;
+  const e2e::Project p;
+  REQUIRE(::mkdir(p.dir.file("bad").c_str(), 0755) == 0);
+  for (int i = 1; i <= 5; ++i) p.dir.write("bad/b" + std::to_string(i) + ".txt", "BAD payload\n");
+  // As file -p, tar --atime-preserve and touch do.
+  const std::string program =
+      "import os, sys\np = sys.argv[1]\nst = os.stat(p)\ntext = open(p).read()\n"
+      "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\nraise ValueError(text.strip())\n";
+  e2e::TempDir stores;
+  const auto r = e2e::pillbox_in(p.parent, {"run", "--store", stores.path() + "/s", "--json", p.name + "/bad", "--",
+                                            e2e::kPython3, "-c", program, "{}"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(contains(r.err, "without reading its payload"));
+  CHECK(e2e::sql_int(stores.path() + "/s/pillbox.db", "SELECT count(*) FROM quarantine") == 5);
+}
+
+TEST_CASE("files a command rejects by name stop one run at most: the next goes on to the others") {
+  const e2e::Project p;
+  REQUIRE(::mkdir(p.dir.file("in").c_str(), 0755) == 0);
+  for (int i = 1; i <= 4; ++i) p.dir.write("in/a" + std::to_string(i) + ".skip", "x\n");
+  for (int i = 1; i <= 6; ++i) p.dir.write("in/b" + std::to_string(i) + ".csv", "ann,1\n");
+  const std::vector<std::string> run = {
+      "run", "--store", p.dir.file("s"), "--jobs", "1", p.name + "/in", "--", "/bin/sh", "-c",
+      "case \"$1\" in *.csv) cat \"$1\";; *) echo 'unsupported file type' >&2; exit 2;; esac", "sh", "{}"};
+  const auto first = e2e::pillbox_in(p.parent, run);
+  INFO(first.describe());
+  CHECK(first.exit_code == 3);  // every task so far was one it rejected unread: as far as it can tell, broken
+  const auto second = e2e::pillbox_in(p.parent, run);
+  INFO(second.describe());
+  CHECK(second.exit_code != 3);
+  CHECK(e2e::sql_int(p.dir.file("s") + "/pillbox.db", "SELECT count(*) FROM tasks WHERE state = 'ok'") == 6);
+  CHECK(e2e::sql_int(p.dir.file("s") + "/pillbox.db", "SELECT count(*) FROM quarantine") == 0);
+}
+
+TEST_CASE("an empty payload has nothing to read: its failure is its own") {
+  if (!e2e::have_python3()) return;
+  e2e::TempDir work;
+  std::string input;
+  for (int i = 0; i < 5; ++i) input += e2e::task_line("empty-" + std::to_string(i), "");
+  const auto r = e2e::run_pillbox({"run", "--store", work.path() + "/s", "--json", "-", "--", e2e::kPython3, "-c",
+                                   "import mmap; mmap.mmap(0, 0, prot=mmap.PROT_READ)"},
+                                  input);
+  INFO(r.describe());
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(contains(r.err, "without reading its payload"));
+  CHECK(e2e::sql_int(work.path() + "/s/pillbox.db", "SELECT count(*) FROM quarantine") == 5);
+}
