@@ -525,10 +525,15 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   // run that fails unread again (a file the command rejects by its name or
   // size, without reading it) must not stop every later run before any new
   // payload is tried; nor does an exit code the operator calls transient.
+  // A failure that names a file of the host the tasks cannot see is the
+  // hidden-path rule's (its stop names the file and the --share to add),
+  // read or not.
   const bool declared_transient = outcome.kind == Kind::kHandlerError && outcome.exit_code >= 0 &&
                                   settings_.retry.retry_exit_codes.count(outcome.exit_code) > 0;
+  const bool unread_hidden = failed && outcome.payload_unread && settings_.hidden_path &&
+                             hidden_path_claimed_.count(t.payload_id) == 0 && !settings_.hidden_path(outcome).empty();
   if (failed && outcome.payload_unread) {
-    if (t.history.size() == 1 && !declared_transient) unread_failures_.insert(t.payload_id);
+    if (t.history.size() == 1 && !declared_transient && !unread_hidden) unread_failures_.insert(t.payload_id);
   } else if (!failed || !outcome.before_payload) {
     command_works_ = true;
   }
@@ -566,7 +571,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
     } else if (was_probe) {
       report_pause(now, &outcome);
     }
-  } else if (const std::string hidden = failed && !transient ? hidden_path_once(t, outcome) : "";
+  } else if (const std::string hidden = failed && (!transient || unread_hidden) ? hidden_path_once(t, outcome) : "";
              !hidden.empty() && breaker_.open_now(t.payload_id, outcome.fingerprint, now)) {
     outage = true;
     hidden_ = hidden;

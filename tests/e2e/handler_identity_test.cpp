@@ -131,7 +131,7 @@ TEST_CASE("an edited script is a new version: done tasks are counted, run again 
 TEST_CASE("a clone of a checkout at another place keeps its fingerprints; two programs' main.py elsewhere are two") {
   if (!e2e::have_python3()) return;
   e2e::TempDir place(0755, e2e::host_dir_tasks_see());
-  const std::string program = "import sys\n\n\ndef main(p):\n    raise ValueError(p.split('/')[-1])\n\n\nmain(sys.argv[1])\n";
+  const std::string program = "import sys\n\n\ndef main(p):\n    open(p).read()\n    raise ValueError(p.split('/')[-1])\n\n\nmain(sys.argv[1])\n";
   const std::string input = place.write("in.txt", "x");
   // Two clones of one repository (a .git at the root), the script in tools/.
   for (const std::string clone : {"laptop", "ci"}) {

@@ -317,10 +317,11 @@ TEST_CASE("a shared path in the payload dir is refused before anything runs") {
 TEST_CASE("a bundle's reproduce.sh gives its script the record's key and file name: the same failure and fingerprint") {
   if (!have(true)) return;
   Project project;
-  // Fails on .csv inputs only, naming the file.
+  // Reads its input, then fails on .csv inputs only, naming the file.
   project.dir.write("by_ext.py", R"py(import os
 import sys
 
+open(sys.argv[1]).read()
 if sys.argv[1].endswith(".csv"):
     raise ValueError("cannot read %s yet" % os.path.basename(sys.argv[1]))
 print("ok")

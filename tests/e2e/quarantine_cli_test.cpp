@@ -472,7 +472,7 @@ TEST_CASE("the same exception in another program's main is another raise site") 
   const std::string store = dir.path() + "/store";
   for (const std::string program : {"billing", "importer"}) {
     REQUIRE(::mkdir(dir.file(program).c_str(), 0755) == 0);
-    dir.write(program + "/main.py", "import sys\n\n\ndef main(p):\n    raise ValueError(p.split('/')[-1])\n\n\n"
+    dir.write(program + "/main.py", "import sys\n\n\ndef main(p):\n    open(p).read()\n    raise ValueError(p.split('/')[-1])\n\n\n"
                                     "main(sys.argv[1])\n");
     const std::string input = dir.write(program + "-in.txt", "x");
     const auto run = run_pillbox({"run", "--store", store, "--max-attempts", "1", input, "--", python,

@@ -548,7 +548,7 @@ TEST_CASE("fleet quarantine: a dead letter keeps the tail of the program's stder
   // Exits 3 after a traceback-like stderr with a byte that is not UTF-8 and an
   // escape sequence: the tail goes into the dead letter as base64.
   const std::vector<std::string> command = {
-      "/bin/sh", "-c", "printf 'Traceback (most recent call last):\\n  oops \\377 \\033[31mred\\n' >&2; exit 3"};
+      "/bin/sh", "-c", "cat >/dev/null; printf 'Traceback (most recent call last):\\n  oops \\377 \\033[31mred\\n' >&2; exit 3"};
   const auto r = run_pillbox(worker_args(server, {"--exit-when-idle", "500ms", "--quiet"}, command));
   INFO(r.describe());
   REQUIRE(r.exit_code == 0);
