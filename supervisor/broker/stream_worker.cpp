@@ -619,7 +619,19 @@ std::optional<StreamWorker::Clock::time_point> StreamWorker::wake_at(Clock::time
 
 std::vector<int> StreamWorker::wait_fds() const { return {reader_.wait_fd(), writer_.wait_fd()}; }
 
-void StreamWorker::on_outcome(const Task& task, const Outcome& outcome) {
+void StreamWorker::on_outcome(const Task& task, const Outcome& reported) {
+  // The setup rule (a failure without the payload read is never charged;
+  // all of them so: stop) is the run's, which can stop. A worker cannot:
+  // uncharged, such failures would go round the fleet for ever. Here they
+  // count as any failure, and the breaker holds a fleet whose command
+  // fails on its own setup, as it holds any outage. (One engine for both:
+  // issue 27.)
+  std::optional<Outcome> unread_as_any;
+  if (reported.payload_unread) {
+    unread_as_any = reported;
+    unread_as_any->payload_unread = false;
+  }
+  const Outcome& outcome = unread_as_any ? *unread_as_any : reported;
   if (in_flight_ > 0) --in_flight_;
   const auto now = Clock::now();
   if (task.ref == probe_copy_ref_ && probe_copy_ref_ != 0) {
