@@ -18,6 +18,11 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
   if (same != window_.end()) window_.erase(same);
   window_.push_back({payload_id, failed, fingerprint});
   while (window_.size() > settings_.window) window_.pop_front();
+  // A fingerprint stays verified while its failures are in the window: once
+  // payloads that work pushed them all out, the next burst with it is
+  // decided afresh (an outage later in the run may fail the same way: a
+  // generic "exit code 1" is a bad input's and a dead database's).
+  std::erase_if(verified_, [&](const std::string& v) { return failed_with(v) == 0; });
   // Only a failure opens it: the task that succeeded is no part of an outage.
   if (!failed || window_.size() < settings_.window) return false;
 

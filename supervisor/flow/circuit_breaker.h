@@ -20,7 +20,8 @@
 // opens again for the same fingerprint and a known-good probe succeeds
 // again, payloads failed that way while the handler worked: the fingerprint
 // is verified as the payloads' own and never opens the breaker (or raises
-// its suspicion) again in this run.
+// its suspicion) while its failures are in the window; once successes have
+// pushed them all out, a new burst with it is decided afresh.
 #include <chrono>
 #include <cstdint>
 #include <deque>

@@ -592,6 +592,19 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
                           outcome.stderr_tail});
   }
   if (outage) {
+    // A handler that flaps (down, up again as a known-good probe passes,
+    // down) would hold and release the same tasks for ever, none of their
+    // failures charged: past a few outages in this run, a task gives up
+    // until the next run (found by the flow's random runs).
+    constexpr std::uint32_t kOutagesPerTask = 3;
+    if (++t.outages_in_run > kOutagesPerTask) {
+      settle(t, outcome,
+             Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false,
+                     "failed in " + std::to_string(t.outages_in_run) +
+                         " suspected handler outages in this run (a handler that fails and recovers by turns?); not "
+                         "charged, it runs again in the next run over the same store"});
+      return;
+    }
     t.last_failure = outcome;
     schedule_.hold(t.task.ref);
     note_wait(t, 0, true);
@@ -668,6 +681,10 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
 }
 
 void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
+  // Its fingerprint shown to be the payloads' own while the handler worked
+  // (a decision, or the breaker's known-good probe): an outage that later
+  // fails the same way does not take this verdict back.
+  if (breaker_.verified(outcome.fingerprint)) t.convicted = true;
   if (quarantine_ == nullptr || ledger_ == nullptr) {
     remember_poison(t, 0, outcome);
     settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
@@ -790,7 +807,7 @@ void TaskFlow::start_check_if_due() {
   if (check_ref_ != 0 || !known_good_ || breaker_.open()) return;
   bool due = false;
   for (const auto& [fingerprint, d] : pending_) {
-    if (d.recheck != 0) continue;
+    if (d.rechecking) continue;
     breaker_.set_deciding(fingerprint, true);
     due = true;
   }
@@ -826,12 +843,14 @@ void TaskFlow::on_check_outcome(Tracked& t, const Outcome& outcome) {
     on_breaker_opened(example, /*probe_at_once=*/false);
     return;
   }
-  // The handler works now. Each decision still waiting: a recheck of one of
-  // its payloads, or, for a failure only one payload had (while nothing was
-  // known to work), its verdict as it stands (`lone`).
+  // The handler works now. Each decision still waiting: a recheck of two
+  // of its payloads (one when it has one), or, for a failure only one
+  // payload had (while nothing was known to work), its verdict as it
+  // stands (`lone`).
+  constexpr std::size_t kRechecks = 2;
   std::vector<std::string> lone;
   for (auto& [fingerprint, d] : pending_) {
-    if (d.recheck != 0) continue;
+    if (d.rechecking) continue;
     // Payloads a recheck released once go by the check alone when they fail
     // again (flaky ones must not go round for ever); a parked task never
     // released is rechecked, so that a recurring outage is told again.
@@ -844,12 +863,17 @@ void TaskFlow::on_check_outcome(Tracked& t, const Outcome& outcome) {
       lone.push_back(fingerprint);
       continue;
     }
+    std::set<std::string> payloads;
+    std::vector<Task> copies;
     for (std::uint64_t ref : schedule_.parked()) {
       const Tracked& p = tracked_.at(ref);
       if (p.last_failure->fingerprint != fingerprint || p.released) continue;
-      d.recheck = start_copy(p.task, /*check=*/false, fingerprint);
-      break;
+      if (!payloads.insert(p.payload_id).second) continue;
+      copies.push_back(p.task);
+      if (copies.size() == kRechecks) break;
     }
+    d.rechecking = true;
+    for (const Task& of : copies) d.rechecks.insert(start_copy(of, /*check=*/false, fingerprint));
   }
   for (const std::string& fingerprint : lone) decide(fingerprint, /*poison=*/true, /*verify=*/false);
 }
@@ -860,16 +884,24 @@ void TaskFlow::on_recheck_outcome(Tracked& t, const Outcome& outcome) {
   const std::uint64_t ref = t.task.ref;
   tracked_.erase(ref);  // `t` is gone
   auto it = pending_.find(fingerprint);
-  if (it == pending_.end() || it->second.recheck != ref) return;  // the breaker opened meanwhile: its call
-  const std::size_t parked = it->second.parked;
+  // Not found: the breaker opened meanwhile (its call), or another recheck
+  // of this decision released it already.
+  if (it == pending_.end() || it->second.rechecks.erase(ref) == 0) return;
+  PendingDecision& d = it->second;
+  const std::size_t parked = d.parked;
   const std::string tasks = std::to_string(parked) + (parked == 1 ? " payload" : " payloads");
   if (outcome.kind != Kind::kOk && outcome.fingerprint == fingerprint) {
-    const Outcome& e = it->second.example;
+    d.failed_alike.push_back(key);
+    if (!d.rechecks.empty()) return;  // the other recheck decides too
+    const Outcome& e = d.example;
+    std::string again = d.failed_alike[0];
+    for (std::size_t i = 1; i < d.failed_alike.size(); ++i) again += " and " + d.failed_alike[i];
     ++report_.verified_bursts;
     out_.on_notice("not an outage: " + std::to_string(parked) + " payloads failed alike (" + fingerprint + ", " +
                    std::string(to_string(e.kind)) + (e.message.empty() ? "" : ": " + e.message.substr(0, e.message.find('\n'))) +
-                   "), and while " + checked_with_ + ", which succeeded earlier in this run, succeeds again, " + key +
-                   " fails that way again: the failure is the payloads' own (bad inputs together), quarantining " +
+                   "), and while " + checked_with_ + ", which succeeded earlier in this run, succeeds again, " + again +
+                   (d.failed_alike.size() == 1 ? " fails" : " fail") +
+                   " that way again: the failure is the payloads' own (bad inputs together), quarantining " +
                    (parked == 1 ? "it" : "them"));
     decide(fingerprint, /*poison=*/true, /*verify=*/true);
     return;
@@ -884,7 +916,14 @@ void TaskFlow::on_recheck_outcome(Tracked& t, const Outcome& outcome) {
 void TaskFlow::decide(const std::string& fingerprint, bool poison, bool verify) {
   pending_.erase(fingerprint);
   breaker_.set_deciding(fingerprint, false);
-  if (verify) breaker_.verify(fingerprint);
+  if (verify) {
+    breaker_.verify(fingerprint);
+    // The verdicts this run gave with it before (the burst's first failure,
+    // judged at once on what was known then) are shown right too.
+    for (JudgedPoison& p : judged_poison_) {
+      if (p.outcome.fingerprint == fingerprint) p.task.convicted = true;
+    }
+  }
   const auto refs = schedule_.take_parked_if(
       [&](std::uint64_t ref) { return tracked_.at(ref).last_failure->fingerprint == fingerprint; });
   const auto now = this->now();
@@ -984,7 +1023,8 @@ void TaskFlow::take_back_outage_verdicts() {
   const std::string& fingerprint = breaker_.dominant_fingerprint();
   std::vector<std::string> taken;
   for (auto it = judged_poison_.begin(); it != judged_poison_.end();) {
-    if (it->outcome.fingerprint != fingerprint || active_payloads_.count(it->task.payload_id) > 0) {
+    if (it->outcome.fingerprint != fingerprint || active_payloads_.count(it->task.payload_id) > 0 ||
+        it->task.convicted) {
       ++it;
       continue;
     }

@@ -154,10 +154,15 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     bool probe = false;        // running as the breaker's probe
     bool suspect = false;      // its last attempt never finished: it runs alone
     bool released = false;     // a recheck released it once in this run (PendingDecision)
+    // Quarantined by a decision whose rechecks failed alike while a payload
+    // known to work worked: shown to be its own, never taken back by an
+    // outage that later fails the same way.
+    bool convicted = false;
     bool fresh_budget = false; // gave up in an earlier run: old attempts stop counting
     bool rerun_outdated = false;  // ok under another version of the scripts: runs again (--rerun-outdated)
     std::uint32_t attempts_in_run = 0;
     std::uint32_t transient_in_run = 0;
+    std::uint32_t outages_in_run = 0;  // its failures held as an outage's in this run
     std::uint32_t slot_renewals = 0;  // counts_as_transient's count
     std::optional<Outcome> last_failure;
     std::string parked_reason;  // why it would be quarantined, while parked
@@ -182,7 +187,14 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   struct PendingDecision {
     std::size_t parked = 0;       // tasks parked with this fingerprint
     Outcome example;              // the latest of their failures, for notices
-    std::uint64_t recheck = 0;    // the recheck in flight (its ref), 0: none yet
+    // The rechecks (copies of up to two of its parked payloads, distinct
+    // ones) started after a passing check; in flight (their refs), and the
+    // keys of those that failed alike. One bad payload among good ones that
+    // failed in a brief outage must not convict them all: every recheck
+    // has to fail alike.
+    bool rechecking = false;
+    std::set<std::uint64_t> rechecks;
+    std::vector<std::string> failed_alike;
   };
   // A task this run judged poison, remembered (the latest few hundred) in
   // case a suspected outage shows the judgement was the outage's.
