@@ -1236,7 +1236,10 @@ void fuzz_one(std::uint64_t seed, bool with_store) {
   std::map<std::string, int> verdicts, takebacks;
   for (const auto& t : run.sink.told) ++verdicts[t.key];
   for (const auto& k : run.sink.taken_back) ++takebacks[k];
-  for (const auto& [k, v] : verdicts) CHECK_MESSAGE(read.count(k) > 0, k << " has a verdict but never ran");
+  for (const auto& told : verdicts) {
+    const std::string& k = told.first;  // no structured binding: clang 14 cannot capture one in CHECK
+    CHECK_MESSAGE(read.count(k) > 0, k << " has a verdict but never ran");
+  }
   for (const auto& k : read) {
     CHECK_MESSAGE(verdicts[k] == 1 + takebacks[k], k << " has " << verdicts[k] << " verdicts, " << takebacks[k] << " take-backs");
   }
@@ -1268,8 +1271,9 @@ void fuzz_one(std::uint64_t seed, bool with_store) {
   // Payloads that only ever succeed outside an outage, with no outage at
   // all in this run, are never quarantined.
   if (outage_at < 0) {
-    for (const auto& [k, kd] : kind) {
-      if (kd == 0 && read.count(k) && verdicts[k] == 1) {
+    for (const auto& kinds : kind) {
+      const std::string& k = kinds.first;
+      if (kinds.second == 0 && read.count(k) && verdicts[k] == 1) {
         CHECK_MESSAGE(run.sink.of(k).verdict.type == Verdict::Type::kOk, k);
       }
     }
