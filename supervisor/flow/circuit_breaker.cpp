@@ -18,11 +18,18 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
   if (same != window_.end()) window_.erase(same);
   window_.push_back({payload_id, failed, fingerprint});
   while (window_.size() > settings_.window) window_.pop_front();
-  // A fingerprint stays verified while its failures are in the window: once
-  // payloads that work pushed them all out, the next burst with it is
-  // decided afresh (an outage later in the run may fail the same way: a
-  // generic "exit code 1" is a bad input's and a dead database's).
-  std::erase_if(verified_, [&](const std::string& v) { return failed_with(v) == 0; });
+  // A fingerprint stays verified until `window` outcomes went by without a
+  // failure of it: the next burst with it is then decided afresh (an
+  // outage later in the run may fail the same way: a generic "exit code 1"
+  // is a bad input's and a dead database's).
+  ++recorded_;
+  if (failed) {
+    if (auto v = verified_.find(fingerprint); v != verified_.end()) {
+      v->second.last_failure = recorded_;
+      ++v->second.failures_since;
+    }
+  }
+  std::erase_if(verified_, [&](const auto& v) { return recorded_ - v.second.last_failure > settings_.window; });
   // Only a failure opens it: the task that succeeded is no part of an outage.
   if (!failed || window_.size() < settings_.window) return false;
 
@@ -35,8 +42,7 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
     // face of an outage.
     if (!verified(e.fingerprint) && deciding_.count(e.fingerprint) == 0) ++by_fingerprint[e.fingerprint];
   }
-  const auto needed = static_cast<std::size_t>(std::ceil(settings_.threshold * static_cast<double>(settings_.window)));
-  if (failures < std::max<std::size_t>(needed, 1)) return false;
+  if (failures < needed_failures()) return false;
   const auto top = std::max_element(by_fingerprint.begin(), by_fingerprint.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
   if (top == by_fingerprint.end() || top->second * 2 < failures) return false;  // poison pills, not one outage
@@ -53,6 +59,20 @@ bool CircuitBreaker::open_now(const std::string& payload_id, const std::string& 
   while (window_.size() > std::max<std::size_t>(settings_.window, 1)) window_.pop_front();
   open_with(fingerprint, failed_with(fingerprint), now);
   return true;
+}
+
+std::size_t CircuitBreaker::needed_failures() const {
+  const auto needed = static_cast<std::size_t>(std::ceil(settings_.threshold * static_cast<double>(settings_.window)));
+  return std::max<std::size_t>(needed, 1);
+}
+
+bool CircuitBreaker::fills_window(const std::string& fingerprint) const {
+  if (!settings_.enabled || open_ || window_.size() < settings_.window) return false;
+  const auto failures = static_cast<std::size_t>(
+      std::count_if(window_.begin(), window_.end(), [](const Entry& e) { return e.failed; }));
+  if (failures < needed_failures() || failed_with(fingerprint) * 2 < failures) return false;
+  auto v = verified_.find(fingerprint);
+  return v == verified_.end() || v->second.failures_since >= needed_failures();
 }
 
 void CircuitBreaker::set_deciding(const std::string& fingerprint, bool deciding) {
@@ -98,7 +118,7 @@ bool CircuitBreaker::probe_ended(bool ok, Clock::time_point now, bool known_good
   bool verified_now = false;
   if (ok) {
     if (known_good && open_ && !cleared_once_.insert(dominant_).second) {
-      verified_.insert(dominant_);
+      verified_[dominant_] = Verification{recorded_, 0};
       verified_now = true;
     }
     close();

@@ -20,8 +20,10 @@
 // opens again for the same fingerprint and a known-good probe succeeds
 // again, payloads failed that way while the handler worked: the fingerprint
 // is verified as the payloads' own and never opens the breaker (or raises
-// its suspicion) while its failures are in the window; once successes have
-// pushed them all out, a new burst with it is decided afresh.
+// its suspicion) until `window` outcomes went by without a failure of it;
+// then a new burst with it is decided afresh. (The run's flow also decides
+// afresh when its failures fill the window as an outage's would:
+// fills_window.)
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -85,7 +87,16 @@ class CircuitBreaker {
   bool verified(const std::string& fingerprint) const { return verified_.count(fingerprint) > 0; }
   // The flow decided by itself (a known-good check, then the same failure
   // again) that payloads fail this way on their own: as above.
-  void verify(const std::string& fingerprint) { verified_.insert(fingerprint); }
+  void verify(const std::string& fingerprint) { verified_[fingerprint] = Verification{recorded_, 0}; }
+  void unverify(const std::string& fingerprint) { verified_.erase(fingerprint); }
+  // The window is full, at least `threshold` of it failed, and at least
+  // half of those with `fingerprint`: what opens the breaker, were the
+  // fingerprint not verified or deciding. For a verified one, also: it has
+  // failed that many times since it was verified. The flow then no longer
+  // takes it at its word (TaskFlow::waits_for_decision): an outage that
+  // fails as bad inputs did is told apart again, at the cost of one
+  // decision per window's worth of failures in a long burst of poison.
+  bool fills_window(const std::string& fingerprint) const;
   // While the flow is deciding about a fingerprint with a known-good check,
   // the window does not open the breaker with it as its face: the check
   // answers sooner and better. Off again once decided.
@@ -108,6 +119,7 @@ class CircuitBreaker {
     std::string fingerprint;
   };
   void close();
+  std::size_t needed_failures() const;  // failures in a full window that open it
   void open_with(const std::string& fingerprint, std::size_t failures, Clock::time_point now);
 
   BreakerSettings settings_;
@@ -118,7 +130,15 @@ class CircuitBreaker {
   Clock::time_point opened_at_{};
   std::string dominant_;
   std::set<std::string> cleared_once_;  // a known-good probe ended an opening for these once
-  std::set<std::string> verified_;      // fingerprints shown to be the payloads' own
+  // Fingerprints shown to be the payloads' own, with the count of outcomes
+  // recorded at their latest failure: `window` outcomes without one (kept
+  // across close(), which empties the window) and the verification ends.
+  struct Verification {
+    std::uint64_t last_failure = 0;  // recorded_ at its latest failure
+    std::size_t failures_since = 0;  // its failures since it was verified
+  };
+  std::map<std::string, Verification> verified_;
+  std::uint64_t recorded_ = 0;          // outcomes record() has seen
   std::set<std::string> deciding_;      // set_deciding
   std::size_t failures_when_opened_ = 0;
   std::size_t times_opened_ = 0;

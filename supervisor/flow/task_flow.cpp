@@ -497,10 +497,22 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   return when;
 }
 
-void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
+void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   auto it = tracked_.find(task.ref);
   if (it == tracked_.end()) return;
   Tracked& t = it->second;
+  // The setup rule takes "never read" as the command's fault, not the
+  // payload's. Once the command has shown it works, a payload failing
+  // unread a second time in this run is the payload's (refused by its name
+  // or size, or failing before its read: a buffer of its size it cannot
+  // allocate): an ordinary failure, charged, so that it cannot dodge its
+  // verdict run after run.
+  std::optional<Outcome> unread_as_any;
+  if (reported.payload_unread && !t.probe_copy && command_works_ && t.unread_in_run++ > 0) {
+    unread_as_any = reported;
+    unread_as_any->payload_unread = false;
+  }
+  const Outcome& outcome = unread_as_any ? *unread_as_any : reported;
   if (!crash_hook_.empty() && t.task.payload.find(crash_hook_) != std::string::npos) {
     const rlimit no_core{0, 0};
     ::setrlimit(RLIMIT_CORE, &no_core);  // a test crash leaves no core file behind
@@ -530,8 +542,9 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& outcome) {
   // read or not.
   const bool declared_transient = outcome.kind == Kind::kHandlerError && outcome.exit_code >= 0 &&
                                   settings_.retry.retry_exit_codes.count(outcome.exit_code) > 0;
-  const bool unread_hidden = failed && outcome.payload_unread && settings_.hidden_path &&
-                             hidden_path_claimed_.count(t.payload_id) == 0 && !settings_.hidden_path(outcome).empty();
+  const bool unread_hidden = failed && outcome.payload_unread && settings_.hidden_path && settings_.breaker.enabled &&
+                             !breaker_.verified(outcome.fingerprint) && hidden_path_claimed_.count(t.payload_id) == 0 &&
+                             !settings_.hidden_path(outcome).empty();
   if (failed && outcome.payload_unread) {
     if (t.history.size() == 1 && !declared_transient && !unread_hidden) unread_failures_.insert(t.payload_id);
   } else if (!failed || !outcome.before_payload) {
@@ -681,10 +694,6 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
 }
 
 void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
-  // Its fingerprint shown to be the payloads' own while the handler worked
-  // (a decision, or the breaker's known-good probe): an outage that later
-  // fails the same way does not take this verdict back.
-  if (breaker_.verified(outcome.fingerprint)) t.convicted = true;
   if (quarantine_ == nullptr || ledger_ == nullptr) {
     remember_poison(t, 0, outcome);
     settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
@@ -771,7 +780,13 @@ bool TaskFlow::waits_for_decision(const Outcome& outcome) {
   // Parked tasks keep their payloads in memory: past this many, a verdict
   // stands at once (at worst it is taken back if an outage is shown).
   constexpr std::size_t kMaxParked = 1024;
-  if (!settings_.breaker.enabled || breaker_.verified(outcome.fingerprint)) return false;
+  if (!settings_.breaker.enabled) return false;
+  if (breaker_.verified(outcome.fingerprint)) {
+    // Shown to be the payloads' own, its verdicts stand at once; unless its
+    // failures now fill the window as an outage's would: decided again.
+    if (!breaker_.fills_window(outcome.fingerprint)) return false;
+    breaker_.unverify(outcome.fingerprint);
+  }
   if (schedule_.parked().size() >= kMaxParked) return false;
   auto it = pending_.find(outcome.fingerprint);
   if (it == pending_.end()) {
@@ -890,7 +905,9 @@ void TaskFlow::on_recheck_outcome(Tracked& t, const Outcome& outcome) {
   PendingDecision& d = it->second;
   const std::size_t parked = d.parked;
   const std::string tasks = std::to_string(parked) + (parked == 1 ? " payload" : " payloads");
-  if (outcome.kind != Kind::kOk && outcome.fingerprint == fingerprint) {
+  // A copy that failed without reading its payload says nothing about the
+  // payload: not "alike".
+  if (outcome.kind != Kind::kOk && outcome.fingerprint == fingerprint && !outcome.payload_unread) {
     d.failed_alike.push_back(key);
     if (!d.rechecks.empty()) return;  // the other recheck decides too
     const Outcome& e = d.example;
@@ -916,20 +933,14 @@ void TaskFlow::on_recheck_outcome(Tracked& t, const Outcome& outcome) {
 void TaskFlow::decide(const std::string& fingerprint, bool poison, bool verify) {
   pending_.erase(fingerprint);
   breaker_.set_deciding(fingerprint, false);
-  if (verify) {
-    breaker_.verify(fingerprint);
-    // The verdicts this run gave with it before (the burst's first failure,
-    // judged at once on what was known then) are shown right too.
-    for (JudgedPoison& p : judged_poison_) {
-      if (p.outcome.fingerprint == fingerprint) p.task.convicted = true;
-    }
-  }
+  if (verify) breaker_.verify(fingerprint);
   const auto refs = schedule_.take_parked_if(
       [&](std::uint64_t ref) { return tracked_.at(ref).last_failure->fingerprint == fingerprint; });
   const auto now = this->now();
   for (std::uint64_t ref : refs) {
     Tracked& t = tracked_.at(ref);
     if (poison) {
+      t.convicted = verify;
       quarantine(t, *t.last_failure, t.parked_reason);
     } else {
       uncharge_failures(t, fingerprint);
@@ -1176,6 +1187,9 @@ void TaskFlow::stop_for_setup(const Outcome& example) {
                               "on its inputs (" + what + ")";
   hold_reason_ = "held: the command fails without reading its payload; runs again in the next run over the same store";
   inner_done_ = true;
+  // Decisions waiting (a check in flight) decide nothing any more: their
+  // parked tasks are held with the rest.
+  drop_decisions();
   // Retries waiting for their backoff would fail the same way: held.
   for (std::uint64_t ref : schedule_.take_delayed_and_parked()) {
     schedule_.hold(ref);

@@ -154,15 +154,16 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     bool probe = false;        // running as the breaker's probe
     bool suspect = false;      // its last attempt never finished: it runs alone
     bool released = false;     // a recheck released it once in this run (PendingDecision)
-    // Quarantined by a decision whose rechecks failed alike while a payload
-    // known to work worked: shown to be its own, never taken back by an
-    // outage that later fails the same way.
+    // Parked, then quarantined by a decision whose rechecks failed alike
+    // while a payload known to work worked: never taken back by an outage
+    // that later fails the same way.
     bool convicted = false;
     bool fresh_budget = false; // gave up in an earlier run: old attempts stop counting
     bool rerun_outdated = false;  // ok under another version of the scripts: runs again (--rerun-outdated)
     std::uint32_t attempts_in_run = 0;
     std::uint32_t transient_in_run = 0;
     std::uint32_t outages_in_run = 0;  // its failures held as an outage's in this run
+    std::uint32_t unread_in_run = 0;   // its failures without its payload read, in this run
     std::uint32_t slot_renewals = 0;  // counts_as_transient's count
     std::optional<Outcome> last_failure;
     std::string parked_reason;  // why it would be quarantined, while parked
