@@ -508,7 +508,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   // allocate): an ordinary failure, charged, so that it cannot dodge its
   // verdict run after run.
   std::optional<Outcome> unread_as_any;
-  if (reported.payload_unread && !t.probe_copy && command_works_ && t.unread_in_run++ > 0) {
+  if (reported.payload_unread && !t.probe_copy && ++t.unread_in_run > 1 && command_works_) {
     unread_as_any = reported;
     unread_as_any->payload_unread = false;
   }
@@ -905,9 +905,7 @@ void TaskFlow::on_recheck_outcome(Tracked& t, const Outcome& outcome) {
   PendingDecision& d = it->second;
   const std::size_t parked = d.parked;
   const std::string tasks = std::to_string(parked) + (parked == 1 ? " payload" : " payloads");
-  // A copy that failed without reading its payload says nothing about the
-  // payload: not "alike".
-  if (outcome.kind != Kind::kOk && outcome.fingerprint == fingerprint && !outcome.payload_unread) {
+  if (outcome.kind != Kind::kOk && outcome.fingerprint == fingerprint) {
     d.failed_alike.push_back(key);
     if (!d.rechecks.empty()) return;  // the other recheck decides too
     const Outcome& e = d.example;

@@ -1230,27 +1230,6 @@ TEST_CASE("task flow: once the command works, a payload failing unread twice is 
   CHECK(run.sink.of("g1").verdict.type == Verdict::Type::kOk);
 }
 
-TEST_CASE("task flow: a recheck that fails without reading its payload does not convict the parked tasks") {
-  test::ScratchDir dir("flow");
-  FlowSettings settings = outage_settings(0ms);
-  settings.retry.max_attempts = 1;
-  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2", "g3"}, settings);
-  std::map<std::string, int> runs;
-  run.drive([&](const Task& t) {
-    const int n = ++runs[t.key];
-    if (t.key[0] != 'p') return ok();
-    // The first run of each read its payload and failed; the rechecks fail
-    // the same way, unread (a setup that broke for a moment).
-    if (n == 1) return failure(Kind::kHandlerError, "fp-exit1");
-    if (n == 2) return unread("fp-exit1");
-    return ok();
-  });
-  for (const char* key : {"p2", "p3"}) {
-    CAPTURE(key);
-    CHECK(last_verdict(run.sink, key) == Verdict::Type::kOk);
-  }
-}
-
 // Random runs: kinds of payloads, outages by the clock, slots, breaker
 // settings, suspects. Invariants: the run ends; each task read has exactly
 // one final verdict (plus one per take-back); the ledger agrees. Knobs for
