@@ -127,7 +127,7 @@ Status set_up_payload_dir() {
   if (!is_dir("/tmp")) return Status::ok();
   const std::string dir(kPayloadDir);
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Status::error(errno_text("payload dir: mkdir " + dir));
-  const std::string options = "size=" + std::to_string(kMaxPayloadFileBytes) + ",nr_inodes=2,mode=1777";
+  const std::string options = "size=" + std::to_string(kMaxPayloadBytes) + ",nr_inodes=2,mode=1777";
   if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
     return Status::error(errno_text("payload dir: mounting a tmpfs on " + dir));
   }

@@ -28,9 +28,10 @@ inline constexpr std::string_view kPayloadDir = "/tmp/pillbox-input";
 // Where the task has no private /tmp (the host refused a mount namespace, or
 // the policy gives none): the payload stays in a memory file on fd 3.
 inline constexpr std::string_view kPayloadFdPath = "/proc/self/fd/3";
-// The payload file's size cap is the payload's (supervisor/flow/task_source.h
-// kMaxPayloadBytes checks it is the same).
-inline constexpr std::size_t kMaxPayloadFileBytes = std::size_t{1} << 30;
+// The largest payload a task takes, wherever it comes from (an input file, a
+// JSON line, a broker entry, a record's patch); the payload file's tmpfs is
+// sized to hold it.
+inline constexpr std::size_t kMaxPayloadBytes = std::size_t{1} << 30;  // 1 GiB
 // A key is handed to the child with the task (the file name, {key},
 // $PILLBOX_KEY): longer ones are refused where tasks come in. 64 KiB is far
 // above any path (PATH_MAX is 4 KiB) and below what execve takes in one

@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <string>
 
+#include "shared/task_input.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/flow/task_source.h"
 #include "supervisor/io/regular_file.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/patch_record.h"

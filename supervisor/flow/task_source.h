@@ -20,9 +20,6 @@
 
 namespace pillbox {
 
-inline constexpr std::size_t kMaxPayloadBytes = 1ull << 30;  // 1 GiB
-static_assert(kMaxPayloadBytes == kMaxPayloadFileBytes, "the payload dir of a task holds the largest payload");
-
 struct Task {
   std::string key;
   std::string payload;

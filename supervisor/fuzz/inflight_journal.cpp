@@ -13,8 +13,8 @@
 #include <random>
 
 #include "shared/control.h"
+#include "shared/task_input.h"
 #include "supervisor/io/private_file.h"
-#include "supervisor/flow/task_source.h"
 
 namespace pillbox::fuzz {
 namespace {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/sha256.h"
-#include "supervisor/flow/task_source.h"
+#include "shared/task_input.h"
 #include "supervisor/store/replay_store.h"
 #include "supervisor/store/statement.h"
 

@@ -10,9 +10,9 @@
 
 #include "shared/regular_file_read.h"
 #include "shared/sha256.h"
+#include "shared/task_input.h"
 #include "supervisor/io/private_file.h"
 #include "supervisor/io/regular_file.h"
-#include "supervisor/flow/task_source.h"
 
 namespace pillbox::store {
 namespace {
