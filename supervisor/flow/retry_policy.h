@@ -21,7 +21,7 @@
 // with an unfinished last attempt runs alone (solo) the next time. A loss
 // counts against the payload only with evidence that pillbox itself failed
 // while it ran (a fatal signal of the supervisor's own, noted by
-// supervisor/flow/death_note.h); a kill from outside leaves none. When
+// supervisor/store/death_note.h); a kill from outside leaves none. When
 // max_attempts such losses came in a row, max(1, max_attempts-1) of them
 // alone, the payload kills the supervisor: it is quarantined as
 // supervisor-lost. Losses without evidence are never charged; after

@@ -7,9 +7,9 @@
 #include "shared/policy_parser.h"
 #include "supervisor/exec/handler_version.h"
 #include "supervisor/exec/host_view.h"
-#include "supervisor/flow/death_note.h"
 #include "supervisor/metrics/live_run_file.h"
 #include "supervisor/metrics/metered_run.h"
+#include "supervisor/store/death_note.h"
 #include "supervisor/store/store.h"
 
 namespace pillbox {

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "supervisor/flow/death_note.h"
+#include "supervisor/store/death_note.h"
 #include "supervisor/store/process_claim.h"
 #include "supervisor/store/quarantine_store.h"
 

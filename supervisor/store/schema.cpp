@@ -152,7 +152,7 @@ const std::vector<std::string>& migrations() {
         ALTER TABLE quarantine ADD COLUMN origin TEXT NOT NULL DEFAULT '';
       )sql",
       // 5: how a run's supervisor died, when it left evidence (issue 11): the
-      // fatal signal its handler noted (supervisor/flow/death_note.h), e.g.
+      // fatal signal its handler noted (supervisor/store/death_note.h), e.g.
       // 'SIGSEGV'. NULL for a run that ended normally, or was killed from
       // outside (SIGKILL leaves no note: never evidence against a payload).
       R"sql(

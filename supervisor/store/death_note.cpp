@@ -1,4 +1,4 @@
-#include "supervisor/flow/death_note.h"
+#include "supervisor/store/death_note.h"
 
 #include <dirent.h>
 #include <fcntl.h>
