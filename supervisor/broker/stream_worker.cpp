@@ -11,8 +11,8 @@
 #include "shared/fingerprint.h"
 #include "shared/sha256.h"
 #include "supervisor/exec/host_view.h"
-#include "supervisor/ops/quarantine_entry.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_entry.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox::broker {
 namespace {

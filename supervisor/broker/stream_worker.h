@@ -37,7 +37,7 @@
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/flow/circuit_breaker.h"
 #include "supervisor/flow/retry_policy.h"
-#include "supervisor/flow/run_identity.h"
+#include "supervisor/store/run_identity.h"
 
 namespace pillbox::broker {
 

@@ -1,7 +1,7 @@
 #pragma once
 // The fields every JSON form of an outcome shares: a `run --json` line
 // (supervisor/flow/run_output.h) and a quarantine record
-// (supervisor/ops/quarantine_json.h, also the hooks' stdin). One writer, so
+// (supervisor/store/quarantine_json.h, also the hooks' stdin). One writer, so
 // that their names and their null rules cannot drift apart; scripts read
 // both.
 #include <cstdint>

@@ -23,12 +23,12 @@
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
-#include "supervisor/ops/quarantine_json.h"
-#include "supervisor/ops/record_discard.h"
 #include "supervisor/io/nearest_word.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/io/time_args.h"
+#include "supervisor/ops/record_discard.h"
 #include "supervisor/store/actor.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox::cli {
 namespace {

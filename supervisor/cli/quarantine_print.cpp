@@ -14,12 +14,12 @@
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/flow/run_output.h"
-#include "supervisor/io/terminal_text.h"
 #include "supervisor/io/shell_quote.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/raise_site_rollup.h"
 #include "supervisor/ops/record_bundle.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox::cli {
 namespace {

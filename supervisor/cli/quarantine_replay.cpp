@@ -9,23 +9,23 @@
 #include <thread>
 
 #include "shared/failure_kind.h"
-#include "supervisor/store/actor.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/flow/progress.h"
 #include "supervisor/exec/stop_signals.h"
-#include "supervisor/ops/quarantine_json.h"
-#include "supervisor/ops/replay.h"
+#include "supervisor/flow/progress.h"
 #include "supervisor/flow/run_output.h"
 #include "supervisor/io/result_files.h"
-#include "supervisor/store/result_store.h"
-#include "supervisor/store/replay_store.h"
-#include "supervisor/store/revision_store.h"
 #include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/replay.h"
+#include "supervisor/store/actor.h"
+#include "supervisor/store/quarantine_json.h"
+#include "supervisor/store/replay_store.h"
+#include "supervisor/store/result_store.h"
+#include "supervisor/store/revision_store.h"
 
 namespace pillbox::cli {
 namespace {

@@ -12,17 +12,17 @@
 #include <vector>
 
 #include "shared/base64.h"
+#include "supervisor/broker/fleet_results.h"
+#include "supervisor/broker/redis_connection.h"
+#include "supervisor/broker/stream_protocol.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/store_access.h"
-#include "supervisor/broker/fleet_results.h"
-#include "supervisor/broker/redis_connection.h"
-#include "supervisor/broker/stream_protocol.h"
 #include "supervisor/io/result_files.h"
 #include "supervisor/io/terminal_text.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_json.h"
 #include "supervisor/store/result_store.h"
 
 namespace pillbox::cli {

@@ -4,8 +4,8 @@
 #include <set>
 #include <utility>
 
-#include "supervisor/ops/quarantine_entry.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_entry.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox {
 namespace {

@@ -15,10 +15,10 @@
 
 #include "shared/status.h"
 #include "supervisor/classify/outcome.h"
-#include "supervisor/flow/run_identity.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/result_store.h"
+#include "supervisor/store/run_identity.h"
 
 namespace pillbox {
 

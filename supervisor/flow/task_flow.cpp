@@ -8,9 +8,9 @@
 #include <cstdlib>
 
 #include "shared/sha256.h"
-#include "supervisor/ops/quarantine_entry.h"
-#include "supervisor/ops/quarantine_json.h"
 #include "supervisor/exec/host_view.h"
+#include "supervisor/store/quarantine_entry.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox {
 namespace {

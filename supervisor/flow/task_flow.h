@@ -30,16 +30,16 @@
 #include <string>
 #include <vector>
 
+#include "supervisor/exec/dispatcher.h"
+#include "supervisor/exec/stop_signals.h"
 #include "supervisor/flow/circuit_breaker.h"
 #include "supervisor/flow/ledger_batch.h"
-#include "supervisor/flow/task_schedule.h"
-#include "supervisor/exec/stop_signals.h"
 #include "supervisor/flow/retry_policy.h"
-#include "supervisor/exec/dispatcher.h"
+#include "supervisor/flow/task_schedule.h"
+#include "supervisor/flow/verdict.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
-#include "supervisor/flow/run_identity.h"
-#include "supervisor/flow/verdict.h"
+#include "supervisor/store/run_identity.h"
 
 namespace pillbox {
 

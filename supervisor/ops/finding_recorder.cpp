@@ -1,7 +1,7 @@
 #include "supervisor/ops/finding_recorder.h"
 
 #include "shared/sha256.h"
-#include "supervisor/ops/quarantine_entry.h"
+#include "supervisor/store/quarantine_entry.h"
 
 namespace pillbox {
 

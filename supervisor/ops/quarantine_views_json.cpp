@@ -3,8 +3,8 @@
 #include <map>
 
 #include "shared/base64.h"
-#include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/raise_site_rollup.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox {
 

@@ -7,12 +7,12 @@
 #include "shared/base64.h"
 #include "shared/failure_kind.h"
 #include "shared/raise_site.h"
-#include "supervisor/ops/patch_record.h"
 #include "supervisor/metrics/live_run_file.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/ops/patch_record.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/record_discard.h"
 #include "supervisor/ops/task_json.h"
+#include "supervisor/store/quarantine_json.h"
 #include "supervisor/store/replay_store.h"
 
 namespace pillbox::serve {

@@ -8,13 +8,13 @@
 #include <optional>
 #include <string>
 
-#include "supervisor/ops/quarantine_json.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/serve/console_api.h"
 #include "supervisor/serve/console_download.h"
 #include "supervisor/serve/console_pages.h"
 #include "supervisor/serve/store_console_source.h"
 #include "supervisor/store/ledger.h"
+#include "supervisor/store/quarantine_json.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/revision_store.h"
 #include "supervisor/store/store.h"

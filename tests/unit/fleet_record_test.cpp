@@ -9,8 +9,8 @@
 #include "shared/sha256.h"
 #include "supervisor/broker/delivery_history.h"
 #include "supervisor/broker/fleet_record.h"
-#include "supervisor/ops/quarantine_entry.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_entry.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace {
 

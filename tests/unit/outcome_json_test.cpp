@@ -8,7 +8,7 @@
 #include <string>
 
 #include "supervisor/flow/run_output.h"
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox {
 namespace {

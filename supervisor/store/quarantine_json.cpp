@@ -1,4 +1,4 @@
-#include "supervisor/ops/quarantine_json.h"
+#include "supervisor/store/quarantine_json.h"
 
 #include <ctime>
 #include <nlohmann/json.hpp>

@@ -7,7 +7,7 @@
 
 #include "supervisor/classify/outcome.h"
 #include "supervisor/store/quarantine_store.h"
-#include "supervisor/flow/run_identity.h"
+#include "supervisor/store/run_identity.h"
 
 namespace pillbox {
 

@@ -1,4 +1,4 @@
-#include "supervisor/ops/quarantine_entry.h"
+#include "supervisor/store/quarantine_entry.h"
 
 #include <nlohmann/json.hpp>
 
