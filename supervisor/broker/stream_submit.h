@@ -10,7 +10,7 @@
 
 #include "shared/status.h"
 #include "supervisor/broker/redis_connection.h"
-#include "supervisor/flow/task_source.h"
+#include "supervisor/exec/task_source.h"
 
 namespace pillbox::broker {
 

@@ -11,21 +11,21 @@
 #include <string>
 #include <thread>
 
-#include "supervisor/store/actor.h"
-#include "supervisor/exec/child_setup.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
+#include "supervisor/exec/child_setup.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/flow/input_source.h"
+#include "supervisor/flow/progress.h"
+#include "supervisor/flow/run_job.h"
 #include "supervisor/fuzz/dictionary.h"
 #include "supervisor/fuzz/fuzz_session.h"
-#include "supervisor/exec/install_paths.h"
-#include "supervisor/flow/run_job.h"
-#include "supervisor/flow/progress.h"
-#include "supervisor/flow/task_source.h"
 #include "supervisor/io/terminal_text.h"
+#include "supervisor/store/actor.h"
 
 namespace pillbox::cli {
 namespace {

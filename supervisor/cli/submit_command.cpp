@@ -13,7 +13,7 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
-#include "supervisor/flow/task_source.h"
+#include "supervisor/flow/input_source.h"
 #include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {

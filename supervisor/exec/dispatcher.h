@@ -12,9 +12,9 @@
 
 #include "shared/child_config.h"
 #include "shared/status.h"
-#include "supervisor/exec/launcher.h"
 #include "supervisor/classify/outcome.h"
-#include "supervisor/flow/task_source.h"
+#include "supervisor/exec/launcher.h"
+#include "supervisor/exec/task_source.h"
 
 namespace pillbox {
 

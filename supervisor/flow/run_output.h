@@ -7,8 +7,8 @@
 
 #include "supervisor/classify/outcome.h"
 #include "supervisor/exec/dispatcher.h"
+#include "supervisor/exec/task_source.h"
 #include "supervisor/flow/task_flow.h"
-#include "supervisor/flow/task_source.h"
 
 namespace pillbox {
 

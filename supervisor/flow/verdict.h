@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "supervisor/classify/outcome.h"
-#include "supervisor/flow/task_source.h"
+#include "supervisor/exec/task_source.h"
 
 namespace pillbox {
 

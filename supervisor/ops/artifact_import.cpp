@@ -10,9 +10,10 @@
 #include <regex>
 
 #include "shared/sha256.h"
-#include "supervisor/ops/payload_runner.h"
+#include "shared/task_input.h"
 #include "supervisor/exec/dispatcher.h"
-#include "supervisor/flow/task_source.h"
+#include "supervisor/exec/task_source.h"
+#include "supervisor/ops/payload_runner.h"
 
 namespace pillbox {
 

@@ -1,22 +1,15 @@
 #pragma once
-// Where tasks come from: files, directories (recursive) and JSON lines on
-// stdin, in the order given. Paths are checked before the run starts (a
-// missing or unreadable input, or one that is not a regular file or a
-// directory, is a usage error, not a failed task); entries of a directory
-// that are not regular files (supervisor/io/input_files.h) come out as input
-// errors where they sort. stdin is read on its own thread so a slow producer
-// never stalls running tasks.
+// What the dispatcher (supervisor/exec/dispatcher.h) runs: a Task, and the
+// TaskSource it asks for them. Sources are the inputs of `run`
+// (supervisor/flow/input_source.h), the task flow that retries them
+// (supervisor/flow/task_flow.h) and the fleet's stream (supervisor/broker/).
 #include <chrono>
 #include <cstdint>
-#include <istream>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "shared/status.h"
-#include "shared/task_input.h"
-#include "supervisor/io/input_files.h"
 
 namespace pillbox {
 
@@ -76,23 +69,5 @@ class TaskSource {
   // no child gets its payload.
   virtual Status commit_turn() { return Status::ok(); }
 };
-
-// `inputs` are paths or "-" (JSON lines on `stdin_fd`); `symlinks` says
-// whether symlinks below a named directory are followed (--follow-symlinks).
-// Errors: one line, ready to print ("cannot read input 'x': No such file or
-// directory", "input '/dev/zero' is a character device, not a regular file
-// (...)").
-Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>& inputs, int stdin_fd = 0,
-                                                  SymlinksInTree symlinks = SymlinksInTree::kRefuse);
-
-// Parses one JSON line: {"key": "...", "payload": "text"} or {"payload_b64":
-// "..."}. The key is a string; without one (or null) it is derived from the
-// payload, "sha256:" and the first 16 hex digits of its SHA-256, so that it
-// does not change when lines move. A key of another type is an error naming
-// the line. Sets payload_sha256.
-Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number);
-
-// The key of a JSON line without one: "sha256:" + 16 hex digits of the payload's SHA-256.
-std::string content_key(const std::string& payload_sha256);
 
 }  // namespace pillbox

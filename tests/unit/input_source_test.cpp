@@ -1,4 +1,4 @@
-#include "supervisor/flow/task_source.h"
+#include "supervisor/flow/input_source.h"
 
 #include <fcntl.h>
 #include <poll.h>
