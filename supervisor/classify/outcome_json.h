@@ -1,6 +1,6 @@
 #pragma once
 // The fields every JSON form of an outcome shares: a `run --json` line
-// (supervisor/flow/run_output.h) and a quarantine record
+// (supervisor/cli/run_output.h) and a quarantine record
 // (supervisor/store/quarantine_json.h, also the hooks' stdin). One writer, so
 // that their names and their null rules cannot drift apart; scripts read
 // both.

@@ -8,18 +8,18 @@
 #include <thread>
 
 #include "supervisor/broker/fleet_minimize.h"
-#include "supervisor/exec/child_setup.h"
-#include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
-#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/fleet_key_option.h"
+#include "supervisor/cli/progress.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
+#include "supervisor/exec/child_setup.h"
 #include "supervisor/ops/minimize.h"
-#include "supervisor/flow/progress.h"
+#include "supervisor/store/actor.h"
 
 namespace pillbox::cli {
 namespace {

@@ -4,16 +4,16 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "supervisor/store/actor.h"
-#include "supervisor/ops/artifact_import.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/progress.h"
 #include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/cli/run_job.h"
 #include "supervisor/exec/install_paths.h"
-#include "supervisor/flow/progress.h"
-#include "supervisor/flow/run_job.h"
 #include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/artifact_import.h"
+#include "supervisor/store/actor.h"
 
 namespace pillbox::cli {
 

@@ -13,7 +13,7 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/flow/run_output.h"
+#include "supervisor/cli/run_output.h"
 #include "supervisor/io/shell_quote.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/quarantine_views_json.h"

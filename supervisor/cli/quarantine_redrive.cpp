@@ -10,9 +10,9 @@
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/progress.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/flow/progress.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/store/actor.h"
 

@@ -9,20 +9,20 @@
 
 #include "shared/failure_kind.h"
 #include "supervisor/broker/fleet_quarantine.h"
-#include "supervisor/exec/child_setup.h"
-#include "supervisor/store/actor.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
-#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/fleet_key_option.h"
+#include "supervisor/cli/progress.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/store_access.h"
-#include "supervisor/flow/progress.h"
+#include "supervisor/exec/child_setup.h"
+#include "supervisor/exec/stop_signals.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/reproduce.h"
-#include "supervisor/exec/stop_signals.h"
+#include "supervisor/store/actor.h"
 
 namespace pillbox::cli {
 namespace {

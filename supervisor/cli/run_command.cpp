@@ -13,22 +13,22 @@
 #include <string>
 #include <thread>
 
-#include "shared/policy_parser.h"
 #include "shared/control.h"
+#include "shared/policy_parser.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
+#include "supervisor/cli/progress.h"
+#include "supervisor/cli/run_job.h"
 #include "supervisor/cli/run_options.h"
-#include "supervisor/exec/install_paths.h"
+#include "supervisor/cli/run_output.h"
 #include "supervisor/exec/child_setup.h"
-#include "supervisor/flow/input_total.h"
-#include "supervisor/flow/progress.h"
-#include "supervisor/flow/run_job.h"
 #include "supervisor/exec/dispatcher.h"
+#include "supervisor/exec/install_paths.h"
+#include "supervisor/flow/input_total.h"
 #include "supervisor/io/result_files.h"
-#include "supervisor/flow/run_output.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/store/store.h"
 

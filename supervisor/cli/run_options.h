@@ -11,8 +11,8 @@
 
 #include "shared/status.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/run_job.h"
 #include "supervisor/flow/alert_hook.h"
-#include "supervisor/flow/run_job.h"
 #include "supervisor/metrics/live_metrics.h"
 #include "supervisor/metrics/metrics_server.h"
 

@@ -1,6 +1,6 @@
 // pillbox worker --redis URL --stream NAME (--handler H | -- CMD ARGS...):
 // a long-running worker of the fleet (docs/distributed.md). Thin over
-// supervisor/broker/worker_job.h.
+// supervisor/cli/worker_job.h.
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,16 +9,16 @@
 #include <string>
 
 #include "shared/task_input.h"
-#include "supervisor/broker/worker_job.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/fleet_key_option.h"
-#include "supervisor/exec/host_view.h"
+#include "supervisor/cli/run_job.h"
 #include "supervisor/cli/run_options.h"
-#include "supervisor/flow/run_job.h"
-#include "supervisor/flow/run_output.h"
+#include "supervisor/cli/run_output.h"
+#include "supervisor/cli/worker_job.h"
+#include "supervisor/exec/host_view.h"
 #include "supervisor/io/terminal_text.h"
 
 namespace pillbox::cli {

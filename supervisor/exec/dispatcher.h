@@ -3,7 +3,7 @@
 // confined child started by a launcher (launcher.h), up to `jobs` at a time,
 // classifies how each ended (supervisor/classify/) and hands each outcome to
 // an OutcomeSink exactly once. It knows nothing of retries, the ledger or the
-// quarantine: the TaskFlow that run_job (supervisor/flow/run_job.h) builds is
+// quarantine: the TaskFlow that run_job (supervisor/cli/run_job.h) builds is
 // the source and the sink that add them. Tests and the operator commands call run_tasks directly.
 #include <cstddef>
 #include <map>

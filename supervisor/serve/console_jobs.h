@@ -10,7 +10,7 @@
 //
 // The child gets PILLBOX_ACTOR (supervisor/store/actor.h: its audit entries
 // name the web address that asked) and PILLBOX_PROGRESS_FD=3, a pipe its
-// Progress writes JSON lines to (supervisor/flow/progress.h). One thread a
+// Progress writes JSON lines to (supervisor/cli/progress.h). One thread a
 // job reads its stdout (at most kMaxJobResultBytes), stderr (the last
 // kJobStderrTailBytes kept) and progress, and reaps it.
 //

@@ -1,7 +1,7 @@
 #pragma once
 // What the tasks of a run ran under, as a quarantine record keeps it: the
 // handler (or exec command) and the policy. Made by run_identity()
-// (supervisor/flow/run_job.h) from a ChildConfig.
+// (supervisor/cli/run_job.h) from a ChildConfig.
 #include <string>
 #include <vector>
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "supervisor/flow/run_output.h"
+#include "supervisor/cli/run_output.h"
 #include "supervisor/store/quarantine_json.h"
 
 namespace pillbox {

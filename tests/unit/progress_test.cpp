@@ -1,4 +1,4 @@
-// The progress line (supervisor/flow/progress.h): what it says for a known
+// The progress line (supervisor/cli/progress.h): what it says for a known
 // and an unknown total, failures by kind, a time budget, a narrow terminal,
 // and what it writes around lines printed above it. Drawn into a memory
 // stream (which is no terminal: nothing is cut to a width there).
@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "supervisor/flow/progress.h"
+#include "supervisor/cli/progress.h"
 
 using namespace pillbox;
 

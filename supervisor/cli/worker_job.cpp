@@ -1,4 +1,4 @@
-#include "supervisor/broker/worker_job.h"
+#include "supervisor/cli/worker_job.h"
 
 #include <unistd.h>
 

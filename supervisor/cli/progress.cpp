@@ -1,4 +1,4 @@
-#include "supervisor/flow/progress.h"
+#include "supervisor/cli/progress.h"
 
 #include <fcntl.h>
 #include <sys/ioctl.h>

@@ -1,4 +1,4 @@
-#include "supervisor/flow/run_job.h"
+#include "supervisor/cli/run_job.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "supervisor/flow/run_output.h"
+#include "supervisor/cli/run_output.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
