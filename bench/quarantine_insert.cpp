@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       e.payload_sha256 = sha;
       e.payload_size = static_cast<std::int64_t>(payload.size());
       e.fingerprint = fingerprint;
-      e.crash_state = std::string("[\"") + inner[fp % 5] + "\",\"" + middle[fp / 5] + "\",\"main\"]";
+      e.crash_state = {inner[fp % 5], middle[fp / 5], "main"};
       char message[96];
       std::snprintf(message, sizeof message, "SIGSEGV (address 0x%llx) in %s",
                     static_cast<unsigned long long>(0x1000 + 8 * (i % 4096)), inner[fp % 5]);

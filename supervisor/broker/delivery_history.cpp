@@ -1,11 +1,13 @@
 #include "supervisor/broker/delivery_history.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <type_traits>
 
 #include "supervisor/broker/untrusted_json.h"
+#include "supervisor/classify/outcome_json.h"
 
 namespace pillbox::broker {
 namespace {
@@ -47,22 +49,14 @@ bool read_number(const nlohmann::json& j, const char* name, T& out) {
 RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
                                   const Outcome& o, bool charged, bool transient, std::string note) {
   RecordedDelivery d;
+  static_cast<OutcomeRecord&>(d) = outcome_record(o);
+  d.message.resize(std::min(d.message.size(), kMaxRecordedMessage));
   d.delivery = delivery;
   d.worker = worker;
   d.at_ms = at_ms;
-  d.kind = std::string(to_string(o.kind));
-  d.fingerprint = o.fingerprint;
   d.charged = charged;
   d.transient = transient;
   d.note = std::move(note);
-  d.signal = o.signal;
-  d.exit_code = o.exit_code;
-  d.syscall = o.syscall;
-  d.message = o.message.substr(0, kMaxRecordedMessage);
-  d.crash_state = o.crash_state;
-  d.cpu_ms = o.cpu_ms;
-  d.wall_ms = o.wall_ms;
-  d.max_rss_kb = o.max_rss_kb;
   return d;
 }
 
@@ -86,19 +80,9 @@ RecordedDelivery recorded_start(std::uint32_t delivery, const std::string& worke
 std::string delivery_json(const RecordedDelivery& d) {
   nlohmann::json j = {{"delivery", d.delivery}, {"worker", d.worker},   {"at_ms", d.at_ms},
                       {"kind", d.kind},         {"charged", d.charged}, {"transient", d.transient}};
-  if (!d.fingerprint.empty()) j["fingerprint"] = d.fingerprint;
+  if (!d.kind.empty()) put_outcome_record(d, j);  // a release ran nothing: no outcome
   if (!d.note.empty()) j["note"] = d.note;
   if (d.started) j["started"] = true;
-  if (!d.kind.empty()) {
-    j["signal"] = d.signal;
-    j["exit_code"] = d.exit_code;
-    if (!d.syscall.empty()) j["syscall"] = d.syscall;
-    j["message"] = d.message;
-    j["crash_state"] = d.crash_state;
-    j["cpu_ms"] = d.cpu_ms;
-    j["wall_ms"] = d.wall_ms;
-    j["max_rss_kb"] = d.max_rss_kb;
-  }
   // A child's frames and messages need not be UTF-8.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -110,28 +94,20 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
   const auto j = parse_untrusted_json(text, kMaxDeliveryBytes).value;
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   try {
+    // Strict: a field of the wrong type means the delivery is not ours.
+    auto outcome = read_outcome_record(j, /*strict=*/true);
+    if (!outcome) return std::nullopt;
     RecordedDelivery d;
+    static_cast<OutcomeRecord&>(d) = std::move(*outcome);
     d.delivery = delivery;
     d.worker = j.value("worker", "");
-    if (!read_number(j, "at_ms", d.at_ms) || !read_number(j, "signal", d.signal) ||
-        !read_number(j, "exit_code", d.exit_code) || !read_number(j, "cpu_ms", d.cpu_ms) ||
-        !read_number(j, "wall_ms", d.wall_ms) || !read_number(j, "max_rss_kb", d.max_rss_kb)) {
-      return std::nullopt;
-    }
-    d.kind = j.value("kind", "");
+    if (!read_number(j, "at_ms", d.at_ms)) return std::nullopt;
     if (!d.kind.empty() && !kind_from_string(d.kind)) return std::nullopt;
-    d.fingerprint = j.value("fingerprint", "");
     d.charged = j.value("charged", true);
     d.transient = j.value("transient", false);
     d.note = j.value("note", "");
     d.started = j.value("started", false) && d.kind.empty();
-    d.syscall = j.value("syscall", "");
-    d.message = j.value("message", "").substr(0, kMaxRecordedMessage);
-    if (j.contains("crash_state") && j["crash_state"].is_array()) {
-      for (const auto& f : j["crash_state"]) {
-        if (f.is_string()) d.crash_state.push_back(f.get<std::string>());
-      }
-    }
+    d.message.resize(std::min(d.message.size(), kMaxRecordedMessage));
     return d;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;  // a field of the wrong type
@@ -187,19 +163,6 @@ std::vector<store::AttemptSummary> attempt_summaries(const EntryHistory& history
   return out;
 }
 
-Outcome outcome_of(const RecordedDelivery& d) {
-  Outcome o;
-  o.kind = kind_from_string(d.kind).value_or(Kind::kSupervisorLost);
-  o.fingerprint = d.fingerprint;
-  o.signal = d.signal;
-  o.exit_code = d.exit_code;
-  o.syscall = d.syscall;
-  o.message = d.message;
-  o.crash_state = d.crash_state;
-  o.cpu_ms = d.cpu_ms;
-  o.wall_ms = d.wall_ms;
-  o.max_rss_kb = d.max_rss_kb;
-  return o;
-}
+Outcome outcome_of(const RecordedDelivery& d) { return pillbox::outcome_of(d, Kind::kSupervisorLost); }
 
 }  // namespace pillbox::broker

@@ -28,29 +28,21 @@
 #include <vector>
 
 #include "supervisor/classify/outcome.h"
+#include "supervisor/classify/outcome_record.h"
 #include "supervisor/store/ledger.h"
 
 namespace pillbox::broker {
 
-struct RecordedDelivery {
+// A delivery's outcome (the OutcomeRecord it is; kind "" for a release,
+// which did not run) and how the worker settled it.
+struct RecordedDelivery : OutcomeRecord {
   std::uint32_t delivery = 0;
   std::string worker;          // the consumer that ran it
   std::int64_t at_ms = 0;      // when it ended (ms since the epoch)
-  std::string kind;            // the outcome's kind; "" for a release (not run)
-  std::string fingerprint;
   bool charged = true;         // held against the payload
   bool transient = false;      // not the payload's fault (killed, sandbox-error, ...)
   std::string note;            // why not charged: "held: ...", "released: ..."
   bool started = false;        // only a start marker: a suspect's delivery began to run
-  // The outcome, for the dead-letter record when this is the last word.
-  int signal = 0;
-  int exit_code = -1;
-  std::string syscall;
-  std::string message;         // at most kMaxRecordedMessage bytes
-  std::vector<std::string> crash_state;
-  std::uint64_t cpu_ms = 0;
-  std::uint64_t wall_ms = 0;
-  std::uint64_t max_rss_kb = 0;
 };
 
 inline constexpr std::size_t kMaxRecordedMessage = 4096;

@@ -1,3 +1,4 @@
+#include "supervisor/classify/outcome_json.h"
 #include "supervisor/broker/fleet_quarantine.h"
 
 #include <algorithm>
@@ -331,7 +332,7 @@ Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const stor
       g.kind = r.entry.kind;
       g.first_ms = r.created_at;
       g.message = r.entry.message;
-      g.crash_state = r.entry.crash_state;
+      g.crash_state = crash_state_text(r.entry.crash_state);
       g.handler_identity = r.entry.handler_identity;
       groups.push_back(std::move(g));
       examples.push_back(fr.id);

@@ -7,6 +7,7 @@
 #include "shared/child_streams.h"
 #include "shared/sha256.h"
 #include "supervisor/broker/untrusted_json.h"
+#include "supervisor/classify/outcome_json.h"
 
 namespace pillbox::broker {
 namespace {
@@ -33,14 +34,6 @@ std::string json_text_of(const json& j, const char* name, const std::string& fal
   if (!j.contains(name)) return fallback;
   if (j[name].is_string()) return j[name].get<std::string>();
   return j[name].dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// put_outcome_fields writes a signal by name ("SIGSEGV"): its number again.
-int signal_number(const std::string& name) {
-  for (int sig = 1; sig < 65; ++sig) {
-    if (signal_name(sig) == name) return sig;
-  }
-  return 0;
 }
 
 std::uint32_t to_u32(const std::string& text) {
@@ -122,16 +115,16 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields,
   e.payload_sha256 = text_of(j, "payload_sha256", out.payload_omitted ? "" : sha256_hex(out.payload));
   e.payload_size =
       number_of(j, "payload_size", omitted_payload_size.value_or(static_cast<std::int64_t>(out.payload.size())));
-  e.kind = text_of(j, "kind", field("kind"));
-  e.fingerprint = text_of(j, "fingerprint", field("fingerprint"));
-  e.crash_state = json_text_of(j, "crash_state", "[]");
-  if (j.contains("message")) e.message = text_of(j, "message");
-  e.signal = signal_number(text_of(j, "signal"));
-  e.syscall = text_of(j, "syscall");
-  e.exit_code = number_of(j, "exit_code", -1);
-  e.cpu_ms = number_of(j, "cpu_ms", 0);
-  e.wall_ms = number_of(j, "wall_ms", 0);
-  e.max_rss_kb = number_of(j, "max_rss_kb", 0);
+  {
+    // The outcome as the record says it, each field for what it still says
+    // (not strict); kind and fingerprint fall back to the entry's own fields,
+    // and the message to why the record could not be read.
+    std::string unreadable = std::move(e.message);
+    static_cast<OutcomeRecord&>(e) = *read_outcome_record(j, /*strict=*/false);
+    if (!j.contains("kind") || !j["kind"].is_string()) e.kind = field("kind");
+    if (!j.contains("fingerprint") || !j["fingerprint"].is_string()) e.fingerprint = field("fingerprint");
+    if (!j.contains("message")) e.message = std::move(unreadable);
+  }
   if (j.contains("origin")) e.origin = json_text_of(j, "origin", "");
   // A claim like every field here: kept only when it decodes, and no longer
   // than the tail a worker keeps (a forged one is cut, never trusted to be small).
@@ -176,26 +169,6 @@ Expected<std::string> checked_payload(const FleetRecord& r) {
                  r.record.entry.payload_sha256 + ")"};
   }
   return r.payload;
-}
-
-Outcome recorded_outcome_of(const store::QuarantineEntry& e) {
-  Outcome o;
-  o.kind = kind_from_string(e.kind).value_or(Kind::kProtocolError);
-  o.fingerprint = e.fingerprint;
-  o.message = e.message;
-  o.signal = static_cast<int>(e.signal);
-  o.exit_code = static_cast<int>(e.exit_code);
-  o.syscall = e.syscall;
-  const json frames = json::parse(e.crash_state, nullptr, false);
-  if (frames.is_array()) {
-    for (const auto& f : frames) {
-      if (f.is_string()) o.crash_state.push_back(f.get<std::string>());
-    }
-  }
-  o.cpu_ms = static_cast<std::uint64_t>(e.cpu_ms);
-  o.wall_ms = static_cast<std::uint64_t>(e.wall_ms);
-  o.max_rss_kb = static_cast<std::uint64_t>(e.max_rss_kb);
-  return o;
 }
 
 Outcome result_outcome(const EntryFields& fields) {

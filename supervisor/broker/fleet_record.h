@@ -80,9 +80,6 @@ Status check_signed(const FleetRecord& record, bool trust_unsigned);
 // The milliseconds part of a stream entry id ("1712345678901-0"); 0 when it is not one.
 std::int64_t entry_time_ms(std::string_view id);
 
-// The outcome a record describes (kind, fingerprint, signal, ...), e.g. the
-// dead letter of a redrive that failed again.
-Outcome recorded_outcome_of(const store::QuarantineEntry& entry);
 // The outcome of a result entry (NAME:results): ok, its output and resources.
 Outcome result_outcome(const EntryFields& fields);
 

@@ -124,7 +124,7 @@ std::optional<FoundOutcome> outcome_of(const std::string& id, const EntryFields&
   found.outcome.outcome_entry = id;
   if (is_dlq) {
     const FleetRecord dead = parse_dead_letter(id, fields);
-    found.outcome.outcome = recorded_outcome_of(dead.record.entry);
+    found.outcome.outcome = pillbox::outcome_of(dead.record.entry);
     found.outcome.worker = dead.attempts.empty() ? std::string() : dead.attempts.back().worker;
     found.verdict = store::ReplayVerdict::kFailedAgain;
   } else {

@@ -1,34 +1,113 @@
 #include "supervisor/classify/outcome_json.h"
 
-namespace pillbox {
+#include <limits>
 
-OutcomeFields outcome_fields(const Outcome& o) {
-  OutcomeFields f;
-  f.kind = to_string(o.kind);
-  if (!o.fingerprint.empty()) f.fingerprint = o.fingerprint;
-  f.crash_state = o.crash_state;
-  f.message = o.message;
-  f.signal = o.signal;
-  f.syscall = o.syscall;
-  f.exit_code = o.exit_code;
-  f.cpu_ms = static_cast<std::int64_t>(o.cpu_ms);
-  f.wall_ms = static_cast<std::int64_t>(o.wall_ms);
-  f.max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb);
-  return f;
+#include "supervisor/classify/outcome.h"
+
+namespace pillbox {
+namespace {
+
+using nlohmann::json;
+
+// The signal a name stands for ("SIGSEGV": 11); 0 for none.
+std::int64_t signal_number(const std::string& name) {
+  for (int sig = 1; sig < 65; ++sig) {
+    if (signal_name(sig) == name) return sig;
+  }
+  return 0;
 }
 
-void put_outcome_fields(const OutcomeFields& f, nlohmann::json& j) {
-  using nlohmann::json;
-  j["kind"] = f.kind;
-  j["fingerprint"] = f.fingerprint ? json(*f.fingerprint) : json(nullptr);
-  j["crash_state"] = f.crash_state;
-  j["message"] = f.message;
-  j["signal"] = f.signal != 0 ? json(signal_name(f.signal)) : json(nullptr);
-  j["syscall"] = f.syscall.empty() ? json(nullptr) : json(f.syscall);
-  j["exit_code"] = f.exit_code >= 0 ? json(f.exit_code) : json(nullptr);
-  j["cpu_ms"] = f.cpu_ms;
-  j["wall_ms"] = f.wall_ms;
-  j["max_rss_kb"] = f.max_rss_kb;
+// One field's reading: absent or null leaves `out` as it is (true); a value
+// of another type, or a number that is not whole or does not fit, is false.
+bool read_text(const json& j, const char* name, std::string& out) {
+  const auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_string()) return false;
+  out = it->get<std::string>();
+  return true;
+}
+
+constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+// A whole number in [lo, hi]: a signal or an exit code is an int where it
+// comes from, a figure is never negative.
+bool read_whole(const json& j, const char* name, std::int64_t& out, std::int64_t lo, std::int64_t hi) {
+  const auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return true;
+  std::int64_t v = 0;
+  if (it->is_number_unsigned()) {
+    const auto u = it->get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(kInt64Max)) return false;
+    v = static_cast<std::int64_t>(u);
+  } else if (it->is_number_integer()) {
+    v = it->get<std::int64_t>();
+  } else {
+    return false;
+  }
+  if (v < lo || v > hi) return false;
+  out = v;
+  return true;
+}
+
+bool read_signal(const json& j, std::int64_t& out) {
+  const auto it = j.find("signal");
+  if (it != j.end() && it->is_string()) {
+    out = signal_number(it->get<std::string>());
+    return true;
+  }
+  return read_whole(j, "signal", out, 0, kIntMax);
+}
+
+}  // namespace
+
+void put_outcome_record(const OutcomeRecord& r, json& j) {
+  j["kind"] = r.kind;
+  j["fingerprint"] = r.fingerprint.empty() ? json(nullptr) : json(r.fingerprint);
+  j["crash_state"] = r.crash_state;
+  j["message"] = r.message;
+  j["signal"] = r.signal != 0 ? json(signal_name(static_cast<int>(r.signal))) : json(nullptr);
+  j["syscall"] = r.syscall.empty() ? json(nullptr) : json(r.syscall);
+  j["exit_code"] = r.exit_code >= 0 ? json(r.exit_code) : json(nullptr);
+  j["cpu_ms"] = r.cpu_ms;
+  j["wall_ms"] = r.wall_ms;
+  j["max_rss_kb"] = r.max_rss_kb;
+}
+
+std::optional<OutcomeRecord> read_outcome_record(const json& j, bool strict) {
+  OutcomeRecord r;
+  if (!j.is_object()) return strict ? std::nullopt : std::optional<OutcomeRecord>(r);
+  // A field of the wrong type is not read: without `strict`, it keeps its default.
+  auto keep = [&](bool ok) { return ok || !strict; };
+  const bool ok = keep(read_text(j, "kind", r.kind)) && keep(read_text(j, "fingerprint", r.fingerprint)) &&
+                  keep(read_text(j, "message", r.message)) && keep(read_text(j, "syscall", r.syscall)) &&
+                  keep(read_signal(j, r.signal)) && keep(read_whole(j, "exit_code", r.exit_code, kIntMin, kIntMax)) &&
+                  keep(read_whole(j, "cpu_ms", r.cpu_ms, 0, kInt64Max)) &&
+                  keep(read_whole(j, "wall_ms", r.wall_ms, 0, kInt64Max)) &&
+                  keep(read_whole(j, "max_rss_kb", r.max_rss_kb, 0, kInt64Max));
+  if (!ok) return std::nullopt;
+  if (const auto it = j.find("crash_state"); it != j.end() && it->is_array()) {
+    for (const auto& frame : *it) {
+      if (frame.is_string()) r.crash_state.push_back(frame.get<std::string>());
+    }
+  }
+  return r;
+}
+
+std::string crash_state_text(const std::vector<std::string>& crash_state) {
+  return json(crash_state).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::vector<std::string> crash_state_of_text(const std::string& text) {
+  const json parsed = json::parse(text, nullptr, false);
+  if (!parsed.is_array()) return {text};
+  std::vector<std::string> frames;
+  for (const auto& frame : parsed) {
+    frames.push_back(frame.is_string() ? frame.get<std::string>()
+                                       : frame.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  return frames;
 }
 
 }  // namespace pillbox

@@ -1,37 +1,38 @@
 #pragma once
-// The fields every JSON form of an outcome shares: a `run --json` line
-// (supervisor/cli/run_output.h) and a quarantine record
-// (supervisor/store/quarantine_json.h, also the hooks' stdin). One writer, so
-// that their names and their null rules cannot drift apart; scripts read
-// both.
-#include <cstdint>
+// An outcome's fields as JSON (outcome_record.h): in a `run --json` line
+// (supervisor/cli/run_output.h), a quarantine record
+// (supervisor/store/quarantine_json.h, also the hooks' stdin), a dead letter
+// and a delivery of the fleet's history (supervisor/broker/). One writer and
+// one reader, so that their names and their null rules cannot drift apart;
+// scripts read them all.
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <string_view>
 
-#include "supervisor/classify/outcome.h"
+#include "supervisor/classify/outcome_record.h"
 
 namespace pillbox {
 
-// Views into the outcome or record they describe: they must outlive it.
-struct OutcomeFields {
-  std::string_view kind;                        // "crash", "ok", ...
-  std::optional<std::string_view> fingerprint;  // absent: null
-  nlohmann::json crash_state;                   // innermost frame first
-  std::string_view message;
-  int signal = 0;                               // 0: null; else its name ("SIGSEGV")
-  std::string_view syscall;                     // "": null
-  std::int64_t exit_code = -1;                  // negative: null
-  std::int64_t cpu_ms = 0;
-  std::int64_t wall_ms = 0;
-  std::int64_t max_rss_kb = 0;
-};
+// Sets kind, fingerprint (null when ""), crash_state, message, signal (by
+// name, "SIGSEGV"; null for none), syscall (null when ""), exit_code (null
+// when negative), cpu_ms, wall_ms and max_rss_kb in `object`.
+void put_outcome_record(const OutcomeRecord& record, nlohmann::json& object);
 
-// An outcome's fields; an ok outcome has no fingerprint (null).
-OutcomeFields outcome_fields(const Outcome& outcome);
+// Reads them back from `object`, which anyone who can write where it was kept
+// may have written. A field that is absent or null keeps its default; a
+// signal may be a name or a number (deliveries written before the two
+// shared this mapping); frames that are not strings are skipped; whole
+// numbers only (a float is never converted), a signal or an exit code one
+// an int holds, a figure (cpu_ms, ...) never negative.
+// A field of another type: with `strict`, nullopt (a delivery history that
+// does not trust it); without, the field keeps its default (a dead letter
+// shown for what it still says).
+std::optional<OutcomeRecord> read_outcome_record(const nlohmann::json& object, bool strict);
 
-// Sets kind, fingerprint, crash_state, message, signal, syscall, exit_code,
-// cpu_ms, wall_ms and max_rss_kb in `object`.
-void put_outcome_fields(const OutcomeFields& fields, nlohmann::json& object);
+// A crash state as one JSON text (an array of strings, bytes that are not
+// UTF-8 replaced), as a store keeps it in one column; and back: a text
+// that is not such an array is one frame that holds it, so nothing a row
+// says is lost.
+std::string crash_state_text(const std::vector<std::string>& crash_state);
+std::vector<std::string> crash_state_of_text(const std::string& text);
 
 }  // namespace pillbox

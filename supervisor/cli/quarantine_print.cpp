@@ -244,10 +244,9 @@ int print_record(const ShownRecord& shown, bool json) {
                                             : "unchecked (give --fleet-key FILE to check it)");
   }
   if (!e.message.empty()) field("message", table_cell(e.message, 400));
-  auto state = parsed(e.crash_state);
-  if (state.is_array() && !state.empty()) {
+  if (!e.crash_state.empty()) {
     out += "  crash state (innermost first):\n";
-    for (const auto& frame : state) out += "    " + table_cell(frame.is_string() ? frame.get<std::string>() : frame.dump(), 200) + "\n";
+    for (const auto& frame : e.crash_state) out += "    " + table_cell(frame, 200) + "\n";
   }
   field("resources", "cpu " + std::to_string(e.cpu_ms) + " ms, wall " + std::to_string(e.wall_ms) + " ms, max rss " +
                          std::to_string(e.max_rss_kb) + " KiB");

@@ -61,7 +61,7 @@ std::string outcome_json(const Task& task, const Outcome& o, const std::string* 
   json j;
   j["key"] = task.key;
   j["status"] = o.kind == Kind::kOk ? "ok" : "failed";
-  put_outcome_fields(outcome_fields(o), j);
+  put_outcome_record(outcome_record(o), j);
   if (!o.frames.empty()) {
     json frames = json::array();
     for (std::size_t i = 0; i < o.frames.size() && i < 16; ++i) frames.push_back(frame_text(o.frames[i]));

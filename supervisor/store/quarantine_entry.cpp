@@ -1,6 +1,6 @@
 #include "supervisor/store/quarantine_entry.h"
 
-#include <nlohmann/json.hpp>
+#include "supervisor/classify/outcome_json.h"
 
 namespace pillbox {
 
@@ -19,17 +19,11 @@ store::QuarantineEntry make_quarantine_entry(const RunIdentity& id, const Outcom
   e.policy = id.policy;
   e.payload_sha256 = payload_sha256;
   e.payload_size = payload_size;
-  e.kind = std::string(to_string(o.kind));
-  e.fingerprint = o.fingerprint;
-  // Frames come from the child's memory: not necessarily UTF-8.
-  e.crash_state = nlohmann::json(o.crash_state).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  e.message = o.message;
-  e.signal = o.signal;
-  e.syscall = o.syscall;
-  e.exit_code = o.exit_code;
-  e.cpu_ms = static_cast<std::int64_t>(o.cpu_ms);
-  e.wall_ms = static_cast<std::int64_t>(o.wall_ms);
-  e.max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb);
+  static_cast<OutcomeRecord&>(e) = outcome_record(o);
+  // Frames come from the child's memory: not necessarily UTF-8. Kept as the
+  // store keeps them (crash_state_text), so a record reads the same whether
+  // it comes from here or from the store.
+  e.crash_state = crash_state_of_text(crash_state_text(o.crash_state));
   e.stderr_tail = o.stderr_tail;
   return e;
 }

@@ -13,23 +13,6 @@ nlohmann::json parse_or_string(const std::string& text) {
   return j.is_discarded() ? nlohmann::json(text) : j;
 }
 
-// What the record kept of the outcome. Its fingerprint is written as kept,
-// never null: every record is of a failure, and every failure has one.
-OutcomeFields recorded_outcome_fields(const store::QuarantineEntry& e) {
-  OutcomeFields f;
-  f.kind = e.kind;
-  f.fingerprint = e.fingerprint;
-  f.crash_state = parse_or_string(e.crash_state);
-  f.message = e.message;
-  f.signal = static_cast<int>(e.signal);
-  f.syscall = e.syscall;
-  f.exit_code = e.exit_code;
-  f.cpu_ms = e.cpu_ms;
-  f.wall_ms = e.wall_ms;
-  f.max_rss_kb = e.max_rss_kb;
-  return f;
-}
-
 }  // namespace
 
 std::string iso_time(std::int64_t ms) {
@@ -51,7 +34,7 @@ std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32
   j["id"] = r.id;
   j["key"] = e.key;
   j["status"] = std::string(to_string(r.status));
-  put_outcome_fields(recorded_outcome_fields(e), j);
+  put_outcome_record(e, j);
   j["handler"] = e.handler;
   j["handler_identity"] = e.handler_identity;
   j["handler_args"] = parse_or_string(e.handler_args);

@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <chrono>
 
+#include "supervisor/store/outcome_columns.h"
+
 namespace pillbox::store {
 namespace {
 
-constexpr const char* kColumns =
-    "id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, policy, "
-    "payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, "
-    "wall_ms, max_rss_kb, status, repeats, created_at, updated_at, coalesce(reproduce_outcome, ''), "
+const std::string kColumns =
+    std::string("id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, "
+                "policy, payload_sha256, payload_size, ") +
+    kOutcomeColumns +
+    ", status, repeats, created_at, updated_at, coalesce(reproduce_outcome, ''), "
     "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin, working_dir, stderr_tail";
 
 // The schema's CHECK keeps statuses to the known ones; a status this build
@@ -32,16 +35,7 @@ Expected<QuarantineRecord> read_record(const Statement& s) {
   e.policy = s.column_text(c++);
   e.payload_sha256 = s.column_text(c++);
   e.payload_size = s.column_int(c++);
-  e.kind = s.column_text(c++);
-  e.fingerprint = s.column_text(c++);
-  e.crash_state = s.column_text(c++);
-  e.message = s.column_text(c++);
-  e.signal = s.column_int(c++);
-  e.syscall = s.column_text(c++);
-  e.exit_code = s.column_int(c++);
-  e.cpu_ms = s.column_int(c++);
-  e.wall_ms = s.column_int(c++);
-  e.max_rss_kb = s.column_int(c++);
+  read_outcome(s, c, e);
   const std::string status = s.column_text(c++);
   const std::optional<RecordStatus> known = record_status_from_string(status);
   if (!known) return Error{"quarantine record " + std::to_string(r.id) + " has an unknown status '" + status + "'"};
@@ -98,12 +92,13 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
   QuarantineStore qs(db, std::move(*payloads), max_records);
   struct {
     Statement* target;
-    const char* sql;
+    std::string sql;
   } statements[] = {
       {&qs.insert_,
-       "INSERT INTO quarantine (task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
-       "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
-       "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at, origin, working_dir, "
+       std::string("INSERT INTO quarantine (task_id, key, source, handler, handler_identity, handler_args, "
+                   "exec_argv, policy_identity, policy, payload_sha256, payload_size, ") +
+           kOutcomeColumns +
+           ", status, created_at, updated_at, origin, working_dir, "
        "stderr_tail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
        "?20, ?21, 'quarantined', ?22, ?22, ?23, ?24, ?25) "
        "RETURNING id"},
@@ -179,16 +174,7 @@ Expected<InsertResult> QuarantineStore::insert(const QuarantineEntry& e, std::st
   insert_.bind(index++, e.task_id);
   for (std::string_view t : texts) insert_.bind(index++, t);   // ?2 .. ?10
   insert_.bind(11, e.payload_size);
-  insert_.bind(12, std::string_view(e.kind));
-  insert_.bind(13, std::string_view(e.fingerprint));
-  insert_.bind(14, std::string_view(e.crash_state));
-  insert_.bind(15, std::string_view(e.message));
-  insert_.bind(16, e.signal);
-  insert_.bind(17, std::string_view(e.syscall));
-  insert_.bind(18, e.exit_code);
-  insert_.bind(19, e.cpu_ms);
-  insert_.bind(20, e.wall_ms);
-  insert_.bind(21, e.max_rss_kb);
+  bind_outcome(insert_, 12, e);  // ?12 .. ?21
   insert_.bind(22, now);
   insert_.bind(23, std::string_view(e.origin));
   insert_.bind(24, std::string_view(e.working_dir));

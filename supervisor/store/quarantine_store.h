@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/classify/outcome_record.h"
 #include "supervisor/store/database.h"
 #include "supervisor/store/payload_store.h"
 #include "supervisor/store/record_status.h"
@@ -30,7 +31,8 @@ namespace pillbox::store {
 
 inline constexpr std::int64_t kDefaultMaxRecords = 100'000;
 
-struct QuarantineEntry {
+// A record's outcome (the OutcomeRecord it is) and what it ran under.
+struct QuarantineEntry : OutcomeRecord {
   std::int64_t task_id = 0;
   std::string key;
   std::string source = "run";       // run | fuzz | import
@@ -42,16 +44,6 @@ struct QuarantineEntry {
   std::string policy;               // the policy's text, to replay under it
   std::string payload_sha256;
   std::int64_t payload_size = 0;
-  std::string kind;
-  std::string fingerprint;
-  std::string crash_state;          // JSON array, innermost first
-  std::string message;
-  std::int64_t signal = 0;
-  std::string syscall;
-  std::int64_t exit_code = -1;
-  std::int64_t cpu_ms = 0;
-  std::int64_t wall_ms = 0;
-  std::int64_t max_rss_kb = 0;
   std::string origin;               // JSON object: fuzz seed and mutations, imported file ("" for run)
   // exec: the absolute directory the recording pillbox ran in, where the
   // command runs again. "" for handlers, and for records made before it was kept.

@@ -36,7 +36,7 @@ struct Env : pillbox::test::StoreFixture {
     const std::int64_t now = store::now_ms();
     REQUIRE(ledger->begin().is_ok());
     store::QuarantineEntry e = entry(key, payload, fingerprint, now);
-    e.crash_state = R"(["parse_<b>header</b>", "main"])";
+    e.crash_state = {"parse_<b>header</b>", "main"};
     auto r = qs->insert(e, payload, now, "test");
     REQUIRE_MESSAGE(r.has_value(), r.error());
     REQUIRE(ledger->commit().is_ok());

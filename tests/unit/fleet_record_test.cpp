@@ -97,7 +97,7 @@ TEST_CASE("fleet record: a dead letter reads back as the record the worker wrote
   CHECK(back.attempts[1].worker == "host:1");
   CHECK(back.attempts[2].ended_at == kIdMs - 1);
   CHECK(back.attempts[2].fingerprint == original.entry.fingerprint);
-  const Outcome o = recorded_outcome_of(back.record.entry);
+  const Outcome o = pillbox::outcome_of(back.record.entry);
   CHECK(o.kind == Kind::kCrash);
   CHECK(o.fingerprint == original.entry.fingerprint);
   CHECK(o.crash_state == std::vector<std::string>{"corrupt_record", "main"});

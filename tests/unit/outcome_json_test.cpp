@@ -58,7 +58,7 @@ store::QuarantineRecord seccomp_record() {
   e.payload_size = 3;
   e.kind = "seccomp-violation";
   e.fingerprint = "pb1-feed";
-  e.crash_state = "[]";
+  e.crash_state = {};
   e.message = "denied socket";
   e.syscall = "socket";
   e.signal = SIGSYS;
@@ -80,12 +80,12 @@ TEST_CASE("quarantine_record_json: a record, byte for byte") {
 
 TEST_CASE("quarantine_record_json: text that is not JSON stays a string; an exit code is a number") {
   store::QuarantineRecord r = seccomp_record();
-  r.entry.crash_state = "not json";
+  r.entry.handler_args = "not json";
   r.entry.signal = 0;
   r.entry.syscall = "";
   r.entry.exit_code = 3;
   const std::string j = quarantine_record_json(r, 2, true, "/s");
-  CHECK(j.find(R"("crash_state":"not json")") != std::string::npos);
+  CHECK(j.find(R"("handler_args":"not json")") != std::string::npos);
   CHECK(j.find(R"("signal":null,)") != std::string::npos);
   CHECK(j.find(R"("syscall":null,)") != std::string::npos);
   CHECK(j.find(R"("exit_code":3,)") != std::string::npos);

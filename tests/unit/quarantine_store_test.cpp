@@ -107,7 +107,7 @@ TEST_CASE("quarantine store: insert and get round-trip every field") {
   e.payload_size = 305;
   e.kind = "seccomp-violation";
   e.fingerprint = "fp-0123456789abcdef";
-  e.crash_state = R"(["parse_header","main"])";
+  e.crash_state = {"parse_header", "main"};
   e.message = "denied syscall: ptrace\nsecond line";
   e.signal = 31;
   e.syscall = "ptrace";

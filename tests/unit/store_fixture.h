@@ -46,7 +46,7 @@ struct StoreFixture {
   }
 
   // An entry for `key` and `payload` (handler "echo", no arguments, crash
-  // state "[]", message "KIND in KEY"), with its task started in the ledger
+  // state empty, message "KIND in KEY"), with its task started in the ledger
   // (inside the caller's transaction). Callers change the rest as they need.
   store::QuarantineEntry entry(const std::string& key, const std::string& payload, const std::string& fingerprint,
                                std::int64_t now, const std::string& kind = "crash") {
@@ -62,7 +62,7 @@ struct StoreFixture {
     e.payload_size = static_cast<std::int64_t>(payload.size());
     e.kind = kind;
     e.fingerprint = fingerprint;
-    e.crash_state = "[]";
+    e.crash_state = {};
     e.message = kind + " in " + key;
     auto started = ledger->start_attempt(key, e.payload_sha256, e.payload_size, now);
     REQUIRE_MESSAGE(started.has_value(), started.error());

@@ -41,7 +41,7 @@ TEST_CASE("untrusted json: a dead letter, a state and a delivery nested 200000 d
                                                               {"fingerprint", "pb1-00"}, {"record", deep}});
   CHECK(r.record.entry.key == "k");
   CHECK(r.record.entry.kind == "crash");
-  CHECK(r.record.entry.crash_state == "[]");
+  CHECK(r.record.entry.crash_state.empty());
   CHECK(r.record.entry.message.find("no readable `record` field (it nests deeper than 64 levels)") !=
         std::string::npos);
   const auto state = parse_state(R"({"status":"quarantined","audit":)" + std::string(200000, '[') +

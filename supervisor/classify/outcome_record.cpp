@@ -1,0 +1,37 @@
+#include "supervisor/classify/outcome_record.h"
+
+#include "supervisor/classify/outcome.h"
+
+namespace pillbox {
+
+OutcomeRecord outcome_record(const Outcome& o) {
+  OutcomeRecord r;
+  r.kind = std::string(to_string(o.kind));
+  r.fingerprint = o.fingerprint;
+  r.crash_state = o.crash_state;
+  r.message = o.message;
+  r.signal = o.signal;
+  r.syscall = o.syscall;
+  r.exit_code = o.exit_code;
+  r.cpu_ms = static_cast<std::int64_t>(o.cpu_ms);
+  r.wall_ms = static_cast<std::int64_t>(o.wall_ms);
+  r.max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb);
+  return r;
+}
+
+Outcome outcome_of(const OutcomeRecord& r, Kind unknown) {
+  Outcome o;
+  o.kind = kind_from_string(r.kind).value_or(unknown);
+  o.fingerprint = r.fingerprint;
+  o.crash_state = r.crash_state;
+  o.message = r.message;
+  o.signal = static_cast<int>(r.signal);
+  o.syscall = r.syscall;
+  o.exit_code = static_cast<int>(r.exit_code);
+  o.cpu_ms = static_cast<std::uint64_t>(r.cpu_ms);
+  o.wall_ms = static_cast<std::uint64_t>(r.wall_ms);
+  o.max_rss_kb = static_cast<std::uint64_t>(r.max_rss_kb);
+  return o;
+}
+
+}  // namespace pillbox

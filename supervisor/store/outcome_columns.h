@@ -1,0 +1,20 @@
+#pragma once
+// The SQL mapping of an OutcomeRecord (supervisor/classify/outcome_record.h):
+// the quarantine table keeps an outcome in these ten columns, in this order,
+// the crash state as one JSON text (crash_state_text).
+#include "supervisor/classify/outcome_record.h"
+#include "supervisor/store/statement.h"
+
+namespace pillbox::store {
+
+inline constexpr const char* kOutcomeColumns =
+    "kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, wall_ms, max_rss_kb";
+inline constexpr int kOutcomeColumnCount = 10;
+
+// Binds `record` to the parameters ?first .. ?first+9.
+void bind_outcome(Statement& statement, int first, const OutcomeRecord& record);
+// Reads `record` from the columns `column` .. column+9 of the current row
+// and moves `column` past them.
+void read_outcome(const Statement& statement, int& column, OutcomeRecord& record);
+
+}  // namespace pillbox::store
