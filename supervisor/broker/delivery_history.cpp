@@ -6,8 +6,8 @@
 #include <utility>
 #include <type_traits>
 
-#include "supervisor/broker/untrusted_json.h"
 #include "supervisor/classify/outcome_json.h"
+#include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
 namespace {

@@ -6,8 +6,8 @@
 #include "shared/base64.h"
 #include "shared/child_streams.h"
 #include "shared/sha256.h"
-#include "supervisor/broker/untrusted_json.h"
 #include "supervisor/classify/outcome_json.h"
+#include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
 namespace {

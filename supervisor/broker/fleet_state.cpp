@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "supervisor/broker/untrusted_json.h"
+#include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
 namespace {

@@ -9,10 +9,11 @@
 #include "supervisor/broker/delivery_history.h"
 #include "supervisor/broker/fleet_record.h"
 #include "supervisor/broker/fleet_state.h"
-#include "supervisor/broker/untrusted_json.h"
+#include "supervisor/io/untrusted_json.h"
 
 namespace {
 
+using namespace pillbox;
 using namespace pillbox::broker;
 
 std::string nested(const std::string& name, std::size_t depth) {

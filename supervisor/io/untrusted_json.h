@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace pillbox::broker {
+namespace pillbox {
 
 // Deeper than any value pillbox writes (a record's deepest is its origin or
 // handler_args: a few levels).
@@ -29,4 +29,4 @@ struct UntrustedJson {
 // kMaxJsonDepth levels and is JSON.
 UntrustedJson parse_untrusted_json(std::string_view text, std::size_t max_bytes);
 
-}  // namespace pillbox::broker
+}  // namespace pillbox

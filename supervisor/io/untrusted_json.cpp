@@ -1,6 +1,6 @@
-#include "supervisor/broker/untrusted_json.h"
+#include "supervisor/io/untrusted_json.h"
 
-namespace pillbox::broker {
+namespace pillbox {
 
 std::size_t json_nesting(std::string_view text, std::size_t stop_at) {
   std::size_t depth = 0, deepest = 0;
@@ -44,4 +44,4 @@ UntrustedJson parse_untrusted_json(std::string_view text, std::size_t max_bytes)
   return out;
 }
 
-}  // namespace pillbox::broker
+}  // namespace pillbox
