@@ -1,6 +1,7 @@
 #include "supervisor/broker/fleet_record.h"
 
 #include <charconv>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "shared/base64.h"
@@ -23,9 +24,17 @@ std::string text_of(const json& j, const char* name, const std::string& fallback
   return j[name].get<std::string>();
 }
 
+// A whole number that fits; anything else (a float: converting 1e300 is
+// undefined behaviour) is `fallback`.
 std::int64_t number_of(const json& j, const char* name, std::int64_t fallback) {
-  if (!j.contains(name) || !j[name].is_number()) return fallback;
-  return j[name].get<std::int64_t>();
+  const auto it = j.find(name);
+  if (it == j.end()) return fallback;
+  if (it->is_number_unsigned()) {
+    const auto v = it->get<std::uint64_t>();
+    return v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? static_cast<std::int64_t>(v)
+                                                                                        : fallback;
+  }
+  return it->is_number_integer() ? it->get<std::int64_t>() : fallback;
 }
 
 // A field quarantine_record_json wrote parsed (handler_args, exec_argv,

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "supervisor/classify/outcome.h"
+#include "supervisor/io/untrusted_json.h"
 
 namespace pillbox {
 namespace {
@@ -51,13 +52,41 @@ bool read_whole(const json& j, const char* name, std::int64_t& out, std::int64_t
   return true;
 }
 
+// By name ("SIGSEGV", as put_outcome_record writes it) or by number (as
+// deliveries were written before); a name that is no signal is refused.
 bool read_signal(const json& j, std::int64_t& out) {
   const auto it = j.find("signal");
   if (it != j.end() && it->is_string()) {
-    out = signal_number(it->get<std::string>());
+    const std::int64_t n = signal_number(it->get<std::string>());
+    if (n == 0) return false;
+    out = n;
     return true;
   }
-  return read_whole(j, "signal", out, 0, kIntMax);
+  return read_whole(j, "signal", out, 0, kMaxSignal);
+}
+
+// A crash state is a list of strings (null: none).
+bool read_frames(const json& j, std::vector<std::string>& out, bool strict) {
+  const auto it = j.find("crash_state");
+  if (it == j.end() || it->is_null()) return true;
+  if (!it->is_array()) return false;
+  std::vector<std::string> frames;
+  for (const auto& frame : *it) {
+    if (frame.is_string()) {
+      frames.push_back(frame.get<std::string>());
+    } else if (strict) {
+      return false;
+    }
+  }
+  out = std::move(frames);
+  return true;
+}
+
+// A signal's JSON text: its name; one an Outcome cannot hold by its number,
+// never truncated into another signal's name.
+std::string signal_text(std::int64_t signal) {
+  if (signal > 0 && signal <= kMaxSignal) return signal_name(static_cast<int>(signal));
+  return "signal " + std::to_string(signal);
 }
 
 }  // namespace
@@ -67,7 +96,7 @@ void put_outcome_record(const OutcomeRecord& r, json& j) {
   j["fingerprint"] = r.fingerprint.empty() ? json(nullptr) : json(r.fingerprint);
   j["crash_state"] = r.crash_state;
   j["message"] = r.message;
-  j["signal"] = r.signal != 0 ? json(signal_name(static_cast<int>(r.signal))) : json(nullptr);
+  j["signal"] = r.signal != 0 ? json(signal_text(r.signal)) : json(nullptr);
   j["syscall"] = r.syscall.empty() ? json(nullptr) : json(r.syscall);
   j["exit_code"] = r.exit_code >= 0 ? json(r.exit_code) : json(nullptr);
   j["cpu_ms"] = r.cpu_ms;
@@ -86,12 +115,7 @@ std::optional<OutcomeRecord> read_outcome_record(const json& j, bool strict) {
                   keep(read_whole(j, "cpu_ms", r.cpu_ms, 0, kInt64Max)) &&
                   keep(read_whole(j, "wall_ms", r.wall_ms, 0, kInt64Max)) &&
                   keep(read_whole(j, "max_rss_kb", r.max_rss_kb, 0, kInt64Max));
-  if (!ok) return std::nullopt;
-  if (const auto it = j.find("crash_state"); it != j.end() && it->is_array()) {
-    for (const auto& frame : *it) {
-      if (frame.is_string()) r.crash_state.push_back(frame.get<std::string>());
-    }
-  }
+  if (!ok || !keep(read_frames(j, r.crash_state, strict))) return std::nullopt;
   return r;
 }
 
@@ -100,6 +124,9 @@ std::string crash_state_text(const std::vector<std::string>& crash_state) {
 }
 
 std::vector<std::string> crash_state_of_text(const std::string& text) {
+  // A row nested deeper than pillbox writes would overflow the stack of
+  // whoever prints it (untrusted_json.h): its text, as one frame.
+  if (json_nesting(text, kMaxJsonDepth + 1) > kMaxJsonDepth) return {text};
   const json parsed = json::parse(text, nullptr, false);
   if (!parsed.is_array()) return {text};
   std::vector<std::string> frames;

@@ -19,19 +19,22 @@ void put_outcome_record(const OutcomeRecord& record, nlohmann::json& object);
 
 // Reads them back from `object`, which anyone who can write where it was kept
 // may have written. A field that is absent or null keeps its default; a
-// signal may be a name or a number (deliveries written before the two
-// shared this mapping); frames that are not strings are skipped; whole
-// numbers only (a float is never converted), a signal or an exit code one
-// an int holds, a figure (cpu_ms, ...) never negative.
-// A field of another type: with `strict`, nullopt (a delivery history that
-// does not trust it); without, the field keeps its default (a dead letter
-// shown for what it still says).
+// signal may be a name or a number 0..kMaxSignal (deliveries written before
+// the two shared this mapping); whole numbers only (a float is never
+// converted), an exit code one an int holds, a figure (cpu_ms, ...) never
+// negative; a crash state a list of strings.
+// A field of another type or out of range (a signal name that is no signal,
+// a frame that is not a string): with `strict`, nullopt (a delivery history
+// that does not trust it); without, the field keeps its default, and frames
+// that are not strings are skipped (a dead letter shown for what it still
+// says).
 std::optional<OutcomeRecord> read_outcome_record(const nlohmann::json& object, bool strict);
 
 // A crash state as one JSON text (an array of strings, bytes that are not
 // UTF-8 replaced), as a store keeps it in one column; and back: a text
-// that is not such an array is one frame that holds it, so nothing a row
-// says is lost.
+// that is not such an array (or nests deeper than kMaxJsonDepth) is one
+// frame that holds it, so nothing a row says is lost and nothing is parsed
+// that would overflow a printer's stack.
 std::string crash_state_text(const std::vector<std::string>& crash_state);
 std::vector<std::string> crash_state_of_text(const std::string& text);
 

@@ -1,5 +1,7 @@
 #include "supervisor/classify/outcome_record.h"
 
+#include <limits>
+
 #include "supervisor/classify/outcome.h"
 
 namespace pillbox {
@@ -25,12 +27,15 @@ Outcome outcome_of(const OutcomeRecord& r, Kind unknown) {
   o.fingerprint = r.fingerprint;
   o.crash_state = r.crash_state;
   o.message = r.message;
-  o.signal = static_cast<int>(r.signal);
+  o.signal = r.signal >= 0 && r.signal <= kMaxSignal ? static_cast<int>(r.signal) : 0;
   o.syscall = r.syscall;
-  o.exit_code = static_cast<int>(r.exit_code);
-  o.cpu_ms = static_cast<std::uint64_t>(r.cpu_ms);
-  o.wall_ms = static_cast<std::uint64_t>(r.wall_ms);
-  o.max_rss_kb = static_cast<std::uint64_t>(r.max_rss_kb);
+  o.exit_code = r.exit_code >= std::numeric_limits<int>::min() && r.exit_code <= std::numeric_limits<int>::max()
+                    ? static_cast<int>(r.exit_code)
+                    : -1;
+  auto figure = [](std::int64_t v) { return v > 0 ? static_cast<std::uint64_t>(v) : std::uint64_t{0}; };
+  o.cpu_ms = figure(r.cpu_ms);
+  o.wall_ms = figure(r.wall_ms);
+  o.max_rss_kb = figure(r.max_rss_kb);
   return o;
 }
 

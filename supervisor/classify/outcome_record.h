@@ -21,6 +21,10 @@ namespace pillbox {
 
 struct Outcome;  // outcome.h
 
+// The highest signal a Linux process can die of (SIGRTMAX): a record's
+// signal outside 0..kMaxSignal was not written by pillbox.
+inline constexpr std::int64_t kMaxSignal = 64;
+
 struct OutcomeRecord {
   std::string kind;                      // "crash", "ok", ...; "" where nothing ran (a release)
   std::string fingerprint;               // "" for ok
@@ -40,7 +44,10 @@ struct OutcomeRecord {
 OutcomeRecord outcome_record(const Outcome& outcome);
 // The outcome a record says a task ended in (for the verbs that compare a
 // new run with it, and the verdicts that judge a fleet's history); a kind
-// this build does not know, or none, reads as `unknown`.
+// this build does not know, or none, reads as `unknown`. Values an Outcome
+// cannot hold (a row another program wrote) read as none: a signal outside
+// 0..kMaxSignal as 0, an exit code outside an int as -1, a negative figure
+// as 0; never as another value by truncation.
 Outcome outcome_of(const OutcomeRecord& record, Kind unknown = Kind::kProtocolError);
 
 }  // namespace pillbox
