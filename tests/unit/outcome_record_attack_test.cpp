@@ -319,9 +319,9 @@ TEST_CASE("attack 1c: delivery_json writes the outcome as put_outcome_record doe
   const json j = json::parse(broker::delivery_json(d));
   json expected = json::object();
   put_outcome_record(d, expected);
-  for (const auto& [name, value] : expected.items()) {
-    INFO(name);
-    CHECK(j[name] == value);
+  for (const auto& field : expected.items()) {
+    INFO(field.key());
+    CHECK(j[field.key()] == field.value());
   }
   CHECK(j["signal"] == "SIGSEGV");
   CHECK(j["exit_code"].is_null());
