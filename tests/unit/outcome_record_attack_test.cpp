@@ -33,7 +33,9 @@
 #include "supervisor/store/quarantine_json.h"
 #include "tests/unit/store_fixture.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+// PILLBOX_SANITIZED: the sanitizer build, whose test files may be compiled
+// without instrumentation but run under ASan's runtime all the same.
+#if defined(__SANITIZE_ADDRESS__) || defined(PILLBOX_SANITIZED)
 #define ATTACK_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
