@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <memory>
+
 #include <nlohmann/json.hpp>
 
 #include "shared/policy_parser.h"
 #include "supervisor/exec/handler_version.h"
 #include "supervisor/exec/host_view.h"
+#include "supervisor/flow/memory_attempt_store.h"
+#include "supervisor/flow/sqlite_attempt_store.h"
 #include "supervisor/metrics/live_run_file.h"
 #include "supervisor/metrics/metered_run.h"
 #include "supervisor/store/death_note.h"
@@ -38,10 +42,8 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   flow_settings.breaker = settings.breaker;
   flow_settings.rerun_done = settings.rerun_done;
   flow_settings.rerun_outdated = settings.rerun_outdated;
-  flow_settings.keep_results = settings.keep_results;
   flow_settings.done_results = settings.done_results;
   flow_settings.identity = run_identity(settings.run.config);
-  flow_settings.actor = "pillbox run (pid " + std::to_string(::getpid()) + ")";
   flow_settings.hidden_path = [config = settings.run.config](const Outcome& o) { return hidden_host_path(config, o); };
   if (settings.retry.max_attempts == 0) return Error{"--max-attempts must be at least 1"};
 
@@ -80,10 +82,17 @@ Expected<JobReport> run_job(const JobSettings& settings, TaskSource& source, Ver
   std::optional<metrics::MeteredVerdicts> metered_sink;
   if (counted != nullptr) metered_sink.emplace(sink, *counted);
   VerdictSink& verdicts = metered_sink ? static_cast<VerdictSink&>(*metered_sink) : sink;
-  TaskFlow flow(flow_settings, source, verdicts, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr,
-                settings.on_quarantine);
-  flow.set_store_dir(report.store_dir);
-  flow.set_result_store(results ? &*results : nullptr);
+  // Where the flow's effects go: the store, or memory (--no-store).
+  std::unique_ptr<AttemptStore> attempts;
+  if (ledger) {
+    attempts = std::make_unique<SqliteAttemptStore>(
+        *ledger, *quarantine,
+        BatchContext{flow_settings.identity, "pillbox run (pid " + std::to_string(::getpid()) + ")", report.store_dir,
+                     results ? &*results : nullptr, settings.keep_results});
+  } else {
+    attempts = std::make_unique<MemoryAttemptStore>();
+  }
+  TaskFlow flow(flow_settings, source, verdicts, *attempts, settings.on_quarantine);
   Expected<RunReport> run = Error{"not run"};
   if (counted != nullptr) {
     counted->set_slots(settings.run.jobs);

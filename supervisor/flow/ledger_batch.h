@@ -32,6 +32,7 @@ struct StartAttempt {
   bool rerun_ok = false;       // --rerun: a task ok in the ledger runs again
   bool new_task = false;       // the ledger did not know it when it was read: created with its attempt at once
   std::int64_t task_id = 0;    // its ledger id when known (0: a new task), so that its own earlier writes go first
+  std::uint32_t attempts_before = 0;  // as the engine counted them: a back end that keeps none numbers on from it
 };
 
 struct EndAttempt {

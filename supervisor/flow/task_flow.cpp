@@ -21,18 +21,6 @@ namespace {
 // say); tests use it to show such a payload ends in quarantine.
 const char* const kCrashHookEnv = "PILLBOX_TEST_CRASH_SUPERVISOR_ON";
 
-// How many ok tasks' writes are held back at most, and for how long (see
-// held_ok_ in task_flow.h). Together they bound what a crash costs (the
-// tasks that run again, alone) to 16 tasks, and to what ended in the last
-// second. The time limit is a wake-up of its own (a transaction only for
-// the held writes), so it is long: at 50 ms, slow tasks (strace'd echo, ~10
-// tasks/s) had their writes written alone, 25% more transactions than
-// without holding. Measured on 200 echo tasks, --jobs 2, a fresh store
-// (strace of the supervisor): 6.5 WAL pages written per task without
-// holding (7.8 per transaction), 4.5 with it.
-constexpr std::size_t kMaxHeldOk = 16;
-constexpr std::chrono::milliseconds kMaxHeldOkFor{1000};
-
 Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attempts) {
   Outcome o;
   o.kind = Kind::kSupervisorLost;
@@ -43,17 +31,15 @@ Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attem
 
 }  // namespace
 
-TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, store::Ledger* ledger,
-                   store::QuarantineStore* quarantine, QuarantineCallback on_quarantine)
+TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, AttemptStore& store,
+                   QuarantineCallback on_quarantine)
     : settings_(std::move(settings)),
       inner_(inner),
       out_(out),
-      ledger_(ledger),
-      quarantine_(quarantine),
+      store_(store),
       on_quarantine_(std::move(on_quarantine)),
       breaker_(settings_.breaker),
-      rng_(settings_.seed ? *settings_.seed : std::random_device{}()),
-      batch_context_{settings_.identity, settings_.actor, "", nullptr, settings_.keep_results} {
+      rng_(settings_.seed ? *settings_.seed : std::random_device{}()) {
   if (const char* v = std::getenv(kCrashHookEnv); v != nullptr && *v != '\0') crash_hook_ = v;
 }
 
@@ -125,16 +111,10 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
     }
     std::string sha = item.task.payload_sha256.empty() ? sha256_hex(item.task.payload) : item.task.payload_sha256;
     std::optional<store::LedgerTask> known;
-    if (ledger_ != nullptr) {
-      auto found = ledger_->find(item.task.key, sha);
+    {
+      auto found = store_.find(item.task, sha);
       if (!found) return Status::error(found.error());
       known = std::move(*found);
-      if (known && held_ok_tasks_.count(known->id) > 0) {
-        // Ended ok in this run, its writes held back: written now, so that
-        // the ledger says what this run told.
-        if (auto s = write_held_ok(); !s) return s;
-        known->state = store::TaskState::kOk;
-      }
       // Done by the scripts as they were then: when they changed since (a
       // version of its own, not this run's), it is counted, and run again
       // only when asked (--rerun-outdated).
@@ -215,13 +195,10 @@ void TaskFlow::tell_done_result(const Task& task, std::int64_t task_id) {
   std::optional<store::StoredResult> stored;
   std::string why_not = "its result was not kept (the run that did it kept none: --keep-results 0, or a pillbox "
                         "before results were kept)";
-  if (batch_context_.results != nullptr) {
-    auto found = batch_context_.results->of_task(task_id);
-    if (!found) {
-      why_not = "its result cannot be read: " + found.error();
-    } else {
-      stored = std::move(*found);
-    }
+  if (auto found = store_.kept_result(task_id); !found) {
+    why_not = "its result cannot be read: " + found.error();
+  } else {
+    stored = std::move(*found);
   }
   if (stored && stored->status == store::ResultStatus::kKept) {
     if (stored->origin.from_replay()) ++report_.done_from_replay;
@@ -273,15 +250,15 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   const bool slot_left_free = free_slots > ready + starts.size();
   // The turn's transaction stays open while the dispatcher launches its
   // starts: it commits in commit_turn(), while the children fork.
-  return flush(starts, slot_left_free, starts.empty() ? LedgerBatch::Commit::kNow : LedgerBatch::Commit::kLeaveOpen);
+  return flush(starts, slot_left_free, starts.empty() ? AttemptStore::Commit::kNow : AttemptStore::Commit::kLeaveOpen);
 }
 
 Status TaskFlow::commit_turn() {
   if (!fatal_.is_ok()) return fatal_;
-  if (ledger_ == nullptr || !batch_.open()) return Status::ok();
+  if (!store_.turn_open()) return Status::ok();
   std::vector<OpenStart> starts;
   starts.swap(open_starts_);
-  if (auto s = batch_.commit_open(*ledger_, *quarantine_, batch_context_); !s) {
+  if (auto s = store_.commit_turn(); !s) {
     // The turn's starts are not counted: none of its tasks may get its
     // payload, and the run stops (the dispatcher returns this error). Their
     // attempts never were: finish() must not end them as interrupted (the
@@ -301,72 +278,36 @@ Status TaskFlow::commit_turn() {
   return Status::ok();
 }
 
-LedgerBatch& TaskFlow::ok_writes(const Tracked& t) {
+void TaskFlow::add_ok(const Tracked& t, LedgerWrite write) {
   const bool ran_alone = !t.history.empty() && t.history.back().solo;
-  if (ran_alone || schedule_.solo_mode()) return batch_;
-  if (!held_ok_since_) held_ok_since_ = now();
-  held_ok_tasks_.insert(t.task_id);
-  return held_ok_;
+  store_.add_ok(t.task_id, std::move(write), !ran_alone && !schedule_.solo_mode(), now());
 }
 
-bool TaskFlow::release_held_ok(const std::vector<std::uint64_t>& starts, bool release) const {
-  if (held_ok_.empty()) return false;
-  if (release || held_ok_tasks_.size() >= kMaxHeldOk || schedule_.solo_mode()) return true;
-  if (held_ok_since_ && now() - *held_ok_since_ >= kMaxHeldOkFor) return true;
-  for (std::uint64_t ref : starts) {
-    if (schedule_.is_solo(ref)) return true;
-  }
-  return false;
-}
-
-Status TaskFlow::write_held_ok() {
-  if (held_ok_.empty()) return Status::ok();
+Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_held, AttemptStore::Commit when) {
   if (auto s = commit_turn(); !s) return s;
-  auto result = held_ok_.apply(*ledger_, *quarantine_, batch_context_);
+  // Before anything runs alone, what ended ok is durable: a solo task must
+  // be the only unfinished one if the supervisor dies.
+  bool release = release_held || schedule_.solo_mode();
+  std::vector<StartAttempt> start_writes;
+  for (std::uint64_t ref : starts) {
+    const Tracked& t = tracked_.at(ref);
+    release = release || schedule_.is_solo(ref);
+    start_writes.push_back(StartAttempt{ref, t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()),
+                                        schedule_.is_solo(ref), t.fresh_budget,
+                                        settings_.rerun_done || t.rerun_outdated, t.task_id == 0, t.task_id,
+                                        t.attempts});
+  }
+  auto result = store_.apply(std::move(start_writes), release, when, now());
   if (!result) {
+    // Nothing of the turn is written, and nothing runs whose attempt is not
+    // counted: the run stops.
     fatal_ = Status::error(result.error());
     return fatal_;
   }
-  ++report_.commits;
-  held_ok_tasks_.clear();
-  held_ok_since_.reset();
-  return Status::ok();
-}
-
-Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_held, LedgerBatch::Commit when) {
-  BatchResult applied;
-  if (ledger_ != nullptr) {
-    if (auto s = commit_turn(); !s) return s;
-    if (release_held_ok(starts, release_held)) {
-      batch_.add_all(held_ok_);
-      held_ok_tasks_.clear();
-      held_ok_since_.reset();
-    }
-    for (std::uint64_t ref : starts) {
-      const Tracked& t = tracked_.at(ref);
-      batch_.add(StartAttempt{ref, t.task.key, t.sha256, static_cast<std::int64_t>(t.task.payload.size()),
-                              schedule_.is_solo(ref), t.fresh_budget, settings_.rerun_done || t.rerun_outdated,
-                              t.task_id == 0,
-                              t.task_id});
-    }
-    if (!batch_.empty()) {
-      auto result = batch_.apply(*ledger_, *quarantine_, batch_context_, when);
-      if (!result) {
-        // Nothing of the turn is written, and nothing runs whose attempt is
-        // not counted: the run stops.
-        fatal_ = Status::error(result.error());
-        return fatal_;
-      }
-      applied = std::move(*result);
-      ++report_.commits;
-    }
-  } else {
-    batch_ = LedgerBatch{};
-    for (std::uint64_t ref : starts) ++tracked_.at(ref).attempts;
-  }
+  BatchResult applied = std::move(*result);
   for (const StartedAttemptOf& started : applied.started) {
     Tracked& t = tracked_.at(started.ref);
-    if (started.n != 0 && batch_.open()) open_starts_.push_back({started.ref, t.task_id, t.attempts});
+    if (started.n != 0 && store_.turn_open()) open_starts_.push_back({started.ref, t.task_id, t.attempts});
     t.task_id = started.task_id;
     t.attempts = started.n;
     t.fresh_budget = false;
@@ -441,7 +382,7 @@ TaskSource::Item TaskFlow::next() {
   }
   nothing_left = nothing_left && !schedule_.has_parked();
   if (nothing_left) {
-    if (batch_.empty() && held_ok_.empty() && awaiting_record_.empty()) {
+    if (store_.idle() && awaiting_record_.empty()) {
       item.type = TaskSource::Item::Type::kEnd;
       return item;
     }
@@ -475,9 +416,9 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   std::optional<Clock::time_point> when;
   // Something for prepare() to do right away: this turn's ledger writes, or
   // a suspect that may now run alone.
-  if (!batch_.empty() || !awaiting_record_.empty() || schedule_.suspect_may_start(in_flight_)) when = now;
+  if (store_.has_unapplied() || !awaiting_record_.empty() || schedule_.suspect_may_start(in_flight_)) when = now;
   // Held ok writes are written by then at the latest, with or without a start.
-  if (held_ok_since_) when = wait_at_earliest(when, *held_ok_since_ + kMaxHeldOkFor);
+  when = wait_at_earliest(when, store_.due_by());
   // The inner source's own wish (a source that is not a file may have one).
   if (inner_waiting_) when = wait_at_earliest(when, inner_wake_at_);
   // While a suspect runs alone (or waits to) prepare() starts nothing else
@@ -560,10 +501,8 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
 
   if (setup_broken || (!report_.stopped_for_setup.empty() && failed)) {
     attempt.charged = false;
-    if (ledger_ != nullptr) {
-      batch_.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, false,
-                            outcome.stderr_tail});
-    }
+    store_.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, false,
+                          outcome.stderr_tail});
     t.last_failure = outcome;
     schedule_.hold(t.task.ref);
     note_wait(t, 0, true);
@@ -598,11 +537,15 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   // known to work can start its check.
   if (!failed) start_check_if_due();
   attempt.charged = !outage && !transient;
-  if (ledger_ != nullptr) {
+  {
     // An ok attempt's end goes with its "ok" (settle): both held back, or neither.
-    LedgerBatch& writes = !failed && !outage ? ok_writes(t) : batch_;
-    writes.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, attempt.charged,
-                          outcome.stderr_tail});
+    EndAttempt end{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, attempt.charged,
+                   outcome.stderr_tail};
+    if (!failed && !outage) {
+      add_ok(t, std::move(end));
+    } else {
+      store_.add(std::move(end));
+    }
   }
   if (outage) {
     // A handler that flaps (down, up again as a known-good probe passes,
@@ -666,24 +609,19 @@ void TaskFlow::skip_running_elsewhere(const Task& task, const std::string& claim
 }
 
 void TaskFlow::note_wait(const Tracked& t, std::int64_t next_retry_at_ms, bool held) {
-  if (ledger_ != nullptr && t.task_id != 0) batch_.add(SetTaskWait{t.task_id, next_retry_at_ms, held});
+  if (t.task_id != 0) store_.add(SetTaskWait{t.task_id, next_retry_at_ms, held});
 }
 
 void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
   if (t.attempts_in_run > 1) ++report_.retried;
-  if (ledger_ != nullptr) {
-    if (verdict.type == Verdict::Type::kOk) {
-      // Where its attempt's end went (on_outcome).
-      LedgerBatch& writes = held_ok_tasks_.count(t.task_id) > 0 ? held_ok_ : batch_;
-      writes.add(SetTaskState{t.task_id, store::TaskState::kOk});
-      // In the same transaction as "ok": a task the ledger has as done has
-      // its result kept (or a row saying why not), never the one without the other.
-      if (batch_context_.results != nullptr && settings_.keep_results > 0) {
-        writes.add(KeepResult{t.task_id, outcome.output});
-      }
-    }
-    if (verdict.type == Verdict::Type::kGaveUp) batch_.add(SetTaskState{t.task_id, store::TaskState::kGaveUp});
+  if (verdict.type == Verdict::Type::kOk) {
+    // Where its attempt's end went (on_outcome): both held back, or neither.
+    store_.add_ok(t.task_id, SetTaskState{t.task_id, store::TaskState::kOk}, false, now());
+    // With "ok": a task the back end has as done has its result kept (or
+    // says why not), never the one without the other.
+    store_.add_ok(t.task_id, KeepResult{t.task_id, outcome.output}, false, now());
   }
+  if (verdict.type == Verdict::Type::kGaveUp) store_.add(SetTaskState{t.task_id, store::TaskState::kGaveUp});
   if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;
   if (verdict.type == Verdict::Type::kPoison) ++report_.quarantined;
   // Results are told before the ledger says "ok" (at the next commit): after
@@ -694,7 +632,7 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
 }
 
 void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
-  if (quarantine_ == nullptr || ledger_ == nullptr) {
+  if (!store_.keeps_records()) {
     remember_poison(t, 0, outcome);
     settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
     return;
@@ -702,7 +640,7 @@ void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string&
   if (t.attempts_in_run > 1) ++report_.retried;
   const Verdict verdict{Verdict::Type::kQuarantined, t.attempts, 0, false, false, reason};
   awaiting_record_[t.task.ref] = AwaitingRecord{outcome, verdict};
-  batch_.add(QuarantinePayload{t.task.ref, t.task_id, t.task.key, t.sha256, t.task.payload, t.attempts, outcome, reason});
+  store_.add(QuarantinePayload{t.task.ref, t.task_id, t.task.key, t.sha256, t.task.payload, t.attempts, outcome, reason});
 }
 
 void TaskFlow::on_breaker_opened(const Outcome& outcome, bool probe_at_once) {
@@ -753,7 +691,7 @@ void TaskFlow::uncharge_outage_failures(Tracked& t) {
   for (auto a = t.history.end() - static_cast<long>(in_run); a != t.history.end(); ++a) {
     if (!a->finished || !a->charged || a->fingerprint != breaker_.dominant_fingerprint()) continue;
     a->charged = false;
-    if (ledger_ != nullptr) batch_.add(UnchargeAttempt{t.task_id, a->n});
+    store_.add(UnchargeAttempt{t.task_id, a->n});
   }
 }
 
@@ -762,7 +700,7 @@ void TaskFlow::uncharge_failures(Tracked& t, const std::string& fingerprint) {
   for (auto a = t.history.end() - static_cast<long>(in_run); a != t.history.end(); ++a) {
     if (!a->finished || !a->charged || a->fingerprint != fingerprint) continue;
     a->charged = false;
-    if (ledger_ != nullptr) batch_.add(UnchargeAttempt{t.task_id, a->n});
+    store_.add(UnchargeAttempt{t.task_id, a->n});
   }
 }
 
@@ -1042,7 +980,7 @@ void TaskFlow::take_back_outage_verdicts() {
     t.last_failure = std::move(it->outcome);
     it = judged_poison_.erase(it);
     if (record_id != 0) {
-      auto payload = quarantine_->payloads().get(t.sha256);
+      auto payload = store_.record_payload(t.sha256);
       if (!payload) {
         out_.on_notice("cannot take back quarantine record #" + std::to_string(record_id) + ": " + payload.error());
         continue;
@@ -1050,7 +988,7 @@ void TaskFlow::take_back_outage_verdicts() {
       t.task.payload = std::move(*payload);
       const std::string detail = "released: quarantined earlier in this run with " + fingerprint +
                                  ", the fingerprint of a suspected handler outage; the task runs again";
-      batch_.add(TakeBackRecord{record_id, t.task_id, detail});
+      store_.add(TakeBackRecord{record_id, t.task_id, detail});
       taken.push_back("#" + std::to_string(record_id) + " (" + t.task.key + ")");
     } else {
       taken.push_back(t.task.key);
@@ -1222,7 +1160,7 @@ Status TaskFlow::finish(const std::string& run_error) {
     a.kind = "interrupted";
     a.charged = false;
     ++report_.interrupted;
-    if (ledger_ != nullptr) batch_.add(EndAttempt{t.task_id, a.n, "interrupted", "", why, false, ""});
+    store_.add(EndAttempt{t.task_id, a.n, "interrupted", "", why, false, ""});
   }
   for (std::uint64_t ref : schedule_.take_held()) {
     auto it = tracked_.find(ref);
@@ -1235,7 +1173,7 @@ Status TaskFlow::finish(const std::string& run_error) {
   }
   // What this run still claims (retries waiting, held tasks, attempts cut
   // short) is free for the next run.
-  if (ledger_ != nullptr) batch_.add(ReleaseClaims{});
+  store_.add(ReleaseClaims{});
   if (!fatal_.is_ok()) {
     // The store failed: try once more to record what is known, then report the failure.
     const Status failure = fatal_;

@@ -10,12 +10,13 @@
 //     the circuit breaker (circuit_breaker.h) whether this is an outage;
 //   * per task, once: hands the verdict to a VerdictSink (verdict.h).
 // Where a task waits between attempts is the schedule's (task_schedule.h);
-// what the turn writes to the ledger is a batch of typed writes
-// (ledger_batch.h), applied in one transaction at the top of the next turn
-// (prepare): group commit. It never sleeps and arms no timer: next() says by
-// when it wants to be asked again (TaskSource::Item::wake_at).
-// Without a store (--no-store) the same rules apply in memory; a poison
-// payload is then reported, not kept.
+// what it decides is recorded by its back end (attempt_store.h) as typed
+// effects (ledger_batch.h), made durable at the top of the next turn
+// (prepare): with a store, one transaction (sqlite_attempt_store.h). It
+// never sleeps and arms no timer: next() says by when it wants to be asked
+// again (TaskSource::Item::wake_at).
+// Without a store (--no-store, memory_attempt_store.h) the same rules apply
+// in memory; a poison payload is then reported, not kept.
 #include <signal.h>
 
 #include <chrono>
@@ -32,13 +33,11 @@
 
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/exec/stop_signals.h"
+#include "supervisor/flow/attempt_store.h"
 #include "supervisor/flow/circuit_breaker.h"
-#include "supervisor/flow/ledger_batch.h"
 #include "supervisor/flow/retry_policy.h"
 #include "supervisor/flow/task_schedule.h"
 #include "supervisor/flow/verdict.h"
-#include "supervisor/store/ledger.h"
-#include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/run_identity.h"
 
 namespace pillbox {
@@ -47,14 +46,10 @@ struct FlowSettings {
   RetrySettings retry;
   BreakerSettings breaker;
   RunIdentity identity;
-  std::string actor;            // who writes the audit trail: "pillbox run (pid N)"
   bool rerun_done = false;      // run tasks the ledger has as ok again (--rerun)
   // Run again the tasks the ledger has as ok under another version of the
   // handler's scripts than identity.handler_version (--rerun-outdated).
   bool rerun_outdated = false;
-  // The most bytes of ok results kept in the store (--keep-results; the
-  // oldest go first); 0: none kept.
-  std::uint64_t keep_results = 0;
   // The sink wants the kept results of tasks skipped as already ok (run
   // --out): VerdictSink::on_done_result, one store read per such task.
   bool done_results = false;
@@ -101,7 +96,6 @@ struct FlowReport {
   std::size_t done_from_replay = 0;     // ... its kept result made by a `quarantine replay` (of a patch, maybe)
   std::size_t interrupted = 0;          // attempts cut short by SIGINT/SIGTERM (not held against anyone)
   int stop_signal = 0;                  // SIGINT or SIGTERM ended the run early
-  std::size_t commits = 0;              // ledger transactions
   std::size_t input_errors = 0;
   std::size_t running_elsewhere = 0;    // claimed by another live pillbox process: its verdict, not ours
 };
@@ -112,9 +106,9 @@ using QuarantineCallback = std::function<void(const std::string& record_json, bo
 
 class TaskFlow final : public TaskSource, public OutcomeSink {
  public:
-  // `ledger` and `quarantine` are both set or both null (--no-store).
-  TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, store::Ledger* ledger,
-           store::QuarantineStore* quarantine, QuarantineCallback on_quarantine = {});
+  // `store` is not owned, and outlives the flow.
+  TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, AttemptStore& store,
+           QuarantineCallback on_quarantine = {});
   ~TaskFlow() override;
   TaskFlow(const TaskFlow&) = delete;
   TaskFlow& operator=(const TaskFlow&) = delete;
@@ -138,9 +132,6 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   const FlowReport& report() const { return report_; }
   // Whether the circuit breaker now suspects a handler outage (--metrics).
   bool breaker_open() const { return breaker_.open(); }
-  void set_store_dir(std::string dir) { batch_context_.store_dir = std::move(dir); }
-  // Where ok results are kept (with a store); not owned, outlives the flow.
-  void set_result_store(store::ResultStore* results) { batch_context_.results = results; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -248,21 +239,18 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void uncharge_outage_failures(Tracked& t);
   void uncharge_failures(Tracked& t, const std::string& fingerprint);
   void forget(std::uint64_t ref);
-  // Counts the attempts of `starts` and applies the turn's batch, then tells
-  // the verdicts that waited for it.
+  // Counts the attempts of `starts` and makes the turn's effects durable,
+  // then tells the verdicts that waited for it.
   // `release_held`: the held ok writes go too (the run ends, or a slot
   // stays free this turn).
   // `when`: kLeaveOpen leaves the transaction for commit_turn() (prepare);
   // anything else that writes commits what was left open first.
   Status flush(const std::vector<std::uint64_t>& starts, bool release_held = false,
-               LedgerBatch::Commit when = LedgerBatch::Commit::kNow);
-  // Where the ledger writes of a task that ended ok go: held back (held_ok_)
-  // unless the attempt ran alone or a suspect waits to.
-  LedgerBatch& ok_writes(const Tracked& t);
-  // Whether the held ok writes go into this turn's transaction.
-  bool release_held_ok(const std::vector<std::uint64_t>& starts, bool release) const;
-  // Writes the held ok writes now, in a transaction of their own.
-  Status write_held_ok();
+               AttemptStore::Commit when = AttemptStore::Commit::kNow);
+  // An effect of a task that ended ok: the back end may hold it back a few
+  // turns (AttemptStore::add_ok), unless the attempt ran alone or a suspect
+  // waits to.
+  void add_ok(const Tracked& t, LedgerWrite write);
   // By when next() wants to be asked again, when it says kWait.
   std::optional<Clock::time_point> wake_at() const;
   static std::optional<Clock::time_point> wait_at_earliest(std::optional<Clock::time_point> a,
@@ -313,8 +301,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   FlowSettings settings_;
   TaskSource& inner_;
   VerdictSink& out_;
-  store::Ledger* ledger_;
-  store::QuarantineStore* quarantine_;
+  AttemptStore& store_;
   QuarantineCallback on_quarantine_;
   CircuitBreaker breaker_;
   std::mt19937_64 rng_;
@@ -348,24 +335,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   Status fatal_;                // a ledger write failed: the run stops
   StopSignals stop_signals_;
 
-  LedgerBatch batch_;                                  // this turn's ledger writes
-  // The writes of tasks that ended ok (the attempt's end, "ok", the kept
-  // result), held back from the turn's transaction and written a few turns'
-  // worth at a time: each transaction that writes results dirties the
-  // results table, its age index and the running total (3 of its ~7 pages),
-  // whatever the number of results in it. Until written, such a task's
-  // attempt reads as unfinished: a crash meanwhile makes it run again,
-  // alone (as for a task in flight), never ok without its result nor ok
-  // twice. Written with the next transaction once kMaxHeldOk tasks or
-  // kMaxHeldOkFor have gone by, before anything runs alone (a solo task
-  // must be the only unfinished one if the supervisor dies), when a turn
-  // leaves a slot free (no start comes soon to share a transaction with),
-  // and at the end of the run.
-  LedgerBatch held_ok_;
-  std::set<std::int64_t> held_ok_tasks_;               // their ledger ids
-  std::vector<OpenStart> open_starts_;                 // the starts batch_ holds open
-  std::optional<Clock::time_point> held_ok_since_;     // when the oldest was held
-  BatchContext batch_context_;                         // who writes them; made once
+  std::vector<OpenStart> open_starts_;                 // the starts the back end holds open
   std::map<std::uint64_t, AwaitingRecord> awaiting_record_;  // by ref
   FlowReport report_;
 };

@@ -29,14 +29,6 @@ struct Env : test::StoreFixture {
     s.task_id = task_id;
     return s;
   }
-  // Read through a connection of its own: what another process sees.
-  std::int64_t seen(const std::string& sql) {
-    auto other = store::Database::open(store->db().path());
-    REQUIRE(other.has_value());
-    auto n = other->query_int(sql);
-    REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error()));
-    return *n;
-  }
   // A task started, and committed, in a batch of its own: its ledger id.
   std::int64_t started_task(const std::string& key) {
     LedgerBatch batch;

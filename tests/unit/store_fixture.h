@@ -39,6 +39,16 @@ struct StoreFixture {
 
   store::Database& db() { return store->db(); }
 
+  // `sql`'s number read through a connection of its own: what another
+  // process sees (what a transaction left open has not written yet).
+  std::int64_t seen(const std::string& sql) {
+    auto other = store::Database::open(store->db().path());
+    REQUIRE(other.has_value());
+    auto n = other->query_int(sql);
+    REQUIRE_MESSAGE(n.has_value(), (n ? "" : n.error()));
+    return *n;
+  }
+
   std::int64_t count(const std::string& sql) {
     auto n = db().query_int(sql);
     REQUIRE_MESSAGE(n.has_value(), n.error());

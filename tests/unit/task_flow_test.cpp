@@ -8,12 +8,15 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "shared/sha256.h"
+#include "supervisor/flow/memory_attempt_store.h"
+#include "supervisor/flow/sqlite_attempt_store.h"
 #include "supervisor/flow/task_flow.h"
 #include "supervisor/store/result_store.h"
 #include "supervisor/store/statement.h"
@@ -106,11 +109,12 @@ Outcome failure(Kind kind, const std::string& fingerprint) {
 // one running task ends (the oldest) with what `handler` says; with nothing
 // running, the clock moves to the flow's wake-up.
 struct Run {
-  Run(const std::string& store_dir, std::vector<std::string> keys, FlowSettings settings = {})
+  // `keep_results`: the most bytes of results kept in the store (0: none).
+  Run(const std::string& store_dir, std::vector<std::string> keys, FlowSettings settings = {},
+      std::uint64_t keep_results = 0)
       : source(std::move(keys)) {
     settings.clock = [this] { return now; };
     if (!settings.seed) settings.seed = 1;  // the same backoffs every time
-    settings.actor = "task_flow_test";
     settings.identity.handler_identity = "test-handler";
     settings.identity.handler = "test";
     if (!store_dir.empty()) {
@@ -123,8 +127,15 @@ struct Run {
       auto q = store::QuarantineStore::open(store->db(), store->dir(), 1000);
       REQUIRE_MESSAGE(q.has_value(), (q ? "" : q.error()));
       quarantine.emplace(std::move(*q));
+      auto r = store::ResultStore::open(store->db());
+      REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error()));
+      results.emplace(std::move(*r));
+      attempts = std::make_unique<SqliteAttemptStore>(
+          *ledger, *quarantine, BatchContext{settings.identity, "task_flow_test", "", &*results, keep_results});
+    } else {
+      attempts = std::make_unique<MemoryAttemptStore>();
     }
-    flow.emplace(settings, source, sink, ledger ? &*ledger : nullptr, quarantine ? &*quarantine : nullptr);
+    flow.emplace(settings, source, sink, *attempts);
   }
 
   // Runs to the end; fails the test on a stall, and on a spin: a wake-up
@@ -219,6 +230,8 @@ struct Run {
   std::optional<store::Store> store;
   std::optional<store::Ledger> ledger;
   std::optional<store::QuarantineStore> quarantine;
+  std::optional<store::ResultStore> results;
+  std::unique_ptr<AttemptStore> attempts;
   std::optional<TaskFlow> flow;
   std::vector<std::string> handed;       // keys in the order the flow handed them out
   std::vector<std::size_t> alongside;    // how many others ran when each was handed out
@@ -861,7 +874,8 @@ TEST_CASE("task flow: when the payloads that work are large, every poison verdic
   auto now = Clock::time_point{} + 1h;
   settings.clock = [&] { return now; };
   settings.seed = 1;
-  TaskFlow flow(settings, source, sink, nullptr, nullptr);
+  MemoryAttemptStore attempts;
+  TaskFlow flow(settings, source, sink, attempts);
   std::size_t ran = 0, ran_when_bad_judged = 0;
   for (int turn = 0; turn < 1000; ++turn) {
     REQUIRE(flow.prepare(1).is_ok());
@@ -981,12 +995,7 @@ TEST_CASE("task flow: a quarantine in a failed batch is written by finish(), and
 // one is ok with its result.
 TEST_CASE("task flow: ok tasks' writes are held back a few turns while others run, and all written by the end") {
   test::ScratchDir dir("flow");
-  FlowSettings settings;
-  settings.keep_results = 1 << 20;
-  Run run(dir.path, numbered_keys(6), settings);
-  auto results = store::ResultStore::open(run.store->db());
-  REQUIRE(results.has_value());
-  run.flow->set_result_store(&*results);
+  Run run(dir.path, numbered_keys(6), FlowSettings{}, 1 << 20);
   std::map<std::string, std::string> seen_when_t4_ran;
   run.drive([&](const Task& t) {
     if (t.key == "t4") {
@@ -1012,14 +1021,9 @@ TEST_CASE("task flow: ok tasks' writes are held back a few turns while others ru
 
 TEST_CASE("task flow: a run that dies with ok writes held back leaves those tasks to run again: never ok twice, never ok without its result") {
   test::ScratchDir dir("flow");
-  FlowSettings settings;
-  settings.keep_results = 1 << 20;
   {
     // Driven by hand, then dropped without finish(): the supervisor killed.
-    Run run(dir.path, {"a", "b", "c", "d"}, settings);
-    auto results = store::ResultStore::open(run.store->db());
-    REQUIRE(results.has_value());
-    run.flow->set_result_store(&*results);
+    Run run(dir.path, {"a", "b", "c", "d"}, FlowSettings{}, 1 << 20);
     REQUIRE(run.flow->prepare(2).is_ok());
     const TaskSource::Item a = run.flow->next();
     const TaskSource::Item b = run.flow->next();
@@ -1033,10 +1037,7 @@ TEST_CASE("task flow: a run that dies with ok writes held back leaves those task
     CHECK(run.sink.of("a").verdict.type == Verdict::Type::kOk);  // told, not yet written
     CHECK(run.state("a") == "pending");
   }
-  Run again(dir.path, {"a", "b", "c", "d"}, settings);
-  auto results = store::ResultStore::open(again.store->db());
-  REQUIRE(results.has_value());
-  again.flow->set_result_store(&*results);
+  Run again(dir.path, {"a", "b", "c", "d"}, FlowSettings{}, 1 << 20);
   again.drive([](const Task& t) {
     Outcome o = ok();
     o.output = "result of " + t.key;
@@ -1055,7 +1056,7 @@ TEST_CASE("task flow: a run that dies with ok writes held back leaves those task
   CHECK_FALSE(h[0].finished);
   CHECK(h[1].kind == "ok");
   CHECK(*again.store->db().query_int("SELECT count(*) FROM results WHERE status = 'kept'") == 4);
-  auto kept = results->of_task(*again.store->db().query_int("SELECT id FROM tasks WHERE key = 'a'"));
+  auto kept = again.results->of_task(*again.store->db().query_int("SELECT id FROM tasks WHERE key = 'a'"));
   REQUIRE(kept.has_value());
   REQUIRE(kept->has_value());
   CHECK((*kept)->data == "result of a");

@@ -1,0 +1,89 @@
+#pragma once
+// What the attempt engine (task_flow.h) asks of the back end that keeps its
+// tasks' attempts and verdicts (docs/architecture.md, 'Adding a back end').
+// The engine decides; the back end only records. It hands the back end its
+// effects as typed writes (ledger_batch.h: start an attempt, end one,
+// uncharge one, the wait of a task, its state, its result, a record, a
+// verdict taken back, the claims released) in the order it decided them, and
+// asks it to make them durable at the turn's end (apply). What the back end
+// assigns (attempt numbers, record ids) comes back as answers, by the task's
+// ref, from apply(); a back end whose writes complete later returns them
+// from a later apply().
+//
+// Implementations: sqlite_attempt_store.h (the store of `run`: one SQLite
+// transaction per turn) and memory_attempt_store.h (--no-store: attempts
+// counted in memory, nothing kept).
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/exec/task_source.h"
+#include "supervisor/flow/ledger_batch.h"
+#include "supervisor/store/ledger.h"
+#include "supervisor/store/result_store.h"
+
+namespace pillbox {
+
+class AttemptStore {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~AttemptStore() = default;
+
+  // Whether a poison payload is kept as a record (QuarantinePayload is
+  // answered with its id). Without, the engine reports it and keeps nothing.
+  virtual bool keeps_records() const = 0;
+
+  // Intake: what the back end knows of `task` (its key, and its payload of
+  // hash `sha256`; nullopt: nothing yet). A task whose ok is written but not
+  // yet durable reads as ok (its writes are made durable first).
+  virtual Expected<std::optional<store::LedgerTask>> find(const Task& task, const std::string& sha256) = 0;
+  // The result kept for a task done earlier (`run --out` of a task skipped as
+  // ok); nullopt when this back end keeps no results.
+  virtual Expected<std::optional<store::StoredResult>> kept_result(std::int64_t task_id) = 0;
+  // The payload of a record, to run its task again when its verdict is taken back.
+  virtual Expected<std::string> record_payload(const std::string& sha256) = 0;
+
+  // An effect of this turn, in the order decided.
+  virtual void add(LedgerWrite write) = 0;
+  // An effect of a task that ended ok (the end of its attempt, its state,
+  // its result). They may be held back for a few turns and made durable
+  // together (the back end's choice: fewer writes), when `may_hold` and
+  // always when the task's earlier ok writes were held: an ok task's writes
+  // become durable together, never some without the others. Until they are,
+  // a crash makes the task run again (alone), never ok without its result.
+  // `now`: the engine's clock (held writes are due kMaxHeldOkFor after the first).
+  virtual void add_ok(std::int64_t task_id, LedgerWrite write, bool may_hold, Clock::time_point now) = 0;
+
+  // When apply() may return before this turn's writes are durable.
+  // kLeaveOpen: the starts are written and the rest waits for
+  // commit_turn(), so that most of the cost runs while the children fork,
+  // before any of them gets its payload (TaskSource::commit_turn).
+  using Commit = LedgerBatch::Commit;
+  // Makes this turn's effects durable, in the order added, and then
+  // `starts`, the attempts that start this turn (answered in order: an
+  // attempt number, or 0 and why the task does not run here). `release_held`:
+  // the held ok writes go too (a task is about to run alone, the run ends,
+  // or nothing starts soon to share a write with). On failure nothing of
+  // the turn is kept but what a later apply() may still write (never a
+  // start: its task does not run), and the run stops.
+  virtual Expected<BatchResult> apply(std::vector<StartAttempt> starts, bool release_held, Commit when,
+                                      Clock::time_point now) = 0;
+  // Ends what apply(kLeaveOpen) left open. On failure the turn's starts are
+  // not counted: their tasks must not get their payloads.
+  virtual Status commit_turn() = 0;
+  // Whether apply(kLeaveOpen) left the turn's writes open (its starts are
+  // not durable until commit_turn()).
+  virtual bool turn_open() const = 0;
+  // Effects added and not yet given to apply(), held ok writes aside.
+  virtual bool has_unapplied() const = 0;
+  // Nothing added waits to be made durable, held ok writes included.
+  virtual bool idle() const = 0;
+  // By when the held ok writes are due to be made durable (an apply by
+  // then), nullopt when none are held.
+  virtual std::optional<Clock::time_point> due_by() const = 0;
+};
+
+}  // namespace pillbox
