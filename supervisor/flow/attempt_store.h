@@ -63,8 +63,10 @@ class AttemptStore {
   // before any of them gets its payload (TaskSource::commit_turn).
   using Commit = LedgerBatch::Commit;
   // Makes this turn's effects durable, in the order added, and then
-  // `starts`, the attempts that start this turn (answered in order: an
-  // attempt number, or 0 and why the task does not run here). `release_held`:
+  // `starts`, the attempts that start this turn. Each start is answered
+  // once, in the order given: an attempt number, or 0 and why the task does
+  // not run here; in this apply() or, for a back end whose writes complete
+  // later, a later one (the task holds its slot meanwhile). `release_held`:
   // the held ok writes go too (a task is about to run alone, the run ends,
   // or nothing starts soon to share a write with). On failure nothing of
   // the turn is kept but what a later apply() may still write (never a
@@ -77,10 +79,16 @@ class AttemptStore {
   // Whether apply(kLeaveOpen) left the turn's writes open (its starts are
   // not durable until commit_turn()).
   virtual bool turn_open() const = 0;
-  // Effects added and not yet given to apply(), held ok writes aside.
+  // Effects added and not yet given to apply(), held ok writes aside, or
+  // answers ready for it: the engine's next turn is due at once.
   virtual bool has_unapplied() const = 0;
-  // Nothing added waits to be made durable, held ok writes included.
+  // Nothing added waits to be made durable or answered, held ok writes
+  // included.
   virtual bool idle() const = 0;
+  // What the engine's wait also watches: a back end whose answers come
+  // later makes one of these readable when they are in (the next apply()
+  // returns them). None for a back end that answers in apply() itself.
+  virtual std::vector<int> wait_fds() const { return {}; }
   // By when the held ok writes are due to be made durable (an apply by
   // then), nullopt when none are held.
   virtual std::optional<Clock::time_point> due_by() const = 0;

@@ -225,7 +225,7 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   }
   const auto now = this->now();
   std::vector<std::uint64_t> starts;
-  const std::size_t ready = schedule_.ready_count();
+  const std::size_t ready = schedule_.ready_count() + starting_.size();
   const std::size_t want = free_slots > ready ? free_slots - ready : 0;
   if (schedule_.solo_mode()) {
     // A suspect runs alone: wait for the others to finish, start it, start
@@ -305,13 +305,26 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     return fatal_;
   }
   BatchResult applied = std::move(*result);
+  // A start is answered in this apply or a later one (a back end whose
+  // writes complete later): until then its task is starting, in no place
+  // of the schedule, and holds its slot.
+  starting_.insert(starts.begin(), starts.end());
   for (const StartedAttemptOf& started : applied.started) {
+    if (starting_.erase(started.ref) == 0) continue;  // cannot be: answered twice
     Tracked& t = tracked_.at(started.ref);
     if (started.n != 0 && store_.turn_open()) open_starts_.push_back({started.ref, t.task_id, t.attempts});
     t.task_id = started.task_id;
     t.attempts = started.n;
     t.fresh_budget = false;
-    if (started.n != 0) continue;
+    if (started.n != 0) {
+      store::AttemptSummary a;
+      a.n = t.attempts;
+      a.solo = schedule_.is_solo(started.ref);
+      t.history.push_back(a);
+      ++t.attempts_in_run;
+      schedule_.make_ready(started.ref);
+      continue;
+    }
     if (!started.claimed_elsewhere.empty()) {
       skip_running_elsewhere(t.task, started.claimed_elsewhere);
     } else {
@@ -323,17 +336,6 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     if (t.probe) breaker_.probe_ended(false, now());  // no evidence either way: probe again later
     schedule_.end_solo(started.ref);
     forget(started.ref);
-  }
-  for (std::uint64_t ref : starts) {
-    auto it = tracked_.find(ref);
-    if (it == tracked_.end()) continue;
-    Tracked& t = it->second;
-    store::AttemptSummary a;
-    a.n = t.attempts;
-    a.solo = schedule_.is_solo(ref);
-    t.history.push_back(a);
-    ++t.attempts_in_run;
-    schedule_.make_ready(ref);
   }
   // Verdicts that name a record are told only now that the record exists.
   for (QuarantineWritten& q : applied.quarantined) {
@@ -373,7 +375,7 @@ TaskSource::Item TaskFlow::next() {
   // a known-good probe can still end the outage (until --breaker-max-wait).
   const bool can_still_probe = breaker_.open() && known_good_ && !report_.stopped_by_breaker;
   const std::size_t held = schedule_.held_count();
-  bool nothing_left = inner_done_ && in_flight_ == 0 && schedule_.quiet() &&
+  bool nothing_left = inner_done_ && in_flight_ == 0 && starting_.empty() && schedule_.quiet() &&
                       (held == 0 || (breaker_.open() && !can_still_probe) || !report_.stopped_for_setup.empty());
   if (nothing_left && schedule_.has_parked()) {
     // Nothing left can decide (nothing succeeded in this run): the parked
@@ -399,9 +401,15 @@ TaskSource::Item TaskFlow::next() {
 }
 
 std::vector<int> TaskFlow::wait_fds() const {
+  // The back end's answers (one whose writes complete later), and the
+  // inner source's input while intake is open.
+  std::vector<int> fds = store_.wait_fds();
   const bool intake_open = !breaker_.open() || breaker_.may_probe(now());
-  if (inner_waiting_ && intake_open) return inner_.wait_fds();
-  return {};
+  if (inner_waiting_ && intake_open) {
+    const std::vector<int> inner = inner_.wait_fds();
+    fds.insert(fds.end(), inner.begin(), inner.end());
+  }
+  return fds;
 }
 
 std::optional<TaskFlow::Clock::time_point> TaskFlow::wait_at_earliest(std::optional<Clock::time_point> a,

@@ -310,6 +310,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   TaskSchedule schedule_;                      // where those not running wait
   std::set<std::string> active_payloads_;      // payload ids of tracked tasks (repeats are skipped)
   std::size_t in_flight_ = 0;
+  std::set<std::uint64_t> starting_;           // started, not yet answered by the back end
   bool inner_done_ = false;
   bool inner_waiting_ = false;
   std::optional<Clock::time_point> inner_wake_at_;  // the inner source's, with its last kWait
