@@ -32,9 +32,27 @@ class AttemptStore {
   using Clock = std::chrono::steady_clock;
   virtual ~AttemptStore() = default;
 
-  // Whether a poison payload is kept as a record (QuarantinePayload is
-  // answered with its id). Without, the engine reports it and keeps nothing.
-  virtual bool keeps_records() const = 0;
+  // What the back end can do; the engine's rules that need what it cannot
+  // are off, or take another course (task_flow.h says which).
+  struct Capabilities {
+    // A poison payload is kept as a record (QuarantinePayload is answered
+    // with its id). Without, the engine reports it and keeps nothing.
+    bool keeps_records = true;
+    // A poison verdict given in this run can be taken back (TakeBackRecord)
+    // when a suspected outage explains it.
+    bool takes_back = true;
+    // The run may end on its own: the breaker open longer than its limit,
+    // tasks that cannot see a file of the host, a command that fails on its
+    // own setup. A broker's worker may not (nothing would run the tasks it
+    // holds): it gives its held tasks back to the fleet instead
+    // (ReleaseTask) and goes on probing, and a failure without its payload
+    // read counts as any failure.
+    bool can_stop = true;
+    // The same key and payload twice among the inputs is one task, run once
+    // (run's files). A broker's deliveries are tasks each, to be settled each.
+    bool merges_repeats = true;
+  };
+  virtual Capabilities capabilities() const = 0;
 
   // Intake: what the back end knows of `task` (its key, and its payload of
   // hash `sha256`; nullopt: nothing yet). A task whose ok is written but not

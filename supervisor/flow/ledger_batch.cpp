@@ -52,6 +52,7 @@ class Writer {
   }
   Status operator()(const SetTaskWait& w) { return ledger_.set_wait(w.task_id, w.next_retry_at_ms, w.held); }
   Status operator()(const ReleaseClaims&) { return ledger_.release_claims(); }
+  Status operator()(const ReleaseTask& w) { return ledger_.release_claim(w.task_id); }
 
   Status operator()(const QuarantinePayload& w) {
     store::QuarantineEntry entry = make_quarantine_entry(context_.identity, w.outcome, w.key, w.sha256,
@@ -112,7 +113,7 @@ std::int64_t task_of(const LedgerWrite& w) {
 
 bool told_when_durable(const LedgerWrite& w) {
   return std::holds_alternative<QuarantinePayload>(w) || std::holds_alternative<TakeBackRecord>(w) ||
-         std::holds_alternative<ReleaseClaims>(w);
+         std::holds_alternative<ReleaseClaims>(w) || std::holds_alternative<ReleaseTask>(w);
 }
 
 }  // namespace

@@ -73,6 +73,12 @@ struct SetTaskWait {
 // The run ends: every task it still claims is free for another run.
 struct ReleaseClaims {};
 
+// One task given back, pending, without a verdict: free for another process
+// to run (a worker that cannot stop gives back what an outage held too long).
+struct ReleaseTask {
+  std::int64_t task_id = 0;
+};
+
 // A poison payload into the quarantine store, with its audit entry, and its
 // task marked quarantined.
 struct QuarantinePayload {
@@ -96,7 +102,7 @@ struct TakeBackRecord {
 };
 
 using LedgerWrite = std::variant<StartAttempt, EndAttempt, UnchargeAttempt, SetTaskState, KeepResult, SetTaskWait,
-                                  ReleaseClaims, QuarantinePayload, TakeBackRecord>;
+                                  ReleaseClaims, ReleaseTask, QuarantinePayload, TakeBackRecord>;
 
 struct StartedAttemptOf {
   std::uint64_t ref = 0;

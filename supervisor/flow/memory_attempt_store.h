@@ -9,7 +9,11 @@ namespace pillbox {
 
 class MemoryAttemptStore final : public AttemptStore {
  public:
-  bool keeps_records() const override { return false; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.keeps_records = false;
+    return c;
+  }
   Expected<std::optional<store::LedgerTask>> find(const Task&, const std::string&) override {
     return std::optional<store::LedgerTask>{};
   }

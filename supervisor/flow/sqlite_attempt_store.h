@@ -19,7 +19,7 @@ class SqliteAttemptStore final : public AttemptStore {
   SqliteAttemptStore(store::Ledger& ledger, store::QuarantineStore& quarantine, BatchContext context)
       : ledger_(ledger), quarantine_(quarantine), context_(std::move(context)) {}
 
-  bool keeps_records() const override { return true; }
+  Capabilities capabilities() const override { return Capabilities{}; }
   Expected<std::optional<store::LedgerTask>> find(const Task& task, const std::string& sha256) override;
   Expected<std::optional<store::StoredResult>> kept_result(std::int64_t task_id) override;
   Expected<std::string> record_payload(const std::string& sha256) override;

@@ -37,6 +37,7 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, A
       inner_(inner),
       out_(out),
       store_(store),
+      can_(store.capabilities()),
       on_quarantine_(std::move(on_quarantine)),
       breaker_(settings_.breaker),
       rng_(settings_.seed ? *settings_.seed : std::random_device{}()) {
@@ -53,7 +54,7 @@ int TaskFlow::stop_signal() const { return stop_signals_.caught(); }
 void TaskFlow::forget(std::uint64_t ref) {
   auto it = tracked_.find(ref);
   if (it == tracked_.end()) return;
-  active_payloads_.erase(it->second.payload_id);
+  if (auto p = active_payloads_.find(it->second.payload_id); p != active_payloads_.end()) active_payloads_.erase(p);
   tracked_.erase(it);
 }
 
@@ -146,7 +147,7 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
         continue;
       }
     }
-    if (active_payloads_.count(item.task.key + "\n" + sha) > 0) {
+    if (can_.merges_repeats && active_payloads_.count(item.task.key + "\n" + sha) > 0) {
       // The same key and payload twice in one input: one task, run once.
       ++report_.skipped_repeats;
       out_.on_skipped(item.task, "repeats an earlier input of this run", 0);
@@ -236,10 +237,13 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   } else if (breaker_.open()) {
     // Intake paused: one probe at a time, until one succeeds or the wait is
     // too long.
-    if (breaker_.waited_too_long(now) || stop_at_next_turn_) {
+    if (can_.can_stop && (breaker_.waited_too_long(now) || stop_at_next_turn_)) {
       if (!report_.stopped_by_breaker) stop_for_outage();
-    } else if (want > 0 && breaker_.may_probe(now)) {
-      if (auto s = start_probe(starts, now); !s) return s;
+    } else {
+      if (!can_.can_stop && breaker_.waited_too_long(now)) give_back_held();
+      if (want > 0 && breaker_.may_probe(now)) {
+        if (auto s = start_probe(starts, now); !s) return s;
+      }
     }
   } else {
     for (std::uint64_t ref : schedule_.take_due(now, want)) starts.push_back(ref);
@@ -440,7 +444,10 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   if (breaker_.open() && (!inner_done_ || known_good_) && !breaker_.may_probe(now)) {
     when = wait_at_earliest(when, breaker_.next_probe_at());
   }
-  if (breaker_.open() && settings_.breaker.max_wait.count() > 0 && !report_.stopped_by_breaker) {
+  // (A back end that cannot stop gives held tasks back from then on, as
+  // they come: no wake-up of its own.)
+  if (breaker_.open() && settings_.breaker.max_wait.count() > 0 && !report_.stopped_by_breaker &&
+      (can_.can_stop || !breaker_.waited_too_long(now))) {
     when = wait_at_earliest(when, breaker_.opened_at() + settings_.breaker.max_wait);
   }
   return when;
@@ -456,10 +463,17 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   // or size, or failing before its read: a buffer of its size it cannot
   // allocate): an ordinary failure, charged, so that it cannot dodge its
   // verdict run after run.
+  // A back end that cannot stop (a worker) has no setup rule: uncharged,
+  // such failures would go round the fleet for ever. There they count as
+  // any failure, and the breaker holds a fleet whose command fails on its
+  // own setup as it holds any outage.
   std::optional<Outcome> unread_as_any;
-  if (reported.payload_unread && !t.probe_copy && ++t.unread_in_run > 1 && command_works_) {
-    unread_as_any = reported;
-    unread_as_any->payload_unread = false;
+  if (reported.payload_unread && !t.probe_copy) {
+    ++t.unread_in_run;
+    if (!can_.can_stop || (t.unread_in_run > 1 && command_works_)) {
+      unread_as_any = reported;
+      unread_as_any->payload_unread = false;
+    }
   }
   const Outcome& outcome = unread_as_any ? *unread_as_any : reported;
   if (!crash_hook_.empty() && t.task.payload.find(crash_hook_) != std::string::npos) {
@@ -640,7 +654,7 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
 }
 
 void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
-  if (!store_.keeps_records()) {
+  if (!can_.keeps_records) {
     remember_poison(t, 0, outcome);
     settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
     return;
@@ -966,6 +980,7 @@ void TaskFlow::remember_poison(const Tracked& t, std::int64_t record_id, const O
   // Without a store the payload exists nowhere else; with one it is reread
   // from the store if the verdict is taken back.
   constexpr std::size_t kMaxKeptPayload = 1 << 20;
+  if (!can_.takes_back) return;  // nothing to remember: a verdict given stands
   if (record_id == 0 && t.task.payload.size() > kMaxKeptPayload) return;
   JudgedPoison p{t, record_id, outcome};
   p.outcome.output.clear();
@@ -1121,6 +1136,23 @@ void TaskFlow::stop_for_outage() {
                  " held tasks (listed as held) and the inputs not read yet run in the next run over the same inputs "
                  "and store" + share_hint());
   out_.on_status("");
+}
+
+void TaskFlow::give_back_held() {
+  const std::vector<std::uint64_t> held = schedule_.take_held();
+  if (held.empty()) return;
+  out_.on_notice("handler outage suspected for longer than --breaker-max-wait: " + std::to_string(held.size()) +
+                 " held tasks given back to the other workers; probing goes on here");
+  for (std::uint64_t ref : held) {
+    Tracked& t = tracked_.at(ref);
+    ++report_.held;
+    if (t.task_id != 0) store_.add(ReleaseTask{t.task_id});
+    out_.on_verdict(t.task, t.last_failure.value_or(Outcome{}),
+                    Verdict{Verdict::Type::kHeld, t.attempts, 0, false, false,
+                            "held by a suspected handler outage longer than --breaker-max-wait: given back to the "
+                            "other workers"});
+    forget(ref);
+  }
 }
 
 void TaskFlow::stop_for_setup(const Outcome& example) {

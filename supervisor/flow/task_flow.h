@@ -284,6 +284,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // While paused: a notice now and then, and the status line.
   void report_pause(Clock::time_point now, const Outcome* failed_probe);
   void stop_for_outage();
+  // A back end that cannot stop (a worker): the breaker open longer than
+  // --breaker-max-wait gives the held tasks back to the fleet, at once and
+  // from then on, while this process goes on probing.
+  void give_back_held();
   // Every task so far failed without reading its payload: stop now (exit 3).
   void stop_for_setup(const Outcome& example);
   // "; to let tasks read it, run with --share DIR ..." for a hidden file, else "".
@@ -302,13 +306,16 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   TaskSource& inner_;
   VerdictSink& out_;
   AttemptStore& store_;
+  const AttemptStore::Capabilities can_;  // what store_ can do
   QuarantineCallback on_quarantine_;
   CircuitBreaker breaker_;
   std::mt19937_64 rng_;
 
   std::map<std::uint64_t, Tracked> tracked_;   // every task not yet settled, by ref
   TaskSchedule schedule_;                      // where those not running wait
-  std::set<std::string> active_payloads_;      // payload ids of tracked tasks (repeats are skipped)
+  // Payload ids of tracked tasks (repeats are skipped where the back end
+  // merges them; a broker's twin deliveries are tracked both).
+  std::multiset<std::string> active_payloads_;
   std::size_t in_flight_ = 0;
   std::set<std::uint64_t> starting_;           // started, not yet answered by the back end
   bool inner_done_ = false;

@@ -60,7 +60,8 @@ Ledger::Ledger(Ledger&& other) noexcept
       set_state_(std::move(other.set_state_)),
       uncharge_all_(std::move(other.uncharge_all_)),
       set_wait_(std::move(other.set_wait_)),
-      release_claims_(std::move(other.release_claims_)) {}
+      release_claims_(std::move(other.release_claims_)),
+      release_claim_(std::move(other.release_claim_)) {}
 
 Ledger::~Ledger() { rollback(); }
 
@@ -100,6 +101,7 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
        "version = CASE WHEN ?2 = 'ok' THEN ?4 ELSE version END WHERE id = ?1"},
       {&ledger.set_wait_, "UPDATE tasks SET next_retry_at = ?2, held = ?3 WHERE id = ?1"},
       {&ledger.release_claims_, "UPDATE tasks SET claim = NULL WHERE claim = ?1"},
+      {&ledger.release_claim_, "UPDATE tasks SET claim = NULL WHERE id = ?1 AND claim = ?2"},
   };
   for (auto& [target, sql] : statements) {
     auto stmt = Statement::prepare(db.handle(), sql);
@@ -300,5 +302,9 @@ Status Ledger::set_wait(std::int64_t task_id, std::int64_t next_retry_at, bool h
 }
 
 Status Ledger::release_claims() { return release_claims_.bind(1, std::string_view(claim_)).run(); }
+
+Status Ledger::release_claim(std::int64_t task_id) {
+  return release_claim_.bind(1, task_id).bind(2, std::string_view(claim_)).run();
+}
 
 }  // namespace pillbox::store

@@ -117,6 +117,9 @@ class Ledger {
   Status set_wait(std::int64_t task_id, std::int64_t next_retry_at_ms, bool held);
   // Releases every claim of this process (the run ends; also after a signal).
   Status release_claims();
+  // Releases this process's claim of one task, which stays pending: given
+  // back for another process to run.
+  Status release_claim(std::int64_t task_id);
 
  private:
   Ledger(Database& db, std::string job);
@@ -146,6 +149,7 @@ class Ledger {
   Statement uncharge_all_;
   Statement set_wait_;
   Statement release_claims_;
+  Statement release_claim_;
 };
 
 }  // namespace pillbox::store

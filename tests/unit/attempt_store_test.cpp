@@ -167,7 +167,8 @@ TEST_CASE("sqlite attempt store: starts left open are durable only once the turn
 TEST_CASE("memory attempt store: attempts numbered as the engine counts them, nothing else kept") {
   MemoryAttemptStore memory;
   const auto now = Clock::time_point{} + 1h;
-  CHECK_FALSE(memory.keeps_records());
+  CHECK_FALSE(memory.capabilities().keeps_records);
+  CHECK(memory.capabilities().can_stop);
   auto found = memory.find(Task{"a", "a"}, sha256_hex("a"));
   REQUIRE(found.has_value());
   CHECK_FALSE(found->has_value());

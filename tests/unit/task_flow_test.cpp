@@ -94,13 +94,20 @@ class Recorder final : public VerdictSink {
   std::vector<std::string> taken_back;
 };
 
-// A back end whose starts are answered one apply() later, as a broker's
-// are (its writes complete after the turn that asked for them): the real
-// one underneath, its answers held back a turn.
-class StartsAnsweredLater final : public AttemptStore {
+// A back end as a broker's may be, over the real one underneath: its
+// starts answered one apply() later (its writes complete after the turn
+// that asked for them), and/or with other capabilities (a broker cannot
+// stop, take a verdict back, or merge twin deliveries). Its tasks given
+// back (ReleaseTask) are listed.
+struct BackEndAs {
+  bool starts_answered_later = false;
+  std::optional<AttemptStore::Capabilities> capabilities;
+};
+
+class TestBackEnd final : public AttemptStore {
  public:
-  explicit StartsAnsweredLater(std::unique_ptr<AttemptStore> inner) : inner_(std::move(inner)) {}
-  bool keeps_records() const override { return inner_->keeps_records(); }
+  TestBackEnd(std::unique_ptr<AttemptStore> inner, BackEndAs as) : inner_(std::move(inner)), as_(as) {}
+  Capabilities capabilities() const override { return as_.capabilities.value_or(inner_->capabilities()); }
   Expected<std::optional<store::LedgerTask>> find(const Task& task, const std::string& sha256) override {
     return inner_->find(task, sha256);
   }
@@ -108,12 +115,17 @@ class StartsAnsweredLater final : public AttemptStore {
     return inner_->kept_result(task_id);
   }
   Expected<std::string> record_payload(const std::string& sha256) override { return inner_->record_payload(sha256); }
-  void add(LedgerWrite write) override { inner_->add(std::move(write)); }
+  void add(LedgerWrite write) override {
+    if (const auto* r = std::get_if<ReleaseTask>(&write)) given_back.push_back(r->task_id);
+    inner_->add(std::move(write));
+  }
   void add_ok(std::int64_t task_id, LedgerWrite write, bool may_hold, Clock::time_point now) override {
     inner_->add_ok(task_id, std::move(write), may_hold, now);
   }
-  // Committed at once: an answer given a turn later is durable by then.
-  Expected<BatchResult> apply(std::vector<StartAttempt> starts, bool release_held, Commit, Clock::time_point now) override {
+  Expected<BatchResult> apply(std::vector<StartAttempt> starts, bool release_held, Commit when,
+                              Clock::time_point now) override {
+    if (!as_.starts_answered_later) return inner_->apply(std::move(starts), release_held, when, now);
+    // Committed at once: an answer given a turn later is durable by then.
     auto result = inner_->apply(std::move(starts), release_held, Commit::kNow, now);
     if (!result) return result;
     BatchResult out;
@@ -123,15 +135,28 @@ class StartsAnsweredLater final : public AttemptStore {
     return out;
   }
   Status commit_turn() override { return inner_->commit_turn(); }
-  bool turn_open() const override { return false; }
+  bool turn_open() const override { return inner_->turn_open(); }
   bool has_unapplied() const override { return inner_->has_unapplied() || !waiting_.empty(); }
   bool idle() const override { return inner_->idle() && waiting_.empty(); }
   std::optional<Clock::time_point> due_by() const override { return inner_->due_by(); }
 
+  std::vector<std::int64_t> given_back;  // ReleaseTask's task ids, in order
+
  private:
   std::unique_ptr<AttemptStore> inner_;
+  BackEndAs as_;
   std::vector<StartedAttemptOf> waiting_;  // answers for the next apply()
 };
+
+// What a broker's back end can do (stream_worker.h): keeps its dead letters,
+// cannot take them back, cannot stop, runs every delivery.
+AttemptStore::Capabilities broker_like() {
+  AttemptStore::Capabilities c;
+  c.takes_back = false;
+  c.can_stop = false;
+  c.merges_repeats = false;
+  return c;
+}
 
 Outcome ok() { return Outcome{}; }
 
@@ -149,10 +174,9 @@ Outcome failure(Kind kind, const std::string& fingerprint) {
 // running, the clock moves to the flow's wake-up.
 struct Run {
   // `keep_results`: the most bytes of results kept in the store (0: none).
-  // `starts_answered_later`: the back end answers each start a turn later
-  // (StartsAnsweredLater).
+  // `as`: the back end as a broker's may be (TestBackEnd).
   Run(const std::string& store_dir, std::vector<std::string> keys, FlowSettings settings = {},
-      std::uint64_t keep_results = 0, bool starts_answered_later = false)
+      std::uint64_t keep_results = 0, BackEndAs as = {})
       : source(std::move(keys)) {
     settings.clock = [this] { return now; };
     if (!settings.seed) settings.seed = 1;  // the same backoffs every time
@@ -176,7 +200,9 @@ struct Run {
     } else {
       attempts = std::make_unique<MemoryAttemptStore>();
     }
-    if (starts_answered_later) attempts = std::make_unique<StartsAnsweredLater>(std::move(attempts));
+    auto back_end = std::make_unique<TestBackEnd>(std::move(attempts), as);
+    test_back_end = back_end.get();
+    attempts = std::move(back_end);
     flow.emplace(settings, source, sink, *attempts);
   }
 
@@ -281,6 +307,7 @@ struct Run {
   std::optional<store::QuarantineStore> quarantine;
   std::optional<store::ResultStore> results;
   std::unique_ptr<AttemptStore> attempts;
+  TestBackEnd* test_back_end = nullptr;  // `attempts`, as the TestBackEnd it is
   std::optional<TaskFlow> flow;
   std::vector<std::string> handed;       // keys in the order the flow handed them out
   std::vector<std::size_t> alongside;    // how many others ran when each was handed out
@@ -1268,7 +1295,7 @@ TEST_CASE("task flow: once the command works, a payload failing unread twice is 
 // one final verdict (plus one per take-back); the ledger agrees. Knobs for
 // a longer search: FUZZ_N runs from seed FUZZ_FROM; FUZZ_BIG_WINDOW=1 for
 // windows of 4 to 6; FUZZ_DEBUG=1 prints a run's shape, tasks and notices.
-void fuzz_one(std::uint64_t seed, bool with_store, bool starts_answered_later = false) {
+void fuzz_one(std::uint64_t seed, bool with_store, BackEndAs as = {}) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
   FlowSettings settings = outage_settings(std::chrono::milliseconds(std::vector<int>{0, 5000, 30000}[pick(3)]));
@@ -1306,7 +1333,7 @@ void fuzz_one(std::uint64_t seed, bool with_store, bool starts_answered_later = 
   const bool by_clock = pick(2) == 0;
   const auto clock_len = std::chrono::seconds(1 + pick(8));
   const int multi_fp = pick(3);
-  Run run(with_store ? dir.path : "", keys, settings, 0, starts_answered_later);
+  Run run(with_store ? dir.path : "", keys, settings, 0, as);
   if (std::getenv("FUZZ_DEBUG")) {
     std::string ks;
     for (const auto& k : keys) ks += k + ":" + std::to_string(kind[k]) + (suspects.count(k) ? "S" : "") + " ";
@@ -1426,7 +1453,7 @@ TEST_CASE("task flow: random runs keep the invariants when the back end answers 
   const std::uint64_t first = from ? std::strtoull(from, nullptr, 10) : 1;
   for (std::uint64_t seed = first; seed < first + count; ++seed) {
     CAPTURE(seed);
-    fuzz_one(seed, seed % 2 == 0, /*starts_answered_later=*/true);
+    fuzz_one(seed, seed % 2 == 0, BackEndAs{true, std::nullopt});
   }
 }
 
@@ -1463,7 +1490,7 @@ TEST_CASE("task flow: a back end that answers starts a turn later gets the same 
     INFO("starts answered " << when);
     test::ScratchDir dir("flow");
     make_suspect(dir.path, "suspect");
-    Run run(dir.path, keys, retries(3), 0, later);
+    Run run(dir.path, keys, retries(3), 0, BackEndAs{later, std::nullopt});
     run.drive(handler(later ? runs_later : runs_now), 3);
     // The suspect ran alone.
     const auto suspect = std::find(run.handed.begin(), run.handed.end(), "suspect");
@@ -1478,6 +1505,115 @@ TEST_CASE("task flow: a back end that answers starts a turn later gets the same 
   CHECK(now_verdicts["suspect"] == "ok after 2; state ok");
   CHECK(later_verdicts == now_verdicts);
   CHECK(runs_later == runs_now);
+}
+
+TEST_CASE("task flow: random runs keep the invariants over a back end as a broker's (cannot stop or take back, answers later)") {
+  const char* env = std::getenv("FUZZ_N");
+  const std::uint64_t count = env ? std::strtoull(env, nullptr, 10) : 200;
+  const char* from = std::getenv("FUZZ_FROM");
+  const std::uint64_t first = from ? std::strtoull(from, nullptr, 10) : 1;
+  for (std::uint64_t seed = first; seed < first + count; ++seed) {
+    CAPTURE(seed);
+    AttemptStore::Capabilities can = broker_like();
+    can.keeps_records = seed % 2 == 0;  // with a store (fuzz_one's with_store)
+    fuzz_one(seed, seed % 2 == 0, BackEndAs{seed % 3 == 0, can});
+  }
+}
+
+TEST_CASE("task flow: a back end that runs every delivery runs twin inputs each; one that merges them runs one") {
+  for (const bool merges : {true, false}) {
+    CAPTURE(merges);
+    AttemptStore::Capabilities can;
+    can.keeps_records = false;
+    can.merges_repeats = merges;
+    Run run("", {"a", "a", "b"}, retries(2), 0, BackEndAs{false, can});
+    run.drive([](const Task&) { return ok(); });
+    CHECK(run.sink.count(Verdict::Type::kOk) == (merges ? 2u : 3u));
+    CHECK(run.handed.size() == (merges ? 2u : 3u));
+    CHECK(run.sink.skipped.size() == (merges ? 1u : 0u));
+  }
+}
+
+TEST_CASE("task flow: a back end that cannot stop has no setup rule: failures without the payload read are judged") {
+  FlowSettings settings = retries(2);
+  settings.breaker.enabled = false;
+  const std::vector<std::string> keys = numbered_keys(4);
+  {
+    Run run("", keys, settings);
+    run.drive([](const Task&) { return unread("fp-unread"); });
+    CHECK_FALSE(run.flow->report().stopped_for_setup.empty());
+    CHECK(run.sink.count(Verdict::Type::kPoison) == 0);
+  }
+  AttemptStore::Capabilities can = broker_like();
+  can.keeps_records = false;
+  Run run("", keys, settings, 0, BackEndAs{false, can});
+  run.drive([](const Task&) { return unread("fp-unread"); });
+  CHECK(run.flow->report().stopped_for_setup.empty());
+  // Each the same failure twice: poison, as for any payload.
+  CHECK(run.sink.count(Verdict::Type::kPoison) == keys.size());
+  for (const auto& k : keys) CHECK(run.sink.of(k).verdict.attempts == 2);
+}
+
+TEST_CASE("task flow: a back end that cannot stop gives the held tasks back after --breaker-max-wait and goes on") {
+  test::ScratchDir dir("flow");
+  const std::vector<std::string> keys = numbered_keys(8);
+  Run run(dir.path, keys, outage_settings(30s), 0, BackEndAs{false, broker_like()});
+  // Two good payloads, then broken for 40 s (a worker never stops: it
+  // probes until the handler works).
+  std::size_t calls = 0;
+  const auto start = run.now;
+  run.drive([&](const Task&) {
+    return ++calls <= 2 || run.now >= start + 40s ? ok() : failure(Kind::kCrash, "fp-outage");
+  });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 1);
+  CHECK_FALSE(r.stopped_by_breaker);
+  CHECK(run.now - start >= 40s);
+  CHECK(r.quarantined == 0);
+  // The tasks held at --breaker-max-wait were given back: pending, claimed
+  // by no one, no verdict of poison; the probes went on, and once the
+  // handler worked, the rest of the input ran, ok.
+  const std::set<std::string> read(run.handed.begin(), run.handed.end());
+  CHECK(read.size() == keys.size());
+  CHECK(r.held >= 1);
+  CHECK(run.sink.count(Verdict::Type::kHeld) == r.held);
+  CHECK(run.test_back_end->given_back.size() == r.held);
+  CHECK(run.sink.count(Verdict::Type::kOk) == keys.size() - r.held);
+  bool said = false;
+  for (const auto& n : run.sink.notices) said = said || n.find("given back to the other workers") != std::string::npos;
+  CHECK(said);
+  for (const auto& t : run.sink.told) {
+    if (t.verdict.type != Verdict::Type::kHeld) continue;
+    CHECK(run.state(t.key) == "pending");
+  }
+  CHECK(*run.store->db().query_int("SELECT count(*) FROM tasks WHERE claim IS NOT NULL") == 0);
+}
+
+TEST_CASE("task flow: a back end that cannot take a verdict back keeps it: the outage's first victim stays poison") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.retry.max_attempts = 1;
+  AttemptStore::Capabilities can = broker_like();
+  Run run(dir.path, {"good", "early", "t1", "t2", "t3", "t4", "t5"}, settings, 0, BackEndAs{false, can});
+  bool outage = false;
+  Clock::time_point fixed_at{};
+  run.drive(
+      [&](const Task& t) {
+        if (t.key == "t1" && !outage) {
+          outage = true;
+          fixed_at = run.now + 5s;
+        }
+        if (outage) return run.now >= fixed_at ? ok() : failure(Kind::kCrash, "fp-same");
+        return t.key == "early" ? failure(Kind::kCrash, "fp-same") : ok();
+      },
+      1);
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 1);
+  CHECK(r.taken_back == 0);
+  CHECK(run.sink.taken_back.empty());
+  CHECK(run.sink.of("early").verdict.type == Verdict::Type::kQuarantined);
+  CHECK(run.state("early") == "quarantined");
+  for (const char* k : {"good", "t1", "t2", "t3", "t4", "t5"}) CHECK(run.sink.of(k).verdict.type == Verdict::Type::kOk);
 }
 
 }  // namespace
