@@ -120,9 +120,18 @@ struct QuarantineWritten {
   std::string record_json;     // the new record, for --on-quarantine ("" when not new)
 };
 
+// A task the back end no longer holds (a broker's: another process took it
+// over, or it was deleted): nothing more is recorded for it here, and its
+// verdict is not this process's to give.
+struct TaskLost {
+  std::uint64_t ref = 0;
+  std::string why;
+};
+
 struct BatchResult {
   std::vector<StartedAttemptOf> started;    // in the order the starts were added
   std::vector<QuarantineWritten> quarantined;
+  std::vector<TaskLost> lost;
 };
 
 // Who writes, and how new records are described.

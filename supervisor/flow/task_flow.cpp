@@ -225,6 +225,7 @@ Status TaskFlow::prepare(std::size_t free_slots) {
     return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
   }
   const auto now = this->now();
+  lost_since_prepare_ = false;
   std::vector<std::uint64_t> starts;
   const std::size_t ready = schedule_.ready_count() + starting_.size();
   const std::size_t want = free_slots > ready ? free_slots - ready : 0;
@@ -341,6 +342,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     schedule_.end_solo(started.ref);
     forget(started.ref);
   }
+  for (const TaskLost& lost : applied.lost) lose(lost.ref, lost.why);
   // Verdicts that name a record are told only now that the record exists.
   for (QuarantineWritten& q : applied.quarantined) {
     auto waiting = awaiting_record_.find(q.ref);
@@ -371,6 +373,7 @@ TaskSource::Item TaskFlow::next() {
   if (auto ref = schedule_.take_ready()) {
     Tracked& t = tracked_.at(*ref);
     ++in_flight_;
+    t.running = true;
     item.type = TaskSource::Item::Type::kTask;
     item.task = t.task;
     return item;
@@ -428,7 +431,11 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   std::optional<Clock::time_point> when;
   // Something for prepare() to do right away: this turn's ledger writes, or
   // a suspect that may now run alone.
-  if (store_.has_unapplied() || !awaiting_record_.empty() || schedule_.suspect_may_start(in_flight_)) when = now;
+  // (A task lost since: its slot is free for another now.)
+  if (store_.has_unapplied() || !awaiting_record_.empty() || schedule_.suspect_may_start(in_flight_) ||
+      lost_since_prepare_) {
+    when = now;
+  }
   // Held ok writes are written by then at the latest, with or without a start.
   when = wait_at_earliest(when, store_.due_by());
   // The inner source's own wish (a source that is not a file may have one).
@@ -457,6 +464,13 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   auto it = tracked_.find(task.ref);
   if (it == tracked_.end()) return;
   Tracked& t = it->second;
+  t.running = false;
+  if (t.lost) {
+    // Lost while it ran (lose): no verdict of ours, nothing recorded.
+    if (in_flight_ > 0) --in_flight_;
+    forget(t.task.ref);
+    return;
+  }
   // The setup rule takes "never read" as the command's fault, not the
   // payload's. Once the command has shown it works, a payload failing
   // unread a second time in this run is the payload's (refused by its name
@@ -623,6 +637,33 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
       settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
       return;
   }
+}
+
+void TaskFlow::lose(std::uint64_t ref, const std::string& why) {
+  auto it = tracked_.find(ref);
+  if (it == tracked_.end() || it->second.lost) return;
+  Tracked& t = it->second;
+  const auto& parked = schedule_.parked();
+  if (std::find(parked.begin(), parked.end(), ref) != parked.end() && t.last_failure) {
+    // One fewer parked task for its decision; none left, nothing to decide.
+    if (auto d = pending_.find(t.last_failure->fingerprint); d != pending_.end() && d->second.parked > 0 &&
+                                                               --d->second.parked == 0 && !d->second.rechecking) {
+      breaker_.set_deciding(d->first, false);
+      pending_.erase(d);
+    }
+  }
+  schedule_.remove(ref);
+  starting_.erase(ref);
+  awaiting_record_.erase(ref);
+  // A probe lost says nothing either way: the next one comes later.
+  if (std::exchange(t.probe, false)) breaker_.probe_ended(false, now());
+  out_.on_lost(t.task, why);
+  lost_since_prepare_ = true;
+  if (t.running) {
+    t.lost = true;
+    return;
+  }
+  forget(ref);
 }
 
 void TaskFlow::skip_running_elsewhere(const Task& task, const std::string& claim) {

@@ -140,6 +140,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::string sha256;
     std::string payload_id;    // key + hash, for the breaker
     std::int64_t task_id = 0;  // ledger id (0 until first started, or without a store)
+    bool running = false;      // handed out, its outcome not yet in
+    bool lost = false;         // the back end lost it while it ran: its outcome is ignored
     std::uint32_t attempts = 0;
     std::vector<store::AttemptSummary> history;
     bool probe = false;        // running as the breaker's probe
@@ -239,6 +241,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void uncharge_outage_failures(Tracked& t);
   void uncharge_failures(Tracked& t, const std::string& fingerprint);
   void forget(std::uint64_t ref);
+  // The back end no longer holds the task (BatchResult::lost): it leaves
+  // the flow, told once; one running is forgotten when its outcome comes.
+  void lose(std::uint64_t ref, const std::string& why);
   // Counts the attempts of `starts` and makes the turn's effects durable,
   // then tells the verdicts that waited for it.
   // `release_held`: the held ok writes go too (the run ends, or a slot
@@ -318,6 +323,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::multiset<std::string> active_payloads_;
   std::size_t in_flight_ = 0;
   std::set<std::uint64_t> starting_;           // started, not yet answered by the back end
+  bool lost_since_prepare_ = false;            // a task lost (lose): its slot is free for the next turn
   bool inner_done_ = false;
   bool inner_waiting_ = false;
   std::optional<Clock::time_point> inner_wake_at_;  // the inner source's, with its last kWait

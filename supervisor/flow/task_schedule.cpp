@@ -46,6 +46,15 @@ std::vector<TaskSchedule::Ref> TaskSchedule::take_delayed_and_parked() {
   return taken;
 }
 
+void TaskSchedule::remove(Ref ref) {
+  std::erase(ready_, ref);
+  std::erase_if(delayed_, [ref](const auto& d) { return d.second == ref; });
+  std::erase(held_, ref);
+  std::erase(parked_, ref);
+  std::erase(suspects_, ref);
+  end_solo(ref);
+}
+
 std::optional<TaskSchedule::Ref> TaskSchedule::start_solo(std::size_t in_flight) {
   if (!suspect_may_start(in_flight)) return std::nullopt;
   solo_ = suspects_.front();

@@ -67,6 +67,10 @@ class TaskSchedule {
     return solo_ == 0 && !suspects_.empty() && in_flight == 0 && ready_.empty();
   }
 
+  // The task leaves whatever place it is in (a back end lost it); running
+  // alone, it no longer does.
+  void remove(Ref ref);
+
   // Nothing delayed, suspected or running alone (ready, held and parked
   // tasks are the flow's to judge).
   bool quiet() const { return delayed_.empty() && suspects_.empty() && solo_ == 0; }

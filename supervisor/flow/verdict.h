@@ -48,6 +48,9 @@ class VerdictSink {
   // failure. The task is held and gets another verdict later.
   virtual void on_taken_back(const Task& /*task*/, const Outcome& /*outcome*/, const std::string& /*why*/,
                              std::int64_t /*record_id*/) {}
+  // The back end no longer holds `task` (another process took it over, or
+  // it was deleted): no verdict of this process's, now or later.
+  virtual void on_lost(const Task& /*task*/, const std::string& /*why*/) {}
   // What the run is doing when it is not simply running tasks, for a
   // progress line: "paused: handler outage suspected ..."; "" when running.
   virtual void on_status(const std::string& /*status*/) {}

@@ -67,6 +67,7 @@ class Recorder final : public VerdictSink {
   void on_taken_back(const Task& task, const Outcome&, const std::string&, std::int64_t) override {
     taken_back.push_back(task.key);
   }
+  void on_lost(const Task& task, const std::string&) override { lost.push_back(task.key); }
 
   // The one verdict of `key`; fails the test when there is not exactly one.
   const Told& of(const std::string& key) const {
@@ -92,13 +93,15 @@ class Recorder final : public VerdictSink {
   std::vector<std::string> notices;
   std::vector<std::string> skipped;
   std::vector<std::string> taken_back;
+  std::vector<std::string> lost;
 };
 
 // A back end as a broker's may be, over the real one underneath: its
 // starts answered one apply() later (its writes complete after the turn
 // that asked for them), and/or with other capabilities (a broker cannot
-// stop, take a verdict back, or merge twin deliveries). Its tasks given
-// back (ReleaseTask) are listed.
+// stop, take a verdict back, or merge twin deliveries), and/or losing
+// tasks (taken over by another process). Its tasks given back (ReleaseTask)
+// are listed.
 struct BackEndAs {
   bool starts_answered_later = false;
   std::optional<AttemptStore::Capabilities> capabilities;
@@ -124,7 +127,23 @@ class TestBackEnd final : public AttemptStore {
   }
   Expected<BatchResult> apply(std::vector<StartAttempt> starts, bool release_held, Commit when,
                               Clock::time_point now) override {
-    if (!as_.starts_answered_later) return inner_->apply(std::move(starts), release_held, when, now);
+    std::vector<TaskLost> lost;
+    for (auto it = starts.begin(); it != starts.end();) {
+      ref_of_[it->key] = it->ref;
+      if (lose_at_start.count(it->key) == 0) {
+        ++it;
+        continue;
+      }
+      lost.push_back({it->ref, "taken over at its start"});
+      it = starts.erase(it);
+    }
+    for (const auto& key : lose_now) lost.push_back({ref_of_.at(key), "taken over while it waited or ran"});
+    lose_now.clear();
+    if (!as_.starts_answered_later) {
+      auto result = inner_->apply(std::move(starts), release_held, when, now);
+      if (result) result->lost = std::move(lost);
+      return result;
+    }
     // Committed at once: an answer given a turn later is durable by then.
     auto result = inner_->apply(std::move(starts), release_held, Commit::kNow, now);
     if (!result) return result;
@@ -132,6 +151,7 @@ class TestBackEnd final : public AttemptStore {
     out.started = std::move(waiting_);
     waiting_ = std::move(result->started);
     out.quarantined = std::move(result->quarantined);
+    out.lost = std::move(lost);
     return out;
   }
   Status commit_turn() override { return inner_->commit_turn(); }
@@ -141,11 +161,14 @@ class TestBackEnd final : public AttemptStore {
   std::optional<Clock::time_point> due_by() const override { return inner_->due_by(); }
 
   std::vector<std::int64_t> given_back;  // ReleaseTask's task ids, in order
+  std::set<std::string> lose_at_start;   // keys whose starts are answered lost
+  std::vector<std::string> lose_now;     // keys the next apply() says are lost
 
  private:
   std::unique_ptr<AttemptStore> inner_;
   BackEndAs as_;
   std::vector<StartedAttemptOf> waiting_;  // answers for the next apply()
+  std::map<std::string, std::uint64_t> ref_of_;  // the latest start's ref, by key
 };
 
 // What a broker's back end can do (stream_worker.h): keeps its dead letters,
@@ -215,7 +238,8 @@ struct Run {
     bool ended = false;
     int idle_wakeups = 0;
     // Every attempt counted and not yet handed out holds a free slot: the
-    // flow never counts more than it can run.
+    // flow never counts more than it can run. (A task lost may leave one
+    // attempt counted and never handed out.)
     const auto counted = [this] { return ledger ? *store->db().query_int("SELECT count(*) FROM attempts") : 0; };
     const std::int64_t counted_before = counted();
     const std::size_t handed_before = handed.size();
@@ -240,7 +264,7 @@ struct Run {
         }
       }
       REQUIRE(flow->commit_turn().is_ok());  // as the dispatcher: before any task ends
-      CHECK(counted() - counted_before - static_cast<std::int64_t>(handed.size() - handed_before) <=
+      CHECK(counted() - counted_before - static_cast<std::int64_t>(handed.size() - handed_before + sink.lost.size()) <=
             static_cast<std::int64_t>(slots - running.size()));
       if (ended && running.empty()) {
         REQUIRE(flow->finish().is_ok());
@@ -1361,10 +1385,14 @@ void fuzz_one(std::uint64_t seed, bool with_store, BackEndAs as = {}) {
   int calls = 0;
   std::optional<Clock::time_point> outage_from;
   std::map<std::string, int> runs;
+  // Over a broker's back end, tasks are also lost now and then (taken over
+  // by another worker), wherever they are.
+  const bool lossy = as.capabilities && !as.capabilities->can_stop;
   run.drive(
       [&](const Task& t) {
         const int c = calls++;
         const int r = ++runs[t.key];
+        if (lossy && c % 5 == 4) run.test_back_end->lose_now.push_back(run.handed[pick(static_cast<int>(run.handed.size()))]);
         bool down = false;
         if (outage_at >= 0 && c >= outage_at) {
           if (by_clock) {
@@ -1388,15 +1416,17 @@ void fuzz_one(std::uint64_t seed, bool with_store, BackEndAs as = {}) {
       },
       slots);
   const std::set<std::string> read(run.handed.begin(), run.handed.end());
-  std::map<std::string, int> verdicts, takebacks;
+  std::map<std::string, int> verdicts, takebacks, lost;
   for (const auto& t : run.sink.told) ++verdicts[t.key];
   for (const auto& k : run.sink.taken_back) ++takebacks[k];
+  for (const auto& k : run.sink.lost) ++lost[k];
   for (const auto& told : verdicts) {
     const std::string& k = told.first;  // no structured binding: clang 14 cannot capture one in CHECK
     CHECK_MESSAGE(read.count(k) > 0, k << " has a verdict but never ran");
   }
   for (const auto& k : read) {
-    CHECK_MESSAGE(verdicts[k] == 1 + takebacks[k], k << " has " << verdicts[k] << " verdicts, " << takebacks[k] << " take-backs");
+    CHECK_MESSAGE(verdicts[k] + lost[k] == 1 + takebacks[k],
+                  k << " has " << verdicts[k] << " verdicts, " << takebacks[k] << " take-backs, lost " << lost[k]);
   }
   if (!run.flow->report().stopped_by_breaker && run.flow->report().stopped_for_setup.empty()) {
     CHECK_MESSAGE(read.size() == keys.size(), "not every key was read");
@@ -1411,6 +1441,7 @@ void fuzz_one(std::uint64_t seed, bool with_store, BackEndAs as = {}) {
   }
   if (with_store) {
     for (const auto& k : read) {
+      if (lost[k] > 0) continue;  // lost while it ran: its attempt is the new holder's to end
       for (const auto& a : run.history(k)) CHECK_MESSAGE((a.finished || (suspects.count(k) && a.n == 1)), k << " attempt " << a.n << " unfinished");
     }
   }
@@ -1614,6 +1645,40 @@ TEST_CASE("task flow: a back end that cannot take a verdict back keeps it: the o
   CHECK(run.sink.of("early").verdict.type == Verdict::Type::kQuarantined);
   CHECK(run.state("early") == "quarantined");
   for (const char* k : {"good", "t1", "t2", "t3", "t4", "t5"}) CHECK(run.sink.of(k).verdict.type == Verdict::Type::kOk);
+}
+
+TEST_CASE("task flow: a task its back end loses leaves the flow, told once, wherever it was; the run goes on and ends") {
+  test::ScratchDir dir("flow");
+  // "at-start" is lost when its start is asked for; "waiting" while its
+  // retry waits for its backoff; "running" while it runs. The rest run ok.
+  Run run(dir.path, {"at-start", "waiting", "a", "running", "b", "c"}, retries(3), 0, BackEndAs{false, broker_like()});
+  run.test_back_end->lose_at_start = {"at-start"};
+  std::map<std::string, int> runs;
+  bool running_lost = false;
+  run.drive(
+      [&](const Task& t) {
+        ++runs[t.key];
+        if (t.key == "waiting") {
+          run.test_back_end->lose_now.push_back("waiting");  // after this failure: delayed, then lost
+          return failure(Kind::kWallTimeout, "fp-slow");
+        }
+        if (t.key == "a" && !running_lost) {
+          // "running" was handed out after "a" (two slots): it still runs.
+          running_lost = true;
+          run.test_back_end->lose_now.push_back("running");
+        }
+        return ok();
+      },
+      2);
+  CHECK(running_lost);
+  CHECK(run.sink.lost == std::vector<std::string>{"at-start", "waiting", "running"});
+  for (const char* k : {"at-start", "waiting", "running"}) {
+    INFO(k);
+    for (const auto& t : run.sink.told) CHECK(t.key != k);
+  }
+  CHECK(runs["waiting"] == 1);  // its retry never ran
+  CHECK(runs.count("at-start") == 0);
+  for (const char* k : {"a", "b", "c"}) CHECK(run.sink.of(k).verdict.type == Verdict::Type::kOk);
 }
 
 }  // namespace
