@@ -51,6 +51,11 @@ class AttemptStore {
     // The same key and payload twice among the inputs is one task, run once
     // (run's files). A broker's deliveries are tasks each, to be settled each.
     bool merges_repeats = true;
+    // An ok is told once the back end answers its settle (TaskSettled),
+    // naming where its result went (a broker's results entry). Without, it
+    // is told at once, before it is durable: after a crash in between the
+    // task runs again and its result comes twice, never not at all.
+    bool tells_ok_when_settled = false;
   };
   virtual Capabilities capabilities() const = 0;
 

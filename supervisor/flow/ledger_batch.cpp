@@ -60,7 +60,7 @@ class Writer {
     entry.task_id = w.task_id;
     auto inserted = quarantine_.insert(entry, w.payload, now_, context_.actor);
     if (!inserted) return Status::error(inserted.error());
-    QuarantineWritten done{w.ref, inserted->id, inserted->new_fingerprint, inserted->folded, ""};
+    QuarantineWritten done{w.ref, inserted->id, inserted->new_fingerprint, inserted->folded, "", ""};
     if (!inserted->folded && !inserted->existing) {
       if (auto s = quarantine_.audit(inserted->id, now_, context_.actor, "quarantined",
                                      w.reason + " (attempt " + std::to_string(w.attempts) + ")");

@@ -118,6 +118,14 @@ struct QuarantineWritten {
   bool new_fingerprint = false;
   bool folded = false;         // store full: counted as a repeat of an existing record
   std::string record_json;     // the new record, for --on-quarantine ("" when not new)
+  std::string settled_as;      // where a broker put it (its dead-letter entry id); "" for the store's
+};
+
+// A task's ok settled by a back end that says where its result went
+// (AttemptStore::Capabilities::tells_ok_when_settled).
+struct TaskSettled {
+  std::uint64_t ref = 0;
+  std::string settled_as;      // a broker's results entry id ("" when no result is kept)
 };
 
 // A task the back end no longer holds (a broker's: another process took it
@@ -132,6 +140,7 @@ struct BatchResult {
   std::vector<StartedAttemptOf> started;    // in the order the starts were added
   std::vector<QuarantineWritten> quarantined;
   std::vector<TaskLost> lost;
+  std::vector<TaskSettled> settled;
 };
 
 // Who writes, and how new records are described.

@@ -21,6 +21,14 @@ namespace {
 // say); tests use it to show such a payload ends in quarantine.
 const char* const kCrashHookEnv = "PILLBOX_TEST_CRASH_SUPERVISOR_ON";
 
+Verdict verdict_of(Verdict::Type type, std::uint32_t attempts, std::string reason) {
+  Verdict v;
+  v.type = type;
+  v.attempts = attempts;
+  v.reason = std::move(reason);
+  return v;
+}
+
 Outcome supervisor_lost(const std::string& handler_identity, std::uint32_t attempts) {
   Outcome o;
   o.kind = Kind::kSupervisorLost;
@@ -169,9 +177,8 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
       o.message = "pillbox died " + std::to_string(2 * settings_.retry.max_attempts) +
                   " times while this payload ran alone, each time with no sign that it crashed itself (a kill from "
                   "outside, the host's OOM killer)";
-      settle(t, o, Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false,
-                           o.message + ": not the payload's fault on that evidence, not quarantined; it runs again, "
-                                       "with a fresh budget, in the next run"});
+      settle(t, o, verdict_of(Verdict::Type::kGaveUp, t.attempts, o.message + ": not the payload's fault on that evidence, not quarantined; it runs again, "
+                                       "with a fresh budget, in the next run"));
       continue;
     }
     if (t.suspect) {
@@ -345,27 +352,38 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
   for (const TaskLost& lost : applied.lost) lose(lost.ref, lost.why);
   // Verdicts that name a record are told only now that the record exists.
   for (QuarantineWritten& q : applied.quarantined) {
-    auto waiting = awaiting_record_.find(q.ref);
-    auto it = tracked_.find(q.ref);
-    if (waiting == awaiting_record_.end() || it == tracked_.end()) {
-      // Cannot be (the flow forgets a task only once its verdict is told),
-      // but a verdict left waiting would make every turn a wake-up at once.
-      if (waiting != awaiting_record_.end()) awaiting_record_.erase(waiting);
-      continue;
-    }
-    Verdict& verdict = waiting->second.verdict;
-    verdict.record_id = q.record_id;
-    verdict.new_fingerprint = q.new_fingerprint;
-    verdict.folded = q.folded;
-    ++report_.quarantined;
-    if (verdict.new_fingerprint) ++report_.new_fingerprints;
-    if (verdict.record_id != 0 && !verdict.folded) remember_poison(it->second, verdict.record_id, waiting->second.outcome);
-    out_.on_verdict(it->second.task, waiting->second.outcome, verdict);
-    if (on_quarantine_ && !q.record_json.empty()) on_quarantine_(q.record_json, verdict.new_fingerprint);
-    awaiting_record_.erase(waiting);
-    forget(q.ref);
+    const bool told = tell_answered(q.ref, [&](Verdict& verdict) {
+      verdict.record_id = q.record_id;
+      verdict.settled_as = q.settled_as;
+      verdict.new_fingerprint = q.new_fingerprint;
+      verdict.folded = q.folded;
+      ++report_.quarantined;
+      if (verdict.new_fingerprint) ++report_.new_fingerprints;
+      const auto& waiting = awaiting_answer_.at(q.ref);
+      if (verdict.record_id != 0 && !verdict.folded) remember_poison(tracked_.at(q.ref), verdict.record_id, waiting.outcome);
+    });
+    if (told && on_quarantine_ && !q.record_json.empty()) on_quarantine_(q.record_json, q.new_fingerprint);
+  }
+  for (const TaskSettled& s : applied.settled) {
+    tell_answered(s.ref, [&](Verdict& verdict) { verdict.settled_as = s.settled_as; });
   }
   return Status::ok();
+}
+
+bool TaskFlow::tell_answered(std::uint64_t ref, const std::function<void(Verdict&)>& complete) {
+  auto waiting = awaiting_answer_.find(ref);
+  auto it = tracked_.find(ref);
+  if (waiting == awaiting_answer_.end() || it == tracked_.end()) {
+    // Cannot be (the flow forgets a task only once its verdict is told),
+    // but a verdict left waiting would keep the run from ending.
+    if (waiting != awaiting_answer_.end()) awaiting_answer_.erase(waiting);
+    return false;
+  }
+  complete(waiting->second.verdict);
+  out_.on_verdict(it->second.task, waiting->second.outcome, waiting->second.verdict);
+  awaiting_answer_.erase(waiting);
+  forget(ref);
+  return true;
 }
 
 TaskSource::Item TaskFlow::next() {
@@ -391,7 +409,7 @@ TaskSource::Item TaskFlow::next() {
   }
   nothing_left = nothing_left && !schedule_.has_parked();
   if (nothing_left) {
-    if (store_.idle() && awaiting_record_.empty()) {
+    if (store_.idle() && awaiting_answer_.empty()) {
       item.type = TaskSource::Item::Type::kEnd;
       return item;
     }
@@ -432,7 +450,7 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   // Something for prepare() to do right away: this turn's ledger writes, or
   // a suspect that may now run alone.
   // (A task lost since: its slot is free for another now.)
-  if (store_.has_unapplied() || !awaiting_record_.empty() || schedule_.suspect_may_start(in_flight_) ||
+  if (store_.has_unapplied() || !awaiting_answer_.empty() || schedule_.suspect_may_start(in_flight_) ||
       lost_since_prepare_) {
     when = now;
   }
@@ -591,10 +609,9 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
     constexpr std::uint32_t kOutagesPerTask = 3;
     if (++t.outages_in_run > kOutagesPerTask) {
       settle(t, outcome,
-             Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false,
-                     "failed in " + std::to_string(t.outages_in_run) +
+             verdict_of(Verdict::Type::kGaveUp, t.attempts, "failed in " + std::to_string(t.outages_in_run) +
                          " suspected handler outages in this run (a handler that fails and recovers by turns?); not "
-                         "charged, it runs again in the next run over the same store"});
+                         "charged, it runs again in the next run over the same store"));
       return;
     }
     t.last_failure = outcome;
@@ -603,7 +620,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
     return;
   }
   if (!failed) {
-    settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
+    settle(t, outcome, verdict_of(Verdict::Type::kOk, t.attempts, "ok"));
     return;
   }
   const Judgement j = judge(settings_.retry, t.history, outcome, t.transient_in_run);
@@ -631,10 +648,10 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
       quarantine(t, outcome, j.reason);
       return;
     case Decision::kGiveUp:
-      settle(t, outcome, Verdict{Verdict::Type::kGaveUp, t.attempts, 0, false, false, j.reason});
+      settle(t, outcome, verdict_of(Verdict::Type::kGaveUp, t.attempts, j.reason));
       return;
     case Decision::kDone:
-      settle(t, outcome, Verdict{Verdict::Type::kOk, t.attempts, 0, false, false, "ok"});
+      settle(t, outcome, verdict_of(Verdict::Type::kOk, t.attempts, "ok"));
       return;
   }
 }
@@ -654,7 +671,7 @@ void TaskFlow::lose(std::uint64_t ref, const std::string& why) {
   }
   schedule_.remove(ref);
   starting_.erase(ref);
-  awaiting_record_.erase(ref);
+  awaiting_answer_.erase(ref);
   // A probe lost says nothing either way: the next one comes later.
   if (std::exchange(t.probe, false)) breaker_.probe_ended(false, now());
   out_.on_lost(t.task, why);
@@ -687,6 +704,11 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
   if (verdict.type == Verdict::Type::kGaveUp) store_.add(SetTaskState{t.task_id, store::TaskState::kGaveUp});
   if (verdict.type == Verdict::Type::kGaveUp) ++report_.gave_up;
   if (verdict.type == Verdict::Type::kPoison) ++report_.quarantined;
+  if (verdict.type == Verdict::Type::kOk && can_.tells_ok_when_settled) {
+    // Told with where its result went, once the back end answers.
+    awaiting_answer_[t.task.ref] = AwaitingAnswer{outcome, std::move(verdict)};
+    return;
+  }
   // Results are told before the ledger says "ok" (at the next commit): after
   // a crash in between, the task runs again and its result comes twice, never
   // not at all.
@@ -697,12 +719,12 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
 void TaskFlow::quarantine(Tracked& t, const Outcome& outcome, const std::string& reason) {
   if (!can_.keeps_records) {
     remember_poison(t, 0, outcome);
-    settle(t, outcome, Verdict{Verdict::Type::kPoison, t.attempts, 0, false, false, reason + " (not kept: no store)"});
+    settle(t, outcome, verdict_of(Verdict::Type::kPoison, t.attempts, reason + " (not kept: no store)"));
     return;
   }
   if (t.attempts_in_run > 1) ++report_.retried;
-  const Verdict verdict{Verdict::Type::kQuarantined, t.attempts, 0, false, false, reason};
-  awaiting_record_[t.task.ref] = AwaitingRecord{outcome, verdict};
+  const Verdict verdict = verdict_of(Verdict::Type::kQuarantined, t.attempts, reason);
+  awaiting_answer_[t.task.ref] = AwaitingAnswer{outcome, verdict};
   store_.add(QuarantinePayload{t.task.ref, t.task_id, t.task.key, t.sha256, t.task.payload, t.attempts, outcome, reason});
 }
 
@@ -1189,9 +1211,8 @@ void TaskFlow::give_back_held() {
     ++report_.held;
     if (t.task_id != 0) store_.add(ReleaseTask{t.task_id});
     out_.on_verdict(t.task, t.last_failure.value_or(Outcome{}),
-                    Verdict{Verdict::Type::kHeld, t.attempts, 0, false, false,
-                            "held by a suspected handler outage longer than --breaker-max-wait: given back to the "
-                            "other workers"});
+                    verdict_of(Verdict::Type::kHeld, t.attempts, "held by a suspected handler outage longer than --breaker-max-wait: given back to the "
+                            "other workers"));
     forget(ref);
   }
 }
@@ -1249,8 +1270,7 @@ Status TaskFlow::finish(const std::string& run_error) {
     ++report_.held;
     Outcome o = it->second.last_failure.value_or(Outcome{});
     out_.on_verdict(it->second.task, o,
-                    Verdict{Verdict::Type::kHeld, it->second.attempts, 0, false, false,
-                            hold_reason_});
+                    verdict_of(Verdict::Type::kHeld, it->second.attempts, hold_reason_));
   }
   // What this run still claims (retries waiting, held tasks, attempts cut
   // short) is free for the next run.

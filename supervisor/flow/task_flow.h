@@ -197,9 +197,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::int64_t record_id = 0;  // 0 without a store
     Outcome outcome;           // the failure it was judged on
   };
-  // A quarantine verdict, told once the batch that writes its record is
-  // applied (the verdict names the record).
-  struct AwaitingRecord {
+  // A verdict told once the back end answers the write that settles it: a
+  // quarantine record's (the verdict names the record), or, from a back end
+  // that tells where an ok went (Capabilities::tells_ok_when_settled), an ok.
+  struct AwaitingAnswer {
     Outcome outcome;
     Verdict verdict;
   };
@@ -350,7 +351,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   StopSignals stop_signals_;
 
   std::vector<OpenStart> open_starts_;                 // the starts the back end holds open
-  std::map<std::uint64_t, AwaitingRecord> awaiting_record_;  // by ref
+  std::map<std::uint64_t, AwaitingAnswer> awaiting_answer_;  // by ref
+  // Tells the verdict `ref` waited for (awaiting_answer_), completed by
+  // `complete`, and forgets the task; false when none waited.
+  bool tell_answered(std::uint64_t ref, const std::function<void(Verdict&)>& complete);
   FlowReport report_;
 };
 

@@ -25,6 +25,9 @@ struct Verdict {
   bool new_fingerprint = false;
   bool folded = false;        // store full: counted as a repeat of an existing record
   std::string reason;
+  // Where a broker's back end put it: its results or dead-letter entry id
+  // ("" for the store's, whose record_id says it).
+  std::string settled_as;
 };
 
 std::string_view to_string(Verdict::Type type);

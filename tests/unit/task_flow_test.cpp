@@ -123,6 +123,10 @@ class TestBackEnd final : public AttemptStore {
     inner_->add(std::move(write));
   }
   void add_ok(std::int64_t task_id, LedgerWrite write, bool may_hold, Clock::time_point now) override {
+    // Settles told later: answered by the next apply(), with a name.
+    if (const auto* ok = std::get_if<SetTaskState>(&write); ok && capabilities().tells_ok_when_settled) {
+      settle_next_.push_back(ok->task_id);
+    }
     inner_->add_ok(task_id, std::move(write), may_hold, now);
   }
   Expected<BatchResult> apply(std::vector<StartAttempt> starts, bool release_held, Commit when,
@@ -139,25 +143,26 @@ class TestBackEnd final : public AttemptStore {
     }
     for (const auto& key : lose_now) lost.push_back({ref_of_.at(key), "taken over while it waited or ran"});
     lose_now.clear();
-    if (!as_.starts_answered_later) {
-      auto result = inner_->apply(std::move(starts), release_held, when, now);
-      if (result) result->lost = std::move(lost);
-      return result;
-    }
-    // Committed at once: an answer given a turn later is durable by then.
-    auto result = inner_->apply(std::move(starts), release_held, Commit::kNow, now);
+    std::vector<TaskSettled> settled;
+    for (std::int64_t id : settling_) settled.push_back({ref_of_task_.at(id), "results-" + std::to_string(++settles_)});
+    settling_ = std::move(settle_next_);
+    settle_next_.clear();
+    auto result = inner_->apply(std::move(starts), release_held, as_.starts_answered_later ? Commit::kNow : when, now);
     if (!result) return result;
-    BatchResult out;
-    out.started = std::move(waiting_);
-    waiting_ = std::move(result->started);
-    out.quarantined = std::move(result->quarantined);
-    out.lost = std::move(lost);
-    return out;
+    for (const auto& s : result->started) ref_of_task_[s.task_id] = s.ref;
+    result->lost = std::move(lost);
+    result->settled = std::move(settled);
+    if (!as_.starts_answered_later) return result;
+    // Committed at once: an answer given a turn later is durable by then.
+    std::swap(result->started, waiting_);
+    return result;
   }
   Status commit_turn() override { return inner_->commit_turn(); }
   bool turn_open() const override { return inner_->turn_open(); }
-  bool has_unapplied() const override { return inner_->has_unapplied() || !waiting_.empty(); }
-  bool idle() const override { return inner_->idle() && waiting_.empty(); }
+  bool has_unapplied() const override {
+    return inner_->has_unapplied() || !waiting_.empty() || !settling_.empty() || !settle_next_.empty();
+  }
+  bool idle() const override { return inner_->idle() && waiting_.empty() && settling_.empty() && settle_next_.empty(); }
   std::optional<Clock::time_point> due_by() const override { return inner_->due_by(); }
 
   std::vector<std::int64_t> given_back;  // ReleaseTask's task ids, in order
@@ -169,6 +174,10 @@ class TestBackEnd final : public AttemptStore {
   BackEndAs as_;
   std::vector<StartedAttemptOf> waiting_;  // answers for the next apply()
   std::map<std::string, std::uint64_t> ref_of_;  // the latest start's ref, by key
+  std::map<std::int64_t, std::uint64_t> ref_of_task_;  // by the inner back end's task id
+  std::vector<std::int64_t> settle_next_;  // oks added this turn: answered by the apply after the next
+  std::vector<std::int64_t> settling_;     // ... by the next
+  int settles_ = 0;
 };
 
 // What a broker's back end can do (stream_worker.h): keeps its dead letters,
@@ -1547,6 +1556,7 @@ TEST_CASE("task flow: random runs keep the invariants over a back end as a broke
     CAPTURE(seed);
     AttemptStore::Capabilities can = broker_like();
     can.keeps_records = seed % 2 == 0;  // with a store (fuzz_one's with_store)
+    can.tells_ok_when_settled = seed % 2 == 0;  // (TestBackEnd knows a task by the store's id)
     fuzz_one(seed, seed % 2 == 0, BackEndAs{seed % 3 == 0, can});
   }
 }
@@ -1645,6 +1655,23 @@ TEST_CASE("task flow: a back end that cannot take a verdict back keeps it: the o
   CHECK(run.sink.of("early").verdict.type == Verdict::Type::kQuarantined);
   CHECK(run.state("early") == "quarantined");
   for (const char* k : {"good", "t1", "t2", "t3", "t4", "t5"}) CHECK(run.sink.of(k).verdict.type == Verdict::Type::kOk);
+}
+
+TEST_CASE("task flow: a back end that tells where an ok went: the verdict waits for its answer, and names it") {
+  test::ScratchDir dir("flow");
+  AttemptStore::Capabilities can = broker_like();
+  can.tells_ok_when_settled = true;
+  Run run(dir.path, {"a", "b", "c"}, retries(2), 0, BackEndAs{false, can});
+  run.drive([](const Task&) { return ok(); });
+  REQUIRE(run.sink.told.size() == 3);
+  std::set<std::string> names;
+  for (const auto& t : run.sink.told) {
+    CHECK(t.verdict.type == Verdict::Type::kOk);
+    CHECK(t.verdict.settled_as.rfind("results-", 0) == 0);
+    names.insert(t.verdict.settled_as);
+    CHECK(run.state(t.key) == "ok");
+  }
+  CHECK(names.size() == 3);
 }
 
 TEST_CASE("task flow: a task its back end loses leaves the flow, told once, wherever it was; the run goes on and ends") {
