@@ -240,7 +240,8 @@ Status TaskFlow::prepare(std::size_t free_slots) {
     // A suspect runs alone: wait for the others to finish, start it, start
     // nothing else until it ends.
     if (want > 0) {
-      if (auto solo = schedule_.start_solo(in_flight_)) starts.push_back(*solo);
+      // (A task still starting will run: it counts as in flight.)
+      if (auto solo = schedule_.start_solo(in_flight_ + starting_.size())) starts.push_back(*solo);
     }
   } else if (breaker_.open()) {
     // Intake paused: one probe at a time, until one succeeds or the wait is
@@ -349,7 +350,6 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     schedule_.end_solo(started.ref);
     forget(started.ref);
   }
-  for (const TaskLost& lost : applied.lost) lose(lost.ref, lost.why);
   // Verdicts that name a record are told only now that the record exists.
   for (QuarantineWritten& q : applied.quarantined) {
     const bool told = tell_answered(q.ref, [&](Verdict& verdict) {
@@ -367,6 +367,8 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
   for (const TaskSettled& s : applied.settled) {
     tell_answered(s.ref, [&](Verdict& verdict) { verdict.settled_as = s.settled_as; });
   }
+  // Last: a task settled in the same answers is told as settled, not lost.
+  for (const TaskLost& lost : applied.lost) lose(lost.ref, lost.why);
   return Status::ok();
 }
 
@@ -416,8 +418,16 @@ TaskSource::Item TaskFlow::next() {
     // Outcomes of this turn are not yet durable: flush now rather than wait
     // for a wake-up that nothing would send. (On failure flush sets fatal_.)
     (void)flush({}, /*release_held=*/true);
-    item.type = fatal_.is_ok() ? TaskSource::Item::Type::kEnd : TaskSource::Item::Type::kWait;
-    if (!fatal_.is_ok()) item.wake_at = now();
+    if (!fatal_.is_ok()) {
+      item.type = TaskSource::Item::Type::kWait;
+      item.wake_at = now();
+      return item;
+    }
+    // A back end whose answers come later may still owe some (a settle, a
+    // dead letter): the run ends once they are in, told.
+    if (store_.idle() && awaiting_answer_.empty()) return item;  // kEnd
+    item.type = TaskSource::Item::Type::kWait;
+    item.wake_at = wake_at();
     return item;
   }
   item.type = TaskSource::Item::Type::kWait;
@@ -450,7 +460,9 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   // Something for prepare() to do right away: this turn's ledger writes, or
   // a suspect that may now run alone.
   // (A task lost since: its slot is free for another now.)
-  if (store_.has_unapplied() || !awaiting_answer_.empty() || schedule_.suspect_may_start(in_flight_) ||
+  // (A verdict awaiting its answer waits for the back end's: has_unapplied,
+  // or its wait fds.)
+  if (store_.has_unapplied() || schedule_.suspect_may_start(in_flight_ + starting_.size()) ||
       lost_since_prepare_) {
     when = now;
   }
@@ -486,6 +498,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   if (t.lost) {
     // Lost while it ran (lose): no verdict of ours, nothing recorded.
     if (in_flight_ > 0) --in_flight_;
+    schedule_.end_solo(t.task.ref);
     forget(t.task.ref);
     return;
   }
@@ -670,6 +683,8 @@ void TaskFlow::lose(std::uint64_t ref, const std::string& why) {
     }
   }
   schedule_.remove(ref);
+  // Running alone, it still does until its outcome comes (on_outcome).
+  if (!t.running) schedule_.end_solo(ref);
   starting_.erase(ref);
   awaiting_answer_.erase(ref);
   // A probe lost says nothing either way: the next one comes later.
@@ -1257,6 +1272,7 @@ Status TaskFlow::finish(const std::string& run_error) {
                                                                  (fatal_.is_ok() ? run_error : fatal_.message());
   for (auto& [ref, t] : tracked_) {
     if (t.attempts_in_run == 0 || t.history.empty() || t.history.back().finished) continue;
+    if (t.lost) continue;  // its attempt is its new holder's to end
     store::AttemptSummary& a = t.history.back();
     a.finished = true;
     a.kind = "interrupted";

@@ -52,7 +52,6 @@ void TaskSchedule::remove(Ref ref) {
   std::erase(held_, ref);
   std::erase(parked_, ref);
   std::erase(suspects_, ref);
-  end_solo(ref);
 }
 
 std::optional<TaskSchedule::Ref> TaskSchedule::start_solo(std::size_t in_flight) {

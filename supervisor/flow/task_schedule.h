@@ -67,8 +67,8 @@ class TaskSchedule {
     return solo_ == 0 && !suspects_.empty() && in_flight == 0 && ready_.empty();
   }
 
-  // The task leaves whatever place it is in (a back end lost it); running
-  // alone, it no longer does.
+  // The task leaves whatever place it is in (a back end lost it). Running
+  // alone, it still does (end_solo when it ends).
   void remove(Ref ref);
 
   // Nothing delayed, suspected or running alone (ready, held and parked

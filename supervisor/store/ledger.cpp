@@ -101,7 +101,8 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
        "version = CASE WHEN ?2 = 'ok' THEN ?4 ELSE version END WHERE id = ?1"},
       {&ledger.set_wait_, "UPDATE tasks SET next_retry_at = ?2, held = ?3 WHERE id = ?1"},
       {&ledger.release_claims_, "UPDATE tasks SET claim = NULL WHERE claim = ?1"},
-      {&ledger.release_claim_, "UPDATE tasks SET claim = NULL WHERE id = ?1 AND claim = ?2"},
+      {&ledger.release_claim_,
+       "UPDATE tasks SET claim = NULL, held = 0, next_retry_at = NULL WHERE id = ?1 AND claim = ?2"},
   };
   for (auto& [target, sql] : statements) {
     auto stmt = Statement::prepare(db.handle(), sql);

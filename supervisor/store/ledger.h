@@ -117,8 +117,8 @@ class Ledger {
   Status set_wait(std::int64_t task_id, std::int64_t next_retry_at_ms, bool held);
   // Releases every claim of this process (the run ends; also after a signal).
   Status release_claims();
-  // Releases this process's claim of one task, which stays pending: given
-  // back for another process to run.
+  // Releases this process's claim of one task, which stays pending, neither
+  // held nor waiting for a retry here: given back for another process to run.
   Status release_claim(std::int64_t task_id);
 
  private:
