@@ -198,6 +198,23 @@ class TestBackEnd final : public AttemptStore {
   }
 };
 
+// The rules over each kind of back end, one SUBCASE each: the store's, and
+// a broker's (keeping its dead letters, answering starts a turn later and
+// settles by an fd, unable to stop or take a verdict back, running twin
+// deliveries each) over the same store. A rule whose course depends on what
+// the back end can do is tested per capability below.
+AttemptStore::Capabilities broker_like();
+BackEndAs each_back_end() {
+  BackEndAs as;
+  SUBCASE("over the store's back end") {}
+  SUBCASE("over a broker's back end") {
+    AttemptStore::Capabilities can = broker_like();
+    can.tells_ok_when_settled = true;
+    as = BackEndAs{true, can};
+  }
+  return as;
+}
+
 // What a broker's back end can do (stream_worker.h): keeps its dead letters,
 // cannot take them back, cannot stop, runs every delivery.
 AttemptStore::Capabilities broker_like() {
@@ -456,8 +473,9 @@ TEST_CASE("task flow: a failure that is not deterministic is retried after its b
 }
 
 TEST_CASE("task flow: the same deterministic failure twice is quarantined at once, with a record") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
-  Run run(dir.path, {"poison", "good"}, retries(5));
+  Run run(dir.path, {"poison", "good"}, retries(5), 0, as);
   run.drive([](const Task& t) { return t.key == "poison" ? failure(Kind::kCrash, "fp-crash") : ok(); });
   const Told& p = run.sink.of("poison");
   CHECK(p.verdict.type == Verdict::Type::kQuarantined);
@@ -474,15 +492,16 @@ TEST_CASE("task flow: the same deterministic failure twice is quarantined at onc
   CHECK((*record)->entry.key == "poison");
   CHECK((*record)->entry.fingerprint == "fp-crash");
   // A second run skips it, without running it.
-  Run again(dir.path, {"poison"}, retries(5));
+  Run again(dir.path, {"poison"}, retries(5), 0, as);
   again.drive([](const Task&) { return ok(); });
   CHECK(again.handed.empty());
   CHECK(again.flow->report().skipped_quarantined == 1);
 }
 
 TEST_CASE("task flow: failures that are not the payload's give up after max_attempts, never quarantined") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
-  Run run(dir.path, {"unlucky"}, retries(3));
+  Run run(dir.path, {"unlucky"}, retries(3), 0, as);
   run.drive([](const Task&) { return failure(Kind::kSandboxError, "fp-setup"); });
   const Told& t = run.sink.of("unlucky");
   CHECK(t.verdict.type == Verdict::Type::kGaveUp);
@@ -502,9 +521,10 @@ TEST_CASE("task flow: without a store a poison payload is reported as poison, no
 }
 
 TEST_CASE("task flow: an outage holds the tasks, a working handler releases them, nothing is quarantined") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   const std::vector<std::string> keys = numbered_keys(12);
-  Run run(dir.path, keys, outage_settings(0ms));
+  Run run(dir.path, keys, outage_settings(0ms), 0, as);
   // The first two payloads work; then the handler is broken for every
   // payload (a bad deploy) until the clock passes 10 s into the run (fixed).
   const auto fixed_at = run.now + 10s;
@@ -571,9 +591,10 @@ TEST_CASE("task flow: an outage that outlasts --breaker-max-wait stops the run; 
 }
 
 TEST_CASE("task flow: a task whose last attempt never finished runs alone, and is not charged for it") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   make_suspect(dir.path, "suspect");
-  Run run(dir.path, {"a", "b", "suspect", "c", "d"}, retries(3));
+  Run run(dir.path, {"a", "b", "suspect", "c", "d"}, retries(3), 0, as);
   run.drive([](const Task&) { return ok(); }, 3);
   CHECK(run.sink.count(Verdict::Type::kOk) == 5);
   CHECK(run.sink.of("suspect").verdict.attempts == 2);
@@ -724,6 +745,7 @@ TEST_CASE("task flow: a poison verdict the outage explains is taken back: record
 
 // Issue 26, point 5: "outage or poison?" is decided before quarantining.
 TEST_CASE("task flow: bad payloads together while the handler works: one record each, none taken back") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(0ms);
   settings.retry.max_attempts = 1;
@@ -733,7 +755,7 @@ TEST_CASE("task flow: bad payloads together while the handler works: one record 
   std::vector<std::string> keys = {"g1", "g2"};
   for (int i = 1; i <= 8; ++i) keys.push_back("bad" + std::to_string(i));
   for (int i = 3; i <= 6; ++i) keys.push_back("g" + std::to_string(i));
-  Run run(dir.path, keys, settings);
+  Run run(dir.path, keys, settings, 0, as);
   run.drive([](const Task& t) { return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok(); });
   const FlowReport& r = run.flow->report();
   CHECK(r.outages == 0);
@@ -762,10 +784,11 @@ TEST_CASE("task flow: bad payloads together while the handler works: one record 
 }
 
 TEST_CASE("task flow: failures alike that a recheck does not repeat run again, uncharged (an outage that ended)") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(0ms);
   settings.retry.max_attempts = 1;
-  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2"}, settings);
+  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2"}, settings, 0, as);
   // p1..p3 fail alike until the check (a copy of g1) has run: the
   // dependency came back just then.
   int g1_runs = 0;
@@ -792,11 +815,12 @@ TEST_CASE("task flow: failures alike that a recheck does not repeat run again, u
 }
 
 TEST_CASE("task flow: payloads that fail, pass their recheck and fail again are released once, then judged") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(0ms);
   settings.retry.max_attempts = 1;
   settings.breaker.window = 20;  // no outage by the window: the decision alone
-  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2"}, settings);
+  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2"}, settings, 0, as);
   // p1..p3 fail every other time they run (a flaky parser): the recheck of
   // one of them succeeds, and the run must still end.
   std::map<std::string, int> runs;
@@ -816,11 +840,12 @@ TEST_CASE("task flow: payloads that fail, pass their recheck and fail again are 
 }
 
 TEST_CASE("task flow: with nothing known to work, failures wait for the first success, then the check decides") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(0ms);
   settings.breaker.window = 20;  // the window alone would never open it here
   settings.retry.max_attempts = 1;
-  Run run(dir.path, {"bad1", "bad2", "bad3", "odd", "g1", "g2"}, settings);
+  Run run(dir.path, {"bad1", "bad2", "bad3", "odd", "g1", "g2"}, settings, 0, as);
   run.drive([](const Task& t) {
     if (t.key == "odd") return failure(Kind::kHandlerError, "fp-odd");
     return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok();
@@ -838,12 +863,13 @@ TEST_CASE("task flow: with nothing known to work, failures wait for the first su
 }
 
 TEST_CASE("task flow: the outage message names the outage's fingerprint with that fingerprint's own failure") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(0ms);
   settings.retry.max_attempts = 1;
   // Nothing works: fp-a fails three payloads, and the fourth, which opens
   // the breaker, fails with fp-b.
-  Run run(dir.path, {"a1", "a2", "a3", "b1"}, settings);
+  Run run(dir.path, {"a1", "a2", "a3", "b1"}, settings, 0, as);
   run.drive(
       [](const Task& t) {
         Outcome o = failure(Kind::kCrash, t.key[0] == 'a' ? "fp-a" : "fp-b");
@@ -872,6 +898,7 @@ bool told_ok(const Recorder& sink, const std::string& key) {
 }
 
 TEST_CASE("task flow: a known-good payload that fails every other run and two bad payloads keep the run going for ever") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(5s);  // --breaker-max-wait does not end it either
   settings.retry.max_attempts = 2;
@@ -883,7 +910,7 @@ TEST_CASE("task flow: a known-good payload that fails every other run and two ba
   // quarantined (a record), b2 parks, the check (g, odd run) fails "fp-flaky",
   // the breaker opens for b's fingerprint and takes b1's record back, the
   // probe (g, even run) succeeds, both run again... for ever.
-  Run run(dir.path, {"g", "b1", "b2", "g2"}, settings);
+  Run run(dir.path, {"g", "b1", "b2", "g2"}, settings, 0, as);
   std::map<std::string, int> runs;
   run.drive(
       [&](const Task& t) {
@@ -927,13 +954,14 @@ TEST_CASE("task flow: a payload that works once, then two bad payloads alike, st
 }
 
 TEST_CASE("task flow: an outage that comes back after a recheck released its fingerprint quarantines good payloads on the check alone") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(0ms);
   settings.retry.max_attempts = 1;
   // Two short outages of the same dependency (fp-dep), each starting as p1
   // (then r1) first runs and ending just as the known-good check runs:
   // every payload here is good.
-  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2", "r1", "r2", "r3", "g3"}, settings);
+  Run run(dir.path, {"g1", "p1", "p2", "p3", "g2", "r1", "r2", "r3", "g3"}, settings, 0, as);
   bool down = false;
   std::map<std::string, int> runs;
   run.drive(
@@ -1204,6 +1232,7 @@ Verdict::Type last_verdict(const Recorder& sink, const std::string& key) {
 
 // Found by the attack review of the decision (issue 26, point 5, bug 3).
 TEST_CASE("task flow: one bad payload failing like a brief outage does not convict the good payloads that failed in it") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
   FlowSettings settings = outage_settings(0ms);
   settings.retry.max_attempts = 1;
@@ -1215,7 +1244,7 @@ TEST_CASE("task flow: one bad payload failing like a brief outage does not convi
   // fingerprint.
   std::vector<std::string> keys = {"g1", "p1", "h", "p2", "p3"};
   for (int i = 1; i <= 8; ++i) keys.push_back("q" + std::to_string(i));
-  Run run(dir.path, keys, settings);
+  Run run(dir.path, keys, settings, 0, as);
   bool blip = true;
   std::optional<Clock::time_point> outage_from;
   run.drive([&](const Task& t) {
