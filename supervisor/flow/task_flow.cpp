@@ -122,7 +122,12 @@ Status TaskFlow::take_fresh(std::size_t want, std::vector<std::uint64_t>& starts
     std::optional<store::LedgerTask> known;
     {
       auto found = store_.find(item.task, sha);
-      if (!found) return Status::error(found.error());
+      if (!found) {
+        // The back end cannot say what it knows (nor write what it held
+        // back for it): the run stops.
+        fatal_ = Status::error(found.error());
+        return fatal_;
+      }
       known = std::move(*found);
       // Done by the scripts as they were then: when they changed since (a
       // version of its own, not this run's), it is counted, and run again
@@ -675,9 +680,10 @@ void TaskFlow::lose(std::uint64_t ref, const std::string& why) {
   Tracked& t = it->second;
   const auto& parked = schedule_.parked();
   if (std::find(parked.begin(), parked.end(), ref) != parked.end() && t.last_failure) {
-    // One fewer parked task for its decision; none left, nothing to decide.
+    // One fewer parked task for its decision; none left, nothing to decide
+    // (its rechecks' answers, if any are out, then find no decision).
     if (auto d = pending_.find(t.last_failure->fingerprint); d != pending_.end() && d->second.parked > 0 &&
-                                                               --d->second.parked == 0 && !d->second.rechecking) {
+                                                               --d->second.parked == 0) {
       breaker_.set_deciding(d->first, false);
       pending_.erase(d);
     }

@@ -1764,5 +1764,44 @@ TEST_CASE("task flow: a task its back end loses leaves the flow, told once, wher
   for (const char* k : {"a", "b", "c"}) CHECK(run.sink.of(k).verdict.type == Verdict::Type::kOk);
 }
 
+TEST_CASE("task flow: a task lost while its ok awaits the back end's answer, or while an outage holds it, is told lost, never ok") {
+  test::ScratchDir dir("flow");
+  AttemptStore::Capabilities can = broker_like();
+  can.tells_ok_when_settled = true;
+  // "settling" ends ok, then is lost before its settle is answered (five
+  // turns later); "held" fails in an outage that holds it, and is lost
+  // while the breaker's probe runs; the handler works again from then on.
+  Run run(dir.path, {"g1", "g2", "settling", "o1", "o2", "held", "o3", "late"}, outage_settings(0ms), 0,
+          BackEndAs{false, can});
+  bool settling_lost = false, held_lost = false;
+  int held_failures = 0;
+  run.drive(
+      [&](const Task& t) {
+        if (t.key == "o1" && !settling_lost) {
+          settling_lost = true;
+          run.test_back_end->lose_now.push_back("settling");
+        }
+        const bool down = !held_lost && (t.key.front() == 'o' || t.key == "held");
+        if (t.key == "held") ++held_failures;
+        if ((t.key == "settling" || t.key.front() == 'g') && held_failures > 0 && !held_lost) {
+          // The breaker's known-good probe (a copy of a payload that
+          // succeeded), while "held" waits: lose it now.
+          held_lost = true;
+          run.test_back_end->lose_now.push_back("held");
+        }
+        return down ? failure(Kind::kCrash, "fp-out") : ok();
+      },
+      1);
+  CHECK(settling_lost);
+  CHECK(held_lost);
+  CHECK(std::find(run.sink.lost.begin(), run.sink.lost.end(), "settling") != run.sink.lost.end());
+  CHECK(std::find(run.sink.lost.begin(), run.sink.lost.end(), "held") != run.sink.lost.end());
+  for (const auto& t : run.sink.told) {
+    CHECK(t.key != "settling");
+    CHECK(t.key != "held");
+  }
+  CHECK(run.flow->report().outages >= 1);
+}
+
 }  // namespace
 }  // namespace pillbox
