@@ -70,7 +70,10 @@ struct SetTaskWait {
   bool held = false;
 };
 
-// The run ends: every task it still claims is free for another run.
+// The run ends: every task it still claims is free for another run (a
+// broker's back end records each one whose attempt did not end as given
+// back, so that its next delivery is not counted as one that never
+// reported back).
 struct ReleaseClaims {};
 
 // One task given back, pending, without a verdict: free for another process
