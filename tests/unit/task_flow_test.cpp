@@ -699,14 +699,16 @@ TEST_CASE("task flow: with nothing known to work, an outage that outlasts the in
   for (const auto& key : keys) CHECK(again.state(key) == "ok");
 }
 
-TEST_CASE("task flow: a poison verdict the outage explains is taken back: record released, task run again") {
-  test::ScratchDir dir("flow");
+// "early" crashes and is quarantined at once. Then, from t1 on, every
+// payload fails with the same fingerprint (so "early" was the outage's
+// first victim): the breaker opens, and 5 s later the handler works again.
+std::vector<std::string> early_victim_keys() { return {"good", "early", "t1", "t2", "t3", "t4", "t5"}; }
+FlowSettings early_victim_settings() {
   FlowSettings settings = outage_settings(0ms);
   settings.retry.max_attempts = 1;
-  // "early" crashes and is quarantined at once. Then, from t1 on, every
-  // payload fails with the same fingerprint (so "early" was the outage's
-  // first victim): the breaker opens, and 5 s later the handler works again.
-  Run run(dir.path, {"good", "early", "t1", "t2", "t3", "t4", "t5"}, settings);
+  return settings;
+}
+void drive_early_victim(Run& run) {
   bool outage = false;
   Clock::time_point fixed_at{};
   run.drive(
@@ -719,6 +721,12 @@ TEST_CASE("task flow: a poison verdict the outage explains is taken back: record
         return t.key == "early" ? failure(Kind::kCrash, "fp-same") : ok();
       },
       1);
+}
+
+TEST_CASE("task flow: a poison verdict the outage explains is taken back: record released, task run again") {
+  test::ScratchDir dir("flow");
+  Run run(dir.path, early_victim_keys(), early_victim_settings());
+  drive_early_victim(run);
   const FlowReport& r = run.flow->report();
   CHECK(r.outages == 1);
   // The verdict given before the breaker opened: "early" (alone in failing
@@ -1690,22 +1698,8 @@ TEST_CASE("task flow: a back end that cannot stop gives the held tasks back afte
 
 TEST_CASE("task flow: a back end that cannot take a verdict back keeps it: the outage's first victim stays poison") {
   test::ScratchDir dir("flow");
-  FlowSettings settings = outage_settings(0ms);
-  settings.retry.max_attempts = 1;
-  AttemptStore::Capabilities can = broker_like();
-  Run run(dir.path, {"good", "early", "t1", "t2", "t3", "t4", "t5"}, settings, 0, BackEndAs{false, can});
-  bool outage = false;
-  Clock::time_point fixed_at{};
-  run.drive(
-      [&](const Task& t) {
-        if (t.key == "t1" && !outage) {
-          outage = true;
-          fixed_at = run.now + 5s;
-        }
-        if (outage) return run.now >= fixed_at ? ok() : failure(Kind::kCrash, "fp-same");
-        return t.key == "early" ? failure(Kind::kCrash, "fp-same") : ok();
-      },
-      1);
+  Run run(dir.path, early_victim_keys(), early_victim_settings(), 0, BackEndAs{false, broker_like()});
+  drive_early_victim(run);
   const FlowReport& r = run.flow->report();
   CHECK(r.outages == 1);
   CHECK(r.taken_back == 0);
