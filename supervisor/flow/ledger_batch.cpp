@@ -32,7 +32,8 @@ class Writer {
     return Status::ok();
   }
   Status operator()(const EndAttempt& w) {
-    return ledger_.end_attempt(w.task_id, w.n, now_, w.kind, w.fingerprint, w.message, w.charged, w.stderr_tail);
+    return ledger_.end_attempt(w.task_id, w.n, now_, w.outcome.kind, w.outcome.fingerprint, w.outcome.message, w.charged,
+                               w.stderr_tail);
   }
   Status operator()(const UnchargeAttempt& w) { return ledger_.uncharge(w.task_id, w.n); }
   Status operator()(const SetTaskState& w) { return ledger_.set_state(w.task_id, w.state, now_); }

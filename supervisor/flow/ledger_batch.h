@@ -15,6 +15,7 @@
 
 #include "shared/status.h"
 #include "supervisor/classify/outcome.h"
+#include "supervisor/classify/outcome_record.h"
 #include "supervisor/store/ledger.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/result_store.h"
@@ -38,10 +39,12 @@ struct StartAttempt {
 struct EndAttempt {
   std::int64_t task_id = 0;
   std::uint32_t n = 0;
-  std::string kind;
-  std::string fingerprint;
-  std::string message;
+  // How it ended (the store keeps its kind, fingerprint and message; a
+  // broker's history all of it). Kind "interrupted": cut short by the run's
+  // end, its message says why.
+  OutcomeRecord outcome;
   bool charged = true;
+  bool transient = false;      // not the payload's fault, in the retry policy's word
   std::string stderr_tail;     // exec mode failures: the last bytes of stderr
 };
 

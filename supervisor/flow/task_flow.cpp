@@ -573,8 +573,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
 
   if (setup_broken || (!report_.stopped_for_setup.empty() && failed)) {
     attempt.charged = false;
-    store_.add(EndAttempt{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, false,
-                          outcome.stderr_tail});
+    store_.add(EndAttempt{t.task_id, attempt.n, outcome_record(outcome), false, transient, outcome.stderr_tail});
     t.last_failure = outcome;
     schedule_.hold(t.task.ref);
     note_wait(t, 0, true);
@@ -611,8 +610,7 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   attempt.charged = !outage && !transient;
   {
     // An ok attempt's end goes with its "ok" (settle): both held back, or neither.
-    EndAttempt end{t.task_id, attempt.n, attempt.kind, outcome.fingerprint, outcome.message, attempt.charged,
-                   outcome.stderr_tail};
+    EndAttempt end{t.task_id, attempt.n, outcome_record(outcome), attempt.charged, transient, outcome.stderr_tail};
     if (!failed && !outage) {
       add_ok(t, std::move(end));
     } else {
@@ -1284,7 +1282,10 @@ Status TaskFlow::finish(const std::string& run_error) {
     a.kind = "interrupted";
     a.charged = false;
     ++report_.interrupted;
-    store_.add(EndAttempt{t.task_id, a.n, "interrupted", "", why, false, ""});
+    OutcomeRecord interrupted;
+    interrupted.kind = "interrupted";
+    interrupted.message = why;
+    store_.add(EndAttempt{t.task_id, a.n, std::move(interrupted), false, false, ""});
   }
   for (std::uint64_t ref : schedule_.take_held()) {
     auto it = tracked_.find(ref);

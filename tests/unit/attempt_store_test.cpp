@@ -13,10 +13,12 @@
 #include "supervisor/flow/memory_attempt_store.h"
 #include "supervisor/flow/sqlite_attempt_store.h"
 #include "supervisor/store/result_store.h"
+#include "tests/unit/ended_attempt.h"
 #include "tests/unit/store_fixture.h"
 
 namespace pillbox {
 namespace {
+using test::ended;
 
 using namespace std::chrono_literals;
 using Clock = AttemptStore::Clock;
@@ -58,7 +60,7 @@ struct Env : test::StoreFixture {
   }
   // `key`'s attempt ended ok, its writes given as the engine gives them.
   void ended_ok(std::int64_t id, const std::string& output, bool may_hold) {
-    attempts->add_ok(id, EndAttempt{id, 1, "ok", "", "", true, ""}, may_hold, now);
+    attempts->add_ok(id, ended(id, 1, "ok"), may_hold, now);
     attempts->add_ok(id, SetTaskState{id, store::TaskState::kOk}, false, now);
     attempts->add_ok(id, KeepResult{id, output}, false, now);
   }
@@ -172,7 +174,7 @@ TEST_CASE("memory attempt store: attempts numbered as the engine counts them, no
   auto found = memory.find(Task{"a", "a"}, sha256_hex("a"));
   REQUIRE(found.has_value());
   CHECK_FALSE(found->has_value());
-  memory.add(EndAttempt{0, 1, "crash", "f", "m", true, ""});
+  memory.add(ended(0, 1, "crash", "f"));
   memory.add_ok(0, SetTaskState{0, store::TaskState::kOk}, true, now);
   CHECK(memory.idle());
   CHECK_FALSE(memory.has_unapplied());

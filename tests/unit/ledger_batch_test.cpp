@@ -11,10 +11,12 @@
 #include "supervisor/flow/ledger_batch.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/store.h"
+#include "tests/unit/ended_attempt.h"
 #include "tests/unit/store_fixture.h"
 
 namespace pillbox {
 namespace {
+using test::ended;
 
 struct Env : test::StoreFixture {
   BatchContext context;
@@ -48,9 +50,9 @@ TEST_CASE("ledger batch: left open, the starts are written at once and the rest 
   // a ended ok and b failed with a retry due at once: its wait, then its
   // next start, in one turn. c is new.
   LedgerBatch turn;
-  turn.add(EndAttempt{a, 1, "ok", "", "", true, ""});
+  turn.add(ended(a, 1, "ok"));
   turn.add(SetTaskState{a, store::TaskState::kOk});
-  turn.add(EndAttempt{b, 1, "crash", "fp", "crash", true, ""});
+  turn.add(ended(b, 1, "crash", "fp"));
   turn.add(SetTaskWait{b, 12345, false});
   turn.add(env.start(3, "c"));
   turn.add(env.start(4, "b", b));
@@ -84,12 +86,12 @@ TEST_CASE("ledger batch: a commit left open that fails writes nothing, keeps all
                     "CREATE TRIGGER trap_attempts AFTER INSERT ON attempts BEGIN INSERT INTO trap VALUES (-1); END;")
               .is_ok());
   LedgerBatch turn;
-  turn.add(EndAttempt{a, 1, "ok", "", "", true, ""});
+  turn.add(ended(a, 1, "ok"));
   turn.add(SetTaskState{a, store::TaskState::kOk});
   turn.add(env.start(2, "b"));
   auto r2 = turn.apply(*env.ledger, *env.qs, env.context, LedgerBatch::Commit::kLeaveOpen);
   REQUIRE(r2.has_value());
-  turn.add(EndAttempt{999, 1, "ok", "", "", true, ""});  // added after: stays after what comes back
+  turn.add(ended(999, 1, "ok"));  // added after: stays after what comes back
   const Status s = turn.commit_open(*env.ledger, *env.qs, env.context);
   REQUIRE_FALSE(s.is_ok());
   CHECK(s.message().find("FOREIGN KEY") != std::string::npos);
@@ -120,7 +122,7 @@ TEST_CASE("ledger batch: a batch with a quarantine record commits at once even w
   q.outcome.kind = Kind::kCrash;
   q.outcome.fingerprint = "fp";
   q.reason = "crashed";
-  turn.add(EndAttempt{p, 1, "crash", "fp", "crash", true, ""});
+  turn.add(ended(p, 1, "crash", "fp"));
   turn.add(q);
   turn.add(env.start(2, "next"));
   auto r2 = turn.apply(*env.ledger, *env.qs, env.context, LedgerBatch::Commit::kLeaveOpen);
