@@ -3,110 +3,20 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <set>
-#include <limits>
-#include <nlohmann/json.hpp>
 
-#include "shared/base64.h"
-#include "shared/fingerprint.h"
 #include "shared/sha256.h"
 #include "supervisor/exec/host_view.h"
-#include "supervisor/store/quarantine_entry.h"
-#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox::broker {
 namespace {
 
 constexpr std::size_t kMaxKnownGood = 64 * 1024;  // larger payloads are not kept as probes
 
-std::string* field(Delivery& d, std::string_view name) {
-  for (auto& [k, v] : d.fields) {
-    if (k == name) return &v;
-  }
-  return nullptr;
-}
-
-// A field the worker reads given more than once (a stream entry may repeat
-// a field name): which one is meant is a guess, and whoever reads the entry
-// later may guess otherwise (a map keeps the last) and believe another
-// payload ran. What it says, or "".
-std::string repeated_field(const Delivery& d) {
-  for (const std::string_view name : {"key", "payload", "redrive_of"}) {
-    const auto n = std::count_if(d.fields.begin(), d.fields.end(), [&](const auto& f) { return f.first == name; });
-    if (n > 1) return "stream entry " + d.entry + " has " + std::to_string(n) + " `" + std::string(name) + "` fields";
-  }
-  return "";
-}
-
-// "its fields: a, b" (the first 10 names, each cut at 64 bytes), or "it has
-// no fields": what a malformed entry held, for its dead letter's message.
-std::string fields_it_has(const Delivery& d) {
-  if (d.fields.empty()) return "it has no fields";
-  std::string names;
-  std::size_t shown = 0;
-  for (const auto& [name, value] : d.fields) {
-    if (shown++ == 10) {
-      names += ", ... (" + std::to_string(d.fields.size()) + " in all)";
-      break;
-    }
-    names += (names.empty() ? "" : ", ") + name.substr(0, 64);
-  }
-  return "its fields: " + names;
-}
-
-Outcome protocol_error(const std::string& message, const std::string& handler_identity) {
-  Outcome o;
-  o.kind = Kind::kProtocolError;
-  o.message = message;
-  o.fingerprint = make_fingerprint(o.kind, "malformed-entry", {}, handler_identity);
-  return o;
-}
-
-Outcome workers_lost(std::size_t lost, const std::string& handler_identity) {
-  Outcome o;
-  o.kind = Kind::kSupervisorLost;
-  o.message = "delivered " + std::to_string(lost) +
-              " times to workers that never reported back (each died or lost Redis while it held this entry)";
-  o.fingerprint = make_fingerprint(o.kind, "", {}, handler_identity);
-  return o;
-}
-
-// An entry whose history key is not a hash (stream_protocol.h:
-// Delivery::history_type): whatever put it there, its deliveries cannot be
-// judged; dead-lettered (the settle deletes that key) rather than stopping
-// the worker on the script error, which would stop every worker that
-// claims it.
-Outcome history_not_a_hash(const StreamKeys& keys, const std::string& entry, const std::string& type,
-                           const std::string& handler_identity) {
-  return protocol_error("the history of stream entry " + entry + " (key " + keys.history(entry) + ") holds a " + type +
-                            ", not a hash: not written by pillbox, its deliveries cannot be judged",
-                        handler_identity);
-}
-
-bool judgeable(std::int64_t delivery) { return delivery >= 1 && delivery <= kMaxDeliveries; }
-
-Outcome count_out_of_range(const std::string& entry, std::int64_t delivery, const std::string& handler_identity) {
-  return protocol_error("stream entry " + entry + " is at delivery count " + std::to_string(delivery) +
-                            ", not within 1.." + std::to_string(kMaxDeliveries) +
-                            ": set by hand (XCLAIM ... RETRYCOUNT), not by deliveries; its history is not read",
-                        handler_identity);
-}
-
 std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
   return std::max(lo, std::min(v, hi));
 }
 
 }  // namespace
-
-std::string_view to_string(WorkerVerdict::Type type) {
-  switch (type) {
-    case WorkerVerdict::Type::kOk: return "ok";
-    case WorkerVerdict::Type::kDeadLettered: return "dead-lettered";
-    case WorkerVerdict::Type::kReleased: return "released";
-    case WorkerVerdict::Type::kTakenOver: return "taken-over";
-  }
-  return "unknown";
-}
 
 StreamWorker::StreamWorker(WorkerSettings settings, BrokerLink& reader, BrokerLink& writer, WorkerSink& out)
     : settings_(std::move(settings)),
@@ -425,77 +335,17 @@ void StreamWorker::admit(Delivery d, bool claimed) {
   last_activity_ = Clock::now();
   const std::uint64_t ref = ++next_ref_;
   Entry& e = entries_[ref];
-  e.id = d.entry;
-  e.delivery = d.count;
   e.task.ref = ref;
-  // The history is read delivery by delivery: only at a count deliveries reach.
-  if (judgeable(d.count)) e.history = entry_history(static_cast<std::uint32_t>(d.count), d.history);
-  const std::string* key = field(d, "key");
-  std::string* payload = field(d, "payload");
-  e.task.key = key != nullptr ? *key : "entry:" + d.entry;
-  if (const std::string* r = field(d, "redrive_of")) e.redrive_of = *r;
+  read_entry(d, e);
   hold_claim(e);
   if (stopping_) {
     // Read as the worker began to stop: not run here.
     release(e, Outcome{}, "the worker is stopping");
     return;
   }
-  if (!judgeable(d.count)) {
-    ++report_.protocol_errors;
-    dead_letter(e, count_out_of_range(d.entry, d.count, settings_.identity.handler_identity),
-                "delivery count out of range: not run");
-    return;
-  }
-  if (!d.history_type.empty()) {
-    ++report_.protocol_errors;
-    dead_letter(e, history_not_a_hash(settings_.keys, d.entry, d.history_type, settings_.identity.handler_identity),
-                "history not readable: not run");
-    return;
-  }
-  if (const std::string repeated = repeated_field(d); !repeated.empty()) {
-    ++report_.protocol_errors;
-    // Nothing of it is lost: the first payload is the dead letter's, the
-    // other values go with it.
-    if (payload != nullptr) e.task.payload = *payload;
-    std::set<std::string_view> seen;
-    for (const auto& [name, value] : d.fields) {
-      if (name != "key" && name != "payload" && name != "redrive_of") continue;
-      if (!seen.insert(name).second) e.also_held.emplace_back("repeated:" + name, value);
-    }
-    dead_letter(e, protocol_error(repeated + ": which one is meant is ambiguous", settings_.identity.handler_identity),
-                "malformed entry: not run");
-    return;
-  }
-  if (payload == nullptr) {
-    ++report_.protocol_errors;
-    dead_letter(e, protocol_error("stream entry " + d.entry + " has no `payload` field (" + fields_it_has(d) +
-                                      "; a task entry has `key` and `payload`, as pillbox submit writes them)",
-                                  settings_.identity.handler_identity),
-                "malformed entry: not run");
-    return;
-  }
-  // Kept even when oversized: the dead letter carries it (it is deleted from
-  // the stream) and its record its true size and hash.
-  e.task.payload = std::move(*payload);
-  if (e.task.payload.size() > settings_.max_payload) {
-    ++report_.protocol_errors;
-    dead_letter(e, protocol_error("payload of " + std::to_string(e.task.payload.size()) + " bytes is over the limit of " +
-                                      std::to_string(settings_.max_payload) + " bytes",
-                                  settings_.identity.handler_identity),
-                "oversized payload: not run");
-    return;
-  }
-  if (e.task.key.size() > settings_.max_key) {
-    ++report_.protocol_errors;
-    dead_letter(e, protocol_error("key of " + std::to_string(e.task.key.size()) + " bytes is over the limit of " +
-                                      std::to_string(settings_.max_key) + " bytes",
-                                  settings_.identity.handler_identity),
-                "oversized key: not run");
-    return;
-  }
-  if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
-    dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),
-                std::to_string(e.history.lost.size()) + " deliveries never reported back: it kills workers; not run again");
+  if (auto refused = check_entry(settings_, d, e)) {
+    if (refused->protocol_error) ++report_.protocol_errors;
+    dead_letter(e, refused->outcome, refused->reason);
     return;
   }
   e.solo = e.history.last_lost;
@@ -788,10 +638,9 @@ void StreamWorker::record(Entry& e, const RecordedDelivery& d, std::function<voi
         // dead-letters it); any other is dead-lettered now.
         if (it->second.released) return forget(ref);
         ++report_.protocol_errors;
-        return dead_letter(it->second,
-                           history_not_a_hash(settings_.keys, it->second.id, r->history_type,
-                                              settings_.identity.handler_identity),
-                           "history not readable: not run again");
+        const Refused refused =
+            history_not_readable(settings_, it->second.id, r->history_type, "history not readable: not run again");
+        return dead_letter(it->second, refused.outcome, refused.reason);
       }
       after();
     };
@@ -822,8 +671,8 @@ void StreamWorker::record_start(Entry& e) {
       if (!r->held) return taken_over(ref, "no longer held by this worker when its start was to be recorded");
       if (!r->history_type.empty()) {
         ++report_.protocol_errors;
-        return dead_letter(e, history_not_a_hash(settings_.keys, e.id, r->history_type, settings_.identity.handler_identity),
-                           "history not readable: not run again");
+        const Refused refused = history_not_readable(settings_, e.id, r->history_type, "history not readable: not run again");
+        return dead_letter(e, refused.outcome, refused.reason);
       }
       if (stopping_) return release(e, Outcome{}, "the worker is stopping");
       e.start_recorded = delivery;
@@ -851,25 +700,13 @@ void StreamWorker::redeliver_now(Entry& e) {
       if (it == entries_.end()) return;
       if (!*r) return taken_over(ref, why);
       Entry& e = it->second;
-      e.delivery = (*r)->count;
       hold_claim(e);
-      if (!judgeable(e.delivery)) {
+      if (auto refused = check_redelivery(settings_, **r, e)) {
         ++report_.protocol_errors;
-        e.history = EntryHistory{};
-        return dead_letter(e, count_out_of_range(e.id, e.delivery, settings_.identity.handler_identity),
-                           "delivery count out of range: not run again");
-      }
-      e.history = entry_history(static_cast<std::uint32_t>(e.delivery), (*r)->history);
-      if (!(*r)->history_type.empty()) {
-        ++report_.protocol_errors;
-        return dead_letter(e, history_not_a_hash(settings_.keys, e.id, (*r)->history_type, settings_.identity.handler_identity),
-                           "history not readable: not run again");
+        return dead_letter(e, refused->outcome, refused->reason);
       }
       if (stopping_) return release(e, Outcome{}, "the worker is stopping");
-      if (settings_.retry.max_attempts > 0 && e.history.lost.size() >= settings_.retry.max_attempts) {
-        return dead_letter(e, workers_lost(e.history.lost.size(), settings_.identity.handler_identity),
-                           "deliveries never reported back: it kills workers");
-      }
+      if (auto refused = lost_too_often(settings_, e)) return dead_letter(e, refused->outcome, refused->reason);
       e.solo = e.history.last_lost;
       e.where = Where::kReady;
       if (e.probe || e.solo) {
@@ -909,34 +746,7 @@ void StreamWorker::release(Entry& e, const Outcome& outcome, const std::string& 
 }
 
 void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
-  std::vector<std::pair<std::string, std::string>> fields;
-  if (settings_.results) {
-    // As `run --json` says it (status, kind, attempts, usage, exit code),
-    // plus where it came from and who ran it.
-    fields = {{"key", e.task.key},    {"verdict", "ok"},
-              {"status", "ok"},       {"kind", "ok"},
-              {"entry", e.id},        {"deliveries", std::to_string(e.delivery)},
-              {"attempts", std::to_string(e.delivery)}, {"worker", settings_.consumer.name}};
-    if (outcome.exit_code >= 0) fields.emplace_back("exit_code", std::to_string(outcome.exit_code));
-    if (!outcome.message.empty()) fields.emplace_back("message", outcome.message);
-    if (outcome.output.size() > settings_.results_max_output) {
-      // A flood of large outputs must not fill Redis's memory: the result
-      // says what it was, not what it held.
-      fields.emplace_back("output_omitted", "too large: " + std::to_string(outcome.output.size()) +
-                                                " bytes, over --results-max-output " +
-                                                std::to_string(settings_.results_max_output));
-      fields.emplace_back("output_size", std::to_string(outcome.output.size()));
-      fields.emplace_back("output_sha256", sha256_hex(outcome.output));
-    } else if (is_valid_utf8(outcome.output)) {
-      fields.emplace_back("output", outcome.output);
-    } else {
-      fields.emplace_back("output_b64", base64_encode(outcome.output));
-    }
-    fields.emplace_back("cpu_ms", std::to_string(outcome.cpu_ms));
-    fields.emplace_back("wall_ms", std::to_string(outcome.wall_ms));
-    fields.emplace_back("max_rss_kb", std::to_string(outcome.max_rss_kb));
-    if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
-  }
+  EntryFields fields = result_fields(settings_, e, outcome);
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, fields = std::move(fields), keys = settings_.keys, consumer = settings_.consumer,
                 id = e.id, target = settings_.results ? settings_.keys.results : std::string(),
@@ -957,70 +767,9 @@ void StreamWorker::settle_ok(Entry& e, const Outcome& outcome) {
   });
 }
 
-std::string StreamWorker::record_json(const Entry& e, const Outcome& outcome, const std::string& reason) const {
-  store::QuarantineRecord r;
-  r.entry = make_quarantine_entry(settings_.identity, outcome, e.task.key, sha256_hex(e.task.payload),
-                                  static_cast<std::int64_t>(e.task.payload.size()), "worker");
-  r.created_at = r.updated_at = wall_ms();
-  const auto attempts_made = judgeable(e.delivery) ? static_cast<std::uint32_t>(e.delivery) : 0u;
-  auto j = nlohmann::json::parse(quarantine_record_json(r, attempts_made, false, ""), nullptr, false);
-  if (j.is_discarded()) j = nlohmann::json::object();
-  j.erase("id");  // the dead-letter entry's id is the record's
-  j.erase("new_fingerprint");
-  j["policy"] = settings_.identity.policy;
-  j["reason"] = reason;
-  j["stream"] = {{"name", settings_.keys.stream}, {"group", settings_.consumer.group}, {"entry", e.id}};
-  j["deliveries"] = e.delivery;
-  // The tail of the exec program's stderr (raw bytes, at most 8 KiB): base64,
-  // since it need not be UTF-8; `quarantine show --redis` prints it.
-  if (!r.entry.stderr_tail.empty()) j["stderr_tail_b64"] = base64_encode(r.entry.stderr_tail);
-  nlohmann::json attempts = nlohmann::json::array();
-  // The deliveries before this one, recorded, lost or never started, in
-  // order: a merge of the three lists, never a walk up to the count (Redis
-  // may say anything).
-  const auto& recorded = e.history.recorded;
-  const auto& lost = e.history.lost;
-  const auto& unstarted = e.history.unstarted;
-  std::size_t r_i = 0, l_i = 0, u_i = 0;
-  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
-  for (;;) {
-    const std::int64_t r = r_i < recorded.size() ? recorded[r_i].delivery : kNone;
-    const std::int64_t l = l_i < lost.size() ? lost[l_i] : kNone;
-    const std::int64_t u = u_i < unstarted.size() ? unstarted[u_i] : kNone;
-    const std::int64_t n = std::min({r, l, u});
-    if (n == kNone || n >= e.delivery) break;
-    if (n == r) {
-      attempts.push_back(nlohmann::json::parse(delivery_json(recorded[r_i++])));
-    } else if (n == l) {
-      attempts.push_back({{"delivery", lost[l_i++]}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
-    } else {
-      attempts.push_back(
-          {{"delivery", unstarted[u_i++]}, {"kind", ""}, {"note", "never started: its worker died while it waited"}});
-    }
-  }
-  if (outcome.kind != Kind::kSupervisorLost && outcome.kind != Kind::kProtocolError) {
-    attempts.push_back(nlohmann::json::parse(
-        delivery_json(recorded_outcome(e.delivery, settings_.consumer.name, wall_ms(), outcome, true, false))));
-  }
-  j["attempts_history"] = attempts;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 void StreamWorker::dead_letter(Entry& e, const Outcome& outcome, const std::string& reason) {
   e.where = Where::kBusy;
-  std::vector<std::pair<std::string, std::string>> fields = {
-      {"key", e.task.key},
-      {"payload", e.task.payload},
-      {"kind", std::string(to_string(outcome.kind))},
-      {"fingerprint", outcome.fingerprint},
-      {"deliveries", std::to_string(e.delivery)},
-      {"entry", e.id},
-      {"record", record_json(e, outcome, reason)},
-  };
-  // A redriven dead letter that fails again says which one it was.
-  if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
-  fields.insert(fields.end(), e.also_held.begin(), e.also_held.end());
-  if (settings_.fleet_key) fields.emplace_back("sig", settings_.fleet_key->sign(settings_.keys.dlq, fields));
+  EntryFields fields = dead_letter_fields(settings_, e, outcome, reason, wall_ms());
   const std::uint64_t ref = e.task.ref;
   writer_.post([this, ref, outcome, reason, fields = std::move(fields), keys = settings_.keys,
                 consumer = settings_.consumer, id = e.id](RedisConnection& redis) -> BrokerLink::Done {
