@@ -49,6 +49,10 @@ struct WorkerSettings {
   // NAME:results holds at most about maxlen x this many bytes of outputs.
   std::size_t results_max_output = 1u << 20;
   std::chrono::milliseconds read_block{1000};  // longest XREADGROUP wait
+  // The dispatcher's slots (--jobs): the engine's intake (stream_back_end.h)
+  // reads as many entries ahead, so that a slot that comes free finds its
+  // next entry here instead of waiting a round trip to Redis.
+  std::size_t jobs = 1;
   std::optional<std::uint64_t> seed;   // the backoffs' jitter (tests)
   // A file of the host a failure shows the task could not see, as for run
   // (FlowSettings::hidden_path): such a failure opens the breaker at once.

@@ -28,6 +28,9 @@ struct Task {
   // A JSON line with the same key and payload as line `repeat_of_line`
   // (0: none): one task, run once.
   std::uint64_t repeat_of_line = 0;
+  // A broker's id of this delivery (a stream entry's id), by which its back
+  // end knows the task again (AttemptStore::find); "" for run's inputs.
+  std::string source_id{};
 };
 
 class TaskSource {

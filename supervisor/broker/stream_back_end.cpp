@@ -1,0 +1,543 @@
+#include "supervisor/broker/stream_back_end.h"
+
+#include <algorithm>
+#include <variant>
+
+#include "supervisor/classify/outcome_record.h"
+
+namespace pillbox::broker {
+namespace {
+
+std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
+  return std::max(lo, std::min(v, hi));
+}
+
+// The note of an attempt's end held for a suspected outage (not charged).
+constexpr const char* kHeldNote = "held: handler outage suspected";
+
+}  // namespace
+
+StreamBackEnd::StreamBackEnd(WorkerSettings settings, BrokerLink& reader, BrokerLink& writer, WorkerSink& out)
+    : settings_(std::move(settings)), reader_(reader), writer_(writer), out_(out) {
+  // Renewal runs on the writer's own thread: it must happen while every slot
+  // is busy and the dispatcher has no reason to turn.
+  auto claims = claims_;
+  const StreamKeys keys = settings_.keys;
+  const Consumer consumer = settings_.consumer;
+  writer_.set_periodic(clamp(settings_.claim_idle / 3, std::chrono::milliseconds(50), std::chrono::milliseconds(10'000)),
+                       [this, claims, keys, consumer](RedisConnection& redis) -> BrokerLink::Done {
+                         std::vector<std::string> ids;
+                         {
+                           std::lock_guard lock(claims->mutex);
+                           ids.assign(claims->held.begin(), claims->held.end());
+                         }
+                         if (ids.empty()) return {};
+                         auto lost = renew(redis, keys, consumer, ids);
+                         if (!lost || lost->empty()) return {};
+                         std::vector<std::pair<std::string, std::string>> whys;
+                         for (const auto& id : *lost) whys.emplace_back(id, why_not_held(redis, keys, consumer, id));
+                         return [this, whys = std::move(whys)] {
+                           for (const auto& [id, why] : whys) {
+                             if (auto it = by_entry_.find(id); it != by_entry_.end()) lose(it->second, why);
+                           }
+                         };
+                       });
+}
+
+StreamBackEnd::~StreamBackEnd() = default;
+
+std::int64_t StreamBackEnd::wall_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+AttemptStore::Capabilities StreamBackEnd::capabilities() const {
+  Capabilities c;
+  c.keeps_records = true;          // dead letters
+  c.takes_back = false;            // a dead letter given stands (the fleet may have acted on it)
+  c.can_stop = false;              // nothing would run what a worker holds: it gives it back
+  c.merges_repeats = false;        // every entry is settled, twins too
+  c.tells_ok_when_settled = true;  // an ok is told with its results entry
+  return c;
+}
+
+void StreamBackEnd::drain() {
+  reader_.drain();
+  writer_.drain();
+}
+
+bool StreamBackEnd::quiet() const { return reader_.outstanding() == 0 && writer_.outstanding() == 0; }
+
+std::vector<int> StreamBackEnd::wait_fds() const { return {reader_.wait_fd(), writer_.wait_fd()}; }
+
+StreamBackEnd::Held* StreamBackEnd::held(std::int64_t task_id) {
+  auto it = held_.find(task_id);
+  return it == held_.end() ? nullptr : &it->second;
+}
+
+void StreamBackEnd::on_error(const std::string& message) {
+  if (error_.empty()) error_ = message;
+  if (report_.error.empty()) report_.error = message;
+  stop_reading("a Redis error: " + message);
+}
+
+void StreamBackEnd::stop_reading(const std::string& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  out_.on_notice("stopping (" + why + "): nothing new is read, entries not started are released");
+  // Read and not yet the engine's: recorded as not run, so that the worker
+  // that takes them over does not count a lost delivery.
+  std::deque<std::int64_t> queued;
+  queued.swap(queued_);
+  for (std::int64_t id : queued) release_unstarted(id);
+}
+
+void StreamBackEnd::release_unstarted(std::int64_t task_id) {
+  Held* h = held(task_id);
+  if (h == nullptr) return;
+  ++report_.released;
+  out_.on_verdict(h->task, Outcome{},
+                  WorkerVerdict{WorkerVerdict::Type::kReleased, h->id, h->delivery, "", "the worker is stopping"});
+  if (judgeable(h->delivery)) {
+    record(*h, recorded_release(static_cast<std::uint32_t>(h->delivery), settings_.consumer.name, wall_ms(),
+                                "released: the worker is stopping"));
+  }
+  release(task_id);
+}
+
+// ---- intake ----
+
+TaskSource::Item StreamBackEnd::next_entry() {
+  drain();
+  TaskSource::Item item;
+  const auto now = Clock::now();
+  // Idle is counted from the first chance to read, not from construction: a
+  // slow start (the sandbox's checks, a sanitizer build) is not idleness
+  // (broke under ASan: --exit-when-idle 1s exited before its first read).
+  if (!intake_started_) {
+    intake_started_ = true;
+    last_activity_ = now;
+  }
+  if (settings_.exit_when_idle && !stopping_ && queued_.empty() && !read_outstanding_ && !claim_outstanding_ &&
+      now - last_activity_ >= *settings_.exit_when_idle) {
+    stop_reading("nothing new or claimable for " + std::to_string(settings_.exit_when_idle->count()) + " ms");
+  }
+  if (!queued_.empty()) {
+    Held& h = held_.at(queued_.front());
+    queued_.pop_front();
+    item.type = TaskSource::Item::Type::kTask;
+    item.task.key = h.task.key;
+    item.task.payload = h.task.payload;
+    item.task.source_id = h.id;
+    return item;
+  }
+  if (stopping_) {
+    item.type = read_outstanding_ || claim_outstanding_ ? TaskSource::Item::Type::kWait : TaskSource::Item::Type::kEnd;
+    return item;
+  }
+  read_more(now);
+  item.type = TaskSource::Item::Type::kWait;
+  // The next claim scan is due then. (Idleness is checked when a read
+  // comes back: an empty read waits --read-block at most.)
+  if (!claim_outstanding_) item.wake_at = std::max(now, next_claim_at_);
+  return item;
+}
+
+void StreamBackEnd::read_more(Clock::time_point now) {
+  // One turn's worth read ahead (as many entries as there are slots). They
+  // are delivered, hence counted, while they wait: a worker that dies holds
+  // at most 2 x --jobs entries.
+  const std::size_t want = std::max<std::size_t>(settings_.jobs, 1);
+  if (!claim_outstanding_ && now >= next_claim_at_) {
+    claim_outstanding_ = true;
+    next_claim_at_ = now + clamp(settings_.claim_idle / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+    writer_.post([this, want, keys = settings_.keys, consumer = settings_.consumer, idle = settings_.claim_idle,
+                  start = claim_cursor_](RedisConnection& redis) -> BrokerLink::Done {
+      auto c = claim_idle(redis, keys, consumer, idle, start, want);
+      return [this, c = std::move(c)]() mutable {
+        claim_outstanding_ = false;
+        if (!c) return on_error(c.error());
+        claim_cursor_ = c->next_start;
+        if (claim_cursor_ != "0-0") next_claim_at_ = Clock::now();  // more to scan
+        for (auto& d : c->deliveries) admit(std::move(d), true);
+      };
+    });
+  }
+  if (!read_outstanding_) {
+    read_outstanding_ = true;
+    reader_.post([this, want, keys = settings_.keys, consumer = settings_.consumer,
+                  block = settings_.read_block](RedisConnection& redis) -> BrokerLink::Done {
+      auto r = read_new(redis, keys, consumer, want, block);
+      return [this, r = std::move(r)]() mutable {
+        read_outstanding_ = false;
+        if (!r) return on_error(r.error());
+        for (auto& d : *r) admit(std::move(d), false);
+      };
+    });
+  }
+}
+
+void StreamBackEnd::admit(Delivery d, bool claimed) {
+  if (auto it = by_entry_.find(d.entry); it != by_entry_.end()) return claimed_again(held_.at(it->second), d);
+  ++report_.deliveries;
+  if (claimed) ++report_.claimed;
+  last_activity_ = Clock::now();
+  const std::int64_t id = ++next_task_id_;
+  Held& h = held_[id];
+  h.task_id = id;
+  read_entry(d, h);
+  by_entry_[h.id] = id;
+  {
+    std::lock_guard lock(claims_->mutex);
+    claims_->held.insert(h.id);
+  }
+  if (stopping_) return release_unstarted(id);  // read as the worker began to stop: not run here
+  if (auto refused = check_entry(settings_, d, h)) {
+    if (refused->protocol_error) ++report_.protocol_errors;
+    dead_letter(h, refused->outcome, refused->reason, /*unrun=*/true);
+    return;
+  }
+  queued_.push_back(id);
+}
+
+void StreamBackEnd::claimed_again(Held& h, const Delivery& d) {
+  // Its own claim scan took it over from itself (its claim lapsed while
+  // Redis was away, or someone made it look idle: XCLAIM ... IDLE). Not a
+  // second copy (two runs): the one here goes on at the new count.
+  ++report_.claimed_again;
+  const std::int64_t mine = h.delivery;
+  h.delivery = d.count;
+  // The delivery this worker holds it at is marked, so that it is not
+  // counted as one that never reported back; deliveries in between (when
+  // another worker had it) keep what they have. The running attempt's
+  // outcome is recorded at the new count.
+  if (!judgeable(mine)) return;
+  if (h.history.recorded.empty() || h.history.recorded.back().delivery != mine) {
+    const auto note = recorded_release(static_cast<std::uint32_t>(mine), settings_.consumer.name, wall_ms(),
+                                       "claimed again by the worker that held it (its renewal came late)");
+    writer_.post([this, keys = settings_.keys, consumer = settings_.consumer, id = h.id, mine,
+                  json = delivery_json(note)](RedisConnection& redis) -> BrokerLink::Done {
+      auto r = record_delivery(redis, keys, consumer, id, mine, json);
+      return [this, r = std::move(r)]() {
+        if (!r) on_error(r.error());
+      };
+    });
+  }
+  if (h.started_at == mine) h.started_at = h.delivery;
+}
+
+Expected<std::optional<store::LedgerTask>> StreamBackEnd::find(const Task& task, const std::string&) {
+  auto it = by_entry_.find(task.source_id);
+  if (it == by_entry_.end()) return Error{"stream entry " + task.source_id + " is not held by this worker"};
+  const Held& h = held_.at(it->second);
+  store::LedgerTask known;
+  known.id = h.task_id;
+  known.state = store::TaskState::kPending;
+  known.attempts = static_cast<std::uint32_t>(std::max<std::int64_t>(h.delivery - 1, 0));
+  // The fleet's deliveries before this one, as the engine's attempts: those
+  // recorded, and, when the one right before never reported back, that one
+  // as an attempt that never finished (the engine then runs this one alone,
+  // its start recorded first). Earlier lost deliveries count in check_entry.
+  for (const RecordedDelivery& d : h.history.recorded) {
+    store::AttemptSummary a;
+    a.n = d.delivery;
+    a.finished = !d.kind.empty();  // a release never ran
+    a.kind = d.kind;
+    a.fingerprint = d.fingerprint;
+    a.charged = d.charged && !d.transient;
+    if (!a.finished) a.charged = false;  // not a loss: nothing ran
+    known.history.push_back(std::move(a));
+  }
+  if (h.history.last_lost) {
+    store::AttemptSummary lost;
+    lost.n = static_cast<std::uint32_t>(h.delivery - 1);
+    known.history.push_back(lost);
+  }
+  return std::optional<store::LedgerTask>{std::move(known)};
+}
+
+// ---- the engine's effects ----
+
+void StreamBackEnd::add(LedgerWrite write) { writes_.push_back(std::move(write)); }
+
+bool StreamBackEnd::has_unapplied() const {
+  return !writes_.empty() || !answers_.started.empty() || !answers_.quarantined.empty() || !answers_.lost.empty() ||
+         !answers_.settled.empty();
+}
+
+bool StreamBackEnd::idle() const { return !has_unapplied() && writer_.outstanding() == 0; }
+
+Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, bool, Commit, Clock::time_point) {
+  drain();
+  std::vector<LedgerWrite> writes;
+  writes.swap(writes_);
+  // The tasks this turn settles (their ends go with the settle: it deletes
+  // the history) and holds for an outage (their ends say so).
+  std::set<std::int64_t> settling, held_for_outage;
+  for (const LedgerWrite& w : writes) {
+    if (const auto* q = std::get_if<QuarantinePayload>(&w)) settling.insert(q->task_id);
+    if (const auto* k = std::get_if<KeepResult>(&w)) settling.insert(k->task_id);
+    if (const auto* s = std::get_if<SetTaskWait>(&w); s && s->held) held_for_outage.insert(s->task_id);
+  }
+  for (LedgerWrite& w : writes) {
+    if (const auto* end = std::get_if<EndAttempt>(&w)) {
+      Held* h = held(end->task_id);
+      if (h == nullptr) continue;
+      last_activity_ = Clock::now();
+      const auto delivery = static_cast<std::uint32_t>(h->delivery);
+      RecordedDelivery d;
+      if (end->outcome.kind == "interrupted") {
+        // Cut short by the worker's end: nothing of the payload is known.
+        d = recorded_release(delivery, settings_.consumer.name, wall_ms(), "released: " + end->outcome.message);
+      } else {
+        static_cast<OutcomeRecord&>(d) = end->outcome;
+        d.message.resize(std::min(d.message.size(), kMaxRecordedMessage));
+        d.delivery = delivery;
+        d.worker = settings_.consumer.name;
+        d.at_ms = wall_ms();
+        d.charged = end->charged;
+        d.transient = end->transient;
+        if (held_for_outage.count(end->task_id) > 0 && !end->charged && !end->transient) d.note = kHeldNote;
+      }
+      h->last_end = d;
+      if (settling.count(end->task_id) == 0 && judgeable(h->delivery)) record(*h, d);
+    } else if (const auto* u = std::get_if<UnchargeAttempt>(&w)) {
+      // An earlier failure the outage explains: recorded again, uncharged.
+      Held* h = held(u->task_id);
+      if (h == nullptr) continue;
+      for (RecordedDelivery& d : h->history.recorded) {
+        if (d.delivery != u->n || !d.charged) continue;
+        d.charged = false;
+        d.note = kHeldNote;
+        record(*h, d);
+      }
+    } else if (const auto* k = std::get_if<KeepResult>(&w)) {
+      Held* h = held(k->task_id);
+      if (h == nullptr) continue;
+      Outcome outcome = h->last_end ? outcome_of(*h->last_end, Kind::kOk) : Outcome{};
+      outcome.output = k->output;
+      settle_ok(*h, outcome);
+    } else if (const auto* q = std::get_if<QuarantinePayload>(&w)) {
+      Held* h = held(q->task_id);
+      if (h == nullptr) continue;
+      dead_letter(*h, q->outcome, q->reason, /*unrun=*/false);
+    } else if (const auto* s = std::get_if<SetTaskState>(&w)) {
+      // Gave up here (not the payload's fault): its end is recorded, and it
+      // is left for another worker. (An ok settles with its result.)
+      if (s->state == store::TaskState::kGaveUp) release(s->task_id);
+    } else if (const auto* r = std::get_if<ReleaseTask>(&w)) {
+      release(r->task_id);  // held too long by an outage here: its hold is recorded
+    } else if (std::holds_alternative<ReleaseClaims>(w)) {
+      // The worker ends: every entry still held is left for the fleet, its
+      // delivery recorded as not run unless its end is.
+      std::vector<std::int64_t> ids;
+      for (const auto& [id, h] : held_) ids.push_back(id);
+      for (std::int64_t id : ids) {
+        Held& h = held_.at(id);
+        const bool recorded = !h.history.recorded.empty() && h.history.recorded.back().delivery == h.delivery;
+        if (!recorded && judgeable(h.delivery)) {
+          record(h, recorded_release(static_cast<std::uint32_t>(h.delivery), settings_.consumer.name, wall_ms(),
+                                     "released: the worker is stopping"));
+        }
+        release(id);
+      }
+    }
+    // SetTaskWait: nothing to write; the claim stays renewed while the task
+    // waits. TakeBackRecord: never (takes_back is false).
+  }
+  for (const StartAttempt& s : starts) start(s);
+  if (!error_.empty() && !error_told_) {
+    error_told_ = true;
+    return Error{error_};
+  }
+  BatchResult result = std::move(answers_);
+  answers_ = BatchResult{};
+  return result;
+}
+
+void StreamBackEnd::start(const StartAttempt& s) {
+  Held* h = held(s.task_id);
+  if (h == nullptr) {
+    answers_.lost.push_back({s.ref, "no longer held by this worker"});
+    return;
+  }
+  h->ref = s.ref;
+  last_activity_ = Clock::now();
+  if (h->started_at != h->delivery && (!s.solo || h->start_recorded == h->delivery)) {
+    // Its first attempt at this delivery: the count Redis gave it is its number.
+    h->started_at = h->delivery;
+    answers_.started.push_back({s.ref, h->task_id, static_cast<std::uint32_t>(h->delivery), store::TaskState::kPending, ""});
+    return;
+  }
+  if (h->started_at != h->delivery) {
+    // A suspect's: its start is recorded before it runs (delivery_history.h).
+    const auto d = recorded_start(static_cast<std::uint32_t>(h->delivery), settings_.consumer.name, wall_ms());
+    writer_.post([this, task_id = h->task_id, keys = settings_.keys, consumer = settings_.consumer, id = h->id,
+                  delivery = h->delivery, json = delivery_json(d)](RedisConnection& redis) -> BrokerLink::Done {
+      auto r = record_delivery(redis, keys, consumer, id, delivery, json);
+      const std::string why = r && !r->held ? why_not_held(redis, keys, consumer, id) : "";
+      return [this, task_id, delivery, why, r = std::move(r)]() {
+        Held* h = held(task_id);
+        if (h == nullptr) return;
+        if (!r) {
+          on_error(r.error());
+          return lose(task_id, "left pending after a Redis error");
+        }
+        if (!r->held) return lose(task_id, why.empty() ? "no longer held when its start was to be recorded" : why);
+        if (!r->history_type.empty()) {
+          ++report_.protocol_errors;
+          const Refused refused = history_not_readable(settings_, h->id, r->history_type, "history not readable: not run again");
+          return dead_letter(*h, refused.outcome, refused.reason, /*unrun=*/true);
+        }
+        h->start_recorded = delivery;
+        h->started_at = delivery;
+        answers_.started.push_back({h->ref, task_id, static_cast<std::uint32_t>(delivery), store::TaskState::kPending, ""});
+      };
+    });
+    return;
+  }
+  // A retry: delivered again, so that the count rises before it runs.
+  ++report_.retried;
+  writer_.post([this, task_id = h->task_id, keys = settings_.keys, consumer = settings_.consumer,
+                id = h->id](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = redeliver(redis, keys, consumer, id);
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, task_id, why, r = std::move(r)]() mutable {
+      Held* h = held(task_id);
+      if (h == nullptr) return;
+      if (!r) {
+        on_error(r.error());
+        return lose(task_id, "left pending after a Redis error");
+      }
+      if (!*r) return lose(task_id, why);
+      if (auto refused = check_redelivery(settings_, **r, *h)) {
+        ++report_.protocol_errors;
+        return dead_letter(*h, refused->outcome, refused->reason, /*unrun=*/true);
+      }
+      if (auto refused = lost_too_often(settings_, *h)) return dead_letter(*h, refused->outcome, refused->reason, true);
+      h->started_at = h->delivery;
+      answers_.started.push_back({h->ref, task_id, static_cast<std::uint32_t>(h->delivery), store::TaskState::kPending, ""});
+    };
+  });
+}
+
+void StreamBackEnd::record(Held& h, const RecordedDelivery& d) {
+  writer_.post([this, task_id = h.task_id, keys = settings_.keys, consumer = settings_.consumer, id = h.id,
+                delivery = static_cast<std::int64_t>(d.delivery), json = delivery_json(d)](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = record_delivery(redis, keys, consumer, id, delivery, json);
+    const std::string why = r && !r->held ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, task_id, why, r = std::move(r)]() {
+      if (!r) {
+        on_error(r.error());
+        return lose(task_id, "left pending after a Redis error");
+      }
+      // Released meanwhile: nothing more of it here.
+      Held* h = held(task_id);
+      if (h == nullptr) return;
+      if (!r->held) return lose(task_id, why);
+      if (!r->history_type.empty()) {
+        ++report_.protocol_errors;
+        const Refused refused = history_not_readable(settings_, h->id, r->history_type, "history not readable: not run again");
+        dead_letter(*h, refused.outcome, refused.reason, /*unrun=*/true);
+      }
+    };
+  });
+  // What this worker knows of the history from now on (a record at the
+  // same delivery replaces the one before).
+  auto& recorded = h.history.recorded;
+  auto at = std::find_if(recorded.begin(), recorded.end(), [&](const RecordedDelivery& r) { return r.delivery == d.delivery; });
+  if (at != recorded.end()) {
+    *at = d;
+  } else {
+    recorded.push_back(d);
+  }
+}
+
+void StreamBackEnd::settle_ok(Held& h, const Outcome& outcome) {
+  EntryFields fields = result_fields(settings_, h, outcome);
+  writer_.post([this, task_id = h.task_id, fields = std::move(fields), keys = settings_.keys,
+                consumer = settings_.consumer, id = h.id, target = settings_.results ? settings_.keys.results : std::string(),
+                maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = settle(redis, keys, consumer, id, target, maxlen, fields);
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, task_id, why, r = std::move(r)]() {
+      if (!r) {
+        on_error(r.error());
+        return lose(task_id, "left pending after a Redis error");
+      }
+      Held* h = held(task_id);
+      if (h == nullptr) return;
+      if (!*r) return lose(task_id, why);
+      ++report_.ok;
+      answers_.settled.push_back({h->ref, **r});
+      release(task_id);
+    };
+  });
+}
+
+void StreamBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::string& reason, bool unrun) {
+  EntryFields fields = dead_letter_fields(settings_, h, outcome, reason, wall_ms());
+  writer_.post([this, task_id = h.task_id, outcome, reason, unrun, fields = std::move(fields), keys = settings_.keys,
+                consumer = settings_.consumer, id = h.id](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = settle(redis, keys, consumer, id, keys.dlq, 0, fields);
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    // Once it is in NAME:dlq: whether the fleet had seen the failure before.
+    // Only a metric rides on it: when Redis cannot say, it is not new.
+    bool is_new = false;
+    if (r && *r) {
+      auto added = note_dead_letter_fingerprint(redis, keys, fingerprint_label(std::string(to_string(outcome.kind)),
+                                                                               outcome.fingerprint));
+      is_new = added && *added;
+    }
+    return [this, task_id, outcome, reason, unrun, why, is_new, r = std::move(r)]() {
+      if (!r) {
+        on_error(r.error());
+        return lose(task_id, "left pending after a Redis error");
+      }
+      Held* h = held(task_id);
+      if (h == nullptr) return;
+      if (!*r) return lose(task_id, why);
+      ++report_.dead_lettered;
+      if (unrun || h->ref == 0) {
+        // The intake's own verdict: the engine never had it, or loses it now.
+        out_.on_verdict(h->task, outcome,
+                        WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h->id, h->delivery, **r, reason, is_new});
+        if (h->ref != 0) answers_.lost.push_back({h->ref, "dead-lettered unrun: " + reason});
+      } else {
+        QuarantineWritten q;
+        q.ref = h->ref;
+        q.new_fingerprint = is_new;
+        q.settled_as = **r;
+        answers_.quarantined.push_back(std::move(q));
+      }
+      release(task_id);
+    };
+  });
+}
+
+void StreamBackEnd::release(std::int64_t task_id) {
+  auto it = held_.find(task_id);
+  if (it == held_.end()) return;
+  {
+    std::lock_guard lock(claims_->mutex);
+    claims_->held.erase(it->second.id);
+  }
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
+  by_entry_.erase(it->second.id);
+  held_.erase(it);
+}
+
+void StreamBackEnd::lose(std::int64_t task_id, const std::string& why) {
+  Held* h = held(task_id);
+  if (h == nullptr) return;
+  if (h->ref != 0) {
+    answers_.lost.push_back({h->ref, why});
+  } else {
+    ++report_.taken_over;
+    out_.on_verdict(h->task, Outcome{},
+                    WorkerVerdict{WorkerVerdict::Type::kTakenOver, h->id, h->delivery, "", "not settled here: " + why});
+  }
+  release(task_id);
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,164 @@
+#pragma once
+// Redis Streams as a back end of the attempt engine (supervisor/flow/
+// task_flow.h; docs/architecture.md, 'Adding a back end'). The engine
+// decides; this records on Redis (supervisor/broker/stream_protocol.h):
+//   * intake (intake()): new entries (XREADGROUP) and entries idle on dead
+//     consumers (XAUTOCLAIM), read ahead by --jobs; an entry that is not a
+//     task pillbox can judge (malformed, oversized, a count or history set
+//     by hand, one that killed --max-attempts workers) is dead-lettered here,
+//     unrun (stream_entry.h), and told to the worker's sink;
+//   * find(): an entry's fleet-wide history (delivery_history.h) as the
+//     engine's attempts; the delivery right after one that never reported
+//     back reads as an attempt that never finished, so the engine runs it
+//     alone (its start is recorded first);
+//   * the engine's effects: an attempt starts at Redis's delivery count (a
+//     retry is delivered again: the count rises); its end is recorded in the
+//     entry's history (fenced); an ok settles to NAME:results and a poison
+//     verdict to NAME:dlq, each with the ack and the delete in one fenced
+//     step, answered (TaskSettled, QuarantineWritten) once Redis did it; a
+//     task given back, given up or left at the end is released: recorded as
+//     such, then no longer renewed, for another worker to claim;
+//   * an entry this consumer no longer holds (taken over, deleted) is lost
+//     to the engine (TaskLost), which gives no verdict on it.
+// Redis is reached through two BrokerLinks (reads block; settles must not
+// wait behind them); answers are drained by apply() and by the intake, so
+// nothing here ever blocks the dispatcher.
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "supervisor/broker/broker_link.h"
+#include "supervisor/broker/stream_entry.h"
+#include "supervisor/broker/worker_settings.h"
+#include "supervisor/flow/attempt_store.h"
+
+namespace pillbox::broker {
+
+class StreamBackEnd final : public AttemptStore {
+ public:
+  // The links and the sink are not owned and outlive the back end; the
+  // links stop before it goes (nothing of theirs runs later).
+  StreamBackEnd(WorkerSettings settings, BrokerLink& reader, BrokerLink& writer, WorkerSink& out);
+  ~StreamBackEnd() override;
+  StreamBackEnd(const StreamBackEnd&) = delete;
+  StreamBackEnd& operator=(const StreamBackEnd&) = delete;
+
+  // The engine's inner TaskSource: the entries read and claimed, checked.
+  // Each task carries its entry id (Task::source_id).
+  TaskSource& intake() { return intake_; }
+  // Reads nothing new from now on; entries read and not yet handed to the
+  // engine are released (recorded as not run, left for the fleet), and the
+  // intake ends once its reads are answered.
+  void stop_reading(const std::string& why);
+  // Runs the answers of Redis that came back (they also run in apply() and
+  // the intake's next()).
+  void drain();
+  // Every step posted to Redis answered (or the links stopped).
+  bool quiet() const;
+  const WorkerReport& report() const { return report_; }
+
+  // AttemptStore
+  Capabilities capabilities() const override;
+  Expected<std::optional<store::LedgerTask>> find(const Task& task, const std::string& sha256) override;
+  Expected<std::optional<store::StoredResult>> kept_result(std::int64_t) override {
+    return std::optional<store::StoredResult>{};
+  }
+  Expected<std::string> record_payload(const std::string&) override {
+    return Error{"a stream's dead letters are not taken back"};
+  }
+  void add(LedgerWrite write) override;
+  // An ok is settled at once (one fenced step): nothing is held back.
+  void add_ok(std::int64_t, LedgerWrite write, bool, Clock::time_point) override { add(std::move(write)); }
+  Expected<BatchResult> apply(std::vector<StartAttempt> starts, bool release_held, Commit when,
+                              Clock::time_point now) override;
+  Status commit_turn() override { return Status::ok(); }
+  bool turn_open() const override { return false; }
+  bool has_unapplied() const override;
+  bool idle() const override;
+  std::vector<int> wait_fds() const override;
+  std::optional<Clock::time_point> due_by() const override { return std::nullopt; }
+
+ private:
+  class Intake final : public TaskSource {
+   public:
+    explicit Intake(StreamBackEnd& back_end) : back_end_(back_end) {}
+    Item next() override { return back_end_.next_entry(); }
+    std::vector<int> wait_fds() const override { return back_end_.wait_fds(); }
+
+   private:
+    StreamBackEnd& back_end_;
+  };
+
+  // An entry this worker holds, from its delivery until it is settled or
+  // released.
+  struct Held : HeldEntry {
+    std::int64_t task_id = 0;     // the engine's name for it (find)
+    std::uint64_t ref = 0;        // the engine's ref, from its first start (0: not handed to the engine)
+    std::int64_t started_at = 0;  // the delivery its latest attempt started at (0: none)
+    std::int64_t start_recorded = 0;  // the delivery whose start marker is recorded (a suspect's)
+    std::optional<RecordedDelivery> last_end;  // its latest attempt's end (an ok's result says it)
+  };
+  // The entries held, shared with the writer link's renewal (its own thread).
+  struct Claims {
+    std::mutex mutex;
+    std::set<std::string> held;
+  };
+
+  TaskSource::Item next_entry();
+  void read_more(Clock::time_point now);
+  void admit(Delivery d, bool claimed);
+  // XAUTOCLAIM gave back an entry this worker holds (its renewal came late):
+  // still its own; only the delivery count moved.
+  void claimed_again(Held& h, const Delivery& d);
+  void start(const StartAttempt& s);
+  // Records `d` in the entry's history (fenced); not held: lost.
+  void record(Held& h, const RecordedDelivery& d);
+  void settle_ok(Held& h, const Outcome& outcome);
+  // Settles the entry to NAME:dlq. `unrun`: the intake's own refusal, told
+  // to the sink here; else the engine's verdict, answered.
+  void dead_letter(Held& h, const Outcome& outcome, const std::string& reason, bool unrun);
+  // Read, not run: released as the worker stops (told to the sink, recorded
+  // as not run).
+  void release_unstarted(std::int64_t task_id);
+  // No longer renewed and forgotten here: left pending (or settled) for the fleet.
+  void release(std::int64_t task_id);
+  // The entry is no longer this worker's (`why`): the engine loses it, or
+  // the sink hears it was taken over before the engine had it.
+  void lose(std::int64_t task_id, const std::string& why);
+  void on_error(const std::string& message);
+  Held* held(std::int64_t task_id);
+  std::int64_t wall_ms() const;
+
+  WorkerSettings settings_;
+  BrokerLink& reader_;
+  BrokerLink& writer_;
+  WorkerSink& out_;
+  Intake intake_{*this};
+  std::shared_ptr<Claims> claims_ = std::make_shared<Claims>();
+
+  std::map<std::int64_t, Held> held_;  // by task id
+  std::map<std::string, std::int64_t> by_entry_;
+  std::deque<std::int64_t> queued_;     // read and checked, not yet handed to the engine
+  std::int64_t next_task_id_ = 0;
+  std::vector<LedgerWrite> writes_;     // added since the last apply
+  BatchResult answers_;                 // Redis's answers, for the next apply
+  bool read_outstanding_ = false;
+  bool claim_outstanding_ = false;
+  std::string claim_cursor_ = "0-0";
+  Clock::time_point next_claim_at_{};
+  Clock::time_point last_activity_{};
+  bool intake_started_ = false;
+  bool stopping_ = false;
+  std::string error_;                   // a Redis error that is not a lost connection: the run stops
+  bool error_told_ = false;
+  WorkerReport report_;
+};
+
+}  // namespace pillbox::broker
