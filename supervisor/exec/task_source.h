@@ -31,6 +31,9 @@ struct Task {
   // A broker's id of this delivery (a stream entry's id), by which its back
   // end knows the task again (AttemptStore::find); "" for run's inputs.
   std::string source_id{};
+  // A copy run for an answer only (the task flow's probe or check of a
+  // payload): no attempt of any task, no verdict (metrics do not count it).
+  bool probe_copy = false;
 };
 
 class TaskSource {

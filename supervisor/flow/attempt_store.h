@@ -115,6 +115,10 @@ class AttemptStore {
   // By when the held ok writes are due to be made durable (an apply by
   // then), nullopt when none are held.
   virtual std::optional<Clock::time_point> due_by() const = 0;
+  // Not "": the back end asks the run to wind down, and says why (an error
+  // of its own, a signal it caught). One that cannot stop winds down as on
+  // SIGTERM: what runs finishes, the rest is given back (task_flow.h).
+  virtual std::string stopping() const { return ""; }
 };
 
 }  // namespace pillbox

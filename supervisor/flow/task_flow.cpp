@@ -234,13 +234,29 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   if (auto s = commit_turn(); !s) return s;
   if (const int sig = stop_signal(); sig != 0) {
     report_.stop_signal = sig;
-    return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+    if (can_.can_stop) return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+    // A back end that cannot stop (a worker): what runs finishes; the rest
+    // is given back, nothing new is taken.
+    if (!winding_down_) wind_down();
+  }
+  if (!can_.can_stop && !winding_down_ && !store_.stopping().empty()) wind_down();
+  lost_since_prepare_ = false;
+  // The inner source's wish holds for the turn that asked it: a turn that
+  // takes nothing new (slots full, the breaker open) must not wake at a
+  // time it gave long ago, over and over.
+  inner_wake_at_.reset();
+  if (winding_down_) {
+    // (Again after the flush: a start it answered is not handed out.)
+    give_back_waiting("the worker is stopping");
+    auto s = flush({}, /*release_held=*/true);
+    give_back_waiting("the worker is stopping");
+    return s;
   }
   const auto now = this->now();
-  lost_since_prepare_ = false;
   std::vector<std::uint64_t> starts;
   const std::size_t ready = schedule_.ready_count() + starting_.size();
   const std::size_t want = free_slots > ready ? free_slots - ready : 0;
+  slot_free_ = want > 0;
   if (schedule_.solo_mode()) {
     // A suspect runs alone: wait for the others to finish, start it, start
     // nothing else until it ends.
@@ -415,6 +431,12 @@ TaskSource::Item TaskFlow::next() {
     quarantine_parked();
   }
   nothing_left = nothing_left && !schedule_.has_parked();
+  if (!can_.can_stop && !nothing_left && schedule_.has_parked() && in_flight_ == 0 && starting_.empty() &&
+      schedule_.ready_count() == 0 && schedule_.quiet() && schedule_.held_count() == 0 && !breaker_.open()) {
+    // A back end that cannot stop reads on for ever: nothing in hand can
+    // decide (nothing runs or waits to), so the parked tasks' verdict stands.
+    quarantine_parked();
+  }
   if (nothing_left) {
     if (store_.idle() && awaiting_answer_.empty()) {
       item.type = TaskSource::Item::Type::kEnd;
@@ -480,7 +502,10 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   // limit would only spin until the solo task ends, which wakes the
   // dispatcher anyway.
   if (schedule_.solo_mode()) return when;
-  if (!breaker_.open()) when = wait_at_earliest(when, schedule_.next_due());
+  // A retry falling due needs a slot: with none free (every one running, or
+  // holding a start the back end has yet to answer), what frees one wakes
+  // the dispatcher anyway (an outcome, the back end's answer).
+  if (!breaker_.open() && slot_free_) when = wait_at_earliest(when, schedule_.next_due());
   // A probe already due waits for input (wait_fds() has the source's fds
   // then); asking to be woken at a time past would spin.
   if (breaker_.open() && (!inner_done_ || known_good_) && !breaker_.may_probe(now)) {
@@ -852,6 +877,7 @@ std::uint64_t TaskFlow::start_copy(const Task& of, bool check, const std::string
   Tracked t;
   t.task = of;
   t.task.ref = ref;
+  t.task.probe_copy = true;
   t.probe_copy = true;
   t.check = check;
   t.recheck_of = recheck_of;
@@ -1049,7 +1075,7 @@ std::string TaskFlow::describe_outage() const {
 
 void TaskFlow::release_held() {
   const auto now = this->now();
-  out_.on_notice("handler outage over: a task succeeded; " + std::to_string(schedule_.held_count()) +
+  out_.on_notice("handler outage over (the handler works again): a task succeeded; " + std::to_string(schedule_.held_count()) +
                  " held tasks run again");
   out_.on_status("");
   for (std::uint64_t ref : schedule_.take_held()) schedule_.delay(ref, now);
@@ -1226,13 +1252,43 @@ void TaskFlow::give_back_held() {
   out_.on_notice("handler outage suspected for longer than --breaker-max-wait: " + std::to_string(held.size()) +
                  " held tasks given back to the other workers; probing goes on here");
   for (std::uint64_t ref : held) {
-    Tracked& t = tracked_.at(ref);
-    ++report_.held;
-    if (t.task_id != 0) store_.add(ReleaseTask{t.task_id});
-    out_.on_verdict(t.task, t.last_failure.value_or(Outcome{}),
-                    verdict_of(Verdict::Type::kHeld, t.attempts, "held by a suspected handler outage longer than --breaker-max-wait: given back to the "
-                            "other workers"));
-    forget(ref);
+    give_back(ref, "held by a suspected handler outage longer than --breaker-max-wait: given back to the other workers");
+  }
+}
+
+void TaskFlow::give_back(std::uint64_t ref, const std::string& why) {
+  Tracked& t = tracked_.at(ref);
+  ++report_.held;
+  schedule_.remove(ref);
+  if (t.task_id != 0) store_.add(ReleaseTask{t.task_id});
+  out_.on_verdict(t.task, t.last_failure.value_or(Outcome{}), verdict_of(Verdict::Type::kHeld, t.attempts, why));
+  forget(ref);
+}
+
+void TaskFlow::wind_down() {
+  winding_down_ = true;
+  inner_done_ = true;
+  inner_waiting_ = false;
+  // A decision waiting for its check decides nothing now: its parked tasks
+  // are given back with the rest.
+  drop_decisions();
+}
+
+void TaskFlow::give_back_waiting(const std::string& why) {
+  std::vector<std::uint64_t> waiting;
+  for (const auto& [ref, t] : tracked_) {
+    // What runs or starts finishes first; a verdict told once the back end
+    // answers stands.
+    if (t.running || starting_.count(ref) > 0 || awaiting_answer_.count(ref) > 0) continue;
+    waiting.push_back(ref);
+  }
+  for (std::uint64_t ref : waiting) {
+    if (tracked_.at(ref).probe_copy) {
+      schedule_.remove(ref);  // a copy not yet handed out: not run
+      forget(ref);
+      continue;
+    }
+    give_back(ref, why);
   }
 }
 

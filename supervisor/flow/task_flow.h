@@ -296,6 +296,14 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void give_back_held();
   // Every task so far failed without reading its payload: stop now (exit 3).
   void stop_for_setup(const Outcome& example);
+  // Gives `ref` back to the back end, unfinished (ReleaseTask), told as held
+  // for `why`.
+  void give_back(std::uint64_t ref, const std::string& why);
+  // SIGINT/SIGTERM with a back end that cannot stop: nothing new is taken,
+  // what runs finishes, and every task that waits is given back
+  // (give_back_waiting, each turn).
+  void wind_down();
+  void give_back_waiting(const std::string& why);
   // "; to let tasks read it, run with --share DIR ..." for a hidden file, else "".
   std::string share_hint() const;
   // The hidden-path rule takes a payload's failure at its word once a run:
@@ -324,8 +332,10 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::multiset<std::string> active_payloads_;
   std::size_t in_flight_ = 0;
   std::set<std::uint64_t> starting_;           // started, not yet answered by the back end
-  bool lost_since_prepare_ = false;            // a task lost (lose): its slot is free for the next turn
+  bool lost_since_prepare_ = false;
+  bool slot_free_ = true;                      // the last prepare() had a slot for a new start            // a task lost (lose): its slot is free for the next turn
   bool inner_done_ = false;
+  bool winding_down_ = false;        // wind_down()
   bool inner_waiting_ = false;
   std::optional<Clock::time_point> inner_wake_at_;  // the inner source's, with its last kWait
   std::uint64_t next_ref_ = 0;

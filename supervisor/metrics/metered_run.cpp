@@ -19,7 +19,12 @@ TaskSource::Item MeteredRun::next() {
 Status MeteredRun::prepare(std::size_t free_slots) { return source_.prepare(free_slots); }
 
 void MeteredRun::on_outcome(const Task& task, const Outcome& outcome) {
-  metrics_.attempt_ended(outcome.kind, outcome.wall_ms);
+  // A copy run for the breaker's answer is no attempt: only its slot is freed.
+  if (task.probe_copy) {
+    metrics_.slot_freed();
+  } else {
+    metrics_.attempt_ended(outcome.kind, outcome.wall_ms);
+  }
   sink_.on_outcome(task, outcome);
   note_breaker();  // an outcome is what opens or closes the breaker
 }

@@ -4,7 +4,7 @@
 // the way. The counting is a few increments under an uncontended mutex per
 // task: no system call, no I/O, nothing that waits for the metrics server.
 //   MeteredRun       the dispatcher's TaskSource and OutcomeSink (TaskFlow,
-//                    StreamWorker): slots busy, attempts and their duration,
+//                    for run and worker): slots busy, attempts and their duration,
 //                    the breaker's state after every step;
 //   MeteredVerdicts  `run`'s VerdictSink: tasks by kind and verdict, new
 //                    fingerprints, verdicts taken back, input errors;
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "supervisor/broker/stream_worker.h"
+#include "supervisor/broker/worker_settings.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/flow/verdict.h"
 #include "supervisor/metrics/run_metrics.h"

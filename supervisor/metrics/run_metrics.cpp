@@ -21,6 +21,11 @@ void RunMetrics::attempt_ended(Kind kind, std::uint64_t wall_ms) {
   counters_.attempt_seconds.observe(static_cast<double>(wall_ms) / 1000.0);
 }
 
+void RunMetrics::slot_freed() {
+  std::lock_guard lock(mutex_);
+  if (counters_.busy > 0) --counters_.busy;
+}
+
 void RunMetrics::verdict(Kind kind, const std::string& verdict, bool new_fingerprint) {
   std::lock_guard lock(mutex_);
   ++counters_.tasks[{kind, verdict}];

@@ -35,6 +35,9 @@ class RunMetrics {
   void attempt_started();
   // An attempt ended as `kind` after `wall_ms` of the child's wall time.
   void attempt_ended(Kind kind, std::uint64_t wall_ms);
+  // A task that was no attempt ended (a copy run for the breaker's answer):
+  // its slot is free, nothing else counted.
+  void slot_freed();
   // A task's verdict: `verdict` is the word the run prints for it (ok,
   // quarantined, poison, gave-up, held; a worker's ok, dead-lettered,
   // released, taken-over); `new_fingerprint`: its failure's fingerprint was

@@ -3,6 +3,7 @@
 // quarantine (SQLite in a scratch directory) and a clock the test moves: every
 // rule of supervisor/flow/task_flow.h without a process.
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <sys/eventfd.h>
 
@@ -40,12 +41,24 @@ class ListSource final : public TaskSource {
   }
   Item next() override {
     Item item;
-    if (tasks_.empty()) return item;  // kEnd
+    if (tasks_.empty()) {
+      // A broker's intake reads on: it waits (for nothing new) until
+      // end_when, asking to be asked again by `recheck_at`.
+      if (end_when && !end_when()) {
+        item.type = Item::Type::kWait;
+        item.wake_at = recheck_at;
+      }
+      return item;  // kEnd
+    }
     item.type = Item::Type::kTask;
     item.task = tasks_.front();
     tasks_.pop_front();
     return item;
   }
+
+  // Set: once the list is read, the input waits until this says it ends.
+  std::function<bool()> end_when;
+  std::optional<Clock::time_point> recheck_at;
 
  private:
   std::deque<Task> tasks_;
@@ -217,7 +230,7 @@ BackEndAs each_back_end() {
   return as;
 }
 
-// What a broker's back end can do (stream_worker.h): keeps its dead letters,
+// What a broker's back end can do (stream_back_end.h): keeps its dead letters,
 // cannot take them back, cannot stop, runs every delivery.
 AttemptStore::Capabilities broker_like() {
   AttemptStore::Capabilities c;
@@ -1694,6 +1707,45 @@ TEST_CASE("task flow: a back end that cannot stop gives the held tasks back afte
     CHECK(run.state(t.key) == "pending");
   }
   CHECK(*run.store->db().query_int("SELECT count(*) FROM tasks WHERE claim IS NOT NULL OR held = 1") == 0);
+}
+
+TEST_CASE("task flow: a back end that cannot stop winds down on SIGTERM: what runs gets its verdict, what waits is given back") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = retries(3);
+  settings.retry.backoff_base = 1h;  // t0's retry still waits when SIGTERM comes
+  settings.retry.backoff_max = 1h;
+  Run run(dir.path, {"t0", "t1", "t2", "t3"}, settings, 0, BackEndAs{false, broker_like()});
+  run.drive([&](const Task& t) {
+    if (t.key == "t0") return failure(Kind::kWallTimeout, "fp-timeout");
+    if (t.key == "t1") ::raise(SIGTERM);  // while t1 and t2 run
+    return ok();
+  });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.stop_signal == SIGTERM);
+  CHECK(run.sink.of("t1").verdict.type == Verdict::Type::kOk);
+  CHECK(run.sink.of("t2").verdict.type == Verdict::Type::kOk);  // it ran when SIGTERM came: it finished
+  CHECK(run.sink.of("t0").verdict.type == Verdict::Type::kHeld);
+  CHECK(run.sink.of("t0").verdict.reason == "the worker is stopping");
+  CHECK(run.test_back_end->given_back.size() == 1);
+  CHECK(run.state("t0") == "pending");
+  // Nothing new was taken: t3 was never read, so never run.
+  CHECK(std::count(run.handed.begin(), run.handed.end(), "t3") == 0);
+  CHECK(*run.store->db().query_int("SELECT count(*) FROM tasks WHERE claim IS NOT NULL OR held = 1") == 0);
+}
+
+TEST_CASE("task flow: a back end that cannot stop reads on for ever: parked verdicts stand once nothing in hand can decide") {
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);
+  settings.breaker.window = 20;  // the window alone would never open it here
+  settings.retry.max_attempts = 1;
+  Run run(dir.path, {"bad1", "bad2"}, settings, 0, BackEndAs{false, broker_like()});
+  // The input never ends on its own (a stream): it ends here once both
+  // have their verdict. Nothing ever succeeds, so no check can decide.
+  run.source.end_when = [&] { return run.sink.told.size() == 2; };
+  run.source.recheck_at = run.now + 24h;  // as a broker's read that comes back empty
+  run.drive([](const Task&) { return failure(Kind::kCrash, "fp-bad"); });
+  CHECK(run.sink.of("bad1").verdict.type == Verdict::Type::kQuarantined);
+  CHECK(run.sink.of("bad2").verdict.type == Verdict::Type::kQuarantined);
 }
 
 TEST_CASE("task flow: a back end that cannot take a verdict back keeps it: the outage's first victim stays poison") {
