@@ -1,6 +1,6 @@
 #pragma once
 // The fleet's quarantine: the dead letters the workers of stream NAME wrote
-// (supervisor/broker/stream_worker.h), read and acted on by the quarantine
+// (supervisor/broker/stream_back_end.h), read and acted on by the quarantine
 // verbs given --redis URL --stream NAME, as they act on the store's records
 // (supervisor/store/quarantine_store.h).
 //

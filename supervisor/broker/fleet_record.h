@@ -1,10 +1,10 @@
 #pragma once
 // One dead letter of the fleet (an entry of NAME:dlq, written by
-// StreamWorker::dead_letter in supervisor/broker/stream_worker.cpp) read back
+// dead_letter_fields in supervisor/broker/stream_entry.h) read back
 // as a quarantine record of the store's own type, so that the quarantine
 // verbs print records of both quarantines with the same printers. The dead
 // letter's `record` field is the JSON that `quarantine list --json` prints
-// for a store's record (StreamWorker::record_json); it is parsed back field
+// for a store's record (dead_letter_record); it is parsed back field
 // for field. The record's id is the dead letter's entry id, and its creation
 // time that id's time (when Redis added it). Pure: tested without Redis.
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // The outputs a fleet's workers wrote to NAME:results (one entry per task
-// that ended ok, StreamWorker's settle), read back for `pillbox results
+// that ended ok, the worker's settle: stream_entry.h result_fields), read back for `pillbox results
 // --redis URL --stream NAME`. An entry is what some process wrote to Redis,
 // and NAME:results is not signed: each is checked as it is read, and one
 // that is not a result (no key, an output_b64 that is not base64, a size

@@ -1,5 +1,8 @@
 #include "supervisor/broker/stream_back_end.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <variant>
 
@@ -18,7 +21,11 @@ constexpr const char* kHeldNote = "held: handler outage suspected";
 }  // namespace
 
 StreamBackEnd::StreamBackEnd(WorkerSettings settings, BrokerLink& reader, BrokerLink& writer, WorkerSink& out)
-    : settings_(std::move(settings)), reader_(reader), writer_(writer), out_(out) {
+    : settings_(std::move(settings)),
+      reader_(reader),
+      writer_(writer),
+      out_(out),
+      intake_news_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   // Renewal runs on the writer's own thread: it must happen while every slot
   // is busy and the dispatcher has no reason to turn.
   auto claims = claims_;
@@ -70,21 +77,138 @@ bool StreamBackEnd::quiet() const { return reader_.outstanding() == 0 && writer_
 
 std::vector<int> StreamBackEnd::wait_fds() const { return {reader_.wait_fd(), writer_.wait_fd()}; }
 
+std::vector<int> StreamBackEnd::intake_fds() const {
+  std::vector<int> fds = wait_fds();
+  if (intake_news_.get() >= 0) fds.push_back(intake_news_.get());
+  return fds;
+}
+
+void StreamBackEnd::tell_intake() {
+  if (in_next_entry_ || intake_news_.get() < 0) return;
+  const std::uint64_t one = 1;
+  (void)!::write(intake_news_.get(), &one, sizeof one);
+}
+
 StreamBackEnd::Held* StreamBackEnd::held(std::int64_t task_id) {
   auto it = held_.find(task_id);
   return it == held_.end() ? nullptr : &it->second;
 }
 
+void StreamBackEnd::on_redis_state(bool up, const std::string& what) {
+  if (!up) {
+    ++redis_down_;
+    // One outage, however many of the worker's connections found it, and
+    // whenever they did: an idle link finds out only when it next has work.
+    if (!outage_open_) {
+      outage_open_ = true;
+      outage_since_ = Clock::now();
+      ++report_.redis_lost;
+      out_.on_notice("lost Redis: " + what + "; reconnecting with backoff (tasks keep running)");
+    }
+    return;
+  }
+  if (redis_down_ > 0) --redis_down_;
+  // A link is back: was it the same Redis? (The reader's next read may
+  // already have found the group gone: its error waits for the answer.) The
+  // question goes to the other link, so the outage ends once both answered.
+  if (!check_restart()) end_outage();
+}
+
+void StreamBackEnd::end_outage() {
+  if (!outage_open_ || redis_down_ > 0) return;
+  outage_open_ = false;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - outage_since_).count();
+  out_.on_notice("Redis is back after " + std::to_string(ms) + " ms");
+}
+
+bool StreamBackEnd::check_restart() {
+  if (settings_.server_run_id.empty()) return false;
+  if (restart_check_pending_) return true;
+  restart_check_pending_ = true;
+  std::vector<std::string> ids;
+  for (const auto& [id, h] : held_) ids.push_back(h.id);
+  writer_.post([this, keys = settings_.keys, group = settings_.consumer.group,
+                ids = std::move(ids)](RedisConnection& redis) -> BrokerLink::Done {
+    auto state = server_state(redis, keys, group, ids);
+    return [this, state = std::move(state), where = redis.address().describe()]() { on_server_state(state, where); };
+  });
+  return true;
+}
+
+void StreamBackEnd::end_restart_check() {
+  restart_check_pending_ = false;
+  std::vector<std::string> errors;
+  errors.swap(deferred_errors_);
+  for (const auto& e : errors) on_error(e);
+}
+
+void StreamBackEnd::on_server_state(const Expected<ServerState>& state, const std::string& where) {
+  end_outage();
+  if (!state) {
+    deferred_errors_.push_back(state.error());
+    return end_restart_check();
+  }
+  if (state->run_id == settings_.server_run_id) return end_restart_check();
+  settings_.server_run_id = state->run_id;
+  ++report_.redis_restarts;
+  // Not in the stream, and still held here: lost. (One settled by a step
+  // posted before the check was forgotten when its answer came, before this.)
+  std::size_t held_gone = 0;
+  for (const std::string& id : state->held_gone) held_gone += by_entry_.count(id);
+  const RestartLosses losses = restart_losses(*state, results_written_, dead_letters_written_, held_gone);
+  report_.results_lost += losses.results_lost;
+  report_.dead_letters_lost += losses.dead_letters_lost;
+  const std::string said = describe_restart(where, settings_.keys, settings_.consumer.group, losses);
+  if (!losses.group_gone) {
+    // The group is there: an error that came meanwhile is an error of its own.
+    out_.on_notice(losses.any() ? "warning: " + said : said);
+    return end_restart_check();
+  }
+  // The group is gone: the errors that came meanwhile (no such group) are
+  // the restart's, said here; one that is not comes again at the next step.
+  deferred_errors_.clear();
+  if (!settings_.recreate_group) {
+    on_error(said + ". Entries submitted before the restart are gone with it; to go on with what is submitted "
+                    "from now on, start the workers with --recreate-group");
+    return end_restart_check();
+  }
+  out_.on_notice("warning: " + said + "; the consumer group is made anew (--recreate-group): entries submitted "
+                 "from now on are run");
+  writer_.post([this, keys = settings_.keys, group = settings_.consumer.group](RedisConnection& redis) -> BrokerLink::Done {
+    auto made = create_group(redis, keys, group);
+    return [this, made = std::move(made)]() {
+      if (!made) {
+        deferred_errors_.push_back(made.message());
+      } else {
+        ++report_.groups_recreated;
+        claim_cursor_ = "0-0";
+      }
+      end_restart_check();
+    };
+  });
+}
+
 void StreamBackEnd::on_error(const std::string& message) {
-  if (error_.empty()) error_ = message;
+  if (restart_check_pending_) {
+    deferred_errors_.push_back(message);
+    return;
+  }
   if (report_.error.empty()) report_.error = message;
   stop_reading("a Redis error: " + message);
+}
+
+void StreamBackEnd::check_signals() {
+  if (const int sig = stop_signals_.caught(); sig != 0 && !stopping_) {
+    report_.stop_signal = sig;
+    stop_reading(stop_signal_name(sig));
+  }
 }
 
 void StreamBackEnd::stop_reading(const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
-  out_.on_notice("stopping (" + why + "): nothing new is read, entries not started are released");
+  stopping_why_ = why;
+  out_.on_notice("stopping (" + why + "): what runs finishes, nothing new is read, entries not started are released");
   // Read and not yet the engine's: recorded as not run, so that the worker
   // that takes them over does not count a lost delivery.
   std::deque<std::int64_t> queued;
@@ -108,7 +232,14 @@ void StreamBackEnd::release_unstarted(std::int64_t task_id) {
 // ---- intake ----
 
 TaskSource::Item StreamBackEnd::next_entry() {
+  if (intake_news_.get() >= 0) {
+    std::uint64_t told = 0;
+    (void)!::read(intake_news_.get(), &told, sizeof told);
+  }
+  in_next_entry_ = true;
   drain();
+  in_next_entry_ = false;
+  check_signals();
   TaskSource::Item item;
   const auto now = Clock::now();
   // Idle is counted from the first chance to read, not from construction: a
@@ -118,6 +249,10 @@ TaskSource::Item StreamBackEnd::next_entry() {
     intake_started_ = true;
     last_activity_ = now;
   }
+  // Idle is nothing held: entries that run, wait for a retry or are held by
+  // an outage keep the worker busy (the engine dead-letters parked ones once
+  // nothing else is in hand).
+  if (!held_.empty()) last_activity_ = now;
   if (settings_.exit_when_idle && !stopping_ && queued_.empty() && !read_outstanding_ && !claim_outstanding_ &&
       now - last_activity_ >= *settings_.exit_when_idle) {
     stop_reading("nothing new or claimable for " + std::to_string(settings_.exit_when_idle->count()) + " ms");
@@ -125,6 +260,7 @@ TaskSource::Item StreamBackEnd::next_entry() {
   if (!queued_.empty()) {
     Held& h = held_.at(queued_.front());
     queued_.pop_front();
+    h.handed = true;
     item.type = TaskSource::Item::Type::kTask;
     item.task.key = h.task.key;
     item.task.payload = h.task.payload;
@@ -135,8 +271,11 @@ TaskSource::Item StreamBackEnd::next_entry() {
     item.type = read_outstanding_ || claim_outstanding_ ? TaskSource::Item::Type::kWait : TaskSource::Item::Type::kEnd;
     return item;
   }
-  read_more(now);
+  // A restarted Redis may have lost the group: nothing to read until the
+  // check says.
   item.type = TaskSource::Item::Type::kWait;
+  if (restart_check_pending_) return item;  // its answer wakes the dispatcher (wait_fds)
+  read_more(now);
   // The next claim scan is due then. (Idleness is checked when a read
   // comes back: an empty read waits --read-block at most.)
   if (!claim_outstanding_) item.wake_at = std::max(now, next_claim_at_);
@@ -156,6 +295,7 @@ void StreamBackEnd::read_more(Clock::time_point now) {
       auto c = claim_idle(redis, keys, consumer, idle, start, want);
       return [this, c = std::move(c)]() mutable {
         claim_outstanding_ = false;
+        tell_intake();
         if (!c) return on_error(c.error());
         claim_cursor_ = c->next_start;
         if (claim_cursor_ != "0-0") next_claim_at_ = Clock::now();  // more to scan
@@ -170,6 +310,7 @@ void StreamBackEnd::read_more(Clock::time_point now) {
       auto r = read_new(redis, keys, consumer, want, block);
       return [this, r = std::move(r)]() mutable {
         read_outstanding_ = false;
+        tell_intake();
         if (!r) return on_error(r.error());
         for (auto& d : *r) admit(std::move(d), false);
       };
@@ -223,7 +364,8 @@ void StreamBackEnd::claimed_again(Held& h, const Delivery& d) {
       };
     });
   }
-  if (h.started_at == mine) h.started_at = h.delivery;
+  // An attempt running now ends at the new count (its end consumes it); one
+  // waiting for its retry runs at the new count, without another delivery.
 }
 
 Expected<std::optional<store::LedgerTask>> StreamBackEnd::find(const Task& task, const std::string&) {
@@ -239,13 +381,13 @@ Expected<std::optional<store::LedgerTask>> StreamBackEnd::find(const Task& task,
   // as an attempt that never finished (the engine then runs this one alone,
   // its start recorded first). Earlier lost deliveries count in check_entry.
   for (const RecordedDelivery& d : h.history.recorded) {
+    if (d.kind.empty()) continue;  // a release: nothing ran (not an attempt that never finished)
     store::AttemptSummary a;
     a.n = d.delivery;
-    a.finished = !d.kind.empty();  // a release never ran
+    a.finished = true;
     a.kind = d.kind;
     a.fingerprint = d.fingerprint;
     a.charged = d.charged && !d.transient;
-    if (!a.finished) a.charged = false;  // not a loss: nothing ran
     known.history.push_back(std::move(a));
   }
   if (h.history.last_lost) {
@@ -265,10 +407,15 @@ bool StreamBackEnd::has_unapplied() const {
          !answers_.settled.empty();
 }
 
-bool StreamBackEnd::idle() const { return !has_unapplied() && writer_.outstanding() == 0; }
+// (The reader's blocking read is always out while the worker reads; once
+// it stops, what that read brings is released before the run ends.)
+bool StreamBackEnd::idle() const {
+  return !has_unapplied() && writer_.outstanding() == 0 && (!stopping_ || reader_.outstanding() == 0);
+}
 
 Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, bool, Commit, Clock::time_point) {
   drain();
+  check_signals();
   std::vector<LedgerWrite> writes;
   writes.swap(writes_);
   // The tasks this turn settles (their ends go with the settle: it deletes
@@ -283,7 +430,6 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
     if (const auto* end = std::get_if<EndAttempt>(&w)) {
       Held* h = held(end->task_id);
       if (h == nullptr) continue;
-      last_activity_ = Clock::now();
       const auto delivery = static_cast<std::uint32_t>(h->delivery);
       RecordedDelivery d;
       if (end->outcome.kind == "interrupted") {
@@ -300,6 +446,7 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
         if (held_for_outage.count(end->task_id) > 0 && !end->charged && !end->transient) d.note = kHeldNote;
       }
       h->last_end = d;
+      h->started_at = h->delivery;  // its end is this delivery's: a retry is delivered again
       if (settling.count(end->task_id) == 0 && judgeable(h->delivery)) record(*h, d);
     } else if (const auto* u = std::get_if<UnchargeAttempt>(&w)) {
       // An earlier failure the outage explains: recorded again, uncharged.
@@ -326,47 +473,46 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
       // is left for another worker. (An ok settles with its result.)
       if (s->state == store::TaskState::kGaveUp) release(s->task_id);
     } else if (const auto* r = std::get_if<ReleaseTask>(&w)) {
-      release(r->task_id);  // held too long by an outage here: its hold is recorded
+      // Held too long by an outage here, or waiting as the worker stops.
+      give_back(r->task_id, stopping_ ? "released: the worker is stopping" : "released: outage here: left to other workers");
     } else if (std::holds_alternative<ReleaseClaims>(w)) {
-      // The worker ends: every entry still held is left for the fleet, its
-      // delivery recorded as not run unless its end is.
+      // The worker ends: every entry still held is left for the fleet.
       std::vector<std::int64_t> ids;
       for (const auto& [id, h] : held_) ids.push_back(id);
-      for (std::int64_t id : ids) {
-        Held& h = held_.at(id);
-        const bool recorded = !h.history.recorded.empty() && h.history.recorded.back().delivery == h.delivery;
-        if (!recorded && judgeable(h.delivery)) {
-          record(h, recorded_release(static_cast<std::uint32_t>(h.delivery), settings_.consumer.name, wall_ms(),
-                                     "released: the worker is stopping"));
-        }
-        release(id);
-      }
+      for (std::int64_t id : ids) give_back(id, "released: the worker is stopping");
     }
     // SetTaskWait: nothing to write; the claim stays renewed while the task
     // waits. TakeBackRecord: never (takes_back is false).
   }
   for (const StartAttempt& s : starts) start(s);
-  if (!error_.empty() && !error_told_) {
-    error_told_ = true;
-    return Error{error_};
-  }
   BatchResult result = std::move(answers_);
   answers_ = BatchResult{};
   return result;
 }
 
+void StreamBackEnd::answer_start(const Held& h) {
+  ++report_.attempts;
+  answers_.started.push_back({h.ref, h.task_id, static_cast<std::uint32_t>(h.delivery), store::TaskState::kPending, ""});
+}
+
 void StreamBackEnd::start(const StartAttempt& s) {
   Held* h = held(s.task_id);
   if (h == nullptr) {
-    answers_.lost.push_back({s.ref, "no longer held by this worker"});
+    // Lost after the engine took it, before its first start: why, once.
+    auto gone = lost_before_start_.find(s.task_id);
+    std::string why = "no longer held by this worker";
+    if (gone != lost_before_start_.end()) {
+      why = gone->second.second;
+      lost_before_start_.erase(gone);
+    }
+    answers_.lost.push_back({s.ref, why});
     return;
   }
   h->ref = s.ref;
-  last_activity_ = Clock::now();
   if (h->started_at != h->delivery && (!s.solo || h->start_recorded == h->delivery)) {
     // Its first attempt at this delivery: the count Redis gave it is its number.
     h->started_at = h->delivery;
-    answers_.started.push_back({s.ref, h->task_id, static_cast<std::uint32_t>(h->delivery), store::TaskState::kPending, ""});
+    answer_start(*h);
     return;
   }
   if (h->started_at != h->delivery) {
@@ -379,19 +525,17 @@ void StreamBackEnd::start(const StartAttempt& s) {
       return [this, task_id, delivery, why, r = std::move(r)]() {
         Held* h = held(task_id);
         if (h == nullptr) return;
-        if (!r) {
-          on_error(r.error());
-          return lose(task_id, "left pending after a Redis error");
-        }
+        if (!r) return left_pending(task_id, r.error());
         if (!r->held) return lose(task_id, why.empty() ? "no longer held when its start was to be recorded" : why);
         if (!r->history_type.empty()) {
           ++report_.protocol_errors;
           const Refused refused = history_not_readable(settings_, h->id, r->history_type, "history not readable: not run again");
           return dead_letter(*h, refused.outcome, refused.reason, /*unrun=*/true);
         }
+        // (Claimed again meanwhile: it runs at the new count.)
         h->start_recorded = delivery;
-        h->started_at = delivery;
-        answers_.started.push_back({h->ref, task_id, static_cast<std::uint32_t>(delivery), store::TaskState::kPending, ""});
+        h->started_at = h->delivery;
+        answer_start(*h);
       };
     });
     return;
@@ -405,10 +549,7 @@ void StreamBackEnd::start(const StartAttempt& s) {
     return [this, task_id, why, r = std::move(r)]() mutable {
       Held* h = held(task_id);
       if (h == nullptr) return;
-      if (!r) {
-        on_error(r.error());
-        return lose(task_id, "left pending after a Redis error");
-      }
+      if (!r) return left_pending(task_id, r.error());
       if (!*r) return lose(task_id, why);
       if (auto refused = check_redelivery(settings_, **r, *h)) {
         ++report_.protocol_errors;
@@ -416,7 +557,7 @@ void StreamBackEnd::start(const StartAttempt& s) {
       }
       if (auto refused = lost_too_often(settings_, *h)) return dead_letter(*h, refused->outcome, refused->reason, true);
       h->started_at = h->delivery;
-      answers_.started.push_back({h->ref, task_id, static_cast<std::uint32_t>(h->delivery), store::TaskState::kPending, ""});
+      answer_start(*h);
     };
   });
 }
@@ -427,10 +568,7 @@ void StreamBackEnd::record(Held& h, const RecordedDelivery& d) {
     auto r = record_delivery(redis, keys, consumer, id, delivery, json);
     const std::string why = r && !r->held ? why_not_held(redis, keys, consumer, id) : "";
     return [this, task_id, why, r = std::move(r)]() {
-      if (!r) {
-        on_error(r.error());
-        return lose(task_id, "left pending after a Redis error");
-      }
+      if (!r) return left_pending(task_id, r.error());
       // Released meanwhile: nothing more of it here.
       Held* h = held(task_id);
       if (h == nullptr) return;
@@ -461,14 +599,13 @@ void StreamBackEnd::settle_ok(Held& h, const Outcome& outcome) {
     auto r = settle(redis, keys, consumer, id, target, maxlen, fields);
     const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
     return [this, task_id, why, r = std::move(r)]() {
-      if (!r) {
-        on_error(r.error());
-        return lose(task_id, "left pending after a Redis error");
-      }
+      if (!r) return left_pending(task_id, r.error());
       Held* h = held(task_id);
       if (h == nullptr) return;
       if (!*r) return lose(task_id, why);
       ++report_.ok;
+      results_written_.add(**r);
+      answered_at_[h->id] = h->delivery;
       answers_.settled.push_back({h->ref, **r});
       release(task_id);
     };
@@ -490,20 +627,19 @@ void StreamBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::stri
       is_new = added && *added;
     }
     return [this, task_id, outcome, reason, unrun, why, is_new, r = std::move(r)]() {
-      if (!r) {
-        on_error(r.error());
-        return lose(task_id, "left pending after a Redis error");
-      }
+      if (!r) return left_pending(task_id, r.error());
       Held* h = held(task_id);
       if (h == nullptr) return;
       if (!*r) return lose(task_id, why);
       ++report_.dead_lettered;
+      dead_letters_written_.add(**r);
       if (unrun || h->ref == 0) {
         // The intake's own verdict: the engine never had it, or loses it now.
         out_.on_verdict(h->task, outcome,
                         WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h->id, h->delivery, **r, reason, is_new});
-        if (h->ref != 0) answers_.lost.push_back({h->ref, "dead-lettered unrun: " + reason});
+        if (h->ref != 0) answers_.lost.push_back({h->ref, std::string(kDeadLetteredUnrun) + reason});
       } else {
+        answered_at_[h->id] = h->delivery;
         QuarantineWritten q;
         q.ref = h->ref;
         q.new_fingerprint = is_new;
@@ -513,6 +649,22 @@ void StreamBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::stri
       release(task_id);
     };
   });
+}
+
+void StreamBackEnd::give_back(std::int64_t task_id, const std::string& note) {
+  if (auto gone = lost_before_start_.find(task_id); gone != lost_before_start_.end()) {
+    answered_at_.erase(gone->second.first);  // lost already: nothing more to say of it
+    lost_before_start_.erase(gone);
+  }
+  Held* h = held(task_id);
+  if (h == nullptr) return;
+  // Its delivery is recorded (as not run, unless its end is), so that the
+  // worker that claims it next does not count one that never reported back.
+  const bool recorded = !h->history.recorded.empty() && h->history.recorded.back().delivery == h->delivery;
+  if (!recorded && judgeable(h->delivery)) {
+    record(*h, recorded_release(static_cast<std::uint32_t>(h->delivery), settings_.consumer.name, wall_ms(), note));
+  }
+  release(task_id);
 }
 
 void StreamBackEnd::release(std::int64_t task_id) {
@@ -527,11 +679,42 @@ void StreamBackEnd::release(std::int64_t task_id) {
   held_.erase(it);
 }
 
+void StreamBackEnd::left_pending(std::int64_t task_id, const std::string& error) {
+  on_error(error);
+  // It stays pending for the fleet; a delivery whose attempt ran is
+  // recorded as released (the history is another key than the results or
+  // dead letters whose step failed, mostly), so that the next worker does
+  // not count it as one that never reported back.
+  Held* h = held(task_id);
+  if (h == nullptr) return;
+  if (h->last_end && h->last_end->delivery == h->delivery && judgeable(h->delivery)) {
+    RecordedDelivery d = *h->last_end;
+    d.charged = false;
+    d.note = "released: left pending after a Redis error";
+    record(*h, d);
+  }
+  lose(task_id, std::string(kLeftPending));
+}
+
+std::int64_t StreamBackEnd::answered_at(const std::string& entry) {
+  auto it = answered_at_.find(entry);
+  if (it == answered_at_.end()) return 0;
+  const std::int64_t delivery = it->second;
+  answered_at_.erase(it);
+  return delivery;
+}
+
 void StreamBackEnd::lose(std::int64_t task_id, const std::string& why) {
   Held* h = held(task_id);
   if (h == nullptr) return;
   if (h->ref != 0) {
+    answered_at_[h->id] = h->delivery;
     answers_.lost.push_back({h->ref, why});
+  } else if (h->handed) {
+    // The engine has it and has not started it (a suspect waits its turn):
+    // told at its start, or forgotten when it is given back.
+    answered_at_[h->id] = h->delivery;
+    lost_before_start_[task_id] = {h->id, why};
   } else {
     ++report_.taken_over;
     out_.on_verdict(h->task, Outcome{},

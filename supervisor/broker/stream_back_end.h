@@ -32,14 +32,26 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "shared/unique_fd.h"
 #include "supervisor/broker/broker_link.h"
+#include "supervisor/broker/server_restart.h"
 #include "supervisor/broker/stream_entry.h"
 #include "supervisor/broker/worker_settings.h"
+#include "supervisor/exec/stop_signals.h"
 #include "supervisor/flow/attempt_store.h"
 
 namespace pillbox::broker {
+
+// The start of a TaskLost's `why` for an entry the back end dead-lettered
+// itself (its redelivery showed it is not a task it can judge), whose
+// verdict it told the worker's sink already.
+inline constexpr std::string_view kDeadLetteredUnrun = "dead-lettered unrun: ";
+// The `why` of a TaskLost for an entry whose step failed on a Redis error:
+// left pending for the fleet (released), and the worker stops.
+inline constexpr std::string_view kLeftPending = "left pending after a Redis error";
 
 class StreamBackEnd final : public AttemptStore {
  public:
@@ -62,7 +74,14 @@ class StreamBackEnd final : public AttemptStore {
   void drain();
   // Every step posted to Redis answered (or the links stopped).
   bool quiet() const;
+  // A link's connection is lost now (its steps wait for Redis to come back).
+  bool links_down() const { return redis_down_ > 0; }
   const WorkerReport& report() const { return report_; }
+  // The delivery count at which an entry was settled or lost, as answered
+  // to the engine (0: none known), once: the engine's attempt number is
+  // the count its attempt started at, and the entry may have been claimed
+  // again since.
+  std::int64_t answered_at(const std::string& entry);
 
   // AttemptStore
   Capabilities capabilities() const override;
@@ -84,13 +103,17 @@ class StreamBackEnd final : public AttemptStore {
   bool idle() const override;
   std::vector<int> wait_fds() const override;
   std::optional<Clock::time_point> due_by() const override { return std::nullopt; }
+  std::string stopping() const override { return stopping_why_; }
+
+  // The links' state changes come here (BrokerLink::StateChange).
+  void on_redis_state(bool up, const std::string& what);
 
  private:
   class Intake final : public TaskSource {
    public:
     explicit Intake(StreamBackEnd& back_end) : back_end_(back_end) {}
     Item next() override { return back_end_.next_entry(); }
-    std::vector<int> wait_fds() const override { return back_end_.wait_fds(); }
+    std::vector<int> wait_fds() const override { return back_end_.intake_fds(); }
 
    private:
     StreamBackEnd& back_end_;
@@ -104,6 +127,7 @@ class StreamBackEnd final : public AttemptStore {
     std::int64_t started_at = 0;  // the delivery its latest attempt started at (0: none)
     std::int64_t start_recorded = 0;  // the delivery whose start marker is recorded (a suspect's)
     std::optional<RecordedDelivery> last_end;  // its latest attempt's end (an ok's result says it)
+    bool handed = false;          // the intake gave it to the engine
   };
   // The entries held, shared with the writer link's renewal (its own thread).
   struct Claims {
@@ -112,12 +136,22 @@ class StreamBackEnd final : public AttemptStore {
   };
 
   TaskSource::Item next_entry();
+  // The links' fds, and intake_news_'s.
+  std::vector<int> intake_fds() const;
+  // A read or claim answered outside next_entry() (drained by apply()):
+  // the engine's wait on the intake ends, so that it asks again.
+  void tell_intake();
   void read_more(Clock::time_point now);
   void admit(Delivery d, bool claimed);
   // XAUTOCLAIM gave back an entry this worker holds (its renewal came late):
   // still its own; only the delivery count moved.
   void claimed_again(Held& h, const Delivery& d);
   void start(const StartAttempt& s);
+  void answer_start(const Held& h);
+  // A step on the entry failed on a Redis error (not a lost connection):
+  // the worker stops, and the entry is left pending, its delivery recorded
+  // as released when it ran.
+  void left_pending(std::int64_t task_id, const std::string& error);
   // Records `d` in the entry's history (fenced); not held: lost.
   void record(Held& h, const RecordedDelivery& d);
   void settle_ok(Held& h, const Outcome& outcome);
@@ -127,12 +161,27 @@ class StreamBackEnd final : public AttemptStore {
   // Read, not run: released as the worker stops (told to the sink, recorded
   // as not run).
   void release_unstarted(std::int64_t task_id);
+  // Left for the fleet unsettled: its delivery recorded with `note` unless
+  // its end is, then released.
+  void give_back(std::int64_t task_id, const std::string& note);
   // No longer renewed and forgotten here: left pending (or settled) for the fleet.
   void release(std::int64_t task_id);
   // The entry is no longer this worker's (`why`): the engine loses it, or
   // the sink hears it was taken over before the engine had it.
   void lose(std::int64_t task_id, const std::string& why);
   void on_error(const std::string& message);
+  // After an outage: asks Redis for its run id; a new one is a restart
+  // (server_restart.h). Until the answer, nothing is read, and errors wait
+  // (a missing group is the restart's doing, not an error of its own).
+  // False when there is nothing to check (no run id known).
+  bool check_restart();
+  // Says Redis is back, once no link is down (after the restart check).
+  void end_outage();
+  void on_server_state(const Expected<ServerState>& state, const std::string& where);
+  // Reading resumes; the errors that waited are raised now.
+  void end_restart_check();
+  // SIGINT/SIGTERM caught: stop reading.
+  void check_signals();
   Held* held(std::int64_t task_id);
   std::int64_t wall_ms() const;
 
@@ -142,10 +191,16 @@ class StreamBackEnd final : public AttemptStore {
   WorkerSink& out_;
   Intake intake_{*this};
   std::shared_ptr<Claims> claims_ = std::make_shared<Claims>();
+  UniqueFd intake_news_;  // eventfd: readable once tell_intake() was called, until next_entry()
+  bool in_next_entry_ = false;
 
   std::map<std::int64_t, Held> held_;  // by task id
   std::map<std::string, std::int64_t> by_entry_;
   std::deque<std::int64_t> queued_;     // read and checked, not yet handed to the engine
+  std::map<std::string, std::int64_t> answered_at_;  // entries settled or lost, answered: their count
+  // Entries lost after the engine took them and before their first start:
+  // (entry id, why), by task id, answered at that start.
+  std::map<std::int64_t, std::pair<std::string, std::string>> lost_before_start_;
   std::int64_t next_task_id_ = 0;
   std::vector<LedgerWrite> writes_;     // added since the last apply
   BatchResult answers_;                 // Redis's answers, for the next apply
@@ -156,8 +211,15 @@ class StreamBackEnd final : public AttemptStore {
   Clock::time_point last_activity_{};
   bool intake_started_ = false;
   bool stopping_ = false;
-  std::string error_;                   // a Redis error that is not a lost connection: the run stops
-  bool error_told_ = false;
+  std::string stopping_why_;            // stopping(): "" until the worker stops reading
+  StopSignals stop_signals_;
+  std::size_t redis_down_ = 0;          // links whose connection is lost now
+  bool outage_open_ = false;            // said lost, not yet said back
+  Clock::time_point outage_since_{};
+  WrittenEntries results_written_;      // what a restart may have lost (server_restart.h)
+  WrittenEntries dead_letters_written_;
+  bool restart_check_pending_ = false;  // check_restart asked, or the group is being made anew
+  std::vector<std::string> deferred_errors_;  // errors that came while it was pending
   WorkerReport report_;
 };
 

@@ -1,10 +1,14 @@
 #include "supervisor/cli/worker_job.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <climits>
 #include <optional>
 
+#include "supervisor/broker/stream_back_end.h"
+#include "supervisor/broker/stream_verdicts.h"
+#include "supervisor/flow/task_flow.h"
 #include "supervisor/metrics/metered_run.h"
 
 namespace pillbox::broker {
@@ -31,11 +35,12 @@ Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSi
     const std::string ahead = group_ahead_of_stream(*redis, settings.worker.keys, settings.worker.consumer.group);
     if (!ahead.empty()) sink.on_notice("warning: " + ahead);
   }
-  StreamWorker* worker_ptr = nullptr;
-  // Lost-and-back news reaches the worker (one notice per outage, not per
-  // task); before the worker exists there is nothing to tell.
-  auto on_state = [&worker_ptr](bool up, const std::string& what) {
-    if (worker_ptr != nullptr) worker_ptr->on_redis_state(up, what);
+  worker_settings.jobs = settings.run.jobs;
+  StreamBackEnd* back_end_ptr = nullptr;
+  // Lost-and-back news reaches the back end (one notice per outage, not per
+  // task); before it exists there is nothing to tell.
+  auto on_state = [&back_end_ptr](bool up, const std::string& what) {
+    if (back_end_ptr != nullptr) back_end_ptr->on_redis_state(up, what);
   };
   auto reader = BrokerLink::open(settings.address, "reads", on_state);
   if (!reader) return Error{reader.error(), reader.error_code()};
@@ -47,21 +52,48 @@ Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSi
   std::optional<metrics::MeteredWorkerVerdicts> metered_sink;
   if (settings.metrics != nullptr) metered_sink.emplace(sink, *settings.metrics);
   WorkerSink& verdicts = metered_sink ? static_cast<WorkerSink&>(*metered_sink) : sink;
+  // The rules are the engine's (task_flow.h), as for `run`; Redis keeps
+  // what they decide (stream_back_end.h).
+  FlowSettings flow_settings;
+  flow_settings.retry = worker_settings.retry;
+  flow_settings.breaker = worker_settings.breaker;
+  flow_settings.identity = worker_settings.identity;
+  flow_settings.hidden_path = worker_settings.hidden_path;
+  flow_settings.seed = worker_settings.seed;
   {
-    StreamWorker worker(std::move(worker_settings), **reader, **writer, verdicts);
-    worker_ptr = &worker;
+    StreamBackEnd back_end(std::move(worker_settings), **reader, **writer, verdicts);
+    back_end_ptr = &back_end;
+    StreamVerdicts told(back_end, verdicts);
+    TaskFlow flow(flow_settings, back_end.intake(), told, back_end);
     if (settings.metrics != nullptr) {
       settings.metrics->set_slots(settings.run.jobs);
-      metrics::MeteredRun metered(worker, worker, *settings.metrics, [&worker] { return worker.breaker_open(); });
+      metrics::MeteredRun metered(flow, flow, *settings.metrics, [&flow] { return flow.breaker_open(); });
       run = run_tasks(settings.run, metered, metered);
     } else {
-      run = run_tasks(settings.run, worker, worker);
+      run = run_tasks(settings.run, flow, flow);
     }
-    // The links stop before the worker goes: nothing of theirs runs later.
+    // An error of the run (not of Redis) ends it here: nothing more is
+    // read, and what the intake holds is released.
+    if (!run) back_end.stop_reading(run.error());
+    const Status finished = flow.finish(run ? "" : run.error());
+    // What finish() gave back reaches Redis before the links stop (a step
+    // that cannot complete is safe to drop: the protocol leaves its entry
+    // pending for the fleet).
+    while (!back_end.quiet() && !back_end.links_down()) {
+      std::vector<pollfd> fds;
+      for (int fd : back_end.wait_fds()) fds.push_back({fd, POLLIN, 0});
+      ::poll(fds.data(), fds.size(), 100);
+      back_end.drain();
+    }
+    // The links stop before the back end goes: nothing of theirs runs later.
     (*reader)->stop();
     (*writer)->stop();
-    worker_ptr = nullptr;
-    report.worker = worker.report();
+    back_end_ptr = nullptr;
+    report.worker = back_end.report();
+    report.worker.released += told.released();
+    report.worker.taken_over += told.taken_over();
+    report.worker.outages = flow.report().outages;
+    if (run && !finished && report.worker.error.empty()) report.worker.error = finished.message();
   }
   if (!run) return Error{run.error(), run.error_code()};
   report.run = std::move(*run);

@@ -320,7 +320,7 @@ TEST_CASE("worker (hostile): delivery counts set by hand (XCLAIM RETRYCOUNT) are
   for (const auto& [count, id] : counts) {
     must(server, {"XCLAIM", "jobs", "pillbox", "ghost", "0", id, "RETRYCOUNT", count, "JUSTID"});
   }
-  // The highest count still judged (kMaxDeliveries, supervisor/broker/stream_worker.h):
+  // The highest count still judged (kMaxDeliveries, supervisor/broker/worker_settings.h):
   // 9,999 deliveries that never reported back.
   const std::string at_cap = add_task(server, "count-at-cap", "S would crash");
   deliver_to_ghost(server);

@@ -5,6 +5,7 @@
 // store's back end are task_flow_test's.
 #include <doctest/doctest.h>
 #include <poll.h>
+#include <signal.h>
 
 #include <chrono>
 #include <deque>
@@ -109,6 +110,7 @@ struct Worker {
   void drive(const std::function<Outcome(const Task&)>& handler, std::size_t slots = 2) {
     std::deque<Task> running;
     bool ended = false;
+    int spins = 0;
     const auto give_up_at = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < give_up_at) {
       REQUIRE(flow->prepare(ended ? 0 : slots - running.size()).is_ok());
@@ -145,15 +147,20 @@ struct Worker {
         timeout = std::chrono::ceil<std::chrono::milliseconds>(*wake - std::chrono::steady_clock::now());
         timeout = std::max(timeout, 0ms);
       }
-      wait_on(flow->wait_fds(), timeout);
+      // A wake-up asked for at once, with nothing to read, turn after turn,
+      // is a spin (the dispatcher would burn a core).
+      const bool ready = wait_on(flow->wait_fds(), timeout);
+      spins = timeout == 0ms && !ready ? spins + 1 : 0;
+      REQUIRE_MESSAGE(spins < 100, "the flow asks to be woken at once, turn after turn, with nothing to do");
     }
     FAIL("the worker did not end in 30 s");
   }
 
-  static void wait_on(const std::vector<int>& fds, std::chrono::milliseconds timeout) {
+  // Whether an fd became readable.
+  static bool wait_on(const std::vector<int>& fds, std::chrono::milliseconds timeout) {
     std::vector<pollfd> polled;
     for (int fd : fds) polled.push_back({fd, POLLIN, 0});
-    ::poll(polled.data(), polled.size(), static_cast<int>(timeout.count()));
+    return ::poll(polled.data(), polled.size(), static_cast<int>(timeout.count())) > 0;
   }
 
   std::unique_ptr<pillbox::broker::BrokerLink> reader, writer;
@@ -177,6 +184,14 @@ json record_of(const e2e::StreamEntry& dead_letter) {
   auto j = json::parse(dead_letter.fields.at("record"), nullptr, false);
   REQUIRE_FALSE(j.is_discarded());
   return j;
+}
+
+// The next entry of "jobs" delivered to `consumer` of group "pillbox" (made
+// here), which never reports back: a worker that died.
+void read_by(const e2e::RedisServer& server, const std::string& consumer) {
+  auto redis = e2e::connect(server);
+  REQUIRE(redis.command({"XGROUP", "CREATE", "jobs", "pillbox", "0", "MKSTREAM"}).has_value());
+  REQUIRE(redis.command({"XREADGROUP", "GROUP", "pillbox", consumer, "COUNT", "1", "STREAMS", "jobs", ">"}).has_value());
 }
 
 std::size_t history_keys(const e2e::RedisServer& server) {
@@ -253,12 +268,7 @@ TEST_CASE("engine over Redis: an entry whose last delivery never reported back r
   e2e::RedisServer server;
   REQUIRE_REDIS(server);
   const auto ids = e2e::add_entries(server, "jobs", {{"suspect", "killed its worker"}});
-  {
-    // A worker that read it and died: delivery 1 never reported back.
-    auto redis = e2e::connect(server);
-    REQUIRE(redis.command({"XGROUP", "CREATE", "jobs", "pillbox", "0", "MKSTREAM"}).has_value());
-    REQUIRE(redis.command({"XREADGROUP", "GROUP", "pillbox", "dead", "COUNT", "1", "STREAMS", "jobs", ">"}).has_value());
-  }
+  read_by(server, "dead");  // a worker that read it and died: delivery 1 never reported back
   e2e::add_entries(server, "jobs", {{"other1", "fine"}, {"other2", "fine"}});
   Worker worker(server, retries(3));
   std::string marker_when_run;
@@ -332,6 +342,153 @@ TEST_CASE("engine over Redis: an entry taken over while its retry waits is lost 
   CHECK(e2e::pending_on(server, ids[0]).first == "thief");
   CHECK(e2e::stream_entries(server, "jobs:results").empty());
   CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+}
+
+TEST_CASE("engine over Redis: SIGTERM lets what runs settle and gives back what waits, recorded, pending for the fleet") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"waits", "retried later"}, {"runs", "fine"}});
+  pillbox::FlowSettings settings = retries(3);
+  settings.retry.backoff_base = 5s;  // still waiting when SIGTERM comes
+  settings.retry.backoff_max = 5s;
+  Worker worker(server, settings, 30s);
+  worker.drive([&](const Task& t) {
+    if (t.key == "waits") return failure(Kind::kWallTimeout, "fp-timeout");
+    ::raise(SIGTERM);  // while "runs" runs
+    return ok();
+  });
+  REQUIRE(worker.sink.told["runs"].size() == 1);
+  CHECK(worker.sink.told["runs"][0].type == Verdict::Type::kOk);
+  REQUIRE(worker.sink.told["waits"].size() == 1);
+  CHECK(worker.sink.told["waits"][0].type == Verdict::Type::kHeld);
+  CHECK(worker.sink.told["waits"][0].reason == "the worker is stopping");
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].fields.at("key") == "runs");
+  // Left pending at delivery 1, its failure recorded: the next worker goes
+  // on from there and does not count a delivery that never reported back.
+  CHECK(e2e::pending_on(server, ids[0]) == std::pair<std::string, long long>{"w1", 1});
+  auto redis = e2e::connect(server);
+  auto recorded = redis.command({"HGET", "jobs:attempts:" + ids[0], "1"});
+  REQUIRE(recorded.has_value());
+  const json d = json::parse(pillbox::broker::reply_text(recorded->get()), nullptr, false);
+  REQUIRE_FALSE(d.is_discarded());
+  CHECK(d["kind"] == "wall-timeout");
+  CHECK(worker.back_end->report().stop_signal == SIGTERM);
+  CHECK(std::any_of(worker.intake_sink.notices.begin(), worker.intake_sink.notices.end(),
+                    [](const std::string& n) { return n.rfind("stopping (SIGTERM)", 0) == 0; }));
+}
+
+TEST_CASE("engine over Redis: an outage's failures are recorded uncharged, held, and run again (delivered again) once a probe works") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  std::vector<std::pair<std::string, std::string>> tasks;
+  for (int i = 0; i < 6; ++i) tasks.emplace_back("t" + std::to_string(i), "payload " + std::to_string(i));
+  const auto ids = e2e::add_entries(server, "jobs", tasks);
+  pillbox::FlowSettings settings = retries(3);
+  settings.breaker.window = 4;
+  settings.breaker.threshold = 0.75;
+  settings.breaker.probe_interval = 100ms;
+  // (Claim scans every 100 ms: the intake's wish to be asked again for one
+  // goes stale while the breaker is open and nothing new is taken.)
+  Worker worker(server, settings, 400ms);
+  // The first one works; then the handler is down for the next 7 runs
+  // (the probes among them fail too).
+  int runs = 0;
+  std::map<std::string, std::string> held_record;  // what Redis had for a task's delivery 1 when it ran again
+  worker.drive([&](const Task& t) {
+    ++runs;
+    if (runs >= 2 && runs <= 8) return failure(Kind::kHandlerError, "fp-outage");
+    if (runs > 8 && !t.probe_copy && held_record.count(t.key) == 0) {
+      auto redis = e2e::connect(server);
+      const std::size_t i = std::stoul(t.key.substr(1));
+      auto r = redis.command({"HGET", "jobs:attempts:" + ids[i], "1"});
+      REQUIRE(r.has_value());
+      held_record[t.key] = pillbox::broker::reply_text(r->get());
+    }
+    return ok();
+  });
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());  // an outage is not poison
+  CHECK(e2e::stream_entries(server, "jobs:results").size() == 6);
+  bool some_held = false;
+  for (const auto& [key, record] : held_record) {
+    if (record.empty()) continue;
+    const json d = json::parse(record, nullptr, false);
+    REQUIRE_FALSE(d.is_discarded());
+    // (A failure before the breaker opened, whose retry ran meanwhile,
+    // stays charged: as for run, only those that wait are uncharged.)
+    if (d.value("note", "") != "held: handler outage suspected") continue;
+    CHECK(d["charged"] == false);
+    some_held = true;
+  }
+  CHECK(some_held);
+  for (const auto& [key, told] : worker.sink.told) {
+    REQUIRE(told.size() == 1);
+    CHECK(told[0].type == Verdict::Type::kOk);
+  }
+}
+
+TEST_CASE("engine over Redis: an entry its own claim scan took back while its retry waited runs at that count, no delivery lost") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"x", "fails once"}, {"y", "fine"}});
+  pillbox::FlowSettings settings = retries(3);
+  // Its retry waits past the next claim scan (every 5 s with --claim-idle
+  // 30s): with this seed the backoff's first draw (full jitter, up to 8 s)
+  // is 7.98 s.
+  settings.retry.backoff_base = 8s;
+  settings.retry.backoff_max = 8s;
+  settings.seed = 27;
+  Worker worker(server, settings, 30s);
+  std::map<std::string, int> runs;
+  worker.drive(
+      [&](const Task& t) {
+        if (t.key == "x") return ++runs["x"] == 1 ? failure(Kind::kWallTimeout, "fp-timeout") : ok();
+        // One slot: x failed before y runs, and its retry waits now. Made to
+        // look idle on its own worker (as when a renewal came late), it is
+        // taken back by the worker's next claim scan: the count rises.
+        auto redis = e2e::connect(server);
+        REQUIRE(redis.command({"XCLAIM", "jobs", "pillbox", "w1", "0", ids[0], "IDLE", "60000", "JUSTID"}).has_value());
+        ++runs["y"];
+        return ok();
+      },
+      1);
+  CHECK(runs["x"] == 2);
+  CHECK(worker.back_end->report().claimed_again == 1);
+  const auto results = e2e::stream_entries(server, "jobs:results");
+  REQUIRE(results.size() == 2);
+  for (const auto& r : results) {
+    // The retry ran at the count the claim gave it (2), not delivered again
+    // to 3 with 2 left unrecorded (a delivery that never reported back).
+    if (r.fields.at("key") == "x") CHECK(r.fields.at("deliveries") == "2");
+  }
+}
+
+TEST_CASE("engine over Redis: a delivery recorded as released is no attempt: the next one does not run alone") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"released", "fine"}});
+  {
+    // A worker read it and released it as it stopped (recorded, not run).
+    read_by(server, "gone");
+    auto redis = e2e::connect(server);
+    const std::string release = pillbox::broker::delivery_json(
+        pillbox::broker::recorded_release(1, "gone", 1, "released: the worker is stopping"));
+    REQUIRE(redis.command({"HSET", "jobs:attempts:" + ids[0], "1", release}).has_value());
+  }
+  Worker worker(server, retries(3));
+  std::string marker_when_run = "not run";
+  worker.drive([&](const Task&) {
+    auto redis = e2e::connect(server);
+    auto r = redis.command({"HGET", "jobs:attempts:" + ids[0], "2"});
+    REQUIRE(r.has_value());
+    marker_when_run = pillbox::broker::reply_text(r->get());
+    return ok();
+  });
+  CHECK(marker_when_run.empty());  // no start marker: not a suspect's delivery
+  REQUIRE(worker.sink.told["released"].size() == 1);
+  CHECK(worker.sink.told["released"][0].type == Verdict::Type::kOk);
+  CHECK(worker.sink.told["released"][0].attempts == 2);
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ RunIdentity identity() {
 constexpr const char* kId = "1796159727174-0";
 constexpr std::int64_t kIdMs = 1796159727174;
 
-// The dead letter's fields as StreamWorker::dead_letter writes them
-// (supervisor/broker/stream_worker.cpp): the record is the store's JSON
+// The dead letter's fields as the worker writes them (dead_letter_fields)
+// (supervisor/broker/stream_entry.cpp): the record is the store's JSON
 // without "id" and "new_fingerprint", plus the worker's fields.
 EntryFields dead_letter_of(const store::QuarantineRecord& r, const std::string& payload) {
   json j = json::parse(quarantine_record_json(r, 2, false, ""));

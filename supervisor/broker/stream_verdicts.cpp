@@ -1,0 +1,51 @@
+#include "supervisor/broker/stream_verdicts.h"
+
+namespace pillbox::broker {
+
+void StreamVerdicts::on_verdict(const Task& task, const Outcome& outcome, const Verdict& v) {
+  // The engine's attempt number is Redis's delivery count when the attempt
+  // started (stream_back_end.h); a settle says the count it settled at.
+  WorkerVerdict w;
+  w.entry = task.source_id;
+  w.deliveries = v.attempts;
+  if (const std::int64_t at = back_end_.answered_at(task.source_id); at != 0) w.deliveries = at;
+  w.added = v.settled_as;
+  w.reason = v.reason;
+  w.new_fingerprint = v.new_fingerprint;
+  switch (v.type) {
+    case Verdict::Type::kOk:
+      w.type = WorkerVerdict::Type::kOk;
+      break;
+    case Verdict::Type::kQuarantined:
+    case Verdict::Type::kPoison:
+      w.type = WorkerVerdict::Type::kDeadLettered;
+      break;
+    case Verdict::Type::kGaveUp:
+      w.type = WorkerVerdict::Type::kReleased;
+      w.reason += "; left pending for another worker";
+      ++released_;
+      break;
+    case Verdict::Type::kHeld:
+      w.type = WorkerVerdict::Type::kReleased;
+      ++released_;
+      break;
+  }
+  out_.on_verdict(task, outcome, w);
+}
+
+void StreamVerdicts::on_lost(const Task& task, const std::string& why) {
+  const std::int64_t deliveries = back_end_.answered_at(task.source_id);
+  // Dead-lettered by the back end itself, and told then.
+  if (why.rfind(kDeadLetteredUnrun, 0) == 0) return;
+  if (why == kLeftPending) {
+    // Its step failed on a Redis error: left for the fleet, as a release.
+    ++released_;
+    out_.on_verdict(task, Outcome{}, WorkerVerdict{WorkerVerdict::Type::kReleased, task.source_id, deliveries, "", why});
+    return;
+  }
+  ++taken_over_;
+  out_.on_verdict(task, Outcome{},
+                  WorkerVerdict{WorkerVerdict::Type::kTakenOver, task.source_id, deliveries, "", "not settled here: " + why});
+}
+
+}  // namespace pillbox::broker
