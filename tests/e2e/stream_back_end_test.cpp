@@ -491,4 +491,97 @@ TEST_CASE("engine over Redis: a delivery recorded as released is no attempt: the
   CHECK(worker.sink.told["released"][0].attempts == 2);
 }
 
+TEST_CASE("engine over Redis: a settle that fails on a Redis error leaves the entry pending, its run recorded as released, and stops") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"fine", "runs fine"}});
+  {
+    // The results key is not a stream: the settle's XADD fails (WRONGTYPE),
+    // an error Redis answers, not a lost connection.
+    auto redis = e2e::connect(server);
+    REQUIRE(redis.command({"SET", "jobs:results", "not a stream"}).has_value());
+  }
+  Worker worker(server, retries(3), 30s);
+  worker.drive([](const Task&) { return ok(); });
+  CHECK(worker.sink.told.count("fine") == 0);  // never told ok: nothing was settled
+  REQUIRE(worker.sink.lost.count("fine") == 1);
+  CHECK(worker.sink.lost["fine"] == std::string(pillbox::broker::kLeftPending));
+  CHECK(worker.back_end->report().error.find("holds a string, not a stream") != std::string::npos);
+  CHECK(!worker.back_end->stopping().empty());
+  // Still pending here at delivery 1, its run recorded (uncharged) as
+  // released: the worker that takes it over counts no lost delivery.
+  CHECK(e2e::pending_on(server, ids[0]) == std::pair<std::string, long long>{"w1", 1});
+  auto redis = e2e::connect(server);
+  auto recorded = redis.command({"HGET", "jobs:attempts:" + ids[0], "1"});
+  REQUIRE(recorded.has_value());
+  const json d = json::parse(pillbox::broker::reply_text(recorded->get()), nullptr, false);
+  REQUIRE_FALSE(d.is_discarded());
+  CHECK(d["kind"] == "ok");
+  CHECK(d["charged"] == false);
+  CHECK(d["note"] == "released: left pending after a Redis error");
+}
+
+TEST_CASE("engine over Redis: failures that are not the payload's give up after max_attempts: released, pending, never dead-lettered") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"killed", "killed from outside every time"}});
+  Worker worker(server, retries(3), 30s);
+  int runs = 0;
+  worker.drive([&](const Task&) {
+    ++runs;
+    return failure(Kind::kKilled, "");
+  });
+  CHECK(runs == 3);
+  REQUIRE(worker.sink.told["killed"].size() == 1);
+  CHECK(worker.sink.told["killed"][0].type == Verdict::Type::kGaveUp);
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  CHECK(e2e::stream_entries(server, "jobs:results").empty());
+  // Left for another worker at its third delivery, each failure recorded
+  // uncharged (not the payload's fault).
+  CHECK(e2e::pending_on(server, ids[0]).second == 3);
+  auto redis = e2e::connect(server);
+  for (const std::string n : {"1", "2", "3"}) {
+    auto recorded = redis.command({"HGET", "jobs:attempts:" + ids[0], n});
+    REQUIRE(recorded.has_value());
+    const json d = json::parse(pillbox::broker::reply_text(recorded->get()), nullptr, false);
+    REQUIRE_FALSE(d.is_discarded());
+    CHECK(d["kind"] == "killed");
+    CHECK(d["transient"] == true);
+  }
+}
+
+TEST_CASE("engine over Redis: an entry whose deliveries never reported back max_attempts times is dead-lettered as supervisor-lost, unrun") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"killer", "kills every worker"}});
+  read_by(server, "dead");  // delivery 1: never reported back
+  {
+    // Deliveries 2 and 3 each began to run alone (their start markers) on
+    // a worker that died.
+    auto redis = e2e::connect(server);
+    for (std::uint32_t n : {2u, 3u}) {
+      REQUIRE(redis.command({"XCLAIM", "jobs", "pillbox", "dead", "0", ids[0]}).has_value());
+      const std::string marker = pillbox::broker::delivery_json(pillbox::broker::recorded_start(n, "dead", 1));
+      REQUIRE(redis.command({"HSET", "jobs:attempts:" + ids[0], std::to_string(n), marker}).has_value());
+    }
+  }
+  Worker worker(server, retries(3));  // takes it over after 200 ms: delivery 4
+  std::vector<std::string> ran;
+  worker.drive([&](const Task& t) {
+    ran.push_back(t.key);
+    return ok();
+  });
+  CHECK(ran.empty());
+  CHECK(worker.sink.told.count("killer") == 0);  // the engine never had it
+  REQUIRE(worker.intake_sink.told["killer"].size() == 1);
+  const WorkerVerdict& v = worker.intake_sink.told["killer"][0];
+  CHECK(v.type == WorkerVerdict::Type::kDeadLettered);
+  CHECK(v.deliveries == 4);
+  CHECK(v.reason == "3 deliveries never reported back: it kills workers; not run again");
+  CHECK(worker.intake_sink.kinds["killer"] == Kind::kSupervisorLost);
+  const auto dlq = e2e::stream_entries(server, "jobs:dlq");
+  REQUIRE(dlq.size() == 1);
+  CHECK(dlq[0].fields.at("kind") == "supervisor-lost");
+}
+
 }  // namespace
