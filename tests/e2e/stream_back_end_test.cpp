@@ -194,6 +194,22 @@ void read_by(const e2e::RedisServer& server, const std::string& consumer) {
   REQUIRE(redis.command({"XREADGROUP", "GROUP", "pillbox", consumer, "COUNT", "1", "STREAMS", "jobs", ">"}).has_value());
 }
 
+// What delivery `n` of entry `id` recorded in its history (its JSON), ""
+// when nothing.
+std::string recorded_text(const e2e::RedisServer& server, const std::string& id, const std::string& n) {
+  auto redis = e2e::connect(server);
+  auto r = redis.command({"HGET", "jobs:attempts:" + id, n});
+  REQUIRE(r.has_value());
+  return pillbox::broker::reply_text(r->get());
+}
+
+// The same, parsed; fails the test when it is not JSON.
+json recorded(const e2e::RedisServer& server, const std::string& id, const std::string& n) {
+  const json d = json::parse(recorded_text(server, id, n), nullptr, false);
+  REQUIRE_FALSE(d.is_discarded());
+  return d;
+}
+
 std::size_t history_keys(const e2e::RedisServer& server) {
   auto redis = e2e::connect(server);
   auto r = redis.command({"KEYS", "jobs:attempts:*"});
@@ -273,12 +289,7 @@ TEST_CASE("engine over Redis: an entry whose last delivery never reported back r
   Worker worker(server, retries(3));
   std::string marker_when_run;
   worker.drive([&](const Task& t) {
-    if (t.key == "suspect") {
-      auto redis = e2e::connect(server);
-      auto r = redis.command({"HGET", "jobs:attempts:" + ids[0], "2"});
-      REQUIRE(r.has_value());
-      marker_when_run = pillbox::broker::reply_text(r->get());
-    }
+    if (t.key == "suspect") marker_when_run = recorded_text(server, ids[0], "2");
     return ok();
   });
   CHECK(marker_when_run.find("\"started\":true") != std::string::npos);
@@ -368,12 +379,7 @@ TEST_CASE("engine over Redis: SIGTERM lets what runs settle and gives back what 
   // Left pending at delivery 1, its failure recorded: the next worker goes
   // on from there and does not count a delivery that never reported back.
   CHECK(e2e::pending_on(server, ids[0]) == std::pair<std::string, long long>{"w1", 1});
-  auto redis = e2e::connect(server);
-  auto recorded = redis.command({"HGET", "jobs:attempts:" + ids[0], "1"});
-  REQUIRE(recorded.has_value());
-  const json d = json::parse(pillbox::broker::reply_text(recorded->get()), nullptr, false);
-  REQUIRE_FALSE(d.is_discarded());
-  CHECK(d["kind"] == "wall-timeout");
+  CHECK(recorded(server, ids[0], "1")["kind"] == "wall-timeout");
   CHECK(worker.back_end->report().stop_signal == SIGTERM);
   CHECK(std::any_of(worker.intake_sink.notices.begin(), worker.intake_sink.notices.end(),
                     [](const std::string& n) { return n.rfind("stopping (SIGTERM)", 0) == 0; }));
@@ -400,11 +406,7 @@ TEST_CASE("engine over Redis: an outage's failures are recorded uncharged, held,
     ++runs;
     if (runs >= 2 && runs <= 8) return failure(Kind::kHandlerError, "fp-outage");
     if (runs > 8 && !t.probe_copy && held_record.count(t.key) == 0) {
-      auto redis = e2e::connect(server);
-      const std::size_t i = std::stoul(t.key.substr(1));
-      auto r = redis.command({"HGET", "jobs:attempts:" + ids[i], "1"});
-      REQUIRE(r.has_value());
-      held_record[t.key] = pillbox::broker::reply_text(r->get());
+      held_record[t.key] = recorded_text(server, ids[std::stoul(t.key.substr(1))], "1");
     }
     return ok();
   });
@@ -479,10 +481,7 @@ TEST_CASE("engine over Redis: a delivery recorded as released is no attempt: the
   Worker worker(server, retries(3));
   std::string marker_when_run = "not run";
   worker.drive([&](const Task&) {
-    auto redis = e2e::connect(server);
-    auto r = redis.command({"HGET", "jobs:attempts:" + ids[0], "2"});
-    REQUIRE(r.has_value());
-    marker_when_run = pillbox::broker::reply_text(r->get());
+    marker_when_run = recorded_text(server, ids[0], "2");
     return ok();
   });
   CHECK(marker_when_run.empty());  // no start marker: not a suspect's delivery
@@ -511,11 +510,7 @@ TEST_CASE("engine over Redis: a settle that fails on a Redis error leaves the en
   // Still pending here at delivery 1, its run recorded (uncharged) as
   // released: the worker that takes it over counts no lost delivery.
   CHECK(e2e::pending_on(server, ids[0]) == std::pair<std::string, long long>{"w1", 1});
-  auto redis = e2e::connect(server);
-  auto recorded = redis.command({"HGET", "jobs:attempts:" + ids[0], "1"});
-  REQUIRE(recorded.has_value());
-  const json d = json::parse(pillbox::broker::reply_text(recorded->get()), nullptr, false);
-  REQUIRE_FALSE(d.is_discarded());
+  const json d = recorded(server, ids[0], "1");
   CHECK(d["kind"] == "ok");
   CHECK(d["charged"] == false);
   CHECK(d["note"] == "released: left pending after a Redis error");
@@ -539,12 +534,8 @@ TEST_CASE("engine over Redis: failures that are not the payload's give up after 
   // Left for another worker at its third delivery, each failure recorded
   // uncharged (not the payload's fault).
   CHECK(e2e::pending_on(server, ids[0]).second == 3);
-  auto redis = e2e::connect(server);
   for (const std::string n : {"1", "2", "3"}) {
-    auto recorded = redis.command({"HGET", "jobs:attempts:" + ids[0], n});
-    REQUIRE(recorded.has_value());
-    const json d = json::parse(pillbox::broker::reply_text(recorded->get()), nullptr, false);
-    REQUIRE_FALSE(d.is_discarded());
+    const json d = recorded(server, ids[0], n);
     CHECK(d["kind"] == "killed");
     CHECK(d["transient"] == true);
   }
