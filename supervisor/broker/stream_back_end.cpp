@@ -278,7 +278,7 @@ TaskSource::Item StreamBackEnd::next_entry() {
   read_more(now);
   // The next claim scan is due then. (Idleness is checked when a read
   // comes back: an empty read waits --read-block at most.)
-  if (!claim_outstanding_) item.wake_at = std::max(now, next_claim_at_);
+  if (!claim_outstanding_ && !claims_paused_) item.wake_at = std::max(now, next_claim_at_);
   return item;
 }
 
@@ -287,7 +287,7 @@ void StreamBackEnd::read_more(Clock::time_point now) {
   // are delivered, hence counted, while they wait: a worker that dies holds
   // at most 2 x --jobs entries.
   const std::size_t want = std::max<std::size_t>(settings_.jobs, 1);
-  if (!claim_outstanding_ && now >= next_claim_at_) {
+  if (!claim_outstanding_ && !claims_paused_ && now >= next_claim_at_) {
     claim_outstanding_ = true;
     next_claim_at_ = now + clamp(settings_.claim_idle / 4, std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
     writer_.post([this, want, keys = settings_.keys, consumer = settings_.consumer, idle = settings_.claim_idle,
@@ -426,6 +426,11 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
     if (const auto* k = std::get_if<KeepResult>(&w)) settling.insert(k->task_id);
     if (const auto* s = std::get_if<SetTaskWait>(&w); s && s->held) held_for_outage.insert(s->task_id);
   }
+  for (const LedgerWrite& w : writes) {  // in the order the engine wrote them
+    if (const auto* s = std::get_if<SetTaskWait>(&w); s && s->held) claims_paused_ = true;
+    if (std::holds_alternative<ReleaseTask>(w) && !stopping_) claims_paused_ = true;
+    if (std::holds_alternative<KeepResult>(w)) claims_paused_ = false;
+  }
   for (LedgerWrite& w : writes) {
     if (const auto* end = std::get_if<EndAttempt>(&w)) {
       Held* h = held(end->task_id);
@@ -446,14 +451,17 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
         if (held_for_outage.count(end->task_id) > 0 && !end->charged && !end->transient) d.note = kHeldNote;
       }
       h->last_end = d;
+      h->ended_at[end->n] = delivery;
       h->started_at = h->delivery;  // its end is this delivery's: a retry is delivered again
       if (settling.count(end->task_id) == 0 && judgeable(h->delivery)) record(*h, d);
     } else if (const auto* u = std::get_if<UnchargeAttempt>(&w)) {
       // An earlier failure the outage explains: recorded again, uncharged.
       Held* h = held(u->task_id);
       if (h == nullptr) continue;
+      const auto ended = h->ended_at.find(u->n);
+      const std::uint32_t at = ended != h->ended_at.end() ? ended->second : u->n;
       for (RecordedDelivery& d : h->history.recorded) {
-        if (d.delivery != u->n || !d.charged) continue;
+        if (d.delivery != at || !d.charged) continue;
         d.charged = false;
         d.note = kHeldNote;
         record(*h, d);

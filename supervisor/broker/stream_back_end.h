@@ -127,6 +127,10 @@ class StreamBackEnd final : public AttemptStore {
     std::int64_t started_at = 0;  // the delivery its latest attempt started at (0: none)
     std::int64_t start_recorded = 0;  // the delivery whose start marker is recorded (a suspect's)
     std::optional<RecordedDelivery> last_end;  // its latest attempt's end (an ok's result says it)
+    // The delivery each attempt's end was recorded at, by the engine's
+    // attempt number (its count at the start): they differ when the
+    // worker's own claim scan took the entry back while it ran.
+    std::map<std::uint32_t, std::uint32_t> ended_at;
     bool handed = false;          // the intake gave it to the engine
   };
   // The entries held, shared with the writer link's renewal (its own thread).
@@ -208,6 +212,12 @@ class StreamBackEnd final : public AttemptStore {
   bool claim_outstanding_ = false;
   std::string claim_cursor_ = "0-0";
   Clock::time_point next_claim_at_{};
+  // No claim scans while the engine holds tasks for a suspected handler
+  // outage here, or gave them back for one, until a task succeeds here: a
+  // worker that cannot run its own entries takes none over from others,
+  // and would take back those it gave away (their counts rising each
+  // time). Fresh entries are still read: probes run on them.
+  bool claims_paused_ = false;
   Clock::time_point last_activity_{};
   bool intake_started_ = false;
   bool stopping_ = false;

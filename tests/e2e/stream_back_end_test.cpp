@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -177,6 +178,20 @@ pillbox::FlowSettings retries(std::uint32_t max_attempts) {
   s.retry.max_attempts = max_attempts;
   s.retry.backoff_base = 10ms;
   s.retry.backoff_max = 20ms;
+  return s;
+}
+
+// A breaker that opens once `window` payloads in a row failed alike, and
+// probes every 100 ms; the first retry's backoff (full jitter) is 7.98 s
+// with this seed, so that a failure's retry waits until the breaker holds it.
+pillbox::FlowSettings outage_after(std::size_t window) {
+  pillbox::FlowSettings s = retries(3);
+  s.breaker.window = window;
+  s.breaker.threshold = 1.0;
+  s.breaker.probe_interval = 100ms;
+  s.retry.backoff_base = 8s;
+  s.retry.backoff_max = 8s;
+  s.seed = 27;
   return s;
 }
 
@@ -464,6 +479,86 @@ TEST_CASE("engine over Redis: an entry its own claim scan took back while its re
     // to 3 with 2 left unrecorded (a delivery that never reported back).
     if (r.fields.at("key") == "x") CHECK(r.fields.at("deliveries") == "2");
   }
+}
+
+TEST_CASE("engine over Redis: a failure recorded at the count a claim scan moved it to is the one an outage uncharges") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"w", "works"}, {"x", "fails in the outage"}});
+  // x's retry waits until the breaker holds it.
+  Worker worker(server, outage_after(3), 400ms);
+  bool outage_over = false;
+  std::string x_at_2;  // what Redis had for x's delivery 2 when x ran again
+  std::map<std::string, int> runs;
+  worker.drive([&](const Task& t) {
+    if (t.probe_copy) {
+      outage_over = true;
+      return ok();
+    }
+    ++runs[t.key];
+    if (t.key == "x" && runs["x"] == 1) {
+      // While x runs (delivery 1), it is made to look idle on its own worker
+      // (as when a renewal came late), and the worker's claim scan takes it
+      // back: delivery 2, at which its end is recorded. The intake is
+      // pumped here until it has (no other entry exists yet to be taken).
+      auto redis = e2e::connect(server);
+      REQUIRE(redis.command({"XCLAIM", "jobs", "pillbox", "w1", "0", ids[1], "IDLE", "60000", "JUSTID"}).has_value());
+      const auto give_up_at = std::chrono::steady_clock::now() + 10s;
+      while (worker.back_end->report().claimed_again == 0) {
+        REQUIRE(std::chrono::steady_clock::now() < give_up_at);
+        const TaskSource::Item item = worker.back_end->intake().next();
+        REQUIRE(item.type == TaskSource::Item::Type::kWait);
+        auto timeout = 100ms;
+        if (item.wake_at) {
+          timeout = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(*item.wake_at - std::chrono::steady_clock::now()),
+                               0ms, 100ms);
+        }
+        Worker::wait_on(worker.back_end->intake().wait_fds(), timeout);
+      }
+      // Two more that fail the same way: the breaker (3 of 3) opens, and
+      // x's failure, waiting for its retry, is the outage's.
+      e2e::add_entries(server, "jobs", {{"y", "fails in the outage"}, {"z", "fails in the outage"}});
+      return failure(Kind::kHandlerError, "fp-outage");
+    }
+    if (!outage_over && t.key != "w") return failure(Kind::kHandlerError, "fp-outage");
+    if (t.key == "x") x_at_2 = recorded_text(server, ids[1], "2");
+    return ok();
+  });
+  CHECK(worker.back_end->report().claimed_again == 1);
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
+  CHECK(e2e::stream_entries(server, "jobs:results").size() == 4);
+  REQUIRE_FALSE(x_at_2.empty());
+  const json d = json::parse(x_at_2, nullptr, false);
+  REQUIRE_FALSE(d.is_discarded());
+  CHECK(d["kind"] == "handler-error");
+  CHECK(d["charged"] == false);
+  CHECK(d.value("note", "") == "held: handler outage suspected");
+}
+
+TEST_CASE("engine over Redis: a worker whose handler is down takes back none of the entries it gave back to the fleet") {
+  e2e::RedisServer server;
+  REQUIRE_REDIS(server);
+  const auto ids = e2e::add_entries(server, "jobs", {{"a", "fails in the outage"}, {"b", "fails in the outage"}});
+  // a's retry waits until the breaker holds it.
+  pillbox::FlowSettings settings = outage_after(2);
+  settings.breaker.max_wait = 300ms;
+  // Claim scans every 100 ms; entries idle 400 ms are claimable.
+  Worker worker(server, settings, 400ms);
+  int runs = 0;
+  // Both fail the same way: the breaker opens, nothing is known to work
+  // here, and after --breaker-max-wait both are given back, probing going
+  // on (on fresh entries: there are none). Nothing succeeds here, so the
+  // worker claims nothing until it ends, idle.
+  worker.drive([&](const Task&) {
+    ++runs;
+    return failure(Kind::kHandlerError, "fp-outage");
+  });
+  CHECK(runs == 2);
+  CHECK(worker.back_end->report().claimed == 0);
+  CHECK(std::any_of(worker.sink.notices.begin(), worker.sink.notices.end(),
+                    [](const std::string& n) { return n.find("given back to the other workers") != std::string::npos; }));
+  for (const std::string& id : ids) CHECK(e2e::pending_on(server, id) == std::pair<std::string, long long>{"w1", 1});
+  CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
 }
 
 TEST_CASE("engine over Redis: a delivery recorded as released is no attempt: the next one does not run alone") {
