@@ -46,11 +46,4 @@ nlohmann::json fleet_full_record_json(const FleetQuarantine& fleet, const FleetR
   return j;
 }
 
-nlohmann::json fleet_list_json(const FleetQuarantine& fleet, const FleetRecord& r) {
-  nlohmann::json j = record_list_json(r.id, r.record, fleet_where(fleet));
-  j["signature"] = to_string(r.signature);
-  if (!r.unreadable_state.empty()) j["state_error"] = r.unreadable_state;
-  return j;
-}
-
 }  // namespace pillbox::broker

@@ -1,8 +1,7 @@
 #pragma once
-// The JSON objects of the fleet's records (fleet_quarantine.h) that
-// `quarantine show --json --redis` prints (supervisor/cli/quarantine_fleet.cpp)
-// and `pillbox serve --redis` answers (supervisor/serve/fleet_console_source.h):
-// one builder for both, on the store's builders
+// The JSON objects of the fleet's records (fleet_quarantine.h) that its
+// QuarantineSource (fleet_quarantine_source.h) gives `quarantine show --json
+// --redis` and `pillbox serve --redis`, on the store's builders
 // (supervisor/ops/quarantine_views_json.h), so a fleet record and a store
 // record have the same fields.
 #include <nlohmann/json.hpp>
@@ -28,10 +27,6 @@ std::vector<store::AuditEntry> fleet_audit_trail(const FleetRecord& record);
 // "stream" {name, group, entry, deliveries} and "reason"; "state_error"
 // when its state or lock cannot be read (FleetRecord::unreadable_state).
 nlohmann::json fleet_full_record_json(const FleetQuarantine& fleet, const FleetRecord& record);
-
-// list --json's object of the record (the console's listing: with
-// "state_error" as above; the CLI's list prints the store's object).
-nlohmann::json fleet_list_json(const FleetQuarantine& fleet, const FleetRecord& record);
 
 // Where the records are: list --json's "store" (fleet_location).
 std::string fleet_where(const FleetQuarantine& fleet);

@@ -1,5 +1,6 @@
 // pillbox quarantine: what the store holds and what operators do with it.
-// Dispatch, list, discard and purge here; show/export and stats beside it.
+// Dispatch and purge here; the verbs that read and discard records on
+// either quarantine in quarantine_records.cpp, the others beside it.
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include "shared/failure_kind.h"
 #include "shared/policy_parser.h"
 #include "shared/raise_site.h"
+#include "supervisor/broker/fleet_quarantine_source.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -26,9 +28,6 @@
 #include "supervisor/io/nearest_word.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/io/time_args.h"
-#include "supervisor/ops/record_discard.h"
-#include "supervisor/store/actor.h"
-#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox::cli {
 namespace {
@@ -126,10 +125,11 @@ const char* kHelp =
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
     "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";
 
-// The verbs that also work on the fleet's quarantine (--redis URL --stream NAME).
-const std::map<std::string, int (*)(const FleetContext&)> kFleetVerbs = {
-    {"list", fleet_list},       {"show", fleet_show},         {"stats", fleet_stats},
-    {"export", fleet_export},   {"discard", fleet_discard},   {"replay", fleet_replay},
+// The verbs that read and discard records, on either quarantine (the store's,
+// or the fleet's with --redis URL --stream NAME).
+const std::map<std::string, int (*)(const RecordsContext&)> kRecordVerbs = {
+    {"list", quarantine_list},     {"show", quarantine_show},       {"stats", quarantine_stats},
+    {"export", quarantine_export}, {"discard", quarantine_discard},
 };
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"fingerprint"}, {"key"},
@@ -215,74 +215,6 @@ Expected<store::ListFilter> read_filter(const Args& args) {
 
 namespace {
 
-int list(const QuarantineContext& c) {
-  auto filter = read_filter(c.args);
-  if (!filter) return quarantine_error(filter.error(), kExitUsage);
-  ListSource source;
-  source.each = [&](const store::ListFilter& f, const ListSource::Visit& visit) {
-    return c.quarantine.each(f, [&](const store::QuarantineRecord& r) { return visit(r.id, r, ""); });
-  };
-  source.count = [&](const store::ListFilter& f) { return c.quarantine.count(f); };
-  source.where = c.store_dir;
-  return list_records(c.args, std::move(*filter), source);
-}
-
-int discard(const QuarantineContext& c) {
-  const auto reason = c.args.value("reason");
-  if (!reason || reason->empty()) return quarantine_error("discard needs --reason TEXT (kept in the audit trail)", kExitUsage);
-  const auto site = c.args.value("raise-site");
-  if (c.args.positional().empty() == !site) {
-    return quarantine_error("discard what? give record IDs, or --raise-site ID (its open records), one of these",
-                            kExitUsage);
-  }
-  if (site) {
-    if (auto s = check_raise_site_id(*site); !s) return quarantine_error(s.message(), kExitUsage);
-  }
-  // All ids are checked before any record changes: a typo changes nothing.
-  std::vector<store::QuarantineRecord> records;
-  if (site) {
-    // The open records of one raise site: the groups of one bug, as stats
-    // rolls them up. One being replayed is refused, as when named.
-    store::ListFilter filter;
-    filter.raise_site = *site;
-    auto found = c.quarantine.list(filter);
-    if (!found) return quarantine_error(found.error(), kExitSetup);
-    for (auto& r : *found) {
-      if (r.status != store::RecordStatus::kQuarantined && r.status != store::RecordStatus::kFailedAgain &&
-          r.status != store::RecordStatus::kReplaying) {
-        continue;
-      }
-      if (auto s = check_discardable(r, std::to_string(r.id)); !s) return quarantine_error(s.message(), kExitUsage);
-      records.push_back(std::move(r));
-    }
-    if (records.empty()) {
-      return quarantine_error("no open record is at raise site " + *site + " (quarantine stats names the raise sites)",
-                              kExitUsage);
-    }
-  }
-  for (const auto& text : c.args.positional()) {
-    auto id = parse_record_id(text);
-    if (!id) return quarantine_error(id.error(), kExitUsage);
-    auto r = find_record(c.quarantine, *id);
-    if (!r) return quarantine_error(r.error(), kExitUsage);
-    if (auto s = check_discardable(*r, text); !s) return quarantine_error(s.message(), kExitUsage);
-    records.push_back(std::move(*r));
-  }
-  const std::string actor = actor_name("quarantine discard");
-  DiscardReport report(c.args.flag("json"));
-  for (const auto& r : records) {
-    auto done = discard_record(c.quarantine, r, actor, *reason);
-    if (!done) return quarantine_error(done.error(), kExitSetup);
-    if (*done == DiscardOutcome::kAlreadyDiscarded) {
-      report.already_discarded(r.id);
-    } else {
-      report.discarded(r.id, std::string(to_string(r.status)));
-    }
-  }
-  report.finish();
-  return kExitOk;
-}
-
 // purge --dry-run: the records it would delete, and none deleted.
 int show_purge_plan(const std::vector<store::PurgeCandidate>& plan, std::size_t open, bool json) {
   if (json) {
@@ -360,8 +292,8 @@ int purge(const QuarantineContext& c) {
 
 // --redis URL --stream NAME: the verb on the fleet's quarantine instead of the store.
 int on_fleet(const std::string& verb, const Args& args) {
-  const auto fleet_verb = kFleetVerbs.find(verb);
-  if (fleet_verb == kFleetVerbs.end()) {
+  const auto records_verb = kRecordVerbs.find(verb);
+  if (records_verb == kRecordVerbs.end() && verb != "replay") {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);
   }
   if (args.value("store")) return quarantine_error("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
@@ -384,7 +316,9 @@ int on_fleet(const std::string& verb, const Args& args) {
   auto fleet = broker::FleetQuarantine::open(*address, *stream);
   if (!fleet) return quarantine_error(fleet.error(), exit_code_for(fleet.error_code()));
   fleet->use_key(std::move(*key));
-  return fleet_verb->second(FleetContext{args, *fleet});
+  if (records_verb == kRecordVerbs.end()) return fleet_replay(FleetContext{args, *fleet});
+  broker::FleetQuarantineSource source(*fleet);
+  return records_verb->second(RecordsContext{args, source});
 }
 
 }  // namespace
@@ -392,16 +326,6 @@ int on_fleet(const std::string& verb, const Args& args) {
 int quarantine_error(const std::string& message, int exit_code) {
   std::fprintf(stderr, "pillbox quarantine: %s\n", message.c_str());
   return exit_code;
-}
-
-Expected<std::int64_t> parse_record_id(const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const long long id = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || id <= 0 || errno != 0) {
-    return Error{"'" + text + "' is not a record id (a positive number, as `pillbox quarantine list` shows)"};
-  }
-  return static_cast<std::int64_t>(id);
 }
 
 Expected<std::int64_t> read_one_record_id(const Args& args) {
@@ -436,15 +360,15 @@ int quarantine_command(int argc, char** argv) {
     return argc < 3 ? kExitUsage : kExitOk;
   }
   const std::string verb = argv[2];
-  static const std::map<std::string, int (*)(const QuarantineContext&)> kVerbs = {
-      {"list", list},     {"show", quarantine_show},     {"stats", quarantine_stats},
-      {"export", quarantine_export}, {"discard", discard}, {"purge", purge}, {"replay", quarantine_replay},
-      {"import", quarantine_import}, {"patch", quarantine_patch},
+  static const std::map<std::string, int (*)(const QuarantineContext&)> kStoreVerbs = {
+      {"purge", purge}, {"replay", quarantine_replay}, {"import", quarantine_import}, {"patch", quarantine_patch},
   };
-  const auto found = kVerbs.find(verb);
-  if (found == kVerbs.end()) {
+  const auto found = kStoreVerbs.find(verb);
+  const auto records_verb = kRecordVerbs.find(verb);
+  if (found == kStoreVerbs.end() && records_verb == kRecordVerbs.end()) {
     std::vector<std::string> verbs;
-    for (const auto& [name, run] : kVerbs) verbs.push_back(name);
+    for (const auto& [name, run] : kStoreVerbs) verbs.push_back(name);
+    for (const auto& [name, run] : kRecordVerbs) verbs.push_back(name);
     const auto near = nearest_word(verb, verbs);
     return quarantine_error("unknown verb '" + verb + "'" + (near ? "; did you mean '" + *near + "'?" : "") +
                                 " (list, show, stats, export, discard, purge, replay, import, patch)",
@@ -477,6 +401,10 @@ int quarantine_command(int argc, char** argv) {
   auto access = verb == "import" ? open_or_create_store(args->value("store").value_or(""), error)
                                  : open_existing_store(args->value("store").value_or(""), error);
   if (!access) return quarantine_error(error.message, error.exit_code);
+  if (records_verb != kRecordVerbs.end()) {
+    StoreQuarantineSource source(*access->quarantine, access->store.db(), access->store.dir());
+    return records_verb->second(RecordsContext{*args, source});
+  }
   return found->second(QuarantineContext{*args, *access->quarantine, access->store.dir(), access->store.db()});
 }
 

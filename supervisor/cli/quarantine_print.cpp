@@ -71,7 +71,7 @@ std::string id_text(const nlohmann::json& id) { return id.is_string() ? id.get<s
 
 // ---- list ---------------------------------------------------------------------
 
-int list_records(const Args& args, store::ListFilter filter, const ListSource& source) {
+int list_records(const Args& args, store::ListFilter filter, QuarantineSource& source) {
   for (const auto& [name, field] : {std::pair{"limit", &filter.limit}, {"offset", &filter.offset}}) {
     if (auto v = args.value(name)) {
       char* end = nullptr;
@@ -84,33 +84,37 @@ int list_records(const Args& args, store::ListFilter filter, const ListSource& s
     }
   }
   const bool json = args.flag("json");
+  const bool signatures = source.can().signatures;
+  const std::string where = source.where();
   std::string out;
   if (!json) {
     char line[512];
-    std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s%s\n", source.id_width, "ID", "CREATED", "STATUS",
-                  "KIND", "FINGERPRINT", source.signatures ? "SIGNATURE " : "", "KEY");
+    std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s%s\n", source.id_width(), "ID", "CREATED",
+                  "STATUS", "KIND", "FINGERPRINT", signatures ? "SIGNATURE " : "", "KEY");
     out += line;
   }
   std::size_t shown = 0;
   // Streamed: a listing of 100 000 records is never in memory at once.
-  const Status s = source.each(filter, [&](const nlohmann::json& id, const store::QuarantineRecord& r,
-                                           std::string_view signature) {
+  const Status s = source.each(filter, [&](const SourcedRecord& sourced) {
+    const store::QuarantineRecord& r = sourced.record;
+    const std::string& signature = sourced.signature;
     ++shown;
     if (json) {
       // The store's own id needs no rewrite of the object.
-      if (id.is_number() && id.get<std::int64_t>() == r.id && signature.empty()) {
-        out += quarantine_record_json(r, 0, false, source.where);
+      // (A state that cannot be read is the console's and show's note.)
+      if (sourced.id.is_number() && sourced.id.get<std::int64_t>() == r.id && signature.empty()) {
+        out += quarantine_record_json(r, 0, false, where);
       } else {
-        nlohmann::json j = record_list_json(id, r, source.where);
+        nlohmann::json j = record_list_json(sourced.id, r, where);
         if (!signature.empty()) j["signature"] = signature;
         out += dump(j);
       }
       out += '\n';
     } else {
       char line[1024];
-      const std::string signature_cell = source.signatures ? std::string(signature) + std::string(
+      const std::string signature_cell = signatures ? signature + std::string(
           signature.size() < 9 ? 10 - signature.size() : 1, ' ') : "";
-      std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s%s\n", source.id_width, id_text(id).c_str(),
+      std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s%s\n", source.id_width(), id_text(sourced.id).c_str(),
                     iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
                     table_cell(r.entry.fingerprint, 21).c_str(), signature_cell.c_str(),
                     table_cell(r.entry.key, 120).c_str());

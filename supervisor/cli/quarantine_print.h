@@ -16,6 +16,7 @@
 #include "shared/status.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/classify/outcome.h"
+#include "supervisor/ops/quarantine_source.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/replay_verdict.h"
@@ -27,22 +28,11 @@ std::string id_text(const nlohmann::json& id);
 
 // ---- list ---------------------------------------------------------------------
 
-// A quarantine as `list` reads it: records newest first through `each`
-// (which hands each one over with its id), and the count a page is part of.
-struct ListSource {
-  // `signature`: the fleet's records' (fleet_key.h: valid, missing, bad,
-  // unchecked), a SIGNATURE column and a "signature" field; "" for the store's.
-  using Visit = std::function<bool(const nlohmann::json& id, const store::QuarantineRecord& record,
-                                   std::string_view signature)>;
-  std::function<Status(const store::ListFilter&, const Visit&)> each;
-  std::function<Expected<std::int64_t>(const store::ListFilter&)> count;
-  std::string where;  // --json's "store": where the records are
-  int id_width = 8;   // the table's ID column: the store's numbers, or the fleet's entry ids (15)
-  bool signatures = false;  // the fleet's: a SIGNATURE column
-};
-// The list verb: --limit/--offset/--json read, records printed as a table or
-// one JSON object per line, the page's place on stderr. The exit code.
-int list_records(const Args& args, store::ListFilter filter, const ListSource& source);
+// The list verb: --limit/--offset/--json read, records printed as a table
+// (a SIGNATURE column where records are signed) or one JSON object per line
+// (record_list_json, with "signature" where records are signed),
+// the page's place on stderr. The exit code.
+int list_records(const Args& args, store::ListFilter filter, QuarantineSource& source);
 
 // ---- stats --------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 #pragma once
 // The verbs of `pillbox quarantine`, one file each group: the dispatcher
-// (quarantine_command.cpp) opens the store and hands it to them, or, given
-// --redis URL --stream NAME, the fleet's quarantine on Redis
-// (supervisor/broker/fleet_quarantine.h). Both print through
+// (quarantine_command.cpp) opens the store, or, given --redis URL --stream
+// NAME, the fleet's quarantine on Redis (supervisor/broker/
+// fleet_quarantine.h), and hands it to them. All print through
 // quarantine_print.h.
 #include <memory>
 #include <optional>
@@ -12,7 +12,9 @@
 #include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/store_access.h"
+#include "supervisor/ops/quarantine_source.h"
 #include "supervisor/ops/replay.h"
+#include "supervisor/ops/store_quarantine_source.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::cli {
@@ -26,8 +28,6 @@ struct QuarantineContext {
 };
 
 int quarantine_error(const std::string& message, int exit_code);  // prints "pillbox quarantine: ..."
-// A record id from the command line, or a usage error message.
-Expected<std::int64_t> parse_record_id(const std::string& text);
 // The one record ID a command acts on (reproduce, minimize), or a usage
 // error message.
 Expected<std::int64_t> read_one_record_id(const Args& args);
@@ -62,9 +62,20 @@ Expected<store::ListFilter> read_filter(const Args& args);
 // error saying where the ids are.
 Status check_raise_site_id(const std::string& text);
 
-int quarantine_show(const QuarantineContext& c);    // show ID
-int quarantine_export(const QuarantineContext& c);  // export ID -o FILE [--bundle]
-int quarantine_stats(const QuarantineContext& c);   // stats
+// The verbs that read and discard records, on either quarantine
+// (quarantine_records.cpp): the dispatcher hands them the store's or the
+// fleet's as a QuarantineSource.
+struct RecordsContext {
+  const Args& args;
+  QuarantineSource& source;
+};
+int quarantine_list(const RecordsContext& c);     // list
+int quarantine_show(const RecordsContext& c);     // show ID
+int quarantine_stats(const RecordsContext& c);    // stats
+int quarantine_export(const RecordsContext& c);   // export ID -o FILE [--bundle]
+int quarantine_discard(const RecordsContext& c);  // discard ID... --reason TEXT
+
+// The verbs of the store's quarantine only.
 int quarantine_replay(const QuarantineContext& c);  // replay
 int quarantine_import(const QuarantineContext& c);  // import FILES...
 int quarantine_patch(const QuarantineContext& c);   // patch ID (--payload-file F | --set-arg K=V...) --note TEXT
@@ -104,17 +115,12 @@ Status read_replay_brakes(const Args& args, ReplaySettings& settings);
 // What a replay did, on stderr, and the exit code (both quarantines).
 int report_replay(const ReplayResult& result, bool write_errors);
 
-// The same verbs on the fleet's quarantine (quarantine_fleet.cpp,
-// quarantine_redrive.cpp).
+// replay on the fleet's quarantine: redrives to its workers
+// (quarantine_redrive.cpp).
 struct FleetContext {
   const Args& args;
   broker::FleetQuarantine& quarantine;
 };
-int fleet_list(const FleetContext& c);
-int fleet_show(const FleetContext& c);
-int fleet_stats(const FleetContext& c);
-int fleet_export(const FleetContext& c);
-int fleet_discard(const FleetContext& c);
-int fleet_replay(const FleetContext& c);  // redrives to the fleet's workers
+int fleet_replay(const FleetContext& c);
 
 }  // namespace pillbox::cli

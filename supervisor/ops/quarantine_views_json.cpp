@@ -14,6 +14,13 @@ nlohmann::json record_list_json(const nlohmann::json& id, const store::Quarantin
   return j;
 }
 
+nlohmann::json sourced_list_json(const SourcedRecord& r, const std::string& where) {
+  nlohmann::json j = record_list_json(r.id, r.record, where);
+  if (!r.signature.empty()) j["signature"] = r.signature;
+  if (!r.state_error.empty()) j["state_error"] = r.state_error;
+  return j;
+}
+
 nlohmann::json attempt_json(std::int64_t n, const nlohmann::json& run, std::int64_t started_at, std::int64_t ended_at,
                             const std::string& kind, const std::string& fingerprint, const std::string& message,
                             bool charged, bool solo, std::string_view stderr_tail) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/ops/quarantine_source.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/revision_store.h"
 
@@ -23,6 +24,12 @@ inline constexpr std::size_t kPayloadHeadBytes = 512;
 // of the store's own.
 nlohmann::json record_list_json(const nlohmann::json& id, const store::QuarantineRecord& record,
                                 const std::string& where);
+
+// The console's listing's object of a record of either quarantine:
+// record_list_json, with "signature" where records are signed and
+// "state_error" when what operators did with it cannot be read (list --json
+// leaves that note to show).
+nlohmann::json sourced_list_json(const SourcedRecord& record, const std::string& where);
 
 // One element of "attempt_history". `run` is the store's run number or the
 // worker's name; `started_at`/`ended_at` 0 print as null (not known), and an

@@ -10,9 +10,7 @@
 #include "supervisor/metrics/live_run_file.h"
 #include "supervisor/ops/patch_record.h"
 #include "supervisor/ops/quarantine_views_json.h"
-#include "supervisor/ops/record_discard.h"
 #include "supervisor/ops/task_json.h"
-#include "supervisor/store/quarantine_json.h"
 #include "supervisor/store/replay_store.h"
 
 namespace pillbox::serve {
@@ -62,15 +60,6 @@ std::optional<std::string> take(std::map<std::string, std::string>& values, cons
 }
 
 }  // namespace
-
-FoundRecord find_record(ConsoleStore& s, const std::string& id_text) {
-  auto id = record_id(id_text);
-  if (!id) return {std::nullopt, error_reply(404, id.error())};
-  auto r = s.quarantine.get(*id);
-  if (!r) return {std::nullopt, error_reply(500, r.error())};
-  if (!*r) return {std::nullopt, error_reply(404, "no quarantine record " + std::to_string(*id) + " in this store")};
-  return {std::move(**r), {}};
-}
 
 ApiReply error_reply(int status, const std::string& message) { return {status, {{"error", message}}}; }
 
@@ -158,43 +147,6 @@ Expected<store::TaskFilter> tasks_filter(const Query& query) {
   return filter;
 }
 
-ApiReply list_records(ConsoleStore& s, const Query& query) {
-  auto filter = records_filter(query, true);
-  if (!filter) return reply_for(filter.error_code(), filter.error());
-  nlohmann::json records = nlohmann::json::array();
-  const Status each = s.quarantine.each(*filter, [&](const store::QuarantineRecord& r) {
-    records.push_back(nlohmann::json::parse(quarantine_record_json(r, 0, false, s.dir)));
-    return true;
-  });
-  if (!each) return error_reply(500, each.message());
-  auto total = s.quarantine.count(*filter);
-  if (!total) return error_reply(500, total.error());
-  return {200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
-}
-
-ApiReply show_record(ConsoleStore& s, const std::string& id_text) {
-  auto found = find_record(s, id_text);
-  if (!found.record) return found.error;
-  auto full = stored_record_json(s.quarantine, *found.record, s.dir);
-  if (!full) return error_reply(500, full.error());
-  // As show --json: without the payload's head when it cannot be read. Its
-  // first bytes only: a payload may be up to 1 GiB, and anyone who reaches
-  // the console may ask for it again and again (show --json reads it whole,
-  // to check its hash: for a damaged payload the head is here and not there).
-  auto head = s.quarantine.payloads().head(found.record->entry.payload_sha256, kPayloadHeadBytes);
-  return {200, head ? shown_record_json(std::move(*full), *head) : std::move(*full)};
-}
-
-ApiReply record_stats(ConsoleStore& s, const Query& query) {
-  auto filter = records_filter(query, false);
-  if (!filter) return reply_for(filter.error_code(), filter.error());
-  auto groups = s.quarantine.stats(*filter);
-  if (!groups) return error_reply(500, groups.error());
-  std::vector<nlohmann::json> examples;
-  for (const auto& g : *groups) examples.emplace_back(g.example_id);
-  return {200, {{"groups", fingerprint_stats_json(*groups, examples)}}};
-}
-
 ApiReply live_runs(ConsoleStore& s) {
   // The files of runs that are gone are deleted on the way: no one else will.
   return {200, {{"runs", metrics::read_live_runs(s.dir, true)}}};
@@ -211,20 +163,6 @@ ApiReply list_tasks(ConsoleStore& s, const Query& query) {
   });
   if (!each) return error_reply(500, each.message());
   return {200, {{"tasks", std::move(tasks)}}};
-}
-
-ApiReply discard_record(ConsoleStore& s, const std::string& id_text, const std::string& body,
-                        const std::string& actor) {
-  // The body first: a bad request changes nothing, whatever record it names.
-  const DiscardReason reason = discard_reason(body);
-  if (!reason.reason) return reason.error;
-  auto found = find_record(s, id_text);
-  if (!found.record) return found.error;
-  const store::QuarantineRecord& r = *found.record;
-  if (auto ok = check_discardable(r, std::to_string(r.id)); !ok) return error_reply(409, ok.message());
-  auto done = pillbox::discard_record(s.quarantine, r, actor, *reason.reason);
-  if (!done) return error_reply(500, done.error());
-  return discarded_reply(r.id, *done == DiscardOutcome::kAlreadyDiscarded, std::string(to_string(r.status)));
 }
 
 DiscardReason discard_reason(const std::string& body) {
@@ -304,14 +242,6 @@ ApiReply patch_record(ConsoleStore& s, const std::string& id_text, const std::st
     }
   }
   return error_reply(400, revision.error());
-}
-
-PayloadReply record_preview(ConsoleStore& s, const std::string& id_text, std::size_t max_bytes) {
-  auto found = find_record(s, id_text);
-  if (!found.record) return {found.error, {}, {}};
-  auto head = s.quarantine.payloads().head(found.record->entry.payload_sha256, max_bytes);
-  if (!head) return {error_reply(500, head.error()), {}, {}};
-  return {{}, std::move(*head), ""};
 }
 
 }  // namespace pillbox::serve

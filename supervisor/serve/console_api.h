@@ -62,23 +62,10 @@ Expected<store::ListFilter> records_filter(const Query& query, bool paging);
 Expected<store::TaskFilter> tasks_filter(const Query& query);
 // A record id from a URL: a positive decimal number.
 Expected<std::int64_t> record_id(const std::string& text);
-// The record `id_text` names, or the reply that says why there is none
-// (404 no such record, 500 the store).
-struct FoundRecord {
-  std::optional<store::QuarantineRecord> record;
-  ApiReply error;
-};
-FoundRecord find_record(ConsoleStore& store, const std::string& id_text);
 
-ApiReply list_records(ConsoleStore& store, const Query& query);
-ApiReply show_record(ConsoleStore& store, const std::string& id_text);
-ApiReply record_stats(ConsoleStore& store, const Query& query);
 ApiReply list_tasks(ConsoleStore& store, const Query& query);
 // The `run`s attached to the store now (read_live_runs; not the database).
 ApiReply live_runs(ConsoleStore& store);
-// `body` is the request's JSON body; `actor` goes into the audit trail.
-ApiReply discard_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
-                        const std::string& actor);
 
 // A discard's body, {"reason": TEXT}: the reason, or the 400 that says why
 // not (read before the record: a bad request changes nothing).
@@ -120,8 +107,5 @@ struct PayloadReply {
   std::string bytes;
   std::string file_name;  // "record-ID.payload": a name that cannot be a path
 };
-// At most the first `max_bytes` of the payload, for a preview: read without
-// the rest, not checked against its hash (PayloadStore::head).
-PayloadReply record_preview(ConsoleStore& store, const std::string& id_text, std::size_t max_bytes);
 
 }  // namespace pillbox::serve

@@ -31,22 +31,18 @@ PendingDownload payload_of(ConsoleStore& s, const store::QuarantineRecord& r, co
 
 }  // namespace
 
-PendingDownload find_payload_download(ConsoleStore& s, const std::string& id_text) {
-  auto found = find_record(s, id_text);
-  if (!found.record) return refused(std::move(found.error));
-  return payload_of(s, *found.record, ".payload");
+PendingDownload find_payload_download(ConsoleStore& s, const store::QuarantineRecord& record) {
+  return payload_of(s, record, ".payload");
 }
 
-PendingDownload find_bundle_download(ConsoleStore& s, const std::string& id_text) {
-  auto found = find_record(s, id_text);
-  if (!found.record) return refused(std::move(found.error));
-  PendingDownload p = payload_of(s, *found.record, ".tar.gz");
+PendingDownload find_bundle_download(ConsoleStore& s, const store::QuarantineRecord& record) {
+  PendingDownload p = payload_of(s, record, ".tar.gz");
   if (p.error.status != 200) return p;
-  // The record.json of `quarantine export ID --bundle` (quarantine_show.cpp).
-  auto full = stored_record_json(s.quarantine, *found.record, s.dir);
+  // The record.json of `quarantine export ID --bundle` (quarantine_records.cpp).
+  auto full = stored_record_json(s.quarantine, record, s.dir);
   if (!full) return refused({500, {{"error", full.error()}}});
   p.bundle = true;
-  p.record = std::move(found.record);
+  p.record = record;
   p.full = std::move(*full);
   return p;
 }

@@ -41,9 +41,9 @@ struct PendingDownload {
 // (console_server.cpp). Larger: `pillbox quarantine export ID --bundle`.
 inline constexpr std::int64_t kMaxBundlePayloadBytes = std::int64_t{64} << 20;
 
-// Under the store's lock.
-PendingDownload find_payload_download(ConsoleStore& store, const std::string& id_text);
-PendingDownload find_bundle_download(ConsoleStore& store, const std::string& id_text);
+// Under the store's lock: record `record`'s payload, or its bundle.
+PendingDownload find_payload_download(ConsoleStore& store, const store::QuarantineRecord& record);
+PendingDownload find_bundle_download(ConsoleStore& store, const store::QuarantineRecord& record);
 
 // What to send: the bytes (an inline payload, the bundle's .tar.gz), or a
 // payload's file, to be sent from it as it is read (send_file_range).

@@ -2,10 +2,12 @@
 // What the console shows, behind one interface: the store's quarantine
 // (store_console_source.h) or the fleet's dead letters on Redis
 // (fleet_console_source.h). The pages (console_pages.h) and the HTTP server
-// (console_server.h) know only this; each source answers with the objects
+// (console_server.h) know only this; each call answers with the objects
 // and errors of console_api.h (ApiReply: an HTTP status and a JSON body,
 // errors {"error": TEXT}), the objects of the CLI's --json on the same
-// quarantine.
+// quarantine. The records' routes are written once here, over the back
+// end's QuarantineSource (supervisor/ops/quarantine_source.h), as the CLI's
+// verbs are; what differs per back end is virtual.
 //
 // Thread safety: the server calls every member but metrics() under one lock,
 // one request at a time, unavailable() first; metrics() is called without
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/ops/quarantine_source.h"
 #include "supervisor/serve/console_api.h"
 #include "supervisor/serve/console_download.h"
 
@@ -43,13 +46,18 @@ class ConsoleSource {
   // id is here. Pure: safe without the lock.
   virtual Expected<std::string> checked_id(const std::string& text) const = 0;
 
-  // The routes of console_api.h; `id` is the URL's text, unchecked.
-  virtual ApiReply list_records(const Query& query) = 0;
-  virtual ApiReply show_record(const std::string& id) = 0;
-  virtual ApiReply record_stats(const Query& query) = 0;
+  // The routes of console_api.h; `id` is the URL's text, unchecked. The
+  // records' (written once, over records()):
+  ApiReply list_records(const Query& query);
+  ApiReply show_record(const std::string& id);
+  ApiReply record_stats(const Query& query);
+  // `body` {"reason": TEXT}; `actor` goes into the audit trail.
+  ApiReply discard(const std::string& id, const std::string& body, const std::string& actor);
+  // At most the first `max_bytes` of the payload, for a preview.
+  PayloadReply preview(const std::string& id, std::size_t max_bytes);
+  // The back end's own:
   virtual ApiReply list_tasks(const Query& query) = 0;
   virtual ApiReply live_runs() = 0;
-  virtual ApiReply discard(const std::string& id, const std::string& body, const std::string& actor) = 0;
   virtual ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) = 0;
   // Whether patch() can ever succeed here (the record page offers its form).
   virtual bool patches() const = 0;
@@ -57,10 +65,33 @@ class ConsoleSource {
   // found under the lock; finish_download (console_download.h) reads it
   // after the lock.
   virtual PendingDownload find_download(const std::string& id, bool bundle) = 0;
-  virtual PayloadReply preview(const std::string& id, std::size_t max_bytes) = 0;
 
   // GET /metrics's body, in the Prometheus text format (metrics_text.h).
   virtual std::string metrics() = 0;
+
+ protected:
+  // The quarantine for this request, or nullptr with the reply that says
+  // why there is none now (Redis out of reach).
+  virtual QuarantineSource* records(ApiReply& error) = 0;
+  // The reply for a call that failed with `message`: `usage_status` for a
+  // kUsage error, 500 otherwise (the fleet's: 503 when Redis went away).
+  virtual ApiReply failure(const std::string& message, ErrorCode code, int usage_status = 400);
+  // The status of an id that is not one here (checked_id failed).
+  virtual int malformed_id_status() const = 0;
+  // A filter this back end cannot apply, in words (400), or nothing.
+  virtual std::optional<std::string> refused(const store::ListFilter&) const { return std::nullopt; }
+  // Record `id` (the URL's text) and the quarantine it is in, or nothing
+  // with the reply that says why (malformed_id_status, 404 no such record,
+  // failure()).
+  struct Found {
+    QuarantineSource& source;
+    SourcedRecord record;
+  };
+  std::optional<Found> find(const std::string& id, ApiReply& error);
+
+ private:
+  // records_filter and refused(): the filter, or nothing with the 400.
+  std::optional<store::ListFilter> filter_of(const Query& query, bool paging, ApiReply& error) const;
 };
 
 }  // namespace pillbox::serve

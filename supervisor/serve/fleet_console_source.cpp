@@ -4,11 +4,8 @@
 #include <set>
 
 #include "shared/failure_kind.h"
-#include "supervisor/broker/fleet_discard.h"
-#include "supervisor/broker/fleet_views_json.h"
 #include "supervisor/metrics/metrics_text.h"
 #include "supervisor/metrics/store_metrics.h"
-#include "supervisor/ops/quarantine_views_json.h"
 
 namespace pillbox::serve {
 namespace {
@@ -19,21 +16,6 @@ namespace {
 // as often as they like.
 constexpr std::chrono::seconds kMetricsFresh{1};
 constexpr int kScanTimes = 4;
-
-// The store's filters (records_filter), less `source`: every record of the
-// fleet comes from a worker. Nothing, with the 400 in `error`, when bad.
-std::optional<store::ListFilter> fleet_filter(const Query& query, bool paging, ApiReply& error) {
-  auto filter = records_filter(query, paging);
-  if (!filter) {
-    error = error_reply(400, filter.error());
-    return std::nullopt;
-  }
-  if (filter->source) {
-    error = error_reply(400, "source does not apply here: every record of the fleet comes from a worker");
-    return std::nullopt;
-  }
-  return std::move(*filter);
-}
 
 }  // namespace
 
@@ -46,8 +28,15 @@ Expected<std::unique_ptr<FleetSource>> FleetSource::open(const broker::RedisAddr
 
 FleetSource::FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet,
                          FleetTrust trust)
-    : address_(std::move(address)), stream_(std::move(stream)), trust_(std::move(trust)), fleet_(std::move(fleet)) {
+    : address_(std::move(address)), stream_(std::move(stream)), trust_(std::move(trust)) {
+  use(std::move(fleet));
+}
+
+void FleetSource::use(broker::FleetQuarantine fleet) {
+  records_.reset();
+  fleet_.emplace(std::move(fleet));
   fleet_->use_key(trust_.key);
+  records_.emplace(*fleet_);
 }
 
 std::string FleetSource::location() const { return broker::fleet_location(address_, broker::fleet_keys(stream_)); }
@@ -74,10 +63,11 @@ ApiReply FleetSource::unreachable(const std::string& detail) const {
                               "; the console answers again once it is back");
 }
 
-broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
+QuarantineSource* FleetSource::records(ApiReply& error) {
   // A connection Redis dropped since the last request (a restart) is found
   // by a PING, not by this request failing: it goes on a fresh one.
-  if (fleet_ && !fleet_->redis().broken() && fleet_->redis().command({"PING"})) return &*fleet_;
+  if (fleet_ && !fleet_->redis().broken() && fleet_->redis().command({"PING"})) return &*records_;
+  records_.reset();
   fleet_.reset();
   auto redis = broker::RedisConnection::open(address_);
   if (!redis) {
@@ -91,77 +81,24 @@ broker::FleetQuarantine* FleetSource::fleet(ApiReply& error) {
     error = error_reply(500, opened.error());
     return nullptr;
   }
-  fleet_.emplace(std::move(*opened));
-  fleet_->use_key(trust_.key);
-  return &*fleet_;
+  use(std::move(*opened));
+  return &*records_;
 }
 
 ApiReply FleetSource::failure(const std::string& message, ErrorCode code, int usage_status) {
   if (fleet_ && (fleet_->redis().broken() || fleet_->redis().busy())) {
-    if (fleet_->redis().broken()) fleet_.reset();  // connected again by the next request
+    if (fleet_->redis().broken()) {  // connected again by the next request
+      records_.reset();
+      fleet_.reset();
+    }
     return unreachable(message);
   }
-  return error_reply(code == ErrorCode::kUsage ? usage_status : 500, message);
+  return ConsoleSource::failure(message, code, usage_status);
 }
 
-std::optional<broker::FleetRecord> FleetSource::find(const std::string& id, ApiReply& error) {
-  auto checked = broker::parse_fleet_id(id);
-  if (!checked) {
-    error = error_reply(400, checked.error());
-    return std::nullopt;
-  }
-  broker::FleetQuarantine* q = fleet(error);
-  if (q == nullptr) return std::nullopt;
-  auto r = q->get(*checked);
-  if (!r) {
-    error = failure(r.error(), r.error_code(), 404);
-    return std::nullopt;
-  }
-  return std::move(*r);
-}
-
-ApiReply FleetSource::list_records(const Query& query) {
-  ApiReply error;
-  auto filter = fleet_filter(query, true, error);
-  broker::FleetQuarantine* q = filter ? fleet(error) : nullptr;
-  if (q == nullptr) return error;
-  // One pass counts and collects (a second scan to count doubled the time
-  // under the server's lock); the listing reads no payload (each()).
-  store::ListFilter all = *filter;
-  all.limit = -1;
-  all.offset = 0;
-  nlohmann::json records = nlohmann::json::array();
-  std::int64_t total = 0;
-  const Status each = q->each(all, [&](const broker::FleetRecord& r) {
-    if (total >= filter->offset && (filter->limit < 0 || total < filter->offset + filter->limit)) {
-      records.push_back(broker::fleet_list_json(*q, r));
-    }
-    ++total;
-    return true;
-  });
-  if (!each) return failure(each.message(), each.code());
-  return {200, {{"records", std::move(records)}, {"total", total}, {"offset", filter->offset}}};
-}
-
-ApiReply FleetSource::show_record(const std::string& id) {
-  ApiReply error;
-  auto r = find(id, error);
-  if (!r) return error;
-  nlohmann::json full = broker::fleet_full_record_json(*fleet_, *r);
-  // As show --json --redis: without the payload's head when it does not match its hash.
-  auto payload = broker::checked_payload(*r);
-  return {200, payload ? shown_record_json(std::move(full), *payload) : std::move(full)};
-}
-
-ApiReply FleetSource::record_stats(const Query& query) {
-  ApiReply error;
-  auto filter = fleet_filter(query, false, error);
-  broker::FleetQuarantine* q = filter ? fleet(error) : nullptr;
-  if (q == nullptr) return error;
-  std::vector<std::string> examples;
-  auto groups = q->stats(*filter, examples);
-  if (!groups) return failure(groups.error(), groups.error_code());
-  return {200, {{"groups", fingerprint_stats_json(*groups, std::vector<nlohmann::json>(examples.begin(), examples.end()))}}};
+std::optional<std::string> FleetSource::refused(const store::ListFilter& filter) const {
+  if (!filter.source) return std::nullopt;
+  return "source does not apply here: every record of the fleet comes from a worker";
 }
 
 ApiReply FleetSource::list_tasks(const Query&) {
@@ -174,20 +111,6 @@ ApiReply FleetSource::live_runs() {
                               " show what they run at their --metrics address (pillbox worker --metrics HOST:PORT)");
 }
 
-ApiReply FleetSource::discard(const std::string& id, const std::string& body, const std::string& actor) {
-  // The body first: a bad request changes nothing, whatever record it names.
-  const DiscardReason reason = discard_reason(body);
-  if (!reason.reason) return reason.error;
-  ApiReply error;
-  auto r = find(id, error);
-  if (!r) return error;
-  if (auto ok = broker::check_fleet_discardable(*r); !ok) return error_reply(409, ok.message());
-  auto done = broker::discard_fleet_record(*fleet_, r->id, actor, *reason.reason);
-  // A refusal now: a replay took the record's lock in between.
-  if (!done) return failure(done.error(), done.error_code(), 409);
-  return discarded_reply(r->id, done->already, done->was);
-}
-
 ApiReply FleetSource::patch(const std::string& id, const std::string&, const std::string&) {
   if (auto checked = broker::parse_fleet_id(id); !checked) return error_reply(400, checked.error());
   return error_reply(400, broker::store_only_verb("patch"));
@@ -195,9 +118,10 @@ ApiReply FleetSource::patch(const std::string& id, const std::string&, const std
 
 PendingDownload FleetSource::find_download(const std::string& id, bool bundle) {
   PendingDownload p;
-  auto r = find(id, p.error);
-  if (!r) return p;
-  auto bytes = broker::checked_payload(*r);
+  auto found = find(id, p.error);
+  if (!found) return p;
+  const SourcedRecord& r = found->record;
+  auto bytes = found->source.payload(r);
   // Not the bytes its record names: a conflict to say, not a server error.
   if (!bytes) {
     p.error = error_reply(409, bytes.error());
@@ -205,31 +129,26 @@ PendingDownload FleetSource::find_download(const std::string& id, bool bundle) {
   }
   // A bundle's reproduce.sh runs what the record names: only a signed one.
   if (bundle) {
-    if (auto ok = broker::check_signed(*r, trust_.trust_unsigned); !ok) {
+    if (auto ok = found->source.check_runnable(r, trust_.trust_unsigned); !ok) {
       p.error = error_reply(403, ok.message());
       return p;
     }
   }
-  p.id = r->id;  // digits and a dash: never a path
-  p.file_name = "record-" + r->id + (bundle ? ".tar.gz" : ".payload");
-  p.bytes = std::move(*bytes);
+  p.id = r.id.get<std::string>();  // digits and a dash: never a path
+  p.file_name = "record-" + p.id + (bundle ? ".tar.gz" : ".payload");
+  p.bytes = std::move(bytes->bytes);
   if (bundle) {
     // The record.json of `quarantine export ID --bundle --redis`.
+    auto full = found->source.full_json(r);
+    if (!full) {
+      p.error = failure(full.error(), full.error_code(), 500);
+      return p;
+    }
     p.bundle = true;
-    p.full = broker::fleet_full_record_json(*fleet_, *r);
-    p.record = std::move(r->record);
+    p.full = std::move(*full);
+    p.record = r.record;
   }
   return p;
-}
-
-PayloadReply FleetSource::preview(const std::string& id, std::size_t max_bytes) {
-  ApiReply error;
-  auto r = find(id, error);
-  if (!r) return {error, {}, {}};
-  // Bytes that are not the ones its record names are not shown as its
-  // payload: the page says so (as the download answers 409).
-  if (auto checked = broker::checked_payload(*r); !checked) return {error_reply(409, checked.error()), {}, {}};
-  return {{}, r->payload.substr(0, max_bytes), ""};
 }
 
 std::string FleetSource::metrics() {

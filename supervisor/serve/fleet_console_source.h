@@ -1,9 +1,9 @@
 #pragma once
 // The console over the fleet's quarantine (pillbox serve --redis URL
 // --stream NAME): the dead letters of NAME:dlq (supervisor/broker/
-// fleet_quarantine.h) with the pages and API of the store's console and the
-// objects of `quarantine list/show/stats --json --redis`
-// (supervisor/broker/fleet_views_json.h).
+// fleet_quarantine.h) with the pages and API of the store's console, its
+// records through FleetQuarantineSource, as `quarantine list/show/stats
+// --json --redis` reads them.
 //
 // What differs from the store's console:
 //   ids      entry ids ("1712345678901-0", parse_fleet_id): a malformed one
@@ -29,6 +29,7 @@
 
 #include "shared/status.h"
 #include "supervisor/broker/fleet_quarantine.h"
+#include "supervisor/broker/fleet_quarantine_source.h"
 #include "supervisor/serve/console_source.h"
 
 namespace pillbox::serve {
@@ -52,38 +53,36 @@ class FleetSource : public ConsoleSource {
 
   std::string location() const override;
   std::vector<std::string> cli_source_args() const override;
-  ApiReply list_records(const Query& query) override;
-  ApiReply show_record(const std::string& id) override;
-  ApiReply record_stats(const Query& query) override;
   ApiReply list_tasks(const Query& query) override;
   ApiReply live_runs() override;
-  ApiReply discard(const std::string& id, const std::string& body, const std::string& actor) override;
   ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override;
   bool patches() const override { return false; }
   PendingDownload find_download(const std::string& id, bool bundle) override;
   Expected<std::string> checked_id(const std::string& text) const override { return broker::parse_fleet_id(text); }
-  PayloadReply preview(const std::string& id, std::size_t max_bytes) override;
   std::string metrics() override;
+
+ protected:
+  // The quarantine, connected again when the last connection broke; nullptr
+  // with `error` (503) when Redis cannot be reached.
+  QuarantineSource* records(ApiReply& error) override;
+  // 503 when Redis cannot be reached or cannot serve now (the connection is
+  // dropped, to be made again); else as ConsoleSource's.
+  ApiReply failure(const std::string& message, ErrorCode code, int usage_status = 400) override;
+  int malformed_id_status() const override { return 400; }
+  std::optional<std::string> refused(const store::ListFilter& filter) const override;
 
  private:
   FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet, FleetTrust trust);
-  // The quarantine, connected again when the last connection broke; nullptr
-  // with `error` (503) when Redis cannot be reached.
-  broker::FleetQuarantine* fleet(ApiReply& error);
   // 503: Redis at URL cannot be reached, and why (`detail`).
   ApiReply unreachable(const std::string& detail) const;
-  // The reply for a failed call: 503 when Redis cannot be reached or cannot
-  // serve now (the connection is dropped, to be made again), 400 for a
-  // usage error (`usage_status`: 404 where it means no such record), 500
-  // otherwise.
-  ApiReply failure(const std::string& message, ErrorCode code, int usage_status = 400);
-  // Record `id`, or the reply that says why there is none.
-  std::optional<broker::FleetRecord> find(const std::string& id, ApiReply& error);
+  // fleet_ as it is now (a new connection, a new source).
+  void use(broker::FleetQuarantine fleet);
 
   const broker::RedisAddress address_;
   const std::string stream_;
   const FleetTrust trust_;
   std::optional<broker::FleetQuarantine> fleet_;  // under the server's lock
+  std::optional<broker::FleetQuarantineSource> records_;  // over fleet_
 
   std::mutex metrics_lock_;  // what follows: metrics() runs beside the server's lock
   std::string metrics_text_;

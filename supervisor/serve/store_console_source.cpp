@@ -7,10 +7,18 @@ namespace pillbox::serve {
 
 StoreSource::StoreSource(ConsoleStore store)
     : store_(std::move(store)),
+      records_(store_.quarantine, store_.db, store_.dir),
       presence_(store_.dir),
       metrics_(std::make_unique<metrics::StoreMetricsReader>(store_.dir)) {}
 
 StoreSource::~StoreSource() = default;
+
+PendingDownload StoreSource::find_download(const std::string& id, bool bundle) {
+  PendingDownload p;
+  auto found = find(id, p.error);
+  if (!found) return p;
+  return bundle ? find_bundle_download(store_, found->record.record) : find_payload_download(store_, found->record.record);
+}
 
 std::string StoreSource::metrics() {
   // What the store holds (supervisor/metrics/store_metrics.h), and

@@ -1,6 +1,7 @@
 #pragma once
-// The console over a store (pillbox serve --store DIR): the functions of
-// console_api.h on it, and /metrics from its gauges (store_metrics.h) with
+// The console over a store (pillbox serve --store DIR): its records as a
+// StoreQuarantineSource, its tasks, runs and patches by the functions of
+// console_api.h, and /metrics from its gauges (store_metrics.h) with
 // pillbox_store_up, read on a thread and connection of their own
 // (store_metrics_reader.h), never under the server's lock. While the
 // store's file is removed or replaced (store_presence.h), unavailable()
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "supervisor/ops/store_quarantine_source.h"
 #include "supervisor/serve/console_source.h"
 #include "supervisor/serve/store_presence.h"
 
@@ -26,14 +28,8 @@ class StoreSource : public ConsoleSource {
 
   std::string location() const override { return store_.dir; }
   std::vector<std::string> cli_source_args() const override { return {"--store", store_.dir}; }
-  ApiReply list_records(const Query& query) override { return serve::list_records(store_, query); }
-  ApiReply show_record(const std::string& id) override { return serve::show_record(store_, id); }
-  ApiReply record_stats(const Query& query) override { return serve::record_stats(store_, query); }
   ApiReply list_tasks(const Query& query) override { return serve::list_tasks(store_, query); }
   ApiReply live_runs() override { return serve::live_runs(store_); }
-  ApiReply discard(const std::string& id, const std::string& body, const std::string& actor) override {
-    return discard_record(store_, id, body, actor);
-  }
   ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override {
     return patch_record(store_, id, body, actor);
   }
@@ -44,16 +40,16 @@ class StoreSource : public ConsoleSource {
     if (!id) return Error{id.error(), ErrorCode::kUsage};
     return std::to_string(*id);
   }
-  PendingDownload find_download(const std::string& id, bool bundle) override {
-    return bundle ? find_bundle_download(store_, id) : find_payload_download(store_, id);
-  }
-  PayloadReply preview(const std::string& id, std::size_t max_bytes) override {
-    return record_preview(store_, id, max_bytes);
-  }
+  PendingDownload find_download(const std::string& id, bool bundle) override;
   std::string metrics() override;
+
+ protected:
+  QuarantineSource* records(ApiReply&) override { return &records_; }
+  int malformed_id_status() const override { return 404; }  // no record has it
 
  private:
   ConsoleStore store_;
+  StoreQuarantineSource records_;
   // Whether store_'s file is still the one at its path (store_presence.h).
   StorePresence presence_;
   std::unique_ptr<metrics::StoreMetricsReader> metrics_;

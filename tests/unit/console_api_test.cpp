@@ -50,9 +50,9 @@ TEST_CASE("console api: records are the CLI's objects; filters and paging; error
   Env env;
   const std::int64_t a = env.add("a", "payload a", "pb1-aaaa");
   const std::int64_t b = env.add("<b>key</b>", "payload \xff b", "pb1-bbbb");
-  auto console = env.console();
+  StoreSource console(env.console());
 
-  const ApiReply all = list_records(console, {});
+  const ApiReply all = console.list_records({});
   REQUIRE(all.status == 200);
   REQUIRE(all.body["records"].size() == 2);
   CHECK(all.body["total"] == 2);
@@ -60,27 +60,27 @@ TEST_CASE("console api: records are the CLI's objects; filters and paging; error
   REQUIRE((record_b.has_value() && record_b->has_value()));
   CHECK(all.body["records"][0] == json::parse(quarantine_record_json(**record_b, 0, false, env.store->dir())));
 
-  const ApiReply page = list_records(console, {{"limit", "1"}, {"offset", "1"}});
+  const ApiReply page = console.list_records({{"limit", "1"}, {"offset", "1"}});
   REQUIRE(page.body["records"].size() == 1);
   CHECK(page.body["records"][0]["id"] == a);
   CHECK(page.body["total"] == 2);
-  CHECK(list_records(console, {{"fingerprint", "pb1-aaaa"}}).body["records"].size() == 1);
-  CHECK(list_records(console, {{"status", "nope"}}).status == 400);
+  CHECK(console.list_records({{"fingerprint", "pb1-aaaa"}}).body["records"].size() == 1);
+  CHECK(console.list_records({{"status", "nope"}}).status == 400);
 
-  const ApiReply shown = show_record(console, std::to_string(b));
+  const ApiReply shown = console.show_record(std::to_string(b));
   REQUIRE(shown.status == 200);
   CHECK(shown.body["attempt_history"].size() == 1);
   CHECK(shown.body["audit"].is_array());
   CHECK(shown.body.contains("payload_head_b64"));
-  CHECK(show_record(console, "77").status == 404);
-  CHECK(show_record(console, "x").status == 404);
+  CHECK(console.show_record("77").status == 404);
+  CHECK(console.show_record("x").status == 404);
 
-  const ApiReply stats = record_stats(console, {});
+  const ApiReply stats = console.record_stats({});
   REQUIRE(stats.status == 200);
   CHECK(stats.body["groups"].size() == 2);
-  CHECK(list_tasks(console, {}).body["tasks"].size() == 2);
+  CHECK(console.list_tasks({}).body["tasks"].size() == 2);
 
-  PendingDownload pending = find_payload_download(console, std::to_string(b));
+  PendingDownload pending = console.find_download(std::to_string(b), false);
   const DownloadReply payload = finish_download(pending);
   CHECK(payload.error.status == 200);
   CHECK(payload.bytes == "payload \xff b");
@@ -90,24 +90,24 @@ TEST_CASE("console api: records are the CLI's objects; filters and paging; error
 TEST_CASE("console api: discard checks the body before the record, refuses a replaying record, audits the actor") {
   Env env;
   const std::int64_t id = env.add("k", "p", "pb1-cccc");
-  auto console = env.console();
+  StoreSource console(env.console());
   const std::string path_id = std::to_string(id);
   auto before = env.qs->audit_trail(id);
   REQUIRE(before.has_value());
   const std::size_t entries = before->size();
-  CHECK(discard_record(console, path_id, "{}", "web: 127.0.0.1").status == 400);
-  CHECK(discard_record(console, path_id, R"({"reason": 3})", "web: 127.0.0.1").status == 400);
-  CHECK(discard_record(console, path_id, R"({"reason": ")" + std::string(5000, 'r') + "\"}", "web: x").status == 400);
-  CHECK(discard_record(console, "999", R"({"reason": "r"})", "web: 127.0.0.1").status == 404);
+  CHECK(console.discard(path_id, "{}", "web: 127.0.0.1").status == 400);
+  CHECK(console.discard(path_id, R"({"reason": 3})", "web: 127.0.0.1").status == 400);
+  CHECK(console.discard(path_id, R"({"reason": ")" + std::string(5000, 'r') + "\"}", "web: x").status == 400);
+  CHECK(console.discard("999", R"({"reason": "r"})", "web: 127.0.0.1").status == 404);
   REQUIRE(env.store->db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
-  CHECK(discard_record(console, path_id, R"({"reason": "r"})", "web: 127.0.0.1").status == 409);
+  CHECK(console.discard(path_id, R"({"reason": "r"})", "web: 127.0.0.1").status == 409);
   REQUIRE(env.store->db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
   CHECK(env.qs->get(id)->value().status == store::RecordStatus::kQuarantined);
   auto trail = env.qs->audit_trail(id);
   REQUIRE(trail.has_value());
   CHECK(trail->size() == entries);  // none of the refused ones added an entry
 
-  const ApiReply done = discard_record(console, path_id, R"({"reason": "seen"})", "web: 127.0.0.1");
+  const ApiReply done = console.discard(path_id, R"({"reason": "seen"})", "web: 127.0.0.1");
   REQUIRE(done.status == 200);
   CHECK(done.body["changed"] == 1);
   trail = env.qs->audit_trail(id);
@@ -115,7 +115,7 @@ TEST_CASE("console api: discard checks the body before the record, refuses a rep
   REQUIRE(trail->size() == entries + 1);
   CHECK(trail->back().actor == "web: 127.0.0.1");
   CHECK(trail->back().detail == "seen (was quarantined)");
-  CHECK(discard_record(console, path_id, R"({"reason": "seen"})", "web: 127.0.0.1").body["changed"] == 0);
+  CHECK(console.discard(path_id, R"({"reason": "seen"})", "web: 127.0.0.1").body["changed"] == 0);
 }
 
 TEST_CASE("console api: patch answers patch --json's object; 404, 409 and 400 change nothing; set_args on a handler") {

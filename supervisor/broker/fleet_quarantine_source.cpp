@@ -1,0 +1,127 @@
+#include "supervisor/broker/fleet_quarantine_source.h"
+
+#include <algorithm>
+
+#include "supervisor/broker/fleet_minimize.h"
+#include "supervisor/broker/fleet_views_json.h"
+
+namespace pillbox::broker {
+namespace {
+
+SourcedRecord sourced(FleetRecord r) {
+  SourcedRecord s;
+  s.id = r.id;
+  s.record = r.record;
+  s.signature = to_string(r.signature);
+  s.state_error = r.unreadable_state;
+  s.native = std::move(r);
+  return s;
+}
+
+}  // namespace
+
+const FleetRecord& FleetQuarantineSource::dead_letter(const SourcedRecord& r) {
+  return std::any_cast<const FleetRecord&>(r.native);
+}
+
+std::string FleetQuarantineSource::where() const { return fleet_where(fleet_); }
+
+Status FleetQuarantineSource::each(const store::ListFilter& filter,
+                                   const std::function<bool(const SourcedRecord&)>& fn) {
+  return fleet_.each(filter, [&](const FleetRecord& r) { return fn(sourced(r)); });
+}
+
+Expected<std::int64_t> FleetQuarantineSource::each_counted(const store::ListFilter& filter,
+                                                           const std::function<void(const SourcedRecord&)>& fn) {
+  store::ListFilter all = filter;
+  all.limit = -1;
+  all.offset = 0;
+  std::int64_t total = 0;
+  const Status each = fleet_.each(all, [&](const FleetRecord& r) {
+    if (total >= filter.offset && (filter.limit < 0 || total < filter.offset + filter.limit)) fn(sourced(r));
+    ++total;
+    return true;
+  });
+  if (!each) return Error{each.message(), each.code()};
+  return total;
+}
+
+Expected<std::vector<store::FingerprintStats>> FleetQuarantineSource::stats(const store::ListFilter& filter,
+                                                                            std::vector<nlohmann::json>& example_ids) {
+  std::vector<std::string> examples;
+  auto groups = fleet_.stats(filter, examples);
+  if (!groups) return groups;
+  example_ids.assign(examples.begin(), examples.end());
+  return groups;
+}
+
+Expected<SourcedRecord> FleetQuarantineSource::get(const std::string& id) {
+  auto r = fleet_.get(id);
+  if (!r) return Error{r.error(), r.error_code()};
+  return sourced(std::move(*r));
+}
+
+Expected<nlohmann::json> FleetQuarantineSource::full_json(const SourcedRecord& r) {
+  return fleet_full_record_json(fleet_, dead_letter(r));
+}
+
+Expected<PayloadBytes> FleetQuarantineSource::payload(const SourcedRecord& r, std::int64_t revision) {
+  if (revision > 0) {
+    return Error{"--revision does not apply with --redis: revisions are the store's (quarantine patch)",
+                 ErrorCode::kUsage};
+  }
+  auto bytes = checked_payload(dead_letter(r));
+  if (!bytes) return Error{bytes.error(), bytes.error_code()};
+  return PayloadBytes{std::move(*bytes), r.record.entry.payload_sha256};
+}
+
+Expected<std::string> FleetQuarantineSource::payload_head(const SourcedRecord& r, std::size_t max_bytes) {
+  // The whole is in hand: checked, so that bytes that are not the ones its
+  // record names are never shown as its payload.
+  auto bytes = checked_payload(dead_letter(r));
+  if (!bytes) return Error{bytes.error(), ErrorCode::kUsage};
+  bytes->resize(std::min(bytes->size(), max_bytes));
+  return bytes;
+}
+
+Expected<PayloadBytes> FleetQuarantineSource::minimized_payload(const SourcedRecord& r) {
+  auto bytes = broker::minimized_payload(fleet_, dead_letter(r));
+  if (!bytes) return Error{bytes.error(), bytes.error_code()};
+  return PayloadBytes{std::move(*bytes), r.record.minimized_sha256};
+}
+
+std::string FleetQuarantineSource::reproduce_command(const SourcedRecord& r) const {
+  return "pillbox reproduce " + dead_letter(r).id + " --redis URL --stream " + fleet_.keys().stream.stream;
+}
+
+Status FleetQuarantineSource::check_runnable(const SourcedRecord& r, bool trust_unsigned) const {
+  return check_signed(dead_letter(r), trust_unsigned);
+}
+
+Status FleetQuarantineSource::check_discardable(const SourcedRecord& r) {
+  const FleetRecord& d = dead_letter(r);
+  if (!d.replaying) return Status::ok();
+  return Status::error("record " + d.id + " is being replayed right now (by " + d.replaying_by +
+                           "); discard it when the replay is over",
+                       ErrorCode::kUsage);
+}
+
+Expected<Discarded> FleetQuarantineSource::discard(const SourcedRecord& r, const std::string& actor,
+                                                   const std::string& reason) {
+  // One compare-and-set of its state, refused (kUsage) when a replay took
+  // its redrive lock in between.
+  Discarded done;
+  auto changed = fleet_.change_state(dead_letter(r).id, true, [&](FleetState& s, const FleetRecord&) {
+    done.was = std::string(to_string(s.status));
+    done.already = s.status == store::RecordStatus::kDiscarded;
+    if (done.already) return Status::ok();  // written back as it is
+    s.status = store::RecordStatus::kDiscarded;
+    s.updated_at = store::now_ms();
+    s.audit.push_back({s.updated_at, actor, "discarded", reason + " (was " + done.was + ")"});
+    return Status::ok();
+  });
+  if (!changed) return Error{changed.error(), changed.error_code()};
+  return done;
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,181 @@
+// pillbox quarantine list / show / stats / export / discard: the verbs that
+// read and discard records, written once against QuarantineSource
+// (supervisor/ops/quarantine_source.h), for the store's quarantine and the
+// fleet's (--redis URL --stream NAME) alike, printed by quarantine_print.h.
+// What one back end cannot do is its capability; the verb says so.
+#include <string>
+
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/quarantine_print.h"
+#include "supervisor/cli/quarantine_verbs.h"
+#include "supervisor/ops/store_quarantine_source.h"
+#include "supervisor/store/actor.h"
+
+namespace pillbox::cli {
+namespace {
+
+template <class T>
+int failed(const Expected<T>& e) {
+  return quarantine_error(e.error(), exit_code_for(e.error_code()));
+}
+
+// The one record show and export act on.
+Expected<SourcedRecord> one_record(const RecordsContext& c) {
+  auto id = c.source.parse_id(c.args.positional()[0]);
+  if (!id) return Error{id.error(), ErrorCode::kUsage};
+  return c.source.get(*id);
+}
+
+// export --revision N: its number, checked against the other options.
+Expected<std::int64_t> wanted_revision(const RecordsContext& c, const SourcedRecord& r) {
+  const auto wanted = c.args.value("revision");
+  if (!wanted) return std::int64_t{0};
+  if (c.args.flag("minimized")) return Error{"give --minimized or --revision N, not both", ErrorCode::kUsage};
+  if (c.args.flag("bundle")) {
+    return Error{"--revision goes without --bundle: a bundle holds the original payload and the command that runs it",
+                 ErrorCode::kUsage};
+  }
+  auto n = parse_record_id(*wanted);  // a positive number, as record ids are
+  if (!n) {
+    return Error{"--revision takes a revision number, 1 or more (quarantine show " + id_text(r.id) + " lists them)",
+                 ErrorCode::kUsage};
+  }
+  return *n;
+}
+
+// discard --raise-site RS: the open records of one raise site (the groups
+// of one bug, as stats rolls them up), each checked as a named one is.
+Expected<std::vector<SourcedRecord>> raise_site_records(const RecordsContext& c, const std::string& site) {
+  store::ListFilter filter;
+  filter.raise_site = site;
+  std::vector<SourcedRecord> records;
+  Status refused = Status::ok();
+  const Status each = c.source.each(filter, [&](const SourcedRecord& r) {
+    const store::RecordStatus s = r.record.status;
+    if (s != store::RecordStatus::kQuarantined && s != store::RecordStatus::kFailedAgain &&
+        s != store::RecordStatus::kReplaying) {
+      return true;
+    }
+    refused = c.source.check_discardable(r);
+    if (!refused) return false;
+    records.push_back(r);
+    return true;
+  });
+  if (!each) return Error{each.message(), each.code()};
+  if (!refused) return Error{refused.message(), ErrorCode::kUsage};
+  if (records.empty()) {
+    return Error{"no open record is at raise site " + site + " (quarantine stats names the raise sites)",
+                 ErrorCode::kUsage};
+  }
+  return records;
+}
+
+}  // namespace
+
+int quarantine_list(const RecordsContext& c) {
+  auto filter = read_filter(c.args);
+  if (!filter) return quarantine_error(filter.error(), kExitUsage);
+  return list_records(c.args, std::move(*filter), c.source);
+}
+
+int quarantine_show(const RecordsContext& c) {
+  auto r = one_record(c);
+  if (!r) return failed(r);
+  auto full = c.source.full_json(*r);
+  if (!full) return quarantine_error(full.error(), kExitSetup);
+  auto payload = c.source.payload(*r);
+  ShownRecord shown{r->id,
+                    r->record,
+                    std::move(*full),
+                    payload ? Expected<std::string>(std::move(payload->bytes))
+                            : Expected<std::string>(Error{payload.error(), payload.error_code()}),
+                    std::nullopt,
+                    c.source.reproduce_command(*r)};
+  if (!r->record.minimized_sha256.empty()) {
+    if (auto mini = c.source.minimized_payload(*r)) shown.minimized_size = mini->bytes.size();
+  }
+  return print_record(shown, c.args.flag("json"));
+}
+
+int quarantine_stats(const RecordsContext& c) {
+  auto filter = read_filter(c.args);
+  if (!filter) return quarantine_error(filter.error(), kExitUsage);
+  std::vector<nlohmann::json> examples;
+  auto groups = c.source.stats(*filter, examples);
+  if (!groups) return failed(groups);
+  return print_stats(*groups, examples, c.args.flag("json"));
+}
+
+int quarantine_export(const RecordsContext& c) {
+  if (auto id = c.source.parse_id(c.args.positional()[0]); !id) return quarantine_error(id.error(), kExitUsage);
+  if (auto s = check_export_options(c.args); !s) return quarantine_error(s.message(), kExitUsage);
+  auto r = one_record(c);
+  if (!r) return failed(r);
+  auto revision = wanted_revision(c, *r);
+  if (!revision) return failed(revision);
+  const bool bundle = c.args.flag("bundle");
+  // A bundle's reproduce.sh runs what the record names: only one that may run.
+  if (bundle) {
+    if (auto ok = c.source.check_runnable(*r, c.args.flag("trust-unsigned")); !ok) {
+      return quarantine_error(ok.message(), kExitUsage);
+    }
+  }
+  auto payload = c.args.flag("minimized") ? c.source.minimized_payload(*r) : c.source.payload(*r, *revision);
+  if (!payload) return failed(payload);
+  nlohmann::json full;
+  if (bundle) {
+    auto f = c.source.full_json(*r);
+    if (!f) return quarantine_error(f.error(), kExitSetup);
+    full = std::move(*f);
+  }
+  return export_record(c.args, r->id, r->record, full, payload->bytes, payload->sha256);
+}
+
+int quarantine_discard(const RecordsContext& c) {
+  const auto site = c.args.value("raise-site");
+  const bool by_site = c.source.can().discard_by_raise_site;
+  if (site && !by_site) {
+    return quarantine_error("discard --raise-site works on the store's quarantine; on the fleet's, name the records "
+                            "(quarantine list --raise-site S --redis URL --stream NAME shows them)",
+                            kExitUsage);
+  }
+  const auto reason = c.args.value("reason");
+  if (!reason || reason->empty()) return quarantine_error("discard needs --reason TEXT (kept in the audit trail)", kExitUsage);
+  if (!by_site && c.args.positional().empty()) return quarantine_error("discard needs at least one record ID", kExitUsage);
+  if (c.args.positional().empty() == !site) {
+    return quarantine_error("discard what? give record IDs, or --raise-site ID (its open records), one of these",
+                            kExitUsage);
+  }
+  // All ids are checked before any record changes: a typo changes nothing.
+  std::vector<SourcedRecord> records;
+  if (site) {
+    if (auto s = check_raise_site_id(*site); !s) return quarantine_error(s.message(), kExitUsage);
+    auto found = raise_site_records(c, *site);
+    if (!found) return failed(found);
+    records = std::move(*found);
+  }
+  for (const auto& text : c.args.positional()) {
+    auto id = c.source.parse_id(text);
+    if (!id) return quarantine_error(id.error(), kExitUsage);
+    auto r = c.source.get(*id);
+    if (!r) return failed(r);
+    if (auto ok = c.source.check_discardable(*r); !ok) return quarantine_error(ok.message(), kExitUsage);
+    records.push_back(std::move(*r));
+  }
+  const std::string actor = actor_name("quarantine discard");
+  DiscardReport report(c.args.flag("json"));
+  for (const auto& r : records) {
+    auto done = c.source.discard(r, actor, *reason);
+    if (!done) return failed(done);
+    if (done->already) {
+      report.already_discarded(r.id);
+    } else {
+      report.discarded(r.id, done->was);
+    }
+  }
+  report.finish();
+  return kExitOk;
+}
+
+}  // namespace pillbox::cli

@@ -1,0 +1,107 @@
+#pragma once
+// One quarantine, whichever back end holds it: the store's records
+// (store_quarantine_source.h) or the fleet's dead letters on Redis
+// (supervisor/broker/fleet_quarantine_source.h). The quarantine verbs that
+// read and discard records (supervisor/cli/quarantine_records.cpp) are
+// written once against this; what a back end cannot do is a capability
+// (QuarantineCapabilities), which the verb checks and says in words.
+//
+// Errors carry their code (shared/status.h): kUsage for what the operator
+// asked wrongly or for a record that is not there (exit 2), kSetup for a
+// back end that cannot be used (the store's file, Redis: exit 3).
+#include <any>
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+// What one back end's records can do beyond the common verbs.
+struct QuarantineCapabilities {
+  bool revisions = false;              // operators' patches (export --revision)
+  bool discard_by_raise_site = false;  // discard --raise-site RS
+  bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
+};
+
+// One record as the verbs see it.
+struct SourcedRecord {
+  nlohmann::json id;               // as --json prints it: the store's number, the fleet's entry id (a string)
+  store::QuarantineRecord record;  // the record; record.id is 0 where ids are not numbers
+  std::string signature;           // valid, missing, bad, unchecked; "" where records are not signed
+  std::string state_error;         // why what operators did with it cannot be read ("" when it can)
+  std::any native;                 // what the back end keeps of it for its own calls
+};
+
+// A payload's exact bytes and their sha256.
+struct PayloadBytes {
+  std::string bytes;
+  std::string sha256;
+};
+
+// What discard did to one record.
+struct Discarded {
+  bool already = false;  // discarded before: left as it was
+  std::string was;       // its status before
+};
+
+class QuarantineSource {
+ public:
+  virtual ~QuarantineSource() = default;
+
+  virtual QuarantineCapabilities can() const = 0;
+  // Where the records are (list --json's "store"): the store directory, or
+  // "redis://HOST:PORT/DB NAME:dlq".
+  virtual std::string where() const = 0;
+  // The width of a table's ID column: the store's numbers, the fleet's entry ids.
+  virtual int id_width() const = 0;
+  // A record id as an operator typed it, in its canonical text, or a kUsage
+  // error saying what an id is here.
+  virtual Expected<std::string> parse_id(const std::string& text) const = 0;
+
+  // Records newest first; `fn` returns false to stop. Never the whole
+  // quarantine in memory at once.
+  virtual Status each(const store::ListFilter& filter, const std::function<bool(const SourcedRecord&)>& fn) = 0;
+  // How many records `filter` matches, limit and offset aside.
+  virtual Expected<std::int64_t> count(const store::ListFilter& filter) = 0;
+  // each() of `filter`'s page (its limit and offset), and how many records
+  // it matches in all. By default each() then count(); a back end whose
+  // count reads every record again does both in one pass.
+  virtual Expected<std::int64_t> each_counted(const store::ListFilter& filter,
+                                              const std::function<void(const SourcedRecord&)>& fn);
+  // Records grouped by fingerprint and kind; `example_ids[i]` is group i's
+  // example record's id.
+  virtual Expected<std::vector<store::FingerprintStats>> stats(const store::ListFilter& filter,
+                                                               std::vector<nlohmann::json>& example_ids) = 0;
+  // One record by its id (parse_id's text); kUsage when there is none.
+  virtual Expected<SourcedRecord> get(const std::string& id) = 0;
+
+  // show --json's object without the payload's head (full_record_json).
+  virtual Expected<nlohmann::json> full_json(const SourcedRecord& r) = 0;
+  // The record's payload, checked against its hash; with `revision` > 0,
+  // that revision's (kUsage when it has none, or revisions are not kept).
+  virtual Expected<PayloadBytes> payload(const SourcedRecord& r, std::int64_t revision = 0) = 0;
+  // At most its payload's first `max_bytes` (a preview, show's head): read
+  // without the rest where the back end can, and then not checked against
+  // its hash; kUsage when they are known not to be its bytes.
+  virtual Expected<std::string> payload_head(const SourcedRecord& r, std::size_t max_bytes) = 0;
+  // Its minimized payload, checked; kUsage when it has none.
+  virtual Expected<PayloadBytes> minimized_payload(const SourcedRecord& r) = 0;
+  // The command that reproduces it (show's hint).
+  virtual std::string reproduce_command(const SourcedRecord& r) const = 0;
+  // Whether what the record names may run (a bundle's reproduce.sh): a
+  // kUsage error saying why not and what to do.
+  virtual Status check_runnable(const SourcedRecord& r, bool trust_unsigned) const = 0;
+
+  // kUsage when the record may not be discarded now (a replay holds it).
+  virtual Status check_discardable(const SourcedRecord& r) = 0;
+  // Sets it to discarded with an audit entry ("discarded", by `actor`,
+  // detail "REASON (was STATUS)"), atomically.
+  virtual Expected<Discarded> discard(const SourcedRecord& r, const std::string& actor, const std::string& reason) = 0;
+};
+
+}  // namespace pillbox

@@ -1,0 +1,49 @@
+#pragma once
+// The store's quarantine as a QuarantineSource (quarantine_source.h): its
+// records by number, their payloads from the payload store, operators'
+// patches as revisions, discard --raise-site. Records are not signed here:
+// what the store holds, this host's own runs wrote.
+#include <cstdint>
+#include <string>
+
+#include "supervisor/ops/quarantine_source.h"
+#include "supervisor/store/database.h"
+#include "supervisor/store/quarantine_store.h"
+
+namespace pillbox {
+
+// A store's record id as operators type it: a positive number; the error
+// says so.
+Expected<std::int64_t> parse_record_id(const std::string& text);
+
+class StoreQuarantineSource final : public QuarantineSource {
+ public:
+  // The store stays open for as long as this is used.
+  StoreQuarantineSource(store::QuarantineStore& quarantine, store::Database& db, std::string dir)
+      : quarantine_(quarantine), db_(db), dir_(std::move(dir)) {}
+
+  QuarantineCapabilities can() const override { return {true, true, false}; }
+  std::string where() const override { return dir_; }
+  int id_width() const override { return 8; }
+  Expected<std::string> parse_id(const std::string& text) const override;
+  Status each(const store::ListFilter& filter, const std::function<bool(const SourcedRecord&)>& fn) override;
+  Expected<std::int64_t> count(const store::ListFilter& filter) override { return quarantine_.count(filter); }
+  Expected<std::vector<store::FingerprintStats>> stats(const store::ListFilter& filter,
+                                                       std::vector<nlohmann::json>& example_ids) override;
+  Expected<SourcedRecord> get(const std::string& id) override;
+  Expected<nlohmann::json> full_json(const SourcedRecord& r) override;
+  Expected<PayloadBytes> payload(const SourcedRecord& r, std::int64_t revision = 0) override;
+  Expected<std::string> payload_head(const SourcedRecord& r, std::size_t max_bytes) override;
+  Expected<PayloadBytes> minimized_payload(const SourcedRecord& r) override;
+  std::string reproduce_command(const SourcedRecord& r) const override;
+  Status check_runnable(const SourcedRecord&, bool) const override { return Status::ok(); }
+  Status check_discardable(const SourcedRecord& r) override;
+  Expected<Discarded> discard(const SourcedRecord& r, const std::string& actor, const std::string& reason) override;
+
+ private:
+  store::QuarantineStore& quarantine_;
+  store::Database& db_;
+  const std::string dir_;
+};
+
+}  // namespace pillbox

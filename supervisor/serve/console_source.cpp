@@ -1,0 +1,100 @@
+#include "supervisor/serve/console_source.h"
+
+#include "supervisor/ops/quarantine_views_json.h"
+
+namespace pillbox::serve {
+
+ApiReply ConsoleSource::failure(const std::string& message, ErrorCode code, int usage_status) {
+  return error_reply(code == ErrorCode::kUsage ? usage_status : 500, message);
+}
+
+std::optional<store::ListFilter> ConsoleSource::filter_of(const Query& query, bool paging, ApiReply& error) const {
+  auto filter = records_filter(query, paging);
+  if (!filter) {
+    error = error_reply(400, filter.error());
+    return std::nullopt;
+  }
+  if (auto why = refused(*filter)) {
+    error = error_reply(400, *why);
+    return std::nullopt;
+  }
+  return std::move(*filter);
+}
+
+std::optional<ConsoleSource::Found> ConsoleSource::find(const std::string& id, ApiReply& error) {
+  auto checked = checked_id(id);
+  if (!checked) {
+    error = error_reply(malformed_id_status(), checked.error());
+    return std::nullopt;
+  }
+  QuarantineSource* q = records(error);
+  if (q == nullptr) return std::nullopt;
+  auto r = q->get(*checked);
+  if (!r) {
+    error = failure(r.error(), r.error_code(), 404);
+    return std::nullopt;
+  }
+  return Found{*q, std::move(*r)};
+}
+
+ApiReply ConsoleSource::list_records(const Query& query) {
+  ApiReply error;
+  auto filter = filter_of(query, true, error);
+  QuarantineSource* q = filter ? records(error) : nullptr;
+  if (q == nullptr) return error;
+  const std::string where = q->where();
+  nlohmann::json records = nlohmann::json::array();
+  auto total = q->each_counted(*filter, [&](const SourcedRecord& r) { records.push_back(sourced_list_json(r, where)); });
+  if (!total) return failure(total.error(), total.error_code());
+  return {200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
+}
+
+ApiReply ConsoleSource::show_record(const std::string& id) {
+  ApiReply error;
+  auto found = find(id, error);
+  if (!found) return error;
+  auto full = found->source.full_json(found->record);
+  if (!full) return failure(full.error(), full.error_code(), 500);
+  // As show --json: without the payload's head when it cannot be read (or
+  // is not the record's). Its first bytes only (payload_head).
+  auto head = found->source.payload_head(found->record, kPayloadHeadBytes);
+  return {200, head ? shown_record_json(std::move(*full), *head) : std::move(*full)};
+}
+
+ApiReply ConsoleSource::record_stats(const Query& query) {
+  ApiReply error;
+  auto filter = filter_of(query, false, error);
+  QuarantineSource* q = filter ? records(error) : nullptr;
+  if (q == nullptr) return error;
+  std::vector<nlohmann::json> examples;
+  auto groups = q->stats(*filter, examples);
+  if (!groups) return failure(groups.error(), groups.error_code());
+  return {200, {{"groups", fingerprint_stats_json(*groups, examples)}}};
+}
+
+ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, const std::string& actor) {
+  // The body first: a bad request changes nothing, whatever record it names.
+  const DiscardReason reason = discard_reason(body);
+  if (!reason.reason) return reason.error;
+  ApiReply error;
+  auto found = find(id, error);
+  if (!found) return error;
+  if (auto ok = found->source.check_discardable(found->record); !ok) return error_reply(409, ok.message());
+  auto done = found->source.discard(found->record, actor, *reason.reason);
+  // A refusal now: a replay took the record in between.
+  if (!done) return failure(done.error(), done.error_code(), 409);
+  return discarded_reply(found->record.id, done->already, done->was);
+}
+
+PayloadReply ConsoleSource::preview(const std::string& id, std::size_t max_bytes) {
+  ApiReply error;
+  auto found = find(id, error);
+  if (!found) return {error, {}, {}};
+  // Bytes known not to be the ones its record names are not shown as its
+  // payload: the page says so (as the download answers 409).
+  auto head = found->source.payload_head(found->record, max_bytes);
+  if (!head) return {failure(head.error(), head.error_code(), 409), {}, {}};
+  return {{}, std::move(*head), ""};
+}
+
+}  // namespace pillbox::serve
