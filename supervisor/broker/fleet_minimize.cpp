@@ -48,20 +48,4 @@ Status FleetMinimizeKeeper::record(const std::string& sha256, const std::string&
   return changed ? Status::ok() : Status::error(changed.error(), changed.error_code());
 }
 
-Expected<std::string> minimized_payload(FleetQuarantine& q, const FleetRecord& r) {
-  if (r.record.minimized_sha256.empty()) {
-    return Error{"record " + r.id + " has no minimized payload (pillbox minimize " + r.id + " --redis URL --stream " +
-                     q.keys().stream.stream + ")",
-                 ErrorCode::kUsage};
-  }
-  auto bytes = q.redis().command({"GET", q.keys().minimized(r.id)});
-  if (!bytes) return Error{bytes.error()};
-  std::string payload = reply_text(bytes->get());
-  if (sha256_hex(payload) != r.record.minimized_sha256) {
-    return Error{"the minimized payload of record " + r.id + " (" + q.keys().minimized(r.id) +
-                 ") does not match the sha256 its state names (" + r.record.minimized_sha256 + ")"};
-  }
-  return payload;
-}
-
 }  // namespace pillbox::broker

@@ -33,8 +33,4 @@ class FleetMinimizeKeeper final : public MinimizeKeeper {
   std::string actor_;
 };
 
-// The record's minimized payload (export --minimized), checked against the
-// sha256 its state names; a usage error when it has none.
-Expected<std::string> minimized_payload(FleetQuarantine& quarantine, const FleetRecord& record);
-
 }  // namespace pillbox::broker

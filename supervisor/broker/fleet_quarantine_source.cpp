@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shared/sha256.h"
 #include "supervisor/broker/fleet_minimize.h"
 #include "supervisor/broker/fleet_views_json.h"
 
@@ -85,14 +86,23 @@ Expected<std::string> FleetQuarantineSource::payload_head(const SourcedRecord& r
 }
 
 Expected<PayloadBytes> FleetQuarantineSource::minimized_payload(const SourcedRecord& r) {
-  auto bytes = broker::minimized_payload(fleet_, dead_letter(r));
-  if (!bytes) return Error{bytes.error(), bytes.error_code()};
-  return PayloadBytes{std::move(*bytes), r.record.minimized_sha256};
+  const std::string& id = dead_letter(r).id;
+  const std::string& sha = r.record.minimized_sha256;
+  if (sha.empty()) {
+    return Error{"record " + id + " has no minimized payload (pillbox minimize " + id + hint_options() + ")",
+                 ErrorCode::kUsage};
+  }
+  auto bytes = fleet_.redis().command({"GET", fleet_.keys().minimized(id)});
+  if (!bytes) return Error{bytes.error()};
+  std::string payload = reply_text(bytes->get());
+  if (sha256_hex(payload) != sha) {
+    return Error{"the minimized payload of record " + id + " (" + fleet_.keys().minimized(id) +
+                 ") does not match the sha256 its state names (" + sha + ")"};
+  }
+  return PayloadBytes{std::move(payload), sha};
 }
 
-std::string FleetQuarantineSource::reproduce_command(const SourcedRecord& r) const {
-  return "pillbox reproduce " + dead_letter(r).id + " --redis URL --stream " + fleet_.keys().stream.stream;
-}
+std::string FleetQuarantineSource::hint_options() const { return " --redis URL --stream " + fleet_.keys().stream.stream; }
 
 Status FleetQuarantineSource::check_runnable(const SourcedRecord& r, bool trust_unsigned) const {
   return check_signed(dead_letter(r), trust_unsigned);
@@ -106,12 +116,12 @@ Status FleetQuarantineSource::check_discardable(const SourcedRecord& r) {
                        ErrorCode::kUsage);
 }
 
-Expected<Discarded> FleetQuarantineSource::discard(const SourcedRecord& r, const std::string& actor,
+Expected<Discarded> FleetQuarantineSource::discard(const std::string& id, const std::string& actor,
                                                    const std::string& reason) {
   // One compare-and-set of its state, refused (kUsage) when a replay took
   // its redrive lock in between.
   Discarded done;
-  auto changed = fleet_.change_state(dead_letter(r).id, true, [&](FleetState& s, const FleetRecord&) {
+  auto changed = fleet_.change_state(id, true, [&](FleetState& s, const FleetRecord&) {
     done.was = std::string(to_string(s.status));
     done.already = s.status == store::RecordStatus::kDiscarded;
     if (done.already) return Status::ok();  // written back as it is
@@ -122,6 +132,16 @@ Expected<Discarded> FleetQuarantineSource::discard(const SourcedRecord& r, const
   });
   if (!changed) return Error{changed.error(), changed.error_code()};
   return done;
+}
+
+Status FleetQuarantineSource::record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
+                                                 std::int64_t matches, const std::string& actor,
+                                                 const std::string& detail) {
+  return fleet_.record_reproduction(dead_letter(r).id, verdict, runs, matches, actor, detail);
+}
+
+std::unique_ptr<MinimizeKeeper> FleetQuarantineSource::minimize_keeper(const SourcedRecord& r, const std::string& actor) {
+  return std::make_unique<FleetMinimizeKeeper>(fleet_, dead_letter(r).id, actor);
 }
 
 }  // namespace pillbox::broker

@@ -35,10 +35,13 @@ class FleetQuarantineSource final : public QuarantineSource {
   Expected<PayloadBytes> payload(const SourcedRecord& r, std::int64_t revision = 0) override;
   Expected<std::string> payload_head(const SourcedRecord& r, std::size_t max_bytes) override;
   Expected<PayloadBytes> minimized_payload(const SourcedRecord& r) override;
-  std::string reproduce_command(const SourcedRecord& r) const override;
+  std::string hint_options() const override;
   Status check_runnable(const SourcedRecord& r, bool trust_unsigned) const override;
   Status check_discardable(const SourcedRecord& r) override;
-  Expected<Discarded> discard(const SourcedRecord& r, const std::string& actor, const std::string& reason) override;
+  Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) override;
+  Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
+                             const std::string& actor, const std::string& detail) override;
+  std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) override;
 
  private:
   FleetQuarantine& fleet_;

@@ -122,7 +122,7 @@ Status read_record_seeds(store::QuarantineStore& quarantine, const Args& args, s
   if (auto id_text = args.value("from-quarantine")) {
     auto id = parse_record_id(*id_text);
     if (!id) return Status::error(id.error());
-    auto record = find_record(quarantine, *id);
+    auto record = find_store_record(quarantine, *id);
     if (!record) return Status::error(record.error());
     records.push_back(std::move(*record));
   }

@@ -109,29 +109,6 @@ void show_progress(MinimizeSettings& settings, Progress& progress) {
   };
 }
 
-// --redis URL --stream NAME: the record is a dead letter of the fleet; it
-// runs here, and its progress and result are kept with it on Redis.
-int minimize_on_fleet(const Args& args, MinimizeSettings& settings) {
-  auto opened = open_fleet_record(args);
-  if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
-  const std::string* id = &opened->id;
-  const std::string* stream = &opened->stream;
-  broker::FleetQuarantine* fleet = &opened->fleet;
-  broker::FleetRecord* record = &opened->record;
-  std::string* payload = &opened->payload;
-
-  Progress progress = Progress::on_stderr("minimize " + *id, static_cast<std::size_t>(settings.max_runs), args.flag("quiet"));
-  show_progress(settings, progress);
-  broker::FleetMinimizeKeeper keeper(*fleet, *id, settings.actor);
-  auto result = minimize_payload(record->record, recorded_child_config(record->record.entry, settings.policy, settings.allowed),
-                                 std::move(*payload),
-                                 keeper, settings);
-  progress.finish();
-  if (!result) return fail("record " + *id + ": " + result.error(), exit_code_for(result.error_code()));
-  return report(args, *id, *result,
-                "pillbox quarantine export " + *id + " --minimized -o FILE --redis URL --stream " + *stream);
-}
-
 }  // namespace
 
 int minimize_command(int argc, char** argv) {
@@ -162,28 +139,24 @@ int minimize_command(int argc, char** argv) {
   if (auto s = read_record_policy_options(*args, settings.policy, settings.allowed); !s) {
     return fail(s.message(), kExitUsage);
   }
-  if (args->value("redis")) return minimize_on_fleet(*args, settings);
-  if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
-  if (auto key = read_fleet_key(*args); !key) return fail(key.error(), kExitUsage);
-  auto id = read_one_record_id(*args);
-  if (!id) return fail(id.error(), kExitUsage);
-
-  StoreAccessError error;
-  auto opened = open_record(*args, *id, error);
-  if (!opened) return fail(error.message, error.exit_code);
-
-  Progress progress = Progress::on_stderr("minimize " + std::to_string(*id), static_cast<std::size_t>(settings.max_runs),
-                                               args->flag("quiet"));
+  // The record, in the store or the fleet's quarantine: it runs here, and
+  // its progress and result are kept with it.
+  auto opened = open_one_record(*args);
+  if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
+  const SourcedRecord& r = opened->record;
+  Progress progress = Progress::on_stderr("minimize " + r.id_text(), static_cast<std::size_t>(settings.max_runs),
+                                          args->flag("quiet"));
   show_progress(settings, progress);
-  auto result = minimize_record(*opened->access->quarantine, *id, settings);
+  auto result = minimize_record(*opened->source, r, settings);
   progress.finish();
   if (!result) {
-    // A record's own errors name it already (quarantined_payload.h).
-    const std::string named = "record " + std::to_string(*id) + ": ";
+    // A record's own errors name it already (recorded_config_of).
+    const std::string named = "record " + r.id_text() + ": ";
     return fail(result.error().rfind(named, 0) == 0 ? result.error() : named + result.error(),
                 exit_code_for(result.error_code()));
   }
-  return report(*args, *id, *result, "pillbox quarantine export " + std::to_string(*id) + " --minimized -o FILE");
+  return report(*args, r.id, *result,
+                "pillbox quarantine export " + r.id_text() + " --minimized -o FILE" + opened->source->hint_options());
 }
 
 }  // namespace pillbox::cli

@@ -3,6 +3,7 @@
 // either quarantine in quarantine_records.cpp, the others beside it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -328,32 +329,6 @@ int quarantine_error(const std::string& message, int exit_code) {
   return exit_code;
 }
 
-Expected<std::int64_t> read_one_record_id(const Args& args) {
-  if (args.positional().size() != 1) return Error{"give exactly one record ID (see: pillbox quarantine list)"};
-  return parse_record_id(args.positional()[0]);
-}
-
-Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id) {
-  auto r = q.get(id);
-  if (!r) return Error{r.error()};
-  if (!*r) {
-    return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
-                 ErrorCode::kUsage};
-  }
-  return std::move(**r);
-}
-
-std::optional<OpenedRecord> open_record(const Args& args, std::int64_t id, StoreAccessError& error) {
-  auto access = open_existing_store(args.value("store").value_or(""), error);
-  if (!access) return std::nullopt;
-  auto record = find_record(*access->quarantine, id);
-  if (!record) {
-    error = {record.error(), kExitUsage};
-    return std::nullopt;
-  }
-  return OpenedRecord{std::move(access), std::move(*record)};
-}
-
 int quarantine_command(int argc, char** argv) {
   if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h" || std::string(argv[2]) == "help") {
     std::fputs(kHelp, argc < 3 ? stderr : stdout);
@@ -369,6 +344,7 @@ int quarantine_command(int argc, char** argv) {
     std::vector<std::string> verbs;
     for (const auto& [name, run] : kStoreVerbs) verbs.push_back(name);
     for (const auto& [name, run] : kRecordVerbs) verbs.push_back(name);
+    std::sort(verbs.begin(), verbs.end());  // the nearest of equals: the first in order
     const auto near = nearest_word(verb, verbs);
     return quarantine_error("unknown verb '" + verb + "'" + (near ? "; did you mean '" + *near + "'?" : "") +
                                 " (list, show, stats, export, discard, purge, replay, import, patch)",

@@ -44,12 +44,13 @@ Expected<std::int64_t> wanted_revision(const RecordsContext& c, const SourcedRec
   return *n;
 }
 
-// discard --raise-site RS: the open records of one raise site (the groups
-// of one bug, as stats rolls them up), each checked as a named one is.
-Expected<std::vector<SourcedRecord>> raise_site_records(const RecordsContext& c, const std::string& site) {
+// discard --raise-site RS: the ids of the open records of one raise site
+// (the groups of one bug, as stats rolls them up), each checked as a named
+// one is.
+Expected<std::vector<nlohmann::json>> raise_site_records(const RecordsContext& c, const std::string& site) {
   store::ListFilter filter;
   filter.raise_site = site;
-  std::vector<SourcedRecord> records;
+  std::vector<nlohmann::json> ids;
   Status refused = Status::ok();
   const Status each = c.source.each(filter, [&](const SourcedRecord& r) {
     const store::RecordStatus s = r.record.status;
@@ -59,16 +60,16 @@ Expected<std::vector<SourcedRecord>> raise_site_records(const RecordsContext& c,
     }
     refused = c.source.check_discardable(r);
     if (!refused) return false;
-    records.push_back(r);
+    ids.push_back(r.id);
     return true;
   });
   if (!each) return Error{each.message(), each.code()};
   if (!refused) return Error{refused.message(), ErrorCode::kUsage};
-  if (records.empty()) {
+  if (ids.empty()) {
     return Error{"no open record is at raise site " + site + " (quarantine stats names the raise sites)",
                  ErrorCode::kUsage};
   }
-  return records;
+  return ids;
 }
 
 }  // namespace
@@ -91,7 +92,7 @@ int quarantine_show(const RecordsContext& c) {
                     payload ? Expected<std::string>(std::move(payload->bytes))
                             : Expected<std::string>(Error{payload.error(), payload.error_code()}),
                     std::nullopt,
-                    c.source.reproduce_command(*r)};
+                    "pillbox reproduce " + r->id_text() + c.source.hint_options()};
   if (!r->record.minimized_sha256.empty()) {
     if (auto mini = c.source.minimized_payload(*r)) shown.minimized_size = mini->bytes.size();
   }
@@ -148,30 +149,29 @@ int quarantine_discard(const RecordsContext& c) {
                             kExitUsage);
   }
   // All ids are checked before any record changes: a typo changes nothing.
-  std::vector<SourcedRecord> records;
+  std::vector<nlohmann::json> ids;
   if (site) {
     if (auto s = check_raise_site_id(*site); !s) return quarantine_error(s.message(), kExitUsage);
     auto found = raise_site_records(c, *site);
     if (!found) return failed(found);
-    records = std::move(*found);
+    ids = std::move(*found);
   }
   for (const auto& text : c.args.positional()) {
-    auto id = c.source.parse_id(text);
-    if (!id) return quarantine_error(id.error(), kExitUsage);
-    auto r = c.source.get(*id);
+    if (auto id = c.source.parse_id(text); !id) return quarantine_error(id.error(), kExitUsage);
+    auto r = c.source.get(text);  // (named as typed in its errors)
     if (!r) return failed(r);
     if (auto ok = c.source.check_discardable(*r); !ok) return quarantine_error(ok.message(), kExitUsage);
-    records.push_back(std::move(*r));
+    ids.push_back(r->id);
   }
   const std::string actor = actor_name("quarantine discard");
   DiscardReport report(c.args.flag("json"));
-  for (const auto& r : records) {
-    auto done = c.source.discard(r, actor, *reason);
+  for (const auto& id : ids) {
+    auto done = c.source.discard(id_text(id), actor, *reason);
     if (!done) return failed(done);
     if (done->already) {
-      report.already_discarded(r.id);
+      report.already_discarded(id);
     } else {
-      report.discarded(r.id, done->was);
+      report.discarded(id, done->was);
     }
   }
   report.finish();

@@ -28,33 +28,18 @@ struct QuarantineContext {
 };
 
 int quarantine_error(const std::string& message, int exit_code);  // prints "pillbox quarantine: ..."
-// The one record ID a command acts on (reproduce, minimize), or a usage
-// error message.
-Expected<std::int64_t> read_one_record_id(const Args& args);
-// The record, or an error naming the id (exit code 2: there is no such record).
-Expected<store::QuarantineRecord> find_record(store::QuarantineStore& q, std::int64_t id);
-
-// The store --store names (it must exist) and record `id` in it: what
-// reproduce and minimize act on. Errors come with their exit code, the
-// store's (open_existing_store) or 2 when there is no such record.
+// The one record reproduce and minimize act on: record ID of the store
+// (--store DIR, which must exist) or of the fleet's quarantine (--redis URL
+// --stream NAME), allowed to run there (check_runnable, --trust-unsigned).
+// Errors carry their code: usage for the arguments, an unknown id or an
+// unsigned record; setup for a store or Redis that cannot be used.
 struct OpenedRecord {
-  std::unique_ptr<StoreAccess> access;
-  store::QuarantineRecord record;
+  std::unique_ptr<StoreAccess> store;              // the store's, or
+  std::unique_ptr<broker::FleetQuarantine> fleet;  // the fleet's
+  std::unique_ptr<QuarantineSource> source;        // over one of them
+  SourcedRecord record;
 };
-std::optional<OpenedRecord> open_record(const Args& args, std::int64_t id, StoreAccessError& error);
-
-// The one record of the fleet's quarantine that reproduce and minimize act
-// on (--redis URL --stream NAME, one record ID), with its payload checked
-// against its hash. Errors carry their code: usage for the arguments and an
-// unknown id, setup for Redis or a payload that does not match.
-struct OpenedFleetRecord {
-  std::string id;
-  std::string stream;
-  broker::FleetQuarantine fleet;
-  broker::FleetRecord record;
-  std::string payload;
-};
-Expected<OpenedFleetRecord> open_fleet_record(const Args& args);
+Expected<OpenedRecord> open_one_record(const Args& args);
 
 // --status/--kind/--fingerprint/--key/--since, checked.
 Expected<store::ListFilter> read_filter(const Args& args);

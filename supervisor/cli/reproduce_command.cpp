@@ -120,37 +120,6 @@ int report(const Args& args, const nlohmann::json& id, const store::QuarantineRe
   return result.matches > 0 ? kExitOk : kExitFailures;
 }
 
-// --redis URL --stream NAME: the record is a dead letter of the fleet; it
-// runs here, and its verdict goes into its state on Redis.
-int reproduce_on_fleet(const Args& args, ReproduceSettings& settings) {
-  auto opened = open_fleet_record(args);
-  if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
-  const std::string* id = &opened->id;
-  broker::FleetQuarantine* fleet = &opened->fleet;
-  broker::FleetRecord* record = &opened->record;
-  std::string* payload = &opened->payload;
-  auto config = recorded_child_config(record->record.entry, settings.policy, settings.allowed);
-  if (!config) return fail("record " + *id + ": " + config.error(), exit_code_for(config.error_code()));
-
-  Progress progress = Progress::on_stderr("reproduce " + *id, settings.runs, args.flag("quiet"));
-  settings.on_progress = [&](std::size_t done, const Outcome& last) {
-    if (last.kind != Kind::kOk) progress.count(std::string(to_string(last.kind)));
-    progress.update(done);
-  };
-  auto result = reproduce_payload(record->record.entry, std::move(*config), std::move(*payload), settings);
-  progress.finish();
-  if (!result) return fail(result.error(), kExitSetup);
-  if (result->stop_signal == 0) {
-    if (auto s = fleet->record_reproduction(*id, result->verdict, static_cast<std::int64_t>(result->runs),
-                                            static_cast<std::int64_t>(result->matches), settings.actor,
-                                            reproduce_detail(record->record.entry, *result));
-        !s) {
-      return fail(s.message(), exit_code_for(s.code()));
-    }
-  }
-  return report(args, *id, record->record, *result, settings.runs);
-}
-
 }  // namespace
 
 int reproduce_command(int argc, char** argv) {
@@ -174,26 +143,21 @@ int reproduce_command(int argc, char** argv) {
   if (auto s = read_record_policy_options(*args, settings.policy, settings.allowed); !s) {
     return fail(s.message(), kExitUsage);
   }
-  if (args->value("redis")) return reproduce_on_fleet(*args, settings);
-  if (args->value("stream")) return fail("--stream goes with --redis URL (the fleet's quarantine)", kExitUsage);
-  if (auto key = read_fleet_key(*args); !key) return fail(key.error(), kExitUsage);
-  auto id = read_one_record_id(*args);
-  if (!id) return fail(id.error(), kExitUsage);
-
-  StoreAccessError error;
-  auto opened = open_record(*args, *id, error);
-  if (!opened) return fail(error.message, error.exit_code);
-
-  Progress progress = Progress::on_stderr("reproduce " + std::to_string(*id), settings.runs, args->flag("quiet"));
+  // The record, in the store or the fleet's quarantine: it runs here, and
+  // its verdict is kept with it.
+  auto opened = open_one_record(*args);
+  if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
+  const SourcedRecord& r = opened->record;
+  Progress progress = Progress::on_stderr("reproduce " + r.id_text(), settings.runs, args->flag("quiet"));
   settings.on_progress = [&](std::size_t done, const Outcome& last) {
     if (last.kind != Kind::kOk) progress.count(std::string(to_string(last.kind)));
     progress.update(done);
   };
-  auto result = reproduce_record(*opened->access->quarantine, *id, settings);
+  auto result = reproduce_record(*opened->source, r, settings);
   progress.finish();
   // A record this machine will not run as it stands is a usage error (2).
   if (!result) return fail(result.error(), exit_code_for(result.error_code()));
-  return report(*args, *id, opened->record, *result, settings.runs);
+  return report(*args, r.id, r.record, *result, settings.runs);
 }
 
 }  // namespace pillbox::cli

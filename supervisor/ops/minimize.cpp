@@ -194,39 +194,6 @@ bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome) 
   return outcome.fingerprint == record.fingerprint;
 }
 
-namespace {
-
-// The store keeps the progress in its minimize_state table, the payloads in
-// its payload store, the result in the record.
-class StoreKeeper final : public MinimizeKeeper {
- public:
-  StoreKeeper(store::QuarantineStore& quarantine, std::int64_t id, std::string actor)
-      : quarantine_(quarantine), id_(id), actor_(std::move(actor)) {}
-
-  Expected<std::optional<Saved>> load() override {
-    auto state = quarantine_.minimize_state(id_);
-    if (!state) return Error{state.error()};
-    if (!*state) return std::optional<Saved>{};
-    auto best = quarantine_.payloads().get((*state)->best_sha256);
-    if (!best) return Error{best.error()};
-    return std::optional<Saved>(Saved{**state, std::move(*best)});
-  }
-  Status clear() override { return quarantine_.clear_minimize_state(id_); }
-  Status save(std::string_view best, const store::MinimizeState& state) override {
-    return quarantine_.save_minimize_state(id_, best, state, store::now_ms());
-  }
-  Status record(const std::string& sha256, const std::string& detail) override {
-    return quarantine_.record_minimized(id_, sha256, store::now_ms(), actor_, detail);
-  }
-
- private:
-  store::QuarantineStore& quarantine_;
-  std::int64_t id_;
-  std::string actor_;
-};
-
-}  // namespace
-
 Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record, Expected<ChildConfig> config,
                                           std::string payload, MinimizeKeeper& keeper,
                                           const MinimizeSettings& settings) {
@@ -298,13 +265,13 @@ Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record,
   return result;
 }
 
-Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std::int64_t id,
+Expected<MinimizeResult> minimize_record(QuarantineSource& quarantine, const SourcedRecord& r,
                                          const MinimizeSettings& settings) {
-  auto loaded = load_quarantined_payload(quarantine, id);
-  if (!loaded) return Error{loaded.error()};
-  StoreKeeper keeper(quarantine, id, settings.actor);
-  return minimize_payload(loaded->record, recorded_config_of(loaded->record, settings.policy, settings.allowed), std::move(loaded->payload), keeper,
-                          settings);
+  auto payload = quarantine.payload(r);
+  if (!payload) return Error{payload.error(), payload.error_code()};
+  auto keeper = quarantine.minimize_keeper(r, settings.actor);
+  return minimize_payload(r.record, recorded_config_of(r, settings.policy, settings.allowed),
+                          std::move(payload->bytes), *keeper, settings);
 }
 
 }  // namespace pillbox

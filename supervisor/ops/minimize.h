@@ -19,6 +19,7 @@
 #include "supervisor/exec/launcher.h"
 #include "supervisor/exec/record_policy.h"
 #include "supervisor/classify/outcome.h"
+#include "supervisor/ops/quarantine_source.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox {
@@ -58,9 +59,9 @@ struct MinimizeResult {
 bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome);
 
 // Where a minimization keeps its progress, so that a later session resumes
-// from its best payload, and its result: the store (minimize_record), or a
-// record kept elsewhere (the fleet's quarantine on Redis,
-// supervisor/broker/fleet_minimize.h).
+// from its best payload, and its result: with the record, wherever its
+// quarantine keeps it (QuarantineSource::minimize_keeper: the store's
+// tables, or the fleet's keys on Redis, supervisor/broker/fleet_minimize.h).
 class MinimizeKeeper {
  public:
   virtual ~MinimizeKeeper() = default;
@@ -87,9 +88,12 @@ Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record,
                                           std::string payload, MinimizeKeeper& keeper,
                                           const MinimizeSettings& settings);
 
-// Errors: no such record; the original payload does not fail the same way
-// now; its handler or policy cannot run here; the sandbox or store failed.
-Expected<MinimizeResult> minimize_record(store::QuarantineStore& quarantine, std::int64_t id,
+// Minimizes record `r` of `quarantine`, its progress and result kept there
+// (QuarantineSource::minimize_keeper). Errors: its payload cannot be read;
+// the original payload does not fail the same way now; its handler or
+// policy cannot run here ("record ID: ..."); the sandbox or the quarantine
+// failed.
+Expected<MinimizeResult> minimize_record(QuarantineSource& quarantine, const SourcedRecord& r,
                                          const MinimizeSettings& settings);
 
 }  // namespace pillbox

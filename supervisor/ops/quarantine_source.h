@@ -12,6 +12,7 @@
 #include <any>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox {
+
+class MinimizeKeeper;  // supervisor/ops/minimize.h
 
 // What one back end's records can do beyond the common verbs.
 struct QuarantineCapabilities {
@@ -35,6 +38,9 @@ struct SourcedRecord {
   std::string signature;           // valid, missing, bad, unchecked; "" where records are not signed
   std::string state_error;         // why what operators did with it cannot be read ("" when it can)
   std::any native;                 // what the back end keeps of it for its own calls
+
+  // "42", "1712345678901-0".
+  std::string id_text() const { return id.is_string() ? id.get<std::string>() : id.dump(); }
 };
 
 // A payload's exact bytes and their sha256.
@@ -91,17 +97,27 @@ class QuarantineSource {
   virtual Expected<std::string> payload_head(const SourcedRecord& r, std::size_t max_bytes) = 0;
   // Its minimized payload, checked; kUsage when it has none.
   virtual Expected<PayloadBytes> minimized_payload(const SourcedRecord& r) = 0;
-  // The command that reproduces it (show's hint).
-  virtual std::string reproduce_command(const SourcedRecord& r) const = 0;
+  // What names this quarantine in a command shown as a hint ("pillbox
+  // reproduce ID" + this): "" for the store, " --redis URL --stream NAME".
+  virtual std::string hint_options() const = 0;
   // Whether what the record names may run (a bundle's reproduce.sh): a
   // kUsage error saying why not and what to do.
   virtual Status check_runnable(const SourcedRecord& r, bool trust_unsigned) const = 0;
 
   // kUsage when the record may not be discarded now (a replay holds it).
   virtual Status check_discardable(const SourcedRecord& r) = 0;
-  // Sets it to discarded with an audit entry ("discarded", by `actor`,
-  // detail "REASON (was STATUS)"), atomically.
-  virtual Expected<Discarded> discard(const SourcedRecord& r, const std::string& actor, const std::string& reason) = 0;
+  // Sets record `id` (parse_id's text; check_discardable passed) to
+  // discarded with an audit entry ("discarded", by `actor`, detail "REASON
+  // (was STATUS)"), atomically; refused (kUsage) when a replay took it in
+  // between. By id: a verb that discards many keeps no payload meanwhile.
+  virtual Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) = 0;
+
+  // The verdict of `pillbox reproduce` (reproduce.h), kept with the record
+  // with an audit entry.
+  virtual Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
+                                     std::int64_t matches, const std::string& actor, const std::string& detail) = 0;
+  // Where `pillbox minimize` keeps the record's progress and result.
+  virtual std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) = 0;
 };
 
 }  // namespace pillbox

@@ -117,21 +117,20 @@ std::string reproduce_detail(const store::QuarantineEntry& entry, const Reproduc
   return detail;
 }
 
-Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, std::int64_t id,
+Expected<ReproduceResult> reproduce_record(QuarantineSource& quarantine, const SourcedRecord& r,
                                            const ReproduceSettings& settings) {
   if (settings.runs == 0) return Error{"--runs must be at least 1"};
-  auto loaded = load_quarantined_payload(quarantine, id);
-  if (!loaded) return Error{loaded.error()};
-  const store::QuarantineRecord& record = loaded->record;
-  auto config = recorded_config_of(record, settings.policy, settings.allowed);
+  auto payload = quarantine.payload(r);
+  if (!payload) return Error{payload.error(), payload.error_code()};
+  auto config = recorded_config_of(r, settings.policy, settings.allowed);
   if (!config) return Error{config.error(), config.error_code()};
-  auto result = reproduce_payload(record.entry, std::move(*config), std::move(loaded->payload), settings);
+  auto result = reproduce_payload(r.record.entry, std::move(*config), std::move(payload->bytes), settings);
   if (!result || result->stop_signal != 0) return result;
-  if (auto s = quarantine.record_reproduction(id, result->verdict, static_cast<std::int64_t>(result->runs),
-                                              static_cast<std::int64_t>(result->matches), store::now_ms(),
-                                              settings.actor, reproduce_detail(record.entry, *result));
+  if (auto s = quarantine.record_reproduction(r, result->verdict, static_cast<std::int64_t>(result->runs),
+                                              static_cast<std::int64_t>(result->matches), settings.actor,
+                                              reproduce_detail(r.record.entry, *result));
       !s) {
-    return Error{s.message()};
+    return Error{s.message(), s.code()};
   }
   return result;
 }

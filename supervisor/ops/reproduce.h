@@ -14,6 +14,7 @@
 #include "shared/status.h"
 #include "supervisor/exec/launcher.h"
 #include "supervisor/exec/record_policy.h"
+#include "supervisor/ops/quarantine_source.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox {
@@ -78,10 +79,11 @@ Expected<ReproduceResult> reproduce_payload(const store::QuarantineEntry& entry,
 // FP; handler-error FP2 x1 (run 3: MESSAGE)"; with the hint above when it applies.
 std::string reproduce_detail(const store::QuarantineEntry& entry, const ReproduceResult& result);
 
-// Runs record `id` and, unless stopped early, records the verdict with an
-// audit entry. Errors: no such record, its handler or policy unusable here,
-// the sandbox cannot start, the store cannot be written.
-Expected<ReproduceResult> reproduce_record(store::QuarantineStore& quarantine, std::int64_t id,
+// Runs record `r` of `quarantine` and, unless stopped early, keeps the
+// verdict with it with an audit entry. Errors: its payload cannot be read,
+// its handler or policy unusable here ("record ID: ..."), the sandbox
+// cannot start, the quarantine cannot be written.
+Expected<ReproduceResult> reproduce_record(QuarantineSource& quarantine, const SourcedRecord& r,
                                            const ReproduceSettings& settings);
 
 }  // namespace pillbox

@@ -3,12 +3,43 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "supervisor/ops/minimize.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/record_discard.h"
 #include "supervisor/store/revision_store.h"
 
 namespace pillbox {
 namespace {
+
+// The store keeps the progress in its minimize_state table, the payloads in
+// its payload store, the result in the record.
+class StoreKeeper final : public MinimizeKeeper {
+ public:
+  StoreKeeper(store::QuarantineStore& quarantine, std::int64_t id, std::string actor)
+      : quarantine_(quarantine), id_(id), actor_(std::move(actor)) {}
+
+  Expected<std::optional<Saved>> load() override {
+    auto state = quarantine_.minimize_state(id_);
+    if (!state) return Error{state.error()};
+    if (!*state) return std::optional<Saved>{};
+    auto best = quarantine_.payloads().get((*state)->best_sha256);
+    if (!best) return Error{best.error()};
+    return std::optional<Saved>(Saved{**state, std::move(*best)});
+  }
+  Status clear() override { return quarantine_.clear_minimize_state(id_); }
+  Status save(std::string_view best, const store::MinimizeState& state) override {
+    return quarantine_.save_minimize_state(id_, best, state, store::now_ms());
+  }
+  Status record(const std::string& sha256, const std::string& detail) override {
+    return quarantine_.record_minimized(id_, sha256, store::now_ms(), actor_, detail);
+  }
+
+ private:
+  store::QuarantineStore& quarantine_;
+  std::int64_t id_;
+  std::string actor_;
+};
+
 
 SourcedRecord sourced(store::QuarantineRecord r) {
   SourcedRecord s;
@@ -17,7 +48,6 @@ SourcedRecord sourced(store::QuarantineRecord r) {
   return s;
 }
 
-std::string id_text(const SourcedRecord& r) { return std::to_string(r.record.id); }
 
 }  // namespace
 
@@ -51,16 +81,22 @@ Expected<std::vector<store::FingerprintStats>> StoreQuarantineSource::stats(cons
   return groups;
 }
 
+Expected<store::QuarantineRecord> find_store_record(store::QuarantineStore& quarantine, std::int64_t id) {
+  auto r = quarantine.get(id);
+  if (!r) return Error{r.error(), r.error_code()};
+  if (!*r) {
+    return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
+                 ErrorCode::kUsage};
+  }
+  return std::move(**r);
+}
+
 Expected<SourcedRecord> StoreQuarantineSource::get(const std::string& id) {
   auto n = parse_record_id(id);
   if (!n) return Error{n.error(), ErrorCode::kUsage};
-  auto r = quarantine_.get(*n);
+  auto r = find_store_record(quarantine_, *n);
   if (!r) return Error{r.error(), r.error_code()};
-  if (!*r) {
-    return Error{"no quarantine record " + std::to_string(*n) + " in this store (see: pillbox quarantine list)",
-                 ErrorCode::kUsage};
-  }
-  return sourced(std::move(**r));
+  return sourced(std::move(*r));
 }
 
 Expected<nlohmann::json> StoreQuarantineSource::full_json(const SourcedRecord& r) {
@@ -77,8 +113,8 @@ Expected<PayloadBytes> StoreQuarantineSource::payload(const SourcedRecord& r, st
       if (v.n == revision) sha = v.payload_sha256;
     }
     if (sha.empty()) {
-      return Error{"record " + id_text(r) + " has no revision " + std::to_string(revision) + " (quarantine show " +
-                       id_text(r) + " lists them; quarantine patch makes them)",
+      return Error{"record " + r.id_text() + " has no revision " + std::to_string(revision) + " (quarantine show " +
+                       r.id_text() + " lists them; quarantine patch makes them)",
                    ErrorCode::kUsage};
     }
   }
@@ -96,7 +132,7 @@ Expected<std::string> StoreQuarantineSource::payload_head(const SourcedRecord& r
 Expected<PayloadBytes> StoreQuarantineSource::minimized_payload(const SourcedRecord& r) {
   const std::string& sha = r.record.minimized_sha256;
   if (sha.empty()) {
-    return Error{"record " + id_text(r) + " has no minimized payload (pillbox minimize " + id_text(r) + ")",
+    return Error{"record " + r.id_text() + " has no minimized payload (pillbox minimize " + r.id_text() + ")",
                  ErrorCode::kUsage};
   }
   auto bytes = quarantine_.payloads().get(sha);
@@ -104,19 +140,28 @@ Expected<PayloadBytes> StoreQuarantineSource::minimized_payload(const SourcedRec
   return PayloadBytes{std::move(*bytes), sha};
 }
 
-std::string StoreQuarantineSource::reproduce_command(const SourcedRecord& r) const {
-  return "pillbox reproduce " + id_text(r);
-}
-
 Status StoreQuarantineSource::check_discardable(const SourcedRecord& r) {
-  return pillbox::check_discardable(r.record, id_text(r));
+  return pillbox::check_discardable(r.record, r.id_text());
 }
 
-Expected<Discarded> StoreQuarantineSource::discard(const SourcedRecord& r, const std::string& actor,
+Expected<Discarded> StoreQuarantineSource::discard(const std::string& id, const std::string& actor,
                                                    const std::string& reason) {
-  auto done = discard_record(quarantine_, r.record, actor, reason);
+  auto r = get(id);  // as it is now: a replay may have taken it since it was checked
+  if (!r) return Error{r.error(), r.error_code()};
+  if (auto ok = check_discardable(*r); !ok) return Error{ok.message(), ok.code()};
+  auto done = discard_record(quarantine_, r->record, actor, reason);
   if (!done) return Error{done.error(), done.error_code()};
-  return Discarded{*done == DiscardOutcome::kAlreadyDiscarded, std::string(to_string(r.record.status))};
+  return Discarded{*done == DiscardOutcome::kAlreadyDiscarded, std::string(to_string(r->record.status))};
+}
+
+Status StoreQuarantineSource::record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
+                                                 std::int64_t matches, const std::string& actor,
+                                                 const std::string& detail) {
+  return quarantine_.record_reproduction(r.record.id, verdict, runs, matches, store::now_ms(), actor, detail);
+}
+
+std::unique_ptr<MinimizeKeeper> StoreQuarantineSource::minimize_keeper(const SourcedRecord& r, const std::string& actor) {
+  return std::make_unique<StoreKeeper>(quarantine_, r.record.id, actor);
 }
 
 }  // namespace pillbox

@@ -16,6 +16,9 @@ namespace pillbox {
 // says so.
 Expected<std::int64_t> parse_record_id(const std::string& text);
 
+// Record `id` of the store; a kUsage error naming it when there is none.
+Expected<store::QuarantineRecord> find_store_record(store::QuarantineStore& quarantine, std::int64_t id);
+
 class StoreQuarantineSource final : public QuarantineSource {
  public:
   // The store stays open for as long as this is used.
@@ -35,10 +38,13 @@ class StoreQuarantineSource final : public QuarantineSource {
   Expected<PayloadBytes> payload(const SourcedRecord& r, std::int64_t revision = 0) override;
   Expected<std::string> payload_head(const SourcedRecord& r, std::size_t max_bytes) override;
   Expected<PayloadBytes> minimized_payload(const SourcedRecord& r) override;
-  std::string reproduce_command(const SourcedRecord& r) const override;
+  std::string hint_options() const override { return ""; }
   Status check_runnable(const SourcedRecord&, bool) const override { return Status::ok(); }
   Status check_discardable(const SourcedRecord& r) override;
-  Expected<Discarded> discard(const SourcedRecord& r, const std::string& actor, const std::string& reason) override;
+  Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) override;
+  Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
+                             const std::string& actor, const std::string& detail) override;
+  std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) override;
 
  private:
   store::QuarantineStore& quarantine_;

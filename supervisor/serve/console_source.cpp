@@ -80,7 +80,7 @@ ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, 
   auto found = find(id, error);
   if (!found) return error;
   if (auto ok = found->source.check_discardable(found->record); !ok) return error_reply(409, ok.message());
-  auto done = found->source.discard(found->record, actor, *reason.reason);
+  auto done = found->source.discard(found->record.id_text(), actor, *reason.reason);
   // A refusal now: a replay took the record in between.
   if (!done) return failure(done.error(), done.error_code(), 409);
   return discarded_reply(found->record.id, done->already, done->was);

@@ -10,6 +10,7 @@
 
 #include "shared/base64.h"
 #include "supervisor/ops/minimize.h"
+#include "supervisor/ops/store_quarantine_source.h"
 #include "supervisor/ops/replay.h"
 #include "supervisor/store/store.h"
 #include "tests/e2e/support.h"
@@ -60,7 +61,10 @@ TEST_CASE("minimize: SIGINT mid-way keeps the best payload so far, and the next 
       smallest_seen = best;
       if (runs == 6) ::raise(SIGINT);
     };
-    auto r = pillbox::minimize_record(*s.quarantine, 1, settings);
+    pillbox::StoreQuarantineSource source(*s.quarantine, s.store.db(), s.store.dir());
+    auto record = source.get("1");
+    REQUIRE(record.has_value());
+    auto r = pillbox::minimize_record(source, *record, settings);
     REQUIRE(r.has_value());
     CHECK(r->stop_signal == SIGINT);
     CHECK(r->finished == false);
