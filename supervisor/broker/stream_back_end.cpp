@@ -508,12 +508,13 @@ void StreamBackEnd::start(const StartAttempt& s) {
   if (h == nullptr) {
     // Lost after the engine took it, before its first start: why, once.
     auto gone = lost_before_start_.find(s.task_id);
-    std::string why = "no longer held by this worker";
+    TaskLost lost{s.ref, "no longer held by this worker", LostAs::kTakenOver};
     if (gone != lost_before_start_.end()) {
-      why = gone->second.second;
+      lost.why = gone->second.second.why;
+      lost.as = gone->second.second.as;
       lost_before_start_.erase(gone);
     }
-    answers_.lost.push_back({s.ref, why});
+    answers_.lost.push_back(lost);
     return;
   }
   h->ref = s.ref;
@@ -645,7 +646,7 @@ void StreamBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::stri
         // The intake's own verdict: the engine never had it, or loses it now.
         out_.on_verdict(h->task, outcome,
                         WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h->id, h->delivery, **r, reason, is_new});
-        if (h->ref != 0) answers_.lost.push_back({h->ref, std::string(kDeadLetteredUnrun) + reason});
+        if (h->ref != 0) answers_.lost.push_back({h->ref, "dead-lettered unrun: " + reason, LostAs::kDeadLettered});
       } else {
         answered_at_[h->id] = h->delivery;
         QuarantineWritten q;
@@ -701,7 +702,7 @@ void StreamBackEnd::left_pending(std::int64_t task_id, const std::string& error)
     d.note = "released: left pending after a Redis error";
     record(*h, d);
   }
-  lose(task_id, std::string(kLeftPending));
+  lose(task_id, "left pending after a Redis error", LostAs::kLeftPending);
 }
 
 std::int64_t StreamBackEnd::answered_at(const std::string& entry) {
@@ -712,17 +713,17 @@ std::int64_t StreamBackEnd::answered_at(const std::string& entry) {
   return delivery;
 }
 
-void StreamBackEnd::lose(std::int64_t task_id, const std::string& why) {
+void StreamBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as) {
   Held* h = held(task_id);
   if (h == nullptr) return;
   if (h->ref != 0) {
     answered_at_[h->id] = h->delivery;
-    answers_.lost.push_back({h->ref, why});
+    answers_.lost.push_back({h->ref, why, as});
   } else if (h->handed) {
     // The engine has it and has not started it (a suspect waits its turn):
     // told at its start, or forgotten when it is given back.
     answered_at_[h->id] = h->delivery;
-    lost_before_start_[task_id] = {h->id, why};
+    lost_before_start_[task_id] = {h->id, TaskLost{0, why, as}};
   } else {
     ++report_.taken_over;
     out_.on_verdict(h->task, Outcome{},

@@ -32,7 +32,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "shared/unique_fd.h"
@@ -44,14 +43,6 @@
 #include "supervisor/flow/attempt_store.h"
 
 namespace pillbox::broker {
-
-// The start of a TaskLost's `why` for an entry the back end dead-lettered
-// itself (its redelivery showed it is not a task it can judge), whose
-// verdict it told the worker's sink already.
-inline constexpr std::string_view kDeadLetteredUnrun = "dead-lettered unrun: ";
-// The `why` of a TaskLost for an entry whose step failed on a Redis error:
-// left pending for the fleet (released), and the worker stops.
-inline constexpr std::string_view kLeftPending = "left pending after a Redis error";
 
 class StreamBackEnd final : public AttemptStore {
  public:
@@ -172,7 +163,7 @@ class StreamBackEnd final : public AttemptStore {
   void release(std::int64_t task_id);
   // The entry is no longer this worker's (`why`): the engine loses it, or
   // the sink hears it was taken over before the engine had it.
-  void lose(std::int64_t task_id, const std::string& why);
+  void lose(std::int64_t task_id, const std::string& why, LostAs as = LostAs::kTakenOver);
   void on_error(const std::string& message);
   // After an outage: asks Redis for its run id; a new one is a restart
   // (server_restart.h). Until the answer, nothing is read, and errors wait
@@ -203,8 +194,8 @@ class StreamBackEnd final : public AttemptStore {
   std::deque<std::int64_t> queued_;     // read and checked, not yet handed to the engine
   std::map<std::string, std::int64_t> answered_at_;  // entries settled or lost, answered: their count
   // Entries lost after the engine took them and before their first start:
-  // (entry id, why), by task id, answered at that start.
-  std::map<std::int64_t, std::pair<std::string, std::string>> lost_before_start_;
+  // (entry id, how), by task id, answered at that start.
+  std::map<std::int64_t, std::pair<std::string, TaskLost>> lost_before_start_;
   std::int64_t next_task_id_ = 0;
   std::vector<LedgerWrite> writes_;     // added since the last apply
   BatchResult answers_;                 // Redis's answers, for the next apply

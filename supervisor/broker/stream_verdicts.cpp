@@ -33,19 +33,22 @@ void StreamVerdicts::on_verdict(const Task& task, const Outcome& outcome, const 
   out_.on_verdict(task, outcome, w);
 }
 
-void StreamVerdicts::on_lost(const Task& task, const std::string& why) {
+void StreamVerdicts::on_lost(const Task& task, const TaskLost& lost) {
   const std::int64_t deliveries = back_end_.answered_at(task.source_id);
-  // Dead-lettered by the back end itself, and told then.
-  if (why.rfind(kDeadLetteredUnrun, 0) == 0) return;
-  if (why == kLeftPending) {
-    // Its step failed on a Redis error: left for the fleet, as a release.
-    ++released_;
-    out_.on_verdict(task, Outcome{}, WorkerVerdict{WorkerVerdict::Type::kReleased, task.source_id, deliveries, "", why});
-    return;
+  switch (lost.as) {
+    case LostAs::kDeadLettered:  // by the back end itself, and told then
+      return;
+    case LostAs::kLeftPending:  // its step failed on a Redis error: left for the fleet, as a release
+      ++released_;
+      out_.on_verdict(task, Outcome{},
+                      WorkerVerdict{WorkerVerdict::Type::kReleased, task.source_id, deliveries, "", lost.why});
+      return;
+    case LostAs::kTakenOver:
+      ++taken_over_;
+      out_.on_verdict(task, Outcome{}, WorkerVerdict{WorkerVerdict::Type::kTakenOver, task.source_id, deliveries, "",
+                                                     "not settled here: " + lost.why});
+      return;
   }
-  ++taken_over_;
-  out_.on_verdict(task, Outcome{},
-                  WorkerVerdict{WorkerVerdict::Type::kTakenOver, task.source_id, deliveries, "", "not settled here: " + why});
 }
 
 }  // namespace pillbox::broker

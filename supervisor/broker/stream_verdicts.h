@@ -20,7 +20,7 @@ class StreamVerdicts final : public VerdictSink {
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override;
   void on_input_error(const std::string& message) override { out_.on_notice(message); }
   void on_notice(const std::string& message) override { out_.on_notice(message); }
-  void on_lost(const Task& task, const std::string& why) override;
+  void on_lost(const Task& task, const TaskLost& lost) override;
 
   std::size_t released() const { return released_; }
   std::size_t taken_over() const { return taken_over_; }

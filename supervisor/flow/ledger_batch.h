@@ -136,10 +136,17 @@ struct TaskSettled {
 
 // A task the back end no longer holds (a broker's: another process took it
 // over, or it was deleted): nothing more is recorded for it here, and its
-// verdict is not this process's to give.
+// verdict is not this process's to give. How, for the sink's words (the
+// engine treats all alike):
+enum class LostAs : std::uint8_t {
+  kTakenOver,     // another process has it, or it was deleted
+  kDeadLettered,  // the back end settled it itself, unrun, and told so already
+  kLeftPending,   // a step on it failed: left for another process, as a release
+};
 struct TaskLost {
   std::uint64_t ref = 0;
   std::string why;
+  LostAs as = LostAs::kTakenOver;
 };
 
 struct BatchResult {

@@ -389,7 +389,7 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     tell_answered(s.ref, [&](Verdict& verdict) { verdict.settled_as = s.settled_as; });
   }
   // Last: a task settled in the same answers is told as settled, not lost.
-  for (const TaskLost& lost : applied.lost) lose(lost.ref, lost.why);
+  for (const TaskLost& lost : applied.lost) lose(lost);
   return Status::ok();
 }
 
@@ -697,7 +697,8 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   }
 }
 
-void TaskFlow::lose(std::uint64_t ref, const std::string& why) {
+void TaskFlow::lose(const TaskLost& lost) {
+  const std::uint64_t ref = lost.ref;
   auto it = tracked_.find(ref);
   if (it == tracked_.end() || it->second.lost) return;
   Tracked& t = it->second;
@@ -718,7 +719,7 @@ void TaskFlow::lose(std::uint64_t ref, const std::string& why) {
   awaiting_answer_.erase(ref);
   // A probe lost says nothing either way: the next one comes later.
   if (std::exchange(t.probe, false)) breaker_.probe_ended(false, now());
-  out_.on_lost(t.task, why);
+  out_.on_lost(t.task, lost);
   lost_since_prepare_ = true;
   if (t.running) {
     t.lost = true;

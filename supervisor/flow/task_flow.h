@@ -244,7 +244,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void forget(std::uint64_t ref);
   // The back end no longer holds the task (BatchResult::lost): it leaves
   // the flow, told once; one running is forgotten when its outcome comes.
-  void lose(std::uint64_t ref, const std::string& why);
+  void lose(const TaskLost& lost);
   // Counts the attempts of `starts` and makes the turn's effects durable,
   // then tells the verdicts that waited for it.
   // `release_held`: the held ok writes go too (the run ends, or a slot

@@ -11,6 +11,8 @@
 
 namespace pillbox {
 
+struct TaskLost;  // ledger_batch.h
+
 struct Verdict {
   enum class Type {
     kOk,           // succeeded (on attempt `attempts`)
@@ -53,7 +55,7 @@ class VerdictSink {
                              std::int64_t /*record_id*/) {}
   // The back end no longer holds `task` (another process took it over, or
   // it was deleted): no verdict of this process's, now or later.
-  virtual void on_lost(const Task& /*task*/, const std::string& /*why*/) {}
+  virtual void on_lost(const Task& /*task*/, const TaskLost& /*lost*/) {}
   // What the run is doing when it is not simply running tasks, for a
   // progress line: "paused: handler outage suspected ..."; "" when running.
   virtual void on_status(const std::string& /*status*/) {}

@@ -61,7 +61,7 @@ class MeteredVerdicts final : public VerdictSink {
   void on_taken_back(const Task& task, const Outcome& outcome, const std::string& why,
                      std::int64_t record_id) override;
   void on_status(const std::string& status) override { sink_.on_status(status); }
-  void on_lost(const Task& task, const std::string& why) override { sink_.on_lost(task, why); }
+  void on_lost(const Task& task, const TaskLost& lost) override { sink_.on_lost(task, lost); }
 
  private:
   VerdictSink& sink_;

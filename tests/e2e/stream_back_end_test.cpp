@@ -36,9 +36,9 @@ struct EngineVerdicts final : pillbox::VerdictSink {
   void on_verdict(const Task& task, const Outcome&, const Verdict& v) override { told[task.key].push_back(v); }
   void on_input_error(const std::string& message) override { notices.push_back(message); }
   void on_notice(const std::string& message) override { notices.push_back(message); }
-  void on_lost(const Task& task, const std::string& why) override { lost[task.key] = why; }
+  void on_lost(const Task& task, const pillbox::TaskLost& l) override { lost[task.key] = l; }
   std::map<std::string, std::vector<Verdict>> told;
-  std::map<std::string, std::string> lost;
+  std::map<std::string, pillbox::TaskLost> lost;
   std::vector<std::string> notices;
 };
 
@@ -599,7 +599,7 @@ TEST_CASE("engine over Redis: a settle that fails on a Redis error leaves the en
   worker.drive([](const Task&) { return ok(); });
   CHECK(worker.sink.told.count("fine") == 0);  // never told ok: nothing was settled
   REQUIRE(worker.sink.lost.count("fine") == 1);
-  CHECK(worker.sink.lost["fine"] == std::string(pillbox::broker::kLeftPending));
+  CHECK(worker.sink.lost["fine"].as == pillbox::LostAs::kLeftPending);
   CHECK(worker.back_end->report().error.find("holds a string, not a stream") != std::string::npos);
   CHECK(!worker.back_end->stopping().empty());
   // Still pending here at delivery 1, its run recorded (uncharged) as

@@ -83,7 +83,7 @@ class Recorder final : public VerdictSink {
   void on_taken_back(const Task& task, const Outcome&, const std::string&, std::int64_t) override {
     taken_back.push_back(task.key);
   }
-  void on_lost(const Task& task, const std::string&) override { lost.push_back(task.key); }
+  void on_lost(const Task& task, const pillbox::TaskLost&) override { lost.push_back(task.key); }
 
   // The one verdict of `key`; fails the test when there is not exactly one.
   const Told& of(const std::string& key) const {
