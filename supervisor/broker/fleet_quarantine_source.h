@@ -19,7 +19,7 @@ class FleetQuarantineSource final : public QuarantineSource {
   // The dead letter a record was read from (get(), each()).
   static const FleetRecord& dead_letter(const SourcedRecord& r);
 
-  QuarantineCapabilities can() const override { return {false, false, true}; }
+  QuarantineCapabilities can() const override { return {false, false, true, false}; }
   std::string where() const override;
   int id_width() const override { return 15; }  // "1712345678901-0"
   Expected<std::string> parse_id(const std::string& text) const override { return parse_fleet_id(text); }
@@ -42,6 +42,8 @@ class FleetQuarantineSource final : public QuarantineSource {
   Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
                              const std::string& actor, const std::string& detail) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) override;
+  Expected<std::vector<PlannedReplay>> replay_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
+  Expected<ReplayResult> replay(const ReplayRun& run) override;
 
  private:
   FleetQuarantine& fleet_;

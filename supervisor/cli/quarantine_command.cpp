@@ -130,7 +130,7 @@ const char* kHelp =
 // or the fleet's with --redis URL --stream NAME).
 const std::map<std::string, int (*)(const RecordsContext&)> kRecordVerbs = {
     {"list", quarantine_list},     {"show", quarantine_show},       {"stats", quarantine_stats},
-    {"export", quarantine_export}, {"discard", quarantine_discard},
+    {"export", quarantine_export}, {"discard", quarantine_discard}, {"replay", quarantine_replay},
 };
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"fingerprint"}, {"key"},
@@ -294,7 +294,7 @@ int purge(const QuarantineContext& c) {
 // --redis URL --stream NAME: the verb on the fleet's quarantine instead of the store.
 int on_fleet(const std::string& verb, const Args& args) {
   const auto records_verb = kRecordVerbs.find(verb);
-  if (records_verb == kRecordVerbs.end() && verb != "replay") {
+  if (records_verb == kRecordVerbs.end()) {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);
   }
   if (args.value("store")) return quarantine_error("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
@@ -317,7 +317,6 @@ int on_fleet(const std::string& verb, const Args& args) {
   auto fleet = broker::FleetQuarantine::open(*address, *stream);
   if (!fleet) return quarantine_error(fleet.error(), exit_code_for(fleet.error_code()));
   fleet->use_key(std::move(*key));
-  if (records_verb == kRecordVerbs.end()) return fleet_replay(FleetContext{args, *fleet});
   broker::FleetQuarantineSource source(*fleet);
   return records_verb->second(RecordsContext{args, source});
 }
@@ -336,7 +335,7 @@ int quarantine_command(int argc, char** argv) {
   }
   const std::string verb = argv[2];
   static const std::map<std::string, int (*)(const QuarantineContext&)> kStoreVerbs = {
-      {"purge", purge}, {"replay", quarantine_replay}, {"import", quarantine_import}, {"patch", quarantine_patch},
+      {"purge", purge}, {"import", quarantine_import}, {"patch", quarantine_patch},
   };
   const auto found = kStoreVerbs.find(verb);
   const auto records_verb = kRecordVerbs.find(verb);

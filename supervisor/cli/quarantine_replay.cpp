@@ -1,12 +1,13 @@
 // pillbox quarantine replay: quarantined payloads run again in controlled
-// batches, with brakes. Thin over supervisor/replay.h.
+// batches, with brakes, on either quarantine (QuarantineSource::replay):
+// here, for the store's (supervisor/ops/replay.h), or sent back to the
+// fleet's workers (supervisor/broker/fleet_redrive.h).
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "shared/failure_kind.h"
 #include "supervisor/cli/child_options.h"
@@ -17,15 +18,9 @@
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/run_output.h"
-#include "supervisor/exec/stop_signals.h"
 #include "supervisor/io/result_files.h"
-#include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/replay.h"
 #include "supervisor/store/actor.h"
-#include "supervisor/store/quarantine_json.h"
-#include "supervisor/store/replay_store.h"
-#include "supervisor/store/result_store.h"
-#include "supervisor/store/revision_store.h"
 
 namespace pillbox::cli {
 namespace {
@@ -43,31 +38,56 @@ Expected<double> positive_number(const std::string& name, const std::string& tex
 
 // --jobs, and the fixed consumer the payloads run under instead of the
 // recorded one: a new handler or command, a new policy.
-Status read_replay_runner(const Args& args, ReplaySettings& settings) {
+Status read_replay_runner(const Args& args, ReplayRun& run) {
   auto jobs = read_jobs(args);
   if (!jobs) return Status::error(jobs.error());
-  settings.jobs = *jobs;
+  run.jobs = *jobs;
   auto choice = read_handler_choice(args);
   if (!choice) return Status::error(choice.error());
-  settings.handler = std::move(*choice);
-  return read_record_policy_options(args, settings.policy, settings.allowed);
+  run.handler = std::move(*choice);
+  return read_record_policy_options(args, run.policy, run.allowed);
+}
+
+// Payloads sent back to the workers run under their own handler and
+// policy: what a replay here takes to choose one has nothing to choose there.
+Status refuse_runner_options(const Args& args) {
+  for (const char* name : {"handler", "arg", "policy", "jobs", "timeout", "cpu", "memory", "max-output", "writable",
+                           "share"}) {
+    if (args.flag(name)) {
+      return Status::error(std::string("--") + name +
+                           " does not apply with --redis: replay puts the records back on the stream, and the "
+                           "fleet's workers run them under their own handler and policy");
+    }
+  }
+  if (args.has_dashdash()) {
+    return Status::error("'--' (a command) does not apply with --redis: the fleet's workers run their own command");
+  }
+  return Status::ok();
+}
+
+// --batch, --rate, --stop-after and --max-failure-ratio (read_replay_brakes).
+Status read_brakes(const Args& args, ReplayRun& run) {
+  ReplaySettings brakes;
+  if (auto s = read_replay_brakes(args, brakes); !s) return s;
+  run.batch = brakes.batch;
+  run.rate = brakes.rate;
+  run.stop_after = brakes.stop_after;
+  run.max_failure_ratio = brakes.max_failure_ratio;
+  return Status::ok();
 }
 
 // --dry-run: what would be replayed, changing nothing.
-int show_replay_plan(store::ReplayStore& replays, const ReplaySettings& settings, bool json) {
+int show_replay_plan(QuarantineSource& source, const ReplayRun& run, bool json) {
   std::vector<std::string> skipped;
-  auto plan = replay_plan(replays, settings, skipped);
+  auto plan = source.replay_plan(run, skipped);
   if (!plan) return quarantine_error(plan.error(), exit_code_for(plan.error_code()));
   std::vector<std::pair<nlohmann::json, const store::QuarantineRecord*>> rows;
   std::vector<std::int64_t> revisions;  // what each would run: its newest patch, or 0 for the original
-  store::RevisionStore patches(replays.database());
   for (const auto& r : *plan) {
-    rows.emplace_back(r.id, &r);
-    auto newest = patches.latest(r.id);
-    if (!newest) return quarantine_error(newest.error(), kExitSetup);
-    revisions.push_back(*newest ? (*newest)->n : 0);
+    rows.emplace_back(r.id, &r.record);
+    revisions.push_back(r.revision);
   }
-  print_replay_plan(rows, settings.batch, skipped, json, revisions);
+  print_replay_plan(rows, run.batch, skipped, json, revisions);
   return kExitOk;
 }
 
@@ -132,66 +152,65 @@ int report_replay(const ReplayResult& result, bool write_errors) {
   return result.failed_again > 0 || !result.stopped_because.empty() ? kExitFailures : kExitOk;
 }
 
-int quarantine_replay(const QuarantineContext& c) {
+int quarantine_replay(const RecordsContext& c) {
   const Args& args = c.args;
-  ReplaySettings settings;
-  if (auto s = read_replay_selection(args, parse_record_id, settings.selection); !s) return quarantine_error(s.message(), kExitUsage);
-  if (auto s = read_replay_brakes(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
-  if (auto s = read_replay_runner(args, settings); !s) return quarantine_error(s.message(), kExitUsage);
+  const bool here = c.source.can().replays_here;
+  if (!here) {
+    if (auto s = refuse_runner_options(args); !s) return quarantine_error(s.message(), kExitUsage);
+  }
+  ReplayRun run;
+  auto parse_id = [&](const std::string& text) { return c.source.parse_id(text); };
+  if (auto s = read_replay_selection(args, parse_id, run); !s) return quarantine_error(s.message(), kExitUsage);
+  if (auto s = read_brakes(args, run); !s) return quarantine_error(s.message(), kExitUsage);
+  if (here) {
+    if (auto s = read_replay_runner(args, run); !s) return quarantine_error(s.message(), kExitUsage);
+  } else {
+    auto timeout = read_duration(args, "batch-timeout", run.batch_timeout, 100, 24 * 3'600'000ull);
+    if (!timeout) return quarantine_error(timeout.error(), kExitUsage);
+    run.batch_timeout = *timeout;
+  }
   auto out = read_result_files(args);
   if (!out) return quarantine_error(out.error(), kExitUsage);
   std::optional<ResultFiles> results = std::move(*out);
-  settings.actor = actor_name("quarantine replay");
-  store::ReplayStore replays(c.database, c.quarantine);
-  std::optional<store::ResultStore> result_store;  // how its -o names a result (fleet replays have none)
-  if (auto opened = store::ResultStore::open(c.database)) result_store.emplace(std::move(*opened));
+  run.actor = actor_name("quarantine replay");
+  run.trust_unsigned = args.flag("trust-unsigned");
 
-  if (args.flag("dry-run")) return show_replay_plan(replays, settings, args.flag("json"));
+  if (args.flag("dry-run")) return show_replay_plan(c.source, run, args.flag("json"));
 
   // Results go where `run` would put them: a line or a JSON object each, and
   // the output of successful ones into --out.
   const bool json = args.flag("json");
   bool write_errors = false;
-  Progress progress = Progress::on_stderr("replay", 0, c.args.flag("quiet"));
-  settings.on_progress = [&](std::size_t done, std::size_t total) {
+  Progress progress = Progress::on_stderr("replay", 0, args.flag("quiet"));
+  run.on_progress = [&](std::size_t done, std::size_t total) {
     progress.set_total(total);
     progress.update(done);
     progress.show();
   };
-  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict,
-                           std::int64_t revision) {
+  run.on_result = [&](const ReplayedRecord& r) {
     std::string file;
-    if (verdict == store::ReplayVerdict::kResolved && results) {
-      // Named as `run --out` names this task's result: KEY~HASH.out when an
-      // earlier task has the key with another payload (never over its file).
-      std::string reused;
-      if (result_store) {
-        auto sha = result_store->reused_key_payload(r.entry.task_id);
-        if (sha) reused = *sha;
+    if (r.verdict == store::ReplayVerdict::kResolved && results) {
+      if (!r.output_omitted.empty()) {
+        // An empty file would read as an empty output: said instead.
+        std::fprintf(stderr, "pillbox quarantine replay: record %s: %s, so not in --out\n", id_text(r.id).c_str(),
+                     r.output_omitted.c_str());
+        write_errors = true;
+      } else {
+        file = write_result_file(*results, r.record.entry.key, r.outcome.output, "quarantine replay", write_errors,
+                                 r.result_variant);
       }
-      file = write_result_file(*results, r.entry.key, o.output, "quarantine replay", write_errors,
-                               reused.empty() ? std::string_view{} : result_variant(reused));
     }
     progress.hide();  // the result goes above the progress line
-    progress.count(verdict == store::ReplayVerdict::kResolved ? std::string("resolved")
-                                                              : std::string(to_string(o.kind)));
-    print_replay_result(r.id, r, o, verdict, json, file, revision);
+    progress.count(r.verdict == store::ReplayVerdict::kResolved ? std::string("resolved")
+                                                                : std::string(to_string(r.outcome.kind)));
+    print_replay_result(r.id, r.record, r.outcome, r.verdict, json, file, r.revision);
   };
-  // For the whole replay, not only while payloads run (payload_runner's
-  // own): SIGTERM between two batches (a console job stopped, its serve
-  // gone) would otherwise kill it with the next batch's records claimed.
-  // The batch after it sees the signal at once and stops; its claims go back.
-  auto result = [&] {
-    StopSignals whole_replay;
-    return replay(c.quarantine, replays, settings);
-  }();
+  auto result = c.source.replay(run);
   // Why it stopped, in the last progress line too: a program that follows
   // the JSON lines (PILLBOX_PROGRESS_FD, the console's jobs) reads it there.
   if (result && !result->stopped_because.empty()) progress.update(progress.done(), "stopped: " + result->stopped_because);
   progress.finish();
-  if (!result) {
-    return quarantine_error(result.error(), exit_code_for(result.error_code()));
-  }
+  if (!result) return quarantine_error(result.error(), exit_code_for(result.error_code()));
   return report_replay(*result, write_errors);
 }
 

@@ -59,15 +59,15 @@ int quarantine_show(const RecordsContext& c);     // show ID
 int quarantine_stats(const RecordsContext& c);    // stats
 int quarantine_export(const RecordsContext& c);   // export ID -o FILE [--bundle]
 int quarantine_discard(const RecordsContext& c);  // discard ID... --reason TEXT
+int quarantine_replay(const RecordsContext& c);   // replay (quarantine_replay.cpp)
 
 // The verbs of the store's quarantine only.
-int quarantine_replay(const QuarantineContext& c);  // replay
 int quarantine_import(const QuarantineContext& c);  // import FILES...
 int quarantine_patch(const QuarantineContext& c);   // patch ID (--payload-file F | --set-arg K=V...) --note TEXT
 
 // What a replay acts on: record IDs (read by `parse_id`), or --fingerprint,
-// --kind and/or --raise-site, or --all (exactly one of these), and --force; into any
-// selection with `ids`, `filter` and `force` (the store's and the fleet's).
+// --kind and/or --raise-site, or --all (exactly one of these), and --force;
+// into a selection with `ids`, `filter` and `force`.
 template <class Selection, class ParseId>
 Status read_replay_selection(const Args& args, ParseId parse_id, Selection& sel) {
   for (const auto& text : args.positional()) {
@@ -100,12 +100,5 @@ Status read_replay_brakes(const Args& args, ReplaySettings& settings);
 // What a replay did, on stderr, and the exit code (both quarantines).
 int report_replay(const ReplayResult& result, bool write_errors);
 
-// replay on the fleet's quarantine: redrives to its workers
-// (quarantine_redrive.cpp).
-struct FleetContext {
-  const Args& args;
-  broker::FleetQuarantine& quarantine;
-};
-int fleet_replay(const FleetContext& c);
 
 }  // namespace pillbox::cli

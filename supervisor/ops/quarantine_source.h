@@ -10,6 +10,7 @@
 // asked wrongly or for a record that is not there (exit 2), kSetup for a
 // back end that cannot be used (the store's file, Redis: exit 3).
 #include <any>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/ops/replay.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox {
@@ -29,6 +31,7 @@ struct QuarantineCapabilities {
   bool revisions = false;              // operators' patches (export --revision)
   bool discard_by_raise_site = false;  // discard --raise-site RS
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
+  bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)
 };
 
 // One record as the verbs see it.
@@ -53,6 +56,48 @@ struct PayloadBytes {
 struct Discarded {
   bool already = false;  // discarded before: left as it was
   std::string was;       // its status before
+};
+
+// One replayed record, as a replay tells it (ReplayRun::on_result).
+struct ReplayedRecord {
+  const nlohmann::json& id;
+  const store::QuarantineRecord& record;
+  const Outcome& outcome;
+  store::ReplayVerdict verdict;
+  std::int64_t revision = 0;    // > 0: it ran that revision (a patch); 0: the original
+  std::string output_omitted;   // why its output is not at hand ("" when it is)
+  std::string result_variant;   // how --out names its result: run's KEY~VARIANT rule ("" for KEY)
+};
+
+// A replay: the records it takes, how fast it goes and when it stops,
+// whichever way its payloads run (QuarantineSource::replay).
+struct ReplayRun {
+  std::vector<std::string> ids;  // parse_id's texts; none: the filter
+  store::ListFilter filter;      // --fingerprint, --kind, --raise-site (--all: empty)
+  bool force = false;            // also resolved and discarded records
+  std::size_t batch = 10;
+  double rate = 0;
+  std::size_t stop_after = 0;
+  double max_failure_ratio = 1.0;
+  std::string actor;
+  // Run here (replays_here): the runner the operator chose instead of the recorded one.
+  std::optional<HandlerChoice> handler;
+  std::optional<Policy> policy;
+  RecordAllowance allowed;
+  std::size_t jobs = 1;
+  // Sent back to the workers: records with no valid signature too, and how
+  // long a batch's outcomes are waited for.
+  bool trust_unsigned = false;
+  std::chrono::milliseconds batch_timeout{300'000};
+  std::function<void(const ReplayedRecord&)> on_result;
+  std::function<void(std::size_t done, std::size_t total)> on_progress;
+};
+
+// A record a replay would run (--dry-run), and the revision it would run (0: the original).
+struct PlannedReplay {
+  nlohmann::json id;
+  store::QuarantineRecord record;
+  std::int64_t revision = 0;
 };
 
 class QuarantineSource {
@@ -118,6 +163,14 @@ class QuarantineSource {
                                      std::int64_t matches, const std::string& actor, const std::string& detail) = 0;
   // Where `pillbox minimize` keeps the record's progress and result.
   virtual std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) = 0;
+
+  // The records `run` would replay, changing nothing; `skipped` says which
+  // given ones it leaves and why.
+  virtual Expected<std::vector<PlannedReplay>> replay_plan(const ReplayRun& run, std::vector<std::string>& skipped) = 0;
+  // Replays them in batches with its brakes: run here (replays_here), or
+  // sent back to the workers and their outcomes waited for. A stop signal
+  // is not an error (stop_signal says which).
+  virtual Expected<ReplayResult> replay(const ReplayRun& run) = 0;
 };
 
 }  // namespace pillbox

@@ -2,10 +2,15 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 
 #include "supervisor/ops/minimize.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/record_discard.h"
+#include "supervisor/exec/stop_signals.h"
+#include "supervisor/io/result_files.h"
+#include "supervisor/store/replay_store.h"
+#include "supervisor/store/result_store.h"
 #include "supervisor/store/revision_store.h"
 
 namespace pillbox {
@@ -162,6 +167,72 @@ Status StoreQuarantineSource::record_reproduction(const SourcedRecord& r, const 
 
 std::unique_ptr<MinimizeKeeper> StoreQuarantineSource::minimize_keeper(const SourcedRecord& r, const std::string& actor) {
   return std::make_unique<StoreKeeper>(quarantine_, r.record.id, actor);
+}
+
+namespace {
+
+// The store's replay settings for `run` (its ids checked by parse_id).
+ReplaySettings replay_settings(const ReplayRun& run) {
+  ReplaySettings s;
+  for (const auto& id : run.ids) {
+    if (auto n = parse_record_id(id)) s.selection.ids.push_back(*n);
+  }
+  s.selection.filter = run.filter;
+  s.selection.force = run.force;
+  s.batch = run.batch;
+  s.rate = run.rate;
+  s.stop_after = run.stop_after;
+  s.max_failure_ratio = run.max_failure_ratio;
+  s.handler = run.handler;
+  s.policy = run.policy;
+  s.allowed = run.allowed;
+  s.jobs = run.jobs;
+  s.actor = run.actor;
+  s.on_progress = run.on_progress;
+  return s;
+}
+
+}  // namespace
+
+Expected<std::vector<PlannedReplay>> StoreQuarantineSource::replay_plan(const ReplayRun& run,
+                                                                      std::vector<std::string>& skipped) {
+  store::ReplayStore replays(db_, quarantine_);
+  auto plan = pillbox::replay_plan(replays, replay_settings(run), skipped);
+  if (!plan) return Error{plan.error(), plan.error_code()};
+  std::vector<PlannedReplay> rows;
+  store::RevisionStore patches(db_);
+  for (auto& r : *plan) {
+    auto newest = patches.latest(r.id);  // what it would run: its newest patch, or the original
+    if (!newest) return Error{newest.error()};
+    rows.push_back({r.id, std::move(r), *newest ? (*newest)->n : 0});
+  }
+  return rows;
+}
+
+Expected<ReplayResult> StoreQuarantineSource::replay(const ReplayRun& run) {
+  store::ReplayStore replays(db_, quarantine_);
+  std::optional<store::ResultStore> results;  // how --out names a result, as `run --out` would
+  if (auto opened = store::ResultStore::open(db_)) results.emplace(std::move(*opened));
+  ReplaySettings settings = replay_settings(run);
+  settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict,
+                           std::int64_t revision) {
+    if (!run.on_result) return;
+    // KEY~HASH when an earlier task has the key with another payload.
+    std::string variant;
+    if (results && verdict == store::ReplayVerdict::kResolved) {
+      if (auto sha = results->reused_key_payload(r.entry.task_id); sha && !sha->empty()) {
+        variant = std::string(result_variant(*sha));
+      }
+    }
+    const nlohmann::json id = r.id;
+    run.on_result(ReplayedRecord{id, r, o, verdict, revision, "", std::move(variant)});
+  };
+  // For the whole replay, not only while payloads run (payload_runner's
+  // own): SIGTERM between two batches (a console job stopped, its serve
+  // gone) would otherwise kill it with the next batch's records claimed.
+  // The batch after it sees the signal at once and stops; its claims go back.
+  StopSignals whole_replay;
+  return pillbox::replay(quarantine_, replays, settings);
 }
 
 }  // namespace pillbox

@@ -25,7 +25,7 @@ class StoreQuarantineSource final : public QuarantineSource {
   StoreQuarantineSource(store::QuarantineStore& quarantine, store::Database& db, std::string dir)
       : quarantine_(quarantine), db_(db), dir_(std::move(dir)) {}
 
-  QuarantineCapabilities can() const override { return {true, true, false}; }
+  QuarantineCapabilities can() const override { return {true, true, false, true}; }
   std::string where() const override { return dir_; }
   int id_width() const override { return 8; }
   Expected<std::string> parse_id(const std::string& text) const override;
@@ -45,6 +45,8 @@ class StoreQuarantineSource final : public QuarantineSource {
   Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
                              const std::string& actor, const std::string& detail) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) override;
+  Expected<std::vector<PlannedReplay>> replay_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
+  Expected<ReplayResult> replay(const ReplayRun& run) override;
 
  private:
   store::QuarantineStore& quarantine_;
