@@ -172,6 +172,7 @@ int quarantine_replay(const RecordsContext& c) {
   auto out = read_result_files(args);
   if (!out) return quarantine_error(out.error(), kExitUsage);
   std::optional<ResultFiles> results = std::move(*out);
+  run.name_results = results.has_value();
   run.actor = actor_name("quarantine replay");
   run.trust_unsigned = args.flag("trust-unsigned");
 

@@ -100,5 +100,4 @@ Status read_replay_brakes(const Args& args, ReplaySettings& settings);
 // What a replay did, on stderr, and the exit code (both quarantines).
 int report_replay(const ReplayResult& result, bool write_errors);
 
-
 }  // namespace pillbox::cli

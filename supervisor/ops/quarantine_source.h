@@ -80,6 +80,7 @@ struct ReplayRun {
   std::size_t stop_after = 0;
   double max_failure_ratio = 1.0;
   std::string actor;
+  bool name_results = false;     // the results go to files (--out): ReplayedRecord::result_variant wanted
   // Run here (replays_here): the runner the operator chose instead of the recorded one.
   std::optional<HandlerChoice> handler;
   std::optional<Policy> policy;

@@ -171,11 +171,14 @@ std::unique_ptr<MinimizeKeeper> StoreQuarantineSource::minimize_keeper(const Sou
 
 namespace {
 
-// The store's replay settings for `run` (its ids checked by parse_id).
-ReplaySettings replay_settings(const ReplayRun& run) {
+// The store's replay settings for `run`; an id that is not one is an error
+// (never dropped: no ids at all is the filter's selection).
+Expected<ReplaySettings> replay_settings(const ReplayRun& run) {
   ReplaySettings s;
   for (const auto& id : run.ids) {
-    if (auto n = parse_record_id(id)) s.selection.ids.push_back(*n);
+    auto n = parse_record_id(id);
+    if (!n) return Error{n.error(), ErrorCode::kUsage};
+    s.selection.ids.push_back(*n);
   }
   s.selection.filter = run.filter;
   s.selection.force = run.force;
@@ -196,8 +199,10 @@ ReplaySettings replay_settings(const ReplayRun& run) {
 
 Expected<std::vector<PlannedReplay>> StoreQuarantineSource::replay_plan(const ReplayRun& run,
                                                                       std::vector<std::string>& skipped) {
+  auto settings = replay_settings(run);
+  if (!settings) return Error{settings.error(), settings.error_code()};
   store::ReplayStore replays(db_, quarantine_);
-  auto plan = pillbox::replay_plan(replays, replay_settings(run), skipped);
+  auto plan = pillbox::replay_plan(replays, *settings, skipped);
   if (!plan) return Error{plan.error(), plan.error_code()};
   std::vector<PlannedReplay> rows;
   store::RevisionStore patches(db_);
@@ -210,10 +215,14 @@ Expected<std::vector<PlannedReplay>> StoreQuarantineSource::replay_plan(const Re
 }
 
 Expected<ReplayResult> StoreQuarantineSource::replay(const ReplayRun& run) {
+  auto checked = replay_settings(run);
+  if (!checked) return Error{checked.error(), checked.error_code()};
+  ReplaySettings& settings = *checked;
   store::ReplayStore replays(db_, quarantine_);
   std::optional<store::ResultStore> results;  // how --out names a result, as `run --out` would
-  if (auto opened = store::ResultStore::open(db_)) results.emplace(std::move(*opened));
-  ReplaySettings settings = replay_settings(run);
+  if (run.name_results) {
+    if (auto opened = store::ResultStore::open(db_)) results.emplace(std::move(*opened));
+  }
   settings.on_result = [&](const store::QuarantineRecord& r, const Outcome& o, store::ReplayVerdict verdict,
                            std::int64_t revision) {
     if (!run.on_result) return;
