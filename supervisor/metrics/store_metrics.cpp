@@ -26,13 +26,10 @@ Status count_rows(store::Database& db, const char* sql, int keys,
                   std::map<std::pair<std::string, std::string>, std::int64_t>& counts) {
   auto stmt = store::Statement::prepare(db.handle(), sql);
   if (!stmt) return Status::error(stmt.error());
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Status::error(row.error());
-    if (!*row) return Status::ok();
+  return stmt->each_row([&] {
     std::pair<std::string, std::string> key{stmt->column_text(0), keys > 1 ? stmt->column_text(1) : ""};
     counts[key] += stmt->column_int(keys);
-  }
+  });
 }
 
 }  // namespace

@@ -67,10 +67,7 @@ Ledger::~Ledger() { rollback(); }
 
 Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity, const std::string& policy_identity) {
   Ledger ledger(db, handler_identity);
-  struct {
-    Statement* target;
-    const char* sql;
-  } statements[] = {
+  const Status prepared = prepare_all(db.handle(), {
       {&ledger.find_task_, "SELECT id, state, attempts, claim, version FROM tasks WHERE job = ?1 AND key = ?2 AND payload_sha256 = ?3"},
       {&ledger.find_attempts_,
        "SELECT a.n, a.ended_at IS NOT NULL, coalesce(a.kind, ''), coalesce(a.fingerprint, ''), a.charged, a.solo, "
@@ -103,24 +100,28 @@ Expected<Ledger> Ledger::open(Database& db, const std::string& handler_identity,
       {&ledger.release_claims_, "UPDATE tasks SET claim = NULL WHERE claim = ?1"},
       {&ledger.release_claim_,
        "UPDATE tasks SET claim = NULL, held = 0, next_retry_at = NULL WHERE id = ?1 AND claim = ?2"},
-  };
-  for (auto& [target, sql] : statements) {
-    auto stmt = Statement::prepare(db.handle(), sql);
-    if (!stmt) return Error{stmt.error()};
-    *target = std::move(*stmt);
-  }
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  auto run = Statement::prepare(db.handle(),
-                                "INSERT INTO runs (started_at, pid, host, handler_identity, policy_identity) "
-                                "VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id");
-  if (!run) return Error{run.error()};
-  run->bind(1, now_ms()).bind(2, static_cast<std::int64_t>(::getpid())).bind(3, std::string_view(host));
-  run->bind(4, std::string_view(handler_identity)).bind(5, std::string_view(policy_identity));
-  auto row = run->step();
-  if (!row) return Error{row.error()};
-  ledger.run_id_ = run->column_int(0);
+  });
+  if (!prepared) return Error{prepared.message()};
+  auto run_id = insert_run(db, now_ms(), handler_identity, policy_identity);
+  if (!run_id) return Error{run_id.error()};
+  ledger.run_id_ = *run_id;
   return ledger;
+}
+
+Expected<std::int64_t> insert_run(Database& db, std::int64_t now, const std::string& handler_identity,
+                                  const std::string& policy_identity) {
+  auto stmt = Statement::prepare(db.handle(),
+                                 "INSERT INTO runs (started_at, pid, host, handler_identity, policy_identity) "
+                                 "VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id");
+  if (!stmt) return Error{stmt.error()};
+  auto row = stmt->bind(1, now)
+                 .bind(2, std::int64_t{::getpid()})
+                 .bind(3, std::string_view(host_name()))
+                 .bind(4, std::string_view(handler_identity))
+                 .bind(5, std::string_view(policy_identity))
+                 .step();
+  if (!row) return Error{row.error()};
+  return stmt->column_int(0);
 }
 
 Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const std::string& sha) {
@@ -143,10 +144,7 @@ Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const s
     return std::optional<LedgerTask>(std::move(t));
   }
   find_attempts_.bind(1, t.id);
-  while (true) {
-    auto a = find_attempts_.step();
-    if (!a) return Error{a.error()};
-    if (!*a) break;
+  const Status read = find_attempts_.each_row([&] {
     AttemptSummary s;
     s.n = static_cast<std::uint32_t>(find_attempts_.column_int(0));
     s.finished = find_attempts_.column_int(1) != 0;
@@ -156,7 +154,8 @@ Expected<std::optional<LedgerTask>> Ledger::find(const std::string& key, const s
     s.solo = find_attempts_.column_int(5) != 0;
     s.lost_with_evidence = !s.finished && find_attempts_.column_int(6) != 0;
     t.history.push_back(std::move(s));
-  }
+  });
+  if (!read) return Error{read.message()};
   find_attempts_.reset();
   return std::optional<LedgerTask>(std::move(t));
 }

@@ -152,4 +152,9 @@ class Ledger {
   Statement release_claim_;
 };
 
+// A row of the runs table for this process (pid, host, what it runs), which
+// the attempts it makes name; returns its id.
+Expected<std::int64_t> insert_run(Database& db, std::int64_t now_ms, const std::string& handler_identity,
+                                  const std::string& policy_identity);
+
 }  // namespace pillbox::store

@@ -9,7 +9,6 @@ namespace pillbox::store {
 
 inline constexpr const char* kOutcomeColumns =
     "kind, fingerprint, crash_state, message, signal, syscall, exit_code, cpu_ms, wall_ms, max_rss_kb";
-inline constexpr int kOutcomeColumnCount = 10;
 
 // Binds `record` to the parameters ?first .. ?first+9.
 void bind_outcome(Statement& statement, int first, const OutcomeRecord& record);

@@ -32,14 +32,12 @@ Status make_private_dir(const std::string& path) {
 
 Expected<PayloadStore> PayloadStore::open(Database& db, const std::string& store_dir) {
   PayloadStore ps(db, store_dir);
-  auto exists = Statement::prepare(db.handle(), "SELECT 1 FROM payloads WHERE sha256 = ?1");
-  if (!exists) return Error{exists.error()};
-  auto insert = Statement::prepare(db.handle(),
-                                   "INSERT INTO payloads (sha256, size, data, created_at) VALUES (?1, ?2, ?3, ?4) "
-                                   "ON CONFLICT (sha256) DO NOTHING");
-  if (!insert) return Error{insert.error()};
-  ps.exists_ = std::move(*exists);
-  ps.insert_ = std::move(*insert);
+  const Status prepared = prepare_all(db.handle(), {
+      {&ps.exists_, "SELECT 1 FROM payloads WHERE sha256 = ?1"},
+      {&ps.insert_,
+       "INSERT INTO payloads (sha256, size, data, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (sha256) DO NOTHING"},
+  });
+  if (!prepared) return Error{prepared.message()};
   return ps;
 }
 
@@ -181,12 +179,10 @@ Expected<std::vector<std::string>> PayloadStore::remove_unreferenced(std::size_t
                                                       kUnreferenced);
   if (!select) return Error{select.error()};
   std::vector<std::string> files;
-  while (true) {
-    auto row = select->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = select->each_row([&] {
     if (select->column_int(1) != 0) files.push_back(file_path(select->column_text(0)));
-  }
+  });
+  if (!read) return Error{read.message()};
   if (auto s = db_->exec(std::string("DELETE FROM payloads WHERE ") + kUnreferenced); !s) return Error{s.message()};
   rows = static_cast<std::size_t>(::sqlite3_changes(db_->handle()));
   return files;

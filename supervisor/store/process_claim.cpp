@@ -41,12 +41,6 @@ const std::string& boot_id() {
   return id;
 }
 
-std::string host_name() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
-
 std::vector<std::string_view> split(std::string_view text, char sep) {
   std::vector<std::string_view> parts;
   std::size_t from = 0;
@@ -59,6 +53,12 @@ std::vector<std::string_view> split(std::string_view text, char sep) {
 }
 
 }  // namespace
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
 
 std::string claim_token_of(long pid) {
   return host_name() + ":" + std::to_string(pid) + ":" + start_time_of(pid) + ":" + boot_id();

@@ -11,6 +11,8 @@
 
 namespace pillbox::store {
 
+// This host's name, as claims and run rows record it.
+std::string host_name();
 // This process's claim token (computed once).
 const std::string& process_claim_token();
 // The token process `pid` of this host would claim with ("" for the start

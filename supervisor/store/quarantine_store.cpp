@@ -90,10 +90,7 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
   auto payloads = PayloadStore::open(db, store_dir);
   if (!payloads) return Error{payloads.error()};
   QuarantineStore qs(db, std::move(*payloads), max_records);
-  struct {
-    Statement* target;
-    std::string sql;
-  } statements[] = {
+  const Status prepared = prepare_all(db.handle(), {
       {&qs.insert_,
        std::string("INSERT INTO quarantine (task_id, key, source, handler, handler_identity, handler_args, "
                    "exec_argv, policy_identity, policy, payload_sha256, payload_size, ") +
@@ -113,12 +110,8 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
        // pick the status index and scan every open record (quadratic inserts).
        "SELECT id FROM quarantine WHERE task_id = ?1 AND +status IN ('quarantined', 'replaying', 'failed-again') "
        "LIMIT 1"},
-  };
-  for (auto& [target, sql] : statements) {
-    auto stmt = Statement::prepare(db.handle(), sql);
-    if (!stmt) return Error{stmt.error()};
-    *target = std::move(*stmt);
-  }
+  });
+  if (!prepared) return Error{prepared.message()};
   return qs;
 }
 
@@ -220,14 +213,11 @@ Status QuarantineStore::each(const ListFilter& f, const std::function<bool(const
   if (!stmt) return Status::error(stmt.error());
   bind_filter(*stmt, f);
   stmt->bind(20, f.limit).bind(21, f.offset);
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Status::error(row.error());
-    if (!*row) return Status::ok();
+  return stmt->each_row([&]() -> Expected<bool> {
     auto record = read_record(*stmt);
-    if (!record) return record.status();
-    if (!fn(*record)) return Status::ok();
-  }
+    if (!record) return Error{record.error()};
+    return fn(*record);
+  });
 }
 
 Expected<std::vector<QuarantineRecord>> QuarantineStore::list(const ListFilter& f) {
@@ -268,10 +258,7 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
   if (!stmt) return Error{stmt.error()};
   bind_filter(*stmt, f);
   std::vector<FingerprintStats> out;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = stmt->each_row([&] {
     FingerprintStats st;
     st.fingerprint = stmt->column_text(0);
     st.kind = stmt->column_text(1);
@@ -289,7 +276,8 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
     st.crash_state = stmt->column_text(column++);
     st.handler_identity = stmt->column_text(column);
     out.push_back(std::move(st));
-  }
+  });
+  if (!read) return Error{read.message()};
   if (auto s = count_by_day(f, now, out); !s) return Error{s.message()};
   return out;
 }
@@ -310,14 +298,11 @@ Status QuarantineStore::count_by_day(const ListFilter& f, std::int64_t now, std:
     g.first_day_ms = first_day;
     by_group[{g.fingerprint, g.kind}] = &g;
   }
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Status::error(row.error());
-    if (!*row) return Status::ok();
+  return stmt->each_row([&] {
     const auto g = by_group.find({stmt->column_text(0), stmt->column_text(1)});
     const std::int64_t day = stmt->column_int(2);
     if (g != by_group.end() && day >= 0 && day < kStatsDays) g->second->by_day[day] = stmt->column_int(3);
-  }
+  });
 }
 
 Expected<std::vector<AuditEntry>> QuarantineStore::audit_trail(std::int64_t record_id) {
@@ -326,12 +311,10 @@ Expected<std::vector<AuditEntry>> QuarantineStore::audit_trail(std::int64_t reco
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, record_id);
   std::vector<AuditEntry> out;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = stmt->each_row([&] {
     out.push_back({stmt->column_int(0), stmt->column_text(1), stmt->column_text(2), stmt->column_text(3)});
-  }
+  });
+  if (!read) return Error{read.message()};
   return out;
 }
 
@@ -344,10 +327,7 @@ Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, task_id);
   std::vector<AttemptRow> out;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = stmt->each_row([&] {
     AttemptRow a;
     a.n = stmt->column_int(0);
     a.run_id = stmt->column_int(1);
@@ -360,7 +340,8 @@ Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id
     a.solo = stmt->column_int(8) != 0;
     a.stderr_tail = stmt->column_text(9);
     out.push_back(std::move(a));
-  }
+  });
+  if (!read) return Error{read.message()};
   return out;
 }
 
@@ -376,16 +357,25 @@ Expected<bool> QuarantineStore::take_back(std::int64_t id, std::int64_t now, con
   return true;
 }
 
-Status QuarantineStore::set_status(std::int64_t id, RecordStatus status, std::int64_t now,
-                                   const std::string& actor, const std::string& action, const std::string& detail) {
+Status QuarantineStore::update_audited(std::int64_t id, const std::string& update,
+                                       const std::function<void(Statement&)>& bind, std::int64_t now,
+                                       const std::string& actor, const std::string& action, const std::string& detail) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Status::error(txn.error());
-  auto stmt = Statement::prepare(db_->handle(), "UPDATE quarantine SET status = ?2, updated_at = ?3 WHERE id = ?1");
+  auto stmt = Statement::prepare(db_->handle(), update);
   if (!stmt) return Status::error(stmt.error());
-  if (auto s = stmt->bind(1, id).bind(2, to_string(status)).bind(3, now).run(); !s) return s;
+  bind(stmt->bind(1, id));
+  if (auto s = stmt->run(); !s) return s;
   if (::sqlite3_changes(db_->handle()) == 0) return Status::error("no quarantine record " + std::to_string(id));
   if (auto s = audit(id, now, actor, action, detail); !s) return s;
   return txn->commit();
+}
+
+Status QuarantineStore::set_status(std::int64_t id, RecordStatus status, std::int64_t now,
+                                   const std::string& actor, const std::string& action, const std::string& detail) {
+  return update_audited(
+      id, "UPDATE quarantine SET status = ?2, updated_at = ?3 WHERE id = ?1",
+      [&](Statement& s) { s.bind(2, to_string(status)).bind(3, now); }, now, actor, action, detail);
 }
 
 Expected<std::optional<QuarantineRecord>> QuarantineStore::get(std::int64_t id) {
@@ -406,30 +396,22 @@ Expected<std::vector<AttemptTally>> QuarantineStore::attempt_tally(std::int64_t 
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, task_id);
   std::vector<AttemptTally> out;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = stmt->each_row([&] {
     out.push_back({stmt->column_text(0), stmt->column_int(1), stmt->column_int(2), stmt->column_int(3)});
-  }
+  });
+  if (!read) return Error{read.message()};
   return out;
 }
 
 Status QuarantineStore::record_reproduction(std::int64_t id, const std::string& verdict, std::int64_t runs,
                                             std::int64_t matches, std::int64_t now, const std::string& actor,
                                             const std::string& detail) {
-  auto txn = Transaction::begin(db_->handle());
-  if (!txn) return Status::error(txn.error());
-  auto stmt = Statement::prepare(db_->handle(),
-                                 "UPDATE quarantine SET reproduce_outcome = ?2, reproduce_runs = ?3, "
-                                 "reproduce_matches = ?4, updated_at = ?5 WHERE id = ?1");
-  if (!stmt) return Status::error(stmt.error());
-  if (auto s = stmt->bind(1, id).bind(2, std::string_view(verdict)).bind(3, runs).bind(4, matches).bind(5, now).run(); !s) {
-    return s;
-  }
-  if (::sqlite3_changes(db_->handle()) == 0) return Status::error("no quarantine record " + std::to_string(id));
-  if (auto s = audit(id, now, actor, "reproduced", detail); !s) return s;
-  return txn->commit();
+  return update_audited(
+      id,
+      "UPDATE quarantine SET reproduce_outcome = ?2, reproduce_runs = ?3, reproduce_matches = ?4, updated_at = ?5 "
+      "WHERE id = ?1",
+      [&](Statement& s) { s.bind(2, std::string_view(verdict)).bind(3, runs).bind(4, matches).bind(5, now); }, now,
+      actor, "reproduced", detail);
 }
 
 Expected<std::optional<MinimizeState>> QuarantineStore::minimize_state(std::int64_t id) {
@@ -474,14 +456,9 @@ Status QuarantineStore::clear_minimize_state(std::int64_t id) {
 
 Status QuarantineStore::record_minimized(std::int64_t id, const std::string& sha256, std::int64_t now,
                                          const std::string& actor, const std::string& detail) {
-  auto txn = Transaction::begin(db_->handle());
-  if (!txn) return Status::error(txn.error());
-  auto stmt = Statement::prepare(db_->handle(), "UPDATE quarantine SET minimized_sha256 = ?2, updated_at = ?3 WHERE id = ?1");
-  if (!stmt) return Status::error(stmt.error());
-  if (auto s = stmt->bind(1, id).bind(2, std::string_view(sha256)).bind(3, now).run(); !s) return s;
-  if (::sqlite3_changes(db_->handle()) == 0) return Status::error("no quarantine record " + std::to_string(id));
-  if (auto s = audit(id, now, actor, "minimized", detail); !s) return s;
-  return txn->commit();
+  return update_audited(
+      id, "UPDATE quarantine SET minimized_sha256 = ?2, updated_at = ?3 WHERE id = ?1",
+      [&](Statement& s) { s.bind(2, std::string_view(sha256)).bind(3, now); }, now, actor, "minimized", detail);
 }
 
 namespace {
@@ -511,17 +488,15 @@ Expected<std::vector<PurgeCandidate>> QuarantineStore::purge_candidates(std::int
   if (!stmt) return Error{stmt.error()};
   bind_purge_condition(*stmt, cutoff_ms, statuses);
   std::vector<PurgeCandidate> out;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = stmt->each_row([&] {
     PurgeCandidate c;
     c.id = stmt->column_int(0);
     c.status = record_status_from_string(stmt->column_text(1)).value_or(RecordStatus::kQuarantined);
     c.kind = stmt->column_text(2);
     c.key = stmt->column_text(3);
     out.push_back(std::move(c));
-  }
+  });
+  if (!read) return Error{read.message()};
   return out;
 }
 
@@ -535,16 +510,14 @@ Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::
   bind_purge_condition(*stmt, cutoff_ms, statuses);
   PurgeResult result;
   std::vector<std::int64_t> tasks;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = stmt->each_row([&] {
     ++result.records;
     tasks.push_back(stmt->column_int(0));
     result.ids.push_back(stmt->column_int(2));
     const auto status = record_status_from_string(stmt->column_text(1));
     if (!status || is_open(*status)) ++result.open_records;
-  }
+  });
+  if (!read) return Error{read.message()};
   stmt->reset();
   std::sort(result.ids.begin(), result.ids.end());  // RETURNING's order is SQLite's to choose
   if (result.open_records > max_open) {  // the transaction rolls back: nothing deleted

@@ -237,6 +237,11 @@ class QuarantineStore {
   QuarantineStore(Database& db, PayloadStore payloads, std::int64_t max_records)
       : db_(&db), payloads_(std::move(payloads)), max_records_(max_records) {}
   Expected<std::int64_t> record_count();
+  // Runs `update` of record `id` (?1; `bind` binds the rest) with an audit
+  // entry, in one transaction of its own; an error when there is no such record.
+  Status update_audited(std::int64_t id, const std::string& update, const std::function<void(Statement&)>& bind,
+                        std::int64_t now_ms, const std::string& actor, const std::string& action,
+                        const std::string& detail);
   // Fills each group's by_day (see FingerprintStats) in one query.
   Status count_by_day(const ListFilter& filter, std::int64_t now_ms, std::vector<FingerprintStats>& groups);
 

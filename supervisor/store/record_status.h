@@ -26,6 +26,12 @@ inline constexpr RecordStatus kAllRecordStatuses[] = {
 // resolved or discarded. Purging one loses evidence nobody has looked at.
 bool is_open(RecordStatus status);
 
+// What a replay takes: quarantined and failed-again records, and with
+// --force any other (the caller refuses one another replay holds).
+inline bool replayable(RecordStatus status, bool force) {
+  return status == RecordStatus::kQuarantined || status == RecordStatus::kFailedAgain || force;
+}
+
 std::string_view to_string(RecordStatus status);
 std::optional<RecordStatus> record_status_from_string(std::string_view text);
 

@@ -1,30 +1,14 @@
 #include "supervisor/store/replay_store.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 
+#include "supervisor/store/ledger.h"
 #include "supervisor/store/process_claim.h"
 #include "supervisor/store/statement.h"
 #include "supervisor/store/task_state.h"
 
 namespace pillbox::store {
-namespace {
-
-std::string host_name() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
-
-bool claimable(RecordStatus status, bool force) {
-  if (status == RecordStatus::kQuarantined || status == RecordStatus::kFailedAgain) return true;
-  return force;
-}
-
-}  // namespace
-
 std::string ReplayStore::claim_token() { return process_claim_token(); }
 
 Expected<std::string> ReplayStore::claim_of(Database& db, std::int64_t id) {
@@ -40,15 +24,12 @@ Expected<std::size_t> ReplayStore::recover_abandoned(std::int64_t now, const std
                                  "SELECT id, coalesce(replay_claim, '') FROM quarantine WHERE status = 'replaying'");
   if (!stmt) return Error{stmt.error()};
   std::vector<std::pair<std::int64_t, std::string>> gone;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
+  const Status read = stmt->each_row([&] {
     const std::string claim = stmt->column_text(1);
     // Another host's claim cannot be checked from here; a live one is still running.
-    if (claim_holder(claim) != ClaimHolder::kGone) continue;
-    gone.emplace_back(stmt->column_int(0), claim);
-  }
+    if (claim_holder(claim) == ClaimHolder::kGone) gone.emplace_back(stmt->column_int(0), claim);
+  });
+  if (!read) return Error{read.message()};
   stmt->reset();
   for (const auto& [id, claim] : gone) {
     auto txn = Transaction::begin(db_->handle());
@@ -78,7 +59,7 @@ Expected<std::vector<QuarantineRecord>> ReplayStore::select(const ReplaySelectio
         return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
                      ErrorCode::kUsage};
       }
-      if (!claimable((*r)->status, sel.force)) {
+      if (!replayable((*r)->status, sel.force)) {
         skipped.push_back("record " + std::to_string(id) + " is " + std::string(to_string((*r)->status)) +
                           " (--force replays it anyway)");
         continue;
@@ -89,7 +70,7 @@ Expected<std::vector<QuarantineRecord>> ReplayStore::select(const ReplaySelectio
   }
   std::size_t not_open = 0;
   auto s = quarantine_->each(sel.filter, [&](const QuarantineRecord& r) {
-    if (claimable(r.status, sel.force)) out.push_back(r);
+    if (replayable(r.status, sel.force)) out.push_back(r);
     else ++not_open;
     return true;
   });
@@ -134,18 +115,7 @@ Status ReplayStore::release(std::int64_t id, std::int64_t now) {
 
 Expected<std::int64_t> ReplayStore::start_run(const std::string& handler_identity, const std::string& policy_identity,
                                               std::int64_t now) {
-  auto stmt = Statement::prepare(db_->handle(),
-                                 "INSERT INTO runs (started_at, pid, host, handler_identity, policy_identity) "
-                                 "VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id");
-  if (!stmt) return Error{stmt.error()};
-  auto row = stmt->bind(1, now)
-                 .bind(2, std::int64_t{::getpid()})
-                 .bind(3, std::string_view(host_name()))
-                 .bind(4, std::string_view(handler_identity))
-                 .bind(5, std::string_view(policy_identity))
-                 .step();
-  if (!row) return Error{row.error()};
-  return stmt->column_int(0);
+  return insert_run(*db_, now, handler_identity, policy_identity);
 }
 
 Status ReplayStore::finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& a, std::int64_t run_id,

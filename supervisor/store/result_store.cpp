@@ -1,19 +1,13 @@
 #include "supervisor/store/result_store.h"
 
+#include "shared/enum_text.h"
+
 namespace pillbox::store {
 namespace {
 
 const char* const kColumns =
     "SELECT r.task_id, t.job, t.key, t.payload_sha256, r.size, r.status, r.created_at, "
     "CASE WHEN ?9 THEN r.data END, coalesce(r.record_id, 0), r.revision FROM results r JOIN tasks t ON t.id = r.task_id AND t.state = 'ok' ";
-
-// The schema's CHECK keeps statuses to these; another is a newer pillbox's.
-Expected<ResultStatus> status_from(const std::string& text) {
-  if (text == "kept") return ResultStatus::kKept;
-  if (text == "evicted") return ResultStatus::kEvicted;
-  if (text == "too-large") return ResultStatus::kTooLarge;
-  return Error{"unknown result status '" + text + "' in the store"};
-}
 
 }  // namespace
 
@@ -35,10 +29,7 @@ std::string describe(const ResultOrigin& origin) {
 
 Expected<ResultStore> ResultStore::open(Database& db) {
   ResultStore rs(db);
-  struct {
-    Statement* target;
-    std::string sql;
-  } statements[] = {
+  const Status prepared = prepare_all(db.handle(), {
       {&rs.upsert_,
        "INSERT INTO results (task_id, size, status, data, created_at, record_id, revision) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
@@ -49,12 +40,8 @@ Expected<ResultStore> ResultStore::open(Database& db) {
       {&rs.evict_, "UPDATE results SET status = 'evicted', data = NULL WHERE task_id = ?1"},
       {&rs.of_task_, std::string(kColumns) + "WHERE r.task_id = ?1"},
       {&rs.forget_, "DELETE FROM results WHERE task_id = ?1 AND record_id = ?2"},
-  };
-  for (auto& [target, sql] : statements) {
-    auto stmt = Statement::prepare(db.handle(), sql);
-    if (!stmt) return Error{stmt.error()};
-    *target = std::move(*stmt);
-  }
+  });
+  if (!prepared) return Error{prepared.message()};
   return rs;
 }
 
@@ -96,17 +83,13 @@ Expected<std::size_t> ResultStore::evict_over(std::uint64_t limit) {
   // task_id) of the kept rows makes this a walk from the front.
   std::int64_t excess = *total - static_cast<std::int64_t>(limit);
   std::vector<std::int64_t> victims;
-  while (excess > 0) {
-    auto row = oldest_.step();
-    if (!row) {
-      oldest_.reset();
-      return Error{row.error()};
-    }
-    if (!*row) break;
+  const Status read = oldest_.each_row([&] {
     victims.push_back(oldest_.column_int(0));
     excess -= oldest_.column_int(1);
-  }
+    return excess > 0;
+  });
   oldest_.reset();
+  if (!read) return Error{read.message()};
   for (const std::int64_t id : victims) {
     if (auto s = evict_.bind(1, id).run(); !s) return Error{s.message()};
   }
@@ -115,32 +98,24 @@ Expected<std::size_t> ResultStore::evict_over(std::uint64_t limit) {
 
 Status ResultStore::walk(Statement& stmt, bool with_data, const std::function<Status(StoredResult&)>& each) {
   stmt.bind(9, static_cast<std::int64_t>(with_data ? 1 : 0));
-  Status outcome = Status::ok();
-  while (outcome.is_ok()) {
-    auto row = stmt.step();
-    if (!row) {
-      outcome = Status::error(row.error());
-      break;
-    }
-    if (!*row) break;
+  const Status outcome = stmt.each_row([&] {
     StoredResult r;
     r.task_id = stmt.column_int(0);
     r.job = stmt.column_text(1);
     r.key = stmt.column_text(2);
     r.payload_sha256 = stmt.column_text(3);
     r.size = stmt.column_int(4);
-    auto status = status_from(stmt.column_text(5));
-    if (!status) {
-      outcome = Status::error(status.error());
-      break;
-    }
-    r.status = *status;
+    const std::string status = stmt.column_text(5);
+    // The schema's CHECK keeps statuses to these; another is a newer pillbox's.
+    const std::optional<ResultStatus> known = enum_from_text(kAllResultStatuses, status);
+    if (!known) return Status::error("unknown result status '" + status + "' in the store");
+    r.status = *known;
     r.created_at = stmt.column_int(6);
     if (!stmt.column_is_null(7)) r.data = stmt.column_text(7);
     r.origin.record_id = stmt.column_int(8);
     r.origin.revision = stmt.column_int(9);
-    outcome = each(r);
-  }
+    return each(r);
+  });
   stmt.reset();
   return outcome;
 }
@@ -180,12 +155,8 @@ Expected<std::vector<std::string>> ResultStore::task_states(const std::string& k
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, std::string_view(key));
   std::vector<std::string> states;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
-    states.push_back(stmt->column_text(0));
-  }
+  const Status read = stmt->each_row([&] { states.push_back(stmt->column_text(0)); });
+  if (!read) return Error{read.message()};
   return states;
 }
 

@@ -27,6 +27,8 @@ namespace pillbox::store {
 inline constexpr std::uint64_t kDefaultKeepResultBytes = 256ull << 20;
 
 enum class ResultStatus { kKept, kEvicted, kTooLarge };
+inline constexpr ResultStatus kAllResultStatuses[] = {ResultStatus::kKept, ResultStatus::kEvicted,
+                                                      ResultStatus::kTooLarge};
 std::string_view to_string(ResultStatus status);
 
 // Who made a kept result: the run that ended the task ok (record_id 0), or

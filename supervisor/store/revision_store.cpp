@@ -30,12 +30,9 @@ Expected<std::vector<Revision>> RevisionStore::list(std::int64_t record_id) {
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, record_id);
   std::vector<Revision> out;
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) return out;
-    out.push_back(read_revision(*stmt));
-  }
+  const Status read = stmt->each_row([&] { out.push_back(read_revision(*stmt)); });
+  if (!read) return Error{read.message()};
+  return out;
 }
 
 Expected<std::optional<Revision>> RevisionStore::latest(std::int64_t record_id) {

@@ -79,12 +79,17 @@ Expected<bool> Statement::step() {
 }
 
 Status Statement::run() {
-  while (true) {
-    auto row = step();
-    if (!row) return Status::error(row.error());
-    if (!*row) break;
-  }
+  if (auto s = each_row([] {}); !s) return s;
   ::sqlite3_reset(stmt_);
+  return Status::ok();
+}
+
+Status prepare_all(sqlite3* db, std::initializer_list<StatementSql> statements) {
+  for (const auto& [target, sql] : statements) {
+    auto stmt = Statement::prepare(db, sql);
+    if (!stmt) return Status::error(stmt.error());
+    *target = std::move(*stmt);
+  }
   return Status::ok();
 }
 

@@ -5,9 +5,11 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "shared/status.h"
 
@@ -37,6 +39,12 @@ class Statement {
   // Steps to completion, for statements that return no rows (or whose rows
   // are not needed).
   Status run();
+  // Steps through the rows, calling `row()` at each. `row` returns void, false
+  // to stop early, or a Status or Expected<bool> whose error stops the walk
+  // and is returned. Like step(), leaves the statement un-reset: the caller
+  // resets where a read lock must not outlive the walk.
+  template <class Row>
+  Status each_row(Row&& row);
 
   std::int64_t column_int(int index) const;
   std::string column_text(int index) const;
@@ -52,6 +60,34 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
   bool stepped_ = false;
 };
+
+template <class Row>
+Status Statement::each_row(Row&& row) {
+  using Result = decltype(row());
+  while (true) {
+    auto more = step();
+    if (!more) return Status::error(more.error());
+    if (!*more) return Status::ok();
+    if constexpr (std::is_void_v<Result>) {
+      row();
+    } else if constexpr (std::is_same_v<Result, Status>) {
+      if (Status s = row(); !s) return s;
+    } else {
+      Expected<bool> go = row();
+      if (!go) return go.status();
+      if (!*go) return Status::ok();
+    }
+  }
+}
+
+// A statement to prepare, and where to keep it.
+struct StatementSql {
+  Statement* target;
+  std::string sql;
+};
+// Prepares each statement into its target, in order, for a store that
+// prepares its statements once when it opens; the first failure is the error.
+Status prepare_all(sqlite3* db, std::initializer_list<StatementSql> statements);
 
 // Commits on commit(), rolls back otherwise: no path leaves a transaction
 // open. BEGIN IMMEDIATE takes the write lock at once, so a concurrent writer

@@ -49,10 +49,7 @@ Status each_task(Database& db, const TaskFilter& f, const std::function<bool(con
   if (f.key) stmt->bind(2, std::string_view(*f.key));
   if (f.handler) stmt->bind(3, std::string_view(*f.handler));
   stmt->bind(4, f.limit);
-  while (true) {
-    auto row = stmt->step();
-    if (!row) return Status::error(row.error());
-    if (!*row) return Status::ok();
+  return stmt->each_row([&]() -> Expected<bool> {
     TaskRow r;
     int c = 0;
     r.id = stmt->column_int(c++);
@@ -62,7 +59,7 @@ Status each_task(Database& db, const TaskFilter& f, const std::function<bool(con
     r.payload_size = stmt->column_int(c++);
     const std::string view = stmt->column_text(c++);
     auto known = task_view_from_string(view);
-    if (!known) return Status::error("unknown task state '" + view + "' in the ledger (a newer pillbox wrote it?)");
+    if (!known) return Error{"unknown task state '" + view + "' in the ledger (a newer pillbox wrote it?)"};
     r.view = *known;
     r.attempts = stmt->column_int(c++);
     const bool attempted = stmt->column_int(c++) != 0;
@@ -76,8 +73,8 @@ Status each_task(Database& db, const TaskFilter& f, const std::function<bool(con
     r.updated_at = stmt->column_int(c++);
     r.result_origin.record_id = stmt->column_int(c++);
     r.result_origin.revision = stmt->column_int(c++);
-    if (!fn(r)) return Status::ok();
-  }
+    return fn(r);
+  });
 }
 
 Expected<Forgotten> forget_tasks(Database& db, const TaskFilter& filter) {
@@ -118,12 +115,8 @@ Expected<std::int64_t> release_claims_of_host(Database& db, const std::string& h
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, std::string_view(host));
   std::int64_t released = 0;
-  for (;;) {
-    auto row = stmt->step();
-    if (!row) return Error{row.error()};
-    if (!*row) break;
-    ++released;
-  }
+  const Status read = stmt->each_row([&] { ++released; });
+  if (!read) return Error{read.message()};
   return released;
 }
 
