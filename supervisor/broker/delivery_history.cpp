@@ -1,10 +1,8 @@
 #include "supervisor/broker/delivery_history.h"
 
 #include <algorithm>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
-#include <type_traits>
 
 #include "supervisor/classify/outcome_json.h"
 #include "supervisor/io/untrusted_json.h"
@@ -16,40 +14,12 @@ namespace {
 // a few frames and numbers.
 constexpr std::size_t kMaxDeliveryBytes = 64 << 10;
 
-// A whole number of a record into `out`, when it fits; absent: `out` is
-// left as it is. A float (1e300) or a number out of range is false: the
-// record is not ours (a float converted to an int that cannot hold it is
-// undefined behaviour, which nlohmann's get<int>() does not guard against).
-template <typename T>
-bool read_number(const nlohmann::json& j, const char* name, T& out) {
-  const auto it = j.find(name);
-  if (it == j.end()) return true;
-  if (it->is_number_unsigned()) {
-    const auto v = it->template get<std::uint64_t>();
-    if (v > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) return false;
-    out = static_cast<T>(v);
-    return true;
-  }
-  if (!it->is_number_integer()) return false;
-  const auto v = it->template get<std::int64_t>();
-  if constexpr (std::is_unsigned_v<T>) {
-    if (v < 0) return false;
-  } else {
-    if (v < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
-        v > static_cast<std::int64_t>(std::numeric_limits<T>::max())) {
-      return false;
-    }
-  }
-  out = static_cast<T>(v);
-  return true;
-}
-
 }  // namespace
 
 RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
-                                  const Outcome& o, bool charged, bool transient, std::string note) {
+                                  const OutcomeRecord& outcome, bool charged, bool transient, std::string note) {
   RecordedDelivery d;
-  static_cast<OutcomeRecord&>(d) = outcome_record(o);
+  static_cast<OutcomeRecord&>(d) = outcome;
   d.message.resize(std::min(d.message.size(), kMaxRecordedMessage));
   d.delivery = delivery;
   d.worker = worker;
@@ -58,6 +28,11 @@ RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& wor
   d.transient = transient;
   d.note = std::move(note);
   return d;
+}
+
+RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
+                                  const Outcome& outcome, bool charged, bool transient, std::string note) {
+  return recorded_outcome(delivery, worker, at_ms, outcome_record(outcome), charged, transient, std::move(note));
 }
 
 RecordedDelivery recorded_release(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
@@ -101,7 +76,11 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
     static_cast<OutcomeRecord&>(d) = std::move(*outcome);
     d.delivery = delivery;
     d.worker = j.value("worker", "");
-    if (!read_number(j, "at_ms", d.at_ms)) return std::nullopt;
+    if (const auto at = j.find("at_ms"); at != j.end()) {
+      const auto ms = json_whole_number(*at);  // null or a float: not ours
+      if (!ms) return std::nullopt;
+      d.at_ms = *ms;
+    }
     if (!d.kind.empty() && !kind_from_string(d.kind)) return std::nullopt;
     d.charged = j.value("charged", true);
     d.transient = j.value("transient", false);

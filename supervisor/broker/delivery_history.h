@@ -47,7 +47,9 @@ struct RecordedDelivery : OutcomeRecord {
 
 inline constexpr std::size_t kMaxRecordedMessage = 4096;
 
-// A delivery that ran and ended in `outcome`.
+// A delivery that ran and ended in `outcome` (its message cut at kMaxRecordedMessage).
+RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
+                                  const OutcomeRecord& outcome, bool charged, bool transient, std::string note = "");
 RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
                                   const Outcome& outcome, bool charged, bool transient, std::string note = "");
 // A delivery released without running (`note` says why).

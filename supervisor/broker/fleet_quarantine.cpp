@@ -97,22 +97,8 @@ constexpr std::size_t kListedPayloadBytes = 64 << 10;
 
 Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
 
-// The entries of an XRANGE/XREVRANGE reply.
-std::vector<std::pair<std::string, EntryFields>> entries_of(const redisReply* r) {
-  std::vector<std::pair<std::string, EntryFields>> out;
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return out;
-  for (std::size_t i = 0; i < r->elements; ++i) {
-    const redisReply* e = r->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2) continue;
-    EntryFields fields;
-    const redisReply* f = e->element[1];
-    for (std::size_t k = 0; f->type == REDIS_REPLY_ARRAY && k + 1 < f->elements; k += 2) {
-      fields.emplace_back(reply_text(f->element[k]), reply_text(f->element[k + 1]));
-    }
-    out.emplace_back(reply_text(e->element[0]), std::move(fields));
-  }
-  return out;
-}
+// The entries of an XRANGE/XREVRANGE reply, or of kPageScript's (which adds two elements to each).
+std::vector<StreamEntry> entries_of(const redisReply* r) { return stream_entries(r, 2, /*or_more=*/true); }
 
 // A dead letter whose redrive_of names no record (forged, or its record
 // trimmed away) is a record of its own, said so: hidden, it would be a dead
@@ -132,6 +118,13 @@ Status key_type_is(RedisConnection& redis, const std::string& key, const char* w
                          ": check --stream");
   }
   return Status::ok();
+}
+
+// `filter` without its limit and offset: every record it matches.
+store::ListFilter unpaged(store::ListFilter filter) {
+  filter.limit = -1;
+  filter.offset = 0;
+  return filter;
 }
 
 }  // namespace
@@ -271,17 +264,13 @@ Status FleetQuarantine::each(const store::ListFilter& filter, const std::functio
     auto entries = entries_of(reply->get());
     if (entries.empty()) return Status::ok();
     std::vector<FleetRecord> page;
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      auto& [id, fields] = entries[i];
+    for (const StreamEntry& e : entries) {
       std::optional<std::int64_t> omitted;
-      if (!with_payloads) {
-        const redisReply* e = reply->get()->element[i];
-        if (e->elements == 4 && reply_integer(e->element[2], -1) >= 0) omitted = reply_integer(e->element[2], -1);
+      if (!with_payloads && e.reply->elements == 4 && reply_integer(e.reply->element[2], -1) >= 0) {
+        omitted = reply_integer(e.reply->element[2], -1);
       }
-      FleetRecord r = read_dead_letter(id, fields, omitted);
-      if (!with_payloads && !r.redrive_of.empty() && reply_integer(reply->get()->element[i]->element[3], 1) == 0) {
-        orphan_attempt(r);
-      }
+      FleetRecord r = read_dead_letter(e.id, e.fields, omitted);
+      if (!with_payloads && !r.redrive_of.empty() && reply_integer(e.reply->element[3], 1) == 0) orphan_attempt(r);
       if (r.redrive_of.empty()) page.push_back(std::move(r));  // a redrive's dead letter is an attempt
     }
     if (auto s = load_states(page); !s) return s;
@@ -296,16 +285,13 @@ Status FleetQuarantine::each(const store::ListFilter& filter, const std::functio
       if (!fn(r)) return Status::ok();
     }
     if (entries.size() < kPage) return Status::ok();
-    end = "(" + entries.back().first;  // exclusive: the next page starts below it
+    end = "(" + entries.back().id;  // exclusive: the next page starts below it
   }
 }
 
 Expected<std::int64_t> FleetQuarantine::count(const store::ListFilter& filter) {
-  store::ListFilter all = filter;
-  all.limit = -1;
-  all.offset = 0;
   std::int64_t n = 0;
-  auto counted = each(all, [&](const FleetRecord&) {
+  auto counted = each(unpaged(filter), [&](const FleetRecord&) {
     ++n;
     return true;
   });
@@ -315,15 +301,12 @@ Expected<std::int64_t> FleetQuarantine::count(const store::ListFilter& filter) {
 
 Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const store::ListFilter& filter,
                                                                       std::vector<std::string>& example_ids) {
-  store::ListFilter all = filter;
-  all.limit = -1;
-  all.offset = 0;
   std::map<std::pair<std::string, std::string>, std::size_t> index;
   std::vector<store::FingerprintStats> groups;
   std::vector<std::string> examples;
   // Newest first: the first record of a group is its example, as the
   // store's newest record is.
-  auto s = each(all, [&](const FleetRecord& fr) {
+  auto s = each(unpaged(filter), [&](const FleetRecord& fr) {
     const store::QuarantineRecord& r = fr.record;
     auto [it, added] = index.try_emplace({r.entry.fingerprint, r.entry.kind}, groups.size());
     if (added) {
@@ -339,10 +322,7 @@ Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const stor
     }
     store::FingerprintStats& g = groups[it->second];
     ++g.records;
-    if (r.status == store::RecordStatus::kQuarantined || r.status == store::RecordStatus::kFailedAgain ||
-        r.status == store::RecordStatus::kReplaying) {
-      ++g.open;
-    }
+    if (store::is_open(r.status)) ++g.open;
     g.repeats += r.repeats;
     ++g.by_status[r.status];
     g.first_ms = std::min(g.first_ms, r.created_at);
@@ -377,7 +357,7 @@ Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
                  "; see: pillbox quarantine list --redis URL --stream NAME)");
   }
   std::vector<FleetRecord> one;
-  one.push_back(read_dead_letter(entries[0].first, entries[0].second));
+  one.push_back(read_dead_letter(entries[0].id, entries[0].fields));
   if (!one[0].redrive_of.empty()) {
     bool named_exists = false;
     if (auto named = parse_fleet_id(one[0].redrive_of)) {

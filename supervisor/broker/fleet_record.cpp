@@ -1,7 +1,6 @@
 #include "supervisor/broker/fleet_record.h"
 
 #include <charconv>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "shared/base64.h"
@@ -24,17 +23,10 @@ std::string text_of(const json& j, const char* name, const std::string& fallback
   return j[name].get<std::string>();
 }
 
-// A whole number that fits; anything else (a float: converting 1e300 is
-// undefined behaviour) is `fallback`.
+// A whole number that fits (json_whole_number); anything else is `fallback`.
 std::int64_t number_of(const json& j, const char* name, std::int64_t fallback) {
   const auto it = j.find(name);
-  if (it == j.end()) return fallback;
-  if (it->is_number_unsigned()) {
-    const auto v = it->get<std::uint64_t>();
-    return v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? static_cast<std::int64_t>(v)
-                                                                                        : fallback;
-  }
-  return it->is_number_integer() ? it->get<std::int64_t>() : fallback;
+  return it == j.end() ? fallback : json_whole_number(*it).value_or(fallback);
 }
 
 // A field quarantine_record_json wrote parsed (handler_args, exec_argv,
@@ -70,13 +62,6 @@ FleetAttempt delivery_attempt(const json& d) {
 
 }  // namespace
 
-const std::string* entry_field(const EntryFields& fields, std::string_view name) {
-  for (const auto& [k, v] : fields) {
-    if (k == name) return &v;
-  }
-  return nullptr;
-}
-
 std::int64_t entry_time_ms(std::string_view id) {
   std::int64_t ms = 0;
   const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), ms);
@@ -88,10 +73,7 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields,
                               std::optional<std::int64_t> omitted_payload_size) {
   FleetRecord out;
   out.id = id;
-  auto field = [&](std::string_view name) {
-    const std::string* v = entry_field(fields, name);
-    return v != nullptr ? *v : std::string();
-  };
+  auto field = [&](std::string_view name) { return field_or_empty(fields, name); };
   out.payload = field("payload");
   out.payload_omitted = omitted_payload_size.has_value();
   out.redrive_of = field("redrive_of");

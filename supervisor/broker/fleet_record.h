@@ -17,12 +17,11 @@
 #include "shared/status.h"
 #include "supervisor/broker/fleet_key.h"
 #include "supervisor/broker/fleet_state.h"
+#include "supervisor/broker/stream_reply.h"
 #include "supervisor/classify/outcome.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::broker {
-
-using EntryFields = std::vector<std::pair<std::string, std::string>>;
 
 struct FleetRecord {
   std::string id;                   // the dead letter's entry id in NAME:dlq
@@ -48,9 +47,6 @@ struct FleetRecord {
   // FleetQuarantine, kUnchecked without a key).
   Signature signature = Signature::kUnchecked;
 };
-
-// The value of field `name`, or nullptr.
-const std::string* entry_field(const EntryFields& fields, std::string_view name);
 
 // Never fails: a dead letter with no `record` field, or one that is not
 // JSON, is still a record (of its `key`, `kind`, `fingerprint` and

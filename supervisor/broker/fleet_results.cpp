@@ -71,22 +71,10 @@ Expected<std::optional<EntryFields>> entry_at(RedisConnection& redis, const std:
   if (!reply) return Error{reply.error()};
   const redisReply* top = reply->get();
   if (top->type == REDIS_REPLY_ERROR) return Error{stream + ": " + reply_text(top)};
-  if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) return std::optional<EntryFields>();
-  const redisReply* e = top->element[0];
-  if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[1]->type != REDIS_REPLY_ARRAY) {
-    return std::optional<EntryFields>();
-  }
-  EntryFields fields;
-  const redisReply* f = e->element[1];
-  for (std::size_t k = 0; k + 1 < f->elements; k += 2) {
-    fields.emplace_back(reply_text(f->element[k]), reply_text(f->element[k + 1]));
-  }
-  return std::optional<EntryFields>(std::move(fields));
-}
-
-std::string field_or_empty(const EntryFields& fields, std::string_view name) {
-  const std::string* v = entry_field(fields, name);
-  return v != nullptr ? *v : std::string();
+  // At most one entry has that id: a malformed one is none.
+  auto entries = stream_entries(top, 2);
+  if (entries.empty() || !entries[0].fields_listed) return std::optional<EntryFields>();
+  return std::optional<EntryFields>(std::move(entries[0].fields));
 }
 
 // The result an entry says, checked field by field.

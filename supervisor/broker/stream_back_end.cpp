@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <variant>
 
-#include "supervisor/classify/outcome_record.h"
-
 namespace pillbox::broker {
 namespace {
 
@@ -17,6 +15,24 @@ std::chrono::milliseconds clamp(std::chrono::milliseconds v, std::chrono::millis
 
 // The note of an attempt's end held for a suspected outage (not charged).
 constexpr const char* kHeldNote = "held: handler outage suspected";
+
+// A dead letter's settle: the id added to NAME:dlq, and whether the fleet
+// had not seen its fingerprint before.
+struct DeadLettered {
+  std::string added;
+  bool new_fingerprint = false;
+};
+
+// The fenced step that records a delivery in the entry's history: "", or
+// the type its history key holds instead of a hash (nothing recorded).
+auto recording(std::int64_t delivery, std::string json) {
+  return [delivery, json = std::move(json)](auto& redis, const auto& keys, const auto& consumer,
+                                            const auto& id) -> Expected<std::optional<std::string>> {
+    auto r = record_delivery(redis, keys, consumer, id, delivery, json);
+    if (!r) return Error{r.error()};
+    return r->held ? std::optional<std::string>(r->history_type) : std::nullopt;
+  };
+}
 
 }  // namespace
 
@@ -333,11 +349,7 @@ void StreamBackEnd::admit(Delivery d, bool claimed) {
     claims_->held.insert(h.id);
   }
   if (stopping_) return release_unstarted(id);  // read as the worker began to stop: not run here
-  if (auto refused = check_entry(settings_, d, h)) {
-    if (refused->protocol_error) ++report_.protocol_errors;
-    dead_letter(h, refused->outcome, refused->reason, /*unrun=*/true);
-    return;
-  }
+  if (auto refused = check_entry(settings_, d, h)) return refuse(h, *refused);
   queued_.push_back(id);
 }
 
@@ -441,14 +453,9 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
         // Cut short by the worker's end: nothing of the payload is known.
         d = recorded_release(delivery, settings_.consumer.name, wall_ms(), "released: " + end->outcome.message);
       } else {
-        static_cast<OutcomeRecord&>(d) = end->outcome;
-        d.message.resize(std::min(d.message.size(), kMaxRecordedMessage));
-        d.delivery = delivery;
-        d.worker = settings_.consumer.name;
-        d.at_ms = wall_ms();
-        d.charged = end->charged;
-        d.transient = end->transient;
-        if (held_for_outage.count(end->task_id) > 0 && !end->charged && !end->transient) d.note = kHeldNote;
+        const bool held_here = held_for_outage.count(end->task_id) > 0 && !end->charged && !end->transient;
+        d = recorded_outcome(delivery, settings_.consumer.name, wall_ms(), end->outcome, end->charged, end->transient,
+                             held_here ? kHeldNote : "");
       }
       h->last_end = d;
       h->ended_at[end->n] = delivery;
@@ -498,6 +505,28 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
   return result;
 }
 
+void StreamBackEnd::refuse(Held& h, const Refused& refused) {
+  if (refused.protocol_error) ++report_.protocol_errors;
+  dead_letter(h, refused.outcome, refused.reason, /*unrun=*/true);
+}
+
+template <typename Step, typename Then>
+void StreamBackEnd::post_fenced(const Held& h, bool error_if_released, Step step, Then then) {
+  writer_.post([this, task_id = h.task_id, error_if_released, keys = settings_.keys, consumer = settings_.consumer,
+                id = h.id, step = std::move(step), then = std::move(then)](RedisConnection& redis) -> BrokerLink::Done {
+    auto r = step(redis, keys, consumer, id);
+    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    return [this, task_id, error_if_released, why, then, r = std::move(r)]() {
+      if (!r && error_if_released) return left_pending(task_id, r.error());
+      Held* h = held(task_id);
+      if (h == nullptr) return;
+      if (!r) return left_pending(task_id, r.error());
+      if (!*r) return lose(task_id, why);
+      then(*h, **r);
+    };
+  });
+}
+
 void StreamBackEnd::answer_start(const Held& h) {
   ++report_.attempts;
   answers_.started.push_back({h.ref, h.task_id, static_cast<std::uint32_t>(h.delivery), store::TaskState::kPending, ""});
@@ -527,67 +556,35 @@ void StreamBackEnd::start(const StartAttempt& s) {
   if (h->started_at != h->delivery) {
     // A suspect's: its start is recorded before it runs (delivery_history.h).
     const auto d = recorded_start(static_cast<std::uint32_t>(h->delivery), settings_.consumer.name, wall_ms());
-    writer_.post([this, task_id = h->task_id, keys = settings_.keys, consumer = settings_.consumer, id = h->id,
-                  delivery = h->delivery, json = delivery_json(d)](RedisConnection& redis) -> BrokerLink::Done {
-      auto r = record_delivery(redis, keys, consumer, id, delivery, json);
-      const std::string why = r && !r->held ? why_not_held(redis, keys, consumer, id) : "";
-      return [this, task_id, delivery, why, r = std::move(r)]() {
-        Held* h = held(task_id);
-        if (h == nullptr) return;
-        if (!r) return left_pending(task_id, r.error());
-        if (!r->held) return lose(task_id, why.empty() ? "no longer held when its start was to be recorded" : why);
-        if (!r->history_type.empty()) {
-          ++report_.protocol_errors;
-          const Refused refused = history_not_readable(settings_, h->id, r->history_type, "history not readable: not run again");
-          return dead_letter(*h, refused.outcome, refused.reason, /*unrun=*/true);
-        }
-        // (Claimed again meanwhile: it runs at the new count.)
-        h->start_recorded = delivery;
-        h->started_at = h->delivery;
-        answer_start(*h);
-      };
-    });
+    auto then = [this, delivery = h->delivery](Held& h, const std::string& history_type) {
+      if (!history_type.empty()) {
+        return refuse(h, history_not_readable(settings_, h.id, history_type, "history not readable: not run again"));
+      }
+      // (Claimed again meanwhile: it runs at the new count.)
+      h.start_recorded = delivery;
+      h.started_at = h.delivery;
+      answer_start(h);
+    };
+    post_fenced(*h, false, recording(h->delivery, delivery_json(d)), std::move(then));
     return;
   }
   // A retry: delivered again, so that the count rises before it runs.
   ++report_.retried;
-  writer_.post([this, task_id = h->task_id, keys = settings_.keys, consumer = settings_.consumer,
-                id = h->id](RedisConnection& redis) -> BrokerLink::Done {
-    auto r = redeliver(redis, keys, consumer, id);
-    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
-    return [this, task_id, why, r = std::move(r)]() mutable {
-      Held* h = held(task_id);
-      if (h == nullptr) return;
-      if (!r) return left_pending(task_id, r.error());
-      if (!*r) return lose(task_id, why);
-      if (auto refused = check_redelivery(settings_, **r, *h)) {
-        ++report_.protocol_errors;
-        return dead_letter(*h, refused->outcome, refused->reason, /*unrun=*/true);
-      }
-      if (auto refused = lost_too_often(settings_, *h)) return dead_letter(*h, refused->outcome, refused->reason, true);
-      h->started_at = h->delivery;
-      answer_start(*h);
-    };
+  auto step = [](auto& redis, const auto& keys, const auto& consumer, const auto& id) {
+    return redeliver(redis, keys, consumer, id);
+  };
+  post_fenced(*h, false, std::move(step), [this](Held& h, const Delivery& d) {
+    if (auto refused = check_redelivery(settings_, d, h)) return refuse(h, *refused);
+    if (auto refused = lost_too_often(settings_, h)) return refuse(h, *refused);
+    h.started_at = h.delivery;
+    answer_start(h);
   });
 }
 
 void StreamBackEnd::record(Held& h, const RecordedDelivery& d) {
-  writer_.post([this, task_id = h.task_id, keys = settings_.keys, consumer = settings_.consumer, id = h.id,
-                delivery = static_cast<std::int64_t>(d.delivery), json = delivery_json(d)](RedisConnection& redis) -> BrokerLink::Done {
-    auto r = record_delivery(redis, keys, consumer, id, delivery, json);
-    const std::string why = r && !r->held ? why_not_held(redis, keys, consumer, id) : "";
-    return [this, task_id, why, r = std::move(r)]() {
-      if (!r) return left_pending(task_id, r.error());
-      // Released meanwhile: nothing more of it here.
-      Held* h = held(task_id);
-      if (h == nullptr) return;
-      if (!r->held) return lose(task_id, why);
-      if (!r->history_type.empty()) {
-        ++report_.protocol_errors;
-        const Refused refused = history_not_readable(settings_, h->id, r->history_type, "history not readable: not run again");
-        dead_letter(*h, refused.outcome, refused.reason, /*unrun=*/true);
-      }
-    };
+  post_fenced(h, true, recording(d.delivery, delivery_json(d)), [this](Held& h, const std::string& history_type) {
+    if (history_type.empty()) return;
+    refuse(h, history_not_readable(settings_, h.id, history_type, "history not readable: not run again"));
   });
   // What this worker knows of the history from now on (a record at the
   // same delivery replaces the one before).
@@ -601,62 +598,50 @@ void StreamBackEnd::record(Held& h, const RecordedDelivery& d) {
 }
 
 void StreamBackEnd::settle_ok(Held& h, const Outcome& outcome) {
-  EntryFields fields = result_fields(settings_, h, outcome);
-  writer_.post([this, task_id = h.task_id, fields = std::move(fields), keys = settings_.keys,
-                consumer = settings_.consumer, id = h.id, target = settings_.results ? settings_.keys.results : std::string(),
-                maxlen = settings_.results_maxlen](RedisConnection& redis) -> BrokerLink::Done {
-    auto r = settle(redis, keys, consumer, id, target, maxlen, fields);
-    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
-    return [this, task_id, why, r = std::move(r)]() {
-      if (!r) return left_pending(task_id, r.error());
-      Held* h = held(task_id);
-      if (h == nullptr) return;
-      if (!*r) return lose(task_id, why);
-      ++report_.ok;
-      results_written_.add(**r);
-      answered_at_[h->id] = h->delivery;
-      answers_.settled.push_back({h->ref, **r});
-      release(task_id);
-    };
+  auto step = [fields = result_fields(settings_, h, outcome),
+               target = settings_.results ? settings_.keys.results : std::string(),
+               maxlen = settings_.results_maxlen](auto& redis, const auto& keys, const auto& consumer, const auto& id) {
+    return settle(redis, keys, consumer, id, target, maxlen, fields);
+  };
+  post_fenced(h, true, std::move(step), [this](Held& h, const std::string& added) {
+    ++report_.ok;
+    results_written_.add(added);
+    answered_at_[h.id] = h.delivery;
+    answers_.settled.push_back({h.ref, added});
+    release(h.task_id);
   });
 }
 
 void StreamBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::string& reason, bool unrun) {
-  EntryFields fields = dead_letter_fields(settings_, h, outcome, reason, wall_ms());
-  writer_.post([this, task_id = h.task_id, outcome, reason, unrun, fields = std::move(fields), keys = settings_.keys,
-                consumer = settings_.consumer, id = h.id](RedisConnection& redis) -> BrokerLink::Done {
+  auto step = [fields = dead_letter_fields(settings_, h, outcome, reason, wall_ms()),
+               label = fingerprint_label(std::string(to_string(outcome.kind)), outcome.fingerprint)](
+                  auto& redis, const auto& keys, const auto& consumer,
+                  const auto& id) -> Expected<std::optional<DeadLettered>> {
     auto r = settle(redis, keys, consumer, id, keys.dlq, 0, fields);
-    const std::string why = r && !*r ? why_not_held(redis, keys, consumer, id) : "";
+    if (!r) return Error{r.error()};
+    if (!*r) return std::optional<DeadLettered>();
     // Once it is in NAME:dlq: whether the fleet had seen the failure before.
     // Only a metric rides on it: when Redis cannot say, it is not new.
-    bool is_new = false;
-    if (r && *r) {
-      auto added = note_dead_letter_fingerprint(redis, keys, fingerprint_label(std::string(to_string(outcome.kind)),
-                                                                               outcome.fingerprint));
-      is_new = added && *added;
+    auto added = note_dead_letter_fingerprint(redis, keys, label);
+    return std::optional<DeadLettered>({std::move(**r), added && *added});
+  };
+  post_fenced(h, true, std::move(step), [this, outcome, reason, unrun](Held& h, const DeadLettered& r) {
+    ++report_.dead_lettered;
+    dead_letters_written_.add(r.added);
+    if (unrun || h.ref == 0) {
+      // The intake's own verdict: the engine never had it, or loses it now.
+      out_.on_verdict(h.task, outcome, WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h.id, h.delivery, r.added,
+                                                     reason, r.new_fingerprint});
+      if (h.ref != 0) answers_.lost.push_back({h.ref, "dead-lettered unrun: " + reason, LostAs::kDeadLettered});
+    } else {
+      answered_at_[h.id] = h.delivery;
+      QuarantineWritten q;
+      q.ref = h.ref;
+      q.new_fingerprint = r.new_fingerprint;
+      q.settled_as = r.added;
+      answers_.quarantined.push_back(std::move(q));
     }
-    return [this, task_id, outcome, reason, unrun, why, is_new, r = std::move(r)]() {
-      if (!r) return left_pending(task_id, r.error());
-      Held* h = held(task_id);
-      if (h == nullptr) return;
-      if (!*r) return lose(task_id, why);
-      ++report_.dead_lettered;
-      dead_letters_written_.add(**r);
-      if (unrun || h->ref == 0) {
-        // The intake's own verdict: the engine never had it, or loses it now.
-        out_.on_verdict(h->task, outcome,
-                        WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h->id, h->delivery, **r, reason, is_new});
-        if (h->ref != 0) answers_.lost.push_back({h->ref, "dead-lettered unrun: " + reason, LostAs::kDeadLettered});
-      } else {
-        answered_at_[h->id] = h->delivery;
-        QuarantineWritten q;
-        q.ref = h->ref;
-        q.new_fingerprint = is_new;
-        q.settled_as = **r;
-        answers_.quarantined.push_back(std::move(q));
-      }
-      release(task_id);
-    };
+    release(h.task_id);
   });
 }
 

@@ -143,6 +143,16 @@ class StreamBackEnd final : public AttemptStore {
   void claimed_again(Held& h, const Delivery& d);
   void start(const StartAttempt& s);
   void answer_start(const Held& h);
+  // Posts a fenced step (stream_protocol.h) on `h`'s entry to the writer:
+  // `step(redis, keys, consumer, entry)` returns Expected<optional<T>>,
+  // nullopt when the entry was no longer held (why_not_held then asks why).
+  // Its answer: a Redis error leaves the entry pending, an entry not held is
+  // lost, else `then(h, T)`. One released meanwhile is let be, though with
+  // `error_if_released` its error still stops the worker.
+  template <typename Step, typename Then>
+  void post_fenced(const Held& h, bool error_if_released, Step step, Then then);
+  // Dead-letters the entry unrun, for `refused` (counted when a protocol error).
+  void refuse(Held& h, const Refused& refused);
   // A step on the entry failed on a Redis error (not a lost connection):
   // the worker stops, and the entry is left pending, its delivery recorded
   // as released when it ran.

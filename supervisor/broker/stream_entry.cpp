@@ -14,15 +14,6 @@
 namespace pillbox::broker {
 namespace {
 
-std::string* field(Delivery& d, std::string_view name) {
-  for (auto& [k, v] : d.fields) {
-    if (k == name) return &v;
-  }
-  return nullptr;
-}
-
-const std::string* field(const Delivery& d, std::string_view name) { return field(const_cast<Delivery&>(d), name); }
-
 // A field the worker reads given more than once (a stream entry may repeat
 // a field name): which one is meant is a guess, and whoever reads the entry
 // later may guess otherwise (a map keeps the last) and believe another
@@ -102,16 +93,16 @@ void read_entry(const Delivery& d, HeldEntry& e) {
   e.delivery = d.count;
   // The history is read delivery by delivery: only at a count deliveries reach.
   if (judgeable(d.count)) e.history = entry_history(static_cast<std::uint32_t>(d.count), d.history);
-  const std::string* key = field(d, "key");
+  const std::string* key = entry_field(d.fields, "key");
   e.task.key = key != nullptr ? *key : "entry:" + d.entry;
-  if (const std::string* r = field(d, "redrive_of")) e.redrive_of = *r;
+  if (const std::string* r = entry_field(d.fields, "redrive_of")) e.redrive_of = *r;
 }
 
 std::optional<Refused> check_entry(const WorkerSettings& settings, Delivery& d, HeldEntry& e) {
   const std::string& handler = settings.identity.handler_identity;
   if (!judgeable(d.count)) return Refused{count_out_of_range(d.entry, d.count, handler), "delivery count out of range: not run"};
   if (!d.history_type.empty()) return history_not_readable(settings, d.entry, d.history_type, "history not readable: not run");
-  std::string* payload = field(d, "payload");
+  std::string* payload = entry_field(d.fields, "payload");
   if (const std::string repeated = repeated_field(d); !repeated.empty()) {
     // Nothing of it is lost: the first payload is the dead letter's, the
     // other values go with it.

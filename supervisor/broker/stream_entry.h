@@ -7,8 +7,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "supervisor/broker/delivery_history.h"
 #include "supervisor/broker/stream_protocol.h"
@@ -17,8 +15,6 @@
 #include "supervisor/exec/task_source.h"
 
 namespace pillbox::broker {
-
-using EntryFields = std::vector<std::pair<std::string, std::string>>;
 
 struct HeldEntry {
   Task task;                 // its key and payload

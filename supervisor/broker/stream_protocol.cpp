@@ -168,15 +168,6 @@ Expected<RedisReply> eval(RedisConnection& redis, const char* body, const std::v
   return call("EVALSHA", sha);
 }
 
-std::vector<std::pair<std::string, std::string>> field_pairs(const redisReply* r) {
-  std::vector<std::pair<std::string, std::string>> out;
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return out;
-  for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
-    out.emplace_back(reply_text(r->element[i]), reply_text(r->element[i + 1]));
-  }
-  return out;
-}
-
 std::map<std::uint32_t, std::string> history_of(const redisReply* r) {
   std::map<std::uint32_t, std::string> out;
   for (auto& [field, value] : field_pairs(r)) {
@@ -196,6 +187,17 @@ void read_history(const redisReply* r, Delivery& d) {
     d.history_type = reply_text(r);
     if (d.history_type.empty()) d.history_type = "?";
   }
+}
+
+// A value of an XINFO reply (a flat list: name, value, ...), "" when absent.
+std::string info_field(const redisReply* r, std::string_view name) { return field_or_empty(field_pairs(r), name); }
+
+// The element of an XINFO GROUPS reply that is `group`'s, or nullptr.
+const redisReply* group_info(const redisReply* groups, const std::string& group) {
+  for (std::size_t i = 0; groups->type == REDIS_REPLY_ARRAY && i < groups->elements; ++i) {
+    if (info_field(groups->element[i], "name") == group) return groups->element[i];
+  }
+  return nullptr;
 }
 
 Error malformed(const RedisConnection& redis, const std::string& what) {
@@ -275,30 +277,12 @@ Status create_group(RedisConnection& redis, const StreamKeys& keys, const std::s
     // with -OOM even when the group is there).
     auto groups = redis.command({"XINFO", "GROUPS", keys.stream});
     if (!groups) return Status::error(groups.error());
-    const redisReply* list = groups->get();
-    for (std::size_t i = 0; list->type == REDIS_REPLY_ARRAY && i < list->elements; ++i) {
-      for (auto& [k, v] : field_pairs(list->element[i])) {
-        if (k == "name" && v == group) return Status::ok();
-      }
-    }
+    if (group_info(groups->get(), group) != nullptr) return Status::ok();
   }
   auto r = redis.command({"XGROUP", "CREATE", keys.stream, group, "0", "MKSTREAM"});
   if (!r && r.error().find("BUSYGROUP") == std::string::npos) return Status::error(r.error());
   return Status::ok();
 }
-
-namespace {
-
-// A value of an XINFO reply (a flat list: name, value, ...), "" when absent.
-std::string info_field(const redisReply* r, std::string_view name) {
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return "";
-  for (std::size_t i = 0; i + 1 < r->elements; i += 2) {
-    if (reply_text(r->element[i]) == name) return reply_text(r->element[i + 1]);
-  }
-  return "";
-}
-
-}  // namespace
 
 std::optional<StreamId> stream_id(const std::string& id) {
   unsigned long long ms = 0, seq = 0;
@@ -335,9 +319,7 @@ Expected<ServerState> server_state(RedisConnection& redis, const StreamKeys& key
   if (s.stream_exists) {
     auto groups = redis.command({"XINFO", "GROUPS", keys.stream});
     if (!groups) return Error{groups.error()};
-    for (std::size_t i = 0; (*groups)->type == REDIS_REPLY_ARRAY && i < (*groups)->elements; ++i) {
-      if (info_field((*groups)->element[i], "name") == group) s.group_exists = true;
-    }
+    s.group_exists = group_info(groups->get(), group) != nullptr;
   }
   for (const std::string& id : held) {
     if (!s.stream_exists) {
@@ -355,20 +337,15 @@ std::string group_ahead_of_stream(RedisConnection& redis, const StreamKeys& keys
   auto stream = redis.command({"XINFO", "STREAM", keys.stream});
   auto groups = redis.command({"XINFO", "GROUPS", keys.stream});
   if (!stream || !groups || (*groups)->type != REDIS_REPLY_ARRAY) return "";
+  const redisReply* g = group_info(groups->get(), group);
+  if (g == nullptr) return "";
   const std::string last = info_field(stream->get(), "last-generated-id");
-  for (std::size_t i = 0; i < (*groups)->elements; ++i) {
-    const redisReply* g = (*groups)->element[i];
-    if (info_field(g, "name") != group) continue;
-    const std::string delivered = info_field(g, "last-delivered-id");
-    const auto a = stream_id(delivered), b = stream_id(last);
-    if (a && b && *a > *b) {
-      return "the consumer group '" + group + "' of the stream '" + keys.stream + "' on " +
-             redis.address().describe() + " was set to have read up to " + delivered +
-             ", beyond the stream's last entry " + last +
-             ": entries added before that id is reached are never delivered to it (XGROUP SETID fixes it)";
-    }
-  }
-  return "";
+  const std::string delivered = info_field(g, "last-delivered-id");
+  const auto a = stream_id(delivered), b = stream_id(last);
+  if (!a || !b || *a <= *b) return "";
+  return "the consumer group '" + group + "' of the stream '" + keys.stream + "' on " + redis.address().describe() +
+         " was set to have read up to " + delivered + ", beyond the stream's last entry " + last +
+         ": entries added before that id is reached are never delivered to it (XGROUP SETID fixes it)";
 }
 
 Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
@@ -390,13 +367,10 @@ Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKey
   for (std::size_t s = 0; s < top->elements; ++s) {
     const redisReply* stream = top->element[s];
     if (stream->type != REDIS_REPLY_ARRAY || stream->elements != 2) return malformed(redis, "XREADGROUP");
-    const redisReply* entries = stream->element[1];
-    for (std::size_t i = 0; i < entries->elements; ++i) {
-      const redisReply* e = entries->element[i];
-      if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
+    for (StreamEntry& e : stream_entries(stream->element[1], 2)) {
       Delivery d;
-      d.entry = reply_text(e->element[0]);
-      d.fields = field_pairs(e->element[1]);
+      d.entry = std::move(e.id);
+      d.fields = std::move(e.fields);
       d.count = 1;  // never delivered before: '>' reads only those
       out.push_back(std::move(d));
     }
@@ -414,15 +388,12 @@ Expected<Claimed> claim_idle(RedisConnection& redis, const StreamKeys& keys, con
   if (top->type != REDIS_REPLY_ARRAY || top->elements != 2) return malformed(redis, "the claim script");
   Claimed c;
   c.next_start = reply_text(top->element[0]);
-  const redisReply* list = top->element[1];
-  for (std::size_t i = 0; i < list->elements; ++i) {
-    const redisReply* e = list->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 4) continue;
+  for (StreamEntry& e : stream_entries(top->element[1], 4)) {
     Delivery d;
-    d.entry = reply_text(e->element[0]);
-    d.fields = field_pairs(e->element[1]);
-    d.count = reply_integer(e->element[2], 1);
-    read_history(e->element[3], d);
+    d.entry = std::move(e.id);
+    d.fields = std::move(e.fields);
+    d.count = reply_integer(e.reply->element[2], 1);
+    read_history(e.reply->element[3], d);
     c.deliveries.push_back(std::move(d));
   }
   return c;
@@ -461,7 +432,7 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
 
 Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                             const std::string& entry, const std::string& target, std::size_t maxlen,
-                                            const std::vector<std::pair<std::string, std::string>>& fields) {
+                                            const EntryFields& fields) {
   const std::string cap = std::to_string(maxlen);
   const std::string history = keys.history(entry);
   std::vector<std::string_view> argv = {consumer.group, consumer.name, entry, target.empty() ? "0" : "1", cap};

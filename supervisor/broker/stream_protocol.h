@@ -22,6 +22,7 @@
 
 #include "shared/status.h"
 #include "supervisor/broker/redis_connection.h"
+#include "supervisor/broker/stream_reply.h"
 
 namespace pillbox::broker {
 
@@ -52,7 +53,7 @@ struct Consumer {
 // One delivery of a stream entry to this consumer.
 struct Delivery {
   std::string entry;                                       // the stream entry id
-  std::vector<std::pair<std::string, std::string>> fields;  // as added (submit: key, payload)
+  EntryFields fields;                                      // as added (submit: key, payload)
   // Redis's delivery count, this one included, as Redis says it: anyone can
   // set it (XCLAIM ... RETRYCOUNT) to anything, negative once it wraps.
   std::int64_t count = 1;
@@ -140,7 +141,7 @@ Expected<std::optional<Delivery>> redeliver(RedisConnection& redis, const Stream
 // when this consumer no longer holds the entry (nothing done).
 Expected<std::optional<std::string>> settle(RedisConnection& redis, const StreamKeys& keys, const Consumer& consumer,
                                             const std::string& entry, const std::string& target, std::size_t maxlen,
-                                            const std::vector<std::pair<std::string, std::string>>& fields);
+                                            const EntryFields& fields);
 
 // Why this consumer no longer holds `entry`, once a fenced step did
 // nothing: a second look (XPENDING, XRANGE), for the message only (taken

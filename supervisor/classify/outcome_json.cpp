@@ -37,18 +37,9 @@ constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 bool read_whole(const json& j, const char* name, std::int64_t& out, std::int64_t lo, std::int64_t hi) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) return true;
-  std::int64_t v = 0;
-  if (it->is_number_unsigned()) {
-    const auto u = it->get<std::uint64_t>();
-    if (u > static_cast<std::uint64_t>(kInt64Max)) return false;
-    v = static_cast<std::int64_t>(u);
-  } else if (it->is_number_integer()) {
-    v = it->get<std::int64_t>();
-  } else {
-    return false;
-  }
-  if (v < lo || v > hi) return false;
-  out = v;
+  const auto v = json_whole_number(*it);
+  if (!v || *v < lo || *v > hi) return false;
+  out = *v;
   return true;
 }
 

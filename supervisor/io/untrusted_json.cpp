@@ -1,5 +1,7 @@
 #include "supervisor/io/untrusted_json.h"
 
+#include <limits>
+
 namespace pillbox {
 
 std::size_t json_nesting(std::string_view text, std::size_t stop_at) {
@@ -42,6 +44,16 @@ UntrustedJson parse_untrusted_json(std::string_view text, std::size_t max_bytes)
   out.value = nlohmann::json::parse(text, nullptr, false);
   if (out.value.is_discarded()) out.why_not = "it is not JSON";
   return out;
+}
+
+std::optional<std::int64_t> json_whole_number(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+    return static_cast<std::int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  return std::nullopt;
 }
 
 }  // namespace pillbox

@@ -7,7 +7,9 @@
 // (serve --redis, quarantine list --redis). Too deep or too long is treated
 // as unreadable, never parsed.
 #include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,5 +30,10 @@ struct UntrustedJson {
 // `text` parsed when it is at most `max_bytes` long, nests at most
 // kMaxJsonDepth levels and is JSON.
 UntrustedJson parse_untrusted_json(std::string_view text, std::size_t max_bytes);
+
+// `v` as a whole number that fits an int64; nullopt for anything else (a
+// float: converting 1e300 to an integer is undefined behaviour, which
+// nlohmann's get<>() does not guard against).
+std::optional<std::int64_t> json_whole_number(const nlohmann::json& v);
 
 }  // namespace pillbox
