@@ -6,7 +6,6 @@
 #include "supervisor/broker/fleet_minimize.h"
 #include "supervisor/broker/fleet_redrive.h"
 #include "supervisor/broker/fleet_views_json.h"
-#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::broker {
 namespace {
@@ -146,50 +145,15 @@ std::unique_ptr<MinimizeKeeper> FleetQuarantineSource::minimize_keeper(const Sou
   return std::make_unique<FleetMinimizeKeeper>(fleet_, dead_letter(r).id, actor);
 }
 
-namespace {
-
-// The redrive's settings for `run`.
-RedriveSettings redrive_settings(const ReplayRun& run) {
-  RedriveSettings s;
-  s.ids = run.ids;
-  s.filter = run.filter;
-  s.force = run.force;
-  s.trust_unsigned = run.trust_unsigned;
-  s.batch = run.batch;
-  s.rate = run.rate;
-  s.stop_after = run.stop_after;
-  s.max_failure_ratio = run.max_failure_ratio;
-  s.batch_timeout = run.batch_timeout;
-  s.actor = run.actor;
-  s.on_progress = run.on_progress;
-  return s;
-}
-
-}  // namespace
-
 Expected<std::vector<PlannedReplay>> FleetQuarantineSource::replay_plan(const ReplayRun& run,
                                                                       std::vector<std::string>& skipped) {
-  auto plan = redrive_plan(fleet_, redrive_settings(run), skipped);
+  auto plan = redrive_plan(fleet_, run, skipped);
   if (!plan) return Error{plan.error(), plan.error_code()};
   std::vector<PlannedReplay> rows;
   for (auto& r : *plan) rows.push_back({r.id, std::move(r.record), 0});
   return rows;
 }
 
-Expected<ReplayResult> FleetQuarantineSource::replay(const ReplayRun& run) {
-  RedriveSettings settings = redrive_settings(run);
-  settings.on_result = [&](const FleetRecord& r, const RedriveOutcome& o, store::ReplayVerdict verdict) {
-    if (!run.on_result) return;
-    // An output larger than the worker's --results-max-output is not in NAME:results.
-    const std::string omitted = o.output_omitted.empty() ? ""
-                                                         : "its output is not in " + fleet_.keys().stream.results +
-                                                               " (" + table_cell(o.output_omitted, 200) + ")";
-    const nlohmann::json id = r.id;
-    run.on_result(ReplayedRecord{id, r.record, o.outcome, verdict, 0, omitted, ""});
-  };
-  auto result = redrive(fleet_, settings);
-  if (!result) return Error{result.error(), result.error_code()};
-  return std::move(result->replay);
-}
+Expected<ReplayResult> FleetQuarantineSource::replay(const ReplayRun& run) { return redrive(fleet_, run); }
 
 }  // namespace pillbox::broker

@@ -6,13 +6,16 @@
 #include <set>
 #include <thread>
 
+#include "supervisor/broker/stream_reply.h"
 #include "supervisor/exec/stop_signals.h"
+#include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/replay_tally.h"
 #include "supervisor/store/replay_store.h"
 
 namespace pillbox::broker {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = ReplayTally::Clock;
 
 // The longest single XREAD BLOCK (or paced sleep): below the connection's
 // command timeout (RedisConnection::open, 5 s), and short enough that
@@ -72,11 +75,8 @@ bool already_recorded(const FleetState& s, const std::string& entry) {
   return std::any_of(s.redrives.begin(), s.redrives.end(), [&](const FleetAttempt& a) { return a.entry == entry; });
 }
 
-bool claimable(const FleetRecord& r, bool force) {
-  if (r.replaying) return false;  // never: its lock is another replay's
-  const store::RecordStatus s = r.record.status;
-  return s == store::RecordStatus::kQuarantined || s == store::RecordStatus::kFailedAgain || force;
-}
+// Never one being replayed, even with --force: its lock is another replay's.
+bool claimable(const FleetRecord& r, bool force) { return !r.replaying && store::replayable(r.record.status, force); }
 
 Error setup(std::string message) { return Error{std::move(message), ErrorCode::kSetup}; }
 
@@ -91,6 +91,16 @@ Expected<std::string> last_id(RedisConnection& redis, const std::string& key) {
   if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) return std::string("0-0");
   return reply_text(e->element[0]);
 }
+
+struct RedriveOutcome {
+  Outcome outcome;
+  std::string worker;         // the consumer that settled the redrive
+  std::string entry;          // the redrive's entry in NAME
+  std::string outcome_entry;  // its result in NAME:results, or its dead letter in NAME:dlq
+  // Its output was not kept in NAME:results (larger than the worker's
+  // --results-max-output): why, as the result says it; "" when it was.
+  std::string output_omitted;
+};
 
 // One redrive in flight.
 struct Flight {
@@ -132,18 +142,9 @@ std::optional<FoundOutcome> outcome_of(const std::string& id, const EntryFields&
     if (const std::string* omitted = entry_field(fields, "output_omitted")) {
       found.outcome.output_omitted = omitted->empty() ? "omitted" : *omitted;
     }
-    const std::string* worker = entry_field(fields, "worker");
-    found.outcome.worker = worker != nullptr ? *worker : std::string();
+    found.outcome.worker = field_or_empty(fields, "worker");
   }
   return found;
-}
-
-EntryFields fields_of(const redisReply* e) {
-  EntryFields fields;
-  for (std::size_t k = 0; k + 1 < e->element[1]->elements; k += 2) {
-    fields.emplace_back(reply_text(e->element[1]->element[k]), reply_text(e->element[1]->element[k + 1]));
-  }
-  return fields;
 }
 
 // "1700000000000-0" for "1700000000000-7": an outcome, added to another
@@ -153,10 +154,13 @@ std::string millisecond_of(const std::string& id) { return id.substr(0, id.find(
 
 class Redriver {
  public:
-  Redriver(FleetQuarantine& q, const RedriveSettings& settings)
-      : q_(q), settings_(settings), lock_value_(settings.actor + " on " + store::ReplayStore::claim_token()) {}
+  Redriver(FleetQuarantine& q, const ReplayRun& run)
+      : q_(q),
+        run_(run),
+        lock_value_(run.actor + " on " + store::ReplayStore::claim_token()),
+        tally_(run, result_, run.on_progress) {}
 
-  Expected<RedriveResult> run(std::vector<FleetRecord> plan);
+  Expected<ReplayResult> run(std::vector<FleetRecord> plan);
 
  private:
   // Records of `plan` an earlier replay redrove without recording how that
@@ -165,7 +169,7 @@ class Redriver {
   // record leaves the plan (never redriven a second time for one failure).
   Status adopt_earlier_outcomes(std::vector<FleetRecord>& plan);
   // Takes the record's lock and adds its redrive; the entry, or "" when it
-  // was not this replay's to redrive (why: in result_.replay.skipped).
+  // was not this replay's to redrive (why: in result_.skipped).
   Expected<std::string> start(FleetRecord& record, std::size_t batch_no);
   // Renews the locks of `flights` once kRenewEvery has passed since the last time.
   Status renew_locks(const std::map<std::string, Flight>& flights);
@@ -173,26 +177,13 @@ class Redriver {
   // out, or a stop signal; returns how many of them failed again.
   Expected<std::size_t> wait(std::map<std::string, Flight>& flights, std::string results_from, std::string dlq_from);
   Status finish(Flight& flight, const RedriveOutcome& outcome, store::ReplayVerdict verdict);
-  std::size_t worst() const {
-    std::size_t n = 0;
-    for (const auto& [fp, count] : failures_) n = std::max(n, count);
-    return n;
-  }
-  std::string worst_fingerprint() const {
-    for (const auto& [fp, count] : failures_) {
-      if (count >= settings_.stop_after) return fp;
-    }
-    return "";
-  }
 
   FleetQuarantine& q_;
-  const RedriveSettings& settings_;
+  const ReplayRun& run_;
   const std::string lock_value_;
   StopSignals stop_signals_;
-  RedriveResult result_;
-  std::map<std::string, std::size_t> failures_;  // by fingerprint (or kind)
-  std::size_t done_ = 0;
-  Clock::time_point next_start_ = Clock::now();
+  ReplayResult result_;
+  ReplayTally tally_;
   Clock::time_point next_renewal_ = Clock::now() + kRenewEvery;
 };
 
@@ -235,11 +226,10 @@ Status Redriver::adopt_earlier_outcomes(std::vector<FleetRecord>& plan) {
       const redisReply* top = page->get();
       if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) break;
       std::string last;
-      for (std::size_t i = 0; i < top->elements; ++i) {
-        const redisReply* e = top->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[1]->type != REDIS_REPLY_ARRAY) continue;
-        last = reply_text(e->element[0]);
-        if (auto f = outcome_of(last, fields_of(e), is_dlq, wanted); f && found.count(f->entry) == 0) {
+      for (const StreamEntry& e : stream_entries(top, 2)) {
+        if (!e.fields_listed) continue;
+        last = e.id;
+        if (auto f = outcome_of(last, e.fields, is_dlq, wanted); f && found.count(f->entry) == 0) {
           found.emplace(f->entry, std::move(*f));
         }
       }
@@ -256,7 +246,7 @@ Status Redriver::adopt_earlier_outcomes(std::vector<FleetRecord>& plan) {
   }
   for (const auto& [entry, i] : index) {
     if (adopted[i]) continue;
-    result_.replay.notices.push_back(
+    result_.notices.push_back(
         "record " + plan[i].id + ": its earlier redrive (entry " + entry + " of " + keys.stream.stream +
         ") was settled, but its outcome is no longer in " + keys.stream.results + " or " + keys.stream.dlq +
         " (trimmed, or a worker with --no-results ran it); redriven again");
@@ -284,16 +274,16 @@ Expected<std::string> Redriver::start(FleetRecord& record, std::size_t batch_no)
     auto state = parse_state(before);
     if (!state) return setup("record " + record.id + ": the field of " + keys.state + " is " + state.error());
     apply_state(record, *state, "");  // the script checks the lock
-    if (!claimable(record, settings_.force)) {
-      result_.replay.skipped.push_back("record " + record.id + " is " + std::string(to_string(record.record.status)) +
-                                       " now (--force replays it anyway)");
+    if (!claimable(record, run_.force)) {
+      result_.skipped.push_back("record " + record.id + " is " + std::string(to_string(record.record.status)) +
+                                " now (--force replays it anyway)");
       return std::string();
     }
     FleetState next = *state;
     const std::string waiting = next.waiting_entry;
     next.waiting_entry = "?";  // the script puts the new entry's id here
     next.updated_at = store::now_ms();
-    next.audit.push_back({next.updated_at, settings_.actor, "redriven",
+    next.audit.push_back({next.updated_at, run_.actor, "redriven",
                           "put back on " + keys.stream.stream + " for the fleet's workers (batch " +
                               std::to_string(batch_no) + ")"});
     auto r = q_.redis().command({"EVAL", kRedriveScript, "3", keys.stream.stream, keys.state, lock, record.id, before,
@@ -307,15 +297,15 @@ Expected<std::string> Redriver::start(FleetRecord& record, std::size_t batch_no)
     const std::string arg = top->elements > 1 ? reply_text(top->element[1]) : std::string();
     if (what == "added") return arg;
     if (what == "locked") {
-      ++result_.replay.taken_by_others;
-      result_.replay.skipped.push_back("record " + record.id + " is being replayed right now by " + arg +
-                                       ": not redriven twice at once");
+      ++result_.taken_by_others;
+      result_.skipped.push_back("record " + record.id + " is being replayed right now by " + arg +
+                                ": not redriven twice at once");
       return std::string();
     }
     if (what == "waiting") {
-      result_.replay.skipped.push_back("record " + record.id + ": its earlier redrive (entry " + arg + " of " +
-                                       keys.stream.stream + ") still waits for a worker; not redriven again until "
-                                       "it is settled");
+      result_.skipped.push_back("record " + record.id + ": its earlier redrive (entry " + arg + " of " +
+                                keys.stream.stream + ") still waits for a worker; not redriven again until "
+                                "it is settled");
       return std::string();
     }
     // "changed": someone acted on the record in between; read it again.
@@ -353,7 +343,7 @@ Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome, store::Re
     a.entry = flight.entry;
     a.outcome_entry = outcome.outcome_entry;
     s.redrives.push_back(std::move(a));
-    s.audit.push_back({s.updated_at, settings_.actor, "replayed", detail});
+    s.audit.push_back({s.updated_at, run_.actor, "replayed", detail});
     return Status::ok();
   });
   if (!changed) return Status::error(changed.error(), changed.error_code());
@@ -362,29 +352,30 @@ Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome, store::Re
     if (!unlocked) return Status::error(unlocked.error());
   }
   if (recorded_before) {
-    result_.replay.notices.push_back("record " + flight.record.id + ": the outcome of its redrive " + flight.entry +
-                                     " was recorded by another replay meanwhile");
+    result_.notices.push_back("record " + flight.record.id + ": the outcome of its redrive " + flight.entry +
+                              " was recorded by another replay meanwhile");
     return Status::ok();
   }
   flight.record = std::move(*changed);
   if (!flight.earlier) apply_state(flight.record, flight.record.state, "");  // its lock is gone now
-  if (flight.earlier) ++result_.replay.earlier_outcomes;
-  ++result_.replay.replayed;
-  if (verdict == store::ReplayVerdict::kResolved) {
-    ++result_.replay.resolved;
-  } else {
-    ++result_.replay.failed_again;
-    ++failures_[o.fingerprint.empty() ? kind : o.fingerprint];
+  if (flight.earlier) ++result_.earlier_outcomes;
+  if (run_.on_result) {
+    // An output larger than the worker's --results-max-output is not in NAME:results.
+    const std::string omitted =
+        outcome.output_omitted.empty()
+            ? ""
+            : "its output is not in " + q_.keys().stream.results + " (" + table_cell(outcome.output_omitted, 200) + ")";
+    const nlohmann::json id = flight.record.id;
+    run_.on_result(ReplayedRecord{id, flight.record.record, o, verdict, 0, omitted, ""});
   }
-  if (settings_.on_result) settings_.on_result(flight.record, outcome, verdict);
-  if (settings_.on_progress) settings_.on_progress(++done_, result_.replay.selected);
+  tally_.count(verdict, o);
   return Status::ok();
 }
 
 Expected<std::size_t> Redriver::wait(std::map<std::string, Flight>& flights, std::string results_from,
                                      std::string dlq_from) {
   const FleetKeys& keys = q_.keys();
-  const auto deadline = Clock::now() + settings_.batch_timeout;
+  const auto deadline = Clock::now() + run_.batch_timeout;
   std::size_t failed = 0;
   std::map<std::string, std::string> waited_for;  // redrive entry -> record id
   for (const auto& [entry, f] : flights) waited_for.emplace(entry, f.record.id);
@@ -404,14 +395,10 @@ Expected<std::size_t> Redriver::wait(std::map<std::string, Flight>& flights, std
       if (stream->type != REDIS_REPLY_ARRAY || stream->elements != 2) continue;
       const std::string name = reply_text(stream->element[0]);
       const bool is_dlq = name == keys.stream.dlq;
-      const redisReply* entries = stream->element[1];
-      for (std::size_t i = 0; i < entries->elements; ++i) {
-        const redisReply* e = entries->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
-        const std::string id = reply_text(e->element[0]);
-        (is_dlq ? dlq_from : results_from) = id;
-        if (e->element[1]->type != REDIS_REPLY_ARRAY) continue;
-        auto found = outcome_of(id, fields_of(e), is_dlq, waited_for);
+      for (const StreamEntry& e : stream_entries(stream->element[1], 2)) {
+        (is_dlq ? dlq_from : results_from) = e.id;
+        if (!e.fields_listed) continue;
+        auto found = outcome_of(e.id, e.fields, is_dlq, waited_for);
         if (!found) continue;
         auto it = flights.find(found->entry);
         if (found->verdict == store::ReplayVerdict::kFailedAgain) ++failed;
@@ -424,24 +411,16 @@ Expected<std::size_t> Redriver::wait(std::map<std::string, Flight>& flights, std
   return failed;
 }
 
-Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
-  ReplayResult& result = result_.replay;
-  result.selected = plan.size();
+Expected<ReplayResult> Redriver::run(std::vector<FleetRecord> plan) {
+  result_.selected = plan.size();
   const FleetKeys& keys = q_.keys();
   if (auto s = adopt_earlier_outcomes(plan); !s) return Error{s.message(), s.code()};
-  const std::size_t batch_size = std::max<std::size_t>(1, settings_.batch);
   std::size_t next = 0, batch_no = 0;
-  while (next < plan.size() && result.stopped_because.empty()) {
-    if (settings_.stop_after > 0 && worst() >= settings_.stop_after) {
-      // Reached with the outcomes of an earlier replay's redrives alone.
-      result.stopped_because = std::to_string(settings_.stop_after) + " replayed payloads failed again with " +
-                               worst_fingerprint() + " (--stop-after " + std::to_string(settings_.stop_after) + ")";
-      break;
-    }
-    // --stop-after K: never more in flight than could still fail, so that
-    // exactly K failures of one fingerprint stop it, as the store's replay does.
-    std::size_t size = std::min(batch_size, plan.size() - next);
-    if (settings_.stop_after > 0) size = std::min(size, settings_.stop_after - worst());
+  while (next < plan.size() && result_.stopped_because.empty()) {
+    // Reached with the outcomes of an earlier replay's redrives alone.
+    result_.stopped_because = tally_.stop_after_reason();
+    if (!result_.stopped_because.empty()) break;
+    const std::size_t size = std::min({tally_.batch_size(), plan.size() - next, tally_.room()});
     ++batch_no;
     auto results_from = last_id(q_.redis(), keys.stream.results);
     if (!results_from) return Error{results_from.error()};
@@ -449,18 +428,15 @@ Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
     if (!dlq_from) return Error{dlq_from.error()};
     std::map<std::string, Flight> flights;  // by the redrive's entry id
     for (std::size_t i = 0; i < size && next < plan.size(); ++i, ++next) {
-      if (stop_signals_.caught() != 0) break;
-      if (settings_.rate > 0) {
-        // Paced: a start waits for its turn, not for anything that happens;
-        // in steps, so that SIGINT/SIGTERM (which a sleep outlasts) stop it.
-        while (Clock::now() < next_start_ && stop_signals_.caught() == 0) {
-          if (auto s = renew_locks(flights); !s) return Error{s.message()};
-          std::this_thread::sleep_for(std::min<Clock::duration>(next_start_ - Clock::now(), kLongestBlock));
-        }
-        if (stop_signals_.caught() != 0) break;
-        next_start_ = std::max(next_start_, Clock::now()) +
-                      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / settings_.rate));
+      // Paced: a start waits for its turn, not for anything that happens;
+      // in steps, so that SIGINT/SIGTERM (which a sleep outlasts) stop it.
+      std::optional<Clock::time_point> turn;
+      while ((turn = tally_.not_before()) && stop_signals_.caught() == 0) {
+        if (auto s = renew_locks(flights); !s) return Error{s.message()};
+        std::this_thread::sleep_for(std::min<Clock::duration>(*turn - Clock::now(), kLongestBlock));
       }
+      if (stop_signals_.caught() != 0) break;
+      tally_.take_turn();
       auto entry = start(plan[next], batch_no);
       if (!entry) return Error{entry.error(), entry.error_code()};
       if (entry->empty()) continue;
@@ -475,54 +451,46 @@ Expected<RedriveResult> Redriver::run(std::vector<FleetRecord> plan) {
     const std::string left = "record" + std::string(flights.size() == 1 ? " " : "s ") + ids + " (their redrives stay on " +
                              keys.stream.stream + ", and the records are not redriven again until a worker settles them";
     if (const int sig = stop_signals_.caught(); sig != 0) {
-      result.stop_signal = sig;
-      result.stopped_because = std::string("stopped by ") + stop_signal_name(sig);
-      if (!flights.empty()) result.stopped_because += "; no outcome yet for " + left + ")";
+      result_.stop_signal = sig;
+      result_.stopped_because = std::string("stopped by ") + stop_signal_name(sig);
+      if (!flights.empty()) result_.stopped_because += "; no outcome yet for " + left + ")";
     } else if (!flights.empty()) {
-      result.stopped_because = "no outcome within --batch-timeout " + std::to_string(settings_.batch_timeout.count()) +
-                               " ms for " + left + "; are workers running, with NAME:results on?)";
-    } else if (settings_.stop_after > 0 && worst() >= settings_.stop_after) {
-      result.stopped_because = std::to_string(settings_.stop_after) + " replayed payloads failed again with " +
-                               worst_fingerprint() + " (--stop-after " + std::to_string(settings_.stop_after) + ")";
-    } else if (ran > 0 && static_cast<double>(*failed) / static_cast<double>(ran) > settings_.max_failure_ratio) {
-      char ratio[256];
-      std::snprintf(ratio, sizeof ratio,
-                    "%zu of %zu payloads of a batch failed again (more than --max-failure-ratio %.2f)", *failed, ran,
-                    settings_.max_failure_ratio);
-      result.stopped_because = ratio;
+      result_.stopped_because = "no outcome within --batch-timeout " + std::to_string(run_.batch_timeout.count()) +
+                                " ms for " + left + "; are workers running, with NAME:results on?)";
+    } else {
+      result_.stopped_because = tally_.stop_after_reason();
+      if (result_.stopped_because.empty()) result_.stopped_because = tally_.failure_ratio_reason(*failed, ran);
     }
     // Nobody waits for these any more: their locks go, and their redrives,
     // still on the stream, keep them from being redriven again (start()).
     for (const auto& [entry, f] : flights) {
-      result_.no_outcome.push_back(f.record.id);
       auto unlocked = q_.redis().command({"EVAL", kUnlockScript, "1", keys.lock(f.record.id), lock_value_});
       if (!unlocked) return Error{unlocked.error()};
     }
   }
-  result.not_replayed = result.selected - result.replayed;
-  result.failures_by_fingerprint = failures_;
+  result_.not_replayed = result_.selected - result_.replayed;
   return std::move(result_);
 }
 
 }  // namespace
 
-Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const RedriveSettings& settings,
+Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const ReplayRun& run,
                                                 std::vector<std::string>& skipped) {
   std::vector<FleetRecord> out;
-  if (!settings.ids.empty()) {
+  if (!run.ids.empty()) {
     std::set<std::string> seen;
-    for (const auto& id : settings.ids) {
+    for (const auto& id : run.ids) {
       if (!seen.insert(id).second) continue;  // given twice: redriven once
       auto r = q.get(id);
       if (!r) return Error{r.error(), r.error_code()};
-      if (!claimable(*r, settings.force)) {
+      if (!claimable(*r, run.force)) {
         skipped.push_back(r->replaying ? "record " + id + " is being replayed right now by " + r->replaying_by +
                                              ": not redriven twice at once"
                                        : "record " + id + " is " + std::string(to_string(r->record.status)) +
                                              " (--force replays it anyway)");
         continue;
       }
-      if (auto ok = check_signed(*r, settings.trust_unsigned); !ok) {
+      if (auto ok = check_signed(*r, run.trust_unsigned); !ok) {
         skipped.push_back(ok.message());
         continue;
       }
@@ -533,10 +501,10 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const Redriv
   std::size_t not_open = 0;
   std::vector<std::string> unsigned_ids;
   std::string first_why;
-  auto s = q.each(settings.filter, [&](const FleetRecord& r) {
-    if (!claimable(r, settings.force)) {
+  auto s = q.each(run.filter, [&](const FleetRecord& r) {
+    if (!claimable(r, run.force)) {
       ++not_open;
-    } else if (auto ok = check_signed(r, settings.trust_unsigned); !ok) {
+    } else if (auto ok = check_signed(r, run.trust_unsigned); !ok) {
       if (first_why.empty()) first_why = ok.message();
       unsigned_ids.push_back(r.id);
     } else {
@@ -561,13 +529,13 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const Redriv
   return out;
 }
 
-Expected<RedriveResult> redrive(FleetQuarantine& q, const RedriveSettings& settings) {
+Expected<ReplayResult> redrive(FleetQuarantine& q, const ReplayRun& run) {
   std::vector<std::string> skipped;
-  auto plan = redrive_plan(q, settings, skipped);
+  auto plan = redrive_plan(q, run, skipped);
   if (!plan) return Error{plan.error(), plan.error_code()};
-  Redriver redriver(q, settings);
+  Redriver redriver(q, run);
   auto result = redriver.run(std::move(*plan));
-  if (result) result->replay.skipped.insert(result->replay.skipped.begin(), skipped.begin(), skipped.end());
+  if (result) result->skipped.insert(result->skipped.begin(), skipped.begin(), skipped.end());
   return result;
 }
 

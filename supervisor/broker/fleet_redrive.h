@@ -34,58 +34,23 @@
 //
 // The workers must write NAME:results (their default; with --no-results an
 // ok redrive is never seen and times out).
-#include <chrono>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "shared/status.h"
 #include "supervisor/broker/fleet_quarantine.h"
-#include "supervisor/classify/outcome.h"
-#include "supervisor/ops/replay.h"
-#include "supervisor/store/replay_verdict.h"
+#include "supervisor/ops/quarantine_source.h"
 
 namespace pillbox::broker {
 
-struct RedriveOutcome {
-  Outcome outcome;
-  std::string worker;         // the consumer that settled the redrive
-  std::string entry;          // the redrive's entry in NAME
-  std::string outcome_entry;  // its result in NAME:results, or its dead letter in NAME:dlq
-  // Its output was not kept in NAME:results (larger than the worker's
-  // --results-max-output): why, as the result says it; "" when it was.
-  std::string output_omitted;
-};
-
-struct RedriveSettings {
-  std::vector<std::string> ids;  // given record ids (empty: the filter)
-  store::ListFilter filter;      // --fingerprint, --kind (--all: empty)
-  bool force = false;            // also resolved and discarded records (never one being replayed)
-  // Redrive records whose signature is not valid (check_signed): the
-  // operator's --trust-unsigned. Without it they are skipped, and said so.
-  bool trust_unsigned = false;
-  std::size_t batch = 10;
-  double rate = 0;               // redrives added per second (0: no limit)
-  std::size_t stop_after = 0;    // stop once this many fail again with one fingerprint (0: never)
-  double max_failure_ratio = 1.0;  // stop when more than this share of a batch fails again
-  std::chrono::milliseconds batch_timeout{300'000};
-  std::string actor;             // for the audit trail and the lock's value
-  std::function<void(const FleetRecord&, const RedriveOutcome&, store::ReplayVerdict)> on_result;
-  std::function<void(std::size_t done, std::size_t total)> on_progress;
-};
-
-struct RedriveResult {
-  ReplayResult replay;                  // the counts the store's replay reports (recovered: always 0)
-  std::vector<std::string> no_outcome;  // records redriven whose outcome did not come in time
-};
-
 // The records a replay would redrive, oldest first, without redriving
 // anything (--dry-run); `skipped` says which given ones it leaves and why.
-Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& quarantine, const RedriveSettings& settings,
+Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& quarantine, const ReplayRun& run,
                                                 std::vector<std::string>& skipped);
 
 // Errors: an unknown id (usage), Redis failed (setup). A stop signal
-// (SIGINT/SIGTERM) is not an error: replay.stop_signal says which.
-Expected<RedriveResult> redrive(FleetQuarantine& quarantine, const RedriveSettings& settings);
+// (SIGINT/SIGTERM) is not an error: stop_signal says which. Its result
+// never counts `recovered`.
+Expected<ReplayResult> redrive(FleetQuarantine& quarantine, const ReplayRun& run);
 
 }  // namespace pillbox::broker

@@ -65,17 +65,6 @@ Status refuse_runner_options(const Args& args) {
   return Status::ok();
 }
 
-// --batch, --rate, --stop-after and --max-failure-ratio (read_replay_brakes).
-Status read_brakes(const Args& args, ReplayRun& run) {
-  ReplaySettings brakes;
-  if (auto s = read_replay_brakes(args, brakes); !s) return s;
-  run.batch = brakes.batch;
-  run.rate = brakes.rate;
-  run.stop_after = brakes.stop_after;
-  run.max_failure_ratio = brakes.max_failure_ratio;
-  return Status::ok();
-}
-
 // --dry-run: what would be replayed, changing nothing.
 int show_replay_plan(QuarantineSource& source, const ReplayRun& run, bool json) {
   std::vector<std::string> skipped;
@@ -91,25 +80,51 @@ int show_replay_plan(QuarantineSource& source, const ReplayRun& run, bool json) 
   return kExitOk;
 }
 
-}  // namespace
+// What a replay acts on: record IDs (read by the source's parse_id), or
+// --fingerprint, --kind and/or --raise-site, or --all (exactly one of
+// these), and --force.
+Status read_replay_selection(const Args& args, const QuarantineSource& source, ReplayRun& run) {
+  for (const auto& text : args.positional()) {
+    auto id = source.parse_id(text);
+    if (!id) return Status::error(id.error());
+    run.ids.push_back(*id);
+  }
+  run.filter.fingerprint = args.value("fingerprint");
+  if (auto site = args.value("raise-site")) {
+    if (auto s = check_raise_site_id(*site); !s) return s;
+    run.filter.raise_site = *site;
+  }
+  if (auto k = args.value("kind")) {
+    if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
+    run.filter.kind = *k;
+  }
+  const bool all = args.flag("all");
+  const bool filtered = run.filter.fingerprint || run.filter.kind || run.filter.raise_site;
+  if (!run.ids.empty() + filtered + all != 1) {
+    return Status::error(
+        "replay what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site RS, or --all (one of these)");
+  }
+  run.force = args.flag("force");
+  return Status::ok();
+}
 
 // --batch, --rate, --stop-after and --max-failure-ratio: how fast it goes
 // and when it stops.
-Status read_replay_brakes(const Args& args, ReplaySettings& settings) {
+Status read_replay_brakes(const Args& args, ReplayBrakes& brakes) {
   if (auto v = args.value("batch")) {
     auto n = positive_number("batch", *v, 100000);
     if (!n) return Status::error(n.error());
-    settings.batch = static_cast<std::size_t>(*n);
+    brakes.batch = static_cast<std::size_t>(*n);
   }
   if (auto v = args.value("rate")) {
     auto n = positive_number("rate", *v, 100000);
     if (!n) return Status::error(n.error());
-    settings.rate = *n;
+    brakes.rate = *n;
   }
   if (auto v = args.value("stop-after")) {
     auto n = positive_number("stop-after", *v, 1'000'000);
     if (!n) return Status::error(n.error());
-    settings.stop_after = static_cast<std::size_t>(*n);
+    brakes.stop_after = static_cast<std::size_t>(*n);
   }
   if (auto v = args.value("max-failure-ratio")) {
     char* end = nullptr;
@@ -118,7 +133,7 @@ Status read_replay_brakes(const Args& args, ReplaySettings& settings) {
       return Status::error("--max-failure-ratio expects a fraction from 0 up to (not including) 1, e.g. 0.2; got '" +
                            *v + "'");
     }
-    settings.max_failure_ratio = f;
+    brakes.max_failure_ratio = f;
   }
   return Status::ok();
 }
@@ -152,6 +167,8 @@ int report_replay(const ReplayResult& result, bool write_errors) {
   return result.failed_again > 0 || !result.stopped_because.empty() ? kExitFailures : kExitOk;
 }
 
+}  // namespace
+
 int quarantine_replay(const RecordsContext& c) {
   const Args& args = c.args;
   const bool here = c.source.can().replays_here;
@@ -159,9 +176,8 @@ int quarantine_replay(const RecordsContext& c) {
     if (auto s = refuse_runner_options(args); !s) return quarantine_error(s.message(), kExitUsage);
   }
   ReplayRun run;
-  auto parse_id = [&](const std::string& text) { return c.source.parse_id(text); };
-  if (auto s = read_replay_selection(args, parse_id, run); !s) return quarantine_error(s.message(), kExitUsage);
-  if (auto s = read_brakes(args, run); !s) return quarantine_error(s.message(), kExitUsage);
+  if (auto s = read_replay_selection(args, c.source, run); !s) return quarantine_error(s.message(), kExitUsage);
+  if (auto s = read_replay_brakes(args, run); !s) return quarantine_error(s.message(), kExitUsage);
   if (here) {
     if (auto s = read_replay_runner(args, run); !s) return quarantine_error(s.message(), kExitUsage);
   } else {

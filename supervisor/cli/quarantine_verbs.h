@@ -8,22 +8,19 @@
 #include <optional>
 #include <string>
 
-#include "shared/failure_kind.h"
 #include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/quarantine_source.h"
-#include "supervisor/ops/replay.h"
 #include "supervisor/ops/store_quarantine_source.h"
 #include "supervisor/store/quarantine_store.h"
 
 namespace pillbox::cli {
 
-// What every verb reads: the store directory and its quarantine.
+// What every store-only verb reads: the store's quarantine and database.
 struct QuarantineContext {
   const Args& args;
   store::QuarantineStore& quarantine;
-  const std::string& store_dir;
   store::Database& database;
 };
 
@@ -64,40 +61,5 @@ int quarantine_replay(const RecordsContext& c);   // replay (quarantine_replay.c
 // The verbs of the store's quarantine only.
 int quarantine_import(const QuarantineContext& c);  // import FILES...
 int quarantine_patch(const QuarantineContext& c);   // patch ID (--payload-file F | --set-arg K=V...) --note TEXT
-
-// What a replay acts on: record IDs (read by `parse_id`), or --fingerprint,
-// --kind and/or --raise-site, or --all (exactly one of these), and --force;
-// into a selection with `ids`, `filter` and `force`.
-template <class Selection, class ParseId>
-Status read_replay_selection(const Args& args, ParseId parse_id, Selection& sel) {
-  for (const auto& text : args.positional()) {
-    auto id = parse_id(text);
-    if (!id) return Status::error(id.error());
-    sel.ids.push_back(*id);
-  }
-  sel.filter.fingerprint = args.value("fingerprint");
-  if (auto site = args.value("raise-site")) {
-    if (auto s = check_raise_site_id(*site); !s) return s;
-    sel.filter.raise_site = *site;
-  }
-  if (auto k = args.value("kind")) {
-    if (!kind_from_string(*k)) return Status::error("unknown kind '" + *k + "'");
-    sel.filter.kind = *k;
-  }
-  const bool all = args.flag("all");
-  const bool filtered = sel.filter.fingerprint || sel.filter.kind || sel.filter.raise_site;
-  if (!sel.ids.empty() + filtered + all != 1) {
-    return Status::error(
-        "replay what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site RS, or --all (one of these)");
-  }
-  sel.force = args.flag("force");
-  return Status::ok();
-}
-
-// --batch, --rate, --stop-after and --max-failure-ratio: how fast a replay
-// goes and when it stops (both quarantines).
-Status read_replay_brakes(const Args& args, ReplaySettings& settings);
-// What a replay did, on stderr, and the exit code (both quarantines).
-int report_replay(const ReplayResult& result, bool write_errors);
 
 }  // namespace pillbox::cli

@@ -71,14 +71,10 @@ struct ReplayedRecord {
 
 // A replay: the records it takes, how fast it goes and when it stops,
 // whichever way its payloads run (QuarantineSource::replay).
-struct ReplayRun {
+struct ReplayRun : ReplayBrakes {
   std::vector<std::string> ids;  // parse_id's texts; none: the filter
   store::ListFilter filter;      // --fingerprint, --kind, --raise-site (--all: empty)
   bool force = false;            // also resolved and discarded records
-  std::size_t batch = 10;
-  double rate = 0;
-  std::size_t stop_after = 0;
-  double max_failure_ratio = 1.0;
   std::string actor;
   bool name_results = false;     // the results go to files (--out): ReplayedRecord::result_variant wanted
   // Run here (replays_here): the runner the operator chose instead of the recorded one.

@@ -1,53 +1,31 @@
 #include "supervisor/ops/replay.h"
 
 #include <algorithm>
-#include <chrono>
 #include <set>
 
 #include "shared/policy_parser.h"
 #include "supervisor/ops/payload_runner.h"
+#include "supervisor/ops/replay_tally.h"
 #include "supervisor/exec/dispatcher.h"
 #include "supervisor/store/revision_store.h"
 
 namespace pillbox {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Shared by the batches of one replay: counts that decide when to stop.
-struct Tally {
-  std::map<std::string, std::size_t> failures_by_fingerprint;
-  std::size_t worst() const {
-    std::size_t n = 0;
-    for (const auto& [fp, count] : failures_by_fingerprint) n = std::max(n, count);
-    return n;
-  }
-};
+using Clock = ReplayTally::Clock;
 
 // One group of a batch: records that run under one config.
 class BatchPlanner final : public PayloadPlanner {
  public:
   BatchPlanner(std::vector<const store::QuarantineRecord*> records, std::vector<std::string> payloads,
-               const ReplaySettings& settings, Tally& tally, Clock::time_point& next_start,
+               ReplayTally& tally,
                std::function<Status(const store::QuarantineRecord&, const Outcome&, std::int64_t started_ms)> done)
-      : records_(std::move(records)),
-        payloads_(std::move(payloads)),
-        settings_(settings),
-        tally_(tally),
-        next_start_(next_start),
-        done_(std::move(done)) {}
+      : records_(std::move(records)), payloads_(std::move(payloads)), tally_(tally), done_(std::move(done)) {}
 
   std::optional<Task> next() override {
     if (stop_ || !error_.is_ok() || next_ >= records_.size()) return std::nullopt;
-    // --stop-after K: never more in flight than could still be allowed to
-    // fail, so that exactly K failures of one fingerprint stop it, not K
-    // plus whatever was running.
-    if (settings_.stop_after > 0 && tally_.worst() + in_flight_ >= settings_.stop_after) return std::nullopt;
-    if (settings_.rate > 0 && Clock::now() < next_start_) return std::nullopt;
-    if (settings_.rate > 0) {
-      next_start_ = std::max(next_start_, Clock::now()) +
-                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / settings_.rate));
-    }
+    if (in_flight_ >= tally_.room() || tally_.not_before()) return std::nullopt;
+    tally_.take_turn();
     const std::size_t i = next_++;
     ++in_flight_;
     started_ms_[i] = store::now_ms();
@@ -55,37 +33,33 @@ class BatchPlanner final : public PayloadPlanner {
   }
 
   std::optional<Clock::time_point> not_before() const override {
-    if (stop_ || next_ >= records_.size() || settings_.rate <= 0) return std::nullopt;
-    if (settings_.stop_after > 0 && tally_.worst() + in_flight_ >= settings_.stop_after) return std::nullopt;
-    return Clock::now() < next_start_ ? std::optional<Clock::time_point>(next_start_) : std::nullopt;
+    if (stop_ || next_ >= records_.size() || in_flight_ >= tally_.room()) return std::nullopt;
+    return tally_.not_before();
   }
 
   void on_outcome(const Task& task, const Outcome& outcome) override {
     if (in_flight_ > 0) --in_flight_;
     const std::size_t i = task.ref - 1;
-    ran_.insert(i);
+    ++ran_;
     if (outcome.kind != Kind::kOk) ++failed_;
     if (auto s = done_(*records_[i], outcome, started_ms_[i]); !s) error_ = s;
-    if (settings_.stop_after > 0 && tally_.worst() >= settings_.stop_after) stop_ = true;
+    if (tally_.room() == 0) stop_ = true;
   }
 
-  bool ran(std::size_t i) const { return ran_.count(i) > 0; }
   std::size_t failed() const { return failed_; }
-  std::size_t ran_count() const { return ran_.size(); }
+  std::size_t ran() const { return ran_; }
   const Status& error() const { return error_; }
 
  private:
   std::vector<const store::QuarantineRecord*> records_;
   std::vector<std::string> payloads_;
-  const ReplaySettings& settings_;
-  Tally& tally_;
-  Clock::time_point& next_start_;
+  ReplayTally& tally_;
   std::function<Status(const store::QuarantineRecord&, const Outcome&, std::int64_t)> done_;
   std::size_t next_ = 0;
   std::size_t in_flight_ = 0;
+  std::size_t ran_ = 0;
   std::size_t failed_ = 0;
   bool stop_ = false;
-  std::set<std::size_t> ran_;
   std::map<std::size_t, std::int64_t> started_ms_;
   Status error_;
 };
@@ -156,14 +130,11 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
   auto selected = replays.select(settings.selection, result.skipped);
   if (!selected) return Error{selected.error(), selected.error_code()};
   result.selected = selected->size();
-  const std::size_t batch_size = std::max<std::size_t>(1, settings.batch);
-
-  Tally tally;
-  Clock::time_point next_start = Clock::now();
+  ReplayTally tally(settings, result, settings.on_progress);
+  const std::size_t batch_size = tally.batch_size();
   std::map<std::string, std::int64_t> run_ids;  // per config: the runs row of its attempts
   store::RevisionStore revisions(replays.database());
   std::map<std::int64_t, std::int64_t> revision_of;  // record id -> the revision it ran (absent: the original)
-  std::size_t done = 0;
   for (std::size_t first = 0; first < selected->size() && result.stopped_because.empty(); first += batch_size) {
     const std::size_t last = std::min(selected->size(), first + batch_size);
     std::vector<std::int64_t> ids;
@@ -255,38 +226,23 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
           return s;
         }
         finished.insert(r.id);
-        ++result.replayed;
-        switch (verdict) {
-          case store::ReplayVerdict::kResolved:
-            ++result.resolved;
-            break;
-          case store::ReplayVerdict::kFailedAgain:
-            ++result.failed_again;
-            ++tally.failures_by_fingerprint[o.fingerprint.empty() ? a.kind : o.fingerprint];
-            break;
-        }
         if (settings.on_result) settings.on_result(r, o, verdict, revision);
-        if (settings.on_progress) settings.on_progress(++done, result.selected);
+        tally.count(verdict, o);
         return Status::ok();
       };
-      BatchPlanner planner(records, std::move(payloads), settings, tally, next_start, on_done);
+      BatchPlanner planner(records, std::move(payloads), tally, on_done);
       const RunSettings run = planned_run_settings(std::move(*config), settings.mode,
                                                    std::min(settings.jobs, records.size()), settings.sandbox_binary);
       auto report = run_planned(run, planner);
       if (!report) return Error{report.error()};
       if (!planner.error().is_ok()) return Error{planner.error().message()};
-      batch_ran += planner.ran_count();
+      batch_ran += planner.ran();
       batch_failed += planner.failed();
       if (report->stop_signal != 0) {
         result.stop_signal = report->stop_signal;
-        result.stopped_because = std::string("stopped by ") + (report->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
-      } else if (settings.stop_after > 0 && tally.worst() >= settings.stop_after) {
-        std::string fp;
-        for (const auto& [f, n] : tally.failures_by_fingerprint) {
-          if (n >= settings.stop_after) fp = f;
-        }
-        result.stopped_because = std::to_string(settings.stop_after) + " replayed payloads failed again with " + fp +
-                                 " (--stop-after " + std::to_string(settings.stop_after) + ")";
+        result.stopped_because = std::string("stopped by ") + stop_signal_name(report->stop_signal);
+      } else {
+        result.stopped_because = tally.stop_after_reason();
       }
     }
     // What this batch claimed but did not run goes back to its status.
@@ -296,18 +252,11 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
       if (auto s = replays.release(id, store::now_ms()); !s) return Error{s.message()};
       ++result.not_replayed;
     }
-    if (result.stopped_because.empty() && batch_ran > 0 &&
-        static_cast<double>(batch_failed) / static_cast<double>(batch_ran) > settings.max_failure_ratio) {
-      char ratio[256];
-      std::snprintf(ratio, sizeof ratio, "%zu of %zu payloads of a batch failed again (more than --max-failure-ratio %.2f)",
-                    batch_failed, batch_ran, settings.max_failure_ratio);
-      result.stopped_because = ratio;
-    }
+    if (result.stopped_because.empty()) result.stopped_because = tally.failure_ratio_reason(batch_failed, batch_ran);
   }
   // Records after the batch that stopped were never claimed: they keep their status.
   const std::size_t accounted = result.replayed + result.not_replayed;
   if (result.selected > accounted) result.not_replayed += result.selected - accounted;
-  result.failures_by_fingerprint = tally.failures_by_fingerprint;
   return result;
 }
 

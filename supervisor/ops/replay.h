@@ -27,12 +27,17 @@
 
 namespace pillbox {
 
-struct ReplaySettings {
+// --batch, --rate, --stop-after and --max-failure-ratio, for either
+// quarantine: how fast a replay goes and when it stops (replay_tally.h).
+struct ReplayBrakes {
+  std::size_t batch = 10;          // records claimed (or redriven) and judged together
+  double rate = 0;                 // payloads started per second (0: no limit)
+  std::size_t stop_after = 0;      // stop when this many fail again with one fingerprint (0: never)
+  double max_failure_ratio = 1.0;  // stop when more than this share of a batch fails again (1: never)
+};
+
+struct ReplaySettings : ReplayBrakes {
   store::ReplaySelection selection;
-  std::size_t batch = 10;                 // records claimed and judged together
-  double rate = 0;                        // payloads started per second (0: no limit)
-  std::size_t stop_after = 0;             // stop when this many fail again with one fingerprint (0: never)
-  double max_failure_ratio = 1.0;         // stop when more than this share of a batch fails (1: never)
   std::optional<HandlerChoice> handler;   // replay under this handler or command instead of the recorded one
   std::optional<Policy> policy;           // ... and/or this policy
   RecordAllowance allowed;                // else the record's, with what this allows (record_policy.h)

@@ -182,10 +182,7 @@ Expected<ReplaySettings> replay_settings(const ReplayRun& run) {
   }
   s.selection.filter = run.filter;
   s.selection.force = run.force;
-  s.batch = run.batch;
-  s.rate = run.rate;
-  s.stop_after = run.stop_after;
-  s.max_failure_ratio = run.max_failure_ratio;
+  static_cast<ReplayBrakes&>(s) = run;
   s.handler = run.handler;
   s.policy = run.policy;
   s.allowed = run.allowed;
