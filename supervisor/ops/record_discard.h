@@ -1,7 +1,8 @@
 #pragma once
-// Discarding a quarantine record: marked handled without a fix, the reason
-// in its audit trail. One call for `pillbox quarantine discard` and the
-// console's POST /api/records/ID/discard, so both leave the same trail.
+// Discarding a store's quarantine record: marked handled without a fix,
+// the reason in its audit trail. StoreQuarantineSource's check_discardable
+// and discard (store_quarantine_source.h), which `pillbox quarantine
+// discard` and the console's POST /api/records/ID/discard both reach.
 #include <string>
 
 #include "shared/status.h"

@@ -9,8 +9,6 @@ namespace pillbox::serve {
 
 std::string token_path(const std::string& store_dir) { return store_dir + "/serve.token"; }
 
-Expected<std::string> write_new_token(const std::string& store_dir) { return write_new_token_file(token_path(store_dir)); }
-
 Expected<std::string> write_new_token_file(const std::string& file) {
   unsigned char random[32];
   if (RAND_bytes(random, sizeof random) != 1) return Error{"cannot draw a random access token (OpenSSL RAND_bytes)"};

@@ -18,8 +18,6 @@ std::string token_path(const std::string& store_dir);
 // `file` (mode 0600, never through a symlink, replacing the last one; its
 // directory exists): token_path, or serve's --token-file.
 Expected<std::string> write_new_token_file(const std::string& file);
-// write_new_token_file(token_path(store_dir)).
-Expected<std::string> write_new_token(const std::string& store_dir);
 
 // How an Authorization header compares with the token.
 enum class TokenCheck {

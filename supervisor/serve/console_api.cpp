@@ -19,11 +19,6 @@ namespace {
 // The longest discard reason taken (bytes): it is kept in the audit trail.
 constexpr std::size_t kMaxReasonBytes = 4096;
 
-// 400 for what the request got wrong, 500 for what the store did.
-ApiReply reply_for(ErrorCode code, const std::string& message) {
-  return error_reply(code == ErrorCode::kSetup ? 500 : 400, message);
-}
-
 // The parameters of `query`, each given at most once and named in
 // `allowed`, empty values dropped; an error names what is allowed.
 Expected<std::map<std::string, std::string>> read_query(const Query& query, const std::set<std::string>& allowed) {
@@ -62,6 +57,10 @@ std::optional<std::string> take(std::map<std::string, std::string>& values, cons
 }  // namespace
 
 ApiReply error_reply(int status, const std::string& message) { return {status, {{"error", message}}}; }
+
+ApiReply failure_reply(const std::string& message, ErrorCode code, int usage_status) {
+  return error_reply(code == ErrorCode::kUsage ? usage_status : 500, message);
+}
 
 Expected<std::int64_t> record_id(const std::string& text) {
   char* end = nullptr;
@@ -154,7 +153,7 @@ ApiReply live_runs(ConsoleStore& s) {
 
 ApiReply list_tasks(ConsoleStore& s, const Query& query) {
   auto filter = tasks_filter(query);
-  if (!filter) return reply_for(filter.error_code(), filter.error());
+  if (!filter) return failure_reply(filter.error(), filter.error_code());
   const std::int64_t now = store::now_ms();
   nlohmann::json tasks = nlohmann::json::array();
   const Status each = store::each_task(s.db, *filter, [&](const store::TaskRow& r) {

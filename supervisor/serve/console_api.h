@@ -3,15 +3,13 @@
 // --json, built by the same library calls, so the two cannot drift apart.
 //   GET  /api/records          {"records": [quarantine list --json objects], "total": N}
 //   GET  /api/records/ID       quarantine show ID --json
-//   GET  /api/records/ID/payload  the payload's exact bytes
+//   GET  /api/records/ID/payload, /bundle  downloads (console_download.h)
 //   POST /api/records/ID/discard  {"reason": TEXT}: quarantine discard ID --reason TEXT --json
 //   POST /api/records/ID/patch    {"note", "payload_b64" | "set_args"}: quarantine patch ID --json
 //   GET  /api/stats            {"groups": [quarantine stats --json objects]}
 //   GET  /api/tasks            {"tasks": [pillbox tasks --json objects]}
 //   GET  /api/runs             {"runs": [the live files of live runs (supervisor/metrics/live_run_file.h)]}
-//   POST /api/records/ID/reproduce, /api/records/ID/minimize, /api/replay,
-//   GET /api/jobs, /api/jobs/N, POST /api/jobs/N/stop: the actions that run
-//                              as jobs (job_api.h, console_jobs.h)
+// and the actions that run as jobs (job_api.h).
 // Each call returns an HTTP status and a body; errors are {"error": TEXT}
 // with 400 (a bad filter or body: the text says what is allowed), 404 (no
 // such record) or 409 (being replayed), and 500 when the store fails.
@@ -19,7 +17,6 @@
 // are called one at a time (the server holds a lock around them).
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -49,6 +46,9 @@ struct ApiReply {
 
 // {"error": message} with `status`.
 ApiReply error_reply(int status, const std::string& message);
+// The reply for a call that failed with `message`: `usage_status` for a
+// kUsage error (what the request got wrong), 500 otherwise.
+ApiReply failure_reply(const std::string& message, ErrorCode code, int usage_status = 400);
 
 // The most records or tasks one request returns; more are read by paging
 // (offset). A listing without a limit returns this many at most.
@@ -100,12 +100,11 @@ inline constexpr const char* kPatchTooLarge =
 ApiReply patch_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
                       const std::string& actor);
 
-// A record's payload or bundle (console_download.h), or its preview: bytes,
-// or an error reply.
+// A record's payload preview (ConsoleSource::preview): its first bytes, or
+// an error reply.
 struct PayloadReply {
   ApiReply error;  // status 200: no error
   std::string bytes;
-  std::string file_name;  // "record-ID.payload": a name that cannot be a path
 };
 
 }  // namespace pillbox::serve

@@ -5,47 +5,10 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/record_bundle.h"
 #include "supervisor/serve/record_archive.h"
 
 namespace pillbox::serve {
-namespace {
-
-PendingDownload refused(ApiReply error) {
-  PendingDownload p;
-  p.error = std::move(error);
-  return p;
-}
-
-// The payload of record `r`: its row, and its file open.
-PendingDownload payload_of(ConsoleStore& s, const store::QuarantineRecord& r, const char* suffix) {
-  auto payload = s.quarantine.payloads().find(r.entry.payload_sha256);
-  if (!payload) return refused({500, {{"error", payload.error()}}});
-  PendingDownload p;
-  p.id = std::to_string(r.id);
-  p.file_name = "record-" + p.id + suffix;
-  p.payload = std::move(*payload);
-  return p;
-}
-
-}  // namespace
-
-PendingDownload find_payload_download(ConsoleStore& s, const store::QuarantineRecord& record) {
-  return payload_of(s, record, ".payload");
-}
-
-PendingDownload find_bundle_download(ConsoleStore& s, const store::QuarantineRecord& record) {
-  PendingDownload p = payload_of(s, record, ".tar.gz");
-  if (p.error.status != 200) return p;
-  // The record.json of `quarantine export ID --bundle` (quarantine_records.cpp).
-  auto full = stored_record_json(s.quarantine, record, s.dir);
-  if (!full) return refused({500, {{"error", full.error()}}});
-  p.bundle = true;
-  p.record = record;
-  p.full = std::move(*full);
-  return p;
-}
 
 DownloadReply finish_download(PendingDownload& p) {
   DownloadReply reply;

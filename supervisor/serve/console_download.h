@@ -2,11 +2,11 @@
 // The console's downloads: a record's payload (GET /api/records/ID/payload)
 // and its bundle (GET /api/records/ID/bundle, the files of `quarantine
 // export ID --bundle` as record-ID.tar.gz: supervisor/ops/record_bundle.h,
-// record_archive.h). Each is found under the store's lock (find_*: the
-// record, its JSON, its payload's row and open file) and read after it
-// (finish_download: up to 1 GiB read and checked against its hash, the
-// archive compressed), so that a large download never holds every other
-// request of the console behind the lock. A payload in a file is sent from
+// record_archive.h). Each is found under the console's lock
+// (ConsoleSource::find_download: the record, its JSON, its payload's row and
+// open file) and read after it (finish_download: up to 1 GiB read and
+// checked against its hash, the archive compressed), so that a large
+// download never holds every other request of the console behind the lock. A payload in a file is sent from
 // the file (read twice: checked, then sent), never held whole; a bundle is
 // built in memory (its payload, then the compressed archive).
 #include <cstdint>
@@ -40,10 +40,6 @@ struct PendingDownload {
 // memory (about 3 times its payload at its peak), one at a time
 // (console_server.cpp). Larger: `pillbox quarantine export ID --bundle`.
 inline constexpr std::int64_t kMaxBundlePayloadBytes = std::int64_t{64} << 20;
-
-// Under the store's lock: record `record`'s payload, or its bundle.
-PendingDownload find_payload_download(ConsoleStore& store, const store::QuarantineRecord& record);
-PendingDownload find_bundle_download(ConsoleStore& store, const store::QuarantineRecord& record);
 
 // What to send: the bytes (an inline payload, the bundle's .tar.gz), or a
 // payload's file, to be sent from it as it is read (send_file_range).

@@ -22,32 +22,25 @@ namespace pillbox::serve {
 namespace bp = boost::process;
 using nlohmann::json;
 
+namespace {
+
 const char* to_string(JobKind kind) {
   switch (kind) {
-    case JobKind::kReproduce:
-      return "reproduce";
-    case JobKind::kMinimize:
-      return "minimize";
-    case JobKind::kReplay:
-      return "replay";
+    case JobKind::kReproduce: return "reproduce";
+    case JobKind::kMinimize: return "minimize";
+    case JobKind::kReplay: return "replay";
   }
   return "?";
 }
-
-namespace {
 
 enum class JobState { kRunning, kDone, kFailed, kStopped };
 
 const char* to_string(JobState state) {
   switch (state) {
-    case JobState::kRunning:
-      return "running";
-    case JobState::kDone:
-      return "done";
-    case JobState::kFailed:
-      return "failed";
-    case JobState::kStopped:
-      return "stopped";
+    case JobState::kRunning: return "running";
+    case JobState::kDone: return "done";
+    case JobState::kFailed: return "failed";
+    case JobState::kStopped: return "stopped";
   }
   return "?";
 }
@@ -56,11 +49,6 @@ const char* to_string(JobState state) {
 constexpr int kProgressFd = 3;
 // A progress line longer than this is dropped (they are ~200 bytes).
 constexpr std::size_t kMaxProgressLine = 64u << 10;
-
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Reads what `fd` has now (it is non-blocking) into `sink`; false at its end.
 template <typename Sink>
@@ -185,7 +173,7 @@ ApiReply JobBoard::start(JobRequest request) {
   job->command.insert(job->command.end(), source_args_.begin(), source_args_.end());
   job->actor = std::move(request.actor);
   job->records = std::move(request.records);
-  job->started_at = now_ms();
+  job->started_at = store::now_ms();
   jobs_.push_back(job);
   // The child is started by the job's own thread: PR_SET_PDEATHSIG fires
   // when the thread that forked it ends, and this one lives until it is reaped.
@@ -271,7 +259,7 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
     if (pid <= 0) {
       job->state = JobState::kFailed;
       job->error = spawn_error;
-      job->ended_at = now_ms();
+      job->ended_at = store::now_ms();
       ended_.notify_all();
       return;
     }
@@ -391,7 +379,7 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
     const bool answered = (*job->exit_code == 0 || *job->exit_code == 1) && !job->result.is_null();
     job->state = stopped ? JobState::kStopped : answered ? JobState::kDone : JobState::kFailed;
   }
-  job->ended_at = now_ms();
+  job->ended_at = store::now_ms();
   ended_.notify_all();
 }
 

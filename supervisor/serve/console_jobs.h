@@ -40,7 +40,6 @@
 namespace pillbox::serve {
 
 enum class JobKind { kReproduce, kMinimize, kReplay };
-const char* to_string(JobKind kind);
 
 inline constexpr std::size_t kMaxRunningJobs = 2;
 inline constexpr std::size_t kKeptJobs = 100;  // finished jobs kept, newest

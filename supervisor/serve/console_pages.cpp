@@ -16,22 +16,12 @@ namespace {
 
 using nlohmann::json;
 
-// A JSON value as text: strings as they are, null as "-", anything else as JSON.
-std::string text(const json& v) {
-  if (v.is_null()) return "-";
-  if (v.is_string()) return v.get<std::string>();
-  return v.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-std::string esc(const json& v) { return html_escape(text(v)); }
-std::string field(const json& object, const char* name) {
-  return object.is_object() && object.contains(name) ? esc(object[name]) : "-";
-}
 // A fleet's record whose state or lock cannot be read (fleet_views_json.h's
 // state_error): in a list, a short mark with the reason as its title.
 std::string state_error_note(const json& r, bool short_form) {
   if (!r.contains("state_error")) return "";
-  if (!short_form) return "<span class=\"error\">" + field(r, "state_error") + "</span>";
-  return " <span class=\"error\" title=\"" + field(r, "state_error") + "\">state unreadable</span>";
+  if (!short_form) return "<span class=\"error\">" + field_html(r, "state_error") + "</span>";
+  return " <span class=\"error\" title=\"" + field_html(r, "state_error") + "\">state unreadable</span>";
 }
 // A fleet's record without a valid signature (fleet_key.h): never run by
 // the console's jobs or bundle unless serve was given --trust-unsigned.
@@ -63,13 +53,13 @@ std::string layout(const std::string& title, const std::string& active, const st
          "</main>\n<script src=\"/static/console.js\"></script></body></html>\n";
 }
 
-Page error_reply_page(const ApiReply& reply) { return error_page(reply.status, text(reply.body["error"])); }
+Page error_reply_page(const ApiReply& reply) { return error_page(reply.status, value_text(reply.body["error"])); }
 
 // A page of what `source` does not have (the fleet's tasks and runs): its
 // title and the reply's explanation, with the reply's status.
 Page none_here(ConsoleSource& source, const std::string& title, const std::string& active, const ApiReply& reply) {
   return {reply.status, layout(title, active, "<h1>" + html_escape(title) + "</h1>\n<p class=\"note\">" +
-                                                  esc(reply.body["error"]) + "</p>\n", source.location())};
+                                                  value_html(reply.body["error"]) + "</p>\n", source.location())};
 }
 
 // <select name=NAME> of `options`, "any" first, `current` selected.
@@ -103,12 +93,12 @@ std::string query_with(Query query, const std::string& name, const std::string& 
 }
 
 std::string record_link(const json& id) {
-  const std::string t = text(id);
+  const std::string t = value_text(id);
   return "<a href=\"/records/" + url_encode(t) + "\">" + html_escape(t) + "</a>";
 }
 
 std::string fingerprint_link(const json& fp) {
-  const std::string t = text(fp);
+  const std::string t = value_text(fp);
   return "<a class=\"fp\" href=\"/?fingerprint=" + url_encode(t) + "\">" + html_escape(t) + "</a>";
 }
 
@@ -129,7 +119,15 @@ std::vector<std::string> status_names() {
 std::string page_layout(const std::string& title, const std::string& active, const std::string& body) {
   return layout(title, active, body);
 }
-std::string value_text(const json& v) { return text(v); }
+std::string value_text(const json& v) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+std::string value_html(const json& v) { return html_escape(value_text(v)); }
+std::string field_html(const json& object, const char* name) {
+  return object.is_object() && object.contains(name) ? value_html(object[name]) : "-";
+}
 
 Page error_page(int status, const std::string& message) {
   return {status, layout("error", "", "<h1>Error " + std::to_string(status) + "</h1>\n<p class=\"error\">" +
@@ -162,11 +160,11 @@ Page list_page(ConsoleSource& source, const Query& given) {
   body += "<table class=\"records\"><thead><tr><th>ID</th><th>created</th><th>status</th><th>kind</th>"
           "<th>fingerprint</th><th>handler</th><th>key</th><th>bytes</th></tr></thead><tbody>\n";
   for (const auto& r : records) {
-    body += "<tr><td>" + record_link(r["id"]) + "</td><td>" + field(r, "created_at") + "</td><td><span class=\"status " +
-            field(r, "status") + "\">" + field(r, "status") + "</span>" + state_error_note(r, true) + signature_note(r, true) + "</td><td>" +
-            field(r, "kind") + "</td><td>" +
-            fingerprint_link(r["fingerprint"]) + "</td><td>" + field(r, "handler") + "</td><td class=\"key\">" +
-            field(r, "key") + "</td><td class=\"num\">" + field(r, "payload_size") + "</td></tr>\n";
+    body += "<tr><td>" + record_link(r["id"]) + "</td><td>" + field_html(r, "created_at") + "</td><td><span class=\"status " +
+            field_html(r, "status") + "\">" + field_html(r, "status") + "</span>" + state_error_note(r, true) + signature_note(r, true) + "</td><td>" +
+            field_html(r, "kind") + "</td><td>" +
+            fingerprint_link(r["fingerprint"]) + "</td><td>" + field_html(r, "handler") + "</td><td class=\"key\">" +
+            field_html(r, "key") + "</td><td class=\"num\">" + field_html(r, "payload_size") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
   const std::int64_t shown = static_cast<std::int64_t>(records.size());
@@ -203,19 +201,19 @@ Page groups_page(ConsoleSource& source, const Query& query) {
   for (const auto& g : reply.body["groups"]) {
     std::string statuses;
     for (const auto& [status, n] : g["by_status"].items()) {
-      if (n.get<std::int64_t>() > 0) statuses += (statuses.empty() ? "" : ", ") + esc(n) + " " + html_escape(status);
+      if (n.get<std::int64_t>() > 0) statuses += (statuses.empty() ? "" : ", ") + value_html(n) + " " + html_escape(status);
     }
     // The example's crash state, innermost first: groups of one exception
     // raised through other callers are told apart at a glance.
     std::string state;
     if (g.contains("crash_state") && g["crash_state"].is_array()) {
-      for (const auto& frame : g["crash_state"]) state += (state.empty() ? "" : " &lt; ") + esc(frame);
+      for (const auto& frame : g["crash_state"]) state += (state.empty() ? "" : " &lt; ") + value_html(frame);
     }
-    body += "<tr><td>" + fingerprint_link(g["fingerprint"]) + "</td><td>" + field(g, "kind") + "</td><td class=\"num\">" +
-            field(g, "records") + "</td><td class=\"num\">" + field(g, "open") + "</td><td class=\"num\">" +
-            field(g, "repeats") + "</td><td>" + field(g, "first_seen") + "</td><td>" + field(g, "last_seen") +
+    body += "<tr><td>" + fingerprint_link(g["fingerprint"]) + "</td><td>" + field_html(g, "kind") + "</td><td class=\"num\">" +
+            field_html(g, "records") + "</td><td class=\"num\">" + field_html(g, "open") + "</td><td class=\"num\">" +
+            field_html(g, "repeats") + "</td><td>" + field_html(g, "first_seen") + "</td><td>" + field_html(g, "last_seen") +
             "</td><td>" + (g.contains("by_day") ? day_bars_svg(g["by_day"]) : "") + "</td><td>" + statuses + "</td><td>" + record_link(g["example_id"]) + "</td><td class=\"state\">" + state +
-            "</td><td class=\"message\">" + field(g, "message") + "</td></tr>\n";
+            "</td><td class=\"message\">" + field_html(g, "message") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
   // One bug met through several callers: the groups of one raise site
@@ -256,43 +254,43 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   const ApiReply reply = source.show_record(id_text);
   if (reply.status != 200) return error_reply_page(reply);
   const json& r = reply.body;
-  const std::string id = text(r["id"]);
-  std::string body = "<h1>Record " + html_escape(id) + " <span class=\"status " + field(r, "status") + "\">" +
-                     field(r, "status") + "</span></h1>\n<dl class=\"record\">\n";
+  const std::string id = value_text(r["id"]);
+  std::string body = "<h1>Record " + html_escape(id) + " <span class=\"status " + field_html(r, "status") + "\">" +
+                     field_html(r, "status") + "</span></h1>\n<dl class=\"record\">\n";
   auto row = [&](const std::string& name, const std::string& html) {
     body += "<dt>" + name + "</dt><dd>" + html + "</dd>\n";
   };
-  row("key", "<span class=\"key\">" + field(r, "key") + "</span>");
-  std::string kind = field(r, "kind");
-  if (r.contains("signal") && !r["signal"].is_null()) kind += " (" + esc(r["signal"]) + ")";
-  if (r.contains("syscall") && !r["syscall"].is_null()) kind += ", syscall " + esc(r["syscall"]);
-  if (r.contains("exit_code") && !r["exit_code"].is_null()) kind += ", exit code " + esc(r["exit_code"]);
+  row("key", "<span class=\"key\">" + field_html(r, "key") + "</span>");
+  std::string kind = field_html(r, "kind");
+  if (r.contains("signal") && !r["signal"].is_null()) kind += " (" + value_html(r["signal"]) + ")";
+  if (r.contains("syscall") && !r["syscall"].is_null()) kind += ", syscall " + value_html(r["syscall"]);
+  if (r.contains("exit_code") && !r["exit_code"].is_null()) kind += ", exit code " + value_html(r["exit_code"]);
   row("kind", kind);
   row("fingerprint", fingerprint_link(r["fingerprint"]));
-  row("message", "<span class=\"message\">" + field(r, "message") + "</span>");
+  row("message", "<span class=\"message\">" + field_html(r, "message") + "</span>");
   if (r.contains("state_error")) row("state", state_error_note(r, false));
   if (r.contains("signature")) {
     row("signature", r["signature"] == "valid" ? "valid (signed with the fleet key)" : signature_note(r, false));
   }
-  row("handler", field(r, "handler") + " " + field(r, "handler_args"));
+  row("handler", field_html(r, "handler") + " " + field_html(r, "handler_args"));
   if (r.contains("exec_argv") && r["exec_argv"].is_array() && !r["exec_argv"].empty()) {
-    row("command", "<code>" + esc(r["exec_argv"]) + "</code>");
+    row("command", "<code>" + value_html(r["exec_argv"]) + "</code>");
   }
-  row("policy", field(r, "policy_identity"));
-  row("resources", "cpu " + field(r, "cpu_ms") + " ms, wall " + field(r, "wall_ms") + " ms, max rss " +
-                       field(r, "max_rss_kb") + " KiB");
-  row("payload", field(r, "payload_size") + " bytes, sha256 <code>" + field(r, "payload_sha256") + "</code>, from " +
-                     field(r, "source"));
-  row("created", field(r, "created_at") + ", updated " + field(r, "updated_at") + ", " + field(r, "repeats") +
+  row("policy", field_html(r, "policy_identity"));
+  row("resources", "cpu " + field_html(r, "cpu_ms") + " ms, wall " + field_html(r, "wall_ms") + " ms, max rss " +
+                       field_html(r, "max_rss_kb") + " KiB");
+  row("payload", field_html(r, "payload_size") + " bytes, sha256 <code>" + field_html(r, "payload_sha256") + "</code>, from " +
+                     field_html(r, "source"));
+  row("created", field_html(r, "created_at") + ", updated " + field_html(r, "updated_at") + ", " + field_html(r, "repeats") +
                      " repeats folded in");
   if (r.contains("stream") && r["stream"].is_object()) {  // a dead letter of the fleet (fleet_views_json.h)
     const json& st = r["stream"];
-    row("dead letter", "entry " + field(st, "entry") + " of " + field(st, "name") + " (group " + field(st, "group") +
-                           "), " + field(st, "deliveries") + " deliveries: " + field(r, "reason"));
+    row("dead letter", "entry " + field_html(st, "entry") + " of " + field_html(st, "name") + " (group " + field_html(st, "group") +
+                           "), " + field_html(st, "deliveries") + " deliveries: " + field_html(r, "reason"));
   }
   if (r.contains("reproduce")) {
     const auto& rep = r["reproduce"];
-    row("reproduces", field(rep, "verdict") + ": " + field(rep, "matches") + " of " + field(rep, "runs") +
+    row("reproduces", field_html(rep, "verdict") + ": " + field_html(rep, "matches") + " of " + field_html(rep, "runs") +
                           " runs ended with this fingerprint");
   } else {
     std::string command = "pillbox reproduce " + id;
@@ -304,7 +302,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   body += "<h2>Crash state</h2>\n";
   if (r.contains("crash_state") && r["crash_state"].is_array() && !r["crash_state"].empty()) {
     body += "<ol class=\"frames\">\n";
-    for (const auto& frame : r["crash_state"]) body += "<li><code>" + esc(frame) + "</code></li>\n";
+    for (const auto& frame : r["crash_state"]) body += "<li><code>" + value_html(frame) + "</code></li>\n";
     body += "</ol>\n";
   } else {
     body += "<p class=\"note\">no frames recorded</p>\n";
@@ -313,17 +311,17 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   body += "<h2>Attempts</h2>\n<table class=\"attempts\"><thead><tr><th>#</th><th>run</th><th>started</th>"
           "<th>ended</th><th>kind</th><th>fingerprint</th><th>charged</th><th>message</th></tr></thead><tbody>\n";
   for (const auto& a : r["attempt_history"]) {
-    body += "<tr><td>" + field(a, "n") + "</td><td>" + field(a, "run") + "</td><td>" + field(a, "started_at") +
-            "</td><td>" + field(a, "ended_at") + "</td><td>" + field(a, "kind") + "</td><td>" + field(a, "fingerprint") +
-            "</td><td>" + field(a, "charged") + "</td><td class=\"message\">" + field(a, "message") + "</td></tr>\n";
+    body += "<tr><td>" + field_html(a, "n") + "</td><td>" + field_html(a, "run") + "</td><td>" + field_html(a, "started_at") +
+            "</td><td>" + field_html(a, "ended_at") + "</td><td>" + field_html(a, "kind") + "</td><td>" + field_html(a, "fingerprint") +
+            "</td><td>" + field_html(a, "charged") + "</td><td class=\"message\">" + field_html(a, "message") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
 
   body += "<h2>Audit trail</h2>\n<table class=\"audit\"><thead><tr><th>at</th><th>action</th><th>actor</th>"
           "<th>detail</th></tr></thead><tbody>\n";
   for (const auto& e : r["audit"]) {
-    body += "<tr><td>" + field(e, "at") + "</td><td>" + field(e, "action") + "</td><td class=\"actor\">" +
-            field(e, "actor") + "</td><td>" + field(e, "detail") + "</td></tr>\n";
+    body += "<tr><td>" + field_html(e, "at") + "</td><td>" + field_html(e, "action") + "</td><td class=\"actor\">" +
+            field_html(e, "actor") + "</td><td>" + field_html(e, "detail") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
 
@@ -333,9 +331,9 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
     body += "<table class=\"revisions\"><thead><tr><th>#</th><th>at</th><th>actor</th><th>note</th><th>change</th>"
             "<th>payload</th></tr></thead><tbody>\n";
     for (const auto& v : r["revisions"]) {
-      body += "<tr><td>" + field(v, "n") + "</td><td>" + field(v, "at") + "</td><td class=\"actor\">" +
-              field(v, "actor") + "</td><td class=\"note-text\">" + field(v, "note") + "</td><td>" + field(v, "summary") +
-              "</td><td class=\"num\">" + field(v, "payload_size") + " bytes</td></tr>\n";
+      body += "<tr><td>" + field_html(v, "n") + "</td><td>" + field_html(v, "at") + "</td><td class=\"actor\">" +
+              field_html(v, "actor") + "</td><td class=\"note-text\">" + field_html(v, "note") + "</td><td>" + field_html(v, "summary") +
+              "</td><td class=\"num\">" + field_html(v, "payload_size") + " bytes</td></tr>\n";
     }
     body += "</tbody></table>\n<p class=\"note\">A replay runs the newest revision; the original is unchanged.</p>\n";
   } else {
@@ -362,13 +360,13 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
             "/bundle\" download>download the bundle</a> (record-" + html_escape(id) +
             ".tar.gz: payload, policy, record.json, reproduce.sh, as <code>quarantine export --bundle</code>)</p>\n";
   } else {
-    body += "<p class=\"error\">unreadable: " + esc(payload.error.body["error"]) + "</p>\n";
+    body += "<p class=\"error\">unreadable: " + value_html(payload.error.body["error"]) + "</p>\n";
   }
 
-  const std::string status = text(r["status"]);
+  const std::string status = value_text(r["status"]);
   if (source.patches() && (status == "quarantined" || status == "failed-again")) {
     // Read by /static/console.js: the file as base64, or the K=V lines.
-    const bool exec = text(r["handler"]) == "exec";
+    const bool exec = value_text(r["handler"]) == "exec";
     body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
             html_escape(url_encode(id)) + "/patch\">\n"
             "<label>note <input name=\"note\" required maxlength=\"4096\" size=\"40\"></label>\n"
@@ -416,10 +414,10 @@ Page tasks_page(ConsoleSource& source, const Query& query) {
           "<th>fingerprint</th><th>next retry</th><th>record</th><th>handler</th></tr></thead><tbody>\n";
   for (const auto& t : reply.body["tasks"]) {
     const std::string record = t["quarantine_id"].is_null() ? "-" : record_link(t["quarantine_id"]);
-    body += "<tr><td class=\"key\">" + field(t, "key") + "</td><td class=\"state " + field(t, "state") + "\">" +
-            field(t, "state") + "</td><td class=\"num\">" + field(t, "attempts") + "</td><td>" + field(t, "last_kind") +
-            "</td><td>" + field(t, "last_fingerprint") + "</td><td>" + field(t, "next_retry_at") + "</td><td>" + record +
-            "</td><td>" + field(t, "handler") + "</td></tr>\n";
+    body += "<tr><td class=\"key\">" + field_html(t, "key") + "</td><td class=\"state " + field_html(t, "state") + "\">" +
+            field_html(t, "state") + "</td><td class=\"num\">" + field_html(t, "attempts") + "</td><td>" + field_html(t, "last_kind") +
+            "</td><td>" + field_html(t, "last_fingerprint") + "</td><td>" + field_html(t, "next_retry_at") + "</td><td>" + record +
+            "</td><td>" + field_html(t, "handler") + "</td></tr>\n";
   }
   body += "</tbody></table>\n<p class=\"paging\">" + std::to_string(reply.body["tasks"].size()) + " tasks shown (at most " +
           std::to_string(kMaxPage) + ")</p>\n";
@@ -443,14 +441,14 @@ Page runs_page(ConsoleSource& source) {
     if (r.contains("tasks") && r["tasks"].is_array()) {
       for (const auto& t : r["tasks"]) {
         if (!kinds.empty()) kinds += ", ";
-        kinds += field(t, "kind") + " " + field(t, "verdict") + ": " + field(t, "count");
+        kinds += field_html(t, "kind") + " " + field_html(t, "verdict") + ": " + field_html(t, "count");
       }
     }
     std::string attempts;
     if (r.contains("attempts") && r["attempts"].is_object()) {
       for (const auto& [kind, n] : r["attempts"].items()) {
         if (!attempts.empty()) attempts += ", ";
-        attempts += html_escape(kind) + ": " + esc(n);
+        attempts += html_escape(kind) + ": " + value_html(n);
       }
     }
     const json slots = r.contains("slots") ? r["slots"] : json();
@@ -458,10 +456,10 @@ Page runs_page(ConsoleSource& source) {
     if (r.contains("tasks_per_second") && r["tasks_per_second"].is_number()) {
       std::snprintf(rate, sizeof rate, "%.1f", r["tasks_per_second"].get<double>());
     }
-    body += "<tr><td class=\"num\">" + field(r, "run_id") + "</td><td class=\"num\">" + field(r, "pid") + "</td><td>" +
-            field(r, "started_at") + "</td><td>" + field(r, "updated_at") + "</td><td class=\"num\">" +
-            field(r, "tasks_total") + "</td><td>" + kinds + "</td><td>" + attempts + "</td><td class=\"num\">" +
-            field(slots, "busy") + " / " + field(slots, "total") + "</td><td>" + field(r, "breaker") +
+    body += "<tr><td class=\"num\">" + field_html(r, "run_id") + "</td><td class=\"num\">" + field_html(r, "pid") + "</td><td>" +
+            field_html(r, "started_at") + "</td><td>" + field_html(r, "updated_at") + "</td><td class=\"num\">" +
+            field_html(r, "tasks_total") + "</td><td>" + kinds + "</td><td>" + attempts + "</td><td class=\"num\">" +
+            field_html(slots, "busy") + " / " + field_html(slots, "total") + "</td><td>" + field_html(r, "breaker") +
             "</td><td class=\"num\">" + rate + "</td></tr>\n";
   }
   body += "</tbody></table>\n<p class=\"paging\" id=\"live-runs-empty\"" +

@@ -38,10 +38,13 @@ Page runs_page(ConsoleSource& source);
 // A page for an error: `status` and `message` (escaped here).
 Page error_page(int status, const std::string& message);
 
-// For the pages of other files (job_pages.cpp): the frame every page has
-// (nav `active` is the href of its entry), and a JSON value as text
-// (strings as they are, null as "-"), not yet escaped.
+// For the pages of other files (job_pages.cpp) too: the frame every page
+// has (nav `active` is the href of its entry); a JSON value as text
+// (strings as they are, null as "-", anything else as JSON), and escaped;
+// field `name` of `object` escaped, "-" when it has none.
 std::string page_layout(const std::string& title, const std::string& active, const std::string& body);
 std::string value_text(const nlohmann::json& v);
+std::string value_html(const nlohmann::json& v);
+std::string field_html(const nlohmann::json& object, const char* name);
 
 }  // namespace pillbox::serve

@@ -96,7 +96,11 @@ void send_page(httplib::Response& res, const Page& page) {
 
 Query query_of(const httplib::Request& req) { return Query(req.params.begin(), req.params.end()); }
 
-bool is_api(const httplib::Request& req) { return req.path.rfind("/api/", 0) == 0; }
+// JSON under /api/, a page elsewhere.
+void send_error(const httplib::Request& req, httplib::Response& res, int status, const std::string& message) {
+  if (req.path.rfind("/api/", 0) == 0) return send_json(res, error_reply(status, message));
+  send_page(res, error_page(status, message));
+}
 
 // The one bundle being built, while this lives (taken() says whether it was free).
 class BundleSlot {
@@ -291,12 +295,8 @@ void ConsoleServer::add_routes() {
   // body is read, and by the size of what was read (a chunked body).
   http_->set_payload_max_length(kMaxPatchBodyBytes);
 
-  // Refused on the headers alone, before any body is read: a body too
-  // large, a Host that is not this console's (a page of another site whose
-  // DNS name now points at 127.0.0.1 sends that name), a POST without the
-  // token, a body on anything but a POST. A refused request with a body
-  // gets an answer that closes the connection (closing_reply.h), so its
-  // body is never read, as itself or as more requests.
+  // Refused on the headers alone, before any body is read (header_refusal,
+  // refuse).
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
     std::optional<ApiReply> refused = header_refusal(req);
     if (!refused) return httplib::Server::HandlerResponse::Unhandled;
@@ -312,27 +312,18 @@ void ConsoleServer::add_routes() {
     return refused->status;
   });
   // Unknown paths and methods, and errors cpp-httplib itself found (a body
-  // too large): JSON under /api/, a page elsewhere. Replies of the
-  // handlers keep their own body, and a closing reply its provider.
+  // too large). Replies of the handlers keep their own body, and a closing
+  // reply its provider.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
     if (!res.body.empty() || is_closing_reply(res)) return httplib::Server::HandlerResponse::Unhandled;
     const std::string what = res.status == 404 ? "no such page: " + req.path
                              : res.status == 413 ? (is_patch(req) ? kPatchTooLarge : "request body too large")
                                                  : "request refused (HTTP " + std::to_string(res.status) + ")";
-    if (is_api(req)) {
-      send_json(res, {res.status, {{"error", what}}});
-    } else {
-      send_page(res, error_page(res.status, what));
-    }
+    send_error(req, res, res.status, what);
     return httplib::Server::HandlerResponse::Handled;
   }));
-  http_->set_exception_handler([](const Request& req, Response& res, std::exception_ptr) {
-    if (is_api(req)) {
-      send_json(res, {500, {{"error", "internal error"}}});
-    } else {
-      send_page(res, error_page(500, "internal error"));
-    }
-  });
+  http_->set_exception_handler(
+      [](const Request& req, Response& res, std::exception_ptr) { send_error(req, res, 500, "internal error"); });
 
   // Every route checks the request again (defence in depth: the
   // pre-routing handler above refused it already) before anything else.
@@ -347,13 +338,8 @@ void ConsoleServer::add_routes() {
   // happened and what to do, never what the old file still holds.
   auto store_gone = [this](const Request& req, Response& res) {
     const auto problem = source_.unavailable();
-    if (!problem) return false;
-    if (is_api(req)) {
-      send_json(res, {503, {{"error", *problem}}});
-    } else {
-      send_page(res, error_page(503, *problem));
-    }
-    return true;
+    if (problem) send_error(req, res, 503, *problem);
+    return problem.has_value();
   };
   // Each route that reads the quarantine takes the lock around the source's call.
   auto locked = [this, guarded, store_gone](auto fn) {
@@ -480,10 +466,8 @@ void ConsoleServer::add_job_routes(Guarded guarded, Authorized authorized) {
 Expected<int> ConsoleServer::run_until_signal(std::string token) {
   token_ = std::move(token);
   add_routes();
-  sigset_t stop_set, old_set;
-  sigemptyset(&stop_set);
-  sigaddset(&stop_set, SIGINT);
-  sigaddset(&stop_set, SIGTERM);
+  const sigset_t stop_set = stop_signal_set();
+  sigset_t old_set;
   // Blocked here before any thread starts: the server's threads inherit the
   // mask, so the signal waits for sigwait below instead of killing pillbox.
   pthread_sigmask(SIG_BLOCK, &stop_set, &old_set);

@@ -18,6 +18,8 @@
 // Thread safety: cpp-httplib serves requests on a pool of threads; the
 // source (console_source.h) is used under one lock, one request at a time,
 // except for /metrics, which the source serves on its own.
+#include <signal.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -47,6 +49,15 @@ struct ListenAddress {
 Expected<ListenAddress> parse_listen_address(const std::string& text);
 // True for 127.0.0.0/8, ::1 and localhost.
 bool is_loopback_host(const std::string& host);
+
+// SIGINT and SIGTERM: what stops serve (run_until_signal).
+inline sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
 
 class ConsoleServer {
  public:

@@ -5,7 +5,7 @@
 namespace pillbox::serve {
 
 ApiReply ConsoleSource::failure(const std::string& message, ErrorCode code, int usage_status) {
-  return error_reply(code == ErrorCode::kUsage ? usage_status : 500, message);
+  return failure_reply(message, code, usage_status);
 }
 
 std::optional<store::ListFilter> ConsoleSource::filter_of(const Query& query, bool paging, ApiReply& error) const {
@@ -89,12 +89,38 @@ ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, 
 PayloadReply ConsoleSource::preview(const std::string& id, std::size_t max_bytes) {
   ApiReply error;
   auto found = find(id, error);
-  if (!found) return {error, {}, {}};
+  if (!found) return {error, {}};
   // Bytes known not to be the ones its record names are not shown as its
   // payload: the page says so (as the download answers 409).
   auto head = found->source.payload_head(found->record, max_bytes);
-  if (!head) return {failure(head.error(), head.error_code(), 409), {}, {}};
-  return {{}, std::move(*head), ""};
+  if (!head) return {failure(head.error(), head.error_code(), 409), {}};
+  return {{}, std::move(*head)};
+}
+
+PendingDownload ConsoleSource::find_download(const std::string& id, bool bundle) {
+  PendingDownload p;
+  auto found = find(id, p.error);
+  if (!found || !attach_payload(found->source, found->record, p)) return p;
+  const SourcedRecord& r = found->record;
+  p.id = r.id_text();  // a number, or digits and a dash: never a path
+  p.file_name = "record-" + p.id + (bundle ? ".tar.gz" : ".payload");
+  if (bundle) {
+    // A bundle's reproduce.sh runs what the record names: only a signed one.
+    if (auto ok = found->source.check_runnable(r, trusts_unsigned()); !ok) {
+      p.error = error_reply(403, ok.message());
+      return p;
+    }
+    // The record.json of `quarantine export ID --bundle`.
+    auto full = found->source.full_json(r);
+    if (!full) {
+      p.error = failure(full.error(), full.error_code(), 500);
+      return p;
+    }
+    p.bundle = true;
+    p.full = std::move(*full);
+    p.record = r.record;
+  }
+  return p;
 }
 
 }  // namespace pillbox::serve

@@ -55,16 +55,16 @@ class ConsoleSource {
   ApiReply discard(const std::string& id, const std::string& body, const std::string& actor);
   // At most the first `max_bytes` of the payload, for a preview.
   PayloadReply preview(const std::string& id, std::size_t max_bytes);
+  // GET /api/records/ID/payload (`bundle` false) or /bundle: what to send,
+  // found under the lock; finish_download (console_download.h) reads it
+  // after the lock.
+  PendingDownload find_download(const std::string& id, bool bundle);
   // The back end's own:
   virtual ApiReply list_tasks(const Query& query) = 0;
   virtual ApiReply live_runs() = 0;
   virtual ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) = 0;
   // Whether patch() can ever succeed here (the record page offers its form).
   virtual bool patches() const = 0;
-  // GET /api/records/ID/payload (`bundle` false) or /bundle: what to send,
-  // found under the lock; finish_download (console_download.h) reads it
-  // after the lock.
-  virtual PendingDownload find_download(const std::string& id, bool bundle) = 0;
 
   // GET /metrics's body, in the Prometheus text format (metrics_text.h).
   virtual std::string metrics() = 0;
@@ -73,13 +73,20 @@ class ConsoleSource {
   // The quarantine for this request, or nullptr with the reply that says
   // why there is none now (Redis out of reach).
   virtual QuarantineSource* records(ApiReply& error) = 0;
-  // The reply for a call that failed with `message`: `usage_status` for a
-  // kUsage error, 500 otherwise (the fleet's: 503 when Redis went away).
+  // failure_reply (console_api.h); the fleet's: 503 when Redis went away.
   virtual ApiReply failure(const std::string& message, ErrorCode code, int usage_status = 400);
   // The status of an id that is not one here (checked_id failed).
   virtual int malformed_id_status() const = 0;
   // A filter this back end cannot apply, in words (400), or nothing.
   virtual std::optional<std::string> refused(const store::ListFilter&) const { return std::nullopt; }
+  // A download's payload, into `download`: the store's row and open file,
+  // or the fleet's bytes, read and checked now; false with
+  // `download.error` when it cannot be had (the store's 500; the fleet's
+  // 409: not the bytes its record names, a conflict to say).
+  virtual bool attach_payload(QuarantineSource& source, const SourcedRecord& r, PendingDownload& download) = 0;
+  // Whether a bundle's reproduce.sh may run a record with no valid
+  // signature (check_runnable): serve's --trust-unsigned.
+  virtual bool trusts_unsigned() const { return false; }
   // Record `id` (the URL's text) and the quarantine it is in, or nothing
   // with the reply that says why (malformed_id_status, 404 no such record,
   // failure()).

@@ -116,39 +116,14 @@ ApiReply FleetSource::patch(const std::string& id, const std::string&, const std
   return error_reply(400, broker::store_only_verb("patch"));
 }
 
-PendingDownload FleetSource::find_download(const std::string& id, bool bundle) {
-  PendingDownload p;
-  auto found = find(id, p.error);
-  if (!found) return p;
-  const SourcedRecord& r = found->record;
-  auto bytes = found->source.payload(r);
-  // Not the bytes its record names: a conflict to say, not a server error.
+bool FleetSource::attach_payload(QuarantineSource& source, const SourcedRecord& r, PendingDownload& download) {
+  auto bytes = source.payload(r);
   if (!bytes) {
-    p.error = error_reply(409, bytes.error());
-    return p;
+    download.error = error_reply(409, bytes.error());
+    return false;
   }
-  // A bundle's reproduce.sh runs what the record names: only a signed one.
-  if (bundle) {
-    if (auto ok = found->source.check_runnable(r, trust_.trust_unsigned); !ok) {
-      p.error = error_reply(403, ok.message());
-      return p;
-    }
-  }
-  p.id = r.id.get<std::string>();  // digits and a dash: never a path
-  p.file_name = "record-" + p.id + (bundle ? ".tar.gz" : ".payload");
-  p.bytes = std::move(bytes->bytes);
-  if (bundle) {
-    // The record.json of `quarantine export ID --bundle --redis`.
-    auto full = found->source.full_json(r);
-    if (!full) {
-      p.error = failure(full.error(), full.error_code(), 500);
-      return p;
-    }
-    p.bundle = true;
-    p.full = std::move(*full);
-    p.record = r.record;
-  }
-  return p;
+  download.bytes = std::move(bytes->bytes);
+  return true;
 }
 
 std::string FleetSource::metrics() {

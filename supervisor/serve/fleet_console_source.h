@@ -4,18 +4,6 @@
 // fleet_quarantine.h) with the pages and API of the store's console, its
 // records through FleetQuarantineSource, as `quarantine list/show/stats
 // --json --redis` reads them.
-//
-// What differs from the store's console:
-//   ids      entry ids ("1712345678901-0", parse_fleet_id): a malformed one
-//            is 400, an unknown one 404;
-//   tasks, runs  none here (the workers keep no ledger): 404 saying to read
-//            the workers' --metrics instead;
-//   patch    refused (400) with the CLI's words: revisions are the store's;
-//   discard  refused (409) while a replay holds the record's redrive lock,
-//            as `quarantine discard --redis` refuses it;
-//   Redis    unreachable or not serving (LOADING...): 503 naming it; the
-//            next request connects again, so the console goes on once Redis
-//            is back.
 // /metrics: pillbox_fleet_up, and pillbox_quarantine_records{status,kind}
 // and pillbox_quarantine_fingerprints (store_metrics.h's families) counted
 // from the dead letters, on a connection of its own, at most once a second
@@ -57,7 +45,6 @@ class FleetSource : public ConsoleSource {
   ApiReply live_runs() override;
   ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override;
   bool patches() const override { return false; }
-  PendingDownload find_download(const std::string& id, bool bundle) override;
   Expected<std::string> checked_id(const std::string& text) const override { return broker::parse_fleet_id(text); }
   std::string metrics() override;
 
@@ -70,6 +57,8 @@ class FleetSource : public ConsoleSource {
   ApiReply failure(const std::string& message, ErrorCode code, int usage_status = 400) override;
   int malformed_id_status() const override { return 400; }
   std::optional<std::string> refused(const store::ListFilter& filter) const override;
+  bool attach_payload(QuarantineSource& source, const SourcedRecord& r, PendingDownload& download) override;
+  bool trusts_unsigned() const override { return trust_.trust_unsigned; }
 
  private:
   FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet, FleetTrust trust);

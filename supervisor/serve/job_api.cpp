@@ -46,8 +46,18 @@ bool fingerprint_text(const std::string& fp) {
 // The arguments every job ends its verb's with: one JSON result, no bar.
 void json_quiet(std::vector<std::string>& args) { args.insert(args.end(), {"--json", "--quiet"}); }
 
-ApiReply reply_for(const Expected<JobRequest>& request) {
-  return {request.error_code() == ErrorCode::kUsage ? 400 : 500, {{"error", request.error()}}};
+// The body's request started on the board, or the reply that says why not.
+ApiReply start_job(JobBoard& board, Expected<JobRequest> request) {
+  return request ? board.start(std::move(*request)) : failure_reply(request.error(), request.error_code());
+}
+
+using RecordRequest = Expected<JobRequest> (*)(const std::string& id, const std::string& body, const std::string& actor);
+
+ApiReply start_on_record(JobBoard& board, const IdCheck& check_id, const std::string& id_text, const std::string& body,
+                         const std::string& actor, RecordRequest request_for) {
+  auto id = check_id(id_text);
+  if (!id) return error_reply(404, id.error());
+  return start_job(board, request_for(*id, body, actor));
 }
 
 }  // namespace
@@ -148,23 +158,16 @@ Expected<JobRequest> replay_request(const std::string& body, const std::string& 
 
 ApiReply start_reproduce(JobBoard& board, const IdCheck& check_id, const std::string& id_text, const std::string& body,
                          const std::string& actor) {
-  auto id = check_id(id_text);
-  if (!id) return {404, {{"error", id.error()}}};
-  auto request = reproduce_request(*id, body, actor);
-  return request ? board.start(std::move(*request)) : reply_for(request);
+  return start_on_record(board, check_id, id_text, body, actor, reproduce_request);
 }
 
 ApiReply start_minimize(JobBoard& board, const IdCheck& check_id, const std::string& id_text, const std::string& body,
                         const std::string& actor) {
-  auto id = check_id(id_text);
-  if (!id) return {404, {{"error", id.error()}}};
-  auto request = minimize_request(*id, body, actor);
-  return request ? board.start(std::move(*request)) : reply_for(request);
+  return start_on_record(board, check_id, id_text, body, actor, minimize_request);
 }
 
 ApiReply start_replay(JobBoard& board, const IdCheck& check_id, const std::string& body, const std::string& actor) {
-  auto request = replay_request(body, actor, check_id);
-  return request ? board.start(std::move(*request)) : reply_for(request);
+  return start_job(board, replay_request(body, actor, check_id));
 }
 
 }  // namespace pillbox::serve

@@ -9,11 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string esc(const json& v) { return html_escape(value_text(v)); }
-std::string field(const json& object, const char* name) {
-  return object.is_object() && object.contains(name) ? esc(object[name]) : "-";
-}
-
 // Unix milliseconds as a UTC time, like the store's ("-" for null).
 std::string time_text(const json& ms) {
   if (!ms.is_number_integer()) return "-";
@@ -28,14 +23,14 @@ std::string time_text(const json& ms) {
 // "12/50  2 crash, 1 resolved  note": a progress line's object, escaped.
 std::string progress_text(const json& p) {
   if (!p.is_object()) return "-";
-  std::string out = field(p, "label") + ": " + field(p, "done");
-  if (p.value("total", json(0)) != json(0)) out += "/" + field(p, "total");
+  std::string out = field_html(p, "label") + ": " + field_html(p, "done");
+  if (p.value("total", json(0)) != json(0)) out += "/" + field_html(p, "total");
   if (p.contains("counts") && p["counts"].is_object()) {
     std::string counts;
-    for (const auto& [what, n] : p["counts"].items()) counts += (counts.empty() ? "" : ", ") + esc(n) + " " + html_escape(what);
+    for (const auto& [what, n] : p["counts"].items()) counts += (counts.empty() ? "" : ", ") + value_html(n) + " " + html_escape(what);
     if (!counts.empty()) out += "  " + counts;
   }
-  if (p.contains("note") && p["note"].is_string() && !p["note"].get<std::string>().empty()) out += "  " + field(p, "note");
+  if (p.contains("note") && p["note"].is_string() && !p["note"].get<std::string>().empty()) out += "  " + field_html(p, "note");
   return out;
 }
 
@@ -72,11 +67,11 @@ Page jobs_page(const JobBoard& board) {
           "<th>ended</th><th>progress</th><th>actor</th></tr></thead><tbody>\n";
   for (const auto& j : reply.body["jobs"]) {
     const std::string id = value_text(j["id"]);
-    body += "<tr><td><a href=\"/jobs/" + url_encode(id) + "\">" + html_escape(id) + "</a></td><td>" + field(j, "kind") +
-            "</td><td>" + records_html(j["records"]) + "</td><td><span class=\"status job-" + field(j, "state") +
-            "\">" + field(j, "state") + "</span></td><td>" + time_text(j["started_at_ms"]) + "</td><td>" +
+    body += "<tr><td><a href=\"/jobs/" + url_encode(id) + "\">" + html_escape(id) + "</a></td><td>" + field_html(j, "kind") +
+            "</td><td>" + records_html(j["records"]) + "</td><td><span class=\"status job-" + field_html(j, "state") +
+            "\">" + field_html(j, "state") + "</span></td><td>" + time_text(j["started_at_ms"]) + "</td><td>" +
             time_text(j["ended_at_ms"]) + "</td><td>" + progress_text(j["progress"]) + "</td><td class=\"actor\">" +
-            field(j, "actor") + "</td></tr>\n";
+            field_html(j, "actor") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
   if (reply.body["jobs"].empty()) body += "<p class=\"paging\">no jobs since the console started</p>\n";
@@ -90,22 +85,22 @@ Page job_page(const JobBoard& board, const std::string& id_text) {
   const std::string id = value_text(j["id"]);
   const std::string state = value_text(j["state"]);
   // data-source and data-state: console.js refreshes the page while it runs.
-  std::string body = "<h1>Job " + html_escape(id) + ": " + field(j, "kind") + " <span id=\"job-state\" class=\"status "
+  std::string body = "<h1>Job " + html_escape(id) + ": " + field_html(j, "kind") + " <span id=\"job-state\" class=\"status "
                      "job-" + html_escape(state) + "\">" + html_escape(state) + "</span></h1>\n";
   body += "<dl class=\"record\" id=\"job\" data-source=\"/api/jobs/" + html_escape(url_encode(id)) +
           "\" data-state=\"" + html_escape(state) + "\">\n";
   auto row = [&](const std::string& name, const std::string& html) { body += "<dt>" + name + "</dt><dd>" + html + "</dd>\n"; };
   row("command", "<code>" + command_text(j["command"]) + "</code>");
   row("records", records_html(j["records"]));
-  row("actor", field(j, "actor"));
+  row("actor", field_html(j, "actor"));
   row("started", time_text(j["started_at_ms"]));
   row("ended", "<span id=\"job-ended\">" + time_text(j["ended_at_ms"]) + "</span>");
   std::string exit = "-";
-  if (!j["exit_code"].is_null()) exit = "exit code " + esc(j["exit_code"]);
-  if (!j["signal"].is_null()) exit = "signal " + esc(j["signal"]);
+  if (!j["exit_code"].is_null()) exit = "exit code " + value_html(j["exit_code"]);
+  if (!j["signal"].is_null()) exit = "signal " + value_html(j["signal"]);
   row("exit", "<span id=\"job-exit\">" + exit + "</span>");
   row("progress", "<span id=\"job-progress\">" + progress_text(j["progress"]) + "</span>");
-  if (!j["error"].is_null()) row("error", "<span class=\"error\">" + esc(j["error"]) + "</span>");
+  if (!j["error"].is_null()) row("error", "<span class=\"error\">" + value_html(j["error"]) + "</span>");
   body += "</dl>\n";
   if (state == "running") {
     body += "<form id=\"job-stop\" class=\"action job-form\" method=\"post\" data-action=\"/api/jobs/" +
@@ -122,7 +117,7 @@ Page job_page(const JobBoard& board, const std::string& id_text) {
     body += "<pre class=\"result\">" + html_escape(j["result"].dump(2, ' ', false, json::error_handler_t::replace)) +
             "</pre>\n";
   }
-  body += "<h2>stderr (the last 16 KiB)</h2>\n<pre class=\"stderr\" id=\"job-stderr\">" + field(j, "stderr_tail") +
+  body += "<h2>stderr (the last 16 KiB)</h2>\n<pre class=\"stderr\" id=\"job-stderr\">" + field_html(j, "stderr_tail") +
           "</pre>\n";
   return {200, page_layout("job " + id, "/jobs", body)};
 }

@@ -13,11 +13,15 @@ StoreSource::StoreSource(ConsoleStore store)
 
 StoreSource::~StoreSource() = default;
 
-PendingDownload StoreSource::find_download(const std::string& id, bool bundle) {
-  PendingDownload p;
-  auto found = find(id, p.error);
-  if (!found) return p;
-  return bundle ? find_bundle_download(store_, found->record.record) : find_payload_download(store_, found->record.record);
+bool StoreSource::attach_payload(QuarantineSource&, const SourcedRecord& r, PendingDownload& download) {
+  // Its row and open file: read and checked after the lock (finish_download).
+  auto payload = store_.quarantine.payloads().find(r.record.entry.payload_sha256);
+  if (!payload) {
+    download.error = error_reply(500, payload.error());
+    return false;
+  }
+  download.payload = std::move(*payload);
+  return true;
 }
 
 std::string StoreSource::metrics() {

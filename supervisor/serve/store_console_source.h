@@ -40,12 +40,12 @@ class StoreSource : public ConsoleSource {
     if (!id) return Error{id.error(), ErrorCode::kUsage};
     return std::to_string(*id);
   }
-  PendingDownload find_download(const std::string& id, bool bundle) override;
   std::string metrics() override;
 
  protected:
   QuarantineSource* records(ApiReply&) override { return &records_; }
   int malformed_id_status() const override { return 404; }  // no record has it
+  bool attach_payload(QuarantineSource& source, const SourcedRecord& r, PendingDownload& download) override;
 
  private:
   ConsoleStore store_;

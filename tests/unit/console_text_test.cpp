@@ -77,13 +77,13 @@ TEST_CASE("console payload preview: printable UTF-8 as escaped text, anything el
 
 TEST_CASE("console token: 64 hex digits in STORE/serve.token (0600), new on each write; checked as a bearer") {
   pillbox::test::ScratchDir scratch("console-token");
-  auto first = write_new_token(scratch.path);
+  auto first = write_new_token_file(token_path(scratch.path));
   REQUIRE_MESSAGE(first.has_value(), first.error());
   CHECK(first->size() == 64);
   struct stat st {};
   REQUIRE(::stat(token_path(scratch.path).c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
-  auto second = write_new_token(scratch.path);
+  auto second = write_new_token_file(token_path(scratch.path));
   REQUIRE(second.has_value());
   CHECK(*second != *first);
 
