@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
+#include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/io/nearest_word.h"
 #include "supervisor/io/time_args.h"
 
@@ -227,6 +230,22 @@ Expected<Args> Args::parse(int argc, char** argv, int first, const std::vector<O
   }
   a.positional_ = std::move(positional);
   return a;
+}
+
+std::optional<Args> parse_command(int argc, char** argv, int first, const std::vector<OptionSpec>& specs,
+                                  const std::string& command, const char* help, int& exit_code,
+                                  const std::string& named_as) {
+  auto args = Args::parse(argc, argv, first, specs, command);
+  if (!args) {
+    exit_code = command_error(named_as.empty() ? command : named_as, args.error(), kExitUsage);
+    return std::nullopt;
+  }
+  if (args->flag("help")) {
+    std::fputs(help, stdout);
+    exit_code = kExitOk;
+    return std::nullopt;
+  }
+  return std::move(*args);
 }
 
 std::optional<std::string> Args::value(const std::string& name) const {

@@ -49,6 +49,15 @@ class Args {
   bool has_dashdash_ = false;
 };
 
+// Args::parse of argv[first...] for `pillbox COMMAND`, then --help: `help`
+// on stdout (exit 0), or arguments that do not parse, a usage error (exit
+// 2). nullopt in both cases, with `exit_code` set. `named_as`: the command
+// as its errors name it, when not COMMAND (every quarantine verb's are
+// "pillbox quarantine: ...").
+std::optional<Args> parse_command(int argc, char** argv, int first, const std::vector<OptionSpec>& specs,
+                                  const std::string& command, const char* help, int& exit_code,
+                                  const std::string& named_as = "");
+
 // A whole number in [min, max] for --NAME; the error names the option and the range.
 Expected<long> parse_whole_number(const std::string& name, const std::string& text, long min, long max);
 

@@ -1,4 +1,4 @@
-// pillbox doctor [--json]
+// pillbox doctor [--policy NAME|FILE]... [--json]
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -9,22 +9,24 @@
 
 namespace pillbox::cli {
 
+namespace {
+
+const char* kHelp =
+    "usage: pillbox doctor [--policy NAME|FILE]... [--json]\n\n"
+    "Says where pillbox found its helpers (the sandbox binary, the crash library, the pdf-text\n"
+    "module), checks what this host allows (seccomp, namespaces, cgroups, privilege drop) by\n"
+    "trying each for real, runs one task end to end, and says what pillbox falls back to where a\n"
+    "feature is missing. The shipped policies and each --policy are checked too: a policy\n"
+    "that switches confinement off (allow_unsafe = yes) is a NO line.\n"
+    "Exit code 0 when tasks can run here, 3 when they cannot.\n";
+
+}  // namespace
+
 int doctor_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, 2, {{"json", false}, {"help", false}, {"policy", true, true}}, "doctor");
-  if (!args) {
-    std::fprintf(stderr, "pillbox doctor: %s\n", args.error().c_str());
-    return kExitUsage;
-  }
-  if (args->flag("help")) {
-    std::puts("usage: pillbox doctor [--policy NAME|FILE]... [--json]\n\n"
-              "Says where pillbox found its helpers (the sandbox binary, the crash library, the pdf-text\n"
-              "module), checks what this host allows (seccomp, namespaces, cgroups, privilege drop) by\n"
-              "trying each for real, runs one task end to end, and says what pillbox falls back to where a\n"
-              "feature is missing. The shipped policies and each --policy are checked too: a policy\n"
-              "that switches confinement off (allow_unsafe = yes) is a NO line.\n"
-              "Exit code 0 when tasks can run here, 3 when they cannot.");
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, {{"json", false}, {"help", false}, {"policy", true, true}}, "doctor", kHelp,
+                            exit_code);
+  if (!args) return exit_code;
   const DoctorReport report = run_doctor(find_sandbox_binary(), args->values("policy"));
   if (args->flag("json")) {
     nlohmann::json j;

@@ -1,16 +1,31 @@
 #pragma once
-// --fleet-key FILE (else $PILLBOX_FLEET_KEY) and --trust-unsigned: the one
-// reader of both, for the worker (which signs), the quarantine verbs,
+// The fleet's options: --redis URL --stream NAME, where a command finds it,
+// and --fleet-key FILE (else $PILLBOX_FLEET_KEY) and --trust-unsigned, the
+// one reader of both, for the worker (which signs), the quarantine verbs,
 // reproduce, minimize and serve on --redis (which check;
 // supervisor/broker/fleet_key.h).
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "shared/status.h"
 #include "supervisor/broker/fleet_key.h"
+#include "supervisor/broker/redis_connection.h"
 #include "supervisor/cli/args.h"
 
 namespace pillbox::cli {
+
+struct FleetTarget {
+  broker::RedisAddress address;
+  std::string stream;
+};
+
+// --redis URL --stream NAME, both required; --store is refused beside them.
+// `no_stream`: the error for a missing stream, in the command's words.
+// `then`: a usage error of the command's own, said after those and before
+// the URL's (which keep their code). The others are usage errors.
+Expected<FleetTarget> read_fleet_target(const Args& args, const std::string& no_stream,
+                                        const Status& then = Status::ok());
 
 // The options, for a command's OptionSpec list.
 extern const std::vector<OptionSpec> kFleetKeyOptions;

@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <thread>
 
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/progress.h"
 #include "supervisor/cli/quarantine_verbs.h"
@@ -84,10 +84,7 @@ const char* kHelp =
 // --fingerprint: the newest records of it, at most this many, are seeds.
 constexpr std::int64_t kMaxRecordSeeds = 100;
 
-int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "pillbox fuzz: %s\n", message.c_str());
-  return code;
-}
+int fail(const std::string& message, int code) { return command_error("fuzz", message, code); }
 
 // Every input of SEED... (files, directories, JSON lines) as a seed.
 Status read_seed_inputs(const std::vector<std::string>& inputs, SymlinksInTree symlinks,
@@ -312,21 +309,18 @@ int report_session(const fuzz::FuzzResult& result, const fuzz::FuzzSettings& set
 int fuzz_command(int argc, char** argv) {
   std::vector<OptionSpec> options = kChildOptions;
   options.insert(options.end(), kFuzzOptions.begin(), kFuzzOptions.end());
-  auto args = Args::parse(argc, argv, 2, options, "fuzz");
-  if (!args) return fail(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, options, "fuzz", kHelp, exit_code);
+  if (!args) return exit_code;
   fuzz::FuzzSettings settings;
   std::optional<std::size_t> max_len;
   if (auto s = read_session_options(*args, settings, max_len); !s) return fail(s.message(), kExitUsage);
 
-  StoreAccessError error;
-  auto access = open_or_create_store(args->value("store").value_or(""), error);
-  if (!access) return fail(error.message, error.exit_code);
+  auto opened = open_or_create_store(*args);
+  if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
+  StoreAccess& access = **opened;
   std::optional<store::QuarantineEntry> under;
-  if (auto s = read_record_seeds(*access->quarantine, *args, settings.seeds, under); !s) {
+  if (auto s = read_record_seeds(*access.quarantine, *args, settings.seeds, under); !s) {
     return fail(s.message(), kExitUsage);
   }
   if (auto s = read_seed_inputs(args->positional(), read_symlinks_in_tree(*args), settings.seeds); !s) {
@@ -339,21 +333,21 @@ int fuzz_command(int argc, char** argv) {
   for (const auto& seed : settings.seeds) largest = std::max(largest, seed.bytes.size());
   settings.max_len = max_len.value_or(std::max<std::size_t>(4096, largest));
   settings.sandbox_binary = find_sandbox_binary();
-  settings.journal_root = access->store.dir() + "/fuzz-inflight";
+  settings.journal_root = access.store.dir() + "/fuzz-inflight";
 
-  auto recorder = FindingRecorder::open(access->store.db(), *access->quarantine, run_identity(settings.config), "fuzz",
+  auto recorder = FindingRecorder::open(access.store.db(), *access.quarantine, run_identity(settings.config), "fuzz",
                                         actor_name("fuzz"));
   if (!recorder) return fail(recorder.error(), kExitSetup);
 
   const bool json = args->flag("json");
   Progress progress = Progress::on_stderr("fuzz", static_cast<std::size_t>(settings.max_runs), args->flag("quiet"));
-  show_session(settings, progress, json, access->store.dir());
+  show_session(settings, progress, json, access.store.dir());
   const std::string seeds = settings.seeds.empty() ? std::string("no seeds (one empty input)")
                                                    : std::to_string(settings.seeds.size()) +
                                                          (settings.seeds.size() == 1 ? " seed" : " seeds");
   std::fprintf(stderr, "pillbox fuzz: %s, %zu dictionary token%s, --seed %llu, store %s\n", seeds.c_str(),
                settings.dictionary.size(), settings.dictionary.size() == 1 ? "" : "s",
-               static_cast<unsigned long long>(settings.rng_seed), access->store.dir().c_str());
+               static_cast<unsigned long long>(settings.rng_seed), access.store.dir().c_str());
   auto result = fuzz::run_fuzz(*recorder, settings);
   progress.finish();
   if (!result) return fail(result.error(), kExitSetup);

@@ -12,6 +12,7 @@
 
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/helper_check.h"
 #include "supervisor/io/nearest_word.h"
 
@@ -42,6 +43,10 @@ const char* kUsage =
     "Exit codes: 0 all ok, 1 some tasks failed, 2 usage or input error, 3 setup error,\n"
     "4 run stopped by a suspected outage, 5 some tasks were running in another pillbox process on the\n"
     "same store.\n";
+
+const char* kVersionHelp =
+    "usage: pillbox version [--json]\n\n"
+    "Prints the version: `pillbox VERSION`, or with --json one object {\"version\": \"VERSION\"}.\n";
 
 using Command = int (*)(int, char**);
 
@@ -74,21 +79,12 @@ bool has_verbs(const std::string& command) { return command == "quarantine" || c
 
 int version_command(int argc, char** argv) {
   using namespace pillbox::cli;
-  auto args = Args::parse(argc, argv, 2, {{"json", false}}, "version");
-  if (!args) {
-    std::fprintf(stderr, "pillbox version: %s\n", args.error().c_str());
-    return kExitUsage;
-  }
-  if (args->flag("help")) {
-    std::fputs("usage: pillbox version [--json]\n\n"
-               "Prints the version: `pillbox VERSION`, or with --json one object {\"version\": \"VERSION\"}.\n",
-               stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, {{"json", false}}, "version", kVersionHelp, exit_code);
+  if (!args) return exit_code;
   if (!args->positional().empty()) {
-    std::fprintf(stderr, "pillbox version: unexpected argument '%s' (see: pillbox version --help)\n",
-                 args->positional().front().c_str());
-    return kExitUsage;
+    return command_error("version", "unexpected argument '" + args->positional().front() +
+                                        "' (see: pillbox version --help)", kExitUsage);
   }
   if (args->flag("json")) {
     std::printf("%s\n", nlohmann::json{{"version", PILLBOX_VERSION}}.dump().c_str());

@@ -1,13 +1,9 @@
 // pillbox minimize ID: the smallest payload that still fails the same way.
-// Thin over supervisor/minimize.h.
-#include <cerrno>
+// Thin over supervisor/ops/minimize.h.
 #include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 
-#include "supervisor/broker/fleet_minimize.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -16,8 +12,6 @@
 #include "supervisor/cli/progress.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/cli/store_access.h"
-#include "supervisor/exec/child_setup.h"
 #include "supervisor/ops/minimize.h"
 #include "supervisor/store/actor.h"
 
@@ -65,10 +59,7 @@ const char* kHelp =
     "record, or a payload that does not fail the same way now, 3 the store, Redis or the sandbox cannot\n"
     "be used, 130/143 stopped by SIGINT/SIGTERM (progress kept)\n";
 
-int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "pillbox minimize: %s\n", message.c_str());
-  return code;
-}
+int fail(const std::string& message, int code) { return command_error("minimize", message, code); }
 
 // What the session came to, on stdout, and the exit code. `id` as the
 // quarantine verbs print it; `export_hint` the command that writes the result.
@@ -118,12 +109,9 @@ int minimize_command(int argc, char** argv) {
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
   options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)
-  auto args = Args::parse(argc, argv, 2, options, "minimize");
-  if (!args) return fail(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, options, "minimize", kHelp, exit_code);
+  if (!args) return exit_code;
   MinimizeSettings settings;
   auto jobs = read_jobs(*args);
   if (!jobs) return fail(jobs.error(), kExitUsage);

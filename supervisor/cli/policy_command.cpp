@@ -1,6 +1,5 @@
 // pillbox policy check NAME|FILE... | pillbox policy show NAME|FILE
 #include <cstdio>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -9,6 +8,7 @@
 #include "shared/policy_parser.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/io/nearest_word.h"
 
 namespace pillbox::cli {
@@ -51,8 +51,7 @@ const char* kShowHelp =
     "exit codes: 0 shown, 2 no such policy or an invalid one\n";
 
 int usage(const std::string& verb, const std::string& message) {
-  std::fprintf(stderr, "pillbox policy%s: %s\n", verb.empty() ? "" : (" " + verb).c_str(), message.c_str());
-  return kExitUsage;
+  return command_error(verb.empty() ? "policy" : "policy " + verb, message, kExitUsage);
 }
 
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
@@ -149,12 +148,10 @@ int policy_command(int argc, char** argv) {
     return usage("", "unknown verb '" + verb + "'" + (near ? "; did you mean '" + *near + "'?" : "") +
                          " (check, show; see: pillbox policy --help)");
   }
-  auto args = Args::parse(argc, argv, 3, {{"json", false}}, "policy " + verb);
-  if (!args) return usage(verb, args.error());
-  if (args->flag("help")) {
-    std::fputs(verb == "check" ? kCheckHelp : kShowHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  const char* help = verb == "check" ? kCheckHelp : kShowHelp;
+  auto args = parse_command(argc, argv, 3, {{"json", false}}, "policy " + verb, help, exit_code);
+  if (!args) return exit_code;
   // After "--", names are files even when they look like options (-x.policy).
   std::vector<std::string> names = args->positional();
   names.insert(names.end(), args->after_dashdash().begin(), args->after_dashdash().end());

@@ -48,13 +48,28 @@ std::string fit(const std::string& line, std::size_t width) {
   return out;
 }
 
-}  // namespace
-
+// The width of the terminal `out` is on, 0 when it is not one or says nothing.
 std::size_t terminal_width(std::FILE* out) {
   struct winsize ws {};
   if (out == nullptr || ::ioctl(::fileno(out), TIOCGWINSZ, &ws) != 0) return 0;
   return ws.ws_col;
 }
+
+// parse_progress_fd of PILLBOX_PROGRESS_FD.
+int progress_fd_from_environment() {
+  static const int fd = [] {
+    const char* text = std::getenv("PILLBOX_PROGRESS_FD");
+    if (text == nullptr) return -1;
+    const std::string value = text;
+    // Read once, and gone from the environment: a program pillbox starts
+    // (an alert hook, a nested pillbox) must not take it for its own.
+    ::unsetenv("PILLBOX_PROGRESS_FD");
+    return parse_progress_fd(value);
+  }();
+  return fd;
+}
+
+}  // namespace
 
 int parse_progress_fd(const std::string& value) {
   if (value.empty() || value.size() > 9) return -1;
@@ -70,19 +85,6 @@ int parse_progress_fd(const std::string& value) {
   // lines are pillbox's own.
   ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
   return static_cast<int>(fd);
-}
-
-int progress_fd_from_environment() {
-  static const int fd = [] {
-    const char* text = std::getenv("PILLBOX_PROGRESS_FD");
-    if (text == nullptr) return -1;
-    const std::string value = text;
-    // Read once, and gone from the environment: a program pillbox starts
-    // (an alert hook, a nested pillbox) must not take it for its own.
-    ::unsetenv("PILLBOX_PROGRESS_FD");
-    return parse_progress_fd(value);
-  }();
-  return fd;
 }
 
 Progress::Progress(std::string label, std::size_t total, std::FILE* out, int json_fd)

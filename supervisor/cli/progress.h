@@ -98,11 +98,4 @@ inline constexpr std::chrono::milliseconds kJsonEvery{250};
 // console's job gives one; never a file pillbox has open there, such as its
 // store), made close-on-exec; else -1.
 int parse_progress_fd(const std::string& value);
-// parse_progress_fd of PILLBOX_PROGRESS_FD, read once (then removed from the
-// environment, so that no program pillbox starts takes it as its own).
-int progress_fd_from_environment();
-
-// The width of the terminal `out` is on, 0 when it is not one or says nothing.
-std::size_t terminal_width(std::FILE* out);
-
 }  // namespace pillbox

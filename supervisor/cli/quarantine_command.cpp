@@ -4,18 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "shared/failure_kind.h"
-#include "shared/policy_parser.h"
 #include "shared/raise_site.h"
-#include "supervisor/broker/fleet_quarantine_source.h"
+#include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -23,9 +20,9 @@
 #include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/quarantine_help.h"
+#include "supervisor/cli/quarantine_open.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/cli/store_access.h"
 #include "supervisor/io/nearest_word.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/io/time_args.h"
@@ -291,41 +288,21 @@ int purge(const QuarantineContext& c) {
   return kExitOk;
 }
 
-// --redis URL --stream NAME: the verb on the fleet's quarantine instead of the store.
-int on_fleet(const std::string& verb, const Args& args) {
-  const auto records_verb = kRecordVerbs.find(verb);
-  if (records_verb == kRecordVerbs.end()) {
-    return quarantine_error(broker::store_only_verb(verb), kExitUsage);
-  }
-  if (args.value("store")) return quarantine_error("give --store DIR or --redis URL --stream NAME, not both", kExitUsage);
-  const auto stream = args.value("stream");
-  if (!stream || stream->empty()) {
-    return quarantine_error("--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)",
-                            kExitUsage);
-  }
+// With --redis: the options that are the store's only, said before Redis is read.
+Status refuse_store_options(const Args& args) {
   if (args.value("source")) {
-    return quarantine_error("--source does not apply with --redis: every record there comes from a worker", kExitUsage);
+    return Status::error("--source does not apply with --redis: every record there comes from a worker");
   }
   if (args.value("revision")) {
-    return quarantine_error("--revision does not apply with --redis: revisions are the store's (quarantine patch)",
-                            kExitUsage);
+    return Status::error("--revision does not apply with --redis: revisions are the store's (quarantine patch)");
   }
-  auto address = broker::parse_redis_url(*args.value("redis"));
-  if (!address) return quarantine_error(address.error(), exit_code_for(address.error_code()));
-  auto key = read_fleet_key(args);
-  if (!key) return quarantine_error(key.error(), kExitUsage);
-  auto fleet = broker::FleetQuarantine::open(*address, *stream);
-  if (!fleet) return quarantine_error(fleet.error(), exit_code_for(fleet.error_code()));
-  fleet->use_key(std::move(*key));
-  broker::FleetQuarantineSource source(*fleet);
-  return records_verb->second(RecordsContext{args, source});
+  return Status::ok();
 }
 
 }  // namespace
 
 int quarantine_error(const std::string& message, int exit_code) {
-  std::fprintf(stderr, "pillbox quarantine: %s\n", message.c_str());
-  return exit_code;
+  return command_error("quarantine", message, exit_code);
 }
 
 int quarantine_command(int argc, char** argv) {
@@ -349,12 +326,10 @@ int quarantine_command(int argc, char** argv) {
                                 " (list, show, stats, export, discard, purge, replay, import, patch)",
                             kExitUsage);
   }
-  auto args = Args::parse(argc, argv, 3, options_of(verb), "quarantine " + verb);
-  if (!args) return quarantine_error(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(quarantine_verb_help(verb), stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 3, options_of(verb), "quarantine " + verb, quarantine_verb_help(verb),
+                            exit_code, "quarantine");
+  if (!args) return exit_code;
   if (args->has_dashdash() && verb != "replay" && verb != "import") return quarantine_error("unexpected '--'", kExitUsage);
   const bool takes_ids = verb == "show" || verb == "export" || verb == "discard" || verb == "replay" ||
                          verb == "import" || verb == "patch";
@@ -364,23 +339,18 @@ int quarantine_command(int argc, char** argv) {
   if ((verb == "show" || verb == "export") && args->positional().size() != 1) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
   }
-  if (args->value("redis")) return on_fleet(verb, *args);
-  if (args->value("stream") || args->value("batch-timeout")) {
-    return quarantine_error(std::string(args->value("stream") ? "--stream" : "--batch-timeout") +
-                                " goes with --redis URL (the fleet's quarantine)",
-                            kExitUsage);
+  const bool on_fleet = args->value("redis").has_value();
+  if (on_fleet && records_verb == kRecordVerbs.end()) {
+    return quarantine_error(broker::store_only_verb(verb), kExitUsage);
   }
-  if (auto key = read_fleet_key(*args); !key) return quarantine_error(key.error(), kExitUsage);
-  StoreAccessError error;
   // Import adds records and may start a store; every other verb looks at one.
-  auto access = verb == "import" ? open_or_create_store(args->value("store").value_or(""), error)
-                                 : open_existing_store(args->value("store").value_or(""), error);
-  if (!access) return quarantine_error(error.message, error.exit_code);
-  if (records_verb != kRecordVerbs.end()) {
-    StoreQuarantineSource source(*access->quarantine, access->store.db(), access->store.dir());
-    return records_verb->second(RecordsContext{*args, source});
-  }
-  return found->second(QuarantineContext{*args, *access->quarantine, access->store.dir(), access->store.db()});
+  auto opened = open_quarantine(
+      *args, "--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)",
+      verb == "import", on_fleet ? refuse_store_options(*args) : Status::ok());
+  if (!opened) return quarantine_error(opened.error(), exit_code_for(opened.error_code()));
+  if (records_verb != kRecordVerbs.end()) return records_verb->second(RecordsContext{*args, *opened->source});
+  StoreAccess& store = *opened->store;
+  return found->second(QuarantineContext{*args, *store.quarantine, store.store.db()});
 }
 
 }  // namespace pillbox::cli

@@ -1,8 +1,7 @@
 // pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)
-// Thin over supervisor/artifact_import.h.
+// Thin over supervisor/ops/artifact_import.h.
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"

@@ -1,14 +1,10 @@
 // pillbox reproduce ID [--runs N]: does a quarantined payload still fail the
-// same way, every time or only sometimes? Thin over supervisor/reproduce.h.
-#include <cerrno>
+// same way, every time or only sometimes? Thin over supervisor/ops/reproduce.h.
 #include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 
 #include "shared/failure_kind.h"
-#include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -17,8 +13,6 @@
 #include "supervisor/cli/progress.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
-#include "supervisor/cli/store_access.h"
-#include "supervisor/exec/child_setup.h"
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/reproduce.h"
@@ -66,10 +60,7 @@ const char* kHelp =
     "other failures only, or not reproduced), 2 usage error or\n"
     "no such record, 3 the store, Redis or the sandbox cannot be used, 130/143 stopped by SIGINT/SIGTERM\n";
 
-int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "pillbox reproduce: %s\n", message.c_str());
-  return code;
-}
+int fail(const std::string& message, int code) { return command_error("reproduce", message, code); }
 
 // What the runs came to, on stdout, and the exit code. `id` as the
 // quarantine verbs print it: the store's number, the fleet's entry id.
@@ -128,12 +119,9 @@ int reproduce_command(int argc, char** argv) {
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
   options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)
-  auto args = Args::parse(argc, argv, 2, options, "reproduce");
-  if (!args) return fail(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, options, "reproduce", kHelp, exit_code);
+  if (!args) return exit_code;
   ReproduceSettings settings;
   if (auto s = read_whole_number(*args, "runs", 1, 10000, settings.runs); !s) return fail(s.message(), kExitUsage);
   auto jobs = read_jobs(*args);

@@ -18,6 +18,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/io/result_files.h"
@@ -66,10 +67,7 @@ const char* kHelp =
     "            --results-max-output, or no result there), 2 usage error or a KEY no task has,\n"
     "            3 the store or Redis cannot be read\n";
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "pillbox results: %s\n", message.c_str());
-  return kExitUsage;
-}
+int fail(const std::string& message, int code) { return command_error("results", message, code); }
 
 std::string why_not_kept(const store::StoredResult& r) {
   if (r.status == store::ResultStatus::kEvicted) {
@@ -123,69 +121,65 @@ class Printer {
  public:
   Printer(bool json, ResultFiles* out) : json_(json), out_(out) {}
 
-  // One result row; false when its bytes are not kept.
+  // A store's result; false when its bytes are not kept.
   bool print(const store::StoredResult& r) {
     // The first payload of a key gets the key's own name, later ones their
     // payload hash, as `run --out` names them (tasks are numbered in the
     // order their input came).
     auto [first, inserted] = first_payload_.try_emplace(r.key, r.payload_sha256);
+    const bool kept = r.status == store::ResultStatus::kKept;
+    const bool replayed = r.origin.from_replay();
+    nlohmann::json j{{"payload_sha256", r.payload_sha256},
+                     {"result", std::string(store::to_string(r.status))},
+                     {"from", !replayed ? "run" : r.origin.revision > 0 ? "patch" : "replay"}};
+    if (replayed) {
+      j["quarantine_id"] = r.origin.record_id;
+      if (r.origin.revision > 0) j["revision"] = r.origin.revision;
+    }
     const std::string_view variant =
         inserted || first->second == r.payload_sha256 ? std::string_view{} : result_variant(r.payload_sha256);
-    const bool kept = r.status == store::ResultStatus::kKept;
-    std::string file;
-    if (kept && out_ != nullptr) file = write_result_file(*out_, r.key, r.data, "results", write_errors_, variant);
-    if (json_) {
-      nlohmann::json j{{"key", r.key},
-                       {"payload_sha256", r.payload_sha256},
-                       {"size", r.size},
-                       {"kept_at", iso_time(r.created_at)},
-                       {"result", std::string(store::to_string(r.status))},
-                       {"from", !r.origin.from_replay() ? "run" : r.origin.revision > 0 ? "patch" : "replay"}};
-      if (r.origin.from_replay()) {
-        j["quarantine_id"] = r.origin.record_id;
-        if (r.origin.revision > 0) j["revision"] = r.origin.revision;
-      }
-      if (kept) {
-        put_output(j, r.data, file, out_ != nullptr);
-      } else {
-        j["reason"] = why_not_kept(r);
-      }
-      print_json(j);
-    } else {
-      std::printf("%-40s %10lld  %s  %s%s%s\n", table_cell(r.key, 200).c_str(), static_cast<long long>(r.size),
-                  iso_time(r.created_at).c_str(), kept ? "kept" : why_not_kept(r).c_str(),
-                  r.origin.from_replay() ? ("  from " + store::describe(r.origin)).c_str() : "",
-                  file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
-    }
-    return kept;
+    const std::string reason = kept ? "" : why_not_kept(r);
+    return print_row(&r.key, kept ? &r.data : nullptr, r.size, r.created_at, variant, std::move(j), reason, reason,
+                     replayed ? "  from " + store::describe(r.origin) : "");
   }
   // A fleet's result (NAME:results); false when its bytes are not there.
   bool print(const broker::FleetResult& r) {
-    const bool kept = r.output.has_value();
-    std::string file;
-    if (kept && out_ != nullptr && r.has_key) {
-      file = write_result_file(*out_, r.key, *r.output, "results", write_errors_, {});
-    }
-    if (json_) {
-      nlohmann::json j{{"key", r.has_key ? nlohmann::json(r.key) : nlohmann::json(nullptr)},
-                       {"entry", r.entry},          {"worker", r.worker},
-                       {"size", r.size},   {"kept_at", iso_time(r.at_ms)}, {"result", kept ? "kept" : "not-kept"}};
-      if (!r.redrive_of.empty()) j["redrive_of"] = r.redrive_of;
-      if (kept) put_output(j, *r.output, file, out_ != nullptr);
-      else j["reason"] = r.why_not;
-      print_json(j);
-    } else {
-      // An entry that is not a result is named by its id, outside the key column's words.
-      std::printf("%-40s %10lld  %s  %s%s\n", r.has_key ? table_cell(r.key, 200).c_str() : "-",
-                  static_cast<long long>(r.size), iso_time(r.at_ms).c_str(),
-                  kept ? "kept" : table_cell(r.has_key ? r.why_not : "entry " + r.entry + ": " + r.why_not, 300).c_str(),
-                  file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
-    }
-    return kept;
+    nlohmann::json j{{"entry", r.entry}, {"worker", r.worker}, {"result", r.output ? "kept" : "not-kept"}};
+    if (!r.redrive_of.empty()) j["redrive_of"] = r.redrive_of;
+    // An entry that is not a result is named by its id, outside the key column's words.
+    const std::string shown = table_cell(r.has_key ? r.why_not : "entry " + r.entry + ": " + r.why_not, 300);
+    return print_row(r.has_key ? &r.key : nullptr, r.output ? &*r.output : nullptr, r.size, r.at_ms, {}, std::move(j),
+                     r.why_not, shown, "");
   }
   bool write_errors() const { return write_errors_; }
 
  private:
+  // A row of either back end, `j` holding the back end's own JSON fields:
+  // `key` null for an entry that is not a result, `data` null when the bytes
+  // are not kept (`reason` says why in JSON, `shown` in the table), `from`
+  // the table's note of what made the result.
+  bool print_row(const std::string* key, const std::string* data, std::int64_t size, std::int64_t at_ms,
+                 std::string_view variant, nlohmann::json j, const std::string& reason, const std::string& shown,
+                 const std::string& from) {
+    std::string file;
+    if (data != nullptr && out_ != nullptr && key != nullptr) {
+      file = write_result_file(*out_, *key, *data, "results", write_errors_, variant);
+    }
+    if (json_) {
+      j["key"] = key != nullptr ? nlohmann::json(*key) : nlohmann::json(nullptr);
+      j["size"] = size;
+      j["kept_at"] = iso_time(at_ms);
+      if (data != nullptr) put_output(j, *data, file, out_ != nullptr);
+      else j["reason"] = reason;
+      print_json(j);
+    } else {
+      std::printf("%-40s %10lld  %s  %s%s%s\n", key != nullptr ? table_cell(*key, 200).c_str() : "-",
+                  static_cast<long long>(size), iso_time(at_ms).c_str(), data != nullptr ? "kept" : shown.c_str(),
+                  from.c_str(), file.empty() ? "" : ("  -> " + table_cell(file, 400)).c_str());
+    }
+    return data != nullptr;
+  }
+
   bool json_;
   ResultFiles* out_;  // not owned; null without -o
   bool write_errors_ = false;
@@ -195,32 +189,24 @@ class Printer {
 // One KEY, one kept result, no -o, no --json: the bytes themselves.
 int write_raw(const store::StoredResult& r) {
   if (::isatty(STDOUT_FILENO) == 1 && !safe_for_terminal(r.data)) {
-    return usage_error("the result of '" + table_cell(r.key, 200) + "' (" + std::to_string(r.size) +
-                       " bytes) is not printable text: redirect stdout to a file, or use -o DIR or --json");
+    return fail("the result of '" + table_cell(r.key, 200) + "' (" + std::to_string(r.size) +
+                    " bytes) is not printable text: redirect stdout to a file, or use -o DIR or --json",
+                kExitUsage);
   }
   if (std::fwrite(r.data.data(), 1, r.data.size(), stdout) != r.data.size() || std::fflush(stdout) != 0) {
-    std::fprintf(stderr, "pillbox results: cannot write to stdout\n");
-    return kExitSetup;
+    return fail("cannot write to stdout", kExitSetup);
   }
   return kExitOk;
 }
 
 // --redis URL --stream NAME: the newest result of each key on NAME:results.
 int fleet_results(const Args& args, const std::vector<std::string>& keys, Printer& printer, bool with_data) {
-  if (args.value("store")) return usage_error("give --store DIR or --redis URL --stream NAME, not both");
-  const auto stream = args.value("stream");
-  if (!stream || stream->empty()) return usage_error("--redis needs --stream NAME (the fleet's task stream)");
-  auto address = broker::parse_redis_url(*args.value("redis"));
-  if (!address) {
-    std::fprintf(stderr, "pillbox results: %s\n", address.error().c_str());
-    return exit_code_for(address.error_code());
-  }
-  auto redis = broker::RedisConnection::open(*address);
-  if (!redis) {
-    std::fprintf(stderr, "pillbox results: %s\n", redis.error().c_str());
-    return kExitSetup;
-  }
-  const std::string results_key = broker::stream_keys(*stream).results;
+  auto fleet = read_fleet_target(args, "--redis needs --stream NAME (the fleet's task stream)");
+  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
+  auto redis = broker::RedisConnection::open(fleet->address);
+  if (!redis) return fail(redis.error(), kExitSetup);
+  const std::string& stream = fleet->stream;
+  const std::string results_key = broker::stream_keys(stream).results;
   const std::set<std::string> wanted(keys.begin(), keys.end());
   std::set<std::string> found;
   std::size_t seen = 0;
@@ -240,10 +226,7 @@ int fleet_results(const Args& args, const std::vector<std::string>& keys, Printe
     return Status::ok();
   });
   std::fflush(stdout);
-  if (!s) {
-    std::fprintf(stderr, "pillbox results: %s\n", s.message().c_str());
-    return kExitSetup;
-  }
+  if (!s) return fail(s.message(), kExitSetup);
   if (raw && !one.empty() && one.front().output) {
     store::StoredResult r;
     r.key = one.front().key;
@@ -259,7 +242,7 @@ int fleet_results(const Args& args, const std::vector<std::string>& keys, Printe
     std::fprintf(stderr,
                  "pillbox results: no result with key '%s' on %s (not run yet, failed: pillbox quarantine list "
                  "--redis URL --stream %s, or trimmed by --results-maxlen)\n",
-                 table_cell(key, 200).c_str(), results_key.c_str(), stream->c_str());
+                 table_cell(key, 200).c_str(), results_key.c_str(), stream.c_str());
     not_kept = true;
   }
   if (keys.empty() && seen == 0 && !args.flag("json")) {
@@ -274,14 +257,11 @@ int fleet_results(const Args& args, const std::vector<std::string>& keys, Printe
 int results_command(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {{"store"},         {"out", true, false, 'o'}, {"out-mode"}, {"json", false},
                                          {"redis"},         {"stream"},               {"help", false}};
-  auto args = Args::parse(argc, argv, 2, specs, "results");
-  if (!args) return usage_error(args.error());
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, specs, "results", kHelp, exit_code);
+  if (!args) return exit_code;
   auto out = read_result_files(*args);
-  if (!out) return usage_error(out.error());
+  if (!out) return fail(out.error(), kExitUsage);
   std::optional<ResultFiles> files = std::move(*out);
   if (args->value("redis")) {
     std::vector<std::string> keys = args->positional();
@@ -289,18 +269,12 @@ int results_command(int argc, char** argv) {
     Printer printer(args->flag("json"), files ? &*files : nullptr);
     return fleet_results(*args, keys, printer, args->flag("json") || files.has_value());
   }
-  if (args->value("stream")) return usage_error("--stream goes with --redis URL (a fleet's results)");
-  StoreAccessError store_error;
-  auto access = open_existing_store(args->value("store").value_or(""), store_error);
-  if (!access) {
-    std::fprintf(stderr, "pillbox results: %s\n", store_error.message.c_str());
-    return store_error.exit_code;
-  }
-  auto results = store::ResultStore::open(access->store.db());
-  if (!results) {
-    std::fprintf(stderr, "pillbox results: %s\n", results.error().c_str());
-    return kExitSetup;
-  }
+  if (args->value("stream")) return fail("--stream goes with --redis URL (a fleet's results)", kExitUsage);
+  auto opened = open_existing_store(*args);
+  if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
+  StoreAccess& access = **opened;
+  auto results = store::ResultStore::open(access.store.db());
+  if (!results) return fail(results.error(), kExitSetup);
   const bool json = args->flag("json");
   Printer printer(json, files ? &*files : nullptr);
   const bool with_data = json || files.has_value();
@@ -316,11 +290,8 @@ int results_command(int argc, char** argv) {
       return Status::ok();
     });
     std::fflush(stdout);
-    if (!s) {
-      std::fprintf(stderr, "pillbox results: %s\n", s.message().c_str());
-      return kExitSetup;
-    }
-    if (count == 0 && !json) std::fprintf(stderr, "pillbox results: no results in %s\n", access->store.dir().c_str());
+    if (!s) return fail(s.message(), kExitSetup);
+    if (count == 0 && !json) std::fprintf(stderr, "pillbox results: no results in %s\n", access.store.dir().c_str());
     return printer.write_errors() ? kExitUsage : kExitOk;
   }
 
@@ -330,20 +301,14 @@ int results_command(int argc, char** argv) {
   std::vector<std::vector<store::StoredResult>> found;
   for (const std::string& key : keys) {
     auto rows = results->with_key(key, true);
-    if (!rows) {
-      std::fprintf(stderr, "pillbox results: %s\n", rows.error().c_str());
-      return kExitSetup;
-    }
+    if (!rows) return fail(rows.error(), kExitSetup);
     if (rows->empty()) {
       auto states = results->task_states(key);
-      if (!states) {
-        std::fprintf(stderr, "pillbox results: %s\n", states.error().c_str());
-        return kExitSetup;
-      }
+      if (!states) return fail(states.error(), kExitSetup);
       const std::string shown = table_cell(key, 200);
       if (states->empty()) {
         std::fprintf(stderr, "pillbox results: no task with key '%s' in %s\n", shown.c_str(),
-                     access->store.dir().c_str());
+                     access.store.dir().c_str());
         unknown = true;
       } else if (std::find(states->begin(), states->end(), "ok") != states->end()) {
         std::fprintf(stderr,

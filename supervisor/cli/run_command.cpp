@@ -1,20 +1,14 @@
 // pillbox run [options] INPUT... [-- CMD ARGS...]
-#include <pwd.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <cstdio>
 #include <optional>
 #include <string>
-#include <thread>
 
-#include "shared/control.h"
-#include "shared/policy_parser.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -24,9 +18,7 @@
 #include "supervisor/cli/run_job.h"
 #include "supervisor/cli/run_options.h"
 #include "supervisor/cli/run_output.h"
-#include "supervisor/exec/child_setup.h"
 #include "supervisor/exec/dispatcher.h"
-#include "supervisor/exec/install_paths.h"
 #include "supervisor/flow/input_total.h"
 #include "supervisor/io/result_files.h"
 #include "supervisor/io/terminal_text.h"
@@ -130,17 +122,7 @@ std::vector<OptionSpec> run_option_specs() {
   return options;
 }
 
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "pillbox run: %s\n", message.c_str());
-  return kExitUsage;
-}
-
-// One JSON line on stdout, flushed: a reader sees each task as it ends.
-void print_line(const std::string& line) {
-  std::fwrite(line.data(), 1, line.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-}
+int usage_error(const std::string& message) { return command_error("run", message, kExitUsage); }
 
 // The --out file of a key an earlier JSON line gave another payload carries
 // this payload's hash: both results are kept, under names every run agrees on.
@@ -162,7 +144,7 @@ class CliSink final : public VerdictSink {
     }
     hide_progress();
     if (json_) {
-      print_line(outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict));
+      print_json_line(outcome_json(task, outcome, file.empty() ? nullptr : &file, &verdict));
     } else if (!quiet_ && !(failures_only_ && verdict.type == Verdict::Type::kOk)) {
       std::printf("%s\n", outcome_line(task, outcome, &verdict).c_str());
       std::fflush(stdout);
@@ -189,7 +171,7 @@ class CliSink final : public VerdictSink {
     if (json_) {  // without --json the summary counts them; a line per skipped task would bury the news
       hide_progress();
       nlohmann::json j{{"key", task.key}, {"verdict", "skipped"}, {"verdict_reason", why}};
-      print_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      print_json_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     if (progress_ != nullptr) {
       progress_->count("skipped");
@@ -220,7 +202,7 @@ class CliSink final : public VerdictSink {
     if (json_) {
       nlohmann::json j{{"key", task.key}, {"verdict", "taken-back"}, {"verdict_reason", why}};
       if (record_id != 0) j["quarantine_id"] = record_id;
-      print_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      print_json_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     } else if (!quiet_) {
       std::printf("taken back        %s  -> held: %s\n", table_cell(task.key, 200).c_str(), why.c_str());
       std::fflush(stdout);
@@ -284,13 +266,7 @@ Status read_job_options(const Args& args, JobSettings& job, QuarantineHooks& hoo
 // The summary on stderr, and the exit code.
 int report_run(const Args& args, Expected<JobReport>& report, const CliSink& sink, double seconds,
                const std::vector<std::string>& hook_problems) {
-  if (!report) {
-    const std::string& message = report.error();
-    const int exit_code = exit_code_for(report.error_code());
-    if (exit_code == kExitUsage) return usage_error(message);
-    std::fprintf(stderr, "pillbox run: setup error: %s\n", message.c_str());
-    return exit_code;
-  }
+  if (!report) return work_error("run", report.error(), report.error_code());
   for (const auto& p : hook_problems) report->run.warnings.push_back(p);
   if (!args.flag("quiet")) {
     std::fputs(sink.summary().render(seconds, report->run, &report->flow, report->store_dir).c_str(), stderr);
@@ -311,12 +287,9 @@ int report_run(const Args& args, Expected<JobReport>& report, const CliSink& sin
 }  // namespace
 
 int run_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, 2, run_option_specs(), "run");
-  if (!args) return usage_error(args.error());
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, run_option_specs(), "run", kHelp, exit_code);
+  if (!args) return exit_code;
   JobSettings job;
   auto run = read_run_settings(*args);
   if (!run) return usage_error(run.error());
@@ -333,14 +306,8 @@ int run_command(int argc, char** argv) {
   job.on_quarantine = [&hooks](const std::string& json, bool new_fingerprint) { hooks.fire(json, new_fingerprint); };
   job.done_results = results.has_value();
   // Listening before anything runs: a port in use stops the run here.
-  auto endpoint = start_metrics(*args, job.store_dir);
+  auto endpoint = start_metrics(*args, job.store_dir, "run", job.run.jobs, job.metrics);
   if (!endpoint) return usage_error(endpoint.error());
-  if (*endpoint) {
-    job.metrics = &(*endpoint)->live.run();
-    job.metrics->set_slots(job.run.jobs);  // from the first scrape on, before the URL is out
-    std::fprintf(stderr, "pillbox run: metrics at %s\n", (*endpoint)->server->url().c_str());
-    std::fflush(stderr);
-  }
 
   if (args->flag("failures-only") && (args->flag("json") || args->flag("quiet"))) {
     return usage_error(std::string("--failures-only chooses which task lines are printed; --") +

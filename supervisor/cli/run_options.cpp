@@ -1,5 +1,6 @@
 #include "supervisor/cli/run_options.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "shared/policy_parser.h"
@@ -29,7 +30,9 @@ const std::vector<OptionSpec> kQuarantineOptions = {
 
 const std::vector<OptionSpec> kMetricsOptions = {{"metrics"}};
 
-Expected<std::unique_ptr<MetricsEndpoint>> start_metrics(const Args& args, const std::optional<std::string>& store_dir) {
+Expected<std::unique_ptr<MetricsEndpoint>> start_metrics(const Args& args, const std::optional<std::string>& store_dir,
+                                                         const std::string& command, std::size_t slots,
+                                                         metrics::RunMetrics*& metrics) {
   const auto text = args.value("metrics");
   if (!text) return std::unique_ptr<MetricsEndpoint>();
   auto address = metrics::parse_listen_address(*text);
@@ -39,6 +42,10 @@ Expected<std::unique_ptr<MetricsEndpoint>> start_metrics(const Args& args, const
   auto server = metrics::MetricsServer::start(*address, [e] { return e->live.render(); });
   if (!server) return Error{server.error(), ErrorCode::kUsage};
   endpoint->server = std::move(*server);
+  metrics = &endpoint->live.run();
+  metrics->set_slots(slots);  // before the URL is out: a scraper told of it sees them at once
+  std::fprintf(stderr, "pillbox %s: metrics at %s\n", command.c_str(), endpoint->server->url().c_str());
+  std::fflush(stderr);
   return endpoint;
 }
 

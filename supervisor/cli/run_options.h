@@ -80,8 +80,12 @@ struct MetricsEndpoint {
 };
 
 // Null without --metrics. Otherwise binds the address and serves; with a
-// store (`store_dir`), the store's metrics are part of the answer. Errors
-// (usage): a malformed address, one that cannot be bound (in use).
-Expected<std::unique_ptr<MetricsEndpoint>> start_metrics(const Args& args, const std::optional<std::string>& store_dir);
+// store (`store_dir`), the store's metrics are part of the answer. `metrics`
+// is then the live run metrics, with the run's `slots` from the first scrape
+// on, and the URL is said on stderr ("pillbox COMMAND: metrics at URL").
+// Errors (usage): a malformed address, one that cannot be bound (in use).
+Expected<std::unique_ptr<MetricsEndpoint>> start_metrics(const Args& args, const std::optional<std::string>& store_dir,
+                                                         const std::string& command, std::size_t slots,
+                                                         metrics::RunMetrics*& metrics);
 
 }  // namespace pillbox::cli

@@ -1,6 +1,7 @@
 #include "supervisor/cli/run_output.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -85,6 +86,12 @@ std::string outcome_json(const Task& task, const Outcome& o, const std::string* 
   // Strings may carry bytes a hostile child chose (messages, symbol names,
   // module paths): invalid UTF-8 becomes U+FFFD instead of an exception.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void print_json_line(const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
 }
 
 std::string outcome_line(const Task& task, const Outcome& o, const Verdict* verdict) {

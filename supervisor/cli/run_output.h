@@ -19,6 +19,9 @@ namespace pillbox {
 std::string outcome_json(const Task& task, const Outcome& outcome, const std::string* output_file,
                          const Verdict* verdict = nullptr);
 
+// One line of --json on stdout, flushed: a reader sees each task as it ends.
+void print_json_line(const std::string& line);
+
 // "ok      key  12 ms" / "crash   key  pb1-...  parse_header < main  killed by SIGSEGV"
 // With a verdict other than ok: "... -> quarantined #12 after 2 attempts".
 std::string outcome_line(const Task& task, const Outcome& outcome, const Verdict* verdict = nullptr);

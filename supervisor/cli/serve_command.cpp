@@ -9,7 +9,6 @@
 #include <memory>
 #include <string>
 
-#include "supervisor/broker/redis_connection.h"
 #include "shared/sha256.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
@@ -70,10 +69,7 @@ const char* kHelp =
     "or Redis cannot be opened, the address cannot be listened on (in use), another serve holds the\n"
     "token file, or the token cannot be written\n";
 
-int serve_error(const std::string& message, int exit_code) {
-  std::fprintf(stderr, "pillbox serve: %s\n", message.c_str());
-  return exit_code;
-}
+int serve_error(const std::string& message, int exit_code) { return command_error("serve", message, exit_code); }
 
 // What the console shows, and where its token goes.
 struct Opened {
@@ -86,45 +82,34 @@ struct Opened {
 // serve-redis-<12 hex digits of sha256 of URL and NAME>.token in the default
 // store directory (made 0700 when missing; no store is opened): each fleet's
 // console its own file, never the store's serve.token.
-std::optional<Opened> open_fleet(const Args& args, int& exit_code, std::string& message) {
-  auto fail = [&](const std::string& m, int code) {
-    message = m;
-    exit_code = code;
-    return std::nullopt;
-  };
-  const auto stream = args.value("stream");
-  if (!stream || stream->empty()) {
-    return fail("--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)", kExitUsage);
-  }
-  auto address = broker::parse_redis_url(*args.value("redis"));
-  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+Expected<Opened> open_fleet(const Args& args) {
+  auto fleet = read_fleet_target(
+      args, "--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)");
+  if (!fleet) return Error{fleet.error(), fleet.error_code()};
   Opened opened;
   if (auto file = args.value("token-file")) {
     opened.token_file = *file;
   } else {
     auto dir = store::resolve_store_dir("");
-    if (!dir) return fail(dir.error() + " (or give --token-file FILE)", kExitUsage);
-    if (auto s = store::prepare_store_dir(*dir); !s) return fail(s.message(), kExitSetup);
-    opened.token_file = *dir + "/serve-redis-" + sha256_hex(address->describe() + " " + *stream).substr(0, 12) + ".token";
+    if (!dir) return Error{dir.error() + " (or give --token-file FILE)", ErrorCode::kUsage};
+    if (auto s = store::prepare_store_dir(*dir); !s) return Error{s.message(), ErrorCode::kSetup};
+    opened.token_file =
+        *dir + "/serve-redis-" + sha256_hex(fleet->address.describe() + " " + fleet->stream).substr(0, 12) + ".token";
   }
   auto key = read_fleet_key(args);
-  if (!key) return fail(key.error(), kExitUsage);
+  if (!key) return Error{key.error(), ErrorCode::kUsage};
   serve::FleetTrust trust{std::move(*key), args.value("fleet-key").value_or(""), args.flag("trust-unsigned")};
-  auto source = serve::FleetSource::open(*address, *stream, std::move(trust));
-  if (!source) return fail(source.error(), exit_code_for(source.error_code()));
+  auto source = serve::FleetSource::open(fleet->address, fleet->stream, std::move(trust));
+  if (!source) return Error{source.error(), source.error_code()};
   opened.source = std::move(*source);
   return opened;
 }
 
-std::optional<Opened> open_store(const Args& args, int& exit_code, std::string& message) {
-  StoreAccessError error;
+Expected<Opened> open_store(const Args& args) {
+  auto store = open_existing_store(args);
+  if (!store) return Error{store.error(), store.error_code()};
   Opened opened;
-  opened.store = open_existing_store(args.value("store").value_or(""), error);
-  if (!opened.store) {
-    message = error.message;
-    exit_code = error.exit_code;
-    return std::nullopt;
-  }
+  opened.store = std::move(*store);
   StoreAccess& a = *opened.store;
   opened.source = std::make_unique<serve::StoreSource>(serve::ConsoleStore{a.store.db(), *a.quarantine, a.store.dir()});
   opened.token_file = args.value("token-file").value_or(serve::token_path(a.store.dir()));
@@ -136,12 +121,9 @@ std::optional<Opened> open_store(const Args& args, int& exit_code, std::string& 
 int serve_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {{"store"}, {"redis"}, {"stream"}, {"token-file"}, {"listen"}, {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
-  auto args = Args::parse(argc, argv, 2, options, "serve");
-  if (!args) return serve_error(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, options, "serve", kHelp, exit_code);
+  if (!args) return exit_code;
   if (!args->positional().empty()) return serve_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   if (args->has_dashdash()) return serve_error("unexpected '--'", kExitUsage);
   if (args->value("store") && args->value("redis")) {
@@ -158,16 +140,11 @@ int serve_command(int argc, char** argv) {
   // soon as the URL is printed (a test, a service manager) must stop serve
   // cleanly, not kill it before its handler exists (seen under ASan: exit
   // 143). Blocked before any thread starts, so every thread inherits it.
-  sigset_t stop_set;
-  sigemptyset(&stop_set);
-  sigaddset(&stop_set, SIGINT);
-  sigaddset(&stop_set, SIGTERM);
+  const sigset_t stop_set = serve::stop_signal_set();
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
-  int exit_code = kExitSetup;
-  std::string message;
-  auto opened = args->value("redis") ? open_fleet(*args, exit_code, message) : open_store(*args, exit_code, message);
-  if (!opened) return serve_error(message, exit_code);
+  auto opened = args->value("redis") ? open_fleet(*args) : open_store(*args);
+  if (!opened) return serve_error(opened.error(), exit_code_for(opened.error_code()));
   serve::ConsoleServer server(*opened->source);
   // Bound before the token is written: a serve that cannot listen leaves
   // the running one's token (and everything else) as it was.

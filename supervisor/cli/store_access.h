@@ -1,11 +1,12 @@
 #pragma once
-// Opening the store for the commands that act on what it holds (quarantine,
-// reproduce, minimize): it must exist already; errors come with the exit
-// code to use (2: no usable --store or PILLBOX_STORE, 3: cannot be opened).
+// Opening the store of --store DIR (or its default) for the commands that act
+// on what it holds. Errors carry their code: usage when there is no usable
+// --store or PILLBOX_STORE, setup when the store cannot be opened.
 #include <memory>
 #include <optional>
-#include <string>
 
+#include "shared/status.h"
+#include "supervisor/cli/args.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/store.h"
 
@@ -17,14 +18,9 @@ struct StoreAccess {
   std::optional<store::QuarantineStore> quarantine;  // refers to `store`: the struct does not move
 };
 
-struct StoreAccessError {
-  std::string message;
-  int exit_code = 3;
-};
-
-// `flag`: the --store value ("" when not given).
-std::unique_ptr<StoreAccess> open_existing_store(const std::string& flag, StoreAccessError& error);
+// The store, which must exist.
+Expected<std::unique_ptr<StoreAccess>> open_existing_store(const Args& args);
 // For commands that add records (fuzz, quarantine import): created when missing, like `run` does.
-std::unique_ptr<StoreAccess> open_or_create_store(const std::string& flag, StoreAccessError& error);
+Expected<std::unique_ptr<StoreAccess>> open_or_create_store(const Args& args);
 
 }  // namespace pillbox::cli

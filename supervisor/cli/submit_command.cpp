@@ -11,6 +11,7 @@
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/path_options.h"
 #include "supervisor/flow/input_source.h"
@@ -37,45 +38,38 @@ const char* kHelp =
     "exit codes: 0 all added, 1 some inputs could not be read (the rest were added), 2 usage\n"
     "error, 3 Redis cannot be reached or refused an entry (the summary says how many went in)\n";
 
-int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "pillbox submit: %s\n", message.c_str());
-  return code;
-}
+int fail(const std::string& message, int code) { return command_error("submit", message, code); }
 
 }  // namespace
 
 int submit_command(int argc, char** argv) {
   const std::vector<OptionSpec> options = {{"redis"}, {"stream"}, {"max-payload"}, {"follow-symlinks", false},
                                            {"quiet", false}, {"help", false}};
-  auto args = Args::parse(argc, argv, 2, options, "submit");
-  if (!args) return fail(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
-  const auto url = args->value("redis");
-  const auto stream = args->value("stream");
-  if (!url) return fail("--redis URL is required (e.g. --redis redis://127.0.0.1:6379)", kExitUsage);
-  if (!stream || stream->empty()) return fail("--stream NAME is required", kExitUsage);
-  if (args->positional().empty()) return fail("no inputs: name files, directories or - (JSON lines on stdin)", kExitUsage);
-  auto address = broker::parse_redis_url(*url);
-  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, options, "submit", kHelp, exit_code);
+  if (!args) return exit_code;
+  auto fleet = read_fleet_target(*args, "--stream NAME is required",
+                                 args->positional().empty()
+                                     ? Status::error("no inputs: name files, directories or - (JSON lines on stdin)")
+                                     : Status::ok());
+  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
   std::size_t max_payload = broker::kDefaultMaxStreamPayload;
   auto max_payload_option = read_size(*args, "max-payload");
   if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
   if (*max_payload_option) max_payload = static_cast<std::size_t>(**max_payload_option);
   auto source = open_inputs(args->positional(), STDIN_FILENO, read_symlinks_in_tree(*args));
   if (!source) return fail(source.error(), kExitUsage);
-  auto redis = broker::RedisConnection::open(*address);
+  auto redis = broker::RedisConnection::open(fleet->address);
   if (!redis) return fail(redis.error(), exit_code_for(redis.error_code()));
 
-  auto report = broker::submit_tasks(*redis, *stream, **source, [](const std::string& error) {
+  auto report = broker::submit_tasks(*redis, fleet->stream, **source, [](const std::string& error) {
     std::fprintf(stderr, "pillbox submit: %s\n", table_cell(error, 2000).c_str());
   }, max_payload);
   if (!report) return fail(report.error(), kExitSetup);
   if (!args->flag("quiet")) {
     std::fprintf(stderr, "pillbox submit: %zu task%s added to %s on %s%s%s\n", report->submitted,
-                 report->submitted == 1 ? "" : "s", table_cell(*stream, 200).c_str(), address->describe().c_str(),
+                 report->submitted == 1 ? "" : "s", table_cell(fleet->stream, 200).c_str(),
+                 fleet->address.describe().c_str(),
                  report->submitted > 0 ? (" (entries " + report->first_id + " to " + report->last_id + ")").c_str() : "",
                  report->input_errors > 0
                      ? ("; " + std::to_string(report->input_errors) + " inputs could not be read").c_str()

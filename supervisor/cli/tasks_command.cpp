@@ -9,6 +9,7 @@
 
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/commands.h"
+#include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/task_json.h"
@@ -52,10 +53,7 @@ const char* kHelp =
     "\n"
     "exit codes: 0 done, 2 usage error, 3 the store cannot be used\n";
 
-int tasks_error(const std::string& message, int exit_code) {
-  std::fprintf(stderr, "pillbox tasks: %s\n", message.c_str());
-  return exit_code;
-}
+int tasks_error(const std::string& message, int exit_code) { return command_error("tasks", message, exit_code); }
 
 // "in 12s", "in 3m", "in 2h"; "due" once the time has passed.
 std::string relative(std::int64_t at_ms, std::int64_t now_ms) {
@@ -90,12 +88,9 @@ std::string table_line(const store::TaskRow& r, std::int64_t now_ms) {
 int tasks_command(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {{"store"}, {"state"}, {"key"}, {"handler"}, {"limit"}, {"json", false},
                                          {"release-claims"}, {"forget", false}, {"help", false}};
-  auto args = Args::parse(argc, argv, 2, specs, "tasks");
-  if (!args) return tasks_error(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, specs, "tasks", kHelp, exit_code);
+  if (!args) return exit_code;
   if (!args->positional().empty()) return tasks_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   if (args->has_dashdash()) return tasks_error("unexpected '--'", kExitUsage);
   if (auto host = args->value("release-claims")) {
@@ -108,10 +103,9 @@ int tasks_command(int argc, char** argv) {
       return tasks_error("'" + table_cell(*host, 200) + "' is this host: its claims are judged by their process (a "
                          "gone run's are taken over by the next run; a live run's are its own)", kExitUsage);
     }
-    StoreAccessError error;
-    auto access = open_existing_store(args->value("store").value_or(""), error);
-    if (!access) return tasks_error(error.message, error.exit_code);
-    auto released = store::release_claims_of_host(access->store.db(), *host);
+    auto access = open_existing_store(*args);
+    if (!access) return tasks_error(access.error(), exit_code_for(access.error_code()));
+    auto released = store::release_claims_of_host((*access)->store.db(), *host);
     if (!released) return tasks_error(released.error(), kExitSetup);
     std::fprintf(stderr, "pillbox tasks: released %" PRId64 " claim%s of host '%s'\n", *released,
                  *released == 1 ? "" : "s", table_cell(*host, 200).c_str());
@@ -128,7 +122,6 @@ int tasks_command(int argc, char** argv) {
   filter.handler = args->value("handler");
   if (auto s = read_whole_number(*args, "limit", 1, 1L << 40, filter.limit); !s) return tasks_error(s.message(), kExitUsage);
 
-  StoreAccessError error;
   if (args->flag("forget")) {
     // Only what no run finished: ok tasks hold results, quarantined ones
     // records; those have verbs of their own.
@@ -137,9 +130,9 @@ int tasks_command(int argc, char** argv) {
                          "are kept: pillbox quarantine discard forgets a record)",
                          kExitUsage);
     }
-    auto access = open_existing_store(args->value("store").value_or(""), error);
-    if (!access) return tasks_error(error.message, error.exit_code);
-    auto forgotten = store::forget_tasks(access->store.db(), filter);
+    auto access = open_existing_store(*args);
+    if (!access) return tasks_error(access.error(), exit_code_for(access.error_code()));
+    auto forgotten = store::forget_tasks((*access)->store.db(), filter);
     if (!forgotten) return tasks_error(forgotten.error(), kExitSetup);
     std::fprintf(stderr, "pillbox tasks: forgot %" PRId64 " %s task%s%s\n", forgotten->removed,
                  std::string(to_string(*filter.view)).c_str(), forgotten->removed == 1 ? "" : "s",
@@ -149,8 +142,8 @@ int tasks_command(int argc, char** argv) {
                                             .c_str());
     return kExitOk;
   }
-  auto access = open_existing_store(args->value("store").value_or(""), error);
-  if (!access) return tasks_error(error.message, error.exit_code);
+  auto access = open_existing_store(*args);
+  if (!access) return tasks_error(access.error(), exit_code_for(access.error_code()));
 
   const bool json = args->flag("json");
   const std::int64_t now = store::now_ms();
@@ -160,7 +153,7 @@ int tasks_command(int argc, char** argv) {
     std::printf("%-40s %-11s %8s %-17s %-21s %-10s %s\n", "KEY", "STATE", "ATTEMPTS", "LAST KIND", "FINGERPRINT",
                 "NEXT RETRY", "RECORD");
   }
-  auto s = store::each_task(access->store.db(), filter, [&](const store::TaskRow& r) {
+  auto s = store::each_task((*access)->store.db(), filter, [&](const store::TaskRow& r) {
     ++shown;
     ++counts[r.view];
     const std::string line =

@@ -1,9 +1,6 @@
 // pillbox worker --redis URL --stream NAME (--handler H | -- CMD ARGS...):
 // a long-running worker of the fleet (docs/distributed.md). Thin over
 // supervisor/cli/worker_job.h.
-#include <signal.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -91,10 +88,7 @@ std::vector<OptionSpec> worker_option_specs() {
   return options;
 }
 
-int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "pillbox worker: %s\n", message.c_str());
-  return code;
-}
+int fail(const std::string& message, int code) { return command_error("worker", message, code); }
 
 class CliWorkerSink final : public broker::WorkerSink {
  public:
@@ -112,10 +106,7 @@ class CliWorkerSink final : public broker::WorkerSink {
       j["entry"] = v.entry;
       j["deliveries"] = v.deliveries;
       if (!v.added.empty()) j[v.type == broker::WorkerVerdict::Type::kOk ? "result_entry" : "dlq_entry"] = v.added;
-      const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      std::fwrite(line.data(), 1, line.size(), stdout);
-      std::fputc('\n', stdout);
-      std::fflush(stdout);
+      print_json_line(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       return;
     }
     if (quiet_) return;
@@ -147,26 +138,19 @@ class CliWorkerSink final : public broker::WorkerSink {
 }  // namespace
 
 int worker_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, 2, worker_option_specs(), "worker");
-  if (!args) return fail(args.error(), kExitUsage);
-  if (args->flag("help")) {
-    std::fputs(kHelp, stdout);
-    return kExitOk;
-  }
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, worker_option_specs(), "worker", kHelp, exit_code);
+  if (!args) return exit_code;
   if (!args->positional().empty()) {
     return fail("unexpected argument '" + args->positional().front() +
                     "': the worker reads its tasks from --stream (to add tasks: pillbox submit)",
                 kExitUsage);
   }
-  const auto url = args->value("redis");
-  const auto stream = args->value("stream");
-  if (!url) return fail("--redis URL is required (e.g. --redis redis://127.0.0.1:6379)", kExitUsage);
-  if (!stream || stream->empty()) return fail("--stream NAME is required", kExitUsage);
-  auto address = broker::parse_redis_url(*url);
-  if (!address) return fail(address.error(), exit_code_for(address.error_code()));
+  auto fleet = read_fleet_target(*args, "--stream NAME is required");
+  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
 
   broker::WorkerJobSettings job;
-  job.address = *address;
+  job.address = fleet->address;
   auto run = read_run_settings(*args);
   if (!run) return fail(run.error(), kExitUsage);
   job.run = std::move(*run);
@@ -176,7 +160,7 @@ int worker_command(int argc, char** argv) {
   if (auto s = read_breaker_options(*args, job.worker.breaker); !s) return fail(s.message(), kExitUsage);
   broker::WorkerSettings& w = job.worker;
   w.retry = retry_job.retry;
-  w.keys = broker::stream_keys(*stream);
+  w.keys = broker::stream_keys(fleet->stream);
   w.consumer.group = args->value("group").value_or("pillbox");
   w.consumer.name = args->value("consumer").value_or(broker::default_consumer_name());
   if (w.consumer.group.empty() || w.consumer.name.empty()) return fail("--group and --consumer cannot be empty", kExitUsage);
@@ -231,23 +215,14 @@ int worker_command(int argc, char** argv) {
   }
 
   // Listening before anything runs: a port in use stops the worker here.
-  auto endpoint = start_metrics(*args, std::nullopt);
+  auto endpoint = start_metrics(*args, std::nullopt, "worker", job.run.jobs, job.metrics);
   if (!endpoint) return fail(endpoint.error(), kExitUsage);
-  if (*endpoint) {
-    job.metrics = &(*endpoint)->live.run();
-    job.metrics->set_slots(job.run.jobs);  // from the first scrape on, before the URL is out
-    std::fprintf(stderr, "pillbox worker: metrics at %s\n", (*endpoint)->server->url().c_str());
-    std::fflush(stderr);
-  }
 
   CliWorkerSink sink(args->flag("json"), args->flag("quiet"));
   const auto started = std::chrono::steady_clock::now();
   auto report = broker::run_worker(job, sink);
   endpoint->reset();
-  if (!report) {
-    const int code = exit_code_for(report.error_code());
-    return fail(code == kExitUsage ? report.error() : "setup error: " + report.error(), code == kExitOk ? kExitSetup : code);
-  }
+  if (!report) return work_error("worker", report.error(), report.error_code());
   const auto& r = report->worker;
   if (!args->flag("quiet")) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
