@@ -234,7 +234,7 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   if (auto s = commit_turn(); !s) return s;
   if (const int sig = stop_signal(); sig != 0) {
     report_.stop_signal = sig;
-    if (can_.can_stop) return Status::error(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+    if (can_.can_stop) return Status::error(std::string("interrupted by ") + stop_signal_name(sig));
     // A back end that cannot stop (a worker): what runs finishes; the rest
     // is given back, nothing new is taken.
     if (!winding_down_) wind_down();
@@ -781,7 +781,7 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome, bool probe_at_once) {
   // that failed the outage's way are not held against their payload.
   // So do the payloads parked on suspicion of this outage.
   for (std::uint64_t ref : schedule_.take_delayed_and_parked()) {
-    uncharge_outage_failures(tracked_.at(ref));
+    uncharge_failures(tracked_.at(ref), breaker_.dominant_fingerprint());
     schedule_.hold(ref);
     note_wait(tracked_.at(ref), 0, true);
   }
@@ -814,15 +814,6 @@ void TaskFlow::corroborate_hidden(const Tracked& t, const Outcome& outcome) {
   if (settings_.hidden_path(outcome).empty()) return;
   hidden_path_claimed_.insert(t.payload_id);
   stop_at_next_turn_ = true;
-}
-
-void TaskFlow::uncharge_outage_failures(Tracked& t) {
-  const std::size_t in_run = std::min<std::size_t>(t.attempts_in_run, t.history.size());
-  for (auto a = t.history.end() - static_cast<long>(in_run); a != t.history.end(); ++a) {
-    if (!a->finished || !a->charged || a->fingerprint != breaker_.dominant_fingerprint()) continue;
-    a->charged = false;
-    store_.add(UnchargeAttempt{t.task_id, a->n});
-  }
 }
 
 void TaskFlow::uncharge_failures(Tracked& t, const std::string& fingerprint) {
@@ -1128,7 +1119,7 @@ void TaskFlow::take_back_outage_verdicts() {
     out_.on_taken_back(t.task, *t.last_failure,
                        "a suspected handler outage fails payloads with " + fingerprint + "; held, it runs again",
                        record_id);
-    uncharge_outage_failures(t);
+    uncharge_failures(t, breaker_.dominant_fingerprint());
     note_wait(t, 0, true);
     const std::uint64_t ref = ++next_ref_;
     t.task.ref = ref;

@@ -221,7 +221,6 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // ("parse_records.py", "a.py and b.py"), or "the handler".
   std::string versioned_scripts() const;
   std::uint64_t track(Task task, std::string sha256, std::optional<store::LedgerTask> known);
-  void schedule_retry(Tracked& t, std::uint32_t failures);
   void quarantine(Tracked& t, const Outcome& outcome, const std::string& reason);
   void settle(Tracked& t, const Outcome& outcome, Verdict verdict);
   // Another live pillbox process claimed the task (`claim`): not run here.
@@ -237,9 +236,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   void take_back_outage_verdicts();
   // Nothing left can decide: the parked tasks' verdict stands (quarantined).
   void quarantine_parked();
-  // Attempts of this run that failed the way of the outage are not held
-  // against the payload.
-  void uncharge_outage_failures(Tracked& t);
+  // Attempts of this run that failed with `fingerprint` (an outage's, or a
+  // decision's that proved not poison) are not held against the payload.
   void uncharge_failures(Tracked& t, const std::string& fingerprint);
   void forget(std::uint64_t ref);
   // The back end no longer holds the task (BatchResult::lost): it leaves
@@ -332,8 +330,8 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::multiset<std::string> active_payloads_;
   std::size_t in_flight_ = 0;
   std::set<std::uint64_t> starting_;           // started, not yet answered by the back end
-  bool lost_since_prepare_ = false;
-  bool slot_free_ = true;                      // the last prepare() had a slot for a new start            // a task lost (lose): its slot is free for the next turn
+  bool lost_since_prepare_ = false;            // a task lost (lose): its slot is free for the next turn
+  bool slot_free_ = true;                      // the last prepare() had a slot for a new start
   bool inner_done_ = false;
   bool winding_down_ = false;        // wind_down()
   bool inner_waiting_ = false;

@@ -33,7 +33,6 @@ class TaskSchedule {
   // Delayed tasks whose time has come, earliest first, at most `max`.
   std::vector<Ref> take_due(Clock::time_point now, std::size_t max);
   std::optional<Clock::time_point> next_due() const;
-  bool has_delayed() const { return !delayed_.empty(); }
 
   void hold(Ref ref) { held_.push_back(ref); }
   // Every held task, in the order held; none is held after.

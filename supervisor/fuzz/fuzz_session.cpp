@@ -15,6 +15,7 @@
 #include "supervisor/fuzz/mutator.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/exec/dispatcher.h"
+#include "supervisor/exec/stop_signals.h"
 
 namespace pillbox::fuzz {
 namespace {
@@ -427,7 +428,7 @@ Expected<FuzzResult> run_fuzz(FindingRecorder& recorder, const FuzzSettings& set
   if (!planner.error().is_ok()) return Error{planner.error().message()};
   if (report->stop_signal != 0) {
     result.stop_signal = report->stop_signal;
-    result.stopped_by = report->stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    result.stopped_by = stop_signal_name(report->stop_signal);
   }
   return result;
 }

@@ -53,11 +53,7 @@ RunMetrics::Counters RunMetrics::snapshot() const {
 }
 
 void RunMetrics::render(MetricsText& out) const {
-  Counters c;
-  {
-    std::lock_guard lock(mutex_);
-    c = counters_;
-  }
+  const Counters c = snapshot();
   out.family("pillbox_tasks_total", "Tasks that got a verdict in this process, by failure kind and verdict.",
              MetricType::kCounter);
   for (const auto& [key, n] : c.tasks) {

@@ -43,15 +43,17 @@ DoctorCheck named(std::string name) {
 
 std::string errno_name(int code) { return code == 0 ? "ok" : std::strerror(code); }
 
+// In a child: loads a filter that allows everything, with `flags`; errno or 0.
+int load_allow_all_filter(unsigned flags) {
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  sock_filter allow_all[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+  sock_fprog prog{1, allow_all};
+  return ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog) < 0 ? errno : 0;
+}
+
 DoctorCheck check_seccomp() {
   DoctorCheck c = named("seccomp-bpf filter");
-  const int rc = in_child([] {
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
-    sock_filter allow_all[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
-    sock_fprog prog{1, allow_all};
-    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0) return errno;
-    return 0;
-  });
+  const int rc = in_child([] { return load_allow_all_filter(SECCOMP_FILTER_FLAG_TSYNC); });
   c.ok = rc == 0;
   c.detail = c.ok ? "no_new_privs and a TSYNC filter load work" : "cannot load a filter: " + errno_name(rc);
   if (!c.ok) {
@@ -65,13 +67,7 @@ DoctorCheck check_seccomp() {
 // kernel, not the task, then names a violation.
 DoctorCheck check_seccomp_notify() {
   DoctorCheck c = named("seccomp notification");
-  const int rc = in_child([] {
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
-    sock_filter allow_all[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
-    sock_fprog prog{1, allow_all};
-    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog) < 0) return errno;
-    return 0;
-  });
+  const int rc = in_child([] { return load_allow_all_filter(SECCOMP_FILTER_FLAG_NEW_LISTENER); });
   c.ok = rc == 0;
   c.detail = c.ok ? "a listener is handed out: the kernel names each denied syscall"
                   : "no listener for a filter: " + errno_name(rc);

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "shared/sha256.h"
+#include "supervisor/exec/stop_signals.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/payload_runner.h"
 #include "supervisor/ops/quarantined_payload.h"
@@ -245,7 +246,7 @@ Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record,
 
   result.stop_signal = report->stop_signal;
   result.finished = shrinker.done() && result.stop_signal == 0;
-  result.stopped_by = result.stop_signal != 0 ? (result.stop_signal == SIGINT ? "SIGINT" : "SIGTERM")
+  result.stopped_by = result.stop_signal != 0 ? stop_signal_name(result.stop_signal)
                       : result.finished      ? ""
                                              : shrinker.stopped_by();
   result.runs = shrinker.total_runs();
