@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "shared/sha256.h"
-#include "supervisor/broker/fleet_minimize.h"
 #include "supervisor/broker/fleet_redrive.h"
-#include "supervisor/broker/fleet_views_json.h"
+#include "supervisor/ops/minimize.h"
+#include "supervisor/ops/quarantine_views_json.h"
 
 namespace pillbox::broker {
 namespace {
@@ -20,13 +20,109 @@ SourcedRecord sourced(FleetRecord r) {
   return s;
 }
 
+// "attempt_history": its deliveries, then its redrives, numbered on from
+// them as the store numbers a replay's attempt after the task's.
+nlohmann::json attempt_history(const FleetRecord& r) {
+  nlohmann::json history = nlohmann::json::array();
+  std::int64_t n = 0;
+  for (const auto& a : r.attempts) {
+    n = a.n > 0 ? a.n : n + 1;
+    history.push_back(attempt_json(n, a.worker, a.ended_at, a.ended_at, a.kind.empty() ? "released" : a.kind,
+                                   a.fingerprint, a.message, a.charged, false));
+  }
+  for (const auto& a : r.state.redrives) {
+    history.push_back(attempt_json(++n, a.worker, a.ended_at, a.ended_at, a.kind, a.fingerprint,
+                                   "redrive: entry " + a.entry + " -> " + a.outcome_entry +
+                                       (a.message.empty() ? "" : ": " + a.message),
+                                   a.charged, false));
+  }
+  return history;
+}
+
+// "audit": the worker's dead-lettering first (the store's first audit entry
+// is the quarantine too), then what operators did.
+std::vector<store::AuditEntry> audit_trail(const FleetRecord& r) {
+  std::string worker = "a worker";
+  if (!r.attempts.empty() && !r.attempts.back().worker.empty()) worker = r.attempts.back().worker;
+  std::vector<store::AuditEntry> trail;
+  trail.push_back({r.record.created_at, "worker " + worker + (r.group.empty() ? "" : " of group " + r.group),
+                   "quarantined",
+                   (r.reason.empty() ? std::string("dead-lettered") : r.reason) + " (delivery " +
+                       std::to_string(r.deliveries) + " of entry " + r.source_entry + " of " +
+                       (r.stream.empty() ? std::string("the stream") : r.stream) + ")"});
+  trail.insert(trail.end(), r.state.audit.begin(), r.state.audit.end());
+  return trail;
+}
+
+// Minimize's progress and result kept on Redis as the store keeps them: the
+// search's progress in the record's state, the best payload so far under
+// keys().minimizing(id), the result under keys().minimized(id) with its
+// sha256 and an audit entry in the state.
+class FleetMinimizeKeeper final : public MinimizeKeeper {
+ public:
+  FleetMinimizeKeeper(FleetQuarantine& quarantine, std::string id, std::string actor)
+      : q_(quarantine), id_(std::move(id)), actor_(std::move(actor)) {}
+
+  // A saved best payload whose bytes do not match the state's sha256 (a
+  // session that died between writing the two) is no progress: it starts over.
+  Expected<std::optional<Saved>> load() override {
+    auto record = q_.get(id_);
+    if (!record) return Error{record.error(), record.error_code()};
+    const auto& progress = record->state.minimize;
+    if (!progress) return std::optional<Saved>{};
+    auto best = q_.redis().command({"GET", q_.keys().minimizing(id_)});
+    if (!best) return Error{best.error()};
+    std::string bytes = reply_text(best->get());
+    if (sha256_hex(bytes) != progress->best_sha256) return std::optional<Saved>{};
+    return std::optional<Saved>(Saved{*progress, std::move(bytes)});
+  }
+
+  Status clear() override {
+    auto changed = q_.change_state(id_, false, [](FleetState& s, const FleetRecord&) {
+      s.minimize.reset();
+      return Status::ok();
+    });
+    if (!changed) return changed.status();
+    auto deleted = q_.redis().command({"DEL", q_.keys().minimizing(id_)});
+    return deleted ? Status::ok() : Status::error(deleted.error());
+  }
+
+  // The bytes first, then the state that names them.
+  Status save(std::string_view best, const store::MinimizeState& state) override {
+    if (auto set = q_.redis().command({"SET", q_.keys().minimizing(id_), best}); !set) return Status::error(set.error());
+    auto changed = q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
+      s.minimize = state;
+      return Status::ok();
+    });
+    return changed.status();
+  }
+
+  Status record(const std::string& sha256, const std::string& detail) override {
+    // minimize_payload saved this payload just before: the best so far is it.
+    auto copied = q_.redis().command({"COPY", q_.keys().minimizing(id_), q_.keys().minimized(id_), "REPLACE"});
+    if (!copied) return Status::error(copied.error());
+    auto changed = q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
+      s.minimized_sha256 = sha256;
+      s.updated_at = store::now_ms();
+      s.audit.push_back({s.updated_at, actor_, "minimized", detail});
+      return Status::ok();
+    });
+    return changed.status();
+  }
+
+ private:
+  FleetQuarantine& q_;
+  std::string id_;
+  std::string actor_;
+};
+
 }  // namespace
 
 const FleetRecord& FleetQuarantineSource::dead_letter(const SourcedRecord& r) {
   return std::any_cast<const FleetRecord&>(r.native);
 }
 
-std::string FleetQuarantineSource::where() const { return fleet_where(fleet_); }
+std::string FleetQuarantineSource::where() const { return fleet_location(fleet_.address(), fleet_.keys()); }
 
 Status FleetQuarantineSource::each(const store::ListFilter& filter,
                                    const std::function<bool(const SourcedRecord&)>& fn) {
@@ -64,7 +160,14 @@ Expected<SourcedRecord> FleetQuarantineSource::get(const std::string& id) {
 }
 
 Expected<nlohmann::json> FleetQuarantineSource::full_json(const SourcedRecord& r) {
-  return fleet_full_record_json(fleet_, dead_letter(r));
+  const FleetRecord& d = dead_letter(r);
+  nlohmann::json j = full_record_json(d.id, d.record, where(), attempt_history(d), audit_trail(d));
+  // What only a dead letter knows: where it came from and why.
+  j["stream"] = {{"name", d.stream}, {"group", d.group}, {"entry", d.source_entry}, {"deliveries", d.deliveries}};
+  j["reason"] = d.reason;
+  j["signature"] = to_string(d.signature);
+  if (!d.unreadable_state.empty()) j["state_error"] = d.unreadable_state;
+  return j;
 }
 
 Expected<PayloadBytes> FleetQuarantineSource::payload(const SourcedRecord& r, std::int64_t revision) {

@@ -6,7 +6,6 @@
 
 #include "supervisor/ops/minimize.h"
 #include "supervisor/ops/quarantine_views_json.h"
-#include "supervisor/ops/record_discard.h"
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/io/result_files.h"
 #include "supervisor/store/replay_store.h"
@@ -45,7 +44,6 @@ class StoreKeeper final : public MinimizeKeeper {
   std::string actor_;
 };
 
-
 SourcedRecord sourced(store::QuarantineRecord r) {
   SourcedRecord s;
   s.id = r.id;
@@ -53,6 +51,26 @@ SourcedRecord sourced(store::QuarantineRecord r) {
   return s;
 }
 
+// The store's replay settings for `run`; an id that is not one is an error
+// (never dropped: no ids at all is the filter's selection).
+Expected<ReplaySettings> replay_settings(const ReplayRun& run) {
+  ReplaySettings s;
+  for (const auto& id : run.ids) {
+    auto n = parse_record_id(id);
+    if (!n) return Error{n.error(), ErrorCode::kUsage};
+    s.selection.ids.push_back(*n);
+  }
+  s.selection.filter = run.filter;
+  s.selection.force = run.force;
+  static_cast<ReplayBrakes&>(s) = run;
+  s.handler = run.handler;
+  s.policy = run.policy;
+  s.allowed = run.allowed;
+  s.jobs = run.jobs;
+  s.actor = run.actor;
+  s.on_progress = run.on_progress;
+  return s;
+}
 
 }  // namespace
 
@@ -146,7 +164,9 @@ Expected<PayloadBytes> StoreQuarantineSource::minimized_payload(const SourcedRec
 }
 
 Status StoreQuarantineSource::check_discardable(const SourcedRecord& r) {
-  return pillbox::check_discardable(r.record, r.id_text());
+  if (r.record.status != store::RecordStatus::kReplaying) return Status::ok();
+  return Status::error("record " + r.id_text() + " is being replayed right now; discard it when the replay is over",
+                       ErrorCode::kUsage);
 }
 
 Expected<Discarded> StoreQuarantineSource::discard(const std::string& id, const std::string& actor,
@@ -154,9 +174,14 @@ Expected<Discarded> StoreQuarantineSource::discard(const std::string& id, const 
   auto r = get(id);  // as it is now: a replay may have taken it since it was checked
   if (!r) return Error{r.error(), r.error_code()};
   if (auto ok = check_discardable(*r); !ok) return Error{ok.message(), ok.code()};
-  auto done = discard_record(quarantine_, r->record, actor, reason);
-  if (!done) return Error{done.error(), done.error_code()};
-  return Discarded{*done == DiscardOutcome::kAlreadyDiscarded, std::string(to_string(r->record.status))};
+  Discarded done{r->record.status == store::RecordStatus::kDiscarded, std::string(to_string(r->record.status))};
+  if (done.already) return done;  // left as it is
+  if (auto s = quarantine_.set_status(r->record.id, store::RecordStatus::kDiscarded, store::now_ms(), actor,
+                                      "discarded", reason + " (was " + done.was + ")");
+      !s) {
+    return Error{s.message(), s.code()};
+  }
+  return done;
 }
 
 Status StoreQuarantineSource::record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
@@ -168,31 +193,6 @@ Status StoreQuarantineSource::record_reproduction(const SourcedRecord& r, const 
 std::unique_ptr<MinimizeKeeper> StoreQuarantineSource::minimize_keeper(const SourcedRecord& r, const std::string& actor) {
   return std::make_unique<StoreKeeper>(quarantine_, r.record.id, actor);
 }
-
-namespace {
-
-// The store's replay settings for `run`; an id that is not one is an error
-// (never dropped: no ids at all is the filter's selection).
-Expected<ReplaySettings> replay_settings(const ReplayRun& run) {
-  ReplaySettings s;
-  for (const auto& id : run.ids) {
-    auto n = parse_record_id(id);
-    if (!n) return Error{n.error(), ErrorCode::kUsage};
-    s.selection.ids.push_back(*n);
-  }
-  s.selection.filter = run.filter;
-  s.selection.force = run.force;
-  static_cast<ReplayBrakes&>(s) = run;
-  s.handler = run.handler;
-  s.policy = run.policy;
-  s.allowed = run.allowed;
-  s.jobs = run.jobs;
-  s.actor = run.actor;
-  s.on_progress = run.on_progress;
-  return s;
-}
-
-}  // namespace
 
 Expected<std::vector<PlannedReplay>> StoreQuarantineSource::replay_plan(const ReplayRun& run,
                                                                       std::vector<std::string>& skipped) {
