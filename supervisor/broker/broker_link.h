@@ -1,23 +1,18 @@
 #pragma once
-// One connection to Redis on a thread of its own, so that a slow or
-// restarting Redis never stalls the dispatcher's loop (running tasks, their
-// deadlines, their results). The owner posts work; the link runs it in
-// order on its connection and hands back what the owner should do with the
-// answer, through an eventfd the dispatcher polls (drain() runs it, on the
-// owner's thread).
+// One Redis connection on a thread of its own, so a slow or restarting Redis
+// never stalls the dispatcher. Posted work runs in order on the link's
+// thread; what it returns runs on the owner's thread in drain(), signalled
+// through wait_fd().
 //
-// When the connection breaks, or Redis answers that it cannot serve now
-// (LOADING after a restart, OOM, ...), the link waits with backoff (100 ms,
-// doubling, at most 5 s), reconnecting when needed, and runs the same work again: every step of the
-// protocol is safe to repeat (supervisor/broker/stream_protocol.h: fenced
-// scripts, idempotent records). The owner hears of it twice, not per task
-// nor per try: once when the connection is lost, once when it is back, that
-// is when Redis answers a command again (a restarted Redis accepts
-// connections while it loads its data, and answers LOADING for a while).
+// On a broken connection, or a "cannot serve now" reply (LOADING, OOM, ...),
+// the link backs off (100 ms doubling to 5 s), reconnects when needed and
+// runs the same work again: work must be safe to repeat (stream_protocol.h's
+// steps are). The owner hears once that Redis is lost and once that it is
+// back, i.e. answering commands again (a restarted Redis accepts connections
+// while it still answers LOADING).
 //
-// A periodic step (renewing the claims of the entries the worker holds)
-// runs on the link's own clock, so that it happens while every slot is busy
-// with long tasks and the dispatcher has no reason to turn.
+// Periodic work (claim renewal) runs on the link's own clock, so it happens
+// even while every slot is busy and the dispatcher has no reason to turn.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

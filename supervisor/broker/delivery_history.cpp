@@ -63,9 +63,7 @@ std::string delivery_json(const RecordedDelivery& d) {
 }
 
 std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::string_view text) {
-  // Anyone who can write to Redis can write this hash: bounded as
-  // untrusted_json.h says (a delivery is a message of at most
-  // kMaxRecordedMessage bytes and a few frames).
+  // Anyone who can write to Redis can write this hash: bounded.
   const auto j = parse_untrusted_json(text, kMaxDeliveryBytes).value;
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   try {

@@ -1,25 +1,16 @@
 #pragma once
-// What each delivery of a stream entry ended in, as the fleet keeps it in
-// Redis (supervisor/broker/stream_protocol.h: one hash per entry, field =
-// delivery number, value = the JSON below), and what the retry policy
-// (supervisor/flow/retry_policy.h) makes of it. Pure: tested without Redis.
+// What each delivery of a stream entry ended in, as kept in Redis (one hash
+// per entry: field = delivery number, value = delivery_json), and what the
+// retry policy makes of it. Pure: no Redis.
 //
-// A delivery with a field ended here and was recorded: a failure (charged to
-// the payload or not), a hold during a suspected outage, or a release (the
-// worker stopped before running it). A delivery without one never reported
-// back: its worker died (or lost Redis) while it held the entry. Such
-// deliveries are the fleet's "attempts that never finished": max_attempts of
-// them and the payload is judged to kill workers (supervisor-lost).
-//
-// A worker holds entries it has not started yet (read one turn ahead, or
-// claimed and waiting their turn), so a death does not say the payload ran.
-// The delivery after one that never reported back is a suspect's: it runs
-// alone, and its start is recorded before it runs (a marker, replaced by
-// its outcome). So a suspect's delivery that never reported back counts only
-// when its start was recorded; without the marker it never started (its
-// worker died while it waited) and says nothing of the payload. Without
-// this, a good entry held, unstarted, by three workers killed in turn was
-// dead-lettered as supervisor-lost (tests/e2e/redis_chaos_test.cpp).
+// A delivery without a field never reported back (its worker died or lost
+// Redis); max_attempts of them and the payload is judged to kill workers
+// (supervisor-lost). But a worker also holds entries it has not started, so
+// the delivery after an unreported one (a suspect's) records a start marker
+// before it runs, and counts only when that marker is there. Without this, a
+// good entry held unstarted by three killed workers was dead-lettered
+// (tests/e2e/redis_chaos_test.cpp; docs/distributed.md, The protocol, step
+// by step).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -74,9 +65,7 @@ struct EntryHistory {
   std::vector<std::uint32_t> unstarted;
   std::uint32_t unreadable = 0;            // fields that were not ours (counted as recorded, uncharged)
   // The delivery right before the current one never reported back (lost or
-  // unstarted): the current one is a suspect's. It runs alone, as `run`
-  // runs a task whose last attempt never finished, and its start is
-  // recorded before it runs.
+  // unstarted): the current one is a suspect's (runs alone, start recorded).
   bool last_lost = false;
 };
 EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields);

@@ -1,20 +1,14 @@
 #pragma once
-// The fleet's key: a secret shared by the workers and the operators of one
-// fleet, in a file only its owner may read (`--fleet-key FILE`, or
-// $PILLBOX_FLEET_KEY). Workers sign each dead letter with it; the verbs that
-// act on the fleet's quarantine and the console check the signature before
-// they run anything a dead letter names. Without it, a dead letter is only
-// what someone wrote into the fleet's Redis: anyone who can reach an
-// unauthenticated Redis can XADD one (docs/security.md, "What a record may
-// and may not decide").
+// The fleet's key (`--fleet-key FILE` or $PILLBOX_FLEET_KEY), shared by a
+// fleet's workers and operators. Workers sign each dead letter; verbs check
+// the signature before running what it names, since anyone who reaches an
+// unauthenticated Redis can XADD one (docs/distributed.md, The fleet key:
+// signed dead letters).
 //
-// The signature is HMAC-SHA-256 (OpenSSL) over the dead letter's canonical
-// form: a version tag, the dead-letter stream's name (a letter copied into
-// another fleet's stream does not verify there), then every field but `sig`
-// sorted by name, each name and value with its length, the payload's value
-// given as its SHA-256 (so a listing that leaves a large payload unread can
-// check the record against the hash it claims, and reproduce, which reads
-// the bytes, checks the bytes). Stored as field `sig`: 64 hex digits.
+// `sig` is HMAC-SHA-256 (64 hex digits) over: a version tag, the dlq stream's
+// name (a letter copied to another stream does not verify), then every field
+// but `sig` sorted by name, each with its length; the payload as its SHA-256,
+// so a listing that leaves a large payload unread can check its claimed hash.
 #include <sys/types.h>
 
 #include <string>

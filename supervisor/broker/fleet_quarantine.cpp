@@ -51,14 +51,13 @@ end
 return {states, locks}
 )lua";
 
-// A page of a listing without the payloads (a dead letter may hold
+// A page of a listing without large payloads (a dead letter may hold
 // megabytes; 256 of them were read to list one record). KEYS: NAME:dlq.
 // ARGV: the page's end (an id, "(id" or "+"), how many entries, the largest
-// payload returned. Returns {{id, fields, payload length or -1}...}: a
-// payload longer than ARGV[3] is "" and its length is given; -1 means the
-// payload is there; then 0 when its redrive_of names no dead letter (a
-// forged one: it lists as a record), else 1. Read a few entries at a time, so that Redis itself
-// holds only those at once.
+// payload returned. Returns {{id, fields, omitted, attempt_of}...}: omitted
+// is -1 when the payload is there, else its length (the payload then "");
+// attempt_of is 0 when redrive_of names no dead letter (forged: it lists as a
+// record), else 1. Reads 4 entries at a time, so Redis holds only those.
 constexpr const char* kPageScript = R"lua(
 local out = {}
 local last = ARGV[1]

@@ -1,33 +1,10 @@
 #pragma once
-// The fleet's quarantine: the dead letters the workers of stream NAME wrote
-// (supervisor/broker/stream_back_end.h), read and acted on by the quarantine
-// verbs given --redis URL --stream NAME, as they act on the store's records
-// (supervisor/store/quarantine_store.h).
-//
-// Keys (all derived from NAME, so that a hash tag in it keeps them in one
-// Redis Cluster slot, as the workers' keys are):
-//   NAME:dlq              the dead letters (a stream, written by the workers
-//                         only). A record's id is its entry id there. A dead
-//                         letter with a `redrive_of` field is the outcome of a
-//                         redrive that failed again: an attempt of the record
-//                         it names, not a record of its own.
-//   NAME:dlq:state        a hash, field = record id, value = what operators
-//                         did with it (fleet_state.h: status, audit trail,
-//                         redrive outcomes). No field: nobody acted on it yet.
-//   NAME:dlq:lock:<id>    a record's redrive lock: SET NX PX by the replay
-//                         that redrives it (value: who, from which process),
-//                         deleted by that replay once the outcome is recorded,
-//                         or gone by itself when its time runs out. While it
-//                         exists the record reads `replaying` and nobody else
-//                         redrives or discards it.
-//   NAME:dlq:minimizing:<id>  the best payload `pillbox minimize` found so
-//                         far (its bytes), for a later session to resume from
-//                         (fleet_minimize.h; the state holds the search's progress).
-//   NAME:dlq:minimized:<id>   the record's minimized payload, once one was
-//                         recorded (export --minimized writes it).
-//   NAME:dlq:fingerprints "KIND FINGERPRINT" of every dead letter, added by
-//                         the worker that wrote it (stream_protocol.h): what
-//                         a worker's pillbox_new_fingerprints_total counts.
+// The fleet's quarantine: the dead letters of stream NAME, read and acted on
+// by the quarantine verbs given --redis URL --stream NAME, as they act on the
+// store's records. Keys: docs/distributed.md, Keys and fields. A record's id
+// is its entry id in NAME:dlq; a dead letter with `redrive_of` is an attempt
+// of the record it names, not a record. While a record's redrive lock
+// exists it reads `replaying` and nobody else redrives or discards it.
 //
 // What the store's record has and the fleet's does not, in one place:
 //   id       the dead letter's entry id ("1712345678901-0"), a string;

@@ -1,12 +1,9 @@
 #pragma once
-// One dead letter of the fleet (an entry of NAME:dlq, written by
-// dead_letter_fields in supervisor/broker/stream_entry.h) read back
-// as a quarantine record of the store's own type, so that the quarantine
-// verbs print records of both quarantines with the same printers. The dead
-// letter's `record` field is the JSON that `quarantine list --json` prints
-// for a store's record (dead_letter_record); it is parsed back field
-// for field. The record's id is the dead letter's entry id, and its creation
-// time that id's time (when Redis added it). Pure: tested without Redis.
+// One dead letter (an entry of NAME:dlq, from stream_entry.h's
+// dead_letter_fields) read back as the store's QuarantineRecord, so the
+// quarantine verbs print both quarantines alike. Its `record` field (the JSON
+// of `quarantine list --json`) is parsed back field for field. Its id is the
+// entry id, its creation time that id's time. Pure: no Redis.
 #include <cstdint>
 #include <optional>
 #include <string>

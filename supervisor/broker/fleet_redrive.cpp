@@ -111,9 +111,9 @@ struct Flight {
   bool earlier = false;
 };
 
-// An outcome of a redrive, read from NAME:results or NAME:dlq: the redrive's
-// entry it names (its `entry` field), or "" when it is none of `wanted`'s
-// (by entry: the record it must be a redrive of).
+// An outcome of a redrive in NAME:results or NAME:dlq. outcome_of gives one
+// only for an `entry` of `wanted` (redrive entry -> record id) whose
+// redrive_of names that record.
 struct FoundOutcome {
   std::string entry;
   RedriveOutcome outcome;

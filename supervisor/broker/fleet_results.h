@@ -1,13 +1,9 @@
 #pragma once
-// The outputs a fleet's workers wrote to NAME:results (one entry per task
-// that ended ok, the worker's settle: stream_entry.h result_fields), read back for `pillbox results
-// --redis URL --stream NAME`. An entry is what some process wrote to Redis,
-// and NAME:results is not signed: each is checked as it is read, and one
-// that is not a result (no key, an output_b64 that is not base64, a size
-// that is not a number) is reported as such, never guessed at.
-// A key run more than once (submitted again, redriven by a replay) has a
-// result per run; the newest stands, as a rerun's result replaces the old
-// one in a store.
+// `pillbox results --redis URL --stream NAME`: the outputs workers wrote to
+// NAME:results (stream_entry.h result_fields). NAME:results is not signed:
+// each entry is checked as read, and one that is not a result is reported as
+// such, never guessed at. A key run more than once has a result per run; the
+// newest stands, as in a store.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -32,11 +28,9 @@ struct FleetResult {
   std::string why_not;
 };
 
-// Every newest result (per key) of `results_key`, oldest first, and every
-// entry that has no key (has_key false); `keys` non-empty: only those keys.
-// First the ids and keys of the whole stream, through a script that returns
-// nothing else (outputs stay on Redis), then each chosen entry alone: at most
-// one output is in memory at a time. An error from `fn` stops the walk.
+// The newest result per key of `results_key`, oldest first, and every entry
+// without a key (has_key false); only `keys` when non-empty. At most one
+// output is in memory at a time. An error from `fn` stops the walk.
 Status each_newest_result(RedisConnection& redis, const std::string& results_key, const std::set<std::string>& keys,
                           const std::function<Status(const FleetResult&)>& fn);
 

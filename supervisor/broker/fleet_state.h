@@ -1,11 +1,8 @@
 #pragma once
-// What operators did with one record of the fleet's quarantine
-// (supervisor/broker/fleet_quarantine.h): its status, the audit trail, the
-// outcomes of its redrives, the redrive still waiting for one, and a
-// reproduction verdict. A dead letter is a stream entry, which cannot change,
-// so this is kept beside it: one JSON value per record in the hash
-// NAME:dlq:state (field: the dead letter's entry id). A record without a
-// field there is one nobody acted on yet. Pure: tested without Redis.
+// What operators did with one record of the fleet's quarantine. A dead
+// letter is a stream entry, which cannot change, so this is kept beside it:
+// one JSON value per record in the hash NAME:dlq:state (field: the entry id;
+// none: nobody acted on it yet). Pure: no Redis.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -39,15 +36,14 @@ struct FleetState {
   std::int64_t updated_at = 0;            // 0: unchanged since it was dead-lettered
   std::vector<store::AuditEntry> audit;   // operators' actions, oldest first
   std::vector<FleetAttempt> redrives;     // the outcomes of its redrives, oldest first
-  // The entry of NAME a redrive put back whose outcome nobody recorded (the
-  // replay timed out, was stopped or died): while it is on the stream, the
-  // record is not redriven again; once a worker settled it, the next replay
-  // records its outcome (fleet_redrive.h) instead of redriving it.
+  // A redrive's entry on NAME whose outcome nobody recorded (its replay timed
+  // out, stopped or died). While it is on NAME the record is not redriven
+  // again; once settled, the next replay records its outcome instead.
   std::string waiting_entry;
   std::string reproduce_verdict;          // "", reliable, flaky or not-reproduced
   std::int64_t reproduce_runs = 0;
   std::int64_t reproduce_matches = 0;
-  // pillbox minimize (supervisor/broker/fleet_minimize.h): the progress of
+  // pillbox minimize (supervisor/broker/fleet_quarantine_source.cpp): the progress of
   // its search, and the minimized payload it recorded ("": none yet).
   std::optional<store::MinimizeState> minimize;
   std::string minimized_sha256;

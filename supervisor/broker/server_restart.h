@@ -1,16 +1,8 @@
 #pragma once
-// A Redis that restarts without (all of) its data: what a worker tells of it.
-//
-// Without persistence (or with an RDB snapshot older than the last writes),
-// a restarted Redis has lost what the worker wrote: results, dead letters,
-// even the stream and its consumer group. The worker notices the restart by
-// the server's run id (a new one at every start, stream_protocol.h's
-// ServerState) once it is back after an outage, and says what it knows is
-// gone: the results and dead letters it added whose ids lie beyond where
-// those streams end now, the entries it was running (their outcomes can no
-// longer be written), and the stream or group. What other workers and
-// submitters wrote is theirs to tell; what was submitted and not yet run is
-// gone with the stream, and cannot be counted from here.
+// What a worker says of a Redis that restarted without (all of) its data,
+// noticed by a new run id (ServerState) after an outage. It counts only what
+// this worker wrote or held; unrun submissions lost with the stream cannot be
+// counted. See docs/distributed.md, What happens when something dies.
 #include <cstddef>
 #include <deque>
 #include <string>

@@ -354,9 +354,8 @@ void StreamBackEnd::admit(Delivery d, bool claimed) {
 }
 
 void StreamBackEnd::claimed_again(Held& h, const Delivery& d) {
-  // Its own claim scan took it over from itself (its claim lapsed while
-  // Redis was away, or someone made it look idle: XCLAIM ... IDLE). Not a
-  // second copy (two runs): the one here goes on at the new count.
+  // (Or someone made it look idle: XCLAIM ... IDLE.) Not a second copy: the
+  // run here goes on at the new count.
   ++report_.claimed_again;
   const std::int64_t mine = h.delivery;
   h.delivery = d.count;

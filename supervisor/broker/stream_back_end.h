@@ -1,28 +1,13 @@
 #pragma once
 // Redis Streams as a back end of the attempt engine (supervisor/flow/
-// task_flow.h; docs/architecture.md, 'Adding a back end'). The engine
-// decides; this records on Redis (supervisor/broker/stream_protocol.h):
-//   * intake (intake()): new entries (XREADGROUP) and entries idle on dead
-//     consumers (XAUTOCLAIM), read ahead by --jobs; an entry that is not a
-//     task pillbox can judge (malformed, oversized, a count or history set
-//     by hand, one that killed --max-attempts workers) is dead-lettered here,
-//     unrun (stream_entry.h), and told to the worker's sink;
-//   * find(): an entry's fleet-wide history (delivery_history.h) as the
-//     engine's attempts; the delivery right after one that never reported
-//     back reads as an attempt that never finished, so the engine runs it
-//     alone (its start is recorded first);
-//   * the engine's effects: an attempt starts at Redis's delivery count (a
-//     retry is delivered again: the count rises); its end is recorded in the
-//     entry's history (fenced); an ok settles to NAME:results and a poison
-//     verdict to NAME:dlq, each with the ack and the delete in one fenced
-//     step, answered (TaskSettled, QuarantineWritten) once Redis did it; a
-//     task given back, given up or left at the end is released: recorded as
-//     such, then no longer renewed, for another worker to claim;
-//   * an entry this consumer no longer holds (taken over, deleted) is lost
-//     to the engine (TaskLost), which gives no verdict on it.
-// Redis is reached through two BrokerLinks (reads block; settles must not
-// wait behind them); answers are drained by apply() and by the intake, so
-// nothing here ever blocks the dispatcher.
+// task_flow.h): the engine decides, this records on Redis through
+// stream_protocol.h (docs/architecture.md, Adding a back end). An entry that
+// is not a task pillbox can judge is dead-lettered unrun at intake
+// (stream_entry.h); an attempt's number is Redis's delivery count at its
+// start; an entry no longer held is lost to the engine (TaskLost).
+// Two BrokerLinks (reads block; settles must not wait behind them); their
+// answers are drained by apply() and the intake, so nothing here blocks the
+// dispatcher.
 #include <chrono>
 #include <cstdint>
 #include <deque>

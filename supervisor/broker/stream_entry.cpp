@@ -75,11 +75,8 @@ bool kills_workers(const WorkerSettings& settings, const HeldEntry& e) {
 
 bool judgeable(std::int64_t delivery) { return delivery >= 1 && delivery <= kMaxDeliveries; }
 
-// An entry whose history key is not a hash (stream_protocol.h:
-// Delivery::history_type): whatever put it there, its deliveries cannot be
-// judged; dead-lettered (the settle deletes that key) rather than stopping
-// the worker on the script error, which would stop every worker that
-// claims it.
+// Dead-lettered (the settle deletes that key) rather than failing the
+// script: that error would stop every worker that claims the entry.
 Refused history_not_readable(const WorkerSettings& settings, const std::string& entry, const std::string& type,
                              const std::string& reason) {
   return {protocol_error("the history of stream entry " + entry + " (key " + settings.keys.history(entry) +
@@ -162,8 +159,6 @@ std::optional<Refused> lost_too_often(const WorkerSettings& settings, const Held
 EntryFields result_fields(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome) {
   EntryFields fields;
   if (!settings.results) return fields;
-  // As `run --json` says it (status, kind, attempts, usage, exit code),
-  // plus where it came from and who ran it.
   fields = {{"key", e.task.key},    {"verdict", "ok"},
             {"status", "ok"},       {"kind", "ok"},
             {"entry", e.id},        {"deliveries", std::to_string(e.delivery)},
@@ -205,8 +200,7 @@ std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& 
   j["reason"] = reason;
   j["stream"] = {{"name", settings.keys.stream}, {"group", settings.consumer.group}, {"entry", e.id}};
   j["deliveries"] = e.delivery;
-  // The tail of the exec program's stderr (raw bytes, at most 8 KiB): base64,
-  // since it need not be UTF-8; `quarantine show --redis` prints it.
+  // base64: a stderr tail need not be UTF-8.
   if (!r.entry.stderr_tail.empty()) j["stderr_tail_b64"] = base64_encode(r.entry.stderr_tail);
   nlohmann::json attempts = nlohmann::json::array();
   // The deliveries before this one, recorded, lost or never started, in

@@ -6,13 +6,11 @@
 namespace pillbox::broker {
 namespace {
 
-// Every fenced script starts with this: the entry is pending on this
-// consumer (ARGV[2]). XPENDING's extended form returns {id, consumer, idle,
-// count} for the entry, or nothing. The owner is the fence, not the delivery
-// count: a worker may claim an entry it holds itself (XAUTOCLAIM takes any
-// consumer's entries idle long enough, its own too, e.g. after Redis was
-// unreachable for longer than --claim-idle); that raises the count but the
-// entry is still its own to settle. Two live workers never share a name.
+// Every fenced script starts with this. held(): the entry is pending on this
+// consumer (ARGV[2]). The owner is the fence, not the delivery count: a
+// worker's XAUTOCLAIM may take back its own entry (after Redis was away past
+// --claim-idle), which stays its own to settle. Two live workers never share
+// a name.
 constexpr const char* kFence = R"lua(
 local function held(stream, group, id, me)
   local p = redis.call('XPENDING', stream, group, id, id, 1)
@@ -135,8 +133,8 @@ const Script& script(const char* body) {
   return it->second;
 }
 
-// EVALSHA, and EVAL when the server does not have the script (a restarted
-// Redis empties its script cache; EVAL puts it back).
+// EVALSHA, loading the script again when the server lacks it (NOSCRIPT: a
+// restarted Redis empties its script cache).
 Expected<RedisReply> eval(RedisConnection& redis, const char* body, const std::vector<std::string_view>& keys,
                           const std::vector<std::string_view>& argv) {
   const Script& s = script(body);

@@ -1,17 +1,10 @@
 #pragma once
-// The worker's side of the Redis Streams protocol (docs/distributed.md), one
-// synchronous function per step, over one RedisConnection. Every step that
-// settles or changes an entry is one server-side script, fenced: it does
-// anything only while this consumer still holds the entry (XPENDING names
-// its owner), so a worker whose entry was taken over cannot settle it,
-// record on it or renew it.
-//
-// Redis's delivery count is the attempt count: it rises when an entry is
-// delivered (XREADGROUP, XAUTOCLAIM, XCLAIM), before anything runs, so a
-// worker killed mid-task still counts. What each delivery ended in is kept
-// in Redis too, one hash per entry (field: delivery number, value: the
-// outcome as JSON), so that every worker of the fleet judges an entry on
-// its whole history. A delivery with no field there never reported back.
+// The worker's side of the Redis Streams protocol, one synchronous function
+// per step over one RedisConnection (docs/distributed.md, The protocol, step
+// by step). Every step that changes an entry is one server-side script,
+// fenced: it acts only while XPENDING names this consumer as the owner.
+// Redis's delivery count is the attempt count; what each delivery ended in
+// is kept in one hash per entry (delivery_history.h).
 #include <chrono>
 #include <cstdint>
 #include <map>

@@ -1,9 +1,7 @@
 #pragma once
-// pillbox submit: the tasks of a source (files, directories, JSON lines,
-// exactly as `run` reads them) added to a Redis stream, one entry per task
-// with the fields `key` and `payload` (the exact bytes: binary-safe). The
-// workers of the fleet read them from there (docs/architecture.md, 'A task
-// source').
+// pillbox submit: a source's tasks (read as `run` reads them) added to a
+// Redis stream, one entry per task with fields `key` and `payload` (exact
+// bytes). See docs/distributed.md, Keys and fields.
 #include <cstddef>
 #include <functional>
 #include <string>

@@ -3,8 +3,7 @@
 namespace pillbox::broker {
 
 void StreamVerdicts::on_verdict(const Task& task, const Outcome& outcome, const Verdict& v) {
-  // The engine's attempt number is Redis's delivery count when the attempt
-  // started (stream_back_end.h); a settle says the count it settled at.
+  // The count it settled at, when known (StreamBackEnd::answered_at).
   WorkerVerdict w;
   w.entry = task.source_id;
   w.deliveries = v.attempts;

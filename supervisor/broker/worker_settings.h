@@ -19,13 +19,11 @@
 
 namespace pillbox::broker {
 
-// The highest delivery count at which an entry is judged. Redis counts one
-// per delivery, but anyone can set the count (XCLAIM ... RETRYCOUNT) to
-// anything up to 2^63 - 1, and an entry's history is read delivery by
-// delivery (every one without a record is a lost one, listed in its dead
-// letter). Beyond it, or below 1, an entry is dead-lettered as
-// protocol-error, its history unread, unrun: no fleet reaches such counts by
-// delivering an entry (each delivery waits --claim-idle or a run).
+// The highest delivery count at which an entry is judged. Anyone can set the
+// count (XCLAIM ... RETRYCOUNT) up to 2^63 - 1, and the history is read
+// delivery by delivery. Beyond it, or below 1, the entry is dead-lettered
+// unrun as protocol-error, its history unread: no fleet gets there by
+// delivering (each delivery waits --claim-idle or a run).
 inline constexpr std::int64_t kMaxDeliveries = 10'000;
 
 struct WorkerSettings {

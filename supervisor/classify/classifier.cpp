@@ -37,14 +37,14 @@ std::string syscall_name(long nr, std::uint32_t arch) {
   if (name == nullptr) return "syscall " + std::to_string(nr);
   std::string out(name);
   std::free(name);
-  // Another ABI's table (int 0x80 from a 64-bit program): said so, since
-  // its numbers and names are not the native ones.
+  // Another ABI's table (int 0x80 from a 64-bit program): say so, its
+  // numbers are not the native ones.
   if (arch == SCMP_ARCH_X86 && seccomp_arch_native() != SCMP_ARCH_X86) out += " (i386)";
   return out;
 }
 
-// The crash report of the process that died: same pid and signal as the wait
-// status says. Reports from its descendants or with a lying signal are ignored.
+// The crash report of the process that died, with the signal that killed it.
+// Reports from descendants or with a lying signal are ignored.
 std::optional<CrashReport> matching_report(const ExitReport& exit, int sig) {
   for (auto& r : parse_crash_reports(exit.crash)) {
     if (r.pid == exit.pid && r.signal == sig) return r;
@@ -52,10 +52,9 @@ std::optional<CrashReport> matching_report(const ExitReport& exit, int sig) {
   return std::nullopt;
 }
 
-// What the task's own crash reports claimed that the kernel's word
-// contradicts: a report from the process the wait status is about, with
-// another signal than the one that ended it (or none ended it), or naming a
-// denied syscall the kernel's listener never saw. "" when nothing was.
+// What the task's own crash report claimed that the kernel contradicts
+// (another signal than the one that ended it, or a denied syscall the
+// listener never saw), as a note; "" when nothing.
 std::string discarded_claims(const ExitReport& exit) {
   const int status = exit.wait_status;
   for (const auto& r : parse_crash_reports(exit.crash)) {
@@ -73,8 +72,7 @@ std::string discarded_claims(const ExitReport& exit) {
 }
 
 // A broken wire protocol is the child's doing only once it had its payload;
-// before, only pillbox's own runtime ran in it: a sandbox failure, never
-// charged to the payload.
+// before, only pillbox's runtime ran in it: a sandbox failure.
 Kind broken_wire(const Execution& ex) { return ex.payload_delivered ? Kind::kProtocolError : Kind::kSandboxError; }
 std::string before_payload(const Execution& ex) {
   return ex.payload_delivered ? "" : " (before the payload was sent: not the payload's fault)";
@@ -87,8 +85,8 @@ std::string last_line(std::string_view text) {
   return std::string(text.substr(0, 300));
 }
 
-// Temporary directories beyond the usual ones whose paths a message may
-// name: the supervisor's own TMPDIR (a child's is /tmp, or cleared).
+// Extra temporary directories a message may name: the supervisor's own
+// TMPDIR (a child's is /tmp, or cleared).
 const std::vector<std::string>& extra_temp_dirs() {
   static const std::vector<std::string> dirs = [] {
     const char* tmpdir = std::getenv("TMPDIR");
@@ -112,8 +110,8 @@ std::string signal_name(int sig) {
 
 Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
   Outcome o;
-  // Set when an uncaught exception was read from stderr: the fingerprint's
-  // detail is then its message with the per-payload values normalized.
+  // Set when stderr held an uncaught exception: its normalized message is
+  // the fingerprint's detail.
   std::optional<std::string> traceback_detail;
   o.wall_ms = ex.wall_ms;
   const std::uint64_t cpu_limit_ms = (ex.limits.cpu_ms + 999) / 1000 * 1000;
@@ -130,8 +128,8 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
     if (ex.setup_failure) {
       fail(o, Kind::kSandboxError, "sandbox setup failed: " + *ex.setup_failure);
     } else if (exit.violation_nr >= 0) {
-      // The kernel's listener saw a denied syscall, and the task was killed
-      // for it: whatever its ending looks like, this is the verdict.
+      // The kernel's listener saw a denied syscall and the task was killed
+      // for it: this wins whatever the ending looks like.
       if (WIFSIGNALED(status)) o.signal = WTERMSIG(status);
       o.syscall = syscall_name(exit.violation_nr, exit.violation_arch);
       fail(o, Kind::kSeccompViolation, "denied syscall " + o.syscall + " (reported by the kernel)");
@@ -161,9 +159,8 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       } else if (sig == SIGXFSZ) {
         fail(o, Kind::kOutputLimit, "exceeded the file size limit of " + std::to_string(ex.limits.file_size_bytes) + " bytes (SIGXFSZ)");
       } else if (sig == SIGSYS && !exit.seccomp_watched) {
-        // No listener (a kernel without seccomp notification, or a policy
-        // whose default is kill): SIGSYS is how a violation ends, and only
-        // the task's own report can name the syscall.
+        // No listener (no seccomp notification, or a policy whose default
+        // is kill): only the task's own report can name the syscall.
         const auto report = matching_report(exit, sig);
         if (report) o.frames = symbolizer.symbolize(report->frames);
         o.syscall = report && report->syscall >= 0 ? syscall_name(report->syscall, report->arch) : "unknown";
@@ -197,22 +194,19 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
       if (!ex.protocol_violation.empty()) {
         fail(o, broken_wire(ex), ex.protocol_violation + before_payload(ex));
       } else if (!ex.payload_delivered) {
-        // Whatever the exit code says, the payload never reached the child:
-        // the sandbox failed, not the payload (an exec program runs only
-        // after its payload arrived).
+        // The payload never reached the child, so the sandbox failed (an
+        // exec program runs only after its payload arrived).
         fail(o, Kind::kSandboxError, "the child exited with code " + std::to_string(code) +
                                          " before asking for its payload (not the payload's fault)");
       } else if (ex.exec_mode) {
         if (ex.result) {
-          // execve failed before the program ran (EAGAIN at the process
-          // limit, a missing interpreter): the host's problem, not the payload's.
+          // execve failed (EAGAIN at the process limit, a missing
+          // interpreter): the host's problem, not the payload's.
           fail(o, Kind::kSandboxError, "cannot run the program: " + ex.result->message);
         } else if (exit.stdout_size > cap) {
           fail(o, Kind::kOutputLimit, "wrote " + std::to_string(exit.stdout_size) + " bytes to stdout, over the cap of " + std::to_string(cap));
         } else if (code != 0) {
-          // An interpreter's uncaught exception names its type, message and
-          // frames: the crash state of a script. Otherwise the last line of
-          // stderr is what the program said last.
+          // An interpreter's uncaught exception gives a script its crash state.
           if (auto traceback = parse_traceback(exit.stderr_tail)) {
             mask_payload_frames(*traceback, ex.task_key);
             o.crash_state = traceback_state(*traceback);
@@ -245,12 +239,11 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
     }
   }
 
-  // The memory cgroup holds the whole task tree, and its OOM-kill counter is
-  // the kernel's word: a task that failed in any way after the OOM killer
-  // took one of its processes (a shell whose child was killed exits 137; a
-  // parent sees its worker vanish and reports it) failed of memory. A setup
-  // failure, which is never the payload's, keeps its kind, and so does a
-  // wall timeout: the supervisor knows it killed the task itself.
+  // The cgroup's OOM-kill counter covers the whole task tree and is the
+  // kernel's word: any failure after the OOM killer took one of the task's
+  // processes (a shell exits 137, a parent reports its worker gone) is oom.
+  // Except a sandbox error (never the payload's) and a wall timeout (the
+  // supervisor killed it itself).
   if (ex.cgroup_oom && o.kind != Kind::kOk && o.kind != Kind::kOom && o.kind != Kind::kSandboxError &&
       o.kind != Kind::kWallTimeout) {
     const std::string then = o.message;
@@ -267,30 +260,23 @@ Outcome classify(const Execution& ex, Symbolizer& symbolizer) {
     }
   }
 
-  // A child that never received its payload cannot have failed because of
-  // it: until its TASK frame is sent, nothing of the payload exists on the
-  // child's side. Its kind stays what the kernel and the wire say (a plugin
-  // whose init crashes in every child is still a crash), but the verdict
-  // must not quarantine a payload for it (retry_policy: is_transient).
+  // Until its TASK frame is sent, nothing of the payload exists in the
+  // child. The kind stays (a plugin whose init crashes is still a crash);
+  // only the verdict spares the payload (is_transient).
   o.before_payload = ex.exit.has_value() && !ex.payload_delivered && o.kind != Kind::kOk;
-  // The zygote made the slot anew after this child (it could not empty it).
-  // Whether its SETUP_FAILED frame was read before the exit report or not
-  // (a race the attack review found: then the kind comes from the exit
-  // code alone), the payload never reached it.
+  // The payload never reached it, whether or not SETUP_FAILED was read
+  // before the exit report (a race the attack review found: the kind then
+  // comes from the exit code alone).
   o.slot_renewed = o.before_payload && ex.exit->slot_renewed;
-  // It had its payload and never read it (the kernel's access time of the
-  // payload's file, ExitReport::payload_read): the command failed on its
-  // own setup (a module it cannot import, a wrong option), not on the
-  // payload (issue 26, point 4). Never charged either.
-  // Not for an empty payload (nothing to read: an mmap of it fails), nor
-  // when the file is not all of the payload (the child died writing it).
+  // Outcome::payload_unread (issue 26, point 4). Not for an empty payload
+  // (an mmap of it fails), nor when the file is not all of the payload (the
+  // child died writing it).
   o.payload_unread = ex.exit.has_value() && ex.payload_delivered && o.kind != Kind::kOk &&
                      ex.exit->payload_read == 0 && ex.payload_size > 0 &&
                      ex.exit->payload_file_size == ex.payload_size;
 
   if (o.kind != Kind::kOk) {
-    // What the program said last on stderr, kept with the attempt and the
-    // record for whoever looks into the failure. Only failures pay for the copy.
+    // Only failures pay for the copy.
     if (ex.exit) {
       const std::string_view tail = ex.exit->stderr_tail;
       o.stderr_tail = tail.substr(tail.size() - std::min(tail.size(), kStderrTailBytes));

@@ -1,9 +1,7 @@
 #pragma once
-// The message of an uncaught exception as fingerprint input: the parts that
-// change from one payload to the next are replaced, so that one raise site
-// gives one fingerprint whatever value it complains about, the way the crash
-// state of a native crash holds no addresses. The message shown to users
-// keeps its real text; only what is hashed is normalized.
+// An uncaught exception's message as fingerprint input: what changes from
+// one payload to the next is replaced, so one raise site gives one
+// fingerprint. Only the hashed text is normalized; users see the real one.
 #include <string>
 #include <string_view>
 #include <vector>

@@ -1,7 +1,6 @@
 #pragma once
-// What happened to one task (Execution: the raw facts gathered by the
-// dispatcher) and what it means (Outcome: the classification). Where both
-// come from and where they go: docs/architecture.md, 'The path of one task'.
+// Execution: the raw facts the dispatcher gathered about one task; Outcome:
+// the classification (docs/architecture.md, 'The path of one task').
 #include <sys/types.h>
 
 #include <cstdint>
@@ -50,20 +49,18 @@ struct Outcome {
   std::string output;                    // the handler's result (ok only)
   std::string stderr_tail;               // exec mode, failures only: the last bytes of stderr (kStderrTailBytes)
   pid_t pid = 0;
-  // The child failed before its payload was sent (it never asked for it:
-  // a plugin that crashes or hangs in its init in the child, a child stopped
-  // or killed by something else of its uid). Whatever the kind, the payload
-  // took no part in it: the failure is never charged to it (is_transient).
+  // The child failed before its payload was sent (a plugin's init crashed
+  // or hung, something else of its uid killed it). Whatever the kind, never
+  // charged to the payload (is_transient).
   bool before_payload = false;
-  // The child could not empty what its slot's previous task left, and the
-  // zygote made the slot a new namespace: the next attempt runs in it. Not
-  // this payload's failure, and not one of its transient attempts either
-  // (TaskFlow::on_outcome): a previous task must cost it nothing.
+  // The child could not empty what the slot's previous task left, so the
+  // zygote made the slot anew. Not charged, and not counted as a transient
+  // attempt either (TaskFlow::on_outcome): a previous task must cost nothing.
   bool slot_renewed = false;
-  // Exec mode: the task failed without ever reading its payload, by the
-  // kernel's word (ExitReport::payload_read): its own setup failed, not the
-  // payload. Never charged to it (is_transient); a run whose every task
-  // fails so stops (TaskFlow).
+  // Exec mode: the task failed without reading its payload, by the kernel's
+  // word (ExitReport::payload_read), so its own setup failed (a missing
+  // module, a wrong option). Never charged (is_transient); a run whose every
+  // task fails so stops (TaskFlow).
   bool payload_unread = false;
 };
 

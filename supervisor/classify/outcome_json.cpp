@@ -18,8 +18,8 @@ std::int64_t signal_number(const std::string& name) {
   return 0;
 }
 
-// One field's reading: absent or null leaves `out` as it is (true); a value
-// of another type, or a number that is not whole or does not fit, is false.
+// Field readers: absent or null leaves `out` alone (true); a wrong type, or
+// a number not whole or out of range, is false.
 bool read_text(const json& j, const char* name, std::string& out) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) return true;
@@ -32,8 +32,7 @@ constexpr std::int64_t kIntMin = std::numeric_limits<int>::min();
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 
-// A whole number in [lo, hi]: a signal or an exit code is an int where it
-// comes from, a figure is never negative.
+// A whole number in [lo, hi].
 bool read_whole(const json& j, const char* name, std::int64_t& out, std::int64_t lo, std::int64_t hi) {
   const auto it = j.find(name);
   if (it == j.end() || it->is_null()) return true;
@@ -43,8 +42,8 @@ bool read_whole(const json& j, const char* name, std::int64_t& out, std::int64_t
   return true;
 }
 
-// By name ("SIGSEGV", as put_outcome_record writes it) or by number (as
-// deliveries were written before); a name that is no signal is refused.
+// By name (as put_outcome_record writes it) or by number (older
+// deliveries); a name that is no signal is refused.
 bool read_signal(const json& j, std::int64_t& out) {
   const auto it = j.find("signal");
   if (it != j.end() && it->is_string()) {
@@ -56,7 +55,6 @@ bool read_signal(const json& j, std::int64_t& out) {
   return read_whole(j, "signal", out, 0, kMaxSignal);
 }
 
-// A crash state is a list of strings (null: none).
 bool read_frames(const json& j, std::vector<std::string>& out, bool strict) {
   const auto it = j.find("crash_state");
   if (it == j.end() || it->is_null()) return true;
@@ -98,7 +96,7 @@ void put_outcome_record(const OutcomeRecord& r, json& j) {
 std::optional<OutcomeRecord> read_outcome_record(const json& j, bool strict) {
   OutcomeRecord r;
   if (!j.is_object()) return strict ? std::nullopt : std::optional<OutcomeRecord>(r);
-  // A field of the wrong type is not read: without `strict`, it keeps its default.
+  // Without `strict`, a field of the wrong type keeps its default.
   auto keep = [&](bool ok) { return ok || !strict; };
   const bool ok = keep(read_text(j, "kind", r.kind)) && keep(read_text(j, "fingerprint", r.fingerprint)) &&
                   keep(read_text(j, "message", r.message)) && keep(read_text(j, "syscall", r.syscall)) &&

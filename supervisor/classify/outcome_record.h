@@ -1,16 +1,10 @@
 #pragma once
-// The fields of an outcome that are kept and sent: what a quarantine record
-// (supervisor/store/quarantine_store.h) and a delivery of the fleet's history
-// (supervisor/broker/delivery_history.h) say of how a task ended. One struct,
-// embedded wherever an outcome is stored or sent, with one JSON mapping
-// (supervisor/classify/outcome_json.h) and one SQL mapping
-// (supervisor/store/outcome_columns.h): a new field is added here, in those
-// two and in a migration of the store's schema.
-//
-// Outcome (outcome.h) is the classifier's answer about this process's own
-// child; an OutcomeRecord may have been read back from a store or from
-// another worker, so its kind is text (a kind this build does not know stays
-// as it was written) and its figures are signed (as SQLite and JSON keep them).
+// The fields of an outcome that are stored and sent (quarantine records,
+// the fleet's delivery history). A new field goes here, in outcome_json.h,
+// in supervisor/store/outcome_columns.h and in a store migration.
+// Unlike Outcome, a record may come from a store or another worker: its kind
+// is text (an unknown kind stays as written) and its figures are signed (as
+// SQLite and JSON keep them).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,12 +36,10 @@ struct OutcomeRecord {
 
 // The record of `outcome`.
 OutcomeRecord outcome_record(const Outcome& outcome);
-// The outcome a record says a task ended in (for the verbs that compare a
-// new run with it, and the verdicts that judge a fleet's history); a kind
-// this build does not know, or none, reads as `unknown`. Values an Outcome
-// cannot hold (a row another program wrote) read as none: a signal outside
-// 0..kMaxSignal as 0, an exit code outside an int as -1, a negative figure
-// as 0; never as another value by truncation.
+// The outcome a record says a task ended in; an unknown or missing kind
+// reads as `unknown`. Values an Outcome cannot hold read as none, never as
+// another value by truncation: a signal outside 0..kMaxSignal as 0, an exit
+// code outside an int as -1, a negative figure as 0.
 Outcome outcome_of(const OutcomeRecord& record, Kind unknown = Kind::kProtocolError);
 
 }  // namespace pillbox

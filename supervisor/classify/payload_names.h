@@ -1,10 +1,9 @@
 #pragma once
-// What names a task's payload in its failure message, masked before the
-// message is hashed. An exec program is told its payload's file under the
-// input's own name (/tmp/pillbox-input/contacts-011.csv, {/}, {key},
-// $PILLBOX_KEY: shared/task_input.h), and messages repeat it ("bad date in
-// contacts-011.csv"): unmasked, each bad file would be a group of its own
-// for one bug. Only the hashed text is masked; the message shown keeps it.
+// Masks what names a task's payload in its failure message before hashing.
+// An exec program gets its payload under the input's own name
+// (shared/task_input.h) and messages repeat it ("bad date in
+// contacts-011.csv"): unmasked, each bad file would be its own group for one
+// bug. The message shown keeps the name.
 #include <string>
 #include <string_view>
 

@@ -1,20 +1,14 @@
 #pragma once
-// The uncaught-exception report a scripting runtime prints on stderr before
-// it exits non-zero (Python's "Traceback (most recent call last):", Node.js's
-// "    at f (file.js:L:C)" lines, Java's "Exception in thread" and "\tat"
-// lines, Ruby's "file.rb:N:in 'meth': msg (Class)" and "\tfrom" lines), read
-// back into an exception type, its message and its frames: the scripting
-// counterpart of a native crash report, so that a failing exec program gets
-// a crash state like a crashing one does (docs/architecture.md, 'Frames and
-// crash state').
+// Reads the uncaught-exception report a Python, Node.js, Java or Ruby
+// runtime prints on stderr into a type, message and frames, so a failing
+// exec program gets a crash state (docs/architecture.md, 'Frames and crash
+// state').
 //
-// The text is the child's: hostile. The parser reads only the last
-// kMaxTracebackInput bytes of what it is given (the stderr tail kept per
-// attempt), in a few linear passes, and takes at most kMaxTraceFrames frames
-// per exception: a child that prints a million frames, one gigantic line,
-// invalid UTF-8 or nested fake markers costs the same bounded work. A child
-// can print a fake traceback; it only names its own failure by it (the
-// handler identity is in every fingerprint).
+// The text is the child's, so hostile: only the last kMaxTracebackInput
+// bytes are read, in a few linear passes, with at most kMaxTraceFrames frames
+// per exception, so any input costs bounded work. A fake traceback only
+// renames the child's own failure (the handler identity is in every
+// fingerprint).
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -39,9 +33,8 @@ struct Traceback {
   std::vector<TraceFrame> frames;  // innermost first
 };
 
-// The last uncaught-exception report in `text` (only its last
-// kMaxTracebackInput bytes are read), or nullopt when there is none. Which
-// exception of a chain is taken:
+// The last uncaught-exception report in `text`, or nullopt. Which exception
+// of a chain is taken:
 //   Python: the last traceback printed ("During handling of the above
 //           exception..." / "The above exception was the direct cause..."
 //           print the one that ended the program last);
@@ -52,10 +45,9 @@ struct Traceback {
 //   Ruby:   the root cause as well, which Ruby prints last.
 std::optional<Traceback> parse_traceback(std::string_view text);
 
-// The crash state of an uncaught exception: its type, then up to `depth`
-// frames, innermost first, each "function (file)", skipping the runtime's
-// own frames (all of them when nothing else is left, like crash_state() does
-// for native frames).
+// The exception's type, then up to `depth` frames, innermost first, each
+// "function (file)", skipping the runtime's own frames unless nothing else
+// is left (like crash_state() for native frames).
 std::vector<std::string> traceback_state(const Traceback& traceback, std::size_t depth = 3);
 
 }  // namespace pillbox

@@ -15,7 +15,7 @@
 
 namespace pillbox::cli {
 
-// handler, arg, policy, timeout, cpu, memory, max-output, mode, writable.
+// handler, arg, policy, timeout, cpu, memory, max-output, mode, writable, share.
 extern const std::vector<OptionSpec> kChildOptions;
 
 // --handler/--arg or the command after --; nullopt when neither is given.

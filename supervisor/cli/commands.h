@@ -1,9 +1,6 @@
 #pragma once
 // The `pillbox` subcommands. Each parses its arguments, calls the library
-// and prints; exit codes are documented in README.md:
-//   0 all tasks ok, 1 some tasks failed, 2 usage or input error, 3 setup error,
-//   4 run stopped by a suspected handler outage, 5 some tasks were running in
-//   another pillbox process (their verdicts are its own).
+// and prints; their exit codes are below (README.md documents them).
 namespace pillbox::cli {
 
 inline constexpr int kExitOk = 0;

@@ -1,9 +1,8 @@
 #pragma once
-// The fleet's options: --redis URL --stream NAME, where a command finds it,
-// and --fleet-key FILE (else $PILLBOX_FLEET_KEY) and --trust-unsigned, the
-// one reader of both, for the worker (which signs), the quarantine verbs,
-// reproduce, minimize and serve on --redis (which check;
-// supervisor/broker/fleet_key.h).
+// The one reader of the fleet's options: --redis URL --stream NAME, and
+// --fleet-key FILE (else $PILLBOX_FLEET_KEY) with --trust-unsigned, for the
+// worker, which signs, and the commands that check signatures
+// (supervisor/broker/fleet_key.h).
 #include <optional>
 #include <string>
 #include <vector>

@@ -124,10 +124,9 @@ int main(int argc, char** argv) {
   // supervisor's heap is small; 64 MiB of slack is the most it keeps.
   ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
   ::mallopt(M_TOP_PAD, 1 << 20);
-  // Each job slot holds a few fds (its wire socket and a spare one in the
-  // pool, about 4 each inside libzmq, the child's streams, the slot's cgroup
-  // files): --jobs 100 needs more than the soft limit of 1024 many hosts
-  // start with. Raise it toward the hard limit, capped (a helper that closes
+  // Each job slot holds a few fds (wire sockets, libzmq's own, the child's
+  // streams, cgroup files): --jobs 100 needs more than the common soft limit
+  // of 1024. Raised toward the hard limit, capped (a helper that closes
   // every fd up to the limit must not loop a million times); tasks get
   // their policy's own limit.
   if (struct rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {

@@ -75,14 +75,9 @@ int parse_progress_fd(const std::string& value) {
   if (value.empty() || value.size() > 9) return -1;
   char* end = nullptr;
   const long fd = std::strtol(value.c_str(), &end, 10);
-  // Not 0 to 2: those are the standard streams, never a line of JSON.
   if (*end != '\0' || fd < 3) return -1;
-  // Only a pipe or a socket, as the console's job gives: never a file this
-  // process happens to have open there (its store's database).
   struct stat st {};
   if (::fstat(static_cast<int>(fd), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return -1;
-  // Not handed on to the programs pillbox runs (a handler, a sandbox): the
-  // lines are pillbox's own.
   ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
   return static_cast<int>(fd);
 }

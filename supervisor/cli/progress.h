@@ -1,19 +1,14 @@
 #pragma once
-// Progress of a long operation (run, replay, reproduce, minimize, fuzz,
-// import) on stderr, for a person watching a terminal: one line redrawn in
-// place — a bar, done/total, the rate, the ETA and the failures so far by
-// kind when the total is known; the counts and the rate when it is not — at
-// most ten times a second, cut to the terminal's width rather than wrapped.
-// Nothing at all when stderr is not a terminal (a pipe, a file: logs get
-// the summary, not a line every few seconds) or with --quiet.
+// Progress of a long operation on stderr, for a person watching a terminal:
+// one line redrawn in place, at most ten times a second, cut to the
+// terminal's width (docs/operator.md, Progress). Nothing when stderr is not
+// a terminal (logs get the summary) or with --quiet.
 //
-// For a program that runs pillbox and shows its progress (the console's
-// jobs, supervisor/serve/console_jobs.h): with PILLBOX_PROGRESS_FD=N in the
-// environment (N an open descriptor), on_stderr's Progress also writes one
-// JSON object a line to N, {"label", "done", "total", "note", "counts":
-// {WHAT: N}}, at most kJsonEvery apart and once more at finish(): whether or
-// not stderr is a terminal, --quiet notwithstanding. N is made close-on-exec:
-// the programs pillbox runs do not get it.
+// For a program that shows pillbox's progress (the console's jobs,
+// supervisor/serve/console_jobs.h): with PILLBOX_PROGRESS_FD=N set,
+// on_stderr's Progress also writes one JSON object a line to N, {"label",
+// "done", "total", "note", "counts": {WHAT: N}}, at most kJsonEvery apart
+// and once more at finish(), terminal or not, --quiet notwithstanding.
 #include <chrono>
 #include <cstddef>
 #include <cstdio>

@@ -123,8 +123,6 @@ const char* kHelp =
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
     "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";
 
-// The verbs that read and discard records, on either quarantine (the store's,
-// or the fleet's with --redis URL --stream NAME).
 const std::map<std::string, int (*)(const RecordsContext&)> kRecordVerbs = {
     {"list", quarantine_list},     {"show", quarantine_show},       {"stats", quarantine_stats},
     {"export", quarantine_export}, {"discard", quarantine_discard}, {"replay", quarantine_replay},
@@ -133,7 +131,7 @@ const std::map<std::string, int (*)(const RecordsContext&)> kRecordVerbs = {
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"fingerprint"}, {"key"},
                                                 {"since"},  {"source"}, {"handler"},     {"raise-site"}};
 
-// The options each verb takes (besides --store and --help).
+// The options each verb takes.
 std::vector<OptionSpec> options_of(const std::string& verb) {
   std::vector<OptionSpec> o = {{"store"}, {"help", false}};
   auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
@@ -176,7 +174,6 @@ Status check_raise_site_id(const std::string& text) {
                        "--json: raise_site_id), not '" + table_cell(text, 60) + "'");
 }
 
-// --status/--kind/--fingerprint/--key/--since/--source/--handler into a filter.
 Expected<store::ListFilter> read_filter(const Args& args) {
   store::ListFilter filter;
   if (auto s = args.value("status")) {

@@ -1,8 +1,6 @@
-// pillbox quarantine list / show / stats / export / discard: the verbs that
-// read and discard records, written once against QuarantineSource
-// (supervisor/ops/quarantine_source.h), for the store's quarantine and the
-// fleet's (--redis URL --stream NAME) alike, printed by quarantine_print.h.
-// What one back end cannot do is its capability; the verb says so.
+// pillbox quarantine list / show / stats / export / discard, written once
+// against QuarantineSource for either quarantine (quarantine_verbs.h). What
+// one back end cannot do is its capability; the verb says so.
 #include <string>
 
 #include "supervisor/cli/commands.h"

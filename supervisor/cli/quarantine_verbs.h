@@ -38,7 +38,7 @@ struct OpenedRecord {
 };
 Expected<OpenedRecord> open_one_record(const Args& args);
 
-// --status/--kind/--fingerprint/--key/--since, checked.
+// --status/--kind/--fingerprint/--key/--since/--source/--handler/--raise-site, checked.
 Expected<store::ListFilter> read_filter(const Args& args);
 // --raise-site's value: a raise site's id (shared/raise_site.h), or a usage
 // error saying where the ids are.

@@ -249,7 +249,6 @@ class CliSink final : public VerdictSink {
   std::string status_;  // "paused: ..." while the breaker is open
 };
 
-// INPUT...: files, directories, or - for JSON lines on stdin.
 Expected<std::unique_ptr<TaskSource>> read_inputs(const Args& args) {
   if (args.positional().empty()) return Error{"no inputs (give files, directories, or - for JSON lines on stdin)"};
   return open_inputs(args.positional(), STDIN_FILENO, read_symlinks_in_tree(args));
@@ -315,17 +314,14 @@ int run_command(int argc, char** argv) {
                                            : "quiet prints none"));
   }
   CliSink sink(args->flag("json"), args->flag("quiet"), args->flag("failures-only"), results ? &*results : nullptr);
-  // Progress on stderr when it is a terminal (per-task lines on the same
-  // terminal are printed above it); nothing on a pipe or a file, or with
-  // --quiet. Inputs named as files and directories are listed before the
-  // run, so their count is the total; JSON lines on stdin have none.
+  // Inputs named as files and directories are listed before the run, so
+  // their count is the total; JSON lines on stdin have none.
   Progress progress = Progress::on_stderr("run", known_total(**source).value_or(0), args->flag("quiet"));
   sink.set_progress(&progress);
   const auto started = std::chrono::steady_clock::now();
   auto report = run_job(job, **source, sink);
   endpoint->reset();  // the metrics are the run's: served while it runs, not while hooks finish
   progress.finish();
-  // Hooks still running get a bounded time to finish; they never hold the exit longer.
   const std::vector<std::string> hook_problems = hooks.finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report_run(*args, report, sink, seconds, hook_problems);

@@ -1,8 +1,8 @@
 #pragma once
 // The library entry point behind `pillbox run`: a source of tasks run through
 // the ledger, the retry policy and the circuit breaker (task_flow.h), each
-// attempt in its own confined child (supervisor/exec/dispatcher.h), poison payloads kept in the
-// quarantine store. The CLI is a thin layer over this; tests call it.
+// attempt in its own confined child (supervisor/exec/dispatcher.h), poison
+// payloads kept in the quarantine store. The CLI is a thin layer over this.
 #include <optional>
 #include <string>
 

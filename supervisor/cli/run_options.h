@@ -18,7 +18,7 @@
 
 namespace pillbox::cli {
 
-// store, no-store, rerun, keep-results.
+// store, no-store, rerun, rerun-outdated, keep-results.
 extern const std::vector<OptionSpec> kStoreOptions;
 // max-attempts, backoff-base, backoff-max, retry-exit-code.
 extern const std::vector<OptionSpec> kRetryOptions;
@@ -30,7 +30,7 @@ extern const std::vector<OptionSpec> kQuarantineOptions;
 extern const std::vector<OptionSpec> kMetricsOptions;
 
 // --store DIR (resolved: given, $PILLBOX_STORE, ...) or --no-store, --rerun,
-// and --keep-results SIZE (a store only).
+// and --rerun-outdated and --keep-results SIZE (a store only).
 Status read_store_options(const Args& args, JobSettings& job);
 
 // --max-attempts, the backoff and --retry-exit-code, which is for exec

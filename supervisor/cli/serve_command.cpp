@@ -79,9 +79,8 @@ struct Opened {
 };
 
 // --redis URL --stream NAME: the token goes to --token-file, else to
-// serve-redis-<12 hex digits of sha256 of URL and NAME>.token in the default
-// store directory (made 0700 when missing; no store is opened): each fleet's
-// console its own file, never the store's serve.token.
+// serve-redis-HASH.token in the default store directory (no store is
+// opened): each fleet's console has its own file, never a store's serve.token.
 Expected<Opened> open_fleet(const Args& args) {
   auto fleet = read_fleet_target(
       args, "--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)");
@@ -149,8 +148,7 @@ int serve_command(int argc, char** argv) {
   // Bound before the token is written: a serve that cannot listen leaves
   // the running one's token (and everything else) as it was.
   if (auto port = server.bind(*address); !port) return serve_error(port.error(), exit_code_for(port.error_code()));
-  // One serve per token file, before the token: a second one (on another
-  // port) leaves the first one's token as it was (serve_lock.h). Held until exit.
+  // One serve per token file (serve_lock.h); held until exit.
   auto lock = serve::take_serve_lock(opened->token_file, server.url());
   if (!lock) return serve_error(lock.error(), kExitSetup);
   auto token = serve::write_new_token_file(opened->token_file);

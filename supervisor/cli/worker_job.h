@@ -1,10 +1,9 @@
 #pragma once
 // The library entry point behind `pillbox worker`: the attempt engine
 // (supervisor/flow/task_flow.h) over a StreamBackEnd (stream_back_end.h) on
-// two BrokerLinks (broker_link.h) to one Redis,
-// driven by the dispatcher (supervisor/exec/dispatcher.h) until SIGTERM or
-// SIGINT, --exit-when-idle, or a Redis error that is not a lost connection.
-// The CLI is a thin layer over this; tests call it.
+// two BrokerLinks (broker_link.h) to one Redis, driven by the dispatcher
+// until SIGTERM or SIGINT, --exit-when-idle, or a Redis error that is not a
+// lost connection. The CLI is a thin layer over this.
 #include "shared/status.h"
 #include "supervisor/broker/redis_connection.h"
 #include "supervisor/broker/worker_settings.h"

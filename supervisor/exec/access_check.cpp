@@ -44,11 +44,9 @@ bool is_fifo(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
-// The first kScriptScanBytes of a file, "" when unreadable (we are root: it
-// does not exist, or is not a file). Only a regular file is opened for
-// reading: opening is an action for a device (a tape rewinds, a watchdog
-// starts, a terminal may become ours), so anything else is looked at
-// through an O_PATH fd, which opens nothing.
+// The first kScriptScanBytes of a regular file, else "". Anything else is
+// only looked at through O_PATH: opening a device is an action (a tape
+// rewinds, a watchdog starts, a terminal may become ours).
 std::string head_of(const std::string& path) {
   UniqueFd where(::open(path.c_str(), O_PATH | O_CLOEXEC));
   if (!where.valid()) return {};
@@ -90,10 +88,9 @@ void add(std::vector<AccessNeed>& needs, std::set<std::string>& seen, std::strin
   needs.push_back({std::move(path), mode, std::move(what)});
 }
 
-// A file or directory an argument names: the task's uid must read it (and
-// enter it, for a directory). A FIFO is refused outright: every task that
-// opens it would wait for a writer until its wall-clock limit, and be
-// charged for it.
+// A path an argument names must be readable (and enterable). A FIFO is
+// refused: every task opening it would wait for a writer until its wall
+// limit, and be charged.
 void add_path_argument(std::vector<AccessNeed>& needs, std::set<std::string>& seen, const std::string& path,
                        const std::string& what) {
   if (path.empty() || !exists(path)) return;
@@ -108,10 +105,8 @@ void add_path_argument(std::vector<AccessNeed>& needs, std::set<std::string>& se
 // `exec` lines run.
 void add_program(std::vector<AccessNeed>& needs, std::set<std::string>& seen, const std::string& program,
                  const std::string& what, const std::string& task_path, int depth) {
-  // Each program once: a script whose exec lines (or interpreter) name
-  // itself, or each other, would otherwise be read again for every such
-  // line at every level, exponentially (thousands of lines, four levels: a
-  // check that never ends before the run starts).
+  // Each program once: scripts naming themselves or each other would
+  // otherwise be scanned exponentially, and the check never end.
   if (seen.count(program) != 0) return;
   // execve runs regular files only: a FIFO or a device named as an
   // interpreter fails in every task (EACCES, whatever its mode bits say).
@@ -292,12 +287,9 @@ Status check_access_as(const std::vector<AccessNeed>& needs, std::uint32_t uid, 
 
 Status check_command_access(const ChildConfig& config, std::uint32_t uid, std::uint32_t gid) {
   if (!config.exec_mode()) return Status::ok();
-  // The crash library is not checked here: crash_library_for_tasks
-  // (crash_library_copy.h) gave tasks one they can preload.
   std::vector<AccessNeed> needs = command_access_needs(config.exec_argv, kExecTaskPath);
-  // What the policy shares with tasks (--share): each must be a directory
-  // or file the task's uid may read (and enter).
-  // (That each exists is checked by check_host_view, host_view.h.)
+  // The shares must be readable (and enterable); that each exists is
+  // check_host_view's (host_view.h).
   for (const std::string& path : config.policy.isolation.shared) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) continue;

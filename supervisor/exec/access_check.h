@@ -1,20 +1,12 @@
 #pragma once
 // Before an exec run starts as root: can the task's uid run the command?
-//
-// As root, tasks never run as root: each job slot's children drop to an
-// unprivileged uid of the policy's uid_pool. A command installed where only
-// root may go (/root/bin, a 0700 home, a version manager's shim that execs a
-// binary under /root/.pyenv) then fails inside every task, the same way for
-// every payload, and would be charged to good payloads (a non-zero exit is
-// a handler-error). So the run checks first, as such a uid, that it can
-//   - execute the command (and read it, when it is a script),
-//   - execute the interpreter chain of a script (#!, including
-//     `#!/usr/bin/env NAME`, looked up in the task's PATH),
-//   - execute what a script's `exec` line runs (how pyenv, rbenv and asdf
-//     shims hand over to the real program),
-//   - read the files and enter the directories its arguments name,
-// and refuses to start (a setup error, exit 3) with a message that says
-// which permission is missing where, and why tasks do not run as root.
+// Tasks drop to a uid of the uid_pool, so a command only root can reach
+// (/root/bin, a pyenv shim under /root) would fail in every task and be
+// charged to good payloads. The run checks first, as such a uid: the
+// command, its #! interpreter chain (`#!/usr/bin/env NAME` in the task's
+// PATH), what a script's `exec` line runs (version-manager shims), and the
+// paths its arguments name; and refuses to start (exit 3) saying what is
+// missing where.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,10 +35,10 @@ Status check_access_as(const std::vector<AccessNeed>& needs, std::uint32_t uid, 
 // enter, or the file's own mode ("directory /root is mode 0700, owner root").
 std::string explain_denial(const std::string& path, int mode, std::uint32_t uid, std::uint32_t gid);
 
-// Both, for an exec config, with what the policy shares with tasks: the one
-// call the run makes. Without root (no privilege drop) only what does not
-// exist at all is an error. The crash library is not looked at: the run
-// gives tasks one they can preload (crash_library_copy.h).
+// Both, for an exec config, with the policy's shares: the one call the run
+// makes. Without a privilege drop only what does not exist is an error. The
+// crash library is not checked: tasks get one they can preload
+// (crash_library_copy.h).
 Status check_command_access(const ChildConfig& config, std::uint32_t uid, std::uint32_t gid);
 
 }  // namespace pillbox

@@ -33,9 +33,8 @@ UniqueFd open_control(const std::string& path) {
   return UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
 }
 
-// The whole of a control file kept open at `fd`, read from offset 0 (a
-// seq_file shows its current values again then); "" when it cannot be read
-// even after reopening it at `path` (the group is gone).
+// A control file kept open at `fd`, reopened at `path` once if reading
+// fails; "" when the group is gone.
 std::string read_control(UniqueFd& fd, const std::string& path) {
   for (int tries = 0; tries < 2; ++tries) {
     if (!fd.valid() || tries > 0) fd = open_control(path);
@@ -312,17 +311,15 @@ bool CgroupSlots::renew_if_charged(std::size_t slot) {
   if (slot >= memory_dirs_.size()) return false;
   const std::string& mem = memory_dirs_[slot];
   if (counter_in(read_control(files_[slot].memory_stat, mem + "/memory.stat"), "shmem") == 0) return false;
-  // Empty (kill_all ran), so it can go; the same path made again is a
-  // fresh group with nothing charged. The tmpfs pages stay charged to the
-  // old one, which no task uses any more, until their files are deleted.
+  // Empty after kill_all, so it can go; the same path made again is a fresh
+  // group. The pages stay charged to the old one until their files go.
   if (::rmdir(mem.c_str()) != 0) return false;
-  // The kept files are the old group's: from now on they read nothing.
   files_[slot].oom_counter.reset();
   files_[slot].memory_procs.reset();
   files_[slot].memory_stat.reset();
   if (!make_dir(mem) || !set_memory_limits(mem)) {
-    // Without its group the slot's tasks fail to join it (sandbox-error, never
-    // charged) rather than run without a memory limit.
+    // The slot's tasks then fail to join it (sandbox-error, never charged)
+    // rather than run without a memory limit.
     return false;
   }
   open_slot_files(slot);

@@ -1,13 +1,10 @@
 #pragma once
-// Per-task cgroups, parent side (the child only writes "0" to the
-// cgroup.procs files it is given). One group per job slot, reused from task
-// to task (made anew when a task left tmpfs pages charged to it), under
-// <own cgroup>/pillbox-<pid>/slot-N:
-//   memory: the policy's memory limit; its OOM-kill counter tells `oom` from
-//           `killed`;
-//   pids:   the policy's process limit (fork bombs), where available.
-// cgroup v1 (separate hierarchies) and v2 (unified) are both handled; when
-// neither can be used, probe() says why and the run falls back to rlimits.
+// Per-slot cgroups, parent side (the child only writes "0" to the
+// cgroup.procs files it is given): <own cgroup>/pillbox-<pid>/slot-N, reused
+// from task to task. memory: the policy's limit, and the OOM-kill counter
+// that tells `oom` from `killed`; pids: the process limit, where available.
+// v1 and v2; when neither is usable, probe_cgroups() says why and the run
+// falls back to rlimits.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,15 +39,13 @@ class CgroupSlots {
 
   std::vector<std::string> procs_files(std::size_t slot) const;
   std::uint64_t oom_kills(std::size_t slot);  // monotonic counter of the memory group
-  // SIGKILLs every process still in the slot's groups, waits until they are gone
-  // (bounded), so the next task starts in an empty group.
+  // SIGKILLs every process in the slot's groups and waits (bounded) until
+  // they are gone.
   void kill_all(std::size_t slot);
-  // After kill_all: when the slot's memory group still holds tmpfs pages
-  // (files a task wrote to /dev/shm and left there: they stay charged to the
-  // group that wrote them, and without swap nothing can reclaim them), it is
-  // replaced by a fresh one. Otherwise they would count against the next
-  // tasks of the slot, and a good payload would be killed as `oom`. True
-  // when it was replaced.
+  // After kill_all: replaces the slot's memory group when it still holds
+  // tmpfs pages (files left in /dev/shm stay charged to it, unreclaimable
+  // without swap, and would get a good payload killed as `oom`). True when
+  // replaced.
   bool renew_if_charged(std::size_t slot);
   const std::string& detail() const { return detail_; }
   CgroupVersion version() const { return version_; }
@@ -58,17 +53,11 @@ class CgroupSlots {
  private:
   CgroupSlots() = default;
   Status set_memory_limits(const std::string& memory_dir) const;
-  // The control files read per task, kept open per slot and read with
-  // pread at offset 0: they are seq_files, and a read at offset 0 makes the
-  // kernel show their current values again. Per task this spares an open,
-  // fstat and close of the OOM counter (twice) and memory.stat, and in v2
-  // of cgroup.procs. Not v1's cgroup.procs: v1 keeps the pid list it built
-  // for an open file and shows it again for about a second (the kernel's
-  // CGROUP_PIDLIST_DESTROY_DELAY), so a kept file would miss a process that
-  // joined since; it is opened anew for each read (cgroup_slots_test.cpp
-  // hangs on v1 without this). An fd is reopened when reading it fails (its
-  // group was made anew), and when it cannot be, the read is what a read
-  // by path gives: nothing.
+  // Control files read per task, kept open and pread at offset 0 (a
+  // seq_file then shows current values), sparing opens per task. Not v1's
+  // cgroup.procs: v1 caches an open file's pid list for about a second
+  // (CGROUP_PIDLIST_DESTROY_DELAY) and would miss a process that joined
+  // since (cgroup_slots_test.cpp hangs without this). A failed read reopens.
   struct SlotFiles {
     UniqueFd oom_counter;    // memory.events (v2) or memory.oom_control (v1)
     UniqueFd memory_procs;   // cgroup.procs of the memory group (v2 only)

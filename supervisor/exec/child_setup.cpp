@@ -36,11 +36,9 @@ Status resolve_user(const std::string& user, ChildConfig& config) {
   return Status::ok();
 }
 
-// An argument that names an existing file or directory relative to `base`
-// (where the command line was typed), made absolute: an exec task runs in a
-// private working directory of its own, and a record must reproduce from
-// anywhere. Anything else (a word, an option, a path that does not exist)
-// stays as typed.
+// An argument naming an existing path relative to `base`, made absolute: a
+// task runs in a private working directory, and a record must reproduce
+// from anywhere. Anything else stays as typed.
 std::string absolute_if_existing(const std::string& arg, const std::string& base) {
   if (arg.empty() || arg.starts_with('/') || arg.starts_with('-')) return arg;
   const std::filesystem::path full = std::filesystem::path(base) / arg;
@@ -75,13 +73,10 @@ bool has_script_extension(const std::string& arg) {
   return false;
 }
 
-// `python3 parse_record.py {}` beside parse_records.py: every task would
-// fail in its setup, after the run had started (issue 26, point 4). The
-// interpreter's script, when it is named by a path that does not exist, is
-// refused before anything runs, with the nearest name in its directory.
-// Only the first argument that is not an option, and only when it looks
-// like a script; an inline program (-c, -e) or a module (-m), and the
-// payload itself ({}), are left alone.
+// `python3 parse_record.py {}` beside parse_records.py would fail every
+// task after the run had started (issue 26, point 4): a missing script is
+// refused first, with the nearest name. Only the first non-option argument
+// that looks like a script; -c, -e, -m and {} are left alone.
 Status check_interpreter_script(const std::vector<std::string>& argv, const std::string& base) {
   namespace fs = std::filesystem;
   if (argv.empty() || !is_interpreter(argv[0])) return Status::ok();

@@ -1,8 +1,7 @@
 #pragma once
 // Building the ChildConfig a task runs under, the same way for `pillbox run`
-// and for the commands that run a quarantined payload again (reproduce,
-// minimize, replay): from the command line, or from what a record says it ran
-// under (its handler, arguments or exec argv, and full policy text).
+// (from the command line) and for reproduce, minimize and replay (from what a
+// record says it ran under).
 #include <map>
 #include <optional>
 #include <string>
@@ -25,26 +24,21 @@ struct HandlerChoice {
   std::string handler;                       // built-in, plugin:PATH or "exec"
   std::map<std::string, std::string> args;
   std::vector<std::string> exec_argv;        // exec: argv[0] as given (resolved here)
-  // exec: the absolute directory the command line was typed in, which its
-  // relative paths name files of and the command runs in (a record's); ""
-  // for this process's current directory (`run`).
+  // exec: the absolute directory the command line's relative paths are
+  // relative to and the command runs in (a record's); "": the current one.
   std::string working_dir = {};
 };
 
-// A complete config for `choice` under `policy`: exec argv[0] resolved and
-// arguments naming existing files made absolute (both against the working
-// directory, which the config keeps), the payload passed as a file when an
-// argument holds "{}", the crash library preloaded, and privileges dropped
-// to the policy's user when run as root. Errors: a recorded working
-// directory that is not an existing directory here, a current directory
-// that is gone, a command not found.
+// A complete config for `choice` under `policy`: argv[0] resolved and
+// existing relative paths made absolute against the working directory, the
+// payload as a file when an argument holds "{}", the crash library
+// preloaded, and, as root, the privilege drop to the policy's user. Errors:
+// a working directory that is gone or not a directory, a command not found.
 Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy policy);
 
-// What a quarantine record ran under, parsed back: its handler or command,
-// and the policy of this machine it runs under (record_policy.h: the
-// record's policy text is a claim; a shipped policy with its limits and
-// paths runs, or nothing). Errors say which part of the record is unusable
-// and, for the policy, how to choose one (--policy).
+// What a quarantine record ran under, parsed back. The policy is this
+// host's (record_policy.h: the record's text is only a claim). Errors say
+// which part of the record is unusable and, for the policy, to use --policy.
 Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& entry, const RecordAllowance& allowed = {});
 Expected<Policy> recorded_policy(const store::QuarantineEntry& entry, const RecordAllowance& allowed = {});
 // Whether `given` (replay's or fuzz's --handler) replaces the record's

@@ -102,16 +102,14 @@ std::string crash_library_copy_dir() {
     from_env("HOME", "/.cache/pillbox");
     from_env("XDG_RUNTIME_DIR", "/pillbox");
   }
-  // Last, for a user with no home of their own (nobody's is /nonexistent):
-  // /tmp/pillbox-UID, which the zygote binds into the tasks' private /tmp
-  // as it binds what the command line names there (the dispatcher adds it
-  // to keep_visible). Only ours: own_directory refuses one another uid made.
+  // Last, for a user with no home (nobody's is /nonexistent): the zygote
+  // binds /tmp/pillbox-UID into the tasks' private /tmp (keep_visible).
+  // own_directory refuses one another uid made.
   const std::string last = "/tmp/pillbox-" + std::to_string(::geteuid());
   if (::geteuid() != 0) candidates.push_back(last);
   for (const std::string& dir : candidates) {
-    // The loader must be able to map it (no space or colon; not on a noexec
-    // mount, as /run often is), and the task must see it (not under a
-    // directory it gets privately, but for the last).
+    // The loader must map it (no space or colon, not noexec, as /run often
+    // is), and the task must see it (not under a private directory).
     const std::string parent = std::filesystem::path(dir).parent_path().string();
     struct statvfs fs {};
     if (!loader_can_hold(dir) || (dir != last && !private_dir_of(dir).empty()) ||
@@ -119,8 +117,7 @@ std::string crash_library_copy_dir() {
       continue;
     }
     if (dir != last) {
-      // A candidate whose parent this user cannot write (a HOME of
-      // another's) is no place for a copy.
+      // Not under a parent this user cannot write (another's HOME).
       if (::access(parent.c_str(), W_OK) != 0 && ::access(dir.c_str(), W_OK) != 0) continue;
     }
     return dir;
@@ -134,8 +131,8 @@ Expected<std::string> crash_library_for_tasks(const ChildConfig& config, std::ui
   if (!loader_can_hold(library)) {
     return make_copy(library, "has a space or a colon in its path, where the loader splits LD_PRELOAD");
   }
-  // Under a directory tasks get privately (/tmp), the zygote binds it into
-  // their view itself (keep_visible), whatever the directories above it allow.
+  // Under a private directory (/tmp) the zygote binds it into the task's
+  // view itself (keep_visible), whatever the directories above allow.
   const auto& kept = config.keep_visible;
   if (!config.drop_privileges || std::find(kept.begin(), kept.end(), library) != kept.end()) return library;
   const Status readable = check_access_as({{library, R_OK, "pillbox's crash library"}}, uid, gid);

@@ -74,8 +74,7 @@ class Dispatcher {
   }
 
   Status setup() {
-    // "" when the caller left the choice to find_sandbox_binary() and it
-    // found none (a pillbox binary copied away from its helpers).
+    // find_sandbox_binary() found none (a binary copied away from its helpers).
     if (launcher_settings_.sandbox_binary.empty()) return Status::error(missing_helper_message(locate_sandbox_binary()));
     const Policy& policy = settings_.config.policy;
     if (policy.isolation.cgroup != CgroupMode::kOff) {
@@ -103,14 +102,11 @@ class Dispatcher {
       // run's own, not as the pool's first (which may be another run's slot).
       launcher_settings_.config.check_uid = uids_->uid(0);
     }
-    // As root, can a slot's uid run the command at all? (All slot uids are
-    // alike: unprivileged, no groups.) Otherwise every task would fail the
-    // same way and be charged for it.
+    // Can a slot's uid run the command at all (all slot uids are alike)?
+    // Otherwise every task would fail the same way and be charged for it.
     const std::uint32_t task_uid = uids_ ? uids_->uid(0) : config.sandbox_uid;
     const std::uint32_t task_gid = uids_ ? uids_->uid(0) : config.sandbox_gid;
-    // The crash library from where that uid can preload it: a copy, when
-    // pillbox lives under a directory it cannot enter or at a path with a
-    // space (supervisor/exec/crash_library_copy.h).
+    // Possibly a copy that uid can preload (crash_library_copy.h).
     auto crash_lib = crash_library_for_tasks(config, task_uid, task_gid);
     if (!crash_lib) return Status::error(crash_lib.error());
     launcher_settings_.config.crash_lib = *crash_lib;
@@ -132,7 +128,6 @@ class Dispatcher {
   Expected<RunReport> run() {
     bool source_done = false;
     while (true) {
-      // Intake: fill free slots.
       if (auto s = source_.prepare(source_done ? 0 : free_slots_.size()); !s) return Error{s.message()};
       bool source_waiting = false;
       std::optional<Clock::time_point> source_wake_at;
@@ -489,13 +484,10 @@ class Dispatcher {
 std::string handler_identity(const ChildConfig& config) {
   std::string id = config.handler;
   if (config.exec_mode()) {
-    // What runs, not where it was started: the program's name, and each
-    // argument that names a file or directory of the host (make_child_config
-    // made those absolute) as host_path_identity says (handler_version.h).
-    // `python3 parse_records.py {}` from the project, `python3
-    // proj/parse_records.py {}` from its parent and a bundle's absolute path
-    // are one identity, so one fingerprint for one bug and one ledger to
-    // resume. What the scripts hold is their version, not their identity.
+    // What runs, not where it was started: the program's base name, and
+    // host paths as host_path_identity gives them, so the same script named
+    // from different directories is one identity (one fingerprint per bug,
+    // one ledger to resume). What scripts hold is their version instead.
     for (std::size_t i = 0; i < config.exec_argv.size(); ++i) {
       const std::string& a = config.exec_argv[i];
       std::error_code ec;

@@ -1,10 +1,8 @@
 #pragma once
-// The dispatcher: runs every task a TaskSource gives, each in its own
-// confined child started by a launcher (launcher.h), up to `jobs` at a time,
-// classifies how each ended (supervisor/classify/) and hands each outcome to
-// an OutcomeSink exactly once. It knows nothing of retries, the ledger or the
-// quarantine: the TaskFlow that run_job (supervisor/cli/run_job.h) builds is
-// the source and the sink that add them. Tests and the operator commands call run_tasks directly.
+// The dispatcher: runs every task a TaskSource gives in a confined child, up
+// to `jobs` at a time, and hands each outcome to the OutcomeSink exactly
+// once. It knows nothing of retries, the ledger or the quarantine. See
+// docs/architecture.md, 4. Dispatcher.
 #include <cstddef>
 #include <map>
 #include <string>
@@ -24,9 +22,8 @@ struct RunSettings {
   std::string sandbox_binary;    // "" = find_sandbox_binary()
   std::size_t jobs = 1;
   // The handler identity that fingerprints outcomes; "" = handler_identity(config).
-  // Running a record again gives the record's own, so that a reproduction is
-  // compared with the record under the identity it was made with, whatever
-  // this build or this directory would make of its command line.
+  // A record run again gives its own, so it is compared under the identity
+  // it was made with.
   std::string identity;
 };
 

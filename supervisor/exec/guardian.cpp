@@ -30,16 +30,11 @@ void close_all_but(const std::vector<int>& keep) {
   ::close_range(from, ~0u, 0);
 }
 
-// kill(-1) from a process whose every uid is `uid` reaches exactly the
-// processes whose real or saved uid is `uid` (kill(2): the sender's uid must
-// match the target's), in every PID namespace below ours, in one pass during
-// which nothing can fork: a fork bomb cannot outrun it.
-// But from its setresuid on, the killer is within reach of those processes
-// too: one that sends SIGSTOP to its uid without pause stops it (before or
-// after it killed), and a plain waitpid would then wait forever: the
-// guardian would never finish, and a supervisor that ends its run waits for
-// the guardian. So a stopped killer is killed, and sweep() follows with
-// uid_sweep, which they cannot reach.
+// kill(-1) as `uid` reaches exactly that uid's processes, in one pass during
+// which nothing can fork: a fork bomb cannot outrun it. But the killer is
+// then within their reach: one SIGSTOPping its uid could stop it and hang a
+// plain waitpid (and the supervisor waiting for the guardian). So a stopped
+// killer is killed, and sweep() follows with uid_sweep from root.
 void kill_uid(std::uint32_t uid) {
   const pid_t pid = ::fork();
   if (pid == 0) {

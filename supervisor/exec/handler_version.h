@@ -1,10 +1,9 @@
 #pragma once
 // Which version of an exec handler runs: what the scripts its command line
-// names hold. The handler's identity (handler_identity, dispatcher.h) is
-// what runs, by name, and decides fingerprints and which ledger a task is
-// in; its version is what those names held when the task ran, and decides
-// whether a task done earlier was done by the code there now (issue 26,
-// point 2: an edit is a new version; a fingerprint outlives unrelated edits).
+// names hold. The identity (handler_identity, dispatcher.h) names what runs
+// and decides fingerprints and ledger; the version tells whether a task done
+// earlier ran the code there now (issue 26, point 2): an edit is a new
+// version, and fingerprints outlive unrelated edits.
 #include <string>
 #include <vector>
 
@@ -20,12 +19,10 @@ struct HandlerVersion {
   std::vector<std::string> scripts;  // their file names, for messages
 };
 
-// How a handler's identity names a file or directory of the host that its
-// command line names (`path` absolute): the same from any working
-// directory. In a checkout (the nearest directory above it holding .git,
-// .hg, .svn or .jj), its path from the checkout's root, so that a clone at
-// another place keeps its fingerprints; elsewhere, its canonical absolute
-// path (two programs' main.py in two folders are two handlers).
+// How a handler's identity names a host path its command line names
+// (`path` absolute), the same from any working directory: in a checkout
+// (.git, .hg, .svn or .jj above it), its path from the checkout's root, so a
+// clone elsewhere keeps its fingerprints; else its canonical path.
 std::string host_path_identity(const std::string& path);
 
 // The scripts: the program itself when it is a script (starts with "#!"),

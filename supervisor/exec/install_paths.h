@@ -27,16 +27,14 @@ HelperLocation locate_crash_library();
 // (the sandbox side's own search, sandbox/handlers/pdf_text_loader.cpp).
 HelperLocation locate_pdf_text_module(const std::string& sandbox_binary);
 
-// What to tell the operator when `missing` was not found: what it is, every
-// place looked, and how to get a working pillbox (install it, or run it from
-// its build tree, or set the variable).
+// What to tell the operator when `missing` was not found: every place
+// looked, and how to get a working pillbox.
 std::string missing_helper_message(const HelperLocation& missing);
 
 // locate_sandbox_binary().path: "" when there is none.
 std::string find_sandbox_binary();
-// `chosen` when it is set (a caller or a test names its own binary), else
-// find_sandbox_binary(): what every settings field documented as
-// "" = find_sandbox_binary() resolves to.
+// `chosen` when set, else find_sandbox_binary(): how every settings field
+// documented as "" = find_sandbox_binary() resolves.
 std::string sandbox_binary_or_found(const std::string& chosen);
 // locate_crash_library().path: "" when there is none.
 std::string find_crash_library();

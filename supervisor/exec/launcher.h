@@ -1,10 +1,8 @@
 #pragma once
 // Launchers start one child per task and report, asynchronously, its pid and
-// its end. Two implementations:
-//   ZygoteLauncher: asks a zygote (pillbox-sandbox --zygote, started once
-//                   with Boost.Process) to fork the child: no exec per task.
-//   SpawnLauncher:  fork+exec of `pillbox-sandbox --child` per task with
-//                   Boost.Process: slower, the fallback and the reference.
+// its end: the zygote's (a fork per task) or spawn's (fork+exec per task,
+// slower: the fallback and the reference). See docs/architecture.md,
+// 5. Launcher.
 #include <sys/types.h>
 
 #include <memory>
@@ -56,8 +54,7 @@ struct LauncherSettings {
   ChildConfig config;
 };
 
-// The launcher of settings.mode; the two below are its implementations
-// (spawn_launcher.cpp, zygote_launcher.cpp).
+// The launcher of settings.mode.
 std::unique_ptr<Launcher> make_launcher(const LauncherSettings& settings);
 std::unique_ptr<Launcher> make_spawn_launcher(const LauncherSettings& settings);
 std::unique_ptr<Launcher> make_zygote_launcher(const LauncherSettings& settings);

@@ -1,8 +1,7 @@
 #pragma once
-// The private runtime directory of one run (mode 0700, owned by the
-// supervisor's user) that holds the ipc:// endpoints of the task wires.
-// Children connect while still root, before they drop privileges, so no
-// sandboxed process can reach another task's endpoint.
+// The run's private 0700 directory of the task wires' ipc:// endpoints.
+// Children connect while still root, so no sandboxed process can reach
+// another task's endpoint.
 #include <string>
 
 #include "shared/status.h"

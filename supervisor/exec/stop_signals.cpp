@@ -7,8 +7,7 @@ namespace {
 
 volatile std::sig_atomic_t stop_signal_received = 0;
 extern "C" void on_stop_signal(int sig) { stop_signal_received = sig; }
-// StopSignals alive now: an inner one (a replay's batch inside the whole
-// replay) keeps what the outer one caught.
+// StopSignals alive now (nesting: a replay's batch inside the replay).
 int live_instances = 0;
 
 }  // namespace

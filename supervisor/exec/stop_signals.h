@@ -1,11 +1,9 @@
 #pragma once
-// SIGINT/SIGTERM while a long operation runs (run, reproduce, minimize,
-// replay): the handler only records the signal; the dispatcher's poll
-// returns EINTR, its loop comes round, and the operation stops at the next
-// turn and records what it did. While a StopSignals lives, the signals do
-// not kill pillbox; the previous handlers come back when it goes. One made
-// while another lives (nested) keeps what the outer one caught: a signal
-// between two inner ones is not lost. One thread only (the CLI's).
+// SIGINT/SIGTERM while a long operation runs: the handler only records the
+// signal, the dispatcher's poll returns EINTR, and the operation stops at
+// its next turn. While a StopSignals lives the signals do not kill pillbox;
+// the previous handlers come back when it goes. A nested one keeps what the
+// outer one caught. One thread only (the CLI's).
 #include <signal.h>
 
 namespace pillbox {

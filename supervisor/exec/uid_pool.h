@@ -1,10 +1,8 @@
 #pragma once
-// Claims one uid per job slot from a policy's uid_pool for the lifetime of a
-// run. A claim is an flock on /run/pillbox/uids/<uid>.lock, so concurrent
-// runs never share a uid and a killed run's claims vanish with it. A claimed
-// uid that still has processes (left by a run that was killed) is cleared
-// first: every process running as it gets SIGKILL; a uid whose killed
-// processes are still unreaped zombies is taken last.
+// Claims one uid per job slot from a policy's uid_pool for a run: an flock
+// on /run/pillbox/uids/<uid>.lock, so concurrent runs never share a uid and
+// a killed run's claims vanish with it. A claimed uid's leftover processes
+// are killed first; a uid with unreaped zombies is taken last.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,9 +34,8 @@ class UidClaims {
   std::vector<UniqueFd> locks_;
 };
 
-// SIGKILLs every process whose real, effective or saved uid is `uid`, as
-// root, until none is left (shared/uid_sweep.h). Returns how many
-// signals it sent.
+// SIGKILLs, as root, every process whose real, effective or saved uid is
+// `uid` until none is left (shared/uid_sweep.h). Returns the signals sent.
 int kill_processes_of_uid(std::uint32_t uid);
 
 }  // namespace pillbox

@@ -51,15 +51,12 @@ std::vector<WireSocket::Event> WireSocket::read_events(int limit) {
       (void)monitor_.recv(rest, zmq::recv_flags::none);
       event.swap(rest);
     }
-    // libzmq reports a connection's ACCEPTED before it hands the connection
-    // to the socket, so before any of its frames can be read. Its
-    // DISCONNECTED comes after its frames were queued, except when the
-    // connection ends in a protocol error: frames decoded in that last read
-    // are queued just after the event. Such a frame can then reach the next
-    // task of the socket; it carries the earlier task's number, so the next
-    // task's channel refuses it as a violation before its payload is sent
-    // (a sandbox-error, never charged to that payload) and the socket is
-    // retired.
+    // libzmq reports ACCEPTED before any of the connection's frames can be
+    // read, and DISCONNECTED after they were queued, except after a
+    // protocol error: frames of that last read come just after the event.
+    // Such a frame carries the earlier task's number, so the next task's
+    // channel refuses it before its payload is sent (a sandbox-error, never
+    // charged) and the socket is retired.
     if (id == ZMQ_EVENT_ACCEPTED) {
       ++accepted_;
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
@@ -78,11 +75,9 @@ bool WireSocket::ready_for_next_task() {
   // of a longer queue is read at the next look.
   (void)read_events(64);
   if (monitor_.get(zmq::sockopt::events) & ZMQ_POLLIN) return false;
-  // One connection per task, each accepted and gone. A connection still in
-  // the listen backlog is not counted, and none can be there: a child
-  // connects once (its setup code, as root, into the 0700 runtime
-  // directory), each task served was identified by a valid frame over its
-  // own accepted connection, and one that was not retired the socket.
+  // One connection per task, each accepted and gone. None can wait in the
+  // listen backlog: a child connects once, as root, into the 0700 runtime
+  // directory, and each task served was identified over its own connection.
   if (accepted_ != served_ || disconnected_ != served_) return false;
   // A frame a child sent after its last one counted (queued before its
   // disconnect was reported) must not reach the next task.

@@ -1,21 +1,11 @@
 #pragma once
-// The supervisor's sockets for task wires: a ROUTER bound to a private
-// ipc:// endpoint and a monitor that reports its connections, serving one
-// task at a time and kept from task to task. Binding a socket, its monitor
-// and its endpoint for every task, and tearing them down after it, cost the
-// supervisor's main, IO and reaper threads about as much CPU as the rest of
-// a task's path (a profile of 6000 echo tasks: per task ~52 getpid, 42 poll,
-// ~185 IO-thread and ~124 reaper-thread syscalls; the bind's mknod alone ~3%
-// of the supervisor).
-//
-// A socket serves its next task only when nothing of the tasks before can
-// still reach it (ready_for_next_task): each of them was identified by a
-// valid frame (its number and secret) and broke no rule, and every
-// connection the socket ever accepted, exactly one per task, is reported
-// gone, with no message left unread. Then every connection, frame and
-// disconnect the socket reports belongs to the task it serves, as with a
-// socket per task. A socket that cannot be shown so is closed (retired),
-// which also cuts whatever was left connected to it.
+// The supervisor's sockets for task wires: a ROUTER on a private ipc://
+// endpoint and its monitor, serving one task at a time and kept from task to
+// task, because binding per task cost about half the supervisor's CPU.
+// A socket serves its next task only when nothing of an earlier task can
+// reach it (ready_for_next_task); otherwise it is retired (closed), which
+// cuts whatever was left connected. See docs/architecture.md, Wire sockets
+// are reused, one task at a time.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,16 +33,17 @@ class WireSocket {
   // counted, not returned).
   std::vector<Event> read_events(int limit);
 
-  // Whether the next task may use this socket (see the top of this file).
+  // Whether the next task may use this socket: every task it served was
+  // identified by a valid frame and broke no rule, exactly one connection
+  // per task, all reported gone, and nothing left unread.
   bool ready_for_next_task();
   // A task this socket served ended. `clean`: a valid frame identified its
   // connection and it broke no rule; otherwise the socket is retired.
   void task_ended(bool clean);
   bool retired() const { return retired_; }
-  // While idle: reads what the monitor reported (so libzmq's IO thread,
-  // which blocks when a monitor's queue is full, never waits on it) and
-  // tells whether anything connected since its last task. Nothing of ours
-  // can: that is a straggler or an intruder, and the socket must go.
+  // While idle: drains the monitor (libzmq's IO thread blocks on a full
+  // monitor queue) and tells whether anything connected since its last
+  // task: a straggler or an intruder, so the socket must go.
   bool intruded_while_idle();
   void add_monitor_poll_item(std::vector<zmq::pollitem_t>& items);
 
@@ -80,9 +71,8 @@ class WirePool {
   // After the channel of the socket's task ended.
   void release(std::unique_ptr<WireSocket> socket);
 
-  // The idle sockets' monitors, for the dispatcher's poll: an idle socket
-  // that reports anything is tended at once (tend), so no monitor queue
-  // fills while its socket waits, whether or not tasks are launched.
+  // The idle sockets' monitors, for the dispatcher's poll, so that one
+  // reporting anything is tended at once and no monitor queue fills.
   // Returns how many items were added.
   std::size_t add_poll_items(std::vector<zmq::pollitem_t>& items);
   // Reads every idle socket's monitor; retires (closes) those something

@@ -9,10 +9,9 @@
 // deadline. A full queue drops records rather than growing without bound or
 // blocking the run; what was lost is counted and reported.
 //
-// Hooks are children of the supervisor. When the supervisor is a child
-// subreaper that reaps every exited child itself (spawn mode), it may collect
-// a hook's exit status before the hook thread does; that hook is then
-// reported as a problem ("exit status lost") rather than as a success.
+// Hooks are claimed children (spawn_claimed_child), so spawn mode's reaper
+// leaves them alone; a hook reaped elsewhere all the same is reported as a
+// problem ("exit status lost"), not as a success.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>

@@ -1,18 +1,11 @@
 #pragma once
 // What the attempt engine (task_flow.h) asks of the back end that keeps its
-// tasks' attempts and verdicts (docs/architecture.md, 'Adding a back end').
-// The engine decides; the back end only records. It hands the back end its
-// effects as typed writes (ledger_batch.h: start an attempt, end one,
-// uncharge one, the wait of a task, its state, its result, a record, a
-// verdict taken back, the claims released) in the order it decided them, and
-// asks it to make them durable at the turn's end (apply). What the back end
-// assigns (attempt numbers, record ids) comes back as answers, by the task's
-// ref, from apply(); a back end whose writes complete later returns them
-// from a later apply().
+// tasks' attempts and verdicts: see docs/architecture.md, 'Adding a back end'.
+// The engine decides; the back end only records the typed writes of
+// ledger_batch.h, in the order decided.
 //
-// Implementations: sqlite_attempt_store.h (the store of `run`: one SQLite
-// transaction per turn) and memory_attempt_store.h (--no-store: attempts
-// counted in memory, nothing kept).
+// Implementations: sqlite_attempt_store.h (`run`), memory_attempt_store.h
+// (--no-store), supervisor/broker/stream_back_end.h (`worker`).
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -81,9 +74,7 @@ class AttemptStore {
   virtual void add_ok(std::int64_t task_id, LedgerWrite write, bool may_hold, Clock::time_point now) = 0;
 
   // When apply() may return before this turn's writes are durable.
-  // kLeaveOpen: the starts are written and the rest waits for
-  // commit_turn(), so that most of the cost runs while the children fork,
-  // before any of them gets its payload (TaskSource::commit_turn).
+  // kLeaveOpen: the rest waits for commit_turn() (see LedgerBatch::Commit).
   using Commit = LedgerBatch::Commit;
   // Makes this turn's effects durable, in the order added, and then
   // `starts`, the attempts that start this turn. Each start is answered

@@ -1,29 +1,11 @@
 #pragma once
 // Poison or outage? One payload failing is a poison pill; many *distinct*
 // payloads failing the same way at once is a broken handler, a bad deploy or
-// a missing dependency — quarantining them all would bury the real poison
-// pills and lose the work. The breaker watches the latest outcome of the
-// last `window` distinct payloads; when at least `threshold` of them failed
-// and one fingerprint accounts for at least half of the failures, it opens:
-// intake pauses, the failures are not held against their payloads, and
-// single probe tasks run every `probe_interval` until one succeeds.
-// Only a failure opens it: a success is no part of an outage.
-//
-// A burst of poison looks the same from here: a producer's bad batch, sorted
-// together, fails one way many times in a row. The run's flow decides that
-// before quarantining (task_flow.h, PendingDecision: set_deciding, verify,
-// open_for); what reaches the breaker's own window is what it still tells
-// apart with a *known-good probe*, a payload that succeeded earlier in this run:
-// if it fails now, the handler is down. If it succeeds, the handler works
-// now: the breaker closes and the held payloads run again. That alone does
-// not tell a burst from an outage that just ended; but when the breaker
-// opens again for the same fingerprint and a known-good probe succeeds
-// again, payloads failed that way while the handler worked: the fingerprint
-// is verified as the payloads' own and never opens the breaker (or raises
-// its suspicion) until `window` outcomes went by without a failure of it;
-// then a new burst with it is decided afresh. (The run's flow also decides
-// afresh when its failures fill the window as an outage's would:
-// fills_window.)
+// a missing dependency: quarantining them all would bury the real poison
+// pills and lose the work. A burst of poison (a bad batch, sorted together)
+// looks the same from here; the flow decides that before quarantining
+// (task_flow.h, PendingDecision). The rules (window, known-good probes,
+// verified fingerprints): docs/architecture.md, 'Outages'.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -63,11 +45,8 @@ class CircuitBreaker {
   bool open() const { return open_; }
   // Early warning, before the window is full: of the most recent
   // max(4, window/4) distinct payloads, at least `threshold` failed with
-  // `fingerprint`. The fleet worker then parks the payloads it would quarantine
-  // with that fingerprint, without running them, until the breaker opens
-  // (they are held) or the suspicion fades (they are quarantined), so that
-  // the first payloads of an outage are not quarantined in the moments
-  // before the breaker opens.
+  // `fingerprint`. The fleet worker parks such payloads rather than
+  // quarantine an outage's first victims before the breaker opens.
   bool suspects(const std::string& fingerprint) const;
   // While open: whether a probe may start now (one at a time).
   bool may_probe(Clock::time_point now) const;
@@ -77,7 +56,7 @@ class CircuitBreaker {
   void probe_started() { probe_in_flight_ = true; }
   // The end of a probe; a failed one sets the next probe time. A successful
   // `known_good` probe (a payload that succeeded earlier in this run) for a
-  // fingerprint one has cleared before verifies it (see above); returns true then.
+  // fingerprint one has cleared before verifies it; returns true then.
   bool probe_ended(bool ok, Clock::time_point now, bool known_good = false);
   std::optional<Clock::time_point> next_probe_at() const;
   // When it opened (meaningful while open), and whether it has been open
@@ -85,17 +64,15 @@ class CircuitBreaker {
   Clock::time_point opened_at() const { return opened_at_; }
   bool waited_too_long(Clock::time_point now) const;
   bool verified(const std::string& fingerprint) const { return verified_.count(fingerprint) > 0; }
-  // The flow decided by itself (a known-good check, then the same failure
-  // again) that payloads fail this way on their own: as above.
+  // The flow showed by itself (a known-good check, then the same failure
+  // again) that payloads fail this way on their own.
   void verify(const std::string& fingerprint) { verified_[fingerprint] = Verification{recorded_, 0}; }
   void unverify(const std::string& fingerprint) { verified_.erase(fingerprint); }
-  // The window is full, at least `threshold` of it failed, and at least
-  // half of those with `fingerprint`: what opens the breaker, were the
-  // fingerprint not verified or deciding. For a verified one, also: it has
-  // failed that many times since it was verified. The flow then no longer
-  // takes it at its word (TaskFlow::waits_for_decision): an outage that
-  // fails as bad inputs did is told apart again, at the cost of one
-  // decision per window's worth of failures in a long burst of poison.
+  // The window would open the breaker with `fingerprint`, were it not
+  // verified or deciding; for a verified one, it also failed that many times
+  // since it was verified. The flow then decides it afresh
+  // (TaskFlow::waits_for_decision): an outage that fails as bad inputs did is
+  // told apart again, at one decision per window's worth of poison.
   bool fills_window(const std::string& fingerprint) const;
   // While the flow is deciding about a fingerprint with a known-good check,
   // the window does not open the breaker with it as its face: the check

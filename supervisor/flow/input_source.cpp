@@ -62,9 +62,9 @@ class KeysSeen {
   }
 
  private:
-  // One entry per distinct key for the whole of stdin (bench/README.md,
-  // issue 15: ~90 bytes per key with a short key, was ~250 with the digest
-  // kept as 64 hex characters in a vector per key); bounded all the same.
+  // One entry per distinct key for the whole of stdin (bench/README.md:
+  // ~90 bytes per short key, was ~250 with the digest kept as hex); bounded
+  // all the same.
   static constexpr std::size_t kMaxBytes = 64u << 20;
   static constexpr std::size_t kOverhead = 96;  // a node and its bookkeeping, roughly
   // Payloads are told apart by the first 128 bits of their SHA-256: the

@@ -28,10 +28,9 @@ Expected<std::unique_ptr<TaskSource>> open_inputs(const std::vector<std::string>
                                                   SymlinksInTree symlinks = SymlinksInTree::kRefuse);
 
 // Parses one JSON line: {"key": "...", "payload": "text"} or {"payload_b64":
-// "..."}. The key is a string; without one (or null) it is derived from the
-// payload, "sha256:" and the first 16 hex digits of its SHA-256, so that it
-// does not change when lines move. A key of another type is an error naming
-// the line. Sets payload_sha256.
+// "..."}. The key is a string; without one (or null) it is content_key(), so
+// that it does not change when lines move. A key of another type is an
+// error naming the line. Sets payload_sha256.
 Expected<Task> parse_task_line(std::string_view line, std::uint64_t line_number);
 
 // The key of a JSON line without one: "sha256:" + 16 hex digits of the payload's SHA-256.

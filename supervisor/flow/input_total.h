@@ -1,8 +1,7 @@
 #pragma once
-// How many items a source from open_inputs() (input_source.h) gives before
-// its end, for a progress bar: files and directories are listed before the
-// run, so their count is known up front; JSON lines on stdin are a stream
-// with no known end (nullopt), as is any other source.
+// How many items a source from open_inputs() (input_source.h) gives, for a
+// progress bar: known for files and directories (listed before the run),
+// nullopt for stdin or any other source.
 #include <cstddef>
 #include <optional>
 

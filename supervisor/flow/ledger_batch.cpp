@@ -131,8 +131,6 @@ Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::Quarantin
   writes.swap(writes_);
   BatchResult result;
   if (writes.empty()) return result;
-  // On failure the batch keeps what it was to record (a later apply may
-  // still succeed), but not its starts: the tasks they were for do not run.
   auto failed = [&](const std::string& message) -> Expected<BatchResult> {
     ledger.rollback();
     keep_after_failure(writes);

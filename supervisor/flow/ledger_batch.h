@@ -1,12 +1,7 @@
 #pragma once
-// The ledger writes of one dispatcher turn, as data: start an attempt, end
-// one, uncharge one, set a task's state, keep its result, quarantine a payload, take a
-// quarantine verdict back. The task flow adds them as it decides; apply()
-// writes them all in one transaction (one WAL append: group commit), in the
-// order they were added, and returns what the database assigned (attempt
-// numbers, record ids) by the task's ref. A failed write rolls the whole
-// batch back: nothing half-written, and nothing runs whose attempt is not
-// counted.
+// The ledger writes of one dispatcher turn, as data. The task flow adds them
+// as it decides; apply() writes them in one transaction (group commit), in
+// order, and returns what the database assigned by the task's ref.
 #include <cstdint>
 #include <string>
 #include <string_view>

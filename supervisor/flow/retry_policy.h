@@ -1,32 +1,10 @@
 #pragma once
-// What to do after an attempt (docs/architecture.md, 'Verdicts: retries,
-// quarantine, outages'): done, retry after a backoff, quarantine, or give up
-// without blaming the payload. Pure functions of the task's attempt history,
-// so the rules are tested without processes.
-//
-//   * ok                                      -> done
-//   * not the payload's fault (killed, sandbox-error, an exec exit code named
-//     by --retry-exit-code)                   -> retry; give up (never
-//                                                quarantine) after
-//                                                max_attempts such failures
-//                                                in this run; such attempts
-//                                                are not charged to the payload
-//   * a deterministic kind whose fingerprint equals the previous charged
-//     attempt's                               -> quarantine at once
-//   * max_attempts charged attempts failed    -> quarantine
-//   * otherwise                               -> retry
-// Attempts during which the supervisor itself died (never finished) are not
-// failures of the payload by themselves: any crash of pillbox (or a SIGKILL
-// from outside) leaves every task then running with one. So a task found
-// with an unfinished last attempt runs alone (solo) the next time. A loss
-// counts against the payload only with evidence that pillbox itself failed
-// while it ran (a fatal signal of the supervisor's own, noted by
-// supervisor/store/death_note.h); a kill from outside leaves none. When
-// max_attempts such losses came in a row, max(1, max_attempts-1) of them
-// alone, the payload kills the supervisor: it is quarantined as
-// supervisor-lost. Losses without evidence are never charged; after
-// 2 x max_attempts of them in a row, each alone, the task gives up for this
-// run (never quarantined) rather than be run again forever.
+// What to do after an attempt: done, retry after a backoff, quarantine, or
+// give up without blaming the payload. Pure functions of the task's attempt
+// history, so the rules are tested without processes. The rules:
+// docs/architecture.md, 'One attempt's outcome' and 'The supervisor's own
+// deaths'. An unfinished attempt alone proves nothing (a kill -9 ends every
+// task in flight): a loss counts only with evidence (supervisor/store/death_note.h).
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -56,14 +34,12 @@ struct Judgement {
 // True when the failure is not the payload's fault.
 bool is_transient(const RetrySettings& settings, const Outcome& outcome);
 
-// Whether a transient failure counts among the task's transient failures
-// (judge's `transient_in_run`, bounded by max_attempts). A slot that a
-// previous task left uncleanable, made anew for this one
+// Whether a transient failure counts toward judge's `transient_in_run`. A
+// slot another task left uncleanable, made anew for this one
 // (Outcome::slot_renewed), does not: with --max-attempts 1 the task would
-// otherwise give up for another payload's doing. A renewed slot starts
-// empty, so this repeats only if other slots were left uncleanable too; up
-// to 3 times per task (`slot_renewals`, kept by the caller) keeps a fault of
-// our own from retrying forever.
+// give up for another payload's doing. Free only 3 times per task
+// (`slot_renewals`, kept by the caller), so a fault of our own cannot retry
+// forever.
 bool counts_as_transient(const Outcome& outcome, std::uint32_t& slot_renewals);
 
 // `history`: the task's attempts, oldest first, ending with the one that

@@ -46,15 +46,9 @@ class SqliteAttemptStore final : public AttemptStore {
   // result), held back from the turn's transaction and written a few turns'
   // worth at a time: each transaction that writes results dirties the
   // results table, its age index and the running total (3 of its ~7 pages),
-  // whatever the number of results in it. Until written, such a task's
-  // attempt reads as unfinished: a crash meanwhile makes it run again,
-  // alone (as for a task in flight), never ok without its result nor ok
-  // twice. Written with the next transaction once kMaxHeldOk tasks or
-  // kMaxHeldOkFor have gone by, when the engine releases them (before
-  // anything runs alone: a solo task must be the only unfinished one if the
-  // supervisor dies; when a turn leaves a slot free, so no start comes soon
-  // to share a transaction with; at the end of the run), and before the
-  // intake reads such a task again.
+  // whatever the number of results in it. Written with the next transaction
+  // once kMaxHeldOk tasks or kMaxHeldOkFor have gone by, when the engine
+  // releases them (AttemptStore::apply), or before find() reads such a task.
   LedgerBatch held_ok_;
   std::set<std::int64_t> held_ok_tasks_;            // their ledger ids
   std::optional<Clock::time_point> held_ok_since_;  // when the oldest was held

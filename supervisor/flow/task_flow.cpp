@@ -54,9 +54,6 @@ TaskFlow::TaskFlow(FlowSettings settings, TaskSource& inner, VerdictSink& out, A
 
 TaskFlow::~TaskFlow() = default;
 
-// SIGINT/SIGTERM: the run ends at the next turn of the event loop, and the
-// attempts in flight are recorded as interrupted, not as lost (which would
-// count against their payloads).
 int TaskFlow::stop_signal() const { return stop_signals_.caught(); }
 
 void TaskFlow::forget(std::uint64_t ref) {
@@ -235,8 +232,6 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   if (const int sig = stop_signal(); sig != 0) {
     report_.stop_signal = sig;
     if (can_.can_stop) return Status::error(std::string("interrupted by ") + stop_signal_name(sig));
-    // A back end that cannot stop (a worker): what runs finishes; the rest
-    // is given back, nothing new is taken.
     if (!winding_down_) wind_down();
   }
   if (!can_.can_stop && !winding_down_ && !store_.stopping().empty()) wind_down();
@@ -258,15 +253,12 @@ Status TaskFlow::prepare(std::size_t free_slots) {
   const std::size_t want = free_slots > ready ? free_slots - ready : 0;
   slot_free_ = want > 0;
   if (schedule_.solo_mode()) {
-    // A suspect runs alone: wait for the others to finish, start it, start
-    // nothing else until it ends.
     if (want > 0) {
       // (A task still starting will run: it counts as in flight.)
       if (auto solo = schedule_.start_solo(in_flight_ + starting_.size())) starts.push_back(*solo);
     }
   } else if (breaker_.open()) {
-    // Intake paused: one probe at a time, until one succeeds or the wait is
-    // too long.
+    // Intake paused: one probe at a time.
     if (can_.can_stop && (breaker_.waited_too_long(now) || stop_at_next_turn_)) {
       if (!report_.stopped_by_breaker) stop_for_outage();
     } else {
@@ -339,9 +331,8 @@ Status TaskFlow::flush(const std::vector<std::uint64_t>& starts, bool release_he
     return fatal_;
   }
   BatchResult applied = std::move(*result);
-  // A start is answered in this apply or a later one (a back end whose
-  // writes complete later): until then its task is starting, in no place
-  // of the schedule, and holds its slot.
+  // Until its start is answered (in this apply or a later one), a task is
+  // starting: in no place of the schedule, holding its slot.
   starting_.insert(starts.begin(), starts.end());
   for (const StartedAttemptOf& started : applied.started) {
     if (starting_.erase(started.ref) == 0) continue;  // cannot be: answered twice
@@ -484,11 +475,9 @@ std::optional<TaskFlow::Clock::time_point> TaskFlow::wait_at_earliest(std::optio
 std::optional<TaskFlow::Clock::time_point> TaskFlow::wake_at() const {
   const auto now = this->now();
   std::optional<Clock::time_point> when;
-  // Something for prepare() to do right away: this turn's ledger writes, or
-  // a suspect that may now run alone.
-  // (A task lost since: its slot is free for another now.)
-  // (A verdict awaiting its answer waits for the back end's: has_unapplied,
-  // or its wait fds.)
+  // Something for prepare() to do right away: this turn's ledger writes, a
+  // suspect that may now run alone, or the slot of a task lost since.
+  // (A verdict awaiting its answer wakes by has_unapplied or the wait fds.)
   if (store_.has_unapplied() || schedule_.suspect_may_start(in_flight_ + starting_.size()) ||
       lost_since_prepare_) {
     when = now;
@@ -532,16 +521,12 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
     forget(t.task.ref);
     return;
   }
-  // The setup rule takes "never read" as the command's fault, not the
-  // payload's. Once the command has shown it works, a payload failing
-  // unread a second time in this run is the payload's (refused by its name
-  // or size, or failing before its read: a buffer of its size it cannot
-  // allocate): an ordinary failure, charged, so that it cannot dodge its
-  // verdict run after run.
-  // A back end that cannot stop (a worker) has no setup rule: uncharged,
-  // such failures would go round the fleet for ever. There they count as
-  // any failure, and the breaker holds a fleet whose command fails on its
-  // own setup as it holds any outage.
+  // "Never read" is the command's fault, not the payload's, until the
+  // command has shown it works: then a payload failing unread a second time
+  // in this run is charged as any failure (refused by its name or size, say),
+  // so that it cannot dodge its verdict run after run. A back end that
+  // cannot stop has no setup rule: uncharged, such failures would go round
+  // the fleet for ever, so they count as any failure there.
   std::optional<Outcome> unread_as_any;
   if (reported.payload_unread && !t.probe_copy) {
     ++t.unread_in_run;
@@ -568,16 +553,12 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   if (transient && counts_as_transient(outcome, t.slot_renewals)) ++t.transient_in_run;
 
   // The setup rule (issue 26, point 4): a command that fails on its own
-  // setup fails every task without reading it. Once a few distinct payloads
-  // did and none showed the command works, nothing is to be learnt from the
-  // rest: the run stops.
-  // Only a payload's first attempt ever counts: a task held by a stopped
-  // run that fails unread again (a file the command rejects by its name or
-  // size, without reading it) must not stop every later run before any new
-  // payload is tried; nor does an exit code the operator calls transient.
-  // A failure that names a file of the host the tasks cannot see is the
-  // hidden-path rule's (its stop names the file and the --share to add),
-  // read or not.
+  // setup fails every task without reading it; after a few distinct
+  // payloads, and none showing the command works, the run stops.
+  // Only a payload's first attempt counts: a held task that fails unread
+  // again (a file the command rejects by name) must not stop every later
+  // run before any new payload is tried. Nor does an exit code the operator
+  // calls transient, nor a hidden file of the host (the hidden-path rule's).
   const bool declared_transient = outcome.kind == Kind::kHandlerError && outcome.exit_code >= 0 &&
                                   settings_.retry.retry_exit_codes.count(outcome.exit_code) > 0;
   const bool unread_hidden = failed && outcome.payload_unread && settings_.hidden_path && settings_.breaker.enabled &&
@@ -754,9 +735,8 @@ void TaskFlow::settle(Tracked& t, const Outcome& outcome, Verdict verdict) {
     awaiting_answer_[t.task.ref] = AwaitingAnswer{outcome, std::move(verdict)};
     return;
   }
-  // Results are told before the ledger says "ok" (at the next commit): after
-  // a crash in between, the task runs again and its result comes twice, never
-  // not at all.
+  // Told before the ledger says "ok": after a crash in between, the result
+  // comes twice, never not at all.
   out_.on_verdict(t.task, outcome, verdict);
   forget(t.task.ref);
 }
@@ -792,11 +772,8 @@ void TaskFlow::on_breaker_opened(const Outcome& outcome, bool probe_at_once) {
   // (unless one just failed: that was the answer).
   if (known_good_ && probe_at_once) breaker_.probe_now(now());
   // One payload's word is not enough to stop the run (a poison pill can
-  // print any message): the next payload probes at once, a known-good one
-  // or a fresh one. If it fails for a hidden file too, the run stops
-  // (corroborate_hidden): nothing shows tasks a file while a run lasts. If
-  // it succeeds, the breaker closes and the held payload runs again, judged
-  // as any other from then on (hidden_path_once).
+  // print any message): the next payload probes at once, and must fail for
+  // a hidden file too (corroborate_hidden).
   if (!hidden_.empty()) breaker_.probe_now(now());
   report_pause(now(), nullptr);
 }

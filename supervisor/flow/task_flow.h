@@ -1,22 +1,9 @@
 #pragma once
-// The task flow (docs/architecture.md, 'The path of one task'): source ->
-// ledger -> dispatcher -> verdict. It is the dispatcher's TaskSource and
-// OutcomeSink at once:
-//   * intake: skips tasks the ledger has finished, quarantines a payload that
-//     killed the supervisor max_attempts times, and counts every attempt in
-//     the ledger before the dispatcher gets the task;
-//   * per attempt: asks the retry policy (retry_policy.h) what it means,
-//     schedules retries after their backoff without holding a slot, and asks
-//     the circuit breaker (circuit_breaker.h) whether this is an outage;
-//   * per task, once: hands the verdict to a VerdictSink (verdict.h).
-// Where a task waits between attempts is the schedule's (task_schedule.h);
-// what it decides is recorded by its back end (attempt_store.h) as typed
-// effects (ledger_batch.h), made durable at the top of the next turn
-// (prepare): with a store, one transaction (sqlite_attempt_store.h). It
-// never sleeps and arms no timer: next() says by when it wants to be asked
-// again (TaskSource::Item::wake_at).
-// Without a store (--no-store, memory_attempt_store.h) the same rules apply
-// in memory; a poison payload is then reported, not kept.
+// The task flow, the attempt engine: the dispatcher's TaskSource and
+// OutcomeSink at once. See docs/architecture.md, '3. Task flow', and
+// 'Verdicts: retries, quarantine, outages' for its rules. It never sleeps
+// and arms no timer: next() says by when it wants to be asked again
+// (TaskSource::Item::wake_at).
 #include <signal.h>
 
 #include <chrono>
@@ -62,11 +49,8 @@ struct FlowSettings {
   // every time; empty: drawn from std::random_device.
   std::optional<std::uint64_t> seed;
   // A file of the host that a failure shows the task could not see
-  // (supervisor/exec/host_view.h: hidden_host_path of the run's config), ""
-  // when none. Such a failure opens the breaker at once (the hidden-path
-  // rule), and since nothing shows that file to tasks while the run lasts,
-  // the run stops holding what failed so, unless a payload that succeeded
-  // earlier still succeeds. Empty: the rule is off.
+  // (supervisor/exec/host_view.h: hidden_host_path), "" when none: the
+  // hidden-path rule (docs/architecture.md, 'Outages'). Empty: the rule is off.
   std::function<std::string(const Outcome&)> hidden_path;
 };
 
@@ -165,27 +149,19 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     bool check = false;        // the known-good check of the decision (pending_)
     std::string recheck_of;    // a recheck: a copy of a task parked with this fingerprint
   };
-  // "Outage or poison?", decided before quarantining: payloads judged
-  // poison with a fingerprint that other payloads failed with just before
-  // (or any, while nothing has succeeded yet in this run) are parked, not
-  // quarantined, until a known-good check shows the handler works (a copy
-  // of a payload that succeeded earlier in this run) and a recheck (a copy
-  // of one parked payload) fails the same way again: then they are all
-  // poison, the fingerprint is verified as the payloads' own, and each gets
-  // its one record. A check that fails is an outage (the breaker opens for
-  // it: they are held); a recheck that does not fail that way shows the
-  // failures were not the payloads' (an outage that just ended): they run
-  // again, uncharged for them. Without this, the breaker opening on a
-  // sorted folder's bad files took back verdicts given a moment before and
-  // quarantined them again: two records, two lines, for one bad input.
+  // "Outage or poison?", decided before quarantining (docs/architecture.md,
+  // 'Outages'): payloads judged poison with a fingerprint other payloads
+  // share are parked until a known-good check and rechecks decide. Without
+  // this, the breaker opening on a sorted folder's bad files took back
+  // verdicts given a moment before and quarantined them again: two records,
+  // two lines, for one bad input.
   struct PendingDecision {
     std::size_t parked = 0;       // tasks parked with this fingerprint
     Outcome example;              // the latest of their failures, for notices
-    // The rechecks (copies of up to two of its parked payloads, distinct
-    // ones) started after a passing check; in flight (their refs), and the
-    // keys of those that failed alike. One bad payload among good ones that
-    // failed in a brief outage must not convict them all: every recheck
-    // has to fail alike.
+    // The rechecks (copies of up to two distinct parked payloads) started
+    // after a passing check: in flight (their refs), and the keys of those
+    // that failed alike. Every recheck has to fail alike: one bad payload
+    // among good ones caught in a brief outage must not convict them all.
     bool rechecking = false;
     std::set<std::uint64_t> rechecks;
     std::vector<std::string> failed_alike;
@@ -244,11 +220,9 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // the flow, told once; one running is forgotten when its outcome comes.
   void lose(const TaskLost& lost);
   // Counts the attempts of `starts` and makes the turn's effects durable,
-  // then tells the verdicts that waited for it.
-  // `release_held`: the held ok writes go too (the run ends, or a slot
-  // stays free this turn).
-  // `when`: kLeaveOpen leaves the transaction for commit_turn() (prepare);
-  // anything else that writes commits what was left open first.
+  // then tells the verdicts that waited for it. `release_held`: the held ok
+  // writes go too. `when`: kLeaveOpen leaves the transaction for
+  // commit_turn() (prepare).
   Status flush(const std::vector<std::uint64_t>& starts, bool release_held = false,
                AttemptStore::Commit when = AttemptStore::Commit::kNow);
   // An effect of a task that ended ok: the back end may hold it back a few
@@ -297,18 +271,17 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // Gives `ref` back to the back end, unfinished (ReleaseTask), told as held
   // for `why`.
   void give_back(std::uint64_t ref, const std::string& why);
-  // SIGINT/SIGTERM with a back end that cannot stop: nothing new is taken,
-  // what runs finishes, and every task that waits is given back
-  // (give_back_waiting, each turn).
+  // SIGINT/SIGTERM, or stopping(), with a back end that cannot stop:
+  // nothing new is taken, what runs finishes, and every task that waits is
+  // given back (give_back_waiting, each turn).
   void wind_down();
   void give_back_waiting(const std::string& why);
   // "; to let tasks read it, run with --share DIR ..." for a hidden file, else "".
   std::string share_hint() const;
-  // The hidden-path rule takes a payload's failure at its word once a run:
-  // the file of the host it shows the task could not see, "" when none or
-  // when this payload already claimed one in this run (a second claim is
-  // judged like any failure: a poison pill that prints such a line, with a
-  // new wording each time, is not held for ever).
+  // The file of the host the failure shows the task could not see, "" when
+  // none or when this payload already claimed one in this run: a second
+  // claim is judged like any failure, so a poison pill that prints such a
+  // line is not held for ever.
   std::string hidden_path_once(const Tracked& t, const Outcome& outcome);
   // While open for hidden_: another payload failing for a hidden file
   // confirms it, and the run stops at its next turn.

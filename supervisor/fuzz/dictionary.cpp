@@ -8,17 +8,9 @@
 
 #include "supervisor/io/regular_file.h"
 
-// The format is the one AFL (-x) and libFuzzer (-dict=) share, so existing
-// dictionaries (AFL++'s dictionaries/, OSS-Fuzz's *.dict) load unchanged:
-//
-//   # comment
-//   "value"
-//   name="value"
-//   name@3="value"       (AFL's level: read, ignored)
-//
-// Where the two tools differ we take the stricter reading and say what is
-// wrong, with the line: a dictionary that silently loses a token makes a
-// fuzz session weaker without anyone noticing.
+// Where AFL and libFuzzer differ we take the stricter reading and say what
+// is wrong, with the line: a dictionary that silently loses a token weakens
+// a session without anyone noticing.
 
 namespace pillbox::fuzz {
 namespace {
@@ -105,11 +97,9 @@ std::optional<std::string> parse_entry(std::string_view line, std::string& value
                                      : "(a backslash before the byte " + shown(e) + ")";
       return "invalid escape " + escape + " (only \\\\, \\\" and \\xNN are allowed)";
     }
-    // A raw control byte (a NUL, a tab, a stray CR) is invisible in the
-    // file, so it must be written \xNN. AFL refuses all bytes below 0x20;
-    // libFuzzer refuses them too, except whitespace such as a tab. Bytes from
-    // 0x80 up are accepted (both tools refuse them), so that UTF-8 text
-    // tokens can be written as they read.
+    // A raw control byte is invisible in the file: it must be written \xNN
+    // (as AFL requires). Bytes from 0x80 up are accepted, unlike both tools,
+    // so UTF-8 tokens can be written as they read.
     const auto u = static_cast<unsigned char>(c);
     if (u < 0x20 || u == 0x7f) {
       return "raw control byte in the value (write it as " + shown(c) + ")";

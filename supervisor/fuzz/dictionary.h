@@ -1,8 +1,8 @@
 #pragma once
-// Fuzzing dictionaries in the AFL / libFuzzer format (`pillbox fuzz --dict`):
-// one token per line, `name="value"` or `"value"`, `#` comments, blank lines;
-// in values `\\`, `\"` and `\xNN` escapes. AFL's `name@level="value"` is read
-// (the level ignored).
+// Fuzzing dictionaries in the format AFL (-x) and libFuzzer (-dict=) share
+// (`pillbox fuzz --dict`): one token per line, `name="value"` or `"value"`,
+// `#` comments, blank lines; in values `\\`, `\"` and `\xNN` escapes. AFL's
+// `name@level="value"` is read (the level ignored).
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -1,12 +1,9 @@
 #pragma once
-// The corpus of `pillbox fuzz`: the inputs mutations start from, and the
-// behaviour seen so far. The targets are not instrumented (a handler, an exec
-// command), so "new coverage" is judged from what a run shows from outside:
-// the outcome kind, a clean rejection's message, and the size of the output,
-// the CPU time and the memory, each in powers of two (like AFL's hit-count
-// buckets). An input that shows something new is kept; one that takes twice
-// the CPU of anything before is kept, which is what walks a backtracking
-// regex or a quadratic parser towards its blow-up.
+// The corpus of `pillbox fuzz` and the behaviour seen so far. Targets are
+// not instrumented, so "new coverage" is what a run shows from outside, in
+// power-of-two buckets; twice the CPU of anything before counts as new,
+// which walks a backtracking regex towards its blow-up. See
+// docs/fuzzing.md, The corpus: behaviour seen from outside.
 #include <cstddef>
 #include <cstdint>
 #include <random>

@@ -1,11 +1,8 @@
 #pragma once
-// pillbox fuzz: a mutation loop for targets that cannot be instrumented
-// (handlers, plugins, exec commands). Every candidate runs in the sandbox
-// exactly like a `run` task and is classified the same way; a failure with a
-// fingerprint the store does not hold becomes a quarantine record (source
-// fuzz, its seed and mutations as its origin), a known one only counts as a
-// repeat. All candidates of a session run in one dispatcher (one zygote),
-// `jobs` at once.
+// pillbox fuzz: a mutation loop for targets that cannot be instrumented.
+// Candidates run and are classified like `run` tasks, in one dispatcher; a
+// failure with a new fingerprint becomes a quarantine record, a known one
+// counts as a repeat. See docs/fuzzing.md.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -59,14 +56,12 @@ struct FuzzSettings {
   std::uint64_t rng_seed = 0;
   bool stop_on_finding = false;             // end the session at the first new record (like libFuzzer)
   std::size_t max_new_records = 1000;       // end the session after this many new records
-  // <store>/fuzz-inflight: where running candidates are journaled, so that
-  // the next session runs those a dead session left (inflight_journal.h).
-  // "": no journal.
+  // <store>/fuzz-inflight, where running candidates are journaled
+  // (inflight_journal.h); "": no journal.
   std::string journal_root;
   std::function<void(const FuzzProgress&)> on_progress;
-  // Before the first run: how many candidates of dead sessions were
-  // recovered, and how many were left for a session under another handler or
-  // policy.
+  // Before the first run: candidates of dead sessions recovered, and those
+  // left for another handler or policy.
   std::function<void(std::size_t recovered, std::size_t other_identity)> on_recovered;
   std::function<void(const FuzzFinding&)> on_finding;
 };

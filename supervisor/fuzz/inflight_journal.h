@@ -1,18 +1,13 @@
 #pragma once
-// The candidates a fuzz session is running right now, one file each under
-// <store>/fuzz-inflight/<session>/, so that when the session dies (SIGKILL,
-// or a candidate that somehow takes pillbox down with it) the next session
-// under the same handler and policy runs them first instead of losing them.
-// The payload only ever existed in memory: without this, the one candidate
-// that killed pillbox would leave no trace.
-//
-// A session holds an exclusive flock on its directory's `session` file; a
-// directory whose lock is free belongs to a session that is gone. Files are
-// written without fsync: they outlive the process, not a power loss.
-//
-// Recovered candidates run one at a time. One that was running alone when a
-// session died counts a loss; after kMaxSoloLosses it is not run again but
-// recorded as supervisor-lost, like a `run` task that keeps killing pillbox.
+// The candidates a fuzz session is running, one file each under
+// <store>/fuzz-inflight/<session>/, so that the candidate that killed
+// pillbox leaves a trace and the next session (same handler and policy)
+// runs them first. See docs/fuzzing.md, Candidates running when a session
+// dies.
+// A session flocks its `session` file; a free lock means a gone session.
+// No fsync: files outlive the process, not a power loss. A recovered
+// candidate that was running alone when a session died counts a loss; after
+// kMaxSoloLosses it is recorded as supervisor-lost instead of run.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,11 +50,9 @@ class InFlightJournal {
 
   // Moves the candidates of every gone session with this identity into this
   // journal and returns them (sessions in name order, candidates in run
-  // order). Gone sessions with another identity are left where they are;
-  // `other_identity` counts their candidates. A candidate file that cannot
-  // be read now is left, with its directory, for a later session; a gone
-  // session's directory with no candidates left in it is removed, whatever
-  // its identity.
+  // order). Other identities' are left; `other_identity` counts them. An
+  // unreadable file is left for a later session; an empty gone session's
+  // directory is removed.
   Expected<std::vector<RecoveredCandidate>> recover(std::size_t& other_identity);
 
   // Candidate `run` is about to run: writes it. Errors: the file cannot be written.

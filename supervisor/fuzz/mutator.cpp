@@ -52,10 +52,9 @@ struct Work {
   std::size_t room() const { return data.size() < max_len ? max_len - data.size() : 0; }
 
   // A block length in [1, limit] (limit >= 1), biased to small blocks like
-  // AFL's choose_block_len: most structure (fields, tokens, short runs) is a
-  // few bytes long, and small edits keep the candidate close to an input that
-  // already reaches deep code. Now and then a block of any length up to
-  // `limit`, so large moves still happen (doubling a whole input, for one).
+  // AFL's choose_block_len: most structure is a few bytes long, and small
+  // edits stay close to an input that reaches deep code. Now and then any
+  // length, so large moves (doubling an input) still happen.
   std::size_t block_len(std::size_t limit) {
     const std::size_t r = below(10);
     const std::size_t cap = r < 6 ? 8 : r < 9 ? 64 : limit;
@@ -271,10 +270,8 @@ constexpr Op kOps[] = {
 constexpr std::size_t kOpCount = std::size(kOps);
 
 // Applies one operation drawn by weight among those that apply, and returns
-// it; an operation that declines (a token too long for the room left) is
-// set aside and another drawn. Some operation always applies while
-// max_len >= 1 (the bytes are non-empty, or there is room to insert), so
-// null is only a safety net.
+// it; one that declines is set aside and another drawn. Some operation
+// always applies while max_len >= 1, so null is only a safety net.
 const Op* apply_one(Work& w) {
   std::array<bool, kOpCount> candidate{};
   for (std::size_t i = 0; i < kOpCount; ++i) candidate[i] = kOps[i].applies(w);
@@ -306,8 +303,7 @@ Mutator::Mutator(std::uint64_t seed, std::vector<std::string> dictionary, std::s
     : rng_(seed), dictionary_(without_empty(std::move(dictionary))), max_len_(std::max<std::size_t>(max_len, 1)) {}
 
 std::string Mutator::mutate(std::string_view input, std::string_view other, std::string* how) {
-  // An input longer than max_len (a seed from disk, a lowered --max-len) is
-  // cut first, so that every operation works within the limit.
+  // An input longer than max_len (a seed, a lowered --max-len) is cut first.
   Work w{rng_, dictionary_, other, max_len_, std::string(input.substr(0, max_len_))};
   if (how != nullptr) how->clear();
   const std::size_t depth = std::size_t{1} << w.below(5);  // 1, 2, 4, 8 or 16, as AFL

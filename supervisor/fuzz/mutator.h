@@ -1,8 +1,7 @@
 #pragma once
-// Byte-level mutations for `pillbox fuzz`: the fuzz loop cannot instrument the
-// handlers and exec commands it runs, so candidates come from blind, stacked
-// mutations of corpus entries (AFL's "havoc" stage, libFuzzer's mutators).
-// Deterministic for a given seed, so a fuzz session can be repeated.
+// Blind, stacked byte-level mutations for `pillbox fuzz` (like AFL's
+// "havoc" stage). Deterministic for a given seed, so a session can be
+// repeated.
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -19,15 +18,10 @@ class Mutator {
   Mutator(std::uint64_t seed, std::vector<std::string> dictionary, std::size_t max_len);
 
   // One candidate made from `input` by a stack of 1..16 mutations. `other` is
-  // another corpus entry for splicing (empty: no splice). `how`, when given,
-  // receives the operations applied, for example "flip-bit,dict-insert"
-  // (replacing its contents). The operations: flip-bit, flip-byte,
-  // random-byte, interesting-8/16/32, arith-8/16/32, delete-block,
-  // duplicate-block, insert-repeated, insert-random, overwrite-copy,
-  // splice-cut, splice-insert, dict-insert, dict-overwrite.
-  // The candidate is never empty and never longer than max_len; an `input`
-  // longer than max_len is cut to it first. An empty `input` is fine (only
-  // insertions apply to it).
+  // another corpus entry for splicing (empty: none). `how`, when given, is
+  // set to the operations applied, e.g. "flip-bit,dict-insert". The
+  // candidate is never empty nor longer than max_len (a longer `input` is
+  // cut first).
   std::string mutate(std::string_view input, std::string_view other, std::string* how = nullptr);
 
   std::mt19937_64& rng() { return rng_; }

@@ -26,12 +26,10 @@ const char* const kSymlinkNotFollowed = "a symlink, not followed (--follow-symli
 
 std::string never_read(const std::string& what) { return what + ", never read as input"; }
 
-// Lists a named directory: every entry below it, regular files to read later
-// and everything else as skipped, with what it is. Each directory is opened
-// relative to its parent's fd (O_NOFOLLOW unless following symlinks), so
-// what is listed is what was checked. Directories are identified by device
-// and inode: one reached a second time (a symlink back up the tree, a bind
-// mount) is listed as skipped instead of read again, so a loop ends.
+// Lists a named directory. Each directory is opened relative to its
+// parent's fd (O_NOFOLLOW unless following symlinks), so what is listed is
+// what was checked. One reached a second time (by device and inode: a
+// symlink back up, a bind mount) is skipped, so a loop ends.
 class TreeWalk {
  public:
   TreeWalk(const std::string& named, SymlinksInTree symlinks) : named_(named), symlinks_(symlinks) {}

@@ -1,15 +1,11 @@
 #pragma once
-// The input files of `run`, `fuzz` (seeds) and `quarantine import`
-// (artifacts): the paths the user named, and what the directories among
-// them hold. Only regular files are read, each with a cap on the bytes
-// actually read, and never with a blocking open (a FIFO would hang pillbox).
-//
-// A path named on the command line is taken as named: a symlink there is
-// followed, since the user chose it. Below a named directory nothing is
-// followed unless asked (--follow-symlinks): not when the tree is listed,
-// and not when a file is read later, component by component, so a symlink
-// swapped in between (a file or a directory above it) is refused too. Every
-// entry that is not a regular file is listed with what it is, never dropped.
+// The input files of `run`, `fuzz` (seeds) and `quarantine import`. Only
+// regular files are read, capped, never with a blocking open (a FIFO would
+// hang pillbox). A named path's symlink is followed (the user chose it);
+// below a named directory nothing is followed unless --follow-symlinks,
+// neither when listing nor when reading later, component by component, so a
+// symlink swapped in between is refused. Entries that are not regular files
+// are listed as skipped, never dropped.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,17 +32,14 @@ struct InputEntry {
   std::string skipped;
 };
 
-// A path named on the command line: one entry for a regular file (or a
-// symlink to one); for a directory, every entry below it (recursively, sorted
-// by path), skipped ones included. Errors, one line naming the path: it
-// cannot be read, or it is neither a regular file nor a directory ("input
-// '/dev/zero' is a character device, not a regular file (...)") — said
-// before anything is opened, so a device is never opened at all.
+// A named path: one entry for a regular file; for a directory, every entry
+// below it, recursively, sorted, skipped ones included. Errors, one line
+// naming the path: unreadable, or neither a regular file nor a directory
+// (decided by stat, so a device is never opened).
 Expected<std::vector<InputEntry>> list_input(const std::string& named, SymlinksInTree symlinks);
 
-// The bytes of a listed regular file, at most `cap` (counted as read). A
-// file that has become anything else since it was listed — a FIFO, a device,
-// a symlink below the named directory — is an error, not a hang. Errors:
+// The bytes of a listed regular file, at most `cap` (counted as read). One
+// that became anything else since it was listed is an error, not a hang:
 // "cannot read input 'PATH': why".
 Expected<std::string> read_input(const InputEntry& entry, std::uint64_t cap);
 

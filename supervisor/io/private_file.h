@@ -10,12 +10,10 @@
 
 namespace pillbox {
 
-// Writes `bytes` to `temp_path` (mode 0600, never through a symlink; a file
-// left there by a writer that was killed is replaced), then renames it to
-// `path`: a reader, or a process that outlives a kill in the middle, sees
-// the whole file or none. REQUIRES: both in one directory that only pillbox
-// writes to (write_file_whole_at in regular_file.h is for any other).
-// Errors name the file.
+// Writes `bytes` to `temp_path` (0600, never through a symlink; a killed
+// writer's leftover is replaced), then renames it to `path`: readers see the
+// whole file or none. REQUIRES: both in one directory only pillbox writes
+// to (else write_file_whole_at, regular_file.h). Errors name the file.
 Status write_file_whole(const std::string& path, const std::string& temp_path, std::string_view bytes);
 
 // The bytes of `path`, a regular file of at most `cap` bytes (counted as

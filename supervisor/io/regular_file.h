@@ -1,15 +1,10 @@
 #pragma once
-// Whole regular files, read and written through file descriptors so that
-// what is checked is what is used. A read (shared/regular_file_read.h, the
-// loop the policy parser uses too) never blocks on a FIFO, never pours a
-// device into memory, and stops at its cap whatever size the file claims
-// (/proc files claim 0 bytes; a growing file claims less than it has); here
-// its failures are put into words. A write goes to a new file beside the final name and is renamed over
-// it, so a reader sees the whole file or none, and no symlink or hard link
-// planted at either name is ever written through.
-//
-// Errors are the reason alone ("a FIFO, not a regular file", "No such file
-// or directory"): each caller names the file the way its user knows it.
+// Whole regular files, through file descriptors so that what is checked is
+// what is used. A read (shared/regular_file_read.h) never blocks on a FIFO,
+// never reads a device, and stops at its cap whatever size the file claims
+// (/proc files claim 0). A write goes to a new file renamed over the final
+// name, so no planted symlink or hard link is written through.
+// Errors are the reason alone: each caller names the file its own way.
 #include <sys/types.h>
 
 #include <cstdint>
@@ -37,13 +32,11 @@ Expected<std::string> read_regular_file_at(int dir_fd, const std::string& path, 
 // The same for a file already open at `fd` (not closed here).
 Expected<std::string> read_regular_fd(int fd, std::uint64_t cap);
 
-// Creates `temp_name` in `dir_fd` with O_CREAT | O_EXCL | O_NOFOLLOW (an
-// existing file, a hard link to someone else's file or a symlink there is an
-// error, never written through), mode exactly `mode` (the umask does not
-// apply), writes `bytes`, and renames it to `name` in the same directory.
-// rename(2) replaces a file or a symlink at `name` itself, never what a
-// symlink points to; a directory at `name` is an error. On any error the
-// temp file is removed. Both names may be paths relative to `dir_fd`.
+// Creates `temp_name` in `dir_fd` with O_CREAT | O_EXCL | O_NOFOLLOW (so
+// anything already there is an error, never written through), mode exactly
+// `mode` (no umask), writes `bytes` and renames it to `name`, replacing a
+// file or symlink there but not a directory. On error the temp file is
+// removed. Both names may be relative to `dir_fd`.
 Status write_file_whole_at(int dir_fd, const std::string& name, const std::string& temp_name, std::string_view bytes,
                            mode_t mode);
 

@@ -1,12 +1,9 @@
 #pragma once
-// The results of `run --out DIR` and `quarantine replay --out DIR`: one file
-// per successful task, in a directory others may write to too (a task whose
-// policy lets it write there, another user). So the directory is opened
-// once and every file is created relative to it: a new temp file (O_EXCL,
-// O_NOFOLLOW), then renamed to its name. A symlink planted at that name is
-// replaced, never written through; a directory there is an error for that
-// result. The directory itself is the one the user named: a symlink given on
-// the command line is followed, like any path they type.
+// The results of `run --out DIR` and `quarantine replay --out DIR`, one file
+// per ok task, in a directory others may write to too. So the directory is
+// opened once and each file is a new temp file (O_EXCL, O_NOFOLLOW) renamed
+// into place: a planted symlink is replaced, never written through. A
+// symlink the user names as DIR is followed.
 #include <sys/types.h>
 
 #include <map>
@@ -22,13 +19,10 @@ namespace pillbox {
 inline constexpr mode_t kDefaultResultMode = 0600;
 
 // The file name of the result of `key`, one to one (README.md, "--out"):
-// bytes other than A-Z a-z 0-9 . - _ become %XX (upper-case hex; '%' itself
-// is %25, '/' is %2F), then ".out" is appended. So `a/b` is a%2Fb.out and
-// `a_b` is a_b.out, and no name is ".", ".." or holds a '/'. An escaped key
-// longer than kMaxEscapedKey keeps its first kMaxEscapedKey bytes (never
-// half an escape), then '~' and the SHA-256 of the whole key in hex: no
-// short key's name holds a '~' (it is escaped), and two long keys share a
-// name only if they share a SHA-256. Names stay within 255 bytes.
+// bytes other than A-Z a-z 0-9 . - _ become %XX, then ".out". An escaped key
+// longer than kMaxEscapedKey is cut there (never mid-escape) and followed by
+// '~' and the whole key's SHA-256; a short key's '~' is escaped. Names stay
+// within 255 bytes.
 inline constexpr std::size_t kMaxEscapedKey = 160;
 std::string result_file_name(std::string_view key);
 
@@ -42,18 +36,13 @@ class ResultFiles {
   // that it can be written. Errors: one line naming the directory.
   static Expected<ResultFiles> open(const std::string& dir, mode_t mode = kDefaultResultMode);
 
-  // Writes `bytes` as the result of `key`, mode exactly as opened, and
-  // returns the path written (DIR/name). The same key a second time in one
-  // run (another payload under that key) gets name~2.out, then ~3, ...: a
-  // result is never overwritten by another of the same run. A file from an
-  // earlier run under the same name is replaced. Errors: one line naming the
-  // file ("cannot write result DIR/k.out: Is a directory").
-  // `variant` (hex digits, or empty) tells apart results of one key with
-  // different payloads, the same way in every run: NAME~VARIANT.out, where
-  // VARIANT is the first 16 hex digits of the payload's SHA-256
-  // (result_variant). No key's own name holds a '~' followed by 16 hex
-  // digits and ".out" (a '~' in a key is escaped; a long key's '~' is
-  // followed by 64), so the names stay one to one.
+  // Writes `bytes` as the result of `key` and returns the path written. The
+  // same name again in one run gets name~2.out, ~3, ...: never overwritten
+  // within a run; an earlier run's file is replaced. `variant`
+  // (result_variant, or empty) names results of one key with different
+  // payloads NAME~VARIANT.out, the same in every run, still one to one (a
+  // long key's '~' is followed by 64 hex digits, not 16). Errors: one line
+  // naming the file.
   Expected<std::string> write(std::string_view key, std::string_view bytes, std::string_view variant = {});
 
   const std::string& dir() const { return dir_; }

@@ -18,10 +18,9 @@ std::size_t bidi_control_at(std::string_view text);
 // bidirectional controls become '?', cut to `width` with a trailing '~'.
 std::string table_cell(std::string_view text, std::size_t width);
 
-// `text` at most `max_bytes` long: cut, when it is longer, after the last
-// whole word that fits (or, in a word longer than half of that, at a UTF-8
-// character's boundary) and marked with "...". Messages are read, not
-// parsed: "month out of range: 1991-1..." loses the reader a word.
+// `text` at most `max_bytes` long: cut after the last whole word that fits
+// (or, in a word longer than half of that, at a UTF-8 boundary) and marked
+// "...".
 std::string cut_at_word(std::string_view text, std::size_t max_bytes);
 
 // A preview of the first `max_bytes` of a payload, as lines that start with

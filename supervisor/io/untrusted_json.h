@@ -1,11 +1,9 @@
 #pragma once
-// JSON written by another process (a worker's dead letter, an entry's
-// delivery history, a record's state in NAME:dlq:state), read with bounds:
-// anyone who can write to Redis can write these. nlohmann's parser is
-// iterative, but dump() and comparisons recurse once per level of nesting,
-// so a value nested 200,000 deep overflows the stack of whoever prints it
-// (serve --redis, quarantine list --redis). Too deep or too long is treated
-// as unreadable, never parsed.
+// JSON anyone who can write to Redis may have written (dead letters,
+// delivery histories, NAME:dlq:state), read with bounds: nlohmann's dump()
+// and comparisons recurse per level, so a value nested 200,000 deep would
+// overflow the stack of whoever prints it. Too deep or too long is
+// unreadable, never parsed.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>

@@ -1,8 +1,7 @@
 #pragma once
 // What `run --metrics` and `worker --metrics` answer: the process's own
-// counters (run_metrics.h), always fresh, and, when the run has a store,
-// what the store holds, from a StoreMetricsReader (store_metrics_reader.h:
-// its own thread and connection, a bounded wait, a bounded cost).
+// counters (run_metrics.h) and, with a store, the store's gauges
+// (store_metrics_reader.h).
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,10 +18,9 @@ class LiveMetrics {
 
   RunMetrics& run() { return run_; }
 
-  // The whole answer. With a store it ends with pillbox_store_up: 1 when
-  // the store's families are in it, 0 when they are not (the store is not
-  // created yet: the run opens it after the server starts; unreadable; not
-  // read yet; or stopped). Thread-safe.
+  // The whole answer. With a store it includes pillbox_store_up: 0 when the
+  // store's families are missing (not created yet: the run opens it after
+  // the server starts; unreadable; not read yet; stopped). Thread-safe.
   std::string render();
 
   // The store is read no more, a read in progress is cut short

@@ -1,14 +1,11 @@
 #pragma once
-// A `run` with a store publishes its live numbers for other processes
-// (`pillbox serve`'s /runs) to read: S/live/RUN_ID.json, mode 0600, written
-// to a temporary file and renamed (a reader sees a whole file or the one
-// before), once a second, by a thread of its own from a RunMetrics snapshot
-// (run_metrics.h): the run's tasks pay nothing for it. The file names the
-// run's process claim (supervisor/store/process_claim.h), so a reader tells
-// a run killed with SIGKILL, whose file stays, from a live one.
-//
-// The file is best effort: a store where it cannot be written does not stop
-// the run (the ledger, not this, is what a run must keep).
+// A `run` with a store publishes its live numbers for `pillbox serve`'s
+// /runs in S/live/RUN_ID.json (mode 0600), rewritten once a second by a
+// thread of its own (temp file + rename: readers see whole files; tasks pay
+// nothing). The file names the run's process claim
+// (supervisor/store/process_claim.h), so a reader tells a SIGKILLed run,
+// whose file stays, from a live one. Best effort: a failed write never
+// stops the run.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -64,17 +61,16 @@ class LiveRunFile {
 nlohmann::json live_run_json(std::int64_t run_id, const RunMetrics::Counters& counters, const std::string& started_at,
                              double tasks_per_second);
 
-// The most live files read, and the largest one read, per call: the
-// directory is the store's, but a reader bounds what it trusts.
+// Limits per read_live_runs call: the directory is the store's, but a
+// reader bounds what it trusts.
 inline constexpr std::size_t kMaxLiveFiles = 256;
 inline constexpr std::size_t kMaxLiveFileBytes = 64 * 1024;
 
-// The live files of S whose run is alive, by run id: each file's object with
-// "holder": "live" (a process of this host, this boot) or "other host"
-// (whether it lives cannot be told from here). Files of processes that are
-// gone are skipped and, with `remove_gone`, deleted; files that are not a
-// regular file named RUN_ID.json, too large, or not a JSON object naming a
-// claim are skipped. A store without S/live has no live runs.
+// The live files of S whose run is alive, by run id, each with "holder":
+// "live" (this host, this boot) or "other host" (cannot be told from here).
+// Files of gone processes are skipped and, with `remove_gone`, deleted;
+// files that are not a regular RUN_ID.json, too large, or not a JSON object
+// naming a claim are skipped. No S/live: no live runs.
 nlohmann::json read_live_runs(const std::string& store_dir, bool remove_gone);
 
 }  // namespace pillbox::metrics

@@ -7,8 +7,8 @@ namespace pillbox::metrics {
 MeteredRun::MeteredRun(TaskSource& source, OutcomeSink& sink, RunMetrics& metrics, std::function<bool()> breaker_open)
     : source_(source), sink_(sink), metrics_(metrics), breaker_open_(std::move(breaker_open)) {}
 
-// The dispatcher launches every task next() gives and hands each one's
-// outcome back exactly once (dispatcher.h): a slot is busy from one to the other.
+// Each task next() gives gets exactly one outcome (dispatcher.h): a slot is
+// busy from one to the other.
 TaskSource::Item MeteredRun::next() {
   Item item = source_.next();
   if (item.type == Item::Type::kTask) metrics_.attempt_started();

@@ -1,13 +1,10 @@
 #pragma once
-// The run's own sources and sinks, seen through a RunMetrics (run_metrics.h):
-// each wrapper forwards every call unchanged to what it wraps, and counts on
-// the way. The counting is a few increments under an uncontended mutex per
-// task: no system call, no I/O, nothing that waits for the metrics server.
-//   MeteredRun       the dispatcher's TaskSource and OutcomeSink (TaskFlow,
-//                    for run and worker): slots busy, attempts and their duration,
-//                    the breaker's state after every step;
-//   MeteredVerdicts  `run`'s VerdictSink: tasks by kind and verdict, new
-//                    fingerprints, verdicts taken back, input errors;
+// Wrappers that forward every call unchanged and count on the way into a
+// RunMetrics (run_metrics.h: a few increments per task, nothing that waits):
+//   MeteredRun             the dispatcher's TaskSource and OutcomeSink: busy
+//                          slots, attempts, durations, the breaker's state;
+//   MeteredVerdicts        `run`'s VerdictSink: tasks by kind and verdict,
+//                          new fingerprints, verdicts taken back, input errors;
 //   MeteredWorkerVerdicts  the same for `worker`'s WorkerSink.
 #include <functional>
 #include <string>

@@ -1,15 +1,9 @@
 #pragma once
-// `GET /metrics` over HTTP on threads of its own, for `run --metrics ADDR`
-// and `worker --metrics ADDR`: cpp-httplib (Debian's libcpp-httplib-dev).
-// The address is bound when the server is made, before the run starts, so
-// that a port in use is a usage error and not a run without its metrics;
-// the server stops when the object goes.
-//
-// The run never waits for it: the server's threads call `render`, which
-// reads what the run counts under RunMetrics's short lock (run_metrics.h)
-// and, with a store, takes the store's numbers from a thread that reads
-// them on a connection of its own, waiting for them a bounded time
-// (store_metrics_reader.h). Any other path or method is cpp-httplib's 404.
+// `GET /metrics` over HTTP on threads of its own (cpp-httplib), for
+// `run --metrics ADDR` and `worker --metrics ADDR`. The address is bound
+// before the run starts, so a port in use is a usage error, not a run
+// without metrics. The run never waits for a scrape (run_metrics.h,
+// store_metrics_reader.h). Other paths and methods get cpp-httplib's 404.
 #include <functional>
 #include <memory>
 #include <string>

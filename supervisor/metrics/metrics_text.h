@@ -1,15 +1,12 @@
 #pragma once
-// The Prometheus text exposition format, version 0.0.4: what `GET /metrics`
-// answers (metrics_server.h). Written by hand: Debian packages no C++ library
-// that renders it, and the format is a few lines of text per family.
+// The Prometheus text exposition format, version 0.0.4. Written by hand:
+// Debian packages no C++ library for it.
 //
-// A family is announced once (HELP and TYPE lines) and its samples follow it,
-// before the next family: Prometheus (and `promtool check metrics`) refuse a
-// family whose samples are split. Label values are escaped here (backslash,
-// double quote, newline), so they may hold anything, including bytes read
-// from a payload or a store; HELP text is escaped the same way (without the
-// quote, which the format leaves alone there). Metric and label names are
-// the caller's constants: checked with an assert, never escaped.
+// A family's samples must directly follow its HELP and TYPE lines:
+// Prometheus and `promtool check metrics` refuse split families. Label
+// values and HELP text are escaped here, so they may hold anything (bytes
+// from a payload or a store). Metric and label names are the caller's
+// constants: asserted valid, never escaped.
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -1,13 +1,11 @@
 #pragma once
-// The live counters of one long-running `pillbox run` or `pillbox worker`
-// (`--metrics ADDR`): what its tasks became, how long its attempts took,
-// its slots and its circuit breaker. The dispatcher's thread counts
-// (metered_run.h); the metrics server's thread renders (live_metrics.h).
+// The live counters of one `pillbox run` or `pillbox worker` (`--metrics`).
+// The dispatcher's thread counts (metered_run.h); the metrics server's
+// thread renders (live_metrics.h).
 //
-// Thread safety: every member function may be called from any thread. One
-// mutex guards the counters; each call holds it for a few increments and no
-// call makes a system call while holding it (an uncontended lock is none),
-// so a scrape never holds up the run for longer than a copy of the counters.
+// Thread-safe. One mutex, held for a few increments or one copy and never
+// across a system call, so a scrape never holds up the run for longer than
+// a copy of the counters.
 #include <cstddef>
 #include <cstdint>
 #include <map>

@@ -65,9 +65,8 @@ Status write_store_metrics(store::Database& db, MetricsText& out) {
 }
 
 void write_quarantine_families(MetricsText& out, const RecordCounts& records, std::int64_t fingerprints) {
-  // Every known status and kind present (0 where none), so that a query over
-  // them sees a series from the start; unknown ones (a newer pillbox wrote
-  // them) are kept as they are, their text escaped by the writer.
+  // Every known status and kind, 0 where none, so a query sees each series
+  // from the start; unknown ones (a newer pillbox's) are kept.
   std::map<std::pair<std::string, std::string>, std::int64_t> all_records;
   for (const auto status : store::kAllRecordStatuses) {
     for (const auto kind : kAllKinds) {

@@ -1,16 +1,12 @@
 #pragma once
-// What a store holds, as Prometheus gauges (metrics_text.h): quarantine
-// records by status and kind, distinct fingerprints, tasks by state. The
-// body of `GET /metrics` on `pillbox serve`, and the store's part of
-// `run --metrics` (live_metrics.h).
+// A store's contents as Prometheus gauges: for `pillbox serve`'s /metrics
+// and the store's part of `run --metrics`.
 //
-// Read-only, in one read transaction (the numbers agree with each other),
-// on a connection of the caller's: under WAL it never blocks a run writing
-// the same store. What it costs on a large store: records by status and
-// kind read every quarantine row (bounded by --quarantine-limit, 100000 by
-// default); fingerprints come from the quarantine_by_fingerprint index
-// alone; tasks by state read every task row (no index on tasks.state: one
-// would be written on every verdict of every run to serve a scrape).
+// Read-only, in one read transaction (the numbers agree), on the caller's
+// connection: under WAL it never blocks a run writing the store. Cost:
+// every quarantine row (bounded by --quarantine-limit) and every task row
+// (no index on tasks.state: every verdict of every run would pay to write it
+// to serve a scrape); fingerprints come from their index alone.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -33,10 +29,9 @@ Status write_store_metrics(store::Database& db, MetricsText& out);
 
 // Records counted by (status, kind).
 using RecordCounts = std::map<std::pair<std::string, std::string>, std::int64_t>;
-// The quarantine's families: pillbox_quarantine_records{status,kind} (as
-// above: every known status and kind, 0 where none, unknown ones kept) and
-// pillbox_quarantine_fingerprints. The store's, and the fleet's dead letters
-// on `pillbox serve --redis` (supervisor/serve/fleet_console_source.h).
+// The two quarantine families of write_store_metrics; also used for the
+// fleet's dead letters on `pillbox serve --redis`
+// (supervisor/serve/fleet_console_source.h).
 void write_quarantine_families(MetricsText& out, const RecordCounts& records, std::int64_t fingerprints);
 
 // The whole answer for a store alone: write_store_metrics's text.

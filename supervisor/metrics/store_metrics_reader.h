@@ -1,19 +1,16 @@
 #pragma once
-// A store's gauges (store_metrics.h) for an HTTP endpoint that any local
-// client may scrape as often as it likes: read on a thread of its own, on a
-// connection of its own, at most so often, and waited for a bounded time.
-// `run --metrics` uses it (live_metrics.h); so may `serve`'s /metrics.
+// A store's gauges (store_metrics.h) for an endpoint any local client may
+// scrape as often as it likes: read on a thread and connection of its own,
+// at most so often, waited for a bounded time. Used by `run --metrics` and
+// `serve`'s /metrics.
 //
-// Reading a large store is not free (store_metrics.h: every task row; 1 to
-// 14 s for a million tasks on a loaded 2-core host, warm or cold). So:
-//   * the store is read at a scrape's request, and again only once the last
-//     read is older than 4 times what it took (at least 1 s): reading takes
-//     at most a fifth of one core whatever the scrapers do;
-//   * a scrape waits for the read it asked for at most kStoreWait, then gets
-//     the last one there is (a scrape timeout of Prometheus's default 10 s is
-//     never hit); a small store is always read in time, so its numbers are
-//     fresh.
-// Under WAL, its reads never block a run writing the same store.
+// Reading a large store is not free (1 to 14 s for a million tasks on a
+// loaded 2-core host). So:
+//   * a scrape triggers a read only once the last one is older than 4 times
+//     what it took (at least 1 s): at most a fifth of one core;
+//   * a scrape waits at most kStoreWait for its read, then gets the last
+//     one (Prometheus's default 10 s timeout is never hit); a small store is
+//     always read in time.
 #include <sqlite3.h>
 
 #include <chrono>

@@ -153,7 +153,7 @@ Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& p
     for (auto& file : *listed) {
       const std::string path = fs::path(file.path).lexically_normal().string();
       if (file.path == absolute) {
-        // Named on the command line: taken whatever its name, if it is a file.
+        // Named on the command line: must be a file.
         if (!file.skipped.empty()) {
           return Error{"input '" + given + "' is " + file.skipped + " (give artifact files or directories)"};
         }
@@ -161,9 +161,8 @@ Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& p
         a.file = std::move(file);
         found.push_back(std::move(a));
       } else if (auto a = recognize_artifact(path)) {
-        // Found in a directory: artifacts by their name. One that is not a
-        // regular file is kept, to be reported as unreadable (read_input
-        // says what it is), not dropped.
+        // One that is not a regular file is kept, to be reported as
+        // unreadable (read_input says what it is), not dropped.
         a->file = std::move(file);
         found.push_back(std::move(*a));
       } else {

@@ -1,11 +1,8 @@
 #pragma once
-// pillbox quarantine import: crash artifacts written by coverage-guided
-// fuzzers (libFuzzer's crash-/oom-/timeout-/leak-/slow-unit-<sha1> files,
-// AFL++'s crashes/id:… and hangs/id:…) run once each in the sandbox under the
-// given handler or command. A failure becomes a quarantine record (source
-// import, the file and the fuzzer as its origin) whose fingerprint is the one
-// `run` gives the same bytes; an artifact that does not fail here is reported
-// and not recorded.
+// pillbox quarantine import (docs/operator.md, 'pillbox quarantine import'):
+// libFuzzer and AFL++ crash artifacts run once each in the sandbox; a
+// failure becomes a quarantine record with the fingerprint `run` would give
+// the same bytes, and an artifact that does not fail is only reported.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -30,13 +27,13 @@ struct Artifact {
 // be relative; AFL++'s are recognized by their directory (crashes/, hangs/).
 std::optional<Artifact> recognize_artifact(const std::string& path);
 
-// Files named on the command line are taken whatever their name; directories
-// are searched recursively for recognized artifacts only (supervisor/
-// input_files.h: symlinks in them are not followed unless `symlinks` says
-// so; an artifact that is not a regular file is kept, and its import reports
-// it unreadable). Errors: a path that cannot be read, or one that is neither
-// a regular file nor a directory. `ignored` counts entries of directories
-// that are not artifacts.
+// Files named on the command line are taken whatever their name;
+// directories are searched recursively for recognized artifacts only
+// (supervisor/io/input_files.h: symlinks followed only if `symlinks` says so;
+// an artifact that is not a regular file is kept, and its import reports it
+// unreadable). Errors: a path that cannot be read, or is neither a regular
+// file nor a directory. `ignored` counts directory entries that are not
+// artifacts.
 Expected<std::vector<Artifact>> find_artifacts(const std::vector<std::string>& paths, std::size_t& ignored,
                                                SymlinksInTree symlinks = SymlinksInTree::kRefuse);
 

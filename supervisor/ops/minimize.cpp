@@ -187,7 +187,7 @@ class Shrinker final : public PayloadPlanner {
 
 bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome) {
   if (outcome.kind == Kind::kOk) return false;
-  // Resource limits: where the limit struck says little; the kind is the failure.
+  // Resource limits: where the limit struck says little.
   const std::optional<Kind> recorded = kind_from_string(record.kind);
   if (recorded == Kind::kCpuLimit || recorded == Kind::kWallTimeout || recorded == Kind::kOom) {
     return outcome.kind == *recorded;

@@ -1,12 +1,7 @@
 #pragma once
 // pillbox minimize: shrinks a quarantined payload while it still fails the
-// same way (the same fingerprint; for cpu-limit, wall-timeout and oom, whose
-// fingerprints say little, the same kind), in the spirit of afl-tmin and
-// ddmin: delete blocks from large to small until no block can go, then
-// simplify the bytes left (each to '0'). Candidates run in the sandbox
-// under the record's handler and policy, `jobs` at a time. Progress is kept
-// in the store after every improvement, so an interrupted minimization
-// resumes from its best payload; the result is stored beside the original.
+// same way, ddmin-style (docs/operator.md, 'pillbox minimize'). Progress is
+// saved after every improvement, so an interrupted minimization resumes.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -32,11 +27,10 @@ struct MinimizeSettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;                    // "" = find_sandbox_binary()
   std::string actor;
-  // The operator's --policy; else this machine's policy for the record's
-  // claim (supervisor/exec/record_policy.h).
+  // --policy; else this machine's policy for the record's claim
+  // (supervisor/exec/record_policy.h).
   std::optional<Policy> policy;
-  // What this command line allows the record's policy beyond the shipped
-  // one it derives from (record_policy.h).
+  // What the command line allows beyond the shipped policy (record_policy.h).
   RecordAllowance allowed;
   // Runs so far, the best size so far.
   std::function<void(std::int64_t runs, std::size_t best_size)> on_progress;
@@ -55,13 +49,13 @@ struct MinimizeResult {
   int stop_signal = 0;
 };
 
-// Whether `outcome` is "the same failure" as the record's.
+// Whether `outcome` is "the same failure" as the record's: the same
+// fingerprint, or for cpu-limit, wall-timeout and oom the same kind.
 bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome);
 
-// Where a minimization keeps its progress, so that a later session resumes
-// from its best payload, and its result: with the record, wherever its
-// quarantine keeps it (QuarantineSource::minimize_keeper: the store's
-// tables, or the fleet's keys on Redis, supervisor/broker/fleet_minimize.h).
+// Where a minimization keeps its progress and result, with the record
+// (QuarantineSource::minimize_keeper: the store's tables, or the fleet's
+// keys, supervisor/broker/fleet_quarantine_source.cpp).
 class MinimizeKeeper {
  public:
   virtual ~MinimizeKeeper() = default;

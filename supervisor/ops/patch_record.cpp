@@ -123,8 +123,8 @@ std::string args_change_summary(const std::string& before_text, const std::strin
 Expected<store::Revision> patch_record(store::Database& db, store::QuarantineStore& quarantine,
                                        const PatchRequest& request, std::int64_t now) {
   if (auto s = check_request(request); !s) return Error{s.message(), s.code()};
-  // Everything below under the write lock: the record's status, its claim
-  // and its newest revision cannot change between the checks and the write.
+  // Under the write lock: status, claim and newest revision cannot change
+  // between the checks and the write.
   auto txn = store::Transaction::begin(db.handle());
   if (!txn) return Error{txn.error()};
   auto found = quarantine.get(request.record_id);

@@ -1,11 +1,8 @@
 #pragma once
-// pillbox quarantine patch: an operator's fix of a quarantined record — a new
-// payload, or handler arguments changed — stored as the record's next
-// revision (supervisor/store/revision_store.h) next to the original, which
-// never changes, with an audit entry saying who, why (the note) and what
-// changed. `quarantine replay` then runs the newest revision
-// (supervisor/ops/replay.h). The CLI verb (supervisor/cli/quarantine_patch.cpp)
-// and the web console call this with their own actor.
+// pillbox quarantine patch (docs/operator.md, 'pillbox quarantine patch'):
+// an operator's new payload or handler arguments, stored as the record's
+// next revision (supervisor/store/revision_store.h) beside the unchanged
+// original. Called by the CLI verb and the web console with their own actor.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,14 +1,12 @@
 #pragma once
 // One quarantine, whichever back end holds it: the store's records
 // (store_quarantine_source.h) or the fleet's dead letters on Redis
-// (supervisor/broker/fleet_quarantine_source.h). The quarantine verbs that
-// read and discard records (supervisor/cli/quarantine_records.cpp) are
+// (supervisor/broker/fleet_quarantine_source.h). The quarantine verbs are
 // written once against this; what a back end cannot do is a capability
-// (QuarantineCapabilities), which the verb checks and says in words.
+// (QuarantineCapabilities) the verb checks.
 //
-// Errors carry their code (shared/status.h): kUsage for what the operator
-// asked wrongly or for a record that is not there (exit 2), kSetup for a
-// back end that cannot be used (the store's file, Redis: exit 3).
+// Error codes (shared/status.h): kUsage for a wrong request or a missing
+// record (exit 2), kSetup for an unusable back end (exit 3).
 #include <any>
 #include <chrono>
 #include <cstdint>
@@ -116,9 +114,9 @@ class QuarantineSource {
   virtual Status each(const store::ListFilter& filter, const std::function<bool(const SourcedRecord&)>& fn) = 0;
   // How many records `filter` matches, limit and offset aside.
   virtual Expected<std::int64_t> count(const store::ListFilter& filter) = 0;
-  // each() of `filter`'s page (its limit and offset), and how many records
-  // it matches in all. By default each() then count(); a back end whose
-  // count reads every record again does both in one pass.
+  // each() of `filter`'s page (limit and offset), and how many records it
+  // matches in all. A back end whose count() rereads every record overrides
+  // this to do both in one pass.
   virtual Expected<std::int64_t> each_counted(const store::ListFilter& filter,
                                               const std::function<void(const SourcedRecord&)>& fn);
   // Records grouped by fingerprint and kind; `example_ids[i]` is group i's

@@ -110,8 +110,8 @@ nlohmann::json group_json(const store::FingerprintStats& g, const nlohmann::json
                       {"repeats", g.repeats},               {"first_seen", iso_time(g.first_ms)},
                       {"last_seen", iso_time(g.last_ms)},   {"example_id", example_id},
                       {"message", g.message},               {"by_status", std::move(by_status)}};
-  // The example's crash state, as the record has it (a record's text is a
-  // claim: anything but an array of frames is kept as the text it is).
+  // The example's crash state; a record's text is a claim: anything but an
+  // array shows as none.
   auto state = nlohmann::json::parse(g.crash_state, nullptr, false);
   j["crash_state"] = state.is_array() ? state : nlohmann::json::array();
   if (!g.by_day.empty()) {

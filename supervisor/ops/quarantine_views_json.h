@@ -1,9 +1,8 @@
 #pragma once
-// The JSON objects of `quarantine show --json` and `quarantine stats --json`,
-// built here so that the CLI (supervisor/cli/quarantine_print.cpp) and the
-// console's API (supervisor/serve/console_api.cpp) print the same objects.
-// Records of either quarantine: the store's, whose id is its number, and the
-// fleet's on Redis, whose id is an entry id (a string); the id is given as JSON.
+// The JSON of `quarantine show --json` and `stats --json`, shared by the CLI
+// (supervisor/cli/quarantine_print.cpp) and the console's API
+// (supervisor/serve/console_api.cpp). Ids are JSON: the store's number or the
+// fleet's entry id (a string).
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -51,12 +51,9 @@ std::string policy_lines(const store::QuarantineEntry& e) {
 
 }  // namespace
 
-// reproduce.sh: the record's handler, this machine's policy for it, the
-// payload beside it, one attempt, no store, so that it runs the same way on
-// any machine with pillbox. Which pillbox: $PILLBOX (a build tree's, say),
-// else the one on PATH; found before the script changes directory, so a
-// relative $PILLBOX still works, and when there is none the script says what
-// to do instead of a shell's "pillbox: not found".
+// Which pillbox: $PILLBOX, else the one on PATH; resolved before the script
+// changes directory, so a relative $PILLBOX works, and a missing one gets
+// advice instead of a shell's "pillbox: not found".
 std::string reproduce_script(const std::string& id, const store::QuarantineRecord& r) {
   const store::QuarantineEntry& e = r.entry;
   std::string cmd = "\"$pillbox\" run --no-store --max-attempts 1 --no-breaker --json --jobs 1 \"$@\"";

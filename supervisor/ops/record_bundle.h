@@ -1,9 +1,8 @@
 #pragma once
 // A record's bundle: the files that let anyone run a quarantined payload
-// again the way it failed. `quarantine export ID --bundle -o DIR` writes
-// them into DIR (supervisor/cli/quarantine_print.cpp); the console packs the
-// same files into record-ID.tar.gz (GET /api/records/ID/bundle,
-// supervisor/serve/record_archive.h). One list, so the two cannot differ.
+// again the way it failed. One list for `quarantine export ID --bundle` and
+// the console's record-ID.tar.gz (supervisor/serve/record_archive.h), so the
+// two cannot differ.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <sys/types.h>
@@ -25,9 +24,9 @@ struct BundleFile {
 std::vector<BundleFile> record_bundle_files(const std::string& id, const store::QuarantineRecord& r,
                                             const nlohmann::json& full, std::string payload);
 
-// reproduce.sh: the record's handler and policy, the payload beside it, one
-// attempt, no store (`pillbox run --no-store ...`), so that it runs the same
-// way on any machine with pillbox.
+// reproduce.sh: the record's handler, this machine's policy for it, the
+// payload beside it, one attempt, no store (`pillbox run --no-store ...`),
+// so that it runs the same way on any machine with pillbox.
 std::string reproduce_script(const std::string& id, const store::QuarantineRecord& r);
 
 }  // namespace pillbox

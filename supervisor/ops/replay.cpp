@@ -73,11 +73,9 @@ Expected<ChildConfig> config_for(const store::QuarantineRecord& r, const ReplayS
   return make_child_config(*choice, std::move(*policy));
 }
 
-// A claimed record runs its newest revision (an operator's patch,
-// supervisor/ops/patch_record.h) when it has one: its payload and handler
-// arguments replace the original's in `r` (the key stays the record's own).
-// Read after the claim, since a record being replayed cannot be patched.
-// Returns the revision's number, 0 for the original.
+// Puts the newest revision's payload and handler arguments into `r` (the key
+// stays the record's). Call after the claim: a claimed record cannot be
+// patched meanwhile. Returns the revision's number, 0 for the original.
 Expected<std::int64_t> use_newest_revision(store::RevisionStore& revisions, store::QuarantineRecord& r) {
   auto newest = revisions.latest(r.id);
   if (!newest) return Error{newest.error()};
@@ -145,9 +143,6 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
     result.taken_by_others += ids.size() - mine.size();
     result.not_replayed += ids.size() - mine.size();
     std::set<std::int64_t> finished;
-    // Whatever ends this batch early (an error of the store, the sandbox or
-    // a record's configuration) gives back what it claimed and did not
-    // finish: no record is left `replaying` until the next replay recovers it.
     ClaimRelease release_on_error(replays, *claimed, finished);
 
     for (std::size_t i = first; i < last; ++i) {

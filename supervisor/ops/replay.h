@@ -1,16 +1,10 @@
 #pragma once
-// pillbox quarantine replay: quarantined payloads run again — under their
-// recorded handler and policy, or under a new (fixed) one — in controlled
-// batches, at a bounded rate, stopping as soon as the failure comes back.
-// Successes become `resolved`, and their tasks ok with the replay's output
-// as their kept result (ReplayStore::finish); failures `failed-again` (the
-// attempt is appended to the task's history); what was not replayed keeps
-// its status.
-// A record an operator patched runs its newest revision (payload and handler
-// arguments, supervisor/store/revision_store.h) under its own key; the
-// audit entry says which revision ran.
-// Records are claimed batch by batch (status `replaying`), so two replays of
-// the same selection at once never run the same record.
+// pillbox quarantine replay on the store (docs/operator.md, 'pillbox
+// quarantine replay'): payloads run again in batches, with brakes. Successes
+// become `resolved` (ReplayStore::finish keeps their output), failures
+// `failed-again`. A patched record runs its newest revision. Records are
+// claimed batch by batch (status `replaying`), so concurrent replays never
+// run the same record.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -45,8 +39,8 @@ struct ReplaySettings : ReplayBrakes {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;
   std::string actor;
-  // Each replayed record's outcome and what it came to; `revision` > 0:
-  // it ran that revision (a patch, supervisor/ops/patch_record.h), 0: the original.
+  // Each replayed record's outcome and verdict; `revision` > 0: it ran that
+  // patch revision, 0: the original.
   std::function<void(const store::QuarantineRecord&, const Outcome&, store::ReplayVerdict, std::int64_t revision)>
       on_result;
   std::function<void(std::size_t done, std::size_t total)> on_progress;

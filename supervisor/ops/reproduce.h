@@ -1,8 +1,7 @@
 #pragma once
-// pillbox reproduce: a quarantined payload run N times in the sandbox under
-// its recorded handler and policy; how many runs end with the record's
-// fingerprint decides whether it reproduces reliably (at least half of them,
-// as ClusterFuzz judges) or is flaky. The verdict goes into the record.
+// pillbox reproduce: a quarantined payload run N times under its recorded
+// handler and policy, judged reliable, flaky or not reproduced
+// (docs/operator.md, 'pillbox reproduce'). The verdict goes into the record.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -25,20 +24,18 @@ struct ReproduceSettings {
   LaunchMode mode = LaunchMode::kZygote;
   std::string sandbox_binary;                 // "" = find_sandbox_binary()
   std::string actor;                          // for the audit trail
-  // The operator's --policy; else this machine's policy for the record's
-  // claim (supervisor/exec/record_policy.h).
+  // --policy; else this machine's policy for the record's claim
+  // (supervisor/exec/record_policy.h).
   std::optional<Policy> policy;
-  // What this command line allows the record's policy beyond the shipped
-  // one it derives from (record_policy.h).
+  // What the command line allows beyond the shipped policy (record_policy.h).
   RecordAllowance allowed;
   // Runs so far, and how the last one ended.
   std::function<void(std::size_t done, const Outcome& last)> on_progress;
 };
 
-// Runs that ended otherwise than the record, alike in kind and fingerprint:
-// how many, and what the first of them said, so that the operator sees
-// what it fails of now ("python3: can't open file ...") and not only that
-// it fails differently.
+// Runs that ended otherwise than the record, alike in kind and fingerprint,
+// with what the first said, so the operator sees why ("python3: can't open
+// file ..."), not only that it differs.
 struct OtherOutcome {
   std::size_t count = 0;
   std::uint64_t first_run = 0;                // 1-based, in the order the runs were started
@@ -63,9 +60,9 @@ std::string outcome_label(const std::string& kind, const std::string& fingerprin
 // resolved against this process's directory. "" when that does not apply.
 std::string missing_working_dir_hint(const store::QuarantineEntry& entry);
 
-// "reliable" when matches >= runs / 2 (and at least one); "flaky" when fewer
-// runs ended with the fingerprint but some run failed (with it or with
-// another); "not-reproduced" when every run was ok.
+// "reliable" when matches >= runs / 2 (and at least one), as ClusterFuzz
+// judges; "flaky" when fewer but some run failed (any way);
+// "not-reproduced" when every run was ok.
 std::string reproduce_verdict(const ReproduceResult& result);
 
 // Runs `payload`, a record's (`entry`: its key and fingerprint), under

@@ -1,9 +1,7 @@
 #pragma once
-// The console's access token: every action (a POST) needs it as
-// `Authorization: Bearer TOKEN`. A new one on each start of `pillbox
-// serve`, written to STORE/serve.token (0600), or the file --token-file
-// names: whoever can read it may act, nobody else, and a token from an
-// earlier start stops working.
+// The console's access token, which every POST needs as `Authorization:
+// Bearer TOKEN`. A new one on each start of `pillbox serve`: whoever can
+// read its file may act, and an earlier start's token stops working.
 #include <string>
 #include <string_view>
 
@@ -14,9 +12,8 @@ namespace pillbox::serve {
 // STORE/serve.token.
 std::string token_path(const std::string& store_dir);
 
-// 32 random bytes (OpenSSL RAND_bytes) as 64 hex digits, written whole to
-// `file` (mode 0600, never through a symlink, replacing the last one; its
-// directory exists): token_path, or serve's --token-file.
+// 32 random bytes as 64 hex digits, written whole to `file` (mode 0600,
+// never through a symlink, replacing the last one); its directory must exist.
 Expected<std::string> write_new_token_file(const std::string& file);
 
 // How an Authorization header compares with the token.

@@ -178,7 +178,6 @@ DiscardReason discard_reason(const std::string& body) {
 }
 
 ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::string& was) {
-  // As quarantine discard --json.
   nlohmann::json discarded = nlohmann::json::array();
   nlohmann::json already_discarded = nlohmann::json::array();
   if (already) {

@@ -1,20 +1,10 @@
 #pragma once
-// The console's JSON API (GET/POST /api/...): the objects of the CLI's
-// --json, built by the same library calls, so the two cannot drift apart.
-//   GET  /api/records          {"records": [quarantine list --json objects], "total": N}
-//   GET  /api/records/ID       quarantine show ID --json
-//   GET  /api/records/ID/payload, /bundle  downloads (console_download.h)
-//   POST /api/records/ID/discard  {"reason": TEXT}: quarantine discard ID --reason TEXT --json
-//   POST /api/records/ID/patch    {"note", "payload_b64" | "set_args"}: quarantine patch ID --json
-//   GET  /api/stats            {"groups": [quarantine stats --json objects]}
-//   GET  /api/tasks            {"tasks": [pillbox tasks --json objects]}
-//   GET  /api/runs             {"runs": [the live files of live runs (supervisor/metrics/live_run_file.h)]}
-// and the actions that run as jobs (job_api.h).
-// Each call returns an HTTP status and a body; errors are {"error": TEXT}
-// with 400 (a bad filter or body: the text says what is allowed), 404 (no
-// such record) or 409 (being replayed), and 500 when the store fails.
-// HTTP itself (routes, the token) is console_server.h's; these functions
-// are called one at a time (the server holds a lock around them).
+// The console's JSON API (routes: docs/console.md, The JSON API): the
+// objects of the CLI's --json, built by the same library calls, so the two
+// cannot drift apart. Errors are {"error": TEXT} with 400 (a bad filter or
+// body: the text says what is allowed), 404 (no such record), 409 (being
+// replayed) or 500 (the store failed). HTTP itself is console_server.h's;
+// it calls these one at a time, under its lock.
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -54,9 +44,10 @@ ApiReply failure_reply(const std::string& message, ErrorCode code, int usage_sta
 // (offset). A listing without a limit returns this many at most.
 inline constexpr std::int64_t kMaxPage = 1000;
 
-// status, kind, fingerprint, handler, key, source, limit, offset. An empty
-// value is the same as none (an HTML form's "any"). Unknown names, repeats
-// and bad values are errors (kUsage) that list what is allowed.
+// status, kind, fingerprint, handler, key, source, raise_site, and with
+// `paging` limit and offset. An empty value is the same as none (an HTML
+// form's "any"). Unknown names, repeats and bad values are errors (kUsage)
+// that list what is allowed.
 Expected<store::ListFilter> records_filter(const Query& query, bool paging);
 // state, key, handler, limit.
 Expected<store::TaskFilter> tasks_filter(const Query& query);
@@ -78,11 +69,9 @@ DiscardReason discard_reason(const std::string& body);
 // "was"}], "already_discarded": [ID], "changed": N}, for record `id`.
 ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::string& was);
 
-// The largest new payload a patch from the console takes (decoded bytes);
-// larger ones are patched with `pillbox quarantine patch --payload-file`.
-// 8 MiB: a browser reads the file into memory and base64 makes it a third
-// larger, and the server holds the body, the decoded bytes and the store's
-// copy at once; the CLI takes payloads up to kMaxPayloadBytes.
+// The largest new payload a console patch takes (decoded bytes); larger
+// ones go through `pillbox quarantine patch --payload-file`. 8 MiB: the
+// server holds the base64 body, the decoded bytes and the store's copy at once.
 inline constexpr std::size_t kMaxWebPatchPayloadBytes = 8u << 20;
 // The largest patch body read: the base64 of kMaxWebPatchPayloadBytes, a
 // note (kMaxPatchNoteBytes, up to 6 bytes a byte when JSON-escaped) and room.

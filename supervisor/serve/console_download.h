@@ -1,14 +1,11 @@
 #pragma once
 // The console's downloads: a record's payload (GET /api/records/ID/payload)
-// and its bundle (GET /api/records/ID/bundle, the files of `quarantine
-// export ID --bundle` as record-ID.tar.gz: supervisor/ops/record_bundle.h,
-// record_archive.h). Each is found under the console's lock
-// (ConsoleSource::find_download: the record, its JSON, its payload's row and
-// open file) and read after it (finish_download: up to 1 GiB read and
-// checked against its hash, the archive compressed), so that a large
-// download never holds every other request of the console behind the lock. A payload in a file is sent from
-// the file (read twice: checked, then sent), never held whole; a bundle is
-// built in memory (its payload, then the compressed archive).
+// and its bundle (/bundle: `quarantine export ID --bundle` as
+// record-ID.tar.gz, record_archive.h). Each is found under the console's
+// lock (ConsoleSource::find_download) and read after it (finish_download),
+// so a large download never holds the console's other requests behind the
+// lock. A payload in a file is sent from the file, never held whole; a
+// bundle is built in memory.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,9 +48,9 @@ struct DownloadReply {
   std::uint64_t size = 0;
 };
 
-// Without the store: the payload checked against its hash (a file read
-// through once, never held whole; PayloadStore::check_file), the bundle
-// packed; or an error reply (500: damaged or unreadable).
+// Without the lock: the payload checked against its hash (a file read
+// through once, never held whole), the bundle packed; or an error reply
+// (500 damaged or unreadable, 413 a bundle over kMaxBundlePayloadBytes).
 DownloadReply finish_download(PendingDownload& pending);
 
 // Up to `length` bytes of `file` from `offset` (at most 64 KiB a call), as

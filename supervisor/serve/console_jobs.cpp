@@ -137,8 +137,7 @@ ApiReply JobBoard::start(JobRequest request) {
   if (running() >= kMaxRunningJobs) {
     return error_reply(429, std::to_string(kMaxRunningJobs) + " jobs are running; wait or stop one at /jobs");
   }
-  // One job per record at once, but for two replays (their claims keep
-  // them apart, as two CLI replays). A replay by filter names no record.
+  // A replay by filter names no record.
   {
     for (const auto& j : jobs_) {
       if (j->state != JobState::kRunning) continue;

@@ -1,26 +1,16 @@
 #pragma once
-// The console's actions that run (reproduce, minimize, replay): each is a
-// job, the pillbox CLI itself run as a child process
-// (`pillbox reproduce ID --runs N --json --quiet --store DIR`), never inside
-// the HTTP request nor in the serve process: a job runs for minutes, starts
-// sandboxes and installs its own stop-signal handling (supervisor/exec/
-// stop_signals.h), and a crash in it cannot take the console down. Its
-// result is the verb's own --json on stdout, so the API says what the CLI
-// says by construction.
+// The console's actions that run (reproduce, minimize, replay; see
+// docs/console.md, Actions that run): each a job, the pillbox CLI itself run
+// as a child process (`pillbox reproduce ID --runs N --json --quiet --store
+// DIR`), never inside serve: a job runs for minutes, starts sandboxes and
+// handles its own stop signals, and its crash cannot take the console down.
+// Its result is the verb's own --json, so the API says what the CLI says.
 //
-// The child gets PILLBOX_ACTOR (supervisor/store/actor.h: its audit entries
-// name the web address that asked) and PILLBOX_PROGRESS_FD=3, a pipe its
-// Progress writes JSON lines to (supervisor/cli/progress.h). One thread a
-// job reads its stdout (at most kMaxJobResultBytes), stderr (the last
-// kJobStderrTailBytes kept) and progress, and reaps it.
-//
-// Stopping: stop() sends SIGTERM, on which the verbs stop cleanly (replay
-// releases its claims, minimize keeps its progress, reproduce records
-// nothing). The child has PR_SET_PDEATHSIG SIGTERM, so a serve killed with
-// SIGKILL stops its jobs the same way; the board's destructor (a serve
-// stopped by SIGINT/SIGTERM) sends SIGTERM to the running jobs and waits for
-// them, SIGKILL after a grace period. Jobs live in memory only (the last
-// kKeptJobs finished ones): what they did is in the store's audit trail.
+// The child gets PILLBOX_ACTOR (supervisor/store/actor.h) and
+// PILLBOX_PROGRESS_FD=3 (supervisor/cli/progress.h); one thread a job reads
+// its output and reaps it. SIGTERM stops a verb cleanly: stop() sends it,
+// and PR_SET_PDEATHSIG does when serve is killed. Jobs live in memory only:
+// what they did is in the store's audit trail.
 //
 // Thread safety: every public member may be called from any thread.
 #include <sys/types.h>

@@ -16,7 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-// A fleet's record whose state or lock cannot be read (fleet_views_json.h's
+// A fleet's record whose state or lock cannot be read (fleet_quarantine_source.cpp's
 // state_error): in a list, a short mark with the reason as its title.
 std::string state_error_note(const json& r, bool short_form) {
   if (!r.contains("state_error")) return "";
@@ -283,7 +283,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
                      field_html(r, "source"));
   row("created", field_html(r, "created_at") + ", updated " + field_html(r, "updated_at") + ", " + field_html(r, "repeats") +
                      " repeats folded in");
-  if (r.contains("stream") && r["stream"].is_object()) {  // a dead letter of the fleet (fleet_views_json.h)
+  if (r.contains("stream") && r["stream"].is_object()) {  // a dead letter of the fleet (fleet_quarantine_source.cpp)
     const json& st = r["stream"];
     row("dead letter", "entry " + field_html(st, "entry") + " of " + field_html(st, "name") + " (group " + field_html(st, "group") +
                            "), " + field_html(st, "deliveries") + " deliveries: " + field_html(r, "reason"));

@@ -1,19 +1,10 @@
 #pragma once
-// The console's HTML pages, rendered on the server from the same JSON
-// objects the API returns (console_api.h), read from the source
-// (console_source.h: the store or the fleet), so a page shows what the API
-// and the CLI say. Every value from the store is escaped (html_text.h); a
-// payload is previewed as text or hex, never as markup. The pages load
-// /static/console.css and /static/console.js (console_static.h) and nothing
-// from elsewhere: they work offline, under Content-Security-Policy
-// default-src 'self'.
-//   /            the quarantine: filters (status, kind, fingerprint, handler, key), paging
-//   /groups      the fingerprint groups (quarantine stats)
-//   /records/ID  one record: crash state, attempts, audit trail, stderr,
-//                payload preview, download, discard (with the access token)
-//   /tasks       the ledger's tasks (pillbox tasks)
-//   /runs        the runs attached to the store now, refreshed every 2 s by console.js
-//   /jobs, /jobs/N  the actions that run (job_pages.h)
+// The console's HTML pages (docs/console.md, Pages), rendered on the server
+// from the JSON objects the API returns, so a page shows what the API and
+// the CLI say. Every value from the store is escaped (html_text.h); a
+// payload is previewed as text or hex, never as markup. The pages load only
+// /static/console.css and /static/console.js (console_static.h): they work
+// offline, under Content-Security-Policy default-src 'self'.
 #include <string>
 
 #include "supervisor/serve/console_source.h"

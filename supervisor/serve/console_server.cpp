@@ -30,15 +30,12 @@
 namespace pillbox::serve {
 namespace {
 
-// What a client may hold. cpp-httplib serves each connection on one worker
-// thread from its first byte to its close, and its pool has max(8, cores -
-// 1) workers: 8 clients that connect and send nothing held every worker for
-// its 5 s keep-alive wait, and the console answered no one meanwhile. So:
-// more workers than a browser opens connections (6 per host) times a few
-// tabs, an idle connection closed after 2 s, and 10 s for each read or
-// write of a request or an answer. A client that trickles a byte every few
-// seconds still holds its worker (cpp-httplib 0.11 has no deadline for a
-// whole request); it holds one of kWorkers.
+// What a client may hold. cpp-httplib holds one worker thread per
+// connection from its first byte to its close; with its default pool
+// (max(8, cores - 1)), 8 idle clients held every worker for the 5 s
+// keep-alive wait and the console answered no one. A client that trickles a
+// byte every few seconds still holds its worker (cpp-httplib 0.11 has no
+// deadline for a whole request), but only one of kWorkers.
 constexpr std::size_t kWorkers = 32;
 constexpr time_t kKeepAliveSeconds = 2;
 constexpr time_t kReadWriteSeconds = 10;
@@ -225,8 +222,7 @@ std::string ConsoleServer::url() const {
 }
 
 std::optional<ApiReply> ConsoleServer::refusal(const httplib::Request& req) const {
-  // The body: by what was read, or what a request without one yet says it
-  // will send. A patch may carry a payload; every other body is small.
+  // The body: by what was read, or by the Content-Length of one not read yet.
   const std::size_t limit = is_patch(req) ? kMaxPatchBodyBytes : kMaxBodyBytes;
   const std::string length = req.get_header_value("Content-Length");
   if (req.body.size() > limit || length.size() > 12 || length.find_first_not_of("0123456789") != std::string::npos ||
@@ -295,8 +291,7 @@ void ConsoleServer::add_routes() {
   // body is read, and by the size of what was read (a chunked body).
   http_->set_payload_max_length(kMaxPatchBodyBytes);
 
-  // Refused on the headers alone, before any body is read (header_refusal,
-  // refuse).
+  // Refused on the headers alone, before any body is read.
   http_->set_pre_routing_handler([this](const Request& req, Response& res) {
     std::optional<ApiReply> refused = header_refusal(req);
     if (!refused) return httplib::Server::HandlerResponse::Unhandled;
@@ -333,9 +328,8 @@ void ConsoleServer::add_routes() {
       fn(req, res);
     };
   };
-  // A quarantine that cannot be read now (a store whose file went away or
-  // was replaced under the console, store_presence.h): 503, saying what
-  // happened and what to do, never what the old file still holds.
+  // A store whose file went away or was replaced (store_presence.h): 503,
+  // never what the old file still holds.
   auto store_gone = [this](const Request& req, Response& res) {
     const auto problem = source_.unavailable();
     if (problem) send_error(req, res, 503, *problem);

@@ -1,23 +1,17 @@
 #pragma once
-// `pillbox serve`'s HTTP side: the routes of the pages (console_pages.h) and
-// the API (console_api.h) on cpp-httplib, the access token on every action,
-// and the headers that keep a hostile payload from running in the browser.
+// `pillbox serve`'s HTTP side on cpp-httplib: the routes of the pages
+// (console_pages.h), the API (console_api.h) and the jobs (job_api.h). What
+// is refused, and the headers that keep a hostile payload from running in
+// the browser: docs/console.md, Hostile payloads.
 //
-// Reads are open to whoever reaches the address (loopback by default);
-// every POST needs `Authorization: Bearer TOKEN` (access_token.h): none is
-// 401, another token 403, and the store is left as it was. Bound to a
-// loopback address, requests must name it in their Host header (a page of
-// another site that a DNS name rebinds to 127.0.0.1 is refused), and the
-// address is never shared with another process (no SO_REUSEPORT, which
-// cpp-httplib sets by default: a second serve on the port must fail, not
-// split the requests with the first).
+// Reads are open to whoever reaches the address; every POST needs the
+// access token (access_token.h): none is 401, another 403. The Host header
+// must name the console (a page of another site that a DNS name rebinds
+// here is refused). No SO_REUSEPORT (cpp-httplib's default): a second serve
+// on the port must fail, not split the requests with the first.
 //
-// Reproduce, minimize and replay run as jobs, child processes of pillbox
-// itself (console_jobs.h), at most 2 at once; stopping serve stops them.
-//
-// Thread safety: cpp-httplib serves requests on a pool of threads; the
-// source (console_source.h) is used under one lock, one request at a time,
-// except for /metrics, which the source serves on its own.
+// Thread safety: requests run on a pool of threads; the source is used
+// under one lock, one request at a time, except for /metrics.
 #include <signal.h>
 
 #include <atomic>

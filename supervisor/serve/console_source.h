@@ -1,18 +1,13 @@
 #pragma once
 // What the console shows, behind one interface: the store's quarantine
 // (store_console_source.h) or the fleet's dead letters on Redis
-// (fleet_console_source.h). The pages (console_pages.h) and the HTTP server
-// (console_server.h) know only this; each call answers with the objects
-// and errors of console_api.h (ApiReply: an HTTP status and a JSON body,
-// errors {"error": TEXT}), the objects of the CLI's --json on the same
-// quarantine. The records' routes are written once here, over the back
-// end's QuarantineSource (supervisor/ops/quarantine_source.h), as the CLI's
-// verbs are; what differs per back end is virtual.
+// (fleet_console_source.h). Each call answers with console_api.h's objects
+// and errors. The records' routes are written once here, over the back
+// end's QuarantineSource, as the CLI's verbs are; what differs is virtual.
 //
 // Thread safety: the server calls every member but metrics() under one lock,
-// one request at a time, unavailable() first; metrics() is called without
-// it, from any thread, and is safe on its own (a scrape never waits for a
-// slow page).
+// unavailable() first; metrics() is safe from any thread without it (a
+// scrape never waits for a slow page).
 #include <cstddef>
 #include <optional>
 #include <string>

@@ -8,9 +8,8 @@
 namespace pillbox::serve {
 
 extern const std::string_view kConsoleCss;
-// The record page's discard form: asks for the access token once, keeps it
-// in sessionStorage, posts {"reason"} with `Authorization: Bearer TOKEN`, and
-// shows the answer as text (textContent, never markup).
+// The pages' forms post with the access token (asked for once, kept in
+// sessionStorage) and show answers as text, never markup.
 extern const std::string_view kConsoleJs;
 
 }  // namespace pillbox::serve

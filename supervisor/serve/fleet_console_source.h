@@ -4,10 +4,9 @@
 // fleet_quarantine.h) with the pages and API of the store's console, its
 // records through FleetQuarantineSource, as `quarantine list/show/stats
 // --json --redis` reads them.
-// /metrics: pillbox_fleet_up, and pillbox_quarantine_records{status,kind}
-// and pillbox_quarantine_fingerprints (store_metrics.h's families) counted
-// from the dead letters, on a connection of its own, at most once a second
-// (less often when counting takes longer: kScanTimes its duration).
+// /metrics: pillbox_fleet_up, and store_metrics.h's quarantine families
+// counted from the dead letters, on a connection of its own, at most once a
+// second (less often when counting takes longer).
 #include <chrono>
 #include <memory>
 #include <mutex>

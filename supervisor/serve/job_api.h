@@ -1,15 +1,7 @@
 #pragma once
-// The console's job routes (console_jobs.h): a request's body, checked, as
-// the arguments of the CLI verb the job runs, then started on the board.
-//   POST /api/records/ID/reproduce  {"runs": 1..100 (default 5)}
-//   POST /api/records/ID/minimize   {"max_runs": 1..100000, "max_time": SECONDS 1..3600}
-//                                   (each optional: the CLI's defaults, 5000 runs and 5 minutes)
-//   POST /api/replay                {"ids": [ID...]} or {"filter": {"fingerprint": FP, "kind": K}},
-//                                   and optionally "batch" 1..1000, "stop_after" 1..1000000,
-//                                   "max_failure_ratio" 0 up to 1
-//   GET  /api/jobs                  {"jobs": [JOB...]}, newest first
-//   GET  /api/jobs/N                {"job": JOB}
-//   POST /api/jobs/N/stop           SIGTERM to the job: {"job": JOB}
+// The console's job routes (console_jobs.h; bodies in docs/console.md, The
+// JSON API): a request's body, checked, as the arguments of the CLI verb
+// the job runs, then started on the board.
 // A start is 202 {"job": JOB}; a bad body 400 saying what is allowed (an
 // empty body: the defaults); a bad record id 404; too many jobs 429; a
 // reproduce or minimize of a record that one runs on 409. The record itself

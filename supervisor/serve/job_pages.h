@@ -1,12 +1,8 @@
 #pragma once
-// The console's pages of jobs (console_jobs.h), rendered from the API's
-// JSON (JobBoard::list, JobBoard::show) like console_pages.h's, every value
-// escaped:
-//   /jobs      the jobs, newest first
-//   /jobs/N    one job: state, progress, result, stderr tail, a Stop button;
-//              console.js refreshes it from /api/jobs/N every second while it runs
-// and the forms that start them, on the record page and the quarantine list.
-// The forms post with the access token (console.js), then go to /jobs/N.
+// The console's pages of jobs (/jobs, /jobs/N; docs/console.md, Jobs),
+// rendered from the API's JSON like console_pages.h's, every value escaped,
+// and the forms that start jobs. The forms post with the access token
+// (console.js), then go to /jobs/N.
 #include <string>
 
 #include "supervisor/serve/console_jobs.h"

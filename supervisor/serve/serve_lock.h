@@ -1,11 +1,8 @@
 #pragma once
-// One `pillbox serve` per token file, so one per store. Each start writes a
-// new access token to its token file (STORE/serve.token, access_token.h); a
-// second serve with the same file (on another port) would replace the first
-// one's token and break every page that holds it. So a serve first takes an
-// exclusive flock(2) on the lock beside it (STORE/serve.lock), held until it
-// exits (the kernel drops it when the process ends, however it ends), and
-// writes its pid and URL into it for the serve that is refused.
+// One `pillbox serve` per token file, so one per store: a second serve
+// would replace the first one's token (access_token.h) and break every page
+// that holds it. A serve holds an exclusive flock(2) on the lock beside its
+// token file until it exits (the kernel drops it however the process ends).
 #include <string>
 
 #include "shared/status.h"

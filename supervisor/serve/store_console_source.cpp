@@ -14,7 +14,6 @@ StoreSource::StoreSource(ConsoleStore store)
 StoreSource::~StoreSource() = default;
 
 bool StoreSource::attach_payload(QuarantineSource&, const SourcedRecord& r, PendingDownload& download) {
-  // Its row and open file: read and checked after the lock (finish_download).
   auto payload = store_.quarantine.payloads().find(r.record.entry.payload_sha256);
   if (!payload) {
     download.error = error_reply(500, payload.error());
@@ -25,8 +24,6 @@ bool StoreSource::attach_payload(QuarantineSource&, const SourcedRecord& r, Pend
 }
 
 std::string StoreSource::metrics() {
-  // What the store holds (supervisor/metrics/store_metrics.h), and
-  // pillbox_store_up 0 while it cannot be read or is not the one opened.
   const std::string store = presence_.problem() ? std::string() : metrics_->text();
   metrics::MetricsText text;
   text.family("pillbox_store_up", "1 when this answer has the store in it, 0 when it cannot be read.",

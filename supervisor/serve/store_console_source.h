@@ -1,11 +1,10 @@
 #pragma once
 // The console over a store (pillbox serve --store DIR): its records as a
-// StoreQuarantineSource, its tasks, runs and patches by the functions of
-// console_api.h, and /metrics from its gauges (store_metrics.h) with
-// pillbox_store_up, read on a thread and connection of their own
-// (store_metrics_reader.h), never under the server's lock. While the
-// store's file is removed or replaced (store_presence.h), unavailable()
-// says so and /metrics says pillbox_store_up 0.
+// StoreQuarantineSource, its tasks, runs and patches by console_api.h's
+// functions, and /metrics from its gauges, read on a thread and connection
+// of their own (store_metrics_reader.h), never under the server's lock.
+// While the store's file is removed or replaced (store_presence.h),
+// unavailable() says so and /metrics says pillbox_store_up 0.
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,7 +49,6 @@ class StoreSource : public ConsoleSource {
  private:
   ConsoleStore store_;
   StoreQuarantineSource records_;
-  // Whether store_'s file is still the one at its path (store_presence.h).
   StorePresence presence_;
   std::unique_ptr<metrics::StoreMetricsReader> metrics_;
 };

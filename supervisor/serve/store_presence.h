@@ -1,15 +1,11 @@
 #pragma once
 // Whether the store `pillbox serve` opened is still the one at its path.
 // SQLite keeps reading a database file that was removed or replaced while
-// it is open (the connection holds the old file), so without this check a
-// console whose store was deleted, moved away or restored from a backup
-// would go on showing what is no longer there, as if nothing happened. Each
-// request that reads the store asks first (console_server.cpp): while the
-// file at STORE/pillbox.db is not the one opened, pages and the API answer
-// 503 saying what happened and what to do, and /metrics says
-// pillbox_store_up 0; once the same file is back (moved back), they serve
-// again. A file put there in its place is another store: serve restarts
-// to show it.
+// it is open, so without this check a console would go on showing a store
+// that was deleted, moved away or restored from a backup. While
+// STORE/pillbox.db is not the file opened, requests answer 503
+// (console_server.cpp); once the same file is back, they serve again. A
+// file put in its place is another store: serve must restart to show it.
 #include <sys/types.h>
 
 #include <optional>

@@ -21,11 +21,10 @@ namespace {
 // that a stuck one is reported rather than waited on forever.
 constexpr int kBusyTimeoutMs = 10'000;
 
-// Switches a new database to WAL. The switch needs the file to itself and
-// SQLite does not call the busy handler for it, so two pillbox processes
-// creating one store at once would see "database is locked": retry within
-// the busy timeout instead. Once the file is WAL (a property of the file),
-// nothing is switched and no lock is taken.
+// The switch to WAL needs the file to itself and SQLite does not call the
+// busy handler for it: two processes creating one store at once would see
+// "database is locked", so retry within the busy timeout. WAL is a property
+// of the file: once set, no lock is taken.
 Status use_wal(Database& db, sqlite3* raw, const std::string& path) {
   auto mode = db.query_text("PRAGMA journal_mode");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
@@ -38,8 +37,6 @@ Status use_wal(Database& db, sqlite3* raw, const std::string& path) {
       if (!mode) return Status::error(mode.error());
       return Status::error("store database " + path + ": cannot use WAL journaling (still '" + *mode + "')");
     }
-    // Another process holds the file for a moment (its own switch, or its
-    // first transaction): try again shortly, as SQLite's busy handler would.
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
     mode = db.query_text("PRAGMA journal_mode=WAL");
@@ -47,27 +44,20 @@ Status use_wal(Database& db, sqlite3* raw, const std::string& path) {
   return Status::ok();
 }
 
-// Checks the database file before SQLite opens it, and creates a new one,
-// without ever closing a descriptor of an existing one: closing any
-// descriptor of a file drops every POSIX lock this process holds on it
-// (fcntl(2)), SQLite's included. A process with a connection open already
-// (serve's /metrics reader, `run --metrics`) would lose its locks, and the
-// next reader in another process would take itself for the last
-// connection, checkpoint and delete the WAL under it (issue 25). The store
-// directory is this user's, 0700 (store_dir.h): nobody else can swap the
-// file between this check and SQLite's open, which refuses symbolic links.
+// Checks (or creates) the file without ever opening an existing one: closing
+// any descriptor of it would drop this process's POSIX locks, SQLite's
+// included, and another process could then delete the WAL under a live
+// connection (issue 25; docs/architecture.md, The store). The 0700 store
+// directory keeps the file from being swapped before SQLite's open.
 Status check_database_file(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) return Status::error("store database " + path + ": " + std::strerror(errno));
-    // Created here, not by SQLite, so that the mode is 0600 whatever the
-    // umask (SQLite gives the -wal and -shm files the database file's
-    // mode). No connection can hold a lock on a file that did not exist,
-    // so closing this descriptor drops none.
+    // Created here so that it is 0600 whatever the umask (-wal and -shm take
+    // its mode). A file that did not exist holds no lock to drop.
     UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (fd.valid()) return Status::ok();
     if (errno != EEXIST) return Status::error("store database " + path + ": " + std::strerror(errno));
-    // Another pillbox created it meanwhile: check it as an existing one.
     if (::lstat(path.c_str(), &st) != 0) return Status::error("store database " + path + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) return Status::error("store database " + path + " is not a regular file");
@@ -81,9 +71,8 @@ Status check_database_file(const std::string& path) {
   return Status::ok();
 }
 
-// pillbox_raise_site_id(kind, crash_state, handler_identity) in SQL:
-// shared/raise_site.h's rule, so that a filter on it (--raise-site) selects
-// in the query what every view shows, written once.
+// pillbox_raise_site_id(kind, crash_state, handler_identity) in SQL, so that
+// --raise-site filters by shared/raise_site.h's rule, the one every view shows.
 void raise_site_function(sqlite3_context* ctx, int, sqlite3_value** argv) {
   const auto text = [](sqlite3_value* v) {
     const unsigned char* p = ::sqlite3_value_text(v);  // before _bytes: it may convert
@@ -109,14 +98,11 @@ Expected<Database> Database::open(const std::string& path) {
                                    raise_site_function, nullptr, nullptr, nullptr) != SQLITE_OK) {
     return Error{db.error("cannot add the raise-site function to")};
   }
-  // WAL: readers never block the writer, and a process killed mid-commit
-  // leaves the last committed state. synchronous=NORMAL is durable against
-  // process crashes (what pillbox guards against); only a power cut may
-  // lose the last commits.
+  // synchronous=NORMAL under WAL survives process crashes, which is what
+  // pillbox guards against; only a power cut may lose the last commits.
   if (auto s = use_wal(db, raw, path); !s) return Error{s.message()};
-  // cache_size: 16 MiB instead of 2 MiB, so that a large transaction (a
-  // purge, a bulk import) keeps its dirty pages in memory until it commits
-  // instead of spilling them to the WAL page by page.
+  // cache_size 16 MiB: a large transaction (purge, bulk import) keeps its
+  // dirty pages in memory instead of spilling them to the WAL.
   if (auto s = db.exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-16384;"); !s) {
     return Error{s.message()};
   }

@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS};
 
-// Prepared when armed; read by the handler.
+// Prepared when armed, so the handler only reads them.
 int g_notes_dir = -1;
 char g_note_name[64];
 volatile sig_atomic_t g_armed = 0;
@@ -44,8 +44,8 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
       ::close(fd);
     }
   }
-  // Let the signal take its course: what was installed before (a sanitizer's
-  // report), else the default action.
+  // Chain to what was installed before (a sanitizer's report), else the
+  // default action.
   const struct sigaction& previous = g_previous[index_of(sig)];
   ::sigaction(sig, &previous, nullptr);
   if ((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction != nullptr) {

@@ -1,19 +1,10 @@
 #pragma once
-// Evidence of how the supervisor died, for the next run.
-//
-// A task whose attempt never finished was running when pillbox died. That
-// alone proves nothing: a `kill -9` from an operator, a container stopped,
-// the host's OOM killer end every task in flight the same way. A payload is
-// charged for such a loss only on evidence that pillbox itself failed while
-// it ran (supervisor/flow/retry_policy.h): a fatal signal of the supervisor's own
-// (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS), which its handler,
-// armed here, writes as a note `<store>/deaths/run-<id>` before the process
-// dies. The next run reads the notes into the ledger (runs.died_of) and
-// removes them. A SIGKILL leaves no note: it is never evidence.
-//
-// The handler uses only async-signal-safe calls on names prepared when it is
-// armed, then lets the signal take its course (chaining to the handler that
-// was there before, e.g. a sanitizer's).
+// Evidence of how the supervisor died: its own fatal signal (SIGSEGV, SIGBUS,
+// SIGILL, SIGFPE, SIGABRT, SIGSYS) leaves a note `<store>/deaths/run-<id>`
+// that the next run reads into runs.died_of. A SIGKILL leaves none: it is
+// never evidence. See docs/architecture.md, The supervisor's own deaths.
+// The handler is async-signal-safe and chains to the previous one (e.g. a
+// sanitizer's).
 #include <cstdint>
 #include <string>
 #include <utility>

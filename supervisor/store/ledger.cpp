@@ -11,8 +11,8 @@
 namespace pillbox::store {
 namespace {
 
-// The schema's CHECK keeps states to the known ones; a state this build does
-// not know (a store written by a newer one) is an error, not a guess.
+// A state this build does not know (a newer pillbox's store) is an error,
+// not a guess.
 Expected<TaskState> read_state(const Statement& stmt, int column) {
   const std::string text = stmt.column_text(column);
   if (auto state = task_state_from_string(text)) return *state;
@@ -176,8 +176,8 @@ Status Ledger::record_deaths(const std::string& store_dir) {
 
 Status Ledger::begin() {
   if (in_txn_) return Status::ok();
-  // IMMEDIATE, as Transaction: a concurrent writer waits in the busy handler
-  // instead of failing half-way through.
+  // IMMEDIATE: a concurrent writer waits in the busy handler instead of
+  // failing half-way through.
   if (auto s = begin_.run(); !s) return Status::error("store: cannot start a transaction: " + reason(s));
   in_txn_ = true;
   return Status::ok();
@@ -203,9 +203,8 @@ void Ledger::rollback() {
 
 Expected<std::optional<StartedAttempt>> Ledger::start_new_task(const std::string& key, const std::string& sha,
                                                               std::int64_t size, std::int64_t now, bool solo) {
-  // No RETURNING: SQLite buffers a RETURNING statement's rows in a
-  // temporary b-tree, opened and closed per execution (sqlite3BtreeOpen in
-  // the supervisor's profile); the row count and the new rowid say the same.
+  // No RETURNING: SQLite opens a temporary b-tree per execution for it
+  // (seen in the supervisor's profile); changes() and the rowid suffice.
   if (auto s = insert_new_task_.bind(1, std::string_view(job_))
                    .bind(2, std::string_view(key))
                    .bind(3, std::string_view(sha))

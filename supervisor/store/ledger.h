@@ -1,14 +1,9 @@
 #pragma once
-// The task ledger: every attempt of every task, counted in the database
-// before the child starts (docs/architecture.md, 'The store'; what the
-// counts decide: 'Verdicts: retries, quarantine, outages'). A run over the
-// same inputs with the same store finds each task by (handler identity, key,
-// payload hash): done tasks are skipped, unfinished ones run again with their
-// attempts remembered, and an attempt that never finished says the
-// supervisor died while it ran.
-//
-// Writes are grouped: begin(), any number of writes, commit() — one
-// transaction (one WAL append) for everything a dispatcher turn did.
+// The task ledger: every attempt of every task, counted before the child
+// starts; tasks are found by (handler identity, key, payload hash). See
+// docs/architecture.md, The store and Verdicts: retries, quarantine, outages.
+// Writes are grouped: begin(), writes, commit(): one transaction per
+// dispatcher turn.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,8 +24,7 @@ struct AttemptSummary {
   std::string fingerprint;
   bool charged = true;        // false: not held against the payload
   bool solo = false;          // ran with nothing else in flight
-  bool lost_with_evidence = false;  // unfinished, and its run's supervisor died of a fatal signal
-                                    // of its own (a note), not killed from outside
+  bool lost_with_evidence = false;  // unfinished, and its run left a death note
 };
 
 struct LedgerTask {
@@ -38,9 +32,9 @@ struct LedgerTask {
   TaskState state = TaskState::kPending;
   std::uint32_t attempts = 0;
   std::vector<AttemptSummary> history;  // oldest first
-  // The claim of another pillbox process that is running the task now (or
-  // cannot be told not to: another host's); "" when none, ours, or its
-  // process is gone. Then the history is not read: it is still being written.
+  // The claim of another live process (or another host's, which cannot be
+  // checked); "" when none, ours, or gone. When set, history is not read:
+  // it is still being written.
   std::string claimed_elsewhere;
   // For a task ok: the handler version it ended ok under ('' unknown).
   std::string version;
@@ -67,8 +61,8 @@ class Ledger {
 
   std::int64_t run_id() const { return run_id_; }
 
-  // Records the notes earlier runs left on how they died (runs.died_of), then
-  // removes the note files. Outside a batch.
+  // Records earlier runs' death notes (runs.died_of), then removes the
+  // files. Outside a batch.
   Status record_deaths(const std::string& store_dir);
   const std::string& job() const { return job_; }
   // The handler version this run's tasks run under (handler_version.h):
@@ -82,24 +76,20 @@ class Ledger {
   void rollback();
   bool in_batch() const { return in_txn_; }
 
-  // Inside a batch. Creates the task on first sight; the attempt number is
-  // taken from the database, so concurrent runs never reuse one. A task
-  // another process finished meanwhile (ok or quarantined), or claimed and
-  // still runs, is not started. A started task is claimed by this process
-  // (process_claim.h) until set_state gives it a verdict or
-  // release_claims; a claim whose process is gone is taken over. Its
-  // next retry time and held flag are cleared.
+  // Inside a batch. Creates the task on first sight; attempt numbers come
+  // from the database, so concurrent runs never reuse one. Not started (n 0)
+  // when another process finished it or a live one claims it. A started
+  // task is claimed by this process until set_state gives a verdict or
+  // release_claims; a gone process's claim is taken over. Clears the retry
+  // time and held flag.
   // `fresh_budget`: the task gave up in an earlier run; its earlier attempts
-  // stop counting, durably. `rerun_ok` (--rerun): a task that is ok is
-  // started again rather than taken for one finished meanwhile.
+  // stop counting, durably. `rerun_ok` (--rerun): an ok task is started again.
   Expected<StartedAttempt> start_attempt(const std::string& key, const std::string& payload_sha256,
                                          std::int64_t payload_size, std::int64_t now_ms, bool solo = false,
                                          bool fresh_budget = false, bool rerun_ok = false);
-  // Inside a batch. start_attempt for a task find() did not know: the task
-  // is created with its first attempt counted and claimed in one statement
-  // (one fewer per new task than start_attempt, which must read the row
-  // first). nullopt when the task exists after all (another process made
-  // it since find): then nothing was written, and start_attempt decides.
+  // Inside a batch. start_attempt for a task find() did not know, in one
+  // statement fewer. nullopt when another process made it since find:
+  // nothing was written, and start_attempt decides.
   Expected<std::optional<StartedAttempt>> start_new_task(const std::string& key, const std::string& payload_sha256,
                                                          std::int64_t payload_size, std::int64_t now_ms,
                                                          bool solo = false);
@@ -131,8 +121,7 @@ class Ledger {
   std::string version_;
   std::string claim_;  // this process's claim token
   std::int64_t run_id_ = 0;
-  // BEGIN IMMEDIATE, COMMIT and ROLLBACK prepared once, not parsed per
-  // transaction (one transaction per dispatcher turn).
+  // Prepared once: there is a transaction per dispatcher turn.
   Statement begin_;
   Statement commit_;
   Statement rollback_;
@@ -152,8 +141,7 @@ class Ledger {
   Statement release_claim_;
 };
 
-// A row of the runs table for this process (pid, host, what it runs), which
-// the attempts it makes name; returns its id.
+// Inserts this process's runs row (pid, host, what it runs); returns its id.
 Expected<std::int64_t> insert_run(Database& db, std::int64_t now_ms, const std::string& handler_identity,
                                   const std::string& policy_identity);
 

@@ -1,7 +1,6 @@
 #pragma once
-// The SQL mapping of an OutcomeRecord (supervisor/classify/outcome_record.h):
-// the quarantine table keeps an outcome in these ten columns, in this order,
-// the crash state as one JSON text (crash_state_text).
+// The ten quarantine columns of an OutcomeRecord, in this order; the crash
+// state is one JSON text (crash_state_text).
 #include "supervisor/classify/outcome_record.h"
 #include "supervisor/store/statement.h"
 

@@ -1,10 +1,9 @@
 #pragma once
-// Content-addressed payloads of quarantine records, deduplicated by SHA-256.
-// Up to kInlinePayloadBytes they live in the database; larger ones in
-// <store>/payloads/XX/<sha256> (0600), written and renamed into place before
-// the row that names them commits, so a committed row never points at a
-// missing or partial file. A file left by a process killed before its commit
-// is harmless: the same bytes have the same name.
+// Content-addressed payloads of quarantine records, by SHA-256: inline up to
+// kInlinePayloadBytes, else in <store>/payloads/XX/<sha256>, renamed into
+// place before its row commits, so a committed row never names a missing or
+// partial file. A file left by a killed process is harmless: same bytes,
+// same name.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,11 +28,10 @@ class PayloadStore {
   Status put(std::string_view bytes, const std::string& sha256, std::int64_t now_ms);
   // The exact bytes, checked against their hash.
   Expected<std::string> get(const std::string& sha256);
-  // A payload found in the database, to be read without it (read_checked):
-  // its bytes when they are inline (at most kInlinePayloadBytes), else its
-  // file, open. Payload files are content-addressed and never rewritten, and
-  // a purge unlinks the name, not the open file: so `pillbox serve` finds a
-  // payload under its store's lock and reads up to 1 GiB after releasing it.
+  // A payload found in the database, readable later without it
+  // (read_checked): its inline bytes, else its open file. Files are never
+  // rewritten and a purge only unlinks the name, so `pillbox serve` can find
+  // a payload under the store's lock and read it after releasing it.
   struct Found {
     std::string sha256;
     std::string inline_bytes;
@@ -42,14 +40,12 @@ class PayloadStore {
   Expected<Found> find(const std::string& sha256);
   // The exact bytes of a found payload, checked against their hash.
   static Expected<std::string> read_checked(Found& found);
-  // A found payload in a file checked against its hash without holding it:
-  // read through once, 64 KiB at a time. Its size, for a reader that sends
-  // it from the file next (pread: the descriptor's offset is not used).
+  // Checks a found payload's file against its hash, streaming it (pread:
+  // the descriptor's offset is left alone); returns its size.
   // REQUIRES: found.file is valid.
   static Expected<std::uint64_t> check_file(const Found& found);
-  // At most the first `max_bytes`, read without the rest (a payload may be
-  // up to 1 GiB) and so NOT checked against the hash: for a preview, never
-  // for a payload that runs or leaves the store.
+  // At most the first `max_bytes`, NOT checked against the hash: for a
+  // preview, never for a payload that runs or leaves the store.
   Expected<std::string> head(const std::string& sha256, std::size_t max_bytes);
   // Deletes the rows of payloads no quarantine record refers to, inside the
   // caller's transaction, and returns the files to unlink once it commits

@@ -13,10 +13,9 @@
 namespace pillbox::store {
 namespace {
 
-// Field 22 of /proc/PID/stat: when the process started (clock ticks since
-// boot). "" when there is no such process.
+// Field 22 of /proc/PID/stat (start time, ticks since boot); "" when there
+// is no such process.
 std::string start_time_of(long pid) {
-  // A few hundred bytes: the cap only bounds a surprise.
   auto read = read_regular_file_at(AT_FDCWD, "/proc/" + std::to_string(pid) + "/stat", 0, 64 << 10);
   const std::string stat = read ? std::move(*read) : std::string();
   const auto close = stat.rfind(')');
@@ -29,8 +28,8 @@ std::string start_time_of(long pid) {
   return "";
 }
 
-// A random id the kernel draws at each boot; "" when it cannot be read.
-// Read once: a run meeting many claimed tasks checks each.
+// The kernel's per-boot random id; "" when unreadable. Read once: a run
+// may check many claims.
 const std::string& boot_id() {
   static const std::string id = [] {
     auto read = read_regular_file_at(AT_FDCWD, "/proc/sys/kernel/random/boot_id", 0, 4096);
@@ -71,7 +70,6 @@ const std::string& process_claim_token() {
 
 ClaimHolder claim_holder(std::string_view token) {
   const auto parts = split(token, ':');
-  // What does not parse as a claim holds nothing, whatever host it names.
   if (parts.size() != 3 && parts.size() != 4) return ClaimHolder::kGone;
   const std::string pid_text(parts[1]);
   char* end = nullptr;

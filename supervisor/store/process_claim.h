@@ -1,11 +1,8 @@
 #pragma once
-// Who holds a claim in the store, as text: "host:pid:start-time:boot-id".
-// The start time (field 22 of /proc/PID/stat) with the pid names one
-// process, not a later one that reused the pid; the boot id tells a claim
-// made before the host rebooted, whose start time means nothing now.
-// Replay claims records with it (replay_store.h), runs claim tasks
-// (ledger.h): a claim whose process is gone is taken over, one whose process
-// lives is respected.
+// A claim in the store names a process: "host:pid:start-time:boot-id". The
+// start time tells a reused pid apart; the boot id, a claim from before a
+// reboot. Used by the ledger (tasks) and replay (records): a gone process's
+// claim is taken over, a live one's respected.
 #include <string>
 #include <string_view>
 
@@ -25,9 +22,8 @@ enum class ClaimHolder {
   kOtherHost,  // made on another host: whether it lives cannot be told from here
 };
 
-// What became of the process that made `token`. Tokens of three fields
-// (host:pid:start-time, written before the boot id was added) are judged
-// on the pid and start time alone. A token that does not parse is gone.
+// What became of the process that made `token`. Old three-field tokens (no
+// boot id) are judged on pid and start time. One that does not parse is gone.
 ClaimHolder claim_holder(std::string_view token);
 
 }  // namespace pillbox::store

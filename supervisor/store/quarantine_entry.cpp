@@ -20,9 +20,8 @@ store::QuarantineEntry make_quarantine_entry(const RunIdentity& id, const Outcom
   e.payload_sha256 = payload_sha256;
   e.payload_size = payload_size;
   static_cast<OutcomeRecord&>(e) = outcome_record(o);
-  // Frames come from the child's memory: not necessarily UTF-8. Kept as the
-  // store keeps them (crash_state_text), so a record reads the same whether
-  // it comes from here or from the store.
+  // Frames may not be UTF-8: round-trip them as the store keeps them, so a
+  // record reads the same fresh or from the store.
   e.crash_state = crash_state_of_text(crash_state_text(o.crash_state));
   e.stderr_tail = o.stderr_tail;
   return e;

@@ -1,7 +1,6 @@
 #pragma once
-// The quarantine entry for a failed payload: what it ran under (the run's
-// identity) and how it ended (the outcome). One place, so records made by
-// `run`, `fuzz` and `quarantine import` are alike field for field.
+// The quarantine entry for a failed payload, built in one place so that
+// records from `run`, `fuzz` and `quarantine import` are alike.
 #include <cstdint>
 #include <string>
 

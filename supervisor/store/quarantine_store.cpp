@@ -17,8 +17,8 @@ const std::string kColumns =
     ", status, repeats, created_at, updated_at, coalesce(reproduce_outcome, ''), "
     "reproduce_runs, reproduce_matches, coalesce(minimized_sha256, ''), origin, working_dir, stderr_tail";
 
-// The schema's CHECK keeps statuses to the known ones; a status this build
-// does not know (a store written by a newer one) is an error, not a guess.
+// A status this build does not know (a newer pillbox's store) is an error,
+// not a guess.
 Expected<QuarantineRecord> read_record(const Statement& s) {
   QuarantineRecord r;
   int c = 0;

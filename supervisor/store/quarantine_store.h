@@ -1,17 +1,11 @@
 #pragma once
-// Quarantine records: what a poison payload did, under what it ran, and what
-// operators did with it since (docs/architecture.md, 'The store'). A record
-// names its payload by hash (payload_store.h) and its task in the ledger,
-// whose attempts are the record's history.
+// Quarantine records (docs/architecture.md, The store). A record names its
+// payload by hash and its task in the ledger, whose attempts are its history.
 //
-// Capacity: `max_records` counts every record. When a new quarantine would
-// go past it, in this order:
-//   1. the oldest resolved or discarded record is deleted to make room;
-//   2. otherwise, when the fingerprint is already quarantined, the newest
-//      record of that fingerprint counts one more repeat (its `repeats`) and
-//      the new payload is not kept: the bug is already on file;
-//   3. otherwise (a fingerprint never seen) the record is kept anyway: new
-//      evidence is never dropped, so the limit can be passed by new bugs only.
+// Over `max_records`, a new quarantine: 1. evicts the oldest resolved or
+// discarded record; else 2. folds into the newest record of a known
+// fingerprint as a repeat, payload not kept; else 3. is kept anyway: new
+// evidence is never dropped.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -45,8 +39,8 @@ struct QuarantineEntry : OutcomeRecord {
   std::string payload_sha256;
   std::int64_t payload_size = 0;
   std::string origin;               // JSON object: fuzz seed and mutations, imported file ("" for run)
-  // exec: the absolute directory the recording pillbox ran in, where the
-  // command runs again. "" for handlers, and for records made before it was kept.
+  // exec: the absolute directory the command ran in, and runs again in. ""
+  // for handlers and older records.
   std::string working_dir;
   std::string stderr_tail;          // exec mode: the last bytes of stderr of the final attempt (raw bytes)
 };
@@ -79,15 +73,12 @@ struct FingerprintStats {
   std::int64_t last_ms = 0;          // last quarantined or updated
   std::int64_t example_id = 0;       // the newest record
   std::string message;               // the newest record's message
-  std::string crash_state;           // ... and its crash state (JSON array, innermost first): tells
-                                     // apart groups of one exception raised through other callers
+  std::string crash_state;           // ... and its crash state (JSON array, innermost first)
   std::string handler_identity;      // ... and the handler it ran under (a raise site is one program's)
   std::map<RecordStatus, std::int64_t> by_status;  // records per status (absent: none)
-  // The group's records created on each of the kStatsDays UTC days up to
-  // today, oldest first (by_day.back(): today), from the records'
-  // created_at; first_day_ms is 00:00 UTC of by_day[0]. A repeat folded
-  // into a record has no time of its own and is not counted. Empty when
-  // not counted (a fleet's quarantine).
+  // Records created on each of the last kStatsDays UTC days, oldest first
+  // (back(): today); first_day_ms is 00:00 UTC of by_day[0]. Folded repeats
+  // have no time and are not counted. Empty for a fleet's quarantine.
   std::vector<std::int64_t> by_day;
   std::int64_t first_day_ms = 0;
 };
@@ -178,16 +169,13 @@ class QuarantineStore {
                                 const std::string& actor);
   Status audit(std::int64_t record_id, std::int64_t now_ms, const std::string& actor, const std::string& action,
                const std::string& detail);
-  // A failure already on file, seen again (pillbox fuzz): `n` more repeats
-  // on the newest record of `fingerprint` that is not resolved (a resolved
-  // bug found again is news, not a repeat), with an audit entry unless
-  // `detail` is empty. Returns that
-  // record's id, or 0 when there is none. Inside the caller's transaction.
+  // Inside the caller's transaction. `n` more repeats on the newest
+  // unresolved record of `fingerprint` (a resolved bug found again is news),
+  // audited unless `detail` is empty. Returns its id, or 0 when none.
   Expected<std::int64_t> add_repeats(const std::string& fingerprint, std::int64_t n, std::int64_t now_ms,
                                      const std::string& actor, const std::string& detail);
 
-  // Newest first. each() hands records over one at a time (a listing of
-  // 100 000 records need not be in memory at once); `fn` returns false to stop.
+  // Newest first. each() streams records; `fn` returns false to stop.
   Expected<std::vector<QuarantineRecord>> list(const ListFilter& filter);
   Status each(const ListFilter& filter, const std::function<bool(const QuarantineRecord&)>& fn);
   // How many records the filter matches, ignoring limit and offset.
@@ -208,11 +196,10 @@ class QuarantineStore {
                     const std::string& action, const std::string& detail);
   Expected<std::optional<QuarantineRecord>> get(std::int64_t id);
   Expected<std::vector<AttemptTally>> attempt_tally(std::int64_t task_id);
-  // Records created before `cutoff_ms` whose status is one of `statuses`
-  // (all statuses when empty), with their audit trail and payloads no other
-  // record shares. Runs its own transaction. When more than `max_open` of
-  // them are open (is_open: a record became open since the operator
-  // confirmed), nothing is deleted: a usage error that says to look again.
+  // Deletes records created before `cutoff_ms` with one of `statuses` (all
+  // when empty), their audit trail and unshared payloads, in its own
+  // transaction. More than `max_open` of them open (one reopened since the
+  // operator confirmed): nothing is deleted, a usage error.
   Expected<PurgeResult> purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses,
                               std::size_t max_open = static_cast<std::size_t>(-1));
   // What purge(cutoff_ms, statuses) would delete now, oldest first; deletes nothing.

@@ -1,8 +1,6 @@
 #pragma once
 // The status of a quarantine record: the closed set the schema's CHECK
-// allows (schema.cpp). Code passes the enum around; it is text only in SQL
-// (bound values, and the words some statements spell out), in JSON and on
-// the command line.
+// allows. Text only in SQL, JSON and on the command line.
 #include <cstdint>
 #include <optional>
 #include <string_view>

@@ -1,10 +1,8 @@
 #pragma once
-// The store's side of `pillbox quarantine replay`: choosing records, claiming
-// them (status `replaying`) so that two replays never run the same record,
-// and recording each outcome: `resolved`, or `failed-again` with the new
-// attempt appended to the task's attempts. A record claimed but not replayed
-// (a stop condition, a signal) goes back to its status; a claim whose process
-// is gone (killed) is taken back by the next replay on the same host.
+// The store's side of `pillbox quarantine replay`: records are claimed
+// (`replaying`) so two replays never run the same one. A record claimed but
+// not replayed goes back to its status; a gone process's claim is taken back
+// by the next replay on the same host.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,7 +34,7 @@ class ReplayStore {
  public:
   ReplayStore(Database& db, QuarantineStore& quarantine) : db_(&db), quarantine_(&quarantine) {}
 
-  // This process's claim token: host:pid:start-time.
+  // This process's claim token (process_claim.h).
   static std::string claim_token();
   // The replay claim on record `id` ("" when none, or no such record): a
   // patch (supervisor/ops/patch_record.h) is refused while there is one.
@@ -58,16 +56,12 @@ class ReplayStore {
   // A run row for the attempts a replay appends.
   Expected<std::int64_t> start_run(const std::string& handler_identity, const std::string& policy_identity,
                                    std::int64_t now_ms);
-  // The replay's outcome: the record takes the verdict's status (resolved,
-  // or failed-again), and the attempt is appended either way.
-  // Resolved, the record's task is done: it becomes ok, whatever handler
-  // the replay ran under, and `output` becomes its kept result (at most
-  // `keep_limit` bytes, else recorded as too large), marked as this
-  // record's replay, or as `revision` of its patch (revision_store.h) when
-  // that is what ran. A run over the same input then skips it as done, and
-  // `pillbox results` and `run --out` give the replay's output.
-  // Failed again, a task that a replay of this record had made ok is
-  // quarantined again and that result dropped: it no longer stands.
+  // Sets the record's status from `verdict` and appends the attempt.
+  // Resolved: the task becomes ok (whatever handler the replay ran under)
+  // and `output` its kept result (at most `keep_limit` bytes, else too
+  // large), marked with the record and `revision`, so later runs skip it.
+  // Failed again: a task a replay of this record had made ok is quarantined
+  // again and that result dropped.
   Status finish(const QuarantineRecord& record, ReplayVerdict verdict, const ReplayAttempt& attempt, std::int64_t run_id,
                 const std::string& actor, const std::string& detail, std::int64_t revision, const std::string& output,
                 std::uint64_t keep_limit);

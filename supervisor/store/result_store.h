@@ -1,13 +1,9 @@
 #pragma once
-// The results of ok tasks, kept in the store so that a result printed
-// nowhere (no --json, no --out) is not lost (docs/architecture.md, 'The
-// store'). One row per task, the bytes in the database: a result is at most
-// the policy's output limit, and the whole is bounded by --keep-results.
-// The kept bytes' total is kept by the schema's triggers (results_total), so
-// that keeping a result costs one INSERT and eviction reads one row, never a
-// sum over the table. Eviction drops the oldest kept results first; their
-// rows stay, with status 'evicted', so that `pillbox results` can say what
-// became of them.
+// The results of ok tasks, kept so that a result printed nowhere is not
+// lost (docs/architecture.md, The store). One row per task, bounded in total
+// by --keep-results. The schema's triggers maintain the total
+// (results_total), so keeping is one INSERT and eviction reads one row.
+// Evicted rows stay, status 'evicted', so `pillbox results` can say so.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -21,9 +17,8 @@
 
 namespace pillbox::store {
 
-// The default of --keep-results: 256 MiB holds about a million results of a
-// few hundred bytes (what parsers and classifiers return), and is small next
-// to the disk a state directory lives on; larger outputs want --out anyway.
+// The default of --keep-results: about a million results of a few hundred
+// bytes; larger outputs want --out anyway.
 inline constexpr std::uint64_t kDefaultKeepResultBytes = 256ull << 20;
 
 enum class ResultStatus { kKept, kEvicted, kTooLarge };
@@ -84,10 +79,9 @@ class ResultStore {
   Status for_each(bool with_data, const std::function<Status(const StoredResult&)>& each);
   // The bytes kept now.
   Expected<std::int64_t> kept_bytes();
-  // Task `task_id`'s payload hash when a task made before it has the same
-  // key and another payload ("" when none): `run --out` names such a task's
-  // result KEY~HASH.out (result_files.h), and so must anything else that
-  // writes it (a replay's -o).
+  // Task `task_id`'s payload hash when an earlier task has the same key and
+  // another payload ("" when none): such a result is named KEY~HASH.out
+  // (result_files.h), by `run --out` and a replay's -o alike.
   Expected<std::string> reused_key_payload(std::int64_t task_id);
 
  private:

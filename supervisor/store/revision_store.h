@@ -1,10 +1,7 @@
 #pragma once
-// Revisions of a quarantine record: an operator's fixed payload or handler
-// arguments (pillbox quarantine patch, supervisor/ops/patch_record.h), kept
-// next to the original, which stays in the quarantine row unchanged. Each
-// revision is whole (payload hash and arguments), numbered 1, 2, ... per
-// record; the newest is what `quarantine replay` runs. A purged or evicted
-// record takes its revisions with it (schema migration 10).
+// Revisions of a quarantine record (`quarantine patch`): whole payload and
+// arguments, numbered 1, 2, ... per record; the original stays in the
+// quarantine row. Replay runs the newest. Deleted with their record.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,13 +1,11 @@
 #pragma once
-// What the tasks of a run ran under, as a quarantine record keeps it: the
-// handler (or exec command) and the policy. Made by run_identity()
-// (supervisor/cli/run_job.h) from a ChildConfig.
+// What the tasks of a run ran under, as a quarantine record keeps it. Made by
+// run_identity() (supervisor/cli/run_job.h).
 #include <string>
 #include <vector>
 
 namespace pillbox {
 
-// What a quarantine record says the task ran under.
 struct RunIdentity {
   std::string handler;
   std::string handler_identity;

@@ -20,8 +20,7 @@ const std::vector<std::string>& migrations() {
           ('created_at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
           ('created_by', 'pillbox )sql" PILLBOX_VERSION R"sql(');
       )sql",
-      // 2: the task ledger (every attempt counted before it runs) and the
-      // quarantine. Times are milliseconds since the Unix epoch (UTC).
+      // 2: the task ledger and the quarantine. Times are ms since the epoch.
       R"sql(
         CREATE TABLE runs (
           id               INTEGER PRIMARY KEY,
@@ -117,9 +116,7 @@ const std::vector<std::string>& migrations() {
         );
         CREATE INDEX audit_by_record ON audit (record_id, at);
       )sql",
-      // 3: what operators learn about a record (issue 4): how reliably it
-      // reproduces, its minimized payload, a minimization to resume, and
-      // lookups by key.
+      // 3: reproduce, minimize and replay state of a record (issue 4).
       R"sql(
         ALTER TABLE quarantine ADD COLUMN reproduce_verdict TEXT
           CHECK (reproduce_verdict IS NULL OR reproduce_verdict IN ('reliable', 'flaky'));
@@ -145,34 +142,23 @@ const std::vector<std::string>& migrations() {
         );
         CREATE INDEX minimize_state_by_payload ON minimize_state (best_sha256);
       )sql",
-      // 4: where a record came from beyond `source` (issue 5): for fuzz
-      // findings the seed and the mutations, for imported artifacts the file
-      // and the fuzzer that wrote it. A JSON object; '' for run records.
+      // 4: a record's origin (issue 5): fuzz seed and mutations, or the
+      // imported file; JSON, '' for run records.
       R"sql(
         ALTER TABLE quarantine ADD COLUMN origin TEXT NOT NULL DEFAULT '';
       )sql",
-      // 5: how a run's supervisor died, when it left evidence (issue 11): the
-      // fatal signal its handler noted (supervisor/store/death_note.h), e.g.
-      // 'SIGSEGV'. NULL for a run that ended normally, or was killed from
-      // outside (SIGKILL leaves no note: never evidence against a payload).
+      // 5: the fatal signal a run's supervisor died of, from its death note
+      // (issue 11; death_note.h); NULL when there is no evidence.
       R"sql(
         ALTER TABLE runs ADD COLUMN died_of TEXT;
       )sql",
-      // 6: where an exec record's command ran from (issue 14, point 1): the
-      // absolute working directory of the pillbox that recorded it, so that
-      // reproduce and minimize run it there from any directory. '' for
-      // handler records and for records made before this column.
+      // 6: an exec record's working directory, where reproduce and minimize
+      // run it again (issue 14, point 1); '' for handlers and older records.
       R"sql(
         ALTER TABLE quarantine ADD COLUMN working_dir TEXT NOT NULL DEFAULT '';
       )sql",
-      // 7: the results of ok tasks (issue 14, point 4), so that a result
-      // printed nowhere is not lost: `pillbox results` reads them back, and
-      // `run --out` writes those of tasks it skips as done. One row per task
-      // (a rerun replaces it). status 'kept': data holds the bytes;
-      // 'evicted': dropped, oldest first, to stay within --keep-results;
-      // 'too-large': larger than --keep-results, never kept. The total of
-      // the kept bytes is kept by triggers in results_total, so that
-      // eviction never sums the table.
+      // 7: the results of ok tasks (issue 14, point 4; result_store.h). The
+      // triggers keep results_total so that eviction never sums the table.
       R"sql(
         CREATE TABLE results (
           task_id    INTEGER PRIMARY KEY REFERENCES tasks(id) ON DELETE CASCADE,
@@ -204,21 +190,15 @@ const std::vector<std::string>& migrations() {
            WHERE id = 1;
         END;
       )sql",
-      // 8: the tail of an exec program's stderr (issue 14, point 3): the
-      // last 8 KiB of a failed attempt (NULL for ok attempts and for those
-      // without one), and the record's own copy of its final attempt's, for
-      // `quarantine show`. Raw bytes: a child's stderr need not be UTF-8.
+      // 8: the last 8 KiB of a failed exec attempt's stderr, and the
+      // record's copy (issue 14, point 3). BLOB: stderr need not be UTF-8.
       R"sql(
         ALTER TABLE attempts ADD COLUMN stderr_tail BLOB;
         ALTER TABLE quarantine ADD COLUMN stderr_tail BLOB NOT NULL DEFAULT x'';
       )sql",
-      // 9: a view of every task, and no task run by two runs at once (issue
-      // 14, points 8 and 10). next_retry_at: when a retry is due (ms), set
-      // when one is scheduled, NULL once the attempt starts. held = 1: the
-      // last failure was held uncharged by a suspected outage. claim: the
-      // run running the task (host:pid:start-time:boot-id,
-      // supervisor/store/process_claim.h), NULL once it has a verdict or its
-      // run ended; a claim whose process is gone is taken over.
+      // 9: why a task waits (next_retry_at, held) and which run claims it
+      // (process_claim.h), so no two runs run it at once (issue 14, points
+      // 8 and 10).
       R"sql(
         ALTER TABLE tasks ADD COLUMN next_retry_at INTEGER;
         ALTER TABLE tasks ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
@@ -226,16 +206,9 @@ const std::vector<std::string>& migrations() {
         -- Few tasks are claimed at a time: releasing a run's claims reads these only.
         CREATE INDEX tasks_by_claim ON tasks (claim) WHERE claim IS NOT NULL;
       )sql",
-      // 10: an operator's fixes of a record (issue 16, human patch and
-      // resume): revision n (1, 2, ...) of its payload and handler
-      // arguments, next to the original in the quarantine row, which never
-      // changes. Each row is the whole revision (payload and arguments), so
-      // the newest is what `quarantine replay` runs. The payload is
-      // content-addressed in payloads like the original; a purged record
-      // takes its revisions with it (ON DELETE CASCADE) and then their
-      // payloads (payload_store.cpp counts revisions as references). summary:
-      // what changed from the revision before, e.g. "payload 1234 -> 1180
-      // bytes, 3 byte ranges changed", "arg mode: strict -> lenient".
+      // 10: revisions of a record's payload and arguments (issue 16;
+      // revision_store.h). payload_store.cpp counts them as references.
+      // summary: what changed, e.g. "arg mode: strict -> lenient".
       R"sql(
         CREATE TABLE revisions (
           record_id      INTEGER NOT NULL REFERENCES quarantine(id) ON DELETE CASCADE,
@@ -251,28 +224,23 @@ const std::vector<std::string>& migrations() {
         ) WITHOUT ROWID;
         CREATE INDEX revisions_by_payload ON revisions (payload_sha256);
       )sql",
-      // 11: where a kept result came from (issue 26, point 1). record_id
-      // NULL: the run that ended the task ok; else `quarantine replay` of
-      // that record made it, from the record's own payload (revision 0) or
-      // from that revision of an operator's patch.
+      // 11: where a kept result came from (issue 26, point 1): record_id NULL
+      // for a run, else the replayed record and its revision (0: original).
       R"sql(
         ALTER TABLE results ADD COLUMN record_id INTEGER;
         ALTER TABLE results ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
       )sql",
-      // 12: `reproduce` says "not-reproduced" when every run was ok (issue 26,
-      // point 6): before, that was "flaky". SQLite cannot change a column's
-      // CHECK, so the verdict moves to a column that allows the word; the
-      // old one is no longer written.
+      // 12: "not-reproduced" (issue 26, point 6). SQLite cannot change a
+      // column's CHECK, so the verdict moves to a new column; the old one is
+      // no longer written.
       R"sql(
         ALTER TABLE quarantine ADD COLUMN reproduce_outcome TEXT
           CHECK (reproduce_outcome IS NULL OR reproduce_outcome IN ('reliable', 'flaky', 'not-reproduced'));
         UPDATE quarantine SET reproduce_outcome = reproduce_verdict, reproduce_verdict = NULL
          WHERE reproduce_verdict IS NOT NULL;
       )sql",
-      // 13: the version of the handler a task ended ok under (issue 26,
-      // point 2): what the scripts its command line names held then
-      // (supervisor/exec/handler_version.h); '' when nothing was versioned
-      // or before pillbox kept it.
+      // 13: the handler version a task ended ok under (issue 26, point 2;
+      // handler_version.h); '' when none.
       R"sql(
         ALTER TABLE tasks ADD COLUMN version TEXT NOT NULL DEFAULT '';
       )sql",

@@ -11,9 +11,8 @@ namespace pillbox::store {
 // a newer pillbox and is refused, never modified.
 int schema_version();
 
-// Brings the database up to `target` (schema_version(); tests make older
-// stores with a lower one). Concurrent pillbox processes serialize on the
-// write lock; the second one finds nothing left to do.
+// Brings the database up to `target` (tests make older stores with a lower
+// one). Concurrent processes serialize on the write lock.
 Status migrate(Database& db, int target);
 inline Status migrate(Database& db) { return migrate(db, schema_version()); }
 

@@ -1,7 +1,6 @@
 #pragma once
 // A prepared SQLite statement: bind by position (1-based), step, read
-// columns. Prepared once and reused, so the ledger's per-task writes do not
-// parse SQL again; reset() makes it ready for the next use.
+// columns; reset() readies it for reuse.
 #include <sqlite3.h>
 
 #include <cstdint>
@@ -85,8 +84,8 @@ struct StatementSql {
   Statement* target;
   std::string sql;
 };
-// Prepares each statement into its target, in order, for a store that
-// prepares its statements once when it opens; the first failure is the error.
+// Prepares each statement into its target, in order; the first failure is
+// the error.
 Status prepare_all(sqlite3* db, std::initializer_list<StatementSql> statements);
 
 // Commits on commit(), rolls back otherwise: no path leaves a transaction

@@ -8,9 +8,9 @@
 
 namespace pillbox::store {
 
-// Keeps the store at `dir` (as it is now) out of this process's inputs
-// (supervisor/io/kept_out_of_inputs.h): for a command that lists its inputs
-// before it opens the store; Store::open does it too.
+// Keeps the store at `dir` out of this process's inputs
+// (kept_out_of_inputs.h), for a command that lists inputs before it opens
+// the store; Store::open does it too.
 void keep_store_out_of_inputs(const std::string& dir);
 
 class Store {
@@ -18,8 +18,7 @@ class Store {
   // Prepares the directory (see store_dir.h), opens the database and
   // migrates it. `dir` is the resolved directory (resolve_store_dir).
   static Expected<Store> open(const std::string& dir);
-  // For commands that only look at or act on what a store holds (pillbox
-  // quarantine, reproduce, minimize): a store that does not exist is an
+  // For commands that act on what a store holds: a missing store is an
   // error, not created empty.
   static Expected<Store> open_existing(const std::string& dir);
 

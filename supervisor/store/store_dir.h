@@ -1,7 +1,6 @@
 #pragma once
-// Where the durable store lives, and making sure nobody else can read it.
-// Quarantined payloads are exactly the inputs that crash parsers: the store
-// directory is 0700 and owned by the user running pillbox, its files 0600.
+// Where the store lives. Quarantined payloads are exactly the inputs that
+// crash parsers, so the directory is 0700 and this user's, its files 0600.
 #include <string>
 
 #include "shared/status.h"

@@ -1,8 +1,6 @@
 #pragma once
 // The state of a task in the ledger: the closed set the schema's CHECK
-// allows (schema.cpp). The Ledger takes and returns the enum; it is text
-// only in SQL (bound values, and the words some statements spell out) and
-// in what is shown to people.
+// allows. Text only in SQL and in what people read.
 #include <cstdint>
 #include <optional>
 #include <string_view>

@@ -1,9 +1,6 @@
 #pragma once
-// Every task of the ledger as an operator sees it (`pillbox tasks`), like
-// the retry and dead sets of a job queue's console. The ledger's state
-// (task_state.h) says pending for a task that never ran, one that runs, one
-// waiting for its retry and one held by a suspected outage; the view tells
-// them apart from the wait the run wrote (Ledger::set_wait).
+// The ledger's tasks as `pillbox tasks` shows them: the view splits the
+// ledger's `pending` by the wait the run wrote (Ledger::set_wait).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -58,21 +55,18 @@ struct TaskFilter {
 // Tasks in key order; `fn` returns false to stop.
 Status each_task(Database& db, const TaskFilter& filter, const std::function<bool(const TaskRow&)>& fn);
 
-// `pillbox tasks --forget`: removes the unfinished tasks `filter` selects
-// (never one ok or quarantined, one a run claims, or one a quarantine
-// record names), with their attempts, in one transaction. A run over the
-// same inputs sees them as new. How many went, and how many were kept.
+// `pillbox tasks --forget`: removes the unfinished tasks `filter` selects,
+// with their attempts, in one transaction; never one claimed or named by a
+// record.
 struct Forgotten {
   std::int64_t removed = 0;
   std::int64_t kept = 0;  // claimed by a run, or named by a quarantine record
 };
 Expected<Forgotten> forget_tasks(Database& db, const TaskFilter& filter);
 
-// Forgets the claims made on host `host` (the token's first field): its runs
-// are gone, and nothing here can tell (a container's former hostname, a
-// machine retired). Claims of this host are judged by their process when a
-// run meets them and are never released by hand: the caller refuses this
-// host's name. Returns how many were released.
+// Releases the claims made on host `host`, whose runs are gone and cannot
+// be checked from here (a retired machine). The caller refuses this host's
+// own name: its claims are judged by their process. Returns how many.
 Expected<std::int64_t> release_claims_of_host(Database& db, const std::string& host);
 
 }  // namespace pillbox::store
