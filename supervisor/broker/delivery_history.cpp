@@ -124,19 +124,23 @@ EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, 
   return h;
 }
 
-std::vector<store::AttemptSummary> attempt_summaries(const EntryHistory& history, const RecordedDelivery& current) {
+std::vector<store::AttemptSummary> engine_history(const EntryHistory& history, std::uint32_t current) {
   std::vector<store::AttemptSummary> out;
-  auto add = [&](const RecordedDelivery& d) {
+  for (const RecordedDelivery& d : history.recorded) {
+    if (d.kind.empty()) continue;  // a release: nothing ran (not an attempt that never finished)
     store::AttemptSummary a;
     a.n = d.delivery;
-    a.finished = !d.kind.empty();  // a release never ran
+    a.finished = true;
     a.kind = d.kind;
     a.fingerprint = d.fingerprint;
     a.charged = d.charged && !d.transient;
     out.push_back(std::move(a));
-  };
-  for (const auto& d : history.recorded) add(d);
-  add(current);
+  }
+  if (history.last_lost) {
+    store::AttemptSummary lost;
+    lost.n = current - 1;
+    out.push_back(lost);
+  }
   return out;
 }
 

@@ -70,9 +70,12 @@ struct EntryHistory {
 };
 EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields);
 
-// The history as the retry policy reads it, ending with the current
-// delivery's outcome (`current`).
-std::vector<store::AttemptSummary> attempt_summaries(const EntryHistory& history, const RecordedDelivery& current);
+// The deliveries before `current` as the engine's attempts (what
+// StreamBackEnd::find hands it): those recorded, releases left out (nothing
+// ran), and, when the one right before never reported back, that one as an
+// attempt that never finished (the engine then runs `current` alone).
+// Earlier lost deliveries are counted by check_redelivery, not here.
+std::vector<store::AttemptSummary> engine_history(const EntryHistory& history, std::uint32_t current);
 
 // The outcome a recorded delivery describes (for a dead-letter record).
 Outcome outcome_of(const RecordedDelivery& d);

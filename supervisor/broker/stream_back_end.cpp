@@ -387,25 +387,7 @@ Expected<std::optional<store::LedgerTask>> StreamBackEnd::find(const Task& task,
   known.id = h.task_id;
   known.state = store::TaskState::kPending;
   known.attempts = static_cast<std::uint32_t>(std::max<std::int64_t>(h.delivery - 1, 0));
-  // The fleet's deliveries before this one, as the engine's attempts: those
-  // recorded, and, when the one right before never reported back, that one
-  // as an attempt that never finished (the engine then runs this one alone,
-  // its start recorded first). Earlier lost deliveries count in check_entry.
-  for (const RecordedDelivery& d : h.history.recorded) {
-    if (d.kind.empty()) continue;  // a release: nothing ran (not an attempt that never finished)
-    store::AttemptSummary a;
-    a.n = d.delivery;
-    a.finished = true;
-    a.kind = d.kind;
-    a.fingerprint = d.fingerprint;
-    a.charged = d.charged && !d.transient;
-    known.history.push_back(std::move(a));
-  }
-  if (h.history.last_lost) {
-    store::AttemptSummary lost;
-    lost.n = static_cast<std::uint32_t>(h.delivery - 1);
-    known.history.push_back(lost);
-  }
+  known.history = engine_history(h.history, static_cast<std::uint32_t>(h.delivery));
   return std::optional<store::LedgerTask>{std::move(known)};
 }
 

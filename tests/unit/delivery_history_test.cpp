@@ -112,15 +112,29 @@ TEST_CASE("delivery history: a suspect's delivery counts as lost only when its s
   CHECK_FALSE(h.last_lost);
 }
 
+// The engine's history of a task (what StreamBackEnd::find hands it), then
+// the current delivery's attempt as the engine appends it when it ends.
+std::vector<store::AttemptSummary> with_current(std::vector<store::AttemptSummary> history,
+                                                const RecordedDelivery& current) {
+  store::AttemptSummary a;
+  a.n = current.delivery;
+  a.finished = true;
+  a.kind = current.kind;
+  a.fingerprint = current.fingerprint;
+  a.charged = current.charged && !current.transient;
+  history.push_back(std::move(a));
+  return history;
+}
+
 TEST_CASE("delivery history: the retry policy judges the fleet's history (same crash on two workers -> quarantine)") {
   RetrySettings settings;
   const auto first = recorded_outcome(1, "worker-a", 0, crash("pb1-x"), true, false);
   const auto h = entry_history(2, {{1, delivery_json(first)}});
   const auto second = recorded_outcome(2, "worker-b", 0, crash("pb1-x"), true, false);
-  CHECK(judge(settings, attempt_summaries(h, second), crash("pb1-x")).decision == Decision::kQuarantine);
+  CHECK(judge(settings, with_current(engine_history(h, 2), second), crash("pb1-x")).decision == Decision::kQuarantine);
   // Another crash site the second time: a retry.
   const auto other = recorded_outcome(2, "worker-b", 0, crash("pb1-y"), true, false);
-  CHECK(judge(settings, attempt_summaries(h, other), crash("pb1-y")).decision == Decision::kRetry);
+  CHECK(judge(settings, with_current(engine_history(h, 2), other), crash("pb1-y")).decision == Decision::kRetry);
 }
 
 TEST_CASE("delivery history: releases and holds are not failures of the payload") {
@@ -133,7 +147,7 @@ TEST_CASE("delivery history: releases and holds are not failures of the payload"
   CHECK(h.lost.empty());
   const auto now = recorded_outcome(3, "c", 0, crash("pb1-x"), true, false);
   // Only this delivery is charged: not two in a row, not max_attempts.
-  CHECK(judge(settings, attempt_summaries(h, now), crash("pb1-x")).decision == Decision::kRetry);
+  CHECK(judge(settings, with_current(engine_history(h, 3), now), crash("pb1-x")).decision == Decision::kRetry);
 }
 
 }  // namespace
