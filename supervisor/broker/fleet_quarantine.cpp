@@ -269,7 +269,10 @@ Status FleetQuarantine::each(const store::ListFilter& filter, const std::functio
         omitted = reply_integer(e.reply->element[2], -1);
       }
       FleetRecord r = read_dead_letter(e.id, e.fields, omitted);
-      if (!with_payloads && !r.redrive_of.empty() && reply_integer(e.reply->element[3], 1) == 0) orphan_attempt(r);
+      if (!with_payloads && !r.redrive_of.empty() && e.reply->elements == 4 &&
+          reply_integer(e.reply->element[3], 1) == 0) {
+        orphan_attempt(r);
+      }
       if (r.redrive_of.empty()) page.push_back(std::move(r));  // a redrive's dead letter is an attempt
     }
     if (auto s = load_states(page); !s) return s;

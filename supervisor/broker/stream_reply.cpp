@@ -1,5 +1,7 @@
 #include "supervisor/broker/stream_reply.h"
 
+#include <algorithm>
+
 #include "supervisor/broker/redis_connection.h"
 
 namespace pillbox::broker {
@@ -34,9 +36,13 @@ std::vector<StreamEntry> stream_entries(const redisReply* list, std::size_t size
   if (list == nullptr || list->type != REDIS_REPLY_ARRAY) return out;
   for (std::size_t i = 0; i < list->elements; ++i) {
     const redisReply* e = list->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < size || (!or_more && e->elements != size)) continue;
+    if (e == nullptr || e->type != REDIS_REPLY_ARRAY || e->elements < std::max<std::size_t>(size, 2) ||
+        (!or_more && e->elements != size)) {
+      continue;
+    }
     const redisReply* fields = e->element[1];
-    out.push_back({reply_text(e->element[0]), field_pairs(fields), fields->type == REDIS_REPLY_ARRAY, e});
+    const bool listed = fields != nullptr && fields->type == REDIS_REPLY_ARRAY;
+    out.push_back({reply_text(e->element[0]), field_pairs(fields), listed, e});
   }
   return out;
 }
