@@ -19,7 +19,7 @@ class FleetQuarantineSource final : public QuarantineSource {
   // The dead letter a record was read from (get(), each()).
   static const FleetRecord& dead_letter(const SourcedRecord& r);
 
-  QuarantineCapabilities can() const override { return {false, false, true, false}; }
+  QuarantineCapabilities can() const override { return {.signatures = true}; }
   std::string where() const override;
   int id_width() const override { return 15; }  // "1712345678901-0"
   Expected<std::string> parse_id(const std::string& text) const override { return parse_fleet_id(text); }

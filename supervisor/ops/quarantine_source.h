@@ -26,7 +26,6 @@ class MinimizeKeeper;  // supervisor/ops/minimize.h
 
 // What one back end's records can do beyond the common verbs.
 struct QuarantineCapabilities {
-  bool revisions = false;              // operators' patches (export --revision)
   bool discard_by_raise_site = false;  // discard --raise-site RS
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
   bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)

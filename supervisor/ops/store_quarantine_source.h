@@ -25,7 +25,7 @@ class StoreQuarantineSource final : public QuarantineSource {
   StoreQuarantineSource(store::QuarantineStore& quarantine, store::Database& db, std::string dir)
       : quarantine_(quarantine), db_(db), dir_(std::move(dir)) {}
 
-  QuarantineCapabilities can() const override { return {true, true, false, true}; }
+  QuarantineCapabilities can() const override { return {.discard_by_raise_site = true, .replays_here = true}; }
   std::string where() const override { return dir_; }
   int id_width() const override { return 8; }
   Expected<std::string> parse_id(const std::string& text) const override;
