@@ -25,6 +25,7 @@ enum class ErrorCode : std::uint8_t {
 struct Error {
   std::string message;
   ErrorCode code = ErrorCode::kSetup;
+  static Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
 };
 
 class Status {

@@ -94,8 +94,6 @@ return out
 // read one at a time by get().
 constexpr std::size_t kListedPayloadBytes = 64 << 10;
 
-Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
-
 // The entries of an XRANGE/XREVRANGE reply, or of kPageScript's (which adds two elements to each).
 std::vector<StreamEntry> entries_of(const redisReply* r) { return stream_entries(r, 2, /*or_more=*/true); }
 
@@ -163,8 +161,8 @@ Expected<std::string> parse_fleet_id(const std::string& text) {
   const auto ms = dash == std::string::npos ? std::nullopt : number(std::string_view(text).substr(0, dash));
   const auto seq = dash == std::string::npos ? std::nullopt : number(std::string_view(text).substr(dash + 1));
   if (!ms || !seq) {
-    return usage("'" + text + "' is not a record ID of the fleet's quarantine: its IDs are dead-letter entry IDs "
-                 "such as 1712345678901-0 (see: pillbox quarantine list --redis URL --stream NAME)");
+    return Error::usage("'" + text + "' is not a record ID of the fleet's quarantine: its IDs are dead-letter entry IDs "
+                        "such as 1712345678901-0 (see: pillbox quarantine list --redis URL --stream NAME)");
   }
   return *ms + "-" + *seq;
 }
@@ -355,8 +353,8 @@ Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
   if (!reply) return Error{reply.error()};
   auto entries = entries_of(reply->get());
   if (entries.empty()) {
-    return usage("no record " + id + " in the fleet's quarantine (" + keys_.stream.dlq + " on " + address().describe() +
-                 "; see: pillbox quarantine list --redis URL --stream NAME)");
+    return Error::usage("no record " + id + " in the fleet's quarantine (" + keys_.stream.dlq + " on " +
+                        address().describe() + "; see: pillbox quarantine list --redis URL --stream NAME)");
   }
   std::vector<FleetRecord> one;
   one.push_back(read_dead_letter(entries[0].id, entries[0].fields));
@@ -370,9 +368,9 @@ Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
     if (!named_exists) orphan_attempt(one[0]);
   }
   if (!one[0].redrive_of.empty()) {
-    return usage(id + " is the dead letter of a redrive of record " + one[0].redrive_of +
-                 ", not a record of its own: it is an attempt of " + one[0].redrive_of + " (quarantine show " +
-                 one[0].redrive_of + ")");
+    return Error::usage(id + " is the dead letter of a redrive of record " + one[0].redrive_of +
+                        ", not a record of its own: it is an attempt of " + one[0].redrive_of + " (quarantine show " +
+                        one[0].redrive_of + ")");
   }
   if (auto s = load_states(one); !s) return Error{s.message()};
   return std::move(one[0]);
@@ -402,8 +400,8 @@ Expected<FleetRecord> FleetQuarantine::change_state(const std::string& id, bool 
     const long long outcome = reply_integer(top->element[0], 0);
     const std::string holder = reply_text(top->element[1]);
     if (outcome == -1) {
-      return usage("record " + id + " is being replayed right now (by " + holder +
-                   "); act on it when that replay is over");
+      return Error::usage("record " + id + " is being replayed right now (by " + holder +
+                          "); act on it when that replay is over");
     }
     if (outcome == 1) {
       apply_state(*record, std::move(*state), holder);

@@ -11,8 +11,6 @@ bool parse_int(std::string_view text, int& out) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-Error usage(const std::string& message) { return Error{message, ErrorCode::kUsage}; }
-
 }  // namespace
 
 std::string reply_text(const redisReply* r) {
@@ -44,26 +42,26 @@ Expected<RedisAddress> parse_redis_url(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
   const std::string shown(url);
   if (url.substr(0, kScheme.size()) != kScheme) {
-    return usage("--redis '" + shown + "': expected redis://HOST[:PORT][/DB], e.g. redis://127.0.0.1:6379/0");
+    return Error::usage("--redis '" + shown + "': expected redis://HOST[:PORT][/DB], e.g. redis://127.0.0.1:6379/0");
   }
   std::string_view rest = url.substr(kScheme.size());
   RedisAddress a;
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
     if (!parse_int(rest.substr(slash + 1), a.db) || a.db < 0) {
-      return usage("--redis '" + shown + "': the database after '/' must be a number (0, 1, ...)");
+      return Error::usage("--redis '" + shown + "': the database after '/' must be a number (0, 1, ...)");
     }
     rest = rest.substr(0, slash);
   }
   if (rest.find('@') != std::string_view::npos) {
-    return usage("--redis '" + shown + "': credentials in the URL are not supported yet");
+    return Error::usage("--redis '" + shown + "': credentials in the URL are not supported yet");
   }
   if (const auto colon = rest.rfind(':'); colon != std::string_view::npos) {
     if (!parse_int(rest.substr(colon + 1), a.port) || a.port <= 0 || a.port > 65535) {
-      return usage("--redis '" + shown + "': the port after ':' must be a number from 1 to 65535");
+      return Error::usage("--redis '" + shown + "': the port after ':' must be a number from 1 to 65535");
     }
     rest = rest.substr(0, colon);
   }
-  if (rest.empty()) return usage("--redis '" + shown + "': no host (redis://HOST[:PORT][/DB])");
+  if (rest.empty()) return Error::usage("--redis '" + shown + "': no host (redis://HOST[:PORT][/DB])");
   a.host = std::string(rest);
   return a;
 }

@@ -9,8 +9,6 @@
 namespace pillbox::cli {
 namespace {
 
-Error usage(const std::string& message) { return Error{message, ErrorCode::kUsage}; }
-
 // The record ID, the one positional, in the back end's form; errors name
 // where the ids are listed.
 Expected<std::string> read_record_id(const Args& args, bool on_fleet) {
@@ -33,7 +31,7 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
     auto target = read_fleet_target(args, no_stream, then);
     if (!target) return Error{target.error(), target.error_code()};
     auto key = read_fleet_key(args);
-    if (!key) return usage(key.error());
+    if (!key) return Error::usage(key.error());
     auto fleet = broker::FleetQuarantine::open(target->address, target->stream);
     if (!fleet) return Error{fleet.error(), fleet.error_code()};
     opened.fleet = std::make_unique<broker::FleetQuarantine>(std::move(*fleet));
@@ -44,11 +42,11 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
   // --batch-timeout is replay's on the fleet only.
   for (const char* fleet_only : {"stream", "batch-timeout"}) {
     if (args.value(fleet_only)) {
-      return usage(std::string("--") + fleet_only + " goes with --redis URL (the fleet's quarantine)");
+      return Error::usage(std::string("--") + fleet_only + " goes with --redis URL (the fleet's quarantine)");
     }
   }
-  if (auto key = read_fleet_key(args); !key) return usage(key.error());
-  if (!then) return usage(then.message());
+  if (auto key = read_fleet_key(args); !key) return Error::usage(key.error());
+  if (!then) return Error::usage(then.message());
   auto store = create_store ? open_or_create_store(args) : open_existing_store(args);
   if (!store) return Error{store.error(), store.error_code()};
   opened.store = std::move(*store);
@@ -64,7 +62,7 @@ Expected<OpenedRecord> open_one_record(const Args& args) {
   if (!opened) return Error{opened.error(), opened.error_code()};
   auto record = opened->source->get(*id);
   if (!record) return Error{record.error(), record.error_code()};
-  if (auto ok = opened->source->check_runnable(*record, args.flag("trust-unsigned")); !ok) return usage(ok.message());
+  if (auto ok = opened->source->check_runnable(*record, args.flag("trust-unsigned")); !ok) return Error::usage(ok.message());
   return OpenedRecord{std::move(opened->store), std::move(opened->fleet), std::move(opened->source),
                       std::move(*record)};
 }

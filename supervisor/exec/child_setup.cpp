@@ -211,9 +211,7 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
     auto path = resolve_command(config.exec_argv[0], config.working_dir);
     if (!path) return Error{path.error()};
     config.exec_argv[0] = *path;
-    if (auto s = check_interpreter_script(config.exec_argv, config.working_dir); !s) {
-      return Error{s.message(), ErrorCode::kUsage};
-    }
+    if (auto s = check_interpreter_script(config.exec_argv, config.working_dir); !s) return Error::usage(s.message());
     for (std::size_t i = 1; i < config.exec_argv.size(); ++i) {
       std::string& a = config.exec_argv[i];
       if (names_payload_file(a)) config.exec_payload_as_file = true;
@@ -240,16 +238,14 @@ Expected<ChildConfig> make_child_config(const HandlerChoice& choice, Policy poli
 
 Expected<HandlerChoice> recorded_handler(const store::QuarantineEntry& e, const RecordAllowance& allowed) {
   if (!allowed.handler.empty() && allowed.handler != e.handler) {
-    return Error{"--handler " + allowed.handler + " is not the record's handler (" + e.handler +
-                     "): it only says a plugin record's handler again (to run the payload under another handler, "
-                     "use quarantine replay --handler)",
-                 ErrorCode::kUsage};
+    return Error::usage("--handler " + allowed.handler + " is not the record's handler (" + e.handler +
+                        "): it only says a plugin record's handler again (to run the payload under another handler, "
+                        "use quarantine replay --handler)");
   }
   if (e.handler.rfind("plugin:", 0) == 0 && e.handler != allowed.handler) {
-    return Error{"the record's handler " + e.handler +
-                     " is a plugin: code pillbox loads into its own processes, which a record never chooses; say "
-                     "--handler " + e.handler + " to run it so",
-                 ErrorCode::kUsage};
+    return Error::usage("the record's handler " + e.handler +
+                        " is a plugin: code pillbox loads into its own processes, which a record never chooses; say "
+                        "--handler " + e.handler + " to run it so");
   }
   HandlerChoice choice;
   choice.handler = e.handler;

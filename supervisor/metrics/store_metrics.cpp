@@ -84,10 +84,4 @@ void write_quarantine_families(MetricsText& out, const RecordCounts& records, st
   out.sample("pillbox_quarantine_fingerprints", {}, static_cast<double>(fingerprints));
 }
 
-Expected<std::string> render_store_metrics(store::Store& store) {
-  MetricsText text;
-  if (auto s = write_store_metrics(store.db(), text); !s) return Error{s.message()};
-  return text.text();
-}
-
 }  // namespace pillbox::metrics

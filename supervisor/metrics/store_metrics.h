@@ -15,7 +15,6 @@
 #include "shared/status.h"
 #include "supervisor/metrics/metrics_text.h"
 #include "supervisor/store/database.h"
-#include "supervisor/store/store.h"
 
 namespace pillbox::metrics {
 
@@ -33,8 +32,5 @@ using RecordCounts = std::map<std::pair<std::string, std::string>, std::int64_t>
 // fleet's dead letters on `pillbox serve --redis`
 // (supervisor/serve/fleet_console_source.h).
 void write_quarantine_families(MetricsText& out, const RecordCounts& records, std::int64_t fingerprints);
-
-// The whole answer for a store alone: write_store_metrics's text.
-Expected<std::string> render_store_metrics(store::Store& store);
 
 }  // namespace pillbox::metrics

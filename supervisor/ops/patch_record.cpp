@@ -11,8 +11,6 @@
 namespace pillbox {
 namespace {
 
-Error usage(std::string message) { return Error{std::move(message), ErrorCode::kUsage}; }
-
 // A value as the summary shows it: cut, so a 64 KiB argument stays one line.
 std::string shown_value(const nlohmann::json& v) {
   if (v.is_null()) return "(unset)";
@@ -130,18 +128,18 @@ Expected<store::Revision> patch_record(store::Database& db, store::QuarantineSto
   auto found = quarantine.get(request.record_id);
   if (!found) return Error{found.error()};
   if (!*found) {
-    return usage("no quarantine record " + std::to_string(request.record_id) +
-                 " in this store (see: pillbox quarantine list)");
+    return Error::usage("no quarantine record " + std::to_string(request.record_id) +
+                        " in this store (see: pillbox quarantine list)");
   }
   const store::QuarantineRecord& record = **found;
   auto claim = store::ReplayStore::claim_of(db, record.id);
   if (!claim) return Error{claim.error()};
-  if (const std::string why = refusal(record, *claim); !why.empty()) return usage(why);
+  if (const std::string why = refusal(record, *claim); !why.empty()) return Error::usage(why);
   if (!request.set_args.empty() && record.entry.handler == "exec") {
-    return usage("record " + std::to_string(record.id) +
-                 " ran a command (exec), which has a command line, not handler arguments: --set-arg does not apply; "
-                 "patch its payload (--payload-file F), or replay it under another command (quarantine replay " +
-                 std::to_string(record.id) + " -- CMD ARGS...)");
+    return Error::usage("record " + std::to_string(record.id) +
+                        " ran a command (exec), which has a command line, not handler arguments: --set-arg does not apply; "
+                        "patch its payload (--payload-file F), or replay it under another command (quarantine replay " +
+                        std::to_string(record.id) + " -- CMD ARGS...)");
   }
 
   store::RevisionStore revisions(db);
@@ -161,8 +159,8 @@ Expected<store::Revision> patch_record(store::Database& db, store::QuarantineSto
   if (request.payload) {
     const std::string sha = sha256_hex(*request.payload);
     if (sha == next.payload_sha256) {
-      return usage("the new payload is the same as " + from + " of record " + std::to_string(record.id) +
-                   " (sha256 " + sha + "): nothing to patch");
+      return Error::usage("the new payload is the same as " + from + " of record " + std::to_string(record.id) +
+                          " (sha256 " + sha + "): nothing to patch");
     }
     // A missing or damaged payload before is a reason to patch, not to refuse:
     // the summary says what is known.
@@ -182,8 +180,8 @@ Expected<store::Revision> patch_record(store::Database& db, store::QuarantineSto
     const std::string after = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     next.summary = args_change_summary(next.handler_args, after);
     if (next.summary.empty()) {
-      return usage("these arguments are what " + from + " of record " + std::to_string(record.id) +
-                   " already has: nothing to patch");
+      return Error::usage("these arguments are what " + from + " of record " + std::to_string(record.id) +
+                          " already has: nothing to patch");
     }
     next.handler_args = after;
   }

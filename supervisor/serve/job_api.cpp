@@ -12,14 +12,12 @@ namespace {
 
 using nlohmann::json;
 
-Error usage(const std::string& message) { return Error{message, ErrorCode::kUsage}; }
-
 // `body` as a JSON object whose fields are all in `allowed` ("" is {}).
 Expected<json> body_object(const std::string& body, const std::set<std::string>& allowed, const std::string& shape) {
   json j = body.empty() ? json::object() : json::parse(body, nullptr, false);  // invalid UTF-8 is a parse error
-  if (j.is_discarded() || !j.is_object()) return usage("the body must be a JSON object " + shape);
+  if (j.is_discarded() || !j.is_object()) return Error::usage("the body must be a JSON object " + shape);
   for (const auto& [name, value] : j.items()) {
-    if (allowed.count(name) == 0) return usage("unknown field '" + name.substr(0, 40) + "'; the body is " + shape);
+    if (allowed.count(name) == 0) return Error::usage("unknown field '" + name.substr(0, 40) + "'; the body is " + shape);
   }
   return j;
 }
@@ -29,7 +27,7 @@ Expected<std::optional<std::int64_t>> whole(const json& j, const std::string& na
   if (!j.contains(name) || j[name].is_null()) return std::optional<std::int64_t>();
   const json& v = j[name];
   if (!v.is_number_integer() || v.get<std::int64_t>() < low || v.get<std::int64_t>() > high) {
-    return usage(name + " must be a whole number from " + std::to_string(low) + " to " + std::to_string(high));
+    return Error::usage(name + " must be a whole number from " + std::to_string(low) + " to " + std::to_string(high));
   }
   return std::optional<std::int64_t>(v.get<std::int64_t>());
 }
@@ -95,19 +93,19 @@ Expected<JobRequest> replay_request(const std::string& body, const std::string& 
       "\"stop_after\" 1..1000000 and \"max_failure_ratio\" (0 up to 1) optional";
   auto j = body_object(body, {"ids", "filter", "batch", "stop_after", "max_failure_ratio"}, shape);
   if (!j) return Error{j.error(), j.error_code()};
-  if (j->contains("ids") == j->contains("filter")) return usage("give ids or a filter, one of them: " + shape);
+  if (j->contains("ids") == j->contains("filter")) return Error::usage("give ids or a filter, one of them: " + shape);
   JobRequest r{JobKind::kReplay, {"quarantine", "replay"}, actor, {}};
   if (j->contains("ids")) {
     const json& ids = (*j)["ids"];
     if (!ids.is_array() || ids.empty() || ids.size() > kMaxWebReplayIds) {
-      return usage("ids must be a list of 1 to " + std::to_string(kMaxWebReplayIds) + " record ids");
+      return Error::usage("ids must be a list of 1 to " + std::to_string(kMaxWebReplayIds) + " record ids");
     }
     for (const auto& id : ids) {
       const std::string text = id.is_string() ? id.get<std::string>() : id.is_number_integer() ? id.dump() : "";
       auto checked = check_id(text);
       if (!checked) {
-        return usage("ids must be record ids, got " + id.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40) +
-                     ": " + checked.error());
+        return Error::usage("ids must be record ids, got " +
+                            id.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 40) + ": " + checked.error());
       }
       r.records.push_back(*checked);
       r.args.push_back(*checked);  // checked: digits (and a dash), never an option
@@ -116,26 +114,26 @@ Expected<JobRequest> replay_request(const std::string& body, const std::string& 
     const json& f = (*j)["filter"];
     const char* which = "the filter is {\"fingerprint\": FP, \"kind\": K, \"raise_site\": S}, one or more (what "
                         "pillbox quarantine replay selects by)";
-    if (!f.is_object() || f.empty()) return usage(which);
+    if (!f.is_object() || f.empty()) return Error::usage(which);
     for (const auto& [name, value] : f.items()) {
       if (name != "fingerprint" && name != "kind" && name != "raise_site") {
-        return usage(std::string(which) + "; not '" + name.substr(0, 40) + "'");
+        return Error::usage(std::string(which) + "; not '" + name.substr(0, 40) + "'");
       }
-      if (!value.is_string()) return usage(name + " must be text");
+      if (!value.is_string()) return Error::usage(name + " must be text");
     }
     if (f.contains("raise_site")) {
       const std::string site = f["raise_site"].get<std::string>();
-      if (!is_raise_site_id(site)) return usage("raise_site must be a raise site's id, rs- and 16 hex digits");
+      if (!is_raise_site_id(site)) return Error::usage("raise_site must be a raise site's id, rs- and 16 hex digits");
       r.args.push_back("--raise-site=" + site);
     }
     if (f.contains("fingerprint")) {
       const std::string fp = f["fingerprint"].get<std::string>();
-      if (!fingerprint_text(fp)) return usage("not a fingerprint: letters, digits and ._:- (at most 128), like pb1-...");
+      if (!fingerprint_text(fp)) return Error::usage("not a fingerprint: letters, digits and ._:- (at most 128), like pb1-...");
       r.args.push_back("--fingerprint=" + fp);
     }
     if (f.contains("kind")) {
       const std::string kind = f["kind"].get<std::string>();
-      if (!kind_from_string(kind)) return usage("unknown kind '" + kind.substr(0, 40) + "'");
+      if (!kind_from_string(kind)) return Error::usage("unknown kind '" + kind.substr(0, 40) + "'");
       r.args.push_back("--kind=" + kind);
     }
   }
@@ -148,7 +146,7 @@ Expected<JobRequest> replay_request(const std::string& body, const std::string& 
   if (j->contains("max_failure_ratio") && !(*j)["max_failure_ratio"].is_null()) {
     const json& v = (*j)["max_failure_ratio"];
     if (!v.is_number() || v.get<double>() < 0.0 || v.get<double>() >= 1.0) {
-      return usage("max_failure_ratio must be a number from 0 up to (not including) 1, e.g. 0.2");
+      return Error::usage("max_failure_ratio must be a number from 0 up to (not including) 1, e.g. 0.2");
     }
     r.args.insert(r.args.end(), {"--max-failure-ratio", json(v.get<double>()).dump()});
   }

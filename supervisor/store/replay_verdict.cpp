@@ -1,7 +1,5 @@
 #include "supervisor/store/replay_verdict.h"
 
-#include "shared/enum_text.h"
-
 namespace pillbox::store {
 
 std::string_view to_string(ReplayVerdict verdict) {
@@ -10,10 +8,6 @@ std::string_view to_string(ReplayVerdict verdict) {
     case ReplayVerdict::kFailedAgain: return "failed-again";
   }
   return "unknown";
-}
-
-std::optional<ReplayVerdict> replay_verdict_from_string(std::string_view text) {
-  return enum_from_text(kAllReplayVerdicts, text);
 }
 
 RecordStatus status_after(ReplayVerdict verdict) {

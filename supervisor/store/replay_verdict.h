@@ -2,7 +2,6 @@
 // What one replayed record came to (pillbox quarantine replay): the status
 // the record takes, and the word the replay's output uses for it.
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
 #include "supervisor/store/record_status.h"
@@ -17,7 +16,6 @@ enum class ReplayVerdict : std::uint8_t {
 inline constexpr ReplayVerdict kAllReplayVerdicts[] = {ReplayVerdict::kResolved, ReplayVerdict::kFailedAgain};
 
 std::string_view to_string(ReplayVerdict verdict);
-std::optional<ReplayVerdict> replay_verdict_from_string(std::string_view text);
 
 // The record's status after a replay with this verdict.
 RecordStatus status_after(ReplayVerdict verdict);

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/enum_text.h"
 #include "supervisor/store/record_status.h"
 #include "supervisor/store/replay_verdict.h"
 #include "supervisor/store/task_state.h"
@@ -60,10 +61,11 @@ TEST_CASE("task state: each value has the schema's word and comes back from it")
 
 TEST_CASE("replay verdict: each value has the word replay prints and comes back from it") {
   CHECK(words_of(kAllReplayVerdicts) == std::vector<std::string>{"resolved", "failed-again"});
-  check_round_trip(kAllReplayVerdicts, replay_verdict_from_string);
-  CHECK_FALSE(replay_verdict_from_string("").has_value());
-  CHECK_FALSE(replay_verdict_from_string("quarantined").has_value());
-  CHECK_FALSE(replay_verdict_from_string("failed again").has_value());
+  const auto parse = [](std::string_view text) { return pillbox::enum_from_text(kAllReplayVerdicts, text); };
+  check_round_trip(kAllReplayVerdicts, parse);
+  CHECK_FALSE(parse("").has_value());
+  CHECK_FALSE(parse("quarantined").has_value());
+  CHECK_FALSE(parse("failed again").has_value());
 }
 
 TEST_CASE("replay verdict: the record takes the status of the same word") {

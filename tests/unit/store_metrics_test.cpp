@@ -47,9 +47,10 @@ struct StoreEnv {
   }
 
   std::string render() {
-    auto text = render_store_metrics(*store);
-    REQUIRE_MESSAGE(text.has_value(), text.error());
-    return *text;
+    MetricsText text;
+    auto s = write_store_metrics(store->db(), text);
+    REQUIRE_MESSAGE(s.is_ok(), s.message());
+    return text.text();
   }
 };
 
