@@ -26,6 +26,7 @@
 #include "supervisor/io/nearest_word.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/io/time_args.h"
+#include "supervisor/ops/filter_text.h"
 
 namespace pillbox::cli {
 namespace {
@@ -160,12 +161,6 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   return o;
 }
 
-// --status S, as the filters and purge take it.
-Expected<store::RecordStatus> parse_status(const std::string& s) {
-  if (auto status = store::record_status_from_string(s)) return *status;
-  return Error{"unknown status '" + s + "' (quarantined, replaying, resolved, failed-again, discarded)"};
-}
-
 }  // namespace
 
 Status check_raise_site_id(const std::string& text) {
@@ -177,7 +172,7 @@ Status check_raise_site_id(const std::string& text) {
 Expected<store::ListFilter> read_filter(const Args& args) {
   store::ListFilter filter;
   if (auto s = args.value("status")) {
-    auto status = parse_status(*s);
+    auto status = record_status_filter(*s);
     if (!status) return Error{status.error()};
     filter.status = *status;
   }
@@ -192,10 +187,9 @@ Expected<store::ListFilter> read_filter(const Args& args) {
     if (!ms) return Error{ms.error()};
     filter.since_ms = *ms;
   }
-  if (auto source = args.value("source")) {
-    if (*source != "run" && *source != "fuzz" && *source != "import") {
-      return Error{"unknown source '" + *source + "' (run, fuzz, import)"};
-    }
+  if (auto text = args.value("source")) {
+    auto source = record_source_filter(*text);
+    if (!source) return Error{source.error()};
     filter.source = *source;
   }
   // The handler's name as records keep it (echo, regex, exec, plugin:NAME): a
@@ -256,7 +250,7 @@ int purge(const QuarantineContext& c) {
   if (!ms) return quarantine_error(ms.error(), kExitUsage);
   std::vector<store::RecordStatus> statuses;
   for (const auto& s : c.args.values("status")) {
-    auto status = parse_status(s);
+    auto status = record_status_filter(s);
     if (!status) return quarantine_error(status.error(), kExitUsage);
     statuses.push_back(*status);
   }

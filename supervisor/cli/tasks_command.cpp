@@ -12,6 +12,7 @@
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/io/terminal_text.h"
+#include "supervisor/ops/filter_text.h"
 #include "supervisor/ops/task_json.h"
 #include "supervisor/store/process_claim.h"
 #include "supervisor/store/quarantine_store.h"
@@ -113,10 +114,9 @@ int tasks_command(int argc, char** argv) {
   }
   store::TaskFilter filter;
   if (auto s = args->value("state")) {
-    filter.view = store::task_view_from_string(*s);
-    if (!filter.view) {
-      return tasks_error("unknown state '" + *s + "' (pending, retrying, held, gave-up, ok, quarantined)", kExitUsage);
-    }
+    auto view = task_state_filter(*s);
+    if (!view) return tasks_error(view.error(), kExitUsage);
+    filter.view = *view;
   }
   filter.key = args->value("key");
   filter.handler = args->value("handler");

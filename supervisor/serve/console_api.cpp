@@ -8,6 +8,7 @@
 #include "shared/failure_kind.h"
 #include "shared/raise_site.h"
 #include "supervisor/metrics/live_run_file.h"
+#include "supervisor/ops/filter_text.h"
 #include "supervisor/ops/patch_record.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/task_json.h"
@@ -79,11 +80,9 @@ Expected<store::ListFilter> records_filter(const Query& query, bool paging) {
   if (!values) return Error{values.error(), values.error_code()};
   store::ListFilter filter;
   if (auto s = take(*values, "status")) {
-    filter.status = store::record_status_from_string(*s);
-    if (!filter.status) {
-      return Error{"unknown status '" + *s + "' (quarantined, replaying, resolved, failed-again, discarded)",
-                   ErrorCode::kUsage};
-    }
+    auto status = record_status_filter(*s);
+    if (!status) return Error{status.error(), status.error_code()};
+    filter.status = *status;
   }
   if (auto k = take(*values, "kind")) {
     if (!kind_from_string(*k)) {
@@ -93,10 +92,9 @@ Expected<store::ListFilter> records_filter(const Query& query, bool paging) {
     }
     filter.kind = *k;
   }
-  if (auto source = take(*values, "source")) {
-    if (*source != "run" && *source != "fuzz" && *source != "import") {
-      return Error{"unknown source '" + *source + "' (run, fuzz, import)", ErrorCode::kUsage};
-    }
+  if (auto text = take(*values, "source")) {
+    auto source = record_source_filter(*text);
+    if (!source) return Error{source.error(), source.error_code()};
     filter.source = *source;
   }
   filter.fingerprint = take(*values, "fingerprint");
@@ -130,10 +128,9 @@ Expected<store::TaskFilter> tasks_filter(const Query& query) {
   if (!values) return Error{values.error(), values.error_code()};
   store::TaskFilter filter;
   if (auto s = take(*values, "state")) {
-    filter.view = store::task_view_from_string(*s);
-    if (!filter.view) {
-      return Error{"unknown state '" + *s + "' (pending, retrying, held, gave-up, ok, quarantined)", ErrorCode::kUsage};
-    }
+    auto view = task_state_filter(*s);
+    if (!view) return Error{view.error(), view.error_code()};
+    filter.view = *view;
   }
   filter.key = take(*values, "key");
   filter.handler = take(*values, "handler");
