@@ -406,10 +406,11 @@ TEST_CASE("engine over Redis: an outage's failures are recorded uncharged, held,
   std::vector<std::pair<std::string, std::string>> tasks;
   for (int i = 0; i < 6; ++i) tasks.emplace_back("t" + std::to_string(i), "payload " + std::to_string(i));
   const auto ids = e2e::add_entries(server, "jobs", tasks);
-  pillbox::FlowSettings settings = retries(3);
-  settings.breaker.window = 4;
+  // The first failure's retry waits (7.98 s) until the breaker holds it: had
+  // it run before the next two were read, its second failure alike would
+  // quarantine it (two in a row) before the breaker saw an outage.
+  pillbox::FlowSettings settings = outage_after(4);
   settings.breaker.threshold = 0.75;
-  settings.breaker.probe_interval = 100ms;
   // (Claim scans every 100 ms: the intake's wish to be asked again for one
   // goes stale while the breaker is open and nothing new is taken.)
   Worker worker(server, settings, 400ms);
