@@ -238,6 +238,10 @@ Expected<Discarded> FleetQuarantineSource::discard(const std::string& id, const 
   return done;
 }
 
+Expected<store::Revision> FleetQuarantineSource::patch(const std::string&, PatchRequest) {
+  return Error::usage(store_only_verb("patch"));  // revisions are the store's
+}
+
 Status FleetQuarantineSource::record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
                                                  std::int64_t matches, const std::string& actor,
                                                  const std::string& detail) {

@@ -19,7 +19,9 @@ class FleetQuarantineSource final : public QuarantineSource {
   // The dead letter a record was read from (get(), each()).
   static const FleetRecord& dead_letter(const SourcedRecord& r);
 
-  QuarantineCapabilities can() const override { return {.signatures = true}; }
+  // Known before Redis is read (a verb refused before it is).
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true};
+  QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;
   int id_width() const override { return 15; }  // "1712345678901-0"
   Expected<std::string> parse_id(const std::string& text) const override { return parse_fleet_id(text); }
@@ -39,6 +41,7 @@ class FleetQuarantineSource final : public QuarantineSource {
   Status check_runnable(const SourcedRecord& r, bool trust_unsigned) const override;
   Status check_discardable(const SourcedRecord& r) override;
   Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) override;
+  Expected<store::Revision> patch(const std::string& id, PatchRequest request) override;
   Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
                              const std::string& actor, const std::string& detail) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) override;

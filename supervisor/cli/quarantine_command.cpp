@@ -127,6 +127,7 @@ const char* kHelp =
 const std::map<std::string, int (*)(const RecordsContext&)> kRecordVerbs = {
     {"list", quarantine_list},     {"show", quarantine_show},       {"stats", quarantine_stats},
     {"export", quarantine_export}, {"discard", quarantine_discard}, {"replay", quarantine_replay},
+    {"patch", quarantine_patch},
 };
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"fingerprint"}, {"key"},
@@ -303,7 +304,7 @@ int quarantine_command(int argc, char** argv) {
   }
   const std::string verb = argv[2];
   static const std::map<std::string, int (*)(const QuarantineContext&)> kStoreVerbs = {
-      {"purge", purge}, {"import", quarantine_import}, {"patch", quarantine_patch},
+      {"purge", purge}, {"import", quarantine_import},
   };
   const auto found = kStoreVerbs.find(verb);
   const auto records_verb = kRecordVerbs.find(verb);
@@ -331,7 +332,8 @@ int quarantine_command(int argc, char** argv) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
   }
   const bool on_fleet = args->value("redis").has_value();
-  if (on_fleet && records_verb == kRecordVerbs.end()) {
+  // A verb this quarantine cannot do, said before it is read.
+  if ((on_fleet && records_verb == kRecordVerbs.end()) || (verb == "patch" && !capabilities_of(*args).patches)) {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);
   }
   // Import adds records and may start a store; every other verb looks at one.

@@ -24,6 +24,10 @@ Expected<std::string> read_record_id(const Args& args, bool on_fleet) {
 
 }  // namespace
 
+QuarantineCapabilities capabilities_of(const Args& args) {
+  return args.value("redis") ? broker::FleetQuarantineSource::kCapabilities : StoreQuarantineSource::kCapabilities;
+}
+
 Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& no_stream, bool create_store,
                                            const Status& then) {
   OpenedQuarantine opened;

@@ -26,6 +26,10 @@ struct OpenedQuarantine {
 // said after the errors about where (--store, --redis, --stream, --fleet-key
 // on the store) and before anything is opened. Errors carry their code: usage
 // for the arguments, setup for a store or Redis that cannot be used.
+// What the quarantine open_quarantine would open can do, known before
+// anything is opened (a verb it cannot do is refused without reading it).
+QuarantineCapabilities capabilities_of(const Args& args);
+
 Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& no_stream, bool create_store,
                                            const Status& then);
 

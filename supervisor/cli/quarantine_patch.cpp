@@ -1,6 +1,7 @@
 // pillbox quarantine patch ID (--payload-file F | --set-arg K=V ...) --note TEXT [--json]:
 // an operator's fix of a record, stored as its next revision beside the
-// original (supervisor/ops/patch_record.h does the work; this file parses and prints).
+// original (the quarantine's QuarantineSource::patch does the work, over
+// supervisor/ops/patch_record.h; this file parses and prints).
 #include <fcntl.h>
 
 #include <cstdio>
@@ -20,12 +21,14 @@ namespace pillbox::cli {
 namespace {
 
 // The options into a request; errors are usage errors, found before the store is touched.
-Expected<PatchRequest> read_request(const Args& args) {
+// `id`: the record's, as the quarantine reads it (QuarantineSource::parse_id).
+Expected<PatchRequest> read_request(const RecordsContext& c, std::string& id) {
+  const Args& args = c.args;
   PatchRequest request;
   if (args.positional().size() != 1) return Error{"patch takes exactly one record ID (see: pillbox quarantine list)"};
-  auto id = parse_record_id(args.positional()[0]);
-  if (!id) return Error{id.error()};
-  request.record_id = *id;
+  auto parsed = c.source.parse_id(args.positional()[0]);
+  if (!parsed) return Error{parsed.error()};
+  id = *parsed;
   const auto file = args.value("payload-file");
   const auto set_args = args.values("set-arg");
   if (file.has_value() == !set_args.empty()) {
@@ -51,18 +54,18 @@ Expected<PatchRequest> read_request(const Args& args) {
 
 }  // namespace
 
-int quarantine_patch(const QuarantineContext& c) {
-  auto request = read_request(c.args);
+int quarantine_patch(const RecordsContext& c) {
+  std::string id;
+  auto request = read_request(c, id);
   if (!request) return quarantine_error(request.error(), kExitUsage);
   request->actor = actor_name("quarantine patch");
-  auto revision = patch_record(c.database, c.quarantine, *request, store::now_ms());
+  auto revision = c.source.patch(id, std::move(*request));
   if (!revision) return quarantine_error(revision.error(), exit_code_for(revision.error_code()));
   if (c.args.flag("json")) {
     const nlohmann::json j = patched_record_json(*revision);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kExitOk;
   }
-  const std::string id = std::to_string(revision->record_id);
   std::printf("record %s: revision %lld stored (%s); the original is unchanged. Run it: pillbox quarantine replay %s\n",
               id.c_str(), static_cast<long long>(revision->n), table_cell(revision->summary, 300).c_str(), id.c_str());
   return kExitOk;

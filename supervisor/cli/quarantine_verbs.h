@@ -57,9 +57,9 @@ int quarantine_stats(const RecordsContext& c);    // stats
 int quarantine_export(const RecordsContext& c);   // export ID -o FILE [--bundle]
 int quarantine_discard(const RecordsContext& c);  // discard ID... --reason TEXT
 int quarantine_replay(const RecordsContext& c);   // replay (quarantine_replay.cpp)
+int quarantine_patch(const RecordsContext& c);    // patch ID (--payload-file F | --set-arg K=V...) --note TEXT (quarantine_patch.cpp)
 
 // The verbs of the store's quarantine only.
 int quarantine_import(const QuarantineContext& c);  // import FILES...
-int quarantine_patch(const QuarantineContext& c);   // patch ID (--payload-file F | --set-arg K=V...) --note TEXT
 
 }  // namespace pillbox::cli

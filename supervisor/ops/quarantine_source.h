@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/ops/patch_record.h"
 #include "supervisor/ops/replay.h"
 #include "supervisor/store/quarantine_store.h"
 
@@ -29,6 +30,7 @@ struct QuarantineCapabilities {
   bool discard_by_raise_site = false;  // discard --raise-site RS
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
   bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)
+  bool patches = false;                // patch: an operator's fix kept as the record's next revision
 };
 
 // One record as the verbs see it.
@@ -150,6 +152,11 @@ class QuarantineSource {
   // (was STATUS)"), atomically; refused (kUsage) when a replay took it in
   // between. By id: a verb that discards many keeps no payload meanwhile.
   virtual Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) = 0;
+
+  // Keeps an operator's fix as record `id`'s next revision (parse_id's
+  // text; `request.record_id` is set here), refused as patch_record
+  // (patch_record.h) says; kUsage where can().patches is false.
+  virtual Expected<store::Revision> patch(const std::string& id, PatchRequest request) = 0;
 
   // The verdict of `pillbox reproduce` (reproduce.h), kept with the record
   // with an audit entry.

@@ -184,6 +184,13 @@ Expected<Discarded> StoreQuarantineSource::discard(const std::string& id, const 
   return done;
 }
 
+Expected<store::Revision> StoreQuarantineSource::patch(const std::string& id, PatchRequest request) {
+  auto number = parse_record_id(id);
+  if (!number) return Error::usage(number.error());
+  request.record_id = *number;
+  return patch_record(db_, quarantine_, request, store::now_ms());
+}
+
 Status StoreQuarantineSource::record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
                                                  std::int64_t matches, const std::string& actor,
                                                  const std::string& detail) {

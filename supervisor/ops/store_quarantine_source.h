@@ -25,7 +25,10 @@ class StoreQuarantineSource final : public QuarantineSource {
   StoreQuarantineSource(store::QuarantineStore& quarantine, store::Database& db, std::string dir)
       : quarantine_(quarantine), db_(db), dir_(std::move(dir)) {}
 
-  QuarantineCapabilities can() const override { return {.discard_by_raise_site = true, .replays_here = true}; }
+  // Known before the store is opened (a verb refused before it is read).
+  static constexpr QuarantineCapabilities kCapabilities{
+      .discard_by_raise_site = true, .replays_here = true, .patches = true};
+  QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override { return dir_; }
   int id_width() const override { return 8; }
   Expected<std::string> parse_id(const std::string& text) const override;
@@ -42,6 +45,7 @@ class StoreQuarantineSource final : public QuarantineSource {
   Status check_runnable(const SourcedRecord&, bool) const override { return Status::ok(); }
   Status check_discardable(const SourcedRecord& r) override;
   Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) override;
+  Expected<store::Revision> patch(const std::string& id, PatchRequest request) override;
   Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
                              const std::string& actor, const std::string& detail) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const SourcedRecord& r, const std::string& actor) override;

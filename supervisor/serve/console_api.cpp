@@ -9,10 +9,8 @@
 #include "shared/raise_site.h"
 #include "supervisor/metrics/live_run_file.h"
 #include "supervisor/ops/filter_text.h"
-#include "supervisor/ops/patch_record.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/ops/task_json.h"
-#include "supervisor/store/replay_store.h"
 
 namespace pillbox::serve {
 namespace {
@@ -185,58 +183,39 @@ ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::stri
   return {200, {{"discarded", discarded}, {"already_discarded", already_discarded}, {"changed", already ? 0 : 1}}};
 }
 
-ApiReply patch_record(ConsoleStore& s, const std::string& id_text, const std::string& body,
-                      const std::string& actor) {
-  // The body first: a bad request changes nothing, whatever record it names.
+PatchBody patch_body(const std::string& body) {
   const char* shape =
       "the body must be a JSON object {\"note\": TEXT, \"payload_b64\": BASE64} or {\"note\": TEXT, "
       "\"set_args\": {\"K\": \"V\", ...}}";
+  auto refused = [](int status, const std::string& why) { return PatchBody{std::nullopt, error_reply(status, why)}; };
   const auto j = nlohmann::json::parse(body, nullptr, false);  // invalid UTF-8 is a parse error
-  if (j.is_discarded() || !j.is_object()) return error_reply(400, shape);
+  if (j.is_discarded() || !j.is_object()) return refused(400, shape);
   for (const auto& [name, value] : j.items()) {
     if (name != "note" && name != "payload_b64" && name != "set_args") {
-      return error_reply(400, std::string(shape) + "; unknown field '" + name.substr(0, 40) + "'");
+      return refused(400, std::string(shape) + "; unknown field '" + name.substr(0, 40) + "'");
     }
   }
-  if (!j.contains("note") || !j["note"].is_string()) {
-    return error_reply(400, std::string(shape) + "; the note (why) is required");
-  }
-  auto id = record_id(id_text);
-  if (!id) return error_reply(404, id.error());
+  if (!j.contains("note") || !j["note"].is_string()) return refused(400, std::string(shape) + "; the note (why) is required");
   PatchRequest request;
-  request.record_id = *id;
   request.note = j["note"].get<std::string>();
-  request.actor = actor;
   if (j.contains("payload_b64")) {
-    if (!j["payload_b64"].is_string()) return error_reply(400, std::string(shape) + "; payload_b64 is a string");
+    if (!j["payload_b64"].is_string()) return refused(400, std::string(shape) + "; payload_b64 is a string");
     const std::string& b64 = j["payload_b64"].get_ref<const std::string&>();
-    if (b64.size() / 4 * 3 > kMaxWebPatchPayloadBytes + 2) return error_reply(413, kPatchTooLarge);
+    if (b64.size() / 4 * 3 > kMaxWebPatchPayloadBytes + 2) return refused(413, kPatchTooLarge);
     auto bytes = base64_decode(b64);
-    if (!bytes) return error_reply(400, "payload_b64 is not base64 (RFC 4648, with padding, no whitespace)");
-    if (bytes->size() > kMaxWebPatchPayloadBytes) return error_reply(413, kPatchTooLarge);
+    if (!bytes) return refused(400, "payload_b64 is not base64 (RFC 4648, with padding, no whitespace)");
+    if (bytes->size() > kMaxWebPatchPayloadBytes) return refused(413, kPatchTooLarge);
     request.payload = std::move(*bytes);
   }
   if (j.contains("set_args")) {
-    if (!j["set_args"].is_object()) return error_reply(400, std::string(shape) + "; set_args is an object");
+    if (!j["set_args"].is_object()) return refused(400, std::string(shape) + "; set_args is an object");
     for (const auto& [key, value] : j["set_args"].items()) {
-      if (!value.is_string()) return error_reply(400, "set_args values are strings (argument '" + key.substr(0, 40) + "')");
+      if (!value.is_string()) return refused(400, "set_args values are strings (argument '" + key.substr(0, 40) + "')");
       request.set_args.emplace_back(key, value.get<std::string>());
     }
-    // {} sets nothing: said as the library says "neither" below.
+    // {} sets nothing: said as patch_record says "neither".
   }
-  auto revision = pillbox::patch_record(s.db, s.quarantine, request, store::now_ms());
-  if (revision) return {200, patched_record_json(*revision)};
-  if (revision.error_code() != ErrorCode::kUsage) return error_reply(500, revision.error());
-  // A refusal: which one is read from the store, not from the message.
-  auto found = s.quarantine.get(*id);
-  if (found && !*found) return error_reply(404, revision.error());
-  if (found && *found) {
-    auto claim = store::ReplayStore::claim_of(s.db, *id);
-    if ((*found)->status == store::RecordStatus::kReplaying || (claim && !claim->empty())) {
-      return error_reply(409, revision.error());
-    }
-  }
-  return error_reply(400, revision.error());
+  return {std::move(request), {}};
 }
 
 }  // namespace pillbox::serve

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "shared/status.h"
+#include "supervisor/ops/patch_record.h"
 #include "supervisor/store/database.h"
 #include "supervisor/store/quarantine_store.h"
 #include "supervisor/store/task_view.h"
@@ -81,13 +82,15 @@ inline constexpr const char* kPatchTooLarge =
     "the patch is too large for the console (a payload of at most 8 MiB); use pillbox quarantine patch ID "
     "--payload-file FILE --note TEXT";
 
-// `body`: {"note": TEXT, "payload_b64": BASE64} or {"note": TEXT,
-// "set_args": {"K": "V", ...}}; patch_record (supervisor/ops/patch_record.h)
-// with `actor`. The answer is patch --json's object. 404 no such record, 409
-// being replayed, 413 a payload over kMaxWebPatchPayloadBytes, 400 any other
-// refusal (nothing changed), 500 the store.
-ApiReply patch_record(ConsoleStore& store, const std::string& id_text, const std::string& body,
-                      const std::string& actor);
+// A patch's body, {"note": TEXT, "payload_b64": BASE64} or {"note": TEXT,
+// "set_args": {"K": "V", ...}}: the request (patch_record.h; the record
+// aside), or the 400 or 413 (a payload over kMaxWebPatchPayloadBytes) that
+// says why not (read before the record: a bad request changes nothing).
+struct PatchBody {
+  std::optional<PatchRequest> request;
+  ApiReply error;
+};
+PatchBody patch_body(const std::string& body);
 
 // A record's payload preview (ConsoleSource::preview): its first bytes, or
 // an error reply.

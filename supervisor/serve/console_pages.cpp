@@ -364,7 +364,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   }
 
   const std::string status = value_text(r["status"]);
-  if (source.patches() && (status == "quarantined" || status == "failed-again")) {
+  if (source.can().patches && (status == "quarantined" || status == "failed-again")) {
     // Read by /static/console.js: the file as base64, or the K=V lines.
     const bool exec = value_text(r["handler"]) == "exec";
     body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +

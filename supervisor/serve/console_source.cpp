@@ -86,6 +86,27 @@ ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, 
   return discarded_reply(found->record.id, done->already, done->was);
 }
 
+ApiReply ConsoleSource::patch(const std::string& id, const std::string& body, const std::string& actor) {
+  PatchBody read = patch_body(body);
+  if (!read.request) return read.error;
+  auto checked = checked_id(id);
+  if (!checked) return error_reply(malformed_id_status(), checked.error());
+  ApiReply error;
+  QuarantineSource* q = records(error);
+  if (q == nullptr) return error;
+  read.request->actor = actor;
+  auto revision = q->patch(*checked, std::move(*read.request));
+  if (revision) return {200, patched_record_json(*revision)};
+  if (revision.error_code() != ErrorCode::kUsage || !q->can().patches) {
+    return failure(revision.error(), revision.error_code());
+  }
+  // A refusal: which one is read from the records, not from the message.
+  auto now = q->get(*checked);
+  if (!now) return failure(revision.error(), now.error_code(), 404);
+  if (!q->check_discardable(*now)) return error_reply(409, revision.error());  // a replay holds it
+  return error_reply(400, revision.error());
+}
+
 PayloadReply ConsoleSource::preview(const std::string& id, std::size_t max_bytes) {
   ApiReply error;
   auto found = find(id, error);

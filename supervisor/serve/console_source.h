@@ -54,12 +54,17 @@ class ConsoleSource {
   // found under the lock; finish_download (console_download.h) reads it
   // after the lock.
   PendingDownload find_download(const std::string& id, bool bundle);
+  // `body` patch_body's (console_api.h); the answer is patch --json's
+  // object. 404 no such record, 409 being replayed, 413 a payload over
+  // kMaxWebPatchPayloadBytes, 400 any other refusal (nothing changed),
+  // 500 the store.
+  ApiReply patch(const std::string& id, const std::string& body, const std::string& actor);
+  // What the back end's records can do (the record page offers a patch
+  // form where can().patches), known without reading them.
+  virtual QuarantineCapabilities can() const = 0;
   // The back end's own:
   virtual ApiReply list_tasks(const Query& query) = 0;
   virtual ApiReply live_runs() = 0;
-  virtual ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) = 0;
-  // Whether patch() can ever succeed here (the record page offers its form).
-  virtual bool patches() const = 0;
 
   // GET /metrics's body, in the Prometheus text format (metrics_text.h).
   virtual std::string metrics() = 0;

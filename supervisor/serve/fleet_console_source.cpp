@@ -111,11 +111,6 @@ ApiReply FleetSource::live_runs() {
                               " show what they run at their --metrics address (pillbox worker --metrics HOST:PORT)");
 }
 
-ApiReply FleetSource::patch(const std::string& id, const std::string&, const std::string&) {
-  if (auto checked = broker::parse_fleet_id(id); !checked) return error_reply(400, checked.error());
-  return error_reply(400, broker::store_only_verb("patch"));
-}
-
 bool FleetSource::attach_payload(QuarantineSource& source, const SourcedRecord& r, PendingDownload& download) {
   auto bytes = source.payload(r);
   if (!bytes) {

@@ -42,8 +42,7 @@ class FleetSource : public ConsoleSource {
   std::vector<std::string> cli_source_args() const override;
   ApiReply list_tasks(const Query& query) override;
   ApiReply live_runs() override;
-  ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override;
-  bool patches() const override { return false; }
+  QuarantineCapabilities can() const override { return broker::FleetQuarantineSource::kCapabilities; }
   Expected<std::string> checked_id(const std::string& text) const override { return broker::parse_fleet_id(text); }
   std::string metrics() override;
 

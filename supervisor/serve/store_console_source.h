@@ -1,6 +1,6 @@
 #pragma once
 // The console over a store (pillbox serve --store DIR): its records as a
-// StoreQuarantineSource, its tasks, runs and patches by console_api.h's
+// StoreQuarantineSource, its tasks and runs by console_api.h's
 // functions, and /metrics from its gauges, read on a thread and connection
 // of their own (store_metrics_reader.h), never under the server's lock.
 // While the store's file is removed or replaced (store_presence.h),
@@ -29,10 +29,7 @@ class StoreSource : public ConsoleSource {
   std::vector<std::string> cli_source_args() const override { return {"--store", store_.dir}; }
   ApiReply list_tasks(const Query& query) override { return serve::list_tasks(store_, query); }
   ApiReply live_runs() override { return serve::live_runs(store_); }
-  ApiReply patch(const std::string& id, const std::string& body, const std::string& actor) override {
-    return patch_record(store_, id, body, actor);
-  }
-  bool patches() const override { return true; }
+  QuarantineCapabilities can() const override { return StoreQuarantineSource::kCapabilities; }
   std::optional<std::string> unavailable() const override { return presence_.problem(); }
   Expected<std::string> checked_id(const std::string& text) const override {
     auto id = record_id(text);

@@ -121,23 +121,23 @@ TEST_CASE("console api: discard checks the body before the record, refuses a rep
 TEST_CASE("console api: patch answers patch --json's object; 404, 409 and 400 change nothing; set_args on a handler") {
   Env env;
   const std::int64_t id = env.add("k", "p", "pb1-dddd");
-  auto console = env.console();
+  StoreSource console(env.console());
   const std::string path_id = std::to_string(id);
   auto revisions = [&] { return store::RevisionStore(env.db()).list(id).value().size(); };
   const std::string args = R"({"note": "deeper", "set_args": {"depth": "3"}})";
-  CHECK(patch_record(console, "999", args, "web: 127.0.0.1").status == 404);
-  CHECK(patch_record(console, "-1", args, "web: 127.0.0.1").status == 404);
-  CHECK(patch_record(console, path_id, R"({"note": "n", "payload_b64": "%%"})", "web: x").status == 400);
-  CHECK(patch_record(console, path_id, R"({"note": "n", "set_args": {}})", "web: x").status == 400);
-  CHECK(patch_record(console, path_id, R"([1])", "web: x").status == 400);
+  CHECK(console.patch("999", args, "web: 127.0.0.1").status == 404);
+  CHECK(console.patch("-1", args, "web: 127.0.0.1").status == 404);
+  CHECK(console.patch(path_id, R"({"note": "n", "payload_b64": "%%"})", "web: x").status == 400);
+  CHECK(console.patch(path_id, R"({"note": "n", "set_args": {}})", "web: x").status == 400);
+  CHECK(console.patch(path_id, R"([1])", "web: x").status == 400);
   REQUIRE(env.db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
-  const ApiReply busy = patch_record(console, path_id, args, "web: 127.0.0.1");
+  const ApiReply busy = console.patch(path_id, args, "web: 127.0.0.1");
   CHECK(busy.status == 409);
   CHECK(busy.body["error"].get<std::string>().find("being replayed") != std::string::npos);
   REQUIRE(env.db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
   CHECK(revisions() == 0);
 
-  const ApiReply done = patch_record(console, path_id, args, "web: 127.0.0.1");
+  const ApiReply done = console.patch(path_id, args, "web: 127.0.0.1");
   REQUIRE_MESSAGE(done.status == 200, done.body.dump());
   auto stored = store::RevisionStore(env.db()).list(id);
   REQUIRE(stored.has_value());
