@@ -20,8 +20,9 @@ std::string shown_value(const nlohmann::json& v) {
   return text;
 }
 
-// The request's own mistakes, found before the store is touched.
-Status check_request(const PatchRequest& r) {
+}  // namespace
+
+Status check_patch_request(const PatchRequest& r) {
   const bool has_payload = r.payload.has_value();
   const bool has_args = !r.set_args.empty();
   if (has_payload == has_args) {
@@ -55,6 +56,8 @@ Status check_request(const PatchRequest& r) {
   }
   return Status::ok();
 }
+
+namespace {
 
 // Why an existing record cannot be patched now, or "" when it can.
 std::string refusal(const store::QuarantineRecord& r, const std::string& claim) {
@@ -120,7 +123,7 @@ std::string args_change_summary(const std::string& before_text, const std::strin
 
 Expected<store::Revision> patch_record(store::Database& db, store::QuarantineStore& quarantine,
                                        const PatchRequest& request, std::int64_t now) {
-  if (auto s = check_request(request); !s) return Error{s.message(), s.code()};
+  if (auto s = check_patch_request(request); !s) return Error{s.message(), s.code()};
   // Under the write lock: status, claim and newest revision cannot change
   // between the checks and the write.
   auto txn = store::Transaction::begin(db.handle());

@@ -29,6 +29,12 @@ struct PatchRequest {
   std::string actor;                                           // actor_name("quarantine patch"), "web: <address>"
 };
 
+// The request's own mistakes (kUsage), found before any record is read:
+// both or neither of a payload and arguments, no note or one over
+// kMaxPatchNoteBytes, a payload over kMaxPayloadBytes, an argument's name
+// or value out of bounds. patch_record checks them first too.
+Status check_patch_request(const PatchRequest& request);
+
 // Stores the patch as the record's next revision, in one transaction with
 // its audit entry ("patched"). The record must be open and not in a replay:
 // status quarantined or failed-again, no replay claim; this is checked under

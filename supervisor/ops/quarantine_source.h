@@ -145,7 +145,8 @@ class QuarantineSource {
   // kUsage error saying why not and what to do.
   virtual Status check_runnable(const SourcedRecord& r, bool trust_unsigned) const = 0;
 
-  // kUsage when the record may not be discarded now (a replay holds it).
+  // kUsage when a replay holds the record now (its status or its claim):
+  // it may not be discarded or patched until the replay is over.
   virtual Status check_discardable(const SourcedRecord& r) = 0;
   // Sets record `id` (parse_id's text; check_discardable passed) to
   // discarded with an audit entry ("discarded", by `actor`, detail "REASON

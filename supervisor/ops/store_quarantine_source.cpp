@@ -1,5 +1,6 @@
 #include "supervisor/ops/store_quarantine_source.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <optional>
@@ -78,7 +79,10 @@ Expected<std::int64_t> parse_record_id(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   const long long id = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || id <= 0 || errno != 0) {
+  // Digits only: strtoll also takes a sign and leading whitespace, and
+  // c_str() ends at an embedded NUL.
+  const bool digits = std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (text.empty() || !digits || *end != '\0' || id <= 0 || errno != 0) {
     return Error{"'" + text + "' is not a record id (a positive number, as `pillbox quarantine list` shows)",
                  ErrorCode::kUsage};
   }
@@ -164,7 +168,10 @@ Expected<PayloadBytes> StoreQuarantineSource::minimized_payload(const SourcedRec
 }
 
 Status StoreQuarantineSource::check_discardable(const SourcedRecord& r) {
-  if (r.record.status != store::RecordStatus::kReplaying) return Status::ok();
+  // The claim too: it is what a replay holds a record by.
+  auto claim = store::ReplayStore::claim_of(db_, r.record.id);
+  if (!claim) return Status::error(claim.error());
+  if (r.record.status != store::RecordStatus::kReplaying && claim->empty()) return Status::ok();
   return Status::error("record " + r.id_text() + " is being replayed right now; discard it when the replay is over",
                        ErrorCode::kUsage);
 }

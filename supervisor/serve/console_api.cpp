@@ -1,5 +1,6 @@
 #include "supervisor/serve/console_api.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <set>
@@ -65,7 +66,10 @@ Expected<std::int64_t> record_id(const std::string& text) {
   char* end = nullptr;
   errno = 0;
   const long long id = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || text.size() > 19 || *end != '\0' || id <= 0 || errno != 0 || text[0] == '+' || text[0] == ' ') {
+  // Digits only: strtoll also takes a sign and any leading whitespace, and
+  // c_str() ends at an embedded NUL.
+  const bool digits = std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (text.empty() || text.size() > 19 || !digits || *end != '\0' || id <= 0 || errno != 0) {
     return Error{"no quarantine record '" + text.substr(0, 40) + "' (an id is a positive number)", ErrorCode::kUsage};
   }
   return static_cast<std::int64_t>(id);

@@ -89,6 +89,8 @@ ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, 
 ApiReply ConsoleSource::patch(const std::string& id, const std::string& body, const std::string& actor) {
   PatchBody read = patch_body(body);
   if (!read.request) return read.error;
+  // The body's mistakes are 400 whatever record it names.
+  if (auto ok = check_patch_request(*read.request); !ok) return error_reply(400, ok.message());
   auto checked = checked_id(id);
   if (!checked) return error_reply(malformed_id_status(), checked.error());
   ApiReply error;
@@ -103,7 +105,10 @@ ApiReply ConsoleSource::patch(const std::string& id, const std::string& body, co
   // A refusal: which one is read from the records, not from the message.
   auto now = q->get(*checked);
   if (!now) return failure(revision.error(), now.error_code(), 404);
-  if (!q->check_discardable(*now)) return error_reply(409, revision.error());  // a replay holds it
+  if (auto held = q->check_discardable(*now); !held) {  // a replay holds it: a conflict
+    return held.code() == ErrorCode::kUsage ? error_reply(409, revision.error())
+                                            : failure(held.message(), held.code());
+  }
   return error_reply(400, revision.error());
 }
 

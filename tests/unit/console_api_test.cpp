@@ -7,8 +7,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "supervisor/ops/quarantine_views_json.h"
+#include "supervisor/ops/store_quarantine_source.h"
 #include "supervisor/serve/console_api.h"
 #include "supervisor/serve/console_download.h"
 #include "supervisor/serve/console_pages.h"
@@ -145,6 +147,51 @@ TEST_CASE("console api: patch answers patch --json's object; 404, 409 and 400 ch
   CHECK(done.body == patched_record_json(stored->front()));  // the CLI's object
   CHECK(done.body["handler_args"]["depth"] == "3");
   CHECK(done.body["actor"] == "web: 127.0.0.1");
+}
+
+TEST_CASE("console api: a patch body the patch refuses on its own is 400, whatever record it names") {
+  Env env;
+  const std::int64_t id = env.add("k", "p", "pb1-eeee");
+  StoreSource console(env.console());
+  const std::string path_id = std::to_string(id);
+  const std::vector<std::string> bodies = {
+      R"({"note": "n"})",                           // neither a payload nor arguments
+      R"({"note": "  ", "set_args": {"a": "b"}})",  // a blank note
+      json{{"note", std::string(4097, 'n')}, {"set_args", {{"a", "b"}}}}.dump(),
+      json{{"note", "n"}, {"set_args", {{std::string(129, 'k'), "v"}}}}.dump()};
+  for (const auto& body : bodies) {
+    CAPTURE(body);
+    CHECK(console.patch("999", body, "web: x").status == 400);
+    REQUIRE(env.db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
+    CHECK(console.patch(path_id, body, "web: x").status == 400);
+    REQUIRE(env.db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
+  }
+  CHECK(store::RevisionStore(env.db()).list(id).value().empty());
+}
+
+TEST_CASE("console api: a record a replay has claimed is held, whatever its status: patch and discard are 409") {
+  Env env;
+  const std::int64_t id = env.add("k", "p", "pb1-ffff");
+  StoreSource console(env.console());
+  const std::string path_id = std::to_string(id);
+  REQUIRE(env.db().exec("UPDATE quarantine SET replay_claim = 'vm:1:1:x' WHERE id = " + path_id).is_ok());
+  const ApiReply busy = console.patch(path_id, R"({"note": "n", "payload_b64": "T2s="})", "web: x");
+  CHECK(busy.status == 409);
+  CHECK(busy.body["error"].get<std::string>().find("being replayed") != std::string::npos);
+  CHECK(console.discard(path_id, R"({"reason": "r"})", "web: x").status == 409);
+  CHECK(store::RevisionStore(env.db()).list(id).value().empty());
+  CHECK(env.qs->get(id)->value().status == store::RecordStatus::kQuarantined);
+}
+
+TEST_CASE("console api and cli: an id is digits only (no sign, whitespace or NUL names a record)") {
+  for (const std::string& text : std::vector<std::string>{"\t1", "\n1", "\r1", "\v1", "\f1", " 1", "+1", "1 ", std::string("1\0junk", 6),
+                                 std::string("1\0", 2), std::string("-1")}) {
+    CAPTURE(text);
+    CHECK_FALSE(record_id(text).has_value());
+    CHECK_FALSE(parse_record_id(text).has_value());
+  }
+  CHECK(record_id("01").value() == 1);
+  CHECK(parse_record_id("42").value() == 42);
 }
 
 TEST_CASE("console pages: store text is escaped everywhere; errors are pages with the status") {
