@@ -57,6 +57,32 @@ const std::string& use_fleet_key() {
   return path;
 }
 
+bool await_output(int fd, const std::string& marker, std::chrono::seconds limit, std::string& log,
+                  std::thread& drain) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  bool found = false;
+  while (!found) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    log.append(buf, static_cast<std::size_t>(n));
+    found = log.find(marker) != std::string::npos;
+  }
+  // Its later lines are read and dropped, so that it never blocks on a full pipe.
+  if (drain.joinable()) drain.join();
+  drain = std::thread([fd] {
+    char buf[4096];
+    while (::read(fd, buf, sizeof buf) > 0) {
+    }
+    ::close(fd);
+  });
+  return found;
+}
+
 RedisServer::RedisServer(RedisOptions options) : options_(options), dir_(0700) {
   use_fleet_key();
   if (::access(kRedisServer, X_OK) != 0) {
@@ -99,28 +125,7 @@ void RedisServer::start() {
   // Ready when its log says so (at most 20 s), read without polling. A
   // durable server says so once it has loaded its data.
   std::string log;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  bool ready = false;
-  while (!ready) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{out[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-    char buf[4096];
-    const ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    log.append(buf, static_cast<std::size_t>(n));
-    ready = log.find("Ready to accept connections") != std::string::npos;
-  }
-  // Its later log lines are read and dropped, so that it never blocks on a
-  // full pipe.
-  if (log_drain_.joinable()) log_drain_.join();
-  log_drain_ = std::thread([fd = out[0]] {
-    char buf[4096];
-    while (::read(fd, buf, sizeof buf) > 0) {
-    }
-    ::close(fd);
-  });
+  const bool ready = await_output(out[0], "Ready to accept connections", std::chrono::seconds(20), log, log_drain_);
   if (!ready) {
     stop(SIGKILL);
     FAIL("redis-server did not get ready on port " << port_ << ":\n" << log);

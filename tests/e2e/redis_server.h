@@ -80,6 +80,13 @@ class RedisServer {
 // A loopback TCP port nothing listens on right now.
 int free_loopback_port();
 
+// A server's output on `fd`, read (poll, no sleeps) until `marker` appears
+// (true), `limit` passes or the output ends (false); `log` gets what was
+// read. The rest is then read and dropped on `drain` (joined first if it
+// ran before), so that the server never blocks on a full pipe; `fd` is
+// closed when the output ends.
+bool await_output(int fd, const std::string& marker, std::chrono::seconds limit, std::string& log, std::thread& drain);
+
 // A connection to the test's server; fails the test when it cannot connect.
 pillbox::broker::RedisConnection connect(const RedisServer& server);
 
