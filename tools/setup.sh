@@ -16,6 +16,7 @@ product=(
   libcli11-dev                                  # the command line's grammar (CLI11, header-only)
   libsqlite3-dev                                # embedded store
   libhiredis-dev                                # Redis Streams broker (client)
+  librabbitmq-dev                               # RabbitMQ broker (client: rabbitmq-c)
   libcpp-httplib-dev libssl-dev                 # HTTP for serve and --metrics; serve's token (RAND_bytes)
   libarchive-dev                                # serve: a record's bundle as a .tar.gz
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
@@ -27,6 +28,7 @@ product=(
 tests=(
   doctest-dev                                   # unit and end-to-end tests
   redis-server                                  # a real Redis the fleet tests start themselves
+  rabbitmq-server                               # a real RabbitMQ the fleet tests start themselves (as root)
   prometheus                                    # promtool: checks what /metrics serves
   nodejs default-jre-headless ruby              # real interpreters whose tracebacks the classifier reads
   poppler-utils                                 # pdftotext: the reference tests/e2e/pdf_corpus_test.cpp compares with

@@ -1,0 +1,117 @@
+#include "supervisor/broker/amqp_topology.h"
+
+#include <cstdio>
+#include <map>
+
+namespace pillbox::broker {
+namespace {
+
+// Why pillbox declares each argument, for the sentence a mismatch becomes.
+const std::map<std::string, std::string>& argument_reasons() {
+  static const std::map<std::string, std::string> reasons = {
+      {"x-queue-type=stream", "a stream queue, read by offset, so that listing the dead letters does not consume them"},
+      {"x-queue-type=quorum",
+       "a quorum queue, so that the broker counts every delivery (a worker killed mid-task included) and "
+       "dead-letters a message that kills every worker"},
+      {"x-delivery-limit", "the deliveries the broker allows before it dead-letters a message itself"},
+      {"x-dead-letter-exchange", "where the broker sends dead letters: the exchange NAME.dlx, bound to NAME.dlq"},
+      {"x-dead-letter-strategy", "at-least-once, so that no dead letter is lost between the queues"},
+      {"x-overflow", "reject-publish, which at-least-once dead-lettering needs"},
+      {"durable", "a durable queue, so that a broker restart loses no task"},
+  };
+  return reasons;
+}
+
+// "the value 'quorum' of type 'longstr'" -> "'quorum'"; "none" -> "not set".
+std::string value_words(std::string text) {
+  if (text == "none") return "not set";
+  const std::string prefix = "the value ";
+  if (text.rfind(prefix, 0) == 0) text = text.substr(prefix.size());
+  const auto of_type = text.find(" of type ");
+  if (of_type != std::string::npos) text = text.substr(0, of_type);
+  return text;
+}
+
+// The text between `start` and `end` in `s` after `from`, or "".
+std::string between(const std::string& s, const std::string& start, const std::string& end, std::size_t from = 0) {
+  const auto a = s.find(start, from);
+  if (a == std::string::npos) return "";
+  const auto b = s.find(end, a + start.size());
+  if (b == std::string::npos) return "";
+  return s.substr(a + start.size(), b - a - start.size());
+}
+
+}  // namespace
+
+AmqpQueueNames amqp_queue_names(const std::string& queue) { return {queue, queue + ".dlx", queue + ".dlq"}; }
+
+bool supports_at_least_once(const std::string& server_version) {
+  int major = 0;
+  int minor = 0;
+  if (std::sscanf(server_version.c_str(), "%d.%d", &major, &minor) != 2) return false;
+  return major > 3 || (major == 3 && minor >= 10);
+}
+
+std::vector<AmqpArgument> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once) {
+  std::vector<AmqpArgument> a = {
+      {"x-queue-type", std::string("quorum")},
+      {"x-delivery-limit", settings.delivery_limit},
+      {"x-dead-letter-exchange", amqp_queue_names(settings.queue).dlx},
+  };
+  if (at_least_once) {
+    a.push_back({"x-dead-letter-strategy", std::string("at-least-once")});
+    a.push_back({"x-overflow", std::string("reject-publish")});
+  }
+  return a;
+}
+
+std::string explain_mismatch(const std::string& queue, const std::string& where, const AmqpRefusal& refusal,
+                             const std::vector<AmqpArgument>& declared) {
+  const std::string arg = between(refusal.text, "inequivalent arg '", "'");
+  if (refusal.code != 406 || arg.empty()) return where + " refused queue '" + queue + "': " + refusal.text;
+  const std::string received = value_words(between(refusal.text, "received ", " but current is "));
+  const auto current_at = refusal.text.find(" but current is ");
+  const std::string current = value_words(current_at == std::string::npos ? "" : refusal.text.substr(current_at + 16));
+  std::string bare = received;  // 'quorum' -> quorum
+  if (bare.size() >= 2 && bare.front() == '\'' && bare.back() == '\'') bare = bare.substr(1, bare.size() - 2);
+  auto reason = argument_reasons().find(arg + "=" + bare);
+  if (reason == argument_reasons().end()) reason = argument_reasons().find(arg);
+  std::string s = "queue '" + queue + "' exists on " + where + " with " + arg + " " + current + ", but pillbox needs " +
+                  received;
+  if (reason != argument_reasons().end()) s += " (" + reason->second + ")";
+  s += ". pillbox declares it durable with";
+  for (std::size_t i = 0; i < declared.size(); ++i) {
+    const AmqpArgument& a = declared[i];
+    const auto* text = std::get_if<std::string>(&a.value);
+    s += (i == 0 ? " " : ", ") + a.name + " " + (text ? *text : std::to_string(std::get<std::int64_t>(a.value)));
+  }
+  s += " (RabbitMQ names the first difference it finds); it does not change a queue that may hold messages: move "
+       "them and delete the queue, set the arguments by a policy where RabbitMQ allows it, or name another queue";
+  return s;
+}
+
+Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTopologySettings& settings) {
+  AmqpTopology t;
+  t.names = amqp_queue_names(settings.queue);
+  t.server_version = connection.server_version();
+  t.at_least_once = supports_at_least_once(t.server_version);
+  const std::string where = "RabbitMQ at " + connection.address().describe();
+  auto mismatch = [&](const std::string& queue, const std::vector<AmqpArgument>& declared,
+                      const std::string& message) -> Error {
+    if (connection.refusal()) return Error{explain_mismatch(queue, where, *connection.refusal(), declared)};
+    return Error{message};
+  };
+  // The dead letters' side first: NAME names NAME.dlx, which must exist
+  // before a message can be dead-lettered there.
+  if (auto s = connection.declare_exchange(t.names.dlx, "fanout"); !s) return Error{s.message()};
+  const std::vector<AmqpArgument> dlq_arguments = {{"x-queue-type", std::string("stream")}};
+  if (auto q = connection.declare_queue(t.names.dlq, dlq_arguments); !q) return mismatch(t.names.dlq, dlq_arguments, q.error());
+  if (auto s = connection.bind_queue(t.names.dlq, t.names.dlx, ""); !s) return Error{s.message()};
+  const std::vector<AmqpArgument> work_arguments = work_queue_arguments(settings, t.at_least_once);
+  if (auto q = connection.declare_queue(t.names.work, work_arguments); !q) {
+    return mismatch(t.names.work, work_arguments, q.error());
+  }
+  return t;
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,74 @@
+#pragma once
+// The queues and exchange a RabbitMQ fleet runs on (docs/distributed.md,
+// "RabbitMQ: the topology"), declared by pillbox or checked, so that the
+// broker itself enforces what pillbox promises:
+//
+//   NAME       the work: a durable quorum queue. The broker counts each
+//              delivery (x-delivery-count), a worker killed mid-task
+//              included, and dead-letters a message past x-delivery-limit
+//              itself (reason delivery_limit): poison that kills every
+//              worker still ends.
+//   NAME.dlx   a fanout exchange, NAME's x-dead-letter-exchange;
+//   NAME.dlq   the dead letters: a stream queue bound to NAME.dlx, read by
+//              offset, so that listing them neither consumes, reorders nor
+//              re-counts them.
+//
+// Where the broker has it (3.10 and later), NAME dead-letters at least
+// once (x-dead-letter-strategy at-least-once, which needs x-overflow
+// reject-publish): a dead letter is not lost between the two queues.
+//
+// A queue that exists with other arguments is never changed (it may hold
+// messages): the broker's PRECONDITION_FAILED becomes a sentence that names
+// the argument, says why pillbox needs it and what to do.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shared/status.h"
+#include "supervisor/broker/amqp_connection.h"
+
+namespace pillbox::broker {
+
+struct AmqpQueueNames {
+  std::string work;  // NAME
+  std::string dlx;   // NAME.dlx
+  std::string dlq;   // NAME.dlq
+};
+AmqpQueueNames amqp_queue_names(const std::string& queue);
+
+struct AmqpTopologySettings {
+  std::string queue;  // NAME
+  // Deliveries the broker allows before it dead-letters a message itself:
+  // the last resort for a payload that kills the worker's supervisor, so
+  // above the worker's own --max-attempts.
+  std::int64_t delivery_limit = 10;
+};
+
+// What was declared.
+struct AmqpTopology {
+  AmqpQueueNames names;
+  bool at_least_once = false;  // x-dead-letter-strategy at-least-once (broker 3.10+)
+  std::string server_version;
+};
+
+// Whether a broker of this version ("3.10.8") dead-letters at least once.
+bool supports_at_least_once(const std::string& server_version);
+
+// NAME's x-arguments (quorum, delivery limit, dead-letter exchange, and
+// at-least-once where `at_least_once`).
+std::vector<AmqpArgument> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once);
+
+// Declares the three (idempotent: declared again with the same arguments,
+// nothing changes). A mismatch is a setup error worded by explain_mismatch.
+Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTopologySettings& settings);
+
+// A PRECONDITION_FAILED of queue.declare ("inequivalent arg 'x-queue-type'
+// for queue 'jobs' in vhost '/': received 'quorum' but current is 'classic'")
+// as one line for the operator: the argument, what it is there and what
+// pillbox needs, why, every argument pillbox declares the queue with
+// (`declared`: the broker names only the first difference it finds), and
+// what to do. Other refusals keep the broker's words.
+std::string explain_mismatch(const std::string& queue, const std::string& where, const AmqpRefusal& refusal,
+                             const std::vector<AmqpArgument>& declared);
+
+}  // namespace pillbox::broker

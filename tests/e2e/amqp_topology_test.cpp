@@ -1,0 +1,191 @@
+// The RabbitMQ fleet's topology (supervisor/broker/amqp_topology.h) and
+// connection (supervisor/broker/amqp_connection.h) against a real
+// rabbitmq-server the test starts itself (rabbit_server.h): what pillbox
+// declares is what the broker then enforces, read back from the broker
+// (rabbitmqctl), a queue of another kind is explained and left as it is,
+// the broker itself dead-letters a message past the delivery limit, and a
+// wrong password, a missing vhost or a broker that is down are one line each.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/amqp_topology.h"
+#include "tests/e2e/rabbit_server.h"
+
+using json = nlohmann::json;
+using pillbox::broker::AmqpConnection;
+using pillbox::broker::AmqpTopologySettings;
+
+namespace {
+
+AmqpConnection connect(const e2e::RabbitServer& server, const std::string& url = "") {
+  auto address = pillbox::broker::parse_amqp_url(url.empty() ? server.url() : url);
+  REQUIRE(address.has_value());
+  auto c = AmqpConnection::open(*address);
+  REQUIRE_MESSAGE(c.has_value(), c.error());
+  return std::move(*c);
+}
+
+// The broker's own list of queues: name -> {type, arguments, messages}.
+json queues(const e2e::RabbitServer& server) {
+  const auto r = server.ctl({"list_queues", "name", "type", "arguments", "messages", "--formatter", "json", "--quiet"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const json list = json::parse(r.out, nullptr, false);
+  REQUIRE(list.is_array());
+  json by_name = json::object();
+  for (const json& q : list) by_name[q.at("name").get<std::string>()] = q;
+  return by_name;
+}
+
+// A queue's x-argument as rabbitmqctl prints it (a JSON object, or a list
+// of [name, type, value], depending on the version).
+json argument(const json& queue, const std::string& name) {
+  const json& a = queue.at("arguments");
+  if (a.is_object()) return a.value(name, json());
+  for (const json& entry : a) {  // [name, value] or [name, type, value]
+    if (entry.is_array() && entry.size() >= 2 && entry[0] == name) return entry.back();
+  }
+  return json();
+}
+
+AmqpTopologySettings settings(const std::string& queue, std::int64_t limit = 10) {
+  AmqpTopologySettings s;
+  s.queue = queue;
+  s.delivery_limit = limit;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("rabbitmq topology: declared as the broker then enforces it; declared again, nothing changes") {
+  e2e::RabbitServer server;
+  REQUIRE_RABBITMQ(server);
+  auto c = connect(server);
+  CHECK(c.server_version().rfind("3.", 0) == 0);
+  auto t = pillbox::broker::declare_topology(c, settings("jobs"));
+  REQUIRE_MESSAGE(t.has_value(), t.error());
+  CHECK(t->at_least_once == pillbox::broker::supports_at_least_once(c.server_version()));
+
+  json q = queues(server);
+  REQUIRE(q.contains("jobs"));
+  REQUIRE(q.contains("jobs.dlq"));
+  CHECK(q["jobs"]["type"] == "quorum");
+  CHECK(argument(q["jobs"], "x-delivery-limit") == 10);
+  CHECK(argument(q["jobs"], "x-dead-letter-exchange") == "jobs.dlx");
+  if (t->at_least_once) {
+    CHECK(argument(q["jobs"], "x-dead-letter-strategy") == "at-least-once");
+    CHECK(argument(q["jobs"], "x-overflow") == "reject-publish");
+  }
+  CHECK(q["jobs.dlq"]["type"] == "stream");
+  const auto bindings = server.ctl({"list_bindings", "source_name", "destination_name", "--formatter", "json", "--quiet"});
+  REQUIRE(bindings.exit_code == 0);
+  const json b = json::parse(bindings.out, nullptr, false);
+  REQUIRE(b.is_array());
+  bool bound = false;
+  for (const json& x : b) bound = bound || (x.value("source_name", "") == "jobs.dlx" && x.value("destination_name", "") == "jobs.dlq");
+  CHECK(bound);
+
+  // Again, from another connection: the same, with a message waiting.
+  REQUIRE(c.publish("jobs", "waiting").is_ok());
+  auto again_c = connect(server);
+  auto again = pillbox::broker::declare_topology(again_c, settings("jobs"));
+  REQUIRE_MESSAGE(again.has_value(), again.error());
+  auto state = again_c.check_queue("jobs");
+  REQUIRE(state.has_value());
+  CHECK(state->messages == 1);
+}
+
+TEST_CASE("rabbitmq topology: a queue of another kind or limit is explained in one sentence and left as it is") {
+  e2e::RabbitServer server;
+  REQUIRE_RABBITMQ(server);
+  auto c = connect(server);
+  // Another client's classic queue, holding a message.
+  REQUIRE(c.declare_queue("legacy", {}).has_value());
+  REQUIRE(c.publish("legacy", "someone's task").is_ok());
+  auto refused = pillbox::broker::declare_topology(c, settings("legacy"));
+  REQUIRE_FALSE(refused.has_value());
+  INFO(refused.error());
+  // The broker names one difference (which one is its choice); the line
+  // says it and everything pillbox declares.
+  CHECK(refused.error().rfind("queue 'legacy' exists on RabbitMQ at " + c.address().describe() + " with x-", 0) == 0);
+  CHECK(refused.error().find("pillbox declares it durable with x-queue-type quorum, x-delivery-limit 10") !=
+        std::string::npos);
+  CHECK(refused.error().find('\n') == std::string::npos);
+  CHECK(refused.error().find(e2e::RabbitServer::password()) == std::string::npos);
+  // The connection goes on (the broker closed only the channel), and the
+  // queue is untouched.
+  auto legacy = c.check_queue("legacy");
+  REQUIRE_MESSAGE(legacy.has_value(), legacy.error());
+  CHECK(legacy->messages == 1);
+  CHECK(queues(server)["legacy"]["type"] == "classic");
+
+  // pillbox's own queue, declared with another delivery limit.
+  REQUIRE(pillbox::broker::declare_topology(c, settings("jobs", 10)).has_value());
+  auto limit = pillbox::broker::declare_topology(c, settings("jobs", 5));
+  REQUIRE_FALSE(limit.has_value());
+  INFO(limit.error());
+  CHECK(limit.error().find("with x-delivery-limit '10', but pillbox needs '5'") != std::string::npos);
+  CHECK(argument(queues(server)["jobs"], "x-delivery-limit") == 10);
+}
+
+TEST_CASE("rabbitmq topology: the broker itself dead-letters a message past the delivery limit, reason delivery_limit") {
+  e2e::RabbitServer server;
+  REQUIRE_RABBITMQ(server);
+  auto c = connect(server);
+  REQUIRE(pillbox::broker::declare_topology(c, settings("jobs", 2)).has_value());
+  REQUIRE(c.publish("jobs", "kills every worker", "m-1").is_ok());
+  // Each worker that takes it dies before it can say anything: the message
+  // goes back (as a lost connection puts it back), and the broker counts.
+  REQUIRE(c.consume("jobs", 1).is_ok());
+  std::vector<std::int64_t> counts;
+  for (int delivery = 0; delivery < 3; ++delivery) {
+    auto m = c.next(std::chrono::seconds(30));
+    REQUIRE_MESSAGE(m.has_value(), m.error());
+    REQUIRE(m->has_value());
+    CHECK((*m)->message_id == "m-1");
+    counts.push_back((*m)->delivery_count);
+    REQUIRE(c.reject((*m)->delivery_tag, true).is_ok());
+  }
+  CHECK(counts == std::vector<std::int64_t>{0, 1, 2});
+  // Past the limit (2), the broker dead-letters it into the stream, where a
+  // reader from the first offset finds it, with the broker's reason.
+  auto reader = connect(server);
+  REQUIRE(reader.consume("jobs.dlq", 10, {{"x-stream-offset", std::string("first")}}).is_ok());
+  auto dead = reader.next(std::chrono::seconds(30));
+  REQUIRE_MESSAGE(dead.has_value(), dead.error());
+  REQUIRE(dead->has_value());
+  CHECK((*dead)->message_id == "m-1");
+  CHECK((*dead)->body == "kills every worker");
+  CHECK((*dead)->first_death_reason == "delivery_limit");
+  const json q = queues(server);
+  CHECK(q["jobs"]["messages"] == 0);
+}
+
+TEST_CASE("rabbitmq connection: a wrong password, a missing vhost, a broker that is down: one line each, no password") {
+  e2e::RabbitServer server;
+  REQUIRE_RABBITMQ(server);
+  auto open = [](const std::string& url) {
+    auto address = pillbox::broker::parse_amqp_url(url);
+    REQUIRE(address.has_value());
+    return AmqpConnection::open(*address, std::chrono::seconds(5));
+  };
+  auto wrong = open(server.url_for("pillbox", "not-the-password", "%2f"));
+  REQUIRE_FALSE(wrong.has_value());
+  CHECK(wrong.error().find("refused the login of user 'pillbox'") != std::string::npos);
+  CHECK(wrong.error().find("not-the-password") == std::string::npos);
+
+  auto vhost = open(server.url_for("pillbox", e2e::RabbitServer::password(), "nowhere"));
+  REQUIRE_FALSE(vhost.has_value());
+  CHECK(vhost.error().find("refused vhost 'nowhere'") != std::string::npos);
+  CHECK(vhost.error().find(e2e::RabbitServer::password()) == std::string::npos);
+
+  const int port = e2e::free_loopback_port();
+  auto down = open("amqp://pillbox:secret@127.0.0.1:" + std::to_string(port) + "/%2f");
+  REQUIRE_FALSE(down.has_value());
+  CHECK(down.error().rfind("cannot reach RabbitMQ at amqp://pillbox@127.0.0.1:" + std::to_string(port) + "/%2f", 0) == 0);
+  CHECK(down.error().find("secret") == std::string::npos);
+  for (const std::string& e : {wrong.error(), vhost.error(), down.error()}) CHECK(e.find('\n') == std::string::npos);
+}
