@@ -31,9 +31,8 @@ BrokerLink::BrokerLink(RedisAddress address, std::string name, StateChange on_st
       name_(std::move(name)),
       on_state_(std::move(on_state)),
       connection_(std::make_unique<RedisConnection>(std::move(connection))),
-      event_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  socket_fd_ = connection_->fd();
-}
+      event_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      socket_fd_(connection_->fd()) {}
 
 BrokerLink::~BrokerLink() { stop(); }
 

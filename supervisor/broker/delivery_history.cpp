@@ -18,15 +18,11 @@ constexpr std::size_t kMaxDeliveryBytes = 64 << 10;
 
 RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
                                   const OutcomeRecord& outcome, bool charged, bool transient, std::string note) {
-  RecordedDelivery d;
+  RecordedDelivery d = recorded_release(delivery, worker, at_ms, std::move(note));
   static_cast<OutcomeRecord&>(d) = outcome;
   d.message.resize(std::min(d.message.size(), kMaxRecordedMessage));
-  d.delivery = delivery;
-  d.worker = worker;
-  d.at_ms = at_ms;
   d.charged = charged;
   d.transient = transient;
-  d.note = std::move(note);
   return d;
 }
 
@@ -113,11 +109,7 @@ EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, 
       h.recorded.push_back(std::move(*d));
     } else {
       ++h.unreadable;
-      RecordedDelivery garbage;
-      garbage.delivery = n;
-      garbage.charged = false;
-      garbage.note = "unreadable record";
-      h.recorded.push_back(std::move(garbage));
+      h.recorded.push_back(recorded_release(n, "", 0, "unreadable record"));
     }
   }
   h.last_lost = previous_unreported;
@@ -128,13 +120,8 @@ std::vector<store::AttemptSummary> engine_history(const EntryHistory& history, s
   std::vector<store::AttemptSummary> out;
   for (const RecordedDelivery& d : history.recorded) {
     if (d.kind.empty()) continue;  // a release: nothing ran (not an attempt that never finished)
-    store::AttemptSummary a;
-    a.n = d.delivery;
-    a.finished = true;
-    a.kind = d.kind;
-    a.fingerprint = d.fingerprint;
-    a.charged = d.charged && !d.transient;
-    out.push_back(std::move(a));
+    out.push_back({.n = d.delivery, .finished = true, .kind = d.kind, .fingerprint = d.fingerprint,
+                   .charged = d.charged && !d.transient});
   }
   if (history.last_lost) {
     store::AttemptSummary lost;

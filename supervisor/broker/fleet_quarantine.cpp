@@ -127,13 +127,9 @@ store::ListFilter unpaged(store::ListFilter filter) {
 }  // namespace
 
 FleetKeys fleet_keys(const std::string& name) {
-  FleetKeys k;
-  k.stream = stream_keys(name);
-  k.state = k.stream.dlq + ":state";
-  k.lock_prefix = k.stream.dlq + ":lock:";
-  k.minimizing_prefix = k.stream.dlq + ":minimizing:";
-  k.minimized_prefix = k.stream.dlq + ":minimized:";
-  return k;
+  const StreamKeys s = stream_keys(name);
+  return {.stream = s, .state = s.dlq + ":state", .lock_prefix = s.dlq + ":lock:",
+          .minimizing_prefix = s.dlq + ":minimizing:", .minimized_prefix = s.dlq + ":minimized:"};
 }
 
 std::string fleet_location(const RedisAddress& address, const FleetKeys& keys) {

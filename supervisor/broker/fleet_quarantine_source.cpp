@@ -11,13 +11,8 @@ namespace pillbox::broker {
 namespace {
 
 SourcedRecord sourced(FleetRecord r) {
-  SourcedRecord s;
-  s.id = r.id;
-  s.record = r.record;
-  s.signature = to_string(r.signature);
-  s.state_error = r.unreadable_state;
-  s.native = std::move(r);
-  return s;
+  return {.id = r.id, .record = r.record, .signature = std::string(to_string(r.signature)),
+          .state_error = r.unreadable_state, .native = std::move(r)};
 }
 
 // "attempt_history": its deliveries, then its redrives, numbered on from
@@ -90,24 +85,22 @@ class FleetMinimizeKeeper final : public MinimizeKeeper {
   // The bytes first, then the state that names them.
   Status save(std::string_view best, const store::MinimizeState& state) override {
     if (auto set = q_.redis().command({"SET", q_.keys().minimizing(id_), best}); !set) return Status::error(set.error());
-    auto changed = q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
+    return q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
       s.minimize = state;
       return Status::ok();
-    });
-    return changed.status();
+    }).status();
   }
 
   Status record(const std::string& sha256, const std::string& detail) override {
     // minimize_payload saved this payload just before: the best so far is it.
     auto copied = q_.redis().command({"COPY", q_.keys().minimizing(id_), q_.keys().minimized(id_), "REPLACE"});
     if (!copied) return Status::error(copied.error());
-    auto changed = q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
+    return q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
       s.minimized_sha256 = sha256;
       s.updated_at = store::now_ms();
       s.audit.push_back({s.updated_at, actor_, "minimized", detail});
       return Status::ok();
-    });
-    return changed.status();
+    }).status();
   }
 
  private:

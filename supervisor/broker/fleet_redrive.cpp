@@ -333,16 +333,10 @@ Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome, store::Re
     s.status = store::status_after(verdict);
     s.updated_at = store::now_ms();
     if (s.waiting_entry == flight.entry) s.waiting_entry.clear();
-    FleetAttempt a;
-    a.worker = outcome.worker;
-    a.ended_at = s.updated_at;
-    a.kind = kind;
-    a.fingerprint = o.fingerprint;
-    a.message = o.message;
-    a.charged = verdict == store::ReplayVerdict::kFailedAgain;
-    a.entry = flight.entry;
-    a.outcome_entry = outcome.outcome_entry;
-    s.redrives.push_back(std::move(a));
+    s.redrives.push_back({.worker = outcome.worker, .ended_at = s.updated_at, .kind = kind,
+                          .fingerprint = o.fingerprint, .message = o.message,
+                          .charged = verdict == store::ReplayVerdict::kFailedAgain, .entry = flight.entry,
+                          .outcome_entry = outcome.outcome_entry});
     s.audit.push_back({s.updated_at, run_.actor, "replayed", detail});
     return Status::ok();
   });

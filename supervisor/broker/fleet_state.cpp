@@ -20,16 +20,10 @@ json attempt_to_json(const FleetAttempt& a) {
 }
 
 FleetAttempt attempt_from_json(const json& j) {
-  FleetAttempt a;
-  a.worker = j.value("worker", "");
-  a.ended_at = j.value("ended_at", std::int64_t{0});
-  a.kind = j.value("kind", "");
-  a.fingerprint = j.value("fingerprint", "");
-  a.message = j.value("message", "");
-  a.charged = j.value("charged", true);
-  a.entry = j.value("entry", "");
-  a.outcome_entry = j.value("outcome_entry", "");
-  return a;
+  return {.worker = j.value("worker", ""), .ended_at = j.value("ended_at", std::int64_t{0}),
+          .kind = j.value("kind", ""), .fingerprint = j.value("fingerprint", ""), .message = j.value("message", ""),
+          .charged = j.value("charged", true), .entry = j.value("entry", ""),
+          .outcome_entry = j.value("outcome_entry", "")};
 }
 
 }  // namespace

@@ -22,17 +22,10 @@ std::size_t WrittenEntries::beyond(const std::string& last) const {
 
 RestartLosses restart_losses(const ServerState& now, const WrittenEntries& results,
                              const WrittenEntries& dead_letters, std::size_t held_gone) {
-  RestartLosses l;
-  l.results_lost = results.beyond(now.results_last);
-  l.results_written = results.total();
-  l.results_complete = results.complete();
-  l.dead_letters_lost = dead_letters.beyond(now.dlq_last);
-  l.dead_letters_written = dead_letters.total();
-  l.dead_letters_complete = dead_letters.complete();
-  l.held_gone = held_gone;
-  l.stream_gone = !now.stream_exists;
-  l.group_gone = !now.group_exists;
-  return l;
+  return {.results_lost = results.beyond(now.results_last), .results_written = results.total(),
+          .results_complete = results.complete(), .dead_letters_lost = dead_letters.beyond(now.dlq_last),
+          .dead_letters_written = dead_letters.total(), .dead_letters_complete = dead_letters.complete(),
+          .held_gone = held_gone, .stream_gone = !now.stream_exists, .group_gone = !now.group_exists};
 }
 
 namespace {

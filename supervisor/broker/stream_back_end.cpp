@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <variant>
 
 namespace pillbox::broker {
@@ -153,9 +154,7 @@ bool StreamBackEnd::check_restart() {
 
 void StreamBackEnd::end_restart_check() {
   restart_check_pending_ = false;
-  std::vector<std::string> errors;
-  errors.swap(deferred_errors_);
-  for (const auto& e : errors) on_error(e);
+  for (const auto& e : std::exchange(deferred_errors_, {})) on_error(e);
 }
 
 void StreamBackEnd::on_server_state(const Expected<ServerState>& state, const std::string& where) {
@@ -227,9 +226,7 @@ void StreamBackEnd::stop_reading(const std::string& why) {
   out_.on_notice("stopping (" + why + "): what runs finishes, nothing new is read, entries not started are released");
   // Read and not yet the engine's: recorded as not run, so that the worker
   // that takes them over does not count a lost delivery.
-  std::deque<std::int64_t> queued;
-  queued.swap(queued_);
-  for (std::int64_t id : queued) release_unstarted(id);
+  for (std::int64_t id : std::exchange(queued_, {})) release_unstarted(id);
 }
 
 void StreamBackEnd::release_unstarted(std::int64_t task_id) {
@@ -409,8 +406,7 @@ bool StreamBackEnd::idle() const {
 Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, bool, Commit, Clock::time_point) {
   drain();
   check_signals();
-  std::vector<LedgerWrite> writes;
-  writes.swap(writes_);
+  std::vector<LedgerWrite> writes = std::exchange(writes_, {});
   // The tasks this turn settles (their ends go with the settle: it deletes
   // the history) and holds for an outage (their ends say so).
   std::set<std::int64_t> settling, held_for_outage;
@@ -418,8 +414,7 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
     if (const auto* q = std::get_if<QuarantinePayload>(&w)) settling.insert(q->task_id);
     if (const auto* k = std::get_if<KeepResult>(&w)) settling.insert(k->task_id);
     if (const auto* s = std::get_if<SetTaskWait>(&w); s && s->held) held_for_outage.insert(s->task_id);
-  }
-  for (const LedgerWrite& w : writes) {  // in the order the engine wrote them
+    // Claims pause and resume in the order the engine wrote them.
     if (const auto* s = std::get_if<SetTaskWait>(&w); s && s->held) claims_paused_ = true;
     if (std::holds_alternative<ReleaseTask>(w) && !stopping_) claims_paused_ = true;
     if (std::holds_alternative<KeepResult>(w)) claims_paused_ = false;
@@ -481,9 +476,7 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
     // waits. TakeBackRecord: never (takes_back is false).
   }
   for (const StartAttempt& s : starts) start(s);
-  BatchResult result = std::move(answers_);
-  answers_ = BatchResult{};
-  return result;
+  return std::exchange(answers_, BatchResult{});
 }
 
 void StreamBackEnd::refuse(Held& h, const Refused& refused) {

@@ -66,6 +66,16 @@ Outcome count_out_of_range(const std::string& entry, std::int64_t delivery, cons
                         handler_identity);
 }
 
+// A payload or key (`what`) of `size` bytes over `limit`: refused, unrun.
+std::optional<Refused> oversized(const std::string& what, std::size_t size, std::size_t limit,
+                                 const std::string& handler_identity) {
+  if (size <= limit) return std::nullopt;
+  return Refused{protocol_error(what + " of " + std::to_string(size) + " bytes is over the limit of " +
+                                    std::to_string(limit) + " bytes",
+                                handler_identity),
+                 "oversized " + what + ": not run"};
+}
+
 // The entry's deliveries never reported back max_attempts times: it kills workers.
 bool kills_workers(const WorkerSettings& settings, const HeldEntry& e) {
   return settings.retry.max_attempts > 0 && e.history.lost.size() >= settings.retry.max_attempts;
@@ -118,18 +128,8 @@ std::optional<Refused> check_entry(const WorkerSettings& settings, Delivery& d, 
                    "malformed entry: not run"};
   }
   e.task.payload = std::move(*payload);
-  if (e.task.payload.size() > settings.max_payload) {
-    return Refused{protocol_error("payload of " + std::to_string(e.task.payload.size()) + " bytes is over the limit of " +
-                                      std::to_string(settings.max_payload) + " bytes",
-                                  handler),
-                   "oversized payload: not run"};
-  }
-  if (e.task.key.size() > settings.max_key) {
-    return Refused{protocol_error("key of " + std::to_string(e.task.key.size()) + " bytes is over the limit of " +
-                                      std::to_string(settings.max_key) + " bytes",
-                                  handler),
-                   "oversized key: not run"};
-  }
+  if (auto refused = oversized("payload", e.task.payload.size(), settings.max_payload, handler)) return refused;
+  if (auto refused = oversized("key", e.task.key.size(), settings.max_key, handler)) return refused;
   if (kills_workers(settings, e)) {
     return Refused{workers_lost(e.history.lost.size(), handler),
                    std::to_string(e.history.lost.size()) + " deliveries never reported back: it kills workers; not run again",

@@ -119,25 +119,10 @@ end
 return {r[1], out}
 )lua";
 
-struct Script {
-  std::string text;
-};
-
-const Script& script(const char* body) {
-  // One Script per body, made once: the text is the fence and the body.
-  static std::mutex mutex;
-  static std::map<const char*, Script> scripts;
-  std::lock_guard lock(mutex);
-  auto [it, inserted] = scripts.try_emplace(body);
-  if (inserted) it->second.text = std::string(kFence) + body;
-  return it->second;
-}
-
 // EVALSHA, loading the script again when the server lacks it (NOSCRIPT: a
 // restarted Redis empties its script cache).
 Expected<RedisReply> eval(RedisConnection& redis, const char* body, const std::vector<std::string_view>& keys,
                           const std::vector<std::string_view>& argv) {
-  const Script& s = script(body);
   static std::mutex mutex;
   static std::map<const char*, std::string> shas;
   std::string sha;
@@ -156,7 +141,9 @@ Expected<RedisReply> eval(RedisConnection& redis, const char* body, const std::v
     auto r = call("EVALSHA", sha);
     if (r || r.error().find("NOSCRIPT") == std::string::npos) return r;
   }
-  auto loaded = redis.command({"SCRIPT", "LOAD", s.text});
+  // The script's text is the fence and the body.
+  const std::string text = std::string(kFence) + body;
+  auto loaded = redis.command({"SCRIPT", "LOAD", text});
   if (!loaded) return Error{loaded.error()};
   sha = reply_text(loaded->get());
   {
@@ -351,10 +338,7 @@ Expected<std::vector<Delivery>> read_new(RedisConnection& redis, const StreamKey
   const std::string n = std::to_string(count == 0 ? 1 : count);
   const std::string b = ms_text(block);
   std::vector<std::string_view> args = {"XREADGROUP", "GROUP", consumer.group, consumer.name, "COUNT", n};
-  if (block.count() > 0) {
-    args.push_back("BLOCK");
-    args.push_back(b);
-  }
+  if (block.count() > 0) args.insert(args.end(), {"BLOCK", b});
   args.insert(args.end(), {"STREAMS", keys.stream, ">"});
   auto r = redis.command(args);
   if (!r) return explained(redis, keys, consumer.group, r.error());
@@ -434,10 +418,7 @@ Expected<std::optional<std::string>> settle(RedisConnection& redis, const Stream
   const std::string cap = std::to_string(maxlen);
   const std::string history = keys.history(entry);
   std::vector<std::string_view> argv = {consumer.group, consumer.name, entry, target.empty() ? "0" : "1", cap};
-  for (const auto& [k, v] : fields) {
-    argv.push_back(k);
-    argv.push_back(v);
-  }
+  for (const auto& [k, v] : fields) argv.insert(argv.end(), {k, v});
   auto r = eval(redis, kSettleBody, {keys.stream, target.empty() ? std::string_view(keys.stream) : target, history}, argv);
   if (!r) return explained(redis, keys, consumer.group, r.error(), target);
   const redisReply* top = r->get();

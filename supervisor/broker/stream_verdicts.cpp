@@ -4,13 +4,9 @@ namespace pillbox::broker {
 
 void StreamVerdicts::on_verdict(const Task& task, const Outcome& outcome, const Verdict& v) {
   // The count it settled at, when known (StreamBackEnd::answered_at).
-  WorkerVerdict w;
-  w.entry = task.source_id;
-  w.deliveries = v.attempts;
-  if (const std::int64_t at = back_end_.answered_at(task.source_id); at != 0) w.deliveries = at;
-  w.added = v.settled_as;
-  w.reason = v.reason;
-  w.new_fingerprint = v.new_fingerprint;
+  const std::int64_t at = back_end_.answered_at(task.source_id);
+  WorkerVerdict w{.entry = task.source_id, .deliveries = at != 0 ? at : v.attempts, .added = v.settled_as,
+                  .reason = v.reason, .new_fingerprint = v.new_fingerprint};
   switch (v.type) {
     case Verdict::Type::kOk:
       w.type = WorkerVerdict::Type::kOk;

@@ -279,22 +279,19 @@ Expected<unsigned> parse_file_mode(const std::string& name, const std::string& t
   return static_cast<unsigned>(mode);
 }
 
-Expected<std::size_t> read_jobs(const Args& args) {
-  const auto v = args.value("jobs");
-  if (!v) return static_cast<std::size_t>(std::max(1u, std::thread::hardware_concurrency()));
-  auto n = parse_whole_number("jobs", *v, 1, 1024);
-  if (!n) return Error{n.error()};
-  return static_cast<std::size_t>(*n);
+Status read_jobs(const Args& args, std::size_t& jobs) {
+  jobs = std::max(1u, std::thread::hardware_concurrency());
+  return read_whole_number(args, "jobs", 1, 1024, jobs);
 }
 
-Expected<std::chrono::milliseconds> read_duration(const Args& args, const std::string& name,
-                                                  std::chrono::milliseconds fallback, std::uint64_t min_ms,
-                                                  std::uint64_t max_ms) {
+Status read_duration(const Args& args, const std::string& name, std::uint64_t min_ms, std::uint64_t max_ms,
+                     std::chrono::milliseconds& field) {
   const auto text = args.value(name);
-  if (!text) return fallback;
+  if (!text) return Status::ok();
   auto ms = parse_duration_arg(*text, "--" + name, min_ms, max_ms);
-  if (!ms) return Error{ms.error()};
-  return std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+  if (!ms) return Status::error(ms.error());
+  field = std::chrono::milliseconds(static_cast<std::int64_t>(*ms));
+  return Status::ok();
 }
 
 }  // namespace pillbox::cli

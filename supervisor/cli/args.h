@@ -65,8 +65,8 @@ Expected<long> parse_whole_number(const std::string& name, const std::string& te
 // setuid, setgid or sticky bit. The error names the option.
 Expected<unsigned> parse_file_mode(const std::string& name, const std::string& text);
 
-// --jobs N (1 to 1024), or the number of cores when it is not given.
-Expected<std::size_t> read_jobs(const Args& args);
+// --jobs N (1 to 1024), or the number of cores when it is not given, into `jobs`.
+Status read_jobs(const Args& args, std::size_t& jobs);
 
 // --NAME N, a whole number in [min, max], into `field` when it is given;
 // `field` keeps its default otherwise.
@@ -80,10 +80,9 @@ Status read_whole_number(const Args& args, const std::string& name, long min, lo
   return Status::ok();
 }
 
-// --NAME DURATION ("500ms", "10s", "5m") in [min_ms, max_ms], or `fallback`
-// when it is not given.
-Expected<std::chrono::milliseconds> read_duration(const Args& args, const std::string& name,
-                                                  std::chrono::milliseconds fallback, std::uint64_t min_ms,
-                                                  std::uint64_t max_ms);
+// --NAME DURATION ("500ms", "10s", "5m") in [min_ms, max_ms], into `field`
+// when it is given; `field` keeps its default otherwise.
+Status read_duration(const Args& args, const std::string& name, std::uint64_t min_ms, std::uint64_t max_ms,
+                     std::chrono::milliseconds& field);
 
 }  // namespace pillbox::cli

@@ -114,11 +114,12 @@ Expected<ChildConfig> read_child_config(const Args& args) {
   return make_child_config(**choice, std::move(*policy));
 }
 
-Expected<LaunchMode> read_launch_mode(const Args& args) {
-  const std::string mode = args.value("mode").value_or("zygote");
-  if (mode == "zygote") return LaunchMode::kZygote;
-  if (mode == "spawn") return LaunchMode::kSpawn;
-  return Error{"--mode expects zygote or spawn"};
+Status read_launch_mode(const Args& args, LaunchMode& mode) {
+  const std::string text = args.value("mode").value_or("zygote");
+  if (text == "zygote") mode = LaunchMode::kZygote;
+  else if (text == "spawn") mode = LaunchMode::kSpawn;
+  else return Status::error("--mode expects zygote or spawn");
+  return Status::ok();
 }
 
 Expected<std::optional<std::uint64_t>> read_size(const Args& args, const std::string& name) {
@@ -136,12 +137,8 @@ Expected<RunSettings> read_run_settings(const Args& args) {
   auto config = read_child_config(args);
   if (!config) return Error{config.error()};
   settings.config = std::move(*config);
-  auto jobs = read_jobs(args);
-  if (!jobs) return Error{jobs.error()};
-  settings.jobs = *jobs;
-  auto mode = read_launch_mode(args);
-  if (!mode) return Error{mode.error()};
-  settings.mode = *mode;
+  if (auto s = read_jobs(args, settings.jobs); !s) return Error{s.message()};
+  if (auto s = read_launch_mode(args, settings.mode); !s) return Error{s.message()};
   settings.sandbox_binary = find_sandbox_binary();
   return settings;
 }

@@ -45,8 +45,8 @@ Expected<std::optional<std::uint64_t>> read_size(const Args& args, const std::st
 // give one), --policy (default: strict for handlers, exec for commands),
 // the overrides.
 Expected<ChildConfig> read_child_config(const Args& args);
-// --mode zygote|spawn.
-Expected<LaunchMode> read_launch_mode(const Args& args);
+// --mode zygote|spawn (default zygote), into `mode`.
+Status read_launch_mode(const Args& args, LaunchMode& mode);
 // What runs (a handler, or a command after "--") under which policy, with
 // the command line's overrides; how many at once (--jobs) and how they
 // start (--mode). For `run` and `worker`.

@@ -177,10 +177,7 @@ const std::vector<OptionSpec> kFuzzOptions = {
 // --max-runs and --max-time: how long the session may go on.
 Status read_fuzz_budget(const Args& args, fuzz::FuzzSettings& settings) {
   if (auto s = read_whole_number(args, "max-runs", 1, 1'000'000'000'000L, settings.max_runs); !s) return s;
-  auto max_time = read_duration(args, "max-time", settings.max_time, 100, 365ull * 24 * 3600 * 1000);
-  if (!max_time) return Status::error(max_time.error());
-  settings.max_time = *max_time;
-  return Status::ok();
+  return read_duration(args, "max-time", 100, 365ull * 24 * 3600 * 1000, settings.max_time);
 }
 
 // --max-len (nullopt: the seeds decide), --seed (random when not given)
@@ -209,14 +206,10 @@ Status read_finding_limits(const Args& args, fuzz::FuzzSettings& settings) {
 
 // Everything but the seeds and what runs, which need the store.
 Status read_session_options(const Args& args, fuzz::FuzzSettings& settings, std::optional<std::size_t>& max_len) {
-  auto jobs = read_jobs(args);
-  if (!jobs) return Status::error(jobs.error());
-  settings.jobs = *jobs;
+  if (auto s = read_jobs(args, settings.jobs); !s) return s;
   if (auto s = read_fuzz_budget(args, settings); !s) return s;
   if (auto s = read_mutation_options(args, settings, max_len); !s) return s;
-  auto mode = read_launch_mode(args);
-  if (!mode) return Status::error(mode.error());
-  settings.mode = *mode;
+  if (auto s = read_launch_mode(args, settings.mode); !s) return s;
   return read_finding_limits(args, settings);
 }
 

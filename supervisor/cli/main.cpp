@@ -50,7 +50,22 @@ const char* kVersionHelp =
 
 using Command = int (*)(int, char**);
 
-int version_command(int argc, char** argv);
+int version_command(int argc, char** argv) {
+  using namespace pillbox::cli;
+  int exit_code = kExitOk;
+  auto args = parse_command(argc, argv, 2, {{"json", false}}, "version", kVersionHelp, exit_code);
+  if (!args) return exit_code;
+  if (!args->positional().empty()) {
+    return command_error("version", "unexpected argument '" + args->positional().front() +
+                                        "' (see: pillbox version --help)", kExitUsage);
+  }
+  if (args->flag("json")) {
+    std::printf("%s\n", nlohmann::json{{"version", PILLBOX_VERSION}}.dump().c_str());
+  } else {
+    std::printf("pillbox %s\n", PILLBOX_VERSION);
+  }
+  return kExitOk;
+}
 
 struct NamedCommand {
   const char* name;
@@ -76,23 +91,6 @@ const NamedCommand kCommands[] = {
 // The commands whose first argument is a verb of their own (pillbox quarantine
 // list): a --store given before the command goes after that verb.
 bool has_verbs(const std::string& command) { return command == "quarantine" || command == "policy"; }
-
-int version_command(int argc, char** argv) {
-  using namespace pillbox::cli;
-  int exit_code = kExitOk;
-  auto args = parse_command(argc, argv, 2, {{"json", false}}, "version", kVersionHelp, exit_code);
-  if (!args) return exit_code;
-  if (!args->positional().empty()) {
-    return command_error("version", "unexpected argument '" + args->positional().front() +
-                                        "' (see: pillbox version --help)", kExitUsage);
-  }
-  if (args->flag("json")) {
-    std::printf("%s\n", nlohmann::json{{"version", PILLBOX_VERSION}}.dump().c_str());
-  } else {
-    std::printf("pillbox %s\n", PILLBOX_VERSION);
-  }
-  return kExitOk;
-}
 
 Command find_command(const std::string& name) {
   for (const auto& c : kCommands) {

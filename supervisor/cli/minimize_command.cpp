@@ -113,15 +113,13 @@ int minimize_command(int argc, char** argv) {
   auto args = parse_command(argc, argv, 2, options, "minimize", kHelp, exit_code);
   if (!args) return exit_code;
   MinimizeSettings settings;
-  auto jobs = read_jobs(*args);
-  if (!jobs) return fail(jobs.error(), kExitUsage);
-  settings.jobs = *jobs;
+  if (auto s = read_jobs(*args, settings.jobs); !s) return fail(s.message(), kExitUsage);
   if (auto s = read_whole_number(*args, "max-runs", 1, 100'000'000, settings.max_runs); !s) {
     return fail(s.message(), kExitUsage);
   }
-  auto max_time = read_duration(*args, "max-time", settings.max_time, 100, 30ull * 24 * 3600 * 1000);
-  if (!max_time) return fail(max_time.error(), kExitUsage);
-  settings.max_time = *max_time;
+  if (auto s = read_duration(*args, "max-time", 100, 30ull * 24 * 3600 * 1000, settings.max_time); !s) {
+    return fail(s.message(), kExitUsage);
+  }
   settings.restart = args->flag("restart");
   settings.actor = actor_name("minimize");
   if (auto s = read_record_policy_options(*args, settings.policy, settings.allowed); !s) {

@@ -24,14 +24,10 @@ int quarantine_import(const QuarantineContext& c) {
   }
   auto config = read_child_config(args);
   if (!config) return quarantine_error(config.error(), kExitUsage);
-  auto mode = read_launch_mode(args);
-  if (!mode) return quarantine_error(mode.error(), kExitUsage);
   ImportSettings settings;
+  if (auto s = read_launch_mode(args, settings.mode); !s) return quarantine_error(s.message(), kExitUsage);
   settings.config = std::move(*config);
-  settings.mode = *mode;
-  auto jobs = read_jobs(args);
-  if (!jobs) return quarantine_error(jobs.error(), kExitUsage);
-  settings.jobs = *jobs;
+  if (auto s = read_jobs(args, settings.jobs); !s) return quarantine_error(s.message(), kExitUsage);
   std::size_t ignored = 0;
   auto artifacts = find_artifacts(args.positional(), ignored, read_symlinks_in_tree(args));
   if (!artifacts) return quarantine_error(artifacts.error(), kExitUsage);

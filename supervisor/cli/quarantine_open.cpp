@@ -67,8 +67,7 @@ Expected<OpenedRecord> open_one_record(const Args& args) {
   auto record = opened->source->get(*id);
   if (!record) return Error{record.error(), record.error_code()};
   if (auto ok = opened->source->check_runnable(*record, args.flag("trust-unsigned")); !ok) return Error::usage(ok.message());
-  return OpenedRecord{std::move(opened->store), std::move(opened->fleet), std::move(opened->source),
-                      std::move(*record)};
+  return OpenedRecord{std::move(*opened), std::move(*record)};
 }
 
 }  // namespace pillbox::cli

@@ -25,23 +25,26 @@
 namespace pillbox::cli {
 namespace {
 
-Expected<double> positive_number(const std::string& name, const std::string& text, double max) {
+// --NAME X, a number above 0 and at most `max`, into `field` when it is given.
+template <class Field>
+Status read_positive_number(const Args& args, const std::string& name, double max, Field& field) {
+  const auto text = args.value(name);
+  if (!text) return Status::ok();
   char* end = nullptr;
   errno = 0;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !(v > 0) || v > max) {
-    return Error{"--" + name + " expects a number above 0 and at most " + std::to_string(static_cast<long>(max)) +
-                 ", got '" + text + "'"};
+  const double v = std::strtod(text->c_str(), &end);
+  if (text->empty() || *end != '\0' || errno != 0 || !(v > 0) || v > max) {
+    return Status::error("--" + name + " expects a number above 0 and at most " +
+                         std::to_string(static_cast<long>(max)) + ", got '" + *text + "'");
   }
-  return v;
+  field = static_cast<Field>(v);
+  return Status::ok();
 }
 
 // --jobs, and the fixed consumer the payloads run under instead of the
 // recorded one: a new handler or command, a new policy.
 Status read_replay_runner(const Args& args, ReplayRun& run) {
-  auto jobs = read_jobs(args);
-  if (!jobs) return Status::error(jobs.error());
-  run.jobs = *jobs;
+  if (auto s = read_jobs(args, run.jobs); !s) return s;
   auto choice = read_handler_choice(args);
   if (!choice) return Status::error(choice.error());
   run.handler = std::move(*choice);
@@ -111,21 +114,9 @@ Status read_replay_selection(const Args& args, const QuarantineSource& source, R
 // --batch, --rate, --stop-after and --max-failure-ratio: how fast it goes
 // and when it stops.
 Status read_replay_brakes(const Args& args, ReplayBrakes& brakes) {
-  if (auto v = args.value("batch")) {
-    auto n = positive_number("batch", *v, 100000);
-    if (!n) return Status::error(n.error());
-    brakes.batch = static_cast<std::size_t>(*n);
-  }
-  if (auto v = args.value("rate")) {
-    auto n = positive_number("rate", *v, 100000);
-    if (!n) return Status::error(n.error());
-    brakes.rate = *n;
-  }
-  if (auto v = args.value("stop-after")) {
-    auto n = positive_number("stop-after", *v, 1'000'000);
-    if (!n) return Status::error(n.error());
-    brakes.stop_after = static_cast<std::size_t>(*n);
-  }
+  if (auto s = read_positive_number(args, "batch", 100000, brakes.batch); !s) return s;
+  if (auto s = read_positive_number(args, "rate", 100000, brakes.rate); !s) return s;
+  if (auto s = read_positive_number(args, "stop-after", 1'000'000, brakes.stop_after); !s) return s;
   if (auto v = args.value("max-failure-ratio")) {
     char* end = nullptr;
     const double f = std::strtod(v->c_str(), &end);
@@ -181,9 +172,9 @@ int quarantine_replay(const RecordsContext& c) {
   if (here) {
     if (auto s = read_replay_runner(args, run); !s) return quarantine_error(s.message(), kExitUsage);
   } else {
-    auto timeout = read_duration(args, "batch-timeout", run.batch_timeout, 100, 24 * 3'600'000ull);
-    if (!timeout) return quarantine_error(timeout.error(), kExitUsage);
-    run.batch_timeout = *timeout;
+    if (auto s = read_duration(args, "batch-timeout", 100, 24 * 3'600'000ull, run.batch_timeout); !s) {
+      return quarantine_error(s.message(), kExitUsage);
+    }
   }
   auto out = read_result_files(args);
   if (!out) return quarantine_error(out.error(), kExitUsage);

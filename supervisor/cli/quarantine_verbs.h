@@ -10,6 +10,7 @@
 
 #include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/cli/args.h"
+#include "supervisor/cli/quarantine_open.h"
 #include "supervisor/cli/store_access.h"
 #include "supervisor/ops/quarantine_source.h"
 #include "supervisor/ops/store_quarantine_source.h"
@@ -30,10 +31,7 @@ int quarantine_error(const std::string& message, int exit_code);  // prints "pil
 // --stream NAME), allowed to run there (check_runnable, --trust-unsigned).
 // Errors carry their code: usage for the arguments, an unknown id or an
 // unsigned record; setup for a store or Redis that cannot be used.
-struct OpenedRecord {
-  std::unique_ptr<StoreAccess> store;              // the store's, or
-  std::unique_ptr<broker::FleetQuarantine> fleet;  // the fleet's
-  std::unique_ptr<QuarantineSource> source;        // over one of them
+struct OpenedRecord : OpenedQuarantine {
   SourcedRecord record;
 };
 Expected<OpenedRecord> open_one_record(const Args& args);

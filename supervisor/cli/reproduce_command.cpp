@@ -124,9 +124,7 @@ int reproduce_command(int argc, char** argv) {
   if (!args) return exit_code;
   ReproduceSettings settings;
   if (auto s = read_whole_number(*args, "runs", 1, 10000, settings.runs); !s) return fail(s.message(), kExitUsage);
-  auto jobs = read_jobs(*args);
-  if (!jobs) return fail(jobs.error(), kExitUsage);
-  settings.jobs = *jobs;
+  if (auto s = read_jobs(*args, settings.jobs); !s) return fail(s.message(), kExitUsage);
   settings.actor = actor_name("reproduce");
   if (auto s = read_record_policy_options(*args, settings.policy, settings.allowed); !s) {
     return fail(s.message(), kExitUsage);

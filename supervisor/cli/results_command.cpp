@@ -113,8 +113,7 @@ void put_output(nlohmann::json& j, const std::string& bytes, const std::string& 
 }
 
 void print_json(const nlohmann::json& j) {
-  const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::printf("%s\n", line.c_str());
+  std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
 class Printer {
@@ -218,11 +217,8 @@ int fleet_results(const Args& args, const std::vector<std::string>& keys, Printe
   auto s = broker::each_newest_result(*redis, results_key, wanted, [&](const broker::FleetResult& r) {
     ++seen;
     if (r.has_key) found.insert(r.key);
-    if (raw) {
-      one.push_back(r);
-      return Status::ok();
-    }
-    if (!printer.print(r) && !keys.empty()) not_kept = true;
+    if (raw) one.push_back(r);
+    else if (!printer.print(r) && !keys.empty()) not_kept = true;
     return Status::ok();
   });
   std::fflush(stdout);
@@ -263,25 +259,20 @@ int results_command(int argc, char** argv) {
   auto out = read_result_files(*args);
   if (!out) return fail(out.error(), kExitUsage);
   std::optional<ResultFiles> files = std::move(*out);
-  if (args->value("redis")) {
-    std::vector<std::string> keys = args->positional();
-    keys.insert(keys.end(), args->after_dashdash().begin(), args->after_dashdash().end());
-    Printer printer(args->flag("json"), files ? &*files : nullptr);
-    return fleet_results(*args, keys, printer, args->flag("json") || files.has_value());
-  }
+  const bool json = args->flag("json");
+  Printer printer(json, files ? &*files : nullptr);
+  const bool with_data = json || files.has_value();
+  // KEYs: the positionals, and every word after `--` (a key may start with '-').
+  std::vector<std::string> keys = args->positional();
+  keys.insert(keys.end(), args->after_dashdash().begin(), args->after_dashdash().end());
+  if (args->value("redis")) return fleet_results(*args, keys, printer, with_data);
   if (args->value("stream")) return fail("--stream goes with --redis URL (a fleet's results)", kExitUsage);
   auto opened = open_existing_store(*args);
   if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
   StoreAccess& access = **opened;
   auto results = store::ResultStore::open(access.store.db());
   if (!results) return fail(results.error(), kExitSetup);
-  const bool json = args->flag("json");
-  Printer printer(json, files ? &*files : nullptr);
-  const bool with_data = json || files.has_value();
 
-  // KEYs: the positionals, and every word after `--` (a key may start with '-').
-  std::vector<std::string> keys = args->positional();
-  keys.insert(keys.end(), args->after_dashdash().begin(), args->after_dashdash().end());
   if (keys.empty()) {
     std::size_t count = 0;
     auto s = results->for_each(with_data, [&](const store::StoredResult& r) {

@@ -77,12 +77,8 @@ Status read_store_options(const Args& args, JobSettings& job) {
 Status read_retry_options(const Args& args, JobSettings& job) {
   RetrySettings& retry = job.retry;
   if (auto s = read_whole_number(args, "max-attempts", 1, 100, retry.max_attempts); !s) return s;
-  auto base = read_duration(args, "backoff-base", retry.backoff_base, 0, 3'600'000);
-  if (!base) return Status::error(base.error());
-  retry.backoff_base = *base;
-  auto cap = read_duration(args, "backoff-max", retry.backoff_max, 0, 24 * 3'600'000ull);
-  if (!cap) return Status::error(cap.error());
-  retry.backoff_max = *cap;
+  if (auto s = read_duration(args, "backoff-base", 0, 3'600'000, retry.backoff_base); !s) return s;
+  if (auto s = read_duration(args, "backoff-max", 0, 24 * 3'600'000ull, retry.backoff_max); !s) return s;
   for (const auto& code : args.values("retry-exit-code")) {
     if (!job.run.config.exec_mode()) return Status::error("--retry-exit-code is for exec commands (after --)");
     auto n = parse_whole_number("retry-exit-code", code, 1, 255);
@@ -103,20 +99,13 @@ Status read_breaker_options(const Args& args, BreakerSettings& breaker) {
     }
     breaker.threshold = f;
   }
-  auto probe = read_duration(args, "breaker-probe-interval", breaker.probe_interval, 10, 3'600'000);
-  if (!probe) return Status::error(probe.error());
-  breaker.probe_interval = *probe;
-  auto max_wait = read_duration(args, "breaker-max-wait", breaker.max_wait, 0, 7 * 24 * 3'600'000ull);
-  if (!max_wait) return Status::error(max_wait.error());
-  breaker.max_wait = *max_wait;
-  return Status::ok();
+  if (auto s = read_duration(args, "breaker-probe-interval", 10, 3'600'000, breaker.probe_interval); !s) return s;
+  return read_duration(args, "breaker-max-wait", 0, 7 * 24 * 3'600'000ull, breaker.max_wait);
 }
 
 Status read_quarantine_options(const Args& args, JobSettings& job, QuarantineHooks& hooks) {
   if (auto s = read_whole_number(args, "quarantine-limit", 1, 1'000'000'000, job.max_records); !s) return s;
-  auto timeout = read_duration(args, "hook-timeout", hooks.timeout_, 100, 3'600'000);
-  if (!timeout) return Status::error(timeout.error());
-  hooks.timeout_ = *timeout;
+  if (auto s = read_duration(args, "hook-timeout", 100, 3'600'000, hooks.timeout_); !s) return s;
   if (auto cmd = args.value("on-quarantine")) {
     hooks.every_record_ = std::make_unique<AlertHook>(HookSettings{*cmd, hooks.timeout_});
   }

@@ -53,10 +53,8 @@ int submit_command(int argc, char** argv) {
                                      ? Status::error("no inputs: name files, directories or - (JSON lines on stdin)")
                                      : Status::ok());
   if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
-  std::size_t max_payload = broker::kDefaultMaxStreamPayload;
-  auto max_payload_option = read_size(*args, "max-payload");
-  if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
-  if (*max_payload_option) max_payload = static_cast<std::size_t>(**max_payload_option);
+  auto max_payload = read_size(*args, "max-payload");
+  if (!max_payload) return fail(max_payload.error(), kExitUsage);
   auto source = open_inputs(args->positional(), STDIN_FILENO, read_symlinks_in_tree(*args));
   if (!source) return fail(source.error(), kExitUsage);
   auto redis = broker::RedisConnection::open(fleet->address);
@@ -64,7 +62,7 @@ int submit_command(int argc, char** argv) {
 
   auto report = broker::submit_tasks(*redis, fleet->stream, **source, [](const std::string& error) {
     std::fprintf(stderr, "pillbox submit: %s\n", table_cell(error, 2000).c_str());
-  }, max_payload);
+  }, static_cast<std::size_t>(max_payload->value_or(broker::kDefaultMaxStreamPayload)));
   if (!report) return fail(report.error(), kExitSetup);
   if (!args->flag("quiet")) {
     std::fprintf(stderr, "pillbox submit: %zu task%s added to %s on %s%s%s\n", report->submitted,

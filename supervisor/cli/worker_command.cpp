@@ -166,23 +166,21 @@ int worker_command(int argc, char** argv) {
   if (w.consumer.group.empty() || w.consumer.name.empty()) return fail("--group and --consumer cannot be empty", kExitUsage);
   w.identity = run_identity(job.run.config);
   w.hidden_path = [config = job.run.config](const Outcome& o) { return hidden_host_path(config, o); };
-  auto claim = read_duration(*args, "claim-idle", w.claim_idle, 100, 24 * 3'600'000ull);
-  if (!claim) return fail(claim.error(), kExitUsage);
-  w.claim_idle = *claim;
-  if (args->value("exit-when-idle")) {
-    auto idle = read_duration(*args, "exit-when-idle", std::chrono::milliseconds(0), 1, 7 * 24 * 3'600'000ull);
-    if (!idle) return fail(idle.error(), kExitUsage);
-    w.exit_when_idle = *idle;
+  if (auto s = read_duration(*args, "claim-idle", 100, 24 * 3'600'000ull, w.claim_idle); !s) {
+    return fail(s.message(), kExitUsage);
   }
+  std::chrono::milliseconds idle{0};  // at least 1ms when given
+  if (auto s = read_duration(*args, "exit-when-idle", 1, 7 * 24 * 3'600'000ull, idle); !s) {
+    return fail(s.message(), kExitUsage);
+  }
+  if (idle.count() > 0) w.exit_when_idle = idle;
   if (auto s = read_whole_number(*args, "results-maxlen", 0, 1'000'000'000, w.results_maxlen); !s) {
     return fail(s.message(), kExitUsage);
   }
   w.results = !args->flag("no-results");
   w.recreate_group = args->flag("recreate-group");
-  auto max_payload_option = read_size(*args, "max-payload");
-  if (!max_payload_option) return fail(max_payload_option.error(), kExitUsage);
-  if (*max_payload_option) w.max_payload = static_cast<std::size_t>(**max_payload_option);
-  for (const auto& [name, target] : {std::pair{"max-key", &w.max_key}, {"results-max-output", &w.results_max_output}}) {
+  for (const auto& [name, target] : {std::pair{"max-payload", &w.max_payload}, {"max-key", &w.max_key},
+                                     {"results-max-output", &w.results_max_output}}) {
     auto size = read_size(*args, name);
     if (!size) return fail(size.error(), kExitUsage);
     if (*size) *target = static_cast<std::size_t>(**size);

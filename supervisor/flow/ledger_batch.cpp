@@ -98,10 +98,6 @@ class Writer {
   bool kept_results_ = false;
 };
 
-}  // namespace
-
-namespace {
-
 // The task a write is about (0: none, or a task not yet in the ledger).
 std::int64_t task_of(const LedgerWrite& w) {
   return std::visit(
@@ -127,8 +123,7 @@ Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::Quarantin
     std::erase_if(writes_, [](const LedgerWrite& w) { return std::holds_alternative<StartAttempt>(w); });
     return Error{s.message()};
   }
-  std::vector<LedgerWrite> writes;
-  writes.swap(writes_);
+  std::vector<LedgerWrite> writes = std::exchange(writes_, {});
   BatchResult result;
   if (writes.empty()) return result;
   auto failed = [&](const std::string& message) -> Expected<BatchResult> {
@@ -171,10 +166,8 @@ Expected<BatchResult> LedgerBatch::apply(store::Ledger& ledger, store::Quarantin
 Status LedgerBatch::commit_open(store::Ledger& ledger, store::QuarantineStore& quarantine,
                                 const BatchContext& context) {
   if (open_writes_.empty()) return Status::ok();
-  std::vector<LedgerWrite> writes;
-  writes.swap(open_writes_);
-  std::vector<bool> written;
-  written.swap(open_written_);
+  std::vector<LedgerWrite> writes = std::exchange(open_writes_, {});
+  std::vector<bool> written = std::exchange(open_written_, {});
   auto failed = [&](const Status& s) {
     ledger.rollback();
     keep_after_failure(writes);

@@ -282,8 +282,7 @@ Status TaskFlow::prepare(std::size_t free_slots) {
 Status TaskFlow::commit_turn() {
   if (!fatal_.is_ok()) return fatal_;
   if (!store_.turn_open()) return Status::ok();
-  std::vector<OpenStart> starts;
-  starts.swap(open_starts_);
+  std::vector<OpenStart> starts = std::exchange(open_starts_, {});
   if (auto s = store_.commit_turn(); !s) {
     // The turn's starts are not counted: none of its tasks may get its
     // payload, and the run stops (the dispatcher returns this error). Their

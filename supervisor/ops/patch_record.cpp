@@ -5,6 +5,7 @@
 
 #include "shared/sha256.h"
 #include "shared/task_input.h"
+#include "supervisor/ops/store_quarantine_source.h"
 #include "supervisor/store/replay_store.h"
 #include "supervisor/store/statement.h"
 
@@ -18,6 +19,21 @@ std::string shown_value(const nlohmann::json& v) {
   constexpr std::size_t kShown = 60;
   if (text.size() > kShown) text = text.substr(0, kShown) + "...";
   return text;
+}
+
+// Why an existing record cannot be patched now, or "" when it can.
+std::string refusal(const store::QuarantineRecord& r, const std::string& claim) {
+  const std::string id = std::to_string(r.id);
+  if (r.status == store::RecordStatus::kReplaying || !claim.empty()) {
+    return "record " + id + " is being replayed right now (by " + (claim.empty() ? "another process" : claim) +
+           "); patch it when the replay is over (a replay whose process is gone is taken back by the next "
+           "`pillbox quarantine replay " + id + "`)";
+  }
+  if (r.status == store::RecordStatus::kResolved || r.status == store::RecordStatus::kDiscarded) {
+    return "record " + id + " is " + std::string(to_string(r.status)) +
+           ": only an open record (quarantined or failed-again) is patched; nothing changed";
+  }
+  return "";
 }
 
 }  // namespace
@@ -56,25 +72,6 @@ Status check_patch_request(const PatchRequest& r) {
   }
   return Status::ok();
 }
-
-namespace {
-
-// Why an existing record cannot be patched now, or "" when it can.
-std::string refusal(const store::QuarantineRecord& r, const std::string& claim) {
-  const std::string id = std::to_string(r.id);
-  if (r.status == store::RecordStatus::kReplaying || !claim.empty()) {
-    return "record " + id + " is being replayed right now (by " + (claim.empty() ? "another process" : claim) +
-           "); patch it when the replay is over (a replay whose process is gone is taken back by the next "
-           "`pillbox quarantine replay " + id + "`)";
-  }
-  if (r.status == store::RecordStatus::kResolved || r.status == store::RecordStatus::kDiscarded) {
-    return "record " + id + " is " + std::string(to_string(r.status)) +
-           ": only an open record (quarantined or failed-again) is patched; nothing changed";
-  }
-  return "";
-}
-
-}  // namespace
 
 std::string payload_change_summary(std::string_view before, std::string_view after) {
   std::string out = "payload " + std::to_string(before.size()) + " -> " + std::to_string(after.size()) + " bytes";
@@ -128,13 +125,9 @@ Expected<store::Revision> patch_record(store::Database& db, store::QuarantineSto
   // between the checks and the write.
   auto txn = store::Transaction::begin(db.handle());
   if (!txn) return Error{txn.error()};
-  auto found = quarantine.get(request.record_id);
-  if (!found) return Error{found.error()};
-  if (!*found) {
-    return Error::usage("no quarantine record " + std::to_string(request.record_id) +
-                        " in this store (see: pillbox quarantine list)");
-  }
-  const store::QuarantineRecord& record = **found;
+  auto found = find_store_record(quarantine, request.record_id);
+  if (!found) return Error{found.error(), found.error_code()};
+  const store::QuarantineRecord& record = *found;
   auto claim = store::ReplayStore::claim_of(db, record.id);
   if (!claim) return Error{claim.error()};
   if (const std::string why = refusal(record, *claim); !why.empty()) return Error::usage(why);

@@ -37,21 +37,27 @@ Expected<std::map<std::string, std::string>> read_query(const Query& query, cons
   return values;
 }
 
-Expected<std::int64_t> whole_number(const std::string& name, const std::string& text, std::int64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const long long n = std::strtoll(text.c_str(), &end, 10);
-  if (*end != '\0' || n < 0 || n > max || errno != 0) {
-    return Error{name + " expects a whole number from 0 to " + std::to_string(max) + ", got '" + text + "'",
-                 ErrorCode::kUsage};
-  }
-  return static_cast<std::int64_t>(n);
-}
-
 std::optional<std::string> take(std::map<std::string, std::string>& values, const std::string& name) {
   const auto it = values.find(name);
   if (it == values.end()) return std::nullopt;
   return it->second;
+}
+
+// The parameter `name`, when given: a whole number from 0 to `max`, into
+// `field`. The error is a usage error.
+Status take_whole_number(std::map<std::string, std::string>& values, const std::string& name, std::int64_t max,
+                         std::int64_t& field) {
+  const auto text = take(values, name);
+  if (!text) return Status::ok();
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(text->c_str(), &end, 10);
+  if (*end != '\0' || n < 0 || n > max || errno != 0) {
+    return Status::error(name + " expects a whole number from 0 to " + std::to_string(max) + ", got '" + *text + "'",
+                         ErrorCode::kUsage);
+  }
+  field = static_cast<std::int64_t>(n);
+  return Status::ok();
 }
 
 }  // namespace
@@ -111,15 +117,9 @@ Expected<store::ListFilter> records_filter(const Query& query, bool paging) {
   }
   if (paging) {
     filter.limit = kMaxPage;
-    if (auto l = take(*values, "limit")) {
-      auto n = whole_number("limit", *l, kMaxPage);
-      if (!n) return Error{n.error(), ErrorCode::kUsage};
-      filter.limit = *n;
-    }
-    if (auto o = take(*values, "offset")) {
-      auto n = whole_number("offset", *o, std::int64_t{1} << 40);
-      if (!n) return Error{n.error(), ErrorCode::kUsage};
-      filter.offset = *n;
+    if (auto s = take_whole_number(*values, "limit", kMaxPage, filter.limit); !s) return Error::usage(s.message());
+    if (auto s = take_whole_number(*values, "offset", std::int64_t{1} << 40, filter.offset); !s) {
+      return Error::usage(s.message());
     }
   }
   return filter;
@@ -137,11 +137,7 @@ Expected<store::TaskFilter> tasks_filter(const Query& query) {
   filter.key = take(*values, "key");
   filter.handler = take(*values, "handler");
   filter.limit = kMaxPage;
-  if (auto l = take(*values, "limit")) {
-    auto n = whole_number("limit", *l, kMaxPage);
-    if (!n) return Error{n.error(), ErrorCode::kUsage};
-    filter.limit = *n;
-  }
+  if (auto s = take_whole_number(*values, "limit", kMaxPage, filter.limit); !s) return Error::usage(s.message());
   return filter;
 }
 

@@ -138,17 +138,14 @@ ApiReply JobBoard::start(JobRequest request) {
     return error_reply(429, std::to_string(kMaxRunningJobs) + " jobs are running; wait or stop one at /jobs");
   }
   // A replay by filter names no record.
-  {
-    for (const auto& j : jobs_) {
-      if (j->state != JobState::kRunning) continue;
-      if (request.kind == JobKind::kReplay && j->kind == JobKind::kReplay) continue;
-      for (const auto& id : j->records) {
-        for (const auto& asked : request.records) {
-          if (id == asked) {
-            return error_reply(409, "job " + std::to_string(j->id) + " (" + to_string(j->kind) + ") runs on record " +
-                                        id + "; wait for it or stop it at /jobs/" +
-                                        std::to_string(j->id));
-          }
+  for (const auto& j : jobs_) {
+    if (j->state != JobState::kRunning) continue;
+    if (request.kind == JobKind::kReplay && j->kind == JobKind::kReplay) continue;
+    for (const auto& id : j->records) {
+      for (const auto& asked : request.records) {
+        if (id == asked) {
+          return error_reply(409, "job " + std::to_string(j->id) + " (" + to_string(j->kind) + ") runs on record " +
+                                      id + "; wait for it or stop it at /jobs/" + std::to_string(j->id));
         }
       }
     }

@@ -36,30 +36,13 @@ std::string signature_note(const json& r, bool short_form) {
   return " <span class=\"error\" title=\"" + html_escape(why) + "\">" + mark + "</span>";
 }
 
-// `where`: the quarantine shown (ConsoleSource::location), in the header.
-std::string layout(const std::string& title, const std::string& active, const std::string& body,
-                   const std::string& where = "") {
-  std::string nav;
-  for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}, {"/runs", "Runs"},
-                                    {"/jobs", "Jobs"}}) {
-    nav += std::string("<a href=\"") + href + "\"" + (active == href ? " class=\"active\"" : "") + ">" + name + "</a>";
-  }
-  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-         "<title>" + html_escape(title) + " · pillbox</title>"
-         "<link rel=\"stylesheet\" href=\"/static/console.css\"></head>\n"
-         "<body><header><span class=\"brand\">pillbox</span><nav>" + nav + "</nav>" +
-         (where.empty() ? "" : "<span class=\"where\">" + html_escape(where) + "</span>") + "</header>\n<main>\n" + body +
-         "</main>\n<script src=\"/static/console.js\"></script></body></html>\n";
-}
-
 Page error_reply_page(const ApiReply& reply) { return error_page(reply.status, value_text(reply.body["error"])); }
 
 // A page of what `source` does not have (the fleet's tasks and runs): its
 // title and the reply's explanation, with the reply's status.
 Page none_here(ConsoleSource& source, const std::string& title, const std::string& active, const ApiReply& reply) {
-  return {reply.status, layout(title, active, "<h1>" + html_escape(title) + "</h1>\n<p class=\"note\">" +
-                                                  value_html(reply.body["error"]) + "</p>\n", source.location())};
+  return {reply.status, page_layout(title, active, "<h1>" + html_escape(title) + "</h1>\n<p class=\"note\">" +
+                                                       value_html(reply.body["error"]) + "</p>\n", source.location())};
 }
 
 // <select name=NAME> of `options`, "any" first, `current` selected.
@@ -116,8 +99,21 @@ std::vector<std::string> status_names() {
 
 }  // namespace
 
-std::string page_layout(const std::string& title, const std::string& active, const std::string& body) {
-  return layout(title, active, body);
+// `where`: the quarantine shown (ConsoleSource::location), in the header.
+std::string page_layout(const std::string& title, const std::string& active, const std::string& body,
+                        const std::string& where) {
+  std::string nav;
+  for (const auto& [href, name] : {std::pair{"/", "Quarantine"}, {"/groups", "Fingerprints"}, {"/tasks", "Tasks"}, {"/runs", "Runs"},
+                                    {"/jobs", "Jobs"}}) {
+    nav += std::string("<a href=\"") + href + "\"" + (active == href ? " class=\"active\"" : "") + ">" + name + "</a>";
+  }
+  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+         "<title>" + html_escape(title) + " · pillbox</title>"
+         "<link rel=\"stylesheet\" href=\"/static/console.css\"></head>\n"
+         "<body><header><span class=\"brand\">pillbox</span><nav>" + nav + "</nav>" +
+         (where.empty() ? "" : "<span class=\"where\">" + html_escape(where) + "</span>") + "</header>\n<main>\n" + body +
+         "</main>\n<script src=\"/static/console.js\"></script></body></html>\n";
 }
 std::string value_text(const json& v) {
   if (v.is_null()) return "-";
@@ -130,8 +126,9 @@ std::string field_html(const json& object, const char* name) {
 }
 
 Page error_page(int status, const std::string& message) {
-  return {status, layout("error", "", "<h1>Error " + std::to_string(status) + "</h1>\n<p class=\"error\">" +
-                                          html_escape(message) + "</p>\n<p><a href=\"/\">the quarantine</a></p>\n")};
+  return {status, page_layout("error", "", "<h1>Error " + std::to_string(status) + "</h1>\n<p class=\"error\">" +
+                                               html_escape(message) +
+                                               "</p>\n<p><a href=\"/\">the quarantine</a></p>\n")};
 }
 
 Page list_page(ConsoleSource& source, const Query& given) {
@@ -185,7 +182,7 @@ Page list_page(ConsoleSource& source, const Query& given) {
             "\">older</a>";
   }
   body += "</p>\n";
-  return {200, layout("quarantine", "/", body, source.location())};
+  return {200, page_layout("quarantine", "/", body, source.location())};
 }
 
 Page groups_page(ConsoleSource& source, const Query& query) {
@@ -247,7 +244,7 @@ Page groups_page(ConsoleSource& source, const Query& query) {
     }
     body += "</tbody></table>\n";
   }
-  return {200, layout("fingerprints", "/groups", body, source.location())};
+  return {200, page_layout("fingerprints", "/groups", body, source.location())};
 }
 
 Page record_page(ConsoleSource& source, const std::string& id_text) {
@@ -396,7 +393,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
             "(<code>serve.token</code> in the store directory unless <code>--token-file</code>); this tab keeps it "
             "(sessionStorage) until it closes.</p>\n";
   }
-  return {200, layout("record " + id, "", body, source.location())};
+  return {200, page_layout("record " + id, "", body, source.location())};
 }
 
 Page tasks_page(ConsoleSource& source, const Query& query) {
@@ -421,7 +418,7 @@ Page tasks_page(ConsoleSource& source, const Query& query) {
   }
   body += "</tbody></table>\n<p class=\"paging\">" + std::to_string(reply.body["tasks"].size()) + " tasks shown (at most " +
           std::to_string(kMaxPage) + ")</p>\n";
-  return {200, layout("tasks", "/tasks", body, source.location())};
+  return {200, page_layout("tasks", "/tasks", body, source.location())};
 }
 
 // The rows are what console.js rebuilds from /api/runs every 2 s (keep the
@@ -464,7 +461,7 @@ Page runs_page(ConsoleSource& source) {
   }
   body += "</tbody></table>\n<p class=\"paging\" id=\"live-runs-empty\"" +
           std::string(reply.body["runs"].empty() ? "" : " hidden") + ">no run is attached to this store</p>\n";
-  return {200, layout("runs", "/runs", body, source.location())};
+  return {200, page_layout("runs", "/runs", body, source.location())};
 }
 
 }  // namespace pillbox::serve

@@ -33,7 +33,8 @@ Page error_page(int status, const std::string& message);
 // has (nav `active` is the href of its entry); a JSON value as text
 // (strings as they are, null as "-", anything else as JSON), and escaped;
 // field `name` of `object` escaped, "-" when it has none.
-std::string page_layout(const std::string& title, const std::string& active, const std::string& body);
+std::string page_layout(const std::string& title, const std::string& active, const std::string& body,
+                        const std::string& where = "");
 std::string value_text(const nlohmann::json& v);
 std::string value_html(const nlohmann::json& v);
 std::string field_html(const nlohmann::json& object, const char* name);

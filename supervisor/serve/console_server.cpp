@@ -115,6 +115,33 @@ class BundleSlot {
   const bool taken_;
 };
 
+// An IP literal: what a page of another site can never send as Host (its
+// DNS name, rebound to this address, is what it sends).
+bool is_ip_literal(const std::string& name) {
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, name.c_str(), &v4) == 1) return true;
+  return name.size() > 2 && name.front() == '[' && name.back() == ']' &&
+         ::inet_pton(AF_INET6, name.substr(1, name.size() - 2).c_str(), &v6) == 1;
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// A request that carries a body, or may: cpp-httplib reads it only after
+// the pre-routing handler, so a refusal there must close the connection
+// (closing_reply.h), or the body would be read as more requests. Any
+// Transfer-Encoding counts (cpp-httplib takes "Chunked" as chunked, and
+// reads other codings to the end of the connection).
+bool has_body(const httplib::Request& req) {
+  if (req.has_header("Transfer-Encoding")) return true;
+  const std::string length = req.get_header_value("Content-Length");
+  return !length.empty() && length.find_first_not_of('0') != std::string::npos;
+}
+
 }  // namespace
 
 Expected<ListenAddress> parse_listen_address(const std::string& text) {
@@ -148,37 +175,6 @@ bool is_loopback_host(const std::string& host) {
   in6_addr v6{};
   return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
-
-namespace {
-
-// An IP literal: what a page of another site can never send as Host (its
-// DNS name, rebound to this address, is what it sends).
-bool is_ip_literal(const std::string& name) {
-  in_addr v4{};
-  in6_addr v6{};
-  if (::inet_pton(AF_INET, name.c_str(), &v4) == 1) return true;
-  return name.size() > 2 && name.front() == '[' && name.back() == ']' &&
-         ::inet_pton(AF_INET6, name.substr(1, name.size() - 2).c_str(), &v6) == 1;
-}
-
-std::string this_host_name() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-// A request that carries a body, or may: cpp-httplib reads it only after
-// the pre-routing handler, so a refusal there must close the connection
-// (closing_reply.h), or the body would be read as more requests. Any
-// Transfer-Encoding counts (cpp-httplib takes "Chunked" as chunked, and
-// reads other codings to the end of the connection).
-bool has_body(const httplib::Request& req) {
-  if (req.has_header("Transfer-Encoding")) return true;
-  const std::string length = req.get_header_value("Content-Length");
-  return !length.empty() && length.find_first_not_of('0') != std::string::npos;
-}
-
-}  // namespace
 
 ConsoleServer::ConsoleServer(ConsoleSource& source)
     : source_(source),

@@ -257,8 +257,7 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
                      "ORDER BY g.records DESC, g.last DESC");
   if (!stmt) return Error{stmt.error()};
   bind_filter(*stmt, f);
-  std::vector<FingerprintStats> out;
-  const Status read = stmt->each_row([&] {
+  auto out = stmt->rows([&] {
     FingerprintStats st;
     st.fingerprint = stmt->column_text(0);
     st.kind = stmt->column_text(1);
@@ -275,10 +274,10 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
     st.message = stmt->column_text(column++);
     st.crash_state = stmt->column_text(column++);
     st.handler_identity = stmt->column_text(column);
-    out.push_back(std::move(st));
+    return st;
   });
-  if (!read) return Error{read.message()};
-  if (auto s = count_by_day(f, now, out); !s) return Error{s.message()};
+  if (!out) return out;
+  if (auto s = count_by_day(f, now, *out); !s) return Error{s.message()};
   return out;
 }
 
@@ -310,12 +309,9 @@ Expected<std::vector<AuditEntry>> QuarantineStore::audit_trail(std::int64_t reco
                                  "SELECT at, actor, action, detail FROM audit WHERE record_id = ?1 ORDER BY at, id");
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, record_id);
-  std::vector<AuditEntry> out;
-  const Status read = stmt->each_row([&] {
-    out.push_back({stmt->column_int(0), stmt->column_text(1), stmt->column_text(2), stmt->column_text(3)});
+  return stmt->rows([&] {
+    return AuditEntry{stmt->column_int(0), stmt->column_text(1), stmt->column_text(2), stmt->column_text(3)};
   });
-  if (!read) return Error{read.message()};
-  return out;
 }
 
 Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id) {
@@ -326,8 +322,7 @@ Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id
                                  "WHERE task_id = ?1 ORDER BY n");
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, task_id);
-  std::vector<AttemptRow> out;
-  const Status read = stmt->each_row([&] {
+  return stmt->rows([&] {
     AttemptRow a;
     a.n = stmt->column_int(0);
     a.run_id = stmt->column_int(1);
@@ -339,10 +334,8 @@ Expected<std::vector<AttemptRow>> QuarantineStore::attempts(std::int64_t task_id
     a.charged = stmt->column_int(7) != 0;
     a.solo = stmt->column_int(8) != 0;
     a.stderr_tail = stmt->column_text(9);
-    out.push_back(std::move(a));
+    return a;
   });
-  if (!read) return Error{read.message()};
-  return out;
 }
 
 Expected<bool> QuarantineStore::take_back(std::int64_t id, std::int64_t now, const std::string& actor,
@@ -395,12 +388,9 @@ Expected<std::vector<AttemptTally>> QuarantineStore::attempt_tally(std::int64_t 
                                  "FROM attempts WHERE task_id = ?1 GROUP BY 1 ORDER BY 3");
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, task_id);
-  std::vector<AttemptTally> out;
-  const Status read = stmt->each_row([&] {
-    out.push_back({stmt->column_text(0), stmt->column_int(1), stmt->column_int(2), stmt->column_int(3)});
+  return stmt->rows([&] {
+    return AttemptTally{stmt->column_text(0), stmt->column_int(1), stmt->column_int(2), stmt->column_int(3)};
   });
-  if (!read) return Error{read.message()};
-  return out;
 }
 
 Status QuarantineStore::record_reproduction(std::int64_t id, const std::string& verdict, std::int64_t runs,
@@ -487,17 +477,14 @@ Expected<std::vector<PurgeCandidate>> QuarantineStore::purge_candidates(std::int
                                                     purge_condition(statuses) + " ORDER BY created_at, id");
   if (!stmt) return Error{stmt.error()};
   bind_purge_condition(*stmt, cutoff_ms, statuses);
-  std::vector<PurgeCandidate> out;
-  const Status read = stmt->each_row([&] {
+  return stmt->rows([&] {
     PurgeCandidate c;
     c.id = stmt->column_int(0);
     c.status = record_status_from_string(stmt->column_text(1)).value_or(RecordStatus::kQuarantined);
     c.kind = stmt->column_text(2);
     c.key = stmt->column_text(3);
-    out.push_back(std::move(c));
+    return c;
   });
-  if (!read) return Error{read.message()};
-  return out;
 }
 
 Expected<PurgeResult> QuarantineStore::purge(std::int64_t cutoff_ms, const std::vector<RecordStatus>& statuses,

@@ -154,10 +154,7 @@ Expected<std::vector<std::string>> ResultStore::task_states(const std::string& k
                                  "AND key = ?1 ORDER BY id");
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, std::string_view(key));
-  std::vector<std::string> states;
-  const Status read = stmt->each_row([&] { states.push_back(stmt->column_text(0)); });
-  if (!read) return Error{read.message()};
-  return states;
+  return stmt->rows([&] { return stmt->column_text(0); });
 }
 
 Expected<std::vector<StoredResult>> ResultStore::with_key(const std::string& key, bool with_data) {

@@ -29,10 +29,7 @@ Expected<std::vector<Revision>> RevisionStore::list(std::int64_t record_id) {
                                  std::string("SELECT ") + kColumns + " FROM revisions WHERE record_id = ?1 ORDER BY n");
   if (!stmt) return Error{stmt.error()};
   stmt->bind(1, record_id);
-  std::vector<Revision> out;
-  const Status read = stmt->each_row([&] { out.push_back(read_revision(*stmt)); });
-  if (!read) return Error{read.message()};
-  return out;
+  return stmt->rows([&] { return read_revision(*stmt); });
 }
 
 Expected<std::optional<Revision>> RevisionStore::latest(std::int64_t record_id) {

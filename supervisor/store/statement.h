@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "shared/status.h"
 
@@ -44,6 +45,13 @@ class Statement {
   // resets where a read lock must not outlive the walk.
   template <class Row>
   Status each_row(Row&& row);
+  // Steps through the rows, collecting what `row()` makes of each.
+  template <class Row>
+  Expected<std::vector<std::invoke_result_t<Row&>>> rows(Row&& row) {
+    std::vector<std::invoke_result_t<Row&>> out;
+    if (const Status read = each_row([&] { out.push_back(row()); }); !read) return Error{read.message()};
+    return out;
+  }
 
   std::int64_t column_int(int index) const;
   std::string column_text(int index) const;
