@@ -1,8 +1,11 @@
 #include "supervisor/broker/amqp_connection.h"
 
+#include "shared/task_input.h"
+
 #include <amqp_tcp_socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -20,6 +23,30 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 
 std::string bytes_text(amqp_bytes_t b) { return std::string(static_cast<const char*>(b.bytes), b.len); }
 
+// What the broker says (a refusal's text, its version), as it goes into an
+// error line: a claim of the server's, so at most 300 bytes, control
+// characters as '?', and never the password (a hostile server may echo the
+// login back).
+std::string broker_text(amqp_bytes_t b, const std::string& password) {
+  std::string s = bytes_text(b).substr(0, 300);
+  for (char& c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  if (!password.empty()) {
+    for (auto at = s.find(password); at != std::string::npos; at = s.find(password, at + 3)) s.replace(at, password.size(), "***");
+  }
+  return s;
+}
+
+// A name as AMQP sends it (a short string: 1 to 255 bytes, no NUL, which
+// rabbitmq-c's C strings would cut), or the usage error that says why not.
+Status check_name(const std::string& what, const std::string& name) {
+  if (name.empty() || name.size() > 255 || name.find('\0') != std::string::npos) {
+    return Status::error(what + " must be 1 to 255 bytes without NUL", ErrorCode::kUsage);
+  }
+  return Status::ok();
+}
+
 // A vhost as a URL's path writes it: "/" is "%2f".
 std::string encode_vhost(const std::string& vhost) {
   std::string out;
@@ -36,13 +63,13 @@ std::string encode_vhost(const std::string& vhost) {
   return out;
 }
 
-std::string server_property(amqp_connection_state_t state, const char* key) {
+std::string server_property(amqp_connection_state_t state, const char* key, const std::string& password) {
   const amqp_table_t* props = amqp_get_server_properties(state);
   if (props == nullptr) return "";
   for (int i = 0; i < props->num_entries; ++i) {
     const amqp_table_entry_t& e = props->entries[i];
     if (bytes_text(e.key) == key && (e.value.kind == AMQP_FIELD_KIND_UTF8 || e.value.kind == AMQP_FIELD_KIND_BYTES)) {
-      return bytes_text(e.value.value.bytes);
+      return broker_text(e.value.value.bytes, password);
     }
   }
   return "";
@@ -70,14 +97,13 @@ amqp_table_t table_of(const std::vector<AmqpArgument>& arguments, std::vector<am
   return t;
 }
 
-// A message's body and the properties pillbox reads.
-AmqpMessage message_of(std::uint64_t delivery_tag, const amqp_message_t& message) {
+// The properties pillbox reads of a message.
+AmqpMessage message_of(std::uint64_t delivery_tag, const amqp_basic_properties_t& properties) {
   AmqpMessage m;
   m.delivery_tag = delivery_tag;
-  m.body = bytes_text(message.body);
-  if (message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) m.message_id = bytes_text(message.properties.message_id);
-  if (message.properties._flags & AMQP_BASIC_HEADERS_FLAG) {
-    const amqp_table_t& h = message.properties.headers;
+  if (properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) m.message_id = bytes_text(properties.message_id);
+  if (properties._flags & AMQP_BASIC_HEADERS_FLAG) {
+    const amqp_table_t& h = properties.headers;
     for (int i = 0; i < h.num_entries; ++i) {
       const std::string key = bytes_text(h.entries[i].key);
       const amqp_field_value_t& v = h.entries[i].value;
@@ -107,13 +133,22 @@ Expected<AmqpAddress> parse_amqp_url(std::string_view url) {
   }
   // The URL is not echoed: it may hold a password.
   const char* shape = "the AMQP URL is not amqp://USER:PASS@HOST:PORT/VHOST (a vhost \"/\" is written %2f)";
-  if (given.rfind("amqp://", 0) != 0) return Error::usage(shape);
+  if (given.rfind("amqp://", 0) != 0 || given.find('\0') != std::string::npos || given.find("%00") != std::string::npos) {
+    return Error::usage(shape);
+  }
   std::string buffer = given;  // amqp_parse_url cuts it in place
   amqp_connection_info info{};
   amqp_default_connection_info(&info);
   if (amqp_parse_url(buffer.data(), &info) != AMQP_STATUS_OK || info.host == nullptr || *info.host == '\0' ||
       info.port <= 0 || info.port > 65535) {
     return Error::usage(shape);
+  }
+  // Decoded, a field may hold what the URL's text hid (%00 cuts it short
+  // in C; %0a splits every error line that names the broker).
+  for (const char* field : {info.user, info.password, info.host, info.vhost}) {
+    for (const char* p = field; p != nullptr && *p != '\0'; ++p) {
+      if (static_cast<unsigned char>(*p) < 0x20 || *p == 0x7f) return Error::usage(shape);
+    }
   }
   AmqpAddress a;
   a.host = info.host;
@@ -143,15 +178,35 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
   }
   amqp_set_handshake_timeout(state, &tv);
   amqp_set_rpc_timeout(state, &tv);
+  c.timeout_ = timeout;
   // No heartbeats: rabbitmq-c only answers them inside a call, and the
   // worker's own calls come often enough to be the sign of life.
-  const amqp_rpc_reply_t login = amqp_login(state, address.vhost.c_str(), 0, AMQP_DEFAULT_FRAME_SIZE, 0,
-                                            AMQP_SASL_METHOD_PLAIN, address.user.c_str(), address.password.c_str());
+  // What the client can hear, said at login: without consumer_cancel_notify
+  // the broker drops a consume whose queue went away without a word, and
+  // the worker would wait for ever.
+  amqp_table_entry_t capability[2] = {};
+  capability[0].key = amqp_cstring_bytes("consumer_cancel_notify");
+  capability[1].key = amqp_cstring_bytes("authentication_failure_close");
+  for (amqp_table_entry_t& e : capability) {
+    e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    e.value.value.boolean = 1;
+  }
+  amqp_table_entry_t property[2] = {};
+  property[0].key = amqp_cstring_bytes("capabilities");
+  property[0].value.kind = AMQP_FIELD_KIND_TABLE;
+  property[0].value.value.table = amqp_table_t{2, capability};
+  property[1].key = amqp_cstring_bytes("connection_name");  // shown in the broker's list of connections
+  property[1].value.kind = AMQP_FIELD_KIND_UTF8;
+  property[1].value.value.bytes = amqp_cstring_bytes("pillbox");
+  const amqp_table_t properties{2, property};
+  const amqp_rpc_reply_t login =
+      amqp_login_with_properties(state, address.vhost.c_str(), 0, AMQP_DEFAULT_FRAME_SIZE, 0, &properties,
+                                 AMQP_SASL_METHOD_PLAIN, address.user.c_str(), address.password.c_str());
   if (login.reply_type != AMQP_RESPONSE_NORMAL) {
     std::string why;
     if (login.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && login.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
       const auto* m = static_cast<const amqp_connection_close_t*>(login.reply.decoded);
-      const std::string text = bytes_text(m->reply_text);
+      const std::string text = broker_text(m->reply_text, address.password);
       if (m->reply_code == AMQP_ACCESS_REFUSED) {
         why = "refused the login of user '" + address.user + "' (" + text + "): check the URL's user and password";
       } else if (m->reply_code == AMQP_NOT_ALLOWED) {
@@ -170,7 +225,7 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
     c.close();
     return Error{where + " " + why};
   }
-  c.server_version_ = server_property(state, "version");
+  c.server_version_ = server_property(state, "version", address.password);
   amqp_channel_open(state, c.channel_);
   if (auto ok = c.checked("open a channel"); !ok) return Error{ok.message()};
   return c;
@@ -180,6 +235,7 @@ AmqpConnection::AmqpConnection(AmqpConnection&& other) noexcept
     : address_(std::move(other.address_)),
       state_(std::exchange(other.state_, nullptr)),
       channel_(other.channel_),
+      timeout_(other.timeout_),
       server_version_(std::move(other.server_version_)),
       refusal_(std::move(other.refusal_)) {}
 
@@ -189,6 +245,7 @@ AmqpConnection& AmqpConnection::operator=(AmqpConnection&& other) noexcept {
     address_ = std::move(other.address_);
     state_ = std::exchange(other.state_, nullptr);
     channel_ = other.channel_;
+    timeout_ = other.timeout_;
     server_version_ = std::move(other.server_version_);
     refusal_ = std::move(other.refusal_);
   }
@@ -216,7 +273,7 @@ Status AmqpConnection::checked(const std::string& what) {
   if (r.reply_type == AMQP_RESPONSE_NORMAL) return Status::ok();
   if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
     const auto* m = static_cast<const amqp_channel_close_t*>(r.reply.decoded);
-    refusal_ = AmqpRefusal{m->reply_code, bytes_text(m->reply_text)};
+    refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
     // The channel is gone; the connection is not: a new one on the same number.
     amqp_channel_close_ok_t close_ok{};
     amqp_send_method(state_, channel_, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok);
@@ -226,7 +283,7 @@ Status AmqpConnection::checked(const std::string& what) {
   }
   if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
     const auto* m = static_cast<const amqp_connection_close_t*>(r.reply.decoded);
-    refusal_ = AmqpRefusal{m->reply_code, bytes_text(m->reply_text)};
+    refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
     amqp_connection_close_ok_t close_ok{};
     amqp_send_method(state_, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &close_ok);
     close();
@@ -241,6 +298,7 @@ Status AmqpConnection::checked(const std::string& what) {
 Expected<AmqpQueueState> AmqpConnection::declare_queue(const std::string& name,
                                                        const std::vector<AmqpArgument>& arguments) {
   refusal_.reset();
+  if (auto ok = check_name("a queue name", name); !ok) return Error{ok.message(), ok.code()};
   if (state_ == nullptr) return Error{checked("declare queue '" + name + "'").message()};
   std::vector<amqp_table_entry_t> entries;
   const amqp_queue_declare_ok_t* ok = amqp_queue_declare(state_, channel_, amqp_cstring_bytes(name.c_str()), 0, 1, 0, 0,
@@ -251,6 +309,7 @@ Expected<AmqpQueueState> AmqpConnection::declare_queue(const std::string& name,
 
 Expected<AmqpQueueState> AmqpConnection::check_queue(const std::string& name) {
   refusal_.reset();
+  if (auto ok = check_name("a queue name", name); !ok) return Error{ok.message(), ok.code()};
   if (state_ == nullptr) return Error{checked("find queue '" + name + "'").message()};
   const amqp_queue_declare_ok_t* ok =
       amqp_queue_declare(state_, channel_, amqp_cstring_bytes(name.c_str()), 1, 0, 0, 0, amqp_empty_table);
@@ -260,6 +319,7 @@ Expected<AmqpQueueState> AmqpConnection::check_queue(const std::string& name) {
 
 Status AmqpConnection::declare_exchange(const std::string& name, const std::string& type) {
   refusal_.reset();
+  if (auto ok = check_name("an exchange name", name); !ok) return ok;
   if (state_ == nullptr) return checked("declare exchange '" + name + "'");
   amqp_exchange_declare(state_, channel_, amqp_cstring_bytes(name.c_str()), amqp_cstring_bytes(type.c_str()), 0, 1, 0,
                         0, amqp_empty_table);
@@ -268,6 +328,8 @@ Status AmqpConnection::declare_exchange(const std::string& name, const std::stri
 
 Status AmqpConnection::bind_queue(const std::string& queue, const std::string& exchange, const std::string& routing_key) {
   refusal_.reset();
+  if (auto ok = check_name("a queue name", queue); !ok) return ok;
+  if (auto ok = check_name("an exchange name", exchange); !ok) return ok;
   const std::string what = "bind queue '" + queue + "' to exchange '" + exchange + "'";
   if (state_ == nullptr) return checked(what);
   amqp_queue_bind(state_, channel_, amqp_cstring_bytes(queue.c_str()), amqp_cstring_bytes(exchange.c_str()),
@@ -277,6 +339,7 @@ Status AmqpConnection::bind_queue(const std::string& queue, const std::string& e
 
 Status AmqpConnection::delete_queue(const std::string& name) {
   refusal_.reset();
+  if (auto ok = check_name("a queue name", name); !ok) return ok;
   if (state_ == nullptr) return checked("delete queue '" + name + "'");
   amqp_queue_delete(state_, channel_, amqp_cstring_bytes(name.c_str()), 0, 0);
   return checked("delete queue '" + name + "'");
@@ -284,6 +347,10 @@ Status AmqpConnection::delete_queue(const std::string& name) {
 
 Status AmqpConnection::publish(const std::string& queue, std::string_view body, const std::string& message_id) {
   refusal_.reset();
+  if (auto ok = check_name("a queue name", queue); !ok) return ok;
+  if (!message_id.empty()) {
+    if (auto ok = check_name("a message id", message_id); !ok) return ok;
+  }
   const std::string what = "publish to queue '" + queue + "'";
   if (state_ == nullptr) return checked(what);
   amqp_basic_properties_t props{};
@@ -305,26 +372,22 @@ Status AmqpConnection::publish(const std::string& queue, std::string_view body, 
 
 Expected<std::optional<AmqpMessage>> AmqpConnection::get(const std::string& queue) {
   refusal_.reset();
+  if (auto ok = check_name("a queue name", queue); !ok) return Error{ok.message(), ok.code()};
   const std::string what = "get from queue '" + queue + "'";
   if (state_ == nullptr) return Error{checked(what).message()};
   const amqp_rpc_reply_t r = amqp_basic_get(state_, channel_, amqp_cstring_bytes(queue.c_str()), 0);
   if (auto s = checked(what); !s) return Error{s.message()};
   if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) return std::optional<AmqpMessage>{};
   const std::uint64_t tag = static_cast<const amqp_basic_get_ok_t*>(r.reply.decoded)->delivery_tag;
-  amqp_message_t message{};
-  const amqp_rpc_reply_t read = amqp_read_message(state_, channel_, &message, 0);
-  if (read.reply_type != AMQP_RESPONSE_NORMAL) {
-    if (auto s = checked("read a message of queue '" + queue + "'"); !s) return Error{s.message()};
-    return Error{"RabbitMQ at " + address_.describe() + ": cannot read a message of queue '" + queue + "'"};
-  }
-  AmqpMessage m = message_of(tag, message);
-  amqp_destroy_message(&message);
-  return std::optional<AmqpMessage>{std::move(m)};
+  auto m = read_content(tag, "queue '" + queue + "'");
+  if (!m) return Error{m.error()};
+  return std::optional<AmqpMessage>{std::move(*m)};
 }
 
 Status AmqpConnection::consume(const std::string& queue, std::uint16_t prefetch,
                                const std::vector<AmqpArgument>& arguments) {
   refusal_.reset();
+  if (auto ok = check_name("a queue name", queue); !ok) return ok;
   const std::string what = "consume queue '" + queue + "'";
   if (state_ == nullptr) return checked(what);
   amqp_basic_qos(state_, channel_, 0, prefetch, 0);
@@ -339,39 +402,76 @@ Expected<std::optional<AmqpMessage>> AmqpConnection::next(std::chrono::milliseco
   refusal_.reset();
   if (state_ == nullptr) return Error{checked("wait for a message").message()};
   amqp_maybe_release_buffers(state_);
-  amqp_envelope_t envelope{};
+  amqp_frame_t frame{};
   timeval tv = to_timeval(timeout);
-  const amqp_rpc_reply_t r = amqp_consume_message(state_, &envelope, &tv, 0);
-  if (r.reply_type == AMQP_RESPONSE_NORMAL) {
-    AmqpMessage m = message_of(envelope.delivery_tag, envelope.message);
-    amqp_destroy_envelope(&envelope);
-    return std::optional<AmqpMessage>{std::move(m)};
+  const int got = amqp_simple_wait_frame_noblock(state_, &frame, &tv);
+  if (got == AMQP_STATUS_TIMEOUT) return std::optional<AmqpMessage>{};
+  const std::string where = "RabbitMQ at " + address_.describe();
+  if (got != AMQP_STATUS_OK) {
+    close();
+    return Error{where + ": cannot wait for a message: " + amqp_error_string2(got)};
   }
-  if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT) {
-    return std::optional<AmqpMessage>{};
+  const amqp_method_number_t method = frame.frame_type == AMQP_FRAME_METHOD ? frame.payload.method.id : 0;
+  if (method == AMQP_BASIC_DELIVER_METHOD) {
+    const std::uint64_t tag = static_cast<const amqp_basic_deliver_t*>(frame.payload.method.decoded)->delivery_tag;
+    auto m = read_content(tag, "a delivery");
+    if (!m) return Error{m.error()};
+    return std::optional<AmqpMessage>{std::move(*m)};
   }
-  // Not a delivery: a frame of another kind came first (the broker closing
-  // the channel or the connection is the one that matters here).
-  if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-    amqp_frame_t frame{};
-    if (amqp_simple_wait_frame_noblock(state_, &frame, &tv) == AMQP_STATUS_OK && frame.frame_type == AMQP_FRAME_METHOD &&
-        (frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD || frame.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD)) {
-      if (frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        const auto* m = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
-        refusal_ = AmqpRefusal{m->reply_code, bytes_text(m->reply_text)};
-      } else {
-        const auto* m = static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
-        refusal_ = AmqpRefusal{m->reply_code, bytes_text(m->reply_text)};
-      }
-      close();  // the consume is gone with it: the caller connects again
-      return Error{"RabbitMQ at " + address_.describe() + " ended the consume: " + refusal_->text};
-    }
-    return std::optional<AmqpMessage>{};
+  if (method == AMQP_BASIC_CANCEL_METHOD) {
+    // The queue went away (deleted, or its leader lost): nothing more will
+    // come on this consume.
+    return Error{where + " cancelled the consume (the queue was deleted or moved); consume again"};
   }
-  const std::string why = r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION ? amqp_error_string2(r.library_error)
-                                                                          : "the connection ended";
+  if (method == AMQP_CHANNEL_CLOSE_METHOD) {
+    const auto* m = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
+    refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
+  } else if (method == AMQP_CONNECTION_CLOSE_METHOD) {
+    const auto* m = static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
+    refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
+  }
+  // The consume is gone with its channel or connection, and any other
+  // frame here means the frames are out of step: the caller connects again.
   close();
-  return Error{"RabbitMQ at " + address_.describe() + ": cannot wait for a message: " + why};
+  if (refusal_) return Error{where + " ended the consume: " + refusal_->text};
+  return Error{where + ": an unexpected frame instead of a message"};
+}
+
+Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, const std::string& of) {
+  // rabbitmq-c's own reader waits for a message's content without a
+  // deadline: a broker that stops mid-message would hang the worker. Each
+  // frame here is waited for until the connection's timeout.
+  const std::string where = "RabbitMQ at " + address_.describe();
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  amqp_frame_t frame{};
+  auto wait = [&]() {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    timeval tv = to_timeval(std::max(left, std::chrono::milliseconds(0)));
+    return amqp_simple_wait_frame_noblock(state_, &frame, &tv);
+  };
+  auto broken = [&](const std::string& why) -> Error {
+    close();  // mid-message, the connection's frames are out of step
+    return Error{where + ": cannot read " + of + ": " + why};
+  };
+  int got = wait();
+  if (got != AMQP_STATUS_OK) return broken(amqp_error_string2(got));
+  if (frame.frame_type != AMQP_FRAME_HEADER || frame.channel != channel_) return broken("the broker sent something else");
+  const std::uint64_t size = frame.payload.properties.body_size;
+  if (size > kMaxPayloadBytes) {
+    return broken("its body is " + std::to_string(size) + " bytes, over the " +
+                  std::to_string(kMaxPayloadBytes >> 20) + " MiB a payload may have");
+  }
+  AmqpMessage m =
+      message_of(delivery_tag, *static_cast<const amqp_basic_properties_t*>(frame.payload.properties.decoded));
+  m.body.reserve(size);
+  while (m.body.size() < size) {
+    got = wait();
+    if (got != AMQP_STATUS_OK) return broken(amqp_error_string2(got));
+    if (frame.frame_type != AMQP_FRAME_BODY || frame.channel != channel_) return broken("the broker sent something else");
+    m.body += bytes_text(frame.payload.body_fragment);
+  }
+  if (m.body.size() != size) return broken("its body is longer than its header said");
+  return m;
 }
 
 Status AmqpConnection::ack(std::uint64_t delivery_tag) {

@@ -7,7 +7,11 @@
 // dispatcher's thread.
 //
 // Errors are one line that names the broker (never the password): what
-// failed and what to do. A refusal the broker sends by closing the channel
+// failed and what to do. What the broker says in them is its claim: cut to
+// 300 bytes, control characters replaced, the password masked. Every read
+// and write is bounded by the connection's timeout (the socket's own), a
+// message's content included; a name is 1 to 255 bytes without NUL
+// (checked before it is sent: a usage error, the connection kept). A refusal the broker sends by closing the channel
 // (PRECONDITION_FAILED, NOT_FOUND, ACCESS_REFUSED on a resource) leaves the
 // connection usable: the channel is opened again, and refusal() says what
 // the broker said.
@@ -34,11 +38,12 @@ struct AmqpAddress {
   std::string describe() const;  // "amqp://USER@HOST:PORT/VHOST" (the vhost URL-encoded; no password)
 };
 
-// amqp://[USER[:PASS]@]HOST[:PORT][/VHOST] (rabbitmq-c's amqp_parse_url:
-// user and password guest when not given, vhost "/" when the path is
-// empty, %2f for "/" in a path; no host is localhost, as the AMQP URI
-// spec has it). amqps is refused (this build connects
-// without TLS). Usage errors (ErrorCode::kUsage) say what is wrong.
+// amqp://[USER[:PASS]@]HOST[:PORT][/VHOST] (rabbitmq-c's amqp_parse_url,
+// as the AMQP URI spec has it: user and password guest when not given,
+// vhost "/" when there is no path, an empty vhost for a bare "/", %2f for
+// "/" in a vhost, no host is localhost). amqps is refused (this build
+// connects without TLS), and so is a field that decodes to a control
+// character or NUL. Usage errors (ErrorCode::kUsage) say what is wrong.
 Expected<AmqpAddress> parse_amqp_url(std::string_view url);
 
 // A queue's or an exchange's x-arguments, as declared: strings and integers.
@@ -128,10 +133,14 @@ class AmqpConnection {
   // opened again, a closed connection marks this broken.
   Status checked(const std::string& what);
   void close();
+  // A message's header and body frames, each waited for until the
+  // connection's timeout; any failure breaks the connection.
+  Expected<AmqpMessage> read_content(std::uint64_t delivery_tag, const std::string& of);
 
   AmqpAddress address_;
   amqp_connection_state_t state_ = nullptr;
   amqp_channel_t channel_ = 1;
+  std::chrono::milliseconds timeout_{5000};
   std::string server_version_;
   std::optional<AmqpRefusal> refusal_;
 };

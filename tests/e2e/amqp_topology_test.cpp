@@ -189,3 +189,27 @@ TEST_CASE("rabbitmq connection: a wrong password, a missing vhost, a broker that
   CHECK(down.error().find("secret") == std::string::npos);
   for (const std::string& e : {wrong.error(), vhost.error(), down.error()}) CHECK(e.find('\n') == std::string::npos);
 }
+
+TEST_CASE("rabbitmq connection: a consume whose queue is deleted says so; a bad name is refused before it is sent") {
+  e2e::RabbitServer server;
+  REQUIRE_RABBITMQ(server);
+  auto c = connect(server);
+  auto other = connect(server);
+  REQUIRE(c.declare_queue("doomed", {}).has_value());
+  REQUIRE(c.consume("doomed", 1).is_ok());
+  REQUIRE(other.delete_queue("doomed").is_ok());
+  auto m = c.next(std::chrono::seconds(30));  // the cancel comes at once; 30 s only bounds a broken test
+  REQUIRE_FALSE(m.has_value());
+  CHECK(m.error().find("cancelled the consume") != std::string::npos);
+
+  // Names AMQP cannot carry (or that rabbitmq-c's C strings would cut) are
+  // usage errors, and the connection goes on.
+  for (const std::string& bad : {std::string(256, 'a'), std::string("a\0b", 3), std::string()}) {
+    auto declared = other.declare_queue(bad, {});
+    REQUIRE_FALSE(declared.has_value());
+    CHECK(declared.error_code() == pillbox::ErrorCode::kUsage);
+    CHECK_FALSE(other.broken());
+  }
+  CHECK(other.publish("q", "x", std::string(300, 'm')).code() == pillbox::ErrorCode::kUsage);
+  CHECK(other.declare_queue("fine", {}).has_value());
+}

@@ -47,6 +47,17 @@ TEST_CASE("amqp url: what is not one is a usage error that never echoes a passwo
     CHECK(r.error().find("hunter2") == std::string::npos);
     CHECK(r.error().find("amqp://USER:PASS@HOST:PORT/VHOST") != std::string::npos);
   }
+  // A field that decodes to a control character or NUL (it would split an
+  // error line, or cut the password short in C).
+  for (const char* hidden : {"amqp://us%0aer:hunter2@h/", "amqp://u:hunter2@ho%0ast/", "amqp://u:hun%00ter2@h/",
+                             "amqp://u:hunter2@h/v%0d"}) {
+    const std::string given = hidden;
+    CAPTURE(given);
+    auto r = parse_amqp_url(given);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().find("hunter2") == std::string::npos);
+  }
+  CHECK_FALSE(parse_amqp_url(std::string_view("amqp://u:hunter2@h\0:bad", 22)).has_value());
   auto tls = parse_amqp_url("amqps://u:hunter2@h:5671/%2f");
   REQUIRE_FALSE(tls.has_value());
   CHECK(tls.error().find("amqps:// is not supported") != std::string::npos);
