@@ -43,12 +43,10 @@ Expected<ChildStreams> open_child_streams(bool exec_mode) {
   s.listener_socket = std::move(listener->first);
   s.listener_socket_child = std::move(listener->second);
   if (exec_mode) {
-    const int out = ::memfd_create("pillbox-stdout", MFD_CLOEXEC);
-    if (out < 0) return Error{errno_text("memfd_create (stdout)")};
-    s.stdout_file.reset(out);
-    const int err = ::memfd_create("pillbox-stderr", MFD_CLOEXEC);
-    if (err < 0) return Error{errno_text("memfd_create (stderr)")};
-    s.stderr_file.reset(err);
+    s.stdout_file.reset(::memfd_create("pillbox-stdout", MFD_CLOEXEC));
+    if (!s.stdout_file.valid()) return Error{errno_text("memfd_create (stdout)")};
+    s.stderr_file.reset(::memfd_create("pillbox-stderr", MFD_CLOEXEC));
+    if (!s.stderr_file.valid()) return Error{errno_text("memfd_create (stderr)")};
   }
   return s;
 }

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shared/unique_fd.h"
+
 namespace pillbox {
 namespace {
 
@@ -28,16 +30,15 @@ bool read_status(int proc, const char* pid, char* buf, std::size_t size) {
   if (n + sizeof "/status" > sizeof path) return false;
   std::memcpy(path, pid, n);
   std::memcpy(path + n, "/status", sizeof "/status");
-  const int fd = ::openat(proc, path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  const UniqueFd fd(::openat(proc, path, O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
   std::size_t used = 0;
   while (used + 1 < size) {
-    const ssize_t r = ::read(fd, buf + used, size - 1 - used);
+    const ssize_t r = ::read(fd.get(), buf + used, size - 1 - used);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     used += static_cast<std::size_t>(r);
   }
-  ::close(fd);
   buf[used] = '\0';
   return used > 0;
 }
@@ -82,11 +83,11 @@ bool runs_as(const char* status, const std::uint32_t* uids, std::size_t count) {
 // process directory of /proc.
 template <typename Visit>
 void for_each_pid(Visit visit) {
-  const int proc = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (proc < 0) return;
+  const UniqueFd proc(::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!proc.valid()) return;
   alignas(8) char dents[16384];
   for (;;) {
-    const long n = ::syscall(SYS_getdents64, proc, dents, sizeof dents);
+    const long n = ::syscall(SYS_getdents64, proc.get(), dents, sizeof dents);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     for (long at = 0; at < n;) {
@@ -96,10 +97,9 @@ void for_each_pid(Visit visit) {
       const char* c = d->name;
       for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
       if (c == d->name || *c != '\0' || pid <= 0) continue;
-      visit(proc, d->name, static_cast<pid_t>(pid));
+      visit(proc.get(), d->name, static_cast<pid_t>(pid));
     }
   }
-  ::close(proc);
 }
 
 // One pass over /proc; returns how many processes it signalled.
@@ -110,13 +110,12 @@ int one_pass(const std::uint32_t* uids, std::size_t count) {
     if (!read_status(proc, name, status, sizeof status) || !runs_as(status, uids, count)) return;
     // Pin the process, then look again: if the pid was recycled in
     // between, the pidfd names the new process, whose uid is read now.
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (pidfd < 0) return;
+    const UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!pidfd.valid()) return;
     if (read_status(proc, name, status, sizeof status) && runs_as(status, uids, count) &&
-        ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) == 0) {
+        ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0) == 0) {
       ++signalled;
     }
-    ::close(pidfd);
   });
   return signalled;
 }

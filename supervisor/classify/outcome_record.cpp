@@ -7,18 +7,10 @@
 namespace pillbox {
 
 OutcomeRecord outcome_record(const Outcome& o) {
-  OutcomeRecord r;
-  r.kind = std::string(to_string(o.kind));
-  r.fingerprint = o.fingerprint;
-  r.crash_state = o.crash_state;
-  r.message = o.message;
-  r.signal = o.signal;
-  r.syscall = o.syscall;
-  r.exit_code = o.exit_code;
-  r.cpu_ms = static_cast<std::int64_t>(o.cpu_ms);
-  r.wall_ms = static_cast<std::int64_t>(o.wall_ms);
-  r.max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb);
-  return r;
+  return {.kind = std::string(to_string(o.kind)), .fingerprint = o.fingerprint, .crash_state = o.crash_state,
+          .message = o.message, .signal = o.signal, .syscall = o.syscall, .exit_code = o.exit_code,
+          .cpu_ms = static_cast<std::int64_t>(o.cpu_ms), .wall_ms = static_cast<std::int64_t>(o.wall_ms),
+          .max_rss_kb = static_cast<std::int64_t>(o.max_rss_kb)};
 }
 
 Outcome outcome_of(const OutcomeRecord& r, Kind unknown) {

@@ -31,10 +31,6 @@ constexpr std::size_t kMaxCachedModules = 512;
 // read it yields a short read instead of SIGBUS in the supervisor.
 class ElfFile {
  public:
-  ~ElfFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
   bool open(const std::string& path) {
     // Refuse anything but a regular file before opening it: opening a FIFO
     // would block and opening a device can have side effects. Nor the
@@ -42,9 +38,8 @@ class ElfFile {
     // this process's SQLite locks: kept_out_of_inputs.h), whatever a
     // symlink there points to when.
     struct stat st {};
-    UniqueFd fd = open_regular_unless_kept_out(path, st);
-    if (!fd.valid()) return false;
-    fd_ = fd.release();
+    fd_ = open_regular_unless_kept_out(path, st);
+    if (!fd_.valid()) return false;
     // The path comes from a possibly hostile child. Only files that a
     // sandboxed user cannot have written are read: owned by root or by us,
     // writable by nobody else. A crafted "library" with a gigabyte symbol
@@ -59,7 +54,7 @@ class ElfFile {
     if (offset > size_ || len > size_ - offset) return false;
     auto* p = static_cast<char*>(out);
     while (len > 0) {
-      const ssize_t n = ::pread(fd_, p, len, static_cast<off_t>(offset));
+      const ssize_t n = ::pread(fd_.get(), p, len, static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return false;
       p += n;
@@ -84,7 +79,7 @@ class ElfFile {
   std::uint64_t size() const { return size_; }
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
   std::uint64_t size_ = 0;
 };
 

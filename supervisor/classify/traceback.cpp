@@ -73,6 +73,11 @@ struct Found {
   std::size_t end_line = 0;
 };
 
+// A report of `exception` ending at `end_line`, its frames still to add.
+Found found_of(std::string language, TypeAndMessage exception, std::size_t end_line) {
+  return Found{Traceback{std::move(language), std::move(exception.type), std::move(exception.message), {}}, end_line};
+}
+
 // ---- Python -------------------------------------------------------------------
 
 bool python_internal(std::string_view file) {
@@ -100,18 +105,11 @@ std::optional<TraceFrame> python_frame(std::string_view line) {
 }
 
 std::optional<Found> parse_python(const std::vector<std::string_view>& lines) {
-  std::size_t start = lines.size();
-  for (std::size_t i = lines.size(); i-- > 0;) {
-    if (trim(lines[i]) == "Traceback (most recent call last):") {
-      start = i;
-      break;
-    }
-  }
-  if (start == lines.size()) return std::nullopt;
-  Found found;
-  found.traceback.language = "python";
+  const auto top = std::find_if(lines.rbegin(), lines.rend(),
+                                [](std::string_view l) { return trim(l) == "Traceback (most recent call last):"; });
+  if (top == lines.rend()) return std::nullopt;
   std::vector<TraceFrame> outermost_first;
-  std::size_t i = start + 1;
+  std::size_t i = static_cast<std::size_t>(lines.rend() - top);  // the line after `top`
   for (; i < lines.size(); ++i) {
     if (auto frame = python_frame(lines[i])) {
       if (outermost_first.size() == kMaxTraceFrames) outermost_first.erase(outermost_first.begin());
@@ -123,10 +121,8 @@ std::optional<Found> parse_python(const std::vector<std::string_view>& lines) {
   if (i == lines.size()) return std::nullopt;  // cut off before the exception line
   auto exception = split_exception_line(lines[i]);
   if (!exception) return std::nullopt;
-  found.traceback.exception_type = std::move(exception->type);
-  found.traceback.message = std::move(exception->message);
+  Found found = found_of("python", std::move(*exception), i);
   found.traceback.frames.assign(outermost_first.rbegin(), outermost_first.rend());
-  found.end_line = i;
   return found;
 }
 
@@ -170,14 +166,9 @@ TraceFrame node_frame(std::string_view line) {
 std::optional<Found> parse_node(const std::vector<std::string_view>& lines) {
   // The last run of "at" lines; the exception's header is above it, after
   // the blank line that ends the "file.js:L", source and caret block.
-  std::size_t last = lines.size();
-  for (std::size_t i = lines.size(); i-- > 0;) {
-    if (is_node_frame(lines[i])) {
-      last = i;
-      break;
-    }
-  }
-  if (last == lines.size()) return std::nullopt;
+  const auto at = std::find_if(lines.rbegin(), lines.rend(), is_node_frame);
+  if (at == lines.rend()) return std::nullopt;
+  const std::size_t last = static_cast<std::size_t>(lines.rend() - at) - 1;
   std::size_t first = last;
   while (first > 0 && is_node_frame(lines[first - 1])) --first;
   if (first == 0) return std::nullopt;
@@ -192,15 +183,11 @@ std::optional<Found> parse_node(const std::vector<std::string_view>& lines) {
   // From the top of the header block down: the first line that reads "Type: message".
   for (std::size_t h = header; h < first && !exception; ++h) exception = split_exception_line(lines[h]);
   if (!exception) return std::nullopt;
-  Found found;
-  found.traceback.language = "node";
   // "TypeError [ERR_INVALID_ARG_TYPE]: ..." keeps its code as part of the type.
-  found.traceback.exception_type = std::move(exception->type);
-  found.traceback.message = std::move(exception->message);
+  Found found = found_of("node", std::move(*exception), last);
   for (std::size_t i = first; i <= last && found.traceback.frames.size() < kMaxTraceFrames; ++i) {
     found.traceback.frames.push_back(node_frame(lines[i]));
   }
-  found.end_line = last;
   return found;
 }
 
@@ -302,10 +289,7 @@ std::optional<Found> parse_java(const std::vector<std::string_view>& lines) {
   }
   if (chain.empty() || chain.front().frames.empty()) return std::nullopt;
   JavaBlock& root = chain.back();
-  Found found;
-  found.traceback.language = "java";
-  found.traceback.exception_type = std::move(root.exception.type);
-  found.traceback.message = std::move(root.exception.message);
+  Found found = found_of("java", std::move(root.exception), 0);
   found.traceback.frames = std::move(root.frames);
   if (chain.size() > 1 && root.omitted > 0) {
     const std::vector<TraceFrame>& outer = chain[chain.size() - 2].frames;
@@ -370,12 +354,8 @@ std::optional<Found> parse_ruby(const std::vector<std::string_view>& lines) {
   for (std::size_t i = lines.size(); i-- > 0;) {
     auto header = ruby_header(lines[i]);
     if (!header) continue;
-    Found found;
-    found.traceback.language = "ruby";
-    found.traceback.exception_type = std::move(header->second.type);
-    found.traceback.message = std::move(header->second.message);
+    Found found = found_of("ruby", std::move(header->second), i);
     found.traceback.frames.push_back(std::move(header->first));
-    found.end_line = i;
     // A multi-line message sits between the header and the "from" lines.
     for (std::size_t k = i + 1; k < lines.size() && found.traceback.frames.size() < kMaxTraceFrames; ++k) {
       if (!lines[k].starts_with("\tfrom ")) {

@@ -29,19 +29,10 @@ constexpr int kMaxInterpreterDepth = 4;     // Linux follows at most 4 levels of
 constexpr std::size_t kScriptScanBytes = 64 * 1024;
 constexpr int kMissing = 0;  // an AccessNeed that no uid can meet: the path does not exist
 
-bool exists(const std::string& path) {
+// The type bits (S_IFMT) of what `path` names, symlinks followed; 0 when nothing does.
+mode_t file_type(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-bool is_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool is_fifo(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  return ::stat(path.c_str(), &st) == 0 ? (st.st_mode & S_IFMT) : 0;
 }
 
 // The first kScriptScanBytes of a regular file, else "". Anything else is
@@ -78,7 +69,7 @@ std::string look_up(const std::string& name, const std::string& path_list) {
   std::istringstream dirs(path_list);
   for (std::string dir; std::getline(dirs, dir, ':');) {
     const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0 && !is_dir(candidate)) return candidate;
+    if (::access(candidate.c_str(), X_OK) == 0 && file_type(candidate) != S_IFDIR) return candidate;
   }
   return {};
 }
@@ -93,12 +84,12 @@ void add(std::vector<AccessNeed>& needs, std::set<std::string>& seen, std::strin
 // limit, and be charged.
 void add_path_argument(std::vector<AccessNeed>& needs, std::set<std::string>& seen, const std::string& path,
                        const std::string& what) {
-  if (path.empty() || !exists(path)) return;
-  if (is_fifo(path)) {
+  if (path.empty() || file_type(path) == 0) return;
+  if (file_type(path) == S_IFIFO) {
     add(needs, seen, path, kMissing, what + ", is a FIFO: every task that opens it would wait for a writer");
     return;
   }
-  add(needs, seen, path, is_dir(path) ? (R_OK | X_OK) : R_OK, what);
+  add(needs, seen, path, file_type(path) == S_IFDIR ? (R_OK | X_OK) : R_OK, what);
 }
 
 // A program and, when it is a script, its interpreter chain and what its
@@ -139,7 +130,7 @@ void add_program(std::vector<AccessNeed>& needs, std::set<std::string>& seen, co
         }
         break;
       }
-    } else if (!exists(interpreter)) {
+    } else if (file_type(interpreter) == 0) {
       add(needs, seen, interpreter, kMissing, how + ": it does not exist");
     } else {
       add_program(needs, seen, interpreter, how, task_path, depth + 1);
@@ -153,7 +144,7 @@ void add_program(std::vector<AccessNeed>& needs, std::set<std::string>& seen, co
     const std::vector<std::string> w = words(line);
     if (w.size() < 2 || w[0] != "exec") continue;
     const std::string target = unquote(w[1]);
-    if (target.starts_with("/") && exists(target)) {
+    if (target.starts_with("/") && file_type(target) != 0) {
       add_program(needs, seen, target, "run by the script " + program + " (its exec line)", task_path, depth + 1);
       // And the files it hands that program (exec /usr/bin/python3
       // /opt/app/main.py "$@"): unreadable, every task would fail on them.

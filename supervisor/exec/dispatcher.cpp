@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <zmq.hpp>
 
 #include "shared/task_input.h"
@@ -151,8 +152,7 @@ class Dispatcher {
       // payload before the next poll. Tasks that could not be launched are
       // told only then: their outcome is about an attempt that is counted.
       if (auto s = source_.commit_turn(); !s) return Error{s.message()};
-      for (auto& r : not_launched_) finish(std::move(r));
-      not_launched_.clear();
+      for (auto& r : std::exchange(not_launched_, {})) finish(std::move(r));
       if (source_done && running_.empty()) break;
 
       // Wait for anything: launcher, wires, stdin, or the nearest deadline.
@@ -267,6 +267,11 @@ class Dispatcher {
     r->exec.handler_identity = identity_;
     r->started = Clock::now();
     r->deadline = r->started + std::chrono::milliseconds(settings_.config.policy.limits.wall_ms);
+    // A task that cannot be launched is finished after the turn's commit (not_launched_).
+    const auto not_launched = [&](std::string why) {
+      r->exec.launch_error = std::move(why);
+      not_launched_.push_back(std::move(r));
+    };
     TaskTicket ticket;
     ticket.seq = r->seq;
     ticket.secret = r->secret;
@@ -278,10 +283,8 @@ class Dispatcher {
       // one that got past (a record from an older store) is not the
       // payload's fault.
       if (r->task.key.size() > kMaxTaskKeyBytes) {
-        r->exec.launch_error = "the task's key is " + std::to_string(r->task.key.size()) + " bytes, over the " +
-                               std::to_string(kMaxTaskKeyBytes) + "-byte limit of a key an exec command is given";
-        not_launched_.push_back(std::move(r));
-        return;
+        return not_launched("the task's key is " + std::to_string(r->task.key.size()) + " bytes, over the " +
+                            std::to_string(kMaxTaskKeyBytes) + "-byte limit of a key an exec command is given");
       }
       ticket.key = r->task.key;
       r->exec.task_key = r->task.key;
@@ -293,19 +296,13 @@ class Dispatcher {
                                                  r->exec.exec_mode);
       ticket.endpoint = r->channel->endpoint();
     } catch (const zmq::error_t& e) {
-      r->exec.launch_error = std::string("cannot open the task's wire: ") + e.what();
-      not_launched_.push_back(std::move(r));
-      return;
+      return not_launched(std::string("cannot open the task's wire: ") + e.what());
     }
     if (cgroups_) {
       ticket.cgroup_procs = cgroups_->procs_files(r->slot);
       r->oom_kills_before = cgroups_->oom_kills(r->slot);
     }
-    if (auto s = launcher_->launch(ticket); !s) {
-      r->exec.launch_error = "launch failed: " + s.message();
-      not_launched_.push_back(std::move(r));
-      return;
-    }
+    if (auto s = launcher_->launch(ticket); !s) return not_launched("launch failed: " + s.message());
     running_[r->seq] = std::move(r);
   }
 
@@ -416,9 +413,7 @@ class Dispatcher {
   void finish_seq(std::uint64_t seq) {
     auto it = running_.find(seq);
     if (it == running_.end()) return;
-    std::unique_ptr<Running> r = std::move(it->second);
-    running_.erase(it);
-    finish(std::move(r));
+    finish(std::move(running_.extract(it).mapped()));
   }
 
   void finish(std::unique_ptr<Running> r) {

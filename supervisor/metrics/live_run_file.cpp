@@ -10,7 +10,9 @@
 #include <ctime>
 #include <vector>
 
+#include "shared/control.h"
 #include "shared/failure_kind.h"
+#include "shared/unique_fd.h"
 #include "supervisor/store/process_claim.h"
 
 namespace pillbox::metrics {
@@ -34,17 +36,6 @@ std::uint64_t tasks_total(const RunMetrics::Counters& c) {
   std::uint64_t total = 0;
   for (const auto& [key, n] : c.tasks) total += n;
   return total;
-}
-
-bool write_all(int fd, const std::string& text) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 // "123.json" → 123; anything else → 0.
@@ -135,7 +126,7 @@ void LiveRunFile::write_once() {
   const std::string temp = dir_ + "/." + std::to_string(run_id_) + ".json.tmp";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
-  const bool written = write_all(fd, text);
+  const bool written(write_all(fd, text));
   ::close(fd);
   if (!written || ::rename(temp.c_str(), path_.c_str()) != 0) ::unlink(temp.c_str());
 }
@@ -145,13 +136,11 @@ json read_live_runs(const std::string& store_dir, bool remove_gone) {
   // The directory by a descriptor of its own, never through a symlink: every
   // name below is opened, and a gone run's file removed, in this directory,
   // whatever its path names meanwhile.
-  const int dir_fd = ::open(live_dir(store_dir).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dir_fd < 0) return runs;
+  const UniqueFd dir(::open(live_dir(store_dir).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) return runs;
+  const int dir_fd = dir.get();
   DIR* d = ::fdopendir(::dup(dir_fd));
-  if (d == nullptr) {
-    ::close(dir_fd);
-    return runs;
-  }
+  if (d == nullptr) return runs;
   std::vector<std::pair<std::int64_t, std::string>> names;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
@@ -198,7 +187,6 @@ json read_live_runs(const std::string& store_dir, bool remove_gone) {
     }
     runs.push_back(std::move(run));
   }
-  ::close(dir_fd);
   return runs;
 }
 

@@ -86,15 +86,8 @@ void MetricsText::family(std::string_view name, std::string_view help, MetricTyp
   assert(valid_name(name));
   (void)valid_name;
   const char* type_name = type == MetricType::kCounter ? "counter" : type == MetricType::kGauge ? "gauge" : "histogram";
-  text_ += "# HELP ";
-  text_ += name;
-  text_ += ' ';
-  text_ += escape(help, false);
-  text_ += "\n# TYPE ";
-  text_ += name;
-  text_ += ' ';
-  text_ += type_name;
-  text_ += '\n';
+  text_ += "# HELP " + std::string(name) + ' ' + escape(help, false) + "\n# TYPE " + std::string(name) + ' ' +
+           type_name + '\n';
 }
 
 void MetricsText::sample(std::string_view name, const Labels& labels, double value) {
