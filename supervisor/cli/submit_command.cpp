@@ -1,13 +1,13 @@
 // pillbox submit --redis URL --stream NAME INPUT...: the tasks of the inputs,
 // read exactly as `run` reads them, added to a Redis stream for the fleet's
-// workers. Thin over supervisor/broker/stream_submit.h.
+// workers. Thin over supervisor/broker/task_submit.h.
 #include <unistd.h>
 
 #include <cstdio>
 #include <string>
 
 #include "supervisor/broker/redis_connection.h"
-#include "supervisor/broker/stream_submit.h"
+#include "supervisor/broker/stream_publisher.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -60,7 +60,8 @@ int submit_command(int argc, char** argv) {
   auto redis = broker::RedisConnection::open(fleet->address);
   if (!redis) return fail(redis.error(), exit_code_for(redis.error_code()));
 
-  auto report = broker::submit_tasks(*redis, fleet->stream, **source, [](const std::string& error) {
+  broker::StreamPublisher publisher(*redis, fleet->stream);
+  auto report = broker::submit_tasks(publisher, **source, [](const std::string& error) {
     std::fprintf(stderr, "pillbox submit: %s\n", table_cell(error, 2000).c_str());
   }, static_cast<std::size_t>(max_payload->value_or(broker::kDefaultMaxStreamPayload)));
   if (!report) return fail(report.error(), kExitSetup);

@@ -1,4 +1,4 @@
-#include "supervisor/broker/stream_submit.h"
+#include "supervisor/broker/task_submit.h"
 
 #include <poll.h>
 
@@ -26,7 +26,7 @@ void wait_for(const TaskSource& source, const TaskSource::Item& waiting) {
 
 }  // namespace
 
-Expected<SubmitReport> submit_tasks(RedisConnection& redis, const std::string& stream, TaskSource& source,
+Expected<SubmitReport> submit_tasks(TaskPublisher& publisher, TaskSource& source,
                                     const std::function<void(const std::string&)>& on_input_error,
                                     std::size_t max_payload) {
   SubmitReport report;
@@ -34,18 +34,14 @@ Expected<SubmitReport> submit_tasks(RedisConnection& redis, const std::string& s
   std::size_t batch_bytes = 0;
   auto send = [&]() -> Status {
     if (batch.empty()) return Status::ok();
-    std::vector<std::vector<std::string_view>> commands;
-    commands.reserve(batch.size());
-    for (const Task& t : batch) commands.push_back({"XADD", stream, "*", "key", t.key, "payload", t.payload});
-    auto replies = redis.pipeline(commands);
-    if (!replies) {
-      return Status::error(replies.error() + " (" + std::to_string(report.submitted) +
+    auto ids = publisher.add(batch);
+    if (!ids) {
+      return Status::error(ids.error() + " (" + std::to_string(report.submitted) +
                            " tasks were added before this batch)");
     }
-    for (const RedisReply& r : *replies) {
-      const std::string id = r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
-      if (report.first_id.empty()) report.first_id = id;
-      report.last_id = id;
+    if (!ids->empty()) {
+      if (report.first_id.empty()) report.first_id = ids->front();
+      report.last_id = ids->back();
     }
     report.submitted += batch.size();
     batch.clear();
