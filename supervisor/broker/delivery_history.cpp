@@ -102,6 +102,7 @@ EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, 
     auto d = parse_delivery(n, it->second);
     if (d && d->started) {
       h.lost.push_back(n);  // it began to run and never reported back
+      h.lost_starts.push_back(std::move(*d));
       continue;
     }
     previous_unreported = false;

@@ -60,6 +60,10 @@ struct EntryHistory {
   // Deliveries that never reported back and may have run: nothing recorded
   // and not a suspect's, or a suspect's whose start was recorded.
   std::vector<std::uint32_t> lost;
+  // The start markers of the lost deliveries that have one (a suspect's):
+  // which worker began it and when, so that the record can name the
+  // workers that died with it.
+  std::vector<RecordedDelivery> lost_starts;
   // Suspects' deliveries that never reported back and never started (no
   // marker): their workers died while they waited. Not held against it.
   std::vector<std::uint32_t> unstarted;

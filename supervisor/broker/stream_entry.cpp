@@ -220,7 +220,19 @@ std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& 
     if (n == r) {
       attempts.push_back(nlohmann::json::parse(delivery_json(recorded[r_i++])));
     } else if (n == l) {
-      attempts.push_back({{"delivery", lost[l_i++]}, {"kind", "supervisor-lost"}, {"note", "never reported back"}});
+      nlohmann::json a = {{"delivery", lost[l_i]}, {"kind", "supervisor-lost"}, {"note", "never reported back"}};
+      // A suspect's began on a known worker at a known time: its worker
+      // died with it (or lost Redis), which is worth naming.
+      const auto& starts = e.history.lost_starts;
+      const auto start = std::find_if(starts.begin(), starts.end(),
+                                      [&](const RecordedDelivery& d) { return d.delivery == lost[l_i]; });
+      if (start != starts.end()) {
+        a["worker"] = start->worker;
+        a["at_ms"] = start->at_ms;
+        a["note"] = "began to run and never reported back";
+      }
+      ++l_i;
+      attempts.push_back(std::move(a));
     } else {
       attempts.push_back(
           {{"delivery", unstarted[u_i++]}, {"kind", ""}, {"note", "never started: its worker died while it waited"}});

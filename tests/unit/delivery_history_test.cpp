@@ -3,7 +3,10 @@
 // what the retry policy makes of them. Pure: no Redis.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "supervisor/broker/delivery_history.h"
+#include "supervisor/broker/stream_entry.h"
 #include "supervisor/flow/retry_policy.h"
 
 namespace {
@@ -95,9 +98,17 @@ TEST_CASE("delivery history: a suspect's delivery counts as lost only when its s
   CHECK(h.last_lost);  // still a suspect: runs alone, start recorded first
   // A suspect that started and never reported back is lost, and so is the
   // one after it when it started too: a payload that kills its workers.
-  h = entry_history(4, {{2, started}, {3, delivery_json(recorded_start(3, "c", 0))}});
+  h = entry_history(4, {{2, started}, {3, delivery_json(recorded_start(3, "c", 1796158239834))}});
   CHECK(h.lost == std::vector<std::uint32_t>{1, 2, 3});
   CHECK(h.unstarted.empty());
+  // The workers that began them are known (the record names them); the
+  // first delivery's is not (nothing was recorded).
+  REQUIRE(h.lost_starts.size() == 2);
+  CHECK(h.lost_starts[0].delivery == 2);
+  CHECK(h.lost_starts[0].worker == "b");
+  CHECK(h.lost_starts[1].delivery == 3);
+  CHECK(h.lost_starts[1].worker == "c");
+  CHECK(h.lost_starts[1].at_ms == 1796158239834);
   CHECK(h.recorded.empty());  // markers are not outcomes
   CHECK(h.last_lost);
   // Once a delivery reported back, the next is no suspect's: nothing
@@ -148,6 +159,33 @@ TEST_CASE("delivery history: releases and holds are not failures of the payload"
   const auto now = recorded_outcome(3, "c", 0, crash("pb1-x"), true, false);
   // Only this delivery is charged: not two in a row, not max_attempts.
   CHECK(judge(settings, with_current(engine_history(h, 3), now), crash("pb1-x")).decision == Decision::kRetry);
+}
+
+TEST_CASE("delivery history: a dead letter names the workers its lost deliveries began on") {
+  // Delivery 1 held by a worker that died (nothing recorded), 2 and 3
+  // suspects' runs that began on workers b and c and never reported back:
+  // supervisor-lost, and the record says where each began.
+  WorkerSettings settings;
+  settings.consumer.name = "d";
+  HeldEntry e;
+  e.task.key = "k";
+  e.task.payload = "p";
+  e.id = "1-1";
+  e.delivery = 4;
+  e.history = entry_history(4, {{2, delivery_json(recorded_start(2, "b", 1796158239000))},
+                                {3, delivery_json(recorded_start(3, "c", 1796158240000))}});
+  Outcome lost;
+  lost.kind = Kind::kSupervisorLost;
+  const auto record = nlohmann::json::parse(dead_letter_record(settings, e, lost, "it kills workers", 0));
+  const auto& history = record.at("attempts_history");
+  REQUIRE(history.size() == 3);
+  CHECK(history[0].at("kind") == "supervisor-lost");
+  CHECK_FALSE(history[0].contains("worker"));  // unknown: nothing was recorded
+  CHECK(history[0].at("note") == "never reported back");
+  CHECK(history[1].at("worker") == "b");
+  CHECK(history[1].at("at_ms") == 1796158239000);
+  CHECK(history[1].at("note") == "began to run and never reported back");
+  CHECK(history[2].at("worker") == "c");
 }
 
 }  // namespace
