@@ -1,9 +1,17 @@
 #include "supervisor/broker/amqp_connection.h"
 
 #include "shared/task_input.h"
+#include "supervisor/broker/socket_watchdog.h"
 
 #include <amqp_tcp_socket.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -22,6 +30,18 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 }
 
 std::string bytes_text(amqp_bytes_t b) { return std::string(static_cast<const char*>(b.bytes), b.len); }
+
+// "300 ms", "5 s": a timeout as an error says it.
+std::string duration_words(std::chrono::milliseconds d) {
+  if (d.count() < 1000 || d.count() % 1000 != 0) return std::to_string(d.count()) + " ms";
+  return std::to_string(d.count() / 1000) + " s";
+}
+
+// How long a message of `bytes` may take on the wire: the timeout, plus a
+// second per MiB (a large message arriving at a steady pace is progress).
+std::chrono::milliseconds transfer_limit(std::chrono::milliseconds timeout, std::uint64_t bytes) {
+  return timeout + std::chrono::seconds(bytes >> 20);
+}
 
 // What the broker says (a refusal's text, its version), as it goes into an
 // error line: a claim of the server's, so at most 300 bytes, control
@@ -63,6 +83,50 @@ std::string encode_vhost(const std::string& vhost) {
   return out;
 }
 
+// A TCP connection to host:port within `timeout`, non-blocking (as
+// rabbitmq-c wants it), or why not. Made here, not by rabbitmq-c: its
+// connect reports a refused port as "Operation now in progress" (it loses
+// connect()'s errno).
+Expected<int> connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int resolved = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (resolved != 0) return Error{std::string("cannot resolve the host: ") + ::gai_strerror(resolved)};
+  std::string why = "no address";
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int error = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (error == EINPROGRESS) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLOUT, 0};
+      const int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+      socklen_t size = sizeof error;
+      if (ready <= 0) {
+        error = ETIMEDOUT;
+      } else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) {
+        error = errno;
+      }
+    }
+    if (error == 0) {
+      const int on = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    ::close(fd);
+    why = error == ETIMEDOUT ? "no answer within " + std::to_string(timeout.count()) + " ms" : std::strerror(error);
+  }
+  ::freeaddrinfo(found);
+  return Error{why};
+}
+
 std::string server_property(amqp_connection_state_t state, const char* key, const std::string& password) {
   const amqp_table_t* props = amqp_get_server_properties(state);
   if (props == nullptr) return "";
@@ -83,8 +147,8 @@ amqp_table_t table_of(const std::vector<AmqpArgument>& arguments, std::vector<am
     amqp_table_entry_t e{};
     e.key = amqp_cstring_bytes(a.name.c_str());
     if (const auto* s = std::get_if<std::string>(&a.value)) {
-      e.value.kind = AMQP_FIELD_KIND_UTF8;
-      e.value.value.bytes = amqp_cstring_bytes(s->c_str());
+      e.value.kind = AMQP_FIELD_KIND_UTF8;  // a long string: any bytes, NUL included
+      e.value.value.bytes = amqp_bytes_t{s->size(), const_cast<char*>(s->data())};
     } else {
       e.value.kind = AMQP_FIELD_KIND_I64;
       e.value.value.i64 = std::get<std::int64_t>(a.value);
@@ -111,6 +175,8 @@ AmqpMessage message_of(std::uint64_t delivery_tag, const amqp_basic_properties_t
         if (v.kind == AMQP_FIELD_KIND_I64) m.delivery_count = v.value.i64;
         if (v.kind == AMQP_FIELD_KIND_I32) m.delivery_count = v.value.i32;
         if (v.kind == AMQP_FIELD_KIND_U32) m.delivery_count = v.value.u32;
+      } else if (key == "key" && (v.kind == AMQP_FIELD_KIND_UTF8 || v.kind == AMQP_FIELD_KIND_BYTES)) {
+        m.key = bytes_text(v.value.bytes);
       } else if (key == "x-first-death-reason" && (v.kind == AMQP_FIELD_KIND_UTF8 || v.kind == AMQP_FIELD_KIND_BYTES)) {
         m.first_death_reason = bytes_text(v.value.bytes);
       }
@@ -166,16 +232,13 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
   AmqpConnection c(address, state);
   amqp_socket_t* socket = amqp_tcp_socket_new(state);
   if (socket == nullptr) return Error{"cannot reach " + where + ": cannot make a socket"};
-  timeval tv = to_timeval(timeout);
-  errno = 0;
-  const int opened = amqp_socket_open_noblock(socket, address.host.c_str(), address.port, &tv);
-  if (opened != AMQP_STATUS_OK) {
-    const int e = errno;
-    std::string why = amqp_error_string2(opened);
-    if (opened == AMQP_STATUS_SOCKET_ERROR && e != 0) why = std::strerror(e);
+  auto fd = connect_tcp(address.host, address.port, timeout);
+  if (!fd) {
     c.close();
-    return Error{"cannot reach " + where + ": " + why + " (is the broker running, and is the URL's host and port right?)"};
+    return Error{"cannot reach " + where + ": " + fd.error() + " (is the broker running, and is the URL's host and port right?)"};
   }
+  amqp_tcp_socket_set_sockfd(socket, *fd);  // rabbitmq-c owns it from here
+  timeval tv = to_timeval(timeout);
   amqp_set_handshake_timeout(state, &tv);
   amqp_set_rpc_timeout(state, &tv);
   c.timeout_ = timeout;
@@ -184,9 +247,12 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
   // What the client can hear, said at login: without consumer_cancel_notify
   // the broker drops a consume whose queue went away without a word, and
   // the worker would wait for ever.
-  amqp_table_entry_t capability[2] = {};
+  // connection.blocked: told when a memory or disk alarm blocks publishers,
+  // so that a publish that waits can say why.
+  amqp_table_entry_t capability[3] = {};
   capability[0].key = amqp_cstring_bytes("consumer_cancel_notify");
   capability[1].key = amqp_cstring_bytes("authentication_failure_close");
+  capability[2].key = amqp_cstring_bytes("connection.blocked");
   for (amqp_table_entry_t& e : capability) {
     e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
     e.value.value.boolean = 1;
@@ -194,7 +260,7 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
   amqp_table_entry_t property[2] = {};
   property[0].key = amqp_cstring_bytes("capabilities");
   property[0].value.kind = AMQP_FIELD_KIND_TABLE;
-  property[0].value.value.table = amqp_table_t{2, capability};
+  property[0].value.value.table = amqp_table_t{3, capability};
   property[1].key = amqp_cstring_bytes("connection_name");  // shown in the broker's list of connections
   property[1].value.kind = AMQP_FIELD_KIND_UTF8;
   property[1].value.value.bytes = amqp_cstring_bytes("pillbox");
@@ -231,13 +297,10 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
   return c;
 }
 
-AmqpConnection::AmqpConnection(AmqpConnection&& other) noexcept
-    : address_(std::move(other.address_)),
-      state_(std::exchange(other.state_, nullptr)),
-      channel_(other.channel_),
-      timeout_(other.timeout_),
-      server_version_(std::move(other.server_version_)),
-      refusal_(std::move(other.refusal_)) {}
+AmqpConnection::AmqpConnection(AmqpAddress address, amqp_connection_state_t state)
+    : address_(std::move(address)), state_(state) {}
+
+AmqpConnection::AmqpConnection(AmqpConnection&& other) noexcept { *this = std::move(other); }
 
 AmqpConnection& AmqpConnection::operator=(AmqpConnection&& other) noexcept {
   if (this != &other) {
@@ -248,6 +311,9 @@ AmqpConnection& AmqpConnection::operator=(AmqpConnection&& other) noexcept {
     timeout_ = other.timeout_;
     server_version_ = std::move(other.server_version_);
     refusal_ = std::move(other.refusal_);
+    confirms_ = std::move(other.confirms_);
+    blocked_ = std::move(other.blocked_);
+    watchdog_ = std::move(other.watchdog_);
   }
   return *this;
 }
@@ -279,6 +345,17 @@ Status AmqpConnection::checked(const std::string& what) {
     amqp_send_method(state_, channel_, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok);
     amqp_channel_open(state_, channel_);
     if (amqp_get_rpc_reply(state_).reply_type != AMQP_RESPONSE_NORMAL) close();
+    // A new channel starts without confirms and counts its tags from 1:
+    // what was unconfirmed on the old one is the refusal's to tell.
+    if (state_ != nullptr && confirms_.on) {
+      confirms_ = Confirms{};
+      amqp_confirm_select(state_, channel_);
+      if (amqp_get_rpc_reply(state_).reply_type == AMQP_RESPONSE_NORMAL) {
+        confirms_.on = true;
+      } else {
+        close();
+      }
+    }
     return Status::error(where + " refused to " + what + ": " + refusal_->text);
   }
   if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
@@ -345,27 +422,157 @@ Status AmqpConnection::delete_queue(const std::string& name) {
   return checked("delete queue '" + name + "'");
 }
 
-Status AmqpConnection::publish(const std::string& queue, std::string_view body, const std::string& message_id) {
+Status AmqpConnection::confirm_publishes() {
+  refusal_.reset();
+  if (state_ == nullptr) return checked("turn publisher confirms on");
+  amqp_confirm_select(state_, channel_);
+  if (auto s = checked("turn publisher confirms on"); !s) return s;
+  confirms_ = Confirms{};
+  confirms_.on = true;
+  return Status::ok();
+}
+
+Status AmqpConnection::publish(const std::string& queue, const AmqpOutgoing& message) {
   refusal_.reset();
   if (auto ok = check_name("a queue name", queue); !ok) return ok;
-  if (!message_id.empty()) {
-    if (auto ok = check_name("a message id", message_id); !ok) return ok;
+  if (!message.message_id.empty()) {
+    if (auto ok = check_name("a message id", message.message_id); !ok) return ok;
+  }
+  for (const AmqpArgument& h : message.headers) {
+    if (auto ok = check_name("a header name", h.name); !ok) return ok;
   }
   const std::string what = "publish to queue '" + queue + "'";
   if (state_ == nullptr) return checked(what);
   amqp_basic_properties_t props{};
   props._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
   props.delivery_mode = 2;  // persistent
-  if (!message_id.empty()) {
+  if (!message.message_id.empty()) {
     props._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
-    props.message_id = amqp_cstring_bytes(message_id.c_str());
+    props.message_id = amqp_cstring_bytes(message.message_id.c_str());
   }
-  amqp_bytes_t bytes{body.size(), const_cast<char*>(body.data())};
-  const int rc = amqp_basic_publish(state_, channel_, amqp_empty_bytes, amqp_cstring_bytes(queue.c_str()), 0, 0,
-                                    &props, bytes);
+  std::vector<amqp_table_entry_t> entries;
+  if (!message.headers.empty()) {
+    props._flags |= AMQP_BASIC_HEADERS_FLAG;
+    props.headers = table_of(message.headers, entries);
+  }
+  amqp_bytes_t bytes{message.body.size(), const_cast<char*>(message.body.data())};
+  if (!watchdog_) watchdog_ = std::make_unique<SocketWatchdog>();
+  const auto limit = transfer_limit(timeout_, message.body.size());
+  watchdog_->arm(amqp_get_sockfd(state_), limit);
+  const int rc = amqp_basic_publish(state_, channel_, amqp_empty_bytes, amqp_cstring_bytes(queue.c_str()),
+                                    confirms_.on ? 1 : 0, 0, &props, bytes);
+  const bool expired = watchdog_->disarm();
   if (rc != AMQP_STATUS_OK) {
     close();
-    return Status::error("RabbitMQ at " + address_.describe() + ": cannot " + what + ": " + amqp_error_string2(rc));
+    std::string why = amqp_error_string2(rc);
+    if (expired) {
+      why = "the broker did not take the message within " + duration_words(limit) +
+            (blocked_.empty() ? std::string(" (is a memory or disk alarm blocking publishers? rabbitmqctl status)")
+                              : " (it blocks publishers: " + blocked_ + ")");
+    }
+    return Status::error("RabbitMQ at " + address_.describe() + ": cannot " + what + ": " + why);
+  }
+  if (confirms_.on) ++confirms_.published;
+  return Status::ok();
+}
+
+Status AmqpConnection::wait_confirmed() {
+  refusal_.reset();
+  const std::string where = "RabbitMQ at " + address_.describe();
+  if (state_ == nullptr) return checked("wait for publisher confirms");
+  if (!confirms_.on) return Status::error(where + ": publisher confirms are not on (confirm_publishes)");
+  // The deadline moves with each new confirm: a large batch confirmed
+  // slowly is progress; the broker saying nothing new for the timeout is
+  // not, however many other frames it sends (checked after each, and a
+  // watchdog over each wait: rabbitmq-c's own loop swallows heartbeats).
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  amqp_frame_t frame{};
+  while (confirms_.confirmed < confirms_.published) {
+    amqp_maybe_release_buffers(state_);
+    const int got = wait_frame(frame, deadline);
+    if (got == AMQP_STATUS_TIMEOUT) {
+      const std::uint64_t waiting = confirms_.published - confirms_.confirmed - confirms_.ahead.size();
+      close();
+      return Status::error(where + " did not confirm " + std::to_string(waiting) + " message" +
+                           (waiting == 1 ? "" : "s") + " within " + duration_words(timeout_) +
+                           (blocked_.empty() ? std::string() : " (it blocks publishers: " + blocked_ + ")") +
+                           "; they may or may not be in the queue");
+    }
+    if (got != AMQP_STATUS_OK) {
+      close();
+      return Status::error(where + ": cannot wait for publisher confirms: " + amqp_error_string2(got));
+    }
+    if (frame.frame_type != AMQP_FRAME_METHOD) continue;  // a returned message's content: read below
+    const amqp_method_number_t method = frame.payload.method.id;
+    const void* decoded = frame.payload.method.decoded;
+    if (method == AMQP_BASIC_ACK_METHOD || method == AMQP_BASIC_NACK_METHOD) {
+      const bool ack = method == AMQP_BASIC_ACK_METHOD;
+      const std::uint64_t tag = ack ? static_cast<const amqp_basic_ack_t*>(decoded)->delivery_tag
+                                    : static_cast<const amqp_basic_nack_t*>(decoded)->delivery_tag;
+      const bool multiple = ack ? static_cast<const amqp_basic_ack_t*>(decoded)->multiple != 0
+                                : static_cast<const amqp_basic_nack_t*>(decoded)->multiple != 0;
+      // A claim of the broker's: only tags published and not yet confirmed
+      // count, each once, in whatever order they come.
+      if (tag <= confirms_.confirmed || tag > confirms_.published) continue;
+      auto& ahead = confirms_.ahead;
+      std::uint64_t count = 0;
+      if (multiple) {
+        count = tag - confirms_.confirmed;
+        for (auto it = ahead.begin(); it != ahead.end() && *it <= tag; it = ahead.erase(it)) --count;
+        confirms_.confirmed = tag;
+      } else if (ahead.insert(tag).second) {
+        count = 1;
+      }
+      while (!ahead.empty() && *ahead.begin() == confirms_.confirmed + 1) {
+        confirms_.confirmed = *ahead.begin();
+        ahead.erase(ahead.begin());
+      }
+      if (!ack) confirms_.refused += count;
+      if (count > 0) deadline = std::chrono::steady_clock::now() + timeout_;
+      continue;
+    }
+    if (method == AMQP_BASIC_RETURN_METHOD) {
+      const auto* r = static_cast<const amqp_basic_return_t*>(decoded);
+      if (confirms_.returned++ == 0) confirms_.return_text = broker_text(r->reply_text, address_.password);
+      // Its header and body follow: read and dropped (bounded, with a deadline).
+      if (auto content = read_content(0, "a returned message", false); !content) return Status::error(content.error());
+      // Its ack comes next: progress, as long as there are as many
+      // messages unconfirmed (a flood of returns is not).
+      if (confirms_.returned <= confirms_.published - confirms_.confirmed) {
+        deadline = std::chrono::steady_clock::now() + timeout_;
+      }
+      continue;
+    }
+    if (method == AMQP_CONNECTION_BLOCKED_METHOD) {
+      blocked_ = broker_text(static_cast<const amqp_connection_blocked_t*>(decoded)->reason, address_.password);
+      continue;
+    }
+    if (method == AMQP_CONNECTION_UNBLOCKED_METHOD) {
+      blocked_.clear();
+      continue;
+    }
+    if (method == AMQP_CHANNEL_CLOSE_METHOD) {
+      const auto* m = static_cast<const amqp_channel_close_t*>(decoded);
+      refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
+    } else if (method == AMQP_CONNECTION_CLOSE_METHOD) {
+      const auto* m = static_cast<const amqp_connection_close_t*>(decoded);
+      refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
+    }
+    close();
+    if (refusal_) return Status::error(where + " refused a message it was sent: " + refusal_->text);
+    return Status::error(where + ": an unexpected frame while waiting for publisher confirms");
+  }
+  const std::uint64_t refused = std::exchange(confirms_.refused, 0);
+  const std::uint64_t returned = std::exchange(confirms_.returned, 0);
+  if (returned > 0) {
+    return Status::error(where + " could not route " + std::to_string(returned) + " message" +
+                         (returned == 1 ? "" : "s") + " to a queue (" + confirms_.return_text +
+                         "): the queue does not exist (was it deleted?)");
+  }
+  if (refused > 0) {
+    return Status::error(where + " refused " + std::to_string(refused) + " message" + (refused == 1 ? "" : "s") +
+                         " (basic.nack): the queue is full (x-max-length with x-overflow reject-publish), or a "
+                         "quorum queue has no leader (too few of its nodes are up)");
   }
   return Status::ok();
 }
@@ -403,8 +610,7 @@ Expected<std::optional<AmqpMessage>> AmqpConnection::next(std::chrono::milliseco
   if (state_ == nullptr) return Error{checked("wait for a message").message()};
   amqp_maybe_release_buffers(state_);
   amqp_frame_t frame{};
-  timeval tv = to_timeval(timeout);
-  const int got = amqp_simple_wait_frame_noblock(state_, &frame, &tv);
+  const int got = wait_frame(frame, std::chrono::steady_clock::now() + timeout);
   if (got == AMQP_STATUS_TIMEOUT) return std::optional<AmqpMessage>{};
   const std::string where = "RabbitMQ at " + address_.describe();
   if (got != AMQP_STATUS_OK) {
@@ -437,18 +643,26 @@ Expected<std::optional<AmqpMessage>> AmqpConnection::next(std::chrono::milliseco
   return Error{where + ": an unexpected frame instead of a message"};
 }
 
-Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, const std::string& of) {
+int AmqpConnection::wait_frame(amqp_frame_t& frame, std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (left <= std::chrono::milliseconds(0)) return AMQP_STATUS_TIMEOUT;
+  timeval tv = to_timeval(left);
+  if (!watchdog_) watchdog_ = std::make_unique<SocketWatchdog>();
+  watchdog_->arm(amqp_get_sockfd(state_), left + std::chrono::milliseconds(100));
+  const int got = amqp_simple_wait_frame_noblock(state_, &frame, &tv);
+  return watchdog_->disarm() ? AMQP_STATUS_TIMEOUT : got;
+}
+
+Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, const std::string& of, bool keep_body) {
   // rabbitmq-c's own reader waits for a message's content without a
-  // deadline: a broker that stops mid-message would hang the worker. Each
-  // frame here is waited for until the connection's timeout.
+  // deadline: a broker that stops mid-message would hang the worker. Here
+  // each frame has the timeout, and the whole body the timeout plus a
+  // second per MiB it announced.
   const std::string where = "RabbitMQ at " + address_.describe();
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
   amqp_frame_t frame{};
-  auto wait = [&]() {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    timeval tv = to_timeval(std::max(left, std::chrono::milliseconds(0)));
-    return amqp_simple_wait_frame_noblock(state_, &frame, &tv);
-  };
+  // Each frame within the timeout, and the whole within `deadline`.
+  auto wait = [&]() { return wait_frame(frame, std::min(deadline, std::chrono::steady_clock::now() + timeout_)); };
   auto broken = [&](const std::string& why) -> Error {
     close();  // mid-message, the connection's frames are out of step
     return Error{where + ": cannot read " + of + ": " + why};
@@ -463,14 +677,19 @@ Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, c
   }
   AmqpMessage m =
       message_of(delivery_tag, *static_cast<const amqp_basic_properties_t*>(frame.payload.properties.decoded));
-  m.body.reserve(size);
-  while (m.body.size() < size) {
+  deadline = std::chrono::steady_clock::now() + transfer_limit(timeout_, size);
+  // What the header announces is a claim: the buffer grows with what comes.
+  if (keep_body) m.body.reserve(std::min<std::uint64_t>(size, 1u << 20));
+  std::uint64_t received = 0;
+  while (received < size) {
     got = wait();
     if (got != AMQP_STATUS_OK) return broken(amqp_error_string2(got));
     if (frame.frame_type != AMQP_FRAME_BODY || frame.channel != channel_) return broken("the broker sent something else");
-    m.body += bytes_text(frame.payload.body_fragment);
+    received += frame.payload.body_fragment.len;
+    if (received > size) break;
+    if (keep_body) m.body += bytes_text(frame.payload.body_fragment);
   }
-  if (m.body.size() != size) return broken("its body is longer than its header said");
+  if (received != size) return broken("its body is longer than its header said");
   return m;
 }
 

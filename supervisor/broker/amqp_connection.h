@@ -19,7 +19,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -28,6 +30,8 @@
 #include "shared/status.h"
 
 namespace pillbox::broker {
+
+class SocketWatchdog;
 
 struct AmqpAddress {
   std::string host;
@@ -46,7 +50,8 @@ struct AmqpAddress {
 // character or NUL. Usage errors (ErrorCode::kUsage) say what is wrong.
 Expected<AmqpAddress> parse_amqp_url(std::string_view url);
 
-// A queue's or an exchange's x-arguments, as declared: strings and integers.
+// A field of an AMQP table (a queue's or an exchange's x-arguments, a
+// message's headers): strings (any bytes) and integers.
 struct AmqpArgument {
   std::string name;
   std::variant<std::string, std::int64_t> value;
@@ -69,12 +74,20 @@ struct AmqpMessage {
   std::uint64_t delivery_tag = 0;
   std::string body;
   std::string message_id;
+  std::optional<std::string> key;  // the header `key` (pillbox submit's), when it is a string
   // The broker's count of earlier deliveries of it (a quorum queue's
   // x-delivery-count header; 0 when absent: its first).
   std::int64_t delivery_count = 0;
   // A dead letter's first reason, as the broker wrote it (x-first-death-reason:
   // rejected, expired, maxlen, delivery_limit); "" for other messages.
   std::string first_death_reason;
+};
+
+// A message to publish: persistent, to the default exchange.
+struct AmqpOutgoing {
+  std::string_view body;
+  std::string message_id;             // "" none; else a name (1-255 bytes, no NUL)
+  std::vector<AmqpArgument> headers;  // the message's headers table
 };
 
 class AmqpConnection {
@@ -105,9 +118,26 @@ class AmqpConnection {
   // queue.delete (if it exists); what it held is gone.
   Status delete_queue(const std::string& name);
 
+  // confirm.select: from now on the broker confirms each publish, and a
+  // publish it cannot route to a queue is returned (mandatory).
+  Status confirm_publishes();
   // basic.publish to the default exchange (routing key `queue`), persistent.
-  // Unconfirmed: a refusal shows on a later call.
-  Status publish(const std::string& queue, std::string_view body, const std::string& message_id = "");
+  // Without confirms, a refusal shows on a later call. The send has a
+  // deadline (the timeout, plus a second per MiB of body): a broker that
+  // stops reading (a memory or disk alarm blocks publishers) ends it with
+  // an error, and the connection with it.
+  Status publish(const std::string& queue, const AmqpOutgoing& message);
+  Status publish(const std::string& queue, std::string_view body, const std::string& message_id = "") {
+    return publish(queue, AmqpOutgoing{body, message_id, {}});
+  }
+  // After confirm_publishes(): waits until the broker has confirmed every
+  // message published so far. An error when it refused one (basic.nack: a
+  // full queue with x-overflow reject-publish, a quorum queue without a
+  // leader), returned one (no such queue), closed the channel (a message
+  // over its max_message_size), or said nothing for the timeout (with why,
+  // when it said it blocks publishers). Which messages of those unconfirmed
+  // went in is not known then.
+  Status wait_confirmed();
   // basic.get: one message, or none when the queue has none ready.
   Expected<std::optional<AmqpMessage>> get(const std::string& queue);
   // basic.qos(prefetch) and basic.consume of `queue`, acknowledged by
@@ -128,14 +158,23 @@ class AmqpConnection {
   bool broken() const { return state_ == nullptr; }
 
  private:
-  AmqpConnection(AmqpAddress address, amqp_connection_state_t state) : address_(std::move(address)), state_(state) {}
+  AmqpConnection(AmqpAddress address, amqp_connection_state_t state);
   // The last call's reply as a Status naming `what`; a closed channel is
   // opened again, a closed connection marks this broken.
   Status checked(const std::string& what);
   void close();
+  // The next frame, waited for until `deadline` (AMQP_STATUS_TIMEOUT after
+  // it, however many frames come: the caller checks after each). A
+  // watchdog bounds the wait: rabbitmq-c's loop swallows heartbeats
+  // without returning, and the socket is shut down if it outlasts the
+  // deadline (the connection is then unusable).
+  int wait_frame(amqp_frame_t& frame, std::chrono::steady_clock::time_point deadline);
   // A message's header and body frames, each waited for until the
-  // connection's timeout; any failure breaks the connection.
-  Expected<AmqpMessage> read_content(std::uint64_t delivery_tag, const std::string& of);
+  // connection's timeout, the whole body within the timeout plus a second
+  // per MiB;
+  // any failure breaks the connection. `keep_body` false: read and dropped
+  // (a returned message).
+  Expected<AmqpMessage> read_content(std::uint64_t delivery_tag, const std::string& of, bool keep_body = true);
 
   AmqpAddress address_;
   amqp_connection_state_t state_ = nullptr;
@@ -143,6 +182,18 @@ class AmqpConnection {
   std::chrono::milliseconds timeout_{5000};
   std::string server_version_;
   std::optional<AmqpRefusal> refusal_;
+  // Publisher confirms (confirm_publishes, wait_confirmed).
+  struct Confirms {
+    bool on = false;
+    std::uint64_t published = 0;  // delivery tags: the last published,
+    std::uint64_t confirmed = 0;  // and all up to this one acked or nacked
+    std::set<std::uint64_t> ahead;  // confirmed one by one beyond `confirmed`
+    std::uint64_t refused = 0;    // nacked since the last wait
+    std::uint64_t returned = 0;   // returned (unroutable) since the last wait
+    std::string return_text;      // the first return's reply text
+  } confirms_;
+  std::string blocked_;  // connection.blocked's reason, while the broker blocks publishers
+  std::unique_ptr<SocketWatchdog> watchdog_;  // publish's deadline, made at the first publish
 };
 
 }  // namespace pillbox::broker
