@@ -17,6 +17,24 @@ Expected<FleetTarget> read_fleet_target(const Args& args, const std::string& no_
   return FleetTarget{std::move(*address), *stream};
 }
 
+Expected<AmqpTarget> read_amqp_target(const Args& args, const Status& then) {
+  const auto usage = [](const std::string& message) { return Error{message, ErrorCode::kUsage}; };
+  const auto url = args.value("amqp");
+  if (!url) return usage("--amqp URL is required (e.g. --amqp amqp://guest:guest@127.0.0.1:5672/%2f)");
+  for (const char* other : {"store", "redis", "stream"}) {
+    if (args.value(other)) {
+      return usage(std::string("--") + other + " does not go with --amqp: give --amqp URL --queue NAME (RabbitMQ), "
+                   "--redis URL --stream NAME (Redis) or --store DIR");
+    }
+  }
+  const auto queue = args.value("queue");
+  if (!queue || queue->empty()) return usage("--amqp needs --queue NAME (the work queue)");
+  if (!then) return usage(then.message());
+  auto address = broker::parse_amqp_url(*url);
+  if (!address) return Error{address.error(), address.error_code()};
+  return AmqpTarget{std::move(*address), *queue};
+}
+
 const std::vector<OptionSpec> kFleetKeyOptions = {{"fleet-key"}, {"trust-unsigned", false}};
 
 Expected<std::optional<broker::FleetKey>> read_fleet_key(const Args& args) {

@@ -1,5 +1,6 @@
 #pragma once
-// The one reader of the fleet's options: --redis URL --stream NAME, and
+// The one reader of the fleet's options: --redis URL --stream NAME (or, on
+// RabbitMQ, --amqp URL --queue NAME), and
 // --fleet-key FILE (else $PILLBOX_FLEET_KEY) with --trust-unsigned, for the
 // worker, which signs, and the commands that check signatures
 // (supervisor/broker/fleet_key.h).
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/fleet_key.h"
 #include "supervisor/broker/redis_connection.h"
 #include "supervisor/cli/args.h"
@@ -25,6 +27,15 @@ struct FleetTarget {
 // the URL's (which keep their code). The others are usage errors.
 Expected<FleetTarget> read_fleet_target(const Args& args, const std::string& no_stream,
                                         const Status& then = Status::ok());
+
+struct AmqpTarget {
+  broker::AmqpAddress address;
+  std::string queue;
+};
+
+// --amqp URL --queue NAME, both required; --store, --redis and --stream are
+// refused beside them (usage errors, as the URL's).
+Expected<AmqpTarget> read_amqp_target(const Args& args, const Status& then = Status::ok());
 
 // The options, for a command's OptionSpec list.
 extern const std::vector<OptionSpec> kFleetKeyOptions;

@@ -1,11 +1,14 @@
-// pillbox submit --redis URL --stream NAME INPUT...: the tasks of the inputs,
-// read exactly as `run` reads them, added to a Redis stream for the fleet's
-// workers. Thin over supervisor/broker/task_submit.h.
+// pillbox submit (--redis URL --stream NAME | --amqp URL --queue NAME)
+// INPUT...: the tasks of the inputs, read exactly as `run` reads them, added
+// to a Redis stream or a RabbitMQ queue for the fleet's workers. Thin over
+// supervisor/broker/task_submit.h and its two back ends.
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "supervisor/broker/amqp_publisher.h"
 #include "supervisor/broker/redis_connection.h"
 #include "supervisor/broker/stream_publisher.h"
 #include "supervisor/cli/args.h"
@@ -22,54 +25,114 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox submit --redis redis://HOST[:PORT][/DB] --stream NAME INPUT...\n"
+    "       pillbox submit --amqp amqp://USER:PASS@HOST[:PORT]/VHOST --queue NAME INPUT...\n"
     "\n"
-    "Adds one entry per task to the Redis stream NAME, with the fields `key` and `payload`\n"
-    "(the payload's exact bytes). INPUT is a file, a directory (every regular file below it,\n"
-    "in order) or - for JSON lines on stdin ({\"key\": ..., \"payload\": ...} or \"payload_b64\"),\n"
-    "exactly as `pillbox run` reads them.\n"
+    "Adds one task per input to the fleet's broker. INPUT is a file, a directory (every regular\n"
+    "file below it, in order) or - for JSON lines on stdin ({\"key\": ..., \"payload\": ...} or\n"
+    "\"payload_b64\"), exactly as `pillbox run` reads them.\n"
+    "\n"
+    "Redis: one entry per task in the stream NAME, with the fields `key` and `payload` (the\n"
+    "payload's exact bytes).\n"
+    "RabbitMQ: one persistent message per task in the queue NAME: the body is the payload's exact\n"
+    "bytes, the header `key` the task's key, the message_id unique (pillbox-<submit>-<n>). Each\n"
+    "is confirmed by the broker before it counts (publisher confirms). A queue that does not\n"
+    "exist is declared as the workers want it (a quorum queue with a delivery limit, dead letters\n"
+    "to NAME.dlx and the stream queue NAME.dlq); one that exists is left as it is.\n"
     "\n"
     "options:\n"
-    "  --redis URL         the server (redis://HOST[:PORT][/DB]; port 6379 and database 0 by default)\n"
+    "  --redis URL         the Redis server (redis://HOST[:PORT][/DB]; port 6379 and database 0 by default)\n"
     "  --stream NAME       the stream the workers read\n"
-    "  --max-payload SIZE  larger payloads are not added (an input error; default 512M, Redis's limit)\n"
+    "  --amqp URL          the RabbitMQ broker (amqp://USER:PASS@HOST[:PORT]/VHOST; port 5672; the vhost\n"
+    "                      \"/\" is written %2f)\n"
+    "  --queue NAME        the queue the workers consume\n"
+    "  --max-payload SIZE  larger payloads are not added (an input error; default 512M on Redis, its\n"
+    "                      limit; 128M on RabbitMQ, its default max_message_size)\n"
     "  --follow-symlinks   in directories, read what symlinks point to (regular files only; anywhere)\n"
     "  --quiet             no summary on stderr\n"
     "\n"
     "exit codes: 0 all added, 1 some inputs could not be read (the rest were added), 2 usage\n"
-    "error, 3 Redis cannot be reached or refused an entry (the summary says how many went in)\n";
+    "error, 3 the broker cannot be reached or refused a task (the summary says how many went in)\n";
 
 int fail(const std::string& message, int code) { return command_error("submit", message, code); }
 
 }  // namespace
 
 int submit_command(int argc, char** argv) {
-  const std::vector<OptionSpec> options = {{"redis"}, {"stream"}, {"max-payload"}, {"follow-symlinks", false},
-                                           {"quiet", false}, {"help", false}};
+  const std::vector<OptionSpec> options = {{"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"max-payload"},
+                                           {"follow-symlinks", false}, {"quiet", false}, {"help", false}};
   int exit_code = kExitOk;
   auto args = parse_command(argc, argv, 2, options, "submit", kHelp, exit_code);
   if (!args) return exit_code;
-  auto fleet = read_fleet_target(*args, "--stream NAME is required",
-                                 args->positional().empty()
-                                     ? Status::error("no inputs: name files, directories or - (JSON lines on stdin)")
-                                     : Status::ok());
-  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
+  const Status no_inputs = args->positional().empty()
+                               ? Status::error("no inputs: name files, directories or - (JSON lines on stdin)")
+                               : Status::ok();
+  const bool on_amqp = args->value("amqp").has_value();
+  if (!on_amqp && !args->value("redis") && args->value("queue")) {
+    return fail("--queue NAME goes with --amqp URL (RabbitMQ); on Redis, give --stream NAME", kExitUsage);
+  }
+  std::optional<FleetTarget> redis_target;
+  std::optional<AmqpTarget> amqp_target;
+  if (on_amqp) {
+    auto target = read_amqp_target(*args, no_inputs);
+    if (!target) return fail(target.error(), exit_code_for(target.error_code()));
+    amqp_target = std::move(*target);
+  } else {
+    auto target = read_fleet_target(*args, "--stream NAME is required", no_inputs);
+    if (!target) {
+      if (!args->value("redis")) {
+        return fail("--redis URL --stream NAME (Redis) or --amqp URL --queue NAME (RabbitMQ) is required", kExitUsage);
+      }
+      return fail(target.error(), exit_code_for(target.error_code()));
+    }
+    redis_target = std::move(*target);
+  }
   auto max_payload = read_size(*args, "max-payload");
   if (!max_payload) return fail(max_payload.error(), kExitUsage);
   auto source = open_inputs(args->positional(), STDIN_FILENO, read_symlinks_in_tree(*args));
   if (!source) return fail(source.error(), kExitUsage);
-  auto redis = broker::RedisConnection::open(fleet->address);
-  if (!redis) return fail(redis.error(), exit_code_for(redis.error_code()));
+  const bool quiet = args->flag("quiet");
 
-  broker::StreamPublisher publisher(*redis, fleet->stream);
-  auto report = broker::submit_tasks(publisher, **source, [](const std::string& error) {
+  // The broker, and where its tasks go ("stream NAME on redis://..." or
+  // "queue NAME on amqp://...").
+  std::optional<broker::RedisConnection> redis;
+  std::optional<broker::AmqpConnection> amqp;
+  std::unique_ptr<broker::TaskPublisher> publisher;
+  std::string where;
+  std::size_t default_max_payload = 0;
+  if (redis_target) {
+    auto connection = broker::RedisConnection::open(redis_target->address);
+    if (!connection) return fail(connection.error(), exit_code_for(connection.error_code()));
+    redis = std::move(*connection);
+    publisher = std::make_unique<broker::StreamPublisher>(*redis, redis_target->stream);
+    where = table_cell(redis_target->stream, 200) + " on " + redis_target->address.describe();
+    default_max_payload = broker::kDefaultMaxStreamPayload;
+  } else {
+    auto connection = broker::AmqpConnection::open(amqp_target->address);
+    if (!connection) return fail(connection.error(), kExitSetup);
+    amqp = std::move(*connection);
+    std::optional<broker::AmqpTopology> declared;
+    auto opened = broker::AmqpPublisher::open(*amqp, amqp_target->queue, declared);
+    if (!opened) return fail(opened.error(), exit_code_for(opened.error_code()));
+    publisher = std::make_unique<broker::AmqpPublisher>(std::move(*opened));
+    where = "queue " + table_cell(amqp_target->queue, 200) + " on " + amqp_target->address.describe();
+    default_max_payload = broker::kDefaultMaxAmqpPayload;
+    if (declared && !quiet) {
+      std::fprintf(stderr, "pillbox submit: declared %s (a quorum queue; dead letters to %s and %s)\n", where.c_str(),
+                   table_cell(declared->names.dlx, 200).c_str(), table_cell(declared->names.dlq, 200).c_str());
+    }
+  }
+
+  auto report = broker::submit_tasks(*publisher, **source, [](const std::string& error) {
     std::fprintf(stderr, "pillbox submit: %s\n", table_cell(error, 2000).c_str());
-  }, static_cast<std::size_t>(max_payload->value_or(broker::kDefaultMaxStreamPayload)));
+  }, static_cast<std::size_t>(max_payload->value_or(default_max_payload)));
   if (!report) return fail(report.error(), kExitSetup);
-  if (!args->flag("quiet")) {
-    std::fprintf(stderr, "pillbox submit: %zu task%s added to %s on %s%s%s\n", report->submitted,
-                 report->submitted == 1 ? "" : "s", table_cell(fleet->stream, 200).c_str(),
-                 fleet->address.describe().c_str(),
-                 report->submitted > 0 ? (" (entries " + report->first_id + " to " + report->last_id + ")").c_str() : "",
+  if (!quiet) {
+    const char* ids = redis_target ? "entries" : "message ids";
+    std::fprintf(stderr, "pillbox submit: %zu task%s added to %s%s%s\n", report->submitted,
+                 report->submitted == 1 ? "" : "s", where.c_str(),
+                 report->submitted > 0
+                     ? (" (" + std::string(ids) + " " + report->first_id + " to " + report->last_id + ")").c_str()
+                     : "",
                  report->input_errors > 0
                      ? ("; " + std::to_string(report->input_errors) + " inputs could not be read").c_str()
                      : "");
