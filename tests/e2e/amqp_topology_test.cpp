@@ -88,8 +88,12 @@ TEST_CASE("rabbitmq topology: declared as the broker then enforces it; declared 
   for (const json& x : b) bound = bound || (x.value("source_name", "") == "jobs.dlx" && x.value("destination_name", "") == "jobs.dlq");
   CHECK(bound);
 
-  // Again, from another connection: the same, with a message waiting.
+  // Again, from another connection: the same, with a message waiting
+  // (confirmed first: a quorum queue counts it once a majority wrote it,
+  // and an unconfirmed publish raced the count, CI of 8ee9c62).
+  REQUIRE(c.confirm_publishes().is_ok());
   REQUIRE(c.publish("jobs", "waiting").is_ok());
+  REQUIRE(c.wait_confirmed().is_ok());
   auto again_c = connect(server);
   auto again = pillbox::broker::declare_topology(again_c, settings("jobs"));
   REQUIRE_MESSAGE(again.has_value(), again.error());
