@@ -139,48 +139,20 @@ std::string server_property(amqp_connection_state_t state, const char* key, cons
   return "";
 }
 
-// The x-arguments as rabbitmq-c's table; `entries` owns the table's array,
-// the names and strings stay in `arguments`.
-amqp_table_t table_of(const std::vector<AmqpArgument>& arguments, std::vector<amqp_table_entry_t>& entries) {
-  entries.clear();
-  for (const AmqpArgument& a : arguments) {
-    amqp_table_entry_t e{};
-    e.key = amqp_cstring_bytes(a.name.c_str());
-    if (const auto* s = std::get_if<std::string>(&a.value)) {
-      e.value.kind = AMQP_FIELD_KIND_UTF8;  // a long string: any bytes, NUL included
-      e.value.value.bytes = amqp_bytes_t{s->size(), const_cast<char*>(s->data())};
-    } else {
-      e.value.kind = AMQP_FIELD_KIND_I64;
-      e.value.value.i64 = std::get<std::int64_t>(a.value);
-    }
-    entries.push_back(e);
-  }
-  amqp_table_t t{};
-  t.num_entries = static_cast<int>(entries.size());
-  t.entries = entries.empty() ? nullptr : entries.data();
-  return t;
-}
-
 // The properties pillbox reads of a message.
 AmqpMessage message_of(std::uint64_t delivery_tag, const amqp_basic_properties_t& properties) {
   AmqpMessage m;
   m.delivery_tag = delivery_tag;
   if (properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) m.message_id = bytes_text(properties.message_id);
-  if (properties._flags & AMQP_BASIC_HEADERS_FLAG) {
-    const amqp_table_t& h = properties.headers;
-    for (int i = 0; i < h.num_entries; ++i) {
-      const std::string key = bytes_text(h.entries[i].key);
-      const amqp_field_value_t& v = h.entries[i].value;
-      if (key == "x-delivery-count") {
-        if (v.kind == AMQP_FIELD_KIND_I64) m.delivery_count = v.value.i64;
-        if (v.kind == AMQP_FIELD_KIND_I32) m.delivery_count = v.value.i32;
-        if (v.kind == AMQP_FIELD_KIND_U32) m.delivery_count = v.value.u32;
-      } else if (key == "key" && (v.kind == AMQP_FIELD_KIND_UTF8 || v.kind == AMQP_FIELD_KIND_BYTES)) {
-        m.key = bytes_text(v.value.bytes);
-      } else if (key == "x-first-death-reason" && (v.kind == AMQP_FIELD_KIND_UTF8 || v.kind == AMQP_FIELD_KIND_BYTES)) {
-        m.first_death_reason = bytes_text(v.value.bytes);
-      }
-    }
+  if (properties._flags & AMQP_BASIC_CORRELATION_ID_FLAG) m.correlation_id = bytes_text(properties.correlation_id);
+  if (properties._flags & AMQP_BASIC_REPLY_TO_FLAG) m.reply_to = bytes_text(properties.reply_to);
+  if (properties._flags & AMQP_BASIC_HEADERS_FLAG) m.headers = table_from_amqp(properties.headers, &m.headers_cut);
+  if (const AmqpValue* count = find_field(m.headers, "x-delivery-count"); count != nullptr && count->integer()) {
+    m.delivery_count = std::max<std::int64_t>(*count->integer(), 0);  // any integer kind
+  }
+  if (const AmqpValue* key = find_field(m.headers, "key"); key != nullptr && key->text() != nullptr) m.key = *key->text();
+  if (const AmqpValue* reason = find_field(m.headers, "x-first-death-reason"); reason != nullptr && reason->text()) {
+    m.first_death_reason = *reason->text();
   }
   return m;
 }
@@ -373,13 +345,13 @@ Status AmqpConnection::checked(const std::string& what) {
 }
 
 Expected<AmqpQueueState> AmqpConnection::declare_queue(const std::string& name,
-                                                       const std::vector<AmqpArgument>& arguments) {
+                                                       const std::vector<AmqpField>& arguments) {
   refusal_.reset();
   if (auto ok = check_name("a queue name", name); !ok) return Error{ok.message(), ok.code()};
   if (state_ == nullptr) return Error{checked("declare queue '" + name + "'").message()};
-  std::vector<amqp_table_entry_t> entries;
+  AmqpTableEncoder encoder;
   const amqp_queue_declare_ok_t* ok = amqp_queue_declare(state_, channel_, amqp_cstring_bytes(name.c_str()), 0, 1, 0, 0,
-                                                         table_of(arguments, entries));
+                                                         encoder.encode(arguments));
   if (auto s = checked("declare queue '" + name + "'"); !s) return Error{s.message()};
   return AmqpQueueState{ok->message_count, ok->consumer_count};
 }
@@ -435,10 +407,13 @@ Status AmqpConnection::confirm_publishes() {
 Status AmqpConnection::publish(const std::string& queue, const AmqpOutgoing& message) {
   refusal_.reset();
   if (auto ok = check_name("a queue name", queue); !ok) return ok;
-  if (!message.message_id.empty()) {
-    if (auto ok = check_name("a message id", message.message_id); !ok) return ok;
+  for (const auto& [what, value] : {std::pair{"a message id", &message.message_id},
+                                    std::pair{"a correlation id", &message.correlation_id},
+                                    std::pair{"a reply-to", &message.reply_to}}) {
+    if (value->empty()) continue;
+    if (auto ok = check_name(what, *value); !ok) return ok;
   }
-  for (const AmqpArgument& h : message.headers) {
+  for (const AmqpField& h : message.headers) {
     if (auto ok = check_name("a header name", h.name); !ok) return ok;
   }
   const std::string what = "publish to queue '" + queue + "'";
@@ -446,14 +421,18 @@ Status AmqpConnection::publish(const std::string& queue, const AmqpOutgoing& mes
   amqp_basic_properties_t props{};
   props._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
   props.delivery_mode = 2;  // persistent
-  if (!message.message_id.empty()) {
-    props._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
-    props.message_id = amqp_cstring_bytes(message.message_id.c_str());
-  }
-  std::vector<amqp_table_entry_t> entries;
+  auto set = [&props](amqp_flags_t flag, amqp_bytes_t& field, const std::string& value) {
+    if (value.empty()) return;
+    props._flags |= flag;
+    field = amqp_cstring_bytes(value.c_str());
+  };
+  set(AMQP_BASIC_MESSAGE_ID_FLAG, props.message_id, message.message_id);
+  set(AMQP_BASIC_CORRELATION_ID_FLAG, props.correlation_id, message.correlation_id);
+  set(AMQP_BASIC_REPLY_TO_FLAG, props.reply_to, message.reply_to);
+  AmqpTableEncoder encoder;
   if (!message.headers.empty()) {
     props._flags |= AMQP_BASIC_HEADERS_FLAG;
-    props.headers = table_of(message.headers, entries);
+    props.headers = encoder.encode(message.headers);
   }
   amqp_bytes_t bytes{message.body.size(), const_cast<char*>(message.body.data())};
   if (!watchdog_) watchdog_ = std::make_unique<SocketWatchdog>();
@@ -592,16 +571,16 @@ Expected<std::optional<AmqpMessage>> AmqpConnection::get(const std::string& queu
 }
 
 Status AmqpConnection::consume(const std::string& queue, std::uint16_t prefetch,
-                               const std::vector<AmqpArgument>& arguments) {
+                               const std::vector<AmqpField>& arguments) {
   refusal_.reset();
   if (auto ok = check_name("a queue name", queue); !ok) return ok;
   const std::string what = "consume queue '" + queue + "'";
   if (state_ == nullptr) return checked(what);
   amqp_basic_qos(state_, channel_, 0, prefetch, 0);
   if (auto s = checked(what); !s) return s;
-  std::vector<amqp_table_entry_t> entries;
+  AmqpTableEncoder encoder;
   amqp_basic_consume(state_, channel_, amqp_cstring_bytes(queue.c_str()), amqp_empty_bytes, 0, 0, 0,
-                     table_of(arguments, entries));
+                     encoder.encode(arguments));
   return checked(what);
 }
 

@@ -24,10 +24,10 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/broker/amqp_value.h"
 
 namespace pillbox::broker {
 
@@ -50,13 +50,6 @@ struct AmqpAddress {
 // character or NUL. Usage errors (ErrorCode::kUsage) say what is wrong.
 Expected<AmqpAddress> parse_amqp_url(std::string_view url);
 
-// A field of an AMQP table (a queue's or an exchange's x-arguments, a
-// message's headers): strings (any bytes) and integers.
-struct AmqpArgument {
-  std::string name;
-  std::variant<std::string, std::int64_t> value;
-};
-
 // What the broker said when it closed a channel or the connection.
 struct AmqpRefusal {
   int code = 0;      // 406 PRECONDITION_FAILED, 404 NOT_FOUND, 403 ACCESS_REFUSED, 530 NOT_ALLOWED, ...
@@ -69,11 +62,16 @@ struct AmqpQueueState {
   std::uint32_t consumers = 0;
 };
 
-// One message basic.get handed over, unacknowledged until ack() or reject().
+// One message basic.get or a consume handed over, unacknowledged until
+// ack() or reject(). Its properties and headers are the publisher's claims.
 struct AmqpMessage {
   std::uint64_t delivery_tag = 0;
   std::string body;
   std::string message_id;
+  std::string correlation_id;
+  std::string reply_to;
+  AmqpTable headers;          // all of them, as sent (nesting cut at kMaxAmqpDepth)
+  bool headers_cut = false;   // some were nested deeper
   std::optional<std::string> key;  // the header `key` (pillbox submit's), when it is a string
   // The broker's count of earlier deliveries of it (a quorum queue's
   // x-delivery-count header; 0 when absent: its first).
@@ -87,7 +85,9 @@ struct AmqpMessage {
 struct AmqpOutgoing {
   std::string_view body;
   std::string message_id;             // "" none; else a name (1-255 bytes, no NUL)
-  std::vector<AmqpArgument> headers;  // the message's headers table
+  AmqpTable headers;                  // the message's headers table
+  std::string correlation_id;         // "" none (the RPC pattern: a reply names its request)
+  std::string reply_to;               // "" none
 };
 
 class AmqpConnection {
@@ -109,7 +109,7 @@ class AmqpConnection {
   // queue.declare: durable, not exclusive, not auto-deleted, with
   // `arguments`. A queue that exists with other arguments is refused by
   // the broker (406; refusal() has its words).
-  Expected<AmqpQueueState> declare_queue(const std::string& name, const std::vector<AmqpArgument>& arguments);
+  Expected<AmqpQueueState> declare_queue(const std::string& name, const std::vector<AmqpField>& arguments);
   // queue.declare, passive: the queue's state, or 404 when there is none.
   Expected<AmqpQueueState> check_queue(const std::string& name);
   // exchange.declare: durable, not auto-deleted.
@@ -128,7 +128,10 @@ class AmqpConnection {
   // an error, and the connection with it.
   Status publish(const std::string& queue, const AmqpOutgoing& message);
   Status publish(const std::string& queue, std::string_view body, const std::string& message_id = "") {
-    return publish(queue, AmqpOutgoing{body, message_id, {}});
+    AmqpOutgoing m;
+    m.body = body;
+    m.message_id = message_id;
+    return publish(queue, m);
   }
   // After confirm_publishes(): waits until the broker has confirmed every
   // message published so far. An error when it refused one (basic.nack: a
@@ -143,7 +146,7 @@ class AmqpConnection {
   // basic.qos(prefetch) and basic.consume of `queue`, acknowledged by
   // ack()/reject(); `arguments` as the queue type wants them (a stream
   // queue's x-stream-offset).
-  Status consume(const std::string& queue, std::uint16_t prefetch, const std::vector<AmqpArgument>& arguments = {});
+  Status consume(const std::string& queue, std::uint16_t prefetch, const std::vector<AmqpField>& arguments = {});
   // The consume's next message, waited for at most `timeout`; none when
   // none came.
   Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout);

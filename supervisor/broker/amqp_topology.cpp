@@ -15,9 +15,12 @@ const std::map<std::string, std::string>& argument_reasons() {
        "dead-letters a message that kills every worker"},
       {"x-delivery-limit", "the deliveries the broker allows before it dead-letters a message itself"},
       {"x-dead-letter-exchange", "where the broker sends dead letters: the exchange NAME.dlx, bound to NAME.dlq"},
+      {"x-dead-letter-exchange=", "the default exchange, through which an expired retry goes back to the work queue"},
       {"x-dead-letter-strategy", "at-least-once, so that no dead letter is lost between the queues"},
       {"x-overflow", "reject-publish, which at-least-once dead-lettering needs"},
       {"durable", "a durable queue, so that a broker restart loses no task"},
+      {"x-message-ttl", "a retry's wait: the delay queue's messages expire back into NAME after it"},
+      {"x-dead-letter-routing-key", "where an expired retry goes back to: the work queue NAME"},
   };
   return reasons;
 }
@@ -52,8 +55,8 @@ bool supports_at_least_once(const std::string& server_version) {
   return major > 3 || (major == 3 && minor >= 10);
 }
 
-std::vector<AmqpArgument> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once) {
-  std::vector<AmqpArgument> a = {
+std::vector<AmqpField> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once) {
+  std::vector<AmqpField> a = {
       {"x-queue-type", std::string("quorum")},
       {"x-delivery-limit", settings.delivery_limit},
       {"x-dead-letter-exchange", amqp_queue_names(settings.queue).dlx},
@@ -66,7 +69,7 @@ std::vector<AmqpArgument> work_queue_arguments(const AmqpTopologySettings& setti
 }
 
 std::string explain_mismatch(const std::string& queue, const std::string& where, const AmqpRefusal& refusal,
-                             const std::vector<AmqpArgument>& declared) {
+                             const std::vector<AmqpField>& declared) {
   const std::string arg = between(refusal.text, "inequivalent arg '", "'");
   if (refusal.code != 406 || arg.empty()) return where + " refused queue '" + queue + "': " + refusal.text;
   const std::string received = value_words(between(refusal.text, "received ", " but current is "));
@@ -81,13 +84,53 @@ std::string explain_mismatch(const std::string& queue, const std::string& where,
   if (reason != argument_reasons().end()) s += " (" + reason->second + ")";
   s += ". pillbox declares it durable with";
   for (std::size_t i = 0; i < declared.size(); ++i) {
-    const AmqpArgument& a = declared[i];
-    const auto* text = std::get_if<std::string>(&a.value);
-    s += (i == 0 ? " " : ", ") + a.name + " " + (text ? *text : std::to_string(std::get<std::int64_t>(a.value)));
+    const AmqpField& a = declared[i];
+    const std::string* text = a.value.text();
+    const std::string value = text ? (text->empty() ? "''" : *text) : std::to_string(a.value.integer().value_or(0));
+    s += (i == 0 ? " " : ", ") + a.name + " " + value;
   }
   s += " (RabbitMQ names the first difference it finds); it does not change a queue that may hold messages: move "
        "them and delete the queue, set the arguments by a policy where RabbitMQ allows it, or name another queue";
   return s;
+}
+
+std::chrono::milliseconds delay_bucket(std::chrono::milliseconds wanted) {
+  std::int64_t ms = 1;
+  while (ms < wanted.count() && ms < (std::int64_t{1} << 40)) ms <<= 1;
+  return std::chrono::milliseconds(ms);
+}
+
+std::string delay_queue_name(const std::string& queue, std::chrono::milliseconds bucket) {
+  return queue + ".delay." + std::to_string(bucket.count());
+}
+
+std::vector<AmqpField> delay_queue_arguments(const std::string& queue, std::chrono::milliseconds bucket,
+                                             bool at_least_once) {
+  std::vector<AmqpField> a = {
+      {"x-queue-type", std::string("quorum")},
+      {"x-message-ttl", static_cast<std::int64_t>(bucket.count())},
+      {"x-dead-letter-exchange", std::string("")},
+      {"x-dead-letter-routing-key", queue},
+  };
+  if (at_least_once) {
+    a.push_back({"x-dead-letter-strategy", std::string("at-least-once")});
+    a.push_back({"x-overflow", std::string("reject-publish")});
+  }
+  return a;
+}
+
+Expected<std::string> declare_delay_queue(AmqpConnection& connection, const std::string& queue,
+                                          std::chrono::milliseconds bucket) {
+  const std::string name = delay_queue_name(queue, bucket);
+  const auto arguments = delay_queue_arguments(queue, bucket, supports_at_least_once(connection.server_version()));
+  if (auto q = connection.declare_queue(name, arguments); !q) {
+    if (connection.refusal()) {
+      return Error{explain_mismatch(name, "RabbitMQ at " + connection.address().describe(), *connection.refusal(),
+                                    arguments)};
+    }
+    return Error{q.error(), q.error_code()};
+  }
+  return name;
 }
 
 Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTopologySettings& settings) {
@@ -96,7 +139,7 @@ Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTo
   t.server_version = connection.server_version();
   t.at_least_once = supports_at_least_once(t.server_version);
   const std::string where = "RabbitMQ at " + connection.address().describe();
-  auto mismatch = [&](const std::string& queue, const std::vector<AmqpArgument>& declared,
+  auto mismatch = [&](const std::string& queue, const std::vector<AmqpField>& declared,
                       const std::string& message) -> Error {
     if (connection.refusal()) return Error{explain_mismatch(queue, where, *connection.refusal(), declared)};
     return Error{message};
@@ -104,10 +147,10 @@ Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTo
   // The dead letters' side first: NAME names NAME.dlx, which must exist
   // before a message can be dead-lettered there.
   if (auto s = connection.declare_exchange(t.names.dlx, "fanout"); !s) return Error{s.message()};
-  const std::vector<AmqpArgument> dlq_arguments = {{"x-queue-type", std::string("stream")}};
+  const std::vector<AmqpField> dlq_arguments = {{"x-queue-type", std::string("stream")}};
   if (auto q = connection.declare_queue(t.names.dlq, dlq_arguments); !q) return mismatch(t.names.dlq, dlq_arguments, q.error());
   if (auto s = connection.bind_queue(t.names.dlq, t.names.dlx, ""); !s) return Error{s.message()};
-  const std::vector<AmqpArgument> work_arguments = work_queue_arguments(settings, t.at_least_once);
+  const std::vector<AmqpField> work_arguments = work_queue_arguments(settings, t.at_least_once);
   if (auto q = connection.declare_queue(t.names.work, work_arguments); !q) {
     return mismatch(t.names.work, work_arguments, q.error());
   }

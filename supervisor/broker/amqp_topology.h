@@ -12,6 +12,13 @@
 //   NAME.dlq   the dead letters: a stream queue bound to NAME.dlx, read by
 //              offset, so that listing them neither consumes, reorders nor
 //              re-counts them.
+//   NAME.delay.MS  a retry's wait, one queue per delay (MS a power of two
+//              of milliseconds, declared when first used): x-message-ttl
+//              MS, dead-lettering to NAME (the default exchange, routing
+//              key NAME). The broker moves a message back when its time is
+//              up: no consumer holds it, no slot waits for it. A queue per
+//              delay, since a queue expires messages only at its head (a
+//              long wait in front would hold a short one behind).
 //
 // Where the broker has it (3.10 and later), NAME dead-letters at least
 // once (x-dead-letter-strategy at-least-once, which needs x-overflow
@@ -20,6 +27,7 @@
 // A queue that exists with other arguments is never changed (it may hold
 // messages): the broker's PRECONDITION_FAILED becomes a sentence that names
 // the argument, says why pillbox needs it and what to do.
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -56,7 +64,20 @@ bool supports_at_least_once(const std::string& server_version);
 
 // NAME's x-arguments (quorum, delivery limit, dead-letter exchange, and
 // at-least-once where `at_least_once`).
-std::vector<AmqpArgument> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once);
+std::vector<AmqpField> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once);
+
+// The delay queue a retry of `wanted` waits in: its delay rounded up to a
+// power of two of milliseconds (at least 1 ms; a retry waits at least its
+// backoff, at most twice it), and its name NAME.delay.MS.
+std::chrono::milliseconds delay_bucket(std::chrono::milliseconds wanted);
+std::string delay_queue_name(const std::string& queue, std::chrono::milliseconds bucket);
+// Its x-arguments: a quorum queue whose messages expire after `bucket` into
+// NAME, at least once where the broker can.
+std::vector<AmqpField> delay_queue_arguments(const std::string& queue, std::chrono::milliseconds bucket,
+                                             bool at_least_once);
+// Declares it (idempotent); its name, or the mismatch explained.
+Expected<std::string> declare_delay_queue(AmqpConnection& connection, const std::string& queue,
+                                          std::chrono::milliseconds bucket);
 
 // Declares the three (idempotent: declared again with the same arguments,
 // nothing changes). A mismatch is a setup error worded by explain_mismatch.
@@ -69,6 +90,6 @@ Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTo
 // (`declared`: the broker names only the first difference it finds), and
 // what to do. Other refusals keep the broker's words.
 std::string explain_mismatch(const std::string& queue, const std::string& where, const AmqpRefusal& refusal,
-                             const std::vector<AmqpArgument>& declared);
+                             const std::vector<AmqpField>& declared);
 
 }  // namespace pillbox::broker

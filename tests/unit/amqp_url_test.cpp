@@ -80,12 +80,12 @@ TEST_CASE("amqp topology: the queues' names and the work queue's arguments, at-l
   const auto args = pillbox::broker::work_queue_arguments(s, true);
   REQUIRE(args.size() == 5);
   CHECK(args[0].name == "x-queue-type");
-  CHECK(std::get<std::string>(args[0].value) == "quorum");
+  CHECK(*args[0].value.text() == "quorum");
   CHECK(args[1].name == "x-delivery-limit");
-  CHECK(std::get<std::int64_t>(args[1].value) == 7);
-  CHECK(std::get<std::string>(args[2].value) == "jobs.dlx");
-  CHECK(std::get<std::string>(args[3].value) == "at-least-once");
-  CHECK(std::get<std::string>(args[4].value) == "reject-publish");
+  CHECK(args[1].value.integer() == 7);
+  CHECK(*args[2].value.text() == "jobs.dlx");
+  CHECK(*args[3].value.text() == "at-least-once");
+  CHECK(*args[4].value.text() == "reject-publish");
   CHECK(pillbox::broker::work_queue_arguments(s, false).size() == 3);
 }
 
