@@ -17,6 +17,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 namespace pillbox::broker {
@@ -147,8 +148,14 @@ AmqpMessage message_of(std::uint64_t delivery_tag, const amqp_basic_properties_t
   if (properties._flags & AMQP_BASIC_CORRELATION_ID_FLAG) m.correlation_id = bytes_text(properties.correlation_id);
   if (properties._flags & AMQP_BASIC_REPLY_TO_FLAG) m.reply_to = bytes_text(properties.reply_to);
   if (properties._flags & AMQP_BASIC_HEADERS_FLAG) m.headers = table_from_amqp(properties.headers, &m.headers_cut);
-  if (const AmqpValue* count = find_field(m.headers, "x-delivery-count"); count != nullptr && count->integer()) {
-    m.delivery_count = std::max<std::int64_t>(*count->integer(), 0);  // any integer kind
+  if (const AmqpValue* count = find_field(m.headers, "x-delivery-count"); count != nullptr) {
+    // Any integer kind; one over int64 counts as the most there can be,
+    // never as a first delivery.
+    if (count->integer()) {
+      m.delivery_count = std::max<std::int64_t>(*count->integer(), 0);
+    } else if (std::holds_alternative<std::uint64_t>(count->value)) {
+      m.delivery_count = std::numeric_limits<std::int64_t>::max();
+    }
   }
   if (const AmqpValue* key = find_field(m.headers, "key"); key != nullptr && key->text() != nullptr) m.key = *key->text();
   if (const AmqpValue* reason = find_field(m.headers, "x-first-death-reason"); reason != nullptr && reason->text()) {
@@ -405,18 +412,27 @@ Status AmqpConnection::confirm_publishes() {
 }
 
 Status AmqpConnection::publish(const std::string& queue, const AmqpOutgoing& message) {
-  refusal_.reset();
   if (auto ok = check_name("a queue name", queue); !ok) return ok;
-  for (const auto& [what, value] : {std::pair{"a message id", &message.message_id},
-                                    std::pair{"a correlation id", &message.correlation_id},
-                                    std::pair{"a reply-to", &message.reply_to}}) {
+  return publish_to("", queue, message, "publish to queue '" + queue + "'");
+}
+
+Status AmqpConnection::publish_to_exchange(const std::string& exchange, const AmqpOutgoing& message) {
+  if (auto ok = check_name("an exchange name", exchange); !ok) return ok;
+  return publish_to(exchange, "", message, "publish to exchange '" + exchange + "'");
+}
+
+Status AmqpConnection::publish_to(const std::string& exchange, const std::string& routing_key,
+                                  const AmqpOutgoing& message, const std::string& what) {
+  refusal_.reset();
+  for (const auto& [property, value] : {std::pair{"a message id", &message.message_id},
+                                        std::pair{"a correlation id", &message.correlation_id},
+                                        std::pair{"a reply-to", &message.reply_to}}) {
     if (value->empty()) continue;
-    if (auto ok = check_name(what, *value); !ok) return ok;
+    if (auto ok = check_name(property, *value); !ok) return ok;
   }
   for (const AmqpField& h : message.headers) {
     if (auto ok = check_name("a header name", h.name); !ok) return ok;
   }
-  const std::string what = "publish to queue '" + queue + "'";
   if (state_ == nullptr) return checked(what);
   amqp_basic_properties_t props{};
   props._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
@@ -438,7 +454,8 @@ Status AmqpConnection::publish(const std::string& queue, const AmqpOutgoing& mes
   if (!watchdog_) watchdog_ = std::make_unique<SocketWatchdog>();
   const auto limit = transfer_limit(timeout_, message.body.size());
   watchdog_->arm(amqp_get_sockfd(state_), limit);
-  const int rc = amqp_basic_publish(state_, channel_, amqp_empty_bytes, amqp_cstring_bytes(queue.c_str()),
+  const int rc = amqp_basic_publish(state_, channel_, amqp_cstring_bytes(exchange.c_str()),
+                                    amqp_cstring_bytes(routing_key.c_str()),
                                     confirms_.on ? 1 : 0, 0, &props, bytes);
   const bool expired = watchdog_->disarm();
   if (rc != AMQP_STATUS_OK) {
@@ -649,6 +666,9 @@ Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, c
   int got = wait();
   if (got != AMQP_STATUS_OK) return broken(amqp_error_string2(got));
   if (frame.frame_type != AMQP_FRAME_HEADER || frame.channel != channel_) return broken("the broker sent something else");
+  // Another class's header decodes to another struct: read as basic's, its
+  // flags would point past it (an attack crashed the worker so).
+  if (frame.payload.properties.class_id != AMQP_BASIC_CLASS) return broken("the broker sent a header of another class");
   const std::uint64_t size = frame.payload.properties.body_size;
   if (size > kMaxPayloadBytes) {
     return broken("its body is " + std::to_string(size) + " bytes, over the " +

@@ -127,6 +127,8 @@ class AmqpConnection {
   // stops reading (a memory or disk alarm blocks publishers) ends it with
   // an error, and the connection with it.
   Status publish(const std::string& queue, const AmqpOutgoing& message);
+  // The same to an exchange (routing key ""): a fanout's every queue.
+  Status publish_to_exchange(const std::string& exchange, const AmqpOutgoing& message);
   Status publish(const std::string& queue, std::string_view body, const std::string& message_id = "") {
     AmqpOutgoing m;
     m.body = body;
@@ -162,6 +164,8 @@ class AmqpConnection {
 
  private:
   AmqpConnection(AmqpAddress address, amqp_connection_state_t state);
+  Status publish_to(const std::string& exchange, const std::string& routing_key, const AmqpOutgoing& message,
+                    const std::string& what);
   // The last call's reply as a Status naming `what`; a closed channel is
   // opened again, a closed connection marks this broken.
   Status checked(const std::string& what);

@@ -1,5 +1,7 @@
 #include "supervisor/broker/amqp_death.h"
 
+#include "shared/base64.h"
+
 #include <algorithm>
 #include <array>
 #include <string_view>
@@ -10,10 +12,25 @@ namespace {
 constexpr std::array<std::string_view, 4> kReasons = {"rejected", "expired", "maxlen", "delivery_limit"};
 constexpr std::int64_t kMaxCount = 2147483647;
 
+// At most 255 bytes, not cut inside a UTF-8 character.
+std::string cut(const std::string& s) {
+  if (s.size() <= 255) return s;
+  std::size_t end = 255;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;  // s[end] starts the next character
+  return s.substr(0, end);
+}
+
 std::string text_field(const AmqpTable& t, std::string_view name) {
   const AmqpValue* v = find_field(t, name);
   const std::string* s = v != nullptr ? v->text() : nullptr;
-  return s != nullptr ? s->substr(0, 255) : std::string();
+  return s != nullptr ? cut(*s) : std::string();
+}
+
+// A name as JSON: a string when it is UTF-8, else {"bytes_b64": ...}, as
+// amqp_value.h shows bytes (dump() refuses what is not UTF-8).
+nlohmann::json json_text(const std::string& s) {
+  if (is_valid_utf8(s)) return s;
+  return {{"bytes_b64", base64_encode(s)}};
 }
 
 }  // namespace
@@ -49,11 +66,13 @@ AmqpDeaths deaths_of(const AmqpTable& headers) {
     d.exchange = text_field(*t, "exchange");
     if (const AmqpValue* c = find_field(*t, "count"); c != nullptr && c->integer()) {
       d.count = std::clamp<std::int64_t>(*c->integer(), 0, kMaxCount);
+    } else if (c != nullptr && std::holds_alternative<std::uint64_t>(c->value)) {
+      d.count = kMaxCount;  // over int64: the most, not none
     }
     if (const AmqpValue* time = find_field(*t, "time"); time != nullptr && time->integer()) d.time_s = *time->integer();
     if (const AmqpValue* keys = find_field(*t, "routing-keys"); keys != nullptr && keys->items() != nullptr) {
       for (const AmqpValue& k : *keys->items()) {
-        if (k.text() != nullptr && d.routing_keys.size() < 16) d.routing_keys.push_back(k.text()->substr(0, 255));
+        if (k.text() != nullptr && d.routing_keys.size() < 16) d.routing_keys.push_back(cut(*k.text()));
       }
     }
     out.deaths.push_back(std::move(d));
@@ -64,11 +83,14 @@ AmqpDeaths deaths_of(const AmqpTable& headers) {
 nlohmann::json to_json(const AmqpDeaths& deaths) {
   nlohmann::json a = nlohmann::json::array();
   for (const AmqpDeath& d : deaths.deaths) {
-    nlohmann::json j = {{"reason", d.reason}, {"queue", d.queue}, {"count", d.count}};
-    if (!d.said.empty()) j["said"] = d.said;
+    nlohmann::json j = {{"reason", d.reason}, {"queue", json_text(d.queue)}, {"count", d.count}};
+    if (!d.said.empty()) j["said"] = json_text(d.said);
     if (d.time_s) j["time"] = *d.time_s;
-    if (!d.exchange.empty()) j["exchange"] = d.exchange;
-    if (!d.routing_keys.empty()) j["routing_keys"] = d.routing_keys;
+    if (!d.exchange.empty()) j["exchange"] = json_text(d.exchange);
+    if (!d.routing_keys.empty()) {
+      j["routing_keys"] = nlohmann::json::array();
+      for (const std::string& k : d.routing_keys) j["routing_keys"].push_back(json_text(k));
+    }
     a.push_back(std::move(j));
   }
   nlohmann::json out = {{"deaths", std::move(a)}};

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include "shared/base64.h"
 
@@ -56,26 +57,16 @@ AmqpValue value_from_amqp(const amqp_field_value_t& v, int depth, bool* cut) {
 
 }  // namespace
 
-AmqpValue AmqpValue::timestamp(std::uint64_t seconds) {
-  AmqpValue v;
-  v.kind = 'T';
-  v.value = seconds;
-  return v;
+AmqpValue AmqpValue::of_kind(char kind, decltype(value) v) {
+  AmqpValue out;
+  out.kind = kind;
+  out.value = std::move(v);
+  return out;
 }
 
-AmqpValue AmqpValue::table(AmqpTable fields) {
-  AmqpValue v;
-  v.kind = 'F';
-  v.value = std::move(fields);
-  return v;
-}
-
-AmqpValue AmqpValue::array(AmqpArray items) {
-  AmqpValue v;
-  v.kind = 'A';
-  v.value = std::move(items);
-  return v;
-}
+AmqpValue AmqpValue::timestamp(std::uint64_t seconds) { return of_kind('T', seconds); }
+AmqpValue AmqpValue::table(AmqpTable fields) { return of_kind('F', std::move(fields)); }
+AmqpValue AmqpValue::array(AmqpArray items) { return of_kind('A', std::move(items)); }
 
 std::optional<std::int64_t> AmqpValue::integer() const {
   if (const auto* i = std::get_if<std::int64_t>(&value)) return *i;
@@ -181,10 +172,15 @@ nlohmann::json to_json(const AmqpValue& v) {
 
 nlohmann::json to_json(const AmqpTable& table) {
   nlohmann::json o = nlohmann::json::object();
+  // The next number to try for each name shown: a header of 65,000 fields
+  // of one name (what a frame holds) takes one pass, not 65,000 each.
+  std::unordered_map<std::string, int> next;
   for (const AmqpField& f : table) {
     const std::string base = is_valid_utf8(f.name) ? f.name : "bytes:" + base64_encode(f.name);
     std::string name = base;
-    for (int n = 2; o.contains(name); ++n) name = base + " (" + std::to_string(n) + ")";
+    for (int& n = next.try_emplace(base, 2).first->second; o.contains(name); ++n) {
+      name = base + " (" + std::to_string(n) + ")";
+    }
     o[name] = to_json(f.value);
   }
   return o;

@@ -49,6 +49,9 @@ struct AmqpValue {
   AmqpValue(std::int64_t i) : kind('l'), value(i) {}
   AmqpValue(int i) : AmqpValue(static_cast<std::int64_t>(i)) {}
   AmqpValue(bool b) : kind('t'), value(b) {}
+  // A value of wire type `kind` holding `v`, which must be the alternative
+  // the kind says (above).
+  static AmqpValue of_kind(char kind, decltype(value) v);
   static AmqpValue timestamp(std::uint64_t seconds);
   static AmqpValue table(AmqpTable fields);
   static AmqpValue array(AmqpArray items);

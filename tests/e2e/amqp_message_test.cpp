@@ -15,6 +15,7 @@
 #include <string>
 
 #include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_death.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "tests/e2e/rabbit_server.h"
@@ -32,13 +33,6 @@ AmqpConnection connect(const e2e::RabbitServer& server) {
   return std::move(*c);
 }
 
-AmqpValue of_kind(char kind, decltype(AmqpValue::value) value) {
-  AmqpValue v;
-  v.kind = kind;
-  v.value = std::move(value);
-  return v;
-}
-
 // A header of each type RabbitMQ keeps as sent. (It has no 8-bit unsigned,
 // 16-bit unsigned, 64-bit unsigned or 32-bit float of its own: those it
 // turns into others, so they are not here.)
@@ -46,15 +40,15 @@ AmqpTable headers_of_every_kind() {
   return {
       {"key", std::string("report-7.pdf")},
       {"bool", true},
-      {"i8", of_kind('b', std::int64_t{-5})},
-      {"i16", of_kind('s', std::int64_t{-300})},
-      {"i32", of_kind('I', std::int64_t{-70000})},
+      {"i8", AmqpValue::of_kind('b', std::int64_t{-5})},
+      {"i16", AmqpValue::of_kind('s', std::int64_t{-300})},
+      {"i32", AmqpValue::of_kind('I', std::int64_t{-70000})},
       {"i64", std::int64_t{-(std::int64_t{1} << 40)}},
-      {"u32", of_kind('i', std::uint64_t{4000000000u})},
+      {"u32", AmqpValue::of_kind('i', std::uint64_t{4000000000u})},
       {"time", AmqpValue::timestamp(1796158239)},
-      {"double", of_kind('d', -2.25)},
-      {"decimal", of_kind('D', AmqpDecimal{2, 12345})},
-      {"bytes", of_kind('x', std::string("\x00\xff", 2))},
+      {"double", AmqpValue::of_kind('d', -2.25)},
+      {"decimal", AmqpValue::of_kind('D', AmqpDecimal{2, 12345})},
+      {"bytes", AmqpValue::of_kind('x', std::string("\x00\xff", 2))},
       {"text", std::string("t\xc3\xa9xt")},
       {"array", AmqpValue::array({std::string("a"), std::int64_t{1}})},
       {"table", AmqpValue::table({{"nested", std::string("yes")}})},
@@ -227,6 +221,49 @@ void delay_queue_mismatch_explained(e2e::RabbitServer& server) {
   CHECK_MESSAGE(d.error().find("a retry's wait") != std::string::npos, d.error());
 }
 
+// pillbox's own dead letter of a message with every type of header (a
+// top-level decimal and x-death among them) goes through NAME.dlx into the
+// stream NAME.dlq and reads back whole; the broker is still well after it.
+void pillbox_dead_letter_through_the_stream(e2e::RabbitServer& server) {
+  auto c = connect(server);
+  REQUIRE(declare_topology(c, AmqpTopologySettings{.queue = "poison"}).has_value());
+  AmqpMessage m;
+  m.body = std::string("bad \x00 bytes", 11);
+  m.message_id = "m-1";
+  m.correlation_id = "req-42";
+  m.headers = headers_of_every_kind();
+  m.headers.push_back({"x-death", AmqpValue::array({AmqpValue::table({{"reason", std::string("expired")},
+                                                                       {"queue", std::string("poison.delay.8")},
+                                                                       {"count", std::int64_t{1}}})})});
+  const nlohmann::json record = {{"kind", "crash"}, {"fingerprint", "pb1-0123"}, {"attempts", 2}};
+  const AmqpOutgoing out = dead_letter_message(m, "report-7.pdf", "poison", record);
+  REQUIRE(c.confirm_publishes().is_ok());
+  REQUIRE(c.publish_to_exchange("poison.dlx", out).is_ok());  // the fanout: NAME.dlq and any queue an operator bound
+  const auto confirmed = c.wait_confirmed();
+  REQUIRE_MESSAGE(confirmed.is_ok(), confirmed.message());
+
+  auto reader = connect(server);
+  REQUIRE(reader.consume("poison.dlq", 10, {{"x-stream-offset", std::string("first")}}).is_ok());
+  auto got = reader.next(std::chrono::seconds(30));  // 30 s only bounds a broken test
+  REQUIRE_MESSAGE(got.has_value(), got.error());
+  REQUIRE(got->has_value());
+  const AmqpDeadLetter d = read_dead_letter(**got);
+  CHECK(d.unreadable.empty());
+  CHECK(d.record == record);
+  CHECK(d.payload == m.body);
+  CHECK(d.key == "report-7.pdf");
+  CHECK(d.queue == "poison");
+  CHECK(d.message_id == "m-1");
+  CHECK(d.offset == 0);
+  CHECK(d.original.at("correlation_id") == "req-42");
+  CHECK(d.original.at("headers").at("array") == nlohmann::json::array({"a", 1}));
+  CHECK(d.original.at("headers").at("decimal").at("decimal") == 12345);
+  CHECK(d.x_death.at("deaths")[0].at("queue") == "poison.delay.8");
+  CHECK(*find_field((*got)->headers, "decimal")->text() == "123.45");
+  // The broker is still well: it declares queues.
+  CHECK(declare_topology(c, AmqpTopologySettings{.queue = "after-poison"}).has_value());
+}
+
 }  // namespace
 
 TEST_CASE("amqp messages on a real broker: headers as sent, x-death on dead letters, delay queues") {
@@ -243,6 +280,10 @@ TEST_CASE("amqp messages on a real broker: headers as sent, x-death on dead lett
   {
     INFO("a retry waits in a delay queue, held by no consumer, and comes back");
     delay_queue_holds_then_returns(server);
+  }
+  {
+    INFO("pillbox's own dead letter, with every type of header, through the stream and back");
+    pillbox_dead_letter_through_the_stream(server);
   }
   {
     INFO("a delay queue that exists with another TTL is explained, not changed");
