@@ -57,6 +57,13 @@ AmqpValue value_from_amqp(const amqp_field_value_t& v, int depth, bool* cut) {
 
 }  // namespace
 
+AmqpValue::AmqpValue() = default;
+AmqpValue::AmqpValue(std::string s) : kind('S'), value(std::move(s)) {}
+AmqpValue::AmqpValue(const char* s) : AmqpValue(std::string(s)) {}
+AmqpValue::AmqpValue(std::int64_t i) : kind('l'), value(i) {}
+AmqpValue::AmqpValue(int i) : AmqpValue(static_cast<std::int64_t>(i)) {}
+AmqpValue::AmqpValue(bool b) : kind('t'), value(b) {}
+
 AmqpValue AmqpValue::of_kind(char kind, decltype(value) v) {
   AmqpValue out;
   out.kind = kind;

@@ -43,12 +43,14 @@ struct AmqpValue {
                AmqpTable>
       value;
 
-  AmqpValue() = default;
-  AmqpValue(std::string s) : kind('S'), value(std::move(s)) {}
-  AmqpValue(const char* s) : AmqpValue(std::string(s)) {}
-  AmqpValue(std::int64_t i) : kind('l'), value(i) {}
-  AmqpValue(int i) : AmqpValue(static_cast<std::int64_t>(i)) {}
-  AmqpValue(bool b) : kind('t'), value(b) {}
+  // (Defined where AmqpField is complete: clang instantiates the variant's
+  // destructor here.)
+  AmqpValue();
+  AmqpValue(std::string s);
+  AmqpValue(const char* s);
+  AmqpValue(std::int64_t i);
+  AmqpValue(int i);
+  AmqpValue(bool b);
   // A value of wire type `kind` holding `v`, which must be the alternative
   // the kind says (above).
   static AmqpValue of_kind(char kind, decltype(value) v);

@@ -1252,7 +1252,8 @@ TEST_CASE("amqp messages, hostile headers: a field of a kind AMQP has not, or a 
       {"a string claiming 4 GiB", with_headers(field("key", "S" + be32(0xffffffffu) + "k"))},
       {"a nested table claiming more than its parent", with_headers(field("t", "F" + be32(1000) + field("a", "V")))},
   };
-  for (const auto& [what, frames] : cases) {
+  for (const auto& [name, frames] : cases) {
+    const std::string what = name;  // clang 14 cannot capture a structured binding (CAPTURE's lambda)
     CAPTURE(what);
     const Got g = get_one(frames);
     CHECK_FALSE(g.ok);
@@ -1333,7 +1334,8 @@ TEST_CASE("amqp messages, hostile headers: nesting as deep as a frame holds is c
   std::string tables = "V";
   while (tables.size() + 6 <= room) tables = v_table(field("", tables));
   MESSAGE("levels: " << (arrays.size() - 1) / 5 << " of arrays, " << (tables.size() - 1) / 6 << " of tables");
-  for (const auto& [what, deep] : {std::pair{"arrays", arrays}, std::pair{"tables", tables}}) {
+  for (const auto& [name, deep] : {std::pair{"arrays", arrays}, std::pair{"tables", tables}}) {
+    const std::string what = name;  // clang 14 cannot capture a structured binding (CAPTURE's lambda)
     CAPTURE(what);
     const std::string frames = with_headers(key + field("deep", deep), "deep body");
     REQUIRE(frames.size() - body_frame("deep body").size() <= kFramePayload + 8);
