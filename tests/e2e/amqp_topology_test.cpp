@@ -1,6 +1,7 @@
 // The RabbitMQ fleet's topology (supervisor/broker/amqp_topology.h) and
 // connection (supervisor/broker/amqp_connection.h) against a real
-// rabbitmq-server the test starts itself (rabbit_server.h): what pillbox
+// rabbitmq-server the test starts itself (rabbit_server.h; one node for all
+// the cases, a function each, each with queues of its own): what pillbox
 // declares is what the broker then enforces, read back from the broker
 // (rabbitmqctl), a queue of another kind is explained and left as it is,
 // the broker itself dead-letters a message past the delivery limit, and a
@@ -58,11 +59,7 @@ AmqpTopologySettings settings(const std::string& queue, std::int64_t limit = 10)
   return s;
 }
 
-}  // namespace
-
-TEST_CASE("rabbitmq topology: declared as the broker then enforces it; declared again, nothing changes") {
-  e2e::RabbitServer server;
-  REQUIRE_RABBITMQ(server);
+void declared_then_enforced(e2e::RabbitServer& server) {
   auto c = connect(server);
   CHECK(c.server_version().rfind("3.", 0) == 0);
   auto t = pillbox::broker::declare_topology(c, settings("jobs"));
@@ -102,9 +99,7 @@ TEST_CASE("rabbitmq topology: declared as the broker then enforces it; declared 
   CHECK(state->messages == 1);
 }
 
-TEST_CASE("rabbitmq topology: a queue of another kind or limit is explained in one sentence and left as it is") {
-  e2e::RabbitServer server;
-  REQUIRE_RABBITMQ(server);
+void other_kind_or_limit_explained(e2e::RabbitServer& server) {
   auto c = connect(server);
   // Another client's classic queue, holding a message.
   REQUIRE(c.declare_queue("legacy", {}).has_value());
@@ -127,23 +122,21 @@ TEST_CASE("rabbitmq topology: a queue of another kind or limit is explained in o
   CHECK(queues(server)["legacy"]["type"] == "classic");
 
   // pillbox's own queue, declared with another delivery limit.
-  REQUIRE(pillbox::broker::declare_topology(c, settings("jobs", 10)).has_value());
-  auto limit = pillbox::broker::declare_topology(c, settings("jobs", 5));
+  REQUIRE(pillbox::broker::declare_topology(c, settings("limited", 10)).has_value());
+  auto limit = pillbox::broker::declare_topology(c, settings("limited", 5));
   REQUIRE_FALSE(limit.has_value());
   INFO(limit.error());
   CHECK(limit.error().find("with x-delivery-limit '10', but pillbox needs '5'") != std::string::npos);
-  CHECK(argument(queues(server)["jobs"], "x-delivery-limit") == 10);
+  CHECK(argument(queues(server)["limited"], "x-delivery-limit") == 10);
 }
 
-TEST_CASE("rabbitmq topology: the broker itself dead-letters a message past the delivery limit, reason delivery_limit") {
-  e2e::RabbitServer server;
-  REQUIRE_RABBITMQ(server);
+void broker_dead_letters_past_the_limit(e2e::RabbitServer& server) {
   auto c = connect(server);
-  REQUIRE(pillbox::broker::declare_topology(c, settings("jobs", 2)).has_value());
-  REQUIRE(c.publish("jobs", "kills every worker", "m-1").is_ok());
+  REQUIRE(pillbox::broker::declare_topology(c, settings("poisoned", 2)).has_value());
+  REQUIRE(c.publish("poisoned", "kills every worker", "m-1").is_ok());
   // Each worker that takes it dies before it can say anything: the message
   // goes back (as a lost connection puts it back), and the broker counts.
-  REQUIRE(c.consume("jobs", 1).is_ok());
+  REQUIRE(c.consume("poisoned", 1).is_ok());
   std::vector<std::int64_t> counts;
   for (int delivery = 0; delivery < 3; ++delivery) {
     auto m = c.next(std::chrono::seconds(30));
@@ -157,7 +150,7 @@ TEST_CASE("rabbitmq topology: the broker itself dead-letters a message past the 
   // Past the limit (2), the broker dead-letters it into the stream, where a
   // reader from the first offset finds it, with the broker's reason.
   auto reader = connect(server);
-  REQUIRE(reader.consume("jobs.dlq", 10, {{"x-stream-offset", std::string("first")}}).is_ok());
+  REQUIRE(reader.consume("poisoned.dlq", 10, {{"x-stream-offset", std::string("first")}}).is_ok());
   auto dead = reader.next(std::chrono::seconds(30));
   REQUIRE_MESSAGE(dead.has_value(), dead.error());
   REQUIRE(dead->has_value());
@@ -165,12 +158,10 @@ TEST_CASE("rabbitmq topology: the broker itself dead-letters a message past the 
   CHECK((*dead)->body == "kills every worker");
   CHECK((*dead)->first_death_reason == "delivery_limit");
   const json q = queues(server);
-  CHECK(q["jobs"]["messages"] == 0);
+  CHECK(q["poisoned"]["messages"] == 0);
 }
 
-TEST_CASE("rabbitmq connection: a wrong password, a missing vhost, a broker that is down: one line each, no password") {
-  e2e::RabbitServer server;
-  REQUIRE_RABBITMQ(server);
+void refusals_are_one_line(e2e::RabbitServer& server) {
   auto open = [](const std::string& url) {
     auto address = pillbox::broker::parse_amqp_url(url);
     REQUIRE(address.has_value());
@@ -194,9 +185,7 @@ TEST_CASE("rabbitmq connection: a wrong password, a missing vhost, a broker that
   for (const std::string& e : {wrong.error(), vhost.error(), down.error()}) CHECK(e.find('\n') == std::string::npos);
 }
 
-TEST_CASE("rabbitmq connection: a consume whose queue is deleted says so; a bad name is refused before it is sent") {
-  e2e::RabbitServer server;
-  REQUIRE_RABBITMQ(server);
+void deleted_queue_and_bad_names(e2e::RabbitServer& server) {
   auto c = connect(server);
   auto other = connect(server);
   REQUIRE(c.declare_queue("doomed", {}).has_value());
@@ -216,4 +205,31 @@ TEST_CASE("rabbitmq connection: a consume whose queue is deleted says so; a bad 
   }
   CHECK(other.publish("q", "x", std::string(300, 'm')).code() == pillbox::ErrorCode::kUsage);
   CHECK(other.declare_queue("fine", {}).has_value());
+}
+
+}  // namespace
+
+TEST_CASE("rabbitmq topology and connection on one real broker: enforced, mismatches explained, dead-lettered, refusals") {
+  e2e::RabbitServer server;
+  REQUIRE_RABBITMQ(server);
+  {
+    INFO("rabbitmq topology: declared as the broker then enforces it; declared again, nothing changes");
+    declared_then_enforced(server);
+  }
+  {
+    INFO("rabbitmq topology: a queue of another kind or limit is explained in one sentence and left as it is");
+    other_kind_or_limit_explained(server);
+  }
+  {
+    INFO("rabbitmq topology: the broker itself dead-letters a message past the delivery limit, reason delivery_limit");
+    broker_dead_letters_past_the_limit(server);
+  }
+  {
+    INFO("rabbitmq connection: a wrong password, a missing vhost, a broker that is down: one line each, no password");
+    refusals_are_one_line(server);
+  }
+  {
+    INFO("rabbitmq connection: a consume whose queue is deleted says so; a bad name is refused before it is sent");
+    deleted_queue_and_bad_names(server);
+  }
 }
