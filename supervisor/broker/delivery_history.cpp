@@ -87,7 +87,8 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
   }
 }
 
-EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields) {
+EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields,
+                           UnmarkedSuspect unmarked) {
   EntryHistory h;
   bool previous_unreported = false;  // delivery n - 1 never reported back: n is a suspect's
   for (std::uint32_t n = 1; n < current; ++n) {
@@ -96,7 +97,7 @@ EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, 
     if (it == fields.end()) {
       // A suspect records its start before it runs: without the marker, it
       // never started (see the header).
-      (suspect ? h.unstarted : h.lost).push_back(n);
+      (suspect && unmarked == UnmarkedSuspect::kUnstarted ? h.unstarted : h.lost).push_back(n);
       continue;
     }
     auto d = parse_delivery(n, it->second);

@@ -72,7 +72,14 @@ struct EntryHistory {
   // unstarted): the current one is a suspect's (runs alone, start recorded).
   bool last_lost = false;
 };
-EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields);
+// How a suspect's delivery (one right after a delivery that never reported
+// back) that never reported back either and has no start marker is read:
+// it never started (its worker held it beside others), or, for a back end
+// whose worker holds a suspect alone, with nothing else delivered to it
+// while it runs, it began, and counts.
+enum class UnmarkedSuspect : std::uint8_t { kUnstarted, kBegan };
+EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, std::string>& fields,
+                           UnmarkedSuspect unmarked = UnmarkedSuspect::kUnstarted);
 
 // The deliveries before `current` as the engine's attempts (what
 // StreamBackEnd::find hands it): those recorded, releases left out (nothing

@@ -42,22 +42,6 @@ std::string fields_it_has(const Delivery& d) {
   return "its fields: " + names;
 }
 
-Outcome protocol_error(const std::string& message, const std::string& handler_identity) {
-  Outcome o;
-  o.kind = Kind::kProtocolError;
-  o.message = message;
-  o.fingerprint = make_fingerprint(o.kind, "malformed-entry", {}, handler_identity);
-  return o;
-}
-
-Outcome workers_lost(std::size_t lost, const std::string& handler_identity) {
-  Outcome o;
-  o.kind = Kind::kSupervisorLost;
-  o.message = "delivered " + std::to_string(lost) +
-              " times to workers that never reported back (each died or lost Redis while it held this entry)";
-  o.fingerprint = make_fingerprint(o.kind, "", {}, handler_identity);
-  return o;
-}
 
 Outcome count_out_of_range(const std::string& entry, std::int64_t delivery, const std::string& handler_identity) {
   return protocol_error("stream entry " + entry + " is at delivery count " + std::to_string(delivery) +
@@ -66,7 +50,26 @@ Outcome count_out_of_range(const std::string& entry, std::int64_t delivery, cons
                         handler_identity);
 }
 
-// A payload or key (`what`) of `size` bytes over `limit`: refused, unrun.
+}  // namespace
+
+bool judgeable(std::int64_t delivery) { return delivery >= 1 && delivery <= kMaxDeliveries; }
+
+Outcome protocol_error(const std::string& message, const std::string& handler_identity) {
+  Outcome o;
+  o.kind = Kind::kProtocolError;
+  o.message = message;
+  o.fingerprint = make_fingerprint(o.kind, "malformed-entry", {}, handler_identity);
+  return o;
+}
+
+Outcome workers_lost(std::size_t lost, const std::string& handler_identity, std::string_view how) {
+  Outcome o;
+  o.kind = Kind::kSupervisorLost;
+  o.message = "delivered " + std::to_string(lost) + " times to workers that never reported back (" + std::string(how) + ")";
+  o.fingerprint = make_fingerprint(o.kind, "", {}, handler_identity);
+  return o;
+}
+
 std::optional<Refused> oversized(const std::string& what, std::size_t size, std::size_t limit,
                                  const std::string& handler_identity) {
   if (size <= limit) return std::nullopt;
@@ -76,14 +79,9 @@ std::optional<Refused> oversized(const std::string& what, std::size_t size, std:
                  "oversized " + what + ": not run"};
 }
 
-// The entry's deliveries never reported back max_attempts times: it kills workers.
 bool kills_workers(const WorkerSettings& settings, const HeldEntry& e) {
   return settings.retry.max_attempts > 0 && e.history.lost.size() >= settings.retry.max_attempts;
 }
-
-}  // namespace
-
-bool judgeable(std::int64_t delivery) { return delivery >= 1 && delivery <= kMaxDeliveries; }
 
 // Dead-lettered (the settle deletes that key) rather than failing the
 // script: that error would stop every worker that claims the entry.
@@ -187,6 +185,13 @@ EntryFields result_fields(const WorkerSettings& settings, const HeldEntry& e, co
 
 std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome,
                                const std::string& reason, std::int64_t now_ms) {
+  return dead_letter_record(settings, e, outcome, reason, now_ms, "stream",
+                            {{"name", settings.keys.stream}, {"group", settings.consumer.group}, {"entry", e.id}});
+}
+
+std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome,
+                               const std::string& reason, std::int64_t now_ms, const std::string& source_field,
+                               const nlohmann::json& source) {
   store::QuarantineRecord r;
   r.entry = make_quarantine_entry(settings.identity, outcome, e.task.key, sha256_hex(e.task.payload),
                                   static_cast<std::int64_t>(e.task.payload.size()), "worker");
@@ -198,7 +203,7 @@ std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& 
   j.erase("new_fingerprint");
   j["policy"] = settings.identity.policy;
   j["reason"] = reason;
-  j["stream"] = {{"name", settings.keys.stream}, {"group", settings.consumer.group}, {"entry", e.id}};
+  j[source_field] = source;
   j["deliveries"] = e.delivery;
   // base64: a stderr tail need not be UTF-8.
   if (!r.entry.stderr_tail.empty()) j["stderr_tail_b64"] = base64_encode(r.entry.stderr_tail);

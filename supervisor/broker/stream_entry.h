@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "supervisor/broker/delivery_history.h"
 #include "supervisor/broker/stream_protocol.h"
@@ -44,6 +47,18 @@ struct Refused {
   std::string reason;
   bool protocol_error = true;
 };
+// The refusals of an entry that is not a task pillbox can judge
+// (kind protocol-error), and of one whose deliveries never reported back
+// too often (`how` they were lost), shared with amqp_entry.h.
+Outcome protocol_error(const std::string& message, const std::string& handler_identity);
+Outcome workers_lost(std::size_t lost, const std::string& handler_identity,
+                     std::string_view how = "each died or lost Redis while it held this entry");
+// A payload or key (`what`) of `size` bytes over `limit`: refused, unrun.
+std::optional<Refused> oversized(const std::string& what, std::size_t size, std::size_t limit,
+                                 const std::string& handler_identity);
+// The entry's deliveries never reported back max_attempts times: it kills workers.
+bool kills_workers(const WorkerSettings& settings, const HeldEntry& e);
+
 // Checks a delivery read_entry read, and moves its payload into `e` (kept
 // even when oversized: the dead letter carries it, and its record its true
 // size and hash). nullopt: a task to run.
@@ -70,5 +85,10 @@ EntryFields dead_letter_fields(const WorkerSettings& settings, const HeldEntry& 
 // the stream, the deliveries and every delivery's history.
 std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome,
                                const std::string& reason, std::int64_t now_ms);
+// The same with where it came from under `source_field` (a stream's entry,
+// a RabbitMQ queue's message) instead of the stream's.
+std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome,
+                               const std::string& reason, std::int64_t now_ms, const std::string& source_field,
+                               const nlohmann::json& source);
 
 }  // namespace pillbox::broker

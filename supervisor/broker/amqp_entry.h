@@ -1,0 +1,107 @@
+#pragma once
+// One message of a RabbitMQ work queue as a worker holds it
+// (docs/distributed.md, RabbitMQ): what it reads of a delivery, the checks
+// that dead-letter it unrun, and what its settles publish. Pure: no
+// connection here.
+//
+// A message cannot be changed once published, so what the Redis fleet
+// keeps in an entry's history hash rides on the message itself. A worker
+// that retries a task (it waits in a delay queue) or gives it back
+// publishes a copy that carries every delivery so far (header
+// pillbox-attempts: JSON text, delivery_history.h's records) and their
+// count (pillbox-deliveries), and acknowledges the original only once the
+// broker confirmed the copy. The copy's deliveries count on from there: its
+// delivery number is pillbox-deliveries + x-delivery-count + 1, the quorum
+// queue's own count of its earlier deliveries (a worker killed mid-task
+// included). A delivery the broker counted and nobody recorded never
+// reported back.
+//
+// A suspect's delivery (one right after a delivery that never reported
+// back) that never reported back either is not counted: no start marker
+// can be written on RabbitMQ (the broker requeues the message as it was),
+// and the worker may have held it unstarted beside the payload that killed
+// it (UnmarkedSuspect::kUnstarted, as on Redis without a marker). A
+// message that kills every worker is then dead-lettered by the broker
+// itself at x-delivery-limit (reason delivery_limit): a good one is never
+// charged for its neighbour's crash.
+//
+// What the headers say is a claim of whoever published the message: read
+// bounded, and a history that is not pillbox's dead-letters it unrun.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/stream_entry.h"
+#include "supervisor/broker/worker_settings.h"
+#include "supervisor/classify/outcome.h"
+
+namespace pillbox::broker {
+
+inline constexpr std::string_view kAttemptsHeader = "pillbox-attempts";
+inline constexpr std::string_view kDeliveriesHeader = "pillbox-deliveries";
+inline constexpr std::string_view kSignatureHeader = "pillbox-sig";
+// The most a copy's history header holds: a message's headers must fit one
+// AMQP frame (128 KiB) with the original's own. Older records go first.
+inline constexpr std::size_t kMaxCarriedHistory = 48u << 10;
+
+struct AmqpHeld : HeldEntry {
+  // As delivered, without its body (the payload is task.payload) and
+  // without pillbox's own history headers (read into `history`).
+  AmqpMessage message;
+  std::int64_t carried = 0;  // pillbox-deliveries: deliveries before this copy
+  // The history header could not be read as pillbox's: why ("" when it could).
+  std::string history_unreadable;
+};
+
+// Reads what names the message and counts its deliveries: its id (the
+// message_id, else "delivery TAG"), its key (header `key`, else the
+// message_id, else "message:" and 16 hex digits of its payload's SHA-256),
+// its payload, its delivery number and history.
+void read_message(AmqpMessage m, AmqpHeld& e);
+
+// Why a message is dead-lettered without running, or nullopt: a task to
+// run. As on Redis (stream_entry.h): a delivery number out of range, a
+// history that is not pillbox's, an oversized payload or key, or
+// deliveries that never reported back --max-attempts times.
+std::optional<Refused> check_message(const WorkerSettings& settings, const AmqpHeld& e);
+
+// What a worker publishes, and where: an exchange ("" the default one) and
+// routing key (on the default exchange, a queue's name).
+struct AmqpPublication {
+  std::string exchange;
+  std::string routing_key;
+  std::string body;
+  AmqpOutgoing message;  // its body is set to `body` when it is sent
+};
+
+// A copy of `e` to `queue` (NAME.delay.MS for a retry's wait, NAME to give
+// it back) that carries its history on, with `ended`, the record of the
+// delivery this copy ends. Its message_id, correlation_id, reply_to and
+// headers are the original's.
+AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, const std::string& queue);
+
+// Its result: to its reply_to with its correlation_id when it has one (the
+// RPC pattern), else to `results_queue` (NAME.results; "": none kept, and
+// nullopt). The body is the task's output, exact (over
+// --results-max-output: empty, and headers say its size and SHA-256); the
+// headers are the Redis fleet's result fields but the output.
+std::optional<AmqpPublication> result_publication(const WorkerSettings& settings, const AmqpHeld& e,
+                                                  const Outcome& outcome, const std::string& results_queue);
+
+// Its dead letter, to NAME.dlx (amqp_dead_letter.h), with pillbox's record
+// (stream_entry.h's, from "queue") and, with a fleet key, its signature
+// (header pillbox-sig) over the fields dead_letter_signed_fields names.
+AmqpPublication dead_letter_publication(const WorkerSettings& settings, const AmqpHeld& e, const Outcome& outcome,
+                                        const std::string& reason, std::int64_t now_ms);
+
+// What a RabbitMQ dead letter's signature covers, read from the message as
+// published or as read back from NAME.dlq: key, payload, entry (the
+// message id), queue (pillbox-queue) and record (pillbox-record's exact
+// text, which holds the kind, fingerprint, deliveries and history), and
+// `sig` for each pillbox-sig header (FleetKey::verify's input).
+SignedFields dead_letter_signed_fields(const AmqpOutgoing& message, std::string_view payload);
+SignedFields dead_letter_signed_fields(const AmqpMessage& message);
+
+}  // namespace pillbox::broker

@@ -1,0 +1,305 @@
+// A RabbitMQ work message as a worker holds it (supervisor/broker/
+// amqp_entry.h): its deliveries are counted from the history its copies
+// carry plus the broker's x-delivery-count, a delivery nobody recorded
+// never reported back (a suspect's too: a RabbitMQ worker runs it alone),
+// a history that is not pillbox's is refused unrun, and what a worker
+// publishes (the carried copy, the result, the dead letter) reads back as
+// it wrote it, the dead letter signed over what an operator later checks.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "supervisor/broker/amqp_dead_letter.h"
+#include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/fleet_key.h"
+
+using namespace pillbox;
+using namespace pillbox::broker;
+using json = nlohmann::json;
+
+namespace {
+
+WorkerSettings settings() {
+  WorkerSettings s;
+  s.keys.stream = "jobs";
+  s.consumer.name = "host:1";
+  s.retry.max_attempts = 3;
+  s.identity.handler_identity = "echo";
+  return s;
+}
+
+AmqpMessage message(std::int64_t count = 0) {
+  AmqpMessage m;
+  m.delivery_tag = 5;
+  m.body = std::string("pay\0load", 8);
+  m.message_id = "order-17";
+  m.correlation_id = "req-42";
+  m.headers = {{"key", std::string("report.pdf")}, {"tenant", std::string("acme")}};
+  m.key = "report.pdf";
+  m.delivery_count = count;
+  if (count > 0) m.headers.push_back({"x-delivery-count", count});
+  return m;
+}
+
+// What the broker hands a consumer for a published copy (its headers as
+// sent, the broker's count added when it redelivered it).
+AmqpMessage delivered(const AmqpPublication& p, std::int64_t count = 0) {
+  AmqpMessage m;
+  m.delivery_tag = 9;
+  m.body = p.body;
+  m.message_id = p.message.message_id;
+  m.correlation_id = p.message.correlation_id;
+  m.reply_to = p.message.reply_to;
+  m.headers = p.message.headers;
+  if (const AmqpValue* key = find_field(m.headers, "key"); key != nullptr && key->text()) m.key = *key->text();
+  m.delivery_count = count;
+  return m;
+}
+
+AmqpHeld held(AmqpMessage m) {
+  AmqpHeld e;
+  read_message(std::move(m), e);
+  return e;
+}
+
+Outcome crash() {
+  Outcome o;
+  o.kind = Kind::kCrash;
+  o.fingerprint = "pb1-crash";
+  o.signal = 11;
+  o.message = "SIGSEGV in parse";
+  return o;
+}
+
+RecordedDelivery failed_at(const AmqpHeld& e) {
+  return recorded_outcome(static_cast<std::uint32_t>(e.delivery), "host:1", 1000, crash(), true, false);
+}
+
+}  // namespace
+
+TEST_CASE("amqp entry: a first delivery is delivery 1, named by its key and message id, payload exact") {
+  const AmqpHeld e = held(message());
+  CHECK(e.delivery == 1);
+  CHECK(e.id == "order-17");
+  CHECK(e.task.key == "report.pdf");
+  CHECK(e.task.payload == std::string("pay\0load", 8));
+  CHECK(e.message.body.empty());
+  CHECK(e.history.lost.empty());
+  CHECK_FALSE(check_message(settings(), e).has_value());
+
+  AmqpMessage bare = message();
+  bare.key.reset();
+  bare.headers.clear();
+  CHECK(held(bare).task.key == "order-17");
+  bare.message_id.clear();
+  const AmqpHeld anonymous = held(bare);
+  CHECK(anonymous.id == "delivery 5");
+  CHECK(anonymous.task.key.rfind("message:", 0) == 0);
+  CHECK(anonymous.task.key.size() == 8 + 16);
+}
+
+TEST_CASE("amqp entry: deliveries the broker counted and nobody recorded never reported back") {
+  // Redelivered twice by the broker (two workers died with it): delivery 1
+  // never reported back; 2, a suspect's, left no start marker (none can be
+  // written on RabbitMQ): not held against it (its worker may have held it
+  // unstarted beside what killed it).
+  const AmqpHeld e = held(message(2));
+  CHECK(e.delivery == 3);
+  CHECK(e.history.lost == std::vector<std::uint32_t>{1});
+  CHECK(e.history.unstarted == std::vector<std::uint32_t>{2});
+  CHECK(e.history.last_lost);
+  CHECK_FALSE(check_message(settings(), e).has_value());
+  // However often: a message that kills every worker ends at the broker's
+  // x-delivery-limit, not as a good one charged for its neighbour.
+  CHECK_FALSE(check_message(settings(), held(message(9))).has_value());
+
+  // Deliveries lost between recorded ones each count: 1, 3 and 5 of a copy
+  // that carries 2 and 4 is --max-attempts 3 of them: it kills workers.
+  AmqpMessage m = message(1);
+  m.headers.push_back({std::string(kDeliveriesHeader), std::int64_t{4}});
+  m.headers.push_back({std::string(kAttemptsHeader),
+                       "[" + delivery_json(recorded_outcome(2, "w", 1, crash(), false, true)) + "," +
+                           delivery_json(recorded_outcome(4, "w", 1, crash(), false, true)) + "]"});
+  const AmqpHeld killer = held(m);
+  CHECK(killer.delivery == 6);
+  CHECK(killer.history.lost == std::vector<std::uint32_t>{1, 3, 5});
+  const auto refused = check_message(settings(), killer);
+  REQUIRE(refused.has_value());
+  CHECK(refused->outcome.kind == Kind::kSupervisorLost);
+  CHECK_FALSE(refused->protocol_error);
+  CHECK(refused->outcome.message.find("RabbitMQ") != std::string::npos);
+}
+
+TEST_CASE("amqp entry: a copy carries the history on; its deliveries count on from it") {
+  const AmqpHeld first = held(message());
+  const AmqpPublication copy = carried_copy(first, failed_at(first), "jobs.delay.1024");
+  CHECK(copy.routing_key == "jobs.delay.1024");
+  CHECK(copy.exchange.empty());
+  CHECK(copy.body == first.task.payload);
+  CHECK(copy.message.message_id == "order-17");
+  CHECK(copy.message.correlation_id == "req-42");
+  CHECK(find_field(copy.message.headers, "tenant") != nullptr);
+
+  // Delivered again as a copy: delivery 2, delivery 1 recorded as it ended.
+  const AmqpHeld second = held(delivered(copy));
+  CHECK(second.delivery == 2);
+  REQUIRE(second.history.recorded.size() == 1);
+  CHECK(second.history.recorded[0].delivery == 1);
+  CHECK(second.history.recorded[0].fingerprint == "pb1-crash");
+  CHECK(second.history.recorded[0].charged);
+  CHECK(second.history.lost.empty());
+  CHECK(second.task.key == "report.pdf");
+  // pillbox's headers are read, not carried as the message's own.
+  CHECK(find_field(second.message.headers, kAttemptsHeader) == nullptr);
+  CHECK(find_field(second.message.headers, kDeliveriesHeader) == nullptr);
+
+  // The copy's worker died once with it: delivery 3, and 2 never reported back.
+  const AmqpHeld third = held(delivered(copy, 1));
+  CHECK(third.delivery == 3);
+  CHECK(third.history.lost == std::vector<std::uint32_t>{2});
+  CHECK(third.history.recorded.size() == 1);
+
+  // A copy of a copy keeps both records.
+  const AmqpHeld fourth = held(delivered(carried_copy(third, failed_at(third), "jobs")));
+  CHECK(fourth.delivery == 4);
+  CHECK(fourth.history.recorded.size() == 2);
+  CHECK(fourth.history.lost == std::vector<std::uint32_t>{2});
+}
+
+TEST_CASE("amqp entry: a broker's x-death and count are not carried onto a copy") {
+  AmqpMessage m = message(1);
+  m.headers.push_back({"x-death", AmqpValue::array({})});
+  const AmqpHeld e = held(m);
+  const AmqpPublication copy = carried_copy(e, failed_at(e), "jobs");
+  CHECK(find_field(copy.message.headers, "x-death") == nullptr);
+  CHECK(find_field(copy.message.headers, "x-delivery-count") == nullptr);
+  const AmqpHeld next = held(delivered(copy));
+  CHECK(next.delivery == 3);
+  CHECK(next.history.lost == std::vector<std::uint32_t>{1});
+}
+
+TEST_CASE("amqp entry: a history header that is not pillbox's is refused unrun, as a protocol error") {
+  auto refused_with = [](AmqpTable extra) {
+    AmqpMessage m = message();
+    for (auto& f : extra) m.headers.push_back(std::move(f));
+    const AmqpHeld e = held(m);
+    auto r = check_message(settings(), e);
+    REQUIRE_MESSAGE(r.has_value(), "accepted: " << e.history_unreadable);
+    CHECK(r->protocol_error);
+    CHECK(r->outcome.kind == Kind::kProtocolError);
+    return r->outcome.message;
+  };
+  CHECK(refused_with({{std::string(kDeliveriesHeader), std::int64_t{2}}}).find("carries no") != std::string::npos);
+  CHECK(refused_with({{std::string(kDeliveriesHeader), std::int64_t{-1}}}).find("not a count") != std::string::npos);
+  CHECK(refused_with({{std::string(kDeliveriesHeader), std::string("2")}}).find("not a count") != std::string::npos);
+  CHECK(refused_with({{std::string(kDeliveriesHeader), std::int64_t{1}}, {std::string(kAttemptsHeader), std::string("{")}})
+            .find("pillbox-attempts") != std::string::npos);
+  CHECK(refused_with({{std::string(kDeliveriesHeader), std::int64_t{1}},
+                      {std::string(kAttemptsHeader), std::string(R"([{"delivery": 5, "kind": "crash"}])")}})
+            .find("1..1") != std::string::npos);
+  CHECK(refused_with({{std::string(kDeliveriesHeader), std::int64_t{1}},
+                      {std::string(kAttemptsHeader), std::string(R"([{"delivery": 1, "kind": 7}])")}})
+            .find("not a delivery pillbox recorded") != std::string::npos);
+  CHECK(refused_with({{std::string(kAttemptsHeader), std::string("[]")}, {std::string(kAttemptsHeader), std::string("[]")}})
+            .find("twice") != std::string::npos);
+  // A count set by hand beyond what deliveries reach.
+  AmqpMessage far = message();
+  far.delivery_count = std::numeric_limits<std::int64_t>::max();
+  const auto r = check_message(settings(), held(far));
+  REQUIRE(r.has_value());
+  CHECK(r->protocol_error);
+  CHECK(r->reason == "delivery count out of range: not run");
+}
+
+TEST_CASE("amqp entry: a long history is cut in its details, never by a whole delivery") {
+  Outcome big = crash();
+  big.message = std::string(4000, 'm');
+  big.crash_state.assign(50, std::string(200, 'f'));
+  AmqpHeld e = held(message());
+  for (int i = 0; i < 8; ++i) {
+    const RecordedDelivery d = recorded_outcome(static_cast<std::uint32_t>(e.delivery), "host:1", 1000, big, false, true);
+    e = held(delivered(carried_copy(e, d, "jobs")));
+  }
+  CHECK(e.delivery == 9);
+  CHECK(e.history.recorded.size() == 8);
+  CHECK(e.history.lost.empty());
+  const AmqpPublication last = carried_copy(e, failed_at(e), "jobs");
+  const AmqpValue* text = find_field(last.message.headers, kAttemptsHeader);
+  REQUIRE(text != nullptr);
+  CHECK(text->text()->size() <= kMaxCarriedHistory);
+  // The newest keep their details.
+  CHECK(e.history.recorded.back().message.size() == 4000);
+}
+
+TEST_CASE("amqp entry: a result goes to reply_to with its correlation id, else to NAME.results, else nowhere") {
+  Outcome ok;
+  ok.kind = Kind::kOk;
+  ok.exit_code = 0;
+  ok.output = std::string("out\xff", 4);
+  AmqpMessage m = message();
+  m.reply_to = "amq.gen-reply";
+  const AmqpHeld rpc = held(m);
+  WorkerSettings s = settings();
+  s.results = false;  // --no-results: a requester still gets its reply
+  auto reply = result_publication(s, rpc, ok, "");
+  REQUIRE(reply.has_value());
+  CHECK(reply->routing_key == "amq.gen-reply");
+  CHECK(reply->message.correlation_id == "req-42");
+  CHECK(reply->body == ok.output);
+  const AmqpValue* status = find_field(reply->message.headers, "status");
+  REQUIRE(status != nullptr);
+  CHECK(*status->text() == "ok");
+  CHECK(find_field(reply->message.headers, "output") == nullptr);
+  CHECK(find_field(reply->message.headers, "output_b64") == nullptr);
+
+  const AmqpHeld plain = held(message());
+  auto kept = result_publication(settings(), plain, ok, "jobs.results");
+  REQUIRE(kept.has_value());
+  CHECK(kept->routing_key == "jobs.results");
+  CHECK_FALSE(result_publication(settings(), plain, ok, "").has_value());
+
+  s = settings();
+  s.results_max_output = 2;
+  auto omitted = result_publication(s, plain, ok, "jobs.results");
+  REQUIRE(omitted.has_value());
+  CHECK(omitted->body.empty());
+  CHECK(find_field(omitted->message.headers, "output_sha256") != nullptr);
+}
+
+TEST_CASE("amqp entry: a dead letter carries the record with its history, signed over what reads back") {
+  WorkerSettings s = settings();
+  s.fleet_key = FleetKey(std::string(32, 'k'));
+  const AmqpHeld first = held(message());
+  const AmqpHeld second = held(delivered(carried_copy(first, failed_at(first), "jobs.delay.1024"), 1));
+  const AmqpPublication dl = dead_letter_publication(s, second, crash(), "failed twice alike", 5000);
+  CHECK(dl.exchange == "jobs.dlx");
+  CHECK(dl.body == first.task.payload);
+  CHECK(dl.message.body.empty());
+  AmqpMessage back = delivered(dl);
+  back.headers.push_back({"x-stream-offset", std::int64_t{3}});
+  const AmqpDeadLetter read = read_dead_letter(back);
+  CHECK(read.unreadable.empty());
+  CHECK(read.key == "report.pdf");
+  CHECK(read.queue == "jobs");
+  CHECK(read.record.value("kind", "") == "crash");
+  CHECK(read.record.value("reason", "") == "failed twice alike");
+  CHECK(read.record.at("queue").value("name", "") == "jobs");
+  CHECK(read.record.value("deliveries", 0) == 3);
+  const json& attempts = read.record.at("attempts_history");
+  REQUIRE(attempts.size() == 3);
+  CHECK(attempts[0].value("delivery", 0) == 1);
+  CHECK(attempts[0].value("fingerprint", "") == "pb1-crash");
+  CHECK(attempts[1].value("kind", "") == "supervisor-lost");
+  CHECK(attempts[2].value("delivery", 0) == 3);
+  // The original's own history headers are pillbox's, not its properties.
+  CHECK(read.original.at("headers").count(std::string(kAttemptsHeader)) == 0);
+
+  const AmqpValue* sig = find_field(back.headers, kSignatureHeader);
+  REQUIRE(sig != nullptr);
+  CHECK(s.fleet_key->verify("jobs.dlq", dead_letter_signed_fields(back)) == Signature::kValid);
+  AmqpMessage forged = back;
+  forged.body = "other";
+  CHECK(s.fleet_key->verify("jobs.dlq", dead_letter_signed_fields(forged)) == Signature::kBad);
+  CHECK(s.fleet_key->verify("other.dlq", dead_letter_signed_fields(back)) == Signature::kBad);
+}
