@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -140,6 +142,27 @@ std::string server_property(amqp_connection_state_t state, const char* key, cons
   return "";
 }
 
+// The last connection's id (AmqpConnection::id()): the process's count.
+std::atomic<std::uint64_t> last_connection_id{0};
+
+enum class Readable { kSocket, kWoken, kTimedOut };
+
+// Waits until `socket` has something to read (or an error), `wake_fd`
+// (when >= 0) became readable, or `deadline` passed; the wake first when
+// both are ready (the caller has other work).
+Readable wait_readable(int socket, int wake_fd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Readable::kTimedOut;
+    pollfd fds[2] = {{socket, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<std::int64_t>(left.count(), INT_MAX)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Readable::kSocket;  // the read says what is wrong
+    if (wake_fd >= 0 && fds[1].revents != 0) return Readable::kWoken;
+    if (fds[0].revents != 0) return Readable::kSocket;
+  }
+}
+
 // The properties pillbox reads of a message.
 AmqpMessage message_of(std::uint64_t delivery_tag, const amqp_basic_properties_t& properties) {
   AmqpMessage m;
@@ -217,6 +240,12 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
     return Error{"cannot reach " + where + ": " + fd.error() + " (is the broker running, and is the URL's host and port right?)"};
   }
   amqp_tcp_socket_set_sockfd(socket, *fd);  // rabbitmq-c owns it from here
+  c.socket_.reset(::fcntl(*fd, F_DUPFD_CLOEXEC, 0));
+  if (!c.socket_.valid()) {
+    const std::string why = std::strerror(errno);
+    c.close();
+    return Error{"cannot reach " + where + ": cannot hold its socket (" + why + "): too many open files?"};
+  }
   timeval tv = to_timeval(timeout);
   amqp_set_handshake_timeout(state, &tv);
   amqp_set_rpc_timeout(state, &tv);
@@ -277,7 +306,7 @@ Expected<AmqpConnection> AmqpConnection::open(const AmqpAddress& address, std::c
 }
 
 AmqpConnection::AmqpConnection(AmqpAddress address, amqp_connection_state_t state)
-    : address_(std::move(address)), state_(state) {}
+    : address_(std::move(address)), id_(++last_connection_id), state_(state) {}
 
 AmqpConnection::AmqpConnection(AmqpConnection&& other) noexcept { *this = std::move(other); }
 
@@ -285,7 +314,10 @@ AmqpConnection& AmqpConnection::operator=(AmqpConnection&& other) noexcept {
   if (this != &other) {
     close();
     address_ = std::move(other.address_);
+    id_ = other.id_;
     state_ = std::exchange(other.state_, nullptr);
+    socket_ = std::move(other.socket_);
+    why_broken_ = std::move(other.why_broken_);
     channel_ = other.channel_;
     timeout_ = other.timeout_;
     server_version_ = std::move(other.server_version_);
@@ -309,6 +341,15 @@ void AmqpConnection::close() {
   if (state_ == nullptr) return;
   amqp_destroy_connection(state_);
   state_ = nullptr;
+  // rabbitmq-c closed its descriptor; fd()'s keeps the socket open, so the
+  // connection ends here.
+  if (socket_.valid()) ::shutdown(socket_.get(), SHUT_RDWR);
+}
+
+std::string AmqpConnection::broke(std::string message) {
+  close();
+  if (why_broken_.empty()) why_broken_ = message;  // the first cause, not a later call's "lost before"
+  return message;
 }
 
 Status AmqpConnection::checked(const std::string& what) {
@@ -335,20 +376,21 @@ Status AmqpConnection::checked(const std::string& what) {
         close();
       }
     }
-    return Status::error(where + " refused to " + what + ": " + refusal_->text);
+    std::string message = where + " refused to " + what + ": " + refusal_->text;
+    // The channel could not be opened again: the connection is gone with it.
+    if (state_ == nullptr && why_broken_.empty()) why_broken_ = message;
+    return Status::error(std::move(message));
   }
   if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
     const auto* m = static_cast<const amqp_connection_close_t*>(r.reply.decoded);
     refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
     amqp_connection_close_ok_t close_ok{};
     amqp_send_method(state_, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &close_ok);
-    close();
-    return Status::error(where + " closed the connection when asked to " + what + ": " + refusal_->text);
+    return Status::error(broke(where + " closed the connection when asked to " + what + ": " + refusal_->text));
   }
   const std::string why = r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION ? amqp_error_string2(r.library_error)
                                                                           : "the connection ended";
-  close();
-  return Status::error(where + ": cannot " + what + ": " + why);
+  return Status::error(broke(where + ": cannot " + what + ": " + why));
 }
 
 Expected<AmqpQueueState> AmqpConnection::declare_queue(const std::string& name,
@@ -459,14 +501,13 @@ Status AmqpConnection::publish_to(const std::string& exchange, const std::string
                                     confirms_.on ? 1 : 0, 0, &props, bytes);
   const bool expired = watchdog_->disarm();
   if (rc != AMQP_STATUS_OK) {
-    close();
     std::string why = amqp_error_string2(rc);
     if (expired) {
       why = "the broker did not take the message within " + duration_words(limit) +
             (blocked_.empty() ? std::string(" (is a memory or disk alarm blocking publishers? rabbitmqctl status)")
                               : " (it blocks publishers: " + blocked_ + ")");
     }
-    return Status::error("RabbitMQ at " + address_.describe() + ": cannot " + what + ": " + why);
+    return Status::error(broke("RabbitMQ at " + address_.describe() + ": cannot " + what + ": " + why));
   }
   if (confirms_.on) ++confirms_.published;
   return Status::ok();
@@ -488,15 +529,13 @@ Status AmqpConnection::wait_confirmed() {
     const int got = wait_frame(frame, deadline);
     if (got == AMQP_STATUS_TIMEOUT) {
       const std::uint64_t waiting = confirms_.published - confirms_.confirmed - confirms_.ahead.size();
-      close();
-      return Status::error(where + " did not confirm " + std::to_string(waiting) + " message" +
-                           (waiting == 1 ? "" : "s") + " within " + duration_words(timeout_) +
-                           (blocked_.empty() ? std::string() : " (it blocks publishers: " + blocked_ + ")") +
-                           "; they may or may not be in the queue");
+      return Status::error(broke(where + " did not confirm " + std::to_string(waiting) + " message" +
+                                 (waiting == 1 ? "" : "s") + " within " + duration_words(timeout_) +
+                                 (blocked_.empty() ? std::string() : " (it blocks publishers: " + blocked_ + ")") +
+                                 "; they may or may not be in the queue"));
     }
     if (got != AMQP_STATUS_OK) {
-      close();
-      return Status::error(where + ": cannot wait for publisher confirms: " + amqp_error_string2(got));
+      return Status::error(broke(where + ": cannot wait for publisher confirms: " + amqp_error_string2(got)));
     }
     if (frame.frame_type != AMQP_FRAME_METHOD) continue;  // a returned message's content: read below
     const amqp_method_number_t method = frame.payload.method.id;
@@ -554,9 +593,8 @@ Status AmqpConnection::wait_confirmed() {
       const auto* m = static_cast<const amqp_connection_close_t*>(decoded);
       refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
     }
-    close();
-    if (refusal_) return Status::error(where + " refused a message it was sent: " + refusal_->text);
-    return Status::error(where + ": an unexpected frame while waiting for publisher confirms");
+    return Status::error(broke(refusal_ ? where + " refused a message it was sent: " + refusal_->text
+                                        : where + ": an unexpected frame while waiting for publisher confirms"));
   }
   const std::uint64_t refused = std::exchange(confirms_.refused, 0);
   const std::uint64_t returned = std::exchange(confirms_.returned, 0);
@@ -601,42 +639,60 @@ Status AmqpConnection::consume(const std::string& queue, std::uint16_t prefetch,
   return checked(what);
 }
 
-Expected<std::optional<AmqpMessage>> AmqpConnection::next(std::chrono::milliseconds timeout) {
+Expected<std::optional<AmqpMessage>> AmqpConnection::next(std::chrono::milliseconds timeout, int wake_fd) {
   refusal_.reset();
   if (state_ == nullptr) return Error{checked("wait for a message").message()};
-  amqp_maybe_release_buffers(state_);
-  amqp_frame_t frame{};
-  const int got = wait_frame(frame, std::chrono::steady_clock::now() + timeout);
-  if (got == AMQP_STATUS_TIMEOUT) return std::optional<AmqpMessage>{};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::string where = "RabbitMQ at " + address_.describe();
-  if (got != AMQP_STATUS_OK) {
-    close();
-    return Error{where + ": cannot wait for a message: " + amqp_error_string2(got)};
+  amqp_frame_t frame{};
+  for (;;) {
+    amqp_maybe_release_buffers(state_);
+    // What rabbitmq-c has read already (a delivery that came while another
+    // call waited for its reply, or more frames than the last read needed)
+    // is not on the socket any more: poll() would not see it, and a message
+    // that is here would wait for the timeout.
+    if (!amqp_frames_enqueued(state_) && !amqp_data_in_buffer(state_) &&
+        wait_readable(amqp_get_sockfd(state_), wake_fd, deadline) != Readable::kSocket) {
+      return std::optional<AmqpMessage>{};
+    }
+    const int got = wait_frame(frame, deadline);
+    if (got == AMQP_STATUS_TIMEOUT) return std::optional<AmqpMessage>{};
+    if (got != AMQP_STATUS_OK) return Error{broke(where + ": cannot wait for a message: " + amqp_error_string2(got))};
+    const amqp_method_number_t method = frame.frame_type == AMQP_FRAME_METHOD ? frame.payload.method.id : 0;
+    if (method == AMQP_BASIC_DELIVER_METHOD) {
+      const std::uint64_t tag = static_cast<const amqp_basic_deliver_t*>(frame.payload.method.decoded)->delivery_tag;
+      auto m = read_content(tag, "a delivery");
+      if (!m) return Error{m.error()};
+      return std::optional<AmqpMessage>{std::move(*m)};
+    }
+    if (method == AMQP_BASIC_CANCEL_METHOD) {
+      // The queue went away (deleted, or its leader lost): nothing more will
+      // come on this consume.
+      return Error{where + " cancelled the consume (the queue was deleted or moved); consume again"};
+    }
+    // A memory or disk alarm blocks this connection's publishes: news for
+    // a publish that waits, not the end of the consume.
+    if (method == AMQP_CONNECTION_BLOCKED_METHOD) {
+      blocked_ = broker_text(static_cast<const amqp_connection_blocked_t*>(frame.payload.method.decoded)->reason,
+                             address_.password);
+      continue;
+    }
+    if (method == AMQP_CONNECTION_UNBLOCKED_METHOD) {
+      blocked_.clear();
+      continue;
+    }
+    if (method == AMQP_CHANNEL_CLOSE_METHOD) {
+      const auto* m = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
+      refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
+    } else if (method == AMQP_CONNECTION_CLOSE_METHOD) {
+      const auto* m = static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
+      refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
+    }
+    // The consume is gone with its channel or connection, and any other
+    // frame here means the frames are out of step: the caller connects again.
+    return Error{broke(refusal_ ? where + " ended the consume: " + refusal_->text
+                                : where + ": an unexpected frame instead of a message")};
   }
-  const amqp_method_number_t method = frame.frame_type == AMQP_FRAME_METHOD ? frame.payload.method.id : 0;
-  if (method == AMQP_BASIC_DELIVER_METHOD) {
-    const std::uint64_t tag = static_cast<const amqp_basic_deliver_t*>(frame.payload.method.decoded)->delivery_tag;
-    auto m = read_content(tag, "a delivery");
-    if (!m) return Error{m.error()};
-    return std::optional<AmqpMessage>{std::move(*m)};
-  }
-  if (method == AMQP_BASIC_CANCEL_METHOD) {
-    // The queue went away (deleted, or its leader lost): nothing more will
-    // come on this consume.
-    return Error{where + " cancelled the consume (the queue was deleted or moved); consume again"};
-  }
-  if (method == AMQP_CHANNEL_CLOSE_METHOD) {
-    const auto* m = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
-    refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
-  } else if (method == AMQP_CONNECTION_CLOSE_METHOD) {
-    const auto* m = static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
-    refusal_ = AmqpRefusal{m->reply_code, broker_text(m->reply_text, address_.password)};
-  }
-  // The consume is gone with its channel or connection, and any other
-  // frame here means the frames are out of step: the caller connects again.
-  close();
-  if (refusal_) return Error{where + " ended the consume: " + refusal_->text};
-  return Error{where + ": an unexpected frame instead of a message"};
 }
 
 int AmqpConnection::wait_frame(amqp_frame_t& frame, std::chrono::steady_clock::time_point deadline) {
@@ -660,8 +716,8 @@ Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, c
   // Each frame within the timeout, and the whole within `deadline`.
   auto wait = [&]() { return wait_frame(frame, std::min(deadline, std::chrono::steady_clock::now() + timeout_)); };
   auto broken = [&](const std::string& why) -> Error {
-    close();  // mid-message, the connection's frames are out of step
-    return Error{where + ": cannot read " + of + ": " + why};
+    // Mid-message, the connection's frames are out of step: it ends.
+    return Error{broke(where + ": cannot read " + of + ": " + why)};
   };
   int got = wait();
   if (got != AMQP_STATUS_OK) return broken(amqp_error_string2(got));
@@ -697,9 +753,8 @@ Status AmqpConnection::ack(std::uint64_t delivery_tag) {
   if (state_ == nullptr) return checked("acknowledge a message");
   const int rc = amqp_basic_ack(state_, channel_, delivery_tag, 0);
   if (rc != AMQP_STATUS_OK) {
-    close();
-    return Status::error("RabbitMQ at " + address_.describe() + ": cannot acknowledge a message: " +
-                         amqp_error_string2(rc));
+    return Status::error(
+        broke("RabbitMQ at " + address_.describe() + ": cannot acknowledge a message: " + amqp_error_string2(rc)));
   }
   return Status::ok();
 }
@@ -709,8 +764,8 @@ Status AmqpConnection::reject(std::uint64_t delivery_tag, bool requeue) {
   if (state_ == nullptr) return checked("reject a message");
   const int rc = amqp_basic_reject(state_, channel_, delivery_tag, requeue ? 1 : 0);
   if (rc != AMQP_STATUS_OK) {
-    close();
-    return Status::error("RabbitMQ at " + address_.describe() + ": cannot reject a message: " + amqp_error_string2(rc));
+    return Status::error(
+        broke("RabbitMQ at " + address_.describe() + ": cannot reject a message: " + amqp_error_string2(rc)));
   }
   return Status::ok();
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "shared/status.h"
+#include "shared/unique_fd.h"
 #include "supervisor/broker/amqp_value.h"
 
 namespace pillbox::broker {
@@ -103,6 +104,17 @@ class AmqpConnection {
   AmqpConnection& operator=(const AmqpConnection&) = delete;
 
   const AmqpAddress& address() const { return address_; }
+  // This connection's number, unique among those this process opened
+  // (never 0). A delivery tag belongs to the connection it came on: work
+  // that holds one acknowledges it only on the connection with this id
+  // (the broker requeued the message when the other one ended).
+  std::uint64_t id() const { return id_; }
+  // The socket, for shutdown(2) from another thread: a call blocked on the
+  // broker returns at once (a failure). A second descriptor of it, held as
+  // long as this object lives: rabbitmq-c closes its own when the
+  // connection breaks, and this number must not become another file's
+  // while another thread may still shut it down.
+  int fd() const { return socket_.get(); }
   // The broker's version ("3.10.8"), from what it said at the handshake.
   const std::string& server_version() const { return server_version_; }
 
@@ -150,8 +162,11 @@ class AmqpConnection {
   // queue's x-stream-offset).
   Status consume(const std::string& queue, std::uint16_t prefetch, const std::vector<AmqpField>& arguments = {});
   // The consume's next message, waited for at most `timeout`; none when
-  // none came.
-  Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout);
+  // none came, or when `wake_fd` (>= 0: a link's wake_fd()) became
+  // readable first (its count is left as it is). A connection.blocked
+  // meanwhile is noted (a publish that waits says why), not an error.
+  Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout, int wake_fd);
+  Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout) { return next(timeout, -1); }
   Status ack(std::uint64_t delivery_tag);
   // requeue: back to the queue (a quorum queue counts the delivery), else
   // dead-lettered (reason rejected).
@@ -161,6 +176,8 @@ class AmqpConnection {
   const std::optional<AmqpRefusal>& refusal() const { return refusal_; }
   // The connection failed or the broker closed it: every later call fails.
   bool broken() const { return state_ == nullptr; }
+  // Once broken: the error of the call that broke it ("" before).
+  const std::string& why_broken() const { return why_broken_; }
 
  private:
   AmqpConnection(AmqpAddress address, amqp_connection_state_t state);
@@ -170,6 +187,8 @@ class AmqpConnection {
   // opened again, a closed connection marks this broken.
   Status checked(const std::string& what);
   void close();
+  // close(), and `message` kept as why_broken(); returns it.
+  std::string broke(std::string message);
   // The next frame, waited for until `deadline` (AMQP_STATUS_TIMEOUT after
   // it, however many frames come: the caller checks after each). A
   // watchdog bounds the wait: rabbitmq-c's loop swallows heartbeats
@@ -184,7 +203,10 @@ class AmqpConnection {
   Expected<AmqpMessage> read_content(std::uint64_t delivery_tag, const std::string& of, bool keep_body = true);
 
   AmqpAddress address_;
+  std::uint64_t id_ = 0;
   amqp_connection_state_t state_ = nullptr;
+  UniqueFd socket_;  // fd(): the socket's second descriptor
+  std::string why_broken_;
   amqp_channel_t channel_ = 1;
   std::chrono::milliseconds timeout_{5000};
   std::string server_version_;
