@@ -446,6 +446,9 @@ Status AmqpConnection::delete_queue(const std::string& name) {
 Status AmqpConnection::confirm_publishes() {
   refusal_.reset();
   if (state_ == nullptr) return checked("turn publisher confirms on");
+  // Once on, a channel stays so and the broker's tags go on: counting
+  // again from 0 here would leave every later confirm unheard.
+  if (confirms_.on) return Status::ok();
   amqp_confirm_select(state_, channel_);
   if (auto s = checked("turn publisher confirms on"); !s) return s;
   confirms_ = Confirms{};

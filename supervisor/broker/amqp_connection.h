@@ -131,7 +131,8 @@ class AmqpConnection {
   Status delete_queue(const std::string& name);
 
   // confirm.select: from now on the broker confirms each publish, and a
-  // publish it cannot route to a queue is returned (mandatory).
+  // publish it cannot route to a queue is returned (mandatory). Called
+  // again on the same connection: nothing changes.
   Status confirm_publishes();
   // basic.publish to the default exchange (routing key `queue`), persistent.
   // Without confirms, a refusal shows on a later call. The send has a
