@@ -16,6 +16,8 @@ struct LinkRules<RedisConnection> {
     if (redis.busy()) return BrokerShowed::kCannotServeNow;
     return redis.answered() != before ? BrokerShowed::kServes : BrokerShowed::kNothing;
   }
+  // A restarted Redis accepts connections while it still answers LOADING.
+  static constexpr bool kServesOnceConnected = false;
   static std::string lost(const RedisConnection& redis, const std::string& link_name, BrokerShowed showed) {
     return redis.address().describe() + " (" + link_name + "): " +
            (showed == BrokerShowed::kCannotServeNow ? "it answers that it cannot serve now (loading, busy or full)"
@@ -36,6 +38,6 @@ Expected<std::unique_ptr<BrokerLink>> BrokerLink::open(const RedisAddress& addre
 
 BrokerLink::BrokerLink(const RedisAddress& address, std::string name, StateChange on_state, RedisConnection connection)
     : ConnectionLink(std::move(name), std::move(on_state), [address] { return RedisConnection::open(address); },
-                     std::move(connection)) {}
+                     Setup{}, std::move(connection)) {}
 
 }  // namespace pillbox::broker

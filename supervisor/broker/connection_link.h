@@ -1,26 +1,30 @@
 #pragma once
 // One broker connection on a thread of its own, written once for every
-// broker pillbox speaks to: Redis's link (broker_link.h) is an adapter over
-// it. A slow or restarting broker never stalls the dispatcher: posted work
-// runs in order on the link's thread; what it returns runs on the owner's
-// thread in drain(), signalled through wait_fd().
+// broker pillbox speaks to: Redis's link (broker_link.h) and RabbitMQ's
+// (amqp_link.h) are adapters over it. A slow or restarting broker never
+// stalls the dispatcher: posted work runs in order on the link's thread;
+// what it returns runs on the owner's thread in drain(), signalled through
+// wait_fd().
 //
 // On a broken connection, or when the broker answers that it cannot serve
 // now (Redis's LOADING, OOM, ...), the link backs off (100 ms doubling to
-// 5 s), connects again when needed and runs the same work again: work must
-// be safe to repeat. The owner hears once that the broker is lost and once
-// that it is back; what counts as back is the broker's to say (LinkRules).
+// 5 s), connects again when needed (and runs the link's Setup on the new
+// connection) and runs the same work again: work must be safe to repeat.
+// The owner hears once that the broker is lost and once that it is back;
+// what counts as back is the broker's to say (LinkRules).
 //
-// Periodic work (claim renewal) runs on the link's own clock, so it happens
-// even while every slot is busy and the dispatcher has no reason to turn.
+// Periodic work (Redis's claim renewal) runs on the link's own clock, so it
+// happens even while every slot is busy and the dispatcher has no reason to
+// turn. Idle work (RabbitMQ's consume loop) runs while nothing is posted,
+// and gives way when wake_fd() says work came.
 //
 // Why a class template over the connection type rather than a base class
 // with the connection's parts virtual: work takes the connection itself
-// (RedisConnection&), so the queue is typed by it either way; what differs
-// between brokers is a few facts known when compiling (LinkRules below);
-// and the link's thread would call virtual functions of an object whose
-// derived part is already destroyed unless every back end remembered to
-// stop the thread in its own destructor. Each adapter instantiates the
+// (RedisConnection&, AmqpConnection&), so the queue is typed by it either
+// way; what differs between brokers is a few facts known when compiling
+// (LinkRules below); and the link's thread would call virtual functions of
+// an object whose derived part is already destroyed unless every back end
+// remembered to stop the thread in its own destructor. Each adapter instantiates the
 // template once, in its .cpp, next to its LinkRules; its header says
 // `extern template`, so no other file compiles the link again.
 #include <algorithm>
@@ -53,10 +57,13 @@ enum class BrokerShowed {
 //   static Mark mark(const C&);
 //   static BrokerShowed after(const C&, const Mark& before);   and read after it;
 //   static std::string lost(const C&, const std::string& link_name, BrokerShowed showed);
-//                                             the owner's notice when it is lost.
-// Of C itself the link needs `static Expected<C> open(address)` (through its
-// adapter), move construction, and `int fd() const`: its socket, open for as
-// long as the object lives (stop() shuts it down from the owner's thread).
+//                                             the owner's notice when it is lost;
+//   static constexpr bool kServesOnceConnected;  whether a new connection whose
+//                                             Setup succeeded is back (else: the
+//                                             first work that shows kServes).
+// Of C itself the link needs move construction and `int fd() const`: its
+// socket, open for as long as the object lives (stop() shuts it down from
+// the owner's thread). How to open one is the adapter's (Connect).
 template <class Connection>
 struct LinkRules;
 
@@ -85,6 +92,10 @@ class ConnectionLink {
   // On the owner's thread: the connection was lost (`up` false, with the
   // error) or is back (`up` true).
   using StateChange = std::function<void(bool up, const std::string& what)>;
+  // Runs on the link's thread on every new connection, before any work
+  // (the first connection's ran in the adapter's open()). A failure counts
+  // as a lost connection: the link waits, connects again and runs it again.
+  using Setup = std::function<Status(Connection&)>;
 
   ConnectionLink(const ConnectionLink&) = delete;
   ConnectionLink& operator=(const ConnectionLink&) = delete;
@@ -93,39 +104,55 @@ class ConnectionLink {
   void post(Work work);
   // Runs `work` every `every` (from now), between the posted work.
   void set_periodic(std::chrono::milliseconds every, Work work);
+  // While nothing is posted, runs `idle` again and again (a consume loop).
+  // It must return soon after wake_fd() becomes readable (post() and stop()
+  // make it so); its Done runs on the owner's thread like an answer, but is
+  // not counted in outstanding(). Periodic work that falls due meanwhile
+  // waits for it to return.
+  void set_idle(Work idle);
+  // For the idle work to wait on (next(timeout, wake_fd())): readable when
+  // it should return. The link clears it before each run of the idle work.
+  int wake_fd() const { return idle_wake_.get(); }
   // Readable while answers wait to be drained.
   int wait_fd() const { return event_.get(); }
   // Runs the answers that came back, in order. Returns how many.
   std::size_t drain();
   // Posted and not yet drained.
   std::size_t outstanding() const { return outstanding_; }
-  // Stops the thread: a call it is blocked in fails at once; work still
-  // queued is dropped.
+  // Stops the thread: a call it is blocked in fails at once, the idle work
+  // is woken; work still queued is dropped.
   void stop();
 
  protected:
   // A new connection to the same broker, made on the link's thread.
   using Connect = std::function<Expected<Connection>()>;
-  // `first` is open already (an adapter's open() made it, so that an
-  // unreachable broker at the start is the caller's error); start() runs
-  // the thread.
-  ConnectionLink(std::string name, StateChange on_state, Connect connect, Connection first);
+  // `first` is open and set up already (an adapter's open() made it, so
+  // that an unreachable broker at the start is the caller's error);
+  // start() runs the thread.
+  ConnectionLink(std::string name, StateChange on_state, Connect connect, Setup setup, Connection first);
   ~ConnectionLink() { stop(); }
-  // False when the link's eventfd could not be made (nothing runs then).
+  // False when the link's eventfds could not be made (nothing runs then).
   bool start();
 
  private:
+  enum class Kind { kPosted, kPeriodic, kIdle };
+
   // Waits the backoff (which then doubles) and, when `fresh_connection`,
-  // connects again (waiting and doubling until it can); false on stop.
+  // connects again and runs the Setup (waiting and doubling until both
+  // succeed); false on stop.
   bool recover(bool fresh_connection);
   void loop();
   void complete(Done done);
+  // On the link's thread: the owner hears the broker is back.
+  void tell_back();
 
   std::string name_;
   StateChange on_state_;
   Connect connect_;
+  Setup setup_;
   std::unique_ptr<Connection> connection_;
   UniqueFd event_;
+  UniqueFd idle_wake_;  // wake_fd()
 
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -134,6 +161,7 @@ class ConnectionLink {
   Work periodic_;
   std::chrono::milliseconds periodic_every_{0};
   std::chrono::steady_clock::time_point periodic_due_{};
+  Work idle_;
   bool stopping_ = false;
   // On the link's thread: the broker is lost (the owner was told) since
   // `down_since_`, and the next try waits `backoff_`. Back (and told) when
@@ -147,17 +175,20 @@ class ConnectionLink {
 };
 
 template <class Connection>
-ConnectionLink<Connection>::ConnectionLink(std::string name, StateChange on_state, Connect connect, Connection first)
+ConnectionLink<Connection>::ConnectionLink(std::string name, StateChange on_state, Connect connect, Setup setup,
+                                           Connection first)
     : name_(std::move(name)),
       on_state_(std::move(on_state)),
       connect_(std::move(connect)),
+      setup_(std::move(setup)),
       connection_(std::make_unique<Connection>(std::move(first))),
       event_(link_detail::make_event_fd()),
+      idle_wake_(link_detail::make_event_fd()),
       socket_fd_(connection_->fd()) {}
 
 template <class Connection>
 bool ConnectionLink<Connection>::start() {
-  if (!event_.valid()) return false;
+  if (!event_.valid() || !idle_wake_.valid()) return false;
   thread_ = std::thread([this] { loop(); });
   return true;
 }
@@ -168,7 +199,9 @@ void ConnectionLink<Connection>::stop() {
     std::lock_guard lock(mutex_);
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
-    // A call blocked on the broker (XREADGROUP BLOCK) returns at once.
+    // The idle work returns, and a call blocked on the broker (XREADGROUP
+    // BLOCK, a publish the broker does not read) returns at once.
+    if (idle_) link_detail::raise_event(idle_wake_.get());
     if (socket_fd_ >= 0) link_detail::shut_down_socket(socket_fd_);
   }
   wake_.notify_all();
@@ -181,6 +214,9 @@ void ConnectionLink<Connection>::post(Work work) {
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(work));
+    // Under the lock: the link clears it under the lock before the idle
+    // work runs, so a post is never lost between the two.
+    if (idle_) link_detail::raise_event(idle_wake_.get());
   }
   wake_.notify_all();
 }
@@ -197,6 +233,15 @@ void ConnectionLink<Connection>::set_periodic(std::chrono::milliseconds every, W
 }
 
 template <class Connection>
+void ConnectionLink<Connection>::set_idle(Work idle) {
+  {
+    std::lock_guard lock(mutex_);
+    idle_ = std::move(idle);
+  }
+  wake_.notify_all();
+}
+
+template <class Connection>
 std::size_t ConnectionLink<Connection>::drain() {
   link_detail::clear_event(event_.get());
   std::deque<Done> answers;
@@ -206,7 +251,7 @@ std::size_t ConnectionLink<Connection>::drain() {
   }
   std::size_t ran = 0;
   for (Done& done : answers) {
-    // Periodic work and state changes were never counted as posted.
+    // Periodic and idle work and state changes were never counted as posted.
     if (done) done();
     ++ran;
   }
@@ -220,6 +265,13 @@ void ConnectionLink<Connection>::complete(Done done) {
     answers_.push_back(std::move(done));
   }
   link_detail::raise_event(event_.get());
+}
+
+template <class Connection>
+void ConnectionLink<Connection>::tell_back() {
+  down_ = false;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - down_since_);
+  complete([this, ms] { on_state_(true, "after " + std::to_string(ms.count()) + " ms"); });
 }
 
 template <class Connection>
@@ -241,6 +293,9 @@ bool ConnectionLink<Connection>::recover(bool fresh_connection) {
       std::swap(connection_, next);
       socket_fd_ = connection_->fd();
     }
+    // After the swap: stop() ends a Setup that waits on the broker.
+    if (setup_ && !setup_(*connection_)) continue;
+    if (LinkRules<Connection>::kServesOnceConnected && down_) tell_back();
     return true;
   }
 }
@@ -251,13 +306,14 @@ void ConnectionLink<Connection>::loop() {
   link_detail::block_all_signals();
   for (;;) {
     Work work;
-    bool periodic = false;
+    Kind kind = Kind::kPosted;
     {
       std::unique_lock lock(mutex_);
       for (;;) {
         if (stopping_) return;
         if (!queue_.empty()) break;
         if (periodic_ && std::chrono::steady_clock::now() >= periodic_due_) break;
+        if (idle_) break;
         if (periodic_) {
           wake_.wait_until(lock, periodic_due_);
         } else {
@@ -266,11 +322,15 @@ void ConnectionLink<Connection>::loop() {
       }
       if (periodic_ && std::chrono::steady_clock::now() >= periodic_due_) {
         work = periodic_;
-        periodic = true;
+        kind = Kind::kPeriodic;
         periodic_due_ = std::chrono::steady_clock::now() + periodic_every_;
-      } else {
+      } else if (!queue_.empty()) {
         work = std::move(queue_.front());
         queue_.pop_front();
+      } else {
+        work = idle_;
+        kind = Kind::kIdle;
+        link_detail::clear_event(idle_wake_.get());  // see post()
       }
     }
     for (;;) {
@@ -278,13 +338,8 @@ void ConnectionLink<Connection>::loop() {
       Done done = work(*connection_);
       const BrokerShowed showed = Rules::after(*connection_, mark);
       if (showed == BrokerShowed::kServes || showed == BrokerShowed::kNothing) {
-        if (down_ && showed == BrokerShowed::kServes) {
-          down_ = false;
-          const auto ms =
-              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - down_since_);
-          complete([this, ms] { on_state_(true, "after " + std::to_string(ms.count()) + " ms"); });
-        }
-        if (periodic) {
+        if (down_ && showed == BrokerShowed::kServes) tell_back();
+        if (kind != Kind::kPosted) {
           if (done) complete(std::move(done));
         } else {
           complete([this, d = std::move(done)] {
@@ -308,7 +363,9 @@ void ConnectionLink<Connection>::loop() {
         complete([this, why] { on_state_(false, why); });
       }
       if (!recover(showed == BrokerShowed::kLost)) return;
-      if (periodic) break;  // it comes round again on its own clock
+      // Periodic work comes round again on its own clock; idle work after
+      // what was posted meanwhile.
+      if (kind != Kind::kPosted) break;
     }
   }
 }
