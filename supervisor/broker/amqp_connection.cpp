@@ -324,6 +324,7 @@ AmqpConnection& AmqpConnection::operator=(AmqpConnection&& other) noexcept {
     refusal_ = std::move(other.refusal_);
     confirms_ = std::move(other.confirms_);
     blocked_ = std::move(other.blocked_);
+    consumer_tag_ = std::move(other.consumer_tag_);
     watchdog_ = std::move(other.watchdog_);
   }
   return *this;
@@ -637,9 +638,62 @@ Status AmqpConnection::consume(const std::string& queue, std::uint16_t prefetch,
   amqp_basic_qos(state_, channel_, 0, prefetch, 0);
   if (auto s = checked(what); !s) return s;
   AmqpTableEncoder encoder;
-  amqp_basic_consume(state_, channel_, amqp_cstring_bytes(queue.c_str()), amqp_empty_bytes, 0, 0, 0,
-                     encoder.encode(arguments));
-  return checked(what);
+  const amqp_basic_consume_ok_t* ok = amqp_basic_consume(state_, channel_, amqp_cstring_bytes(queue.c_str()),
+                                                         amqp_empty_bytes, 0, 0, 0, encoder.encode(arguments));
+  if (auto s = checked(what); !s) return s;
+  if (ok != nullptr) consumer_tag_ = bytes_text(ok->consumer_tag);
+  return Status::ok();
+}
+
+Expected<std::vector<AmqpMessage>> AmqpConnection::cancel_consume() {
+  refusal_.reset();
+  const std::string what = "cancel the consume";
+  if (state_ == nullptr) return Error{checked(what).message()};
+  std::vector<AmqpMessage> delivered;
+  if (consumer_tag_.empty()) return delivered;
+  const std::string where = "RabbitMQ at " + address_.describe();
+  amqp_basic_cancel_t cancel{};
+  cancel.consumer_tag = amqp_bytes_t{consumer_tag_.size(), consumer_tag_.data()};
+  if (const int rc = amqp_send_method(state_, channel_, AMQP_BASIC_CANCEL_METHOD, &cancel); rc != AMQP_STATUS_OK) {
+    return Error{broke(where + ": cannot " + what + ": " + amqp_error_string2(rc))};
+  }
+  // Until cancel-ok, the broker may still deliver (what it sent before it
+  // read the cancel): those are this consumer's, unacknowledged, and go to
+  // the caller. rabbitmq-c's own RPC would keep them queued where no
+  // deadline bounds their content; here each is read as next() reads one.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (;;) {
+    amqp_frame_t frame{};
+    const int got = wait_frame(frame, deadline);
+    if (got != AMQP_STATUS_OK) {
+      return Error{broke(where + ": no answer to cancelling the consume: " +
+                         (got == AMQP_STATUS_TIMEOUT ? std::string("none within the timeout") : amqp_error_string2(got)))};
+    }
+    const amqp_method_number_t method = frame.frame_type == AMQP_FRAME_METHOD ? frame.payload.method.id : 0;
+    if (method == AMQP_BASIC_CANCEL_OK_METHOD || method == AMQP_BASIC_CANCEL_METHOD) {
+      // (A broker's own cancel crossing ours ends the consume all the same.)
+      consumer_tag_.clear();
+      if (method == AMQP_BASIC_CANCEL_OK_METHOD) return delivered;
+      continue;
+    }
+    if (method == AMQP_BASIC_DELIVER_METHOD) {
+      const std::uint64_t tag = static_cast<const amqp_basic_deliver_t*>(frame.payload.method.decoded)->delivery_tag;
+      auto m = read_content(tag, "a delivery");
+      if (!m) return Error{m.error()};
+      delivered.push_back(std::move(*m));
+      continue;
+    }
+    if (method == AMQP_CONNECTION_BLOCKED_METHOD) {
+      blocked_ = broker_text(static_cast<const amqp_connection_blocked_t*>(frame.payload.method.decoded)->reason,
+                             address_.password);
+      continue;
+    }
+    if (method == AMQP_CONNECTION_UNBLOCKED_METHOD) {
+      blocked_.clear();
+      continue;
+    }
+    return Error{broke(where + ": an unexpected frame while cancelling the consume")};
+  }
 }
 
 Expected<std::optional<AmqpMessage>> AmqpConnection::next(std::chrono::milliseconds timeout, int wake_fd) {

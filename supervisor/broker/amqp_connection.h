@@ -168,6 +168,10 @@ class AmqpConnection {
   // meanwhile is noted (a publish that waits says why), not an error.
   Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout, int wake_fd);
   Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout) { return next(timeout, -1); }
+  // basic.cancel of the consume: the broker delivers nothing more on it.
+  // What it delivered before it confirmed is returned, unacknowledged (to
+  // ack or reject as any); none when nothing was consumed.
+  Expected<std::vector<AmqpMessage>> cancel_consume();
   Status ack(std::uint64_t delivery_tag);
   // requeue: back to the queue (a quorum queue counts the delivery), else
   // dead-lettered (reason rejected).
@@ -222,6 +226,7 @@ class AmqpConnection {
     std::uint64_t returned = 0;   // returned (unroutable) since the last wait
     std::string return_text;      // the first return's reply text
   } confirms_;
+  std::string consumer_tag_;  // the consume's (consume), until it is cancelled
   std::string blocked_;  // connection.blocked's reason, while the broker blocks publishers
   std::unique_ptr<SocketWatchdog> watchdog_;  // publish's deadline, made at the first publish
 };

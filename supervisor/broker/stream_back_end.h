@@ -29,7 +29,7 @@
 
 namespace pillbox::broker {
 
-class StreamBackEnd final : public AttemptStore {
+class StreamBackEnd final : public AttemptStore, public SettleCounts {
  public:
   // The links and the sink are not owned and outlive the back end; the
   // links stop before it goes (nothing of theirs runs later).
@@ -57,7 +57,7 @@ class StreamBackEnd final : public AttemptStore {
   // to the engine (0: none known), once: the engine's attempt number is
   // the count its attempt started at, and the entry may have been claimed
   // again since.
-  std::int64_t answered_at(const std::string& entry);
+  std::int64_t answered_at(const std::string& entry) override;
 
   // AttemptStore
   Capabilities capabilities() const override;

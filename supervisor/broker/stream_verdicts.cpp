@@ -3,7 +3,7 @@
 namespace pillbox::broker {
 
 void StreamVerdicts::on_verdict(const Task& task, const Outcome& outcome, const Verdict& v) {
-  // The count it settled at, when known (StreamBackEnd::answered_at).
+  // The count it settled at, when known (SettleCounts::answered_at).
   const std::int64_t at = back_end_.answered_at(task.source_id);
   WorkerVerdict w{.entry = task.source_id, .deliveries = at != 0 ? at : v.attempts, .added = v.settled_as,
                   .reason = v.reason, .new_fingerprint = v.new_fingerprint};
@@ -35,6 +35,10 @@ void StreamVerdicts::on_lost(const Task& task, const TaskLost& lost) {
       return;
     case LostAs::kLeftPending:  // its step failed on a Redis error: left for the fleet, as a release
       ++released_;
+      out_.on_verdict(task, Outcome{},
+                      WorkerVerdict{WorkerVerdict::Type::kReleased, task.source_id, deliveries, "", lost.why});
+      return;
+    case LostAs::kHandedBack:  // a retry waits in the broker: no longer this worker's (not given back)
       out_.on_verdict(task, Outcome{},
                       WorkerVerdict{WorkerVerdict::Type::kReleased, task.source_id, deliveries, "", lost.why});
       return;

@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <string>
 
-#include "supervisor/broker/stream_back_end.h"
 #include "supervisor/broker/worker_settings.h"
+#include "supervisor/flow/ledger_batch.h"
 #include "supervisor/flow/verdict.h"
 
 namespace pillbox::broker {
@@ -15,7 +15,7 @@ namespace pillbox::broker {
 class StreamVerdicts final : public VerdictSink {
  public:
   // Both outlive this.
-  StreamVerdicts(StreamBackEnd& back_end, WorkerSink& out) : back_end_(back_end), out_(out) {}
+  StreamVerdicts(SettleCounts& back_end, WorkerSink& out) : back_end_(back_end), out_(out) {}
 
   void on_verdict(const Task& task, const Outcome& outcome, const Verdict& verdict) override;
   void on_input_error(const std::string& message) override { out_.on_notice(message); }
@@ -26,7 +26,7 @@ class StreamVerdicts final : public VerdictSink {
   std::size_t taken_over() const { return taken_over_; }
 
  private:
-  StreamBackEnd& back_end_;
+  SettleCounts& back_end_;
   WorkerSink& out_;
   std::size_t released_ = 0;
   std::size_t taken_over_ = 0;

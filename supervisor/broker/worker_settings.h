@@ -91,6 +91,15 @@ struct WorkerVerdict {
 // released, taken-over.
 std::string_view to_string(WorkerVerdict::Type type);
 
+// The delivery count at which a back end settled or lost an entry or
+// message, as answered to the engine (0: none known), asked once: the
+// engine's attempt number is the count its attempt started at.
+class SettleCounts {
+ public:
+  virtual ~SettleCounts() = default;
+  virtual std::int64_t answered_at(const std::string& entry) = 0;
+};
+
 class WorkerSink {
  public:
   virtual ~WorkerSink() = default;

@@ -38,9 +38,11 @@ Expected<AmqpTarget> read_amqp_target(const Args& args, const Status& then) {
 const std::vector<OptionSpec> kFleetKeyOptions = {{"fleet-key"}, {"trust-unsigned", false}};
 
 Expected<std::optional<broker::FleetKey>> read_fleet_key(const Args& args) {
-  if (!args.value("redis")) {
+  if (!args.value("redis") && !args.value("amqp")) {
     for (const char* name : {"fleet-key", "trust-unsigned"}) {
-      if (args.flag(name)) return Error{std::string("--") + name + " goes with --redis URL (the fleet's dead letters)"};
+      if (args.flag(name)) {
+        return Error{std::string("--") + name + " goes with --redis URL or --amqp URL (the fleet's dead letters)"};
+      }
     }
     return std::optional<broker::FleetKey>();
   }

@@ -42,7 +42,7 @@ extern const std::vector<OptionSpec> kFleetKeyOptions;
 
 // The fleet's key, or none when neither the flag nor the variable names one.
 // Errors (usage): the file is unusable (fleet_key.h says why), or
-// --fleet-key/--trust-unsigned without --redis.
+// --fleet-key/--trust-unsigned without --redis or --amqp.
 Expected<std::optional<broker::FleetKey>> read_fleet_key(const Args& args);
 
 }  // namespace pillbox::cli

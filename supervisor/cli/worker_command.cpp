@@ -6,6 +6,7 @@
 #include <string>
 
 #include "shared/task_input.h"
+#include "supervisor/broker/amqp_topology.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -23,6 +24,7 @@ namespace {
 
 const char* kHelp =
     "usage: pillbox worker --redis URL --stream NAME [options] (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
+    "       pillbox worker --amqp URL --queue NAME [options] (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "\n"
     "Runs the entries of a Redis stream (fields `key`, `payload`: see `pillbox submit`), each in its own\n"
     "confined child exactly as `pillbox run` does, as one consumer of a consumer group: start as many\n"
@@ -32,9 +34,18 @@ const char* kHelp =
     "entries of dead workers are taken over after --claim-idle. SIGTERM: finish what runs, read nothing\n"
     "new, exit. See docs/distributed.md.\n"
     "\n"
+    "On RabbitMQ (--amqp), the work queue NAME is a quorum queue whose messages (body: the payload, header\n"
+    "`key`) are consumed --jobs at a time: ok results go to the message's reply_to with its correlation_id,\n"
+    "else to the queue NAME.results; dead letters to NAME.dlx (the stream queue NAME.dlq); a retry waits in\n"
+    "a delay queue NAME.delay.MS, holding no slot. The attempt count is the broker's x-delivery-count plus\n"
+    "the deliveries a message's copies carry (docs/distributed.md, RabbitMQ).\n"
+    "\n"
     "options:\n"
     "  --redis URL         redis://HOST[:PORT][/DB]\n"
     "  --stream NAME       the stream of tasks (on Redis Cluster, a hash tag: {orders})\n"
+    "  --amqp URL, --queue NAME\n"
+    "                      RabbitMQ instead: amqp://USER:PASS@HOST:PORT/VHOST and the work queue (declared,\n"
+    "                      or checked, with NAME.dlx, NAME.dlq and NAME.results)\n"
     "  --group G           the consumer group (default pillbox; created when missing)\n"
     "  --consumer NAME     this worker's name in the group (default HOST:PID)\n"
     "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
@@ -71,11 +82,11 @@ const char* kHelp =
     "                      HOST:PORT, or PORT alone on 127.0.0.1; port 0 picks a free one (the URL\n"
     "                      is printed on stderr)\n"
     "\n"
-    "exit codes: 0 stopped by --exit-when-idle, 2 usage error, 3 Redis or the sandbox cannot be used,\n"
+    "exit codes: 0 stopped by --exit-when-idle, 2 usage error, 3 the broker or the sandbox cannot be used,\n"
     "            143/130 stopped by SIGTERM/SIGINT (after finishing what ran)\n";
 
 const std::vector<OptionSpec> kWorkerOptions = {
-    {"redis"},         {"stream"},          {"group"},          {"consumer"},          {"jobs"},
+    {"redis"},         {"stream"},          {"amqp"},           {"queue"},             {"group"},          {"consumer"},          {"jobs"},
     {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
     {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"},         {"max-key"},
     {"results-max-output"}, {"recreate-group", false}};
@@ -146,11 +157,25 @@ int worker_command(int argc, char** argv) {
                     "': the worker reads its tasks from --stream (to add tasks: pillbox submit)",
                 kExitUsage);
   }
-  auto fleet = read_fleet_target(*args, "--stream NAME is required");
-  if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
-
   broker::WorkerJobSettings job;
-  job.address = fleet->address;
+  std::string queue_or_stream;
+  if (args->value("amqp")) {
+    auto target = read_amqp_target(*args);
+    if (!target) return fail(target.error(), exit_code_for(target.error_code()));
+    job.amqp = target->address;
+    queue_or_stream = target->queue;
+    for (const char* redis_only : {"group", "claim-idle", "recreate-group"}) {
+      if (args->flag(redis_only)) {
+        return fail(std::string("--") + redis_only + " is for Redis streams: on RabbitMQ the broker hands each "
+                    "message to one consumer and takes back what a lost connection held", kExitUsage);
+      }
+    }
+  } else {
+    auto fleet = read_fleet_target(*args, "--stream NAME is required");
+    if (!fleet) return fail(fleet.error(), exit_code_for(fleet.error_code()));
+    job.address = fleet->address;
+    queue_or_stream = fleet->stream;
+  }
   auto run = read_run_settings(*args);
   if (!run) return fail(run.error(), kExitUsage);
   job.run = std::move(*run);
@@ -160,7 +185,15 @@ int worker_command(int argc, char** argv) {
   if (auto s = read_breaker_options(*args, job.worker.breaker); !s) return fail(s.message(), kExitUsage);
   broker::WorkerSettings& w = job.worker;
   w.retry = retry_job.retry;
-  w.keys = broker::stream_keys(fleet->stream);
+  if (job.amqp) {
+    // The record names the work queue; results and dead letters go to its neighbours.
+    const auto names = broker::amqp_queue_names(queue_or_stream);
+    w.keys.stream = names.work;
+    w.keys.dlq = names.dlq;
+    w.keys.results = names.work + ".results";
+  } else {
+    w.keys = broker::stream_keys(queue_or_stream);
+  }
   w.consumer.group = args->value("group").value_or("pillbox");
   w.consumer.name = args->value("consumer").value_or(broker::default_consumer_name());
   if (w.consumer.group.empty() || w.consumer.name.empty()) return fail("--group and --consumer cannot be empty", kExitUsage);
@@ -224,12 +257,21 @@ int worker_command(int argc, char** argv) {
   const auto& r = report->worker;
   if (!args->flag("quiet")) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    std::fprintf(stderr,
-                 "pillbox worker: %s in %.1f s: %zu entries received (%zu taken over from idle workers), "
-                 "%zu ok, %zu dead-lettered (%zu malformed), %zu retries, %zu released, %zu taken over by others; "
-                 "Redis lost %zu time%s\n",
-                 w.consumer.name.c_str(), seconds, r.deliveries, r.claimed, r.ok, r.dead_lettered, r.protocol_errors,
-                 r.retried, r.released, r.taken_over, r.redis_lost, r.redis_lost == 1 ? "" : "s");
+    if (job.amqp) {
+      std::fprintf(stderr,
+                   "pillbox worker: %s in %.1f s: %zu messages received, %zu ok, %zu dead-lettered (%zu malformed), "
+                   "%zu retries (through delay queues), %zu given back, %zu taken back by the broker; RabbitMQ lost "
+                   "%zu time%s\n",
+                   w.consumer.name.c_str(), seconds, r.deliveries, r.ok, r.dead_lettered, r.protocol_errors, r.retried,
+                   r.released, r.taken_over, r.redis_lost, r.redis_lost == 1 ? "" : "s");
+    } else {
+      std::fprintf(stderr,
+                   "pillbox worker: %s in %.1f s: %zu entries received (%zu taken over from idle workers), "
+                   "%zu ok, %zu dead-lettered (%zu malformed), %zu retries, %zu released, %zu taken over by others; "
+                   "Redis lost %zu time%s\n",
+                   w.consumer.name.c_str(), seconds, r.deliveries, r.claimed, r.ok, r.dead_lettered, r.protocol_errors,
+                   r.retried, r.released, r.taken_over, r.redis_lost, r.redis_lost == 1 ? "" : "s");
+    }
     if (r.redis_restarts > 0) {
       std::fprintf(stderr,
                    "pillbox worker: Redis restarted %zu time%s meanwhile; gone with %s: %zu results and %zu dead "
@@ -248,6 +290,12 @@ int worker_command(int argc, char** argv) {
   }
   if (!r.error.empty()) {
     // The error itself was said when the worker began to stop (its notice).
+    if (job.amqp) {
+      std::fprintf(stderr,
+                   "pillbox worker: stopped by that RabbitMQ error; what it held and did not settle goes back to the "
+                   "queue as its connection closes (the broker delivers it again)\n");
+      return kExitSetup;
+    }
     std::fprintf(stderr,
                  "pillbox worker: stopped by that Redis error; what it held stays pending, taken over by the fleet "
                  "after --claim-idle\n");

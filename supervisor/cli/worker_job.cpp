@@ -3,9 +3,13 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <functional>
 #include <optional>
 
+#include "supervisor/broker/amqp_back_end.h"
+#include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/stream_back_end.h"
 #include "supervisor/broker/stream_verdicts.h"
 #include "supervisor/flow/task_flow.h"
@@ -19,7 +23,134 @@ std::string default_consumer_name() {
   return std::string(host) + ":" + std::to_string(::getpid());
 }
 
+namespace {
+
+// The engine over `back_end` (task_flow.h, the rules `run` has too), driven
+// by the dispatcher until it ends; then what the back end still owes its
+// broker is waited for (a step that cannot complete is safe to drop: the
+// message or entry stays the broker's), `stop_links` stops its connections,
+// and the report is filled in. Both brokers' workers are this.
+template <typename BackEnd>
+Expected<RunReport> drive(const WorkerJobSettings& settings, const WorkerSettings& worker, BackEnd& back_end,
+                          WorkerSink& verdicts, WorkerReport& report, const std::function<void()>& stop_links) {
+  FlowSettings flow_settings;
+  flow_settings.retry = worker.retry;
+  flow_settings.breaker = worker.breaker;
+  flow_settings.identity = worker.identity;
+  flow_settings.hidden_path = worker.hidden_path;
+  flow_settings.seed = worker.seed;
+  Expected<RunReport> run = Error{"not run"};
+  StreamVerdicts told(back_end, verdicts);
+  TaskFlow flow(flow_settings, back_end.intake(), told, back_end);
+  if (settings.metrics != nullptr) {
+    settings.metrics->set_slots(settings.run.jobs);
+    metrics::MeteredRun metered(flow, flow, *settings.metrics, [&flow] { return flow.breaker_open(); });
+    run = run_tasks(settings.run, metered, metered);
+  } else {
+    run = run_tasks(settings.run, flow, flow);
+  }
+  // An error of the run (not of the broker) ends it here: nothing more is
+  // read, and what the intake holds is given back.
+  if (!run) back_end.stop_reading(run.error());
+  const Status finished = flow.finish(run ? "" : run.error());
+  // What finish() gave back reaches the broker before the links stop.
+  while (!back_end.quiet() && !back_end.links_down()) {
+    std::vector<pollfd> fds;
+    for (int fd : back_end.wait_fds()) fds.push_back({fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 100);
+    back_end.drain();
+  }
+  // The links stop before the back end goes: nothing of theirs runs later.
+  stop_links();
+  report = back_end.report();
+  report.released += told.released();
+  report.taken_over += told.taken_over();
+  report.outages = flow.report().outages;
+  if (run && !finished && report.error.empty()) report.error = finished.message();
+  return run;
+}
+
+// What a metered worker's verdicts go through (--metrics), or the sink itself.
+WorkerSink& metered(const WorkerJobSettings& settings, WorkerSink& sink,
+                    std::optional<metrics::MeteredWorkerVerdicts>& holder) {
+  if (settings.metrics == nullptr) return sink;
+  holder.emplace(sink, *settings.metrics);
+  return *holder;
+}
+
+// NAME.results: ok results of messages without a reply_to, bounded
+// (--results-maxlen; the oldest go first), durable.
+Status declare_results_queue(AmqpConnection& c, const WorkerSettings& worker) {
+  std::vector<AmqpField> arguments = {{"x-queue-type", std::string("quorum")}};
+  if (worker.results_maxlen > 0) {
+    arguments.push_back({"x-max-length", static_cast<std::int64_t>(worker.results_maxlen)});
+    arguments.push_back({"x-overflow", std::string("drop-head")});
+  }
+  auto declared = c.declare_queue(worker.keys.results, arguments);
+  if (declared) return Status::ok();
+  if (c.refusal() && c.refusal()->code == 406) {
+    return Status::error(explain_mismatch(worker.keys.results, c.address().describe(), *c.refusal(), arguments),
+                         ErrorCode::kSetup);
+  }
+  return Status::error(declared.error(), ErrorCode::kSetup);
+}
+
+Expected<WorkerJobReport> run_amqp_worker(const WorkerJobSettings& settings, WorkerSink& sink) {
+  AmqpWorkerSettings amqp;
+  amqp.worker = settings.worker;
+  amqp.worker.jobs = settings.run.jobs;
+  const std::string queue = amqp.worker.keys.stream;
+  {
+    auto c = AmqpConnection::open(*settings.amqp);
+    if (!c) return Error{c.error(), ErrorCode::kSetup};
+    AmqpTopologySettings topology;
+    topology.queue = queue;
+    // The broker's own limit stays above the worker's: a message that kills
+    // every worker is dead-lettered by the workers first, with a record.
+    topology.delivery_limit = std::max<std::int64_t>(topology.delivery_limit, amqp.worker.retry.max_attempts + 1);
+    auto declared = declare_topology(*c, topology);
+    if (!declared) return Error{declared.error(), ErrorCode::kSetup};
+    if (amqp.worker.results) {
+      if (auto s = declare_results_queue(*c, amqp.worker); !s) return Error{s.message(), s.code()};
+    }
+  }
+  AmqpBackEnd* back_end_ptr = nullptr;
+  auto on_state = [&back_end_ptr](bool consumer) {
+    return [&back_end_ptr, consumer](bool up, const std::string& what) {
+      if (back_end_ptr != nullptr) back_end_ptr->on_link_state(consumer, up, what);
+    };
+  };
+  // Prefetch --jobs: the worker holds about what it runs (amqp_entry.h).
+  const auto prefetch = static_cast<std::uint16_t>(std::clamp<std::size_t>(settings.run.jobs, 1, 65535));
+  auto consumer = AmqpLink::open(*settings.amqp, "consumes", on_state(true), [queue, prefetch](AmqpConnection& c) {
+    return c.consume(queue, prefetch);
+  });
+  if (!consumer) return Error{consumer.error(), ErrorCode::kSetup};
+  auto publisher = AmqpLink::open(*settings.amqp, "publishes", on_state(false),
+                                  [](AmqpConnection& c) { return c.confirm_publishes(); });
+  if (!publisher) return Error{publisher.error(), ErrorCode::kSetup};
+  WorkerJobReport report;
+  std::optional<metrics::MeteredWorkerVerdicts> metered_sink;
+  WorkerSink& verdicts = metered(settings, sink, metered_sink);
+  Expected<RunReport> run = Error{"not run"};
+  {
+    AmqpBackEnd back_end(amqp, **consumer, **publisher, verdicts);
+    back_end_ptr = &back_end;
+    run = drive(settings, amqp.worker, back_end, verdicts, report.worker, [&] {
+      (*consumer)->stop();
+      (*publisher)->stop();
+      back_end_ptr = nullptr;
+    });
+  }
+  if (!run) return Error{run.error(), run.error_code()};
+  report.run = std::move(*run);
+  return report;
+}
+
+}  // namespace
+
 Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSink& sink) {
+  if (settings.amqp) return run_amqp_worker(settings, sink);
   WorkerSettings worker_settings = settings.worker;
   {
     auto redis = RedisConnection::open(settings.address);
@@ -47,53 +178,18 @@ Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSi
   auto writer = BrokerLink::open(settings.address, "settles", on_state);
   if (!writer) return Error{writer.error(), writer.error_code()};
   WorkerJobReport report;
-  Expected<RunReport> run = Error{"not run"};
-  // With --metrics, verdicts and the dispatcher's steps are counted on their way.
   std::optional<metrics::MeteredWorkerVerdicts> metered_sink;
-  if (settings.metrics != nullptr) metered_sink.emplace(sink, *settings.metrics);
-  WorkerSink& verdicts = metered_sink ? static_cast<WorkerSink&>(*metered_sink) : sink;
-  // The rules are the engine's (task_flow.h), as for `run`; Redis keeps
-  // what they decide (stream_back_end.h).
-  FlowSettings flow_settings;
-  flow_settings.retry = worker_settings.retry;
-  flow_settings.breaker = worker_settings.breaker;
-  flow_settings.identity = worker_settings.identity;
-  flow_settings.hidden_path = worker_settings.hidden_path;
-  flow_settings.seed = worker_settings.seed;
+  WorkerSink& verdicts = metered(settings, sink, metered_sink);
+  Expected<RunReport> run = Error{"not run"};
   {
-    StreamBackEnd back_end(std::move(worker_settings), **reader, **writer, verdicts);
+    // Redis keeps what the engine decides (stream_back_end.h).
+    StreamBackEnd back_end(worker_settings, **reader, **writer, verdicts);
     back_end_ptr = &back_end;
-    StreamVerdicts told(back_end, verdicts);
-    TaskFlow flow(flow_settings, back_end.intake(), told, back_end);
-    if (settings.metrics != nullptr) {
-      settings.metrics->set_slots(settings.run.jobs);
-      metrics::MeteredRun metered(flow, flow, *settings.metrics, [&flow] { return flow.breaker_open(); });
-      run = run_tasks(settings.run, metered, metered);
-    } else {
-      run = run_tasks(settings.run, flow, flow);
-    }
-    // An error of the run (not of Redis) ends it here: nothing more is
-    // read, and what the intake holds is released.
-    if (!run) back_end.stop_reading(run.error());
-    const Status finished = flow.finish(run ? "" : run.error());
-    // What finish() gave back reaches Redis before the links stop (a step
-    // that cannot complete is safe to drop: the protocol leaves its entry
-    // pending for the fleet).
-    while (!back_end.quiet() && !back_end.links_down()) {
-      std::vector<pollfd> fds;
-      for (int fd : back_end.wait_fds()) fds.push_back({fd, POLLIN, 0});
-      ::poll(fds.data(), fds.size(), 100);
-      back_end.drain();
-    }
-    // The links stop before the back end goes: nothing of theirs runs later.
-    (*reader)->stop();
-    (*writer)->stop();
-    back_end_ptr = nullptr;
-    report.worker = back_end.report();
-    report.worker.released += told.released();
-    report.worker.taken_over += told.taken_over();
-    report.worker.outages = flow.report().outages;
-    if (run && !finished && report.worker.error.empty()) report.worker.error = finished.message();
+    run = drive(settings, worker_settings, back_end, verdicts, report.worker, [&] {
+      (*reader)->stop();
+      (*writer)->stop();
+      back_end_ptr = nullptr;
+    });
   }
   if (!run) return Error{run.error(), run.error_code()};
   report.run = std::move(*run);

@@ -1,10 +1,14 @@
 #pragma once
 // The library entry point behind `pillbox worker`: the attempt engine
 // (supervisor/flow/task_flow.h) over a StreamBackEnd (stream_back_end.h) on
-// two BrokerLinks (broker_link.h) to one Redis, driven by the dispatcher
-// until SIGTERM or SIGINT, --exit-when-idle, or a Redis error that is not a
-// lost connection. The CLI is a thin layer over this.
+// two BrokerLinks (broker_link.h) to one Redis, or over an AmqpBackEnd
+// (amqp_back_end.h) on two AmqpLinks to one RabbitMQ, driven by the
+// dispatcher until SIGTERM or SIGINT, --exit-when-idle, or a broker error
+// that is not a lost connection. The CLI is a thin layer over this.
 #include "shared/status.h"
+#include <optional>
+
+#include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/redis_connection.h"
 #include "supervisor/broker/worker_settings.h"
 #include "supervisor/exec/dispatcher.h"
@@ -14,6 +18,9 @@ namespace pillbox::broker {
 
 struct WorkerJobSettings {
   RedisAddress address;
+  // --amqp: a RabbitMQ worker instead, of the queue worker.keys.stream
+  // names (amqp_back_end.h); `address` is then unused.
+  std::optional<AmqpAddress> amqp;
   RunSettings run;
   WorkerSettings worker;
   // --metrics: counts what the worker does (supervisor/metrics/metered_run.h);

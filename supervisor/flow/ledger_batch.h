@@ -137,6 +137,7 @@ enum class LostAs : std::uint8_t {
   kTakenOver,     // another process has it, or it was deleted
   kDeadLettered,  // the back end settled it itself, unrun, and told so already
   kLeftPending,   // a step on it failed: left for another process, as a release
+  kHandedBack,    // the back end handed it to its broker, which delivers it again later (a retry's wait)
 };
 struct TaskLost {
   std::uint64_t ref = 0;

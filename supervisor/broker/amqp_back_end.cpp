@@ -1,0 +1,469 @@
+#include "supervisor/broker/amqp_back_end.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+#include <variant>
+
+#include "supervisor/broker/amqp_topology.h"
+
+namespace pillbox::broker {
+namespace {
+
+// Publishes `p` and waits for the broker's confirm.
+Status send(AmqpConnection& c, const AmqpPublication& p) {
+  AmqpOutgoing m = p.message;
+  m.body = p.body;
+  Status s = p.exchange.empty() ? c.publish(p.routing_key, m) : c.publish_to_exchange(p.exchange, m);
+  if (!s) return s;
+  return c.wait_confirmed();
+}
+
+}  // namespace
+
+AmqpBackEnd::AmqpBackEnd(AmqpWorkerSettings settings, AmqpLink& consumer, AmqpLink& publisher, WorkerSink& out)
+    : settings_(std::move(settings)),
+      consumer_(consumer),
+      publisher_(publisher),
+      out_(out),
+      intake_news_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  // The consume loop: on the consumer link's thread whenever it has no
+  // other work; each message comes here through drain().
+  consumer_.set_idle([this, wait = settings_.consume_wait, wake = consumer_.wake_fd()](AmqpConnection& c) -> AmqpLink::Done {
+    auto m = c.next(wait, wake);
+    if (!m && c.broken()) return nullptr;  // the link says so, connects again and consumes anew (its Setup)
+    if (!m) {
+      // The broker ended the consume and kept the connection (NAME deleted
+      // or moved): nothing more comes; the worker stops and says why.
+      return [this, error = m.error()]() { on_error(error); };
+    }
+    if (!*m) return nullptr;
+    return [this, m = std::move(**m), id = c.id()]() mutable { admit(std::move(m), id); };
+  });
+}
+
+AmqpBackEnd::~AmqpBackEnd() = default;
+
+std::int64_t AmqpBackEnd::wall_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+AttemptStore::Capabilities AmqpBackEnd::capabilities() const {
+  Capabilities c;
+  c.keeps_records = true;          // dead letters
+  c.takes_back = false;            // a dead letter given stands
+  c.can_stop = false;              // nothing would run what a worker holds: it gives it back
+  c.merges_repeats = false;        // every message is settled, twins too
+  c.tells_ok_when_settled = true;  // an ok is told once its result is confirmed and its message acknowledged
+  return c;
+}
+
+void AmqpBackEnd::drain() {
+  consumer_.drain();
+  publisher_.drain();
+}
+
+bool AmqpBackEnd::quiet() const { return consumer_.outstanding() == 0 && publisher_.outstanding() == 0; }
+
+std::vector<int> AmqpBackEnd::wait_fds() const { return {consumer_.wait_fd(), publisher_.wait_fd()}; }
+
+std::vector<int> AmqpBackEnd::intake_fds() const {
+  std::vector<int> fds = wait_fds();
+  if (intake_news_.get() >= 0) fds.push_back(intake_news_.get());
+  return fds;
+}
+
+void AmqpBackEnd::tell_intake() {
+  if (in_next_ || intake_news_.get() < 0) return;
+  const std::uint64_t one = 1;
+  (void)!::write(intake_news_.get(), &one, sizeof one);
+}
+
+AmqpBackEnd::Held* AmqpBackEnd::held(std::int64_t task_id) {
+  auto it = held_.find(task_id);
+  return it == held_.end() ? nullptr : &it->second;
+}
+
+void AmqpBackEnd::check_signals() {
+  if (const int sig = stop_signals_.caught(); sig != 0 && !stopping_) {
+    report_.stop_signal = sig;
+    stop_reading(stop_signal_name(sig));
+  }
+}
+
+void AmqpBackEnd::on_error(const std::string& message) {
+  if (report_.error.empty()) report_.error = message;
+  stop_reading("a RabbitMQ error: " + message);
+}
+
+void AmqpBackEnd::on_link_state(bool consumer, bool up, const std::string& what) {
+  if (!up) {
+    if (links_down_++ == 0) {
+      ++report_.redis_lost;
+      out_.on_notice("lost RabbitMQ: " + what + "; reconnecting with backoff (tasks keep running)");
+    }
+    if (consumer) {
+      // The broker put back every message this connection held: each is
+      // delivered again (counted), to this worker or another. What runs here
+      // runs on, unsettled.
+      std::vector<std::int64_t> ids;
+      for (const auto& [id, h] : held_) ids.push_back(id);
+      for (std::int64_t id : ids) lose(id, "the connection to RabbitMQ was lost: the broker delivers it again");
+    }
+    return;
+  }
+  if (links_down_ > 0 && --links_down_ == 0) out_.on_notice("RabbitMQ is back: " + what);
+  // A new consuming connection consumes again (the link's Setup): a
+  // worker that stops cancels that consume too.
+  if (consumer && stopping_) cancel_consume();
+}
+
+void AmqpBackEnd::stop_reading(const std::string& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  stopping_why_ = why;
+  out_.on_notice("stopping (" + why + "): what runs finishes, nothing new is taken, messages not started are given back");
+  consumer_.set_idle(nullptr);
+  cancel_consume();
+  for (std::int64_t id : std::exchange(queued_, {})) give_back(id, "released: the worker is stopping");
+}
+
+void AmqpBackEnd::cancel_consume() {
+  cancel_answered_ = false;
+  consumer_.post([this](AmqpConnection& c) -> AmqpLink::Done {
+    auto rest = c.cancel_consume();
+    return [this, rest = std::move(rest), id = c.id()]() mutable {
+      cancel_answered_ = true;
+      tell_intake();
+      if (!rest) return;  // the connection is gone: the broker took back what it held
+      // Delivered before the broker read the cancel: given back (admit
+      // gives back all it gets while the worker stops).
+      for (AmqpMessage& m : *rest) admit(std::move(m), id);
+    };
+  });
+}
+
+// ---- intake ----
+
+void AmqpBackEnd::admit(AmqpMessage m, std::uint64_t connection) {
+  ++report_.deliveries;
+  last_activity_ = Clock::now();
+  tell_intake();
+  const std::int64_t id = ++next_task_id_;
+  Held& h = held_[id];
+  h.task_id = id;
+  h.connection = connection;
+  read_message(std::move(m), h);
+  // Two messages may share a message_id (a publisher's choice): the second
+  // is told apart by its delivery tag.
+  std::string source = h.id;
+  if (by_source_.count(source) > 0) source += " #" + std::to_string(h.message.delivery_tag);
+  h.task.source_id = source;
+  by_source_[source] = id;
+  if (stopping_) return give_back(id, "released: the worker is stopping");
+  if (auto refused = check_message(settings_.worker, h)) {
+    if (refused->protocol_error) ++report_.protocol_errors;
+    return dead_letter(h, refused->outcome, refused->reason, /*unrun=*/true);
+  }
+  queued_.push_back(id);
+}
+
+TaskSource::Item AmqpBackEnd::next_message() {
+  if (intake_news_.get() >= 0) {
+    std::uint64_t told = 0;
+    (void)!::read(intake_news_.get(), &told, sizeof told);
+  }
+  in_next_ = true;
+  drain();
+  in_next_ = false;
+  check_signals();
+  TaskSource::Item item;
+  const auto now = Clock::now();
+  if (!intake_started_) {
+    intake_started_ = true;
+    last_activity_ = now;
+  }
+  if (!held_.empty()) last_activity_ = now;
+  if (settings_.worker.exit_when_idle && !stopping_ && queued_.empty() &&
+      now - last_activity_ >= *settings_.worker.exit_when_idle) {
+    stop_reading("nothing new for " + std::to_string(settings_.worker.exit_when_idle->count()) + " ms");
+  }
+  if (!queued_.empty()) {
+    Held& h = held_.at(queued_.front());
+    queued_.pop_front();
+    h.handed = true;
+    item.type = TaskSource::Item::Type::kTask;
+    item.task.key = h.task.key;
+    item.task.payload = h.task.payload;
+    item.task.source_id = h.task.source_id;
+    return item;
+  }
+  if (stopping_) {
+    item.type = cancel_answered_ ? TaskSource::Item::Type::kEnd : TaskSource::Item::Type::kWait;
+    return item;
+  }
+  item.type = TaskSource::Item::Type::kWait;
+  // Idleness is looked at again by then.
+  if (settings_.worker.exit_when_idle) item.wake_at = last_activity_ + *settings_.worker.exit_when_idle;
+  return item;
+}
+
+Expected<std::optional<store::LedgerTask>> AmqpBackEnd::find(const Task& task, const std::string&) {
+  auto it = by_source_.find(task.source_id);
+  if (it == by_source_.end()) return Error{"message " + task.source_id + " is not held by this worker"};
+  const Held& h = held_.at(it->second);
+  store::LedgerTask known;
+  known.id = h.task_id;
+  known.state = store::TaskState::kPending;
+  known.attempts = static_cast<std::uint32_t>(std::max<std::int64_t>(h.delivery - 1, 0));
+  known.history = engine_history(h.history, static_cast<std::uint32_t>(h.delivery));
+  return std::optional<store::LedgerTask>{std::move(known)};
+}
+
+// ---- the engine's effects ----
+
+bool AmqpBackEnd::has_unapplied() const {
+  return !writes_.empty() || !answers_.started.empty() || !answers_.quarantined.empty() || !answers_.lost.empty() ||
+         !answers_.settled.empty();
+}
+
+bool AmqpBackEnd::idle() const {
+  return !has_unapplied() && publisher_.outstanding() == 0 && consumer_.outstanding() == 0;
+}
+
+Expected<BatchResult> AmqpBackEnd::apply(std::vector<StartAttempt> starts, bool, Commit, Clock::time_point) {
+  drain();
+  check_signals();
+  std::vector<LedgerWrite> writes = std::exchange(writes_, {});
+  for (LedgerWrite& w : writes) {
+    if (const auto* end = std::get_if<EndAttempt>(&w)) {
+      Held* h = held(end->task_id);
+      if (h == nullptr) continue;
+      const auto delivery = static_cast<std::uint32_t>(h->delivery);
+      h->last_end = end->outcome.kind == "interrupted"
+                        ? recorded_release(delivery, settings_.worker.consumer.name, wall_ms(),
+                                           "released: " + end->outcome.message)
+                        : recorded_outcome(delivery, settings_.worker.consumer.name, wall_ms(), end->outcome,
+                                           end->charged, end->transient);
+    } else if (const auto* u = std::get_if<UnchargeAttempt>(&w)) {
+      // An earlier failure the outage explains: its copy carries it uncharged.
+      Held* h = held(u->task_id);
+      if (h == nullptr) continue;
+      for (RecordedDelivery& d : h->history.recorded) {
+        if (d.delivery == u->n && d.charged) {
+          d.charged = false;
+          d.note = "held: handler outage suspected";
+        }
+      }
+      if (h->last_end && h->last_end->delivery == u->n) {
+        h->last_end->charged = false;
+        h->last_end->note = "held: handler outage suspected";
+      }
+    } else if (const auto* s = std::get_if<SetTaskWait>(&w)) {
+      // A retry waits in a delay queue, not here; one held for an outage
+      // stays held (unacknowledged) until the engine releases it.
+      if (!s->held && s->next_retry_at_ms > 0) {
+        retry_later(s->task_id, std::chrono::milliseconds(std::max<std::int64_t>(s->next_retry_at_ms - wall_ms(), 1)));
+      }
+    } else if (const auto* k = std::get_if<KeepResult>(&w)) {
+      Held* h = held(k->task_id);
+      if (h == nullptr) continue;
+      Outcome outcome = h->last_end ? outcome_of(*h->last_end) : Outcome{};
+      outcome.kind = Kind::kOk;
+      outcome.output = k->output;
+      const std::string results = settings_.worker.results ? settings_.worker.keys.results : "";
+      settle(*h, result_publication(settings_.worker, *h, outcome, results), Settled::kOk);
+    } else if (const auto* q = std::get_if<QuarantinePayload>(&w)) {
+      Held* h = held(q->task_id);
+      if (h == nullptr) continue;
+      dead_letter(*h, q->outcome, q->reason, /*unrun=*/false);
+    } else if (const auto* s = std::get_if<SetTaskState>(&w)) {
+      // Gave up here (not the payload's fault): left for another worker.
+      if (s->state == store::TaskState::kGaveUp) give_back(s->task_id, "released: gave up here");
+    } else if (const auto* r = std::get_if<ReleaseTask>(&w)) {
+      give_back(r->task_id, stopping_ ? "released: the worker is stopping" : "released: outage here: left to other workers");
+    } else if (std::holds_alternative<ReleaseClaims>(w)) {
+      std::vector<std::int64_t> ids;
+      for (const auto& [id, h] : held_) ids.push_back(id);
+      for (std::int64_t id : ids) give_back(id, "released: the worker is stopping");
+    }
+    // TakeBackRecord: never (takes_back is false).
+  }
+  for (const StartAttempt& s : starts) start(s);
+  return std::exchange(answers_, BatchResult{});
+}
+
+void AmqpBackEnd::start(const StartAttempt& s) {
+  Held* h = held(s.task_id);
+  if (h == nullptr) {
+    answers_.lost.push_back({s.ref, "no longer held by this worker", LostAs::kTakenOver});
+    return;
+  }
+  if (h->settling) {
+    // On its way to a delay queue (its wait ended before the broker
+    // confirmed the copy): not run here, told now, once.
+    answered_at_[h->task.source_id] = h->delivery;
+    answers_.lost.push_back({s.ref, h->settle_detail, LostAs::kHandedBack});
+    h->ref = 0;
+    return;
+  }
+  h->ref = s.ref;
+  ++report_.attempts;
+  answers_.started.push_back({h->ref, h->task_id, static_cast<std::uint32_t>(h->delivery), store::TaskState::kPending, ""});
+}
+
+void AmqpBackEnd::settle(Held& h, std::optional<AmqpPublication> p, Settled how, const std::string& detail,
+                         std::chrono::milliseconds delay_bucket) {
+  h.settling = true;
+  h.settle_detail = detail;
+  const std::int64_t task_id = h.task_id;
+  if (!p) return acknowledge(task_id, how, "", detail);
+  const std::string target = p->exchange.empty() ? p->routing_key : p->exchange;
+  publisher_.post([this, task_id, how, detail, target, delay_bucket, declared = declared_delays_, queue = settings_.worker.keys.stream,
+                   p = std::move(*p)](AmqpConnection& c) -> AmqpLink::Done {
+    Status s = Status::ok();
+    if (delay_bucket.count() > 0 && declared->count(delay_bucket.count()) == 0) {
+      // Declared when first used (amqp_topology.h): idempotent, so another
+      // worker's declaring it too is fine.
+      auto made = declare_delay_queue(c, queue, delay_bucket);
+      if (made) declared->insert(delay_bucket.count());
+      if (!made) s = Status::error(made.error());
+    }
+    if (s) s = send(c, p);
+    return [this, task_id, how, detail, target, s]() {
+      if (s) return acknowledge(task_id, how, target, detail);
+      Held* h = held(task_id);
+      if (h == nullptr) return;
+      if (how == Settled::kOk) {
+        // Its requester went away (an RPC's reply queue is gone): the task
+        // is done all the same, and says so.
+        out_.on_notice("warning: the result of " + h->task.key + " (message " + h->task.source_id +
+                       ") was not delivered to '" + target + "': " + s.message());
+        return acknowledge(task_id, how, "", detail);
+      }
+      // Left unacknowledged: the broker delivers it again once this worker
+      // is gone. The worker stops: it cannot settle what it runs.
+      on_error("cannot publish to '" + target + "': " + s.message());
+      lose(task_id, "left unacknowledged after a RabbitMQ error", LostAs::kLeftPending);
+    };
+  });
+}
+
+void AmqpBackEnd::acknowledge(std::int64_t task_id, Settled how, const std::string& added, const std::string& detail) {
+  Held* h = held(task_id);
+  if (h == nullptr) return;
+  consumer_.post([this, task_id, how, added, detail, tag = h->message.delivery_tag,
+                  connection = h->connection](AmqpConnection& c) -> AmqpLink::Done {
+    // A tag of an earlier connection: that message is the broker's again.
+    const bool acked = c.id() == connection && c.ack(tag).is_ok();
+    return [this, task_id, how, added, detail, acked]() {
+      tell_intake();
+      Held* h = held(task_id);
+      if (h == nullptr) return;
+      if (!acked) return lose(task_id, "the connection to RabbitMQ was lost before it was acknowledged: delivered again");
+      answered_at_[h->task.source_id] = h->delivery;
+      switch (how) {
+        case Settled::kOk:
+          ++report_.ok;
+          if (h->ref != 0) answers_.settled.push_back({h->ref, added});
+          break;
+        case Settled::kDeadLetter:
+        case Settled::kRefused:
+          ++report_.dead_lettered;
+          if (how == Settled::kRefused || h->ref == 0) {
+            // The intake's own verdict: the engine never had it, or loses it now.
+            out_.on_verdict(h->task, h->verdict_outcome,
+                            WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h->task.source_id, h->delivery, added,
+                                          detail, false});
+            if (h->ref != 0) answers_.lost.push_back({h->ref, "dead-lettered unrun: " + detail, LostAs::kDeadLettered});
+          } else {
+            QuarantineWritten q;
+            q.ref = h->ref;
+            q.settled_as = added;
+            answers_.quarantined.push_back(std::move(q));
+          }
+          break;
+        case Settled::kRetry:
+          ++report_.retried;
+          if (h->ref != 0) answers_.lost.push_back({h->ref, detail, LostAs::kHandedBack});
+          break;
+        case Settled::kGiveBack:
+          // Given back before the engine had it: said here (the engine
+          // tells those it had).
+          if (!h->handed) {
+            ++report_.released;
+            out_.on_verdict(h->task, Outcome{},
+                            WorkerVerdict{WorkerVerdict::Type::kReleased, h->task.source_id, h->delivery, "", detail});
+          }
+          break;
+      }
+      release(task_id);
+    };
+  });
+}
+
+void AmqpBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::string& reason, bool unrun) {
+  h.verdict_outcome = outcome;
+  settle(h, dead_letter_publication(settings_.worker, h, outcome, reason, wall_ms()),
+         unrun ? Settled::kRefused : Settled::kDeadLetter, reason);
+}
+
+RecordedDelivery AmqpBackEnd::ended_or_released(const Held& h, const std::string& note) const {
+  if (h.last_end && h.last_end->delivery == h.delivery) return *h.last_end;
+  return recorded_release(static_cast<std::uint32_t>(h.delivery), settings_.worker.consumer.name, wall_ms(), note);
+}
+
+void AmqpBackEnd::give_back(std::int64_t task_id, const std::string& note) {
+  Held* h = held(task_id);
+  if (h == nullptr || h->settling) return;
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
+  // Its delivery is recorded (its end, or as not run), so that the worker
+  // that takes the copy does not count one that never reported back.
+  settle(*h, carried_copy(*h, ended_or_released(*h, note), settings_.worker.keys.stream), Settled::kGiveBack, note);
+}
+
+void AmqpBackEnd::retry_later(std::int64_t task_id, std::chrono::milliseconds wait) {
+  Held* h = held(task_id);
+  if (h == nullptr || h->settling) return;
+  const auto bucket = delay_bucket(wait);
+  const std::string queue = delay_queue_name(settings_.worker.keys.stream, bucket);
+  settle(*h, carried_copy(*h, ended_or_released(*h, "released: waits for its retry"), queue), Settled::kRetry,
+         "retry in " + std::to_string(wait.count()) + " ms: waits in " + queue, bucket);
+}
+
+void AmqpBackEnd::release(std::int64_t task_id) {
+  auto it = held_.find(task_id);
+  if (it == held_.end()) return;
+  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
+  by_source_.erase(it->second.task.source_id);
+  held_.erase(it);
+}
+
+std::int64_t AmqpBackEnd::answered_at(const std::string& entry) {
+  auto it = answered_at_.find(entry);
+  if (it == answered_at_.end()) return 0;
+  const std::int64_t delivery = it->second;
+  answered_at_.erase(it);
+  return delivery;
+}
+
+void AmqpBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as) {
+  Held* h = held(task_id);
+  if (h == nullptr) return;
+  if (h->ref != 0 || h->handed) {
+    answered_at_[h->task.source_id] = h->delivery;
+    if (h->ref != 0) answers_.lost.push_back({h->ref, why, as});
+    // A task the engine has and has not started hears it at its start.
+  } else {
+    ++report_.taken_over;
+    out_.on_verdict(h->task, Outcome{},
+                    WorkerVerdict{WorkerVerdict::Type::kTakenOver, h->task.source_id, h->delivery, "",
+                                  "not settled here: " + why});
+  }
+  release(task_id);
+}
+
+}  // namespace pillbox::broker

@@ -1,0 +1,259 @@
+// pillbox worker --amqp against a real rabbitmq-server the test starts
+// itself (rabbit_server.h; one broker for every case here, since a node
+// takes seconds to start: one test case, a function per case): ok results
+// go to a message's reply_to with its correlation id, else to NAME.results;
+// a payload that crashes the same way twice is retried through a delay
+// queue (holding no message meanwhile) and then dead-lettered into the
+// stream NAME.dlq with the record an operator acts on, signed; a worker
+// SIGKILLed mid-task leaves the message to the broker, whose count the next
+// worker reads; nothing stays unacknowledged.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/amqp_dead_letter.h"
+#include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/fleet_key.h"
+#include "tests/e2e/background.h"
+#include "tests/e2e/rabbit_server.h"
+#include "tests/e2e/support.h"
+
+using json = nlohmann::json;
+using pillbox::broker::AmqpConnection;
+using pillbox::broker::AmqpMessage;
+using pillbox::broker::AmqpOutgoing;
+using pillbox::broker::AmqpValue;
+using pillbox::broker::find_field;
+using e2e::run_pillbox;
+
+namespace {
+
+AmqpConnection connect(const e2e::RabbitServer& server) {
+  auto address = pillbox::broker::parse_amqp_url(server.url());
+  REQUIRE(address.has_value());
+  auto c = AmqpConnection::open(*address);
+  REQUIRE_MESSAGE(c.has_value(), c.error());
+  return std::move(*c);
+}
+
+// Every message ready in `queue`, taken (acknowledged) in order.
+std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
+  std::vector<AmqpMessage> out;
+  for (;;) {
+    auto m = c.get(queue);
+    REQUIRE_MESSAGE(m.has_value(), m.error());
+    if (!*m) return out;
+    REQUIRE(c.ack((*m)->delivery_tag).is_ok());
+    out.push_back(std::move(**m));
+  }
+}
+
+// Every dead letter in the stream NAME.dlq, read by offset from the first
+// (a stream is read by a consume; `expected` says when all are in).
+std::vector<AmqpMessage> dead_letters(const e2e::RabbitServer& server, const std::string& dlq, std::size_t expected) {
+  auto c = connect(server);
+  REQUIRE(c.consume(dlq, 100, {{"x-stream-offset", std::string("first")}}).is_ok());
+  std::vector<AmqpMessage> out;
+  while (out.size() < expected) {
+    auto m = c.next(std::chrono::seconds(30));
+    REQUIRE_MESSAGE(m.has_value(), m.error());
+    REQUIRE_MESSAGE(m->has_value(), "only " << out.size() << " of " << expected << " dead letters in " << dlq);
+    REQUIRE(c.ack((**m).delivery_tag).is_ok());
+    out.push_back(std::move(**m));
+  }
+  return out;
+}
+
+// The broker's word on queues: name -> {messages, messages_unacknowledged, type}.
+json queues(const e2e::RabbitServer& server) {
+  const auto r = server.ctl({"list_queues", "name", "type", "messages", "messages_unacknowledged", "--formatter",
+                             "json", "--quiet"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  json by_name = json::object();
+  for (const json& q : json::parse(r.out)) by_name[q.at("name").get<std::string>()] = q;
+  return by_name;
+}
+
+std::string header_text(const AmqpMessage& m, const std::string& name) {
+  const AmqpValue* v = find_field(m.headers, name);
+  return v != nullptr && v->text() != nullptr ? *v->text() : std::string();
+}
+
+std::vector<std::string> worker_args(const e2e::RabbitServer& server, const std::string& queue,
+                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"worker", "--amqp", server.url(), "--queue", queue};
+  if (std::find(extra.begin(), extra.end(), "--backoff-base") == extra.end()) {
+    args.insert(args.end(), {"--backoff-base", "10ms"});
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--", e2e::fixture("mixed_poison")});
+  return args;
+}
+
+// Good payloads: ok, their results where RabbitMQ users look; an RPC
+// request gets its reply with its correlation id, even with --no-results.
+void results_where_users_look(e2e::RabbitServer& server) {
+  const auto submitted = run_pillbox({"submit", "--amqp", server.url(), "--queue", "jobs", "-"},
+                                     e2e::task_line("good-1", "payload one") + e2e::task_line("good-2", "payload two"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+  auto c = connect(server);
+  REQUIRE(c.declare_queue("replies", {}).has_value());
+  AmqpOutgoing rpc;
+  rpc.body = "rpc payload";
+  rpc.message_id = "rpc-1";
+  rpc.correlation_id = "req-42";
+  rpc.reply_to = "replies";
+  rpc.headers = {{"key", std::string("rpc")}};
+  REQUIRE(c.publish("jobs", rpc).is_ok());
+
+  const auto r = run_pillbox(worker_args(server, "jobs", {"--jobs", "2", "--exit-when-idle", "1s", "--json"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  REQUIRE(r.records.size() == 3);
+  for (const json& v : r.records) CHECK(v.value("verdict", "") == "ok");
+  CHECK(r.err.find("3 messages received, 3 ok") != std::string::npos);
+  CHECK(r.err.find("pillbox-test") == std::string::npos);  // never the password
+
+  const auto results = drain(c, "jobs.results");
+  REQUIRE(results.size() == 2);
+  std::map<std::string, std::string> output_of;
+  for (const AmqpMessage& m : results) output_of[header_text(m, "key")] = m.body;
+  CHECK(output_of["good-1"] == "payload one");
+  CHECK(output_of["good-2"] == "payload two");
+  CHECK(header_text(results[0], "status") == "ok");
+  const auto replies = drain(c, "replies");
+  REQUIRE(replies.size() == 1);
+  CHECK(replies[0].correlation_id == "req-42");
+  CHECK(replies[0].body == "rpc payload");
+  CHECK(header_text(replies[0], "message_id") == "rpc-1");
+  const json q = queues(server);
+  CHECK(q["jobs"].value("messages", -1) == 0);
+  CHECK(e2e::eventually([&] { return queues(server)["jobs"].value("messages_unacknowledged", -1) == 0; },
+                        std::chrono::seconds(20), std::chrono::milliseconds(200)));
+  CHECK(q["jobs.results"].value("type", "") == "quorum");
+}
+
+// A payload that crashes: its first failure waits in a delay queue (the
+// worker holds nothing meanwhile), its second, alike, dead-letters it with
+// the record and both deliveries, signed with the fleet key.
+void poison_dead_lettered(e2e::RabbitServer& server) {
+  e2e::TempDir keys(0700);
+  const std::string key = keys.write("fleet.key", std::string(64, 'k'));
+  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const auto submitted = run_pillbox({"submit", "--amqp", server.url(), "--queue", "crashes", "-"},
+                                     e2e::task_line("segv", "S crashes") + e2e::task_line("fine", "fine"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+
+  const auto r = run_pillbox(worker_args(server, "crashes", {"--jobs", "2", "--exit-when-idle", "1500ms", "--json",
+                                                             "--backoff-base", "300ms", "--fleet-key", key}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  std::map<std::string, std::vector<std::string>> verdicts;
+  for (const json& v : r.records) verdicts[v.value("key", "")].push_back(v.value("verdict", ""));
+  CHECK(verdicts["fine"] == std::vector<std::string>{"ok"});
+  // Its retry left this worker (released to the delay queue), and came back.
+  CHECK(verdicts["segv"] == std::vector<std::string>{"released", "dead-lettered"});
+  CHECK(r.err.find("1 retries (through delay queues)") != std::string::npos);
+
+  const auto dl = dead_letters(server, "crashes.dlq", 1);
+  const auto read = pillbox::broker::read_dead_letter(dl[0]);
+  CHECK(read.unreadable.empty());
+  CHECK(read.key == "segv");
+  CHECK(read.payload == "S crashes");
+  CHECK(read.record.value("kind", "") == "crash");
+  CHECK(read.record.value("deliveries", 0) == 2);
+  CHECK(read.record.at("queue").value("name", "") == "crashes");
+  const json& attempts = read.record.at("attempts_history");
+  REQUIRE(attempts.size() == 2);
+  CHECK(attempts[0].value("fingerprint", "") == attempts[1].value("fingerprint", ""));
+  CHECK(attempts[0].value("delivery", 0) == 1);
+  CHECK(attempts[1].value("delivery", 0) == 2);
+  const pillbox::broker::FleetKey fleet(std::string(64, 'k'));
+  // What was signed and the headers, shown if it does not verify.
+  std::string signed_text;
+  for (const auto& field : pillbox::broker::dead_letter_signed_fields(dl[0])) {
+    signed_text += field.first + " (" + std::to_string(field.second.size()) + " bytes): " +
+                   field.second.substr(0, 3000) + "\n";
+  }
+  for (const auto& f : dl[0].headers) signed_text += "header " + f.name + " kind " + f.value.kind + "\n";
+  INFO(signed_text);
+  CHECK(fleet.verify("crashes.dlq", pillbox::broker::dead_letter_signed_fields(dl[0])) ==
+        pillbox::broker::Signature::kValid);
+
+  // The retry waited in a delay queue the broker keeps (its backoff, up to
+  // 300 ms with jitter, rounded up to a power of two), now empty; nothing
+  // is left unacknowledged.
+  const json q = queues(server);
+  std::vector<std::string> delay_queues;
+  for (const auto& [name, info] : q.items()) {
+    if (name.rfind("crashes.delay.", 0) != 0) continue;
+    delay_queues.push_back(name);
+    CHECK(info.value("messages", -1) == 0);
+    const int ms = std::stoi(name.substr(std::string("crashes.delay.").size()));
+    CHECK((ms & (ms - 1)) == 0);
+    CHECK(ms <= 512);
+  }
+  CHECK(delay_queues.size() == 1);
+  CHECK(q["crashes"].value("messages", -1) == 0);
+  CHECK(e2e::eventually([&] { return queues(server)["crashes"].value("messages_unacknowledged", -1) == 0; },
+                        std::chrono::seconds(20), std::chrono::milliseconds(200)));
+}
+
+// A worker SIGKILLed mid-task: the broker takes the message back and counts
+// it; the next worker runs it as delivery 2, delivery 1 never reported back.
+void killed_worker_counts(e2e::RabbitServer& server) {
+  const auto submitted =
+      run_pillbox({"submit", "--amqp", server.url(), "--queue", "spins", "-"}, e2e::task_line("spin", "L spins"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+  {
+    e2e::Background a(e2e::pillbox_binary(),
+                      worker_args(server, "spins", {"--jobs", "1", "--timeout", "60s", "--cpu", "60s"}));
+    REQUIRE_MESSAGE(e2e::eventually([&] { return queues(server)["spins"].value("messages_unacknowledged", 0) == 1; }),
+                    a.err());
+    a.signal(SIGKILL);
+    a.wait();
+  }
+  const auto b = run_pillbox(worker_args(server, "spins", {"--timeout", "300ms", "--max-attempts", "2",
+                                                           "--exit-when-idle", "1500ms", "--json"}));
+  INFO(b.describe());
+  CHECK(b.exit_code == 0);
+  const auto dl = dead_letters(server, "spins.dlq", 1);
+  const auto read = pillbox::broker::read_dead_letter(dl[0]);
+  CHECK(read.record.value("kind", "") == "wall-timeout");
+  // Delivery 1 (killed) never reported back; 2 and 3 timed out alike.
+  CHECK(read.record.value("deliveries", 0) == 3);
+  const json& attempts = read.record.at("attempts_history");
+  REQUIRE(attempts.size() == 3);
+  CHECK(attempts[0].value("kind", "") == "supervisor-lost");
+  CHECK(attempts[1].value("kind", "") == "wall-timeout");
+  CHECK(attempts[2].value("kind", "") == "wall-timeout");
+  // (The broker counts the last ack a moment after the worker sent it.)
+  CHECK(e2e::eventually([&] { return queues(server)["spins"].value("messages_unacknowledged", -1) == 0; },
+                        std::chrono::seconds(20), std::chrono::milliseconds(200)));
+}
+
+}  // namespace
+
+TEST_CASE("rabbitmq worker: results, retries through delay queues, signed dead letters, the broker's count") {
+  e2e::RabbitServer server;
+  REQUIRE_RABBITMQ(server);
+  {
+    INFO("results where RabbitMQ users look");
+    results_where_users_look(server);
+  }
+  {
+    INFO("a poison payload: retried through a delay queue, then dead-lettered, signed");
+    poison_dead_lettered(server);
+  }
+  {
+    INFO("a worker killed mid-task: the broker's count");
+    killed_worker_counts(server);
+  }
+}
