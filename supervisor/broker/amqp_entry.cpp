@@ -17,6 +17,67 @@ bool is_history_header(std::string_view name) { return name == kAttemptsHeader |
 
 std::string dumped(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
+// A name AMQP sends as pillbox sends it (amqp_connection.h): 1 to 255
+// bytes, no NUL.
+bool sendable(std::string_view s) { return !s.empty() && s.size() <= 255 && s.find('\0') == std::string_view::npos; }
+
+// RabbitMQ's sender-selected distribution: a published message is routed
+// to the queues these name as well (case-sensitive; CC stays on the
+// delivered message).
+bool routes_elsewhere(std::string_view name) { return name == "CC" || name == "BCC"; }
+
+// A header of the message that its copy carries on: not the broker's own
+// (x-delivery-count, x-death, x-first-death-*: its to write again; a copy
+// that carried them would claim them), nor one that routes the copy to
+// other queues, nor one whose name cannot be sent.
+bool copied(const AmqpField& f) { return f.name.rfind("x-", 0) != 0 && !routes_elsewhere(f.name) && sendable(f.name); }
+
+// The bytes a value takes in an AMQP field table, at most (a scalar: 9).
+std::size_t wire_size(const AmqpValue& v) {
+  if (const std::string* t = v.text()) return 5 + t->size();
+  if (const AmqpArray* items = v.items()) {
+    std::size_t n = 5;
+    for (const AmqpValue& i : *items) n += wire_size(i);
+    return n;
+  }
+  if (const AmqpTable* fields = v.fields()) {
+    std::size_t n = 5;
+    for (const AmqpField& f : *fields) n += 1 + f.name.size() + wire_size(f.value);
+    return n;
+  }
+  return 9;
+}
+std::size_t wire_size(const AmqpField& f) { return 1 + f.name.size() + wire_size(f.value); }
+
+// The headers a message's publication may take (a frame of 131072 bytes,
+// less its framing and the properties: three ids of up to 255 bytes).
+constexpr std::size_t kMaxPublishedHeaders = 127u << 10;
+// The most a history record of the delivery a copy ends takes written short.
+constexpr std::size_t kMaxShortRecord = 256;
+
+// A record as short as it can be written and read back the same for what
+// judging needs (entry_history, engine_history): its delivery, kind,
+// fingerprint, and charged, transient and started where they are not
+// parse_delivery's defaults.
+std::string short_json(const RecordedDelivery& d) {
+  nlohmann::json j = {{"delivery", d.delivery}};
+  if (!d.kind.empty()) j["kind"] = d.kind;
+  if (!d.fingerprint.empty()) j["fingerprint"] = d.fingerprint;
+  if (!d.charged) j["charged"] = false;
+  if (d.transient) j["transient"] = true;
+  if (d.started) j["started"] = true;
+  return dumped(j);
+}
+
+// The bytes of `history`'s records written short, as an array with a
+// record more (the one a copy adds) of at most kMaxShortRecord.
+std::size_t shortest_history(const EntryHistory& history) {
+  std::size_t size = 2 + kMaxShortRecord;
+  for (const RecordedDelivery& d : history.recorded) size += short_json(d).size() + 1;
+  for (const RecordedDelivery& d : history.lost_starts) size += short_json(d).size() + 1;
+  return size;
+}
+
 // The records the history header holds, by delivery (each as
 // delivery_json wrote it), or why they cannot be read. Only deliveries
 // 1..carried: a record beyond what the copy counted is not pillbox's.
@@ -37,6 +98,11 @@ CarriedHistory carried_history(const AmqpValue* header, std::int64_t carried) {
     h.unreadable = std::string(kAttemptsHeader) + " is not a string";
     return h;
   }
+  // nlohmann's parser stops at a NUL: what follows would be read by no one.
+  if (text->find('\0') != std::string::npos) {
+    h.unreadable = std::string(kAttemptsHeader) + " holds a NUL byte";
+    return h;
+  }
   auto parsed = parse_untrusted_json(*text, kMaxCarriedHistory);
   if (parsed.value.is_discarded() || !parsed.value.is_array()) {
     h.unreadable = std::string(kAttemptsHeader) + ": " + (parsed.why_not.empty() ? "not a JSON array" : parsed.why_not);
@@ -49,33 +115,131 @@ CarriedHistory carried_history(const AmqpValue* header, std::int64_t carried) {
                      std::to_string(carried) + " (or one twice)";
       return h;
     }
+    // No start marker can be written on RabbitMQ: pillbox writes none.
+    if (d.contains("started")) {
+      h.unreadable = std::string(kAttemptsHeader) + " holds a start marker (delivery " + std::to_string(*n) +
+                     "), which pillbox never writes on RabbitMQ";
+      return h;
+    }
     h.records[static_cast<std::uint32_t>(*n)] = dumped(d);
+  }
+  // A copy carries the record of the delivery it was made at.
+  if (carried > 0 && h.records.count(static_cast<std::uint32_t>(carried)) == 0) {
+    h.unreadable = std::string(kAttemptsHeader) + " holds no record of delivery " + std::to_string(carried) +
+                   ", the one its copy was made at";
   }
   return h;
 }
 
 // The history header a copy carries: every record. Over
 // kMaxCarriedHistory, the oldest records lose their message and crash
-// state first (never a whole record: a delivery without one would read as
-// lost).
+// state first, then are written short (short_json), the one this copy ends
+// last (never a whole record: a delivery without one would read as lost).
+// Each record is written once or twice per step, never the whole text
+// again: linear in the records. check_message refuses a message whose
+// history would not fit even short.
 std::string history_text(const EntryHistory& history, const RecordedDelivery& ended) {
   std::vector<RecordedDelivery> records = history.recorded;
   records.insert(records.end(), history.lost_starts.begin(), history.lost_starts.end());
   std::sort(records.begin(), records.end(),
             [](const RecordedDelivery& a, const RecordedDelivery& b) { return a.delivery < b.delivery; });
   records.push_back(ended);
-  auto text_of = [&records]() {
-    std::string text = "[";
-    for (std::size_t i = 0; i < records.size(); ++i) text += (i > 0 ? "," : "") + delivery_json(records[i]);
-    return text + "]";
+  std::vector<std::string> texts;
+  texts.reserve(records.size());
+  std::size_t size = 1 + records.size();  // the brackets and commas
+  for (const RecordedDelivery& d : records) size += texts.emplace_back(delivery_json(d)).size();
+  auto rewrite = [&](std::size_t i, std::string text) {
+    size = size - texts[i].size() + text.size();
+    texts[i] = std::move(text);
   };
-  std::string text = text_of();
-  for (std::size_t i = 0; text.size() > kMaxCarriedHistory && i + 1 < records.size(); ++i) {
+  for (std::size_t i = 0; size > kMaxCarriedHistory && i < records.size(); ++i) {
+    if (records[i].message.empty() && records[i].crash_state.empty()) continue;
     records[i].message.clear();
     records[i].crash_state.clear();
-    text = text_of();
+    rewrite(i, delivery_json(records[i]));
   }
-  return text;
+  for (std::size_t i = 0; size > kMaxCarriedHistory && i < records.size(); ++i) rewrite(i, short_json(records[i]));
+  std::string text = "[";
+  text.reserve(size);
+  for (std::size_t i = 0; i < texts.size(); ++i) text += (i > 0 ? "," : "") + texts[i];
+  return text + "]";
+}
+
+// A dead letter's record within kMaxDeadLetterJson (over it, dead_letter_message
+// leaves the whole record out: an operator would not know what failed). What
+// goes first: the details of the earlier deliveries (their message and crash
+// state), the stderr tail, then the earlier deliveries are written short, then
+// the oldest of them are left out (counted in attempts_omitted); a key or
+// message of more than kMaxRecordedMessage bytes is cut (the key header has
+// it whole). What was cut is said in `cut`.
+std::string fitted_record(const std::string& record) {
+  constexpr std::size_t kLimit = kMaxDeadLetterJson - 512;  // room for `cut`
+  if (record.size() <= kLimit) return record;
+  nlohmann::json j = nlohmann::json::parse(record, nullptr, false);
+  if (!j.is_object()) return record;
+  std::vector<std::string> cut;
+  std::size_t size = record.size();
+  nlohmann::json* attempts = nullptr;
+  if (auto it = j.find("attempts_history"); it != j.end() && it->is_array()) attempts = &*it;
+  // Rewrites the earlier deliveries' entries, oldest first, while the record
+  // is too long, keeping its size by difference (linear); whether any changed.
+  auto each_earlier = [&](auto&& step) {
+    bool changed = false;
+    for (std::size_t i = 0; attempts != nullptr && size > kLimit && i + 1 < attempts->size(); ++i) {
+      nlohmann::json& entry = (*attempts)[i];
+      if (!entry.is_object()) continue;
+      const std::size_t before = dumped(entry).size();
+      step(entry);
+      const std::size_t after = dumped(entry).size();
+      size = size - before + after;
+      changed = changed || after != before;
+    }
+    return changed;
+  };
+  if (each_earlier([](nlohmann::json& entry) {
+        entry.erase("message");
+        entry.erase("crash_state");
+      })) {
+    cut.push_back("the earlier deliveries' messages and crash states");
+  }
+  if (size > kLimit && j.contains("stderr_tail_b64")) {
+    j.erase("stderr_tail_b64");
+    cut.push_back("the stderr tail");
+    size = dumped(j).size();
+  }
+  if (size > kLimit && each_earlier([](nlohmann::json& entry) {
+        nlohmann::json kept = nlohmann::json::object();
+        for (const char* name : {"delivery", "kind", "fingerprint", "charged", "transient", "started"}) {
+          if (auto f = entry.find(name); f != entry.end()) kept[name] = *f;
+        }
+        entry = std::move(kept);
+      })) {
+    cut.push_back("the earlier deliveries' other details");
+  }
+  if (size > kLimit && attempts != nullptr && attempts->size() > 1) {
+    std::size_t dropped = 0;
+    for (; size > kLimit && dropped + 1 < attempts->size(); ++dropped) size -= dumped((*attempts)[dropped]).size() + 1;
+    attempts->erase(attempts->begin(), attempts->begin() + static_cast<std::ptrdiff_t>(dropped));
+    j["attempts_omitted"] = dropped;
+    cut.push_back("the " + std::to_string(dropped) + " oldest deliveries");
+    size = dumped(j).size();
+  }
+  for (const char* name : {"key", "message"}) {
+    const auto it = j.find(name);
+    if (size <= kLimit || it == j.end() || !it->is_string()) continue;
+    const std::string text = it->get<std::string>();
+    if (text.size() <= kMaxRecordedMessage) continue;
+    *it = text.substr(0, kMaxRecordedMessage);
+    cut.push_back("the " + std::string(name) + " (" + std::to_string(text.size()) + " bytes) after its first " +
+                  std::to_string(kMaxRecordedMessage));
+    size = dumped(j).size();
+  }
+  if (!cut.empty()) {
+    std::string words;
+    for (const std::string& c : cut) words += (words.empty() ? "" : ", ") + c;
+    j["cut"] = "to fit one AMQP frame: " + words;
+  }
+  return dumped(j);
 }
 
 Refused unreadable_history(const WorkerSettings& settings, const AmqpHeld& e) {
@@ -84,6 +248,55 @@ Refused unreadable_history(const WorkerSettings& settings, const AmqpHeld& e) {
                              "; its deliveries cannot be judged",
                          settings.identity.handler_identity),
           "history not readable: not run"};
+}
+
+// Whether `name` is one of the fleet's own queues (NAME, NAME.dlq, a delay
+// queue NAME.delay.MS) or its exchange: never a reply's destination.
+bool fleet_queue(const WorkerSettings& settings, const std::string& name) {
+  const AmqpQueueNames names = amqp_queue_names(settings.keys.stream);
+  return name == names.work || name == names.dlq || name == names.dlx ||
+         name.rfind(settings.keys.stream + ".delay.", 0) == 0;
+}
+
+// Why what a worker publishes of `e` (its copy, its reply) could not be
+// sent or would do more than it says, or nullopt: an id or a header name
+// AMQP cannot carry as pillbox sends it (a copy or reply the client refuses
+// to send); a reply_to that names the fleet's own queues (a result in NAME
+// runs as a task, whose reply runs again: for ever); own headers a copy
+// could not carry with its history in one frame; a history that has no
+// room left for one more delivery (its next copy could not carry it). Each
+// is the publisher's doing: refused unrun, a protocol error.
+std::optional<Refused> unsendable(const WorkerSettings& settings, const AmqpHeld& e) {
+  const std::string& handler = settings.identity.handler_identity;
+  auto refuse = [&](const std::string& why) {
+    return Refused{protocol_error("message " + e.id + ": " + why, handler), "message pillbox cannot carry on: not run"};
+  };
+  const AmqpMessage& m = e.message;
+  for (const auto& [what, value] : {std::pair{"message_id", &m.message_id}, std::pair{"correlation_id", &m.correlation_id},
+                                    std::pair{"reply_to", &m.reply_to}}) {
+    if (!value->empty() && !sendable(*value)) {
+      return refuse(std::string("its ") + what + " is not 1 to 255 bytes without NUL: a copy or reply of it cannot be sent");
+    }
+  }
+  if (!m.reply_to.empty() && fleet_queue(settings, m.reply_to)) {
+    return refuse("its reply_to names the fleet's own queue " + m.reply_to + ": pillbox replies to none of them");
+  }
+  std::size_t own = 4;
+  for (const AmqpField& f : m.headers) {
+    if (f.name.rfind("x-", 0) == 0 || routes_elsewhere(f.name)) continue;
+    if (!sendable(f.name)) return refuse("a header's name is not 1 to 255 bytes without NUL: a copy of it cannot be sent");
+    own += wire_size(f);
+  }
+  if (own > kMaxCopiedHeaders) {
+    return refuse("its headers take " + std::to_string(own) + " bytes, over the " + std::to_string(kMaxCopiedHeaders) +
+                  " a copy carries beside its history in one AMQP frame");
+  }
+  if (const std::size_t history = shortest_history(e.history); history > kMaxCarriedHistory) {
+    return refuse("its history of " + std::to_string(e.history.recorded.size()) + " recorded deliveries takes " +
+                  std::to_string(history) + " bytes written short with one more, over the " +
+                  std::to_string(kMaxCarriedHistory) + " a copy carries: delivered more often than a message can say");
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -104,6 +317,12 @@ void read_message(AmqpMessage m, AmqpHeld& e) {
   std::optional<AmqpValue> attempts;
   std::optional<AmqpValue> deliveries;
   AmqpTable kept;
+  // A history that is not pillbox's stays where it was: a copy of the
+  // message (given back unchecked) carries it on as it came, and the next
+  // worker refuses it alike; its dead letter's pillbox-original shows it.
+  const bool has_history = std::any_of(m.headers.begin(), m.headers.end(),
+                                       [](const AmqpField& f) { return is_history_header(f.name); });
+  const AmqpTable as_came = has_history ? m.headers : AmqpTable();
   for (AmqpField& f : m.headers) {
     if (f.name == kAttemptsHeader && !attempts) attempts = std::move(f.value);
     else if (f.name == kDeliveriesHeader && !deliveries) deliveries = std::move(f.value);
@@ -132,6 +351,10 @@ void read_message(AmqpMessage m, AmqpHeld& e) {
       if (e.history.unreadable > 0) e.history_unreadable = "a record in it is not a delivery pillbox recorded";
     }
   }
+  if (!e.history_unreadable.empty()) {
+    m.headers = as_came;
+    e.history = EntryHistory{};
+  }
   e.message = std::move(m);
 }
 
@@ -148,6 +371,7 @@ std::optional<Refused> check_message(const WorkerSettings& settings, const AmqpH
   if (!e.history_unreadable.empty()) return unreadable_history(settings, e);
   if (auto refused = oversized("payload", e.task.payload.size(), settings.max_payload, handler)) return refused;
   if (auto refused = oversized("key", e.task.key.size(), settings.max_key, handler)) return refused;
+  if (auto refused = unsendable(settings, e)) return refused;
   if (kills_workers(settings, e)) {
     return Refused{workers_lost(e.history.lost.size(), handler,
                                 "each died, or lost its connection to RabbitMQ, while it ran this message"),
@@ -161,16 +385,19 @@ AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, c
   AmqpPublication p;
   p.routing_key = queue;
   p.body = e.task.payload;
-  p.message.message_id = e.message.message_id;
-  p.message.correlation_id = e.message.correlation_id;
-  p.message.reply_to = e.message.reply_to;
+  // (check_message refuses a message whose ids or headers cannot be sent;
+  // one given back unchecked loses them rather than its copy.)
+  if (sendable(e.message.message_id)) p.message.message_id = e.message.message_id;
+  if (sendable(e.message.correlation_id)) p.message.correlation_id = e.message.correlation_id;
+  if (sendable(e.message.reply_to)) p.message.reply_to = e.message.reply_to;
   for (const AmqpField& f : e.message.headers) {
-    // The broker's own (x-delivery-count, x-death, x-first-death-*) are its
-    // to write again; a copy that carried them would claim them.
-    if (f.name.rfind("x-", 0) == 0) continue;
-    p.message.headers.push_back(f);
+    if (copied(f)) p.message.headers.push_back(f);
   }
+  // Its key stays its key: a header (its message id may be left out above).
   if (!e.message.key) p.message.headers.push_back({"key", e.task.key});
+  // A history that is not pillbox's is carried as it came (read_message
+  // left it in the headers): a copy never makes it pillbox's.
+  if (!e.history_unreadable.empty()) return p;
   p.message.headers.push_back({std::string(kDeliveriesHeader), AmqpValue(static_cast<std::int64_t>(ended.delivery))});
   p.message.headers.push_back({std::string(kAttemptsHeader), history_text(e.history, ended)});
   return p;
@@ -179,9 +406,11 @@ AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, c
 std::optional<AmqpPublication> result_publication(const WorkerSettings& settings, const AmqpHeld& e,
                                                   const Outcome& outcome, const std::string& results_queue) {
   AmqpPublication p;
-  if (!e.message.reply_to.empty()) {
+  // (check_message refuses a reply_to that cannot be sent or names the
+  // fleet's own queues; unchecked, such a one is no reply_to.)
+  if (sendable(e.message.reply_to) && !fleet_queue(settings, e.message.reply_to)) {
     p.routing_key = e.message.reply_to;
-    p.message.correlation_id = e.message.correlation_id;
+    if (sendable(e.message.correlation_id)) p.message.correlation_id = e.message.correlation_id;
   } else if (!results_queue.empty()) {
     p.routing_key = results_queue;
   } else {
@@ -201,13 +430,24 @@ std::optional<AmqpPublication> result_publication(const WorkerSettings& settings
 AmqpPublication dead_letter_publication(const WorkerSettings& settings, const AmqpHeld& e, const Outcome& outcome,
                                         const std::string& reason, std::int64_t now_ms) {
   const nlohmann::json source = {{"name", settings.keys.stream}, {"message_id", e.message.message_id}};
-  const std::string record = dead_letter_record(settings, e, outcome, reason, now_ms, "queue", source);
+  const std::string record = fitted_record(dead_letter_record(settings, e, outcome, reason, now_ms, "queue", source));
   AmqpPublication p;
   p.exchange = amqp_queue_names(settings.keys.stream).dlx;
   p.body = e.task.payload;
   p.message = dead_letter_message(e.message, e.task.key, settings.keys.stream,
                                   nlohmann::json::parse(record, nullptr, false));
   p.message.body = {};  // e.message has none: the payload is p.body
+  // A CC or BCC the original carried (of any type) would route the dead
+  // letter elsewhere too, or have the broker refuse it.
+  std::erase_if(p.message.headers, [](const AmqpField& f) { return routes_elsewhere(f.name); });
+  // The original's own headers give way when the whole would not fit one
+  // frame (a key near a frame's size: all are in pillbox-original, or said
+  // to be omitted).
+  std::size_t size = 4 + 128;  // the table, and the signature to come
+  for (const AmqpField& f : p.message.headers) size += wire_size(f);
+  if (size > kMaxPublishedHeaders) {
+    std::erase_if(p.message.headers, [](const AmqpField& f) { return f.name != "key" && f.name.rfind("pillbox-", 0) != 0; });
+  }
   if (settings.fleet_key) {
     p.message.headers.push_back(
         {std::string(kSignatureHeader),
@@ -217,19 +457,32 @@ AmqpPublication dead_letter_publication(const WorkerSettings& settings, const Am
   return p;
 }
 
-SignedFields dead_letter_signed_fields(const AmqpOutgoing& message, std::string_view payload) {
-  auto text = [&](std::string_view name) {
-    const AmqpValue* v = find_field(message.headers, name);
-    const std::string* t = v != nullptr ? v->text() : nullptr;
-    return t != nullptr ? *t : std::string();
+namespace {
+
+// The fields as read_dead_letter reads them (amqp_dead_letter.cpp): `key`
+// is the reader's key (the first header key when it is a string, else the
+// message id), the queue pillbox-queue's text, else the broker's
+// x-first-death-queue; each of pillbox's parts the first header's text.
+// What an operator reads is what is signed: a letter whose key header is
+// taken away, or made another type, reads another key, and does not verify.
+SignedFields signed_fields(std::string key, std::string_view payload, const std::string& message_id,
+                           const AmqpTable& headers) {
+  auto text = [&](std::string_view name) -> const std::string* {
+    const AmqpValue* v = find_field(headers, name);
+    return v != nullptr ? v->text() : nullptr;
   };
-  SignedFields fields = {{"key", text("key")},
+  auto or_empty = [](const std::string* t) { return t != nullptr ? *t : std::string(); };
+  const std::string* queue = text("pillbox-queue");
+  if (queue == nullptr) queue = text("x-first-death-queue");
+  SignedFields fields = {{"key", std::move(key)},
                          {"payload", std::string(payload)},
-                         {"entry", message.message_id},
-                         {"queue", text("pillbox-queue")},
-                         {"record", text("pillbox-record")}};
+                         {"entry", message_id},
+                         {"queue", or_empty(queue)},
+                         {"record", or_empty(text("pillbox-record"))},
+                         {"original", or_empty(text("pillbox-original"))},
+                         {"x_death", or_empty(text("pillbox-x-death"))}};
   // Each signature header as `sig` (two do not verify: FleetKey::verify).
-  for (const AmqpField& f : message.headers) {
+  for (const AmqpField& f : headers) {
     if (f.name != kSignatureHeader) continue;
     const std::string* t = f.value.text();
     fields.emplace_back("sig", t != nullptr ? *t : std::string());
@@ -237,11 +490,18 @@ SignedFields dead_letter_signed_fields(const AmqpOutgoing& message, std::string_
   return fields;
 }
 
+}  // namespace
+
+SignedFields dead_letter_signed_fields(const AmqpOutgoing& message, std::string_view payload) {
+  // The key as message_of will read it on the way back.
+  const AmqpValue* key = find_field(message.headers, "key");
+  const std::string* text = key != nullptr ? key->text() : nullptr;
+  return signed_fields(text != nullptr ? *text : message.message_id, payload, message.message_id, message.headers);
+}
+
 SignedFields dead_letter_signed_fields(const AmqpMessage& message) {
-  AmqpOutgoing as_sent;
-  as_sent.message_id = message.message_id;
-  as_sent.headers = message.headers;
-  return dead_letter_signed_fields(as_sent, message.body);
+  return signed_fields(message.key ? *message.key : message.message_id, message.body, message.message_id,
+                       message.headers);
 }
 
 }  // namespace pillbox::broker

@@ -43,12 +43,19 @@ inline constexpr std::string_view kAttemptsHeader = "pillbox-attempts";
 inline constexpr std::string_view kDeliveriesHeader = "pillbox-deliveries";
 inline constexpr std::string_view kSignatureHeader = "pillbox-sig";
 // The most a copy's history header holds: a message's headers must fit one
-// AMQP frame (128 KiB) with the original's own. Older records go first.
+// AMQP frame (128 KiB) with the original's own. Older records lose their
+// details first, then are written short (what judging reads of them);
+// never a whole record.
 inline constexpr std::size_t kMaxCarriedHistory = 48u << 10;
+// The most of a message's own headers (as a copy carries them: not the
+// broker's x-*, nor CC and BCC) a worker runs with: a copy carries them
+// and its history in one frame. Over it, refused unrun.
+inline constexpr std::size_t kMaxCopiedHeaders = 64u << 10;
 
 struct AmqpHeld : HeldEntry {
   // As delivered, without its body (the payload is task.payload) and
-  // without pillbox's own history headers (read into `history`).
+  // without pillbox's own history headers (read into `history`), but for a
+  // history that is not pillbox's: kept as it came (and `history` empty).
   AmqpMessage message;
   std::int64_t carried = 0;  // pillbox-deliveries: deliveries before this copy
   // The history header could not be read as pillbox's: why ("" when it could).
@@ -64,7 +71,21 @@ void read_message(AmqpMessage m, AmqpHeld& e);
 // Why a message is dead-lettered without running, or nullopt: a task to
 // run. As on Redis (stream_entry.h): a delivery number out of range, a
 // history that is not pillbox's, an oversized payload or key, or
-// deliveries that never reported back --max-attempts times.
+// deliveries that never reported back --max-attempts times. And what the
+// worker could not carry on: an id or header name AMQP cannot send as
+// pillbox sends it (1 to 255 bytes, no NUL), a reply_to naming the fleet's
+// own queues (NAME, NAME.dlq, NAME.delay.MS: a result there runs again),
+// own headers over kMaxCopiedHeaders, a history with no room left for a
+// delivery more (written short, about 450 to 1400 deliveries: no fleet
+// gets there by delivering). Each a protocol error: its publisher's doing.
+//
+// A history is pillbox's when: pillbox-deliveries is a count within
+// 0..kMaxDeliveries-1 and given once, pillbox-attempts a string given
+// once (without NUL, at most kMaxCarriedHistory bytes, nested at most
+// kMaxJsonDepth) holding a JSON array of records, each an object of
+// delivery_json's form for one of deliveries 1..pillbox-deliveries, none
+// twice, none a start marker (none is written on RabbitMQ), and one for
+// delivery pillbox-deliveries itself (the delivery its copy was made at).
 std::optional<Refused> check_message(const WorkerSettings& settings, const AmqpHeld& e);
 
 // What a worker publishes, and where: an exchange ("" the default one) and
@@ -79,28 +100,45 @@ struct AmqpPublication {
 // A copy of `e` to `queue` (NAME.delay.MS for a retry's wait, NAME to give
 // it back) that carries its history on, with `ended`, the record of the
 // delivery this copy ends. Its message_id, correlation_id, reply_to and
-// headers are the original's.
+// headers are the original's, but the broker's own: x-*, and CC and BCC
+// (RabbitMQ's sender-selected distribution: a copy that carried them would
+// be routed to the queues they name as well). Of a message check_message
+// accepted, its headers fit one frame. Of one whose history is not
+// pillbox's (given back unchecked), the history headers as they came, and
+// no new ones: the next worker refuses it alike.
 AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, const std::string& queue);
 
 // Its result: to its reply_to with its correlation_id when it has one (the
 // RPC pattern), else to `results_queue` (NAME.results; "": none kept, and
 // nullopt). The body is the task's output, exact (over
 // --results-max-output: empty, and headers say its size and SHA-256); the
-// headers are the Redis fleet's result fields but the output.
+// headers are the Redis fleet's result fields but the output. A reply_to
+// that cannot be sent or names the fleet's own queues (check_message
+// refuses it) is taken as none.
 std::optional<AmqpPublication> result_publication(const WorkerSettings& settings, const AmqpHeld& e,
                                                   const Outcome& outcome, const std::string& results_queue);
 
 // Its dead letter, to NAME.dlx (amqp_dead_letter.h), with pillbox's record
 // (stream_entry.h's, from "queue") and, with a fleet key, its signature
-// (header pillbox-sig) over the fields dead_letter_signed_fields names.
+// (header pillbox-sig) over the fields dead_letter_signed_fields names. A
+// record over kMaxDeadLetterJson is cut in its details (the earlier
+// deliveries' first, see `cut` in it) rather than left out whole; the
+// original's own headers give way when the whole would not fit one frame,
+// and CC/BCC are never carried. A key within about 8 KiB of a frame's size
+// (refused as over --max-key) can still leave no room: its publish is
+// refused, and the worker must reject the message unrequeued (the broker
+// dead-letters it to NAME.dlx itself, whole).
 AmqpPublication dead_letter_publication(const WorkerSettings& settings, const AmqpHeld& e, const Outcome& outcome,
                                         const std::string& reason, std::int64_t now_ms);
 
 // What a RabbitMQ dead letter's signature covers, read from the message as
-// published or as read back from NAME.dlq: key, payload, entry (the
-// message id), queue (pillbox-queue) and record (pillbox-record's exact
-// text, which holds the kind, fingerprint, deliveries and history), and
-// `sig` for each pillbox-sig header (FleetKey::verify's input).
+// published or as read back from NAME.dlq, each as read_dead_letter reads
+// it: key (the first header `key` when a string, else the message id),
+// payload, entry (the message id), queue (pillbox-queue, else
+// x-first-death-queue), record (pillbox-record's exact text, which holds
+// the kind, fingerprint, deliveries and history), original and x_death
+// (pillbox-original's and pillbox-x-death's), and `sig` for each
+// pillbox-sig header (FleetKey::verify's input).
 SignedFields dead_letter_signed_fields(const AmqpOutgoing& message, std::string_view payload);
 SignedFields dead_letter_signed_fields(const AmqpMessage& message);
 
