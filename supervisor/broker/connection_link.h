@@ -105,8 +105,8 @@ class ConnectionLink {
   // Runs `work` every `every` (from now), between the posted work.
   void set_periodic(std::chrono::milliseconds every, Work work);
   // While nothing is posted, runs `idle` again and again (a consume loop).
-  // It must return soon after wake_fd() becomes readable (post() and stop()
-  // make it so); its Done runs on the owner's thread like an answer, but is
+  // It must return soon after wake_fd() becomes readable (post(), stop()
+  // and set_idle() make it so); its Done runs on the owner's thread like an answer, but is
   // not counted in outstanding(). Periodic work that falls due meanwhile
   // waits for it to return.
   void set_idle(Work idle);
@@ -201,7 +201,7 @@ void ConnectionLink<Connection>::stop() {
     stopping_ = true;
     // The idle work returns, and a call blocked on the broker (XREADGROUP
     // BLOCK, a publish the broker does not read) returns at once.
-    if (idle_) link_detail::raise_event(idle_wake_.get());
+    link_detail::raise_event(idle_wake_.get());
     if (socket_fd_ >= 0) link_detail::shut_down_socket(socket_fd_);
   }
   wake_.notify_all();
@@ -215,8 +215,11 @@ void ConnectionLink<Connection>::post(Work work) {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(work));
     // Under the lock: the link clears it under the lock before the idle
-    // work runs, so a post is never lost between the two.
-    if (idle_) link_detail::raise_event(idle_wake_.get());
+    // work runs, so a post is never lost between the two. Raised whether or
+    // not idle work is set now: one set before may still be running (an
+    // owner that cleared it, then posts its acknowledgements, must not wait
+    // for that run's timeout).
+    link_detail::raise_event(idle_wake_.get());
   }
   wake_.notify_all();
 }
@@ -237,6 +240,9 @@ void ConnectionLink<Connection>::set_idle(Work idle) {
   {
     std::lock_guard lock(mutex_);
     idle_ = std::move(idle);
+    // The run of the idle work it replaces returns now: the new one (or
+    // none) takes effect at once, not after that run's timeout.
+    link_detail::raise_event(idle_wake_.get());
   }
   wake_.notify_all();
 }
