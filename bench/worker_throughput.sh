@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# bench/worker_throughput.sh — 2 workers on one local Redis against `run`, same files, same run.
+# bench/worker_throughput.sh — 2 workers on one local Redis (and RabbitMQ) against `run`, same files, same run.
 #
 # usage: bench/worker_throughput.sh [BUILD_DIR] [TASKS]   (default build/, 3000 tasks)
-#   env: ROUNDS (default 3), KEEP=1 keeps the temp dir
+#   env: ROUNDS (default 3), KEEP=1 keeps the temp dir, NO_RABBITMQ=1 leaves RabbitMQ out
 #
 # The question of docs/distributed.md: what does taking tasks from a Redis
 # stream (read, a history per entry, a fenced settle with its result) cost
@@ -16,6 +16,12 @@
 #               holds every task (polled every 10 ms; the workers are stopped after)
 #   worker1     the same with 1 worker --jobs 2: one supervisor, as `run` has, so
 #               the ratio to run-nostore is the per-task cost of the Redis path
+#   amqp        the corpus submitted to a RabbitMQ queue (not timed), then 2
+#               workers --amqp until their ok verdicts (summed from their
+#               /metrics, polled every 10 ms) count every task
+#   amqp1       the same with 1 worker --jobs 2
+# RabbitMQ (Debian's rabbitmq-server) is started here with a node name,
+# ports, epmd and Mnesia dir of its own; without it the amqp columns say so.
 #
 # for two payload paths: echo (--handler echo, zygote) and exec (-- echo_stdin).
 # Prints median tasks/s per variant and the ratios to run.
@@ -50,6 +56,57 @@ for _ in range(500):
     except OSError:
         time.sleep(0.01)
 EOF
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# RabbitMQ, as tests/e2e/rabbit_server.cpp starts it: loopback only, a node
+# name, ports, epmd, cookie (HOME) and Mnesia dir of its own, none of the
+# host's /etc/rabbitmq read. AMQP_URL is empty when it is not here.
+AMQP_URL=
+RABBIT_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
+if [[ "${NO_RABBITMQ:-0}" != 1 && -x $RABBIT_SERVER ]] && command -v epmd >/dev/null; then
+  RD="$WORK/rabbit"
+  mkdir -p "$RD"
+  RPORT=$(free_port) EPMD_PORT=$(free_port) DIST_PORT=$(free_port) CTL_PORT=$(free_port)
+  echo '[].' >"$RD/enabled_plugins"
+  printf 'listeners.tcp.default = 127.0.0.1:%s\ndefault_user = pillbox\ndefault_pass = bench\nloopback_users = none\nlog.console = true\nlog.file = false\ndisk_free_limit.absolute = 1MB\n' \
+    "$RPORT" >"$RD/rabbitmq.conf"
+  ERL_ARGS="-start_epmd false -kernel inet_dist_use_interface {127,0,0,1}"
+  epmd -port "$EPMD_PORT" -address 127.0.0.1 >/dev/null 2>&1 &
+  EPMD_PID=$!
+  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 HOME="$RD" ERL_EPMD_PORT="$EPMD_PORT" \
+    RABBITMQ_NODENAME="pbbench-$$@localhost" RABBITMQ_DIST_PORT="$DIST_PORT" \
+    RABBITMQ_CTL_DIST_PORT_MIN="$CTL_PORT" RABBITMQ_CTL_DIST_PORT_MAX="$CTL_PORT" \
+    RABBITMQ_CONF_ENV_FILE="$RD/rabbitmq-env.conf" RABBITMQ_ADVANCED_CONFIG_FILE="$RD/advanced.config" \
+    RABBITMQ_CONFIG_FILE="$RD/rabbitmq.conf" RABBITMQ_ENABLED_PLUGINS_FILE="$RD/enabled_plugins" \
+    RABBITMQ_MNESIA_BASE="$RD/mnesia" RABBITMQ_LOG_BASE="$RD/log" RABBITMQ_PID_FILE="$RD/pid" \
+    ERL_CRASH_DUMP="$RD/erl_crash.dump" RABBITMQ_ALLOW_INPUT=1 \
+    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-noinput $ERL_ARGS" RABBITMQ_CTL_ERL_ARGS="$ERL_ARGS" \
+    "$RABBIT_SERVER" </dev/null >"$RD/out.log" 2>&1 &
+  RABBIT_PID=$!
+  # Ready when it says so (its listener is open, its user there): at most
+  # 90 s, and not after it died.
+  for ((i = 0; i < 900; i++)); do
+    grep -q 'completed with' "$RD/out.log" && break
+    kill -0 "$RABBIT_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if grep -q 'completed with' "$RD/out.log"; then
+    AMQP_URL="amqp://pillbox:bench@127.0.0.1:$RPORT/%2f"
+  else
+    echo "$BENCH: rabbitmq-server did not start; the amqp columns are left out:" >&2
+    tail -n 20 "$RD/out.log" >&2
+  fi
+fi
+stop_servers() {
+  kill "$(cat "$WORK/redis.pid" 2>/dev/null)" 2>/dev/null || true
+  if [[ -n "${RABBIT_PID:-}" ]]; then
+    kill -TERM "$RABBIT_PID" 2>/dev/null || true
+    wait "$RABBIT_PID" 2>/dev/null || true
+  fi
+  if [[ -n "${EPMD_PID:-}" ]]; then kill "$EPMD_PID" 2>/dev/null || true; fi
+}
+trap 'stop_servers; bench_cleanup' EXIT
 
 # what_runs PATH: the handler or command arguments of a payload path.
 what_runs() { if [[ $1 == echo ]]; then echo "--handler echo"; else echo "-- $WORK/echo_stdin"; fi; }
@@ -100,14 +157,62 @@ EOF
   python3 -c "print($t1 - $t0)"
 }
 
+# run_amqp_workers PATH N JOBS: seconds from starting N workers --amqp
+# (--jobs JOBS) to their ok verdicts counting every task (each worker's
+# pillbox_tasks_total{verdict="ok"}, read from its --metrics).
+run_amqp_workers() {
+  local queue="bench$RANDOM" w pids=() ports=() rc=0
+  "$PB" submit --quiet --amqp "$AMQP_URL" --queue "$queue" "$WORK/corpus" 2>"$WORK/log" || bench_fail_run "submit --amqp" 1 "$WORK/log"
+  local t0 t1
+  t0=$(date +%s.%N)
+  for ((w = 1; w <= $2; w++)); do
+    ports+=("$(free_port)")
+    # shellcheck disable=SC2046
+    "$PB" worker --quiet --amqp "$AMQP_URL" --queue "$queue" --jobs "$3" --consumer "w$w" \
+      --metrics "${ports[-1]}" $(what_runs "$1") >/dev/null 2>"$WORK/worker$w.log" &
+    pids+=($!)
+  done
+  python3 - "$TASKS" "${ports[@]}" <<'EOF' || rc=$?
+import re, sys, time, urllib.request
+want, ports = int(sys.argv[1]), sys.argv[2:]
+ok = re.compile(r'^pillbox_tasks_total\{[^}]*verdict="ok"[^}]*\} (\d+)', re.M)
+def count(port):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5) as r:
+            return sum(int(n) for n in ok.findall(r.read().decode()))
+    except OSError:
+        return 0  # not listening yet
+deadline = time.time() + 600
+while time.time() < deadline:
+    if sum(count(p) for p in ports) >= want:
+        sys.exit(0)
+    time.sleep(0.01)
+sys.exit(1)
+EOF
+  t1=$(date +%s.%N)
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+  [[ $rc == 0 ]] || bench_fail_run "workers --amqp $1" "$rc" "$WORK/worker1.log"
+  python3 -c "print($t1 - $t0)"
+}
+
+VARIANTS=(run-store run-nostore workers worker1)
+[[ -z $AMQP_URL ]] || VARIANTS+=(amqp amqp1)
+
 declare -A TIMES
-for path in echo exec; do run_files "$path" run-store >/dev/null; run_workers "$path" 2 1 >/dev/null; done  # warm up
+for path in echo exec; do  # warm up
+  run_files "$path" run-store >/dev/null
+  run_workers "$path" 2 1 >/dev/null
+  [[ -z $AMQP_URL ]] || run_amqp_workers "$path" 2 1 >/dev/null
+done
 for ((r = 1; r <= ROUNDS; r++)); do
   for path in echo exec; do
-    for variant in run-store run-nostore workers worker1; do
+    for variant in "${VARIANTS[@]}"; do
       case $variant in
         workers) t=$(run_workers "$path" 2 1) ;;
         worker1) t=$(run_workers "$path" 1 2) ;;
+        amqp) t=$(run_amqp_workers "$path" 2 1) ;;
+        amqp1) t=$(run_amqp_workers "$path" 1 2) ;;
         *) t=$(run_files "$path" "$variant") ;;
       esac
       TIMES[$path.$variant]+="$t "
@@ -116,16 +221,26 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 echo "worker_throughput: $TASKS tasks, $ROUNDS rounds, 2 slots each (run --jobs 2; 2 workers x --jobs 1; 1 worker x --jobs 2), $(nproc) cores"
-printf '%-6s %12s %13s %10s %10s %14s %16s %16s\n' path "run-store/s" "run-nostore/s" "workers/s" "worker1/s" \
-  "workers/store" "workers/nostore" "worker1/nostore"
+[[ -n $AMQP_URL ]] || echo "(no amqp columns: RabbitMQ was not started; see above)"
 for path in echo exec; do
-  python3 - "$TASKS" "${TIMES[$path.run-store]}" "${TIMES[$path.run-nostore]}" "${TIMES[$path.workers]}" \
-    "${TIMES[$path.worker1]}" "$path" <<'EOF'
+  args=()
+  for variant in "${VARIANTS[@]}"; do args+=("$variant=${TIMES[$path.$variant]}"); done
+  python3 - "$TASKS" "$path" "${args[@]}" <<'EOF'
 import statistics, sys
-tasks = int(sys.argv[1])
-rate = lambda ts: statistics.median(tasks / float(t) for t in ts.split())
-store, nostore, workers, one = (rate(a) for a in sys.argv[2:6])
-print("%-6s %12.0f %13.0f %10.0f %10.0f %14.2f %16.2f %16.2f" %
-      (sys.argv[6], store, nostore, workers, one, workers / store, workers / nostore, one / nostore))
+tasks, path = int(sys.argv[1]), sys.argv[2]
+rate = {}
+for a in sys.argv[3:]:
+    name, times = a.split("=", 1)
+    rate[name] = statistics.median(tasks / float(t) for t in times.split())
+cols = [(v + "/s", rate[v]) for v in rate]
+nostore = rate["run-nostore"]
+cols += [("workers/store", rate["workers"] / rate["run-store"]), ("workers/nostore", rate["workers"] / nostore),
+         ("worker1/nostore", rate["worker1"] / nostore)]
+if "amqp" in rate:
+    cols += [("amqp/store", rate["amqp"] / rate["run-store"]), ("amqp/nostore", rate["amqp"] / nostore),
+             ("amqp1/nostore", rate["amqp1"] / nostore)]
+if path == "echo":
+    print("path   " + " ".join("%15s" % c[0] for c in cols))
+print("%-6s " % path + " ".join(("%15.0f" if c[0].endswith("/s") else "%15.2f") % c[1] for c in cols))
 EOF
 done
