@@ -27,15 +27,6 @@ std::string bounded(const nlohmann::json& j, std::string_view what) {
 // bytes, no NUL (amqp_connection.h's check).
 bool sendable(const std::string& s) { return !s.empty() && s.size() <= 255 && s.find('\0') == std::string::npos; }
 
-// 12345 with 2 decimals -> "123.45".
-std::string decimal_text(const AmqpDecimal& d) {
-  std::string digits = std::to_string(d.value);
-  if (d.decimals == 0) return digits;
-  if (digits.size() <= d.decimals) digits.insert(0, d.decimals - digits.size() + 1, '0');
-  digits.insert(digits.size() - d.decimals, ".");
-  return digits;
-}
-
 const std::string* text_header(const AmqpTable& headers, std::string_view name) {
   const AmqpValue* v = find_field(headers, name);
   return v != nullptr ? v->text() : nullptr;

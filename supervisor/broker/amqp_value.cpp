@@ -94,6 +94,14 @@ const AmqpValue* find_field(const AmqpTable& table, std::string_view name) {
   return nullptr;
 }
 
+std::string decimal_text(const AmqpDecimal& d) {
+  std::string digits = std::to_string(d.value);
+  if (d.decimals == 0) return digits;
+  if (digits.size() <= d.decimals) digits.insert(0, d.decimals - digits.size() + 1, '0');
+  digits.insert(digits.size() - d.decimals, ".");
+  return digits;
+}
+
 AmqpTable table_from_amqp(const amqp_table_t& table, bool* cut) {
   amqp_field_value_t v{};
   v.kind = AMQP_FIELD_KIND_TABLE;

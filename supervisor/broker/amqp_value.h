@@ -78,6 +78,9 @@ struct AmqpField {
 // The first field named `name`, or none.
 const AmqpValue* find_field(const AmqpTable& table, std::string_view name);
 
+// A decimal as text: 12345 with 2 decimals -> "123.45".
+std::string decimal_text(const AmqpDecimal& d);
+
 // Nesting deeper than this (tables and arrays) is cut.
 inline constexpr int kMaxAmqpDepth = 16;
 
