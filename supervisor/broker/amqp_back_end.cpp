@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "supervisor/broker/amqp_topology.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::broker {
 namespace {
@@ -167,6 +168,15 @@ void AmqpBackEnd::admit(AmqpMessage m, std::uint64_t connection) {
   if (auto refused = check_message(settings_.worker, h)) {
     if (refused->protocol_error) ++report_.protocol_errors;
     return dead_letter(h, refused->outcome, refused->reason, /*unrun=*/true);
+  }
+  if (const auto names = stream_breaking_headers(h.message); !names.empty()) {
+    // Before it can run (and perhaps kill workers until the broker
+    // dead-letters it as it is): a copy NAME.dlq can keep. Not run here.
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + table_cell(n, 64);  // a claim
+    return give_back(id, "released: sent on with its decimal header" + std::string(names.size() > 1 ? "s " : " ") +
+                             list + " as text (a dead letter with one breaks the stream queue " +
+                             settings_.worker.keys.stream + ".dlq)");
   }
   queued_.push_back(id);
 }

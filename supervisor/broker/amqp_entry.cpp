@@ -381,6 +381,14 @@ std::optional<Refused> check_message(const WorkerSettings& settings, const AmqpH
   return std::nullopt;
 }
 
+std::vector<std::string> stream_breaking_headers(const AmqpMessage& m) {
+  std::vector<std::string> names;
+  for (const AmqpField& f : m.headers) {
+    if (std::holds_alternative<AmqpDecimal>(f.value.value)) names.push_back(f.name);
+  }
+  return names;
+}
+
 AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, const std::string& queue) {
   AmqpPublication p;
   p.routing_key = queue;
@@ -391,7 +399,12 @@ AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, c
   if (sendable(e.message.correlation_id)) p.message.correlation_id = e.message.correlation_id;
   if (sendable(e.message.reply_to)) p.message.reply_to = e.message.reply_to;
   for (const AmqpField& f : e.message.headers) {
-    if (copied(f)) p.message.headers.push_back(f);
+    if (!copied(f)) continue;
+    if (const auto* d = std::get_if<AmqpDecimal>(&f.value.value)) {
+      p.message.headers.push_back({f.name, decimal_text(*d)});  // stream_breaking_headers
+    } else {
+      p.message.headers.push_back(f);
+    }
   }
   // Its key stays its key: a header (its message id may be left out above).
   if (!e.message.key) p.message.headers.push_back({"key", e.task.key});

@@ -88,6 +88,15 @@ void read_message(AmqpMessage m, AmqpHeld& e);
 // delivery pillbox-deliveries itself (the delivery its copy was made at).
 std::optional<Refused> check_message(const WorkerSettings& settings, const AmqpHeld& e);
 
+// The names of `m`'s top-level headers a stream queue cannot keep: each of
+// type decimal. Dead-lettered into NAME.dlq by the broker itself (past
+// x-delivery-limit, or rejected by a consumer of another program), such a
+// message never arrived there, and RabbitMQ 3.10 then answered
+// INTERNAL_ERROR to every queue.declare of the stream: no worker could
+// start (docs/distributed.md, hostile messages). A worker gives such a
+// message back at once as a copy whose headers are text (carried_copy).
+std::vector<std::string> stream_breaking_headers(const AmqpMessage& m);
+
 // What a worker publishes, and where: an exchange ("" the default one) and
 // routing key (on the default exchange, a queue's name).
 struct AmqpPublication {
@@ -102,7 +111,8 @@ struct AmqpPublication {
 // delivery this copy ends. Its message_id, correlation_id, reply_to and
 // headers are the original's, but the broker's own: x-*, and CC and BCC
 // (RabbitMQ's sender-selected distribution: a copy that carried them would
-// be routed to the queues they name as well). Of a message check_message
+// be routed to the queues they name as well), and a decimal header goes
+// as its text (stream_breaking_headers). Of a message check_message
 // accepted, its headers fit one frame. Of one whose history is not
 // pillbox's (given back unchecked), the history headers as they came, and
 // no new ones: the next worker refuses it alike.

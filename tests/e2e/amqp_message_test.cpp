@@ -12,13 +12,17 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_death.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "tests/e2e/rabbit_server.h"
+#include "tests/e2e/support.h"
 
 using namespace pillbox::broker;
 using Clock = std::chrono::steady_clock;
@@ -264,6 +268,43 @@ void pillbox_dead_letter_through_the_stream(e2e::RabbitServer& server) {
   CHECK(declare_topology(c, AmqpTopologySettings{.queue = "after-poison"}).has_value());
 }
 
+// A message with a decimal header (legal AMQP, but a stream queue cannot
+// keep one: dead-lettered as it is into NAME.dlq by the broker, it broke
+// the stream) is given back at once by the worker as a copy whose header is
+// text, and that copy runs: nothing in NAME keeps a decimal header for the
+// broker to dead-letter.
+void decimal_header_given_back_as_text(e2e::RabbitServer& server) {
+  const auto submitted = e2e::run_pillbox({"submit", "--amqp", server.url(), "--queue", "priced", "-"},
+                                     e2e::task_line("plain", "no decimals"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());  // declares the topology as workers want it
+  auto c = connect(server);
+  AmqpOutgoing priced;
+  priced.body = "priced";
+  priced.message_id = "dec-1";
+  priced.headers = {{"key", std::string("dec-1")}, {"price", AmqpValue::of_kind('D', AmqpDecimal{2, 12345})}};
+  publish_confirmed(c, "priced", priced);
+
+  const auto r = e2e::run_pillbox({"worker", "--amqp", server.url(), "--queue", "priced", "--handler", "echo",
+                              "--exit-when-idle", "1s", "--json"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  std::map<std::string, std::vector<std::string>> verdicts;
+  for (const nlohmann::json& v : r.records) {
+    verdicts[v.value("key", "")].push_back(v.value("verdict", ""));
+    if (v.value("key", "") != "dec-1") continue;
+    if (v.value("verdict", "") == "released") {
+      CHECK(v.value("verdict_reason", "").find("decimal header price as text") != std::string::npos);
+    } else {
+      CHECK(v.value("deliveries", 0) == 2);  // the copy counts on from the release
+      CHECK(v.value("output", "") == "priced");
+    }
+  }
+  CHECK(verdicts["plain"] == std::vector<std::string>{"ok"});
+  CHECK(verdicts["dec-1"] == std::vector<std::string>{"released", "ok"});
+  // NAME.dlq still serves (a stream the broker broke answers INTERNAL_ERROR).
+  CHECK(c.check_queue("priced.dlq").has_value());
+}
+
 }  // namespace
 
 TEST_CASE("amqp messages on a real broker: headers as sent, x-death on dead letters, delay queues") {
@@ -288,6 +329,10 @@ TEST_CASE("amqp messages on a real broker: headers as sent, x-death on dead lett
   {
     INFO("a delay queue that exists with another TTL is explained, not changed");
     delay_queue_mismatch_explained(server);
+  }
+  {
+    INFO("a decimal header: the worker gives the message back with it as text, then runs it");
+    decimal_header_given_back_as_text(server);
   }
 }
 

@@ -303,3 +303,26 @@ TEST_CASE("amqp entry: a dead letter carries the record with its history, signed
   CHECK(s.fleet_key->verify("jobs.dlq", dead_letter_signed_fields(forged)) == Signature::kBad);
   CHECK(s.fleet_key->verify("other.dlq", dead_letter_signed_fields(back)) == Signature::kBad);
 }
+
+TEST_CASE("amqp entry: a decimal header, which a stream queue cannot keep, is named and goes on a copy as text") {
+  AmqpMessage m = message();
+  m.headers.push_back({"price", AmqpValue::of_kind('D', AmqpDecimal{2, 12345})});
+  m.headers.push_back({"tiny", AmqpValue::of_kind('D', AmqpDecimal{4, 7})});
+  m.headers.push_back({"nested", AmqpValue::table({{"inner", AmqpValue::of_kind('D', AmqpDecimal{1, 5})}})});
+  const AmqpHeld e = held(m);
+  // Only top-level ones: a stream drops tables and arrays as a whole.
+  CHECK(stream_breaking_headers(e.message) == std::vector<std::string>{"price", "tiny"});
+  CHECK(stream_breaking_headers(held(message()).message).empty());
+  CHECK_FALSE(check_message(settings(), e).has_value());  // not refused: given back made safe
+
+  const AmqpPublication copy = carried_copy(e, failed_at(e), "jobs");
+  const AmqpMessage back = delivered(copy, 0);
+  REQUIRE(find_field(back.headers, "price") != nullptr);
+  REQUIRE(find_field(back.headers, "price")->text() != nullptr);
+  CHECK(*find_field(back.headers, "price")->text() == "123.45");
+  REQUIRE(find_field(back.headers, "tiny")->text() != nullptr);
+  CHECK(*find_field(back.headers, "tiny")->text() == "0.0007");
+  CHECK(find_field(back.headers, "tenant")->text() != nullptr);  // the rest as it was
+  CHECK(stream_breaking_headers(held(back).message).empty());
+  CHECK(held(back).delivery == 2);  // the copy counts on
+}
