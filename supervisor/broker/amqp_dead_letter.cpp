@@ -105,4 +105,14 @@ AmqpDeadLetter read_dead_letter(const AmqpMessage& message) {
   return d;
 }
 
+std::string canary_queue_name(const std::string& queue, const std::string& id) { return queue + ".doctor." + id; }
+
+bool is_canary(const AmqpMessage& message, const std::string& queue) {
+  const std::string* id = text_header(message.headers, kCanaryHeader);
+  const std::string* first_queue = text_header(message.headers, "x-first-death-queue");
+  const std::string* reason = text_header(message.headers, "x-first-death-reason");
+  return id != nullptr && first_queue != nullptr && reason != nullptr && *reason == "expired" &&
+         *first_queue == canary_queue_name(queue, *id);
+}
+
 }  // namespace pillbox::broker

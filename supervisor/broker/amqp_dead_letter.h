@@ -23,6 +23,7 @@
 // kMaxCarriedHeaders.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -61,5 +62,15 @@ struct AmqpDeadLetter {
   bool from_pillbox() const { return !record.is_null(); }
 };
 AmqpDeadLetter read_dead_letter(const AmqpMessage& message);
+
+// `pillbox doctor --amqp` proves the dead-letter route with a canary: a
+// message with header pillbox-canary (its run's id), expired by the broker
+// out of a queue of its own, NAME.doctor.ID, into NAME.dlx, so that it
+// arrives in NAME.dlq as a dead letter would. A stream cannot delete it:
+// readers leave it out. A canary is one whose first death is that: a work
+// message that carries the header is no canary (its first death is in NAME).
+inline constexpr std::string_view kCanaryHeader = "pillbox-canary";
+std::string canary_queue_name(const std::string& queue, const std::string& id);
+bool is_canary(const AmqpMessage& message, const std::string& queue);
 
 }  // namespace pillbox::broker

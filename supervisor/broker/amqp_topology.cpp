@@ -1,5 +1,6 @@
 #include "supervisor/broker/amqp_topology.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -131,6 +132,10 @@ Expected<std::string> declare_delay_queue(AmqpConnection& connection, const std:
     return Error{q.error(), q.error_code()};
   }
   return name;
+}
+
+std::int64_t worker_delivery_limit(std::uint32_t max_attempts) {
+  return std::max<std::int64_t>(AmqpTopologySettings{}.delivery_limit, std::int64_t{max_attempts} + 1);
 }
 
 Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTopologySettings& settings) {

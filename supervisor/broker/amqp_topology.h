@@ -52,6 +52,12 @@ struct AmqpTopologySettings {
   std::int64_t delivery_limit = 10;
 };
 
+// The x-delivery-limit of workers that dead-letter after `max_attempts`
+// charged failures: the default, or above their limit, so that a message
+// that kills every worker is dead-lettered by a worker first, with its
+// record (the broker's limit is the last resort).
+std::int64_t worker_delivery_limit(std::uint32_t max_attempts);
+
 // What was declared.
 struct AmqpTopology {
   AmqpQueueNames names;

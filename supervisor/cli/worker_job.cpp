@@ -107,7 +107,7 @@ Expected<WorkerJobReport> run_amqp_worker(const WorkerJobSettings& settings, Wor
     topology.queue = queue;
     // The broker's own limit stays above the worker's: a message that kills
     // every worker is dead-lettered by the workers first, with a record.
-    topology.delivery_limit = std::max<std::int64_t>(topology.delivery_limit, amqp.worker.retry.max_attempts + 1);
+    topology.delivery_limit = worker_delivery_limit(amqp.worker.retry.max_attempts);
     auto declared = declare_topology(*c, topology);
     if (!declared) return Error{declared.error(), ErrorCode::kSetup};
     if (amqp.worker.results) {

@@ -8,13 +8,16 @@
 // wrong password, a missing vhost or a broker that is down are one line each.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "tests/e2e/rabbit_server.h"
+#include "tests/e2e/support.h"
 
 using json = nlohmann::json;
 using pillbox::broker::AmqpConnection;
@@ -207,6 +210,85 @@ void deleted_queue_and_bad_names(e2e::RabbitServer& server) {
   CHECK(other.declare_queue("fine", {}).has_value());
 }
 
+// pillbox doctor --amqp --json: its checks by name.
+std::map<std::string, json> doctor_checks(const e2e::RunResult& r) {
+  std::map<std::string, json> by_name;
+  REQUIRE_MESSAGE(r.records.size() == 1, r.describe());
+  for (const json& c : r.records[0].at("checks")) by_name[c.at("name").get<std::string>()] = c;
+  return by_name;
+}
+
+// The route proven, not assumed: a canary reaches NAME.dlq through NAME.dlx
+// (and stays there, marked, its own queue gone); a route without its
+// binding, a queue that is not there, a mismatched delivery limit and a
+// wrong password are NO lines, exit 3, and doctor creates nothing.
+void doctor_proves_the_route(e2e::RabbitServer& server) {
+  const auto submitted = e2e::run_pillbox({"submit", "--amqp", server.url(), "--queue", "checked", "-"},
+                                          e2e::task_line("t", "x"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+  const auto ok = e2e::run_pillbox({"doctor", "--amqp", server.url(), "--queue", "checked", "--json"});
+  INFO(ok.describe());
+  CHECK(ok.exit_code == 0);
+  auto checks = doctor_checks(ok);
+  CHECK(checks["RabbitMQ connection"].value("ok", false));
+  const json route = checks["RabbitMQ dead-letter route checked.dlx -> checked.dlq"];
+  CHECK(route.value("ok", false));
+  CHECK(route.value("detail", "").find("reached checked.dlq in") != std::string::npos);
+  const json work = checks["RabbitMQ work queue checked"];
+  CHECK(work.value("ok", false));
+  CHECK(work.value("detail", "").find("x-delivery-limit 10") != std::string::npos);
+  CHECK(work.value("detail", "").find("1 ready") != std::string::npos);
+  // The canary is in the stream, and reads as one; its queue is gone.
+  auto reader = connect(server);
+  REQUIRE(reader.consume("checked.dlq", 10, {{"x-stream-offset", std::string("first")}}).is_ok());
+  auto got = reader.next(std::chrono::seconds(30));  // it is there already; 30 s only bounds a broken test
+  REQUIRE_MESSAGE(got.has_value(), got.error());
+  REQUIRE(got->has_value());
+  CHECK(pillbox::broker::is_canary(**got, "checked"));
+  CHECK_FALSE(pillbox::broker::is_canary(**got, "other"));
+  const json q = queues(server);
+  for (const auto& [name, v] : q.items()) CHECK(name.find(".doctor.") == std::string::npos);
+
+  // The same fleet, but NAME.dlq not bound to NAME.dlx: the canary is lost.
+  auto c = connect(server);
+  REQUIRE(c.declare_exchange("unbound.dlx", "fanout").is_ok());
+  REQUIRE(c.declare_queue("unbound.dlq", {{"x-queue-type", std::string("stream")}}).has_value());
+  REQUIRE(c.declare_queue("unbound", pillbox::broker::work_queue_arguments({.queue = "unbound", .delivery_limit = 10},
+                                                                           true))
+              .has_value());
+  const auto lost = e2e::run_pillbox(
+      {"doctor", "--amqp", server.url(), "--queue", "unbound", "--canary-wait", "2s", "--json"});
+  INFO(lost.describe());
+  CHECK(lost.exit_code == 3);
+  checks = doctor_checks(lost);
+  const json unrouted = checks["RabbitMQ dead-letter route unbound.dlx -> unbound.dlq"];
+  CHECK_FALSE(unrouted.value("ok", true));
+  CHECK(unrouted.value("detail", "").find("did not reach unbound.dlq within 2000 ms") != std::string::npos);
+  CHECK(unrouted.value("fallback", "").find("bound to the fanout exchange unbound.dlx") != std::string::npos);
+  CHECK(checks["RabbitMQ work queue unbound"].value("ok", false));
+
+  // A queue that is not there: said, not created.
+  const auto missing = e2e::run_pillbox({"doctor", "--amqp", server.url(), "--queue", "nothere", "--json"});
+  CHECK(missing.exit_code == 3);
+  checks = doctor_checks(missing);
+  CHECK_FALSE(checks["RabbitMQ dead-letter route nothere.dlx -> nothere.dlq"].value("ok", true));
+  CHECK(checks["RabbitMQ work queue nothere"].value("detail", "") == "nothere does not exist yet");
+  CHECK_FALSE(queues(server).contains("nothere"));
+
+  // Workers with --max-attempts 20 would declare another delivery limit.
+  const auto other = e2e::run_pillbox(
+      {"doctor", "--amqp", server.url(), "--queue", "checked", "--max-attempts", "20", "--json"});
+  CHECK(other.exit_code == 3);
+  checks = doctor_checks(other);
+  CHECK(checks["RabbitMQ work queue checked"].value("detail", "").find("x-delivery-limit") != std::string::npos);
+
+  const auto refused = e2e::run_pillbox(
+      {"doctor", "--amqp", server.url_for("pillbox", "wrong", "%2f"), "--queue", "checked"});
+  CHECK(refused.exit_code == 3);
+  CHECK(refused.out.find("refused the login of user 'pillbox'") != std::string::npos);
+  CHECK(refused.out.find("wrong") == std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("rabbitmq topology and connection on one real broker: enforced, mismatches explained, dead-lettered, refusals") {
@@ -231,5 +313,9 @@ TEST_CASE("rabbitmq topology and connection on one real broker: enforced, mismat
   {
     INFO("rabbitmq connection: a consume whose queue is deleted says so; a bad name is refused before it is sent");
     deleted_queue_and_bad_names(server);
+  }
+  {
+    INFO("pillbox doctor --amqp: a canary proves the dead-letter route; what is broken or missing is a NO line");
+    doctor_proves_the_route(server);
   }
 }
