@@ -285,7 +285,9 @@ std::optional<Refused> unsendable(const WorkerSettings& settings, const AmqpHeld
   for (const AmqpField& f : m.headers) {
     if (f.name.rfind("x-", 0) == 0 || routes_elsewhere(f.name)) continue;
     if (!sendable(f.name)) return refuse("a header's name is not 1 to 255 bytes without NUL: a copy of it cannot be sent");
-    own += wire_size(f);
+    // A decimal goes on a copy as its text (carried_copy), up to 257 bytes.
+    const auto* d = std::get_if<AmqpDecimal>(&f.value.value);
+    own += d != nullptr ? wire_size(AmqpField{f.name, decimal_text(*d)}) : wire_size(f);
   }
   if (own > kMaxCopiedHeaders) {
     return refuse("its headers take " + std::to_string(own) + " bytes, over the " + std::to_string(kMaxCopiedHeaders) +
@@ -400,6 +402,9 @@ AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, c
   if (sendable(e.message.reply_to)) p.message.reply_to = e.message.reply_to;
   for (const AmqpField& f : e.message.headers) {
     if (!copied(f)) continue;
+    // A key header that is not text is no key: the one added below is (a
+    // decimal one sent as text would become the copy's key).
+    if (!e.message.key && f.name == "key") continue;
     if (const auto* d = std::get_if<AmqpDecimal>(&f.value.value)) {
       p.message.headers.push_back({f.name, decimal_text(*d)});  // stream_breaking_headers
     } else {
