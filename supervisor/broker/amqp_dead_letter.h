@@ -67,7 +67,7 @@ AmqpDeadLetter read_dead_letter(const AmqpMessage& message);
 // message with header pillbox-canary (its run's id), expired by the broker
 // out of a queue of its own, NAME.doctor.ID, into NAME.dlx, so that it
 // arrives in NAME.dlq as a dead letter would. A stream cannot delete it:
-// readers leave it out. A canary is one whose first death is that: a work
+// is_canary tells it from dead letters. A canary is one whose first death is that: a work
 // message that carries the header is no canary (its first death is in NAME).
 inline constexpr std::string_view kCanaryHeader = "pillbox-canary";
 std::string canary_queue_name(const std::string& queue, const std::string& id);

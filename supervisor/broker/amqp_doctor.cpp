@@ -105,7 +105,7 @@ DoctorCheck check_route(const AmqpDoctorSettings& s) {
     check.ok = true;
     check.detail = "a canary expired into " + names.dlx + " reached " + names.dlq + " in " + std::to_string(ms) +
                    " ms (offset " + std::to_string(d.offset) +
-                   "); it stays there (a stream cannot delete a message) and the quarantine verbs leave it out";
+                   "); it stays there, marked as doctor's (a stream cannot delete a message)";
     return check;
   }
   (void)sender->delete_queue(canary_queue);

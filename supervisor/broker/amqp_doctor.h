@@ -15,7 +15,7 @@
 //                at its head) or be taken by a worker. That NAME's dead
 //                letters go to NAME.dlx is its argument, checked next. The
 //                canary stays in NAME.dlq (a stream cannot delete one);
-//                readers leave it out (is_canary). This check runs first:
+//                is_canary tells it from a dead letter. This check runs first:
 //                nothing before it declares or binds, so it tests the route
 //                as the workers find it.
 //   work queue   NAME exists and is what a worker with these settings

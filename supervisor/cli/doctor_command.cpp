@@ -28,7 +28,7 @@ const char* kHelp =
     "that switches confinement off (allow_unsafe = yes) is a NO line.\n\n"
     "With --amqp URL --queue NAME, a RabbitMQ fleet too: the broker reached; the dead-letter\n"
     "route proven with a canary, expired into NAME.dlx, that must arrive in NAME.dlq within\n"
-    "--canary-wait (default 10s; it stays there, and the quarantine verbs leave it out); and NAME\n"
+    "--canary-wait (default 10s; it stays there, marked as doctor's); and NAME\n"
     "as workers with --max-attempts N (default 3) declare it, never created here.\n"
     "Exit code 0 when tasks can run here (and the fleet's checks pass), 3 when not.\n";
 
