@@ -1,14 +1,14 @@
-#include "supervisor/classify/outcome_json.h"
 #include "supervisor/broker/fleet_quarantine.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <map>
 #include <optional>
 
-#include "shared/raise_site.h"
+#include "shared/sha256.h"
+#include "supervisor/broker/fleet_minimize_keeper.h"
+#include "supervisor/broker/fleet_redrive.h"
 
 namespace pillbox::broker {
 namespace {
@@ -117,13 +117,6 @@ Status key_type_is(RedisConnection& redis, const std::string& key, const char* w
   return Status::ok();
 }
 
-// `filter` without its limit and offset: every record it matches.
-store::ListFilter unpaged(store::ListFilter filter) {
-  filter.limit = -1;
-  filter.offset = 0;
-  return filter;
-}
-
 }  // namespace
 
 FleetKeys fleet_keys(const std::string& name) {
@@ -134,10 +127,6 @@ FleetKeys fleet_keys(const std::string& name) {
 
 std::string fleet_location(const RedisAddress& address, const FleetKeys& keys) {
   return address.describe() + " " + keys.stream.dlq;
-}
-
-std::string store_only_verb(const std::string& verb) {
-  return verb + " works on the store only, not on the fleet's quarantine (--redis)";
 }
 
 Expected<std::string> parse_fleet_id(const std::string& text) {
@@ -161,22 +150,6 @@ Expected<std::string> parse_fleet_id(const std::string& text) {
                         "such as 1712345678901-0 (see: pillbox quarantine list --redis URL --stream NAME)");
   }
   return *ms + "-" + *seq;
-}
-
-bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
-  const store::QuarantineRecord& r = fr.record;
-  if (f.status && r.status != *f.status) return false;
-  if (f.kind && r.entry.kind != *f.kind) return false;
-  if (f.fingerprint && r.entry.fingerprint != *f.fingerprint) return false;
-  if (f.key && r.entry.key != *f.key) return false;
-  if (f.since_ms && r.created_at < *f.since_ms) return false;
-  if (f.source && r.entry.source != *f.source) return false;
-  if (f.handler && r.entry.handler != *f.handler) return false;
-  if (f.raise_site &&
-      raise_site_id(r.entry.handler_identity, raise_site(r.entry.kind, r.entry.crash_state)) != *f.raise_site) {
-    return false;
-  }
-  return true;
 }
 
 Expected<FleetQuarantine> FleetQuarantine::open(const RedisAddress& address, const std::string& stream) {
@@ -244,10 +217,8 @@ FleetRecord FleetQuarantine::read_dead_letter(const std::string& id, const Entry
   return r;
 }
 
-Status FleetQuarantine::each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn,
-                             bool with_payloads) {
+Status FleetQuarantine::read(const std::function<bool(const FleetRecord&)>& fn, bool with_payloads) {
   std::string end = "+";
-  std::int64_t skipped = 0, shown = 0;
   const std::string count = std::to_string(kPage);
   const std::string inline_bytes = std::to_string(kListedPayloadBytes);
   for (;;) {
@@ -271,75 +242,11 @@ Status FleetQuarantine::each(const store::ListFilter& filter, const std::functio
     }
     if (auto s = load_states(page); !s) return s;
     for (const auto& r : page) {
-      if (!fleet_matches(r, filter)) continue;
-      if (skipped < filter.offset) {
-        ++skipped;
-        continue;
-      }
-      if (filter.limit >= 0 && shown >= filter.limit) return Status::ok();
-      ++shown;
       if (!fn(r)) return Status::ok();
     }
     if (entries.size() < kPage) return Status::ok();
     end = "(" + entries.back().id;  // exclusive: the next page starts below it
   }
-}
-
-Expected<std::int64_t> FleetQuarantine::count(const store::ListFilter& filter) {
-  std::int64_t n = 0;
-  auto counted = each(unpaged(filter), [&](const FleetRecord&) {
-    ++n;
-    return true;
-  });
-  if (!counted) return Error{counted.message()};
-  return n;
-}
-
-Expected<std::vector<store::FingerprintStats>> FleetQuarantine::stats(const store::ListFilter& filter,
-                                                                      std::vector<std::string>& example_ids) {
-  std::map<std::pair<std::string, std::string>, std::size_t> index;
-  std::vector<store::FingerprintStats> groups;
-  std::vector<std::string> examples;
-  // Newest first: the first record of a group is its example, as the
-  // store's newest record is.
-  auto s = each(unpaged(filter), [&](const FleetRecord& fr) {
-    const store::QuarantineRecord& r = fr.record;
-    auto [it, added] = index.try_emplace({r.entry.fingerprint, r.entry.kind}, groups.size());
-    if (added) {
-      store::FingerprintStats g;
-      g.fingerprint = r.entry.fingerprint;
-      g.kind = r.entry.kind;
-      g.first_ms = r.created_at;
-      g.message = r.entry.message;
-      g.crash_state = crash_state_text(r.entry.crash_state);
-      g.handler_identity = r.entry.handler_identity;
-      groups.push_back(std::move(g));
-      examples.push_back(fr.id);
-    }
-    store::FingerprintStats& g = groups[it->second];
-    ++g.records;
-    if (store::is_open(r.status)) ++g.open;
-    g.repeats += r.repeats;
-    ++g.by_status[r.status];
-    g.first_ms = std::min(g.first_ms, r.created_at);
-    g.last_ms = std::max({g.last_ms, r.created_at, r.updated_at});
-    return true;
-  });
-  if (!s) return Error{s.message()};
-  // The store's order: most records first, then the most recently seen.
-  std::vector<std::size_t> order(groups.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (groups[a].records != groups[b].records) return groups[a].records > groups[b].records;
-    return groups[a].last_ms > groups[b].last_ms;
-  });
-  std::vector<store::FingerprintStats> sorted;
-  example_ids.clear();
-  for (std::size_t i : order) {
-    sorted.push_back(std::move(groups[i]));
-    example_ids.push_back(examples[i]);
-  }
-  return sorted;
 }
 
 Expected<FleetRecord> FleetQuarantine::get(const std::string& id) {
@@ -408,17 +315,44 @@ Expected<FleetRecord> FleetQuarantine::change_state(const std::string& id, bool 
                " tries); try again"};
 }
 
-Status FleetQuarantine::record_reproduction(const std::string& id, const std::string& verdict, std::int64_t runs,
-                                            std::int64_t matches, const std::string& actor, const std::string& detail) {
-  auto r = change_state(id, false, [&](FleetState& s, const FleetRecord&) {
-    s.reproduce_verdict = verdict;
-    s.reproduce_runs = runs;
-    s.reproduce_matches = matches;
-    s.updated_at = store::now_ms();
-    s.audit.push_back({s.updated_at, actor, "reproduced", detail});
-    return Status::ok();
-  });
-  return r ? Status::ok() : Status::error(r.error(), r.error_code());
+store::AuditEntry FleetQuarantine::dead_lettering(const FleetRecord& r) const {
+  std::string worker = "a worker";
+  if (!r.attempts.empty() && !r.attempts.back().worker.empty()) worker = r.attempts.back().worker;
+  return {r.record.created_at, "worker " + worker + (r.group.empty() ? "" : " of group " + r.group), "quarantined",
+          (r.reason.empty() ? std::string("dead-lettered") : r.reason) + " (delivery " + std::to_string(r.deliveries) +
+              " of entry " + r.source_entry + " of " + (r.stream.empty() ? std::string("the stream") : r.stream) +
+              ")"};
 }
+
+void FleetQuarantine::add_broker_json(const FleetRecord& r, nlohmann::json& full) const {
+  full["stream"] = {{"name", r.stream}, {"group", r.group}, {"entry", r.source_entry}, {"deliveries", r.deliveries}};
+}
+
+Expected<PayloadBytes> FleetQuarantine::minimized_payload(const FleetRecord& r) {
+  const std::string& sha = r.record.minimized_sha256;
+  if (sha.empty()) {
+    return Error{"record " + r.id + " has no minimized payload (pillbox minimize " + r.id + hint_options() + ")",
+                 ErrorCode::kUsage};
+  }
+  auto bytes = redis_.command({"GET", keys_.minimized(r.id)});
+  if (!bytes) return Error{bytes.error()};
+  std::string payload = reply_text(bytes->get());
+  if (sha256_hex(payload) != sha) {
+    return Error{"the minimized payload of record " + r.id + " (" + keys_.minimized(r.id) +
+                 ") does not match the sha256 its state names (" + sha + ")"};
+  }
+  return PayloadBytes{std::move(payload), sha};
+}
+
+std::unique_ptr<MinimizeKeeper> FleetQuarantine::minimize_keeper(const std::string& id, const std::string& actor) {
+  return fleet_minimize_keeper(*this, id, actor);
+}
+
+Expected<std::vector<FleetRecord>> FleetQuarantine::redrive_plan(const ReplayRun& run,
+                                                                 std::vector<std::string>& skipped) {
+  return broker::redrive_plan(*this, run, skipped);
+}
+
+Expected<ReplayResult> FleetQuarantine::redrive(const ReplayRun& run) { return broker::redrive(*this, run); }
 
 }  // namespace pillbox::broker

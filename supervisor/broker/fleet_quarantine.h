@@ -1,7 +1,7 @@
 #pragma once
-// The fleet's quarantine: the dead letters of stream NAME, read and acted on
-// by the quarantine verbs given --redis URL --stream NAME, as they act on the
-// store's records. Keys: docs/distributed.md, Keys and fields. A record's id
+// The fleet's quarantine on Redis: the dead letters of stream NAME, read and
+// acted on by the quarantine verbs given --redis URL --stream NAME, as they
+// act on the store's records (through fleet_dead_letters.h). Keys: docs/distributed.md, Keys and fields. A record's id
 // is its entry id in NAME:dlq; a dead letter with `redrive_of` is an attempt
 // of the record it names, not a record. While a record's redrive lock
 // exists it reads `replaying` and nobody else redrives or discards it.
@@ -24,11 +24,13 @@
 // holding a key of another type, a setup error.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "shared/status.h"
+#include "supervisor/broker/fleet_dead_letters.h"
 #include "supervisor/broker/fleet_record.h"
 #include "supervisor/broker/redis_connection.h"
 #include "supervisor/broker/stream_protocol.h"
@@ -51,11 +53,11 @@ FleetKeys fleet_keys(const std::string& name);
 // "redis://host:port/db NAME:dlq": where the records are (list --json's "store").
 std::string fleet_location(const RedisAddress& address, const FleetKeys& keys);
 
-// An operator's change to one record's state, or why it may not happen
-// (the error is shown as it is; its code says whose fault it is).
-using StateChange = std::function<Status(FleetState& state, const FleetRecord& record)>;
+// A record id as operators type it: an entry id (MS-SEQ); a usage error otherwise.
+Expected<std::string> parse_fleet_id(const std::string& text);
 
-class FleetQuarantine {
+// Redis's dead letters as the fleet's quarantine (fleet_dead_letters.h).
+class FleetQuarantine final : public FleetDeadLetters {
  public:
   // Connects, and checks that NAME:dlq is a stream (or missing: no records yet).
   static Expected<FleetQuarantine> open(const RedisAddress& address, const std::string& stream);
@@ -63,36 +65,43 @@ class FleetQuarantine {
   // keys (or the connection breaking), never about reaching Redis.
   static Expected<FleetQuarantine> open(RedisConnection redis, const std::string& stream);
 
-  // Records newest first, as the store lists them; `fn` returns false to stop.
-  // Pages through the stream: a long quarantine is never in memory at once.
-  // Without `with_payloads`, a payload over 64 KiB is not read (the record's
-  // payload_omitted; its size from Redis): listings, counts and stats never
-  // need the bytes. A redrive, which puts them back, asks for them.
-  Status each(const store::ListFilter& filter, const std::function<bool(const FleetRecord&)>& fn,
-              bool with_payloads = false);
-  // How many records the filter matches, ignoring limit and offset.
-  Expected<std::int64_t> count(const store::ListFilter& filter);
-  // Records grouped by fingerprint and kind as QuarantineStore::stats groups
-  // them; `example_ids` gets each group's example (its newest record).
-  Expected<std::vector<store::FingerprintStats>> stats(const store::ListFilter& filter,
-                                                       std::vector<std::string>& example_ids);
+  // Known before Redis is read (a verb refused before it is): no revisions,
+  // so no patch; no discard by raise site.
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true};
+  QuarantineCapabilities can() const override { return kCapabilities; }
+  std::string where() const override { return fleet_location(address(), keys_); }
+  std::string hint_options() const override { return " --redis URL --stream " + keys_.stream.stream; }
+  int id_width() const override { return 15; }  // "1712345678901-0"
+  Expected<std::string> parse_id(const std::string& text) const override { return parse_fleet_id(text); }
+
+  // Records newest first, as the store lists them; `fn` returns false to
+  // stop. Pages through the stream: a long quarantine is never in memory at
+  // once. A payload over 64 KiB is not read (the record's payload_omitted;
+  // its size from Redis): listings, counts and stats never need the bytes.
+  Status each(const std::function<bool(const FleetRecord&)>& fn) override { return read(fn, false); }
+  // The same with every payload read: a redrive puts them back.
+  Status each_with_payloads(const std::function<bool(const FleetRecord&)>& fn) { return read(fn, true); }
   // One record; usage errors for an id that is not one.
-  Expected<FleetRecord> get(const std::string& id);
+  Expected<FleetRecord> get(const std::string& id) override;
 
-  // Applies `change` to record `id`'s state atomically (compare and set,
-  // retried when another process changed it in between). With
-  // `refuse_while_replaying`, a record whose redrive lock exists is refused.
-  // Returns the record as it is after the change.
-  Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying, const StateChange& change);
+  // The worker that dead-lettered it, of which group, and why.
+  store::AuditEntry dead_lettering(const FleetRecord& record) const override;
+  // "stream": its name, group, entry and deliveries.
+  void add_broker_json(const FleetRecord& record, nlohmann::json& full) const override;
 
-  // The verdict of `pillbox reproduce` (supervisor/ops/reproduce.h) with an
-  // audit entry, as QuarantineStore::record_reproduction keeps it.
-  Status record_reproduction(const std::string& id, const std::string& verdict, std::int64_t runs,
-                             std::int64_t matches, const std::string& actor, const std::string& detail);
+  // A compare and set of its state in NAME:dlq:state, retried when another
+  // process changed it in between; with `refuse_while_replaying`, a record
+  // whose redrive lock exists is refused.
+  Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying,
+                                     const StateChange& change) override;
+  // Under keys().minimized(id) (fleet_minimize_keeper.h).
+  Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
+  std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) override;
+  // Back onto NAME (fleet_redrive.h).
+  Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
+  Expected<ReplayResult> redrive(const ReplayRun& run) override;
 
-  // The fleet's key: every record read from now on has its signature
-  // checked (FleetRecord::signature); without one, kUnchecked.
-  void use_key(std::optional<FleetKey> key) { key_ = std::move(key); }
+  void use_key(std::optional<FleetKey> key) override { key_ = std::move(key); }
 
   RedisConnection& redis() { return redis_; }
   const FleetKeys& keys() const { return keys_; }
@@ -100,6 +109,8 @@ class FleetQuarantine {
 
  private:
   FleetQuarantine(RedisConnection redis, FleetKeys keys) : redis_(std::move(redis)), keys_(std::move(keys)) {}
+  // each(), with or without the payloads over 64 KiB.
+  Status read(const std::function<bool(const FleetRecord&)>& fn, bool with_payloads);
   // The state and lock of each record, read in one round trip. A state or
   // lock pillbox did not write marks that record (unreadable_state) and
   // fails nothing.
@@ -112,17 +123,5 @@ class FleetQuarantine {
   FleetKeys keys_;
   std::optional<FleetKey> key_;
 };
-
-// Whether `r` passes `filter` (limit and offset aside).
-bool fleet_matches(const FleetRecord& r, const store::ListFilter& filter);
-
-// What a verb that acts on the store's records only says when it is asked
-// for on the fleet's (quarantine patch --redis, the console's patch on
-// serve --redis): "patch works on the store only, not on the fleet's
-// quarantine (--redis)".
-std::string store_only_verb(const std::string& verb);
-
-// A record id as operators type it: an entry id (MS-SEQ); a usage error otherwise.
-Expected<std::string> parse_fleet_id(const std::string& text);
 
 }  // namespace pillbox::broker

@@ -2,18 +2,11 @@
 
 #include <algorithm>
 
-#include "shared/sha256.h"
-#include "supervisor/broker/fleet_redrive.h"
 #include "supervisor/ops/minimize.h"
 #include "supervisor/ops/quarantine_views_json.h"
 
 namespace pillbox::broker {
 namespace {
-
-SourcedRecord sourced(FleetRecord r) {
-  return {.id = r.id, .record = r.record, .signature = std::string(to_string(r.signature)),
-          .state_error = r.unreadable_state, .native = std::move(r)};
-}
 
 // "attempt_history": its deliveries, then its redrives, numbered on from
 // them as the store numbers a replay's attempt after the task's.
@@ -34,80 +27,14 @@ nlohmann::json attempt_history(const FleetRecord& r) {
   return history;
 }
 
-// "audit": the worker's dead-lettering first (the store's first audit entry
-// is the quarantine too), then what operators did.
-std::vector<store::AuditEntry> audit_trail(const FleetRecord& r) {
-  std::string worker = "a worker";
-  if (!r.attempts.empty() && !r.attempts.back().worker.empty()) worker = r.attempts.back().worker;
+// "audit": the dead-lettering first (the store's first audit entry is the
+// quarantine too), then what operators did.
+std::vector<store::AuditEntry> audit_trail(const FleetDeadLetters& dead_letters, const FleetRecord& r) {
   std::vector<store::AuditEntry> trail;
-  trail.push_back({r.record.created_at, "worker " + worker + (r.group.empty() ? "" : " of group " + r.group),
-                   "quarantined",
-                   (r.reason.empty() ? std::string("dead-lettered") : r.reason) + " (delivery " +
-                       std::to_string(r.deliveries) + " of entry " + r.source_entry + " of " +
-                       (r.stream.empty() ? std::string("the stream") : r.stream) + ")"});
+  trail.push_back(dead_letters.dead_lettering(r));
   trail.insert(trail.end(), r.state.audit.begin(), r.state.audit.end());
   return trail;
 }
-
-// Minimize's progress and result kept on Redis as the store keeps them: the
-// search's progress in the record's state, the best payload so far under
-// keys().minimizing(id), the result under keys().minimized(id) with its
-// sha256 and an audit entry in the state.
-class FleetMinimizeKeeper final : public MinimizeKeeper {
- public:
-  FleetMinimizeKeeper(FleetQuarantine& quarantine, std::string id, std::string actor)
-      : q_(quarantine), id_(std::move(id)), actor_(std::move(actor)) {}
-
-  // A saved best payload whose bytes do not match the state's sha256 (a
-  // session that died between writing the two) is no progress: it starts over.
-  Expected<std::optional<Saved>> load() override {
-    auto record = q_.get(id_);
-    if (!record) return Error{record.error(), record.error_code()};
-    const auto& progress = record->state.minimize;
-    if (!progress) return std::optional<Saved>{};
-    auto best = q_.redis().command({"GET", q_.keys().minimizing(id_)});
-    if (!best) return Error{best.error()};
-    std::string bytes = reply_text(best->get());
-    if (sha256_hex(bytes) != progress->best_sha256) return std::optional<Saved>{};
-    return std::optional<Saved>(Saved{*progress, std::move(bytes)});
-  }
-
-  Status clear() override {
-    auto changed = q_.change_state(id_, false, [](FleetState& s, const FleetRecord&) {
-      s.minimize.reset();
-      return Status::ok();
-    });
-    if (!changed) return changed.status();
-    auto deleted = q_.redis().command({"DEL", q_.keys().minimizing(id_)});
-    return deleted ? Status::ok() : Status::error(deleted.error());
-  }
-
-  // The bytes first, then the state that names them.
-  Status save(std::string_view best, const store::MinimizeState& state) override {
-    if (auto set = q_.redis().command({"SET", q_.keys().minimizing(id_), best}); !set) return Status::error(set.error());
-    return q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
-      s.minimize = state;
-      return Status::ok();
-    }).status();
-  }
-
-  Status record(const std::string& sha256, const std::string& detail) override {
-    // minimize_payload saved this payload just before: the best so far is it.
-    auto copied = q_.redis().command({"COPY", q_.keys().minimizing(id_), q_.keys().minimized(id_), "REPLACE"});
-    if (!copied) return Status::error(copied.error());
-    return q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
-      s.minimized_sha256 = sha256;
-      s.updated_at = store::now_ms();
-      s.audit.push_back({s.updated_at, actor_, "minimized", detail});
-      return Status::ok();
-    }).status();
-  }
-
- private:
-  FleetQuarantine& q_;
-  std::string id_;
-  std::string actor_;
-};
 
 }  // namespace
 
@@ -115,11 +42,14 @@ const FleetRecord& FleetQuarantineSource::dead_letter(const SourcedRecord& r) {
   return std::any_cast<const FleetRecord&>(r.native);
 }
 
-std::string FleetQuarantineSource::where() const { return fleet_location(fleet_.address(), fleet_.keys()); }
+SourcedRecord FleetQuarantineSource::sourced(FleetRecord r) const {
+  return {.id = dead_letters_.id_json(r.id), .record = r.record, .signature = std::string(to_string(r.signature)),
+          .state_error = r.unreadable_state, .native = std::move(r)};
+}
 
 Status FleetQuarantineSource::each(const store::ListFilter& filter,
                                    const std::function<bool(const SourcedRecord&)>& fn) {
-  return fleet_.each(filter, [&](const FleetRecord& r) { return fn(sourced(r)); });
+  return each_matching(dead_letters_, filter, [&](const FleetRecord& r) { return fn(sourced(r)); });
 }
 
 Expected<std::int64_t> FleetQuarantineSource::each_counted(const store::ListFilter& filter,
@@ -128,7 +58,7 @@ Expected<std::int64_t> FleetQuarantineSource::each_counted(const store::ListFilt
   all.limit = -1;
   all.offset = 0;
   std::int64_t total = 0;
-  const Status each = fleet_.each(all, [&](const FleetRecord& r) {
+  const Status each = each_matching(dead_letters_, all, [&](const FleetRecord& r) {
     if (total >= filter.offset && (filter.limit < 0 || total < filter.offset + filter.limit)) fn(sourced(r));
     ++total;
     return true;
@@ -140,23 +70,24 @@ Expected<std::int64_t> FleetQuarantineSource::each_counted(const store::ListFilt
 Expected<std::vector<store::FingerprintStats>> FleetQuarantineSource::stats(const store::ListFilter& filter,
                                                                             std::vector<nlohmann::json>& example_ids) {
   std::vector<std::string> examples;
-  auto groups = fleet_.stats(filter, examples);
+  auto groups = fleet_stats(dead_letters_, filter, examples);
   if (!groups) return groups;
-  example_ids.assign(examples.begin(), examples.end());
+  example_ids.clear();
+  for (const auto& id : examples) example_ids.push_back(dead_letters_.id_json(id));
   return groups;
 }
 
 Expected<SourcedRecord> FleetQuarantineSource::get(const std::string& id) {
-  auto r = fleet_.get(id);
+  auto r = dead_letters_.get(id);
   if (!r) return Error{r.error(), r.error_code()};
   return sourced(std::move(*r));
 }
 
 Expected<nlohmann::json> FleetQuarantineSource::full_json(const SourcedRecord& r) {
   const FleetRecord& d = dead_letter(r);
-  nlohmann::json j = full_record_json(d.id, d.record, where(), attempt_history(d), audit_trail(d));
+  nlohmann::json j = full_record_json(r.id, d.record, where(), attempt_history(d), audit_trail(dead_letters_, d));
   // What only a dead letter knows: where it came from and why.
-  j["stream"] = {{"name", d.stream}, {"group", d.group}, {"entry", d.source_entry}, {"deliveries", d.deliveries}};
+  dead_letters_.add_broker_json(d, j);
   j["reason"] = d.reason;
   j["signature"] = to_string(d.signature);
   if (!d.unreadable_state.empty()) j["state_error"] = d.unreadable_state;
@@ -183,23 +114,8 @@ Expected<std::string> FleetQuarantineSource::payload_head(const SourcedRecord& r
 }
 
 Expected<PayloadBytes> FleetQuarantineSource::minimized_payload(const SourcedRecord& r) {
-  const std::string& id = dead_letter(r).id;
-  const std::string& sha = r.record.minimized_sha256;
-  if (sha.empty()) {
-    return Error{"record " + id + " has no minimized payload (pillbox minimize " + id + hint_options() + ")",
-                 ErrorCode::kUsage};
-  }
-  auto bytes = fleet_.redis().command({"GET", fleet_.keys().minimized(id)});
-  if (!bytes) return Error{bytes.error()};
-  std::string payload = reply_text(bytes->get());
-  if (sha256_hex(payload) != sha) {
-    return Error{"the minimized payload of record " + id + " (" + fleet_.keys().minimized(id) +
-                 ") does not match the sha256 its state names (" + sha + ")"};
-  }
-  return PayloadBytes{std::move(payload), sha};
+  return dead_letters_.minimized_payload(dead_letter(r));
 }
-
-std::string FleetQuarantineSource::hint_options() const { return " --redis URL --stream " + fleet_.keys().stream.stream; }
 
 Status FleetQuarantineSource::check_runnable(const SourcedRecord& r, bool trust_unsigned) const {
   return check_signed(dead_letter(r), trust_unsigned);
@@ -218,7 +134,7 @@ Expected<Discarded> FleetQuarantineSource::discard(const std::string& id, const 
   // One compare-and-set of its state, refused (kUsage) when a replay took
   // its redrive lock in between.
   Discarded done;
-  auto changed = fleet_.change_state(id, true, [&](FleetState& s, const FleetRecord&) {
+  auto changed = dead_letters_.change_state(id, true, [&](FleetState& s, const FleetRecord&) {
     done.was = std::string(to_string(s.status));
     done.already = s.status == store::RecordStatus::kDiscarded;
     if (done.already) return Status::ok();  // written back as it is
@@ -238,22 +154,20 @@ Expected<store::Revision> FleetQuarantineSource::patch(const std::string&, Patch
 Status FleetQuarantineSource::record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
                                                  std::int64_t matches, const std::string& actor,
                                                  const std::string& detail) {
-  return fleet_.record_reproduction(dead_letter(r).id, verdict, runs, matches, actor, detail);
+  return broker::record_reproduction(dead_letters_, dead_letter(r).id, verdict, runs, matches, actor, detail);
 }
 
 std::unique_ptr<MinimizeKeeper> FleetQuarantineSource::minimize_keeper(const SourcedRecord& r, const std::string& actor) {
-  return std::make_unique<FleetMinimizeKeeper>(fleet_, dead_letter(r).id, actor);
+  return dead_letters_.minimize_keeper(dead_letter(r).id, actor);
 }
 
 Expected<std::vector<PlannedReplay>> FleetQuarantineSource::replay_plan(const ReplayRun& run,
                                                                       std::vector<std::string>& skipped) {
-  auto plan = redrive_plan(fleet_, run, skipped);
+  auto plan = dead_letters_.redrive_plan(run, skipped);
   if (!plan) return Error{plan.error(), plan.error_code()};
   std::vector<PlannedReplay> rows;
-  for (auto& r : *plan) rows.push_back({r.id, std::move(r.record), 0});
+  for (auto& r : *plan) rows.push_back({dead_letters_.id_json(r.id), std::move(r.record), 0});
   return rows;
 }
-
-Expected<ReplayResult> FleetQuarantineSource::replay(const ReplayRun& run) { return redrive(fleet_, run); }
 
 }  // namespace pillbox::broker

@@ -495,7 +495,8 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const Replay
   std::size_t not_open = 0;
   std::vector<std::string> unsigned_ids;
   std::string first_why;
-  auto s = q.each(run.filter, [&](const FleetRecord& r) {
+  auto s = q.each_with_payloads([&](const FleetRecord& r) {  // it puts them back on the stream
+    if (!fleet_matches(r, run.filter)) return true;
     if (!claimable(r, run.force)) {
       ++not_open;
     } else if (auto ok = check_signed(r, run.trust_unsigned); !ok) {
@@ -505,7 +506,7 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& q, const Replay
       out.push_back(r);
     }
     return true;
-  }, /*with_payloads=*/true);  // it puts them back on the stream
+  });
   if (!s) return Error{s.message(), s.code()};
   if (!unsigned_ids.empty()) {
     std::string ids;

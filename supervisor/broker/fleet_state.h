@@ -43,7 +43,7 @@ struct FleetState {
   std::string reproduce_verdict;          // "", reliable, flaky or not-reproduced
   std::int64_t reproduce_runs = 0;
   std::int64_t reproduce_matches = 0;
-  // pillbox minimize (supervisor/broker/fleet_quarantine_source.cpp): the progress of
+  // pillbox minimize (supervisor/broker/fleet_minimize_keeper.h): the progress of
   // its search, and the minimized payload it recorded ("": none yet).
   std::optional<store::MinimizeState> minimize;
   std::string minimized_sha256;

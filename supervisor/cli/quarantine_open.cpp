@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/broker/fleet_quarantine_source.h"
 #include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/quarantine_verbs.h"
@@ -22,26 +23,31 @@ Expected<std::string> read_record_id(const Args& args, bool on_fleet) {
   return std::to_string(*id);
 }
 
+// A broker's dead letters, opened with the fleet's key, as the verbs' source.
+template <class DeadLetters>
+Expected<OpenedQuarantine> fleet_source(Expected<DeadLetters> dead_letters, std::optional<broker::FleetKey> key) {
+  if (!dead_letters) return Error{dead_letters.error(), dead_letters.error_code()};
+  OpenedQuarantine opened;
+  opened.fleet = std::make_unique<DeadLetters>(std::move(*dead_letters));
+  opened.fleet->use_key(std::move(key));
+  opened.source = std::make_unique<broker::FleetQuarantineSource>(*opened.fleet);
+  return opened;
+}
+
 }  // namespace
 
 QuarantineCapabilities capabilities_of(const Args& args) {
-  return args.value("redis") ? broker::FleetQuarantineSource::kCapabilities : StoreQuarantineSource::kCapabilities;
+  return args.value("redis") ? broker::FleetQuarantine::kCapabilities : StoreQuarantineSource::kCapabilities;
 }
 
 Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& no_stream, bool create_store,
                                            const Status& then) {
-  OpenedQuarantine opened;
   if (args.value("redis")) {
     auto target = read_fleet_target(args, no_stream, then);
     if (!target) return Error{target.error(), target.error_code()};
     auto key = read_fleet_key(args);
     if (!key) return Error::usage(key.error());
-    auto fleet = broker::FleetQuarantine::open(target->address, target->stream);
-    if (!fleet) return Error{fleet.error(), fleet.error_code()};
-    opened.fleet = std::make_unique<broker::FleetQuarantine>(std::move(*fleet));
-    opened.fleet->use_key(std::move(*key));
-    opened.source = std::make_unique<broker::FleetQuarantineSource>(*opened.fleet);
-    return opened;
+    return fleet_source(broker::FleetQuarantine::open(target->address, target->stream), std::move(*key));
   }
   // --batch-timeout is replay's on the fleet only.
   for (const char* fleet_only : {"stream", "batch-timeout"}) {
@@ -53,6 +59,7 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
   if (!then) return Error::usage(then.message());
   auto store = create_store ? open_or_create_store(args) : open_existing_store(args);
   if (!store) return Error{store.error(), store.error_code()};
+  OpenedQuarantine opened;
   opened.store = std::move(*store);
   opened.source = std::make_unique<StoreQuarantineSource>(*opened.store->quarantine, opened.store->store.db(),
                                                           opened.store->store.dir());

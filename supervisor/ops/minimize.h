@@ -55,7 +55,7 @@ bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome);
 
 // Where a minimization keeps its progress and result, with the record
 // (QuarantineSource::minimize_keeper: the store's tables, or the fleet's
-// keys, supervisor/broker/fleet_quarantine_source.cpp).
+// keys, supervisor/broker/fleet_minimize_keeper.h).
 class MinimizeKeeper {
  public:
   virtual ~MinimizeKeeper() = default;

@@ -133,7 +133,7 @@ std::string FleetSource::metrics() {
   std::set<std::string> fingerprints;
   bool up = false;
   if (auto q = broker::FleetQuarantine::open(address_, stream_)) {
-    up = q->each({}, [&](const broker::FleetRecord& r) {
+    up = q->each([&](const broker::FleetRecord& r) {
            // Anyone who can write to Redis writes kinds: an unknown one is
            // "other", never a new label series per forged value.
            const std::string& kind = r.record.entry.kind;

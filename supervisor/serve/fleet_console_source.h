@@ -42,7 +42,7 @@ class FleetSource : public ConsoleSource {
   std::vector<std::string> cli_source_args() const override;
   ApiReply list_tasks(const Query& query) override;
   ApiReply live_runs() override;
-  QuarantineCapabilities can() const override { return broker::FleetQuarantineSource::kCapabilities; }
+  QuarantineCapabilities can() const override { return broker::FleetQuarantine::kCapabilities; }
   Expected<std::string> checked_id(const std::string& text) const override { return broker::parse_fleet_id(text); }
   std::string metrics() override;
 
