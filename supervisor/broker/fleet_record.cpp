@@ -69,6 +69,46 @@ std::int64_t entry_time_ms(std::string_view id) {
   return ms;
 }
 
+void read_worker_record(const nlohmann::json& j, const DeadLetterClaims& own, std::string unreadable,
+                        FleetRecord& out) {
+  store::QuarantineEntry& e = out.record.entry;
+  e.key = text_of(j, "key", own.key);
+  e.source = text_of(j, "source", "worker");
+  e.handler = text_of(j, "handler");
+  e.handler_identity = text_of(j, "handler_identity");
+  e.handler_args = json_text_of(j, "handler_args", "{}");
+  e.exec_argv = json_text_of(j, "exec_argv", "[]");
+  e.working_dir = text_of(j, "working_dir");
+  e.policy_identity = text_of(j, "policy_identity");
+  e.policy = text_of(j, "policy");
+  e.payload_sha256 = text_of(j, "payload_sha256", own.payload_sha256);
+  e.payload_size = number_of(j, "payload_size", own.payload_size);
+  {
+    // The outcome as the record says it, each field for what it still says
+    // (not strict); kind and fingerprint fall back to the dead letter's own,
+    // and the message to why the record could not be read.
+    static_cast<OutcomeRecord&>(e) = *read_outcome_record(j, /*strict=*/false);
+    if (!j.contains("kind") || !j["kind"].is_string()) e.kind = own.kind;
+    if (!j.contains("fingerprint") || !j["fingerprint"].is_string()) e.fingerprint = own.fingerprint;
+    if (!j.contains("message")) e.message = std::move(unreadable);
+  }
+  if (j.contains("origin")) e.origin = json_text_of(j, "origin", "");
+  // A claim like every field here: kept only when it decodes, and no longer
+  // than the tail a worker keeps (a forged one is cut, never trusted to be small).
+  if (auto tail = base64_decode(text_of(j, "stderr_tail_b64")); tail && !tail->empty()) {
+    e.stderr_tail = tail->size() > kStderrTailBytes ? tail->substr(tail->size() - kStderrTailBytes) : std::move(*tail);
+  }
+  out.record.repeats = number_of(j, "repeats", 0);
+
+  out.reason = text_of(j, "reason");
+  if (out.deliveries == 0) out.deliveries = static_cast<std::uint32_t>(number_of(j, "deliveries", 0));
+  if (j.contains("attempts_history") && j["attempts_history"].is_array()) {
+    for (const auto& d : j["attempts_history"]) {
+      if (d.is_object()) out.attempts.push_back(delivery_attempt(d));
+    }
+  }
+}
+
 FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields,
                               std::optional<std::int64_t> omitted_payload_size) {
   FleetRecord out;
@@ -81,60 +121,30 @@ FleetRecord parse_dead_letter(const std::string& id, const EntryFields& fields,
   out.deliveries = to_u32(field("deliveries"));
 
   store::QuarantineRecord& r = out.record;
-  store::QuarantineEntry& e = r.entry;
   r.created_at = r.updated_at = entry_time_ms(id);
   const std::string* record_field = entry_field(fields, "record");
   UntrustedJson parsed = parse_untrusted_json(record_field != nullptr ? *record_field : "", kMaxRecordBytes);
   json j = std::move(parsed.value);
+  std::string unreadable;
   if (j.is_discarded() || !j.is_object()) {
     j = json::object();
     const std::string why = record_field == nullptr  ? "it has none"
                             : !parsed.why_not.empty() ? parsed.why_not
                                                       : "it is not a JSON object";
-    e.message = "the dead letter has no readable `record` field (" + why +
-                "): only its key, kind, fingerprint and payload are known";
+    unreadable = "the dead letter has no readable `record` field (" + why +
+                 "): only its key, kind, fingerprint and payload are known";
   }
-  e.key = text_of(j, "key", field("key"));
-  e.source = text_of(j, "source", "worker");
-  e.handler = text_of(j, "handler");
-  e.handler_identity = text_of(j, "handler_identity");
-  e.handler_args = json_text_of(j, "handler_args", "{}");
-  e.exec_argv = json_text_of(j, "exec_argv", "[]");
-  e.working_dir = text_of(j, "working_dir");
-  e.policy_identity = text_of(j, "policy_identity");
-  e.policy = text_of(j, "policy");
-  e.payload_sha256 = text_of(j, "payload_sha256", out.payload_omitted ? "" : sha256_hex(out.payload));
-  e.payload_size =
-      number_of(j, "payload_size", omitted_payload_size.value_or(static_cast<std::int64_t>(out.payload.size())));
-  {
-    // The outcome as the record says it, each field for what it still says
-    // (not strict); kind and fingerprint fall back to the entry's own fields,
-    // and the message to why the record could not be read.
-    std::string unreadable = std::move(e.message);
-    static_cast<OutcomeRecord&>(e) = *read_outcome_record(j, /*strict=*/false);
-    if (!j.contains("kind") || !j["kind"].is_string()) e.kind = field("kind");
-    if (!j.contains("fingerprint") || !j["fingerprint"].is_string()) e.fingerprint = field("fingerprint");
-    if (!j.contains("message")) e.message = std::move(unreadable);
-  }
-  if (j.contains("origin")) e.origin = json_text_of(j, "origin", "");
-  // A claim like every field here: kept only when it decodes, and no longer
-  // than the tail a worker keeps (a forged one is cut, never trusted to be small).
-  if (auto tail = base64_decode(text_of(j, "stderr_tail_b64")); tail && !tail->empty()) {
-    e.stderr_tail = tail->size() > kStderrTailBytes ? tail->substr(tail->size() - kStderrTailBytes) : std::move(*tail);
-  }
-  r.repeats = number_of(j, "repeats", 0);
-
-  out.reason = text_of(j, "reason");
+  const DeadLetterClaims own{
+      .key = field("key"),
+      .kind = field("kind"),
+      .fingerprint = field("fingerprint"),
+      .payload_sha256 = out.payload_omitted ? "" : sha256_hex(out.payload),
+      .payload_size = omitted_payload_size.value_or(static_cast<std::int64_t>(out.payload.size()))};
+  read_worker_record(j, own, std::move(unreadable), out);
   if (j.contains("stream") && j["stream"].is_object()) {
     out.stream = text_of(j["stream"], "name");
     out.group = text_of(j["stream"], "group");
     if (out.source_entry.empty()) out.source_entry = text_of(j["stream"], "entry");
-  }
-  if (out.deliveries == 0) out.deliveries = static_cast<std::uint32_t>(number_of(j, "deliveries", 0));
-  if (j.contains("attempts_history") && j["attempts_history"].is_array()) {
-    for (const auto& d : j["attempts_history"]) {
-      if (d.is_object()) out.attempts.push_back(delivery_attempt(d));
-    }
   }
   return out;
 }

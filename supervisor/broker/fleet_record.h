@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "shared/status.h"
 #include "supervisor/broker/fleet_key.h"
 #include "supervisor/broker/fleet_state.h"
@@ -44,6 +46,27 @@ struct FleetRecord {
   // FleetQuarantine, kUnchecked without a key).
   Signature signature = Signature::kUnchecked;
 };
+
+// What a dead letter says of itself beside its worker's record, for what
+// the record does not say (a record that cannot be read says nothing).
+struct DeadLetterClaims {
+  std::string key;
+  std::string kind;
+  std::string fingerprint;
+  std::string payload_sha256;  // of the payload in hand; "" when it was not read
+  std::int64_t payload_size = 0;
+};
+
+// A worker's record (the JSON of `quarantine list --json` without its id,
+// with policy, reason, deliveries, attempts_history and stderr_tail_b64:
+// stream_entry.h's dead_letter_record), written by the workers of every
+// broker, read into `out`: each field for what it still says, and what it
+// does not say from `own`; the message, when it has none, is `unreadable`
+// (why there is no record, "" when `record` is one). out.deliveries, when
+// not 0, is kept. The broker's own part of the record (Redis's "stream",
+// RabbitMQ's "queue") is the caller's. Never fails: every field is a claim.
+void read_worker_record(const nlohmann::json& record, const DeadLetterClaims& own, std::string unreadable,
+                        FleetRecord& out);
 
 // Never fails: a dead letter with no `record` field, or one that is not
 // JSON, is still a record (of its `key`, `kind`, `fingerprint` and
