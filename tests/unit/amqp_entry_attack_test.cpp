@@ -39,6 +39,7 @@
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
 #include "supervisor/broker/fleet_key.h"
+#include "tests/unit/amqp_worker_fixture.h"
 #include "tests/child_run.h"
 
 using namespace pillbox;
@@ -51,14 +52,7 @@ namespace {
 
 constexpr std::size_t kFrameMax = 131072;  // RabbitMQ's and rabbitmq-c's default frame_max
 
-WorkerSettings settings() {
-  WorkerSettings s;
-  s.keys.stream = "jobs";
-  s.consumer.name = "host:1";
-  s.retry.max_attempts = 3;
-  s.identity.handler_identity = "echo";
-  return s;
-}
+WorkerSettings settings() { return amqp_fixture::worker_settings(); }
 
 // The message's `key` as amqp_connection.cpp's message_of reads it: the
 // first header named key, when it is a string ('S' or 'x').

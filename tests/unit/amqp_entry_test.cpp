@@ -13,6 +13,7 @@
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
 #include "supervisor/broker/fleet_key.h"
+#include "tests/unit/amqp_worker_fixture.h"
 
 using namespace pillbox;
 using namespace pillbox::broker;
@@ -20,14 +21,7 @@ using json = nlohmann::json;
 
 namespace {
 
-WorkerSettings settings() {
-  WorkerSettings s;
-  s.keys.stream = "jobs";
-  s.consumer.name = "host:1";
-  s.retry.max_attempts = 3;
-  s.identity.handler_identity = "echo";
-  return s;
-}
+WorkerSettings settings() { return amqp_fixture::worker_settings(); }
 
 AmqpMessage message(std::int64_t count = 0) {
   AmqpMessage m;
@@ -63,14 +57,7 @@ AmqpHeld held(AmqpMessage m) {
   return e;
 }
 
-Outcome crash() {
-  Outcome o;
-  o.kind = Kind::kCrash;
-  o.fingerprint = "pb1-crash";
-  o.signal = 11;
-  o.message = "SIGSEGV in parse";
-  return o;
-}
+Outcome crash() { return amqp_fixture::segv(); }
 
 RecordedDelivery failed_at(const AmqpHeld& e) {
   return recorded_outcome(static_cast<std::uint32_t>(e.delivery), "host:1", 1000, crash(), true, false);
