@@ -21,12 +21,17 @@
 
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
+#include "tests/unit/amqp_worker_fixture.h"
 #include "supervisor/io/terminal_text.h"
 
 using namespace pillbox;
 using namespace pillbox::broker;
 
 namespace {
+
+using amqp_fixture::delivered;
+using amqp_fixture::held;
+using amqp_fixture::set_key_as_delivered;
 
 constexpr std::size_t kFrameMax = 131072;  // RabbitMQ's and rabbitmq-c's default frame_max
 
@@ -39,11 +44,6 @@ WorkerSettings settings() {
   return s;
 }
 
-void set_key_as_delivered(AmqpMessage& m) {
-  m.key.reset();
-  if (const AmqpValue* key = find_field(m.headers, "key"); key != nullptr && key->text() != nullptr) m.key = *key->text();
-}
-
 AmqpMessage message() {
   AmqpMessage m;
   m.delivery_tag = 5;
@@ -52,25 +52,6 @@ AmqpMessage message() {
   m.headers = {{"key", std::string("report.pdf")}, {"tenant", std::string("acme")}};
   m.key = "report.pdf";
   return m;
-}
-
-AmqpMessage delivered(const AmqpPublication& p, std::int64_t count = 0) {
-  AmqpMessage m;
-  m.delivery_tag = 9;
-  m.body = p.body;
-  m.message_id = p.message.message_id;
-  m.correlation_id = p.message.correlation_id;
-  m.reply_to = p.message.reply_to;
-  m.headers = p.message.headers;
-  set_key_as_delivered(m);
-  m.delivery_count = count;
-  return m;
-}
-
-AmqpHeld held(AmqpMessage m) {
-  AmqpHeld e;
-  read_message(std::move(m), e);
-  return e;
 }
 
 AmqpValue decimal(std::uint8_t decimals, std::uint32_t value) {

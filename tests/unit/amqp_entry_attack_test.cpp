@@ -50,17 +50,16 @@ using test_support::in_child;
 
 namespace {
 
+using amqp_fixture::delivered;
+using amqp_fixture::held;
+using amqp_fixture::set_key_as_delivered;
+
 constexpr std::size_t kFrameMax = 131072;  // RabbitMQ's and rabbitmq-c's default frame_max
 
 WorkerSettings settings() { return amqp_fixture::worker_settings(); }
 
 // The message's `key` as amqp_connection.cpp's message_of reads it: the
 // first header named key, when it is a string ('S' or 'x').
-void set_key_as_delivered(AmqpMessage& m) {
-  m.key.reset();
-  if (const AmqpValue* key = find_field(m.headers, "key"); key != nullptr && key->text() != nullptr) m.key = *key->text();
-}
-
 AmqpMessage message(std::int64_t count = 0) {
   AmqpMessage m;
   m.delivery_tag = 5;
@@ -80,26 +79,6 @@ AmqpMessage with_history(AmqpValue deliveries, std::string attempts, std::int64_
   m.headers.push_back({std::string(kDeliveriesHeader), std::move(deliveries)});
   m.headers.push_back({std::string(kAttemptsHeader), std::move(attempts)});
   return m;
-}
-
-// What the broker hands a consumer for a published message.
-AmqpMessage delivered(const AmqpPublication& p, std::int64_t count = 0) {
-  AmqpMessage m;
-  m.delivery_tag = 9;
-  m.body = p.body;
-  m.message_id = p.message.message_id;
-  m.correlation_id = p.message.correlation_id;
-  m.reply_to = p.message.reply_to;
-  m.headers = p.message.headers;
-  set_key_as_delivered(m);
-  m.delivery_count = count;
-  return m;
-}
-
-AmqpHeld held(AmqpMessage m) {
-  AmqpHeld e;
-  read_message(std::move(m), e);
-  return e;
 }
 
 Outcome crash(std::size_t message_bytes = 16, std::size_t frames = 2) {

@@ -21,6 +21,10 @@ using json = nlohmann::json;
 
 namespace {
 
+using amqp_fixture::delivered;
+using amqp_fixture::held;
+using amqp_fixture::set_key_as_delivered;
+
 WorkerSettings settings() { return amqp_fixture::worker_settings(); }
 
 AmqpMessage message(std::int64_t count = 0) {
@@ -34,27 +38,6 @@ AmqpMessage message(std::int64_t count = 0) {
   m.delivery_count = count;
   if (count > 0) m.headers.push_back({"x-delivery-count", count});
   return m;
-}
-
-// What the broker hands a consumer for a published copy (its headers as
-// sent, the broker's count added when it redelivered it).
-AmqpMessage delivered(const AmqpPublication& p, std::int64_t count = 0) {
-  AmqpMessage m;
-  m.delivery_tag = 9;
-  m.body = p.body;
-  m.message_id = p.message.message_id;
-  m.correlation_id = p.message.correlation_id;
-  m.reply_to = p.message.reply_to;
-  m.headers = p.message.headers;
-  if (const AmqpValue* key = find_field(m.headers, "key"); key != nullptr && key->text()) m.key = *key->text();
-  m.delivery_count = count;
-  return m;
-}
-
-AmqpHeld held(AmqpMessage m) {
-  AmqpHeld e;
-  read_message(std::move(m), e);
-  return e;
 }
 
 Outcome crash() { return amqp_fixture::segv(); }
