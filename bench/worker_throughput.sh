@@ -124,12 +124,25 @@ run_files() {
   python3 -c "print($t1 - $t0)"
 }
 
+# end_workers T0 RC LABEL PID...: once the wait for results ended (RC 0:
+# all came), the workers are stopped; prints the seconds since T0, or fails
+# the run with the first worker's log.
+end_workers() {
+  local t1 t0=$1 rc=$2 label=$3
+  t1=$(date +%s.%N)
+  shift 3
+  kill -TERM "$@" 2>/dev/null || true
+  wait "$@" 2>/dev/null || true
+  [[ $rc == 0 ]] || bench_fail_run "$label" "$rc" "$WORK/worker1.log"
+  python3 -c "print($t1 - $t0)"
+}
+
 # run_workers PATH N JOBS: seconds from starting N workers (--jobs JOBS) to
 # every result in NAME:results.
 run_workers() {
   local stream="bench$RANDOM" w pids=() rc=0
   "$PB" submit --quiet --redis "$URL" --stream "$stream" "$WORK/corpus" 2>"$WORK/log" || bench_fail_run submit 1 "$WORK/log"
-  local t0 t1
+  local t0
   t0=$(date +%s.%N)
   for ((w = 1; w <= $2; w++)); do
     # shellcheck disable=SC2046
@@ -150,11 +163,7 @@ while time.time() < deadline:
     time.sleep(0.01)
 sys.exit(1)
 EOF
-  t1=$(date +%s.%N)
-  kill -TERM "${pids[@]}" 2>/dev/null || true
-  wait "${pids[@]}" 2>/dev/null || true
-  [[ $rc == 0 ]] || bench_fail_run "workers $1" "$rc" "$WORK/worker1.log"
-  python3 -c "print($t1 - $t0)"
+  end_workers "$t0" "$rc" "workers $1" "${pids[@]}"
 }
 
 # run_amqp_workers PATH N JOBS: seconds from starting N workers --amqp
@@ -163,7 +172,7 @@ EOF
 run_amqp_workers() {
   local queue="bench$RANDOM" w pids=() ports=() rc=0
   "$PB" submit --quiet --amqp "$AMQP_URL" --queue "$queue" "$WORK/corpus" 2>"$WORK/log" || bench_fail_run "submit --amqp" 1 "$WORK/log"
-  local t0 t1
+  local t0
   t0=$(date +%s.%N)
   for ((w = 1; w <= $2; w++)); do
     ports+=("$(free_port)")
@@ -189,11 +198,7 @@ while time.time() < deadline:
     time.sleep(0.01)
 sys.exit(1)
 EOF
-  t1=$(date +%s.%N)
-  kill -TERM "${pids[@]}" 2>/dev/null || true
-  wait "${pids[@]}" 2>/dev/null || true
-  [[ $rc == 0 ]] || bench_fail_run "workers --amqp $1" "$rc" "$WORK/worker1.log"
-  python3 -c "print($t1 - $t0)"
+  end_workers "$t0" "$rc" "workers --amqp $1" "${pids[@]}"
 }
 
 VARIANTS=(run-store run-nostore workers worker1)
