@@ -427,8 +427,14 @@ void restart_loses_once_and_comes_back(e2e::RabbitServer& server, int sig) {
     auto publisher = connect(server);
     publish_confirmed(publisher, consumer.queue, {"after"});
   }
-  REQUIRE(drain_until(link, [&] { return consumer.bodies.size() == 2; }));
-  CHECK(consumer.bodies.back() == "after");
+  // The broker may hand "before" over again: its ack went out without a
+  // confirm and can die with the broker (at-least-once; the CI run of
+  // 42c36c1 met it after SIGKILL, "before" and "after" in one drain, so
+  // a wait for exactly two bodies never ended). Once at most, first.
+  REQUIRE(drain_until(link, [&] { return !consumer.bodies.empty() && consumer.bodies.back() == "after"; }));
+  const std::size_t again = consumer.bodies.size() - 2;
+  CHECK(again <= 1);
+  if (again == 1) CHECK(consumer.bodies[1] == "before");
   CHECK(consumer.body_connections.back() == second);
 
   // Exactly one of each, lost first.
@@ -441,7 +447,7 @@ void restart_loses_once_and_comes_back(e2e::RabbitServer& server, int sig) {
           << notices.told[0].second << "\"); the broker started in " << start_took << " ms, back told "
           << back_after << " ms after the start began (\"" << notices.told[1].second << "\"), "
           << consumer.setups - setups_before << " Setup run(s) after it; connection " << first << " -> " << second
-          << "; idle errors told: " << consumer.errors.size());
+          << "; idle errors told: " << consumer.errors.size() << "; handed over again: " << again);
 }
 
 // stop() returns at once while the idle work waits in next(), and while
