@@ -32,22 +32,6 @@ bool routes_elsewhere(std::string_view name) { return name == "CC" || name == "B
 // other queues, nor one whose name cannot be sent.
 bool copied(const AmqpField& f) { return f.name.rfind("x-", 0) != 0 && !routes_elsewhere(f.name) && sendable(f.name); }
 
-// The bytes a value takes in an AMQP field table, at most (a scalar: 9).
-std::size_t wire_size(const AmqpValue& v) {
-  if (const std::string* t = v.text()) return 5 + t->size();
-  if (const AmqpArray* items = v.items()) {
-    std::size_t n = 5;
-    for (const AmqpValue& i : *items) n += wire_size(i);
-    return n;
-  }
-  if (const AmqpTable* fields = v.fields()) {
-    std::size_t n = 5;
-    for (const AmqpField& f : *fields) n += 1 + f.name.size() + wire_size(f.value);
-    return n;
-  }
-  return 9;
-}
-std::size_t wire_size(const AmqpField& f) { return 1 + f.name.size() + wire_size(f.value); }
 
 // The headers a message's publication may take (a frame of 131072 bytes,
 // less its framing and the properties: three ids of up to 255 bytes).

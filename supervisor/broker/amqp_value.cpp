@@ -94,6 +94,22 @@ const AmqpValue* find_field(const AmqpTable& table, std::string_view name) {
   return nullptr;
 }
 
+std::size_t wire_size(const AmqpValue& v) {
+  if (const std::string* t = v.text()) return 5 + t->size();
+  if (const AmqpArray* items = v.items()) {
+    std::size_t n = 5;
+    for (const AmqpValue& i : *items) n += wire_size(i);
+    return n;
+  }
+  if (const AmqpTable* fields = v.fields()) {
+    std::size_t n = 5;
+    for (const AmqpField& f : *fields) n += 1 + f.name.size() + wire_size(f.value);
+    return n;
+  }
+  return 9;
+}
+std::size_t wire_size(const AmqpField& f) { return 1 + f.name.size() + wire_size(f.value); }
+
 std::string decimal_text(const AmqpDecimal& d) {
   std::string digits = std::to_string(d.value);
   if (d.decimals == 0) return digits;

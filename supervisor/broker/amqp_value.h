@@ -78,6 +78,11 @@ struct AmqpField {
 // The first field named `name`, or none.
 const AmqpValue* find_field(const AmqpTable& table, std::string_view name);
 
+// The bytes a value takes in an AMQP field table, at most (a scalar: 9),
+// and a field with its name.
+std::size_t wire_size(const AmqpValue& v);
+std::size_t wire_size(const AmqpField& f);
+
 // A decimal as text: 12345 with 2 decimals -> "123.45".
 std::string decimal_text(const AmqpDecimal& d);
 
