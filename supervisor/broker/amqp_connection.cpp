@@ -790,6 +790,11 @@ Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, c
   AmqpMessage m =
       message_of(delivery_tag, *static_cast<const amqp_basic_properties_t*>(frame.payload.properties.decoded));
   deadline = std::chrono::steady_clock::now() + transfer_limit(timeout_, size);
+  m.body_size = size;
+  if (keep_body && size > kept_body_bytes_) {
+    keep_body = false;
+    m.body_omitted = true;
+  }
   // What the header announces is a claim: the buffer grows with what comes.
   if (keep_body) m.body.reserve(std::min<std::uint64_t>(size, 1u << 20));
   std::uint64_t received = 0;

@@ -68,6 +68,11 @@ struct AmqpQueueState {
 struct AmqpMessage {
   std::uint64_t delivery_tag = 0;
   std::string body;
+  // Its size as the broker announced and sent it; body_omitted: over the
+  // connection's keep_bodies_up_to, read off the socket and not kept
+  // (`body` is then empty).
+  std::uint64_t body_size = 0;
+  bool body_omitted = false;
   std::string message_id;
   std::string correlation_id;
   std::string reply_to;
@@ -168,6 +173,11 @@ class AmqpConnection {
   // meanwhile is noted (a publish that waits says why), not an error.
   Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout, int wake_fd);
   Expected<std::optional<AmqpMessage>> next(std::chrono::milliseconds timeout) { return next(timeout, -1); }
+  // From now on next(), get() and cancel_consume() keep the body of a
+  // message only up to `bytes` (a larger one is read and dropped:
+  // body_omitted). A reader that lists messages needs no payload of
+  // megabytes in memory; a worker keeps them all (the default).
+  void keep_bodies_up_to(std::uint64_t bytes) { kept_body_bytes_ = bytes; }
   // basic.cancel of the consume: the broker delivers nothing more on it.
   // What it delivered before it confirmed is returned, unacknowledged (to
   // ack or reject as any); none when nothing was consumed.
@@ -226,6 +236,7 @@ class AmqpConnection {
     std::uint64_t returned = 0;   // returned (unroutable) since the last wait
     std::string return_text;      // the first return's reply text
   } confirms_;
+  std::uint64_t kept_body_bytes_ = ~std::uint64_t{0};  // keep_bodies_up_to
   std::string consumer_tag_;  // the consume's (consume), until it is cancelled
   std::string blocked_;  // connection.blocked's reason, while the broker blocks publishers
   std::unique_ptr<SocketWatchdog> watchdog_;  // publish's deadline, made at the first publish

@@ -62,6 +62,9 @@ class FleetDeadLetters {
   virtual Status each(const std::function<bool(const FleetRecord&)>& fn) = 0;
   // One record (parse_id's text) with its payload; kUsage when there is none.
   virtual Expected<FleetRecord> get(const std::string& id) = 0;
+  // What the last each() left out of the records and why, for the
+  // operator ("" when nothing): never hidden silently.
+  virtual std::string left_out() const { return ""; }
 
   // show --json. The audit trail's first entry: who dead-lettered the
   // record, when and why.

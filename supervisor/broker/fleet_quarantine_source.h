@@ -25,6 +25,7 @@ class FleetQuarantineSource final : public QuarantineSource {
   std::string where() const override { return dead_letters_.where(); }
   int id_width() const override { return dead_letters_.id_width(); }
   Expected<std::string> parse_id(const std::string& text) const override { return dead_letters_.parse_id(text); }
+  std::string left_out() const override { return dead_letters_.left_out(); }
   Status each(const store::ListFilter& filter, const std::function<bool(const SourcedRecord&)>& fn) override;
   Expected<std::int64_t> count(const store::ListFilter& filter) override {
     return count_matching(dead_letters_, filter);

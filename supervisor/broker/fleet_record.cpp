@@ -48,7 +48,8 @@ std::uint32_t to_u32(const std::string& text) {
 // never reported back ({"delivery", "kind": "supervisor-lost", "note"}).
 FleetAttempt delivery_attempt(const json& d) {
   FleetAttempt a;
-  a.n = static_cast<std::uint32_t>(number_of(d, "delivery", 0));
+  const auto n = number_of(d, "delivery", 0);  // a claim, as every field here
+  a.n = n > 0 && n <= 0xffffffffLL ? static_cast<std::uint32_t>(n) : 0;
   a.worker = text_of(d, "worker");
   a.ended_at = number_of(d, "at_ms", 0);
   a.kind = text_of(d, "kind");
@@ -101,7 +102,11 @@ void read_worker_record(const nlohmann::json& j, const DeadLetterClaims& own, st
   out.record.repeats = number_of(j, "repeats", 0);
 
   out.reason = text_of(j, "reason");
-  if (out.deliveries == 0) out.deliveries = static_cast<std::uint32_t>(number_of(j, "deliveries", 0));
+  if (out.deliveries == 0) {
+    // A claim: a count below 0 or past 2^32 is none.
+    const auto claimed = number_of(j, "deliveries", 0);
+    out.deliveries = claimed > 0 && claimed <= 0xffffffffLL ? static_cast<std::uint32_t>(claimed) : 0;
+  }
   if (j.contains("attempts_history") && j["attempts_history"].is_array()) {
     for (const auto& d : j["attempts_history"]) {
       if (d.is_object()) out.attempts.push_back(delivery_attempt(d));

@@ -34,7 +34,7 @@ struct FleetRecord {
   std::string group;
   std::string source_entry;
   std::string reason;               // why the worker dead-lettered it
-  std::uint32_t deliveries = 0;     // Redis's delivery count when it was dead-lettered
+  std::uint32_t deliveries = 0;     // the broker's delivery count when it was dead-lettered
   std::vector<FleetAttempt> attempts;  // those deliveries, oldest first
   FleetState state;
   bool replaying = false;           // its redrive lock is held now
@@ -45,6 +45,9 @@ struct FleetRecord {
   // Its signature as this reader's fleet key finds it (fleet_key.h; set by
   // FleetQuarantine, kUnchecked without a key).
   Signature signature = Signature::kUnchecked;
+  // What only its broker says of it, as show --json prints it under the
+  // broker's name (FleetDeadLetters::add_broker_json); null when nothing.
+  nlohmann::json broker;
 };
 
 // What a dead letter says of itself beside its worker's record, for what

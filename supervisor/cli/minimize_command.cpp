@@ -103,9 +103,10 @@ void show_progress(MinimizeSettings& settings, Progress& progress) {
 }  // namespace
 
 int minimize_command(int argc, char** argv) {
-  std::vector<OptionSpec> options = {{"jobs"},          {"max-runs"}, {"max-time"}, {"restart", false},
-                                     {"json", false},   {"policy"},   {"store"},    {"redis"},    {"stream"},
-                                     {"quiet", false},  {"help", false}};
+  std::vector<OptionSpec> options = {{"jobs"},         {"max-runs"}, {"max-time"}, {"restart", false},
+                                     {"json", false},  {"policy"},   {"store"},    {"redis"},
+                                     {"stream"},       {"amqp"},     {"queue"},    {"quiet", false},
+                                     {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
   options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)

@@ -42,6 +42,7 @@ const char* kHelp =
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "       pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
     "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
+    "       pillbox quarantine VERB ... --amqp URL --queue NAME     (the fleet's quarantine on RabbitMQ)\n"
     "\n"
     "list     records, newest first: a table, or one JSON object per line with --json\n"
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
@@ -113,7 +114,14 @@ const char* kHelp =
     "                A record being replayed is locked: a second replay of it is refused. --handler,\n"
     "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
     "                reproduce and minimize take --redis URL --stream NAME too.\n"
-    "  --fleet-key FILE  with --redis: the key the workers sign dead letters with (default\n"
+    "  --amqp URL --queue NAME\n"
+    "                list, show, stats and export work on the fleet's quarantine on RabbitMQ: the dead\n"
+    "                letters `pillbox worker --amqp URL --queue NAME` (or the broker, past x-delivery-limit)\n"
+    "                wrote to the stream queue NAME.dlq. IDs are their offsets there (42); a listing reads\n"
+    "                the stream by offset, so it neither consumes nor re-counts them. The canaries of\n"
+    "                `pillbox doctor` are left out, and how many is said on stderr. discard, replay,\n"
+    "                reproduce and minimize are not built yet there.\n"
+    "  --fleet-key FILE  with --redis or --amqp: the key the workers sign dead letters with (default\n"
     "                $PILLBOX_FLEET_KEY); list and show say whether each signature is valid, missing\n"
     "                or bad (unchecked without a key). replay and export --bundle act only on\n"
     "                records with a valid one, unless --trust-unsigned.\n"
@@ -122,7 +130,7 @@ const char* kHelp =
     "its --json fields.\n"
     "\n"
     "exit codes: 0 done (replay: every replayed payload resolved), 1 replay: some failed again or a stop\n"
-    "condition ended it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used\n";
+    "condition ended it, 2 usage error or no such record, 3 the store, the broker or the sandbox cannot be used\n";
 
 const std::map<std::string, int (*)(const RecordsContext&)> kRecordVerbs = {
     {"list", quarantine_list},     {"show", quarantine_show},       {"stats", quarantine_stats},
@@ -138,7 +146,7 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   std::vector<OptionSpec> o = {{"store"}, {"help", false}};
   auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
   // Every verb: one that works on the store only says so (on_fleet).
-  add({{"redis"}, {"stream"}});
+  add({{"redis"}, {"stream"}, {"amqp"}, {"queue"}});
   add(kFleetKeyOptions);
   if (verb == "replay") add({{"batch-timeout"}});
   if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
@@ -280,13 +288,14 @@ int purge(const QuarantineContext& c) {
   return kExitOk;
 }
 
-// With --redis: the options that are the store's only, said before Redis is read.
+// With --redis or --amqp: the options that are the store's only, said before the broker is read.
 Status refuse_store_options(const Args& args) {
+  const std::string broker = args.value("amqp") ? "--amqp" : "--redis";
   if (args.value("source")) {
-    return Status::error("--source does not apply with --redis: every record there comes from a worker");
+    return Status::error("--source does not apply with " + broker + ": every record there comes from a worker");
   }
   if (args.value("revision")) {
-    return Status::error("--revision does not apply with --redis: revisions are the store's (quarantine patch)");
+    return Status::error("--revision does not apply with " + broker + ": revisions are the store's (quarantine patch)");
   }
   return Status::ok();
 }
@@ -331,10 +340,15 @@ int quarantine_command(int argc, char** argv) {
   if ((verb == "show" || verb == "export") && args->positional().size() != 1) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
   }
-  const bool on_fleet = args->value("redis").has_value();
+  const bool on_fleet = args->value("redis").has_value() || args->value("amqp").has_value();
   // A verb this quarantine cannot do, said before it is read.
   if ((on_fleet && records_verb == kRecordVerbs.end()) || (verb == "patch" && !capabilities_of(*args).patches)) {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);
+  }
+  if (capabilities_of(*args).read_only && verb != "list" && verb != "show" && verb != "stats" && verb != "export") {
+    return quarantine_error(verb + " is not built yet for the fleet's quarantine on RabbitMQ: list, show, stats and "
+                                "export are (the state operators give records, and replay, come next)",
+                            kExitUsage);
   }
   // Import adds records and may start a store; every other verb looks at one.
   auto opened = open_quarantine(

@@ -20,7 +20,12 @@ namespace {
   "                    ~/.local/state/pillbox); also accepted before the command: pillbox --store DIR\n" \
   "  --redis URL --stream NAME\n"                                                                        \
   "                    the fleet's quarantine instead (the dead letters in NAME:dlq; see pillbox\n"      \
-  "                    quarantine --help)\n"
+  "                    quarantine --help)\n"                                                               \
+  "  --amqp URL --queue NAME\n"                                                                          \
+  "                    the fleet's quarantine on RabbitMQ (the dead letters in the stream NAME.dlq,\n"  \
+  "                    their offsets as IDs): list, show, stats and export\n"                          \
+  "  --fleet-key FILE  with --redis or --amqp: the key the workers sign dead letters with (default\n"    \
+  "                    $PILLBOX_FLEET_KEY): each record's signature is said valid, missing or bad\n"
 
 #define PILLBOX_STORE_ONLY                                                                              \
   "  --store DIR       the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"        \

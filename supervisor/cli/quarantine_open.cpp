@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "supervisor/broker/amqp_quarantine.h"
 #include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/broker/fleet_quarantine_source.h"
 #include "supervisor/cli/fleet_key_option.h"
@@ -12,12 +13,15 @@ namespace {
 
 // The record ID, the one positional, in the back end's form; errors name
 // where the ids are listed.
-Expected<std::string> read_record_id(const Args& args, bool on_fleet) {
+Expected<std::string> read_record_id(const Args& args) {
+  const bool on_redis = args.value("redis").has_value();
+  const bool on_amqp = args.value("amqp").has_value();
   if (args.positional().size() != 1) {
     return Error{std::string("give exactly one record ID (see: pillbox quarantine list") +
-                 (on_fleet ? " --redis URL --stream NAME)" : ")")};
+                 (on_redis ? " --redis URL --stream NAME)" : on_amqp ? " --amqp URL --queue NAME)" : ")")};
   }
-  if (on_fleet) return broker::parse_fleet_id(args.positional()[0]);
+  if (on_redis) return broker::parse_fleet_id(args.positional()[0]);
+  if (on_amqp) return broker::parse_amqp_record_id(args.positional()[0]);
   auto id = parse_record_id(args.positional()[0]);
   if (!id) return Error{id.error()};
   return std::to_string(*id);
@@ -37,11 +41,19 @@ Expected<OpenedQuarantine> fleet_source(Expected<DeadLetters> dead_letters, std:
 }  // namespace
 
 QuarantineCapabilities capabilities_of(const Args& args) {
+  if (args.value("amqp")) return broker::AmqpQuarantine::kCapabilities;
   return args.value("redis") ? broker::FleetQuarantine::kCapabilities : StoreQuarantineSource::kCapabilities;
 }
 
 Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& no_stream, bool create_store,
                                            const Status& then) {
+  if (args.value("amqp")) {
+    auto target = read_amqp_target(args, then);
+    if (!target) return Error{target.error(), target.error_code()};
+    auto key = read_fleet_key(args);
+    if (!key) return Error::usage(key.error());
+    return fleet_source(broker::AmqpQuarantine::open(target->address, target->queue), std::move(*key));
+  }
   if (args.value("redis")) {
     auto target = read_fleet_target(args, no_stream, then);
     if (!target) return Error{target.error(), target.error_code()};
@@ -55,6 +67,7 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
       return Error::usage(std::string("--") + fleet_only + " goes with --redis URL (the fleet's quarantine)");
     }
   }
+  if (args.value("queue")) return Error::usage("--queue goes with --amqp URL (the fleet's quarantine on RabbitMQ)");
   if (auto key = read_fleet_key(args); !key) return Error::usage(key.error());
   if (!then) return Error::usage(then.message());
   auto store = create_store ? open_or_create_store(args) : open_existing_store(args);
@@ -67,8 +80,12 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
 }
 
 Expected<OpenedRecord> open_one_record(const Args& args) {
-  const bool on_fleet = args.value("redis").has_value();
-  auto id = read_record_id(args, on_fleet);
+  if (capabilities_of(args).read_only) {
+    return Error::usage("reproduce and minimize are not built yet for the fleet's quarantine on RabbitMQ: list, show, "
+                        "stats and export are (pillbox quarantine export ID -o FILE --amqp URL --queue NAME writes "
+                        "the payload, which `pillbox run` runs)");
+  }
+  auto id = read_record_id(args);
   auto opened = open_quarantine(args, "--redis needs --stream NAME", false, id.status());
   if (!opened) return Error{opened.error(), opened.error_code()};
   auto record = opened->source->get(*id);

@@ -115,7 +115,7 @@ int list_records(const Args& args, store::ListFilter filter, QuarantineSource& s
       const std::string signature_cell = signatures ? signature + std::string(
           signature.size() < 9 ? 10 - signature.size() : 1, ' ') : "";
       std::snprintf(line, sizeof line, "%-*s %-24s %-12s %-17s %-21s %s%s\n", source.id_width(), id_text(sourced.id).c_str(),
-                    iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), r.entry.kind.c_str(),
+                    iso_time(r.created_at).c_str(), std::string(to_string(r.status)).c_str(), table_cell(r.entry.kind, 17).c_str(),
                     table_cell(r.entry.fingerprint, 21).c_str(), signature_cell.c_str(),
                     table_cell(r.entry.key, 120).c_str());
       out += line;
@@ -140,6 +140,9 @@ int list_records(const Args& args, store::ListFilter filter, QuarantineSource& s
     } else {
       std::fprintf(stderr, "%zu record%s\n", shown, shown == 1 ? "" : "s");
     }
+  }
+  if (const std::string left_out = source.left_out(); !left_out.empty()) {
+    std::fprintf(stderr, "%s\n", left_out.c_str());
   }
   return kExitOk;
 }
@@ -180,7 +183,7 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
     const auto& g = groups[i];
     records += g.records;
     std::snprintf(line, sizeof line, "%-21s %-17s %7lld %6lld %7lld %-24s %-24s %-*s %-44s %s\n",
-                  table_cell(g.fingerprint, 21).c_str(), g.kind.c_str(), static_cast<long long>(g.records),
+                  table_cell(g.fingerprint, 21).c_str(), table_cell(g.kind, 17).c_str(), static_cast<long long>(g.records),
                   static_cast<long long>(g.open), static_cast<long long>(g.repeats), iso_time(g.first_ms).c_str(),
                   iso_time(g.last_ms).c_str(), width, id_text(example_ids.at(i)).c_str(), state_cell(g.crash_state).c_str(),
                   table_cell(cut_at_word(g.message, 60), 0).c_str());
@@ -217,6 +220,45 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
 
 // ---- show and export -----------------------------------------------------------
 
+// show's lines for what only RabbitMQ says of a dead letter (show --json's
+// "amqp"): where it came from, the broker's own dead-lettering, x-death.
+// Every value is the dead letter's claim, read as such.
+namespace {
+std::string rabbitmq_lines(const nlohmann::json& amqp) {
+  auto text = [](const nlohmann::json& j, const char* name, std::size_t width) {
+    const auto v = j.find(name);
+    if (v == j.end()) return std::string("-");
+    return table_cell(v->is_string() ? v->get<std::string>() : v->dump(-1, ' ', false,
+                                                                      nlohmann::json::error_handler_t::replace),
+                      width);
+  };
+  std::string out = "rabbitmq: queue " + text(amqp, "queue", 120) + ", message id " + text(amqp, "message_id", 120) +
+                    ", offset " + text(amqp, "offset", 20) + " of its .dlq\n";
+  if (amqp.contains("first_death_reason")) {
+    out += "  dead-lettered by RabbitMQ itself: reason " + text(amqp, "first_death_reason", 40) + ", from queue " +
+           text(amqp, "first_death_queue", 120) + "\n";
+  }
+  const auto x_death = amqp.find("x_death");
+  if (x_death != amqp.end() && x_death->is_object() && x_death->contains("deaths") && (*x_death)["deaths"].is_array()) {
+    const auto& deaths = (*x_death)["deaths"];
+    out += "  x-death (RabbitMQ's history of it before the worker's dead letter, " + std::to_string(deaths.size()) +
+           "):\n";
+    for (const auto& d : deaths) {
+      if (!d.is_object()) continue;
+      const auto time = d.find("time");
+      // Seconds since the epoch, a claim: one past the year 9999 is none.
+      const bool dated = time != d.end() && time->is_number_integer() && time->get<std::int64_t>() >= 0 &&
+                         time->get<std::int64_t>() < 253402300800;
+      const std::string at = dated ? iso_time(time->get<std::int64_t>() * 1000) : std::string("-");
+      out += "    " + text(d, "reason", 20) + " from " + text(d, "queue", 120) + ", count " + text(d, "count", 20) +
+             ", at " + at + "\n";
+    }
+  }
+  if (amqp.contains("unreadable")) out += "  unreadable: " + text(amqp, "unreadable", 300) + "\n";
+  return out;
+}
+}  // namespace
+
 int print_record(const ShownRecord& shown, bool json) {
   const store::QuarantineRecord& r = shown.record;
   if (json) {
@@ -236,8 +278,8 @@ int print_record(const ShownRecord& shown, bool json) {
   if (e.signal != 0) kind += " (" + signal_name(static_cast<int>(e.signal)) + ")";
   if (!e.syscall.empty()) kind += ", syscall " + table_cell(e.syscall, 64);
   if (e.exit_code >= 0) kind += ", exit code " + std::to_string(e.exit_code);
-  field("kind", kind);
-  field("fingerprint", e.fingerprint);
+  field("kind", table_cell(kind, 200));
+  field("fingerprint", table_cell(e.fingerprint, 80));
   // The fleet's records: whether the fleet's key vouches for what it says.
   if (shown.full.contains("signature") && shown.full["signature"].is_string()) {
     const std::string sig = shown.full["signature"].get<std::string>();
@@ -254,7 +296,8 @@ int print_record(const ShownRecord& shown, bool json) {
   }
   field("resources", "cpu " + std::to_string(e.cpu_ms) + " ms, wall " + std::to_string(e.wall_ms) + " ms, max rss " +
                          std::to_string(e.max_rss_kb) + " KiB");
-  field("payload", human_bytes(e.payload_size) + ", sha256 " + e.payload_sha256 + ", from " + e.source);
+  field("payload", human_bytes(e.payload_size) + ", sha256 " + table_cell(e.payload_sha256, 64) + ", from " +
+                       table_cell(e.source, 20));
   if (!e.origin.empty()) {
     // fuzz: {"seed": ..., "mutations": ...}; import: {"file": ..., "tool": ...}
     auto origin = parsed(e.origin);
@@ -287,7 +330,7 @@ int print_record(const ShownRecord& shown, bool json) {
   } else {
     field("handler", table_cell(e.handler + " " + e.handler_args, 400));
   }
-  field("policy", e.policy_identity + " (export --bundle writes it)");
+  field("policy", table_cell(e.policy_identity, 80) + " (export --bundle writes it)");
   field("created", iso_time(r.created_at) + ", updated " + iso_time(r.updated_at) +
                        (r.repeats > 0 ? ", " + std::to_string(r.repeats) + " repeats folded in" : ""));
   if (r.reproduce_verdict.empty()) {
@@ -295,7 +338,7 @@ int print_record(const ShownRecord& shown, bool json) {
   } else if (r.reproduce_verdict == "not-reproduced") {
     field("reproduces", "not reproduced (0 of " + std::to_string(r.reproduce_runs) + "): every run ended ok");
   } else {
-    field("reproduces", r.reproduce_verdict + ": " + std::to_string(r.reproduce_matches) + " of " +
+    field("reproduces", table_cell(r.reproduce_verdict, 40) + ": " + std::to_string(r.reproduce_matches) + " of " +
                             std::to_string(r.reproduce_runs) + " runs ended with this fingerprint");
   }
   if (!e.stderr_tail.empty()) {
@@ -308,8 +351,8 @@ int print_record(const ShownRecord& shown, bool json) {
     char line[512];
     std::snprintf(line, sizeof line, "  #%-3lld %s  %-17s %-21s%s%s  %s\n", static_cast<long long>(a["n"].get<std::int64_t>()),
                   a["started_at"].is_string() ? a["started_at"].get<std::string>().c_str() : "-",
-                  a["kind"].get<std::string>().c_str(),
-                  a["fingerprint"].is_null() ? "-" : a["fingerprint"].get<std::string>().c_str(),
+                  table_cell(a["kind"].get<std::string>(), 40).c_str(),
+                  a["fingerprint"].is_null() ? "-" : table_cell(a["fingerprint"].get<std::string>(), 80).c_str(),
                   a["charged"].get<bool>() ? "" : " (not charged)", a["solo"].get<bool>() ? " (alone)" : "",
                   table_cell(a["message"].get<std::string>(), 100).c_str());
     out += line;
@@ -331,6 +374,9 @@ int print_record(const ShownRecord& shown, bool json) {
                                                                      nlohmann::json::error_handler_t::replace), 300) + "\n";
       }
     }
+  }
+  if (const auto amqp = shown.full.find("amqp"); amqp != shown.full.end() && amqp->is_object()) {
+    out += rabbitmq_lines(*amqp);
   }
   const auto& trail = shown.full["audit"];
   out += "audit trail (" + std::to_string(trail.size()) + "):\n";
@@ -470,7 +516,8 @@ void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::
     const auto& [id, r] = plan[i];
     const std::string patched = revision_of(i) > 0 ? "  (revision " + std::to_string(revision_of(i)) + ", a patch)" : "";
     std::printf("  %-*s %-12s %-17s %-21s %s%s\n", width, id_text(id).c_str(), std::string(to_string(r->status)).c_str(),
-                r->entry.kind.c_str(), r->entry.fingerprint.c_str(), table_cell(r->entry.key, 100).c_str(),
+                table_cell(r->entry.kind, 40).c_str(), table_cell(r->entry.fingerprint, 80).c_str(),
+                table_cell(r->entry.key, 100).c_str(),
                 patched.c_str());
   }
   for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());

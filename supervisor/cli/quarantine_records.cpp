@@ -103,7 +103,11 @@ int quarantine_stats(const RecordsContext& c) {
   std::vector<nlohmann::json> examples;
   auto groups = c.source.stats(*filter, examples);
   if (!groups) return failed(groups);
-  return print_stats(*groups, examples, c.args.flag("json"));
+  const int exit_code = print_stats(*groups, examples, c.args.flag("json"));
+  if (const std::string left_out = c.source.left_out(); !left_out.empty()) {
+    std::fprintf(stderr, "%s\n", left_out.c_str());
+  }
+  return exit_code;
 }
 
 int quarantine_export(const RecordsContext& c) {

@@ -115,7 +115,7 @@ int report(const Args& args, const nlohmann::json& id, const store::QuarantineRe
 
 int reproduce_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {{"runs"},  {"jobs"},   {"json", false}, {"store"}, {"policy"},
-                                     {"redis"}, {"stream"}, {"quiet", false}, {"help", false}};
+                                     {"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"quiet", false}, {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
   options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)

@@ -31,6 +31,9 @@ struct QuarantineCapabilities {
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
   bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)
   bool patches = false;                // patch: an operator's fix kept as the record's next revision
+  // Its records can be read and not acted on (discard, replay, patch,
+  // reproduce, minimize are refused before anything is read).
+  bool read_only = false;
 };
 
 // One record as the verbs see it.
@@ -109,6 +112,9 @@ class QuarantineSource {
   // A record id as an operator typed it, in its canonical text, or a kUsage
   // error saying what an id is here.
   virtual Expected<std::string> parse_id(const std::string& text) const = 0;
+  // What the last each(), count() or stats() left out of the records and
+  // why, for the operator ("" when nothing): list and stats say it.
+  virtual std::string left_out() const { return ""; }
 
   // Records newest first; `fn` returns false to stop. Never the whole
   // quarantine in memory at once.

@@ -26,6 +26,34 @@ std::string iso_time(std::int64_t ms) {
   return out;
 }
 
+std::optional<std::int64_t> parse_iso_time(std::string_view text) {
+  // YYYY-MM-DDTHH:MM:SS.mmmZ, digit for digit.
+  constexpr std::string_view kForm = "dddd-dd-ddTdd:dd:dd.dddZ";
+  if (text.size() != kForm.size()) return std::nullopt;
+  for (std::size_t i = 0; i < kForm.size(); ++i) {
+    const bool digit = text[i] >= '0' && text[i] <= '9';
+    if (kForm[i] == 'd' ? !digit : text[i] != kForm[i]) return std::nullopt;
+  }
+  auto n = [&](std::size_t at, std::size_t len) {
+    int v = 0;
+    for (std::size_t i = at; i < at + len; ++i) v = v * 10 + (text[i] - '0');
+    return v;
+  };
+  std::tm tm{};
+  tm.tm_year = n(0, 4) - 1900;
+  tm.tm_mon = n(5, 2) - 1;
+  tm.tm_mday = n(8, 2);
+  tm.tm_hour = n(11, 2);
+  tm.tm_min = n(14, 2);
+  tm.tm_sec = n(17, 2);
+  if (tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60) {
+    return std::nullopt;
+  }
+  const std::time_t seconds = ::timegm(&tm);
+  if (seconds < 0) return std::nullopt;
+  return static_cast<std::int64_t>(seconds) * 1000 + n(20, 3);
+}
+
 std::string quarantine_record_json(const store::QuarantineRecord& r, std::uint32_t attempts, bool new_fingerprint,
                                    const std::string& store_dir, const std::vector<store::AttemptTally>* tally) {
   using nlohmann::json;

@@ -6,12 +6,16 @@
 // queue (holding no message meanwhile) and then dead-lettered into the
 // stream NAME.dlq with the record an operator acts on, signed; a worker
 // SIGKILLed mid-task leaves the message to the broker, whose count the next
-// worker reads; nothing stays unacknowledged.
+// worker reads; nothing stays unacknowledged. And the quarantine verbs
+// read those dead letters back (list, show, stats, export --amqp).
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,6 +24,7 @@
 #include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/fleet_key.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/rabbit_server.h"
@@ -239,6 +244,210 @@ void killed_worker_counts(e2e::RabbitServer& server) {
                         std::chrono::seconds(20), std::chrono::milliseconds(200)));
 }
 
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<std::string> quarantine(const e2e::RabbitServer& server, const std::string& queue,
+                                    std::vector<std::string> verb) {
+  std::vector<std::string> args = {"quarantine"};
+  args.insert(args.end(), verb.begin(), verb.end());
+  args.insert(args.end(), {"--amqp", server.url(), "--queue", queue});
+  return args;
+}
+
+// The quarantine verbs read NAME.dlq by offset, as the store's records:
+// the worker's signed dead letter; one the broker wrote itself past the
+// delivery limit (its first death shown, no record); doctor's canary left
+// out and counted; a forged letter shown as such; every read leaves the
+// stream as it was; what is not built yet is refused.
+void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
+  e2e::TempDir dir(0700);
+  const std::string key = dir.write("fleet.key", std::string(64, 'k'));
+  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  auto c = connect(server);
+  // Offset 1: past x-delivery-limit, dead-lettered by the broker itself
+  // (each reject with requeue is a delivery the quorum queue counts).
+  {
+    AmqpOutgoing m;
+    m.body = "kills every supervisor";
+    m.message_id = "limit-1";
+    m.headers = {{"key", std::string("limit")}};
+    REQUIRE(c.confirm_publishes().is_ok());
+    REQUIRE(c.publish("crashes", m).is_ok());
+    REQUIRE(c.wait_confirmed().is_ok());
+    // A consume, not basic.get: a message rejected with requeue comes back
+    // a moment later, and a get in between would find the queue empty.
+    auto consumer = connect(server);
+    REQUIRE(consumer.consume("crashes", 1).is_ok());
+    int deliveries = 0;
+    for (; deliveries < 50; ++deliveries) {
+      auto got = consumer.next(std::chrono::seconds(2));
+      REQUIRE_MESSAGE(got.has_value(), got.error());
+      if (!*got) break;  // dead-lettered: nothing more comes
+      REQUIRE(consumer.reject((*got)->delivery_tag, /*requeue=*/true).is_ok());
+    }
+    MESSAGE("the broker dead-lettered it after " << deliveries << " deliveries");
+    REQUIRE(dead_letters(server, "crashes.dlq", 2).size() == 2);
+  }
+  // Offset 2: doctor's canary.
+  const auto doctor = run_pillbox({"doctor", "--amqp", server.url(), "--queue", "crashes", "--json"});
+  CHECK_MESSAGE(doctor.out.find("reached crashes.dlq") != std::string::npos, doctor.describe());
+  // Offset 3: a letter anyone allowed to publish to crashes.dlx can write:
+  // a record that says what it likes, a first death it never had.
+  {
+    AmqpOutgoing m;
+    m.body = "forged";
+    m.message_id = "forged-1";
+    m.headers = {{"key", std::string("forged")},
+                 {"pillbox-record", std::string(R"({"kind":"crash\u001b[31m","fingerprint":"f\u0007x","deliveries":-3})")},
+                 {"x-first-death-reason", std::string("delivery_limit")},
+                 {"x-first-death-queue", std::string("crashes")}};
+    REQUIRE(c.confirm_publishes().is_ok());
+    REQUIRE(c.publish_to_exchange("crashes.dlx", m).is_ok());
+    REQUIRE(c.wait_confirmed().is_ok());
+  }
+  REQUIRE(dead_letters(server, "crashes.dlq", 4).size() == 4);
+  auto state = c.check_queue("crashes.dlq");
+  REQUIRE(state.has_value());
+  MESSAGE("crashes.dlq holds 4 messages; queue.declare says " << state->messages);
+
+  auto listed = [&] {
+    auto args = quarantine(server, "crashes", {"list", "--json"});
+    args.insert(args.end(), {"--fleet-key", key});
+    return run_pillbox(args);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const auto list = listed();
+  const double list_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  INFO(list.describe());
+  REQUIRE(list.exit_code == 0);
+  REQUIRE(list.records.size() == 3);
+  std::vector<std::int64_t> ids;
+  for (const json& r : list.records) ids.push_back(r.at("id").get<std::int64_t>());
+  CHECK(ids == std::vector<std::int64_t>{3, 1, 0});  // newest first, the canary left out
+  CHECK(list.err.find("1 message of crashes.dlq left out: the canary of `pillbox doctor`") != std::string::npos);
+  CHECK(list.records[2].value("key", "") == "segv");
+  CHECK(list.records[2].value("kind", "") == "crash");
+  CHECK(list.records[2].value("signature", "") == "valid");
+  CHECK(list.records[2].value("status", "") == "quarantined");
+  CHECK(list.records[1].value("key", "") == "limit");
+  CHECK(list.records[1].value("kind", "") == "supervisor-lost");
+  CHECK(list.records[1].value("signature", "") == "missing");
+  CHECK(list.records[0].value("signature", "") == "missing");
+  CHECK(list.records[0].value("store", "").find("crashes.dlq") != std::string::npos);
+  MESSAGE("quarantine list --amqp of 4 messages: " << list_ms << " ms");
+  // Read again: the same, nothing consumed or re-counted.
+  const auto again = listed();
+  CHECK(again.out == list.out);
+  CHECK(queues(server)["crashes.dlq"].value("messages_unacknowledged", -1) == 0);
+
+  // The table on a terminal: a forged kind's escape is not printed.
+  const auto table = run_pillbox(quarantine(server, "crashes", {"list"}));
+  CHECK(table.exit_code == 0);
+  CHECK(table.out.find('\x1b') == std::string::npos);
+  CHECK(table.out.find('\x07') == std::string::npos);
+
+  // The broker's own dead letter: its first death, said by RabbitMQ.
+  const auto limit = run_pillbox(quarantine(server, "crashes", {"show", "1", "--json"}));
+  REQUIRE_MESSAGE(limit.exit_code == 0, limit.describe());
+  REQUIRE(limit.records.size() == 1);
+  const json& shown = limit.records[0];
+  CHECK(shown.at("amqp").value("first_death_reason", "") == "delivery_limit");
+  CHECK(shown.at("amqp").value("first_death_queue", "") == "crashes");
+  CHECK(shown.at("amqp").value("message_id", "") == "limit-1");
+  CHECK(shown.at("audit").at(0).value("actor", "") == "RabbitMQ");
+  const auto limit_text = run_pillbox(quarantine(server, "crashes", {"show", "1"}));
+  CHECK(limit_text.out.find("dead-lettered by RabbitMQ itself: reason delivery_limit, from queue crashes") !=
+        std::string::npos);
+  CHECK(limit_text.out.find("kills every supervisor") != std::string::npos);  // the payload's preview
+
+  // The worker's: RabbitMQ's x-death as such (its retry expired out of a
+  // delay queue), and a forged first death is not shown for a letter
+  // pillbox wrote.
+  const auto worker_text = run_pillbox(quarantine(server, "crashes", {"show", "0"}));
+  INFO(worker_text.describe());
+  CHECK(worker_text.exit_code == 0);
+  CHECK(worker_text.out.find("x-death (RabbitMQ's history") != std::string::npos);
+  CHECK(worker_text.out.find("expired from crashes.delay.") != std::string::npos);
+  const auto forged = run_pillbox(quarantine(server, "crashes", {"show", "3", "--json"}));
+  REQUIRE(forged.records.size() == 1);
+  CHECK_FALSE(forged.records[0].at("amqp").contains("first_death_reason"));
+  CHECK(forged.records[0].at("amqp").value("deliveries", -1) == 0);
+  const auto forged_text = run_pillbox(quarantine(server, "crashes", {"show", "3"}));
+  CHECK(forged_text.out.find('\x1b') == std::string::npos);
+
+  const auto stats = run_pillbox(quarantine(server, "crashes", {"stats", "--json"}));
+  CHECK(stats.exit_code == 0);
+  CHECK(stats.err.find("left out") != std::string::npos);
+
+  const std::string out = dir.path() + "/payload";
+  const auto exported = run_pillbox(quarantine(server, "crashes", {"export", "0", "-o", out}));
+  CHECK_MESSAGE(exported.exit_code == 0, exported.describe());
+  CHECK(slurp(out) == "S crashes");
+
+  // What is not there, not one, or not built yet.
+  const auto canary = run_pillbox(quarantine(server, "crashes", {"show", "2"}));
+  CHECK(canary.exit_code == 2);
+  CHECK(canary.err.find("is a canary of `pillbox doctor`") != std::string::npos);
+  const auto missing = run_pillbox(quarantine(server, "crashes", {"show", "99"}));
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("no record 99") != std::string::npos);
+  const auto bad_id = run_pillbox(quarantine(server, "crashes", {"show", "1712345678901-0"}));
+  CHECK(bad_id.exit_code == 2);
+  CHECK(bad_id.err.find("offsets in the stream NAME.dlq") != std::string::npos);
+  const auto discard = run_pillbox(quarantine(server, "crashes", {"discard", "0", "--reason", "x"}));
+  CHECK(discard.exit_code == 2);
+  CHECK(discard.err.find("not built yet") != std::string::npos);
+  const auto reproduce = run_pillbox({"reproduce", "0", "--amqp", server.url(), "--queue", "crashes"});
+  CHECK(reproduce.exit_code == 2);
+  CHECK(reproduce.err.find("not built yet") != std::string::npos);
+  const auto nosuch = run_pillbox(quarantine(server, "nosuch", {"list"}));
+  CHECK(nosuch.exit_code == 3);
+  CHECK(nosuch.err.find("has no queue 'nosuch.dlq'") != std::string::npos);
+  REQUIRE(c.declare_queue("classic.dlq", {}).has_value());
+  const auto classic = run_pillbox(quarantine(server, "classic", {"list"}));
+  CHECK(classic.exit_code == 3);
+  CHECK_MESSAGE(classic.err.find("x-queue-type") != std::string::npos, classic.describe());
+  // Nothing here consumed a message: the stream holds what it held.
+  CHECK(dead_letters(server, "crashes.dlq", 4).size() == 4);
+}
+
+// More dead letters than one window (128) of a listing: every one, newest
+// first, --limit and --offset pages through them.
+void quarantine_pages_through_windows(e2e::RabbitServer& server) {
+  auto c = connect(server);
+  REQUIRE(pillbox::broker::declare_topology(c, {.queue = "many"}).has_value());
+  REQUIRE(c.confirm_publishes().is_ok());
+  constexpr int kLetters = 300;
+  for (int i = 0; i < kLetters; ++i) {
+    AmqpOutgoing m;
+    const std::string body = "letter " + std::to_string(i);
+    m.body = body;
+    m.headers = {{"key", "k" + std::to_string(i)}};
+    REQUIRE(c.publish_to_exchange("many.dlx", m).is_ok());
+  }
+  REQUIRE(c.wait_confirmed().is_ok());
+  const auto start = std::chrono::steady_clock::now();
+  const auto all = run_pillbox(quarantine(server, "many", {"list", "--json"}));
+  const double all_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE_MESSAGE(all.exit_code == 0, all.describe());
+  REQUIRE(all.records.size() == kLetters);
+  for (int i = 0; i < kLetters; ++i) {
+    CHECK(all.records[i].at("id").get<std::int64_t>() == kLetters - 1 - i);
+    CHECK(all.records[i].value("key", "") == "k" + std::to_string(kLetters - 1 - i));
+  }
+  MESSAGE("quarantine list --amqp of " << kLetters << " dead letters: " << all_ms << " ms");
+  const auto page = run_pillbox(quarantine(server, "many", {"list", "--json", "--limit", "5", "--offset", "130"}));
+  REQUIRE(page.records.size() == 5);
+  CHECK(page.records[0].at("id").get<std::int64_t>() == 169);
+  CHECK(page.records[4].at("id").get<std::int64_t>() == 165);
+  const auto one = run_pillbox(quarantine(server, "many", {"show", "7", "--json"}));
+  REQUIRE(one.records.size() == 1);
+  CHECK(one.records[0].value("key", "") == "k7");
+}
+
 }  // namespace
 
 TEST_CASE("rabbitmq worker: results, retries through delay queues, signed dead letters, the broker's count") {
@@ -255,5 +464,13 @@ TEST_CASE("rabbitmq worker: results, retries through delay queues, signed dead l
   {
     INFO("a worker killed mid-task: the broker's count");
     killed_worker_counts(server);
+  }
+  {
+    INFO("quarantine list, show, stats, export --amqp read the dead letters");
+    quarantine_reads_the_dead_letters(server);
+  }
+  {
+    INFO("quarantine list --amqp pages through more than one window");
+    quarantine_pages_through_windows(server);
   }
 }

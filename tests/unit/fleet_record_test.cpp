@@ -172,3 +172,37 @@ TEST_CASE("fleet record: entry ids' times, and a result's outcome with binary ou
 }
 
 }  // namespace
+
+TEST_CASE("fleet record: a count a record claims below 0 or past 2^32 is none") {
+  const json j = {{"deliveries", -3},
+                  {"attempts_history", json::array({{{"delivery", -1}, {"kind", "crash"}},
+                                                    {{"delivery", 5000000000LL}, {"kind", "crash"}},
+                                                    {{"delivery", 2}, {"kind", "crash"}}})}};
+  FleetRecord r;
+  DeadLetterClaims own;
+  own.key = "k";
+  read_worker_record(j, own, "", r);
+  CHECK(r.deliveries == 0);
+  REQUIRE(r.attempts.size() == 3);
+  CHECK(r.attempts[0].n == 0);
+  CHECK(r.attempts[1].n == 0);
+  CHECK(r.attempts[2].n == 2);
+  FleetRecord big;
+  read_worker_record({{"deliveries", 4294967296LL}}, DeadLetterClaims{}, "", big);
+  CHECK(big.deliveries == 0);
+  FleetRecord fine;
+  read_worker_record({{"deliveries", 7}}, DeadLetterClaims{}, "", fine);
+  CHECK(fine.deliveries == 7);
+}
+
+TEST_CASE("iso time: read back exactly as written, anything else none") {
+  for (const std::int64_t ms : {0LL, 1712345678901LL, 1735689599999LL, 4102444800000LL}) {
+    CHECK(parse_iso_time(iso_time(ms)) == ms);
+  }
+  for (const char* bad : {"", "2026-11-30", "2026-11-30T14:39:00Z", "2026-11-30T14:39:00.123", "2026-13-30T14:39:00.123Z",
+                          "2026-11-30T24:39:00.123Z", "2026-11-30 14:39:00.123Z", "2026-11-30T14:39:00.12xZ",
+                          "+026-11-30T14:39:00.123Z"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_iso_time(bad).has_value());
+  }
+}

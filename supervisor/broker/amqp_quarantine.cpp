@@ -1,0 +1,242 @@
+#include "supervisor/broker/amqp_quarantine.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "shared/fingerprint.h"
+#include "shared/sha256.h"
+#include "supervisor/broker/amqp_dead_letter.h"
+#include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/amqp_stream_reader.h"
+#include "supervisor/ops/minimize.h"
+#include "supervisor/store/quarantine_json.h"
+
+namespace pillbox::broker {
+namespace {
+
+// Offsets read per consume: one window of a listing, newest first.
+constexpr std::int64_t kWindow = 128;
+// Payloads up to this size are kept by a listing (a record that cannot be
+// read takes its sha256 from them); larger ones are read by get() only.
+constexpr std::uint64_t kListedPayloadBytes = 64u << 10;
+
+// A dead letter without pillbox's record: what RabbitMQ said of it (its
+// first death), as a record's kind, fingerprint and message.
+void broker_claims(const AmqpDeadLetter& d, DeadLetterClaims& own, std::string& message) {
+  if (d.first_death_reason == "delivery_limit") {
+    own.kind = std::string(to_string(Kind::kSupervisorLost));
+    own.fingerprint = make_fingerprint(Kind::kSupervisorLost, "rabbitmq-delivery_limit", {}, "");
+    message = "RabbitMQ dead-lettered it itself: delivered past x-delivery-limit of queue '" + d.first_death_queue +
+              "' without a worker settling it (a payload that kills the worker's supervisor, or workers that "
+              "lost the broker each time); no worker wrote a record";
+    return;
+  }
+  own.kind = std::string(to_string(Kind::kProtocolError));
+  if (d.first_death_reason.empty()) {
+    own.fingerprint = make_fingerprint(Kind::kProtocolError, "amqp-foreign-dead-letter", {}, "");
+    message = "not a dead letter pillbox or RabbitMQ wrote: no pillbox-record header and no x-first-death-reason "
+              "(published to the dead-letter exchange by another client?)";
+  } else {
+    own.fingerprint = make_fingerprint(Kind::kProtocolError, "rabbitmq-" + d.first_death_reason, {}, "");
+    message = "RabbitMQ dead-lettered it itself (reason " + d.first_death_reason + ", from queue '" +
+              d.first_death_queue + "'): no worker wrote a record";
+  }
+}
+
+}  // namespace
+
+Expected<std::string> parse_amqp_record_id(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) {
+    return Error::usage("'" + text + "' is not a record ID of the fleet's quarantine on RabbitMQ: its IDs are "
+                        "offsets in the stream NAME.dlq, such as 42 (see: pillbox quarantine list --amqp URL "
+                        "--queue NAME)");
+  }
+  // One record, one id text: 007 is 7.
+  return std::to_string(std::stoll(text));
+}
+
+Expected<AmqpQuarantine> AmqpQuarantine::open(const AmqpAddress& address, const std::string& queue) {
+  auto c = AmqpConnection::open(address);
+  if (!c) return Error{c.error(), c.error_code()};
+  AmqpQueueNames names = amqp_queue_names(queue);
+  const std::string where = "RabbitMQ at " + address.describe();
+  if (auto state = c->check_queue(names.dlq); !state) {
+    if (c->refusal() && c->refusal()->code == 404) {
+      return Error{where + " has no queue '" + names.dlq + "': no worker has declared the topology of queue '" + queue +
+                   "' there (check --queue and the vhost; `pillbox doctor --amqp URL --queue " + queue +
+                   "` checks it)"};
+    }
+    return Error{state.error(), state.error_code()};
+  }
+  // Declared again as a stream: the same queue changes nothing, another
+  // kind of queue is refused, and said so.
+  const std::vector<AmqpField> stream = {{"x-queue-type", std::string("stream")}};
+  if (auto again = c->declare_queue(names.dlq, stream); !again) {
+    if (c->refusal() && c->refusal()->code == 406) {
+      return Error{explain_mismatch(names.dlq, address.describe(), *c->refusal(), stream)};
+    }
+    return Error{again.error(), again.error_code()};
+  }
+  return AmqpQuarantine(std::move(*c), std::move(names));
+}
+
+std::string AmqpQuarantine::where() const { return c_->address().describe() + " " + names_.dlq; }
+
+nlohmann::json AmqpQuarantine::id_json(const std::string& id) const {
+  auto n = parse_amqp_record_id(id);
+  return n ? nlohmann::json(std::stoll(*n)) : nlohmann::json(id);
+}
+
+FleetRecord AmqpQuarantine::record_of(const AmqpMessage& m) const {
+  const AmqpDeadLetter d = read_dead_letter(m);
+  FleetRecord r;
+  r.id = std::to_string(stream_offset(m));
+  r.payload = d.payload;
+  r.payload_omitted = m.body_omitted;
+  r.stream = d.queue;
+  r.source_entry = d.message_id;
+  DeadLetterClaims own;
+  own.key = d.key;
+  own.payload_size = static_cast<std::int64_t>(m.body_size);
+  if (!m.body_omitted) own.payload_sha256 = sha256_hex(d.payload);
+  std::string message = d.unreadable.empty() ? "" : "its dead letter cannot be read: " + d.unreadable;
+  if (!d.from_pillbox()) {
+    std::string claims;
+    broker_claims(d, own, claims);
+    message = message.empty() ? claims : claims + "; " + message;
+  }
+  const nlohmann::json& j = d.from_pillbox() ? d.record : nlohmann::json::object();
+  read_worker_record(j, own, message, r);
+  if (r.record.entry.payload_size < 0) r.record.entry.payload_size = 0;
+  if (const auto* at = j.is_object() && j.contains("created_at") && j["created_at"].is_string()
+                           ? j["created_at"].get_ptr<const std::string*>()
+                           : nullptr) {
+    r.record.created_at = r.record.updated_at = parse_iso_time(*at).value_or(0);
+  }
+  nlohmann::json broker = {{"queue", d.queue}, {"message_id", d.message_id}, {"offset", stream_offset(m)}};
+  if (!d.from_pillbox()) {
+    // Only RabbitMQ dead-letters a message with these; on one pillbox
+    // published, they were forged, and are not shown.
+    broker["first_death_reason"] = d.first_death_reason;
+    broker["first_death_queue"] = d.first_death_queue;
+  } else {
+    broker["deliveries"] = r.deliveries;
+  }
+  broker["x_death"] = d.x_death;
+  broker["original"] = d.original;
+  if (!d.unreadable.empty()) broker["unreadable"] = d.unreadable;
+  r.broker = std::move(broker);
+  if (key_) {
+    r.signature = key_->verify(names_.dlq, dead_letter_signed_fields(m),
+                               m.body_omitted ? &r.record.entry.payload_sha256 : nullptr);
+  }
+  return r;
+}
+
+Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
+  canaries_ = 0;
+  AmqpStreamReader reader(*c_, names_.dlq, kListedPayloadBytes);
+  auto end = reader.end();
+  if (!end) return Status::error(end.error());
+  for (std::int64_t hi = *end; hi > 0;) {
+    const std::int64_t lo = std::max<std::int64_t>(0, hi - kWindow);
+    std::vector<FleetRecord> window;
+    bool any = false;
+    auto s = reader.read(lo, hi, [&](AmqpMessage&& m) {
+      any = true;
+      if (is_canary(m, names_.work)) {
+        ++canaries_;
+      } else {
+        window.push_back(record_of(m));
+      }
+      return true;
+    });
+    if (!s) return s;
+    for (auto it = window.rbegin(); it != window.rend(); ++it) {
+      if (!fn(*it)) return Status::ok();
+    }
+    // Retention removes the oldest first: a window it emptied has nothing
+    // older below it.
+    if (!any) break;
+    hi = lo;
+  }
+  return Status::ok();
+}
+
+std::string AmqpQuarantine::left_out() const {
+  if (canaries_ == 0) return "";
+  return std::to_string(canaries_) + " message" + (canaries_ == 1 ? "" : "s") + " of " + names_.dlq +
+         " left out: the canar" + (canaries_ == 1 ? "y" : "ies") +
+         " of `pillbox doctor` (header pillbox-canary, expired out of " + names_.work +
+         ".doctor.ID); a publisher to " + names_.work + " can make a message look like one";
+}
+
+Expected<FleetRecord> AmqpQuarantine::get(const std::string& id) {
+  auto checked = parse_amqp_record_id(id);
+  if (!checked) return Error{checked.error(), checked.error_code()};
+  const std::int64_t offset = std::stoll(*checked);
+  AmqpStreamReader reader(*c_, names_.dlq, ~std::uint64_t{0});
+  auto end = reader.end();
+  if (!end) return Error{end.error()};
+  std::optional<FleetRecord> found;
+  bool canary = false;
+  if (offset < *end) {
+    auto s = reader.read(offset, offset + 1, [&](AmqpMessage&& m) {
+      if (is_canary(m, names_.work)) {
+        canary = true;
+      } else {
+        found = record_of(m);
+      }
+      return false;
+    });
+    if (!s) return Error{s.message()};
+  }
+  if (canary) {
+    return Error::usage("offset " + *checked + " of " + names_.dlq + " is a canary of `pillbox doctor`, not a dead letter");
+  }
+  if (!found) {
+    return Error::usage("no record " + *checked + " in the fleet's quarantine (" + names_.dlq + " on " +
+                        c_->address().describe() + " ends before offset " + std::to_string(*end) +
+                        " and keeps what retention has not removed; see: pillbox quarantine list" + hint_options() + ")");
+  }
+  return std::move(*found);
+}
+
+store::AuditEntry AmqpQuarantine::dead_lettering(const FleetRecord& r) const {
+  const bool by_broker = r.broker.is_object() && r.broker.contains("first_death_reason");
+  if (by_broker) {
+    const std::string reason = r.broker.value("first_death_reason", std::string());
+    return {r.record.created_at, "RabbitMQ", "quarantined",
+            "dead-lettered by the broker itself" + (reason.empty() ? std::string() : " (reason " + reason + ")") +
+                " from queue " + r.broker.value("first_death_queue", std::string("?"))};
+  }
+  std::string worker = "a worker";
+  if (!r.attempts.empty() && !r.attempts.back().worker.empty()) worker = r.attempts.back().worker;
+  return {r.record.created_at, "worker " + worker, "quarantined",
+          (r.reason.empty() ? std::string("dead-lettered") : r.reason) + " (delivery " + std::to_string(r.deliveries) +
+              " of message " + r.source_entry + " of queue " + (r.stream.empty() ? std::string("?") : r.stream) + ")"};
+}
+
+void AmqpQuarantine::add_broker_json(const FleetRecord& r, nlohmann::json& full) const { full["amqp"] = r.broker; }
+
+Error AmqpQuarantine::not_yet(const std::string& what) const {
+  return Error::usage(what + " is not built yet for the fleet's quarantine on RabbitMQ (" + names_.dlq +
+                      "): list, show, stats and export are; see docs/distributed.md");
+}
+
+Expected<FleetRecord> AmqpQuarantine::change_state(const std::string&, bool, const StateChange&) {
+  return not_yet("changing a record's state");
+}
+Expected<PayloadBytes> AmqpQuarantine::minimized_payload(const FleetRecord&) { return not_yet("minimize"); }
+std::unique_ptr<MinimizeKeeper> AmqpQuarantine::minimize_keeper(const std::string&, const std::string&) {
+  return nullptr;
+}
+Expected<std::vector<FleetRecord>> AmqpQuarantine::redrive_plan(const ReplayRun&, std::vector<std::string>&) {
+  return not_yet("replay");
+}
+Expected<ReplayResult> AmqpQuarantine::redrive(const ReplayRun&) { return not_yet("replay"); }
+
+}  // namespace pillbox::broker

@@ -1,0 +1,95 @@
+#include "supervisor/broker/amqp_stream_reader.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace pillbox::broker {
+namespace {
+
+// Messages handed over before an ack: the credit of one read. A window of
+// a listing is 128; more in flight only adds what is dropped at the stop.
+constexpr std::uint16_t kPrefetch = 64;
+
+}  // namespace
+
+std::int64_t stream_offset(const AmqpMessage& message) {
+  const AmqpValue* v = find_field(message.headers, "x-stream-offset");
+  if (v == nullptr) return -1;
+  const auto n = v->integer();
+  return n && *n >= 0 ? *n : -1;
+}
+
+AmqpStreamReader::AmqpStreamReader(AmqpConnection& connection, std::string queue, std::uint64_t kept_body_bytes)
+    : c_(connection), queue_(std::move(queue)) {
+  c_.keep_bodies_up_to(kept_body_bytes);
+}
+
+Status AmqpStreamReader::start(const AmqpValue& offset) {
+  return c_.consume(queue_, kPrefetch, {{"x-stream-offset", offset}});
+}
+
+Status AmqpStreamReader::stop() {
+  auto dropped = c_.cancel_consume();
+  if (!dropped) return Status::error(dropped.error());
+  return Status::ok();
+}
+
+Expected<std::int64_t> AmqpStreamReader::end(std::chrono::milliseconds quiet) {
+  auto state = c_.check_queue(queue_);
+  if (!state) return Error{state.error(), state.error_code()};
+  if (auto s = start(AmqpValue("last")); !s) return Error{s.message()};
+  std::int64_t last = -1;
+  // The first message of the newest chunk may take a disk read: while the
+  // queue says it holds any, it is waited for as any answer is.
+  auto wait = state->messages > 0 ? std::chrono::milliseconds(5000) : quiet;
+  for (;;) {
+    auto m = c_.next(wait);
+    if (!m) return Error{m.error()};
+    if (!m->has_value()) break;
+    const std::int64_t offset = stream_offset(**m);
+    if (offset < 0 || offset <= last) {
+      return Error{"RabbitMQ at " + c_.address().describe() + ": " + queue_ + " handed over a message at offset " +
+                   std::to_string(offset) + " after " + std::to_string(last) +
+                   " (is it a stream queue? a stream's offsets rise one by one)"};
+    }
+    last = offset;
+    if (auto a = c_.ack((*m)->delivery_tag); !a) return Error{a.message()};
+    wait = quiet;
+  }
+  if (auto s = stop(); !s) return Error{s.message()};
+  return last + 1;
+}
+
+Status AmqpStreamReader::read(std::int64_t from, std::int64_t to, const std::function<bool(AmqpMessage&&)>& fn) {
+  if (from >= to) return Status::ok();
+  if (auto s = start(AmqpValue(std::int64_t{from})); !s) return s;
+  std::int64_t last = from - 1;
+  for (;;) {
+    // Each message within the connection's timeout: the range is there
+    // (to <= end()), so silence means the stream went away.
+    auto m = c_.next(std::chrono::milliseconds(5000));
+    if (!m) return Status::error(m.error());
+    if (!m->has_value()) {
+      return Status::error("RabbitMQ at " + c_.address().describe() + ": " + queue_ + " handed over nothing after offset " +
+                           std::to_string(last) + " for 5 s, though it held offsets up to " + std::to_string(to - 1) +
+                           " (was it deleted, or declared again?)");
+    }
+    const std::int64_t offset = stream_offset(**m);
+    // Before `from` is the broker's chunk start: a consume from an offset
+    // starts at its chunk's first message.
+    if (offset < 0 || (offset <= last && offset >= from)) {
+      return Status::error("RabbitMQ at " + c_.address().describe() + ": " + queue_ + " handed over a message at offset " +
+                           std::to_string(offset) + " after " + std::to_string(last) +
+                           " (is it a stream queue? a stream's offsets rise one by one)");
+    }
+    if (auto a = c_.ack((*m)->delivery_tag); !a) return a;
+    if (offset < from) continue;
+    last = offset;
+    if (offset >= to) break;
+    if (!fn(std::move(**m))) break;
+    if (offset >= to - 1) break;
+  }
+  return stop();
+}
+
+}  // namespace pillbox::broker
