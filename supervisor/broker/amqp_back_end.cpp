@@ -343,7 +343,7 @@ void AmqpBackEnd::settle(Held& h, std::optional<AmqpPublication> p, Settled how,
       if (!made) s = Status::error(made.error());
     }
     if (s) s = send(c, p);
-    return [this, task_id, how, detail, target, s]() {
+    return [this, task_id, how, detail, target, queue, s]() {
       if (s) return acknowledge(task_id, how, target, detail);
       Held* h = held(task_id);
       if (h == nullptr) return;
@@ -354,6 +354,16 @@ void AmqpBackEnd::settle(Held& h, std::optional<AmqpPublication> p, Settled how,
                        ") was not delivered to '" + target + "': " + s.message());
         return acknowledge(task_id, how, "", detail);
       }
+      if (s.code() == ErrorCode::kUsage) {
+        // It can never be sent (headers over one frame: a key near a
+        // frame's size). Left unacknowledged it would stop worker after
+        // worker: rejected, the broker dead-letters the message itself,
+        // whole, to NAME.dlx (reason rejected), and the queue goes on.
+        return acknowledge(task_id, how == Settled::kDeadLetter ? how : Settled::kRefused,
+                           amqp_queue_names(queue).dlx + " (rejected: RabbitMQ dead-letters it whole)",
+                           detail + "; what pillbox would publish for it cannot be sent (" + s.message() + ")",
+                           /*reject=*/true);
+      }
       // Left unacknowledged: the broker delivers it again once this worker
       // is gone. The worker stops: it cannot settle what it runs.
       on_error("cannot publish to '" + target + "': " + s.message());
@@ -362,13 +372,14 @@ void AmqpBackEnd::settle(Held& h, std::optional<AmqpPublication> p, Settled how,
   });
 }
 
-void AmqpBackEnd::acknowledge(std::int64_t task_id, Settled how, const std::string& added, const std::string& detail) {
+void AmqpBackEnd::acknowledge(std::int64_t task_id, Settled how, const std::string& added, const std::string& detail,
+                              bool reject) {
   Held* h = held(task_id);
   if (h == nullptr) return;
-  consumer_.post([this, task_id, how, added, detail, tag = h->message.delivery_tag,
+  consumer_.post([this, task_id, how, added, detail, reject, tag = h->message.delivery_tag,
                   connection = h->connection](AmqpConnection& c) -> AmqpLink::Done {
     // A tag of an earlier connection: that message is the broker's again.
-    const bool acked = c.id() == connection && c.ack(tag).is_ok();
+    const bool acked = c.id() == connection && (reject ? c.reject(tag, /*requeue=*/false) : c.ack(tag)).is_ok();
     return [this, task_id, how, added, detail, acked]() {
       tell_intake();
       Held* h = held(task_id);

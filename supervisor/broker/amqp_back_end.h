@@ -143,7 +143,11 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   // With `delay_bucket`, its delay queue is declared first (when first used).
   void settle(Held& h, std::optional<AmqpPublication> p, Settled how, const std::string& detail = "",
               std::chrono::milliseconds delay_bucket = std::chrono::milliseconds(0));
-  void acknowledge(std::int64_t task_id, Settled how, const std::string& added, const std::string& detail);
+  // Acks the message (or, `reject`, rejects it unrequeued: the broker
+  // dead-letters it itself) on the connection it came on, then counts
+  // and tells it as `how`.
+  void acknowledge(std::int64_t task_id, Settled how, const std::string& added, const std::string& detail,
+                   bool reject = false);
   void dead_letter(Held& h, const Outcome& outcome, const std::string& reason, bool unrun);
   // Copies it back to NAME with `note` recorded for its delivery (unless its end is), then acks.
   void give_back(std::int64_t task_id, const std::string& note);

@@ -480,6 +480,21 @@ Status AmqpConnection::publish_to(const std::string& exchange, const std::string
     if (auto ok = check_name("a header name", h.name); !ok) return ok;
   }
   if (state_ == nullptr) return checked(what);
+  // A message's properties and headers go in one content-header frame.
+  // rabbitmq-c sends the publish method before it finds that they do not
+  // fit, which leaves the channel mid-message: said here, before anything
+  // is sent, and the connection stays usable (a usage error: this message
+  // can never be sent, whatever the broker's state).
+  std::size_t header_frame = 8 + 14 + 64 + message.message_id.size() + message.correlation_id.size() +
+                             message.reply_to.size() + 4;
+  for (const AmqpField& h : message.headers) header_frame += wire_size(h);
+  const auto frame_max = static_cast<std::size_t>(amqp_get_frame_max(state_));
+  if (frame_max > 0 && header_frame > frame_max) {
+    return Status::error("RabbitMQ at " + address_.describe() + ": cannot " + what + ": its properties and headers take " +
+                             std::to_string(header_frame) + " bytes, over the " + std::to_string(frame_max) +
+                             " one AMQP frame carries",
+                         ErrorCode::kUsage);
+  }
   amqp_basic_properties_t props{};
   props._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
   props.delivery_mode = 2;  // persistent

@@ -414,6 +414,44 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   CHECK(dead_letters(server, "crashes.dlq", 4).size() == 4);
 }
 
+// A message whose dead letter cannot be published (a key header within
+// 400 bytes of a frame: with pillbox's headers beside it, over one) is rejected to
+// the broker, which dead-letters it whole; left unacknowledged it would
+// stop every worker that took it (a helper's read of the code found it:
+// the publish broke the connection, the link ran it again, for ever).
+void unsendable_dead_letter_is_no_wedge(e2e::RabbitServer& server) {
+  auto c = connect(server);
+  REQUIRE(pillbox::broker::declare_topology(c, {.queue = "wedge", .delivery_limit = pillbox::broker::worker_delivery_limit(3)})
+              .has_value());
+  AmqpOutgoing big;
+  big.body = "fine payload";
+  big.message_id = "big-key";
+  constexpr std::size_t kKey = 131072 - 400;  // the message fits one frame; its dead letter cannot
+  big.headers = {{"key", std::string(kKey, 'k')}};
+  REQUIRE(c.confirm_publishes().is_ok());
+  REQUIRE(c.publish("wedge", big).is_ok());
+  REQUIRE(c.publish("wedge", "after it", "after").is_ok());
+  REQUIRE(c.wait_confirmed().is_ok());
+  const auto r = run_pillbox(worker_args(server, "wedge", {"--jobs", "1", "--exit-when-idle", "1500ms", "--json"}));
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  REQUIRE(r.records.size() == 2);
+  CHECK(r.records[0].value("verdict", "") == "dead-lettered");
+  CHECK(r.records[0].dump().find("rejected: RabbitMQ dead-letters it whole") != std::string::npos);
+  CHECK(r.records[1].value("verdict", "") == "ok");
+  const auto dl = dead_letters(server, "wedge.dlq", 1);
+  CHECK(header_text(dl[0], "x-first-death-reason") == "rejected");
+  CHECK(header_text(dl[0], "key").size() == kKey);
+  CHECK(dl[0].body == "fine payload");
+  const auto shown = run_pillbox(quarantine(server, "wedge", {"show", "0", "--json"}));
+  REQUIRE_MESSAGE(shown.records.size() == 1, shown.err);
+  CHECK(shown.records[0].value("kind", "") == "protocol-error");
+  CHECK(shown.records[0].at("amqp").value("first_death_reason", "") == "rejected");
+  CHECK(e2e::eventually([&] { return queues(server)["wedge"].value("messages_unacknowledged", -1) == 0; },
+                        std::chrono::seconds(20), std::chrono::milliseconds(200)));
+  CHECK(queues(server)["wedge"].value("messages", -1) == 0);
+}
+
 // More dead letters than one window (128) of a listing: every one, newest
 // first, --limit and --offset pages through them.
 void quarantine_pages_through_windows(e2e::RabbitServer& server) {
@@ -468,6 +506,10 @@ TEST_CASE("rabbitmq worker: results, retries through delay queues, signed dead l
   {
     INFO("quarantine list, show, stats, export --amqp read the dead letters");
     quarantine_reads_the_dead_letters(server);
+  }
+  {
+    INFO("a dead letter that cannot be published: rejected to the broker, no wedge");
+    unsendable_dead_letter_is_no_wedge(server);
   }
   {
     INFO("quarantine list --amqp pages through more than one window");
