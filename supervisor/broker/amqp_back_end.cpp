@@ -347,9 +347,11 @@ void AmqpBackEnd::settle(Held& h, std::optional<AmqpPublication> p, Settled how,
       if (s) return acknowledge(task_id, how, target, detail);
       Held* h = held(task_id);
       if (h == nullptr) return;
-      if (how == Settled::kOk) {
-        // Its requester went away (an RPC's reply queue is gone): the task
-        // is done all the same, and says so.
+      if (how == Settled::kOk && (target != settings_.worker.keys.results || s.code() == ErrorCode::kUsage)) {
+        // Its requester went away (an RPC's reply queue is gone), or the
+        // result can never be sent: the task is done all the same, and
+        // says so. (A result NAME.results refuses is not dropped: below,
+        // the worker stops, the message goes back to the queue.)
         out_.on_notice("warning: the result of " + h->task.key + " (message " + h->task.source_id +
                        ") was not delivered to '" + target + "': " + s.message());
         return acknowledge(task_id, how, "", detail);

@@ -444,6 +444,14 @@ Status AmqpConnection::delete_queue(const std::string& name) {
   return checked("delete queue '" + name + "'");
 }
 
+Status AmqpConnection::delete_exchange(const std::string& name) {
+  refusal_.reset();
+  if (auto ok = check_name("an exchange name", name); !ok) return ok;
+  if (state_ == nullptr) return checked("delete exchange '" + name + "'");
+  amqp_exchange_delete(state_, channel_, amqp_cstring_bytes(name.c_str()), 0);
+  return checked("delete exchange '" + name + "'");
+}
+
 Status AmqpConnection::confirm_publishes() {
   refusal_.reset();
   if (state_ == nullptr) return checked("turn publisher confirms on");

@@ -134,6 +134,9 @@ class AmqpConnection {
   Status bind_queue(const std::string& queue, const std::string& exchange, const std::string& routing_key);
   // queue.delete (if it exists); what it held is gone.
   Status delete_queue(const std::string& name);
+  // exchange.delete, with its bindings (tests: a topology broken under a
+  // running worker).
+  Status delete_exchange(const std::string& name);
 
   // confirm.select: from now on the broker confirms each publish, and a
   // publish it cannot route to a queue is returned (mandatory). Called

@@ -95,6 +95,24 @@ Status declare_results_queue(AmqpConnection& c, const WorkerSettings& worker) {
   return Status::error(declared.error(), ErrorCode::kSetup);
 }
 
+// Every queue and exchange the worker consumes from and publishes to,
+// declared (idempotent): at the start, and again on every new publishing
+// connection, so that one deleted under a running worker (NAME.dlx,
+// NAME.results) is back before the publish runs again. A publish to a
+// missing exchange closes the connection, and without this the link ran
+// it again, on connection after connection, for ever.
+Status declare_worker_queues(AmqpConnection& c, const WorkerSettings& worker) {
+  AmqpTopologySettings topology;
+  topology.queue = worker.keys.stream;
+  // The broker's own limit stays above the worker's --max-attempts: the
+  // last resort for a message that kills the worker's supervisor.
+  topology.delivery_limit = worker_delivery_limit(worker.retry.max_attempts);
+  auto declared = declare_topology(c, topology);
+  if (!declared) return Status::error(declared.error(), ErrorCode::kSetup);
+  if (worker.results) return declare_results_queue(c, worker);
+  return Status::ok();
+}
+
 Expected<WorkerJobReport> run_amqp_worker(const WorkerJobSettings& settings, WorkerSink& sink) {
   AmqpWorkerSettings amqp;
   amqp.worker = settings.worker;
@@ -103,16 +121,7 @@ Expected<WorkerJobReport> run_amqp_worker(const WorkerJobSettings& settings, Wor
   {
     auto c = AmqpConnection::open(*settings.amqp);
     if (!c) return Error{c.error(), ErrorCode::kSetup};
-    AmqpTopologySettings topology;
-    topology.queue = queue;
-    // The broker's own limit stays above the worker's: a message that kills
-    // every worker is dead-lettered by the workers first, with a record.
-    topology.delivery_limit = worker_delivery_limit(amqp.worker.retry.max_attempts);
-    auto declared = declare_topology(*c, topology);
-    if (!declared) return Error{declared.error(), ErrorCode::kSetup};
-    if (amqp.worker.results) {
-      if (auto s = declare_results_queue(*c, amqp.worker); !s) return Error{s.message(), s.code()};
-    }
+    if (auto s = declare_worker_queues(*c, amqp.worker); !s) return Error{s.message(), s.code()};
   }
   AmqpBackEnd* back_end_ptr = nullptr;
   auto on_state = [&back_end_ptr](bool consumer) {
@@ -127,7 +136,10 @@ Expected<WorkerJobReport> run_amqp_worker(const WorkerJobSettings& settings, Wor
   });
   if (!consumer) return Error{consumer.error(), ErrorCode::kSetup};
   auto publisher = AmqpLink::open(*settings.amqp, "publishes", on_state(false),
-                                  [](AmqpConnection& c) { return c.confirm_publishes(); });
+                                  [worker = amqp.worker](AmqpConnection& c) {
+                                    if (auto s = c.confirm_publishes(); !s) return s;
+                                    return declare_worker_queues(c, worker);
+                                  });
   if (!publisher) return Error{publisher.error(), ErrorCode::kSetup};
   WorkerJobReport report;
   std::optional<metrics::MeteredWorkerVerdicts> metered_sink;

@@ -452,6 +452,67 @@ void unsendable_dead_letter_is_no_wedge(e2e::RabbitServer& server) {
   CHECK(queues(server)["wedge"].value("messages", -1) == 0);
 }
 
+// Messages ready in a queue (queue.declare, passive: fast, where
+// rabbitmqctl takes a second or more a call).
+int ready(AmqpConnection& c, const std::string& queue) {
+  auto state = c.check_queue(queue);
+  return state ? static_cast<int>(state->messages) : -1;
+}
+
+// The topology broken under a running worker: NAME.dlx deleted (with its
+// binding) is declared again on the publishing link's next connection, so
+// the dead letter arrives (a publish to a missing exchange closes the
+// connection, and the link ran it again on connection after connection,
+// for ever). NAME.results deleted: a result is never dropped, the worker
+// stops and the message goes back; the next worker declares it again.
+void broken_topology_under_a_worker(e2e::RabbitServer& server) {
+  auto c = connect(server);
+  {
+    e2e::Background w(e2e::pillbox_binary(), worker_args(server, "heal", {"--max-attempts", "1", "--exit-when-idle",
+                                                                          "5s", "--json"}));
+    // Both links up once a result is in (the publishing link's Setup
+    // declares the topology too: not in the middle of it).
+    const auto first = run_pillbox({"submit", "--amqp", server.url(), "--queue", "heal", "-"},
+                                   e2e::task_line("fine", "fine"));
+    REQUIRE_MESSAGE(first.exit_code == 0, first.describe());
+    REQUIRE_MESSAGE(e2e::eventually([&] { return ready(c, "heal.results") == 1; }), w.err());
+    REQUIRE(c.delete_exchange("heal.dlx").is_ok());
+    const auto submitted = run_pillbox({"submit", "--amqp", server.url(), "--queue", "heal", "-"},
+                                       e2e::task_line("segv", "S crashes"));
+    REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+    const int code = w.wait();
+    INFO(w.err());
+    CHECK(code == 0);
+    CHECK(w.err().find("lost RabbitMQ: publishes link") != std::string::npos);  // said once, and back
+    CHECK(w.err().find("RabbitMQ is back") != std::string::npos);
+    const auto dl = dead_letters(server, "heal.dlq", 1);
+    CHECK(header_text(dl[0], "key") == "segv");
+    CHECK(drain(c, "heal.results").size() == 1);
+  }
+  {
+    e2e::Background w(e2e::pillbox_binary(), worker_args(server, "heal2", {"--exit-when-idle", "5s"}));
+    const auto first = run_pillbox({"submit", "--amqp", server.url(), "--queue", "heal2", "-"},
+                                   e2e::task_line("first", "first"));
+    REQUIRE_MESSAGE(first.exit_code == 0, first.describe());
+    REQUIRE_MESSAGE(e2e::eventually([&] { return ready(c, "heal2.results") == 1; }), w.err());
+    REQUIRE(c.delete_queue("heal2.results").is_ok());
+    const auto submitted = run_pillbox({"submit", "--amqp", server.url(), "--queue", "heal2", "-"},
+                                       e2e::task_line("good", "fine"));
+    REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+    const int code = w.wait();
+    INFO(w.err());
+    CHECK(code == 3);
+    CHECK(w.err().find("cannot publish to 'heal2.results'") != std::string::npos);
+  }
+  // Not lost: back in the queue, and the next worker's result is kept.
+  CHECK(e2e::eventually([&] { return queues(server)["heal2"].value("messages", -1) == 1; }));
+  const auto again = run_pillbox(worker_args(server, "heal2", {"--exit-when-idle", "1s", "--json"}));
+  CHECK_MESSAGE(again.exit_code == 0, again.describe());
+  const auto results = drain(c, "heal2.results");
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].body == "fine");
+}
+
 // More dead letters than one window (128) of a listing: every one, newest
 // first, --limit and --offset pages through them.
 void quarantine_pages_through_windows(e2e::RabbitServer& server) {
@@ -510,6 +571,10 @@ TEST_CASE("rabbitmq worker: results, retries through delay queues, signed dead l
   {
     INFO("a dead letter that cannot be published: rejected to the broker, no wedge");
     unsendable_dead_letter_is_no_wedge(server);
+  }
+  {
+    INFO("the topology broken under a running worker");
+    broken_topology_under_a_worker(server);
   }
   {
     INFO("quarantine list --amqp pages through more than one window");
