@@ -91,7 +91,8 @@ std::string explain_mismatch(const std::string& queue, const std::string& where,
     s += (i == 0 ? " " : ", ") + a.name + " " + value;
   }
   s += " (RabbitMQ names the first difference it finds); it does not change a queue that may hold messages: move "
-       "them and delete the queue, set the arguments by a policy where RabbitMQ allows it, or name another queue";
+       "them, delete the queue and let pillbox declare it, or name another queue (a policy cannot stand in for an "
+       "argument: RabbitMQ compares a declare with the queue's own arguments only)";
   return s;
 }
 

@@ -53,9 +53,12 @@ struct AmqpTopologySettings {
 };
 
 // The x-delivery-limit of workers that dead-letter after `max_attempts`
-// charged failures: the default, or above their limit, so that a message
-// that kills every worker is dead-lettered by a worker first, with its
-// record (the broker's limit is the last resort).
+// charged failures: the default, or above their limit. The broker's limit
+// is the last resort: it counts deliveries that ended unsettled (a worker
+// killed, a connection lost), which workers do not count against a
+// message held beside the one that killed them (amqp_entry.h), so a
+// message that kills every worker's supervisor is dead-lettered by the
+// broker, without a record.
 std::int64_t worker_delivery_limit(std::uint32_t max_attempts);
 
 // What was declared.
