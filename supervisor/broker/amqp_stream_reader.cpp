@@ -1,6 +1,7 @@
 #include "supervisor/broker/amqp_stream_reader.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace pillbox::broker {
@@ -9,6 +10,8 @@ namespace {
 // Messages handed over before an ack: the credit of one read. A window of
 // a listing is 128; more in flight only adds what is dropped at the stop.
 constexpr std::uint16_t kPrefetch = 64;
+// end()'s read of the newest chunk, from its first message on, at most.
+constexpr std::chrono::milliseconds kMostReading{2000};
 
 }  // namespace
 
@@ -42,7 +45,13 @@ Expected<std::int64_t> AmqpStreamReader::end(std::chrono::milliseconds quiet) {
   // The first message of the newest chunk may take a disk read: while the
   // queue says it holds any, it is waited for as any answer is.
   auto wait = state->messages > 0 ? std::chrono::milliseconds(5000) : quiet;
+  // A publisher that writes more often than `quiet` would keep the stream
+  // from ever falling quiet: once the first message is in, the read ends
+  // after kMostReading at the latest, at the last offset it was handed (what
+  // comes later is newer than this read).
+  std::optional<std::chrono::steady_clock::time_point> give_up;
   for (;;) {
+    if (give_up && std::chrono::steady_clock::now() >= *give_up) break;
     auto m = c_.next(wait);
     if (!m) return Error{m.error()};
     if (!m->has_value()) break;
@@ -54,6 +63,7 @@ Expected<std::int64_t> AmqpStreamReader::end(std::chrono::milliseconds quiet) {
     }
     last = offset;
     if (auto a = c_.ack((*m)->delivery_tag); !a) return Error{a.message()};
+    if (!give_up) give_up = std::chrono::steady_clock::now() + kMostReading;
     wait = quiet;
   }
   if (auto s = stop(); !s) return Error{s.message()};

@@ -8,8 +8,10 @@
 // Where a stream ends is not said over AMQP 0-9-1: queue.declare's message
 // count is not the stream's. So end() consumes from "last" (the first
 // message of the newest chunk) and takes the end to be after the last
-// message handed over before the broker falls quiet for `quiet`: the one
-// read here that waits for nothing to come. Every other read knows where it
+// message handed over before the broker falls quiet for `quiet`, or 2 s
+// after the first (a publisher that writes more often than `quiet` would
+// keep it from falling quiet: what comes later is newer than the read): the
+// one read here that waits for nothing to come. Every other read knows where it
 // stops: offsets rise one by one, so a read of [from, to) ends at the first
 // offset at or past to - 1 (what retention removed is skipped by the
 // broker, which starts a read before the first offset at the first).
@@ -38,7 +40,8 @@ class AmqpStreamReader {
 
   // The offset after the newest message now (0 for an empty stream).
   // Waits for the first message at most the connection's timeout once the
-  // queue says it holds any, and after each for `quiet`.
+  // queue says it holds any, and after each for `quiet`, 2 s in all after
+  // the first.
   Expected<std::int64_t> end(std::chrono::milliseconds quiet = std::chrono::milliseconds(300));
 
   // The messages at offsets [from, to), oldest first, to `fn` (false
