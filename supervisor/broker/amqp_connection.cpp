@@ -1,5 +1,6 @@
 #include "supervisor/broker/amqp_connection.h"
 
+#include "shared/sha256.h"
 #include "shared/task_input.h"
 #include "supervisor/broker/socket_watchdog.h"
 
@@ -821,15 +822,21 @@ Expected<AmqpMessage> AmqpConnection::read_content(std::uint64_t delivery_tag, c
   // What the header announces is a claim: the buffer grows with what comes.
   if (keep_body) m.body.reserve(std::min<std::uint64_t>(size, 1u << 20));
   std::uint64_t received = 0;
+  Sha256 omitted;
   while (received < size) {
     got = wait();
     if (got != AMQP_STATUS_OK) return broken(amqp_error_string2(got));
     if (frame.frame_type != AMQP_FRAME_BODY || frame.channel != channel_) return broken("the broker sent something else");
     received += frame.payload.body_fragment.len;
     if (received > size) break;
-    if (keep_body) m.body += bytes_text(frame.payload.body_fragment);
+    if (keep_body) {
+      m.body += bytes_text(frame.payload.body_fragment);
+    } else if (m.body_omitted) {
+      omitted.update(frame.payload.body_fragment.bytes, frame.payload.body_fragment.len);
+    }
   }
   if (received != size) return broken("its body is longer than its header said");
+  if (m.body_omitted) m.omitted_body_sha256 = digest_hex(omitted.finish());
   return m;
 }
 

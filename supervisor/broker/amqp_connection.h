@@ -73,6 +73,9 @@ struct AmqpMessage {
   // (`body` is then empty).
   std::uint64_t body_size = 0;
   bool body_omitted = false;
+  // When body_omitted: the sha256 (hex) of the body that was read and
+  // dropped, so that what was not kept can still be checked.
+  std::string omitted_body_sha256;
   std::string message_id;
   std::string correlation_id;
   std::string reply_to;

@@ -101,7 +101,7 @@ FleetRecord AmqpQuarantine::record_of(const AmqpMessage& m) const {
   DeadLetterClaims own;
   own.key = d.key;
   own.payload_size = static_cast<std::int64_t>(m.body_size);
-  if (!m.body_omitted) own.payload_sha256 = sha256_hex(d.payload);
+  own.payload_sha256 = m.body_omitted ? m.omitted_body_sha256 : sha256_hex(d.payload);
   std::string message = d.unreadable.empty() ? "" : "its dead letter cannot be read: " + d.unreadable;
   if (!d.from_pillbox()) {
     std::string claims;
@@ -130,8 +130,10 @@ FleetRecord AmqpQuarantine::record_of(const AmqpMessage& m) const {
   if (!d.unreadable.empty()) broker["unreadable"] = d.unreadable;
   r.broker = std::move(broker);
   if (key_) {
+    // A payload a listing did not keep is checked by the sha256 of the
+    // bytes that came (never by the record's claim of it).
     r.signature = key_->verify(names_.dlq, dead_letter_signed_fields(m),
-                               m.body_omitted ? &r.record.entry.payload_sha256 : nullptr);
+                               m.body_omitted ? &m.omitted_body_sha256 : nullptr);
   }
   return r;
 }
