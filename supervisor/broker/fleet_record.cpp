@@ -7,6 +7,7 @@
 #include "shared/child_streams.h"
 #include "shared/sha256.h"
 #include "supervisor/classify/outcome_json.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
@@ -99,7 +100,11 @@ void read_worker_record(const nlohmann::json& j, const DeadLetterClaims& own, st
   if (auto tail = base64_decode(text_of(j, "stderr_tail_b64")); tail && !tail->empty()) {
     e.stderr_tail = tail->size() > kStderrTailBytes ? tail->substr(tail->size() - kStderrTailBytes) : std::move(*tail);
   }
-  out.record.repeats = number_of(j, "repeats", 0);
+  {
+    // A claim: below 0 or past 2^32 is none (stats adds them up).
+    const auto repeats = number_of(j, "repeats", 0);
+    out.record.repeats = repeats > 0 && repeats <= 0xffffffffLL ? repeats : 0;
+  }
 
   out.reason = text_of(j, "reason");
   if (out.deliveries == 0) {
@@ -171,8 +176,10 @@ void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_hold
 Expected<std::string> checked_payload(const FleetRecord& r) {
   if (r.payload_omitted) return Error{"the payload of record " + r.id + " was not read (a listing leaves it out)"};
   if (sha256_hex(r.payload) != r.record.entry.payload_sha256) {
+    // The sha256 is the record's claim: shown as a table cell (an escape
+    // in it reached the terminal through show's and export's errors).
     return Error{"the payload of record " + r.id + " does not match the sha256 its record names (" +
-                 r.record.entry.payload_sha256 + ")"};
+                 table_cell(r.record.entry.payload_sha256, 80) + ")"};
   }
   return r.payload;
 }

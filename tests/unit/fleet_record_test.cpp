@@ -193,6 +193,15 @@ TEST_CASE("fleet record: a count a record claims below 0 or past 2^32 is none") 
   FleetRecord fine;
   read_worker_record({{"deliveries", 7}}, DeadLetterClaims{}, "", fine);
   CHECK(fine.deliveries == 7);
+  // repeats too: stats adds them up, and two of INT64_MAX overflowed.
+  for (const std::int64_t bad : {std::int64_t{-1}, std::int64_t{4294967296LL}, INT64_MAX}) {
+    FleetRecord r2;
+    read_worker_record({{"repeats", bad}}, DeadLetterClaims{}, "", r2);
+    CHECK(r2.record.repeats == 0);
+  }
+  FleetRecord folded;
+  read_worker_record({{"repeats", 12}}, DeadLetterClaims{}, "", folded);
+  CHECK(folded.record.repeats == 12);
 }
 
 TEST_CASE("iso time: read back exactly as written, anything else none") {
