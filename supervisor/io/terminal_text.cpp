@@ -13,6 +13,23 @@ std::size_t bidi_control_at(std::string_view s) {
   return 0;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence that starts `s` (2 to 4
+// bytes), or 0 when it is none: a lone 0x9B is CSI to a terminal that is
+// not in UTF-8 mode.
+std::size_t utf8_sequence_at(std::string_view s) {
+  const auto b0 = static_cast<unsigned char>(s[0]);
+  const std::size_t n = (b0 >= 0xC2 && b0 <= 0xDF) ? 2 : (b0 >= 0xE0 && b0 <= 0xEF) ? 3 : (b0 >= 0xF0 && b0 <= 0xF4) ? 4 : 0;
+  if (n == 0 || s.size() < n) return 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 std::string table_cell(std::string_view text, std::size_t width) {
   std::string out;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -24,6 +41,16 @@ std::string table_cell(std::string_view text, std::size_t width) {
     } else if (const std::size_t n = bidi_control_at(text.substr(i)); n > 0) {
       out += '?';
       i += n - 1;
+    } else if (c >= 0x80) {
+      // Text stays text; a byte that is no UTF-8 (a raw C1 control among
+      // them) is a '?'.
+      const std::size_t n = utf8_sequence_at(text.substr(i));
+      if (n == 0) {
+        out += '?';
+      } else {
+        out.append(text.substr(i, n));
+        i += n - 1;
+      }
     } else {
       out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
     }

@@ -14,6 +14,8 @@ TEST_CASE("terminal text: control bytes never pass, text stays text, binary beco
   CHECK(table_cell("a\x1b[2Jb\x07", 0) == "a?[2Jb?");
   CHECK(table_cell("x\xc2\x9b" "31m", 0) == "x?31m");      // C1 CSI in UTF-8
   CHECK(table_cell("caf\xc3\xa9", 0) == "caf\xc3\xa9");    // other UTF-8 is kept
+  CHECK(table_cell("x\x9b" "31m\x7f", 0) == "x?31m?");      // a raw C1 CSI (no UTF-8), DEL
+  CHECK(table_cell("\xff\xc3(\xe2\x82\xf0\x9f\x98\x80", 0) == "?" "?(" "?" "?\xf0\x9f\x98\x80");  // broken UTF-8; an emoji is text
   CHECK(table_cell("invoice\xe2\x80\xae" "fdp.exe", 0) == "invoice?fdp.exe");  // RLO would reorder the line
   CHECK(table_cell("\xe2\x81\xa6x\xe2\x81\xa9\xd8\x9c", 0) == "?x??");          // isolates, ALM
   CHECK(table_cell("\xe2\x80\x94", 0) == "\xe2\x80\x94");                        // an em dash is text
