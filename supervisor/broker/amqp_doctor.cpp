@@ -1,11 +1,11 @@
 #include "supervisor/broker/amqp_doctor.h"
 
-#include <sys/random.h>
 
 #include <cstdio>
 
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_topology.h"
+#include "supervisor/io/random_hex.h"
 
 namespace pillbox::broker {
 namespace {
@@ -25,18 +25,6 @@ DoctorCheck failed(DoctorCheck c, std::string detail, std::string fallback) {
   return c;
 }
 
-// 16 hex digits from getrandom(2): the canary's id, so that two doctors
-// (or a canary of an earlier run still on its way) are told apart.
-Expected<std::string> random_id() {
-  unsigned char random[8];
-  if (::getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) {
-    return Error{"getrandom failed"};
-  }
-  char hex[17];
-  for (std::size_t i = 0; i < sizeof random; ++i) std::snprintf(hex + 2 * i, 3, "%02x", random[i]);
-  return std::string(hex);
-}
-
 const std::string* text_of(const AmqpMessage& m, std::string_view name) {
   const AmqpValue* v = find_field(m.headers, name);
   return v != nullptr ? v->text() : nullptr;
@@ -54,7 +42,9 @@ DoctorCheck check_route(const AmqpDoctorSettings& s) {
   if (auto s2 = reader->consume(names.dlq, 64, {{"x-stream-offset", std::string("next")}}); !s2) {
     return failed(check, s2.message(), lost);
   }
-  auto id = random_id();
+  // The canary's id, so that two doctors (or a canary of an earlier run
+  // still on its way) are told apart.
+  auto id = random_hex(8);
   if (!id) return failed(check, "no canary: " + id.error(), "");
   const std::string canary_queue = canary_queue_name(s.queue, *id);
   auto sender = AmqpConnection::open(s.address);

@@ -1,8 +1,8 @@
 #include "supervisor/broker/amqp_publisher.h"
 
-#include <sys/random.h>
-
 #include <cstdio>
+
+#include "supervisor/io/random_hex.h"
 
 namespace pillbox::broker {
 
@@ -16,13 +16,9 @@ Expected<AmqpPublisher> AmqpPublisher::open(AmqpConnection& connection, const st
     declared = std::move(*topology);
   }
   if (auto s = connection.confirm_publishes(); !s) return Error{s.message()};
-  unsigned char random[8];
-  if (::getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) {
-    return Error{"cannot make message ids: getrandom failed"};
-  }
-  char hex[17];
-  for (std::size_t i = 0; i < sizeof random; ++i) std::snprintf(hex + 2 * i, 3, "%02x", random[i]);
-  return AmqpPublisher(connection, queue, hex);
+  auto hex = random_hex(8);
+  if (!hex) return Error{"cannot make message ids: " + hex.error()};
+  return AmqpPublisher(connection, queue, *hex);
 }
 
 Expected<std::vector<std::string>> AmqpPublisher::add(const std::vector<Task>& batch) {
