@@ -138,8 +138,17 @@ FleetRecord AmqpQuarantine::record_of(const AmqpMessage& m) const {
   return r;
 }
 
+Expected<std::map<std::string, AmqpRecordState>> AmqpQuarantine::states() {
+  AmqpStateLog log(*c_, names_.work);
+  auto loaded = log.load();
+  unreadable_states_ = log.unreadable();
+  return loaded;
+}
+
 Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
   canaries_ = 0;
+  auto states = this->states();
+  if (!states) return Status::error(states.error());
   AmqpStreamReader reader(*c_, names_.dlq, kListedPayloadBytes);
   auto end = reader.end();
   if (!end) return Status::error(end.error());
@@ -153,6 +162,9 @@ Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
         ++canaries_;
       } else {
         window.push_back(record_of(m));
+        if (const auto s = states->find(window.back().id); s != states->end()) {
+          apply_state(window.back(), s->second.state, "");
+        }
       }
       return true;
     });
@@ -169,11 +181,19 @@ Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
 }
 
 std::string AmqpQuarantine::left_out() const {
-  if (canaries_ == 0) return "";
-  return std::to_string(canaries_) + " message" + (canaries_ == 1 ? "" : "s") + " of " + names_.dlq +
-         " left out: the canar" + (canaries_ == 1 ? "y" : "ies") +
-         " of `pillbox doctor` (header pillbox-canary, expired out of " + names_.work +
-         ".doctor.ID); a publisher to " + names_.work + " can make a message look like one";
+  std::string said;
+  if (canaries_ > 0) {
+    said = std::to_string(canaries_) + " message" + (canaries_ == 1 ? "" : "s") + " of " + names_.dlq +
+           " left out: the canar" + (canaries_ == 1 ? "y" : "ies") +
+           " of `pillbox doctor` (header pillbox-canary, expired out of " + names_.work +
+           ".doctor.ID); a publisher to " + names_.work + " can make a message look like one";
+  }
+  if (unreadable_states_ > 0) {
+    said += (said.empty() ? "" : "\n") + std::to_string(unreadable_states_) + " message" +
+            (unreadable_states_ == 1 ? "" : "s") + " of " + amqp_state_log_name(names_.work) +
+            " left out: not a state pillbox writes (leave that stream to pillbox)";
+  }
+  return said;
 }
 
 Expected<FleetRecord> AmqpQuarantine::get(const std::string& id) {
@@ -204,6 +224,9 @@ Expected<FleetRecord> AmqpQuarantine::get(const std::string& id) {
                         c_->address().describe() + " ends before offset " + std::to_string(*end) +
                         " and keeps what retention has not removed; see: pillbox quarantine list" + hint_options() + ")");
   }
+  auto states = this->states();
+  if (!states) return Error{states.error()};
+  if (const auto s = states->find(found->id); s != states->end()) apply_state(*found, s->second.state, "");
   return std::move(*found);
 }
 
@@ -226,11 +249,20 @@ void AmqpQuarantine::add_broker_json(const FleetRecord& r, nlohmann::json& full)
 
 Error AmqpQuarantine::not_yet(const std::string& what) const {
   return Error::usage(what + " is not built yet for the fleet's quarantine on RabbitMQ (" + names_.dlq +
-                      "): list, show, stats and export are; see docs/distributed.md");
+                      "): list, show, stats, export, discard and reproduce are; see docs/distributed.md");
 }
 
-Expected<FleetRecord> AmqpQuarantine::change_state(const std::string&, bool, const StateChange&) {
-  return not_yet("changing a record's state");
+Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool, const StateChange& change) {
+  auto record = get(id);
+  if (!record) return record;
+  AmqpStateLog log(*c_, names_.work);
+  auto written = log.change(record->id, [&](FleetState& state) {
+    apply_state(*record, state, "");
+    return change(state, *record);
+  });
+  if (!written) return Error{written.error(), written.error_code()};
+  apply_state(*record, std::move(*written), "");
+  return record;
 }
 Expected<PayloadBytes> AmqpQuarantine::minimized_payload(const FleetRecord&) { return not_yet("minimize"); }
 std::unique_ptr<MinimizeKeeper> AmqpQuarantine::minimize_keeper(const std::string&, const std::string&) {

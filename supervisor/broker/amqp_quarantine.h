@@ -7,10 +7,10 @@
 // dead letters, and an id stays the record's for as long as the stream
 // keeps it.
 //
-// Read only, for now: what operators do with a record (discard, replay,
-// reproduce's and minimize's verdicts) needs a state kept beside the
-// stream, which is not built yet; those verbs are refused before anything
-// is read (QuarantineCapabilities::read_only).
+// What operators do with a record (discard, reproduce's verdict) is kept
+// beside the stream, in the log NAME.dlq.state (amqp_state_log.h). Replay
+// and minimize are not built yet on RabbitMQ: refused before anything is
+// read (QuarantineCapabilities::replays, minimizes).
 //
 // What a dead letter says is a claim (anyone who may publish to NAME.dlx
 // can write one): a dead letter pillbox wrote has a record (signed, with
@@ -26,12 +26,14 @@
 // stream, a setup error.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "shared/status.h"
 #include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/fleet_dead_letters.h"
 
@@ -46,7 +48,7 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // Connects, and checks that NAME.dlq exists and is a stream queue.
   static Expected<AmqpQuarantine> open(const AmqpAddress& address, const std::string& queue);
 
-  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .read_only = true};
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .replays = false, .minimizes = false};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;
   std::string hint_options() const override { return " --amqp URL --queue " + names_.work; }
@@ -66,9 +68,11 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // first death, x-death and the original's properties as pillbox kept them.
   void add_broker_json(const FleetRecord& record, nlohmann::json& full) const override;
 
-  // Not built yet on RabbitMQ (read_only): each says so.
+  // A compare and set of its state in NAME.dlq.state (no replay holds a
+  // record here yet: refuse_while_replaying has nothing to refuse).
   Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying,
                                      const StateChange& change) override;
+  // Not built yet on RabbitMQ (kCapabilities): each says so.
   Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) override;
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
@@ -78,12 +82,15 @@ class AmqpQuarantine final : public FleetDeadLetters {
   AmqpQuarantine(AmqpConnection connection, AmqpQueueNames names)
       : c_(std::make_unique<AmqpConnection>(std::move(connection))), names_(std::move(names)) {}
   FleetRecord record_of(const AmqpMessage& message) const;
+  // Every record's state (NAME.dlq.state), or why it cannot be read.
+  Expected<std::map<std::string, AmqpRecordState>> states();
   Error not_yet(const std::string& what) const;
 
   std::unique_ptr<AmqpConnection> c_;
   AmqpQueueNames names_;
   std::optional<FleetKey> key_;
   std::int64_t canaries_ = 0;  // left out by the last each()
+  std::int64_t unreadable_states_ = 0;  // NAME.dlq.state's messages that are not pillbox's
 };
 
 }  // namespace pillbox::broker

@@ -72,21 +72,32 @@ Expected<std::int64_t> AmqpStreamReader::end(std::chrono::milliseconds quiet) {
 
 Status AmqpStreamReader::read(std::int64_t from, std::int64_t to, const std::function<bool(AmqpMessage&&)>& fn) {
   if (from >= to) return Status::ok();
+  return walk(from, to, fn);
+}
+
+Status AmqpStreamReader::read_on(std::int64_t from, const std::function<bool(AmqpMessage&&)>& fn) {
+  return walk(from, -1, fn);
+}
+
+Status AmqpStreamReader::walk(std::int64_t from, std::int64_t to, const std::function<bool(AmqpMessage&&)>& fn) {
   if (auto s = start(AmqpValue(std::int64_t{from})); !s) return s;
   std::int64_t last = from - 1;
   for (;;) {
-    // Each message within the connection's timeout: the range is there
-    // (to <= end()), so silence means the stream went away.
+    // Each message within the connection's timeout: what is read is known
+    // to be there (to <= end(), or a publish the broker confirmed), so
+    // silence means the stream went away.
     auto m = c_.next(std::chrono::milliseconds(5000));
     if (!m) return Status::error(m.error());
     if (!m->has_value()) {
       return Status::error("RabbitMQ at " + c_.address().describe() + ": " + queue_ + " handed over nothing after offset " +
-                           std::to_string(last) + " for 5 s, though it held offsets up to " + std::to_string(to - 1) +
+                           std::to_string(last) + " for 5 s, though " +
+                           (to >= 0 ? "it held offsets up to " + std::to_string(to - 1)
+                                    : std::string("a message it confirmed was still to come")) +
                            " (was it deleted, or declared again?)");
     }
     const std::int64_t offset = stream_offset(**m);
     // Before `from` is the broker's chunk start: a consume from an offset
-    // starts at its chunk's first message.
+    // may start at its chunk's first message.
     if (offset < 0 || (offset <= last && offset >= from)) {
       return Status::error("RabbitMQ at " + c_.address().describe() + ": " + queue_ + " handed over a message at offset " +
                            std::to_string(offset) + " after " + std::to_string(last) +
@@ -95,9 +106,9 @@ Status AmqpStreamReader::read(std::int64_t from, std::int64_t to, const std::fun
     if (auto a = c_.ack((*m)->delivery_tag); !a) return a;
     if (offset < from) continue;
     last = offset;
-    if (offset >= to) break;
+    if (to >= 0 && offset >= to) break;
     if (!fn(std::move(**m))) break;
-    if (offset >= to - 1) break;
+    if (to >= 0 && offset >= to - 1) break;
   }
   return stop();
 }

@@ -48,6 +48,11 @@ class AmqpStreamReader {
   // stops); `to` at most end()'s. Those retention removed are not there.
   Status read(std::int64_t from, std::int64_t to, const std::function<bool(AmqpMessage&&)>& fn);
 
+  // The messages from offset `from` on, oldest first, to `fn` until it
+  // returns false: for a message known to be there (a publish the broker
+  // confirmed); nothing for 5 s is an error.
+  Status read_on(std::int64_t from, const std::function<bool(AmqpMessage&&)>& fn);
+
   const std::string& queue() const { return queue_; }
 
  private:
@@ -55,6 +60,8 @@ class AmqpStreamReader {
   Status start(const AmqpValue& offset);
   // Cancels the consume; what it was handed meanwhile is dropped.
   Status stop();
+  // read() and read_on(): `to` < 0 reads on until `fn` says stop.
+  Status walk(std::int64_t from, std::int64_t to, const std::function<bool(AmqpMessage&&)>& fn);
 
   AmqpConnection& c_;
   std::string queue_;

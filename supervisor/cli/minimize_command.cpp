@@ -126,6 +126,11 @@ int minimize_command(int argc, char** argv) {
   if (auto s = read_record_policy_options(*args, settings.policy, settings.allowed); !s) {
     return fail(s.message(), kExitUsage);
   }
+  if (!capabilities_of(*args).minimizes) {
+    return fail("minimize is not built yet for the fleet's quarantine on RabbitMQ: reproduce is (its verdict is kept "
+                "with the record), and export ID -o FILE writes the payload",
+                kExitUsage);
+  }
   // The record, in the store or the fleet's quarantine: it runs here, and
   // its progress and result are kept with it.
   auto opened = open_one_record(*args);

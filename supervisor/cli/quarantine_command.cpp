@@ -345,9 +345,9 @@ int quarantine_command(int argc, char** argv) {
   if ((on_fleet && records_verb == kRecordVerbs.end()) || (verb == "patch" && !capabilities_of(*args).patches)) {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);
   }
-  if (capabilities_of(*args).read_only && verb != "list" && verb != "show" && verb != "stats" && verb != "export") {
-    return quarantine_error(verb + " is not built yet for the fleet's quarantine on RabbitMQ: list, show, stats and "
-                                "export are (the state operators give records, and replay, come next)",
+  if (verb == "replay" && !capabilities_of(*args).replays) {
+    return quarantine_error("replay is not built yet for the fleet's quarantine on RabbitMQ: list, show, stats, "
+                            "export and discard are (export ID -o FILE writes a payload to run by hand)",
                             kExitUsage);
   }
   // Import adds records and may start a store; every other verb looks at one.

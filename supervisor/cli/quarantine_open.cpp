@@ -80,11 +80,6 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
 }
 
 Expected<OpenedRecord> open_one_record(const Args& args) {
-  if (capabilities_of(args).read_only) {
-    return Error::usage("reproduce and minimize are not built yet for the fleet's quarantine on RabbitMQ: list, show, "
-                        "stats and export are (pillbox quarantine export ID -o FILE --amqp URL --queue NAME writes "
-                        "the payload, which `pillbox run` runs)");
-  }
   auto id = read_record_id(args);
   auto opened = open_quarantine(args, "--redis needs --stream NAME", false, id.status());
   if (!opened) return Error{opened.error(), opened.error_code()};

@@ -24,7 +24,7 @@ namespace {
 const char* kHelp =
     "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--policy P] [--timeout D] [--cpu D]\n"
     "                            [--memory S] [--max-output S] [--writable PATH] [--share PATH]\n"
-    "                            [--store DIR | --redis URL --stream NAME]\n"
+    "                            [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME]\n"
     "\n"
     "Runs quarantine record ID's payload N times (default 5) in the sandbox, under the handler\n"
     "and policy it was quarantined with, and counts the runs that end with its fingerprint.\n"
@@ -55,6 +55,9 @@ const char* kHelp =
     "              record names, and the verdict is kept with the record on Redis. It runs only\n"
     "              when its signature is valid: --fleet-key FILE (default $PILLBOX_FLEET_KEY) is the\n"
     "              key the workers sign with; --trust-unsigned runs an unsigned one anyway\n"
+    "  --amqp URL --queue NAME\n"
+    "              a record of the fleet's quarantine on RabbitMQ (the dead letters in the stream\n"
+    "              NAME.dlq, their offsets as IDs), alike; the verdict is kept in NAME.dlq.state\n"
     "\n"
     "exit codes: 0 its fingerprint came back (reliable or flaky), 1 it did not in any run (flaky with\n"
     "other failures only, or not reproduced), 2 usage error or\n"

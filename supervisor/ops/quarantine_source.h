@@ -31,9 +31,10 @@ struct QuarantineCapabilities {
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
   bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)
   bool patches = false;                // patch: an operator's fix kept as the record's next revision
-  // Its records can be read and not acted on (discard, replay, patch,
-  // reproduce, minimize are refused before anything is read).
-  bool read_only = false;
+  // replay, and minimize (its search kept with the record): where false,
+  // refused before anything is read.
+  bool replays = true;
+  bool minimizes = true;
 };
 
 // One record as the verbs see it.

@@ -13,17 +13,20 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/fleet_key.h"
 #include "tests/e2e/background.h"
@@ -397,12 +400,15 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   const auto bad_id = run_pillbox(quarantine(server, "crashes", {"show", "1712345678901-0"}));
   CHECK(bad_id.exit_code == 2);
   CHECK(bad_id.err.find("offsets in the stream NAME.dlq") != std::string::npos);
-  const auto discard = run_pillbox(quarantine(server, "crashes", {"discard", "0", "--reason", "x"}));
-  CHECK(discard.exit_code == 2);
-  CHECK(discard.err.find("not built yet") != std::string::npos);
-  const auto reproduce = run_pillbox({"reproduce", "0", "--amqp", server.url(), "--queue", "crashes"});
-  CHECK(reproduce.exit_code == 2);
-  CHECK(reproduce.err.find("not built yet") != std::string::npos);
+  const auto replay = run_pillbox(quarantine(server, "crashes", {"replay", "0"}));
+  CHECK(replay.exit_code == 2);
+  CHECK(replay.err.find("replay is not built yet") != std::string::npos);
+  const auto minimize = run_pillbox({"minimize", "0", "--amqp", server.url(), "--queue", "crashes"});
+  CHECK(minimize.exit_code == 2);
+  CHECK(minimize.err.find("minimize is not built yet") != std::string::npos);
+  const auto unchecked = run_pillbox({"reproduce", "0", "--amqp", server.url(), "--queue", "crashes"});
+  CHECK(unchecked.exit_code == 2);
+  CHECK(unchecked.err.find("signature was not checked") != std::string::npos);
   const auto nosuch = run_pillbox(quarantine(server, "nosuch", {"list"}));
   CHECK(nosuch.exit_code == 3);
   CHECK(nosuch.err.find("has no queue 'nosuch.dlq'") != std::string::npos);
@@ -412,6 +418,80 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   CHECK_MESSAGE(classic.err.find("x-queue-type") != std::string::npos, classic.describe());
   // Nothing here consumed a message: the stream holds what it held.
   CHECK(dead_letters(server, "crashes.dlq", 4).size() == 4);
+}
+
+// What operators do with a record on RabbitMQ is kept in NAME.dlq.state:
+// discard (audited, said again as "already"), reproduce's verdict; the
+// compare and set holds against writers that race (no change lost); a
+// message there that is not pillbox's is left out and counted.
+void quarantine_keeps_operators_state(e2e::RabbitServer& server) {
+  e2e::TempDir dir(0700);
+  const std::string key = dir.write("fleet.key", std::string(64, 'k'));
+  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const auto discarded = run_pillbox(quarantine(server, "crashes", {"discard", "1", "--reason", "known: the broker's own"}));
+  INFO(discarded.describe());
+  CHECK(discarded.exit_code == 0);
+  const auto again = run_pillbox(quarantine(server, "crashes", {"discard", "1", "--reason", "again"}));
+  CHECK(again.out.find("already discarded") != std::string::npos);
+  const auto only = run_pillbox(quarantine(server, "crashes", {"list", "--json", "--status", "discarded"}));
+  REQUIRE(only.records.size() == 1);
+  CHECK(only.records[0].at("id") == 1);
+  const auto shown = run_pillbox(quarantine(server, "crashes", {"show", "1", "--json"}));
+  REQUIRE(shown.records.size() == 1);
+  const json& audit = shown.records[0].at("audit");
+  REQUIRE(audit.size() == 2);
+  CHECK(audit[0].value("actor", "") == "RabbitMQ");
+  CHECK(audit[1].value("action", "") == "discarded");
+  CHECK(audit[1].value("detail", "").find("known: the broker's own") != std::string::npos);
+
+  // reproduce runs the worker's signed record here and keeps its verdict.
+  const auto reproduced = run_pillbox({"reproduce", "0", "--runs", "2", "--amqp", server.url(), "--queue", "crashes",
+                                       "--fleet-key", key, "--json"});
+  INFO(reproduced.describe());
+  CHECK(reproduced.exit_code == 0);
+  const auto after = run_pillbox(quarantine(server, "crashes", {"show", "0", "--json"}));
+  REQUIRE(after.records.size() == 1);
+  CHECK(after.records[0].at("reproduce").value("verdict", "") == "reliable");
+  CHECK(after.records[0].value("status", "") == "quarantined");
+
+  // Four writers, five changes each, on one record: every change kept.
+  constexpr int kWriters = 4;
+  constexpr int kChanges = 5;
+  std::vector<std::thread> writers;
+  std::atomic<int> failed{0};
+  const auto start = std::chrono::steady_clock::now();
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      auto own = pillbox::broker::AmqpConnection::open(*pillbox::broker::parse_amqp_url(server.url()));
+      if (!own) return void(++failed);
+      pillbox::broker::AmqpStateLog log(*own, "crashes");
+      for (int i = 0; i < kChanges; ++i) {
+        auto done = log.change("race", [&](pillbox::broker::FleetState& s) {
+          s.audit.push_back({0, "writer " + std::to_string(w), "noted", std::to_string(i)});
+          return pillbox::Status::ok();
+        });
+        if (!done) ++failed;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  const double race_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  CHECK(failed == 0);
+  auto c = connect(server);
+  pillbox::broker::AmqpStateLog log(c, "crashes");
+  auto states = log.load();
+  REQUIRE_MESSAGE(states.has_value(), states.error());
+  CHECK((*states)["race"].version == kWriters * kChanges);
+  CHECK((*states)["race"].state.audit.size() == static_cast<std::size_t>(kWriters * kChanges));
+  MESSAGE(kWriters << " writers x " << kChanges << " changes of one record's state: " << race_ms << " ms");
+
+  // Not pillbox's: left out, said.
+  REQUIRE(c.confirm_publishes().is_ok());
+  REQUIRE(c.publish("crashes.dlq.state", R"({"record":"0","version":99,"state":"forged"})").is_ok());
+  REQUIRE(c.wait_confirmed().is_ok());
+  const auto listed = run_pillbox(quarantine(server, "crashes", {"list"}));
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.err.find("1 message of crashes.dlq.state left out") != std::string::npos);
 }
 
 // A message whose dead letter cannot be published (a key header within
@@ -567,6 +647,10 @@ TEST_CASE("rabbitmq worker: results, retries through delay queues, signed dead l
   {
     INFO("quarantine list, show, stats, export --amqp read the dead letters");
     quarantine_reads_the_dead_letters(server);
+  }
+  {
+    INFO("quarantine discard, reproduce --amqp: operators' state kept in NAME.dlq.state");
+    quarantine_keeps_operators_state(server);
   }
   {
     INFO("a dead letter that cannot be published: rejected to the broker, no wedge");
