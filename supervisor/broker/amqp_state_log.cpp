@@ -104,6 +104,13 @@ Expected<FleetState> AmqpStateLog::change(const std::string& id, const std::func
     if (!writer) return Error{writer.error()};
     const nlohmann::json body = {{"record", id}, {"version", version + 1}, {"state", state_json(next)}};
     const std::string text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    // Over what a reader keeps, it would be left out by every reader: the
+    // change would be written, come back, and never be in effect.
+    if (text.size() > kMaxStateBytes) {
+      return Error{"record " + id + "'s state would be " + std::to_string(text.size()) + " bytes, over the " +
+                   std::to_string(kMaxStateBytes) + " a state in " + name_ +
+                   " may be (an audit trail of thousands of actions, or a state not pillbox wrote); not changed"};
+    }
     AmqpOutgoing m;
     m.body = text;
     m.headers = {{std::string(kWriterHeader), *writer}};
@@ -113,10 +120,15 @@ Expected<FleetState> AmqpStateLog::change(const std::string& id, const std::func
     // won if no other version `version + 1` of the record came first.
     bool won = false;
     bool beaten = false;
+    bool unread = false;
     auto s = fold(*states, end_, -1, [&](const AmqpMessage& seen) {
       const std::string* w = writer_of(seen);
       if (w != nullptr && *w == *writer) {
-        won = !beaten;
+        // In effect only as readers read it: this message, read back as a
+        // state of this record at this version.
+        const auto own = read_state_message(seen);
+        unread = !own || own->record != id || own->version != version + 1;
+        won = !beaten && !unread;
         return true;
       }
       if (auto other = read_state_message(seen); other && other->record == id && other->version == version + 1) {
@@ -125,6 +137,9 @@ Expected<FleetState> AmqpStateLog::change(const std::string& id, const std::func
       return false;
     });
     if (!s) return Error{s.message()};
+    if (unread) {
+      return Error{"record " + id + "'s change came back from " + name_ + " as no state a reader keeps; not in effect"};
+    }
     if (won) return next;
   }
   return Error{"record " + id + "'s state kept changing under us (" + std::to_string(kCasRounds) +
