@@ -19,8 +19,18 @@ json attempt_to_json(const FleetAttempt& a) {
           {"entry", a.entry},     {"outcome_entry", a.outcome_entry}};
 }
 
+// j[key] as an int64: 0 when it is missing or a number that is no whole
+// int64 (1e300: nlohmann's value<int64_t>() converts a float unchecked,
+// which is undefined behaviour); another type throws json::type_error.
+std::int64_t whole(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end()) return 0;
+  if (it->is_number()) return json_whole_number(*it).value_or(0);
+  return it->get<std::int64_t>();
+}
+
 FleetAttempt attempt_from_json(const json& j) {
-  return {.worker = j.value("worker", ""), .ended_at = j.value("ended_at", std::int64_t{0}),
+  return {.worker = j.value("worker", ""), .ended_at = whole(j, "ended_at"),
           .kind = j.value("kind", ""), .fingerprint = j.value("fingerprint", ""), .message = j.value("message", ""),
           .charged = j.value("charged", true), .entry = j.value("entry", ""),
           .outcome_entry = j.value("outcome_entry", "")};
@@ -62,10 +72,10 @@ Expected<FleetState> parse_state(std::string_view text) {
   if (!status || *status == store::RecordStatus::kReplaying) return Error{"unknown status in a record state"};
   try {
     s.status = *status;
-    s.updated_at = j.value("updated_at", std::int64_t{0});
+    s.updated_at = whole(j, "updated_at");
     if (j.contains("audit") && j["audit"].is_array()) {
       for (const auto& e : j["audit"]) {
-        s.audit.push_back(store::AuditEntry{e.value("at", std::int64_t{0}), e.value("actor", ""), e.value("action", ""),
+        s.audit.push_back(store::AuditEntry{whole(e, "at"), e.value("actor", ""), e.value("action", ""),
                                             e.value("detail", "")});
       }
     }
@@ -75,13 +85,13 @@ Expected<FleetState> parse_state(std::string_view text) {
     s.waiting_entry = j.value("waiting_entry", "");
     if (j.contains("reproduce") && j["reproduce"].is_object()) {
       s.reproduce_verdict = j["reproduce"].value("verdict", "");
-      s.reproduce_runs = j["reproduce"].value("runs", std::int64_t{0});
-      s.reproduce_matches = j["reproduce"].value("matches", std::int64_t{0});
+      s.reproduce_runs = whole(j["reproduce"], "runs");
+      s.reproduce_matches = whole(j["reproduce"], "matches");
     }
     if (j.contains("minimize") && j["minimize"].is_object()) {
       const json& m = j["minimize"];
-      s.minimize = store::MinimizeState{m.value("best_sha256", ""), m.value("runs", std::int64_t{0}),
-                                        m.value("elapsed_ms", std::int64_t{0}), m.value("finished", false)};
+      s.minimize = store::MinimizeState{m.value("best_sha256", ""), whole(m, "runs"), whole(m, "elapsed_ms"),
+                                        m.value("finished", false)};
     }
     s.minimized_sha256 = j.value("minimized_sha256", "");
   } catch (const json::exception&) {
