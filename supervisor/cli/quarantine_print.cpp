@@ -314,7 +314,7 @@ int print_record(const ShownRecord& shown, bool json) {
   if (!r.minimized_sha256.empty()) {
     field("minimized", (shown.minimized_size ? human_bytes(static_cast<std::int64_t>(*shown.minimized_size)) + ", "
                                              : std::string()) +
-                           "sha256 " + r.minimized_sha256 + " (export --minimized)");
+                           "sha256 " + table_cell(r.minimized_sha256, 64) + " (export --minimized)");
   }
   if (e.handler == "exec") {
     std::string argv;
