@@ -21,6 +21,7 @@
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_death.h"
 #include "supervisor/broker/amqp_topology.h"
+#include "tests/e2e/amqp_client.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
 
@@ -28,14 +29,6 @@ using namespace pillbox::broker;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-AmqpConnection connect(const e2e::RabbitServer& server) {
-  auto address = parse_amqp_url(server.url());
-  REQUIRE(address.has_value());
-  auto c = AmqpConnection::open(*address);
-  REQUIRE_MESSAGE(c.has_value(), c.error());
-  return std::move(*c);
-}
 
 // A header of each type RabbitMQ keeps as sent. (It has no 8-bit unsigned,
 // 16-bit unsigned, 64-bit unsigned or 32-bit float of its own: those it
@@ -105,7 +98,7 @@ AmqpTable headers_a_stream_takes() {
 
 // Headers of every type, and the properties, come back as sent.
 void headers_come_back_as_sent(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(declare_topology(c, AmqpTopologySettings{.queue = "as-sent"}).has_value());
   publish_confirmed(c, "as-sent", message("payload", headers_of_every_kind()));
   auto got = c.get("as-sent");
@@ -125,7 +118,7 @@ void headers_come_back_as_sent(e2e::RabbitServer& server) {
 
 // Rejected from the work queue: in NAME.dlq with x-death and its headers.
 void rejected_goes_to_dlq_with_x_death(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(declare_topology(c, AmqpTopologySettings{.queue = "rejects"}).has_value());
   publish_confirmed(c, "rejects", message("bad", headers_a_stream_takes()));
   auto got = c.get("rejects");
@@ -133,7 +126,7 @@ void rejected_goes_to_dlq_with_x_death(e2e::RabbitServer& server) {
   REQUIRE(got->has_value());
   REQUIRE(c.reject((*got)->delivery_tag, false).is_ok());
 
-  auto reader = connect(server);
+  auto reader = e2e::amqp_connect(server);
   REQUIRE(reader.consume("rejects.dlq", 10, {{"x-stream-offset", std::string("first")}}).is_ok());
   auto dead = reader.next(std::chrono::seconds(30));  // 30 s only bounds a broken test
   REQUIRE_MESSAGE(dead.has_value(), dead.error());
@@ -170,7 +163,7 @@ void rejected_goes_to_dlq_with_x_death(e2e::RabbitServer& server) {
 
 // A retry waits in a delay queue, held by no consumer, and comes back.
 void delay_queue_holds_then_returns(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(declare_topology(c, AmqpTopologySettings{.queue = "later"}).has_value());
   const auto bucket = delay_bucket(std::chrono::milliseconds(1500));
   CHECK(bucket == std::chrono::milliseconds(2048));
@@ -189,7 +182,7 @@ void delay_queue_holds_then_returns(e2e::RabbitServer& server) {
   CHECK(waiting->consumers == 0);
   CHECK(c.check_queue("later")->messages == 0);
 
-  auto worker = connect(server);
+  auto worker = e2e::amqp_connect(server);
   REQUIRE(worker.consume("later", 1).is_ok());
   auto back = worker.next(std::chrono::seconds(30));  // due after 2 s; 30 s only bounds a broken test
   const auto waited = Clock::now() - sent;
@@ -213,7 +206,7 @@ void delay_queue_holds_then_returns(e2e::RabbitServer& server) {
 
 // A delay queue that exists with another TTL is explained, not changed.
 void delay_queue_mismatch_explained(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   // All as pillbox declares it but the TTL.
   const auto other_ttl = delay_queue_arguments("odd", std::chrono::milliseconds(65), supports_at_least_once(c.server_version()));
   REQUIRE(c.declare_queue("odd.delay.64", other_ttl).has_value());
@@ -229,7 +222,7 @@ void delay_queue_mismatch_explained(e2e::RabbitServer& server) {
 // top-level decimal and x-death among them) goes through NAME.dlx into the
 // stream NAME.dlq and reads back whole; the broker is still well after it.
 void pillbox_dead_letter_through_the_stream(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(declare_topology(c, AmqpTopologySettings{.queue = "poison"}).has_value());
   AmqpMessage m;
   m.body = std::string("bad \x00 bytes", 11);
@@ -246,7 +239,7 @@ void pillbox_dead_letter_through_the_stream(e2e::RabbitServer& server) {
   const auto confirmed = c.wait_confirmed();
   REQUIRE_MESSAGE(confirmed.is_ok(), confirmed.message());
 
-  auto reader = connect(server);
+  auto reader = e2e::amqp_connect(server);
   REQUIRE(reader.consume("poison.dlq", 10, {{"x-stream-offset", std::string("first")}}).is_ok());
   auto got = reader.next(std::chrono::seconds(30));  // 30 s only bounds a broken test
   REQUIRE_MESSAGE(got.has_value(), got.error());
@@ -277,7 +270,7 @@ void decimal_header_given_back_as_text(e2e::RabbitServer& server) {
   const auto submitted = e2e::run_pillbox({"submit", "--amqp", server.url(), "--queue", "priced", "-"},
                                      e2e::task_line("plain", "no decimals"));
   REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());  // declares the topology as workers want it
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   AmqpOutgoing priced;
   priced.body = "priced";
   priced.message_id = "dec-1";

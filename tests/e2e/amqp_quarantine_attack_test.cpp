@@ -26,6 +26,7 @@
 #include "supervisor/broker/amqp_entry.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/fleet_key.h"
+#include "tests/e2e/amqp_client.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
 
@@ -38,18 +39,10 @@ using e2e::run_pillbox;
 
 namespace {
 
-AmqpConnection connect(const e2e::RabbitServer& server) {
-  auto address = pillbox::broker::parse_amqp_url(server.url());
-  REQUIRE(address.has_value());
-  auto c = AmqpConnection::open(*address);
-  REQUIRE_MESSAGE(c.has_value(), c.error());
-  return std::move(*c);
-}
-
 // NAME's topology (NAME.dlx into the stream NAME.dlq), and a connection
 // that publishes with confirms.
 AmqpConnection topology(const e2e::RabbitServer& server, const std::string& queue) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(pillbox::broker::declare_topology(c, {.queue = queue}).has_value());
   REQUIRE(c.confirm_publishes().is_ok());
   return c;
@@ -60,14 +53,6 @@ void letter(AmqpConnection& c, const std::string& queue, const AmqpOutgoing& m) 
   REQUIRE_MESSAGE(s.is_ok(), s.message());
   const auto confirmed = c.wait_confirmed();
   REQUIRE_MESSAGE(confirmed.is_ok(), confirmed.message());
-}
-
-std::vector<std::string> quarantine(const e2e::RabbitServer& server, const std::string& queue,
-                                    std::vector<std::string> verb) {
-  std::vector<std::string> args = {"quarantine"};
-  args.insert(args.end(), verb.begin(), verb.end());
-  args.insert(args.end(), {"--amqp", server.url(), "--queue", queue});
-  return args;
 }
 
 std::vector<std::int64_t> ids_of(const e2e::RunResult& r) {
@@ -129,19 +114,19 @@ void forged_stream_offsets(e2e::RabbitServer& server) {
     if (offset) m.headers.push_back({"x-stream-offset", *offset});
     letter(c, "offs", m);
   }
-  const auto list = run_pillbox(quarantine(server, "offs", {"list", "--json"}), "", {}, {}, 60);
+  const auto list = run_pillbox(e2e::quarantine_args(server, "offs", {"list", "--json"}), "", {}, {}, 60);
   INFO(list.describe());
   REQUIRE(list.exit_code == 0);
   CHECK(ids_of(list) == std::vector<std::int64_t>{6, 5, 4, 3, 2, 1, 0});
   for (const json& r : list.records) {
     const std::int64_t id = r.at("id").get<std::int64_t>();
     CHECK(r.value("key", "") == "k" + std::to_string(id));
-    const auto shown = run_pillbox(quarantine(server, "offs", {"show", std::to_string(id), "--json"}), "", {}, {}, 60);
+    const auto shown = run_pillbox(e2e::quarantine_args(server, "offs", {"show", std::to_string(id), "--json"}), "", {}, {}, 60);
     REQUIRE_MESSAGE(shown.records.size() == 1, shown.describe());
     CHECK(shown.records[0].value("key", "") == "k" + std::to_string(id));
     CHECK(shown.records[0].at("amqp").value("offset", -1) == id);
   }
-  const auto text = run_pillbox(quarantine(server, "offs", {"list"}), "", {}, {}, 60);
+  const auto text = run_pillbox(e2e::quarantine_args(server, "offs", {"list"}), "", {}, {}, 60);
   CHECK(text.exit_code == 0);
   CHECK(text.err.find("7 records") != std::string::npos);
 }
@@ -177,8 +162,8 @@ void flood_does_not_hang_the_reader(e2e::RabbitServer& server) {
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const auto list = run_pillbox(quarantine(server, "flood", {"list", "--json"}), "", {}, {}, 30);
-  const auto show = run_pillbox(quarantine(server, "flood", {"show", "1", "--json"}), "", {}, {}, 30);
+  const auto list = run_pillbox(e2e::quarantine_args(server, "flood", {"list", "--json"}), "", {}, {}, 30);
+  const auto show = run_pillbox(e2e::quarantine_args(server, "flood", {"show", "1", "--json"}), "", {}, {}, 30);
   stop = true;
   flooder.join();
   MESSAGE("under a flood of one letter per 100 ms (" << flooded << " sent): list took " << list.seconds
@@ -225,18 +210,18 @@ void swapped_large_payload_is_not_valid(e2e::RabbitServer& server, const std::st
   swapped.body = other;
   letter(c, "sig", swapped);  // 2: the signed headers, another payload (over 64 KiB)
 
-  const auto list = run_pillbox(quarantine(server, "sig", {"list", "--json", "--fleet-key", key_file}), "", {}, {}, 60);
+  const auto list = run_pillbox(e2e::quarantine_args(server, "sig", {"list", "--json", "--fleet-key", key_file}), "", {}, {}, 60);
   INFO(list.describe());
   REQUIRE(list.exit_code == 0);
   REQUIRE(ids_of(list) == std::vector<std::int64_t>{2, 1, 0});
   CHECK(list.records[2].value("signature", "") == "valid");
   CHECK(list.records[1].value("signature", "") == "valid");
   CHECK(list.records[0].value("signature", "") == "bad");
-  const auto shown = run_pillbox(quarantine(server, "sig", {"show", "2", "--json", "--fleet-key", key_file}), "", {}, {}, 60);
+  const auto shown = run_pillbox(e2e::quarantine_args(server, "sig", {"show", "2", "--json", "--fleet-key", key_file}), "", {}, {}, 60);
   REQUIRE(shown.records.size() == 1);
   CHECK(shown.records[0].value("signature", "") == "bad");
   // list without --json, and stats, say the same.
-  const auto table = run_pillbox(quarantine(server, "sig", {"list", "--fleet-key", key_file}), "", {}, {}, 60);
+  const auto table = run_pillbox(e2e::quarantine_args(server, "sig", {"list", "--fleet-key", key_file}), "", {}, {}, 60);
   CHECK(table.exit_code == 0);
   std::size_t valid = 0;
   for (std::size_t at = 0; (at = table.out.find(" valid ", at)) != std::string::npos; ++at) ++valid;
@@ -297,7 +282,7 @@ void hostile_text_stays_text(e2e::RabbitServer& server) {
 
   for (const auto& verb : std::vector<std::vector<std::string>>{
            {"list"}, {"stats"}, {"show", "0"}, {"show", "1"}, {"show", "2"}, {"show", "9"}}) {
-    const auto r = run_pillbox(quarantine(server, "esc", verb), "", {}, {}, 60);
+    const auto r = run_pillbox(e2e::quarantine_args(server, "esc", verb), "", {}, {}, 60);
     const std::string what = verb[0] + (verb.size() > 1 ? " " + verb[1] : "");
     INFO(what << ": " << r.describe());
     CHECK(r.exit_code >= 0);
@@ -307,7 +292,7 @@ void hostile_text_stays_text(e2e::RabbitServer& server) {
   }
   for (const auto& verb : std::vector<std::vector<std::string>>{
            {"list", "--json"}, {"stats", "--json"}, {"show", "0", "--json"}, {"show", "1", "--json"}}) {
-    const auto r = run_pillbox(quarantine(server, "esc", verb), "", {}, {}, 60);
+    const auto r = run_pillbox(e2e::quarantine_args(server, "esc", verb), "", {}, {}, 60);
     const std::string what = verb[0] + " " + verb[1];
     INFO(what << ": " << r.describe());
     CHECK(r.exit_code == 0);
@@ -352,7 +337,7 @@ void hostile_numbers(e2e::RabbitServer& server) {
                  {"pillbox-x-death", x_death.dump()}};
     letter(c, "nums", m);
   }
-  const auto stats = run_pillbox(quarantine(server, "nums", {"stats", "--json"}), "", {}, {}, 60);
+  const auto stats = run_pillbox(e2e::quarantine_args(server, "nums", {"stats", "--json"}), "", {}, {}, 60);
   INFO(stats.describe());
   REQUIRE(stats.exit_code == 0);
   REQUIRE(stats.records.size() == 1);
@@ -363,7 +348,7 @@ void hostile_numbers(e2e::RabbitServer& server) {
   CHECK_MESSAGE(group.value("repeats", std::int64_t{-1}) >= 0, group.dump());
   for (const auto& verb : std::vector<std::vector<std::string>>{
            {"stats"}, {"list"}, {"list", "--json"}, {"show", "0"}, {"show", "1", "--json"}, {"show", "1"}}) {
-    const auto r = run_pillbox(quarantine(server, "nums", verb), "", {}, {}, 60);
+    const auto r = run_pillbox(e2e::quarantine_args(server, "nums", verb), "", {}, {}, 60);
     INFO(verb[0] << ": " << r.describe());
     CHECK(r.exit_code == 0);
     CHECK(r.term_signal == 0);
@@ -394,7 +379,7 @@ void forged_header_types(e2e::RabbitServer& server) {
     for (const std::string& name : names) m.headers.push_back({name, v});
     // The broker may refuse a type a stream cannot keep (as 3.10 does a
     // top-level decimal): said, and the listing must survive it.
-    auto publisher = connect(server);
+    auto publisher = e2e::amqp_connect(server);
     REQUIRE(publisher.confirm_publishes().is_ok());
     REQUIRE(publisher.publish_to_exchange("types.dlx", m).is_ok());
     if (const auto confirmed = publisher.wait_confirmed(); confirmed.is_ok()) {
@@ -414,17 +399,17 @@ void forged_header_types(e2e::RabbitServer& server) {
     letter(c, "types", m);
     ++n;
   }
-  const auto list = run_pillbox(quarantine(server, "types", {"list", "--json"}), "", {}, {}, 60);
+  const auto list = run_pillbox(e2e::quarantine_args(server, "types", {"list", "--json"}), "", {}, {}, 60);
   INFO(list.describe());
   REQUIRE(list.exit_code == 0);
   CHECK(list.records.size() == n);
   one_line_per_record(list, "list --json");
   for (std::size_t i = 0; i < n; ++i) {
-    const auto shown = run_pillbox(quarantine(server, "types", {"show", std::to_string(i)}), "", {}, {}, 60);
+    const auto shown = run_pillbox(e2e::quarantine_args(server, "types", {"show", std::to_string(i)}), "", {}, {}, 60);
     CHECK_MESSAGE(shown.exit_code == 0, "show " << i << ": " << shown.describe());
     CHECK(shown.term_signal == 0);
   }
-  const auto stats = run_pillbox(quarantine(server, "types", {"stats"}), "", {}, {}, 60);
+  const auto stats = run_pillbox(e2e::quarantine_args(server, "types", {"stats"}), "", {}, {}, 60);
   CHECK_MESSAGE(stats.exit_code == 0, stats.describe());
 }
 
@@ -443,12 +428,12 @@ void forged_canary_is_counted(e2e::RabbitServer& server) {
                   {"x-first-death-reason", std::string("expired")},
                   {"x-first-death-queue", std::string("canary.doctor.abc")}};
   letter(c, "canary", fake);
-  const auto list = run_pillbox(quarantine(server, "canary", {"list", "--json"}), "", {}, {}, 60);
+  const auto list = run_pillbox(e2e::quarantine_args(server, "canary", {"list", "--json"}), "", {}, {}, 60);
   REQUIRE_MESSAGE(list.exit_code == 0, list.describe());
   CHECK(ids_of(list) == std::vector<std::int64_t>{0});
   CHECK(list.err.find("1 message of canary.dlq left out") != std::string::npos);
   CHECK(list.err.find("can make a message look like one") != std::string::npos);
-  const auto stats = run_pillbox(quarantine(server, "canary", {"stats"}), "", {}, {}, 60);
+  const auto stats = run_pillbox(e2e::quarantine_args(server, "canary", {"stats"}), "", {}, {}, 60);
   CHECK(stats.err.find("1 message of canary.dlq left out") != std::string::npos);
 }
 
@@ -471,12 +456,12 @@ void export_writes_the_payload(e2e::RabbitServer& server, const e2e::TempDir& di
   lying.body = "other bytes";
   letter(c, "exp", lying);
   const std::string out = dir.path() + "/exported";
-  const auto r = run_pillbox(quarantine(server, "exp", {"export", "0", "-o", out}), "", {}, {}, 60);
+  const auto r = run_pillbox(e2e::quarantine_args(server, "exp", {"export", "0", "-o", out}), "", {}, {}, 60);
   REQUIRE_MESSAGE(r.exit_code == 0, r.describe());
   std::ifstream in(out, std::ios::binary);
   CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == payload);
   const std::string out2 = dir.path() + "/lying";
-  const auto l = run_pillbox(quarantine(server, "exp", {"export", "1", "-o", out2}), "", {}, {}, 60);
+  const auto l = run_pillbox(e2e::quarantine_args(server, "exp", {"export", "1", "-o", out2}), "", {}, {}, 60);
   CHECK(l.exit_code != 0);
   struct stat st{};
   CHECK(::stat(out2.c_str(), &st) != 0);
@@ -493,7 +478,7 @@ void dlq_deleted_or_declared_again(e2e::RabbitServer& server) {
     letter(c, "gone", m);
   }
   REQUIRE(c.delete_queue("gone.dlq").is_ok());
-  const auto missing = run_pillbox(quarantine(server, "gone", {"list"}), "", {}, {}, 30);
+  const auto missing = run_pillbox(e2e::quarantine_args(server, "gone", {"list"}), "", {}, {}, 30);
   CHECK(missing.exit_code == 3);
   CHECK(missing.seconds < 10);
   // Declared again (a stream, empty), then one letter: offset 0 is the new one.
@@ -502,16 +487,16 @@ void dlq_deleted_or_declared_again(e2e::RabbitServer& server) {
   m.body = "new";
   m.headers = {{"key", std::string("new")}};
   letter(c, "gone", m);
-  const auto list = run_pillbox(quarantine(server, "gone", {"list", "--json"}), "", {}, {}, 30);
+  const auto list = run_pillbox(e2e::quarantine_args(server, "gone", {"list", "--json"}), "", {}, {}, 30);
   REQUIRE_MESSAGE(list.exit_code == 0, list.describe());
   CHECK(ids_of(list) == std::vector<std::int64_t>{0});
-  const auto old = run_pillbox(quarantine(server, "gone", {"show", "4"}), "", {}, {}, 30);
+  const auto old = run_pillbox(e2e::quarantine_args(server, "gone", {"show", "4"}), "", {}, {}, 30);
   CHECK(old.exit_code == 2);
   CHECK(old.seconds < 10);
   // A quorum queue where the stream should be: refused, said so.
   REQUIRE(c.delete_queue("gone.dlq").is_ok());
   REQUIRE(c.declare_queue("gone.dlq", {{"x-queue-type", std::string("quorum")}}).has_value());
-  const auto quorum = run_pillbox(quarantine(server, "gone", {"list"}), "", {}, {}, 30);
+  const auto quorum = run_pillbox(e2e::quarantine_args(server, "gone", {"list"}), "", {}, {}, 30);
   CHECK(quorum.exit_code == 3);
   CHECK(quorum.err.find("x-queue-type") != std::string::npos);
 }
@@ -522,7 +507,7 @@ void dlq_deleted_or_declared_again(e2e::RabbitServer& server) {
 // letter, yet small enough that the dead letter fits a frame: the worker
 // writes it (with its record's kind), it is not rejected to the broker.
 void sendable_dead_letter_is_not_rejected(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(pillbox::broker::declare_topology(c, {.queue = "fits", .delivery_limit = pillbox::broker::worker_delivery_limit(1)})
               .has_value());
   REQUIRE(c.confirm_publishes().is_ok());
@@ -540,7 +525,7 @@ void sendable_dead_letter_is_not_rejected(e2e::RabbitServer& server) {
   REQUIRE(r.records.size() == 1);
   CHECK(r.records[0].value("verdict", "") == "dead-lettered");
   CHECK(r.records[0].dump().find("rejected: RabbitMQ dead-letters it whole") == std::string::npos);
-  const auto shown = run_pillbox(quarantine(server, "fits", {"show", "0", "--json"}), "", {}, {}, 60);
+  const auto shown = run_pillbox(e2e::quarantine_args(server, "fits", {"show", "0", "--json"}), "", {}, {}, 60);
   REQUIRE_MESSAGE(shown.records.size() == 1, shown.describe());
   CHECK_FALSE(shown.records[0].at("amqp").contains("first_death_reason"));  // the worker's, not the broker's
   // (Its record was over the 24 KiB a dead letter's header holds: said as

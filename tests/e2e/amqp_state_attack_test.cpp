@@ -24,6 +24,7 @@
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/fleet_state.h"
 #include "tests/e2e/background.h"
+#include "tests/e2e/amqp_client.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
 
@@ -34,18 +35,10 @@ using e2e::run_pillbox;
 
 namespace {
 
-AmqpConnection connect(const e2e::RabbitServer& server) {
-  auto address = pillbox::broker::parse_amqp_url(server.url());
-  REQUIRE(address.has_value());
-  auto c = AmqpConnection::open(*address);
-  REQUIRE_MESSAGE(c.has_value(), c.error());
-  return std::move(*c);
-}
-
 // NAME's topology with `letters` dead letters in NAME.dlq (records 0 ..
 // letters - 1), and a connection that publishes with confirms.
 AmqpConnection topology(const e2e::RabbitServer& server, const std::string& queue, int letters) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(pillbox::broker::declare_topology(c, {.queue = queue}).has_value());
   REQUIRE(c.confirm_publishes().is_ok());
   for (int i = 0; i < letters; ++i) {
@@ -75,16 +68,8 @@ std::string state_message(const std::string& record, std::int64_t version, const
   return json{{"record", record}, {"version", version}, {"state", state}}.dump();
 }
 
-std::vector<std::string> quarantine(const e2e::RabbitServer& server, const std::string& queue,
-                                    std::vector<std::string> verb) {
-  std::vector<std::string> args = {"quarantine"};
-  args.insert(args.end(), verb.begin(), verb.end());
-  args.insert(args.end(), {"--amqp", server.url(), "--queue", queue});
-  return args;
-}
-
 json show(const e2e::RabbitServer& server, const std::string& queue, const std::string& id) {
-  const auto r = run_pillbox(quarantine(server, queue, {"show", id, "--json"}), "", {}, {}, 60);
+  const auto r = run_pillbox(e2e::quarantine_args(server, queue, {"show", id, "--json"}), "", {}, {}, 60);
   INFO(r.describe());
   REQUIRE(r.exit_code == 0);
   REQUIRE(r.records.size() == 1);
@@ -124,7 +109,7 @@ void state_too_large_to_read_back(e2e::RabbitServer& server) {
   REQUIRE(body.size() == target);
   append(c, "big", body);
 
-  const auto discarded = run_pillbox(quarantine(server, "big", {"discard", "0", "--reason", "too big to keep"}), "", {}, {}, 60);
+  const auto discarded = run_pillbox(e2e::quarantine_args(server, "big", {"discard", "0", "--reason", "too big to keep"}), "", {}, {}, 60);
   INFO(discarded.describe());
   CHECK(discarded.seconds < 30);
   const json shown = show(server, "big", "0");
@@ -168,7 +153,7 @@ void hostile_numbers_and_nesting(e2e::RabbitServer& server) {
        }) {
     append(c, "nums", body);
   }
-  const auto listed = run_pillbox(quarantine(server, "nums", {"list", "--json"}), "", {}, {}, 60);
+  const auto listed = run_pillbox(e2e::quarantine_args(server, "nums", {"list", "--json"}), "", {}, {}, 60);
   INFO(listed.describe());
   REQUIRE(listed.exit_code == 0);
   REQUIRE(listed.records.size() == 3);
@@ -176,13 +161,13 @@ void hostile_numbers_and_nesting(e2e::RabbitServer& server) {
   const json two = show(server, "nums", "2");
   const std::string text = two.dump();
   CHECK_MESSAGE(text.find("-9223372036854775808") == std::string::npos, text.substr(0, 600));
-  const auto two_text = run_pillbox(quarantine(server, "nums", {"show", "2"}), "", {}, {}, 60);
+  const auto two_text = run_pillbox(e2e::quarantine_args(server, "nums", {"show", "2"}), "", {}, {}, 60);
   CHECK(two_text.exit_code == 0);
-  const auto d = run_pillbox(quarantine(server, "nums", {"discard", "0", "--reason", "honest"}), "", {}, {}, 60);
+  const auto d = run_pillbox(e2e::quarantine_args(server, "nums", {"discard", "0", "--reason", "honest"}), "", {}, {}, 60);
   INFO(d.describe());
   CHECK(d.exit_code == 0);
   CHECK(show(server, "nums", "0").value("status", "") == "discarded");
-  const auto again = run_pillbox(quarantine(server, "nums", {"discard", "1", "--reason", "honest"}), "", {}, {}, 60);
+  const auto again = run_pillbox(e2e::quarantine_args(server, "nums", {"discard", "1", "--reason", "honest"}), "", {}, {}, 60);
   CHECK(again.exit_code == 0);
   CHECK(show(server, "nums", "1").value("status", "") == "discarded");
 }
@@ -199,16 +184,16 @@ void escapes_in_the_audit(e2e::RabbitServer& server) {
   forged.waiting_entry = hostile;
   forged.minimized_sha256 = hostile;
   append(c, "esc", state_message("0", 1, pillbox::broker::state_json(forged)));
-  const auto shown = run_pillbox(quarantine(server, "esc", {"show", "0"}), "", {}, {}, 60);
+  const auto shown = run_pillbox(e2e::quarantine_args(server, "esc", {"show", "0"}), "", {}, {}, 60);
   INFO(shown.describe());
   CHECK(shown.exit_code == 0);
   no_terminal_controls(shown.out + shown.err, "show");
-  const auto listed = run_pillbox(quarantine(server, "esc", {"list"}), "", {}, {}, 60);
+  const auto listed = run_pillbox(e2e::quarantine_args(server, "esc", {"list"}), "", {}, {}, 60);
   CHECK(listed.exit_code == 0);
   no_terminal_controls(listed.out + listed.err, "list");
-  const auto stats = run_pillbox(quarantine(server, "esc", {"stats"}), "", {}, {}, 60);
+  const auto stats = run_pillbox(e2e::quarantine_args(server, "esc", {"stats"}), "", {}, {}, 60);
   no_terminal_controls(stats.out + stats.err, "stats");
-  const auto d = run_pillbox(quarantine(server, "esc", {"discard", "0", "--reason", "r"}), "", {}, {}, 60);
+  const auto d = run_pillbox(e2e::quarantine_args(server, "esc", {"discard", "0", "--reason", "r"}), "", {}, {}, 60);
   CHECK(d.exit_code == 0);
   no_terminal_controls(d.out + d.err, "discard");
 }
@@ -229,7 +214,7 @@ void racing_discards(e2e::RabbitServer& server, const std::string& queue, bool l
   std::vector<std::thread> racers;
   for (int i = 0; i < kRacers; ++i) {
     racers.emplace_back([&, i] {
-      results[i] = run_pillbox(quarantine(server, queue, {"discard", "0", "--reason", "racer " + std::to_string(i)}), "",
+      results[i] = run_pillbox(e2e::quarantine_args(server, queue, {"discard", "0", "--reason", "racer " + std::to_string(i)}), "",
                                {}, {}, 120);
     });
   }
@@ -273,11 +258,11 @@ void flood_of_junk(e2e::RabbitServer& server) {
     REQUIRE(c.publish("junk.dlq.state", m).is_ok());
   }
   REQUIRE(c.wait_confirmed().is_ok());
-  const auto listed = run_pillbox(quarantine(server, "junk", {"list"}), "", {}, {}, 120);
+  const auto listed = run_pillbox(e2e::quarantine_args(server, "junk", {"list"}), "", {}, {}, 120);
   INFO(listed.describe());
   CHECK(listed.exit_code == 0);
   CHECK(listed.err.find(std::to_string(kJunk / 2) + " messages of junk.dlq.state left out") != std::string::npos);
-  const auto d = run_pillbox(quarantine(server, "junk", {"discard", "0", "--reason", "r"}), "", {}, {}, 120);
+  const auto d = run_pillbox(e2e::quarantine_args(server, "junk", {"discard", "0", "--reason", "r"}), "", {}, {}, 120);
   CHECK(d.exit_code == 0);
   CHECK(show(server, "junk", "0").value("status", "") == "discarded");
   MESSAGE(kJunk << " junk state messages: list " << listed.seconds << " s, discard " << d.seconds << " s");
@@ -293,18 +278,18 @@ void state_log_not_a_stream(e2e::RabbitServer& server) {
     // A message in it: nothing pillbox does may consume it.
     REQUIRE(c.publish(queue + ".dlq.state", state_message("0", 1, "{\"status\":\"discarded\"}")).is_ok());
     REQUIRE(c.wait_confirmed().is_ok());
-    const auto d = run_pillbox(quarantine(server, queue, {"discard", "0", "--reason", "r"}), "", {}, {}, 60);
+    const auto d = run_pillbox(e2e::quarantine_args(server, queue, {"discard", "0", "--reason", "r"}), "", {}, {}, 60);
     INFO(type << ": " << d.describe());
     CHECK(d.exit_code != 0);
     CHECK(d.seconds < 20);
     CHECK_MESSAGE(d.err.find("stream") != std::string::npos, d.err);
     MESSAGE(type << " state log, discard says: " << d.err);
-    const auto l = run_pillbox(quarantine(server, queue, {"list"}), "", {}, {}, 60);
+    const auto l = run_pillbox(e2e::quarantine_args(server, queue, {"list"}), "", {}, {}, 60);
     INFO(type << " list: " << l.describe());
     CHECK(l.exit_code != 0);
     CHECK(l.seconds < 20);
     MESSAGE(type << " state log, list says: " << l.err);
-    auto check = connect(server);
+    auto check = e2e::amqp_connect(server);
     auto held = check.check_queue(queue + ".dlq.state");
     REQUIRE(held.has_value());
     CHECK(held->messages == 1);
@@ -319,18 +304,18 @@ void state_log_not_a_stream(e2e::RabbitServer& server) {
 void killed_mid_change(e2e::RabbitServer& server) {
   auto c = topology(server, "kill", 1);
   for (int delay_ms : {150, 300, 450, 600, 750, 900}) {
-    e2e::Background d(e2e::pillbox_binary(), quarantine(server, "kill", {"discard", "0", "--reason", "killed " + std::to_string(delay_ms)}));
+    e2e::Background d(e2e::pillbox_binary(), e2e::quarantine_args(server, "kill", {"discard", "0", "--reason", "killed " + std::to_string(delay_ms)}));
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     d.signal(SIGKILL);
     d.wait();
   }
-  const auto d = run_pillbox(quarantine(server, "kill", {"discard", "0", "--reason", "last"}), "", {}, {}, 60);
+  const auto d = run_pillbox(e2e::quarantine_args(server, "kill", {"discard", "0", "--reason", "last"}), "", {}, {}, 60);
   INFO(d.describe());
   CHECK(d.exit_code == 0);
   const json shown = show(server, "kill", "0");
   CHECK(shown.value("status", "") == "discarded");
   CHECK(count_of(shown.at("audit"), "discarded") == 1);
-  const auto listed = run_pillbox(quarantine(server, "kill", {"list", "--json", "--status", "discarded"}), "", {}, {}, 60);
+  const auto listed = run_pillbox(e2e::quarantine_args(server, "kill", {"list", "--json", "--status", "discarded"}), "", {}, {}, 60);
   CHECK(listed.records.size() == 1);
 }
 
@@ -340,7 +325,7 @@ void killed_mid_change(e2e::RabbitServer& server) {
 // restart the states written before it are all there and a change applies.
 void broker_restart(e2e::RabbitServer& server) {
   server.stop(SIGTERM);
-  const auto down = run_pillbox(quarantine(server, "race", {"discard", "0", "--reason", "down"}), "", {}, {}, 60);
+  const auto down = run_pillbox(e2e::quarantine_args(server, "race", {"discard", "0", "--reason", "down"}), "", {}, {}, 60);
   CHECK(down.exit_code != 0);
   CHECK(down.seconds < 20);
   server.start();
@@ -348,13 +333,13 @@ void broker_restart(e2e::RabbitServer& server) {
   // then they are missing (404).
   const auto back = std::chrono::steady_clock::now();
   CHECK(e2e::eventually(
-      [&] { return run_pillbox(quarantine(server, "race", {"show", "0"}), "", {}, {}, 60).exit_code == 0; },
+      [&] { return run_pillbox(e2e::quarantine_args(server, "race", {"show", "0"}), "", {}, {}, 60).exit_code == 0; },
       std::chrono::seconds(30), std::chrono::milliseconds(500)));
   MESSAGE("streams back " << std::chrono::duration<double>(std::chrono::steady_clock::now() - back).count()
                           << " s after the broker said it was ready");
   CHECK(show(server, "race", "0").value("status", "") == "discarded");
   CHECK(show(server, "nums", "0").value("status", "") == "discarded");
-  const auto d = run_pillbox(quarantine(server, "kill", {"discard", "0", "--reason", "after restart"}), "", {}, {}, 60);
+  const auto d = run_pillbox(e2e::quarantine_args(server, "kill", {"discard", "0", "--reason", "after restart"}), "", {}, {}, 60);
   INFO(d.describe());
   CHECK(d.exit_code == 0);
   CHECK(d.out.find("already discarded") != std::string::npos);

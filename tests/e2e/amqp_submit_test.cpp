@@ -16,6 +16,7 @@
 
 #include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/amqp_topology.h"
+#include "tests/e2e/amqp_client.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
 
@@ -25,14 +26,6 @@ using pillbox::broker::AmqpMessage;
 using e2e::run_pillbox;
 
 namespace {
-
-AmqpConnection connect(const e2e::RabbitServer& server) {
-  auto address = pillbox::broker::parse_amqp_url(server.url());
-  REQUIRE(address.has_value());
-  auto c = AmqpConnection::open(*address);
-  REQUIRE_MESSAGE(c.has_value(), c.error());
-  return std::move(*c);
-}
 
 // Every message ready in `queue`, taken (acknowledged) in order.
 std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
@@ -80,7 +73,7 @@ void exact_bytes(e2e::RabbitServer& server) {
   CHECK(q.value("durable", false));
   CHECK_FALSE(queue_info(server, "jobs.dlq").is_null());
 
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   const auto got = drain(c, "jobs");
   REQUIRE(got.size() == 4);
   CHECK(got[0].body == binary);
@@ -102,7 +95,7 @@ void exact_bytes(e2e::RabbitServer& server) {
 
 // A queue that exists is left as it is, even of another kind.
 void existing_queue_left_alone(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(c.declare_queue("legacy-submit", {}).has_value());  // classic, no arguments
   e2e::TempDir in;
   const std::string f = in.write("t", "task");
@@ -117,7 +110,7 @@ void existing_queue_left_alone(e2e::RabbitServer& server) {
 
 // What the broker refuses is exit 3, with how many went in.
 void refusal_is_exit_3(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   // A queue that holds one message and refuses more. (Classic: a quorum
   // queue checks its length after the fact, so that a burst goes over it.)
   REQUIRE(c.declare_queue("full", {{"x-max-length", std::int64_t{1}}, {"x-overflow", std::string("reject-publish")}})

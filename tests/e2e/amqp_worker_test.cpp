@@ -30,6 +30,7 @@
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/fleet_key.h"
 #include "tests/e2e/background.h"
+#include "tests/e2e/amqp_client.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
 
@@ -42,14 +43,6 @@ using pillbox::broker::find_field;
 using e2e::run_pillbox;
 
 namespace {
-
-AmqpConnection connect(const e2e::RabbitServer& server) {
-  auto address = pillbox::broker::parse_amqp_url(server.url());
-  REQUIRE(address.has_value());
-  auto c = AmqpConnection::open(*address);
-  REQUIRE_MESSAGE(c.has_value(), c.error());
-  return std::move(*c);
-}
 
 // Every message ready in `queue`, taken (acknowledged) in order.
 std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
@@ -66,7 +59,7 @@ std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
 // Every dead letter in the stream NAME.dlq, read by offset from the first
 // (a stream is read by a consume; `expected` says when all are in).
 std::vector<AmqpMessage> dead_letters(const e2e::RabbitServer& server, const std::string& dlq, std::size_t expected) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(c.consume(dlq, 100, {{"x-stream-offset", std::string("first")}}).is_ok());
   std::vector<AmqpMessage> out;
   while (out.size() < expected) {
@@ -111,7 +104,7 @@ void results_where_users_look(e2e::RabbitServer& server) {
   const auto submitted = run_pillbox({"submit", "--amqp", server.url(), "--queue", "jobs", "-"},
                                      e2e::task_line("good-1", "payload one") + e2e::task_line("good-2", "payload two"));
   REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(c.declare_queue("replies", {}).has_value());
   AmqpOutgoing rpc;
   rpc.body = "rpc payload";
@@ -252,14 +245,6 @@ std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::vector<std::string> quarantine(const e2e::RabbitServer& server, const std::string& queue,
-                                    std::vector<std::string> verb) {
-  std::vector<std::string> args = {"quarantine"};
-  args.insert(args.end(), verb.begin(), verb.end());
-  args.insert(args.end(), {"--amqp", server.url(), "--queue", queue});
-  return args;
-}
-
 // The quarantine verbs read NAME.dlq by offset, as the store's records:
 // the worker's signed dead letter; one the broker wrote itself past the
 // delivery limit (its first death shown, no record); doctor's canary left
@@ -269,7 +254,7 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   e2e::TempDir dir(0700);
   const std::string key = dir.write("fleet.key", std::string(64, 'k'));
   REQUIRE(::chmod(key.c_str(), 0600) == 0);
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   // Offset 1: past x-delivery-limit, dead-lettered by the broker itself
   // (each reject with requeue is a delivery the quorum queue counts).
   {
@@ -282,7 +267,7 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
     REQUIRE(c.wait_confirmed().is_ok());
     // A consume, not basic.get: a message rejected with requeue comes back
     // a moment later, and a get in between would find the queue empty.
-    auto consumer = connect(server);
+    auto consumer = e2e::amqp_connect(server);
     REQUIRE(consumer.consume("crashes", 1).is_ok());
     int deliveries = 0;
     for (; deliveries < 50; ++deliveries) {
@@ -317,7 +302,7 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   MESSAGE("crashes.dlq holds 4 messages; queue.declare says " << state->messages);
 
   auto listed = [&] {
-    auto args = quarantine(server, "crashes", {"list", "--json"});
+    auto args = e2e::quarantine_args(server, "crashes", {"list", "--json"});
     args.insert(args.end(), {"--fleet-key", key});
     return run_pillbox(args);
   };
@@ -347,13 +332,13 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   CHECK(queues(server)["crashes.dlq"].value("messages_unacknowledged", -1) == 0);
 
   // The table on a terminal: a forged kind's escape is not printed.
-  const auto table = run_pillbox(quarantine(server, "crashes", {"list"}));
+  const auto table = run_pillbox(e2e::quarantine_args(server, "crashes", {"list"}));
   CHECK(table.exit_code == 0);
   CHECK(table.out.find('\x1b') == std::string::npos);
   CHECK(table.out.find('\x07') == std::string::npos);
 
   // The broker's own dead letter: its first death, said by RabbitMQ.
-  const auto limit = run_pillbox(quarantine(server, "crashes", {"show", "1", "--json"}));
+  const auto limit = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "1", "--json"}));
   REQUIRE_MESSAGE(limit.exit_code == 0, limit.describe());
   REQUIRE(limit.records.size() == 1);
   const json& shown = limit.records[0];
@@ -361,7 +346,7 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   CHECK(shown.at("amqp").value("first_death_queue", "") == "crashes");
   CHECK(shown.at("amqp").value("message_id", "") == "limit-1");
   CHECK(shown.at("audit").at(0).value("actor", "") == "RabbitMQ");
-  const auto limit_text = run_pillbox(quarantine(server, "crashes", {"show", "1"}));
+  const auto limit_text = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "1"}));
   CHECK(limit_text.out.find("dead-lettered by RabbitMQ itself: reason delivery_limit, from queue crashes") !=
         std::string::npos);
   CHECK(limit_text.out.find("kills every supervisor") != std::string::npos);  // the payload's preview
@@ -369,38 +354,38 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   // The worker's: RabbitMQ's x-death as such (its retry expired out of a
   // delay queue), and a forged first death is not shown for a letter
   // pillbox wrote.
-  const auto worker_text = run_pillbox(quarantine(server, "crashes", {"show", "0"}));
+  const auto worker_text = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "0"}));
   INFO(worker_text.describe());
   CHECK(worker_text.exit_code == 0);
   CHECK(worker_text.out.find("x-death (RabbitMQ's history") != std::string::npos);
   CHECK(worker_text.out.find("expired from crashes.delay.") != std::string::npos);
-  const auto forged = run_pillbox(quarantine(server, "crashes", {"show", "3", "--json"}));
+  const auto forged = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "3", "--json"}));
   REQUIRE(forged.records.size() == 1);
   CHECK_FALSE(forged.records[0].at("amqp").contains("first_death_reason"));
   CHECK(forged.records[0].at("amqp").value("deliveries", -1) == 0);
-  const auto forged_text = run_pillbox(quarantine(server, "crashes", {"show", "3"}));
+  const auto forged_text = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "3"}));
   CHECK(forged_text.out.find('\x1b') == std::string::npos);
 
-  const auto stats = run_pillbox(quarantine(server, "crashes", {"stats", "--json"}));
+  const auto stats = run_pillbox(e2e::quarantine_args(server, "crashes", {"stats", "--json"}));
   CHECK(stats.exit_code == 0);
   CHECK(stats.err.find("left out") != std::string::npos);
 
   const std::string out = dir.path() + "/payload";
-  const auto exported = run_pillbox(quarantine(server, "crashes", {"export", "0", "-o", out}));
+  const auto exported = run_pillbox(e2e::quarantine_args(server, "crashes", {"export", "0", "-o", out}));
   CHECK_MESSAGE(exported.exit_code == 0, exported.describe());
   CHECK(slurp(out) == "S crashes");
 
   // What is not there, not one, or not built yet.
-  const auto canary = run_pillbox(quarantine(server, "crashes", {"show", "2"}));
+  const auto canary = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "2"}));
   CHECK(canary.exit_code == 2);
   CHECK(canary.err.find("is a canary of `pillbox doctor`") != std::string::npos);
-  const auto missing = run_pillbox(quarantine(server, "crashes", {"show", "99"}));
+  const auto missing = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "99"}));
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("no record 99") != std::string::npos);
-  const auto bad_id = run_pillbox(quarantine(server, "crashes", {"show", "1712345678901-0"}));
+  const auto bad_id = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "1712345678901-0"}));
   CHECK(bad_id.exit_code == 2);
   CHECK(bad_id.err.find("offsets in the stream NAME.dlq") != std::string::npos);
-  const auto replay = run_pillbox(quarantine(server, "crashes", {"replay", "0"}));
+  const auto replay = run_pillbox(e2e::quarantine_args(server, "crashes", {"replay", "0"}));
   CHECK(replay.exit_code == 2);
   CHECK(replay.err.find("replay is not built yet") != std::string::npos);
   const auto minimize = run_pillbox({"minimize", "0", "--amqp", server.url(), "--queue", "crashes"});
@@ -409,11 +394,11 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   const auto unchecked = run_pillbox({"reproduce", "0", "--amqp", server.url(), "--queue", "crashes"});
   CHECK(unchecked.exit_code == 2);
   CHECK(unchecked.err.find("signature was not checked") != std::string::npos);
-  const auto nosuch = run_pillbox(quarantine(server, "nosuch", {"list"}));
+  const auto nosuch = run_pillbox(e2e::quarantine_args(server, "nosuch", {"list"}));
   CHECK(nosuch.exit_code == 3);
   CHECK(nosuch.err.find("has no queue 'nosuch.dlq'") != std::string::npos);
   REQUIRE(c.declare_queue("classic.dlq", {}).has_value());
-  const auto classic = run_pillbox(quarantine(server, "classic", {"list"}));
+  const auto classic = run_pillbox(e2e::quarantine_args(server, "classic", {"list"}));
   CHECK(classic.exit_code == 3);
   CHECK_MESSAGE(classic.err.find("x-queue-type") != std::string::npos, classic.describe());
   // Nothing here consumed a message: the stream holds what it held.
@@ -428,15 +413,15 @@ void quarantine_keeps_operators_state(e2e::RabbitServer& server) {
   e2e::TempDir dir(0700);
   const std::string key = dir.write("fleet.key", std::string(64, 'k'));
   REQUIRE(::chmod(key.c_str(), 0600) == 0);
-  const auto discarded = run_pillbox(quarantine(server, "crashes", {"discard", "1", "--reason", "known: the broker's own"}));
+  const auto discarded = run_pillbox(e2e::quarantine_args(server, "crashes", {"discard", "1", "--reason", "known: the broker's own"}));
   INFO(discarded.describe());
   CHECK(discarded.exit_code == 0);
-  const auto again = run_pillbox(quarantine(server, "crashes", {"discard", "1", "--reason", "again"}));
+  const auto again = run_pillbox(e2e::quarantine_args(server, "crashes", {"discard", "1", "--reason", "again"}));
   CHECK(again.out.find("already discarded") != std::string::npos);
-  const auto only = run_pillbox(quarantine(server, "crashes", {"list", "--json", "--status", "discarded"}));
+  const auto only = run_pillbox(e2e::quarantine_args(server, "crashes", {"list", "--json", "--status", "discarded"}));
   REQUIRE(only.records.size() == 1);
   CHECK(only.records[0].at("id") == 1);
-  const auto shown = run_pillbox(quarantine(server, "crashes", {"show", "1", "--json"}));
+  const auto shown = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "1", "--json"}));
   REQUIRE(shown.records.size() == 1);
   const json& audit = shown.records[0].at("audit");
   REQUIRE(audit.size() == 2);
@@ -449,7 +434,7 @@ void quarantine_keeps_operators_state(e2e::RabbitServer& server) {
                                        "--fleet-key", key, "--json"});
   INFO(reproduced.describe());
   CHECK(reproduced.exit_code == 0);
-  const auto after = run_pillbox(quarantine(server, "crashes", {"show", "0", "--json"}));
+  const auto after = run_pillbox(e2e::quarantine_args(server, "crashes", {"show", "0", "--json"}));
   REQUIRE(after.records.size() == 1);
   CHECK(after.records[0].at("reproduce").value("verdict", "") == "reliable");
   CHECK(after.records[0].value("status", "") == "quarantined");
@@ -477,7 +462,7 @@ void quarantine_keeps_operators_state(e2e::RabbitServer& server) {
   for (auto& t : writers) t.join();
   const double race_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   CHECK(failed == 0);
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   pillbox::broker::AmqpStateLog log(c, "crashes");
   auto states = log.load();
   REQUIRE_MESSAGE(states.has_value(), states.error());
@@ -489,7 +474,7 @@ void quarantine_keeps_operators_state(e2e::RabbitServer& server) {
   REQUIRE(c.confirm_publishes().is_ok());
   REQUIRE(c.publish("crashes.dlq.state", R"({"record":"0","version":99,"state":"forged"})").is_ok());
   REQUIRE(c.wait_confirmed().is_ok());
-  const auto listed = run_pillbox(quarantine(server, "crashes", {"list"}));
+  const auto listed = run_pillbox(e2e::quarantine_args(server, "crashes", {"list"}));
   CHECK(listed.exit_code == 0);
   CHECK(listed.err.find("1 message of crashes.dlq.state left out") != std::string::npos);
 }
@@ -500,7 +485,7 @@ void quarantine_keeps_operators_state(e2e::RabbitServer& server) {
 // stop every worker that took it (a helper's read of the code found it:
 // the publish broke the connection, the link ran it again, for ever).
 void unsendable_dead_letter_is_no_wedge(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(pillbox::broker::declare_topology(c, {.queue = "wedge", .delivery_limit = pillbox::broker::worker_delivery_limit(3)})
               .has_value());
   AmqpOutgoing big;
@@ -523,7 +508,7 @@ void unsendable_dead_letter_is_no_wedge(e2e::RabbitServer& server) {
   CHECK(header_text(dl[0], "x-first-death-reason") == "rejected");
   CHECK(header_text(dl[0], "key").size() == kKey);
   CHECK(dl[0].body == "fine payload");
-  const auto shown = run_pillbox(quarantine(server, "wedge", {"show", "0", "--json"}));
+  const auto shown = run_pillbox(e2e::quarantine_args(server, "wedge", {"show", "0", "--json"}));
   REQUIRE_MESSAGE(shown.records.size() == 1, shown.err);
   CHECK(shown.records[0].value("kind", "") == "protocol-error");
   CHECK(shown.records[0].at("amqp").value("first_death_reason", "") == "rejected");
@@ -546,7 +531,7 @@ int ready(AmqpConnection& c, const std::string& queue) {
 // for ever). NAME.results deleted: a result is never dropped, the worker
 // stops and the message goes back; the next worker declares it again.
 void broken_topology_under_a_worker(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   {
     e2e::Background w(e2e::pillbox_binary(), worker_args(server, "heal", {"--max-attempts", "1", "--exit-when-idle",
                                                                           "5s", "--json"}));
@@ -596,7 +581,7 @@ void broken_topology_under_a_worker(e2e::RabbitServer& server) {
 // More dead letters than one window (128) of a listing: every one, newest
 // first, --limit and --offset pages through them.
 void quarantine_pages_through_windows(e2e::RabbitServer& server) {
-  auto c = connect(server);
+  auto c = e2e::amqp_connect(server);
   REQUIRE(pillbox::broker::declare_topology(c, {.queue = "many"}).has_value());
   REQUIRE(c.confirm_publishes().is_ok());
   constexpr int kLetters = 300;
@@ -609,7 +594,7 @@ void quarantine_pages_through_windows(e2e::RabbitServer& server) {
   }
   REQUIRE(c.wait_confirmed().is_ok());
   const auto start = std::chrono::steady_clock::now();
-  const auto all = run_pillbox(quarantine(server, "many", {"list", "--json"}));
+  const auto all = run_pillbox(e2e::quarantine_args(server, "many", {"list", "--json"}));
   const double all_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   REQUIRE_MESSAGE(all.exit_code == 0, all.describe());
   REQUIRE(all.records.size() == kLetters);
@@ -618,11 +603,11 @@ void quarantine_pages_through_windows(e2e::RabbitServer& server) {
     CHECK(all.records[i].value("key", "") == "k" + std::to_string(kLetters - 1 - i));
   }
   MESSAGE("quarantine list --amqp of " << kLetters << " dead letters: " << all_ms << " ms");
-  const auto page = run_pillbox(quarantine(server, "many", {"list", "--json", "--limit", "5", "--offset", "130"}));
+  const auto page = run_pillbox(e2e::quarantine_args(server, "many", {"list", "--json", "--limit", "5", "--offset", "130"}));
   REQUIRE(page.records.size() == 5);
   CHECK(page.records[0].at("id").get<std::int64_t>() == 169);
   CHECK(page.records[4].at("id").get<std::int64_t>() == 165);
-  const auto one = run_pillbox(quarantine(server, "many", {"show", "7", "--json"}));
+  const auto one = run_pillbox(e2e::quarantine_args(server, "many", {"show", "7", "--json"}));
   REQUIRE(one.records.size() == 1);
   CHECK(one.records[0].value("key", "") == "k7");
 }
