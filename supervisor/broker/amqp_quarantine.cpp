@@ -197,6 +197,15 @@ std::string AmqpQuarantine::left_out() const {
 }
 
 Expected<FleetRecord> AmqpQuarantine::get(const std::string& id) {
+  auto found = dead_letter_at(id);
+  if (!found) return found;
+  auto states = this->states();
+  if (!states) return Error{states.error()};
+  if (const auto s = states->find(found->id); s != states->end()) apply_state(*found, s->second.state, "");
+  return found;
+}
+
+Expected<FleetRecord> AmqpQuarantine::dead_letter_at(const std::string& id) {
   auto checked = parse_amqp_record_id(id);
   if (!checked) return Error{checked.error(), checked.error_code()};
   const std::int64_t offset = std::stoll(*checked);
@@ -224,9 +233,6 @@ Expected<FleetRecord> AmqpQuarantine::get(const std::string& id) {
                         c_->address().describe() + " ends before offset " + std::to_string(*end) +
                         " and keeps what retention has not removed; see: pillbox quarantine list" + hint_options() + ")");
   }
-  auto states = this->states();
-  if (!states) return Error{states.error()};
-  if (const auto s = states->find(found->id); s != states->end()) apply_state(*found, s->second.state, "");
   return std::move(*found);
 }
 
@@ -253,7 +259,8 @@ Error AmqpQuarantine::not_yet(const std::string& what) const {
 }
 
 Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool, const StateChange& change) {
-  auto record = get(id);
+  // Its state comes from the log's compare and set, read once there.
+  auto record = dead_letter_at(id);
   if (!record) return record;
   AmqpStateLog log(*c_, names_.work);
   auto written = log.change(record->id, [&](FleetState& state) {

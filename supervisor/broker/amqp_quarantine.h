@@ -82,6 +82,8 @@ class AmqpQuarantine final : public FleetDeadLetters {
   AmqpQuarantine(AmqpConnection connection, AmqpQueueNames names)
       : c_(std::make_unique<AmqpConnection>(std::move(connection))), names_(std::move(names)) {}
   FleetRecord record_of(const AmqpMessage& message) const;
+  // The dead letter at offset `id`, without its state (get() adds it).
+  Expected<FleetRecord> dead_letter_at(const std::string& id);
   // Every record's state (NAME.dlq.state), or why it cannot be read.
   Expected<std::map<std::string, AmqpRecordState>> states();
   Error not_yet(const std::string& what) const;
