@@ -8,7 +8,7 @@
 
 #include "shared/sha256.h"
 #include "supervisor/broker/fleet_minimize_keeper.h"
-#include "supervisor/broker/fleet_redrive.h"
+#include "supervisor/broker/redis_redrive.h"
 
 namespace pillbox::broker {
 namespace {
@@ -217,24 +217,23 @@ FleetRecord FleetQuarantine::read_dead_letter(const std::string& id, const Entry
   return r;
 }
 
-Status FleetQuarantine::read(const std::function<bool(const FleetRecord&)>& fn, bool with_payloads) {
+Status FleetQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
   std::string end = "+";
   const std::string count = std::to_string(kPage);
   const std::string inline_bytes = std::to_string(kListedPayloadBytes);
   for (;;) {
-    auto reply = with_payloads ? redis_.command({"XREVRANGE", keys_.stream.dlq, end, "-", "COUNT", count})
-                               : redis_.command({"EVAL", kPageScript, "1", keys_.stream.dlq, end, count, inline_bytes});
+    auto reply = redis_.command({"EVAL", kPageScript, "1", keys_.stream.dlq, end, count, inline_bytes});
     if (!reply) return Status::error(reply.error());
     auto entries = entries_of(reply->get());
     if (entries.empty()) return Status::ok();
     std::vector<FleetRecord> page;
     for (const StreamEntry& e : entries) {
       std::optional<std::int64_t> omitted;
-      if (!with_payloads && e.reply->elements == 4 && reply_integer(e.reply->element[2], -1) >= 0) {
+      if (e.reply->elements == 4 && reply_integer(e.reply->element[2], -1) >= 0) {
         omitted = reply_integer(e.reply->element[2], -1);
       }
       FleetRecord r = read_dead_letter(e.id, e.fields, omitted);
-      if (!with_payloads && !r.redrive_of.empty() && e.reply->elements == 4 &&
+      if (!r.redrive_of.empty() && e.reply->elements == 4 &&
           reply_integer(e.reply->element[3], 1) == 0) {
         orphan_attempt(r);
       }
@@ -353,6 +352,8 @@ Expected<std::vector<FleetRecord>> FleetQuarantine::redrive_plan(const ReplayRun
   return broker::redrive_plan(*this, run, skipped);
 }
 
-Expected<ReplayResult> FleetQuarantine::redrive(const ReplayRun& run) { return broker::redrive(*this, run); }
+Expected<ReplayResult> FleetQuarantine::redrive(const ReplayRun& run) {
+  return broker::redrive(*redis_redrive_route(*this, run), run);
+}
 
 }  // namespace pillbox::broker

@@ -78,9 +78,7 @@ class FleetQuarantine final : public FleetDeadLetters {
   // stop. Pages through the stream: a long quarantine is never in memory at
   // once. A payload over 64 KiB is not read (the record's payload_omitted;
   // its size from Redis): listings, counts and stats never need the bytes.
-  Status each(const std::function<bool(const FleetRecord&)>& fn) override { return read(fn, false); }
-  // The same with every payload read: a redrive puts them back.
-  Status each_with_payloads(const std::function<bool(const FleetRecord&)>& fn) { return read(fn, true); }
+  Status each(const std::function<bool(const FleetRecord&)>& fn) override;
   // One record; usage errors for an id that is not one.
   Expected<FleetRecord> get(const std::string& id) override;
 
@@ -97,7 +95,7 @@ class FleetQuarantine final : public FleetDeadLetters {
   // Under keys().minimized(id) (fleet_minimize_keeper.h).
   Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) override;
-  // Back onto NAME (fleet_redrive.h).
+  // Back onto NAME (fleet_redrive.h, redis_redrive.h).
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
   Expected<ReplayResult> redrive(const ReplayRun& run) override;
 
@@ -109,8 +107,6 @@ class FleetQuarantine final : public FleetDeadLetters {
 
  private:
   FleetQuarantine(RedisConnection redis, FleetKeys keys) : redis_(std::move(redis)), keys_(std::move(keys)) {}
-  // each(), with or without the payloads over 64 KiB.
-  Status read(const std::function<bool(const FleetRecord&)>& fn, bool with_payloads);
   // The state and lock of each record, read in one round trip. A state or
   // lock pillbox did not write marks that record (unreadable_state) and
   // fails nothing.

@@ -1,27 +1,102 @@
 #pragma once
-// `pillbox quarantine replay --redis URL --stream NAME`: records of the
-// fleet's quarantine redriven (put back on NAME for the workers) in batches,
-// with the store's replay brakes (supervisor/ops/replay.h). Locks, waiting
-// and what an earlier replay left: docs/distributed.md, The fleet's
-// quarantine. The workers must write NAME:results (with --no-results an ok
-// redrive is never seen and times out).
+// `pillbox quarantine replay` on the fleet's quarantine: records redriven
+// (put back on the work queue for the workers) in batches, with the store's
+// replay brakes (supervisor/ops/replay.h), each batch's outcomes waited
+// for. Written once for every broker; what a broker does (lock a record,
+// put it back, find how it ended) is its RedriveRoute: Redis's
+// (redis_redrive.h), RabbitMQ's (amqp_redrive.h). Locks, waiting and what
+// an earlier replay left: docs/distributed.md, The fleet's quarantine.
+//
+// What a redrive is in one place:
+//   - it is claimed (the route's lock, so two replays never redrive one
+//     record at once) and its state names it (FleetState::waiting_entry)
+//     before it is put back: a replay that dies leaves the record waiting
+//     for that redrive's outcome, never redriven twice for it;
+//   - its outcome (an ok result, or the dead letter of its failing again)
+//     is recorded in the record's state once (FleetState::redrives, by the
+//     redrive's entry), whoever finds it: this replay, or a later one
+//     (RedriveRoute::earlier_outcomes).
+#include <chrono>
+#include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "shared/status.h"
-#include "supervisor/broker/fleet_quarantine.h"
+#include "supervisor/broker/fleet_dead_letters.h"
+#include "supervisor/classify/outcome.h"
 #include "supervisor/ops/quarantine_source.h"
+#include "supervisor/store/replay_store.h"
 
 namespace pillbox::broker {
 
+// How one redrive ended, as its broker found it.
+struct RedriveOutcome {
+  Outcome outcome;
+  store::ReplayVerdict verdict = store::ReplayVerdict::kResolved;
+  std::string worker;         // the consumer that settled it
+  std::string entry;          // the redrive (FleetAttempt::entry)
+  std::string outcome_entry;  // its result, or its dead letter (FleetAttempt::outcome_entry)
+  // Its output is not where results go (over the worker's
+  // --results-max-output): why, as the worker said it; "" when it is.
+  std::string output_omitted;
+};
+
+// What one broker does for a replay (the Redriver in fleet_redrive.cpp
+// calls these in order: earlier_outcomes once, then per batch mark, start
+// for each record, outcomes until each has one, unlock).
+class RedriveRoute {
+ public:
+  virtual ~RedriveRoute() = default;
+
+  virtual FleetDeadLetters& dead_letters() = 0;
+  // Names for the operator's messages: the work queue (NAME), where ok
+  // outcomes are found and where failed ones are.
+  virtual std::string work_name() const = 0;
+  virtual std::string results_name() const = 0;
+  virtual std::string dlq_name() const = 0;
+  // What to check when a batch's outcomes do not come ("are workers
+  // running, with NAME:results on?").
+  virtual std::string no_outcome_hint() const = 0;
+
+  // The outcomes of earlier replays' redrives of `plan`'s records (their
+  // state's waiting_entry) that are settled, by redrive entry; a redrive
+  // settled whose outcome can no longer be found is said in `notices` (and
+  // its record is redriven again).
+  virtual Expected<std::map<std::string, RedriveOutcome>> earlier_outcomes(const std::vector<FleetRecord>& plan,
+                                                                           std::vector<std::string>& notices) = 0;
+  // Before a batch starts: outcomes are looked for from here on.
+  virtual Status mark() = 0;
+  // Claims `record` (its lock; its state: waiting_entry, an audit entry
+  // "redriven" naming `batch_no`) and puts it back on the work queue. The
+  // redrive's entry, or "" when it was not this replay's to redrive: why,
+  // in result.skipped (result.taken_by_others counted when another replay
+  // holds it). `record` is updated to its state as it was read.
+  virtual Expected<std::string> start(FleetRecord& record, std::size_t batch_no, ReplayResult& result) = 0;
+  // Keeps the locks of the records `ids` held (a lease that runs out, on
+  // Redis; a no-op where a lock ends with the connection).
+  virtual Status renew(const std::vector<std::string>& ids) = 0;
+  // The outcomes found since mark() of the redrives `waited` (entry ->
+  // record id), waited for at most `most`; outcomes of other redrives are
+  // not returned.
+  virtual Expected<std::vector<RedriveOutcome>> outcomes(const std::map<std::string, std::string>& waited,
+                                                         std::chrono::milliseconds most) = 0;
+  // Lets go of record `id`'s lock (only while it is still this replay's).
+  virtual Status unlock(const std::string& id) = 0;
+};
+
+// Never one being replayed, even with --force: its lock is another replay's.
+bool redrive_claimable(const FleetRecord& r, bool force);
+
 // The records a replay would redrive, oldest first, without redriving
 // anything (--dry-run); `skipped` says which given ones it leaves and why.
-Expected<std::vector<FleetRecord>> redrive_plan(FleetQuarantine& quarantine, const ReplayRun& run,
+// Payloads over 64 KiB are read when their record starts.
+Expected<std::vector<FleetRecord>> redrive_plan(FleetDeadLetters& dead_letters, const ReplayRun& run,
                                                 std::vector<std::string>& skipped);
 
-// Errors: an unknown id (usage), Redis failed (setup). A stop signal
+// Errors: an unknown id (usage), the broker failed (setup). A stop signal
 // (SIGINT/SIGTERM) is not an error: stop_signal says which. Its result
 // never counts `recovered`.
-Expected<ReplayResult> redrive(FleetQuarantine& quarantine, const ReplayRun& run);
+Expected<ReplayResult> redrive(RedriveRoute& route, const ReplayRun& run);
 
 }  // namespace pillbox::broker
