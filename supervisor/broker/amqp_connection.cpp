@@ -417,6 +417,16 @@ Expected<AmqpQueueState> AmqpConnection::check_queue(const std::string& name) {
   return AmqpQueueState{ok->message_count, ok->consumer_count};
 }
 
+Status AmqpConnection::declare_exclusive_queue(const std::string& name) {
+  refusal_.reset();
+  if (auto ok = check_name("a queue name", name); !ok) return ok;
+  if (state_ == nullptr) return checked("declare queue '" + name + "'");
+  // Not durable, exclusive, auto-deleted: the broker deletes it when this
+  // connection ends, however it ends.
+  amqp_queue_declare(state_, channel_, amqp_cstring_bytes(name.c_str()), 0, 0, 1, 1, amqp_empty_table);
+  return checked("declare queue '" + name + "'");
+}
+
 Status AmqpConnection::declare_exchange(const std::string& name, const std::string& type) {
   refusal_.reset();
   if (auto ok = check_name("an exchange name", name); !ok) return ok;

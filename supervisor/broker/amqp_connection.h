@@ -132,6 +132,11 @@ class AmqpConnection {
   Expected<AmqpQueueState> declare_queue(const std::string& name, const std::vector<AmqpField>& arguments);
   // queue.declare, passive: the queue's state, or 404 when there is none.
   Expected<AmqpQueueState> check_queue(const std::string& name);
+  // queue.declare of a queue only this connection may use, which the
+  // broker deletes when the connection ends (a lock that a process killed
+  // cannot leave behind). Another connection's is refused (405
+  // RESOURCE_LOCKED; refusal() has it); this one's, declared again, is fine.
+  Status declare_exclusive_queue(const std::string& name);
   // exchange.declare: durable, not auto-deleted.
   Status declare_exchange(const std::string& name, const std::string& type);
   Status bind_queue(const std::string& queue, const std::string& exchange, const std::string& routing_key);

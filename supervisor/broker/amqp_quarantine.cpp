@@ -1,5 +1,7 @@
 #include "supervisor/broker/amqp_quarantine.h"
 
+#include <amqp.h>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -8,6 +10,8 @@
 #include "shared/sha256.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/amqp_redrive.h"
+#include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/amqp_stream_reader.h"
 #include "supervisor/ops/minimize.h"
 #include "supervisor/store/quarantine_json.h"
@@ -160,15 +164,17 @@ Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
       any = true;
       if (is_canary(m, names_.work)) {
         ++canaries_;
-      } else {
-        window.push_back(record_of(m));
-        if (const auto s = states->find(window.back().id); s != states->end()) {
-          apply_state(window.back(), s->second.state, "");
-        }
+        return true;
       }
+      FleetRecord r = record_of(m);
+      if (!is_attempt(m, r, *states)) window.push_back(std::move(r));  // an attempt is its record's
       return true;
     });
     if (!s) return s;
+    for (FleetRecord& r : window) {
+      const auto found = states->find(r.id);
+      if (auto st = apply_record_state(r, found == states->end() ? nullptr : &found->second); !st) return st;
+    }
     for (auto it = window.rbegin(); it != window.rend(); ++it) {
       if (!fn(*it)) return Status::ok();
     }
@@ -197,35 +203,45 @@ std::string AmqpQuarantine::left_out() const {
 }
 
 Expected<FleetRecord> AmqpQuarantine::get(const std::string& id) {
-  auto found = dead_letter_at(id);
-  if (!found) return found;
+  auto m = message_at(id);
+  if (!m) return Error{m.error(), m.error_code()};
+  FleetRecord r = record_of(*m);
   auto states = this->states();
   if (!states) return Error{states.error()};
-  if (const auto s = states->find(found->id); s != states->end()) apply_state(*found, s->second.state, "");
-  return found;
+  if (is_attempt(*m, r, *states)) {
+    return Error::usage(r.id + " is the dead letter of a replay of record " + r.redrive_of +
+                        ", not a record of its own: it is an attempt of " + r.redrive_of + " (quarantine show " +
+                        r.redrive_of + hint_options() + ")");
+  }
+  const auto found = states->find(r.id);
+  if (auto s = apply_record_state(r, found == states->end() ? nullptr : &found->second); !s) {
+    return Error{s.message(), s.code()};
+  }
+  return r;
 }
 
 Expected<FleetRecord> AmqpQuarantine::dead_letter_at(const std::string& id) {
+  auto m = message_at(id);
+  if (!m) return Error{m.error(), m.error_code()};
+  return record_of(*m);
+}
+
+Expected<AmqpMessage> AmqpQuarantine::message_at(const std::string& id) {
   auto checked = parse_amqp_record_id(id);
   if (!checked) return Error{checked.error(), checked.error_code()};
   const std::int64_t offset = std::stoll(*checked);
   AmqpStreamReader reader(*c_, names_.dlq, ~std::uint64_t{0});
   auto end = reader.end();
   if (!end) return Error{end.error()};
-  std::optional<FleetRecord> found;
-  bool canary = false;
+  std::optional<AmqpMessage> found;
   if (offset < *end) {
     auto s = reader.read(offset, offset + 1, [&](AmqpMessage&& m) {
-      if (is_canary(m, names_.work)) {
-        canary = true;
-      } else {
-        found = record_of(m);
-      }
+      found = std::move(m);
       return false;
     });
     if (!s) return Error{s.message()};
   }
-  if (canary) {
+  if (found && is_canary(*found, names_.work)) {
     return Error::usage("offset " + *checked + " of " + names_.dlq + " is a canary of `pillbox doctor`, not a dead letter");
   }
   if (!found) {
@@ -234,6 +250,49 @@ Expected<FleetRecord> AmqpQuarantine::dead_letter_at(const std::string& id) {
                         " and keeps what retention has not removed; see: pillbox quarantine list" + hint_options() + ")");
   }
   return std::move(*found);
+}
+
+Expected<bool> AmqpQuarantine::locked(const std::string& id) {
+  if (c_->check_queue(lock_name(id))) return true;  // this connection's own
+  if (c_->refusal() && c_->refusal()->code == AMQP_RESOURCE_LOCKED) return true;  // another's
+  if (c_->refusal() && c_->refusal()->code == AMQP_NOT_FOUND) return false;
+  return Error{"cannot tell whether record " + id + " is being replayed: " +
+               (c_->refusal() ? c_->refusal()->text : c_->why_broken())};
+}
+
+Status AmqpQuarantine::apply_record_state(FleetRecord& r, const AmqpRecordState* state) {
+  if (state == nullptr) return Status::ok();
+  std::string holder;
+  if (!state->state.waiting_entry.empty()) {
+    auto held = locked(r.id);
+    if (!held) return Status::error(held.error());
+    if (*held) {
+      // Who: the replay that last redrove it, as its state says.
+      holder = "a replay";
+      for (auto it = state->state.audit.rbegin(); it != state->state.audit.rend(); ++it) {
+        if (it->action == "redriven") {
+          holder = it->actor.empty() ? holder : it->actor;
+          break;
+        }
+      }
+    }
+  }
+  apply_state(r, state->state, holder);
+  return Status::ok();
+}
+
+bool AmqpQuarantine::is_attempt(const AmqpMessage& m, FleetRecord& r,
+                                const std::map<std::string, AmqpRecordState>& states) const {
+  const auto tag = replay_tag(m.headers);
+  if (!tag || tag->record == r.id) return false;
+  const auto of = states.find(tag->record);
+  if (of == states.end()) return false;
+  const FleetState& s = of->second.state;
+  const bool named = s.waiting_entry == tag->attempt ||
+                     std::any_of(s.redrives.begin(), s.redrives.end(),
+                                 [&](const FleetAttempt& a) { return a.entry == tag->attempt; });
+  if (named) r.redrive_of = tag->record;
+  return named;
 }
 
 store::AuditEntry AmqpQuarantine::dead_lettering(const FleetRecord& r) const {
@@ -255,16 +314,27 @@ void AmqpQuarantine::add_broker_json(const FleetRecord& r, nlohmann::json& full)
 
 Error AmqpQuarantine::not_yet(const std::string& what) const {
   return Error::usage(what + " is not built yet for the fleet's quarantine on RabbitMQ (" + names_.dlq +
-                      "): list, show, stats, export, discard and reproduce are; see docs/distributed.md");
+                      "): list, show, stats, export, discard, replay and reproduce are; see docs/distributed.md");
 }
 
-Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool, const StateChange& change) {
+Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool refuse_while_replaying,
+                                                   const StateChange& change) {
   // Its state comes from the log's compare and set, read once there.
   auto record = dead_letter_at(id);
   if (!record) return record;
   AmqpStateLog log(*c_, names_.work);
   auto written = log.change(record->id, [&](FleetState& state) {
     apply_state(*record, state, "");
+    if (refuse_while_replaying) {
+      // In each round: a replay that claimed the record in between won
+      // the round this one lost.
+      auto held = locked(record->id);
+      if (!held) return Status::error(held.error());
+      if (*held) {
+        return Status::error("record " + id + " is being replayed right now; act on it when that replay is over",
+                             ErrorCode::kUsage);
+      }
+    }
     return change(state, *record);
   });
   if (!written) return Error{written.error(), written.error_code()};
@@ -275,9 +345,12 @@ Expected<PayloadBytes> AmqpQuarantine::minimized_payload(const FleetRecord&) { r
 std::unique_ptr<MinimizeKeeper> AmqpQuarantine::minimize_keeper(const std::string&, const std::string&) {
   return nullptr;
 }
-Expected<std::vector<FleetRecord>> AmqpQuarantine::redrive_plan(const ReplayRun&, std::vector<std::string>&) {
-  return not_yet("replay");
+Expected<std::vector<FleetRecord>> AmqpQuarantine::redrive_plan(const ReplayRun& run,
+                                                                std::vector<std::string>& skipped) {
+  return broker::redrive_plan(*this, run, skipped);
 }
-Expected<ReplayResult> AmqpQuarantine::redrive(const ReplayRun&) { return not_yet("replay"); }
+Expected<ReplayResult> AmqpQuarantine::redrive(const ReplayRun& run) {
+  return broker::redrive(*amqp_redrive_route(*this, run), run);
+}
 
 }  // namespace pillbox::broker

@@ -8,9 +8,14 @@
 // keeps it.
 //
 // What operators do with a record (discard, reproduce's verdict) is kept
-// beside the stream, in the log NAME.dlq.state (amqp_state_log.h). Replay
-// and minimize are not built yet on RabbitMQ: refused before anything is
-// read (QuarantineCapabilities::replays, minimizes).
+// beside the stream, in the log NAME.dlq.state (amqp_state_log.h). A
+// replay (amqp_redrive.h) locks a record with the queue NAME.dlq.lock.ID:
+// while that exists the record reads `replaying`. The dead letter of a
+// replayed message that failed again is an attempt of the record it
+// replayed, not a record: it carries the replay's tag
+// (amqp_replay_notice.h), and the record's state names that attempt.
+// Minimize is not built yet on RabbitMQ: refused before anything is read
+// (QuarantineCapabilities::minimizes).
 //
 // What a dead letter says is a claim (anyone who may publish to NAME.dlx
 // can write one): a dead letter pillbox wrote has a record (signed, with
@@ -48,7 +53,7 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // Connects, and checks that NAME.dlq exists and is a stream queue.
   static Expected<AmqpQuarantine> open(const AmqpAddress& address, const std::string& queue);
 
-  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .replays = false, .minimizes = false};
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .minimizes = false};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;
   std::string hint_options() const override { return " --amqp URL --queue " + names_.work; }
@@ -68,8 +73,9 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // first death, x-death and the original's properties as pillbox kept them.
   void add_broker_json(const FleetRecord& record, nlohmann::json& full) const override;
 
-  // A compare and set of its state in NAME.dlq.state (no replay holds a
-  // record here yet: refuse_while_replaying has nothing to refuse).
+  // A compare and set of its state in NAME.dlq.state; with
+  // `refuse_while_replaying`, refused while its lock exists (checked in each
+  // round: a replay claims a record by the same compare and set).
   Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying,
                                      const StateChange& change) override;
   // Not built yet on RabbitMQ (kCapabilities): each says so.
@@ -78,15 +84,31 @@ class AmqpQuarantine final : public FleetDeadLetters {
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
   Expected<ReplayResult> redrive(const ReplayRun& run) override;
 
+  // What the replay (amqp_redrive.cpp) uses.
+  AmqpConnection& connection() { return *c_; }
+  const AmqpQueueNames& names() const { return names_; }
+  // A message of NAME.dlq read as a record (no state applied).
+  FleetRecord record_of(const AmqpMessage& message) const;
+  // The dead letter at offset `id` as it is in NAME.dlq; errors as get()'s.
+  Expected<AmqpMessage> message_at(const std::string& id);
+  // NAME.dlq.lock.ID, and whether any connection holds it now.
+  std::string lock_name(const std::string& id) const { return names_.dlq + ".lock." + id; }
+  Expected<bool> locked(const std::string& id);
+
  private:
   AmqpQuarantine(AmqpConnection connection, AmqpQueueNames names)
       : c_(std::make_unique<AmqpConnection>(std::move(connection))), names_(std::move(names)) {}
-  FleetRecord record_of(const AmqpMessage& message) const;
   // The dead letter at offset `id`, without its state (get() adds it).
   Expected<FleetRecord> dead_letter_at(const std::string& id);
   // Every record's state (NAME.dlq.state), or why it cannot be read.
   Expected<std::map<std::string, AmqpRecordState>> states();
   Error not_yet(const std::string& what) const;
+  // `r` with its state (none: nobody acted on it) and, while its state
+  // waits for a redrive, its lock.
+  Status apply_record_state(FleetRecord& r, const AmqpRecordState* state);
+  // Whether `m` (read as `r`) is the dead letter of a replay of another
+  // record whose state names that attempt: then r.redrive_of names it.
+  bool is_attempt(const AmqpMessage& m, FleetRecord& r, const std::map<std::string, AmqpRecordState>& states) const;
 
   std::unique_ptr<AmqpConnection> c_;
   AmqpQueueNames names_;

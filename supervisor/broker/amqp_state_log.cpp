@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/amqp_stream_reader.h"
 #include "supervisor/io/random_hex.h"
 #include "supervisor/io/untrusted_json.h"
@@ -61,6 +62,7 @@ Status AmqpStateLog::fold(std::map<std::string, AmqpRecordState>& states, std::i
                           const std::function<bool(const AmqpMessage&)>& until) {
   AmqpStreamReader reader(c_, name_, kMaxStateBytes);
   auto apply = [&](AmqpMessage&& m) {
+    if (is_replay_notice(m)) return !until(m);  // a worker's word on a redrive (amqp_replay_notice.h), no state
     if (auto s = read_state_message(m)) {
       AmqpRecordState& current = states[s->record];
       // The first of each next version wins; a later one lost its race.

@@ -14,7 +14,9 @@
 // back; when another version N + 1 of that record comes first, the change
 // lost, and is tried again on what won (fleet_quarantine.h's Redis CAS,
 // by another means). A state message that is not pillbox's (not JSON of
-// this form) is left out and counted (unreadable()).
+// this form) is left out and counted (unreadable()); the workers' notices
+// of redrives that ran ok (amqp_replay_notice.h) share the stream and are
+// no states.
 //
 // The log is as trusted as NAME:dlq:state is on Redis: whoever may publish
 // to it can write a state. Do not give it a retention policy: a state

@@ -79,6 +79,33 @@ Status AmqpStreamReader::read_on(std::int64_t from, const std::function<bool(Amq
   return walk(from, -1, fn);
 }
 
+Expected<std::int64_t> AmqpStreamReader::read_new(std::int64_t from, std::chrono::milliseconds most,
+                                                  const std::function<void(AmqpMessage&&)>& fn) {
+  if (auto s = start(AmqpValue(std::int64_t{from})); !s) return Error{s.message()};
+  const auto deadline = std::chrono::steady_clock::now() + most;
+  std::int64_t last = from - 1;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    auto m = c_.next(left);
+    if (!m) return Error{m.error()};
+    if (!m->has_value()) break;
+    const std::int64_t offset = stream_offset(**m);
+    if (offset < 0 || (offset <= last && offset >= from)) {
+      return Error{"RabbitMQ at " + c_.address().describe() + ": " + queue_ + " handed over a message at offset " +
+                   std::to_string(offset) + " after " + std::to_string(last) +
+                   " (is it a stream queue? a stream's offsets rise one by one)"};
+    }
+    if (auto a = c_.ack((*m)->delivery_tag); !a) return Error{a.message()};
+    if (offset < from) continue;  // its chunk's start, before `from`
+    last = offset;
+    fn(std::move(**m));
+  }
+  if (auto s = stop(); !s) return Error{s.message()};
+  return last + 1;
+}
+
 Status AmqpStreamReader::walk(std::int64_t from, std::int64_t to, const std::function<bool(AmqpMessage&&)>& fn) {
   if (auto s = start(AmqpValue(std::int64_t{from})); !s) return s;
   std::int64_t last = from - 1;

@@ -53,6 +53,13 @@ class AmqpStreamReader {
   // confirmed); nothing for 5 s is an error.
   Status read_on(std::int64_t from, const std::function<bool(AmqpMessage&&)>& fn);
 
+  // The messages from offset `from` on that are there or come within
+  // `most`, oldest first, to `fn`: a wait for what others append (a
+  // consume from an offset past the end waits for it). Returns the offset
+  // after the last one handed over (`from` when none came).
+  Expected<std::int64_t> read_new(std::int64_t from, std::chrono::milliseconds most,
+                                  const std::function<void(AmqpMessage&&)>& fn);
+
   const std::string& queue() const { return queue_; }
 
  private:

@@ -213,7 +213,7 @@ Status check_signed(const FleetRecord& r, bool trust_unsigned) {
                            "or PILLBOX_FLEET_KEY=FILE), the one its workers sign dead letters with" + anyway);
     case Signature::kMissing:
       return Status::error("record " + r.id + " is unsigned: written by a worker without --fleet-key, or by anyone "
-                           "who can write to this Redis; an unsigned dead letter is never run on its word" + anyway);
+                           "who can write to this broker; an unsigned dead letter is never run on its word" + anyway);
     case Signature::kBad:
       return Status::error("record " + r.id + "'s signature does not match the fleet key: it was changed after its "
                            "worker signed it, or signed with another key; it is never run" + anyway);

@@ -115,12 +115,17 @@ const char* kHelp =
     "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
     "                reproduce and minimize take --redis URL --stream NAME too.\n"
     "  --amqp URL --queue NAME\n"
-    "                list, show, stats and export work on the fleet's quarantine on RabbitMQ: the dead\n"
-    "                letters `pillbox worker --amqp URL --queue NAME` (or the broker, past x-delivery-limit)\n"
-    "                wrote to the stream queue NAME.dlq. IDs are their offsets there (42); a listing reads\n"
-    "                the stream by offset, so it neither consumes nor re-counts them. The canaries of\n"
-    "                `pillbox doctor` are left out, and how many is said on stderr. discard, replay,\n"
-    "                reproduce and minimize are not built yet there.\n"
+    "                list, show, stats, export, discard and replay work on the fleet's quarantine on\n"
+    "                RabbitMQ: the dead letters `pillbox worker --amqp URL --queue NAME` (or the broker,\n"
+    "                past x-delivery-limit) wrote to the stream queue NAME.dlq. IDs are their offsets\n"
+    "                there (42); a listing reads the stream by offset, so it neither consumes nor\n"
+    "                re-counts them. The canaries of `pillbox doctor` are left out, and how many is said\n"
+    "                on stderr. There, replay republishes each record to NAME (its message_id,\n"
+    "                correlation_id, reply_to and headers, and headers pillbox-replay and\n"
+    "                pillbox-replay-of) and waits for each batch's outcome: the workers' notices in\n"
+    "                NAME.dlq.state, dead letters in NAME.dlq. A record being replayed is locked (the\n"
+    "                queue NAME.dlq.lock.ID, gone with the replay's connection). reproduce takes --amqp\n"
+    "                URL --queue NAME too; minimize is not built yet there.\n"
     "  --fleet-key FILE  with --redis or --amqp: the key the workers sign dead letters with (default\n"
     "                $PILLBOX_FLEET_KEY); list and show say whether each signature is valid, missing\n"
     "                or bad (unchecked without a key). replay and export --bundle act only on\n"
@@ -344,11 +349,6 @@ int quarantine_command(int argc, char** argv) {
   // A verb this quarantine cannot do, said before it is read.
   if ((on_fleet && records_verb == kRecordVerbs.end()) || (verb == "patch" && !capabilities_of(*args).patches)) {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);
-  }
-  if (verb == "replay" && !capabilities_of(*args).replays) {
-    return quarantine_error("replay is not built yet for the fleet's quarantine on RabbitMQ: list, show, stats, "
-                            "export and discard are (export ID -o FILE writes a payload to run by hand)",
-                            kExitUsage);
   }
   // Import adds records and may start a store; every other verb looks at one.
   auto opened = open_quarantine(

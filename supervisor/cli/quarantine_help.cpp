@@ -147,10 +147,16 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --json                  one JSON object per replayed payload, as `run --json`\n"
      "  -q, --quiet             no progress bar on the terminal\n"
      "  -o, --out DIR, --out-mode MODE   results to files, as for `run`\n"
-     "  --batch-timeout D       with --redis: how long to wait for each batch (default 5m)\n" PILLBOX_WHERE
+     "  --batch-timeout D       with --redis or --amqp: how long to wait for each batch (default 5m)\n"
+     "\n"
+     "On the fleet (--redis, --amqp) the records go back to the workers and each batch's outcomes\n"
+     "are waited for; --force also republishes a record whose earlier redrive has no outcome yet\n"
+     "(--amqp: one lost with its message, NAME purged). On RabbitMQ a redrive keeps the record's\n"
+     "message_id, correlation_id, reply_to and headers (its key) and adds pillbox-replay (the attempt\n"
+     "id) and pillbox-replay-of (the record); results go where the workers put any.\n" PILLBOX_WHERE
      "\n"
      "exit codes: 0 every replayed payload resolved, 1 some failed again or a stop condition ended\n"
-     "it, 2 usage error or no such record, 3 the store, Redis or the sandbox cannot be used (also when\n"
+     "it, 2 usage error or no such record, 3 the store, the broker or the sandbox cannot be used (also when\n"
      "a record's payload cannot be read: that record is left as it was, the others still run)\n"},
     {"import",
      "usage: pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...) [options]\n"

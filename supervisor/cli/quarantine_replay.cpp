@@ -58,12 +58,12 @@ Status refuse_runner_options(const Args& args) {
                            "share"}) {
     if (args.flag(name)) {
       return Status::error(std::string("--") + name +
-                           " does not apply with --redis: replay puts the records back on the stream, and the "
+                           " does not apply on the fleet (--redis, --amqp): replay puts the records back for the workers, and the "
                            "fleet's workers run them under their own handler and policy");
     }
   }
   if (args.has_dashdash()) {
-    return Status::error("'--' (a command) does not apply with --redis: the fleet's workers run their own command");
+    return Status::error("'--' (a command) does not apply on the fleet (--redis, --amqp): its workers run their own command");
   }
   return Status::ok();
 }

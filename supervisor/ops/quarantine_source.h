@@ -31,9 +31,8 @@ struct QuarantineCapabilities {
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
   bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)
   bool patches = false;                // patch: an operator's fix kept as the record's next revision
-  // replay, and minimize (its search kept with the record): where false,
-  // refused before anything is read.
-  bool replays = true;
+  // minimize (its search kept with the record): where false, refused
+  // before anything is read.
   bool minimizes = true;
 };
 
