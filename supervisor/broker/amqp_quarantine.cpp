@@ -156,6 +156,7 @@ Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
   AmqpStreamReader reader(*c_, names_.dlq, kListedPayloadBytes);
   auto end = reader.end();
   if (!end) return Status::error(end.error());
+  known_end_ = std::max(known_end_, *end);
   for (std::int64_t hi = *end; hi > 0;) {
     const std::int64_t lo = std::max<std::int64_t>(0, hi - kWindow);
     std::vector<FleetRecord> window;
@@ -231,8 +232,14 @@ Expected<AmqpMessage> AmqpQuarantine::message_at(const std::string& id) {
   if (!checked) return Error{checked.error(), checked.error_code()};
   const std::int64_t offset = std::stoll(*checked);
   AmqpStreamReader reader(*c_, names_.dlq, ~std::uint64_t{0});
-  auto end = reader.end();
-  if (!end) return Error{end.error()};
+  // A stream only grows at its end: an offset below one seen is read at
+  // once (a replay reads each record's message twice; end() waits 300 ms).
+  if (offset >= known_end_) {
+    auto end = reader.end();
+    if (!end) return Error{end.error()};
+    known_end_ = std::max(known_end_, *end);
+  }
+  const std::int64_t* end = &known_end_;
   std::optional<AmqpMessage> found;
   if (offset < *end) {
     auto s = reader.read(offset, offset + 1, [&](AmqpMessage&& m) {

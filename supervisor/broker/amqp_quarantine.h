@@ -114,6 +114,7 @@ class AmqpQuarantine final : public FleetDeadLetters {
   AmqpQueueNames names_;
   std::optional<FleetKey> key_;
   std::int64_t canaries_ = 0;  // left out by the last each()
+  std::int64_t known_end_ = 0;  // NAME.dlq's end as last found (it only grows)
   std::int64_t unreadable_states_ = 0;  // NAME.dlq.state's messages that are not pillbox's
 };
 
