@@ -7,6 +7,8 @@
 
 #include "shared/sha256.h"
 #include "supervisor/broker/amqp_dead_letter.h"
+#include "supervisor/broker/amqp_replay_notice.h"
+#include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/io/untrusted_json.h"
 
@@ -242,6 +244,13 @@ bool fleet_queue(const WorkerSettings& settings, const std::string& name) {
          name.rfind(settings.keys.stream + ".delay.", 0) == 0;
 }
 
+// Whether `e`'s result goes to its reply_to. (check_message refuses a
+// reply_to that cannot be sent or names the fleet's own queues; unchecked,
+// such a one is no reply_to.)
+bool replies(const WorkerSettings& settings, const AmqpHeld& e) {
+  return sendable(e.message.reply_to) && !fleet_queue(settings, e.message.reply_to);
+}
+
 // Why what a worker publishes of `e` (its copy, its reply) could not be
 // sent or would do more than it says, or nullopt: an id or a header name
 // AMQP cannot carry as pillbox sends it (a copy or reply the client refuses
@@ -408,9 +417,7 @@ AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, c
 std::optional<AmqpPublication> result_publication(const WorkerSettings& settings, const AmqpHeld& e,
                                                   const Outcome& outcome, const std::string& results_queue) {
   AmqpPublication p;
-  // (check_message refuses a reply_to that cannot be sent or names the
-  // fleet's own queues; unchecked, such a one is no reply_to.)
-  if (sendable(e.message.reply_to) && !fleet_queue(settings, e.message.reply_to)) {
+  if (replies(settings, e)) {
     p.routing_key = e.message.reply_to;
     if (sendable(e.message.correlation_id)) p.message.correlation_id = e.message.correlation_id;
   } else if (!results_queue.empty()) {
@@ -426,6 +433,26 @@ std::optional<AmqpPublication> result_publication(const WorkerSettings& settings
   }
   if (!e.message.message_id.empty()) p.message.headers.push_back({"message_id", e.message.message_id});
   if (outcome.output.size() <= settings.results_max_output) p.body = outcome.output;
+  return p;
+}
+
+std::optional<AmqpPublication> replay_notice_publication(const WorkerSettings& settings, const AmqpHeld& e,
+                                                         const Outcome& outcome) {
+  auto tag = replay_tag(e.message.headers);
+  if (!tag) return std::nullopt;
+  ReplayNotice notice{std::move(*tag), settings.consumer.name, e.message.message_id,
+                      output_omitted_reason(settings, outcome)};
+  // With no result anywhere, its output is in none: said, so that the
+  // replay does not send its operator looking for one.
+  if (notice.output_omitted.empty() && !settings.results && !replies(settings, e)) {
+    notice.output_omitted = "no result kept: the worker runs with --no-results and the message has no reply_to";
+  }
+  AmqpPublication p;
+  p.routing_key = amqp_state_log_name(settings.keys.stream);
+  p.body = replay_notice_json(notice);
+  p.message = replay_notice_message(p.body);
+  p.message.body = {};  // it viewed p.body, which moves with p: set again when sent
+  p.notice = true;
   return p;
 }
 

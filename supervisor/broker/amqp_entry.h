@@ -104,6 +104,11 @@ struct AmqpPublication {
   std::string routing_key;
   std::string body;
   AmqpOutgoing message;  // its body is set to `body` when it is sent
+  // What comes with a settle (a replay's notice) rather than what it
+  // settles the message as: published and confirmed before it, never what
+  // the verdict names, and never dropped: refused for whatever reason, the
+  // message is left unacknowledged and the worker stops (amqp_back_end.h).
+  bool notice = false;
 };
 
 // A copy of `e` to `queue` (NAME.delay.MS for a retry's wait, NAME to give
@@ -127,6 +132,17 @@ AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, c
 // refuses it) is taken as none.
 std::optional<AmqpPublication> result_publication(const WorkerSettings& settings, const AmqpHeld& e,
                                                   const Outcome& outcome, const std::string& results_queue);
+
+// What a worker appends to the stream NAME.dlq.state when a replayed
+// message (its headers carry a replay tag, amqp_replay_notice.h) ran ok,
+// or nullopt for any other message: the ReplayNotice of its tag, this
+// worker (as its result's `worker`), its message_id and why its output is
+// not in its result: over --results-max-output, or no result kept at all
+// (--no-results, and no reply_to it could go to). A notice: published and
+// confirmed before its result and before the message is acknowledged, so
+// that a result lost with its reply_to cannot take it along.
+std::optional<AmqpPublication> replay_notice_publication(const WorkerSettings& settings, const AmqpHeld& e,
+                                                         const Outcome& outcome);
 
 // Its dead letter, to NAME.dlx (amqp_dead_letter.h), with pillbox's record
 // (stream_entry.h's, from "queue") and, with a fleet key, its signature

@@ -166,9 +166,7 @@ EntryFields result_fields(const WorkerSettings& settings, const HeldEntry& e, co
   if (outcome.output.size() > settings.results_max_output) {
     // A flood of large outputs must not fill Redis's memory: the result
     // says what it was, not what it held.
-    fields.emplace_back("output_omitted", "too large: " + std::to_string(outcome.output.size()) +
-                                              " bytes, over --results-max-output " +
-                                              std::to_string(settings.results_max_output));
+    fields.emplace_back("output_omitted", output_omitted_reason(settings, outcome));
     fields.emplace_back("output_size", std::to_string(outcome.output.size()));
     fields.emplace_back("output_sha256", sha256_hex(outcome.output));
   } else if (is_valid_utf8(outcome.output)) {
@@ -181,6 +179,12 @@ EntryFields result_fields(const WorkerSettings& settings, const HeldEntry& e, co
   fields.emplace_back("max_rss_kb", std::to_string(outcome.max_rss_kb));
   if (!e.redrive_of.empty()) fields.emplace_back("redrive_of", e.redrive_of);
   return fields;
+}
+
+std::string output_omitted_reason(const WorkerSettings& settings, const Outcome& outcome) {
+  if (outcome.output.size() <= settings.results_max_output) return "";
+  return "too large: " + std::to_string(outcome.output.size()) + " bytes, over --results-max-output " +
+         std::to_string(settings.results_max_output);
 }
 
 std::string dead_letter_record(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome,

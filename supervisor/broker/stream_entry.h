@@ -77,6 +77,9 @@ Refused history_not_readable(const WorkerSettings& settings, const std::string& 
 // The fields of the entry's result in NAME:results (as `run --json` says it,
 // plus where it came from and who ran it); none with --no-results.
 EntryFields result_fields(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome);
+// Why a result holds not the output but its size and SHA-256 (over
+// --results-max-output: its field output_omitted), or "" when it holds it.
+std::string output_omitted_reason(const WorkerSettings& settings, const Outcome& outcome);
 // The fields of its dead letter in NAME:dlq: the entry, its record
 // (dead_letter_record), what else it held, and the fleet's signature.
 EntryFields dead_letter_fields(const WorkerSettings& settings, const HeldEntry& e, const Outcome& outcome,

@@ -3,8 +3,9 @@
 // carry plus the broker's x-delivery-count, a delivery nobody recorded
 // never reported back (a suspect's too: a RabbitMQ worker runs it alone),
 // a history that is not pillbox's is refused unrun, and what a worker
-// publishes (the carried copy, the result, the dead letter) reads back as
-// it wrote it, the dead letter signed over what an operator later checks.
+// publishes (the carried copy, the result, the dead letter, a replayed
+// message's notice) reads back as it wrote it, the dead letter signed over
+// what an operator later checks.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/fleet_key.h"
 #include "tests/unit/amqp_worker_fixture.h"
 
@@ -44,6 +46,23 @@ Outcome crash() { return amqp_fixture::segv(); }
 
 RecordedDelivery failed_at(const AmqpHeld& e) {
   return recorded_outcome(static_cast<std::uint32_t>(e.delivery), "host:1", 1000, crash(), true, false);
+}
+
+const ReplayTag kTag{"0123456789abcdef0123456789abcdef", "5"};
+
+// A message `quarantine replay --amqp` republished: record 5, its attempt kTag.
+AmqpMessage replayed() {
+  AmqpMessage m = message();
+  add_replay_tag(m.headers, kTag);
+  return m;
+}
+
+Outcome ran_ok(std::string output = "out") {
+  Outcome ok;
+  ok.kind = Kind::kOk;
+  ok.exit_code = 0;
+  ok.output = std::move(output);
+  return ok;
 }
 
 }  // namespace
@@ -295,4 +314,61 @@ TEST_CASE("amqp entry: a decimal header, which a stream queue cannot keep, is na
   CHECK(find_field(back.headers, "tenant")->text() != nullptr);  // the rest as it was
   CHECK(stream_breaking_headers(held(back).message).empty());
   CHECK(held(back).delivery == 2);  // the copy counts on
+}
+
+TEST_CASE("amqp entry: a replayed message that ran ok has its notice for NAME.dlq.state; no other message has one") {
+  const AmqpHeld e = held(replayed());
+  const auto p = replay_notice_publication(settings(), e, ran_ok());
+  REQUIRE(p.has_value());
+  CHECK(p->exchange.empty());
+  CHECK(p->routing_key == "jobs.dlq.state");
+  CHECK(p->notice);
+  CHECK(p->message.body.empty());  // views nothing: the body is p->body, set when sent
+  const auto read = read_replay_notice(delivered(*p));
+  REQUIRE(read.has_value());
+  CHECK(read->tag.attempt == kTag.attempt);
+  CHECK(read->tag.record == "5");
+  CHECK(read->worker == "host:1");  // as its result's `worker`
+  CHECK(read->message_id == "order-17");
+  CHECK(read->output_omitted.empty());
+  // A copy of the publication (the settle's vector) holds its own body.
+  const AmqpPublication copied = *p;
+  CHECK(read_replay_notice(delivered(copied)).has_value());
+
+  // Its output over --results-max-output: the notice says why the result lacks it.
+  WorkerSettings small = settings();
+  small.results_max_output = 2;
+  const auto omitted = replay_notice_publication(small, e, ran_ok("more than two"));
+  REQUIRE(omitted.has_value());
+  const auto said = read_replay_notice(delivered(*omitted));
+  REQUIRE(said.has_value());
+  CHECK(said->output_omitted.find("too large: 13 bytes, over --results-max-output 2") != std::string::npos);
+  // The same words as the result's output_omitted header.
+  const auto result = result_publication(small, e, ran_ok("more than two"), "jobs.results");
+  REQUIRE(result.has_value());
+  const AmqpValue* header = find_field(result->message.headers, "output_omitted");
+  REQUIRE(header != nullptr);
+  CHECK(*header->text() == said->output_omitted);
+
+  // --no-results: a reply still goes to a reply_to; without one, no result
+  // is kept anywhere, and the notice says so.
+  WorkerSettings no_results = settings();
+  no_results.results = false;
+  const auto none = replay_notice_publication(no_results, e, ran_ok());
+  REQUIRE(none.has_value());
+  CHECK(read_replay_notice(delivered(*none))->output_omitted.find("--no-results") != std::string::npos);
+  AmqpMessage rpc = replayed();
+  rpc.reply_to = "amq.gen-reply";
+  const auto replied = replay_notice_publication(no_results, held(rpc), ran_ok());
+  REQUIRE(replied.has_value());
+  CHECK(read_replay_notice(delivered(*replied))->output_omitted.empty());
+
+  // No tag, or one not of the replay's form: no notice.
+  CHECK_FALSE(replay_notice_publication(settings(), held(message()), ran_ok()).has_value());
+  AmqpMessage forged = message();
+  add_replay_tag(forged.headers, ReplayTag{"xyz", "5"});
+  CHECK_FALSE(replay_notice_publication(settings(), held(forged), ran_ok()).has_value());
+  AmqpMessage twice = replayed();
+  add_replay_tag(twice.headers, kTag);
+  CHECK_FALSE(replay_notice_publication(settings(), held(twice), ran_ok()).has_value());
 }
