@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "supervisor/broker/amqp_death.h"
+#include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
@@ -54,6 +55,11 @@ AmqpOutgoing dead_letter_message(const AmqpMessage& original, const std::string&
     }
     m.headers.push_back(f);
   }
+  // A replayed message's tag goes on as headers of the dead letter's own,
+  // whatever room the others left: the replay finds how it ended by them
+  // (amqp_replay_notice.h). Only a tag of its form: anything else a
+  // publisher put under pillbox-* stays in pillbox-original only.
+  if (auto tag = replay_tag(original.headers)) add_replay_tag(m.headers, *tag);
   const nlohmann::json as_came = {{"message_id", original.message_id},
                                   {"correlation_id", original.correlation_id},
                                   {"reply_to", original.reply_to},

@@ -15,7 +15,9 @@
 //   pillbox-queue     the work queue it was dead-lettered from
 //   key               the task's key (as pillbox submit writes it)
 // and the original's own scalar headers are carried on as they were
-// (decimals as text; not the broker's x-* nor pillbox-*). The body is the
+// (decimals as text; not the broker's x-* nor pillbox-*, but for a
+// replayed message's tag, pillbox-replay and pillbox-replay-of, always
+// carried when it is one: amqp_replay_notice.h). The body is the
 // payload, exact; the message_id the original's. A message's headers must
 // fit in one AMQP frame (128 KiB): each JSON header is at most
 // kMaxDeadLetterJson bytes (over it, the part is replaced by what says

@@ -117,10 +117,12 @@ struct AmqpPublication {
 // headers are the original's, but the broker's own: x-*, and CC and BCC
 // (RabbitMQ's sender-selected distribution: a copy that carried them would
 // be routed to the queues they name as well), and a decimal header goes
-// as its text (stream_breaking_headers). Of a message check_message
-// accepted, its headers fit one frame. Of one whose history is not
-// pillbox's (given back unchecked), the history headers as they came, and
-// no new ones: the next worker refuses it alike.
+// as its text (stream_breaking_headers). A replayed message's tag
+// (pillbox-replay, pillbox-replay-of: amqp_replay_notice.h) goes on with
+// the rest: how its copy ends is still the replay's to read. Of a message
+// check_message accepted, its headers fit one frame. Of one whose history
+// is not pillbox's (given back unchecked), the history headers as they
+// came, and no new ones: the next worker refuses it alike.
 AmqpPublication carried_copy(const AmqpHeld& e, const RecordedDelivery& ended, const std::string& queue);
 
 // Its result: to its reply_to with its correlation_id when it has one (the
@@ -149,7 +151,8 @@ std::optional<AmqpPublication> replay_notice_publication(const WorkerSettings& s
 // (header pillbox-sig) over the fields dead_letter_signed_fields names. A
 // record over kMaxDeadLetterJson is cut in its details (the earlier
 // deliveries' first, see `cut` in it) rather than left out whole; the
-// original's own headers give way when the whole would not fit one frame,
+// original's own headers give way when the whole would not fit one frame
+// (not pillbox-*: a replayed message's tag stays, which the replay reads),
 // and CC/BCC are never carried. A key within about 8 KiB of a frame's size
 // (refused as over --max-key) can still leave no room: its publish is
 // refused, and the worker must reject the message unrequeued (the broker

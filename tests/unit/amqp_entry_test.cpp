@@ -65,6 +65,14 @@ Outcome ran_ok(std::string output = "out") {
   return ok;
 }
 
+// The tag a message carries, as the replay reads it back.
+void check_tag(const AmqpTable& headers) {
+  const auto tag = replay_tag(headers);
+  REQUIRE(tag.has_value());
+  CHECK(tag->attempt == kTag.attempt);
+  CHECK(tag->record == kTag.record);
+}
+
 }  // namespace
 
 TEST_CASE("amqp entry: a first delivery is delivery 1, named by its key and message id, payload exact") {
@@ -371,4 +379,59 @@ TEST_CASE("amqp entry: a replayed message that ran ok has its notice for NAME.dl
   AmqpMessage twice = replayed();
   add_replay_tag(twice.headers, kTag);
   CHECK_FALSE(replay_notice_publication(settings(), held(twice), ran_ok()).has_value());
+}
+
+TEST_CASE("amqp entry: a replayed message's retry and give-back copies carry its tag on") {
+  const AmqpHeld first = held(replayed());
+  const AmqpPublication retry = carried_copy(first, failed_at(first), "jobs.delay.1024");
+  check_tag(retry.message.headers);
+  const AmqpHeld second = held(delivered(retry));
+  check_tag(second.message.headers);
+  // Given back (the worker stops), from a copy: still the replay's.
+  const AmqpPublication back = carried_copy(second, recorded_release(2, "host:1", 1000, "released: stopping"), "jobs");
+  const AmqpHeld third = held(delivered(back));
+  check_tag(third.message.headers);
+  CHECK(third.delivery == 3);
+  // Once each: a copy never doubles them (a tag given twice is none).
+  CHECK(std::count_if(back.message.headers.begin(), back.message.headers.end(),
+                      [](const AmqpField& f) { return is_replay_tag_header(f.name); }) == 2);
+  // So its ok, at the end, is still told to the replay.
+  CHECK(replay_notice_publication(settings(), third, ran_ok()).has_value());
+}
+
+TEST_CASE("amqp entry: a replayed message's dead letter carries its tag, however little room the original's headers get") {
+  WorkerSettings s = settings();
+  s.fleet_key = FleetKey(std::string(32, 'k'));
+  const AmqpHeld e = held(replayed());
+  AmqpMessage back = delivered(dead_letter_publication(s, e, crash(), "failed again", 5000));
+  check_tag(back.headers);
+  const AmqpDeadLetter read = read_dead_letter(back);
+  CHECK(read.unreadable.empty());
+  CHECK(read.original.at("headers").contains(std::string(kReplayHeader)));
+  CHECK(s.fleet_key->verify("jobs.dlq", dead_letter_signed_fields(back)) == Signature::kValid);
+
+  // Behind 16 KiB of the original's own headers (carried up to there): still carried.
+  AmqpMessage crowded = message();
+  crowded.headers.push_back({"bulk", std::string(17u << 10, 'b')});
+  add_replay_tag(crowded.headers, kTag);
+  back = delivered(dead_letter_publication(s, held(crowded), crash(), "failed again", 5000));
+  CHECK(find_field(back.headers, "bulk") == nullptr);
+  check_tag(back.headers);
+
+  // A key that leaves no room for the original's headers (they give way to
+  // fit one frame): pillbox's stay, the tag among them.
+  AmqpMessage big = replayed();
+  big.headers[0].value = std::string(126u << 10, 'k');
+  set_key_as_delivered(big);
+  const AmqpPublication fitted = dead_letter_publication(s, held(big), crash(), "failed again", 5000);
+  CHECK(find_field(fitted.message.headers, "tenant") == nullptr);
+  check_tag(fitted.message.headers);
+
+  // Headers that are no tag of the replay's form stay in pillbox-original only.
+  AmqpMessage forged = message();
+  add_replay_tag(forged.headers, ReplayTag{"xyz", "5"});
+  back = delivered(dead_letter_publication(s, held(forged), crash(), "failed again", 5000));
+  CHECK(find_field(back.headers, kReplayHeader) == nullptr);
+  CHECK(find_field(back.headers, kReplayOfHeader) == nullptr);
+  CHECK(read_dead_letter(back).original.at("headers").contains(std::string(kReplayHeader)));
 }
