@@ -22,6 +22,14 @@ Status send(AmqpConnection& c, const AmqpPublication& p) {
   return c.wait_confirmed();
 }
 
+// `p` alone, moved (a braced list would copy it: a payload of up to
+// --max-payload).
+std::vector<AmqpPublication> only(AmqpPublication p) {
+  std::vector<AmqpPublication> ps;
+  ps.push_back(std::move(p));
+  return ps;
+}
+
 }  // namespace
 
 AmqpBackEnd::AmqpBackEnd(AmqpWorkerSettings settings, AmqpLink& consumer, AmqpLink& publisher, WorkerSink& out)
@@ -285,7 +293,13 @@ Expected<BatchResult> AmqpBackEnd::apply(std::vector<StartAttempt> starts, bool,
       outcome.kind = Kind::kOk;
       outcome.output = k->output;
       const std::string results = settings_.worker.results ? settings_.worker.keys.results : "";
-      settle(*h, result_publication(settings_.worker, *h, outcome, results), Settled::kOk);
+      // A replayed message's notice first: a result that is not delivered
+      // (its reply_to gone) is settled all the same, and must not leave the
+      // replay without word of it.
+      std::vector<AmqpPublication> ps;
+      if (auto notice = replay_notice_publication(settings_.worker, *h, outcome)) ps.push_back(std::move(*notice));
+      if (auto result = result_publication(settings_.worker, *h, outcome, results)) ps.push_back(std::move(*result));
+      settle(*h, std::move(ps), Settled::kOk);
     } else if (const auto* q = std::get_if<QuarantinePayload>(&w)) {
       Held* h = held(q->task_id);
       if (h == nullptr) continue;
@@ -325,15 +339,20 @@ void AmqpBackEnd::start(const StartAttempt& s) {
   answers_.started.push_back({h->ref, h->task_id, static_cast<std::uint32_t>(h->delivery), store::TaskState::kPending, ""});
 }
 
-void AmqpBackEnd::settle(Held& h, std::optional<AmqpPublication> p, Settled how, const std::string& detail,
+void AmqpBackEnd::settle(Held& h, std::vector<AmqpPublication> ps, Settled how, const std::string& detail,
                          std::chrono::milliseconds delay_bucket) {
   h.settling = true;
   h.settle_detail = detail;
   const std::int64_t task_id = h.task_id;
-  if (!p) return acknowledge(task_id, how, "", detail);
-  const std::string target = p->exchange.empty() ? p->routing_key : p->exchange;
-  publisher_.post([this, task_id, how, detail, target, delay_bucket, declared = declared_delays_, queue = settings_.worker.keys.stream,
-                   p = std::move(*p)](AmqpConnection& c) -> AmqpLink::Done {
+  // Where the verdict says it went: the publication it is settled as (a
+  // notice comes with it, never in its place).
+  std::string told;
+  for (const AmqpPublication& p : ps) {
+    if (!p.notice) told = p.exchange.empty() ? p.routing_key : p.exchange;
+  }
+  if (ps.empty()) return acknowledge(task_id, how, "", detail);
+  publisher_.post([this, task_id, how, detail, told, delay_bucket, declared = declared_delays_, queue = settings_.worker.keys.stream,
+                   ps = std::move(ps)](AmqpConnection& c) -> AmqpLink::Done {
     Status s = Status::ok();
     if (delay_bucket.count() > 0 && declared->count(delay_bucket.count()) == 0) {
       // Declared when first used (amqp_topology.h): idempotent, so another
@@ -342,11 +361,27 @@ void AmqpBackEnd::settle(Held& h, std::optional<AmqpPublication> p, Settled how,
       if (made) declared->insert(delay_bucket.count());
       if (!made) s = Status::error(made.error());
     }
-    if (s) s = send(c, p);
-    return [this, task_id, how, detail, target, queue, s]() {
-      if (s) return acknowledge(task_id, how, target, detail);
+    // In order, each confirmed before the next: one refused stops the
+    // rest (a notice before its result: never a result without it).
+    std::string target = told;
+    bool notice = false;
+    for (const AmqpPublication& p : ps) {
+      if (!s) break;
+      target = p.exchange.empty() ? p.routing_key : p.exchange;
+      notice = p.notice;
+      s = send(c, p);
+    }
+    return [this, task_id, how, detail, told, target, notice, queue, s]() {
+      if (s) return acknowledge(task_id, how, told, detail);
       Held* h = held(task_id);
       if (h == nullptr) return;
+      if (notice) {
+        // Never acknowledged without it: the replay would learn nothing
+        // of how its message ended. Left unacknowledged, as below.
+        on_error("cannot publish the replay notice of message " + h->task.source_id + " to '" + target +
+                 "': " + s.message() + "; the message is left unacknowledged");
+        return lose(task_id, "left unacknowledged after a RabbitMQ error", LostAs::kLeftPending);
+      }
       if (how == Settled::kOk && (target != settings_.worker.keys.results || s.code() == ErrorCode::kUsage)) {
         // Its requester went away (an RPC's reply queue is gone), or the
         // result can never be sent: the task is done all the same, and
@@ -430,7 +465,7 @@ void AmqpBackEnd::acknowledge(std::int64_t task_id, Settled how, const std::stri
 
 void AmqpBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::string& reason, bool unrun) {
   h.verdict_outcome = outcome;
-  settle(h, dead_letter_publication(settings_.worker, h, outcome, reason, wall_ms()),
+  settle(h, only(dead_letter_publication(settings_.worker, h, outcome, reason, wall_ms())),
          unrun ? Settled::kRefused : Settled::kDeadLetter, reason);
 }
 
@@ -445,7 +480,7 @@ void AmqpBackEnd::give_back(std::int64_t task_id, const std::string& note) {
   queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
   // Its delivery is recorded (its end, or as not run), so that the worker
   // that takes the copy does not count one that never reported back.
-  settle(*h, carried_copy(*h, ended_or_released(*h, note), settings_.worker.keys.stream), Settled::kGiveBack, note);
+  settle(*h, only(carried_copy(*h, ended_or_released(*h, note), settings_.worker.keys.stream)), Settled::kGiveBack, note);
 }
 
 void AmqpBackEnd::retry_later(std::int64_t task_id, std::chrono::milliseconds wait) {
@@ -453,7 +488,7 @@ void AmqpBackEnd::retry_later(std::int64_t task_id, std::chrono::milliseconds wa
   if (h == nullptr || h->settling) return;
   const auto bucket = delay_bucket(wait);
   const std::string queue = delay_queue_name(settings_.worker.keys.stream, bucket);
-  settle(*h, carried_copy(*h, ended_or_released(*h, "released: waits for its retry"), queue), Settled::kRetry,
+  settle(*h, only(carried_copy(*h, ended_or_released(*h, "released: waits for its retry"), queue)), Settled::kRetry,
          "retry in " + std::to_string(wait.count()) + " ms: waits in " + queue, bucket);
 }
 

@@ -7,7 +7,8 @@
 // consumes NAME (prefetch --jobs: the worker holds about what it runs) and
 // acknowledges; `publisher` publishes with confirms. Every settle is
 // publish, confirmed, then ack (amqp_entry.h): the ok's result (to its
-// reply_to, or NAME.results), the dead letter (NAME.dlx), the copy that
+// reply_to, or NAME.results; a replayed message's notice to NAME.dlq.state
+// before it), the dead letter (NAME.dlx), the copy that
 // carries the history on, to NAME.delay.MS for a retry's wait (the task
 // leaves this worker: it holds no slot and no message while it waits) or
 // back to NAME when the worker gives it back. A crash between the confirm
@@ -136,12 +137,16 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   void cancel_consume();
 
   void start(const StartAttempt& s);
-  // Publishes `p` (confirmed), then acknowledges the message and answers
-  // the engine as `how`; a refused publish leaves the message unacked (the
-  // broker delivers it again) and stops the worker, except a result, which
-  // is said and settled all the same (its requester went away).
-  // With `delay_bucket`, its delay queue is declared first (when first used).
-  void settle(Held& h, std::optional<AmqpPublication> p, Settled how, const std::string& detail = "",
+  // Publishes `ps` in order, each confirmed before the next, then
+  // acknowledges the message and answers the engine as `how`, told as the
+  // last that is no notice (none: ""). A refused publish stops the rest,
+  // leaves the message unacked (the broker delivers it again) and stops
+  // the worker, except a result, which is said and settled all the same
+  // (its requester went away), and one that can never be sent, rejected
+  // (the broker dead-letters the message whole); a notice refused, for
+  // whatever reason, always stops it. With `delay_bucket`, its delay queue
+  // is declared first (when first used).
+  void settle(Held& h, std::vector<AmqpPublication> ps, Settled how, const std::string& detail = "",
               std::chrono::milliseconds delay_bucket = std::chrono::milliseconds(0));
   // Acks the message (or, `reject`, rejects it unrequeued: the broker
   // dead-letters it itself) on the connection it came on, then counts
