@@ -10,7 +10,9 @@ namespace {
 // Why pillbox declares each argument, for the sentence a mismatch becomes.
 const std::map<std::string, std::string>& argument_reasons() {
   static const std::map<std::string, std::string> reasons = {
-      {"x-queue-type=stream", "a stream queue, read by offset, so that listing the dead letters does not consume them"},
+      {"x-queue-type=stream",
+       "a stream queue, read by offset, so that reading it consumes nothing: the dead letters, operators' "
+       "states, replays' notices"},
       {"x-queue-type=quorum",
        "a quorum queue, so that the broker counts every delivery (a worker killed mid-task included) and "
        "dead-letters a message that kills every worker"},
