@@ -77,7 +77,7 @@ Expected<AmqpQuarantine> AmqpQuarantine::open(const AmqpAddress& address, const 
   }
   // Declared again as a stream: the same queue changes nothing, another
   // kind of queue is refused, and said so.
-  const std::vector<AmqpField> stream = {{"x-queue-type", std::string("stream")}};
+  const std::vector<AmqpField> stream = stream_queue_arguments();
   if (auto again = c->declare_queue(names.dlq, stream); !again) {
     if (c->refusal() && c->refusal()->code == 406) {
       return Error{explain_mismatch(names.dlq, address.describe(), *c->refusal(), stream)};

@@ -65,12 +65,8 @@ class AmqpRedriveRoute final : public RedriveRoute {
 
  private:
   AmqpConnection& c() { return q_.connection(); }
-  // The state log exists (a worker or discard may not have made it yet):
-  // declared as AmqpStateLog declares it.
-  Status declare_state_log() {
-    auto declared = c().declare_queue(state_log_, {{"x-queue-type", std::string("stream")}});
-    return declared ? Status::ok() : Status::error(declared.error(), declared.error_code());
-  }
+  // The state log exists (workers of an older pillbox did not make it).
+  Status declare_state_log() { return broker::declare_state_log(c(), q_.names().work); }
   // The outcome `m` of NAME.dlq (at `offset`) or of the state log says of
   // one of `waited` (attempt -> record), if any.
   std::optional<RedriveOutcome> from_dead_letter(const AmqpMessage& m, const std::map<std::string, std::string>& waited);

@@ -8,6 +8,7 @@
 
 #include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/amqp_stream_reader.h"
+#include "supervisor/broker/amqp_topology.h"
 #include "supervisor/io/random_hex.h"
 #include "supervisor/io/untrusted_json.h"
 
@@ -55,8 +56,20 @@ const std::string* writer_of(const AmqpMessage& m) {
 
 std::string amqp_state_log_name(const std::string& queue) { return queue + ".dlq.state"; }
 
+Status declare_state_log(AmqpConnection& c, const std::string& queue) {
+  const std::string name = amqp_state_log_name(queue);
+  const std::vector<AmqpField> arguments = stream_queue_arguments();
+  auto declared = c.declare_queue(name, arguments);
+  if (declared) return Status::ok();
+  if (c.refusal() && c.refusal()->code == AMQP_PRECONDITION_FAILED) {
+    return Status::error(explain_mismatch(name, "RabbitMQ at " + c.address().describe(), *c.refusal(), arguments),
+                         ErrorCode::kSetup);
+  }
+  return Status::error(declared.error(), ErrorCode::kSetup);
+}
+
 AmqpStateLog::AmqpStateLog(AmqpConnection& connection, const std::string& queue)
-    : c_(connection), name_(amqp_state_log_name(queue)) {}
+    : c_(connection), queue_(queue), name_(amqp_state_log_name(queue)) {}
 
 Status AmqpStateLog::fold(std::map<std::string, AmqpRecordState>& states, std::int64_t from, std::int64_t to,
                           const std::function<bool(const AmqpMessage&)>& until) {
@@ -93,8 +106,7 @@ Expected<std::map<std::string, AmqpRecordState>> AmqpStateLog::load() {
 }
 
 Expected<FleetState> AmqpStateLog::change(const std::string& id, const std::function<Status(FleetState&)>& change) {
-  const std::vector<AmqpField> stream = {{"x-queue-type", std::string("stream")}};
-  if (auto declared = c_.declare_queue(name_, stream); !declared) return Error{declared.error(), declared.error_code()};
+  if (auto s = declare_state_log(c_, queue_); !s) return Error{s.message(), s.code()};
   if (auto s = c_.confirm_publishes(); !s) return Error{s.message()};
   for (int round = 0; round < kCasRounds; ++round) {
     auto states = load();

@@ -35,6 +35,12 @@ namespace pillbox::broker {
 // NAME.dlq.state
 std::string amqp_state_log_name(const std::string& queue);
 
+// Declares NAME.dlq.state, a stream queue (idempotent): by the workers
+// with their topology (a replayed message's notice must route), and by
+// whoever writes to it first. One of another type is a setup error worded
+// by explain_mismatch.
+Status declare_state_log(AmqpConnection& connection, const std::string& queue);
+
 struct AmqpRecordState {
   std::int64_t version = 0;  // 0: nobody acted on it yet
   FleetState state;
@@ -62,6 +68,7 @@ class AmqpStateLog {
               const std::function<bool(const AmqpMessage&)>& until);
 
   AmqpConnection& c_;
+  std::string queue_;  // NAME
   std::string name_;
   std::int64_t end_ = 0;        // the offset after the log's last message at the last load()
   std::int64_t unreadable_ = 0;

@@ -58,6 +58,8 @@ bool supports_at_least_once(const std::string& server_version) {
   return major > 3 || (major == 3 && minor >= 10);
 }
 
+std::vector<AmqpField> stream_queue_arguments() { return {{"x-queue-type", std::string("stream")}}; }
+
 std::vector<AmqpField> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once) {
   std::vector<AmqpField> a = {
       {"x-queue-type", std::string("quorum")},
@@ -155,7 +157,7 @@ Expected<AmqpTopology> declare_topology(AmqpConnection& connection, const AmqpTo
   // The dead letters' side first: NAME names NAME.dlx, which must exist
   // before a message can be dead-lettered there.
   if (auto s = connection.declare_exchange(t.names.dlx, "fanout"); !s) return Error{s.message()};
-  const std::vector<AmqpField> dlq_arguments = {{"x-queue-type", std::string("stream")}};
+  const std::vector<AmqpField> dlq_arguments = stream_queue_arguments();
   if (auto q = connection.declare_queue(t.names.dlq, dlq_arguments); !q) return mismatch(t.names.dlq, dlq_arguments, q.error());
   if (auto s = connection.bind_queue(t.names.dlq, t.names.dlx, ""); !s) return Error{s.message()};
   const std::vector<AmqpField> work_arguments = work_queue_arguments(settings, t.at_least_once);

@@ -71,6 +71,10 @@ struct AmqpTopology {
 // Whether a broker of this version ("3.10.8") dead-letters at least once.
 bool supports_at_least_once(const std::string& server_version);
 
+// A stream queue's x-arguments: NAME.dlq's, and the state log's
+// (amqp_state_log.h), declared alike wherever they are declared.
+std::vector<AmqpField> stream_queue_arguments();
+
 // NAME's x-arguments (quorum, delivery limit, dead-letter exchange, and
 // at-least-once where `at_least_once`).
 std::vector<AmqpField> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once);

@@ -96,23 +96,6 @@ Status declare_results_queue(AmqpConnection& c, const WorkerSettings& worker) {
   return Status::error(declared.error(), ErrorCode::kSetup);
 }
 
-// NAME.dlq.state, the stream a replayed message's notice goes to
-// (amqp_replay_notice.h), declared as AmqpStateLog::change declares it: a
-// notice always routes (a publish to no queue is returned, and the worker
-// would stop), and one deleted is back on the publishing link's next
-// connection. Of another type, a setup error that says so.
-Status declare_state_log(AmqpConnection& c, const WorkerSettings& worker) {
-  const std::string name = amqp_state_log_name(worker.keys.stream);
-  const std::vector<AmqpField> arguments = {{"x-queue-type", std::string("stream")}};
-  auto declared = c.declare_queue(name, arguments);
-  if (declared) return Status::ok();
-  if (c.refusal()) {
-    return Status::error(explain_mismatch(name, "RabbitMQ at " + c.address().describe(), *c.refusal(), arguments),
-                         ErrorCode::kSetup);
-  }
-  return Status::error(declared.error(), ErrorCode::kSetup);
-}
-
 // Every queue and exchange the worker consumes from and publishes to,
 // declared (idempotent): at the start, and again on every new publishing
 // connection, so that one deleted under a running worker (NAME.dlx,
@@ -127,7 +110,9 @@ Status declare_worker_queues(AmqpConnection& c, const WorkerSettings& worker) {
   topology.delivery_limit = worker_delivery_limit(worker.retry.max_attempts);
   auto declared = declare_topology(c, topology);
   if (!declared) return Status::error(declared.error(), ErrorCode::kSetup);
-  if (auto s = declare_state_log(c, worker); !s) return s;
+  // A replayed message's notice goes there (amqp_replay_notice.h): a
+  // publish to no queue is returned, and the worker would stop.
+  if (auto s = declare_state_log(c, worker.keys.stream); !s) return s;
   if (worker.results) return declare_results_queue(c, worker);
   return Status::ok();
 }

@@ -53,8 +53,9 @@ AmqpConnection topology(const e2e::RabbitServer& server, const std::string& queu
 }
 
 // The state log declared as pillbox declares it.
-void declare_state_log(AmqpConnection& c, const std::string& queue) {
-  REQUIRE(c.declare_queue(queue + ".dlq.state", {{"x-queue-type", std::string("stream")}}).has_value());
+void make_state_log(AmqpConnection& c, const std::string& queue) {
+  const auto s = pillbox::broker::declare_state_log(c, queue);
+  REQUIRE_MESSAGE(s.is_ok(), s.message());
 }
 
 void append(AmqpConnection& c, const std::string& queue, const std::string& body) {
@@ -99,7 +100,7 @@ void no_terminal_controls(const std::string& text, const std::string& what) {
 // appending megabytes).
 void state_too_large_to_read_back(e2e::RabbitServer& server) {
   auto c = topology(server, "big", 1);
-  declare_state_log(c, "big");
+  make_state_log(c, "big");
   pillbox::broker::FleetState forged;
   forged.audit.push_back({1, "someone", "noted", ""});
   const std::size_t target = (1u << 20) - 64;
@@ -129,7 +130,7 @@ void state_too_large_to_read_back(e2e::RabbitServer& server) {
 // overflows, an honest change still applies, and list and show agree.
 void hostile_numbers_and_nesting(e2e::RabbitServer& server) {
   auto c = topology(server, "nums", 3);
-  declare_state_log(c, "nums");
+  make_state_log(c, "nums");
   const std::string discarded = R"({"status":"discarded","updated_at":1,"audit":[]})";
   const std::int64_t max = std::numeric_limits<std::int64_t>::max();
   for (const std::string& body : {
@@ -176,7 +177,7 @@ void hostile_numbers_and_nesting(e2e::RabbitServer& server) {
 
 void escapes_in_the_audit(e2e::RabbitServer& server) {
   auto c = topology(server, "esc", 1);
-  declare_state_log(c, "esc");
+  make_state_log(c, "esc");
   pillbox::broker::FleetState forged;
   const std::string hostile = "\x1b]0;pwned\x07\x1b[2J\r\x08\xc2\x9b" "31m\x9b" "1m\x7f";
   forged.audit.push_back({1, "actor " + hostile, "noted " + hostile, "detail " + hostile});
@@ -208,7 +209,7 @@ void escapes_in_the_audit(e2e::RabbitServer& server) {
 // discard fails before it writes, and the others still hold.
 void racing_discards(e2e::RabbitServer& server, const std::string& queue, bool log_exists) {
   auto c = topology(server, queue, 1);
-  if (log_exists) declare_state_log(c, queue);
+  if (log_exists) make_state_log(c, queue);
   constexpr int kRacers = 6;
   std::vector<e2e::RunResult> results(kRacers);
   std::vector<std::thread> racers;
@@ -249,7 +250,7 @@ void racing_discards(e2e::RabbitServer& server, const std::string& queue, bool l
 // applies, both in bounded time.
 void flood_of_junk(e2e::RabbitServer& server) {
   auto c = topology(server, "junk", 1);
-  declare_state_log(c, "junk");
+  make_state_log(c, "junk");
   constexpr int kJunk = 20000;
   for (int i = 0; i < kJunk; ++i) {
     const std::string body = i % 2 == 0 ? "x" : state_message("0", 2 + i, "{\"status\":\"discarded\"}");
