@@ -53,7 +53,8 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // Connects, and checks that NAME.dlq exists and is a stream queue.
   static Expected<AmqpQuarantine> open(const AmqpAddress& address, const std::string& queue);
 
-  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .minimizes = false};
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .replay_outputs = false,
+                                                        .minimizes = false};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;
   std::string hint_options() const override { return " --amqp URL --queue " + names_.work; }

@@ -176,6 +176,11 @@ int quarantine_replay(const RecordsContext& c) {
       return quarantine_error(s.message(), kExitUsage);
     }
   }
+  if (!c.source.can().replay_outputs && (args.flag("out") || args.flag("out-mode"))) {
+    return quarantine_error("--out does not apply with --amqp: a replayed message's result goes where the workers "
+                            "put any (its reply_to, else NAME.results), not to the replay",
+                            kExitUsage);
+  }
   auto out = read_result_files(args);
   if (!out) return quarantine_error(out.error(), kExitUsage);
   std::optional<ResultFiles> results = std::move(*out);

@@ -31,6 +31,10 @@ struct QuarantineCapabilities {
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
   bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)
   bool patches = false;                // patch: an operator's fix kept as the record's next revision
+  // A replay gets each resolved payload's output back (for --out); else
+  // the results stay where the workers put them (RabbitMQ: a reply_to, or
+  // NAME.results, which the replay does not consume).
+  bool replay_outputs = true;
   // minimize (its search kept with the record): where false, refused
   // before anything is read.
   bool minimizes = true;

@@ -207,6 +207,11 @@ void stops_then_resolves(const Fleet& fleet) {
 void locked_and_killed(const Fleet& fleet) {
   dead_letter(fleet, "held", {task("segv", "S held")});
   auto c = e2e::amqp_connect(fleet.server);
+  // Its results stay where the workers put them: none for --out.
+  e2e::TempDir out;
+  const auto to_files = fleet.quarantine("held", {"replay", "0", "-o", out.path()});
+  CHECK(to_files.exit_code == 2);
+  CHECK(to_files.err.find("--out does not apply with --amqp") != std::string::npos);
   {
     auto other = e2e::amqp_connect(fleet.server);
     REQUIRE(other.declare_exclusive_queue("held.dlq.lock.0").is_ok());
