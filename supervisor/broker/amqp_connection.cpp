@@ -560,6 +560,7 @@ Status AmqpConnection::wait_confirmed() {
   // slowly is progress; the broker saying nothing new for the timeout is
   // not, however many other frames it sends (checked after each, and a
   // watchdog over each wait: rabbitmq-c's own loop swallows heartbeats).
+  last_wait_ = LastWait{confirms_.published - confirms_.confirmed - confirms_.ahead.size(), 0};
   auto deadline = std::chrono::steady_clock::now() + timeout_;
   amqp_frame_t frame{};
   while (confirms_.confirmed < confirms_.published) {
@@ -636,6 +637,7 @@ Status AmqpConnection::wait_confirmed() {
   }
   const std::uint64_t refused = std::exchange(confirms_.refused, 0);
   const std::uint64_t returned = std::exchange(confirms_.returned, 0);
+  last_wait_.refused = refused;
   if (returned > 0) {
     return Status::error(where + " could not route " + std::to_string(returned) + " message" +
                          (returned == 1 ? "" : "s") + " to a queue (" + confirms_.return_text +

@@ -172,6 +172,10 @@ class AmqpConnection {
   // when it said it blocks publishers). Which messages of those unconfirmed
   // went in is not known then.
   Status wait_confirmed();
+  // Of the messages the last wait_confirmed() waited for, how many the
+  // broker refused (basic.nack: not enqueued), and how many it waited for.
+  std::uint64_t last_refused() const { return last_wait_.refused; }
+  std::uint64_t last_waited() const { return last_wait_.waited; }
   // basic.get: one message, or none when the queue has none ready.
   Expected<std::optional<AmqpMessage>> get(const std::string& queue);
   // basic.qos(prefetch) and basic.consume of `queue`, acknowledged by
@@ -237,6 +241,10 @@ class AmqpConnection {
   std::chrono::milliseconds timeout_{5000};
   std::string server_version_;
   std::optional<AmqpRefusal> refusal_;
+  struct LastWait {
+    std::uint64_t waited = 0;
+    std::uint64_t refused = 0;
+  } last_wait_;
   // Publisher confirms (confirm_publishes, wait_confirmed).
   struct Confirms {
     bool on = false;

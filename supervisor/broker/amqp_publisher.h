@@ -7,6 +7,10 @@
 // batch (for a quorum queue: written on a majority of its nodes). See
 // docs/distributed.md, RabbitMQ.
 //
+// A batch the broker refuses whole (basic.nack: a quorum queue without a
+// leader yet) is sent again, up to 6 times in 3.1 s; one refused in part
+// is an error (which messages went in is not known).
+//
 // A queue that does not exist is declared with the topology pillbox wants
 // (amqp_topology.h, default settings); one that exists is left as it is:
 // the worker checks it and explains a mismatch.

@@ -123,6 +123,14 @@ void refusal_is_exit_3(e2e::RabbitServer& server) {
   CHECK(r.exit_code == 3);
   CHECK(r.err.find("refused 2 messages (basic.nack): the queue is full") != std::string::npos);
   CHECK(r.err.find("0 tasks were added before this batch") != std::string::npos);
+  // A batch refused whole (as a quorum queue refuses all while it has no
+  // leader) is sent again a few times, backing off, before it is an error;
+  // a batch refused in part (above) is not, since which went in is unknown.
+  const auto whole = run_pillbox({"submit", "--amqp", server.url(), "--queue", "full", in.write("t3", "task 3")});
+  INFO(whole.describe());
+  CHECK(whole.exit_code == 3);
+  CHECK(whole.err.find("refused 1 message (basic.nack): the queue is full") != std::string::npos);
+  CHECK(whole.err.find("(refused 6 times)") != std::string::npos);
   const auto kept = drain(c, "full");
   REQUIRE(kept.size() == 1);
   CHECK(kept[0].body == "task 0");
