@@ -9,6 +9,7 @@
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_stream_reader.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/store/replay_store.h"
 
 namespace pillbox::broker {
@@ -103,7 +104,11 @@ std::optional<RedriveOutcome> AmqpRedriveRoute::from_notice(const AmqpMessage& m
   o.entry = notice->tag.attempt;
   o.worker = notice->worker.empty() ? "unknown" : notice->worker;
   o.outcome_entry = std::to_string(stream_offset(m)) + " of " + state_log_;
-  o.output_omitted = notice->output_omitted;
+  // The result is its user's, in its reply_to or NAME.results: the replay
+  // takes none (and so has no output to show).
+  o.output_omitted = "its output went with its result to its reply_to, else " + q_.names().work + ".results" +
+                     (notice->output_omitted.empty() ? std::string()
+                                                     : " (" + table_cell(notice->output_omitted, 200) + ")");
   return o;
 }
 

@@ -139,13 +139,8 @@ Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome) {
   if (!flight.earlier) apply_state(flight.record, flight.record.state, "");  // its lock is gone now
   if (flight.earlier) ++result_.earlier_outcomes;
   if (run_.on_result) {
-    // An output larger than the worker's --results-max-output is not where results go.
-    const std::string omitted = outcome.output_omitted.empty()
-                                    ? ""
-                                    : "its output is not in " + route_.results_name() + " (" +
-                                          table_cell(outcome.output_omitted, 200) + ")";
     const nlohmann::json id = flight.record.id;
-    run_.on_result(ReplayedRecord{id, flight.record.record, o, verdict, 0, omitted, ""});
+    run_.on_result(ReplayedRecord{id, flight.record.record, o, verdict, 0, outcome.output_omitted, ""});
   }
   tally_.count(verdict, o);
   return Status::ok();

@@ -37,8 +37,9 @@ struct RedriveOutcome {
   std::string worker;         // the consumer that settled it
   std::string entry;          // the redrive (FleetAttempt::entry)
   std::string outcome_entry;  // its result, or its dead letter (FleetAttempt::outcome_entry)
-  // Its output is not where results go (over the worker's
-  // --results-max-output): why, as the worker said it; "" when it is.
+  // Why its output is not in outcome.output, for the operator (over the
+  // worker's --results-max-output; on RabbitMQ always: the result is its
+  // user's); "" when it is.
   std::string output_omitted;
 };
 

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "supervisor/broker/stream_reply.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/store/replay_store.h"
 
 namespace pillbox::broker {
@@ -72,7 +73,7 @@ Expected<std::string> last_id(RedisConnection& redis, const std::string& key) {
 // An outcome of a redrive in NAME:results or NAME:dlq, only for an `entry`
 // of `wanted` (redrive entry -> record id) whose redrive_of names that record.
 std::optional<RedriveOutcome> outcome_of(const std::string& id, const EntryFields& fields, bool is_dlq,
-                                         const std::map<std::string, std::string>& wanted) {
+                                         const std::map<std::string, std::string>& wanted, const std::string& results) {
   const std::string* entry = entry_field(fields, "entry");
   if (entry == nullptr) return std::nullopt;
   auto it = wanted.find(*entry);
@@ -89,8 +90,10 @@ std::optional<RedriveOutcome> outcome_of(const std::string& id, const EntryField
     found.verdict = store::ReplayVerdict::kFailedAgain;
   } else {
     found.outcome = result_outcome(fields);
+    // An output larger than the worker's --results-max-output is not there.
     if (const std::string* omitted = entry_field(fields, "output_omitted")) {
-      found.output_omitted = omitted->empty() ? "omitted" : *omitted;
+      found.output_omitted = "its output is not in " + results + " (" +
+                             table_cell(omitted->empty() ? "omitted" : *omitted, 200) + ")";
     }
     found.worker = field_or_empty(fields, "worker");
   }
@@ -159,7 +162,7 @@ Expected<std::map<std::string, RedriveOutcome>> RedisRedriveRoute::earlier_outco
       for (const StreamEntry& e : stream_entries(top, 2)) {
         if (!e.fields_listed) continue;
         last = e.id;
-        if (auto f = outcome_of(last, e.fields, is_dlq, wanted); f && found.count(f->entry) == 0) {
+        if (auto f = outcome_of(last, e.fields, is_dlq, wanted, keys.stream.results); f && found.count(f->entry) == 0) {
           found.emplace(f->entry, std::move(*f));
         }
       }
@@ -262,7 +265,7 @@ Expected<std::vector<RedriveOutcome>> RedisRedriveRoute::outcomes(const std::map
     for (const StreamEntry& e : stream_entries(stream->element[1], 2)) {
       (is_dlq ? dlq_from_ : results_from_) = e.id;
       if (!e.fields_listed) continue;
-      if (auto o = outcome_of(e.id, e.fields, is_dlq, waited)) found.push_back(std::move(*o));
+      if (auto o = outcome_of(e.id, e.fields, is_dlq, waited, keys.stream.results)) found.push_back(std::move(*o));
     }
   }
   return found;

@@ -524,10 +524,16 @@ void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::
 }
 
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& r, const Outcome& o,
-                         store::ReplayVerdict verdict, bool json, const std::string& file, std::int64_t revision) {
+                         store::ReplayVerdict verdict, bool json, const std::string& file, std::int64_t revision,
+                         const std::string& output_omitted) {
   Task task{r.entry.key, {}, 0};
   if (json) {
     auto j = nlohmann::json::parse(outcome_json(task, o, file.empty() ? nullptr : &file, nullptr));
+    if (!output_omitted.empty()) {
+      j.erase("output");
+      j.erase("output_b64");
+      j["output_omitted"] = output_omitted;
+    }
     j["record_id"] = id;
     j["replay"] = std::string(to_string(verdict));
     j["original_fingerprint"] = r.entry.fingerprint;

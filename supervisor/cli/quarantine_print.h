@@ -98,8 +98,10 @@ void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::
 // One replayed record's line (or JSON object with --json): its outcome and
 // verdict. `output_file`: where its output went ("" for none). `revision` >
 // 0: what ran was that revision of the record, a patch (JSON "revision": N).
+// `output_omitted`: why its output is not at hand (JSON "output_omitted"
+// instead of an "output" that would read as empty).
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& record, const Outcome& outcome,
                          store::ReplayVerdict verdict, bool json, const std::string& output_file,
-                         std::int64_t revision = 0);
+                         std::int64_t revision = 0, const std::string& output_omitted = "");
 
 }  // namespace pillbox::cli

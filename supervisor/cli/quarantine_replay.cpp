@@ -216,7 +216,8 @@ int quarantine_replay(const RecordsContext& c) {
     progress.hide();  // the result goes above the progress line
     progress.count(r.verdict == store::ReplayVerdict::kResolved ? std::string("resolved")
                                                                 : std::string(to_string(r.outcome.kind)));
-    print_replay_result(r.id, r.record, r.outcome, r.verdict, json, file, r.revision);
+    print_replay_result(r.id, r.record, r.outcome, r.verdict, json, file, r.revision,
+                        r.verdict == store::ReplayVerdict::kResolved ? r.output_omitted : "");
   };
   auto result = c.source.replay(run);
   // Why it stopped, in the last progress line too: a program that follows

@@ -172,13 +172,22 @@ void stops_then_resolves(const Fleet& fleet) {
   // The fix is deployed: every record runs ok, the failed-again one too.
   e2e::Background fixed(e2e::pillbox_binary(), fleet.worker("crashes", "fixed", true));
   const auto started = std::chrono::steady_clock::now();
-  const auto replay = fleet.quarantine("crashes", {"replay", "--all", "--batch", "3", "--batch-timeout", "60s"});
+  const auto replay =
+      fleet.quarantine("crashes", {"replay", "--all", "--batch", "3", "--batch-timeout", "60s", "--json"});
   MESSAGE("4 records replayed in 2 batches (3 + 1) in "
           << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count()
           << " ms");
   INFO(replay.describe());
   CHECK(replay.exit_code == 0);
   CHECK(replay.err.find("4 selected, 4 replayed: 4 resolved, 0 failed again") != std::string::npos);
+  // The replay takes no result (it is its user's): no "output" that would read as empty.
+  REQUIRE(replay.records.size() == 4);
+  for (const json& r : replay.records) {
+    CHECK(r["replay"] == "resolved");
+    CHECK_FALSE(r.contains("output"));
+    CHECK(r.value("output_omitted", "").find("its output went with its result to its reply_to, else crashes.results") ==
+          0);
+  }
   for (const auto& item : fleet.records("crashes")) {
     INFO(item.first);
     CHECK(item.second["status"] == "resolved");
