@@ -441,7 +441,7 @@ std::optional<AmqpPublication> replay_notice_publication(const WorkerSettings& s
   auto tag = replay_tag(e.message.headers);
   if (!tag) return std::nullopt;
   ReplayNotice notice{std::move(*tag), settings.consumer.name, e.message.message_id,
-                      output_omitted_reason(settings, outcome)};
+                      output_omitted_reason(settings, outcome), sha256_hex(e.task.payload)};
   // With no result anywhere, its output is in none: said, so that the
   // replay does not send its operator looking for one.
   if (notice.output_omitted.empty() && !settings.results && !replies(settings, e)) {

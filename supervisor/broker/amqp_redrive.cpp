@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "shared/sha256.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_stream_reader.h"
@@ -21,6 +22,9 @@ constexpr std::uint64_t kOutcomeBodyBytes = 64u << 10;
 Error setup(std::string message) { return Error{std::move(message), ErrorCode::kSetup}; }
 
 bool sendable(std::string_view s) { return !s.empty() && s.size() <= 255 && s.find('\0') == std::string_view::npos; }
+
+// The sha256 of the body that came (a body not kept was hashed as it passed).
+std::string body_sha256(const AmqpMessage& m) { return m.body_omitted ? m.omitted_body_sha256 : sha256_hex(m.body); }
 
 // The outcome a dead letter of a redrive says: failed again, as its record
 // says (a worker's), or as the broker's first death does (past
@@ -75,12 +79,22 @@ class AmqpRedriveRoute final : public RedriveRoute {
   // Takes back a claim whose message was not published (best effort: the
   // error that stops the replay is the publish's).
   void take_back(const std::string& id, const std::string& attempt, const std::string& why);
+  // Whether `sha256` is that of the payload the redrive `attempt`
+  // republished: a tag is read off NAME by whoever consumes it, and put on
+  // another payload by whoever may publish there; a worker's dead letter or
+  // notice of that one is not the redrive's outcome (found by an attack
+  // review: a good record marked failed again by another payload's crash).
+  bool of_payload(const std::string& attempt, const std::string& sha256) const {
+    const auto it = payloads_.find(attempt);
+    return it != payloads_.end() && it->second == sha256;
+  }
 
   AmqpQuarantine& q_;
   const ReplayRun& run_;
   const std::string state_log_;
   std::optional<std::int64_t> dlq_from_;    // where outcomes are read from on (mark())
   std::optional<std::int64_t> state_from_;
+  std::map<std::string, std::string> payloads_;  // redrive attempt -> sha256 of the payload it republished
 };
 
 std::optional<RedriveOutcome> AmqpRedriveRoute::from_dead_letter(const AmqpMessage& m,
@@ -89,6 +103,7 @@ std::optional<RedriveOutcome> AmqpRedriveRoute::from_dead_letter(const AmqpMessa
   if (!tag) return std::nullopt;
   const auto it = waited.find(tag->attempt);
   if (it == waited.end() || it->second != tag->record || is_canary(m, q_.names().work)) return std::nullopt;
+  if (!of_payload(tag->attempt, body_sha256(m))) return std::nullopt;
   return failed_again(q_.record_of(m), tag->attempt);
 }
 
@@ -98,6 +113,7 @@ std::optional<RedriveOutcome> AmqpRedriveRoute::from_notice(const AmqpMessage& m
   if (!notice) return std::nullopt;
   const auto it = waited.find(notice->tag.attempt);
   if (it == waited.end() || it->second != notice->tag.record) return std::nullopt;
+  if (!of_payload(notice->tag.attempt, notice->payload_sha256)) return std::nullopt;
   RedriveOutcome o;
   o.outcome.kind = Kind::kOk;
   o.verdict = store::ReplayVerdict::kResolved;
@@ -119,6 +135,14 @@ Expected<std::map<std::string, RedriveOutcome>> AmqpRedriveRoute::earlier_outcom
   for (const FleetRecord& r : plan) {
     if (r.state.waiting_entry.empty()) continue;
     wanted.emplace(r.state.waiting_entry, r.id);
+    // The earlier redrive republished the record's payload as it is in NAME.dlq.
+    if (r.payload_omitted) {
+      auto whole = q_.message_at(r.id);
+      if (!whole) return Error{whole.error(), whole.error_code()};
+      payloads_[r.state.waiting_entry] = sha256_hex(whole->body);
+    } else {
+      payloads_[r.state.waiting_entry] = sha256_hex(r.payload);
+    }
     const std::int64_t offset = std::stoll(r.id);
     if (lowest < 0 || offset < lowest) lowest = offset;
   }
@@ -223,6 +247,7 @@ Expected<std::string> AmqpRedriveRoute::start(FleetRecord& record, std::size_t b
     return Error{dead.error(), dead.error_code()};
   }
   const AmqpOutgoing m = redrive_message(*dead, ReplayTag{*attempt, id});
+  payloads_[*attempt] = sha256_hex(dead->body);
   Status sent = c().confirm_publishes();
   if (sent) sent = c().publish(q_.names().work, m);
   if (sent) sent = c().wait_confirmed();

@@ -17,7 +17,10 @@
 //   outcome  a worker's notice in NAME.dlq.state (ok), or a dead letter in
 //            NAME.dlq carrying the tag (failed again: a worker's, or the
 //            broker's past x-delivery-limit), read by offset from where
-//            they stood when the replay began.
+//            they stood when the replay began; either only of the payload
+//            the redrive republished (a notice names the sha256 of the one
+//            its worker ran): a tag read off NAME and put on another
+//            payload is no outcome of the redrive.
 //
 // A record whose earlier redrive has no outcome yet (still in NAME, held by
 // a worker, or lost: NAME purged) is not redriven again; --force

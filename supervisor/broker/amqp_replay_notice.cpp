@@ -66,7 +66,7 @@ bool is_replay_tag_header(std::string_view name) { return name == kReplayHeader 
 std::string replay_notice_json(const ReplayNotice& n) {
   const nlohmann::json j = {{"replay", n.tag.attempt},   {"record", n.tag.record},
                             {"worker", n.worker},        {"message_id", n.message_id},
-                            {"output_omitted", n.output_omitted}};
+                            {"output_omitted", n.output_omitted}, {"payload_sha256", n.payload_sha256}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -90,7 +90,8 @@ std::optional<ReplayNotice> read_replay_notice(const AmqpMessage& message) {
   ReplayNotice n;
   if (!short_text(j, "replay", n.tag.attempt) || !short_text(j, "record", n.tag.record) ||
       !is_attempt(n.tag.attempt) || !is_record(n.tag.record) || !short_text(j, "worker", n.worker) ||
-      !short_text(j, "message_id", n.message_id) || !short_text(j, "output_omitted", n.output_omitted)) {
+      !short_text(j, "message_id", n.message_id) || !short_text(j, "output_omitted", n.output_omitted) ||
+      !short_text(j, "payload_sha256", n.payload_sha256)) {
     return std::nullopt;
   }
   return n;

@@ -22,7 +22,10 @@
 //
 // What a message or a notice says is a claim: a replay takes an outcome
 // only for an attempt id it wrote itself into the record's state, which no
-// publisher that cannot read NAME learns. Pure: no connection here.
+// publisher that cannot read NAME learns, and only for the payload it
+// republished (the notice's payload_sha256, the dead letter's body): one
+// that reads NAME learns the tag, and could put it on another payload.
+// Pure: no connection here.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +63,10 @@ struct ReplayNotice {
   std::string worker;          // the consumer that ran it
   std::string message_id;      // the republished message's
   std::string output_omitted;  // why its output is not in its result ("" when it is)
+  // sha256 (hex) of the payload it ran: a replay takes the notice only for
+  // the payload it republished (a tag read off NAME and put on another
+  // payload by whoever may publish there is not that redrive's outcome).
+  std::string payload_sha256;
 };
 
 // The notice's body (JSON) and its message to NAME.dlq.state (whose body

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "shared/sha256.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
 #include "supervisor/broker/amqp_replay_notice.h"
@@ -339,6 +340,9 @@ TEST_CASE("amqp entry: a replayed message that ran ok has its notice for NAME.dl
   CHECK(read->worker == "host:1");  // as its result's `worker`
   CHECK(read->message_id == "order-17");
   CHECK(read->output_omitted.empty());
+  // The payload it ran, by its sha256: a replay takes the notice for the payload it republished only.
+  CHECK(read->payload_sha256 == pillbox::sha256_hex(e.task.payload));
+  CHECK(read->payload_sha256.size() == 64);
   // A copy of the publication (the settle's vector) holds its own body.
   const AmqpPublication copied = *p;
   CHECK(read_replay_notice(delivered(copied)).has_value());

@@ -53,7 +53,7 @@ TEST_CASE("a replayed message's tag is read only as the replay writes it") {
 }
 
 TEST_CASE("a worker's notice of a replayed message that ran ok reads back as it was written") {
-  const ReplayNotice n{{kAttempt, "7"}, "host-1:42", "order-7", ""};
+  const ReplayNotice n{{kAttempt, "7"}, "host-1:42", "order-7", "", std::string(64, 'a')};
   const std::string body = replay_notice_json(n);  // the message's body views it
   AmqpOutgoing out = replay_notice_message(body);
   AmqpMessage m;
@@ -66,6 +66,7 @@ TEST_CASE("a worker's notice of a replayed message that ran ok reads back as it 
   CHECK(back->tag.record == "7");
   CHECK(back->worker == "host-1:42");
   CHECK(back->message_id == "order-7");
+  CHECK(back->payload_sha256 == std::string(64, 'a'));
 
   SUBCASE("not what a reader takes as a notice") {
     CHECK_FALSE(read_replay_notice(notice_message("not json")));
