@@ -259,8 +259,25 @@ Expected<AmqpMessage> AmqpQuarantine::message_at(const std::string& id) {
   return std::move(*found);
 }
 
+Status AmqpQuarantine::lock(const std::string& id) {
+  auto s = c_->declare_exclusive_queue(lock_name(id));
+  if (s) own_locks_.insert(id);
+  return s;
+}
+
+Status AmqpQuarantine::unlock(const std::string& id) {
+  own_locks_.erase(id);
+  return c_->delete_queue(lock_name(id));
+}
+
 Expected<bool> AmqpQuarantine::locked(const std::string& id) {
-  if (c_->check_queue(lock_name(id))) return true;  // this connection's own
+  if (own_locks_.count(id) != 0) return true;
+  // Found by a passive declare, and not this connection's: not exclusive to
+  // any (another's exclusive queue is RESOURCE_LOCKED), so no replay's lock
+  // but a queue someone else declared by its name. Taken for one, it held
+  // the record `replaying` for ever and refused every discard (found by an
+  // attack review).
+  if (c_->check_queue(lock_name(id))) return false;
   if (c_->refusal() && c_->refusal()->code == AMQP_RESOURCE_LOCKED) return true;  // another's
   if (c_->refusal() && c_->refusal()->code == AMQP_NOT_FOUND) return false;
   return Error{"cannot tell whether record " + id + " is being replayed: " +

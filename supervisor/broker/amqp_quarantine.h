@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "shared/status.h"
@@ -92,9 +93,16 @@ class AmqpQuarantine final : public FleetDeadLetters {
   FleetRecord record_of(const AmqpMessage& message) const;
   // The dead letter at offset `id` as it is in NAME.dlq; errors as get()'s.
   Expected<AmqpMessage> message_at(const std::string& id);
-  // NAME.dlq.lock.ID, and whether any connection holds it now.
+  // NAME.dlq.lock.ID, and whether a replay holds it now: this connection,
+  // or another that has it exclusive. A queue of that name that is not
+  // exclusive (declared by someone else, durable or not) is no replay's
+  // lock: it locks nothing here, and a replay cannot take it (lock()).
   std::string lock_name(const std::string& id) const { return names_.dlq + ".lock." + id; }
   Expected<bool> locked(const std::string& id);
+  // Takes record `id`'s lock, exclusive to this connection, and lets it go
+  // (errors and refusal() as declare_exclusive_queue's and delete_queue's).
+  Status lock(const std::string& id);
+  Status unlock(const std::string& id);
 
  private:
   AmqpQuarantine(AmqpConnection connection, AmqpQueueNames names)
@@ -117,6 +125,7 @@ class AmqpQuarantine final : public FleetDeadLetters {
   std::int64_t canaries_ = 0;  // left out by the last each()
   std::int64_t known_end_ = 0;  // NAME.dlq's end as last found (it only grows)
   std::int64_t unreadable_states_ = 0;  // NAME.dlq.state's messages that are not pillbox's
+  std::set<std::string> own_locks_;  // the records whose lock this connection holds
 };
 
 }  // namespace pillbox::broker

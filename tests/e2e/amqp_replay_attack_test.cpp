@@ -341,6 +341,39 @@ void learned_tag_other_payload(e2e::RabbitServer& server) {
 
 // ---- 3. locks ------------------------------------------------------------------------
 
+// NAME.dlq.lock.1 declared durable and not exclusive by someone else (it
+// outlives its connection; RabbitMQ refuses the replay's exclusive declare
+// with RESOURCE_LOCKED, as for another replay's lock): the replay says
+// record 1 cannot be locked, not that another replay holds it, and goes on
+// with the others; the queue is not the replay's to delete; discard is not
+// refused for it, list neither wedges nor crashes.
+void squatted_lock(e2e::RabbitServer& server) {
+  auto c = topology(server, "squat", {"fine 0", "fine 1", "fine 2"});
+  REQUIRE(c.declare_queue("squat.dlq.lock.1", {}).has_value());
+  e2e::Background fixed(e2e::pillbox_binary(), {"worker", "--amqp", server.url(), "--queue", "squat", "--consumer",
+                                                "fixed", "--max-attempts", "1", "--", "/bin/cat"});
+  const auto r = run_pillbox(replay_args(server, "squat", {"--all", "--batch-timeout", "60s"}), "", {}, {}, 90);
+  INFO(r.describe());
+  MESSAGE("replay beside a squatted lock says: " << r.err);
+  CHECK(c.check_queue("squat.dlq.lock.1").has_value());  // the squatter's queue is not the replay's to delete
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("record 1 cannot be locked: squat.dlq.lock.1 exists and is not a replay's lock") !=
+        std::string::npos);
+  CHECK(r.err.find("another replay") == std::string::npos);  // RabbitMQ says RESOURCE_LOCKED all the same
+  CHECK(r.err.find("2 resolved") != std::string::npos);
+  no_terminal_controls(r.err, "replay");
+  const auto listed = quarantine(server, "squat", {"list", "--json"});
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.records.size() == 3);
+  const auto discarded = quarantine(server, "squat", {"discard", "1", "--reason", "squatted"});
+  INFO(discarded.describe());
+  CHECK(discarded.seconds < 20);
+  CHECK(discarded.exit_code == 0);  // no replay holds it: a queue of that name locks nothing
+  fixed.signal(SIGTERM);
+  CHECK(fixed.wait() == 143);
+  REQUIRE(c.delete_queue("squat.dlq.lock.1").is_ok());
+}
+
 // Two replays of the same five records started at once, no worker: every
 // record is republished once (NAME holds five messages), whichever replay
 // took it.
@@ -515,6 +548,7 @@ TEST_CASE("quarantine replay --amqp under attack: forged notices and tags, squat
   timed("learned attempt notice", [&] { learned_attempt_notice(server); });
   timed("forged tags", [&] { forged_tags(server); });
   timed("learned tag, other payload", [&] { learned_tag_other_payload(server); });
+  timed("squatted lock", [&] { squatted_lock(server); });
   timed("racing replays", [&] { racing_replays(server); });
   timed("republish edges", [&] { republish_edges(server); });
   timed("killed replays", [&] { killed_replays(server); });
