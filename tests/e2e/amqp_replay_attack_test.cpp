@@ -145,6 +145,12 @@ void no_terminal_controls(const std::string& text, const std::string& what) {
   }
 }
 
+std::size_t count_replayed(const json& audit) {
+  std::size_t n = 0;
+  for (const json& e : audit) n += e.value("action", "") == "replayed" ? 1 : 0;
+  return n;
+}
+
 json show(const e2e::RabbitServer& server, const std::string& queue, const std::string& id) {
   const auto r = quarantine(server, queue, {"show", id, "--json"});
   INFO(r.describe());
@@ -386,6 +392,14 @@ void racing_replays(e2e::RabbitServer& server) {
   INFO(a.err());
   INFO(b.err());
   CHECK(ready(c, "race") == 5);
+  std::size_t taken = 0;
+  for (const auto* r : {&a, &b}) {
+    const std::string err = r->err();
+    for (auto at = err.find("by another replay"); at != std::string::npos; at = err.find("by another replay", at + 1)) {
+      ++taken;
+    }
+  }
+  MESSAGE("two replays of 5 records: " << taken << " found taken by the other");
   for (const auto& r : {&a, &b}) no_terminal_controls(r->err(), "replay");
 }
 
@@ -457,6 +471,41 @@ void republish_edges(e2e::RabbitServer& server) {
 }
 
 // ---- 5. crash points ------------------------------------------------------------
+
+// A worker SIGKILLed while it runs a replayed message (before its notice,
+// its result or its ack): the broker gives the message back, the next
+// worker runs it (the lost delivery counts as never reported back: with
+// --max-attempts 1 it alone would dead-letter the message, supervisor-lost,
+// as for any message) and writes the notice, and the replay records one
+// outcome, that worker's.
+void worker_killed_mid_replay(e2e::RabbitServer& server) {
+  auto c = topology(server, "midkill", {"fine"});
+  e2e::Background replay(e2e::pillbox_binary(), replay_args(server, "midkill", {"0", "--batch-timeout", "60s"}));
+  REQUIRE(e2e::eventually([&] { return ready(c, "midkill") == 1; }));
+  {
+    e2e::Background slow(e2e::pillbox_binary(), {"worker", "--amqp", server.url(), "--queue", "midkill", "--consumer",
+                                                  "killed", "--max-attempts", "3", "--", "/bin/sh", "-c",
+                                                  "sleep 60; cat"});
+    // Delivered to it (no longer ready): its task runs.
+    REQUIRE(e2e::eventually([&] { return ready(c, "midkill") == 0; }));
+    slow.signal(SIGKILL);
+    slow.wait();
+  }
+  REQUIRE(e2e::eventually([&] { return ready(c, "midkill") == 1; }));  // given back by the broker
+  CHECK_FALSE(replay.ended());
+  e2e::Background fixed(e2e::pillbox_binary(), {"worker", "--amqp", server.url(), "--queue", "midkill", "--consumer",
+                                                "fixed", "--max-attempts", "3", "--", "/bin/cat"});
+  CHECK(replay.wait(std::chrono::seconds(60)) == 0);
+  INFO(replay.err());
+  CHECK(replay.err().find("1 selected, 1 replayed: 1 resolved, 0 failed again") != std::string::npos);
+  const json shown = show(server, "midkill", "0");
+  CHECK(shown["status"] == "resolved");
+  REQUIRE(!shown["attempt_history"].empty());
+  CHECK(shown["attempt_history"].back()["run"] == "fixed");
+  CHECK(count_replayed(shown["audit"]) == 1);
+  fixed.signal(SIGTERM);
+  CHECK(fixed.wait() == 143);
+}
 
 // The broker restarts while a replay waits: the replay ends with one clear
 // line (exit 3); the record is not lost, its lock is gone, and a later
@@ -552,5 +601,6 @@ TEST_CASE("quarantine replay --amqp under attack: forged notices and tags, squat
   timed("racing replays", [&] { racing_replays(server); });
   timed("republish edges", [&] { republish_edges(server); });
   timed("killed replays", [&] { killed_replays(server); });
+  timed("worker killed mid-replay", [&] { worker_killed_mid_replay(server); });
   timed("broker restart", [&] { broker_restart(server); });
 }
