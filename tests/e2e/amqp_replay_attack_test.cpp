@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <cstdlib>
 #include <string>
@@ -472,6 +473,74 @@ void republish_edges(e2e::RabbitServer& server) {
 
 // ---- 5. crash points ------------------------------------------------------------
 
+// Rejected with requeue until the broker dead-letters it itself past
+// x-delivery-limit (10: 11 deliveries), as it does a payload that kills
+// every worker's supervisor.
+void past_delivery_limit(AmqpConnection& c, const std::string& queue) {
+  for (int delivery = 0; delivery < 11; ++delivery) {
+    std::optional<AmqpMessage> m;
+    REQUIRE(e2e::eventually([&] {
+      auto got = c.get(queue);
+      REQUIRE_MESSAGE(got.has_value(), got.error());
+      m = std::move(*got);
+      return m.has_value();
+    }));
+    REQUIRE(c.reject(m->delivery_tag, true).is_ok());
+  }
+}
+
+// A dead letter the broker wrote (delivery_limit: no record) replayed:
+// republished without its x-* headers; dead-lettered by the broker again,
+// its outcome is taken (the same payload, the tag carried on) and said to
+// be the broker's.
+void broker_dead_letter_replayed(e2e::RabbitServer& server) {
+  auto c = topology(server, "limit", {});
+  AmqpOutgoing m;
+  m.body = "kills every supervisor";
+  m.message_id = "lim-1";
+  m.headers = {{"key", "lim"}};
+  REQUIRE(c.publish("limit", m).is_ok());
+  REQUIRE(c.wait_confirmed().is_ok());
+  past_delivery_limit(c, "limit");
+  REQUIRE(e2e::eventually([&] { return quarantine(server, "limit", {"list", "--json"}).records.size() == 1; }));
+  CHECK(show(server, "limit", "0")["kind"] == "supervisor-lost");
+
+  e2e::Background replay(e2e::pillbox_binary(), replay_args(server, "limit", {"0", "--batch-timeout", "60s"}));
+  REQUIRE(e2e::eventually([&] { return ready(c, "limit") == 1; }));
+  {
+    auto peek = c.get("limit");
+    REQUIRE(peek.has_value());
+    REQUIRE(peek->has_value());
+    // x-delivery-count is the quorum queue's own, added as it delivers.
+    for (const auto& f : (**peek).headers) {
+      CHECK_MESSAGE((f.name.rfind("x-", 0) != 0 || f.name == "x-delivery-count"), "republished with " << f.name);
+    }
+    CHECK(pillbox::broker::find_field((**peek).headers, "x-first-death-reason") == nullptr);
+    CHECK(header_text(**peek, "key") == "lim");
+    CHECK((**peek).message_id == "lim-1");
+    REQUIRE(c.reject((**peek).delivery_tag, true).is_ok());  // one delivery of the 11
+  }
+  for (int delivery = 1; delivery < 11; ++delivery) {
+    std::optional<AmqpMessage> got;
+    REQUIRE(e2e::eventually([&] {
+      auto g = c.get("limit");
+      REQUIRE(g.has_value());
+      got = std::move(*g);
+      return got.has_value();
+    }));
+    REQUIRE(c.reject(got->delivery_tag, true).is_ok());
+  }
+  CHECK(replay.wait(std::chrono::seconds(60)) == 1);
+  INFO(replay.err());
+  CHECK(replay.err().find("0 resolved, 1 failed again") != std::string::npos);
+  const json shown = show(server, "limit", "0");
+  CHECK(shown["status"] == "failed-again");
+  REQUIRE(!shown["attempt_history"].empty());
+  CHECK(shown["attempt_history"].back()["run"].get<std::string>().find("dead-lettered by RabbitMQ itself") !=
+        std::string::npos);
+  CHECK(quarantine(server, "limit", {"list", "--json"}).records.size() == 1);  // its dead letter an attempt of 0
+}
+
 // A worker SIGKILLed while it runs a replayed message (before its notice,
 // its result or its ack): the broker gives the message back, the next
 // worker runs it (the lost delivery counts as never reported back: with
@@ -602,5 +671,6 @@ TEST_CASE("quarantine replay --amqp under attack: forged notices and tags, squat
   timed("republish edges", [&] { republish_edges(server); });
   timed("killed replays", [&] { killed_replays(server); });
   timed("worker killed mid-replay", [&] { worker_killed_mid_replay(server); });
+  timed("broker's dead letter replayed", [&] { broker_dead_letter_replayed(server); });
   timed("broker restart", [&] { broker_restart(server); });
 }
