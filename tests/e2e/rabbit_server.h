@@ -57,6 +57,9 @@ class RabbitServer {
   // rabbitmqctl -n NODE ARGS..., in the broker's environment (its Erlang
   // cookie and epmd), waited for.
   CtlResult ctl(const std::vector<std::string>& args) const;
+  // The broker's log file (every start's, appended), for a failure's
+  // message: what RabbitMQ said of its queues says what no client is told.
+  std::string log_file() const { return dir_.file("log/rabbit.log"); }
 
  private:
   std::vector<std::string> environment() const;
