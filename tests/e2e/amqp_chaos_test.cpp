@@ -59,6 +59,7 @@ using pillbox::broker::AmqpMessage;
 using pillbox::broker::AmqpValue;
 using pillbox::broker::find_field;
 
+using e2e::header_text;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -73,11 +74,6 @@ constexpr int kPoison = 25;
 constexpr std::uint32_t kMaxAttempts = 3;  // the worker's default --max-attempts
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string header_text(const AmqpMessage& m, const std::string& name) {
-  const AmqpValue* v = find_field(m.headers, name);
-  return v != nullptr && v->text() != nullptr ? *v->text() : std::string();
-}
 
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;

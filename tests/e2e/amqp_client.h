@@ -1,10 +1,12 @@
 #pragma once
 // What the RabbitMQ end-to-end tests do as a client of the broker they
-// started (rabbit_server.h), written once: a connection to it, and the
-// arguments of a quarantine verb on its queue NAME.
+// started (rabbit_server.h), written once: a connection to it, the
+// arguments of a quarantine verb on its queue NAME, and reading queues.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "supervisor/broker/amqp_connection.h"
@@ -28,6 +30,32 @@ inline std::vector<std::string> quarantine_args(const RabbitServer& server, cons
   args.insert(args.end(), verb.begin(), verb.end());
   args.insert(args.end(), {"--amqp", server.url(), "--queue", queue});
   return args;
+}
+
+// Every message ready in `queue`, taken (acknowledged) in order.
+inline std::vector<pillbox::broker::AmqpMessage> drain(pillbox::broker::AmqpConnection& c, const std::string& queue) {
+  std::vector<pillbox::broker::AmqpMessage> out;
+  for (;;) {
+    auto m = c.get(queue);
+    REQUIRE_MESSAGE(m.has_value(), m.error());
+    if (!*m) return out;
+    REQUIRE(c.ack((*m)->delivery_tag).is_ok());
+    out.push_back(std::move(**m));
+  }
+}
+
+// The messages ready in `queue`, as queue.declare says (a quorum queue
+// counts a peek as a delivery: this never takes one).
+inline std::uint32_t ready(pillbox::broker::AmqpConnection& c, const std::string& queue) {
+  auto s = c.check_queue(queue);
+  REQUIRE_MESSAGE(s.has_value(), s.error());
+  return s->messages;
+}
+
+// The header `name` of `m` when it is text, else "".
+inline std::string header_text(const pillbox::broker::AmqpMessage& m, std::string_view name) {
+  const pillbox::broker::AmqpValue* v = pillbox::broker::find_field(m.headers, name);
+  return v != nullptr && v->text() != nullptr ? *v->text() : std::string();
 }
 
 }  // namespace e2e

@@ -42,6 +42,8 @@ using pillbox::broker::AmqpTable;
 using pillbox::broker::AmqpValue;
 using e2e::run_pillbox;
 
+using e2e::header_text;
+using e2e::ready;
 namespace {
 
 const std::string kForgedAttempt = "0123456789abcdef0123456789abcdef";
@@ -89,17 +91,6 @@ e2e::RunResult work(const e2e::RabbitServer& server, const std::string& queue, c
   INFO(w.describe());
   CHECK(w.exit_code == 0);
   return w;
-}
-
-std::string header_text(const AmqpMessage& m, std::string_view name) {
-  const AmqpValue* v = pillbox::broker::find_field(m.headers, name);
-  return v != nullptr && v->text() != nullptr ? *v->text() : std::string();
-}
-
-std::uint32_t ready(AmqpConnection& c, const std::string& queue) {
-  auto s = c.check_queue(queue);
-  REQUIRE_MESSAGE(s.has_value(), s.error());
-  return s->messages;
 }
 
 // A rogue consumer of NAME: takes the next message a replay republished.

@@ -32,6 +32,9 @@ using pillbox::broker::AmqpOutgoing;
 using pillbox::broker::AmqpValue;
 using e2e::run_pillbox;
 
+using e2e::drain;
+using e2e::header_text;
+using e2e::ready;
 namespace {
 
 struct Fleet {
@@ -70,34 +73,11 @@ AmqpOutgoing task(const std::string& key, std::string_view payload) {
   return m;
 }
 
-std::string header_text(const AmqpMessage& m, std::string_view name) {
-  const AmqpValue* v = pillbox::broker::find_field(m.headers, name);
-  return v != nullptr && v->text() != nullptr ? *v->text() : std::string();
-}
-
-// Every message ready in `queue`, taken (acknowledged) in order.
-std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
-  std::vector<AmqpMessage> out;
-  for (;;) {
-    auto m = c.get(queue);
-    REQUIRE_MESSAGE(m.has_value(), m.error());
-    if (!*m) return out;
-    REQUIRE(c.ack((*m)->delivery_tag).is_ok());
-    out.push_back(std::move(**m));
-  }
-}
-
 // Whether the queue exists (its lock, for a replay's lock).
 bool exists(AmqpConnection& c, const std::string& queue) {
   if (c.check_queue(queue)) return true;
   REQUIRE(c.refusal().has_value());
   return c.refusal()->code != 404;  // 405: another connection's, exclusive
-}
-
-std::uint32_t ready(AmqpConnection& c, const std::string& queue) {
-  auto s = c.check_queue(queue);
-  REQUIRE_MESSAGE(s.has_value(), s.error());
-  return s->messages;
 }
 
 // Publishes `tasks` to `queue` and has a broken worker dead-letter each.

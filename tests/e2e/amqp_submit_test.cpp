@@ -25,19 +25,8 @@ using pillbox::broker::AmqpConnection;
 using pillbox::broker::AmqpMessage;
 using e2e::run_pillbox;
 
+using e2e::drain;
 namespace {
-
-// Every message ready in `queue`, taken (acknowledged) in order.
-std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
-  std::vector<AmqpMessage> out;
-  for (;;) {
-    auto m = c.get(queue);
-    REQUIRE_MESSAGE(m.has_value(), m.error());
-    if (!*m) return out;
-    REQUIRE(c.ack((*m)->delivery_tag).is_ok());
-    out.push_back(std::move(**m));
-  }
-}
 
 // The broker's word on a queue: type and arguments, from rabbitmqctl.
 json queue_info(const e2e::RabbitServer& server, const std::string& name) {

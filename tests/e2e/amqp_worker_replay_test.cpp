@@ -34,6 +34,7 @@ using pillbox::broker::ReplayNotice;
 using pillbox::broker::ReplayTag;
 using e2e::run_pillbox;
 
+using e2e::drain;
 namespace {
 
 const std::string kAttemptOk = "00112233445566778899aabbccddeeff";
@@ -71,18 +72,6 @@ void publish(AmqpConnection& c, const std::string& queue, const std::string& bod
   if (!attempt.empty()) pillbox::broker::add_replay_tag(m.headers, ReplayTag{attempt, record});
   REQUIRE(c.publish(queue, m).is_ok());
   REQUIRE(c.wait_confirmed().is_ok());
-}
-
-// Every message ready in `queue`, taken (acknowledged) in order.
-std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
-  std::vector<AmqpMessage> out;
-  for (;;) {
-    auto m = c.get(queue);
-    REQUIRE_MESSAGE(m.has_value(), m.error());
-    if (!*m) return out;
-    REQUIRE(c.ack((*m)->delivery_tag).is_ok());
-    out.push_back(std::move(**m));
-  }
 }
 
 // Every message of the stream NAME.dlq.state, read by offset as the

@@ -42,19 +42,9 @@ using pillbox::broker::AmqpValue;
 using pillbox::broker::find_field;
 using e2e::run_pillbox;
 
+using e2e::drain;
+using e2e::header_text;
 namespace {
-
-// Every message ready in `queue`, taken (acknowledged) in order.
-std::vector<AmqpMessage> drain(AmqpConnection& c, const std::string& queue) {
-  std::vector<AmqpMessage> out;
-  for (;;) {
-    auto m = c.get(queue);
-    REQUIRE_MESSAGE(m.has_value(), m.error());
-    if (!*m) return out;
-    REQUIRE(c.ack((*m)->delivery_tag).is_ok());
-    out.push_back(std::move(**m));
-  }
-}
 
 // Every dead letter in the stream NAME.dlq, read by offset from the first
 // (a stream is read by a consume; `expected` says when all are in).
@@ -80,11 +70,6 @@ json queues(const e2e::RabbitServer& server) {
   json by_name = json::object();
   for (const json& q : json::parse(r.out)) by_name[q.at("name").get<std::string>()] = q;
   return by_name;
-}
-
-std::string header_text(const AmqpMessage& m, const std::string& name) {
-  const AmqpValue* v = find_field(m.headers, name);
-  return v != nullptr && v->text() != nullptr ? *v->text() : std::string();
 }
 
 std::vector<std::string> worker_args(const e2e::RabbitServer& server, const std::string& queue,
