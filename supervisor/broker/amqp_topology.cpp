@@ -106,6 +106,13 @@ std::chrono::milliseconds delay_bucket(std::chrono::milliseconds wanted) {
   return std::chrono::milliseconds(ms);
 }
 
+std::vector<std::chrono::milliseconds> delay_buckets(std::chrono::milliseconds longest) {
+  std::vector<std::chrono::milliseconds> buckets;
+  const std::chrono::milliseconds last = delay_bucket(longest);
+  for (std::chrono::milliseconds b{1}; b <= last; b *= 2) buckets.push_back(b);
+  return buckets;
+}
+
 std::string delay_queue_name(const std::string& queue, std::chrono::milliseconds bucket) {
   return queue + ".delay." + std::to_string(bucket.count());
 }

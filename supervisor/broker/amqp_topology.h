@@ -91,6 +91,10 @@ std::vector<AmqpField> delay_queue_arguments(const std::string& queue, std::chro
 // Declares it (idempotent); its name, or the mismatch explained.
 Expected<std::string> declare_delay_queue(AmqpConnection& connection, const std::string& queue,
                                           std::chrono::milliseconds bucket);
+// Every bucket a retry of at most `longest` can wait in, shortest first:
+// 1 ms to delay_bucket(longest) (a full-jitter backoff can draw any wait
+// from 0 up; 17 for the default 60 s).
+std::vector<std::chrono::milliseconds> delay_buckets(std::chrono::milliseconds longest);
 
 // Declares the three (idempotent: declared again with the same arguments,
 // nothing changes). A mismatch is a setup error worded by explain_mismatch.

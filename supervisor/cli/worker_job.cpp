@@ -113,6 +113,18 @@ Status declare_worker_queues(AmqpConnection& c, const WorkerSettings& worker) {
   // A replayed message's notice goes there (amqp_replay_notice.h): a
   // publish to no queue is returned, and the worker would stop.
   if (auto s = declare_state_log(c, worker.keys.stream); !s) return s;
+  // Every delay queue a retry can need, now rather than when a retry first
+  // needs it: RabbitMQ 3.10.8 never gives a leader back to a quorum queue
+  // made less than a second before it was killed, and a worker retrying
+  // into such a queue waits for its confirm for ever, the settles behind
+  // it too (docs/distributed.md, the crash table). Made at the start, the
+  // queues share that second with NAME's own; declared again, they cost a
+  // round trip each.
+  for (const auto bucket : delay_buckets(worker.retry.backoff_max)) {
+    if (auto made = declare_delay_queue(c, worker.keys.stream, bucket); !made) {
+      return Status::error(made.error(), ErrorCode::kSetup);
+    }
+  }
   if (worker.results) return declare_results_queue(c, worker);
   return Status::ok();
 }
