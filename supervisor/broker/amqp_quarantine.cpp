@@ -48,6 +48,19 @@ void broker_claims(const AmqpDeadLetter& d, DeadLetterClaims& own, std::string& 
   }
 }
 
+// A dead letter's identity among copies (amqp_quarantine.h): "" for one
+// without a message id, which nothing can tell apart from another. Its
+// signature's verdict where the reader has the fleet key; without it,
+// whether it is signed at all: the same letters are copies whichever way
+// they are read, and an unsigned one never hides a signed one.
+std::string copy_key(const AmqpMessage& m, const FleetRecord& r) {
+  if (r.source_entry.empty()) return "";
+  const std::string signature = r.signature != Signature::kUnchecked ? std::string(to_string(r.signature))
+                                : find_field(m.headers, kSignatureHeader) != nullptr ? "signed"
+                                                                                      : "unsigned";
+  return r.source_entry + '\n' + r.record.entry.payload_sha256 + '\n' + signature;
+}
+
 }  // namespace
 
 Expected<std::string> parse_amqp_record_id(const std::string& text) {
@@ -149,14 +162,44 @@ Expected<std::map<std::string, AmqpRecordState>> AmqpQuarantine::states() {
   return loaded;
 }
 
+Status AmqpQuarantine::find_copies(std::int64_t end, const std::map<std::string, AmqpRecordState>& states) {
+  if (end <= scanned_to_) return Status::ok();
+  // Oldest first, payloads not kept (their sha256 is): whether a letter is
+  // a copy depends on every one before it.
+  AmqpStreamReader reader(*c_, names_.dlq, 0);
+  std::int64_t read_to = scanned_to_;
+  auto s = reader.read(scanned_to_, end, [&](AmqpMessage&& m) {
+    read_to = stream_offset(m) + 1;
+    if (is_canary(m, names_.work)) return true;
+    FleetRecord r = record_of(m);
+    if (is_attempt(m, r, states)) return true;  // its record's already
+    const std::string key = copy_key(m, r);
+    if (key.empty()) return true;
+    const std::int64_t offset = stream_offset(m);
+    auto [first, inserted] = first_of_.emplace(key, offset);
+    if (!inserted) copy_of_[offset] = first->second;
+    return true;
+  });
+  if (!s) return s;
+  scanned_to_ = std::max(read_to, end);
+  return Status::ok();
+}
+
+std::string AmqpQuarantine::copy_of(const std::string& id) const {
+  auto it = copy_of_.find(std::stoll(id));
+  return it == copy_of_.end() ? "" : std::to_string(it->second);
+}
+
 Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
   canaries_ = 0;
+  copies_ = 0;
   auto states = this->states();
   if (!states) return Status::error(states.error());
   AmqpStreamReader reader(*c_, names_.dlq, kListedPayloadBytes);
   auto end = reader.end();
   if (!end) return Status::error(end.error());
   known_end_ = std::max(known_end_, *end);
+  if (auto s = find_copies(*end, *states); !s) return s;
   for (std::int64_t hi = *end; hi > 0;) {
     const std::int64_t lo = std::max<std::int64_t>(0, hi - kWindow);
     std::vector<FleetRecord> window;
@@ -168,7 +211,12 @@ Status AmqpQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
         return true;
       }
       FleetRecord r = record_of(m);
-      if (!is_attempt(m, r, *states)) window.push_back(std::move(r));  // an attempt is its record's
+      if (is_attempt(m, r, *states)) return true;  // an attempt is its record's
+      if (!copy_of(r.id).empty()) {
+        ++copies_;
+        return true;
+      }
+      window.push_back(std::move(r));
       return true;
     });
     if (!s) return s;
@@ -195,6 +243,11 @@ std::string AmqpQuarantine::left_out() const {
            " of `pillbox doctor` (header pillbox-canary, expired out of " + names_.work +
            ".doctor.ID); a publisher to " + names_.work + " can make a message look like one";
   }
+  if (copies_ > 0) {
+    said += (said.empty() ? "" : "\n") + std::to_string(copies_) + " message" + (copies_ == 1 ? "" : "s") + " of " +
+            names_.dlq + " left out: dead-lettered again, each a copy of an earlier record (the same message id, "
+            "payload and signature; RabbitMQ lost the acknowledgement of the first, as a broker killed can)";
+  }
   if (unreadable_states_ > 0) {
     said += (said.empty() ? "" : "\n") + std::to_string(unreadable_states_) + " message" +
             (unreadable_states_ == 1 ? "" : "s") + " of " + amqp_state_log_name(names_.work) +
@@ -213,6 +266,13 @@ Expected<FleetRecord> AmqpQuarantine::get(const std::string& id) {
     return Error::usage(r.id + " is the dead letter of a replay of record " + r.redrive_of +
                         ", not a record of its own: it is an attempt of " + r.redrive_of + " (quarantine show " +
                         r.redrive_of + hint_options() + ")");
+  }
+  if (auto s = find_copies(std::stoll(r.id) + 1, *states); !s) return Error{s.message(), s.code()};
+  if (const std::string first = copy_of(r.id); !first.empty()) {
+    return Error::usage(r.id + " is a copy of record " + first + ", not a record of its own: its message was "
+                        "dead-lettered again with the same payload (RabbitMQ lost the acknowledgement of the "
+                        "first, as a broker killed can); act on record " + first + " (quarantine show " + first +
+                        hint_options() + ")");
   }
   const auto found = states->find(r.id);
   if (auto s = apply_record_state(r, found == states->end() ? nullptr : &found->second); !s) {
@@ -346,6 +406,10 @@ Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool r
   // Its state comes from the log's compare and set, read once there.
   auto record = dead_letter_at(id);
   if (!record) return record;
+  // A copy found by the get() before it (the verbs read the record first).
+  if (const std::string first = copy_of(record->id); !first.empty()) {
+    return Error::usage(record->id + " is a copy of record " + first + ": act on record " + first);
+  }
   AmqpStateLog log(*c_, names_.work);
   auto written = log.change(record->id, [&](FleetState& state) {
     apply_state(*record, state, "");

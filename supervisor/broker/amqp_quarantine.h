@@ -17,6 +17,17 @@
 // Minimize is not built yet on RabbitMQ: refused before anything is read
 // (QuarantineCapabilities::minimizes).
 //
+// A message can be dead-lettered twice: a settle is publish, confirm, then
+// ack, and RabbitMQ can lose the ack (a broker killed before the ack
+// reached its disk), so the message comes back and is dead-lettered again,
+// or its retry copy and the message itself both run on and both fail. A
+// dead letter with the message id, payload and signature verdict of an
+// earlier one is a copy of that record, not a record: listings leave it out
+// and say how many (left_out()), `show` of its offset names the record. The
+// signature is part of it (its verdict, or without the fleet key whether
+// there is one) so that a forged letter that came first never hides a
+// signed one behind it.
+//
 // What a dead letter says is a claim (anyone who may publish to NAME.dlx
 // can write one): a dead letter pillbox wrote has a record (signed, with
 // --fleet-key); one RabbitMQ wrote itself (past x-delivery-limit: the
@@ -118,11 +129,24 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // Whether `m` (read as `r`) is the dead letter of a replay of another
   // record whose state names that attempt: then r.redrive_of names it.
   bool is_attempt(const AmqpMessage& m, FleetRecord& r, const std::map<std::string, AmqpRecordState>& states) const;
+  // Reads NAME.dlq from where the last call stopped up to `end`, oldest
+  // first, and notes each copy (above) with its record's offset.
+  Status find_copies(std::int64_t end, const std::map<std::string, AmqpRecordState>& states);
+  // The record `id` is a copy of, or "" (find_copies read it already).
+  std::string copy_of(const std::string& id) const;
 
   std::unique_ptr<AmqpConnection> c_;
   AmqpQueueNames names_;
   std::optional<FleetKey> key_;
   std::int64_t canaries_ = 0;  // left out by the last each()
+  std::int64_t copies_ = 0;    // left out by the last each()
+  // find_copies's: where it stopped, the first offset of each message id,
+  // payload and signature verdict, and each copy's record. A stream only
+  // grows at its end, so what was read stays true (until retention removes
+  // a record: its copies stay copies for this connection's life).
+  std::int64_t scanned_to_ = 0;
+  std::map<std::string, std::int64_t> first_of_;
+  std::map<std::int64_t, std::int64_t> copy_of_;
   std::int64_t known_end_ = 0;  // NAME.dlq's end as last found (it only grows)
   std::int64_t unreadable_states_ = 0;  // NAME.dlq.state's messages that are not pillbox's
   std::set<std::string> own_locks_;  // the records whose lock this connection holds

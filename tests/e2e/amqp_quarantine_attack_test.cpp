@@ -228,6 +228,66 @@ void swapped_large_payload_is_not_valid(e2e::RabbitServer& server, const std::st
   CHECK(valid == 2);
 }
 
+// A message dead-lettered twice (RabbitMQ lost the ack of the first): the
+// second is a copy of the first record, left out of listings and counted;
+// `show` and `discard` of it name the record. A letter with another
+// payload, or another signature (an unsigned one before a signed one: a
+// forgery must not hide the real letter), is a record of its own, with the
+// fleet key and without it.
+void copies_of_one_message(e2e::RabbitServer& server, const std::string& key_file) {
+  auto c = topology(server, "twice");
+  auto key = pillbox::broker::FleetKey::load(key_file);
+  REQUIRE_MESSAGE(key.has_value(), key.error());
+  auto dead = [&](const std::string& id, const std::string& body, bool sign, int delivery) {
+    AmqpOutgoing m;
+    m.message_id = id;
+    m.body = body;
+    m.headers = {{"key", "k-" + id},
+                 {"pillbox-queue", std::string("twice")},
+                 {"pillbox-record", json{{"kind", "crash"},
+                                         {"fingerprint", "twicefp"},
+                                         {"deliveries", delivery},
+                                         {"payload_sha256", pillbox::sha256_hex(body)},
+                                         {"payload_size", body.size()}}
+                                        .dump()}};
+    if (sign) m.headers.push_back({"pillbox-sig", key->sign("twice.dlq", pillbox::broker::dead_letter_signed_fields(m, body))});
+    letter(c, "twice", m);
+  };
+  dead("m-1", "P", true, 1);    // 0: the record
+  dead("m-1", "P", false, 1);   // 1: unsigned: its own record
+  dead("m-1", "P", true, 2);    // 2: dead-lettered again (another history): a copy of 0
+  dead("m-1", "Q", true, 1);    // 3: another payload: its own record
+  dead("m-2", "R", false, 1);   // 4: a forgery first...
+  dead("m-2", "R", true, 1);    // 5: ...does not hide the signed letter
+  dead("m-1", "P", false, 3);   // 6: a copy of 1
+  for (const bool with_key : {true, false}) {
+    INFO("with the fleet key: " << with_key);
+    std::vector<std::string> key_args;
+    if (with_key) key_args = {"--fleet-key", key_file};
+    auto args = [&](std::vector<std::string> a) {
+      a.insert(a.end(), key_args.begin(), key_args.end());
+      return e2e::quarantine_args(server, "twice", a);
+    };
+    const auto list = run_pillbox(args({"list", "--json"}), "", {}, {}, 60);
+    INFO(list.describe());
+    REQUIRE(list.exit_code == 0);
+    CHECK(ids_of(list) == std::vector<std::int64_t>{5, 4, 3, 1, 0});
+    CHECK(list.err.find("2 messages of twice.dlq left out: dead-lettered again, each a copy of an earlier record") !=
+          std::string::npos);
+    const auto stats = run_pillbox(args({"stats", "--json"}), "", {}, {}, 60);
+    REQUIRE(stats.records.size() == 1);  // one fingerprint
+    CHECK(stats.records[0].value("records", -1) == 5);
+    const auto copy = run_pillbox(args({"show", "2"}), "", {}, {}, 60);
+    CHECK(copy.exit_code == 2);
+    CHECK(copy.err.find("2 is a copy of record 0") != std::string::npos);
+    const auto other = run_pillbox(args({"show", "6"}), "", {}, {}, 60);
+    CHECK(other.err.find("6 is a copy of record 1") != std::string::npos);
+    const auto discard = run_pillbox(args({"discard", "2", "--reason", "dup"}), "", {}, {}, 60);
+    CHECK(discard.exit_code == 2);
+    CHECK(discard.err.find("copy of record 0") != std::string::npos);
+  }
+}
+
 // ---- 4. escape sequences and JSON lines ----------------------------------------------
 
 void hostile_text_stays_text(e2e::RabbitServer& server) {
@@ -275,13 +335,15 @@ void hostile_text_stays_text(e2e::RabbitServer& server) {
                            {"pillbox-record", std::string("{\"kind\":\"unterminated \x1b")}};
   letter(c, "esc", broker_letter);  // 1
   AmqpOutgoing limit_letter = broker_letter;
+  limit_letter.message_id = "lm" + esc;  // its own message: not a copy of 1
   limit_letter.headers = {{"key", "lk" + esc},
                           {"x-first-death-reason", std::string("delivery_limit")},
                           {"x-first-death-queue", "esc" + esc}};
   letter(c, "esc", limit_letter);  // 2
+  letter(c, "esc", pillbox_letter);  // 3: a copy of 0, whose error must not echo its message id
 
   for (const auto& verb : std::vector<std::vector<std::string>>{
-           {"list"}, {"stats"}, {"show", "0"}, {"show", "1"}, {"show", "2"}, {"show", "9"}}) {
+           {"list"}, {"stats"}, {"show", "0"}, {"show", "1"}, {"show", "2"}, {"show", "3"}, {"show", "9"}}) {
     const auto r = run_pillbox(e2e::quarantine_args(server, "esc", verb), "", {}, {}, 60);
     const std::string what = verb[0] + (verb.size() > 1 ? " " + verb[1] : "");
     INFO(what << ": " << r.describe());
@@ -561,6 +623,11 @@ TEST_CASE("rabbitmq quarantine under attack: what a publisher to NAME.dlx can pu
     INFO("a signed letter's copy with another payload over 64 KiB");
     swapped_large_payload_is_not_valid(server, key);
     lap("swapped payload");
+  }
+  {
+    INFO("one message dead-lettered twice: a copy, not a second record");
+    copies_of_one_message(server, key);
+    lap("copies");
   }
   {
     INFO("escape sequences in every field; JSON lines");
