@@ -267,7 +267,7 @@ class ResultsReader {
       connection_.emplace(std::move(*c));
       return true;
     }, 30s, 100ms);
-    REQUIRE_MESSAGE(consuming, "cannot consume " << queue() << ": " << why);
+    REQUIRE_MESSAGE(consuming, "cannot consume " << queue() << ": " << why << "\n" << diagnosis(server_));
   }
   void disconnect() { connection_.reset(); }
   static std::string queue() { return std::string(kQueue) + ".results"; }
@@ -439,22 +439,24 @@ Ledger check_ledger(const e2e::RabbitServer& server, const std::vector<Task>& ta
   // NAME.dlq: each poison key, with the record the worker wrote; no good
   // key there. Read whole, by offset.
   //
-  // Issue 28 asks for each poison key exactly once. That does not hold on
-  // RabbitMQ, by the protocol docs/distributed.md states: a settle is
-  // publish, confirm, then ack, and the ack can be lost (a worker killed
-  // after the confirm; the broker killed before the ack reached its disk).
-  // The message then comes back. For a dead letter, its letter is in twice,
-  // alike. For a first crash, the retry's copy is in NAME.delay.MS and the
-  // original is run again beside it: the task forks, and each branch is
-  // dead-lettered on its own history. Seen here (5 runs in 23): a poison's
-  // letter after deliveries 1 (crash, chaos-0) and 2 (crash, chaos-4), and
-  // another of its message id after 1 (never reported back), 2 (crash,
-  // chaos-1) and 3 (crash, chaos-4): chaos-0's ack of the original died
-  // with the broker. Both carry the record; `quarantine list` shows both,
-  // as two records. So this checks what holds: every poison key at least
-  // once, all its letters of its one message id, and the letters beyond
-  // one a key no more than the settles the kills can cut (the bound of the
-  // duplicates, below), said with the figures.
+  // Issue 28 asks for each poison key exactly once. In the stream that
+  // does not hold on RabbitMQ, by the protocol docs/distributed.md states:
+  // a settle is publish, confirm, then ack, and the ack can be lost (a
+  // worker killed after the confirm; the broker killed before the ack
+  // reached its disk). The message then comes back. For a dead letter, its
+  // letter is in twice, alike. For a first crash, the retry's copy is in
+  // NAME.delay.MS and the original is run again beside it: the task forks,
+  // and each branch is dead-lettered on its own history. Seen here (5 runs
+  // in 23): a poison's letter after deliveries 1 (crash, chaos-0) and 2
+  // (crash, chaos-4), and another of its message id after 1 (never
+  // reported back), 2 (crash, chaos-1) and 3 (crash, chaos-4): chaos-0's
+  // ack of the original died with the broker. So the stream is checked for
+  // what holds there (every poison key at least once, all its letters of
+  // its one message id, the letters beyond one a key no more than the
+  // settles the kills can cut: the duplicates' bound, below), and the
+  // operator's view for exactly once: `quarantine list` takes a letter of
+  // an earlier one's message id, payload and signature for a copy of that
+  // record (amqp_quarantine.h), leaves it out and says how many.
   std::map<std::string, std::vector<const pillbox::broker::AmqpDeadLetter*>> letters_of;
   const auto letters = all_dead_letters(server, std::string(kQueue) + ".dlq");
   for (const auto& d : letters) {
@@ -495,13 +497,21 @@ Ledger check_ledger(const e2e::RabbitServer& server, const std::vector<Task>& ta
     }
     MESSAGE("poison " << t.key << " dead-lettered " << mine.size() << " times:" << all);
   }
-  // The operator's view is the stream's: every letter, listed.
+  // The operator's view: each poison key once, its copies left out and
+  // counted.
   const auto listed = e2e::run_pillbox(e2e::quarantine_args(server, kQueue, {"list", "--json", "--limit", "1000"}));
   REQUIRE_MESSAGE(listed.exit_code == 0, listed.describe());
-  std::multiset<std::string> listed_keys, letter_keys;
+  std::multiset<std::string> listed_keys, poison_keys;
   for (const json& r : listed.records) listed_keys.insert(r.value("key", ""));
-  for (const auto& d : letters) letter_keys.insert(d.key);
-  CHECK(listed_keys == letter_keys);
+  for (const Task& t : tasks) {
+    if (t.kind != 'g') poison_keys.insert(t.key);
+  }
+  CHECK(listed_keys == poison_keys);
+  if (l.extra_letters > 0) {
+    const std::string said = std::to_string(l.extra_letters) + " message" + (l.extra_letters == 1 ? "" : "s") +
+                             " of " + kQueue + ".dlq left out: dead-lettered again";
+    CHECK_MESSAGE(listed.err.find(said) != std::string::npos, listed.err);
+  }
   return l;
 }
 
@@ -538,7 +548,13 @@ TEST_CASE("chaos on RabbitMQ: 5 workers SIGKILLed and the broker restarted mid-r
 
   const auto t0 = Clock::now();
   // NAME is made first, with the delivery limit the workers declare
-  // (submit would make it with the default). The delay queues are the
+  // (submit would make it with the default), and NAME.results as the
+  // workers declare it: this test consumes it from the moment the workers
+  // start, and a consume that raced the first worker's creation of it left
+  // it without a leader for this test's connections for good, 3 runs in 8
+  // (its log: "leader call - leader not known", every retry for 30 s; 0 in
+  // 5 made first; 0 wedged of 108 quorum queues each declared by 3
+  // connections at once, without a consumer). The delay queues are the
   // workers' own, declared at their start: RabbitMQ 3.10.8 does not bring
   // back a quorum queue made less than a second before a SIGKILL (its log
   // says "leader not known" for ever and no publish to it is confirmed;
@@ -551,6 +567,10 @@ TEST_CASE("chaos on RabbitMQ: 5 workers SIGKILLed and the broker restarted mid-r
     auto c = e2e::amqp_connect(server);
     REQUIRE(pillbox::broker::declare_topology(
                 c, {.queue = kQueue, .delivery_limit = pillbox::broker::worker_delivery_limit(kMaxAttempts)})
+                .has_value());
+    REQUIRE(c.declare_queue(ResultsReader::queue(), {{"x-queue-type", std::string("quorum")},
+                                                     {"x-max-length", std::int64_t{100000}},
+                                                     {"x-overflow", std::string("drop-head")}})
                 .has_value());
   }
   submit(server, kQueue, tasks);
