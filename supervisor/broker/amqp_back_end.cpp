@@ -115,6 +115,7 @@ void AmqpBackEnd::on_link_state(bool consumer, bool up, const std::string& what)
       out_.on_notice("lost RabbitMQ: " + what + "; reconnecting with backoff (tasks keep running)");
     }
     if (consumer) {
+      prefetch_asked_ = 0;  // the next connection's Setup asks --jobs
       // The broker put back every message this connection held: each is
       // delivered again (counted), to this worker or another. What runs here
       // runs on, unsettled.
@@ -283,7 +284,9 @@ Expected<BatchResult> AmqpBackEnd::apply(std::vector<StartAttempt> starts, bool,
     } else if (const auto* s = std::get_if<SetTaskWait>(&w)) {
       // A retry waits in a delay queue, not here; one held for an outage
       // stays held (unacknowledged) until the engine releases it.
-      if (!s->held && s->next_retry_at_ms > 0) {
+      if (s->held) {
+        if (Held* h = held(s->task_id)) h->outage_held = true;
+      } else if (s->next_retry_at_ms > 0) {
         retry_later(s->task_id, std::chrono::milliseconds(std::max<std::int64_t>(s->next_retry_at_ms - wall_ms(), 1)));
       }
     } else if (const auto* k = std::get_if<KeepResult>(&w)) {
@@ -317,6 +320,7 @@ Expected<BatchResult> AmqpBackEnd::apply(std::vector<StartAttempt> starts, bool,
     // TakeBackRecord: never (takes_back is false).
   }
   for (const StartAttempt& s : starts) start(s);
+  sync_prefetch();
   return std::exchange(answers_, BatchResult{});
 }
 
@@ -335,6 +339,7 @@ void AmqpBackEnd::start(const StartAttempt& s) {
     return;
   }
   h->ref = s.ref;
+  h->outage_held = false;
   ++report_.attempts;
   answers_.started.push_back({h->ref, h->task_id, static_cast<std::uint32_t>(h->delivery), store::TaskState::kPending, ""});
 }
@@ -490,6 +495,31 @@ void AmqpBackEnd::retry_later(std::int64_t task_id, std::chrono::milliseconds wa
   const std::string queue = delay_queue_name(settings_.worker.keys.stream, bucket);
   settle(*h, only(carried_copy(*h, ended_or_released(*h, "released: waits for its retry"), queue)), Settled::kRetry,
          "retry in " + std::to_string(wait.count()) + " ms: waits in " + queue, bucket);
+}
+
+void AmqpBackEnd::sync_prefetch() {
+  if (stopping_) return;  // the consume is cancelled or about to be
+  auto clamped = [](std::size_t n) { return std::clamp<std::size_t>(n, 1, 65535); };
+  std::size_t outage_held = 0;
+  for (const auto& [id, h] : held_) outage_held += h.outage_held && !h.settling;
+  const std::size_t jobs = clamped(settings_.worker.jobs);
+  const std::size_t want = clamped(jobs + outage_held);
+  if (want == (prefetch_asked_ == 0 ? jobs : prefetch_asked_)) return;
+  prefetch_asked_ = want;
+  // RabbitMQ applies a consumer's prefetch when it consumes (basic.qos
+  // without `global`, the only kind a quorum queue takes): consumed again.
+  // Cancelling keeps what is unacknowledged on the channel; what came
+  // before the cancel was read is admitted as any delivery.
+  consumer_.post([this, want, queue = settings_.worker.keys.stream](AmqpConnection& c) -> AmqpLink::Done {
+    auto rest = c.cancel_consume();
+    // A broken connection: the link connects again, and its Setup
+    // consumes with --jobs (on_link_state).
+    if (!rest) return nullptr;
+    (void)c.consume(queue, static_cast<std::uint16_t>(want));
+    return [this, rest = std::move(*rest), id = c.id()]() mutable {
+      for (AmqpMessage& m : rest) admit(std::move(m), id);
+    };
+  });
 }
 
 void AmqpBackEnd::release(std::int64_t task_id) {

@@ -115,6 +115,7 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
     std::string settle_detail;       // what it says (a retry's: where it waits)
     std::optional<RecordedDelivery> last_end;  // its attempt's end, as recorded
     Outcome verdict_outcome;         // a dead letter's outcome, for the verdict told here (unrun)
+    bool outage_held = false;        // held unacknowledged for a handler outage, not started since
   };
   // What a settle does, for the answer.
   enum class Settled {
@@ -162,6 +163,13 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   RecordedDelivery ended_or_released(const Held& h, const std::string& note) const;
   void release(std::int64_t task_id);
   void lose(std::int64_t task_id, const std::string& why, LostAs as = LostAs::kTakenOver);
+  // The consume's prefetch: --jobs, plus the messages held for a handler
+  // outage. Those stay unacknowledged and take the broker's prefetch slots,
+  // and with --jobs of them nothing new came: the breaker, with no payload
+  // known to work, probes with the next fresh one, and none ever came (the
+  // worker waited --breaker-max-wait, then gave them back). Consumed again
+  // with it when that sum changes.
+  void sync_prefetch();
 
   AmqpWorkerSettings settings_;
   AmqpLink& consumer_;
@@ -181,6 +189,7 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   std::vector<LedgerWrite> writes_;
   BatchResult answers_;
   std::size_t links_down_ = 0;
+  std::size_t prefetch_asked_ = 0;  // 0: as the consuming link's Setup asked (--jobs)
   bool cancel_answered_ = false;      // the consume is cancelled (stop_reading)
   bool stopping_ = false;
   std::string stopping_why_;
