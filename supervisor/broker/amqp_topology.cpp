@@ -100,6 +100,19 @@ std::string explain_mismatch(const std::string& queue, const std::string& where,
   return s;
 }
 
+Status check_queue_name(const std::string& queue) {
+  if (queue.empty()) return Status::error("--queue NAME is empty", ErrorCode::kUsage);
+  if (queue.find('\0') != std::string::npos) return Status::error("--queue NAME holds a NUL byte", ErrorCode::kUsage);
+  if (queue.size() > kLongestQueueName) {
+    return Status::error("--queue NAME is " + std::to_string(queue.size()) + " bytes long; at most " +
+                             std::to_string(kLongestQueueName) +
+                             ": pillbox names its queues after it (NAME.dlq.lock.ID, the longest, adds 28 bytes) and "
+                             "RabbitMQ takes names of up to 255",
+                         ErrorCode::kUsage);
+  }
+  return Status::ok();
+}
+
 std::chrono::milliseconds delay_bucket(std::chrono::milliseconds wanted) {
   std::int64_t ms = 1;
   while (ms < wanted.count() && ms < (std::int64_t{1} << 40)) ms <<= 1;

@@ -28,6 +28,7 @@
 // messages): the broker's PRECONDITION_FAILED becomes a sentence that names
 // the argument, says why pillbox needs it and what to do.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,6 +79,14 @@ std::vector<AmqpField> stream_queue_arguments();
 // NAME's x-arguments (quorum, delivery limit, dead-letter exchange, and
 // at-least-once where `at_least_once`).
 std::vector<AmqpField> work_queue_arguments(const AmqpTopologySettings& settings, bool at_least_once);
+
+// The longest name a work queue may have: pillbox names queues after it,
+// the longest NAME.dlq.lock.ID (an offset of up to 18 digits: 28 bytes
+// more), and RabbitMQ takes names of up to 255 bytes.
+inline constexpr std::size_t kLongestQueueName = 255 - 28;
+// Whether `queue` can be a work queue (1 to kLongestQueueName bytes, no
+// NUL); a usage error that says why.
+Status check_queue_name(const std::string& queue);
 
 // The delay queue a retry of `wanted` waits in: its delay rounded up to a
 // power of two of milliseconds (at least 1 ms; a retry waits at least its

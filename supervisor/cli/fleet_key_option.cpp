@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "supervisor/broker/amqp_topology.h"
+
 namespace pillbox::cli {
 
 Expected<FleetTarget> read_fleet_target(const Args& args, const std::string& no_stream, const Status& then) {
@@ -29,6 +31,7 @@ Expected<AmqpTarget> read_amqp_target(const Args& args, const Status& then) {
   }
   const auto queue = args.value("queue");
   if (!queue || queue->empty()) return usage("--amqp needs --queue NAME (the work queue)");
+  if (auto named = broker::check_queue_name(*queue); !named) return usage(named.message());
   if (!then) return usage(then.message());
   auto address = broker::parse_amqp_url(*url);
   if (!address) return Error{address.error(), address.error_code()};

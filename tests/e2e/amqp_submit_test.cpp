@@ -182,6 +182,10 @@ TEST_CASE("submit --amqp: usage errors and an unreachable broker are one line ea
        "--redis does not go with --amqp"},
       {{"--amqp", "http://127.0.0.1/", "--queue", "q", f}, 2, "is not amqp://USER:PASS@HOST:PORT/VHOST"},
       {{"--amqp", "amqp://127.0.0.1:1/%2f", "--queue", "q"}, 2, "no inputs"},
+      // NAME.dlq.lock.ID would be over 255 bytes: refused before anything is sent.
+      {{"--amqp", "amqp://127.0.0.1:1/%2f", "--queue", std::string(228, 'q'), f}, 2,
+       "--queue NAME is 228 bytes long; at most 227"},
+      {{"--amqp", "amqp://127.0.0.1:1/%2f", "--queue", std::string(227, 'q'), f}, 3, "cannot reach RabbitMQ"},
       {{f}, 2, "--redis URL --stream NAME (Redis) or --amqp URL --queue NAME (RabbitMQ) is required"},
       {{"--amqp", "amqp://u:secret@127.0.0.1:1/%2f", "--queue", "q", f}, 3, "cannot reach RabbitMQ at amqp://u@127.0.0.1:1/%2f: Connection refused"},
   };
