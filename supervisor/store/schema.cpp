@@ -244,6 +244,78 @@ const std::vector<std::string>& migrations() {
       R"sql(
         ALTER TABLE tasks ADD COLUMN version TEXT NOT NULL DEFAULT '';
       )sql",
+      // 14: status 'allowed', reviewed and allowed to replay (issue 28, point
+      // 5). SQLite cannot change a column's CHECK: the table is made again
+      // with every column in its order, its rows copied with their ids, its
+      // indexes made again (migrate() turns foreign keys off around this, so
+      // dropping the old table cascades to no audit trail).
+      R"sql(
+        CREATE TABLE quarantine_14 (
+          id               INTEGER PRIMARY KEY,
+          task_id          INTEGER NOT NULL REFERENCES tasks(id),
+          key              TEXT NOT NULL,
+          source           TEXT NOT NULL,
+          handler          TEXT NOT NULL,
+          handler_identity TEXT NOT NULL,
+          handler_args     TEXT NOT NULL,
+          exec_argv        TEXT NOT NULL,
+          policy_identity  TEXT NOT NULL,
+          policy           TEXT NOT NULL,
+          payload_sha256   TEXT NOT NULL REFERENCES payloads(sha256),
+          payload_size     INTEGER NOT NULL,
+          kind             TEXT NOT NULL,
+          fingerprint      TEXT NOT NULL,
+          crash_state      TEXT NOT NULL,
+          message          TEXT NOT NULL,
+          signal           INTEGER NOT NULL,
+          syscall          TEXT NOT NULL,
+          exit_code        INTEGER NOT NULL,
+          cpu_ms           INTEGER NOT NULL,
+          wall_ms          INTEGER NOT NULL,
+          max_rss_kb       INTEGER NOT NULL,
+          status           TEXT NOT NULL CHECK (status IN
+                             ('quarantined', 'allowed', 'replaying', 'resolved', 'failed-again', 'discarded')),
+          repeats          INTEGER NOT NULL DEFAULT 0,
+          created_at       INTEGER NOT NULL,
+          updated_at       INTEGER NOT NULL,
+          reproduce_verdict TEXT
+            CHECK (reproduce_verdict IS NULL OR reproduce_verdict IN ('reliable', 'flaky')),
+          reproduce_runs    INTEGER NOT NULL DEFAULT 0,
+          reproduce_matches INTEGER NOT NULL DEFAULT 0,
+          minimized_sha256  TEXT REFERENCES payloads(sha256),
+          replay_claim      TEXT,
+          status_before_replay TEXT,
+          origin            TEXT NOT NULL DEFAULT '',
+          working_dir       TEXT NOT NULL DEFAULT '',
+          stderr_tail       BLOB NOT NULL DEFAULT x'',
+          reproduce_outcome TEXT
+            CHECK (reproduce_outcome IS NULL OR reproduce_outcome IN ('reliable', 'flaky', 'not-reproduced'))
+        );
+        INSERT INTO quarantine_14 (
+          id, task_id, key, source, handler, handler_identity, handler_args, exec_argv,
+          policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state,
+          message, signal, syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, repeats,
+          created_at, updated_at, reproduce_verdict, reproduce_runs, reproduce_matches,
+          minimized_sha256, replay_claim, status_before_replay, origin, working_dir, stderr_tail,
+          reproduce_outcome)
+        SELECT
+          id, task_id, key, source, handler, handler_identity, handler_args, exec_argv,
+          policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state,
+          message, signal, syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, repeats,
+          created_at, updated_at, reproduce_verdict, reproduce_runs, reproduce_matches,
+          minimized_sha256, replay_claim, status_before_replay, origin, working_dir, stderr_tail,
+          reproduce_outcome
+        FROM quarantine;
+        DROP TABLE quarantine;
+        ALTER TABLE quarantine_14 RENAME TO quarantine;
+        CREATE INDEX quarantine_by_fingerprint ON quarantine (fingerprint, created_at);
+        CREATE INDEX quarantine_by_created ON quarantine (created_at);
+        CREATE INDEX quarantine_by_status ON quarantine (status, created_at);
+        CREATE INDEX quarantine_by_task ON quarantine (task_id);
+        CREATE INDEX quarantine_by_payload ON quarantine (payload_sha256);
+        CREATE INDEX quarantine_by_key ON quarantine (key, created_at);
+        CREATE INDEX quarantine_by_minimized ON quarantine (minimized_sha256);
+      )sql",
   };
   return all;
 }
@@ -252,7 +324,11 @@ const std::vector<std::string>& migrations() {
 
 int schema_version() { return static_cast<int>(migrations().size()); }
 
-Status migrate(Database& db, int target) {
+namespace {
+
+constexpr int kQuarantineRemade = 14;  // the migration that makes the quarantine table again
+
+Status migrate_locked(Database& db, int target) {
   // IMMEDIATE: take the write lock before reading the version, so two
   // processes cannot both decide to apply the same migration.
   if (auto s = db.exec("BEGIN IMMEDIATE"); !s) return s;
@@ -273,7 +349,37 @@ Status migrate(Database& db, int target) {
     }
     if (auto s = db.exec("PRAGMA user_version = " + std::to_string(version)); !s) return rollback(s);
   }
+  // What references the quarantine table, made again by 14, still finds its record.
+  if (*current < kQuarantineRemade && target >= kQuarantineRemade) {
+    auto dangling = db.query_int(
+        "SELECT (SELECT count(*) FROM pragma_foreign_key_check('audit')) + "
+        "(SELECT count(*) FROM pragma_foreign_key_check('minimize_state')) + "
+        "(SELECT count(*) FROM pragma_foreign_key_check('revisions'))");
+    if (!dangling) return rollback(Status::error(dangling.error()));
+    if (*dangling != 0) {
+      return rollback(Status::error("store " + db.path() + ": the migration to version " + std::to_string(target) +
+                                    " would leave " + std::to_string(*dangling) +
+                                    " references to no record; nothing was changed"));
+    }
+  }
   return db.exec("COMMIT");
+}
+
+}  // namespace
+
+Status migrate(Database& db, int target) {
+  // Foreign keys off while a migration makes a table again (14): dropping
+  // the old one would otherwise delete what references it (ON DELETE
+  // CASCADE). The pragma is a no-op inside a transaction, hence here; the
+  // references are checked before the commit instead.
+  auto foreign_keys = db.query_int("PRAGMA foreign_keys");
+  if (!foreign_keys) return Status::error(foreign_keys.error());
+  if (auto s = db.exec("PRAGMA foreign_keys=OFF"); !s) return s;
+  const Status done = migrate_locked(db, target);
+  if (*foreign_keys != 0) {
+    if (auto s = db.exec("PRAGMA foreign_keys=ON"); !s && done) return s;
+  }
+  return done;
 }
 
 }  // namespace pillbox::store

@@ -152,6 +152,80 @@ TEST_CASE("store: a version 3 store with records migrates to the current version
   CHECK(*store->db().query_text("SELECT '[' || working_dir || ']' FROM quarantine") == "[]");
 }
 
+TEST_CASE("store: a version 13 store (before 'allowed') migrates with every record, trail, revision and search kept") {
+  pillbox::test::ScratchDir s{"store-test"};
+  const std::string dir = s.path + "/store";
+  std::filesystem::create_directory(dir);
+  ::chmod(dir.c_str(), 0700);
+  // What the tables hold, as one text, before and after.
+  const std::string everything =
+      "SELECT (SELECT group_concat(id || ':' || task_id || ':' || key || ':' || status || ':' || "
+      "coalesce(replay_claim, '-') || ':' || coalesce(status_before_replay, '-') || ':' || "
+      "coalesce(reproduce_outcome, '-') || ':' || coalesce(minimized_sha256, '-') || ':' || origin || ':' || "
+      "working_dir || ':' || hex(stderr_tail) || ':' || repeats || ':' || updated_at, ' ') FROM "
+      "(SELECT * FROM quarantine ORDER BY id)) || ' | ' || (SELECT group_concat(record_id || ':' || action, ' ') "
+      "FROM (SELECT * FROM audit ORDER BY id)) || ' | ' || (SELECT group_concat(record_id || ':' || n, ' ') FROM "
+      "revisions) || ' | ' || (SELECT group_concat(record_id || ':' || best_sha256, ' ') FROM minimize_state)";
+  std::string before;
+  {
+    auto db = Database::open(dir + "/pillbox.db");
+    REQUIRE_MESSAGE(db.has_value(), db.error());
+    REQUIRE(migrate(*db, 13).is_ok());
+    std::string sql =
+        "INSERT INTO runs VALUES (1, 0, 1, 'h', 'echo', 'p', NULL);"
+        "INSERT INTO payloads VALUES ('ab', 1, x'41', 0), ('cd', 1, x'42', 0);";
+    // One record in each status the old schema knew (its CHECK takes no other).
+    const char* statuses[] = {"quarantined", "replaying", "resolved", "failed-again", "discarded"};
+    for (int i = 1; i <= 5; ++i) {
+      const std::string n = std::to_string(i);
+      sql += "INSERT INTO tasks (id, job, key, payload_sha256, payload_size, state, attempts, updated_at) VALUES (" +
+             n + ", 'echo', 'k" + n + "', 'ab', 1, 'quarantined', 1, 0);"
+             "INSERT INTO quarantine (id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, "
+             "policy_identity, policy, payload_sha256, payload_size, kind, fingerprint, crash_state, message, signal, "
+             "syscall, exit_code, cpu_ms, wall_ms, max_rss_kb, status, created_at, updated_at, origin, working_dir, "
+             "stderr_tail, repeats) VALUES (" + n + ", " + n + ", 'k" + n + "', 'run', 'echo', 'echo', '{}', '[]', 'p', "
+             "'', 'ab', 1, 'crash', 'fp', '[]', 'm', 11, '', -1, 0, 0, 0, '" + statuses[i - 1] + "', " + n + ", " + n +
+             "0, '{\"file\":\"x\"}', '/srv', x'00ff', " + n + ");"
+             "INSERT INTO audit (record_id, at, actor, action, detail) VALUES (" + n + ", 1, 'op', 'quarantined', ''), (" +
+             n + ", 2, 'op', 'note " + n + "', '');";
+    }
+    sql += "UPDATE quarantine SET replay_claim = 'h:1:2', status_before_replay = 'failed-again' WHERE id = 2;"
+           "UPDATE quarantine SET reproduce_outcome = 'flaky', minimized_sha256 = 'cd' WHERE id = 1;"
+           "INSERT INTO minimize_state VALUES (1, 'cd', 7, 8, 1, 9);"
+           "INSERT INTO revisions VALUES (4, 1, 'cd', 1, '{}', 5, 'op', 'n', 's');";
+    const pillbox::Status filled = db->exec(sql);
+    REQUIRE_MESSAGE(filled.is_ok(), filled.message());
+    auto text = db->query_text(everything);
+    REQUIRE(text.has_value());
+    before = *text;
+    // The old CHECK: 'allowed' is not a status yet.
+    CHECK_FALSE(db->exec("UPDATE quarantine SET status = 'allowed' WHERE id = 1").is_ok());
+  }
+  auto store = Store::open(dir);
+  REQUIRE_MESSAGE(store.has_value(), store.error());
+  Database& db = store->db();
+  CHECK(*db.query_int("PRAGMA user_version") == schema_version());
+  // Nothing lost: the records with their ids and every column, and what
+  // references them (no cascade while the table was made again).
+  CHECK(*db.query_text(everything) == before);
+  CHECK(*db.query_int("SELECT count(*) FROM audit") == 10);
+  CHECK(*db.query_text("PRAGMA integrity_check") == "ok");
+  CHECK(*db.query_int("SELECT count(*) FROM pragma_foreign_key_check") == 0);
+  CHECK(*db.query_int("PRAGMA foreign_keys") == 1);
+  // Its indexes are back.
+  CHECK(*db.query_text("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema WHERE type = 'index' "
+                       "AND tbl_name = 'quarantine' AND sql IS NOT NULL ORDER BY name)") ==
+        "quarantine_by_created quarantine_by_fingerprint quarantine_by_key quarantine_by_minimized "
+        "quarantine_by_payload quarantine_by_status quarantine_by_task");
+  // The new CHECK takes 'allowed' and still refuses a word it does not know.
+  CHECK(db.exec("UPDATE quarantine SET status = 'allowed' WHERE id = 1").is_ok());
+  CHECK_FALSE(db.exec("UPDATE quarantine SET status = 'approved' WHERE id = 1").is_ok());
+  // The foreign keys still hold: deleting a record takes its trail with it.
+  REQUIRE(db.exec("DELETE FROM quarantine WHERE id = 3").is_ok());
+  CHECK(*db.query_int("SELECT count(*) FROM audit WHERE record_id = 3") == 0);
+  CHECK_FALSE(db.exec("INSERT INTO audit (record_id, at, actor, action, detail) VALUES (99, 1, 'a', 'b', '')").is_ok());
+}
+
 TEST_CASE("store: a database file that is not SQLite is a clear error") {
   pillbox::test::ScratchDir s{"store-test"};
   const std::string dir = s.path + "/store";
