@@ -74,6 +74,8 @@ class AmqpQuarantine final : public FleetDeadLetters {
   Expected<std::string> parse_id(const std::string& text) const override { return parse_amqp_record_id(text); }
   nlohmann::json id_json(const std::string& id) const override;
   void use_key(std::optional<FleetKey> key) override { key_ = std::move(key); }
+  const FleetKey* key() const override { return key_ ? &*key_ : nullptr; }
+  std::string signed_name() const override { return names_.dlq; }
 
   // Newest first, 128 offsets at a time; payloads over 64 KiB are not kept
   // (payload_omitted). Canaries are left out and counted (left_out()).

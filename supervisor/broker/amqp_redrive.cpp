@@ -228,8 +228,12 @@ Expected<std::string> AmqpRedriveRoute::start(FleetRecord& record, std::size_t b
   }
   std::string skip;
   auto claimed = q_.change_state(id, false, [&](FleetState& s, const FleetRecord& now) {
-    if (!store::replayable(now.record.status, run_.force)) {
-      skip = "record " + id + " is " + std::string(to_string(now.record.status)) + " now (--force replays it anyway)";
+    if (!store::replayable(now.record.status, run_.scope())) {
+      skip = "record " + id + " " + not_replayable_why(now.record.status, run_.scope(), id);
+      return Status::error(skip, ErrorCode::kUsage);
+    }
+    if (auto allowed = check_redrive_allowance(q_, now, run_); !allowed) {  // revoked since the plan, say
+      skip = allowed.message();
       return Status::error(skip, ErrorCode::kUsage);
     }
     if (!s.waiting_entry.empty() && !run_.force) {

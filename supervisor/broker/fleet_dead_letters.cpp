@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "shared/raise_site.h"
+#include "supervisor/broker/fleet_allowance.h"
 #include "supervisor/classify/outcome_json.h"
 
 namespace pillbox::broker {
@@ -23,6 +24,10 @@ bool fleet_matches(const FleetRecord& fr, const store::ListFilter& f) {
     return false;
   }
   return true;
+}
+
+Signature allowance_signature(const FleetDeadLetters& dead_letters, const FleetRecord& record) {
+  return allowance_signature(dead_letters.key(), dead_letters.signed_name(), record);
 }
 
 Status each_matching(FleetDeadLetters& dead_letters, const store::ListFilter& filter,

@@ -54,6 +54,11 @@ class FleetDeadLetters {
   // The fleet's key: every record read from now on has its signature
   // checked (FleetRecord::signature); without one, kUnchecked.
   virtual void use_key(std::optional<FleetKey> key) = 0;
+  // That key (nullptr without one) and the name its records are signed
+  // under (NAME:dlq, NAME.dlq): an operator's allowance is signed with them
+  // too (fleet_allowance.h).
+  virtual const FleetKey* key() const = 0;
+  virtual std::string signed_name() const = 0;
 
   // Every record, newest first, with what operators did with it; `fn`
   // returns false to stop. Read in pages: never the whole quarantine in
@@ -111,6 +116,10 @@ Expected<std::int64_t> count_matching(FleetDeadLetters& dead_letters, const stor
 Expected<std::vector<store::FingerprintStats>> fleet_stats(FleetDeadLetters& dead_letters,
                                                            const store::ListFilter& filter,
                                                            std::vector<std::string>& example_ids);
+
+// What this quarantine's key says of `record`'s allowance
+// (fleet_allowance.h's allowance_signature).
+Signature allowance_signature(const FleetDeadLetters& dead_letters, const FleetRecord& record);
 
 // What a verb that acts on the store's records only says when it is asked
 // for on the fleet's (quarantine patch --redis, the console's patch on

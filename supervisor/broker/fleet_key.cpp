@@ -21,6 +21,9 @@ namespace {
 constexpr std::size_t kMinKeyBytes = 32;
 constexpr std::size_t kMaxKeyBytes = 4096;
 constexpr std::string_view kVersion = "pillbox dead letter v1";
+// An operator's allowance (fleet_allowance.h): its own tag, so that no
+// dead letter's signature passes for an allowance, nor the reverse.
+constexpr std::string_view kAllowanceVersion = "pillbox allowance v1";
 
 void append_sized(std::string& out, std::string_view bytes) {
   const auto n = static_cast<std::uint64_t>(bytes.size());
@@ -90,7 +93,10 @@ Expected<FleetKey> FleetKey::load(const std::string& path) {
   return FleetKey(std::move(read.bytes), st.st_uid);
 }
 
-std::string canonical_dead_letter(const std::string& dlq, const SignedFields& fields, const std::string* payload_sha256) {
+namespace {
+
+std::string canonical_form(std::string_view version, const std::string& dlq, const SignedFields& fields,
+                           const std::string* payload_sha256) {
   std::vector<const std::pair<std::string, std::string>*> sorted;
   for (const auto& f : fields) {
     if (f.first != "sig") sorted.push_back(&f);
@@ -98,7 +104,7 @@ std::string canonical_dead_letter(const std::string& dlq, const SignedFields& fi
   // Stable: a repeated field keeps the order it was written in.
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
   std::string out;
-  append_sized(out, kVersion);
+  append_sized(out, version);
   append_sized(out, dlq);
   for (const auto* f : sorted) {
     append_sized(out, f->first);
@@ -111,11 +117,30 @@ std::string canonical_dead_letter(const std::string& dlq, const SignedFields& fi
   return out;
 }
 
+}  // namespace
+
+std::string canonical_dead_letter(const std::string& dlq, const SignedFields& fields, const std::string* payload_sha256) {
+  return canonical_form(kVersion, dlq, fields, payload_sha256);
+}
+
 std::string FleetKey::sign(const std::string& dlq, const SignedFields& fields) const {
   return hmac_hex(secret_, canonical_dead_letter(dlq, fields));
 }
 
 Signature FleetKey::verify(const std::string& dlq, const SignedFields& fields, const std::string* payload_sha256) const {
+  return verify_form(kVersion, dlq, fields, payload_sha256);
+}
+
+std::string FleetKey::sign_allowance(const std::string& dlq, const SignedFields& fields) const {
+  return hmac_hex(secret_, canonical_form(kAllowanceVersion, dlq, fields, nullptr));
+}
+
+Signature FleetKey::verify_allowance(const std::string& dlq, const SignedFields& fields) const {
+  return verify_form(kAllowanceVersion, dlq, fields, nullptr);
+}
+
+Signature FleetKey::verify_form(std::string_view version, const std::string& dlq, const SignedFields& fields,
+                                const std::string* payload_sha256) const {
   const std::string* sig = nullptr;
   for (const auto& [name, value] : fields) {
     if (name != "sig") continue;
@@ -123,7 +148,7 @@ Signature FleetKey::verify(const std::string& dlq, const SignedFields& fields, c
     sig = &value;
   }
   if (sig == nullptr) return Signature::kMissing;
-  const std::string expected = hmac_hex(secret_, canonical_dead_letter(dlq, fields, payload_sha256));
+  const std::string expected = hmac_hex(secret_, canonical_form(version, dlq, fields, payload_sha256));
   if (expected.empty() || sig->size() != expected.size()) return Signature::kBad;
   return CRYPTO_memcmp(sig->data(), expected.data(), expected.size()) == 0 ? Signature::kValid : Signature::kBad;
 }

@@ -50,8 +50,16 @@ class FleetKey {
   // payload's value (a listing that did not read it: its record's claim).
   Signature verify(const std::string& dlq, const SignedFields& fields,
                    const std::string* payload_sha256 = nullptr) const;
+  // The same for an operator's allowance of a record in `dlq`
+  // (fleet_allowance.h), under a version tag of its own: a dead letter's
+  // `sig` never passes for an allowance's, nor the reverse.
+  std::string sign_allowance(const std::string& dlq, const SignedFields& fields) const;
+  Signature verify_allowance(const std::string& dlq, const SignedFields& fields) const;
 
  private:
+  Signature verify_form(std::string_view version, const std::string& dlq, const SignedFields& fields,
+                        const std::string* payload_sha256) const;
+
   std::string secret_;
   uid_t owner_ = 0;
 };

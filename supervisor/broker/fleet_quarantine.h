@@ -100,6 +100,8 @@ class FleetQuarantine final : public FleetDeadLetters {
   Expected<ReplayResult> redrive(const ReplayRun& run) override;
 
   void use_key(std::optional<FleetKey> key) override { key_ = std::move(key); }
+  const FleetKey* key() const override { return key_ ? &*key_ : nullptr; }
+  std::string signed_name() const override { return keys_.stream.dlq; }
 
   RedisConnection& redis() { return redis_; }
   const FleetKeys& keys() const { return keys_; }

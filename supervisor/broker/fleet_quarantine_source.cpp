@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "supervisor/broker/fleet_allowance.h"
 #include "supervisor/ops/minimize.h"
 #include "supervisor/ops/quarantine_views_json.h"
+#include "supervisor/store/quarantine_json.h"
 
 namespace pillbox::broker {
 namespace {
@@ -91,6 +93,13 @@ Expected<nlohmann::json> FleetQuarantineSource::full_json(const SourcedRecord& r
   j["reason"] = d.reason;
   j["signature"] = to_string(d.signature);
   if (!d.unreadable_state.empty()) j["state_error"] = d.unreadable_state;
+  if (d.state.status == store::RecordStatus::kAllowed) {
+    // Who allowed it is a claim until the fleet's key says so: replay
+    // --allowed takes it only on a valid one.
+    j["allowance"] = {{"at", iso_time(d.state.allowance.at)},
+                      {"actor", d.state.allowance.actor},
+                      {"signature", to_string(allowance_signature(dead_letters_, d))}};
+  }
   return j;
 }
 
@@ -121,11 +130,11 @@ Status FleetQuarantineSource::check_runnable(const SourcedRecord& r, bool trust_
   return check_signed(dead_letter(r), trust_unsigned);
 }
 
-Status FleetQuarantineSource::check_discardable(const SourcedRecord& r) {
+Status FleetQuarantineSource::check_discardable(const SourcedRecord& r, const std::string& act) {
   const FleetRecord& d = dead_letter(r);
   if (!d.replaying) return Status::ok();
-  return Status::error("record " + d.id + " is being replayed right now (by " + d.replaying_by +
-                           "); discard it when the replay is over",
+  return Status::error("record " + d.id + " is being replayed right now (by " + d.replaying_by + "); " + act +
+                           " it when the replay is over",
                        ErrorCode::kUsage);
 }
 
@@ -141,6 +150,31 @@ Expected<Discarded> FleetQuarantineSource::discard(const std::string& id, const 
     s.status = store::RecordStatus::kDiscarded;
     s.updated_at = store::now_ms();
     s.audit.push_back({s.updated_at, actor, "discarded", reason + " (was " + done.was + ")"});
+    return Status::ok();
+  });
+  if (!changed) return Error{changed.error(), changed.error_code()};
+  return done;
+}
+
+Expected<Reviewed> FleetQuarantineSource::review(const std::string& id, store::Review review, const std::string& actor,
+                                                 const std::string& note) {
+  // One compare-and-set of its state, refused (kUsage) while a replay
+  // holds its lock.
+  Reviewed done;
+  auto changed = dead_letters_.change_state(id, true, [&](FleetState& s, const FleetRecord& now) {
+    done.was = std::string(to_string(s.status));
+    const store::ReviewStep step = store::review_step(now.record.status, review);
+    if (!step.refusal.empty()) return Status::error("record " + id + " " + step.refusal, ErrorCode::kUsage);
+    done.already = step.already;
+    if (done.already) return Status::ok();  // written back as it is
+    s.status = step.to;
+    s.updated_at = store::now_ms();
+    s.allowance = step.to == store::RecordStatus::kAllowed
+                      ? make_allowance(dead_letters_.key(), dead_letters_.signed_name(), now, actor, s.updated_at)
+                      : FleetAllowance{};
+    done.unsigned_allowance = step.to == store::RecordStatus::kAllowed && s.allowance.sig.empty();
+    s.audit.push_back({s.updated_at, actor, std::string(store::review_action(review)),
+                       (note.empty() ? "" : note + " ") + "(was " + done.was + ")"});
     return Status::ok();
   });
   if (!changed) return Error{changed.error(), changed.error_code()};

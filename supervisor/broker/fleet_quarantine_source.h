@@ -42,8 +42,11 @@ class FleetQuarantineSource final : public QuarantineSource {
   Expected<PayloadBytes> minimized_payload(const SourcedRecord& r) override;
   std::string hint_options() const override { return dead_letters_.hint_options(); }
   Status check_runnable(const SourcedRecord& r, bool trust_unsigned) const override;
-  Status check_discardable(const SourcedRecord& r) override;
+  Status check_discardable(const SourcedRecord& r, const std::string& act) override;
   Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) override;
+  // An allowance is signed with the fleet's key, when there is one (fleet_allowance.h).
+  Expected<Reviewed> review(const std::string& id, store::Review review, const std::string& actor,
+                            const std::string& note) override;
   Expected<store::Revision> patch(const std::string& id, PatchRequest request) override;
   Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
                              const std::string& actor, const std::string& detail) override;

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "supervisor/broker/fleet_allowance.h"
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/replay_tally.h"
@@ -234,8 +235,13 @@ Expected<ReplayResult> Redriver::run(std::vector<FleetRecord> plan) {
 
 }  // namespace
 
-bool redrive_claimable(const FleetRecord& r, bool force) {
-  return !r.replaying && store::replayable(r.record.status, force);
+bool redrive_claimable(const FleetRecord& r, store::ReplayScope scope) {
+  return !r.replaying && store::replayable(r.record.status, scope);
+}
+
+Status check_redrive_allowance(const FleetDeadLetters& dead_letters, const FleetRecord& r, const ReplayRun& run) {
+  if (!run.allowed_only) return Status::ok();
+  return check_allowance(r, allowance_signature(dead_letters, r), run.trust_unsigned);
 }
 
 Expected<std::vector<FleetRecord>> redrive_plan(FleetDeadLetters& dead_letters, const ReplayRun& run,
@@ -247,14 +253,17 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetDeadLetters& dead_letters, 
       if (!seen.insert(id).second) continue;  // given twice: redriven once
       auto r = dead_letters.get(id);
       if (!r) return Error{r.error(), r.error_code()};
-      if (!redrive_claimable(*r, run.force)) {
+      if (!redrive_claimable(*r, run.scope())) {
         skipped.push_back(r->replaying ? "record " + id + " is being replayed right now by " + r->replaying_by +
                                              ": not redriven twice at once"
-                                       : "record " + id + " is " + std::string(to_string(r->record.status)) +
-                                             " (--force replays it anyway)");
+                                       : "record " + id + " " + not_replayable_why(r->record.status, run.scope(), id));
         continue;
       }
       if (auto ok = check_signed(*r, run.trust_unsigned); !ok) {
+        skipped.push_back(ok.message());
+        continue;
+      }
+      if (auto ok = check_redrive_allowance(dead_letters, *r, run); !ok) {
         skipped.push_back(ok.message());
         continue;
       }
@@ -263,32 +272,47 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetDeadLetters& dead_letters, 
     return out;
   }
   std::size_t not_open = 0;
-  std::vector<std::string> unsigned_ids;
-  std::string first_why;
+  // Records left for what their signature, or their allowance, is: named,
+  // with the first one's reason.
+  struct Left {
+    std::vector<std::string> ids;
+    std::string first_why;
+    void add(const FleetRecord& r, const Status& why) {
+      if (first_why.empty()) first_why = why.message();
+      ids.push_back(r.id);
+    }
+    void say(const std::string& what, std::vector<std::string>& skipped) const {
+      if (ids.empty()) return;
+      std::string named;
+      for (std::size_t i = 0; i < ids.size() && i < 10; ++i) named += (i == 0 ? "" : ", ") + ids[i];
+      if (ids.size() > 10) named += ", ...";
+      skipped.push_back(std::to_string(ids.size()) + " matching records (" + named + ") " + what +
+                        ", not redriven; the first: " + first_why);
+    }
+  } unsigned_records, unallowed_records;
   auto s = dead_letters.each([&](const FleetRecord& r) {
     if (!fleet_matches(r, run.filter)) return true;
-    if (!redrive_claimable(r, run.force)) {
+    if (!redrive_claimable(r, run.scope())) {
       ++not_open;
     } else if (auto ok = check_signed(r, run.trust_unsigned); !ok) {
-      if (first_why.empty()) first_why = ok.message();
-      unsigned_ids.push_back(r.id);
+      unsigned_records.add(r, ok);
+    } else if (auto allowed = check_redrive_allowance(dead_letters, r, run); !allowed) {
+      unallowed_records.add(r, allowed);
     } else {
       out.push_back(r);
     }
     return true;
   });
   if (!s) return Error{s.message(), s.code()};
-  if (!unsigned_ids.empty()) {
-    std::string ids;
-    for (std::size_t i = 0; i < unsigned_ids.size() && i < 10; ++i) ids += (i == 0 ? "" : ", ") + unsigned_ids[i];
-    if (unsigned_ids.size() > 10) ids += ", ...";
-    skipped.push_back(std::to_string(unsigned_ids.size()) + " matching records (" + ids +
-                      ") have no valid signature, not redriven; the first: " + first_why);
-  }
+  unsigned_records.say("have no valid signature", skipped);
+  unallowed_records.say("have no valid allowance", skipped);
   if (not_open > 0) {
-    skipped.push_back(std::to_string(not_open) +
-                      " matching records are resolved, discarded or being replayed (--force replays them too, "
-                      "except those being replayed)");
+    // --force takes all but those another replay holds (redrive_claimable).
+    skipped.push_back(std::to_string(not_open) + " matching records " +
+                      (run.scope() == store::ReplayScope::kOpen
+                           ? "are resolved, discarded or being replayed (--force replays them too, except those "
+                             "being replayed)"
+                           : store::not_replayable_words(run.scope())));
   }
   std::reverse(out.begin(), out.end());  // oldest first
   return out;

@@ -87,7 +87,10 @@ class RedriveRoute {
 };
 
 // Never one being replayed, even with --force: its lock is another replay's.
-bool redrive_claimable(const FleetRecord& r, bool force);
+bool redrive_claimable(const FleetRecord& r, store::ReplayScope scope);
+// With --allowed (run.allowed_only), the record's allowance checked
+// (fleet_allowance.h: its status alone is anyone's to write); else ok.
+Status check_redrive_allowance(const FleetDeadLetters& dead_letters, const FleetRecord& r, const ReplayRun& run);
 
 // The records a replay would redrive, oldest first, without redriving
 // anything (--dry-run); `skipped` says which given ones it leaves and why.

@@ -47,6 +47,9 @@ std::string state_json(const FleetState& s) {
             {"updated_at", s.updated_at},
             {"audit", audit},
             {"redrives", redrives}};
+  if (s.status == store::RecordStatus::kAllowed) {
+    j["allowance"] = {{"at", s.allowance.at}, {"actor", s.allowance.actor}, {"sig", s.allowance.sig}};
+  }
   if (!s.waiting_entry.empty()) j["waiting_entry"] = s.waiting_entry;
   if (!s.reproduce_verdict.empty()) {
     j["reproduce"] = {{"verdict", s.reproduce_verdict}, {"runs", s.reproduce_runs}, {"matches", s.reproduce_matches}};
@@ -81,6 +84,10 @@ Expected<FleetState> parse_state(std::string_view text) {
     }
     if (j.contains("redrives") && j["redrives"].is_array()) {
       for (const auto& a : j["redrives"]) s.redrives.push_back(attempt_from_json(a));
+    }
+    if (s.status == store::RecordStatus::kAllowed && j.contains("allowance") && j["allowance"].is_object()) {
+      const json& a = j["allowance"];
+      s.allowance = {whole(a, "at"), a.value("actor", ""), a.value("sig", "")};
     }
     s.waiting_entry = j.value("waiting_entry", "");
     if (j.contains("reproduce") && j["reproduce"].is_object()) {

@@ -29,12 +29,22 @@ struct FleetAttempt {
   std::string outcome_entry;     // redrives: its result (NAME:results) or dead letter (NAME:dlq)
 };
 
+// An operator's allowance of the record (quarantine allow): who, when, and
+// its `sig` with the fleet key ("": allowed without a key). What it covers
+// and why: fleet_allowance.h.
+struct FleetAllowance {
+  std::int64_t at = 0;
+  std::string actor;
+  std::string sig;
+};
+
 struct FleetState {
   // Never kReplaying: a record is being replayed while its redrive lock
   // exists (fleet_quarantine.h), so a replay that died leaves nothing stale.
   store::RecordStatus status = store::RecordStatus::kQuarantined;
   std::int64_t updated_at = 0;            // 0: unchanged since it was dead-lettered
   std::vector<store::AuditEntry> audit;   // operators' actions, oldest first
+  FleetAllowance allowance;               // kept while the status is allowed (else empty)
   std::vector<FleetAttempt> redrives;     // the outcomes of its redrives, oldest first
   // A redrive's entry on NAME whose outcome nobody recorded (its replay timed
   // out, stopped or died). While it is on NAME the record is not redriven

@@ -200,9 +200,13 @@ Expected<std::string> RedisRedriveRoute::start(FleetRecord& record, std::size_t 
     auto state = parse_state(before);
     if (!state) return setup("record " + record.id + ": the field of " + keys.state + " is " + state.error());
     apply_state(record, *state, "");  // the script checks the lock
-    if (!redrive_claimable(record, run_.force)) {
-      result.skipped.push_back("record " + record.id + " is " + std::string(to_string(record.record.status)) +
-                               " now (--force replays it anyway)");
+    if (!redrive_claimable(record, run_.scope())) {
+      result.skipped.push_back("record " + record.id + " " +
+                               not_replayable_why(record.record.status, run_.scope(), record.id));
+      return std::string();
+    }
+    if (auto allowed = check_redrive_allowance(q_, record, run_); !allowed) {  // revoked since the plan, say
+      result.skipped.push_back(allowed.message());
       return std::string();
     }
     FleetState next = *state;

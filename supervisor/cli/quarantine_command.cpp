@@ -37,8 +37,10 @@ const char* kHelp =
     "       pillbox quarantine stats [filters] [--json]\n"
     "       pillbox quarantine export ID -o FILE [--bundle] [--minimized | --revision N] [--force] [--json]\n"
     "       pillbox quarantine discard (ID... | --raise-site RS) --reason TEXT [--json]\n"
+    "       pillbox quarantine allow (ID... | --fingerprint FP | --kind K | --raise-site RS) [--revoke] [--note TEXT]\n"
     "       pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
-    "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site RS | --all) [replay options]\n"
+    "       pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site RS | --all | --allowed)\n"
+    "                                 [replay options]\n"
     "       pillbox quarantine import FILE|DIR... (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "       pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
     "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
@@ -56,22 +58,29 @@ const char* kHelp =
     "         and reproduce.sh, a command line that runs it again the same way\n"
     "discard  mark records as handled without a fix; the reason goes into the audit trail; with\n"
     "         --raise-site RS, the open records of that raise site (stats rolls them up)\n"
+    "allow    an operator's review: records awaiting review (quarantined, failed-again) become\n"
+    "         allowed, allowed to replay, and `replay --allowed` replays those only; --revoke takes\n"
+    "         that back (to quarantined). Who and when go into the audit trail; on the fleet the\n"
+    "         allowance is signed with --fleet-key, and replay --allowed takes only valid ones\n"
     "purge    delete records created more than DURATION ago (e.g. 30d, 12h, 1.5d), only those in\n"
     "         the given statuses when --status is given; payloads no remaining record uses go too.\n"
-    "         --dry-run shows them and deletes nothing; records still open (quarantined, replaying,\n"
-    "         failed-again) go only when confirmed: on a terminal, or with --yes\n"
+    "         --dry-run shows them and deletes nothing; records still open (quarantined, allowed,\n"
+    "         replaying, failed-again) go only when confirmed: on a terminal, or with --yes\n"
     "\n"
     "replay   run quarantined payloads again, oldest first, in batches: under their recorded\n"
     "         handler and policy, or a new one (--handler H [--arg K=V]... | -- CMD ARGS..., --policy P).\n"
     "         Successes become resolved, failures failed-again (the attempt is appended); what is\n"
-    "         not replayed keeps its status. Records resolved or being replayed are skipped unless\n"
-    "         --force; two replays at once never run the same record. Results go where `run` puts\n"
-    "         them (stdout, --json, --out DIR with the file names and --out-mode of `run`).\n"
+    "         not replayed keeps its status. It takes records quarantined, failed-again and allowed;\n"
+    "         --allowed only those allowed (quarantine allow). Records resolved, discarded or being\n"
+    "         replayed are skipped unless --force; two replays at once never run the same record.\n"
+    "         Results go where `run` puts them (stdout, --json, --out DIR with the file names and\n"
+    "         --out-mode of `run`).\n"
     "           --batch N               records claimed and judged together (default 10)\n"
     "           --rate R                payloads started per second at most\n"
     "           --stop-after K          stop once K replays fail again with one fingerprint\n"
     "           --max-failure-ratio F   stop when more than F of a batch fails again (e.g. 0.2)\n"
     "           --dry-run               show what would be replayed; change nothing\n"
+    "           --allowed               only records allowed to replay (alone: all of them)\n"
     "           --jobs N                payloads at once (default: number of cores)\n"
     "\n"
     "patch    a fix by hand: a new payload (--payload-file F) or handler arguments changed\n"
@@ -91,7 +100,7 @@ const char* kHelp =
     "         the sandbox could not start, or a signal from outside ended, is not recorded (exit 3).\n"
     "\n"
     "filters (list, stats):\n"
-    "  --status S        quarantined | replaying | resolved | failed-again | discarded\n"
+    "  --status S        quarantined | allowed | replaying | resolved | failed-again | discarded\n"
     "  --kind K          crash, cpu-limit, oom, ... (see README: failure kinds)\n"
     "  --fingerprint FP  one fingerprint\n"
     "  --key KEY         one task key\n"
@@ -105,7 +114,7 @@ const char* kHelp =
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                ~/.local/state/pillbox)\n"
     "  --redis URL --stream NAME\n"
-    "                list, show, stats, export, discard and replay work on the fleet's quarantine\n"
+    "                list, show, stats, export, discard, allow and replay work on the fleet's quarantine\n"
     "                instead: the dead letters `pillbox worker --stream NAME` wrote to NAME:dlq. IDs are\n"
     "                their entry IDs (1712345678901-0); the output is the same as for the store. There,\n"
     "                replay puts the records back on NAME for the workers (fields key, payload,\n"
@@ -115,7 +124,7 @@ const char* kHelp =
     "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
     "                reproduce and minimize take --redis URL --stream NAME too.\n"
     "  --amqp URL --queue NAME\n"
-    "                list, show, stats, export, discard and replay work on the fleet's quarantine on\n"
+    "                list, show, stats, export, discard, allow and replay work on the fleet's quarantine on\n"
     "                RabbitMQ: the dead letters `pillbox worker --amqp URL --queue NAME` (or the broker,\n"
     "                past x-delivery-limit) wrote to the stream queue NAME.dlq. IDs are their offsets\n"
     "                there (42); a listing reads the stream by offset, so it neither consumes nor\n"
@@ -140,7 +149,7 @@ const char* kHelp =
 const std::map<std::string, int (*)(const RecordsContext&)> kRecordVerbs = {
     {"list", quarantine_list},     {"show", quarantine_show},       {"stats", quarantine_stats},
     {"export", quarantine_export}, {"discard", quarantine_discard}, {"replay", quarantine_replay},
-    {"patch", quarantine_patch},
+    {"patch", quarantine_patch},   {"allow", quarantine_allow},
 };
 
 const std::vector<OptionSpec> kFilterOptions = {{"status"}, {"kind"},   {"fingerprint"}, {"key"},
@@ -162,12 +171,15 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
          {"revision"}});
   }
   if (verb == "discard") add({{"reason"}, {"raise-site"}, {"json", false}});
+  if (verb == "allow") {
+    add({{"fingerprint"}, {"kind"}, {"raise-site"}, {"revoke", false}, {"note"}, {"json", false}});
+  }
   if (verb == "patch") add({{"payload-file"}, {"set-arg", true, true}, {"note"}, {"json", false}});
   if (verb == "purge") add({{"older-than"}, {"status", true, true}, {"dry-run", false}, {"yes", false}, {"json", false}});
   if (verb == "import") add(kChildOptions), add({{"jobs"}, {"json", false}, {"follow-symlinks", false}, {"quiet", false}});
   if (verb == "replay") {
-    add({{"fingerprint"}, {"kind"}, {"raise-site"}, {"all", false}, {"batch"}, {"rate"}, {"stop-after"}, {"max-failure-ratio"},
-         {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
+    add({{"fingerprint"}, {"kind"}, {"raise-site"}, {"all", false}, {"allowed", false}, {"batch"}, {"rate"},
+         {"stop-after"}, {"max-failure-ratio"}, {"dry-run", false}, {"force", false}, {"handler"}, {"arg", true, true}, {"policy"}, {"jobs"}, {"json", false},
          {"quiet", false}});
     add(kOutOptions);
     add(kRecordAllowanceOptions);
@@ -242,7 +254,7 @@ int show_purge_plan(const std::vector<store::PurgeCandidate>& plan, std::size_t 
 bool confirm_open_purge(std::size_t open) {
   if (::isatty(STDIN_FILENO) != 1) {
     quarantine_error("purge would delete " + std::to_string(open) + " open record" + (open == 1 ? "" : "s") +
-                         " (quarantined, replaying or failed-again) and there is no terminal to ask; add --yes to "
+                         " (quarantined, allowed, replaying or failed-again) and there is no terminal to ask; add --yes to "
                          "delete them, or --status resolved --status discarded to keep them (see them: --dry-run)",
                      kExitUsage);
     return false;
@@ -329,7 +341,7 @@ int quarantine_command(int argc, char** argv) {
     std::sort(verbs.begin(), verbs.end());  // the nearest of equals: the first in order
     const auto near = nearest_word(verb, verbs);
     return quarantine_error("unknown verb '" + verb + "'" + (near ? "; did you mean '" + *near + "'?" : "") +
-                                " (list, show, stats, export, discard, purge, replay, import, patch)",
+                                " (list, show, stats, export, discard, allow, purge, replay, import, patch)",
                             kExitUsage);
   }
   int exit_code = kExitOk;
@@ -338,7 +350,7 @@ int quarantine_command(int argc, char** argv) {
   if (!args) return exit_code;
   if (args->has_dashdash() && verb != "replay" && verb != "import") return quarantine_error("unexpected '--'", kExitUsage);
   const bool takes_ids = verb == "show" || verb == "export" || verb == "discard" || verb == "replay" ||
-                         verb == "import" || verb == "patch";
+                         verb == "import" || verb == "patch" || verb == "allow";
   if (!takes_ids && !args->positional().empty()) {
     return quarantine_error("unexpected argument '" + args->positional()[0] + "'", kExitUsage);
   }

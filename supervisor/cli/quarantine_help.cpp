@@ -7,7 +7,7 @@ namespace {
 
 #define PILLBOX_FILTERS                                                                              \
   "filters:\n"                                                                                       \
-  "  --status S        quarantined | replaying | resolved | failed-again | discarded\n"              \
+  "  --status S        quarantined | allowed | replaying | resolved | failed-again | discarded\n"    \
   "  --kind K          crash, cpu-limit, oom, ... (see README: failure kinds)\n"                     \
   "  --fingerprint FP  one fingerprint\n"                                                            \
   "  --key KEY         one task key\n"                                                               \
@@ -99,13 +99,39 @@ const std::map<std::string, const char*> kVerbHelp = {
      "                    store only: on the fleet, name the IDs)\n"
      "  --json            on stdout, one JSON object: {\"discarded\": [{\"id\", \"was\"}...],\n"
      "                    \"already_discarded\": [ID...], \"changed\": N}\n" PILLBOX_WHERE},
+    {"allow",
+     "usage: pillbox quarantine allow (ID... | --fingerprint FP | --kind K | --raise-site RS) [--revoke]\n"
+     "                                [--note TEXT] [--json] [--store DIR | --redis URL --stream NAME |\n"
+     "                                --amqp URL --queue NAME] [--fleet-key FILE]\n"
+     "\n"
+     "An operator's review: records awaiting review (quarantined, failed-again) become allowed,\n"
+     "allowed to replay; `quarantine replay --allowed` then replays those and no other. With\n"
+     "--revoke, allowed records go back to quarantined, awaiting review again. Who and when go into\n"
+     "the audit trail (action \"allowed\" or \"allowance revoked\", with the note and the status\n"
+     "before). Named IDs are all checked before any record changes: one resolved, discarded or\n"
+     "being replayed is refused, with why, and nothing changes; one already allowed (for --revoke:\n"
+     "not allowed) is left as it is. With --fingerprint, --kind and/or --raise-site, the matching\n"
+     "records the review moves, and how many others were left, on stderr. A patch (quarantine patch)\n"
+     "of an allowed record sends it back to review: what a replay would run has changed.\n"
+     "On the fleet (--redis, --amqp) the allowance is signed with the fleet key (--fleet-key FILE or\n"
+     "$PILLBOX_FLEET_KEY), over the record's id, its payload's sha256, who and when: its state is\n"
+     "anyone's to write who can write to the broker, so replay --allowed takes a record only on a\n"
+     "valid allowance (unless --trust-unsigned); show --json says it (\"allowance\").\n"
+     "\n"
+     "options:\n"
+     "  --revoke          take allowances back: allowed records to quarantined\n"
+     "  --note TEXT       why, kept in the audit trail\n"
+     "  --fingerprint FP, --kind K, --raise-site RS   the records they match (combined: all of them)\n"
+     "  --json            on stdout, one JSON object: {\"allowed\": [{\"id\", \"was\"}...],\n"
+     "                    \"already_allowed\": [ID...], \"changed\": N}; with --revoke {\"revoked\":\n"
+     "                    [{\"id\", \"was\"}...], \"not_allowed\": [ID...], \"changed\": N}\n" PILLBOX_WHERE},
     {"purge",
      "usage: pillbox quarantine purge --older-than DURATION [--status S]... [--dry-run] [--yes] [--json]\n"
      "                                [--store DIR]\n"
      "\n"
      "Deletes records created more than DURATION ago (e.g. 30d, 12h, 1.5d), only those in the given\n"
      "statuses when --status is given, with their audit trail; payloads no remaining record uses go\n"
-     "too. Records still open (quarantined, replaying, failed-again) are deleted only when\n"
+     "too. Records still open (quarantined, allowed, replaying, failed-again) are deleted only when\n"
      "confirmed: on a terminal the question `delete N open records? [y/N]`; without one, --yes\n"
      "(else exit 2 and nothing is deleted).\n"
      "\n"
@@ -118,17 +144,19 @@ const std::map<std::string, const char*> kVerbHelp = {
      "                    \"payloads\", \"ids\"} (payloads: null with --dry-run)\n" PILLBOX_STORE_ONLY},
     {"replay",
      "usage: pillbox quarantine replay (ID... | --fingerprint FP | --kind K | --raise-site RS | --all) [options]\n"
+     "       pillbox quarantine replay --allowed [ID... | --fingerprint FP | --kind K | --raise-site RS] [options]\n"
      "                                 [--handler H [--arg K=V]... | -- CMD ARGS...]\n"
      "\n"
      "Runs quarantined payloads again, oldest first, in batches: under their recorded handler and\n"
      "policy, or a new one (--handler H [--arg K=V]... | -- CMD ARGS..., --policy P). Successes\n"
      "become resolved and their tasks ok, with the replay's output as their kept result (`pillbox\n"
      "results`); failures failed-again (the attempt is appended); what is not replayed keeps\n"
-     "its status. Records resolved or being replayed are skipped unless --force; two replays at\n"
-     "once never run the same record. Results go where `run` puts them (stdout, --json, --out DIR\n"
-     "with the file names and --out-mode of `run`). A record patched by `quarantine patch` runs\n"
-     "its newest revision (payload and handler arguments) under its own key; the result and the\n"
-     "audit trail name the revision.\n"
+     "its status. It takes records quarantined, failed-again and allowed; with --allowed only those\n"
+     "an operator allowed (quarantine allow). Records resolved, discarded or being replayed are\n"
+     "skipped unless --force; two replays at once never run the same record. Results go where\n"
+     "`run` puts them (stdout, --json, --out DIR with the file names and --out-mode of `run`). A\n"
+     "record patched by `quarantine patch` runs its newest revision (payload and handler\n"
+     "arguments) under its own key; the result and the audit trail name the revision.\n"
      "A record's policy and handler are claims (docs/security.md): it runs under the shipped policy\n"
      "its own derives from; a raised limit or a host path it binds only when said again here\n"
      "(--timeout, --cpu, --memory, --max-output, --writable, --share), and a plugin record only\n"
@@ -143,6 +171,9 @@ const std::map<std::string, const char*> kVerbHelp = {
      "                          object {\"dry_run\": true, \"records\": [{\"id\", \"key\", \"kind\",\n"
      "                          \"fingerprint\", \"status\"}...], \"count\": N})\n"
      "  --force                 replay records resolved or being replayed too\n"
+     "  --allowed               only records allowed to replay (quarantine allow); alone, all of\n"
+     "                          them. On the fleet, only those with a valid allowance (signed with\n"
+     "                          the fleet key), unless --trust-unsigned\n"
      "  -j, --jobs N            payloads at once (default: number of cores)\n"
      "  --json                  one JSON object per replayed payload, as `run --json`\n"
      "  -q, --quiet             no progress bar on the terminal\n"
@@ -189,6 +220,9 @@ const std::map<std::string, const char*> kVerbHelp = {
      "ok, with the revision's output as its result (`pillbox results KEY`: \"from patch N of\n"
      "record ID\"), so `run` over the same input skips it as done. The original payload is\n"
      "unchanged, and still fails (`pillbox reproduce ID`).\n"
+     "\n"
+     "An allowed record (quarantine allow) goes back to quarantined, awaiting review again: the\n"
+     "allowance was of what it ran before.\n"
      "\n"
      "Refused, with nothing changed: a record resolved or discarded, one being replayed, --set-arg\n"
      "on an exec record (a command line, not handler arguments), a patch equal to the newest\n"

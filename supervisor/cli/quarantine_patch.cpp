@@ -59,6 +59,8 @@ int quarantine_patch(const RecordsContext& c) {
   auto request = read_request(c, id);
   if (!request) return quarantine_error(request.error(), kExitUsage);
   request->actor = actor_name("quarantine patch");
+  auto before = c.source.get(id);  // only to say so when it was allowed; the patch reads it again
+  const bool was_allowed = before && before->record.status == store::RecordStatus::kAllowed;
   auto revision = c.source.patch(id, std::move(*request));
   if (!revision) return quarantine_error(revision.error(), exit_code_for(revision.error_code()));
   if (c.args.flag("json")) {
@@ -68,6 +70,11 @@ int quarantine_patch(const RecordsContext& c) {
   }
   std::printf("record %s: revision %lld stored (%s); the original is unchanged. Run it: pillbox quarantine replay %s\n",
               id.c_str(), static_cast<long long>(revision->n), table_cell(revision->summary, 300).c_str(), id.c_str());
+  if (was_allowed) {
+    std::printf("record %s was allowed to replay: it awaits review again, for what it runs now is the new revision "
+                "(pillbox quarantine allow %s)\n",
+                id.c_str(), id.c_str());
+  }
   return kExitOk;
 }
 

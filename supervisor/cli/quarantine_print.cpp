@@ -289,6 +289,16 @@ int print_record(const ShownRecord& shown, bool json) {
                                               "--trust-unsigned"
                                             : "unchecked (give --fleet-key FILE to check it)");
   }
+  // ... and for the operator's allowance, which replay --allowed acts on.
+  if (shown.full.contains("allowance") && shown.full["allowance"].is_object()) {
+    const nlohmann::json& a = shown.full["allowance"];
+    const std::string sig = a.value("signature", "");
+    field("allowance", "by " + table_cell(a.value("actor", ""), 80) + " at " + table_cell(a.value("at", ""), 40) +
+                           (sig == "valid"       ? ", signed with the fleet key"
+                            : sig == "unchecked" ? ", not checked (give --fleet-key FILE)"
+                                                 : ", " + table_cell(sig, 20) +
+                                                       ": replay --allowed takes it only with --trust-unsigned"));
+  }
   if (!e.message.empty()) field("message", table_cell(e.message, 400));
   if (!e.crash_state.empty()) {
     out += "  crash state (innermost first):\n";
@@ -458,31 +468,31 @@ int export_record(const Args& args, const nlohmann::json& id, const store::Quara
   return kExitOk;
 }
 
-// ---- discard --------------------------------------------------------------------
+// ---- discard, allow ----------------------------------------------------------------
 
-void DiscardReport::discarded(const nlohmann::json& id, const std::string& was) {
+void StatusChangeReport::changed(const nlohmann::json& id, const std::string& was) {
   ++changed_;
   if (json_) {
-    discarded_.push_back({{"id", id}, {"was", was}});
+    changed_ids_.push_back({{"id", id}, {"was", was}});
   } else {
-    std::printf("record %s discarded (was %s)\n", id_text(id).c_str(), was.c_str());
+    std::printf("record %s %s (was %s)\n", id_text(id).c_str(), words_.done, was.c_str());
   }
 }
 
-void DiscardReport::already_discarded(const nlohmann::json& id) {
+void StatusChangeReport::already(const nlohmann::json& id) {
   if (json_) {
     already_.push_back(id);
   } else {
-    std::printf("record %s was already discarded\n", id_text(id).c_str());
+    std::printf("record %s %s\n", id_text(id).c_str(), words_.already);
   }
 }
 
-void DiscardReport::finish() const {
+void StatusChangeReport::finish() const {
   if (json_) {
-    const nlohmann::json j = {{"discarded", discarded_}, {"already_discarded", already_}, {"changed", changed_}};
+    const nlohmann::json j = {{words_.key, changed_ids_}, {words_.already_key, already_}, {"changed", changed_}};
     std::printf("%s\n", dump(j).c_str());
   } else {
-    std::fprintf(stderr, "%d record%s discarded\n", changed_, changed_ == 1 ? "" : "s");
+    std::fprintf(stderr, "%d record%s %s\n", changed_, changed_ == 1 ? "" : "s", words_.key);
   }
 }
 

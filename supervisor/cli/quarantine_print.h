@@ -65,22 +65,36 @@ Status check_export_options(const Args& args);
 int export_record(const Args& args, const nlohmann::json& id, const store::QuarantineRecord& record,
                   const nlohmann::json& full, const std::string& payload, const std::string& sha256);
 
-// ---- discard --------------------------------------------------------------------
+// ---- discard, allow ----------------------------------------------------------------
 
-// What discard did: a line per record on stdout ("record 12 discarded (was
-// quarantined)") and the count on stderr; with --json, one object on stdout
-// at the end: {"discarded": [{"id", "was"}...], "already_discarded": [ID...],
-// "changed": N}.
-class DiscardReport {
+// The words of one change of status an operator makes.
+struct StatusChangeWords {
+  const char* key;           // the JSON key of the records changed: "discarded"
+  const char* already_key;   // ... of those left as they were: "already_discarded"
+  const char* done;          // "record 12 " + done + " (was quarantined)"
+  const char* already;       // "record 12 " + already
+};
+inline constexpr StatusChangeWords kDiscardWords{"discarded", "already_discarded", "discarded", "was already discarded"};
+inline constexpr StatusChangeWords kAllowWords{"allowed", "already_allowed", "allowed to replay", "was already allowed"};
+inline constexpr StatusChangeWords kRevokeWords{"revoked", "not_allowed", "back to quarantined, its allowance revoked",
+                                                "was not allowed: left as it is"};
+
+// What discard (or allow, allow --revoke) did: a line per record on stdout
+// ("record 12 discarded (was quarantined)") and the count on stderr; with
+// --json, one object on stdout at the end: {"discarded": [{"id", "was"}...],
+// "already_discarded": [ID...], "changed": N} (allow: "allowed",
+// "already_allowed"; --revoke: "revoked", "not_allowed").
+class StatusChangeReport {
  public:
-  explicit DiscardReport(bool json) : json_(json) {}
-  void discarded(const nlohmann::json& id, const std::string& was);
-  void already_discarded(const nlohmann::json& id);
+  StatusChangeReport(bool json, const StatusChangeWords& words) : json_(json), words_(words) {}
+  void changed(const nlohmann::json& id, const std::string& was);
+  void already(const nlohmann::json& id);
   void finish() const;
 
  private:
   bool json_;
-  nlohmann::json discarded_ = nlohmann::json::array();
+  StatusChangeWords words_;
+  nlohmann::json changed_ids_ = nlohmann::json::array();
   nlohmann::json already_ = nlohmann::json::array();
   int changed_ = 0;
 };

@@ -1,8 +1,11 @@
-// pillbox quarantine list / show / stats / export / discard, written once
+// pillbox quarantine list / show / stats / export / discard / allow, written once
 // against QuarantineSource for either quarantine (quarantine_verbs.h). What
 // one back end cannot do is its capability; the verb says so.
+#include <cstdio>
+#include <functional>
 #include <string>
 
+#include "shared/failure_kind.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
 #include "supervisor/cli/quarantine_print.h"
@@ -42,30 +45,55 @@ Expected<std::int64_t> wanted_revision(const RecordsContext& c, const SourcedRec
   return *n;
 }
 
-// discard --raise-site RS: the ids of the open records of one raise site
-// (the groups of one bug, as stats rolls them up), each checked as a named
-// one is.
-Expected<std::vector<nlohmann::json>> raise_site_records(const RecordsContext& c, const std::string& site) {
-  store::ListFilter filter;
-  filter.raise_site = site;
+// The ids of the records `filter` matches that `wanted` takes, each checked
+// as a named one is: one a replay holds refuses them all (check_discardable,
+// `act`). `left` counts those matched but not wanted.
+Expected<std::vector<nlohmann::json>> matching_records(const RecordsContext& c, const store::ListFilter& filter,
+                                                       const std::function<bool(const SourcedRecord&)>& wanted,
+                                                       const std::string& act, std::size_t& left) {
   std::vector<nlohmann::json> ids;
   Status refused = Status::ok();
   const Status each = c.source.each(filter, [&](const SourcedRecord& r) {
-    const store::RecordStatus s = r.record.status;
-    if (s != store::RecordStatus::kQuarantined && s != store::RecordStatus::kFailedAgain &&
-        s != store::RecordStatus::kReplaying) {
+    if (!wanted(r)) {
+      ++left;
       return true;
     }
-    refused = c.source.check_discardable(r);
+    refused = c.source.check_discardable(r, act);
     if (!refused) return false;
     ids.push_back(r.id);
     return true;
   });
   if (!each) return Error{each.message(), each.code()};
   if (!refused) return Error{refused.message(), ErrorCode::kUsage};
-  if (ids.empty()) {
+  return ids;
+}
+
+// discard --raise-site RS: the ids of the open records of one raise site
+// (the groups of one bug, as stats rolls them up).
+Expected<std::vector<nlohmann::json>> raise_site_records(const RecordsContext& c, const std::string& site) {
+  store::ListFilter filter;
+  filter.raise_site = site;
+  std::size_t closed = 0;
+  auto ids = matching_records(
+      c, filter, [](const SourcedRecord& r) { return store::is_open(r.record.status); }, "discard", closed);
+  if (ids && ids->empty()) {
     return Error{"no open record is at raise site " + site + " (quarantine stats names the raise sites)",
                  ErrorCode::kUsage};
+  }
+  return ids;
+}
+
+// The ids a verb names, each read and checked (`check`) before any record
+// changes: a typo, or one record that may not change, changes nothing.
+Expected<std::vector<nlohmann::json>> named_records(const RecordsContext& c,
+                                                    const std::function<Status(const SourcedRecord&)>& check) {
+  std::vector<nlohmann::json> ids;
+  for (const auto& text : c.args.positional()) {
+    if (auto id = c.source.parse_id(text); !id) return Error{id.error(), ErrorCode::kUsage};
+    auto r = c.source.get(text);  // (named as typed in its errors)
+    if (!r) return Error{r.error(), r.error_code()};
+    if (auto ok = check(*r); !ok) return Error{ok.message(), ErrorCode::kUsage};
+    ids.push_back(r->id);
   }
   return ids;
 }
@@ -158,25 +186,94 @@ int quarantine_discard(const RecordsContext& c) {
     if (!found) return failed(found);
     ids = std::move(*found);
   }
-  for (const auto& text : c.args.positional()) {
-    if (auto id = c.source.parse_id(text); !id) return quarantine_error(id.error(), kExitUsage);
-    auto r = c.source.get(text);  // (named as typed in its errors)
-    if (!r) return failed(r);
-    if (auto ok = c.source.check_discardable(*r); !ok) return quarantine_error(ok.message(), kExitUsage);
-    ids.push_back(r->id);
-  }
+  auto named = named_records(c, [&](const SourcedRecord& r) { return c.source.check_discardable(r, "discard"); });
+  if (!named) return failed(named);
+  ids.insert(ids.end(), named->begin(), named->end());
   const std::string actor = actor_name("quarantine discard");
-  DiscardReport report(c.args.flag("json"));
+  StatusChangeReport report(c.args.flag("json"), kDiscardWords);
   for (const auto& id : ids) {
     auto done = c.source.discard(id_text(id), actor, *reason);
     if (!done) return failed(done);
     if (done->already) {
-      report.already_discarded(id);
+      report.already(id);
     } else {
-      report.discarded(id, done->was);
+      report.changed(id, done->was);
     }
   }
   report.finish();
+  return kExitOk;
+}
+
+int quarantine_allow(const RecordsContext& c) {
+  const store::Review review = c.args.flag("revoke") ? store::Review::kRevoke : store::Review::kAllow;
+  const std::string act = review == store::Review::kAllow ? "allow" : "revoke";
+  store::ListFilter filter;
+  filter.fingerprint = c.args.value("fingerprint");
+  filter.kind = c.args.value("kind");
+  if (filter.kind && !kind_from_string(*filter.kind)) {
+    return quarantine_error("unknown kind '" + *filter.kind + "' (see pillbox run --help)", kExitUsage);
+  }
+  if (auto site = c.args.value("raise-site")) {
+    if (auto s = check_raise_site_id(*site); !s) return quarantine_error(s.message(), kExitUsage);
+    filter.raise_site = *site;
+  }
+  const bool filtered = filter.fingerprint || filter.kind || filter.raise_site;
+  if (c.args.positional().empty() == !filtered) {
+    return quarantine_error(act + " what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site RS "
+                                  "(the records they match that await review), one of these",
+                            kExitUsage);
+  }
+  // All are checked before any record changes: a typo, or a record that may
+  // not move, changes nothing.
+  auto movable = [&](const SourcedRecord& r) -> Status {
+    if (auto ok = c.source.check_discardable(r, act); !ok) return ok;
+    const store::ReviewStep step = store::review_step(r.record.status, review);
+    if (!step.refusal.empty()) return Status::error("record " + r.id_text() + " " + step.refusal, ErrorCode::kUsage);
+    return Status::ok();
+  };
+  std::size_t left = 0;
+  auto ids = filtered ? matching_records(
+                            c, filter,
+                            [&](const SourcedRecord& r) {
+                              // By a filter: those the review moves; the rest are left, and counted.
+                              const store::ReviewStep step = store::review_step(r.record.status, review);
+                              return step.refusal.empty() && !step.already;
+                            },
+                            act, left)
+                      : named_records(c, movable);
+  if (!ids) return failed(ids);
+  if (filtered && ids->empty()) {
+    return quarantine_error(std::string("no matching record ") +
+                                (review == store::Review::kAllow ? "awaits review (quarantined or failed-again)"
+                                                                 : "is allowed") +
+                                "; quarantine list shows their status",
+                            kExitUsage);
+  }
+  const std::string actor = actor_name("quarantine allow");
+  const std::string note = c.args.value("note").value_or("");
+  StatusChangeReport report(c.args.flag("json"), review == store::Review::kAllow ? kAllowWords : kRevokeWords);
+  bool unsigned_allowances = false;
+  for (const auto& id : *ids) {
+    auto done = c.source.review(id_text(id), review, actor, note);
+    if (!done) return failed(done);
+    unsigned_allowances = unsigned_allowances || done->unsigned_allowance;
+    if (done->already) {
+      report.already(id);
+    } else {
+      report.changed(id, done->was);
+    }
+  }
+  report.finish();
+  if (left > 0) {
+    std::fprintf(stderr, "%zu matching record%s left as %s: %s\n", left, left == 1 ? "" : "s",
+                 left == 1 ? "it is" : "they are",
+                 review == store::Review::kAllow ? "allowed already, resolved, discarded or being replayed"
+                                                 : "not allowed");
+  }
+  if (unsigned_allowances) {
+    std::fprintf(stderr, "pillbox quarantine allow: no fleet key: these allowances are unsigned, and replay --allowed "
+                         "takes them only with --trust-unsigned (give --fleet-key FILE to sign them)\n");
+  }
   return kExitOk;
 }
 

@@ -85,7 +85,8 @@ int show_replay_plan(QuarantineSource& source, const ReplayRun& run, bool json) 
 
 // What a replay acts on: record IDs (read by the source's parse_id), or
 // --fingerprint, --kind and/or --raise-site, or --all (exactly one of
-// these), and --force.
+// these; with --allowed, none is every allowed record), and --force or
+// --allowed.
 Status read_replay_selection(const Args& args, const QuarantineSource& source, ReplayRun& run) {
   for (const auto& text : args.positional()) {
     auto id = source.parse_id(text);
@@ -103,11 +104,16 @@ Status read_replay_selection(const Args& args, const QuarantineSource& source, R
   }
   const bool all = args.flag("all");
   const bool filtered = run.filter.fingerprint || run.filter.kind || run.filter.raise_site;
-  if (!run.ids.empty() + filtered + all != 1) {
-    return Status::error(
-        "replay what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site RS, or --all (one of these)");
-  }
   run.force = args.flag("force");
+  run.allowed_only = args.flag("allowed");
+  if (run.force && run.allowed_only) {
+    return Status::error("--allowed takes only the records an operator allowed, --force any record: give one of the two");
+  }
+  const int selections = !run.ids.empty() + filtered + all;
+  if (selections > 1 || (selections == 0 && !run.allowed_only)) {
+    return Status::error("replay what? give record IDs, or --fingerprint FP, --kind K and/or --raise-site RS, or "
+                         "--all (one of these), or --allowed (every record allowed to replay)");
+  }
   return Status::ok();
 }
 

@@ -54,6 +54,7 @@ int quarantine_show(const RecordsContext& c);     // show ID
 int quarantine_stats(const RecordsContext& c);    // stats
 int quarantine_export(const RecordsContext& c);   // export ID -o FILE [--bundle]
 int quarantine_discard(const RecordsContext& c);  // discard ID... --reason TEXT
+int quarantine_allow(const RecordsContext& c);    // allow (ID... | filters) [--revoke] [--note TEXT]
 int quarantine_replay(const RecordsContext& c);   // replay (quarantine_replay.cpp)
 int quarantine_patch(const RecordsContext& c);    // patch ID (--payload-file F | --set-arg K=V...) --note TEXT (quarantine_patch.cpp)
 

@@ -11,7 +11,9 @@ namespace pillbox {
 
 inline Expected<store::RecordStatus> record_status_filter(const std::string& text) {
   if (auto status = store::record_status_from_string(text)) return *status;
-  return Error::usage("unknown status '" + text + "' (quarantined, replaying, resolved, failed-again, discarded)");
+  std::string words;
+  for (store::RecordStatus s : store::kAllRecordStatuses) words += (words.empty() ? "" : ", ") + std::string(to_string(s));
+  return Error::usage("unknown status '" + text + "' (" + words + ")");
 }
 
 inline Expected<std::string> record_source_filter(const std::string& text) {

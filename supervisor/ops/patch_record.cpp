@@ -29,9 +29,9 @@ std::string refusal(const store::QuarantineRecord& r, const std::string& claim) 
            "); patch it when the replay is over (a replay whose process is gone is taken back by the next "
            "`pillbox quarantine replay " + id + "`)";
   }
-  if (r.status == store::RecordStatus::kResolved || r.status == store::RecordStatus::kDiscarded) {
+  if (!store::is_open(r.status)) {
     return "record " + id + " is " + std::string(to_string(r.status)) +
-           ": only an open record (quarantined or failed-again) is patched; nothing changed";
+           ": only an open record (quarantined, allowed or failed-again) is patched; nothing changed";
   }
   return "";
 }
@@ -190,6 +190,15 @@ Expected<store::Revision> patch_record(store::Database& db, store::QuarantineSto
                                     "; note: " + request.note);
       !s) {
     return Error{s.message()};
+  }
+  // An allowance was of what the record ran before: what a replay would run
+  // now is the new revision, which nobody has reviewed yet.
+  if (record.status == store::RecordStatus::kAllowed) {
+    auto back = quarantine.change_status(record.id, store::RecordStatus::kAllowed, store::RecordStatus::kQuarantined,
+                                         now, request.actor, std::string(store::review_action(store::Review::kRevoke)),
+                                         "patched: revision " + std::to_string(next.n) +
+                                             " awaits review, and quarantine allow allows it again (was allowed)");
+    if (!back) return Error{back.error()};
   }
   if (auto s = txn->commit(); !s) return Error{s.message()};
   return next;

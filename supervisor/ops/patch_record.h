@@ -37,8 +37,10 @@ Status check_patch_request(const PatchRequest& request);
 
 // Stores the patch as the record's next revision, in one transaction with
 // its audit entry ("patched"). The record must be open and not in a replay:
-// status quarantined or failed-again, no replay claim; this is checked under
-// the store's write lock, so a replay that claims the record first wins.
+// status quarantined, allowed or failed-again, no replay claim; this is
+// checked under the store's write lock, so a replay that claims the record
+// first wins. An allowed record goes back to quarantined (its allowance
+// revoked, audited): what a replay would run now nobody has reviewed.
 // Errors with ErrorCode::kUsage change nothing and say what to do: no such
 // record, a record resolved, discarded or being replayed, no note, both or
 // neither of a payload and arguments, arguments for an exec record (it has a

@@ -58,11 +58,17 @@ struct PayloadBytes {
   std::string sha256;
 };
 
-// What discard did to one record.
-struct Discarded {
-  bool already = false;  // discarded before: left as it was
+// What an operator's change of status (discard, allow, allow --revoke) did
+// to one record.
+struct StatusChange {
+  bool already = false;  // it was where the change puts it: left as it was
   std::string was;       // its status before
+  // Allowed on the fleet without a fleet key: replay --allowed takes it
+  // only with --trust-unsigned.
+  bool unsigned_allowance = false;
 };
+using Discarded = StatusChange;
+using Reviewed = StatusChange;
 
 // One replayed record, as a replay tells it (ReplayRun::on_result).
 struct ReplayedRecord {
@@ -81,6 +87,10 @@ struct ReplayRun : ReplayBrakes {
   std::vector<std::string> ids;  // parse_id's texts; none: the filter
   store::ListFilter filter;      // --fingerprint, --kind, --raise-site (--all: empty)
   bool force = false;            // also resolved and discarded records
+  // --allowed: only records an operator allowed (quarantine allow); on the
+  // fleet, only those whose allowance is signed with the fleet key
+  // (fleet_allowance.h) unless trust_unsigned.
+  bool allowed_only = false;
   std::string actor;
   bool name_results = false;     // the results go to files (--out): ReplayedRecord::result_variant wanted
   // Run here (replays_here): the runner the operator chose instead of the recorded one.
@@ -94,6 +104,8 @@ struct ReplayRun : ReplayBrakes {
   std::chrono::milliseconds batch_timeout{300'000};
   std::function<void(const ReplayedRecord&)> on_result;
   std::function<void(std::size_t done, std::size_t total)> on_progress;
+
+  store::ReplayScope scope() const { return store::replay_scope(force, allowed_only); }
 };
 
 // A record a replay would run (--dry-run), and the revision it would run (0: the original).
@@ -156,13 +168,21 @@ class QuarantineSource {
   virtual Status check_runnable(const SourcedRecord& r, bool trust_unsigned) const = 0;
 
   // kUsage when a replay holds the record now (its status or its claim):
-  // it may not be discarded or patched until the replay is over.
-  virtual Status check_discardable(const SourcedRecord& r) = 0;
+  // it may not be discarded, reviewed or patched until the replay is over;
+  // the error says "ACT it when the replay is over" with `act` ("discard").
+  virtual Status check_discardable(const SourcedRecord& r, const std::string& act) = 0;
   // Sets record `id` (parse_id's text; check_discardable passed) to
   // discarded with an audit entry ("discarded", by `actor`, detail "REASON
   // (was STATUS)"), atomically; refused (kUsage) when a replay took it in
   // between. By id: a verb that discards many keeps no payload meanwhile.
   virtual Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) = 0;
+  // Moves record `id` (parse_id's text) as store::review_step says, with an
+  // audit entry (review_action, by `actor`, detail "NOTE (was STATUS)"),
+  // atomically: refused (kUsage, "record ID " + the step's refusal) when
+  // its status may not move, or a replay holds it now. On the fleet an
+  // allowance is signed with the fleet key, when there is one.
+  virtual Expected<Reviewed> review(const std::string& id, store::Review review, const std::string& actor,
+                                    const std::string& note) = 0;
 
   // Keeps an operator's fix as record `id`'s next revision (parse_id's
   // text; `request.record_id` is set here), refused as patch_record

@@ -137,7 +137,7 @@ Expected<ReplayResult> replay(store::QuarantineStore& quarantine, store::ReplayS
     const std::size_t last = std::min(selected->size(), first + batch_size);
     std::vector<std::int64_t> ids;
     for (std::size_t i = first; i < last; ++i) ids.push_back((*selected)[i].id);
-    auto claimed = replays.claim(ids, settings.selection.force, store::now_ms());
+    auto claimed = replays.claim(ids, settings.selection.scope(), store::now_ms());
     if (!claimed) return Error{claimed.error()};
     const std::set<std::int64_t> mine(claimed->begin(), claimed->end());
     result.taken_by_others += ids.size() - mine.size();

@@ -63,6 +63,7 @@ Expected<ReplaySettings> replay_settings(const ReplayRun& run) {
   }
   s.selection.filter = run.filter;
   s.selection.force = run.force;
+  s.selection.allowed_only = run.allowed_only;
   static_cast<ReplayBrakes&>(s) = run;
   s.handler = run.handler;
   s.policy = run.policy;
@@ -167,12 +168,12 @@ Expected<PayloadBytes> StoreQuarantineSource::minimized_payload(const SourcedRec
   return PayloadBytes{std::move(*bytes), sha};
 }
 
-Status StoreQuarantineSource::check_discardable(const SourcedRecord& r) {
+Status StoreQuarantineSource::check_discardable(const SourcedRecord& r, const std::string& act) {
   // The claim too: it is what a replay holds a record by.
   auto claim = store::ReplayStore::claim_of(db_, r.record.id);
   if (!claim) return Status::error(claim.error());
   if (r.record.status != store::RecordStatus::kReplaying && claim->empty()) return Status::ok();
-  return Status::error("record " + r.id_text() + " is being replayed right now; discard it when the replay is over",
+  return Status::error("record " + r.id_text() + " is being replayed right now; " + act + " it when the replay is over",
                        ErrorCode::kUsage);
 }
 
@@ -180,7 +181,7 @@ Expected<Discarded> StoreQuarantineSource::discard(const std::string& id, const 
                                                    const std::string& reason) {
   auto r = get(id);  // as it is now: a replay may have taken it since it was checked
   if (!r) return Error{r.error(), r.error_code()};
-  if (auto ok = check_discardable(*r); !ok) return Error{ok.message(), ok.code()};
+  if (auto ok = check_discardable(*r, "discard"); !ok) return Error{ok.message(), ok.code()};
   Discarded done{r->record.status == store::RecordStatus::kDiscarded, std::string(to_string(r->record.status))};
   if (done.already) return done;  // left as it is
   if (auto s = quarantine_.set_status(r->record.id, store::RecordStatus::kDiscarded, store::now_ms(), actor,
@@ -188,6 +189,31 @@ Expected<Discarded> StoreQuarantineSource::discard(const std::string& id, const 
       !s) {
     return Error{s.message(), s.code()};
   }
+  return done;
+}
+
+Expected<Reviewed> StoreQuarantineSource::review(const std::string& id, store::Review review, const std::string& actor,
+                                                 const std::string& note) {
+  auto r = get(id);  // as it is now
+  if (!r) return Error{r.error(), r.error_code()};
+  if (auto ok = check_discardable(*r, review == store::Review::kAllow ? "allow" : "revoke"); !ok) {
+    return Error{ok.message(), ok.code()};
+  }
+  const store::ReviewStep step = store::review_step(r->record.status, review);
+  if (!step.refusal.empty()) return Error::usage("record " + r->id_text() + " " + step.refusal);
+  Reviewed done{step.already, std::string(to_string(r->record.status))};
+  if (done.already) return done;
+  const std::string detail = (note.empty() ? "" : note + " ") + "(was " + done.was + ")";
+  auto txn = store::Transaction::begin(db_.handle());
+  if (!txn) return Error{txn.error()};
+  auto changed = quarantine_.change_status(r->record.id, r->record.status, step.to, store::now_ms(), actor,
+                                           std::string(store::review_action(review)), detail);
+  if (!changed) return Error{changed.error(), changed.error_code()};
+  if (!*changed) {
+    return Error::usage("record " + r->id_text() + " changed while it was reviewed (a replay took it, or another "
+                        "operator acted); nothing changed: look again (pillbox quarantine show " + r->id_text() + ")");
+  }
+  if (auto s = txn->commit(); !s) return Error{s.message()};
   return done;
 }
 

@@ -43,8 +43,10 @@ class StoreQuarantineSource final : public QuarantineSource {
   Expected<PayloadBytes> minimized_payload(const SourcedRecord& r) override;
   std::string hint_options() const override { return ""; }
   Status check_runnable(const SourcedRecord&, bool) const override { return Status::ok(); }
-  Status check_discardable(const SourcedRecord& r) override;
+  Status check_discardable(const SourcedRecord& r, const std::string& act) override;
   Expected<Discarded> discard(const std::string& id, const std::string& actor, const std::string& reason) override;
+  Expected<Reviewed> review(const std::string& id, store::Review review, const std::string& actor,
+                            const std::string& note) override;
   Expected<store::Revision> patch(const std::string& id, PatchRequest request) override;
   Status record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs, std::int64_t matches,
                              const std::string& actor, const std::string& detail) override;

@@ -79,7 +79,7 @@ ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, 
   ApiReply error;
   auto found = find(id, error);
   if (!found) return error;
-  if (auto ok = found->source.check_discardable(found->record); !ok) return error_reply(409, ok.message());
+  if (auto ok = found->source.check_discardable(found->record, "discard"); !ok) return error_reply(409, ok.message());
   auto done = found->source.discard(found->record.id_text(), actor, *reason.reason);
   // A refusal now: a replay took the record in between.
   if (!done) return failure(done.error(), done.error_code(), 409);
@@ -105,7 +105,7 @@ ApiReply ConsoleSource::patch(const std::string& id, const std::string& body, co
   // A refusal: which one is read from the records, not from the message.
   auto now = q->get(*checked);
   if (!now) return failure(revision.error(), now.error_code(), 404);
-  if (auto held = q->check_discardable(*now); !held) {  // a replay holds it: a conflict
+  if (auto held = q->check_discardable(*now, "patch"); !held) {  // a replay holds it: a conflict
     return held.code() == ErrorCode::kUsage ? error_reply(409, revision.error())
                                             : failure(held.message(), held.code());
   }

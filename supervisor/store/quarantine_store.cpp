@@ -10,6 +10,8 @@
 namespace pillbox::store {
 namespace {
 
+bool is_closed(RecordStatus status) { return !is_open(status); }
+
 const std::string kColumns =
     std::string("id, task_id, key, source, handler, handler_identity, handler_args, exec_argv, policy_identity, "
                 "policy, payload_sha256, payload_size, ") +
@@ -103,13 +105,12 @@ Expected<QuarantineStore> QuarantineStore::open(Database& db, const std::string&
       {&qs.fold_, "UPDATE quarantine SET repeats = repeats + 1, updated_at = ?2 WHERE id = ?1"},
       {&qs.audit_, "INSERT INTO audit (record_id, at, actor, action, detail) VALUES (?1, ?2, ?3, ?4, ?5)"},
       {&qs.evict_,
-       "DELETE FROM quarantine WHERE id = (SELECT id FROM quarantine WHERE status IN ('resolved', 'discarded') "
-       "ORDER BY created_at LIMIT 1) RETURNING id"},
+       "DELETE FROM quarantine WHERE id = (SELECT id FROM quarantine WHERE status IN " + sql_statuses(is_closed) +
+           " ORDER BY created_at LIMIT 1) RETURNING id"},
       {&qs.open_record_of_task_,
        // "+status": look the task up by its index; without the "+" SQLite may
        // pick the status index and scan every open record (quadratic inserts).
-       "SELECT id FROM quarantine WHERE task_id = ?1 AND +status IN ('quarantined', 'replaying', 'failed-again') "
-       "LIMIT 1"},
+       "SELECT id FROM quarantine WHERE task_id = ?1 AND +status IN " + sql_statuses(is_open) + " LIMIT 1"},
   });
   if (!prepared) return Error{prepared.message()};
   return qs;
@@ -251,7 +252,7 @@ Expected<std::vector<FingerprintStats>> QuarantineStore::stats(const ListFilter&
   auto stmt = Statement::prepare(
       db_->handle(),
       "SELECT g.*, q.message, q.crash_state, q.handler_identity FROM (SELECT fingerprint, kind, count(*) AS records, "
-      "sum(status IN ('quarantined', 'failed-again', 'replaying')), sum(repeats), min(created_at), "
+      "sum(status IN " + sql_statuses(is_open) + "), sum(repeats), min(created_at), "
       "max(max(created_at, updated_at)) AS last, max(id) AS example" + by_status + " FROM quarantine" +
           where(f) + " GROUP BY fingerprint, kind) g JOIN quarantine q ON q.id = g.example "
                      "ORDER BY g.records DESC, g.last DESC");
@@ -369,6 +370,21 @@ Status QuarantineStore::set_status(std::int64_t id, RecordStatus status, std::in
   return update_audited(
       id, "UPDATE quarantine SET status = ?2, updated_at = ?3 WHERE id = ?1",
       [&](Statement& s) { s.bind(2, to_string(status)).bind(3, now); }, now, actor, action, detail);
+}
+
+Expected<bool> QuarantineStore::change_status(std::int64_t id, RecordStatus from, RecordStatus to, std::int64_t now,
+                                              const std::string& actor, const std::string& action,
+                                              const std::string& detail) {
+  auto stmt = Statement::prepare(db_->handle(),
+                                 "UPDATE quarantine SET status = ?3, updated_at = ?4 WHERE id = ?1 AND status = ?2 "
+                                 "AND replay_claim IS NULL");
+  if (!stmt) return Error{stmt.error()};
+  if (auto s = stmt->bind(1, id).bind(2, to_string(from)).bind(3, to_string(to)).bind(4, now).run(); !s) {
+    return Error{s.message()};
+  }
+  if (::sqlite3_changes(db_->handle()) == 0) return false;
+  if (auto s = audit(id, now, actor, action, detail); !s) return Error{s.message()};
+  return true;
 }
 
 Expected<std::optional<QuarantineRecord>> QuarantineStore::get(std::int64_t id) {

@@ -67,7 +67,7 @@ struct FingerprintStats {
   std::string fingerprint;
   std::string kind;
   std::int64_t records = 0;
-  std::int64_t open = 0;             // quarantined, failed-again or replaying
+  std::int64_t open = 0;             // open ones (is_open: quarantined, allowed, replaying, failed-again)
   std::int64_t repeats = 0;          // failures folded into these records
   std::int64_t first_ms = 0;         // first quarantined
   std::int64_t last_ms = 0;          // last quarantined or updated
@@ -191,6 +191,12 @@ class QuarantineStore {
   // Only a record still 'quarantined' changes; false when it was not.
   Expected<bool> take_back(std::int64_t id, std::int64_t now_ms, const std::string& actor, const std::string& action,
                            const std::string& detail);
+  // Inside the caller's transaction: moves record `id` from status `from`
+  // to `to` with an audit entry, only while it is `from` and no replay
+  // claims it; false, nothing written, when it was not (someone acted in
+  // between).
+  Expected<bool> change_status(std::int64_t id, RecordStatus from, RecordStatus to, std::int64_t now_ms,
+                               const std::string& actor, const std::string& action, const std::string& detail);
   // Sets a record's status with an audit entry, in one transaction of its own.
   Status set_status(std::int64_t id, RecordStatus status, std::int64_t now_ms, const std::string& actor,
                     const std::string& action, const std::string& detail);

@@ -59,9 +59,9 @@ Expected<std::vector<QuarantineRecord>> ReplayStore::select(const ReplaySelectio
         return Error{"no quarantine record " + std::to_string(id) + " in this store (see: pillbox quarantine list)",
                      ErrorCode::kUsage};
       }
-      if (!replayable((*r)->status, sel.force)) {
-        skipped.push_back("record " + std::to_string(id) + " is " + std::string(to_string((*r)->status)) +
-                          " (--force replays it anyway)");
+      if (!replayable((*r)->status, sel.scope())) {
+        skipped.push_back("record " + std::to_string(id) + " " +
+                          not_replayable_why((*r)->status, sel.scope(), std::to_string(id)));
         continue;
       }
       out.push_back(std::move(**r));
@@ -70,32 +70,32 @@ Expected<std::vector<QuarantineRecord>> ReplayStore::select(const ReplaySelectio
   }
   std::size_t not_open = 0;
   auto s = quarantine_->each(sel.filter, [&](const QuarantineRecord& r) {
-    if (replayable(r.status, sel.force)) out.push_back(r);
+    if (replayable(r.status, sel.scope())) out.push_back(r);
     else ++not_open;
     return true;
   });
   if (!s) return Error{s.message()};
   if (not_open > 0) {
-    skipped.push_back(std::to_string(not_open) + " matching records are resolved, discarded or being replayed (--force replays them too)");
+    skipped.push_back(std::to_string(not_open) + " matching records " + not_replayable_words(sel.scope()));
   }
   std::reverse(out.begin(), out.end());  // oldest first
   return out;
 }
 
-Expected<std::vector<std::int64_t>> ReplayStore::claim(const std::vector<std::int64_t>& ids, bool force, std::int64_t now) {
+Expected<std::vector<std::int64_t>> ReplayStore::claim(const std::vector<std::int64_t>& ids, ReplayScope scope,
+                                                       std::int64_t now) {
   auto txn = Transaction::begin(db_->handle());
   if (!txn) return Error{txn.error()};
   auto stmt = Statement::prepare(
       db_->handle(),
       "UPDATE quarantine SET status_before_replay = CASE WHEN status = 'replaying' THEN status_before_replay ELSE status END, "
-      "status = 'replaying', replay_claim = ?2, updated_at = ?3 WHERE id = ?1 AND "
-      "(status IN ('quarantined', 'failed-again') OR ?4)");
+      "status = 'replaying', replay_claim = ?2, updated_at = ?3 WHERE id = ?1 AND status IN " +
+          sql_statuses([scope](RecordStatus s) { return replayable(s, scope); }));
   if (!stmt) return Error{stmt.error()};
   const std::string token = claim_token();
   std::vector<std::int64_t> claimed;
   for (std::int64_t id : ids) {
-    if (auto s = stmt->bind(1, id).bind(2, std::string_view(token)).bind(3, now).bind(4, std::int64_t{force ? 1 : 0}).run();
-        !s) {
+    if (auto s = stmt->bind(1, id).bind(2, std::string_view(token)).bind(3, now).run(); !s) {
       return Error{s.message()};
     }
     if (::sqlite3_changes(db_->handle()) == 1) claimed.push_back(id);

@@ -20,6 +20,9 @@ struct ReplaySelection {
   std::vector<std::int64_t> ids;          // given ids (empty: use the filter)
   ListFilter filter;                      // --fingerprint, --kind (or --all: empty)
   bool force = false;                     // include resolved, discarded and replaying records
+  bool allowed_only = false;              // --allowed: only records an operator allowed
+
+  ReplayScope scope() const { return replay_scope(force, allowed_only); }
 };
 
 struct ReplayAttempt {
@@ -44,13 +47,13 @@ class ReplayStore {
   // Returns how many.
   Expected<std::size_t> recover_abandoned(std::int64_t now_ms, const std::string& actor);
 
-  // The records a replay would run, oldest first, with the statuses it may
-  // take (open ones; with force, any). Also returns, in `skipped`, the given
-  // ids it will not take and why.
+  // The records a replay would run, oldest first, with the statuses its
+  // scope takes (replayable). Also returns, in `skipped`, the given ids it
+  // will not take and why.
   Expected<std::vector<QuarantineRecord>> select(const ReplaySelection& selection,
                                                  std::vector<std::string>& skipped);
   // Claims those of `ids` still claimable, in one transaction; returns them.
-  Expected<std::vector<std::int64_t>> claim(const std::vector<std::int64_t>& ids, bool force, std::int64_t now_ms);
+  Expected<std::vector<std::int64_t>> claim(const std::vector<std::int64_t>& ids, ReplayScope scope, std::int64_t now_ms);
   // A claimed record goes back to the status it had.
   Status release(std::int64_t id, std::int64_t now_ms);
   // A run row for the attempts a replay appends.

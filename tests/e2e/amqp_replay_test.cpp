@@ -7,7 +7,9 @@
 // results go where users take them (an RPC's reply queue, NAME.results); a
 // redrive's dead letter is an attempt of its record, not a record; a record
 // locked by another connection is not republished, nor discarded; a replay
-// SIGKILLed leaves no lock, and its redrive is neither lost nor repeated.
+// SIGKILLed leaves no lock, and its redrive is neither lost nor repeated;
+// replay --allowed republishes only what an operator allowed, never a
+// record whose state a publisher to NAME.dlq.state forged as allowed.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -19,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "shared/sha256.h"
 #include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/fleet_allowance.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/rabbit_server.h"
@@ -249,6 +253,75 @@ void locked_and_killed(const Fleet& fleet) {
   CHECK(results[0].body == "S held");
 }
 
+// quarantine allow on RabbitMQ: an allowance signed with the fleet key,
+// appended to NAME.dlq.state; replay --allowed republishes that record
+// only. The attack: whoever may publish to NAME.dlq.state appends a state
+// that says "allowed" (alone, or with the allowance of another record):
+// never republished.
+void allowed_only(const Fleet& fleet) {
+  dead_letter(fleet, "review", {task("ok-1", "S 1"), task("forged", "S 2"), task("copied", "S 3")});
+  auto by_key = fleet.records("review");
+  const std::string allowed = by_key.at("ok-1")["id"].dump(), forged = by_key.at("forged")["id"].dump();
+  const std::string copied = by_key.at("copied")["id"].dump();  // offsets: numbers
+  const auto allow = fleet.quarantine("review", {"allow", allowed, "--note", "reviewed"});
+  INFO(allow.describe());
+  REQUIRE(allow.exit_code == 0);
+  CHECK(allow.out == "record " + allowed + " allowed to replay (was quarantined)\n");
+  const auto shown = fleet.quarantine("review", {"show", allowed, "--json"});
+  REQUIRE(shown.records.size() == 1);
+  CHECK(shown.records[0]["status"] == "allowed");
+  CHECK(shown.records[0]["allowance"]["signature"] == "valid");
+
+  // Forged states, appended as any publisher to the log can: the status
+  // alone, and the allowed record's allowance on another record.
+  auto c = e2e::amqp_connect(fleet.server);
+  REQUIRE(c.confirm_publishes().is_ok());
+  auto append = [&](const std::string& record, const std::string& state) {
+    const std::string body = json{{"record", record}, {"version", 1}, {"state", state}}.dump();
+    AmqpOutgoing m;
+    m.body = body;
+    REQUIRE(c.publish("review.dlq.state", m).is_ok());
+    REQUIRE(c.wait_confirmed().is_ok());
+  };
+  append(forged, R"({"status":"allowed","updated_at":1,"audit":[]})");
+  // A valid allowance, of the allowed record (its id, its payload): signed
+  // with the fleet's own key, as the allowed record's state holds it.
+  pillbox::broker::FleetRecord of_allowed;
+  of_allowed.id = allowed;
+  of_allowed.record.entry.payload_sha256 = pillbox::sha256_hex("S 1");
+  const pillbox::broker::FleetKey key(e2e::read_file(fleet.key));
+  const auto valid = pillbox::broker::make_allowance(&key, "review.dlq", of_allowed, "alice", 1);
+  json stolen = {{"status", "allowed"}, {"updated_at", 1}, {"audit", json::array()},
+                 {"allowance", {{"at", valid.at}, {"actor", valid.actor}, {"sig", valid.sig}}}};
+  append(copied, stolen.dump());
+  CHECK(e2e::eventually([&] { return fleet.records("review").at("copied")["status"] == "allowed"; }));
+  CHECK(fleet.quarantine("review", {"show", forged, "--json"}).records[0]["allowance"]["signature"] == "missing");
+  CHECK(fleet.quarantine("review", {"show", copied, "--json"}).records[0]["allowance"]["signature"] == "bad");
+
+  {
+    e2e::Background fixed(e2e::pillbox_binary(), fleet.worker("review", "fixed", true));
+    const auto replay = fleet.quarantine("review", {"replay", "--allowed", "--batch-timeout", "60s"});
+    INFO(replay.describe());
+    CHECK(replay.exit_code == 0);
+    CHECK(replay.err.find("2 matching records (") != std::string::npos);
+    CHECK(replay.err.find("have no valid allowance") != std::string::npos);
+    CHECK(replay.err.find("1 selected, 1 replayed: 1 resolved") != std::string::npos);
+    fixed.signal(SIGTERM);
+    CHECK(fixed.wait() == 143);
+  }
+  by_key = fleet.records("review");
+  CHECK(by_key.at("ok-1")["status"] == "resolved");
+  CHECK(by_key.at("forged")["status"] == "allowed");  // never republished
+  CHECK(by_key.at("copied")["status"] == "allowed");
+  CHECK(drain(c, "review.results").size() == 1);
+  // Refused with why while nothing holds it; revoked back to review.
+  const auto resolved = fleet.quarantine("review", {"allow", allowed});
+  CHECK(resolved.exit_code == 2);
+  CHECK(resolved.err.find("record " + allowed + " is resolved") != std::string::npos);
+  CHECK(fleet.quarantine("review", {"allow", "--revoke", forged}).exit_code == 0);
+  CHECK(fleet.records("review").at("forged")["status"] == "quarantined");
+}
+
 }  // namespace
 
 TEST_CASE("quarantine replay --amqp: batches that stop themselves, results where users look, one redrive at once") {
@@ -260,4 +333,5 @@ TEST_CASE("quarantine replay --amqp: batches that stop themselves, results where
   const Fleet fleet{server, key};
   stops_then_resolves(fleet);
   locked_and_killed(fleet);
+  allowed_only(fleet);
 }

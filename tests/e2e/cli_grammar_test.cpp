@@ -40,6 +40,7 @@ const std::vector<Words> kVerbs = {
     {"quarantine", "stats"},
     {"quarantine", "export"},
     {"quarantine", "discard"},
+    {"quarantine", "allow"},
     {"quarantine", "purge"},
     {"quarantine", "replay"},
     {"quarantine", "import"},

@@ -163,7 +163,7 @@ TEST_CASE("serve: unknown ids are 404 and bad filters 400, with JSON that says w
     const char* path;
     const char* says;
   } bad[] = {
-      {"/api/records?status=bogus", "quarantined, replaying, resolved, failed-again, discarded"},
+      {"/api/records?status=bogus", "quarantined, allowed, replaying, resolved, failed-again, discarded"},
       {"/api/records?kind=segfault", "crash"},
       {"/api/records?limit=-1", "whole number"},
       {"/api/records?limit=1000000", "0 to 1000"},

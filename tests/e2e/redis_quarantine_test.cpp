@@ -399,6 +399,90 @@ TEST_CASE("fleet quarantine: a record being replayed is never redriven twice at 
   CHECK(lock_keys(server) == 0);
 }
 
+TEST_CASE("fleet quarantine: allow signs an allowance; replay --allowed redrives those only, never a forged one") {
+  e2e::RedisServer server;  // its tests' processes get PILLBOX_FLEET_KEY: the workers sign, allow signs
+  REQUIRE_REDIS(server);
+  dead_letter(server, {{"allowed", "S 1"}, {"forged", "S 2"}, {"copied", "S 3"}, {"waiting", "S 4"}});
+  const std::string allowed = id_of(server, "allowed"), forged = id_of(server, "forged");
+  const std::string copied = id_of(server, "copied"), waiting = id_of(server, "waiting");
+
+  const auto allow = fleet(server, {"allow", allowed, "--note", "looked at it", "--json"});
+  INFO(allow.describe());
+  REQUIRE(allow.exit_code == 0);
+  CHECK(json::parse(allow.out) == json({{"allowed", {{{"id", allowed}, {"was", "quarantined"}}}},
+                                        {"already_allowed", json::array()},
+                                        {"changed", 1}}));
+  const auto shown = fleet(server, {"show", allowed, "--json"});
+  REQUIRE(shown.records.size() == 1);
+  CHECK(shown.records[0]["status"] == "allowed");
+  CHECK(shown.records[0]["allowance"]["signature"] == "valid");
+  CHECK(shown.records[0]["audit"].back()["action"] == "allowed");
+  CHECK(shown.records[0]["audit"].back()["detail"] == "looked at it (was quarantined)");
+
+  // The attack: whoever can write NAME:dlq:state writes "allowed" for records
+  // nobody allowed: the status alone, and the allowed record's own state
+  // (its valid allowance) copied onto another.
+  auto redis = e2e::connect(server);
+  const auto status_only =
+      redis.command({"HSET", "jobs:dlq:state", forged, R"({"status":"allowed","updated_at":1,"audit":[]})"});
+  REQUIRE(status_only.has_value());
+  auto state = redis.command({"HGET", "jobs:dlq:state", allowed});
+  REQUIRE(state.has_value());
+  const std::string allowed_state = pillbox::broker::reply_text(state->get());
+  const auto copy = redis.command({"HSET", "jobs:dlq:state", copied, allowed_state});
+  REQUIRE(copy.has_value());
+  CHECK(records_by_key(server, {"--status", "allowed"}).size() == 3);  // the status is their claim
+  CHECK(fleet(server, {"show", copied, "--json"}).records[0]["allowance"]["signature"] == "bad");
+  CHECK(fleet(server, {"show", forged, "--json"}).records[0]["allowance"]["signature"] == "missing");
+
+  const auto plan = fleet(server, {"replay", "--allowed", "--dry-run", "--json"});
+  INFO(plan.describe());
+  REQUIRE(plan.exit_code == 0);
+  const json planned = json::parse(plan.out);
+  REQUIRE(planned["records"].size() == 1);
+  CHECK(planned["records"][0]["id"] == allowed);
+  CHECK(planned["skipped"].dump().find("2 matching records (") != std::string::npos);
+  CHECK(planned["skipped"].dump().find("have no valid allowance") != std::string::npos);
+  // Named, each refused with why.
+  const auto named = fleet(server, {"replay", "--allowed", forged, copied, "--dry-run"});
+  INFO(named.describe());
+  CHECK(named.out.find("would replay 0 records") != std::string::npos);
+  CHECK(named.out.find("skipped: record " + forged + "'s allowance is unsigned") != std::string::npos);
+  CHECK(named.out.find("skipped: record " + copied + "'s allowance does not match the fleet key") !=
+        std::string::npos);
+
+  {
+    e2e::Background worker(e2e::pillbox_binary(), worker_args(server, {"--consumer", "fixed"}, fixed()));
+    const auto replay = fleet(server, {"replay", "--allowed", "--batch-timeout", "60s"});
+    INFO(replay.describe());
+    CHECK(replay.exit_code == 0);
+    CHECK(replay.err.find("1 selected, 1 replayed: 1 resolved") != std::string::npos);
+    worker.signal(SIGTERM);
+    CHECK(worker.wait() == 143);
+  }
+  const auto after = records_by_key(server);
+  CHECK(after.at("allowed")["status"] == "resolved");
+  CHECK(after.at("forged")["status"] == "allowed");  // never redriven
+  CHECK(after.at("copied")["status"] == "allowed");
+  CHECK(after.at("waiting")["status"] == "quarantined");
+  CHECK(e2e::redis_integer(server, {"XLEN", "jobs:results"}) == 1);  // one redrive ran
+
+  // Refused with why; revoked back to review.
+  const auto resolved = fleet(server, {"allow", allowed});
+  CHECK(resolved.exit_code == 2);
+  CHECK(resolved.err.find("record " + allowed + " is resolved") != std::string::npos);
+  const auto revoked = fleet(server, {"allow", "--revoke", forged});
+  CHECK(revoked.exit_code == 0);
+  CHECK(records_by_key(server).at("forged")["status"] == "quarantined");
+  // Without the key an allowance is unsigned, and said so.
+  const auto unsigned_allow = e2e::run_pillbox({"quarantine", "allow", waiting, "--redis", server.url(), "--stream",
+                                                "jobs"},
+                                               "", {{"PILLBOX_FLEET_KEY", ""}});
+  CHECK(unsigned_allow.exit_code == 0);
+  CHECK(unsigned_allow.err.find("no fleet key: these allowances are unsigned") != std::string::npos);
+  CHECK(fleet(server, {"show", waiting, "--json"}).records[0]["allowance"]["signature"] == "missing");
+}
+
 TEST_CASE("fleet quarantine: a batch with no outcome in time (or stopped by SIGINT) names its records; their "
           "redrives are not repeated") {
   e2e::RedisServer server;

@@ -238,3 +238,96 @@ TEST_CASE("replay: a record whose payload cannot be read is left as it was; the 
   CHECK(count(db, "id = 2 AND status = 'quarantined'") == 1);
   CHECK(count(db, "status = 'replaying'") == 0);  // its claim was given back
 }
+
+TEST_CASE("replay --allowed: only what an operator allowed runs; allow says why it refuses, and is audited") {
+  e2e::TempDir dir;
+  const std::string store = quarantine(dir, 4, 1);
+  const std::string db = store + "/pillbox.db";
+  auto id_of = [&](const std::string& key) {
+    return sql_rows(db, "SELECT id FROM quarantine WHERE key = '" + key + "'")[0][0];
+  };
+  auto status_of = [&](const std::string& id) {
+    return sql_rows(db, "SELECT status FROM quarantine WHERE id = " + id)[0][0];
+  };
+  const std::string s0 = id_of("segv-0"), s1 = id_of("segv-1"), s2 = id_of("segv-2"), s3 = id_of("segv-3");
+  // Nothing allowed yet: --allowed has nothing to run.
+  const auto none = run_pillbox({"quarantine", "replay", "--allowed", "--store", store});
+  INFO(none.describe());
+  CHECK(none.exit_code == 0);
+  CHECK(none.err.find("5 matching records are not allowed to replay") != std::string::npos);
+  CHECK(count(db, "status = 'quarantined'") == 5);
+
+  const auto allowed = run_pillbox({"quarantine", "allow", s0, s1, "--note", "read the traces", "--json",
+                                    "--store", store});
+  INFO(allowed.describe());
+  REQUIRE(allowed.exit_code == 0);
+  const auto answer = nlohmann::json::parse(allowed.out);
+  CHECK(answer["changed"] == 2);
+  CHECK(answer["allowed"][0] == nlohmann::json({{"id", std::stoll(s0)}, {"was", "quarantined"}}));
+  CHECK(status_of(s0) == "allowed");
+  // Who and when, as every state change.
+  const auto shown = run_pillbox({"quarantine", "show", s0, "--json", "--store", store});
+  REQUIRE(shown.exit_code == 0);
+  const auto record = nlohmann::json::parse(shown.out);
+  CHECK(record["status"] == "allowed");
+  CHECK(record["audit"].back()["action"] == "allowed");
+  CHECK(record["audit"].back()["detail"] == "read the traces (was quarantined)");
+  CHECK_FALSE(record["audit"].back()["actor"].get<std::string>().empty());
+  CHECK(run_pillbox({"quarantine", "list", "--status", "allowed", "--json", "--store", store}).records.size() == 2);
+  CHECK(run_pillbox({"quarantine", "stats", "--store", store}).err.find("2 allowed") != std::string::npos);
+  CHECK(run_pillbox({"quarantine", "allow", s0, "--store", store}).out == "record " + s0 + " was already allowed\n");
+
+  // Revoked: back to review.
+  const auto revoked = run_pillbox({"quarantine", "allow", "--revoke", s1, "--store", store});
+  CHECK(revoked.exit_code == 0);
+  CHECK(revoked.out == "record " + s1 + " back to quarantined, its allowance revoked (was allowed)\n");
+  CHECK(status_of(s1) == "quarantined");
+
+  // The dry run and the replay take that one record only.
+  const auto dry = run_pillbox({"quarantine", "replay", "--allowed", "--dry-run", "--json", "--store", store});
+  INFO(dry.describe());
+  CHECK(dry.exit_code == 0);
+  const auto plan = nlohmann::json::parse(dry.out);
+  REQUIRE(plan["records"].size() == 1);
+  CHECK(plan["records"][0]["id"] == std::stoll(s0));
+  const auto replayed = run_pillbox({"quarantine", "replay", "--allowed", "--json", "--store", store, "--handler",
+                                     e2e::poison_plugin(), "--arg", "fixed=yes"});
+  INFO(replayed.describe());
+  CHECK(replayed.exit_code == 0);
+  REQUIRE(replayed.records.size() == 1);
+  CHECK(replayed.records[0]["key"] == "segv-0");
+  CHECK(status_of(s0) == "resolved");
+  CHECK(count(db, "status = 'quarantined'") == 4);
+
+  // Refused with why, nothing changed: resolved, discarded; one named beside them is not allowed either.
+  REQUIRE(run_pillbox({"quarantine", "discard", s2, "--reason", "by design", "--store", store}).exit_code == 0);
+  const auto trail = sql_int(db, "SELECT count(*) FROM audit");
+  const auto resolved = run_pillbox({"quarantine", "allow", s3, s0, "--store", store});
+  CHECK(resolved.exit_code == 2);
+  CHECK(resolved.err.find("record " + s0 + " is resolved: a replay ran it ok; there is nothing to allow") !=
+        std::string::npos);
+  const auto discarded = run_pillbox({"quarantine", "allow", s2, "--store", store});
+  CHECK(discarded.exit_code == 2);
+  CHECK(discarded.err.find("record " + s2 + " is discarded") != std::string::npos);
+  CHECK(status_of(s3) == "quarantined");
+  CHECK(sql_int(db, "SELECT count(*) FROM audit") == trail);
+  CHECK(run_pillbox({"quarantine", "allow", "--store", store}).exit_code == 2);  // allow what?
+
+  // By a filter: the matching records awaiting review; the rest counted.
+  const std::string segv = fingerprint_of(db, "segv-");
+  const auto by_fp = run_pillbox({"quarantine", "allow", "--fingerprint", segv, "--store", store});
+  INFO(by_fp.describe());
+  CHECK(by_fp.exit_code == 0);
+  CHECK(by_fp.err.find("2 records allowed") != std::string::npos);
+  CHECK(by_fp.err.find("2 matching records left as they are") != std::string::npos);  // resolved, discarded
+  CHECK(count(db, "status = 'allowed'") == 2);
+  // A patch sends an allowed record back to review: what it would run changed.
+  const std::string fix = dir.write("fix", "fine now");
+  const auto patched = run_pillbox({"quarantine", "patch", s3, "--payload-file", fix, "--note", "n", "--store", store});
+  INFO(patched.describe());
+  CHECK(patched.exit_code == 0);
+  CHECK(patched.out.find("it awaits review again") != std::string::npos);
+  CHECK(status_of(s3) == "quarantined");
+  CHECK(sql_rows(db, "SELECT action FROM audit WHERE record_id = " + s3 + " ORDER BY id DESC LIMIT 1")[0][0] ==
+        "allowance revoked");
+}

@@ -223,7 +223,7 @@ TEST_CASE("quarantine stats counts records by status; list and stats filter by -
   CHECK(by_status["replaying"] == 0);
   CHECK(by_status["failed-again"] == 0);
   const auto text = run_pillbox({"quarantine", "stats", "--store", store});
-  CHECK(text.err.find("3 records in 1 group: 2 quarantined, 0 replaying, 0 resolved, 0 failed-again, 1 discarded") !=
+  CHECK(text.err.find("3 records in 1 group: 2 quarantined, 0 allowed, 0 replaying, 0 resolved, 0 failed-again, 1 discarded") !=
         std::string::npos);
 
   CHECK(run_pillbox({"quarantine", "list", "--store", store, "--json", "--handler", "exec"}).records.size() == 3);

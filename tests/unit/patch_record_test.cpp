@@ -258,7 +258,7 @@ TEST_CASE("replay: a resolved record's task is ok with the replay's output, from
   const std::int64_t big = env.add("big", "S three");
   env.sql("UPDATE tasks SET state = 'quarantined'");
   ReplayStore replays(env.db(), *env.qs);
-  auto claimed = replays.claim({patched, plain, big}, false, 2000);
+  auto claimed = replays.claim({patched, plain, big}, ReplayScope::kOpen, 2000);
   REQUIRE(claimed.has_value());
   // Claimed: a patch now is refused.
   CHECK_FALSE(env.patch(payload_patch(patched, "fixed")).has_value());
@@ -285,7 +285,7 @@ TEST_CASE("replay: a resolved record's task is ok with the replay's output, from
 
   // A forced replay of `plain` that fails again takes its resolution back:
   // quarantined again, its replay's result gone; the others keep theirs.
-  REQUIRE(replays.claim({plain}, true, 3000).has_value());
+  REQUIRE(replays.claim({plain}, ReplayScope::kAny, 3000).has_value());
   auto record = env.qs->get(plain);
   REQUIRE(record.has_value());
   const ReplayAttempt failed{3000, 3001, "crash", "pb1-0123456789abcdef", "killed by SIGSEGV"};

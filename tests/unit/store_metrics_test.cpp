@@ -74,6 +74,7 @@ TEST_CASE("store metrics: records by status and kind, every status and kind pres
   CHECK(has(t, "pillbox_quarantine_records{status=\"quarantined\",kind=\"cpu-limit\"} 1"));
   CHECK(has(t, "pillbox_quarantine_records{status=\"discarded\",kind=\"oom\"} 0"));
   CHECK(has(t, "pillbox_quarantine_records{status=\"replaying\",kind=\"sandbox-error\"} 0"));
+  CHECK(has(t, "pillbox_quarantine_records{status=\"allowed\",kind=\"crash\"} 0"));  // reviewed, none yet
   CHECK(t.find("kind=\"ok\"") == std::string::npos);  // an ok task is never quarantined
   CHECK(has(t, "pillbox_quarantine_fingerprints 3"));
   CHECK(has(t, "pillbox_store_tasks{state=\"quarantined\"} 4"));
