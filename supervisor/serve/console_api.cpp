@@ -172,15 +172,47 @@ DiscardReason discard_reason(const std::string& body) {
   return {std::move(reason), {}};
 }
 
-ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::string& was) {
-  nlohmann::json discarded = nlohmann::json::array();
-  nlohmann::json already_discarded = nlohmann::json::array();
+namespace {
+
+// {KEY: [{"id", "was"}], ALREADY_KEY: [ID], "changed": N} for one record.
+ApiReply status_change_reply(const char* key, const char* already_key, const nlohmann::json& id, bool already,
+                             const std::string& was) {
+  nlohmann::json changed = nlohmann::json::array();
+  nlohmann::json left = nlohmann::json::array();
   if (already) {
-    already_discarded.push_back(id);
+    left.push_back(id);
   } else {
-    discarded.push_back({{"id", id}, {"was", was}});
+    changed.push_back({{"id", id}, {"was", was}});
   }
-  return {200, {{"discarded", discarded}, {"already_discarded", already_discarded}, {"changed", already ? 0 : 1}}};
+  return {200, {{key, changed}, {already_key, left}, {"changed", already ? 0 : 1}}};
+}
+
+}  // namespace
+
+ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::string& was) {
+  return status_change_reply("discarded", "already_discarded", id, already, was);
+}
+
+AllowBody allow_body(const std::string& body) {
+  const char* shape = "the body must be a JSON object {\"note\": TEXT, \"revoke\": true|false} (both optional)";
+  const auto j = nlohmann::json::parse(body.empty() ? std::string("{}") : body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return {std::nullopt, error_reply(400, shape)};
+  for (const auto& [name, value] : j.items()) {
+    const bool known = (name == "note" && value.is_string()) || (name == "revoke" && value.is_boolean());
+    if (!known) return {std::nullopt, error_reply(400, std::string(shape) + "; not this: '" + name.substr(0, 40) + "'")};
+  }
+  AllowRequest request;
+  request.note = j.value("note", "");
+  if (request.note.size() > kMaxReasonBytes) {
+    return {std::nullopt, error_reply(400, "the note must be at most " + std::to_string(kMaxReasonBytes) + " bytes")};
+  }
+  request.review = j.value("revoke", false) ? store::Review::kRevoke : store::Review::kAllow;
+  return {std::move(request), {}};
+}
+
+ApiReply reviewed_reply(store::Review review, const nlohmann::json& id, bool already, const std::string& was) {
+  return review == store::Review::kAllow ? status_change_reply("allowed", "already_allowed", id, already, was)
+                                         : status_change_reply("revoked", "not_allowed", id, already, was);
 }
 
 PatchBody patch_body(const std::string& body) {

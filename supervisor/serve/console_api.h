@@ -70,6 +70,22 @@ DiscardReason discard_reason(const std::string& body);
 // "was"}], "already_discarded": [ID], "changed": N}, for record `id`.
 ApiReply discarded_reply(const nlohmann::json& id, bool already, const std::string& was);
 
+// An allow's body, {"note": TEXT, "revoke": BOOL} (both optional, as `quarantine
+// allow [--note TEXT] [--revoke]`): the request, or the 400 that says why
+// not (read before the record).
+struct AllowRequest {
+  std::string note;
+  store::Review review = store::Review::kAllow;
+};
+struct AllowBody {
+  std::optional<AllowRequest> request;
+  ApiReply error;
+};
+AllowBody allow_body(const std::string& body);
+// Its answer, as quarantine allow --json's: {"allowed": [{"id", "was"}],
+// "already_allowed": [ID], "changed": N} (revoke: "revoked", "not_allowed").
+ApiReply reviewed_reply(store::Review review, const nlohmann::json& id, bool already, const std::string& was);
+
 // The largest new payload a console patch takes (decoded bytes); larger
 // ones go through `pillbox quarantine patch --payload-file`. 8 MiB: the
 // server holds the base64 body, the decoded bytes and the store's copy at once.

@@ -361,7 +361,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   }
 
   const std::string status = value_text(r["status"]);
-  if (source.can().patches && (status == "quarantined" || status == "failed-again")) {
+  if (source.can().patches && (status == "quarantined" || status == "failed-again" || status == "allowed")) {
     // Read by /static/console.js: the file as base64, or the K=V lines.
     const bool exec = value_text(r["handler"]) == "exec";
     body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
@@ -381,6 +381,25 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   }
 
   body += record_actions_html(id, status);
+
+  // The review: allowed to replay (replay --allowed takes it), or that taken back.
+  const bool awaits_review = status == "quarantined" || status == "failed-again";
+  if (awaits_review || status == "allowed") {
+    body += std::string("<h2>") + (awaits_review ? "Allow to replay" : "Revoke the allowance") +
+            "</h2>\n<form id=\"allow-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
+            html_escape(url_encode(id)) + "/allow\" data-revoke=\"" + (awaits_review ? "false" : "true") + "\">\n"
+            "<label>note <input name=\"note\" maxlength=\"4096\" size=\"40\"></label>\n"
+            "<label>access token <input id=\"allow-token\" type=\"password\" autocomplete=\"off\" size=\"20\" "
+            "placeholder=\"serve.token\"></label>\n"
+            "<button type=\"submit\">" + (awaits_review ? "Allow" : "Revoke") +
+            "</button>\n<output id=\"allow-result\"></output>\n</form>\n"
+            "<p class=\"note\">" +
+            (awaits_review ? "Reviewed: <code>pillbox quarantine replay --allowed</code> replays it (as <code>pillbox "
+                             "quarantine allow " + html_escape(id) + "</code>)."
+                           : "Back to quarantined, awaiting review (as <code>pillbox quarantine allow --revoke " +
+                                 html_escape(id) + "</code>).") +
+            "</p>\n";
+  }
 
   if (status != "discarded") {
     body += "<h2>Discard</h2>\n<form id=\"discard-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +

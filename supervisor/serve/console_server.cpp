@@ -412,6 +412,12 @@ void ConsoleServer::add_routes() {
     if (store_gone(req, res)) return;
     send_json(res, source_.discard(req.matches[1], req.body, "web: " + req.remote_addr));
   }));
+  http_->Post(R"(/api/records/([^/]+)/allow)", guarded([this, authorized, store_gone](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    std::lock_guard<std::mutex> hold(source_lock_);
+    if (store_gone(req, res)) return;
+    send_json(res, source_.allow(req.matches[1], req.body, "web: " + req.remote_addr));
+  }));
   http_->Post(R"(/api/records/([^/]+)/patch)", guarded([this, authorized, store_gone](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     std::lock_guard<std::mutex> hold(source_lock_);

@@ -86,6 +86,28 @@ ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, 
   return discarded_reply(found->record.id, done->already, done->was);
 }
 
+ApiReply ConsoleSource::allow(const std::string& id, const std::string& body, const std::string& actor) {
+  // The body first: a bad request changes nothing, whatever record it names.
+  AllowBody read = allow_body(body);
+  if (!read.request) return read.error;
+  ApiReply error;
+  auto found = find(id, error);
+  if (!found) return error;
+  const store::Review review = read.request->review;
+  if (auto ok = found->source.check_discardable(found->record, review == store::Review::kAllow ? "allow" : "revoke");
+      !ok) {
+    return error_reply(409, ok.message());
+  }
+  auto done = found->source.review(found->record.id_text(), review, actor, read.request->note);
+  if (!done) {
+    // A refusal of its status (400), or a replay took it in between (409).
+    auto now = found->source.get(found->record.id_text());
+    const bool held = now && !found->source.check_discardable(*now, "allow");
+    return failure(done.error(), done.error_code(), held ? 409 : 400);
+  }
+  return reviewed_reply(review, found->record.id, done->already, done->was);
+}
+
 ApiReply ConsoleSource::patch(const std::string& id, const std::string& body, const std::string& actor) {
   PatchBody read = patch_body(body);
   if (!read.request) return read.error;

@@ -48,6 +48,10 @@ class ConsoleSource {
   ApiReply record_stats(const Query& query);
   // `body` {"reason": TEXT}; `actor` goes into the audit trail.
   ApiReply discard(const std::string& id, const std::string& body, const std::string& actor);
+  // `body` allow_body's; the answer is allow --json's object. 404 no such
+  // record, 409 being replayed, 400 a status a review does not move (resolved,
+  // discarded; nothing changed).
+  ApiReply allow(const std::string& id, const std::string& body, const std::string& actor);
   // At most the first `max_bytes` of the payload, for a preview.
   PayloadReply preview(const std::string& id, std::size_t max_bytes);
   // GET /api/records/ID/payload (`bundle` false) or /bundle: what to send,

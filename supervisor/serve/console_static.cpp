@@ -23,6 +23,7 @@ a.fp { white-space: nowrap; }
 .status.quarantined, .status.failed-again { background: #fde2e1; color: #8a1c17; }
 .status.resolved { background: #dcf3e0; color: #1c6b2c; }
 .status.discarded { background: #e8e8e8; color: #555; }
+.status.allowed { background: #dde8fb; color: #1d3f8a; }
 .status.replaying { background: #fff1c9; color: #7a5a00; }
 form.filters, form.action { display: flex; flex-wrap: wrap; gap: 10px; align-items: center; margin-bottom: 12px; }
 dl.record { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; background: #fff; padding: 10px; }
@@ -63,7 +64,9 @@ function pillboxAction(url, tokenInput, body, result, taken) {
 (function () {
   const saved = window.sessionStorage.getItem('pillbox-token');
   if (!saved) return;
-  document.querySelectorAll('#token, #patch-token, .job-token').forEach(function (input) { input.value = saved; });
+  document.querySelectorAll('#token, #patch-token, #allow-token, .job-token').forEach(function (input) {
+    input.value = saved;
+  });
 })();
 // The discard form: a reason.
 (function () {
@@ -76,6 +79,22 @@ function pillboxAction(url, tokenInput, body, result, taken) {
     pillboxAction(form.dataset.action, document.getElementById('token'), { reason: form.elements.reason.value }, result,
                   function () {
                     result.textContent = 'discarded';
+                    window.location.reload();
+                  });
+  });
+})();
+// The allow form: allowed to replay, or that revoked; a note.
+(function () {
+  const form = document.getElementById('allow-form');
+  if (!form) return;
+  const result = document.getElementById('allow-result');
+  const revoke = form.dataset.revoke === 'true';
+  form.addEventListener('submit', function (event) {
+    event.preventDefault();
+    result.textContent = revoke ? 'revoking…' : 'allowing…';
+    pillboxAction(form.dataset.action, document.getElementById('allow-token'),
+                  { note: form.elements.note.value, revoke: revoke }, result, function () {
+                    result.textContent = revoke ? 'revoked' : 'allowed';
                     window.location.reload();
                   });
   });

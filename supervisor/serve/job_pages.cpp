@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "supervisor/serve/html_text.h"
+#include "supervisor/store/record_status.h"
 
 namespace pillbox::serve {
 namespace {
@@ -123,7 +124,9 @@ Page job_page(const JobBoard& board, const std::string& id_text) {
 }
 
 std::string record_actions_html(const std::string& id, const std::string& status) {
-  if (status != "quarantined" && status != "failed-again") return "";
+  // An open record no replay holds: quarantined, allowed or failed-again.
+  const auto known = store::record_status_from_string(status);
+  if (!known || !store::is_open(*known) || *known == store::RecordStatus::kReplaying) return "";
   const std::string enc = html_escape(url_encode(id));
   return "<h2>Actions</h2>\n"
          "<form class=\"action job-form\" method=\"post\" data-action=\"/api/records/" + enc + "/reproduce\">\n"

@@ -431,6 +431,42 @@ TEST_CASE("serve: in Chromium, the record page's discard is refused without the 
   CHECK(browser.evaluate(page, "sessionStorage.getItem('pillbox-token')") == read_token(s.store));
 }
 
+TEST_CASE("serve: in Chromium, the record page's Allow allows it, as web; the reloaded page offers Revoke") {
+  if (!have_chromium()) return;
+  ConsoleStore s;
+  Serve serve(s.store);
+  const std::string id = s.id_of("abort");
+  Browser browser;
+  const std::string page = browser.open(serve.url() + "records/" + id);
+  // Fills the allow form, clicks its button, and returns what the form says
+  // once the server has answered.
+  auto click = [&](const std::string& working) {
+    return browser.evaluate(page, "(() => {"
+                                  "  const result = document.getElementById('allow-result');"
+                                  "  document.getElementById('allow-token').value = " + json(read_token(s.store)).dump() + ";"
+                                  "  document.querySelector('#allow-form [name=note]').value = 'read in a browser';"
+                                  "  const answered = new Promise(done => new MutationObserver(() => {"
+                                  "    if (result.textContent !== " + json(working).dump() + ") done(result.textContent);"
+                                  "  }).observe(result, {childList: true, characterData: true, subtree: true}));"
+                                  "  document.querySelector('#allow-form button').click();"
+                                  "  return answered;"
+                                  "})()");
+  };
+  CHECK(click("allowing…") == "allowed");
+  CHECK(sql_rows(s.db, "SELECT status FROM quarantine WHERE id = " + id)[0][0] == "allowed");
+  const auto audit = sql_rows(s.db, "SELECT actor, action, detail FROM audit WHERE record_id = " + id +
+                                        " ORDER BY id DESC LIMIT 1");
+  REQUIRE(audit.size() == 1);
+  CHECK(audit[0][0].rfind("web: 127.0.0.1", 0) == 0);
+  CHECK(audit[0][1] == "allowed");
+  CHECK(audit[0][2] == "read in a browser (was quarantined)");
+  browser.wait_for("Page.loadEventFired", page);
+  CHECK(browser.evaluate(page, "document.querySelector('h1 .status').textContent") == "allowed");
+  CHECK(browser.evaluate(page, "document.querySelector('#allow-form button').textContent") == "Revoke");
+  CHECK(click("revoking…") == "revoked");
+  CHECK(sql_rows(s.db, "SELECT status FROM quarantine WHERE id = " + id)[0][0] == "quarantined");
+}
+
 namespace {
 
 // A patch's JSON body.

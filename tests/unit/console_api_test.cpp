@@ -120,6 +120,46 @@ TEST_CASE("console api: discard checks the body before the record, refuses a rep
   CHECK(console.discard(path_id, R"({"reason": "seen"})", "web: 127.0.0.1").body["changed"] == 0);
 }
 
+TEST_CASE("console api: allow answers allow --json's object; revoke; 400, 404 and 409 change nothing; the page's form") {
+  Env env;
+  const std::int64_t id = env.add("k", "p", "pb1-eeee");
+  StoreSource console(env.console());
+  const std::string path_id = std::to_string(id);
+  const std::size_t entries = env.qs->audit_trail(id)->size();
+  CHECK(console.allow(path_id, R"({"note": 3})", "web: x").status == 400);
+  CHECK(console.allow(path_id, R"({"revoke": "yes"})", "web: x").status == 400);
+  CHECK(console.allow(path_id, R"({"other": 1})", "web: x").status == 400);
+  CHECK(console.allow(path_id, "[1]", "web: x").status == 400);
+  CHECK(console.allow("999", "{}", "web: x").status == 404);
+  REQUIRE(env.db().exec("UPDATE quarantine SET status = 'replaying' WHERE id = " + path_id).is_ok());
+  CHECK(console.allow(path_id, "{}", "web: x").status == 409);
+  REQUIRE(env.db().exec("UPDATE quarantine SET status = 'resolved' WHERE id = " + path_id).is_ok());
+  const ApiReply resolved = console.allow(path_id, "{}", "web: x");
+  CHECK(resolved.status == 400);
+  CHECK(resolved.body["error"].get<std::string>().find("is resolved") != std::string::npos);
+  REQUIRE(env.db().exec("UPDATE quarantine SET status = 'quarantined' WHERE id = " + path_id).is_ok());
+  CHECK(env.qs->audit_trail(id)->size() == entries);
+  // The page offers Allow to a record awaiting review.
+  CHECK(record_page(console, path_id).html.find("id=\"allow-form\"") != std::string::npos);
+
+  const ApiReply done = console.allow(path_id, R"({"note": "read it"})", "web: 127.0.0.1");
+  REQUIRE(done.status == 200);
+  CHECK(done.body == json({{"allowed", {{{"id", id}, {"was", "quarantined"}}}}, {"already_allowed", json::array()},
+                           {"changed", 1}}));
+  CHECK(env.qs->get(id)->value().status == store::RecordStatus::kAllowed);
+  CHECK(env.qs->audit_trail(id)->back().actor == "web: 127.0.0.1");
+  CHECK(env.qs->audit_trail(id)->back().detail == "read it (was quarantined)");
+  CHECK(console.allow(path_id, "", "web: x").body["already_allowed"] == json::array({id}));
+  // ... and Revoke to an allowed one.
+  const std::string page = record_page(console, path_id).html;
+  CHECK(page.find("Revoke the allowance") != std::string::npos);
+  CHECK(page.find("data-revoke=\"true\"") != std::string::npos);
+  const ApiReply revoked = console.allow(path_id, R"({"revoke": true})", "web: 127.0.0.1");
+  REQUIRE(revoked.status == 200);
+  CHECK(revoked.body["revoked"][0]["was"] == "allowed");
+  CHECK(env.qs->get(id)->value().status == store::RecordStatus::kQuarantined);
+}
+
 TEST_CASE("console api: patch answers patch --json's object; 404, 409 and 400 change nothing; set_args on a handler") {
   Env env;
   const std::int64_t id = env.add("k", "p", "pb1-dddd");
