@@ -23,7 +23,7 @@ namespace {
   "                    quarantine --help)\n"                                                               \
   "  --amqp URL --queue NAME\n"                                                                          \
   "                    the fleet's quarantine on RabbitMQ (the dead letters in the stream NAME.dlq,\n"  \
-  "                    their offsets as IDs): list, show, stats and export\n"                          \
+  "                    their offsets as IDs): list, show, stats, export, discard, allow, replay\n"     \
   "  --fleet-key FILE  with --redis or --amqp: the key the workers sign dead letters with (default\n"    \
   "                    $PILLBOX_FLEET_KEY): each record's signature is said valid, missing or bad\n"
 
