@@ -1,8 +1,10 @@
 #pragma once
 // What the RabbitMQ end-to-end tests do as a client of the broker they
 // started (rabbit_server.h), written once: a connection to it, the
-// arguments of a quarantine verb on its queue NAME, and reading queues.
+// arguments of a quarantine verb on its queue NAME, reading queues, and a
+// fleet key for its workers and verbs.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <string>
@@ -56,6 +58,14 @@ inline std::uint32_t ready(pillbox::broker::AmqpConnection& c, const std::string
 inline std::string header_text(const pillbox::broker::AmqpMessage& m, std::string_view name) {
   const pillbox::broker::AmqpValue* v = pillbox::broker::find_field(m.headers, name);
   return v != nullptr && v->text() != nullptr ? *v->text() : std::string();
+}
+
+// A fleet key (supervisor/broker/fleet_key.h) for a test's workers and
+// verbs: 64 bytes in `dir`/fleet.key, mode 0600 as a key must be.
+inline std::string fleet_key_file(const TempDir& dir) {
+  const std::string key = dir.write("fleet.key", std::string(64, 'k'));
+  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  return key;
 }
 
 }  // namespace e2e

@@ -601,8 +601,7 @@ TEST_CASE("rabbitmq quarantine under attack: what a publisher to NAME.dlx can pu
   e2e::RabbitServer server;
   REQUIRE_RABBITMQ(server);
   e2e::TempDir dir(0700);
-  const std::string key = dir.write("fleet.key", std::string(64, 'k'));
-  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const std::string key = e2e::fleet_key_file(dir);
   const auto start = std::chrono::steady_clock::now();
   auto lap = [&, last = start](const char* what) mutable {
     const auto now = std::chrono::steady_clock::now();

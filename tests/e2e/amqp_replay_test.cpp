@@ -12,7 +12,6 @@
 // record whose state a publisher to NAME.dlq.state forged as allowed.
 #include <doctest/doctest.h>
 #include <signal.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -328,8 +327,7 @@ TEST_CASE("quarantine replay --amqp: batches that stop themselves, results where
   e2e::RabbitServer server;
   REQUIRE_RABBITMQ(server);
   e2e::TempDir keys(0700);
-  const std::string key = keys.write("fleet.key", std::string(64, 'k'));
-  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const std::string key = e2e::fleet_key_file(keys);
   const Fleet fleet{server, key};
   stops_then_resolves(fleet);
   locked_and_killed(fleet);

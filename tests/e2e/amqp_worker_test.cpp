@@ -10,7 +10,6 @@
 // read those dead letters back (list, show, stats, export --amqp).
 #include <doctest/doctest.h>
 #include <signal.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -131,8 +130,7 @@ void results_where_users_look(e2e::RabbitServer& server) {
 // the record and both deliveries, signed with the fleet key.
 void poison_dead_lettered(e2e::RabbitServer& server) {
   e2e::TempDir keys(0700);
-  const std::string key = keys.write("fleet.key", std::string(64, 'k'));
-  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const std::string key = e2e::fleet_key_file(keys);
   const auto submitted = run_pillbox({"submit", "--amqp", server.url(), "--queue", "crashes", "-"},
                                      e2e::task_line("segv", "S crashes") + e2e::task_line("fine", "fine"));
   REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
@@ -242,8 +240,7 @@ std::string slurp(const std::string& path) {
 // record is not replayed.
 void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
   e2e::TempDir dir(0700);
-  const std::string key = dir.write("fleet.key", std::string(64, 'k'));
-  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const std::string key = e2e::fleet_key_file(dir);
   auto c = e2e::amqp_connect(server);
   // Offset 1: past x-delivery-limit, dead-lettered by the broker itself
   // (each reject with requeue is a delivery the quorum queue counts).
@@ -402,8 +399,7 @@ void quarantine_reads_the_dead_letters(e2e::RabbitServer& server) {
 // message there that is not pillbox's is left out and counted.
 void quarantine_keeps_operators_state(e2e::RabbitServer& server) {
   e2e::TempDir dir(0700);
-  const std::string key = dir.write("fleet.key", std::string(64, 'k'));
-  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const std::string key = e2e::fleet_key_file(dir);
   const auto discarded = run_pillbox(e2e::quarantine_args(server, "crashes", {"discard", "1", "--reason", "known: the broker's own"}));
   INFO(discarded.describe());
   CHECK(discarded.exit_code == 0);
