@@ -31,7 +31,7 @@ class Shrinker final : public PayloadPlanner {
 
   Shrinker(const store::QuarantineEntry& record, std::string start, const MinimizeSettings& settings,
            std::int64_t runs_before, std::chrono::milliseconds elapsed_before,
-           std::function<Status(const std::string& best, std::int64_t runs)> save)
+           std::function<Expected<bool>(const std::string& best, std::int64_t runs)> save)
       : record_(record),
         best_(std::move(start)),
         settings_(settings),
@@ -121,7 +121,14 @@ class Shrinker final : public PayloadPlanner {
       changed_in_round_ = true;
       // Deletion: what followed the removed block now sits where it was.
       if (phase_ == Phase::kDelete) pos_ = f.at;
-      if (auto s = save_(best_, total_runs()); !s) error_ = s;
+      unsaved_ = true;
+    }
+    if (unsaved_) {
+      // Saved now, or offered again when the next run ends (a keeper that
+      // saved a moment ago may wait: MinimizeKeeper::saves_progress_now).
+      auto saved = save_(best_, total_runs());
+      if (!saved) error_ = Status::error(saved.error(), saved.error_code());
+      unsaved_ = saved && !*saved;
     }
     if (settings_.on_progress) settings_.on_progress(total_runs(), best_.size());
   }
@@ -166,7 +173,7 @@ class Shrinker final : public PayloadPlanner {
   const MinimizeSettings& settings_;
   std::int64_t runs_before_;
   std::chrono::milliseconds elapsed_before_;
-  std::function<Status(const std::string&, std::int64_t)> save_;
+  std::function<Expected<bool>(const std::string&, std::int64_t)> save_;  // true: saved
   Clock::time_point started_;
 
   Phase phase_ = Phase::kVerify;
@@ -174,6 +181,7 @@ class Shrinker final : public PayloadPlanner {
   std::size_t block_ = 1;
   std::size_t pos_ = 0;
   bool changed_in_round_ = false;
+  bool unsaved_ = false;  // best_ improved since it was last saved
   std::uint64_t generation_ = 0;
   std::uint64_t next_ref_ = 0;
   std::map<std::uint64_t, Flight> flight_;
@@ -235,9 +243,11 @@ Expected<MinimizeResult> minimize_payload(const store::QuarantineRecord& record,
     return elapsed_before.count() +
            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - session_started).count();
   };
-  auto save = [&](const std::string& best, std::int64_t runs) -> Status {
+  auto save = [&](const std::string& best, std::int64_t runs) -> Expected<bool> {
+    if (!keeper.saves_progress_now()) return false;
     store::MinimizeState state{sha256_hex(best), runs, elapsed_ms(), false};
-    return keeper.save(best, state);
+    if (auto s = keeper.save(best, state); !s) return Error{s.message(), s.code()};
+    return true;
   };
   Shrinker shrinker(record.entry, start, settings, runs_before, elapsed_before, save);
   auto report = run_planned(run, shrinker);

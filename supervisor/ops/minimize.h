@@ -1,7 +1,8 @@
 #pragma once
 // pillbox minimize: shrinks a quarantined payload while it still fails the
 // same way, ddmin-style (docs/operator.md, 'pillbox minimize'). Progress is
-// saved after every improvement, so an interrupted minimization resumes.
+// saved after improvements (MinimizeKeeper::saves_progress_now), so an
+// interrupted minimization resumes.
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -54,8 +55,9 @@ struct MinimizeResult {
 bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome);
 
 // Where a minimization keeps its progress and result, with the record
-// (QuarantineSource::minimize_keeper: the store's tables, or the fleet's
-// keys, supervisor/broker/fleet_minimize_keeper.h).
+// (QuarantineSource::minimize_keeper: the store's tables; Redis's keys,
+// supervisor/broker/fleet_minimize_keeper.h; RabbitMQ's streams,
+// supervisor/broker/amqp_minimize_keeper.h).
 class MinimizeKeeper {
  public:
   virtual ~MinimizeKeeper() = default;
@@ -66,7 +68,14 @@ class MinimizeKeeper {
   // The progress of an earlier session, or nullopt when there is none.
   virtual Expected<std::optional<Saved>> load() = 0;
   virtual Status clear() = 0;
-  // After every improvement, and when a session ends.
+  // Whether an improvement is to be saved now. A keeper whose saves are
+  // dear (RabbitMQ's: a compare and set of a log read whole,
+  // supervisor/broker/amqp_minimize_keeper.h) answers false for a few
+  // seconds after each save: the search asks again after each run ends and
+  // saves the best then, so a session killed loses only what it found
+  // since. The store and Redis take every improvement.
+  virtual bool saves_progress_now() { return true; }
+  // After an improvement (when saves_progress_now()), and when a session ends.
   virtual Status save(std::string_view best, const store::MinimizeState& state) = 0;
   // A smaller payload than the original was found: the record's minimized
   // payload is now `sha256` (saved already), with an audit entry.
