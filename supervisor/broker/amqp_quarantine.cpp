@@ -10,6 +10,8 @@
 #include "shared/sha256.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
+#include "supervisor/broker/amqp_minimize_keeper.h"
+#include "supervisor/broker/amqp_minimized_payloads.h"
 #include "supervisor/broker/amqp_redrive.h"
 #include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/amqp_stream_reader.h"
@@ -396,11 +398,6 @@ store::AuditEntry AmqpQuarantine::dead_lettering(const FleetRecord& r) const {
 
 void AmqpQuarantine::add_broker_json(const FleetRecord& r, nlohmann::json& full) const { full["amqp"] = r.broker; }
 
-Error AmqpQuarantine::not_yet(const std::string& what) const {
-  return Error::usage(what + " is not built yet for the fleet's quarantine on RabbitMQ (" + names_.dlq +
-                      "): list, show, stats, export, discard, replay and reproduce are; see docs/distributed.md");
-}
-
 Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool refuse_while_replaying,
                                                    const StateChange& change) {
   // Its state comes from the log's compare and set, read once there.
@@ -429,10 +426,24 @@ Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool r
   apply_state(*record, std::move(*written), "");
   return record;
 }
-Expected<PayloadBytes> AmqpQuarantine::minimized_payload(const FleetRecord&) { return not_yet("minimize"); }
-std::unique_ptr<MinimizeKeeper> AmqpQuarantine::minimize_keeper(const std::string&, const std::string&) {
-  return nullptr;
+
+Expected<PayloadBytes> AmqpQuarantine::minimized_payload(const FleetRecord& r) {
+  const std::string& sha = r.record.minimized_sha256;
+  if (sha.empty()) {
+    return Error::usage("record " + r.id + " has no minimized payload (pillbox minimize " + r.id + hint_options() + ")");
+  }
+  AmqpMinimizedPayloads payloads(*c_, names_.work);
+  std::string why_not;
+  auto bytes = payloads.read(r.state.minimized_at, r, sha, why_not);
+  if (!bytes) return Error{bytes.error(), bytes.error_code()};
+  if (!*bytes) return Error{"the minimized payload of record " + r.id + " cannot be had: " + why_not};
+  return PayloadBytes{std::move(**bytes), sha};
 }
+
+std::unique_ptr<MinimizeKeeper> AmqpQuarantine::minimize_keeper(const std::string& id, const std::string& actor) {
+  return amqp_minimize_keeper(*this, id, actor);
+}
+
 Expected<std::vector<FleetRecord>> AmqpQuarantine::redrive_plan(const ReplayRun& run,
                                                                 std::vector<std::string>& skipped) {
   return broker::redrive_plan(*this, run, skipped);

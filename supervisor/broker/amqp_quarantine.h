@@ -14,8 +14,8 @@
 // replayed message that failed again is an attempt of the record it
 // replayed, not a record: it carries the replay's tag
 // (amqp_replay_notice.h), and the record's state names that attempt.
-// Minimize is not built yet on RabbitMQ: refused before anything is read
-// (QuarantineCapabilities::minimizes).
+// Minimize keeps its progress in the record's state and its payloads in
+// the stream NAME.dlq.minimized (amqp_minimize_keeper.h).
 //
 // A message can be dead-lettered twice: a settle is publish, confirm, then
 // ack, and RabbitMQ can lose the ack (a broker killed before the ack
@@ -65,8 +65,7 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // Connects, and checks that NAME.dlq exists and is a stream queue.
   static Expected<AmqpQuarantine> open(const AmqpAddress& address, const std::string& queue);
 
-  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .replay_outputs = false,
-                                                        .minimizes = false};
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .replay_outputs = false};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;
   std::string hint_options() const override { return " --amqp URL --queue " + names_.work; }
@@ -93,7 +92,8 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // round: a replay claims a record by the same compare and set).
   Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying,
                                      const StateChange& change) override;
-  // Not built yet on RabbitMQ (kCapabilities): each says so.
+  // At the offset of NAME.dlq.minimized its state names, checked
+  // (amqp_minimized_payloads.h).
   Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) override;
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
@@ -124,7 +124,6 @@ class AmqpQuarantine final : public FleetDeadLetters {
   Expected<FleetRecord> dead_letter_at(const std::string& id);
   // Every record's state (NAME.dlq.state), or why it cannot be read.
   Expected<std::map<std::string, AmqpRecordState>> states();
-  Error not_yet(const std::string& what) const;
   // `r` with its state (none: nobody acted on it) and, while its state
   // waits for a redrive, its lock.
   Status apply_record_state(FleetRecord& r, const AmqpRecordState* state);

@@ -132,4 +132,15 @@ Status record_reproduction(FleetDeadLetters& dead_letters, const std::string& id
   return r ? Status::ok() : Status::error(r.error(), r.error_code());
 }
 
+Status record_minimized(FleetDeadLetters& dead_letters, const std::string& id, const std::string& sha256,
+                        std::int64_t at, const std::string& actor, const std::string& detail) {
+  return dead_letters.change_state(id, false, [&](FleetState& s, const FleetRecord&) {
+    s.minimized_sha256 = sha256;
+    s.minimized_at = at;
+    s.updated_at = store::now_ms();
+    s.audit.push_back({s.updated_at, actor, "minimized", detail});
+    return Status::ok();
+  }).status();
+}
+
 }  // namespace pillbox::broker

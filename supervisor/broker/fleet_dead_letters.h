@@ -133,4 +133,12 @@ Status record_reproduction(FleetDeadLetters& dead_letters, const std::string& id
                            std::int64_t runs, std::int64_t matches, const std::string& actor,
                            const std::string& detail);
 
+// The result of `pillbox minimize` (supervisor/ops/minimize.h): the
+// record's minimized payload is now `sha256` (its bytes saved already; at
+// `at` where the broker keeps them apart from the record's id,
+// FleetState::minimized_at, else -1), with an audit entry, as
+// QuarantineStore::record_minimized keeps it.
+Status record_minimized(FleetDeadLetters& dead_letters, const std::string& id, const std::string& sha256,
+                        std::int64_t at, const std::string& actor, const std::string& detail);
+
 }  // namespace pillbox::broker

@@ -52,12 +52,7 @@ class FleetMinimizeKeeper final : public MinimizeKeeper {
     // minimize_payload saved this payload just before: the best so far is it.
     auto copied = q_.redis().command({"COPY", q_.keys().minimizing(id_), q_.keys().minimized(id_), "REPLACE"});
     if (!copied) return Status::error(copied.error());
-    return q_.change_state(id_, false, [&](FleetState& s, const FleetRecord&) {
-      s.minimized_sha256 = sha256;
-      s.updated_at = store::now_ms();
-      s.audit.push_back({s.updated_at, actor_, "minimized", detail});
-      return Status::ok();
-    }).status();
+    return record_minimized(q_, id_, sha256, -1, actor_, detail);
   }
 
  private:

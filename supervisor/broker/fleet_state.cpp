@@ -36,6 +36,14 @@ FleetAttempt attempt_from_json(const json& j) {
           .outcome_entry = j.value("outcome_entry", "")};
 }
 
+// j[key] as an offset: -1 when it is missing or no whole number >= 0.
+std::int64_t offset_at(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return -1;
+  const auto n = json_whole_number(*it);
+  return n && *n >= 0 ? *n : -1;
+}
+
 }  // namespace
 
 std::string state_json(const FleetState& s) {
@@ -57,8 +65,10 @@ std::string state_json(const FleetState& s) {
   if (s.minimize) {
     j["minimize"] = {{"best_sha256", s.minimize->best_sha256}, {"runs", s.minimize->runs},
                      {"elapsed_ms", s.minimize->elapsed_ms}, {"finished", s.minimize->finished}};
+    if (s.minimize_best_at >= 0) j["minimize"]["best_at"] = s.minimize_best_at;
   }
   if (!s.minimized_sha256.empty()) j["minimized_sha256"] = s.minimized_sha256;
+  if (s.minimized_at >= 0) j["minimized_at"] = s.minimized_at;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -99,8 +109,10 @@ Expected<FleetState> parse_state(std::string_view text) {
       const json& m = j["minimize"];
       s.minimize = store::MinimizeState{m.value("best_sha256", ""), whole(m, "runs"), whole(m, "elapsed_ms"),
                                         m.value("finished", false)};
+      s.minimize_best_at = offset_at(m, "best_at");
     }
     s.minimized_sha256 = j.value("minimized_sha256", "");
+    s.minimized_at = offset_at(j, "minimized_at");
   } catch (const json::exception&) {
     return Error{"a record state with fields of the wrong type"};
   }

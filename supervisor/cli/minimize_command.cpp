@@ -21,15 +21,17 @@ namespace {
 const char* kHelp =
     "usage: pillbox minimize ID [--jobs N] [--max-runs N] [--max-time DURATION] [--restart] [--json]\n"
     "                          [--policy P] [--timeout D] [--cpu D] [--memory S] [--max-output S]\n"
-    "                          [--writable PATH] [--share PATH] [--store DIR | --redis URL --stream NAME]\n"
+    "                          [--writable PATH] [--share PATH]\n"
+    "                          [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME]\n"
     "\n"
     "Shrinks quarantine record ID's payload while it still fails the same way: the same\n"
     "fingerprint (for cpu-limit, wall-timeout and oom, the same kind). Blocks are deleted from\n"
     "large to small, then the bytes left are simplified, each to '0' (like afl-tmin). Every\n"
     "candidate runs in the sandbox under the record's handler and policy, --jobs at once.\n"
     "The smallest payload found is kept beside the original (pillbox quarantine export ID\n"
-    "--minimized -o FILE). Progress is saved after every improvement: after SIGINT, or when a\n"
-    "budget runs out, the same command resumes from the best payload so far.\n"
+    "--minimized -o FILE). Progress is saved after every improvement (on RabbitMQ at most every\n"
+    "5 s): after SIGINT, SIGKILL, or when a budget runs out, the same command resumes from the\n"
+    "best payload saved.\n"
     "\n"
     "options:\n"
     "  --jobs N            candidates at once (default: number of cores)\n"
@@ -54,10 +56,15 @@ const char* kHelp =
     "                      minimized payload are kept with the record on Redis. It runs only when its\n"
     "                      signature is valid: --fleet-key FILE (default $PILLBOX_FLEET_KEY) is the key\n"
     "                      the workers sign with; --trust-unsigned runs an unsigned one anyway\n"
+    "  --amqp URL --queue NAME\n"
+    "                      a record of the fleet's quarantine on RabbitMQ (the dead letters in the\n"
+    "                      stream NAME.dlq, their offsets as IDs), alike: its progress is kept in\n"
+    "                      NAME.dlq.state, the best payload so far and the minimized one in the\n"
+    "                      stream NAME.dlq.minimized\n"
     "\n"
     "exit codes: 0 done (finished, or a budget ran out: see \"finished\"), 2 usage error, no such\n"
-    "record, or a payload that does not fail the same way now, 3 the store, Redis or the sandbox cannot\n"
-    "be used, 130/143 stopped by SIGINT/SIGTERM (progress kept)\n";
+    "record, or a payload that does not fail the same way now, 3 the store, the broker or the sandbox\n"
+    "cannot be used, 130/143 stopped by SIGINT/SIGTERM (progress kept)\n";
 
 int fail(const std::string& message, int code) { return command_error("minimize", message, code); }
 
@@ -125,11 +132,6 @@ int minimize_command(int argc, char** argv) {
   settings.actor = actor_name("minimize");
   if (auto s = read_record_policy_options(*args, settings.policy, settings.allowed); !s) {
     return fail(s.message(), kExitUsage);
-  }
-  if (!capabilities_of(*args).minimizes) {
-    return fail("minimize is not built yet for the fleet's quarantine on RabbitMQ: reproduce is (its verdict is kept "
-                "with the record), and export ID -o FILE writes the payload",
-                kExitUsage);
   }
   // The record, in the store or the fleet's quarantine: it runs here, and
   // its progress and result are kept with it.

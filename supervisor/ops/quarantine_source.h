@@ -35,9 +35,6 @@ struct QuarantineCapabilities {
   // the results stay where the workers put them (RabbitMQ: a reply_to, or
   // NAME.results, which the replay does not consume).
   bool replay_outputs = true;
-  // minimize (its search kept with the record): where false, refused
-  // before anything is read.
-  bool minimizes = true;
 };
 
 // One record as the verbs see it.

@@ -141,6 +141,25 @@ TEST_CASE("fleet state: the operators' state survives its JSON; a lock makes a r
   REQUIRE(back->minimize.has_value());
   CHECK(back->minimize->runs == 40);
   CHECK(back->minimize->finished);
+  CHECK(back->minimize_best_at == -1);  // Redis: the payloads are under keys of the record's id
+  CHECK(back->minimized_at == -1);
+  CHECK(state_json(*back).find("_at\":-1") == std::string::npos);
+
+  // RabbitMQ: where the payloads are in NAME.dlq.minimized; an offset that
+  // is no whole number >= 0 is none.
+  s.minimize_best_at = 7;
+  s.minimized_at = 9;
+  auto offsets = parse_state(state_json(s));
+  REQUIRE(offsets.has_value());
+  CHECK(offsets->minimize_best_at == 7);
+  CHECK(offsets->minimized_at == 9);
+  for (const std::string bad : {"-3", "1e300", "2.5", "\"7\"", "null"}) {
+    auto hostile = parse_state(R"({"status":"quarantined","minimize":{"best_sha256":"ab","best_at":)" + bad +
+                               R"(},"minimized_sha256":"ab","minimized_at":)" + bad + "}");
+    REQUIRE_MESSAGE(hostile.has_value(), bad);
+    CHECK(hostile->minimize_best_at == -1);
+    CHECK(hostile->minimized_at == -1);
+  }
 
   auto none = parse_state("");
   REQUIRE(none.has_value());
