@@ -17,7 +17,7 @@
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/console_server.h"
-#include "supervisor/serve/fleet_console_source.h"
+#include "supervisor/serve/redis_console_source.h"
 #include "supervisor/serve/serve_lock.h"
 #include "supervisor/serve/store_console_source.h"
 #include "supervisor/cli/fleet_key_option.h"
@@ -98,7 +98,7 @@ Expected<Opened> open_fleet(const Args& args) {
   auto key = read_fleet_key(args);
   if (!key) return Error{key.error(), ErrorCode::kUsage};
   serve::FleetTrust trust{std::move(*key), args.value("fleet-key").value_or(""), args.flag("trust-unsigned")};
-  auto source = serve::FleetSource::open(fleet->address, fleet->stream, std::move(trust));
+  auto source = serve::RedisSource::open(fleet->address, fleet->stream, std::move(trust));
   if (!source) return Error{source.error(), source.error_code()};
   opened.source = std::move(*source);
   return opened;

@@ -1,6 +1,6 @@
 #pragma once
 // What the console shows, behind one interface: the store's quarantine
-// (store_console_source.h) or the fleet's dead letters on Redis
+// (store_console_source.h) or the fleet's dead letters on a broker
 // (fleet_console_source.h). Each call answers with console_api.h's objects
 // and errors. The records' routes are written once here, over the back
 // end's QuarantineSource, as the CLI's verbs are; what differs is virtual.

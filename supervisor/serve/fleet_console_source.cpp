@@ -19,31 +19,18 @@ constexpr int kScanTimes = 4;
 
 }  // namespace
 
-Expected<std::unique_ptr<FleetSource>> FleetSource::open(const broker::RedisAddress& address,
-                                                         const std::string& stream, FleetTrust trust) {
-  auto fleet = broker::FleetQuarantine::open(address, stream);
-  if (!fleet) return Error{fleet.error(), fleet.error_code()};
-  return std::unique_ptr<FleetSource>(new FleetSource(address, stream, std::move(*fleet), std::move(trust)));
+void FleetSource::use(broker::FleetDeadLetters& dead_letters) {
+  dead_letters.use_key(trust_.key);
+  records_.emplace(dead_letters);
 }
 
-FleetSource::FleetSource(broker::RedisAddress address, std::string stream, broker::FleetQuarantine fleet,
-                         FleetTrust trust)
-    : address_(std::move(address)), stream_(std::move(stream)), trust_(std::move(trust)) {
-  use(std::move(fleet));
-}
-
-void FleetSource::use(broker::FleetQuarantine fleet) {
+void FleetSource::drop() {
   records_.reset();
-  fleet_.emplace(std::move(fleet));
-  fleet_->use_key(trust_.key);
-  records_.emplace(*fleet_);
+  disconnect();
 }
-
-std::string FleetSource::location() const { return broker::fleet_location(address_, broker::fleet_keys(stream_)); }
 
 std::vector<std::string> FleetSource::cli_source_args() const {
-  // The jobs (reproduce, replay) check signatures as the console does.
-  std::vector<std::string> args = {"--redis", address_.describe(), "--stream", stream_};
+  std::vector<std::string> args = names_.cli_args;
   if (!trust_.key_arg.empty()) args.insert(args.end(), {"--fleet-key", trust_.key_arg});
   if (trust_.trust_unsigned) args.push_back("--trust-unsigned");
   return args;
@@ -51,47 +38,33 @@ std::vector<std::string> FleetSource::cli_source_args() const {
 
 ApiReply FleetSource::unreachable(const std::string& detail) const {
   // The connection's errors name the server too: said once.
-  const std::string where = address_.describe();
+  const std::string where = names_.broker + " at " + names_.at;
   std::string why = detail;
-  for (const std::string& prefix : {"cannot reach Redis at " + where + ": ", "Redis at " + where + ": "}) {
+  for (const std::string& prefix : {"cannot reach " + where + ": ", where + ": "}) {
     if (why.rfind(prefix, 0) == 0) {
       why = why.substr(prefix.size());
       break;
     }
   }
-  return error_reply(503, "Redis at " + where + " cannot be reached: " + why +
-                              "; the console answers again once it is back");
+  return error_reply(503, where + " cannot be reached: " + why + "; the console answers again once it is back");
 }
 
 QuarantineSource* FleetSource::records(ApiReply& error) {
-  // A connection Redis dropped since the last request (a restart) is found
-  // by a PING, not by this request failing: it goes on a fresh one.
-  if (fleet_ && !fleet_->redis().broken() && fleet_->redis().command({"PING"})) return &*records_;
-  records_.reset();
-  fleet_.reset();
-  auto redis = broker::RedisConnection::open(address_);
-  if (!redis) {
-    error = unreachable(redis.error());
-    return nullptr;
-  }
-  auto opened = broker::FleetQuarantine::open(std::move(*redis), stream_);
-  if (!opened) {
-    // Redis answered: a key of another type is said as it is (500), not as
-    // Redis being out of reach.
-    error = error_reply(500, opened.error());
-    return nullptr;
-  }
-  use(std::move(*opened));
+  if (records_ && answers()) return &*records_;
+  drop();
+  broker::FleetDeadLetters* dead_letters = connect(error);
+  if (dead_letters == nullptr) return nullptr;
+  use(*dead_letters);
   return &*records_;
 }
 
 ApiReply FleetSource::failure(const std::string& message, ErrorCode code, int usage_status) {
-  if (fleet_ && (fleet_->redis().broken() || fleet_->redis().busy())) {
-    if (fleet_->redis().broken()) {  // connected again by the next request
-      records_.reset();
-      fleet_.reset();
+  if (records_) {
+    const Link now = link();
+    if (now != Link::kUp) {
+      if (now == Link::kBroken) drop();  // connected again by the next request
+      return unreachable(message);
     }
-    return unreachable(message);
   }
   return ConsoleSource::failure(message, code, usage_status);
 }
@@ -107,7 +80,7 @@ ApiReply FleetSource::list_tasks(const Query&) {
 }
 
 ApiReply FleetSource::live_runs() {
-  return error_reply(404, "no run is attached to the fleet's quarantine: the workers of stream " + stream_ +
+  return error_reply(404, "no run is attached to the fleet's quarantine: the workers of " + names_.workers +
                               " show what they run at their --metrics address (pillbox worker --metrics HOST:PORT)");
 }
 
@@ -132,10 +105,10 @@ std::string FleetSource::metrics() {
   metrics::RecordCounts records;
   std::set<std::string> fingerprints;
   bool up = false;
-  if (auto q = broker::FleetQuarantine::open(address_, stream_)) {
-    up = q->each([&](const broker::FleetRecord& r) {
-           // Anyone who can write to Redis writes kinds: an unknown one is
-           // "other", never a new label series per forged value.
+  if (auto q = open_apart()) {
+    up = (*q)->each([&](const broker::FleetRecord& r) {
+           // Anyone who can write to the broker writes kinds: an unknown
+           // one is "other", never a new label series per forged value.
            const std::string& kind = r.record.entry.kind;
            ++records[{std::string(store::to_string(r.record.status)), kind_from_string(kind) ? kind : "other"}];
            fingerprints.insert(r.record.entry.fingerprint);
@@ -143,7 +116,8 @@ std::string FleetSource::metrics() {
          }).is_ok();
   }
   metrics::MetricsText text;
-  text.family("pillbox_fleet_up", "1 when this answer has the fleet's quarantine in it, 0 when Redis cannot be read.",
+  text.family("pillbox_fleet_up",
+              "1 when this answer has the fleet's quarantine in it, 0 when " + names_.broker + " cannot be read.",
               metrics::MetricType::kGauge);
   text.sample("pillbox_fleet_up", {}, up ? 1 : 0);
   if (up) metrics::write_quarantine_families(text, records, static_cast<std::int64_t>(fingerprints.size()));
