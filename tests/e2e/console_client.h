@@ -65,6 +65,28 @@ class Serve {
   std::string url_;
 };
 
+// Where `serve` said its access token is (its stderr: "actions need the
+// token in FILE; Ctrl-C stops"), and the token in it.
+inline std::string token_file_of(const Serve& serve) {
+  const std::string err = serve.err();
+  const std::string before = "actions need the token in ";
+  const auto at = err.find(before);
+  REQUIRE(at != std::string::npos);
+  return err.substr(at + before.size(), err.find("; Ctrl-C", at) - at - before.size());
+}
+inline std::string token_of(const Serve& serve) {
+  std::string t = read_file(token_file_of(serve));
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return t;
+}
+
+// The sample of `series` (name{labels}) in a Prometheus text, or -1.
+inline long long metric_sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + series.size() + 2));
+}
+
 inline nlohmann::json body_of(const httplib::Result& r) {
   REQUIRE(r);
   auto j = nlohmann::json::parse(r->body, nullptr, false);

@@ -23,6 +23,7 @@
 #include "tests/e2e/support.h"
 
 using e2e::body_of;
+using e2e::metric_sample;
 using e2e::run_pillbox;
 using e2e::Serve;
 using nlohmann::json;
@@ -47,19 +48,8 @@ struct Fleet {
   std::map<std::string, std::string> env() const { return {{"PILLBOX_STORE", home.path() + "/state/pillbox"}}; }
   // Where serve said its token is (the default: serve-redis-HASH.token in
   // the default store directory).
-  std::string token_file() const { return token_file_of(*serve); }
-  static std::string token_file_of(const Serve& serve) {
-    const std::string err = serve.err();
-    const std::string before = "actions need the token in ";
-    const auto at = err.find(before);
-    REQUIRE(at != std::string::npos);
-    return err.substr(at + before.size(), err.find("; Ctrl-C", at) - at - before.size());
-  }
-  std::string token() const {
-    std::string t = e2e::read_file(token_file());
-    while (!t.empty() && t.back() == '\n') t.pop_back();
-    return t;
-  }
+  std::string token_file() const { return e2e::token_file_of(*serve); }
+  std::string token() const { return e2e::token_of(*serve); }
   // `pillbox quarantine ARGS... --redis URL --stream jobs --json`: its JSON lines.
   json cli(std::vector<std::string> args) const {
     args.insert(args.begin(), "quarantine");
@@ -96,13 +86,6 @@ struct Fleet {
   std::unique_ptr<Serve> serve;
   std::unique_ptr<httplib::Client> http;
 };
-
-// The sample of `name{labels}` in a Prometheus text, or -1.
-long long sample(const std::string& text, const std::string& series) {
-  const auto at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stoll(text.substr(at + series.size() + 2));
-}
 
 }  // namespace
 
@@ -152,16 +135,16 @@ TEST_CASE("serve --redis: the API answers what quarantine list/show/stats --json
   REQUIRE(metrics);
   CHECK(metrics->status == 200);
   INFO(metrics->body);
-  CHECK(sample(metrics->body, "pillbox_fleet_up") == 1);
+  CHECK(metric_sample(metrics->body, "pillbox_fleet_up") == 1);
   std::map<std::string, long long> counted;  // the CLI's records by series
   for (const auto& r : listed["records"]) {
     ++counted["pillbox_quarantine_records{status=\"" + r["status"].get<std::string>() + "\",kind=\"" +
               r["kind"].get<std::string>() + "\"}"];
   }
   CHECK(counted.size() >= 1);
-  for (const auto& [series, n] : counted) CHECK_MESSAGE(sample(metrics->body, series) == n, series);
-  CHECK(sample(metrics->body, "pillbox_quarantine_records{status=\"discarded\",kind=\"crash\"}") == 0);
-  CHECK(sample(metrics->body, "pillbox_quarantine_fingerprints") == static_cast<long long>(f.cli({"stats"}).size()));
+  for (const auto& [series, n] : counted) CHECK_MESSAGE(metric_sample(metrics->body, series) == n, series);
+  CHECK(metric_sample(metrics->body, "pillbox_quarantine_records{status=\"discarded\",kind=\"crash\"}") == 0);
+  CHECK(metric_sample(metrics->body, "pillbox_quarantine_fingerprints") == static_cast<long long>(f.cli({"stats"}).size()));
   e2e::check_with_promtool(metrics->body);
 
   // The token went to the default store directory, made 0700 for it.
@@ -403,7 +386,7 @@ TEST_CASE("serve --redis, quarantine list --redis: a dead letter nested 200000 d
   CHECK(shown["message"].get<std::string>().find("no readable `record` field (it nests deeper than 64 levels)") !=
         std::string::npos);
   CHECK(http.Get("/records/" + id)->status == 200);
-  CHECK(sample(http.Get("/metrics")->body, "pillbox_fleet_up") == 1);
+  CHECK(metric_sample(http.Get("/metrics")->body, "pillbox_fleet_up") == 1);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
@@ -449,8 +432,8 @@ TEST_CASE("serve --redis: a state that is not pillbox's or a lock key of another
   CHECK(record_page->status == 200);
   CHECK(record_page->body.find("holds a hash") != std::string::npos);
   const std::string metrics = http.Get("/metrics")->body;
-  CHECK(sample(metrics, "pillbox_fleet_up") == 1);
-  CHECK(sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"}") == 3);
+  CHECK(metric_sample(metrics, "pillbox_fleet_up") == 1);
+  CHECK(metric_sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"crash\"}") == 3);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
@@ -468,7 +451,7 @@ TEST_CASE("serve --redis: each fleet's console has its own default token file; a
   // Another stream of the same Redis: a file of its own, both run.
   Serve other({"--redis", f.server.url(), "--stream", "other", "--listen", "127.0.0.1:0"}, f.env());
   REQUIRE_MESSAGE(other.url().rfind("http://127.0.0.1:", 0) == 0, other.err());
-  CHECK(Fleet::token_file_of(other) != file);
+  CHECK(e2e::token_file_of(other) != file);
   CHECK(other.stop(SIGTERM) == 0);
 
   // The same stream again: refused, and the first's token still acts.
@@ -559,7 +542,7 @@ TEST_CASE("serve --redis: an unknown kind counts as kind=\"other\"; a payload no
   httplib::Client& http = f.start(false);
   const std::string metrics = http.Get("/metrics")->body;
   INFO(metrics);
-  CHECK(sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"other\"}") == 1);
+  CHECK(metric_sample(metrics, "pillbox_quarantine_records{status=\"quarantined\",kind=\"other\"}") == 1);
   CHECK(metrics.find("made-up-kind") == std::string::npos);
   e2e::check_with_promtool(metrics);
   const auto payload = http.Get("/api/records/" + forged + "/payload");
@@ -589,7 +572,7 @@ TEST_CASE("serve --redis: a dead letter whose redrive_of names no record lists a
   CHECK(listed["records"][1]["id"] == real);
   CHECK(listed["records"] == f.cli({"list"}));
   CHECK(http.Get("/api/records/" + orphan)->status == 200);
-  CHECK(sample(http.Get("/metrics")->body, "pillbox_quarantine_fingerprints") == 2);
+  CHECK(metric_sample(http.Get("/metrics")->body, "pillbox_quarantine_fingerprints") == 2);
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
