@@ -72,9 +72,11 @@ Status check_name(const std::string& what, const std::string& name) {
 }
 
 // A vhost as a URL's path writes it: "/" is "%2f".
-std::string encode_vhost(const std::string& vhost) {
+// `text` percent-encoded but for RFC 3986's unreserved bytes: a URL's user
+// or vhost ("/" is %2f).
+std::string url_encoded(const std::string& text) {
   std::string out;
-  for (unsigned char c : vhost) {
+  for (unsigned char c : text) {
     if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
       out += static_cast<char>(c);
     } else {
@@ -191,7 +193,12 @@ AmqpMessage message_of(std::uint64_t delivery_tag, const amqp_basic_properties_t
 }  // namespace
 
 std::string AmqpAddress::describe() const {
-  return "amqp://" + user + "@" + host + ":" + std::to_string(port) + "/" + encode_vhost(vhost);
+  return "amqp://" + user + "@" + host + ":" + std::to_string(port) + "/" + url_encoded(vhost);
+}
+
+std::string AmqpAddress::url_without_password() const {
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;  // an IPv6 address
+  return "amqp://" + url_encoded(user) + "@" + h + ":" + std::to_string(port) + "/" + url_encoded(vhost);
 }
 
 Expected<AmqpAddress> parse_amqp_url(std::string_view url) {
@@ -225,6 +232,11 @@ Expected<AmqpAddress> parse_amqp_url(std::string_view url) {
   a.user = info.user;
   a.password = info.password;
   a.vhost = info.vhost;
+  // USER:PASS in the authority's user part (what comes before its last '@').
+  const std::string authority = given.substr(7, given.find('/', 7) == std::string::npos ? std::string::npos
+                                                                                         : given.find('/', 7) - 7);
+  const auto at = authority.rfind('@');
+  a.password_in_url = at != std::string::npos && authority.substr(0, at).find(':') != std::string::npos;
   return a;
 }
 

@@ -40,8 +40,22 @@ struct AmqpAddress {
   std::string user;
   std::string password;
   std::string vhost = "/";
+  // Whether the URL had a password (amqp://USER:PASS@...); else `password`
+  // is the spec's default, guest, unless kAmqpPasswordEnv gives one.
+  bool password_in_url = false;
   std::string describe() const;  // "amqp://USER@HOST:PORT/VHOST" (the vhost URL-encoded; no password)
+  // A URL that parse_amqp_url reads back as this address without its
+  // password (user and vhost URL-encoded): what a command line may show,
+  // the password going beside it in kAmqpPasswordEnv.
+  std::string url_without_password() const;
 };
+
+// The password of an --amqp URL that has none (amqp://USER@HOST/...), so
+// that it stays off command lines, which any local user can read
+// (/proc/PID/cmdline); a password in the URL wins, as libpq's does over
+// PGPASSWORD. Read by the CLI (supervisor/cli/fleet_key_option.h), and
+// given by serve to the jobs it runs.
+inline constexpr const char* kAmqpPasswordEnv = "PILLBOX_AMQP_PASSWORD";
 
 // amqp://[USER[:PASS]@]HOST[:PORT][/VHOST] (rabbitmq-c's amqp_parse_url,
 // as the AMQP URI spec has it: user and password guest when not given,

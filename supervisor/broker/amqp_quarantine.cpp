@@ -80,10 +80,15 @@ Expected<std::string> parse_amqp_record_id(const std::string& text) {
 Expected<AmqpQuarantine> AmqpQuarantine::open(const AmqpAddress& address, const std::string& queue) {
   auto c = AmqpConnection::open(address);
   if (!c) return Error{c.error(), c.error_code()};
+  return open(*c, queue);
+}
+
+Expected<AmqpQuarantine> AmqpQuarantine::open(AmqpConnection& connection, const std::string& queue) {
+  const AmqpAddress& address = connection.address();
   AmqpQueueNames names = amqp_queue_names(queue);
   const std::string where = "RabbitMQ at " + address.describe();
-  if (auto state = c->check_queue(names.dlq); !state) {
-    if (c->refusal() && c->refusal()->code == 404) {
+  if (auto state = connection.check_queue(names.dlq); !state) {
+    if (connection.refusal() && connection.refusal()->code == 404) {
       return Error{where + " has no queue '" + names.dlq + "': no worker has declared the topology of queue '" + queue +
                    "' there (check --queue and the vhost; `pillbox doctor --amqp URL --queue " + queue +
                    "` checks it)"};
@@ -93,13 +98,13 @@ Expected<AmqpQuarantine> AmqpQuarantine::open(const AmqpAddress& address, const 
   // Declared again as a stream: the same queue changes nothing, another
   // kind of queue is refused, and said so.
   const std::vector<AmqpField> stream = stream_queue_arguments();
-  if (auto again = c->declare_queue(names.dlq, stream); !again) {
-    if (c->refusal() && c->refusal()->code == 406) {
-      return Error{explain_mismatch(names.dlq, address.describe(), *c->refusal(), stream)};
+  if (auto again = connection.declare_queue(names.dlq, stream); !again) {
+    if (connection.refusal() && connection.refusal()->code == 406) {
+      return Error{explain_mismatch(names.dlq, address.describe(), *connection.refusal(), stream)};
     }
     return Error{again.error(), again.error_code()};
   }
-  return AmqpQuarantine(std::move(*c), std::move(names));
+  return AmqpQuarantine(std::move(connection), std::move(names));
 }
 
 std::string AmqpQuarantine::where() const { return c_->address().describe() + " " + names_.dlq; }

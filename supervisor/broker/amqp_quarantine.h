@@ -64,6 +64,10 @@ class AmqpQuarantine final : public FleetDeadLetters {
  public:
   // Connects, and checks that NAME.dlq exists and is a stream queue.
   static Expected<AmqpQuarantine> open(const AmqpAddress& address, const std::string& queue);
+  // The same on `connection`, taken only when it succeeds: on an error it
+  // is left to the caller, whose broken() says whether the broker went
+  // away or answered (no NAME.dlq, or one of another type).
+  static Expected<AmqpQuarantine> open(AmqpConnection& connection, const std::string& queue);
 
   static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .replay_outputs = false};
   QuarantineCapabilities can() const override { return kCapabilities; }

@@ -35,6 +35,9 @@ Expected<AmqpTarget> read_amqp_target(const Args& args, const Status& then) {
   if (!then) return usage(then.message());
   auto address = broker::parse_amqp_url(*url);
   if (!address) return Error{address.error(), address.error_code()};
+  if (const char* env = std::getenv(broker::kAmqpPasswordEnv); !address->password_in_url && env != nullptr) {
+    address->password = env;
+  }
   return AmqpTarget{std::move(*address), *queue};
 }
 

@@ -34,7 +34,9 @@ struct AmqpTarget {
 };
 
 // --amqp URL --queue NAME, both required; --store, --redis and --stream are
-// refused beside them (usage errors, as the URL's).
+// refused beside them (usage errors, as the URL's). A URL without a
+// password takes $PILLBOX_AMQP_PASSWORD's (broker::kAmqpPasswordEnv) when
+// it is set.
 Expected<AmqpTarget> read_amqp_target(const Args& args, const Status& then = Status::ok());
 
 // The options, for a command's OptionSpec list.

@@ -36,6 +36,36 @@ TEST_CASE("amqp url: user, password, host, port and vhost; defaults as RabbitMQ'
   CHECK(v->describe() == "amqp://u@h:5672/prod%2fjobs");
 }
 
+TEST_CASE("amqp url: without its password, read back as the same address; whether the URL had one") {
+  auto a = parse_amqp_url("amqp://al%40ice:s3%3acret@broker.example:5673/prod%2Fjobs");
+  REQUIRE(a.has_value());
+  CHECK(a->user == "al@ice");
+  CHECK(a->password == "s3:cret");
+  CHECK(a->password_in_url);
+  const std::string shown = a->url_without_password();
+  CHECK(shown == "amqp://al%40ice@broker.example:5673/prod%2fjobs");
+  CHECK(shown.find("s3") == std::string::npos);
+  auto back = parse_amqp_url(shown);
+  REQUIRE(back.has_value());
+  CHECK(back->user == a->user);
+  CHECK(back->host == a->host);
+  CHECK(back->port == a->port);
+  CHECK(back->vhost == a->vhost);
+  CHECK_FALSE(back->password_in_url);
+  CHECK(back->password == "guest");  // the spec's default, unless PILLBOX_AMQP_PASSWORD (the CLI) gives one
+
+  for (const std::string none : {"amqp://alice@h/%2f", "amqp://h:5672/%2f", "amqp://h/x%3ay%40z"}) {
+    CAPTURE(none);
+    auto n = parse_amqp_url(none);
+    REQUIRE(n.has_value());
+    CHECK_FALSE(n->password_in_url);
+  }
+  auto empty = parse_amqp_url("amqp://alice:@h/%2f");  // an empty password is one
+  REQUIRE(empty.has_value());
+  CHECK(empty->password_in_url);
+  CHECK(empty->password.empty());
+}
+
 TEST_CASE("amqp url: what is not one is a usage error that never echoes a password") {
   for (const char* bad : {"", "redis://127.0.0.1:6379", "http://u:hunter2@h", "amqp://u:hunter2@h:notaport/x", "amqp://u:hunter2@h:0/x",
                           "amqp://u:hunter2@h:99999999999/x"}) {
