@@ -36,6 +36,12 @@ std::string signature_note(const json& r, bool short_form) {
   return " <span class=\"error\" title=\"" + html_escape(why) + "\">" + mark + "</span>";
 }
 
+// What a listing left out and why (a reply's "left_out"), or "".
+std::string left_out_note(const json& reply) {
+  if (!reply.contains("left_out")) return "";
+  return "<p class=\"note left-out\">" + field_html(reply, "left_out") + "</p>\n";
+}
+
 Page error_reply_page(const ApiReply& reply) { return error_page(reply.status, value_text(reply.body["error"])); }
 
 // A page of what `source` does not have (the fleet's tasks and runs): its
@@ -164,6 +170,7 @@ Page list_page(ConsoleSource& source, const Query& given) {
             field_html(r, "key") + "</td><td class=\"num\">" + field_html(r, "payload_size") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
+  body += left_out_note(reply.body);
   const std::int64_t shown = static_cast<std::int64_t>(records.size());
   body += "<p class=\"paging\">";
   if (shown == 0) {
@@ -213,6 +220,7 @@ Page groups_page(ConsoleSource& source, const Query& query) {
             "</td><td class=\"message\">" + field_html(g, "message") + "</td></tr>\n";
   }
   body += "</tbody></table>\n";
+  body += left_out_note(reply.body);
   // One bug met through several callers: the groups of one raise site
   // (shared/raise_site.h), each site a link to its records.
   std::map<std::string, std::vector<const json*>> by_site;  // by id

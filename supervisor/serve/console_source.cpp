@@ -3,6 +3,15 @@
 #include "supervisor/ops/quarantine_views_json.h"
 
 namespace pillbox::serve {
+namespace {
+
+// What the listing left out and why (the CLI says it on stderr), never
+// hidden: "left_out", when anything was.
+void add_left_out(const QuarantineSource& q, ApiReply& reply) {
+  if (const std::string left_out = q.left_out(); !left_out.empty()) reply.body["left_out"] = left_out;
+}
+
+}  // namespace
 
 ApiReply ConsoleSource::failure(const std::string& message, ErrorCode code, int usage_status) {
   return failure_reply(message, code, usage_status);
@@ -46,7 +55,9 @@ ApiReply ConsoleSource::list_records(const Query& query) {
   nlohmann::json records = nlohmann::json::array();
   auto total = q->each_counted(*filter, [&](const SourcedRecord& r) { records.push_back(sourced_list_json(r, where)); });
   if (!total) return failure(total.error(), total.error_code());
-  return {200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
+  ApiReply reply{200, {{"records", std::move(records)}, {"total", *total}, {"offset", filter->offset}}};
+  add_left_out(*q, reply);
+  return reply;
 }
 
 ApiReply ConsoleSource::show_record(const std::string& id) {
@@ -69,7 +80,9 @@ ApiReply ConsoleSource::record_stats(const Query& query) {
   std::vector<nlohmann::json> examples;
   auto groups = q->stats(*filter, examples);
   if (!groups) return failure(groups.error(), groups.error_code());
-  return {200, {{"groups", fingerprint_stats_json(*groups, examples)}}};
+  ApiReply reply{200, {{"groups", fingerprint_stats_json(*groups, examples)}}};
+  add_left_out(*q, reply);
+  return reply;
 }
 
 ApiReply ConsoleSource::discard(const std::string& id, const std::string& body, const std::string& actor) {
