@@ -1,5 +1,5 @@
 // pillbox serve: the web console over a store, or over the fleet's
-// quarantine on Redis (supervisor/serve/). Parses, opens the quarantine,
+// quarantine on Redis or RabbitMQ (supervisor/serve/). Parses, opens the quarantine,
 // binds, writes the access token, prints the URL, serves until SIGINT or
 // SIGTERM.
 #include <pthread.h>
@@ -16,6 +16,7 @@
 #include "supervisor/cli/store_access.h"
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/serve/access_token.h"
+#include "supervisor/serve/amqp_console_source.h"
 #include "supervisor/serve/console_server.h"
 #include "supervisor/serve/redis_console_source.h"
 #include "supervisor/serve/serve_lock.h"
@@ -27,7 +28,8 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox serve [--store DIR | --redis URL --stream NAME] [--listen HOST:PORT] [--token-file FILE]\n"
+    "usage: pillbox serve [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME] [--listen HOST:PORT]\n"
+    "                     [--token-file FILE]\n"
     "\n"
     "A web console over the store: the quarantine (filters, paging), the fingerprint groups,\n"
     "each record (crash state, attempts, audit trail, stderr, a payload preview that is never\n"
@@ -39,6 +41,14 @@ const char* kHelp =
     "workers' dead letters, NAME:dlq), as `quarantine list/show/stats --redis` print it: ids are\n"
     "entry ids, there are no tasks, runs or patches, and while Redis cannot be reached the\n"
     "console answers 503 and goes on.\n"
+    "With --amqp URL --queue NAME, the same over the fleet's quarantine on RabbitMQ (the stream\n"
+    "NAME.dlq), as `quarantine list/show/stats --amqp` print it: ids are offsets, there are no\n"
+    "tasks, runs, patches or replay outputs (results go to the workers' reply_to or\n"
+    "NAME.results), minimize only where it is built, and 503 while RabbitMQ cannot be reached.\n"
+    "The URL's password is never shown: pages, replies and the jobs' command lines name the\n"
+    "broker as amqp://USER@HOST:PORT/VHOST, and the jobs get the password in\n"
+    "$PILLBOX_AMQP_PASSWORD. Give it so to serve too (a URL without a password takes it from\n"
+    "there), so that it is not on serve's command line either.\n"
     "\n"
     "Prints its URL as the first line on stdout. Each start writes a new random access token to\n"
     "DIR/serve.token, or FILE (mode 0600): every action (a POST) needs `Authorization: Bearer\n"
@@ -56,18 +66,23 @@ const char* kHelp =
     "                      ~/.local/state/pillbox); it must exist\n"
     "  --redis URL --stream NAME\n"
     "                      the fleet's quarantine instead of a store (redis://HOST[:PORT][/DB])\n"
-    "  --fleet-key FILE    with --redis: the key the workers sign dead letters with (default\n"
-    "                      $PILLBOX_FLEET_KEY); each record shows whether its signature is valid, and\n"
-    "                      Reproduce, Minimize, Replay and the bundle act only on valid ones\n"
-    "  --trust-unsigned    with --redis: act on records without a valid signature too\n"
+    "  --amqp URL --queue NAME\n"
+    "                      the fleet's quarantine on RabbitMQ instead of a store\n"
+    "                      (amqp://USER[:PASS]@HOST[:PORT]/VHOST; the password, when the URL has\n"
+    "                      none: $PILLBOX_AMQP_PASSWORD)\n"
+    "  --fleet-key FILE    with --redis or --amqp: the key the workers sign dead letters with\n"
+    "                      (default $PILLBOX_FLEET_KEY); each record shows whether its signature is\n"
+    "                      valid, and Reproduce, Minimize, Replay and the bundle act only on valid ones\n"
+    "  --trust-unsigned    with --redis or --amqp: act on records without a valid signature too\n"
     "  --listen HOST:PORT  where to listen (default 127.0.0.1:8080; port 0: a free port)\n"
     "  --token-file FILE   where the access token goes (default: serve.token in the store; with\n"
     "                      --redis, serve-redis-HASH.token in the default store directory, one per\n"
-    "                      Redis and stream, the directory created 0700 when missing)\n"
+    "                      Redis and stream; with --amqp, serve-amqp-HASH.token, one per broker,\n"
+    "                      user, vhost and queue; the directory created 0700 when missing)\n"
     "\n"
-    "exit codes: 0 stopped by SIGINT or SIGTERM, 2 usage error or no usable --store, 3 the store\n"
-    "or Redis cannot be opened, the address cannot be listened on (in use), another serve holds the\n"
-    "token file, or the token cannot be written\n";
+    "exit codes: 0 stopped by SIGINT or SIGTERM, 2 usage error or no usable --store, 3 the store,\n"
+    "Redis or RabbitMQ cannot be opened, the address cannot be listened on (in use), another serve\n"
+    "holds the token file, or the token cannot be written\n";
 
 int serve_error(const std::string& message, int exit_code) { return command_error("serve", message, exit_code); }
 
@@ -78,13 +93,14 @@ struct Opened {
   std::string token_file;
 };
 
-// --redis URL --stream NAME: the token goes to --token-file, else to
-// serve-redis-HASH.token in the default store directory (no store is
-// opened): each fleet's console has its own file, never a store's serve.token.
-Expected<Opened> open_fleet(const Args& args) {
-  auto fleet = read_fleet_target(
-      args, "--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)");
-  if (!fleet) return Error{fleet.error(), fleet.error_code()};
+// A fleet's console, opened by `open_source` with the fleet's key and
+// --trust-unsigned. Its token goes to --token-file, else to
+// serve-KIND-HASH.token in the default store directory (no store is
+// opened), HASH of `names` (the broker and the queue, never a password):
+// each fleet's console has its own file, never a store's serve.token.
+template <typename OpenSource>
+Expected<Opened> open_fleet(const Args& args, const std::string& kind, const std::string& names,
+                            OpenSource open_source) {
   Opened opened;
   if (auto file = args.value("token-file")) {
     opened.token_file = *file;
@@ -92,16 +108,34 @@ Expected<Opened> open_fleet(const Args& args) {
     auto dir = store::resolve_store_dir("");
     if (!dir) return Error{dir.error() + " (or give --token-file FILE)", ErrorCode::kUsage};
     if (auto s = store::prepare_store_dir(*dir); !s) return Error{s.message(), ErrorCode::kSetup};
-    opened.token_file =
-        *dir + "/serve-redis-" + sha256_hex(fleet->address.describe() + " " + fleet->stream).substr(0, 12) + ".token";
+    opened.token_file = *dir + "/serve-" + kind + "-" + sha256_hex(names).substr(0, 12) + ".token";
   }
   auto key = read_fleet_key(args);
   if (!key) return Error{key.error(), ErrorCode::kUsage};
-  serve::FleetTrust trust{std::move(*key), args.value("fleet-key").value_or(""), args.flag("trust-unsigned")};
-  auto source = serve::RedisSource::open(fleet->address, fleet->stream, std::move(trust));
+  auto source =
+      open_source(serve::FleetTrust{std::move(*key), args.value("fleet-key").value_or(""), args.flag("trust-unsigned")});
   if (!source) return Error{source.error(), source.error_code()};
   opened.source = std::move(*source);
   return opened;
+}
+
+// --redis URL --stream NAME.
+Expected<Opened> open_redis(const Args& args) {
+  auto fleet = read_fleet_target(
+      args, "--redis needs --stream NAME (the stream the workers read; its dead letters are NAME:dlq)");
+  if (!fleet) return Error{fleet.error(), fleet.error_code()};
+  return open_fleet(args, "redis", fleet->address.describe() + " " + fleet->stream, [&](serve::FleetTrust trust) {
+    return serve::RedisSource::open(fleet->address, fleet->stream, std::move(trust));
+  });
+}
+
+// --amqp URL --queue NAME.
+Expected<Opened> open_amqp(const Args& args) {
+  auto target = read_amqp_target(args);
+  if (!target) return Error{target.error(), target.error_code()};
+  return open_fleet(args, "amqp", target->address.describe() + " " + target->queue, [&](serve::FleetTrust trust) {
+    return serve::AmqpSource::open(target->address, target->queue, std::move(trust));
+  });
 }
 
 Expected<Opened> open_store(const Args& args) {
@@ -118,7 +152,8 @@ Expected<Opened> open_store(const Args& args) {
 }  // namespace
 
 int serve_command(int argc, char** argv) {
-  std::vector<OptionSpec> options = {{"store"}, {"redis"}, {"stream"}, {"token-file"}, {"listen"}, {"help", false}};
+  std::vector<OptionSpec> options = {{"store"}, {"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"token-file"}, {"listen"},
+                                     {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   int exit_code = kExitOk;
   auto args = parse_command(argc, argv, 2, options, "serve", kHelp, exit_code);
@@ -131,6 +166,10 @@ int serve_command(int argc, char** argv) {
   if (args->value("stream") && !args->value("redis")) {
     return serve_error("--stream goes with --redis URL (the fleet's quarantine); a store is --store DIR", kExitUsage);
   }
+  if (args->value("queue") && !args->value("amqp")) {
+    return serve_error("--queue goes with --amqp URL (the fleet's quarantine on RabbitMQ); a store is --store DIR",
+                       kExitUsage);
+  }
   if (auto key = read_fleet_key(*args); !key) return serve_error(key.error(), kExitUsage);
   auto address = serve::parse_listen_address(args->value("listen").value_or("127.0.0.1:8080"));
   if (!address) return serve_error(address.error(), kExitUsage);
@@ -142,7 +181,7 @@ int serve_command(int argc, char** argv) {
   const sigset_t stop_set = serve::stop_signal_set();
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
-  auto opened = args->value("redis") ? open_fleet(*args) : open_store(*args);
+  auto opened = args->value("amqp") ? open_amqp(*args) : args->value("redis") ? open_redis(*args) : open_store(*args);
   if (!opened) return serve_error(opened.error(), exit_code_for(opened.error_code()));
   serve::ConsoleServer server(*opened->source);
   // Bound before the token is written: a serve that cannot listen leaves

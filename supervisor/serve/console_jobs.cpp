@@ -109,8 +109,12 @@ struct JobBoard::Job {
   std::thread thread;
 };
 
-JobBoard::JobBoard(std::string program, std::vector<std::string> source_args, std::chrono::milliseconds stop_grace)
-    : program_(std::move(program)), source_args_(std::move(source_args)), stop_grace_(stop_grace) {
+JobBoard::JobBoard(std::string program, std::vector<std::string> source_args, Environment source_env,
+                   std::chrono::milliseconds stop_grace)
+    : program_(std::move(program)),
+      source_args_(std::move(source_args)),
+      source_env_(std::move(source_env)),
+      stop_grace_(stop_grace) {
   // An ignored SIGCHLD (inherited across exec from whoever started serve)
   // makes the kernel reap the jobs itself: waitid could never see one end.
   ::signal(SIGCHLD, SIG_DFL);
@@ -190,6 +194,7 @@ void JobBoard::run(const std::shared_ptr<Job>& job) {
       // key with each entry past the end of a shorter one (ASan says so).
       env.set("PILLBOX_ACTOR", job->actor);
       env.set("PILLBOX_PROGRESS_FD", std::to_string(kProgressFd));
+      for (const auto& [name, value] : source_env_) env.set(name, value);
       const pid_t parent = ::getpid();
       // Where the child's loop over descriptors ends when close_range is missing (before Linux 5.11).
       rlimit files{};

@@ -6,8 +6,10 @@
 // handles its own stop signals, and its crash cannot take the console down.
 // Its result is the verb's own --json, so the API says what the CLI says.
 //
-// The child gets PILLBOX_ACTOR (supervisor/store/actor.h) and
-// PILLBOX_PROGRESS_FD=3 (supervisor/cli/progress.h); one thread a job reads
+// The child gets PILLBOX_ACTOR (supervisor/store/actor.h),
+// PILLBOX_PROGRESS_FD=3 (supervisor/cli/progress.h) and the source's
+// secrets (a broker's password: never on a command line, which the job's
+// JSON shows and any local user reads in /proc); one thread a job reads
 // its output and reaps it. SIGTERM stops a verb cleanly: stop() sends it,
 // and PR_SET_PDEATHSIG does when serve is killed. Jobs live in memory only:
 // what they did is in the store's audit trail.
@@ -23,6 +25,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "supervisor/serve/console_api.h"
@@ -49,8 +52,11 @@ struct JobRequest {
 class JobBoard {
  public:
   // `program`: the pillbox binary (self_program()); `source_args`: where
-  // the records are, appended to every command ({"--store", DIR}).
-  JobBoard(std::string program, std::vector<std::string> source_args,
+  // the records are, appended to every command ({"--store", DIR});
+  // `source_env`: what every command gets in its environment beside them
+  // and is never shown (ConsoleSource::cli_source_env).
+  using Environment = std::vector<std::pair<std::string, std::string>>;
+  JobBoard(std::string program, std::vector<std::string> source_args, Environment source_env = {},
            std::chrono::milliseconds stop_grace = std::chrono::seconds(60));
   // stop_all(): no job outlives the board.
   ~JobBoard();
@@ -83,6 +89,7 @@ class JobBoard {
 
   const std::string program_;
   const std::vector<std::string> source_args_;
+  const Environment source_env_;
   const std::chrono::milliseconds stop_grace_;
   mutable std::mutex lock_;
   std::condition_variable ended_;  // a job ended

@@ -28,12 +28,35 @@ std::string state_error_note(const json& r, bool short_form) {
 std::string signature_note(const json& r, bool short_form) {
   if (!r.contains("signature") || !r["signature"].is_string() || r["signature"] == "valid") return "";
   const std::string sig = r["signature"].get<std::string>();
-  const std::string why = sig == "missing"     ? "unsigned: anyone who can write to this Redis can write one"
+  const std::string why = sig == "missing"     ? "unsigned: anyone who can write to the fleet's dead letters can write one"
                           : sig == "bad"       ? "the signature does not match the fleet key"
                                                : "not checked: serve has no --fleet-key";
   if (!short_form) return "<span class=\"error\">" + html_escape(sig) + ": " + html_escape(why) + "</span>";
   const std::string mark = sig == "missing" ? "unsigned" : sig == "bad" ? "bad signature" : "unchecked";
   return " <span class=\"error\" title=\"" + html_escape(why) + "\">" + mark + "</span>";
+}
+
+// What only RabbitMQ says of a dead letter (show --json's "amqp", as `show`
+// prints it): where it came from, the broker's own dead-lettering, x-death.
+// Every value is the dead letter's claim.
+std::string rabbitmq_html(const json& a) {
+  std::string out = "offset " + field_html(a, "offset") + " of the queue's .dlq, from queue " + field_html(a, "queue") +
+                    ", message id <code>" + field_html(a, "message_id") + "</code>";
+  if (a.contains("deliveries")) out += ", " + field_html(a, "deliveries") + " deliveries";
+  if (a.contains("first_death_reason")) {
+    out += "<br>dead-lettered by RabbitMQ itself: reason " + field_html(a, "first_death_reason") + ", from queue " +
+           field_html(a, "first_death_queue");
+  }
+  const json deaths = a.contains("x_death") && a["x_death"].is_object() ? a["x_death"].value("deaths", json()) : json();
+  if (deaths.is_array() && !deaths.empty()) {
+    out += "<br>x-death (RabbitMQ's history of it before the dead letter):<ul class=\"deaths\">";
+    for (const auto& d : deaths) {
+      if (d.is_object()) out += "<li>" + field_html(d, "reason") + " from " + field_html(d, "queue") + ", count " + field_html(d, "count") + "</li>";
+    }
+    out += "</ul>";
+  }
+  if (a.contains("unreadable")) out += "<br><span class=\"error\">unreadable: " + field_html(a, "unreadable") + "</span>";
+  return out;
 }
 
 // What a listing left out and why (a reply's "left_out"), or "".
@@ -293,6 +316,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
     row("dead letter", "entry " + field_html(st, "entry") + " of " + field_html(st, "name") + " (group " + field_html(st, "group") +
                            "), " + field_html(st, "deliveries") + " deliveries: " + field_html(r, "reason"));
   }
+  if (r.contains("amqp") && r["amqp"].is_object()) row("dead letter", rabbitmq_html(r["amqp"]));  // amqp_quarantine.cpp
   if (r.contains("reproduce")) {
     const auto& rep = r["reproduce"];
     row("reproduces", field_html(rep, "verdict") + ": " + field_html(rep, "matches") + " of " + field_html(rep, "runs") +
@@ -300,7 +324,11 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   } else {
     std::string command = "pillbox reproduce " + id;
     for (const auto& arg : source.cli_source_args()) command += " " + arg;
-    row("reproduces", "not checked yet (<code>" + html_escape(command) + "</code>)");
+    // What the command needs beside, never shown: named only (a password).
+    std::string beside;
+    for (const auto& [name, value] : source.cli_source_env()) beside += (beside.empty() ? ", with " : " and ") + name;
+    row("reproduces", "not checked yet (<code>" + html_escape(command) + "</code>" +
+                          (beside.empty() ? "" : html_escape(beside + " set")) + ")");
   }
   body += "</dl>\n";
 
@@ -388,7 +416,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
             "Run it: <code>pillbox quarantine replay " + html_escape(id) + "</code>.</p>\n";
   }
 
-  body += record_actions_html(id, status);
+  body += record_actions_html(id, status, source.can().minimizes);
 
   // The review: allowed to replay (replay --allowed takes it), or that taken back.
   const bool awaits_review = status == "quarantined" || status == "failed-again";

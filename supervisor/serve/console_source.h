@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shared/status.h"
@@ -29,7 +30,11 @@ class ConsoleSource {
   virtual std::string location() const = 0;
   // The CLI's options that name this quarantine: {"--store", DIR} or
   // {"--redis", URL, "--stream", NAME}, for commands shown or run on it.
+  // Shown: never a secret.
   virtual std::vector<std::string> cli_source_args() const = 0;
+  // What a command run on it needs beside them, in its environment and
+  // never shown: RabbitMQ's password ({"PILLBOX_AMQP_PASSWORD", ...}).
+  virtual std::vector<std::pair<std::string, std::string>> cli_source_env() const { return {}; }
 
   // Why nothing can be read now, in words for the operator (503), or
   // nothing: asked before every other call of a request. A store whose

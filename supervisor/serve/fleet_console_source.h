@@ -8,7 +8,8 @@
 // on), /metrics counted on a connection of its own at most once a second,
 // the fleet key and --trust-unsigned, and the CLI options its jobs run with.
 // A broker's part is thin: how to connect and whether the connection still
-// answers (redis_console_source.h: --redis URL --stream NAME).
+// answers (redis_console_source.h: --redis URL --stream NAME;
+// amqp_console_source.h: --amqp URL --queue NAME).
 // /metrics: pillbox_fleet_up, and store_metrics.h's quarantine families
 // counted from the dead letters, at most once a second (less often when
 // counting takes longer).

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 
@@ -219,4 +220,19 @@ TEST_CASE("job board: a serve started with SIGCHLD ignored still sees its jobs e
   CHECK(ended["state"] == "done");
   CHECK(ended["result"]["own"] == 1);  // its pid is its process group: a terminal's signals to serve miss it
   ::signal(SIGCHLD, SIG_DFL);
+}
+
+TEST_CASE("job board: the source's secrets go into the job's environment, never into its command or JSON") {
+  setenv("PILLBOX_AMQP_PASSWORD", "inherited", 1);  // serve's own: replaced, not passed on
+  JobBoard board("/bin/sh", {"--amqp", "amqp://u@h:5672/%2f"}, {{"PILLBOX_AMQP_PASSWORD", "s3cret"}});
+  const auto a = board.start(JobRequest{JobKind::kReproduce,
+                                        {"-c", "printf '{\"tail\": \"%s\"}' \"${PILLBOX_AMQP_PASSWORD#s3c}\""}, "a", {"1"}});
+  unsetenv("PILLBOX_AMQP_PASSWORD");
+  REQUIRE(a.status == 202);
+  const auto ended = job_when(board, a.body["job"]["id"].get<std::int64_t>(),
+                              [](const nlohmann::json& j) { return j.value("state", "") != "running"; });
+  CHECK(ended["state"] == "done");
+  CHECK(ended["result"]["tail"] == "ret");  // the password's tail: the job had it
+  CHECK(ended.dump().find("s3cret") == std::string::npos);
+  CHECK(board.list().body.dump().find("s3cret") == std::string::npos);
 }
