@@ -305,6 +305,13 @@ void discard_needs_the_token(Fleet& f) {
     CHECK(body_of(locked)["error"].get<std::string>().find("is being replayed right now") != std::string::npos);
     CHECK(f.cli("jobs", {"show", other}) == other_before);
   }
+  // Allowed, and back to review: the fleet's state, signed, as `quarantine allow --amqp` keeps it.
+  const auto allowed = c.post("/api/records/" + other + "/allow", R"({"note": "fixed in 2.3"})");
+  REQUIRE(allowed);
+  CHECK_MESSAGE(allowed->status == 200, allowed->body);
+  CHECK(f.cli("jobs", {"show", other})[0]["status"] == "allowed");
+  CHECK(c.post("/api/records/" + other + "/allow", R"({"revoke": true})")->status == 200);
+  CHECK(f.cli("jobs", {"show", other})[0]["status"] == "quarantined");
 
   const auto done = c.post(path, body);
   REQUIRE(done);
