@@ -416,7 +416,7 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
             "Run it: <code>pillbox quarantine replay " + html_escape(id) + "</code>.</p>\n";
   }
 
-  body += record_actions_html(id, status, source.can().minimizes);
+  body += record_actions_html(id, status);
 
   // The review: allowed to replay (replay --allowed takes it), or that taken back.
   const bool awaits_review = status == "quarantined" || status == "failed-again";

@@ -449,12 +449,6 @@ void ConsoleServer::add_job_routes(Guarded guarded, Authorized authorized) {
                 return start_reproduce(*jobs_, check_id, req.matches[1], req.body, actor);
               }));
   http_->Post(R"(/api/records/([^/]+)/minimize)", action([this, check_id](const Request& req, const std::string& actor) {
-                // The quarantine's capability, known without reading it (the page offers no form then).
-                if (!source_.can().minimizes) {
-                  return error_reply(400, "minimize is not built for the quarantine at " + source_.location() +
-                                              ": reproduce is (its verdict is kept with the record), and the "
-                                              "payload's download");
-                }
                 return start_minimize(*jobs_, check_id, req.matches[1], req.body, actor);
               }));
   http_->Post("/api/replay", action([this, check_id](const Request& req, const std::string& actor) {

@@ -123,18 +123,17 @@ Page job_page(const JobBoard& board, const std::string& id_text) {
   return {200, page_layout("job " + id, "/jobs", body)};
 }
 
-std::string record_actions_html(const std::string& id, const std::string& status, bool minimizes) {
+std::string record_actions_html(const std::string& id, const std::string& status) {
   // An open record no replay holds: quarantined, allowed or failed-again.
   const auto known = store::record_status_from_string(status);
   if (!known || !store::is_open(*known) || *known == store::RecordStatus::kReplaying) return "";
   const std::string enc = html_escape(url_encode(id));
   const std::string minimize =
-      !minimizes ? ""
-                 : "<form class=\"action job-form\" method=\"post\" data-action=\"/api/records/" + enc + "/minimize\">\n"
-                   "<label>max runs <input name=\"max_runs\" type=\"number\" min=\"1\" max=\"100000\" value=\"5000\" "
-                   "data-number></label>\n<label>max seconds <input name=\"max_time\" type=\"number\" min=\"1\" "
-                   "max=\"3600\" value=\"300\" data-number></label>\n"
-                   "<button type=\"submit\">Minimize</button>\n<output class=\"job-result\"></output>\n</form>\n";
+      "<form class=\"action job-form\" method=\"post\" data-action=\"/api/records/" + enc + "/minimize\">\n"
+      "<label>max runs <input name=\"max_runs\" type=\"number\" min=\"1\" max=\"100000\" value=\"5000\" "
+      "data-number></label>\n<label>max seconds <input name=\"max_time\" type=\"number\" min=\"1\" "
+      "max=\"3600\" value=\"300\" data-number></label>\n"
+      "<button type=\"submit\">Minimize</button>\n<output class=\"job-result\"></output>\n</form>\n";
   return "<h2>Actions</h2>\n"
          "<form class=\"action job-form\" method=\"post\" data-action=\"/api/records/" + enc + "/reproduce\">\n"
          "<label>runs <input name=\"runs\" type=\"number\" min=\"1\" max=\"100\" value=\"5\" data-number></label>\n"
@@ -143,7 +142,7 @@ std::string record_actions_html(const std::string& id, const std::string& status
          "\">\n<button type=\"submit\">Replay this record</button>\n<output class=\"job-result\"></output>\n</form>\n" +
          kTokenInput +
          "<p class=\"note\">Each runs as a job (<a href=\"/jobs\">Jobs</a>): <code>pillbox reproduce</code>, " +
-         (minimizes ? "<code>minimize</code> " : "") + "or <code>quarantine replay</code> on this quarantine, audited as "
+         "<code>minimize</code> or <code>quarantine replay</code> on this quarantine, audited as "
          "web.</p>\n";
 }
 

@@ -13,11 +13,10 @@ namespace pillbox::serve {
 Page jobs_page(const JobBoard& board);
 Page job_page(const JobBoard& board, const std::string& id_text);
 
-// The record page's Actions: reproduce (runs), minimize (where the
-// quarantine `minimizes`: QuarantineCapabilities), replay this record (only
-// for a record open and not being replayed: quarantined, allowed or
-// failed-again).
-std::string record_actions_html(const std::string& id, const std::string& status, bool minimizes);
+// The record page's Actions: reproduce (runs), minimize, replay this
+// record (only for a record open and not being replayed: quarantined,
+// allowed or failed-again).
+std::string record_actions_html(const std::string& id, const std::string& status);
 // The quarantine list's "replay the records of this filter" form, when the
 // filter has a fingerprint or a kind (what a replay selects by); "" otherwise.
 std::string replay_filter_form_html(const std::string& fingerprint, const std::string& kind,
