@@ -445,7 +445,8 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
             "placeholder=\"serve.token\"></label>\n"
             "<button type=\"submit\">Discard</button>\n<output id=\"discard-result\"></output>\n</form>\n"
             "<p class=\"note\">The token is in the file <code>pillbox serve</code> named when it started "
-            "(<code>serve.token</code> in the store directory unless <code>--token-file</code>); this tab keeps it "
+            "(its line on stderr says which: <code>serve.token</code> in a store, <code>serve-redis-HASH.token</code> "
+            "or <code>serve-amqp-HASH.token</code> for a fleet's, or <code>--token-file</code>); this tab keeps it "
             "(sessionStorage) until it closes.</p>\n";
   }
   return {200, page_layout("record " + id, "", body, source.location())};

@@ -76,10 +76,11 @@ std::optional<ApiReply> token_refusal(const httplib::Request& req, const std::st
   switch (check_authorization(req.get_header_value("Authorization"), token)) {
     case TokenCheck::kMissing:
       return ApiReply{401, {{"error", "this action needs Authorization: Bearer TOKEN (the token is in the file "
-                                      "pillbox serve named when it started: serve.token in the store directory "
-                                      "unless --token-file)"}}};
+                                      "pillbox serve named on stderr when it started: serve.token in a store, "
+                                      "serve-redis-HASH.token or serve-amqp-HASH.token for a fleet's, or "
+                                      "--token-file)"}}};
     case TokenCheck::kWrong:
-      return ApiReply{403, {{"error", "wrong access token (serve.token changes on every start of pillbox serve)"}}};
+      return ApiReply{403, {{"error", "wrong access token (a new one is written on every start of pillbox serve)"}}};
     case TokenCheck::kGood:
       break;
   }
