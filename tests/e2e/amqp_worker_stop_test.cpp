@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -75,11 +74,7 @@ void sigterm_finishes_and_gives_back(const e2e::RabbitServer& server) {
   auto args = std::vector<std::string>{"worker", "--amqp", server.url(), "--queue", "stops", "--jobs", "2", "--json"};
   args.insert(args.end(), slow.begin(), slow.end());
   e2e::Background first(e2e::pillbox_binary(), args);
-  REQUIRE_MESSAGE(e2e::eventually([&] {
-                    std::size_t n = 0;
-                    for (const auto& entry : std::filesystem::directory_iterator(started.path())) n += entry.is_regular_file();
-                    return n >= 2;
-                  }),
+  REQUIRE_MESSAGE(e2e::eventually([&] { return e2e::count_files_starting(started.path(), "task.") >= 2; }),
                   first.err());
   first.signal(SIGTERM);
   CHECK(first.wait() == 143);

@@ -497,11 +497,7 @@ TEST_CASE("worker: SIGTERM finishes what runs, reads nothing new, and the next w
                                        "--consumer", "first", "--json"};
   args.insert(args.end(), slow.begin(), slow.end());
   e2e::Background first(e2e::pillbox_binary(), args);
-  REQUIRE_MESSAGE(e2e::eventually([&] {
-                    std::size_t n = 0;
-                    for (const auto& entry : std::filesystem::directory_iterator(started.path())) n += entry.is_regular_file();
-                    return n >= 2;
-                  }),
+  REQUIRE_MESSAGE(e2e::eventually([&] { return e2e::count_files_starting(started.path(), "task.") >= 2; }),
                   first.err());
   first.signal(SIGTERM);
   CHECK(first.wait() == 143);

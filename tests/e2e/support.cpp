@@ -627,6 +627,15 @@ bool has_file_starting(const std::string& dir, const std::string& prefix) {
   return false;
 }
 
+std::size_t count_files_starting(const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    n += e.path().filename().string().rfind(prefix, 0) == 0;
+  }
+  return n;
+}
+
 bool wait_for_file(const std::string& dir, const std::string& prefix, int stop_fd) {
   return wait_in_dir(dir, [&] { return has_file_starting(dir, prefix); }, stop_fd);
 }

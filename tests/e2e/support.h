@@ -142,6 +142,8 @@ std::string read_file(const std::string& path);
 
 // True when `dir` holds an entry whose name starts with `prefix`.
 bool has_file_starting(const std::string& dir, const std::string& prefix);
+// How many entries of `dir` have a name that starts with `prefix`.
+std::size_t count_files_starting(const std::string& dir, const std::string& prefix);
 // Blocks (inotify, no polling) until `done()` holds, looking again whenever
 // an entry appears in `dir`, or until `stop_fd` becomes readable; true when
 // `done()` held.
