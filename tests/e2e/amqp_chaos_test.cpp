@@ -52,12 +52,16 @@
 #include "tests/e2e/background.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
+#include "tests/e2e/task_program.h"
 
 using json = nlohmann::json;
 using pillbox::broker::AmqpConnection;
 using pillbox::broker::AmqpMessage;
 using pillbox::broker::AmqpValue;
 using pillbox::broker::find_field;
+using e2e::check_no_task_left;
+using e2e::PoisonCopy;
+using e2e::running_tasks;
 
 using e2e::header_text;
 namespace {
@@ -148,41 +152,6 @@ void submit(const e2e::RabbitServer& server, const std::string& queue, const std
   for (const Task& t : tasks) lines += e2e::task_line(t.key, t.payload);
   const auto r = e2e::run_pillbox({"submit", "--amqp", server.url(), "--queue", queue, "-"}, lines);
   REQUIRE_MESSAGE(r.exit_code == 0, r.describe());
-}
-
-// The task program: a copy of mixed_poison under a name of its own (15
-// characters at most: a process's comm), in a directory tasks see as the
-// host's (not under /tmp, which each task gets privately). Removed at the
-// end of the scope.
-class PoisonCopy {
- public:
-  explicit PoisonCopy(const std::string& name) : dir_(0755, e2e::host_dir_tasks_see()) {
-    path_ = dir_.file(name);
-    std::filesystem::copy_file(e2e::fixture("mixed_poison"), path_);
-    REQUIRE(::chmod(path_.c_str(), 0755) == 0);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  e2e::TempDir dir_;
-  std::string path_;
-};
-
-// The live (not zombie) processes running `program`.
-std::vector<pid_t> running_tasks(const std::string& program) {
-  std::vector<pid_t> pids;
-  for (const auto& p : e2e::processes_of(program)) {
-    if (p.state != 'Z') pids.push_back(p.pid);
-  }
-  return pids;
-}
-
-// No process of the task program outlives its worker: a SIGKILLed worker's
-// children are killed by its guardian, within about 2 s (waited for with
-// pidfds).
-void check_no_task_left(const std::string& program) {
-  const auto left = e2e::still_running_after(running_tasks(program), 10s);
-  CHECK_MESSAGE(left.empty(), "left running: " << e2e::describe(e2e::processes_of(program)));
 }
 
 // Workers on one queue, each under a name never used before, so that a
