@@ -32,6 +32,13 @@ std::vector<AmqpPublication> only(AmqpPublication p) {
 
 }  // namespace
 
+std::size_t default_amqp_prefetch(std::size_t jobs) {
+  // Measured (bench/README.md, worker_throughput.sh): a slot waits for its
+  // next message about one broker round trip after each ack at a prefetch
+  // of --jobs; 4 x --jobs hides it.
+  return std::clamp<std::size_t>(jobs * 4, 1, 65535);
+}
+
 AmqpBackEnd::AmqpBackEnd(AmqpWorkerSettings settings, AmqpLink& consumer, AmqpLink& publisher, WorkerSink& out)
     : settings_(std::move(settings)),
       consumer_(consumer),
@@ -115,7 +122,8 @@ void AmqpBackEnd::on_link_state(bool consumer, bool up, const std::string& what)
       out_.on_notice("lost RabbitMQ: " + what + "; reconnecting with backoff (tasks keep running)");
     }
     if (consumer) {
-      prefetch_asked_ = 0;  // the next connection's Setup asks --jobs
+      prefetch_asked_ = 0;  // the next connection's Setup consumes, asking --prefetch
+      consume_paused_ = false;
       // The broker put back every message this connection held: each is
       // delivered again (counted), to this worker or another. What runs here
       // runs on, unsettled.
@@ -187,7 +195,43 @@ void AmqpBackEnd::admit(AmqpMessage m, std::uint64_t connection) {
                              list + " as text (a dead letter with one breaks the stream queue " +
                              settings_.worker.keys.stream + ".dlq)");
   }
+  if (alone_ != 0) {
+    // Delivered before the broker read the pause (run_alone): not held
+    // beside the suspect.
+    return give_back(id, "released: a suspect runs alone on this worker; left to the others");
+  }
   queued_.push_back(id);
+  if (h.history.last_lost) run_alone(id);
+}
+
+std::size_t AmqpBackEnd::settles_under_way() const {
+  std::size_t n = 0;
+  for (const auto& [id, h] : held_) n += h.settling;
+  return n;
+}
+
+bool AmqpBackEnd::alone_now() const {
+  if (consume_paused_ && !pause_answered_) return false;
+  for (const auto& [id, h] : held_) {
+    if (id != alone_ && !h.handed) return false;
+  }
+  return true;
+}
+
+void AmqpBackEnd::run_alone(std::int64_t task_id) {
+  alone_ = task_id;
+  // What is held unstarted would die with this worker if the suspect
+  // killed it, and be counted: given back (a suspect's release keeps it a
+  // suspect). Running the fresh ones first instead kept more held when a
+  // worker died: more duplicates in amqp_chaos_test (18 to 23 in four
+  // runs, against 12 to 13 in three).
+  std::vector<std::int64_t> others;
+  for (std::int64_t id : std::exchange(queued_, {})) {
+    if (id == task_id) queued_.push_back(id);
+    else others.push_back(id);
+  }
+  for (std::int64_t id : others) give_back(id, "released: a suspect runs alone on this worker; left to the others");
+  sync_consume();
 }
 
 TaskSource::Item AmqpBackEnd::next_message() {
@@ -209,6 +253,22 @@ TaskSource::Item AmqpBackEnd::next_message() {
   if (settings_.worker.exit_when_idle && !stopping_ && queued_.empty() &&
       now - last_activity_ >= *settings_.worker.exit_when_idle) {
     stop_reading("nothing new for " + std::to_string(settings_.worker.exit_when_idle->count()) + " ms");
+  }
+  if (!queued_.empty() && settles_under_way() >= settings_.worker.jobs) {
+    // A worker killed cuts every settle under way, and each comes back and
+    // runs again (a duplicate result, a copy beside its original): no more
+    // of them than --jobs, however deep the prefetch. (Their publishes go
+    // one at a time on one link: more would wait there, not go faster.)
+    item.type = TaskSource::Item::Type::kWait;
+    return item;
+  }
+  if (!queued_.empty() && queued_.front() == alone_ && !alone_now()) {
+    // The suspect waits until nothing else is held unstarted (what was
+    // given back acknowledged) and the consume is paused: were the worker
+    // to die with it before, the others would be delivered again (counted),
+    // and a copy already confirmed would run twice.
+    item.type = TaskSource::Item::Type::kWait;
+    return item;
   }
   if (!queued_.empty()) {
     Held& h = held_.at(queued_.front());
@@ -320,7 +380,7 @@ Expected<BatchResult> AmqpBackEnd::apply(std::vector<StartAttempt> starts, bool,
     // TakeBackRecord: never (takes_back is false).
   }
   for (const StartAttempt& s : starts) start(s);
-  sync_prefetch();
+  sync_consume();
   return std::exchange(answers_, BatchResult{});
 }
 
@@ -476,7 +536,11 @@ void AmqpBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::string
 
 RecordedDelivery AmqpBackEnd::ended_or_released(const Held& h, const std::string& note) const {
   if (h.last_end && h.last_end->delivery == h.delivery) return *h.last_end;
-  return recorded_release(static_cast<std::uint32_t>(h.delivery), settings_.worker.consumer.name, wall_ms(), note);
+  const auto delivery = static_cast<std::uint32_t>(h.delivery);
+  // A suspect's delivery that did not run tells nothing of it: its copy's
+  // next delivery is a suspect's still (runs alone).
+  if (h.history.last_lost) return recorded_suspect_release(delivery, settings_.worker.consumer.name, wall_ms(), note);
+  return recorded_release(delivery, settings_.worker.consumer.name, wall_ms(), note);
 }
 
 void AmqpBackEnd::give_back(std::int64_t task_id, const std::string& note) {
@@ -497,23 +561,40 @@ void AmqpBackEnd::retry_later(std::int64_t task_id, std::chrono::milliseconds wa
          "retry in " + std::to_string(wait.count()) + " ms: waits in " + queue, bucket);
 }
 
-void AmqpBackEnd::sync_prefetch() {
+void AmqpBackEnd::sync_consume() {
   if (stopping_) return;  // the consume is cancelled or about to be
   auto clamped = [](std::size_t n) { return std::clamp<std::size_t>(n, 1, 65535); };
+  const std::string queue = settings_.worker.keys.stream;
+  if (alone_ != 0) {
+    if (consume_paused_) return;
+    consume_paused_ = true;
+    pause_answered_ = false;
+    // Cancelling keeps what is unacknowledged on the channel; what came
+    // before the cancel was read is admitted, and so given back.
+    consumer_.post([this](AmqpConnection& c) -> AmqpLink::Done {
+      auto rest = c.cancel_consume();
+      if (!rest) return nullptr;  // a broken connection: the broker took back what it held
+      return [this, rest = std::move(*rest), id = c.id()]() mutable {
+        pause_answered_ = true;
+        tell_intake();
+        for (AmqpMessage& m : rest) admit(std::move(m), id);
+      };
+    });
+    return;
+  }
   std::size_t outage_held = 0;
   for (const auto& [id, h] : held_) outage_held += h.outage_held && !h.settling;
-  const std::size_t jobs = clamped(settings_.worker.jobs);
-  const std::size_t want = clamped(jobs + outage_held);
-  if (want == (prefetch_asked_ == 0 ? jobs : prefetch_asked_)) return;
+  const std::size_t prefetch = clamped(settings_.prefetch);
+  const std::size_t want = clamped(prefetch + outage_held);
+  if (!consume_paused_ && want == (prefetch_asked_ == 0 ? prefetch : prefetch_asked_)) return;
+  consume_paused_ = false;
   prefetch_asked_ = want;
   // RabbitMQ applies a consumer's prefetch when it consumes (basic.qos
   // without `global`, the only kind a quorum queue takes): consumed again.
-  // Cancelling keeps what is unacknowledged on the channel; what came
-  // before the cancel was read is admitted as any delivery.
-  consumer_.post([this, want, queue = settings_.worker.keys.stream](AmqpConnection& c) -> AmqpLink::Done {
-    auto rest = c.cancel_consume();
+  consumer_.post([this, want, queue](AmqpConnection& c) -> AmqpLink::Done {
+    auto rest = c.cancel_consume();  // none after a pause: nothing to cancel
     // A broken connection: the link connects again, and its Setup
-    // consumes with --jobs (on_link_state).
+    // consumes with --prefetch (on_link_state).
     if (!rest) return nullptr;
     (void)c.consume(queue, static_cast<std::uint16_t>(want));
     return [this, rest = std::move(*rest), id = c.id()]() mutable {
@@ -528,6 +609,10 @@ void AmqpBackEnd::release(std::int64_t task_id) {
   queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
   by_source_.erase(it->second.task.source_id);
   held_.erase(it);
+  if (task_id == alone_) {
+    alone_ = 0;
+    sync_consume();  // consumes again
+  }
 }
 
 std::int64_t AmqpBackEnd::answered_at(const std::string& entry) {

@@ -4,8 +4,17 @@
 // (docs/distributed.md, RabbitMQ; docs/architecture.md, Adding a back end).
 //
 // Two AmqpLinks, each a connection on a thread of its own: `consumer`
-// consumes NAME (prefetch --jobs: the worker holds about what it runs) and
-// acknowledges; `publisher` publishes with confirms. Every settle is
+// consumes NAME (prefetch --prefetch, a few messages more than --jobs, so
+// that the next is here when a slot frees) and acknowledges; `publisher`
+// publishes with confirms. A suspect (a message whose last delivery never
+// reported back: it may be what killed a worker) runs alone, and nothing
+// else is held beside it: the worker gives back what it holds unstarted,
+// stops consuming until the suspect is settled, and gives back what comes
+// meanwhile. Otherwise what it held would die with the worker each
+// time a payload killed it, the broker counting a delivery of each, until
+// good messages reached x-delivery-limit beside the killer. And no more
+// than --jobs settles are under way at once: a kill cuts each (it runs
+// again), so a deeper prefetch adds no duplicates. Every settle is
 // publish, confirmed, then ack (amqp_entry.h): the ok's result (to its
 // reply_to, or NAME.results; a replayed message's notice to NAME.dlq.state
 // before it), the dead letter (NAME.dlx), the copy that
@@ -39,7 +48,13 @@ struct AmqpWorkerSettings {
   WorkerSettings worker;  // keys.stream NAME, keys.results NAME.results, keys.dlq NAME.dlq
   // Longest wait of one consume call before the link looks at its work again.
   std::chrono::milliseconds consume_wait{1000};
+  // The consume's prefetch (--prefetch): at least worker.jobs.
+  std::size_t prefetch = 1;
 };
+
+// --prefetch's default: the next messages are here when slots free, while
+// few are held unstarted (each is given back when a suspect comes).
+std::size_t default_amqp_prefetch(std::size_t jobs);
 
 class AmqpBackEnd final : public AttemptStore, public SettleCounts {
  public:
@@ -163,13 +178,22 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   RecordedDelivery ended_or_released(const Held& h, const std::string& note) const;
   void release(std::int64_t task_id);
   void lose(std::int64_t task_id, const std::string& why, LostAs as = LostAs::kTakenOver);
-  // The consume's prefetch: --jobs, plus the messages held for a handler
+  // Suspect `task_id` runs alone: what is held unstarted is given back and
+  // the consume paused until it is settled (the header says why).
+  void run_alone(std::int64_t task_id);
+  // The suspect may start: the consume's pause answered, and nothing held
+  // but it and what the engine runs.
+  bool alone_now() const;
+  // Held messages whose settle is on its way (published, not yet acknowledged).
+  std::size_t settles_under_way() const;
+  // The consume as it should be: paused while a suspect is held; else on,
+  // with a prefetch of --prefetch plus the messages held for a handler
   // outage. Those stay unacknowledged and take the broker's prefetch slots,
   // and with --jobs of them nothing new came: the breaker, with no payload
   // known to work, probes with the next fresh one, and none ever came (the
   // worker waited --breaker-max-wait, then gave them back). Consumed again
-  // with it when that sum changes.
-  void sync_prefetch();
+  // when that changes.
+  void sync_consume();
 
   AmqpWorkerSettings settings_;
   AmqpLink& consumer_;
@@ -189,7 +213,10 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   std::vector<LedgerWrite> writes_;
   BatchResult answers_;
   std::size_t links_down_ = 0;
-  std::size_t prefetch_asked_ = 0;  // 0: as the consuming link's Setup asked (--jobs)
+  std::size_t prefetch_asked_ = 0;  // 0: as the consuming link's Setup asked (--prefetch)
+  bool consume_paused_ = false;     // cancelled while a suspect runs alone
+  bool pause_answered_ = true;      // the broker answered that cancel
+  std::int64_t alone_ = 0;          // the suspect held alone (0: none)
   bool cancel_answered_ = false;      // the consume is cancelled (stop_reading)
   bool stopping_ = false;
   std::string stopping_why_;

@@ -211,6 +211,8 @@ class AmqpConnection {
   // What it delivered before it confirmed is returned, unacknowledged (to
   // ack or reject as any); none when nothing was consumed.
   Expected<std::vector<AmqpMessage>> cancel_consume();
+  // A consume is on (consume() answered, not cancelled since).
+  bool consuming() const { return !consumer_tag_.empty(); }
   Status ack(std::uint64_t delivery_tag);
   // requeue: back to the queue (a quorum queue counts the delivery), else
   // dead-lettered (reason rejected).

@@ -373,6 +373,20 @@ std::optional<Refused> check_message(const WorkerSettings& settings, const AmqpH
                    std::to_string(e.history.lost.size()) + " deliveries never reported back: it kills workers; not run again",
                    false};
   }
+  // The broker's x-delivery-limit counts the deliveries of one message; a
+  // copy (a suspect given back, a retry) starts at 0 again. The ones that
+  // never reported back ride on the copies, so the same limit is kept
+  // here across them: without it, two payloads that kill every worker,
+  // giving each other back in turn, would never reach the broker's.
+  const std::size_t unreported = e.history.lost.size() + e.history.unstarted.size();
+  if (const auto limit = static_cast<std::size_t>(worker_delivery_limit(settings.retry.max_attempts));
+      unreported > limit) {
+    return Refused{workers_lost(unreported, handler,
+                                "each died, or lost its connection to RabbitMQ, while it held this message; past the "
+                                "delivery limit of " + std::to_string(limit) + ", counted across pillbox's copies"),
+                   std::to_string(unreported) + " deliveries never reported back: past the delivery limit; not run again",
+                   false};
+  }
   return std::nullopt;
 }
 

@@ -42,6 +42,13 @@ RecordedDelivery recorded_release(std::uint32_t delivery, const std::string& wor
   return d;
 }
 
+RecordedDelivery recorded_suspect_release(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
+                                          std::string note) {
+  RecordedDelivery d = recorded_release(delivery, worker, at_ms, std::move(note));
+  d.keeps_suspicion = true;
+  return d;
+}
+
 RecordedDelivery recorded_start(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms) {
   RecordedDelivery d = recorded_release(delivery, worker, at_ms, "started: a suspect, run alone");
   d.started = true;
@@ -54,6 +61,7 @@ std::string delivery_json(const RecordedDelivery& d) {
   if (!d.kind.empty()) put_outcome_record(d, j);  // a release ran nothing: no outcome
   if (!d.note.empty()) j["note"] = d.note;
   if (d.started) j["started"] = true;
+  if (d.keeps_suspicion) j["suspect"] = true;
   // A child's frames and messages need not be UTF-8.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -80,6 +88,7 @@ std::optional<RecordedDelivery> parse_delivery(std::uint32_t delivery, std::stri
     d.transient = j.value("transient", false);
     d.note = j.value("note", "");
     d.started = j.value("started", false) && d.kind.empty();
+    d.keeps_suspicion = j.value("suspect", false) && d.kind.empty() && !d.started;
     d.message.resize(std::min(d.message.size(), kMaxRecordedMessage));
     return d;
   } catch (const nlohmann::json::exception&) {
@@ -106,7 +115,8 @@ EntryHistory entry_history(std::uint32_t current, const std::map<std::uint32_t, 
       h.lost_starts.push_back(std::move(*d));
       continue;
     }
-    previous_unreported = false;
+    // A suspect given back unrun leaves the suspicion where it was.
+    previous_unreported = d && d->keeps_suspicion && suspect;
     if (d) {
       h.recorded.push_back(std::move(*d));
     } else {

@@ -34,6 +34,10 @@ struct RecordedDelivery : OutcomeRecord {
   bool transient = false;      // not the payload's fault (killed, sandbox-error, ...)
   std::string note;            // why not charged: "held: ...", "released: ..."
   bool started = false;        // only a start marker: a suspect's delivery began to run
+  // A suspect's delivery released unrun (its worker gave it back so that
+  // another suspect could run alone): it tells nothing of the payload, so
+  // the next delivery is a suspect's still.
+  bool keeps_suspicion = false;
 };
 
 inline constexpr std::size_t kMaxRecordedMessage = 4096;
@@ -46,6 +50,9 @@ RecordedDelivery recorded_outcome(std::uint32_t delivery, const std::string& wor
 // A delivery released without running (`note` says why).
 RecordedDelivery recorded_release(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
                                   std::string note);
+// A suspect's delivery released without running: the next one is a suspect's too.
+RecordedDelivery recorded_suspect_release(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms,
+                                          std::string note);
 // The start marker of a suspect's delivery, recorded before it runs.
 RecordedDelivery recorded_start(std::uint32_t delivery, const std::string& worker, std::int64_t at_ms);
 
@@ -69,7 +76,8 @@ struct EntryHistory {
   std::vector<std::uint32_t> unstarted;
   std::uint32_t unreadable = 0;            // fields that were not ours (counted as recorded, uncharged)
   // The delivery right before the current one never reported back (lost or
-  // unstarted): the current one is a suspect's (runs alone, start recorded).
+  // unstarted), releases of suspects between them aside: the current one is
+  // a suspect's (runs alone, start recorded).
   bool last_lost = false;
 };
 // How a suspect's delivery (one right after a delivery that never reported

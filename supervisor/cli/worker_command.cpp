@@ -51,6 +51,9 @@ const char* kHelp =
     "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
     "  --writable PATH, --share PATH, --mode M   what runs and under which limits, as for `pillbox run`\n"
     "  --jobs N            children running at once (default: number of cores)\n"
+    "  --prefetch N        RabbitMQ: messages the worker holds at once, running or next in line (default\n"
+    "                      4 x --jobs, at least --jobs); a suspect (its last delivery never reported\n"
+    "                      back) runs alone: the others are given back while it runs\n"
     "  --max-attempts N    charged failures before an entry is dead-lettered (default 3); the same\n"
     "                      deterministic failure twice in a row dead-letters at once; N deliveries\n"
     "                      that never reported back (workers died) dead-letter as supervisor-lost\n"
@@ -89,7 +92,7 @@ const std::vector<OptionSpec> kWorkerOptions = {
     {"redis"},         {"stream"},          {"amqp"},           {"queue"},             {"group"},          {"consumer"},          {"jobs"},
     {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
     {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"},         {"max-key"},
-    {"results-max-output"}, {"recreate-group", false}};
+    {"results-max-output"}, {"recreate-group", false}, {"prefetch"}};
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
@@ -185,6 +188,19 @@ int worker_command(int argc, char** argv) {
   if (auto s = read_breaker_options(*args, job.worker.breaker); !s) return fail(s.message(), kExitUsage);
   broker::WorkerSettings& w = job.worker;
   w.retry = retry_job.retry;
+  if (args->value("prefetch")) {
+    if (!job.amqp) {
+      return fail("--prefetch is for RabbitMQ (--amqp): a Redis worker reads what it has slots for", kExitUsage);
+    }
+    long prefetch = 0;
+    if (auto s = read_whole_number(*args, "prefetch", 1, 65535, prefetch); !s) return fail(s.message(), kExitUsage);
+    if (static_cast<std::size_t>(prefetch) < job.run.jobs) {
+      return fail("--prefetch " + std::to_string(prefetch) + " is below --jobs " + std::to_string(job.run.jobs) +
+                      ": the worker would leave slots idle; give at least --jobs",
+                  kExitUsage);
+    }
+    job.amqp_prefetch = static_cast<std::size_t>(prefetch);
+  }
   if (job.amqp) {
     // The record names the work queue; results and dead letters go to its neighbours.
     const auto names = broker::amqp_queue_names(queue_or_stream);

@@ -145,8 +145,8 @@ Expected<WorkerJobReport> run_amqp_worker(const WorkerJobSettings& settings, Wor
       if (back_end_ptr != nullptr) back_end_ptr->on_link_state(consumer, up, what);
     };
   };
-  // Prefetch --jobs: the worker holds about what it runs (amqp_entry.h).
-  const auto prefetch = static_cast<std::uint16_t>(std::clamp<std::size_t>(settings.run.jobs, 1, 65535));
+  amqp.prefetch = settings.amqp_prefetch > 0 ? settings.amqp_prefetch : default_amqp_prefetch(settings.run.jobs);
+  const auto prefetch = static_cast<std::uint16_t>(std::clamp<std::size_t>(amqp.prefetch, 1, 65535));
   auto consumer = AmqpLink::open(*settings.amqp, "consumes", on_state(true), [queue, prefetch](AmqpConnection& c) {
     return c.consume(queue, prefetch);
   });

@@ -21,6 +21,8 @@ struct WorkerJobSettings {
   // --amqp: a RabbitMQ worker instead, of the queue worker.keys.stream
   // names (amqp_back_end.h); `address` is then unused.
   std::optional<AmqpAddress> amqp;
+  // --prefetch on RabbitMQ (0: default_amqp_prefetch of --jobs).
+  std::size_t amqp_prefetch = 0;
   RunSettings run;
   WorkerSettings worker;
   // --metrics: counts what the worker does (supervisor/metrics/metered_run.h);

@@ -217,7 +217,12 @@ TEST_CASE("amqp entry attack: delivery counts near the integer limits are refuse
   CHECK(edge.delivery == kMaxDeliveries);
   CHECK(edge.history_unreadable.empty());
   CHECK(edge.history.lost == std::vector<std::uint32_t>{1});  // 2..9998: suspects', never started
-  CHECK_FALSE(check_message(settings(), edge).has_value());
+  // Judged, not out of range: 9998 deliveries never reported back, past
+  // the delivery limit kept across copies (a supervisor-lost dead letter).
+  const auto judged = check_message(settings(), edge);
+  REQUIRE(judged.has_value());
+  CHECK(judged->reason == "9998 deliveries never reported back: past the delivery limit; not run again");
+  CHECK(judged->outcome.kind == Kind::kSupervisorLost);
   const AmqpHeld beyond = held(with_history(AmqpValue(std::int64_t{9999}), last, 1));
   CHECK(beyond.delivery == kMaxDeliveries + 1);
   CHECK(refused_as_protocol_error(check_message(settings(), beyond)));

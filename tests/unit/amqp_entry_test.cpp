@@ -15,6 +15,7 @@
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
 #include "supervisor/broker/amqp_replay_notice.h"
+#include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/fleet_key.h"
 #include "tests/unit/amqp_worker_fixture.h"
 
@@ -127,6 +128,44 @@ TEST_CASE("amqp entry: deliveries the broker counted and nobody recorded never r
   CHECK(refused->outcome.kind == Kind::kSupervisorLost);
   CHECK_FALSE(refused->protocol_error);
   CHECK(refused->outcome.message.find("RabbitMQ") != std::string::npos);
+}
+
+TEST_CASE("amqp entry: a suspect given back stays one on its copy, and the delivery limit holds across copies") {
+  // Two workers died with it; the third gave it back unrun (another
+  // suspect ran alone there): its copy runs alone too.
+  const AmqpHeld suspect = held(message(2));
+  REQUIRE(suspect.history.last_lost);
+  const AmqpPublication copy = carried_copy(
+      suspect, recorded_suspect_release(3, "host:3", 1000, "released: a suspect runs alone on this worker"), "jobs");
+  const AmqpHeld again = held(delivered(copy));
+  CHECK(again.delivery == 4);
+  CHECK(again.history.last_lost);
+  CHECK(again.history.lost == std::vector<std::uint32_t>{1});
+  CHECK(again.history.unstarted == std::vector<std::uint32_t>{2});
+  CHECK_FALSE(check_message(settings(), again).has_value());
+
+  // The broker counts each copy from 0: a message that kills every worker
+  // it runs alone on, given back in turn with another such, would never
+  // reach x-delivery-limit. Counted across the copies, the worker stops it
+  // once its deliveries that never reported back pass the same limit.
+  const auto limit = static_cast<std::int64_t>(worker_delivery_limit(settings().retry.max_attempts));
+  auto given_back_after = [&](std::int64_t killed) {
+    const AmqpHeld h = held(message(killed));
+    return held(delivered(carried_copy(
+        h, recorded_suspect_release(static_cast<std::uint32_t>(h.delivery), "w", 1, "released: another suspect"),
+        "jobs")));
+  };
+  const AmqpHeld at_limit = given_back_after(limit);  // limit deliveries never reported back
+  CHECK(at_limit.history.lost.size() + at_limit.history.unstarted.size() == static_cast<std::size_t>(limit));
+  CHECK_FALSE(check_message(settings(), at_limit).has_value());
+  const AmqpHeld past = held(delivered(carried_copy(
+      at_limit, recorded_suspect_release(static_cast<std::uint32_t>(at_limit.delivery), "w", 1, "released"), "jobs"), 1));
+  CHECK(past.history.lost.size() + past.history.unstarted.size() == static_cast<std::size_t>(limit) + 1);
+  const auto refused = check_message(settings(), past);
+  REQUIRE(refused.has_value());
+  CHECK(refused->outcome.kind == Kind::kSupervisorLost);
+  CHECK_FALSE(refused->protocol_error);
+  CHECK(refused->reason.find("past the delivery limit") != std::string::npos);
 }
 
 TEST_CASE("amqp entry: a copy carries the history on; its deliveries count on from it") {

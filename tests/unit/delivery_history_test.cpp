@@ -123,6 +123,46 @@ TEST_CASE("delivery history: a suspect's delivery counts as lost only when its s
   CHECK_FALSE(h.last_lost);
 }
 
+TEST_CASE("delivery history: a suspect given back unrun stays a suspect; any other release ends the suspicion") {
+  const auto given_back = recorded_suspect_release(2, "b", 5, "released: another suspect runs alone here");
+  const auto read = parse_delivery(2, delivery_json(given_back));
+  REQUIRE(read.has_value());
+  CHECK(read->keeps_suspicion);
+  CHECK(read->kind.empty());
+  CHECK_FALSE(read->charged);
+  CHECK_FALSE(parse_delivery(2, delivery_json(recorded_release(2, "b", 5, "released: the worker is stopping")))
+                  ->keeps_suspicion);
+
+  // 1 never reported back; 2 was a suspect's, given back unrun: 3 is a
+  // suspect's still (runs alone), and 4, after 3 never reported back
+  // either, too; neither 2 nor 3 is held against it.
+  const std::string released = delivery_json(given_back);
+  auto h = entry_history(3, {{2, released}});
+  CHECK(h.lost == std::vector<std::uint32_t>{1});
+  CHECK(h.last_lost);
+  CHECK(h.recorded.size() == 1);  // carried on, as every release is
+  h = entry_history(4, {{2, released}});
+  CHECK(h.lost == std::vector<std::uint32_t>{1});
+  CHECK(h.unstarted == std::vector<std::uint32_t>{3});
+  CHECK(h.last_lost);
+  // Claimed where nothing was suspected (2 came after 1 reported back): it
+  // suspects nothing.
+  const std::string crashed = delivery_json(recorded_outcome(1, "a", 0, crash("pb1-x"), true, false));
+  h = entry_history(3, {{1, crashed}, {2, released}});
+  CHECK_FALSE(h.last_lost);
+  CHECK(h.lost.empty());
+  // A plain release after a lost delivery ends the suspicion, as before.
+  h = entry_history(3, {{2, delivery_json(recorded_release(2, "b", 5, "released: gave up here"))}});
+  CHECK_FALSE(h.last_lost);
+  // "suspect" on an outcome (it ran) or of the wrong type: not ours to read so.
+  auto ran = nlohmann::json::parse(crashed);
+  ran["suspect"] = true;
+  CHECK_FALSE(parse_delivery(1, ran.dump())->keeps_suspicion);
+  auto odd = nlohmann::json::parse(released);
+  odd["suspect"] = "yes";
+  CHECK_FALSE(parse_delivery(2, odd.dump()).has_value());
+}
+
 // The engine's history of a task (what StreamBackEnd::find hands it), then
 // the current delivery's attempt as the engine appends it when it ends.
 std::vector<store::AttemptSummary> with_current(std::vector<store::AttemptSummary> history,
