@@ -1,11 +1,11 @@
 #include "supervisor/broker/amqp_minimize_keeper.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string_view>
 #include <utility>
 
-#include "supervisor/broker/amqp_minimized_payloads.h"
 #include "supervisor/broker/amqp_quarantine.h"
 
 namespace pillbox::broker {
@@ -23,7 +23,7 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
       : q_(quarantine),
         id_(std::move(id)),
         actor_(std::move(actor)),
-        payloads_(quarantine.connection(), quarantine.names().work) {}
+        payloads_(AmqpPayloadStream::minimized(quarantine.connection(), quarantine.names().work)) {}
 
   Expected<std::optional<Saved>> load() override {
     auto record = q_.get(id_);
@@ -31,7 +31,7 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
     const FleetState& state = record->state;
     if (!state.minimize) return std::optional<Saved>{};
     std::string why_not;
-    auto best = payloads_.read(state.minimize_best_at, *record, state.minimize->best_sha256, why_not);
+    auto best = read_minimization(payloads_, state.minimize_best_at, *record, state.minimize->best_sha256, why_not);
     if (!best) return Error{best.error(), best.error_code()};
     if (!*best) return std::optional<Saved>{};  // no progress: the search starts over
     appended_sha256_ = state.minimize->best_sha256;
@@ -80,13 +80,22 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
   AmqpQuarantine& q_;
   std::string id_;
   std::string actor_;
-  AmqpMinimizedPayloads payloads_;
+  AmqpPayloadStream payloads_;
   std::optional<Clock::time_point> last_save_;  // none yet this session: the first improvement is saved at once
   std::string appended_sha256_;                 // the best payload in NAME.dlq.minimized, and where
   std::int64_t appended_at_ = -1;
 };
 
 }  // namespace
+
+Expected<std::optional<std::string>> read_minimization(AmqpPayloadStream& payloads, std::int64_t offset,
+                                                       const FleetRecord& record, const std::string& sha256,
+                                                       std::string& why_not) {
+  const std::uint64_t most = record.payload_omitted
+                                 ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, record.record.entry.payload_size))
+                                 : record.payload.size();
+  return payloads.read(offset, record.id, sha256, most, "the record's own payload", why_not);
+}
 
 std::unique_ptr<MinimizeKeeper> amqp_minimize_keeper(AmqpQuarantine& quarantine, std::string id, std::string actor) {
   return std::make_unique<AmqpMinimizeKeeper>(quarantine, std::move(id), std::move(actor));

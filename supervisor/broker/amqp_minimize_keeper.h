@@ -4,7 +4,7 @@
 // and Redis keep them (fleet_minimize_keeper.h), by the means RabbitMQ has:
 //
 // - The bytes (the best payload so far, the minimized one) are messages of
-//   the stream NAME.dlq.minimized (amqp_minimized_payloads.h), appended.
+//   the stream NAME.dlq.minimized (amqp_payload_stream.h), appended.
 //   Not in the state log: that log is read whole by every compare and set
 //   and every listing, and a payload there would be read again by each of
 //   them for ever.
@@ -33,14 +33,25 @@
 //   Neither log is signed (the fleet key signs dead letters only); what a
 //   best payload can do is be run under the record's handler and policy,
 //   as any payload, once it fails as the record did.
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "supervisor/broker/amqp_payload_stream.h"
+#include "supervisor/broker/fleet_record.h"
 #include "supervisor/ops/minimize.h"
 
 namespace pillbox::broker {
 
 class AmqpQuarantine;
+
+// The minimization of `record` at `offset` of NAME.dlq.minimized
+// (AmqpPayloadStream::read), no larger than the record's own payload: as
+// read (get()), else as its record claims it (a listing left it out).
+Expected<std::optional<std::string>> read_minimization(AmqpPayloadStream& payloads, std::int64_t offset,
+                                                       const FleetRecord& record, const std::string& sha256,
+                                                       std::string& why_not);
 
 // `quarantine` outlives the keeper.
 std::unique_ptr<MinimizeKeeper> amqp_minimize_keeper(AmqpQuarantine& quarantine, std::string id, std::string actor);

@@ -11,7 +11,7 @@
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
 #include "supervisor/broker/amqp_minimize_keeper.h"
-#include "supervisor/broker/amqp_minimized_payloads.h"
+#include "supervisor/broker/amqp_payload_stream.h"
 #include "supervisor/broker/amqp_redrive.h"
 #include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/amqp_stream_reader.h"
@@ -437,9 +437,9 @@ Expected<PayloadBytes> AmqpQuarantine::minimized_payload(const FleetRecord& r) {
   if (sha.empty()) {
     return Error::usage("record " + r.id + " has no minimized payload (pillbox minimize " + r.id + hint_options() + ")");
   }
-  AmqpMinimizedPayloads payloads(*c_, names_.work);
+  AmqpPayloadStream payloads = AmqpPayloadStream::minimized(*c_, names_.work);
   std::string why_not;
-  auto bytes = payloads.read(r.state.minimized_at, r, sha, why_not);
+  auto bytes = read_minimization(payloads, r.state.minimized_at, r, sha, why_not);
   if (!bytes) return Error{bytes.error(), bytes.error_code()};
   if (!*bytes) return Error{"the minimized payload of record " + r.id + " cannot be had: " + why_not};
   return PayloadBytes{std::move(**bytes), sha};

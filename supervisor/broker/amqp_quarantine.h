@@ -97,7 +97,7 @@ class AmqpQuarantine final : public FleetDeadLetters {
   Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying,
                                      const StateChange& change) override;
   // At the offset of NAME.dlq.minimized its state names, checked
-  // (amqp_minimized_payloads.h).
+  // (amqp_payload_stream.h).
   Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) override;
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;

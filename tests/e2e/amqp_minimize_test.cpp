@@ -20,7 +20,8 @@
 
 #include "shared/sha256.h"
 #include "supervisor/broker/amqp_connection.h"
-#include "supervisor/broker/amqp_minimized_payloads.h"
+#include "supervisor/broker/amqp_minimize_keeper.h"
+#include "supervisor/broker/amqp_payload_stream.h"
 #include "supervisor/broker/amqp_quarantine.h"
 #include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_stream_reader.h"
@@ -30,7 +31,7 @@
 #include "tests/e2e/support.h"
 
 using json = nlohmann::json;
-using pillbox::broker::AmqpMinimizedPayloads;
+using pillbox::broker::AmqpPayloadStream;
 using pillbox::broker::AmqpOutgoing;
 using pillbox::broker::AmqpQuarantine;
 using pillbox::broker::AmqpStateLog;
@@ -175,9 +176,10 @@ void killed_then_resumed(const Fleet& fleet) {
   CHECK_FALSE(saved.finished);
   CHECK(killed.record.minimized_sha256.empty());  // nothing recorded yet: the session never ended
   auto c = e2e::amqp_connect(fleet.server);
-  AmqpMinimizedPayloads payloads(c, "slow");
+  AmqpPayloadStream payloads = AmqpPayloadStream::minimized(c, "slow");
   std::string why_not;
-  auto best = payloads.read(killed.state.minimize_best_at, killed, saved.best_sha256, why_not);
+  auto best = pillbox::broker::read_minimization(payloads, killed.state.minimize_best_at, killed, saved.best_sha256,
+                                                 why_not);
   REQUIRE_MESSAGE(best.has_value(), best.error());
   REQUIRE_MESSAGE(best->has_value(), why_not);
   const std::size_t saved_size = (*best)->size();
@@ -280,7 +282,7 @@ void forged_claims(const Fleet& fleet) {
   const std::string payload = "S" + std::string(63, 'j');
   dead_letter(fleet, "forged", 0, {payload, "A" + std::string(63, 'k')});
   auto c = e2e::amqp_connect(fleet.server);
-  AmqpMinimizedPayloads payloads(c, "forged");
+  AmqpPayloadStream payloads = AmqpPayloadStream::minimized(c, "forged");
   AmqpStateLog log(c, "forged");
   auto forge = [&](const std::string& id, const std::function<void(FleetState&)>& change) {
     auto written = log.change(id, [&](FleetState& s) {

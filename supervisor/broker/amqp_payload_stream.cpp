@@ -1,4 +1,4 @@
-#include "supervisor/broker/amqp_minimized_payloads.h"
+#include "supervisor/broker/amqp_payload_stream.h"
 
 #include <amqp.h>
 
@@ -15,7 +15,6 @@
 namespace pillbox::broker {
 namespace {
 
-constexpr std::string_view kRecordHeader = "pillbox-minimized-of";
 constexpr std::string_view kWriterHeader = "pillbox-writer";
 
 const std::string* header_text(const AmqpMessage& m, std::string_view name) {
@@ -26,11 +25,17 @@ const std::string* header_text(const AmqpMessage& m, std::string_view name) {
 }  // namespace
 
 std::string amqp_minimized_name(const std::string& queue) { return queue + ".dlq.minimized"; }
+std::string amqp_revisions_name(const std::string& queue) { return queue + ".dlq.revisions"; }
 
-AmqpMinimizedPayloads::AmqpMinimizedPayloads(AmqpConnection& connection, const std::string& queue)
-    : c_(connection), name_(amqp_minimized_name(queue)) {}
+AmqpPayloadStream AmqpPayloadStream::minimized(AmqpConnection& connection, const std::string& queue) {
+  return AmqpPayloadStream(connection, amqp_minimized_name(queue), "pillbox-minimized-of");
+}
 
-Expected<std::int64_t> AmqpMinimizedPayloads::append(const std::string& id, std::string_view bytes) {
+AmqpPayloadStream AmqpPayloadStream::revisions(AmqpConnection& connection, const std::string& queue) {
+  return AmqpPayloadStream(connection, amqp_revisions_name(queue), "pillbox-revision-of");
+}
+
+Expected<std::int64_t> AmqpPayloadStream::append(const std::string& id, std::string_view bytes) {
   const std::vector<AmqpField> stream = stream_queue_arguments();
   if (auto declared = c_.declare_queue(name_, stream); !declared) {
     if (c_.refusal() && c_.refusal()->code == AMQP_PRECONDITION_FAILED) {
@@ -51,7 +56,7 @@ Expected<std::int64_t> AmqpMinimizedPayloads::append(const std::string& id, std:
   if (!writer) return Error{writer.error()};
   AmqpOutgoing m;
   m.body = bytes;
-  m.headers = {{std::string(kRecordHeader), id}, {std::string(kWriterHeader), *writer}};
+  m.headers = {{of_header_, id}, {std::string(kWriterHeader), *writer}};
   if (auto s = c_.publish(name_, m); !s) return Error{s.message()};
   if (auto s = c_.wait_confirmed(); !s) return Error{s.message()};
   // Its offset: read on from an offset known to be before it until it comes back.
@@ -68,13 +73,9 @@ Expected<std::int64_t> AmqpMinimizedPayloads::append(const std::string& id, std:
   return at;
 }
 
-Expected<std::optional<std::string>> AmqpMinimizedPayloads::read(std::int64_t offset, const FleetRecord& record,
-                                                                const std::string& sha256, std::string& why_not) {
-  const std::string& id = record.id;
-  // Its own payload as read (get()), else as its record claims it (a listing left it out).
-  const std::uint64_t most = record.payload_omitted
-                                 ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, record.record.entry.payload_size))
-                                 : record.payload.size();
+Expected<std::optional<std::string>> AmqpPayloadStream::read(std::int64_t offset, const std::string& id,
+                                                            const std::string& sha256, std::uint64_t most,
+                                                            const std::string& most_is, std::string& why_not) {
   const std::string where = "offset " + std::to_string(offset) + " of " + name_;
   if (offset < 0) {
     why_not = "its state names no offset of " + name_ + " for it";
@@ -108,14 +109,14 @@ Expected<std::optional<std::string>> AmqpMinimizedPayloads::read(std::int64_t of
     why_not = where + " is no longer there (removed by a retention policy?)";
     return std::optional<std::string>();
   }
-  const std::string* of = header_text(*found, kRecordHeader);
+  const std::string* of = header_text(*found, of_header_);
   if (of == nullptr || *of != id) {
     why_not = where + " is not a payload of record " + id;
     return std::optional<std::string>();
   }
   if (found->body_omitted) {
-    why_not = where + " is " + std::to_string(found->body_size) + " bytes, more than the record's own payload (" +
-              std::to_string(most) + "): no minimization of it";
+    why_not = where + " is " + std::to_string(found->body_size) + " bytes, more than " + most_is + " (" +
+              std::to_string(most) + ")";
     return std::optional<std::string>();
   }
   if (sha256_hex(found->body) != sha256) {
