@@ -21,22 +21,20 @@ std::string shown_value(const nlohmann::json& v) {
   return text;
 }
 
-// Why an existing record cannot be patched now, or "" when it can.
-std::string refusal(const store::QuarantineRecord& r, const std::string& claim) {
-  const std::string id = std::to_string(r.id);
-  if (r.status == store::RecordStatus::kReplaying || !claim.empty()) {
+}  // namespace
+
+std::string patch_refusal(const std::string& id, store::RecordStatus status, const std::string& claim) {
+  if (status == store::RecordStatus::kReplaying || !claim.empty()) {
     return "record " + id + " is being replayed right now (by " + (claim.empty() ? "another process" : claim) +
            "); patch it when the replay is over (a replay whose process is gone is taken back by the next "
            "`pillbox quarantine replay " + id + "`)";
   }
-  if (!store::is_open(r.status)) {
-    return "record " + id + " is " + std::string(to_string(r.status)) +
+  if (!store::is_open(status)) {
+    return "record " + id + " is " + std::string(to_string(status)) +
            ": only an open record (quarantined, allowed or failed-again) is patched; nothing changed";
   }
   return "";
 }
-
-}  // namespace
 
 Status check_patch_request(const PatchRequest& r) {
   const bool has_payload = r.payload.has_value();
@@ -130,7 +128,9 @@ Expected<store::Revision> patch_record(store::Database& db, store::QuarantineSto
   const store::QuarantineRecord& record = *found;
   auto claim = store::ReplayStore::claim_of(db, record.id);
   if (!claim) return Error{claim.error()};
-  if (const std::string why = refusal(record, *claim); !why.empty()) return Error::usage(why);
+  if (const std::string why = patch_refusal(std::to_string(record.id), record.status, *claim); !why.empty()) {
+    return Error::usage(why);
+  }
   if (!request.set_args.empty() && record.entry.handler == "exec") {
     return Error::usage("record " + std::to_string(record.id) +
                         " ran a command (exec), which has a command line, not handler arguments: --set-arg does not apply; "

@@ -35,6 +35,11 @@ struct PatchRequest {
 // or value out of bounds. patch_record checks them first too.
 Status check_patch_request(const PatchRequest& request);
 
+// Why record `id` cannot be patched now, or "" when it can: a replay holds
+// it (its status, or `claim`: who holds it, "" when nobody), or it is not
+// open (resolved, discarded). The refusals of every quarantine's patch.
+std::string patch_refusal(const std::string& id, store::RecordStatus status, const std::string& claim);
+
 // Stores the patch as the record's next revision, in one transaction with
 // its audit entry ("patched"). The record must be open and not in a replay:
 // status quarantined, allowed or failed-again, no replay claim; this is
