@@ -3,6 +3,8 @@
 #include <amqp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,19 @@ constexpr std::string_view kWriterHeader = "pillbox-writer";
 const std::string* header_text(const AmqpMessage& m, std::string_view name) {
   const AmqpValue* v = find_field(m.headers, name);
   return v != nullptr ? v->text() : nullptr;
+}
+
+// A stream just declared (by this append, or another one racing it) may
+// not be consumable yet: RabbitMQ refuses a consume of it with "does not
+// have a replica on the local node" for a moment. Its end is waited for
+// then, a few times, before anything is published (found by two patches of
+// one record at once, the first ever on the queue).
+constexpr int kReplicaTries = 20;
+constexpr std::chrono::milliseconds kReplicaPause{100};
+
+bool no_replica_yet(const AmqpConnection& c) {
+  return c.refusal() && c.refusal()->code == AMQP_PRECONDITION_FAILED &&
+         c.refusal()->text.find("does not have a replica") != std::string::npos;
 }
 
 }  // namespace
@@ -47,8 +62,12 @@ Expected<std::int64_t> AmqpPayloadStream::append(const std::string& id, std::str
   if (auto s = c_.confirm_publishes(); !s) return Error{s.message()};
   // Bodies are not kept: the append is found again by its writer's id.
   AmqpStreamReader reader(c_, name_, 0);
-  if (end_ < 0) {
+  for (int tries = 1; end_ < 0; ++tries) {
     auto end = reader.end();
+    if (!end && no_replica_yet(c_) && tries < kReplicaTries && !c_.broken()) {
+      std::this_thread::sleep_for(kReplicaPause);
+      continue;
+    }
     if (!end) return Error{end.error()};
     end_ = *end;
   }

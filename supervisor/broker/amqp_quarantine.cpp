@@ -449,6 +449,27 @@ std::unique_ptr<MinimizeKeeper> AmqpQuarantine::minimize_keeper(const std::strin
   return amqp_minimize_keeper(*this, id, actor);
 }
 
+Expected<std::int64_t> AmqpQuarantine::keep_revision_payload(const FleetRecord& record, std::string_view bytes) {
+  AmqpPayloadStream revisions = AmqpPayloadStream::revisions(*c_, names_.work);
+  return revisions.append(record.id, bytes);
+}
+
+Expected<std::string> AmqpQuarantine::revision_payload(const FleetRecord& record, const FleetRevision& revision) {
+  AmqpPayloadStream revisions = AmqpPayloadStream::revisions(*c_, names_.work);
+  std::string why_not;
+  const auto size = static_cast<std::uint64_t>(std::max<std::int64_t>(0, revision.payload_size));
+  auto bytes = revisions.read(revision.at, record.id, revision.payload_sha256, size, "the size its state names",
+                              why_not);
+  if (!bytes) return Error{bytes.error(), bytes.error_code()};
+  if (!*bytes) return Error::usage(why_not);
+  if (static_cast<std::int64_t>((*bytes)->size()) != revision.payload_size) {
+    return Error::usage("offset " + std::to_string(revision.at) + " of " + revisions.name() + " is " +
+                        std::to_string((*bytes)->size()) + " bytes, not the " + std::to_string(revision.payload_size) +
+                        " its state names");
+  }
+  return std::move(**bytes);
+}
+
 Expected<std::vector<FleetRecord>> AmqpQuarantine::redrive_plan(const ReplayRun& run,
                                                                 std::vector<std::string>& skipped) {
   return broker::redrive_plan(*this, run, skipped);

@@ -15,7 +15,8 @@
 // replayed, not a record: it carries the replay's tag
 // (amqp_replay_notice.h), and the record's state names that attempt.
 // Minimize keeps its progress in the record's state and its payloads in
-// the stream NAME.dlq.minimized (amqp_minimize_keeper.h).
+// the stream NAME.dlq.minimized (amqp_minimize_keeper.h); patch, the
+// revisions' payloads in the stream NAME.dlq.revisions (fleet_revisions.h).
 //
 // A message can be dead-lettered twice: a settle is publish, confirm, then
 // ack, and RabbitMQ can lose the ack (a broker killed before the ack
@@ -69,7 +70,7 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // away or answered (no NAME.dlq, or one of another type).
   static Expected<AmqpQuarantine> open(AmqpConnection& connection, const std::string& queue);
 
-  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .replay_outputs = false};
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .patches = true, .replay_outputs = false};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;
   std::string hint_options() const override { return " --amqp URL --queue " + names_.work; }
@@ -100,6 +101,10 @@ class AmqpQuarantine final : public FleetDeadLetters {
   // (amqp_payload_stream.h).
   Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) override;
+  // A revision's payload appended to the stream NAME.dlq.revisions
+  // (amqp_payload_stream.h), read back at the offset its state names.
+  Expected<std::int64_t> keep_revision_payload(const FleetRecord& record, std::string_view bytes) override;
+  Expected<std::string> revision_payload(const FleetRecord& record, const FleetRevision& revision) override;
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
   Expected<ReplayResult> redrive(const ReplayRun& run) override;
 

@@ -62,7 +62,8 @@ class AmqpRedriveRoute final : public RedriveRoute {
   Expected<std::map<std::string, RedriveOutcome>> earlier_outcomes(const std::vector<FleetRecord>& plan,
                                                                    std::vector<std::string>& notices) override;
   Status mark() override;
-  Expected<std::string> start(FleetRecord& record, std::size_t batch_no, ReplayResult& result) override;
+  Expected<std::string> start(FleetRecord& record, const RedrivePayload& what, std::size_t batch_no,
+                              ReplayResult& result) override;
   Status renew(const std::vector<std::string>&) override { return Status::ok(); }  // held by the connection
   Expected<std::vector<RedriveOutcome>> outcomes(const std::map<std::string, std::string>& waited,
                                                  std::chrono::milliseconds most) override;
@@ -135,8 +136,13 @@ Expected<std::map<std::string, RedriveOutcome>> AmqpRedriveRoute::earlier_outcom
   for (const FleetRecord& r : plan) {
     if (r.state.waiting_entry.empty()) continue;
     wanted.emplace(r.state.waiting_entry, r.id);
-    // The earlier redrive republished the record's payload as it is in NAME.dlq.
-    if (r.payload_omitted) {
+    // The earlier redrive republished the revision its state names, or the
+    // record's payload as it is in NAME.dlq.
+    const auto revision = std::find_if(r.state.revisions.begin(), r.state.revisions.end(),
+                                       [&](const FleetRevision& v) { return v.n == r.state.waiting_revision; });
+    if (r.state.waiting_revision > 0 && revision != r.state.revisions.end()) {
+      payloads_[r.state.waiting_entry] = revision->payload_sha256;
+    } else if (r.payload_omitted) {
       auto whole = q_.message_at(r.id);
       if (!whole) return Error{whole.error(), whole.error_code()};
       payloads_[r.state.waiting_entry] = sha256_hex(whole->body);
@@ -190,6 +196,7 @@ void AmqpRedriveRoute::take_back(const std::string& id, const std::string& attem
   (void)q_.change_state(id, false, [&](FleetState& s, const FleetRecord&) {
     if (s.waiting_entry != attempt) return Status::ok();
     s.waiting_entry.clear();
+    s.waiting_revision = 0;
     s.updated_at = store::now_ms();
     s.audit.push_back({s.updated_at, run_.actor, "redrive-failed", "not put back on " + q_.names().work + ": " + why});
     return Status::ok();
@@ -197,7 +204,8 @@ void AmqpRedriveRoute::take_back(const std::string& id, const std::string& attem
   (void)unlock(id);
 }
 
-Expected<std::string> AmqpRedriveRoute::start(FleetRecord& record, std::size_t batch_no, ReplayResult& result) {
+Expected<std::string> AmqpRedriveRoute::start(FleetRecord& record, const RedrivePayload& what, std::size_t batch_no,
+                                              ReplayResult& result) {
   const std::string& id = record.id;
   if (auto locked = q_.lock(id); !locked) {
     const int refused = c().refusal() ? c().refusal()->code : 0;
@@ -236,6 +244,10 @@ Expected<std::string> AmqpRedriveRoute::start(FleetRecord& record, std::size_t b
       skip = allowed.message();
       return Status::error(skip, ErrorCode::kUsage);
     }
+    if (const std::string why = patched_since(s, what, id); !why.empty()) {
+      skip = why;
+      return Status::error(skip, ErrorCode::kUsage);
+    }
     if (!s.waiting_entry.empty() && !run_.force) {
       skip = "record " + id + ": its earlier redrive (attempt " + s.waiting_entry + ") has no outcome yet: still on " +
              q_.names().work + " or held by a worker, or lost (" + q_.names().work +
@@ -243,6 +255,7 @@ Expected<std::string> AmqpRedriveRoute::start(FleetRecord& record, std::size_t b
       return Status::error(skip, ErrorCode::kUsage);
     }
     s.waiting_entry = *attempt;
+    s.waiting_revision = what.revision;
     s.updated_at = store::now_ms();
     s.audit.push_back({s.updated_at, run_.actor, "redriven",
                        "put back on " + q_.names().work + " for the fleet's workers (batch " + std::to_string(batch_no) +
@@ -263,8 +276,9 @@ Expected<std::string> AmqpRedriveRoute::start(FleetRecord& record, std::size_t b
     take_back(id, *attempt, dead.error());
     return Error{dead.error(), dead.error_code()};
   }
-  const AmqpOutgoing m = redrive_message(*dead, ReplayTag{*attempt, id});
-  payloads_[*attempt] = sha256_hex(dead->body);
+  AmqpOutgoing m = redrive_message(*dead, ReplayTag{*attempt, id});
+  if (what.revision > 0) m.body = what.bytes;  // a patch: its payload, as the original's message was sent
+  payloads_[*attempt] = what.revision > 0 ? what.sha256 : sha256_hex(dead->body);
   Status sent = c().confirm_publishes();
   if (sent) sent = c().publish(q_.names().work, m);
   if (sent) sent = c().wait_confirmed();

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -89,6 +90,16 @@ class FleetDeadLetters {
   virtual Expected<PayloadBytes> minimized_payload(const FleetRecord& record) = 0;
   // Where `pillbox minimize` keeps the record's progress and result.
   virtual std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) = 0;
+  // `quarantine patch` (fleet_revisions.h): keeps `bytes`, a revision's
+  // payload, apart from the record's state, and returns where
+  // (FleetRevision::at; -1 where the broker names them by the record's id
+  // and their sha256). Idempotent for the same bytes.
+  virtual Expected<std::int64_t> keep_revision_payload(const FleetRecord& record, std::string_view bytes) = 0;
+  // The payload of `revision` of `record`, read from where it was kept,
+  // only when it is that record's and has the sha256 and size its state
+  // names (else a kUsage error saying which it is not); never more than
+  // that size read into memory. Other errors: the broker's.
+  virtual Expected<std::string> revision_payload(const FleetRecord& record, const FleetRevision& revision) = 0;
   // The records a replay would send back to the workers, oldest first, and
   // the replay itself (QuarantineSource::replay_plan, replay).
   virtual Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) = 0;
@@ -122,9 +133,8 @@ Expected<std::vector<store::FingerprintStats>> fleet_stats(FleetDeadLetters& dea
 Signature allowance_signature(const FleetDeadLetters& dead_letters, const FleetRecord& record);
 
 // What a verb that acts on the store's records only says when it is asked
-// for on the fleet's (quarantine patch --redis, the console's patch on
-// serve --redis): "patch works on the store only, not on the fleet's
-// quarantine (--redis)".
+// for on the fleet's (quarantine purge --redis): "purge works on the store
+// only, not on the fleet's quarantine (--redis, --amqp)".
 std::string store_only_verb(const std::string& verb);
 
 // The verdict of `pillbox reproduce` (supervisor/ops/reproduce.h) with an

@@ -24,6 +24,8 @@ constexpr std::string_view kVersion = "pillbox dead letter v1";
 // An operator's allowance (fleet_allowance.h): its own tag, so that no
 // dead letter's signature passes for an allowance, nor the reverse.
 constexpr std::string_view kAllowanceVersion = "pillbox allowance v1";
+// An operator's revision of a record (fleet_revisions.h): a tag of its own too.
+constexpr std::string_view kRevisionVersion = "pillbox revision v1";
 
 void append_sized(std::string& out, std::string_view bytes) {
   const auto n = static_cast<std::uint64_t>(bytes.size());
@@ -137,6 +139,14 @@ std::string FleetKey::sign_allowance(const std::string& dlq, const SignedFields&
 
 Signature FleetKey::verify_allowance(const std::string& dlq, const SignedFields& fields) const {
   return verify_form(kAllowanceVersion, dlq, fields, nullptr);
+}
+
+std::string FleetKey::sign_revision(const std::string& dlq, const SignedFields& fields) const {
+  return hmac_hex(secret_, canonical_form(kRevisionVersion, dlq, fields, nullptr));
+}
+
+Signature FleetKey::verify_revision(const std::string& dlq, const SignedFields& fields) const {
+  return verify_form(kRevisionVersion, dlq, fields, nullptr);
 }
 
 Signature FleetKey::verify_form(std::string_view version, const std::string& dlq, const SignedFields& fields,

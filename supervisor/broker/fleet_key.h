@@ -55,6 +55,10 @@ class FleetKey {
   // `sig` never passes for an allowance's, nor the reverse.
   std::string sign_allowance(const std::string& dlq, const SignedFields& fields) const;
   Signature verify_allowance(const std::string& dlq, const SignedFields& fields) const;
+  // The same for an operator's revision of a record (fleet_revisions.h),
+  // under a version tag of its own again.
+  std::string sign_revision(const std::string& dlq, const SignedFields& fields) const;
+  Signature verify_revision(const std::string& dlq, const SignedFields& fields) const;
 
  private:
   Signature verify_form(std::string_view version, const std::string& dlq, const SignedFields& fields,

@@ -9,6 +9,7 @@
 #include "shared/sha256.h"
 #include "supervisor/broker/fleet_minimize_keeper.h"
 #include "supervisor/broker/redis_redrive.h"
+#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::broker {
 namespace {
@@ -122,7 +123,8 @@ Status key_type_is(RedisConnection& redis, const std::string& key, const char* w
 FleetKeys fleet_keys(const std::string& name) {
   const StreamKeys s = stream_keys(name);
   return {.stream = s, .state = s.dlq + ":state", .lock_prefix = s.dlq + ":lock:",
-          .minimizing_prefix = s.dlq + ":minimizing:", .minimized_prefix = s.dlq + ":minimized:"};
+          .minimizing_prefix = s.dlq + ":minimizing:", .minimized_prefix = s.dlq + ":minimized:",
+          .revisions_prefix = s.dlq + ":revisions:"};
 }
 
 std::string fleet_location(const RedisAddress& address, const FleetKeys& keys) {
@@ -345,6 +347,37 @@ Expected<PayloadBytes> FleetQuarantine::minimized_payload(const FleetRecord& r) 
 
 std::unique_ptr<MinimizeKeeper> FleetQuarantine::minimize_keeper(const std::string& id, const std::string& actor) {
   return fleet_minimize_keeper(*this, id, actor);
+}
+
+Expected<std::int64_t> FleetQuarantine::keep_revision_payload(const FleetRecord& record, std::string_view bytes) {
+  const std::string sha = sha256_hex(bytes);
+  auto set = redis_.command({"HSET", keys_.revisions(record.id), sha, bytes});
+  if (!set) return Error{set.error()};
+  return std::int64_t{-1};
+}
+
+Expected<std::string> FleetQuarantine::revision_payload(const FleetRecord& record, const FleetRevision& revision) {
+  const std::string key = keys_.revisions(record.id);
+  const std::string& sha = revision.payload_sha256;
+  // Its size first: never more than the state names is read.
+  auto size = redis_.command({"HSTRLEN", key, sha});
+  if (!size) return Error{size.error()};
+  const long long found = reply_integer(size->get(), -1);
+  const std::string where = "field " + table_cell(sha, 80) + " of " + key;
+  if (found <= 0 && revision.payload_size != 0) {
+    return Error::usage("its payload is not in " + where + " (deleted, or never written)");
+  }
+  if (found != revision.payload_size) {
+    return Error::usage("its payload in " + where + " is " + std::to_string(found) + " bytes, not the " +
+                        std::to_string(revision.payload_size) + " its state names");
+  }
+  auto bytes = redis_.command({"HGET", key, sha});
+  if (!bytes) return Error{bytes.error()};
+  std::string payload = reply_text(bytes->get());
+  if (static_cast<std::int64_t>(payload.size()) != revision.payload_size || sha256_hex(payload) != sha) {
+    return Error::usage("its payload in " + where + " does not match the sha256 its state names");
+  }
+  return payload;
 }
 
 Expected<std::vector<FleetRecord>> FleetQuarantine::redrive_plan(const ReplayRun& run,

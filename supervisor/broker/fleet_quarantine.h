@@ -47,6 +47,8 @@ struct FleetKeys {
   std::string minimizing(const std::string& id) const { return minimizing_prefix + id; }
   std::string minimized_prefix;   // NAME:dlq:minimized:
   std::string minimized(const std::string& id) const { return minimized_prefix + id; }
+  std::string revisions_prefix;   // NAME:dlq:revisions: (a hash per record: sha256 -> a revision's payload)
+  std::string revisions(const std::string& id) const { return revisions_prefix + id; }
 };
 FleetKeys fleet_keys(const std::string& name);
 
@@ -65,9 +67,9 @@ class FleetQuarantine final : public FleetDeadLetters {
   // keys (or the connection breaking), never about reaching Redis.
   static Expected<FleetQuarantine> open(RedisConnection redis, const std::string& stream);
 
-  // Known before Redis is read (a verb refused before it is): no revisions,
-  // so no patch; no discard by raise site.
-  static constexpr QuarantineCapabilities kCapabilities{.signatures = true};
+  // Known before Redis is read (a verb refused before it is): patches of
+  // the payload only (fleet_revisions.h); no discard by raise site.
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .patches = true};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override { return fleet_location(address(), keys_); }
   std::string hint_options() const override { return " --redis URL --stream " + keys_.stream.stream; }
@@ -95,6 +97,9 @@ class FleetQuarantine final : public FleetDeadLetters {
   // Under keys().minimized(id) (fleet_minimize_keeper.h).
   Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
   std::unique_ptr<MinimizeKeeper> minimize_keeper(const std::string& id, const std::string& actor) override;
+  // A revision's payload in the hash keys().revisions(id), field its sha256.
+  Expected<std::int64_t> keep_revision_payload(const FleetRecord& record, std::string_view bytes) override;
+  Expected<std::string> revision_payload(const FleetRecord& record, const FleetRevision& revision) override;
   // Back onto NAME (fleet_redrive.h, redis_redrive.h).
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
   Expected<ReplayResult> redrive(const ReplayRun& run) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "supervisor/broker/fleet_allowance.h"
+#include "supervisor/broker/fleet_revisions.h"
 #include "supervisor/ops/minimize.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/store/quarantine_json.h"
@@ -23,6 +24,8 @@ nlohmann::json attempt_history(const FleetRecord& r) {
   for (const auto& a : r.state.redrives) {
     history.push_back(attempt_json(++n, a.worker, a.ended_at, a.ended_at, a.kind, a.fingerprint,
                                    "redrive: entry " + a.entry + " -> " + a.outcome_entry +
+                                       (a.revision > 0 ? " (revision " + std::to_string(a.revision) + ", a patch)"
+                                                       : "") +
                                        (a.message.empty() ? "" : ": " + a.message),
                                    a.charged, false));
   }
@@ -93,6 +96,7 @@ Expected<nlohmann::json> FleetQuarantineSource::full_json(const SourcedRecord& r
   j["reason"] = d.reason;
   j["signature"] = to_string(d.signature);
   if (!d.unreadable_state.empty()) j["state_error"] = d.unreadable_state;
+  j["revisions"] = fleet_revisions_json(dead_letters_, d);
   if (d.state.status == store::RecordStatus::kAllowed) {
     // Who allowed it is a claim until the fleet's key says so: replay
     // --allowed takes it only on a valid one.
@@ -105,8 +109,18 @@ Expected<nlohmann::json> FleetQuarantineSource::full_json(const SourcedRecord& r
 
 Expected<PayloadBytes> FleetQuarantineSource::payload(const SourcedRecord& r, std::int64_t revision) {
   if (revision > 0) {
-    return Error{"--revision does not apply with --redis: revisions are the store's (quarantine patch)",
-                 ErrorCode::kUsage};
+    const FleetRecord& d = dead_letter(r);
+    for (const FleetRevision& v : d.state.revisions) {
+      if (v.n != revision) continue;
+      auto bytes = dead_letters_.revision_payload(d, v);
+      if (!bytes) {
+        return Error{"revision " + std::to_string(revision) + " of record " + d.id + " cannot be read: " + bytes.error(),
+                     bytes.error_code()};
+      }
+      return PayloadBytes{std::move(*bytes), v.payload_sha256};
+    }
+    return Error::usage("record " + d.id + " has no revision " + std::to_string(revision) + " (quarantine show " +
+                        d.id + hint_options() + " lists them)");
   }
   auto bytes = checked_payload(dead_letter(r));
   if (!bytes) return Error{bytes.error(), bytes.error_code()};
@@ -181,8 +195,8 @@ Expected<Reviewed> FleetQuarantineSource::review(const std::string& id, store::R
   return done;
 }
 
-Expected<store::Revision> FleetQuarantineSource::patch(const std::string&, PatchRequest) {
-  return Error::usage(store_only_verb("patch"));  // revisions are the store's
+Expected<store::Revision> FleetQuarantineSource::patch(const std::string& id, PatchRequest request) {
+  return patch_fleet_record(dead_letters_, id, request, store::now_ms());
 }
 
 Status FleetQuarantineSource::record_reproduction(const SourcedRecord& r, const std::string& verdict, std::int64_t runs,
@@ -200,7 +214,10 @@ Expected<std::vector<PlannedReplay>> FleetQuarantineSource::replay_plan(const Re
   auto plan = dead_letters_.redrive_plan(run, skipped);
   if (!plan) return Error{plan.error(), plan.error_code()};
   std::vector<PlannedReplay> rows;
-  for (auto& r : *plan) rows.push_back({dead_letters_.id_json(r.id), std::move(r.record), 0});
+  for (auto& r : *plan) {
+    const FleetRevision* newest = newest_revision(r.state);
+    rows.push_back({dead_letters_.id_json(r.id), std::move(r.record), newest != nullptr ? newest->n : 0});
+  }
   return rows;
 }
 

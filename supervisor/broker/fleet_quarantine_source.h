@@ -4,8 +4,9 @@
 // (supervisor/ops/quarantine_source.h), written once for every broker:
 // records by the broker's ids, signed by the workers (fleet_key.h), with the
 // same JSON and text whichever broker holds them. What only the store has is
-// not here: revisions (quarantine patch) and discard --raise-site; what a
-// broker cannot do is its capability (FleetDeadLetters::can).
+// not here: handler arguments to patch (a fleet's patch is of the payload:
+// fleet_revisions.h) and discard --raise-site; what a broker cannot do is its
+// capability (FleetDeadLetters::can).
 #include <string>
 
 #include "supervisor/broker/fleet_dead_letters.h"
@@ -25,6 +26,7 @@ class FleetQuarantineSource final : public QuarantineSource {
   std::string where() const override { return dead_letters_.where(); }
   int id_width() const override { return dead_letters_.id_width(); }
   Expected<std::string> parse_id(const std::string& text) const override { return dead_letters_.parse_id(text); }
+  nlohmann::json id_json(const std::string& id) const override { return dead_letters_.id_json(id); }
   std::string left_out() const override { return dead_letters_.left_out(); }
   Status each(const store::ListFilter& filter, const std::function<bool(const SourcedRecord&)>& fn) override;
   Expected<std::int64_t> count(const store::ListFilter& filter) override {

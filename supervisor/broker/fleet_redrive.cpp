@@ -38,6 +38,7 @@ struct Flight {
   // Made by an earlier replay that did not record how it ended (it died, or
   // gave up waiting): its outcome found afterwards.
   bool earlier = false;
+  std::int64_t revision = 0;  // the revision it put back (a patch), 0: the original
 };
 
 class Redriver {
@@ -83,7 +84,7 @@ Status Redriver::adopt_earlier_outcomes(std::vector<FleetRecord>& plan) {
   for (std::size_t i = 0; i < plan.size(); ++i) {
     auto it = found->find(plan[i].state.waiting_entry);
     if (plan[i].state.waiting_entry.empty() || it == found->end()) continue;
-    Flight flight{plan[i], it->first, true};
+    Flight flight{plan[i], it->first, true, plan[i].state.waiting_revision};
     if (auto s = finish(flight, it->second); !s) return s;
     adopted[i] = true;
   }
@@ -107,23 +108,31 @@ Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome) {
       flight.earlier ? "; redriven by an earlier replay that did not record how it ended, found in " +
                            (verdict == store::ReplayVerdict::kResolved ? route_.results_name() : route_.dlq_name())
                      : "";
+  // As the store's replay says it: which revision ran.
+  const std::string patched = flight.revision > 0 ? ", from revision " + std::to_string(flight.revision) +
+                                                        " (a patch; the original is unchanged)"
+                                                  : "";
   const std::string detail =
       verdict == store::ReplayVerdict::kResolved
           ? "resolved: ok on worker " + outcome.worker + " (entry " + flight.entry + ", result " + outcome.outcome_entry +
-                earlier + ")"
+                earlier + ")" + patched
           : "failed again: " + kind + (o.fingerprint.empty() ? "" : " " + o.fingerprint) + " on worker " +
-                outcome.worker + " (entry " + flight.entry + ", dead letter " + outcome.outcome_entry + earlier + ")";
+                outcome.worker + " (entry " + flight.entry + ", dead letter " + outcome.outcome_entry + earlier + ")" +
+                patched;
   bool recorded_before = false;
   auto changed = route_.dead_letters().change_state(flight.record.id, false, [&](FleetState& s, const FleetRecord&) {
     recorded_before = already_recorded(s, flight.entry);
     if (recorded_before) return Status::ok();  // written as it was: no change
     s.status = store::status_after(verdict);
     s.updated_at = store::now_ms();
-    if (s.waiting_entry == flight.entry) s.waiting_entry.clear();
+    if (s.waiting_entry == flight.entry) {
+      s.waiting_entry.clear();
+      s.waiting_revision = 0;
+    }
     s.redrives.push_back({.worker = outcome.worker, .ended_at = s.updated_at, .kind = kind,
                           .fingerprint = o.fingerprint, .message = o.message,
                           .charged = verdict == store::ReplayVerdict::kFailedAgain, .entry = flight.entry,
-                          .outcome_entry = outcome.outcome_entry});
+                          .outcome_entry = outcome.outcome_entry, .revision = flight.revision});
     s.audit.push_back({s.updated_at, run_.actor, "replayed", detail});
     return Status::ok();
   });
@@ -141,7 +150,7 @@ Status Redriver::finish(Flight& flight, const RedriveOutcome& outcome) {
   if (flight.earlier) ++result_.earlier_outcomes;
   if (run_.on_result) {
     const nlohmann::json id = flight.record.id;
-    run_.on_result(ReplayedRecord{id, flight.record.record, o, verdict, 0, outcome.output_omitted, ""});
+    run_.on_result(ReplayedRecord{id, flight.record.record, o, verdict, flight.revision, outcome.output_omitted, ""});
   }
   tally_.count(verdict, o);
   return Status::ok();
@@ -198,10 +207,17 @@ Expected<ReplayResult> Redriver::run(std::vector<FleetRecord> plan) {
         if (!whole) return Error{whole.error(), whole.error_code()};
         plan[next] = std::move(*whole);
       }
-      auto entry = route_.start(plan[next], batch_no, result_);
+      // Its newest revision, when it was patched: checked before it is claimed.
+      auto what = redrive_payload(route_.dead_letters(), plan[next], run_.trust_unsigned);
+      if (!what) {
+        if (what.error_code() != ErrorCode::kUsage) return Error{what.error(), what.error_code()};
+        result_.skipped.push_back(what.error());
+        continue;
+      }
+      auto entry = route_.start(plan[next], *what, batch_no, result_);
       if (!entry) return Error{entry.error(), entry.error_code()};
       if (entry->empty()) continue;
-      flights.emplace(*entry, Flight{std::move(plan[next]), *entry, false});
+      flights.emplace(*entry, Flight{std::move(plan[next]), *entry, false, what->revision});
     }
     const std::size_t started = flights.size();
     auto failed = wait(flights);
@@ -235,6 +251,14 @@ Expected<ReplayResult> Redriver::run(std::vector<FleetRecord> plan) {
 
 }  // namespace
 
+std::string patched_since(const FleetState& state, const RedrivePayload& what, const std::string& id) {
+  const FleetRevision* newest = newest_revision(state);
+  if ((newest != nullptr ? newest->n : 0) == what.revision) return "";
+  return "record " + id + " was patched while this replay started it (its newest revision is " +
+         std::to_string(newest != nullptr ? newest->n : 0) + ", not " + std::to_string(what.revision) +
+         "): not redriven; replay it again";
+}
+
 bool redrive_claimable(const FleetRecord& r, store::ReplayScope scope) {
   return !r.replaying && store::replayable(r.record.status, scope);
 }
@@ -260,6 +284,10 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetDeadLetters& dead_letters, 
         continue;
       }
       if (auto ok = check_signed(*r, run.trust_unsigned); !ok) {
+        skipped.push_back(ok.message());
+        continue;
+      }
+      if (auto ok = check_newest_revision(dead_letters, *r, run.trust_unsigned); !ok) {
         skipped.push_back(ok.message());
         continue;
       }
@@ -289,13 +317,15 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetDeadLetters& dead_letters, 
       skipped.push_back(std::to_string(ids.size()) + " matching records (" + named + ") " + what +
                         ", not redriven; the first: " + first_why);
     }
-  } unsigned_records, unallowed_records;
+  } unsigned_records, unallowed_records, unsigned_revisions;
   auto s = dead_letters.each([&](const FleetRecord& r) {
     if (!fleet_matches(r, run.filter)) return true;
     if (!redrive_claimable(r, run.scope())) {
       ++not_open;
     } else if (auto ok = check_signed(r, run.trust_unsigned); !ok) {
       unsigned_records.add(r, ok);
+    } else if (auto revision = check_newest_revision(dead_letters, r, run.trust_unsigned); !revision) {
+      unsigned_revisions.add(r, revision);
     } else if (auto allowed = check_redrive_allowance(dead_letters, r, run); !allowed) {
       unallowed_records.add(r, allowed);
     } else {
@@ -305,6 +335,7 @@ Expected<std::vector<FleetRecord>> redrive_plan(FleetDeadLetters& dead_letters, 
   });
   if (!s) return Error{s.message(), s.code()};
   unsigned_records.say("have no valid signature", skipped);
+  unsigned_revisions.say("have a newest revision with no valid signature", skipped);
   unallowed_records.say("have no valid allowance", skipped);
   if (not_open > 0) {
     // --force takes all but those another replay holds (redrive_claimable).

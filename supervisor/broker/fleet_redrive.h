@@ -24,6 +24,7 @@
 
 #include "shared/status.h"
 #include "supervisor/broker/fleet_dead_letters.h"
+#include "supervisor/broker/fleet_revisions.h"
 #include "supervisor/classify/outcome.h"
 #include "supervisor/ops/quarantine_source.h"
 #include "supervisor/store/replay_store.h"
@@ -68,12 +69,15 @@ class RedriveRoute {
                                                                            std::vector<std::string>& notices) = 0;
   // Before a batch starts: outcomes are looked for from here on.
   virtual Status mark() = 0;
-  // Claims `record` (its lock; its state: waiting_entry, an audit entry
-  // "redriven" naming `batch_no`) and puts it back on the work queue. The
-  // redrive's entry, or "" when it was not this replay's to redrive: why,
-  // in result.skipped (result.taken_by_others counted when another replay
-  // holds it). `record` is updated to its state as it was read.
-  virtual Expected<std::string> start(FleetRecord& record, std::size_t batch_no, ReplayResult& result) = 0;
+  // Claims `record` (its lock; its state: waiting_entry, waiting_revision,
+  // an audit entry "redriven" naming `batch_no`) and puts `what` back on
+  // the work queue: a revision's payload, or at revision 0 the dead
+  // letter's own. The redrive's entry, or "" when it was not this replay's
+  // to redrive: why, in result.skipped (result.taken_by_others counted when
+  // another replay holds it; a record whose newest revision is no longer
+  // `what`'s: patched since). `record` is updated to its state as it was read.
+  virtual Expected<std::string> start(FleetRecord& record, const RedrivePayload& what, std::size_t batch_no,
+                                      ReplayResult& result) = 0;
   // Keeps the locks of the records `ids` held (a lease that runs out, on
   // Redis; a no-op where a lock ends with the connection).
   virtual Status renew(const std::vector<std::string>& ids) = 0;
@@ -88,6 +92,9 @@ class RedriveRoute {
 
 // Never one being replayed, even with --force: its lock is another replay's.
 bool redrive_claimable(const FleetRecord& r, store::ReplayScope scope);
+// Why a claim of `record` for a redrive of `what` is refused because the
+// record was patched after `what` was read ("" when it was not).
+std::string patched_since(const FleetState& state, const RedrivePayload& what, const std::string& id);
 // With --allowed (run.allowed_only), the record's allowance checked
 // (fleet_allowance.h: its status alone is anyone's to write); else ok.
 Status check_redrive_allowance(const FleetDeadLetters& dead_letters, const FleetRecord& r, const ReplayRun& run);

@@ -14,9 +14,19 @@ using nlohmann::json;
 constexpr std::size_t kMaxStateBytes = 4 << 20;
 
 json attempt_to_json(const FleetAttempt& a) {
-  return {{"worker", a.worker},   {"ended_at", a.ended_at}, {"kind", a.kind},
-          {"fingerprint", a.fingerprint}, {"message", a.message}, {"charged", a.charged},
-          {"entry", a.entry},     {"outcome_entry", a.outcome_entry}};
+  json j = {{"worker", a.worker},   {"ended_at", a.ended_at}, {"kind", a.kind},
+            {"fingerprint", a.fingerprint}, {"message", a.message}, {"charged", a.charged},
+            {"entry", a.entry},     {"outcome_entry", a.outcome_entry}};
+  if (a.revision > 0) j["revision"] = a.revision;
+  return j;
+}
+
+json revision_to_json(const FleetRevision& v) {
+  json j = {{"n", v.n},           {"payload_sha256", v.payload_sha256}, {"payload_size", v.payload_size},
+            {"created_at", v.created_at}, {"actor", v.actor}, {"note", v.note},
+            {"summary", v.summary}, {"sig", v.sig}};
+  if (v.at >= 0) j["at"] = v.at;
+  return j;
 }
 
 // j[key] as an int64: 0 when it is missing or a number that is no whole
@@ -33,7 +43,7 @@ FleetAttempt attempt_from_json(const json& j) {
   return {.worker = j.value("worker", ""), .ended_at = whole(j, "ended_at"),
           .kind = j.value("kind", ""), .fingerprint = j.value("fingerprint", ""), .message = j.value("message", ""),
           .charged = j.value("charged", true), .entry = j.value("entry", ""),
-          .outcome_entry = j.value("outcome_entry", "")};
+          .outcome_entry = j.value("outcome_entry", ""), .revision = whole(j, "revision")};
 }
 
 // j[key] as an offset: -1 when it is missing or no whole number >= 0.
@@ -42,6 +52,13 @@ std::int64_t offset_at(const json& j, const char* key) {
   if (it == j.end() || !it->is_number()) return -1;
   const auto n = json_whole_number(*it);
   return n && *n >= 0 ? *n : -1;
+}
+
+FleetRevision revision_from_json(const json& j) {
+  return {.n = whole(j, "n"), .payload_sha256 = j.value("payload_sha256", ""),
+          .payload_size = whole(j, "payload_size"), .at = offset_at(j, "at"), .created_at = whole(j, "created_at"),
+          .actor = j.value("actor", ""), .note = j.value("note", ""), .summary = j.value("summary", ""),
+          .sig = j.value("sig", "")};
 }
 
 }  // namespace
@@ -59,6 +76,12 @@ std::string state_json(const FleetState& s) {
     j["allowance"] = {{"at", s.allowance.at}, {"actor", s.allowance.actor}, {"sig", s.allowance.sig}};
   }
   if (!s.waiting_entry.empty()) j["waiting_entry"] = s.waiting_entry;
+  if (s.waiting_revision > 0) j["waiting_revision"] = s.waiting_revision;
+  if (!s.revisions.empty()) {
+    json revisions = json::array();
+    for (const auto& v : s.revisions) revisions.push_back(revision_to_json(v));
+    j["revisions"] = std::move(revisions);
+  }
   if (!s.reproduce_verdict.empty()) {
     j["reproduce"] = {{"verdict", s.reproduce_verdict}, {"runs", s.reproduce_runs}, {"matches", s.reproduce_matches}};
   }
@@ -100,6 +123,10 @@ Expected<FleetState> parse_state(std::string_view text) {
       s.allowance = {whole(a, "at"), a.value("actor", ""), a.value("sig", "")};
     }
     s.waiting_entry = j.value("waiting_entry", "");
+    s.waiting_revision = whole(j, "waiting_revision");
+    if (j.contains("revisions") && j["revisions"].is_array()) {
+      for (const auto& v : j["revisions"]) s.revisions.push_back(revision_from_json(v));
+    }
     if (j.contains("reproduce") && j["reproduce"].is_object()) {
       s.reproduce_verdict = j["reproduce"].value("verdict", "");
       s.reproduce_runs = whole(j["reproduce"], "runs");

@@ -27,6 +27,23 @@ struct FleetAttempt {
   bool charged = true;
   std::string entry;             // redrives: the entry of NAME it ran as
   std::string outcome_entry;     // redrives: its result (NAME:results) or dead letter (NAME:dlq)
+  std::int64_t revision = 0;     // redrives: the revision it ran (a patch), 0: the original
+};
+
+// An operator's patch of the record (quarantine patch, fleet_revisions.h):
+// its payload is kept apart from the state (by the record's id and its
+// sha256 on Redis, at offset `at` of NAME.dlq.revisions on RabbitMQ), named
+// here; `sig` with the fleet key ("": patched without one).
+struct FleetRevision {
+  std::int64_t n = 0;             // 1, 2, ...: the original is 0
+  std::string payload_sha256;
+  std::int64_t payload_size = 0;
+  std::int64_t at = -1;           // where the broker keeps its bytes apart from the record's id; -1: by id
+  std::int64_t created_at = 0;
+  std::string actor;
+  std::string note;
+  std::string summary;            // what changed from the revision before (payload_change_summary)
+  std::string sig;
 };
 
 // An operator's allowance of the record (quarantine allow): who, when, and
@@ -50,6 +67,9 @@ struct FleetState {
   // out, stopped or died). While it is on NAME the record is not redriven
   // again; once settled, the next replay records its outcome instead.
   std::string waiting_entry;
+  std::int64_t waiting_revision = 0;      // the revision that redrive put back (0: the original)
+  // Operators' patches, oldest first: a replay redrives the newest.
+  std::vector<FleetRevision> revisions;
   std::string reproduce_verdict;          // "", reliable, flaky or not-reproduced
   std::int64_t reproduce_runs = 0;
   std::int64_t reproduce_matches = 0;

@@ -119,7 +119,8 @@ class RedisRedriveRoute final : public RedriveRoute {
   Expected<std::map<std::string, RedriveOutcome>> earlier_outcomes(const std::vector<FleetRecord>& plan,
                                                                    std::vector<std::string>& notices) override;
   Status mark() override;
-  Expected<std::string> start(FleetRecord& record, std::size_t batch_no, ReplayResult& result) override;
+  Expected<std::string> start(FleetRecord& record, const RedrivePayload& what, std::size_t batch_no,
+                              ReplayResult& result) override;
   Status renew(const std::vector<std::string>& ids) override;
   Expected<std::vector<RedriveOutcome>> outcomes(const std::map<std::string, std::string>& waited,
                                                  std::chrono::milliseconds most) override;
@@ -189,7 +190,8 @@ Status RedisRedriveRoute::mark() {
   return Status::ok();
 }
 
-Expected<std::string> RedisRedriveRoute::start(FleetRecord& record, std::size_t batch_no, ReplayResult& result) {
+Expected<std::string> RedisRedriveRoute::start(FleetRecord& record, const RedrivePayload& what, std::size_t batch_no,
+                                               ReplayResult& result) {
   const FleetKeys& keys = q_.keys();
   const std::string lock = keys.lock(record.id);
   const std::string ms = std::to_string(kLockLease.count());
@@ -209,15 +211,21 @@ Expected<std::string> RedisRedriveRoute::start(FleetRecord& record, std::size_t 
       result.skipped.push_back(allowed.message());
       return std::string();
     }
+    if (const std::string why = patched_since(*state, what, record.id); !why.empty()) {
+      result.skipped.push_back(why);
+      return std::string();
+    }
     FleetState next = *state;
     const std::string waiting = next.waiting_entry;
     next.waiting_entry = "?";  // the script puts the new entry's id here
+    next.waiting_revision = what.revision;
     next.updated_at = store::now_ms();
     next.audit.push_back({next.updated_at, run_.actor, "redriven",
                           "put back on " + keys.stream.stream + " for the fleet's workers (batch " +
                               std::to_string(batch_no) + ")"});
     auto r = q_.redis().command({"EVAL", kRedriveScript, "3", keys.stream.stream, keys.state, lock, record.id, before,
-                                 lock_value_, ms, record.record.entry.key, record.payload, waiting, state_json(next)});
+                                 lock_value_, ms, record.record.entry.key,
+                                 what.revision > 0 ? what.bytes : record.payload, waiting, state_json(next)});
     if (!r) return Error{r.error()};
     const redisReply* top = r->get();
     if (top->type != REDIS_REPLY_ARRAY || top->elements == 0) {

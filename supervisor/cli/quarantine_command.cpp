@@ -87,7 +87,8 @@ const char* kHelp =
     "         (--set-arg K=V, repeatable; not for exec records), stored as the record's next revision\n"
     "         beside the original, which never changes; --note says why (audit trail). Only an open\n"
     "         record (quarantined, failed-again) that no replay holds. replay then runs the newest\n"
-    "         revision under the record's own key; show lists the revisions.\n"
+    "         revision under the record's own key; show lists the revisions. On the fleet (--redis,\n"
+    "         --amqp): the payload only, signed with --fleet-key; replay redrives the newest revision.\n"
     "\n"
     "import   crash artifacts of coverage-guided fuzzers: libFuzzer's crash-*, oom-*, timeout-*,\n"
     "         leak-* and slow-unit-* files, AFL++'s crashes/id:* and hangs/id:* (directories are\n"
@@ -114,9 +115,10 @@ const char* kHelp =
     "  --store DIR   the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"
     "                ~/.local/state/pillbox)\n"
     "  --redis URL --stream NAME\n"
-    "                list, show, stats, export, discard, allow and replay work on the fleet's quarantine\n"
-    "                instead: the dead letters `pillbox worker --stream NAME` wrote to NAME:dlq. IDs are\n"
-    "                their entry IDs (1712345678901-0); the output is the same as for the store. There,\n"
+    "                list, show, stats, export, discard, allow, replay and patch work on the fleet's\n"
+    "                quarantine instead: the dead letters `pillbox worker --stream NAME` wrote to\n"
+    "                NAME:dlq. IDs are their entry IDs (1712345678901-0); the output is the same as for\n"
+    "                the store. There,\n"
     "                replay puts the records back on NAME for the workers (fields key, payload,\n"
     "                redrive_of) and waits for each batch's outcome in NAME:results and NAME:dlq, at\n"
     "                most --batch-timeout D (default 5m), then stops and names the records with none.\n"
@@ -124,9 +126,10 @@ const char* kHelp =
     "                --arg, --policy, --jobs and --source do not apply there, nor purge and import.\n"
     "                reproduce and minimize take --redis URL --stream NAME too.\n"
     "  --amqp URL --queue NAME\n"
-    "                list, show, stats, export, discard, allow and replay work on the fleet's quarantine on\n"
-    "                RabbitMQ: the dead letters `pillbox worker --amqp URL --queue NAME` (or the broker,\n"
-    "                past x-delivery-limit) wrote to the stream queue NAME.dlq. IDs are their offsets\n"
+    "                list, show, stats, export, discard, allow, replay and patch work on the fleet's\n"
+    "                quarantine on RabbitMQ: the dead letters `pillbox worker --amqp URL --queue NAME`\n"
+    "                (or the broker, past x-delivery-limit) wrote to the stream queue NAME.dlq. IDs are\n"
+    "                their offsets\n"
     "                there (42); a listing reads the stream by offset, so it neither consumes nor\n"
     "                re-counts them. The canaries of `pillbox doctor` are left out, and how many is said\n"
     "                on stderr. There, replay republishes each record to NAME (its message_id,\n"
@@ -310,9 +313,6 @@ Status refuse_store_options(const Args& args) {
   const std::string broker = args.value("amqp") ? "--amqp" : "--redis";
   if (args.value("source")) {
     return Status::error("--source does not apply with " + broker + ": every record there comes from a worker");
-  }
-  if (args.value("revision")) {
-    return Status::error("--revision does not apply with " + broker + ": revisions are the store's (quarantine patch)");
   }
   return Status::ok();
 }

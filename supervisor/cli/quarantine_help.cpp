@@ -23,7 +23,7 @@ namespace {
   "                    quarantine --help)\n"                                                               \
   "  --amqp URL --queue NAME\n"                                                                          \
   "                    the fleet's quarantine on RabbitMQ (the dead letters in the stream NAME.dlq,\n"  \
-  "                    their offsets as IDs): list, show, stats, export, discard, allow, replay\n"     \
+  "                    their offsets as IDs): list, show, stats, export, discard, allow, replay, patch\n"     \
   "  --fleet-key FILE  with --redis or --amqp: the key the workers sign dead letters with (default\n"    \
   "                    $PILLBOX_FLEET_KEY): each record's signature is said valid, missing or bad\n"
 
@@ -209,7 +209,7 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --follow-symlinks in directories, read what symlinks point to\n" PILLBOX_STORE_ONLY},
     {"patch",
      "usage: pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
-     "                                [--store DIR]\n"
+     "                                [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME]\n"
      "\n"
      "A fix by hand: stores a new revision of the record's payload (--payload-file) or of its\n"
      "handler arguments (--set-arg, repeatable; the others are kept) beside the original, which\n"
@@ -221,21 +221,30 @@ const std::map<std::string, const char*> kVerbHelp = {
      "record ID\"), so `run` over the same input skips it as done. The original payload is\n"
      "unchanged, and still fails (`pillbox reproduce ID`).\n"
      "\n"
+     "On the fleet's quarantine (--redis, --amqp) a patch is of the payload only: its tasks carry\n"
+     "no handler arguments (the workers' --arg decides them), so --set-arg is refused. The revision\n"
+     "is kept beside the dead letter (Redis: NAME:dlq:revisions:ID; RabbitMQ: the stream\n"
+     "NAME.dlq.revisions) and named by the record's state, signed with the fleet key when there is\n"
+     "one; replay redrives the newest revision to the workers, and with the key only a revision\n"
+     "signed with it (else --trust-unsigned). Without a key a revision is as trusted as the state.\n"
+     "\n"
      "An allowed record (quarantine allow) goes back to quarantined, awaiting review again: the\n"
      "allowance was of what it ran before.\n"
      "\n"
      "Refused, with nothing changed: a record resolved or discarded, one being replayed, --set-arg\n"
-     "on an exec record (a command line, not handler arguments), a patch equal to the newest\n"
-     "revision, a payload file that is not a readable regular file of at most 1 GiB.\n"
+     "on an exec record (a command line, not handler arguments) or on the fleet, a patch equal to\n"
+     "the newest revision, one that another patch beat to the record (on the fleet), a payload file\n"
+     "that is not a readable regular file of at most 1 GiB.\n"
      "\n"
      "options:\n"
      "  --payload-file F  the new payload, exactly these bytes\n"
-     "  --set-arg K=V     set handler argument K to V (repeatable)\n"
+     "  --set-arg K=V     set handler argument K to V (repeatable; the store's records only)\n"
      "  --note TEXT       why (required; at most 4096 bytes)\n"
      "  --json            on stdout, one JSON object: {\"record_id\", \"n\", \"at\", \"actor\", \"note\",\n"
-     "                    \"summary\", \"payload_sha256\", \"payload_size\", \"handler_args\"}\n" PILLBOX_STORE_ONLY
+     "                    \"summary\", \"payload_sha256\", \"payload_size\", \"handler_args\"}\n" PILLBOX_WHERE
      "\n"
-     "exit codes: 0 stored, 2 usage error, no such record, or a patch refused, 3 the store cannot be used\n"},
+     "exit codes: 0 stored, 2 usage error, no such record, or a patch refused, 3 the store or the broker\n"
+     "cannot be used\n"},
 };
 
 #undef PILLBOX_FILTERS

@@ -10,6 +10,7 @@
 #include "shared/task_input.h"
 #include "supervisor/cli/commands.h"
 #include "supervisor/cli/exit_code.h"
+#include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/quarantine_print.h"
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/io/regular_file.h"
@@ -64,12 +65,19 @@ int quarantine_patch(const RecordsContext& c) {
   auto revision = c.source.patch(id, std::move(*request));
   if (!revision) return quarantine_error(revision.error(), exit_code_for(revision.error_code()));
   if (c.args.flag("json")) {
-    const nlohmann::json j = patched_record_json(*revision);
+    const nlohmann::json j = patched_record_json(*revision, c.source.id_json(id));
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kExitOk;
   }
   std::printf("record %s: revision %lld stored (%s); the original is unchanged. Run it: pillbox quarantine replay %s\n",
               id.c_str(), static_cast<long long>(revision->n), table_cell(revision->summary, 300).c_str(), id.c_str());
+  // On the fleet a revision is signed with the fleet's key (fleet_revisions.h): without one it is unsigned.
+  if (c.source.can().signatures) {
+    if (auto key = read_fleet_key(c.args); key && !*key) {
+      std::fprintf(stderr, "pillbox quarantine patch: no fleet key: this revision is unsigned, and a replay with the "
+                           "key takes it only with --trust-unsigned (give --fleet-key FILE to sign it)\n");
+    }
+  }
   if (was_allowed) {
     std::printf("record %s was allowed to replay: it awaits review again, for what it runs now is the new revision "
                 "(pillbox quarantine allow %s)\n",

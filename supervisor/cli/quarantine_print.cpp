@@ -377,8 +377,10 @@ int print_record(const ShownRecord& shown, bool json) {
              table_cell(v["actor"].get<std::string>(), 80) + "\n";
       out += "      note:    " + table_cell(v["note"].get<std::string>(), 300) + "\n";
       out += "      change:  " + table_cell(v["summary"].get<std::string>(), 300) + "\n";
+      // On the fleet a claim of its state: shown as a cell, and its signature said.
       out += "      payload: " + human_bytes(v["payload_size"].get<std::int64_t>()) + ", sha256 " +
-             v["payload_sha256"].get<std::string>() + "\n";
+             table_cell(v["payload_sha256"].get<std::string>(), 80) +
+             (v.contains("signature") ? ", signature " + v["signature"].get<std::string>() : std::string()) + "\n";
       if (shown.record.entry.handler != "exec") {
         out += "      args:    " + table_cell(v["handler_args"].dump(-1, ' ', false,
                                                                      nlohmann::json::error_handler_t::replace), 300) + "\n";

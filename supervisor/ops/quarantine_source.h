@@ -31,6 +31,7 @@ struct QuarantineCapabilities {
   bool signatures = false;             // records signed by whoever wrote them (list's SIGNATURE)
   bool replays_here = false;           // replay runs payloads here (else: sent back to the workers)
   bool patches = false;                // patch: an operator's fix kept as the record's next revision
+  bool patches_args = false;           // ... of its handler arguments too (patch --set-arg), not only its payload
   // A replay gets each resolved payload's output back (for --out); else
   // the results stay where the workers put them (RabbitMQ: a reply_to, or
   // NAME.results, which the replay does not consume).
@@ -125,6 +126,8 @@ class QuarantineSource {
   // A record id as an operator typed it, in its canonical text, or a kUsage
   // error saying what an id is here.
   virtual Expected<std::string> parse_id(const std::string& text) const = 0;
+  // A record id (parse_id's text) as --json prints it: SourcedRecord::id.
+  virtual nlohmann::json id_json(const std::string& id) const = 0;
   // What the last each(), count() or stats() left out of the records and
   // why, for the operator ("" when nothing): list and stats say it.
   virtual std::string left_out() const { return ""; }

@@ -86,9 +86,9 @@ nlohmann::json revision_json(const store::Revision& v) {
           {"handler_args", args}};
 }
 
-nlohmann::json patched_record_json(const store::Revision& v) {
+nlohmann::json patched_record_json(const store::Revision& v, const nlohmann::json& record_id) {
   nlohmann::json j = revision_json(v);
-  j["record_id"] = v.record_id;
+  j["record_id"] = record_id;
   return j;
 }
 

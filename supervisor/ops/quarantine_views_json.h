@@ -51,7 +51,7 @@ nlohmann::json full_record_json(const nlohmann::json& id, const store::Quarantin
 nlohmann::json revision_json(const store::Revision& revision);
 // patch --json's object, also the console's answer to a patch
 // (POST /api/records/ID/patch): revision_json with "record_id".
-nlohmann::json patched_record_json(const store::Revision& revision);
+nlohmann::json patched_record_json(const store::Revision& revision, const nlohmann::json& record_id);
 
 // full_record_json of a record of the store, its attempts read from the
 // ledger, its audit trail from the quarantine, and "revisions", its

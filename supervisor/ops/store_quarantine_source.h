@@ -27,11 +27,13 @@ class StoreQuarantineSource final : public QuarantineSource {
 
   // Known before the store is opened (a verb refused before it is read).
   static constexpr QuarantineCapabilities kCapabilities{
-      .discard_by_raise_site = true, .replays_here = true, .patches = true};
+      .discard_by_raise_site = true, .replays_here = true, .patches = true,
+      .patches_args = true};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override { return dir_; }
   int id_width() const override { return 8; }
   Expected<std::string> parse_id(const std::string& text) const override;
+  nlohmann::json id_json(const std::string& id) const override { return std::stoll(id); }
   Status each(const store::ListFilter& filter, const std::function<bool(const SourcedRecord&)>& fn) override;
   Expected<std::int64_t> count(const store::ListFilter& filter) override { return quarantine_.count(filter); }
   Expected<std::vector<store::FingerprintStats>> stats(const store::ListFilter& filter,

@@ -399,12 +399,15 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
   const std::string status = value_text(r["status"]);
   if (source.can().patches && (status == "quarantined" || status == "failed-again" || status == "allowed")) {
     // Read by /static/console.js: the file as base64, or the K=V lines.
-    const bool exec = value_text(r["handler"]) == "exec";
+    // Arguments where records have their own (a fleet's task carries none: its workers' --arg decides).
+    const bool args = source.can().patches_args && value_text(r["handler"]) != "exec";
+    std::string options;  // the fleet's, in the commands shown
+    for (const auto& arg : source.cli_source_args()) options += " " + arg;
     body += "<h2>Patch</h2>\n<form id=\"patch-form\" class=\"action\" method=\"post\" data-action=\"/api/records/" +
             html_escape(url_encode(id)) + "/patch\">\n"
             "<label>note <input name=\"note\" required maxlength=\"4096\" size=\"40\"></label>\n"
             "<label>new payload <input name=\"payload\" type=\"file\"></label>\n";
-    if (!exec) {
+    if (args) {
       body += "<label>or arguments (K=V, one a line) <textarea name=\"set_args\" rows=\"3\" cols=\"30\">"
               "</textarea></label>\n";
     }
@@ -412,8 +415,9 @@ Page record_page(ConsoleSource& source, const std::string& id_text) {
             "size=\"20\" placeholder=\"serve.token\"></label>\n"
             "<button type=\"submit\">Patch</button>\n<output id=\"patch-result\"></output>\n</form>\n"
             "<p class=\"note\">Stored as the next revision beside the original (payloads up to 8 MiB here; larger "
-            "ones: <code>pillbox quarantine patch " + html_escape(id) + " --payload-file FILE --note TEXT</code>). "
-            "Run it: <code>pillbox quarantine replay " + html_escape(id) + "</code>.</p>\n";
+            "ones: <code>pillbox quarantine patch " + html_escape(id) + " --payload-file FILE --note TEXT" +
+            html_escape(options) + "</code>). Run it: <code>pillbox quarantine replay " + html_escape(id) +
+            html_escape(options) + "</code>.</p>\n";
   }
 
   body += record_actions_html(id, status);

@@ -133,7 +133,7 @@ ApiReply ConsoleSource::patch(const std::string& id, const std::string& body, co
   if (q == nullptr) return error;
   read.request->actor = actor;
   auto revision = q->patch(*checked, std::move(*read.request));
-  if (revision) return {200, patched_record_json(*revision)};
+  if (revision) return {200, patched_record_json(*revision, q->id_json(*checked))};
   if (revision.error_code() != ErrorCode::kUsage || !q->can().patches) {
     return failure(revision.error(), revision.error_code());
   }

@@ -220,9 +220,9 @@ void reads_as_the_cli(Fleet& f) {
     CHECK(e2e::read_file(out.path() + "/record-" + id + "/" + name) == e2e::read_file(out.path() + "/cli/" + name));
   }
 
-  // The record's page: the broker's part, no patch form, minimize only
-  // where RabbitMQ's quarantine does it; the commands name the broker
-  // without the password.
+  // The record's page: the broker's part, a patch form of the payload only
+  // (a fleet's task has no handler arguments), minimize; the commands name
+  // the broker without the password.
   const auto page = c.get("/records/" + id);
   REQUIRE(page);
   CHECK(page->status == 200);
@@ -230,12 +230,27 @@ void reads_as_the_cli(Fleet& f) {
   CHECK(page->body.find("message id <code>msg-segv-1</code>") != std::string::npos);
   CHECK(page->body.find("pillbox reproduce " + id + " --amqp " + f.shown_url() + " --queue jobs --fleet-key " + f.key +
                         "</code>, with PILLBOX_AMQP_PASSWORD set)") != std::string::npos);
-  CHECK(page->body.find("patch-form") == std::string::npos);
+  CHECK(page->body.find("patch-form") != std::string::npos);
+  CHECK(page->body.find("name=\"set_args\"") == std::string::npos);
+  CHECK(page->body.find("pillbox quarantine replay " + id + " --amqp " + f.shown_url() + " --queue jobs") !=
+        std::string::npos);
   CHECK(page->body.find("discard-form") != std::string::npos);
   CHECK(page->body.find("/minimize\"") != std::string::npos);  // amqp_minimize_test.cpp runs it
+  // The Patch action: the CLI's (fleet_patch_test.cpp tests it), audited as web.
+  const auto args = c.post("/api/records/" + id + "/patch", R"({"note": "fix", "set_args": {"mode": "x"}})");
+  REQUIRE(args);
+  CHECK(args->status == 400);
+  CHECK(body_of(args)["error"].get<std::string>().find("--set-arg does not apply on the fleet's quarantine") !=
+        std::string::npos);
   const auto patch = c.post("/api/records/" + id + "/patch", R"({"note": "fix", "payload_b64": "QQ=="})");
   REQUIRE(patch);
-  CHECK(patch->status == 400);
+  CHECK(patch->status == 200);
+  CHECK(body_of(patch)["n"] == 1);
+  CHECK(body_of(patch)["record_id"] == std::stoll(id));
+  CHECK(body_of(patch)["actor"].get<std::string>().rfind("web: ", 0) == 0);
+  const auto patched = c.get("/records/" + id);
+  REQUIRE(patched);
+  CHECK(patched->body.find("<table class=\"revisions\">") != std::string::npos);
   CHECK(c.get("/")->status == 200);
   CHECK(c.get("/groups")->status == 200);
 

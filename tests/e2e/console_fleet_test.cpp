@@ -4,7 +4,7 @@
 // aborts). The API answers what `quarantine list/show/stats --json --redis`
 // print; pages work with entry ids (in headless Chromium); a discard needs
 // the token and lands in the fleet's audit trail as web; what the fleet does
-// not have (tasks, runs, patches) is said, not a 500; Redis stopped is 503
+// not have (tasks, runs) is said, not a 500; a patch is the CLI's; Redis stopped is 503
 // and the console goes on when it is back; /metrics counts the dead letters.
 #include <algorithm>
 #include <doctest/doctest.h>
@@ -156,7 +156,7 @@ TEST_CASE("serve --redis: the API answers what quarantine list/show/stats --json
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
-TEST_CASE("serve --redis: ids are entry ids; tasks, runs and patches are said to be the store's, not a 500") {
+TEST_CASE("serve --redis: ids are entry ids; tasks and runs are said to be the store's, not a 500; patch is the CLI's") {
   Fleet f;
   REQUIRE_REDIS(f.server);
   httplib::Client& http = f.start();
@@ -188,25 +188,36 @@ TEST_CASE("serve --redis: ids are entry ids; tasks, runs and patches are said to
     CHECK(r->body.find("jobs:dlq") != std::string::npos);  // the header names the quarantine
   }
 
-  // A patch: refused with the CLI's own words, the token checked first.
-  const std::string patch = R"({"note": "fix", "payload_b64": "QQ=="})";
-  CHECK(http.Post("/api/records/" + id + "/patch", patch, "application/json")->status == 401);
+  // A patch: the token checked first; arguments refused with the CLI's own
+  // words (a fleet's task has none); a payload stored as the CLI stores it.
+  const std::string args = R"({"note": "fix", "set_args": {"mode": "x"}})";
+  CHECK(http.Post("/api/records/" + id + "/patch", args, "application/json")->status == 401);
   const httplib::Headers auth = {{"Authorization", "Bearer " + f.token()}};
-  const auto refused = http.Post("/api/records/" + id + "/patch", auth, patch, "application/json");
+  const auto refused = http.Post("/api/records/" + id + "/patch", auth, args, "application/json");
   REQUIRE(refused);
   CHECK(refused->status == 400);
-  e2e::TempDir dir;
-  std::ofstream(dir.path() + "/p") << "A";
-  const auto cli = run_pillbox({"quarantine", "patch", id, "--payload-file", dir.path() + "/p", "--note", "fix",
-                                "--redis", f.server.url(), "--stream", "jobs"});
+  const auto cli = run_pillbox({"quarantine", "patch", id, "--set-arg", "mode=x", "--note", "fix", "--redis",
+                                f.server.url(), "--stream", "jobs"});
   CHECK(cli.exit_code == 2);
   CHECK(cli.err == "pillbox quarantine: " + body_of(refused)["error"].get<std::string>() + "\n");
+  const auto patched = http.Post("/api/records/" + id + "/patch", auth, R"({"note": "fix", "payload_b64": "QQ=="})",
+                                 "application/json");
+  REQUIRE(patched);
+  CHECK(patched->status == 200);
+  CHECK(body_of(patched)["n"] == 1);
+  CHECK(body_of(patched)["record_id"] == id);
+  const auto shown = run_pillbox({"quarantine", "show", id, "--json", "--redis", f.server.url(), "--stream", "jobs"});
+  REQUIRE(shown.records.size() == 1);
+  CHECK(shown.records[0]["revisions"][0]["payload_sha256"] == body_of(patched)["payload_sha256"]);
 
-  // The record's page: no patch form; the reproduce command names the fleet.
+  // The record's page: its revisions, a patch form of the payload only; the
+  // commands name the fleet.
   const auto page = http.Get("/records/" + id);
   REQUIRE(page);
   CHECK(page->status == 200);
-  CHECK(page->body.find("patch-form") == std::string::npos);
+  CHECK(page->body.find("patch-form") != std::string::npos);
+  CHECK(page->body.find("name=\"set_args\"") == std::string::npos);
+  CHECK(page->body.find("<table class=\"revisions\">") != std::string::npos);
   CHECK(page->body.find("discard-form") != std::string::npos);
   CHECK(page->body.find("pillbox reproduce " + id + " --redis " + f.server.url() + "/0 --stream jobs") !=
         std::string::npos);

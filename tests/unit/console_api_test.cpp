@@ -184,7 +184,7 @@ TEST_CASE("console api: patch answers patch --json's object; 404, 409 and 400 ch
   auto stored = store::RevisionStore(env.db()).list(id);
   REQUIRE(stored.has_value());
   REQUIRE(stored->size() == 1);
-  CHECK(done.body == patched_record_json(stored->front()));  // the CLI's object
+  CHECK(done.body == patched_record_json(stored->front(), id));  // the CLI's object
   CHECK(done.body["handler_args"]["depth"] == "3");
   CHECK(done.body["actor"] == "web: 127.0.0.1");
 }
