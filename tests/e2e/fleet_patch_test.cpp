@@ -29,6 +29,7 @@
 #include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/amqp_payload_stream.h"
 #include "supervisor/broker/amqp_state_log.h"
+#include "supervisor/broker/amqp_stream_reader.h"
 #include "supervisor/broker/fleet_state.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
@@ -64,6 +65,8 @@ struct Fleet {
   std::function<std::int64_t(const std::string& id, const std::string& bytes)> keep_bytes;
   // The bytes the broker holds for `revision` of `id` replaced by `bytes`.
   std::function<void(const std::string& id, const FleetRevision& revision, const std::string& bytes)> swap_bytes;
+  // How many payloads are kept for record `id`'s revisions, named or not.
+  std::function<long long(const std::string& id)> kept_count;
   // The ok results' outputs so far, by task key (every one, in order).
   std::function<std::multimap<std::string, std::string>()> outputs;
 
@@ -140,6 +143,9 @@ Fleet redis_fleet(const e2e::RedisServer& server, const std::string& name) {
     auto redis = e2e::connect(server);
     REQUIRE(redis.command({"HSET", name + ":dlq:revisions:" + id, v.payload_sha256, bytes}).has_value());
   };
+  f.kept_count = [&server, name](const std::string& id) {
+    return e2e::redis_integer(server, {"HLEN", name + ":dlq:revisions:" + id});
+  };
   f.outputs = [&server, name] {
     std::multimap<std::string, std::string> out;
     for (const auto& e : e2e::stream_entries(server, name + ":results")) {
@@ -204,6 +210,16 @@ Fleet amqp_fleet(e2e::RabbitServer& server, const std::string& key, const std::s
         if (r.n == v.n) r.at = at;
       }
     });
+  };
+  // Every payload appended to NAME.dlq.revisions, whichever record's: the
+  // scenario that counts them patches one record at a time.
+  f.kept_count = [&server, queue](const std::string&) {
+    auto c = e2e::amqp_connect(server);
+    if (!c.check_queue(queue + ".dlq.revisions")) return 0LL;
+    pillbox::broker::AmqpStreamReader reader(c, queue + ".dlq.revisions", 0);
+    auto end = reader.end();
+    REQUIRE_MESSAGE(end.has_value(), end.error());
+    return static_cast<long long>(*end);
   };
   auto seen = std::make_shared<std::multimap<std::string, std::string>>();
   f.outputs = [&server, queue, seen] {
@@ -463,8 +479,10 @@ void races_and_kills(const Fleet& fleet) {
   std::mt19937 random(std::random_device{}());
   // About a patch's time (measured above), its process start included.
   const int most_ms = fleet.broker == "amqp" ? 2200 : 20;
-  int before = 0, after = 0;
+  int before = 0, after = 0, between = 0;
   for (int round = 0; round < 8; ++round) {
+    const long long kept_before = fleet.kept_count(killed);
+    const auto named_before = static_cast<long long>(fleet.show(killed)["revisions"].size());
     auto p = background_patch(killed, "ok k" + std::to_string(round));
     std::this_thread::sleep_for(std::chrono::milliseconds(random() % most_ms));  // a random moment, not a wait
     p->signal(SIGKILL);
@@ -472,6 +490,11 @@ void races_and_kills(const Fleet& fleet) {
     (code == 0 ? after : before) += 1;
     const json shown = fleet.show(killed);
     const json& revisions = shown["revisions"];
+    // Killed between its two writes: bytes kept that no revision names.
+    if (fleet.kept_count(killed) - kept_before >
+                                static_cast<long long>(revisions.size()) - named_before) {
+      ++between;
+    }
     for (std::size_t i = 0; i < revisions.size(); ++i) {
       INFO("round " << round << ", revision " << i + 1);
       CHECK(revisions[i]["n"] == i + 1);
@@ -480,7 +503,8 @@ void races_and_kills(const Fleet& fleet) {
       CHECK(pillbox::sha256_hex(bytes.out) == revisions[i]["payload_sha256"]);
     }
   }
-  MESSAGE(fleet.broker << ": 8 patches SIGKILLed: " << before << " before they ended, " << after << " after");
+  MESSAGE(fleet.broker << ": 8 patches SIGKILLed: " << before << " before they ended, " << after
+                       << " after; killed between keeping the bytes and naming them in the state: " << between);
   const json last = fleet.show(killed);
   if (!last["revisions"].empty()) {
     e2e::Background worker(e2e::pillbox_binary(), fleet.worker());
