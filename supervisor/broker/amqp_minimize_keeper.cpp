@@ -91,9 +91,8 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
 Expected<std::optional<std::string>> read_minimization(AmqpPayloadStream& payloads, std::int64_t offset,
                                                        const FleetRecord& record, const std::string& sha256,
                                                        std::string& why_not) {
-  const std::uint64_t most = record.payload_omitted
-                                 ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, record.record.entry.payload_size))
-                                 : record.payload.size();
+  const std::int64_t claimed = std::max<std::int64_t>(0, record.record.entry.payload_size);
+  const std::uint64_t most = record.payload_omitted ? static_cast<std::uint64_t>(claimed) : record.payload.size();
   return payloads.read(offset, record.id, sha256, most, "the record's own payload", why_not);
 }
 

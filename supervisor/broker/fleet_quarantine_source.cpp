@@ -113,9 +113,10 @@ Expected<PayloadBytes> FleetQuarantineSource::payload(const SourcedRecord& r, st
     for (const FleetRevision& v : d.state.revisions) {
       if (v.n != revision) continue;
       auto bytes = dead_letters_.revision_payload(d, v);
+      // Bytes that are not the ones its state names are damage (or a
+      // forgery), not the operator's mistake: exit 3, as for the original's.
       if (!bytes) {
-        return Error{"revision " + std::to_string(revision) + " of record " + d.id + " cannot be read: " + bytes.error(),
-                     bytes.error_code()};
+        return Error{"revision " + std::to_string(revision) + " of record " + d.id + " cannot be read: " + bytes.error()};
       }
       return PayloadBytes{std::move(*bytes), v.payload_sha256};
     }

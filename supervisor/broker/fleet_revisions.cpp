@@ -144,7 +144,9 @@ Expected<store::Revision> patch_fleet_record(FleetDeadLetters& dead_letters, con
   next.note = request.note;
   next.summary = summary;
   auto changed = dead_letters.change_state(id, true, [&](FleetState& s, const FleetRecord& current_record) {
-    if (const std::string why = patch_refusal(id, s.status, ""); !why.empty()) return Status::error(why, ErrorCode::kUsage);
+    if (const std::string why = patch_refusal(id, s.status, ""); !why.empty()) {
+      return Status::error(why, ErrorCode::kUsage);
+    }
     if (s.revisions.size() != revisions_before) {
       const FleetRevision& other = s.revisions.back();
       return Status::error("record " + id + " was patched meanwhile (revision " + std::to_string(other.n) + " by " +

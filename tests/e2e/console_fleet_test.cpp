@@ -156,7 +156,7 @@ TEST_CASE("serve --redis: the API answers what quarantine list/show/stats --json
   CHECK(f.serve->stop(SIGTERM) == 0);
 }
 
-TEST_CASE("serve --redis: ids are entry ids; tasks and runs are said to be the store's, not a 500; patch is the CLI's") {
+TEST_CASE("serve --redis: ids are entry ids; tasks and runs are said to be the store's, not a 500; patch as the CLI") {
   Fleet f;
   REQUIRE_REDIS(f.server);
   httplib::Client& http = f.start();

@@ -344,7 +344,8 @@ void replays_the_patch(const Fleet& fleet) {
   CHECK(outputs.count("broken") == 0);
   const json shown = fleet.show(fixme);
   CHECK(shown["status"] == "resolved");
-  CHECK(has(shown["audit"].back()["detail"].get<std::string>(), ", from revision 2 (a patch; the original is unchanged)"));
+  CHECK(has(shown["audit"].back()["detail"].get<std::string>(),
+            ", from revision 2 (a patch; the original is unchanged)"));
   CHECK(has(shown["attempt_history"].back()["message"].get<std::string>(), " (revision 2, a patch)"));
   CHECK(fleet.show(broken)["status"] == "failed-again");
   // Resolved: patched no more.
@@ -402,6 +403,10 @@ void forged_revisions_never_run(const Fleet& fleet) {
   CHECK(has(plan.out, "skipped: record " + resigned + "'s revision 1 does not match the fleet key"));
   CHECK(has(plan.out, "skipped: record " + copied + "'s revision 1 does not match the fleet key"));
   CHECK(fleet.show(orphan)["revisions"] == json::array());
+  const auto damaged = fleet.quarantine({"export", swapped, "--revision", "1", "-o", "-"});
+  CHECK(damaged.exit_code == 3);
+  CHECK_MESSAGE(has(damaged.err, "revision 1 of record " + swapped + " cannot be read: "), damaged.err);
+  CHECK(damaged.out.empty());
 
   e2e::Background worker(e2e::pillbox_binary(), fleet.worker());
   const auto replay = fleet.quarantine({"replay", "--all", "--json", "--batch-timeout", "60s"});
