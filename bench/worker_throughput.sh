@@ -20,8 +20,12 @@
 #               workers --amqp until their ok verdicts (summed from their
 #               /metrics, polled every 10 ms) count every task
 #   amqp1       the same with 1 worker --jobs 2
+#   amqp-p1     as amqp, with --prefetch 1 (= --jobs; the default is 4 x --jobs)
 # RabbitMQ (Debian's rabbitmq-server) is started here with a node name,
 # ports, epmd and Mnesia dir of its own; without it the amqp columns say so.
+# The broker runs on the same cores: its CPU time per task over the amqp
+# runs is printed, with the ceiling it puts on them (2 cores shared by the
+# broker and what `run` does alone).
 #
 # for two payload paths: echo (--handler echo, zygote) and exec (-- echo_stdin).
 # Prints median tasks/s per variant and the ratios to run.
@@ -93,6 +97,8 @@ if [[ "${NO_RABBITMQ:-0}" != 1 && -x $RABBIT_SERVER ]] && command -v epmd >/dev/
   done
   if grep -q 'completed with' "$RD/out.log"; then
     AMQP_URL="amqp://pillbox:bench@127.0.0.1:$RPORT/%2f"
+    # The Erlang VM under the start script: the one with this Mnesia dir.
+    for b in $(pgrep beam.smp); do grep -qa "$RD/mnesia" "/proc/$b/environ" 2>/dev/null && BEAM_PID=$b; done
   else
     echo "$BENCH: rabbitmq-server did not start; the amqp columns are left out:" >&2
     tail -n 20 "$RD/out.log" >&2
@@ -166,19 +172,25 @@ EOF
   end_workers "$t0" "$rc" "workers $1" "${pids[@]}"
 }
 
-# run_amqp_workers PATH N JOBS: seconds from starting N workers --amqp
-# (--jobs JOBS) to their ok verdicts counting every task (each worker's
-# pillbox_tasks_total{verdict="ok"}, read from its --metrics).
+# The CPU time (clock ticks) the broker's Erlang VM has used so far.
+broker_ticks() { awk '{print $14 + $15}' "/proc/$BEAM_PID/stat"; }
+
+# run_amqp_workers PATH N JOBS [PREFETCH]: seconds from starting N workers
+# --amqp (--jobs JOBS, --prefetch PREFETCH or its default) to their ok
+# verdicts counting every task (each worker's
+# pillbox_tasks_total{verdict="ok"}, read from its --metrics). The broker's
+# CPU time meanwhile goes to $WORK/broker_ticks.PATH (a line per run).
 run_amqp_workers() {
   local queue="bench$RANDOM" w pids=() ports=() rc=0
   "$PB" submit --quiet --amqp "$AMQP_URL" --queue "$queue" "$WORK/corpus" 2>"$WORK/log" || bench_fail_run "submit --amqp" 1 "$WORK/log"
-  local t0
+  local t0 c0
+  c0=$(broker_ticks)
   t0=$(date +%s.%N)
   for ((w = 1; w <= $2; w++)); do
     ports+=("$(free_port)")
     # shellcheck disable=SC2046
     "$PB" worker --quiet --amqp "$AMQP_URL" --queue "$queue" --jobs "$3" --consumer "w$w" \
-      --metrics "${ports[-1]}" $(what_runs "$1") >/dev/null 2>"$WORK/worker$w.log" &
+      --metrics "${ports[-1]}" ${4:+--prefetch "$4"} $(what_runs "$1") >/dev/null 2>"$WORK/worker$w.log" &
     pids+=($!)
   done
   python3 - "$TASKS" "${ports[@]}" <<'EOF' || rc=$?
@@ -198,11 +210,12 @@ while time.time() < deadline:
     time.sleep(0.01)
 sys.exit(1)
 EOF
+  echo $(($(broker_ticks) - c0)) >>"$WORK/broker_ticks.$1"
   end_workers "$t0" "$rc" "workers --amqp $1" "${pids[@]}"
 }
 
 VARIANTS=(run-store run-nostore workers worker1)
-[[ -z $AMQP_URL ]] || VARIANTS+=(amqp amqp1)
+[[ -z $AMQP_URL ]] || VARIANTS+=(amqp amqp1 amqp-p1)
 
 declare -A TIMES
 for path in echo exec; do  # warm up
@@ -210,6 +223,7 @@ for path in echo exec; do  # warm up
   run_workers "$path" 2 1 >/dev/null
   [[ -z $AMQP_URL ]] || run_amqp_workers "$path" 2 1 >/dev/null
 done
+rm -f "$WORK"/broker_ticks.*
 for ((r = 1; r <= ROUNDS; r++)); do
   for path in echo exec; do
     for variant in "${VARIANTS[@]}"; do
@@ -218,6 +232,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         worker1) t=$(run_workers "$path" 1 2) ;;
         amqp) t=$(run_amqp_workers "$path" 2 1) ;;
         amqp1) t=$(run_amqp_workers "$path" 1 2) ;;
+        amqp-p1) t=$(run_amqp_workers "$path" 2 1 1) ;;
         *) t=$(run_files "$path" "$variant") ;;
       esac
       TIMES[$path.$variant]+="$t "
@@ -230,9 +245,12 @@ echo "worker_throughput: $TASKS tasks, $ROUNDS rounds, 2 slots each (run --jobs 
 for path in echo exec; do
   args=()
   for variant in "${VARIANTS[@]}"; do args+=("$variant=${TIMES[$path.$variant]}"); done
-  python3 - "$TASKS" "$path" "${args[@]}" <<'EOF'
+  ticks=$(paste -sd' ' "$WORK/broker_ticks.$path" 2>/dev/null || true)
+  python3 - "$TASKS" "$path" "$ticks" "$(getconf CLK_TCK)" "$(nproc)" "$WORK/broker_notes" "${args[@]}" <<'EOF'
 import statistics, sys
 tasks, path = int(sys.argv[1]), sys.argv[2]
+ticks, clk, cores, notes = [int(t) for t in sys.argv[3].split()], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+sys.argv[1:] = sys.argv[1:3] + sys.argv[7:]
 rate = {}
 for a in sys.argv[3:]:
     name, times = a.split("=", 1)
@@ -243,9 +261,20 @@ cols += [("workers/store", rate["workers"] / rate["run-store"]), ("workers/nosto
          ("worker1/nostore", rate["worker1"] / nostore)]
 if "amqp" in rate:
     cols += [("amqp/store", rate["amqp"] / rate["run-store"]), ("amqp/nostore", rate["amqp"] / nostore),
-             ("amqp1/nostore", rate["amqp1"] / nostore)]
+             ("amqp1/nostore", rate["amqp1"] / nostore), ("amqp-p1/store", rate["amqp-p1"] / rate["run-store"])]
 if path == "echo":
     print("path   " + " ".join("%15s" % c[0] for c in cols))
 print("%-6s " % path + " ".join(("%15.0f" if c[0].endswith("/s") else "%15.2f") % c[1] for c in cols))
+if ticks:
+    # The broker's CPU per task, and the most the amqp columns could reach
+    # against run-store if pillbox cost nothing more: the cores run's tasks
+    # keep busy for 1/rate s each, plus the broker's share.
+    broker_s = sum(ticks) / clk / (len(ticks) * tasks)
+    run = rate["run-store"]
+    ceiling = 1 / (1 / run + broker_s / cores)
+    with open(notes, "a") as f:
+        f.write("%s: rabbitmq-server used %.2f ms of CPU per task over the amqp runs; on %d cores shared with the "
+                "tasks, amqp/store could reach at most %.2f\n" % (path, broker_s * 1000, cores, ceiling / run))
 EOF
 done
+[[ ! -s $WORK/broker_notes ]] || cat "$WORK/broker_notes"
