@@ -274,7 +274,7 @@ if ticks:
     ceiling = 1 / (1 / run + broker_s / cores)
     with open(notes, "a") as f:
         f.write("%s: rabbitmq-server used %.2f ms of CPU per task over the amqp runs; on %d cores shared with the "
-                "tasks, amqp/store could reach at most %.2f\n" % (path, broker_s * 1000, cores, ceiling / run))
+                "tasks (if run keeps them busy), amqp/store could reach at most %.2f\n" % (path, broker_s * 1000, cores, ceiling / run))
 EOF
 done
 [[ ! -s $WORK/broker_notes ]] || cat "$WORK/broker_notes"
