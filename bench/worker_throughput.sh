@@ -20,7 +20,7 @@
 #               workers --amqp until their ok verdicts (summed from their
 #               /metrics, polled every 10 ms) count every task
 #   amqp1       the same with 1 worker --jobs 2
-#   amqp-p1     as amqp, with --prefetch 1 (= --jobs; the default is 4 x --jobs)
+#   amqp-p4     as amqp, with --prefetch 4 (4 x --jobs; the default is --jobs)
 # RabbitMQ (Debian's rabbitmq-server) is started here with a node name,
 # ports, epmd and Mnesia dir of its own; without it the amqp columns say so.
 # The broker runs on the same cores: its CPU time per task over the amqp
@@ -215,7 +215,7 @@ EOF
 }
 
 VARIANTS=(run-store run-nostore workers worker1)
-[[ -z $AMQP_URL ]] || VARIANTS+=(amqp amqp1 amqp-p1)
+[[ -z $AMQP_URL ]] || VARIANTS+=(amqp amqp1 amqp-p4)
 
 declare -A TIMES
 for path in echo exec; do  # warm up
@@ -232,7 +232,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         worker1) t=$(run_workers "$path" 1 2) ;;
         amqp) t=$(run_amqp_workers "$path" 2 1) ;;
         amqp1) t=$(run_amqp_workers "$path" 1 2) ;;
-        amqp-p1) t=$(run_amqp_workers "$path" 2 1 1) ;;
+        amqp-p4) t=$(run_amqp_workers "$path" 2 1 4) ;;
         *) t=$(run_files "$path" "$variant") ;;
       esac
       TIMES[$path.$variant]+="$t "
@@ -261,7 +261,7 @@ cols += [("workers/store", rate["workers"] / rate["run-store"]), ("workers/nosto
          ("worker1/nostore", rate["worker1"] / nostore)]
 if "amqp" in rate:
     cols += [("amqp/store", rate["amqp"] / rate["run-store"]), ("amqp/nostore", rate["amqp"] / nostore),
-             ("amqp1/nostore", rate["amqp1"] / nostore), ("amqp-p1/store", rate["amqp-p1"] / rate["run-store"])]
+             ("amqp1/nostore", rate["amqp1"] / nostore), ("amqp-p4/store", rate["amqp-p4"] / rate["run-store"])]
 if path == "echo":
     print("path   " + " ".join("%15s" % c[0] for c in cols))
 print("%-6s " % path + " ".join(("%15.0f" if c[0].endswith("/s") else "%15.2f") % c[1] for c in cols))

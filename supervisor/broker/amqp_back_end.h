@@ -4,8 +4,8 @@
 // (docs/distributed.md, RabbitMQ; docs/architecture.md, Adding a back end).
 //
 // Two AmqpLinks, each a connection on a thread of its own: `consumer`
-// consumes NAME (prefetch --prefetch, a few messages more than --jobs, so
-// that the next is here when a slot frees) and acknowledges; `publisher`
+// consumes NAME (prefetch --prefetch: --jobs, or more, so that the next is
+// here when a slot frees) and acknowledges; `publisher`
 // publishes with confirms. A suspect (a message whose last delivery never
 // reported back: it may be what killed a worker) runs alone, and nothing
 // else is held beside it: the worker gives back what it holds unstarted,
@@ -52,8 +52,7 @@ struct AmqpWorkerSettings {
   std::size_t prefetch = 1;
 };
 
-// --prefetch's default: the next messages are here when slots free, while
-// few are held unstarted (each is given back when a suspect comes).
+// --prefetch's default: --jobs (why: its definition).
 std::size_t default_amqp_prefetch(std::size_t jobs);
 
 class AmqpBackEnd final : public AttemptStore, public SettleCounts {

@@ -681,9 +681,9 @@ TEST_CASE("chaos on RabbitMQ: 5 workers SIGKILLed and the broker restarted mid-r
   // confirm died with the broker is sent again by the worker's publishing
   // link (docs/distributed.md): up to --prefetch + --jobs per worker
   // running then. Issue 28 bounds duplicates by kills x jobs, which leaves
-  // the broker's restart out: measured here beside it (at --prefetch 2: 5
-  // to 12 in 21 runs, 4 over kills x jobs; at the default 8: 14 to 18 in
-  // 4 runs).
+  // the broker's restart out: measured here beside it (at the default
+  // --prefetch, 2: 5 to 12 in 21 runs, 4 over kills x jobs, none over
+  // (kills + the broker's) x jobs; at --prefetch 8: 14 to 18 in 4 runs).
   const std::size_t bound = kKills * kJobs + through_restart.size() * (kPrefetch + kJobs);
   CHECK(l.duplicates <= bound);
   CHECK(l.extra_letters <= bound);
