@@ -47,7 +47,6 @@
 #include "supervisor/broker/amqp_back_end.h"
 #include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/amqp_dead_letter.h"
-#include "supervisor/broker/amqp_stream_reader.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
@@ -268,22 +267,6 @@ class ResultsReader {
   std::vector<Result> results_;
 };
 
-// Every message of the stream `dlq` as it is now (AmqpStreamReader: read by
-// offset, never consumed).
-std::vector<pillbox::broker::AmqpDeadLetter> all_dead_letters(const e2e::RabbitServer& server, const std::string& dlq) {
-  auto c = e2e::amqp_connect(server);
-  pillbox::broker::AmqpStreamReader reader(c, dlq, 1 << 20);
-  const auto end = reader.end();
-  REQUIRE_MESSAGE(end.has_value(), end.error());
-  std::vector<pillbox::broker::AmqpDeadLetter> out;
-  const auto read = reader.read(0, *end, [&](AmqpMessage&& m) {
-    out.push_back(pillbox::broker::read_dead_letter(m));
-    return true;
-  });
-  REQUIRE_MESSAGE(read.is_ok(), read.message());
-  return out;
-}
-
 // The first dead letter in the stream `dlq`, waited for (a consume from
 // its first offset blocks until the broker has one).
 AmqpMessage first_dead_letter(const e2e::RabbitServer& server, const std::string& dlq) {
@@ -430,7 +413,7 @@ Ledger check_ledger(const e2e::RabbitServer& server, const std::vector<Task>& ta
   // an earlier one's message id, payload and signature for a copy of that
   // record (amqp_quarantine.h), leaves it out and says how many.
   std::map<std::string, std::vector<const pillbox::broker::AmqpDeadLetter*>> letters_of;
-  const auto letters = all_dead_letters(server, std::string(kQueue) + ".dlq");
+  const auto letters = e2e::all_dead_letters(server, std::string(kQueue) + ".dlq");
   for (const auto& d : letters) {
     ++l.dead_letters;
     INFO("dead letter at offset " << d.offset << ": key " << d.key << ", record " << d.record.dump().substr(0, 2000));

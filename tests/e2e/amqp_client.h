@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "supervisor/broker/amqp_connection.h"
+#include "supervisor/broker/amqp_dead_letter.h"
+#include "supervisor/broker/amqp_stream_reader.h"
 #include "tests/e2e/rabbit_server.h"
 
 namespace e2e {
@@ -44,6 +46,23 @@ inline std::vector<pillbox::broker::AmqpMessage> drain(pillbox::broker::AmqpConn
     REQUIRE(c.ack((*m)->delivery_tag).is_ok());
     out.push_back(std::move(**m));
   }
+}
+
+// Every message of the stream `dlq` (NAME.dlq) as it is now, read by offset
+// (AmqpStreamReader: never consumed); none when there is no such stream yet.
+inline std::vector<pillbox::broker::AmqpDeadLetter> all_dead_letters(const RabbitServer& server, const std::string& dlq) {
+  auto c = amqp_connect(server);
+  if (!c.check_queue(dlq)) return {};
+  pillbox::broker::AmqpStreamReader reader(c, dlq, 1 << 20);
+  const auto end = reader.end();
+  REQUIRE_MESSAGE(end.has_value(), end.error());
+  std::vector<pillbox::broker::AmqpDeadLetter> out;
+  const auto read = reader.read(0, *end, [&](pillbox::broker::AmqpMessage&& m) {
+    out.push_back(pillbox::broker::read_dead_letter(m));
+    return true;
+  });
+  REQUIRE_MESSAGE(read.is_ok(), read.message());
+  return out;
 }
 
 // The messages ready in `queue`, as queue.declare says (a quorum queue

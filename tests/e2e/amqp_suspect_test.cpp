@@ -22,7 +22,6 @@
 
 #include "supervisor/broker/amqp_connection.h"
 #include "supervisor/broker/amqp_dead_letter.h"
-#include "supervisor/broker/amqp_stream_reader.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
@@ -53,20 +52,9 @@ QueueCounts counts(const e2e::RabbitServer& server) {
   return {};
 }
 
-// Every dead letter in NAME.dlq (a stream: read by offset, never consumed).
+// Every dead letter in NAME.dlq.
 std::vector<pillbox::broker::AmqpDeadLetter> dead_letters(const e2e::RabbitServer& server) {
-  auto c = e2e::amqp_connect(server);
-  if (!c.check_queue(std::string(kQueue) + ".dlq")) return {};
-  pillbox::broker::AmqpStreamReader reader(c, std::string(kQueue) + ".dlq", 1 << 20);
-  const auto end = reader.end();
-  REQUIRE_MESSAGE(end.has_value(), end.error());
-  std::vector<pillbox::broker::AmqpDeadLetter> out;
-  const auto read = reader.read(0, *end, [&](pillbox::broker::AmqpMessage&& m) {
-    out.push_back(pillbox::broker::read_dead_letter(m));
-    return true;
-  });
-  REQUIRE_MESSAGE(read.is_ok(), read.message());
-  return out;
+  return e2e::all_dead_letters(server, std::string(kQueue) + ".dlq");
 }
 
 }  // namespace
