@@ -43,8 +43,10 @@ constexpr std::size_t kMaxShortRecord = 256;
 
 // A record as short as it can be written and read back the same for what
 // judging needs (entry_history, engine_history): its delivery, kind,
-// fingerprint, and charged, transient and started where they are not
-// parse_delivery's defaults.
+// fingerprint, and charged, transient, started and suspect where they are
+// not parse_delivery's defaults. (Without `suspect`, a suspect given back a
+// few hundred times, its history written short, was one no more: it ran
+// beside others again, and they died with it if it was a killer.)
 std::string short_json(const RecordedDelivery& d) {
   nlohmann::json j = {{"delivery", d.delivery}};
   if (!d.kind.empty()) j["kind"] = d.kind;
@@ -52,6 +54,7 @@ std::string short_json(const RecordedDelivery& d) {
   if (!d.charged) j["charged"] = false;
   if (d.transient) j["transient"] = true;
   if (d.started) j["started"] = true;
+  if (d.keeps_suspicion) j["suspect"] = true;
   return dumped(j);
 }
 

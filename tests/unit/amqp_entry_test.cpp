@@ -168,6 +168,30 @@ TEST_CASE("amqp entry: a suspect given back stays one on its copy, and the deliv
   CHECK(refused->reason.find("past the delivery limit") != std::string::npos);
 }
 
+TEST_CASE("amqp entry: given back as a suspect over and over, a message stays one, and is never refused for it") {
+  // A flood of suspects (forged or not) gives a message back each time
+  // another runs alone beside it: each give-back is a release on its copy,
+  // never a delivery that did not report back. Past a few hundred, the
+  // copy's history is written short (history_text): the suspicion must
+  // survive that (it did not: after 269 give-backs the message ran beside
+  // others again).
+  AmqpHeld h = held(message(1));
+  REQUIRE(h.history.last_lost);
+  constexpr int kGiveBacks = 800;
+  for (int given_back = 1; given_back <= kGiveBacks; ++given_back) {
+    const auto release = recorded_suspect_release(static_cast<std::uint32_t>(h.delivery), "host:" + std::to_string(given_back),
+                                                  1000 + given_back, "released: a suspect runs alone on this worker; left to the others");
+    h = held(delivered(carried_copy(h, release, "jobs")));
+    INFO("after " << given_back << " give-backs");
+    REQUIRE(h.history_unreadable.empty());
+    REQUIRE(h.history.last_lost);
+    REQUIRE(h.history.lost.size() + h.history.unstarted.size() == 1);
+    const auto refused = check_message(settings(), h);
+    REQUIRE_MESSAGE(!refused, (refused ? refused->outcome.message : ""));
+  }
+  CHECK(h.delivery == kGiveBacks + 2);
+}
+
 TEST_CASE("amqp entry: a copy carries the history on; its deliveries count on from it") {
   const AmqpHeld first = held(message());
   const AmqpPublication copy = carried_copy(first, failed_at(first), "jobs.delay.1024");
