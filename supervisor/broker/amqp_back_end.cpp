@@ -127,6 +127,7 @@ void AmqpBackEnd::on_link_state(bool consumer, bool up, const std::string& what)
     if (consumer) {
       prefetch_asked_ = 0;  // the next connection's Setup consumes, asking --prefetch
       consume_paused_ = false;
+      ++consumer_downs_;
       // The broker put back every message this connection held: each is
       // delivered again (counted), to this worker or another. What runs here
       // runs on, unsettled.
@@ -572,15 +573,26 @@ void AmqpBackEnd::sync_consume() {
     if (consume_paused_) return;
     consume_paused_ = true;
     pause_answered_ = false;
+    const std::uint64_t pause = ++pauses_posted_;
+    const std::uint64_t downs = consumer_downs_;
     // Cancelling keeps what is unacknowledged on the channel; what came
     // before the cancel was read is admitted, and so given back.
-    consumer_.post([this](AmqpConnection& c) -> AmqpLink::Done {
+    consumer_.post([this, pause, downs](AmqpConnection& c) -> AmqpLink::Done {
       auto rest = c.cancel_consume();
       if (!rest) return nullptr;  // a broken connection: the broker took back what it held
-      return [this, rest = std::move(*rest), id = c.id()]() mutable {
-        pause_answered_ = true;
+      return [this, pause, downs, rest = std::move(*rest), id = c.id()]() mutable {
+        if (pause == pauses_posted_) pause_answered_ = true;  // else a later pause's answer is awaited
         tell_intake();
         for (AmqpMessage& m : rest) admit(std::move(m), id);
+        if (downs != consumer_downs_) {
+          // The connection was lost before this cancel ran, and the link
+          // ran it again on the next one (connection_link.h): it cancelled
+          // the consume that connection's Setup made, which on_link_state
+          // took as on (and the suspect is gone with the old connection).
+          // Left so, nothing would ever be consumed again.
+          consume_paused_ = true;
+          sync_consume();
+        }
       };
     });
     return;

@@ -215,6 +215,8 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   std::size_t prefetch_asked_ = 0;  // 0: as the consuming link's Setup asked (--prefetch)
   bool consume_paused_ = false;     // cancelled while a suspect runs alone
   bool pause_answered_ = true;      // the broker answered that cancel
+  std::uint64_t pauses_posted_ = 0;   // the last pause's number (its answer alone is awaited)
+  std::uint64_t consumer_downs_ = 0;  // consuming connections lost (each next one's Setup consumes)
   std::int64_t alone_ = 0;          // the suspect held alone (0: none)
   bool cancel_answered_ = false;      // the consume is cancelled (stop_reading)
   bool stopping_ = false;
