@@ -3,6 +3,7 @@
 // (amqp_chaos_test.cpp, amqp_suspect_test.cpp): a copy of the mixed_poison
 // fixture under a name of its own, so that its processes can be found and
 // told apart from every other test's.
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/e2e/background.h"
 #include "tests/e2e/support.h"
 
 namespace e2e {
@@ -49,6 +51,15 @@ inline std::vector<pid_t> running_tasks(const std::string& program) {
 inline void check_no_task_left(const std::string& program) {
   const auto left = still_running_after(running_tasks(program), std::chrono::seconds(10));
   CHECK_MESSAGE(left.empty(), "left running: " << describe(processes_of(program)));
+}
+
+// What a payload that kills its worker's supervisor does, played by the
+// test (the sandbox keeps a task from signalling its worker): SIGKILL of
+// worker `w` while `task` (its task's processes) runs; they die with it.
+inline void kill_worker_with(Background& w, const std::vector<pid_t>& task) {
+  w.signal(SIGKILL);
+  CHECK(w.wait() == 128 + SIGKILL);
+  CHECK_MESSAGE(still_running_after(task, std::chrono::seconds(10)).empty(), "the killed worker's task still runs");
 }
 
 }  // namespace e2e
