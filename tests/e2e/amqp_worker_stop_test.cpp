@@ -67,7 +67,7 @@ std::size_t quarantined(const e2e::RabbitServer& server, const std::string& queu
 void sigterm_finishes_and_gives_back(const e2e::RabbitServer& server) {
   submit(server, "stops", 8);
   // Each task says it started, then takes 400 ms, so SIGTERM comes while
-  // two run (prefetch --jobs: the worker holds about what it runs).
+  // two run (and more are held, next in line: --prefetch, 4 x --jobs).
   e2e::TempDir started(01777, e2e::host_dir_tasks_see());
   const std::vector<std::string> slow = {"--writable", started.path(), "--", "/bin/sh", "-c",
                                          "touch " + started.path() + "/task.$$; sleep 0.4; cat"};
