@@ -40,9 +40,21 @@ Background::Background(const std::string& program, const std::vector<std::string
   envp.push_back(nullptr);
   const std::string out = dir_.file("out"), err = dir_.file("err");
   const pid_t parent = ::getpid();
+  // Until the child has the default actions back, a signal sent to it
+  // (a test's SIGTERM right after the start) would run the test's own
+  // handler there (doctest's: "test case CRASHED", then on into execve),
+  // and the program, never told, ran on for ever: blocked until then.
+  sigset_t all, old;
+  ::sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &old);
   pid_ = ::fork();
+  if (pid_ != 0) ::sigprocmask(SIG_SETMASK, &old, nullptr);
   REQUIRE(pid_ >= 0);
   if (pid_ == 0) {
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction current {};
+      if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) ::signal(sig, SIG_DFL);
+    }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) _exit(127);
     const int in = ::open("/dev/null", O_RDONLY);
@@ -52,7 +64,7 @@ Background::Background(const std::string& program, const std::vector<std::string
     ::dup2(in, 0);
     ::dup2(o, 1);
     ::dup2(e, 2);
-    // The test's signal mask and dispositions are not the program's.
+    // The test's signal mask and handlers are not the program's.
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
