@@ -18,7 +18,7 @@
 // a task from signalling its worker: the test kills the worker for the
 // payload, as amqp_suspect_test.cpp does. Then the same liveness with the
 // broker closing the worker's connections while suspects run alone, and
-// workers SIGKILLed at random moments with the default --prefetch: nothing
+// workers SIGKILLed at random moments with --prefetch 4 x --jobs: nothing
 // lost, duplicates within --jobs a kill.
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -102,11 +102,12 @@ void forged_suspects_flood(const e2e::RabbitServer& server, const e2e::PoisonCop
   constexpr int kSuspects = 24;
   constexpr int kGood = 24;
   constexpr int kJobs = 2;
-  const long prefetch = static_cast<long>(pillbox::broker::default_amqp_prefetch(kJobs));
+  // Deeper than the default (--jobs): more held beside each suspect.
+  constexpr long prefetch = 4 * kJobs;
 
   auto worker = [&](const std::string& queue) {
     return e2e::run_pillbox({"worker", "--amqp", server.url(), "--queue", queue, "--jobs", std::to_string(kJobs),
-                             "--exit-when-idle", "2s", "--timeout", "60s", "--cpu", "60s", "--", program.path()},
+                             "--prefetch", std::to_string(prefetch), "--exit-when-idle", "2s", "--timeout", "60s", "--cpu", "60s", "--", program.path()},
                             "", {}, {}, 120);
   };
   // `queue` declared as a worker's (submit), then the messages published as
@@ -184,7 +185,7 @@ void connections_closed_while_suspects_run_alone(const e2e::RabbitServer& server
     REQUIRE(c.wait_confirmed().is_ok());
   }
   e2e::Background w(e2e::pillbox_binary(), {"worker", "--amqp", server.url(), "--queue", queue, "--jobs", "2",
-                                            "--exit-when-idle", "3s", "--timeout", "60s", "--json", "--", program.path()});
+                                            "--prefetch", "8", "--exit-when-idle", "3s", "--timeout", "60s", "--json", "--", program.path()});
   auto results = [&] {
     auto c = e2e::amqp_connect(server);
     const auto q = c.check_queue(queue + ".results");  // declared by the worker: none before
@@ -214,7 +215,7 @@ void connections_closed_while_suspects_run_alone(const e2e::RabbitServer& server
   // and a give-back whose copy was confirmed, its original not yet
   // acknowledged, leaves the message twice (both suspects, each runs
   // alone): at most --prefetch runs alone more per close.
-  const long prefetch = static_cast<long>(pillbox::broker::default_amqp_prefetch(2));
+  constexpr long prefetch = 8;
   CHECK(s.given_back <= (kSuspects + closes * prefetch) * (prefetch - 1));
   MESSAGE("connections closed " << closes << " times while " << kSuspects << " forged suspects ran alone: all ok, "
                                 << duplicates << " duplicate results; the worker: " << s.received << " deliveries, "
@@ -289,7 +290,7 @@ void two_killers_give_each_other_back(const e2e::RabbitServer& server, const e2e
 }
 
 // Workers SIGKILLed at moments drawn from a seeded generator (printed; set
-// PILLBOX_CHAOS_SEED to draw them again), with the default --prefetch: what
+// PILLBOX_CHAOS_SEED to draw them again), with --prefetch 4 x --jobs: what
 // each killed worker held comes back, each a suspect that then runs alone,
 // giving back what is held beside it. Nothing is lost, and a kill cuts at
 // most what is being settled: the settles (--jobs at most) and the
@@ -309,8 +310,9 @@ void workers_killed_at_random(const e2e::RabbitServer& server, const e2e::Poison
   const unsigned seed = env_seed != nullptr ? static_cast<unsigned>(std::strtoul(env_seed, nullptr, 10)) : std::random_device{}();
   std::mt19937 random(seed);
   INFO("seed " << seed << " (PILLBOX_CHAOS_SEED)");
+  constexpr int kPrefetch = 4 * kJobs;  // deeper than the default: the settles' limit is what holds the bound
   const std::vector<std::string> args = {"worker", "--amqp", server.url(), "--queue", queue, "--jobs", std::to_string(kJobs),
-                                         "--json", "--", program.path()};
+                                         "--prefetch", std::to_string(kPrefetch), "--json", "--", program.path()};
   std::vector<std::unique_ptr<e2e::Background>> workers;
   auto start = [&] {
     workers.push_back(std::make_unique<e2e::Background>(e2e::pillbox_binary(), args));
@@ -353,7 +355,7 @@ void workers_killed_at_random(const e2e::RabbitServer& server, const e2e::Poison
   }
   CHECK(e2e::all_dead_letters(server, queue + ".dlq").empty());
   MESSAGE("workers killed at random (seed " << seed << "): " << kills << " kills, --jobs " << kJobs << ", --prefetch "
-                                            << pillbox::broker::default_amqp_prefetch(kJobs) << ": " << kTasks
+                                            << kPrefetch << ": " << kTasks
                                             << " tasks all ok, " << duplicates << " duplicate results (kills x --jobs = "
                                             << kills * kJobs << ")");
   CHECK(duplicates <= kills * kJobs);
