@@ -325,6 +325,10 @@ Expected<BatchResult> AmqpBackEnd::apply(std::vector<StartAttempt> starts, bool,
     if (const auto* end = std::get_if<EndAttempt>(&w)) {
       Held* h = held(end->task_id);
       if (h == nullptr) continue;
+      // The suspect ran and this worker lives: suspected no more. Consumed
+      // again now, not once it is settled: one held for a handler outage
+      // stays unsettled, and the breaker probes with fresh payloads.
+      if (end->task_id == alone_) alone_ = 0;
       const auto delivery = static_cast<std::uint32_t>(h->delivery);
       h->last_end = end->outcome.kind == "interrupted"
                         ? recorded_release(delivery, settings_.worker.consumer.name, wall_ms(),

@@ -178,7 +178,7 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   void release(std::int64_t task_id);
   void lose(std::int64_t task_id, const std::string& why, LostAs as = LostAs::kTakenOver);
   // Suspect `task_id` runs alone: what is held unstarted is given back and
-  // the consume paused until it is settled (the header says why).
+  // the consume paused until it has run or is settled (the header says why).
   void run_alone(std::int64_t task_id);
   // The suspect may start: the consume's pause answered, and nothing held
   // but it and what the engine runs.
