@@ -1,6 +1,10 @@
 #include "supervisor/broker/fleet_revisions.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "shared/sha256.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/quarantine_views_json.h"
 
 namespace pillbox::broker {
@@ -33,6 +37,32 @@ std::string set_arg_refusal(const std::string& id) {
          " --payload-file F --note TEXT), or start the workers with other --arg";
 }
 
+// The number a patch gives its revision: above every one before, whatever
+// the state says (0: none is left below the int64 limit).
+std::int64_t next_revision_number(const FleetState& state) {
+  std::int64_t most = static_cast<std::int64_t>(state.revisions.size());
+  for (const FleetRevision& v : state.revisions) most = std::max(most, v.n);
+  return most < std::numeric_limits<std::int64_t>::max() ? most + 1 : 0;
+}
+
+// Why `record`'s newest revision is not numbered above all the others, as
+// a patch numbers it (next_revision_number); "" when it is.
+std::string revision_numbering_refusal(const FleetRecord& record) {
+  const auto& revisions = record.state.revisions;
+  if (revisions.size() < 2) return "";
+  const FleetRevision& newest = revisions.back();
+  std::int64_t before = revisions[0].n;
+  for (std::size_t i = 0; i + 1 < revisions.size(); ++i) before = std::max(before, revisions[i].n);
+  if (before < newest.n) return "";
+  return "record " + record.id + "'s newest revision (the last of " + std::to_string(revisions.size()) +
+         ") is numbered " + std::to_string(newest.n) + ", not above revision " + std::to_string(before) +
+         " before it: a patch numbers its revision above all before it, so this state was written by hand (an "
+         "older revision copied to the end, or renumbered), and which one is newest is not the operators' word; "
+         "never run. Look at it (pillbox quarantine show " + record.id + "), then patch it again with the fleet's "
+         "key (pillbox quarantine patch " + record.id + " --payload-file F --note TEXT), which numbers the new "
+         "revision above all";
+}
+
 }  // namespace
 
 const FleetRevision* newest_revision(const FleetState& state) {
@@ -48,7 +78,11 @@ Signature revision_signature(const FleetDeadLetters& dead_letters, const FleetRe
 
 Status check_newest_revision(const FleetDeadLetters& dead_letters, const FleetRecord& r, bool trust_unsigned) {
   const FleetRevision* v = newest_revision(r.state);
-  if (v == nullptr || trust_unsigned) return Status::ok();
+  if (v == nullptr) return Status::ok();
+  // A signed revision copied to the end would be "the newest" by the
+  // writer's choice: the state's order is anyone's, the numbers are signed.
+  if (const std::string why = revision_numbering_refusal(r); !why.empty()) return Status::error(why);
+  if (trust_unsigned) return Status::ok();
   const std::string again = "; patch it again with the fleet's key (pillbox quarantine patch " + r.id +
                             " --payload-file F --note TEXT --fleet-key FILE), or --trust-unsigned runs it anyway";
   switch (revision_signature(dead_letters, r, *v)) {
@@ -149,12 +183,19 @@ Expected<store::Revision> patch_fleet_record(FleetDeadLetters& dead_letters, con
     }
     if (s.revisions.size() != revisions_before) {
       const FleetRevision& other = s.revisions.back();
+      // Its author is the state's claim: shown as a cell.
       return Status::error("record " + id + " was patched meanwhile (revision " + std::to_string(other.n) + " by " +
-                               other.actor + "): yours was not stored; look at it (pillbox quarantine show " + id +
-                               ") and patch again if it is still wanted",
+                               table_cell(other.actor, 80) + "): yours was not stored; look at it (pillbox "
+                               "quarantine show " + id + ") and patch again if it is still wanted",
                            ErrorCode::kUsage);
     }
-    next.n = static_cast<std::int64_t>(s.revisions.size()) + 1;
+    next.n = next_revision_number(s);
+    if (next.n == 0) {
+      return Status::error("record " + id + "'s state numbers a revision at the int64 limit: not written by pillbox; "
+                           "look at it (pillbox quarantine show " + id + ") and discard the record, or write its "
+                           "state back from a backup",
+                           ErrorCode::kUsage);
+    }
     if (const FleetKey* key = dead_letters.key()) {
       next.sig = key->sign_revision(dead_letters.signed_name(), revision_fields(current_record, next));
     }

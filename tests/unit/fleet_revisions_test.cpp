@@ -8,7 +8,9 @@
 // (tests/e2e/fleet_patch_test.cpp runs it on real ones).
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -226,4 +228,58 @@ TEST_CASE("fleet revisions: a redrive refuses a revision unsigned, another recor
     q.use_key(FleetKey(std::string(32, 'o')));
     refused("7", "does not match the fleet key");
   }
+}
+
+TEST_CASE("fleet revisions: an older signed revision copied to the end is never run, key or --trust-unsigned") {
+  MemoryDeadLetters q;
+  q.add("7", "S crash");
+  q.use_key(FleetKey(std::string(32, 'k')));
+  REQUIRE(patch_fleet_record(q, "7", request("ok 1"), 1000).has_value());
+  REQUIRE(patch_fleet_record(q, "7", request("ok 2"), 2000).has_value());
+  FleetState s = q.state("7");
+  s.revisions.push_back(s.revisions[0]);  // every field as signed: a rollback by whoever can write the state
+  q.states["7"] = state_json(s);
+  CHECK(revision_signature(q, *q.get("7"), q.state("7").revisions[2]) == Signature::kValid);
+  for (const bool trust_unsigned : {false, true}) {
+    auto what = redrive_payload(q, *q.get("7"), trust_unsigned);
+    REQUIRE_FALSE(what.has_value());
+    CHECK(what.error_code() == ErrorCode::kUsage);
+    CHECK_MESSAGE(what.error().find("record 7's newest revision (the last of 3) is numbered 1, not above revision 2 "
+                                    "before it") != std::string::npos,
+                  what.error());
+  }
+  // What the refusal says to do: a patch numbers its revision above all, and it runs.
+  auto again = patch_fleet_record(q, "7", request("ok 3"), 3000);
+  REQUIRE_MESSAGE(again.has_value(), again.error());
+  CHECK(again->n == 4);  // above the count of those before it and their numbers
+  auto what = redrive_payload(q, *q.get("7"), false);
+  REQUIRE_MESSAGE(what.has_value(), what.error());
+  CHECK(what->revision == 4);
+  CHECK(what->bytes == "ok 3");
+
+  // Numbers up to the int64 limit: refused, never wrapped.
+  s = q.state("7");
+  s.revisions[0].n = std::numeric_limits<std::int64_t>::max();
+  q.states["7"] = state_json(s);
+  auto full = patch_fleet_record(q, "7", request("ok 4"), 4000);
+  REQUIRE_FALSE(full.has_value());
+  CHECK(full.error().find("state numbers a revision at the int64 limit") != std::string::npos);
+}
+
+TEST_CASE("fleet revisions: a patch beaten by a forged one names its author as a cell, no terminal escapes") {
+  MemoryDeadLetters q;
+  q.add("7", "S crash");
+  q.before_change = [&] {
+    FleetState s = q.state("7");
+    FleetRevision v;
+    v.n = 1;
+    v.actor = "mallory\x1b]0;owned\x07\nfake line";
+    s.revisions.push_back(v);
+    q.states["7"] = state_json(s);
+  };
+  auto lost = patch_fleet_record(q, "7", request("ok"), 1000);
+  REQUIRE_FALSE(lost.has_value());
+  CHECK_MESSAGE(lost.error().find("was patched meanwhile (revision 1 by mallory") != std::string::npos, lost.error());
+  CHECK(lost.error().find('\x1b') == std::string::npos);
+  CHECK(lost.error().find('\n') == std::string::npos);
 }
