@@ -12,7 +12,9 @@ namespace {
 
 // The fields a revision's sig covers, `sig` among them when given: whose
 // record (its id and its own payload, so a revision copied onto another
-// record does not verify), which revision, which bytes, who and when.
+// record does not verify), which revision, which bytes, who, when, and
+// what they said of it (the note and the change: another operator reviews
+// by them, so one rewritten in the state must not read as signed).
 SignedFields revision_fields(const FleetRecord& record, const FleetRevision& v) {
   SignedFields fields = {{"record", record.id},
                          {"record_payload_sha256", record.record.entry.payload_sha256},
@@ -20,7 +22,9 @@ SignedFields revision_fields(const FleetRecord& record, const FleetRevision& v) 
                          {"payload_sha256", v.payload_sha256},
                          {"payload_size", std::to_string(v.payload_size)},
                          {"actor", v.actor},
-                         {"at", std::to_string(v.created_at)}};
+                         {"at", std::to_string(v.created_at)},
+                         {"note", v.note},
+                         {"summary", v.summary}};
   if (!v.sig.empty()) fields.emplace_back("sig", v.sig);
   return fields;
 }

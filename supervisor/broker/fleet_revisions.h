@@ -21,16 +21,16 @@
 // NAME.dlq.state), and so are the kept bytes. With a fleet key each
 // revision is signed (a version tag of its own, over the dead-letter
 // stream's name, the record's id and original payload's sha256, the
-// revision's number, sha256, size, who and when), and a replay runs a
-// revision only on a valid signature (or --trust-unsigned, which a fleet
-// without a key needs anyway); bytes read back are always checked against
-// the sha256 and size its state names. The state's order is anyone's, the
-// numbers are signed: a patch numbers its revision above all before it, and
-// a newest revision that is not (an older signed one copied to the end) is
-// never run, key or not. What a signature cannot stop: a revision removed
-// from the state by whoever can write it (the replay then runs the one
-// before, or the original), as a revoked allowance written back
-// (fleet_allowance.h).
+// revision's number, sha256, size, who, when, note and what changed), and
+// a replay runs a revision only on a valid signature (or --trust-unsigned,
+// which a fleet without a key needs anyway); bytes read back are always
+// checked against the sha256 and size its state names. The state's order
+// is anyone's, the numbers are signed: a patch numbers its revision above
+// all before it, and a newest revision that is not (an older signed one
+// copied to the end) is never run, key or not. What a signature cannot
+// stop: a revision removed from the state by whoever can write it (the
+// replay then runs the one before, or the original), as a revoked
+// allowance written back (fleet_allowance.h).
 #include <cstdint>
 #include <string>
 

@@ -224,6 +224,12 @@ TEST_CASE("fleet revisions: a redrive refuses a revision unsigned, another recor
     q.revision_bytes[{"7", sha256_hex("ok 2")}] = "pwnd";
     refused("7", "record 7's revision 2 cannot be replayed: its payload does not match the sha256");
   }
+  SUBCASE("its note rewritten (another operator reviews by it)") {
+    FleetState s = q.state("7");
+    s.revisions[1].note = "reviewed by security: safe";
+    q.states["7"] = state_json(s);
+    refused("7", "record 7's revision 2 does not match the fleet key");
+  }
   SUBCASE("signed with another key") {
     q.use_key(FleetKey(std::string(32, 'o')));
     refused("7", "does not match the fleet key");
