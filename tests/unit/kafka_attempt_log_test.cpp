@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+#include <librdkafka/rdkafkacpp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,6 +56,13 @@ class MockCluster {
     create_topic(topic, partitions);
     create_topic(attempt_log_topic(topic), partitions);
     return settings(topic);
+  }
+  // Every broker down (true) or up again.
+  void set_down(bool down) {
+    for (int id = 1; id <= 3; ++id) {
+      REQUIRE((down ? rd_kafka_mock_broker_set_down(cluster_, id) : rd_kafka_mock_broker_set_up(cluster_, id)) ==
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
   }
   AttemptLogSettings settings(const std::string& topic) const {
     AttemptLogSettings s;
@@ -104,6 +112,20 @@ Outcome crash() {
   o.signal = 11;
   o.fingerprint = "pb1-kafka";
   return o;
+}
+
+// A record produced by someone else (anyone who may write to the topic).
+void produce_raw(const AttemptLogSettings& settings, const std::string& topic, std::int32_t partition,
+                 const std::string& key, std::string value) {
+  std::string errstr;
+  std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  conf->set("bootstrap.servers", settings.brokers, errstr);
+  conf->set("log_level", "3", errstr);
+  std::unique_ptr<RdKafka::Producer> p(RdKafka::Producer::create(conf.get(), errstr));
+  REQUIRE(p != nullptr);
+  REQUIRE(p->produce(topic, partition, RdKafka::Producer::RK_MSG_COPY, value.data(), value.size(), key.data(),
+                     key.size(), 0, nullptr) == RdKafka::ERR_NO_ERROR);
+  REQUIRE(p->flush(10'000) == RdKafka::ERR_NO_ERROR);
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -202,6 +224,60 @@ TEST_CASE("kafka attempt log: two workers' entries, read from the commit's N, fo
   read = read_all(*c, 0, std::nullopt);
   CHECK(read.entries.empty());
   CHECK(read.end == 0);
+}
+
+TEST_CASE("kafka attempt log: what others wrote to the log is unreadable, and held to a bound while read") {
+  MockCluster cluster;
+  const auto settings = cluster.topic_and_log("T", 2);
+  auto w = writer(settings);
+  write_all(*w, {attempt_start(1, 5, 1, "a", 1)});
+  produce_raw(settings, "T.pillbox-attempts", 1, "1:5", "{\"v\":1,\"entry\":\"settled\"}");
+  produce_raw(settings, "T.pillbox-attempts", 1, "1:5", std::string(500'000, '{'));
+  write_all(*w, {attempt_start(1, 5, 2, "b", 2)});
+  auto r = reader(settings);
+  const AttemptLogRead read = read_all(*r, 1, std::nullopt);
+  REQUIRE(read.entries.size() == 4);
+  CHECK(read.entries[2].value->size() == kMaxAttemptEntryBytes + 1);  // cut: it was 500 000 bytes
+  const PartitionAttempts p = fold_attempt_log(1, 0, read.entries, read.end);
+  CHECK(p.unreadable == 2);
+  CHECK(p.first_unreadable.starts_with("attempt-log offset 1: "));
+  CHECK_FALSE(p.find(5)->settled.has_value());  // the forged settle was not read
+  CHECK(next_delivery(*p.find(5)) == 3);
+}
+
+TEST_CASE("kafka attempt log: an entry for a partition the log lacks, and a cluster that is down, are errors in time") {
+  MockCluster cluster;
+  auto settings = cluster.topic_and_log("T", 2);
+  settings.timeout = std::chrono::milliseconds(1000);
+  // Refused connections said once (not at every try), and tried again soon.
+  settings.properties = {{"log_level", "2"}, {"reconnect.backoff.max.ms", "200"}};
+  auto w = writer(settings);
+  auto written = w->write({attempt_start(7, 0, 1, "a", 1), attempt_start(0, 0, 1, "a", 1)});
+  CHECK(written[0].error.find("partition 7") != std::string::npos);
+  CHECK(written[1].error.empty());
+  CHECK(written[1].log_offset == 0);
+
+  auto r = reader(settings);
+  cluster.set_down(true);
+  auto t = Clock::now();
+  written = w->write({attempt_start(0, 1, 1, "a", 1)});
+  REQUIRE(written.size() == 1);
+  CHECK_FALSE(written[0].error.empty());
+  CHECK(ms_since(t) < 5'000);
+  t = Clock::now();
+  const auto read = r->read(0, std::nullopt);
+  CHECK_FALSE(read.has_value());
+  CHECK(ms_since(t) < 5'000);
+  if (!read) MESSAGE(read.error());
+  MESSAGE(written[0].error);
+  // Up again: the same writer writes on (its producer is not broken).
+  cluster.set_down(false);
+  CHECK(w->fatal_error().empty());
+  std::string error = "not tried";
+  for (const auto until = Clock::now() + std::chrono::seconds(20); !error.empty() && Clock::now() < until;) {
+    error = w->write({attempt_start(0, 2, 1, "a", 1)})[0].error;
+  }
+  CHECK_MESSAGE(error.empty(), error);
 }
 
 TEST_CASE("kafka attempt log: a write's round trip and a window's read, measured on the mock") {
