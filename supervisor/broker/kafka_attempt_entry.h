@@ -15,7 +15,10 @@
 // Anyone who can produce to the attempt log can write an entry: each is a
 // claim, read bounded and checked against where it was read (its
 // partition, its key). What is not ours is unreadable (nullopt and why),
-// never thrown.
+// never thrown. What is well formed is believed: a forged settle makes a
+// record skipped, a forged end charges it. Only the workers should be
+// allowed to write to the attempt log (a Kafka ACL); nothing here tells a
+// worker's entry from another client's (they are not signed).
 #include <cstddef>
 #include <cstdint>
 #include <optional>

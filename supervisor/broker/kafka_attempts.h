@@ -18,6 +18,11 @@
 // - no entry at all: it never began. A record delivered and never started
 //   has no entry and takes no number, so a good record held beside a killer
 //   is never charged.
+// - an end that is a release (recorded_release: "released: partition
+//   revoked") tells nothing of the payload: recorded, uncharged, not an
+//   attempt. A suspect's delivery given back so is written with
+//   recorded_suspect_release, or the suspicion ends with it and the next
+//   delivery runs beside others.
 // entry_history() reads a delivery that has no entry, right after one that
 // never reported back, by UnmarkedSuspect; here kUnstarted, because on Kafka
 // nothing runs without its start entry: a number without one never began.

@@ -8,7 +8,11 @@
 //
 // Also measures a write's round trip (1, 8, 64 entries) and the read of a
 // window of 10 000 entries (printed; the figures are the mock's, on
-// loopback: a real cluster adds its network and replication).
+// loopback: a real cluster adds its network and replication). The fold's
+// figure is not the worker's: the unit tests are compiled with -O0
+// (tests/CMakeLists.txt), and the linker keeps their copies of nlohmann's
+// and the standard library's inline functions for the library code too
+// (1.1 s here for 10 000 entries; 0.15 s with this file built -O2).
 #include <doctest/doctest.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
