@@ -17,6 +17,7 @@ product=(
   libsqlite3-dev                                # embedded store
   libhiredis-dev                                # Redis Streams broker (client)
   librabbitmq-dev                               # RabbitMQ broker (client: rabbitmq-c)
+  librdkafka-dev                                # Kafka broker (client: librdkafka, its C++ API; its mock cluster for the tests)
   libcpp-httplib-dev libssl-dev                 # HTTP for serve and --metrics; serve's token (RAND_bytes)
   libarchive-dev                                # serve: a record's bundle as a .tar.gz
   libpoppler-cpp-dev zlib1g-dev                 # pdf-text and inflate handlers
