@@ -20,6 +20,7 @@ bool host_char(char c) {
 // One HOST:PORT entry; "" when it is one, else why not.
 std::string entry_error(std::string_view entry) {
   const std::string quoted = "'" + std::string(entry) + "'";
+  if (entry.find("://") != std::string_view::npos) return quoted + " is a URL: give HOST:PORT, no scheme";
   const auto colon = entry.rfind(':');
   if (colon == std::string_view::npos) return quoted + " has no port (Kafka's is usually 9092)";
   std::string_view host = entry.substr(0, colon);

@@ -47,7 +47,7 @@ TEST_CASE("kafka bootstrap: what is not a list of HOST:PORT is a usage error tha
       {"::1:9092", "an IPv6 address goes in brackets"},
       {"[zz]:9092", "IPv6 address that is not one"},
       {"[]:9092", "has no host"},
-      {"kafka://h:9092", "not a name or an address"},
+      {"kafka://h:9092", "'kafka://h:9092' is a URL: give HOST:PORT, no scheme"},
       {"h\x01:9092", "a control character"},
       {"user@h:9092", "not a name or an address"},
   };
