@@ -186,7 +186,7 @@ TEST_CASE("submit --amqp: usage errors and an unreachable broker are one line ea
       {{"--amqp", "amqp://127.0.0.1:1/%2f", "--queue", std::string(228, 'q'), f}, 2,
        "--queue NAME is 228 bytes long; at most 227"},
       {{"--amqp", "amqp://127.0.0.1:1/%2f", "--queue", std::string(227, 'q'), f}, 3, "cannot reach RabbitMQ"},
-      {{f}, 2, "--redis URL --stream NAME (Redis) or --amqp URL --queue NAME (RabbitMQ) is required"},
+      {{f}, 2, "--redis URL --stream NAME (Redis), --amqp URL --queue NAME (RabbitMQ) or --kafka BROKERS --topic NAME (Kafka) is required"},
       {{"--amqp", "amqp://u:secret@127.0.0.1:1/%2f", "--queue", "q", f}, 3, "cannot reach RabbitMQ at amqp://u@127.0.0.1:1/%2f: Connection refused"},
   };
   for (const Case& c : cases) {
