@@ -4,12 +4,13 @@
 
 #include "supervisor/broker/amqp_death.h"
 #include "supervisor/broker/amqp_replay_notice.h"
+#include "supervisor/broker/dead_letter_fit.h"
 #include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
 namespace {
 
-constexpr std::string_view kRecord = "pillbox-record";
+constexpr std::string_view kRecord = kRecordHeader;
 constexpr std::string_view kOriginal = "pillbox-original";
 constexpr std::string_view kXDeath = "pillbox-x-death";
 constexpr std::string_view kQueue = "pillbox-queue";

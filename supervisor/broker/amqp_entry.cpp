@@ -10,6 +10,7 @@
 #include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_topology.h"
+#include "supervisor/broker/dead_letter_fit.h"
 #include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
@@ -152,83 +153,6 @@ std::string history_text(const EntryHistory& history, const RecordedDelivery& en
   text.reserve(size);
   for (std::size_t i = 0; i < texts.size(); ++i) text += (i > 0 ? "," : "") + texts[i];
   return text + "]";
-}
-
-// A dead letter's record within kMaxDeadLetterJson (over it, dead_letter_message
-// leaves the whole record out: an operator would not know what failed). What
-// goes first: the details of the earlier deliveries (their message and crash
-// state), the stderr tail, then the earlier deliveries are written short, then
-// the oldest of them are left out (counted in attempts_omitted); a key or
-// message of more than kMaxRecordedMessage bytes is cut (the key header has
-// it whole). What was cut is said in `cut`.
-std::string fitted_record(const std::string& record) {
-  constexpr std::size_t kLimit = kMaxDeadLetterJson - 512;  // room for `cut`
-  if (record.size() <= kLimit) return record;
-  nlohmann::json j = nlohmann::json::parse(record, nullptr, false);
-  if (!j.is_object()) return record;
-  std::vector<std::string> cut;
-  std::size_t size = record.size();
-  nlohmann::json* attempts = nullptr;
-  if (auto it = j.find("attempts_history"); it != j.end() && it->is_array()) attempts = &*it;
-  // Rewrites the earlier deliveries' entries, oldest first, while the record
-  // is too long, keeping its size by difference (linear); whether any changed.
-  auto each_earlier = [&](auto&& step) {
-    bool changed = false;
-    for (std::size_t i = 0; attempts != nullptr && size > kLimit && i + 1 < attempts->size(); ++i) {
-      nlohmann::json& entry = (*attempts)[i];
-      if (!entry.is_object()) continue;
-      const std::size_t before = dumped(entry).size();
-      step(entry);
-      const std::size_t after = dumped(entry).size();
-      size = size - before + after;
-      changed = changed || after != before;
-    }
-    return changed;
-  };
-  if (each_earlier([](nlohmann::json& entry) {
-        entry.erase("message");
-        entry.erase("crash_state");
-      })) {
-    cut.push_back("the earlier deliveries' messages and crash states");
-  }
-  if (size > kLimit && j.contains("stderr_tail_b64")) {
-    j.erase("stderr_tail_b64");
-    cut.push_back("the stderr tail");
-    size = dumped(j).size();
-  }
-  if (size > kLimit && each_earlier([](nlohmann::json& entry) {
-        nlohmann::json kept = nlohmann::json::object();
-        for (const char* name : {"delivery", "kind", "fingerprint", "charged", "transient", "started"}) {
-          if (auto f = entry.find(name); f != entry.end()) kept[name] = *f;
-        }
-        entry = std::move(kept);
-      })) {
-    cut.push_back("the earlier deliveries' other details");
-  }
-  if (size > kLimit && attempts != nullptr && attempts->size() > 1) {
-    std::size_t dropped = 0;
-    for (; size > kLimit && dropped + 1 < attempts->size(); ++dropped) size -= dumped((*attempts)[dropped]).size() + 1;
-    attempts->erase(attempts->begin(), attempts->begin() + static_cast<std::ptrdiff_t>(dropped));
-    j["attempts_omitted"] = dropped;
-    cut.push_back("the " + std::to_string(dropped) + " oldest deliveries");
-    size = dumped(j).size();
-  }
-  for (const char* name : {"key", "message"}) {
-    const auto it = j.find(name);
-    if (size <= kLimit || it == j.end() || !it->is_string()) continue;
-    const std::string text = it->get<std::string>();
-    if (text.size() <= kMaxRecordedMessage) continue;
-    *it = text.substr(0, kMaxRecordedMessage);
-    cut.push_back("the " + std::string(name) + " (" + std::to_string(text.size()) + " bytes) after its first " +
-                  std::to_string(kMaxRecordedMessage));
-    size = dumped(j).size();
-  }
-  if (!cut.empty()) {
-    std::string words;
-    for (const std::string& c : cut) words += (words.empty() ? "" : ", ") + c;
-    j["cut"] = "to fit one AMQP frame: " + words;
-  }
-  return dumped(j);
 }
 
 Refused unreadable_history(const WorkerSettings& settings, const AmqpHeld& e) {
@@ -476,7 +400,8 @@ std::optional<AmqpPublication> replay_notice_publication(const WorkerSettings& s
 AmqpPublication dead_letter_publication(const WorkerSettings& settings, const AmqpHeld& e, const Outcome& outcome,
                                         const std::string& reason, std::int64_t now_ms) {
   const nlohmann::json source = {{"name", settings.keys.stream}, {"message_id", e.message.message_id}};
-  const std::string record = fitted_record(dead_letter_record(settings, e, outcome, reason, now_ms, "queue", source));
+  const std::string record = fitted_record(dead_letter_record(settings, e, outcome, reason, now_ms, "queue", source),
+                                            kMaxDeadLetterJson, "one AMQP frame");
   AmqpPublication p;
   p.exchange = amqp_queue_names(settings.keys.stream).dlx;
   p.body = e.task.payload;
@@ -524,7 +449,7 @@ SignedFields signed_fields(std::string key, std::string_view payload, const std:
                          {"payload", std::string(payload)},
                          {"entry", message_id},
                          {"queue", or_empty(queue)},
-                         {"record", or_empty(text("pillbox-record"))},
+                         {"record", or_empty(text(kRecordHeader))},
                          {"original", or_empty(text("pillbox-original"))},
                          {"x_death", or_empty(text("pillbox-x-death"))}};
   // Each signature header as `sig` (two do not verify: FleetKey::verify).

@@ -41,7 +41,6 @@ namespace pillbox::broker {
 
 inline constexpr std::string_view kAttemptsHeader = "pillbox-attempts";
 inline constexpr std::string_view kDeliveriesHeader = "pillbox-deliveries";
-inline constexpr std::string_view kSignatureHeader = "pillbox-sig";
 // The most a copy's history header holds: a message's headers must fit one
 // AMQP frame (128 KiB) with the original's own. Older records lose their
 // details first, then are written short (what judging reads of them);

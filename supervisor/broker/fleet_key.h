@@ -22,6 +22,10 @@ namespace pillbox::broker {
 
 using SignedFields = std::vector<std::pair<std::string, std::string>>;
 
+// Where a broker's dead letter has headers (RabbitMQ, Kafka), its `sig`
+// rides in this one.
+inline constexpr std::string_view kSignatureHeader = "pillbox-sig";
+
 // What a reader knows of a dead letter's signature.
 enum class Signature {
   kUnchecked,  // the reader has no fleet key
