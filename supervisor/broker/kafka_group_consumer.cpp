@@ -45,6 +45,10 @@ struct KafkaConsumerCallbacks {
     }
     self->handlers_.on_committed(Status::ok());
   }
+  // librdkafka's log lines: its errors come through error() as well; the
+  // rest (a mock cluster's "auto create" warnings, reconnects) would be
+  // printed on stderr by default, line after line.
+  static void log(const rd_kafka_t*, int, const char*, const char*) {}
   static void error(rd_kafka_t*, int err, const char* reason, void* opaque) {
     auto* self = static_cast<KafkaGroupConsumer*>(opaque);
     if (self->handlers_.on_notice) {
@@ -125,6 +129,7 @@ Expected<std::unique_ptr<KafkaGroupConsumer>> KafkaGroupConsumer::open(KafkaCons
   rd_kafka_conf_set_rebalance_cb(conf, KafkaConsumerCallbacks::rebalance);
   rd_kafka_conf_set_offset_commit_cb(conf, KafkaConsumerCallbacks::committed);
   rd_kafka_conf_set_error_cb(conf, KafkaConsumerCallbacks::error);
+  rd_kafka_conf_set_log_cb(conf, KafkaConsumerCallbacks::log);
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
   if (rk == nullptr) {
     rd_kafka_conf_destroy(conf);

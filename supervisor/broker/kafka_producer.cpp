@@ -13,6 +13,8 @@ namespace pillbox::broker {
 struct KafkaProducerCallbacks {
   // A record's report: its callback (given to produce() as the record's
   // opaque) runs, then goes.
+  // librdkafka's log lines: a failed record's report says why (below).
+  static void log(const rd_kafka_t*, int, const char*, const char*) {}
   static void delivered(rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
     auto* self = static_cast<KafkaProducer*>(opaque);
     std::unique_ptr<KafkaProducer::Done> done(static_cast<KafkaProducer::Done*>(m->_private));
@@ -41,6 +43,7 @@ Expected<std::unique_ptr<KafkaProducer>> KafkaProducer::open(
   }
   rd_kafka_conf_set_opaque(conf, self.get());
   rd_kafka_conf_set_dr_msg_cb(conf, KafkaProducerCallbacks::delivered);
+  rd_kafka_conf_set_log_cb(conf, KafkaProducerCallbacks::log);
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
   if (rk == nullptr) {
     rd_kafka_conf_destroy(conf);
