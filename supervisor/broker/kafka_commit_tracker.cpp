@@ -4,20 +4,13 @@
 
 namespace pillbox::broker {
 
-KafkaCommitTracker::KafkaCommitTracker(std::int64_t committed, std::int64_t log_end)
-    : start_(committed >= 0 ? committed : -1), log_end_(std::max<std::int64_t>(log_end, 0)) {}
+KafkaCommitTracker::KafkaCommitTracker(std::int64_t committed) : start_(committed >= 0 ? committed : -1) {}
 
 void KafkaCommitTracker::read(std::int64_t offset) {
   if (offset < next_read_ || offset < start_) return;  // read before: a second read changes nothing
   if (start_ < 0) start_ = offset;
   open_.emplace(offset, false);
   next_read_ = offset + 1;
-}
-
-void KafkaCommitTracker::logged(std::int64_t offset, std::int64_t log_offset) {
-  auto [it, added] = first_log_.emplace(offset, log_offset);
-  if (!added) it->second = std::min(it->second, log_offset);
-  log_end_ = std::max(log_end_, log_offset + 1);
 }
 
 void KafkaCommitTracker::settled(std::int64_t offset) {
@@ -38,15 +31,13 @@ std::size_t KafkaCommitTracker::settled_beyond() const {
   return n;
 }
 
-std::optional<KafkaCommitTracker::Commit> KafkaCommitTracker::commit() {
+std::optional<KafkaCommitTracker::Commit> KafkaCommitTracker::commit(const PartitionAttempts& attempts) {
   if (next_read_ < 0) return std::nullopt;
   const std::int64_t offset = committable();
   // What the commit passes is nobody's concern any more: not this worker's
   // (settled), nor the next owner's (it starts after it).
   open_.erase(open_.begin(), open_.lower_bound(offset));
-  first_log_.erase(first_log_.begin(), first_log_.lower_bound(offset));
-  Commit c{offset, log_end_};
-  for (const auto& [record, log_offset] : first_log_) c.log_from = std::min(c.log_from, log_offset);
+  const Commit c{offset, attempt_log_commit_offset(attempts, offset)};
   if (last_ && last_->offset == c.offset && last_->log_from == c.log_from) return std::nullopt;
   last_ = c;
   return c;

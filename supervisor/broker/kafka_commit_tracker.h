@@ -14,22 +14,19 @@
 #include <map>
 #include <optional>
 
+#include "supervisor/broker/kafka_attempts.h"
+
 namespace pillbox::broker {
 
 class KafkaCommitTracker {
  public:
   // The partition is this worker's from `committed` (the group's committed
   // offset: the first record it will read; -1 or less: none committed, the
-  // topic's start) with the attempt log read up to `log_end` (the log's
-  // high watermark when it was read).
-  KafkaCommitTracker(std::int64_t committed, std::int64_t log_end);
+  // topic's start).
+  explicit KafkaCommitTracker(std::int64_t committed);
 
   // A record of the partition was read (in offset order, each once).
   void read(std::int64_t offset);
-  // An entry about record `offset` is at `log_offset` in the attempt log
-  // (one the assign read, or one this worker wrote): the first one of each
-  // record is what the window must include.
-  void logged(std::int64_t offset, std::int64_t log_offset);
   // The record is settled (its settled entry written, or known from the
   // log): the commit may pass it.
   void settled(std::int64_t offset);
@@ -38,9 +35,11 @@ class KafkaCommitTracker {
     std::int64_t offset = 0;      // the next record to read
     std::int64_t log_from = 0;    // the attempt log's window starts here
   };
-  // What to commit now, or nullopt when nothing moved since the last
+  // What to commit now, the window's start as `attempts` (the partition's
+  // attempt log as this worker knows it) places it
+  // (attempt_log_commit_offset); nullopt when nothing moved since the last
   // commit() that returned one (or nothing was read yet).
-  std::optional<Commit> commit();
+  std::optional<Commit> commit(const PartitionAttempts& attempts);
   // The offset a commit would name now (for lag): -1 before anything is read.
   std::int64_t committable() const;
   // Settled records past the committable offset: the window a held record
@@ -49,10 +48,8 @@ class KafkaCommitTracker {
 
  private:
   std::int64_t start_;              // where reading started: the first committable offset
-  std::int64_t log_end_;            // the log's end as known (entries come at or after it)
   std::int64_t next_read_ = -1;     // after the last read record (-1: none read)
-  std::map<std::int64_t, bool> open_;               // read records not yet passed by the commit -> settled
-  std::map<std::int64_t, std::int64_t> first_log_;  // record -> its first attempt-log offset
+  std::map<std::int64_t, bool> open_;  // read records not yet passed by the commit -> settled
   std::optional<Commit> last_;
 };
 
