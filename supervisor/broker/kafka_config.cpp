@@ -123,6 +123,25 @@ Status kafka_set(RdKafka::Conf& conf, const std::string& name, const std::string
   return Status::ok();
 }
 
+KafkaProperties kafka_properties(const KafkaBootstrap& bootstrap, const std::string& client_id) {
+  const std::string connect_ms = std::to_string(kKafkaConnectTimeout.count());
+  return {
+      {"bootstrap.servers", bootstrap.joined()},
+      {"client.id", client_id},
+      // A topic comes from an operator (or --create-topics), never
+      // from a client that names one: a typo would make a topic.
+      {"allow.auto.create.topics", "false"},
+      // A broker that accepts the connection but never answers is
+      // given up on like one that refuses it (librdkafka's own
+      // default, 30 s, is longer than any call here waits).
+      {"socket.connection.setup.timeout.ms", connect_ms},
+      {"api.version.request.timeout.ms", connect_ms},
+      // Quiet: the errors reach KafkaEvents; the log would say each
+      // retry again on stderr.
+      {"log.connection.close", "false"},
+  };
+}
+
 Expected<std::unique_ptr<RdKafka::Conf>> kafka_conf(const KafkaBootstrap& bootstrap, const std::string& client_id,
                                                    KafkaEvents& events) {
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
@@ -130,22 +149,7 @@ Expected<std::unique_ptr<RdKafka::Conf>> kafka_conf(const KafkaBootstrap& bootst
   if (conf->set("event_cb", &events, why) != RdKafka::Conf::CONF_OK) {
     return Error{"librdkafka refused the event callback: " + why};
   }
-  const std::string connect_ms = std::to_string(kKafkaConnectTimeout.count());
-  for (const auto& [name, value] : std::initializer_list<std::pair<std::string, std::string>>{
-           {"bootstrap.servers", bootstrap.joined()},
-           {"client.id", client_id},
-           // A topic comes from an operator (or --create-topics), never
-           // from a client that names one: a typo would make a topic.
-           {"allow.auto.create.topics", "false"},
-           // A broker that accepts the connection but never answers is
-           // given up on like one that refuses it (librdkafka's own
-           // default, 30 s, is longer than any call here waits).
-           {"socket.connection.setup.timeout.ms", connect_ms},
-           {"api.version.request.timeout.ms", connect_ms},
-           // Quiet: the errors reach KafkaEvents; the log would say each
-           // retry again on stderr.
-           {"log.connection.close", "false"},
-       }) {
+  for (const auto& [name, value] : kafka_properties(bootstrap, client_id)) {
     if (auto s = kafka_set(*conf, name, value); !s) return Error{s.message()};
   }
   return conf;

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shared/status.h"
@@ -71,6 +72,15 @@ class KafkaEvents : public RdKafka::EventCb {
 // One librdkafka property set, or an error naming it (a property librdkafka
 // refuses is our own mistake, never the user's).
 Status kafka_set(RdKafka::Conf& conf, const std::string& name, const std::string& value);
+
+// librdkafka's properties every pillbox client of the cluster has, as
+// name and value: bootstrap.servers, client.id (`client_id`,
+// "pillbox-submit"...), allow.auto.create.topics=false, and connection
+// setup bounded by kKafkaConnectTimeout. For the clients on librdkafka's C
+// API (the worker's: commit metadata is C only in 2.0.2); kafka_conf() is
+// the same for the C++ API's.
+using KafkaProperties = std::vector<std::pair<std::string, std::string>>;
+KafkaProperties kafka_properties(const KafkaBootstrap& bootstrap, const std::string& client_id);
 
 // A global conf with what every pillbox client of the cluster has:
 // bootstrap.servers, client.id (`client_id`, "pillbox-submit"...), `events`
