@@ -237,7 +237,7 @@ void KafkaGroupConsumer::sync_pause(std::int32_t partition) {
   }
 }
 
-Status KafkaGroupConsumer::commit(const std::map<std::int32_t, KafkaCommitted>& offsets) {
+Status KafkaGroupConsumer::commit(const std::map<std::int32_t, KafkaCommitted>& offsets, bool wait) {
   if (offsets.empty()) return Status::ok();
   PartitionList list(static_cast<int>(offsets.size()));
   for (const auto& [partition, committed] : offsets) {
@@ -250,7 +250,7 @@ Status KafkaGroupConsumer::commit(const std::map<std::int32_t, KafkaCommitted>& 
       p->metadata_size = committed.metadata.size();
     }
   }
-  if (const rd_kafka_resp_err_t err = rd_kafka_commit(rk_, list.list, 1); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  if (const rd_kafka_resp_err_t err = rd_kafka_commit(rk_, list.list, wait ? 0 : 1); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return Status::error(std::string("cannot commit: ") + rd_kafka_err2str(err));
   }
   return Status::ok();

@@ -110,8 +110,10 @@ class KafkaGroupConsumer {
   void pause(std::int32_t partition);
   void resume(std::int32_t partition);
   const std::set<std::int32_t>& assignment() const { return assigned_; }
-  // Commits, asynchronously; the answer comes to on_committed.
-  Status commit(const std::map<std::int32_t, KafkaCommitted>& offsets);
+  // Commits, asynchronously (the answer comes to on_committed), or, with
+  // `wait`, before it returns (a revoke, the end: the next owner starts
+  // from it).
+  Status commit(const std::map<std::int32_t, KafkaCommitted>& offsets, bool wait = false);
   // The partition's low and high watermarks as last seen by the fetcher
   // (no request; nullopt before the first fetch).
   std::optional<std::pair<std::int64_t, std::int64_t>> watermarks(std::int32_t partition) const;
