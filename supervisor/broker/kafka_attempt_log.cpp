@@ -31,6 +31,8 @@ Expected<std::unique_ptr<RdKafka::Conf>> client_conf(const AttemptLogSettings& s
     if (!set(name, value)) return Error{errstr};
   }
   if (!set("bootstrap.servers", settings.brokers) || !set("client.id", "pillbox-attempt-log")) return Error{errstr};
+  // librdkafka's log lines stay off stderr (the calls here say their errors).
+  if (!set("log_level", "0")) return Error{errstr};
   for (const auto& [name, value] : own) {
     if (!set(name, value)) return Error{errstr};
   }
