@@ -7,6 +7,7 @@
 
 #include "shared/task_input.h"
 #include "supervisor/broker/amqp_topology.h"
+#include "supervisor/broker/kafka_config.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -25,6 +26,7 @@ namespace {
 const char* kHelp =
     "usage: pillbox worker --redis URL --stream NAME [options] (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "       pillbox worker --amqp URL --queue NAME [options] (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
+    "       pillbox worker --kafka HOST:PORT[,...] --topic NAME [options] (--handler H [--arg K=V]... | -- CMD ARGS...)\n"
     "\n"
     "Runs the entries of a Redis stream (fields `key`, `payload`: see `pillbox submit`), each in its own\n"
     "confined child exactly as `pillbox run` does, as one consumer of a consumer group: start as many\n"
@@ -40,12 +42,26 @@ const char* kHelp =
     "a delay queue NAME.delay.MS, holding no slot. The attempt count is the broker's x-delivery-count plus\n"
     "the deliveries a message's copies carry (docs/distributed.md, RabbitMQ).\n"
     "\n"
+    "On Kafka (--kafka), the worker is a member of the consumer group --group reading the topic NAME: ok\n"
+    "results go to NAME.results, dead letters to NAME.dlq; each attempt is written to the attempt log\n"
+    "NAME.pillbox-attempts before it runs (Kafka keeps no delivery count), and a partition's offset is\n"
+    "committed only up to its first record not yet settled. A retry waits in the worker; the records\n"
+    "behind it run meanwhile (docs/distributed.md, Kafka).\n"
+    "\n"
     "options:\n"
     "  --redis URL         redis://HOST[:PORT][/DB]\n"
     "  --stream NAME       the stream of tasks (on Redis Cluster, a hash tag: {orders})\n"
     "  --amqp URL, --queue NAME\n"
     "                      RabbitMQ instead: amqp://USER:PASS@HOST:PORT/VHOST and the work queue (declared,\n"
     "                      or checked, with NAME.dlx, NAME.dlq and NAME.results)\n"
+    "  --kafka BROKERS, --topic NAME\n"
+    "                      Kafka instead: HOST:PORT of one or more brokers (commas) and the topic of\n"
+    "                      tasks; NAME.pillbox-attempts, NAME.dlq and NAME.results must exist with at\n"
+    "                      least NAME's partitions\n"
+    "  --create-topics     Kafka: create those that are missing (Admin CreateTopics)\n"
+    "  --session-timeout D Kafka: the group's session timeout: a worker that died is out of the group,\n"
+    "                      its partitions handed to the others, after D (default 10s; the broker\n"
+    "                      bounds it: group.min.session.timeout.ms, 6s by default)\n"
     "  --group G           the consumer group (default pillbox; created when missing)\n"
     "  --consumer NAME     this worker's name in the group (default HOST:PID)\n"
     "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
@@ -94,7 +110,7 @@ const std::vector<OptionSpec> kWorkerOptions = {
     {"redis"},         {"stream"},          {"amqp"},           {"queue"},             {"group"},          {"consumer"},          {"jobs"},
     {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
     {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"},         {"max-key"},
-    {"results-max-output"}, {"recreate-group", false}, {"prefetch"}};
+    {"results-max-output"}, {"recreate-group", false}, {"prefetch"}, {"kafka"}, {"topic"}, {"create-topics", false}, {"session-timeout"}};
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
@@ -164,7 +180,36 @@ int worker_command(int argc, char** argv) {
   }
   broker::WorkerJobSettings job;
   std::string queue_or_stream;
-  if (args->value("amqp")) {
+  if (args->value("kafka")) {
+    for (const char* other : {"redis", "stream", "amqp", "queue"}) {
+      if (args->value(other)) {
+        return fail(std::string("--") + other + " does not go with --kafka: give --kafka BROKERS --topic NAME", kExitUsage);
+      }
+    }
+    for (const char* not_kafka : {"claim-idle", "recreate-group", "prefetch", "results-maxlen"}) {
+      if (args->value(not_kafka) || args->flag(not_kafka)) {
+        return fail(std::string("--") + not_kafka + " is not for Kafka: the group hands each partition to one member, "
+                    "and a member that dies is out of it after its session timeout",
+                    kExitUsage);
+      }
+    }
+    const auto topic = args->value("topic");
+    if (!topic) return fail("--kafka needs --topic NAME (the topic of tasks)", kExitUsage);
+    if (auto s = broker::check_kafka_topic_name(*topic); !s) return fail(s.message(), kExitUsage);
+    auto bootstrap = broker::parse_kafka_bootstrap(*args->value("kafka"));
+    if (!bootstrap) return fail(bootstrap.error(), exit_code_for(bootstrap.error_code()));
+    job.kafka = std::move(*bootstrap);
+    job.kafka_create_topics = args->flag("create-topics");
+    if (auto s = read_duration(*args, "session-timeout", 1000, 3'600'000ull, job.kafka_session_timeout); !s) {
+      return fail(s.message(), kExitUsage);
+    }
+    queue_or_stream = *topic;
+  } else if (args->value("topic") || args->flag("create-topics") || args->value("session-timeout")) {
+    return fail(std::string("--") +
+                    (args->value("topic") ? "topic" : args->value("session-timeout") ? "session-timeout" : "create-topics") +
+                    " goes with --kafka BROKERS",
+                kExitUsage);
+  } else if (args->value("amqp")) {
     auto target = read_amqp_target(*args);
     if (!target) return fail(target.error(), exit_code_for(target.error_code()));
     job.amqp = target->address;
@@ -275,7 +320,13 @@ int worker_command(int argc, char** argv) {
   const auto& r = report->worker;
   if (!args->flag("quiet")) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (job.amqp) {
+    if (job.kafka) {
+      std::fprintf(stderr,
+                   "pillbox worker: %s in %.1f s: %zu records received, %zu ok, %zu dead-lettered (%zu malformed), "
+                   "%zu released, %zu handed over (a rebalance)\n",
+                   w.consumer.name.c_str(), seconds, r.deliveries, r.ok, r.dead_lettered, r.protocol_errors,
+                   r.released, r.taken_over);
+    } else if (job.amqp) {
       std::fprintf(stderr,
                    "pillbox worker: %s in %.1f s: %zu messages received, %zu ok, %zu dead-lettered (%zu malformed), "
                    "%zu retries (through delay queues), %zu given back, %zu taken back by the broker; RabbitMQ lost "

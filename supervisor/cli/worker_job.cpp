@@ -11,6 +11,8 @@
 #include "supervisor/broker/amqp_back_end.h"
 #include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_topology.h"
+#include "supervisor/broker/kafka_back_end.h"
+#include "supervisor/broker/kafka_worker_topics.h"
 #include "supervisor/broker/stream_back_end.h"
 #include "supervisor/broker/stream_verdicts.h"
 #include "supervisor/flow/task_flow.h"
@@ -175,10 +177,40 @@ Expected<WorkerJobReport> run_amqp_worker(const WorkerJobSettings& settings, Wor
   return report;
 }
 
+Expected<WorkerJobReport> run_kafka_worker(const WorkerJobSettings& settings, WorkerSink& sink) {
+  KafkaWorkerSettings kafka;
+  kafka.worker = settings.worker;
+  kafka.worker.jobs = settings.run.jobs;
+  const std::string& topic = kafka.worker.keys.stream;
+  auto topics = check_kafka_worker_topics(*settings.kafka, topic, kafka.worker.results, settings.kafka_create_topics);
+  if (!topics) return Error{topics.error(), topics.error_code()};
+  for (const std::string& made : topics->created) sink.on_notice("created topic " + made);
+  kafka.properties = kafka_properties(*settings.kafka, "pillbox-worker " + kafka.worker.consumer.name);
+  kafka.attempt_log.brokers = settings.kafka->joined();
+  kafka.attempt_log.topic = topic;
+  kafka.attempt_log.properties = kafka.properties;
+  kafka.session_timeout = settings.kafka_session_timeout;
+  WorkerJobReport report;
+  std::optional<metrics::MeteredWorkerVerdicts> metered_sink;
+  WorkerSink& verdicts = metered(settings, sink, metered_sink);
+  Expected<RunReport> run = Error{"not run"};
+  {
+    auto back_end = KafkaBackEnd::open(kafka, verdicts);
+    if (!back_end) return Error{back_end.error(), back_end.error_code()};
+    // The back end leaves the group when the run ends (its partitions go to
+    // the others at once, not after a session timeout).
+    run = drive(settings, kafka.worker, **back_end, verdicts, report.worker, [&] { (*back_end)->close(); });
+  }
+  if (!run) return Error{run.error(), run.error_code()};
+  report.run = std::move(*run);
+  return report;
+}
+
 }  // namespace
 
 Expected<WorkerJobReport> run_worker(const WorkerJobSettings& settings, WorkerSink& sink) {
   if (settings.amqp) return run_amqp_worker(settings, sink);
+  if (settings.kafka) return run_kafka_worker(settings, sink);
   WorkerSettings worker_settings = settings.worker;
   {
     auto redis = RedisConnection::open(settings.address);

@@ -176,4 +176,31 @@ std::vector<std::pair<int32_t, int64_t>> produce(const std::string& bootstrap, c
   return report.at;
 }
 
+KafkaGroupProgress group_progress(const std::string& bootstrap, const std::string& topic, const std::string& group) {
+  KafkaEvents events;
+  auto conf = test_conf(bootstrap, events);
+  set(*conf, "group.id", group);
+  set(*conf, "enable.auto.commit", "false");
+  std::string why;
+  // Never subscribes: committed() asks the group's coordinator without joining.
+  std::unique_ptr<RdKafka::KafkaConsumer> c(RdKafka::KafkaConsumer::create(conf.get(), why));
+  REQUIRE_MESSAGE(c != nullptr, why);
+  const int n = partitions_of(*c, topic, events);
+  REQUIRE_MESSAGE(n > 0, "no topic " << topic);
+  std::vector<RdKafka::TopicPartition*> parts;
+  for (int p = 0; p < n; ++p) parts.push_back(RdKafka::TopicPartition::create(topic, p));
+  const auto err = c->committed(parts, kTimeoutMs);
+  KafkaGroupProgress out;
+  for (RdKafka::TopicPartition* tp : parts) {
+    REQUIRE_MESSAGE(err == RdKafka::ERR_NO_ERROR, "committed(): " << RdKafka::err2str(err));
+    out.committed[tp->partition()] = tp->offset();
+    int64_t low = 0, high = 0;
+    REQUIRE(c->query_watermark_offsets(topic, tp->partition(), &low, &high, kTimeoutMs) == RdKafka::ERR_NO_ERROR);
+    out.end[tp->partition()] = high;
+  }
+  RdKafka::TopicPartition::destroy(parts);
+  c->close();
+  return out;
+}
+
 }  // namespace e2e

@@ -7,6 +7,7 @@
 // Each call fails the test when the cluster does not answer.
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,5 +46,13 @@ struct KafkaOutgoing {
 // acknowledged (all in-sync replicas); their (partition, offset).
 std::vector<std::pair<int32_t, int64_t>> produce(const std::string& bootstrap, const std::string& topic,
                                                  const std::vector<KafkaOutgoing>& records);
+
+// What consumer group `group` committed for each partition of `topic`
+// (-1001: nothing), and each partition's end (its high watermark).
+struct KafkaGroupProgress {
+  std::map<int32_t, int64_t> committed;
+  std::map<int32_t, int64_t> end;
+};
+KafkaGroupProgress group_progress(const std::string& bootstrap, const std::string& topic, const std::string& group);
 
 }  // namespace e2e
