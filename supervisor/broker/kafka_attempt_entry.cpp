@@ -111,7 +111,7 @@ std::string attempt_entry_key(std::int32_t partition, std::int64_t offset) {
 std::string attempt_entry_json(const AttemptEntry& e) {
   json j = {{"v", kVersion},         {"partition", e.partition}, {"offset", e.offset},
             {"delivery", e.delivery}, {"entry", kind_name(e.kind)}, {"worker", e.worker},
-            {"at_ms", e.at_ms}};
+            {"group", e.group},      {"at_ms", e.at_ms}};
   if (e.kind == AttemptEntryKind::kEnd) {
     // The one outcome format (delivery_history.h), nested as an object so
     // that the log reads as JSON; delivery_json replaced what was not UTF-8.
@@ -168,6 +168,9 @@ ParsedAttemptEntry parse_attempt_entry(std::int32_t log_partition, const std::op
   auto worker = name_text(j, "worker");
   if (!worker) return unreadable("\"worker\" is not a name");
   e.worker = std::move(*worker);
+  auto group = name_text(j, "group");
+  if (!group) return unreadable("\"group\" is not a name");
+  e.group = std::move(*group);
   if (j.contains("at_ms")) {
     const auto at = whole(j, "at_ms", kInt64Min, kInt64Max);
     if (!at) return unreadable("\"at_ms\" is not a time");

@@ -54,6 +54,9 @@ struct AttemptEntry {
   std::uint32_t delivery = 0;   // 1..kMaxDeliveries
   AttemptEntryKind kind = AttemptEntryKind::kStart;
   std::string worker;
+  // The consumer group of the worker that wrote it: groups that read the
+  // same topic share its attempt log, and count only their own entries.
+  std::string group;
   std::int64_t at_ms = 0;
   RecordedDelivery end;        // kEnd: the delivery's outcome (or release)
   KafkaSettlement settlement;  // kSettled

@@ -63,6 +63,11 @@ void PartitionAttempts::add(const AttemptEntry& entry, std::int64_t log_offset) 
 
 void PartitionAttempts::add_read(const KafkaMessage& message) {
   ParsedAttemptEntry parsed = parse_attempt_entry(partition, message.key, message.value);
+  if (parsed.entry && parsed.entry->group != group) {
+    log_end = std::max(log_end, message.offset + 1);
+    ++other_groups;
+    return;
+  }
   if (parsed.entry) {
     add(*parsed.entry, message.offset);
     return;
@@ -84,9 +89,11 @@ const RecordAttempts* PartitionAttempts::find(std::int64_t offset) const {
 }
 
 PartitionAttempts fold_attempt_log(std::int32_t partition, std::int64_t committed,
-                                   const std::vector<KafkaMessage>& read, std::int64_t read_end) {
+                                   const std::vector<KafkaMessage>& read, std::int64_t read_end,
+                                   const std::string& group) {
   PartitionAttempts p;
   p.partition = partition;
+  p.group = group;
   p.committed = committed;
   p.log_end = read_end;
   for (const KafkaMessage& m : read) p.add_read(m);

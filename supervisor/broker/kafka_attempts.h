@@ -72,6 +72,10 @@ EntryHistory record_history(const RecordAttempts& record);
 // writes (each entry added with the offset its delivery report gave).
 struct PartitionAttempts {
   std::int32_t partition = -1;
+  // The consumer group whose attempts these are: another group's entries
+  // (it reads the same topic) are counted in `other_groups`, nothing else.
+  std::string group;
+  std::uint64_t other_groups = 0;
   std::int64_t committed = 0;  // the group's committed offset: entries of records before it are left out
   std::map<std::int64_t, RecordAttempts> records;  // by the record's offset in T
   std::int64_t log_end = 0;  // one past the last attempt-log offset read or written
@@ -93,7 +97,8 @@ struct PartitionAttempts {
 // `partition` from the commit's N up to `read_end` (its high watermark when
 // the read began), keeping the records from `committed` on.
 PartitionAttempts fold_attempt_log(std::int32_t partition, std::int64_t committed,
-                                   const std::vector<KafkaMessage>& read, std::int64_t read_end);
+                                   const std::vector<KafkaMessage>& read, std::int64_t read_end,
+                                   const std::string& group = "");
 
 // N for a commit of `committed`: the lowest attempt-log offset among the
 // first entries of the records from `committed` on (each still needed:

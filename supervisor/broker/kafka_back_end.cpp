@@ -194,7 +194,8 @@ std::set<std::int32_t> KafkaBackEnd::on_assign(const std::map<std::int32_t, Kafk
     }
     if (committed.offset >= 0 && !from.from && committed.metadata.size() > 0) out_.on_notice(from.why_beginning);
     if (!read->note.empty()) out_.on_notice("partition " + std::to_string(p) + ": " + read->note);
-    Partition part{fold_attempt_log(p, std::max<std::int64_t>(committed.offset, 0), read->entries, read->end),
+    Partition part{fold_attempt_log(p, std::max<std::int64_t>(committed.offset, 0), read->entries, read->end,
+                                    settings_.worker.consumer.group),
                    KafkaCommitTracker(committed.offset), ++generations_, false};
     if (part.attempts.unreadable > 0) {
       out_.on_notice("partition " + std::to_string(p) + ": " + std::to_string(part.attempts.unreadable) +
@@ -462,7 +463,8 @@ void KafkaBackEnd::start(const StartAttempt& s) {
               });
 }
 
-void KafkaBackEnd::write_entry(const Held& h, const AttemptEntry& entry, std::function<void(bool)> then) {
+void KafkaBackEnd::write_entry(const Held& h, AttemptEntry entry, std::function<void(bool)> then) {
+  entry.group = settings_.worker.consumer.group;
   const std::int32_t partition = h.message.partition;
   const std::uint64_t generation = h.generation;
   Status sent = producer_->produce(attempt_entry_record(settings_.worker.keys.stream, entry),

@@ -170,7 +170,7 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   void start(const StartAttempt& s);
   // Writes an entry about `h`'s record; `then` runs once it is acknowledged
   // (true) or could not be (false).
-  void write_entry(const Held& h, const AttemptEntry& entry, std::function<void(bool)> then);
+  void write_entry(const Held& h, AttemptEntry entry, std::function<void(bool)> then);
   // Produces `out` (a result, a dead letter; none: nothing), then the
   // settled entry, then tells the engine as `how`.
   enum class Settled { kOk, kDeadLetter, kRefused };

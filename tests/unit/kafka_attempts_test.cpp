@@ -348,3 +348,20 @@ TEST_CASE("kafka attempts: commit metadata: pillbox-attempts@N, anything else re
 }
 
 }  // namespace
+
+TEST_CASE("kafka attempts: two groups reading one topic share its log and count only their own entries") {
+  AttemptEntry mine = attempt_start(0, 5, 1, "w1", 1);
+  mine.group = "billing";
+  AttemptEntry theirs = attempt_start(0, 5, 1, "w9", 1);
+  theirs.group = "search";
+  AttemptEntry theirs_settled = attempt_settled(0, 6, 1, "w9", 2, KafkaSettlement{});
+  theirs_settled.group = "search";
+  const std::vector<KafkaMessage> read = {read_back(theirs, 0), read_back(mine, 1), read_back(theirs_settled, 2)};
+  const PartitionAttempts p = fold_attempt_log(0, 0, read, 3, "billing");
+  CHECK(p.other_groups == 2);
+  CHECK(p.unreadable == 0);
+  REQUIRE(p.find(5) != nullptr);
+  CHECK(next_delivery(*p.find(5)) == 2);  // its own start only
+  CHECK(p.find(6) == nullptr);             // settled in the other group: not here
+  CHECK(p.log_end == 3);
+}
