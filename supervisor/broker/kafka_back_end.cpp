@@ -164,6 +164,7 @@ void KafkaBackEnd::on_revoke(const std::vector<std::int32_t>& partitions) {
   }
   for (std::int64_t id : ids) lose(id, "its partition was taken away (a rebalance): the next owner runs it");
   for (std::int32_t p : partitions) partitions_.erase(p);
+  awaiting_share_ = true;
   if (!partitions.empty()) {
     std::string list;
     for (std::int32_t p : partitions) list += (list.empty() ? "" : ",") + std::to_string(p);
@@ -206,7 +207,7 @@ std::set<std::int32_t> KafkaBackEnd::on_assign(const std::map<std::int32_t, Kafk
   }
   if (!list.empty()) out_.on_notice("partitions " + list + " assigned");
   last_activity_ = Clock::now();  // --exit-when-idle counts from here
-  assigned_once_ = true;
+  awaiting_share_ = false;
   tell_intake();
   return paused;
 }
@@ -299,17 +300,18 @@ TaskSource::Item KafkaBackEnd::next_record() {
   check_signals();
   TaskSource::Item item;
   const auto now = Clock::now();
-  if (!intake_started_) {
-    intake_started_ = true;
-    last_activity_ = now;
-    started_at_ = now;
-  }
   if (!held_.empty()) last_activity_ = now;
-  // Idle counts once the group has given this worker its share (none is a
-  // share too, when there are more workers than partitions): a dead
-  // member's partitions come only after its session timeout.
-  const bool joined = assigned_once_ || now - started_at_ >= 2 * settings_.session_timeout;
-  if (settings_.worker.exit_when_idle && !stopping_ && joined && queued_.empty() && consumer_->buffered() == 0 &&
+  // Idle counts while the group has given this worker its share (none is a
+  // share too, when there are more workers than partitions), from the
+  // assignment on: not before the first, nor during a rebalance (its
+  // partitions taken away, the next assignment not come yet). A rebalance
+  // waits for a dead member until its session times out, and the group
+  // then forms again: two session timeouts or more. A worker that counted
+  // that time as idle left mid-rebalance, and when every member of the
+  // group did, the records of the dead member's partitions waited for the
+  // next worker to start (found by kafka_chaos_test).
+  const bool holds_share = !awaiting_share_;
+  if (settings_.worker.exit_when_idle && !stopping_ && holds_share && queued_.empty() && consumer_->buffered() == 0 &&
       now - last_activity_ >= *settings_.worker.exit_when_idle) {
     stop_reading("nothing new for " + std::to_string(settings_.worker.exit_when_idle->count()) + " ms");
   }
@@ -330,7 +332,9 @@ TaskSource::Item KafkaBackEnd::next_record() {
   item.type = TaskSource::Item::Type::kWait;
   // Commits wait for a turn at most commit_every; idleness is looked at again by then.
   item.wake_at = now + settings_.commit_every;
-  if (settings_.worker.exit_when_idle) item.wake_at = std::min(*item.wake_at, last_activity_ + *settings_.worker.exit_when_idle);
+  if (settings_.worker.exit_when_idle && holds_share) {
+    item.wake_at = std::min(*item.wake_at, last_activity_ + *settings_.worker.exit_when_idle);
+  }
   commit_settled(false);
   return item;
 }

@@ -213,10 +213,10 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   bool stopping_ = false;
   bool closed_ = false;
   std::string stopping_why_;
-  bool intake_started_ = false;
   Clock::time_point last_activity_{};
-  Clock::time_point started_at_{};
-  bool assigned_once_ = false;  // the group gave this worker its share once
+  // Between joining or a revoke and the group's next assignment: the
+  // worker does not know its share yet (--exit-when-idle waits).
+  bool awaiting_share_ = true;
   StopSignals stop_signals_;
   WorkerReport report_;
 };

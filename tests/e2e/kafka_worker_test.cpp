@@ -195,3 +195,49 @@ TEST_CASE("kafka worker: a record that kills its worker is counted across worker
   CHECK(entries.at("0@0").size() == 3 + 1);  // three starts, never ended; then its settle
   check_all_committed(mock, topic, "pillbox");
 }
+
+TEST_CASE("kafka worker: --exit-when-idle does not count a rebalance that waits for a dead member") {
+  // A rebalance with a dead member in the group lasts until its session
+  // times out and the group forms again (about 12 s here with
+  // --session-timeout 6s), longer than --exit-when-idle: a worker that
+  // counted it as idle left mid-rebalance, and when every member did, the
+  // dead member's records waited for a worker to come.
+  const std::string topic = "rebalance";
+  e2e::KafkaMock mock(worker_topics(topic, 2));
+  REQUIRE_KAFKA_MOCK(mock);
+  e2e::PoisonCopy program("kafka_idle_task");
+  auto worker = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"worker", "--kafka", mock.bootstrap(), "--topic", topic, "--consumer", name,
+                                     "--jobs", "1", "--session-timeout", "6s"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", program.path()});
+    return std::make_unique<e2e::Background>(e2e::pillbox_binary(), args);
+  };
+  auto assigned = [](const e2e::Background& w) { return w.err().find(" assigned") != std::string::npos; };
+  // The one to die first holds both partitions, then one when the idle
+  // one has joined; then it is killed and another joins: the idle one's
+  // partition is taken away until the group forms without the dead one.
+  auto doomed = worker("doomed", {});
+  REQUIRE(e2e::eventually([&] { return assigned(*doomed); }, 30s));
+  auto idle = worker("idle", {"--exit-when-idle", "3s"});
+  REQUIRE_MESSAGE(e2e::eventually([&] { return assigned(*idle); }, 30s), idle->err());
+  doomed->signal(SIGKILL);
+  CHECK(doomed->wait() == 128 + SIGKILL);
+  auto next = worker("next", {});
+  // The idle one leaves 3 s after the group gave it its share again, not
+  // during the rebalance.
+  CHECK(idle->wait(60s) == 0);
+  const std::string said = idle->err();
+  INFO(said);
+  const auto taken = said.find("taken away (a rebalance)");
+  REQUIRE(taken != std::string::npos);
+  const auto again = said.find(" assigned", taken);
+  const auto stopping = said.find("stopping (nothing new for");
+  REQUIRE(stopping != std::string::npos);
+  CHECK(again < stopping);
+  // The records submitted now are run by the one that joined last.
+  submit(mock, topic, e2e::task_line("after", "after the rebalance"));
+  REQUIRE(e2e::eventually([&] { return e2e::read_topic(mock.bootstrap(), topic + ".results").size() == 1; }, 60s));
+  next->signal(SIGTERM);
+  CHECK(next->wait() == 128 + SIGTERM);
+}
