@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# bench/worker_throughput.sh — 2 workers on one local Redis (and RabbitMQ) against `run`, same files, same run.
+# bench/worker_throughput.sh — 2 workers on one local Redis (RabbitMQ, Kafka) against `run`, same files, same run.
 #
 # usage: bench/worker_throughput.sh [BUILD_DIR] [TASKS]   (default build/, 3000 tasks)
-#   env: ROUNDS (default 3), KEEP=1 keeps the temp dir, NO_RABBITMQ=1 leaves RabbitMQ out
+#   env: ROUNDS (default 3), KEEP=1 keeps the temp dir, NO_RABBITMQ=1 leaves RabbitMQ out, NO_KAFKA=1 Kafka
 #
 # The question of docs/distributed.md: what does taking tasks from a Redis
 # stream (read, a history per entry, a fenced settle with its result) cost
@@ -26,6 +26,15 @@
 # The broker runs on the same cores: its CPU time per task over the amqp
 # runs is printed, with the ceiling it puts on them (2 cores shared by the
 # broker and what `run` does alone).
+#   kafka       the corpus submitted to a topic of 2 partitions (not timed), then 2
+#               workers --kafka (one group) until their ok verdicts (from their
+#               /metrics, as amqp) count every task
+#   kafka1      the same with 1 worker --jobs 2
+# Kafka is librdkafka's mock cluster (BUILD_DIR/fixtures/pillbox-kafka-mock, the
+# tests' cluster: 3 brokers on loopback, everything in memory, no disk, no
+# replication traffic): what it measures is pillbox's Kafka path (a start
+# entry acknowledged before each task runs, its end, the result, the settled
+# entry, the commit), not a real cluster. Its CPU time per task is printed too.
 #
 # for two payload paths: echo (--handler echo, zygote) and exec (-- echo_stdin).
 # Prints median tasks/s per variant and the ratios to run.
@@ -63,6 +72,19 @@ EOF
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# said_ready PATTERN FILE PID SECONDS: whether the server PID wrote a line
+# matching PATTERN to FILE within SECONDS (looked at every 0.1 s; not after
+# it died).
+said_ready() {
+  local i
+  for ((i = 0; i < $4 * 10; i++)); do
+    grep -q "$1" "$2" && return 0
+    kill -0 "$3" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "$1" "$2"
+}
+
 # RabbitMQ, as tests/e2e/rabbit_server.cpp starts it: loopback only, a node
 # name, ports, epmd, cookie (HOME) and Mnesia dir of its own, none of the
 # host's /etc/rabbitmq read. AMQP_URL is empty when it is not here.
@@ -90,12 +112,7 @@ if [[ "${NO_RABBITMQ:-0}" != 1 && -x $RABBIT_SERVER ]] && command -v epmd >/dev/
   RABBIT_PID=$!
   # Ready when it says so (its listener is open, its user there): at most
   # 90 s, and not after it died.
-  for ((i = 0; i < 900; i++)); do
-    grep -q 'completed with' "$RD/out.log" && break
-    kill -0 "$RABBIT_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if grep -q 'completed with' "$RD/out.log"; then
+  if said_ready 'completed with' "$RD/out.log" "$RABBIT_PID" 90; then
     AMQP_URL="amqp://pillbox:bench@127.0.0.1:$RPORT/%2f"
     # The Erlang VM under the start script: the one with this Mnesia dir.
     for b in $(pgrep beam.smp); do grep -qa "$RD/mnesia" "/proc/$b/environ" 2>/dev/null && BEAM_PID=$b; done
@@ -104,8 +121,42 @@ if [[ "${NO_RABBITMQ:-0}" != 1 && -x $RABBIT_SERVER ]] && command -v epmd >/dev/
     tail -n 20 "$RD/out.log" >&2
   fi
 fi
+# Kafka: librdkafka's mock cluster, as tests/e2e/kafka_mock.h starts it (3
+# brokers on loopback; it serves until its stdin ends), with every topic the
+# runs use made at its start (the mock implements no CreateTopics): per run
+# a topic of 2 partitions and its three (NAME.pillbox-attempts, NAME.dlq,
+# NAME.results), so that each run's group starts on a fresh topic. KAFKA is
+# empty when the mock is not built.
+KAFKA=
+KAFKA_MOCK="$BUILD_DIR/fixtures/pillbox-kafka-mock"
+kafka_topic() { echo "kb-$1-$2"; }  # PATH RUN: the topic of one run
+if [[ "${NO_KAFKA:-0}" != 1 && -x $KAFKA_MOCK ]]; then
+  mock_args=(--brokers 3)
+  for path in echo exec; do
+    for run in warm $(seq -f 'kafka-%g' "$ROUNDS") $(seq -f 'kafka1-%g' "$ROUNDS"); do
+      for suffix in "" .pillbox-attempts .dlq .results; do mock_args+=(--topic "$(kafka_topic "$path" "$run")$suffix:2"); done
+    done
+  done
+  mkfifo "$WORK/kafka.in"
+  "$KAFKA_MOCK" "${mock_args[@]}" <"$WORK/kafka.in" >"$WORK/kafka.out" 2>"$WORK/kafka.err" &
+  KAFKA_PID=$!
+  exec 7>"$WORK/kafka.in"  # its stdin, held open until the end
+  if said_ready '^bootstrap ' "$WORK/kafka.out" "$KAFKA_PID" 30; then
+    KAFKA=$(sed -n 's/^bootstrap //p' "$WORK/kafka.out")
+  else
+    echo "$BENCH: the Kafka mock cluster did not start; the kafka columns are left out:" >&2
+    tail -n 20 "$WORK/kafka.err" >&2
+  fi
+elif [[ "${NO_KAFKA:-0}" != 1 ]]; then
+  echo "$BENCH: no $KAFKA_MOCK (build the pillbox-kafka-mock target); the kafka columns are left out" >&2
+fi
 stop_servers() {
   kill "$(cat "$WORK/redis.pid" 2>/dev/null)" 2>/dev/null || true
+  if [[ -n "${KAFKA_PID:-}" ]]; then
+    exec 7>&-
+    kill -TERM "$KAFKA_PID" 2>/dev/null || true
+    wait "$KAFKA_PID" 2>/dev/null || true
+  fi
   if [[ -n "${RABBIT_PID:-}" ]]; then
     kill -TERM "$RABBIT_PID" 2>/dev/null || true
     wait "$RABBIT_PID" 2>/dev/null || true
@@ -172,28 +223,14 @@ EOF
   end_workers "$t0" "$rc" "workers $1" "${pids[@]}"
 }
 
-# The CPU time (clock ticks) the broker's Erlang VM has used so far.
-broker_ticks() { awk '{print $14 + $15}' "/proc/$BEAM_PID/stat"; }
+# The CPU time (clock ticks) process PID has used so far.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-# run_amqp_workers PATH N JOBS [PREFETCH]: seconds from starting N workers
-# --amqp (--jobs JOBS, --prefetch PREFETCH or its default) to their ok
-# verdicts counting every task (each worker's
-# pillbox_tasks_total{verdict="ok"}, read from its --metrics). The broker's
-# CPU time meanwhile goes to $WORK/broker_ticks.PATH (a line per run).
-run_amqp_workers() {
-  local queue="bench$RANDOM" w pids=() ports=() rc=0
-  "$PB" submit --quiet --amqp "$AMQP_URL" --queue "$queue" "$WORK/corpus" 2>"$WORK/log" || bench_fail_run "submit --amqp" 1 "$WORK/log"
-  local t0 c0
-  c0=$(broker_ticks)
-  t0=$(date +%s.%N)
-  for ((w = 1; w <= $2; w++)); do
-    ports+=("$(free_port)")
-    # shellcheck disable=SC2046
-    "$PB" worker --quiet --amqp "$AMQP_URL" --queue "$queue" --jobs "$3" --consumer "w$w" \
-      --metrics "${ports[-1]}" ${4:+--prefetch "$4"} $(what_runs "$1") >/dev/null 2>"$WORK/worker$w.log" &
-    pids+=($!)
-  done
-  python3 - "$TASKS" "${ports[@]}" <<'EOF' || rc=$?
+# wait_for_ok PORT...: waits until the ok verdicts the workers serving
+# /metrics on PORT... count (pillbox_tasks_total{verdict="ok"}, polled
+# every 10 ms) reach every task; fails after 600 s.
+wait_for_ok() {
+  python3 - "$TASKS" "$@" <<'EOF'
 import re, sys, time, urllib.request
 want, ports = int(sys.argv[1]), sys.argv[2:]
 ok = re.compile(r'^pillbox_tasks_total\{[^}]*verdict="ok"[^}]*\} (\d+)', re.M)
@@ -210,20 +247,62 @@ while time.time() < deadline:
     time.sleep(0.01)
 sys.exit(1)
 EOF
-  echo $(($(broker_ticks) - c0)) >>"$WORK/broker_ticks.$1"
-  end_workers "$t0" "$rc" "workers --amqp $1" "${pids[@]}"
+}
+
+# run_metered_workers PATH N JOBS PID TICKS BROKER... [-- OPTION...]: the
+# corpus submitted to BROKER (--amqp URL --queue NAME, --kafka LIST --topic
+# NAME; not timed), then seconds from starting N workers there (--jobs
+# JOBS, and each OPTION) to their ok verdicts counting every task
+# (wait_for_ok: a queue or topic cannot be counted cheaply from outside).
+# The CPU time process PID (the broker) used meanwhile goes to
+# $WORK/TICKS.PATH (a line per run).
+run_metered_workers() {
+  local path=$1 n=$2 jobs=$3 pid=$4 ticks=$5 w pids=() ports=() rc=0 broker=() options=()
+  shift 5
+  while (($#)) && [[ $1 != -- ]]; do broker+=("$1"); shift; done
+  (($# == 0)) || shift
+  options=("$@")
+  "$PB" submit --quiet "${broker[@]}" "$WORK/corpus" 2>"$WORK/log" || bench_fail_run "submit ${broker[0]}" 1 "$WORK/log"
+  local t0 c0
+  c0=$(cpu_ticks "$pid")
+  t0=$(date +%s.%N)
+  for ((w = 1; w <= n; w++)); do
+    ports+=("$(free_port)")
+    # shellcheck disable=SC2046
+    "$PB" worker --quiet "${broker[@]}" --jobs "$jobs" --consumer "w$w" --metrics "${ports[-1]}" "${options[@]}" \
+      $(what_runs "$path") >/dev/null 2>"$WORK/worker$w.log" &
+    pids+=($!)
+  done
+  wait_for_ok "${ports[@]}" || rc=$?
+  echo $(($(cpu_ticks "$pid") - c0)) >>"$WORK/$ticks.$path"
+  end_workers "$t0" "$rc" "workers ${broker[0]} $path" "${pids[@]}"
+}
+
+# run_amqp_workers PATH N JOBS [PREFETCH]: on RabbitMQ (a fresh queue),
+# --prefetch PREFETCH or its default.
+run_amqp_workers() {
+  run_metered_workers "$1" "$2" "$3" "$BEAM_PID" broker_ticks --amqp "$AMQP_URL" --queue "bench$RANDOM" \
+    -- ${4:+--prefetch "$4"}
+}
+
+# run_kafka_workers PATH N JOBS RUN: on Kafka, RUN's topic (made at the
+# mock's start), the workers in one group.
+run_kafka_workers() {
+  run_metered_workers "$1" "$2" "$3" "$KAFKA_PID" kafka_ticks --kafka "$KAFKA" --topic "$(kafka_topic "$1" "$4")"
 }
 
 VARIANTS=(run-store run-nostore workers worker1)
 [[ -z $AMQP_URL ]] || VARIANTS+=(amqp amqp1 amqp-p4)
+[[ -z $KAFKA ]] || VARIANTS+=(kafka kafka1)
 
 declare -A TIMES
 for path in echo exec; do  # warm up
   run_files "$path" run-store >/dev/null
   run_workers "$path" 2 1 >/dev/null
   [[ -z $AMQP_URL ]] || run_amqp_workers "$path" 2 1 >/dev/null
+  [[ -z $KAFKA ]] || run_kafka_workers "$path" 2 1 warm >/dev/null
 done
-rm -f "$WORK"/broker_ticks.*
+rm -f "$WORK"/broker_ticks.* "$WORK"/kafka_ticks.*
 for ((r = 1; r <= ROUNDS; r++)); do
   for path in echo exec; do
     for variant in "${VARIANTS[@]}"; do
@@ -233,6 +312,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
         amqp) t=$(run_amqp_workers "$path" 2 1) ;;
         amqp1) t=$(run_amqp_workers "$path" 1 2) ;;
         amqp-p4) t=$(run_amqp_workers "$path" 2 1 4) ;;
+        kafka) t=$(run_kafka_workers "$path" 2 1 "kafka-$r") ;;
+        kafka1) t=$(run_kafka_workers "$path" 1 2 "kafka1-$r") ;;
         *) t=$(run_files "$path" "$variant") ;;
       esac
       TIMES[$path.$variant]+="$t "
@@ -242,15 +323,18 @@ done
 
 echo "worker_throughput: $TASKS tasks, $ROUNDS rounds, 2 slots each (run --jobs 2; 2 workers x --jobs 1; 1 worker x --jobs 2), $(nproc) cores"
 [[ -n $AMQP_URL ]] || echo "(no amqp columns: RabbitMQ was not started; see above)"
+[[ -n $KAFKA ]] || echo "(no kafka columns: the Kafka mock cluster was not started; see above)"
 for path in echo exec; do
   args=()
   for variant in "${VARIANTS[@]}"; do args+=("$variant=${TIMES[$path.$variant]}"); done
   ticks=$(paste -sd' ' "$WORK/broker_ticks.$path" 2>/dev/null || true)
-  python3 - "$TASKS" "$path" "$ticks" "$(getconf CLK_TCK)" "$(nproc)" "$WORK/broker_notes" "${args[@]}" <<'EOF'
+  kafka_ticks=$(paste -sd' ' "$WORK/kafka_ticks.$path" 2>/dev/null || true)
+  python3 - "$TASKS" "$path" "$ticks" "$(getconf CLK_TCK)" "$(nproc)" "$WORK/broker_notes" "$kafka_ticks" "${args[@]}" <<'EOF'
 import statistics, sys
 tasks, path = int(sys.argv[1]), sys.argv[2]
 ticks, clk, cores, notes = [int(t) for t in sys.argv[3].split()], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-sys.argv[1:] = sys.argv[1:3] + sys.argv[7:]
+kafka_ticks = [int(t) for t in sys.argv[7].split()]
+sys.argv[1:] = sys.argv[1:3] + sys.argv[8:]
 rate = {}
 for a in sys.argv[3:]:
     name, times = a.split("=", 1)
@@ -262,6 +346,9 @@ cols += [("workers/store", rate["workers"] / rate["run-store"]), ("workers/nosto
 if "amqp" in rate:
     cols += [("amqp/store", rate["amqp"] / rate["run-store"]), ("amqp/nostore", rate["amqp"] / nostore),
              ("amqp1/nostore", rate["amqp1"] / nostore), ("amqp-p4/store", rate["amqp-p4"] / rate["run-store"])]
+if "kafka" in rate:
+    cols += [("kafka/store", rate["kafka"] / rate["run-store"]), ("kafka/nostore", rate["kafka"] / nostore),
+             ("kafka1/nostore", rate["kafka1"] / nostore)]
 if path == "echo":
     print("path   " + " ".join("%15s" % c[0] for c in cols))
 print("%-6s " % path + " ".join(("%15.0f" if c[0].endswith("/s") else "%15.2f") % c[1] for c in cols))
@@ -275,6 +362,10 @@ if ticks:
     with open(notes, "a") as f:
         f.write("%s: rabbitmq-server used %.2f ms of CPU per task over the amqp runs; on %d cores shared with the "
                 "tasks (if run keeps them busy), amqp/store could reach at most %.2f\n" % (path, broker_s * 1000, cores, ceiling / run))
+if kafka_ticks:
+    mock_s = sum(kafka_ticks) / clk / (len(kafka_ticks) * tasks)
+    with open(notes, "a") as f:
+        f.write("%s: the Kafka mock cluster (in memory) used %.2f ms of CPU per task over the kafka runs\n" % (path, mock_s * 1000))
 EOF
 done
 [[ ! -s $WORK/broker_notes ]] || cat "$WORK/broker_notes"
