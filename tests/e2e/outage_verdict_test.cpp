@@ -106,8 +106,12 @@ TEST_CASE("a burst of poison is not an outage: one known-good probe, then full s
   CHECK(sql_int(db, "SELECT count(*) FROM tasks WHERE state = 'quarantined'") == 100);
   CHECK(sql_int(db, "SELECT count(*) FROM quarantine WHERE status = 'quarantined'") == 100);
   if (contains(r.err, "handler outage suspected")) {
+    // Told apart either by the known-good probe (when the breaker opens a
+    // second time on that fingerprint: "a burst of poison") or, when it
+    // opened once, by the rechecks of the parked payloads ("bad inputs
+    // together"); which comes first is the scheduler's.
     CHECK(contains(r.err, "not an outage"));
-    CHECK(contains(r.err, "burst of poison"));
+    CHECK((contains(r.err, "burst of poison") || contains(r.err, "bad inputs together")));
   }
   MESSAGE("700 tasks with a burst of 100 crashers in " << r.seconds << " s");
   CHECK(r.seconds < 60);
