@@ -101,11 +101,6 @@ void AmqpBackEnd::tell_intake() {
   (void)!::write(intake_news_.get(), &one, sizeof one);
 }
 
-AmqpBackEnd::Held* AmqpBackEnd::held(std::int64_t task_id) {
-  auto it = held_.find(task_id);
-  return it == held_.end() ? nullptr : &it->second;
-}
-
 void AmqpBackEnd::check_signals() {
   if (const int sig = stop_signals_.caught(); sig != 0 && !stopping_) {
     report_.stop_signal = sig;
@@ -132,7 +127,7 @@ void AmqpBackEnd::on_link_state(bool consumer, bool up, const std::string& what)
       // delivered again (counted), to this worker or another. What runs here
       // runs on, unsettled.
       std::vector<std::int64_t> ids;
-      for (const auto& [id, h] : held_) ids.push_back(id);
+      for (const auto& [id, h] : held_.all()) ids.push_back(id);
       for (std::int64_t id : ids) lose(id, "the connection to RabbitMQ was lost: the broker delivers it again");
     }
     return;
@@ -150,7 +145,7 @@ void AmqpBackEnd::stop_reading(const std::string& why) {
   out_.on_notice("stopping (" + why + "): what runs finishes, nothing new is taken, messages not started are given back");
   consumer_.set_idle(nullptr);
   cancel_consume();
-  for (std::int64_t id : std::exchange(queued_, {})) give_back(id, "released: the worker is stopping");
+  for (std::int64_t id : held_.take_queue()) give_back(id, "released: the worker is stopping");
 }
 
 void AmqpBackEnd::cancel_consume() {
@@ -174,17 +169,15 @@ void AmqpBackEnd::admit(AmqpMessage m, std::uint64_t connection) {
   ++report_.deliveries;
   last_activity_ = Clock::now();
   tell_intake();
-  const std::int64_t id = ++next_task_id_;
-  Held& h = held_[id];
-  h.task_id = id;
+  Held& h = held_.hold();
+  const std::int64_t id = h.task_id;
   h.connection = connection;
   read_message(std::move(m), h);
   // Two messages may share a message_id (a publisher's choice): the second
   // is told apart by its delivery tag.
   std::string source = h.id;
-  if (by_source_.count(source) > 0) source += " #" + std::to_string(h.message.delivery_tag);
-  h.task.source_id = source;
-  by_source_[source] = id;
+  if (held_.knows(source)) source += " #" + std::to_string(h.message.delivery_tag);
+  held_.name(h, std::move(source));
   if (stopping_) return give_back(id, "released: the worker is stopping");
   if (auto refused = check_message(settings_.worker, h)) {
     if (refused->protocol_error) ++report_.protocol_errors;
@@ -204,19 +197,19 @@ void AmqpBackEnd::admit(AmqpMessage m, std::uint64_t connection) {
     // beside the suspect.
     return give_back(id, "released: a suspect runs alone on this worker; left to the others");
   }
-  queued_.push_back(id);
+  held_.queue(id);
   if (h.history.last_lost) run_alone(id);
 }
 
 std::size_t AmqpBackEnd::settles_under_way() const {
   std::size_t n = 0;
-  for (const auto& [id, h] : held_) n += h.settling;
+  for (const auto& [id, h] : held_.all()) n += h.settling;
   return n;
 }
 
 bool AmqpBackEnd::alone_now() const {
   if (consume_paused_ && !pause_answered_) return false;
-  for (const auto& [id, h] : held_) {
+  for (const auto& [id, h] : held_.all()) {
     if (id != alone_ && !h.handed) return false;
   }
   return true;
@@ -230,8 +223,8 @@ void AmqpBackEnd::run_alone(std::int64_t task_id) {
   // worker died: more duplicates in amqp_chaos_test (18 to 23 in four
   // runs, against 12 to 13 in three).
   std::vector<std::int64_t> others;
-  for (std::int64_t id : std::exchange(queued_, {})) {
-    if (id == task_id) queued_.push_back(id);
+  for (std::int64_t id : held_.take_queue()) {
+    if (id == task_id) held_.queue(id);
     else others.push_back(id);
   }
   for (std::int64_t id : others) give_back(id, "released: a suspect runs alone on this worker; left to the others");
@@ -254,11 +247,11 @@ TaskSource::Item AmqpBackEnd::next_message() {
     last_activity_ = now;
   }
   if (!held_.empty()) last_activity_ = now;
-  if (settings_.worker.exit_when_idle && !stopping_ && queued_.empty() &&
+  if (settings_.worker.exit_when_idle && !stopping_ && held_.none_queued() &&
       now - last_activity_ >= *settings_.worker.exit_when_idle) {
     stop_reading("nothing new for " + std::to_string(settings_.worker.exit_when_idle->count()) + " ms");
   }
-  if (!queued_.empty() && settles_under_way() >= settings_.worker.jobs) {
+  if (!held_.none_queued() && settles_under_way() >= settings_.worker.jobs) {
     // A worker killed cuts every settle under way, and each comes back and
     // runs again (a duplicate result, a copy beside its original): no more
     // of them than --jobs, however deep the prefetch. (Their publishes go
@@ -266,7 +259,7 @@ TaskSource::Item AmqpBackEnd::next_message() {
     item.type = TaskSource::Item::Type::kWait;
     return item;
   }
-  if (!queued_.empty() && queued_.front() == alone_ && !alone_now()) {
+  if (!held_.none_queued() && held_.first_queued() == alone_ && !alone_now()) {
     // The suspect waits until nothing else is held unstarted (what was
     // given back acknowledged) and the consume is paused: were the worker
     // to die with it before, the others would be delivered again (counted),
@@ -274,16 +267,7 @@ TaskSource::Item AmqpBackEnd::next_message() {
     item.type = TaskSource::Item::Type::kWait;
     return item;
   }
-  if (!queued_.empty()) {
-    Held& h = held_.at(queued_.front());
-    queued_.pop_front();
-    h.handed = true;
-    item.type = TaskSource::Item::Type::kTask;
-    item.task.key = h.task.key;
-    item.task.payload = h.task.payload;
-    item.task.source_id = h.task.source_id;
-    return item;
-  }
+  if (!held_.none_queued()) return held_.hand_first();
   if (stopping_) {
     item.type = cancel_answered_ ? TaskSource::Item::Type::kEnd : TaskSource::Item::Type::kWait;
     return item;
@@ -295,22 +279,13 @@ TaskSource::Item AmqpBackEnd::next_message() {
 }
 
 Expected<std::optional<store::LedgerTask>> AmqpBackEnd::find(const Task& task, const std::string&) {
-  auto it = by_source_.find(task.source_id);
-  if (it == by_source_.end()) return Error{"message " + task.source_id + " is not held by this worker"};
-  const Held& h = held_.at(it->second);
-  store::LedgerTask known;
-  known.id = h.task_id;
-  known.state = store::TaskState::kPending;
-  known.attempts = static_cast<std::uint32_t>(std::max<std::int64_t>(h.delivery - 1, 0));
-  known.history = engine_history(h.history, static_cast<std::uint32_t>(h.delivery));
-  return std::optional<store::LedgerTask>{std::move(known)};
+  return held_.ledger_task(task.source_id, "message");
 }
 
 // ---- the engine's effects ----
 
 bool AmqpBackEnd::has_unapplied() const {
-  return !writes_.empty() || !answers_.started.empty() || !answers_.quarantined.empty() || !answers_.lost.empty() ||
-         !answers_.settled.empty();
+  return !writes_.empty() || has_answers(answers_);
 }
 
 bool AmqpBackEnd::idle() const {
@@ -382,7 +357,7 @@ Expected<BatchResult> AmqpBackEnd::apply(std::vector<StartAttempt> starts, bool,
       give_back(r->task_id, stopping_ ? "released: the worker is stopping" : "released: outage here: left to other workers");
     } else if (std::holds_alternative<ReleaseClaims>(w)) {
       std::vector<std::int64_t> ids;
-      for (const auto& [id, h] : held_) ids.push_back(id);
+      for (const auto& [id, h] : held_.all()) ids.push_back(id);
       for (std::int64_t id : ids) give_back(id, "released: the worker is stopping");
     }
     // TakeBackRecord: never (takes_back is false).
@@ -401,7 +376,7 @@ void AmqpBackEnd::start(const StartAttempt& s) {
   if (h->settling) {
     // On its way to a delay queue (its wait ended before the broker
     // confirmed the copy): not run here, told now, once.
-    answered_at_[h->task.source_id] = h->delivery;
+    held_.answered(h->task.source_id, h->delivery);
     answers_.lost.push_back({s.ref, h->settle_detail, LostAs::kHandedBack});
     h->ref = 0;
     return;
@@ -495,27 +470,12 @@ void AmqpBackEnd::acknowledge(std::int64_t task_id, Settled how, const std::stri
       Held* h = held(task_id);
       if (h == nullptr) return;
       if (!acked) return lose(task_id, "the connection to RabbitMQ was lost before it was acknowledged: delivered again");
-      answered_at_[h->task.source_id] = h->delivery;
+      held_.answered(h->task.source_id, h->delivery);
       switch (how) {
         case Settled::kOk:
-          ++report_.ok;
-          if (h->ref != 0) answers_.settled.push_back({h->ref, added});
-          break;
         case Settled::kDeadLetter:
         case Settled::kRefused:
-          ++report_.dead_lettered;
-          if (how == Settled::kRefused || h->ref == 0) {
-            // The intake's own verdict: the engine never had it, or loses it now.
-            out_.on_verdict(h->task, h->verdict_outcome,
-                            WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h->task.source_id, h->delivery, added,
-                                          detail, false});
-            if (h->ref != 0) answers_.lost.push_back({h->ref, "dead-lettered unrun: " + detail, LostAs::kDeadLettered});
-          } else {
-            QuarantineWritten q;
-            q.ref = h->ref;
-            q.settled_as = added;
-            answers_.quarantined.push_back(std::move(q));
-          }
+          tell_settled(*h, how == Settled::kOk, how == Settled::kRefused, added, detail, answers_, report_, out_);
           break;
         case Settled::kRetry:
           ++report_.retried;
@@ -554,7 +514,7 @@ RecordedDelivery AmqpBackEnd::ended_or_released(const Held& h, const std::string
 void AmqpBackEnd::give_back(std::int64_t task_id, const std::string& note) {
   Held* h = held(task_id);
   if (h == nullptr || h->settling) return;
-  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
+  held_.unqueue(task_id);
   // Its delivery is recorded (its end, or as not run), so that the worker
   // that takes the copy does not count one that never reported back.
   settle(*h, only(carried_copy(*h, ended_or_released(*h, note), settings_.worker.keys.stream)), Settled::kGiveBack, note);
@@ -602,7 +562,7 @@ void AmqpBackEnd::sync_consume() {
     return;
   }
   std::size_t outage_held = 0;
-  for (const auto& [id, h] : held_) outage_held += h.outage_held && !h.settling;
+  for (const auto& [id, h] : held_.all()) outage_held += h.outage_held && !h.settling;
   const std::size_t prefetch = clamped(settings_.prefetch);
   const std::size_t want = clamped(prefetch + outage_held);
   if (!consume_paused_ && want == (prefetch_asked_ == 0 ? prefetch : prefetch_asked_)) return;
@@ -623,30 +583,18 @@ void AmqpBackEnd::sync_consume() {
 }
 
 void AmqpBackEnd::release(std::int64_t task_id) {
-  auto it = held_.find(task_id);
-  if (it == held_.end()) return;
-  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
-  by_source_.erase(it->second.task.source_id);
-  held_.erase(it);
+  held_.release(task_id);
   if (task_id == alone_) {
     alone_ = 0;
     sync_consume();  // consumes again
   }
 }
 
-std::int64_t AmqpBackEnd::answered_at(const std::string& entry) {
-  auto it = answered_at_.find(entry);
-  if (it == answered_at_.end()) return 0;
-  const std::int64_t delivery = it->second;
-  answered_at_.erase(it);
-  return delivery;
-}
-
 void AmqpBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as) {
   Held* h = held(task_id);
   if (h == nullptr) return;
   if (h->ref != 0 || h->handed) {
-    answered_at_[h->task.source_id] = h->delivery;
+    held_.answered(h->task.source_id, h->delivery);
     if (h->ref != 0) answers_.lost.push_back({h->ref, why, as});
     // A task the engine has and has not started hears it at its start.
   } else {

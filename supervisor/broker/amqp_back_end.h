@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "shared/unique_fd.h"
+#include "supervisor/broker/held_tasks.h"
 #include "supervisor/broker/amqp_entry.h"
 #include "supervisor/broker/amqp_link.h"
 #include "supervisor/broker/worker_settings.h"
@@ -79,7 +80,7 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   bool links_down() const { return links_down_ > 0; }
   const WorkerReport& report() const { return report_; }
   // SettleCounts: the delivery at which a message was settled or lost, once.
-  std::int64_t answered_at(const std::string& entry) override;
+  std::int64_t answered_at(const std::string& entry) override { return held_.answered_at(entry); }
 
   // The links' state changes come here.
   void on_link_state(bool consumer, bool up, const std::string& what);
@@ -143,7 +144,7 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   TaskSource::Item next_message();
   std::vector<int> intake_fds() const;
   void tell_intake();
-  Held* held(std::int64_t task_id);
+  Held* held(std::int64_t task_id) { return held_.find(task_id); }
   std::int64_t wall_ms() const;
   void check_signals();
   void on_error(const std::string& message);
@@ -202,11 +203,7 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   UniqueFd intake_news_;
   bool in_next_ = false;
 
-  std::map<std::int64_t, Held> held_;
-  std::deque<std::int64_t> queued_;
-  std::map<std::string, std::int64_t> by_source_;   // Task::source_id -> task id
-  std::map<std::string, std::int64_t> answered_at_;
-  std::int64_t next_task_id_ = 0;
+  HeldTasks<Held> held_;
   // The delay queues declared (their buckets, ms): the publisher link's own.
   std::shared_ptr<std::set<std::int64_t>> declared_delays_ = std::make_shared<std::set<std::int64_t>>();
   std::vector<LedgerWrite> writes_;

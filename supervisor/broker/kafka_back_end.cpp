@@ -98,11 +98,6 @@ void KafkaBackEnd::tell_intake() {
   (void)!::write(intake_news_.get(), &one, sizeof one);
 }
 
-KafkaBackEnd::Held* KafkaBackEnd::held(std::int64_t task_id) {
-  auto it = held_.find(task_id);
-  return it == held_.end() ? nullptr : &it->second;
-}
-
 void KafkaBackEnd::check_signals() {
   if (const int sig = stop_signals_.caught(); sig != 0 && !stopping_) {
     report_.stop_signal = sig;
@@ -121,7 +116,7 @@ void KafkaBackEnd::stop_reading(const std::string& why) {
   stopping_why_ = why;
   out_.on_notice("stopping (" + why +
                  "): what runs finishes, nothing new is taken, records not started are left to the partitions' next owners");
-  for (std::int64_t id : std::exchange(queued_, {})) leave(id, "released: the worker is stopping", false);
+  for (std::int64_t id : held_.take_queue()) leave(id, "released: the worker is stopping", false);
   tell_intake();
 }
 
@@ -144,11 +139,11 @@ void KafkaBackEnd::on_revoke(const std::vector<std::int32_t>& partitions) {
   // the same: this spares it the reading).
   commit_settled(true);
   std::vector<std::int64_t> ids;
-  for (const auto& [id, h] : held_) {
+  for (const auto& [id, h] : held_.all()) {
     if (gone.count(h.message.partition) > 0) ids.push_back(id);
   }
   for (std::int64_t id : ids) {
-    Held& h = held_.at(id);
+    Held& h = *held(id);
     if (h.started && !h.settling) {
       // Written before the group hands the partition on (the rebalance
       // waits for this revoke): the next owner reads that this delivery
@@ -222,12 +217,12 @@ void KafkaBackEnd::admit_records() {
   for (const auto& [p, part] : partitions_) {
     if (part.held_back) skip.insert(p);
   }
-  while (queued_.size() < want && !read_again_.empty()) {
+  while (held_.queued() < want && !read_again_.empty()) {
     KafkaMessage m = std::move(read_again_.front());
     read_again_.pop_front();
     admit(std::move(m));
   }
-  while (queued_.size() < want) {
+  while (held_.queued() < want) {
     auto m = consumer_->next(skip);
     if (!m) break;
     admit(std::move(*m));
@@ -247,13 +242,11 @@ void KafkaBackEnd::admit(KafkaMessage m) {
     part.tracker.settled(m.offset);
     return;
   }
-  const std::int64_t id = ++next_task_id_;
-  Held& h = held_[id];
-  h.task_id = id;
+  Held& h = held_.hold();
+  const std::int64_t id = h.task_id;
   h.generation = part.generation;
   h.id = source_of(m.partition, m.offset);
-  h.task.source_id = h.id;
-  by_source_[h.id] = id;
+  held_.name(h, h.id);
   const RecordAttempts none;
   const RecordAttempts& attempts = known != nullptr ? *known : none;
   h.delivery = next_delivery(attempts);
@@ -285,7 +278,7 @@ void KafkaBackEnd::admit(KafkaMessage m) {
     if (refused->protocol_error) ++report_.protocol_errors;
     return dead_letter(h, refused->outcome, refused->reason, /*unrun=*/true);
   }
-  queued_.push_back(id);
+  held_.queue(id);
 }
 
 TaskSource::Item KafkaBackEnd::next_record() {
@@ -311,20 +304,11 @@ TaskSource::Item KafkaBackEnd::next_record() {
   // group did, the records of the dead member's partitions waited for the
   // next worker to start (found by kafka_chaos_test).
   const bool holds_share = !awaiting_share_;
-  if (settings_.worker.exit_when_idle && !stopping_ && holds_share && queued_.empty() && consumer_->buffered() == 0 &&
+  if (settings_.worker.exit_when_idle && !stopping_ && holds_share && held_.none_queued() && consumer_->buffered() == 0 &&
       now - last_activity_ >= *settings_.worker.exit_when_idle) {
     stop_reading("nothing new for " + std::to_string(settings_.worker.exit_when_idle->count()) + " ms");
   }
-  if (!queued_.empty()) {
-    Held& h = held_.at(queued_.front());
-    queued_.pop_front();
-    h.handed = true;
-    item.type = TaskSource::Item::Type::kTask;
-    item.task.key = h.task.key;
-    item.task.payload = h.task.payload;
-    item.task.source_id = h.task.source_id;
-    return item;
-  }
+  if (!held_.none_queued()) return held_.hand_first();
   if (stopping_) {
     item.type = TaskSource::Item::Type::kEnd;
     return item;
@@ -340,22 +324,13 @@ TaskSource::Item KafkaBackEnd::next_record() {
 }
 
 Expected<std::optional<store::LedgerTask>> KafkaBackEnd::find(const Task& task, const std::string&) {
-  auto it = by_source_.find(task.source_id);
-  if (it == by_source_.end()) return Error{"record " + task.source_id + " is not held by this worker"};
-  const Held& h = held_.at(it->second);
-  store::LedgerTask known;
-  known.id = h.task_id;
-  known.state = store::TaskState::kPending;
-  known.attempts = static_cast<std::uint32_t>(std::max<std::int64_t>(h.delivery - 1, 0));
-  known.history = engine_history(h.history, static_cast<std::uint32_t>(h.delivery));
-  return std::optional<store::LedgerTask>{std::move(known)};
+  return held_.ledger_task(task.source_id, "record");
 }
 
 // ---- the engine's effects ----
 
 bool KafkaBackEnd::has_unapplied() const {
-  return !writes_.empty() || !answers_.started.empty() || !answers_.quarantined.empty() || !answers_.lost.empty() ||
-         !answers_.settled.empty();
+  return !writes_.empty() || has_answers(answers_);
 }
 
 bool KafkaBackEnd::idle() const { return !has_unapplied() && quiet(); }
@@ -414,7 +389,7 @@ Expected<BatchResult> KafkaBackEnd::apply(std::vector<StartAttempt> starts, bool
       leave(r->task_id, stopping_ ? "released: the worker is stopping" : "released: outage here", !stopping_);
     } else if (std::holds_alternative<ReleaseClaims>(w)) {
       std::vector<std::int64_t> ids;
-      for (const auto& [id, h] : held_) ids.push_back(id);
+      for (const auto& [id, h] : held_.all()) ids.push_back(id);
       for (std::int64_t id : ids) leave(id, "released: the worker is stopping", false);
     }
     // TakeBackRecord: never (takes_back is false).
@@ -535,31 +510,11 @@ void KafkaBackEnd::settled(std::int64_t task_id, Settled how, const std::string&
   Held* h = held(task_id);
   if (h == nullptr) return;
   tell_intake();
-  answered_at_[h->task.source_id] = h->delivery;
+  held_.answered(h->task.source_id, h->delivery);
   if (auto it = partitions_.find(h->message.partition); it != partitions_.end() && it->second.generation == h->generation) {
     it->second.tracker.settled(h->message.offset);
   }
-  switch (how) {
-    case Settled::kOk:
-      ++report_.ok;
-      if (h->ref != 0) answers_.settled.push_back({h->ref, where});
-      break;
-    case Settled::kDeadLetter:
-    case Settled::kRefused:
-      ++report_.dead_lettered;
-      if (how == Settled::kRefused || h->ref == 0) {
-        out_.on_verdict(h->task, h->verdict_outcome,
-                        WorkerVerdict{WorkerVerdict::Type::kDeadLettered, h->task.source_id, h->delivery, where,
-                                      detail, false});
-        if (h->ref != 0) answers_.lost.push_back({h->ref, "dead-lettered unrun: " + detail, LostAs::kDeadLettered});
-      } else {
-        QuarantineWritten q;
-        q.ref = h->ref;
-        q.settled_as = where;
-        answers_.quarantined.push_back(std::move(q));
-      }
-      break;
-  }
+  tell_settled(*h, how == Settled::kOk, how == Settled::kRefused, where, detail, answers_, report_, out_);
   release(task_id);
   commit_settled(false);
 }
@@ -578,13 +533,13 @@ void KafkaBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::strin
 void KafkaBackEnd::leave(std::int64_t task_id, const std::string& note, bool again) {
   Held* h = held(task_id);
   if (h == nullptr || h->settling) return;
-  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
+  held_.unqueue(task_id);
   if (!h->handed) {
     ++report_.released;
     out_.on_verdict(h->task, Outcome{},
                     WorkerVerdict{WorkerVerdict::Type::kReleased, h->task.source_id, h->delivery, "", note});
   }
-  answered_at_[h->task.source_id] = h->delivery;
+  held_.answered(h->task.source_id, h->delivery);
   // Read again (`again`) as its next delivery once its release is
   // acknowledged (the release counts nothing against it): only another
   // member could take it from here, and none can while this one holds the
@@ -636,7 +591,7 @@ void KafkaBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as)
   Held* h = held(task_id);
   if (h == nullptr) return;
   if (h->ref != 0 || h->handed) {
-    answered_at_[h->task.source_id] = h->delivery;
+    held_.answered(h->task.source_id, h->delivery);
     if (h->ref != 0) answers_.lost.push_back({h->ref, why, as});
   } else {
     ++report_.taken_over;
@@ -647,13 +602,7 @@ void KafkaBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as)
   release(task_id);
 }
 
-void KafkaBackEnd::release(std::int64_t task_id) {
-  auto it = held_.find(task_id);
-  if (it == held_.end()) return;
-  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
-  by_source_.erase(it->second.task.source_id);
-  held_.erase(it);
-}
+void KafkaBackEnd::release(std::int64_t task_id) { held_.release(task_id); }
 
 void KafkaBackEnd::commit_settled(bool now) {
   if (closed_ || !consumer_) return;
@@ -672,14 +621,6 @@ void KafkaBackEnd::commit_settled(bool now) {
     }
   }
   if (Status s = consumer_->commit(offsets, now); !s) out_.on_notice("warning: " + s.message());
-}
-
-std::int64_t KafkaBackEnd::answered_at(const std::string& entry) {
-  auto it = answered_at_.find(entry);
-  if (it == answered_at_.end()) return 0;
-  const std::int64_t delivery = it->second;
-  answered_at_.erase(it);
-  return delivery;
 }
 
 }  // namespace pillbox::broker

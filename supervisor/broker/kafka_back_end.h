@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "shared/unique_fd.h"
+#include "supervisor/broker/held_tasks.h"
 #include "supervisor/broker/kafka_attempt_log.h"
 #include "supervisor/broker/kafka_attempts.h"
 #include "supervisor/broker/kafka_commit_tracker.h"
@@ -96,7 +97,7 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   void close();
   const WorkerReport& report() const { return report_; }
   // SettleCounts
-  std::int64_t answered_at(const std::string& entry) override;
+  std::int64_t answered_at(const std::string& entry) override { return held_.answered_at(entry); }
 
   // AttemptStore
   Capabilities capabilities() const override;
@@ -154,7 +155,7 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   TaskSource::Item next_record();
   std::vector<int> intake_fds() const;
   void tell_intake();
-  Held* held(std::int64_t task_id);
+  Held* held(std::int64_t task_id) { return held_.find(task_id); }
   std::int64_t wall_ms() const;
   void check_signals();
   void on_error(const std::string& message);
@@ -199,14 +200,10 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
 
   std::map<std::int32_t, Partition> partitions_;
   std::uint64_t generations_ = 0;
-  std::map<std::int64_t, Held> held_;
-  std::deque<std::int64_t> queued_;
+  HeldTasks<Held> held_;
   // Records given back by the engine and kept (their partition is still
   // this worker's): read again before anything new.
   std::deque<KafkaMessage> read_again_;
-  std::map<std::string, std::int64_t> by_source_;   // Task::source_id -> task id
-  std::map<std::string, std::int64_t> answered_at_;
-  std::int64_t next_task_id_ = 0;
   std::vector<LedgerWrite> writes_;
   BatchResult answers_;
   Clock::time_point last_commit_{};

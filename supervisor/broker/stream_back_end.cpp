@@ -62,7 +62,7 @@ StreamBackEnd::StreamBackEnd(WorkerSettings settings, BrokerLink& reader, Broker
                          for (const auto& id : *lost) whys.emplace_back(id, why_not_held(redis, keys, consumer, id));
                          return [this, whys = std::move(whys)] {
                            for (const auto& [id, why] : whys) {
-                             if (auto it = by_entry_.find(id); it != by_entry_.end()) lose(it->second, why);
+                             if (const Held* h = held_.by_source(id)) lose(h->task_id, why);
                            }
                          };
                        });
@@ -106,11 +106,6 @@ void StreamBackEnd::tell_intake() {
   (void)!::write(intake_news_.get(), &one, sizeof one);
 }
 
-StreamBackEnd::Held* StreamBackEnd::held(std::int64_t task_id) {
-  auto it = held_.find(task_id);
-  return it == held_.end() ? nullptr : &it->second;
-}
-
 void StreamBackEnd::on_redis_state(bool up, const std::string& what) {
   if (!up) {
     ++redis_down_;
@@ -143,7 +138,7 @@ bool StreamBackEnd::check_restart() {
   if (restart_check_pending_) return true;
   restart_check_pending_ = true;
   std::vector<std::string> ids;
-  for (const auto& [id, h] : held_) ids.push_back(h.id);
+  for (const auto& [id, h] : held_.all()) ids.push_back(h.id);
   writer_.post([this, keys = settings_.keys, group = settings_.consumer.group,
                 ids = std::move(ids)](RedisConnection& redis) -> BrokerLink::Done {
     auto state = server_state(redis, keys, group, ids);
@@ -169,7 +164,7 @@ void StreamBackEnd::on_server_state(const Expected<ServerState>& state, const st
   // Not in the stream, and still held here: lost. (One settled by a step
   // posted before the check was forgotten when its answer came, before this.)
   std::size_t held_gone = 0;
-  for (const std::string& id : state->held_gone) held_gone += by_entry_.count(id);
+  for (const std::string& id : state->held_gone) held_gone += held_.knows(id);
   const RestartLosses losses = restart_losses(*state, results_written_, dead_letters_written_, held_gone);
   report_.results_lost += losses.results_lost;
   report_.dead_letters_lost += losses.dead_letters_lost;
@@ -226,7 +221,7 @@ void StreamBackEnd::stop_reading(const std::string& why) {
   out_.on_notice("stopping (" + why + "): what runs finishes, nothing new is read, entries not started are released");
   // Read and not yet the engine's: recorded as not run, so that the worker
   // that takes them over does not count a lost delivery.
-  for (std::int64_t id : std::exchange(queued_, {})) release_unstarted(id);
+  for (std::int64_t id : held_.take_queue()) release_unstarted(id);
 }
 
 void StreamBackEnd::release_unstarted(std::int64_t task_id) {
@@ -266,20 +261,11 @@ TaskSource::Item StreamBackEnd::next_entry() {
   // an outage keep the worker busy (the engine dead-letters parked ones once
   // nothing else is in hand).
   if (!held_.empty()) last_activity_ = now;
-  if (settings_.exit_when_idle && !stopping_ && queued_.empty() && !read_outstanding_ && !claim_outstanding_ &&
+  if (settings_.exit_when_idle && !stopping_ && held_.none_queued() && !read_outstanding_ && !claim_outstanding_ &&
       now - last_activity_ >= *settings_.exit_when_idle) {
     stop_reading("nothing new or claimable for " + std::to_string(settings_.exit_when_idle->count()) + " ms");
   }
-  if (!queued_.empty()) {
-    Held& h = held_.at(queued_.front());
-    queued_.pop_front();
-    h.handed = true;
-    item.type = TaskSource::Item::Type::kTask;
-    item.task.key = h.task.key;
-    item.task.payload = h.task.payload;
-    item.task.source_id = h.id;
-    return item;
-  }
+  if (!held_.none_queued()) return held_.hand_first();
   if (stopping_) {
     item.type = read_outstanding_ || claim_outstanding_ ? TaskSource::Item::Type::kWait : TaskSource::Item::Type::kEnd;
     return item;
@@ -332,22 +318,21 @@ void StreamBackEnd::read_more(Clock::time_point now) {
 }
 
 void StreamBackEnd::admit(Delivery d, bool claimed) {
-  if (auto it = by_entry_.find(d.entry); it != by_entry_.end()) return claimed_again(held_.at(it->second), d);
+  if (Held* h = held_.by_source(d.entry)) return claimed_again(*h, d);
   ++report_.deliveries;
   if (claimed) ++report_.claimed;
   last_activity_ = Clock::now();
-  const std::int64_t id = ++next_task_id_;
-  Held& h = held_[id];
-  h.task_id = id;
+  Held& h = held_.hold();
+  const std::int64_t id = h.task_id;
   read_entry(d, h);
-  by_entry_[h.id] = id;
+  held_.name(h, h.id);
   {
     std::lock_guard lock(claims_->mutex);
     claims_->held.insert(h.id);
   }
   if (stopping_) return release_unstarted(id);  // read as the worker began to stop: not run here
   if (auto refused = check_entry(settings_, d, h)) return refuse(h, *refused);
-  queued_.push_back(id);
+  held_.queue(id);
 }
 
 void StreamBackEnd::claimed_again(Held& h, const Delivery& d) {
@@ -377,15 +362,7 @@ void StreamBackEnd::claimed_again(Held& h, const Delivery& d) {
 }
 
 Expected<std::optional<store::LedgerTask>> StreamBackEnd::find(const Task& task, const std::string&) {
-  auto it = by_entry_.find(task.source_id);
-  if (it == by_entry_.end()) return Error{"stream entry " + task.source_id + " is not held by this worker"};
-  const Held& h = held_.at(it->second);
-  store::LedgerTask known;
-  known.id = h.task_id;
-  known.state = store::TaskState::kPending;
-  known.attempts = static_cast<std::uint32_t>(std::max<std::int64_t>(h.delivery - 1, 0));
-  known.history = engine_history(h.history, static_cast<std::uint32_t>(h.delivery));
-  return std::optional<store::LedgerTask>{std::move(known)};
+  return held_.ledger_task(task.source_id, "stream entry");
 }
 
 // ---- the engine's effects ----
@@ -393,8 +370,7 @@ Expected<std::optional<store::LedgerTask>> StreamBackEnd::find(const Task& task,
 void StreamBackEnd::add(LedgerWrite write) { writes_.push_back(std::move(write)); }
 
 bool StreamBackEnd::has_unapplied() const {
-  return !writes_.empty() || !answers_.started.empty() || !answers_.quarantined.empty() || !answers_.lost.empty() ||
-         !answers_.settled.empty();
+  return !writes_.empty() || has_answers(answers_);
 }
 
 // (The reader's blocking read is always out while the worker reads; once
@@ -469,7 +445,7 @@ Expected<BatchResult> StreamBackEnd::apply(std::vector<StartAttempt> starts, boo
     } else if (std::holds_alternative<ReleaseClaims>(w)) {
       // The worker ends: every entry still held is left for the fleet.
       std::vector<std::int64_t> ids;
-      for (const auto& [id, h] : held_) ids.push_back(id);
+      for (const auto& [id, h] : held_.all()) ids.push_back(id);
       for (std::int64_t id : ids) give_back(id, "released: the worker is stopping");
     }
     // SetTaskWait: nothing to write; the claim stays renewed while the task
@@ -580,7 +556,7 @@ void StreamBackEnd::settle_ok(Held& h, const Outcome& outcome) {
   post_fenced(h, true, std::move(step), [this](Held& h, const std::string& added) {
     ++report_.ok;
     results_written_.add(added);
-    answered_at_[h.id] = h.delivery;
+    held_.answered(h.id, h.delivery);
     answers_.settled.push_back({h.ref, added});
     release(h.task_id);
   });
@@ -608,7 +584,7 @@ void StreamBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::stri
                                                      reason, r.new_fingerprint});
       if (h.ref != 0) answers_.lost.push_back({h.ref, "dead-lettered unrun: " + reason, LostAs::kDeadLettered});
     } else {
-      answered_at_[h.id] = h.delivery;
+      held_.answered(h.id, h.delivery);
       QuarantineWritten q;
       q.ref = h.ref;
       q.new_fingerprint = r.new_fingerprint;
@@ -621,7 +597,7 @@ void StreamBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::stri
 
 void StreamBackEnd::give_back(std::int64_t task_id, const std::string& note) {
   if (auto gone = lost_before_start_.find(task_id); gone != lost_before_start_.end()) {
-    answered_at_.erase(gone->second.first);  // lost already: nothing more to say of it
+    held_.unanswered(gone->second.first);  // lost already: nothing more to say of it
     lost_before_start_.erase(gone);
   }
   Held* h = held(task_id);
@@ -636,15 +612,13 @@ void StreamBackEnd::give_back(std::int64_t task_id, const std::string& note) {
 }
 
 void StreamBackEnd::release(std::int64_t task_id) {
-  auto it = held_.find(task_id);
-  if (it == held_.end()) return;
+  const Held* h = held(task_id);
+  if (h == nullptr) return;
   {
     std::lock_guard lock(claims_->mutex);
-    claims_->held.erase(it->second.id);
+    claims_->held.erase(h->id);
   }
-  queued_.erase(std::remove(queued_.begin(), queued_.end(), task_id), queued_.end());
-  by_entry_.erase(it->second.id);
-  held_.erase(it);
+  held_.release(task_id);
 }
 
 void StreamBackEnd::left_pending(std::int64_t task_id, const std::string& error) {
@@ -664,24 +638,16 @@ void StreamBackEnd::left_pending(std::int64_t task_id, const std::string& error)
   lose(task_id, "left pending after a Redis error", LostAs::kLeftPending);
 }
 
-std::int64_t StreamBackEnd::answered_at(const std::string& entry) {
-  auto it = answered_at_.find(entry);
-  if (it == answered_at_.end()) return 0;
-  const std::int64_t delivery = it->second;
-  answered_at_.erase(it);
-  return delivery;
-}
-
 void StreamBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as) {
   Held* h = held(task_id);
   if (h == nullptr) return;
   if (h->ref != 0) {
-    answered_at_[h->id] = h->delivery;
+    held_.answered(h->id, h->delivery);
     answers_.lost.push_back({h->ref, why, as});
   } else if (h->handed) {
     // The engine has it and has not started it (a suspect waits its turn):
     // told at its start, or forgotten when it is given back.
-    answered_at_[h->id] = h->delivery;
+    held_.answered(h->id, h->delivery);
     lost_before_start_[task_id] = {h->id, TaskLost{0, why, as}};
   } else {
     ++report_.taken_over;

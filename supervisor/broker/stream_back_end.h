@@ -22,6 +22,7 @@
 #include "shared/unique_fd.h"
 #include "supervisor/broker/broker_link.h"
 #include "supervisor/broker/server_restart.h"
+#include "supervisor/broker/held_tasks.h"
 #include "supervisor/broker/stream_entry.h"
 #include "supervisor/broker/worker_settings.h"
 #include "supervisor/exec/stop_signals.h"
@@ -57,7 +58,7 @@ class StreamBackEnd final : public AttemptStore, public SettleCounts {
   // to the engine (0: none known), once: the engine's attempt number is
   // the count its attempt started at, and the entry may have been claimed
   // again since.
-  std::int64_t answered_at(const std::string& entry) override;
+  std::int64_t answered_at(const std::string& entry) override { return held_.answered_at(entry); }
 
   // AttemptStore
   Capabilities capabilities() const override;
@@ -172,7 +173,7 @@ class StreamBackEnd final : public AttemptStore, public SettleCounts {
   void end_restart_check();
   // SIGINT/SIGTERM caught: stop reading.
   void check_signals();
-  Held* held(std::int64_t task_id);
+  Held* held(std::int64_t task_id) { return held_.find(task_id); }
   std::int64_t wall_ms() const;
 
   WorkerSettings settings_;
@@ -184,14 +185,10 @@ class StreamBackEnd final : public AttemptStore, public SettleCounts {
   UniqueFd intake_news_;  // eventfd: readable once tell_intake() was called, until next_entry()
   bool in_next_entry_ = false;
 
-  std::map<std::int64_t, Held> held_;  // by task id
-  std::map<std::string, std::int64_t> by_entry_;
-  std::deque<std::int64_t> queued_;     // read and checked, not yet handed to the engine
-  std::map<std::string, std::int64_t> answered_at_;  // entries settled or lost, answered: their count
+  HeldTasks<Held> held_;  // known by their entry ids
   // Entries lost after the engine took them and before their first start:
   // (entry id, how), by task id, answered at that start.
   std::map<std::int64_t, std::pair<std::string, TaskLost>> lost_before_start_;
-  std::int64_t next_task_id_ = 0;
   std::vector<LedgerWrite> writes_;     // added since the last apply
   BatchResult answers_;                 // Redis's answers, for the next apply
   bool read_outstanding_ = false;
