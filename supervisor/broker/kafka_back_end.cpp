@@ -157,7 +157,12 @@ void KafkaBackEnd::on_revoke(const std::vector<std::int32_t>& partitions) {
                    std::to_string(settings_.revoke_wait.count()) +
                    " ms: their next owner may count a delivery that never reported back");
   }
-  for (std::int64_t id : ids) lose(id, "its partition was taken away (a rebalance): the next owner runs it");
+  // A task that runs here is stopped: its next owner runs it from the
+  // start, and two runs side by side would do its work twice at once.
+  for (std::int64_t id : ids) {
+    lose(id, "its partition was taken away (a rebalance): the next owner runs it", LostAs::kTakenOver,
+         /*stop_child=*/true);
+  }
   for (std::int32_t p : partitions) partitions_.erase(p);
   awaiting_share_ = true;
   if (!partitions.empty()) {
@@ -587,12 +592,12 @@ void KafkaBackEnd::hold_back(std::int32_t partition) {
   }
 }
 
-void KafkaBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as) {
+void KafkaBackEnd::lose(std::int64_t task_id, const std::string& why, LostAs as, bool stop_child) {
   Held* h = held(task_id);
   if (h == nullptr) return;
   if (h->ref != 0 || h->handed) {
     held_.answered(h->task.source_id, h->delivery);
-    if (h->ref != 0) answers_.lost.push_back({h->ref, why, as});
+    if (h->ref != 0) answers_.lost.push_back({h->ref, why, as, stop_child});
   } else {
     ++report_.taken_over;
     out_.on_verdict(h->task, Outcome{},

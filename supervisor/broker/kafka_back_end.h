@@ -184,7 +184,8 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   void leave(std::int64_t task_id, const std::string& note, bool again);
   // An uncharged end of its delivery that did not run to its end here.
   RecordedDelivery release_of(const Held& h, const std::string& note) const;
-  void lose(std::int64_t task_id, const std::string& why, LostAs as = LostAs::kTakenOver);
+  // `stop_child`: its child, if one runs, is killed (another member runs it now).
+  void lose(std::int64_t task_id, const std::string& why, LostAs as = LostAs::kTakenOver, bool stop_child = false);
   void release(std::int64_t task_id);
   void commit_settled(bool now);
   void hold_back(std::int32_t partition);

@@ -55,6 +55,7 @@ struct Running {
   Clock::time_point deadline;
   std::uint64_t oom_kills_before = 0;
   std::optional<Clock::time_point> drain_deadline;  // exited; waiting for its last frames
+  bool stopped = false;  // the source took it back (TaskSource::take_stopped): killed
   Execution exec;
 };
 
@@ -153,6 +154,7 @@ class Dispatcher {
       // told only then: their outcome is about an attempt that is counted.
       if (auto s = source_.commit_turn(); !s) return Error{s.message()};
       for (auto& r : std::exchange(not_launched_, {})) finish(std::move(r));
+      for (std::uint64_t ref : source_.take_stopped()) stop_task(ref);
       if (source_done && running_.empty()) break;
 
       // Wait for anything: launcher, wires, stdin, or the nearest deadline.
@@ -348,7 +350,7 @@ class Dispatcher {
       switch (ev.type) {
         case LaunchEvent::Type::kForked:
           r.pid = ev.pid;
-          if (r.exec.killed_for_timeout || r.exec.killed_for_protocol) kill_task(r);
+          if (r.exec.killed_for_timeout || r.exec.killed_for_protocol || r.stopped) kill_task(r);
           break;
         case LaunchEvent::Type::kForkFailed:
           r.exec.launch_error = "cannot start the child: " + ev.message;
@@ -408,6 +410,16 @@ class Dispatcher {
   // launcher: a zygote's children have pids only it can name.
   void kill_task(Running& r) {
     if (r.pid > 0) launcher_->kill(r.pid);
+  }
+
+  // A task the source took back while it ran: killed now (or as soon as
+  // its fork is known); its outcome goes to the sink as any.
+  void stop_task(std::uint64_t ref) {
+    for (auto& [seq, r] : running_) {
+      if (r->task.ref != ref || r->stopped || r->exec.exit) continue;
+      r->stopped = true;
+      kill_task(*r);
+    }
   }
 
   void finish_seq(std::uint64_t seq) {

@@ -65,6 +65,11 @@ class TaskSource {
   // open in prepare() commits here, while the children fork. An error ends
   // the run, and no child gets its payload.
   virtual Status commit_turn() { return Status::ok(); }
+  // Once per turn, after commit_turn(): tasks handed out (Task::ref) whose
+  // children must stop now, as another process runs them (the task flow's,
+  // from a back end's TaskLost::stop_child). Each child is killed; its
+  // outcome still comes to the sink, which knows it means nothing.
+  virtual std::vector<std::uint64_t> take_stopped() { return {}; }
 };
 
 }  // namespace pillbox

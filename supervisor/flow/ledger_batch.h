@@ -143,6 +143,10 @@ struct TaskLost {
   std::uint64_t ref = 0;
   std::string why;
   LostAs as = LostAs::kTakenOver;
+  // Its child, if one runs, is killed (TaskSource::take_stopped): another
+  // process runs the task now (a Kafka partition handed to another
+  // member), and two runs at once would do its work twice side by side.
+  bool stop_child = false;
 };
 
 struct BatchResult {

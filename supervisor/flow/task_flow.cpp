@@ -703,6 +703,7 @@ void TaskFlow::lose(const TaskLost& lost) {
   lost_since_prepare_ = true;
   if (t.running) {
     t.lost = true;
+    if (lost.stop_child) stopped_.push_back(ref);
     return;
   }
   forget(ref);

@@ -16,6 +16,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "supervisor/exec/dispatcher.h"
@@ -102,6 +103,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   Item next() override;
   Status commit_turn() override;
   std::vector<int> wait_fds() const override;
+  std::vector<std::uint64_t> take_stopped() override { return std::exchange(stopped_, {}); }
 
   // OutcomeSink (one call per attempt)
   void on_outcome(const Task& task, const Outcome& outcome) override;
@@ -304,6 +306,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::size_t in_flight_ = 0;
   std::set<std::uint64_t> starting_;           // started, not yet answered by the back end
   bool lost_since_prepare_ = false;            // a task lost (lose): its slot is free for the next turn
+  std::vector<std::uint64_t> stopped_;         // lost while running, their children to kill (take_stopped)
   bool slot_free_ = true;                      // the last prepare() had a slot for a new start
   bool inner_done_ = false;
   bool winding_down_ = false;        // wind_down()

@@ -29,6 +29,7 @@ class MeteredRun final : public TaskSource, public OutcomeSink {
   std::vector<int> wait_fds() const override { return source_.wait_fds(); }
   Status prepare(std::size_t free_slots) override;
   Status commit_turn() override { return source_.commit_turn(); }
+  std::vector<std::uint64_t> take_stopped() override { return source_.take_stopped(); }
   void on_outcome(const Task& task, const Outcome& outcome) override;
   void on_input_error(const std::string& message) override { sink_.on_input_error(message); }
 
