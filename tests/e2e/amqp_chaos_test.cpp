@@ -50,6 +50,7 @@
 #include "supervisor/broker/amqp_topology.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
+#include "tests/e2e/chaos_plan.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
 #include "tests/e2e/task_program.h"
@@ -124,30 +125,11 @@ long ready(AmqpConnection& c, const std::string& queue) {
   return state ? static_cast<long>(state->messages) : -1;
 }
 
-struct Task {
-  std::string key;
-  std::string payload;
-  char kind = 'g';  // 'g' good, else the poison's first byte
-};
+using Task = e2e::ChaosTask;
 
 // `good` good tasks and `poison` poison ones (S and A in turn: both end as
-// crashes), shuffled with `rng`. Keys are unique to this run.
-std::vector<Task> plan(int good, int poison, std::mt19937_64& rng) {
-  std::vector<Task> tasks;
-  for (int i = 0; i < good; ++i) {
-    char key[32];
-    std::snprintf(key, sizeof key, "good-%04d", i);
-    tasks.push_back({key, "good payload " + std::to_string(i), 'g'});
-  }
-  for (int i = 0; i < poison; ++i) {
-    const char k = i % 2 == 0 ? 'S' : 'A';
-    char key[32];
-    std::snprintf(key, sizeof key, "poison-%c-%02d", k, i);
-    tasks.push_back({key, std::string(1, k) + " poison " + std::to_string(i), k});
-  }
-  std::shuffle(tasks.begin(), tasks.end(), rng);
-  return tasks;
-}
+// crashes), shuffled with `rng`.
+std::vector<Task> plan(int good, int poison, std::mt19937_64& rng) { return e2e::chaos_plan(good, poison, "SA", rng); }
 
 void submit(const e2e::RabbitServer& server, const std::string& queue, const std::vector<Task>& tasks) {
   std::string lines;

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "tests/e2e/background.h"
+#include "tests/e2e/chaos_plan.h"
 #include "tests/e2e/kafka_client.h"
 #include "tests/e2e/kafka_mock.h"
 #include "tests/e2e/support.h"
@@ -70,30 +71,12 @@ const std::string kKiller = "kills-its-supervisor";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-struct Task {
-  std::string key;
-  std::string payload;
-  char kind = 'g';  // 'g' good, else the poison's first byte
-};
+using Task = e2e::ChaosTask;
 
 // `good` good records, `crashes` crashing ones (S and A in turn) and the
 // killer (L: it spins, and the test kills its worker), shuffled with `rng`.
 std::vector<Task> plan(int good, int crashes, std::mt19937_64& rng) {
-  std::vector<Task> tasks;
-  for (int i = 0; i < good; ++i) {
-    char key[32];
-    std::snprintf(key, sizeof key, "good-%04d", i);
-    tasks.push_back({key, "good payload " + std::to_string(i), 'g'});
-  }
-  for (int i = 0; i < crashes; ++i) {
-    const char k = i % 2 == 0 ? 'S' : 'A';
-    char key[32];
-    std::snprintf(key, sizeof key, "poison-%c-%02d", k, i);
-    tasks.push_back({key, std::string(1, k) + " poison " + std::to_string(i), k});
-  }
-  tasks.push_back({kKiller, "L kills its worker's supervisor", 'L'});
-  std::shuffle(tasks.begin(), tasks.end(), rng);
-  return tasks;
+  return e2e::chaos_plan(good, crashes, "SA", rng, {{kKiller, "L kills its worker's supervisor", 'L'}});
 }
 
 // What the workers told so far (--json verdict lines): how many ok, and

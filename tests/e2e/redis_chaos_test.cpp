@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/background.h"
+#include "tests/e2e/chaos_plan.h"
 #include "tests/e2e/redis_server.h"
 #include "tests/e2e/support.h"
 
@@ -40,31 +41,11 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kStream = "chaos";
 constexpr int kJobs = 2;
 
-struct Task {
-  std::string key;
-  std::string payload;
-  char kind = 'g';  // 'g' good, else the poison's first byte
-};
+using Task = e2e::ChaosTask;
 
 // `good` good tasks and `poison` poison ones (S, A and L in turn), shuffled
 // with `rng`.
-std::vector<Task> plan(int good, int poison, std::mt19937_64& rng) {
-  std::vector<Task> tasks;
-  for (int i = 0; i < good; ++i) {
-    char key[32];
-    std::snprintf(key, sizeof key, "good-%04d", i);
-    tasks.push_back({key, "good payload " + std::to_string(i), 'g'});
-  }
-  const char kinds[] = {'S', 'A', 'L'};
-  for (int i = 0; i < poison; ++i) {
-    const char k = kinds[i % 3];
-    char key[32];
-    std::snprintf(key, sizeof key, "poison-%c-%02d", k, i);
-    tasks.push_back({key, std::string(1, k) + " poison " + std::to_string(i), k});
-  }
-  std::shuffle(tasks.begin(), tasks.end(), rng);
-  return tasks;
-}
+std::vector<Task> plan(int good, int poison, std::mt19937_64& rng) { return e2e::chaos_plan(good, poison, "SAL", rng); }
 
 // XADDs every task (key, payload), pipelined.
 void submit(const e2e::RedisServer& server, const std::vector<Task>& tasks) {
