@@ -1,16 +1,15 @@
 #pragma once
 // The attempt log of a Kafka topic T (T.pillbox-attempts) on the cluster:
-// its writer, whose entries (kafka_attempt_entry.h) are durable when write()
-// returns, and its reader, which reads one partition from the commit's N up
-// to where it ended when the read began, for the new owner of the partition
-// to fold (kafka_attempts.h). librdkafka's C++ API (rdkafkacpp.h); the
-// worker calls these on its broker thread, never the dispatcher's.
+// its reader, which reads one partition from the commit's N up to where it
+// ended when the read began, for the new owner of the partition to fold
+// (kafka_attempts.h). librdkafka's C++ API (rdkafkacpp.h); the worker calls
+// it inside a rebalance (the assign), never while tasks wait on it.
 //
-// The writer is an idempotent producer with acks=all: a start entry is on
-// every in-sync replica before the payload it counts reaches a child, and a
-// retry inside librdkafka never writes an entry twice. A worker writes a
-// turn's starts together: write() takes them all and waits for all their
-// delivery reports, one round trip.
+// Its entries (kafka_attempt_entry.h: attempt_entry_record) are written by
+// the worker's producer (kafka_producer.h: idempotent, acks=all), so that a
+// start entry is on every in-sync replica before the payload it counts
+// reaches a child. The topic is checked, and made with --create-topics, by
+// kafka_worker_topics.h.
 //
 // The reader is a consumer with no group: assign(), never subscribe(), no
 // commits (the group.id librdkafka asks for is never joined); read
@@ -29,7 +28,6 @@
 #include "supervisor/broker/kafka_message.h"
 
 namespace RdKafka {
-class Producer;
 class KafkaConsumer;
 }  // namespace RdKafka
 
@@ -38,50 +36,10 @@ namespace pillbox::broker {
 struct AttemptLogSettings {
   std::string brokers;  // the bootstrap list, HOST:PORT[,...]
   std::string topic;    // T (the log is attempt_log_topic(T))
-  // The most a write waits for its delivery reports, a read for its window.
+  // The most a read waits for its window.
   std::chrono::milliseconds timeout{30'000};
   // More librdkafka properties (security.protocol, sasl.*, ...), set first.
   std::vector<std::pair<std::string, std::string>> properties;
-};
-
-// The attempt log exists and has a partition for each of T's: what to do
-// when it does not (the command that creates it, with T's partition count).
-Status check_attempt_log_topic(RdKafka::Producer& handle, const AttemptLogSettings& settings);
-
-// Where each entry of a write landed.
-struct AttemptWritten {
-  std::int64_t log_offset = -1;  // its offset in the attempt log's partition
-  std::string error;             // "" when written; else why not (it may still have been written)
-};
-
-class AttemptLogWriter {
- public:
-  // Connects and checks the topics (check_attempt_log_topic).
-  static Expected<std::unique_ptr<AttemptLogWriter>> open(const AttemptLogSettings& settings);
-  ~AttemptLogWriter();
-  AttemptLogWriter(const AttemptLogWriter&) = delete;
-  AttemptLogWriter& operator=(const AttemptLogWriter&) = delete;
-
-  // Writes `entries` (each to its partition) and returns, in their order,
-  // where each landed, once every one has its delivery report or the
-  // timeout passed. An entry with an error may have been written all the
-  // same (its report was not heard): a start so reported is given its end
-  // (a release) before its record runs, or its delivery counts as lost.
-  std::vector<AttemptWritten> write(const std::vector<AttemptEntry>& entries);
-
-  // Not empty when the producer failed for good (an idempotent producer's
-  // fatal error): open another writer.
-  std::string fatal_error() const;
-
-  struct Reports;  // the delivery reports, by write (kafka_attempt_log.cpp)
-
- private:
-  AttemptLogWriter(AttemptLogSettings settings, std::unique_ptr<Reports> reports,
-                   std::unique_ptr<RdKafka::Producer> producer);
-
-  AttemptLogSettings settings_;
-  std::unique_ptr<Reports> reports_;  // outlives producer_, whose callbacks use it
-  std::unique_ptr<RdKafka::Producer> producer_;
 };
 
 // What a read of one partition of the attempt log got.

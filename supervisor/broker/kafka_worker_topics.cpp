@@ -31,7 +31,9 @@ Expected<KafkaWorkerTopics> check_kafka_worker_topics(const KafkaBootstrap& boot
   KafkaWorkerTopics out;
   out.partitions = (*source)->partitions;
   std::vector<std::pair<std::string, std::string>> needed = {
-      {attempt_log_topic(topic), "its attempt log: each record's attempts are counted there"},
+      {attempt_log_topic(topic),
+       "its attempt log: each record's attempts are counted there; cleanup.policy=delete, not compacted (a record "
+       "has several entries), its retention at least " + topic + "'s"},
       {kafka_dlq_topic(topic), "its dead letters"}};
   if (results) needed.emplace_back(kafka_results_topic(topic), "its ok results (--no-results: none)");
   for (const auto& [name, what] : needed) {
