@@ -2,8 +2,8 @@
 // The attempt log of a Kafka topic T (T.pillbox-attempts) on the cluster:
 // its reader, which reads one partition from the commit's N up to where it
 // ended when the read began, for the new owner of the partition to fold
-// (kafka_attempts.h). librdkafka's C++ API (rdkafkacpp.h); the worker calls
-// it inside a rebalance (the assign), never while tasks wait on it.
+// (kafka_attempts.h). The worker calls it inside a rebalance (the assign),
+// never while tasks wait on it.
 //
 // Its entries (kafka_attempt_entry.h: attempt_entry_record) are written by
 // the worker's producer (kafka_producer.h: idempotent, acks=all), so that a
@@ -11,10 +11,10 @@
 // reaches a child. The topic is checked, and made with --create-topics, by
 // kafka_worker_topics.h.
 //
-// The reader is a consumer with no group: assign(), never subscribe(), no
-// commits (the group.id librdkafka asks for is never joined); read
-// uncommitted, so that a transaction someone left open in the log cannot
-// hold a read back (what it holds is a claim, as any entry).
+// The reader is a consumer with no group (kafka_partition_reader.h):
+// assign(), never subscribe(), no commits; read uncommitted, so that a
+// transaction someone left open in the log cannot hold a read back (what
+// it holds is a claim, as any entry).
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -26,10 +26,7 @@
 #include "shared/status.h"
 #include "supervisor/broker/kafka_attempt_entry.h"
 #include "supervisor/broker/kafka_message.h"
-
-namespace RdKafka {
-class KafkaConsumer;
-}  // namespace RdKafka
+#include "supervisor/broker/kafka_partition_reader.h"
 
 namespace pillbox::broker {
 
@@ -64,10 +61,10 @@ class AttemptLogReader {
   Expected<AttemptLogRead> read(std::int32_t partition, std::optional<std::int64_t> from);
 
  private:
-  AttemptLogReader(AttemptLogSettings settings, std::unique_ptr<RdKafka::KafkaConsumer> consumer);
+  AttemptLogReader(AttemptLogSettings settings, std::unique_ptr<KafkaPartitionReader> reader);
 
   AttemptLogSettings settings_;
-  std::unique_ptr<RdKafka::KafkaConsumer> consumer_;
+  std::unique_ptr<KafkaPartitionReader> reader_;
 };
 
 }  // namespace pillbox::broker

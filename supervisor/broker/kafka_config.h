@@ -43,6 +43,13 @@ Status check_kafka_topic_name(std::string_view topic);
 // How long a client waits for the cluster before it says it cannot reach
 // it (the first metadata; librdkafka itself would try forever).
 inline constexpr std::chrono::milliseconds kKafkaConnectTimeout{5000};
+// What is left of `deadline` in whole milliseconds (0 when past), for a
+// librdkafka call's timeout.
+inline int kafka_remaining_ms(std::chrono::steady_clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  return static_cast<int>(left < 0 ? 0 : left > 1'000'000'000 ? 1'000'000'000 : left);
+}
 // How long a produced record may wait for its broker's acknowledgement,
 // retries included (librdkafka's message.timeout.ms; its default is 300 s).
 inline constexpr std::chrono::milliseconds kKafkaDeliveryTimeout{30000};
