@@ -41,13 +41,31 @@ Expected<AmqpTarget> read_amqp_target(const Args& args, const Status& then) {
   return AmqpTarget{std::move(*address), *queue};
 }
 
+Expected<KafkaTarget> read_kafka_target(const Args& args, const Status& then) {
+  const auto usage = [](const std::string& message) { return Error::usage(message); };
+  for (const char* other : {"store", "redis", "stream", "amqp", "queue"}) {
+    if (args.value(other)) {
+      return usage(std::string("--") + other + " does not go with --kafka: give --kafka BROKERS --topic NAME (Kafka), "
+                   "--amqp URL --queue NAME (RabbitMQ), --redis URL --stream NAME (Redis) or --store DIR");
+    }
+  }
+  const auto topic = args.value("topic");
+  if (!topic) return usage("--kafka needs --topic NAME (the topic the workers read)");
+  if (auto s = broker::check_kafka_topic_name(*topic); !s) return usage(s.message());
+  if (!then) return usage(then.message());
+  auto bootstrap = broker::parse_kafka_bootstrap(*args.value("kafka"));
+  if (!bootstrap) return Error{bootstrap.error(), bootstrap.error_code()};
+  return KafkaTarget{std::move(*bootstrap), *topic};
+}
+
 const std::vector<OptionSpec> kFleetKeyOptions = {{"fleet-key"}, {"trust-unsigned", false}};
 
 Expected<std::optional<broker::FleetKey>> read_fleet_key(const Args& args) {
-  if (!args.value("redis") && !args.value("amqp")) {
+  if (!args.value("redis") && !args.value("amqp") && !args.value("kafka")) {
     for (const char* name : {"fleet-key", "trust-unsigned"}) {
       if (args.flag(name)) {
-        return Error{std::string("--") + name + " goes with --redis URL or --amqp URL (the fleet's dead letters)"};
+        return Error{std::string("--") + name +
+                     " goes with --redis URL, --amqp URL or --kafka BROKERS (the fleet's dead letters)"};
       }
     }
     return std::optional<broker::FleetKey>();

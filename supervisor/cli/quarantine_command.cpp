@@ -45,6 +45,7 @@ const char* kHelp =
     "       pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
     "       pillbox quarantine VERB ... --redis URL --stream NAME   (the fleet's quarantine, see options)\n"
     "       pillbox quarantine VERB ... --amqp URL --queue NAME     (the fleet's quarantine on RabbitMQ)\n"
+    "       pillbox quarantine VERB ... --kafka BROKERS --topic T   (the fleet's quarantine on Kafka)\n"
     "\n"
     "list     records, newest first: a table, or one JSON object per line with --json\n"
     "show     everything in one record: crash state, resource usage, every attempt, the audit\n"
@@ -137,8 +138,18 @@ const char* kHelp =
     "                NAME.dlq.state, dead letters in NAME.dlq. A record being replayed is locked (the\n"
     "                queue NAME.dlq.lock.ID, gone with the replay's connection). reproduce and minimize\n"
     "                take --amqp URL --queue NAME too.\n"
-    "  --fleet-key FILE  with --redis or --amqp: the key the workers sign dead letters with (default\n"
-    "                $PILLBOX_FLEET_KEY); list and show say whether each signature is valid, missing\n"
+    "  --kafka HOST:PORT[,HOST:PORT...] --topic T\n"
+    "                list, show, stats, export, discard and allow work on the fleet's quarantine on\n"
+    "                Kafka: the dead letters `pillbox worker --kafka BROKERS --topic T` wrote to the\n"
+    "                topic T.dlq. IDs are PARTITION@OFFSET there (0@42); a listing reads every\n"
+    "                partition from its beginning without a consumer group, so it commits and moves\n"
+    "                nothing. A letter written again for the same record (pillbox.dedupe, value and\n"
+    "                signature) is a copy: left out, and how many is said on stderr. What operators\n"
+    "                do with a record is kept in the topic T.dlq.state (one partition, kept for\n"
+    "                ever). reproduce takes --kafka BROKERS --topic T too; replay, patch and minimize\n"
+    "                are not done on Kafka yet.\n"
+    "  --fleet-key FILE  with --redis, --amqp or --kafka: the key the workers sign dead letters\n"
+    "                with (default $PILLBOX_FLEET_KEY); list and show say whether each signature is valid, missing\n"
     "                or bad (unchecked without a key). replay and export --bundle act only on\n"
     "                records with a valid one, unless --trust-unsigned. patch signs its revision with\n"
     "                it, and replay redrives a revision only on a valid signature.\n"
@@ -163,7 +174,7 @@ std::vector<OptionSpec> options_of(const std::string& verb) {
   std::vector<OptionSpec> o = {{"store"}, {"help", false}};
   auto add = [&](const std::vector<OptionSpec>& more) { o.insert(o.end(), more.begin(), more.end()); };
   // Every verb: one that works on the store only says so (on_fleet).
-  add({{"redis"}, {"stream"}, {"amqp"}, {"queue"}});
+  add({{"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"kafka"}, {"topic"}});
   add(kFleetKeyOptions);
   if (verb == "replay") add({{"batch-timeout"}});
   if (verb == "list") add(kFilterOptions), add({{"limit"}, {"offset"}, {"json", false}});
@@ -310,7 +321,7 @@ int purge(const QuarantineContext& c) {
 
 // With --redis or --amqp: the options that are the store's only, said before the broker is read.
 Status refuse_store_options(const Args& args) {
-  const std::string broker = args.value("amqp") ? "--amqp" : "--redis";
+  const std::string broker = args.value("amqp") ? "--amqp" : args.value("kafka") ? "--kafka" : "--redis";
   if (args.value("source")) {
     return Status::error("--source does not apply with " + broker + ": every record there comes from a worker");
   }
@@ -357,7 +368,13 @@ int quarantine_command(int argc, char** argv) {
   if ((verb == "show" || verb == "export") && args->positional().size() != 1) {
     return quarantine_error(verb + " takes exactly one record ID", kExitUsage);
   }
-  const bool on_fleet = args->value("redis").has_value() || args->value("amqp").has_value();
+  const bool on_fleet =
+      args->value("redis").has_value() || args->value("amqp").has_value() || args->value("kafka").has_value();
+  if (args->value("kafka") && (verb == "replay" || verb == "patch")) {
+    return quarantine_error(verb + " --kafka is not done yet: Kafka's quarantine has list, show, stats, export, "
+                                   "discard and allow",
+                            kExitUsage);
+  }
   // A verb this quarantine cannot do, said before it is read.
   if ((on_fleet && records_verb == kRecordVerbs.end()) || (verb == "patch" && !capabilities_of(*args).patches)) {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);

@@ -24,8 +24,12 @@ namespace {
   "  --amqp URL --queue NAME\n"                                                                          \
   "                    the fleet's quarantine on RabbitMQ (the dead letters in the stream NAME.dlq,\n"  \
   "                    their offsets as IDs): list, show, stats, export, discard, allow, replay, patch\n"     \
-  "  --fleet-key FILE  with --redis or --amqp: the key the workers sign dead letters with (default\n"    \
-  "                    $PILLBOX_FLEET_KEY): each record's signature is said valid, missing or bad\n"
+  "  --kafka BROKERS --topic T\n"                                                                        \
+  "                    the fleet's quarantine on Kafka (the dead letters in the topic T.dlq,\n"        \
+  "                    PARTITION@OFFSET as IDs): list, show, stats, export, discard, allow\n"            \
+  "  --fleet-key FILE  with --redis, --amqp or --kafka: the key the workers sign dead letters with\n"  \
+  "                    (default $PILLBOX_FLEET_KEY): each record's signature is said valid, missing\n"   \
+  "                    or bad\n"
 
 #define PILLBOX_STORE_ONLY                                                                              \
   "  --store DIR       the store (default: $PILLBOX_STORE, else $XDG_STATE_HOME/pillbox, else\n"        \

@@ -5,6 +5,8 @@
 #include "supervisor/broker/amqp_quarantine.h"
 #include "supervisor/broker/fleet_quarantine.h"
 #include "supervisor/broker/fleet_quarantine_source.h"
+#include "supervisor/broker/kafka_fleet_record.h"
+#include "supervisor/broker/kafka_quarantine.h"
 #include "supervisor/cli/fleet_key_option.h"
 #include "supervisor/cli/quarantine_verbs.h"
 
@@ -16,12 +18,17 @@ namespace {
 Expected<std::string> read_record_id(const Args& args) {
   const bool on_redis = args.value("redis").has_value();
   const bool on_amqp = args.value("amqp").has_value();
+  const bool on_kafka = args.value("kafka").has_value();
   if (args.positional().size() != 1) {
     return Error{std::string("give exactly one record ID (see: pillbox quarantine list") +
-                 (on_redis ? " --redis URL --stream NAME)" : on_amqp ? " --amqp URL --queue NAME)" : ")")};
+                 (on_redis  ? " --redis URL --stream NAME)"
+                  : on_amqp ? " --amqp URL --queue NAME)"
+                  : on_kafka ? " --kafka BROKERS --topic NAME)"
+                             : ")")};
   }
   if (on_redis) return broker::parse_fleet_id(args.positional()[0]);
   if (on_amqp) return broker::parse_amqp_record_id(args.positional()[0]);
+  if (on_kafka) return broker::parse_kafka_record_id(args.positional()[0]);
   auto id = parse_record_id(args.positional()[0]);
   if (!id) return Error{id.error()};
   return std::to_string(*id);
@@ -42,6 +49,7 @@ Expected<OpenedQuarantine> fleet_source(Expected<DeadLetters> dead_letters, std:
 
 QuarantineCapabilities capabilities_of(const Args& args) {
   if (args.value("amqp")) return broker::AmqpQuarantine::kCapabilities;
+  if (args.value("kafka")) return broker::KafkaQuarantine::kCapabilities;
   return args.value("redis") ? broker::FleetQuarantine::kCapabilities : StoreQuarantineSource::kCapabilities;
 }
 
@@ -53,6 +61,13 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
     auto key = read_fleet_key(args);
     if (!key) return Error::usage(key.error());
     return fleet_source(broker::AmqpQuarantine::open(target->address, target->queue), std::move(*key));
+  }
+  if (args.value("kafka")) {
+    auto target = read_kafka_target(args, then);
+    if (!target) return Error{target.error(), target.error_code()};
+    auto key = read_fleet_key(args);
+    if (!key) return Error::usage(key.error());
+    return fleet_source(broker::KafkaQuarantine::open(target->bootstrap, target->topic), std::move(*key));
   }
   if (args.value("redis")) {
     auto target = read_fleet_target(args, no_stream, then);
@@ -68,6 +83,7 @@ Expected<OpenedQuarantine> open_quarantine(const Args& args, const std::string& 
     }
   }
   if (args.value("queue")) return Error::usage("--queue goes with --amqp URL (the fleet's quarantine on RabbitMQ)");
+  if (args.value("topic")) return Error::usage("--topic goes with --kafka BROKERS (the fleet's quarantine on Kafka)");
   if (auto key = read_fleet_key(args); !key) return Error::usage(key.error());
   if (!then) return Error::usage(then.message());
   auto store = create_store ? open_or_create_store(args) : open_existing_store(args);

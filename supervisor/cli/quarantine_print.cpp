@@ -224,19 +224,21 @@ int print_stats(const std::vector<store::FingerprintStats>& groups, const std::v
 // "amqp"): where it came from, the broker's own dead-lettering, x-death.
 // Every value is the dead letter's claim, read as such.
 namespace {
+// A field of a broker's JSON as one cell of text ("-" when absent).
+std::string json_cell(const nlohmann::json& j, const char* name, std::size_t width) {
+  const auto v = j.find(name);
+  if (v == j.end()) return std::string("-");
+  return table_cell(
+      v->is_string() ? v->get<std::string>() : v->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      width);
+}
+
 std::string rabbitmq_lines(const nlohmann::json& amqp) {
-  auto text = [](const nlohmann::json& j, const char* name, std::size_t width) {
-    const auto v = j.find(name);
-    if (v == j.end()) return std::string("-");
-    return table_cell(v->is_string() ? v->get<std::string>() : v->dump(-1, ' ', false,
-                                                                      nlohmann::json::error_handler_t::replace),
-                      width);
-  };
-  std::string out = "rabbitmq: queue " + text(amqp, "queue", 120) + ", message id " + text(amqp, "message_id", 120) +
-                    ", offset " + text(amqp, "offset", 20) + " of its .dlq\n";
+  std::string out = "rabbitmq: queue " + json_cell(amqp, "queue", 120) + ", message id " + json_cell(amqp, "message_id", 120) +
+                    ", offset " + json_cell(amqp, "offset", 20) + " of its .dlq\n";
   if (amqp.contains("first_death_reason")) {
-    out += "  dead-lettered by RabbitMQ itself: reason " + text(amqp, "first_death_reason", 40) + ", from queue " +
-           text(amqp, "first_death_queue", 120) + "\n";
+    out += "  dead-lettered by RabbitMQ itself: reason " + json_cell(amqp, "first_death_reason", 40) + ", from queue " +
+           json_cell(amqp, "first_death_queue", 120) + "\n";
   }
   const auto x_death = amqp.find("x_death");
   if (x_death != amqp.end() && x_death->is_object() && x_death->contains("deaths") && (*x_death)["deaths"].is_array()) {
@@ -250,11 +252,33 @@ std::string rabbitmq_lines(const nlohmann::json& amqp) {
       const bool dated = time != d.end() && time->is_number_integer() && time->get<std::int64_t>() >= 0 &&
                          time->get<std::int64_t>() < 253402300800;
       const std::string at = dated ? iso_time(time->get<std::int64_t>() * 1000) : std::string("-");
-      out += "    " + text(d, "reason", 20) + " from " + text(d, "queue", 120) + ", count " + text(d, "count", 20) +
+      out += "    " + json_cell(d, "reason", 20) + " from " + json_cell(d, "queue", 120) + ", count " + json_cell(d, "count", 20) +
              ", at " + at + "\n";
     }
   }
-  if (amqp.contains("unreadable")) out += "  unreadable: " + text(amqp, "unreadable", 300) + "\n";
+  if (amqp.contains("unreadable")) out += "  unreadable: " + json_cell(amqp, "unreadable", 300) + "\n";
+  return out;
+}
+
+// show's lines for what only Kafka says of a dead letter (show --json's
+// "kafka"): where it is, where it came from, the original's headers.
+std::string kafka_lines(const nlohmann::json& kafka) {
+  std::string out = "kafka: " + json_cell(kafka, "topic", 250) + " partition " + json_cell(kafka, "partition", 12) + " offset " +
+                    json_cell(kafka, "offset", 20) + ", dedupe " + json_cell(kafka, "dedupe", 300) + "\n";
+  if (const auto source = kafka.find("source"); source != kafka.end() && source->is_object()) {
+    out += "  from " + json_cell(*source, "topic", 250) + " partition " + json_cell(*source, "partition", 12) + " offset " +
+           json_cell(*source, "offset", 20) + "\n";
+  }
+  if (const auto headers = kafka.find("headers"); headers != kafka.end() && headers->is_array()) {
+    out += "  the original's headers (" + std::to_string(headers->size()) + ")";
+    std::string names;
+    for (const auto& h : *headers) {
+      if (names.size() > 200) break;
+      if (h.is_object()) names += (names.empty() ? "" : ", ") + json_cell(h, "name", 80);
+    }
+    out += (names.empty() ? std::string() : ": " + names) + "\n";
+  }
+  if (kafka.contains("unreadable")) out += "  unreadable: " + json_cell(kafka, "unreadable", 300) + "\n";
   return out;
 }
 }  // namespace
@@ -389,6 +413,9 @@ int print_record(const ShownRecord& shown, bool json) {
   }
   if (const auto amqp = shown.full.find("amqp"); amqp != shown.full.end() && amqp->is_object()) {
     out += rabbitmq_lines(*amqp);
+  }
+  if (const auto kafka = shown.full.find("kafka"); kafka != shown.full.end() && kafka->is_object()) {
+    out += kafka_lines(*kafka);
   }
   const auto& trail = shown.full["audit"];
   out += "audit trail (" + std::to_string(trail.size()) + "):\n";

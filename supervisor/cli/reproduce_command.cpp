@@ -24,7 +24,8 @@ namespace {
 const char* kHelp =
     "usage: pillbox reproduce ID [--runs N] [--jobs N] [--json] [--policy P] [--timeout D] [--cpu D]\n"
     "                            [--memory S] [--max-output S] [--writable PATH] [--share PATH]\n"
-    "                            [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME]\n"
+    "                            [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME |\n"
+    "                             --kafka BROKERS --topic T]\n"
     "\n"
     "Runs quarantine record ID's payload N times (default 5) in the sandbox, under the handler\n"
     "and policy it was quarantined with, and counts the runs that end with its fingerprint.\n"
@@ -58,6 +59,9 @@ const char* kHelp =
     "  --amqp URL --queue NAME\n"
     "              a record of the fleet's quarantine on RabbitMQ (the dead letters in the stream\n"
     "              NAME.dlq, their offsets as IDs), alike; the verdict is kept in NAME.dlq.state\n"
+    "  --kafka BROKERS --topic T\n"
+    "              a record of the fleet's quarantine on Kafka (the dead letters in the topic T.dlq,\n"
+    "              PARTITION@OFFSET as IDs), alike; the verdict is kept in the topic T.dlq.state\n"
     "\n"
     "exit codes: 0 its fingerprint came back (reliable or flaky), 1 it did not in any run (flaky with\n"
     "other failures only, or not reproduced), 2 usage error or\n"
@@ -118,7 +122,7 @@ int report(const Args& args, const nlohmann::json& id, const store::QuarantineRe
 
 int reproduce_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {{"runs"},  {"jobs"},   {"json", false}, {"store"}, {"policy"},
-                                     {"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"quiet", false}, {"help", false}};
+                                     {"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"kafka"}, {"topic"}, {"quiet", false}, {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
   options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)

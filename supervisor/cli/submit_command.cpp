@@ -77,19 +77,9 @@ int fail(const std::string& message, int code) { return command_error("submit", 
 
 // --kafka BROKERS --topic NAME [--create-topics [--partitions N]
 // [--replication-factor R]]: usage errors say what is wrong.
-Expected<broker::KafkaPublisherSettings> read_kafka_target(const Args& args, const Status& then) {
+Expected<broker::KafkaPublisherSettings> read_kafka_publisher(const Args& args, const Status& then) {
   const auto usage = [](const std::string& message) { return Error::usage(message); };
-  for (const char* other : {"redis", "stream", "amqp", "queue"}) {
-    if (args.value(other)) {
-      return usage(std::string("--") + other + " does not go with --kafka: give --kafka BROKERS --topic NAME (Kafka), "
-                   "--amqp URL --queue NAME (RabbitMQ) or --redis URL --stream NAME (Redis)");
-    }
-  }
-  const auto topic = args.value("topic");
-  if (!topic) return usage("--kafka needs --topic NAME (the topic the workers read)");
-  if (auto s = broker::check_kafka_topic_name(*topic); !s) return usage(s.message());
   broker::KafkaPublisherSettings settings;
-  settings.topic = *topic;
   settings.create_topic = args.flag("create-topics");
   if (!settings.create_topic) {
     for (const char* with : {"partitions", "replication-factor"}) {
@@ -100,10 +90,10 @@ Expected<broker::KafkaPublisherSettings> read_kafka_target(const Args& args, con
   if (auto s = read_whole_number(args, "replication-factor", 1, 32767, settings.replication_factor); !s) {
     return usage(s.message());
   }
-  if (!then) return usage(then.message());
-  auto bootstrap = broker::parse_kafka_bootstrap(*args.value("kafka"));
-  if (!bootstrap) return Error{bootstrap.error(), bootstrap.error_code()};
-  settings.bootstrap = std::move(*bootstrap);
+  auto target = read_kafka_target(args, then);
+  if (!target) return Error{target.error(), target.error_code()};
+  settings.bootstrap = std::move(target->bootstrap);
+  settings.topic = std::move(target->topic);
   return settings;
 }
 
@@ -139,7 +129,7 @@ int submit_command(int argc, char** argv) {
   std::optional<AmqpTarget> amqp_target;
   std::optional<broker::KafkaPublisherSettings> kafka_target;
   if (on_kafka) {
-    auto target = read_kafka_target(*args, no_inputs);
+    auto target = read_kafka_publisher(*args, no_inputs);
     if (!target) return fail(target.error(), exit_code_for(target.error_code()));
     kafka_target = std::move(*target);
   } else if (on_amqp) {
