@@ -42,6 +42,11 @@ Expected<KafkaQuarantine> KafkaQuarantine::open(const KafkaBootstrap& bootstrap,
   return KafkaQuarantine(std::move(*reader), topic, *partitions);
 }
 
+bool KafkaQuarantine::answers() {
+  auto partitions = reader_->partitions(kafka_dlq_topic(topic_));
+  return partitions && *partitions > 0;
+}
+
 std::string KafkaQuarantine::where() const { return reader_->bootstrap().joined() + " " + kafka_dlq_topic(topic_); }
 
 std::string KafkaQuarantine::hint_options() const {

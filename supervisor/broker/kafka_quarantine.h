@@ -54,6 +54,12 @@ class KafkaQuarantine final : public FleetDeadLetters {
   // Connects, and finds T.dlq.
   static Expected<KafkaQuarantine> open(const KafkaBootstrap& bootstrap, const std::string& topic);
 
+  // Whether the cluster answers and still has T.dlq (a round trip: the
+  // console's check of its connection).
+  bool answers();
+  const KafkaBootstrap& bootstrap() const { return reader_->bootstrap(); }
+  const std::string& topic() const { return topic_; }
+
   static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .patches = false, .replay_outputs = false};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;

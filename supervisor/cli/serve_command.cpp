@@ -17,6 +17,7 @@
 #include "supervisor/exec/stop_signals.h"
 #include "supervisor/serve/access_token.h"
 #include "supervisor/serve/amqp_console_source.h"
+#include "supervisor/serve/kafka_console_source.h"
 #include "supervisor/serve/console_server.h"
 #include "supervisor/serve/redis_console_source.h"
 #include "supervisor/serve/serve_lock.h"
@@ -28,8 +29,8 @@ namespace pillbox::cli {
 namespace {
 
 const char* kHelp =
-    "usage: pillbox serve [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME] [--listen HOST:PORT]\n"
-    "                     [--token-file FILE]\n"
+    "usage: pillbox serve [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME |\n"
+    "                      --kafka BROKERS --topic T] [--listen HOST:PORT] [--token-file FILE]\n"
     "\n"
     "A web console over the store: the quarantine (filters, paging), the fingerprint groups,\n"
     "each record (crash state, attempts, audit trail, stderr, a payload preview that is never\n"
@@ -50,6 +51,10 @@ const char* kHelp =
     "broker as amqp://USER@HOST:PORT/VHOST, and the jobs get the password in\n"
     "$PILLBOX_AMQP_PASSWORD. Give it so to serve too (a URL without a password takes it from\n"
     "there), so that it is not on serve's command line either.\n"
+    "With --kafka BROKERS --topic T, the same over the fleet's quarantine on Kafka (the topic\n"
+    "T.dlq), as `quarantine list/show/stats --kafka` print it: ids are PARTITION@OFFSET, there are\n"
+    "no tasks, runs, patches or replay outputs, Replay and Minimize are refused on Kafka (not done\n"
+    "yet), and 503 while the cluster cannot be reached.\n"
     "\n"
     "Prints its URL as the first line on stdout. Each start writes a new random access token to\n"
     "DIR/serve.token, or FILE (mode 0600): every action (a POST) needs `Authorization: Bearer\n"
@@ -71,18 +76,21 @@ const char* kHelp =
     "                      the fleet's quarantine on RabbitMQ instead of a store\n"
     "                      (amqp://USER[:PASS]@HOST[:PORT]/VHOST; the password, when the URL has\n"
     "                      none: $PILLBOX_AMQP_PASSWORD)\n"
-    "  --fleet-key FILE    with --redis or --amqp: the key the workers sign dead letters with\n"
+    "  --kafka HOST:PORT[,HOST:PORT...] --topic T\n"
+    "                      the fleet's quarantine on Kafka instead of a store\n"
+    "  --fleet-key FILE    with --redis, --amqp or --kafka: the key the workers sign dead letters with\n"
     "                      (default $PILLBOX_FLEET_KEY); each record shows whether its signature is\n"
     "                      valid, and Reproduce, Minimize, Replay and the bundle act only on valid ones\n"
-    "  --trust-unsigned    with --redis or --amqp: act on records without a valid signature too\n"
+    "  --trust-unsigned    with --redis, --amqp or --kafka: act on records without a valid signature too\n"
     "  --listen HOST:PORT  where to listen (default 127.0.0.1:8080; port 0: a free port)\n"
     "  --token-file FILE   where the access token goes (default: serve.token in the store; with\n"
     "                      --redis, serve-redis-HASH.token in the default store directory, one per\n"
     "                      Redis and stream; with --amqp, serve-amqp-HASH.token, one per broker,\n"
-    "                      user, vhost and queue; the directory created 0700 when missing)\n"
+    "                      user, vhost and queue; with --kafka, serve-kafka-HASH.token, one per\n"
+    "                      bootstrap list and topic; the directory created 0700 when missing)\n"
     "\n"
     "exit codes: 0 stopped by SIGINT or SIGTERM, 2 usage error or no usable --store, 3 the store,\n"
-    "Redis or RabbitMQ cannot be opened, the address cannot be listened on (in use), another serve\n"
+    "Redis, RabbitMQ or Kafka cannot be opened, the address cannot be listened on (in use), another serve\n"
     "holds the token file, or the token cannot be written\n";
 
 int serve_error(const std::string& message, int exit_code) { return command_error("serve", message, exit_code); }
@@ -139,6 +147,15 @@ Expected<Opened> open_amqp(const Args& args) {
   });
 }
 
+// --kafka BROKERS --topic T.
+Expected<Opened> open_kafka(const Args& args) {
+  auto target = read_kafka_target(args);
+  if (!target) return Error{target.error(), target.error_code()};
+  return open_fleet(args, "kafka", target->bootstrap.joined() + " " + target->topic, [&](serve::FleetTrust trust) {
+    return serve::KafkaSource::open(target->bootstrap, target->topic, std::move(trust));
+  });
+}
+
 Expected<Opened> open_store(const Args& args) {
   auto store = open_existing_store(args);
   if (!store) return Error{store.error(), store.error_code()};
@@ -153,7 +170,7 @@ Expected<Opened> open_store(const Args& args) {
 }  // namespace
 
 int serve_command(int argc, char** argv) {
-  std::vector<OptionSpec> options = {{"store"}, {"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"token-file"}, {"listen"},
+  std::vector<OptionSpec> options = {{"store"}, {"redis"}, {"stream"}, {"amqp"}, {"queue"}, {"kafka"}, {"topic"}, {"token-file"}, {"listen"},
                                      {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   int exit_code = kExitOk;
@@ -171,6 +188,10 @@ int serve_command(int argc, char** argv) {
     return serve_error("--queue goes with --amqp URL (the fleet's quarantine on RabbitMQ); a store is --store DIR",
                        kExitUsage);
   }
+  if (args->value("topic") && !args->value("kafka")) {
+    return serve_error("--topic goes with --kafka BROKERS (the fleet's quarantine on Kafka); a store is --store DIR",
+                       kExitUsage);
+  }
   if (auto key = read_fleet_key(*args); !key) return serve_error(key.error(), kExitUsage);
   auto address = serve::parse_listen_address(args->value("listen").value_or("127.0.0.1:8080"));
   if (!address) return serve_error(address.error(), kExitUsage);
@@ -182,7 +203,10 @@ int serve_command(int argc, char** argv) {
   const sigset_t stop_set = serve::stop_signal_set();
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
 
-  auto opened = args->value("amqp") ? open_amqp(*args) : args->value("redis") ? open_redis(*args) : open_store(*args);
+  auto opened = args->value("kafka")  ? open_kafka(*args)
+                : args->value("amqp") ? open_amqp(*args)
+                : args->value("redis") ? open_redis(*args)
+                                       : open_store(*args);
   if (!opened) return serve_error(opened.error(), exit_code_for(opened.error_code()));
   serve::ConsoleServer server(*opened->source);
   // Bound before the token is written: a serve that cannot listen leaves

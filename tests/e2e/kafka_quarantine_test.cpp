@@ -8,7 +8,9 @@
 // committed; ids, missing topics and verbs not done on Kafka are said.
 // What operators do (discard, allow, reproduce's verdict) is kept in
 // T.dlq.state, a compare and set that loses no change to writers that race.
+// serve --kafka answers what the CLI prints, and its discard is kept.
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <map>
@@ -22,6 +24,7 @@
 #include "supervisor/broker/kafka_partition_reader.h"
 #include "supervisor/broker/kafka_state_log.h"
 #include "tests/e2e/amqp_client.h"
+#include "tests/e2e/console_client.h"
 #include "tests/e2e/kafka_client.h"
 #include "tests/e2e/kafka_mock.h"
 #include "tests/e2e/support.h"
@@ -293,4 +296,39 @@ TEST_CASE("kafka quarantine: list, show, stats and export of T.dlq; copies and f
   std::size_t noted = 0;
   for (const json& a : raced.records[0].at("audit")) noted += a.at("action") == "noted" ? 1 : 0;
   CHECK(noted == kWriters * kChanges);
+
+  // The console: the API answers what the CLI prints; a discard needs the
+  // token and is kept in T.dlq.state.
+  {
+    e2e::Serve serve({"--kafka", mock.bootstrap(), "--topic", topic, "--fleet-key", key, "--listen", "127.0.0.1:0",
+                      "--token-file", dir.path() + "/serve.token"});
+    REQUIRE_MESSAGE(serve.url().rfind("http://127.0.0.1:", 0) == 0, serve.err());
+    httplib::Client http("127.0.0.1", serve.port());
+    http.set_read_timeout(60, 0);
+    const auto cli_list = e2e::run_pillbox(quarantine(mock, topic, {"list", "--json"}, key));
+    const json listed = e2e::body_of(http.Get("/api/records"));
+    CHECK(listed["records"] == json(cli_list.records));
+    const auto cli_show = e2e::run_pillbox(quarantine(mock, topic, {"show", id_of(segv), "--json"}, key));
+    const json shown = e2e::body_of(http.Get("/api/records/" + id_of(segv)));
+    CHECK(json::array({shown}) == json(cli_show.records));
+    CHECK(shown["kafka"]["dedupe"] == topic + "/" + p + "@" + o);
+    const auto bad = http.Get("/api/records/42");
+    REQUIRE(bad);
+    CHECK(bad->status == 400);
+    const auto none = http.Get("/api/records/0@999");
+    REQUIRE(none);
+    CHECK(none->status == 404);
+    const std::string path = "/api/records/" + id_of(segv) + "/discard";
+    const auto refused = http.Post(path, R"({"reason": "no token"})", "application/json");
+    REQUIRE(refused);
+    CHECK(refused->status == 401);
+    httplib::Headers auth = {{"Authorization", "Bearer " + e2e::token_of(serve)}};
+    const auto done = http.Post(path, auth, R"({"reason": "from the console"})", "application/json");
+    REQUIRE(done);
+    CHECK_MESSAGE(done->status == 200, done->body);
+    const auto after_web = e2e::run_pillbox(quarantine(mock, topic, {"show", id_of(segv), "--json"}, key));
+    REQUIRE(after_web.records.size() == 1);
+    CHECK(after_web.records[0].at("status") == "discarded");
+    CHECK(serve.stop(SIGTERM) == 0);
+  }
 }
