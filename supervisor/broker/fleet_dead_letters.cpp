@@ -115,7 +115,7 @@ Expected<std::vector<store::FingerprintStats>> fleet_stats(FleetDeadLetters& dea
 }
 
 std::string store_only_verb(const std::string& verb) {
-  return verb + " works on the store only, not on the fleet's quarantine (--redis, --amqp)";
+  return verb + " works on the store only, not on the fleet's quarantine (--redis, --amqp, --kafka)";
 }
 
 Status record_reproduction(FleetDeadLetters& dead_letters, const std::string& id, const std::string& verdict,

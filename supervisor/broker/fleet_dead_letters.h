@@ -5,7 +5,8 @@
 // every broker, and what is the same for all of them (filters, counts,
 // stats, reproduce's verdict) is written once below, over each().
 //
-// Its implementation: Redis's NAME:dlq (fleet_quarantine.h). A record is a FleetRecord (fleet_record.h)
+// Its implementations: Redis's NAME:dlq (fleet_quarantine.h), RabbitMQ's NAME.dlq
+// (amqp_quarantine.h), Kafka's T.dlq (kafka_quarantine.h). A record is a FleetRecord (fleet_record.h)
 // whatever the broker; its id is the broker's (an entry id, an offset),
 // always as text here, canonical (parse_id's).
 //
@@ -134,7 +135,7 @@ Signature allowance_signature(const FleetDeadLetters& dead_letters, const FleetR
 
 // What a verb that acts on the store's records only says when it is asked
 // for on the fleet's (quarantine purge --redis): "purge works on the store
-// only, not on the fleet's quarantine (--redis, --amqp)".
+// only, not on the fleet's quarantine (--redis, --amqp, --kafka)".
 std::string store_only_verb(const std::string& verb);
 
 // The verdict of `pillbox reproduce` (supervisor/ops/reproduce.h) with an
