@@ -18,6 +18,13 @@
 
 namespace e2e {
 
+std::vector<KafkaTopicSpec> kafka_worker_topics(const std::string& topic, int partitions) {
+  return {{topic, partitions},
+          {topic + ".pillbox-attempts", partitions},
+          {topic + ".dlq", partitions},
+          {topic + ".results", partitions}};
+}
+
 std::string kafka_mock_program() { return std::string(PILLBOX_BUILD_DIR) + "/fixtures/pillbox-kafka-mock"; }
 
 std::string closed_kafka_bootstrap() { return "127.0.0.1:" + std::to_string(free_loopback_port()); }

@@ -85,6 +85,10 @@ class KafkaMock {
   bool read_line(std::string& line, int timeout_ms);
 };
 
+// The topics of a Kafka worker of `topic`, `partitions` each: `topic` and
+// what the worker writes (topic.pillbox-attempts, topic.dlq, topic.results).
+std::vector<KafkaTopicSpec> kafka_worker_topics(const std::string& topic, int partitions);
+
 // The program (build/fixtures/pillbox-kafka-mock).
 std::string kafka_mock_program();
 

@@ -29,13 +29,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<e2e::KafkaTopicSpec> worker_topics(const std::string& topic, int partitions) {
-  return {{topic, partitions},
-          {topic + ".pillbox-attempts", partitions},
-          {topic + ".dlq", partitions},
-          {topic + ".results", partitions}};
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -75,7 +68,7 @@ void check_all_committed(const e2e::KafkaMock& mock, const std::string& topic, c
 
 TEST_CASE("kafka worker: results and dead letters with their record, every attempt logged, offsets committed") {
   const std::string topic = "tasks";
-  e2e::KafkaMock mock(worker_topics(topic, 3));
+  e2e::KafkaMock mock(e2e::kafka_worker_topics(topic, 3));
   REQUIRE_KAFKA_MOCK(mock);
   e2e::PoisonCopy program("kafka_task");
   std::string lines;
@@ -147,7 +140,7 @@ TEST_CASE("kafka worker: results and dead letters with their record, every attem
 
 TEST_CASE("kafka worker: a record that kills its worker is counted across workers and dead-lettered unrun") {
   const std::string topic = "killer";
-  e2e::KafkaMock mock(worker_topics(topic, 1));
+  e2e::KafkaMock mock(e2e::kafka_worker_topics(topic, 1));
   REQUIRE_KAFKA_MOCK(mock);
   e2e::PoisonCopy program("kafka_killer_task");
   // The killer first in the only partition, good records behind it.
@@ -203,7 +196,7 @@ TEST_CASE("kafka worker: --exit-when-idle does not count a rebalance that waits 
   // counted it as idle left mid-rebalance, and when every member did, the
   // dead member's records waited for a worker to come.
   const std::string topic = "rebalance";
-  e2e::KafkaMock mock(worker_topics(topic, 2));
+  e2e::KafkaMock mock(e2e::kafka_worker_topics(topic, 2));
   REQUIRE_KAFKA_MOCK(mock);
   e2e::PoisonCopy program("kafka_idle_task");
   auto worker = [&](const std::string& name, std::vector<std::string> extra) {

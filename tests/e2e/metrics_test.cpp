@@ -25,57 +25,17 @@
 
 #include "tests/e2e/background.h"
 #include "tests/e2e/live_run.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/e2e/redis_server.h"
 #include "tests/e2e/support.h"
 
 using e2e::sql_int;
 using e2e::LiveRun;
+using e2e::metrics_port;
+using e2e::sample;
+using e2e::Scrape;
+using e2e::scrape;
 using e2e::task_line;
-
-namespace {
-
-// The value of the sample written exactly as `series` (name and labels), or -1.
-double sample(const std::string& text, const std::string& series) {
-  const std::string start = series + " ";
-  std::size_t at = 0;
-  while ((at = text.find(start, at)) != std::string::npos) {
-    if (at == 0 || text[at - 1] == '\n') {
-      const std::size_t end = text.find('\n', at);
-      return std::stod(text.substr(at + start.size(), end - at - start.size()));
-    }
-    at += start.size();
-  }
-  return -1;
-}
-
-struct Scrape {
-  int status = 0;
-  std::string content_type;
-  std::string body;
-};
-
-Scrape scrape(int port, const std::string& path = "/metrics") {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(10, 0);
-  client.set_read_timeout(30, 0);
-  auto res = client.Get(path.c_str());
-  if (!res) return {};
-  return {res->status, res->get_header_value("Content-Type"), res->body};
-}
-
-// The port of "pillbox run: metrics at http://127.0.0.1:PORT/metrics" (or
-// "pillbox worker: ..."), read from stderr (printed before anything runs); 0
-// when absent.
-int metrics_port(LiveRun& run) {
-  static const std::regex url("pillbox (run|worker): metrics at http://127\\.0\\.0\\.1:([0-9]+)/metrics");
-  while (auto line = run.err_line()) {
-    std::smatch m;
-    if (std::regex_match(*line, m, url)) return std::stoi(m[2]);
-  }
-  return 0;
-}
-
-}  // namespace
 
 TEST_CASE("run --metrics: counts match what the run printed and what its store holds; promtool accepts the text") {
   e2e::TempDir dir;
