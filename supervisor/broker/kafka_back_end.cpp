@@ -37,8 +37,10 @@ Expected<std::unique_ptr<KafkaBackEnd>> KafkaBackEnd::open(KafkaWorkerSettings s
                              std::to_string(std::max<std::int64_t>(me->settings_.session_timeout.count() / 5, 100)));
   cs.topic = worker.keys.stream;
   cs.group = worker.consumer.group;
-  // Read ahead: a slot that comes free finds its next record here.
-  cs.max_buffered = std::max<std::size_t>(2 * worker.jobs, 8);
+  // Read ahead (kafka_group_consumer.h: 512 records, 32 MiB, resumed at
+  // half): a slot that comes free finds its next record here, and
+  // librdkafka's fetches are not cut short every few records.
+  cs.max_buffered = std::max<std::size_t>(512, 4 * worker.jobs);
   KafkaGroupConsumer::Handlers h;
   h.on_revoke = [me](const std::vector<std::int32_t>& partitions) { me->on_revoke(partitions); };
   h.on_assign = [me](const std::map<std::int32_t, KafkaCommitted>& partitions) { return me->on_assign(partitions); };

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -67,6 +68,13 @@ struct PartitionList {
   PartitionList(const PartitionList&) = delete;
   PartitionList& operator=(const PartitionList&) = delete;
 };
+
+// What a buffered record holds in memory, near enough.
+std::size_t size_of(const KafkaMessage& m) {
+  std::size_t n = sizeof m + (m.key ? m.key->size() : 0) + (m.value ? m.value->size() : 0);
+  for (const auto& [name, value] : m.headers) n += name.size() + (value ? value->size() : 0);
+  return n;
+}
 
 KafkaMessage read_message(const rd_kafka_message_t* m) {
   KafkaMessage out;
@@ -178,7 +186,9 @@ void KafkaGroupConsumer::pump() {
         handlers_.on_notice(rd_kafka_message_errstr(m) + where);
       }
     } else if (assigned_.count(m->partition) > 0) {
-      buffered_[m->partition].push_back(read_message(m));
+      Buffer& buffer = buffered_[m->partition];
+      buffer.records.push_back(read_message(m));
+      buffer.bytes += size_of(buffer.records.back());
       sync_pause(m->partition);
     }
     rd_kafka_message_destroy(m);
@@ -189,25 +199,33 @@ std::optional<KafkaMessage> KafkaGroupConsumer::next(const std::set<std::int32_t
   // The partition whose first record has waited longest: by its timestamp
   // where both have one, else by partition (fair enough; Kafka promises no
   // order across partitions).
-  std::deque<KafkaMessage>* best = nullptr;
-  for (auto& [partition, records] : buffered_) {
+  Buffer* best = nullptr;
+  for (auto& [partition, buffer] : buffered_) {
+    const auto& records = buffer.records;
     if (records.empty() || skip.count(partition) > 0 || paused_by_caller_.count(partition) > 0) continue;
-    if (best == nullptr || (records.front().timestamp_ms >= 0 && best->front().timestamp_ms >= 0 &&
-                            records.front().timestamp_ms < best->front().timestamp_ms)) {
-      best = &records;
+    if (best == nullptr || (records.front().timestamp_ms >= 0 && best->records.front().timestamp_ms >= 0 &&
+                            records.front().timestamp_ms < best->records.front().timestamp_ms)) {
+      best = &buffer;
     }
   }
   if (best == nullptr) return std::nullopt;
-  KafkaMessage m = std::move(best->front());
-  best->pop_front();
+  KafkaMessage m = std::move(best->records.front());
+  best->records.pop_front();
+  best->bytes -= std::min(best->bytes, size_of(m));
+  if (best->records.empty()) best->bytes = 0;
   sync_pause(m.partition);
   return m;
 }
 
 std::size_t KafkaGroupConsumer::buffered() const {
   std::size_t n = 0;
-  for (const auto& [partition, records] : buffered_) n += records.size();
+  for (const auto& [partition, buffer] : buffered_) n += buffer.records.size();
   return n;
+}
+
+std::size_t KafkaGroupConsumer::buffered(std::int32_t partition) const {
+  const auto it = buffered_.find(partition);
+  return it == buffered_.end() ? 0 : it->second.records.size();
 }
 
 void KafkaGroupConsumer::pause(std::int32_t partition) {
@@ -223,9 +241,16 @@ void KafkaGroupConsumer::resume(std::int32_t partition) {
 void KafkaGroupConsumer::sync_pause(std::int32_t partition) {
   if (closed_ || assigned_.count(partition) == 0) return;
   const auto it = buffered_.find(partition);
-  const bool want = paused_by_caller_.count(partition) > 0 ||
-                    (it != buffered_.end() && it->second.size() >= settings_.max_buffered);
-  if (want == (paused_now_.count(partition) > 0)) return;
+  const std::size_t records = it == buffered_.end() ? 0 : it->second.records.size();
+  const std::size_t bytes = it == buffered_.end() ? 0 : it->second.bytes;
+  const std::size_t max_records = std::max<std::size_t>(settings_.max_buffered, 2);
+  const std::size_t max_bytes = settings_.max_buffered_bytes / std::max<std::size_t>(assigned_.size(), 1);
+  const bool paused = paused_now_.count(partition) > 0;
+  const bool full = records >= max_records || bytes >= max_bytes;
+  // Hysteresis: a full buffer pauses; a paused one resumes only at half.
+  const bool drained = records <= max_records / 2 && bytes <= max_bytes / 2;
+  const bool want = paused_by_caller_.count(partition) > 0 || full || (paused && !drained);
+  if (want == paused) return;
   PartitionList one(1);
   rd_kafka_topic_partition_list_add(one.list, settings_.topic.c_str(), partition);
   if (want) {

@@ -9,9 +9,13 @@
 // (rd_kafka_queue_io_event_enable), which the dispatcher's wait watches.
 // pump() then takes everything the queue holds (the fd is raised only when
 // an empty queue gets something, so it must be emptied each time) into a
-// buffer per partition; a partition whose buffer holds `max_buffered`
-// records is paused (librdkafka fetches no more of it) until it is taken
-// below that.
+// buffer per partition. A partition whose buffer is full (`max_buffered`
+// records, or its share of `max_buffered_bytes`) is paused: librdkafka
+// fetches no more of it. It is resumed only once its buffer is down to half
+// of both: each pause drops what librdkafka had read ahead of it, and a
+// pause and resume every few records (a small buffer, no hysteresis) did
+// that for nearly every fetch (23 tasks/s on the mock, bench/
+// worker_throughput.sh; docs/distributed.md, Kafka: throughput).
 //
 // Rebalances run inside pump(), as librdkafka's callback, with the eager
 // protocol (librdkafka's default assignors, range and roundrobin): every
@@ -64,8 +68,13 @@ struct KafkaConsumerSettings {
   std::vector<std::pair<std::string, std::string>> properties;
   std::string topic;
   std::string group;
-  // Records held per partition before it is paused.
-  std::size_t max_buffered = 64;
+  // Records held per partition before it is paused (resumed at half).
+  std::size_t max_buffered = 512;
+  // Bytes (keys, values, headers) held in all the buffers: each assigned
+  // partition pauses at its share (resumed at half), so that large
+  // records do not multiply the memory a record count allows. A partition
+  // takes one record whatever its size: its buffer is never empty for it.
+  std::size_t max_buffered_bytes = 32u << 20;
   // How long the assign handler's read of committed offsets may take.
   int committed_timeout_ms = 10000;
 };
@@ -106,6 +115,13 @@ class KafkaGroupConsumer {
   std::optional<KafkaMessage> next(const std::set<std::int32_t>& skip = {});
   // Records buffered, of every partition.
   std::size_t buffered() const;
+  // Records buffered of one partition.
+  std::size_t buffered(std::int32_t partition) const;
+  // Whether librdkafka fetches the partition now (false: paused, by the
+  // caller or because its buffer is full).
+  bool fetching(std::int32_t partition) const {
+    return assigned_.count(partition) > 0 && paused_now_.count(partition) == 0;
+  }
 
   void pause(std::int32_t partition);
   void resume(std::int32_t partition);
@@ -132,8 +148,13 @@ class KafkaGroupConsumer {
   friend struct KafkaConsumerCallbacks;
   void on_rebalance(bool assign, rd_kafka_topic_partition_list_s* partitions);
   // Pauses or resumes it as it should be: paused when the caller paused it
-  // or its buffer is full.
+  // or its buffer is full; a full one stays paused until it is down to half.
   void sync_pause(std::int32_t partition);
+
+  struct Buffer {
+    std::deque<KafkaMessage> records;
+    std::size_t bytes = 0;
+  };
 
   KafkaConsumerSettings settings_;
   Handlers handlers_;
@@ -143,7 +164,7 @@ class KafkaGroupConsumer {
   std::set<std::int32_t> assigned_;
   std::set<std::int32_t> paused_by_caller_;
   std::set<std::int32_t> paused_now_;   // as librdkafka has it
-  std::map<std::int32_t, std::deque<KafkaMessage>> buffered_;
+  std::map<std::int32_t, Buffer> buffered_;
   bool closed_ = false;
 };
 

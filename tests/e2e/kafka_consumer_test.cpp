@@ -3,7 +3,7 @@
 // produced (null and empty keys and values apart, headers), the rebalance
 // handlers (a revoke heard before the partitions go to another member; the
 // committed offset and its metadata heard on assign), commits with metadata,
-// and a partition paused while its buffer is full.
+// and a partition paused while its buffer is full, until it is down to half.
 #include <doctest/doctest.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -83,12 +83,15 @@ struct Heard {
   std::vector<std::string> notices;
 };
 
-std::unique_ptr<KafkaGroupConsumer> open_consumer(const MockCluster& mock, const std::string& topic, Heard& heard,
-                                                  std::size_t max_buffered = 64,
-                                                  std::set<std::int32_t> start_paused = {}) {
+std::unique_ptr<KafkaGroupConsumer> open_consumer(
+    const MockCluster& mock, const std::string& topic, Heard& heard, std::size_t max_buffered = 64,
+    std::set<std::int32_t> start_paused = {}, const std::vector<std::pair<std::string, std::string>>& extra = {},
+    std::size_t max_buffered_bytes = 32u << 20) {
   KafkaConsumerSettings s;
+  s.max_buffered_bytes = max_buffered_bytes;
   s.properties = {{"bootstrap.servers", mock.bootstrap()}, {"session.timeout.ms", "6000"},
                   {"heartbeat.interval.ms", "500"}};
+  s.properties.insert(s.properties.end(), extra.begin(), extra.end());
   s.topic = topic;
   s.group = "workers";
   s.max_buffered = max_buffered;
@@ -204,26 +207,69 @@ TEST_CASE("kafka consumer: a commit's metadata reaches the next owner; its revok
   CHECK(again_taken == 2);
 }
 
-TEST_CASE("kafka consumer: a full buffer pauses its partition, nothing is lost; a caller's pause holds records back") {
+TEST_CASE("kafka consumer: a full buffer pauses its partition until taken down to half, nothing lost; a caller's pause holds records back") {
   MockCluster mock("tasks", 1);
-  for (int i = 0; i < 20; ++i) {
+  constexpr int kRecords = 200;
+  for (int i = 0; i < kRecords; ++i) {
     const std::string v = std::to_string(i);
     mock.produce("tasks", 0, "k", 1, v.data(), v.size());
   }
   Heard heard;
-  auto c = open_consumer(mock, "tasks", heard, 3, {0});
+  // Fetches of about 1 KiB (a dozen of these records): a partition that
+  // is not paused comes whole within a second.
+  auto c = open_consumer(mock, "tasks", heard, 8, {0}, {{"max.partition.fetch.bytes", "1024"}});
   // Paused from its assign: nothing comes out.
   pump_until({c.get()}, [&] { return false; }, std::chrono::seconds(4));
   REQUIRE(heard.assigned.size() == 1);
   CHECK_FALSE(c->next().has_value());
+  CHECK(c->buffered() == 0);
   c->resume(0);
+  // Nothing taken: the buffer fills and the partition is paused, and stays
+  // paused (librdkafka fetches none of the rest: at most what was on its
+  // way when the pause came).
+  REQUIRE(pump_until({c.get()}, [&] { return c->buffered() >= 8; }));
+  CHECK_FALSE(c->fetching(0));
+  pump_until({c.get()}, [&] { return false; }, std::chrono::seconds(3));
+  const std::size_t held = c->buffered();
+  CHECK(held >= 8);
+  CHECK(held < 60);
+  CHECK_FALSE(c->fetching(0));
+  // Taken down: still paused until half of the 8 is left, then fetched again.
+  std::vector<std::string> values;
+  while (c->buffered() > 4) {
+    CHECK_FALSE(c->fetching(0));
+    values.push_back(*c->next()->value);
+  }
+  CHECK(c->fetching(0));
+  REQUIRE(pump_until({c.get()}, [&] {
+    if (auto m = c->next()) values.push_back(*m->value);
+    CHECK(c->buffered() < 60);
+    return values.size() == kRecords;
+  }));
+  for (int i = 0; i < kRecords; ++i) CHECK(values[static_cast<std::size_t>(i)] == std::to_string(i));
+}
+
+TEST_CASE("kafka consumer: large records pause their partition by bytes, long before its record count") {
+  MockCluster mock("big", 1);
+  constexpr int kRecords = 30;
+  for (int i = 0; i < kRecords; ++i) {
+    const std::string v = std::to_string(i) + ":" + std::string(64u << 10, 'x');
+    mock.produce("big", 0, "k", 1, v.data(), v.size());
+  }
+  Heard heard;
+  // 512 records allowed, 256 KiB: 4 of these. Fetches of one or two.
+  auto c = open_consumer(mock, "big", heard, 512, {}, {{"max.partition.fetch.bytes", "100000"}}, 256u << 10);
+  REQUIRE(pump_until({c.get()}, [&] { return c->buffered() >= 4; }));
+  pump_until({c.get()}, [&] { return false; }, std::chrono::seconds(3));
+  CHECK(c->buffered() < 10);
+  CHECK_FALSE(c->fetching(0));
   std::vector<std::string> values;
   REQUIRE(pump_until({c.get()}, [&] {
-    CHECK(c->buffered() <= 3 + 500);  // librdkafka may hand over a fetched batch before the pause lands
-    if (auto m = c->next()) values.push_back(*m->value);
-    return values.size() == 20;
+    if (auto m = c->next()) values.push_back(m->value->substr(0, m->value->find(':')));
+    CHECK(c->buffered() < 10);
+    return values.size() == kRecords;
   }));
-  for (int i = 0; i < 20; ++i) CHECK(values[static_cast<std::size_t>(i)] == std::to_string(i));
+  for (int i = 0; i < kRecords; ++i) CHECK(values[static_cast<std::size_t>(i)] == std::to_string(i));
 }
 
 TEST_CASE("kafka producer: reports come through its fd with their offsets; what it wrote reads back exact") {
