@@ -298,6 +298,7 @@ TaskSource::Item KafkaBackEnd::next_record() {
   admit_records();
   in_next_ = false;
   check_signals();
+  sample_lag();
   TaskSource::Item item;
   const auto now = Clock::now();
   if (!held_.empty()) last_activity_ = now;
@@ -403,6 +404,7 @@ Expected<BatchResult> KafkaBackEnd::apply(std::vector<StartAttempt> starts, bool
   }
   for (const StartAttempt& s : starts) start(s);
   commit_settled(false);
+  sample_lag();
   return std::exchange(answers_, BatchResult{});
 }
 
@@ -628,6 +630,70 @@ void KafkaBackEnd::commit_settled(bool now) {
     }
   }
   if (Status s = consumer_->commit(offsets, now); !s) out_.on_notice("warning: " + s.message());
+}
+
+// ---- lag ----
+
+std::chrono::milliseconds KafkaBackEnd::lag_every() const {
+  // Often enough to tell a commit held for --behind-after from one that moved.
+  return std::clamp(settings_.behind_after / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000));
+}
+
+std::optional<AttemptStore::Clock::time_point> KafkaBackEnd::due_by() const {
+  if (partitions_.empty() || closed_) return std::nullopt;
+  return last_lag_sample_ + lag_every();
+}
+
+std::string KafkaBackEnd::holding(const Held& h) const {
+  const std::string record = "record " + h.id;
+  if (h.settling) return record + " is being settled (its result or dead letter written)";
+  if (h.started && h.last_end && h.last_end->delivery == h.delivery) {
+    return record + " waits for its retry (delivery " + std::to_string(h.delivery) + " ended " +
+           (h.last_end->kind.empty() ? std::string("unrun") : h.last_end->kind) + ")";
+  }
+  if (h.started) return record + " runs (delivery " + std::to_string(h.delivery) + ")";
+  return record + " waits for a slot";
+}
+
+void KafkaBackEnd::sample_lag() {
+  if (closed_ || !consumer_) return;
+  const auto now = Clock::now();
+  if (now - last_lag_sample_ < lag_every()) return;
+  last_lag_sample_ = now;
+  // Cheap: the watermarks are what librdkafka's fetcher last saw (a lookup
+  // under its lock, no request; a paused partition's end is the one seen
+  // before its pause).
+  std::vector<KafkaPartitionLag> rows;
+  std::map<std::int32_t, std::size_t> row_of;
+  for (const auto& [p, part] : partitions_) {
+    KafkaPartitionLag row;
+    row.partition = p;
+    row.committed = part.tracker.committable();
+    if (const auto marks = consumer_->watermarks(p)) {
+      row.end = marks->second;
+      row.lag = kafka_lag(marks->second, row.committed, marks->first);
+    }
+    row.held = consumer_->buffered(p);
+    row.settled_uncommitted = part.tracker.settled_beyond();
+    row_of[p] = rows.size();
+    rows.push_back(std::move(row));
+  }
+  for (const auto& [id, h] : held_.all()) {
+    const auto it = row_of.find(h.message.partition);
+    if (it == row_of.end() || partitions_.at(h.message.partition).generation != h.generation) continue;
+    KafkaPartitionLag& row = rows[it->second];
+    ++row.held;
+    if (h.message.offset == row.committed) row.held_by = holding(h);
+  }
+  for (const KafkaMessage& m : read_again_) {
+    const auto it = row_of.find(m.partition);
+    if (it == row_of.end()) continue;
+    KafkaPartitionLag& row = rows[it->second];
+    ++row.held;
+    if (m.offset == row.committed) row.held_by = "record " + source_of(m.partition, m.offset) + " is to be read again";
+  }
+  for (const std::string& line : lag_watch_.observe(rows, now)) out_.on_notice(line);
+  if (settings_.on_lag) settings_.on_lag(rows);
 }
 
 }  // namespace pillbox::broker

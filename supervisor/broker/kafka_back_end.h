@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,6 +44,7 @@
 #include "supervisor/broker/kafka_attempts.h"
 #include "supervisor/broker/kafka_commit_tracker.h"
 #include "supervisor/broker/kafka_group_consumer.h"
+#include "supervisor/broker/kafka_lag.h"
 #include "supervisor/broker/kafka_message.h"
 #include "supervisor/broker/kafka_producer.h"
 #include "supervisor/broker/stream_entry.h"
@@ -71,6 +73,13 @@ struct KafkaWorkerSettings {
   // The consumer group's session.timeout.ms: a worker that died is out of
   // the group (its partitions go to the others) after this long.
   std::chrono::milliseconds session_timeout{10'000};
+  // --behind-after: a partition whose commit has waited, or whose lag has
+  // grown, this long is said to be behind (kafka_lag.h).
+  std::chrono::milliseconds behind_after{30'000};
+  // Each sample of the assigned partitions' lag (once a second, or a
+  // quarter of behind_after when shorter; on the dispatcher's thread):
+  // what /metrics shows.
+  std::function<void(const std::vector<KafkaPartitionLag>&)> on_lag;
 };
 
 class KafkaBackEnd final : public AttemptStore, public SettleCounts {
@@ -117,7 +126,9 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   bool has_unapplied() const override;
   bool idle() const override;
   std::vector<int> wait_fds() const override;
-  std::optional<Clock::time_point> due_by() const override { return std::nullopt; }
+  // The next sample of the lag: a turn comes then even while every slot
+  // runs a long task.
+  std::optional<Clock::time_point> due_by() const override;
   std::string stopping() const override { return stopping_why_; }
 
  private:
@@ -189,6 +200,12 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   void release(std::int64_t task_id);
   void commit_settled(bool now);
   void hold_back(std::int32_t partition);
+  // The lag of each assigned partition, to on_lag and the lag watch's
+  // notices; at most once a lag_every().
+  void sample_lag();
+  std::chrono::milliseconds lag_every() const;
+  // What keeps the partition's commit where it is, for the notice.
+  std::string holding(const Held& h) const;
 
   KafkaWorkerSettings settings_;
   WorkerSink& out_;
@@ -217,6 +234,8 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
   bool awaiting_share_ = true;
   StopSignals stop_signals_;
   WorkerReport report_;
+  KafkaLagWatch lag_watch_{settings_.behind_after};
+  Clock::time_point last_lag_sample_{};
 };
 
 }  // namespace pillbox::broker

@@ -62,6 +62,9 @@ const char* kHelp =
     "  --session-timeout D Kafka: the group's session timeout: a worker that died is out of the group,\n"
     "                      its partitions handed to the others, after D (default 10s; the broker\n"
     "                      bounds it: group.min.session.timeout.ms, 6s by default)\n"
+    "  --behind-after D    Kafka: say that a partition is behind when its commit has waited (a record\n"
+    "                      waits for its retry or runs long) or its lag has grown for D, and when it\n"
+    "                      catches up (default 30s; the lag is in /metrics with --metrics)\n"
     "  --group G           the consumer group (default pillbox; created when missing)\n"
     "  --consumer NAME     this worker's name in the group (default HOST:PID)\n"
     "  --handler NAME, --arg K=V, --policy P, --timeout D, --cpu D, --memory S, --max-output S,\n"
@@ -111,7 +114,8 @@ const std::vector<OptionSpec> kWorkerOptions = {
     {"redis"},         {"stream"},          {"amqp"},           {"queue"},             {"group"},          {"consumer"},          {"jobs"},
     {"claim-idle"},    {"exit-when-idle"},  {"results-maxlen"}, {"no-results", false}, {"json", false},
     {"max-payload"},   {"quiet", false},    {"help", false},    {"fleet-key"},         {"max-key"},
-    {"results-max-output"}, {"recreate-group", false}, {"prefetch"}, {"kafka"}, {"topic"}, {"create-topics", false}, {"session-timeout"}};
+    {"results-max-output"}, {"recreate-group", false}, {"prefetch"}, {"kafka"}, {"topic"}, {"create-topics", false}, {"session-timeout"},
+    {"behind-after"}};
 
 std::vector<OptionSpec> worker_option_specs() {
   std::vector<OptionSpec> options;
@@ -204,10 +208,17 @@ int worker_command(int argc, char** argv) {
     if (auto s = read_duration(*args, "session-timeout", 1000, 3'600'000ull, job.kafka_session_timeout); !s) {
       return fail(s.message(), kExitUsage);
     }
+    if (auto s = read_duration(*args, "behind-after", 100, 7 * 24 * 3'600'000ull, job.kafka_behind_after); !s) {
+      return fail(s.message(), kExitUsage);
+    }
     queue_or_stream = *topic;
-  } else if (args->value("topic") || args->flag("create-topics") || args->value("session-timeout")) {
+  } else if (args->value("topic") || args->flag("create-topics") || args->value("session-timeout") ||
+             args->value("behind-after")) {
     return fail(std::string("--") +
-                    (args->value("topic") ? "topic" : args->value("session-timeout") ? "session-timeout" : "create-topics") +
+                    (args->value("topic")             ? "topic"
+                     : args->value("session-timeout") ? "session-timeout"
+                     : args->value("behind-after")    ? "behind-after"
+                                                      : "create-topics") +
                     " goes with --kafka BROKERS",
                 kExitUsage);
   } else if (args->value("amqp")) {

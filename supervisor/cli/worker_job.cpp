@@ -190,6 +190,12 @@ Expected<WorkerJobReport> run_kafka_worker(const WorkerJobSettings& settings, Wo
   kafka.attempt_log.topic = topic;
   kafka.attempt_log.properties = kafka.properties;
   kafka.session_timeout = settings.kafka_session_timeout;
+  kafka.behind_after = settings.kafka_behind_after;
+  if (settings.metrics != nullptr) {
+    kafka.on_lag = [metrics = settings.metrics, topic](const std::vector<KafkaPartitionLag>& partitions) {
+      metrics->set_kafka_partitions(topic, partitions);
+    };
+  }
   WorkerJobReport report;
   std::optional<metrics::MeteredWorkerVerdicts> metered_sink;
   WorkerSink& verdicts = metered(settings, sink, metered_sink);

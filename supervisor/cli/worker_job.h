@@ -34,6 +34,9 @@ struct WorkerJobSettings {
   // --session-timeout: how long the group waits for a Kafka worker that
   // stopped answering (a dead one's partitions move after this).
   std::chrono::milliseconds kafka_session_timeout{10'000};
+  // --behind-after: a Kafka partition whose commit has waited, or whose lag
+  // has grown, this long is said to be behind (kafka_lag.h).
+  std::chrono::milliseconds kafka_behind_after{30'000};
   RunSettings run;
   WorkerSettings worker;
   // --metrics: counts what the worker does (supervisor/metrics/metered_run.h);

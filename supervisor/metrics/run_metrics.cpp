@@ -47,6 +47,14 @@ void RunMetrics::set_breaker_open(bool open) {
   counters_.breaker_open = open;
 }
 
+void RunMetrics::set_kafka_partitions(const std::string& topic,
+                                      const std::vector<broker::KafkaPartitionLag>& partitions) {
+  std::lock_guard lock(mutex_);
+  counters_.kafka = true;
+  counters_.kafka_topic = topic;
+  counters_.kafka_partitions = partitions;
+}
+
 RunMetrics::Counters RunMetrics::snapshot() const {
   std::lock_guard lock(mutex_);
   return counters_;
@@ -81,6 +89,39 @@ void RunMetrics::render(MetricsText& out) const {
   out.sample("pillbox_slots_busy", {}, static_cast<double>(c.busy));
   out.family("pillbox_slots", "Slots of the run (--jobs).", MetricType::kGauge);
   out.sample("pillbox_slots", {}, static_cast<double>(c.slots));
+  if (c.kafka) render_kafka(c, out);
+}
+
+void RunMetrics::render_kafka(const Counters& c, MetricsText& out) {
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double (*value)(const broker::KafkaPartitionLag&);
+    bool needs_end = false;  // no sample while the partition's end is not known (not 0: unknown)
+  };
+  static const Gauge kGauges[] = {
+      {"pillbox_kafka_partition_lag_records",
+       "Records of the partition its group has not got past: its end (the high watermark librdkafka last fetched) "
+       "minus the offset this worker commits.",
+       [](const broker::KafkaPartitionLag& p) { return static_cast<double>(p.lag); }, true},
+      {"pillbox_kafka_partition_held_records",
+       "Records of the partition this worker read and has not settled: buffered, waiting for a slot, running, "
+       "waiting for a retry.",
+       [](const broker::KafkaPartitionLag& p) { return static_cast<double>(p.held); }},
+      {"pillbox_kafka_partition_settled_uncommitted_records",
+       "Settled records of the partition behind one that is not: the commit cannot pass them yet.",
+       [](const broker::KafkaPartitionLag& p) { return static_cast<double>(p.settled_uncommitted); }},
+      {"pillbox_kafka_partition_behind",
+       "1 while the worker says the partition is behind: its commit has waited, or its lag grown, for --behind-after.",
+       [](const broker::KafkaPartitionLag& p) { return p.behind ? 1.0 : 0.0; }},
+  };
+  for (const Gauge& g : kGauges) {
+    out.family(g.name, g.help, MetricType::kGauge);
+    for (const broker::KafkaPartitionLag& p : c.kafka_partitions) {
+      if (g.needs_end && p.end < 0) continue;
+      out.sample(g.name, {{"topic", c.kafka_topic}, {"partition", std::to_string(p.partition)}}, g.value(p));
+    }
+  }
 }
 
 }  // namespace pillbox::metrics

@@ -12,8 +12,10 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "shared/failure_kind.h"
+#include "supervisor/broker/kafka_lag.h"
 #include "supervisor/metrics/metrics_text.h"
 
 namespace pillbox::metrics {
@@ -45,6 +47,9 @@ class RunMetrics {
   void taken_back();
   void input_error();
   void set_breaker_open(bool open);
+  // A Kafka worker's assigned partitions of `topic` as last sampled
+  // (kafka_lag.h): their families are in the answer from the first call on.
+  void set_kafka_partitions(const std::string& topic, const std::vector<broker::KafkaPartitionLag>& partitions);
 
   // The families, in a fixed order, from one consistent copy of the counters.
   void render(MetricsText& out) const;
@@ -60,11 +65,15 @@ class RunMetrics {
     std::uint64_t new_fingerprints = 0;
     std::uint64_t taken_back = 0;
     std::uint64_t input_errors = 0;
+    bool kafka = false;  // a Kafka worker: its partitions' families are shown
+    std::string kafka_topic;
+    std::vector<broker::KafkaPartitionLag> kafka_partitions;
   };
   // One consistent copy of the counters (the live file's, live_run_file.h).
   Counters snapshot() const;
 
  private:
+  static void render_kafka(const Counters& c, MetricsText& out);
   mutable std::mutex mutex_;
   Counters counters_;
 };
