@@ -306,15 +306,23 @@ TEST_CASE("kafka attempt log: an entry for a partition the log lacks, and a clus
   // Refused connections said once (not at every try), and tried again soon.
   settings.properties = {{"log_level", "2"}, {"reconnect.backoff.max.ms", "200"}};
   auto w = writer(settings);
-  auto written = w->write({attempt_start(7, 0, 1, "a", 1), attempt_start(0, 0, 1, "a", 1)});
+  // A producer's first write waits for its producer id and the cluster's
+  // metadata, over the 1 s timeout at times on a loaded machine: tried
+  // until it lands (a timed-out one may have landed too).
+  std::string first = "not tried";
+  for (const auto until = Clock::now() + std::chrono::seconds(20); !first.empty() && Clock::now() < until;) {
+    first = w->write({attempt_start(0, 0, 1, "a", 1)})[0].error;
+  }
+  REQUIRE_MESSAGE(first.empty(), first);
+  auto written = w->write({attempt_start(7, 0, 1, "a", 1), attempt_start(0, 1, 1, "a", 1)});
   CHECK(written[0].error.find("partition") != std::string::npos);
   CHECK(written[1].error.empty());
-  CHECK(written[1].log_offset == 0);
+  CHECK(written[1].log_offset >= 1);
 
   auto r = reader(settings);
   cluster.set_down(true);
   auto t = Clock::now();
-  written = w->write({attempt_start(0, 1, 1, "a", 1)});
+  written = w->write({attempt_start(0, 2, 1, "a", 1)});
   REQUIRE(written.size() == 1);
   CHECK_FALSE(written[0].error.empty());
   CHECK(ms_since(t) < 5'000);
@@ -329,7 +337,7 @@ TEST_CASE("kafka attempt log: an entry for a partition the log lacks, and a clus
   CHECK(w->fatal_error().empty());
   std::string error = "not tried";
   for (const auto until = Clock::now() + std::chrono::seconds(20); !error.empty() && Clock::now() < until;) {
-    error = w->write({attempt_start(0, 2, 1, "a", 1)})[0].error;
+    error = w->write({attempt_start(0, 3, 1, "a", 1)})[0].error;
   }
   CHECK_MESSAGE(error.empty(), error);
 }
