@@ -1,9 +1,12 @@
 #include "tests/e2e/kafka_client.h"
 
 #include <doctest/doctest.h>
+#include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -201,6 +204,55 @@ KafkaGroupProgress group_progress(const std::string& bootstrap, const std::strin
   RdKafka::TopicPartition::destroy(parts);
   c->close();
   return out;
+}
+
+void check_all_committed(const std::string& bootstrap, const std::string& topic, const std::string& group) {
+  const auto progress = group_progress(bootstrap, topic, group);
+  for (const auto& [partition, end] : progress.end) {
+    const int p = partition;
+    CAPTURE(p);
+    CHECK(progress.committed.at(p) == end);
+  }
+}
+
+void commit_offsets(const std::string& bootstrap, const std::string& topic, const std::string& group,
+                    const std::map<int32_t, KafkaCommit>& offsets) {
+  KafkaEvents events;
+  auto conf = test_conf(bootstrap, events);
+  set(*conf, "group.id", group);
+  set(*conf, "enable.auto.commit", "false");
+  set(*conf, "session.timeout.ms", "6000");  // as the workers': a member that did not leave is gone after it
+  std::string why;
+  std::unique_ptr<RdKafka::KafkaConsumer> c(RdKafka::KafkaConsumer::create(conf.get(), why));
+  REQUIRE_MESSAGE(c != nullptr, why);
+  // A member of the group (the mock takes commits from its members only),
+  // once it has its share.
+  REQUIRE(c->subscribe({topic}) == RdKafka::ERR_NO_ERROR);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (bool assigned = false; !assigned;) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "no partition of " << topic << " within 60 s");
+    delete c->consume(100);
+    std::vector<RdKafka::TopicPartition*> partitions;
+    REQUIRE(c->assignment(partitions) == RdKafka::ERR_NO_ERROR);
+    assigned = !partitions.empty();
+    RdKafka::TopicPartition::destroy(partitions);
+  }
+  // The C API: librdkafka 2.0.2's C++ API commits no metadata.
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(static_cast<int>(offsets.size()));
+  for (const auto& [partition, commit] : offsets) {
+    rd_kafka_topic_partition_t* p = rd_kafka_topic_partition_list_add(list, topic.c_str(), partition);
+    p->offset = commit.offset;
+    if (!commit.metadata.empty()) {
+      p->metadata = std::malloc(commit.metadata.size());  // the list frees it
+      std::memcpy(p->metadata, commit.metadata.data(), commit.metadata.size());
+      p->metadata_size = commit.metadata.size();
+    }
+  }
+  const rd_kafka_resp_err_t err = rd_kafka_commit(c->c_ptr(), list, 0);
+  rd_kafka_topic_partition_list_destroy(list);
+  c->close();
+  REQUIRE_MESSAGE(err == RD_KAFKA_RESP_ERR_NO_ERROR,
+                  "commit for group " << group << ": " << std::string(rd_kafka_err2str(err)));
 }
 
 }  // namespace e2e

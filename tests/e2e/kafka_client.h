@@ -55,4 +55,17 @@ struct KafkaGroupProgress {
 };
 KafkaGroupProgress group_progress(const std::string& bootstrap, const std::string& topic, const std::string& group);
 
+// Checks that group `group` committed each partition of `topic` at its end.
+void check_all_committed(const std::string& bootstrap, const std::string& topic, const std::string& group);
+
+// Commits, as another client of group `group` would (it joins the group,
+// waits for its share, commits and leaves), offset and commit metadata for
+// each partition of `topic` given.
+struct KafkaCommit {
+  int64_t offset = 0;
+  std::string metadata;  // "": none
+};
+void commit_offsets(const std::string& bootstrap, const std::string& topic, const std::string& group,
+                    const std::map<int32_t, KafkaCommit>& offsets);
+
 }  // namespace e2e

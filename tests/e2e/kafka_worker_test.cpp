@@ -55,15 +55,6 @@ std::map<std::string, std::vector<json>> attempt_entries(const e2e::KafkaMock& m
   return by_record;
 }
 
-void check_all_committed(const e2e::KafkaMock& mock, const std::string& topic, const std::string& group) {
-  const auto progress = e2e::group_progress(mock.bootstrap(), topic, group);
-  for (const auto& [partition, end] : progress.end) {
-    const int p = partition;
-    CAPTURE(p);
-    CHECK(progress.committed.at(p) == end);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("kafka worker: results and dead letters with their record, every attempt logged, offsets committed") {
@@ -135,7 +126,7 @@ TEST_CASE("kafka worker: results and dead letters with their record, every attem
     CHECK(es.front().at("entry") == "start");
     CHECK(es.back().at("entry") == "settled");
   }
-  check_all_committed(mock, topic, "pillbox");
+  e2e::check_all_committed(mock.bootstrap(), topic, "pillbox");
 }
 
 TEST_CASE("kafka worker: a record that kills its worker is counted across workers and dead-lettered unrun") {
@@ -186,7 +177,7 @@ TEST_CASE("kafka worker: a record that kills its worker is counted across worker
   CHECK(results.size() == 10);
   const auto entries = attempt_entries(mock, topic);
   CHECK(entries.at("0@0").size() == 3 + 1);  // three starts, never ended; then its settle
-  check_all_committed(mock, topic, "pillbox");
+  e2e::check_all_committed(mock.bootstrap(), topic, "pillbox");
 }
 
 TEST_CASE("kafka worker: --exit-when-idle does not count a rebalance that waits for a dead member") {
