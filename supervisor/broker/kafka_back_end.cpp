@@ -263,6 +263,7 @@ void KafkaBackEnd::admit(KafkaMessage m) {
   const std::string& handler = settings_.worker.identity.handler_identity;
   std::optional<Refused> refused;
   if (!m.value) {
+    h.null_value = true;
     refused = Refused{protocol_error("record " + h.id + " has a null value (a tombstone?): no payload to run", handler),
                       "a record with a null value"};
   } else {
@@ -534,7 +535,8 @@ void KafkaBackEnd::dead_letter(Held& h, const Outcome& outcome, const std::strin
   const std::string record = dead_letter_record(settings_.worker, h, outcome, reason, wall_ms(), "topic",
                                                 kafka_record_source(h.message, settings_.worker.consumer.group));
   KafkaMessage original = h.message;
-  original.value = h.task.payload;
+  // The original exact: a null value stays null (not the empty payload).
+  if (!h.null_value) original.value = h.task.payload;
   settle(h, kafka_dead_letter(original, record, settings_.worker.fleet_key ? &*settings_.worker.fleet_key : nullptr),
          unrun ? Settled::kRefused : Settled::kDeadLetter, reason);
 }

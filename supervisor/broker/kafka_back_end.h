@@ -150,6 +150,7 @@ class KafkaBackEnd final : public AttemptStore, public SettleCounts {
     std::uint64_t ref = 0;           // the engine's, from its start (0: not started)
     std::uint64_t generation = 0;    // its partition's assignment it came in
     bool handed = false;             // the intake gave it to the engine
+    bool null_value = false;         // a tombstone: its dead letter's value is null too
     bool started = false;            // its start entry is written (a start without an end: it runs)
     bool settling = false;           // its result or dead letter is on its way
     std::optional<RecordedDelivery> last_end;
