@@ -25,7 +25,19 @@ std::uint32_t next_delivery(const RecordAttempts& record) { return record.highes
 
 EntryHistory record_history(const RecordAttempts& record) {
   // kUnstarted: a delivery without a start entry never began (kafka_attempts.h).
-  return entry_history(next_delivery(record), record.deliveries, UnmarkedSuspect::kUnstarted);
+  EntryHistory h = entry_history(next_delivery(record), record.deliveries, UnmarkedSuspect::kUnstarted);
+  // A gap after the record's first entry is not retention's (it removes
+  // the log's oldest entries, so only the deliveries before the first one
+  // kept): entries were forged around it. Never begun, never charged.
+  if (record.deliveries.empty()) return h;
+  const std::uint32_t first_kept = record.deliveries.begin()->first;
+  std::vector<std::uint32_t> lost;
+  for (const std::uint32_t n : h.lost) {
+    (n > first_kept && !record.deliveries.contains(n) ? h.unstarted : lost).push_back(n);
+  }
+  h.lost = std::move(lost);
+  std::sort(h.unstarted.begin(), h.unstarted.end());
+  return h;
 }
 
 void PartitionAttempts::add(const AttemptEntry& entry, std::int64_t log_offset) {

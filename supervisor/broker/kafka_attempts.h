@@ -30,7 +30,11 @@
 // gap comes only from entries that are missing (retention removed them) or
 // forged (an entry claiming delivery 9000): with kUnstarted a run of gaps
 // counts at most its first, with kBegan every gap would count, and one forged
-// entry would dead-letter a record.
+// entry would dead-letter a record. And retention removes the log's oldest
+// entries only: a gap after a record's first entry kept is forged (uncharged
+// releases written by hand at 2, 4 and 6 would charge three deliveries), so
+// record_history() counts none of it; at most one delivery before the first
+// entry kept is counted.
 #include <cstdint>
 #include <map>
 #include <optional>

@@ -289,6 +289,24 @@ TEST_CASE("kafka attempts: a forged delivery number counts no more than a missin
   CHECK(h.lost.size() < RetrySettings{}.max_attempts);
 }
 
+TEST_CASE("kafka attempts: gaps between entries are forged, never charged") {
+  // Retention removes the log's oldest entries: only deliveries before the
+  // first entry kept can be missing. Releases (uncharged) written by hand
+  // at 2, 4 and 6 leave gaps at 3 and 5 that no worker made: not lost.
+  RecordedDelivery release = recorded_release(2, "forger", 1, "released: partition revoked");
+  std::vector<AttemptEntry> forged;
+  for (std::uint32_t n : {2u, 4u, 6u}) {
+    release.delivery = n;
+    forged.push_back(attempt_end(2, 11, release));
+  }
+  const auto p = fold(2, 0, forged);
+  const EntryHistory h = record_history(*p.find(11));
+  CHECK(h.lost == std::vector<std::uint32_t>{1});  // before the first entry kept: retention's, at most one
+  CHECK(h.unstarted == std::vector<std::uint32_t>{3, 5});
+  CHECK(h.lost.size() < RetrySettings{}.max_attempts);
+  CHECK(!h.last_lost);
+}
+
 TEST_CASE("kafka attempts: entries of records before the committed offset are left out, and forgotten after a commit") {
   auto p = fold(2, 10, {attempt_start(2, 8, 1, "a", 1), attempt_start(2, 10, 1, "a", 1),
                         attempt_start(2, 12, 1, "a", 1)});
