@@ -35,6 +35,8 @@ Expected<AttemptLogRead> AttemptLogReader::read(std::int32_t partition, std::opt
   }
   AttemptLogRead r;
   r.end = marks->high;
+  // T's own end: an entry about a record past it is no worker's (kafka_attempts.h).
+  if (auto source = reader_->watermarks(settings_.topic, partition)) r.source_end = source->high;
   r.from = from.value_or(marks->low);
   if (from && (*from < marks->low || *from > marks->high)) {
     r.note = where + " holds offsets " + std::to_string(marks->low) + ".." + std::to_string(marks->high) + ", not " +

@@ -17,6 +17,7 @@
 // it holds is a claim, as any entry).
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,11 @@ struct AttemptLogRead {
   std::vector<KafkaMessage> entries;  // in log order; values over kMaxAttemptEntryBytes cut (unreadable all the same)
   std::int64_t from = 0;              // where the read began
   std::int64_t end = 0;               // the high watermark when it began: the read stopped there
+  // T's partition's high watermark, asked after `end`: every entry a
+  // worker wrote before `end` is about a record below it (a record is read
+  // before its entries are written). Not known (the cluster did not say):
+  // the largest offset, every entry kept.
+  std::int64_t source_end = std::numeric_limits<std::int64_t>::max();
   std::string note;                   // when it did not begin at the N asked for: where, and why
 };
 

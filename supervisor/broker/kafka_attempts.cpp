@@ -80,6 +80,10 @@ void PartitionAttempts::add_read(const KafkaMessage& message) {
     ++other_groups;
     return;
   }
+  if (parsed.entry && parsed.entry->offset >= source_end) {
+    parsed = {std::nullopt, "about record " + std::to_string(parsed.entry->offset) + ", past the partition's end (" +
+                                std::to_string(source_end) + "): no worker had read it"};
+  }
   if (parsed.entry) {
     add(*parsed.entry, message.offset);
     return;
@@ -102,11 +106,12 @@ const RecordAttempts* PartitionAttempts::find(std::int64_t offset) const {
 
 PartitionAttempts fold_attempt_log(std::int32_t partition, std::int64_t committed,
                                    const std::vector<KafkaMessage>& read, std::int64_t read_end,
-                                   const std::string& group) {
+                                   std::int64_t source_end, const std::string& group) {
   PartitionAttempts p;
   p.partition = partition;
   p.group = group;
   p.committed = committed;
+  p.source_end = source_end;
   p.log_end = read_end;
   for (const KafkaMessage& m : read) p.add_read(m);
   return p;

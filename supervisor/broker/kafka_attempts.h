@@ -36,6 +36,7 @@
 // record_history() counts none of it; at most one delivery before the first
 // entry kept is counted.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -81,6 +82,11 @@ struct PartitionAttempts {
   std::string group;
   std::uint64_t other_groups = 0;
   std::int64_t committed = 0;  // the group's committed offset: entries of records before it are left out
+  // T's end when the log was read: an entry read about a record at or past
+  // it was not written by a worker (none had read the record), and is
+  // unreadable (a forged settle would skip a record not yet produced, and
+  // entries no record ever settles would hold the commit's N back).
+  std::int64_t source_end = std::numeric_limits<std::int64_t>::max();
   std::map<std::int64_t, RecordAttempts> records;  // by the record's offset in T
   std::int64_t log_end = 0;  // one past the last attempt-log offset read or written
   std::uint64_t unreadable = 0;  // entries that are not pillbox's (kafka_attempt_entry.h)
@@ -99,9 +105,11 @@ struct PartitionAttempts {
 
 // The fold of what a new owner read: the attempt log's partition
 // `partition` from the commit's N up to `read_end` (its high watermark when
-// the read began), keeping the records from `committed` on.
+// the read began), keeping the records from `committed` on, below
+// `source_end` (T's end, asked after `read_end`).
 PartitionAttempts fold_attempt_log(std::int32_t partition, std::int64_t committed,
                                    const std::vector<KafkaMessage>& read, std::int64_t read_end,
+                                   std::int64_t source_end = std::numeric_limits<std::int64_t>::max(),
                                    const std::string& group = "");
 
 // N for a commit of `committed`: the lowest attempt-log offset among the

@@ -198,7 +198,7 @@ std::set<std::int32_t> KafkaBackEnd::on_assign(const std::map<std::int32_t, Kafk
     if (committed.offset >= 0 && !from.from && committed.metadata.size() > 0) out_.on_notice(from.why_beginning);
     if (!read->note.empty()) out_.on_notice("partition " + std::to_string(p) + ": " + read->note);
     Partition part{fold_attempt_log(p, std::max<std::int64_t>(committed.offset, 0), read->entries, read->end,
-                                    settings_.worker.consumer.group),
+                                    read->source_end, settings_.worker.consumer.group),
                    KafkaCommitTracker(committed.offset), ++generations_, false};
     if (part.attempts.unreadable > 0) {
       out_.on_notice("partition " + std::to_string(p) + ": " + std::to_string(part.attempts.unreadable) +

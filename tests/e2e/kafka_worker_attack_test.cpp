@@ -83,6 +83,21 @@ std::vector<json> pillbox_entries(const std::map<std::string, std::vector<json>>
   return out;
 }
 
+// An end entry that charged the payload with a failure.
+bool charged_end(const json& e) {
+  return e.value("entry", "") == "end" && e.contains("record") && e["record"].value("charged", false) &&
+         e["record"].value("kind", "") != "ok";
+}
+
+// The results by dedupe key, with how many copies each has.
+std::map<std::string, int> results_by_dedupe(const e2e::KafkaMock& mock, const std::string& topic) {
+  std::map<std::string, int> out;
+  for (const auto& r : e2e::read_topic(mock.bootstrap(), topic + ".results")) {
+    ++out[r.header("pillbox.dedupe").value_or("(none)")];
+  }
+  return out;
+}
+
 void check_all_committed(const e2e::KafkaMock& mock, const std::string& topic) {
   e2e::check_all_committed(mock.bootstrap(), topic, "pillbox");
 }
@@ -97,12 +112,64 @@ e2e::KafkaOutgoing to_partition(int32_t partition, std::optional<std::string> ke
   return o;
 }
 
+// A hand-written attempt-log entry about T's record 0@offset.
+e2e::KafkaOutgoing forged_entry(long offset, json entry, std::optional<std::string> key = std::nullopt) {
+  entry.emplace("v", 1);
+  entry.emplace("partition", 0);
+  entry.emplace("offset", offset);
+  entry.emplace("worker", "forger");
+  return to_partition(0, key.value_or("0:" + std::to_string(offset)), entry.dump());
+}
+
+json forged_end(long delivery, bool charged, const std::string& kind, const std::string& fingerprint) {
+  return {{"delivery", delivery},
+          {"entry", "end"},
+          {"record",
+           {{"delivery", delivery},
+            {"kind", kind},
+            {"charged", charged},
+            {"fingerprint", fingerprint},
+            {"worker", "forger"},
+            {"at_ms", 1}}}};
+}
+
+// A task program in the shell: a payload starting "slow" says it started
+// (a file in `dir`) and sleeps `seconds`; every payload is echoed.
+std::vector<std::string> slow_program(const e2e::TempDir& dir, const std::string& seconds) {
+  return {"--writable", dir.path(), "--", "/bin/sh", "-c",
+          "p=$(cat); case \"$p\" in slow*) touch " + dir.path() + "/started.$$; sleep " + seconds +
+              ";; esac; printf %s \"$p\""};
+}
+
 std::vector<std::string> worker_args(const e2e::KafkaMock& mock, const std::string& topic,
                                      std::vector<std::string> more) {
   std::vector<std::string> args = {"worker", "--kafka", mock.bootstrap(), "--topic", topic, "--session-timeout", "6s",
                                    "--backoff-base", "10ms"};
   args.insert(args.end(), more.begin(), more.end());
   return args;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A worker run to its end, and how long it took to be given its partitions
+// (the attempt log's read included).
+struct TimedRun {
+  int exit_code = -1;
+  double assigned_s = -1;
+  std::string err;
+};
+TimedRun run_timed(const std::vector<std::string>& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  e2e::Background w(e2e::pillbox_binary(), args);
+  TimedRun r;
+  if (e2e::eventually([&] { return w.err().find(" assigned\n") != std::string::npos; }, 120s, 5ms)) {
+    r.assigned_s = seconds_since(t0);
+  }
+  r.exit_code = w.wait(180s);
+  r.err = w.err();
+  return r;
 }
 
 }  // namespace
@@ -200,4 +267,119 @@ TEST_CASE("kafka worker attacked by its producer: null, empty, oversized, binary
     for (const json& e : pillbox_entries(entries, which)) CHECK(e.value("entry", "") != "start");
   }
   check_all_committed(mock, topic);
+}
+
+TEST_CASE("kafka worker attacked through its attempt log: forged entries, garbage, a flood") {
+  const std::string topic = "forged";
+  e2e::KafkaMock mock(e2e::kafka_worker_topics(topic, 1));
+  REQUIRE_KAFKA_MOCK(mock);
+  const std::string log = topic + ".pillbox-attempts";
+  std::vector<e2e::KafkaOutgoing> records;
+  for (const char* key : {"forged-settled", "forged-charged", "forged-gaps", "near-max", "at-max", "lost-once"}) {
+    records.push_back(to_partition(0, key, std::string("good ") + key));
+  }
+  for (int i = 6; i < 12; ++i) records.push_back(to_partition(0, "good-" + std::to_string(i), "good " + std::to_string(i)));
+  e2e::produce(mock.bootstrap(), topic, records);
+
+  std::vector<e2e::KafkaOutgoing> entries = {
+      // Well formed, believed (what a writer of the log can do):
+      forged_entry(0, {{"delivery", 1}, {"entry", "settled"}, {"how", "ok"}, {"where", ""}}),
+      forged_entry(1, {{"delivery", 1}, {"entry", "start"}}),
+      forged_entry(1, forged_end(1, true, "crash", "forged-fingerprint")),
+      forged_entry(1, {{"delivery", 2}, {"entry", "start"}}),
+      forged_entry(1, forged_end(2, true, "crash", "forged-fingerprint")),
+      forged_entry(4, {{"delivery", 10000}, {"entry", "start"}}),  // the last delivery a fleet counts
+      // Well formed, and must charge nothing:
+      forged_entry(2, forged_end(2, false, "", "")),  // releases at 2, 4, 6: gaps no worker leaves
+      forged_entry(2, forged_end(4, false, "", "")),
+      forged_entry(2, forged_end(6, false, "", "")),
+      forged_entry(3, {{"delivery", 9998}, {"entry", "start"}}),
+      forged_entry(3, forged_end(9998, false, "", "")),
+      forged_entry(5, {{"delivery", 1}, {"entry", "start"}}),  // one that never reported back: a suspect
+      // Not pillbox's: unreadable, counted, said.
+      to_partition(0, "0:6", "not json"),
+      to_partition(0, "0:6", "{}"),
+      to_partition(0, "0:6", std::nullopt),
+      forged_entry(6, {{"v", 2}, {"delivery", 1}, {"entry", "settled"}, {"how", "ok"}}),
+      forged_entry(7, {{"partition", 1}, {"delivery", 1}, {"entry", "settled"}, {"how", "ok"}}, "1:7"),
+      forged_entry(8, {{"delivery", 1}, {"entry", "settled"}, {"how", "ok"}}, "0:99"),
+      forged_entry(9, {{"delivery", 1}, {"entry", "settled"}, {"how", "ok"}, {"where", std::string(200 << 10, 'w')}}),
+      forged_entry(10, {{"delivery", 10001}, {"entry", "settled"}, {"how", "ok"}}),
+      forged_entry(11, {{"delivery", "1"}, {"entry", "settled"}, {"how", "ok"}}),
+      forged_entry(11, {{"delivery", 1}, {"entry", "settled"}, {"how", "maybe"}}),
+      forged_entry(11, {{"delivery", 1}, {"entry", "end"}, {"record", "charged"}}),
+      forged_entry(-1, {{"delivery", 1}, {"entry", "settled"}, {"how", "ok"}}, "0:-1"),
+      to_partition(0, "0:11", std::string(900 << 10, '{')),  // a huge value
+  };
+  e2e::produce(mock.bootstrap(), log, entries);
+
+  e2e::TempDir dir(01777, e2e::host_dir_tasks_see());
+  const auto program = slow_program(dir, "0");
+  auto args = worker_args(mock, topic, {"--jobs", "2", "--exit-when-idle", "3s", "--max-attempts", "3", "--json"});
+  args.insert(args.end(), program.begin(), program.end());
+  const auto first = run_timed(args);
+  INFO("first worker:\n" << first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.err.find("attempt-log entries are not pillbox's, not counted") != std::string::npos);
+  CHECK(terminal_unsafe(first.err).empty());
+
+  auto results = results_by_dedupe(mock, topic);
+  std::map<std::string, std::string> letters;  // dedupe -> kind
+  for (const auto& l : e2e::read_topic(mock.bootstrap(), topic + ".dlq")) {
+    letters[l.header("pillbox.dedupe").value_or("?")] = l.header("pillbox.kind").value_or("?");
+  }
+  // What the log's writer can do: a forged settle skips a record, a
+  // delivery at the limit dead-letters one unrun.
+  CHECK(results.count("forged/0@0") == 0);
+  CHECK(letters.count("forged/0@0") == 0);
+  CHECK(letters["forged/0@4"] == "protocol-error");
+  // What it cannot: dead-letter a record with charged crashes (the verdict
+  // is the next run's), releases, gaps, one lost start, a delivery near
+  // the limit, or anything unreadable.
+  for (int o : {1, 2, 3, 5, 6, 7, 8, 9, 10, 11}) {
+    const std::string dedupe = "forged/0@" + std::to_string(o);
+    CAPTURE(dedupe);
+    CHECK(results[dedupe] == 1);
+    CHECK(letters.count(dedupe) == 0);
+  }
+  const auto logged = attempt_entries(mock, topic);
+  const auto near_max = pillbox_entries(logged, "0@3");
+  REQUIRE(!near_max.empty());
+  CHECK(near_max.front().value("delivery", 0) == 9999);
+  for (const auto& [record, es] : logged) {
+    const std::string which = record;
+    CAPTURE(which);
+    for (const json& e : pillbox_entries(logged, which)) CHECK_MESSAGE(!charged_end(e), e.dump());
+  }
+  check_all_committed(mock, topic);
+
+  // A flood: 100 000 entries after the commit's N, half garbage, half
+  // starts of records T does not hold (yet).
+  std::vector<e2e::KafkaOutgoing> flood;
+  for (int i = 0; i < 100000; ++i) {
+    flood.push_back(i % 2 == 0 ? to_partition(0, "0:x", "garbage " + std::to_string(i))
+                               : forged_entry(1000000 + i, {{"delivery", 1}, {"entry", "start"}}));
+    if (flood.size() == 20000) e2e::produce(mock.bootstrap(), log, std::exchange(flood, {}));
+  }
+  e2e::produce(mock.bootstrap(), topic, {to_partition(0, "after-flood", "good after the flood")});
+  const auto second = run_timed(args);
+  INFO("second worker:\n" << second.err);
+  REQUIRE(second.exit_code == 0);
+  // (The mock keeps a partition's latest segments only: the flood pushed
+  // the oldest entries out, and the worker says it reads what is left.)
+  CHECK(second.err.find("attempt-log entries are not pillbox's") != std::string::npos);
+  results = results_by_dedupe(mock, topic);
+  CHECK(results["forged/0@12"] == 1);
+  // The next owner does not read the flood again: none of it held the
+  // commit's N back.
+  e2e::produce(mock.bootstrap(), topic, {to_partition(0, "after-after", "good after that")});
+  const auto third = run_timed(args);
+  INFO("third worker:\n" << third.err);
+  REQUIRE(third.exit_code == 0);
+  CHECK(third.err.find("not pillbox's") == std::string::npos);
+  results = results_by_dedupe(mock, topic);
+  CHECK(results["forged/0@13"] == 1);
+  check_all_committed(mock, topic);
+  MESSAGE("assigned after: forged log " << first.assigned_s << " s; over a flood of 100000 entries "
+                                        << second.assigned_s << " s; the next owner " << third.assigned_s << " s");
 }

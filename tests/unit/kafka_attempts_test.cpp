@@ -289,6 +289,22 @@ TEST_CASE("kafka attempts: a forged delivery number counts no more than a missin
   CHECK(h.lost.size() < RetrySettings{}.max_attempts);
 }
 
+TEST_CASE("kafka attempts: entries about records past T's end are no worker's, and hold no commit back") {
+  // T's partition ends at 5 when the log is read: a settle of record 7 (not
+  // yet produced) would skip it once produced; a start of 900 would keep
+  // the commit's N at its log offset for ever.
+  const std::vector<KafkaMessage> read = {
+      read_back(attempt_settled(2, 7, 1, "forger", 1, {KafkaSettlement::How::kOk, ""}), 0),
+      read_back(attempt_start(2, 900, 1, "forger", 1), 1), read_back(attempt_start(2, 4, 1, "a", 1), 2)};
+  const auto p = fold_attempt_log(2, 0, read, 3, /*source_end=*/5);
+  CHECK(p.unreadable == 2);
+  CHECK(p.first_unreadable.find("past the partition's end (5)") != std::string::npos);
+  CHECK(p.find(7) == nullptr);
+  CHECK(p.find(900) == nullptr);
+  REQUIRE(p.find(4) != nullptr);
+  CHECK(attempt_log_commit_offset(p, 5) == 3);  // nothing from 5 on: the log's end
+}
+
 TEST_CASE("kafka attempts: gaps between entries are forged, never charged") {
   // Retention removes the log's oldest entries: only deliveries before the
   // first entry kept can be missing. Releases (uncharged) written by hand
@@ -375,7 +391,7 @@ TEST_CASE("kafka attempts: two groups reading one topic share its log and count 
   AttemptEntry theirs_settled = attempt_settled(0, 6, 1, "w9", 2, KafkaSettlement{});
   theirs_settled.group = "search";
   const std::vector<KafkaMessage> read = {read_back(theirs, 0), read_back(mine, 1), read_back(theirs_settled, 2)};
-  const PartitionAttempts p = fold_attempt_log(0, 0, read, 3, "billing");
+  const PartitionAttempts p = fold_attempt_log(0, 0, read, 3, std::numeric_limits<std::int64_t>::max(), "billing");
   CHECK(p.other_groups == 2);
   CHECK(p.unreadable == 0);
   REQUIRE(p.find(5) != nullptr);
