@@ -102,6 +102,20 @@ void check_all_committed(const e2e::KafkaMock& mock, const std::string& topic) {
   e2e::check_all_committed(mock.bootstrap(), topic, "pillbox");
 }
 
+// Every record of `topic` has its result once (none twice: a worker that
+// lost a record never produces its result), and the group committed every
+// partition at its end.
+void check_each_ok_once(const e2e::KafkaMock& mock, const std::string& topic, std::size_t records) {
+  const auto results = results_by_dedupe(mock, topic);
+  CHECK(results.size() == records);
+  for (const auto& [key, copies] : results) {
+    const std::string dedupe = key;
+    CAPTURE(dedupe);
+    CHECK(copies == 1);
+  }
+  check_all_committed(mock, topic);
+}
+
 e2e::KafkaOutgoing to_partition(int32_t partition, std::optional<std::string> key, std::optional<std::string> value,
                                 std::vector<std::pair<std::string, std::string>> headers = {}) {
   e2e::KafkaOutgoing o;
@@ -382,4 +396,33 @@ TEST_CASE("kafka worker attacked through its attempt log: forged entries, garbag
   check_all_committed(mock, topic);
   MESSAGE("assigned after: forged log " << first.assigned_s << " s; over a flood of 100000 entries "
                                         << second.assigned_s << " s; the next owner " << third.assigned_s << " s");
+}
+
+TEST_CASE("kafka worker: commit metadata written by another client is not pillbox's, settled records stay settled") {
+  const std::string topic = "junk";
+  e2e::KafkaMock mock(e2e::kafka_worker_topics(topic, 3));
+  REQUIRE_KAFKA_MOCK(mock);
+  std::vector<e2e::KafkaOutgoing> records;
+  for (int i = 0; i < 30; ++i) records.push_back(to_partition(i % 3, "k" + std::to_string(i), "good " + std::to_string(i)));
+  e2e::produce(mock.bootstrap(), topic, records);
+  e2e::TempDir dir(01777, e2e::host_dir_tasks_see());
+  const auto program = slow_program(dir, "0");
+  auto args = worker_args(mock, topic, {"--jobs", "2", "--exit-when-idle", "3s"});
+  args.insert(args.end(), program.begin(), program.end());
+  const auto first = e2e::run_pillbox(args);
+  REQUIRE_MESSAGE(first.exit_code == 0, first.describe());
+  CHECK(results_by_dedupe(mock, topic).size() == 30);
+
+  // Another client moves the group back to 0 with metadata of its own.
+  e2e::commit_offsets(mock.bootstrap(), topic, "pillbox",
+                      {{0, {0, "junk\x1b[2J\x07"}}, {1, {0, "pillbox-attempts@999999999"}}, {2, {0, "pillbox-attempts@-5"}}});
+  const auto second = e2e::run_pillbox(args);
+  INFO("second worker: " << second.describe());
+  REQUIRE(second.exit_code == 0);
+  CHECK(terminal_unsafe(second.err).empty());
+  CHECK(second.err.find("\"junk?[2J?\" is not pillbox-attempts@N") != std::string::npos);
+  CHECK(second.err.find("the commit's metadata is not this log's") != std::string::npos);
+  CHECK(second.err.find("\"pillbox-attempts@-5\" is not pillbox-attempts@N") != std::string::npos);
+  // Nothing ran again: each record is settled in the log read from its beginning.
+  check_each_ok_once(mock, topic, 30);
 }
