@@ -180,7 +180,14 @@ std::set<std::int32_t> KafkaBackEnd::on_assign(const std::map<std::int32_t, Kafk
   for (const auto& [p, committed] : partitions) {
     list += (list.empty() ? "" : ",") + std::to_string(p);
     if (!committed.known) {
+      // Not run before it is known (from 0, it would run settled records
+      // again), and never known here: nothing asks again, and the group
+      // would leave it with this member, paused, until the next rebalance.
+      // The worker stops and leaves the group, which hands the partition to
+      // a member that can read it (or to this one, started again).
       paused.insert(p);
+      on_error("cannot read what the group committed for partition " + std::to_string(p) +
+               ": its records are not run before it is known; start the worker again");
       continue;
     }
     // The attempt log's window: every entry about a record from the

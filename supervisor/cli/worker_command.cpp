@@ -377,6 +377,12 @@ int worker_command(int argc, char** argv) {
                    "queue as its connection closes (the broker delivers it again)\n");
       return kExitSetup;
     }
+    if (job.kafka) {
+      std::fprintf(stderr,
+                   "pillbox worker: stopped by that Kafka error; what it held and did not settle is left uncommitted "
+                   "to its partitions' next owner (the group hands them on as this worker leaves it)\n");
+      return kExitSetup;
+    }
     std::fprintf(stderr,
                  "pillbox worker: stopped by that Redis error; what it held stays pending, taken over by the fleet "
                  "after --claim-idle\n");

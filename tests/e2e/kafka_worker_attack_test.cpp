@@ -426,3 +426,99 @@ TEST_CASE("kafka worker: commit metadata written by another client is not pillbo
   // Nothing ran again: each record is settled in the log read from its beginning.
   check_each_ok_once(mock, topic, 30);
 }
+
+TEST_CASE("kafka worker: an unreachable cluster is a clear error, in bounded time") {
+  const auto r = e2e::run_pillbox({"worker", "--kafka", e2e::closed_kafka_bootstrap(), "--topic", "nowhere", "--", "/bin/cat"});
+  INFO(r.describe());
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.find("Kafka") != std::string::npos);
+  CHECK(r.seconds < 40);
+  MESSAGE("unreachable: exit " << r.exit_code << " after " << r.seconds << " s");
+}
+
+TEST_CASE("kafka worker on a bad cluster: topics missing, a broker down and up mid-run") {
+  const std::string topic = "shaky";
+  e2e::KafkaMock mock({{topic, 3}, {topic + ".results", 3}});
+  REQUIRE_KAFKA_MOCK(mock);
+  e2e::TempDir dir(01777, e2e::host_dir_tasks_see());
+  const auto program = slow_program(dir, "0.2");
+  auto args = worker_args(mock, topic, {"--jobs", "2", "--exit-when-idle", "5s", "--json"});
+  args.insert(args.end(), program.begin(), program.end());
+
+  // Missing topics: the error names them and the command that creates them.
+  auto r = e2e::run_pillbox(args);
+  INFO(r.describe());
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find(topic + ".pillbox-attempts") != std::string::npos);
+  CHECK(r.err.find("kafka-topics.sh") != std::string::npos);
+  CHECK(r.seconds < 30);
+  mock.create_topic(topic + ".pillbox-attempts", 3);
+  r = e2e::run_pillbox(args);
+  INFO(r.describe());
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find(topic + ".dlq") != std::string::npos);
+  CHECK(r.err.find("kafka-topics.sh") != std::string::npos);
+  CHECK(e2e::topic_partitions(mock.bootstrap(), topic + ".dlq") == 0);  // still missing: never made by naming it
+  mock.create_topic(topic + ".dlq", 3);
+
+  std::vector<e2e::KafkaOutgoing> records;
+  for (int i = 0; i < 60; ++i) records.push_back(to_partition(i % 3, "k" + std::to_string(i), "slow " + std::to_string(i)));
+  e2e::produce(mock.bootstrap(), topic, records);
+
+  // The group's coordinator cannot say what was committed when the
+  // partitions are given: nothing runs from a guess, and the worker does
+  // not sit on partitions it will never read.
+  mock.must("request-errors OffsetFetch GROUP_AUTHORIZATION_FAILED,GROUP_AUTHORIZATION_FAILED,"
+            "GROUP_AUTHORIZATION_FAILED,GROUP_AUTHORIZATION_FAILED,GROUP_AUTHORIZATION_FAILED");
+  r = e2e::run_pillbox(args);
+  mock.must("clear-request-errors OffsetFetch");
+  INFO(r.describe());
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.find("cannot read what the group committed for partition") != std::string::npos);
+  CHECK(r.err.find("stopped by that Kafka error") != std::string::npos);
+  CHECK(e2e::count_files_starting(dir.path(), "started.") == 0);
+  MESSAGE("committed offsets unreadable: exit " << r.exit_code << " after " << r.seconds << " s");
+
+  e2e::Background w(e2e::pillbox_binary(), args);
+  REQUIRE_MESSAGE(e2e::eventually([&] { return e2e::count_files_starting(dir.path(), "started.") >= 6; }, 60s), w.err());
+  // A broker down for 5 s while tasks run: its partitions have no leader
+  // (the mock moves none), its connections close.
+  mock.broker_down(2);
+  std::this_thread::sleep_for(5s);  // the outage's length is what is tested
+  mock.broker_up(2);
+  const int code = w.wait(180s);
+  INFO("worker:\n" << w.err());
+  CHECK(code == 0);
+  // It lost its partitions when the coordinator went (a rebalance), and
+  // counts idle again once the group gives them back, or 2 session
+  // timeouts after (the mock's group takes from 0.5 s to more than that to
+  // form again: what it leaves is not asserted, only that it is not lost).
+  const std::size_t left_by_first = 60 - results_by_dedupe(mock, topic).size();
+  // Whatever this worker left (an outage is not a record's fault), the
+  // next runs: a worker that stays, until every record has its result.
+  auto staying = args;
+  staying.erase(std::find(staying.begin(), staying.end(), "--exit-when-idle"), std::find(staying.begin(), staying.end(), "--json"));
+  const auto next_from = std::chrono::steady_clock::now();
+  e2e::Background next(e2e::pillbox_binary(), staying);
+  const bool finished = e2e::eventually([&] { return results_by_dedupe(mock, topic).size() == 60; }, 120s, 500ms);
+  const double next_s = seconds_since(next_from);
+  next.signal(SIGTERM);
+  CHECK(next.wait(60s) == 128 + SIGTERM);
+  INFO("next worker:\n" << next.err());
+  CHECK(finished);
+  const auto results = results_by_dedupe(mock, topic);
+  CHECK(results.size() == 60);
+  MESSAGE("after the outage: " << left_by_first << " records left by the first worker, the next one settled them in "
+                               << next_s << " s");
+  std::size_t copies_over_one = 0;
+  for (const auto& [dedupe, copies] : results) copies_over_one += copies - 1;
+  MESSAGE("broker down 5 s mid-run: " << results.size() << " results, " << copies_over_one << " duplicates");
+  CHECK(e2e::read_topic(mock.bootstrap(), topic + ".dlq").empty());
+  const auto logged = attempt_entries(mock, topic);
+  for (const auto& [record, es] : logged) {
+    const std::string which = record;
+    CAPTURE(which);
+    for (const json& e : es) CHECK_MESSAGE(!charged_end(e), e.dump());
+  }
+  check_all_committed(mock, topic);
+}
