@@ -8,6 +8,7 @@
 #include <utility>
 #include <variant>
 
+#include "supervisor/broker/kafka_config.h"
 #include "supervisor/broker/kafka_dead_letter.h"
 #include "supervisor/broker/kafka_result.h"
 #include "supervisor/io/terminal_text.h"
@@ -27,7 +28,11 @@ Expected<std::unique_ptr<KafkaBackEnd>> KafkaBackEnd::open(KafkaWorkerSettings s
   auto reader = AttemptLogReader::open(me->settings_.attempt_log);
   if (!reader) return Error{reader.error(), reader.error_code()};
   me->log_reader_ = std::move(*reader);
-  auto producer = KafkaProducer::open(me->settings_.properties);
+  // Records up to what a default broker takes (librdkafka's own limit is
+  // 1000000): results are fitted to it (kafka_result.h).
+  auto producer_properties = me->settings_.properties;
+  producer_properties.emplace_back("message.max.bytes", std::to_string(kKafkaBrokerMessageMaxBytes));
+  auto producer = KafkaProducer::open(std::move(producer_properties));
   if (!producer) return Error{producer.error(), producer.error_code()};
   me->producer_ = std::move(*producer);
   KafkaConsumerSettings cs;

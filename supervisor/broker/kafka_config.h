@@ -56,6 +56,9 @@ inline constexpr std::chrono::milliseconds kKafkaDeliveryTimeout{30000};
 // A default broker's message.max.bytes: the largest record batch it takes
 // (1 MiB and 12 bytes).
 inline constexpr std::size_t kKafkaBrokerMessageMaxBytes = 1048588;
+// What a record's framing takes beyond its bytes, and each header's beyond
+// its name and value (lengths, attributes, varints), rounded up.
+inline constexpr std::size_t kKafkaRecordFraming = 64;
 
 // librdkafka's events and log lines, kept rather than printed (pillbox says
 // one line per error). Set on a client's conf by kafka_conf(); its methods

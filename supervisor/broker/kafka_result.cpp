@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "shared/sha256.h"
+#include "supervisor/broker/kafka_config.h"
 #include "supervisor/broker/kafka_dead_letter.h"
 
 namespace pillbox::broker {
@@ -19,6 +21,21 @@ std::optional<KafkaOutgoing> kafka_result(const WorkerSettings& settings, const 
     out.headers.emplace_back(std::move(name), std::move(value));
   }
   for (auto& h : kafka_source_headers(original)) out.headers.push_back(std::move(h));
+  // A result Kafka would refuse cannot settle its record: every worker
+  // that ran it would stop there, and its partition with it. An output
+  // that does not fit with the key and the headers goes without it, as one
+  // over --results-max-output does.
+  std::size_t bytes = (out.key ? out.key->size() : 0) + (out.value ? out.value->size() : 0) + kKafkaRecordFraming;
+  for (const auto& [name, value] : out.headers) bytes += name.size() + (value ? value->size() : 0) + kKafkaRecordFraming;
+  if (bytes > kKafkaBrokerMessageMaxBytes && out.value && !out.value->empty()) {
+    out.headers.emplace_back("output_omitted", "too large for a Kafka record: " + std::to_string(bytes) +
+                                                   " bytes with its key and headers, over the " +
+                                                   std::to_string(kKafkaBrokerMessageMaxBytes) +
+                                                   " a broker takes by default");
+    out.headers.emplace_back("output_size", std::to_string(out.value->size()));
+    out.headers.emplace_back("output_sha256", sha256_hex(*out.value));
+    out.value = std::string();
+  }
   return out;
 }
 

@@ -6,10 +6,12 @@
 //
 //   key      the original's, exact (null stays null): a reader finds a
 //            task's result by the key it was produced with
-//   value    the task's output, exact; over --results-max-output, empty
-//            (not null: on a compacted T.results a null value is a
-//            tombstone that deletes the key's result) and the headers say
-//            its size and SHA-256 (output_omitted, output_size,
+//   value    the task's output, exact; over --results-max-output, or too
+//            large for a record with the key and headers (over
+//            kKafkaBrokerMessageMaxBytes, the worker producer's limit
+//            too), empty (not null: on a compacted T.results a null value
+//            is a tombstone that deletes the key's result) and the headers
+//            say its size and SHA-256 (output_omitted, output_size,
 //            output_sha256)
 //   headers  the result fields but the output, as text, then
 //            pillbox.dedupe ("T/p@o": a worker killed after producing a

@@ -623,3 +623,27 @@ TEST_CASE("kafka worker on a bad cluster: topics missing, a broker down and up m
   }
   check_all_committed(mock, topic);
 }
+
+TEST_CASE("kafka worker: an ok output too large for a Kafka record settles without it") {
+  const std::string topic = "large";
+  e2e::KafkaMock mock(e2e::kafka_worker_topics(topic, 1));
+  REQUIRE_KAFKA_MOCK(mock);
+  // A payload echoed: its output with the result's headers is over what a
+  // broker takes (1048588 bytes), under --results-max-output (1 MiB).
+  const std::string big(1048000, 'o');
+  const auto submitted = e2e::run_pillbox({"submit", "--kafka", mock.bootstrap(), "--topic", topic, "--max-payload",
+                                           "1048000", "-"},
+                                          e2e::task_line("big", big) + e2e::task_line("behind", "good behind it"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+  const auto r = e2e::run_pillbox(worker_args(mock, topic, {"--exit-when-idle", "3s", "--", "/bin/cat"}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);
+  std::map<std::string, e2e::KafkaRecord> results;
+  for (auto& res : e2e::read_topic(mock.bootstrap(), topic + ".results")) results.emplace(res.key.value_or(""), res);
+  REQUIRE(results.count("big") == 1);
+  CHECK(results["big"].value == std::optional<std::string>(""));
+  CHECK(results["big"].header("output_size") == std::optional<std::string>(std::to_string(big.size())));
+  CHECK(results["big"].header("output_omitted").value_or("").starts_with("too large for a Kafka record"));
+  CHECK(results["behind"].value == std::optional<std::string>("good behind it"));
+  check_all_committed(mock, topic);
+}
