@@ -647,3 +647,31 @@ TEST_CASE("kafka worker: an ok output too large for a Kafka record settles witho
   CHECK(results["behind"].value == std::optional<std::string>("good behind it"));
   check_all_committed(mock, topic);
 }
+
+// OPEN (not fixed here; skipped until it is): a dead letter is its
+// original's value exact plus pillbox's headers (up to about 128 KiB), so
+// the dead letter of a record within that of the limit a broker takes
+// (1048588 bytes by default) is refused: the worker stops (exit 3) with the
+// record unsettled, and so does every worker that gets it after: its
+// partition never moves again. A hostile producer needs one such record. A
+// fix would let such a dead letter go without the value (its size and
+// SHA-256 in headers; the original stays in T at its offset) or with
+// pillbox's headers cut to fit; a design decision (docs/distributed.md,
+// Kafka: T.dlq's max.message.bytes must exceed T's by 128 KiB).
+TEST_CASE("kafka worker: a poison record too large to be dead-lettered whole does not stop its partition" *
+          doctest::skip()) {
+  const std::string topic = "huge";
+  e2e::KafkaMock mock(e2e::kafka_worker_topics(topic, 1));
+  REQUIRE_KAFKA_MOCK(mock);
+  const auto submitted = e2e::run_pillbox(
+      {"submit", "--kafka", mock.bootstrap(), "--topic", topic, "--max-payload", "1048000", "-"},
+      e2e::task_line("huge-crash", "S" + std::string(1046000, 'x')) + e2e::task_line("behind", "good behind it"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+  e2e::PoisonCopy program("kafka_huge");
+  const auto r = e2e::run_pillbox(
+      worker_args(mock, topic, {"--exit-when-idle", "3s", "--max-payload", "2M", "--", program.path()}));
+  INFO(r.describe());
+  CHECK(r.exit_code == 0);  // today: 3, "cannot produce to huge.dlq: Broker: Message size too large"
+  CHECK(e2e::read_topic(mock.bootstrap(), topic + ".dlq").size() == 1);
+  check_all_committed(mock, topic);
+}
