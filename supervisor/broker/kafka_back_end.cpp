@@ -10,6 +10,7 @@
 
 #include "supervisor/broker/kafka_config.h"
 #include "supervisor/broker/kafka_dead_letter.h"
+#include "supervisor/broker/kafka_record_fit.h"
 #include "supervisor/broker/kafka_result.h"
 #include "supervisor/io/terminal_text.h"
 

@@ -53,12 +53,7 @@ inline int kafka_remaining_ms(std::chrono::steady_clock::time_point deadline) {
 // How long a produced record may wait for its broker's acknowledgement,
 // retries included (librdkafka's message.timeout.ms; its default is 300 s).
 inline constexpr std::chrono::milliseconds kKafkaDeliveryTimeout{30000};
-// A default broker's message.max.bytes: the largest record batch it takes
-// (1 MiB and 12 bytes).
-inline constexpr std::size_t kKafkaBrokerMessageMaxBytes = 1048588;
-// What a record's framing takes beyond its bytes, and each header's beyond
-// its name and value (lengths, attributes, varints), rounded up.
-inline constexpr std::size_t kKafkaRecordFraming = 64;
+// What a broker takes of one record: kafka_record_fit.h.
 
 // librdkafka's events and log lines, kept rather than printed (pillbox says
 // one line per error). Set on a client's conf by kafka_conf(); its methods

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "supervisor/broker/kafka_record_fit.h"
 #include "supervisor/broker/kafka_topics.h"
 #include "supervisor/io/random_hex.h"
 

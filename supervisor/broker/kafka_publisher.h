@@ -24,8 +24,9 @@
 namespace pillbox::broker {
 
 // submit's default --max-payload on Kafka: a default broker takes record
-// batches of at most kKafkaBrokerMessageMaxBytes (1048588); 48 588 bytes of
-// it are left for the key, the header and the batch's framing.
+// batches of at most kKafkaBrokerMessageMaxBytes (1048588,
+// kafka_record_fit.h); 48 588 bytes of it are left for the key, the header
+// and the batch's framing.
 inline constexpr std::size_t kDefaultMaxKafkaPayload = 1000000;
 // --create-topics' default partition count: as many workers of a group
 // as can work at once.

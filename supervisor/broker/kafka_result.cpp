@@ -2,9 +2,8 @@
 
 #include <utility>
 
-#include "shared/sha256.h"
-#include "supervisor/broker/kafka_config.h"
 #include "supervisor/broker/kafka_dead_letter.h"
+#include "supervisor/broker/kafka_record_fit.h"
 
 namespace pillbox::broker {
 
@@ -25,16 +24,10 @@ std::optional<KafkaOutgoing> kafka_result(const WorkerSettings& settings, const 
   // that ran it would stop there, and its partition with it. An output
   // that does not fit with the key and the headers goes without it, as one
   // over --results-max-output does.
-  std::size_t bytes = (out.key ? out.key->size() : 0) + (out.value ? out.value->size() : 0) + kKafkaRecordFraming;
-  for (const auto& [name, value] : out.headers) bytes += name.size() + (value ? value->size() : 0) + kKafkaRecordFraming;
-  if (bytes > kKafkaBrokerMessageMaxBytes && out.value && !out.value->empty()) {
-    out.headers.emplace_back("output_omitted", "too large for a Kafka record: " + std::to_string(bytes) +
-                                                   " bytes with its key and headers, over the " +
-                                                   std::to_string(kKafkaBrokerMessageMaxBytes) +
-                                                   " a broker takes by default");
-    out.headers.emplace_back("output_size", std::to_string(out.value->size()));
-    out.headers.emplace_back("output_sha256", sha256_hex(*out.value));
-    out.value = std::string();
+  if (auto omitted = omit_value_to_fit(out)) {
+    out.headers.emplace_back("output_omitted", omitted->why);
+    out.headers.emplace_back("output_size", std::to_string(omitted->size));
+    out.headers.emplace_back("output_sha256", omitted->sha256);
   }
   return out;
 }
