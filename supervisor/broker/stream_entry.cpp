@@ -74,7 +74,7 @@ std::optional<Refused> oversized(const std::string& what, std::size_t size, std:
                                  const std::string& handler_identity) {
   if (size <= limit) return std::nullopt;
   return Refused{protocol_error(what + " of " + std::to_string(size) + " bytes is over the limit of " +
-                                    std::to_string(limit) + " bytes",
+                                    std::to_string(limit) + " bytes (the worker's --max-" + what + ")",
                                 handler_identity),
                  "oversized " + what + ": not run"};
 }

@@ -8,6 +8,7 @@
 #include "shared/task_input.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/broker/kafka_config.h"
+#include "supervisor/broker/kafka_publisher.h"
 #include "supervisor/cli/args.h"
 #include "supervisor/cli/child_options.h"
 #include "supervisor/cli/commands.h"
@@ -83,7 +84,9 @@ const char* kHelp =
     "                      held entries are renewed three times as often\n"
     "  --exit-when-idle D  exit once nothing new or claimable came for D (batch jobs, tests); on Kafka,\n"
     "                      counted while the group has given the worker its share, not in a rebalance\n"
-    "  --max-payload SIZE  larger payloads are dead-lettered unrun as protocol-error (default 512M)\n"
+    "  --max-payload SIZE  larger payloads are dead-lettered unrun as protocol-error (default 512M;\n"
+    "                      on Kafka 1000000 bytes, submit's default there: raise both only with the\n"
+    "                      topics' max.message.bytes)\n"
     "  --fleet-key FILE    sign every dead letter with the fleet's secret key (a 0600 file of 32 bytes or\n"
     "                      more; default $PILLBOX_FLEET_KEY): operators' verbs given the same key run\n"
     "                      only signed ones. Make one with (umask 077; openssl rand -hex 32 > FILE)\n"
@@ -287,6 +290,10 @@ int worker_command(int argc, char** argv) {
   }
   w.results = !args->flag("no-results");
   w.recreate_group = args->flag("recreate-group");
+  // On Kafka, submit's default (what a default broker takes, less room for
+  // the key and headers): a larger record is none of submit's, and is
+  // refused here as protocol-error, unrun, as submit refuses it.
+  if (job.kafka) w.max_payload = broker::kDefaultMaxKafkaPayload;
   for (const auto& [name, target] : {std::pair{"max-payload", &w.max_payload}, {"max-key", &w.max_key},
                                      {"results-max-output", &w.results_max_output}}) {
     auto size = read_size(*args, name);

@@ -635,7 +635,8 @@ TEST_CASE("kafka worker: an ok output too large for a Kafka record settles witho
                                            "1048000", "-"},
                                           e2e::task_line("big", big) + e2e::task_line("behind", "good behind it"));
   REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
-  const auto r = e2e::run_pillbox(worker_args(mock, topic, {"--exit-when-idle", "3s", "--", "/bin/cat"}));
+  const auto r =
+      e2e::run_pillbox(worker_args(mock, topic, {"--exit-when-idle", "3s", "--max-payload", "2M", "--", "/bin/cat"}));
   INFO(r.describe());
   CHECK(r.exit_code == 0);
   std::map<std::string, e2e::KafkaRecord> results;
