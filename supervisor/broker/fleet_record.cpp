@@ -174,7 +174,10 @@ void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_hold
 }
 
 Expected<std::string> checked_payload(const FleetRecord& r) {
-  if (r.payload_omitted) return Error{"the payload of record " + r.id + " was not read (a listing leaves it out)"};
+  if (r.payload_omitted) {
+    return Error{"the payload of record " + r.id + " was not read (" +
+                 (r.payload_omitted_why.empty() ? std::string("a listing leaves it out") : r.payload_omitted_why) + ")"};
+  }
   if (sha256_hex(r.payload) != r.record.entry.payload_sha256) {
     // The sha256 is the record's claim: shown as a table cell (an escape
     // in it reached the terminal through show's and export's errors).

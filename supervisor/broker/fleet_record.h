@@ -27,6 +27,9 @@ struct FleetRecord {
   store::QuarantineRecord record;   // record.id is 0: ids here are entry ids
   std::string payload;              // the exact bytes (field `payload`)
   bool payload_omitted = false;     // "" above: not read (FleetQuarantine::each)
+  // Why, when the dead letter itself holds no payload (a Kafka letter too
+  // large for a record: where the original is); "" when a listing left it out.
+  std::string payload_omitted_why;
   // Set on the dead letter of a redrive that failed again: it is an attempt
   // of that record (its state holds the outcome), not a record of its own.
   std::string redrive_of;

@@ -8,6 +8,7 @@
 #include "shared/child_streams.h"
 #include "supervisor/broker/dead_letter_fit.h"
 #include "supervisor/broker/delivery_history.h"
+#include "supervisor/broker/kafka_record_fit.h"
 #include "supervisor/io/untrusted_json.h"
 
 namespace pillbox::broker {
@@ -28,6 +29,11 @@ constexpr std::string_view kStderr = "pillbox.stderr";
 constexpr std::string_view kHandler = "pillbox.handler";
 constexpr std::string_view kPolicy = "pillbox.policy";
 constexpr std::string_view kHeadersNote = "pillbox.headers";
+// A dead letter too large for a record goes without the original's value
+// (kafka_record_fit.h); these say so, and what the value was.
+constexpr std::string_view kPayloadOmitted = "pillbox.payload_omitted";
+constexpr std::string_view kPayloadSize = "pillbox.payload_size";
+constexpr std::string_view kPayloadSha256 = "pillbox.payload_sha256";
 
 // Longer than any context header pillbox writes (the stderr tail aside):
 // a longer one was not written by a worker.
@@ -91,7 +97,12 @@ nlohmann::json kafka_record_source(const KafkaMessage& original, const std::stri
           {"dedupe", kafka_source_key(original.topic, original.partition, original.offset)}};
 }
 
-KafkaOutgoing kafka_dead_letter(const KafkaMessage& original, const std::string& record, const FleetKey* fleet_key) {
+namespace {
+
+// The dead letter unsigned; with `omitted`, without the original's value,
+// its record and headers saying so.
+KafkaOutgoing unsigned_dead_letter(const KafkaMessage& original, const std::string& record,
+                                   const OmittedValue* omitted) {
   KafkaOutgoing out;
   out.topic = kafka_dlq_topic(original.topic);
   out.partition = original.partition;
@@ -123,7 +134,22 @@ KafkaOutgoing kafka_dead_letter(const KafkaMessage& original, const std::string&
   // tail first) is still said there.
   json j = parse_untrusted_json(record, kMaxWorkerRecord).value;
   if (!j.is_object()) j = json::object();
-  const std::string text = bounded_record(record);
+  std::string text;
+  if (omitted != nullptr) {
+    // The record says it too: a reader of the record alone (quarantine
+    // show --json) is not left to find an empty value and wonder.
+    json said = j;
+    said["payload_omitted"] = true;
+    said["payload_omitted_why"] = omitted->why + "; the original is in " + original.topic + " partition " +
+                                  std::to_string(original.partition) + " at offset " + std::to_string(original.offset) +
+                                  " while its retention keeps it";
+    said["payload_size"] = omitted->size;
+    said["payload_sha256"] = omitted->sha256;
+    text = bounded_record(dumped(said));
+    out.value = std::string();
+  } else {
+    text = bounded_record(record);
+  }
   auto add = [&](std::string_view name, std::string value) { out.headers.emplace_back(std::string(name), std::move(value)); };
   auto add_if = [&](std::string_view name, std::string value) {
     if (!value.empty()) add(name, std::move(value));
@@ -150,10 +176,30 @@ KafkaOutgoing kafka_dead_letter(const KafkaMessage& original, const std::string&
                                   " bytes of the original's headers a dead letter carries (Kafka's record size)";
   }
   add(kHeadersNote, dumped(headers_note));
-
-  if (fleet_key != nullptr) {
-    add(kSignatureHeader, fleet_key->sign(out.topic, kafka_dead_letter_signed_fields(out.key, out.value, out.headers)));
+  if (omitted != nullptr) {
+    add(kPayloadOmitted, "true");
+    add(kPayloadSize, std::to_string(omitted->size));
+    add(kPayloadSha256, omitted->sha256);
   }
+  return out;
+}
+
+}  // namespace
+
+KafkaOutgoing kafka_dead_letter(const KafkaMessage& original, const std::string& record, const FleetKey* fleet_key) {
+  auto letter = [&](const OmittedValue* omitted) {
+    KafkaOutgoing out = unsigned_dead_letter(original, record, omitted);
+    if (fleet_key != nullptr) {
+      out.headers.emplace_back(std::string(kSignatureHeader),
+                               fleet_key->sign(out.topic, kafka_dead_letter_signed_fields(out.key, out.value, out.headers)));
+    }
+    return out;
+  };
+  KafkaOutgoing out = letter(nullptr);
+  // One the cluster would refuse would settle nothing: every worker that
+  // got the record would stop on it, its partition stuck. It goes without
+  // the value (T keeps it at its offset), as a result goes without its output.
+  if (auto omitted = omit_value_to_fit(out)) out = letter(&*omitted);
   return out;
 }
 
@@ -179,7 +225,9 @@ KafkaDeadLetter read_kafka_dead_letter(const KafkaMessage& letter) {
                   {kFingerprint, kMaxContextText},      {kAttempts, 32},
                   {kMessage, kMaxContextText},          {kReason, kMaxContextText},
                   {kStderr, kStderrTailBytes},          {kHandler, kMaxContextText},
-                  {kPolicy, kMaxContextText},           {kHeadersNote, kMaxHeadersNote}};
+                  {kPolicy, kMaxContextText},           {kHeadersNote, kMaxHeadersNote},
+                  {kPayloadOmitted, 8},                 {kPayloadSize, 32},
+                  {kPayloadSha256, 64}};
   for (const auto& [name, value] : letter.headers) {
     if (name == kSignatureHeader) {
       d.has_signature = true;
@@ -248,6 +296,15 @@ KafkaDeadLetter read_kafka_dead_letter(const KafkaMessage& letter) {
   copy(kStderr, d.stderr_tail);
   copy(kHandler, d.handler);
   copy(kPolicy, d.policy);
+  if (const std::string* omitted = text(kPayloadOmitted)) {
+    if (*omitted == "true") {
+      d.payload_omitted = true;
+      number(kPayloadSize, std::numeric_limits<std::int64_t>::max(), d.payload_size);
+      copy(kPayloadSha256, d.payload_sha256);
+    } else {
+      note(d.unreadable, std::string(kPayloadOmitted) + ": not \"true\", the only value pillbox writes");
+    }
+  }
 
   // The dedupe key is its source's only when every part that names the
   // source says the same: the context headers and the record's `topic`.

@@ -24,6 +24,8 @@
 //   pillbox.handler, pillbox.policy          (connector.name: who judged it)
 //   pillbox.fingerprint, pillbox.attempts, pillbox.reason
 //   pillbox.headers  what became of the original's headers (JSON)
+//   pillbox.payload_omitted "true", pillbox.payload_size, .payload_sha256:
+//                    the value was left out (below), its size and SHA-256
 // The context headers repeat what the record says, for tools that read
 // headers only (kcat, Connect's own tooling); pillbox reads the record.
 //
@@ -34,9 +36,14 @@
 // the message 4 KiB. The original's headers are carried while they take at
 // most kMaxKafkaCarriedHeaders (names and values); the rest are dropped and
 // pillbox.headers says how many. So a dead letter is at most its
-// original's key and value plus about 128 KiB: T.dlq's max.message.bytes
-// must exceed T's by that much (an original within 128 KiB of T's limit
-// may not fit with the defaults; the worker's produce then fails and says so).
+// original's key and value plus about 128 KiB. One over what a default
+// broker takes (kafka_record_fit.h) goes without the original's value
+// (empty; its record says payload_omitted, payload_size, payload_sha256 and
+// where the original is: T keeps it at its offset while its retention
+// does), as a result goes without its output: a letter the cluster refused
+// would settle nothing, and every worker that got the record would stop on
+// it, its partition stuck. T.dlq's max.message.bytes should exceed T's by
+// 128 KiB for originals to be kept whole.
 //
 // Forged headers: a producer to T must not be able to write pillbox's
 // headers. An original's header named like pillbox's (pillbox-*,
@@ -91,7 +98,12 @@ struct KafkaDeadLetter {
   std::int64_t offset = -1;
   std::int64_t timestamp_ms = -1;
   std::optional<std::string> key;    // the original's, exact
-  std::optional<std::string> value;  // the payload, exact
+  std::optional<std::string> value;  // the payload, exact; empty when payload_omitted
+  // The value was left out of the letter (too large for a record with
+  // pillbox's headers): the payload's size and SHA-256 as its headers say.
+  bool payload_omitted = false;
+  std::int64_t payload_size = -1;
+  std::string payload_sha256;
   // pillbox-record parsed (an object), null when there is none or it
   // cannot be read (`unreadable` says why).
   nlohmann::json record;

@@ -62,8 +62,22 @@ FleetRecord kafka_fleet_record(const KafkaDeadLetter& d, Signature signature) {
   own.key = d.key.value_or("");
   own.kind = d.kind;
   own.fingerprint = d.fingerprint;
-  own.payload_sha256 = sha256_hex(r.payload);
-  own.payload_size = static_cast<std::int64_t>(r.payload.size());
+  if (d.payload_omitted) {
+    // Not in the letter: what its headers say of it (its record may say more).
+    r.payload_omitted = true;
+    r.payload_omitted_why = "its dead letter was written without it (too large for a Kafka record with pillbox's "
+                            "headers); the original is in " + (d.source_topic.empty() ? "the source topic" : d.source_topic) +
+                            (d.source_partition >= 0 && d.source_offset >= 0
+                                 ? " partition " + std::to_string(d.source_partition) + " at offset " +
+                                       std::to_string(d.source_offset)
+                                 : std::string()) +
+                            " while its retention keeps it";
+    own.payload_sha256 = d.payload_sha256;
+    own.payload_size = std::max<std::int64_t>(d.payload_size, 0);
+  } else {
+    own.payload_sha256 = sha256_hex(r.payload);
+    own.payload_size = static_cast<std::int64_t>(r.payload.size());
+  }
   std::string message = d.unreadable.empty() ? "" : "its dead letter cannot be read: " + d.unreadable;
   if (!d.from_pillbox() && !d.kind.empty()) {
     // No record, but the context headers' claim of what failed.
@@ -105,6 +119,7 @@ FleetRecord kafka_fleet_record(const KafkaDeadLetter& d, Signature signature) {
                  {"dedupe", d.dedupe},
                  {"key_null", !d.key.has_value()},
                  {"value_null", !d.value.has_value()},
+                 {"payload_omitted", d.payload_omitted},
                  {"headers", std::move(carried)},
                  {"headers_note", d.headers_note}};
   if (d.from_pillbox()) broker["deliveries"] = r.deliveries;

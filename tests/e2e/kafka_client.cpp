@@ -12,6 +12,7 @@
 #include <set>
 
 #include "supervisor/broker/kafka_config.h"
+#include "supervisor/broker/kafka_record_fit.h"
 
 namespace e2e {
 namespace {
@@ -156,6 +157,9 @@ std::vector<std::pair<int32_t, int64_t>> produce(const std::string& bootstrap, c
   set(*conf, "enable.idempotence", "true");
   set(*conf, "partitioner", "murmur2_random");
   set(*conf, "message.timeout.ms", "30000");
+  // As a producer may: records up to what a default broker takes, past
+  // librdkafka's own default (1000000).
+  set(*conf, "message.max.bytes", std::to_string(pillbox::broker::kKafkaBrokerMessageMaxBytes));
   std::string why;
   REQUIRE(conf->set("dr_cb", static_cast<RdKafka::DeliveryReportCb*>(&report), why) == RdKafka::Conf::CONF_OK);
   std::unique_ptr<RdKafka::Producer> producer(RdKafka::Producer::create(conf.get(), why));

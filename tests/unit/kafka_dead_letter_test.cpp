@@ -14,7 +14,9 @@
 #include "kafka_fixture.h"
 #include "shared/base64.h"
 #include "shared/child_streams.h"
+#include "shared/sha256.h"
 #include "supervisor/broker/kafka_dead_letter.h"
+#include "supervisor/broker/kafka_record_fit.h"
 
 using namespace pillbox;
 using namespace pillbox::broker;
@@ -284,4 +286,44 @@ TEST_CASE("kafka dead letter: a dedupe key that is not its source's is none") {
   // Context headers that name another source than the dedupe key.
   CHECK(with("pillbox.source.offset", "40").dedupe_key.empty());
   CHECK(with("pillbox.source.topic", "jobz").dedupe_key.empty());
+}
+
+TEST_CASE("kafka dead letter: one too large for a record goes without the value, and says what it was") {
+  KafkaMessage m = original();
+  // Within pillbox's part of the broker's limit: whole, it would be refused.
+  m.value = std::string(kKafkaBrokerMessageMaxBytes - 1000, 'v');
+  const std::string sha = sha256_hex(*m.value);
+  const KafkaOutgoing out = kafka_dead_letter(m, record_of(m), &fleet_key());
+  CHECK(kafka_record_bytes(out) <= kKafkaBrokerMessageMaxBytes);
+  CHECK(out.value == std::optional<std::string>(""));
+  CHECK(out.key == m.key);
+  CHECK(header(out.headers, "pillbox.payload_omitted") == "true");
+  CHECK(header(out.headers, "pillbox.payload_size") == std::to_string(m.value->size()));
+  CHECK(header(out.headers, "pillbox.payload_sha256") == sha);
+  const KafkaMessage read = as_read(out, 7);
+  CHECK(kafka_dead_letter_signature(read, &fleet_key()) == Signature::kValid);  // signed as it went
+  const KafkaDeadLetter d = read_kafka_dead_letter(read);
+  CHECK(d.unreadable.empty());
+  CHECK(d.payload_omitted);
+  CHECK(d.payload_size == static_cast<std::int64_t>(m.value->size()));
+  CHECK(d.payload_sha256 == sha);
+  CHECK(d.record.value("payload_omitted", false));
+  CHECK(d.record.value("payload_sha256", "") == sha);
+  CHECK(d.record.value("payload_omitted_why", "").find("the original is in jobs partition 3 at offset 41") !=
+        std::string::npos);
+
+  // One that fits keeps its value, and says nothing of it.
+  KafkaMessage fits = original();
+  fits.value = std::string(kKafkaBrokerMessageMaxBytes - 200000, 'v');
+  const KafkaOutgoing whole = kafka_dead_letter(fits, record_of(fits), &fleet_key());
+  CHECK(whole.value == fits.value);
+  CHECK(header(whole.headers, "pillbox.payload_omitted") == "<absent>");
+  CHECK(!read_kafka_dead_letter(as_read(whole, 8)).payload_omitted);
+
+  // A forged mark is noted, not believed.
+  KafkaMessage forged = as_read(whole, 9);
+  forged.headers.emplace_back("pillbox.payload_omitted", "yes");
+  const KafkaDeadLetter f = read_kafka_dead_letter(forged);
+  CHECK(!f.payload_omitted);
+  CHECK(f.unreadable.find("pillbox.payload_omitted") != std::string::npos);
 }

@@ -13,6 +13,7 @@
 #include "shared/sha256.h"
 #include "supervisor/broker/fleet_record.h"
 #include "supervisor/broker/kafka_fleet_record.h"
+#include "supervisor/broker/kafka_record_fit.h"
 #include "supervisor/ops/quarantine_views_json.h"
 #include "supervisor/store/quarantine_json.h"
 
@@ -127,6 +128,21 @@ TEST_CASE("kafka fleet record: the same task's dead letter shows as the Redis fl
   CHECK(!kafka.broker.contains("unreadable"));
   // Operators may run it: signed and checked.
   CHECK(check_signed(kafka, false));
+}
+
+TEST_CASE("kafka fleet record: a letter without its value says its size and SHA-256, and where the original is") {
+  KafkaMessage m = original();
+  m.value = std::string(kKafkaBrokerMessageMaxBytes - 1000, 'v');
+  const FleetRecord r = read(letter(m, 12, &fleet_key()), &fleet_key()).record;
+  CHECK(r.signature == Signature::kValid);
+  CHECK(r.payload_omitted);
+  CHECK(r.payload.empty());
+  CHECK(r.record.entry.payload_size == static_cast<std::int64_t>(m.value->size()));
+  CHECK(r.record.entry.payload_sha256 == sha256_hex(*m.value));
+  CHECK(r.broker.at("payload_omitted") == true);
+  const auto payload = checked_payload(r);
+  REQUIRE(!payload.has_value());
+  CHECK(payload.error().find("the original is in jobs partition 3 at offset 41") != std::string::npos);
 }
 
 TEST_CASE("kafka fleet record: a letter pillbox did not write is a record that says so") {
