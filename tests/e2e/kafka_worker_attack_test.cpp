@@ -127,9 +127,11 @@ e2e::KafkaOutgoing to_partition(int32_t partition, std::optional<std::string> ke
   return o;
 }
 
-// A hand-written attempt-log entry about T's record 0@offset.
+// A hand-written attempt-log entry about T's record 0@offset, naming the
+// workers' group (an entry of another group is not counted by this one).
 e2e::KafkaOutgoing forged_entry(long offset, json entry, std::optional<std::string> key = std::nullopt) {
   entry.emplace("v", 1);
+  entry.emplace("group", "pillbox");
   entry.emplace("partition", 0);
   entry.emplace("offset", offset);
   entry.emplace("worker", "forger");
