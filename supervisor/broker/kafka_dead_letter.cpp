@@ -34,6 +34,11 @@ constexpr std::string_view kHeadersNote = "pillbox.headers";
 constexpr std::string_view kPayloadOmitted = "pillbox.payload_omitted";
 constexpr std::string_view kPayloadSize = "pillbox.payload_size";
 constexpr std::string_view kPayloadSha256 = "pillbox.payload_sha256";
+// And, still too large, without the original's key (a key near the limit
+// is refused unrun, and its dead letter must settle it all the same).
+constexpr std::string_view kKeyOmitted = "pillbox.key_omitted";
+constexpr std::string_view kKeySize = "pillbox.key_size";
+constexpr std::string_view kKeySha256 = "pillbox.key_sha256";
 
 // Longer than any context header pillbox writes (the stderr tail aside):
 // a longer one was not written by a worker.
@@ -100,13 +105,13 @@ nlohmann::json kafka_record_source(const KafkaMessage& original, const std::stri
 namespace {
 
 // The dead letter unsigned; with `omitted`, without the original's value,
-// its record and headers saying so.
+// with `omitted_key` without its key, its record and headers saying so.
 KafkaOutgoing unsigned_dead_letter(const KafkaMessage& original, const std::string& record,
-                                   const OmittedValue* omitted) {
+                                   const OmittedValue* omitted, const OmittedValue* omitted_key) {
   KafkaOutgoing out;
   out.topic = kafka_dlq_topic(original.topic);
   out.partition = original.partition;
-  out.key = original.key;
+  out.key = omitted_key != nullptr ? std::nullopt : original.key;
   out.value = original.value;
 
   // The original's headers, in order, while they fit; one named like
@@ -135,18 +140,27 @@ KafkaOutgoing unsigned_dead_letter(const KafkaMessage& original, const std::stri
   json j = parse_untrusted_json(record, kMaxWorkerRecord).value;
   if (!j.is_object()) j = json::object();
   std::string text;
-  if (omitted != nullptr) {
+  if (omitted != nullptr || omitted_key != nullptr) {
     // The record says it too: a reader of the record alone (quarantine
     // show --json) is not left to find an empty value and wonder.
+    const std::string where = "the original is in " + original.topic + " partition " +
+                              std::to_string(original.partition) + " at offset " + std::to_string(original.offset) +
+                              " while its retention keeps it";
     json said = j;
-    said["payload_omitted"] = true;
-    said["payload_omitted_why"] = omitted->why + "; the original is in " + original.topic + " partition " +
-                                  std::to_string(original.partition) + " at offset " + std::to_string(original.offset) +
-                                  " while its retention keeps it";
-    said["payload_size"] = omitted->size;
-    said["payload_sha256"] = omitted->sha256;
+    if (omitted != nullptr) {
+      said["payload_omitted"] = true;
+      said["payload_omitted_why"] = omitted->why + "; " + where;
+      said["payload_size"] = omitted->size;
+      said["payload_sha256"] = omitted->sha256;
+      out.value = std::string();
+    }
+    if (omitted_key != nullptr) {
+      said["key_omitted"] = true;
+      said["key_omitted_why"] = omitted_key->why + "; " + where;
+      said["key_size"] = omitted_key->size;
+      said["key_sha256"] = omitted_key->sha256;
+    }
     text = bounded_record(dumped(said));
-    out.value = std::string();
   } else {
     text = bounded_record(record);
   }
@@ -181,25 +195,33 @@ KafkaOutgoing unsigned_dead_letter(const KafkaMessage& original, const std::stri
     add(kPayloadSize, std::to_string(omitted->size));
     add(kPayloadSha256, omitted->sha256);
   }
+  if (omitted_key != nullptr) {
+    add(kKeyOmitted, "true");
+    add(kKeySize, std::to_string(omitted_key->size));
+    add(kKeySha256, omitted_key->sha256);
+  }
   return out;
 }
 
 }  // namespace
 
 KafkaOutgoing kafka_dead_letter(const KafkaMessage& original, const std::string& record, const FleetKey* fleet_key) {
-  auto letter = [&](const OmittedValue* omitted) {
-    KafkaOutgoing out = unsigned_dead_letter(original, record, omitted);
+  auto letter = [&](const OmittedValue* omitted, const OmittedValue* omitted_key) {
+    KafkaOutgoing out = unsigned_dead_letter(original, record, omitted, omitted_key);
     if (fleet_key != nullptr) {
       out.headers.emplace_back(std::string(kSignatureHeader),
                                fleet_key->sign(out.topic, kafka_dead_letter_signed_fields(out.key, out.value, out.headers)));
     }
     return out;
   };
-  KafkaOutgoing out = letter(nullptr);
+  KafkaOutgoing out = letter(nullptr, nullptr);
   // One the cluster would refuse would settle nothing: every worker that
   // got the record would stop on it, its partition stuck. It goes without
-  // the value (T keeps it at its offset), as a result goes without its output.
-  if (auto omitted = omit_value_to_fit(out)) out = letter(&*omitted);
+  // the value (T keeps it at its offset), as a result goes without its
+  // output; and, still too large, without its key.
+  const auto omitted = omit_value_to_fit(out);
+  if (omitted) out = letter(&*omitted, nullptr);
+  if (const auto omitted_key = omit_key_to_fit(out)) out = letter(omitted ? &*omitted : nullptr, &*omitted_key);
   return out;
 }
 
@@ -227,7 +249,8 @@ KafkaDeadLetter read_kafka_dead_letter(const KafkaMessage& letter) {
                   {kStderr, kStderrTailBytes},          {kHandler, kMaxContextText},
                   {kPolicy, kMaxContextText},           {kHeadersNote, kMaxHeadersNote},
                   {kPayloadOmitted, 8},                 {kPayloadSize, 32},
-                  {kPayloadSha256, 64}};
+                  {kPayloadSha256, 64},                 {kKeyOmitted, 8},
+                  {kKeySize, 32},                       {kKeySha256, 64}};
   for (const auto& [name, value] : letter.headers) {
     if (name == kSignatureHeader) {
       d.has_signature = true;

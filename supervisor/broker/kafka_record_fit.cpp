@@ -10,17 +10,32 @@ std::size_t kafka_record_bytes(const KafkaOutgoing& record) {
   return bytes;
 }
 
-std::optional<OmittedValue> omit_value_to_fit(KafkaOutgoing& record) {
+namespace {
+
+// `field` of `record` (its value, its key) out, when the record is over
+// the broker's limit, as `left`; what it was comes back.
+std::optional<OmittedValue> omit_to_fit(KafkaOutgoing& record, std::optional<std::string>& field,
+                                        std::optional<std::string> left, const std::string& with) {
   const std::size_t bytes = kafka_record_bytes(record);
-  if (bytes <= kKafkaBrokerMessageMaxBytes || !record.value || record.value->empty()) return std::nullopt;
+  if (bytes <= kKafkaBrokerMessageMaxBytes || !field || field->empty()) return std::nullopt;
   OmittedValue omitted;
   omitted.record_bytes = bytes;
-  omitted.size = record.value->size();
-  omitted.sha256 = sha256_hex(*record.value);
-  omitted.why = "too large for a Kafka record: " + std::to_string(bytes) + " bytes with its key and headers, over the " +
+  omitted.size = field->size();
+  omitted.sha256 = sha256_hex(*field);
+  omitted.why = "too large for a Kafka record: " + std::to_string(bytes) + " bytes with its " + with + ", over the " +
                 std::to_string(kKafkaBrokerMessageMaxBytes) + " a broker takes by default";
-  record.value = std::string();
+  field = std::move(left);
   return omitted;
+}
+
+}  // namespace
+
+std::optional<OmittedValue> omit_value_to_fit(KafkaOutgoing& record) {
+  return omit_to_fit(record, record.value, std::string(), "key and headers");
+}
+
+std::optional<OmittedValue> omit_key_to_fit(KafkaOutgoing& record) {
+  return omit_to_fit(record, record.key, std::nullopt, "value and headers");
 }
 
 }  // namespace pillbox::broker

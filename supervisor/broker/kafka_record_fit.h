@@ -36,5 +36,11 @@ struct OmittedValue {
 // null value is a tombstone) and what it was comes back; else nullopt and
 // `record` as it was. The caller says so in its headers, under its names.
 std::optional<OmittedValue> omit_value_to_fit(KafkaOutgoing& record);
+// When `record` is over it still (its value left out) and has a key that
+// is not empty, the key becomes null, and what it was comes back: a record
+// whose key alone is near the limit (one pillbox refused as too long,
+// which its dead letter would carry whole) must settle too. For a record
+// of a topic that is not compacted (a dead letter's).
+std::optional<OmittedValue> omit_key_to_fit(KafkaOutgoing& record);
 
 }  // namespace pillbox::broker

@@ -151,11 +151,13 @@ json forged_end(long delivery, bool charged, const std::string& kind, const std:
 }
 
 // A task program in the shell: a payload starting "slow" says it started
-// (a file in `dir`) and sleeps `seconds`; every payload is echoed.
+// (a file of its own in `dir`: not named by $$, which repeats across the
+// tasks' PID namespaces), sleeps `seconds` and says it finished (another);
+// every payload is echoed.
 std::vector<std::string> slow_program(const e2e::TempDir& dir, const std::string& seconds) {
   return {"--writable", dir.path(), "--", "/bin/sh", "-c",
-          "p=$(cat); case \"$p\" in slow*) touch " + dir.path() + "/started.$$; sleep " + seconds +
-              ";; esac; printf %s \"$p\""};
+          "p=$(cat); case \"$p\" in slow*) mktemp " + dir.path() + "/started.XXXXXX >/dev/null; sleep " + seconds +
+              "; mktemp " + dir.path() + "/finished.XXXXXX >/dev/null;; esac; printf %s \"$p\""};
 }
 
 std::vector<std::string> worker_args(const e2e::KafkaMock& mock, const std::string& topic,
@@ -467,6 +469,11 @@ TEST_CASE("kafka worker: a rebalance while a task runs hands it over uncharged, 
   // the worker that lost it (no second result).
   check_each_ok_once(mock, topic, 12);
   CHECK(e2e::read_topic(mock.bootstrap(), topic + ".dlq").empty());
+  // A's runs of the slow records were stopped by the revoke (their
+  // children killed), not left to run to their end beside the next
+  // owner's: each slow record finished once (4 when A's went on).
+  CHECK(e2e::count_files_starting(dir.path(), "started.") >= 4);
+  CHECK(e2e::count_files_starting(dir.path(), "finished.") == 2);
   // Each slow record: its first delivery released uncharged by the revoke,
   // its next one ok; nothing charged.
   const auto logged = attempt_entries(mock, topic);

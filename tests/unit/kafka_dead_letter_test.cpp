@@ -320,6 +320,26 @@ TEST_CASE("kafka dead letter: one too large for a record goes without the value,
   CHECK(header(whole.headers, "pillbox.payload_omitted") == "<absent>");
   CHECK(!read_kafka_dead_letter(as_read(whole, 8)).payload_omitted);
 
+  // A key near the limit (refused as too long, dead-lettered unrun): the
+  // letter goes without its value and, still too large, without its key.
+  KafkaMessage huge_key = original();
+  huge_key.key = std::string(kKafkaBrokerMessageMaxBytes - 100, 'k');
+  const std::string key_sha = sha256_hex(*huge_key.key);
+  const KafkaOutgoing keyless = kafka_dead_letter(huge_key, record_of(huge_key), &fleet_key());
+  CHECK(kafka_record_bytes(keyless) <= kKafkaBrokerMessageMaxBytes);
+  CHECK_FALSE(keyless.key.has_value());
+  CHECK(header(keyless.headers, "pillbox.key_omitted") == "true");
+  CHECK(header(keyless.headers, "pillbox.key_size") == std::to_string(huge_key.key->size()));
+  CHECK(header(keyless.headers, "pillbox.key_sha256") == key_sha);
+  const KafkaMessage keyless_read = as_read(keyless, 10);
+  CHECK(kafka_dead_letter_signature(keyless_read, &fleet_key()) == Signature::kValid);
+  const KafkaDeadLetter k = read_kafka_dead_letter(keyless_read);
+  CHECK(k.unreadable.empty());
+  CHECK(k.record.value("key_omitted", false));
+  CHECK(k.record.value("key_sha256", "") == key_sha);
+  CHECK(k.record.value("key_omitted_why", "").find("the original is in jobs partition 3 at offset 41") !=
+        std::string::npos);
+
   // A forged mark is noted, not believed.
   KafkaMessage forged = as_read(whole, 9);
   forged.headers.emplace_back("pillbox.payload_omitted", "yes");
