@@ -26,26 +26,6 @@ bool sendable(std::string_view s) { return !s.empty() && s.size() <= 255 && s.fi
 // The sha256 of the body that came (a body not kept was hashed as it passed).
 std::string body_sha256(const AmqpMessage& m) { return m.body_omitted ? m.omitted_body_sha256 : sha256_hex(m.body); }
 
-// The outcome a dead letter of a redrive says: failed again, as its record
-// says (a worker's), or as the broker's first death does (past
-// x-delivery-limit: it killed every worker's supervisor).
-RedriveOutcome failed_again(const FleetRecord& dead, const std::string& attempt) {
-  RedriveOutcome o;
-  o.outcome = pillbox::outcome_of(dead.record.entry);
-  o.verdict = store::ReplayVerdict::kFailedAgain;
-  o.entry = attempt;
-  o.outcome_entry = dead.id;
-  if (!dead.attempts.empty() && !dead.attempts.back().worker.empty()) {
-    o.worker = dead.attempts.back().worker;
-  } else if (dead.broker.is_object() && dead.broker.contains("first_death_reason")) {
-    o.worker = "none: dead-lettered by RabbitMQ itself (" +
-               dead.broker.value("first_death_reason", std::string("no reason given")) + ")";
-  } else {
-    o.worker = "unknown";
-  }
-  return o;
-}
-
 class AmqpRedriveRoute final : public RedriveRoute {
  public:
   AmqpRedriveRoute(AmqpQuarantine& q, const ReplayRun& run)
@@ -105,7 +85,7 @@ std::optional<RedriveOutcome> AmqpRedriveRoute::from_dead_letter(const AmqpMessa
   const auto it = waited.find(tag->attempt);
   if (it == waited.end() || it->second != tag->record || is_canary(m, q_.names().work)) return std::nullopt;
   if (!of_payload(tag->attempt, body_sha256(m))) return std::nullopt;
-  return failed_again(q_.record_of(m), tag->attempt);
+  return redrive_failed_again(q_.record_of(m), tag->attempt);
 }
 
 std::optional<RedriveOutcome> AmqpRedriveRoute::from_notice(const AmqpMessage& m,

@@ -251,6 +251,23 @@ Expected<ReplayResult> Redriver::run(std::vector<FleetRecord> plan) {
 
 }  // namespace
 
+RedriveOutcome redrive_failed_again(const FleetRecord& dead, const std::string& entry) {
+  RedriveOutcome o;
+  o.outcome = pillbox::outcome_of(dead.record.entry);
+  o.verdict = store::ReplayVerdict::kFailedAgain;
+  o.entry = entry;
+  o.outcome_entry = dead.id;
+  if (!dead.attempts.empty() && !dead.attempts.back().worker.empty()) {
+    o.worker = dead.attempts.back().worker;
+  } else if (dead.broker.is_object() && dead.broker.contains("first_death_reason")) {
+    o.worker = "none: dead-lettered by RabbitMQ itself (" +
+               dead.broker.value("first_death_reason", std::string("no reason given")) + ")";
+  } else {
+    o.worker = "unknown";
+  }
+  return o;
+}
+
 std::string patched_since(const FleetState& state, const RedrivePayload& what, const std::string& id) {
   const FleetRevision* newest = newest_revision(state);
   if ((newest != nullptr ? newest->n : 0) == what.revision) return "";

@@ -90,6 +90,12 @@ class RedriveRoute {
   virtual Status unlock(const std::string& id) = 0;
 };
 
+// The outcome the dead letter `dead` of the redrive `entry` says: failed
+// again, as its record says (a worker's), or as a broker's own dead
+// lettering does (RabbitMQ's past x-delivery-limit: it killed every
+// worker's supervisor).
+RedriveOutcome redrive_failed_again(const FleetRecord& dead, const std::string& entry);
+
 // Never one being replayed, even with --force: its lock is another replay's.
 bool redrive_claimable(const FleetRecord& r, store::ReplayScope scope);
 // Why a claim of `record` for a redrive of `what` is refused because the
