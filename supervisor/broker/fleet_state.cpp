@@ -92,6 +92,7 @@ std::string state_json(const FleetState& s) {
   }
   if (!s.minimized_sha256.empty()) j["minimized_sha256"] = s.minimized_sha256;
   if (s.minimized_at >= 0) j["minimized_at"] = s.minimized_at;
+  if (!s.lease_by.empty()) j["lease"] = {{"by", s.lease_by}, {"until", s.lease_until}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -140,6 +141,10 @@ Expected<FleetState> parse_state(std::string_view text) {
     }
     s.minimized_sha256 = j.value("minimized_sha256", "");
     s.minimized_at = offset_at(j, "minimized_at");
+    if (j.contains("lease") && j["lease"].is_object()) {
+      s.lease_by = j["lease"].value("by", "");
+      s.lease_until = whole(j["lease"], "until");
+    }
   } catch (const json::exception&) {
     return Error{"a record state with fields of the wrong type"};
   }

@@ -84,6 +84,13 @@ struct FleetState {
   // checked against the record and the sha256 above.
   std::int64_t minimize_best_at = -1;
   std::int64_t minimized_at = -1;
+  // Kafka's redrive lock (kafka_redrive.h), where the broker has nothing
+  // that ends with the replay's connection: the replay that holds the
+  // record ("": none) until `lease_until` (ms since the epoch), renewed
+  // while it waits. Past that time it holds nothing: a replay killed lets
+  // go of its records by running out.
+  std::string lease_by;
+  std::int64_t lease_until = 0;
 };
 
 std::string state_json(const FleetState& state);

@@ -50,6 +50,13 @@ Expected<std::string> parse_kafka_record_id(const std::string& text) {
   return kafka_record_id(static_cast<std::int32_t>(std::stol(p)), std::stoll(o));
 }
 
+Expected<KafkaPlace> parse_kafka_place(const std::string& text) {
+  auto checked = parse_kafka_record_id(text);
+  if (!checked) return Error{checked.error(), checked.error_code()};
+  const auto at = checked->find('@');
+  return KafkaPlace{static_cast<std::int32_t>(std::stol(checked->substr(0, at))), std::stoll(checked->substr(at + 1))};
+}
+
 FleetRecord kafka_fleet_record(const KafkaDeadLetter& d, Signature signature) {
   FleetRecord r;
   r.id = kafka_record_id(d.partition, d.offset);

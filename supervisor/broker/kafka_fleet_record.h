@@ -40,6 +40,13 @@ std::string kafka_record_id(std::int32_t partition, std::int64_t offset);
 // A record id as operators type it, canonical ("0@007" is "0@7"), or a
 // usage error saying what an id is here.
 Expected<std::string> parse_kafka_record_id(const std::string& text);
+// Where a record id (checked as parse_kafka_record_id does) is: its
+// partition and offset.
+struct KafkaPlace {
+  std::int32_t partition = -1;
+  std::int64_t offset = -1;
+};
+Expected<KafkaPlace> parse_kafka_place(const std::string& text);
 
 // The letter as a record, its signature `signature` (kafka_dead_letter_signature).
 // record.id 0 and FleetRecord::id "P@O"; stream, source_entry: the source

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "supervisor/broker/kafka_fleet_record.h"
+#include "supervisor/broker/kafka_redrive.h"
 #include "supervisor/ops/minimize.h"
 
 namespace pillbox::broker {
@@ -14,6 +15,11 @@ namespace {
 constexpr std::int64_t kWindow = 64;
 // Payloads up to this size are kept by a listing; larger ones by get() only.
 constexpr std::size_t kListedPayloadBytes = 64u << 10;
+
+// A record's state as read, its lease (a replay at work) applied.
+void apply_read_state(FleetRecord& r, const FleetState& state) {
+  apply_state(r, state, kafka_lease_holder(state, store::now_ms()));
+}
 
 // One partition's place in a listing: the window read last (oldest first:
 // its newest is at the back) and where the next window ends.
@@ -101,8 +107,18 @@ Expected<RecordStates> KafkaQuarantine::states() {
   return loaded;
 }
 
+std::string KafkaQuarantine::attempt_of(const KafkaMessage& m, const RecordStates& states) {
+  const KafkaDeadLetter letter = read_kafka_dead_letter(m);
+  const std::string replayed = kafka_replayed_record(letter);
+  if (replayed.empty()) return "";
+  const auto it = states.find(replayed);
+  if (it == states.end() || !kafka_names_redrive(it->second.state, letter.dedupe_key)) return "";
+  return replayed;
+}
+
 Status KafkaQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) {
   copies_ = 0;
+  attempts_ = 0;
   auto states = this->states();
   if (!states) return Status::error(states.error(), states.error_code());
   const std::string dlq = kafka_dlq_topic(topic_);
@@ -122,6 +138,10 @@ Status KafkaQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) 
         FleetRecord r = record_of(m, kListedPayloadBytes);
         if (!copy_of(r.id).empty()) {
           ++copies_;
+          return true;
+        }
+        if (!attempt_of(m, *states).empty()) {
+          ++attempts_;
           return true;
         }
         c.window.emplace_back(m.timestamp_ms, std::move(r));
@@ -145,7 +165,7 @@ Status KafkaQuarantine::each(const std::function<bool(const FleetRecord&)>& fn) 
     if (newest == nullptr) return Status::ok();
     FleetRecord r = std::move(newest->window.back().second);
     newest->window.pop_back();
-    if (const auto found = states->find(r.id); found != states->end()) apply_state(r, found->second.state, "");
+    if (const auto found = states->find(r.id); found != states->end()) apply_read_state(r, found->second.state);
     if (!fn(r)) return Status::ok();
     if (auto s = fill(*newest); !s) return s;
   }
@@ -158,6 +178,11 @@ std::string KafkaQuarantine::left_out() const {
            " left out: dead-lettered again, each a copy of an earlier record (the same pillbox.dedupe, value and "
            "signature: a worker stopped after its dead letter and before its settle entry, and the record ran "
            "again)";
+  }
+  if (attempts_ > 0) {
+    said += (said.empty() ? "" : "\n") + std::to_string(attempts_) + " letter" + (attempts_ == 1 ? "" : "s") + " of " +
+            kafka_dlq_topic(topic_) + " left out: the dead letter of a replay that failed again, an attempt of the "
+            "record it replayed (shown by that record)";
   }
   if (unreadable_states_ > 0) {
     said += (said.empty() ? "" : "\n") + std::to_string(unreadable_states_) + " record" +
@@ -172,18 +197,41 @@ Expected<FleetRecord> KafkaQuarantine::get(const std::string& id) {
   if (!r) return r;
   auto states = this->states();
   if (!states) return Error{states.error(), states.error_code()};
-  if (const auto found = states->find(r->id); found != states->end()) apply_state(*r, found->second.state, "");
+  auto m = letter(r->id);
+  if (!m) return Error{m.error(), m.error_code()};
+  if (const std::string of = attempt_of(*m, *states); !of.empty()) {
+    return Error::usage(r->id + " is the dead letter of a replay of record " + of + " that failed again, an attempt "
+                        "of that record, not a record of its own (quarantine show " + of + hint_options() + ")");
+  }
+  if (const auto found = states->find(r->id); found != states->end()) apply_read_state(*r, found->second.state);
   return r;
 }
 
+Expected<KafkaMessage> KafkaQuarantine::letter(const std::string& id) {
+  auto place = parse_kafka_place(id);
+  if (!place) return Error{place.error(), place.error_code()};
+  const std::string checked = kafka_record_id(place->partition, place->offset);
+  std::optional<KafkaMessage> found;
+  if (place->partition < partitions_) {
+    auto s = reader_->read(kafka_dlq_topic(topic_), place->partition, place->offset, place->offset + 1,
+                           [&](KafkaMessage&& m) {
+      found = std::move(m);
+      return false;
+    });
+    if (!s) return Error{s.message(), s.code()};
+  }
+  if (!found) return Error::usage("no letter " + checked + " in " + kafka_dlq_topic(topic_));
+  return std::move(*found);
+}
+
 Expected<FleetRecord> KafkaQuarantine::dead_letter_at(const std::string& id) {
-  auto checked = parse_kafka_record_id(id);
-  if (!checked) return Error{checked.error(), checked.error_code()};
-  const auto at = checked->find('@');
-  const auto p = static_cast<std::int32_t>(std::stol(checked->substr(0, at)));
-  const std::int64_t offset = std::stoll(checked->substr(at + 1));
+  auto place = parse_kafka_place(id);
+  if (!place) return Error{place.error(), place.error_code()};
+  const std::int32_t p = place->partition;
+  const std::int64_t offset = place->offset;
+  const std::string checked = kafka_record_id(p, offset);
   const std::string dlq = kafka_dlq_topic(topic_);
-  const std::string none = "no record " + *checked + " in the fleet's quarantine (" + dlq + " on " +
+  const std::string none = "no record " + checked + " in the fleet's quarantine (" + dlq + " on " +
                            reader_->bootstrap().joined();
   const std::string see = "; see: pillbox quarantine list" + hint_options() + ")";
   if (p >= partitions_) {
@@ -232,22 +280,29 @@ store::AuditEntry KafkaQuarantine::dead_lettering(const FleetRecord& r) const {
 void KafkaQuarantine::add_broker_json(const FleetRecord& r, nlohmann::json& full) const { full["kafka"] = r.broker; }
 
 Error KafkaQuarantine::not_yet(const std::string& what) const {
-  return Error::usage(what + " is not done on Kafka's quarantine yet: list, show, stats, export, discard, allow "
-                      "and reproduce are");
+  return Error::usage(what + " is not done on Kafka's quarantine yet: list, show, stats, export, discard, allow, "
+                      "reproduce and replay are");
 }
 
-Expected<FleetRecord> KafkaQuarantine::change_state(const std::string& id, bool, const StateChange& change) {
+Expected<FleetRecord> KafkaQuarantine::change_state(const std::string& id, bool refuse_while_replaying,
+                                                    const StateChange& change) {
   // Its state comes from the log's compare and set, read once there; a
   // copy is refused by dead_letter_at.
   auto record = dead_letter_at(id);
   if (!record) return record;
   FleetStateLog log(*state_log_);
   auto written = log.change(record->id, [&](FleetState& state) {
-    apply_state(*record, state, "");
+    apply_read_state(*record, state);
+    // Checked in each round: a replay takes its lease by the same compare and set.
+    if (refuse_while_replaying && record->replaying) {
+      return Status::error("record " + record->id + " is being replayed right now (by " + record->replaying_by +
+                               "); act on it when that replay is over",
+                           ErrorCode::kUsage);
+    }
     return change(state, *record);
   });
   if (!written) return Error{written.error(), written.error_code()};
-  apply_state(*record, std::move(*written), "");
+  apply_read_state(*record, *written);
   return record;
 }
 
@@ -267,10 +322,13 @@ Expected<std::string> KafkaQuarantine::revision_payload(const FleetRecord&, cons
   return not_yet("a patch's revision");
 }
 
-Expected<std::vector<FleetRecord>> KafkaQuarantine::redrive_plan(const ReplayRun&, std::vector<std::string>&) {
-  return not_yet("replay");
+Expected<std::vector<FleetRecord>> KafkaQuarantine::redrive_plan(const ReplayRun& run,
+                                                                 std::vector<std::string>& skipped) {
+  return broker::redrive_plan(*this, run, skipped);
 }
 
-Expected<ReplayResult> KafkaQuarantine::redrive(const ReplayRun&) { return not_yet("replay"); }
+Expected<ReplayResult> KafkaQuarantine::redrive(const ReplayRun& run) {
+  return broker::redrive(*kafka_redrive_route(*this, run), run);
+}
 
 }  // namespace pillbox::broker

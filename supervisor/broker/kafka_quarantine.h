@@ -26,6 +26,12 @@
 // What operators do with a record (discard, allow, reproduce's verdict)
 // is kept beside T.dlq, in the state log T.dlq.state (kafka_state_log.h).
 //
+// replay republishes records to T (kafka_redrive.h): a record is
+// `replaying` while a replay's lease in its state runs, and the dead letter
+// of a republished record that fails again is an attempt of the record it
+// replayed, left out of listings (counted in left_out()) and named by that
+// record's state, not a record of its own.
+//
 // What a letter says is a claim: anyone allowed to produce to T.dlq can
 // write one. One without a valid signature shows as such (with
 // --fleet-key), never hides a signed one, and is not run without
@@ -79,8 +85,8 @@ class KafkaQuarantine final : public FleetDeadLetters {
   // original's headers as carried (kafka_fleet_record.h).
   void add_broker_json(const FleetRecord& record, nlohmann::json& full) const override;
 
-  // A compare and set of its state in T.dlq.state. No replay holds a
-  // record on Kafka yet, so `refuse_while_replaying` refuses nothing.
+  // A compare and set of its state in T.dlq.state; with
+  // `refuse_while_replaying`, refused while a replay's lease runs.
   Expected<FleetRecord> change_state(const std::string& id, bool refuse_while_replaying,
                                      const StateChange& change) override;
   Expected<PayloadBytes> minimized_payload(const FleetRecord& record) override;
@@ -89,6 +95,13 @@ class KafkaQuarantine final : public FleetDeadLetters {
   Expected<std::string> revision_payload(const FleetRecord& record, const FleetRevision& revision) override;
   Expected<std::vector<FleetRecord>> redrive_plan(const ReplayRun& run, std::vector<std::string>& skipped) override;
   Expected<ReplayResult> redrive(const ReplayRun& run) override;
+
+  // What the replay (kafka_redrive.cpp) uses: the reader, the letter at
+  // `id` as it is in T.dlq (copy or attempt), and a letter as a record (no
+  // state applied).
+  KafkaPartitionReader& reader() { return *reader_; }
+  Expected<KafkaMessage> letter(const std::string& id);
+  FleetRecord letter_record(const KafkaMessage& letter) const { return record_of(letter, ~std::size_t{0}); }
 
  private:
   KafkaQuarantine(std::unique_ptr<KafkaPartitionReader> reader, std::string topic, int partitions)
@@ -108,6 +121,9 @@ class KafkaQuarantine final : public FleetDeadLetters {
   Status find_copies(std::int32_t p, std::int64_t end);
   // The record `id` is a copy of, or "" (find_copies read it already).
   std::string copy_of(const std::string& id) const;
+  // The record `letter` is the dead letter of a replay of, by `states`
+  // ("": it is no attempt: kafka_redrive.h says when it is one).
+  static std::string attempt_of(const KafkaMessage& letter, const RecordStates& states);
   // What a verb that Kafka's quarantine does not do yet says.
   Error not_yet(const std::string& what) const;
 
@@ -117,6 +133,7 @@ class KafkaQuarantine final : public FleetDeadLetters {
   std::optional<FleetKey> key_;
   std::unique_ptr<KafkaStateLog> state_log_;  // over *reader_
   std::int64_t copies_ = 0;  // left out by the last each()
+  std::int64_t attempts_ = 0;  // replays' dead letters left out by the last each()
   std::int64_t unreadable_states_ = 0;  // T.dlq.state's entries that are not pillbox's, at the last read
   // find_copies's, by partition: where it stopped, each copy key's first
   // letter, and each copy's record. A partition only grows at its end, so

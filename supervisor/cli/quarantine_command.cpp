@@ -146,8 +146,11 @@ const char* kHelp =
     "                nothing. A letter written again for the same record (pillbox.dedupe, value and\n"
     "                signature) is a copy: left out, and how many is said on stderr. What operators\n"
     "                do with a record is kept in the topic T.dlq.state (one partition, kept for\n"
-    "                ever). reproduce takes --kafka BROKERS --topic T too; replay, patch and minimize\n"
-    "                are not done on Kafka yet.\n"
+    "                ever). reproduce and replay take --kafka BROKERS --topic T too: replay republishes\n"
+    "                each record's key, value and headers (not pillbox's) to T, its header\n"
+    "                pillbox.replay naming the record, and waits for its settled entry in\n"
+    "                T.pillbox-attempts; a lease in T.dlq.state keeps a second replay off it. patch\n"
+    "                and minimize are not done on Kafka yet.\n"
     "  --fleet-key FILE  with --redis, --amqp or --kafka: the key the workers sign dead letters\n"
     "                with (default $PILLBOX_FLEET_KEY); list and show say whether each signature is valid, missing\n"
     "                or bad (unchecked without a key). replay and export --bundle act only on\n"
@@ -370,9 +373,9 @@ int quarantine_command(int argc, char** argv) {
   }
   const bool on_fleet =
       args->value("redis").has_value() || args->value("amqp").has_value() || args->value("kafka").has_value();
-  if (args->value("kafka") && (verb == "replay" || verb == "patch")) {
+  if (args->value("kafka") && verb == "patch") {
     return quarantine_error(verb + " --kafka is not done yet: Kafka's quarantine has list, show, stats, export, "
-                                   "discard and allow",
+                                   "discard, allow, reproduce and replay",
                             kExitUsage);
   }
   // A verb this quarantine cannot do, said before it is read.
