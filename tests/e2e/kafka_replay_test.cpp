@@ -5,7 +5,9 @@
 // is an attempt of the record (named by its state, left out of listings,
 // refused by show), not a record; while a replay holds a record a second
 // replay of it is refused; once the fix runs, every record resolves, its
-// result in T.results, each republished once per replay that took it.
+// result in T.results, each republished once per replay that took it. A
+// replay SIGKILLed while it waits holds the record until its lease runs
+// out; the next replay records its redrive's outcome, republishing nothing.
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -172,6 +174,61 @@ TEST_CASE("kafka replay: republished with its key, fails again as an attempt, on
     return results.size() == 4;
   }));
   for (const auto& [k, id] : ids) CHECK_MESSAGE(results[k] == 1, k);
+  fixed.signal(SIGTERM);
+  CHECK(fixed.wait() == 128 + SIGTERM);
+}
+
+// A replay SIGKILLed while it waits: its lease holds the record (a second
+// replay refused) until it runs out; the record is not republished again,
+// and the next replay records the outcome of the killed one's redrive once
+// a worker settles it.
+TEST_CASE("kafka replay: SIGKILLed while waiting, its redrive's outcome found by the next replay, never republished") {
+  e2e::KafkaMock mock({{kTopic, 1},
+                       {kTopic + ".pillbox-attempts", 1},
+                       {kTopic + ".dlq", 1},
+                       {kTopic + ".results", 1},
+                       {kTopic + ".dlq.state", 1}});
+  REQUIRE_KAFKA_MOCK(mock);
+  e2e::TempDir dir(0700);
+  const std::string key = e2e::fleet_key_file(dir);
+  e2e::PoisonCopy broken("kafka_task");
+  const auto submitted = e2e::run_pillbox({"submit", "--kafka", mock.bootstrap(), "--topic", kTopic, "-"},
+                                          e2e::task_line("bad", "E rejected"));
+  REQUIRE_MESSAGE(submitted.exit_code == 0, submitted.describe());
+  const auto worked = e2e::run_pillbox(worker(mock, key, broken.path(), true));
+  REQUIRE_MESSAGE(worked.exit_code == 0, worked.describe());
+  const std::string id = "0@0";
+
+  e2e::Background killed(e2e::pillbox_binary(), quarantine(mock, {"replay", id, "--batch-timeout", "60s"}, key));
+  // Killed once its state names where the record went (before that, it
+  // waits as replay-HEX, which only --force gets past).
+  REQUIRE_MESSAGE(e2e::eventually([&] {
+    const json r = shown(mock, id, key);
+    return r.is_object() && r.dump().find(kTopic + "/0@1") != std::string::npos;
+  }), killed.err());
+  CHECK(republished(mock).count(id) == 1);
+  killed.signal(SIGKILL);
+  CHECK(killed.wait() == 128 + SIGKILL);
+  const auto refused = e2e::run_pillbox(quarantine(mock, {"replay", id}, key));
+  CHECK_MESSAGE(refused.err.find("is being replayed right now") != std::string::npos, refused.describe());
+
+  e2e::Background fixed(e2e::pillbox_binary(), worker(mock, key, "/bin/cat", false));
+  // Once its lease runs out (60 s), the next replay finds the outcome.
+  e2e::RunResult found;
+  CHECK(e2e::eventually(
+      [&] {
+        found = e2e::run_pillbox(quarantine(mock, {"replay", id, "--json"}, key));
+        return found.exit_code == 0 && found.records.size() == 1;
+      },
+      std::chrono::seconds(120), std::chrono::seconds(2)));
+  INFO(found.describe());
+  REQUIRE(found.records.size() == 1);
+  CHECK(found.records[0]["replay"] == "resolved");
+  CHECK(found.err.find("1 selected, 1 replayed: 1 resolved") != std::string::npos);
+  CHECK(republished(mock).count(id) == 1);  // the killed replay's redrive, not another
+  const json r = shown(mock, id, key);
+  CHECK(r.value("status", "") == "resolved");
+  CHECK(r.dump().find("redriven by an earlier replay that did not record how it ended") != std::string::npos);
   fixed.signal(SIGTERM);
   CHECK(fixed.wait() == 128 + SIGTERM);
 }
