@@ -50,6 +50,7 @@
 #include "supervisor/broker/amqp_topology.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
+#include "tests/e2e/chaos_fleet.h"
 #include "tests/e2e/chaos_plan.h"
 #include "tests/e2e/rabbit_server.h"
 #include "tests/e2e/support.h"
@@ -140,51 +141,10 @@ void submit(const e2e::RabbitServer& server, const std::string& queue, const std
 
 // Workers on one queue, each under a name never used before, so that a
 // result's `worker` header tells which process ran it.
-class Fleet {
+class Fleet : public e2e::ChaosFleet {
  public:
-  Fleet(const e2e::RabbitServer& server, std::string queue, std::string program, std::vector<std::string> options)
-      : server_(server), queue_(std::move(queue)), program_(std::move(program)), options_(std::move(options)) {}
-
-  std::size_t start() {
-    const std::string name = queue_ + "-" + std::to_string(workers_.size());
-    // Verdict lines go to stdout (a file); stderr has the notices and the summary.
-    std::vector<std::string> args = {"worker", "--amqp", server_.url(), "--queue", queue_, "--consumer", name};
-    args.insert(args.end(), options_.begin(), options_.end());
-    args.insert(args.end(), {"--", program_});
-    workers_.push_back({name, std::make_unique<e2e::Background>(e2e::pillbox_binary(), args)});
-    return workers_.size() - 1;
-  }
-  std::vector<std::size_t> running() {
-    std::vector<std::size_t> live;
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (!workers_[i].process->ended()) live.push_back(i);
-    }
-    return live;
-  }
-  e2e::Background& worker(std::size_t i) { return *workers_[i].process; }
-  const std::string& name(std::size_t i) const { return workers_[i].name; }
-  std::size_t size() const { return workers_.size(); }
-  // Every worker's stderr, for a failure's message.
-  std::string errors() const {
-    std::string all;
-    for (const auto& w : workers_) {
-      std::string err = w.process->err();
-      if (err.size() > 3000) err = "..." + err.substr(err.size() - 3000);
-      all += "--- " + w.name + ":\n" + err + "\n";
-    }
-    return all;
-  }
-
- private:
-  struct Worker {
-    std::string name;
-    std::unique_ptr<e2e::Background> process;
-  };
-  const e2e::RabbitServer& server_;
-  std::string queue_;
-  std::string program_;
-  std::vector<std::string> options_;
-  std::vector<Worker> workers_;
+  Fleet(const e2e::RabbitServer& server, const std::string& queue, std::string program, std::vector<std::string> options)
+      : ChaosFleet({"--amqp", server.url(), "--queue", queue}, queue + "-", std::move(program), std::move(options)) {}
 };
 
 // NAME.results as this test reads it: consumed without a prefetch limit and

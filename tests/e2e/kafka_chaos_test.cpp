@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "tests/e2e/background.h"
+#include "tests/e2e/chaos_fleet.h"
 #include "tests/e2e/chaos_plan.h"
 #include "tests/e2e/kafka_client.h"
 #include "tests/e2e/kafka_mock.h"
@@ -114,36 +115,19 @@ long cpu_ticks(pid_t pid) {
 
 // Workers in one group, each under a consumer name never used before, so
 // that an attempt's `worker` tells which process ran it.
-class Fleet {
+class Fleet : public e2e::ChaosFleet {
  public:
   Fleet(std::string bootstrap, std::string program, std::vector<std::string> options)
-      : bootstrap_(std::move(bootstrap)), program_(std::move(program)), options_(std::move(options)) {}
+      : ChaosFleet({"--kafka", std::move(bootstrap), "--topic", kTopic}, std::string(kTopic) + "-", std::move(program),
+                   std::move(options)) {}
 
-  void start() {
-    const std::string name = std::string(kTopic) + "-" + std::to_string(workers_.size());
-    // Verdict lines go to stdout (a file, --json); stderr has the notices and the summary.
-    std::vector<std::string> args = {"worker", "--kafka", bootstrap_, "--topic", kTopic, "--consumer", name};
-    args.insert(args.end(), options_.begin(), options_.end());
-    args.insert(args.end(), {"--", program_});
-    workers_.push_back({name, std::make_unique<e2e::Background>(e2e::pillbox_binary(), args)});
-  }
-  std::vector<std::size_t> running() {
-    std::vector<std::size_t> live;
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (!workers_[i].process->ended()) live.push_back(i);
-    }
-    return live;
-  }
-  e2e::Background& worker(std::size_t i) { return *workers_[i].process; }
-  const std::string& name(std::size_t i) const { return workers_[i].name; }
-  std::size_t size() const { return workers_.size(); }
   // The running worker whose process tree holds `pid`, if any.
   std::optional<std::size_t> running_ancestor_of(pid_t pid) {
     std::map<pid_t, pid_t> parent;
     for (const auto& p : e2e::list_processes()) parent[p.pid] = p.ppid;
     for (pid_t at = pid; at > 1 && parent.count(at) != 0; at = parent[at]) {
       for (std::size_t i : running()) {
-        if (workers_[i].process->pid() == at) return i;
+        if (worker(i).pid() == at) return i;
       }
     }
     return std::nullopt;
@@ -151,37 +135,11 @@ class Fleet {
   // The processes of the task program that worker `i` runs.
   std::vector<pid_t> tasks_of(std::size_t i) {
     std::vector<pid_t> mine;
-    for (pid_t pid : e2e::running_tasks(program_)) {
+    for (pid_t pid : e2e::running_tasks(program())) {
       if (running_ancestor_of(pid) == std::optional<std::size_t>(i)) mine.push_back(pid);
     }
     return mine;
   }
-  // The verdict lines (--json) every worker has written so far.
-  std::string verdicts() const {
-    std::string all;
-    for (const auto& w : workers_) all += w.process->out();
-    return all;
-  }
-  // Every worker's stderr (its last 3000 bytes), for a failure's message.
-  std::string errors() const {
-    std::string all;
-    for (const auto& w : workers_) {
-      std::string err = w.process->err();
-      if (err.size() > 3000) err = "..." + err.substr(err.size() - 3000);
-      all += "--- " + w.name + ":\n" + err + "\n";
-    }
-    return all;
-  }
-
- private:
-  struct Worker {
-    std::string name;
-    std::unique_ptr<e2e::Background> process;
-  };
-  std::string bootstrap_;
-  std::string program_;
-  std::vector<std::string> options_;
-  std::vector<Worker> workers_;
 };
 
 // What T.results, T.dlq and the attempt log ended with, checked against the

@@ -30,9 +30,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/background.h"
+#include "tests/e2e/chaos_fleet.h"
 #include "tests/e2e/chaos_plan.h"
 #include "tests/e2e/redis_server.h"
 #include "tests/e2e/support.h"
+#include "tests/e2e/task_program.h"
 
 namespace {
 
@@ -61,62 +63,12 @@ void submit(const e2e::RedisServer& server, const std::vector<Task>& tasks) {
   }
 }
 
-// The task program: a copy of mixed_poison under its own name, in a
-// directory tasks see as the host's (not under /tmp, which each task gets
-// privately). Removed at the end of the scope.
-class PoisonCopy {
+// A fleet of workers on the stream (chaos_fleet.h).
+class Fleet : public e2e::ChaosFleet {
  public:
-  PoisonCopy() : dir_(0755, e2e::host_dir_tasks_see()) {
-    path_ = dir_.file("chaos_poison");
-    std::filesystem::copy_file(e2e::fixture("mixed_poison"), path_);
-    REQUIRE(::chmod(path_.c_str(), 0755) == 0);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  e2e::TempDir dir_;
-  std::string path_;
-};
-
-// A fleet of workers on the stream, each under a consumer name never used
-// before (a killed worker's name is not reused: its entries must be taken
-// over by another consumer, as on a real fleet).
-class Fleet {
- public:
-  Fleet(const e2e::RedisServer& server, const std::string& program, std::vector<std::string> options)
-      : server_(server), program_(program), options_(std::move(options)) {}
-
-  void start() {
-    const std::string name = "chaos-" + std::to_string(started_++);
-    // Verdict lines go to stdout (a file); stderr has the notices and the summary.
-    std::vector<std::string> args = {"worker", "--redis", server_.url(), "--stream", kStream,
-                                     "--consumer", name, "--jobs", std::to_string(kJobs)};
-    args.insert(args.end(), options_.begin(), options_.end());
-    args.insert(args.end(), {"--", program_});
-    workers_.push_back({name, std::make_unique<e2e::Background>(e2e::pillbox_binary(), args)});
-  }
-  // The workers that have not ended.
-  std::vector<std::size_t> running() {
-    std::vector<std::size_t> live;
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (!workers_[i].process->ended()) live.push_back(i);
-    }
-    return live;
-  }
-  e2e::Background& worker(std::size_t i) { return *workers_[i].process; }
-  const std::string& name(std::size_t i) const { return workers_[i].name; }
-  std::size_t size() const { return workers_.size(); }
-
- private:
-  struct Worker {
-    std::string name;
-    std::unique_ptr<e2e::Background> process;
-  };
-  const e2e::RedisServer& server_;
-  std::string program_;
-  std::vector<std::string> options_;
-  int started_ = 0;
-  std::vector<Worker> workers_;
+  Fleet(const e2e::RedisServer& server, std::string program, std::vector<std::string> options)
+      : ChaosFleet({"--redis", server.url(), "--stream", kStream, "--jobs", std::to_string(kJobs)}, "chaos-",
+                   std::move(program), std::move(options)) {}
 };
 
 long long results_count(const e2e::RedisServer& server) {
@@ -276,7 +228,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 TEST_CASE("chaos: 3 workers, 5 SIGKILLs at random moments: no good task lost, each poison dead-lettered once") {
   e2e::RedisServer server(e2e::RedisOptions{.durable = true});
   REQUIRE_REDIS(server);
-  PoisonCopy program;
+  e2e::PoisonCopy program("chaos_poison");
   std::mt19937_64 rng(0x5eed0006);
   const auto tasks = plan(1000, 25, rng);
   const auto t0 = Clock::now();
@@ -347,7 +299,7 @@ TEST_CASE("chaos: Redis killed and restarted mid-run: nothing acknowledged lost,
   // workers reconnect (their first try comes after 100 ms).
   e2e::RedisServer server(e2e::RedisOptions{.durable = true, .load_delay = std::chrono::microseconds(200)});
   REQUIRE_REDIS(server);
-  PoisonCopy program;
+  e2e::PoisonCopy program("chaos_poison");
   std::mt19937_64 rng(0x5eed0007);
   const auto tasks = plan(400, 10, rng);
   {
