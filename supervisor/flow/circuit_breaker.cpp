@@ -6,7 +6,7 @@
 namespace pillbox {
 
 bool CircuitBreaker::record(const std::string& payload_id, bool failed, const std::string& fingerprint,
-                            Clock::time_point now) {
+                            Clock::time_point now, std::string* check_first) {
   if (!settings_.enabled || settings_.window == 0) return false;
   if (open_) {
     if (!failed) close();
@@ -30,6 +30,7 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
     }
   }
   std::erase_if(verified_, [&](const auto& v) { return recorded_ - v.second.last_failure > settings_.window; });
+  std::erase_if(passed_check_, [&](const auto& p) { return recorded_ - p.second >= settings_.window; });
   // Only a failure opens it: the task that succeeded is no part of an outage.
   if (!failed || window_.size() < settings_.window) return false;
 
@@ -40,13 +41,18 @@ bool CircuitBreaker::record(const std::string& payload_id, bool failed, const st
     ++failures;
     // A verified fingerprint still counts as a failure, but never as the
     // face of an outage.
-    if (!verified(e.fingerprint) && deciding_.count(e.fingerprint) == 0) ++by_fingerprint[e.fingerprint];
+    if (!verified(e.fingerprint) && deciding_.count(e.fingerprint) == 0 && passed_check_.count(e.fingerprint) == 0) {
+      ++by_fingerprint[e.fingerprint];
+    }
   }
   if (failures < needed_failures()) return false;
   const auto top = std::max_element(by_fingerprint.begin(), by_fingerprint.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
   if (top == by_fingerprint.end() || top->second * 2 < failures) return false;  // poison pills, not one outage
-
+  if (check_first != nullptr) {
+    *check_first = top->first;
+    return false;
+  }
   open_with(top->first, failures, now);
   return true;
 }

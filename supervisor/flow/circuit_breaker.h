@@ -32,8 +32,15 @@ class CircuitBreaker {
   explicit CircuitBreaker(BreakerSettings settings) : settings_(settings) {}
 
   // The latest outcome of a payload (`payload_id` identifies it: key + hash).
-  // Returns true when this outcome opened the breaker.
-  bool record(const std::string& payload_id, bool failed, const std::string& fingerprint, Clock::time_point now);
+  // Returns true when this outcome opened the breaker. With `check_first`
+  // (the flow has a payload known to work at hand), the window does not open
+  // it by itself: `*check_first` is set to the fingerprint it would open
+  // with, and the flow's known-good check decides (a burst of poison — bad
+  // inputs sorted together, still in their retries — fills the window just
+  // as an outage does; only the handler failing a payload that worked tells
+  // them apart, and an opening cannot be taken back quietly).
+  bool record(const std::string& payload_id, bool failed, const std::string& fingerprint, Clock::time_point now,
+              std::string* check_first = nullptr);
 
   // The hidden-path rule: a failure that shows the task could not see a
   // file this host has (supervisor/exec/host_view.h) is the run's setup, not
@@ -78,6 +85,11 @@ class CircuitBreaker {
   // the window does not open the breaker with it as its face: the check
   // answers sooner and better. Off again once decided.
   void set_deciding(const std::string& fingerprint, bool deciding);
+  // A known-good check passed while the window filled with `fingerprint`
+  // (record's `check_first`): the handler works, and it is not an outage's
+  // face until `window` more outcomes are recorded (a run of bad inputs asks
+  // again at most once per window's worth of outcomes).
+  void passed_check(const std::string& fingerprint) { passed_check_[fingerprint] = recorded_; }
   // How many payloads in the window failed last with `fingerprint`.
   std::size_t failed_with(const std::string& fingerprint) const;
   // Opens it for `fingerprint` now: a payload that succeeded earlier in the
@@ -117,6 +129,7 @@ class CircuitBreaker {
   std::map<std::string, Verification> verified_;
   std::uint64_t recorded_ = 0;          // outcomes record() has seen
   std::set<std::string> deciding_;      // set_deciding
+  std::map<std::string, std::uint64_t> passed_check_;  // passed_check: recorded_ then
   std::size_t failures_when_opened_ = 0;
   std::size_t times_opened_ = 0;
 };

@@ -604,10 +604,18 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
     outage = true;
     hidden_ = hidden;
     on_breaker_opened(outcome);
-  } else if (breaker_.record(t.payload_id, failed, outcome.fingerprint, now)) {
-    outage = true;
-    hidden_.clear();
-    on_breaker_opened(outcome);
+  } else {
+    // With a payload known to work at hand, the window asks before it opens
+    // (check_before_opening): bad inputs in their retries fill it as an
+    // outage does.
+    std::string check_for;
+    if (breaker_.record(t.payload_id, failed, outcome.fingerprint, now, known_good_ ? &check_for : nullptr)) {
+      outage = true;
+      hidden_.clear();
+      on_breaker_opened(outcome);
+    } else if (!check_for.empty()) {
+      check_before_opening(check_for);
+    }
   }
   // A success may be the first of the run: a decision waiting for a payload
   // known to work can start its check.
@@ -855,9 +863,17 @@ std::uint64_t TaskFlow::start_copy(const Task& of, bool check, const std::string
   return ref;
 }
 
+void TaskFlow::check_before_opening(const std::string& fingerprint) {
+  // Deciding: the window does not ask again while the check runs; a check
+  // already in flight answers for it too (the handler served, or not, just now).
+  breaker_.set_deciding(fingerprint, true);
+  window_checks_.insert(fingerprint);
+  start_check_if_due();
+}
+
 void TaskFlow::start_check_if_due() {
   if (check_ref_ != 0 || !known_good_ || breaker_.open()) return;
-  bool due = false;
+  bool due = !window_checks_.empty();
   for (const auto& [fingerprint, d] : pending_) {
     if (d.rechecking) continue;
     breaker_.set_deciding(fingerprint, true);
@@ -871,31 +887,39 @@ void TaskFlow::start_check_if_due() {
 void TaskFlow::on_check_outcome(Tracked& t, const Outcome& outcome) {
   check_ref_ = 0;
   tracked_.erase(t.task.ref);  // `t` is gone
-  if (breaker_.open() || pending_.empty()) return;
+  if (breaker_.open() || (pending_.empty() && window_checks_.empty())) return;
   if (outcome.kind != Kind::kOk) {
     // A payload that worked earlier in this run fails now: the handler is
-    // down, and the parked failures are the outage's. Its face: the check's
-    // own fingerprint when payloads are parked with it, else the largest group's.
+    // down, and the parked failures (or those filling the window) are the
+    // outage's. Its face: the check's own fingerprint.
     auto face = pending_.find(outcome.fingerprint);
-    if (face == pending_.end()) {
+    if (face == pending_.end() && window_checks_.count(outcome.fingerprint) == 0) {
       // The known-good payload fails its own way, not the parked ones':
       // it proves nothing about them, and is no longer known to work. The
       // next success checks again; meanwhile the window may open the
       // breaker with their fingerprint.
       for (const auto& [fingerprint, d] : pending_) breaker_.set_deciding(fingerprint, false);
+      for (const std::string& fingerprint : std::exchange(window_checks_, {})) breaker_.set_deciding(fingerprint, false);
       known_good_.reset();
       return;
     }
-    const Outcome example = face->second.example;
+    const Outcome example = face != pending_.end() ? face->second.example : outcome;
     out_.on_notice(checked_with_ + ", which succeeded earlier in this run, fails now (" +
                    std::string(to_string(outcome.kind)) + (outcome.fingerprint.empty() ? "" : " " + outcome.fingerprint) +
                    "): the handler is down, not the payloads");
-    breaker_.open_for(face->first, now());
+    breaker_.open_for(outcome.fingerprint, now());
     hidden_.clear();
     on_breaker_opened(example, /*probe_at_once=*/false);
     return;
   }
-  // The handler works now. Each decision still waiting: a recheck of two
+  // The handler works now: a window filled by one fingerprint is bad
+  // inputs together (their retries and verdicts go on as judged), not an
+  // outage for a window's worth of outcomes.
+  for (const std::string& fingerprint : std::exchange(window_checks_, {})) {
+    breaker_.passed_check(fingerprint);
+    if (pending_.count(fingerprint) == 0) breaker_.set_deciding(fingerprint, false);  // else its decision's
+  }
+  // Each decision still waiting: a recheck of two
   // of its payloads (one when it has one), or, for a failure only one
   // payload had (while nothing was known to work), its verdict as it
   // stands (`lone`).
@@ -988,6 +1012,7 @@ void TaskFlow::decide(const std::string& fingerprint, bool poison, bool verify) 
 void TaskFlow::drop_decisions() {
   for (const auto& [fingerprint, d] : pending_) breaker_.set_deciding(fingerprint, false);
   pending_.clear();
+  for (const std::string& fingerprint : std::exchange(window_checks_, {})) breaker_.set_deciding(fingerprint, false);
   // The check in flight becomes the breaker's known-good probe; a recheck's
   // answer no longer counts (on_recheck_outcome finds no decision).
   if (check_ref_ != 0) {

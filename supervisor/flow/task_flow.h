@@ -245,9 +245,13 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   // The decision (PendingDecision): whether a task judged poison waits for
   // it (parked) rather than being quarantined now.
   bool waits_for_decision(const Outcome& outcome);
-  // Starts the known-good check when a decision waits for one and a payload
-  // has succeeded in this run.
+  // Starts the known-good check when a decision (or the window, below)
+  // waits for one and a payload has succeeded in this run.
   void start_check_if_due();
+  // The window would open the breaker with `fingerprint` (CircuitBreaker::
+  // record's check_first): the known-good check decides first. Failing, it
+  // opens the breaker; passing, the fingerprint is bad inputs' for now.
+  void check_before_opening(const std::string& fingerprint);
   std::uint64_t start_copy(const Task& of, bool check, const std::string& recheck_of);
   void on_check_outcome(Tracked& t, const Outcome& outcome);
   void on_recheck_outcome(Tracked& t, const Outcome& outcome);
@@ -320,6 +324,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
   std::optional<Task> known_good_;   // a payload that succeeded in this run (small ones only)
   std::map<std::string, PendingDecision> pending_;  // by fingerprint
   std::uint64_t check_ref_ = 0;      // the known-good check in flight, 0: none
+  std::set<std::string> window_checks_;  // fingerprints the window would open with, waiting for the check
   bool any_success_ = false;         // a task ended ok in this run (known_good_ keeps small ones only)
   std::string checked_with_;         // the key of the latest check's payload
   // The setup rule: distinct payloads that failed without reading their

@@ -366,3 +366,28 @@ TEST_CASE("circuit breaker: a fingerprint being decided is never the face of an 
   d.open_for("fp", t0);
   CHECK_FALSE(d.open());
 }
+
+TEST_CASE("circuit breaker: asked to check first, a full window names its face instead of opening; a passed check quiets it for a window") {
+  CircuitBreaker b(settings());
+  std::string check;
+  for (int i = 0; i < 9; ++i) CHECK_FALSE(b.record(payload(i), true, "fp-burst", t0, &check));
+  CHECK(check.empty());  // not full yet
+  CHECK_FALSE(b.record(payload(9), true, "fp-burst", t0, &check));
+  CHECK(check == "fp-burst");
+  CHECK_FALSE(b.open());
+  CHECK(b.times_opened() == 0);
+  // The check passed: for the next `window` outcomes the fingerprint is no
+  // outage's face, however it fills the window...
+  b.passed_check("fp-burst");
+  for (int i = 10; i < 19; ++i) {
+    check.clear();
+    CHECK_FALSE(b.record(payload(i), true, "fp-burst", t0, &check));
+    CHECK(check.empty());
+  }
+  // ...then it asks again (bad inputs go on: once per window's worth).
+  CHECK_FALSE(b.record(payload(19), true, "fp-burst", t0, &check));
+  CHECK(check == "fp-burst");
+  // Without the question (no payload known to work), it opens as before.
+  CHECK(b.record(payload(20), true, "fp-burst", t0));
+  CHECK(b.open());
+}

@@ -806,6 +806,55 @@ TEST_CASE("task flow: bad payloads together while the handler works: one record 
   CHECK(said);
 }
 
+// The same, with retries: the bad payloads' first failures fill the window
+// before any of them is judged (CI saw it on a sorted folder under load:
+// "handler outage suspected", a verdict taken back, two JSON lines more).
+// With a payload known to work, the window asks the known-good check before
+// it opens the breaker.
+TEST_CASE("task flow: bad payloads together in their retries fill the window; the known-good check keeps the breaker shut") {
+  const BackEndAs as = each_back_end();  // each rule over each back end
+  test::ScratchDir dir("flow");
+  FlowSettings settings = outage_settings(0ms);  // window 4, 3 failures open it; 3 attempts
+  std::vector<std::string> keys = {"g1", "g2"};
+  for (int i = 1; i <= 8; ++i) keys.push_back("bad" + std::to_string(i));
+  for (int i = 3; i <= 6; ++i) keys.push_back("g" + std::to_string(i));
+  Run run(dir.path, keys, settings, 0, as);
+  run.drive([](const Task& t) { return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok(); });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 0);
+  CHECK(r.taken_back == 0);
+  CHECK(r.held == 0);
+  CHECK(r.quarantined == 8);
+  CHECK(run.sink.told.size() == keys.size());  // one verdict per task
+  for (const auto& key : keys) {
+    const bool bad = key.rfind("bad", 0) == 0;
+    CHECK(run.sink.of(key).verdict.type == (bad ? Verdict::Type::kQuarantined : Verdict::Type::kOk));
+  }
+  for (const auto& n : run.sink.notices) CHECK_MESSAGE(n.find("outage suspected") == std::string::npos, n);
+  // Each bad payload's failures stay charged: two crashes alike judge it.
+  for (int i = 1; i <= 8; ++i) {
+    for (const auto& a : run.history("bad" + std::to_string(i))) CHECK(a.charged);
+  }
+}
+
+// And an outage in the retries' place still opens it, through that check.
+TEST_CASE("task flow: an outage filling the window opens the breaker once the known-good check fails too") {
+  test::ScratchDir dir("flow");
+  const std::vector<std::string> keys = numbered_keys(12);
+  Run run(dir.path, keys, outage_settings(0ms));
+  const auto fixed_at = run.now + 10s;
+  std::size_t calls = 0;
+  run.drive([&](const Task&) { return ++calls <= 2 || run.now >= fixed_at ? ok() : failure(Kind::kCrash, "fp-outage"); });
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 1);
+  CHECK(r.quarantined == 0);
+  CHECK(r.taken_back == 0);
+  bool checked = false;
+  for (const auto& n : run.sink.notices) checked = checked || n.find("which succeeded earlier in this run, fails now") != std::string::npos;
+  CHECK(checked);
+  for (const auto& key : keys) CHECK(run.sink.of(key).verdict.type == Verdict::Type::kOk);
+}
+
 TEST_CASE("task flow: failures alike that a recheck does not repeat run again, uncharged (an outage that ended)") {
   const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
@@ -1823,23 +1872,31 @@ TEST_CASE("task flow: a task lost while its ok awaits the back end's answer, or 
           BackEndAs{false, can});
   bool settling_lost = false, held_lost = false;
   int held_failures = 0;
+  int known_good_copies = 0;
   run.drive(
       [&](const Task& t) {
         if (t.key == "o1" && !settling_lost) {
           settling_lost = true;
           run.test_back_end->lose_now.push_back("settling");
         }
-        const bool down = !held_lost && (t.key.front() == 'o' || t.key == "held");
+        bool down = !held_lost && (t.key.front() == 'o' || t.key == "held");
         if (t.key == "held") ++held_failures;
         if ((t.key == "settling" || t.key.front() == 'g') && held_failures > 0 && !held_lost) {
-          // The breaker's known-good probe (a copy of a payload that
-          // succeeded), while "held" waits: lose it now.
-          held_lost = true;
-          run.test_back_end->lose_now.push_back("held");
+          // A copy of a payload that succeeded, while "held" waits. The
+          // first is the check the full window asks for: the handler is
+          // down for it too, and the breaker opens. The next is the
+          // breaker's known-good probe: lose "held" now.
+          if (++known_good_copies == 1) {
+            down = true;
+          } else {
+            held_lost = true;
+            run.test_back_end->lose_now.push_back("held");
+          }
         }
         return down ? failure(Kind::kCrash, "fp-out") : ok();
       },
       1);
+  CHECK(known_good_copies == 2);
   CHECK(settling_lost);
   CHECK(held_lost);
   CHECK(std::find(run.sink.lost.begin(), run.sink.lost.end(), "settling") != run.sink.lost.end());
