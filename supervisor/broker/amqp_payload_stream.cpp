@@ -8,16 +8,12 @@
 #include <utility>
 #include <vector>
 
-#include "shared/sha256.h"
 #include "supervisor/broker/amqp_stream_reader.h"
 #include "supervisor/broker/amqp_topology.h"
 #include "supervisor/io/random_hex.h"
-#include "supervisor/io/terminal_text.h"
 
 namespace pillbox::broker {
 namespace {
-
-constexpr std::string_view kWriterHeader = "pillbox-writer";
 
 const std::string* header_text(const AmqpMessage& m, std::string_view name) {
   const AmqpValue* v = find_field(m.headers, name);
@@ -47,12 +43,14 @@ bool not_ready_yet(const AmqpConnection& c) {
 std::string amqp_minimized_name(const std::string& queue) { return queue + ".dlq.minimized"; }
 std::string amqp_revisions_name(const std::string& queue) { return queue + ".dlq.revisions"; }
 
-AmqpPayloadStream AmqpPayloadStream::minimized(AmqpConnection& connection, const std::string& queue) {
-  return AmqpPayloadStream(connection, amqp_minimized_name(queue), "pillbox-minimized-of");
+std::unique_ptr<AmqpPayloadStream> AmqpPayloadStream::minimized(AmqpConnection& connection, const std::string& queue) {
+  return std::unique_ptr<AmqpPayloadStream>(
+      new AmqpPayloadStream(connection, amqp_minimized_name(queue), std::string(kMinimizedOfHeader)));
 }
 
-AmqpPayloadStream AmqpPayloadStream::revisions(AmqpConnection& connection, const std::string& queue) {
-  return AmqpPayloadStream(connection, amqp_revisions_name(queue), "pillbox-revision-of");
+std::unique_ptr<AmqpPayloadStream> AmqpPayloadStream::revisions(AmqpConnection& connection, const std::string& queue) {
+  return std::unique_ptr<AmqpPayloadStream>(
+      new AmqpPayloadStream(connection, amqp_revisions_name(queue), std::string(kRevisionOfHeader)));
 }
 
 Expected<std::int64_t> AmqpPayloadStream::append(const std::string& id, std::string_view bytes) {
@@ -89,13 +87,13 @@ Expected<std::int64_t> AmqpPayloadStream::append(const std::string& id, std::str
   if (!writer) return Error{writer.error()};
   AmqpOutgoing m;
   m.body = bytes;
-  m.headers = {{of_header_, id}, {std::string(kWriterHeader), *writer}};
+  m.headers = {{of_header_, id}, {std::string(kPayloadWriterHeader), *writer}};
   if (auto s = c_.publish(name_, m); !s) return Error{s.message()};
   if (auto s = c_.wait_confirmed(); !s) return Error{s.message()};
   // Its offset: read on from an offset known to be before it until it comes back.
   std::int64_t at = -1;
   auto s = reader.read_on(end_, [&](AmqpMessage&& seen) {
-    const std::string* w = header_text(seen, kWriterHeader);
+    const std::string* w = header_text(seen, kPayloadWriterHeader);
     if (w == nullptr || *w != *writer) return true;
     at = stream_offset(seen);
     return false;
@@ -106,21 +104,16 @@ Expected<std::int64_t> AmqpPayloadStream::append(const std::string& id, std::str
   return at;
 }
 
-Expected<std::optional<std::string>> AmqpPayloadStream::read(std::int64_t offset, const std::string& id,
-                                                            const std::string& sha256, std::uint64_t most,
-                                                            const std::string& most_is, std::string& why_not) {
+Expected<std::optional<KeptPayloadEntry>> AmqpPayloadStream::entry_at(std::int64_t offset, std::uint64_t most,
+                                                                   std::string& why_not) {
   const std::string where = "offset " + std::to_string(offset) + " of " + name_;
-  if (offset < 0) {
-    why_not = "its state names no offset of " + name_ + " for it";
-    return std::optional<std::string>();
-  }
   // A stream only grows at its end: an offset below one seen is read at
   // once; one past it would be waited for (end() waits 300 ms).
   if (offset >= end_) {
     if (auto found = c_.check_queue(name_); !found) {
       if (!c_.refusal() || c_.refusal()->code != AMQP_NOT_FOUND) return Error{found.error(), found.error_code()};
       why_not = "its state names " + where + ", and there is no " + name_;
-      return std::optional<std::string>();
+      return std::optional<KeptPayloadEntry>();
     }
     AmqpStreamReader ends(c_, name_, 0);
     auto end = ends.end();
@@ -128,7 +121,7 @@ Expected<std::optional<std::string>> AmqpPayloadStream::read(std::int64_t offset
     end_ = std::max(end_, *end);
     if (offset >= end_) {
       why_not = "its state names " + where + ", which ends before it (at " + std::to_string(end_) + ")";
-      return std::optional<std::string>();
+      return std::optional<KeptPayloadEntry>();
     }
   }
   AmqpStreamReader reader(c_, name_, most);
@@ -140,24 +133,13 @@ Expected<std::optional<std::string>> AmqpPayloadStream::read(std::int64_t offset
   if (!s) return Error{s.message()};
   if (!found || stream_offset(*found) != offset) {
     why_not = where + " is no longer there (removed by a retention policy?)";
-    return std::optional<std::string>();
+    return std::optional<KeptPayloadEntry>();
   }
-  const std::string* of = header_text(*found, of_header_);
-  if (of == nullptr || *of != id) {
-    why_not = where + " is not a payload of record " + id;
-    return std::optional<std::string>();
-  }
-  if (found->body_omitted) {
-    why_not = where + " is " + std::to_string(found->body_size) + " bytes, more than " + most_is + " (" +
-              std::to_string(most) + ")";
-    return std::optional<std::string>();
-  }
-  if (sha256_hex(found->body) != sha256) {
-    // The sha256 is the state's claim: shown as a table cell.
-    why_not = where + " does not match the sha256 its state names (" + table_cell(sha256, 80) + ")";
-    return std::optional<std::string>();
-  }
-  return std::optional<std::string>(std::move(found->body));
+  KeptPayloadEntry entry;
+  if (const std::string* of = header_text(*found, of_header_)) entry.of = *of;
+  entry.size = found->body_omitted ? found->body_size : found->body.size();
+  if (!found->body_omitted) entry.bytes = std::move(found->body);
+  return std::optional<KeptPayloadEntry>(std::move(entry));
 }
 
 }  // namespace pillbox::broker

@@ -10,11 +10,11 @@
 #include "shared/sha256.h"
 #include "supervisor/broker/amqp_dead_letter.h"
 #include "supervisor/broker/amqp_entry.h"
-#include "supervisor/broker/amqp_minimize_keeper.h"
 #include "supervisor/broker/amqp_payload_stream.h"
 #include "supervisor/broker/amqp_redrive.h"
 #include "supervisor/broker/amqp_replay_notice.h"
 #include "supervisor/broker/amqp_stream_reader.h"
+#include "supervisor/broker/fleet_log_minimize_keeper.h"
 #include "supervisor/ops/minimize.h"
 #include "supervisor/store/quarantine_json.h"
 
@@ -433,41 +433,19 @@ Expected<FleetRecord> AmqpQuarantine::change_state(const std::string& id, bool r
 }
 
 Expected<PayloadBytes> AmqpQuarantine::minimized_payload(const FleetRecord& r) {
-  const std::string& sha = r.record.minimized_sha256;
-  if (sha.empty()) {
-    return Error::usage("record " + r.id + " has no minimized payload (pillbox minimize " + r.id + hint_options() + ")");
-  }
-  AmqpPayloadStream payloads = AmqpPayloadStream::minimized(*c_, names_.work);
-  std::string why_not;
-  auto bytes = read_minimization(payloads, r.state.minimized_at, r, sha, why_not);
-  if (!bytes) return Error{bytes.error(), bytes.error_code()};
-  if (!*bytes) return Error{"the minimized payload of record " + r.id + " cannot be had: " + why_not};
-  return PayloadBytes{std::move(**bytes), sha};
+  return minimized_payload_in(*AmqpPayloadStream::minimized(*c_, names_.work), r, hint_options());
 }
 
 std::unique_ptr<MinimizeKeeper> AmqpQuarantine::minimize_keeper(const std::string& id, const std::string& actor) {
-  return amqp_minimize_keeper(*this, id, actor);
+  return log_minimize_keeper(*this, AmqpPayloadStream::minimized(*c_, names_.work), id, actor);
 }
 
 Expected<std::int64_t> AmqpQuarantine::keep_revision_payload(const FleetRecord& record, std::string_view bytes) {
-  AmqpPayloadStream revisions = AmqpPayloadStream::revisions(*c_, names_.work);
-  return revisions.append(record.id, bytes);
+  return AmqpPayloadStream::revisions(*c_, names_.work)->append(record.id, bytes);
 }
 
 Expected<std::string> AmqpQuarantine::revision_payload(const FleetRecord& record, const FleetRevision& revision) {
-  AmqpPayloadStream revisions = AmqpPayloadStream::revisions(*c_, names_.work);
-  std::string why_not;
-  const auto size = static_cast<std::uint64_t>(std::max<std::int64_t>(0, revision.payload_size));
-  auto bytes = revisions.read(revision.at, record.id, revision.payload_sha256, size, "the size its state names",
-                              why_not);
-  if (!bytes) return Error{bytes.error(), bytes.error_code()};
-  if (!*bytes) return Error::usage(why_not);
-  if (static_cast<std::int64_t>((*bytes)->size()) != revision.payload_size) {
-    return Error::usage("offset " + std::to_string(revision.at) + " of " + revisions.name() + " is " +
-                        std::to_string((*bytes)->size()) + " bytes, not the " + std::to_string(revision.payload_size) +
-                        " its state names");
-  }
-  return std::move(**bytes);
+  return revision_payload_in(*AmqpPayloadStream::revisions(*c_, names_.work), record, revision);
 }
 
 Expected<std::vector<FleetRecord>> AmqpQuarantine::redrive_plan(const ReplayRun& run,

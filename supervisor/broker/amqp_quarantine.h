@@ -15,7 +15,7 @@
 // replayed, not a record: it carries the replay's tag
 // (amqp_replay_notice.h), and the record's state names that attempt.
 // Minimize keeps its progress in the record's state and its payloads in
-// the stream NAME.dlq.minimized (amqp_minimize_keeper.h); patch, the
+// the stream NAME.dlq.minimized (fleet_log_minimize_keeper.h); patch, the
 // revisions' payloads in the stream NAME.dlq.revisions (fleet_revisions.h).
 //
 // A message can be dead-lettered twice: a settle is publish, confirm, then

@@ -78,8 +78,8 @@ struct FleetState {
   std::optional<store::MinimizeState> minimize;
   std::string minimized_sha256;
   // Where those two payloads' bytes are on a broker that cannot name them
-  // by the record's id (RabbitMQ: offsets in NAME.dlq.minimized,
-  // amqp_minimize_keeper.h); -1: nowhere (Redis keeps them under keys of
+  // by the record's id (RabbitMQ, Kafka: offsets in NAME.dlq.minimized,
+  // fleet_log_minimize_keeper.h); -1: nowhere (Redis keeps them under keys of
   // the record's id). A claim like the rest: the bytes found there are
   // checked against the record and the sha256 above.
   std::int64_t minimize_best_at = -1;

@@ -56,8 +56,8 @@ bool same_failure(const store::QuarantineEntry& record, const Outcome& outcome);
 
 // Where a minimization keeps its progress and result, with the record
 // (QuarantineSource::minimize_keeper: the store's tables; Redis's keys,
-// supervisor/broker/fleet_minimize_keeper.h; RabbitMQ's streams,
-// supervisor/broker/amqp_minimize_keeper.h).
+// supervisor/broker/fleet_minimize_keeper.h; RabbitMQ's streams and Kafka's topics,
+// supervisor/broker/fleet_log_minimize_keeper.h).
 class MinimizeKeeper {
  public:
   virtual ~MinimizeKeeper() = default;
@@ -69,8 +69,8 @@ class MinimizeKeeper {
   virtual Expected<std::optional<Saved>> load() = 0;
   virtual Status clear() = 0;
   // Whether an improvement is to be saved now. A keeper whose saves are
-  // dear (RabbitMQ's: a compare and set of a log read whole,
-  // supervisor/broker/amqp_minimize_keeper.h) answers false for a few
+  // dear (RabbitMQ's and Kafka's: a compare and set of a log read whole,
+  // supervisor/broker/fleet_log_minimize_keeper.h) answers false for a few
   // seconds after each save: the search asks again after each run ends and
   // saves the best then, so a session killed loses only what it found
   // since. The store and Redis take every improvement.

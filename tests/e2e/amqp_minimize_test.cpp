@@ -20,11 +20,11 @@
 
 #include "shared/sha256.h"
 #include "supervisor/broker/amqp_connection.h"
-#include "supervisor/broker/amqp_minimize_keeper.h"
 #include "supervisor/broker/amqp_payload_stream.h"
 #include "supervisor/broker/amqp_quarantine.h"
 #include "supervisor/broker/amqp_state_log.h"
 #include "supervisor/broker/amqp_stream_reader.h"
+#include "supervisor/broker/fleet_payload_log.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/rabbit_server.h"
@@ -176,9 +176,9 @@ void killed_then_resumed(const Fleet& fleet) {
   CHECK_FALSE(saved.finished);
   CHECK(killed.record.minimized_sha256.empty());  // nothing recorded yet: the session never ended
   auto c = e2e::amqp_connect(fleet.server);
-  AmqpPayloadStream payloads = AmqpPayloadStream::minimized(c, "slow");
+  auto payloads = AmqpPayloadStream::minimized(c, "slow");
   std::string why_not;
-  auto best = pillbox::broker::read_minimization(payloads, killed.state.minimize_best_at, killed, saved.best_sha256,
+  auto best = pillbox::broker::read_minimization(*payloads, killed.state.minimize_best_at, killed, saved.best_sha256,
                                                  why_not);
   REQUIRE_MESSAGE(best.has_value(), best.error());
   REQUIRE_MESSAGE(best->has_value(), why_not);
@@ -282,7 +282,7 @@ void forged_claims(const Fleet& fleet) {
   const std::string payload = "S" + std::string(63, 'j');
   dead_letter(fleet, "forged", 0, {payload, "A" + std::string(63, 'k')});
   auto c = e2e::amqp_connect(fleet.server);
-  AmqpPayloadStream payloads = AmqpPayloadStream::minimized(c, "forged");
+  auto payloads = AmqpPayloadStream::minimized(c, "forged");
   AmqpStateLog log(c, "forged");
   auto forge = [&](const std::string& id, const std::function<void(FleetState&)>& change) {
     auto written = log.change(id, [&](FleetState& s) {
@@ -292,7 +292,7 @@ void forged_claims(const Fleet& fleet) {
     REQUIRE_MESSAGE(written.has_value(), written.error());
   };
   auto at = [&](const std::string& id, const std::string& bytes) {
-    auto offset = payloads.append(id, bytes);
+    auto offset = payloads->append(id, bytes);
     REQUIRE_MESSAGE(offset.has_value(), offset.error());
     return *offset;
   };

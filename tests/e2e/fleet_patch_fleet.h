@@ -187,7 +187,7 @@ inline Fleet amqp_fleet(e2e::RabbitServer& server, const std::string& key, const
   f.keep_bytes = [&server, queue](const std::string& id, const std::string& bytes) {
     auto c = e2e::amqp_connect(server);
     auto revisions = pillbox::broker::AmqpPayloadStream::revisions(c, queue);
-    auto at = revisions.append(id, bytes);
+    auto at = revisions->append(id, bytes);
     REQUIRE_MESSAGE(at.has_value(), at.error());
     return *at;
   };

@@ -1,12 +1,10 @@
-#include "supervisor/broker/amqp_minimize_keeper.h"
+#include "supervisor/broker/fleet_log_minimize_keeper.h"
 
-#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string_view>
 #include <utility>
 
-#include "supervisor/broker/amqp_quarantine.h"
 
 namespace pillbox::broker {
 namespace {
@@ -17,13 +15,11 @@ using Clock = std::chrono::steady_clock;
 // compare and set of the state log, and most an append besides).
 constexpr std::chrono::seconds kProgressEvery{5};
 
-class AmqpMinimizeKeeper final : public MinimizeKeeper {
+class LogMinimizeKeeper final : public MinimizeKeeper {
  public:
-  AmqpMinimizeKeeper(AmqpQuarantine& quarantine, std::string id, std::string actor)
-      : q_(quarantine),
-        id_(std::move(id)),
-        actor_(std::move(actor)),
-        payloads_(AmqpPayloadStream::minimized(quarantine.connection(), quarantine.names().work)) {}
+  LogMinimizeKeeper(FleetDeadLetters& quarantine, std::unique_ptr<PayloadLog> payloads, std::string id,
+                    std::string actor)
+      : q_(quarantine), id_(std::move(id)), actor_(std::move(actor)), payloads_(std::move(payloads)) {}
 
   Expected<std::optional<Saved>> load() override {
     auto record = q_.get(id_);
@@ -31,7 +27,7 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
     const FleetState& state = record->state;
     if (!state.minimize) return std::optional<Saved>{};
     std::string why_not;
-    auto best = read_minimization(payloads_, state.minimize_best_at, *record, state.minimize->best_sha256, why_not);
+    auto best = read_minimization(*payloads_, state.minimize_best_at, *record, state.minimize->best_sha256, why_not);
     if (!best) return Error{best.error(), best.error_code()};
     if (!*best) return std::optional<Saved>{};  // no progress: the search starts over
     appended_sha256_ = state.minimize->best_sha256;
@@ -52,7 +48,7 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
   // The bytes first, then the state that names them.
   Status save(std::string_view best, const store::MinimizeState& state) override {
     if (state.best_sha256 != appended_sha256_) {
-      auto at = payloads_.append(id_, best);
+      auto at = payloads_->append(id_, best);
       if (!at) return Status::error(at.error(), at.error_code());
       appended_sha256_ = state.best_sha256;
       appended_at_ = *at;
@@ -70,17 +66,17 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
   Status record(const std::string& sha256, const std::string& detail) override {
     // minimize_payload saved this payload just before: it is at appended_at_.
     if (sha256 != appended_sha256_) {
-      return Status::error("the minimized payload of record " + id_ + " was not saved to " + payloads_.name() +
+      return Status::error("the minimized payload of record " + id_ + " was not saved to " + payloads_->name() +
                            " before it was recorded (a bug of pillbox's); run minimize again");
     }
     return record_minimized(q_, id_, sha256, appended_at_, actor_, detail);
   }
 
  private:
-  AmqpQuarantine& q_;
+  FleetDeadLetters& q_;
   std::string id_;
   std::string actor_;
-  AmqpPayloadStream payloads_;
+  std::unique_ptr<PayloadLog> payloads_;
   std::optional<Clock::time_point> last_save_;  // none yet this session: the first improvement is saved at once
   std::string appended_sha256_;                 // the best payload in NAME.dlq.minimized, and where
   std::int64_t appended_at_ = -1;
@@ -88,16 +84,9 @@ class AmqpMinimizeKeeper final : public MinimizeKeeper {
 
 }  // namespace
 
-Expected<std::optional<std::string>> read_minimization(AmqpPayloadStream& payloads, std::int64_t offset,
-                                                       const FleetRecord& record, const std::string& sha256,
-                                                       std::string& why_not) {
-  const std::int64_t claimed = std::max<std::int64_t>(0, record.record.entry.payload_size);
-  const std::uint64_t most = record.payload_omitted ? static_cast<std::uint64_t>(claimed) : record.payload.size();
-  return payloads.read(offset, record.id, sha256, most, "the record's own payload", why_not);
-}
-
-std::unique_ptr<MinimizeKeeper> amqp_minimize_keeper(AmqpQuarantine& quarantine, std::string id, std::string actor) {
-  return std::make_unique<AmqpMinimizeKeeper>(quarantine, std::move(id), std::move(actor));
+std::unique_ptr<MinimizeKeeper> log_minimize_keeper(FleetDeadLetters& quarantine, std::unique_ptr<PayloadLog> payloads,
+                                                    std::string id, std::string actor) {
+  return std::make_unique<LogMinimizeKeeper>(quarantine, std::move(payloads), std::move(id), std::move(actor));
 }
 
 }  // namespace pillbox::broker
