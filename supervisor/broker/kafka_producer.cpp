@@ -120,10 +120,32 @@ bool KafkaProducer::flush(int timeout_ms) {
   return true;
 }
 
+std::optional<Expected<KafkaDelivered>> KafkaProducer::produce_and_wait(const KafkaOutgoing& m, int timeout_ms) {
+  // Shared: a report that comes after this call gave up (in a later call's
+  // flush) must not write to a frame that is gone.
+  auto reported = std::make_shared<std::optional<Expected<KafkaDelivered>>>();
+  if (Status queued = produce(m, [reported](const Expected<KafkaDelivered>& d) { *reported = d; }); !queued) {
+    return Expected<KafkaDelivered>(Error{queued.message(), queued.code()});
+  }
+  if (!flush(timeout_ms) || !*reported) return std::nullopt;
+  return **reported;
+}
+
 std::string KafkaProducer::fatal_error() const {
   char why[512];
   const rd_kafka_resp_err_t err = rd_kafka_fatal_error(rk_, why, sizeof why);
   return err == RD_KAFKA_RESP_ERR_NO_ERROR ? "" : std::string(rd_kafka_err2str(err)) + ": " + why;
+}
+
+Expected<std::unique_ptr<KafkaProducer>> open_kafka_tool_producer(const KafkaBootstrap& bootstrap,
+                                                                  const std::string& client_id,
+                                                                  const KafkaProperties& extra) {
+  KafkaProperties properties = kafka_properties(bootstrap, client_id);
+  properties.emplace_back("message.timeout.ms", std::to_string(kKafkaDeliveryTimeout.count()));
+  properties.insert(properties.end(), extra.begin(), extra.end());
+  auto producer = KafkaProducer::open(std::move(properties));
+  if (!producer) return Error{producer.error(), ErrorCode::kSetup};
+  return producer;
 }
 
 }  // namespace pillbox::broker

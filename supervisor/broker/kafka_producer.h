@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "shared/status.h"
 #include "shared/unique_fd.h"
+#include "supervisor/broker/kafka_config.h"
 #include "supervisor/broker/kafka_message.h"
 
 struct rd_kafka_s;
@@ -56,6 +58,11 @@ class KafkaProducer {
   // Blocks until every report ran, at most `timeout_ms`; false when some
   // did not (for submit and tools, never on the dispatcher's thread).
   bool flush(int timeout_ms);
+  // For tools, never on the dispatcher's thread: produces `m` and waits
+  // for its report (and every earlier one), at most `timeout_ms`. nullopt:
+  // no report in time (it may have been written); else the report, or why
+  // it was refused at once.
+  std::optional<Expected<KafkaDelivered>> produce_and_wait(const KafkaOutgoing& m, int timeout_ms);
   // A fatal error of the client ("" none): nothing more can be produced.
   std::string fatal_error() const;
 
@@ -69,5 +76,11 @@ class KafkaProducer {
   std::size_t outstanding_ = 0;
   bool closing_ = false;  // reports of what is purged at the end run no callback
 };
+
+// A producer for the tools (the quarantine's logs, replay) as `client_id`:
+// a report within kKafkaDeliveryTimeout; `extra` properties after.
+Expected<std::unique_ptr<KafkaProducer>> open_kafka_tool_producer(const KafkaBootstrap& bootstrap,
+                                                                  const std::string& client_id,
+                                                                  const KafkaProperties& extra = {});
 
 }  // namespace pillbox::broker

@@ -83,11 +83,8 @@ class KafkaRedriveRoute final : public RedriveRoute {
 
 Status KafkaRedriveRoute::open_producer() {
   if (producer_) return Status::ok();
-  KafkaProperties properties = kafka_properties(q_.bootstrap(), "pillbox-replay");
-  properties.emplace_back("message.timeout.ms", std::to_string(kKafkaDeliveryTimeout.count()));
   // The Java clients' partitioner: a key lands where theirs put it.
-  properties.emplace_back("partitioner", "murmur2_random");
-  auto producer = KafkaProducer::open(std::move(properties));
+  auto producer = open_kafka_tool_producer(q_.bootstrap(), "pillbox-replay", {{"partitioner", "murmur2_random"}});
   if (!producer) return Status::error(producer.error(), ErrorCode::kSetup);
   producer_ = std::move(*producer);
   return Status::ok();
@@ -259,12 +256,12 @@ Expected<std::string> KafkaRedriveRoute::start(FleetRecord& record, const Redriv
     return Error{letter.error(), letter.error_code()};
   }
   Status sent = open_producer();
-  auto reported = std::make_shared<std::optional<Expected<KafkaDelivered>>>();
+  std::optional<Expected<KafkaDelivered>> reported;
   if (sent) {
-    sent = producer_->produce(kafka_redrive_record(*letter, q_.topic(), id),
-                              [reported](const Expected<KafkaDelivered>& d) { *reported = d; });
+    reported = producer_->produce_and_wait(kafka_redrive_record(*letter, q_.topic(), id),
+                                           static_cast<int>(kKafkaDeliveryTimeout.count()));
   }
-  if (sent && (!producer_->flush(static_cast<int>(kKafkaDeliveryTimeout.count())) || !*reported)) {
+  if (sent && !reported) {
     // It may have been written: the claim stays, so it is not produced twice.
     return Error{"no delivery report from Kafka at " + q_.bootstrap().joined() + " for the redrive of record " + id +
                      " within " + std::to_string(kKafkaDeliveryTimeout.count() / 1000) + " s; it may be on " +
@@ -272,12 +269,12 @@ Expected<std::string> KafkaRedriveRoute::start(FleetRecord& record, const Redriv
                      "): the record waits (" + pending + "), --force republishes it",
                  ErrorCode::kSetup};
   }
-  if (sent && !**reported) sent = Status::error((**reported).error(), ErrorCode::kSetup);
+  if (sent && !*reported) sent = Status::error(reported->error(), ErrorCode::kSetup);
   if (!sent) {
     take_back(id, pending, sent.message());
     return Error{"cannot republish record " + id + " to " + q_.topic() + ": " + sent.message(), ErrorCode::kSetup};
   }
-  const KafkaDelivered at = ***reported;
+  const KafkaDelivered at = **reported;
   const std::string entry = kafka_source_key(q_.topic(), at.partition, at.offset);
   auto placed = q_.change_state(id, false, [&](FleetState& s, const FleetRecord&) {
     if (s.waiting_entry != pending) return Status::ok();  // --force by another replay since: its claim now

@@ -59,9 +59,7 @@ Status KafkaStateLog::prepare() {
         ErrorCode::kSetup);
   }
   if (producer_) return Status::ok();
-  KafkaProperties properties = kafka_properties(reader_.bootstrap(), "pillbox-quarantine");
-  properties.emplace_back("message.timeout.ms", std::to_string(kKafkaDeliveryTimeout.count()));
-  auto producer = KafkaProducer::open(std::move(properties));
+  auto producer = open_kafka_tool_producer(reader_.bootstrap(), "pillbox-quarantine");
   if (!producer) return Status::error(producer.error(), ErrorCode::kSetup);
   producer_ = std::move(*producer);
   return Status::ok();
@@ -74,20 +72,15 @@ Status KafkaStateLog::append(const std::string& body, const std::string& writer)
   m.partition = 0;
   m.value = body;
   m.headers = {{std::string(kStateWriterHeader), writer}};
-  // Shared: a report that comes after this call gave up (in a later
-  // append's flush) must not write to a frame that is gone.
-  auto reported = std::make_shared<std::optional<Status>>();
-  auto queued = producer_->produce(m, [reported](const Expected<KafkaDelivered>& delivered) {
-    *reported = delivered ? Status::ok() : Status::error(delivered.error(), ErrorCode::kSetup);
-  });
-  if (!queued) return Status::error("cannot write to " + name_ + ": " + queued.message(), ErrorCode::kSetup);
-  if (!producer_->flush(static_cast<int>(kKafkaDeliveryTimeout.count())) || !*reported) {
+  auto sent = producer_->produce_and_wait(m, static_cast<int>(kKafkaDeliveryTimeout.count()));
+  if (!sent) {
     return Status::error("no delivery report from Kafka at " + reader_.bootstrap().joined() + " for " + name_ +
                              " within " + std::to_string(kKafkaDeliveryTimeout.count() / 1000) +
                              " s (the change may have been written; read the record again)",
                          ErrorCode::kSetup);
   }
-  return **reported;
+  if (!*sent) return Status::error("cannot write to " + name_ + ": " + sent->error(), ErrorCode::kSetup);
+  return Status::ok();
 }
 
 }  // namespace pillbox::broker
