@@ -766,6 +766,33 @@ TEST_CASE("task flow: a poison verdict the outage explains is taken back: record
   CHECK(run.state("early") == "ok");
 }
 
+// Two payloads that work, 8 bad ones together ("bad1".."bad8", crashing
+// alike with fp-bad), 4 more that work.
+std::vector<std::string> burst_keys() {
+  std::vector<std::string> keys = {"g1", "g2"};
+  for (int i = 1; i <= 8; ++i) keys.push_back("bad" + std::to_string(i));
+  for (int i = 3; i <= 6; ++i) keys.push_back("g" + std::to_string(i));
+  return keys;
+}
+
+void drive_burst(Run& run) {
+  run.drive([](const Task& t) { return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok(); });
+}
+
+// No outage, nothing taken back, one verdict per task: the bad ones
+// quarantined, the others ok.
+void check_burst_judged(const Run& run, const std::vector<std::string>& keys) {
+  const FlowReport& r = run.flow->report();
+  CHECK(r.outages == 0);
+  CHECK(r.taken_back == 0);
+  CHECK(r.quarantined == 8);
+  CHECK(run.sink.told.size() == keys.size());  // one verdict per task
+  for (const auto& key : keys) {
+    const bool bad = key.rfind("bad", 0) == 0;
+    CHECK(run.sink.of(key).verdict.type == (bad ? Verdict::Type::kQuarantined : Verdict::Type::kOk));
+  }
+}
+
 // Issue 26, point 5: "outage or poison?" is decided before quarantining.
 TEST_CASE("task flow: bad payloads together while the handler works: one record each, none taken back") {
   const BackEndAs as = each_back_end();  // each rule over each back end
@@ -775,22 +802,12 @@ TEST_CASE("task flow: bad payloads together while the handler works: one record 
   // A window longer than the burst: in a tiny one, a long burst is decided
   // again once per window's worth of failures (the case below).
   settings.breaker.window = 10;
-  std::vector<std::string> keys = {"g1", "g2"};
-  for (int i = 1; i <= 8; ++i) keys.push_back("bad" + std::to_string(i));
-  for (int i = 3; i <= 6; ++i) keys.push_back("g" + std::to_string(i));
+  const std::vector<std::string> keys = burst_keys();
   Run run(dir.path, keys, settings, 0, as);
-  run.drive([](const Task& t) { return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok(); });
-  const FlowReport& r = run.flow->report();
-  CHECK(r.outages == 0);
-  CHECK(r.taken_back == 0);
-  CHECK(r.quarantined == 8);
-  CHECK(r.verified_bursts == 1);
-  CHECK(run.sink.told.size() == keys.size());  // one verdict per task
-  for (const auto& key : keys) {
-    const bool bad = key.rfind("bad", 0) == 0;
-    CHECK(run.sink.of(key).verdict.type == (bad ? Verdict::Type::kQuarantined : Verdict::Type::kOk));
-    CHECK(run.state(key) == (bad ? "quarantined" : "ok"));
-  }
+  drive_burst(run);
+  check_burst_judged(run, keys);
+  CHECK(run.flow->report().verified_bursts == 1);
+  for (const auto& key : keys) CHECK(run.state(key) == (key.rfind("bad", 0) == 0 ? "quarantined" : "ok"));
   auto records = run.store->db().query_text("SELECT count(*) FROM quarantine");
   REQUIRE(records.has_value());
   CHECK(*records == "8");
@@ -814,22 +831,11 @@ TEST_CASE("task flow: bad payloads together while the handler works: one record 
 TEST_CASE("task flow: bad payloads together in their retries fill the window; the known-good check keeps the breaker shut") {
   const BackEndAs as = each_back_end();  // each rule over each back end
   test::ScratchDir dir("flow");
-  FlowSettings settings = outage_settings(0ms);  // window 4, 3 failures open it; 3 attempts
-  std::vector<std::string> keys = {"g1", "g2"};
-  for (int i = 1; i <= 8; ++i) keys.push_back("bad" + std::to_string(i));
-  for (int i = 3; i <= 6; ++i) keys.push_back("g" + std::to_string(i));
-  Run run(dir.path, keys, settings, 0, as);
-  run.drive([](const Task& t) { return t.key.rfind("bad", 0) == 0 ? failure(Kind::kCrash, "fp-bad") : ok(); });
-  const FlowReport& r = run.flow->report();
-  CHECK(r.outages == 0);
-  CHECK(r.taken_back == 0);
-  CHECK(r.held == 0);
-  CHECK(r.quarantined == 8);
-  CHECK(run.sink.told.size() == keys.size());  // one verdict per task
-  for (const auto& key : keys) {
-    const bool bad = key.rfind("bad", 0) == 0;
-    CHECK(run.sink.of(key).verdict.type == (bad ? Verdict::Type::kQuarantined : Verdict::Type::kOk));
-  }
+  const std::vector<std::string> keys = burst_keys();
+  Run run(dir.path, keys, outage_settings(0ms), 0, as);  // window 4, 3 failures open it; 3 attempts
+  drive_burst(run);
+  check_burst_judged(run, keys);
+  CHECK(run.flow->report().held == 0);
   for (const auto& n : run.sink.notices) CHECK_MESSAGE(n.find("outage suspected") == std::string::npos, n);
   // Each bad payload's failures stay charged: two crashes alike judge it.
   for (int i = 1; i <= 8; ++i) {
