@@ -85,6 +85,7 @@ KafkaMessage read_message(const rd_kafka_message_t* m) {
   // null pointer for null.
   if (m->key != nullptr) out.key = std::string(static_cast<const char*>(m->key), m->key_len);
   if (m->payload != nullptr) out.value = std::string(static_cast<const char*>(m->payload), m->len);
+  out.value_size = m->len;
   rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
   const std::int64_t ts = rd_kafka_message_timestamp(m, &type);
   out.timestamp_ms = type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? -1 : ts;

@@ -5,6 +5,7 @@
 //
 // Kafka tells a null key or value apart from an empty one, and a header
 // may repeat and have a null value: all kept as they came.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@ struct KafkaMessage {
   std::int64_t offset = -1;
   std::optional<std::string> key;
   std::optional<std::string> value;
+  std::size_t value_size = 0;  // as the cluster sent it (KafkaPartitionReader::read may keep less)
   KafkaHeaders headers;
   std::int64_t timestamp_ms = -1;  // the record's timestamp (-1: none)
 };

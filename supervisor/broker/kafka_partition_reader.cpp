@@ -19,6 +19,7 @@ KafkaMessage message_of(const std::string& topic, std::int32_t partition, RdKafk
   // A null key or value stays null (librdkafka gives no pointer for one).
   if (m.key_pointer() != nullptr) out.key.emplace(static_cast<const char*>(m.key_pointer()), m.key_len());
   if (m.payload() != nullptr) out.value.emplace(static_cast<const char*>(m.payload()), std::min(m.len(), max_value));
+  out.value_size = m.len();
   const RdKafka::MessageTimestamp ts = m.timestamp();
   out.timestamp_ms = ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? -1 : ts.timestamp;
   if (RdKafka::Headers* headers = m.headers(); headers != nullptr) {

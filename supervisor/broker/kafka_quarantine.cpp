@@ -4,7 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "supervisor/broker/fleet_log_minimize_keeper.h"
 #include "supervisor/broker/kafka_fleet_record.h"
+#include "supervisor/broker/kafka_payload_log.h"
 #include "supervisor/broker/kafka_redrive.h"
 #include "supervisor/ops/minimize.h"
 
@@ -279,11 +281,6 @@ store::AuditEntry KafkaQuarantine::dead_lettering(const FleetRecord& r) const {
 
 void KafkaQuarantine::add_broker_json(const FleetRecord& r, nlohmann::json& full) const { full["kafka"] = r.broker; }
 
-Error KafkaQuarantine::not_yet(const std::string& what) const {
-  return Error::usage(what + " is not done on Kafka's quarantine yet: list, show, stats, export, discard, allow, "
-                      "reproduce and replay are");
-}
-
 Expected<FleetRecord> KafkaQuarantine::change_state(const std::string& id, bool refuse_while_replaying,
                                                     const StateChange& change) {
   // Its state comes from the log's compare and set, read once there; a
@@ -307,19 +304,19 @@ Expected<FleetRecord> KafkaQuarantine::change_state(const std::string& id, bool 
 }
 
 Expected<PayloadBytes> KafkaQuarantine::minimized_payload(const FleetRecord& r) {
-  return Error::usage("record " + r.id + " has no minimized payload (minimize is not done on Kafka's quarantine yet)");
+  return minimized_payload_in(*KafkaPayloadLog::minimized(*reader_, topic_), r, hint_options());
 }
 
-std::unique_ptr<MinimizeKeeper> KafkaQuarantine::minimize_keeper(const std::string&, const std::string&) {
-  return nullptr;  // minimize --kafka is refused by its command (not done yet)
+std::unique_ptr<MinimizeKeeper> KafkaQuarantine::minimize_keeper(const std::string& id, const std::string& actor) {
+  return log_minimize_keeper(*this, KafkaPayloadLog::minimized(*reader_, topic_), id, actor);
 }
 
-Expected<std::int64_t> KafkaQuarantine::keep_revision_payload(const FleetRecord&, std::string_view) {
-  return not_yet("patch");
+Expected<std::int64_t> KafkaQuarantine::keep_revision_payload(const FleetRecord& record, std::string_view bytes) {
+  return KafkaPayloadLog::revisions(*reader_, topic_)->append(record.id, bytes);
 }
 
-Expected<std::string> KafkaQuarantine::revision_payload(const FleetRecord&, const FleetRevision&) {
-  return not_yet("a patch's revision");
+Expected<std::string> KafkaQuarantine::revision_payload(const FleetRecord& record, const FleetRevision& revision) {
+  return revision_payload_in(*KafkaPayloadLog::revisions(*reader_, topic_), record, revision);
 }
 
 Expected<std::vector<FleetRecord>> KafkaQuarantine::redrive_plan(const ReplayRun& run,

@@ -66,7 +66,7 @@ class KafkaQuarantine final : public FleetDeadLetters {
   const KafkaBootstrap& bootstrap() const { return reader_->bootstrap(); }
   const std::string& topic() const { return topic_; }
 
-  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .patches = false, .replay_outputs = false};
+  static constexpr QuarantineCapabilities kCapabilities{.signatures = true, .patches = true, .replay_outputs = false};
   QuarantineCapabilities can() const override { return kCapabilities; }
   std::string where() const override;
   std::string hint_options() const override;
@@ -124,8 +124,6 @@ class KafkaQuarantine final : public FleetDeadLetters {
   // The record `letter` is the dead letter of a replay of, by `states`
   // ("": it is no attempt: kafka_redrive.h says when it is one).
   static std::string attempt_of(const KafkaMessage& letter, const RecordStates& states);
-  // What a verb that Kafka's quarantine does not do yet says.
-  Error not_yet(const std::string& what) const;
 
   std::unique_ptr<KafkaPartitionReader> reader_;
   std::string topic_;  // T

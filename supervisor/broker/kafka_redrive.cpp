@@ -199,7 +199,6 @@ void KafkaRedriveRoute::take_back(const std::string& id, const std::string& pend
 Expected<std::string> KafkaRedriveRoute::start(FleetRecord& record, const RedrivePayload& what, std::size_t batch_no,
                                                ReplayResult& result) {
   const std::string id = record.id;
-  if (what.revision > 0) return Error::usage("record " + id + ": a patch cannot be replayed on Kafka");
   auto hex = random_hex(8);
   if (!hex) return Error{hex.error(), ErrorCode::kSetup};
   const std::string pending = std::string(kPending) + *hex;
@@ -221,6 +220,10 @@ Expected<std::string> KafkaRedriveRoute::start(FleetRecord& record, const Redriv
       skip = allowed.message();
       return Status::error(skip, ErrorCode::kUsage);
     }
+    if (const std::string why = patched_since(s, what, id); !why.empty()) {
+      skip = why;
+      return Status::error(skip, ErrorCode::kUsage);
+    }
     if (!s.waiting_entry.empty() && !run_.force) {
       skip = "record " + id + ": its earlier redrive (" + s.waiting_entry + ") has no outcome yet: " +
              (s.waiting_entry.rfind(kPending, 0) == 0
@@ -233,7 +236,7 @@ Expected<std::string> KafkaRedriveRoute::start(FleetRecord& record, const Redriv
     s.lease_by = holder_;
     s.lease_until = at + kKafkaReplayLease.count();
     s.waiting_entry = pending;
-    s.waiting_revision = 0;
+    s.waiting_revision = what.revision;
     s.updated_at = at;
     s.audit.push_back({at, run_.actor, "redriven",
                        "put back on " + q_.topic() + " for the fleet's workers (batch " + std::to_string(batch_no) +
@@ -258,8 +261,9 @@ Expected<std::string> KafkaRedriveRoute::start(FleetRecord& record, const Redriv
   Status sent = open_producer();
   std::optional<Expected<KafkaDelivered>> reported;
   if (sent) {
-    reported = producer_->produce_and_wait(kafka_redrive_record(*letter, q_.topic(), id),
-                                           static_cast<int>(kKafkaDeliveryTimeout.count()));
+    KafkaOutgoing m = kafka_redrive_record(*letter, q_.topic(), id);
+    if (what.revision > 0) m.value = what.bytes;  // a patch: its payload, with the original's key and headers
+    reported = producer_->produce_and_wait(m, static_cast<int>(kKafkaDeliveryTimeout.count()));
   }
   if (sent && !reported) {
     // It may have been written: the claim stays, so it is not produced twice.

@@ -42,7 +42,7 @@ Expected<KafkaWorkerTopics> check_kafka_worker_topics(const KafkaBootstrap& boot
     if (!*found) {
       if (!create) {
         return Error::usage("topic " + name + " (" + what + ") does not exist on Kafka at " + bootstrap.joined() +
-                            ": create it with " + std::to_string(out.partitions) + " partitions, as " + topic +
+                            ": create it with " + std::to_string(out.partitions) + (out.partitions == 1 ? " partition" : " partitions") + ", as " + topic +
                             " has (" + kafka_create_topic_command(bootstrap, name, out.partitions, -1) +
                             "), or start the worker with --create-topics");
       }

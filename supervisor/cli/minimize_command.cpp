@@ -22,14 +22,15 @@ const char* kHelp =
     "usage: pillbox minimize ID [--jobs N] [--max-runs N] [--max-time DURATION] [--restart] [--json]\n"
     "                          [--policy P] [--timeout D] [--cpu D] [--memory S] [--max-output S]\n"
     "                          [--writable PATH] [--share PATH]\n"
-    "                          [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME]\n"
+    "                          [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME |\n"
+    "                           --kafka BROKERS --topic T]\n"
     "\n"
     "Shrinks quarantine record ID's payload while it still fails the same way: the same\n"
     "fingerprint (for cpu-limit, wall-timeout and oom, the same kind). Blocks are deleted from\n"
     "large to small, then the bytes left are simplified, each to '0' (like afl-tmin). Every\n"
     "candidate runs in the sandbox under the record's handler and policy, --jobs at once.\n"
     "The smallest payload found is kept beside the original (pillbox quarantine export ID\n"
-    "--minimized -o FILE). Progress is saved after every improvement (on RabbitMQ at most every\n"
+    "--minimized -o FILE). Progress is saved after every improvement (on RabbitMQ and Kafka at most every\n"
     "5 s): after SIGINT, SIGKILL, or when a budget runs out, the same command resumes from the\n"
     "best payload saved.\n"
     "\n"
@@ -61,6 +62,11 @@ const char* kHelp =
     "                      stream NAME.dlq, their offsets as IDs), alike: its progress is kept in\n"
     "                      NAME.dlq.state, the best payload so far and the minimized one in the\n"
     "                      stream NAME.dlq.minimized\n"
+    "  --kafka BROKERS --topic T\n"
+    "                      a record of the fleet's quarantine on Kafka (the dead letters in the topic\n"
+    "                      T.dlq, PARTITION@OFFSET as IDs), alike: its progress is kept in the topic\n"
+    "                      T.dlq.state, the best payload so far and the minimized one in the topic\n"
+    "                      T.dlq.minimized (one partition; not created by pillbox: the error says how)\n"
     "\n"
     "exit codes: 0 done (finished, or a budget ran out: see \"finished\"), 2 usage error, no such\n"
     "record, or a payload that does not fail the same way now, 3 the store, the broker or the sandbox\n"
@@ -112,8 +118,8 @@ void show_progress(MinimizeSettings& settings, Progress& progress) {
 int minimize_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {{"jobs"},         {"max-runs"}, {"max-time"}, {"restart", false},
                                      {"json", false},  {"policy"},   {"store"},    {"redis"},
-                                     {"stream"},       {"amqp"},     {"queue"},    {"quiet", false},
-                                     {"help", false}};
+                                     {"stream"},       {"amqp"},     {"queue"},    {"kafka"},
+                                     {"topic"},        {"quiet", false}, {"help", false}};
   options.insert(options.end(), kFleetKeyOptions.begin(), kFleetKeyOptions.end());
   options.insert(options.end(), kRecordAllowanceOptions.begin(), kRecordAllowanceOptions.end());
   options.push_back({"handler"});  // a plugin record's handler, said again (record_policy.h)

@@ -150,7 +150,8 @@ const char* kHelp =
     "                each record's key, value and headers (not pillbox's) to T, its header\n"
     "                pillbox.replay naming the record, and waits for its settled entry in\n"
     "                T.pillbox-attempts; a lease in T.dlq.state keeps a second replay off it. patch\n"
-    "                and minimize are not done on Kafka yet.\n"
+    "                keeps its revisions in the topic T.dlq.revisions, minimize its payloads in\n"
+    "                T.dlq.minimized (one partition each, made by the operator as T.dlq.state is).\n"
     "  --fleet-key FILE  with --redis, --amqp or --kafka: the key the workers sign dead letters\n"
     "                with (default $PILLBOX_FLEET_KEY); list and show say whether each signature is valid, missing\n"
     "                or bad (unchecked without a key). replay and export --bundle act only on\n"
@@ -373,11 +374,6 @@ int quarantine_command(int argc, char** argv) {
   }
   const bool on_fleet =
       args->value("redis").has_value() || args->value("amqp").has_value() || args->value("kafka").has_value();
-  if (args->value("kafka") && verb == "patch") {
-    return quarantine_error(verb + " --kafka is not done yet: Kafka's quarantine has list, show, stats, export, "
-                                   "discard, allow, reproduce and replay",
-                            kExitUsage);
-  }
   // A verb this quarantine cannot do, said before it is read.
   if ((on_fleet && records_verb == kRecordVerbs.end()) || (verb == "patch" && !capabilities_of(*args).patches)) {
     return quarantine_error(broker::store_only_verb(verb), kExitUsage);

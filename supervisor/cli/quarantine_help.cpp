@@ -26,7 +26,8 @@ namespace {
   "                    their offsets as IDs): list, show, stats, export, discard, allow, replay, patch\n"     \
   "  --kafka BROKERS --topic T\n"                                                                        \
   "                    the fleet's quarantine on Kafka (the dead letters in the topic T.dlq,\n"        \
-  "                    PARTITION@OFFSET as IDs): list, show, stats, export, discard, allow\n"            \
+  "                    PARTITION@OFFSET as IDs): list, show, stats, export, discard, allow, replay,\n"   \
+  "                    patch\n"                                                                            \
   "  --fleet-key FILE  with --redis, --amqp or --kafka: the key the workers sign dead letters with\n"  \
   "                    (default $PILLBOX_FLEET_KEY): each record's signature is said valid, missing\n"   \
   "                    or bad\n"
@@ -106,7 +107,8 @@ const std::map<std::string, const char*> kVerbHelp = {
     {"allow",
      "usage: pillbox quarantine allow (ID... | --fingerprint FP | --kind K | --raise-site RS) [--revoke]\n"
      "                                [--note TEXT] [--json] [--store DIR | --redis URL --stream NAME |\n"
-     "                                --amqp URL --queue NAME] [--fleet-key FILE]\n"
+     "                                --amqp URL --queue NAME | --kafka BROKERS --topic T]\n"
+     "                                [--fleet-key FILE]\n"
      "\n"
      "An operator's review: records awaiting review (quarantined, failed-again) become allowed,\n"
      "allowed to replay; `quarantine replay --allowed` then replays those and no other. With\n"
@@ -117,10 +119,10 @@ const std::map<std::string, const char*> kVerbHelp = {
      "not allowed) is left as it is. With --fingerprint, --kind and/or --raise-site, the matching\n"
      "records the review moves, and how many others were left, on stderr. A patch (quarantine patch)\n"
      "of an allowed record sends it back to review: what a replay would run has changed.\n"
-     "On the fleet (--redis, --amqp) the allowance is signed with the fleet key (--fleet-key FILE or\n"
-     "$PILLBOX_FLEET_KEY), over the record's id, its payload's sha256, who and when: its state is\n"
-     "anyone's to write who can write to the broker, so replay --allowed takes a record only on a\n"
-     "valid allowance (unless --trust-unsigned); show --json says it (\"allowance\").\n"
+     "On the fleet (--redis, --amqp, --kafka) the allowance is signed with the fleet key\n"
+     "(--fleet-key FILE or $PILLBOX_FLEET_KEY), over the record's id, its payload's sha256, who and\n"
+     "when: its state is anyone's to write who can write to the broker, so replay --allowed takes a\n"
+     "record only on a valid allowance (unless --trust-unsigned); show --json says it (\"allowance\").\n"
      "\n"
      "options:\n"
      "  --revoke          take allowances back: allowed records to quarantined\n"
@@ -182,13 +184,16 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --json                  one JSON object per replayed payload, as `run --json`\n"
      "  -q, --quiet             no progress bar on the terminal\n"
      "  -o, --out DIR, --out-mode MODE   results to files, as for `run`\n"
-     "  --batch-timeout D       with --redis or --amqp: how long to wait for each batch (default 5m)\n"
+     "  --batch-timeout D       with --redis, --amqp or --kafka: how long to wait for each batch\n"
+     "                          (default 5m)\n"
      "\n"
-     "On the fleet (--redis, --amqp) the records go back to the workers and each batch's outcomes\n"
-     "are waited for; --force also republishes a record whose earlier redrive has no outcome yet\n"
+     "On the fleet (--redis, --amqp, --kafka) the records go back to the workers and each batch's\n"
+     "outcomes are waited for; --force also republishes a record whose earlier redrive has no outcome yet\n"
      "(--amqp: one lost with its message, NAME purged). On RabbitMQ a redrive keeps the record's\n"
      "message_id, correlation_id, reply_to and headers (its key) and adds pillbox-replay (the attempt\n"
-     "id) and pillbox-replay-of (the record); results go where the workers put any.\n" PILLBOX_WHERE
+     "id) and pillbox-replay-of (the record); results go where the workers put any. On Kafka a\n"
+     "redrive is the record's key, value (or its patch's) and headers, with pillbox.replay naming\n"
+     "the record; a lease in T.dlq.state keeps a second replay off it.\n" PILLBOX_WHERE
      "\n"
      "exit codes: 0 every replayed payload resolved, 1 some failed again or a stop condition ended\n"
      "it, 2 usage error or no such record, 3 the store, the broker or the sandbox cannot be used (also when\n"
@@ -213,7 +218,8 @@ const std::map<std::string, const char*> kVerbHelp = {
      "  --follow-symlinks in directories, read what symlinks point to\n" PILLBOX_STORE_ONLY},
     {"patch",
      "usage: pillbox quarantine patch ID (--payload-file F | --set-arg K=V...) --note TEXT [--json]\n"
-     "                                [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME]\n"
+     "                                [--store DIR | --redis URL --stream NAME | --amqp URL --queue NAME |\n"
+     "                                --kafka BROKERS --topic T]\n"
      "\n"
      "A fix by hand: stores a new revision of the record's payload (--payload-file) or of its\n"
      "handler arguments (--set-arg, repeatable; the others are kept) beside the original, which\n"
@@ -225,12 +231,13 @@ const std::map<std::string, const char*> kVerbHelp = {
      "record ID\"), so `run` over the same input skips it as done. The original payload is\n"
      "unchanged, and still fails (`pillbox reproduce ID`).\n"
      "\n"
-     "On the fleet's quarantine (--redis, --amqp) a patch is of the payload only: its tasks carry\n"
-     "no handler arguments (the workers' --arg decides them), so --set-arg is refused. The revision\n"
-     "is kept beside the dead letter (Redis: NAME:dlq:revisions:ID; RabbitMQ: the stream\n"
-     "NAME.dlq.revisions) and named by the record's state, signed with the fleet key when there is\n"
-     "one; replay redrives the newest revision to the workers, and with the key only a revision\n"
-     "signed with it (else --trust-unsigned). Without a key a revision is as trusted as the state.\n"
+     "On the fleet's quarantine (--redis, --amqp, --kafka) a patch is of the payload only: its tasks\n"
+     "carry no handler arguments (the workers' --arg decides them), so --set-arg is refused. The\n"
+     "revision is kept beside the dead letter (Redis: NAME:dlq:revisions:ID; RabbitMQ: the stream\n"
+     "NAME.dlq.revisions; Kafka: the topic T.dlq.revisions, one partition, made by the operator)\n"
+     "and named by the record's state, signed with the fleet key when there is one; replay redrives\n"
+     "the newest revision to the workers, and with the key only a revision signed with it (else\n"
+     "--trust-unsigned). Without a key a revision is as trusted as the state.\n"
      "\n"
      "An allowed record (quarantine allow) goes back to quarantined, awaiting review again: the\n"
      "allowance was of what it ran before.\n"

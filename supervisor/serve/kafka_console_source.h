@@ -3,9 +3,9 @@
 // BROKERS --topic T): the dead letters of the topic T.dlq (supervisor/
 // broker/kafka_quarantine.h) as fleet_console_source.h shows any broker's.
 // What is Kafka's: ids are P@O, its capabilities
-// (KafkaQuarantine::kCapabilities: no patches, no replay outputs; replay
-// and minimize are refused by their commands on Kafka), and the
-// connection's check: the cluster's metadata, which must still name T.dlq.
+// (KafkaQuarantine::kCapabilities: patches of the payload only, no replay
+// outputs), and the connection's check: the cluster's metadata, which must
+// still name T.dlq.
 #include <memory>
 #include <optional>
 #include <string>

@@ -5,7 +5,7 @@
 // written again for the same record is a copy, left out and said; a forged
 // letter (no valid signature) shows as such and never hides the signed one
 // behind it; a listing reads T.dlq without a consumer group, so nothing is
-// committed; ids, missing topics and verbs not done on Kafka are said.
+// committed; wrong ids and missing topics are said.
 // What operators do (discard, allow, reproduce's verdict) is kept in
 // T.dlq.state, a compare and set that loses no change to writers that race.
 // serve --kafka answers what the CLI prints, and its discard is kept.

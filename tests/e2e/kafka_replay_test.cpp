@@ -20,6 +20,7 @@
 #include "tests/e2e/background.h"
 #include "tests/e2e/kafka_client.h"
 #include "tests/e2e/kafka_mock.h"
+#include "tests/e2e/kafka_quarantine_cli.h"
 #include "tests/e2e/support.h"
 #include "tests/e2e/task_program.h"
 
@@ -31,10 +32,7 @@ const std::string kTopic = "tasks";
 
 std::vector<std::string> quarantine(const e2e::KafkaMock& mock, const std::vector<std::string>& verb,
                                     const std::string& key) {
-  std::vector<std::string> args = {"quarantine"};
-  args.insert(args.end(), verb.begin(), verb.end());
-  args.insert(args.end(), {"--kafka", mock.bootstrap(), "--topic", kTopic, "--fleet-key", key});
-  return args;
+  return e2e::kafka_quarantine(mock, kTopic, verb, key);
 }
 
 std::vector<std::string> worker(const e2e::KafkaMock& mock, const std::string& key, const std::string& program,
@@ -58,8 +56,7 @@ std::multimap<std::string, e2e::KafkaRecord> republished(const e2e::KafkaMock& m
 }
 
 json shown(const e2e::KafkaMock& mock, const std::string& id, const std::string& key) {
-  const auto s = e2e::run_pillbox(quarantine(mock, {"show", id, "--json"}, key));
-  return s.exit_code == 0 && s.records.size() == 1 ? json(s.records[0]) : json();
+  return e2e::kafka_shown(mock, kTopic, id, key);
 }
 
 }  // namespace
