@@ -7,10 +7,12 @@
 // and result in T.dlq.state; show and export --minimized have it. A record
 // patched keeps its revision in T.dlq.revisions, signed; replay republishes
 // the revision's bytes under the record's key, a worker runs them, and the
-// record resolves. A payload entry that is not the record's is never taken.
+// record resolves. Forged states and payload entries (another record's, other
+// bytes, too large, a null value, past the end) are checked, never taken.
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -18,6 +20,9 @@
 #include <vector>
 
 #include "shared/sha256.h"
+#include "supervisor/broker/fleet_state_log.h"
+#include "supervisor/broker/kafka_payload_log.h"
+#include "supervisor/broker/kafka_state_log.h"
 #include "tests/e2e/amqp_client.h"
 #include "tests/e2e/background.h"
 #include "tests/e2e/kafka_client.h"
@@ -174,4 +179,121 @@ TEST_CASE("kafka minimize and patch: payloads kept in T.dlq.minimized and T.dlq.
   CHECK(republished == 1);
   fleet.signal(SIGTERM);
   CHECK(fleet.wait() == 128 + SIGTERM);
+}
+
+// What anyone allowed to produce to T.dlq.state, T.dlq.minimized and
+// T.dlq.revisions can write, by the compare and set pillbox uses itself:
+// claims that are checked, never taken.
+TEST_CASE("kafka minimize and patch: forged states and payload entries are checked, not taken") {
+  e2e::KafkaMock mock({{kTopic, 1},
+                       {kTopic + ".pillbox-attempts", 1},
+                       {kTopic + ".dlq", 1},
+                       {kTopic + ".results", 1},
+                       {kTopic + ".dlq.state", 1},
+                       {kTopic + ".dlq.minimized", 1},
+                       {kTopic + ".dlq.revisions", 1}});
+  REQUIRE_KAFKA_MOCK(mock);
+  e2e::TempDir dir(0700);
+  const std::string key = e2e::fleet_key_file(dir);
+  const std::string payload = junk_around_token(64, 10, 31);
+  e2e::produce(mock.bootstrap(), kTopic,
+               {{std::string("k0"), payload, {}, 0}, {std::string("k1"), junk_around_token(64, 30, 32), {}, 0}});
+  const auto worked = e2e::run_pillbox(worker(mock, key, true));
+  REQUIRE_MESSAGE(worked.exit_code == 0, worked.describe());
+  REQUIRE(e2e::read_topic(mock.bootstrap(), kTopic + ".dlq").size() == 2);
+  const std::string record = "0@0";
+  const std::string other = "0@1";
+
+  auto bootstrap = pillbox::broker::parse_kafka_bootstrap(mock.bootstrap());
+  REQUIRE(bootstrap.has_value());
+  auto reader = pillbox::broker::KafkaPartitionReader::open(*bootstrap, "pillbox-test-forger");
+  REQUIRE_MESSAGE(reader.has_value(), reader.error());
+  pillbox::broker::KafkaStateLog access(**reader, kTopic);
+  pillbox::broker::FleetStateLog log(access);
+  auto payloads = pillbox::broker::KafkaPayloadLog::minimized(**reader, kTopic);
+  auto forge = [&](const std::string& id, const std::function<void(pillbox::broker::FleetState&)>& change) {
+    auto written = log.change(id, [&](pillbox::broker::FleetState& s) {
+      change(s);
+      return pillbox::Status::ok();
+    });
+    REQUIRE_MESSAGE(written.has_value(), written.error());
+  };
+  auto at = [&](const std::string& id, const std::string& bytes) {
+    auto offset = payloads->append(id, bytes);
+    REQUIRE_MESSAGE(offset.has_value(), offset.error());
+    return *offset;
+  };
+  // A null value where a payload should be.
+  const auto null_at = e2e::produce(mock.bootstrap(), kTopic + ".dlq.minimized",
+                                    {{std::nullopt, std::nullopt, {{"pillbox-minimized-of", record}}, 0}});
+  REQUIRE(null_at.size() == 1);
+  const std::string evil = "EVIL";
+  const std::string oversized(payload.size() + 1, 'S');
+  struct Claim {
+    std::string sha256;   // of the minimized payload, as the forged state says
+    std::int64_t at;      // where it is, likewise
+    std::string refused;  // what export says of it
+  };
+  const std::vector<Claim> claims = {
+      {pillbox::sha256_hex(evil), at(other, evil), "is not a payload of record " + record},
+      {pillbox::sha256_hex(std::string(kToken)), at(record, evil), "does not match the sha256 its state names"},
+      {pillbox::sha256_hex(oversized), at(record, oversized), "is 65 bytes, more than the record's own payload (64)"},
+      {pillbox::sha256_hex(evil), 1'000'000'000'000, "which ends before it"},
+      {pillbox::sha256_hex(evil), -1, "its state names no offset"},
+      {pillbox::sha256_hex(evil), null_at[0].second, "does not match the sha256 its state names"},
+  };
+  for (const Claim& claim : claims) {
+    forge(record, [&](pillbox::broker::FleetState& s) {
+      s.minimized_sha256 = claim.sha256;
+      s.minimized_at = claim.at;
+    });
+    const auto exported = e2e::run_pillbox(quarantine(mock, {"export", record, "--minimized", "-o", "-"}, key));
+    INFO(claim.refused);
+    INFO(exported.describe());
+    CHECK(exported.exit_code == 3);
+    CHECK(exported.out.empty());
+    CHECK(exported.err.find("the minimized payload of record " + record + " cannot be had: ") != std::string::npos);
+    CHECK(exported.err.find(claim.refused) != std::string::npos);
+  }
+
+  // A forged progress, "finished", pointing at another record's payload:
+  // not taken; the search starts over from the original and records its own.
+  const std::string forged_best = std::string(kToken) + " forged best";
+  forge(record, [&, o = at(other, forged_best)](pillbox::broker::FleetState& s) {
+    s.minimize = pillbox::store::MinimizeState{pillbox::sha256_hex(forged_best), 3, 100, true};
+    s.minimize_best_at = o;
+  });
+  const auto m = e2e::run_pillbox(with_kafka({"minimize", record, "--jobs", "1", "--json", "--quiet", "--handler",
+                                              e2e::poison_plugin()},
+                                             mock, key));
+  INFO(m.describe());
+  REQUIRE(m.records.size() == 1);
+  CHECK(m.records[0]["resumed"] == false);
+  CHECK(m.records[0]["finished"] == true);
+  CHECK(m.records[0]["minimized_size"] == kToken.size());
+  const auto honest = e2e::run_pillbox(quarantine(mock, {"export", record, "--minimized", "-o", "-"}, key));
+  CHECK(honest.exit_code == 0);
+  CHECK(honest.out == kToken);
+
+  // A revision whose state names another record's entry of T.dlq.revisions:
+  // replay refuses it and republishes nothing.
+  auto revisions = pillbox::broker::KafkaPayloadLog::revisions(**reader, kTopic);
+  const std::string good = "good bytes";
+  auto elsewhere = revisions->append(other, good);
+  REQUIRE(elsewhere.has_value());
+  forge(record, [&](pillbox::broker::FleetState& s) {
+    pillbox::broker::FleetRevision v;
+    v.n = 1;
+    v.at = *elsewhere;
+    v.payload_sha256 = pillbox::sha256_hex(good);
+    v.payload_size = static_cast<std::int64_t>(good.size());
+    s.revisions.push_back(v);
+  });
+  const auto replay = e2e::run_pillbox(
+      quarantine(mock, {"replay", record, "--trust-unsigned", "--batch-timeout", "20s", "--json"}, key));
+  INFO(replay.describe());
+  CHECK(replay.err.find("revision 1 cannot be replayed: offset " + std::to_string(*elsewhere) + " of " + kTopic +
+                        ".dlq.revisions is not a payload of record " + record) != std::string::npos);
+  CHECK(replay.err.find("1 selected, 0 replayed") != std::string::npos);
+  for (const auto& r : e2e::read_topic(mock.bootstrap(), kTopic)) CHECK_FALSE(r.header("pillbox.replay").has_value());
 }
