@@ -491,8 +491,13 @@ TEST_CASE("engine over Redis: a failure recorded at the count a claim scan moved
   bool outage_over = false;
   std::string x_at_2;  // what Redis had for x's delivery 2 when x ran again
   std::map<std::string, int> runs;
+  int copies = 0;
   worker.drive([&](const Task& t) {
     if (t.probe_copy) {
+      // A copy of w, which worked: the first is the check the full window
+      // asks for, and fails (the handler is down: the breaker opens); the
+      // next is the breaker's probe, once the outage is over.
+      if (++copies == 1) return failure(Kind::kHandlerError, "fp-outage");
       outage_over = true;
       return ok();
     }
@@ -525,6 +530,7 @@ TEST_CASE("engine over Redis: a failure recorded at the count a claim scan moved
     if (t.key == "x") x_at_2 = recorded_text(server, ids[1], "2");
     return ok();
   });
+  CHECK(copies == 2);
   CHECK(worker.back_end->report().claimed_again == 1);
   CHECK(e2e::stream_entries(server, "jobs:dlq").empty());
   CHECK(e2e::stream_entries(server, "jobs:results").size() == 4);
