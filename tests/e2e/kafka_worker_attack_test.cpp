@@ -16,7 +16,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,23 +31,6 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 namespace {
-
-// The first byte a terminal would act on (a control character but newline
-// and tab, DEL, a C1 control as UTF-8), as "offset N: 0xHH"; "" when none.
-std::string terminal_unsafe(const std::string& text) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f || c1) {
-      std::ostringstream out;
-      out << "offset " << i << ": 0x" << std::hex << static_cast<int>(c) << " in ..."
-          << text.substr(i >= 60 ? i - 60 : 0, 120);
-      return out.str();
-    }
-  }
-  return "";
-}
 
 int count_headers(const e2e::KafkaRecord& r, const std::string& name) {
   int n = 0;
@@ -224,8 +206,8 @@ TEST_CASE("kafka worker attacked by its producer: null, empty, oversized, binary
   const auto r = e2e::run_pillbox(args);
   INFO(r.describe());
   REQUIRE(r.exit_code == 0);
-  CHECK_MESSAGE(terminal_unsafe(r.out).empty(), "stdout: " << terminal_unsafe(r.out));
-  CHECK_MESSAGE(terminal_unsafe(r.err).empty(), "stderr: " << terminal_unsafe(r.err));
+  CHECK_MESSAGE(e2e::terminal_unsafe(r.out).empty(), "stdout: " << e2e::terminal_unsafe(r.out));
+  CHECK_MESSAGE(e2e::terminal_unsafe(r.err).empty(), "stderr: " << e2e::terminal_unsafe(r.err));
 
   // The dead letters: the tombstone and the two oversized ones refused
   // unrun (protocol-error), the crash judged; originals exact.
@@ -340,7 +322,7 @@ TEST_CASE("kafka worker attacked through its attempt log: forged entries, garbag
   INFO("first worker:\n" << first.err);
   REQUIRE(first.exit_code == 0);
   CHECK(first.err.find("attempt-log entries are not pillbox's, not counted") != std::string::npos);
-  CHECK(terminal_unsafe(first.err).empty());
+  CHECK(e2e::terminal_unsafe(first.err).empty());
 
   auto results = results_by_dedupe(mock, topic);
   std::map<std::string, std::string> letters;  // dedupe -> kind
@@ -424,7 +406,7 @@ TEST_CASE("kafka worker: commit metadata written by another client is not pillbo
   const auto second = e2e::run_pillbox(args);
   INFO("second worker: " << second.describe());
   REQUIRE(second.exit_code == 0);
-  CHECK(terminal_unsafe(second.err).empty());
+  CHECK(e2e::terminal_unsafe(second.err).empty());
   CHECK(second.err.find("\"junk?[2J?\" is not pillbox-attempts@N") != std::string::npos);
   CHECK(second.err.find("the commit's metadata is not this log's") != std::string::npos);
   CHECK(second.err.find("\"pillbox-attempts@-5\" is not pillbox-attempts@N") != std::string::npos);

@@ -198,6 +198,21 @@ RunResult pillbox_in(const std::string& cwd, const std::vector<std::string>& arg
   return run_command("/bin/sh", sh);
 }
 
+std::string terminal_unsafe(const std::string& text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f || c1) {
+      std::ostringstream out;
+      out << "offset " << i << ": 0x" << std::hex << static_cast<int>(c) << " in ..."
+          << text.substr(i >= 60 ? i - 60 : 0, 120);
+      return out.str();
+    }
+  }
+  return "";
+}
+
 RunResult check_usage_error(const std::vector<std::string>& args, const std::string& says) {
   auto r = run_pillbox(args);
   INFO(r.describe());

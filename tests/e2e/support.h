@@ -65,6 +65,12 @@ bool have_python3();
 // exit code 2, and stderr says `says`. The run, for the caller's own checks.
 RunResult check_usage_error(const std::vector<std::string>& args, const std::string& says);
 
+// The first byte of `text` a terminal would act on (a control byte but
+// newline and tab, DEL, a C1 control as UTF-8), as "offset N: 0xHH in
+// ..." with the text around it; "" when none: what pillbox prints of a
+// claim must be "".
+std::string terminal_unsafe(const std::string& text);
+
 // The same for any program (e.g. pillbox behind setpriv): `program` is run
 // with `args`; "--json" among them still means stdout lines are records.
 RunResult run_command(const std::string& program, const std::vector<std::string>& args,
