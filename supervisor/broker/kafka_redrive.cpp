@@ -374,7 +374,16 @@ KafkaOutgoing kafka_redrive_record(const KafkaMessage& letter, const std::string
 }
 
 std::string kafka_lease_holder(const FleetState& state, std::int64_t now_ms) {
-  return state.lease_until > now_ms ? state.lease_by : std::string();
+  // A lease is a claim anyone who may write to T.dlq.state can make. A
+  // replay writes one that ends a lease from its now; one that ends later
+  // than a lease and as much again for the writers' clocks (which the
+  // lease already trusts to within a lease) was written by no replay, and
+  // would hold the record for as long as it says: years, for 2^63-1. It
+  // holds nothing (the claim, not the lease, keeps a record from being
+  // republished twice).
+  const std::int64_t longest = 2 * kKafkaReplayLease.count();
+  if (state.lease_until <= now_ms || state.lease_until - now_ms > longest) return "";
+  return state.lease_by;
 }
 
 std::string kafka_replayed_record(const KafkaDeadLetter& letter) {

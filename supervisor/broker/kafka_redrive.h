@@ -13,7 +13,10 @@
 //            record from being republished twice is the claim below, which
 //            outlives any lease. The lease is timed by the writers' clocks:
 //            two replays whose clocks differ by more than it could both
-//            think it theirs, and still only one wins the claim.
+//            think it theirs, and still only one wins the claim. A lease
+//            is a claim too: one that ends more than two leases on was
+//            written by no replay (forged) and holds nothing, so a forged
+//            entry blocks replay and discard for two minutes at most.
 //   claim    the record's waiting_entry is set to "replay-HEX" (this
 //            redrive's, pending) before anything is produced, then to
 //            "T/p'@o'", where the cluster put the republished record (its
@@ -73,7 +76,8 @@ std::unique_ptr<RedriveRoute> kafka_redrive_route(KafkaQuarantine& quarantine, c
 // the record `record_id`.
 KafkaOutgoing kafka_redrive_record(const KafkaMessage& letter, const std::string& topic, const std::string& record_id);
 
-// Who holds record's lease at `now_ms` ("": nobody, or it ran out).
+// Who holds record's lease at `now_ms` ("": nobody, it ran out, or it ends
+// later than any replay writes one: more than 2 x kKafkaReplayLease on).
 std::string kafka_lease_holder(const FleetState& state, std::int64_t now_ms);
 
 // The record `letter` is the dead letter of a replay of, by the header

@@ -1,10 +1,12 @@
 // What a Kafka replay republishes (supervisor/broker/kafka_redrive.h): the
 // dead letter's key, value and the original's headers, never pillbox's
 // (its record, signature, context, nor what it carried renamed), plus
-// pillbox.replay naming the record; a lease that ran out holds nothing;
+// pillbox.replay naming the record; a lease that ran out, or that ends
+// later than any replay writes one, holds nothing;
 // a letter is an attempt only of a record whose state names its dedupe key.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "supervisor/broker/kafka_redrive.h"
@@ -38,6 +40,15 @@ TEST_CASE("kafka replay: a lease holds until it runs out; an attempt needs the s
   s.lease_until = 1000;
   CHECK(kafka_lease_holder(s, 999) == "ops (replay 1)");
   CHECK(kafka_lease_holder(s, 1000).empty());
+  // One that ends later than a replay writes one (a lease on, and as much
+  // again for clocks) is forged: it holds nothing, whatever it says.
+  s.lease_until = 1000 + 2 * kKafkaReplayLease.count();
+  CHECK(kafka_lease_holder(s, 1000) == "ops (replay 1)");
+  s.lease_until = 1001 + 2 * kKafkaReplayLease.count();
+  CHECK(kafka_lease_holder(s, 1000).empty());
+  s.lease_until = INT64_MAX;
+  CHECK(kafka_lease_holder(s, 1000).empty());
+  s.lease_until = 1000;
   const auto round = parse_state(state_json(s));
   REQUIRE(round.has_value());
   CHECK(round->lease_by == s.lease_by);
