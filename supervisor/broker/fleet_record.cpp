@@ -170,7 +170,10 @@ void apply_state(FleetRecord& fr, FleetState state, const std::string& lock_hold
   r.minimized_sha256 = state.minimized_sha256;
   fr.state = std::move(state);
   fr.replaying = locked;
-  fr.replaying_by = lock_holder;
+  // A claim (a lock's value, a lease in a state log anyone who may write
+  // to it can forge) that goes into messages on a terminal ("being
+  // replayed right now by ..."): an escape in it stays out.
+  fr.replaying_by = table_cell(lock_holder, 200);
 }
 
 Expected<std::string> checked_payload(const FleetRecord& r) {

@@ -41,7 +41,7 @@ struct FleetRecord {
   std::vector<FleetAttempt> attempts;  // those deliveries, oldest first
   FleetState state;
   bool replaying = false;           // its redrive lock is held now
-  std::string replaying_by;         // ... by this replay (the lock's value)
+  std::string replaying_by;         // ... by this replay (the lock's value, its control bytes as '?')
   // Why its state or lock could not be read (a value pillbox did not write),
   // "" when they could: the record lists as nobody acted on it, with this.
   std::string unreadable_state;

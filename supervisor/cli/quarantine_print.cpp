@@ -559,7 +559,7 @@ void print_replay_plan(const std::vector<std::pair<nlohmann::json, const store::
                 table_cell(r->entry.key, 100).c_str(),
                 patched.c_str());
   }
-  for (const auto& s : skipped) std::printf("  skipped: %s\n", s.c_str());
+  for (const auto& s : skipped) std::printf("  skipped: %s\n", table_cell(s, 0).c_str());  // it quotes claims
 }
 
 void print_replay_result(const nlohmann::json& id, const store::QuarantineRecord& r, const Outcome& o,

@@ -19,6 +19,7 @@
 #include "supervisor/cli/quarantine_verbs.h"
 #include "supervisor/cli/run_output.h"
 #include "supervisor/io/result_files.h"
+#include "supervisor/io/terminal_text.h"
 #include "supervisor/ops/replay.h"
 #include "supervisor/store/actor.h"
 
@@ -137,7 +138,12 @@ Status read_replay_brakes(const Args& args, ReplayBrakes& brakes) {
 
 // What the replay did, on stderr, and the exit code.
 int report_replay(const ReplayResult& result, bool write_errors) {
-  for (const auto& s : result.skipped) std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", s.c_str());
+  // Why a record was skipped, and what was noticed, quote claims (a
+  // state's waiting entry or lease, a letter's dedupe key): one line each,
+  // their control bytes as '?', never a terminal's escape.
+  for (const auto& s : result.skipped) {
+    std::fprintf(stderr, "pillbox quarantine replay: skipped %s\n", table_cell(s, 0).c_str());
+  }
   if (result.recovered > 0) {
     std::fprintf(stderr, "pillbox quarantine replay: took back %zu records from a replay that is gone\n", result.recovered);
   }
@@ -150,7 +156,7 @@ int report_replay(const ReplayResult& result, bool write_errors) {
                  result.earlier_outcomes == 1 ? "it" : "they", result.earlier_outcomes == 1 ? "" : "s",
                  result.earlier_outcomes == 1 ? "is" : "are");
   }
-  for (const auto& n : result.notices) std::fprintf(stderr, "pillbox quarantine replay: %s\n", n.c_str());
+  for (const auto& n : result.notices) std::fprintf(stderr, "pillbox quarantine replay: %s\n", table_cell(n, 0).c_str());
   std::fprintf(stderr, "replay: %zu selected, %zu replayed: %zu resolved, %zu failed again; %zu left as they were%s\n",
                result.selected, result.replayed, result.resolved, result.failed_again, result.not_replayed,
                result.taken_by_others > 0
