@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -61,9 +62,13 @@ class KafkaRedriveRoute final : public RedriveRoute {
 
  private:
   // Reads partition `p` of the attempt log over [from, to) and hands each
-  // settled entry of an offset in `offsets` to `found` (the first of each).
+  // settled entry of an offset in `offsets` to `found` (the first of each),
+  // but an "ok" with no start of its delivery before it, whose offset goes
+  // to `lone` instead.
   Status settled_entries(std::int32_t p, std::int64_t from, std::int64_t to, const std::set<std::int64_t>& offsets,
-                         std::map<std::int64_t, AttemptEntry>& found);
+                         std::map<std::int64_t, AttemptEntry>& found, std::set<std::int64_t>& lone);
+  // What a lone "ok" of the redrive `entry` means, for a message.
+  std::string lone_ok(const std::string& entry) const;
   // The outcome a settled entry of the redrive `entry` says; nullopt when
   // it names a dead letter that is not of `entry` (forged: said in `why`).
   Expected<std::optional<RedriveOutcome>> outcome_of_settled(const std::string& entry, const AttemptEntry& settled,
@@ -79,6 +84,10 @@ class KafkaRedriveRoute final : public RedriveRoute {
   std::unique_ptr<KafkaProducer> producer_;
   std::map<std::int32_t, std::int64_t> from_;  // the attempt log's partitions, read up to here (mark())
   std::map<std::string, std::int64_t> renewed_until_;  // record id -> its lease's end as last written
+  // The start entries of the records waited for that settled_entries read:
+  // (T's partition, offset, delivery, group) -> where in the attempt log.
+  using StartKey = std::tuple<std::int32_t, std::int64_t, std::uint32_t, std::string>;
+  std::map<StartKey, std::int64_t> started_;
 };
 
 Status KafkaRedriveRoute::open_producer() {
@@ -92,11 +101,30 @@ Status KafkaRedriveRoute::open_producer() {
 
 Status KafkaRedriveRoute::settled_entries(std::int32_t p, std::int64_t from, std::int64_t to,
                                           const std::set<std::int64_t>& offsets,
-                                          std::map<std::int64_t, AttemptEntry>& found) {
+                                          std::map<std::int64_t, AttemptEntry>& found, std::set<std::int64_t>& lone) {
   return q_.reader().read(attempt_log_topic(q_.topic()), p, from, to, [&](KafkaMessage&& m) {
     const ParsedAttemptEntry parsed = parse_attempt_entry(p, m.key, m.value);
-    if (!parsed.entry || parsed.entry->kind != AttemptEntryKind::kSettled) return true;
-    if (offsets.count(parsed.entry->offset) != 0) found.emplace(parsed.entry->offset, *parsed.entry);
+    if (!parsed.entry || offsets.count(parsed.entry->offset) == 0) return true;
+    const AttemptEntry& e = *parsed.entry;
+    const StartKey start{e.partition, e.offset, e.delivery, e.group};
+    if (e.kind == AttemptEntryKind::kStart) {
+      started_.emplace(start, m.offset);  // the first of each
+    } else if (e.kind == AttemptEntryKind::kSettled) {
+      // An ok is believed as it is (a dead letter is checked against its
+      // letter): a worker writes it after the start of the delivery it
+      // settles, acknowledged before the record ran, so an ok with no such
+      // start before it in the log was written by someone else. A forger
+      // who writes the start too is believed: the attempt log is as
+      // trusted as the state log (docs/distributed.md, Kafka: who may
+      // write to what).
+      const auto it = started_.find(start);
+      const bool after_start = it != started_.end() && it->second < m.offset;
+      if (e.settlement.how != KafkaSettlement::How::kOk || after_start) {
+        found.emplace(e.offset, e);
+      } else {
+        lone.insert(e.offset);
+      }
+    }
     return true;
   }, kMaxAttemptEntryBytes + 1);
 }
@@ -137,6 +165,13 @@ Expected<std::optional<RedriveOutcome>> KafkaRedriveRoute::outcome_of_settled(co
   return std::optional<RedriveOutcome>(redrive_failed_again(q_.letter_record(*letter), entry));
 }
 
+std::string KafkaRedriveRoute::lone_ok(const std::string& entry) const {
+  return "the settled entry of its redrive " + entry + " in " + attempt_log_topic(q_.topic()) +
+         " says ok with no start entry of its delivery before it: no worker wrote it (only workers should be "
+         "allowed to write to that topic), so it is not the redrive's outcome; the workers skip a record settled "
+         "there, so none will come: the record waits, and --force republishes it once the topic is safe";
+}
+
 Expected<std::map<std::string, RedriveOutcome>> KafkaRedriveRoute::earlier_outcomes(
     const std::vector<FleetRecord>& plan, std::vector<std::string>& notices) {
   std::map<std::int32_t, std::set<std::int64_t>> wanted;  // T's partition -> offsets
@@ -150,7 +185,13 @@ Expected<std::map<std::string, RedriveOutcome>> KafkaRedriveRoute::earlier_outco
     auto marks = q_.reader().watermarks(attempt_log_topic(q_.topic()), p);
     if (!marks) return Error{marks.error(), marks.error_code()};
     std::map<std::int64_t, AttemptEntry> settled;
-    if (auto s = settled_entries(p, marks->low, marks->high, offsets, settled); !s) return Error{s.message(), s.code()};
+    std::set<std::int64_t> lone;
+    if (auto s = settled_entries(p, marks->low, marks->high, offsets, settled, lone); !s) {
+      return Error{s.message(), s.code()};
+    }
+    for (const std::int64_t offset : lone) {
+      if (settled.count(offset) == 0) notices.push_back(lone_ok(kafka_source_key(q_.topic(), p, offset)));
+    }
     for (const auto& [offset, e] : settled) {
       const std::string entry = kafka_source_key(q_.topic(), p, offset);
       std::string why;
@@ -339,8 +380,21 @@ Expected<std::vector<RedriveOutcome>> KafkaRedriveRoute::outcomes(const std::map
       if (!marks) return Error{marks.error(), marks.error_code()};
       std::int64_t& from = from_[p];
       std::map<std::int64_t, AttemptEntry> settled;
-      if (auto s = settled_entries(p, from, marks->high, offsets, settled); !s) return Error{s.message(), s.code()};
+      std::set<std::int64_t> lone;
+      if (auto s = settled_entries(p, from, marks->high, offsets, settled, lone); !s) {
+        return Error{s.message(), s.code()};
+      }
       from = std::max(from, marks->high);
+      for (const std::int64_t offset : lone) {
+        // The workers skip a record settled in the log, so no other
+        // outcome comes: waiting out --batch-timeout would say less.
+        if (settled.count(offset) == 0) {
+          const std::string entry = kafka_source_key(q_.topic(), p, offset);
+          const auto of = waited.find(entry);
+          return Error{"record " + (of == waited.end() ? std::string("?") : of->second) + ": " + lone_ok(entry),
+                       ErrorCode::kSetup};
+        }
+      }
       for (const auto& [offset, e] : settled) {
         std::string why;
         auto o = outcome_of_settled(kafka_source_key(q_.topic(), p, offset), e, why);

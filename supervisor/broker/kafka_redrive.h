@@ -39,7 +39,13 @@
 //            dead letter in T.dlq whose pillbox.dedupe is "T/p'@o'" (failed
 //            again, as that letter's record says). Every consumer group on
 //            T runs the republished record; the first settled entry of any
-//            group is the outcome.
+//            group is the outcome. An "ok" counts only after the start
+//            entry of its delivery and group (a worker writes that before
+//            the record runs): a lone forged "ok" is not an outcome, and
+//            since the workers skip a record settled in the log, none will
+//            come: the replay stops and says so. One forged with its start
+//            is believed (the attempt log is as trusted as T.dlq.state:
+//            only the workers should write to it).
 //
 // The dead letter of a republished record that fails again is an attempt
 // of the record it replayed, not a new record: it carries pillbox.replay
