@@ -22,6 +22,11 @@ Status send(AmqpConnection& c, const AmqpPublication& p) {
   return c.wait_confirmed();
 }
 
+// What a consume asks of the broker: RabbitMQ's prefetch is 16 bits, 0 unbounded.
+std::uint16_t consume_prefetch(std::size_t n) {
+  return static_cast<std::uint16_t>(std::clamp<std::size_t>(n, 1, 65535));
+}
+
 // `p` alone, moved (a braced list would copy it: a payload of up to
 // --max-payload).
 std::vector<AmqpPublication> only(AmqpPublication p) {
@@ -48,9 +53,19 @@ AmqpBackEnd::AmqpBackEnd(AmqpWorkerSettings settings, AmqpLink& consumer, AmqpLi
       publisher_(publisher),
       out_(out),
       intake_news_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  wanted_prefetch_->store(consume_prefetch(settings_.prefetch));  // the consumer link's Setup consumed so
   // The consume loop: on the consumer link's thread whenever it has no
   // other work; each message comes here through drain().
-  consumer_.set_idle([this, wait = settings_.consume_wait, wake = consumer_.wake_fd()](AmqpConnection& c) -> AmqpLink::Done {
+  consumer_.set_idle([this, wait = settings_.consume_wait, wake = consumer_.wake_fd(),
+                      wanted = wanted_prefetch_](AmqpConnection& c) -> AmqpLink::Done {
+    // A connection without the consume the worker wants: whatever order the
+    // pauses, resumes, reconnections and their answers came in (a pause
+    // posted before a loss runs again on the next connection, and cancels
+    // the consume its Setup made), the worker consumes again here rather
+    // than wait, without a message, until --exit-when-idle ends it. A pause
+    // wanted meanwhile is posted after `wanted` is cleared: it runs after
+    // this and cancels what this consumed.
+    if (!c.consuming() && wanted->load() != 0) return restore_consume(c);
     auto m = c.next(wait, wake);
     if (!m && c.broken()) return nullptr;  // the link says so, connects again and consumes anew (its Setup)
     if (!m) {
@@ -64,6 +79,19 @@ AmqpBackEnd::AmqpBackEnd(AmqpWorkerSettings settings, AmqpLink& consumer, AmqpLi
 }
 
 AmqpBackEnd::~AmqpBackEnd() = default;
+
+AmqpLink::Done AmqpBackEnd::restore_consume(AmqpConnection& c) {
+  // On the link's thread: only what is fixed since the start (the queue's
+  // name) and the connection are read here.
+  const std::string& queue = settings_.worker.keys.stream;
+  const Status consumed = c.consume(queue, wanted_prefetch_->load());
+  // Broken: the link connects again, and its Setup consumes.
+  if (consumed || c.broken()) return nullptr;
+  return [this, error = consumed.message()]() {
+    on_error(error + "; the worker cannot take messages from '" + settings_.worker.keys.stream +
+             "' (check that it exists and that this user may consume it)");
+  };
+}
 
 std::int64_t AmqpBackEnd::wall_ms() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -122,7 +150,7 @@ void AmqpBackEnd::on_link_state(bool consumer, bool up, const std::string& what)
     if (consumer) {
       prefetch_asked_ = 0;  // the next connection's Setup consumes, asking --prefetch
       consume_paused_ = false;
-      ++consumer_downs_;
+      if (!stopping_) wanted_prefetch_->store(consume_prefetch(settings_.prefetch));
       // The broker put back every message this connection held: each is
       // delivered again (counted), to this worker or another. What runs here
       // runs on, unsettled.
@@ -143,6 +171,7 @@ void AmqpBackEnd::stop_reading(const std::string& why) {
   stopping_ = true;
   stopping_why_ = why;
   out_.on_notice("stopping (" + why + "): what runs finishes, nothing new is taken, messages not started are given back");
+  wanted_prefetch_->store(0);
   consumer_.set_idle(nullptr);
   cancel_consume();
   for (std::int64_t id : held_.take_queue()) give_back(id, "released: the worker is stopping");
@@ -531,43 +560,37 @@ void AmqpBackEnd::retry_later(std::int64_t task_id, std::chrono::milliseconds wa
 
 void AmqpBackEnd::sync_consume() {
   if (stopping_) return;  // the consume is cancelled or about to be
-  auto clamped = [](std::size_t n) { return std::clamp<std::size_t>(n, 1, 65535); };
   const std::string queue = settings_.worker.keys.stream;
   if (alone_ != 0) {
     if (consume_paused_) return;
     consume_paused_ = true;
     pause_answered_ = false;
     const std::uint64_t pause = ++pauses_posted_;
-    const std::uint64_t downs = consumer_downs_;
+    wanted_prefetch_->store(0);  // before the post: see the consume loop
     // Cancelling keeps what is unacknowledged on the channel; what came
-    // before the cancel was read is admitted, and so given back.
-    consumer_.post([this, pause, downs](AmqpConnection& c) -> AmqpLink::Done {
+    // before the cancel was read is admitted, and so given back. Lost
+    // before it ran, it runs again on the next connection and cancels the
+    // consume that connection's Setup made, the suspect gone with the old
+    // one: the consume loop consumes again there (restore_consume).
+    consumer_.post([this, pause](AmqpConnection& c) -> AmqpLink::Done {
       auto rest = c.cancel_consume();
       if (!rest) return nullptr;  // a broken connection: the broker took back what it held
-      return [this, pause, downs, rest = std::move(*rest), id = c.id()]() mutable {
+      return [this, pause, rest = std::move(*rest), id = c.id()]() mutable {
         if (pause == pauses_posted_) pause_answered_ = true;  // else a later pause's answer is awaited
         tell_intake();
         for (AmqpMessage& m : rest) admit(std::move(m), id);
-        if (downs != consumer_downs_) {
-          // The connection was lost before this cancel ran, and the link
-          // ran it again on the next one (connection_link.h): it cancelled
-          // the consume that connection's Setup made, which on_link_state
-          // took as on (and the suspect is gone with the old connection).
-          // Left so, nothing would ever be consumed again.
-          consume_paused_ = true;
-          sync_consume();
-        }
       };
     });
     return;
   }
   std::size_t outage_held = 0;
   for (const auto& [id, h] : held_.all()) outage_held += h.outage_held && !h.settling;
-  const std::size_t prefetch = clamped(settings_.prefetch);
-  const std::size_t want = clamped(prefetch + outage_held);
+  const std::size_t prefetch = consume_prefetch(settings_.prefetch);
+  const std::size_t want = consume_prefetch(prefetch + outage_held);
   if (!consume_paused_ && want == (prefetch_asked_ == 0 ? prefetch : prefetch_asked_)) return;
   consume_paused_ = false;
   prefetch_asked_ = want;
+  wanted_prefetch_->store(consume_prefetch(want));
   // RabbitMQ applies a consumer's prefetch when it consumes (basic.qos
   // without `global`, the only kind a quorum queue takes): consumed again.
   consumer_.post([this, want, queue](AmqpConnection& c) -> AmqpLink::Done {
@@ -575,6 +598,8 @@ void AmqpBackEnd::sync_consume() {
     // A broken connection: the link connects again, and its Setup
     // consumes with --prefetch (on_link_state).
     if (!rest) return nullptr;
+    // Refused, the connection kept: the consume loop tries again and says
+    // why (restore_consume).
     (void)c.consume(queue, static_cast<std::uint16_t>(want));
     return [this, rest = std::move(*rest), id = c.id()]() mutable {
       for (AmqpMessage& m : rest) admit(std::move(m), id);

@@ -25,6 +25,7 @@
 //
 // A message the broker takes back (the consumer's connection lost) is lost
 // to the engine (TaskLost); its next delivery counts it (x-delivery-count).
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -186,6 +187,10 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   bool alone_now() const;
   // Held messages whose settle is on its way (published, not yet acknowledged).
   std::size_t settles_under_way() const;
+  // What the consume loop makes of a connection that has no consume (see
+  // wanted_prefetch_), on the consumer link's thread: consumes with the
+  // prefetch wanted; the worker stops when the broker refuses it.
+  AmqpLink::Done restore_consume(AmqpConnection& c);
   // The consume as it should be: paused while a suspect is held; else on,
   // with a prefetch of --prefetch plus the messages held for a handler
   // outage. Those stay unacknowledged and take the broker's prefetch slots,
@@ -213,7 +218,12 @@ class AmqpBackEnd final : public AttemptStore, public SettleCounts {
   bool consume_paused_ = false;     // cancelled while a suspect runs alone
   bool pause_answered_ = true;      // the broker answered that cancel
   std::uint64_t pauses_posted_ = 0;   // the last pause's number (its answer alone is awaited)
-  std::uint64_t consumer_downs_ = 0;  // consuming connections lost (each next one's Setup consumes)
+  // The prefetch the worker consumes with, 0 while it wants no consume (a
+  // suspect alone, or stopping): set on the owner's thread before the work
+  // that pauses or resumes is posted, read by the consume loop on the
+  // consumer link's thread, which consumes again on a connection left
+  // without a consume the worker wants (restore_consume).
+  std::shared_ptr<std::atomic<std::uint16_t>> wanted_prefetch_ = std::make_shared<std::atomic<std::uint16_t>>(0);
   std::int64_t alone_ = 0;          // the suspect held alone (0: none)
   bool cancel_answered_ = false;      // the consume is cancelled (stop_reading)
   bool stopping_ = false;
