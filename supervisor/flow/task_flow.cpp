@@ -405,6 +405,7 @@ TaskSource::Item TaskFlow::next() {
     Tracked& t = tracked_.at(*ref);
     ++in_flight_;
     t.running = true;
+    t.openings_at_start = breaker_.times_opened();
     item.type = TaskSource::Item::Type::kTask;
     item.task = t.task;
     return item;
@@ -590,8 +591,16 @@ void TaskFlow::on_outcome(const Task& task, const Outcome& reported) {
   if (!failed) remember_good(t);
   if (!failed) any_success_ = true;
   if (breaker_.open()) {
-    if (was_probe) breaker_.probe_ended(!failed, now);
-    else breaker_.record(t.payload_id, failed, outcome.fingerprint, now);
+    if (was_probe) {
+      breaker_.probe_ended(!failed, now);
+    } else if (failed || t.openings_at_start == breaker_.times_opened()) {
+      // A success of a task handed out before this opening is older news
+      // than the failure that opened it (a known-good check that failed
+      // while it ran: CI saw such a task close the breaker at once, and the
+      // outage's next victim quarantined before it opened again): it
+      // does not close the breaker; a probe answers.
+      breaker_.record(t.payload_id, failed, outcome.fingerprint, now);
+    }
     outage = failed;
     if (failed) corroborate_hidden(t, outcome);
     if (!breaker_.open()) {

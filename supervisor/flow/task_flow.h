@@ -127,6 +127,7 @@ class TaskFlow final : public TaskSource, public OutcomeSink {
     std::string payload_id;    // key + hash, for the breaker
     std::int64_t task_id = 0;  // ledger id (0 until first started, or without a store)
     bool running = false;      // handed out, its outcome not yet in
+    std::size_t openings_at_start = 0;  // the breaker's times_opened() when it was handed out
     bool lost = false;         // the back end lost it while it ran: its outcome is ignored
     std::uint32_t attempts = 0;
     std::vector<store::AttemptSummary> history;
