@@ -266,16 +266,60 @@ run_metered_workers() {
   local t0 c0
   c0=$(cpu_ticks "$pid")
   t0=$(date +%s.%N)
+  rm -f "$WORK"/stamps.w*
   for ((w = 1; w <= n; w++)); do
     ports+=("$(free_port)")
-    # shellcheck disable=SC2046
-    "$PB" worker --quiet "${broker[@]}" --jobs "$jobs" --consumer "w$w" --metrics "${ports[-1]}" "${options[@]}" \
-      $(what_runs "$path") >/dev/null 2>"$WORK/worker$w.log" &
+    if [[ ${broker[0]} == --kafka ]]; then
+      # Each verdict line timed as it comes (below).
+      # shellcheck disable=SC2046
+      "$PB" worker --quiet "${broker[@]}" --jobs "$jobs" --consumer "w$w" --metrics "${ports[-1]}" --json \
+        "${options[@]}" $(what_runs "$path") > >(stamp_lines "$WORK/stamps.w$w") 2>"$WORK/worker$w.log" &
+    else
+      # shellcheck disable=SC2046
+      "$PB" worker --quiet "${broker[@]}" --jobs "$jobs" --consumer "w$w" --metrics "${ports[-1]}" "${options[@]}" \
+        $(what_runs "$path") >/dev/null 2>"$WORK/worker$w.log" &
+    fi
     pids+=($!)
   done
   wait_for_ok "${ports[@]}" || rc=$?
   echo $(($(cpu_ticks "$pid") - c0)) >>"$WORK/$ticks.$path"
-  end_workers "$t0" "$rc" "workers ${broker[0]} $path" "${pids[@]}"
+  local seconds
+  seconds=$(end_workers "$t0" "$rc" "workers ${broker[0]} $path" "${pids[@]}")
+  if [[ ${broker[0]} == --kafka ]]; then
+    # Kafka: the rate from the first verdict to the last, over every task.
+    # Before the first, the group forms (the mock waits 3 s for members, and
+    # a second member's join is a rebalance of several more): once per
+    # fleet start, not per task, so reported apart ($WORK/kafka_join.PATH).
+    seconds=$(python3 - "$t0" "$TASKS" "$WORK/kafka_join.$path" "$WORK"/stamps.w* <<'EOF'
+import sys, time
+t0, tasks, join_file = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def read():
+    return sorted(float(line) for f in sys.argv[4:] for line in open(f) if line.endswith("\n"))
+stamps, deadline = read(), time.time() + 2
+while len(stamps) < tasks and time.time() < deadline:  # the last lines may still be on their way through the pipe
+    time.sleep(0.05)
+    stamps = read()
+if len(stamps) < 2:
+    sys.exit("kafka: fewer than 2 verdict lines were timed")
+with open(join_file, "a") as out:
+    out.write("%f\n" % (stamps[0] - t0))
+print((stamps[-1] - stamps[0]) * tasks / (len(stamps) - 1))
+EOF
+    ) || bench_fail_run "timing workers ${broker[0]} $path" 1 "$WORK/worker1.log"
+  fi
+  echo "$seconds"
+}
+
+# stamp_lines FILE: the time (epoch seconds) of each JSON line read on stdin, a line each, written as it comes.
+stamp_lines() {
+  python3 -u -c '
+import sys, time
+with open(sys.argv[1], "w") as out:
+    for line in sys.stdin:
+        if line.startswith("{"):
+            out.write("%f\n" % time.time())
+            out.flush()
+' "$1"
 }
 
 # run_amqp_workers PATH N JOBS [PREFETCH]: on RabbitMQ (a fresh queue),
@@ -302,7 +346,7 @@ for path in echo exec; do  # warm up
   [[ -z $AMQP_URL ]] || run_amqp_workers "$path" 2 1 >/dev/null
   [[ -z $KAFKA ]] || run_kafka_workers "$path" 2 1 warm >/dev/null
 done
-rm -f "$WORK"/broker_ticks.* "$WORK"/kafka_ticks.*
+rm -f "$WORK"/broker_ticks.* "$WORK"/kafka_ticks.* "$WORK"/kafka_join.*
 for ((r = 1; r <= ROUNDS; r++)); do
   for path in echo exec; do
     for variant in "${VARIANTS[@]}"; do
@@ -367,5 +411,13 @@ if kafka_ticks:
     with open(notes, "a") as f:
         f.write("%s: the Kafka mock cluster (in memory) used %.2f ms of CPU per task over the kafka runs\n" % (path, mock_s * 1000))
 EOF
+  if [[ -s $WORK/kafka_join.$path ]]; then
+    python3 - "$path" "$WORK/kafka_join.$path" >>"$WORK/broker_notes" <<'EOF'
+import statistics, sys
+joins = [float(line) for line in open(sys.argv[2])]
+print("%s: the kafka columns run from each run's first verdict to its last; before the first, the group formed: "
+      "%.1f to %.1f s (median %.1f), not counted" % (sys.argv[1], min(joins), max(joins), statistics.median(joins)))
+EOF
+  fi
 done
 [[ ! -s $WORK/broker_notes ]] || cat "$WORK/broker_notes"
